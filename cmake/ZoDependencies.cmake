@@ -1,0 +1,51 @@
+# Finds zoffload's dependencies through pkg-config. A missing required one
+# stops configure with one line naming the Debian package that provides it.
+find_package(PkgConfig)
+if(NOT PKG_CONFIG_FOUND)
+  message(FATAL_ERROR "zoffload: pkg-config not found: install the Debian package 'pkgconf'")
+endif()
+
+set(ZO_DEP_TARGETS "")
+macro(zo_require_pc name module debpkg)
+  pkg_check_modules(${name} QUIET IMPORTED_TARGET GLOBAL ${module})
+  if(NOT ${name}_FOUND)
+    message(FATAL_ERROR "zoffload: required dependency '${module}' not found: install the Debian package '${debpkg}'")
+  endif()
+  list(APPEND ZO_DEP_TARGETS PkgConfig::${name})
+endmacro()
+
+zo_require_pc(NUMA numa libnuma-dev)
+zo_require_pc(URING liburing liburing-dev)
+zo_require_pc(HWLOC hwloc libhwloc-dev)
+zo_require_pc(JANSSON jansson libjansson-dev)
+zo_require_pc(XXHASH libxxhash libxxhash-dev)
+zo_require_pc(OPENBLAS openblas libopenblas-dev)
+find_package(Threads REQUIRED)
+list(APPEND ZO_DEP_TARGETS Threads::Threads m)
+
+# CMocka is needed only for the tests.
+if(BUILD_TESTING)
+  pkg_check_modules(CMOCKA QUIET IMPORTED_TARGET GLOBAL cmocka)
+  if(NOT CMOCKA_FOUND)
+    message(FATAL_ERROR "zoffload: tests need 'cmocka': install the Debian package 'libcmocka-dev' (or configure with -DBUILD_TESTING=OFF)")
+  endif()
+endif()
+
+# MPI is optional: multi-rank modes and tests use it when present.
+set(ZO_HAVE_MPI OFF)
+find_package(MPI QUIET COMPONENTS C)
+if(MPI_C_FOUND)
+  set(ZO_HAVE_MPI ON)
+endif()
+
+# NCCL ships with the CUDA Toolkit here; look beside it and in the usual places.
+macro(zo_find_nccl)
+  set(ZO_HAVE_NCCL OFF)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/include /usr/include)
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/lib /usr/lib/x86_64-linux-gnu)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    set(ZO_HAVE_NCCL ON)
+  else()
+    message(WARNING "zoffload: NCCL not found (install the Debian package 'libnccl-dev' or NVIDIA's NCCL); multi-GPU collectives disabled")
+  endif()
+endmacro()

@@ -1,0 +1,112 @@
+/* The device backend table (not installed). The front end (device.c)
+ * validates arguments, enforces the memory budget, keeps the allocation
+ * registry and statistics, and keeps asynchronous errors; a backend only
+ * does the work. */
+#ifndef ZO_DEVICE_IMPL_H
+#define ZO_DEVICE_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "zo/device.h"
+#include "zo_internal.h"
+
+/* A function enqueued on a stream, with its argument copy inline. The
+ * backend calls zo_stream_task_run(t) in stream order; it frees t. */
+typedef struct zo_stream_task {
+    zo_stream_t stream;
+    zo_stream_fn fn;
+    void *arg;              /* points into data[] or is the caller's pointer */
+    zo_event_t snapshot_ev; /* non-NULL: copy the stream's error into this event */
+    _Alignas(16) unsigned char data[];
+} zo_stream_task;
+
+void zo_stream_task_run(zo_stream_task *t);
+
+typedef enum { ZO_COPY_H2D, ZO_COPY_D2H, ZO_COPY_D2D } zo_copy_kind;
+
+typedef struct zo_backend_ops {
+    const char *name;
+    zo_status (*init)(zo_device_t dev, const zo_device_config *cfg); /* fills dev->info, dev->impl */
+    void (*fini)(zo_device_t dev);
+    zo_status (*mem_alloc)(zo_device_t dev, size_t bytes, void **out);
+    void (*mem_free)(zo_device_t dev, void *ptr);
+    zo_status (*host_register)(zo_device_t dev, void *ptr, size_t bytes);
+    void (*host_unregister)(zo_device_t dev, void *ptr, size_t bytes);
+    zo_status (*stream_create)(zo_stream_t s);
+    void (*stream_destroy)(zo_stream_t s); /* called after a synchronize */
+    zo_status (*stream_sync)(zo_stream_t s);
+    zo_status (*stream_query)(zo_stream_t s);
+    zo_status (*event_create)(zo_event_t ev);
+    void (*event_destroy)(zo_event_t ev);
+    zo_status (*event_record)(zo_event_t ev, zo_stream_t s);
+    zo_status (*stream_wait_event)(zo_stream_t s, zo_event_t ev);
+    zo_status (*event_query)(zo_event_t ev);
+    zo_status (*event_sync)(zo_event_t ev);
+    zo_status (*event_elapsed_ms)(zo_event_t a, zo_event_t b, float *ms);
+    zo_status (*copy)(zo_stream_t s, void *dst, const void *src, size_t bytes, zo_copy_kind kind);
+    zo_status (*memset)(zo_stream_t s, void *dst, int value, size_t bytes);
+    zo_status (*enqueue)(zo_stream_t s, zo_stream_task *t);
+} zo_backend_ops;
+
+typedef struct zo_range {
+    uintptr_t base;
+    size_t size;
+} zo_range;
+
+/* A sorted array of disjoint ranges. */
+typedef struct zo_range_set {
+    zo_range *v;
+    size_t n, cap;
+} zo_range_set;
+
+struct zo_device {
+    const zo_backend_ops *be;
+    void *impl;
+    zo_device_info info;
+    uint64_t budget;
+
+    pthread_mutex_t mem_mu; /* guards the fields below */
+    zo_range_set allocs;
+    zo_range_set pinned;
+    uint64_t in_use, high_water, n_failed;
+    int inject[8]; /* zo_device_fault counters */
+
+    pthread_mutex_t obj_mu; /* guards the stream and event lists */
+    zo_stream_t streams;
+    zo_event_t events;
+
+    _Atomic uint64_t h2d_bytes, d2h_bytes, d2d_bytes, h2d_ops, d2h_ops, d2d_ops;
+};
+
+enum { ZO_ASYNC_MSG_CAP = 512 };
+
+struct zo_stream {
+    zo_device_t dev;
+    void *impl;
+    zo_stream_t next, prev;
+    pthread_mutex_t err_mu;
+    zo_status err; /* first async error since the last wait */
+    char err_msg[ZO_ASYNC_MSG_CAP];
+    _Atomic int has_tasks; /* a task was ever enqueued: records must snapshot errors */
+};
+
+struct zo_event {
+    zo_device_t dev;
+    void *impl;
+    zo_event_t next, prev;
+    pthread_mutex_t err_mu;
+    zo_status err;
+    char err_msg[ZO_ASYNC_MSG_CAP];
+};
+
+extern const zo_backend_ops zo_cpu_backend;
+#ifdef ZO_HAVE_CUDA
+extern const zo_backend_ops zo_cuda_backend;
+int zo_cuda_device_count(void);
+#endif
+
+/* Internal fault injection for tests (see zo/testing.h). */
+int zo_device_take_fault(zo_device_t dev, int kind);
+
+#endif

@@ -1,0 +1,61 @@
+/* zoffload internal helpers shared by every part of the library: error
+ * raising, logging shortcuts and environment tunables. Not installed. */
+#ifndef ZO_INTERNAL_H
+#define ZO_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zo/log.h"
+#include "zo/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Record st as the calling thread's last error with a formatted message and
+ * the raising source location; logs it at debug level; returns st. */
+zo_status zo_set_error_at(zo_status st, const char *subsys, const char *file, int line,
+                          const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+/* Raise an error and return its status: return ZO_FAIL(ZO_ERR_X, "swap", "..."); */
+#define ZO_FAIL(st, subsys, ...) zo_set_error_at((st), (subsys), __FILE__, __LINE__, __VA_ARGS__)
+
+/* Propagate a failing status unchanged (the callee already set the message). */
+#define ZO_TRY(expr)                                                                               \
+    do {                                                                                           \
+        zo_status zo_try_st_ = (expr);                                                             \
+        if (zo_try_st_ < 0) return zo_try_st_;                                                     \
+    } while (0)
+
+#define ZO_LOGE(subsys, ...) zo_log(ZO_LOG_ERROR, (subsys), __VA_ARGS__)
+#define ZO_LOGW(subsys, ...) zo_log(ZO_LOG_WARN, (subsys), __VA_ARGS__)
+#define ZO_LOGI(subsys, ...) zo_log(ZO_LOG_INFO, (subsys), __VA_ARGS__)
+#define ZO_LOGD(subsys, ...) zo_log(ZO_LOG_DEBUG, (subsys), __VA_ARGS__)
+
+/* Environment tunables: read once by the caller, validated; a malformed or
+ * out-of-range value logs one warning and yields the default. */
+int64_t zo_env_int(const char *name, int64_t def, int64_t min, int64_t max);
+double zo_env_double(const char *name, double def, double min, double max);
+/* Returns the value or def when unset; never NULL when def is non-NULL. */
+const char *zo_env_str(const char *name, const char *def);
+/* 1/0 from 1,0,true,false,yes,no,on,off. */
+int zo_env_bool(const char *name, int def);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t zo_now_ns(void);
+
+/* Size helpers. */
+static inline size_t zo_round_up(size_t x, size_t align) { return (x + align - 1) / align * align; }
+
+/* Human-readable byte count ("1.50 GiB") into buf; returns buf. */
+char *zo_fmt_bytes(char *buf, size_t cap, uint64_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,43 @@
+// Elementwise utility kernels on the CUDA backend, exposed to C.
+#include <cuda_runtime.h>
+
+#include "zo_cuda_check.h"
+#include "zo/kernels_cuda.h"
+
+namespace {
+
+__global__ void fill_f32_kernel(float *dst, float value, size_t n)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = value;
+}
+
+__global__ void axpy_f32_kernel(float *y, const float *x, float a, size_t n)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) y[i] += a * x[i];
+}
+
+unsigned grid_for(size_t n, unsigned block)
+{
+    size_t g = (n + block - 1) / block;
+    return (unsigned)(g > 65535 * 8 ? 65535 * 8 : (g ? g : 1));
+}
+
+} // namespace
+
+extern "C" zo_status zo_cuda_fill_f32(void *stream, float *dst, float value, size_t n)
+{
+    if (n == 0) return ZO_OK;
+    fill_f32_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(dst, value, n);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+extern "C" zo_status zo_cuda_axpy_f32(void *stream, float *y, const float *x, float a, size_t n)
+{
+    if (n == 0) return ZO_OK;
+    axpy_f32_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(y, x, a, n);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
