@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds zoffload and runs its tests: a normal build with CUDA (when nvcc is
+# present) running every test, an ASan+UBSan build running the unit tests and a
+# TSan build running the threaded tests. Prints one closing line with totals.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+bash tools/scripts/install-deps.sh
+export PATH=/usr/local/cuda/bin:$PATH
+jobs=$(nproc)
+# CI builds fewer GPU architectures than the default (80;86;89;90) to save time.
+archs=${ZO_CUDA_ARCHS:-80;90}
+logdir=$root/build-logs
+mkdir -p "$logdir"
+passed=0; failed=0; skipped=0
+
+run_ctest() { # name builddir ctest-args...
+  local name=$1 dir=$2; shift 2
+  echo "== $name: ctest $*"
+  local rc=0
+  (cd "$dir" && ctest --output-on-failure --timeout 900 "$@") 2>&1 | tee "$logdir/$name.log" || rc=$?
+  local line
+  line=$(grep -E "tests passed, [0-9]+ tests? failed out of" "$logdir/$name.log" | tail -1 || true)
+  if [ -z "$line" ]; then
+    if grep -q "No tests were found" "$logdir/$name.log"; then return 0; fi
+    echo "zoffload: $name: ctest printed no summary" >&2; failed=$((failed + 1)); return 0
+  fi
+  local total nfail nskip
+  total=$(sed -E 's/.*out of ([0-9]+).*/\1/' <<<"$line")
+  nfail=$(sed -E 's/.*passed, ([0-9]+) tests? failed.*/\1/' <<<"$line")
+  nskip=$(grep -E "^\s+[0-9]+ - .*\(Skipped\)" "$logdir/$name.log" | wc -l)
+  passed=$((passed + total - nfail - nskip)); failed=$((failed + nfail)); skipped=$((skipped + nskip))
+  return 0
+}
+
+build() { # dir cmake-args...
+  local dir=$1; shift
+  cmake -S "$root" -B "$dir" -G Ninja -DZO_WERROR=ON "$@" >"$logdir/$(basename "$dir")-configure.log"
+  cmake --build "$dir" -j "$jobs"
+}
+
+echo "== build (CUDA when nvcc is present, archs $archs)"
+build "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CUDA_ARCHITECTURES=$archs"
+grep -E "zoffload: CUDA backend" "$logdir/build-configure.log" || true
+run_ctest all "$root/build"
+
+echo "== build with ASan+UBSan"
+build "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug -DZO_ENABLE_CUDA=OFF -DZO_SANITIZE=address,undefined
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  run_ctest asan "$root/build-asan" -L unit -LE slow
+
+echo "== build with TSan"
+build "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug -DZO_ENABLE_CUDA=OFF -DZO_SANITIZE=thread
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_ctest tsan "$root/build-tsan" -L tsan
+
+if [ -x tools/scripts/run-fuzz.sh ]; then
+  bash tools/scripts/run-fuzz.sh || failed=$((failed + 1))
+fi
+
+echo "total: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
