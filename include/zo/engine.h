@@ -1,0 +1,179 @@
+/* zoffload: the offload engine.
+ *
+ * The engine decides where every model state lives and moves it so the
+ * compute stream waits as little as possible. A training program registers
+ * its parameter tensors layer by layer, in execution order; the engine packs
+ * each layer's tensors into fixed-size chunks (a chunk never spans two
+ * layers) and keeps, per chunk, five model states:
+ *
+ *   p16     the 16-bit parameters the GPU computes with (bf16 or fp16)
+ *   g16     the 16-bit gradients the GPU produces
+ *   master  fp32 master weights      \
+ *   m, v    Adam's moments (fp32)     } the optimizer states
+ *
+ * Each state has a home tier: the device, the host (p16 in the pinned pool;
+ * optimizer states in pageable host memory) or NVMe (the swap store, read and
+ * written through pinned staging slots). Budgets are hard limits: a plan that
+ * cannot fit is refused by zo_engine_finalize with the shortfall and tier.
+ *
+ * One training step, for each micro-batch:
+ *   forward:  fetch(l, FORWARD) ... compute ... release(l)          for l = 0..L-1
+ *   backward: fetch(l, BACKWARD) ... recompute, compute grads into the
+ *             returned gradient buffers ... grads_ready(l); release(l) for l = L-1..0
+ * then once per optimizer step: end_step().
+ *
+ * The first step records which chunks each fetch touches; later steps
+ * prefetch along that trace (lookahead fetches ahead, on the host->device
+ * stream and from NVMe) and evict the resident chunk whose next use is
+ * farthest (Belady). Everything is asynchronous: fetch makes the caller's
+ * compute stream wait on events, never the device.
+ *
+ * Optimizer modes:
+ *   SYNC     update every chunk after the whole backward: the exact reference.
+ *   OVERLAP  update each chunk as soon as its gradients reach the host, while
+ *            the device computes the backward of earlier layers. The update is
+ *            speculative (no clipping, loss scale as is); end_step validates the
+ *            global norm and the overflow check and, when clipping or an
+ *            overflow makes it wrong, rolls it back and redoes it, so results
+ *            equal SYNC bit for bit.
+ *   DPU      delayed parameter update: the update of step t runs during step
+ *            t+1, whose forward and backward use the parameters of step t-1. */
+#ifndef ZO_ENGINE_H
+#define ZO_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zo/device.h"
+#include "zo/optim.h"
+#include "zo/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zo_engine *zo_engine_t;
+
+typedef enum zo_tier { ZO_TIER_DEVICE = 0, ZO_TIER_HOST = 1, ZO_TIER_NVME = 2 } zo_tier;
+typedef enum zo_optim_mode { ZO_OPTIM_SYNC = 0, ZO_OPTIM_OVERLAP = 1, ZO_OPTIM_DPU = 2 } zo_optim_mode;
+typedef enum zo_phase { ZO_PHASE_FORWARD = 0, ZO_PHASE_BACKWARD = 1 } zo_phase;
+
+const char *zo_tier_name(zo_tier t);
+const char *zo_optim_mode_name(zo_optim_mode m);
+
+typedef struct zo_engine_config {
+    size_t struct_size;
+    zo_device_t device;       /* must outlive the engine */
+    int rank, world_size;     /* multi-rank modes partition states over ranks; only 0/1 today */
+
+    zo_optim_dtype param_dtype; /* ZO_OPTIM_BF16 (default) or ZO_OPTIM_FP16 (p16 and g16) */
+    size_t chunk_bytes;       /* bytes of 16-bit parameters per chunk (0: 4 MiB); raised to fit the
+                                 largest tensor, rounded to 4 KiB */
+    zo_tier param_home;       /* where p16 lives between uses: device, host or nvme */
+    zo_tier optim_home;       /* master, m, v: device (cpu device only), host or nvme */
+
+    uint64_t device_bytes;    /* engine's share of the device budget (0: all that is free at init) */
+    uint64_t pinned_bytes;    /* pinned host pool budget (0: what the plan needs) */
+    const char *const *nvme_paths; /* one directory per drive, for any nvme home */
+    size_t n_nvme_paths;
+    uint64_t nvme_bytes;      /* NVMe capacity to use (0: what the plan needs) */
+    const char *nvme_engine;  /* "auto", "io_uring" or "sync" */
+
+    int lookahead;            /* fetches prefetched ahead (default 2) */
+    zo_optim_mode mode;
+    int grad_accum_steps;     /* micro-batches per optimizer step (>= 1); accumulated in fp32 */
+    int optim_threads;        /* CPU optimizer worker threads (0: one per core of the device's node) */
+
+    zo_adam_params adam;      /* lr, betas, eps, weight decay, adamw; step and grad_scale are set by
+                                 the engine */
+    float max_grad_norm;      /* > 0: clip the global gradient norm (DeepSpeed gradient_clipping) */
+    zo_loss_scaler_config loss_scaler; /* fp16 only; static when loss_scale > 0 */
+} zo_engine_config;
+
+#define ZO_ENGINE_CONFIG_INIT                                                                      \
+    {sizeof(zo_engine_config), NULL, 0, 1, ZO_OPTIM_BF16, 0, ZO_TIER_HOST, ZO_TIER_HOST, 0, 0,     \
+     NULL, 0, 0, "auto", 2, ZO_OPTIM_SYNC, 1, 0, ZO_ADAM_PARAMS_INIT, 0.0f,                       \
+     ZO_LOSS_SCALER_CONFIG_INIT}
+
+/* Bytes the plan needs in each tier, computed by zo_engine_finalize (and by
+ * zo_engine_plan without allocating anything). */
+typedef struct zo_engine_footprint {
+    size_t struct_size;
+    uint64_t device, pinned, host, nvme;
+    uint64_t chunk_bytes;
+    uint32_t n_chunks, max_chunks_per_layer;
+    uint32_t device_param_slots, device_grad_slots;
+    uint64_t n_params;
+} zo_engine_footprint;
+
+#define ZO_ENGINE_FOOTPRINT_INIT {sizeof(zo_engine_footprint), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+typedef struct zo_step_stats {
+    size_t struct_size;
+    int64_t step;              /* optimizer steps completed */
+    double grad_norm;          /* global norm of the unscaled gradients */
+    int overflow;              /* inf/NaN seen: the update was skipped */
+    int clipped;               /* the clip coefficient was applied */
+    double loss_scale;         /* the scale used this step (1 for bf16) */
+    int rollbacks;             /* chunks rolled back and redone (overlap mode) */
+    uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
+    double step_seconds;       /* wall time from the step's first fetch to end_step's return */
+    double stall_seconds;      /* time the compute stream waited for parameters */
+    double optim_seconds;      /* CPU optimizer busy time */
+    double nvme_seconds;       /* time the step waited for NVMe */
+    uint64_t peak_device, peak_pinned, peak_host, peak_nvme; /* high-water marks since init */
+} zo_step_stats;
+
+#define ZO_STEP_STATS_INIT {sizeof(zo_step_stats)}
+
+zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg);
+void zo_engine_free(zo_engine_t eng);
+
+/* Register one parameter tensor of layer `layer` (layers in execution order,
+ * tensors of a layer in the order they are used); init holds its initial fp32
+ * values (numel of them). Returns its id (0, 1, ...) in *id. Only before
+ * zo_engine_finalize. */
+zo_status zo_engine_register(zo_engine_t eng, int layer, const char *name, size_t numel,
+                             const float *init, int *id);
+
+/* The footprint of the registered model under the configuration, without
+ * allocating; fits is 0 and msg names the tier and shortfall when it cannot. */
+zo_status zo_engine_plan(zo_engine_t eng, zo_engine_footprint *fp, int *fits, char *msg, size_t cap);
+
+/* Pack, allocate every tier, place the initial states. Refuses a plan that
+ * cannot fit with ZO_ERR_BUDGET or ZO_ERR_OUT_OF_DEVICE_MEMORY naming the tier
+ * and the bytes missing. */
+zo_status zo_engine_finalize(zo_engine_t eng);
+
+/* Make layer's parameters resident on the device for `phase` and return their
+ * device pointers (params[i] for the layer's i-th tensor; grads[i] in the
+ * backward phase: 16-bit buffers, zeroed at the first micro-batch, that the
+ * caller accumulates the tensor's gradient into). The compute stream is made
+ * to wait for the data; n is the capacity of the arrays. */
+zo_status zo_engine_fetch(zo_engine_t eng, int layer, zo_phase phase, zo_stream_t compute,
+                          void **params, void **grads, int n);
+/* The caller's compute stream is done with the layer's parameters once the
+ * work enqueued so far completes. */
+zo_status zo_engine_release(zo_engine_t eng, int layer, zo_stream_t compute);
+/* The layer's gradients are complete once the work enqueued so far on compute
+ * completes: hand them to the host (and to the optimizer in overlap mode). */
+zo_status zo_engine_grads_ready(zo_engine_t eng, int layer, zo_stream_t compute);
+/* Finish the optimizer step: wait for the updates (validating them in overlap
+ * mode), publish the new parameters, return the statistics. On an error
+ * (a failed NVMe write, say) the previous weights stay intact and the step can
+ * be retried once the cause is fixed. */
+zo_status zo_engine_end_step(zo_engine_t eng, zo_step_stats *stats);
+
+/* The current fp32 master weights of a tensor (numel floats), for tests and
+ * checkpoints; waits for pending updates. */
+zo_status zo_engine_read_master(zo_engine_t eng, int id, float *out);
+/* The loss scale to multiply the loss by before backward (1 for bf16). */
+double zo_engine_loss_scale(zo_engine_t eng);
+zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *fp);
+int zo_engine_n_tensors(zo_engine_t eng);
+int zo_engine_layer_tensors(zo_engine_t eng, int layer, int *ids, int cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
