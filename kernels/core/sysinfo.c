@@ -1,6 +1,7 @@
 /* Library and driver versions. */
 #include <hwloc.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "zo/sysinfo.h"
 #include "zo/version.h"
@@ -53,4 +54,50 @@ zo_status zo_get_versions(zo_versions *v)
     unsigned hv = hwloc_get_api_version();
     snprintf(v->hwloc, sizeof v->hwloc, "%u.%u.%u", hv >> 16, (hv >> 8) & 0xff, hv & 0xff);
     return ZO_OK;
+}
+
+zo_status zo_sysinfo_pci_link(const char *bus_id, float *gbps)
+{
+    if (!bus_id || !gbps) return ZO_FAIL(ZO_ERR_INVALID_ARG, "core", "bus id or output is NULL");
+    *gbps = 0;
+    unsigned dom = 0, bus = 0, dev = 0, fn = 0;
+    if (sscanf(bus_id, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "core", "'%s' is not a PCI bus id (expected DDDD:BB:DD.F)",
+                       bus_id);
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0) return ZO_FAIL(ZO_ERR_SYSTEM, "core", "hwloc_topology_init failed");
+    hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL);
+    zo_status st = ZO_OK;
+    if (hwloc_topology_load(topo) != 0) {
+        st = ZO_FAIL(ZO_ERR_SYSTEM, "core", "hwloc_topology_load failed");
+    } else {
+        hwloc_obj_t o = hwloc_get_pcidev_by_busid(topo, dom, bus, dev, fn);
+        if (!o)
+            st = ZO_FAIL(ZO_ERR_NOT_FOUND, "core", "PCI device %s not found by hwloc", bus_id);
+        else
+            *gbps = o->attr->pcidev.linkspeed;
+    }
+    hwloc_topology_destroy(topo);
+    return st;
+}
+
+const char *zo_sysinfo_cpu_model(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return buf;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0 || strncmp(line, "Model", 5) == 0) {
+            char *c = strchr(line, ':');
+            if (!c) continue;
+            c++;
+            while (*c == ' ' || *c == '\t') c++;
+            c[strcspn(c, "\n")] = '\0';
+            snprintf(buf, cap, "%s", c);
+            break;
+        }
+    }
+    fclose(f);
+    return buf;
 }
