@@ -427,6 +427,8 @@ zo_status zo_stream_destroy(zo_stream_t s)
     zo_device_t dev = s->dev;
     zo_status st = dev->be->stream_sync(s);
     zo_status ast = take_stream_error(s);
+    zo_stream_ops_ctx *ctx = atomic_exchange(&s->ops_ctx, NULL);
+    if (ctx) ctx->free_fn(ctx);
     dev->be->stream_destroy(s);
     pthread_mutex_lock(&dev->obj_mu);
     LIST_UNLINK(&dev->streams, s, zo_stream);

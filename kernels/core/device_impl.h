@@ -81,6 +81,13 @@ struct zo_device {
 
 enum { ZO_ASYNC_MSG_CAP = 512 };
 
+/* Per-stream state of the compute ops (kernels/ops: a cuBLAS handle, scratch
+ * buffers), created lazily on a stream's first op. Implementations embed this
+ * header first; zo_stream_destroy calls free_fn once the stream is idle. */
+typedef struct zo_stream_ops_ctx {
+    void (*free_fn)(struct zo_stream_ops_ctx *ctx);
+} zo_stream_ops_ctx;
+
 struct zo_stream {
     zo_device_t dev;
     void *impl;
@@ -89,6 +96,7 @@ struct zo_stream {
     zo_status err; /* first async error since the last wait */
     char err_msg[ZO_ASYNC_MSG_CAP];
     _Atomic int has_tasks; /* a task was ever enqueued: records must snapshot errors */
+    _Atomic(zo_stream_ops_ctx *) ops_ctx; /* NULL until the first compute op */
 };
 
 struct zo_event {

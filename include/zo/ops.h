@@ -1,0 +1,178 @@
+/* zoffload: the compute ops of a LLaMA-style decoder (forward and backward).
+ *
+ * Every op runs on a stream of a device and is asynchronous in stream order,
+ * like a CUDA kernel launch: the call validates its arguments, queues the work
+ * and returns; a failure found while the work runs is kept as the stream's
+ * asynchronous error and reported by the next wait. Pointers are device
+ * pointers inside live allocations of the stream's device (zo_device_malloc);
+ * the call checks every operand range and fails with ZO_ERR_INVALID_ARG,
+ * naming the operand, when one is not.
+ *
+ * The same table of ops exists for both backends: on the cpu device each op
+ * runs on the stream's worker thread in plain C (GEMM through OpenBLAS sgemm on
+ * fp32 copies of 16-bit operands), and is bitwise repeatable run to run; on
+ * cuda the ops are kernels on the stream and GEMMs go through cuBLAS
+ * (cublasGemmEx, fp32 accumulation). The cpu implementation is the reference
+ * the cuda one is tested against.
+ *
+ * Layouts are row-major and contiguous unless a leading dimension says
+ * otherwise. Precision: tensors are fp32, bf16 or fp16 (zo_dtype); every op
+ * loads them into fp32, computes in fp32 (norm statistics, softmax and loss
+ * included) and rounds its outputs to nearest even. Saved statistics (RMSNorm
+ * rstd), the RoPE table, losses and sums of squares are fp32.
+ *
+ * Element counts are size_t; matrix dimensions are int (as in BLAS). */
+#ifndef ZO_OPS_H
+#define ZO_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zo/device.h"
+#include "zo/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum zo_dtype {
+    ZO_DTYPE_F32 = 0,
+    ZO_DTYPE_BF16 = 1,
+    ZO_DTYPE_F16 = 2,
+} zo_dtype;
+
+/* Bytes per element (0 for an unknown dtype). */
+size_t zo_dtype_size(zo_dtype dt);
+/* "f32", "bf16", "f16" or "unknown". */
+const char *zo_dtype_name(zo_dtype dt);
+
+/* Host conversions, round to nearest even; NaN stays NaN (quieted, sign
+ * kept), overflow becomes infinity, fp16 subnormals are kept. */
+uint16_t zo_f32_to_bf16(float f);
+float zo_bf16_to_f32(uint16_t h);
+uint16_t zo_f32_to_f16(float f);
+float zo_f16_to_f32(uint16_t h);
+
+/* ---- GEMM ----
+ * For each of `batch` problems p:
+ *   C_p = alpha * op(A_p) @ op(B_p) + beta * C_p        (row-major)
+ * C_p is m x n at c + p*stride_c with row stride ldc. op(A) is m x k: A is
+ * stored m x k (lda >= k) or, with trans_a, k x m (lda >= m); op(B) is k x n:
+ * B is stored k x n (ldb >= n) or, with trans_b, n x k (ldb >= k).
+ * a_type must equal b_type; c_type is fp32 or a_type. Products accumulate in
+ * fp32. beta == 0 means C is not read (NaN in C does not propagate). */
+typedef struct zo_gemm_desc {
+    size_t struct_size; /* sizeof(zo_gemm_desc) */
+    int trans_a, trans_b;
+    int m, n, k;
+    int batch; /* >= 1 */
+    float alpha, beta;
+    const void *a;
+    zo_dtype a_type;
+    int64_t lda, stride_a;
+    const void *b;
+    zo_dtype b_type;
+    int64_t ldb, stride_b;
+    void *c;
+    zo_dtype c_type;
+    int64_t ldc, stride_c;
+} zo_gemm_desc;
+
+#define ZO_GEMM_DESC_INIT                                                                          \
+    {sizeof(zo_gemm_desc), 0, 0, 0, 0, 0, 1, 1.0f, 0.0f, NULL, ZO_DTYPE_F32, 0, 0, NULL,            \
+     ZO_DTYPE_F32, 0, 0, NULL, ZO_DTYPE_F32, 0, 0}
+
+zo_status zo_op_gemm(zo_stream_t s, const zo_gemm_desc *g);
+
+/* ---- token embedding ----
+ * out[t, :] = table[tokens[t], :]      out: n_tokens x dim, table: vocab x dim (dt)
+ * dtable[tokens[t], :] += dout[t, :]   accumulated in token order (deterministic
+ *                                      on both backends); dtable has its own dtype.
+ * A token outside [0, vocab) is an asynchronous ZO_ERR_INVALID_ARG on cpu; on
+ * cuda its output row is NaN and its gradient is dropped. */
+zo_status zo_op_embedding_fwd(zo_stream_t s, void *out, const void *table, const int32_t *tokens,
+                              size_t n_tokens, int dim, int vocab, zo_dtype dt);
+zo_status zo_op_embedding_bwd(zo_stream_t s, void *dtable, zo_dtype dtable_dt, const void *dout,
+                              const int32_t *tokens, size_t n_tokens, int dim, int vocab, zo_dtype dt);
+
+/* ---- RMSNorm ----
+ * rstd[r] = 1 / sqrt(mean_j x[r,j]^2 + eps);  y[r,j] = x[r,j] * rstd[r] * w[j]
+ * Backward: dx = rstd * (dy*w - xhat * mean_j(dy*w*xhat)), xhat = x*rstd;
+ * written (accumulate_dx = 0) or added to dx (1). dw[j] += sum_r dy[r,j]*xhat[r,j],
+ * summed over rows in fp32 then added once (dw has its own dtype; NULL skips it). */
+zo_status zo_op_rmsnorm_fwd(zo_stream_t s, void *y, float *rstd, const void *x, const void *w,
+                            size_t rows, int dim, float eps, zo_dtype dt);
+zo_status zo_op_rmsnorm_bwd(zo_stream_t s, void *dx, void *dw, zo_dtype dw_dt, const void *dy,
+                            const void *x, const void *w, const float *rstd, size_t rows, int dim,
+                            int accumulate_dx, zo_dtype dt);
+
+/* ---- rotary position embedding (LLaMA, rotate-half pairing as in HF) ----
+ * table (fp32, seq x head_dim/2 x {cos, sin}) for positions pos0..pos0+seq-1:
+ *   angle(p, i) = p * theta^(-2i/head_dim), computed in double.
+ * x is batch x seq x heads x head_dim (the q or k projection). For i < h = head_dim/2:
+ *   y[i] = x[i]*cos - x[i+h]*sin,  y[i+h] = x[i+h]*cos + x[i]*sin
+ * rope_bwd applies the inverse rotation to the gradient. out may equal in. */
+zo_status zo_op_rope_table(zo_stream_t s, float *table, int seq, int head_dim, float theta, int pos0);
+zo_status zo_op_rope_fwd(zo_stream_t s, void *out, const void *in, const float *table, int batch,
+                         int seq, int heads, int head_dim, zo_dtype dt);
+zo_status zo_op_rope_bwd(zo_stream_t s, void *din, const void *dout, const float *table, int batch,
+                         int seq, int heads, int head_dim, zo_dtype dt);
+
+/* ---- causal softmax over n_mats square seq x seq matrices (row t keeps
+ * columns 0..t; the rest become 0) ----
+ * bwd: dx = p * (dp - sum_j p_j dp_j). Either may run in place. */
+zo_status zo_op_causal_softmax_fwd(zo_stream_t s, void *p, const void *x, size_t n_mats, int seq,
+                                   zo_dtype dt);
+zo_status zo_op_causal_softmax_bwd(zo_stream_t s, void *dx, const void *dp, const void *p,
+                                   size_t n_mats, int seq, zo_dtype dt);
+
+/* ---- causal multi-head attention ----
+ * q, k, v, out: batch x seq x heads x head_dim. att: batch x heads x seq x seq,
+ * the probabilities, kept for the backward. Composed of strided batched GEMMs
+ * (scores scaled by 1/sqrt(head_dim), fp32 accumulation, rounded to dt) and
+ * the causal softmax above. The backward needs a second seq x seq workspace
+ * datt (same size as att) and writes dq, dk, dv. */
+zo_status zo_op_attention_fwd(zo_stream_t s, void *out, void *att, const void *q, const void *k,
+                              const void *v, int batch, int seq, int heads, int head_dim, zo_dtype dt);
+zo_status zo_op_attention_bwd(zo_stream_t s, void *dq, void *dk, void *dv, void *datt,
+                              const void *dout, const void *att, const void *q, const void *k,
+                              const void *v, int batch, int seq, int heads, int head_dim, zo_dtype dt);
+
+/* ---- SwiGLU: out = silu(gate) * up, silu(g) = g / (1 + exp(-g)) ----
+ * bwd: dgate = dout * up * silu'(gate), dup = dout * silu(gate); dgate may
+ * equal gate and dup may equal up (elementwise in place). */
+zo_status zo_op_swiglu_fwd(zo_stream_t s, void *out, const void *gate, const void *up, size_t n,
+                           zo_dtype dt);
+zo_status zo_op_swiglu_bwd(zo_stream_t s, void *dgate, void *dup, const void *dout, const void *gate,
+                           const void *up, size_t n, zo_dtype dt);
+
+/* ---- cross-entropy over the vocabulary, fused with its softmax ----
+ * row_loss[r] = logsumexp(logits[r,:]) - logits[r, targets[r]]   (fp32, rows)
+ * *loss = mean_r row_loss[r]                                      (fp32 device scalar)
+ * dlogits (NULL: forward only) = grad_scale / rows * (softmax(logits[r,:]) - onehot);
+ * it may equal logits. A target outside [0, vocab) is an asynchronous
+ * ZO_ERR_INVALID_ARG on cpu and a NaN row loss on cuda. */
+zo_status zo_op_cross_entropy(zo_stream_t s, float *loss, float *row_loss, void *dlogits,
+                              const void *logits, const int32_t *targets, size_t rows, int vocab,
+                              float grad_scale, zo_dtype dt);
+
+/* ---- elementwise and reductions ---- */
+/* y = a + b (y may equal a or b). */
+zo_status zo_op_add(zo_stream_t s, void *y, const void *a, const void *b, size_t n, zo_dtype dt);
+/* dst = src converted; dst and src must not overlap unless dst == src with equal dtypes. */
+zo_status zo_op_cast(zo_stream_t s, void *dst, zo_dtype dst_dt, const void *src, zo_dtype src_dt,
+                     size_t n);
+/* x *= alpha */
+zo_status zo_op_scale(zo_stream_t s, void *x, float alpha, size_t n, zo_dtype dt);
+/* y += alpha * x (y and x may have different dtypes, e.g. fp32 += bf16). */
+zo_status zo_op_axpy(zo_stream_t s, void *y, zo_dtype y_dt, float alpha, const void *x, zo_dtype x_dt,
+                     size_t n);
+/* *out = (accumulate ? *out : 0) + sum x^2 (fp32 device scalar; an inf or NaN
+ * in x makes it inf or NaN, which is how overflow is detected). Deterministic
+ * on both backends. */
+zo_status zo_op_sumsq(zo_stream_t s, float *out, const void *x, size_t n, zo_dtype dt, int accumulate);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

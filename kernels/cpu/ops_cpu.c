@@ -1,0 +1,440 @@
+/* The compute ops on the cpu device, written plainly: they are also the
+ * reference the cuda ops are tested against. Each op copies its arguments
+ * into a task on the stream (zo_stream_enqueue) and runs there, in stream
+ * order, on the stream's worker thread.
+ *
+ * Determinism: every loop runs in a fixed order; reductions accumulate in
+ * double; GEMM is OpenBLAS sgemm pinned to one thread (see blas_init), so a
+ * result is bitwise the same run to run whatever else runs concurrently. */
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device_impl.h"
+#include "ops_impl.h"
+#include "zo_dtype_conv.h"
+
+#define SUBSYS "ops"
+
+/* ---- the per-stream context: a scratch buffer used only by the stream's
+ * worker thread, so tasks of one stream never share it concurrently ---- */
+
+typedef struct cpu_ctx {
+    zo_stream_ops_ctx hdr;
+    void *scratch;
+    size_t cap;
+} cpu_ctx;
+
+static void cpu_ctx_free(zo_stream_ops_ctx *c)
+{
+    cpu_ctx *ctx = (cpu_ctx *)c;
+    free(ctx->scratch);
+    free(ctx);
+}
+
+static zo_status cpu_ctx_create(zo_stream_t s, void **out)
+{
+    cpu_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a stream's ops context");
+    ctx->hdr.free_fn = cpu_ctx_free;
+    *out = ctx;
+    return ZO_OK;
+}
+
+/* Host scratch of at least `bytes` (the emulated GPU's registers and shared
+ * memory: not counted against the device budget). */
+static zo_status scratch_get(cpu_ctx *ctx, size_t bytes, void **out)
+{
+    if (bytes > ctx->cap) {
+        void *p = malloc(bytes);
+        if (!p) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating %zu bytes of op scratch", bytes);
+        free(ctx->scratch);
+        ctx->scratch = p;
+        ctx->cap = bytes;
+    }
+    *out = ctx->scratch;
+    return ZO_OK;
+}
+
+/* ---- element access in any dtype ---- */
+
+static inline float ld_el(const void *p, zo_dtype dt, size_t i)
+{
+    switch (dt) {
+    case ZO_DTYPE_BF16: return zo_conv_bf16_to_f32(((const uint16_t *)p)[i]);
+    case ZO_DTYPE_F16: return zo_conv_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+static inline void st_el(void *p, zo_dtype dt, size_t i, float v)
+{
+    switch (dt) {
+    case ZO_DTYPE_BF16: ((uint16_t *)p)[i] = zo_conv_f32_to_bf16(v); break;
+    case ZO_DTYPE_F16: ((uint16_t *)p)[i] = zo_conv_f32_to_f16(v); break;
+    default: ((float *)p)[i] = v; break;
+    }
+}
+
+/* Enqueue fn with a copy of the op's arguments and the stream's context. */
+#define CPU_TASK(name, argtype)                                                                    \
+    typedef struct name##_task {                                                                   \
+        argtype a;                                                                                 \
+        cpu_ctx *ctx;                                                                              \
+    } name##_task;                                                                                 \
+    static zo_status name##_run(const argtype *a, cpu_ctx *ctx);                                   \
+    static zo_status name##_tramp(void *p)                                                         \
+    {                                                                                              \
+        name##_task *t = p;                                                                        \
+        return name##_run(&t->a, t->ctx);                                                          \
+    }                                                                                              \
+    static zo_status name##_enqueue(const zo_ops_exec *x, const argtype *a)                        \
+    {                                                                                              \
+        name##_task t = {*a, x->ctx};                                                              \
+        return zo_stream_enqueue(x->s, name##_tramp, &t, sizeof t);                                \
+    }
+
+/* ---- GEMM ---- */
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+/* Each stream is already a thread, and concurrent streams would oversubscribe
+ * the cores if sgemm spawned its own; one thread per sgemm also makes the
+ * result independent of OPENBLAS_NUM_THREADS. This sets OpenBLAS's
+ * process-wide thread count. */
+static void blas_init(void)
+{
+    openblas_set_num_threads(1);
+    ZO_LOGD(SUBSYS, "OpenBLAS sgemm pinned to one thread per call for deterministic cpu ops");
+}
+
+/* Copy a rows x cols matrix (row stride ld) of any dtype into dense fp32. */
+static void to_f32_dense(float *dst, const void *src, zo_dtype dt, int rows, int cols, int64_t ld)
+{
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)r * cols + c] = ld_el(src, dt, (size_t)r * ld + c);
+}
+
+static void from_f32_dense(void *dst, zo_dtype dt, const float *src, int rows, int cols, int64_t ld)
+{
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) st_el(dst, dt, (size_t)r * ld + c, src[(size_t)r * cols + c]);
+}
+
+CPU_TASK(gemm, zo_gemm_desc)
+static zo_status gemm_run(const zo_gemm_desc *g, cpu_ctx *ctx)
+{
+    pthread_once(&blas_once, blas_init);
+    const int ar = g->trans_a ? g->k : g->m, ac = g->trans_a ? g->m : g->k;
+    const int br = g->trans_b ? g->n : g->k, bc = g->trans_b ? g->k : g->n;
+    const int conv_ab = g->a_type != ZO_DTYPE_F32, conv_c = g->c_type != ZO_DTYPE_F32;
+    size_t na = conv_ab ? (size_t)ar * ac : 0, nb = conv_ab ? (size_t)br * bc : 0;
+    size_t nc = conv_c ? (size_t)g->m * g->n : 0;
+    float *buf = NULL;
+    if (na + nb + nc) ZO_TRY(scratch_get(ctx, (na + nb + nc) * sizeof(float), (void **)&buf));
+    size_t ea = zo_dtype_size(g->a_type), ec = zo_dtype_size(g->c_type);
+    for (int p = 0; p < g->batch; p++) {
+        const char *A = (const char *)g->a + (size_t)p * g->stride_a * ea;
+        const char *B = (const char *)g->b + (size_t)p * g->stride_b * ea;
+        char *C = (char *)g->c + (size_t)p * g->stride_c * ec;
+        const float *fa = (const float *)A, *fb = (const float *)B;
+        float *fc = (float *)C;
+        int64_t lda = g->lda, ldb = g->ldb, ldc = g->ldc;
+        if (conv_ab) {
+            to_f32_dense(buf, A, g->a_type, ar, ac, g->lda);
+            to_f32_dense(buf + na, B, g->b_type, br, bc, g->ldb);
+            fa = buf;
+            fb = buf + na;
+            lda = ac;
+            ldb = bc;
+        }
+        if (conv_c) {
+            fc = buf + na + nb;
+            if (g->beta != 0.0f) to_f32_dense(fc, C, g->c_type, g->m, g->n, g->ldc);
+            ldc = g->n;
+        }
+        cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
+                    g->trans_b ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, g->alpha, fa, (int)lda, fb,
+                    (int)ldb, g->beta, fc, (int)ldc);
+        if (conv_c) from_f32_dense(C, g->c_type, fc, g->m, g->n, g->ldc);
+    }
+    return ZO_OK;
+}
+
+/* ---- embedding ---- */
+
+static zo_status check_tokens(const int32_t *tok, size_t n, int vocab, const char *op)
+{
+    for (size_t t = 0; t < n; t++)
+        if (tok[t] < 0 || tok[t] >= vocab)
+            return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: token %zu is %d, outside [0, %d)", op, t,
+                           (int)tok[t], vocab);
+    return ZO_OK;
+}
+
+CPU_TASK(embed_fwd, zo_embed_args)
+static zo_status embed_fwd_run(const zo_embed_args *a, cpu_ctx *ctx)
+{
+    ZO_TRY(check_tokens(a->tokens, a->n_tokens, a->vocab, "embedding_fwd"));
+    size_t row = (size_t)a->dim * zo_dtype_size(a->dt);
+    for (size_t t = 0; t < a->n_tokens; t++)
+        memcpy((char *)a->out + t * row, (const char *)a->in + (size_t)a->tokens[t] * row, row);
+    return ZO_OK;
+}
+
+CPU_TASK(embed_bwd, zo_embed_args)
+static zo_status embed_bwd_run(const zo_embed_args *a, cpu_ctx *ctx)
+{
+    ZO_TRY(check_tokens(a->tokens, a->n_tokens, a->vocab, "embedding_bwd"));
+    const size_t D = (size_t)a->dim;
+    for (size_t t = 0; t < a->n_tokens; t++) {
+        size_t dst = (size_t)a->tokens[t] * D;
+        for (size_t j = 0; j < D; j++)
+            st_el(a->out, a->out_dt, dst + j, ld_el(a->out, a->out_dt, dst + j) + ld_el(a->in, a->dt, t * D + j));
+    }
+    return ZO_OK;
+}
+
+/* ---- RMSNorm ---- */
+
+CPU_TASK(rms_fwd, zo_rmsnorm_args)
+static zo_status rms_fwd_run(const zo_rmsnorm_args *a, cpu_ctx *ctx)
+{
+    const size_t D = (size_t)a->dim;
+    for (size_t r = 0; r < a->rows; r++) {
+        double ss = 0.0;
+        for (size_t j = 0; j < D; j++) {
+            double v = ld_el(a->x, a->dt, r * D + j);
+            ss += v * v;
+        }
+        float rs = (float)(1.0 / sqrt(ss / (double)D + (double)a->eps));
+        a->rstd[r] = rs;
+        for (size_t j = 0; j < D; j++)
+            st_el(a->y_or_dx, a->dt, r * D + j, ld_el(a->x, a->dt, r * D + j) * rs * ld_el(a->w, a->dt, j));
+    }
+    return ZO_OK;
+}
+
+CPU_TASK(rms_bwd, zo_rmsnorm_args)
+static zo_status rms_bwd_run(const zo_rmsnorm_args *a, cpu_ctx *ctx)
+{
+    const size_t D = (size_t)a->dim;
+    double *dw_acc = NULL;
+    if (a->dw) {
+        ZO_TRY(scratch_get(ctx, D * sizeof *dw_acc, (void **)&dw_acc));
+        memset(dw_acc, 0, D * sizeof *dw_acc);
+    }
+    for (size_t r = 0; r < a->rows; r++) {
+        const float rs = a->rstd[r];
+        double dot = 0.0;
+        for (size_t j = 0; j < D; j++) {
+            float xhat = ld_el(a->x, a->dt, r * D + j) * rs, dy = ld_el(a->dy, a->dt, r * D + j);
+            dot += (double)(dy * ld_el(a->w, a->dt, j)) * xhat;
+            if (dw_acc) dw_acc[j] += (double)dy * xhat;
+        }
+        const float mean = (float)(dot / (double)D);
+        for (size_t j = 0; j < D; j++) {
+            float xhat = ld_el(a->x, a->dt, r * D + j) * rs;
+            float g = ld_el(a->dy, a->dt, r * D + j) * ld_el(a->w, a->dt, j);
+            float dx = rs * (g - xhat * mean);
+            if (a->accumulate_dx) dx += ld_el(a->y_or_dx, a->dt, r * D + j);
+            st_el(a->y_or_dx, a->dt, r * D + j, dx);
+        }
+    }
+    if (dw_acc)
+        for (size_t j = 0; j < D; j++) st_el(a->dw, a->dw_dt, j, ld_el(a->dw, a->dw_dt, j) + (float)dw_acc[j]);
+    return ZO_OK;
+}
+
+/* ---- RoPE ---- */
+
+CPU_TASK(rope_table, zo_rope_table_args)
+static zo_status rope_table_run(const zo_rope_table_args *a, cpu_ctx *ctx)
+{
+    const int half = a->head_dim / 2;
+    for (int p = 0; p < a->seq; p++)
+        for (int i = 0; i < half; i++) {
+            double freq = pow((double)a->theta, -2.0 * i / a->head_dim);
+            double ang = (double)(a->pos0 + p) * freq;
+            a->table[((size_t)p * half + i) * 2] = (float)cos(ang);
+            a->table[((size_t)p * half + i) * 2 + 1] = (float)sin(ang);
+        }
+    return ZO_OK;
+}
+
+CPU_TASK(rope, zo_rope_args)
+static zo_status rope_run(const zo_rope_args *a, cpu_ctx *ctx)
+{
+    const size_t half = (size_t)a->head_dim / 2;
+    const float sgn = a->inverse ? -1.0f : 1.0f;
+    for (int b = 0; b < a->batch; b++)
+        for (int t = 0; t < a->seq; t++)
+            for (int h = 0; h < a->heads; h++) {
+                size_t base = (((size_t)b * a->seq + t) * a->heads + h) * a->head_dim;
+                const float *cs = a->table + (size_t)t * half * 2;
+                for (size_t i = 0; i < half; i++) {
+                    float c = cs[2 * i], sn = sgn * cs[2 * i + 1];
+                    float x1 = ld_el(a->in, a->dt, base + i), x2 = ld_el(a->in, a->dt, base + i + half);
+                    st_el(a->out, a->dt, base + i, x1 * c - x2 * sn);
+                    st_el(a->out, a->dt, base + i + half, x2 * c + x1 * sn);
+                }
+            }
+    return ZO_OK;
+}
+
+/* ---- causal softmax ---- */
+
+CPU_TASK(softmax_fwd, zo_softmax_args)
+static zo_status softmax_fwd_run(const zo_softmax_args *a, cpu_ctx *ctx)
+{
+    const size_t T = (size_t)a->seq;
+    float *e = NULL;
+    ZO_TRY(scratch_get(ctx, T * sizeof *e, (void **)&e));
+    for (size_t r = 0; r < a->n_mats * T; r++) {
+        const size_t t = r % T, off = r * T;
+        float mx = -INFINITY;
+        for (size_t j = 0; j <= t; j++) mx = fmaxf(mx, ld_el(a->in, a->dt, off + j));
+        double sum = 0.0;
+        for (size_t j = 0; j <= t; j++) {
+            e[j] = expf(ld_el(a->in, a->dt, off + j) - mx);
+            sum += e[j];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (size_t j = 0; j <= t; j++) st_el(a->out, a->dt, off + j, e[j] * inv);
+        for (size_t j = t + 1; j < T; j++) st_el(a->out, a->dt, off + j, 0.0f);
+    }
+    return ZO_OK;
+}
+
+CPU_TASK(softmax_bwd, zo_softmax_args)
+static zo_status softmax_bwd_run(const zo_softmax_args *a, cpu_ctx *ctx)
+{
+    const size_t T = (size_t)a->seq;
+    for (size_t r = 0; r < a->n_mats * T; r++) {
+        const size_t t = r % T, off = r * T;
+        double dot = 0.0;
+        for (size_t j = 0; j <= t; j++)
+            dot += (double)ld_el(a->p, a->dt, off + j) * ld_el(a->in, a->dt, off + j);
+        const float d = (float)dot;
+        for (size_t j = 0; j <= t; j++)
+            st_el(a->out, a->dt, off + j, ld_el(a->p, a->dt, off + j) * (ld_el(a->in, a->dt, off + j) - d));
+        for (size_t j = t + 1; j < T; j++) st_el(a->out, a->dt, off + j, 0.0f);
+    }
+    return ZO_OK;
+}
+
+/* ---- SwiGLU ---- */
+
+CPU_TASK(swiglu_fwd, zo_swiglu_args)
+static zo_status swiglu_fwd_run(const zo_swiglu_args *a, cpu_ctx *ctx)
+{
+    for (size_t i = 0; i < a->n; i++) {
+        float g = ld_el(a->gate, a->dt, i), u = ld_el(a->up, a->dt, i);
+        float sig = 1.0f / (1.0f + expf(-g));
+        st_el(a->out, a->dt, i, g * sig * u);
+    }
+    return ZO_OK;
+}
+
+CPU_TASK(swiglu_bwd, zo_swiglu_args)
+static zo_status swiglu_bwd_run(const zo_swiglu_args *a, cpu_ctx *ctx)
+{
+    for (size_t i = 0; i < a->n; i++) {
+        float g = ld_el(a->gate, a->dt, i), u = ld_el(a->up, a->dt, i), d = ld_el(a->dout, a->dt, i);
+        float sig = 1.0f / (1.0f + expf(-g));
+        float dsilu = sig * (1.0f + g * (1.0f - sig));
+        st_el(a->out, a->dt, i, d * u * dsilu);
+        st_el(a->dup, a->dt, i, d * g * sig);
+    }
+    return ZO_OK;
+}
+
+/* ---- cross-entropy ---- */
+
+CPU_TASK(xent, zo_xent_args)
+static zo_status xent_run(const zo_xent_args *a, cpu_ctx *ctx)
+{
+    ZO_TRY(check_tokens(a->targets, a->rows, a->vocab, "cross_entropy (targets)"));
+    const size_t V = (size_t)a->vocab;
+    const float gscale = a->grad_scale / (float)a->rows;
+    double total = 0.0;
+    for (size_t r = 0; r < a->rows; r++) {
+        const size_t off = r * V;
+        float mx = -INFINITY;
+        for (size_t j = 0; j < V; j++) mx = fmaxf(mx, ld_el(a->logits, a->dt, off + j));
+        double sum = 0.0;
+        for (size_t j = 0; j < V; j++) sum += expf(ld_el(a->logits, a->dt, off + j) - mx);
+        const float lse = mx + (float)log(sum);
+        const int tgt = a->targets[r];
+        a->row_loss[r] = lse - ld_el(a->logits, a->dt, off + (size_t)tgt);
+        total += a->row_loss[r];
+        if (!a->dlogits) continue;
+        for (size_t j = 0; j < V; j++) {
+            float p = expf(ld_el(a->logits, a->dt, off + j) - lse);
+            st_el(a->dlogits, a->dt, off + j, gscale * (p - (j == (size_t)tgt ? 1.0f : 0.0f)));
+        }
+    }
+    *a->loss = (float)(total / (double)a->rows);
+    return ZO_OK;
+}
+
+/* ---- elementwise and sum of squares ---- */
+
+CPU_TASK(ew, zo_ew_args)
+static zo_status ew_run(const zo_ew_args *a, cpu_ctx *ctx)
+{
+    switch (a->kind) {
+    case ZO_EW_ADD:
+        for (size_t i = 0; i < a->n; i++)
+            st_el(a->y, a->y_dt, i, ld_el(a->a, a->a_dt, i) + ld_el(a->b, a->a_dt, i));
+        break;
+    case ZO_EW_CAST:
+        if (a->y_dt == a->a_dt) { /* bit copy: keeps NaN payloads */
+            if (a->y != a->a) memcpy(a->y, a->a, a->n * zo_dtype_size(a->y_dt));
+            break;
+        }
+        for (size_t i = 0; i < a->n; i++) st_el(a->y, a->y_dt, i, ld_el(a->a, a->a_dt, i));
+        break;
+    case ZO_EW_SCALE:
+        for (size_t i = 0; i < a->n; i++) st_el(a->y, a->y_dt, i, ld_el(a->y, a->y_dt, i) * a->alpha);
+        break;
+    case ZO_EW_AXPY:
+        for (size_t i = 0; i < a->n; i++)
+            st_el(a->y, a->y_dt, i, ld_el(a->y, a->y_dt, i) + a->alpha * ld_el(a->a, a->a_dt, i));
+        break;
+    }
+    return ZO_OK;
+}
+
+CPU_TASK(sumsq, zo_sumsq_args)
+static zo_status sumsq_run(const zo_sumsq_args *a, cpu_ctx *ctx)
+{
+    double sum = a->accumulate ? (double)*a->out : 0.0;
+    for (size_t i = 0; i < a->n; i++) {
+        double v = ld_el(a->x, a->dt, i);
+        sum += v * v;
+    }
+    *a->out = (float)sum;
+    return ZO_OK;
+}
+
+const zo_ops_backend zo_ops_cpu = {
+    .name = "cpu",
+    .ctx_create = cpu_ctx_create,
+    .gemm = gemm_enqueue,
+    .embedding_fwd = embed_fwd_enqueue,
+    .embedding_bwd = embed_bwd_enqueue,
+    .rmsnorm_fwd = rms_fwd_enqueue,
+    .rmsnorm_bwd = rms_bwd_enqueue,
+    .rope_table = rope_table_enqueue,
+    .rope = rope_enqueue,
+    .softmax_fwd = softmax_fwd_enqueue,
+    .softmax_bwd = softmax_bwd_enqueue,
+    .swiglu_fwd = swiglu_fwd_enqueue,
+    .swiglu_bwd = swiglu_bwd_enqueue,
+    .cross_entropy = xent_enqueue,
+    .elementwise = ew_enqueue,
+    .sumsq = sumsq_enqueue,
+};
