@@ -1,0 +1,1072 @@
+/* DeepSpeed-style JSON config: schema tables, validation with "did you mean"
+ * suggestions, command-line overrides, batch-size derivation and
+ * serialization of the effective config. See include/zo/config.h. */
+#include "zo/config.h"
+
+#include <ctype.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "zo_internal.h"
+#include "zo_strdist.h"
+
+#define SUBSYS "config"
+
+_Static_assert(sizeof(zo_offload_device) == sizeof(int), "enum fields are stored as int");
+
+/* ---- the schema ---- */
+
+typedef enum key_kind {
+    K_BOOL,        /* int 0/1 */
+    K_INT,         /* int64_t within [min, max]; integral reals accepted */
+    K_NUM,         /* double within [min, max] */
+    K_ENUM,        /* an enum stored as int: names[i] <-> base + i */
+    K_PATH,        /* char[ZO_CONFIG_PATH_CAP]; null leaves "" */
+    K_SECTION,     /* a nested object */
+    K_IGNORED,     /* a DeepSpeed key with no effect here: any value, one warning */
+    K_BETAS,       /* double[2] in [0, 1) */
+    K_PATHLIST,    /* zoffload.nvme_paths */
+    K_FALSE_ONLY,  /* a DeepSpeed bool whose true is not supported here */
+    K_SCHED_PARAMS /* scheduler.params: keys depend on scheduler.type */
+} key_kind;
+
+enum {
+    F_AUTO = 1u << 0,     /* "auto" accepted: leaves the default */
+    F_NULL = 1u << 1,     /* null accepted: leaves the default */
+    F_UNITS = 1u << 2,    /* byte count: also "24GiB"-style strings */
+    F_MIN_EXCL = 1u << 3, /* min itself is out of range */
+    F_MAX_EXCL = 1u << 4, /* max itself is out of range */
+    F_ICASE = 1u << 5,    /* enum names compared case-insensitively */
+    F_ALIAS = 1u << 6,    /* another name for the previous key: not serialized */
+    F_REQUIRED = 1u << 7, /* must be present in its section */
+};
+
+#define NO_MAX 9.2e18 /* "unbounded" for integer ranges */
+
+typedef struct section section;
+
+typedef struct key_spec {
+    const char *name;
+    key_kind kind;
+    size_t off; /* offset in zo_train_config */
+    unsigned flags;
+    double min, max;
+    const char *const *names; /* K_ENUM */
+    int base;                 /* K_ENUM: value of names[0] */
+    const section *sub;       /* K_SECTION */
+} key_spec;
+
+struct section {
+    const key_spec *keys;
+    size_t n;
+};
+
+#define OFF(field) offsetof(zo_train_config, field)
+#define B(n, f) {n, K_BOOL, OFF(f), 0, 0, 1, NULL, 0, NULL}
+#define I(n, f, fl, lo, hi) {n, K_INT, OFF(f), fl, lo, hi, NULL, 0, NULL}
+#define N(n, f, fl, lo, hi) {n, K_NUM, OFF(f), fl, lo, hi, NULL, 0, NULL}
+#define E(n, f, fl, names, base) {n, K_ENUM, OFF(f), fl, 0, 0, names, base, NULL}
+#define P(n, f) {n, K_PATH, OFF(f), F_NULL, 0, 0, NULL, 0, NULL}
+#define S(n, sec) {n, K_SECTION, 0, 0, 0, 0, NULL, 0, &sec}
+#define X(n) {n, K_IGNORED, 0, 0, 0, 0, NULL, 0, NULL}
+#define FALSE_ONLY(n) {n, K_FALSE_ONLY, 0, 0, 0, 0, NULL, 0, NULL}
+#define SECTION(arr) {arr, sizeof arr / sizeof arr[0]}
+
+static const char *const device_names[] = {"none", "cpu", "nvme", NULL};
+static const char *const optimizer_names[] = {"Adam", "AdamW", NULL};
+static const char *const scheduler_names[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", NULL};
+static const char *const warmup_names[] = {"log", "linear", NULL};
+static const char *const mode_names[] = {"sync", "overlap", "dpu", NULL};
+static const char *const state_dtype_names[] = {"fp32", "bf16", NULL};
+
+static const key_spec optimizer_params_keys[] = {
+    N("lr", optimizer.lr, F_AUTO, 0, HUGE_VAL),
+    {"betas", K_BETAS, OFF(optimizer.betas), F_AUTO, 0, 1, NULL, 0, NULL},
+    N("eps", optimizer.eps, F_AUTO, 0, HUGE_VAL),
+    N("weight_decay", optimizer.weight_decay, F_AUTO, 0, HUGE_VAL),
+    B("adam_w_mode", optimizer.adam_w_mode),
+    B("bias_correction", optimizer.bias_correction),
+    FALSE_ONLY("amsgrad"),
+    X("torch_adam"),
+};
+static const section optimizer_params_sec = SECTION(optimizer_params_keys);
+
+static const key_spec optimizer_keys[] = {
+    E("type", optimizer.type, F_ICASE | F_REQUIRED, optimizer_names, ZO_OPTIMIZER_ADAM),
+    S("params", optimizer_params_sec),
+    X("legacy_fusion"),
+};
+static const section optimizer_sec = SECTION(optimizer_keys);
+
+#define SCHED_WARMUP_STEPS I("warmup_num_steps", scheduler.warmup_num_steps, F_AUTO, 0, NO_MAX)
+#define SCHED_WARMUP_TYPE E("warmup_type", scheduler.warmup_type, 0, warmup_names, ZO_WARMUP_LOG)
+#define SCHED_LAST_ITER I("last_batch_iteration", scheduler.last_batch_iteration, 0, -1, NO_MAX)
+#define SCHED_TOTAL I("total_num_steps", scheduler.total_num_steps, F_AUTO, 1, NO_MAX)
+#define SCHED_MIN_LR N("warmup_min_lr", scheduler.warmup_min_lr, F_AUTO, 0, HUGE_VAL)
+#define SCHED_MAX_LR N("warmup_max_lr", scheduler.warmup_max_lr, F_AUTO, 0, HUGE_VAL)
+
+static const key_spec warmup_lr_keys[] = {SCHED_MIN_LR, SCHED_MAX_LR, SCHED_WARMUP_STEPS,
+                                          SCHED_WARMUP_TYPE, SCHED_LAST_ITER};
+static const key_spec warmup_decay_keys[] = {SCHED_MIN_LR,      SCHED_MAX_LR,    SCHED_WARMUP_STEPS,
+                                             SCHED_WARMUP_TYPE, SCHED_LAST_ITER, SCHED_TOTAL};
+static const key_spec warmup_cosine_keys[] = {
+    SCHED_TOTAL,
+    N("warmup_min_ratio", scheduler.warmup_min_ratio, 0, 0, 1),
+    SCHED_WARMUP_STEPS,
+    N("cos_min_ratio", scheduler.cos_min_ratio, 0, 0, 1),
+    SCHED_WARMUP_TYPE,
+    SCHED_LAST_ITER,
+};
+static const section sched_params_secs[] = {
+    SECTION(warmup_lr_keys), SECTION(warmup_decay_keys), SECTION(warmup_cosine_keys)};
+
+static const key_spec scheduler_keys[] = {
+    E("type", scheduler.type, F_REQUIRED, scheduler_names, ZO_SCHEDULER_WARMUP_LR),
+    {"params", K_SCHED_PARAMS, 0, 0, 0, 0, NULL, 0, NULL},
+};
+static const section scheduler_sec = SECTION(scheduler_keys);
+
+static const key_spec fp16_keys[] = {
+    {"enabled", K_BOOL, OFF(fp16.enabled), F_AUTO, 0, 1, NULL, 0, NULL},
+    N("loss_scale", fp16.loss_scale, 0, 0, HUGE_VAL),
+    I("initial_scale_power", fp16.initial_scale_power, 0, 0, 64),
+    I("loss_scale_window", fp16.loss_scale_window, 0, 1, NO_MAX),
+    I("hysteresis", fp16.hysteresis, 0, 1, NO_MAX),
+    B("consecutive_hysteresis", fp16.consecutive_hysteresis),
+    N("min_loss_scale", fp16.min_loss_scale, F_MIN_EXCL, 0, HUGE_VAL),
+    X("auto_cast"),
+    X("fp16_master_weights_and_grads"),
+};
+static const section fp16_sec = SECTION(fp16_keys);
+
+static const key_spec bf16_keys[] = {
+    {"enabled", K_BOOL, OFF(bf16.enabled), F_AUTO, 0, 1, NULL, 0, NULL},
+    X("immediate_grad_update"),
+};
+static const section bf16_sec = SECTION(bf16_keys);
+
+static const key_spec offload_optimizer_keys[] = {
+    E("device", zero_optimization.offload_optimizer.device, 0, device_names, ZO_OFFLOAD_NONE),
+    P("nvme_path", zero_optimization.offload_optimizer.nvme_path),
+    B("pin_memory", zero_optimization.offload_optimizer.pin_memory),
+    I("buffer_count", zero_optimization.offload_optimizer.buffer_count, 0, 1, NO_MAX),
+    B("pipeline_read", zero_optimization.offload_optimizer.pipeline_read),
+    B("pipeline_write", zero_optimization.offload_optimizer.pipeline_write),
+    B("fast_init", zero_optimization.offload_optimizer.fast_init),
+    X("ratio"),
+};
+static const section offload_optimizer_sec = SECTION(offload_optimizer_keys);
+
+static const key_spec offload_param_keys[] = {
+    E("device", zero_optimization.offload_param.device, 0, device_names, ZO_OFFLOAD_NONE),
+    P("nvme_path", zero_optimization.offload_param.nvme_path),
+    B("pin_memory", zero_optimization.offload_param.pin_memory),
+    I("buffer_count", zero_optimization.offload_param.buffer_count, 0, 1, NO_MAX),
+    I("buffer_size", zero_optimization.offload_param.buffer_size, 0, 1, NO_MAX),
+    I("max_in_cpu", zero_optimization.offload_param.max_in_cpu, 0, 0, NO_MAX),
+};
+static const section offload_param_sec = SECTION(offload_param_keys);
+
+static const key_spec zero_keys[] = {
+    I("stage", zero_optimization.stage, 0, 0, 3),
+    S("offload_optimizer", offload_optimizer_sec),
+    S("offload_param", offload_param_sec),
+    I("stage3_prefetch_bucket_size", zero_optimization.stage3_prefetch_bucket_size, F_AUTO, 0,
+      NO_MAX),
+    I("stage3_max_live_parameters", zero_optimization.stage3_max_live_parameters, F_AUTO, 0,
+      NO_MAX),
+    I("stage3_max_reuse_distance", zero_optimization.stage3_max_reuse_distance, F_AUTO, 0, NO_MAX),
+    I("stage3_param_persistence_threshold", zero_optimization.stage3_param_persistence_threshold,
+      F_AUTO, 0, NO_MAX),
+    I("sub_group_size", zero_optimization.sub_group_size, F_AUTO, 1, NO_MAX),
+    /* DeepSpeed keys for multi-GPU communication and features zoffload does
+     * not have (yet): accepted with a warning. */
+    X("reduce_bucket_size"),
+    X("allgather_bucket_size"),
+    X("overlap_comm"),
+    X("contiguous_gradients"),
+    X("reduce_scatter"),
+    X("allgather_partitions"),
+    X("round_robin_gradients"),
+    X("elastic_checkpoint"),
+    X("ignore_unused_parameters"),
+    X("load_from_fp32_weights"),
+    X("stage3_gather_16bit_weights_on_model_save"),
+    X("stage3_gather_fp16_weights_on_model_save"),
+    X("gather_16bit_weights_on_model_save"),
+    X("legacy_stage1"),
+    X("cpu_offload"),
+    X("cpu_offload_params"),
+    X("cpu_offload_use_pin_memory"),
+    X("zero_hpz_partition_size"),
+    X("zero_quantized_weights"),
+    X("zero_quantized_nontrainable_weights"),
+    X("zero_quantized_gradients"),
+    X("mics_shard_size"),
+    X("mics_hierarchical_params_gather"),
+    X("memory_efficient_linear"),
+    X("pipeline_loading_checkpoint"),
+    X("override_module_apply"),
+    X("use_multi_rank_bucket_allreduce"),
+    X("log_trace_cache_warnings"),
+};
+static const section zero_sec = SECTION(zero_keys);
+
+static const key_spec aio_keys[] = {
+    I("block_size", aio.block_size, 0, 1, NO_MAX),
+    I("queue_depth", aio.queue_depth, 0, 1, 65536),
+    I("intra_op_parallelism", aio.intra_op_parallelism, 0, 1, 1024),
+    I("thread_count", aio.intra_op_parallelism, F_ALIAS, 1, 1024),
+    B("single_submit", aio.single_submit),
+    B("overlap_events", aio.overlap_events),
+    X("use_gds"),
+};
+static const section aio_sec = SECTION(aio_keys);
+
+static const key_spec zoffload_keys[] = {
+    I("device_mem", zoffload.device_mem, F_UNITS, 0, NO_MAX),
+    I("host_mem", zoffload.host_mem, F_UNITS, 0, NO_MAX),
+    I("chunk_size", zoffload.chunk_size, F_UNITS, 0, NO_MAX),
+    E("optimizer_mode", zoffload.optimizer_mode, 0, mode_names, ZO_OPTIM_SYNC),
+    I("prefetch_lookahead", zoffload.prefetch_lookahead, 0, 0, 64),
+    {"nvme_paths", K_PATHLIST, 0, 0, 0, 0, NULL, 0, NULL},
+    E("optimizer_state_dtype", zoffload.optimizer_state_dtype, 0, state_dtype_names,
+      ZO_STATE_FP32),
+};
+static const section zoffload_sec = SECTION(zoffload_keys);
+
+static const key_spec root_keys[] = {
+    I("train_batch_size", train_batch_size, F_AUTO | F_NULL, 1, NO_MAX),
+    I("train_micro_batch_size_per_gpu", train_micro_batch_size_per_gpu, F_AUTO | F_NULL, 1,
+      NO_MAX),
+    I("gradient_accumulation_steps", gradient_accumulation_steps, F_AUTO | F_NULL, 1, NO_MAX),
+    N("gradient_clipping", gradient_clipping, F_AUTO, 0, HUGE_VAL),
+    I("steps_per_print", steps_per_print, 0, 1, NO_MAX),
+    S("optimizer", optimizer_sec),
+    S("scheduler", scheduler_sec),
+    S("fp16", fp16_sec),
+    S("bf16", bf16_sec),
+    {"bfloat16", K_SECTION, 0, F_ALIAS, 0, 0, NULL, 0, &bf16_sec},
+    S("zero_optimization", zero_sec),
+    S("aio", aio_sec),
+    S("zoffload", zoffload_sec),
+    /* DeepSpeed features that do not apply to zoffload. */
+    X("wall_clock_breakdown"),
+    X("memory_breakdown"),
+    X("dump_state"),
+    X("prescale_gradients"),
+    X("gradient_predivide_factor"),
+    X("sparse_gradients"),
+    X("zero_allow_untested_optimizer"),
+    X("zero_force_ds_cpu_optimizer"),
+    X("communication_data_type"),
+    X("seq_parallel_communication_data_type"),
+    X("disable_allgather"),
+    X("amp"),
+    X("activation_checkpointing"),
+    X("flops_profiler"),
+    X("tensorboard"),
+    X("wandb"),
+    X("csv_monitor"),
+    X("comet"),
+    X("comms_logger"),
+    X("elasticity"),
+    X("autotuning"),
+    X("compression_training"),
+    X("data_efficiency"),
+    X("curriculum_learning"),
+    X("checkpoint"),
+    X("data_types"),
+    X("pipeline"),
+    X("progressive_layer_drop"),
+    X("eigenvalue"),
+    X("quantize_training"),
+    X("sparse_attention"),
+    X("nebula"),
+    X("hybrid_engine"),
+    X("load_universal_checkpoint"),
+    X("use_node_local_storage"),
+    X("graph_harvesting"),
+    X("compile"),
+    X("timers"),
+    X("dataloader_drop_last"),
+    X("weight_quantization"),
+};
+static const section root_sec = SECTION(root_keys);
+
+/* ---- parse context and messages ---- */
+
+typedef struct pctx {
+    zo_train_config *cfg;
+    char path[ZO_CONFIG_KEY_CAP * 2]; /* dotted path of the value being read */
+} pctx;
+
+static size_t path_push(pctx *c, const char *name)
+{
+    size_t len = strlen(c->path);
+    snprintf(c->path + len, sizeof c->path - len, "%s%s", len ? "." : "", name);
+    return len;
+}
+
+static void path_pop(pctx *c, size_t len) { c->path[len] = '\0'; }
+
+static void *field(pctx *c, const key_spec *k) { return (char *)c->cfg + k->off; }
+
+static int shortest_precision(double v)
+{
+    char buf[40];
+    for (int prec = 1; prec < 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) return prec;
+    }
+    return 17;
+}
+
+/* The shortest decimal text that reads back as v (0.1, not 0.10000000000000001). */
+static void fmt_double(char *buf, size_t cap, double v) { snprintf(buf, cap, "%.*g", shortest_precision(v), v); }
+
+static void describe_found(const json_t *v, char *buf, size_t cap)
+{
+    switch (json_typeof(v)) {
+    case JSON_INTEGER: snprintf(buf, cap, "%lld", (long long)json_integer_value(v)); break;
+    case JSON_REAL: fmt_double(buf, cap, json_real_value(v)); break;
+    case JSON_STRING: {
+        const char *s = json_string_value(v);
+        int n = (int)strnlen(s, 48);
+        snprintf(buf, cap, "string \"%.*s%s\"", n, s, s[n] ? "..." : "");
+        break;
+    }
+    case JSON_TRUE: snprintf(buf, cap, "true"); break;
+    case JSON_FALSE: snprintf(buf, cap, "false"); break;
+    case JSON_NULL: snprintf(buf, cap, "null"); break;
+    case JSON_ARRAY: snprintf(buf, cap, "an array"); break;
+    case JSON_OBJECT: snprintf(buf, cap, "an object"); break;
+    }
+}
+
+static void describe_range(const key_spec *k, char *buf, size_t cap)
+{
+    char lo[32], hi[32];
+    int is_int = k->kind == K_INT;
+    const char *what = is_int ? "an integer" : "a number";
+    if (is_int) {
+        snprintf(lo, sizeof lo, "%lld", (long long)k->min);
+        snprintf(hi, sizeof hi, "%lld", (long long)k->max);
+    } else {
+        fmt_double(lo, sizeof lo, k->min);
+        fmt_double(hi, sizeof hi, k->max);
+    }
+    int unbounded = is_int ? k->max >= NO_MAX : isinf(k->max);
+    if (unbounded)
+        snprintf(buf, cap, "%s %s %s", what, (k->flags & F_MIN_EXCL) ? ">" : ">=", lo);
+    else
+        snprintf(buf, cap, "%s in %s%s, %s%s", what, (k->flags & F_MIN_EXCL) ? "(" : "[", lo, hi,
+                 (k->flags & F_MAX_EXCL) ? ")" : "]");
+}
+
+static void describe_expected(const key_spec *k, char *buf, size_t cap)
+{
+    size_t n = 0;
+    switch (k->kind) {
+    case K_BOOL: n = (size_t)snprintf(buf, cap, "true or false"); break;
+    case K_FALSE_ONLY: n = (size_t)snprintf(buf, cap, "false (the true variant is not supported)"); break;
+    case K_INT:
+    case K_NUM:
+        describe_range(k, buf, cap);
+        n = strlen(buf);
+        if (k->flags & F_UNITS)
+            n += (size_t)snprintf(buf + n, cap - n, " (bytes, or a string such as \"24GiB\")");
+        break;
+    case K_ENUM:
+        n = (size_t)snprintf(buf, cap, "one of");
+        for (size_t i = 0; k->names[i] && n < cap; i++)
+            n += (size_t)snprintf(buf + n, cap - n, "%s %s", i ? "," : "", k->names[i]);
+        break;
+    case K_PATH: n = (size_t)snprintf(buf, cap, "a path string"); break;
+    case K_BETAS: n = (size_t)snprintf(buf, cap, "an array of two numbers in [0, 1)"); break;
+    case K_PATHLIST:
+        n = (size_t)snprintf(buf, cap, "an array of 1 to %d path strings", ZO_CONFIG_MAX_NVME_PATHS);
+        break;
+    case K_SECTION:
+    case K_SCHED_PARAMS:
+    case K_IGNORED: n = (size_t)snprintf(buf, cap, "an object"); break;
+    }
+    if (n < cap && (k->flags & F_AUTO)) n += (size_t)snprintf(buf + n, cap - n, " or \"auto\"");
+    if (n < cap && (k->flags & F_NULL)) snprintf(buf + n, cap - n, " or null");
+}
+
+static zo_status type_error(pctx *c, const key_spec *k, const json_t *v)
+{
+    char exp[256], found[96];
+    describe_expected(k, exp, sizeof exp);
+    describe_found(v, found, sizeof found);
+    return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "'%s': expected %s, found %s", c->path, exp, found);
+}
+
+static zo_status unknown_key(pctx *c, const section *sec, const char *key)
+{
+    const char *cands[128];
+    size_t n = 0;
+    for (size_t i = 0; i < sec->n && n < 128; i++) cands[n++] = sec->keys[i].name;
+    size_t d = 0;
+    long best = zo_strdist_nearest(key, cands, n, &d);
+    size_t len = path_push(c, key);
+    zo_status st;
+    if (best < 0)
+        st = ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "unknown key '%s'", c->path);
+    else if (zo_strdist_is_close(key, d))
+        st = ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "unknown key '%s'; did you mean '%s'?", c->path,
+                     cands[best]);
+    else
+        st = ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "unknown key '%s'; the nearest valid key is '%s'",
+                     c->path, cands[best]);
+    path_pop(c, len);
+    return st;
+}
+
+static void note_ignored(pctx *c)
+{
+    zo_train_config *cfg = c->cfg;
+    ZO_LOGW(SUBSYS, "'%s' is a DeepSpeed option that has no effect in zoffload; ignored", c->path);
+    if (cfg->n_ignored < ZO_CONFIG_MAX_IGNORED)
+        snprintf(cfg->ignored[cfg->n_ignored++], ZO_CONFIG_KEY_CAP, "%s", c->path);
+}
+
+/* ---- scalar readers ---- */
+
+static int is_auto(const json_t *v) { return json_is_string(v) && strcmp(json_string_value(v), "auto") == 0; }
+
+static int in_range(const key_spec *k, double x)
+{
+    if ((k->flags & F_MIN_EXCL) ? x <= k->min : x < k->min) return 0;
+    if ((k->flags & F_MAX_EXCL) ? x >= k->max : x > k->max) return 0;
+    return 1;
+}
+
+/* "24GiB", "512 MiB", "1.5GB", "4096": bytes, or -1 when malformed. */
+static double parse_byte_string(const char *s)
+{
+    static const struct {
+        const char *unit;
+        double mult;
+    } units[] = {{"", 1},
+                 {"b", 1},
+                 {"kb", 1e3},
+                 {"mb", 1e6},
+                 {"gb", 1e9},
+                 {"tb", 1e12},
+                 {"kib", 1024.0},
+                 {"mib", 1048576.0},
+                 {"gib", 1073741824.0},
+                 {"tib", 1099511627776.0}};
+    char *end = NULL;
+    if (!isdigit((unsigned char)*s)) return -1;
+    double x = strtod(s, &end);
+    while (*end == ' ') end++;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcasecmp(end, units[i].unit) == 0) return floor(x * units[i].mult);
+    return -1;
+}
+
+static zo_status read_int(pctx *c, const key_spec *k, const json_t *v)
+{
+    double x;
+    if (json_is_integer(v))
+        x = (double)json_integer_value(v);
+    else if (json_is_real(v))
+        x = json_real_value(v);
+    else if ((k->flags & F_UNITS) && json_is_string(v))
+        x = parse_byte_string(json_string_value(v));
+    else
+        return type_error(c, k, v);
+    if (!isfinite(x) || x != floor(x) || !in_range(k, x)) return type_error(c, k, v);
+    /* Integers arrive exactly through json_integer_value; reals are integral
+     * and in range here, so the conversion is defined. */
+    int64_t out = json_is_integer(v) ? (int64_t)json_integer_value(v) : (int64_t)x;
+    memcpy(field(c, k), &out, sizeof out);
+    return ZO_OK;
+}
+
+static zo_status read_num(pctx *c, const key_spec *k, const json_t *v)
+{
+    if (!json_is_number(v)) return type_error(c, k, v);
+    double x = json_number_value(v);
+    if (!in_range(k, x)) return type_error(c, k, v);
+    memcpy(field(c, k), &x, sizeof x);
+    return ZO_OK;
+}
+
+static zo_status read_bool(pctx *c, const key_spec *k, const json_t *v)
+{
+    if (!json_is_boolean(v)) return type_error(c, k, v);
+    int b = json_is_true(v);
+    memcpy(field(c, k), &b, sizeof b);
+    return ZO_OK;
+}
+
+static zo_status read_enum(pctx *c, const key_spec *k, const json_t *v)
+{
+    if (!json_is_string(v)) return type_error(c, k, v);
+    const char *s = json_string_value(v);
+    for (int i = 0; k->names[i]; i++) {
+        int eq = (k->flags & F_ICASE) ? strcasecmp(s, k->names[i]) == 0 : strcmp(s, k->names[i]) == 0;
+        if (eq) {
+            int val = k->base + i;
+            memcpy(field(c, k), &val, sizeof val);
+            return ZO_OK;
+        }
+    }
+    return type_error(c, k, v);
+}
+
+static zo_status copy_path(pctx *c, const key_spec *k, const json_t *v, char *dst)
+{
+    if (!json_is_string(v) || json_string_length(v) == 0) return type_error(c, k, v);
+    if (json_string_length(v) >= ZO_CONFIG_PATH_CAP || strlen(json_string_value(v)) != json_string_length(v))
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "'%s': expected a path string shorter than %d bytes without NUL characters, "
+                       "found one of %zu bytes",
+                       c->path, ZO_CONFIG_PATH_CAP, json_string_length(v));
+    memcpy(dst, json_string_value(v), json_string_length(v) + 1);
+    return ZO_OK;
+}
+
+static zo_status read_path(pctx *c, const key_spec *k, const json_t *v)
+{
+    return copy_path(c, k, v, field(c, k));
+}
+
+static zo_status read_betas(pctx *c, const key_spec *k, const json_t *v)
+{
+    if (!json_is_array(v) || json_array_size(v) != 2) return type_error(c, k, v);
+    double b[2];
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *e = json_array_get(v, i);
+        if (!json_is_number(e)) return type_error(c, k, v);
+        b[i] = json_number_value(e);
+        if (!(b[i] >= 0 && b[i] < 1)) {
+            char found[64];
+            describe_found(e, found, sizeof found);
+            return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "'%s[%zu]': expected a number in [0, 1), found %s",
+                           c->path, i, found);
+        }
+    }
+    memcpy(field(c, k), b, sizeof b);
+    return ZO_OK;
+}
+
+static zo_status read_pathlist(pctx *c, const key_spec *k, const json_t *v)
+{
+    static const key_spec elem = {"", K_PATH, 0, 0, 0, 0, NULL, 0, NULL};
+    size_t n = json_array_size(v);
+    if (!json_is_array(v) || n == 0 || n > ZO_CONFIG_MAX_NVME_PATHS) return type_error(c, k, v);
+    zo_train_config *cfg = c->cfg;
+    for (size_t i = 0; i < n; i++) {
+        char idx[32];
+        snprintf(idx, sizeof idx, "%zu", i);
+        size_t len = path_push(c, idx);
+        zo_status st = copy_path(c, &elem, json_array_get(v, i), cfg->zoffload.nvme_paths[i]);
+        path_pop(c, len);
+        if (st < 0) return st;
+    }
+    cfg->zoffload.n_nvme_paths = (int64_t)n;
+    return ZO_OK;
+}
+
+static zo_status read_false_only(pctx *c, const key_spec *k, const json_t *v)
+{
+    return json_is_false(v) ? ZO_OK : type_error(c, k, v);
+}
+
+/* ---- sections ---- */
+
+static zo_status parse_section(pctx *c, const section *sec, const json_t *obj);
+
+static const key_spec *find_key(const section *sec, const char *name)
+{
+    for (size_t i = 0; i < sec->n; i++)
+        if (strcmp(sec->keys[i].name, name) == 0) return &sec->keys[i];
+    return NULL;
+}
+
+/* A key of another scheduler type gets a message naming the type. */
+static zo_status wrong_sched_param(pctx *c, const section *sec, const char *key)
+{
+    const char *type = scheduler_names[c->cfg->scheduler.type - ZO_SCHEDULER_WARMUP_LR];
+    char list[256];
+    size_t n = 0;
+    for (size_t i = 0; i < sec->n && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", sec->keys[i].name);
+    size_t len = path_push(c, key);
+    zo_status st = ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "'%s' is not a parameter of %s (its parameters: %s)",
+                           c->path, type, list);
+    path_pop(c, len);
+    return st;
+}
+
+static zo_status parse_sched_params(pctx *c, const json_t *v)
+{
+    const section *sec = &sched_params_secs[c->cfg->scheduler.type - ZO_SCHEDULER_WARMUP_LR];
+    if (!json_is_object(v)) {
+        static const key_spec obj = {"params", K_SCHED_PARAMS, 0, 0, 0, 0, NULL, 0, NULL};
+        return type_error(c, &obj, v);
+    }
+    const char *key;
+    const json_t *val;
+    json_object_foreach((json_t *)v, key, val)
+    {
+        if (find_key(sec, key)) continue;
+        for (size_t t = 0; t < 3; t++)
+            if (find_key(&sched_params_secs[t], key)) return wrong_sched_param(c, sec, key);
+    }
+    return parse_section(c, sec, v);
+}
+
+static zo_status parse_value(pctx *c, const key_spec *k, const json_t *v)
+{
+    if (k->kind == K_IGNORED) {
+        note_ignored(c);
+        return ZO_OK;
+    }
+    if ((k->flags & F_AUTO) && is_auto(v)) {
+        ZO_LOGI(SUBSYS, "'%s' is \"auto\": using the default or derived value", c->path);
+        return ZO_OK;
+    }
+    if ((k->flags & F_NULL) && json_is_null(v)) return ZO_OK;
+    switch (k->kind) {
+    case K_BOOL: return read_bool(c, k, v);
+    case K_INT: return read_int(c, k, v);
+    case K_NUM: return read_num(c, k, v);
+    case K_ENUM: return read_enum(c, k, v);
+    case K_PATH: return read_path(c, k, v);
+    case K_BETAS: return read_betas(c, k, v);
+    case K_PATHLIST: return read_pathlist(c, k, v);
+    case K_FALSE_ONLY: return read_false_only(c, k, v);
+    case K_SCHED_PARAMS: return parse_sched_params(c, v);
+    case K_SECTION:
+        if (!json_is_object(v)) return type_error(c, k, v);
+        return parse_section(c, k->sub, v);
+    case K_IGNORED: break;
+    }
+    return ZO_OK;
+}
+
+static zo_status parse_key(pctx *c, const key_spec *k, const json_t *v)
+{
+    size_t len = path_push(c, k->name);
+    zo_status st = parse_value(c, k, v);
+    path_pop(c, len);
+    return st;
+}
+
+/* Unknown keys first (in file order), then the values in schema order, so
+ * that "type" is known before the "params" that depend on it. */
+static zo_status parse_section(pctx *c, const section *sec, const json_t *obj)
+{
+    const char *key;
+    const json_t *val;
+    json_object_foreach((json_t *)obj, key, val)
+    {
+        if (!find_key(sec, key)) return unknown_key(c, sec, key);
+    }
+    for (size_t i = 0; i < sec->n; i++) {
+        const key_spec *k = &sec->keys[i];
+        const json_t *v = json_object_get(obj, k->name);
+        if (v) {
+            ZO_TRY(parse_key(c, k, v));
+        } else if (k->flags & F_REQUIRED) {
+            size_t len = path_push(c, k->name);
+            char exp[128];
+            describe_expected(k, exp, sizeof exp);
+            zo_status st = ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "'%s' is required: %s", c->path, exp);
+            path_pop(c, len);
+            return st;
+        }
+    }
+    return ZO_OK;
+}
+
+/* ---- cross-key rules ---- */
+
+/* DeepSpeed's _set_batch_related_parameters, case by case. */
+static zo_status derive_batch_sizes(zo_train_config *cfg)
+{
+    int64_t tb = cfg->train_batch_size, mb = cfg->train_micro_batch_size_per_gpu;
+    int64_t ga = cfg->gradient_accumulation_steps, w = cfg->world_size;
+    if (tb && mb && ga) {
+        /* all given: checked below */
+    } else if (tb && mb) {
+        ga = tb / mb / w;
+    } else if (tb && ga) {
+        mb = tb / w / ga;
+    } else if (mb && ga) {
+        if (mb > INT64_MAX / ga / w)
+            return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                           "train_micro_batch_size_per_gpu * gradient_accumulation_steps * "
+                           "world_size overflows: %lld * %lld * %lld",
+                           (long long)mb, (long long)ga, (long long)w);
+        tb = mb * ga * w;
+    } else if (tb) {
+        ga = 1;
+        mb = tb / w;
+    } else if (mb) {
+        if (mb > INT64_MAX / w)
+            return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "train_micro_batch_size_per_gpu * world_size overflows");
+        ga = 1;
+        tb = mb * w;
+    } else {
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "either 'train_batch_size' or 'train_micro_batch_size_per_gpu' must be given");
+    }
+    if (mb < 1)
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "train_micro_batch_size_per_gpu derived as %lld, which is < 1 "
+                       "(train_batch_size %lld, gradient_accumulation_steps %lld, world_size %lld)",
+                       (long long)mb, (long long)tb, (long long)ga, (long long)w);
+    if (ga < 1)
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "gradient_accumulation_steps derived as %lld, which is < 1 "
+                       "(train_batch_size %lld, train_micro_batch_size_per_gpu %lld, world_size %lld)",
+                       (long long)ga, (long long)tb, (long long)mb, (long long)w);
+    if (mb > INT64_MAX / ga / w || tb != mb * ga * w)
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * "
+                       "world_size: %lld != %lld * %lld * %lld",
+                       (long long)tb, (long long)mb, (long long)ga, (long long)w);
+    cfg->train_batch_size = tb;
+    cfg->train_micro_batch_size_per_gpu = mb;
+    cfg->gradient_accumulation_steps = ga;
+    return ZO_OK;
+}
+
+static zo_status check_nvme_path(const zo_train_config *cfg, const char *which, zo_offload_device dev,
+                                 const char *path)
+{
+    if (dev != ZO_OFFLOAD_NVME || path[0] || cfg->zoffload.n_nvme_paths > 0) return ZO_OK;
+    return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                   "'zero_optimization.%s.nvme_path' is required when "
+                   "'zero_optimization.%s.device' is 'nvme' (or list drives in 'zoffload.nvme_paths')",
+                   which, which);
+}
+
+static zo_status check_rules(zo_train_config *cfg)
+{
+    if (cfg->fp16.enabled && cfg->bf16.enabled)
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "'fp16.enabled' and 'bf16.enabled' are both true; enable at most one");
+    ZO_TRY(check_nvme_path(cfg, "offload_optimizer", cfg->zero_optimization.offload_optimizer.device,
+                           cfg->zero_optimization.offload_optimizer.nvme_path));
+    ZO_TRY(check_nvme_path(cfg, "offload_param", cfg->zero_optimization.offload_param.device,
+                           cfg->zero_optimization.offload_param.nvme_path));
+    zo_scheduler_type t = cfg->scheduler.type;
+    if ((t == ZO_SCHEDULER_WARMUP_DECAY_LR || t == ZO_SCHEDULER_WARMUP_COSINE_LR) &&
+        cfg->scheduler.total_num_steps == 0)
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "'scheduler.params.total_num_steps' is required by %s (set it in the file or "
+                       "on the command line)",
+                       zo_scheduler_type_name(t));
+    cfg->optimizer.decoupled_weight_decay =
+        cfg->optimizer.type == ZO_OPTIMIZER_ADAMW || cfg->optimizer.adam_w_mode;
+    return derive_batch_sizes(cfg);
+}
+
+/* ---- the document object ---- */
+
+struct zo_config {
+    json_t *doc;       /* the loaded object */
+    json_t *overrides; /* [[key, value], ...] in the order given */
+    char origin[ZO_CONFIG_PATH_CAP];
+};
+
+zo_status zo_config_init(zo_config_t *out)
+{
+    if (!out) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_init: out is NULL");
+    struct zo_config *c = calloc(1, sizeof *c);
+    json_t *doc = json_object(), *ov = json_array();
+    if (!c || !doc || !ov) {
+        free(c);
+        json_decref(doc);
+        json_decref(ov);
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "zo_config_init: out of host memory");
+    }
+    c->doc = doc;
+    c->overrides = ov;
+    snprintf(c->origin, sizeof c->origin, "<empty>");
+    *out = c;
+    return ZO_OK;
+}
+
+void zo_config_free(zo_config_t c)
+{
+    if (!c) return;
+    json_decref(c->doc);
+    json_decref(c->overrides);
+    free(c);
+}
+
+static zo_status adopt_doc(zo_config_t c, json_t *doc, const json_error_t *err, const char *origin)
+{
+    if (!doc) {
+        if (json_error_code(err) == json_error_cannot_open_file)
+            return ZO_FAIL(ZO_ERR_NOT_FOUND, SUBSYS, "cannot read config: %s", err->text);
+        if (json_error_code(err) == json_error_out_of_memory)
+            return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "%s: out of host memory while parsing", origin);
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "%s:%d:%d: invalid JSON: %s", origin, err->line,
+                       err->column, err->text);
+    }
+    if (!json_is_object(doc)) {
+        char found[96];
+        describe_found(doc, found, sizeof found);
+        json_decref(doc);
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "%s: the top level must be a JSON object, found %s",
+                       origin, found);
+    }
+    json_decref(c->doc);
+    c->doc = doc;
+    snprintf(c->origin, sizeof c->origin, "%s", origin);
+    return ZO_OK;
+}
+
+zo_status zo_config_load_file(zo_config_t c, const char *path)
+{
+    if (!c || !path) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_load_file: NULL argument");
+    json_error_t err;
+    json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    return adopt_doc(c, doc, &err, path);
+}
+
+zo_status zo_config_load_string(zo_config_t c, const char *text, const char *origin)
+{
+    if (!c || !text) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_load_string: NULL argument");
+    json_error_t err;
+    json_t *doc = json_loads(text, JSON_REJECT_DUPLICATES, &err);
+    return adopt_doc(c, doc, &err, origin ? origin : "<string>");
+}
+
+static zo_status check_key_path(const char *key)
+{
+    size_t n = strlen(key);
+    if (n == 0 || n >= ZO_CONFIG_KEY_CAP || key[0] == '.' || key[n - 1] == '.' || strstr(key, ".."))
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "override key '%s': expected a dotted path such as "
+                       "'zero_optimization.offload_optimizer.device'",
+                       key);
+    return ZO_OK;
+}
+
+zo_status zo_config_set(zo_config_t c, const char *key, const char *value)
+{
+    if (!c || !key || !value) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_set: NULL argument");
+    ZO_TRY(check_key_path(key));
+    json_t *v = json_loads(value, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
+    if (!v) v = json_string(value);
+    json_t *pair = v ? json_pack("[so]", key, v) : NULL; /* steals v, even on failure */
+    if (!pair || json_array_append_new(c->overrides, pair) < 0) {
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "zo_config_set: out of host memory");
+    }
+    return ZO_OK;
+}
+
+zo_status zo_config_set_arg(zo_config_t c, const char *assignment)
+{
+    if (!c || !assignment) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_set_arg: NULL argument");
+    const char *eq = strchr(assignment, '=');
+    if (!eq || eq == assignment || (size_t)(eq - assignment) >= ZO_CONFIG_KEY_CAP)
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "override '%s': expected KEY=VALUE, e.g. 'fp16.enabled=true'",
+                       assignment);
+    char key[ZO_CONFIG_KEY_CAP];
+    memcpy(key, assignment, (size_t)(eq - assignment));
+    key[eq - assignment] = '\0';
+    return zo_config_set(c, key, eq + 1);
+}
+
+/* Set doc[a][b][c] = value for key "a.b.c", creating objects on the way. */
+static zo_status apply_override(json_t *doc, const char *key, json_t *value)
+{
+    char buf[ZO_CONFIG_KEY_CAP];
+    snprintf(buf, sizeof buf, "%s", key);
+    json_t *obj = doc;
+    char *save = NULL;
+    char *seg = strtok_r(buf, ".", &save);
+    for (char *next = strtok_r(NULL, ".", &save); next; next = strtok_r(NULL, ".", &save)) {
+        json_t *child = json_object_get(obj, seg);
+        if (!child) {
+            child = json_object();
+            if (!child || json_object_set_new(obj, seg, child) < 0)
+                return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "override '%s': out of host memory", key);
+        } else if (!json_is_object(child)) {
+            char found[96];
+            describe_found(child, found, sizeof found);
+            return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                           "override '%s': '%s' in the config is %s, not an object", key, seg, found);
+        }
+        obj = child;
+        seg = next;
+    }
+    if (json_object_set(obj, seg, value) < 0)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "override '%s': out of host memory", key);
+    return ZO_OK;
+}
+
+static zo_status apply_overrides(zo_config_t c, json_t *doc)
+{
+    size_t i;
+    json_t *pair;
+    json_array_foreach(c->overrides, i, pair)
+    {
+        ZO_TRY(apply_override(doc, json_string_value(json_array_get(pair, 0)), json_array_get(pair, 1)));
+    }
+    return ZO_OK;
+}
+
+zo_status zo_config_resolve(zo_config_t c, int64_t world_size, zo_train_config *out)
+{
+    if (!c || !out) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_resolve: NULL argument");
+    if (out->struct_size != sizeof(zo_train_config))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "zo_config_resolve: struct_size is %zu, expected %zu (initialize the config "
+                       "with ZO_TRAIN_CONFIG_INIT)",
+                       out->struct_size, sizeof(zo_train_config));
+    if (world_size < 1 || world_size > (1 << 24))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_resolve: world_size %lld is not in [1, 16777216]",
+                       (long long)world_size);
+    json_t *doc = json_deep_copy(c->doc);
+    zo_train_config *cfg = malloc(sizeof *cfg);
+    if (!doc || !cfg) {
+        json_decref(doc);
+        free(cfg);
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "zo_config_resolve: out of host memory");
+    }
+    *cfg = (zo_train_config)ZO_TRAIN_CONFIG_INIT;
+    cfg->world_size = world_size;
+    pctx ctx = {.cfg = cfg};
+    zo_status st = apply_overrides(c, doc);
+    if (st == ZO_OK) st = parse_section(&ctx, &root_sec, doc);
+    if (st == ZO_OK) st = check_rules(cfg);
+    if (st == ZO_OK) *out = *cfg;
+    json_decref(doc);
+    free(cfg);
+    return st;
+}
+
+zo_status zo_train_config_load(const char *path, int64_t world_size, zo_train_config *out)
+{
+    zo_config_t c = NULL;
+    ZO_TRY(zo_config_init(&c));
+    zo_status st = zo_config_load_file(c, path);
+    if (st == ZO_OK) st = zo_config_resolve(c, world_size, out);
+    zo_config_free(c);
+    return st;
+}
+
+/* ---- serialization: the same tables, read the other way ---- */
+
+static json_t *emit_section(const zo_train_config *cfg, const section *sec);
+
+static json_t *emit_pathlist(const zo_train_config *cfg)
+{
+    json_t *a = json_array();
+    for (int64_t i = 0; a && i < cfg->zoffload.n_nvme_paths; i++)
+        json_array_append_new(a, json_string(cfg->zoffload.nvme_paths[i]));
+    return a;
+}
+
+static json_t *emit_value(const zo_train_config *cfg, const key_spec *k)
+{
+    const void *f = (const char *)cfg + k->off;
+    int iv;
+    int64_t lv;
+    double dv;
+    switch (k->kind) {
+    case K_BOOL: memcpy(&iv, f, sizeof iv); return json_boolean(iv);
+    case K_INT: memcpy(&lv, f, sizeof lv); return json_integer(lv);
+    case K_NUM: memcpy(&dv, f, sizeof dv); return json_real(dv);
+    case K_ENUM: memcpy(&iv, f, sizeof iv); return json_string(k->names[iv - k->base]);
+    case K_PATH: return *(const char *)f ? json_string(f) : json_null();
+    case K_BETAS: return json_pack("[ff]", cfg->optimizer.betas[0], cfg->optimizer.betas[1]);
+    case K_PATHLIST: return emit_pathlist(cfg);
+    case K_SECTION: return emit_section(cfg, k->sub);
+    case K_SCHED_PARAMS:
+        return emit_section(cfg, &sched_params_secs[cfg->scheduler.type - ZO_SCHEDULER_WARMUP_LR]);
+    case K_FALSE_ONLY: return json_false();
+    case K_IGNORED: break;
+    }
+    return NULL;
+}
+
+static json_t *emit_section(const zo_train_config *cfg, const section *sec)
+{
+    json_t *obj = json_object();
+    for (size_t i = 0; obj && i < sec->n; i++) {
+        const key_spec *k = &sec->keys[i];
+        if (k->kind == K_IGNORED || k->kind == K_FALSE_ONLY || (k->flags & F_ALIAS)) continue;
+        if (k->kind == K_SECTION && k->sub == &scheduler_sec && cfg->scheduler.type == ZO_SCHEDULER_NONE)
+            continue;
+        json_t *v = emit_value(cfg, k);
+        if (!v || json_object_set_new(obj, k->name, v) < 0) {
+            json_decref(obj);
+            return NULL;
+        }
+    }
+    return obj;
+}
+
+/* jansson prints every real with one precision: the smallest that reads all
+ * of them back exactly gives "0.9" rather than "0.90000000000000002". */
+static int real_precision(const json_t *v)
+{
+    int p = 1;
+    if (json_is_real(v)) return shortest_precision(json_real_value(v));
+    if (json_is_object(v)) {
+        const char *key;
+        json_t *val;
+        json_object_foreach((json_t *)v, key, val)
+        {
+            int q = real_precision(val);
+            p = q > p ? q : p;
+        }
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_t *val;
+        json_array_foreach(v, i, val)
+        {
+            int q = real_precision(val);
+            p = q > p ? q : p;
+        }
+    }
+    return p;
+}
+
+zo_status zo_train_config_to_json(const zo_train_config *cfg, int indent, char **json)
+{
+    if (!cfg || !json) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_train_config_to_json: NULL argument");
+    if (cfg->struct_size != sizeof(zo_train_config))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_train_config_to_json: struct_size is %zu, expected %zu",
+                       cfg->struct_size, sizeof(zo_train_config));
+    json_t *doc = emit_section(cfg, &root_sec);
+    size_t flags = JSON_REAL_PRECISION(doc ? real_precision(doc) : 17) | (indent > 0 ? JSON_INDENT(indent < 31 ? indent : 31) : JSON_COMPACT);
+    char *text = doc ? json_dumps(doc, flags) : NULL;
+    json_decref(doc);
+    if (!text) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "zo_train_config_to_json: out of host memory");
+    *json = text;
+    return ZO_OK;
+}
+
+const char *zo_offload_device_name(zo_offload_device d)
+{
+    return (unsigned)d <= ZO_OFFLOAD_NVME ? device_names[d] : "?";
+}
+
+const char *zo_scheduler_type_name(zo_scheduler_type t)
+{
+    if (t == ZO_SCHEDULER_NONE) return "none";
+    return (unsigned)t <= ZO_SCHEDULER_WARMUP_COSINE_LR ? scheduler_names[t - 1] : "?";
+}
+
+const char *zo_optimizer_mode_name(zo_optimizer_mode m)
+{
+    return (unsigned)m <= ZO_OPTIM_DPU ? mode_names[m] : "?";
+}
