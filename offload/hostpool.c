@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include "hostpool_internal.h"
 #include "zo/topo.h"
 #include "zo_internal.h"
 
@@ -106,7 +107,10 @@ static zo_status gpu_node_reason(zo_hostpool_placement *pl, const char *bus_id)
     char how[64];
     zo_status st = zo_topo_node_of_pci(bus_id, &pl->node, how, sizeof how);
     if (st == ZO_OK) {
-        snprintf(pl->reason, sizeof pl->reason, "nearest to GPU %s via %s", bus_id, how);
+        if (strcmp(how, "single node") == 0)
+            snprintf(pl->reason, sizeof pl->reason, "GPU %s on a machine with a single NUMA node", bus_id);
+        else
+            snprintf(pl->reason, sizeof pl->reason, "nearest to GPU %s via %s", bus_id, how);
         return ZO_OK;
     }
     if (st != ZO_ERR_NOT_FOUND && st != ZO_ERR_INVALID_ARG) return st;
@@ -132,23 +136,35 @@ static zo_status check_placement_arg(const zo_hostpool_placement *out)
     return ZO_OK;
 }
 
+/* "cuda:0 (0000:17:00.0)", or "cpu" for a device without a PCI address. */
+static void name_device(const zo_device_info *info, zo_hostpool_placement *pl)
+{
+    if (info->pci_bus_id[0])
+        snprintf(pl->device, sizeof pl->device, "%s:%d (%s)", info->backend, info->ordinal, info->pci_bus_id);
+    else
+        snprintf(pl->device, sizeof pl->device, "%s", info->backend);
+}
+
+zo_status zo_hostpool_placement_for_info_(const zo_device_info *info, zo_hostpool_placement *out)
+{
+    zo_hostpool_placement pl = ZO_HOSTPOOL_PLACEMENT_INIT;
+    name_device(info, &pl);
+    if (info->pci_bus_id[0])
+        ZO_TRY(gpu_node_reason(&pl, info->pci_bus_id));
+    else
+        ZO_TRY(thread_node_reason(&pl, "cpu device: "));
+    ZO_TRY(finish_placement(&pl));
+    *out = pl;
+    return ZO_OK;
+}
+
 zo_status zo_hostpool_placement_for_device(zo_device_t dev, zo_hostpool_placement *out)
 {
     ZO_TRY(check_placement_arg(out));
     if (!dev) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_placement_for_device: device is NULL");
     zo_device_info info = ZO_DEVICE_INFO_INIT;
     ZO_TRY(zo_device_get_info(dev, &info));
-    zo_hostpool_placement pl = ZO_HOSTPOOL_PLACEMENT_INIT;
-    if (info.pci_bus_id[0]) {
-        snprintf(pl.device, sizeof pl.device, "%s:%d (%s)", info.backend, info.ordinal, info.pci_bus_id);
-        ZO_TRY(gpu_node_reason(&pl, info.pci_bus_id));
-    } else {
-        snprintf(pl.device, sizeof pl.device, "%s", info.backend);
-        ZO_TRY(thread_node_reason(&pl, "cpu device: "));
-    }
-    ZO_TRY(finish_placement(&pl));
-    *out = pl;
-    return ZO_OK;
+    return zo_hostpool_placement_for_info_(&info, out);
 }
 
 static zo_status choose_placement(zo_hostpool_t pool)
@@ -157,7 +173,7 @@ static zo_status choose_placement(zo_hostpool_t pool)
     if (pool->cfg.node < 0) return zo_hostpool_placement_for_device(pool->dev, pl);
     zo_device_info info = ZO_DEVICE_INFO_INIT;
     ZO_TRY(zo_device_get_info(pool->dev, &info));
-    snprintf(pl->device, sizeof pl->device, "%s:%d", info.backend, info.ordinal);
+    name_device(&info, pl);
     pl->node = pool->cfg.node;
     snprintf(pl->reason, sizeof pl->reason, "requested node %d", pool->cfg.node);
     return finish_placement(pl);

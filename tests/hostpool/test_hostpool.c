@@ -1,6 +1,7 @@
 /* The host pool on the cpu device: exact accounting against a reference
  * model, the budget, slots, page placement on the requested node, huge
  * pages, the pin fallback (injected and real RLIMIT_MEMLOCK), error paths. */
+#include <dirent.h>
 #include <linux/capability.h>
 #include <numa.h>
 #include <numaif.h>
@@ -17,6 +18,7 @@
 #include "zo/log.h"
 #include "zo/testing.h"
 #include "zo/topo.h"
+#include "../../offload/hostpool_internal.h"
 #include "zo_test.h"
 
 #define KiB ((size_t)1024)
@@ -442,10 +444,58 @@ static void test_placement_for_cpu_device(void **state)
     ZO_ASSERT_OK(zo_hostpool_get_placement(pool, &pp));
     snprintf(reason, sizeof reason, "requested node %d", want);
     assert_string_equal(pp.reason, reason);
+    assert_string_equal(pp.device, "cpu");
     zo_hostpool_free(pool);
     pl.struct_size = 4;
     ZO_ASSERT_ST(zo_hostpool_placement_for_device(g_dev, &pl), ZO_ERR_INVALID_ARG);
     assert_int_equal(sched_setaffinity(0, sizeof saved, &saved), 0);
+}
+
+/* The first PCI device sysfs lists, standing in for a GPU's bus id. */
+static int first_pci_device(char *id, size_t cap)
+{
+    DIR *d = opendir("/sys/bus/pci/devices");
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d)))
+        if (e->d_name[0] != '.') found = snprintf(id, cap, "%s", e->d_name) < (int)cap;
+    if (d) closedir(d);
+    return found;
+}
+
+static void test_placement_for_a_gpu_by_pci_locality(void **state)
+{
+    (void)state;
+    zo_device_info info = ZO_DEVICE_INFO_INIT;
+    snprintf(info.backend, sizeof info.backend, "cuda");
+    info.ordinal = 1;
+    zo_hostpool_placement pl = ZO_HOSTPOOL_PLACEMENT_INIT;
+    char want[160];
+    /* A bus id the machine does not have: the calling thread's node, said so. */
+    cpu_set_t saved;
+    pin_to_current_cpu(&saved);
+    snprintf(info.pci_bus_id, sizeof info.pci_bus_id, "ffff:ff:1f.7");
+    ZO_ASSERT_OK(zo_hostpool_placement_for_info_(&info, &pl));
+    snprintf(want, sizeof want, "GPU ffff:ff:1f.7 not in the PCI topology: node of the calling thread (CPU %d)",
+             sched_getcpu());
+    assert_string_equal(pl.reason, want);
+    assert_string_equal(pl.device, "cuda:1 (ffff:ff:1f.7)");
+    assert_int_equal(sched_setaffinity(0, sizeof saved, &saved), 0);
+    if (!first_pci_device(info.pci_bus_id, sizeof info.pci_bus_id)) {
+        print_message("no PCI device in /sys/bus/pci/devices: the located branch is not checked\n");
+        return;
+    }
+    int node = -1;
+    char how[64];
+    ZO_ASSERT_OK(zo_topo_node_of_pci(info.pci_bus_id, &node, how, sizeof how));
+    ZO_ASSERT_OK(zo_hostpool_placement_for_info_(&info, &pl));
+    assert_int_equal(pl.node, node);
+    if (zo_topo_numa_node_count() == 1)
+        snprintf(want, sizeof want, "GPU %s on a machine with a single NUMA node", info.pci_bus_id);
+    else
+        snprintf(want, sizeof want, "nearest to GPU %s via %s", info.pci_bus_id, how);
+    assert_string_equal(pl.reason, want);
+    print_message("placement: %s -> node %d (%s)\n", pl.device, pl.node, pl.reason);
 }
 
 /* Touch every page, then ask the kernel where each one is. */
@@ -746,6 +796,7 @@ int main(void)
         cmocka_unit_test(test_foreign_and_double_free_change_nothing),
         cmocka_unit_test(test_random_sequences_account_exactly),
         cmocka_unit_test(test_placement_for_cpu_device),
+        cmocka_unit_test(test_placement_for_a_gpu_by_pci_locality),
         cmocka_unit_test(test_pages_sit_on_the_requested_node),
         cmocka_unit_test(test_huge_pages_are_counted),
         cmocka_unit_test(test_injected_pin_failure_falls_back),
