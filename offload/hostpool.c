@@ -274,9 +274,10 @@ static zo_status map_on_node(zo_hostpool_t pool, size_t bytes, mapping *m)
 {
     char *p = map_aligned(bytes, pool->cfg.huge_pages);
     if (!p) {
+        int e = errno;
         char b[32];
         return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "host pool: mapping %s failed: %s",
-                       zo_fmt_bytes(b, sizeof b, bytes), strerror(errno));
+                       zo_fmt_bytes(b, sizeof b, bytes), strerror(e));
     }
     zo_status st = bind_to_node(pool, p, bytes);
     if (st != ZO_OK) {
