@@ -314,6 +314,13 @@ static size_t path_push(pctx *c, const char *name)
 
 static void path_pop(pctx *c, size_t len) { c->path[len] = '\0'; }
 
+static size_t path_push_index(pctx *c, size_t i)
+{
+    size_t len = strlen(c->path);
+    snprintf(c->path + len, sizeof c->path - len, "[%zu]", i);
+    return len;
+}
+
 static void *field(pctx *c, const key_spec *k) { return (char *)c->cfg + k->off; }
 
 static int shortest_precision(double v)
@@ -389,7 +396,7 @@ static void describe_expected(const key_spec *k, char *buf, size_t cap)
     case K_PATH: n = (size_t)snprintf(buf, cap, "a path string"); break;
     case K_BETAS: n = (size_t)snprintf(buf, cap, "an array of two numbers in [0, 1)"); break;
     case K_PATHLIST:
-        n = (size_t)snprintf(buf, cap, "an array of 1 to %d path strings", ZO_CONFIG_MAX_NVME_PATHS);
+        n = (size_t)snprintf(buf, cap, "an array of at most %d path strings", ZO_CONFIG_MAX_NVME_PATHS);
         break;
     case K_SECTION:
     case K_SCHED_PARAMS:
@@ -433,7 +440,7 @@ static void note_ignored(pctx *c)
     zo_train_config *cfg = c->cfg;
     ZO_LOGW(SUBSYS, "'%s' is a DeepSpeed option that has no effect in zoffload; ignored", c->path);
     if (cfg->n_ignored < ZO_CONFIG_MAX_IGNORED)
-        snprintf(cfg->ignored[cfg->n_ignored++], ZO_CONFIG_KEY_CAP, "%s", c->path);
+        snprintf(cfg->ignored[cfg->n_ignored++], ZO_CONFIG_KEY_CAP, "%.*s", (int)ZO_CONFIG_KEY_CAP - 1, c->path);
 }
 
 /* ---- scalar readers ---- */
@@ -563,12 +570,10 @@ static zo_status read_pathlist(pctx *c, const key_spec *k, const json_t *v)
 {
     static const key_spec elem = {"", K_PATH, 0, 0, 0, 0, NULL, 0, NULL};
     size_t n = json_array_size(v);
-    if (!json_is_array(v) || n == 0 || n > ZO_CONFIG_MAX_NVME_PATHS) return type_error(c, k, v);
+    if (!json_is_array(v) || n > ZO_CONFIG_MAX_NVME_PATHS) return type_error(c, k, v);
     zo_train_config *cfg = c->cfg;
     for (size_t i = 0; i < n; i++) {
-        char idx[32];
-        snprintf(idx, sizeof idx, "%zu", i);
-        size_t len = path_push(c, idx);
+        size_t len = path_push_index(c, i);
         zo_status st = copy_path(c, &elem, json_array_get(v, i), cfg->zoffload.nvme_paths[i]);
         path_pop(c, len);
         if (st < 0) return st;

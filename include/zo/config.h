@@ -199,7 +199,7 @@ typedef struct zo_train_config {
     } zoffload;
 
     /* Keys accepted for DeepSpeed compatibility that have no effect, as JSON
-     * paths, in the order met (one warning each was logged). */
+     * paths, section by section (one warning each was logged). */
     int64_t n_ignored;
     char ignored[ZO_CONFIG_MAX_IGNORED][ZO_CONFIG_KEY_CAP];
 } zo_train_config;
