@@ -147,9 +147,17 @@ static json_t *swap_dirs_json(char **dirs, int n)
     return arr;
 }
 
+/* Bytes in the largest binary unit that keeps the figure >= 1. */
 static const char *gib(char *b, size_t cap, json_int_t v)
 {
-    snprintf(b, cap, "%.1f GiB", (double)v / (double)(1ull << 30));
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double x = (double)v;
+    int u = 0;
+    while (x >= 1024.0 && u < 4) {
+        x /= 1024.0;
+        u++;
+    }
+    snprintf(b, cap, u ? "%.1f %s" : "%.0f %s", x, units[u]);
     return b;
 }
 
