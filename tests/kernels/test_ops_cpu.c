@@ -708,15 +708,35 @@ static void run_mixed(zo_stream_t s, uint64_t seed0, float **res, size_t *nres)
     gemm_case_free(&c);
 }
 
+/* Queue GEMMs on s without waiting, so that they run while the caller works
+ * on another stream (two OpenBLAS calls at once from two stream threads). */
+static void queue_background_gemms(zo_stream_t s, uint64_t *seed)
+{
+    const int n = 96;
+    float *h = rand_vec(seed, (size_t)n * n, 1, ZO_DTYPE_BF16);
+    zo_gemm_desc g = ZO_GEMM_DESC_INIT;
+    g.m = g.n = g.k = n;
+    g.lda = g.ldb = g.ldc = n;
+    g.a = g.b = dev_from(s, h, (size_t)n * n, ZO_DTYPE_BF16);
+    g.a_type = g.b_type = ZO_DTYPE_BF16;
+    g.c = dev_zeros(s, (size_t)n * n * sizeof(float));
+    g.beta = 1.0f;
+    for (int i = 0; i < 40; i++) ZO_ASSERT_OK(zo_op_gemm(s, &g));
+    free(h);
+}
+
 static void test_deterministic(void **state)
 {
     zo_stream_t s2;
     ZO_ASSERT_OK(zo_stream_create(g_dev, &s2));
     float *r1, *r2, *r3;
     size_t n1, n2, n3;
+    uint64_t seed = 99;
     run_mixed(g_s, 5, &r1, &n1);
-    run_mixed(s2, 5, &r2, &n2);
-    run_mixed(g_s, 5, &r3, &n3);
+    run_mixed(s2, 5, &r2, &n2); /* another stream: its own thread and scratch */
+    queue_background_gemms(s2, &seed);
+    run_mixed(g_s, 5, &r3, &n3); /* while s2 computes */
+    ZO_ASSERT_OK(zo_stream_synchronize(s2));
     assert_int_equal(n1, n2);
     assert_int_equal(n1, n3);
     assert_memory_equal(r1, r2, n1 * sizeof(float));
