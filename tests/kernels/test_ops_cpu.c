@@ -11,6 +11,7 @@
  *   attention, whose scores and probabilities are rounded to the dtype before
  *   the next GEMM: bf16 5e-2, f16 8e-3. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -746,6 +747,45 @@ static void test_deterministic(void **state)
     ZO_ASSERT_OK(zo_stream_destroy(s2));
 }
 
+/* Two threads issuing the first ops of a fresh stream race to create its ops
+ * context; one wins, the other's is freed, and both ops run. */
+typedef struct race_arg {
+    zo_stream_t s;
+    float *buf;
+    zo_status st;
+} race_arg;
+
+static void *race_thread(void *p)
+{
+    race_arg *r = p;
+    r->st = zo_op_scale(r->s, r->buf, 2.0f, 16, ZO_DTYPE_F32);
+    return NULL;
+}
+
+static void test_context_race(void **state)
+{
+    const float ones[32] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                            1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    for (int round = 0; round < 20; round++) {
+        zo_stream_t s;
+        ZO_ASSERT_OK(zo_stream_create(g_dev, &s));
+        float *buf = dev_from(s, ones, 32, ZO_DTYPE_F32);
+        race_arg a = {s, buf, ZO_ERR_INTERNAL}, b = {s, buf + 16, ZO_ERR_INTERNAL};
+        pthread_t ta, tb;
+        assert_int_equal(pthread_create(&ta, NULL, race_thread, &a), 0);
+        assert_int_equal(pthread_create(&tb, NULL, race_thread, &b), 0);
+        pthread_join(ta, NULL);
+        pthread_join(tb, NULL);
+        ZO_ASSERT_OK(a.st);
+        ZO_ASSERT_OK(b.st);
+        float *h = dev_to_host(s, buf, 32, ZO_DTYPE_F32);
+        for (int i = 0; i < 32; i++) assert_true(h[i] == 2.0f);
+        free(h);
+        dev_free_all();
+        ZO_ASSERT_OK(zo_stream_destroy(s));
+    }
+}
+
 /* ---- errors ---- */
 
 static void test_errors(void **state)
@@ -826,6 +866,7 @@ int main(void)
         cmocka_unit_test_teardown(test_cross_entropy, free_buffers),
         cmocka_unit_test_teardown(test_elementwise, free_buffers),
         cmocka_unit_test_teardown(test_deterministic, free_buffers),
+        cmocka_unit_test_teardown(test_context_race, free_buffers),
         cmocka_unit_test_teardown(test_errors, free_buffers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
