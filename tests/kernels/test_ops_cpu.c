@@ -11,6 +11,7 @@
  *   attention, whose scores and probabilities are rounded to the dtype before
  *   the next GEMM: bf16 5e-2, f16 8e-3. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -708,15 +709,35 @@ static void run_mixed(zo_stream_t s, uint64_t seed0, float **res, size_t *nres)
     gemm_case_free(&c);
 }
 
+/* Queue GEMMs on s without waiting, so that they run while the caller works
+ * on another stream (two OpenBLAS calls at once from two stream threads). */
+static void queue_background_gemms(zo_stream_t s, uint64_t *seed)
+{
+    const int n = 96;
+    float *h = rand_vec(seed, (size_t)n * n, 1, ZO_DTYPE_BF16);
+    zo_gemm_desc g = ZO_GEMM_DESC_INIT;
+    g.m = g.n = g.k = n;
+    g.lda = g.ldb = g.ldc = n;
+    g.a = g.b = dev_from(s, h, (size_t)n * n, ZO_DTYPE_BF16);
+    g.a_type = g.b_type = ZO_DTYPE_BF16;
+    g.c = dev_zeros(s, (size_t)n * n * sizeof(float));
+    g.beta = 1.0f;
+    for (int i = 0; i < 40; i++) ZO_ASSERT_OK(zo_op_gemm(s, &g));
+    free(h);
+}
+
 static void test_deterministic(void **state)
 {
     zo_stream_t s2;
     ZO_ASSERT_OK(zo_stream_create(g_dev, &s2));
     float *r1, *r2, *r3;
     size_t n1, n2, n3;
+    uint64_t seed = 99;
     run_mixed(g_s, 5, &r1, &n1);
-    run_mixed(s2, 5, &r2, &n2);
-    run_mixed(g_s, 5, &r3, &n3);
+    run_mixed(s2, 5, &r2, &n2); /* another stream: its own thread and scratch */
+    queue_background_gemms(s2, &seed);
+    run_mixed(g_s, 5, &r3, &n3); /* while s2 computes */
+    ZO_ASSERT_OK(zo_stream_synchronize(s2));
     assert_int_equal(n1, n2);
     assert_int_equal(n1, n3);
     assert_memory_equal(r1, r2, n1 * sizeof(float));
@@ -724,6 +745,45 @@ static void test_deterministic(void **state)
     free(r1), free(r2), free(r3);
     dev_free_all();
     ZO_ASSERT_OK(zo_stream_destroy(s2));
+}
+
+/* Two threads issuing the first ops of a fresh stream race to create its ops
+ * context; one wins, the other's is freed, and both ops run. */
+typedef struct race_arg {
+    zo_stream_t s;
+    float *buf;
+    zo_status st;
+} race_arg;
+
+static void *race_thread(void *p)
+{
+    race_arg *r = p;
+    r->st = zo_op_scale(r->s, r->buf, 2.0f, 16, ZO_DTYPE_F32);
+    return NULL;
+}
+
+static void test_context_race(void **state)
+{
+    const float ones[32] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                            1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    for (int round = 0; round < 20; round++) {
+        zo_stream_t s;
+        ZO_ASSERT_OK(zo_stream_create(g_dev, &s));
+        float *buf = dev_from(s, ones, 32, ZO_DTYPE_F32);
+        race_arg a = {s, buf, ZO_ERR_INTERNAL}, b = {s, buf + 16, ZO_ERR_INTERNAL};
+        pthread_t ta, tb;
+        assert_int_equal(pthread_create(&ta, NULL, race_thread, &a), 0);
+        assert_int_equal(pthread_create(&tb, NULL, race_thread, &b), 0);
+        pthread_join(ta, NULL);
+        pthread_join(tb, NULL);
+        ZO_ASSERT_OK(a.st);
+        ZO_ASSERT_OK(b.st);
+        float *h = dev_to_host(s, buf, 32, ZO_DTYPE_F32);
+        for (int i = 0; i < 32; i++) assert_true(h[i] == 2.0f);
+        free(h);
+        dev_free_all();
+        ZO_ASSERT_OK(zo_stream_destroy(s));
+    }
 }
 
 /* ---- errors ---- */
@@ -806,6 +866,7 @@ int main(void)
         cmocka_unit_test_teardown(test_cross_entropy, free_buffers),
         cmocka_unit_test_teardown(test_elementwise, free_buffers),
         cmocka_unit_test_teardown(test_deterministic, free_buffers),
+        cmocka_unit_test_teardown(test_context_race, free_buffers),
         cmocka_unit_test_teardown(test_errors, free_buffers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
