@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "zo/device.h"
+#include "zo/half.h"
 #include "zo/status.h"
 
 #ifdef __cplusplus
@@ -46,12 +47,10 @@ size_t zo_dtype_size(zo_dtype dt);
 /* "f32", "bf16", "f16" or "unknown". */
 const char *zo_dtype_name(zo_dtype dt);
 
-/* Host conversions, round to nearest even; NaN stays NaN (quieted, sign
- * kept), overflow becomes infinity, fp16 subnormals are kept. */
-uint16_t zo_f32_to_bf16(float f);
-float zo_bf16_to_f32(uint16_t h);
-uint16_t zo_f32_to_f16(float f);
-float zo_f16_to_f32(uint16_t h);
+/* Host conversions between fp32 and bf16/fp16 (round to nearest even, NaN
+ * kept, overflow to infinity, fp16 subnormals kept): zo_f32_to_bf16,
+ * zo_bf16_to_f32, zo_f32_to_f16 and zo_f16_to_f32 from zo/half.h, the one
+ * definition the optimizer, the engine and the kernels share. */
 
 /* ---- GEMM ----
  * For each of `batch` problems p:
