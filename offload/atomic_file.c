@@ -28,17 +28,26 @@ struct zo_atomic_file {
     unsigned char *buf;
 };
 
-/* Fault drills: the next n fsync calls fail with EIO, as a dying disk's do. */
-static _Atomic int fsync_faults;
+/* Fault drills: after fsync_skip successful fsync calls, the next
+ * fsync_faults fail with EIO, as a dying disk's do. */
+static _Atomic int fsync_skip, fsync_faults;
 
-void zo_atomic_inject_fsync_faults(int n) { fsync_faults = n; }
+void zo_atomic_inject_fsync_faults(int skip, int count)
+{
+    fsync_skip = skip;
+    fsync_faults = count;
+}
 
 static int do_fsync(int fd)
 {
     if (fsync_faults > 0) {
-        fsync_faults--;
-        errno = EIO;
-        return -1;
+        if (fsync_skip > 0) {
+            fsync_skip--;
+        } else {
+            fsync_faults--;
+            errno = EIO;
+            return -1;
+        }
     }
     return fsync(fd);
 }
