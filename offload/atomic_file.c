@@ -151,6 +151,7 @@ zo_status zo_atomic_file_write(zo_atomic_file_t f, const void *data, size_t n)
 {
     if (!f || (!data && n)) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_atomic_file_write: NULL argument");
     ZO_TRY(check_writable(f, "write"));
+    if (n == 0) return ZO_OK;
     const unsigned char *p = data;
     if (f->buf_len + n <= BUF_CAP) {
         memcpy(f->buf + f->buf_len, p, n);
