@@ -28,17 +28,26 @@ struct zo_atomic_file {
     unsigned char *buf;
 };
 
-/* Fault drills: the next n fsync calls fail with EIO, as a dying disk's do. */
-static _Atomic int fsync_faults;
+/* Fault drills: after fsync_skip successful fsync calls, the next
+ * fsync_faults fail with EIO, as a dying disk's do. */
+static _Atomic int fsync_skip, fsync_faults;
 
-void zo_atomic_inject_fsync_faults(int n) { fsync_faults = n; }
+void zo_atomic_inject_fsync_faults(int skip, int count)
+{
+    fsync_skip = skip;
+    fsync_faults = count;
+}
 
 static int do_fsync(int fd)
 {
     if (fsync_faults > 0) {
-        fsync_faults--;
-        errno = EIO;
-        return -1;
+        if (fsync_skip > 0) {
+            fsync_skip--;
+        } else {
+            fsync_faults--;
+            errno = EIO;
+            return -1;
+        }
     }
     return fsync(fd);
 }
@@ -142,6 +151,7 @@ zo_status zo_atomic_file_write(zo_atomic_file_t f, const void *data, size_t n)
 {
     if (!f || (!data && n)) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_atomic_file_write: NULL argument");
     ZO_TRY(check_writable(f, "write"));
+    if (n == 0) return ZO_OK;
     const unsigned char *p = data;
     if (f->buf_len + n <= BUF_CAP) {
         memcpy(f->buf + f->buf_len, p, n);

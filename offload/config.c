@@ -971,6 +971,41 @@ zo_status zo_train_config_load(const char *path, int64_t world_size, zo_train_co
 
 static json_t *emit_section(const zo_train_config *cfg, const section *sec);
 
+static int enum_count(const key_spec *k)
+{
+    int n = 0;
+    while (k->names[n]) n++;
+    return n;
+}
+
+/* A caller-built struct may hold values no JSON name stands for. */
+static zo_status check_enums(pctx *c, const section *sec)
+{
+    for (size_t i = 0; i < sec->n; i++) {
+        const key_spec *k = &sec->keys[i];
+        size_t len = path_push(c, k->name);
+        zo_status st = ZO_OK;
+        if (k->kind == K_ENUM) {
+            int v;
+            memcpy(&v, field(c, k), sizeof v);
+            int ok = v >= k->base && v < k->base + enum_count(k);
+            if (k->sub == NULL && k->off == OFF(scheduler.type) && v == ZO_SCHEDULER_NONE) ok = 1;
+            if (!ok) st = ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "'%s' holds %d, which is not a valid value", c->path, v);
+        } else if (k->kind == K_SECTION && !(k->flags & F_ALIAS)) {
+            st = check_enums(c, k->sub);
+        } else if (k->kind == K_SCHED_PARAMS && c->cfg->scheduler.type != ZO_SCHEDULER_NONE) {
+            st = check_enums(c, &sched_params_secs[c->cfg->scheduler.type - ZO_SCHEDULER_WARMUP_LR]);
+        } else if (k->kind == K_PATHLIST && (c->cfg->zoffload.n_nvme_paths < 0 ||
+                                             c->cfg->zoffload.n_nvme_paths > ZO_CONFIG_MAX_NVME_PATHS)) {
+            st = ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "'zoffload.n_nvme_paths' is %lld, not in [0, %d]",
+                         (long long)c->cfg->zoffload.n_nvme_paths, ZO_CONFIG_MAX_NVME_PATHS);
+        }
+        path_pop(c, len);
+        if (st < 0) return st;
+    }
+    return ZO_OK;
+}
+
 static json_t *emit_pathlist(const zo_train_config *cfg)
 {
     json_t *a = json_array();
@@ -1051,6 +1086,8 @@ zo_status zo_train_config_to_json(const zo_train_config *cfg, int indent, char *
     if (cfg->struct_size != sizeof(zo_train_config))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_train_config_to_json: struct_size is %zu, expected %zu",
                        cfg->struct_size, sizeof(zo_train_config));
+    pctx ctx = {.cfg = (zo_train_config *)cfg};
+    ZO_TRY(check_enums(&ctx, &root_sec));
     json_t *doc = emit_section(cfg, &root_sec);
     size_t flags = JSON_REAL_PRECISION(doc ? real_precision(doc) : 17) | (indent > 0 ? JSON_INDENT(indent < 31 ? indent : 31) : JSON_COMPACT);
     char *text = doc ? json_dumps(doc, flags) : NULL;

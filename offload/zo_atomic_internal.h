@@ -2,7 +2,8 @@
 #ifndef ZO_ATOMIC_INTERNAL_H
 #define ZO_ATOMIC_INTERNAL_H
 
-/* Make the next n fsync calls of zo_atomic_file fail with EIO. */
-void zo_atomic_inject_fsync_faults(int n);
+/* After `skip` more fsync calls of zo_atomic_file succeed, make the next
+ * `count` fail with EIO (count 0 disarms). */
+void zo_atomic_inject_fsync_faults(int skip, int count);
 
 #endif

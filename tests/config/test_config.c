@@ -504,6 +504,18 @@ static void test_files_and_args(void **state)
     ZO_ASSERT_ST(resolve_text("{\"train_batch_size\": 8}", 0, &c, NULL), ZO_ERR_INVALID_ARG);
     ZO_ASSERT_ST(zo_config_init(NULL), ZO_ERR_INVALID_ARG);
     zo_config_free(NULL);
+    /* A caller-built struct with an invalid enum is refused by the serializer. */
+    zo_train_config bad = ZO_TRAIN_CONFIG_INIT;
+    bad.zero_optimization.offload_param.device = (zo_offload_device)7;
+    char *json = NULL;
+    ZO_ASSERT_ST(zo_train_config_to_json(&bad, 0, &json), ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "'zero_optimization.offload_param.device' holds 7, which is not a valid value"));
+    bad = (zo_train_config)ZO_TRAIN_CONFIG_INIT;
+    bad.scheduler.type = ZO_SCHEDULER_WARMUP_LR;
+    bad.scheduler.warmup_type = (zo_warmup_type)-1;
+    ZO_ASSERT_ST(zo_train_config_to_json(&bad, 0, &json), ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "'scheduler.params.warmup_type' holds -1"));
+    assert_null(json);
     assert_string_equal(zo_offload_device_name(ZO_OFFLOAD_NVME), "nvme");
     assert_string_equal(zo_scheduler_type_name(ZO_SCHEDULER_WARMUP_COSINE_LR), "WarmupCosineLR");
     assert_string_equal(zo_optimizer_mode_name(ZO_OPTIM_DPU), "dpu");
