@@ -3,6 +3,7 @@
  * with fio on the same directory:
  *   fio --name=zo --directory=DIR --size=SIZE --bs=BS --iodepth=QD --rw=read|write
  *       --ioengine=io_uring --direct=1 --numjobs=1 --group_reporting */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -48,15 +49,9 @@ static int parse_bytes(const char *s, uint64_t *out)
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || end == s) return -1;
-    int shift = 0;
-    switch (*end) {
-    case 'k': case 'K': shift = 10; break;
-    case 'm': case 'M': shift = 20; break;
-    case 'g': case 'G': shift = 30; break;
-    case 't': case 'T': shift = 40; break;
-    case 0: break;
-    default: return -1;
-    }
+    /* K, M, G, T: powers of 1024, as fio reads them. */
+    const char *unit = *end ? strchr("KMGT", toupper((unsigned char)*end)) : NULL;
+    int shift = unit ? 10 * (int)(unit - "KMGT" + 1) : 0;
     if (shift) end++;
     if (*end && strcmp(end, "iB") && strcmp(end, "B")) return -1;
     if (shift && v > (UINT64_MAX >> shift)) return -1;
