@@ -118,9 +118,11 @@ static zo_status check_free_space(zo_swap_t s, const uint64_t *reusable)
     for (uint32_t i = 0; i < s->nfiles; i++) {
         struct stat di;
         struct statvfs vf;
-        if (stat(s->cfg.paths[i], &di) != 0 || !S_ISDIR(di.st_mode))
-            return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s is not a directory (%s)", s->cfg.paths[i],
-                           errno ? strerror(errno) : "not a directory");
+        if (stat(s->cfg.paths[i], &di) != 0)
+            return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s: %s (expected a directory)", s->cfg.paths[i],
+                           strerror(errno));
+        if (!S_ISDIR(di.st_mode))
+            return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s is not a directory", s->cfg.paths[i]);
         if (statvfs(s->cfg.paths[i], &vf) != 0)
             return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "statvfs(%s) failed: %s", s->cfg.paths[i], strerror(errno));
         uint64_t need = 0;
