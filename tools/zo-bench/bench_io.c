@@ -145,9 +145,10 @@ static zo_status bench(const io_opts *o, io_result *res)
     c.name = "zo-bench-io";
     c.reuse = ZO_SWAP_REUSE; /* a file left by an interrupted benchmark is ours to take over */
     uint64_t n = (o->size + o->extent - 1) / o->extent;
-    /* Enough extents in flight to keep qd requests of bs bytes queued. */
-    uint64_t depth = (2 * o->qd * o->bs + o->extent - 1) / o->extent;
-    if (depth < 2) depth = 2;
+    /* Extents in flight: enough to fill qd requests of bs bytes, plus two so
+     * that the queue stays full while this thread verifies a finished read
+     * (in zo_swap_wait) and hashes the next write. */
+    uint64_t depth = (o->qd * o->bs + o->extent - 1) / o->extent + 2;
     if (depth > n) depth = n;
     zo_swap_t s = NULL;
     zo_swap_extent_t *ext = calloc(n, sizeof *ext);
