@@ -94,6 +94,7 @@ typedef struct zo_swap_stats {
     uint64_t bytes_read;        /* payload bytes of successful, verified reads */
     uint64_t writes, reads;     /* completed successfully */
     uint64_t requests;          /* engine requests submitted (including retries) */
+    uint64_t requests_fixed;    /* of those, into or from a registered buffer */
     uint64_t retries;           /* EINTR/EAGAIN resubmissions */
     uint64_t short_ios;         /* short transfers resubmitted */
     uint64_t errors;            /* writes/reads that failed */
@@ -103,7 +104,7 @@ typedef struct zo_swap_stats {
     uint64_t file_bytes;        /* bytes preallocated over all files */
 } zo_swap_stats;
 
-#define ZO_SWAP_STATS_INIT {sizeof(zo_swap_stats), NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define ZO_SWAP_STATS_INIT {sizeof(zo_swap_stats), NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* Called on the store's I/O thread when a write or read finishes. msg names
  * the failure (file, offset, cause) or is "" on success. Must not block for

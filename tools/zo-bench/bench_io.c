@@ -189,10 +189,11 @@ static zo_status bench(const io_opts *o, io_result *res)
 
 static void print_json(const io_opts *o, const io_result *r, double gbps)
 {
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:I, s:b}", "bench", "io",
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:I, s:I, s:b}", "bench", "io",
                           "rw", o->rw, "path", o->path, "engine", r->engine, "size", (json_int_t)o->size, "bs",
                           (json_int_t)o->bs, "qd", (json_int_t)o->qd, "extent", (json_int_t)o->extent, "seconds",
-                          r->seconds, "gbps", gbps, "requests", (json_int_t)r->stats.requests, "retries",
+                          r->seconds, "gbps", gbps, "requests", (json_int_t)r->stats.requests,
+                          "requests_fixed", (json_int_t)r->stats.requests_fixed, "retries",
                           (json_int_t)r->stats.retries, "short_ios", (json_int_t)r->stats.short_ios, "o_direct", 1);
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     if (txt) puts(txt);
