@@ -1,7 +1,7 @@
 /* zoffload: the NVMe tier. A swap store keeps fixed-size extents (one per
  * chunk and model state) in preallocated swap files, one file per path (one
  * path per drive), extents placed round-robin across the files. Every extent
- * is written with O_DIRECT behind a 4 KiB header (magic, format version,
+ * is written with O_DIRECT and described by a 4 KiB header (magic, format version,
  * owner id, length, generation, xxHash64 of the payload) that is verified on
  * every read.
  *
@@ -71,7 +71,10 @@ typedef struct zo_swap_config {
     size_t npaths;
     uint64_t capacity;        /* payload bytes the store must hold, summed over files */
     uint64_t extent_bytes;    /* largest payload of one extent (a chunk); rounded up to 4 KiB */
-    const char *engine;       /* "auto" (default: io_uring, else sync), "io_uring", "sync" */
+    /* "auto" (default): io_uring, or sync when io_uring cannot be set up
+     * (logged once; ZO_SWAP_FORCE_SYNC=1 forces that failure); "io_uring"
+     * (fails with ZO_ERR_UNSUPPORTED instead of falling back); "sync". */
+    const char *engine;
     uint32_t queue_depth;     /* engine requests in flight (default 32) */
     uint32_t block_size;      /* bytes per engine request, multiple of 4096 (default 1 MiB) */
     zo_swap_reuse reuse;      /* what to do with a stale swap file */
@@ -94,6 +97,7 @@ typedef struct zo_swap_stats {
     uint64_t bytes_read;        /* payload bytes of successful, verified reads */
     uint64_t writes, reads;     /* completed successfully */
     uint64_t requests;          /* engine requests submitted (including retries) */
+    uint64_t requests_fixed;    /* of those, into or from a registered buffer */
     uint64_t retries;           /* EINTR/EAGAIN resubmissions */
     uint64_t short_ios;         /* short transfers resubmitted */
     uint64_t errors;            /* writes/reads that failed */
@@ -103,7 +107,7 @@ typedef struct zo_swap_stats {
     uint64_t file_bytes;        /* bytes preallocated over all files */
 } zo_swap_stats;
 
-#define ZO_SWAP_STATS_INIT {sizeof(zo_swap_stats), NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define ZO_SWAP_STATS_INIT {sizeof(zo_swap_stats), NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* Called on the store's I/O thread when a write or read finishes. msg names
  * the failure (file, offset, cause) or is "" on success. Must not block for
@@ -164,10 +168,13 @@ zo_status zo_swap_unregister_buffer(zo_swap_t s, void *buf);
 zo_status zo_swap_set_faults(zo_swap_t s, const zo_swap_fault *faults, size_t n);
 
 zo_status zo_swap_get_stats(zo_swap_t s, zo_swap_stats *out);
-/* The file holding ext and its byte offset (its header block), for messages
- * and tools. path stays valid until close. */
+/* The file holding ext and the byte offsets of its header block and of its
+ * payload, for messages and tools (any output may be NULL). path stays
+ * valid until close. File layout: a 4 KiB file header, one 4 KiB header
+ * block per extent, then the payloads (1 MiB-aligned when extents are 1 MiB
+ * or larger). */
 zo_status zo_swap_extent_location(zo_swap_t s, zo_swap_extent_t ext, const char **path,
-                                  uint64_t *offset);
+                                  uint64_t *header_offset, uint64_t *payload_offset);
 /* Name of the engine in use ("io_uring", "sync", ...). */
 const char *zo_swap_engine_name(zo_swap_t s);
 
