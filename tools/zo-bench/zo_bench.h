@@ -1,0 +1,7 @@
+/* zo-bench subcommands: each is a main() of its own. */
+#ifndef ZO_BENCH_H
+#define ZO_BENCH_H
+
+int zo_bench_adam_main(int argc, char **argv);
+
+#endif
