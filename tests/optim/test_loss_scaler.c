@@ -126,27 +126,26 @@ static void test_static_scale(void **state)
     }
 }
 
+/* Each bad value, one at a time, on top of the defaults. */
 static void test_bad_configs(void **state)
 {
-    zo_loss_scaler s;
-    zo_loss_scaler_config c = ZO_LOSS_SCALER_CONFIG_INIT;
-    c.loss_scale = -1;
-    ZO_ASSERT_ST(zo_loss_scaler_init(&s, &c), ZO_ERR_CONFIG);
-    c = (zo_loss_scaler_config)ZO_LOSS_SCALER_CONFIG_INIT;
-    c.loss_scale_window = 0;
-    ZO_ASSERT_ST(zo_loss_scaler_init(&s, &c), ZO_ERR_CONFIG);
-    c = (zo_loss_scaler_config)ZO_LOSS_SCALER_CONFIG_INIT;
-    c.hysteresis = 0;
-    ZO_ASSERT_ST(zo_loss_scaler_init(&s, &c), ZO_ERR_CONFIG);
-    c = (zo_loss_scaler_config)ZO_LOSS_SCALER_CONFIG_INIT;
-    c.min_loss_scale = 0;
-    ZO_ASSERT_ST(zo_loss_scaler_init(&s, &c), ZO_ERR_CONFIG);
-    c = (zo_loss_scaler_config)ZO_LOSS_SCALER_CONFIG_INIT;
-    c.initial_scale_power = 200;
-    ZO_ASSERT_ST(zo_loss_scaler_init(&s, &c), ZO_ERR_CONFIG);
-    c = (zo_loss_scaler_config)ZO_LOSS_SCALER_CONFIG_INIT;
-    c.struct_size = 0;
-    ZO_ASSERT_ST(zo_loss_scaler_init(&s, &c), ZO_ERR_INVALID_ARG);
+    static const struct {
+        const char *what;
+        zo_status st;
+    } cases[] = {{"loss_scale", ZO_ERR_CONFIG},     {"window", ZO_ERR_CONFIG}, {"hysteresis", ZO_ERR_CONFIG},
+                 {"min_loss_scale", ZO_ERR_CONFIG}, {"power", ZO_ERR_CONFIG},  {"struct_size", ZO_ERR_INVALID_ARG}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        zo_loss_scaler_config c = ZO_LOSS_SCALER_CONFIG_INIT;
+        const char *w = cases[i].what;
+        if (!strcmp(w, "loss_scale")) c.loss_scale = -1;
+        if (!strcmp(w, "window")) c.loss_scale_window = 0;
+        if (!strcmp(w, "hysteresis")) c.hysteresis = 0;
+        if (!strcmp(w, "min_loss_scale")) c.min_loss_scale = 0;
+        if (!strcmp(w, "power")) c.initial_scale_power = 200;
+        if (!strcmp(w, "struct_size")) c.struct_size = 0;
+        zo_loss_scaler s;
+        ZO_ASSERT_ST(zo_loss_scaler_init(&s, &c), cases[i].st);
+    }
     ZO_ASSERT_ST(zo_loss_scaler_update(NULL, 0), ZO_ERR_INVALID_ARG);
 }
 
