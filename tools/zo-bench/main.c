@@ -1,4 +1,5 @@
-/* zo-bench: dispatches to one benchmark per subcommand. */
+/* zo-bench: benchmarks that report speed as a ratio against a limit
+ * measured in the same run. One subcommand per part of the library. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@ typedef struct bench_cmd {
 /* One line per benchmark. */
 static const bench_cmd commands[] = {
     {"io", zo_bench_io_main, "NVMe swap store bandwidth (compare with fio on the same directory)"},
+    {"adam", zo_bench_adam_main, "fused CPU Adam step vs the memory roofline of the same bytes"},
 };
 
 static void usage(FILE *out)
