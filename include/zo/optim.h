@@ -1,0 +1,181 @@
+/* zoffload: CPU optimizers. A fused one-pass Adam/AdamW step over flat
+ * buffers (16- or 32-bit gradients in, fp32 master weights and Adam moments
+ * updated in place, the 16-bit weight copy written for the GPU), a read-only
+ * gradient pass (sum of squares and an inf/NaN flag), a worker pool bound to
+ * chosen cores that runs both asynchronously, and DeepSpeed's dynamic loss
+ * scaler. The optimizer knows only buffers, never chunks or tensors. */
+#ifndef ZO_OPTIM_H
+#define ZO_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zo/cpu.h"
+#include "zo/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types of the buffers the optimizer reads and writes. */
+typedef enum zo_optim_dtype {
+    ZO_OPTIM_NONE = 0, /* no buffer (only for the 16-bit weight copy) */
+    ZO_OPTIM_FP32 = 1,
+    ZO_OPTIM_FP16 = 2, /* IEEE binary16 */
+    ZO_OPTIM_BF16 = 3,
+} zo_optim_dtype;
+
+const char *zo_optim_dtype_name(zo_optim_dtype t);
+/* Bytes per element: 4, 2, or 0 for ZO_OPTIM_NONE. */
+size_t zo_optim_dtype_size(zo_optim_dtype t);
+
+/* Hyper-parameters of one Adam step over one parameter group. */
+typedef struct zo_adam_params {
+    size_t struct_size;
+    float lr;
+    float beta1;
+    float beta2;
+    float eps;
+    float weight_decay;
+    int64_t step;        /* this update's 1-based step count (bias correction uses it) */
+    int adamw;           /* 1: decoupled decay (AdamW); 0: L2 decay added to the gradient (Adam) */
+    int bias_correction; /* 1: divide the moments by 1 - beta^step */
+    float grad_scale;    /* gradients are multiplied by this: 1/loss_scale times the clip coefficient */
+    int simd_level;      /* -1: zo_cpu_simd_level(); else a zo_simd_level this CPU supports (tests) */
+} zo_adam_params;
+
+#define ZO_ADAM_PARAMS_INIT                                                                        \
+    {sizeof(zo_adam_params), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1, 1, 1.0f, -1}
+
+/* The buffers of one step: n elements each. master, m and v are updated in
+ * place; out receives the updated weights rounded to 16 bits (or nothing). */
+typedef struct zo_adam_buffers {
+    size_t struct_size;
+    size_t n;
+    const void *grad;
+    zo_optim_dtype grad_type;  /* FP32, FP16 or BF16 */
+    float *master;
+    void *m;
+    void *v;
+    zo_optim_dtype state_type; /* FP32 (default), or BF16 to halve the moments' memory and traffic */
+    void *out;
+    zo_optim_dtype out_type;   /* BF16, FP16, or NONE (out must then be NULL) */
+} zo_adam_buffers;
+
+#define ZO_ADAM_BUFFERS_INIT                                                                       \
+    {sizeof(zo_adam_buffers), 0, NULL, ZO_OPTIM_FP32, NULL, NULL, NULL, ZO_OPTIM_FP32, NULL,      \
+     ZO_OPTIM_NONE}
+
+/* One fused pass on the calling thread. Per element, in fp32:
+ *   g = grad * grad_scale (+ weight_decay * w in Adam/L2 mode)
+ *   m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2
+ *   w = w (1 - lr wd, AdamW only) - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
+ * Every variant performs the same fp32 operations in the same order, so all
+ * variants give bit-identical results (except the AVX512_BF16 variant's 16-bit
+ * outputs for fp32-subnormal values, which its instruction flushes to zero). */
+zo_status zo_adam_step(const zo_adam_params *p, const zo_adam_buffers *b);
+
+/* The same bytes as zo_adam_step over b (every read and write, same types,
+ * same store kind) with no arithmetic: the memory roofline of the step, for
+ * benchmarks and the planner. Overwrites out with bits taken from grad;
+ * master, m and v keep their values. */
+zo_status zo_adam_roofline(const zo_adam_buffers *b, int simd_level);
+
+/* Read-only pass over gradients. */
+typedef struct zo_grad_stats {
+    double sum_sq;  /* sum of squares of the values as stored (unscaled), accumulated in double */
+    int nonfinite;  /* 1 if any value is inf or NaN */
+} zo_grad_stats;
+
+zo_status zo_grad_stats_compute(const void *grad, zo_optim_dtype type, size_t n, int simd_level,
+                                zo_grad_stats *out);
+
+/* DeepSpeed's gradient unscale-and-clip factor: with total_norm the norm of
+ * the loss-scaled gradients, returns the factor to multiply them by
+ * (1/loss_scale, lowered when max_norm > 0 and the true norm exceeds it). */
+float zo_grad_scale_factor(double total_norm, float loss_scale, float max_norm);
+
+/* ---- worker pool ---- */
+
+typedef struct zo_optim_pool *zo_optim_pool_t;
+
+typedef struct zo_optim_pool_config {
+    size_t struct_size;
+    int nthreads;     /* worker threads, >= 1 */
+    const int *cores; /* optional core ids to bind to (e.g. the GPU's NUMA node); NULL: no binding */
+    int ncores;
+    size_t tile_elems; /* elements per tile, a multiple of 64; 0: 16384 (ZO_OPTIM_TILE overrides) */
+} zo_optim_pool_config;
+
+#define ZO_OPTIM_POOL_CONFIG_INIT {sizeof(zo_optim_pool_config), 1, NULL, 0, 0}
+
+/* Workers bound to cores[i % ncores] when there are at most as many workers
+ * as cores, else each to the whole set. */
+zo_status zo_optim_pool_init(zo_optim_pool_t *out, const zo_optim_pool_config *cfg);
+/* Runs every queued job to completion, then stops the workers. */
+void zo_optim_pool_free(zo_optim_pool_t pool);
+int zo_optim_pool_nthreads(zo_optim_pool_t pool);
+size_t zo_optim_pool_tile_elems(zo_optim_pool_t pool);
+
+/* An enqueued job; jobs run in the order they were enqueued. */
+typedef struct zo_optim_job *zo_optim_job_t;
+
+/* Asynchronous versions. The buffers must stay valid until the job is
+ * waited on; params and buffers structs are copied. Results do not depend
+ * on the number of threads, bit for bit: tiles are fixed by tile_elems and
+ * per-tile sums are combined in tile order. */
+zo_status zo_optim_pool_adam_enqueue(zo_optim_pool_t pool, const zo_adam_params *p,
+                                     const zo_adam_buffers *b, zo_optim_job_t *job);
+zo_status zo_optim_pool_grad_stats_enqueue(zo_optim_pool_t pool, const void *grad,
+                                           zo_optim_dtype type, size_t n, int simd_level,
+                                           zo_optim_job_t *job);
+zo_status zo_optim_pool_roofline_enqueue(zo_optim_pool_t pool, const zo_adam_buffers *b,
+                                         int simd_level, zo_optim_job_t *job);
+/* ZO_OK when done, ZO_NOT_READY while it runs. */
+zo_status zo_optim_job_poll(zo_optim_job_t job);
+/* Blocks until the job is done, stores grad statistics in stats (may be NULL;
+ * zero for other jobs) and releases the handle. */
+zo_status zo_optim_job_wait(zo_optim_job_t job, zo_grad_stats *stats);
+
+/* Synchronous conveniences: enqueue and wait. */
+zo_status zo_optim_pool_adam_step(zo_optim_pool_t pool, const zo_adam_params *p,
+                                  const zo_adam_buffers *b);
+zo_status zo_optim_pool_grad_stats(zo_optim_pool_t pool, const void *grad, zo_optim_dtype type,
+                                   size_t n, zo_grad_stats *out);
+
+/* ---- loss scaling (DeepSpeed's fp16 semantics) ---- */
+
+typedef struct zo_loss_scaler_config {
+    size_t struct_size;
+    double loss_scale;          /* > 0: static scale; 0: dynamic */
+    int initial_scale_power;    /* dynamic: start at 2^power (16) */
+    int loss_scale_window;      /* clean steps before the scale doubles (1000) */
+    int hysteresis;             /* overflows tolerated before the scale halves (2) */
+    int consecutive_hysteresis; /* refill hysteresis on every clean step (0) */
+    double min_loss_scale;      /* floor of the scale (1) */
+    int raise_error_at_min_scale; /* an overflow at the floor is an error (1) */
+} zo_loss_scaler_config;
+
+#define ZO_LOSS_SCALER_CONFIG_INIT                                                                 \
+    {sizeof(zo_loss_scaler_config), 0.0, 16, 1000, 2, 0, 1.0, 1}
+
+typedef struct zo_loss_scaler {
+    double cur_scale;
+    int64_t cur_iter;
+    int64_t last_overflow_iter;
+    int cur_hysteresis;
+    int dynamic;
+    zo_loss_scaler_config cfg;
+} zo_loss_scaler;
+
+zo_status zo_loss_scaler_init(zo_loss_scaler *s, const zo_loss_scaler_config *cfg);
+/* Record whether this step's gradients overflowed and set the next scale.
+ * Returns ZO_ERR_OVERFLOW, leaving the state unchanged, when an overflow
+ * occurs with the scale already at min_loss_scale and raise_error_at_min_scale. */
+zo_status zo_loss_scaler_update(zo_loss_scaler *s, int overflow);
+static inline double zo_loss_scaler_scale(const zo_loss_scaler *s) { return s->cur_scale; }
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,188 @@
+/* zoffload: the NVMe tier. A swap store keeps fixed-size extents (one per
+ * chunk and model state) in preallocated swap files, one file per path (one
+ * path per drive), extents placed round-robin across the files. Every extent
+ * is written with O_DIRECT behind a 4 KiB header (magic, format version,
+ * owner id, length, generation, xxHash64 of the payload) that is verified on
+ * every read.
+ *
+ * I/O is asynchronous: a write or read returns at once with a ticket (wait on
+ * it) and/or calls a completion callback; many may be in flight. One I/O
+ * thread per store drives the engine (io_uring, or the `sync` pread/pwrite
+ * worker pool where io_uring cannot be set up).
+ *
+ * Buffers: every buffer handed to zo_swap_write_async/zo_swap_read_async must
+ * start on a 4096-byte boundary (O_DIRECT transfers straight from and into it);
+ * its length may be anything up to the store's extent_bytes. The caller keeps
+ * ownership: the store never frees a buffer, and a ticket completes (with
+ * success or an error) only after the store has stopped touching it, so an
+ * error such as ENOSPC or EIO is reported while the data is still in hand. */
+#ifndef ZO_SWAP_H
+#define ZO_SWAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zo/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zo_swap *zo_swap_t;
+/* A pending write or read. Waited on exactly once with zo_swap_wait. */
+typedef struct zo_swap_io *zo_swap_io_t;
+/* An extent slot of the store (0 .. extents_total-1). */
+typedef uint32_t zo_swap_extent_t;
+#define ZO_SWAP_EXTENT_NONE UINT32_MAX
+
+/* Required alignment of buffers and of every on-disk offset. */
+#define ZO_SWAP_ALIGN 4096u
+
+/* What to do with a swap file that already exists at open (left by a run
+ * that crashed: a clean close deletes its files). */
+typedef enum zo_swap_reuse {
+    ZO_SWAP_REFUSE = 0, /* fail with ZO_ERR_EXISTS naming the file (default) */
+    ZO_SWAP_REUSE = 1,  /* take it over and discard its contents */
+} zo_swap_reuse;
+
+/* Fault injection for tests and drills (the `fault` engine wraps the chosen
+ * engine when any fault is armed). Operation indices count engine requests
+ * (each block-sized piece, header or tail of a write/read, resubmissions
+ * included) from 0 since the faults were armed. */
+typedef enum zo_swap_fault_kind {
+    ZO_SWAP_FAULT_EIO = 0,    /* the request fails with EIO  -> ZO_ERR_IO */
+    ZO_SWAP_FAULT_NOSPC = 1,  /* the request fails with ENOSPC -> ZO_ERR_NO_SPACE */
+    ZO_SWAP_FAULT_SHORT = 2,  /* only part of the request is transferred (recovered) */
+    ZO_SWAP_FAULT_EINTR = 3,  /* fails with EINTR (retried, recovered) */
+    ZO_SWAP_FAULT_EAGAIN = 4, /* fails with EAGAIN (retried, recovered) */
+    ZO_SWAP_FAULT_DELAY = 5,  /* completes after delay_ms (recovered) */
+    ZO_SWAP_FAULT_KIND_COUNT_ = 6
+} zo_swap_fault_kind;
+
+typedef struct zo_swap_fault {
+    zo_swap_fault_kind kind;
+    uint64_t op_index;  /* which request (0-based) */
+    uint32_t delay_ms;  /* ZO_SWAP_FAULT_DELAY only */
+} zo_swap_fault;
+
+typedef struct zo_swap_config {
+    size_t struct_size;
+    const char *const *paths; /* directories, one swap file in each (one per drive) */
+    size_t npaths;
+    uint64_t capacity;        /* payload bytes the store must hold, summed over files */
+    uint64_t extent_bytes;    /* largest payload of one extent (a chunk); rounded up to 4 KiB */
+    const char *engine;       /* "auto" (default: io_uring, else sync), "io_uring", "sync" */
+    uint32_t queue_depth;     /* engine requests in flight (default 32) */
+    uint32_t block_size;      /* bytes per engine request, multiple of 4096 (default 1 MiB) */
+    zo_swap_reuse reuse;      /* what to do with a stale swap file */
+    const char *name;         /* file name prefix (default "zoffload"): DIR/NAME.swap.I */
+    int keep_files;           /* 1: leave the files at close (default: delete them) */
+    const zo_swap_fault *faults; /* armed at open (tests); see zo_swap_set_faults */
+    size_t nfaults;
+} zo_swap_config;
+
+#define ZO_SWAP_CONFIG_INIT                                                                        \
+    {                                                                                              \
+        sizeof(zo_swap_config), NULL, 0, 0, 64u << 20, "auto", 32, 1u << 20, ZO_SWAP_REFUSE,       \
+            "zoffload", 0, NULL, 0                                                                 \
+    }
+
+typedef struct zo_swap_stats {
+    size_t struct_size;
+    const char *engine;         /* engine in use: "io_uring", "sync", "fault+io_uring", ... */
+    uint64_t bytes_written;     /* payload bytes of successful writes */
+    uint64_t bytes_read;        /* payload bytes of successful, verified reads */
+    uint64_t writes, reads;     /* completed successfully */
+    uint64_t requests;          /* engine requests submitted (including retries) */
+    uint64_t retries;           /* EINTR/EAGAIN resubmissions */
+    uint64_t short_ios;         /* short transfers resubmitted */
+    uint64_t errors;            /* writes/reads that failed */
+    uint64_t corrupt;           /* reads that failed verification */
+    uint32_t extents_total, extents_used;
+    uint32_t nfiles;
+    uint64_t file_bytes;        /* bytes preallocated over all files */
+} zo_swap_stats;
+
+#define ZO_SWAP_STATS_INIT {sizeof(zo_swap_stats), NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+/* Called on the store's I/O thread when a write or read finishes. msg names
+ * the failure (file, offset, cause) or is "" on success. Must not block for
+ * long and must not call zo_swap_wait or zo_swap_close. */
+typedef void (*zo_swap_done_fn)(void *user, zo_status st, const char *msg);
+
+/* Create (or, with ZO_SWAP_REUSE, take over) the swap files, check free space,
+ * preallocate, and start the I/O engine. */
+zo_status zo_swap_open(const zo_swap_config *cfg, zo_swap_t *out);
+/* Wait for all I/O in flight, stop, delete the files (unless keep_files).
+ * Tickets not yet waited become invalid. Accepts NULL. */
+void zo_swap_close(zo_swap_t s);
+
+/* Reserve a free extent for owner (an id the caller chooses, such as a chunk
+ * and state; stored in the header and checked on read). Extents are handed
+ * out round-robin across the files. ZO_ERR_BUDGET when all are taken. */
+zo_status zo_swap_alloc_extent(zo_swap_t s, uint64_t owner, zo_swap_extent_t *out);
+/* Release an extent. ZO_ERR_STATE while a write or read on it is in flight. */
+zo_status zo_swap_free_extent(zo_swap_t s, zo_swap_extent_t ext);
+
+/* Write len bytes of buf (4 KiB aligned, len <= extent_bytes) to ext, tagged
+ * with generation. The checksum is computed on the calling thread. Returns a
+ * ticket in *io (may be NULL when done is given) and/or calls done. buf must
+ * stay valid and unchanged until completion. The header is written only after
+ * the payload, so a crash mid-write leaves an extent that fails verification. */
+zo_status zo_swap_write_async(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len,
+                              uint64_t generation, zo_swap_done_fn done, void *user,
+                              zo_swap_io_t *io);
+/* Read ext into buf (4 KiB aligned): its header must name the extent's owner,
+ * length len and generation, and the payload must match its checksum, else
+ * ZO_ERR_CORRUPT naming the file and offset. */
+zo_status zo_swap_read_async(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len,
+                             uint64_t generation, zo_swap_done_fn done, void *user,
+                             zo_swap_io_t *io);
+/* Wait for a ticket, free it, return its status (the error's message is the
+ * calling thread's last error). Accepts NULL (returns ZO_OK). */
+zo_status zo_swap_wait(zo_swap_io_t io);
+/* ZO_NOT_READY while pending, else the final status (the ticket stays valid
+ * until zo_swap_wait). */
+zo_status zo_swap_test(zo_swap_io_t io);
+
+/* Synchronous forms: async + wait. */
+zo_status zo_swap_write(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len,
+                        uint64_t generation);
+zo_status zo_swap_read(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len,
+                       uint64_t generation);
+
+/* Register a long-lived buffer (such as the pinned chunk pool) so that the
+ * io_uring engine transfers into it without per-request page pinning. A no-op
+ * on engines without fixed buffers. Call before I/O on that buffer; the
+ * buffer must outlive the store or be unregistered first. */
+zo_status zo_swap_register_buffer(zo_swap_t s, void *buf, size_t len);
+zo_status zo_swap_unregister_buffer(zo_swap_t s, void *buf);
+
+/* Re-arm fault injection (replaces any armed faults, restarts the operation
+ * count at 0; n == 0 disarms). Only on a store whose config armed faults at
+ * open (the fault engine wraps the engine from the start). */
+zo_status zo_swap_set_faults(zo_swap_t s, const zo_swap_fault *faults, size_t n);
+
+zo_status zo_swap_get_stats(zo_swap_t s, zo_swap_stats *out);
+/* The file holding ext and its byte offset (its header block), for messages
+ * and tools. path stays valid until close. */
+zo_status zo_swap_extent_location(zo_swap_t s, zo_swap_extent_t ext, const char **path,
+                                  uint64_t *offset);
+/* Name of the engine in use ("io_uring", "sync", ...). */
+const char *zo_swap_engine_name(zo_swap_t s);
+
+/* ---- probes, for zo-report ---- */
+/* 1 when an io_uring ring can be set up and supports read/write here, else 0
+ * with the reason in why (ZO_SWAP_FORCE_SYNC=1 counts as a failure). */
+int zo_swap_probe_io_uring(char *why, size_t cap);
+/* Whether O_DIRECT works in dir and how many bytes are free there (statvfs,
+ * available to unprivileged users). why explains an O_DIRECT refusal. */
+zo_status zo_swap_probe_dir(const char *dir, int *odirect_ok, uint64_t *free_bytes, char *why,
+                            size_t cap);
+/* The liburing version this library was built against ("2.3"). */
+const char *zo_swap_liburing_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

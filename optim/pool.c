@@ -1,0 +1,342 @@
+/* The optimizer's worker pool. Jobs queue in FIFO order; each job is cut
+ * into fixed tiles (tile_elems elements) that workers claim one at a time,
+ * so the work stays in cache-sized pieces, threads balance themselves, and
+ * results never depend on the thread count: an element's update depends
+ * only on its own data, and per-tile sums are combined in tile order. */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim_internal.h"
+#include "zo_internal.h"
+
+#define ZO_OPTIM_TILE_DEFAULT 16384
+
+typedef enum job_kind { JOB_ADAM, JOB_GRAD_STATS, JOB_ROOFLINE } job_kind;
+
+struct zo_optim_job {
+    /* Completion, under the job's own lock so a waiter never touches the pool. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    zo_grad_stats stats;
+    /* The work, immutable once queued. */
+    job_kind kind;
+    const zo_optim_kernels *k;
+    zo_adam_consts c;
+    zo_adam_buffers b; /* grad stats use b.grad, b.grad_type, b.n */
+    size_t tile, ntiles;
+    double *partials; /* per-tile sums of squares */
+    /* Progress, under the pool's lock. */
+    size_t next_tile, tiles_done;
+    struct zo_optim_job *next;
+};
+
+struct zo_optim_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;
+    struct zo_optim_job *head, *tail;
+    int stop;
+    int nthreads;
+    size_t tile;
+    pthread_t *threads;
+};
+
+static void run_tile(struct zo_optim_job *j, size_t t)
+{
+    size_t begin = t * j->tile, end = begin + j->tile < j->b.n ? begin + j->tile : j->b.n;
+    switch (j->kind) {
+    case JOB_ADAM: j->k->adam(&j->c, &j->b, begin, end); break;
+    case JOB_ROOFLINE: j->k->roofline(&j->b, begin, end); break;
+    case JOB_GRAD_STATS: j->partials[t] = j->k->sum_sq(j->b.grad, j->b.grad_type, begin, end); break;
+    }
+}
+
+static void job_complete(struct zo_optim_job *j)
+{
+    if (j->kind == JOB_GRAD_STATS) {
+        double s = 0.0;
+        for (size_t t = 0; t < j->ntiles; t++) s += j->partials[t];
+        j->stats.sum_sq = s;
+        j->stats.nonfinite = !isfinite(s);
+    }
+    pthread_mutex_lock(&j->mu);
+    j->done = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu); /* the waiter may free j from here on */
+}
+
+static void *worker_main(void *arg)
+{
+    struct zo_optim_pool *pool = arg;
+    pthread_mutex_lock(&pool->mu);
+    for (;;) {
+        while (!pool->head && !pool->stop) pthread_cond_wait(&pool->work_cv, &pool->mu);
+        struct zo_optim_job *j = pool->head;
+        if (!j) break;
+        size_t t = j->next_tile++;
+        if (j->next_tile == j->ntiles) {
+            pool->head = j->next;
+            if (!pool->head) pool->tail = NULL;
+        }
+        pthread_mutex_unlock(&pool->mu);
+        run_tile(j, t);
+        pthread_mutex_lock(&pool->mu);
+        if (++j->tiles_done == j->ntiles) job_complete(j);
+    }
+    pthread_mutex_unlock(&pool->mu);
+    return NULL;
+}
+
+static zo_status check_cores(const zo_optim_pool_config *cfg)
+{
+    if (!cfg->cores) return ZO_OK;
+    if (cfg->ncores < 1)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "cores is set but ncores is %d; give at least one core",
+                       cfg->ncores);
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return ZO_FAIL(ZO_ERR_SYSTEM, "optim", "sched_getaffinity: %s", strerror(errno));
+    for (int i = 0; i < cfg->ncores; i++) {
+        int c = cfg->cores[i];
+        if (c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &allowed))
+            return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim",
+                           "core %d (cores[%d]) is not one this process may run on (it may use %d cores; "
+                           "see sched_getaffinity or taskset -p)", c, i, CPU_COUNT(&allowed));
+    }
+    return ZO_OK;
+}
+
+static zo_status check_config(const zo_optim_pool_config *cfg)
+{
+    if (!cfg || cfg->struct_size < sizeof *cfg)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_optim_pool_config is NULL or its struct_size is "
+                       "wrong; initialize it with ZO_OPTIM_POOL_CONFIG_INIT");
+    if (cfg->nthreads < 1 || cfg->nthreads > 1024)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "nthreads %d must be between 1 and 1024", cfg->nthreads);
+    if (cfg->tile_elems % 64)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "tile_elems %zu must be a multiple of 64 (or 0 for the "
+                       "default)", cfg->tile_elems);
+    return check_cores(cfg);
+}
+
+/* One core per worker when there are enough, else the whole set. */
+static void worker_affinity(const zo_optim_pool_config *cfg, int i, cpu_set_t *set)
+{
+    CPU_ZERO(set);
+    if (cfg->nthreads <= cfg->ncores) {
+        CPU_SET(cfg->cores[i], set);
+        return;
+    }
+    for (int c = 0; c < cfg->ncores; c++) CPU_SET(cfg->cores[c], set);
+}
+
+static zo_status start_worker(struct zo_optim_pool *pool, const zo_optim_pool_config *cfg, int i)
+{
+    pthread_attr_t attr;
+    int rc = pthread_attr_init(&attr);
+    if (rc == 0 && cfg->cores) {
+        cpu_set_t set;
+        worker_affinity(cfg, i, &set);
+        rc = pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+    }
+    if (rc == 0) rc = pthread_create(&pool->threads[i], &attr, worker_main, pool);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+        return ZO_FAIL(ZO_ERR_SYSTEM, "optim", "starting optimizer worker %d of %d: %s", i, cfg->nthreads,
+                       strerror(rc));
+    return ZO_OK;
+}
+
+static void stop_workers(struct zo_optim_pool *pool, int started)
+{
+    pthread_mutex_lock(&pool->mu);
+    pool->stop = 1;
+    pthread_cond_broadcast(&pool->work_cv);
+    pthread_mutex_unlock(&pool->mu);
+    for (int i = 0; i < started; i++) pthread_join(pool->threads[i], NULL);
+}
+
+zo_status zo_optim_pool_init(zo_optim_pool_t *out, const zo_optim_pool_config *cfg)
+{
+    if (!out) return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_optim_pool_init: out is NULL");
+    *out = NULL;
+    ZO_TRY(check_config(cfg));
+    struct zo_optim_pool *pool = calloc(1, sizeof *pool);
+    if (pool) pool->threads = calloc((size_t)cfg->nthreads, sizeof *pool->threads);
+    if (!pool || !pool->threads) {
+        free(pool);
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "optim", "allocating a pool of %d workers", cfg->nthreads);
+    }
+    pool->nthreads = cfg->nthreads;
+    pool->tile = cfg->tile_elems ? cfg->tile_elems
+                                 : (size_t)zo_env_int("ZO_OPTIM_TILE", ZO_OPTIM_TILE_DEFAULT, 64, 1 << 26) / 64 * 64;
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->work_cv, NULL);
+    for (int i = 0; i < cfg->nthreads; i++) {
+        zo_status st = start_worker(pool, cfg, i);
+        if (st < 0) {
+            stop_workers(pool, i);
+            pthread_cond_destroy(&pool->work_cv);
+            pthread_mutex_destroy(&pool->mu);
+            free(pool->threads);
+            free(pool);
+            return st;
+        }
+    }
+    *out = pool;
+    return ZO_OK;
+}
+
+void zo_optim_pool_free(zo_optim_pool_t pool)
+{
+    if (!pool) return;
+    stop_workers(pool, pool->nthreads); /* workers drain the queue before they see stop */
+    pthread_cond_destroy(&pool->work_cv);
+    pthread_mutex_destroy(&pool->mu);
+    free(pool->threads);
+    free(pool);
+}
+
+int zo_optim_pool_nthreads(zo_optim_pool_t pool) { return pool ? pool->nthreads : 0; }
+size_t zo_optim_pool_tile_elems(zo_optim_pool_t pool) { return pool ? pool->tile : 0; }
+
+static zo_status job_new(zo_optim_pool_t pool, job_kind kind, size_t n, struct zo_optim_job **out)
+{
+    struct zo_optim_job *j = calloc(1, sizeof *j);
+    if (!j) return ZO_FAIL(ZO_ERR_NO_MEMORY, "optim", "allocating an optimizer job");
+    j->kind = kind;
+    j->tile = pool->tile;
+    j->ntiles = (n + pool->tile - 1) / pool->tile;
+    if (kind == JOB_GRAD_STATS && j->ntiles) {
+        j->partials = calloc(j->ntiles, sizeof *j->partials);
+        if (!j->partials) {
+            size_t ntiles = j->ntiles;
+            free(j);
+            return ZO_FAIL(ZO_ERR_NO_MEMORY, "optim", "allocating %zu per-tile sums", ntiles);
+        }
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    *out = j;
+    return ZO_OK;
+}
+
+static void job_submit(zo_optim_pool_t pool, struct zo_optim_job *j)
+{
+    if (j->ntiles == 0) {
+        j->done = 1; /* nothing to do; its stats stay zero */
+        return;
+    }
+    pthread_mutex_lock(&pool->mu);
+    if (pool->tail) pool->tail->next = j;
+    else pool->head = j;
+    pool->tail = j;
+    pthread_cond_broadcast(&pool->work_cv);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+static zo_status check_pool_job(zo_optim_pool_t pool, zo_optim_job_t *job)
+{
+    if (!pool || !job)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "%s is NULL", !pool ? "pool" : "job (the handle to fill)");
+    *job = NULL;
+    return ZO_OK;
+}
+
+zo_status zo_optim_pool_adam_enqueue(zo_optim_pool_t pool, const zo_adam_params *p,
+                                     const zo_adam_buffers *b, zo_optim_job_t *job)
+{
+    zo_adam_consts c;
+    const zo_optim_kernels *k;
+    ZO_TRY(check_pool_job(pool, job));
+    ZO_TRY(zo_adam_consts_make(p, &c));
+    ZO_TRY(zo_adam_buffers_check(b));
+    ZO_TRY(zo_optim_kernels_get(p->simd_level, &k));
+    struct zo_optim_job *j;
+    ZO_TRY(job_new(pool, JOB_ADAM, b->n, &j));
+    j->k = k;
+    j->c = c;
+    j->b = *b;
+    job_submit(pool, j);
+    *job = j;
+    return ZO_OK;
+}
+
+zo_status zo_optim_pool_roofline_enqueue(zo_optim_pool_t pool, const zo_adam_buffers *b,
+                                         int simd_level, zo_optim_job_t *job)
+{
+    const zo_optim_kernels *k;
+    ZO_TRY(check_pool_job(pool, job));
+    ZO_TRY(zo_adam_buffers_check(b));
+    ZO_TRY(zo_optim_kernels_get(simd_level, &k));
+    struct zo_optim_job *j;
+    ZO_TRY(job_new(pool, JOB_ROOFLINE, b->n, &j));
+    j->k = k;
+    j->b = *b;
+    job_submit(pool, j);
+    *job = j;
+    return ZO_OK;
+}
+
+zo_status zo_optim_pool_grad_stats_enqueue(zo_optim_pool_t pool, const void *grad,
+                                           zo_optim_dtype type, size_t n, int simd_level,
+                                           zo_optim_job_t *job)
+{
+    const zo_optim_kernels *k;
+    ZO_TRY(check_pool_job(pool, job));
+    ZO_TRY(zo_grad_check(grad, type, n));
+    ZO_TRY(zo_optim_kernels_get(simd_level, &k));
+    struct zo_optim_job *j;
+    ZO_TRY(job_new(pool, JOB_GRAD_STATS, n, &j));
+    j->k = k;
+    j->b.grad = grad;
+    j->b.grad_type = type;
+    j->b.n = n;
+    job_submit(pool, j);
+    *job = j;
+    return ZO_OK;
+}
+
+zo_status zo_optim_job_poll(zo_optim_job_t job)
+{
+    if (!job) return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_optim_job_poll: job is NULL");
+    pthread_mutex_lock(&job->mu);
+    int done = job->done;
+    pthread_mutex_unlock(&job->mu);
+    return done ? ZO_OK : ZO_NOT_READY;
+}
+
+zo_status zo_optim_job_wait(zo_optim_job_t job, zo_grad_stats *stats)
+{
+    if (!job) return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_optim_job_wait: job is NULL");
+    pthread_mutex_lock(&job->mu);
+    while (!job->done) pthread_cond_wait(&job->cv, &job->mu);
+    pthread_mutex_unlock(&job->mu);
+    if (stats) *stats = job->stats;
+    pthread_cond_destroy(&job->cv);
+    pthread_mutex_destroy(&job->mu);
+    free(job->partials);
+    free(job);
+    return ZO_OK;
+}
+
+zo_status zo_optim_pool_adam_step(zo_optim_pool_t pool, const zo_adam_params *p,
+                                  const zo_adam_buffers *b)
+{
+    zo_optim_job_t job;
+    ZO_TRY(zo_optim_pool_adam_enqueue(pool, p, b, &job));
+    return zo_optim_job_wait(job, NULL);
+}
+
+zo_status zo_optim_pool_grad_stats(zo_optim_pool_t pool, const void *grad, zo_optim_dtype type,
+                                   size_t n, zo_grad_stats *out)
+{
+    zo_optim_job_t job;
+    if (!out) return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_optim_pool_grad_stats: out is NULL");
+    ZO_TRY(zo_optim_pool_grad_stats_enqueue(pool, grad, type, n, -1, &job));
+    return zo_optim_job_wait(job, out);
+}

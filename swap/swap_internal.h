@@ -1,0 +1,121 @@
+/* The swap store's private state, shared by its source files. Not installed. */
+#ifndef ZO_SWAP_INTERNAL_H
+#define ZO_SWAP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "swap_engine.h"
+#include "zo/swap.h"
+
+#define ZO_SWAP_FILE_MAGIC 0x3146505753504f5aull   /* "ZOPSWPF1" */
+#define ZO_SWAP_EXTENT_MAGIC 0x3158505753504f5aull /* "ZOPSWPX1" */
+#define ZO_SWAP_FORMAT_VERSION 1u
+#define ZO_SWAP_MAX_PATHS 64
+#define ZO_SWAP_MAX_REGISTERED 64
+/* EINTR/EAGAIN resubmissions, and transfers that made no progress, allowed
+ * per request before the operation fails with ZO_ERR_IO. */
+#define ZO_SWAP_MAX_RETRIES 64
+
+/* First block of every swap file. */
+typedef struct swap_file_header {
+    uint64_t magic;
+    uint32_t version, index;
+    uint32_t nfiles, pid;
+    uint64_t extent_payload, slots, created_unix;
+    char hostname[64];
+} swap_file_header;
+
+/* First block of every extent; little-endian on disk (the host's order on
+ * every platform zoffload builds for). */
+typedef struct swap_extent_header {
+    uint64_t magic;
+    uint32_t version, header_bytes;
+    uint64_t owner, length, generation, payload_xxh64;
+    uint32_t extent, reserved;
+    uint64_t header_xxh64; /* over every field above */
+} swap_extent_header;
+
+typedef struct swap_file {
+    char *path;
+    int fd;
+    int created; /* by this open: removed if the open fails */
+    uint64_t slots, size;
+} swap_file;
+
+typedef struct swap_slot {
+    uint64_t owner;
+    uint8_t used, busy;
+} swap_slot;
+
+typedef struct swap_region {
+    void *buf;
+    size_t len;
+    int index;
+} swap_region;
+
+struct zo_swap_io;
+
+/* An engine request plus what the store needs to finish or resubmit it. */
+typedef struct store_req {
+    zo_io_req io;
+    struct zo_swap_io *op;
+    int retries;
+    struct store_req *next; /* free list / retry list */
+} store_req;
+
+struct zo_swap_io {
+    struct zo_swap *s;
+    zo_io_dir dir;
+    zo_swap_extent_t ext;
+    uint8_t *buf;
+    size_t len, body_len, tail_len;
+    uint64_t generation, owner, payload_hash;
+    uint32_t file;
+    uint64_t base_off; /* the extent's header block in its file */
+    int buf_index;
+    uint8_t *blocks;   /* 4 KiB header block, then 4 KiB tail block */
+    int phase;         /* writes: 0 payload, 1 header */
+    int header_pending, tail_pending;
+    size_t next_body;
+    int inflight;
+    zo_status st;
+    char msg[384];
+    int done, has_ticket;
+    zo_swap_done_fn cb;
+    void *user;
+    struct zo_swap_io *next;            /* incoming / active list */
+    struct zo_swap_io *tprev, *tnext;   /* tickets not yet waited */
+};
+
+struct zo_swap {
+    zo_swap_config cfg;
+    char *name;
+    swap_file *files;
+    uint32_t nfiles;
+    uint64_t extent_payload, slot_bytes;
+    swap_slot *slots;
+    uint32_t nslots, used, cursor;
+    zo_io_engine *engine;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t done_cv;
+    struct zo_swap_io *in_head, *in_tail; /* submitted, not yet seen by the I/O thread */
+    struct zo_swap_io *tickets;
+    int stop;
+    zo_swap_stats stats;
+    swap_region regions[ZO_SWAP_MAX_REGISTERED];
+    /* I/O thread only: */
+    store_req *reqs, *free_reqs, *retry_reqs;
+    zo_io_req **reap_buf;
+    struct zo_swap_io *active_head, *active_tail;
+    uint32_t inflight;
+};
+
+/* swap_io.c */
+zo_status zo_swap_start_io(struct zo_swap *s);
+void zo_swap_stop_io(struct zo_swap *s);
+uint64_t zo_swap_header_hash(const swap_extent_header *h);
+
+#endif

@@ -1,0 +1,509 @@
+/* Asynchronous extent writes and reads: tickets, the I/O thread that cuts
+ * them into engine requests (payload blocks, a bounce block for an unaligned
+ * tail, the header), resubmits short and interrupted transfers, verifies
+ * what it reads, and completes tickets only once the caller's buffer is no
+ * longer in use. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH64_state_t on the stack */
+#include <xxhash.h>
+
+#include "swap_internal.h"
+#include "zo_internal.h"
+
+uint64_t zo_swap_header_hash(const swap_extent_header *h)
+{
+    return XXH64(h, offsetof(swap_extent_header, header_xxh64), 0);
+}
+
+static uint8_t *header_block(struct zo_swap_io *op) { return op->blocks; }
+static uint8_t *tail_block(struct zo_swap_io *op) { return op->blocks + ZO_SWAP_ALIGN; }
+
+/* Record the first failure of an operation; later ones add nothing. */
+static void op_fail(struct zo_swap_io *op, zo_status st, const char *fmt, ...)
+{
+    if (op->st != ZO_OK) return;
+    op->st = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(op->msg, sizeof op->msg, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- ticket creation (caller's thread) ---- */
+
+static zo_status check_request(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len, const char *what)
+{
+    if (!s) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: NULL store", what);
+    if (!buf || ((uintptr_t)buf % ZO_SWAP_ALIGN))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: buffer %p is not 4096-byte aligned (O_DIRECT needs it): "
+                       "allocate it with posix_memalign/aligned_alloc(4096, ...)", what, buf);
+    if (len == 0 || len > s->extent_payload)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: length %zu: expected 1..%" PRIu64 " (the store's extent size)",
+                       what, len, s->extent_payload);
+    if (ext >= s->nslots) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: extent %u out of range (store has %u)", what, ext, s->nslots);
+    return ZO_OK;
+}
+
+static int region_index(zo_swap_t s, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    for (int i = 0; i < ZO_SWAP_MAX_REGISTERED; i++) {
+        const uint8_t *b = s->regions[i].buf;
+        if (b && s->regions[i].index >= 0 && p >= b && p + len <= b + s->regions[i].len) return s->regions[i].index;
+    }
+    return -1;
+}
+
+static zo_status op_create(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, const void *buf, size_t len,
+                           uint64_t generation, struct zo_swap_io **out)
+{
+    struct zo_swap_io *op = calloc(1, sizeof *op);
+    void *blocks = NULL;
+    if (!op || posix_memalign(&blocks, ZO_SWAP_ALIGN, 2 * ZO_SWAP_ALIGN)) {
+        free(op);
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory for an I/O ticket");
+    }
+    op->s = s;
+    op->dir = dir;
+    op->ext = ext;
+    op->buf = (uint8_t *)buf;
+    op->len = len;
+    op->body_len = len & ~(size_t)(ZO_SWAP_ALIGN - 1);
+    op->tail_len = len - op->body_len;
+    op->generation = generation;
+    op->file = ext % s->nfiles;
+    op->base_off = ZO_SWAP_ALIGN + (uint64_t)(ext / s->nfiles) * s->slot_bytes;
+    op->blocks = blocks;
+    memset(blocks, 0, 2 * ZO_SWAP_ALIGN);
+    op->tail_pending = op->tail_len > 0;
+    op->header_pending = 1;
+    *out = op;
+    return ZO_OK;
+}
+
+/* Mark the extent busy (one operation per extent at a time) and hand the
+ * ticket to the I/O thread. */
+static zo_status op_enqueue(zo_swap_t s, struct zo_swap_io *op, zo_swap_done_fn done, void *user, zo_swap_io_t *io)
+{
+    op->cb = done;
+    op->user = user;
+    op->has_ticket = io != NULL;
+    pthread_mutex_lock(&s->mu);
+    swap_slot *slot = &s->slots[op->ext];
+    zo_status st = ZO_OK;
+    if (!slot->used)
+        st = ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "extent %u is not allocated: call zo_swap_alloc_extent first", op->ext);
+    else if (slot->busy)
+        st = ZO_FAIL(ZO_ERR_STATE, "swap", "extent %u already has a write or read in flight: wait for it first", op->ext);
+    if (st != ZO_OK) {
+        pthread_mutex_unlock(&s->mu);
+        free(op->blocks);
+        free(op);
+        return st;
+    }
+    slot->busy = 1;
+    op->owner = slot->owner;
+    op->buf_index = region_index(s, op->buf, op->body_len);
+    if (op->has_ticket) {
+        op->tnext = s->tickets;
+        if (s->tickets) s->tickets->tprev = op;
+        s->tickets = op;
+    }
+    if (s->in_tail) s->in_tail->next = op;
+    else s->in_head = op;
+    s->in_tail = op;
+    pthread_mutex_unlock(&s->mu);
+    if (io) *io = op;
+    s->engine->ops->wake(s->engine);
+    return ZO_OK;
+}
+
+static void fill_header(struct zo_swap_io *op)
+{
+    swap_extent_header *h = (swap_extent_header *)header_block(op);
+    h->magic = ZO_SWAP_EXTENT_MAGIC;
+    h->version = ZO_SWAP_FORMAT_VERSION;
+    h->header_bytes = ZO_SWAP_ALIGN;
+    h->owner = op->owner;
+    h->length = op->len;
+    h->generation = op->generation;
+    h->payload_xxh64 = op->payload_hash;
+    h->extent = op->ext;
+    h->header_xxh64 = zo_swap_header_hash(h);
+}
+
+zo_status zo_swap_write_async(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len, uint64_t generation,
+                              zo_swap_done_fn done, void *user, zo_swap_io_t *io)
+{
+    if (io) *io = NULL;
+    ZO_TRY(check_request(s, ext, buf, len, "zo_swap_write_async"));
+    if (!io && !done) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_write_async: give a ticket pointer or a callback");
+    struct zo_swap_io *op;
+    ZO_TRY(op_create(s, ZO_IO_WRITE, ext, buf, len, generation, &op));
+    /* Hashing here spreads the checksum work over the submitting threads
+     * and keeps the I/O thread free to drive the queue. */
+    op->payload_hash = XXH64(buf, len, 0);
+    memcpy(tail_block(op), op->buf + op->body_len, op->tail_len);
+    zo_status st = op_enqueue(s, op, done, user, io);
+    return st;
+}
+
+zo_status zo_swap_read_async(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len, uint64_t generation,
+                             zo_swap_done_fn done, void *user, zo_swap_io_t *io)
+{
+    if (io) *io = NULL;
+    ZO_TRY(check_request(s, ext, buf, len, "zo_swap_read_async"));
+    if (!io && !done) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_read_async: give a ticket pointer or a callback");
+    struct zo_swap_io *op;
+    ZO_TRY(op_create(s, ZO_IO_READ, ext, buf, len, generation, &op));
+    return op_enqueue(s, op, done, user, io);
+}
+
+zo_status zo_swap_test(zo_swap_io_t io)
+{
+    if (!io) return ZO_OK;
+    pthread_mutex_lock(&io->s->mu);
+    zo_status st = io->done ? io->st : ZO_NOT_READY;
+    pthread_mutex_unlock(&io->s->mu);
+    return st;
+}
+
+zo_status zo_swap_wait(zo_swap_io_t io)
+{
+    if (!io) return ZO_OK;
+    zo_swap_t s = io->s;
+    pthread_mutex_lock(&s->mu);
+    while (!io->done) pthread_cond_wait(&s->done_cv, &s->mu);
+    if (io->tprev) io->tprev->tnext = io->tnext;
+    else s->tickets = io->tnext;
+    if (io->tnext) io->tnext->tprev = io->tprev;
+    pthread_mutex_unlock(&s->mu);
+    zo_status st = io->st;
+    if (st < 0) ZO_FAIL(st, "swap", "%s", io->msg);
+    free(io->blocks);
+    free(io);
+    return st;
+}
+
+zo_status zo_swap_write(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len, uint64_t generation)
+{
+    zo_swap_io_t io;
+    ZO_TRY(zo_swap_write_async(s, ext, buf, len, generation, NULL, NULL, &io));
+    return zo_swap_wait(io);
+}
+
+zo_status zo_swap_read(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len, uint64_t generation)
+{
+    zo_swap_io_t io;
+    ZO_TRY(zo_swap_read_async(s, ext, buf, len, generation, NULL, NULL, &io));
+    return zo_swap_wait(io);
+}
+
+/* ---- the I/O thread ---- */
+
+static const char *dir_name(zo_io_dir d) { return d == ZO_IO_READ ? "read" : "write"; }
+
+/* The next request of op, or 0 when it has none to start now. Reads fetch
+ * header, payload and tail at once; writes send the header only after the
+ * payload is on disk, so a torn write can never verify. */
+static int op_next_piece(zo_swap_t s, struct zo_swap_io *op, zo_io_req *r)
+{
+    if (op->st != ZO_OK) return 0;
+    r->dir = op->dir;
+    r->file = (int)op->file;
+    r->buf_index = -1;
+    int payload_phase = op->dir == ZO_IO_READ || op->phase == 0;
+    if ((op->dir == ZO_IO_READ || op->phase == 1) && op->header_pending) {
+        op->header_pending = 0;
+        r->buf = header_block(op);
+        r->len = ZO_SWAP_ALIGN;
+        r->off = op->base_off;
+        return 1;
+    }
+    if (payload_phase && op->next_body < op->body_len) {
+        size_t n = op->body_len - op->next_body;
+        if (n > s->cfg.block_size) n = s->cfg.block_size;
+        r->buf = op->buf + op->next_body;
+        r->len = n;
+        r->off = op->base_off + ZO_SWAP_ALIGN + op->next_body;
+        r->buf_index = op->buf_index;
+        op->next_body += n;
+        return 1;
+    }
+    if (payload_phase && op->tail_pending) {
+        op->tail_pending = 0;
+        r->buf = tail_block(op);
+        r->len = ZO_SWAP_ALIGN;
+        r->off = op->base_off + ZO_SWAP_ALIGN + op->body_len;
+        return 1;
+    }
+    return 0;
+}
+
+static void move_incoming(zo_swap_t s)
+{
+    pthread_mutex_lock(&s->mu);
+    struct zo_swap_io *head = s->in_head;
+    struct zo_swap_io *tail = s->in_tail;
+    s->in_head = s->in_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (!head) return;
+    if (s->active_tail) s->active_tail->next = head;
+    else s->active_head = head;
+    s->active_tail = tail;
+}
+
+static void release_req(zo_swap_t s, store_req *r);
+
+/* Start one request; if the engine refuses it, the operation fails with that
+ * error and the slot is given back. */
+static void start_req(zo_swap_t s, store_req *r)
+{
+    zo_status st = s->engine->ops->submit(s->engine, &r->io);
+    if (st != ZO_OK) {
+        op_fail(r->op, st, "%s", zo_last_error());
+        release_req(s, r);
+        return;
+    }
+    s->inflight++;
+    pthread_mutex_lock(&s->mu);
+    s->stats.requests++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Fill free request slots: resubmissions first, then new pieces in FIFO
+ * order of the operations. */
+static zo_status submit_ready(zo_swap_t s)
+{
+    while (s->retry_reqs) {
+        store_req *r = s->retry_reqs;
+        s->retry_reqs = r->next;
+        start_req(s, r);
+    }
+    for (struct zo_swap_io *op = s->active_head; op && s->free_reqs; op = op->next) {
+        while (s->free_reqs) {
+            store_req *r = s->free_reqs;
+            if (!op_next_piece(s, op, &r->io)) break;
+            s->free_reqs = r->next;
+            r->op = op;
+            r->retries = 0;
+            r->io.owner = r;
+            op->inflight++;
+            start_req(s, r);
+        }
+    }
+    return s->engine->ops->flush(s->engine);
+}
+
+static zo_status errno_status(int err)
+{
+    return err == ENOSPC || err == EDQUOT ? ZO_ERR_NO_SPACE : ZO_ERR_IO;
+}
+
+static void release_req(zo_swap_t s, store_req *r)
+{
+    r->op->inflight--;
+    r->next = s->free_reqs;
+    s->free_reqs = r;
+}
+
+static void retry_req(zo_swap_t s, store_req *r)
+{
+    r->next = s->retry_reqs;
+    s->retry_reqs = r;
+}
+
+/* One finished engine request: done, resubmitted, or the operation failed. */
+static void on_request_done(zo_swap_t s, store_req *r)
+{
+    struct zo_swap_io *op = r->op;
+    zo_io_req *io = &r->io;
+    const char *path = s->files[io->file].path;
+    s->inflight--;
+    int64_t res = io->result;
+    if (res == -EINTR || res == -EAGAIN || res == 0) {
+        if (++r->retries <= ZO_SWAP_MAX_RETRIES) {
+            pthread_mutex_lock(&s->mu);
+            if (res == 0) s->stats.short_ios++;
+            else s->stats.retries++;
+            pthread_mutex_unlock(&s->mu);
+            retry_req(s, r);
+            return;
+        }
+        op_fail(op, ZO_ERR_IO, "%s of extent %u: %s at %s offset %" PRIu64 " after %d attempts", dir_name(op->dir),
+                op->ext, res ? strerror((int)-res) : "no progress", path, io->off, ZO_SWAP_MAX_RETRIES);
+    } else if (res < 0) {
+        op_fail(op, errno_status((int)-res), "%s of extent %u (owner %" PRIu64 ") failed at %s offset %" PRIu64
+                " (%zu bytes): %s", dir_name(op->dir), op->ext, op->owner, path, io->off, io->len,
+                strerror((int)-res));
+    } else if ((uint64_t)res < io->len) {
+        /* Short transfer: continue where it stopped. */
+        io->buf = (uint8_t *)io->buf + res;
+        io->off += (uint64_t)res;
+        io->len -= (size_t)res;
+        r->retries = 0;
+        pthread_mutex_lock(&s->mu);
+        s->stats.short_ios++;
+        pthread_mutex_unlock(&s->mu);
+        retry_req(s, r);
+        return;
+    }
+    release_req(s, r);
+}
+
+/* Check what a read brought in: header fields, then the payload's hash. */
+static void verify_read(zo_swap_t s, struct zo_swap_io *op)
+{
+    const swap_extent_header *h = (const swap_extent_header *)header_block(op);
+    const char *path = s->files[op->file].path;
+    if (h->magic != ZO_SWAP_EXTENT_MAGIC || h->header_xxh64 != zo_swap_header_hash(h)) {
+        op_fail(op, ZO_ERR_CORRUPT, "extent %u: header at %s offset %" PRIu64 " is %s", op->ext, path, op->base_off,
+                h->magic != ZO_SWAP_EXTENT_MAGIC ? "missing (never written, or overwritten)" : "corrupt (checksum mismatch)");
+        return;
+    }
+    if (h->version != ZO_SWAP_FORMAT_VERSION || h->owner != op->owner || h->length != op->len ||
+        h->generation != op->generation || h->extent != op->ext) {
+        op_fail(op, ZO_ERR_CORRUPT, "extent %u at %s offset %" PRIu64 " holds version %u owner %" PRIu64 " length %"
+                PRIu64 " generation %" PRIu64 ", expected version %u owner %" PRIu64 " length %zu generation %" PRIu64,
+                op->ext, path, op->base_off, h->version, h->owner, h->length, h->generation,
+                ZO_SWAP_FORMAT_VERSION, op->owner, op->len, op->generation);
+        return;
+    }
+    XXH64_state_t st;
+    XXH64_reset(&st, 0);
+    XXH64_update(&st, op->buf, op->body_len);
+    XXH64_update(&st, tail_block(op), op->tail_len);
+    uint64_t got = XXH64_digest(&st);
+    if (got != h->payload_xxh64) {
+        op_fail(op, ZO_ERR_CORRUPT, "extent %u: payload at %s offset %" PRIu64 " (%zu bytes) fails its checksum "
+                "(xxh64 %016" PRIx64 ", header says %016" PRIx64 ")", op->ext, path, op->base_off + ZO_SWAP_ALIGN,
+                op->len, got, h->payload_xxh64);
+        return;
+    }
+    memcpy(op->buf + op->body_len, tail_block(op), op->tail_len);
+}
+
+static void count_finished(zo_swap_t s, struct zo_swap_io *op)
+{
+    if (op->st == ZO_OK && op->dir == ZO_IO_WRITE) {
+        s->stats.writes++;
+        s->stats.bytes_written += op->len;
+    } else if (op->st == ZO_OK) {
+        s->stats.reads++;
+        s->stats.bytes_read += op->len;
+    } else {
+        s->stats.errors++;
+        if (op->st == ZO_ERR_CORRUPT) s->stats.corrupt++;
+    }
+}
+
+static void finish_op(zo_swap_t s, struct zo_swap_io *op)
+{
+    if (op->st == ZO_OK && op->dir == ZO_IO_READ) verify_read(s, op);
+    if (op->st != ZO_OK) ZO_LOGD("swap", "%s", op->msg);
+    pthread_mutex_lock(&s->mu);
+    s->slots[op->ext].busy = 0;
+    count_finished(s, op);
+    pthread_mutex_unlock(&s->mu);
+    /* The callback runs before the ticket is released so that a waiter sees
+     * its effects. */
+    if (op->cb) op->cb(op->user, op->st, op->msg);
+    int has_ticket = op->has_ticket;
+    pthread_mutex_lock(&s->mu);
+    op->done = 1;
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (!has_ticket) {
+        free(op->blocks);
+        free(op);
+    }
+}
+
+/* Whether op is over: nothing in flight and nothing left to start. A write
+ * whose payload is complete moves on to its header here. */
+static int op_settled(zo_swap_t s, struct zo_swap_io *op)
+{
+    if (op->inflight) return 0;
+    if (op->st != ZO_OK) return 1;
+    int payload_left = op->next_body < op->body_len || op->tail_pending;
+    if (op->dir == ZO_IO_READ) return !payload_left && !op->header_pending;
+    if (op->phase == 0) {
+        if (payload_left) return 0;
+        fill_header(op);
+        op->phase = 1;
+        return 0;
+    }
+    return !op->header_pending;
+}
+
+static void finish_settled(zo_swap_t s)
+{
+    struct zo_swap_io *prev = NULL, *op = s->active_head;
+    while (op) {
+        struct zo_swap_io *next = op->next;
+        if (op_settled(s, op)) {
+            if (prev) prev->next = next;
+            else s->active_head = next;
+            if (s->active_tail == op) s->active_tail = prev;
+            finish_op(s, op);
+        } else {
+            prev = op;
+        }
+        op = next;
+    }
+}
+
+static void *io_thread(void *arg)
+{
+    zo_swap_t s = arg;
+    zo_io_req **done = s->reap_buf;
+    for (;;) {
+        move_incoming(s);
+        zo_status st = submit_ready(s);
+        if (st != ZO_OK) ZO_LOGE("swap", "I/O thread: submitting failed: %s", zo_last_error());
+        pthread_mutex_lock(&s->mu);
+        int stop = s->stop && !s->in_head;
+        pthread_mutex_unlock(&s->mu);
+        if (stop && !s->active_head && !s->inflight) break;
+        int n = s->engine->ops->reap(s->engine, done, (int)s->cfg.queue_depth, 1);
+        if (n < 0) ZO_LOGE("swap", "I/O thread: waiting for completions failed: %s", zo_last_error());
+        for (int i = 0; i < n; i++) on_request_done(s, done[i]->owner);
+        finish_settled(s);
+    }
+    return NULL;
+}
+
+zo_status zo_swap_start_io(zo_swap_t s)
+{
+    uint32_t qd = s->cfg.queue_depth;
+    s->reqs = calloc(qd, sizeof *s->reqs);
+    s->reap_buf = calloc(qd, sizeof *s->reap_buf);
+    if (!s->reqs || !s->reap_buf) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory for %u requests", qd);
+    for (uint32_t i = 0; i < qd; i++) {
+        s->reqs[i].next = s->free_reqs;
+        s->free_reqs = &s->reqs[i];
+    }
+    int rc = pthread_create(&s->thread, NULL, io_thread, s);
+    if (rc) return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "starting the I/O thread failed: %s", strerror(rc));
+    s->thread_started = 1;
+    return ZO_OK;
+}
+
+void zo_swap_stop_io(zo_swap_t s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_mutex_unlock(&s->mu);
+    s->engine->ops->wake(s->engine);
+    pthread_join(s->thread, NULL);
+    s->thread_started = 0;
+    free(s->reqs);
+    free(s->reap_buf);
+    s->reqs = NULL;
+    s->reap_buf = NULL;
+}

@@ -1,0 +1,422 @@
+/* The swap store: config validation, swap files (stale-file detection, free
+ * space check, preallocation), engine selection, extent allocation, stats. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "swap_internal.h"
+#include "zo_internal.h"
+
+int zo_swap_force_sync(void) { return zo_env_bool("ZO_SWAP_FORCE_SYNC", 0); }
+
+static zo_status validate_config(const zo_swap_config *c)
+{
+    if (!c || c->struct_size < sizeof(zo_swap_config))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "config is NULL or has struct_size %zu: initialize it with ZO_SWAP_CONFIG_INIT",
+                       c ? c->struct_size : 0);
+    if (!c->paths || c->npaths == 0 || c->npaths > ZO_SWAP_MAX_PATHS)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "config has %zu paths: give 1 to %d directories (one per drive)",
+                       c->paths ? c->npaths : 0, ZO_SWAP_MAX_PATHS);
+    for (size_t i = 0; i < c->npaths; i++)
+        if (!c->paths[i] || !*c->paths[i])
+            return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "config path %zu is empty: expected a directory", i);
+    if (c->capacity == 0 || c->extent_bytes == 0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "capacity (%" PRIu64 ") and extent_bytes (%" PRIu64 ") must be > 0",
+                       c->capacity, c->extent_bytes);
+    if (c->extent_bytes > (1ull << 34))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "extent_bytes %" PRIu64 " is over the 16 GiB limit", c->extent_bytes);
+    if (c->queue_depth == 0 || c->queue_depth > 4096)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "queue_depth %u: expected 1..4096", c->queue_depth);
+    if (c->block_size < ZO_SWAP_ALIGN || c->block_size % ZO_SWAP_ALIGN || c->block_size > (64u << 20))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "block_size %u: expected a multiple of 4096 between 4 KiB and 64 MiB",
+                       c->block_size);
+    if (c->reuse != ZO_SWAP_REFUSE && c->reuse != ZO_SWAP_REUSE)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "reuse %d: expected ZO_SWAP_REFUSE or ZO_SWAP_REUSE", (int)c->reuse);
+    const char *e = c->engine ? c->engine : "auto";
+    if (strcmp(e, "auto") && strcmp(e, "io_uring") && strcmp(e, "sync"))
+        return ZO_FAIL(ZO_ERR_CONFIG, "swap", "engine '%s' is unknown: expected auto, io_uring or sync", e);
+    if (c->name && (!*c->name || strchr(c->name, '/')))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "name '%s': expected a file name prefix without '/'", c->name);
+    return ZO_OK;
+}
+
+/* Lay out the slots: slot i lives in file i % nfiles, so consecutive slots
+ * land on different drives. */
+static zo_status plan_layout(zo_swap_t s)
+{
+    s->extent_payload = zo_round_up(s->cfg.extent_bytes, ZO_SWAP_ALIGN);
+    s->slot_bytes = ZO_SWAP_ALIGN + s->extent_payload;
+    uint64_t nslots = (s->cfg.capacity + s->extent_payload - 1) / s->extent_payload;
+    if (nslots >= ZO_SWAP_EXTENT_NONE)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "capacity %" PRIu64 " / extent %" PRIu64 " gives %" PRIu64
+                       " extents: over the limit; use larger extents", s->cfg.capacity, s->extent_payload, nslots);
+    s->nslots = (uint32_t)nslots;
+    s->nfiles = (uint32_t)s->cfg.npaths;
+    s->files = calloc(s->nfiles, sizeof *s->files);
+    s->slots = calloc(s->nslots, sizeof *s->slots);
+    if (!s->files || !s->slots) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory for %u extents", s->nslots);
+    for (uint32_t i = 0; i < s->nfiles; i++) {
+        swap_file *f = &s->files[i];
+        f->fd = -1;
+        f->slots = s->nslots / s->nfiles + (i < s->nslots % s->nfiles);
+        f->size = ZO_SWAP_ALIGN + f->slots * s->slot_bytes;
+        size_t n = strlen(s->cfg.paths[i]) + strlen(s->name) + 32;
+        f->path = malloc(n);
+        if (!f->path) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory");
+        snprintf(f->path, n, "%s/%s.swap.%u", s->cfg.paths[i], s->name, i);
+    }
+    return ZO_OK;
+}
+
+/* A swap file already there: refuse it, or with ZO_SWAP_REUSE take it over.
+ * Files that are not ours, or held by a live process, are always refused. */
+static zo_status check_existing(zo_swap_t s, swap_file *f, uint64_t *reusable)
+{
+    *reusable = 0;
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return ZO_OK;
+        return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "cannot open existing %s: %s", f->path, strerror(errno));
+    }
+    struct stat st;
+    swap_file_header h;
+    memset(&h, 0, sizeof h);
+    int in_use = flock(fd, LOCK_EX | LOCK_NB) != 0;
+    ssize_t n = pread(fd, &h, sizeof h, 0);
+    int ok_stat = fstat(fd, &st) == 0;
+    close(fd);
+    if (in_use)
+        return ZO_FAIL(ZO_ERR_EXISTS, "swap", "swap file %s is in use by a running process (pid %u): choose another path or name",
+                       f->path, h.pid);
+    if (ok_stat && st.st_size > 0 && (n != (ssize_t)sizeof h || h.magic != ZO_SWAP_FILE_MAGIC))
+        return ZO_FAIL(ZO_ERR_EXISTS, "swap", "%s exists and is not a zoffload swap file: refusing to overwrite it; remove it or choose another path or name",
+                       f->path);
+    if (s->cfg.reuse != ZO_SWAP_REUSE)
+        return ZO_FAIL(ZO_ERR_EXISTS, "swap", "stale swap file %s (left by pid %u on %s, a run that did not close its store): "
+                       "open with reuse = ZO_SWAP_REUSE to take it over (its contents are discarded) or delete it",
+                       f->path, h.pid, h.hostname[0] ? h.hostname : "?");
+    ZO_LOGI("swap", "taking over stale swap file %s (left by pid %u); its contents are discarded", f->path, h.pid);
+    *reusable = ok_stat ? (uint64_t)st.st_blocks * 512u : 0;
+    return ZO_OK;
+}
+
+/* Sum what each file system must still provide and compare with statvfs. */
+static zo_status check_free_space(zo_swap_t s, const uint64_t *reusable)
+{
+    for (uint32_t i = 0; i < s->nfiles; i++) {
+        struct stat di;
+        struct statvfs vf;
+        if (stat(s->cfg.paths[i], &di) != 0 || !S_ISDIR(di.st_mode))
+            return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s is not a directory (%s)", s->cfg.paths[i],
+                           errno ? strerror(errno) : "not a directory");
+        if (statvfs(s->cfg.paths[i], &vf) != 0)
+            return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "statvfs(%s) failed: %s", s->cfg.paths[i], strerror(errno));
+        uint64_t need = 0;
+        int first = 1;
+        for (uint32_t j = 0; j < s->nfiles; j++) {
+            struct stat dj;
+            if (stat(s->cfg.paths[j], &dj) != 0 || dj.st_dev != di.st_dev) continue;
+            if (j < i) first = 0; /* this file system was checked with path j */
+            need += s->files[j].size > reusable[j] ? s->files[j].size - reusable[j] : 0;
+        }
+        uint64_t avail = (uint64_t)vf.f_bavail * vf.f_frsize;
+        if (first && avail < need) {
+            char a[32], b[32], c[32];
+            return ZO_FAIL(ZO_ERR_NO_SPACE, "swap", "not enough free space for swap files in %s: need %s, %s free, %s missing",
+                           s->cfg.paths[i], zo_fmt_bytes(a, sizeof a, need), zo_fmt_bytes(b, sizeof b, avail),
+                           zo_fmt_bytes(c, sizeof c, need - avail));
+        }
+    }
+    return ZO_OK;
+}
+
+static zo_status write_file_header(zo_swap_t s, swap_file *f, uint32_t index)
+{
+    void *blk = NULL;
+    if (posix_memalign(&blk, ZO_SWAP_ALIGN, ZO_SWAP_ALIGN)) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory");
+    memset(blk, 0, ZO_SWAP_ALIGN);
+    swap_file_header *h = blk;
+    h->magic = ZO_SWAP_FILE_MAGIC;
+    h->version = ZO_SWAP_FORMAT_VERSION;
+    h->index = index;
+    h->nfiles = s->nfiles;
+    h->pid = (uint32_t)getpid();
+    h->extent_payload = s->extent_payload;
+    h->slots = f->slots;
+    h->created_unix = (uint64_t)time(NULL);
+    gethostname(h->hostname, sizeof h->hostname - 1);
+    ssize_t n = pwrite(f->fd, blk, ZO_SWAP_ALIGN, 0);
+    int err = errno;
+    free(blk);
+    if (n != (ssize_t)ZO_SWAP_ALIGN)
+        return ZO_FAIL(err == ENOSPC ? ZO_ERR_NO_SPACE : ZO_ERR_IO, "swap", "writing the header of %s failed: %s",
+                       f->path, n < 0 ? strerror(err) : "short write");
+    return ZO_OK;
+}
+
+static zo_status preallocate(swap_file *f)
+{
+    if (ftruncate(f->fd, (off_t)f->size) != 0)
+        return ZO_FAIL(errno == ENOSPC || errno == EFBIG ? ZO_ERR_NO_SPACE : ZO_ERR_SYSTEM, "swap",
+                       "sizing %s to %" PRIu64 " bytes failed: %s", f->path, f->size, strerror(errno));
+    int rc = fallocate(f->fd, 0, 0, (off_t)f->size);
+    if (rc == 0) return ZO_OK;
+    if (errno == ENOSPC)
+        return ZO_FAIL(ZO_ERR_NO_SPACE, "swap", "preallocating %" PRIu64 " bytes for %s failed: no space left on the device",
+                       f->size, f->path);
+    if (errno == EOPNOTSUPP) {
+        ZO_LOGW("swap", "%s: the file system cannot preallocate (fallocate unsupported); a full disk will show up as ENOSPC on write",
+                f->path);
+        return ZO_OK;
+    }
+    return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "fallocate(%s, %" PRIu64 ") failed: %s", f->path, f->size, strerror(errno));
+}
+
+static zo_status open_file(zo_swap_t s, swap_file *f, uint32_t index, int existed)
+{
+    f->fd = open(f->path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+    if (f->fd < 0) {
+        if (errno == EINVAL)
+            return ZO_FAIL(ZO_ERR_UNSUPPORTED, "swap", "the file system of %s does not support O_DIRECT: choose a path on a local disk (ext4, xfs)",
+                           f->path);
+        return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "cannot create swap file %s: %s", f->path, strerror(errno));
+    }
+    f->created = !existed;
+    if (flock(f->fd, LOCK_EX | LOCK_NB) != 0)
+        return ZO_FAIL(ZO_ERR_EXISTS, "swap", "swap file %s is in use by another process or store", f->path);
+    ZO_TRY(preallocate(f));
+    return write_file_header(s, f, index);
+}
+
+static zo_status open_files(zo_swap_t s)
+{
+    uint64_t reusable[ZO_SWAP_MAX_PATHS] = {0};
+    int existed[ZO_SWAP_MAX_PATHS] = {0};
+    for (uint32_t i = 0; i < s->nfiles; i++) {
+        for (uint32_t j = 0; j < i; j++)
+            if (!strcmp(s->files[i].path, s->files[j].path))
+                return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "path %s is given twice: give one directory per drive",
+                               s->cfg.paths[i]);
+        ZO_TRY(check_existing(s, &s->files[i], &reusable[i]));
+        existed[i] = access(s->files[i].path, F_OK) == 0;
+    }
+    ZO_TRY(check_free_space(s, reusable));
+    for (uint32_t i = 0; i < s->nfiles; i++) ZO_TRY(open_file(s, &s->files[i], i, existed[i]));
+    return ZO_OK;
+}
+
+static zo_status create_engine(zo_swap_t s)
+{
+    static atomic_int fallback_logged;
+    const char *want = s->cfg.engine ? s->cfg.engine : "auto";
+    zo_io_engine *e = NULL;
+    if (strcmp(want, "sync") != 0) {
+        char why[256] = "";
+        zo_status st = zo_io_uring_create(s->cfg.queue_depth, &e, why, sizeof why);
+        if (st != ZO_OK && !strcmp(want, "io_uring")) return st;
+        if (st != ZO_OK) {
+            zo_clear_error();
+            if (atomic_exchange(&fallback_logged, 1) == 0)
+                ZO_LOGW("swap", "io_uring is unavailable (%s): using the sync engine (pread/pwrite workers)", why);
+        }
+    }
+    if (!e) ZO_TRY(zo_io_sync_create(s->cfg.queue_depth, &e));
+    if (s->cfg.nfaults) {
+        ZO_TRY(zo_io_fault_create(e, &e));
+        s->engine = e;
+        ZO_TRY(zo_io_fault_arm(e, s->cfg.faults, s->cfg.nfaults));
+    }
+    s->engine = e;
+    int fds[ZO_SWAP_MAX_PATHS];
+    for (uint32_t i = 0; i < s->nfiles; i++) fds[i] = s->files[i].fd;
+    return e->ops->register_files(e, fds, (int)s->nfiles);
+}
+
+/* closing: a normal close (removes every file unless keep_files); otherwise
+ * a failed open (removes only the files it created). */
+static void release(zo_swap_t s, int closing)
+{
+    if (s->thread_started) zo_swap_stop_io(s);
+    if (s->engine) s->engine->ops->destroy(s->engine);
+    for (uint32_t i = 0; s->files && i < s->nfiles; i++) {
+        swap_file *f = &s->files[i];
+        if (f->fd >= 0) {
+            if (closing ? !s->cfg.keep_files : f->created) unlink(f->path);
+            /* Unlock explicitly: a torn-down io_uring may hold the file a
+             * little longer, and with it the lock. */
+            flock(f->fd, LOCK_UN);
+            close(f->fd);
+        }
+        free(f->path);
+    }
+    while (s->tickets) {
+        struct zo_swap_io *op = s->tickets;
+        s->tickets = op->tnext;
+        free(op->blocks);
+        free(op);
+    }
+    pthread_cond_destroy(&s->done_cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s->reqs);
+    free(s->reap_buf);
+    free(s->files);
+    free(s->slots);
+    free(s->name);
+    free(s);
+}
+
+zo_status zo_swap_open(const zo_swap_config *cfg, zo_swap_t *out)
+{
+    if (!out) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_open: out is NULL");
+    *out = NULL;
+    ZO_TRY(validate_config(cfg));
+    zo_swap_t s = calloc(1, sizeof *s);
+    if (!s) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->done_cv, NULL);
+    s->cfg = *cfg;
+    s->cfg.paths = NULL; /* not kept: the caller's array may go away */
+    s->cfg.faults = NULL;
+    s->name = strdup(cfg->name ? cfg->name : "zoffload");
+    zo_status st = s->name ? ZO_OK : ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory");
+    s->cfg.paths = cfg->paths;
+    if (st == ZO_OK) st = plan_layout(s);
+    if (st == ZO_OK) st = open_files(s);
+    s->cfg.faults = cfg->faults;
+    if (st == ZO_OK) st = create_engine(s);
+    s->cfg.paths = NULL;
+    s->cfg.faults = NULL;
+    if (st == ZO_OK) st = zo_swap_start_io(s);
+    if (st != ZO_OK) {
+        release(s, 0);
+        return st;
+    }
+    s->stats.struct_size = sizeof s->stats;
+    s->stats.engine = s->engine->name;
+    s->stats.extents_total = s->nslots;
+    s->stats.nfiles = s->nfiles;
+    for (uint32_t i = 0; i < s->nfiles; i++) s->stats.file_bytes += s->files[i].size;
+    ZO_LOGI("swap", "store open: %u file(s), %u extents of %" PRIu64 " bytes, engine %s, queue depth %u, block %u",
+            s->nfiles, s->nslots, s->extent_payload, s->engine->name, s->cfg.queue_depth, s->cfg.block_size);
+    *out = s;
+    return ZO_OK;
+}
+
+void zo_swap_close(zo_swap_t s)
+{
+    if (!s) return;
+    release(s, 1);
+}
+
+zo_status zo_swap_alloc_extent(zo_swap_t s, uint64_t owner, zo_swap_extent_t *out)
+{
+    if (!s || !out) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_alloc_extent: NULL store or out");
+    *out = ZO_SWAP_EXTENT_NONE;
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t k = 0; k < s->nslots; k++) {
+        uint32_t i = (s->cursor + k) % s->nslots;
+        if (s->slots[i].used) continue;
+        s->slots[i].used = 1;
+        s->slots[i].owner = owner;
+        s->cursor = (i + 1) % s->nslots;
+        s->used++;
+        s->stats.extents_used = s->used;
+        pthread_mutex_unlock(&s->mu);
+        *out = i;
+        return ZO_OK;
+    }
+    uint32_t total = s->nslots;
+    pthread_mutex_unlock(&s->mu);
+    return ZO_FAIL(ZO_ERR_BUDGET, "swap", "all %u extents are in use: open the store with a larger capacity", total);
+}
+
+zo_status zo_swap_free_extent(zo_swap_t s, zo_swap_extent_t ext)
+{
+    if (!s) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_free_extent: NULL store");
+    pthread_mutex_lock(&s->mu);
+    zo_status st = ZO_OK;
+    if (ext >= s->nslots || !s->slots[ext].used)
+        st = ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "extent %u is not allocated (store has %u)", ext, s->nslots);
+    else if (s->slots[ext].busy)
+        st = ZO_FAIL(ZO_ERR_STATE, "swap", "extent %u has I/O in flight: wait for it before freeing", ext);
+    else {
+        s->slots[ext].used = 0;
+        s->used--;
+        s->stats.extents_used = s->used;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+zo_status zo_swap_get_stats(zo_swap_t s, zo_swap_stats *out)
+{
+    if (!s || !out || out->struct_size < sizeof *out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_get_stats: NULL argument or stats not initialized with ZO_SWAP_STATS_INIT");
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    pthread_mutex_unlock(&s->mu);
+    return ZO_OK;
+}
+
+zo_status zo_swap_extent_location(zo_swap_t s, zo_swap_extent_t ext, const char **path, uint64_t *offset)
+{
+    if (!s || ext >= s->nslots)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "extent %u is out of range (store has %u)", ext, s ? s->nslots : 0);
+    if (path) *path = s->files[ext % s->nfiles].path;
+    if (offset) *offset = ZO_SWAP_ALIGN + (uint64_t)(ext / s->nfiles) * s->slot_bytes;
+    return ZO_OK;
+}
+
+const char *zo_swap_engine_name(zo_swap_t s) { return s && s->engine ? s->engine->name : ""; }
+
+zo_status zo_swap_set_faults(zo_swap_t s, const zo_swap_fault *faults, size_t n)
+{
+    if (!s) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_set_faults: NULL store");
+    return zo_io_fault_arm(s->engine, faults, n);
+}
+
+zo_status zo_swap_register_buffer(zo_swap_t s, void *buf, size_t len)
+{
+    if (!s || !buf || !len) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_register_buffer: NULL store or empty buffer");
+    pthread_mutex_lock(&s->mu);
+    zo_status st = ZO_FAIL(ZO_ERR_BUDGET, "swap", "already %d buffers registered: unregister one first",
+                           ZO_SWAP_MAX_REGISTERED);
+    for (int i = 0; i < ZO_SWAP_MAX_REGISTERED; i++) {
+        if (s->regions[i].buf) continue;
+        int index = -1;
+        /* The engine's table is touched only with the store lock held and no
+         * request of this buffer in flight (it is new). */
+        st = s->engine->ops->register_buffer(s->engine, buf, len, &index);
+        if (st == ZO_OK) s->regions[i] = (swap_region){buf, len, index};
+        break;
+    }
+    if (st == ZO_OK) zo_clear_error();
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+zo_status zo_swap_unregister_buffer(zo_swap_t s, void *buf)
+{
+    if (!s || !buf) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_unregister_buffer: NULL argument");
+    pthread_mutex_lock(&s->mu);
+    zo_status st = ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "buffer %p was not registered", buf);
+    for (int i = 0; i < ZO_SWAP_MAX_REGISTERED; i++) {
+        if (s->regions[i].buf != buf) continue;
+        s->engine->ops->unregister_buffer(s->engine, s->regions[i].index);
+        s->regions[i] = (swap_region){NULL, 0, -1};
+        st = ZO_OK;
+        zo_clear_error();
+        break;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
