@@ -25,11 +25,12 @@ typedef struct run_cfg {
     zo_optim_dtype dtype;
     uint64_t poison_steps; /* bit s: an infinity in layer 1's gradient at step s */
     int steps;
+    int recompute_from;    /* from this step on, the backward re-runs each layer's forward first */
 } run_cfg;
 
 static run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
-    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_OPTIM_BF16, 0, STEPS};
+    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_OPTIM_BF16, 0, STEPS, INT_MAX};
     return c;
 }
 
@@ -146,9 +147,10 @@ static zo_status forward_layer(harness *h, int l)
     return zo_engine_release(h->eng, l, h->compute);
 }
 
-static zo_status backward_layer(harness *h, int l, int poison)
+static zo_status backward_layer(harness *h, int l, int poison, int recompute)
 {
     void *p[2], *g[2];
+    if (recompute) ZO_TRY(forward_layer(h, l)); /* same values: activation recomputation */
     ZO_TRY(zo_engine_fetch(h->eng, l, ZO_PHASE_BACKWARD, h->compute, p, g, 2));
     tm_bwd_arg b = {p[0], g[0], g[1], h->rc.dtype, h->a->act[l], h->a->act[l + 1],
                     h->a->gact[l + 1], h->a->gact[l], poison};
@@ -165,7 +167,8 @@ static zo_status micro_batch(harness *h, int step, int micro, float scale)
     tm_loss_arg la = {h->a, scale};
     ZO_TRY(enqueue(h, tm_loss, &la, sizeof la));
     int poison = (int)((h->rc.poison_steps >> step) & 1) && micro == 0;
-    for (int l = TM_L - 1; l >= 0; l--) ZO_TRY(backward_layer(h, l, poison && l == 1));
+    int recompute = step >= h->rc.recompute_from;
+    for (int l = TM_L - 1; l >= 0; l--) ZO_TRY(backward_layer(h, l, poison && l == 1, recompute));
     return ZO_OK;
 }
 
@@ -539,6 +542,147 @@ static void test_nvme_fault_during_step(void **state)
     }
 }
 
+/* Misses of an optimal (farthest next use) cache of n slots over one step's
+ * fetches, starting empty; each fetch needs its layer's two chunks. */
+static int belady_misses(const int *layers, int n_fetch, int nslots)
+{
+    int slot[64], misses = 0;
+    for (int i = 0; i < nslots; i++) slot[i] = -1;
+    for (int pos = 0; pos < n_fetch; pos++) {
+        for (int c = 2 * layers[pos]; c < 2 * layers[pos] + 2; c++) {
+            int hit = 0, free_slot = -1;
+            for (int i = 0; i < nslots; i++) {
+                if (slot[i] == c) hit = 1;
+                if (slot[i] < 0 && free_slot < 0) free_slot = i;
+            }
+            if (hit) continue;
+            misses++;
+            if (free_slot < 0) {
+                int far = -1;
+                for (int i = nslots - 1; i >= 0; i--) {
+                    if (slot[i] / 2 == layers[pos]) continue;
+                    int nu = INT_MAX - 1;
+                    for (int j = pos + 1; j < n_fetch; j++)
+                        if (layers[j] == slot[i] / 2) {
+                            nu = j;
+                            break;
+                        }
+                    if (nu > far) {
+                        far = nu;
+                        free_slot = i;
+                    }
+                }
+            }
+            slot[free_slot] = c;
+        }
+    }
+    return misses;
+}
+
+static int lru_misses(const int *layers, int n_fetch, int nslots)
+{
+    int slot[64], last[64], misses = 0;
+    for (int i = 0; i < nslots; i++) slot[i] = -1, last[i] = -1;
+    for (int pos = 0; pos < n_fetch; pos++)
+        for (int c = 2 * layers[pos]; c < 2 * layers[pos] + 2; c++) {
+            int at = -1;
+            for (int i = 0; i < nslots; i++)
+                if (slot[i] == c) at = i;
+            if (at < 0) {
+                misses++;
+                for (int i = 0; i < nslots; i++)
+                    if (at < 0 || last[i] < last[at]) at = i;
+                slot[at] = c;
+            }
+            last[at] = pos;
+        }
+    return misses;
+}
+
+static void test_prefetch_and_belady_eviction(void **state)
+{
+    (void)state;
+    const int nslots = 5;
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    c.device_bytes = (uint64_t)(nslots + 2) * CHUNK; /* 5 parameter slots + one layer's gradients */
+    c.steps = 8;
+    c.lookahead = 0;
+    run_out demand;
+    run(&c, &demand);
+    assert_int_equal(demand.fp.device_param_slots, nslots);
+    int layers[2 * TM_L];
+    for (int l = 0; l < TM_L; l++) layers[l] = l, layers[2 * TM_L - 1 - l] = l;
+    int best = belady_misses(layers, 2 * TM_L, nslots);
+    int lru = lru_misses(layers, 2 * TM_L, nslots);
+    assert_true(best < lru); /* the case is one where the rule matters */
+    const uint64_t fetched = 2 * TM_L * 2; /* chunks fetched per step */
+    for (int s = 1; s < c.steps; s++) { /* step 0 records the trace, evicting least recently used */
+        assert_int_equal(demand.stats[s].fetch_misses, best);
+        assert_int_equal(demand.stats[s].fetch_hits, fetched - (uint64_t)best);
+        assert_int_equal(demand.stats[s].prefetches, 0);
+    }
+    assert_int_equal(demand.stats[0].fetch_misses, lru);
+
+    c.lookahead = 2;
+    run_out ahead;
+    run(&c, &ahead);
+    assert_same_weights(&demand, &ahead, c.steps);
+    assert_int_equal(ahead.stats[0].prefetches, 0);
+    for (int s = 1; s < c.steps; s++) {
+        assert_true(ahead.stats[s].prefetches > 0);
+        assert_true(ahead.stats[s].fetch_misses < demand.stats[s].fetch_misses);
+        assert_int_equal(ahead.stats[s].fetch_hits + ahead.stats[s].fetch_misses, fetched);
+        /* every chunk brought in was either fetched on demand or prefetched */
+        assert_true(ahead.stats[s].h2d_bytes > 0);
+    }
+
+    /* a trainer that changes its order (recomputation from step 4): prefetch
+     * stops for that step, the new order is recorded and followed after */
+    c.recompute_from = 4;
+    run_out dev;
+    run(&c, &dev);
+    assert_same_weights(&demand, &dev, c.steps);
+    if (getenv("TM_DEBUG"))
+        for (int s = 0; s < c.steps; s++)
+            fprintf(stderr, "step %d: prefetches %d/%d, misses %d/%d\n", s, (int)ahead.stats[s].prefetches,
+                    (int)dev.stats[s].prefetches, (int)ahead.stats[s].fetch_misses, (int)dev.stats[s].fetch_misses);
+    assert_true(dev.stats[4].prefetches < ahead.stats[4].prefetches);
+    assert_true(dev.stats[5].prefetches > 0);
+    assert_int_equal(dev.stats[5].fetch_hits + dev.stats[5].fetch_misses, fetched + 2 * TM_L);
+    run_out_free(&demand);
+    run_out_free(&ahead);
+    run_out_free(&dev);
+}
+
+static void test_step_statistics(void **state)
+{
+    (void)state;
+    const uint64_t grad_bytes = TM_L * (CHUNK + TM_D * 2); /* W fills a chunk; b takes 128 bytes */
+    for (int m = 0; m < 3; m++) {
+        run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, (zo_optim_mode)m);
+        c.steps = 4;
+        c.accum = 2;
+        run_out o;
+        run(&c, &o);
+        for (int s = 0; s < c.steps; s++) {
+            const zo_step_stats *st = &o.stats[s];
+            assert_int_equal(st->d2h_bytes, 2 * grad_bytes);
+            /* everything fits on the device: each chunk goes up once per step, after an update
+             * was published (DPU publishes its first update at the end of step 1) */
+            assert_int_equal(st->h2d_bytes, m == ZO_OPTIM_DPU && s == 1 ? 0 : grad_bytes);
+            uint64_t states = (uint64_t)o.fp.n_chunks * 6 * CHUNK;
+            if (m != ZO_OPTIM_DPU || s > 0) assert_int_equal(st->nvme_read_bytes, states);
+            if (m != ZO_OPTIM_DPU || s > 0) assert_int_equal(st->nvme_write_bytes, states);
+            assert_true(st->step_seconds > 0 && st->optim_seconds > 0);
+            assert_true(st->stall_seconds >= 0 && st->nvme_seconds >= 0);
+            assert_int_equal(st->step, m == ZO_OPTIM_DPU ? s : s + 1);
+            assert_true(st->loss_scale == 1.0);
+            assert_true(st->grad_norm > 0);
+        }
+        run_out_free(&o);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -550,6 +694,8 @@ int main(void)
         cmocka_unit_test(test_dpu_matches_stale_reference),
         cmocka_unit_test(test_impossible_plans_are_refused_up_front),
         cmocka_unit_test(test_nvme_fault_during_step),
+        cmocka_unit_test(test_prefetch_and_belady_eviction),
+        cmocka_unit_test(test_step_statistics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
