@@ -187,6 +187,7 @@ static void uring_destroy(zo_io_engine *e)
 {
     uring_engine *u = as_uring(e);
     if (!u) return;
+    if (u->fixed_files) io_uring_unregister_files(&u->ring);
     io_uring_queue_exit(&u->ring);
     if (u->efd >= 0) close(u->efd);
     free(u->fds);

@@ -241,14 +241,19 @@ static zo_status create_engine(zo_swap_t s)
     return e->ops->register_files(e, fds, (int)s->nfiles);
 }
 
-static void release(zo_swap_t s, int remove_all)
+/* closing: a normal close (removes every file unless keep_files); otherwise
+ * a failed open (removes only the files it created). */
+static void release(zo_swap_t s, int closing)
 {
     if (s->thread_started) zo_swap_stop_io(s);
     if (s->engine) s->engine->ops->destroy(s->engine);
     for (uint32_t i = 0; s->files && i < s->nfiles; i++) {
         swap_file *f = &s->files[i];
         if (f->fd >= 0) {
-            if (remove_all || f->created) unlink(f->path);
+            if (closing ? !s->cfg.keep_files : f->created) unlink(f->path);
+            /* Unlock explicitly: a torn-down io_uring may hold the file a
+             * little longer, and with it the lock. */
+            flock(f->fd, LOCK_UN);
             close(f->fd);
         }
         free(f->path);
@@ -309,7 +314,7 @@ zo_status zo_swap_open(const zo_swap_config *cfg, zo_swap_t *out)
 void zo_swap_close(zo_swap_t s)
 {
     if (!s) return;
-    release(s, !s->cfg.keep_files);
+    release(s, 1);
 }
 
 zo_status zo_swap_alloc_extent(zo_swap_t s, uint64_t owner, zo_swap_extent_t *out)

@@ -47,6 +47,7 @@
 #include "zo/device.h"
 #include "zo/optim.h"
 #include "zo/status.h"
+#include "zo/swap.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,12 +89,17 @@ typedef struct zo_engine_config {
                                  the engine */
     float max_grad_norm;      /* > 0: clip the global gradient norm (DeepSpeed gradient_clipping) */
     zo_loss_scaler_config loss_scaler; /* fp16 only; static when loss_scale > 0 */
+
+    const char *nvme_name;    /* swap file name prefix (NULL: "zoffload"): DIR/NAME.swap.I */
+    const zo_swap_fault *nvme_faults; /* tests: faults armed when the swap store opens (arming any,
+                                 even one far in the future, lets zo_swap_set_faults re-arm later) */
+    size_t n_nvme_faults;
 } zo_engine_config;
 
 #define ZO_ENGINE_CONFIG_INIT                                                                      \
     {sizeof(zo_engine_config), NULL, 0, 1, ZO_OPTIM_BF16, 0, ZO_TIER_HOST, ZO_TIER_HOST, 0, 0,     \
      NULL, 0, 0, "auto", 2, ZO_OPTIM_SYNC, 1, 0, ZO_ADAM_PARAMS_INIT, 0.0f,                       \
-     ZO_LOSS_SCALER_CONFIG_INIT}
+     ZO_LOSS_SCALER_CONFIG_INIT, NULL, NULL, 0}
 
 /* Bytes the plan needs in each tier, computed by zo_engine_finalize (and by
  * zo_engine_plan without allocating anything). */
@@ -122,6 +128,10 @@ typedef struct zo_step_stats {
     double optim_seconds;      /* CPU optimizer busy time */
     double nvme_seconds;       /* time the step waited for NVMe */
     uint64_t peak_device, peak_pinned, peak_host, peak_nvme; /* high-water marks since init */
+    uint64_t fetch_hits;       /* chunks already resident (or prefetched) when fetched */
+    uint64_t fetch_misses;     /* chunks loaded on demand by fetch */
+    uint64_t evictions;        /* resident chunks evicted (farthest next use) */
+    uint64_t prefetches;       /* chunks loaded ahead along the recorded trace */
 } zo_step_stats;
 
 #define ZO_STEP_STATS_INIT {sizeof(zo_step_stats)}
@@ -147,9 +157,15 @@ zo_status zo_engine_finalize(zo_engine_t eng);
 
 /* Make layer's parameters resident on the device for `phase` and return their
  * device pointers (params[i] for the layer's i-th tensor; grads[i] in the
- * backward phase: 16-bit buffers, zeroed at the first micro-batch, that the
- * caller accumulates the tensor's gradient into). The compute stream is made
- * to wait for the data; n is the capacity of the arrays. */
+ * backward phase: 16-bit buffers, zeroed at every backward fetch, that the
+ * caller writes (or adds) the micro-batch's gradient into; micro-batches are
+ * accumulated in fp32 on the host). The compute stream is made to wait for
+ * the data; n is the capacity of the arrays.
+ *
+ * After any step call returns an error the engine abandons the step: its
+ * gradients are dropped, speculative updates undone, the committed weights
+ * stay as they were; the caller stops the step (enqueues no more work for
+ * it) and may run it again from its first fetch. */
 zo_status zo_engine_fetch(zo_engine_t eng, int layer, zo_phase phase, zo_stream_t compute,
                           void **params, void **grads, int n);
 /* The caller's compute stream is done with the layer's parameters once the
@@ -172,6 +188,9 @@ double zo_engine_loss_scale(zo_engine_t eng);
 zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *fp);
 int zo_engine_n_tensors(zo_engine_t eng);
 int zo_engine_layer_tensors(zo_engine_t eng, int layer, int *ids, int cap);
+/* The swap store holding the NVMe tier (NULL when nothing lives on NVMe), for
+ * statistics and fault drills (zo_swap_set_faults). */
+zo_swap_t zo_engine_nvme_store(zo_engine_t eng);
 
 #ifdef __cplusplus
 }

@@ -110,17 +110,48 @@ static void blas_init(void)
     ZO_LOGD(SUBSYS, "OpenBLAS sgemm pinned to one thread per call for deterministic cpu ops");
 }
 
+/* Row conversions with one loop per dtype, simple enough for the compiler to
+ * vectorize (the conversions are exact or round to nearest even, so the
+ * vector and scalar forms give the same bits). */
+static void row_to_f32(float *dst, const void *src, zo_dtype dt, size_t n)
+{
+    if (dt == ZO_DTYPE_F32) {
+        memcpy(dst, src, n * sizeof *dst);
+    } else if (dt == ZO_DTYPE_BF16) {
+        const uint16_t *h = src;
+        for (size_t i = 0; i < n; i++) dst[i] = zo_conv_bf16_to_f32(h[i]);
+    } else {
+        const uint16_t *h = src;
+        for (size_t i = 0; i < n; i++) dst[i] = zo_conv_f16_to_f32(h[i]);
+    }
+}
+
+static void row_from_f32(void *dst, zo_dtype dt, const float *src, size_t n)
+{
+    if (dt == ZO_DTYPE_F32) {
+        memcpy(dst, src, n * sizeof *src);
+    } else if (dt == ZO_DTYPE_BF16) {
+        uint16_t *h = dst;
+        for (size_t i = 0; i < n; i++) h[i] = zo_conv_f32_to_bf16(src[i]);
+    } else {
+        uint16_t *h = dst;
+        for (size_t i = 0; i < n; i++) h[i] = zo_conv_f32_to_f16(src[i]);
+    }
+}
+
 /* Copy a rows x cols matrix (row stride ld) of any dtype into dense fp32. */
 static void to_f32_dense(float *dst, const void *src, zo_dtype dt, int rows, int cols, int64_t ld)
 {
+    size_t es = zo_dtype_size(dt);
     for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) dst[(size_t)r * cols + c] = ld_el(src, dt, (size_t)r * ld + c);
+        row_to_f32(dst + (size_t)r * cols, (const char *)src + (size_t)r * ld * es, dt, (size_t)cols);
 }
 
 static void from_f32_dense(void *dst, zo_dtype dt, const float *src, int rows, int cols, int64_t ld)
 {
+    size_t es = zo_dtype_size(dt);
     for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) st_el(dst, dt, (size_t)r * ld + c, src[(size_t)r * cols + c]);
+        row_from_f32((char *)dst + (size_t)r * ld * es, dt, src + (size_t)r * cols, (size_t)cols);
 }
 
 CPU_TASK(gemm, zo_gemm_desc)

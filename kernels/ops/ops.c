@@ -1,6 +1,7 @@
 /* The compute ops' front end: argument and operand-range checks, the choice
  * of backend by the stream's device, and attention composed from GEMMs and
  * the causal softmax (so both backends run the same schedule). */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -102,6 +103,9 @@ static zo_status check_matrix(zo_stream_t s, const void *p, zo_dtype dt, int bat
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
                        "gemm: leading dimension of %s is %lld, must be >= %d (its stored row length)",
                        what, (long long)ld, cols);
+    if (ld > INT_MAX)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "gemm: leading dimension of %s is %lld, above INT_MAX",
+                       what, (long long)ld);
     if (batch > 1 && stride < 0)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "gemm: batch stride of %s is negative", what);
     return check_operand(s, p, matrix_span(batch, stride, rows, cols, ld) * zo_dtype_size(dt), "gemm", what);
@@ -329,8 +333,9 @@ typedef struct attn_geom {
     size_t es;
 } attn_geom;
 
-/* One batched GEMM over the heads of batch element b: X, Y, Z name where the
- * operands live ('a' = the seq x seq attention, 'h' = a head-layout tensor). */
+/* One batched GEMM over the heads of batch element b. akind, bkind, ckind say
+ * where each operand lives: 'a' = the seq x seq attention matrices, 'h' = a
+ * (batch, seq, heads, head_dim) tensor. */
 static zo_status attn_gemm(zo_stream_t s, const attn_geom *g, int b, int ta, int tb, int m, int n, int k,
                            float alpha, const void *A, char akind, const void *Bm, char bkind, void *C,
                            char ckind)

@@ -1,0 +1,401 @@
+// The compute ops' kernels on the cuda backend (GEMM is in ops_cuda.c, on
+// cuBLAS). Tensors are loaded to fp32 and stored rounded to nearest even, as
+// on the cpu backend; the dtype is a run-time argument (uniform across a
+// launch, so the branch costs nothing next to memory traffic).
+//
+// Determinism: no atomics. Reductions run in a fixed tree within one block;
+// gradients summed over rows or tokens (RMSNorm dw, embedding dtable) are
+// summed by one thread per column in row order; losses and sums of squares are
+// reduced over a fixed number of partials in a second, single-block kernel.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "ops_cuda.h"
+#include "zo_cuda_check.h"
+
+#define SUBSYS "ops"
+
+namespace {
+
+constexpr unsigned kBlock = 256;
+
+__device__ __forceinline__ float ldv(const void *p, int dt, size_t i)
+{
+    if (dt == ZO_DTYPE_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == ZO_DTYPE_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ __forceinline__ void stv(void *p, int dt, size_t i, float v)
+{
+    if (dt == ZO_DTYPE_BF16)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (dt == ZO_DTYPE_F16)
+        ((__half *)p)[i] = __float2half_rn(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Reduce over the block (blockDim.x a multiple of 32); every thread gets the
+// result. The leading barrier lets callers reduce several times in a row.
+template <bool kMax> __device__ float block_reduce(float v)
+{
+    __shared__ float sh[32];
+    v = kMax ? warp_max(v) : warp_sum(v);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float w = lane < nw ? sh[lane] : (kMax ? -INFINITY : 0.0f);
+        w = kMax ? warp_max(w) : warp_sum(w);
+        if (lane == 0) sh[0] = w;
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+unsigned grid_for(size_t n, unsigned block)
+{
+    size_t g = (n + block - 1) / block;
+    return (unsigned)(g > 65535u * 16u ? 65535u * 16u : (g ? g : 1));
+}
+
+cudaStream_t stream_of(const zo_ops_exec *x) { return (cudaStream_t)x->native; }
+
+// ---- embedding ----
+
+__global__ void embed_fwd_kernel(zo_embed_args a)
+{
+    const size_t t = blockIdx.x;
+    const int tok = a.tokens[t];
+    const bool ok = tok >= 0 && tok < a.vocab;
+    for (int j = threadIdx.x; j < a.dim; j += blockDim.x)
+        stv(a.out, a.dt, t * a.dim + j, ok ? ldv(a.in, a.dt, (size_t)tok * a.dim + j) : NAN);
+}
+
+// One thread per column, tokens in order: the same sums in the same order as
+// the cpu backend, without atomics.
+__global__ void embed_bwd_kernel(zo_embed_args a)
+{
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= a.dim) return;
+    for (size_t t = 0; t < a.n_tokens; t++) {
+        const int tok = a.tokens[t];
+        if (tok < 0 || tok >= a.vocab) continue;
+        const size_t o = (size_t)tok * a.dim + j;
+        stv(a.out, a.out_dt, o, ldv(a.out, a.out_dt, o) + ldv(a.in, a.dt, t * a.dim + j));
+    }
+}
+
+// ---- RMSNorm ----
+
+__global__ void rms_fwd_kernel(zo_rmsnorm_args a)
+{
+    const size_t r = blockIdx.x, off = r * a.dim;
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < a.dim; j += blockDim.x) {
+        float v = ldv(a.x, a.dt, off + j);
+        ss += v * v;
+    }
+    ss = block_reduce<false>(ss);
+    const float rs = 1.0f / sqrtf(ss / (float)a.dim + a.eps);
+    if (threadIdx.x == 0) a.rstd[r] = rs;
+    for (int j = threadIdx.x; j < a.dim; j += blockDim.x)
+        stv(a.y_or_dx, a.dt, off + j, ldv(a.x, a.dt, off + j) * rs * ldv(a.w, a.dt, j));
+}
+
+__global__ void rms_bwd_dx_kernel(zo_rmsnorm_args a)
+{
+    const size_t r = blockIdx.x, off = r * a.dim;
+    const float rs = a.rstd[r];
+    float dot = 0.0f;
+    for (int j = threadIdx.x; j < a.dim; j += blockDim.x)
+        dot += ldv(a.dy, a.dt, off + j) * ldv(a.w, a.dt, j) * (ldv(a.x, a.dt, off + j) * rs);
+    const float mean = block_reduce<false>(dot) / (float)a.dim;
+    for (int j = threadIdx.x; j < a.dim; j += blockDim.x) {
+        float xhat = ldv(a.x, a.dt, off + j) * rs;
+        float g = ldv(a.dy, a.dt, off + j) * ldv(a.w, a.dt, j);
+        float dx = rs * (g - xhat * mean);
+        if (a.accumulate_dx) dx += ldv(a.y_or_dx, a.dt, off + j);
+        stv(a.y_or_dx, a.dt, off + j, dx);
+    }
+}
+
+__global__ void rms_bwd_dw_kernel(zo_rmsnorm_args a)
+{
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= a.dim) return;
+    float acc = 0.0f;
+    for (size_t r = 0; r < a.rows; r++)
+        acc += ldv(a.dy, a.dt, r * a.dim + j) * (ldv(a.x, a.dt, r * a.dim + j) * a.rstd[r]);
+    stv(a.dw, a.dw_dt, j, ldv(a.dw, a.dw_dt, j) + acc);
+}
+
+// ---- RoPE ----
+
+__global__ void rope_table_kernel(zo_rope_table_args a)
+{
+    const int half = a.head_dim / 2;
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)a.seq * half) return;
+    const int p = (int)(idx / half), i = (int)(idx % half);
+    const double ang = (double)(a.pos0 + p) * pow((double)a.theta, -2.0 * i / a.head_dim);
+    a.table[idx * 2] = (float)cos(ang);
+    a.table[idx * 2 + 1] = (float)sin(ang);
+}
+
+__global__ void rope_kernel(zo_rope_args a)
+{
+    const size_t half = (size_t)a.head_dim / 2;
+    const size_t total = (size_t)a.batch * a.seq * a.heads * half;
+    const float sgn = a.inverse ? -1.0f : 1.0f;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = idx % half, row = idx / half; // row = (b*seq + t)*heads + h
+        const size_t t = (row / a.heads) % a.seq, base = row * a.head_dim;
+        const float c = a.table[(t * half + i) * 2], sn = sgn * a.table[(t * half + i) * 2 + 1];
+        const float x1 = ldv(a.in, a.dt, base + i), x2 = ldv(a.in, a.dt, base + i + half);
+        stv(a.out, a.dt, base + i, x1 * c - x2 * sn);
+        stv(a.out, a.dt, base + i + half, x2 * c + x1 * sn);
+    }
+}
+
+// ---- causal softmax: one block per row ----
+
+__global__ void softmax_fwd_kernel(zo_softmax_args a)
+{
+    const size_t r = blockIdx.x, T = (size_t)a.seq, off = r * T, t = r % T;
+    float mx = -INFINITY;
+    for (size_t j = threadIdx.x; j <= t; j += blockDim.x) mx = fmaxf(mx, ldv(a.in, a.dt, off + j));
+    mx = block_reduce<true>(mx);
+    float sum = 0.0f;
+    for (size_t j = threadIdx.x; j <= t; j += blockDim.x) sum += expf(ldv(a.in, a.dt, off + j) - mx);
+    const float inv = 1.0f / block_reduce<false>(sum);
+    for (size_t j = threadIdx.x; j < T; j += blockDim.x)
+        stv(a.out, a.dt, off + j, j <= t ? expf(ldv(a.in, a.dt, off + j) - mx) * inv : 0.0f);
+}
+
+__global__ void softmax_bwd_kernel(zo_softmax_args a)
+{
+    const size_t r = blockIdx.x, T = (size_t)a.seq, off = r * T, t = r % T;
+    float dot = 0.0f;
+    for (size_t j = threadIdx.x; j <= t; j += blockDim.x) dot += ldv(a.p, a.dt, off + j) * ldv(a.in, a.dt, off + j);
+    dot = block_reduce<false>(dot);
+    for (size_t j = threadIdx.x; j < T; j += blockDim.x)
+        stv(a.out, a.dt, off + j, j <= t ? ldv(a.p, a.dt, off + j) * (ldv(a.in, a.dt, off + j) - dot) : 0.0f);
+}
+
+// ---- SwiGLU ----
+
+__global__ void swiglu_fwd_kernel(zo_swiglu_args a)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (size_t)gridDim.x * blockDim.x) {
+        const float g = ldv(a.gate, a.dt, i), sig = 1.0f / (1.0f + expf(-g));
+        stv(a.out, a.dt, i, g * sig * ldv(a.up, a.dt, i));
+    }
+}
+
+__global__ void swiglu_bwd_kernel(zo_swiglu_args a)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (size_t)gridDim.x * blockDim.x) {
+        const float g = ldv(a.gate, a.dt, i), u = ldv(a.up, a.dt, i), d = ldv(a.dout, a.dt, i);
+        const float sig = 1.0f / (1.0f + expf(-g)), dsilu = sig * (1.0f + g * (1.0f - sig));
+        stv(a.out, a.dt, i, d * u * dsilu);
+        stv(a.dup, a.dt, i, d * g * sig);
+    }
+}
+
+// ---- cross-entropy: one block per row, then a single-block mean ----
+
+__global__ void xent_rows_kernel(zo_xent_args a)
+{
+    const size_t r = blockIdx.x, V = (size_t)a.vocab, off = r * V;
+    const int tgt = a.targets[r];
+    const bool ok = tgt >= 0 && tgt < a.vocab;
+    float mx = -INFINITY;
+    for (size_t j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, ldv(a.logits, a.dt, off + j));
+    mx = block_reduce<true>(mx);
+    float sum = 0.0f;
+    for (size_t j = threadIdx.x; j < V; j += blockDim.x) sum += expf(ldv(a.logits, a.dt, off + j) - mx);
+    const float lse = mx + logf(block_reduce<false>(sum));
+    // block_reduce ends with a barrier, so every thread has read its logits
+    // before anyone overwrites them (dlogits may equal logits); the target's
+    // logit is read by thread 0 before the barrier below.
+    if (threadIdx.x == 0) a.row_loss[r] = ok ? lse - ldv(a.logits, a.dt, off + tgt) : NAN;
+    __syncthreads();
+    if (!a.dlogits) return;
+    const float scale = a.grad_scale / (float)a.rows;
+    for (size_t j = threadIdx.x; j < V; j += blockDim.x) {
+        const float p = expf(ldv(a.logits, a.dt, off + j) - lse);
+        stv(a.dlogits, a.dt, off + j, ok ? scale * (p - (j == (size_t)tgt ? 1.0f : 0.0f)) : 0.0f);
+    }
+}
+
+__global__ void mean_kernel(float *out, const float *v, size_t n)
+{
+    float s = 0.0f;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += v[i];
+    s = block_reduce<false>(s);
+    if (threadIdx.x == 0) *out = s / (float)n;
+}
+
+// ---- elementwise and sum of squares ----
+
+__global__ void ew_kernel(zo_ew_args a)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (size_t)gridDim.x * blockDim.x) {
+        float v;
+        switch (a.kind) {
+        case ZO_EW_ADD: v = ldv(a.a, a.a_dt, i) + ldv(a.b, a.a_dt, i); break;
+        case ZO_EW_CAST: v = ldv(a.a, a.a_dt, i); break;
+        case ZO_EW_SCALE: v = ldv(a.y, a.y_dt, i) * a.alpha; break;
+        default: v = ldv(a.y, a.y_dt, i) + a.alpha * ldv(a.a, a.a_dt, i); break;
+        }
+        stv(a.y, a.y_dt, i, v);
+    }
+}
+
+__global__ void sumsq_partials_kernel(float *partials, zo_sumsq_args a)
+{
+    float s = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (size_t)gridDim.x * blockDim.x) {
+        const float v = ldv(a.x, a.dt, i);
+        s += v * v;
+    }
+    s = block_reduce<false>(s);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+__global__ void sumsq_final_kernel(float *out, const float *partials, unsigned n, int accumulate)
+{
+    float s = 0.0f;
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) s += partials[i];
+    s = block_reduce<false>(s);
+    if (threadIdx.x == 0) *out = (accumulate ? *out : 0.0f) + s;
+}
+
+} // namespace
+
+extern "C" {
+
+zo_status zo_cuda_op_embedding_fwd(const zo_ops_exec *x, const zo_embed_args *a)
+{
+    embed_fwd_kernel<<<(unsigned)a->n_tokens, kBlock, 0, stream_of(x)>>>(*a);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_op_embedding_bwd(const zo_ops_exec *x, const zo_embed_args *a)
+{
+    embed_bwd_kernel<<<grid_for((size_t)a->dim, kBlock), kBlock, 0, stream_of(x)>>>(*a);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_op_rmsnorm_fwd(const zo_ops_exec *x, const zo_rmsnorm_args *a)
+{
+    rms_fwd_kernel<<<(unsigned)a->rows, kBlock, 0, stream_of(x)>>>(*a);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_op_rmsnorm_bwd(const zo_ops_exec *x, const zo_rmsnorm_args *a)
+{
+    // dw first: it reads dy and x, and dx may be written over either.
+    if (a->dw) {
+        rms_bwd_dw_kernel<<<grid_for((size_t)a->dim, kBlock), kBlock, 0, stream_of(x)>>>(*a);
+        ZO_CUDA_CHECK_LAUNCH();
+    }
+    rms_bwd_dx_kernel<<<(unsigned)a->rows, kBlock, 0, stream_of(x)>>>(*a);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_op_rope_table(const zo_ops_exec *x, const zo_rope_table_args *a)
+{
+    const size_t n = (size_t)a->seq * (a->head_dim / 2);
+    rope_table_kernel<<<(unsigned)((n + kBlock - 1) / kBlock), kBlock, 0, stream_of(x)>>>(*a);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_op_rope(const zo_ops_exec *x, const zo_rope_args *a)
+{
+    const size_t n = (size_t)a->batch * a->seq * a->heads * (a->head_dim / 2);
+    rope_kernel<<<grid_for(n, kBlock), kBlock, 0, stream_of(x)>>>(*a);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_op_softmax_fwd(const zo_ops_exec *x, const zo_softmax_args *a)
+{
+    softmax_fwd_kernel<<<(unsigned)(a->n_mats * a->seq), kBlock, 0, stream_of(x)>>>(*a);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_op_softmax_bwd(const zo_ops_exec *x, const zo_softmax_args *a)
+{
+    softmax_bwd_kernel<<<(unsigned)(a->n_mats * a->seq), kBlock, 0, stream_of(x)>>>(*a);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_op_swiglu_fwd(const zo_ops_exec *x, const zo_swiglu_args *a)
+{
+    swiglu_fwd_kernel<<<grid_for(a->n, kBlock), kBlock, 0, stream_of(x)>>>(*a);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_op_swiglu_bwd(const zo_ops_exec *x, const zo_swiglu_args *a)
+{
+    swiglu_bwd_kernel<<<grid_for(a->n, kBlock), kBlock, 0, stream_of(x)>>>(*a);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_op_cross_entropy(const zo_ops_exec *x, const zo_xent_args *a)
+{
+    xent_rows_kernel<<<(unsigned)a->rows, 512, 0, stream_of(x)>>>(*a);
+    ZO_CUDA_CHECK_LAUNCH();
+    mean_kernel<<<1, 1024, 0, stream_of(x)>>>(a->loss, a->row_loss, a->rows);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_op_elementwise(const zo_ops_exec *x, const zo_ew_args *a)
+{
+    ew_kernel<<<grid_for(a->n, kBlock), kBlock, 0, stream_of(x)>>>(*a);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_sumsq(void *stream, float *partials, const zo_sumsq_args *a)
+{
+    // The number of partials depends only on n, so the sum is the same run to run.
+    size_t g = (a->n + kBlock * 8 - 1) / (kBlock * 8);
+    const unsigned blocks = (unsigned)(g > ZO_CUDA_SUMSQ_PARTIALS ? ZO_CUDA_SUMSQ_PARTIALS : (g ? g : 1));
+    sumsq_partials_kernel<<<blocks, kBlock, 0, (cudaStream_t)stream>>>(partials, *a);
+    ZO_CUDA_CHECK_LAUNCH();
+    sumsq_final_kernel<<<1, 1024, 0, (cudaStream_t)stream>>>(a->out, partials, blocks, a->accumulate);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+} // extern "C"

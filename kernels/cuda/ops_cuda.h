@@ -1,0 +1,33 @@
+/* The cuda compute ops: kernels in ops_cuda.cu, cuBLAS GEMM and the table in
+ * ops_cuda.c (not installed). */
+#ifndef ZO_OPS_CUDA_H
+#define ZO_OPS_CUDA_H
+
+#include "ops_impl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Partial sums zo_op_sumsq reduces through (a per-stream buffer). */
+#define ZO_CUDA_SUMSQ_PARTIALS 256
+
+zo_status zo_cuda_op_embedding_fwd(const zo_ops_exec *x, const zo_embed_args *a);
+zo_status zo_cuda_op_embedding_bwd(const zo_ops_exec *x, const zo_embed_args *a);
+zo_status zo_cuda_op_rmsnorm_fwd(const zo_ops_exec *x, const zo_rmsnorm_args *a);
+zo_status zo_cuda_op_rmsnorm_bwd(const zo_ops_exec *x, const zo_rmsnorm_args *a);
+zo_status zo_cuda_op_rope_table(const zo_ops_exec *x, const zo_rope_table_args *a);
+zo_status zo_cuda_op_rope(const zo_ops_exec *x, const zo_rope_args *a);
+zo_status zo_cuda_op_softmax_fwd(const zo_ops_exec *x, const zo_softmax_args *a);
+zo_status zo_cuda_op_softmax_bwd(const zo_ops_exec *x, const zo_softmax_args *a);
+zo_status zo_cuda_op_swiglu_fwd(const zo_ops_exec *x, const zo_swiglu_args *a);
+zo_status zo_cuda_op_swiglu_bwd(const zo_ops_exec *x, const zo_swiglu_args *a);
+zo_status zo_cuda_op_cross_entropy(const zo_ops_exec *x, const zo_xent_args *a);
+zo_status zo_cuda_op_elementwise(const zo_ops_exec *x, const zo_ew_args *a);
+/* partials: ZO_CUDA_SUMSQ_PARTIALS floats of device memory owned by the stream. */
+zo_status zo_cuda_sumsq(void *stream, float *partials, const zo_sumsq_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

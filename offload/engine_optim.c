@@ -1,0 +1,410 @@
+/* The optimizer side of the engine: a host job thread that takes each
+ * chunk's gradients once their D2H lands (fp32 accumulation, gradient
+ * statistics, the speculative update in overlap mode, the delayed update in
+ * DPU mode), and the update of all chunks with the NVMe pipeline (read chunk
+ * i+2 while updating i+1 and writing i), commit, rollback. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "zo/half.h"
+
+/* ---- helpers over one chunk ---- */
+
+static float to_f32(zo_optim_dtype t, uint16_t h)
+{
+    return t == ZO_OPTIM_FP16 ? zo_f16_to_f32(h) : zo_bf16_to_f32(h);
+}
+
+static uint16_t from_f32(zo_optim_dtype t, float f)
+{
+    return t == ZO_OPTIM_FP16 ? zo_f32_to_f16(f) : zo_f32_to_bf16(f);
+}
+
+/* Where an update writes chunk c's 16-bit parameters: the next buffer when
+ * they are double-buffered (committed later), else in place. */
+static void *p16_out(struct zo_engine *e, eng_chunk *k)
+{
+    return e->p16_bufs == 2 ? k->p16[1 - k->p16_cur] : k->p16[k->p16_cur];
+}
+
+static void adam_args(struct zo_engine *e, eng_chunk *k, float *st, float factor, int64_t step,
+                      int parity, zo_adam_params *p, zo_adam_buffers *b)
+{
+    *p = e->cfg.adam;
+    p->struct_size = sizeof *p;
+    p->step = step;
+    p->grad_scale = factor;
+    zo_adam_buffers init = ZO_ADAM_BUFFERS_INIT;
+    *b = init;
+    b->n = k->n_elems;
+    if (e->cfg.grad_accum_steps > 1) {
+        b->grad = k->acc[parity];
+        b->grad_type = ZO_OPTIM_FP32;
+    } else {
+        b->grad = k->g16[parity];
+        b->grad_type = e->cfg.param_dtype;
+    }
+    b->master = st;
+    b->m = st + e->chunk_elems;
+    b->v = st + 2 * e->chunk_elems;
+    b->out = p16_out(e, k);
+    b->out_type = e->cfg.param_dtype;
+}
+
+static zo_status timed_swap_wait(struct zo_engine *e, zo_swap_io_t io)
+{
+    uint64_t t0 = zo_now_ns();
+    zo_status st = zo_swap_wait(io);
+    atomic_fetch_add(&e->nvme_ns, zo_now_ns() - t0);
+    return st;
+}
+
+static zo_status read_current(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io)
+{
+    eng_chunk *k = &e->chunks[c];
+    return zo_swap_read_async(e->swap, k->ext[k->ext_cur], buf, e->state_extent_bytes,
+                              k->gen[k->ext_cur], NULL, NULL, io);
+}
+
+static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io)
+{
+    eng_chunk *k = &e->chunks[c];
+    int alt = 1 - k->ext_cur;
+    k->gen[alt] = k->gen[k->ext_cur] + 1;
+    return zo_swap_write_async(e->swap, k->ext[alt], buf, e->state_extent_bytes, k->gen[alt], NULL,
+                               NULL, io);
+}
+
+/* One chunk's update through NVMe on the calling thread: read the current
+ * extent, update, write the alternate one. */
+static zo_status update_chunk_nvme(struct zo_engine *e, uint32_t c, float factor, int64_t step,
+                                   int parity)
+{
+    float *buf = e->stage[0];
+    zo_swap_io_t io = NULL;
+    ZO_TRY(read_current(e, c, buf, &io));
+    ZO_TRY(timed_swap_wait(e, io));
+    zo_adam_params p;
+    zo_adam_buffers b;
+    adam_args(e, &e->chunks[c], buf, factor, step, parity, &p, &b);
+    ZO_TRY(zo_optim_pool_adam_step(e->opool, &p, &b));
+    ZO_TRY(write_alternate(e, c, buf, &io));
+    ZO_TRY(timed_swap_wait(e, io));
+    e->chunks[c].alt_valid = 1;
+    return ZO_OK;
+}
+
+/* ---- the update of every chunk ---- */
+
+static zo_status update_all_resident(struct zo_engine *e, float factor, int64_t step, int parity)
+{
+    zo_optim_job_t *jobs = calloc(e->n_chunks, sizeof *jobs);
+    if (!jobs) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %u job handles", e->n_chunks);
+    zo_status st = ZO_OK;
+    uint32_t queued = 0;
+    for (; queued < e->n_chunks; queued++) {
+        eng_chunk *k = &e->chunks[queued];
+        zo_adam_params p;
+        zo_adam_buffers b;
+        adam_args(e, k, k->states, factor, step, parity, &p, &b);
+        st = zo_optim_pool_adam_enqueue(e->opool, &p, &b, &jobs[queued]);
+        if (st < 0) break;
+    }
+    for (uint32_t i = 0; i < queued; i++) {
+        zo_status w = zo_optim_job_wait(jobs[i], NULL);
+        if (st == ZO_OK && w < 0) st = w;
+    }
+    free(jobs);
+    return st;
+}
+
+typedef struct nvme_pipe {
+    zo_swap_io_t rd[ENG_NVME_STAGES], wr[ENG_NVME_STAGES];
+    zo_status st;
+    char why[512];
+} nvme_pipe;
+
+static void pipe_fail(nvme_pipe *pp, zo_status st)
+{
+    if (pp->st < 0 || st >= 0) return;
+    pp->st = st;
+    snprintf(pp->why, sizeof pp->why, "%s", zo_last_error());
+}
+
+static void pipe_wait(struct zo_engine *e, nvme_pipe *pp, zo_swap_io_t *io)
+{
+    if (!*io) return;
+    pipe_fail(pp, timed_swap_wait(e, *io));
+    *io = NULL;
+}
+
+static void pipe_read(struct zo_engine *e, nvme_pipe *pp, uint32_t c)
+{
+    unsigned s = c % ENG_NVME_STAGES;
+    pipe_wait(e, pp, &pp->wr[s]); /* the slot's previous write must be done */
+    if (pp->st == ZO_OK) pipe_fail(pp, read_current(e, c, e->stage[s], &pp->rd[s]));
+}
+
+static zo_status update_all_nvme(struct zo_engine *e, float factor, int64_t step, int parity)
+{
+    nvme_pipe pp;
+    memset(&pp, 0, sizeof pp);
+    const uint32_t ahead = ENG_NVME_STAGES - 1, n = e->n_chunks;
+    for (uint32_t c = 0; c < ahead && c < n; c++) pipe_read(e, &pp, c);
+    for (uint32_t c = 0; c < n && pp.st == ZO_OK; c++) {
+        unsigned s = c % ENG_NVME_STAGES;
+        pipe_wait(e, &pp, &pp.rd[s]);
+        if (pp.st < 0) break;
+        zo_adam_params p;
+        zo_adam_buffers b;
+        adam_args(e, &e->chunks[c], e->stage[s], factor, step, parity, &p, &b);
+        pipe_fail(&pp, zo_optim_pool_adam_step(e->opool, &p, &b));
+        if (pp.st == ZO_OK) pipe_fail(&pp, write_alternate(e, c, e->stage[s], &pp.wr[s]));
+        if (c + ahead < n) pipe_read(e, &pp, c + ahead);
+    }
+    for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
+        pipe_wait(e, &pp, &pp.rd[s]);
+        pipe_wait(e, &pp, &pp.wr[s]);
+    }
+    if (pp.st < 0)
+        return ZO_FAIL(pp.st, ENG_SUBSYS, "updating the optimizer states on NVMe: %s", pp.why);
+    for (uint32_t c = 0; c < n; c++) e->chunks[c].alt_valid = 1;
+    return ZO_OK;
+}
+
+zo_status eng_update_all(struct zo_engine *e, float factor, int64_t step, int parity)
+{
+    if (e->swap) return update_all_nvme(e, factor, step, parity);
+    return update_all_resident(e, factor, step, parity);
+}
+
+/* ---- commit and rollback ---- */
+
+/* Make the step's update the current state: flip NVMe extents and
+ * double-buffered 16-bit parameters (not when the update was skipped: the
+ * next buffers then hold nothing new). */
+void eng_commit(struct zo_engine *e, int updated)
+{
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        if (e->swap && k->alt_valid) {
+            k->ext_cur = 1 - k->ext_cur;
+            k->alt_valid = 0;
+        }
+        if (e->p16_bufs == 2 && updated) k->p16_cur = 1 - k->p16_cur;
+    }
+}
+
+/* Forget updates written to alternate extents (the current ones are intact). */
+void eng_discard_uncommitted(struct zo_engine *e)
+{
+    for (uint32_t c = 0; c < e->n_chunks; c++) e->chunks[c].alt_valid = 0;
+}
+
+/* Undo speculative updates of resident states from their backups; the
+ * single-buffered 16-bit copy is recomputed, since it is always the rounded
+ * master. */
+void eng_restore_backups(struct zo_engine *e)
+{
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        if (!k->spec_done || !k->backup) continue;
+        memcpy(k->states, k->backup, 3 * e->chunk_elems * sizeof(float));
+        if (e->p16_bufs == 1) {
+            uint16_t *p = k->p16[k->p16_cur];
+            for (size_t i = 0; i < k->n_elems; i++) p[i] = from_f32(e->cfg.param_dtype, k->states[i]);
+        }
+        k->spec_done = 0;
+    }
+}
+
+/* The latest master | m | v of chunk c (including an update not committed
+ * yet) into out (state_extent_bytes, 4 KiB aligned). */
+zo_status eng_read_states(struct zo_engine *e, uint32_t c, int which, float *out)
+{
+    (void)which;
+    eng_chunk *k = &e->chunks[c];
+    if (!e->swap) {
+        memcpy(out, k->states, 3 * e->chunk_elems * sizeof(float));
+        return ZO_OK;
+    }
+    int x = k->alt_valid ? 1 - k->ext_cur : k->ext_cur;
+    return zo_swap_read(e->swap, k->ext[x], out, e->state_extent_bytes, k->gen[x]);
+}
+
+/* ---- the host job thread ---- */
+
+static zo_status accumulate(struct zo_engine *e, eng_chunk *k, const eng_job *j)
+{
+    const uint16_t *g = k->g16[j->parity];
+    float *acc = k->acc[j->parity];
+    zo_optim_dtype t = e->cfg.param_dtype;
+    if (j->micro == 1)
+        for (size_t i = 0; i < k->n_elems; i++) acc[i] = to_f32(t, g[i]);
+    else
+        for (size_t i = 0; i < k->n_elems; i++) acc[i] += to_f32(t, g[i]);
+    return ZO_OK;
+}
+
+static zo_status speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
+{
+    eng_chunk *k = &e->chunks[c];
+    if (e->swap) {
+        ZO_TRY(update_chunk_nvme(e, c, j->factor, j->step, j->parity));
+    } else {
+        memcpy(k->backup, k->states, 3 * e->chunk_elems * sizeof(float));
+        zo_adam_params p;
+        zo_adam_buffers b;
+        adam_args(e, k, k->states, j->factor, j->step, j->parity, &p, &b);
+        ZO_TRY(zo_optim_pool_adam_step(e->opool, &p, &b));
+    }
+    k->spec_done = 1;
+    return ZO_OK;
+}
+
+static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
+{
+    eng_chunk *k = &e->chunks[j->chunk];
+    int accum = e->cfg.grad_accum_steps > 1;
+    if (accum) ZO_TRY(accumulate(e, k, j));
+    if (!j->last) return ZO_OK;
+    const void *g = accum ? (const void *)k->acc[j->parity] : k->g16[j->parity];
+    zo_optim_dtype t = accum ? ZO_OPTIM_FP32 : e->cfg.param_dtype;
+    ZO_TRY(zo_optim_pool_grad_stats(e->opool, g, t, k->n_elems, &k->gstats));
+    if (e->cfg.mode == ZO_OPTIM_OVERLAP) ZO_TRY(speculate(e, (uint32_t)j->chunk, j));
+    return ZO_OK;
+}
+
+static zo_status run_job(struct zo_engine *e, const eng_job *j)
+{
+    if (j->kind == JOB_DPU_UPDATE) return eng_update_all(e, j->factor, j->step, j->parity);
+    return run_grad_job(e, j);
+}
+
+void eng_set_async_error(struct zo_engine *e, zo_status st)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->async_st >= 0 && st < 0) {
+        e->async_st = st;
+        snprintf(e->async_msg, sizeof e->async_msg, "%s", zo_last_error());
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+zo_status eng_take_async_error(struct zo_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    zo_status st = e->async_st;
+    e->async_st = ZO_OK;
+    e->async_msg[0] = 0;
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+static void *thread_main(void *arg)
+{
+    struct zo_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->qhead && !e->stop) pthread_cond_wait(&e->cv, &e->mu);
+        eng_job *j = e->qhead;
+        if (!j) break;
+        e->qhead = j->next;
+        if (!e->qhead) e->qtail = NULL;
+        e->running = 1;
+        while (!j->arrived) pthread_cond_wait(&e->cv, &e->mu);
+        int skip = e->async_st < 0; /* the step is being abandoned */
+        pthread_mutex_unlock(&e->mu);
+        zo_status st = ZO_OK;
+        if (!skip) {
+            uint64_t t0 = zo_now_ns();
+            st = run_job(e, j);
+            atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
+        }
+        if (st < 0) eng_set_async_error(e, st);
+        pthread_mutex_lock(&e->mu);
+        if (j->kind == JOB_GRAD) e->chunks[j->chunk].jobs_done++;
+        e->running = 0;
+        free(j);
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+zo_status eng_thread_start(struct zo_engine *e)
+{
+    int rc = pthread_create(&e->thread, NULL, thread_main, e);
+    if (rc != 0) return ZO_FAIL(ZO_ERR_SYSTEM, ENG_SUBSYS, "starting the engine's optimizer thread: error %d", rc);
+    e->thread_started = 1;
+    return ZO_OK;
+}
+
+void eng_thread_stop(struct zo_engine *e)
+{
+    if (!e->thread_started) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    e->thread_started = 0;
+    e->stop = 0;
+}
+
+zo_status eng_job_push(struct zo_engine *e, const eng_job *tmpl, eng_job **out)
+{
+    eng_job *j = malloc(sizeof *j);
+    if (!j) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a host job");
+    *j = *tmpl;
+    j->next = NULL;
+    pthread_mutex_lock(&e->mu);
+    if (j->kind == JOB_GRAD) e->chunks[j->chunk].jobs_queued++;
+    if (e->qtail)
+        e->qtail->next = j;
+    else
+        e->qhead = j;
+    e->qtail = j;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (out) *out = j;
+    return ZO_OK;
+}
+
+zo_status eng_arrival_fn(void *arg)
+{
+    struct {
+        struct zo_engine *e;
+        eng_job *j;
+    } *a = arg;
+    struct zo_engine *e = a->e;
+    pthread_mutex_lock(&e->mu);
+    a->j->arrived = 1; /* the job is freed only after this, by the thread that waits for it */
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return ZO_OK;
+}
+
+/* Wait until every queued host job has run; returns the first failure. */
+zo_status eng_wait_idle(struct zo_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    while (e->qhead || e->running) pthread_cond_wait(&e->cv, &e->mu);
+    zo_status st = e->async_st;
+    char why[512];
+    snprintf(why, sizeof why, "%s", e->async_msg);
+    pthread_mutex_unlock(&e->mu);
+    if (st < 0) return ZO_FAIL(st, ENG_SUBSYS, "%s", why);
+    return ZO_OK;
+}
+
+/* Wait until chunk c's host jobs have run (its host gradient buffer is free). */
+void eng_wait_chunk_jobs(struct zo_engine *e, uint32_t c)
+{
+    pthread_mutex_lock(&e->mu);
+    while (e->chunks[c].jobs_done < e->chunks[c].jobs_queued) pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+}

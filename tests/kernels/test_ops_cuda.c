@@ -1,0 +1,290 @@
+/* The cuda ops against the cpu ops (the reference), on the same inputs, in
+ * f32, bf16 and f16. Needs a CUDA GPU: exits 77 (skipped) without one.
+ *
+ * Tolerances, on the error normalized by the tensor's largest magnitude:
+ *   f32:  2e-5 (different summation trees and expf; cuBLAS without TF32),
+ *         attention 1e-4
+ *   f16:  3e-3 (a rounding boundary can land either side: 1-2 ulps of 2^-11),
+ *         attention 1e-2 (scores and probabilities are rounded before the next GEMM)
+ *   bf16: 1.6e-2 (1-2 ulps of 2^-8 after rounding), attention 4e-2
+ * Exact where the math is: embedding gathers and the embedding gradient
+ * (the same adds in the same order), casts, and run-to-run repeats. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ops_suite.h"
+
+static zo_device_t g_cpu, g_gpu;
+static zo_stream_t g_cs, g_gs;
+
+static const zo_dtype k_dtypes[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_F16};
+
+static double tol(zo_dtype dt) { return dt == ZO_DTYPE_F32 ? 2e-5 : dt == ZO_DTYPE_F16 ? 3e-3 : 1.6e-2; }
+static double tol_attn(zo_dtype dt) { return dt == ZO_DTYPE_F32 ? 1e-4 : dt == ZO_DTYPE_F16 ? 1e-2 : 4e-2; }
+
+static int setup(void **state)
+{
+    zo_device_config cfg = ZO_DEVICE_CONFIG_INIT;
+    cfg.backend = "cpu";
+    cfg.mem_budget = 64u << 20;
+    if (zo_device_init(&g_cpu, &cfg) != ZO_OK || zo_stream_create(g_cpu, &g_cs) != ZO_OK) return -1;
+    cfg.backend = "cuda";
+    cfg.mem_budget = 256u << 20;
+    if (zo_device_init(&g_gpu, &cfg) != ZO_OK || zo_stream_create(g_gpu, &g_gs) != ZO_OK) return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    dev_free_all();
+    zo_device_free(g_gpu);
+    zo_device_free(g_cpu);
+    return 0;
+}
+
+static int free_buffers(void **state)
+{
+    dev_free_all();
+    return 0;
+}
+
+/* got (cuda) against want (cpu). */
+static void close_to(const float *got, const float *want, size_t n, double t, const char *what, zo_dtype dt)
+{
+    double *w = malloc(n * sizeof *w);
+    assert_non_null(w);
+    for (size_t i = 0; i < n; i++) w[i] = want[i];
+    double e = norm_err(got, w, n, 1e-6);
+    free(w);
+    if (!(e <= t)) fail_msg("%s (%s): cuda vs cpu normalized error %.3g exceeds %.3g", what, zo_dtype_name(dt), e, t);
+}
+
+static void test_gemm(void **state)
+{
+    uint64_t seed = 101;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            gemm_case c = gemm_case_make(&seed, ta, tb, 37, 19, 45, 3, 0.75f, 0.5f);
+            for (size_t d = 0; d < 3; d++) {
+                zo_dtype dt = k_dtypes[d];
+                float *want = run_gemm(g_cs, &c, dt, ZO_DTYPE_F32), *got = run_gemm(g_gs, &c, dt, ZO_DTYPE_F32);
+                close_to(got, want, c.nC, 2e-5, "gemm C=f32", dt);
+                free(want), free(got);
+                want = run_gemm(g_cs, &c, dt, dt);
+                got = run_gemm(g_gs, &c, dt, dt);
+                close_to(got, want, c.nC, tol(dt), "gemm C=dt", dt);
+                free(want), free(got);
+            }
+            gemm_case_free(&c);
+        }
+}
+
+static void test_embedding(void **state)
+{
+    uint64_t seed = 102;
+    const int V = 50, D = 40;
+    int32_t tok[33];
+    for (size_t i = 0; i < 33; i++) tok[i] = (int32_t)(zo_test_rand(&seed) % 20); /* many repeats */
+    float *table = rand_vec(&seed, (size_t)V * D, 1, ZO_DTYPE_BF16), *dout = rand_vec(&seed, 33 * D, 1, ZO_DTYPE_BF16);
+    float *g0 = rand_vec(&seed, (size_t)V * D, 1, ZO_DTYPE_BF16);
+    for (size_t d = 0; d < 3; d++) {
+        zo_dtype dt = k_dtypes[d];
+        float *co, *cg, *go, *gg;
+        run_embedding(g_cs, dt, dt, table, tok, 33, D, V, dout, g0, &co, &cg);
+        run_embedding(g_gs, dt, dt, table, tok, 33, D, V, dout, g0, &go, &gg);
+        assert_memory_equal(go, co, 33 * D * sizeof(float));
+        assert_memory_equal(gg, cg, (size_t)V * D * sizeof(float));
+        free(co), free(cg), free(go), free(gg);
+    }
+    free(table), free(dout), free(g0);
+}
+
+static void test_rmsnorm(void **state)
+{
+    uint64_t seed = 103;
+    const size_t rows = 7;
+    const int D = 300;
+    size_t n = rows * D;
+    float *x = rand_vec(&seed, n, 2, ZO_DTYPE_BF16), *w = rand_vec(&seed, D, 1, ZO_DTYPE_BF16);
+    float *dy = rand_vec(&seed, n, 1, ZO_DTYPE_BF16), *dw0 = rand_vec(&seed, D, 1, ZO_DTYPE_BF16);
+    float *dx0 = rand_vec(&seed, n, 1, ZO_DTYPE_BF16);
+    for (size_t d = 0; d < 3; d++) {
+        zo_dtype dt = k_dtypes[d];
+        rms_out c = run_rmsnorm(g_cs, dt, x, w, dy, dw0, dx0, rows, D, 1e-5f);
+        rms_out g = run_rmsnorm(g_gs, dt, x, w, dy, dw0, dx0, rows, D, 1e-5f);
+        close_to(g.y, c.y, n, tol(dt), "rmsnorm y", dt);
+        close_to(g.rstd, c.rstd, rows, 2e-6, "rmsnorm rstd", dt);
+        close_to(g.dx, c.dx, n, tol(dt), "rmsnorm dx", dt);
+        close_to(g.dw, c.dw, D, 2e-5, "rmsnorm dw (f32)", dt);
+        close_to(g.dx_acc, c.dx_acc, n, tol(dt), "rmsnorm dx accumulated", dt);
+        rms_out_free(&c);
+        rms_out_free(&g);
+    }
+    free(x), free(w), free(dy), free(dw0), free(dx0);
+}
+
+static void test_rope(void **state)
+{
+    uint64_t seed = 104;
+    const int B = 2, T = 33, H = 3, hd = 16;
+    size_t n = (size_t)B * T * H * hd;
+    float *x = rand_vec(&seed, n, 1, ZO_DTYPE_BF16), *dy = rand_vec(&seed, n, 1, ZO_DTYPE_BF16);
+    for (size_t d = 0; d < 3; d++) {
+        zo_dtype dt = k_dtypes[d];
+        float *ct, *cy, *cdx, *gt, *gy, *gdx;
+        run_rope(g_cs, dt, x, dy, B, T, H, hd, 10000.0f, 100, &ct, &cy, &cdx);
+        run_rope(g_gs, dt, x, dy, B, T, H, hd, 10000.0f, 100, &gt, &gy, &gdx);
+        close_to(gt, ct, (size_t)T * hd, 1e-7, "rope table", dt);
+        close_to(gy, cy, n, tol(dt), "rope fwd", dt);
+        close_to(gdx, cdx, n, tol(dt), "rope bwd", dt);
+        free(ct), free(cy), free(cdx), free(gt), free(gy), free(gdx);
+    }
+    free(x), free(dy);
+}
+
+static void test_softmax(void **state)
+{
+    uint64_t seed = 105;
+    const size_t nm = 4;
+    const int T = 300; /* rows longer than a block */
+    size_t n = nm * T * T;
+    float *x = rand_vec(&seed, n, 4, ZO_DTYPE_BF16), *dp = rand_vec(&seed, n, 1, ZO_DTYPE_BF16);
+    for (size_t d = 0; d < 3; d++) {
+        zo_dtype dt = k_dtypes[d];
+        float *cp, *cdx, *gp, *gdx;
+        run_softmax(g_cs, dt, x, dp, nm, T, &cp, &cdx);
+        run_softmax(g_gs, dt, x, dp, nm, T, &gp, &gdx);
+        close_to(gp, cp, n, tol(dt), "causal softmax fwd", dt);
+        close_to(gdx, cdx, n, tol(dt), "causal softmax bwd", dt);
+        free(cp), free(cdx), free(gp), free(gdx);
+    }
+    free(x), free(dp);
+}
+
+static void test_attention(void **state)
+{
+    uint64_t seed = 106;
+    const int B = 2, T = 40, H = 4, hd = 16;
+    size_t n = (size_t)B * T * H * hd, na = (size_t)B * H * T * T;
+    float *q = rand_vec(&seed, n, 1, ZO_DTYPE_BF16), *k = rand_vec(&seed, n, 1, ZO_DTYPE_BF16);
+    float *v = rand_vec(&seed, n, 1, ZO_DTYPE_BF16), *d = rand_vec(&seed, n, 1, ZO_DTYPE_BF16);
+    for (size_t i = 0; i < 3; i++) {
+        zo_dtype dt = k_dtypes[i];
+        attn_out c = run_attention(g_cs, dt, q, k, v, d, B, T, H, hd);
+        attn_out g = run_attention(g_gs, dt, q, k, v, d, B, T, H, hd);
+        close_to(g.out, c.out, n, tol_attn(dt), "attention out", dt);
+        close_to(g.att, c.att, na, tol_attn(dt), "attention probabilities", dt);
+        close_to(g.dq, c.dq, n, tol_attn(dt), "attention dq", dt);
+        close_to(g.dk, c.dk, n, tol_attn(dt), "attention dk", dt);
+        close_to(g.dv, c.dv, n, tol_attn(dt), "attention dv", dt);
+        attn_out_free(&c);
+        attn_out_free(&g);
+    }
+    free(q), free(k), free(v), free(d);
+}
+
+static void test_swiglu(void **state)
+{
+    uint64_t seed = 107;
+    const size_t n = 5000;
+    float *g = rand_vec(&seed, n, 6, ZO_DTYPE_BF16), *u = rand_vec(&seed, n, 1, ZO_DTYPE_BF16);
+    float *d = rand_vec(&seed, n, 1, ZO_DTYPE_BF16);
+    for (size_t i = 0; i < 3; i++) {
+        zo_dtype dt = k_dtypes[i];
+        float *co, *cg, *cu, *go, *gg, *gu;
+        run_swiglu(g_cs, dt, g, u, d, n, &co, &cg, &cu);
+        run_swiglu(g_gs, dt, g, u, d, n, &go, &gg, &gu);
+        close_to(go, co, n, tol(dt), "swiglu fwd", dt);
+        close_to(gg, cg, n, tol(dt), "swiglu dgate", dt);
+        close_to(gu, cu, n, tol(dt), "swiglu dup", dt);
+        free(co), free(cg), free(cu), free(go), free(gg), free(gu);
+    }
+    free(g), free(u), free(d);
+}
+
+static void test_cross_entropy(void **state)
+{
+    uint64_t seed = 108;
+    const size_t rows = 9;
+    const int V = 1000;
+    int32_t tgt[9];
+    for (size_t r = 0; r < rows; r++) tgt[r] = (int32_t)(zo_test_rand(&seed) % V);
+    float *x = rand_vec(&seed, rows * V, 6, ZO_DTYPE_BF16);
+    for (size_t i = 0; i < 3; i++) {
+        zo_dtype dt = k_dtypes[i];
+        float clf, cl, glf, gl, *crl, *cdl, *grl, *gdl;
+        run_xent(g_cs, dt, x, tgt, rows, V, 0.25f, &clf, &cl, &crl, &cdl);
+        run_xent(g_gs, dt, x, tgt, rows, V, 0.25f, &glf, &gl, &grl, &gdl);
+        close_to(&gl, &cl, 1, 1e-5, "cross-entropy loss", dt);
+        close_to(&glf, &clf, 1, 1e-5, "cross-entropy loss (forward only)", dt);
+        close_to(grl, crl, rows, 1e-5, "cross-entropy row loss", dt);
+        close_to(gdl, cdl, rows * V, tol(dt), "cross-entropy dlogits", dt);
+        free(crl), free(cdl), free(grl), free(gdl);
+    }
+    free(x);
+}
+
+static void test_elementwise(void **state)
+{
+    uint64_t seed = 109;
+    const size_t n = 70001;
+    float *a = rand_vec(&seed, n, 3, ZO_DTYPE_F32), *b = rand_vec(&seed, n, 3, ZO_DTYPE_F32);
+    for (size_t i = 0; i < 3; i++) {
+        zo_dtype dt = k_dtypes[i];
+        ew_out c = run_elementwise(g_cs, dt, a, b, n, 0.375f), g = run_elementwise(g_gs, dt, a, b, n, 0.375f);
+        close_to(g.add, c.add, n, tol(dt), "add", dt);
+        close_to(g.scaled, c.scaled, n, tol(dt), "scale", dt);
+        close_to(g.axpy, c.axpy, n, 2e-6, "axpy into f32", dt);
+        assert_memory_equal(g.to_dt, c.to_dt, n * sizeof(float)); /* rounding is exact arithmetic */
+        assert_memory_equal(g.to_f32, c.to_f32, n * sizeof(float));
+        close_to(&g.sumsq, &c.sumsq, 1, 1e-5, "sumsq", dt);
+        close_to(&g.sumsq_acc, &c.sumsq_acc, 1, 1e-5, "sumsq accumulated", dt);
+        ew_out_free(&c);
+        ew_out_free(&g);
+    }
+    free(a), free(b);
+}
+
+/* The same ops twice on the GPU give the same bits. */
+static void test_repeatable(void **state)
+{
+    uint64_t seed = 110;
+    const int B = 2, T = 64, H = 4, hd = 32;
+    size_t n = (size_t)B * T * H * hd;
+    float *q = rand_vec(&seed, n, 1, ZO_DTYPE_BF16), *k = rand_vec(&seed, n, 1, ZO_DTYPE_BF16);
+    float *v = rand_vec(&seed, n, 1, ZO_DTYPE_BF16), *d = rand_vec(&seed, n, 1, ZO_DTYPE_BF16);
+    attn_out a = run_attention(g_gs, ZO_DTYPE_BF16, q, k, v, d, B, T, H, hd);
+    attn_out b = run_attention(g_gs, ZO_DTYPE_BF16, q, k, v, d, B, T, H, hd);
+    assert_memory_equal(a.dq, b.dq, n * sizeof(float));
+    assert_memory_equal(a.dk, b.dk, n * sizeof(float));
+    assert_memory_equal(a.dv, b.dv, n * sizeof(float));
+    attn_out_free(&a);
+    attn_out_free(&b);
+    ew_out e1 = run_elementwise(g_gs, ZO_DTYPE_BF16, q, k, n, 0.5f), e2 = run_elementwise(g_gs, ZO_DTYPE_BF16, q, k, n, 0.5f);
+    assert_memory_equal(&e1.sumsq, &e2.sumsq, sizeof(float));
+    ew_out_free(&e1);
+    ew_out_free(&e2);
+    free(q), free(k), free(v), free(d);
+}
+
+int main(void)
+{
+    if (zo_device_cuda_count() == 0) {
+        fprintf(stderr, "test_ops_cuda: skipped: no CUDA GPU is visible (%s)\n",
+                zo_device_cuda_built() ? "this build has CUDA" : "this build has no CUDA");
+        return ZO_TEST_SKIP;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_gemm, free_buffers),
+        cmocka_unit_test_teardown(test_embedding, free_buffers),
+        cmocka_unit_test_teardown(test_rmsnorm, free_buffers),
+        cmocka_unit_test_teardown(test_rope, free_buffers),
+        cmocka_unit_test_teardown(test_softmax, free_buffers),
+        cmocka_unit_test_teardown(test_attention, free_buffers),
+        cmocka_unit_test_teardown(test_swiglu, free_buffers),
+        cmocka_unit_test_teardown(test_cross_entropy, free_buffers),
+        cmocka_unit_test_teardown(test_elementwise, free_buffers),
+        cmocka_unit_test_teardown(test_repeatable, free_buffers),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

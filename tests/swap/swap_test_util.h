@@ -1,0 +1,118 @@
+/* Helpers shared by the swap store tests: a scratch directory tree, aligned
+ * buffers with reproducible contents, and store configs. */
+#ifndef SWAP_TEST_UTIL_H
+#define SWAP_TEST_UTIL_H
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "zo/swap.h"
+#include "zo_test.h"
+
+#define SWAP_TEST_MAX_PATHS 3
+
+typedef struct swap_test_dirs {
+    char root[512];
+    char paths[SWAP_TEST_MAX_PATHS][600];
+    const char *ptrs[SWAP_TEST_MAX_PATHS];
+} swap_test_dirs;
+
+/* mkdtemp under $TMPDIR (or /tmp) with one subdirectory per swap path. */
+static inline int swap_test_mkdirs(swap_test_dirs *d)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(d->root, sizeof d->root, "%s/zo-swap-test-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(d->root)) return -1;
+    for (int i = 0; i < SWAP_TEST_MAX_PATHS; i++) {
+        snprintf(d->paths[i], sizeof d->paths[i], "%s/p%d", d->root, i);
+        if (mkdir(d->paths[i], 0700) != 0) return -1;
+        d->ptrs[i] = d->paths[i];
+    }
+    return 0;
+}
+
+/* Remove the tree made by swap_test_mkdirs (two levels of plain files). */
+static inline void swap_test_rmdirs(swap_test_dirs *d)
+{
+    for (int i = 0; i < SWAP_TEST_MAX_PATHS; i++) {
+        DIR *dir = opendir(d->paths[i]);
+        struct dirent *e;
+        while (dir && (e = readdir(dir))) {
+            if (e->d_name[0] == '.') continue;
+            char p[1200];
+            snprintf(p, sizeof p, "%s/%s", d->paths[i], e->d_name);
+            unlink(p);
+        }
+        if (dir) closedir(dir);
+        rmdir(d->paths[i]);
+    }
+    rmdir(d->root);
+}
+
+/* Exit 77 (skipped) with the reason when O_DIRECT does not work in the
+ * scratch directory's file system. */
+static inline void swap_test_require_odirect(void)
+{
+    swap_test_dirs d;
+    if (swap_test_mkdirs(&d) != 0) {
+        fprintf(stderr, "SKIP: cannot create a scratch directory under $TMPDIR or /tmp\n");
+        exit(ZO_TEST_SKIP);
+    }
+    int ok = 0;
+    uint64_t free_bytes = 0;
+    char why[256] = "";
+    zo_status st = zo_swap_probe_dir(d.paths[0], &ok, &free_bytes, why, sizeof why);
+    swap_test_rmdirs(&d);
+    if (st != ZO_OK || !ok) {
+        fprintf(stderr, "SKIP: O_DIRECT does not work under %s (%s): set TMPDIR to a directory on ext4/xfs\n",
+                d.root, st != ZO_OK ? zo_last_error() : why);
+        exit(ZO_TEST_SKIP);
+    }
+}
+
+static inline uint8_t *swap_test_alloc(size_t len)
+{
+    void *p = NULL;
+    size_t cap = (len + 4095) / 4096 * 4096;
+    if (posix_memalign(&p, 4096, cap ? cap : 4096)) return NULL;
+    return p;
+}
+
+static inline void swap_test_fill(uint8_t *buf, size_t len, uint64_t seed)
+{
+    uint64_t st = seed;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t v = zo_test_rand(&st);
+        memcpy(buf + i, &v, 8);
+    }
+    for (; i < len; i++) buf[i] = (uint8_t)zo_test_rand(&st);
+}
+
+static inline zo_swap_config swap_test_config(const swap_test_dirs *d, size_t npaths, uint64_t capacity,
+                                              uint64_t extent_bytes)
+{
+    zo_swap_config c = ZO_SWAP_CONFIG_INIT;
+    c.paths = d->ptrs;
+    c.npaths = npaths;
+    c.capacity = capacity;
+    c.extent_bytes = extent_bytes;
+    c.queue_depth = 8;
+    c.block_size = 64u << 10;
+    return c;
+}
+
+/* When the run forces io_uring to fail, the store must be on sync. */
+static inline void swap_test_check_engine(zo_swap_t s)
+{
+    const char *force = getenv("ZO_SWAP_FORCE_SYNC");
+    const char *name = zo_swap_engine_name(s);
+    if (force && !strcmp(force, "1") && !strstr(name, "sync"))
+        fail_msg("ZO_SWAP_FORCE_SYNC=1 but the store uses engine '%s'", name);
+}
+
+#endif
