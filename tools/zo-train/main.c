@@ -422,7 +422,7 @@ static double mean_last(const float *l, int n, int k)
 static void print_human(const cli *c, const zt_setup *su, const float *losses, const totals *tot,
                         const outcome *out)
 {
-    char a[32], b[32], d[32], e[32];
+    char a[32], b[32], d[32], e[32], f[32];
     const int n = c->o.steps;
     const double tokens = (double)n * c->o.grad_accum * c->o.micro_batch * c->o.seq;
     const double tps = tot->train_s > 0 ? tokens / tot->train_s : 0;
@@ -456,7 +456,7 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
     printf("peak bytes: device %s (engine; %s with activations), pinned %s, host %s, nvme %s\n",
            fmt_bytes(a, sizeof a, tot->last.peak_device), fmt_bytes(b, sizeof b, out->device_high_water),
            fmt_bytes(d, sizeof d, tot->last.peak_pinned), fmt_bytes(e, sizeof e, tot->last.peak_host),
-           fmt_bytes(a, sizeof a, tot->last.peak_nvme));
+           fmt_bytes(f, sizeof f, tot->last.peak_nvme));
 }
 
 static json_t *json_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
