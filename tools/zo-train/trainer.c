@@ -14,6 +14,8 @@
 /* On a GPU, memory the budget does not see: the CUDA context's own use and
  * cuBLAS's workspace. */
 #define ZT_CUDA_RESERVE (512ull << 20)
+/* Largest model whose default cpu-device budget is planned by a probe engine. */
+#define ZT_PROBE_MAX_PARAMS (256ull << 20)
 
 struct zt_trainer {
     zt_options o;
@@ -240,6 +242,12 @@ static zo_status choose_budget(zt_trainer *t, uint64_t *budget)
     t->setup.activation_bytes = zt_model_activation_bytes(&mc);
     *budget = t->o.device_mem;
     if (*budget || is_cuda(t)) return ZO_OK;
+    /* The probe registers every tensor (the engine copies its fp32 values). */
+    if (t->setup.n_params > ZT_PROBE_MAX_PARAMS)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "the cpu device's default budget is planned only for models up to %llu parameters "
+                       "(this one has %llu): pass --device-mem BYTES",
+                       (unsigned long long)ZT_PROBE_MAX_PARAMS, (unsigned long long)t->setup.n_params);
     uint64_t min_bytes = 0, layer_bytes = 0;
     ZT_TRY(engine_min_device(t, &min_bytes, &layer_bytes));
     *budget = t->setup.activation_bytes + min_bytes + (t->o.param_home == ZO_TIER_DEVICE ? 0 : 2 * layer_bytes);
