@@ -137,30 +137,34 @@ static void fill_header(struct zo_swap_io *op)
     h->header_xxh64 = zo_swap_header_hash(h);
 }
 
+/* Validate a write or read and build its ticket (not yet queued). */
+static zo_status op_begin(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, const void *buf, size_t len,
+                          uint64_t generation, zo_swap_done_fn done, zo_swap_io_t *io, struct zo_swap_io **op)
+{
+    const char *what = dir == ZO_IO_WRITE ? "zo_swap_write_async" : "zo_swap_read_async";
+    if (io) *io = NULL;
+    ZO_TRY(check_request(s, ext, buf, len, what));
+    if (!io && !done) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: give a ticket pointer or a callback", what);
+    return op_create(s, dir, ext, buf, len, generation, op);
+}
+
 zo_status zo_swap_write_async(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len, uint64_t generation,
                               zo_swap_done_fn done, void *user, zo_swap_io_t *io)
 {
-    if (io) *io = NULL;
-    ZO_TRY(check_request(s, ext, buf, len, "zo_swap_write_async"));
-    if (!io && !done) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_write_async: give a ticket pointer or a callback");
     struct zo_swap_io *op;
-    ZO_TRY(op_create(s, ZO_IO_WRITE, ext, buf, len, generation, &op));
+    ZO_TRY(op_begin(s, ZO_IO_WRITE, ext, buf, len, generation, done, io, &op));
     /* Hashing here spreads the checksum work over the submitting threads
      * and keeps the I/O thread free to drive the queue. */
     op->payload_hash = XXH64(buf, len, 0);
     memcpy(tail_block(op), op->buf + op->body_len, op->tail_len);
-    zo_status st = op_enqueue(s, op, done, user, io);
-    return st;
+    return op_enqueue(s, op, done, user, io);
 }
 
 zo_status zo_swap_read_async(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len, uint64_t generation,
                              zo_swap_done_fn done, void *user, zo_swap_io_t *io)
 {
-    if (io) *io = NULL;
-    ZO_TRY(check_request(s, ext, buf, len, "zo_swap_read_async"));
-    if (!io && !done) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_read_async: give a ticket pointer or a callback");
     struct zo_swap_io *op;
-    ZO_TRY(op_create(s, ZO_IO_READ, ext, buf, len, generation, &op));
+    ZO_TRY(op_begin(s, ZO_IO_READ, ext, buf, len, generation, done, io, &op));
     return op_enqueue(s, op, done, user, io);
 }
 

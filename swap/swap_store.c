@@ -384,23 +384,26 @@ zo_status zo_swap_set_faults(zo_swap_t s, const zo_swap_fault *faults, size_t n)
     return zo_io_fault_arm(s->engine, faults, n);
 }
 
+static int free_region(zo_swap_t s, void *match)
+{
+    for (int i = 0; i < ZO_SWAP_MAX_REGISTERED; i++)
+        if (s->regions[i].buf == match) return i;
+    return -1;
+}
+
 zo_status zo_swap_register_buffer(zo_swap_t s, void *buf, size_t len)
 {
     if (!s || !buf || !len) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_register_buffer: NULL store or empty buffer");
     pthread_mutex_lock(&s->mu);
-    zo_status st = ZO_FAIL(ZO_ERR_BUDGET, "swap", "already %d buffers registered: unregister one first",
-                           ZO_SWAP_MAX_REGISTERED);
-    for (int i = 0; i < ZO_SWAP_MAX_REGISTERED; i++) {
-        if (s->regions[i].buf) continue;
-        int index = -1;
-        /* The engine's table is touched only with the store lock held and no
-         * request of this buffer in flight (it is new). */
-        st = s->engine->ops->register_buffer(s->engine, buf, len, &index);
-        if (st == ZO_OK) s->regions[i] = (swap_region){buf, len, index};
-        break;
-    }
-    if (st == ZO_OK) zo_clear_error();
+    int i = free_region(s, NULL);
+    int index = -1;
+    /* The engine's table changes only under the store lock, and no request
+     * can use this buffer's slot yet. */
+    zo_status st = i < 0 ? ZO_ERR_BUDGET : s->engine->ops->register_buffer(s->engine, buf, len, &index);
+    if (st == ZO_OK) s->regions[i] = (swap_region){buf, len, index};
     pthread_mutex_unlock(&s->mu);
+    if (i < 0)
+        return ZO_FAIL(ZO_ERR_BUDGET, "swap", "already %d buffers registered: unregister one first", ZO_SWAP_MAX_REGISTERED);
     return st;
 }
 
@@ -408,15 +411,12 @@ zo_status zo_swap_unregister_buffer(zo_swap_t s, void *buf)
 {
     if (!s || !buf) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_unregister_buffer: NULL argument");
     pthread_mutex_lock(&s->mu);
-    zo_status st = ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "buffer %p was not registered", buf);
-    for (int i = 0; i < ZO_SWAP_MAX_REGISTERED; i++) {
-        if (s->regions[i].buf != buf) continue;
+    int i = free_region(s, buf);
+    if (i >= 0) {
         s->engine->ops->unregister_buffer(s->engine, s->regions[i].index);
         s->regions[i] = (swap_region){NULL, 0, -1};
-        st = ZO_OK;
-        zo_clear_error();
-        break;
     }
     pthread_mutex_unlock(&s->mu);
-    return st;
+    if (i < 0) return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "buffer %p was not registered", buf);
+    return ZO_OK;
 }
