@@ -43,6 +43,10 @@ typedef struct eng_chunk {
     float *states;        /* master | m | v (optim_home host or device) */
     float *backup;        /* overlap, host/device states: copy taken before the speculative update */
     zo_swap_extent_t ext[2]; /* optim_home nvme: current and alternate extents */
+    zo_swap_extent_t pext[2]; /* param_home nvme: the 16-bit parameters' extents */
+    uint64_t pgen[2];
+    int pext_cur;
+    int palt_valid;
     uint64_t gen[2];
     int ext_cur;
     int alt_valid;        /* the alternate extent holds an update not yet committed */
@@ -61,6 +65,7 @@ typedef struct eng_pslot {
     zo_event_t ready;     /* the H2D that filled it */
     zo_event_t lastuse;   /* the compute work that last read it */
     uint64_t tick;        /* when it was last fetched (LRU when no trace is followed) */
+    void *stage;          /* param_home nvme: pinned staging of the NVMe read before the H2D */
 } eng_pslot;
 
 typedef struct eng_gslot {
@@ -114,6 +119,8 @@ struct zo_engine {
     float *host_states, *host_backup, *host_acc;
     zo_swap_t swap;
     uint64_t state_extent_bytes;
+    uint64_t stage_bytes; /* one NVMe stage: master | m | v (| 16-bit params when they live on NVMe) */
+    zo_swap_t pswap;      /* param_home nvme: the store of the 16-bit parameters */
     float *stage[ENG_NVME_STAGES];
     zo_stream_t h2d, d2h;
     zo_stream_t compute;  /* the last compute stream seen (to fence an aborted step) */
@@ -148,7 +155,7 @@ struct zo_engine {
     uint64_t step_t0;
     uint64_t hits, misses, evictions, prefetches, lru_tick;
     zo_device_copy_stats copy0;
-    zo_swap_stats swap0;
+    zo_swap_stats swap0, pswap0;
     uint64_t host_bytes, host_high;
 };
 

@@ -50,7 +50,7 @@ static void adam_args(struct zo_engine *e, eng_chunk *k, float *st, float factor
     b->master = st;
     b->m = st + e->chunk_elems;
     b->v = st + 2 * e->chunk_elems;
-    b->out = p16_out(e, k);
+    b->out = e->pswap ? (void *)(st + 3 * e->chunk_elems) : p16_out(e, k); /* NVMe: the stage's tail */
     b->out_type = e->cfg.param_dtype;
 }
 
@@ -69,13 +69,21 @@ static zo_status read_current(struct zo_engine *e, uint32_t c, float *buf, zo_sw
                               k->gen[k->ext_cur], NULL, NULL, io);
 }
 
-static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io)
+/* Write the updated states (and, when they live on NVMe, the new 16-bit
+ * parameters from the stage's tail) to the alternate extents. */
+static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
+                                 zo_swap_io_t *pio)
 {
     eng_chunk *k = &e->chunks[c];
     int alt = 1 - k->ext_cur;
     k->gen[alt] = k->gen[k->ext_cur] + 1;
-    return zo_swap_write_async(e->swap, k->ext[alt], buf, e->state_extent_bytes, k->gen[alt], NULL,
-                               NULL, io);
+    ZO_TRY(zo_swap_write_async(e->swap, k->ext[alt], buf, e->state_extent_bytes, k->gen[alt], NULL,
+                               NULL, io));
+    if (!e->pswap) return ZO_OK;
+    int palt = 1 - k->pext_cur;
+    k->pgen[palt] = k->pgen[k->pext_cur] + 1;
+    return zo_swap_write_async(e->pswap, k->pext[palt], buf + 3 * e->chunk_elems, e->chunk_bytes,
+                               k->pgen[palt], NULL, NULL, pio);
 }
 
 /* One chunk's update through NVMe on the calling thread: read the current
@@ -91,8 +99,12 @@ static zo_status update_chunk_nvme(struct zo_engine *e, uint32_t c, float factor
     zo_adam_buffers b;
     adam_args(e, &e->chunks[c], buf, factor, step, parity, &p, &b);
     ZO_TRY(zo_optim_pool_adam_step(e->opool, &p, &b));
-    ZO_TRY(write_alternate(e, c, buf, &io));
-    ZO_TRY(timed_swap_wait(e, io));
+    zo_swap_io_t pio = NULL;
+    zo_status st = write_alternate(e, c, buf, &io, &pio);
+    zo_status w1 = timed_swap_wait(e, io), w2 = timed_swap_wait(e, pio);
+    ZO_TRY(st);
+    ZO_TRY(w1);
+    ZO_TRY(w2);
     e->chunks[c].alt_valid = 1;
     return ZO_OK;
 }
@@ -122,7 +134,7 @@ static zo_status update_all_resident(struct zo_engine *e, float factor, int64_t 
 }
 
 typedef struct nvme_pipe {
-    zo_swap_io_t rd[ENG_NVME_STAGES], wr[ENG_NVME_STAGES];
+    zo_swap_io_t rd[ENG_NVME_STAGES], wr[ENG_NVME_STAGES], pwr[ENG_NVME_STAGES];
     zo_status st;
     char why[512];
 } nvme_pipe;
@@ -144,7 +156,8 @@ static void pipe_wait(struct zo_engine *e, nvme_pipe *pp, zo_swap_io_t *io)
 static void pipe_read(struct zo_engine *e, nvme_pipe *pp, uint32_t c)
 {
     unsigned s = c % ENG_NVME_STAGES;
-    pipe_wait(e, pp, &pp->wr[s]); /* the slot's previous write must be done */
+    pipe_wait(e, pp, &pp->wr[s]); /* the slot's previous writes must be done */
+    pipe_wait(e, pp, &pp->pwr[s]);
     if (pp->st == ZO_OK) pipe_fail(pp, read_current(e, c, e->stage[s], &pp->rd[s]));
 }
 
@@ -162,12 +175,13 @@ static zo_status update_all_nvme(struct zo_engine *e, float factor, int64_t step
         zo_adam_buffers b;
         adam_args(e, &e->chunks[c], e->stage[s], factor, step, parity, &p, &b);
         pipe_fail(&pp, zo_optim_pool_adam_step(e->opool, &p, &b));
-        if (pp.st == ZO_OK) pipe_fail(&pp, write_alternate(e, c, e->stage[s], &pp.wr[s]));
+        if (pp.st == ZO_OK) pipe_fail(&pp, write_alternate(e, c, e->stage[s], &pp.wr[s], &pp.pwr[s]));
         if (c + ahead < n) pipe_read(e, &pp, c + ahead);
     }
     for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
         pipe_wait(e, &pp, &pp.rd[s]);
         pipe_wait(e, &pp, &pp.wr[s]);
+        pipe_wait(e, &pp, &pp.pwr[s]);
     }
     if (pp.st < 0)
         return ZO_FAIL(pp.st, ENG_SUBSYS, "updating the optimizer states on NVMe: %s", pp.why);
@@ -192,6 +206,7 @@ void eng_commit(struct zo_engine *e, int updated)
         eng_chunk *k = &e->chunks[c];
         if (e->swap && k->alt_valid) {
             k->ext_cur = 1 - k->ext_cur;
+            if (e->pswap) k->pext_cur = 1 - k->pext_cur; /* written together with the states */
             k->alt_valid = 0;
         }
         if (e->p16_bufs == 2 && updated) k->p16_cur = 1 - k->p16_cur;

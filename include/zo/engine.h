@@ -188,9 +188,11 @@ double zo_engine_loss_scale(zo_engine_t eng);
 zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *fp);
 int zo_engine_n_tensors(zo_engine_t eng);
 int zo_engine_layer_tensors(zo_engine_t eng, int layer, int *ids, int cap);
-/* The swap store holding the NVMe tier (NULL when nothing lives on NVMe), for
- * statistics and fault drills (zo_swap_set_faults). */
+/* The swap store holding the optimizer states on NVMe (NULL when they are not
+ * there), for statistics and fault drills (zo_swap_set_faults). */
 zo_swap_t zo_engine_nvme_store(zo_engine_t eng);
+/* The swap store holding the 16-bit parameters when param_home is nvme (else NULL). */
+zo_swap_t zo_engine_nvme_param_store(zo_engine_t eng);
 
 #ifdef __cplusplus
 }
