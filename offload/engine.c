@@ -11,6 +11,7 @@
 
 #include "engine_internal.h"
 #include "zo/half.h"
+#include "zo/topo.h"
 
 #define DEFAULT_CHUNK_BYTES (4u << 20)
 
@@ -502,15 +503,29 @@ static zo_status place_initial_states(struct zo_engine *e)
     return ZO_OK;
 }
 
-static zo_status start_optimizer(struct zo_engine *e)
+/* The optimizer's workers sit on the cores of the pinned pool's NUMA node
+ * (the node nearest the GPU), one per core unless optim_threads says. */
+static zo_status start_pool(struct zo_engine *e)
 {
     zo_optim_pool_config oc = ZO_OPTIM_POOL_CONFIG_INIT;
-    oc.nthreads = e->cfg.optim_threads;
-    if (oc.nthreads <= 0) {
-        int n = (int)zo_env_int("ZO_OPTIM_THREADS", 0, 0, 1024);
-        oc.nthreads = n > 0 ? n : 4;
+    zo_hostpool_placement pl = ZO_HOSTPOOL_PLACEMENT_INIT;
+    int cores[1024], n = 0;
+    if (zo_hostpool_get_placement(e->pool, &pl) == ZO_OK &&
+        zo_topo_node_cpu_list(pl.node, cores, 1024, &n) == ZO_OK && n > 0) {
+        oc.cores = cores;
+        oc.ncores = n < 1024 ? n : 1024;
+    } else {
+        n = 0;
     }
-    ZO_TRY(zo_optim_pool_init(&e->opool, &oc));
+    oc.nthreads = e->cfg.optim_threads;
+    if (oc.nthreads <= 0) oc.nthreads = (int)zo_env_int("ZO_OPTIM_THREADS", n > 0 ? n : 1, 1, 1024);
+    ZO_LOGI(ENG_SUBSYS, "optimizer: %d worker thread(s) on NUMA node %d (%d core(s))", oc.nthreads, pl.node, n);
+    return zo_optim_pool_init(&e->opool, &oc);
+}
+
+static zo_status start_optimizer(struct zo_engine *e)
+{
+    ZO_TRY(start_pool(e));
     if (e->cfg.param_dtype == ZO_OPTIM_FP16) {
         ZO_TRY(zo_loss_scaler_init(&e->scaler, &e->cfg.loss_scaler));
     } else {
@@ -729,9 +744,13 @@ static void open_step(struct zo_engine *e)
     if (e->swap) zo_swap_get_stats(e->swap, &e->swap0);
     e->pswap0.struct_size = sizeof e->pswap0;
     if (e->pswap) zo_swap_get_stats(e->pswap, &e->pswap0);
-    atomic_store(&e->stall_ns, 0);
-    atomic_store(&e->optim_ns, 0);
-    atomic_store(&e->nvme_ns, 0);
+    /* the counters run on; a step reports what they gained while it was open
+     * (a DPU update running across two steps counts where its time falls) */
+    e->at_open[0] = atomic_load(&e->stall_ns);
+    e->at_open[1] = atomic_load(&e->optim_ns);
+    e->at_open[2] = atomic_load(&e->nvme_ns);
+    e->at_open[3] = atomic_load(&e->busy_ns[0]);
+    e->at_open[4] = atomic_load(&e->busy_ns[1]);
     e->hits = e->misses = e->evictions = e->prefetches = 0;
 }
 
@@ -747,6 +766,36 @@ static zo_status stall_end(void *arg)
     struct zo_engine *e = *(struct zo_engine **)arg;
     atomic_fetch_add(&e->stall_ns, zo_now_ns() - atomic_load(&e->stall_t0));
     return ZO_OK;
+}
+
+typedef struct busy_arg {
+    struct zo_engine *e;
+    int which;
+} busy_arg;
+
+static zo_status busy_begin(void *arg)
+{
+    busy_arg *b = arg;
+    atomic_store(&b->e->busy_t0[b->which], zo_now_ns());
+    return ZO_OK;
+}
+
+static zo_status busy_end(void *arg)
+{
+    busy_arg *b = arg;
+    atomic_fetch_add(&b->e->busy_ns[b->which], zo_now_ns() - atomic_load(&b->e->busy_t0[b->which]));
+    return ZO_OK;
+}
+
+/* A copy on one of the engine's streams, bracketed by tasks that add its
+ * duration to the stream's busy time. */
+zo_status eng_timed_copy(struct zo_engine *e, int d2h, void *dst, const void *src, size_t n)
+{
+    zo_stream_t s = d2h ? e->d2h : e->h2d;
+    busy_arg b = {e, d2h};
+    ZO_TRY(zo_stream_enqueue(s, busy_begin, &b, sizeof b));
+    ZO_TRY(d2h ? zo_memcpy_d2h_async(s, dst, src, n) : zo_memcpy_h2d_async(s, dst, src, n));
+    return zo_stream_enqueue(s, busy_end, &b, sizeof b);
 }
 
 /* Make compute wait for ev, timing the wait when the data is not there yet. */
@@ -853,7 +902,7 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
     eng_gslot *g = &e->gslots[k->grad_slot];
     ZO_TRY(zo_event_record(g->computed, compute));
     ZO_TRY(zo_stream_wait_event(e->d2h, g->computed));
-    ZO_TRY(zo_memcpy_d2h_async(e->d2h, k->g16[parity], g->ptr, k->n_elems * e->e16));
+    ZO_TRY(eng_timed_copy(e, 1, k->g16[parity], g->ptr, k->n_elems * e->e16));
     ZO_TRY(zo_event_record(g->drained, e->d2h));
     g->busy = 0;
     k->grad_slot = -1;
@@ -999,9 +1048,11 @@ static void fill_stats(struct zo_engine *e, const step_verdict *v, int rollbacks
         s->peak_nvme += (uint64_t)ps.extents_used * e->chunk_bytes;
     }
     s->step_seconds = (double)(zo_now_ns() - e->step_t0) * 1e-9;
-    s->stall_seconds = (double)atomic_load(&e->stall_ns) * 1e-9;
-    s->optim_seconds = (double)atomic_load(&e->optim_ns) * 1e-9;
-    s->nvme_seconds = (double)atomic_load(&e->nvme_ns) * 1e-9;
+    s->stall_seconds = (double)(atomic_load(&e->stall_ns) - e->at_open[0]) * 1e-9;
+    s->optim_seconds = (double)(atomic_load(&e->optim_ns) - e->at_open[1]) * 1e-9;
+    s->nvme_seconds = (double)(atomic_load(&e->nvme_ns) - e->at_open[2]) * 1e-9;
+    s->h2d_seconds = (double)(atomic_load(&e->busy_ns[0]) - e->at_open[3]) * 1e-9;
+    s->d2h_seconds = (double)(atomic_load(&e->busy_ns[1]) - e->at_open[4]) * 1e-9;
     s->peak_device = e->fp.device;
     zo_hostpool_stats hs = ZO_HOSTPOOL_STATS_INIT;
     if (zo_hostpool_get_stats(e->pool, &hs) == ZO_OK) s->peak_pinned = hs.reserved_high_water;

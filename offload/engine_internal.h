@@ -152,12 +152,17 @@ struct zo_engine {
 
     /* statistics */
     _Atomic uint64_t stall_ns, stall_t0, optim_ns, nvme_ns;
+    _Atomic uint64_t busy_t0[2], busy_ns[2]; /* copy streams: 0 h2d, 1 d2h */
+    uint64_t at_open[5];  /* stall, optim, nvme, h2d, d2h counters when the step opened */
     uint64_t step_t0;
     uint64_t hits, misses, evictions, prefetches, lru_tick;
     zo_device_copy_stats copy0;
     zo_swap_stats swap0, pswap0;
     uint64_t host_bytes, host_high;
 };
+
+/* engine.c */
+zo_status eng_timed_copy(struct zo_engine *e, int d2h, void *dst, const void *src, size_t n);
 
 /* engine_sched.c */
 int eng_trace_push(struct zo_engine *e, int layer, zo_phase phase);

@@ -135,7 +135,7 @@ zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s)
     const void *src = e->pswap ? p->stage : k->p16[k->p16_cur];
     if (e->pswap) ZO_TRY(stage_from_nvme(e, k, p));
     ZO_TRY(zo_stream_wait_event(e->h2d, p->lastuse));
-    ZO_TRY(zo_memcpy_h2d_async(e->h2d, p->ptr, src, k->n_elems * e->e16));
+    ZO_TRY(eng_timed_copy(e, 0, p->ptr, src, k->n_elems * e->e16));
     ZO_TRY(zo_event_record(p->ready, e->h2d));
     p->chunk = (int)c;
     k->slot = (int)s;

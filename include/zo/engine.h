@@ -125,7 +125,8 @@ typedef struct zo_step_stats {
     uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
     double step_seconds;       /* wall time from the step's first fetch to end_step's return */
     double stall_seconds;      /* time the compute stream waited for parameters */
-    double optim_seconds;      /* CPU optimizer busy time */
+    double optim_seconds;      /* CPU optimizer busy time (host job thread and updates) */
+    double h2d_seconds, d2h_seconds; /* busy time of the engine's copy streams */
     double nvme_seconds;       /* time the step waited for NVMe */
     uint64_t peak_device, peak_pinned, peak_host, peak_nvme; /* high-water marks since init */
     uint64_t fetch_hits;       /* chunks already resident (or prefetched) when fetched */

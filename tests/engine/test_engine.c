@@ -694,12 +694,35 @@ static void test_step_statistics(void **state)
             if (m != ZO_OPTIM_DPU || s > 0) assert_int_equal(st->nvme_write_bytes, states);
             assert_true(st->step_seconds > 0 && st->optim_seconds > 0);
             assert_true(st->stall_seconds >= 0 && st->nvme_seconds >= 0);
+            if (m != ZO_OPTIM_DPU) assert_true(st->nvme_seconds > 0);
+            assert_true(st->d2h_seconds > 0 && (st->h2d_bytes == 0 || st->h2d_seconds > 0));
             assert_int_equal(st->step, m == ZO_OPTIM_DPU ? s : s + 1);
             assert_true(st->loss_scale == 1.0);
             assert_true(st->grad_norm > 0);
         }
         run_out_free(&o);
     }
+}
+
+/* On a slow emulated link with no prefetch, the compute stream waits for
+ * every chunk: the stall time says so. */
+static void test_stall_is_measured(void **state)
+{
+    (void)state;
+    setenv("ZO_CPU_DEVICE_PCIE_GBPS", "0.02", 1); /* 8 KiB take ~0.4 ms */
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    c.device_bytes = min_device_bytes();
+    c.lookahead = 0;
+    c.steps = 3;
+    run_out o;
+    run(&c, &o);
+    unsetenv("ZO_CPU_DEVICE_PCIE_GBPS");
+    for (int s = 0; s < c.steps; s++) {
+        assert_true(o.stats[s].stall_seconds > 0);
+        assert_true(o.stats[s].stall_seconds <= o.stats[s].step_seconds);
+        assert_true(o.stats[s].h2d_seconds >= 16 * 4e-4 * 0.5);
+    }
+    run_out_free(&o);
 }
 
 int main(void)
@@ -715,6 +738,7 @@ int main(void)
         cmocka_unit_test(test_nvme_fault_during_step),
         cmocka_unit_test(test_prefetch_and_belady_eviction),
         cmocka_unit_test(test_step_statistics),
+        cmocka_unit_test(test_stall_is_measured),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
