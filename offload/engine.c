@@ -746,26 +746,12 @@ static void open_step(struct zo_engine *e)
     if (e->pswap) zo_swap_get_stats(e->pswap, &e->pswap0);
     /* the counters run on; a step reports what they gained while it was open
      * (a DPU update running across two steps counts where its time falls) */
-    e->at_open[0] = atomic_load(&e->stall_ns);
+    e->at_open[0] = atomic_load(&e->busy_ns[2]);
     e->at_open[1] = atomic_load(&e->optim_ns);
     e->at_open[2] = atomic_load(&e->nvme_ns);
     e->at_open[3] = atomic_load(&e->busy_ns[0]);
     e->at_open[4] = atomic_load(&e->busy_ns[1]);
     e->hits = e->misses = e->evictions = e->prefetches = 0;
-}
-
-static zo_status stall_begin(void *arg)
-{
-    struct zo_engine *e = *(struct zo_engine **)arg;
-    atomic_store(&e->stall_t0, zo_now_ns());
-    return ZO_OK;
-}
-
-static zo_status stall_end(void *arg)
-{
-    struct zo_engine *e = *(struct zo_engine **)arg;
-    atomic_fetch_add(&e->stall_ns, zo_now_ns() - atomic_load(&e->stall_t0));
-    return ZO_OK;
 }
 
 typedef struct busy_arg {
@@ -802,9 +788,10 @@ zo_status eng_timed_copy(struct zo_engine *e, int d2h, void *dst, const void *sr
 static zo_status compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t ev)
 {
     if (zo_event_query(ev) != ZO_NOT_READY) return zo_stream_wait_event(compute, ev);
-    ZO_TRY(zo_stream_enqueue(compute, stall_begin, &e, sizeof e));
+    busy_arg b = {e, 2};
+    ZO_TRY(zo_stream_enqueue(compute, busy_begin, &b, sizeof b));
     ZO_TRY(zo_stream_wait_event(compute, ev));
-    return zo_stream_enqueue(compute, stall_end, &e, sizeof e);
+    return zo_stream_enqueue(compute, busy_end, &b, sizeof b);
 }
 
 static zo_status take_grad_slot(struct zo_engine *e, uint32_t c, zo_stream_t compute)
@@ -1048,7 +1035,7 @@ static void fill_stats(struct zo_engine *e, const step_verdict *v, int rollbacks
         s->peak_nvme += (uint64_t)ps.extents_used * e->chunk_bytes;
     }
     s->step_seconds = (double)(zo_now_ns() - e->step_t0) * 1e-9;
-    s->stall_seconds = (double)(atomic_load(&e->stall_ns) - e->at_open[0]) * 1e-9;
+    s->stall_seconds = (double)(atomic_load(&e->busy_ns[2]) - e->at_open[0]) * 1e-9;
     s->optim_seconds = (double)(atomic_load(&e->optim_ns) - e->at_open[1]) * 1e-9;
     s->nvme_seconds = (double)(atomic_load(&e->nvme_ns) - e->at_open[2]) * 1e-9;
     s->h2d_seconds = (double)(atomic_load(&e->busy_ns[0]) - e->at_open[3]) * 1e-9;

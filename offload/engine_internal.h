@@ -151,8 +151,9 @@ struct zo_engine {
     char async_msg[512];
 
     /* statistics */
-    _Atomic uint64_t stall_ns, stall_t0, optim_ns, nvme_ns;
-    _Atomic uint64_t busy_t0[2], busy_ns[2]; /* copy streams: 0 h2d, 1 d2h */
+    _Atomic uint64_t optim_ns, nvme_ns;
+    /* stream timers, run by tasks on the stream: 0 h2d busy, 1 d2h busy, 2 compute stalled */
+    _Atomic uint64_t busy_t0[3], busy_ns[3];
     uint64_t at_open[5];  /* stall, optim, nvme, h2d, d2h counters when the step opened */
     uint64_t step_t0;
     uint64_t hits, misses, evictions, prefetches, lru_tick;

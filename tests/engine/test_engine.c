@@ -425,6 +425,20 @@ static void test_dpu_matches_stale_reference(void **state)
         assert_matches_reference(&o, &r, STEPS);
         run_out_free(&o);
     }
+    /* with gradient accumulation (fp32 accumulators double-buffered by step parity) */
+    tm_ref ra;
+    tm_ref_init(&ra, ZO_OPTIM_BF16);
+    tm_ref_train(&ra, &hp, 10, 2, 1);
+    for (int i = 1; i < 4; i += 2) {
+        run_cfg c = base_cfg(homes[i][0], homes[i][1], ZO_OPTIM_DPU);
+        c.accum = 2;
+        c.steps = 10;
+        run_out o;
+        run(&c, &o);
+        assert_matches_reference(&o, &ra, 10);
+        run_out_free(&o);
+    }
+    tm_ref_free(&ra);
     /* and it is not the synchronous result */
     tm_ref s;
     tm_ref_init(&s, ZO_OPTIM_BF16);
