@@ -541,6 +541,7 @@ static void release_tiers(struct zo_engine *e)
     if (e->h2d) zo_stream_synchronize(e->h2d);
     if (e->d2h) zo_stream_synchronize(e->d2h);
     eng_thread_stop(e);
+    if (e->swap) eng_spec_drain(e);
     zo_optim_pool_free(e->opool);
     e->opool = NULL;
     if (e->pswap) {
@@ -595,6 +596,7 @@ static zo_status allocate_and_place(struct zo_engine *e)
     ZO_TRY(alloc_host(e));
     ZO_TRY(open_swap(e));
     ZO_TRY(place_initial_states(e));
+    for (unsigned i = 0; i < ENG_NVME_STAGES; i++) e->spec.rd_chunk[i] = e->spec.wr_chunk[i] = -1;
     ZO_TRY(zo_stream_synchronize(e->h2d));
     return start_optimizer(e);
 }
@@ -670,6 +672,7 @@ static zo_status abort_step(struct zo_engine *e, zo_status st)
     snprintf(why, sizeof why, "%s", zo_last_error());
     eng_set_async_error(e, st); /* jobs still queued skip their work */
     eng_wait_idle(e);
+    eng_spec_drain(e);
     zo_stream_synchronize(e->h2d);
     zo_stream_synchronize(e->d2h);
     for (uint32_t s = 0; s < e->n_pslots; s++) {
@@ -1064,6 +1067,7 @@ static void close_step(struct zo_engine *e)
 static zo_status finish_step(struct zo_engine *e, step_verdict *v, int *rollbacks)
 {
     ZO_TRY(eng_wait_idle(e));
+    ZO_TRY(eng_spec_drain(e));
     ZO_TRY(zo_stream_synchronize(e->h2d)); /* no copy still reads the host parameters */
     ZO_TRY(zo_stream_synchronize(e->d2h));
     ZO_TRY(judge_gradients(e, v));
@@ -1119,6 +1123,7 @@ zo_status zo_engine_read_master(zo_engine_t e, int id, float *out)
         return ZO_OK;
     }
     ZO_TRY(eng_wait_idle(e));
+    if (e->swap) ZO_TRY(eng_spec_drain(e)); /* speculative writes in flight have landed */
     float *buf = aligned_alloc(4096, e->state_extent_bytes);
     if (!buf) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_master: allocating a buffer");
     zo_status st = eng_read_states(e, t->chunk, 0, buf);

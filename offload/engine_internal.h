@@ -89,6 +89,15 @@ typedef struct eng_job {
     int64_t step;
 } eng_job;
 
+/* Overlap mode with states on NVMe: the host job thread's pipeline over the
+ * stages (read the next chunk's states ahead, write the updated ones behind). */
+typedef struct eng_spec_pipe {
+    zo_swap_io_t rd[ENG_NVME_STAGES], wr[ENG_NVME_STAGES], pwr[ENG_NVME_STAGES];
+    int rd_chunk[ENG_NVME_STAGES]; /* chunk being read into the stage, or -1 */
+    int wr_chunk[ENG_NVME_STAGES]; /* chunk being written from the stage, or -1 */
+    unsigned next;                 /* the next stage to hand out */
+} eng_spec_pipe;
+
 struct zo_engine {
     zo_engine_config cfg;
     zo_device_t dev;
@@ -122,6 +131,7 @@ struct zo_engine {
     uint64_t stage_bytes; /* one NVMe stage: master | m | v (| 16-bit params when they live on NVMe) */
     zo_swap_t pswap;      /* param_home nvme: the store of the 16-bit parameters */
     float *stage[ENG_NVME_STAGES];
+    eng_spec_pipe spec;
     zo_stream_t h2d, d2h;
     zo_stream_t compute;  /* the last compute stream seen (to fence an aborted step) */
 
@@ -185,6 +195,7 @@ zo_status eng_update_all(struct zo_engine *e, float factor, int64_t step, int pa
 void eng_restore_backups(struct zo_engine *e);
 void eng_commit(struct zo_engine *e, int updated);
 void eng_discard_uncommitted(struct zo_engine *e);
+zo_status eng_spec_drain(struct zo_engine *e);
 zo_status eng_read_states(struct zo_engine *e, uint32_t c, int which, float *out);
 float *eng_chunk_states(struct zo_engine *e, uint32_t c);
 

@@ -86,27 +86,106 @@ static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo
                                k->pgen[palt], NULL, NULL, pio);
 }
 
-/* One chunk's update through NVMe on the calling thread: read the current
- * extent, update, write the alternate one. */
-static zo_status update_chunk_nvme(struct zo_engine *e, uint32_t c, float factor, int64_t step,
-                                   int parity)
+/* ---- the speculative pipeline (overlap mode, states on NVMe) ---- */
+
+/* Wait for the stage's writes; the chunk's alternate extents count as
+ * written only once both landed. */
+static zo_status spec_finish_write(struct zo_engine *e, unsigned s)
 {
-    float *buf = e->stage[0];
-    zo_swap_io_t io = NULL;
-    ZO_TRY(read_current(e, c, buf, &io));
-    ZO_TRY(timed_swap_wait(e, io));
-    zo_adam_params p;
-    zo_adam_buffers b;
-    adam_args(e, &e->chunks[c], buf, factor, step, parity, &p, &b);
-    ZO_TRY(zo_optim_pool_adam_step(e->opool, &p, &b));
-    zo_swap_io_t pio = NULL;
-    zo_status st = write_alternate(e, c, buf, &io, &pio);
-    zo_status w1 = timed_swap_wait(e, io), w2 = timed_swap_wait(e, pio);
-    ZO_TRY(st);
-    ZO_TRY(w1);
-    ZO_TRY(w2);
-    e->chunks[c].alt_valid = 1;
+    eng_spec_pipe *p = &e->spec;
+    if (p->wr_chunk[s] < 0) return ZO_OK;
+    zo_status st = timed_swap_wait(e, p->wr[s]);
+    zo_status st2 = timed_swap_wait(e, p->pwr[s]);
+    if (st == ZO_OK && st2 == ZO_OK) e->chunks[p->wr_chunk[s]].alt_valid = 1;
+    p->wr[s] = p->pwr[s] = NULL;
+    p->wr_chunk[s] = -1;
+    return st < 0 ? st : st2;
+}
+
+static void spec_drop_read(struct zo_engine *e, unsigned s)
+{
+    if (e->spec.rd_chunk[s] < 0) return;
+    zo_swap_wait(e->spec.rd[s]); /* a read ahead nobody used */
+    e->spec.rd[s] = NULL;
+    e->spec.rd_chunk[s] = -1;
+}
+
+static zo_status spec_start_read(struct zo_engine *e, uint32_t c, unsigned *out)
+{
+    eng_spec_pipe *p = &e->spec;
+    unsigned s = p->next;
+    p->next = (p->next + 1) % ENG_NVME_STAGES;
+    ZO_TRY(spec_finish_write(e, s));
+    spec_drop_read(e, s);
+    ZO_TRY(read_current(e, c, e->stage[s], &p->rd[s]));
+    p->rd_chunk[s] = (int)c;
+    *out = s;
     return ZO_OK;
+}
+
+static int spec_stage_of(struct zo_engine *e, uint32_t c)
+{
+    for (unsigned s = 0; s < ENG_NVME_STAGES; s++)
+        if (e->spec.rd_chunk[s] == (int)c) return (int)s;
+    return -1;
+}
+
+/* The chunk of the next queued job that will update, or -1. */
+static int next_spec_chunk(struct zo_engine *e)
+{
+    int c = -1;
+    pthread_mutex_lock(&e->mu);
+    for (eng_job *j = e->qhead; j; j = j->next)
+        if (j->kind == JOB_GRAD && j->last) {
+            c = j->chunk;
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+    return c;
+}
+
+/* Speculative update of chunk c through NVMe: its states were (or are now)
+ * read into a stage; the next updating chunk's read is started before this
+ * one is computed; the writes go out behind. */
+static zo_status speculate_nvme(struct zo_engine *e, uint32_t c, const eng_job *j)
+{
+    int s = spec_stage_of(e, c);
+    if (s < 0) {
+        unsigned u;
+        ZO_TRY(spec_start_read(e, c, &u));
+        s = (int)u;
+    }
+    int c2 = next_spec_chunk(e);
+    if (c2 >= 0 && spec_stage_of(e, (uint32_t)c2) < 0) {
+        unsigned u;
+        ZO_TRY(spec_start_read(e, (uint32_t)c2, &u));
+    }
+    eng_spec_pipe *p = &e->spec;
+    zo_status st = timed_swap_wait(e, p->rd[s]);
+    p->rd[s] = NULL;
+    p->rd_chunk[s] = -1;
+    ZO_TRY(st);
+    zo_adam_params ap;
+    zo_adam_buffers b;
+    adam_args(e, &e->chunks[c], e->stage[s], j->factor, j->step, j->parity, &ap, &b);
+    ZO_TRY(zo_optim_pool_adam_step(e->opool, &ap, &b));
+    st = write_alternate(e, c, e->stage[s], &p->wr[s], &p->pwr[s]);
+    p->wr_chunk[s] = (int)c;
+    return st;
+}
+
+/* Wait for everything the pipeline has in flight (after the job thread is
+ * idle); returns the first failed write. */
+zo_status eng_spec_drain(struct zo_engine *e)
+{
+    zo_status st = ZO_OK;
+    for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
+        spec_drop_read(e, s);
+        zo_status w = spec_finish_write(e, s);
+        if (st == ZO_OK && w < 0) st = w;
+    }
+    e->spec.next = 0;
+    return st;
 }
 
 /* ---- the update of every chunk ---- */
@@ -268,7 +347,7 @@ static zo_status speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
 {
     eng_chunk *k = &e->chunks[c];
     if (e->swap) {
-        ZO_TRY(update_chunk_nvme(e, c, j->factor, j->step, j->parity));
+        ZO_TRY(speculate_nvme(e, c, j));
     } else {
         memcpy(k->backup, k->states, 3 * e->chunk_elems * sizeof(float));
         zo_adam_params p;
