@@ -13,6 +13,7 @@ typedef struct bench_cmd {
 /* One line per benchmark. */
 static const bench_cmd commands[] = {
     {"io", zo_bench_io_main, "NVMe swap store bandwidth (compare with fio on the same directory)"},
+    {"adam", zo_bench_adam_main, "fused CPU Adam step vs the memory roofline of the same bytes"},
 };
 
 static void usage(FILE *out)

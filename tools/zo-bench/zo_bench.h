@@ -3,5 +3,6 @@
 #define ZO_BENCH_H
 
 int zo_bench_io_main(int argc, char **argv);
+int zo_bench_adam_main(int argc, char **argv);
 
 #endif
