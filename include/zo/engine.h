@@ -135,7 +135,7 @@ typedef struct zo_step_stats {
     uint64_t prefetches;       /* chunks loaded ahead along the recorded trace */
 } zo_step_stats;
 
-#define ZO_STEP_STATS_INIT {sizeof(zo_step_stats)}
+#define ZO_STEP_STATS_INIT {.struct_size = sizeof(zo_step_stats)}
 
 zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg);
 void zo_engine_free(zo_engine_t eng);
