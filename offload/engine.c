@@ -541,6 +541,7 @@ static void release_tiers(struct zo_engine *e)
     if (e->h2d) zo_stream_synchronize(e->h2d);
     if (e->d2h) zo_stream_synchronize(e->d2h);
     eng_thread_stop(e);
+    eng_dpu_join(e);
     if (e->swap) eng_spec_drain(e);
     zo_optim_pool_free(e->opool);
     e->opool = NULL;
@@ -698,8 +699,7 @@ static zo_status abort_step(struct zo_engine *e, zo_status st)
         eng_restore_backups(e);
         eng_discard_uncommitted(e);
     }
-    if (e->cfg.mode == ZO_OPTIM_DPU && e->dpu_pending && e->swap && !e->chunks[0].alt_valid)
-        e->dpu_pending = 0; /* the delayed update itself failed: its gradients are lost */
+    eng_dpu_join(e); /* a failed delayed update is dropped; a good one stays pending */
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
         k->in_use = 0;
@@ -996,13 +996,9 @@ static zo_status launch_dpu_update(struct zo_engine *e, const step_verdict *v)
     e->dpu_pending = 1;
     e->dpu_skip = v->overflow;
     if (v->overflow) return ZO_OK;
-    eng_job tmpl = {0};
-    tmpl.kind = JOB_DPU_UPDATE;
-    tmpl.factor = v->factor;
-    tmpl.step = e->opt_step + 1;
-    tmpl.parity = (int)(e->steps & 1);
-    tmpl.arrived = 1;
-    return eng_job_push(e, &tmpl, NULL);
+    zo_status st = eng_dpu_launch(e, v->factor, e->opt_step + 1, (int)(e->steps & 1));
+    if (st < 0) e->dpu_pending = 0;
+    return st;
 }
 
 static void fill_stats(struct zo_engine *e, const step_verdict *v, int rollbacks, zo_step_stats *s)
@@ -1068,6 +1064,7 @@ static zo_status finish_step(struct zo_engine *e, step_verdict *v, int *rollback
 {
     ZO_TRY(eng_wait_idle(e));
     ZO_TRY(eng_spec_drain(e));
+    ZO_TRY(eng_dpu_join(e));
     ZO_TRY(zo_stream_synchronize(e->h2d)); /* no copy still reads the host parameters */
     ZO_TRY(zo_stream_synchronize(e->d2h));
     ZO_TRY(judge_gradients(e, v));
@@ -1123,6 +1120,7 @@ zo_status zo_engine_read_master(zo_engine_t e, int id, float *out)
         return ZO_OK;
     }
     ZO_TRY(eng_wait_idle(e));
+    ZO_TRY(eng_dpu_join(e));
     if (e->swap) ZO_TRY(eng_spec_drain(e)); /* speculative writes in flight have landed */
     float *buf = aligned_alloc(4096, e->state_extent_bytes);
     if (!buf) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_master: allocating a buffer");

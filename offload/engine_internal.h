@@ -75,7 +75,7 @@ typedef struct eng_gslot {
     zo_event_t drained;   /* the D2H that emptied it */
 } eng_gslot;
 
-typedef enum eng_job_kind { JOB_GRAD = 0, JOB_DPU_UPDATE = 1 } eng_job_kind;
+typedef enum eng_job_kind { JOB_GRAD = 0 } eng_job_kind;
 
 typedef struct eng_job {
     struct eng_job *next;
@@ -148,6 +148,15 @@ struct zo_engine {
     int step_open;
     int dpu_pending;      /* a DPU update was launched and not yet published */
     int dpu_skip;         /* ... and it was skipped (overflow) */
+    /* the delayed update runs on a thread of its own, beside the job thread
+     * (which keeps taking the next step's gradients: other buffers by parity) */
+    pthread_t dpu_thread;
+    int dpu_running;
+    float dpu_factor;
+    int64_t dpu_step;
+    int dpu_parity;
+    zo_status dpu_st;
+    char dpu_msg[512];
 
     /* host job thread */
     pthread_t thread;
@@ -196,6 +205,8 @@ void eng_restore_backups(struct zo_engine *e);
 void eng_commit(struct zo_engine *e, int updated);
 void eng_discard_uncommitted(struct zo_engine *e);
 zo_status eng_spec_drain(struct zo_engine *e);
+zo_status eng_dpu_launch(struct zo_engine *e, float factor, int64_t step, int parity);
+zo_status eng_dpu_join(struct zo_engine *e);
 zo_status eng_read_states(struct zo_engine *e, uint32_t c, int which, float *out);
 float *eng_chunk_states(struct zo_engine *e, uint32_t c);
 

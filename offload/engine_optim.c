@@ -372,10 +372,44 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
     return ZO_OK;
 }
 
-static zo_status run_job(struct zo_engine *e, const eng_job *j)
+static zo_status run_job(struct zo_engine *e, const eng_job *j) { return run_grad_job(e, j); }
+
+/* ---- the delayed update (DPU) ---- */
+
+static void *dpu_main(void *arg)
 {
-    if (j->kind == JOB_DPU_UPDATE) return eng_update_all(e, j->factor, j->step, j->parity);
-    return run_grad_job(e, j);
+    struct zo_engine *e = arg;
+    uint64_t t0 = zo_now_ns();
+    e->dpu_st = eng_update_all(e, e->dpu_factor, e->dpu_step, e->dpu_parity);
+    if (e->dpu_st < 0) snprintf(e->dpu_msg, sizeof e->dpu_msg, "%s", zo_last_error());
+    atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
+    return NULL;
+}
+
+zo_status eng_dpu_launch(struct zo_engine *e, float factor, int64_t step, int parity)
+{
+    e->dpu_factor = factor;
+    e->dpu_step = step;
+    e->dpu_parity = parity;
+    e->dpu_st = ZO_OK;
+    int rc = pthread_create(&e->dpu_thread, NULL, dpu_main, e);
+    if (rc != 0) return ZO_FAIL(ZO_ERR_SYSTEM, ENG_SUBSYS, "starting the delayed update's thread: error %d", rc);
+    e->dpu_running = 1;
+    return ZO_OK;
+}
+
+/* Wait for the delayed update; when it failed, it is dropped (its new
+ * states were never committed) and its failure returned. */
+zo_status eng_dpu_join(struct zo_engine *e)
+{
+    if (!e->dpu_running) return ZO_OK;
+    pthread_join(e->dpu_thread, NULL);
+    e->dpu_running = 0;
+    if (e->dpu_st >= 0) return ZO_OK;
+    e->dpu_pending = 0;
+    eng_discard_uncommitted(e);
+    return ZO_FAIL(e->dpu_st, ENG_SUBSYS, "the delayed update of the previous step failed (dropped): %s",
+                   e->dpu_msg);
 }
 
 void eng_set_async_error(struct zo_engine *e, zo_status st)
