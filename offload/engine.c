@@ -11,6 +11,7 @@
 
 #include "engine_internal.h"
 #include "zo/half.h"
+#include "zo/topo.h"
 
 #define DEFAULT_CHUNK_BYTES (4u << 20)
 
@@ -52,10 +53,10 @@ static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_dtype must be ZO_OPTIM_BF16 or ZO_OPTIM_FP16");
     if ((unsigned)c->param_home > ZO_TIER_NVME || (unsigned)c->optim_home > ZO_TIER_NVME)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_home/optim_home must be a zo_tier");
-    if (c->param_home == ZO_TIER_NVME)
+    if (c->param_home == ZO_TIER_NVME && c->optim_home != ZO_TIER_NVME)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
-                       "param_home=nvme is not implemented yet: keep the 16-bit parameters on the "
-                       "host (param_home=host) and the optimizer states on NVMe");
+                       "param_home=nvme needs optim_home=nvme (the update writes the new 16-bit "
+                       "parameters through the NVMe stages); set optim_home=nvme or param_home=host");
     if (c->optim_home == ZO_TIER_DEVICE && !(zo_device_caps(dev) & ZO_DEVCAP_HOST_ADDRESSABLE))
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "optim_home=device needs a device optimizer, which exists only on the cpu "
@@ -202,9 +203,12 @@ static zo_status pack(struct zo_engine *e)
         if (L->n_chunks > e->max_cpl) e->max_cpl = L->n_chunks;
     }
     e->n_chunks = n;
-    e->p16_bufs = (e->cfg.optim_home == ZO_TIER_NVME || e->cfg.mode == ZO_OPTIM_DPU) ? 2 : 1;
+    e->p16_bufs = e->cfg.param_home == ZO_TIER_NVME ? 0
+                  : (e->cfg.optim_home == ZO_TIER_NVME || e->cfg.mode == ZO_OPTIM_DPU) ? 2
+                                                                                       : 1;
     e->g_bufs = e->cfg.mode == ZO_OPTIM_DPU ? 2 : 1;
     e->state_extent_bytes = 3ull * e->chunk_elems * sizeof(float);
+    e->stage_bytes = e->state_extent_bytes + (e->cfg.param_home == ZO_TIER_NVME ? e->chunk_bytes : 0);
     return ZO_OK;
 }
 
@@ -269,7 +273,8 @@ static zo_status compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int 
 
     /* pinned: host 16-bit params, host gradient buffers, NVMe staging */
     fp->pinned = nc * (uint64_t)e->p16_bufs * cb + nc * (uint64_t)e->g_bufs * cb;
-    if (c->optim_home == ZO_TIER_NVME) fp->pinned += ENG_NVME_STAGES * e->state_extent_bytes;
+    if (c->optim_home == ZO_TIER_NVME) fp->pinned += ENG_NVME_STAGES * e->stage_bytes;
+    if (c->param_home == ZO_TIER_NVME) fp->pinned += pslots * cb; /* a staging twin per slot */
     if (*fits && c->pinned_bytes && fp->pinned > c->pinned_bytes)
         *fits = shortfall(msg, cap, "pinned", fp->pinned, c->pinned_bytes,
                           "16-bit parameter and gradient copies, NVMe staging");
@@ -282,6 +287,7 @@ static zo_status compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int 
 
     /* nvme: two extents per chunk (current and alternate) */
     fp->nvme = c->optim_home == ZO_TIER_NVME ? 2 * nc * e->state_extent_bytes : 0;
+    if (c->param_home == ZO_TIER_NVME) fp->nvme += 2 * nc * cb;
     if (*fits && c->nvme_bytes && fp->nvme > c->nvme_bytes)
         *fits = shortfall(msg, cap, "nvme", fp->nvme, c->nvme_bytes,
                           "optimizer states, two extents per chunk");
@@ -377,7 +383,7 @@ static zo_status alloc_pinned(struct zo_engine *e)
     pc.max_pinned_bytes = e->cfg.pinned_bytes ? e->cfg.pinned_bytes : e->fp.pinned;
     ZO_TRY(zo_hostpool_init(&e->pool, e->dev, &pc));
     size_t nc = e->n_chunks;
-    void **tmp = calloc(nc * 2 + ENG_NVME_STAGES, sizeof *tmp);
+    void **tmp = calloc(nc * 2 + e->n_pslots + ENG_NVME_STAGES, sizeof *tmp);
     if (!tmp) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
     zo_status st = take_slots(e, e->chunk_bytes, nc * (size_t)e->p16_bufs, tmp);
     for (size_t i = 0; st == ZO_OK && i < nc * (size_t)e->p16_bufs; i++)
@@ -386,8 +392,12 @@ static zo_status alloc_pinned(struct zo_engine *e)
     for (size_t i = 0; st == ZO_OK && i < nc * (size_t)e->g_bufs; i++)
         e->chunks[i % nc].g16[i / nc] = tmp[i];
     if (st == ZO_OK && e->cfg.optim_home == ZO_TIER_NVME) {
-        st = take_slots(e, e->state_extent_bytes, ENG_NVME_STAGES, tmp);
+        st = take_slots(e, e->stage_bytes, ENG_NVME_STAGES, tmp);
         for (int i = 0; st == ZO_OK && i < (int)ENG_NVME_STAGES; i++) e->stage[i] = tmp[i];
+    }
+    if (st == ZO_OK && e->cfg.param_home == ZO_TIER_NVME) {
+        st = take_slots(e, e->chunk_bytes, e->n_pslots, tmp);
+        for (uint32_t s = 0; st == ZO_OK && s < e->n_pslots; s++) e->pslots[s].stage = tmp[s];
     }
     free(tmp);
     return st;
@@ -414,27 +424,41 @@ static zo_status alloc_host(struct zo_engine *e)
     return ZO_OK;
 }
 
+/* A swap store of two extents per chunk of `extent` bytes each. */
+static zo_status open_store(struct zo_engine *e, uint64_t extent, const char *suffix, zo_swap_t *out)
+{
+    zo_swap_config sc = ZO_SWAP_CONFIG_INIT;
+    char name[128];
+    snprintf(name, sizeof name, "%s%s", e->cfg.nvme_name ? e->cfg.nvme_name : "zoffload", suffix);
+    sc.paths = e->cfg.nvme_paths;
+    sc.npaths = e->cfg.n_nvme_paths;
+    sc.capacity = 2ull * e->n_chunks * extent;
+    sc.extent_bytes = extent;
+    sc.engine = e->cfg.nvme_engine;
+    sc.name = name;
+    sc.faults = e->cfg.nvme_faults;
+    sc.nfaults = e->cfg.n_nvme_faults;
+    return zo_swap_open(&sc, out);
+}
+
 static zo_status open_swap(struct zo_engine *e)
 {
     if (e->cfg.optim_home != ZO_TIER_NVME) return ZO_OK;
-    zo_swap_config sc = ZO_SWAP_CONFIG_INIT;
-    sc.paths = e->cfg.nvme_paths;
-    sc.npaths = e->cfg.n_nvme_paths;
-    sc.capacity = e->fp.nvme;
-    sc.extent_bytes = e->state_extent_bytes;
-    sc.engine = e->cfg.nvme_engine;
-    sc.name = e->cfg.nvme_name;
-    if (!sc.name) sc.name = "zoffload";
-    sc.faults = e->cfg.nvme_faults;
-    sc.nfaults = e->cfg.n_nvme_faults;
-    ZO_TRY(zo_swap_open(&sc, &e->swap));
+    ZO_TRY(open_store(e, e->state_extent_bytes, "", &e->swap));
+    if (e->cfg.param_home == ZO_TIER_NVME) ZO_TRY(open_store(e, e->chunk_bytes, "-p16", &e->pswap));
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
-        k->ext[0] = k->ext[1] = ZO_SWAP_EXTENT_NONE;
-        for (int i = 0; i < 2; i++) ZO_TRY(zo_swap_alloc_extent(e->swap, 2ull * c + (uint64_t)i, &k->ext[i]));
+        for (int i = 0; i < 2; i++) {
+            ZO_TRY(zo_swap_alloc_extent(e->swap, 2ull * c + (uint64_t)i, &k->ext[i]));
+            if (e->pswap) ZO_TRY(zo_swap_alloc_extent(e->pswap, 2ull * c + (uint64_t)i, &k->pext[i]));
+        }
     }
-    for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-        ZO_TRY(zo_swap_register_buffer(e->swap, e->stage[i], e->state_extent_bytes));
+    for (int i = 0; i < (int)ENG_NVME_STAGES; i++) {
+        ZO_TRY(zo_swap_register_buffer(e->swap, e->stage[i], e->stage_bytes));
+        if (e->pswap) ZO_TRY(zo_swap_register_buffer(e->pswap, e->stage[i], e->stage_bytes));
+    }
+    for (uint32_t s = 0; e->pswap && s < e->n_pslots; s++)
+        ZO_TRY(zo_swap_register_buffer(e->pswap, e->pslots[s].stage, e->chunk_bytes));
     return ZO_OK;
 }
 
@@ -464,6 +488,13 @@ static zo_status place_initial_states(struct zo_engine *e)
             k->gen[0] = 1;
             ZO_TRY(zo_swap_write(e->swap, k->ext[0], st, e->state_extent_bytes, k->gen[0]));
         }
+        if (e->pswap) {
+            void *p16 = (char *)e->stage[0] + e->state_extent_bytes;
+            memset(p16, 0, e->chunk_bytes);
+            cast16(e->cfg.param_dtype, st, p16, k->n_elems);
+            k->pgen[0] = 1;
+            ZO_TRY(zo_swap_write(e->pswap, k->pext[0], p16, e->chunk_bytes, k->pgen[0]));
+        }
         k->slot = -1;
         k->grad_slot = -1;
     }
@@ -472,15 +503,29 @@ static zo_status place_initial_states(struct zo_engine *e)
     return ZO_OK;
 }
 
-static zo_status start_optimizer(struct zo_engine *e)
+/* The optimizer's workers sit on the cores of the pinned pool's NUMA node
+ * (the node nearest the GPU), one per core unless optim_threads says. */
+static zo_status start_pool(struct zo_engine *e)
 {
     zo_optim_pool_config oc = ZO_OPTIM_POOL_CONFIG_INIT;
-    oc.nthreads = e->cfg.optim_threads;
-    if (oc.nthreads <= 0) {
-        int n = (int)zo_env_int("ZO_OPTIM_THREADS", 0, 0, 1024);
-        oc.nthreads = n > 0 ? n : 4;
+    zo_hostpool_placement pl = ZO_HOSTPOOL_PLACEMENT_INIT;
+    int cores[1024], n = 0;
+    if (zo_hostpool_get_placement(e->pool, &pl) == ZO_OK &&
+        zo_topo_node_cpu_list(pl.node, cores, 1024, &n) == ZO_OK && n > 0) {
+        oc.cores = cores;
+        oc.ncores = n < 1024 ? n : 1024;
+    } else {
+        n = 0;
     }
-    ZO_TRY(zo_optim_pool_init(&e->opool, &oc));
+    oc.nthreads = e->cfg.optim_threads;
+    if (oc.nthreads <= 0) oc.nthreads = (int)zo_env_int("ZO_OPTIM_THREADS", n > 0 ? n : 1, 1, 1024);
+    ZO_LOGI(ENG_SUBSYS, "optimizer: %d worker thread(s) on NUMA node %d (%d core(s))", oc.nthreads, pl.node, n);
+    return zo_optim_pool_init(&e->opool, &oc);
+}
+
+static zo_status start_optimizer(struct zo_engine *e)
+{
+    ZO_TRY(start_pool(e));
     if (e->cfg.param_dtype == ZO_OPTIM_FP16) {
         ZO_TRY(zo_loss_scaler_init(&e->scaler, &e->cfg.loss_scaler));
     } else {
@@ -496,8 +541,18 @@ static void release_tiers(struct zo_engine *e)
     if (e->h2d) zo_stream_synchronize(e->h2d);
     if (e->d2h) zo_stream_synchronize(e->d2h);
     eng_thread_stop(e);
+    eng_dpu_join(e);
+    if (e->swap) eng_spec_drain(e);
     zo_optim_pool_free(e->opool);
     e->opool = NULL;
+    if (e->pswap) {
+        for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
+            if (e->stage[i]) zo_swap_unregister_buffer(e->pswap, e->stage[i]);
+        for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++)
+            if (e->pslots[s].stage) zo_swap_unregister_buffer(e->pswap, e->pslots[s].stage);
+        zo_swap_close(e->pswap);
+        e->pswap = NULL;
+    }
     if (e->swap) {
         for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
             if (e->stage[i]) zo_swap_unregister_buffer(e->swap, e->stage[i]);
@@ -542,6 +597,7 @@ static zo_status allocate_and_place(struct zo_engine *e)
     ZO_TRY(alloc_host(e));
     ZO_TRY(open_swap(e));
     ZO_TRY(place_initial_states(e));
+    for (unsigned i = 0; i < ENG_NVME_STAGES; i++) e->spec.rd_chunk[i] = e->spec.wr_chunk[i] = -1;
     ZO_TRY(zo_stream_synchronize(e->h2d));
     return start_optimizer(e);
 }
@@ -598,6 +654,8 @@ void zo_engine_free(zo_engine_t e)
 
 zo_swap_t zo_engine_nvme_store(zo_engine_t e) { return e ? e->swap : NULL; }
 
+zo_swap_t zo_engine_nvme_param_store(zo_engine_t e) { return e ? e->pswap : NULL; }
+
 double zo_engine_loss_scale(zo_engine_t e)
 {
     if (!e) return 1.0;
@@ -615,6 +673,7 @@ static zo_status abort_step(struct zo_engine *e, zo_status st)
     snprintf(why, sizeof why, "%s", zo_last_error());
     eng_set_async_error(e, st); /* jobs still queued skip their work */
     eng_wait_idle(e);
+    eng_spec_drain(e);
     zo_stream_synchronize(e->h2d);
     zo_stream_synchronize(e->d2h);
     for (uint32_t s = 0; s < e->n_pslots; s++) {
@@ -623,12 +682,24 @@ static zo_status abort_step(struct zo_engine *e, zo_status st)
             zo_event_record(e->pslots[s].lastuse, e->compute);
     }
     for (uint32_t s = 0; s < e->n_gslots; s++) e->gslots[s].busy = 0;
+    /* events recorded after a failed copy keep reporting it: record them anew
+     * on the (now clean) copy streams, and forget chunks whose load failed */
+    for (uint32_t s = 0; s < e->n_pslots; s++) {
+        if (e->cfg.param_home != ZO_TIER_DEVICE && zo_event_query(e->pslots[s].ready) < 0) {
+            int c = e->pslots[s].chunk;
+            if (c >= 0) e->chunks[c].slot = -1;
+            e->pslots[s].chunk = -1;
+        }
+        zo_event_record(e->pslots[s].ready, e->h2d);
+    }
+    for (uint32_t s = 0; s < e->n_gslots; s++) zo_event_record(e->gslots[s].drained, e->d2h);
+    zo_stream_synchronize(e->h2d);
+    zo_stream_synchronize(e->d2h);
     if (e->cfg.mode == ZO_OPTIM_OVERLAP) {
         eng_restore_backups(e);
         eng_discard_uncommitted(e);
     }
-    if (e->cfg.mode == ZO_OPTIM_DPU && e->dpu_pending && e->swap && !e->chunks[0].alt_valid)
-        e->dpu_pending = 0; /* the delayed update itself failed: its gradients are lost */
+    eng_dpu_join(e); /* a failed delayed update is dropped; a good one stays pending */
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
         k->in_use = 0;
@@ -674,33 +745,56 @@ static void open_step(struct zo_engine *e)
     zo_device_copy_get_stats(e->dev, &e->copy0);
     e->swap0.struct_size = sizeof e->swap0;
     if (e->swap) zo_swap_get_stats(e->swap, &e->swap0);
-    atomic_store(&e->stall_ns, 0);
-    atomic_store(&e->optim_ns, 0);
-    atomic_store(&e->nvme_ns, 0);
+    e->pswap0.struct_size = sizeof e->pswap0;
+    if (e->pswap) zo_swap_get_stats(e->pswap, &e->pswap0);
+    /* the counters run on; a step reports what they gained while it was open
+     * (a DPU update running across two steps counts where its time falls) */
+    e->at_open[0] = atomic_load(&e->busy_ns[2]);
+    e->at_open[1] = atomic_load(&e->optim_ns);
+    e->at_open[2] = atomic_load(&e->nvme_ns);
+    e->at_open[3] = atomic_load(&e->busy_ns[0]);
+    e->at_open[4] = atomic_load(&e->busy_ns[1]);
     e->hits = e->misses = e->evictions = e->prefetches = 0;
 }
 
-static zo_status stall_begin(void *arg)
+typedef struct busy_arg {
+    struct zo_engine *e;
+    int which;
+} busy_arg;
+
+static zo_status busy_begin(void *arg)
 {
-    struct zo_engine *e = *(struct zo_engine **)arg;
-    atomic_store(&e->stall_t0, zo_now_ns());
+    busy_arg *b = arg;
+    atomic_store(&b->e->busy_t0[b->which], zo_now_ns());
     return ZO_OK;
 }
 
-static zo_status stall_end(void *arg)
+static zo_status busy_end(void *arg)
 {
-    struct zo_engine *e = *(struct zo_engine **)arg;
-    atomic_fetch_add(&e->stall_ns, zo_now_ns() - atomic_load(&e->stall_t0));
+    busy_arg *b = arg;
+    atomic_fetch_add(&b->e->busy_ns[b->which], zo_now_ns() - atomic_load(&b->e->busy_t0[b->which]));
     return ZO_OK;
+}
+
+/* A copy on one of the engine's streams, bracketed by tasks that add its
+ * duration to the stream's busy time. */
+zo_status eng_timed_copy(struct zo_engine *e, int d2h, void *dst, const void *src, size_t n)
+{
+    zo_stream_t s = d2h ? e->d2h : e->h2d;
+    busy_arg b = {e, d2h};
+    ZO_TRY(zo_stream_enqueue(s, busy_begin, &b, sizeof b));
+    ZO_TRY(d2h ? zo_memcpy_d2h_async(s, dst, src, n) : zo_memcpy_h2d_async(s, dst, src, n));
+    return zo_stream_enqueue(s, busy_end, &b, sizeof b);
 }
 
 /* Make compute wait for ev, timing the wait when the data is not there yet. */
 static zo_status compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t ev)
 {
     if (zo_event_query(ev) != ZO_NOT_READY) return zo_stream_wait_event(compute, ev);
-    ZO_TRY(zo_stream_enqueue(compute, stall_begin, &e, sizeof e));
+    busy_arg b = {e, 2};
+    ZO_TRY(zo_stream_enqueue(compute, busy_begin, &b, sizeof b));
     ZO_TRY(zo_stream_wait_event(compute, ev));
-    return zo_stream_enqueue(compute, stall_end, &e, sizeof e);
+    return zo_stream_enqueue(compute, busy_end, &b, sizeof b);
 }
 
 static zo_status take_grad_slot(struct zo_engine *e, uint32_t c, zo_stream_t compute)
@@ -798,7 +892,7 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
     eng_gslot *g = &e->gslots[k->grad_slot];
     ZO_TRY(zo_event_record(g->computed, compute));
     ZO_TRY(zo_stream_wait_event(e->d2h, g->computed));
-    ZO_TRY(zo_memcpy_d2h_async(e->d2h, k->g16[parity], g->ptr, k->n_elems * e->e16));
+    ZO_TRY(eng_timed_copy(e, 1, k->g16[parity], g->ptr, k->n_elems * e->e16));
     ZO_TRY(zo_event_record(g->drained, e->d2h));
     g->busy = 0;
     k->grad_slot = -1;
@@ -902,13 +996,9 @@ static zo_status launch_dpu_update(struct zo_engine *e, const step_verdict *v)
     e->dpu_pending = 1;
     e->dpu_skip = v->overflow;
     if (v->overflow) return ZO_OK;
-    eng_job tmpl = {0};
-    tmpl.kind = JOB_DPU_UPDATE;
-    tmpl.factor = v->factor;
-    tmpl.step = e->opt_step + 1;
-    tmpl.parity = (int)(e->steps & 1);
-    tmpl.arrived = 1;
-    return eng_job_push(e, &tmpl, NULL);
+    zo_status st = eng_dpu_launch(e, v->factor, e->opt_step + 1, (int)(e->steps & 1));
+    if (st < 0) e->dpu_pending = 0;
+    return st;
 }
 
 static void fill_stats(struct zo_engine *e, const step_verdict *v, int rollbacks, zo_step_stats *s)
@@ -937,10 +1027,18 @@ static void fill_stats(struct zo_engine *e, const step_verdict *v, int rollbacks
         s->nvme_write_bytes = ss.bytes_written - e->swap0.bytes_written;
         s->peak_nvme = (uint64_t)ss.extents_used * e->state_extent_bytes;
     }
+    zo_swap_stats ps = ZO_SWAP_STATS_INIT;
+    if (e->pswap && zo_swap_get_stats(e->pswap, &ps) == ZO_OK) {
+        s->nvme_read_bytes += ps.bytes_read - e->pswap0.bytes_read;
+        s->nvme_write_bytes += ps.bytes_written - e->pswap0.bytes_written;
+        s->peak_nvme += (uint64_t)ps.extents_used * e->chunk_bytes;
+    }
     s->step_seconds = (double)(zo_now_ns() - e->step_t0) * 1e-9;
-    s->stall_seconds = (double)atomic_load(&e->stall_ns) * 1e-9;
-    s->optim_seconds = (double)atomic_load(&e->optim_ns) * 1e-9;
-    s->nvme_seconds = (double)atomic_load(&e->nvme_ns) * 1e-9;
+    s->stall_seconds = (double)(atomic_load(&e->busy_ns[2]) - e->at_open[0]) * 1e-9;
+    s->optim_seconds = (double)(atomic_load(&e->optim_ns) - e->at_open[1]) * 1e-9;
+    s->nvme_seconds = (double)(atomic_load(&e->nvme_ns) - e->at_open[2]) * 1e-9;
+    s->h2d_seconds = (double)(atomic_load(&e->busy_ns[0]) - e->at_open[3]) * 1e-9;
+    s->d2h_seconds = (double)(atomic_load(&e->busy_ns[1]) - e->at_open[4]) * 1e-9;
     s->peak_device = e->fp.device;
     zo_hostpool_stats hs = ZO_HOSTPOOL_STATS_INIT;
     if (zo_hostpool_get_stats(e->pool, &hs) == ZO_OK) s->peak_pinned = hs.reserved_high_water;
@@ -965,6 +1063,8 @@ static void close_step(struct zo_engine *e)
 static zo_status finish_step(struct zo_engine *e, step_verdict *v, int *rollbacks)
 {
     ZO_TRY(eng_wait_idle(e));
+    ZO_TRY(eng_spec_drain(e));
+    ZO_TRY(eng_dpu_join(e));
     ZO_TRY(zo_stream_synchronize(e->h2d)); /* no copy still reads the host parameters */
     ZO_TRY(zo_stream_synchronize(e->d2h));
     ZO_TRY(judge_gradients(e, v));
@@ -1020,6 +1120,8 @@ zo_status zo_engine_read_master(zo_engine_t e, int id, float *out)
         return ZO_OK;
     }
     ZO_TRY(eng_wait_idle(e));
+    ZO_TRY(eng_dpu_join(e));
+    if (e->swap) ZO_TRY(eng_spec_drain(e)); /* speculative writes in flight have landed */
     float *buf = aligned_alloc(4096, e->state_extent_bytes);
     if (!buf) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_master: allocating a buffer");
     zo_status st = eng_read_states(e, t->chunk, 0, buf);

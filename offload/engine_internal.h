@@ -43,6 +43,10 @@ typedef struct eng_chunk {
     float *states;        /* master | m | v (optim_home host or device) */
     float *backup;        /* overlap, host/device states: copy taken before the speculative update */
     zo_swap_extent_t ext[2]; /* optim_home nvme: current and alternate extents */
+    zo_swap_extent_t pext[2]; /* param_home nvme: the 16-bit parameters' extents */
+    uint64_t pgen[2];
+    int pext_cur;
+    int palt_valid;
     uint64_t gen[2];
     int ext_cur;
     int alt_valid;        /* the alternate extent holds an update not yet committed */
@@ -61,6 +65,7 @@ typedef struct eng_pslot {
     zo_event_t ready;     /* the H2D that filled it */
     zo_event_t lastuse;   /* the compute work that last read it */
     uint64_t tick;        /* when it was last fetched (LRU when no trace is followed) */
+    void *stage;          /* param_home nvme: pinned staging of the NVMe read before the H2D */
 } eng_pslot;
 
 typedef struct eng_gslot {
@@ -70,7 +75,7 @@ typedef struct eng_gslot {
     zo_event_t drained;   /* the D2H that emptied it */
 } eng_gslot;
 
-typedef enum eng_job_kind { JOB_GRAD = 0, JOB_DPU_UPDATE = 1 } eng_job_kind;
+typedef enum eng_job_kind { JOB_GRAD = 0 } eng_job_kind;
 
 typedef struct eng_job {
     struct eng_job *next;
@@ -83,6 +88,15 @@ typedef struct eng_job {
     float factor;         /* DPU update */
     int64_t step;
 } eng_job;
+
+/* Overlap mode with states on NVMe: the host job thread's pipeline over the
+ * stages (read the next chunk's states ahead, write the updated ones behind). */
+typedef struct eng_spec_pipe {
+    zo_swap_io_t rd[ENG_NVME_STAGES], wr[ENG_NVME_STAGES], pwr[ENG_NVME_STAGES];
+    int rd_chunk[ENG_NVME_STAGES]; /* chunk being read into the stage, or -1 */
+    int wr_chunk[ENG_NVME_STAGES]; /* chunk being written from the stage, or -1 */
+    unsigned next;                 /* the next stage to hand out */
+} eng_spec_pipe;
 
 struct zo_engine {
     zo_engine_config cfg;
@@ -114,7 +128,10 @@ struct zo_engine {
     float *host_states, *host_backup, *host_acc;
     zo_swap_t swap;
     uint64_t state_extent_bytes;
+    uint64_t stage_bytes; /* one NVMe stage: master | m | v (| 16-bit params when they live on NVMe) */
+    zo_swap_t pswap;      /* param_home nvme: the store of the 16-bit parameters */
     float *stage[ENG_NVME_STAGES];
+    eng_spec_pipe spec;
     zo_stream_t h2d, d2h;
     zo_stream_t compute;  /* the last compute stream seen (to fence an aborted step) */
 
@@ -131,6 +148,15 @@ struct zo_engine {
     int step_open;
     int dpu_pending;      /* a DPU update was launched and not yet published */
     int dpu_skip;         /* ... and it was skipped (overflow) */
+    /* the delayed update runs on a thread of its own, beside the job thread
+     * (which keeps taking the next step's gradients: other buffers by parity) */
+    pthread_t dpu_thread;
+    int dpu_running;
+    float dpu_factor;
+    int64_t dpu_step;
+    int dpu_parity;
+    zo_status dpu_st;
+    char dpu_msg[512];
 
     /* host job thread */
     pthread_t thread;
@@ -144,13 +170,19 @@ struct zo_engine {
     char async_msg[512];
 
     /* statistics */
-    _Atomic uint64_t stall_ns, stall_t0, optim_ns, nvme_ns;
+    _Atomic uint64_t optim_ns, nvme_ns;
+    /* stream timers, run by tasks on the stream: 0 h2d busy, 1 d2h busy, 2 compute stalled */
+    _Atomic uint64_t busy_t0[3], busy_ns[3];
+    uint64_t at_open[5];  /* stall, optim, nvme, h2d, d2h counters when the step opened */
     uint64_t step_t0;
     uint64_t hits, misses, evictions, prefetches, lru_tick;
     zo_device_copy_stats copy0;
-    zo_swap_stats swap0;
+    zo_swap_stats swap0, pswap0;
     uint64_t host_bytes, host_high;
 };
+
+/* engine.c */
+zo_status eng_timed_copy(struct zo_engine *e, int d2h, void *dst, const void *src, size_t n);
 
 /* engine_sched.c */
 int eng_trace_push(struct zo_engine *e, int layer, zo_phase phase);
@@ -172,6 +204,9 @@ zo_status eng_update_all(struct zo_engine *e, float factor, int64_t step, int pa
 void eng_restore_backups(struct zo_engine *e);
 void eng_commit(struct zo_engine *e, int updated);
 void eng_discard_uncommitted(struct zo_engine *e);
+zo_status eng_spec_drain(struct zo_engine *e);
+zo_status eng_dpu_launch(struct zo_engine *e, float factor, int64_t step, int parity);
+zo_status eng_dpu_join(struct zo_engine *e);
 zo_status eng_read_states(struct zo_engine *e, uint32_t c, int which, float *out);
 float *eng_chunk_states(struct zo_engine *e, uint32_t c);
 

@@ -50,7 +50,7 @@ static void adam_args(struct zo_engine *e, eng_chunk *k, float *st, float factor
     b->master = st;
     b->m = st + e->chunk_elems;
     b->v = st + 2 * e->chunk_elems;
-    b->out = p16_out(e, k);
+    b->out = e->pswap ? (void *)(st + 3 * e->chunk_elems) : p16_out(e, k); /* NVMe: the stage's tail */
     b->out_type = e->cfg.param_dtype;
 }
 
@@ -69,32 +69,123 @@ static zo_status read_current(struct zo_engine *e, uint32_t c, float *buf, zo_sw
                               k->gen[k->ext_cur], NULL, NULL, io);
 }
 
-static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io)
+/* Write the updated states (and, when they live on NVMe, the new 16-bit
+ * parameters from the stage's tail) to the alternate extents. */
+static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
+                                 zo_swap_io_t *pio)
 {
     eng_chunk *k = &e->chunks[c];
     int alt = 1 - k->ext_cur;
     k->gen[alt] = k->gen[k->ext_cur] + 1;
-    return zo_swap_write_async(e->swap, k->ext[alt], buf, e->state_extent_bytes, k->gen[alt], NULL,
-                               NULL, io);
+    ZO_TRY(zo_swap_write_async(e->swap, k->ext[alt], buf, e->state_extent_bytes, k->gen[alt], NULL,
+                               NULL, io));
+    if (!e->pswap) return ZO_OK;
+    int palt = 1 - k->pext_cur;
+    k->pgen[palt] = k->pgen[k->pext_cur] + 1;
+    return zo_swap_write_async(e->pswap, k->pext[palt], buf + 3 * e->chunk_elems, e->chunk_bytes,
+                               k->pgen[palt], NULL, NULL, pio);
 }
 
-/* One chunk's update through NVMe on the calling thread: read the current
- * extent, update, write the alternate one. */
-static zo_status update_chunk_nvme(struct zo_engine *e, uint32_t c, float factor, int64_t step,
-                                   int parity)
+/* ---- the speculative pipeline (overlap mode, states on NVMe) ---- */
+
+/* Wait for the stage's writes; the chunk's alternate extents count as
+ * written only once both landed. */
+static zo_status spec_finish_write(struct zo_engine *e, unsigned s)
 {
-    float *buf = e->stage[0];
-    zo_swap_io_t io = NULL;
-    ZO_TRY(read_current(e, c, buf, &io));
-    ZO_TRY(timed_swap_wait(e, io));
-    zo_adam_params p;
-    zo_adam_buffers b;
-    adam_args(e, &e->chunks[c], buf, factor, step, parity, &p, &b);
-    ZO_TRY(zo_optim_pool_adam_step(e->opool, &p, &b));
-    ZO_TRY(write_alternate(e, c, buf, &io));
-    ZO_TRY(timed_swap_wait(e, io));
-    e->chunks[c].alt_valid = 1;
+    eng_spec_pipe *p = &e->spec;
+    if (p->wr_chunk[s] < 0) return ZO_OK;
+    zo_status st = timed_swap_wait(e, p->wr[s]);
+    zo_status st2 = timed_swap_wait(e, p->pwr[s]);
+    if (st == ZO_OK && st2 == ZO_OK) e->chunks[p->wr_chunk[s]].alt_valid = 1;
+    p->wr[s] = p->pwr[s] = NULL;
+    p->wr_chunk[s] = -1;
+    return st < 0 ? st : st2;
+}
+
+static void spec_drop_read(struct zo_engine *e, unsigned s)
+{
+    if (e->spec.rd_chunk[s] < 0) return;
+    zo_swap_wait(e->spec.rd[s]); /* a read ahead nobody used */
+    e->spec.rd[s] = NULL;
+    e->spec.rd_chunk[s] = -1;
+}
+
+static zo_status spec_start_read(struct zo_engine *e, uint32_t c, unsigned *out)
+{
+    eng_spec_pipe *p = &e->spec;
+    unsigned s = p->next;
+    p->next = (p->next + 1) % ENG_NVME_STAGES;
+    ZO_TRY(spec_finish_write(e, s));
+    spec_drop_read(e, s);
+    ZO_TRY(read_current(e, c, e->stage[s], &p->rd[s]));
+    p->rd_chunk[s] = (int)c;
+    *out = s;
     return ZO_OK;
+}
+
+static int spec_stage_of(struct zo_engine *e, uint32_t c)
+{
+    for (unsigned s = 0; s < ENG_NVME_STAGES; s++)
+        if (e->spec.rd_chunk[s] == (int)c) return (int)s;
+    return -1;
+}
+
+/* The chunk of the next queued job that will update, or -1. */
+static int next_spec_chunk(struct zo_engine *e)
+{
+    int c = -1;
+    pthread_mutex_lock(&e->mu);
+    for (eng_job *j = e->qhead; j; j = j->next)
+        if (j->kind == JOB_GRAD && j->last) {
+            c = j->chunk;
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+    return c;
+}
+
+/* Speculative update of chunk c through NVMe: its states were (or are now)
+ * read into a stage; the next updating chunk's read is started before this
+ * one is computed; the writes go out behind. */
+static zo_status speculate_nvme(struct zo_engine *e, uint32_t c, const eng_job *j)
+{
+    int s = spec_stage_of(e, c);
+    if (s < 0) {
+        unsigned u;
+        ZO_TRY(spec_start_read(e, c, &u));
+        s = (int)u;
+    }
+    int c2 = next_spec_chunk(e);
+    if (c2 >= 0 && spec_stage_of(e, (uint32_t)c2) < 0) {
+        unsigned u;
+        ZO_TRY(spec_start_read(e, (uint32_t)c2, &u));
+    }
+    eng_spec_pipe *p = &e->spec;
+    zo_status st = timed_swap_wait(e, p->rd[s]);
+    p->rd[s] = NULL;
+    p->rd_chunk[s] = -1;
+    ZO_TRY(st);
+    zo_adam_params ap;
+    zo_adam_buffers b;
+    adam_args(e, &e->chunks[c], e->stage[s], j->factor, j->step, j->parity, &ap, &b);
+    ZO_TRY(zo_optim_pool_adam_step(e->opool, &ap, &b));
+    st = write_alternate(e, c, e->stage[s], &p->wr[s], &p->pwr[s]);
+    p->wr_chunk[s] = (int)c;
+    return st;
+}
+
+/* Wait for everything the pipeline has in flight (after the job thread is
+ * idle); returns the first failed write. */
+zo_status eng_spec_drain(struct zo_engine *e)
+{
+    zo_status st = ZO_OK;
+    for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
+        spec_drop_read(e, s);
+        zo_status w = spec_finish_write(e, s);
+        if (st == ZO_OK && w < 0) st = w;
+    }
+    e->spec.next = 0;
+    return st;
 }
 
 /* ---- the update of every chunk ---- */
@@ -122,7 +213,7 @@ static zo_status update_all_resident(struct zo_engine *e, float factor, int64_t 
 }
 
 typedef struct nvme_pipe {
-    zo_swap_io_t rd[ENG_NVME_STAGES], wr[ENG_NVME_STAGES];
+    zo_swap_io_t rd[ENG_NVME_STAGES], wr[ENG_NVME_STAGES], pwr[ENG_NVME_STAGES];
     zo_status st;
     char why[512];
 } nvme_pipe;
@@ -144,7 +235,8 @@ static void pipe_wait(struct zo_engine *e, nvme_pipe *pp, zo_swap_io_t *io)
 static void pipe_read(struct zo_engine *e, nvme_pipe *pp, uint32_t c)
 {
     unsigned s = c % ENG_NVME_STAGES;
-    pipe_wait(e, pp, &pp->wr[s]); /* the slot's previous write must be done */
+    pipe_wait(e, pp, &pp->wr[s]); /* the slot's previous writes must be done */
+    pipe_wait(e, pp, &pp->pwr[s]);
     if (pp->st == ZO_OK) pipe_fail(pp, read_current(e, c, e->stage[s], &pp->rd[s]));
 }
 
@@ -162,12 +254,13 @@ static zo_status update_all_nvme(struct zo_engine *e, float factor, int64_t step
         zo_adam_buffers b;
         adam_args(e, &e->chunks[c], e->stage[s], factor, step, parity, &p, &b);
         pipe_fail(&pp, zo_optim_pool_adam_step(e->opool, &p, &b));
-        if (pp.st == ZO_OK) pipe_fail(&pp, write_alternate(e, c, e->stage[s], &pp.wr[s]));
+        if (pp.st == ZO_OK) pipe_fail(&pp, write_alternate(e, c, e->stage[s], &pp.wr[s], &pp.pwr[s]));
         if (c + ahead < n) pipe_read(e, &pp, c + ahead);
     }
     for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
         pipe_wait(e, &pp, &pp.rd[s]);
         pipe_wait(e, &pp, &pp.wr[s]);
+        pipe_wait(e, &pp, &pp.pwr[s]);
     }
     if (pp.st < 0)
         return ZO_FAIL(pp.st, ENG_SUBSYS, "updating the optimizer states on NVMe: %s", pp.why);
@@ -192,6 +285,7 @@ void eng_commit(struct zo_engine *e, int updated)
         eng_chunk *k = &e->chunks[c];
         if (e->swap && k->alt_valid) {
             k->ext_cur = 1 - k->ext_cur;
+            if (e->pswap) k->pext_cur = 1 - k->pext_cur; /* written together with the states */
             k->alt_valid = 0;
         }
         if (e->p16_bufs == 2 && updated) k->p16_cur = 1 - k->p16_cur;
@@ -253,7 +347,7 @@ static zo_status speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
 {
     eng_chunk *k = &e->chunks[c];
     if (e->swap) {
-        ZO_TRY(update_chunk_nvme(e, c, j->factor, j->step, j->parity));
+        ZO_TRY(speculate_nvme(e, c, j));
     } else {
         memcpy(k->backup, k->states, 3 * e->chunk_elems * sizeof(float));
         zo_adam_params p;
@@ -278,10 +372,44 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
     return ZO_OK;
 }
 
-static zo_status run_job(struct zo_engine *e, const eng_job *j)
+static zo_status run_job(struct zo_engine *e, const eng_job *j) { return run_grad_job(e, j); }
+
+/* ---- the delayed update (DPU) ---- */
+
+static void *dpu_main(void *arg)
 {
-    if (j->kind == JOB_DPU_UPDATE) return eng_update_all(e, j->factor, j->step, j->parity);
-    return run_grad_job(e, j);
+    struct zo_engine *e = arg;
+    uint64_t t0 = zo_now_ns();
+    e->dpu_st = eng_update_all(e, e->dpu_factor, e->dpu_step, e->dpu_parity);
+    if (e->dpu_st < 0) snprintf(e->dpu_msg, sizeof e->dpu_msg, "%s", zo_last_error());
+    atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
+    return NULL;
+}
+
+zo_status eng_dpu_launch(struct zo_engine *e, float factor, int64_t step, int parity)
+{
+    e->dpu_factor = factor;
+    e->dpu_step = step;
+    e->dpu_parity = parity;
+    e->dpu_st = ZO_OK;
+    int rc = pthread_create(&e->dpu_thread, NULL, dpu_main, e);
+    if (rc != 0) return ZO_FAIL(ZO_ERR_SYSTEM, ENG_SUBSYS, "starting the delayed update's thread: error %d", rc);
+    e->dpu_running = 1;
+    return ZO_OK;
+}
+
+/* Wait for the delayed update; when it failed, it is dropped (its new
+ * states were never committed) and its failure returned. */
+zo_status eng_dpu_join(struct zo_engine *e)
+{
+    if (!e->dpu_running) return ZO_OK;
+    pthread_join(e->dpu_thread, NULL);
+    e->dpu_running = 0;
+    if (e->dpu_st >= 0) return ZO_OK;
+    e->dpu_pending = 0;
+    eng_discard_uncommitted(e);
+    return ZO_FAIL(e->dpu_st, ENG_SUBSYS, "the delayed update of the previous step failed (dropped): %s",
+                   e->dpu_msg);
 }
 
 void eng_set_async_error(struct zo_engine *e, zo_status st)

@@ -98,14 +98,44 @@ static int pick_slot(struct zo_engine *e, int pos, int sooner)
     return best;
 }
 
-/* H2D chunk c's current host parameters into slot s once the slot's last
- * reader is done. */
+typedef struct ticket_arg {
+    struct zo_engine *e;
+    zo_swap_io_t io;
+} ticket_arg;
+
+/* On the h2d stream: the NVMe read into the staging twin must land first. */
+static zo_status wait_ticket(void *arg)
+{
+    ticket_arg *t = arg;
+    uint64_t t0 = zo_now_ns();
+    zo_status st = zo_swap_wait(t->io);
+    atomic_fetch_add(&t->e->nvme_ns, zo_now_ns() - t0);
+    return st;
+}
+
+/* NVMe -> the slot's pinned staging twin, then (on the h2d stream, once the
+ * read has landed) the H2D. */
+static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, eng_pslot *p)
+{
+    ZO_TRY(zo_event_synchronize(p->ready)); /* the twin's previous H2D is done */
+    ticket_arg t = {e, NULL};
+    ZO_TRY(zo_swap_read_async(e->pswap, k->pext[k->pext_cur], p->stage, e->chunk_bytes,
+                              k->pgen[k->pext_cur], NULL, NULL, &t.io));
+    zo_status st = zo_stream_enqueue(e->h2d, wait_ticket, &t, sizeof t);
+    if (st < 0) zo_swap_wait(t.io); /* never leave a ticket behind */
+    return st;
+}
+
+/* H2D chunk c's current 16-bit parameters (from the host, or staged from
+ * NVMe) into slot s once the slot's last reader is done. */
 zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s)
 {
     eng_chunk *k = &e->chunks[c];
     eng_pslot *p = &e->pslots[s];
+    const void *src = e->pswap ? p->stage : k->p16[k->p16_cur];
+    if (e->pswap) ZO_TRY(stage_from_nvme(e, k, p));
     ZO_TRY(zo_stream_wait_event(e->h2d, p->lastuse));
-    ZO_TRY(zo_memcpy_h2d_async(e->h2d, p->ptr, k->p16[k->p16_cur], k->n_elems * e->e16));
+    ZO_TRY(eng_timed_copy(e, 0, p->ptr, src, k->n_elems * e->e16));
     ZO_TRY(zo_event_record(p->ready, e->h2d));
     p->chunk = (int)c;
     k->slot = (int)s;

@@ -12,6 +12,9 @@
 #define ZO_SWAP_EXTENT_MAGIC 0x3158505753504f5aull /* "ZOPSWPX1" */
 #define ZO_SWAP_FORMAT_VERSION 1u
 #define ZO_SWAP_MAX_PATHS 64
+/* Payloads of 1 MiB and more start on 1 MiB boundaries, so block-sized
+ * requests line up with the device's (and a RAID's) boundaries as fio's do. */
+#define ZO_SWAP_DATA_ALIGN (1ull << 20)
 #define ZO_SWAP_MAX_REGISTERED 64
 /* EINTR/EAGAIN resubmissions, and transfers that made no progress, allowed
  * per request before the operation fails with ZO_ERR_IO. */
@@ -41,6 +44,7 @@ typedef struct swap_file {
     int fd;
     int created; /* by this open: removed if the open fails */
     uint64_t slots, size;
+    uint64_t data_off; /* payloads start here, ZO_SWAP_DATA_ALIGN-aligned */
 } swap_file;
 
 typedef struct swap_slot {
@@ -72,7 +76,7 @@ struct zo_swap_io {
     size_t len, body_len, tail_len;
     uint64_t generation, owner, payload_hash;
     uint32_t file;
-    uint64_t base_off; /* the extent's header block in its file */
+    uint64_t header_off, payload_off; /* in its file */
     int buf_index;
     uint8_t *blocks;   /* 4 KiB header block, then 4 KiB tail block */
     int phase;         /* writes: 0 payload, 1 header */
@@ -82,6 +86,7 @@ struct zo_swap_io {
     zo_status st;
     char msg[384];
     int done, has_ticket;
+    int verify_pending; /* a read's checks are left to its waiter */
     zo_swap_done_fn cb;
     void *user;
     struct zo_swap_io *next;            /* incoming / active list */
@@ -93,7 +98,7 @@ struct zo_swap {
     char *name;
     swap_file *files;
     uint32_t nfiles;
-    uint64_t extent_payload, slot_bytes;
+    uint64_t extent_payload, payload_stride;
     swap_slot *slots;
     uint32_t nslots, used, cursor;
     zo_io_engine *engine;

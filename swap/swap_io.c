@@ -77,7 +77,7 @@ static zo_status op_create(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, con
     op->tail_len = len - op->body_len;
     op->generation = generation;
     op->file = ext % s->nfiles;
-    op->base_off = ZO_SWAP_ALIGN + (uint64_t)(ext / s->nfiles) * s->slot_bytes;
+    zo_swap_extent_location(s, ext, NULL, &op->header_off, &op->payload_off);
     op->blocks = blocks;
     memset(blocks, 0, 2 * ZO_SWAP_ALIGN);
     op->tail_pending = op->tail_len > 0;
@@ -137,40 +137,48 @@ static void fill_header(struct zo_swap_io *op)
     h->header_xxh64 = zo_swap_header_hash(h);
 }
 
+/* Validate a write or read and build its ticket (not yet queued). */
+static zo_status op_begin(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, const void *buf, size_t len,
+                          uint64_t generation, zo_swap_done_fn done, zo_swap_io_t *io, struct zo_swap_io **op)
+{
+    const char *what = dir == ZO_IO_WRITE ? "zo_swap_write_async" : "zo_swap_read_async";
+    if (io) *io = NULL;
+    ZO_TRY(check_request(s, ext, buf, len, what));
+    if (!io && !done) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: give a ticket pointer or a callback", what);
+    return op_create(s, dir, ext, buf, len, generation, op);
+}
+
 zo_status zo_swap_write_async(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len, uint64_t generation,
                               zo_swap_done_fn done, void *user, zo_swap_io_t *io)
 {
-    if (io) *io = NULL;
-    ZO_TRY(check_request(s, ext, buf, len, "zo_swap_write_async"));
-    if (!io && !done) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_write_async: give a ticket pointer or a callback");
     struct zo_swap_io *op;
-    ZO_TRY(op_create(s, ZO_IO_WRITE, ext, buf, len, generation, &op));
+    ZO_TRY(op_begin(s, ZO_IO_WRITE, ext, buf, len, generation, done, io, &op));
     /* Hashing here spreads the checksum work over the submitting threads
      * and keeps the I/O thread free to drive the queue. */
     op->payload_hash = XXH64(buf, len, 0);
     memcpy(tail_block(op), op->buf + op->body_len, op->tail_len);
-    zo_status st = op_enqueue(s, op, done, user, io);
-    return st;
+    return op_enqueue(s, op, done, user, io);
 }
 
 zo_status zo_swap_read_async(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len, uint64_t generation,
                              zo_swap_done_fn done, void *user, zo_swap_io_t *io)
 {
-    if (io) *io = NULL;
-    ZO_TRY(check_request(s, ext, buf, len, "zo_swap_read_async"));
-    if (!io && !done) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_read_async: give a ticket pointer or a callback");
     struct zo_swap_io *op;
-    ZO_TRY(op_create(s, ZO_IO_READ, ext, buf, len, generation, &op));
+    ZO_TRY(op_begin(s, ZO_IO_READ, ext, buf, len, generation, done, io, &op));
     return op_enqueue(s, op, done, user, io);
 }
+
+static void settle_ticket(zo_swap_io_t io);
 
 zo_status zo_swap_test(zo_swap_io_t io)
 {
     if (!io) return ZO_OK;
     pthread_mutex_lock(&io->s->mu);
-    zo_status st = io->done ? io->st : ZO_NOT_READY;
+    int done = io->done;
     pthread_mutex_unlock(&io->s->mu);
-    return st;
+    if (!done) return ZO_NOT_READY;
+    settle_ticket(io);
+    return io->st;
 }
 
 zo_status zo_swap_wait(zo_swap_io_t io)
@@ -183,6 +191,7 @@ zo_status zo_swap_wait(zo_swap_io_t io)
     else s->tickets = io->tnext;
     if (io->tnext) io->tnext->tprev = io->tprev;
     pthread_mutex_unlock(&s->mu);
+    settle_ticket(io);
     zo_status st = io->st;
     if (st < 0) ZO_FAIL(st, "swap", "%s", io->msg);
     free(io->blocks);
@@ -222,7 +231,7 @@ static int op_next_piece(zo_swap_t s, struct zo_swap_io *op, zo_io_req *r)
         op->header_pending = 0;
         r->buf = header_block(op);
         r->len = ZO_SWAP_ALIGN;
-        r->off = op->base_off;
+        r->off = op->header_off;
         return 1;
     }
     if (payload_phase && op->next_body < op->body_len) {
@@ -230,7 +239,7 @@ static int op_next_piece(zo_swap_t s, struct zo_swap_io *op, zo_io_req *r)
         if (n > s->cfg.block_size) n = s->cfg.block_size;
         r->buf = op->buf + op->next_body;
         r->len = n;
-        r->off = op->base_off + ZO_SWAP_ALIGN + op->next_body;
+        r->off = op->payload_off + op->next_body;
         r->buf_index = op->buf_index;
         op->next_body += n;
         return 1;
@@ -239,7 +248,7 @@ static int op_next_piece(zo_swap_t s, struct zo_swap_io *op, zo_io_req *r)
         op->tail_pending = 0;
         r->buf = tail_block(op);
         r->len = ZO_SWAP_ALIGN;
-        r->off = op->base_off + ZO_SWAP_ALIGN + op->body_len;
+        r->off = op->payload_off + op->body_len;
         return 1;
     }
     return 0;
@@ -362,7 +371,7 @@ static void verify_read(zo_swap_t s, struct zo_swap_io *op)
     const swap_extent_header *h = (const swap_extent_header *)header_block(op);
     const char *path = s->files[op->file].path;
     if (h->magic != ZO_SWAP_EXTENT_MAGIC || h->header_xxh64 != zo_swap_header_hash(h)) {
-        op_fail(op, ZO_ERR_CORRUPT, "extent %u: header at %s offset %" PRIu64 " is %s", op->ext, path, op->base_off,
+        op_fail(op, ZO_ERR_CORRUPT, "extent %u: header at %s offset %" PRIu64 " is %s", op->ext, path, op->header_off,
                 h->magic != ZO_SWAP_EXTENT_MAGIC ? "missing (never written, or overwritten)" : "corrupt (checksum mismatch)");
         return;
     }
@@ -370,7 +379,7 @@ static void verify_read(zo_swap_t s, struct zo_swap_io *op)
         h->generation != op->generation || h->extent != op->ext) {
         op_fail(op, ZO_ERR_CORRUPT, "extent %u at %s offset %" PRIu64 " holds version %u owner %" PRIu64 " length %"
                 PRIu64 " generation %" PRIu64 ", expected version %u owner %" PRIu64 " length %zu generation %" PRIu64,
-                op->ext, path, op->base_off, h->version, h->owner, h->length, h->generation,
+                op->ext, path, op->header_off, h->version, h->owner, h->length, h->generation,
                 ZO_SWAP_FORMAT_VERSION, op->owner, op->len, op->generation);
         return;
     }
@@ -381,7 +390,7 @@ static void verify_read(zo_swap_t s, struct zo_swap_io *op)
     uint64_t got = XXH64_digest(&st);
     if (got != h->payload_xxh64) {
         op_fail(op, ZO_ERR_CORRUPT, "extent %u: payload at %s offset %" PRIu64 " (%zu bytes) fails its checksum "
-                "(xxh64 %016" PRIx64 ", header says %016" PRIx64 ")", op->ext, path, op->base_off + ZO_SWAP_ALIGN,
+                "(xxh64 %016" PRIx64 ", header says %016" PRIx64 ")", op->ext, path, op->payload_off,
                 op->len, got, h->payload_xxh64);
         return;
     }
@@ -404,11 +413,15 @@ static void count_finished(zo_swap_t s, struct zo_swap_io *op)
 
 static void finish_op(zo_swap_t s, struct zo_swap_io *op)
 {
-    if (op->st == ZO_OK && op->dir == ZO_IO_READ) verify_read(s, op);
+    /* A read waited on through a ticket is verified by its waiter: the
+     * hashing then runs on the caller's thread (as it does for writes) and
+     * the I/O thread goes straight back to driving the queue. */
+    op->verify_pending = op->dir == ZO_IO_READ && op->st == ZO_OK && op->has_ticket && !op->cb;
+    if (op->st == ZO_OK && op->dir == ZO_IO_READ && !op->verify_pending) verify_read(s, op);
     if (op->st != ZO_OK) ZO_LOGD("swap", "%s", op->msg);
     pthread_mutex_lock(&s->mu);
     s->slots[op->ext].busy = 0;
-    count_finished(s, op);
+    if (!op->verify_pending) count_finished(s, op);
     pthread_mutex_unlock(&s->mu);
     /* The callback runs before the ticket is released so that a waiter sees
      * its effects. */
@@ -422,6 +435,17 @@ static void finish_op(zo_swap_t s, struct zo_swap_io *op)
         free(op->blocks);
         free(op);
     }
+}
+
+/* The waiter's share of a finished read: verify it and count it. */
+static void settle_ticket(zo_swap_io_t io)
+{
+    if (!io->verify_pending) return;
+    io->verify_pending = 0;
+    verify_read(io->s, io);
+    pthread_mutex_lock(&io->s->mu);
+    count_finished(io->s, io);
+    pthread_mutex_unlock(&io->s->mu);
 }
 
 /* Whether op is over: nothing in flight and nothing left to start. A write

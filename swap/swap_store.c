@@ -54,7 +54,8 @@ static zo_status validate_config(const zo_swap_config *c)
 static zo_status plan_layout(zo_swap_t s)
 {
     s->extent_payload = zo_round_up(s->cfg.extent_bytes, ZO_SWAP_ALIGN);
-    s->slot_bytes = ZO_SWAP_ALIGN + s->extent_payload;
+    s->payload_stride = s->extent_payload >= ZO_SWAP_DATA_ALIGN ? zo_round_up(s->extent_payload, ZO_SWAP_DATA_ALIGN)
+                                                                 : s->extent_payload;
     uint64_t nslots = (s->cfg.capacity + s->extent_payload - 1) / s->extent_payload;
     if (nslots >= ZO_SWAP_EXTENT_NONE)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "capacity %" PRIu64 " / extent %" PRIu64 " gives %" PRIu64
@@ -68,7 +69,9 @@ static zo_status plan_layout(zo_swap_t s)
         swap_file *f = &s->files[i];
         f->fd = -1;
         f->slots = s->nslots / s->nfiles + (i < s->nslots % s->nfiles);
-        f->size = ZO_SWAP_ALIGN + f->slots * s->slot_bytes;
+        /* [file header][one header block per slot][payloads] */
+        f->data_off = zo_round_up(ZO_SWAP_ALIGN * (1 + f->slots), ZO_SWAP_DATA_ALIGN);
+        f->size = f->data_off + f->slots * s->payload_stride;
         size_t n = strlen(s->cfg.paths[i]) + strlen(s->name) + 32;
         f->path = malloc(n);
         if (!f->path) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory");
@@ -115,9 +118,11 @@ static zo_status check_free_space(zo_swap_t s, const uint64_t *reusable)
     for (uint32_t i = 0; i < s->nfiles; i++) {
         struct stat di;
         struct statvfs vf;
-        if (stat(s->cfg.paths[i], &di) != 0 || !S_ISDIR(di.st_mode))
-            return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s is not a directory (%s)", s->cfg.paths[i],
-                           errno ? strerror(errno) : "not a directory");
+        if (stat(s->cfg.paths[i], &di) != 0)
+            return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s: %s (expected a directory)", s->cfg.paths[i],
+                           strerror(errno));
+        if (!S_ISDIR(di.st_mode))
+            return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s is not a directory", s->cfg.paths[i]);
         if (statvfs(s->cfg.paths[i], &vf) != 0)
             return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "statvfs(%s) failed: %s", s->cfg.paths[i], strerror(errno));
         uint64_t need = 0;
@@ -367,12 +372,16 @@ zo_status zo_swap_get_stats(zo_swap_t s, zo_swap_stats *out)
     return ZO_OK;
 }
 
-zo_status zo_swap_extent_location(zo_swap_t s, zo_swap_extent_t ext, const char **path, uint64_t *offset)
+zo_status zo_swap_extent_location(zo_swap_t s, zo_swap_extent_t ext, const char **path, uint64_t *header_offset,
+                                  uint64_t *payload_offset)
 {
     if (!s || ext >= s->nslots)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "extent %u is out of range (store has %u)", ext, s ? s->nslots : 0);
-    if (path) *path = s->files[ext % s->nfiles].path;
-    if (offset) *offset = ZO_SWAP_ALIGN + (uint64_t)(ext / s->nfiles) * s->slot_bytes;
+    const swap_file *f = &s->files[ext % s->nfiles];
+    uint64_t local = ext / s->nfiles;
+    if (path) *path = f->path;
+    if (header_offset) *header_offset = ZO_SWAP_ALIGN * (1 + local);
+    if (payload_offset) *payload_offset = f->data_off + local * s->payload_stride;
     return ZO_OK;
 }
 
@@ -384,23 +393,26 @@ zo_status zo_swap_set_faults(zo_swap_t s, const zo_swap_fault *faults, size_t n)
     return zo_io_fault_arm(s->engine, faults, n);
 }
 
+static int free_region(zo_swap_t s, void *match)
+{
+    for (int i = 0; i < ZO_SWAP_MAX_REGISTERED; i++)
+        if (s->regions[i].buf == match) return i;
+    return -1;
+}
+
 zo_status zo_swap_register_buffer(zo_swap_t s, void *buf, size_t len)
 {
     if (!s || !buf || !len) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_register_buffer: NULL store or empty buffer");
     pthread_mutex_lock(&s->mu);
-    zo_status st = ZO_FAIL(ZO_ERR_BUDGET, "swap", "already %d buffers registered: unregister one first",
-                           ZO_SWAP_MAX_REGISTERED);
-    for (int i = 0; i < ZO_SWAP_MAX_REGISTERED; i++) {
-        if (s->regions[i].buf) continue;
-        int index = -1;
-        /* The engine's table is touched only with the store lock held and no
-         * request of this buffer in flight (it is new). */
-        st = s->engine->ops->register_buffer(s->engine, buf, len, &index);
-        if (st == ZO_OK) s->regions[i] = (swap_region){buf, len, index};
-        break;
-    }
-    if (st == ZO_OK) zo_clear_error();
+    int i = free_region(s, NULL);
+    int index = -1;
+    /* The engine's table changes only under the store lock, and no request
+     * can use this buffer's slot yet. */
+    zo_status st = i < 0 ? ZO_ERR_BUDGET : s->engine->ops->register_buffer(s->engine, buf, len, &index);
+    if (st == ZO_OK) s->regions[i] = (swap_region){buf, len, index};
     pthread_mutex_unlock(&s->mu);
+    if (i < 0)
+        return ZO_FAIL(ZO_ERR_BUDGET, "swap", "already %d buffers registered: unregister one first", ZO_SWAP_MAX_REGISTERED);
     return st;
 }
 
@@ -408,15 +420,12 @@ zo_status zo_swap_unregister_buffer(zo_swap_t s, void *buf)
 {
     if (!s || !buf) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_unregister_buffer: NULL argument");
     pthread_mutex_lock(&s->mu);
-    zo_status st = ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "buffer %p was not registered", buf);
-    for (int i = 0; i < ZO_SWAP_MAX_REGISTERED; i++) {
-        if (s->regions[i].buf != buf) continue;
+    int i = free_region(s, buf);
+    if (i >= 0) {
         s->engine->ops->unregister_buffer(s->engine, s->regions[i].index);
         s->regions[i] = (swap_region){NULL, 0, -1};
-        st = ZO_OK;
-        zo_clear_error();
-        break;
     }
     pthread_mutex_unlock(&s->mu);
-    return st;
+    if (i < 0) return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "buffer %p was not registered", buf);
+    return ZO_OK;
 }

@@ -70,7 +70,8 @@ typedef struct zo_engine_config {
     zo_optim_dtype param_dtype; /* ZO_OPTIM_BF16 (default) or ZO_OPTIM_FP16 (p16 and g16) */
     size_t chunk_bytes;       /* bytes of 16-bit parameters per chunk (0: 4 MiB); raised to fit the
                                  largest tensor, rounded to 4 KiB */
-    zo_tier param_home;       /* where p16 lives between uses: device, host or nvme */
+    zo_tier param_home;       /* where p16 lives between uses: device, host or nvme (nvme needs
+                                 optim_home nvme: the update writes p16 through the NVMe stages) */
     zo_tier optim_home;       /* master, m, v: device (cpu device only), host or nvme */
 
     uint64_t device_bytes;    /* engine's share of the device budget (0: all that is free at init) */
@@ -102,7 +103,18 @@ typedef struct zo_engine_config {
      ZO_LOSS_SCALER_CONFIG_INIT, NULL, NULL, 0}
 
 /* Bytes the plan needs in each tier, computed by zo_engine_finalize (and by
- * zo_engine_plan without allocating anything). */
+ * zo_engine_plan without allocating anything). Exactly, with C = chunk_bytes,
+ * N = n_chunks, S = device_param_slots, K = max_chunks_per_layer:
+ *   device = S*C + K*C (gradient slots) + [optim_home device] 6*C*N
+ *            S = N for param_home device, else min(N, what the budget leaves), >= K
+ *   pinned = N*C*P + N*C*G + [optim_home nvme] 3*(6*C + [param_home nvme] C)
+ *            + [param_home nvme] S*C (one staging twin per device slot)
+ *            P = 0 (param_home nvme), 2 (optim_home nvme, or dpu), else 1 (host 16-bit copies)
+ *            G = 2 for dpu, else 1 (host 16-bit gradients, by step parity)
+ *   host   = [optim_home host] 6*C*N + [overlap, optim_home host/device] 6*C*N (backups)
+ *            + [grad_accum_steps > 1] 2*C*N*G (fp32 accumulators)
+ *   nvme   = [optim_home nvme] 2*N*6*C + [param_home nvme] 2*N*C (payload of two extents
+ *            per chunk, current and alternate; the files add a 4 KiB header per extent) */
 typedef struct zo_engine_footprint {
     size_t struct_size;
     uint64_t device, pinned, host, nvme;
@@ -116,7 +128,8 @@ typedef struct zo_engine_footprint {
 
 typedef struct zo_step_stats {
     size_t struct_size;
-    int64_t step;              /* optimizer steps completed */
+    int64_t step;              /* optimizer updates applied (skipped overflow steps do not count;
+                                  in dpu mode the update of this step is still running) */
     double grad_norm;          /* global norm of the unscaled gradients */
     int overflow;              /* inf/NaN seen: the update was skipped */
     int clipped;               /* the clip coefficient was applied */
@@ -125,16 +138,19 @@ typedef struct zo_step_stats {
     uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
     double step_seconds;       /* wall time from the step's first fetch to end_step's return */
     double stall_seconds;      /* time the compute stream waited for parameters */
-    double optim_seconds;      /* CPU optimizer busy time */
-    double nvme_seconds;       /* time the step waited for NVMe */
-    uint64_t peak_device, peak_pinned, peak_host, peak_nvme; /* high-water marks since init */
+    double optim_seconds;      /* CPU optimizer busy time (host job thread and updates) */
+    double h2d_seconds, d2h_seconds; /* busy time of the engine's copy streams */
+    double nvme_seconds;       /* time spent waiting for NVMe I/O (the optimizer's and the fetches') */
+    uint64_t peak_device, peak_pinned, peak_host, peak_nvme; /* high-water marks since init: the
+                                  engine's own device bytes, the pinned pool's reserved bytes,
+                                  pageable host bytes, NVMe extent payload bytes */
     uint64_t fetch_hits;       /* chunks already resident (or prefetched) when fetched */
     uint64_t fetch_misses;     /* chunks loaded on demand by fetch */
     uint64_t evictions;        /* resident chunks evicted (farthest next use) */
     uint64_t prefetches;       /* chunks loaded ahead along the recorded trace */
 } zo_step_stats;
 
-#define ZO_STEP_STATS_INIT {sizeof(zo_step_stats)}
+#define ZO_STEP_STATS_INIT {.struct_size = sizeof(zo_step_stats)}
 
 zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg);
 void zo_engine_free(zo_engine_t eng);
@@ -188,9 +204,11 @@ double zo_engine_loss_scale(zo_engine_t eng);
 zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *fp);
 int zo_engine_n_tensors(zo_engine_t eng);
 int zo_engine_layer_tensors(zo_engine_t eng, int layer, int *ids, int cap);
-/* The swap store holding the NVMe tier (NULL when nothing lives on NVMe), for
- * statistics and fault drills (zo_swap_set_faults). */
+/* The swap store holding the optimizer states on NVMe (NULL when they are not
+ * there), for statistics and fault drills (zo_swap_set_faults). */
 zo_swap_t zo_engine_nvme_store(zo_engine_t eng);
+/* The swap store holding the 16-bit parameters when param_home is nvme (else NULL). */
+zo_swap_t zo_engine_nvme_param_store(zo_engine_t eng);
 
 #ifdef __cplusplus
 }

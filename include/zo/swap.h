@@ -1,7 +1,7 @@
 /* zoffload: the NVMe tier. A swap store keeps fixed-size extents (one per
  * chunk and model state) in preallocated swap files, one file per path (one
  * path per drive), extents placed round-robin across the files. Every extent
- * is written with O_DIRECT behind a 4 KiB header (magic, format version,
+ * is written with O_DIRECT and described by a 4 KiB header (magic, format version,
  * owner id, length, generation, xxHash64 of the payload) that is verified on
  * every read.
  *
@@ -164,10 +164,13 @@ zo_status zo_swap_unregister_buffer(zo_swap_t s, void *buf);
 zo_status zo_swap_set_faults(zo_swap_t s, const zo_swap_fault *faults, size_t n);
 
 zo_status zo_swap_get_stats(zo_swap_t s, zo_swap_stats *out);
-/* The file holding ext and its byte offset (its header block), for messages
- * and tools. path stays valid until close. */
+/* The file holding ext and the byte offsets of its header block and of its
+ * payload, for messages and tools (any output may be NULL). path stays
+ * valid until close. File layout: a 4 KiB file header, one 4 KiB header
+ * block per extent, then the payloads (1 MiB-aligned when extents are 1 MiB
+ * or larger). */
 zo_status zo_swap_extent_location(zo_swap_t s, zo_swap_extent_t ext, const char **path,
-                                  uint64_t *offset);
+                                  uint64_t *header_offset, uint64_t *payload_offset);
 /* Name of the engine in use ("io_uring", "sync", ...). */
 const char *zo_swap_engine_name(zo_swap_t s);
 

@@ -45,6 +45,16 @@ static int parse_level(const char *s, zo_simd_level *out)
     return 0;
 }
 
+/* Whether level runs on a CPU whose detected level is d. Takes d explicitly
+ * so init_levels can use it without re-entering pthread_once. */
+static int level_supported(zo_simd_level level, zo_simd_level d)
+{
+    if (level == ZO_SIMD_SCALAR) return 1;
+    if (level == ZO_SIMD_NEON) return d == ZO_SIMD_NEON;
+    if (d == ZO_SIMD_NEON) return 0;
+    return level <= d;
+}
+
 static void init_levels(void)
 {
     detected = detect();
@@ -55,7 +65,7 @@ static void init_levels(void)
     if (!parse_level(env, &want)) {
         ZO_LOGW("core", "ZO_SIMD='%s' is not a level; expected scalar|neon|avx2|avx512|avx512_bf16; using %s",
                 env, zo_simd_level_name(detected));
-    } else if (!zo_cpu_simd_supported(want)) {
+    } else if (!level_supported(want, detected)) {
         ZO_LOGW("core", "ZO_SIMD=%s is not supported by this CPU (it has %s); using %s", env,
                 zo_simd_level_name(detected), zo_simd_level_name(detected));
     } else {
@@ -77,11 +87,7 @@ zo_simd_level zo_cpu_simd_level(void)
 
 int zo_cpu_simd_supported(zo_simd_level level)
 {
-    zo_simd_level d = zo_cpu_simd_detected();
-    if (level == ZO_SIMD_SCALAR) return 1;
-    if (level == ZO_SIMD_NEON) return d == ZO_SIMD_NEON;
-    if (d == ZO_SIMD_NEON) return 0;
-    return level <= d;
+    return level_supported(level, zo_cpu_simd_detected());
 }
 
 const char *zo_simd_level_name(zo_simd_level level)

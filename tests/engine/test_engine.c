@@ -270,6 +270,7 @@ static void test_sync_matches_reference_everywhere(void **state)
         base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC),
         base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_SYNC),
         base_cfg(ZO_TIER_DEVICE, ZO_TIER_NVME, ZO_OPTIM_SYNC),
+        base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_SYNC),
     };
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
         run_out o;
@@ -277,9 +278,10 @@ static void test_sync_matches_reference_everywhere(void **state)
         assert_matches_reference(&o, &r, STEPS);
         run_out_free(&o);
     }
-    /* the smallest device budget, states on the host and on NVMe */
-    for (int nv = 0; nv < 2; nv++) {
-        run_cfg c = base_cfg(ZO_TIER_HOST, nv ? ZO_TIER_NVME : ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    /* the smallest device budget: states on the host, on NVMe, and parameters on NVMe too */
+    for (int nv = 0; nv < 3; nv++) {
+        run_cfg c = base_cfg(nv == 2 ? ZO_TIER_NVME : ZO_TIER_HOST, nv ? ZO_TIER_NVME : ZO_TIER_HOST,
+                             ZO_OPTIM_SYNC);
         c.device_bytes = min_device_bytes();
         run_out o;
         run(&c, &o);
@@ -295,8 +297,9 @@ static void test_overlap_equals_sync(void **state)
     (void)state;
     const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE},
                                 {ZO_TIER_HOST, ZO_TIER_HOST},
-                                {ZO_TIER_HOST, ZO_TIER_NVME}};
-    for (size_t i = 0; i < 3; i++) {
+                                {ZO_TIER_HOST, ZO_TIER_NVME},
+                                {ZO_TIER_NVME, ZO_TIER_NVME}};
+    for (size_t i = 0; i < 4; i++) {
         for (int small = 0; small < 2; small++) {
             if (small && homes[i][0] == ZO_TIER_DEVICE) continue;
             run_cfg c = base_cfg(homes[i][0], homes[i][1], ZO_OPTIM_SYNC);
@@ -375,8 +378,9 @@ static void test_overlap_with_clipping_equals_sync(void **state)
 static void test_overlap_with_overflow_equals_sync(void **state)
 {
     (void)state;
-    for (int nv = 0; nv < 2; nv++) {
-        run_cfg c = base_cfg(ZO_TIER_HOST, nv ? ZO_TIER_NVME : ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    for (int nv = 0; nv < 3; nv++) {
+        run_cfg c = base_cfg(nv == 2 ? ZO_TIER_NVME : ZO_TIER_HOST, nv ? ZO_TIER_NVME : ZO_TIER_HOST,
+                             ZO_OPTIM_SYNC);
         c.dtype = ZO_OPTIM_FP16;
         c.poison_steps = (1ull << 3) | (1ull << 4) | (1ull << 11);
         c.max_norm = 1.0f;
@@ -412,14 +416,29 @@ static void test_dpu_matches_stale_reference(void **state)
     tm_ref_train(&r, &hp, STEPS, 1, 1);
     const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE},
                                 {ZO_TIER_HOST, ZO_TIER_HOST},
-                                {ZO_TIER_HOST, ZO_TIER_NVME}};
-    for (int i = 0; i < 3; i++) {
+                                {ZO_TIER_HOST, ZO_TIER_NVME},
+                                {ZO_TIER_NVME, ZO_TIER_NVME}};
+    for (int i = 0; i < 4; i++) {
         run_cfg c = base_cfg(homes[i][0], homes[i][1], ZO_OPTIM_DPU);
         run_out o;
         run(&c, &o);
         assert_matches_reference(&o, &r, STEPS);
         run_out_free(&o);
     }
+    /* with gradient accumulation (fp32 accumulators double-buffered by step parity) */
+    tm_ref ra;
+    tm_ref_init(&ra, ZO_OPTIM_BF16);
+    tm_ref_train(&ra, &hp, 10, 2, 1);
+    for (int i = 1; i < 4; i += 2) {
+        run_cfg c = base_cfg(homes[i][0], homes[i][1], ZO_OPTIM_DPU);
+        c.accum = 2;
+        c.steps = 10;
+        run_out o;
+        run(&c, &o);
+        assert_matches_reference(&o, &ra, 10);
+        run_out_free(&o);
+    }
+    tm_ref_free(&ra);
     /* and it is not the synchronous result */
     tm_ref s;
     tm_ref_init(&s, ZO_OPTIM_BF16);
@@ -496,12 +515,40 @@ static void test_impossible_plans_are_refused_up_front(void **state)
     zo_device_free(dev);
 }
 
+/* Arm one EIO at each of several request indices of a store in turn; each
+ * attempt of step s must fail and leave the weights as they were. */
+static void fail_step_at(harness *h, zo_swap_t store, int s)
+{
+    static const uint64_t ops[] = {0, 5, 17};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        float *before[TM_T], *after[TM_T];
+        read_masters(h, before);
+        zo_swap_fault f = {ZO_SWAP_FAULT_EIO, ops[i], 0};
+        ZO_ASSERT_OK(zo_swap_set_faults(store, &f, 1));
+        double l;
+        zo_step_stats st;
+        zo_status e = train_step(h, s, &l, &st);
+        if (e != ZO_ERR_IO) fail_msg("fault at request %d: step returned %d, expected ZO_ERR_IO", (int)ops[i], (int)e);
+        assert_non_null(strstr(zo_last_error(), "abandoned"));
+        read_masters(h, after);
+        for (int k = 0; k < TM_T; k++) {
+            assert_memory_equal(before[k], after[k], tm_numel(k) * sizeof(float));
+            free(before[k]);
+            free(after[k]);
+        }
+        ZO_ASSERT_OK(zo_swap_set_faults(store, NULL, 0));
+    }
+}
+
 static void test_nvme_fault_during_step(void **state)
 {
     (void)state;
-    for (int m = 0; m < 2; m++) {
-        run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, m ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC);
+    for (int m = 0; m < 4; m++) {
+        int params_on_nvme = m >= 2;
+        run_cfg c = base_cfg(params_on_nvme ? ZO_TIER_NVME : ZO_TIER_HOST, ZO_TIER_NVME,
+                             m % 2 ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC);
         c.steps = 8;
+        c.device_bytes = params_on_nvme ? min_device_bytes() : 0; /* every fetch reads NVMe */
         run_out ref;
         run(&c, &ref);
 
@@ -512,22 +559,8 @@ static void test_nvme_fault_during_step(void **state)
         double losses[8];
         zo_step_stats st;
         for (int s = 0; s < c.steps; s++) {
-            if (s == 4) {
-                float *before[TM_T], *after[TM_T];
-                read_masters(&h, before);
-                zo_swap_fault f = {ZO_SWAP_FAULT_EIO, 5, 0};
-                ZO_ASSERT_OK(zo_swap_set_faults(zo_engine_nvme_store(h.eng), &f, 1));
-                double l;
-                zo_status e = train_step(&h, s, &l, &st);
-                assert_int_equal(e, ZO_ERR_IO);
-                read_masters(&h, after);
-                for (int k = 0; k < TM_T; k++) {
-                    assert_memory_equal(before[k], after[k], tm_numel(k) * sizeof(float));
-                    free(before[k]);
-                    free(after[k]);
-                }
-                ZO_ASSERT_OK(zo_swap_set_faults(zo_engine_nvme_store(h.eng), NULL, 0));
-            }
+            if (s == 4) fail_step_at(&h, zo_engine_nvme_store(h.eng), s);
+            if (s == 5 && params_on_nvme) fail_step_at(&h, zo_engine_nvme_param_store(h.eng), s);
             ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
         }
         float *got[TM_T];
@@ -675,12 +708,35 @@ static void test_step_statistics(void **state)
             if (m != ZO_OPTIM_DPU || s > 0) assert_int_equal(st->nvme_write_bytes, states);
             assert_true(st->step_seconds > 0 && st->optim_seconds > 0);
             assert_true(st->stall_seconds >= 0 && st->nvme_seconds >= 0);
+            if (m != ZO_OPTIM_DPU) assert_true(st->nvme_seconds > 0);
+            assert_true(st->d2h_seconds > 0 && (st->h2d_bytes == 0 || st->h2d_seconds > 0));
             assert_int_equal(st->step, m == ZO_OPTIM_DPU ? s : s + 1);
             assert_true(st->loss_scale == 1.0);
             assert_true(st->grad_norm > 0);
         }
         run_out_free(&o);
     }
+}
+
+/* On a slow emulated link with no prefetch, the compute stream waits for
+ * every chunk: the stall time says so. */
+static void test_stall_is_measured(void **state)
+{
+    (void)state;
+    setenv("ZO_CPU_DEVICE_PCIE_GBPS", "0.02", 1); /* 8 KiB take ~0.4 ms */
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    c.device_bytes = min_device_bytes();
+    c.lookahead = 0;
+    c.steps = 3;
+    run_out o;
+    run(&c, &o);
+    unsetenv("ZO_CPU_DEVICE_PCIE_GBPS");
+    for (int s = 0; s < c.steps; s++) {
+        assert_true(o.stats[s].stall_seconds > 0);
+        assert_true(o.stats[s].stall_seconds <= o.stats[s].step_seconds);
+        assert_true(o.stats[s].h2d_seconds >= 16 * 4e-4 * 0.5);
+    }
+    run_out_free(&o);
 }
 
 int main(void)
@@ -696,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_nvme_fault_during_step),
         cmocka_unit_test(test_prefetch_and_belady_eviction),
         cmocka_unit_test(test_step_statistics),
+        cmocka_unit_test(test_stall_is_measured),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,15 +35,15 @@ static void check_on_disk(zo_swap_t s, zo_swap_extent_t e, uint64_t owner, const
                           uint64_t gen)
 {
     const char *path;
-    uint64_t off;
-    ZO_ASSERT_OK(zo_swap_extent_location(s, e, &path, &off));
+    uint64_t off, poff;
+    ZO_ASSERT_OK(zo_swap_extent_location(s, e, &path, &off, &poff));
     int fd = open(path, O_RDONLY);
     assert_true(fd >= 0);
     uint64_t hdr[8];
     assert_int_equal(pread(fd, hdr, sizeof hdr, (off_t)off), (ssize_t)sizeof hdr);
     uint8_t *payload = malloc(len);
     assert_non_null(payload);
-    assert_int_equal(pread(fd, payload, len, (off_t)(off + 4096)), (ssize_t)len);
+    assert_int_equal(pread(fd, payload, len, (off_t)poff), (ssize_t)len);
     close(fd);
     /* layout: magic, version|header_bytes, owner, length, generation, xxh64 */
     assert_int_equal(hdr[2], owner);
@@ -96,7 +96,7 @@ static void round_trip(fixture *f, size_t npaths, int registered)
                 ex[i].owner = zo_test_rand(&rng);
                 ZO_ASSERT_OK(zo_swap_alloc_extent(s, ex[i].owner, &ex[i].ext));
                 const char *path;
-                ZO_ASSERT_OK(zo_swap_extent_location(s, ex[i].ext, &path, NULL));
+                ZO_ASSERT_OK(zo_swap_extent_location(s, ex[i].ext, &path, NULL, NULL));
                 /* A fresh store hands out extents round-robin over the files. */
                 if (round == 0 && npaths > 1 && prev_path) assert_string_not_equal(path, prev_path);
                 prev_path = path;
@@ -334,10 +334,11 @@ static void test_flipped_byte_detected(void **state)
     ZO_ASSERT_OK(zo_swap_alloc_extent(s, 8, &e));
     ZO_ASSERT_OK(zo_swap_write(s, other, w, len, 1));
     const char *path;
-    uint64_t off;
-    ZO_ASSERT_OK(zo_swap_extent_location(s, e, &path, &off));
+    uint64_t off, poff;
+    ZO_ASSERT_OK(zo_swap_extent_location(s, e, &path, &off, &poff));
+    assert_int_equal(poff % (1 << 20), 0); /* 1 MiB extents start on 1 MiB boundaries */
     /* payload body, the unaligned tail, the header */
-    const uint64_t where[] = {off + 4096 + 123457, off + 4096 + len - 1, off + 24};
+    const uint64_t where[] = {poff + 123457, poff + len - 1, off + 24};
     for (size_t k = 0; k < 3; k++) {
         ZO_ASSERT_OK(zo_swap_write(s, e, w, len, 10 + k));
         flip_byte(path, where[k]);
