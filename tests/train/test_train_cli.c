@@ -18,7 +18,8 @@ static char g_dir[256];
 /* A small configuration that still pages parameters and keeps the optimizer
  * on NVMe in the test's directory. */
 #define SMALL                                                                                      \
-    " --device cpu --dim 32 --layers 2 --heads 2 --ffn 64 --seq 16 --micro-batch 2 --val-batches 2" \
+    " --device cpu --dim 32 --layers 2 --heads 2 --ffn 64 --seq 16 --micro-batch 2 --val-batches " \
+    "2"                                                                                            \
     " --offload-param cpu --offload-optimizer nvme"
 
 typedef struct outputs {
@@ -72,18 +73,34 @@ static void test_help_lists_every_flag(void **state)
 {
     outputs o = run("--help");
     assert_int_equal(o.status, 0);
-    const char *flags[] = {"--preset", "--data", "--steps", "--seq", "--micro-batch", "--grad-accum", "--lr",
-                           "--seed", "--device ", "--device-mem", "--offload-optimizer", "--offload-param",
-                           "--nvme-path", "--optimizer-mode", "--json", "--help", "tiny, small, 1b, 7b, 13b"};
+    const char *flags[] = {"--preset",
+                           "--data",
+                           "--steps",
+                           "--seq",
+                           "--micro-batch",
+                           "--grad-accum",
+                           "--lr",
+                           "--seed",
+                           "--device ",
+                           "--device-mem",
+                           "--offload-optimizer",
+                           "--offload-param",
+                           "--nvme-path",
+                           "--optimizer-mode",
+                           "--json",
+                           "--help",
+                           "tiny, small, 1b, 7b, 13b"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        if (!strstr(o.out, flags[i])) fail_msg("--help does not mention %s", flags[i]);
+        if (!strstr(o.out, flags[i]))
+            fail_msg("--help does not mention %s", flags[i]);
     outputs_free(&o);
 }
 
 static json_int_t int_at(json_t *root, const char *obj, const char *key)
 {
     json_t *v = json_object_get(json_object_get(root, obj), key);
-    if (!json_is_integer(v)) fail_msg("%s.%s is not an integer", obj, key);
+    if (!json_is_integer(v))
+        fail_msg("%s.%s is not an integer", obj, key);
     return json_integer_value(v);
 }
 
@@ -92,19 +109,25 @@ static void test_json_summary(void **state)
     char args[1024];
     snprintf(args, sizeof args, "--json --steps 4 --log-every 1 --nvme-path %s" SMALL, g_dir);
     outputs o = run(args);
-    if (o.status != 0) fail_msg("exit %d: %s", o.status, o.err);
+    if (o.status != 0)
+        fail_msg("exit %d: %s", o.status, o.err);
     json_error_t jerr;
     json_t *root = json_loads(o.out, 0, &jerr); /* stdout is exactly one JSON object */
-    if (!root) fail_msg("stdout is not JSON (%s): %s", jerr.text, o.out);
+    if (!root)
+        fail_msg("stdout is not JSON (%s): %s", jerr.text, o.out);
     json_t *losses = json_object_get(root, "losses");
     assert_true(json_is_array(losses));
     assert_int_equal(json_array_size(losses), 4);
-    for (size_t i = 0; i < 4; i++) assert_true(json_is_number(json_array_get(losses, i)));
-    assert_true(json_number_value(json_array_get(losses, 0)) == json_number_value(json_object_get(root, "first_loss")));
-    assert_true(json_number_value(json_array_get(losses, 3)) == json_number_value(json_object_get(root, "last_loss")));
+    for (size_t i = 0; i < 4; i++)
+        assert_true(json_is_number(json_array_get(losses, i)));
+    assert_true(json_number_value(json_array_get(losses, 0)) ==
+                json_number_value(json_object_get(root, "first_loss")));
+    assert_true(json_number_value(json_array_get(losses, 3)) ==
+                json_number_value(json_object_get(root, "last_loss")));
     assert_true(json_number_value(json_object_get(root, "val_loss")) > 0);
     const char *tiers[] = {"device", "pinned", "host", "nvme"};
-    for (int i = 0; i < 4; i++) assert_true(int_at(root, "peak_bytes", tiers[i]) >= 0);
+    for (int i = 0; i < 4; i++)
+        assert_true(int_at(root, "peak_bytes", tiers[i]) >= 0);
     assert_true(int_at(root, "peak_bytes", "device") > 0);
     assert_true(int_at(root, "peak_bytes", "pinned") > 0);
     assert_true(int_at(root, "peak_bytes", "nvme") > 0);
@@ -113,11 +136,14 @@ static void test_json_summary(void **state)
     assert_true(int_at(root, "device", "high_water") <= int_at(root, "device", "budget"));
     assert_true(json_is_number(json_object_get(root, "stall_pct")));
     assert_true(json_number_value(json_object_get(root, "tokens_per_s")) > 0);
-    assert_string_equal(json_string_value(json_object_get(json_object_get(root, "config"), "offload_optimizer")), "nvme");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(root, "config"), "offload_optimizer")),
+        "nvme");
     json_decref(root);
     /* progress went to stderr, one line per step */
     int lines = 0;
-    for (const char *p = o.err; (p = strstr(p, "step ")); p++) lines++;
+    for (const char *p = o.err; (p = strstr(p, "step ")); p++)
+        lines++;
     assert_int_equal(lines, 4);
     outputs_free(&o);
 }
@@ -127,11 +153,14 @@ static void test_human_summary(void **state)
     char args[1024];
     snprintf(args, sizeof args, "--steps 2 --optimizer-mode overlap --nvme-path %s" SMALL, g_dir);
     outputs o = run(args);
-    if (o.status != 0) fail_msg("exit %d: %s", o.status, o.err);
-    const char *parts[] = {"loss: first step", "validation", "bytes moved: host->device", "nvme read", "stall:",
-                           "peak bytes: device", "tokens/s"};
+    if (o.status != 0)
+        fail_msg("exit %d: %s", o.status, o.err);
+    const char *parts[] = {"loss: first step", "validation", "bytes moved: host->device",
+                           "nvme read",        "stall:",     "peak bytes: device",
+                           "tokens/s"};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        if (!strstr(o.out, parts[i])) fail_msg("the summary lacks '%s':\n%s", parts[i], o.out);
+        if (!strstr(o.out, parts[i]))
+            fail_msg("the summary lacks '%s':\n%s", parts[i], o.out);
     outputs_free(&o);
 }
 
@@ -139,14 +168,16 @@ static void expect_usage_error(const char *args, const char *needle)
 {
     outputs o = run(args);
     assert_int_equal(o.status, 2);
-    if (!strstr(o.err, needle)) fail_msg("'%s': stderr '%s' lacks '%s'", args, o.err, needle);
+    if (!strstr(o.err, needle))
+        fail_msg("'%s': stderr '%s' lacks '%s'", args, o.err, needle);
     assert_string_equal(o.out, "");
     outputs_free(&o);
 }
 
 static void test_bad_flags(void **state)
 {
-    expect_usage_error("--preset huge", "unknown preset 'huge'; expected one of tiny, small, 1b, 7b, 13b");
+    expect_usage_error("--preset huge",
+                       "unknown preset 'huge'; expected one of tiny, small, 1b, 7b, 13b");
     expect_usage_error("--offload-param disk", "expected none, cpu or nvme");
     expect_usage_error("--device-mem 12XB", "expected a byte count");
     expect_usage_error("--steps -1", "an integer >= 0");
@@ -179,10 +210,8 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_help_lists_every_flag),
-        cmocka_unit_test(test_json_summary),
-        cmocka_unit_test(test_human_summary),
-        cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_help_lists_every_flag), cmocka_unit_test(test_json_summary),
+        cmocka_unit_test(test_human_summary),         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_run_failure_exits_1),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -11,7 +11,10 @@
 
 static char g_dir[256];
 
-static void path_in_dir(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", g_dir, name); }
+static void path_in_dir(char *out, size_t cap, const char *name)
+{
+    snprintf(out, cap, "%s/%s", g_dir, name);
+}
 
 static void write_file(const char *path, const void *bytes, size_t n)
 {
@@ -28,7 +31,8 @@ static void test_text_windows_and_split(void **state)
     char path[300];
     path_in_dir(path, sizeof path, "text.txt");
     unsigned char text[1000];
-    for (int i = 0; i < 1000; i++) text[i] = (unsigned char)(i * 31 + 7);
+    for (int i = 0; i < 1000; i++)
+        text[i] = (unsigned char)(i * 31 + 7);
     write_file(path, text, sizeof text);
     zt_data *d = NULL;
     ZO_ASSERT_OK(zt_data_open(&d, path, 8, 0.1, 42));
@@ -60,7 +64,8 @@ static void test_shuffle_is_a_seeded_permutation(void **state)
     enum { N = 4001, SEQ = 4 };
     uint32_t *ids = malloc(N * sizeof *ids);
     assert_non_null(ids);
-    for (uint32_t i = 0; i < N; i++) ids[i] = i; /* a window is identified by its first id */
+    for (uint32_t i = 0; i < N; i++)
+        ids[i] = i; /* a window is identified by its first id */
     ZO_ASSERT_OK(zt_data_write_tokens(path, ids, N, 4, N));
     const int W = (N - 1) / SEQ;
     zt_data *a = NULL, *b = NULL, *c = NULL;
@@ -77,7 +82,8 @@ static void test_shuffle_is_a_seeded_permutation(void **state)
         zt_data_next_train(c, xc, y, 1);
         assert_memory_equal(x, xb, sizeof x);
         assert_int_equal(x[0] % SEQ, 0);
-        for (int t = 0; t < SEQ; t++) assert_int_equal(y[t], xc[t] + 1); /* targets are the next ids */
+        for (int t = 0; t < SEQ; t++)
+            assert_int_equal(y[t], xc[t] + 1); /* targets are the next ids */
         int w = x[0] / SEQ;
         assert_false(seen[w]);
         seen[w] = 1;
@@ -107,7 +113,8 @@ static void test_uint16_token_file_round_trip(void **state)
     char path[300];
     path_in_dir(path, sizeof path, "u16.tok");
     uint32_t ids[300];
-    for (int i = 0; i < 300; i++) ids[i] = (uint32_t)(65535 - i * 101 % 65536);
+    for (int i = 0; i < 300; i++)
+        ids[i] = (uint32_t)(65535 - i * 101 % 65536);
     ZO_ASSERT_OK(zt_data_write_tokens(path, ids, 300, 2, 65536));
     zt_data *d = NULL;
     ZO_ASSERT_OK(zt_data_open(&d, path, 10, 0.5, 1));
@@ -127,20 +134,22 @@ static void test_uint16_token_file_round_trip(void **state)
 }
 
 /* Patch a valid token file's bytes and expect a refusal naming the problem. */
-static void expect_corrupt(const char *name, size_t off, const void *patch, size_t n, size_t truncate_to,
-                           const char *needle)
+static void expect_corrupt(const char *name, size_t off, const void *patch, size_t n,
+                           size_t truncate_to, const char *needle)
 {
     char path[300];
     path_in_dir(path, sizeof path, name);
     uint32_t ids[64];
-    for (int i = 0; i < 64; i++) ids[i] = (uint32_t)i;
+    for (int i = 0; i < 64; i++)
+        ids[i] = (uint32_t)i;
     ZO_ASSERT_OK(zt_data_write_tokens(path, ids, 64, 2, 64));
     FILE *f = fopen(path, "r+b");
     assert_non_null(f);
     assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
     assert_int_equal(fwrite(patch, 1, n, f), n);
     assert_int_equal(fclose(f), 0);
-    if (truncate_to) assert_int_equal(truncate(path, (off_t)truncate_to), 0);
+    if (truncate_to)
+        assert_int_equal(truncate(path, (off_t)truncate_to), 0);
     zt_data *d = NULL;
     assert_int_equal(zt_data_open(&d, path, 4, 0.1, 1), ZO_ERR_CORRUPT);
     assert_null(d);
@@ -170,7 +179,8 @@ static void test_too_short_or_missing(void **state)
     zt_data *d = NULL;
     assert_int_equal(zt_data_open(&d, path, 16, 0.05, 1), ZO_ERR_INVALID_ARG);
     assert_non_null(strstr(zt_last_error(), "shorter --seq"));
-    assert_int_equal(zt_data_open(&d, path, 4, 1.0, 1), ZO_ERR_INVALID_ARG); /* fraction must be < 1 */
+    assert_int_equal(zt_data_open(&d, path, 4, 1.0, 1),
+                     ZO_ERR_INVALID_ARG); /* fraction must be < 1 */
     unlink(path);
     assert_int_equal(zt_data_open(&d, path, 4, 0.05, 1), ZO_ERR_NOT_FOUND);
     assert_non_null(strstr(zt_last_error(), path));
@@ -183,11 +193,15 @@ static void test_too_short_or_missing(void **state)
 
 static int setup(void **state)
 {
-    snprintf(g_dir, sizeof g_dir, "%s/zt-data-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(g_dir, sizeof g_dir, "%s/zt-data-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     return mkdtemp(g_dir) ? 0 : -1;
 }
 
-static int teardown(void **state) { return rmdir(g_dir); }
+static int teardown(void **state)
+{
+    return rmdir(g_dir);
+}
 
 int main(void)
 {

@@ -11,8 +11,8 @@
  * rms(tensor's gradient)) + 1e-7 — fp32 forward/backward through ~40
  * dependent ops rounds at ~1e-7 relative per op (the largest error measured
  * is ~4e-6 relative); 1e-4 leaves a 25x margin while a wrong term (a
- * missing transpose, a sign, a missing accumulation) is off by O(1). Also checked: the loss of eval equals the loss of train, two
- * micro-batches at grad_scale 1/2 accumulate to the one-pass gradient
+ * missing transpose, a sign, a missing accumulation) is off by O(1). Also checked: the loss of eval
+ * equals the loss of train, two micro-batches at grad_scale 1/2 accumulate to the one-pass gradient
  * bitwise, and the bf16 model's gradient points the same way (cosine >= 0.99
  * per tensor). */
 #include <math.h>
@@ -23,16 +23,16 @@
 #include "zo/device.h"
 #include "zo_test.h"
 
-#define VOCAB 61
-#define DIM 32
-#define LAYERS 2
-#define HEADS 4
-#define FFN 48
-#define SEQ 16
-#define MB 2
-#define T (MB * SEQ)
-#define HD (DIM / HEADS)
-#define SEED 7u
+#define VOCAB    61
+#define DIM      32
+#define LAYERS   2
+#define HEADS    4
+#define FFN      48
+#define SEQ      16
+#define MB       2
+#define T        (MB * SEQ)
+#define HD       (DIM / HEADS)
+#define SEED     7u
 #define INIT_STD 0.25f
 
 static const zt_shape g_shape = {VOCAB, DIM, LAYERS, HEADS, FFN, 1e-5f, 10000.0f};
@@ -47,9 +47,11 @@ static void rmsnorm(double *y, const double *x, const double *w, int rows, int d
 {
     for (int r = 0; r < rows; r++) {
         double ss = 0;
-        for (int j = 0; j < d; j++) ss += x[r * d + j] * x[r * d + j];
+        for (int j = 0; j < d; j++)
+            ss += x[r * d + j] * x[r * d + j];
         double rs = 1.0 / sqrt(ss / d + (double)g_shape.norm_eps);
-        for (int j = 0; j < d; j++) y[r * d + j] = x[r * d + j] * rs * w[j];
+        for (int j = 0; j < d; j++)
+            y[r * d + j] = x[r * d + j] * rs * w[j];
     }
 }
 
@@ -59,7 +61,8 @@ static void linear(double *y, const double *x, const double *w, int rows, int in
     for (int r = 0; r < rows; r++)
         for (int o = 0; o < out; o++) {
             double acc = 0;
-            for (int i = 0; i < in; i++) acc += x[r * in + i] * w[o * in + i];
+            for (int i = 0; i < in; i++)
+                acc += x[r * in + i] * w[o * in + i];
             y[r * out + o] = acc;
         }
 }
@@ -88,15 +91,18 @@ static void attention(double *out, const double *q, const double *k, const doubl
                 for (int j = 0; j <= t; j++) {
                     const double *kj = k + (b * SEQ + j) * DIM + h * HD;
                     double s = 0;
-                    for (int i = 0; i < HD; i++) s += qt[i] * kj[i];
+                    for (int i = 0; i < HD; i++)
+                        s += qt[i] * kj[i];
                     p[j] = s / sqrt((double)HD);
                     mx = fmax(mx, p[j]);
                 }
-                for (int j = 0; j <= t; j++) sum += (p[j] = exp(p[j] - mx));
+                for (int j = 0; j <= t; j++)
+                    sum += (p[j] = exp(p[j] - mx));
                 double *ot = out + (b * SEQ + t) * DIM + h * HD;
                 for (int i = 0; i < HD; i++) {
                     double acc = 0;
-                    for (int j = 0; j <= t; j++) acc += p[j] / sum * v[(b * SEQ + j) * DIM + h * HD + i];
+                    for (int j = 0; j <= t; j++)
+                        acc += p[j] / sum * v[(b * SEQ + j) * DIM + h * HD + i];
                     ot[i] = acc;
                 }
             }
@@ -114,28 +120,35 @@ static void ref_block(double *x, double *const *w)
     rope(k);
     attention(a, q, k, v);
     linear(o, a, w[ZT_WO], T, DIM, DIM);
-    for (int i = 0; i < T * DIM; i++) x[i] += o[i];
+    for (int i = 0; i < T * DIM; i++)
+        x[i] += o[i];
     rmsnorm(h, x, w[ZT_MLP_NORM], T, DIM);
     linear(g, h, w[ZT_WGATE], T, DIM, FFN);
     linear(u, h, w[ZT_WUP], T, DIM, FFN);
-    for (int i = 0; i < T * FFN; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+    for (int i = 0; i < T * FFN; i++)
+        g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
     linear(o, g, w[ZT_WDOWN], T, FFN, DIM);
-    for (int i = 0; i < T * DIM; i++) x[i] += o[i];
+    for (int i = 0; i < T * DIM; i++)
+        x[i] += o[i];
 }
 
 static double ref_loss(const ref_params *p, const int32_t *in, const int32_t *tgt)
 {
     static double x[T * DIM], hf[T * DIM], logits[T * VOCAB];
-    for (int t = 0; t < T; t++) memcpy(x + t * DIM, p->t[0][0] + in[t] * DIM, DIM * sizeof(double));
-    for (int l = 1; l <= LAYERS; l++) ref_block(x, p->t[l]);
+    for (int t = 0; t < T; t++)
+        memcpy(x + t * DIM, p->t[0][0] + in[t] * DIM, DIM * sizeof(double));
+    for (int l = 1; l <= LAYERS; l++)
+        ref_block(x, p->t[l]);
     rmsnorm(hf, x, p->t[LAYERS + 1][ZT_HEAD_NORM], T, DIM);
     linear(logits, hf, p->t[LAYERS + 1][ZT_HEAD_OUT], T, DIM, VOCAB);
     double total = 0;
     for (int t = 0; t < T; t++) {
         const double *lr = logits + t * VOCAB;
         double mx = -INFINITY, sum = 0;
-        for (int j = 0; j < VOCAB; j++) mx = fmax(mx, lr[j]);
-        for (int j = 0; j < VOCAB; j++) sum += exp(lr[j] - mx);
+        for (int j = 0; j < VOCAB; j++)
+            mx = fmax(mx, lr[j]);
+        for (int j = 0; j < VOCAB; j++)
+            sum += exp(lr[j] - mx);
         total += mx + log(sum) - lr[tgt[t]];
     }
     return total / T;
@@ -151,7 +164,8 @@ static void ref_init(ref_params *p)
             assert_non_null(f);
             assert_non_null(p->t[l][i]);
             zt_tensor_init(&g_shape, l, i, SEED, INIT_STD, f);
-            for (size_t j = 0; j < n; j++) p->t[l][i][j] = f[j];
+            for (size_t j = 0; j < n; j++)
+                p->t[l][i][j] = f[j];
             free(f);
         }
 }
@@ -159,7 +173,8 @@ static void ref_init(ref_params *p)
 static void ref_free(ref_params *p)
 {
     for (int l = 0; l < LAYERS + 2; l++)
-        for (int i = 0; i < zt_layer_tensors(&g_shape, l); i++) free(p->t[l][i]);
+        for (int i = 0; i < zt_layer_tensors(&g_shape, l); i++)
+            free(p->t[l][i]);
 }
 
 /* ---- the model under test ---- */
@@ -224,7 +239,8 @@ static float *read_tensor(fixture *f, int l, int i, int grad)
 static double rms(const float *g, size_t n)
 {
     double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    for (size_t i = 0; i < n; i++)
+        s += (double)g[i] * g[i];
     return sqrt(s / n);
 }
 
@@ -250,12 +266,13 @@ static void check_tensor_grad(fixture *f, ref_params *p, int l, int i, uint64_t 
     assert_true(scale > 0); /* every tensor gets a gradient */
     for (int k = 0; k < 12; k++) {
         size_t j = k == 0 ? 0 : k == 1 ? n - 1 : (size_t)(zo_test_rand(rng) % n);
-        if (l == 0) j = (size_t)f->in[k % T] * DIM + (size_t)k % DIM; /* rows that are used */
+        if (l == 0)
+            j = (size_t)f->in[k % T] * DIM + (size_t)k % DIM; /* rows that are used */
         double ref = fd_grad(p, l, i, j, f->in, f->tgt);
         double tol = 1e-4 * fmax(fabs(ref), scale) + 1e-7;
         if (fabs(g[j] - ref) > tol)
-            fail_msg("%s[%zu]: gradient %.9g, finite difference %.9g (tolerance %.3g)", name, j, (double)g[j],
-                     ref, tol);
+            fail_msg("%s[%zu]: gradient %.9g, finite difference %.9g (tolerance %.3g)", name, j,
+                     (double)g[j], ref, tol);
     }
     free(g);
 }
@@ -272,7 +289,8 @@ static void test_gradient_matches_finite_differences(void **state)
     assert_true(ref > 3.0 && ref < 6.0); /* near ln(61) = 4.11: a sane untrained model */
     uint64_t rng = 5;
     for (int l = 0; l < LAYERS + 2; l++)
-        for (int i = 0; i < zt_layer_tensors(&g_shape, l); i++) check_tensor_grad(&f, &p, l, i, &rng);
+        for (int i = 0; i < zt_layer_tensors(&g_shape, l); i++)
+            check_tensor_grad(&f, &p, l, i, &rng);
     ref_free(&p);
     fixture_close(&f);
 }
@@ -286,7 +304,8 @@ static void test_eval_and_accumulation(void **state)
     float loss = train_once(&f), losses[2];
     float *once[LAYERS + 2][ZT_MAX_LAYER_TENSORS];
     for (int l = 0; l < LAYERS + 2; l++)
-        for (int i = 0; i < zt_layer_tensors(&g_shape, l); i++) once[l][i] = read_tensor(&f, l, i, 1);
+        for (int i = 0; i < zt_layer_tensors(&g_shape, l); i++)
+            once[l][i] = read_tensor(&f, l, i, 1);
     ZO_ASSERT_OK(zt_model_eval_micro(f.m, &f.src, 1));
     ZO_ASSERT_OK(zt_model_read_losses(f.m, losses, 2));
     assert_memory_equal(&losses[1], &loss, sizeof loss);
@@ -325,7 +344,8 @@ static void test_bf16_gradient_follows_fp32(void **state)
         for (int i = 0; i < zt_layer_tensors(&g_shape, l); i++) {
             float *a = read_tensor(&f32, l, i, 1), *b = read_tensor(&f16, l, i, 1);
             double c = cosine(a, b, zt_tensor_numel(&g_shape, l, i));
-            if (!(c >= 0.99)) fail_msg("layer %d tensor %d: bf16 vs fp32 gradient cosine %.4f", l, i, c);
+            if (!(c >= 0.99))
+                fail_msg("layer %d tensor %d: bf16 vs fp32 gradient cosine %.4f", l, i, c);
             free(a);
             free(b);
         }

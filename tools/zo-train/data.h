@@ -34,18 +34,19 @@ enum { ZT_TOKENS_HEADER_BYTES = 32, ZT_TOKENS_VERSION = 1 };
 typedef struct zt_data zt_data;
 
 typedef struct zt_data_info {
-    int binary;          /* 1: a token file; 0: text read byte by byte */
-    int id_bytes;        /* 1 (text), 2 or 4 */
-    int vocab;           /* 256 for text */
-    uint64_t n_tokens;   /* the whole stream */
-    uint64_t n_train;    /* tokens of the training split (the rest is validation) */
+    int binary;        /* 1: a token file; 0: text read byte by byte */
+    int id_bytes;      /* 1 (text), 2 or 4 */
+    int vocab;         /* 256 for text */
+    uint64_t n_tokens; /* the whole stream */
+    uint64_t n_train;  /* tokens of the training split (the rest is validation) */
     uint64_t train_windows, val_windows;
 } zt_data_info;
 
 /* Open path (mapped, not copied) for windows of seq+1 tokens. Fails, naming
  * the file, when it cannot be read, a token file's header or ids are wrong,
  * or a split is too short for one window. */
-zo_status zt_data_open(zt_data **out, const char *path, int seq, double val_fraction, uint64_t seed);
+zo_status zt_data_open(zt_data **out, const char *path, int seq, double val_fraction,
+                       uint64_t seed);
 void zt_data_free(zt_data *d);
 void zt_data_get_info(const zt_data *d, zt_data_info *out);
 
@@ -55,6 +56,7 @@ void zt_data_next_train(zt_data *d, int32_t *inputs, int32_t *targets, int n);
 void zt_data_val(const zt_data *d, uint64_t first, int32_t *inputs, int32_t *targets, int n);
 
 /* Write a token file (id_bytes 2 or 4). */
-zo_status zt_data_write_tokens(const char *path, const uint32_t *ids, uint64_t n, int id_bytes, int vocab);
+zo_status zt_data_write_tokens(const char *path, const uint32_t *ids, uint64_t n, int id_bytes,
+                               int vocab);
 
 #endif

@@ -26,7 +26,10 @@ static const preset presets[] = {
     {"13b", {32000, 5120, 40, 40, 13824, 1e-5f, 10000.0f}}, /* 13.0B */
 };
 
-const char *zt_preset_names(void) { return "tiny, small, 1b, 7b, 13b"; }
+const char *zt_preset_names(void)
+{
+    return "tiny, small, 1b, 7b, 13b";
+}
 
 zo_status zt_preset(const char *name, zt_shape *out)
 {
@@ -35,20 +38,22 @@ zo_status zt_preset(const char *name, zt_shape *out)
             *out = presets[i].shape;
             return ZO_OK;
         }
-    return zt_fail(ZO_ERR_INVALID_ARG, "unknown preset '%s'; expected one of %s", name ? name : "(null)",
-                   zt_preset_names());
+    return zt_fail(ZO_ERR_INVALID_ARG, "unknown preset '%s'; expected one of %s",
+                   name ? name : "(null)", zt_preset_names());
 }
 
 zo_status zt_shape_check(const zt_shape *s)
 {
     if (s->vocab <= 0 || s->dim <= 0 || s->n_layers <= 0 || s->n_heads <= 0 || s->ffn_dim <= 0)
-        return zt_fail(ZO_ERR_INVALID_ARG,
-                       "model shape vocab %d, dim %d, layers %d, heads %d, ffn %d: every one must be > 0",
-                       s->vocab, s->dim, s->n_layers, s->n_heads, s->ffn_dim);
+        return zt_fail(
+            ZO_ERR_INVALID_ARG,
+            "model shape vocab %d, dim %d, layers %d, heads %d, ffn %d: every one must be > 0",
+            s->vocab, s->dim, s->n_layers, s->n_heads, s->ffn_dim);
     if (s->dim % s->n_heads || (s->dim / s->n_heads) % 2)
-        return zt_fail(ZO_ERR_INVALID_ARG,
-                       "dim %d must be a multiple of heads %d with an even head dimension (RoPE pairs)",
-                       s->dim, s->n_heads);
+        return zt_fail(
+            ZO_ERR_INVALID_ARG,
+            "dim %d must be a multiple of heads %d with an even head dimension (RoPE pairs)",
+            s->dim, s->n_heads);
     if (!(s->norm_eps > 0.0f) || !(s->rope_theta > 1.0f))
         return zt_fail(ZO_ERR_INVALID_ARG, "norm eps %g must be > 0 and rope theta %g > 1",
                        (double)s->norm_eps, (double)s->rope_theta);
@@ -76,23 +81,36 @@ double zt_shape_flops_per_token(const zt_shape *s, int seq)
 
 /* ---- parameter layout ---- */
 
-int zt_engine_layers(const zt_shape *s) { return s->n_layers + 2; }
+int zt_engine_layers(const zt_shape *s)
+{
+    return s->n_layers + 2;
+}
 
-static int is_block(const zt_shape *s, int layer) { return layer >= 1 && layer <= s->n_layers; }
-static int head_layer(const zt_shape *s) { return s->n_layers + 1; }
+static int is_block(const zt_shape *s, int layer)
+{
+    return layer >= 1 && layer <= s->n_layers;
+}
+static int head_layer(const zt_shape *s)
+{
+    return s->n_layers + 1;
+}
 
 int zt_layer_tensors(const zt_shape *s, int layer)
 {
-    if (layer == 0) return 1;
-    if (is_block(s, layer)) return ZT_BLOCK_TENSORS;
+    if (layer == 0)
+        return 1;
+    if (is_block(s, layer))
+        return ZT_BLOCK_TENSORS;
     return layer == head_layer(s) ? 2 : 0;
 }
 
 size_t zt_tensor_numel(const zt_shape *s, int layer, int idx)
 {
     size_t d = (size_t)s->dim, f = (size_t)s->ffn_dim, v = (size_t)s->vocab;
-    if (layer == 0) return v * d;
-    if (layer == head_layer(s)) return idx == ZT_HEAD_NORM ? d : v * d;
+    if (layer == 0)
+        return v * d;
+    if (layer == head_layer(s))
+        return idx == ZT_HEAD_NORM ? d : v * d;
     switch (idx) {
     case ZT_ATTN_NORM:
     case ZT_MLP_NORM: return d;
@@ -118,8 +136,10 @@ void zt_tensor_name(const zt_shape *s, int layer, int idx, char *name, size_t ca
 
 static int is_norm(const zt_shape *s, int layer, int idx)
 {
-    if (layer == 0) return 0;
-    if (layer == head_layer(s)) return idx == ZT_HEAD_NORM;
+    if (layer == 0)
+        return 0;
+    if (layer == head_layer(s))
+        return idx == ZT_HEAD_NORM;
     return idx == ZT_ATTN_NORM || idx == ZT_MLP_NORM;
 }
 
@@ -132,23 +152,30 @@ static uint64_t splitmix64(uint64_t *st)
 }
 
 /* A uniform in (0, 1) from 53 random bits. */
-static double uniform01(uint64_t *st) { return ((double)(splitmix64(st) >> 11) + 0.5) / 9007199254740992.0; }
+static double uniform01(uint64_t *st)
+{
+    return ((double)(splitmix64(st) >> 11) + 0.5) / 9007199254740992.0;
+}
 
-void zt_tensor_init(const zt_shape *s, int layer, int idx, uint64_t seed, float init_std, float *out)
+void zt_tensor_init(const zt_shape *s, int layer, int idx, uint64_t seed, float init_std,
+                    float *out)
 {
     size_t n = zt_tensor_numel(s, layer, idx);
     if (is_norm(s, layer, idx)) {
-        for (size_t i = 0; i < n; i++) out[i] = 1.0f;
+        for (size_t i = 0; i < n; i++)
+            out[i] = 1.0f;
         return;
     }
     double std = init_std;
-    if (is_block(s, layer) && (idx == ZT_WO || idx == ZT_WDOWN)) std /= sqrt(2.0 * s->n_layers);
+    if (is_block(s, layer) && (idx == ZT_WO || idx == ZT_WDOWN))
+        std /= sqrt(2.0 * s->n_layers);
     uint64_t st = seed ^ ((uint64_t)(layer + 1) * 0x100000001B3ull) ^ ((uint64_t)(idx + 1) << 48);
     splitmix64(&st);
     for (size_t i = 0; i < n; i += 2) { /* Box-Muller: two normals per pair of uniforms */
         double r = sqrt(-2.0 * log(uniform01(&st))), a = 2.0 * M_PI * uniform01(&st);
         out[i] = (float)(std * r * cos(a));
-        if (i + 1 < n) out[i + 1] = (float)(std * r * sin(a));
+        if (i + 1 < n)
+            out[i + 1] = (float)(std * r * sin(a));
     }
 }
 
@@ -162,21 +189,30 @@ struct zt_resident {
     void **param, **grad; /* [layer * ZT_MAX_LAYER_TENSORS + idx] */
 };
 
-static size_t slot(int layer, int idx) { return (size_t)layer * ZT_MAX_LAYER_TENSORS + (size_t)idx; }
+static size_t slot(int layer, int idx)
+{
+    return (size_t)layer * ZT_MAX_LAYER_TENSORS + (size_t)idx;
+}
 
-static zo_status res_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, void **p, void **g, int n)
+static zo_status res_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, void **p, void **g,
+                           int n)
 {
     zt_resident *r = ctx;
     if (layer < 0 || layer >= r->n_layers || n < zt_layer_tensors(&r->shape, layer))
-        return zt_fail(ZO_ERR_INVALID_ARG, "resident fetch of layer %d with room for %d tensors", layer, n);
+        return zt_fail(ZO_ERR_INVALID_ARG, "resident fetch of layer %d with room for %d tensors",
+                       layer, n);
     for (int i = 0; i < zt_layer_tensors(&r->shape, layer); i++) {
         p[i] = r->param[slot(layer, i)];
-        if (g) g[i] = phase == ZO_PHASE_BACKWARD ? r->grad[slot(layer, i)] : NULL;
+        if (g)
+            g[i] = phase == ZO_PHASE_BACKWARD ? r->grad[slot(layer, i)] : NULL;
     }
     return ZO_OK;
 }
 
-static zo_status res_noop(void *ctx, int layer, zo_stream_t s) { return ZO_OK; }
+static zo_status res_noop(void *ctx, int layer, zo_stream_t s)
+{
+    return ZO_OK;
+}
 
 zt_param_source zt_resident_source(zt_resident *r)
 {
@@ -186,7 +222,8 @@ zt_param_source zt_resident_source(zt_resident *r)
 
 void zt_resident_free(zt_resident *r)
 {
-    if (!r) return;
+    if (!r)
+        return;
     for (size_t i = 0; r->param && i < slot(r->n_layers, 0); i++) {
         zo_device_mfree(r->dev, r->param[i]);
         zo_device_mfree(r->dev, r->grad[i]);
@@ -203,7 +240,8 @@ static void host_to_dtype(void *dst, zo_dtype dt, const float *src, size_t n)
         if (dt == ZO_DTYPE_F32)
             ((float *)dst)[i] = src[i];
         else
-            ((uint16_t *)dst)[i] = dt == ZO_DTYPE_BF16 ? zo_f32_to_bf16(src[i]) : zo_f32_to_f16(src[i]);
+            ((uint16_t *)dst)[i] =
+                dt == ZO_DTYPE_BF16 ? zo_f32_to_bf16(src[i]) : zo_f32_to_f16(src[i]);
     }
 }
 
@@ -222,11 +260,14 @@ zo_status zt_resident_write(zt_resident *r, zo_stream_t s, int layer, int idx, c
 {
     size_t n = zt_tensor_numel(&r->shape, layer, idx), es = zo_dtype_size(r->dt);
     void *tmp = malloc(n * es);
-    if (!tmp) return zt_fail(ZO_ERR_NO_MEMORY, "host copy of %zu parameters", n);
+    if (!tmp)
+        return zt_fail(ZO_ERR_NO_MEMORY, "host copy of %zu parameters", n);
     host_to_dtype(tmp, r->dt, in, n);
     zo_status st = zo_memcpy_h2d_async(s, r->param[slot(layer, idx)], tmp, n * es);
-    if (st >= 0) st = zo_stream_synchronize(s);
-    if (st < 0) zt_lib_fail(st, "resident parameter upload");
+    if (st >= 0)
+        st = zo_stream_synchronize(s);
+    if (st < 0)
+        zt_lib_fail(st, "resident parameter upload");
     free(tmp);
     return st;
 }
@@ -235,12 +276,16 @@ zo_status zt_resident_read(zt_resident *r, zo_stream_t s, int layer, int idx, in
 {
     size_t n = zt_tensor_numel(&r->shape, layer, idx), es = zo_dtype_size(r->dt);
     void *tmp = malloc(n * es);
-    if (!tmp) return zt_fail(ZO_ERR_NO_MEMORY, "host copy of %zu parameters", n);
+    if (!tmp)
+        return zt_fail(ZO_ERR_NO_MEMORY, "host copy of %zu parameters", n);
     const void *src = grad ? r->grad[slot(layer, idx)] : r->param[slot(layer, idx)];
     zo_status st = zo_memcpy_d2h_async(s, tmp, src, n * es);
-    if (st >= 0) st = zo_stream_synchronize(s);
-    if (st >= 0) dtype_to_host(out, tmp, r->dt, n);
-    if (st < 0) zt_lib_fail(st, "resident tensor download");
+    if (st >= 0)
+        st = zo_stream_synchronize(s);
+    if (st >= 0)
+        dtype_to_host(out, tmp, r->dt, n);
+    if (st < 0)
+        zt_lib_fail(st, "resident tensor download");
     free(tmp);
     return st;
 }
@@ -263,7 +308,8 @@ static zo_status resident_alloc(zt_resident *r, zo_stream_t s, uint64_t seed, fl
             ZT_LIB(zo_device_malloc(r->dev, n * es, &r->param[slot(l, i)]));
             ZT_LIB(zo_device_malloc(r->dev, n * es, &r->grad[slot(l, i)]));
             float *init = malloc(n * sizeof *init);
-            if (!init) return zt_fail(ZO_ERR_NO_MEMORY, "initial values of %zu parameters", n);
+            if (!init)
+                return zt_fail(ZO_ERR_NO_MEMORY, "initial values of %zu parameters", n);
             zt_tensor_init(&r->shape, l, i, seed, init_std, init);
             zo_status st = zt_resident_write(r, s, l, i, init);
             free(init);
@@ -272,12 +318,13 @@ static zo_status resident_alloc(zt_resident *r, zo_stream_t s, uint64_t seed, fl
     return ZO_OK;
 }
 
-zo_status zt_resident_init(zt_resident **out, zo_device_t dev, zo_stream_t stream, const zt_shape *s,
-                           zo_dtype dt, uint64_t seed, float init_std)
+zo_status zt_resident_init(zt_resident **out, zo_device_t dev, zo_stream_t stream,
+                           const zt_shape *s, zo_dtype dt, uint64_t seed, float init_std)
 {
     ZT_TRY(zt_shape_check(s));
     zt_resident *r = calloc(1, sizeof *r);
-    if (!r) return zt_fail(ZO_ERR_NO_MEMORY, "resident parameters");
+    if (!r)
+        return zt_fail(ZO_ERR_NO_MEMORY, "resident parameters");
     r->dev = dev;
     r->shape = *s;
     r->dt = dt;
@@ -311,18 +358,18 @@ struct zt_model {
     zt_model_config c;
     zo_device_t dev;
     zo_stream_t s;
-    int T, hd;       /* tokens per micro-batch, head dimension */
-    size_t es;       /* activation element size */
+    int T, hd; /* tokens per micro-batch, head dimension */
+    size_t es; /* activation element size */
     void *arena;
     uint64_t arena_bytes;
     int32_t *tok_in, *tok_tgt; /* n_micro * T each */
     float *losses;             /* n_micro */
     float *rope;               /* seq x head_dim/2 x {cos, sin} */
-    void **ckpt;               /* n_layers + 1 block inputs: ckpt[l] feeds block l+1, ckpt[L] the head */
-    void *dres;                /* the residual stream's gradient, carried layer to layer */
-    block_ws b;                /* the workspace, shared by... */
-    head_ws h;                 /* ...the head's pieces and... */
-    float *emb_grad;           /* ...the embedding gradient's fp32 accumulator */
+    void **ckpt;     /* n_layers + 1 block inputs: ckpt[l] feeds block l+1, ckpt[L] the head */
+    void *dres;      /* the residual stream's gradient, carried layer to layer */
+    block_ws b;      /* the workspace, shared by... */
+    head_ws h;       /* ...the head's pieces and... */
+    float *emb_grad; /* ...the embedding gradient's fp32 accumulator */
     int32_t *host_in, *host_tgt; /* staging for set_batch */
     zo_event_t staged;           /* the staging copies are done */
 };
@@ -344,8 +391,10 @@ static void carve_block_ws(carver *cv, const zt_model_config *c, block_ws *b, si
 {
     const uint64_t T = (uint64_t)c->micro_batch * c->seq, d = c->shape.dim, f = c->shape.ffn_dim;
     const uint64_t att = (uint64_t)c->micro_batch * c->shape.n_heads * c->seq * c->seq * es;
-    void **td[] = {&b->h1, &b->q, &b->k, &b->v, &b->attn_out, &b->x2, &b->h2, &b->dq, &b->dk, &b->dv};
-    for (size_t i = 0; i < sizeof td / sizeof td[0]; i++) *td[i] = carve(cv, T * d * es);
+    void **td[] = {&b->h1, &b->q,  &b->k,  &b->v,  &b->attn_out,
+                   &b->x2, &b->h2, &b->dq, &b->dk, &b->dv};
+    for (size_t i = 0; i < sizeof td / sizeof td[0]; i++)
+        *td[i] = carve(cv, T * d * es);
     b->gate = carve(cv, T * f * es);
     b->up = carve(cv, T * f * es);
     b->act = carve(cv, T * f * es);
@@ -378,7 +427,8 @@ static uint64_t layout(zt_model *m, const zt_model_config *c, char *base)
     m->rope = carve(&cv, (uint64_t)c->seq * (d / c->shape.n_heads) * sizeof(float));
     for (int l = 0; l <= c->shape.n_layers; l++) {
         void *p = carve(&cv, T * d * es);
-        if (m->ckpt) m->ckpt[l] = p;
+        if (m->ckpt)
+            m->ckpt[l] = p;
     }
     m->dres = carve(&cv, T * d * es);
     uint64_t ws0 = cv.off;
@@ -386,10 +436,12 @@ static uint64_t layout(zt_model *m, const zt_model_config *c, char *base)
     uint64_t end = cv.off;
     cv.off = ws0;
     carve_head_ws(&cv, c, &m->h, es);
-    if (cv.off > end) end = cv.off;
+    if (cv.off > end)
+        end = cv.off;
     cv.off = ws0;
     m->emb_grad = carve(&cv, (uint64_t)c->shape.vocab * d * sizeof(float));
-    if (cv.off > end) end = cv.off;
+    if (cv.off > end)
+        end = cv.off;
     return end;
 }
 
@@ -397,12 +449,14 @@ static zo_status check_model_config(const zt_model_config *c)
 {
     ZT_TRY(zt_shape_check(&c->shape));
     if (c->seq <= 0 || c->micro_batch <= 0 || c->n_micro <= 0)
-        return zt_fail(ZO_ERR_INVALID_ARG, "seq %d, micro-batch %d and micro-batches %d must be > 0", c->seq,
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "seq %d, micro-batch %d and micro-batches %d must be > 0", c->seq,
                        c->micro_batch, c->n_micro);
-    if ((int64_t)c->micro_batch * c->seq > INT32_MAX / (c->shape.vocab > c->shape.ffn_dim ? c->shape.vocab
-                                                                                      : c->shape.ffn_dim))
-        return zt_fail(ZO_ERR_INVALID_ARG, "micro-batch %d x seq %d tokens is too many for one GEMM",
-                       c->micro_batch, c->seq);
+    if ((int64_t)c->micro_batch * c->seq >
+        INT32_MAX / (c->shape.vocab > c->shape.ffn_dim ? c->shape.vocab : c->shape.ffn_dim))
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "micro-batch %d x seq %d tokens is too many for one GEMM", c->micro_batch,
+                       c->seq);
     if (zo_dtype_size(c->dt) == 0)
         return zt_fail(ZO_ERR_INVALID_ARG, "unknown activation dtype %d", (int)c->dt);
     return ZO_OK;
@@ -416,8 +470,10 @@ uint64_t zt_model_activation_bytes(const zt_model_config *c)
 
 void zt_model_free(zt_model *m)
 {
-    if (!m) return;
-    if (m->s) zo_stream_synchronize(m->s);
+    if (!m)
+        return;
+    if (m->s)
+        zo_stream_synchronize(m->s);
     zo_event_destroy(m->staged);
     zo_device_mfree(m->dev, m->arena);
     free(m->ckpt);
@@ -432,7 +488,8 @@ static zo_status model_alloc(zt_model *m)
     m->ckpt = calloc((size_t)c->shape.n_layers + 1, sizeof *m->ckpt);
     m->host_in = malloc((size_t)c->n_micro * m->T * sizeof(int32_t));
     m->host_tgt = malloc((size_t)c->n_micro * m->T * sizeof(int32_t));
-    if (!m->ckpt || !m->host_in || !m->host_tgt) return zt_fail(ZO_ERR_NO_MEMORY, "model host buffers");
+    if (!m->ckpt || !m->host_in || !m->host_tgt)
+        return zt_fail(ZO_ERR_NO_MEMORY, "model host buffers");
     m->arena_bytes = zt_model_activation_bytes(c);
     ZT_LIB(zo_device_malloc(m->dev, m->arena_bytes, &m->arena));
     layout(m, c, m->arena);
@@ -441,11 +498,13 @@ static zo_status model_alloc(zt_model *m)
     return ZO_OK;
 }
 
-zo_status zt_model_init(zt_model **out, zo_device_t dev, zo_stream_t compute, const zt_model_config *c)
+zo_status zt_model_init(zt_model **out, zo_device_t dev, zo_stream_t compute,
+                        const zt_model_config *c)
 {
     ZT_TRY(check_model_config(c));
     zt_model *m = calloc(1, sizeof *m);
-    if (!m) return zt_fail(ZO_ERR_NO_MEMORY, "model");
+    if (!m)
+        return zt_fail(ZO_ERR_NO_MEMORY, "model");
     m->c = *c;
     m->dev = dev;
     m->s = compute;
@@ -461,11 +520,12 @@ zo_status zt_model_init(zt_model **out, zo_device_t dev, zo_stream_t compute, co
     return ZO_OK;
 }
 
-zo_status zt_model_set_batch(zt_model *m, const int32_t *inputs, const int32_t *targets, int n_micro)
+zo_status zt_model_set_batch(zt_model *m, const int32_t *inputs, const int32_t *targets,
+                             int n_micro)
 {
     if (n_micro <= 0 || n_micro > m->c.n_micro)
-        return zt_fail(ZO_ERR_INVALID_ARG, "set_batch of %d micro-batches; the model holds 1..%d", n_micro,
-                       m->c.n_micro);
+        return zt_fail(ZO_ERR_INVALID_ARG, "set_batch of %d micro-batches; the model holds 1..%d",
+                       n_micro, m->c.n_micro);
     size_t bytes = (size_t)n_micro * m->T * sizeof(int32_t);
     ZT_LIB(zo_event_synchronize(m->staged)); /* the previous batch's copies have read the staging */
     memcpy(m->host_in, inputs, bytes);
@@ -479,8 +539,8 @@ zo_status zt_model_set_batch(zt_model *m, const int32_t *inputs, const int32_t *
 zo_status zt_model_read_losses(zt_model *m, float *losses, int n)
 {
     if (n <= 0 || n > m->c.n_micro)
-        return zt_fail(ZO_ERR_INVALID_ARG, "read_losses of %d micro-batches; the model holds 1..%d", n,
-                       m->c.n_micro);
+        return zt_fail(ZO_ERR_INVALID_ARG, "read_losses of %d micro-batches; the model holds 1..%d",
+                       n, m->c.n_micro);
     ZT_LIB(zo_memcpy_d2h_async(m->s, losses, m->losses, (size_t)n * sizeof(float)));
     ZT_LIB(zo_stream_synchronize(m->s));
     return ZO_OK;
@@ -496,7 +556,8 @@ static zo_gemm_desc gemm_desc(const zt_model *m)
 }
 
 /* y[T, out] = x[T, in] W^T */
-static zo_status linear_fwd(const zt_model *m, void *y, const void *x, const void *w, int in, int out)
+static zo_status linear_fwd(const zt_model *m, void *y, const void *x, const void *w, int in,
+                            int out)
 {
     zo_gemm_desc g = gemm_desc(m);
     g.trans_b = 1;
@@ -509,8 +570,8 @@ static zo_status linear_fwd(const zt_model *m, void *y, const void *x, const voi
 }
 
 /* dx[T, in] = (accumulate ? dx : 0) + dy[T, out] W */
-static zo_status linear_bwd_data(const zt_model *m, void *dx, const void *dy, const void *w, int in, int out,
-                                 int accumulate)
+static zo_status linear_bwd_data(const zt_model *m, void *dx, const void *dy, const void *w, int in,
+                                 int out, int accumulate)
 {
     zo_gemm_desc g = gemm_desc(m);
     g.m = m->T, g.n = in, g.k = out;
@@ -523,7 +584,8 @@ static zo_status linear_bwd_data(const zt_model *m, void *dx, const void *dy, co
 }
 
 /* dW[out, in] += dy^T x */
-static zo_status linear_bwd_weight(const zt_model *m, void *dw, const void *dy, const void *x, int in, int out)
+static zo_status linear_bwd_weight(const zt_model *m, void *dw, const void *dy, const void *x,
+                                   int in, int out)
 {
     zo_gemm_desc g = gemm_desc(m);
     g.trans_a = 1;
@@ -538,7 +600,10 @@ static zo_status linear_bwd_weight(const zt_model *m, void *dw, const void *dy, 
 
 /* ---- a block ---- */
 
-static int32_t *tokens_of(const zt_model *m, int32_t *base, int i) { return base + (size_t)i * m->T; }
+static int32_t *tokens_of(const zt_model *m, int32_t *base, int i)
+{
+    return base + (size_t)i * m->T;
+}
 
 /* The forward of a block from its input x, keeping what the backward needs
  * in the workspace; y (NULL in the recompute) receives the block's output. */
@@ -558,11 +623,13 @@ static zo_status block_fwd(zt_model *m, void *const *p, const void *x, void *y)
     ZT_LIB(zo_op_attention_fwd(m->s, b->attn_out, b->att, b->q, b->k, b->v, B, S, H, m->hd, dt));
     ZT_TRY(linear_fwd(m, b->x2, b->attn_out, p[ZT_WO], d, d));
     ZT_LIB(zo_op_add(m->s, b->x2, b->x2, x, Td, dt));
-    ZT_LIB(zo_op_rmsnorm_fwd(m->s, b->h2, b->rstd2, b->x2, p[ZT_MLP_NORM], m->T, d, sh->norm_eps, dt));
+    ZT_LIB(
+        zo_op_rmsnorm_fwd(m->s, b->h2, b->rstd2, b->x2, p[ZT_MLP_NORM], m->T, d, sh->norm_eps, dt));
     ZT_TRY(linear_fwd(m, b->gate, b->h2, p[ZT_WGATE], d, f));
     ZT_TRY(linear_fwd(m, b->up, b->h2, p[ZT_WUP], d, f));
     ZT_LIB(zo_op_swiglu_fwd(m->s, b->act, b->gate, b->up, Tf, dt));
-    if (!y) return ZO_OK;
+    if (!y)
+        return ZO_OK;
     ZT_TRY(linear_fwd(m, y, b->act, p[ZT_WDOWN], f, d));
     ZT_LIB(zo_op_add(m->s, y, y, b->x2, Td, dt));
     return ZO_OK;
@@ -576,13 +643,14 @@ static zo_status block_bwd_mlp(zt_model *m, void *const *p, void *const *g)
     block_ws *b = &m->b;
     ZT_TRY(linear_bwd_weight(m, g[ZT_WDOWN], m->dres, b->act, f, d));
     ZT_TRY(linear_bwd_data(m, b->act, m->dres, p[ZT_WDOWN], f, d, 0)); /* act now holds d(act) */
-    ZT_LIB(zo_op_swiglu_bwd(m->s, b->gate, b->up, b->act, b->gate, b->up, (size_t)m->T * f, m->c.dt));
+    ZT_LIB(
+        zo_op_swiglu_bwd(m->s, b->gate, b->up, b->act, b->gate, b->up, (size_t)m->T * f, m->c.dt));
     ZT_TRY(linear_bwd_weight(m, g[ZT_WGATE], b->gate, b->h2, d, f));
     ZT_TRY(linear_bwd_weight(m, g[ZT_WUP], b->up, b->h2, d, f));
     ZT_TRY(linear_bwd_data(m, b->h2, b->gate, p[ZT_WGATE], d, f, 0)); /* h2 now holds d(h2) */
     ZT_TRY(linear_bwd_data(m, b->h2, b->up, p[ZT_WUP], d, f, 1));
-    ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_MLP_NORM], m->c.dt, b->h2, b->x2, p[ZT_MLP_NORM], b->rstd2,
-                             m->T, d, 1, m->c.dt));
+    ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_MLP_NORM], m->c.dt, b->h2, b->x2, p[ZT_MLP_NORM],
+                             b->rstd2, m->T, d, 1, m->c.dt));
     return ZO_OK;
 }
 
@@ -595,8 +663,8 @@ static zo_status block_bwd_attn(zt_model *m, void *const *p, void *const *g, con
     block_ws *b = &m->b;
     ZT_TRY(linear_bwd_weight(m, g[ZT_WO], m->dres, b->attn_out, d, d));
     ZT_TRY(linear_bwd_data(m, b->attn_out, m->dres, p[ZT_WO], d, d, 0)); /* d(attn_out) */
-    ZT_LIB(zo_op_attention_bwd(m->s, b->dq, b->dk, b->dv, b->datt, b->attn_out, b->att, b->q, b->k, b->v, B,
-                               S, H, m->hd, dt));
+    ZT_LIB(zo_op_attention_bwd(m->s, b->dq, b->dk, b->dv, b->datt, b->attn_out, b->att, b->q, b->k,
+                               b->v, B, S, H, m->hd, dt));
     ZT_LIB(zo_op_rope_bwd(m->s, b->dq, b->dq, m->rope, B, S, H, m->hd, dt));
     ZT_LIB(zo_op_rope_bwd(m->s, b->dk, b->dk, m->rope, B, S, H, m->hd, dt));
     ZT_TRY(linear_bwd_weight(m, g[ZT_WQ], b->dq, b->h1, d, d));
@@ -605,8 +673,8 @@ static zo_status block_bwd_attn(zt_model *m, void *const *p, void *const *g, con
     ZT_TRY(linear_bwd_data(m, b->h1, b->dq, p[ZT_WQ], d, d, 0)); /* h1 now holds d(h1) */
     ZT_TRY(linear_bwd_data(m, b->h1, b->dk, p[ZT_WK], d, d, 1));
     ZT_TRY(linear_bwd_data(m, b->h1, b->dv, p[ZT_WV], d, d, 1));
-    ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_ATTN_NORM], dt, b->h1, x, p[ZT_ATTN_NORM], b->rstd1, m->T, d,
-                             1, dt));
+    ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_ATTN_NORM], dt, b->h1, x, p[ZT_ATTN_NORM],
+                             b->rstd1, m->T, d, 1, dt));
     return ZO_OK;
 }
 
@@ -616,11 +684,12 @@ static zo_status head_fwd_loss(zt_model *m, void *const *p, int i, void *dlogits
 {
     const zt_shape *sh = &m->c.shape;
     head_ws *h = &m->h;
-    ZT_LIB(zo_op_rmsnorm_fwd(m->s, h->hf, h->rstd, m->ckpt[sh->n_layers], p[ZT_HEAD_NORM], m->T, sh->dim,
-                             sh->norm_eps, m->c.dt));
+    ZT_LIB(zo_op_rmsnorm_fwd(m->s, h->hf, h->rstd, m->ckpt[sh->n_layers], p[ZT_HEAD_NORM], m->T,
+                             sh->dim, sh->norm_eps, m->c.dt));
     ZT_TRY(linear_fwd(m, h->logits, h->hf, p[ZT_HEAD_OUT], sh->dim, sh->vocab));
     ZT_LIB(zo_op_cross_entropy(m->s, m->losses + i, h->row_loss, dlogits, h->logits,
-                               tokens_of(m, m->tok_tgt, i), (size_t)m->T, sh->vocab, grad_scale, m->c.dt));
+                               tokens_of(m, m->tok_tgt, i), (size_t)m->T, sh->vocab, grad_scale,
+                               m->c.dt));
     return ZO_OK;
 }
 
@@ -650,46 +719,53 @@ static zo_status embedding_bwd(zt_model *m, void *grad, int i)
 
 /* ---- one layer under one fetch ---- */
 
-typedef zo_status (*layer_fn)(zt_model *m, int layer, void *const *p, void *const *g, int i, float scale);
+typedef zo_status (*layer_fn)(zt_model *m, int layer, void *const *p, void *const *g, int i,
+                              float scale);
 
 /* fetch, compute, (grads_ready,) release; release also follows a failed
  * compute so the engine's bookkeeping stays balanced. */
-static zo_status run_layer(zt_model *m, const zt_param_source *src, int layer, zo_phase phase, layer_fn fn,
-                           int i, float scale)
+static zo_status run_layer(zt_model *m, const zt_param_source *src, int layer, zo_phase phase,
+                           layer_fn fn, int i, float scale)
 {
     void *p[ZT_MAX_LAYER_TENSORS] = {0}, *g[ZT_MAX_LAYER_TENSORS] = {0};
     ZT_TRY(src->fetch(src->ctx, layer, phase, m->s, p, g, ZT_MAX_LAYER_TENSORS));
     zo_status st = fn(m, layer, p, g, i, scale);
-    if (st >= 0 && phase == ZO_PHASE_BACKWARD) st = src->grads_ready(src->ctx, layer, m->s);
+    if (st >= 0 && phase == ZO_PHASE_BACKWARD)
+        st = src->grads_ready(src->ctx, layer, m->s);
     zo_status rst = src->release(src->ctx, layer, m->s);
     return st < 0 ? st : rst;
 }
 
-static zo_status embed_fwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i, float scale)
+static zo_status embed_fwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
+                              float scale)
 {
     const zt_shape *sh = &m->c.shape;
-    ZT_LIB(zo_op_embedding_fwd(m->s, m->ckpt[0], p[0], tokens_of(m, m->tok_in, i), (size_t)m->T, sh->dim,
-                               sh->vocab, m->c.dt));
+    ZT_LIB(zo_op_embedding_fwd(m->s, m->ckpt[0], p[0], tokens_of(m, m->tok_in, i), (size_t)m->T,
+                               sh->dim, sh->vocab, m->c.dt));
     return ZO_OK;
 }
 
-static zo_status block_fwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i, float scale)
+static zo_status block_fwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
+                              float scale)
 {
     return block_fwd(m, p, m->ckpt[layer - 1], m->ckpt[layer]);
 }
 
-static zo_status head_eval_fn(zt_model *m, int layer, void *const *p, void *const *g, int i, float scale)
+static zo_status head_eval_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
+                              float scale)
 {
     return head_fwd_loss(m, p, i, NULL, 0.0f);
 }
 
-static zo_status head_train_fn(zt_model *m, int layer, void *const *p, void *const *g, int i, float scale)
+static zo_status head_train_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
+                               float scale)
 {
     ZT_TRY(head_fwd_loss(m, p, i, m->h.logits, scale));
     return head_bwd(m, p, g);
 }
 
-static zo_status block_bwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i, float scale)
+static zo_status block_bwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
+                              float scale)
 {
     const void *x = m->ckpt[layer - 1];
     ZT_TRY(block_fwd(m, p, x, NULL)); /* recompute from the checkpoint */
@@ -697,7 +773,8 @@ static zo_status block_bwd_fn(zt_model *m, int layer, void *const *p, void *cons
     return block_bwd_attn(m, p, g, x);
 }
 
-static zo_status embed_bwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i, float scale)
+static zo_status embed_bwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
+                              float scale)
 {
     return embedding_bwd(m, g[0], i);
 }
@@ -723,7 +800,8 @@ zo_status zt_model_train_micro(zt_model *m, const zt_param_source *src, int i, f
     const int L = m->c.shape.n_layers;
     ZT_TRY(forward_blocks(m, src, i));
     ZT_TRY(run_layer(m, src, L + 1, ZO_PHASE_BACKWARD, head_train_fn, i, grad_scale));
-    for (int l = L; l >= 1; l--) ZT_TRY(run_layer(m, src, l, ZO_PHASE_BACKWARD, block_bwd_fn, i, 0.0f));
+    for (int l = L; l >= 1; l--)
+        ZT_TRY(run_layer(m, src, l, ZO_PHASE_BACKWARD, block_bwd_fn, i, 0.0f));
     return run_layer(m, src, 0, ZO_PHASE_BACKWARD, embed_bwd_fn, i, 0.0f);
 }
 

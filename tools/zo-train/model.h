@@ -59,7 +59,15 @@ double zt_shape_flops_per_token(const zt_shape *s, int seq);
 
 enum { ZT_BLOCK_TENSORS = 9, ZT_MAX_LAYER_TENSORS = ZT_BLOCK_TENSORS };
 enum { /* tensors of a block, in the order the forward uses them */
-    ZT_ATTN_NORM = 0, ZT_WQ, ZT_WK, ZT_WV, ZT_WO, ZT_MLP_NORM, ZT_WGATE, ZT_WUP, ZT_WDOWN
+       ZT_ATTN_NORM = 0,
+       ZT_WQ,
+       ZT_WK,
+       ZT_WV,
+       ZT_WO,
+       ZT_MLP_NORM,
+       ZT_WGATE,
+       ZT_WUP,
+       ZT_WDOWN
 };
 enum { ZT_HEAD_NORM = 0, ZT_HEAD_OUT = 1 };
 
@@ -72,7 +80,8 @@ void zt_tensor_name(const zt_shape *s, int layer, int idx, char *name, size_t ca
  * N(0, init_std^2), the residual outputs (wo, wdown) scaled by
  * 1/sqrt(2 n_layers) as in GPT-2. The values depend only on (seed, layer,
  * idx), so any placement of the tensors sees the same model. */
-void zt_tensor_init(const zt_shape *s, int layer, int idx, uint64_t seed, float init_std, float *out);
+void zt_tensor_init(const zt_shape *s, int layer, int idx, uint64_t seed, float init_std,
+                    float *out);
 
 /* ---- where the parameters come from ---- */
 
@@ -88,8 +97,8 @@ typedef struct zt_param_source {
  * tests and references: every fetch returns the same buffers; gradients
  * accumulate until zt_resident_zero_grads. */
 typedef struct zt_resident zt_resident;
-zo_status zt_resident_init(zt_resident **out, zo_device_t dev, zo_stream_t stream, const zt_shape *s,
-                           zo_dtype dt, uint64_t seed, float init_std);
+zo_status zt_resident_init(zt_resident **out, zo_device_t dev, zo_stream_t stream,
+                           const zt_shape *s, zo_dtype dt, uint64_t seed, float init_std);
 void zt_resident_free(zt_resident *r);
 zt_param_source zt_resident_source(zt_resident *r);
 zo_status zt_resident_zero_grads(zt_resident *r, zo_stream_t s);
@@ -112,13 +121,15 @@ typedef struct zt_model zt_model;
 
 /* Device bytes zt_model_init allocates (one arena; exact). */
 uint64_t zt_model_activation_bytes(const zt_model_config *c);
-zo_status zt_model_init(zt_model **out, zo_device_t dev, zo_stream_t compute, const zt_model_config *c);
+zo_status zt_model_init(zt_model **out, zo_device_t dev, zo_stream_t compute,
+                        const zt_model_config *c);
 void zt_model_free(zt_model *m);
 
 /* Queue the copy of n_micro micro-batches of tokens (host arrays of
  * n_micro * micro_batch * seq ids; targets are the next tokens). The host
  * arrays are copied at once (the caller may reuse them). */
-zo_status zt_model_set_batch(zt_model *m, const int32_t *inputs, const int32_t *targets, int n_micro);
+zo_status zt_model_set_batch(zt_model *m, const int32_t *inputs, const int32_t *targets,
+                             int n_micro);
 /* Forward, loss and backward of micro-batch i through the whole model: the
  * parameter gradients accumulate into the source's gradient buffers. The
  * loss gradient is multiplied by grad_scale (the loss scale divided by the

@@ -26,14 +26,17 @@ struct zt_trainer {
     zt_model *m;
     zt_data *data;
     zt_param_source src;
-    int **ids;                 /* [layer][idx] -> engine tensor id */
-    int32_t *in, *tgt;         /* one step's tokens */
+    int **ids;           /* [layer][idx] -> engine tensor id */
+    int32_t *in, *tgt;   /* one step's tokens */
+    int32_t *vin, *vtgt; /* validation tokens (a failed step keeps its own for the retry) */
     float *losses;
+    int retry; /* the last step failed: run it again on the same tokens */
 };
 
 /* ---- the engine as a parameter source ---- */
 
-static zo_status eng_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, void **p, void **g, int n)
+static zo_status eng_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, void **p, void **g,
+                           int n)
 {
     ZT_LIB(zo_engine_fetch((zo_engine_t)ctx, layer, phase, s, p, g, n));
     return ZO_OK;
@@ -64,7 +67,8 @@ zo_status zt_parse_home(const char *s, int *out)
             *out = (int)homes[i].tier;
             return ZO_OK;
         }
-    return zt_fail(ZO_ERR_INVALID_ARG, "offload target '%s': expected none, cpu or nvme", s ? s : "(null)");
+    return zt_fail(ZO_ERR_INVALID_ARG, "offload target '%s': expected none, cpu or nvme",
+                   s ? s : "(null)");
 }
 
 const char *zt_home_name(zo_tier t)
@@ -89,7 +93,8 @@ static uint64_t largest_tensor(const zt_shape *s)
     uint64_t mx = 0;
     for (int l = 0; l < zt_engine_layers(s); l++)
         for (int i = 0; i < zt_layer_tensors(s, l); i++)
-            if (zt_tensor_numel(s, l, i) > mx) mx = zt_tensor_numel(s, l, i);
+            if (zt_tensor_numel(s, l, i) > mx)
+                mx = zt_tensor_numel(s, l, i);
     return mx;
 }
 
@@ -98,7 +103,8 @@ static uint64_t largest_tensor(const zt_shape *s)
 static uint64_t default_chunk_bytes(const zt_shape *s)
 {
     uint64_t block = 0;
-    for (int i = 0; i < ZT_BLOCK_TENSORS; i++) block += zt_tensor_numel(s, 1, i);
+    for (int i = 0; i < ZT_BLOCK_TENSORS; i++)
+        block += zt_tensor_numel(s, 1, i);
     uint64_t cb = largest_tensor(s) > block / 4 ? largest_tensor(s) : block / 4;
     cb *= 2; /* 16-bit */
     return (cb + (64u << 10) - 1) / (64u << 10) * (64u << 10);
@@ -106,11 +112,15 @@ static uint64_t default_chunk_bytes(const zt_shape *s)
 
 static const char *resolve_backend(const char *dev)
 {
-    if (dev && strcmp(dev, "auto") == 0) return zo_device_cuda_count() > 0 ? "cuda" : "cpu";
+    if (dev && strcmp(dev, "auto") == 0)
+        return zo_device_cuda_count() > 0 ? "cuda" : "cpu";
     return dev;
 }
 
-static int is_cuda(const zt_trainer *t) { return strcmp(t->setup.backend, "cuda") == 0; }
+static int is_cuda(const zt_trainer *t)
+{
+    return strcmp(t->setup.backend, "cuda") == 0;
+}
 
 /* Defaults that depend on the device: on a GPU the parameters stay on it and
  * the optimizer runs on the host; on the cpu device the demo configuration
@@ -118,8 +128,10 @@ static int is_cuda(const zt_trainer *t) { return strcmp(t->setup.backend, "cuda"
 static void resolve_homes(zt_trainer *t)
 {
     int cuda = is_cuda(t);
-    if (t->o.param_home == ZT_HOME_DEFAULT) t->o.param_home = cuda ? ZO_TIER_DEVICE : ZO_TIER_HOST;
-    if (t->o.optim_home == ZT_HOME_DEFAULT) t->o.optim_home = cuda ? ZO_TIER_HOST : ZO_TIER_NVME;
+    if (t->o.param_home == ZT_HOME_DEFAULT)
+        t->o.param_home = cuda ? ZO_TIER_DEVICE : ZO_TIER_HOST;
+    if (t->o.optim_home == ZT_HOME_DEFAULT)
+        t->o.optim_home = cuda ? ZO_TIER_HOST : ZO_TIER_NVME;
     t->setup.param_home = (zo_tier)t->o.param_home;
     t->setup.optim_home = (zo_tier)t->o.optim_home;
 }
@@ -142,10 +154,12 @@ static zo_status make_dir(const char *dir)
 
 static zo_status resolve_nvme(zt_trainer *t)
 {
-    if (t->o.param_home != ZO_TIER_NVME && t->o.optim_home != ZO_TIER_NVME) return ZO_OK;
+    if (t->o.param_home != ZO_TIER_NVME && t->o.optim_home != ZO_TIER_NVME)
+        return ZO_OK;
     if (t->o.n_nvme_paths == 0) {
         if (!t->o.default_nvme_dir)
-            return zt_fail(ZO_ERR_INVALID_ARG, "an NVMe home needs a directory: pass --nvme-path DIR");
+            return zt_fail(ZO_ERR_INVALID_ARG,
+                           "an NVMe home needs a directory: pass --nvme-path DIR");
         ZT_TRY(make_dir(t->o.default_nvme_dir));
         t->o.nvme_paths[t->o.n_nvme_paths++] = t->o.default_nvme_dir;
     }
@@ -177,6 +191,8 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
     c.adam.adamw = 1;
     c.max_grad_norm = o->max_grad_norm;
     c.loss_scaler.initial_scale_power = o->loss_scale_power;
+    c.nvme_faults = o->nvme_faults;
+    c.n_nvme_faults = o->n_nvme_faults;
     return c;
 }
 
@@ -186,16 +202,21 @@ static zo_status register_model(zo_engine_t eng, const zt_options *o, int **ids)
 {
     const zt_shape *s = &o->shape;
     float *buf = malloc(largest_tensor(s) * sizeof *buf);
-    if (!buf) return zt_fail(ZO_ERR_NO_MEMORY, "initial values of the largest tensor");
-    if (!ids) memset(buf, 0, largest_tensor(s) * sizeof *buf);
+    if (!buf)
+        return zt_fail(ZO_ERR_NO_MEMORY, "initial values of the largest tensor");
+    if (!ids)
+        memset(buf, 0, largest_tensor(s) * sizeof *buf);
     zo_status st = ZO_OK;
     for (int l = 0; st >= 0 && l < zt_engine_layers(s); l++)
         for (int i = 0; st >= 0 && i < zt_layer_tensors(s, l); i++) {
             char name[64];
             zt_tensor_name(s, l, i, name, sizeof name);
-            if (ids) zt_tensor_init(s, l, i, o->seed, o->init_std, buf);
-            st = zo_engine_register(eng, l, name, zt_tensor_numel(s, l, i), buf, ids ? &ids[l][i] : NULL);
-            if (st < 0) zt_lib_fail(st, "zo_engine_register");
+            if (ids)
+                zt_tensor_init(s, l, i, o->seed, o->init_std, buf);
+            st = zo_engine_register(eng, l, name, zt_tensor_numel(s, l, i), buf,
+                                    ids ? &ids[l][i] : NULL);
+            if (st < 0)
+                zt_lib_fail(st, "zo_engine_register");
         }
     free(buf);
     return st;
@@ -205,7 +226,8 @@ static zo_status register_model(zo_engine_t eng, const zt_options *o, int **ids)
  * parameter and gradient chunks, or every parameter chunk with
  * --offload-param none), from a plan on a probe engine; *slot_layer_bytes
  * the bytes of one layer of parameter slots. */
-static zo_status engine_min_device(const zt_trainer *t, uint64_t *min_bytes, uint64_t *slot_layer_bytes)
+static zo_status engine_min_device(const zt_trainer *t, uint64_t *min_bytes,
+                                   uint64_t *slot_layer_bytes)
 {
     zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
     dc.backend = "cpu";
@@ -214,11 +236,14 @@ static zo_status engine_min_device(const zt_trainer *t, uint64_t *min_bytes, uin
     ZT_LIB(zo_device_init(&dev, &dc));
     zo_engine_config c = engine_config(t, dev, 1); /* one byte: the plan reports its minimum */
     zo_status st = zo_engine_init(&eng, &c);
-    if (st < 0) zt_lib_fail(st, "zo_engine_init (planning probe)");
-    if (st >= 0) st = register_model(eng, &t->o, NULL);
+    if (st < 0)
+        zt_lib_fail(st, "zo_engine_init (planning probe)");
+    if (st >= 0)
+        st = register_model(eng, &t->o, NULL);
     zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
     int fits = 0;
-    if (st >= 0 && (st = zo_engine_plan(eng, &fp, &fits, NULL, 0)) < 0) zt_lib_fail(st, "zo_engine_plan");
+    if (st >= 0 && (st = zo_engine_plan(eng, &fp, &fits, NULL, 0)) < 0)
+        zt_lib_fail(st, "zo_engine_plan");
     zo_engine_free(eng);
     zo_device_free(dev);
     ZT_TRY(st);
@@ -241,16 +266,19 @@ static zo_status choose_budget(zt_trainer *t, uint64_t *budget)
     zt_model_config mc = model_config(&t->o);
     t->setup.activation_bytes = zt_model_activation_bytes(&mc);
     *budget = t->o.device_mem;
-    if (*budget || is_cuda(t)) return ZO_OK;
+    if (*budget || is_cuda(t))
+        return ZO_OK;
     /* The probe registers every tensor (the engine copies its fp32 values). */
     if (t->setup.n_params > ZT_PROBE_MAX_PARAMS)
-        return zt_fail(ZO_ERR_INVALID_ARG,
-                       "the cpu device's default budget is planned only for models up to %llu parameters "
-                       "(this one has %llu): pass --device-mem BYTES",
-                       (unsigned long long)ZT_PROBE_MAX_PARAMS, (unsigned long long)t->setup.n_params);
+        return zt_fail(
+            ZO_ERR_INVALID_ARG,
+            "the cpu device's default budget is planned only for models up to %llu parameters "
+            "(this one has %llu): pass --device-mem BYTES",
+            (unsigned long long)ZT_PROBE_MAX_PARAMS, (unsigned long long)t->setup.n_params);
     uint64_t min_bytes = 0, layer_bytes = 0;
     ZT_TRY(engine_min_device(t, &min_bytes, &layer_bytes));
-    *budget = t->setup.activation_bytes + min_bytes + (t->o.param_home == ZO_TIER_DEVICE ? 0 : 2 * layer_bytes);
+    *budget = t->setup.activation_bytes + min_bytes +
+              (t->o.param_home == ZO_TIER_DEVICE ? 0 : 2 * layer_bytes);
     return ZO_OK;
 }
 
@@ -274,17 +302,20 @@ static zo_status open_engine(zt_trainer *t)
 {
     uint64_t reserve = is_cuda(t) ? ZT_CUDA_RESERVE : 0, need = t->setup.activation_bytes + reserve;
     if (t->setup.device_budget <= need)
-        return zt_fail(ZO_ERR_OUT_OF_DEVICE_MEMORY,
-                       "the device budget of %llu bytes does not hold the activations (%llu bytes for "
-                       "micro-batch %d x seq %d)%s; raise --device-mem or lower --micro-batch/--seq",
-                       (unsigned long long)t->setup.device_budget, (unsigned long long)t->setup.activation_bytes,
-                       t->o.micro_batch, t->o.seq, reserve ? " plus a 512 MiB CUDA reserve" : "");
+        return zt_fail(
+            ZO_ERR_OUT_OF_DEVICE_MEMORY,
+            "the device budget of %llu bytes does not hold the activations (%llu bytes for "
+            "micro-batch %d x seq %d)%s; raise --device-mem or lower --micro-batch/--seq",
+            (unsigned long long)t->setup.device_budget,
+            (unsigned long long)t->setup.activation_bytes, t->o.micro_batch, t->o.seq,
+            reserve ? " plus a 512 MiB CUDA reserve" : "");
     t->setup.engine_device_bytes = t->setup.device_budget - need;
     zo_engine_config c = engine_config(t, t->dev, t->setup.engine_device_bytes);
     ZT_LIB(zo_engine_init(&t->eng, &c));
     int n_layers = zt_engine_layers(&t->o.shape);
     t->ids = calloc((size_t)n_layers, sizeof *t->ids);
-    if (!t->ids) return zt_fail(ZO_ERR_NO_MEMORY, "tensor id table");
+    if (!t->ids)
+        return zt_fail(ZO_ERR_NO_MEMORY, "tensor id table");
     for (int l = 0; l < n_layers; l++)
         if (!(t->ids[l] = calloc(ZT_MAX_LAYER_TENSORS, sizeof **t->ids)))
             return zt_fail(ZO_ERR_NO_MEMORY, "tensor id table");
@@ -304,9 +335,11 @@ static zo_status check_options(const zt_options *o)
 {
     ZT_TRY(zt_shape_check(&o->shape));
     if (o->steps < 0 || o->seq <= 0 || o->micro_batch <= 0 || o->grad_accum <= 0)
-        return zt_fail(ZO_ERR_INVALID_ARG, "steps %d (>= 0), seq %d, micro-batch %d, grad-accum %d (> 0)",
-                       o->steps, o->seq, o->micro_batch, o->grad_accum);
-    if (!(o->lr > 0.0f) || !isfinite(o->lr)) return zt_fail(ZO_ERR_INVALID_ARG, "--lr %g must be > 0", (double)o->lr);
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "steps %d (>= 0), seq %d, micro-batch %d, grad-accum %d (> 0)", o->steps,
+                       o->seq, o->micro_batch, o->grad_accum);
+    if (!(o->lr > 0.0f) || !isfinite(o->lr))
+        return zt_fail(ZO_ERR_INVALID_ARG, "--lr %g must be > 0", (double)o->lr);
     if (o->dtype != ZO_OPTIM_BF16 && o->dtype != ZO_OPTIM_FP16)
         return zt_fail(ZO_ERR_INVALID_ARG, "parameter dtype must be bf16 or fp16");
     return ZO_OK;
@@ -317,13 +350,17 @@ static zo_status open_data(zt_trainer *t)
     ZT_TRY(zt_data_open(&t->data, t->o.data_path, t->o.seq, t->o.val_fraction, t->o.seed));
     zt_data_get_info(t->data, &t->setup.data);
     if (t->setup.data.vocab > t->o.shape.vocab)
-        return zt_fail(ZO_ERR_INVALID_ARG, "%s has a vocabulary of %d but the model's is %d: pass --vocab %d",
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "%s has a vocabulary of %d but the model's is %d: pass --vocab %d",
                        t->o.data_path, t->setup.data.vocab, t->o.shape.vocab, t->setup.data.vocab);
     size_t n = (size_t)t->o.grad_accum * t->o.micro_batch * t->o.seq;
     t->in = malloc(n * sizeof *t->in);
     t->tgt = malloc(n * sizeof *t->tgt);
+    t->vin = malloc(n * sizeof *t->vin);
+    t->vtgt = malloc(n * sizeof *t->vtgt);
     t->losses = malloc((size_t)t->o.grad_accum * sizeof *t->losses);
-    if (!t->in || !t->tgt || !t->losses) return zt_fail(ZO_ERR_NO_MEMORY, "token buffers");
+    if (!t->in || !t->tgt || !t->vin || !t->vtgt || !t->losses)
+        return zt_fail(ZO_ERR_NO_MEMORY, "token buffers");
     return ZO_OK;
 }
 
@@ -332,7 +369,8 @@ static zo_status trainer_open(zt_trainer *t)
     ZT_TRY(check_options(&t->o));
     const char *be = resolve_backend(t->o.device);
     if (!be || (strcmp(be, "cpu") != 0 && strcmp(be, "cuda") != 0))
-        return zt_fail(ZO_ERR_INVALID_ARG, "--device '%s': expected auto, cpu or cuda", t->o.device);
+        return zt_fail(ZO_ERR_INVALID_ARG, "--device '%s': expected auto, cpu or cuda",
+                       t->o.device);
     snprintf(t->setup.backend, sizeof t->setup.backend, "%s", be);
     resolve_homes(t);
     ZT_TRY(resolve_nvme(t));
@@ -345,7 +383,8 @@ static zo_status trainer_open(zt_trainer *t)
 zo_status zt_trainer_init(zt_trainer **out, const zt_options *o)
 {
     zt_trainer *t = calloc(1, sizeof *t);
-    if (!t) return zt_fail(ZO_ERR_NO_MEMORY, "trainer");
+    if (!t)
+        return zt_fail(ZO_ERR_NO_MEMORY, "trainer");
     t->o = *o;
     double t0 = now_s();
     zo_status st = trainer_open(t);
@@ -360,38 +399,57 @@ zo_status zt_trainer_init(zt_trainer **out, const zt_options *o)
 
 void zt_trainer_free(zt_trainer *t)
 {
-    if (!t) return;
-    if (t->s) zo_stream_synchronize(t->s);
+    if (!t)
+        return;
+    if (t->s)
+        zo_stream_synchronize(t->s);
     zo_engine_free(t->eng);
     zt_model_free(t->m);
     zo_stream_destroy(t->s);
     zo_device_free(t->dev);
     zt_data_free(t->data);
-    for (int l = 0; t->ids && l < zt_engine_layers(&t->o.shape); l++) free(t->ids[l]);
+    for (int l = 0; t->ids && l < zt_engine_layers(&t->o.shape); l++)
+        free(t->ids[l]);
     free(t->ids);
     free(t->in);
     free(t->tgt);
+    free(t->vin);
+    free(t->vtgt);
     free(t->losses);
     free(t);
 }
 
-const zt_setup *zt_trainer_setup(const zt_trainer *t) { return &t->setup; }
-zo_engine_t zt_trainer_engine(zt_trainer *t) { return t->eng; }
+const zt_setup *zt_trainer_setup(const zt_trainer *t)
+{
+    return &t->setup;
+}
+zo_engine_t zt_trainer_engine(zt_trainer *t)
+{
+    return t->eng;
+}
 
 zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
 {
     const int n = t->o.grad_accum;
-    zt_data_next_train(t->data, t->in, t->tgt, n * t->o.micro_batch);
+    if (t->retry)
+        zo_stream_synchronize(
+            t->s); /* let the abandoned step's queued work finish; its error is reported */
+    else
+        zt_data_next_train(t->data, t->in, t->tgt, n * t->o.micro_batch);
+    t->retry = 1;
     ZT_TRY(zt_model_set_batch(t->m, t->in, t->tgt, n));
     /* The mean over micro-batches, times the loss scale (fp16). */
     float grad_scale = (float)(zo_engine_loss_scale(t->eng) / n);
-    for (int i = 0; i < n; i++) ZT_TRY(zt_model_train_micro(t->m, &t->src, i, grad_scale));
+    for (int i = 0; i < n; i++)
+        ZT_TRY(zt_model_train_micro(t->m, &t->src, i, grad_scale));
     ZT_TRY(zt_model_read_losses(t->m, t->losses, n));
     memset(stats, 0, sizeof *stats);
     stats->struct_size = sizeof *stats;
     ZT_LIB(zo_engine_end_step(t->eng, stats));
+    t->retry = 0;
     double sum = 0;
-    for (int i = 0; i < n; i++) sum += t->losses[i];
+    for (int i = 0; i < n; i++)
+        sum += t->losses[i];
     *loss = (float)(sum / n);
     return ZO_OK;
 }
@@ -404,11 +462,13 @@ zo_status zt_trainer_validate(zt_trainer *t, double *loss, uint64_t *n_tokens)
     double sum = 0;
     for (int done = 0; done < total;) {
         int k = total - done < hold ? total - done : hold;
-        zt_data_val(t->data, (uint64_t)done * mb, t->in, t->tgt, k * mb);
-        ZT_TRY(zt_model_set_batch(t->m, t->in, t->tgt, k));
-        for (int i = 0; i < k; i++) ZT_TRY(zt_model_eval_micro(t->m, &t->src, i));
+        zt_data_val(t->data, (uint64_t)done * mb, t->vin, t->vtgt, k * mb);
+        ZT_TRY(zt_model_set_batch(t->m, t->vin, t->vtgt, k));
+        for (int i = 0; i < k; i++)
+            ZT_TRY(zt_model_eval_micro(t->m, &t->src, i));
         ZT_TRY(zt_model_read_losses(t->m, t->losses, k));
-        for (int i = 0; i < k; i++) sum += t->losses[i];
+        for (int i = 0; i < k; i++)
+            sum += t->losses[i];
         done += k;
     }
     *loss = total ? sum / total : NAN;
@@ -418,7 +478,8 @@ zo_status zt_trainer_validate(zt_trainer *t, double *loss, uint64_t *n_tokens)
 
 zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out)
 {
-    if (layer < 0 || layer >= zt_engine_layers(&t->o.shape) || idx < 0 || idx >= zt_layer_tensors(&t->o.shape, layer))
+    if (layer < 0 || layer >= zt_engine_layers(&t->o.shape) || idx < 0 ||
+        idx >= zt_layer_tensors(&t->o.shape, layer))
         return zt_fail(ZO_ERR_INVALID_ARG, "no tensor %d in layer %d", idx, layer);
     ZT_LIB(zo_engine_read_master(t->eng, t->ids[layer][idx], out));
     return ZO_OK;

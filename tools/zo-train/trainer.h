@@ -28,30 +28,34 @@ typedef struct zt_options {
     float lr, beta1, beta2, eps, weight_decay, max_grad_norm;
     uint64_t seed;
     float init_std;
-    const char *device;       /* "auto", "cpu" or "cuda" */
-    uint64_t device_mem;      /* the device budget (cpu: its capacity); 0: default */
+    const char *device;         /* "auto", "cpu" or "cuda" */
+    uint64_t device_mem;        /* the device budget (cpu: its capacity); 0: default */
     int param_home, optim_home; /* zo_tier, or ZT_HOME_DEFAULT */
     const char *nvme_paths[ZT_MAX_NVME_PATHS];
     int n_nvme_paths;
     const char *default_nvme_dir; /* used when a home is nvme and no path is given */
     zo_optim_mode mode;
-    zo_optim_dtype dtype;     /* ZO_OPTIM_BF16 or ZO_OPTIM_FP16 */
-    int loss_scale_power;     /* fp16: the dynamic loss scale starts at 2^power (DeepSpeed's 16) */
-    uint64_t chunk_bytes;     /* 0: max(largest tensor, a quarter of a block), 64 KiB multiple */
-    int lookahead;            /* engine prefetch depth */
-    int optim_threads;        /* 0: the engine's default */
-    double val_fraction;      /* held-out tail of the data */
-    int val_batches;          /* validation micro-batches at most */
+    zo_optim_dtype dtype; /* ZO_OPTIM_BF16 or ZO_OPTIM_FP16 */
+    int loss_scale_power; /* fp16: the dynamic loss scale starts at 2^power (DeepSpeed's 16) */
+    uint64_t chunk_bytes; /* 0: max(largest tensor, a quarter of a block), 64 KiB multiple */
+    int lookahead;        /* engine prefetch depth */
+    int optim_threads;    /* 0: the engine's default */
+    double val_fraction;  /* held-out tail of the data */
+    int val_batches;      /* validation micro-batches at most */
+    const zo_swap_fault
+        *nvme_faults; /* tests: armed when the swap stores open (see zo_engine_config) */
+    size_t n_nvme_faults;
 } zt_options;
 
 /* Defaults: tiny preset values are filled by the caller (zt_preset). */
 #define ZT_OPTIONS_INIT                                                                            \
-    {.steps = 150, .seq = 128, .micro_batch = 8, .grad_accum = 1, .lr = 2e-3f, .beta1 = 0.9f,      \
-     .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f, .max_grad_norm = 1.0f, .seed = 1,        \
-     .init_std = 0.02f, .device = "auto", .param_home = ZT_HOME_DEFAULT,                           \
-     .optim_home = ZT_HOME_DEFAULT, .mode = ZO_OPTIM_SYNC, .dtype = ZO_OPTIM_BF16, .loss_scale_power = 16,       \
-     .lookahead = 2, \
-     .val_fraction = 0.05, .val_batches = 8}
+    {                                                                                              \
+        .steps = 150, .seq = 128, .micro_batch = 8, .grad_accum = 1, .lr = 2e-3f, .beta1 = 0.9f,   \
+        .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f, .max_grad_norm = 1.0f, .seed = 1,      \
+        .init_std = 0.02f, .device = "auto", .param_home = ZT_HOME_DEFAULT,                        \
+        .optim_home = ZT_HOME_DEFAULT, .mode = ZO_OPTIM_SYNC, .dtype = ZO_OPTIM_BF16,              \
+        .loss_scale_power = 16, .lookahead = 2, .val_fraction = 0.05, .val_batches = 8             \
+    }
 
 /* What the trainer decided and measured before the first step. */
 typedef struct zt_setup {
@@ -61,7 +65,7 @@ typedef struct zt_setup {
     uint64_t activation_bytes; /* the model's arena */
     uint64_t engine_device_bytes;
     zo_tier param_home, optim_home;
-    char nvme_dir[512];        /* the first NVMe path, "" when nothing lives on NVMe */
+    char nvme_dir[512]; /* the first NVMe path, "" when nothing lives on NVMe */
     zo_engine_footprint footprint;
     zt_data_info data;
     uint64_t n_params;
@@ -76,7 +80,10 @@ const zt_setup *zt_trainer_setup(const zt_trainer *t);
 zo_engine_t zt_trainer_engine(zt_trainer *t);
 
 /* One optimizer step over grad_accum micro-batches: *loss is the mean of
- * their losses (before the update), *stats the engine's statistics. */
+ * their losses (before the update), *stats the engine's statistics. When a
+ * step fails (an NVMe error, say) the engine keeps the previous weights and
+ * the next call retries the same step on the same batch, so a run with a
+ * retried failure equals a run without it. */
 zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats);
 /* Mean loss over the validation micro-batches (min(val_batches, what the
  * split holds)); *n_tokens the tokens it covered (0: the split is shorter

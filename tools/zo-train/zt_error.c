@@ -25,4 +25,7 @@ zo_status zt_lib_fail(zo_status st, const char *what)
     return st;
 }
 
-const char *zt_last_error(void) { return zt_err; }
+const char *zt_last_error(void)
+{
+    return zt_err;
+}

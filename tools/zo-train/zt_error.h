@@ -18,14 +18,16 @@ const char *zt_last_error(void);
 #define ZT_TRY(expr)                                                                               \
     do {                                                                                           \
         zo_status zt_try_st_ = (expr);                                                             \
-        if (zt_try_st_ < 0) return zt_try_st_;                                                     \
+        if (zt_try_st_ < 0)                                                                        \
+            return zt_try_st_;                                                                     \
     } while (0)
 
 /* Call the library; on failure record its message prefixed by the call. */
 #define ZT_LIB(expr)                                                                               \
     do {                                                                                           \
         zo_status zt_lib_st_ = (expr);                                                             \
-        if (zt_lib_st_ < 0) return zt_lib_fail(zt_lib_st_, #expr);                                 \
+        if (zt_lib_st_ < 0)                                                                        \
+            return zt_lib_fail(zt_lib_st_, #expr);                                                 \
     } while (0)
 
 #endif
