@@ -212,12 +212,15 @@ static zo_status pack(struct zo_engine *e)
     return ZO_OK;
 }
 
+/* The engine's device budget: device_bytes, but never more than the device
+ * has free now (so a plan that fits never fails at allocation). */
 static uint64_t device_budget(struct zo_engine *e)
 {
-    if (e->cfg.device_bytes) return e->cfg.device_bytes;
     zo_device_mem_stats ms;
-    if (zo_device_mem_get_stats(e->dev, &ms) < 0) return 0;
-    return ms.budget > ms.in_use ? ms.budget - ms.in_use : 0;
+    uint64_t free_now = 0;
+    if (zo_device_mem_get_stats(e->dev, &ms) == ZO_OK && ms.budget > ms.in_use) free_now = ms.budget - ms.in_use;
+    if (e->cfg.device_bytes && e->cfg.device_bytes < free_now) return e->cfg.device_bytes;
+    return free_now;
 }
 
 static int shortfall(char *msg, size_t cap, const char *tier, uint64_t need, uint64_t budget,

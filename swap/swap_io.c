@@ -282,6 +282,7 @@ static void start_req(zo_swap_t s, store_req *r)
     s->inflight++;
     pthread_mutex_lock(&s->mu);
     s->stats.requests++;
+    s->stats.requests_fixed += r->io.buf_index >= 0;
     pthread_mutex_unlock(&s->mu);
 }
 

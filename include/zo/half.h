@@ -65,13 +65,14 @@ static inline uint16_t zo_f32_to_f16(float f)
     return (uint16_t)(sign | (r >> 13));
 }
 
-/* IEEE binary16 -> fp32, exact (subnormals, inf and NaN included). */
+/* IEEE binary16 -> fp32, exact (subnormals and inf included); a NaN comes
+ * back quiet with its payload, as F16C does. */
 static inline float zo_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t mant = h & 0x3ffu;
-    if (exp == 0x1fu) return zo_bits_f32(sign | 0x7f800000u | (mant << 13));
+    if (exp == 0x1fu) return zo_bits_f32(sign | 0x7f800000u | (mant ? 0x00400000u : 0u) | (mant << 13));
     if (exp == 0) {
         /* Subnormal (or zero): mant * 2^-24, exact in fp32. */
         float v = (float)mant * 0x1p-24f;

@@ -71,7 +71,10 @@ typedef struct zo_swap_config {
     size_t npaths;
     uint64_t capacity;        /* payload bytes the store must hold, summed over files */
     uint64_t extent_bytes;    /* largest payload of one extent (a chunk); rounded up to 4 KiB */
-    const char *engine;       /* "auto" (default: io_uring, else sync), "io_uring", "sync" */
+    /* "auto" (default): io_uring, or sync when io_uring cannot be set up
+     * (logged once; ZO_SWAP_FORCE_SYNC=1 forces that failure); "io_uring"
+     * (fails with ZO_ERR_UNSUPPORTED instead of falling back); "sync". */
+    const char *engine;
     uint32_t queue_depth;     /* engine requests in flight (default 32) */
     uint32_t block_size;      /* bytes per engine request, multiple of 4096 (default 1 MiB) */
     zo_swap_reuse reuse;      /* what to do with a stale swap file */
@@ -94,6 +97,7 @@ typedef struct zo_swap_stats {
     uint64_t bytes_read;        /* payload bytes of successful, verified reads */
     uint64_t writes, reads;     /* completed successfully */
     uint64_t requests;          /* engine requests submitted (including retries) */
+    uint64_t requests_fixed;    /* of those, into or from a registered buffer */
     uint64_t retries;           /* EINTR/EAGAIN resubmissions */
     uint64_t short_ios;         /* short transfers resubmitted */
     uint64_t errors;            /* writes/reads that failed */
@@ -103,7 +107,7 @@ typedef struct zo_swap_stats {
     uint64_t file_bytes;        /* bytes preallocated over all files */
 } zo_swap_stats;
 
-#define ZO_SWAP_STATS_INIT {sizeof(zo_swap_stats), NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define ZO_SWAP_STATS_INIT {sizeof(zo_swap_stats), NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* Called on the store's I/O thread when a write or read finishes. msg names
  * the failure (file, offset, cause) or is "" on success. Must not block for

@@ -501,6 +501,17 @@ static void test_impossible_plans_are_refused_up_front(void **state)
     if (!strstr(msg, "device tier") || !strstr(msg, "short by 1 bytes")) fail_msg("plan message: %s", msg);
     harness_close(&h);
 
+    /* a device_bytes beyond what the device has free is held to what is free */
+    c.device_bytes = 1ull << 40;
+    harness_open(&h, &c);
+    void *hog;
+    ZO_ASSERT_OK(zo_device_malloc(h.dev, (64u << 20) - min_device_bytes() + 1, &hog));
+    ZO_ASSERT_ST(make_engine(&h, NULL, 0), ZO_ERR_OUT_OF_DEVICE_MEMORY);
+    if (!strstr(zo_last_error(), "device tier") || !strstr(zo_last_error(), "short by 1 bytes"))
+        fail_msg("refusal message: %s", zo_last_error());
+    ZO_ASSERT_OK(zo_device_mfree(h.dev, hog));
+    harness_close(&h);
+
     /* more ranks are refused with a clear message, not silently run as one */
     zo_engine_config ec = ZO_ENGINE_CONFIG_INIT;
     zo_device_config dc = ZO_DEVICE_CONFIG_INIT;

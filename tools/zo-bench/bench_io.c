@@ -145,9 +145,10 @@ static zo_status bench(const io_opts *o, io_result *res)
     c.name = "zo-bench-io";
     c.reuse = ZO_SWAP_REUSE; /* a file left by an interrupted benchmark is ours to take over */
     uint64_t n = (o->size + o->extent - 1) / o->extent;
-    /* Enough extents in flight to keep qd requests of bs bytes queued. */
-    uint64_t depth = (2 * o->qd * o->bs + o->extent - 1) / o->extent;
-    if (depth < 2) depth = 2;
+    /* Extents in flight: enough to fill qd requests of bs bytes, plus two so
+     * that the queue stays full while this thread verifies a finished read
+     * (in zo_swap_wait) and hashes the next write. */
+    uint64_t depth = (o->qd * o->bs + o->extent - 1) / o->extent + 2;
     if (depth > n) depth = n;
     zo_swap_t s = NULL;
     zo_swap_extent_t *ext = calloc(n, sizeof *ext);
@@ -188,10 +189,11 @@ static zo_status bench(const io_opts *o, io_result *res)
 
 static void print_json(const io_opts *o, const io_result *r, double gbps)
 {
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:I, s:b}", "bench", "io",
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:I, s:I, s:b}", "bench", "io",
                           "rw", o->rw, "path", o->path, "engine", r->engine, "size", (json_int_t)o->size, "bs",
                           (json_int_t)o->bs, "qd", (json_int_t)o->qd, "extent", (json_int_t)o->extent, "seconds",
-                          r->seconds, "gbps", gbps, "requests", (json_int_t)r->stats.requests, "retries",
+                          r->seconds, "gbps", gbps, "requests", (json_int_t)r->stats.requests,
+                          "requests_fixed", (json_int_t)r->stats.requests_fixed, "retries",
                           (json_int_t)r->stats.retries, "short_ios", (json_int_t)r->stats.short_ios, "o_direct", 1);
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     if (txt) puts(txt);

@@ -1,0 +1,256 @@
+/* The optimizer's worker pool: results bit-identical for any number of
+ * threads, asynchronous jobs run in order, core binding, error paths.
+ * Labelled tsan: also run under ThreadSanitizer. */
+#include <sched.h>
+
+#include "adam_ref.h"
+
+#define N 100003 /* about 390 tiles of 256, with a ragged last tile */
+
+static zo_optim_pool_t make_pool(int threads, size_t tile)
+{
+    zo_optim_pool_config cfg = ZO_OPTIM_POOL_CONFIG_INIT;
+    cfg.nthreads = threads;
+    cfg.tile_elems = tile;
+    zo_optim_pool_t pool;
+    ZO_ASSERT_OK(zo_optim_pool_init(&pool, &cfg));
+    assert_int_equal(zo_optim_pool_nthreads(pool), threads);
+    assert_int_equal(zo_optim_pool_tile_elems(pool), tile);
+    return pool;
+}
+
+static void fill_case(adam_case *c, uint64_t seed)
+{
+    uint64_t s = seed;
+    case_fill_grads(c, &s);
+    case_fill_state(c, &s);
+}
+
+static zo_adam_params step_params(int64_t step)
+{
+    zo_adam_params p = ZO_ADAM_PARAMS_INIT;
+    p.adamw = 1;
+    p.weight_decay = 0.01f;
+    p.step = step;
+    p.grad_scale = 0.25f;
+    return p;
+}
+
+static void assert_same_state(const adam_case *a, const adam_case *b)
+{
+    size_t ss = zo_optim_dtype_size(a->st);
+    assert_memory_equal(a->master, b->master, a->n * 4);
+    assert_memory_equal(a->m, b->m, a->n * ss);
+    assert_memory_equal(a->v, b->v, a->n * ss);
+    if (a->out) assert_memory_equal(a->out, b->out, a->n * 2);
+}
+
+/* Every thread count gives the single-call result, bit for bit. */
+static void test_adam_thread_count_invariance(void **state)
+{
+    adam_case want, got;
+    case_alloc(&want, N, ZO_OPTIM_BF16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    case_alloc(&got, N, ZO_OPTIM_BF16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    fill_case(&want, 5);
+    zo_adam_params p = step_params(4);
+    ZO_ASSERT_OK(zo_adam_step(&p, &want.b));
+    for (int threads = 1; threads <= 4; threads++) {
+        zo_optim_pool_t pool = make_pool(threads, 256);
+        fill_case(&got, 5);
+        ZO_ASSERT_OK(zo_optim_pool_adam_step(pool, &p, &got.b));
+        assert_same_state(&got, &want);
+        zo_optim_pool_free(pool);
+    }
+    case_free(&want);
+    case_free(&got);
+}
+
+/* The sum of squares is identical for every thread count (fixed tiles,
+ * combined in tile order) and matches the reference. */
+static void test_grad_stats_deterministic(void **state)
+{
+    adam_case c;
+    case_alloc(&c, N, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_NONE);
+    uint64_t s = 9;
+    case_fill_grads(&c, &s);
+    long double ref = 0;
+    for (size_t i = 0; i < c.n; i++) ref += (long double)((float *)c.grad)[i] * ((float *)c.grad)[i];
+    double first = 0;
+    for (int threads = 1; threads <= 4; threads++) {
+        zo_optim_pool_t pool = make_pool(threads, 512);
+        for (int rep = 0; rep < 3; rep++) {
+            zo_grad_stats st;
+            ZO_ASSERT_OK(zo_optim_pool_grad_stats(pool, c.grad, c.gt, c.n, &st));
+            assert_int_equal(st.nonfinite, 0);
+            if (threads == 1 && rep == 0) first = st.sum_sq;
+            assert_memory_equal(&st.sum_sq, &first, sizeof first);
+        }
+        zo_optim_pool_free(pool);
+    }
+    assert_true(fabsl(first - ref) <= 1e-13L * ref);
+    ((float *)c.grad)[N - 1] = NAN;
+    zo_optim_pool_t pool = make_pool(2, 512);
+    zo_grad_stats st;
+    ZO_ASSERT_OK(zo_optim_pool_grad_stats(pool, c.grad, c.gt, c.n, &st));
+    assert_int_equal(st.nonfinite, 1);
+    zo_optim_pool_free(pool);
+    case_free(&c);
+}
+
+/* Jobs enqueued back to back on the same buffers run in order: three
+ * steps queued at once equal three steps taken one after another. */
+static void test_async_jobs_in_order(void **state)
+{
+    adam_case want, got;
+    case_alloc(&want, N, ZO_OPTIM_FP16, ZO_OPTIM_BF16, ZO_OPTIM_FP16);
+    case_alloc(&got, N, ZO_OPTIM_FP16, ZO_OPTIM_BF16, ZO_OPTIM_FP16);
+    fill_case(&want, 13);
+    fill_case(&got, 13);
+    for (int t = 1; t <= 3; t++) {
+        zo_adam_params p = step_params(t);
+        ZO_ASSERT_OK(zo_adam_step(&p, &want.b));
+    }
+    zo_optim_pool_t pool = make_pool(3, 1024);
+    zo_optim_job_t jobs[4];
+    for (int t = 1; t <= 3; t++) {
+        zo_adam_params p = step_params(t);
+        ZO_ASSERT_OK(zo_optim_pool_adam_enqueue(pool, &p, &got.b, &jobs[t - 1]));
+    }
+    ZO_ASSERT_OK(zo_optim_pool_grad_stats_enqueue(pool, got.grad, got.gt, got.n, -1, &jobs[3]));
+    zo_status st = zo_optim_job_poll(jobs[2]);
+    assert_true(st == ZO_OK || st == ZO_NOT_READY);
+    for (int k = 3; k >= 0; k--) ZO_ASSERT_OK(zo_optim_job_wait(jobs[k], NULL));
+    assert_same_state(&got, &want);
+    zo_optim_pool_free(pool);
+    case_free(&want);
+    case_free(&got);
+}
+
+/* Freeing the pool finishes queued work; handles stay waitable. */
+static void test_free_drains_queue(void **state)
+{
+    adam_case want, got;
+    case_alloc(&want, N, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_NONE);
+    case_alloc(&got, N, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_NONE);
+    fill_case(&want, 17);
+    fill_case(&got, 17);
+    zo_adam_params p = step_params(1);
+    ZO_ASSERT_OK(zo_adam_step(&p, &want.b));
+    zo_optim_pool_t pool = make_pool(2, 256);
+    zo_optim_job_t job, stats_job;
+    ZO_ASSERT_OK(zo_optim_pool_adam_enqueue(pool, &p, &got.b, &job));
+    ZO_ASSERT_OK(zo_optim_pool_grad_stats_enqueue(pool, got.grad, got.gt, got.n, -1, &stats_job));
+    zo_optim_pool_free(pool);
+    ZO_ASSERT_OK(zo_optim_job_poll(job));
+    ZO_ASSERT_OK(zo_optim_job_wait(job, NULL));
+    zo_grad_stats st;
+    ZO_ASSERT_OK(zo_optim_job_wait(stats_job, &st));
+    assert_true(st.sum_sq > 0);
+    assert_same_state(&got, &want);
+    case_free(&want);
+    case_free(&got);
+}
+
+static void test_core_binding(void **state)
+{
+    cpu_set_t allowed;
+    assert_int_equal(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    int cores[CPU_SETSIZE], ncores = 0;
+    for (int c = 0; c < CPU_SETSIZE && ncores < 4; c++)
+        if (CPU_ISSET(c, &allowed)) cores[ncores++] = c;
+    adam_case want, got;
+    case_alloc(&want, 4096, ZO_OPTIM_BF16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    case_alloc(&got, 4096, ZO_OPTIM_BF16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    fill_case(&want, 19);
+    zo_adam_params p = step_params(2);
+    ZO_ASSERT_OK(zo_adam_step(&p, &want.b));
+    /* One core per worker, then more workers than cores (each on the set). */
+    for (int threads = ncores; threads <= ncores + 2; threads += 2) {
+        zo_optim_pool_config cfg = ZO_OPTIM_POOL_CONFIG_INIT;
+        cfg.nthreads = threads;
+        cfg.cores = cores;
+        cfg.ncores = ncores;
+        cfg.tile_elems = 256;
+        zo_optim_pool_t pool;
+        ZO_ASSERT_OK(zo_optim_pool_init(&pool, &cfg));
+        fill_case(&got, 19);
+        ZO_ASSERT_OK(zo_optim_pool_adam_step(pool, &p, &got.b));
+        assert_same_state(&got, &want);
+        zo_optim_pool_free(pool);
+    }
+    case_free(&want);
+    case_free(&got);
+}
+
+static void test_pool_errors(void **state)
+{
+    zo_optim_pool_t pool = (zo_optim_pool_t)1;
+    zo_optim_pool_config cfg = ZO_OPTIM_POOL_CONFIG_INIT;
+    cfg.nthreads = 0;
+    ZO_ASSERT_ST(zo_optim_pool_init(&pool, &cfg), ZO_ERR_INVALID_ARG);
+    assert_null(pool);
+    cfg = (zo_optim_pool_config)ZO_OPTIM_POOL_CONFIG_INIT;
+    cfg.tile_elems = 100;
+    ZO_ASSERT_ST(zo_optim_pool_init(&pool, &cfg), ZO_ERR_INVALID_ARG);
+    int bad_core = CPU_SETSIZE - 1;
+    cpu_set_t allowed;
+    sched_getaffinity(0, sizeof allowed, &allowed);
+    if (!CPU_ISSET(bad_core, &allowed)) {
+        cfg = (zo_optim_pool_config)ZO_OPTIM_POOL_CONFIG_INIT;
+        cfg.cores = &bad_core;
+        cfg.ncores = 1;
+        ZO_ASSERT_ST(zo_optim_pool_init(&pool, &cfg), ZO_ERR_INVALID_ARG);
+        assert_true(strstr(zo_last_error(), "core") != NULL);
+    }
+    int neg = -1;
+    cfg = (zo_optim_pool_config)ZO_OPTIM_POOL_CONFIG_INIT;
+    cfg.cores = &neg;
+    cfg.ncores = 1;
+    ZO_ASSERT_ST(zo_optim_pool_init(&pool, &cfg), ZO_ERR_INVALID_ARG);
+    cfg.ncores = 0;
+    ZO_ASSERT_ST(zo_optim_pool_init(&pool, &cfg), ZO_ERR_INVALID_ARG);
+    cfg = (zo_optim_pool_config)ZO_OPTIM_POOL_CONFIG_INIT;
+    cfg.struct_size = 0;
+    ZO_ASSERT_ST(zo_optim_pool_init(&pool, &cfg), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_optim_pool_init(NULL, &cfg), ZO_ERR_INVALID_ARG);
+
+    pool = make_pool(1, 64);
+    adam_case c;
+    case_alloc(&c, 128, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_NONE);
+    zo_adam_params p = step_params(1);
+    zo_optim_job_t job = (zo_optim_job_t)1;
+    p.step = 0;
+    ZO_ASSERT_ST(zo_optim_pool_adam_enqueue(pool, &p, &c.b, &job), ZO_ERR_INVALID_ARG);
+    assert_null(job);
+    p.step = 1;
+    ZO_ASSERT_ST(zo_optim_pool_adam_enqueue(NULL, &p, &c.b, &job), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_optim_pool_adam_enqueue(pool, &p, &c.b, NULL), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_optim_pool_grad_stats_enqueue(pool, NULL, ZO_OPTIM_FP32, 10, -1, &job), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_optim_pool_roofline_enqueue(pool, &c.b, 99, &job), ZO_ERR_UNSUPPORTED);
+    ZO_ASSERT_ST(zo_optim_job_wait(NULL, NULL), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_optim_job_poll(NULL), ZO_ERR_INVALID_ARG);
+    /* An empty job is done at once. */
+    c.b.n = 0;
+    ZO_ASSERT_OK(zo_optim_pool_adam_enqueue(pool, &p, &c.b, &job));
+    ZO_ASSERT_OK(zo_optim_job_poll(job));
+    ZO_ASSERT_OK(zo_optim_job_wait(job, NULL));
+    zo_grad_stats st = {1, 1};
+    ZO_ASSERT_OK(zo_optim_pool_grad_stats(pool, c.grad, ZO_OPTIM_FP32, 0, &st));
+    assert_true(st.sum_sq == 0 && st.nonfinite == 0);
+    zo_optim_pool_free(pool);
+    zo_optim_pool_free(NULL);
+    case_free(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_adam_thread_count_invariance),
+        cmocka_unit_test(test_grad_stats_deterministic),
+        cmocka_unit_test(test_async_jobs_in_order),
+        cmocka_unit_test(test_free_drains_queue),
+        cmocka_unit_test(test_core_binding),
+        cmocka_unit_test(test_pool_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
