@@ -70,7 +70,7 @@ static void usage(FILE *f)
         "  --nvme-path DIR        a swap directory, one per drive (repeatable; default: a\n"
         "                         zo-train-swap directory next to the executable)\n"
         "  --optimizer-mode sync|overlap|dpu   (default sync)\n"
-        "  --chunk-bytes BYTES    engine chunk size (default: about a quarter of a block)\n"
+        "  --chunk-bytes BYTES    engine chunk size (default: the largest tensor)\n"
         "output:\n"
         "  --log-every N          a progress line on stderr every N steps (default 10)\n"
         "  --json                 print the summary as one JSON object\n"

@@ -37,7 +37,7 @@ typedef struct zt_options {
     zo_optim_mode mode;
     zo_optim_dtype dtype; /* ZO_OPTIM_BF16 or ZO_OPTIM_FP16 */
     int loss_scale_power; /* fp16: the dynamic loss scale starts at 2^power (DeepSpeed's 16) */
-    uint64_t chunk_bytes; /* 0: max(largest tensor, a quarter of a block), 64 KiB multiple */
+    uint64_t chunk_bytes; /* 0: the largest tensor's 16-bit bytes, 4 KiB multiple */
     int lookahead;        /* engine prefetch depth */
     int optim_threads;    /* 0: the engine's default */
     double val_fraction;  /* held-out tail of the data */
