@@ -49,7 +49,7 @@ static void usage(FILE *f)
         "data and schedule:\n"
         "  --data FILE            text (byte-level, vocabulary 256) or a ZOTOKENS token file\n"
         "                         (default: the shipped Shakespeare corpus)\n"
-        "  --steps N              optimizer steps (default 150)\n"
+        "  --steps N              optimizer steps (default 120)\n"
         "  --seq N                tokens per sequence (default 128)\n"
         "  --micro-batch N        sequences per micro-batch (default 8)\n"
         "  --grad-accum N         micro-batches per optimizer step (default 1)\n"
