@@ -50,7 +50,7 @@ typedef struct zt_options {
 /* Defaults: tiny preset values are filled by the caller (zt_preset). */
 #define ZT_OPTIONS_INIT                                                                            \
     {                                                                                              \
-        .steps = 150, .seq = 128, .micro_batch = 8, .grad_accum = 1, .lr = 2e-3f, .beta1 = 0.9f,   \
+        .steps = 120, .seq = 128, .micro_batch = 8, .grad_accum = 1, .lr = 2e-3f, .beta1 = 0.9f,   \
         .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f, .max_grad_norm = 1.0f, .seed = 1,      \
         .init_std = 0.02f, .device = "auto", .param_home = ZT_HOME_DEFAULT,                        \
         .optim_home = ZT_HOME_DEFAULT, .mode = ZO_OPTIM_SYNC, .dtype = ZO_OPTIM_BF16,              \
