@@ -363,9 +363,9 @@ static zo_status alloc_device(struct zo_engine *e)
         ZO_TRY(zo_event_create(e->dev, &e->pslots[s].ready));
         ZO_TRY(zo_event_create(e->dev, &e->pslots[s].lastuse));
     }
+    for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(zo_event_create(e->dev, &e->chunks[c].computed));
     for (uint32_t s = 0; s < e->n_gslots; s++) {
         e->gslots[s].ptr = (char *)e->dev_grads + s * cb;
-        ZO_TRY(zo_event_create(e->dev, &e->gslots[s].computed));
         ZO_TRY(zo_event_create(e->dev, &e->gslots[s].drained));
     }
     return ZO_OK;
@@ -549,6 +549,7 @@ static void release_tiers(struct zo_engine *e)
     zo_optim_pool_free(e->opool);
     e->opool = NULL;
     if (e->pswap) {
+        eng_drop_tickets(e);
         for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
             if (e->stage[i]) zo_swap_unregister_buffer(e->pswap, e->stage[i]);
         for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++)
@@ -575,8 +576,11 @@ static void release_tiers(struct zo_engine *e)
         zo_event_destroy(e->pslots[s].lastuse);
     }
     for (uint32_t s = 0; e->gslots && s < e->n_gslots; s++) {
-        zo_event_destroy(e->gslots[s].computed);
         zo_event_destroy(e->gslots[s].drained);
+    }
+    for (uint32_t c = 0; e->chunks && c < e->n_chunks; c++) {
+        zo_event_destroy(e->chunks[c].computed);
+        e->chunks[c].computed = NULL;
     }
     free(e->pslots);
     free(e->gslots);
@@ -698,6 +702,7 @@ static zo_status abort_step(struct zo_engine *e, zo_status st)
     for (uint32_t s = 0; s < e->n_gslots; s++) zo_event_record(e->gslots[s].drained, e->d2h);
     zo_stream_synchronize(e->h2d);
     zo_stream_synchronize(e->d2h);
+    eng_drop_tickets(e);
     if (e->cfg.mode == ZO_OPTIM_OVERLAP) {
         eng_restore_backups(e);
         eng_discard_uncommitted(e);
@@ -893,8 +898,8 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
     k->n_ready++;
     int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
     eng_gslot *g = &e->gslots[k->grad_slot];
-    ZO_TRY(zo_event_record(g->computed, compute));
-    ZO_TRY(zo_stream_wait_event(e->d2h, g->computed));
+    ZO_TRY(zo_event_record(k->computed, compute));
+    ZO_TRY(zo_stream_wait_event(e->d2h, k->computed));
     ZO_TRY(eng_timed_copy(e, 1, k->g16[parity], g->ptr, k->n_elems * e->e16));
     ZO_TRY(zo_event_record(g->drained, e->d2h));
     g->busy = 0;
@@ -907,15 +912,21 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
     tmpl.parity = parity;
     tmpl.factor = zo_grad_scale_factor(0.0, (float)zo_engine_loss_scale(e), 0.0f);
     tmpl.step = e->opt_step + 1;
-    eng_job *job;
-    ZO_TRY(eng_job_push(e, &tmpl, &job));
+    eng_job *job = eng_job_new(&tmpl);
+    if (!job) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a host job");
     struct {
         struct zo_engine *e;
         eng_job *j;
     } arg = {e, job};
+    /* the arrival is enqueued before the job is queued, so a job whose d2h
+     * stream is idle and which has not arrived was lost by a failed task */
     zo_status st = zo_stream_enqueue(e->d2h, eng_arrival_fn, &arg, sizeof arg);
-    if (st < 0) eng_arrival_fn(&arg); /* never leave the job waiting; the error surfaces below */
-    return st;
+    if (st < 0) {
+        free(job);
+        return st;
+    }
+    eng_job_push(e, job);
+    return ZO_OK;
 }
 
 zo_status zo_engine_grads_ready(zo_engine_t e, int layer, zo_stream_t compute)

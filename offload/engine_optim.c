@@ -4,6 +4,7 @@
  * DPU mode), and the update of all chunks with the NVMe pipeline (read chunk
  * i+2 while updating i+1 and writing i), commit, rollback. */
 #include <inttypes.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -362,6 +363,10 @@ static zo_status speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
 static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
 {
     eng_chunk *k = &e->chunks[j->chunk];
+    zo_status cst = zo_event_query(k->computed);
+    if (cst < 0) /* the caller's gradient work failed: these gradients are garbage */
+        return ZO_FAIL(cst, ENG_SUBSYS, "the gradients of layer %d failed on the compute stream: %s",
+                       k->layer, zo_last_error());
     int accum = e->cfg.grad_accum_steps > 1;
     if (accum) ZO_TRY(accumulate(e, k, j));
     if (!j->last) return ZO_OK;
@@ -432,6 +437,24 @@ zo_status eng_take_async_error(struct zo_engine *e)
     return st;
 }
 
+/* Wait (under e->mu) for the job's gradients to land; 1 when they never will:
+ * the d2h stream went idle without running the job's arrival task. */
+static int wait_arrival(struct zo_engine *e, eng_job *j)
+{
+    while (!j->arrived) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        if (!j->arrived && zo_stream_query(e->d2h) == ZO_OK) return 1;
+    }
+    return 0;
+}
+
 static void *thread_main(void *arg)
 {
     struct zo_engine *e = arg;
@@ -443,11 +466,16 @@ static void *thread_main(void *arg)
         e->qhead = j->next;
         if (!e->qhead) e->qtail = NULL;
         e->running = 1;
-        while (!j->arrived) pthread_cond_wait(&e->cv, &e->mu);
+        int lost = wait_arrival(e, j);
         int skip = e->async_st < 0; /* the step is being abandoned */
         pthread_mutex_unlock(&e->mu);
         zo_status st = ZO_OK;
-        if (!skip) {
+        if (lost && !skip)
+            st = ZO_FAIL(ZO_ERR_INTERNAL, ENG_SUBSYS,
+                         "the device-to-host copy of layer %d's gradients never signalled its end (a "
+                         "task on the copy stream failed)",
+                         e->chunks[j->chunk].layer);
+        else if (!skip) {
             uint64_t t0 = zo_now_ns();
             st = run_job(e, j);
             atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
@@ -483,12 +511,17 @@ void eng_thread_stop(struct zo_engine *e)
     e->stop = 0;
 }
 
-zo_status eng_job_push(struct zo_engine *e, const eng_job *tmpl, eng_job **out)
+eng_job *eng_job_new(const eng_job *tmpl)
 {
     eng_job *j = malloc(sizeof *j);
-    if (!j) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a host job");
+    if (!j) return NULL;
     *j = *tmpl;
     j->next = NULL;
+    return j;
+}
+
+void eng_job_push(struct zo_engine *e, eng_job *j)
+{
     pthread_mutex_lock(&e->mu);
     if (j->kind == JOB_GRAD) e->chunks[j->chunk].jobs_queued++;
     if (e->qtail)
@@ -498,8 +531,6 @@ zo_status eng_job_push(struct zo_engine *e, const eng_job *tmpl, eng_job **out)
     e->qtail = j;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    if (out) *out = j;
-    return ZO_OK;
 }
 
 zo_status eng_arrival_fn(void *arg)

@@ -10,6 +10,7 @@
 
 #include "test_model.h"
 #include "zo/device.h"
+#include "zo/testing.h"
 #include "zo_internal.h"
 
 #define STEPS 20
@@ -56,6 +57,7 @@ typedef struct harness {
     run_cfg rc;
     char dir[64];
     int ids[TM_T];
+    int fault_layer; /* >= 0: a device stream task fails right after this layer's backward */
 } harness;
 
 static zo_adam_params test_adam(void)
@@ -120,6 +122,7 @@ static void harness_open(harness *h, const run_cfg *rc)
     ZO_ASSERT_OK(zo_stream_create(h->dev, &h->compute));
     h->a = calloc(1, sizeof *h->a);
     assert_non_null(h->a);
+    h->fault_layer = -1;
     snprintf(h->dir, sizeof h->dir, "/tmp/zo-engine-test-XXXXXX");
     assert_non_null(mkdtemp(h->dir));
 }
@@ -155,6 +158,7 @@ static zo_status backward_layer(harness *h, int l, int poison, int recompute)
     tm_bwd_arg b = {p[0], g[0], g[1], h->rc.dtype, h->a->act[l], h->a->act[l + 1],
                     h->a->gact[l + 1], h->a->gact[l], poison};
     ZO_TRY(enqueue(h, tm_backward, &b, sizeof b));
+    if (l == h->fault_layer) ZO_TRY(zo_device_inject_fault(h->dev, ZO_FAULT_STREAM_TASK, 1));
     ZO_TRY(zo_engine_grads_ready(h->eng, l, h->compute));
     return zo_engine_release(h->eng, l, h->compute);
 }
@@ -586,6 +590,57 @@ static void test_nvme_fault_during_step(void **state)
     }
 }
 
+/* A device stream task fails in the middle of a step (whichever runs next:
+ * the caller's compute, a copy, a timer or a completion signal): the step
+ * fails, the weights stay, and running the step again gives the same
+ * training as a run without the fault. */
+static void test_stream_task_fault_during_step(void **state)
+{
+    (void)state;
+    const run_cfg cases[] = {base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC),
+                             base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_OVERLAP),
+                             base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_SYNC)};
+    for (int i = 0; i < 3; i++) {
+        run_cfg c = cases[i];
+        c.steps = 6;
+        c.device_bytes = min_device_bytes();
+        run_out ref;
+        run(&c, &ref);
+        harness h;
+        harness_open(&h, &c);
+        ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+        double losses[6];
+        zo_step_stats st;
+        for (int s = 0; s < c.steps; s++) {
+            for (int l = 0; s == 3 && l < TM_L; l++) {
+                float *before[TM_T], *after[TM_T];
+                read_masters(&h, before);
+                h.fault_layer = l;
+                double loss;
+                zo_status e = train_step(&h, s, &loss, &st);
+                h.fault_layer = -1;
+                if (e >= 0) fail_msg("a failed stream task after layer %d's backward went unnoticed", l);
+                read_masters(&h, after);
+                for (int k = 0; k < TM_T; k++) {
+                    assert_memory_equal(before[k], after[k], tm_numel(k) * sizeof(float));
+                    free(before[k]);
+                    free(after[k]);
+                }
+            }
+            ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
+        }
+        float *got[TM_T];
+        read_masters(&h, got);
+        harness_close(&h);
+        for (int s = 0; s < c.steps; s++) assert_true(losses[s] == ref.losses[s]);
+        for (int k = 0; k < TM_T; k++) {
+            assert_memory_equal(got[k], ref.master[k], tm_numel(k) * sizeof(float));
+            free(got[k]);
+        }
+        run_out_free(&ref);
+    }
+}
+
 /* Misses of an optimal (farthest next use) cache of n slots over one step's
  * fetches, starting empty; each fetch needs its layer's two chunks. */
 static int belady_misses(const int *layers, int n_fetch, int nslots)
@@ -761,6 +816,7 @@ int main(void)
         cmocka_unit_test(test_dpu_matches_stale_reference),
         cmocka_unit_test(test_impossible_plans_are_refused_up_front),
         cmocka_unit_test(test_nvme_fault_during_step),
+        cmocka_unit_test(test_stream_task_fault_during_step),
         cmocka_unit_test(test_prefetch_and_belady_eviction),
         cmocka_unit_test(test_step_statistics),
         cmocka_unit_test(test_stall_is_measured),
