@@ -530,27 +530,53 @@ static void test_impossible_plans_are_refused_up_front(void **state)
     zo_device_free(dev);
 }
 
+/* Run step s, which is expected to fail; the weights must stay `before`
+ * (read before the fault was armed; freed here). */
+static zo_status failing_step(harness *h, int s, float *before[TM_T])
+{
+    float *after[TM_T];
+    double loss;
+    zo_step_stats st;
+    zo_status e = train_step(h, s, &loss, &st);
+    char why[512];
+    snprintf(why, sizeof why, "%s", zo_last_error());
+    read_masters(h, after);
+    for (int k = 0; k < TM_T; k++) {
+        assert_memory_equal(before[k], after[k], tm_numel(k) * sizeof(float));
+        free(before[k]);
+        free(after[k]);
+    }
+    if (e < 0) ZO_FAIL(e, "test", "%s", why); /* keep the step's message for the caller */
+    return e;
+}
+
+/* The run in h, after its faults, must equal the run without them. */
+static void close_and_compare(harness *h, const double *losses, run_out *ref, int steps)
+{
+    float *got[TM_T];
+    read_masters(h, got);
+    harness_close(h);
+    for (int s = 0; s < steps; s++) assert_true(losses[s] == ref->losses[s]);
+    for (int k = 0; k < TM_T; k++) {
+        assert_memory_equal(got[k], ref->master[k], tm_numel(k) * sizeof(float));
+        free(got[k]);
+    }
+    run_out_free(ref);
+}
+
 /* Arm one EIO at each of several request indices of a store in turn; each
  * attempt of step s must fail and leave the weights as they were. */
 static void fail_step_at(harness *h, zo_swap_t store, int s)
 {
     static const uint64_t ops[] = {0, 5, 17};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-        float *before[TM_T], *after[TM_T];
+        float *before[TM_T];
         read_masters(h, before);
         zo_swap_fault f = {ZO_SWAP_FAULT_EIO, ops[i], 0};
         ZO_ASSERT_OK(zo_swap_set_faults(store, &f, 1));
-        double l;
-        zo_step_stats st;
-        zo_status e = train_step(h, s, &l, &st);
+        zo_status e = failing_step(h, s, before);
         if (e != ZO_ERR_IO) fail_msg("fault at request %d: step returned %d, expected ZO_ERR_IO", (int)ops[i], (int)e);
         assert_non_null(strstr(zo_last_error(), "abandoned"));
-        read_masters(h, after);
-        for (int k = 0; k < TM_T; k++) {
-            assert_memory_equal(before[k], after[k], tm_numel(k) * sizeof(float));
-            free(before[k]);
-            free(after[k]);
-        }
         ZO_ASSERT_OK(zo_swap_set_faults(store, NULL, 0));
     }
 }
@@ -578,15 +604,7 @@ static void test_nvme_fault_during_step(void **state)
             if (s == 5 && params_on_nvme) fail_step_at(&h, zo_engine_nvme_param_store(h.eng), s);
             ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
         }
-        float *got[TM_T];
-        read_masters(&h, got);
-        harness_close(&h);
-        for (int s = 0; s < c.steps; s++) assert_true(losses[s] == ref.losses[s]);
-        for (int k = 0; k < TM_T; k++) {
-            assert_memory_equal(got[k], ref.master[k], tm_numel(k) * sizeof(float));
-            free(got[k]);
-        }
-        run_out_free(&ref);
+        close_and_compare(&h, losses, &ref, c.steps);
     }
 }
 
@@ -613,31 +631,16 @@ static void test_stream_task_fault_during_step(void **state)
         zo_step_stats st;
         for (int s = 0; s < c.steps; s++) {
             for (int l = 0; s == 3 && l < TM_L; l++) {
-                float *before[TM_T], *after[TM_T];
+                float *before[TM_T];
                 read_masters(&h, before);
                 h.fault_layer = l;
-                double loss;
-                zo_status e = train_step(&h, s, &loss, &st);
+                zo_status e = failing_step(&h, s, before);
                 h.fault_layer = -1;
                 if (e >= 0) fail_msg("a failed stream task after layer %d's backward went unnoticed", l);
-                read_masters(&h, after);
-                for (int k = 0; k < TM_T; k++) {
-                    assert_memory_equal(before[k], after[k], tm_numel(k) * sizeof(float));
-                    free(before[k]);
-                    free(after[k]);
-                }
             }
             ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
         }
-        float *got[TM_T];
-        read_masters(&h, got);
-        harness_close(&h);
-        for (int s = 0; s < c.steps; s++) assert_true(losses[s] == ref.losses[s]);
-        for (int k = 0; k < TM_T; k++) {
-            assert_memory_equal(got[k], ref.master[k], tm_numel(k) * sizeof(float));
-            free(got[k]);
-        }
-        run_out_free(&ref);
+        close_and_compare(&h, losses, &ref, c.steps);
     }
 }
 
