@@ -516,6 +516,32 @@ static void test_impossible_plans_are_refused_up_front(void **state)
     ZO_ASSERT_OK(zo_device_mfree(h.dev, hog));
     harness_close(&h);
 
+    /* a failure while finalizing (the device refuses an allocation) releases
+     * everything, keeps the registration, and finalize can be retried */
+    c = base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    for (int nfaults = 1; nfaults <= 2; nfaults++) { /* the next nfaults allocations fail */
+        harness_open(&h, &c);
+        ZO_ASSERT_OK(build_engine(&h, NULL, 0, 0));
+        ZO_ASSERT_OK(zo_device_inject_fault(h.dev, ZO_FAULT_DEVICE_MALLOC, nfaults));
+        ZO_ASSERT_ST(zo_engine_finalize(h.eng), ZO_ERR_OUT_OF_DEVICE_MEMORY);
+        zo_device_mem_stats ms;
+        ZO_ASSERT_OK(zo_device_mem_get_stats(h.dev, &ms));
+        assert_int_equal(ms.in_use, 0);
+        if (nfaults == 2) ZO_ASSERT_ST(zo_engine_finalize(h.eng), ZO_ERR_OUT_OF_DEVICE_MEMORY);
+        ZO_ASSERT_OK(zo_engine_finalize(h.eng));
+        double loss;
+        zo_step_stats st;
+        ZO_ASSERT_OK(train_step(&h, 0, &loss, &st));
+        harness_close(&h);
+    }
+    /* an NVMe directory that does not exist fails finalize with the swap store's message */
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(build_engine(&h, NULL, 0, 0));
+    rmdir(h.dir);
+    assert_true(zo_engine_finalize(h.eng) < 0);
+    assert_non_null(strstr(zo_last_error(), h.dir));
+    harness_close(&h);
+
     /* more ranks are refused with a clear message, not silently run as one */
     zo_engine_config ec = ZO_ENGINE_CONFIG_INIT;
     zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
