@@ -77,18 +77,15 @@ typedef struct eng_gslot {
     zo_event_t drained;   /* the D2H that emptied it */
 } eng_gslot;
 
-typedef enum eng_job_kind { JOB_GRAD = 0 } eng_job_kind;
-
 typedef struct eng_job {
     struct eng_job *next;
-    eng_job_kind kind;
     int chunk;
     int micro;            /* 1-based micro-batch of this hand-over */
     int last;             /* the step's final gradients of the chunk */
     int parity;
     int arrived;          /* the D2H finished (set from the d2h stream) */
-    float factor;         /* DPU update */
-    int64_t step;
+    float factor;         /* the speculative update's gradient factor (overlap) */
+    int64_t step;         /* ... and its Adam step */
 } eng_job;
 
 /* Overlap mode with states on NVMe: the host job thread's pipeline over the
@@ -211,7 +208,7 @@ void eng_discard_uncommitted(struct zo_engine *e);
 zo_status eng_spec_drain(struct zo_engine *e);
 zo_status eng_dpu_launch(struct zo_engine *e, float factor, int64_t step, int parity);
 zo_status eng_dpu_join(struct zo_engine *e);
-zo_status eng_read_states(struct zo_engine *e, uint32_t c, int which, float *out);
+zo_status eng_read_states(struct zo_engine *e, uint32_t c, float *out);
 float *eng_chunk_states(struct zo_engine *e, uint32_t c);
 
 #endif

@@ -137,7 +137,7 @@ static int next_spec_chunk(struct zo_engine *e)
     int c = -1;
     pthread_mutex_lock(&e->mu);
     for (eng_job *j = e->qhead; j; j = j->next)
-        if (j->kind == JOB_GRAD && j->last) {
+        if (j->last) {
             c = j->chunk;
             break;
         }
@@ -318,9 +318,8 @@ void eng_restore_backups(struct zo_engine *e)
 
 /* The latest master | m | v of chunk c (including an update not committed
  * yet) into out (state_extent_bytes, 4 KiB aligned). */
-zo_status eng_read_states(struct zo_engine *e, uint32_t c, int which, float *out)
+zo_status eng_read_states(struct zo_engine *e, uint32_t c, float *out)
 {
-    (void)which;
     eng_chunk *k = &e->chunks[c];
     if (!e->swap) {
         memcpy(out, k->states, 3 * e->chunk_elems * sizeof(float));
@@ -377,7 +376,6 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
     return ZO_OK;
 }
 
-static zo_status run_job(struct zo_engine *e, const eng_job *j) { return run_grad_job(e, j); }
 
 /* ---- the delayed update (DPU) ---- */
 
@@ -477,12 +475,12 @@ static void *thread_main(void *arg)
                          e->chunks[j->chunk].layer);
         else if (!skip) {
             uint64_t t0 = zo_now_ns();
-            st = run_job(e, j);
+            st = run_grad_job(e, j);
             atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
         }
         if (st < 0) eng_set_async_error(e, st);
         pthread_mutex_lock(&e->mu);
-        if (j->kind == JOB_GRAD) e->chunks[j->chunk].jobs_done++;
+        e->chunks[j->chunk].jobs_done++;
         e->running = 0;
         free(j);
         pthread_cond_broadcast(&e->cv);
@@ -523,7 +521,7 @@ eng_job *eng_job_new(const eng_job *tmpl)
 void eng_job_push(struct zo_engine *e, eng_job *j)
 {
     pthread_mutex_lock(&e->mu);
-    if (j->kind == JOB_GRAD) e->chunks[j->chunk].jobs_queued++;
+    e->chunks[j->chunk].jobs_queued++;
     if (e->qtail)
         e->qtail->next = j;
     else
