@@ -363,9 +363,9 @@ static zo_status alloc_device(struct zo_engine *e)
         ZO_TRY(zo_event_create(e->dev, &e->pslots[s].ready));
         ZO_TRY(zo_event_create(e->dev, &e->pslots[s].lastuse));
     }
+    for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(zo_event_create(e->dev, &e->chunks[c].computed));
     for (uint32_t s = 0; s < e->n_gslots; s++) {
         e->gslots[s].ptr = (char *)e->dev_grads + s * cb;
-        ZO_TRY(zo_event_create(e->dev, &e->gslots[s].computed));
         ZO_TRY(zo_event_create(e->dev, &e->gslots[s].drained));
     }
     return ZO_OK;
@@ -549,6 +549,7 @@ static void release_tiers(struct zo_engine *e)
     zo_optim_pool_free(e->opool);
     e->opool = NULL;
     if (e->pswap) {
+        eng_drop_tickets(e);
         for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
             if (e->stage[i]) zo_swap_unregister_buffer(e->pswap, e->stage[i]);
         for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++)
@@ -575,8 +576,11 @@ static void release_tiers(struct zo_engine *e)
         zo_event_destroy(e->pslots[s].lastuse);
     }
     for (uint32_t s = 0; e->gslots && s < e->n_gslots; s++) {
-        zo_event_destroy(e->gslots[s].computed);
         zo_event_destroy(e->gslots[s].drained);
+    }
+    for (uint32_t c = 0; e->chunks && c < e->n_chunks; c++) {
+        zo_event_destroy(e->chunks[c].computed);
+        e->chunks[c].computed = NULL;
     }
     free(e->pslots);
     free(e->gslots);
@@ -667,6 +671,44 @@ double zo_engine_loss_scale(zo_engine_t e)
 
 /* ---- the step protocol ---- */
 
+/* Make the device slots safe to reuse after an abandoned step: the caller's
+ * stream is fenced for slots still fetched, and events recorded after a
+ * failed copy (which keep reporting it) are recorded anew on the now clean
+ * copy streams; chunks whose load failed are forgotten. */
+static void reset_slots(struct zo_engine *e)
+{
+    for (uint32_t s = 0; s < e->n_pslots; s++) {
+        eng_pslot *p = &e->pslots[s];
+        if (p->chunk >= 0 && e->chunks[p->chunk].in_use > 0 && e->compute)
+            zo_event_record(p->lastuse, e->compute);
+        if (e->cfg.param_home != ZO_TIER_DEVICE && zo_event_query(p->ready) < 0) {
+            if (p->chunk >= 0) e->chunks[p->chunk].slot = -1;
+            p->chunk = -1;
+        }
+        zo_event_record(p->ready, e->h2d);
+    }
+    for (uint32_t s = 0; s < e->n_gslots; s++) {
+        e->gslots[s].busy = 0;
+        zo_event_record(e->gslots[s].drained, e->d2h);
+    }
+    zo_stream_synchronize(e->h2d);
+    zo_stream_synchronize(e->d2h);
+}
+
+static void forget_step(struct zo_engine *e)
+{
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        k->in_use = 0;
+        k->grad_slot = -1;
+        k->n_ready = 0;
+        k->spec_done = 0;
+    }
+    e->deviated = 1; /* this step's fetches do not become the trace */
+    e->n_cur = 0;
+    e->step_open = 0;
+}
+
 /* Give up the current step after an error: drain the host jobs, fence the
  * caller's stream, undo speculative updates, forget the step's gradients.
  * The committed weights are untouched, so the step can be run again. */
@@ -679,54 +721,26 @@ static zo_status abort_step(struct zo_engine *e, zo_status st)
     eng_spec_drain(e);
     zo_stream_synchronize(e->h2d);
     zo_stream_synchronize(e->d2h);
-    for (uint32_t s = 0; s < e->n_pslots; s++) {
-        int c = e->pslots[s].chunk;
-        if (c >= 0 && e->chunks[c].in_use > 0 && e->compute)
-            zo_event_record(e->pslots[s].lastuse, e->compute);
-    }
-    for (uint32_t s = 0; s < e->n_gslots; s++) e->gslots[s].busy = 0;
-    /* events recorded after a failed copy keep reporting it: record them anew
-     * on the (now clean) copy streams, and forget chunks whose load failed */
-    for (uint32_t s = 0; s < e->n_pslots; s++) {
-        if (e->cfg.param_home != ZO_TIER_DEVICE && zo_event_query(e->pslots[s].ready) < 0) {
-            int c = e->pslots[s].chunk;
-            if (c >= 0) e->chunks[c].slot = -1;
-            e->pslots[s].chunk = -1;
-        }
-        zo_event_record(e->pslots[s].ready, e->h2d);
-    }
-    for (uint32_t s = 0; s < e->n_gslots; s++) zo_event_record(e->gslots[s].drained, e->d2h);
-    zo_stream_synchronize(e->h2d);
-    zo_stream_synchronize(e->d2h);
+    reset_slots(e);
+    eng_drop_tickets(e);
     if (e->cfg.mode == ZO_OPTIM_OVERLAP) {
         eng_restore_backups(e);
         eng_discard_uncommitted(e);
     }
     eng_dpu_join(e); /* a failed delayed update is dropped; a good one stays pending */
-    for (uint32_t c = 0; c < e->n_chunks; c++) {
-        eng_chunk *k = &e->chunks[c];
-        k->in_use = 0;
-        k->grad_slot = -1;
-        k->n_ready = 0;
-        k->spec_done = 0;
-    }
-    e->deviated = 1;
-    e->n_cur = 0;
-    e->step_open = 0;
+    forget_step(e);
     eng_take_async_error(e);
     return ZO_FAIL(st, ENG_SUBSYS, "the step was abandoned (committed weights intact): %s", why);
 }
 
 static zo_status check_async(struct zo_engine *e)
 {
-    pthread_mutex_lock(&e->mu);
-    zo_status st = e->async_st;
-    pthread_mutex_unlock(&e->mu);
-    if (st >= 0) return ZO_OK;
     char why[512];
     pthread_mutex_lock(&e->mu);
+    zo_status st = e->async_st;
     snprintf(why, sizeof why, "%s", e->async_msg);
     pthread_mutex_unlock(&e->mu);
+    if (st >= 0) return ZO_OK;
     ZO_FAIL(st, ENG_SUBSYS, "asynchronous failure: %s", why);
     return abort_step(e, st);
 }
@@ -893,29 +907,34 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
     k->n_ready++;
     int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
     eng_gslot *g = &e->gslots[k->grad_slot];
-    ZO_TRY(zo_event_record(g->computed, compute));
-    ZO_TRY(zo_stream_wait_event(e->d2h, g->computed));
+    ZO_TRY(zo_event_record(k->computed, compute));
+    ZO_TRY(zo_stream_wait_event(e->d2h, k->computed));
     ZO_TRY(eng_timed_copy(e, 1, k->g16[parity], g->ptr, k->n_elems * e->e16));
     ZO_TRY(zo_event_record(g->drained, e->d2h));
     g->busy = 0;
     k->grad_slot = -1;
     eng_job tmpl = {0};
-    tmpl.kind = JOB_GRAD;
     tmpl.chunk = (int)c;
     tmpl.micro = k->n_ready;
     tmpl.last = k->n_ready == e->cfg.grad_accum_steps;
     tmpl.parity = parity;
     tmpl.factor = zo_grad_scale_factor(0.0, (float)zo_engine_loss_scale(e), 0.0f);
     tmpl.step = e->opt_step + 1;
-    eng_job *job;
-    ZO_TRY(eng_job_push(e, &tmpl, &job));
+    eng_job *job = eng_job_new(&tmpl);
+    if (!job) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a host job");
     struct {
         struct zo_engine *e;
         eng_job *j;
     } arg = {e, job};
+    /* the arrival is enqueued before the job is queued, so a job whose d2h
+     * stream is idle and which has not arrived was lost by a failed task */
     zo_status st = zo_stream_enqueue(e->d2h, eng_arrival_fn, &arg, sizeof arg);
-    if (st < 0) eng_arrival_fn(&arg); /* never leave the job waiting; the error surfaces below */
-    return st;
+    if (st < 0) {
+        free(job);
+        return st;
+    }
+    eng_job_push(e, job);
+    return ZO_OK;
 }
 
 zo_status zo_engine_grads_ready(zo_engine_t e, int layer, zo_stream_t compute)
@@ -1127,7 +1146,7 @@ zo_status zo_engine_read_master(zo_engine_t e, int id, float *out)
     if (e->swap) ZO_TRY(eng_spec_drain(e)); /* speculative writes in flight have landed */
     float *buf = aligned_alloc(4096, e->state_extent_bytes);
     if (!buf) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_master: allocating a buffer");
-    zo_status st = eng_read_states(e, t->chunk, 0, buf);
+    zo_status st = eng_read_states(e, t->chunk, buf);
     if (st == ZO_OK) memcpy(out, buf + t->off, t->numel * sizeof(float));
     free(buf);
     return st;

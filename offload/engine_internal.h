@@ -56,6 +56,8 @@ typedef struct eng_chunk {
     int n_ready;          /* grads_ready calls this step (micro-batches) */
     uint64_t jobs_queued, jobs_done; /* host jobs (under eng->mu) */
     zo_grad_stats gstats; /* of the step's final gradients */
+    zo_event_t computed;  /* the caller's work that produced the micro-batch's gradients (its job
+                             checks it: a failure on the compute stream fails the step) */
     int spec_done;        /* overlap: the speculative update ran */
 } eng_chunk;
 
@@ -66,27 +68,24 @@ typedef struct eng_pslot {
     zo_event_t lastuse;   /* the compute work that last read it */
     uint64_t tick;        /* when it was last fetched (LRU when no trace is followed) */
     void *stage;          /* param_home nvme: pinned staging of the NVMe read before the H2D */
+    _Atomic(zo_swap_io_t) io; /* ... and the read's ticket until the h2d stream has waited it */
 } eng_pslot;
 
 typedef struct eng_gslot {
     void *ptr;
     int busy;
-    zo_event_t computed;  /* the compute work that produced its gradients */
     zo_event_t drained;   /* the D2H that emptied it */
 } eng_gslot;
 
-typedef enum eng_job_kind { JOB_GRAD = 0 } eng_job_kind;
-
 typedef struct eng_job {
     struct eng_job *next;
-    eng_job_kind kind;
     int chunk;
     int micro;            /* 1-based micro-batch of this hand-over */
     int last;             /* the step's final gradients of the chunk */
     int parity;
     int arrived;          /* the D2H finished (set from the d2h stream) */
-    float factor;         /* DPU update */
-    int64_t step;
+    float factor;         /* the speculative update's gradient factor (overlap) */
+    int64_t step;         /* ... and its Adam step */
 } eng_job;
 
 /* Overlap mode with states on NVMe: the host job thread's pipeline over the
@@ -194,7 +193,9 @@ zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s);
 /* engine_optim.c */
 zo_status eng_thread_start(struct zo_engine *e);
 void eng_thread_stop(struct zo_engine *e);
-zo_status eng_job_push(struct zo_engine *e, const eng_job *tmpl, eng_job **out);
+eng_job *eng_job_new(const eng_job *tmpl);
+void eng_job_push(struct zo_engine *e, eng_job *j);
+void eng_drop_tickets(struct zo_engine *e);
 zo_status eng_wait_idle(struct zo_engine *e);
 void eng_wait_chunk_jobs(struct zo_engine *e, uint32_t c);
 zo_status eng_arrival_fn(void *arg);
@@ -207,7 +208,7 @@ void eng_discard_uncommitted(struct zo_engine *e);
 zo_status eng_spec_drain(struct zo_engine *e);
 zo_status eng_dpu_launch(struct zo_engine *e, float factor, int64_t step, int parity);
 zo_status eng_dpu_join(struct zo_engine *e);
-zo_status eng_read_states(struct zo_engine *e, uint32_t c, int which, float *out);
+zo_status eng_read_states(struct zo_engine *e, uint32_t c, float *out);
 float *eng_chunk_states(struct zo_engine *e, uint32_t c);
 
 #endif

@@ -4,6 +4,7 @@
  * DPU mode), and the update of all chunks with the NVMe pipeline (read chunk
  * i+2 while updating i+1 and writing i), commit, rollback. */
 #include <inttypes.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,7 +137,7 @@ static int next_spec_chunk(struct zo_engine *e)
     int c = -1;
     pthread_mutex_lock(&e->mu);
     for (eng_job *j = e->qhead; j; j = j->next)
-        if (j->kind == JOB_GRAD && j->last) {
+        if (j->last) {
             c = j->chunk;
             break;
         }
@@ -317,9 +318,8 @@ void eng_restore_backups(struct zo_engine *e)
 
 /* The latest master | m | v of chunk c (including an update not committed
  * yet) into out (state_extent_bytes, 4 KiB aligned). */
-zo_status eng_read_states(struct zo_engine *e, uint32_t c, int which, float *out)
+zo_status eng_read_states(struct zo_engine *e, uint32_t c, float *out)
 {
-    (void)which;
     eng_chunk *k = &e->chunks[c];
     if (!e->swap) {
         memcpy(out, k->states, 3 * e->chunk_elems * sizeof(float));
@@ -362,6 +362,10 @@ static zo_status speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
 static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
 {
     eng_chunk *k = &e->chunks[j->chunk];
+    zo_status cst = zo_event_query(k->computed);
+    if (cst < 0) /* the caller's gradient work failed: these gradients are garbage */
+        return ZO_FAIL(cst, ENG_SUBSYS, "the gradients of layer %d failed on the compute stream: %s",
+                       k->layer, zo_last_error());
     int accum = e->cfg.grad_accum_steps > 1;
     if (accum) ZO_TRY(accumulate(e, k, j));
     if (!j->last) return ZO_OK;
@@ -372,7 +376,6 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
     return ZO_OK;
 }
 
-static zo_status run_job(struct zo_engine *e, const eng_job *j) { return run_grad_job(e, j); }
 
 /* ---- the delayed update (DPU) ---- */
 
@@ -432,6 +435,24 @@ zo_status eng_take_async_error(struct zo_engine *e)
     return st;
 }
 
+/* Wait (under e->mu) for the job's gradients to land; 1 when they never will:
+ * the d2h stream went idle without running the job's arrival task. */
+static int wait_arrival(struct zo_engine *e, eng_job *j)
+{
+    while (!j->arrived) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        if (!j->arrived && zo_stream_query(e->d2h) == ZO_OK) return 1;
+    }
+    return 0;
+}
+
 static void *thread_main(void *arg)
 {
     struct zo_engine *e = arg;
@@ -443,18 +464,23 @@ static void *thread_main(void *arg)
         e->qhead = j->next;
         if (!e->qhead) e->qtail = NULL;
         e->running = 1;
-        while (!j->arrived) pthread_cond_wait(&e->cv, &e->mu);
+        int lost = wait_arrival(e, j);
         int skip = e->async_st < 0; /* the step is being abandoned */
         pthread_mutex_unlock(&e->mu);
         zo_status st = ZO_OK;
-        if (!skip) {
+        if (lost && !skip)
+            st = ZO_FAIL(ZO_ERR_INTERNAL, ENG_SUBSYS,
+                         "the device-to-host copy of layer %d's gradients never signalled its end (a "
+                         "task on the copy stream failed)",
+                         e->chunks[j->chunk].layer);
+        else if (!skip) {
             uint64_t t0 = zo_now_ns();
-            st = run_job(e, j);
+            st = run_grad_job(e, j);
             atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
         }
         if (st < 0) eng_set_async_error(e, st);
         pthread_mutex_lock(&e->mu);
-        if (j->kind == JOB_GRAD) e->chunks[j->chunk].jobs_done++;
+        e->chunks[j->chunk].jobs_done++;
         e->running = 0;
         free(j);
         pthread_cond_broadcast(&e->cv);
@@ -483,14 +509,19 @@ void eng_thread_stop(struct zo_engine *e)
     e->stop = 0;
 }
 
-zo_status eng_job_push(struct zo_engine *e, const eng_job *tmpl, eng_job **out)
+eng_job *eng_job_new(const eng_job *tmpl)
 {
     eng_job *j = malloc(sizeof *j);
-    if (!j) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a host job");
+    if (!j) return NULL;
     *j = *tmpl;
     j->next = NULL;
+    return j;
+}
+
+void eng_job_push(struct zo_engine *e, eng_job *j)
+{
     pthread_mutex_lock(&e->mu);
-    if (j->kind == JOB_GRAD) e->chunks[j->chunk].jobs_queued++;
+    e->chunks[j->chunk].jobs_queued++;
     if (e->qtail)
         e->qtail->next = j;
     else
@@ -498,8 +529,6 @@ zo_status eng_job_push(struct zo_engine *e, const eng_job *tmpl, eng_job **out)
     e->qtail = j;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    if (out) *out = j;
-    return ZO_OK;
 }
 
 zo_status eng_arrival_fn(void *arg)

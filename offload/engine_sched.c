@@ -100,17 +100,29 @@ static int pick_slot(struct zo_engine *e, int pos, int sooner)
 
 typedef struct ticket_arg {
     struct zo_engine *e;
-    zo_swap_io_t io;
+    eng_pslot *p;
 } ticket_arg;
 
 /* On the h2d stream: the NVMe read into the staging twin must land first. */
 static zo_status wait_ticket(void *arg)
 {
     ticket_arg *t = arg;
+    zo_swap_io_t io = atomic_exchange(&t->p->io, NULL);
+    if (!io) return ZO_OK;
     uint64_t t0 = zo_now_ns();
-    zo_status st = zo_swap_wait(t->io);
+    zo_status st = zo_swap_wait(io);
     atomic_fetch_add(&t->e->nvme_ns, zo_now_ns() - t0);
     return st;
+}
+
+/* Wait for reads whose h2d task never ran (a failed stream task); only with
+ * the h2d stream idle. */
+void eng_drop_tickets(struct zo_engine *e)
+{
+    for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++) {
+        zo_swap_io_t io = atomic_exchange(&e->pslots[s].io, NULL);
+        if (io) zo_swap_wait(io);
+    }
 }
 
 /* NVMe -> the slot's pinned staging twin, then (on the h2d stream, once the
@@ -118,11 +130,18 @@ static zo_status wait_ticket(void *arg)
 static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, eng_pslot *p)
 {
     ZO_TRY(zo_event_synchronize(p->ready)); /* the twin's previous H2D is done */
-    ticket_arg t = {e, NULL};
+    zo_swap_io_t io = atomic_exchange(&p->io, NULL);
+    if (io) zo_swap_wait(io); /* its h2d task never ran: the failure was reported then */
+    io = NULL;
     ZO_TRY(zo_swap_read_async(e->pswap, k->pext[k->pext_cur], p->stage, e->chunk_bytes,
-                              k->pgen[k->pext_cur], NULL, NULL, &t.io));
+                              k->pgen[k->pext_cur], NULL, NULL, &io));
+    atomic_store(&p->io, io);
+    ticket_arg t = {e, p};
     zo_status st = zo_stream_enqueue(e->h2d, wait_ticket, &t, sizeof t);
-    if (st < 0) zo_swap_wait(t.io); /* never leave a ticket behind */
+    if (st < 0) { /* never leave a ticket behind */
+        io = atomic_exchange(&p->io, NULL);
+        if (io) zo_swap_wait(io);
+    }
     return st;
 }
 

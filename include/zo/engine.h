@@ -20,13 +20,16 @@
  *   forward:  fetch(l, FORWARD) ... compute ... release(l)          for l = 0..L-1
  *   backward: fetch(l, BACKWARD) ... recompute, compute grads into the
  *             returned gradient buffers ... grads_ready(l); release(l) for l = L-1..0
- * then once per optimizer step: end_step().
+ * then once per optimizer step: end_step(). (A trainer that recomputes
+ * activations may also fetch(l, FORWARD) again inside the backward; the trace
+ * records whatever order it uses.)
  *
  * The first step records which chunks each fetch touches; later steps
  * prefetch along that trace (lookahead fetches ahead, on the host->device
- * stream and from NVMe) and evict the resident chunk whose next use is
- * farthest (Belady). Everything is asynchronous: fetch makes the caller's
- * compute stream wait on events, never the device.
+ * stream; with param_home nvme each load is an NVMe read into the device
+ * slot's pinned staging twin followed by the H2D) and evict the resident
+ * chunk whose next use is farthest (Belady). Everything is asynchronous:
+ * fetch makes the caller's compute stream wait on events, never the device.
  *
  * Optimizer modes:
  *   SYNC     update every chunk after the whole backward: the exact reference.

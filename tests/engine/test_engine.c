@@ -10,6 +10,7 @@
 
 #include "test_model.h"
 #include "zo/device.h"
+#include "zo/testing.h"
 #include "zo_internal.h"
 
 #define STEPS 20
@@ -56,6 +57,7 @@ typedef struct harness {
     run_cfg rc;
     char dir[64];
     int ids[TM_T];
+    int fault_layer; /* >= 0: a device stream task fails right after this layer's backward */
 } harness;
 
 static zo_adam_params test_adam(void)
@@ -120,6 +122,7 @@ static void harness_open(harness *h, const run_cfg *rc)
     ZO_ASSERT_OK(zo_stream_create(h->dev, &h->compute));
     h->a = calloc(1, sizeof *h->a);
     assert_non_null(h->a);
+    h->fault_layer = -1;
     snprintf(h->dir, sizeof h->dir, "/tmp/zo-engine-test-XXXXXX");
     assert_non_null(mkdtemp(h->dir));
 }
@@ -155,6 +158,7 @@ static zo_status backward_layer(harness *h, int l, int poison, int recompute)
     tm_bwd_arg b = {p[0], g[0], g[1], h->rc.dtype, h->a->act[l], h->a->act[l + 1],
                     h->a->gact[l + 1], h->a->gact[l], poison};
     ZO_TRY(enqueue(h, tm_backward, &b, sizeof b));
+    if (l == h->fault_layer) ZO_TRY(zo_device_inject_fault(h->dev, ZO_FAULT_STREAM_TASK, 1));
     ZO_TRY(zo_engine_grads_ready(h->eng, l, h->compute));
     return zo_engine_release(h->eng, l, h->compute);
 }
@@ -512,6 +516,32 @@ static void test_impossible_plans_are_refused_up_front(void **state)
     ZO_ASSERT_OK(zo_device_mfree(h.dev, hog));
     harness_close(&h);
 
+    /* a failure while finalizing (the device refuses an allocation) releases
+     * everything, keeps the registration, and finalize can be retried */
+    c = base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    for (int nfaults = 1; nfaults <= 2; nfaults++) { /* the next nfaults allocations fail */
+        harness_open(&h, &c);
+        ZO_ASSERT_OK(build_engine(&h, NULL, 0, 0));
+        ZO_ASSERT_OK(zo_device_inject_fault(h.dev, ZO_FAULT_DEVICE_MALLOC, nfaults));
+        ZO_ASSERT_ST(zo_engine_finalize(h.eng), ZO_ERR_OUT_OF_DEVICE_MEMORY);
+        zo_device_mem_stats ms;
+        ZO_ASSERT_OK(zo_device_mem_get_stats(h.dev, &ms));
+        assert_int_equal(ms.in_use, 0);
+        if (nfaults == 2) ZO_ASSERT_ST(zo_engine_finalize(h.eng), ZO_ERR_OUT_OF_DEVICE_MEMORY);
+        ZO_ASSERT_OK(zo_engine_finalize(h.eng));
+        double loss;
+        zo_step_stats st;
+        ZO_ASSERT_OK(train_step(&h, 0, &loss, &st));
+        harness_close(&h);
+    }
+    /* an NVMe directory that does not exist fails finalize with the swap store's message */
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(build_engine(&h, NULL, 0, 0));
+    rmdir(h.dir);
+    assert_true(zo_engine_finalize(h.eng) < 0);
+    assert_non_null(strstr(zo_last_error(), h.dir));
+    harness_close(&h);
+
     /* more ranks are refused with a clear message, not silently run as one */
     zo_engine_config ec = ZO_ENGINE_CONFIG_INIT;
     zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
@@ -526,27 +556,53 @@ static void test_impossible_plans_are_refused_up_front(void **state)
     zo_device_free(dev);
 }
 
+/* Run step s, which is expected to fail; the weights must stay `before`
+ * (read before the fault was armed; freed here). */
+static zo_status failing_step(harness *h, int s, float *before[TM_T])
+{
+    float *after[TM_T];
+    double loss;
+    zo_step_stats st;
+    zo_status e = train_step(h, s, &loss, &st);
+    char why[512];
+    snprintf(why, sizeof why, "%s", zo_last_error());
+    read_masters(h, after);
+    for (int k = 0; k < TM_T; k++) {
+        assert_memory_equal(before[k], after[k], tm_numel(k) * sizeof(float));
+        free(before[k]);
+        free(after[k]);
+    }
+    if (e < 0) ZO_FAIL(e, "test", "%s", why); /* keep the step's message for the caller */
+    return e;
+}
+
+/* The run in h, after its faults, must equal the run without them. */
+static void close_and_compare(harness *h, const double *losses, run_out *ref, int steps)
+{
+    float *got[TM_T];
+    read_masters(h, got);
+    harness_close(h);
+    for (int s = 0; s < steps; s++) assert_true(losses[s] == ref->losses[s]);
+    for (int k = 0; k < TM_T; k++) {
+        assert_memory_equal(got[k], ref->master[k], tm_numel(k) * sizeof(float));
+        free(got[k]);
+    }
+    run_out_free(ref);
+}
+
 /* Arm one EIO at each of several request indices of a store in turn; each
  * attempt of step s must fail and leave the weights as they were. */
 static void fail_step_at(harness *h, zo_swap_t store, int s)
 {
     static const uint64_t ops[] = {0, 5, 17};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-        float *before[TM_T], *after[TM_T];
+        float *before[TM_T];
         read_masters(h, before);
         zo_swap_fault f = {ZO_SWAP_FAULT_EIO, ops[i], 0};
         ZO_ASSERT_OK(zo_swap_set_faults(store, &f, 1));
-        double l;
-        zo_step_stats st;
-        zo_status e = train_step(h, s, &l, &st);
+        zo_status e = failing_step(h, s, before);
         if (e != ZO_ERR_IO) fail_msg("fault at request %d: step returned %d, expected ZO_ERR_IO", (int)ops[i], (int)e);
         assert_non_null(strstr(zo_last_error(), "abandoned"));
-        read_masters(h, after);
-        for (int k = 0; k < TM_T; k++) {
-            assert_memory_equal(before[k], after[k], tm_numel(k) * sizeof(float));
-            free(before[k]);
-            free(after[k]);
-        }
         ZO_ASSERT_OK(zo_swap_set_faults(store, NULL, 0));
     }
 }
@@ -574,15 +630,43 @@ static void test_nvme_fault_during_step(void **state)
             if (s == 5 && params_on_nvme) fail_step_at(&h, zo_engine_nvme_param_store(h.eng), s);
             ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
         }
-        float *got[TM_T];
-        read_masters(&h, got);
-        harness_close(&h);
-        for (int s = 0; s < c.steps; s++) assert_true(losses[s] == ref.losses[s]);
-        for (int k = 0; k < TM_T; k++) {
-            assert_memory_equal(got[k], ref.master[k], tm_numel(k) * sizeof(float));
-            free(got[k]);
+        close_and_compare(&h, losses, &ref, c.steps);
+    }
+}
+
+/* A device stream task fails in the middle of a step (whichever runs next:
+ * the caller's compute, a copy, a timer or a completion signal): the step
+ * fails, the weights stay, and running the step again gives the same
+ * training as a run without the fault. */
+static void test_stream_task_fault_during_step(void **state)
+{
+    (void)state;
+    const run_cfg cases[] = {base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC),
+                             base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_OVERLAP),
+                             base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_SYNC)};
+    for (int i = 0; i < 3; i++) {
+        run_cfg c = cases[i];
+        c.steps = 6;
+        c.device_bytes = min_device_bytes();
+        run_out ref;
+        run(&c, &ref);
+        harness h;
+        harness_open(&h, &c);
+        ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+        double losses[6];
+        zo_step_stats st;
+        for (int s = 0; s < c.steps; s++) {
+            for (int l = 0; s == 3 && l < TM_L; l++) {
+                float *before[TM_T];
+                read_masters(&h, before);
+                h.fault_layer = l;
+                zo_status e = failing_step(&h, s, before);
+                h.fault_layer = -1;
+                if (e >= 0) fail_msg("a failed stream task after layer %d's backward went unnoticed", l);
+            }
+            ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
         }
-        run_out_free(&ref);
+        close_and_compare(&h, losses, &ref, c.steps);
     }
 }
 
@@ -761,6 +845,7 @@ int main(void)
         cmocka_unit_test(test_dpu_matches_stale_reference),
         cmocka_unit_test(test_impossible_plans_are_refused_up_front),
         cmocka_unit_test(test_nvme_fault_during_step),
+        cmocka_unit_test(test_stream_task_fault_during_step),
         cmocka_unit_test(test_prefetch_and_belady_eviction),
         cmocka_unit_test(test_step_statistics),
         cmocka_unit_test(test_stall_is_measured),
