@@ -20,13 +20,16 @@
  *   forward:  fetch(l, FORWARD) ... compute ... release(l)          for l = 0..L-1
  *   backward: fetch(l, BACKWARD) ... recompute, compute grads into the
  *             returned gradient buffers ... grads_ready(l); release(l) for l = L-1..0
- * then once per optimizer step: end_step().
+ * then once per optimizer step: end_step(). (A trainer that recomputes
+ * activations may also fetch(l, FORWARD) again inside the backward; the trace
+ * records whatever order it uses.)
  *
  * The first step records which chunks each fetch touches; later steps
  * prefetch along that trace (lookahead fetches ahead, on the host->device
- * stream and from NVMe) and evict the resident chunk whose next use is
- * farthest (Belady). Everything is asynchronous: fetch makes the caller's
- * compute stream wait on events, never the device.
+ * stream; with param_home nvme each load is an NVMe read into the device
+ * slot's pinned staging twin followed by the H2D) and evict the resident
+ * chunk whose next use is farthest (Belady). Everything is asynchronous:
+ * fetch makes the caller's compute stream wait on events, never the device.
  *
  * Optimizer modes:
  *   SYNC     update every chunk after the whole backward: the exact reference.
@@ -47,6 +50,7 @@
 #include "zo/device.h"
 #include "zo/optim.h"
 #include "zo/status.h"
+#include "zo/swap.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,7 +73,8 @@ typedef struct zo_engine_config {
     zo_optim_dtype param_dtype; /* ZO_OPTIM_BF16 (default) or ZO_OPTIM_FP16 (p16 and g16) */
     size_t chunk_bytes;       /* bytes of 16-bit parameters per chunk (0: 4 MiB); raised to fit the
                                  largest tensor, rounded to 4 KiB */
-    zo_tier param_home;       /* where p16 lives between uses: device, host or nvme */
+    zo_tier param_home;       /* where p16 lives between uses: device, host or nvme (nvme needs
+                                 optim_home nvme: the update writes p16 through the NVMe stages) */
     zo_tier optim_home;       /* master, m, v: device (cpu device only), host or nvme */
 
     uint64_t device_bytes;    /* engine's share of the device budget (0: all that is free at init) */
@@ -88,15 +93,31 @@ typedef struct zo_engine_config {
                                  the engine */
     float max_grad_norm;      /* > 0: clip the global gradient norm (DeepSpeed gradient_clipping) */
     zo_loss_scaler_config loss_scaler; /* fp16 only; static when loss_scale > 0 */
+
+    const char *nvme_name;    /* swap file name prefix (NULL: "zoffload"): DIR/NAME.swap.I */
+    const zo_swap_fault *nvme_faults; /* tests: faults armed when the swap store opens (arming any,
+                                 even one far in the future, lets zo_swap_set_faults re-arm later) */
+    size_t n_nvme_faults;
 } zo_engine_config;
 
 #define ZO_ENGINE_CONFIG_INIT                                                                      \
     {sizeof(zo_engine_config), NULL, 0, 1, ZO_OPTIM_BF16, 0, ZO_TIER_HOST, ZO_TIER_HOST, 0, 0,     \
      NULL, 0, 0, "auto", 2, ZO_OPTIM_SYNC, 1, 0, ZO_ADAM_PARAMS_INIT, 0.0f,                       \
-     ZO_LOSS_SCALER_CONFIG_INIT}
+     ZO_LOSS_SCALER_CONFIG_INIT, NULL, NULL, 0}
 
 /* Bytes the plan needs in each tier, computed by zo_engine_finalize (and by
- * zo_engine_plan without allocating anything). */
+ * zo_engine_plan without allocating anything). Exactly, with C = chunk_bytes,
+ * N = n_chunks, S = device_param_slots, K = max_chunks_per_layer:
+ *   device = S*C + K*C (gradient slots) + [optim_home device] 6*C*N
+ *            S = N for param_home device, else min(N, what the budget leaves), >= K
+ *   pinned = N*C*P + N*C*G + [optim_home nvme] 3*(6*C + [param_home nvme] C)
+ *            + [param_home nvme] S*C (one staging twin per device slot)
+ *            P = 0 (param_home nvme), 2 (optim_home nvme, or dpu), else 1 (host 16-bit copies)
+ *            G = 2 for dpu, else 1 (host 16-bit gradients, by step parity)
+ *   host   = [optim_home host] 6*C*N + [overlap, optim_home host/device] 6*C*N (backups)
+ *            + [grad_accum_steps > 1] 2*C*N*G (fp32 accumulators)
+ *   nvme   = [optim_home nvme] 2*N*6*C + [param_home nvme] 2*N*C (payload of two extents
+ *            per chunk, current and alternate; the files add a 4 KiB header per extent) */
 typedef struct zo_engine_footprint {
     size_t struct_size;
     uint64_t device, pinned, host, nvme;
@@ -110,7 +131,8 @@ typedef struct zo_engine_footprint {
 
 typedef struct zo_step_stats {
     size_t struct_size;
-    int64_t step;              /* optimizer steps completed */
+    int64_t step;              /* optimizer updates applied (skipped overflow steps do not count;
+                                  in dpu mode the update of this step is still running) */
     double grad_norm;          /* global norm of the unscaled gradients */
     int overflow;              /* inf/NaN seen: the update was skipped */
     int clipped;               /* the clip coefficient was applied */
@@ -119,12 +141,19 @@ typedef struct zo_step_stats {
     uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
     double step_seconds;       /* wall time from the step's first fetch to end_step's return */
     double stall_seconds;      /* time the compute stream waited for parameters */
-    double optim_seconds;      /* CPU optimizer busy time */
-    double nvme_seconds;       /* time the step waited for NVMe */
-    uint64_t peak_device, peak_pinned, peak_host, peak_nvme; /* high-water marks since init */
+    double optim_seconds;      /* CPU optimizer busy time (host job thread and updates) */
+    double h2d_seconds, d2h_seconds; /* busy time of the engine's copy streams */
+    double nvme_seconds;       /* time spent waiting for NVMe I/O (the optimizer's and the fetches') */
+    uint64_t peak_device, peak_pinned, peak_host, peak_nvme; /* high-water marks since init: the
+                                  engine's own device bytes, the pinned pool's reserved bytes,
+                                  pageable host bytes, NVMe extent payload bytes */
+    uint64_t fetch_hits;       /* chunks already resident (or prefetched) when fetched */
+    uint64_t fetch_misses;     /* chunks loaded on demand by fetch */
+    uint64_t evictions;        /* resident chunks evicted (farthest next use) */
+    uint64_t prefetches;       /* chunks loaded ahead along the recorded trace */
 } zo_step_stats;
 
-#define ZO_STEP_STATS_INIT {sizeof(zo_step_stats)}
+#define ZO_STEP_STATS_INIT {.struct_size = sizeof(zo_step_stats)}
 
 zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg);
 void zo_engine_free(zo_engine_t eng);
@@ -147,9 +176,15 @@ zo_status zo_engine_finalize(zo_engine_t eng);
 
 /* Make layer's parameters resident on the device for `phase` and return their
  * device pointers (params[i] for the layer's i-th tensor; grads[i] in the
- * backward phase: 16-bit buffers, zeroed at the first micro-batch, that the
- * caller accumulates the tensor's gradient into). The compute stream is made
- * to wait for the data; n is the capacity of the arrays. */
+ * backward phase: 16-bit buffers, zeroed at every backward fetch, that the
+ * caller writes (or adds) the micro-batch's gradient into; micro-batches are
+ * accumulated in fp32 on the host). The compute stream is made to wait for
+ * the data; n is the capacity of the arrays.
+ *
+ * After any step call returns an error the engine abandons the step: its
+ * gradients are dropped, speculative updates undone, the committed weights
+ * stay as they were; the caller stops the step (enqueues no more work for
+ * it) and may run it again from its first fetch. */
 zo_status zo_engine_fetch(zo_engine_t eng, int layer, zo_phase phase, zo_stream_t compute,
                           void **params, void **grads, int n);
 /* The caller's compute stream is done with the layer's parameters once the
@@ -172,6 +207,11 @@ double zo_engine_loss_scale(zo_engine_t eng);
 zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *fp);
 int zo_engine_n_tensors(zo_engine_t eng);
 int zo_engine_layer_tensors(zo_engine_t eng, int layer, int *ids, int cap);
+/* The swap store holding the optimizer states on NVMe (NULL when they are not
+ * there), for statistics and fault drills (zo_swap_set_faults). */
+zo_swap_t zo_engine_nvme_store(zo_engine_t eng);
+/* The swap store holding the 16-bit parameters when param_home is nvme (else NULL). */
+zo_swap_t zo_engine_nvme_param_store(zo_engine_t eng);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,1153 @@
+/* The offload engine: registration, packing into chunks, the plan (exact
+ * footprint per tier), placement at finalize, and the step protocol (fetch,
+ * release, grads_ready, end_step). Scheduling (trace, prefetch, Belady
+ * eviction) lives in engine_sched.c; the host job thread and the optimizer
+ * update pipeline in engine_optim.c. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "zo/half.h"
+#include "zo/topo.h"
+
+#define DEFAULT_CHUNK_BYTES (4u << 20)
+
+const char *zo_tier_name(zo_tier t)
+{
+    switch (t) {
+    case ZO_TIER_DEVICE: return "device";
+    case ZO_TIER_HOST: return "host";
+    case ZO_TIER_NVME: return "nvme";
+    }
+    return "?";
+}
+
+const char *zo_optim_mode_name(zo_optim_mode m)
+{
+    switch (m) {
+    case ZO_OPTIM_SYNC: return "sync";
+    case ZO_OPTIM_OVERLAP: return "overlap";
+    case ZO_OPTIM_DPU: return "dpu";
+    }
+    return "?";
+}
+
+/* ---- configuration ---- */
+
+static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
+{
+    if (c->struct_size != sizeof(zo_engine_config))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "zo_engine_config.struct_size is %zu, expected %zu: initialize it with "
+                       "ZO_ENGINE_CONFIG_INIT",
+                       c->struct_size, sizeof(zo_engine_config));
+    if (!dev) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "config.device is NULL");
+    if (c->world_size != 1 || c->rank != 0)
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                       "rank %d of world size %d: only world_size 1 (rank 0) is supported so far",
+                       c->rank, c->world_size);
+    if (c->param_dtype != ZO_OPTIM_BF16 && c->param_dtype != ZO_OPTIM_FP16)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_dtype must be ZO_OPTIM_BF16 or ZO_OPTIM_FP16");
+    if ((unsigned)c->param_home > ZO_TIER_NVME || (unsigned)c->optim_home > ZO_TIER_NVME)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_home/optim_home must be a zo_tier");
+    if (c->param_home == ZO_TIER_NVME && c->optim_home != ZO_TIER_NVME)
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                       "param_home=nvme needs optim_home=nvme (the update writes the new 16-bit "
+                       "parameters through the NVMe stages); set optim_home=nvme or param_home=host");
+    if (c->optim_home == ZO_TIER_DEVICE && !(zo_device_caps(dev) & ZO_DEVCAP_HOST_ADDRESSABLE))
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                       "optim_home=device needs a device optimizer, which exists only on the cpu "
+                       "device so far: use optim_home=host or nvme on %s",
+                       zo_device_backend(dev));
+    if (c->optim_home == ZO_TIER_NVME && (!c->nvme_paths || c->n_nvme_paths == 0))
+        return ZO_FAIL(ZO_ERR_CONFIG, ENG_SUBSYS, "optim_home=nvme needs at least one nvme_paths entry");
+    if ((unsigned)c->mode > ZO_OPTIM_DPU)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "mode must be sync, overlap or dpu");
+    if (c->grad_accum_steps < 1)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "grad_accum_steps is %d, must be >= 1",
+                       c->grad_accum_steps);
+    if (c->lookahead < 0 || c->optim_threads < 0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "lookahead and optim_threads must be >= 0");
+    if (c->max_grad_norm < 0 || !isfinite(c->max_grad_norm))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "max_grad_norm must be finite and >= 0");
+    return ZO_OK;
+}
+
+zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg)
+{
+    if (!out || !cfg) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
+    *out = NULL;
+    ZO_TRY(check_config(cfg, cfg->device));
+    struct zo_engine *e = calloc(1, sizeof *e);
+    if (!e) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the engine");
+    e->cfg = *cfg;
+    e->dev = cfg->device;
+    e->cuda = (zo_device_caps(e->dev) & ZO_DEVCAP_REAL_GPU) != 0;
+    e->e16 = 2;
+    if (!e->cfg.nvme_engine) e->cfg.nvme_engine = "auto";
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    *out = e;
+    return ZO_OK;
+}
+
+/* ---- registration ---- */
+
+static zo_status grow(void **p, int *cap, int need, size_t elem)
+{
+    if (need <= *cap) return ZO_OK;
+    int n = *cap ? *cap * 2 : 8;
+    while (n < need) n *= 2;
+    void *q = realloc(*p, (size_t)n * elem);
+    if (!q) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "growing a table to %d entries", n);
+    memset((char *)q + (size_t)*cap * elem, 0, (size_t)(n - *cap) * elem);
+    *p = q;
+    *cap = n;
+    return ZO_OK;
+}
+
+zo_status zo_engine_register(zo_engine_t e, int layer, const char *name, size_t numel,
+                             const float *init, int *id)
+{
+    if (!e || !init || numel == 0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "register: NULL engine/init or numel 0");
+    if (e->finalized)
+        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "register '%s': the engine is already finalized",
+                       name ? name : "");
+    if (layer < 0 || layer < e->n_layers - 1 || layer > e->n_layers)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "register '%s': layer %d out of order (layers are registered in execution "
+                       "order; the next is %d or %d)",
+                       name ? name : "", layer, e->n_layers > 0 ? e->n_layers - 1 : 0, e->n_layers);
+    ZO_TRY(grow((void **)&e->tensors, &e->cap_tensors, e->n_tensors + 1, sizeof *e->tensors));
+    ZO_TRY(grow((void **)&e->layers, &e->cap_layers, layer + 1, sizeof *e->layers));
+    eng_layer *L = &e->layers[layer];
+    ZO_TRY(grow((void **)&L->tensors, &L->cap, L->n_tensors + 1, sizeof *L->tensors));
+    float *copy = malloc(numel * sizeof *copy);
+    if (!copy) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "copying %zu initial values", numel);
+    memcpy(copy, init, numel * sizeof *copy);
+    eng_tensor *t = &e->tensors[e->n_tensors];
+    memset(t, 0, sizeof *t);
+    t->layer = layer;
+    snprintf(t->name, sizeof t->name, "%s", name ? name : "");
+    t->numel = numel;
+    t->init = copy;
+    L->tensors[L->n_tensors++] = e->n_tensors;
+    if (layer == e->n_layers) e->n_layers++;
+    if (id) *id = e->n_tensors;
+    e->n_tensors++;
+    return ZO_OK;
+}
+
+int zo_engine_n_tensors(zo_engine_t e) { return e ? e->n_tensors : 0; }
+
+int zo_engine_layer_tensors(zo_engine_t e, int layer, int *ids, int cap)
+{
+    if (!e || layer < 0 || layer >= e->n_layers) return 0;
+    eng_layer *L = &e->layers[layer];
+    for (int i = 0; i < L->n_tensors && i < cap; i++) ids[i] = L->tensors[i];
+    return L->n_tensors;
+}
+
+/* ---- packing and the plan ---- */
+
+static size_t choose_chunk_bytes(struct zo_engine *e)
+{
+    size_t cb = e->cfg.chunk_bytes ? e->cfg.chunk_bytes : DEFAULT_CHUNK_BYTES;
+    size_t largest = 0;
+    for (int i = 0; i < e->n_tensors; i++)
+        if (e->tensors[i].numel * e->e16 > largest) largest = e->tensors[i].numel * e->e16;
+    if (largest > cb) {
+        ZO_LOGI(ENG_SUBSYS, "chunk size raised from %zu to %zu bytes to fit the largest tensor", cb,
+                largest);
+        cb = largest;
+    }
+    return zo_round_up(cb, 4096);
+}
+
+/* Assign every tensor a chunk and an offset; chunks never span layers. */
+static zo_status pack(struct zo_engine *e)
+{
+    if (e->n_tensors == 0)
+        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "no tensors registered: register the model first");
+    e->chunk_bytes = choose_chunk_bytes(e);
+    e->chunk_elems = e->chunk_bytes / e->e16;
+    free(e->chunks);
+    e->chunks = calloc((size_t)e->n_tensors, sizeof *e->chunks); /* at most one chunk per tensor */
+    if (!e->chunks) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the chunk table");
+    uint32_t n = 0;
+    e->max_cpl = 0;
+    for (int l = 0; l < e->n_layers; l++) {
+        eng_layer *L = &e->layers[l];
+        L->first_chunk = n;
+        size_t off = 0;
+        int open = 0;
+        for (int i = 0; i < L->n_tensors; i++) {
+            eng_tensor *t = &e->tensors[L->tensors[i]];
+            size_t at = zo_round_up(off, ENG_TENSOR_ALIGN);
+            if (!open || at + t->numel > e->chunk_elems) {
+                e->chunks[n].layer = l;
+                n++;
+                open = 1;
+                at = 0;
+            }
+            t->chunk = n - 1;
+            t->off = at;
+            off = at + t->numel;
+            e->chunks[n - 1].n_elems = off;
+        }
+        L->n_chunks = n - L->first_chunk;
+        if (L->n_chunks > e->max_cpl) e->max_cpl = L->n_chunks;
+    }
+    e->n_chunks = n;
+    e->p16_bufs = e->cfg.param_home == ZO_TIER_NVME ? 0
+                  : (e->cfg.optim_home == ZO_TIER_NVME || e->cfg.mode == ZO_OPTIM_DPU) ? 2
+                                                                                       : 1;
+    e->g_bufs = e->cfg.mode == ZO_OPTIM_DPU ? 2 : 1;
+    e->state_extent_bytes = 3ull * e->chunk_elems * sizeof(float);
+    e->stage_bytes = e->state_extent_bytes + (e->cfg.param_home == ZO_TIER_NVME ? e->chunk_bytes : 0);
+    return ZO_OK;
+}
+
+/* The engine's device budget: device_bytes, but never more than the device
+ * has free now (so a plan that fits never fails at allocation). */
+static uint64_t device_budget(struct zo_engine *e)
+{
+    zo_device_mem_stats ms;
+    uint64_t free_now = 0;
+    if (zo_device_mem_get_stats(e->dev, &ms) == ZO_OK && ms.budget > ms.in_use) free_now = ms.budget - ms.in_use;
+    if (e->cfg.device_bytes && e->cfg.device_bytes < free_now) return e->cfg.device_bytes;
+    return free_now;
+}
+
+static int shortfall(char *msg, size_t cap, const char *tier, uint64_t need, uint64_t budget,
+                     const char *what)
+{
+    char a[32], b[32];
+    if (msg && cap)
+        snprintf(msg, cap,
+                 "%s tier: the plan needs %" PRIu64 " bytes (%s; %s) but the budget is %" PRIu64
+                 " bytes (%s): short by %" PRIu64 " bytes",
+                 tier, need, zo_fmt_bytes(a, sizeof a, need), what, budget,
+                 zo_fmt_bytes(b, sizeof b, budget), need - budget);
+    return 0;
+}
+
+/* The exact bytes finalize will allocate in each tier. */
+static zo_status compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int *fits, char *msg,
+                              size_t cap, uint64_t *dev_budget)
+{
+    ZO_TRY(pack(e));
+    const zo_engine_config *c = &e->cfg;
+    uint64_t cb = e->chunk_bytes, ce = e->chunk_elems, nc = e->n_chunks;
+    uint64_t states = nc * 3 * ce * sizeof(float);
+    memset(fp, 0, sizeof *fp);
+    fp->struct_size = sizeof *fp;
+    fp->chunk_bytes = cb;
+    fp->n_chunks = (uint32_t)nc;
+    fp->max_chunks_per_layer = e->max_cpl;
+    for (int i = 0; i < e->n_tensors; i++) fp->n_params += e->tensors[i].numel;
+    *fits = 1;
+    if (msg && cap) msg[0] = 0;
+
+    /* device: parameter slots, gradient slots, resident optimizer states */
+    uint64_t dev_states = c->optim_home == ZO_TIER_DEVICE ? states : 0;
+    uint64_t grads = e->max_cpl * cb;
+    uint64_t min_pslots = c->param_home == ZO_TIER_DEVICE ? nc : e->max_cpl;
+    uint64_t budget = device_budget(e);
+    if (dev_budget) *dev_budget = budget;
+    uint64_t need = min_pslots * cb + grads + dev_states;
+    uint64_t pslots = min_pslots;
+    if (need > budget) {
+        *fits = shortfall(msg, cap, "device", need, budget,
+                          c->param_home == ZO_TIER_DEVICE
+                              ? "every parameter chunk resident, one layer's gradient chunks"
+                              : "one layer's parameter and gradient chunks");
+    } else if (c->param_home != ZO_TIER_DEVICE) {
+        uint64_t room = (budget - grads - dev_states) / cb;
+        pslots = room < nc ? room : nc;
+    }
+    fp->device_param_slots = (uint32_t)pslots;
+    fp->device_grad_slots = e->max_cpl;
+    fp->device = pslots * cb + grads + dev_states;
+
+    /* pinned: host 16-bit params, host gradient buffers, NVMe staging */
+    fp->pinned = nc * (uint64_t)e->p16_bufs * cb + nc * (uint64_t)e->g_bufs * cb;
+    if (c->optim_home == ZO_TIER_NVME) fp->pinned += ENG_NVME_STAGES * e->stage_bytes;
+    if (c->param_home == ZO_TIER_NVME) fp->pinned += pslots * cb; /* a staging twin per slot */
+    if (*fits && c->pinned_bytes && fp->pinned > c->pinned_bytes)
+        *fits = shortfall(msg, cap, "pinned", fp->pinned, c->pinned_bytes,
+                          "16-bit parameter and gradient copies, NVMe staging");
+
+    /* host (pageable): optimizer states, fp32 accumulators, overlap backups */
+    fp->host = 0;
+    if (c->optim_home == ZO_TIER_HOST) fp->host += states;
+    if (c->mode == ZO_OPTIM_OVERLAP && c->optim_home != ZO_TIER_NVME) fp->host += states;
+    if (c->grad_accum_steps > 1) fp->host += nc * (uint64_t)e->g_bufs * ce * sizeof(float);
+
+    /* nvme: two extents per chunk (current and alternate) */
+    fp->nvme = c->optim_home == ZO_TIER_NVME ? 2 * nc * e->state_extent_bytes : 0;
+    if (c->param_home == ZO_TIER_NVME) fp->nvme += 2 * nc * cb;
+    if (*fits && c->nvme_bytes && fp->nvme > c->nvme_bytes)
+        *fits = shortfall(msg, cap, "nvme", fp->nvme, c->nvme_bytes,
+                          "optimizer states, two extents per chunk");
+    return ZO_OK;
+}
+
+zo_status zo_engine_plan(zo_engine_t e, zo_engine_footprint *fp, int *fits, char *msg, size_t cap)
+{
+    if (!e || !fp || !fits) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
+    if (e->finalized) {
+        *fp = e->fp;
+        *fits = 1;
+        if (msg && cap) msg[0] = 0;
+        return ZO_OK;
+    }
+    return compute_plan(e, fp, fits, msg, cap, NULL);
+}
+
+zo_status zo_engine_footprint_get(zo_engine_t e, zo_engine_footprint *fp)
+{
+    if (!e || !fp) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
+    if (!e->finalized) return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the engine is not finalized yet");
+    *fp = e->fp;
+    return ZO_OK;
+}
+
+/* ---- finalize: allocate every tier and place the initial states ---- */
+
+static void host_count(struct zo_engine *e, uint64_t bytes)
+{
+    e->host_bytes += bytes;
+    if (e->host_bytes > e->host_high) e->host_high = e->host_bytes;
+}
+
+static zo_status host_alloc(struct zo_engine *e, uint64_t bytes, float **out)
+{
+    *out = NULL;
+    if (!bytes) return ZO_OK;
+    void *p = aligned_alloc(4096, zo_round_up(bytes, 4096));
+    if (!p) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %" PRIu64 " bytes of host memory", bytes);
+    memset(p, 0, bytes);
+    host_count(e, bytes);
+    *out = p;
+    return ZO_OK;
+}
+
+static void cast16(zo_optim_dtype t, const float *src, void *dst, size_t n)
+{
+    uint16_t *d = dst;
+    for (size_t i = 0; i < n; i++)
+        d[i] = t == ZO_OPTIM_FP16 ? zo_f32_to_f16(src[i]) : zo_f32_to_bf16(src[i]);
+}
+
+static zo_status alloc_device(struct zo_engine *e)
+{
+    uint64_t cb = e->chunk_bytes;
+    e->n_pslots = e->fp.device_param_slots;
+    e->n_gslots = e->fp.device_grad_slots;
+    ZO_TRY(zo_device_malloc(e->dev, e->n_pslots * cb, &e->dev_params));
+    ZO_TRY(zo_device_malloc(e->dev, e->n_gslots * cb, &e->dev_grads));
+    if (e->cfg.optim_home == ZO_TIER_DEVICE)
+        ZO_TRY(zo_device_malloc(e->dev, (size_t)e->n_chunks * 3 * e->chunk_elems * sizeof(float),
+                                &e->dev_states));
+    e->pslots = calloc(e->n_pslots, sizeof *e->pslots);
+    e->gslots = calloc(e->n_gslots, sizeof *e->gslots);
+    if (!e->pslots || !e->gslots) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating slot tables");
+    for (uint32_t s = 0; s < e->n_pslots; s++) {
+        e->pslots[s].ptr = (char *)e->dev_params + s * cb;
+        e->pslots[s].chunk = -1;
+        ZO_TRY(zo_event_create(e->dev, &e->pslots[s].ready));
+        ZO_TRY(zo_event_create(e->dev, &e->pslots[s].lastuse));
+    }
+    for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(zo_event_create(e->dev, &e->chunks[c].computed));
+    for (uint32_t s = 0; s < e->n_gslots; s++) {
+        e->gslots[s].ptr = (char *)e->dev_grads + s * cb;
+        ZO_TRY(zo_event_create(e->dev, &e->gslots[s].drained));
+    }
+    return ZO_OK;
+}
+
+static zo_status take_slots(struct zo_engine *e, size_t slot_bytes, size_t n, void **out)
+{
+    if (!n) return ZO_OK;
+    int set;
+    ZO_TRY(zo_hostpool_add_slots(e->pool, slot_bytes, n, &set));
+    for (size_t i = 0; i < n; i++) ZO_TRY(zo_hostpool_slot_alloc(e->pool, set, &out[i]));
+    return ZO_OK;
+}
+
+static zo_status alloc_pinned(struct zo_engine *e)
+{
+    zo_hostpool_config pc = ZO_HOSTPOOL_CONFIG_INIT;
+    pc.max_pinned_bytes = e->cfg.pinned_bytes ? e->cfg.pinned_bytes : e->fp.pinned;
+    ZO_TRY(zo_hostpool_init(&e->pool, e->dev, &pc));
+    size_t nc = e->n_chunks;
+    void **tmp = calloc(nc * 2 + e->n_pslots + ENG_NVME_STAGES, sizeof *tmp);
+    if (!tmp) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
+    zo_status st = take_slots(e, e->chunk_bytes, nc * (size_t)e->p16_bufs, tmp);
+    for (size_t i = 0; st == ZO_OK && i < nc * (size_t)e->p16_bufs; i++)
+        e->chunks[i % nc].p16[i / nc] = tmp[i];
+    if (st == ZO_OK) st = take_slots(e, e->chunk_bytes, nc * (size_t)e->g_bufs, tmp);
+    for (size_t i = 0; st == ZO_OK && i < nc * (size_t)e->g_bufs; i++)
+        e->chunks[i % nc].g16[i / nc] = tmp[i];
+    if (st == ZO_OK && e->cfg.optim_home == ZO_TIER_NVME) {
+        st = take_slots(e, e->stage_bytes, ENG_NVME_STAGES, tmp);
+        for (int i = 0; st == ZO_OK && i < (int)ENG_NVME_STAGES; i++) e->stage[i] = tmp[i];
+    }
+    if (st == ZO_OK && e->cfg.param_home == ZO_TIER_NVME) {
+        st = take_slots(e, e->chunk_bytes, e->n_pslots, tmp);
+        for (uint32_t s = 0; st == ZO_OK && s < e->n_pslots; s++) e->pslots[s].stage = tmp[s];
+    }
+    free(tmp);
+    return st;
+}
+
+static zo_status alloc_host(struct zo_engine *e)
+{
+    uint64_t per = 3 * e->chunk_elems;
+    uint64_t nc = e->n_chunks;
+    if (e->cfg.optim_home == ZO_TIER_HOST)
+        ZO_TRY(host_alloc(e, nc * per * sizeof(float), &e->host_states));
+    if (e->cfg.mode == ZO_OPTIM_OVERLAP && e->cfg.optim_home != ZO_TIER_NVME)
+        ZO_TRY(host_alloc(e, nc * per * sizeof(float), &e->host_backup));
+    if (e->cfg.grad_accum_steps > 1)
+        ZO_TRY(host_alloc(e, nc * (uint64_t)e->g_bufs * e->chunk_elems * sizeof(float), &e->host_acc));
+    for (uint32_t c = 0; c < nc; c++) {
+        eng_chunk *k = &e->chunks[c];
+        if (e->host_states) k->states = e->host_states + c * per;
+        if (e->dev_states) k->states = (float *)e->dev_states + c * per;
+        if (e->host_backup) k->backup = e->host_backup + c * per;
+        for (int b = 0; e->host_acc && b < e->g_bufs; b++)
+            k->acc[b] = e->host_acc + ((uint64_t)b * nc + c) * e->chunk_elems;
+    }
+    return ZO_OK;
+}
+
+/* A swap store of two extents per chunk of `extent` bytes each. */
+static zo_status open_store(struct zo_engine *e, uint64_t extent, const char *suffix, zo_swap_t *out)
+{
+    zo_swap_config sc = ZO_SWAP_CONFIG_INIT;
+    char name[128];
+    snprintf(name, sizeof name, "%s%s", e->cfg.nvme_name ? e->cfg.nvme_name : "zoffload", suffix);
+    sc.paths = e->cfg.nvme_paths;
+    sc.npaths = e->cfg.n_nvme_paths;
+    sc.capacity = 2ull * e->n_chunks * extent;
+    sc.extent_bytes = extent;
+    sc.engine = e->cfg.nvme_engine;
+    sc.name = name;
+    sc.faults = e->cfg.nvme_faults;
+    sc.nfaults = e->cfg.n_nvme_faults;
+    return zo_swap_open(&sc, out);
+}
+
+static zo_status open_swap(struct zo_engine *e)
+{
+    if (e->cfg.optim_home != ZO_TIER_NVME) return ZO_OK;
+    ZO_TRY(open_store(e, e->state_extent_bytes, "", &e->swap));
+    if (e->cfg.param_home == ZO_TIER_NVME) ZO_TRY(open_store(e, e->chunk_bytes, "-p16", &e->pswap));
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        for (int i = 0; i < 2; i++) {
+            ZO_TRY(zo_swap_alloc_extent(e->swap, 2ull * c + (uint64_t)i, &k->ext[i]));
+            if (e->pswap) ZO_TRY(zo_swap_alloc_extent(e->pswap, 2ull * c + (uint64_t)i, &k->pext[i]));
+        }
+    }
+    for (int i = 0; i < (int)ENG_NVME_STAGES; i++) {
+        ZO_TRY(zo_swap_register_buffer(e->swap, e->stage[i], e->stage_bytes));
+        if (e->pswap) ZO_TRY(zo_swap_register_buffer(e->pswap, e->stage[i], e->stage_bytes));
+    }
+    for (uint32_t s = 0; e->pswap && s < e->n_pslots; s++)
+        ZO_TRY(zo_swap_register_buffer(e->pswap, e->pslots[s].stage, e->chunk_bytes));
+    return ZO_OK;
+}
+
+/* The initial master weights of chunk c (gaps zero) into dst (chunk_elems floats). */
+static void fill_master(struct zo_engine *e, uint32_t c, float *dst)
+{
+    memset(dst, 0, e->chunk_elems * sizeof(float));
+    eng_layer *L = &e->layers[e->chunks[c].layer];
+    for (int i = 0; i < L->n_tensors; i++) {
+        eng_tensor *t = &e->tensors[L->tensors[i]];
+        if (t->chunk == c) memcpy(dst + t->off, t->init, t->numel * sizeof(float));
+    }
+}
+
+static zo_status place_initial_states(struct zo_engine *e)
+{
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        float *st = k->states ? k->states : e->stage[0];
+        memset(st, 0, 3 * e->chunk_elems * sizeof(float));
+        fill_master(e, c, st);
+        for (int b = 0; b < e->p16_bufs; b++) {
+            memset(k->p16[b], 0, e->chunk_bytes);
+            cast16(e->cfg.param_dtype, st, k->p16[b], k->n_elems);
+        }
+        if (e->swap) {
+            k->gen[0] = 1;
+            ZO_TRY(zo_swap_write(e->swap, k->ext[0], st, e->state_extent_bytes, k->gen[0]));
+        }
+        if (e->pswap) {
+            void *p16 = (char *)e->stage[0] + e->state_extent_bytes;
+            memset(p16, 0, e->chunk_bytes);
+            cast16(e->cfg.param_dtype, st, p16, k->n_elems);
+            k->pgen[0] = 1;
+            ZO_TRY(zo_swap_write(e->pswap, k->pext[0], p16, e->chunk_bytes, k->pgen[0]));
+        }
+        k->slot = -1;
+        k->grad_slot = -1;
+    }
+    if (e->cfg.param_home == ZO_TIER_DEVICE)
+        for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(eng_load_slot(e, c, c));
+    return ZO_OK;
+}
+
+/* The optimizer's workers sit on the cores of the pinned pool's NUMA node
+ * (the node nearest the GPU), one per core unless optim_threads says. */
+static zo_status start_pool(struct zo_engine *e)
+{
+    zo_optim_pool_config oc = ZO_OPTIM_POOL_CONFIG_INIT;
+    zo_hostpool_placement pl = ZO_HOSTPOOL_PLACEMENT_INIT;
+    int cores[1024], n = 0;
+    if (zo_hostpool_get_placement(e->pool, &pl) == ZO_OK &&
+        zo_topo_node_cpu_list(pl.node, cores, 1024, &n) == ZO_OK && n > 0) {
+        oc.cores = cores;
+        oc.ncores = n < 1024 ? n : 1024;
+    } else {
+        n = 0;
+    }
+    oc.nthreads = e->cfg.optim_threads;
+    if (oc.nthreads <= 0) oc.nthreads = (int)zo_env_int("ZO_OPTIM_THREADS", n > 0 ? n : 1, 1, 1024);
+    ZO_LOGI(ENG_SUBSYS, "optimizer: %d worker thread(s) on NUMA node %d (%d core(s))", oc.nthreads, pl.node, n);
+    return zo_optim_pool_init(&e->opool, &oc);
+}
+
+static zo_status start_optimizer(struct zo_engine *e)
+{
+    ZO_TRY(start_pool(e));
+    if (e->cfg.param_dtype == ZO_OPTIM_FP16) {
+        ZO_TRY(zo_loss_scaler_init(&e->scaler, &e->cfg.loss_scaler));
+    } else {
+        zo_loss_scaler_config lc = ZO_LOSS_SCALER_CONFIG_INIT;
+        lc.loss_scale = 1.0;
+        ZO_TRY(zo_loss_scaler_init(&e->scaler, &lc));
+    }
+    return eng_thread_start(e);
+}
+
+static void release_tiers(struct zo_engine *e)
+{
+    if (e->h2d) zo_stream_synchronize(e->h2d);
+    if (e->d2h) zo_stream_synchronize(e->d2h);
+    eng_thread_stop(e);
+    eng_dpu_join(e);
+    if (e->swap) eng_spec_drain(e);
+    zo_optim_pool_free(e->opool);
+    e->opool = NULL;
+    if (e->pswap) {
+        eng_drop_tickets(e);
+        for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
+            if (e->stage[i]) zo_swap_unregister_buffer(e->pswap, e->stage[i]);
+        for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++)
+            if (e->pslots[s].stage) zo_swap_unregister_buffer(e->pswap, e->pslots[s].stage);
+        zo_swap_close(e->pswap);
+        e->pswap = NULL;
+    }
+    if (e->swap) {
+        for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
+            if (e->stage[i]) zo_swap_unregister_buffer(e->swap, e->stage[i]);
+        zo_swap_close(e->swap);
+        e->swap = NULL;
+    }
+    zo_hostpool_free(e->pool);
+    e->pool = NULL;
+    memset(e->stage, 0, sizeof e->stage);
+    free(e->host_states);
+    free(e->host_backup);
+    free(e->host_acc);
+    e->host_states = e->host_backup = e->host_acc = NULL;
+    e->host_bytes = 0;
+    for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++) {
+        zo_event_destroy(e->pslots[s].ready);
+        zo_event_destroy(e->pslots[s].lastuse);
+    }
+    for (uint32_t s = 0; e->gslots && s < e->n_gslots; s++) {
+        zo_event_destroy(e->gslots[s].drained);
+    }
+    for (uint32_t c = 0; e->chunks && c < e->n_chunks; c++) {
+        zo_event_destroy(e->chunks[c].computed);
+        e->chunks[c].computed = NULL;
+    }
+    free(e->pslots);
+    free(e->gslots);
+    e->pslots = NULL;
+    e->gslots = NULL;
+    zo_device_mfree(e->dev, e->dev_params);
+    zo_device_mfree(e->dev, e->dev_grads);
+    zo_device_mfree(e->dev, e->dev_states);
+    e->dev_params = e->dev_grads = e->dev_states = NULL;
+    zo_stream_destroy(e->h2d);
+    zo_stream_destroy(e->d2h);
+    e->h2d = e->d2h = NULL;
+}
+
+static zo_status allocate_and_place(struct zo_engine *e)
+{
+    ZO_TRY(zo_stream_create(e->dev, &e->h2d));
+    ZO_TRY(zo_stream_create(e->dev, &e->d2h));
+    ZO_TRY(alloc_device(e));
+    ZO_TRY(alloc_pinned(e));
+    ZO_TRY(alloc_host(e));
+    ZO_TRY(open_swap(e));
+    ZO_TRY(place_initial_states(e));
+    for (unsigned i = 0; i < ENG_NVME_STAGES; i++) e->spec.rd_chunk[i] = e->spec.wr_chunk[i] = -1;
+    ZO_TRY(zo_stream_synchronize(e->h2d));
+    return start_optimizer(e);
+}
+
+zo_status zo_engine_finalize(zo_engine_t e)
+{
+    if (!e) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL engine");
+    if (e->finalized) return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the engine is already finalized");
+    int fits;
+    char msg[512];
+    ZO_TRY(compute_plan(e, &e->fp, &fits, msg, sizeof msg, NULL));
+    if (!fits) {
+        zo_status st = strncmp(msg, "device", 6) == 0 ? ZO_ERR_OUT_OF_DEVICE_MEMORY : ZO_ERR_BUDGET;
+        return ZO_FAIL(st, ENG_SUBSYS, "the plan does not fit: %s", msg);
+    }
+    zo_status st = allocate_and_place(e);
+    if (st < 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", zo_last_error());
+        release_tiers(e);
+        return ZO_FAIL(st, ENG_SUBSYS, "finalize: %s", why);
+    }
+    for (int i = 0; i < e->n_tensors; i++) {
+        free(e->tensors[i].init);
+        e->tensors[i].init = NULL;
+    }
+    e->finalized = 1;
+    char a[32], b[32], c2[32], d[32];
+    ZO_LOGI(ENG_SUBSYS,
+            "%u chunks of %zu bytes (%u per layer at most); device %s (%u param + %u grad slots), "
+            "pinned %s, host %s, nvme %s; mode %s",
+            e->n_chunks, e->chunk_bytes, e->max_cpl, zo_fmt_bytes(a, sizeof a, e->fp.device),
+            e->n_pslots, e->n_gslots, zo_fmt_bytes(b, sizeof b, e->fp.pinned),
+            zo_fmt_bytes(c2, sizeof c2, e->fp.host), zo_fmt_bytes(d, sizeof d, e->fp.nvme),
+            zo_optim_mode_name(e->cfg.mode));
+    return ZO_OK;
+}
+
+void zo_engine_free(zo_engine_t e)
+{
+    if (!e) return;
+    release_tiers(e);
+    for (int i = 0; i < e->n_tensors; i++) free(e->tensors[i].init);
+    for (int l = 0; l < e->n_layers; l++) free(e->layers[l].tensors);
+    free(e->tensors);
+    free(e->layers);
+    free(e->chunks);
+    free(e->trace);
+    free(e->cur);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+zo_swap_t zo_engine_nvme_store(zo_engine_t e) { return e ? e->swap : NULL; }
+
+zo_swap_t zo_engine_nvme_param_store(zo_engine_t e) { return e ? e->pswap : NULL; }
+
+double zo_engine_loss_scale(zo_engine_t e)
+{
+    if (!e) return 1.0;
+    return e->cfg.param_dtype == ZO_OPTIM_FP16 ? zo_loss_scaler_scale(&e->scaler) : 1.0;
+}
+
+/* ---- the step protocol ---- */
+
+/* Make the device slots safe to reuse after an abandoned step: the caller's
+ * stream is fenced for slots still fetched, and events recorded after a
+ * failed copy (which keep reporting it) are recorded anew on the now clean
+ * copy streams; chunks whose load failed are forgotten. */
+static void reset_slots(struct zo_engine *e)
+{
+    for (uint32_t s = 0; s < e->n_pslots; s++) {
+        eng_pslot *p = &e->pslots[s];
+        if (p->chunk >= 0 && e->chunks[p->chunk].in_use > 0 && e->compute)
+            zo_event_record(p->lastuse, e->compute);
+        if (e->cfg.param_home != ZO_TIER_DEVICE && zo_event_query(p->ready) < 0) {
+            if (p->chunk >= 0) e->chunks[p->chunk].slot = -1;
+            p->chunk = -1;
+        }
+        zo_event_record(p->ready, e->h2d);
+    }
+    for (uint32_t s = 0; s < e->n_gslots; s++) {
+        e->gslots[s].busy = 0;
+        zo_event_record(e->gslots[s].drained, e->d2h);
+    }
+    zo_stream_synchronize(e->h2d);
+    zo_stream_synchronize(e->d2h);
+}
+
+static void forget_step(struct zo_engine *e)
+{
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        k->in_use = 0;
+        k->grad_slot = -1;
+        k->n_ready = 0;
+        k->spec_done = 0;
+    }
+    e->deviated = 1; /* this step's fetches do not become the trace */
+    e->n_cur = 0;
+    e->step_open = 0;
+}
+
+/* Give up the current step after an error: drain the host jobs, fence the
+ * caller's stream, undo speculative updates, forget the step's gradients.
+ * The committed weights are untouched, so the step can be run again. */
+static zo_status abort_step(struct zo_engine *e, zo_status st)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", zo_last_error());
+    eng_set_async_error(e, st); /* jobs still queued skip their work */
+    eng_wait_idle(e);
+    eng_spec_drain(e);
+    zo_stream_synchronize(e->h2d);
+    zo_stream_synchronize(e->d2h);
+    reset_slots(e);
+    eng_drop_tickets(e);
+    if (e->cfg.mode == ZO_OPTIM_OVERLAP) {
+        eng_restore_backups(e);
+        eng_discard_uncommitted(e);
+    }
+    eng_dpu_join(e); /* a failed delayed update is dropped; a good one stays pending */
+    forget_step(e);
+    eng_take_async_error(e);
+    return ZO_FAIL(st, ENG_SUBSYS, "the step was abandoned (committed weights intact): %s", why);
+}
+
+static zo_status check_async(struct zo_engine *e)
+{
+    char why[512];
+    pthread_mutex_lock(&e->mu);
+    zo_status st = e->async_st;
+    snprintf(why, sizeof why, "%s", e->async_msg);
+    pthread_mutex_unlock(&e->mu);
+    if (st >= 0) return ZO_OK;
+    ZO_FAIL(st, ENG_SUBSYS, "asynchronous failure: %s", why);
+    return abort_step(e, st);
+}
+
+static zo_status check_layer(struct zo_engine *e, int layer)
+{
+    if (!e) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL engine");
+    if (!e->finalized) return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "call zo_engine_finalize first");
+    if (layer < 0 || layer >= e->n_layers)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "layer %d out of range [0, %d)", layer, e->n_layers);
+    return ZO_OK;
+}
+
+static void open_step(struct zo_engine *e)
+{
+    if (e->step_open) return;
+    e->step_open = 1;
+    e->step_t0 = zo_now_ns();
+    zo_device_copy_get_stats(e->dev, &e->copy0);
+    e->swap0.struct_size = sizeof e->swap0;
+    if (e->swap) zo_swap_get_stats(e->swap, &e->swap0);
+    e->pswap0.struct_size = sizeof e->pswap0;
+    if (e->pswap) zo_swap_get_stats(e->pswap, &e->pswap0);
+    /* the counters run on; a step reports what they gained while it was open
+     * (a DPU update running across two steps counts where its time falls) */
+    e->at_open[0] = atomic_load(&e->busy_ns[2]);
+    e->at_open[1] = atomic_load(&e->optim_ns);
+    e->at_open[2] = atomic_load(&e->nvme_ns);
+    e->at_open[3] = atomic_load(&e->busy_ns[0]);
+    e->at_open[4] = atomic_load(&e->busy_ns[1]);
+    e->hits = e->misses = e->evictions = e->prefetches = 0;
+}
+
+typedef struct busy_arg {
+    struct zo_engine *e;
+    int which;
+} busy_arg;
+
+static zo_status busy_begin(void *arg)
+{
+    busy_arg *b = arg;
+    atomic_store(&b->e->busy_t0[b->which], zo_now_ns());
+    return ZO_OK;
+}
+
+static zo_status busy_end(void *arg)
+{
+    busy_arg *b = arg;
+    atomic_fetch_add(&b->e->busy_ns[b->which], zo_now_ns() - atomic_load(&b->e->busy_t0[b->which]));
+    return ZO_OK;
+}
+
+/* A copy on one of the engine's streams, bracketed by tasks that add its
+ * duration to the stream's busy time. */
+zo_status eng_timed_copy(struct zo_engine *e, int d2h, void *dst, const void *src, size_t n)
+{
+    zo_stream_t s = d2h ? e->d2h : e->h2d;
+    busy_arg b = {e, d2h};
+    ZO_TRY(zo_stream_enqueue(s, busy_begin, &b, sizeof b));
+    ZO_TRY(d2h ? zo_memcpy_d2h_async(s, dst, src, n) : zo_memcpy_h2d_async(s, dst, src, n));
+    return zo_stream_enqueue(s, busy_end, &b, sizeof b);
+}
+
+/* Make compute wait for ev, timing the wait when the data is not there yet. */
+static zo_status compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t ev)
+{
+    if (zo_event_query(ev) != ZO_NOT_READY) return zo_stream_wait_event(compute, ev);
+    busy_arg b = {e, 2};
+    ZO_TRY(zo_stream_enqueue(compute, busy_begin, &b, sizeof b));
+    ZO_TRY(zo_stream_wait_event(compute, ev));
+    return zo_stream_enqueue(compute, busy_end, &b, sizeof b);
+}
+
+static zo_status take_grad_slot(struct zo_engine *e, uint32_t c, zo_stream_t compute)
+{
+    eng_chunk *k = &e->chunks[c];
+    if (k->grad_slot >= 0) return ZO_OK;
+    for (uint32_t s = 0; s < e->n_gslots; s++) {
+        eng_gslot *g = &e->gslots[s];
+        if (g->busy) continue;
+        g->busy = 1;
+        k->grad_slot = (int)s;
+        /* the slot's previous gradients must have left before it is zeroed */
+        ZO_TRY(zo_stream_wait_event(compute, g->drained));
+        return zo_memset_async(compute, g->ptr, 0, k->n_elems * e->e16);
+    }
+    return ZO_FAIL(ZO_ERR_OUT_OF_DEVICE_MEMORY, ENG_SUBSYS,
+                   "fetch: all %u device gradient slots are held by layers whose gradients were not "
+                   "handed over yet: call zo_engine_grads_ready first",
+                   e->n_gslots);
+}
+
+static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_stream_t compute,
+                             void **params, void **grads)
+{
+    eng_layer *L = &e->layers[layer];
+    int pos = eng_trace_push(e, layer, phase);
+    if (pos < -1) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "growing the trace");
+    for (uint32_t i = 0; i < L->n_chunks; i++) {
+        uint32_t c = L->first_chunk + i;
+        ZO_TRY(eng_make_resident(e, c, pos));
+        e->chunks[c].in_use++;
+    }
+    for (uint32_t i = 0; i < L->n_chunks; i++) {
+        eng_chunk *k = &e->chunks[L->first_chunk + i];
+        ZO_TRY(compute_wait(e, compute, e->pslots[k->slot].ready));
+        if (phase == ZO_PHASE_BACKWARD) ZO_TRY(take_grad_slot(e, L->first_chunk + i, compute));
+    }
+    for (int i = 0; i < L->n_tensors; i++) {
+        eng_tensor *t = &e->tensors[L->tensors[i]];
+        eng_chunk *k = &e->chunks[t->chunk];
+        params[i] = (char *)e->pslots[k->slot].ptr + t->off * e->e16;
+        if (phase == ZO_PHASE_BACKWARD) grads[i] = (char *)e->gslots[k->grad_slot].ptr + t->off * e->e16;
+    }
+    eng_prefetch(e);
+    return ZO_OK;
+}
+
+zo_status zo_engine_fetch(zo_engine_t e, int layer, zo_phase phase, zo_stream_t compute,
+                          void **params, void **grads, int n)
+{
+    ZO_TRY(check_layer(e, layer));
+    if (!compute || !params || (phase == ZO_PHASE_BACKWARD && !grads))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "fetch: NULL compute stream or pointer array");
+    if (phase != ZO_PHASE_FORWARD && phase != ZO_PHASE_BACKWARD)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "fetch: phase must be FORWARD or BACKWARD");
+    if (n < e->layers[layer].n_tensors)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "fetch: layer %d has %d tensors, arrays hold %d",
+                       layer, e->layers[layer].n_tensors, n);
+    ZO_TRY(check_async(e));
+    open_step(e);
+    e->compute = compute;
+    zo_status st = fetch_layer(e, layer, phase, compute, params, grads);
+    if (st < 0) return abort_step(e, st);
+    return ZO_OK;
+}
+
+zo_status zo_engine_release(zo_engine_t e, int layer, zo_stream_t compute)
+{
+    ZO_TRY(check_layer(e, layer));
+    if (!compute) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "release: NULL compute stream");
+    eng_layer *L = &e->layers[layer];
+    for (uint32_t i = 0; i < L->n_chunks; i++)
+        if (e->chunks[L->first_chunk + i].in_use <= 0)
+            return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "release: layer %d is not fetched", layer);
+    for (uint32_t i = 0; i < L->n_chunks; i++) {
+        eng_chunk *k = &e->chunks[L->first_chunk + i];
+        zo_status st = zo_event_record(e->pslots[k->slot].lastuse, compute);
+        if (st < 0) return abort_step(e, st);
+        k->in_use--;
+    }
+    return check_async(e);
+}
+
+/* D2H one chunk's gradients and queue its host job. */
+static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t compute)
+{
+    eng_chunk *k = &e->chunks[c];
+    eng_wait_chunk_jobs(e, c); /* the host buffer is free again */
+    if (k->n_ready >= e->cfg.grad_accum_steps)
+        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
+                       "grads_ready: layer %d already handed over %d micro-batches (grad_accum_steps)",
+                       k->layer, k->n_ready);
+    k->n_ready++;
+    int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
+    eng_gslot *g = &e->gslots[k->grad_slot];
+    ZO_TRY(zo_event_record(k->computed, compute));
+    ZO_TRY(zo_stream_wait_event(e->d2h, k->computed));
+    ZO_TRY(eng_timed_copy(e, 1, k->g16[parity], g->ptr, k->n_elems * e->e16));
+    ZO_TRY(zo_event_record(g->drained, e->d2h));
+    g->busy = 0;
+    k->grad_slot = -1;
+    eng_job tmpl = {0};
+    tmpl.chunk = (int)c;
+    tmpl.micro = k->n_ready;
+    tmpl.last = k->n_ready == e->cfg.grad_accum_steps;
+    tmpl.parity = parity;
+    tmpl.factor = zo_grad_scale_factor(0.0, (float)zo_engine_loss_scale(e), 0.0f);
+    tmpl.step = e->opt_step + 1;
+    eng_job *job = eng_job_new(&tmpl);
+    if (!job) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a host job");
+    struct {
+        struct zo_engine *e;
+        eng_job *j;
+    } arg = {e, job};
+    /* the arrival is enqueued before the job is queued, so a job whose d2h
+     * stream is idle and which has not arrived was lost by a failed task */
+    zo_status st = zo_stream_enqueue(e->d2h, eng_arrival_fn, &arg, sizeof arg);
+    if (st < 0) {
+        free(job);
+        return st;
+    }
+    eng_job_push(e, job);
+    return ZO_OK;
+}
+
+zo_status zo_engine_grads_ready(zo_engine_t e, int layer, zo_stream_t compute)
+{
+    ZO_TRY(check_layer(e, layer));
+    if (!compute) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "grads_ready: NULL compute stream");
+    ZO_TRY(check_async(e));
+    eng_layer *L = &e->layers[layer];
+    for (uint32_t i = 0; i < L->n_chunks; i++)
+        if (e->chunks[L->first_chunk + i].grad_slot < 0)
+            return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
+                           "grads_ready: layer %d was not fetched for the backward phase", layer);
+    for (uint32_t i = 0; i < L->n_chunks; i++) {
+        zo_status st = hand_over_chunk(e, L->first_chunk + i, compute);
+        if (st < 0) return abort_step(e, st);
+    }
+    return ZO_OK;
+}
+
+/* ---- end of step ---- */
+
+typedef struct step_verdict {
+    double sum_sq;
+    int overflow;
+    float factor, plain; /* the right gradient factor, and the one without clipping */
+    double loss_scale;
+} step_verdict;
+
+static zo_status judge_gradients(struct zo_engine *e, step_verdict *v)
+{
+    memset(v, 0, sizeof *v);
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        if (k->n_ready != e->cfg.grad_accum_steps)
+            return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
+                           "end_step: layer %d handed over %d of %d micro-batch gradients", k->layer,
+                           k->n_ready, e->cfg.grad_accum_steps);
+        if (k->in_use > 0)
+            return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "end_step: layer %d is still fetched", k->layer);
+        v->sum_sq += k->gstats.sum_sq; /* chunk order: deterministic */
+        v->overflow |= k->gstats.nonfinite;
+    }
+    if (!isfinite(v->sum_sq)) v->overflow = 1;
+    v->loss_scale = zo_engine_loss_scale(e);
+    v->factor = zo_grad_scale_factor(sqrt(v->sum_sq), (float)v->loss_scale, e->cfg.max_grad_norm);
+    v->plain = zo_grad_scale_factor(0.0, (float)v->loss_scale, 0.0f);
+    return ZO_OK;
+}
+
+/* Publish committed 16-bit parameters to the device. */
+static zo_status publish(struct zo_engine *e)
+{
+    if (e->cfg.param_home == ZO_TIER_DEVICE) {
+        for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(eng_load_slot(e, c, (uint32_t)e->chunks[c].slot));
+        return ZO_OK;
+    }
+    for (uint32_t s = 0; s < e->n_pslots; s++) {
+        int c = e->pslots[s].chunk;
+        if (c >= 0) e->chunks[c].slot = -1;
+        e->pslots[s].chunk = -1;
+    }
+    return ZO_OK;
+}
+
+static zo_status apply_update(struct zo_engine *e, const step_verdict *v, int *rollbacks)
+{
+    int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
+    *rollbacks = 0;
+    if (e->cfg.mode == ZO_OPTIM_OVERLAP) {
+        if (!v->overflow && v->factor == v->plain) return ZO_OK; /* the speculation was right */
+        for (uint32_t c = 0; c < e->n_chunks; c++) *rollbacks += e->chunks[c].spec_done;
+        eng_restore_backups(e);
+        eng_discard_uncommitted(e);
+    }
+    if (v->overflow) return ZO_OK;
+    return eng_update_all(e, v->factor, e->opt_step + 1, parity);
+}
+
+static zo_status launch_dpu_update(struct zo_engine *e, const step_verdict *v)
+{
+    e->dpu_pending = 1;
+    e->dpu_skip = v->overflow;
+    if (v->overflow) return ZO_OK;
+    zo_status st = eng_dpu_launch(e, v->factor, e->opt_step + 1, (int)(e->steps & 1));
+    if (st < 0) e->dpu_pending = 0;
+    return st;
+}
+
+static void fill_stats(struct zo_engine *e, const step_verdict *v, int rollbacks, zo_step_stats *s)
+{
+    if (!s) return;
+    if (s->struct_size != sizeof *s) {
+        ZO_LOGW(ENG_SUBSYS, "zo_step_stats.struct_size %zu != %zu: not filled", s->struct_size, sizeof *s);
+        return;
+    }
+    memset(s, 0, sizeof *s);
+    s->struct_size = sizeof *s;
+    s->step = e->opt_step;
+    s->grad_norm = sqrt(v->sum_sq) / v->loss_scale;
+    s->overflow = v->overflow;
+    s->clipped = !v->overflow && v->factor != v->plain;
+    s->loss_scale = v->loss_scale;
+    s->rollbacks = rollbacks;
+    zo_device_copy_stats cs;
+    if (zo_device_copy_get_stats(e->dev, &cs) == ZO_OK) {
+        s->h2d_bytes = cs.h2d_bytes - e->copy0.h2d_bytes;
+        s->d2h_bytes = cs.d2h_bytes - e->copy0.d2h_bytes;
+    }
+    zo_swap_stats ss = ZO_SWAP_STATS_INIT;
+    if (e->swap && zo_swap_get_stats(e->swap, &ss) == ZO_OK) {
+        s->nvme_read_bytes = ss.bytes_read - e->swap0.bytes_read;
+        s->nvme_write_bytes = ss.bytes_written - e->swap0.bytes_written;
+        s->peak_nvme = (uint64_t)ss.extents_used * e->state_extent_bytes;
+    }
+    zo_swap_stats ps = ZO_SWAP_STATS_INIT;
+    if (e->pswap && zo_swap_get_stats(e->pswap, &ps) == ZO_OK) {
+        s->nvme_read_bytes += ps.bytes_read - e->pswap0.bytes_read;
+        s->nvme_write_bytes += ps.bytes_written - e->pswap0.bytes_written;
+        s->peak_nvme += (uint64_t)ps.extents_used * e->chunk_bytes;
+    }
+    s->step_seconds = (double)(zo_now_ns() - e->step_t0) * 1e-9;
+    s->stall_seconds = (double)(atomic_load(&e->busy_ns[2]) - e->at_open[0]) * 1e-9;
+    s->optim_seconds = (double)(atomic_load(&e->optim_ns) - e->at_open[1]) * 1e-9;
+    s->nvme_seconds = (double)(atomic_load(&e->nvme_ns) - e->at_open[2]) * 1e-9;
+    s->h2d_seconds = (double)(atomic_load(&e->busy_ns[0]) - e->at_open[3]) * 1e-9;
+    s->d2h_seconds = (double)(atomic_load(&e->busy_ns[1]) - e->at_open[4]) * 1e-9;
+    s->peak_device = e->fp.device;
+    zo_hostpool_stats hs = ZO_HOSTPOOL_STATS_INIT;
+    if (zo_hostpool_get_stats(e->pool, &hs) == ZO_OK) s->peak_pinned = hs.reserved_high_water;
+    s->peak_host = e->host_high;
+    s->fetch_hits = e->hits;
+    s->fetch_misses = e->misses;
+    s->evictions = e->evictions;
+    s->prefetches = e->prefetches;
+}
+
+static void close_step(struct zo_engine *e)
+{
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        e->chunks[c].n_ready = 0;
+        e->chunks[c].spec_done = 0;
+    }
+    eng_trace_end_step(e);
+    e->step_open = 0;
+    e->steps++;
+}
+
+static zo_status finish_step(struct zo_engine *e, step_verdict *v, int *rollbacks)
+{
+    ZO_TRY(eng_wait_idle(e));
+    ZO_TRY(eng_spec_drain(e));
+    ZO_TRY(eng_dpu_join(e));
+    ZO_TRY(zo_stream_synchronize(e->h2d)); /* no copy still reads the host parameters */
+    ZO_TRY(zo_stream_synchronize(e->d2h));
+    ZO_TRY(judge_gradients(e, v));
+    zo_loss_scaler saved = e->scaler;
+    if (e->cfg.param_dtype == ZO_OPTIM_FP16) ZO_TRY(zo_loss_scaler_update(&e->scaler, v->overflow));
+    if (e->cfg.mode == ZO_OPTIM_DPU) {
+        if (e->dpu_pending) {
+            eng_commit(e, !e->dpu_skip);
+            if (!e->dpu_skip) e->opt_step++;
+            e->dpu_pending = 0;
+            ZO_TRY(publish(e));
+        }
+        zo_status st = launch_dpu_update(e, v);
+        if (st < 0) e->scaler = saved;
+        return st;
+    }
+    uint64_t t0 = zo_now_ns();
+    zo_status st = apply_update(e, v, rollbacks);
+    atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
+    if (st < 0) {
+        e->scaler = saved;
+        return st;
+    }
+    eng_commit(e, !v->overflow);
+    if (!v->overflow) e->opt_step++;
+    return publish(e);
+}
+
+zo_status zo_engine_end_step(zo_engine_t e, zo_step_stats *stats)
+{
+    if (!e) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL engine");
+    if (!e->finalized) return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "call zo_engine_finalize first");
+    ZO_TRY(check_async(e));
+    open_step(e);
+    step_verdict v;
+    int rollbacks = 0;
+    zo_status st = finish_step(e, &v, &rollbacks);
+    if (st < 0) return abort_step(e, st);
+    close_step(e);
+    fill_stats(e, &v, rollbacks, stats);
+    return ZO_OK;
+}
+
+/* ---- reading states ---- */
+
+zo_status zo_engine_read_master(zo_engine_t e, int id, float *out)
+{
+    if (!e || !out || id < 0 || id >= e->n_tensors)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "read_master: bad engine, id %d or NULL out", id);
+    eng_tensor *t = &e->tensors[id];
+    if (!e->finalized) {
+        memcpy(out, t->init, t->numel * sizeof(float));
+        return ZO_OK;
+    }
+    ZO_TRY(eng_wait_idle(e));
+    ZO_TRY(eng_dpu_join(e));
+    if (e->swap) ZO_TRY(eng_spec_drain(e)); /* speculative writes in flight have landed */
+    float *buf = aligned_alloc(4096, e->state_extent_bytes);
+    if (!buf) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_master: allocating a buffer");
+    zo_status st = eng_read_states(e, t->chunk, buf);
+    if (st == ZO_OK) memcpy(out, buf + t->off, t->numel * sizeof(float));
+    free(buf);
+    return st;
+}

@@ -1,0 +1,214 @@
+/* Internal state of the offload engine, shared by engine.c (registration,
+ * placement, step protocol), engine_sched.c (trace, prefetch, eviction) and
+ * engine_optim.c (the host job thread and the update pipeline). */
+#ifndef ZO_ENGINE_INTERNAL_H
+#define ZO_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "zo/engine.h"
+#include "zo/hostpool.h"
+#include "zo/swap.h"
+#include "zo_internal.h"
+
+#define ENG_SUBSYS "offload"
+/* Tensor offsets inside a chunk are aligned to this many elements (256 B). */
+#define ENG_TENSOR_ALIGN 128u
+/* NVMe state staging slots: read chunk i+2 while updating i+1 and writing i. */
+#define ENG_NVME_STAGES 3u
+
+typedef struct eng_tensor {
+    int layer;
+    char name[64];
+    size_t numel;
+    float *init; /* copy of the initial values until finalize */
+    uint32_t chunk;
+    size_t off;  /* element offset inside the chunk */
+} eng_tensor;
+
+typedef struct eng_layer {
+    int *tensors;
+    int n_tensors, cap;
+    uint32_t first_chunk, n_chunks;
+} eng_layer;
+
+typedef struct eng_chunk {
+    int layer;
+    size_t n_elems;       /* elements in use (last tensor's end) */
+    void *p16[2];         /* host 16-bit params (param_home host/device): current and next */
+    int p16_cur;
+    void *g16[2];         /* host 16-bit gradients, by step parity (DPU uses both) */
+    float *acc[2];        /* fp32 accumulators (grad_accum_steps > 1), by step parity */
+    float *states;        /* master | m | v (optim_home host or device) */
+    float *backup;        /* overlap, host/device states: copy taken before the speculative update */
+    zo_swap_extent_t ext[2]; /* optim_home nvme: current and alternate extents */
+    zo_swap_extent_t pext[2]; /* param_home nvme: the 16-bit parameters' extents */
+    uint64_t pgen[2];
+    int pext_cur;
+    int palt_valid;
+    uint64_t gen[2];
+    int ext_cur;
+    int alt_valid;        /* the alternate extent holds an update not yet committed */
+    int slot;             /* device param slot holding this chunk, or -1 */
+    int in_use;           /* fetched and not released */
+    int grad_slot;        /* device grad slot handed out in the backward, or -1 */
+    int n_ready;          /* grads_ready calls this step (micro-batches) */
+    uint64_t jobs_queued, jobs_done; /* host jobs (under eng->mu) */
+    zo_grad_stats gstats; /* of the step's final gradients */
+    zo_event_t computed;  /* the caller's work that produced the micro-batch's gradients (its job
+                             checks it: a failure on the compute stream fails the step) */
+    int spec_done;        /* overlap: the speculative update ran */
+} eng_chunk;
+
+typedef struct eng_pslot {
+    void *ptr;
+    int chunk;            /* -1 when free */
+    zo_event_t ready;     /* the H2D that filled it */
+    zo_event_t lastuse;   /* the compute work that last read it */
+    uint64_t tick;        /* when it was last fetched (LRU when no trace is followed) */
+    void *stage;          /* param_home nvme: pinned staging of the NVMe read before the H2D */
+    _Atomic(zo_swap_io_t) io; /* ... and the read's ticket until the h2d stream has waited it */
+} eng_pslot;
+
+typedef struct eng_gslot {
+    void *ptr;
+    int busy;
+    zo_event_t drained;   /* the D2H that emptied it */
+} eng_gslot;
+
+typedef struct eng_job {
+    struct eng_job *next;
+    int chunk;
+    int micro;            /* 1-based micro-batch of this hand-over */
+    int last;             /* the step's final gradients of the chunk */
+    int parity;
+    int arrived;          /* the D2H finished (set from the d2h stream) */
+    float factor;         /* the speculative update's gradient factor (overlap) */
+    int64_t step;         /* ... and its Adam step */
+} eng_job;
+
+/* Overlap mode with states on NVMe: the host job thread's pipeline over the
+ * stages (read the next chunk's states ahead, write the updated ones behind). */
+typedef struct eng_spec_pipe {
+    zo_swap_io_t rd[ENG_NVME_STAGES], wr[ENG_NVME_STAGES], pwr[ENG_NVME_STAGES];
+    int rd_chunk[ENG_NVME_STAGES]; /* chunk being read into the stage, or -1 */
+    int wr_chunk[ENG_NVME_STAGES]; /* chunk being written from the stage, or -1 */
+    unsigned next;                 /* the next stage to hand out */
+} eng_spec_pipe;
+
+struct zo_engine {
+    zo_engine_config cfg;
+    zo_device_t dev;
+    int finalized;
+    int cuda;
+    size_t e16;           /* bytes per 16-bit element (2) */
+
+    /* registration */
+    eng_tensor *tensors;
+    int n_tensors, cap_tensors;
+    eng_layer *layers;
+    int n_layers, cap_layers;
+
+    /* packing */
+    size_t chunk_bytes, chunk_elems;
+    eng_chunk *chunks;
+    uint32_t n_chunks, max_cpl;
+    int p16_bufs, g_bufs;
+    zo_engine_footprint fp;
+
+    /* tiers */
+    void *dev_params, *dev_grads, *dev_states;
+    eng_pslot *pslots;
+    uint32_t n_pslots;
+    eng_gslot *gslots;
+    uint32_t n_gslots;
+    zo_hostpool_t pool;
+    float *host_states, *host_backup, *host_acc;
+    zo_swap_t swap;
+    uint64_t state_extent_bytes;
+    uint64_t stage_bytes; /* one NVMe stage: master | m | v (| 16-bit params when they live on NVMe) */
+    zo_swap_t pswap;      /* param_home nvme: the store of the 16-bit parameters */
+    float *stage[ENG_NVME_STAGES];
+    eng_spec_pipe spec;
+    zo_stream_t h2d, d2h;
+    zo_stream_t compute;  /* the last compute stream seen (to fence an aborted step) */
+
+    /* trace */
+    int *trace, n_trace, cap_trace; /* layer * 2 + phase of each fetch of the recorded step */
+    int *cur, n_cur, cap_cur;       /* this step's fetches */
+    int trace_valid, deviated;
+
+    /* optimizer */
+    zo_optim_pool_t opool;
+    zo_loss_scaler scaler;
+    int64_t opt_step;     /* updates applied (Adam's step count) */
+    int64_t steps;        /* end_step calls that succeeded */
+    int step_open;
+    int dpu_pending;      /* a DPU update was launched and not yet published */
+    int dpu_skip;         /* ... and it was skipped (overflow) */
+    /* the delayed update runs on a thread of its own, beside the job thread
+     * (which keeps taking the next step's gradients: other buffers by parity) */
+    pthread_t dpu_thread;
+    int dpu_running;
+    float dpu_factor;
+    int64_t dpu_step;
+    int dpu_parity;
+    zo_status dpu_st;
+    char dpu_msg[512];
+
+    /* host job thread */
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    eng_job *qhead, *qtail;
+    int stop;
+    int running;          /* a job is being run */
+    zo_status async_st;   /* first asynchronous failure, with its message */
+    char async_msg[512];
+
+    /* statistics */
+    _Atomic uint64_t optim_ns, nvme_ns;
+    /* stream timers, run by tasks on the stream: 0 h2d busy, 1 d2h busy, 2 compute stalled */
+    _Atomic uint64_t busy_t0[3], busy_ns[3];
+    uint64_t at_open[5];  /* stall, optim, nvme, h2d, d2h counters when the step opened */
+    uint64_t step_t0;
+    uint64_t hits, misses, evictions, prefetches, lru_tick;
+    zo_device_copy_stats copy0;
+    zo_swap_stats swap0, pswap0;
+    uint64_t host_bytes, host_high;
+};
+
+/* engine.c */
+zo_status eng_timed_copy(struct zo_engine *e, int d2h, void *dst, const void *src, size_t n);
+
+/* engine_sched.c */
+int eng_trace_push(struct zo_engine *e, int layer, zo_phase phase);
+void eng_trace_end_step(struct zo_engine *e);
+zo_status eng_make_resident(struct zo_engine *e, uint32_t c, int pos);
+void eng_prefetch(struct zo_engine *e);
+zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s);
+
+/* engine_optim.c */
+zo_status eng_thread_start(struct zo_engine *e);
+void eng_thread_stop(struct zo_engine *e);
+eng_job *eng_job_new(const eng_job *tmpl);
+void eng_job_push(struct zo_engine *e, eng_job *j);
+void eng_drop_tickets(struct zo_engine *e);
+zo_status eng_wait_idle(struct zo_engine *e);
+void eng_wait_chunk_jobs(struct zo_engine *e, uint32_t c);
+zo_status eng_arrival_fn(void *arg);
+void eng_set_async_error(struct zo_engine *e, zo_status st);
+zo_status eng_take_async_error(struct zo_engine *e);
+zo_status eng_update_all(struct zo_engine *e, float factor, int64_t step, int parity);
+void eng_restore_backups(struct zo_engine *e);
+void eng_commit(struct zo_engine *e, int updated);
+void eng_discard_uncommitted(struct zo_engine *e);
+zo_status eng_spec_drain(struct zo_engine *e);
+zo_status eng_dpu_launch(struct zo_engine *e, float factor, int64_t step, int parity);
+zo_status eng_dpu_join(struct zo_engine *e);
+zo_status eng_read_states(struct zo_engine *e, uint32_t c, float *out);
+float *eng_chunk_states(struct zo_engine *e, uint32_t c);
+
+#endif

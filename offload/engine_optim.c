@@ -1,0 +1,567 @@
+/* The optimizer side of the engine: a host job thread that takes each
+ * chunk's gradients once their D2H lands (fp32 accumulation, gradient
+ * statistics, the speculative update in overlap mode, the delayed update in
+ * DPU mode), and the update of all chunks with the NVMe pipeline (read chunk
+ * i+2 while updating i+1 and writing i), commit, rollback. */
+#include <inttypes.h>
+#include <time.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "zo/half.h"
+
+/* ---- helpers over one chunk ---- */
+
+static float to_f32(zo_optim_dtype t, uint16_t h)
+{
+    return t == ZO_OPTIM_FP16 ? zo_f16_to_f32(h) : zo_bf16_to_f32(h);
+}
+
+static uint16_t from_f32(zo_optim_dtype t, float f)
+{
+    return t == ZO_OPTIM_FP16 ? zo_f32_to_f16(f) : zo_f32_to_bf16(f);
+}
+
+/* Where an update writes chunk c's 16-bit parameters: the next buffer when
+ * they are double-buffered (committed later), else in place. */
+static void *p16_out(struct zo_engine *e, eng_chunk *k)
+{
+    return e->p16_bufs == 2 ? k->p16[1 - k->p16_cur] : k->p16[k->p16_cur];
+}
+
+static void adam_args(struct zo_engine *e, eng_chunk *k, float *st, float factor, int64_t step,
+                      int parity, zo_adam_params *p, zo_adam_buffers *b)
+{
+    *p = e->cfg.adam;
+    p->struct_size = sizeof *p;
+    p->step = step;
+    p->grad_scale = factor;
+    zo_adam_buffers init = ZO_ADAM_BUFFERS_INIT;
+    *b = init;
+    b->n = k->n_elems;
+    if (e->cfg.grad_accum_steps > 1) {
+        b->grad = k->acc[parity];
+        b->grad_type = ZO_OPTIM_FP32;
+    } else {
+        b->grad = k->g16[parity];
+        b->grad_type = e->cfg.param_dtype;
+    }
+    b->master = st;
+    b->m = st + e->chunk_elems;
+    b->v = st + 2 * e->chunk_elems;
+    b->out = e->pswap ? (void *)(st + 3 * e->chunk_elems) : p16_out(e, k); /* NVMe: the stage's tail */
+    b->out_type = e->cfg.param_dtype;
+}
+
+static zo_status timed_swap_wait(struct zo_engine *e, zo_swap_io_t io)
+{
+    uint64_t t0 = zo_now_ns();
+    zo_status st = zo_swap_wait(io);
+    atomic_fetch_add(&e->nvme_ns, zo_now_ns() - t0);
+    return st;
+}
+
+static zo_status read_current(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io)
+{
+    eng_chunk *k = &e->chunks[c];
+    return zo_swap_read_async(e->swap, k->ext[k->ext_cur], buf, e->state_extent_bytes,
+                              k->gen[k->ext_cur], NULL, NULL, io);
+}
+
+/* Write the updated states (and, when they live on NVMe, the new 16-bit
+ * parameters from the stage's tail) to the alternate extents. */
+static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
+                                 zo_swap_io_t *pio)
+{
+    eng_chunk *k = &e->chunks[c];
+    int alt = 1 - k->ext_cur;
+    k->gen[alt] = k->gen[k->ext_cur] + 1;
+    ZO_TRY(zo_swap_write_async(e->swap, k->ext[alt], buf, e->state_extent_bytes, k->gen[alt], NULL,
+                               NULL, io));
+    if (!e->pswap) return ZO_OK;
+    int palt = 1 - k->pext_cur;
+    k->pgen[palt] = k->pgen[k->pext_cur] + 1;
+    return zo_swap_write_async(e->pswap, k->pext[palt], buf + 3 * e->chunk_elems, e->chunk_bytes,
+                               k->pgen[palt], NULL, NULL, pio);
+}
+
+/* ---- the speculative pipeline (overlap mode, states on NVMe) ---- */
+
+/* Wait for the stage's writes; the chunk's alternate extents count as
+ * written only once both landed. */
+static zo_status spec_finish_write(struct zo_engine *e, unsigned s)
+{
+    eng_spec_pipe *p = &e->spec;
+    if (p->wr_chunk[s] < 0) return ZO_OK;
+    zo_status st = timed_swap_wait(e, p->wr[s]);
+    zo_status st2 = timed_swap_wait(e, p->pwr[s]);
+    if (st == ZO_OK && st2 == ZO_OK) e->chunks[p->wr_chunk[s]].alt_valid = 1;
+    p->wr[s] = p->pwr[s] = NULL;
+    p->wr_chunk[s] = -1;
+    return st < 0 ? st : st2;
+}
+
+static void spec_drop_read(struct zo_engine *e, unsigned s)
+{
+    if (e->spec.rd_chunk[s] < 0) return;
+    zo_swap_wait(e->spec.rd[s]); /* a read ahead nobody used */
+    e->spec.rd[s] = NULL;
+    e->spec.rd_chunk[s] = -1;
+}
+
+static zo_status spec_start_read(struct zo_engine *e, uint32_t c, unsigned *out)
+{
+    eng_spec_pipe *p = &e->spec;
+    unsigned s = p->next;
+    p->next = (p->next + 1) % ENG_NVME_STAGES;
+    ZO_TRY(spec_finish_write(e, s));
+    spec_drop_read(e, s);
+    ZO_TRY(read_current(e, c, e->stage[s], &p->rd[s]));
+    p->rd_chunk[s] = (int)c;
+    *out = s;
+    return ZO_OK;
+}
+
+static int spec_stage_of(struct zo_engine *e, uint32_t c)
+{
+    for (unsigned s = 0; s < ENG_NVME_STAGES; s++)
+        if (e->spec.rd_chunk[s] == (int)c) return (int)s;
+    return -1;
+}
+
+/* The chunk of the next queued job that will update, or -1. */
+static int next_spec_chunk(struct zo_engine *e)
+{
+    int c = -1;
+    pthread_mutex_lock(&e->mu);
+    for (eng_job *j = e->qhead; j; j = j->next)
+        if (j->last) {
+            c = j->chunk;
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+    return c;
+}
+
+/* Speculative update of chunk c through NVMe: its states were (or are now)
+ * read into a stage; the next updating chunk's read is started before this
+ * one is computed; the writes go out behind. */
+static zo_status speculate_nvme(struct zo_engine *e, uint32_t c, const eng_job *j)
+{
+    int s = spec_stage_of(e, c);
+    if (s < 0) {
+        unsigned u;
+        ZO_TRY(spec_start_read(e, c, &u));
+        s = (int)u;
+    }
+    int c2 = next_spec_chunk(e);
+    if (c2 >= 0 && spec_stage_of(e, (uint32_t)c2) < 0) {
+        unsigned u;
+        ZO_TRY(spec_start_read(e, (uint32_t)c2, &u));
+    }
+    eng_spec_pipe *p = &e->spec;
+    zo_status st = timed_swap_wait(e, p->rd[s]);
+    p->rd[s] = NULL;
+    p->rd_chunk[s] = -1;
+    ZO_TRY(st);
+    zo_adam_params ap;
+    zo_adam_buffers b;
+    adam_args(e, &e->chunks[c], e->stage[s], j->factor, j->step, j->parity, &ap, &b);
+    ZO_TRY(zo_optim_pool_adam_step(e->opool, &ap, &b));
+    st = write_alternate(e, c, e->stage[s], &p->wr[s], &p->pwr[s]);
+    p->wr_chunk[s] = (int)c;
+    return st;
+}
+
+/* Wait for everything the pipeline has in flight (after the job thread is
+ * idle); returns the first failed write. */
+zo_status eng_spec_drain(struct zo_engine *e)
+{
+    zo_status st = ZO_OK;
+    for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
+        spec_drop_read(e, s);
+        zo_status w = spec_finish_write(e, s);
+        if (st == ZO_OK && w < 0) st = w;
+    }
+    e->spec.next = 0;
+    return st;
+}
+
+/* ---- the update of every chunk ---- */
+
+static zo_status update_all_resident(struct zo_engine *e, float factor, int64_t step, int parity)
+{
+    zo_optim_job_t *jobs = calloc(e->n_chunks, sizeof *jobs);
+    if (!jobs) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %u job handles", e->n_chunks);
+    zo_status st = ZO_OK;
+    uint32_t queued = 0;
+    for (; queued < e->n_chunks; queued++) {
+        eng_chunk *k = &e->chunks[queued];
+        zo_adam_params p;
+        zo_adam_buffers b;
+        adam_args(e, k, k->states, factor, step, parity, &p, &b);
+        st = zo_optim_pool_adam_enqueue(e->opool, &p, &b, &jobs[queued]);
+        if (st < 0) break;
+    }
+    for (uint32_t i = 0; i < queued; i++) {
+        zo_status w = zo_optim_job_wait(jobs[i], NULL);
+        if (st == ZO_OK && w < 0) st = w;
+    }
+    free(jobs);
+    return st;
+}
+
+typedef struct nvme_pipe {
+    zo_swap_io_t rd[ENG_NVME_STAGES], wr[ENG_NVME_STAGES], pwr[ENG_NVME_STAGES];
+    zo_status st;
+    char why[512];
+} nvme_pipe;
+
+static void pipe_fail(nvme_pipe *pp, zo_status st)
+{
+    if (pp->st < 0 || st >= 0) return;
+    pp->st = st;
+    snprintf(pp->why, sizeof pp->why, "%s", zo_last_error());
+}
+
+static void pipe_wait(struct zo_engine *e, nvme_pipe *pp, zo_swap_io_t *io)
+{
+    if (!*io) return;
+    pipe_fail(pp, timed_swap_wait(e, *io));
+    *io = NULL;
+}
+
+static void pipe_read(struct zo_engine *e, nvme_pipe *pp, uint32_t c)
+{
+    unsigned s = c % ENG_NVME_STAGES;
+    pipe_wait(e, pp, &pp->wr[s]); /* the slot's previous writes must be done */
+    pipe_wait(e, pp, &pp->pwr[s]);
+    if (pp->st == ZO_OK) pipe_fail(pp, read_current(e, c, e->stage[s], &pp->rd[s]));
+}
+
+static zo_status update_all_nvme(struct zo_engine *e, float factor, int64_t step, int parity)
+{
+    nvme_pipe pp;
+    memset(&pp, 0, sizeof pp);
+    const uint32_t ahead = ENG_NVME_STAGES - 1, n = e->n_chunks;
+    for (uint32_t c = 0; c < ahead && c < n; c++) pipe_read(e, &pp, c);
+    for (uint32_t c = 0; c < n && pp.st == ZO_OK; c++) {
+        unsigned s = c % ENG_NVME_STAGES;
+        pipe_wait(e, &pp, &pp.rd[s]);
+        if (pp.st < 0) break;
+        zo_adam_params p;
+        zo_adam_buffers b;
+        adam_args(e, &e->chunks[c], e->stage[s], factor, step, parity, &p, &b);
+        pipe_fail(&pp, zo_optim_pool_adam_step(e->opool, &p, &b));
+        if (pp.st == ZO_OK) pipe_fail(&pp, write_alternate(e, c, e->stage[s], &pp.wr[s], &pp.pwr[s]));
+        if (c + ahead < n) pipe_read(e, &pp, c + ahead);
+    }
+    for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
+        pipe_wait(e, &pp, &pp.rd[s]);
+        pipe_wait(e, &pp, &pp.wr[s]);
+        pipe_wait(e, &pp, &pp.pwr[s]);
+    }
+    if (pp.st < 0)
+        return ZO_FAIL(pp.st, ENG_SUBSYS, "updating the optimizer states on NVMe: %s", pp.why);
+    for (uint32_t c = 0; c < n; c++) e->chunks[c].alt_valid = 1;
+    return ZO_OK;
+}
+
+zo_status eng_update_all(struct zo_engine *e, float factor, int64_t step, int parity)
+{
+    if (e->swap) return update_all_nvme(e, factor, step, parity);
+    return update_all_resident(e, factor, step, parity);
+}
+
+/* ---- commit and rollback ---- */
+
+/* Make the step's update the current state: flip NVMe extents and
+ * double-buffered 16-bit parameters (not when the update was skipped: the
+ * next buffers then hold nothing new). */
+void eng_commit(struct zo_engine *e, int updated)
+{
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        if (e->swap && k->alt_valid) {
+            k->ext_cur = 1 - k->ext_cur;
+            if (e->pswap) k->pext_cur = 1 - k->pext_cur; /* written together with the states */
+            k->alt_valid = 0;
+        }
+        if (e->p16_bufs == 2 && updated) k->p16_cur = 1 - k->p16_cur;
+    }
+}
+
+/* Forget updates written to alternate extents (the current ones are intact). */
+void eng_discard_uncommitted(struct zo_engine *e)
+{
+    for (uint32_t c = 0; c < e->n_chunks; c++) e->chunks[c].alt_valid = 0;
+}
+
+/* Undo speculative updates of resident states from their backups; the
+ * single-buffered 16-bit copy is recomputed, since it is always the rounded
+ * master. */
+void eng_restore_backups(struct zo_engine *e)
+{
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        if (!k->spec_done || !k->backup) continue;
+        memcpy(k->states, k->backup, 3 * e->chunk_elems * sizeof(float));
+        if (e->p16_bufs == 1) {
+            uint16_t *p = k->p16[k->p16_cur];
+            for (size_t i = 0; i < k->n_elems; i++) p[i] = from_f32(e->cfg.param_dtype, k->states[i]);
+        }
+        k->spec_done = 0;
+    }
+}
+
+/* The latest master | m | v of chunk c (including an update not committed
+ * yet) into out (state_extent_bytes, 4 KiB aligned). */
+zo_status eng_read_states(struct zo_engine *e, uint32_t c, float *out)
+{
+    eng_chunk *k = &e->chunks[c];
+    if (!e->swap) {
+        memcpy(out, k->states, 3 * e->chunk_elems * sizeof(float));
+        return ZO_OK;
+    }
+    int x = k->alt_valid ? 1 - k->ext_cur : k->ext_cur;
+    return zo_swap_read(e->swap, k->ext[x], out, e->state_extent_bytes, k->gen[x]);
+}
+
+/* ---- the host job thread ---- */
+
+static zo_status accumulate(struct zo_engine *e, eng_chunk *k, const eng_job *j)
+{
+    const uint16_t *g = k->g16[j->parity];
+    float *acc = k->acc[j->parity];
+    zo_optim_dtype t = e->cfg.param_dtype;
+    if (j->micro == 1)
+        for (size_t i = 0; i < k->n_elems; i++) acc[i] = to_f32(t, g[i]);
+    else
+        for (size_t i = 0; i < k->n_elems; i++) acc[i] += to_f32(t, g[i]);
+    return ZO_OK;
+}
+
+static zo_status speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
+{
+    eng_chunk *k = &e->chunks[c];
+    if (e->swap) {
+        ZO_TRY(speculate_nvme(e, c, j));
+    } else {
+        memcpy(k->backup, k->states, 3 * e->chunk_elems * sizeof(float));
+        zo_adam_params p;
+        zo_adam_buffers b;
+        adam_args(e, k, k->states, j->factor, j->step, j->parity, &p, &b);
+        ZO_TRY(zo_optim_pool_adam_step(e->opool, &p, &b));
+    }
+    k->spec_done = 1;
+    return ZO_OK;
+}
+
+static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
+{
+    eng_chunk *k = &e->chunks[j->chunk];
+    zo_status cst = zo_event_query(k->computed);
+    if (cst < 0) /* the caller's gradient work failed: these gradients are garbage */
+        return ZO_FAIL(cst, ENG_SUBSYS, "the gradients of layer %d failed on the compute stream: %s",
+                       k->layer, zo_last_error());
+    int accum = e->cfg.grad_accum_steps > 1;
+    if (accum) ZO_TRY(accumulate(e, k, j));
+    if (!j->last) return ZO_OK;
+    const void *g = accum ? (const void *)k->acc[j->parity] : k->g16[j->parity];
+    zo_optim_dtype t = accum ? ZO_OPTIM_FP32 : e->cfg.param_dtype;
+    ZO_TRY(zo_optim_pool_grad_stats(e->opool, g, t, k->n_elems, &k->gstats));
+    if (e->cfg.mode == ZO_OPTIM_OVERLAP) ZO_TRY(speculate(e, (uint32_t)j->chunk, j));
+    return ZO_OK;
+}
+
+
+/* ---- the delayed update (DPU) ---- */
+
+static void *dpu_main(void *arg)
+{
+    struct zo_engine *e = arg;
+    uint64_t t0 = zo_now_ns();
+    e->dpu_st = eng_update_all(e, e->dpu_factor, e->dpu_step, e->dpu_parity);
+    if (e->dpu_st < 0) snprintf(e->dpu_msg, sizeof e->dpu_msg, "%s", zo_last_error());
+    atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
+    return NULL;
+}
+
+zo_status eng_dpu_launch(struct zo_engine *e, float factor, int64_t step, int parity)
+{
+    e->dpu_factor = factor;
+    e->dpu_step = step;
+    e->dpu_parity = parity;
+    e->dpu_st = ZO_OK;
+    int rc = pthread_create(&e->dpu_thread, NULL, dpu_main, e);
+    if (rc != 0) return ZO_FAIL(ZO_ERR_SYSTEM, ENG_SUBSYS, "starting the delayed update's thread: error %d", rc);
+    e->dpu_running = 1;
+    return ZO_OK;
+}
+
+/* Wait for the delayed update; when it failed, it is dropped (its new
+ * states were never committed) and its failure returned. */
+zo_status eng_dpu_join(struct zo_engine *e)
+{
+    if (!e->dpu_running) return ZO_OK;
+    pthread_join(e->dpu_thread, NULL);
+    e->dpu_running = 0;
+    if (e->dpu_st >= 0) return ZO_OK;
+    e->dpu_pending = 0;
+    eng_discard_uncommitted(e);
+    return ZO_FAIL(e->dpu_st, ENG_SUBSYS, "the delayed update of the previous step failed (dropped): %s",
+                   e->dpu_msg);
+}
+
+void eng_set_async_error(struct zo_engine *e, zo_status st)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->async_st >= 0 && st < 0) {
+        e->async_st = st;
+        snprintf(e->async_msg, sizeof e->async_msg, "%s", zo_last_error());
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+zo_status eng_take_async_error(struct zo_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    zo_status st = e->async_st;
+    e->async_st = ZO_OK;
+    e->async_msg[0] = 0;
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+/* Wait (under e->mu) for the job's gradients to land; 1 when they never will:
+ * the d2h stream went idle without running the job's arrival task. */
+static int wait_arrival(struct zo_engine *e, eng_job *j)
+{
+    while (!j->arrived) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        if (!j->arrived && zo_stream_query(e->d2h) == ZO_OK) return 1;
+    }
+    return 0;
+}
+
+static void *thread_main(void *arg)
+{
+    struct zo_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->qhead && !e->stop) pthread_cond_wait(&e->cv, &e->mu);
+        eng_job *j = e->qhead;
+        if (!j) break;
+        e->qhead = j->next;
+        if (!e->qhead) e->qtail = NULL;
+        e->running = 1;
+        int lost = wait_arrival(e, j);
+        int skip = e->async_st < 0; /* the step is being abandoned */
+        pthread_mutex_unlock(&e->mu);
+        zo_status st = ZO_OK;
+        if (lost && !skip)
+            st = ZO_FAIL(ZO_ERR_INTERNAL, ENG_SUBSYS,
+                         "the device-to-host copy of layer %d's gradients never signalled its end (a "
+                         "task on the copy stream failed)",
+                         e->chunks[j->chunk].layer);
+        else if (!skip) {
+            uint64_t t0 = zo_now_ns();
+            st = run_grad_job(e, j);
+            atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
+        }
+        if (st < 0) eng_set_async_error(e, st);
+        pthread_mutex_lock(&e->mu);
+        e->chunks[j->chunk].jobs_done++;
+        e->running = 0;
+        free(j);
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+zo_status eng_thread_start(struct zo_engine *e)
+{
+    int rc = pthread_create(&e->thread, NULL, thread_main, e);
+    if (rc != 0) return ZO_FAIL(ZO_ERR_SYSTEM, ENG_SUBSYS, "starting the engine's optimizer thread: error %d", rc);
+    e->thread_started = 1;
+    return ZO_OK;
+}
+
+void eng_thread_stop(struct zo_engine *e)
+{
+    if (!e->thread_started) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    e->thread_started = 0;
+    e->stop = 0;
+}
+
+eng_job *eng_job_new(const eng_job *tmpl)
+{
+    eng_job *j = malloc(sizeof *j);
+    if (!j) return NULL;
+    *j = *tmpl;
+    j->next = NULL;
+    return j;
+}
+
+void eng_job_push(struct zo_engine *e, eng_job *j)
+{
+    pthread_mutex_lock(&e->mu);
+    e->chunks[j->chunk].jobs_queued++;
+    if (e->qtail)
+        e->qtail->next = j;
+    else
+        e->qhead = j;
+    e->qtail = j;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+zo_status eng_arrival_fn(void *arg)
+{
+    struct {
+        struct zo_engine *e;
+        eng_job *j;
+    } *a = arg;
+    struct zo_engine *e = a->e;
+    pthread_mutex_lock(&e->mu);
+    a->j->arrived = 1; /* the job is freed only after this, by the thread that waits for it */
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return ZO_OK;
+}
+
+/* Wait until every queued host job has run; returns the first failure. */
+zo_status eng_wait_idle(struct zo_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    while (e->qhead || e->running) pthread_cond_wait(&e->cv, &e->mu);
+    zo_status st = e->async_st;
+    char why[512];
+    snprintf(why, sizeof why, "%s", e->async_msg);
+    pthread_mutex_unlock(&e->mu);
+    if (st < 0) return ZO_FAIL(st, ENG_SUBSYS, "%s", why);
+    return ZO_OK;
+}
+
+/* Wait until chunk c's host jobs have run (its host gradient buffer is free). */
+void eng_wait_chunk_jobs(struct zo_engine *e, uint32_t c)
+{
+    pthread_mutex_lock(&e->mu);
+    while (e->chunks[c].jobs_done < e->chunks[c].jobs_queued) pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,214 @@
+/* Scheduling: the trace of fetches recorded in the first step, residency of
+ * parameter chunks in the device's slots, prefetch along the trace and
+ * eviction of the chunk whose next use is farthest (Belady's rule). When the
+ * trainer deviates from the trace, prefetch stops, eviction falls back to
+ * least recently used, and the step's fetches become the new trace. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+/* Append (layer, phase) to this step's fetches. Returns the position in the
+ * recorded trace when the step follows it, -1 when it does not, -2 on
+ * allocation failure. */
+int eng_trace_push(struct zo_engine *e, int layer, zo_phase phase)
+{
+    if (e->n_cur == e->cap_cur) {
+        int n = e->cap_cur ? 2 * e->cap_cur : 64;
+        int *p = realloc(e->cur, (size_t)n * sizeof *p);
+        if (!p) return -2;
+        e->cur = p;
+        e->cap_cur = n;
+    }
+    int code = layer * 2 + (int)phase;
+    int pos = e->n_cur;
+    e->cur[e->n_cur++] = code;
+    if (!e->trace_valid || e->deviated) return -1;
+    if (pos >= e->n_trace || e->trace[pos] != code) {
+        e->deviated = 1;
+        ZO_LOGD(ENG_SUBSYS, "fetch %d (layer %d) leaves the recorded trace: prefetch off until re-recorded",
+                pos, layer);
+        return -1;
+    }
+    return pos;
+}
+
+/* The step's fetches become the trace when none was recorded or the step
+ * deviated from it. */
+void eng_trace_end_step(struct zo_engine *e)
+{
+    if (e->n_cur > 0 && (!e->trace_valid || e->deviated || e->n_cur != e->n_trace)) {
+        if (e->cap_trace < e->n_cur) {
+            int *p = realloc(e->trace, (size_t)e->n_cur * sizeof *p);
+            if (!p) {
+                e->trace_valid = 0;
+                e->n_cur = 0;
+                return;
+            }
+            e->trace = p;
+            e->cap_trace = e->n_cur;
+        }
+        memcpy(e->trace, e->cur, (size_t)e->n_cur * sizeof *e->trace);
+        e->n_trace = e->n_cur;
+        e->trace_valid = 1;
+    }
+    e->deviated = 0;
+    e->n_cur = 0;
+}
+
+/* Trace position of the next fetch of layer at or after `from`; uses in the
+ * next step count from n_trace on. */
+static int next_use(const struct zo_engine *e, int layer, int from)
+{
+    for (int j = from; j < e->n_trace; j++)
+        if (e->trace[j] / 2 == layer) return j;
+    for (int j = 0; j < e->n_trace && j < from; j++)
+        if (e->trace[j] / 2 == layer) return e->n_trace + j;
+    return INT_MAX;
+}
+
+static int following(const struct zo_engine *e) { return e->trace_valid && !e->deviated; }
+
+/* The slot to reuse: a free one, else the evictable chunk used farthest in
+ * the future (or least recently, off the trace). With `sooner` >= 0 only a
+ * chunk whose next use comes after `sooner` qualifies (prefetch never evicts
+ * what is needed before the chunk it brings in). */
+static int pick_slot(struct zo_engine *e, int pos, int sooner)
+{
+    int best = -1;
+    long best_key = LONG_MIN;
+    for (uint32_t s = 0; s < e->n_pslots; s++) {
+        int c = e->pslots[s].chunk;
+        if (c < 0) return (int)s;
+        if (e->chunks[c].in_use > 0) continue;
+        long key;
+        if (pos >= 0) {
+            int nu = next_use(e, e->chunks[c].layer, pos + 1);
+            if (sooner >= 0 && nu <= sooner) continue;
+            key = nu;
+        } else {
+            key = -(long)e->pslots[s].tick;
+        }
+        if (key > best_key) {
+            best_key = key;
+            best = (int)s;
+        }
+    }
+    return best;
+}
+
+typedef struct ticket_arg {
+    struct zo_engine *e;
+    eng_pslot *p;
+} ticket_arg;
+
+/* On the h2d stream: the NVMe read into the staging twin must land first. */
+static zo_status wait_ticket(void *arg)
+{
+    ticket_arg *t = arg;
+    zo_swap_io_t io = atomic_exchange(&t->p->io, NULL);
+    if (!io) return ZO_OK;
+    uint64_t t0 = zo_now_ns();
+    zo_status st = zo_swap_wait(io);
+    atomic_fetch_add(&t->e->nvme_ns, zo_now_ns() - t0);
+    return st;
+}
+
+/* Wait for reads whose h2d task never ran (a failed stream task); only with
+ * the h2d stream idle. */
+void eng_drop_tickets(struct zo_engine *e)
+{
+    for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++) {
+        zo_swap_io_t io = atomic_exchange(&e->pslots[s].io, NULL);
+        if (io) zo_swap_wait(io);
+    }
+}
+
+/* NVMe -> the slot's pinned staging twin, then (on the h2d stream, once the
+ * read has landed) the H2D. */
+static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, eng_pslot *p)
+{
+    ZO_TRY(zo_event_synchronize(p->ready)); /* the twin's previous H2D is done */
+    zo_swap_io_t io = atomic_exchange(&p->io, NULL);
+    if (io) zo_swap_wait(io); /* its h2d task never ran: the failure was reported then */
+    io = NULL;
+    ZO_TRY(zo_swap_read_async(e->pswap, k->pext[k->pext_cur], p->stage, e->chunk_bytes,
+                              k->pgen[k->pext_cur], NULL, NULL, &io));
+    atomic_store(&p->io, io);
+    ticket_arg t = {e, p};
+    zo_status st = zo_stream_enqueue(e->h2d, wait_ticket, &t, sizeof t);
+    if (st < 0) { /* never leave a ticket behind */
+        io = atomic_exchange(&p->io, NULL);
+        if (io) zo_swap_wait(io);
+    }
+    return st;
+}
+
+/* H2D chunk c's current 16-bit parameters (from the host, or staged from
+ * NVMe) into slot s once the slot's last reader is done. */
+zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s)
+{
+    eng_chunk *k = &e->chunks[c];
+    eng_pslot *p = &e->pslots[s];
+    const void *src = e->pswap ? p->stage : k->p16[k->p16_cur];
+    if (e->pswap) ZO_TRY(stage_from_nvme(e, k, p));
+    ZO_TRY(zo_stream_wait_event(e->h2d, p->lastuse));
+    ZO_TRY(eng_timed_copy(e, 0, p->ptr, src, k->n_elems * e->e16));
+    ZO_TRY(zo_event_record(p->ready, e->h2d));
+    p->chunk = (int)c;
+    k->slot = (int)s;
+    return ZO_OK;
+}
+
+static zo_status load_into(struct zo_engine *e, uint32_t c, int s)
+{
+    int old = e->pslots[s].chunk;
+    if (old >= 0) {
+        e->chunks[old].slot = -1;
+        e->evictions++;
+    }
+    zo_status st = eng_load_slot(e, c, (uint32_t)s);
+    if (st < 0) e->pslots[s].chunk = -1; /* contents unknown: a free slot */
+    return st;
+}
+
+zo_status eng_make_resident(struct zo_engine *e, uint32_t c, int pos)
+{
+    eng_chunk *k = &e->chunks[c];
+    if (k->slot >= 0) {
+        e->hits++;
+    } else {
+        int s = pick_slot(e, pos, -1);
+        if (s < 0)
+            return ZO_FAIL(ZO_ERR_OUT_OF_DEVICE_MEMORY, ENG_SUBSYS,
+                           "fetch of layer %d: all %u device parameter slots hold chunks of layers "
+                           "still fetched; release a layer first or raise device_bytes",
+                           k->layer, e->n_pslots);
+        ZO_TRY(load_into(e, c, s));
+        e->misses++;
+    }
+    e->pslots[k->slot].tick = ++e->lru_tick;
+    return ZO_OK;
+}
+
+/* Bring the chunks of the next `lookahead` fetches of the trace in ahead of
+ * time, into free slots or in place of chunks needed later than they are. */
+void eng_prefetch(struct zo_engine *e)
+{
+    if (!following(e) || e->cfg.param_home == ZO_TIER_DEVICE) return;
+    int pos = e->n_cur - 1;
+    for (int a = 1; a <= e->cfg.lookahead; a++) {
+        int j = pos + a;
+        if (j >= e->n_trace) return;
+        eng_layer *L = &e->layers[e->trace[j] / 2];
+        for (uint32_t i = 0; i < L->n_chunks; i++) {
+            uint32_t c = L->first_chunk + i;
+            if (e->chunks[c].slot >= 0) continue;
+            int s = pick_slot(e, pos, j);
+            if (s < 0) return;
+            if (load_into(e, c, s) < 0) return; /* a failed copy surfaces at the fetch that needs it */
+            e->prefetches++;
+        }
+    }
+}

@@ -1,0 +1,854 @@
+/* The offload engine on the cpu device: a 4-layer test model trained for 20+
+ * steps under every placement (device, host, NVMe; the smallest device
+ * budget) in sync and overlap modes, bitwise against each other and against a
+ * plain-C reference; DPU against its one-step-stale reference; overlap with
+ * forced clipping and injected overflows; budgets and plan refusal; an NVMe
+ * fault in the middle of a step; trace-driven prefetch and Belady eviction. */
+#include <limits.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "test_model.h"
+#include "zo/device.h"
+#include "zo/testing.h"
+#include "zo_internal.h"
+
+#define STEPS 20
+#define CHUNK (8u << 10)
+
+typedef struct run_cfg {
+    zo_tier param_home, optim_home;
+    zo_optim_mode mode;
+    uint64_t device_bytes, pinned_bytes;
+    int accum;
+    int lookahead;
+    float max_norm;
+    zo_optim_dtype dtype;
+    uint64_t poison_steps; /* bit s: an infinity in layer 1's gradient at step s */
+    int steps;
+    int recompute_from;    /* from this step on, the backward re-runs each layer's forward first */
+} run_cfg;
+
+static run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
+{
+    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_OPTIM_BF16, 0, STEPS, INT_MAX};
+    return c;
+}
+
+typedef struct run_out {
+    float *master[TM_T];
+    double losses[TM_MAXSTEPS];
+    zo_step_stats stats[TM_MAXSTEPS];
+    zo_engine_footprint fp;
+} run_out;
+
+static void run_out_free(run_out *o)
+{
+    for (int k = 0; k < TM_T; k++) free(o->master[k]);
+}
+
+/* ---- driving the engine ---- */
+
+typedef struct harness {
+    zo_device_t dev;
+    zo_stream_t compute;
+    zo_engine_t eng;
+    tm_acts *a;
+    run_cfg rc;
+    char dir[64];
+    int ids[TM_T];
+    int fault_layer; /* >= 0: a device stream task fails right after this layer's backward */
+} harness;
+
+static zo_adam_params test_adam(void)
+{
+    zo_adam_params p = ZO_ADAM_PARAMS_INIT;
+    p.lr = 1e-2f;
+    p.weight_decay = 0.01f;
+    p.simd_level = -1;
+    return p;
+}
+
+static zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nfaults, int finalize)
+{
+    zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+    c.device = h->dev;
+    c.param_dtype = h->rc.dtype;
+    c.chunk_bytes = CHUNK;
+    c.param_home = h->rc.param_home;
+    c.optim_home = h->rc.optim_home;
+    c.device_bytes = h->rc.device_bytes;
+    c.pinned_bytes = h->rc.pinned_bytes;
+    const char *paths[1] = {h->dir};
+    c.nvme_paths = paths;
+    c.n_nvme_paths = 1;
+    c.nvme_engine = "auto";
+    c.lookahead = h->rc.lookahead;
+    c.mode = h->rc.mode;
+    c.grad_accum_steps = h->rc.accum;
+    c.optim_threads = 2;
+    c.adam = test_adam();
+    c.max_grad_norm = h->rc.max_norm;
+    c.loss_scaler.loss_scale = 0.0; /* dynamic */
+    c.loss_scaler.initial_scale_power = 6;
+    c.loss_scaler.loss_scale_window = 5;
+    c.nvme_faults = faults;
+    c.n_nvme_faults = nfaults;
+    ZO_TRY(zo_engine_init(&h->eng, &c));
+    float *init[TM_T];
+    for (int k = 0; k < TM_T; k++) init[k] = malloc(tm_numel(k) * sizeof(float));
+    tm_init_params(init);
+    zo_status st = ZO_OK;
+    for (int k = 0; k < TM_T && st == ZO_OK; k++)
+        st = zo_engine_register(h->eng, k / 2, k % 2 ? "b" : "W", tm_numel(k), init[k], &h->ids[k]);
+    for (int k = 0; k < TM_T; k++) free(init[k]);
+    ZO_TRY(st);
+    return finalize ? zo_engine_finalize(h->eng) : ZO_OK;
+}
+
+static zo_status make_engine(harness *h, const zo_swap_fault *faults, size_t nfaults)
+{
+    return build_engine(h, faults, nfaults, 1);
+}
+
+static void harness_open(harness *h, const run_cfg *rc)
+{
+    memset(h, 0, sizeof *h);
+    h->rc = *rc;
+    zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
+    dc.backend = "cpu";
+    dc.mem_budget = 64u << 20;
+    ZO_ASSERT_OK(zo_device_init(&h->dev, &dc));
+    ZO_ASSERT_OK(zo_stream_create(h->dev, &h->compute));
+    h->a = calloc(1, sizeof *h->a);
+    assert_non_null(h->a);
+    h->fault_layer = -1;
+    snprintf(h->dir, sizeof h->dir, "/tmp/zo-engine-test-XXXXXX");
+    assert_non_null(mkdtemp(h->dir));
+}
+
+static void harness_close(harness *h)
+{
+    zo_engine_free(h->eng);
+    zo_stream_destroy(h->compute);
+    zo_device_free(h->dev);
+    rmdir(h->dir);
+    free(h->a);
+}
+
+static zo_status enqueue(harness *h, zo_stream_fn fn, const void *arg, size_t n)
+{
+    return zo_stream_enqueue(h->compute, fn, arg, n);
+}
+
+static zo_status forward_layer(harness *h, int l)
+{
+    void *p[2];
+    ZO_TRY(zo_engine_fetch(h->eng, l, ZO_PHASE_FORWARD, h->compute, p, NULL, 2));
+    tm_fwd_arg f = {p[0], p[1], h->rc.dtype, h->a->act[l], h->a->act[l + 1]};
+    ZO_TRY(enqueue(h, tm_forward, &f, sizeof f));
+    return zo_engine_release(h->eng, l, h->compute);
+}
+
+static zo_status backward_layer(harness *h, int l, int poison, int recompute)
+{
+    void *p[2], *g[2];
+    if (recompute) ZO_TRY(forward_layer(h, l)); /* same values: activation recomputation */
+    ZO_TRY(zo_engine_fetch(h->eng, l, ZO_PHASE_BACKWARD, h->compute, p, g, 2));
+    tm_bwd_arg b = {p[0], g[0], g[1], h->rc.dtype, h->a->act[l], h->a->act[l + 1],
+                    h->a->gact[l + 1], h->a->gact[l], poison};
+    ZO_TRY(enqueue(h, tm_backward, &b, sizeof b));
+    if (l == h->fault_layer) ZO_TRY(zo_device_inject_fault(h->dev, ZO_FAULT_STREAM_TASK, 1));
+    ZO_TRY(zo_engine_grads_ready(h->eng, l, h->compute));
+    return zo_engine_release(h->eng, l, h->compute);
+}
+
+static zo_status micro_batch(harness *h, int step, int micro, float scale)
+{
+    tm_input_arg in = {h->a, step, micro};
+    ZO_TRY(enqueue(h, tm_input, &in, sizeof in));
+    for (int l = 0; l < TM_L; l++) ZO_TRY(forward_layer(h, l));
+    tm_loss_arg la = {h->a, scale};
+    ZO_TRY(enqueue(h, tm_loss, &la, sizeof la));
+    int poison = (int)((h->rc.poison_steps >> step) & 1) && micro == 0;
+    int recompute = step >= h->rc.recompute_from;
+    for (int l = TM_L - 1; l >= 0; l--) ZO_TRY(backward_layer(h, l, poison && l == 1, recompute));
+    return ZO_OK;
+}
+
+/* One optimizer step; on an error the compute stream is drained and the
+ * error returned (the engine has abandoned the step). */
+static zo_status train_step(harness *h, int step, double *loss, zo_step_stats *stats)
+{
+    float scale = (float)zo_engine_loss_scale(h->eng);
+    h->a->loss = 0.0;
+    zo_status st = ZO_OK;
+    for (int mb = 0; mb < h->rc.accum && st == ZO_OK; mb++) st = micro_batch(h, step, mb, scale);
+    if (st == ZO_OK) {
+        memset(stats, 0, sizeof *stats);
+        stats->struct_size = sizeof *stats;
+        st = zo_engine_end_step(h->eng, stats);
+    }
+    zo_status s2 = zo_stream_synchronize(h->compute);
+    if (st == ZO_OK) st = s2;
+    *loss = h->a->loss;
+    return st;
+}
+
+static void read_masters(harness *h, float *out[TM_T])
+{
+    for (int k = 0; k < TM_T; k++) {
+        out[k] = malloc(tm_numel(k) * sizeof(float));
+        ZO_ASSERT_OK(zo_engine_read_master(h->eng, h->ids[k], out[k]));
+    }
+}
+
+static void check_budgets(harness *h, const zo_step_stats *s, const zo_engine_footprint *fp)
+{
+    uint64_t dev_budget = h->rc.device_bytes ? h->rc.device_bytes : (64u << 20);
+    assert_true(s->peak_device <= dev_budget);
+    assert_int_equal(s->peak_device, fp->device);
+    zo_device_mem_stats ms;
+    ZO_ASSERT_OK(zo_device_mem_get_stats(h->dev, &ms));
+    assert_true(ms.high_water <= dev_budget); /* the test keeps its activations on the host */
+    uint64_t pinned_budget = h->rc.pinned_bytes ? h->rc.pinned_bytes : fp->pinned;
+    assert_true(s->peak_pinned <= pinned_budget);
+    assert_int_equal(s->peak_pinned, fp->pinned);
+    assert_int_equal(s->peak_host, fp->host);
+    assert_int_equal(s->peak_nvme, fp->nvme);
+}
+
+static void run(const run_cfg *rc, run_out *o)
+{
+    harness h;
+    harness_open(&h, rc);
+    memset(o, 0, sizeof *o);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    o->fp.struct_size = sizeof o->fp;
+    ZO_ASSERT_OK(zo_engine_footprint_get(h.eng, &o->fp));
+    for (int s = 0; s < rc->steps; s++) {
+        ZO_ASSERT_OK(train_step(&h, s, &o->losses[s], &o->stats[s]));
+        if (getenv("TM_DEBUG")) fprintf(stderr, "step %d loss %.6g norm %.6g ovf %d scale %g rb %d\n", s, o->losses[s], o->stats[s].grad_norm, o->stats[s].overflow, o->stats[s].loss_scale, o->stats[s].rollbacks);
+        check_budgets(&h, &o->stats[s], &o->fp);
+    }
+    read_masters(&h, o->master);
+    harness_close(&h);
+}
+
+static void assert_same_weights(const run_out *a, const run_out *b, int steps)
+{
+    for (int s = 0; s < steps; s++)
+        if (memcmp(&a->losses[s], &b->losses[s], sizeof(double)) != 0)
+            fail_msg("loss of step %d differs: %.17g vs %.17g", s, a->losses[s], b->losses[s]);
+    for (int k = 0; k < TM_T; k++)
+        if (memcmp(a->master[k], b->master[k], tm_numel(k) * sizeof(float)) != 0)
+            fail_msg("master weights of tensor %d differ", k);
+}
+
+static void assert_matches_reference(const run_out *o, const tm_ref *r, int steps)
+{
+    for (int s = 0; s < steps; s++)
+        if (memcmp(&o->losses[s], &r->losses[s], sizeof(double)) != 0)
+            fail_msg("loss of step %d: engine %.17g, reference %.17g", s, o->losses[s], r->losses[s]);
+    for (int k = 0; k < TM_T; k++)
+        for (size_t i = 0; i < tm_numel(k); i++)
+            if (memcmp(&o->master[k][i], &r->master[k][i], sizeof(float)) != 0)
+                fail_msg("tensor %d element %zu: engine %.9g, reference %.9g", k, i, o->master[k][i],
+                         r->master[k][i]);
+}
+
+/* The smallest device budget: one layer's parameter and gradient chunks. */
+static uint64_t min_device_bytes(void) { return 2ull * 2 * CHUNK; }
+
+/* ---- tests ---- */
+
+static void test_sync_matches_reference_everywhere(void **state)
+{
+    (void)state;
+    tm_ref r;
+    tm_ref_init(&r, ZO_OPTIM_BF16);
+    zo_adam_params hp = test_adam();
+    tm_ref_train(&r, &hp, STEPS, 1, 0);
+    const run_cfg cfgs[] = {
+        base_cfg(ZO_TIER_DEVICE, ZO_TIER_DEVICE, ZO_OPTIM_SYNC),
+        base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC),
+        base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_SYNC),
+        base_cfg(ZO_TIER_DEVICE, ZO_TIER_NVME, ZO_OPTIM_SYNC),
+        base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_SYNC),
+    };
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        run_out o;
+        run(&cfgs[i], &o);
+        assert_matches_reference(&o, &r, STEPS);
+        run_out_free(&o);
+    }
+    /* the smallest device budget: states on the host, on NVMe, and parameters on NVMe too */
+    for (int nv = 0; nv < 3; nv++) {
+        run_cfg c = base_cfg(nv == 2 ? ZO_TIER_NVME : ZO_TIER_HOST, nv ? ZO_TIER_NVME : ZO_TIER_HOST,
+                             ZO_OPTIM_SYNC);
+        c.device_bytes = min_device_bytes();
+        run_out o;
+        run(&c, &o);
+        assert_int_equal(o.fp.device_param_slots, 2);
+        assert_matches_reference(&o, &r, STEPS);
+        run_out_free(&o);
+    }
+    tm_ref_free(&r);
+}
+
+static void test_overlap_equals_sync(void **state)
+{
+    (void)state;
+    const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE},
+                                {ZO_TIER_HOST, ZO_TIER_HOST},
+                                {ZO_TIER_HOST, ZO_TIER_NVME},
+                                {ZO_TIER_NVME, ZO_TIER_NVME}};
+    for (size_t i = 0; i < 4; i++) {
+        for (int small = 0; small < 2; small++) {
+            if (small && homes[i][0] == ZO_TIER_DEVICE) continue;
+            run_cfg c = base_cfg(homes[i][0], homes[i][1], ZO_OPTIM_SYNC);
+            if (small) c.device_bytes = min_device_bytes();
+            run_out sync, ovl;
+            run(&c, &sync);
+            c.mode = ZO_OPTIM_OVERLAP;
+            run(&c, &ovl);
+            assert_same_weights(&sync, &ovl, STEPS);
+            for (int s = 0; s < STEPS; s++) assert_int_equal(ovl.stats[s].rollbacks, 0);
+            run_out_free(&sync);
+            run_out_free(&ovl);
+        }
+    }
+}
+
+static void test_grad_accumulation(void **state)
+{
+    (void)state;
+    tm_ref r;
+    tm_ref_init(&r, ZO_OPTIM_BF16);
+    zo_adam_params hp = test_adam();
+    tm_ref_train(&r, &hp, 10, 3, 0);
+    for (int m = 0; m < 2; m++) {
+        run_cfg c = base_cfg(ZO_TIER_HOST, m ? ZO_TIER_NVME : ZO_TIER_HOST, ZO_OPTIM_SYNC);
+        c.accum = 3;
+        c.steps = 10;
+        c.mode = m ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC;
+        run_out o;
+        run(&c, &o);
+        assert_matches_reference(&o, &r, 10);
+        run_out_free(&o);
+    }
+    tm_ref_free(&r);
+}
+
+static void test_overlap_with_clipping_equals_sync(void **state)
+{
+    (void)state;
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    run_out plain;
+    run(&c, &plain);
+    /* clip at the median norm: about half the steps clip */
+    double norms[STEPS];
+    for (int s = 0; s < STEPS; s++) norms[s] = plain.stats[s].grad_norm;
+    for (int i = 0; i < STEPS; i++)
+        for (int j = i + 1; j < STEPS; j++)
+            if (norms[j] < norms[i]) {
+                double t = norms[i];
+                norms[i] = norms[j];
+                norms[j] = t;
+            }
+    run_out_free(&plain);
+    c.max_norm = (float)norms[STEPS / 2];
+    for (int nv = 0; nv < 2; nv++) {
+        c.optim_home = nv ? ZO_TIER_NVME : ZO_TIER_HOST;
+        c.mode = ZO_OPTIM_SYNC;
+        run_out sync, ovl;
+        run(&c, &sync);
+        c.mode = ZO_OPTIM_OVERLAP;
+        run(&c, &ovl);
+        assert_same_weights(&sync, &ovl, STEPS);
+        int clipped = 0;
+        for (int s = 0; s < STEPS; s++) {
+            assert_int_equal(sync.stats[s].clipped, ovl.stats[s].clipped);
+            clipped += ovl.stats[s].clipped;
+            /* a clipped step rolls back every chunk; others none */
+            assert_int_equal(ovl.stats[s].rollbacks, ovl.stats[s].clipped ? (int)ovl.fp.n_chunks : 0);
+        }
+        assert_true(clipped > 0 && clipped < STEPS);
+        run_out_free(&sync);
+        run_out_free(&ovl);
+    }
+}
+
+static void test_overlap_with_overflow_equals_sync(void **state)
+{
+    (void)state;
+    for (int nv = 0; nv < 3; nv++) {
+        run_cfg c = base_cfg(nv == 2 ? ZO_TIER_NVME : ZO_TIER_HOST, nv ? ZO_TIER_NVME : ZO_TIER_HOST,
+                             ZO_OPTIM_SYNC);
+        c.dtype = ZO_OPTIM_FP16;
+        c.poison_steps = (1ull << 3) | (1ull << 4) | (1ull << 11);
+        c.max_norm = 1.0f;
+        run_out sync, ovl;
+        run(&c, &sync);
+        c.mode = ZO_OPTIM_OVERLAP;
+        run(&c, &ovl);
+        assert_same_weights(&sync, &ovl, STEPS);
+        for (int s = 0; s < STEPS; s++) {
+            int poisoned = (int)((c.poison_steps >> s) & 1);
+            if (poisoned) {
+                assert_int_equal(sync.stats[s].overflow, 1);
+                assert_int_equal(ovl.stats[s].overflow, 1);
+                assert_int_equal(ovl.stats[s].rollbacks, (int)ovl.fp.n_chunks);
+            }
+            assert_true(sync.stats[s].loss_scale == ovl.stats[s].loss_scale);
+        }
+        /* dynamic loss scaling halved the scale after the overflows */
+        assert_true(sync.stats[5].loss_scale < sync.stats[0].loss_scale);
+        /* skipped steps do not count as optimizer steps */
+        assert_int_equal(sync.stats[STEPS - 1].step, STEPS - 3);
+        run_out_free(&sync);
+        run_out_free(&ovl);
+    }
+}
+
+static void test_dpu_matches_stale_reference(void **state)
+{
+    (void)state;
+    tm_ref r;
+    tm_ref_init(&r, ZO_OPTIM_BF16);
+    zo_adam_params hp = test_adam();
+    tm_ref_train(&r, &hp, STEPS, 1, 1);
+    const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE},
+                                {ZO_TIER_HOST, ZO_TIER_HOST},
+                                {ZO_TIER_HOST, ZO_TIER_NVME},
+                                {ZO_TIER_NVME, ZO_TIER_NVME}};
+    for (int i = 0; i < 4; i++) {
+        run_cfg c = base_cfg(homes[i][0], homes[i][1], ZO_OPTIM_DPU);
+        run_out o;
+        run(&c, &o);
+        assert_matches_reference(&o, &r, STEPS);
+        run_out_free(&o);
+    }
+    /* with gradient accumulation (fp32 accumulators double-buffered by step parity) */
+    tm_ref ra;
+    tm_ref_init(&ra, ZO_OPTIM_BF16);
+    tm_ref_train(&ra, &hp, 10, 2, 1);
+    for (int i = 1; i < 4; i += 2) {
+        run_cfg c = base_cfg(homes[i][0], homes[i][1], ZO_OPTIM_DPU);
+        c.accum = 2;
+        c.steps = 10;
+        run_out o;
+        run(&c, &o);
+        assert_matches_reference(&o, &ra, 10);
+        run_out_free(&o);
+    }
+    tm_ref_free(&ra);
+    /* and it is not the synchronous result */
+    tm_ref s;
+    tm_ref_init(&s, ZO_OPTIM_BF16);
+    tm_ref_train(&s, &hp, STEPS, 1, 0);
+    assert_true(memcmp(s.master[0], r.master[0], tm_numel(0) * sizeof(float)) != 0);
+    tm_ref_free(&s);
+    tm_ref_free(&r);
+}
+
+static void expect_refusal(const run_cfg *rc, zo_status want, const char *tier)
+{
+    harness h;
+    harness_open(&h, rc);
+    ZO_ASSERT_ST(make_engine(&h, NULL, 0), want);
+    const char *msg = zo_last_error();
+    if (!strstr(msg, tier) || !strstr(msg, "short by 1 bytes")) fail_msg("refusal message: %s", msg);
+    zo_device_mem_stats ms;
+    ZO_ASSERT_OK(zo_device_mem_get_stats(h.dev, &ms));
+    assert_int_equal(ms.in_use, 0); /* refused before allocating anything */
+    harness_close(&h);
+}
+
+static void test_impossible_plans_are_refused_up_front(void **state)
+{
+    (void)state;
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_OVERLAP);
+    c.device_bytes = min_device_bytes() - 1;
+    expect_refusal(&c, ZO_ERR_OUT_OF_DEVICE_MEMORY, "device tier");
+
+    /* the plan predicts exactly what finalize allocates; one byte less pinned is refused */
+    c.device_bytes = 0;
+    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+    int fits = 0;
+    char msg[512];
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    ZO_ASSERT_OK(zo_engine_plan(h.eng, &fp, &fits, msg, sizeof msg));
+    assert_true(fits);
+    harness_close(&h);
+    assert_int_equal(fp.n_chunks, 2 * TM_L);
+    assert_int_equal(fp.max_chunks_per_layer, 2);
+    assert_int_equal(fp.chunk_bytes, CHUNK);
+    assert_int_equal(fp.pinned, 2 * fp.n_chunks * CHUNK + fp.n_chunks * CHUNK + 3 * 6 * CHUNK);
+    assert_int_equal(fp.nvme, 2ull * fp.n_chunks * 6 * CHUNK);
+    c.pinned_bytes = fp.pinned - 1;
+    expect_refusal(&c, ZO_ERR_BUDGET, "pinned tier");
+    c.pinned_bytes = fp.pinned; /* exactly the plan: fits, and the run stays within it */
+    c.steps = 3;
+    run_out o;
+    run(&c, &o);
+    run_out_free(&o);
+
+    /* zo_engine_plan says no before finalize, naming the tier and the shortfall */
+    c.device_bytes = min_device_bytes() - 1;
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(build_engine(&h, NULL, 0, 0));
+    ZO_ASSERT_OK(zo_engine_plan(h.eng, &fp, &fits, msg, sizeof msg));
+    assert_false(fits);
+    if (!strstr(msg, "device tier") || !strstr(msg, "short by 1 bytes")) fail_msg("plan message: %s", msg);
+    harness_close(&h);
+
+    /* a device_bytes beyond what the device has free is held to what is free */
+    c.device_bytes = 1ull << 40;
+    harness_open(&h, &c);
+    void *hog;
+    ZO_ASSERT_OK(zo_device_malloc(h.dev, (64u << 20) - min_device_bytes() + 1, &hog));
+    ZO_ASSERT_ST(make_engine(&h, NULL, 0), ZO_ERR_OUT_OF_DEVICE_MEMORY);
+    if (!strstr(zo_last_error(), "device tier") || !strstr(zo_last_error(), "short by 1 bytes"))
+        fail_msg("refusal message: %s", zo_last_error());
+    ZO_ASSERT_OK(zo_device_mfree(h.dev, hog));
+    harness_close(&h);
+
+    /* a failure while finalizing (the device refuses an allocation) releases
+     * everything, keeps the registration, and finalize can be retried */
+    c = base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    for (int nfaults = 1; nfaults <= 2; nfaults++) { /* the next nfaults allocations fail */
+        harness_open(&h, &c);
+        ZO_ASSERT_OK(build_engine(&h, NULL, 0, 0));
+        ZO_ASSERT_OK(zo_device_inject_fault(h.dev, ZO_FAULT_DEVICE_MALLOC, nfaults));
+        ZO_ASSERT_ST(zo_engine_finalize(h.eng), ZO_ERR_OUT_OF_DEVICE_MEMORY);
+        zo_device_mem_stats ms;
+        ZO_ASSERT_OK(zo_device_mem_get_stats(h.dev, &ms));
+        assert_int_equal(ms.in_use, 0);
+        if (nfaults == 2) ZO_ASSERT_ST(zo_engine_finalize(h.eng), ZO_ERR_OUT_OF_DEVICE_MEMORY);
+        ZO_ASSERT_OK(zo_engine_finalize(h.eng));
+        double loss;
+        zo_step_stats st;
+        ZO_ASSERT_OK(train_step(&h, 0, &loss, &st));
+        harness_close(&h);
+    }
+    /* an NVMe directory that does not exist fails finalize with the swap store's message */
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(build_engine(&h, NULL, 0, 0));
+    rmdir(h.dir);
+    assert_true(zo_engine_finalize(h.eng) < 0);
+    assert_non_null(strstr(zo_last_error(), h.dir));
+    harness_close(&h);
+
+    /* more ranks are refused with a clear message, not silently run as one */
+    zo_engine_config ec = ZO_ENGINE_CONFIG_INIT;
+    zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
+    dc.backend = "cpu";
+    zo_device_t dev;
+    ZO_ASSERT_OK(zo_device_init(&dev, &dc));
+    ec.device = dev;
+    ec.world_size = 2;
+    zo_engine_t e = NULL;
+    ZO_ASSERT_ST(zo_engine_init(&e, &ec), ZO_ERR_UNSUPPORTED);
+    assert_null(e);
+    zo_device_free(dev);
+}
+
+/* Run step s, which is expected to fail; the weights must stay `before`
+ * (read before the fault was armed; freed here). */
+static zo_status failing_step(harness *h, int s, float *before[TM_T])
+{
+    float *after[TM_T];
+    double loss;
+    zo_step_stats st;
+    zo_status e = train_step(h, s, &loss, &st);
+    char why[512];
+    snprintf(why, sizeof why, "%s", zo_last_error());
+    read_masters(h, after);
+    for (int k = 0; k < TM_T; k++) {
+        assert_memory_equal(before[k], after[k], tm_numel(k) * sizeof(float));
+        free(before[k]);
+        free(after[k]);
+    }
+    if (e < 0) ZO_FAIL(e, "test", "%s", why); /* keep the step's message for the caller */
+    return e;
+}
+
+/* The run in h, after its faults, must equal the run without them. */
+static void close_and_compare(harness *h, const double *losses, run_out *ref, int steps)
+{
+    float *got[TM_T];
+    read_masters(h, got);
+    harness_close(h);
+    for (int s = 0; s < steps; s++) assert_true(losses[s] == ref->losses[s]);
+    for (int k = 0; k < TM_T; k++) {
+        assert_memory_equal(got[k], ref->master[k], tm_numel(k) * sizeof(float));
+        free(got[k]);
+    }
+    run_out_free(ref);
+}
+
+/* Arm one EIO at each of several request indices of a store in turn; each
+ * attempt of step s must fail and leave the weights as they were. */
+static void fail_step_at(harness *h, zo_swap_t store, int s)
+{
+    static const uint64_t ops[] = {0, 5, 17};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        float *before[TM_T];
+        read_masters(h, before);
+        zo_swap_fault f = {ZO_SWAP_FAULT_EIO, ops[i], 0};
+        ZO_ASSERT_OK(zo_swap_set_faults(store, &f, 1));
+        zo_status e = failing_step(h, s, before);
+        if (e != ZO_ERR_IO) fail_msg("fault at request %d: step returned %d, expected ZO_ERR_IO", (int)ops[i], (int)e);
+        assert_non_null(strstr(zo_last_error(), "abandoned"));
+        ZO_ASSERT_OK(zo_swap_set_faults(store, NULL, 0));
+    }
+}
+
+static void test_nvme_fault_during_step(void **state)
+{
+    (void)state;
+    for (int m = 0; m < 4; m++) {
+        int params_on_nvme = m >= 2;
+        run_cfg c = base_cfg(params_on_nvme ? ZO_TIER_NVME : ZO_TIER_HOST, ZO_TIER_NVME,
+                             m % 2 ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC);
+        c.steps = 8;
+        c.device_bytes = params_on_nvme ? min_device_bytes() : 0; /* every fetch reads NVMe */
+        run_out ref;
+        run(&c, &ref);
+
+        harness h;
+        harness_open(&h, &c);
+        zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0};
+        ZO_ASSERT_OK(make_engine(&h, &never, 1));
+        double losses[8];
+        zo_step_stats st;
+        for (int s = 0; s < c.steps; s++) {
+            if (s == 4) fail_step_at(&h, zo_engine_nvme_store(h.eng), s);
+            if (s == 5 && params_on_nvme) fail_step_at(&h, zo_engine_nvme_param_store(h.eng), s);
+            ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
+        }
+        close_and_compare(&h, losses, &ref, c.steps);
+    }
+}
+
+/* A device stream task fails in the middle of a step (whichever runs next:
+ * the caller's compute, a copy, a timer or a completion signal): the step
+ * fails, the weights stay, and running the step again gives the same
+ * training as a run without the fault. */
+static void test_stream_task_fault_during_step(void **state)
+{
+    (void)state;
+    const run_cfg cases[] = {base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC),
+                             base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_OVERLAP),
+                             base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_SYNC)};
+    for (int i = 0; i < 3; i++) {
+        run_cfg c = cases[i];
+        c.steps = 6;
+        c.device_bytes = min_device_bytes();
+        run_out ref;
+        run(&c, &ref);
+        harness h;
+        harness_open(&h, &c);
+        ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+        double losses[6];
+        zo_step_stats st;
+        for (int s = 0; s < c.steps; s++) {
+            for (int l = 0; s == 3 && l < TM_L; l++) {
+                float *before[TM_T];
+                read_masters(&h, before);
+                h.fault_layer = l;
+                zo_status e = failing_step(&h, s, before);
+                h.fault_layer = -1;
+                if (e >= 0) fail_msg("a failed stream task after layer %d's backward went unnoticed", l);
+            }
+            ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
+        }
+        close_and_compare(&h, losses, &ref, c.steps);
+    }
+}
+
+/* Misses of an optimal (farthest next use) cache of n slots over one step's
+ * fetches, starting empty; each fetch needs its layer's two chunks. */
+static int belady_misses(const int *layers, int n_fetch, int nslots)
+{
+    int slot[64], misses = 0;
+    for (int i = 0; i < nslots; i++) slot[i] = -1;
+    for (int pos = 0; pos < n_fetch; pos++) {
+        for (int c = 2 * layers[pos]; c < 2 * layers[pos] + 2; c++) {
+            int hit = 0, free_slot = -1;
+            for (int i = 0; i < nslots; i++) {
+                if (slot[i] == c) hit = 1;
+                if (slot[i] < 0 && free_slot < 0) free_slot = i;
+            }
+            if (hit) continue;
+            misses++;
+            if (free_slot < 0) {
+                int far = -1;
+                for (int i = nslots - 1; i >= 0; i--) {
+                    if (slot[i] / 2 == layers[pos]) continue;
+                    int nu = INT_MAX - 1;
+                    for (int j = pos + 1; j < n_fetch; j++)
+                        if (layers[j] == slot[i] / 2) {
+                            nu = j;
+                            break;
+                        }
+                    if (nu > far) {
+                        far = nu;
+                        free_slot = i;
+                    }
+                }
+            }
+            slot[free_slot] = c;
+        }
+    }
+    return misses;
+}
+
+static int lru_misses(const int *layers, int n_fetch, int nslots)
+{
+    int slot[64], last[64], misses = 0;
+    for (int i = 0; i < nslots; i++) slot[i] = -1, last[i] = -1;
+    for (int pos = 0; pos < n_fetch; pos++)
+        for (int c = 2 * layers[pos]; c < 2 * layers[pos] + 2; c++) {
+            int at = -1;
+            for (int i = 0; i < nslots; i++)
+                if (slot[i] == c) at = i;
+            if (at < 0) {
+                misses++;
+                for (int i = 0; i < nslots; i++)
+                    if (at < 0 || last[i] < last[at]) at = i;
+                slot[at] = c;
+            }
+            last[at] = pos;
+        }
+    return misses;
+}
+
+static void test_prefetch_and_belady_eviction(void **state)
+{
+    (void)state;
+    const int nslots = 5;
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    c.device_bytes = (uint64_t)(nslots + 2) * CHUNK; /* 5 parameter slots + one layer's gradients */
+    c.steps = 8;
+    c.lookahead = 0;
+    run_out demand;
+    run(&c, &demand);
+    assert_int_equal(demand.fp.device_param_slots, nslots);
+    int layers[2 * TM_L];
+    for (int l = 0; l < TM_L; l++) layers[l] = l, layers[2 * TM_L - 1 - l] = l;
+    int best = belady_misses(layers, 2 * TM_L, nslots);
+    int lru = lru_misses(layers, 2 * TM_L, nslots);
+    assert_true(best < lru); /* the case is one where the rule matters */
+    const uint64_t fetched = 2 * TM_L * 2; /* chunks fetched per step */
+    for (int s = 1; s < c.steps; s++) { /* step 0 records the trace, evicting least recently used */
+        assert_int_equal(demand.stats[s].fetch_misses, best);
+        assert_int_equal(demand.stats[s].fetch_hits, fetched - (uint64_t)best);
+        assert_int_equal(demand.stats[s].prefetches, 0);
+    }
+    assert_int_equal(demand.stats[0].fetch_misses, lru);
+
+    c.lookahead = 2;
+    run_out ahead;
+    run(&c, &ahead);
+    assert_same_weights(&demand, &ahead, c.steps);
+    assert_int_equal(ahead.stats[0].prefetches, 0);
+    for (int s = 1; s < c.steps; s++) {
+        assert_true(ahead.stats[s].prefetches > 0);
+        assert_true(ahead.stats[s].fetch_misses < demand.stats[s].fetch_misses);
+        assert_int_equal(ahead.stats[s].fetch_hits + ahead.stats[s].fetch_misses, fetched);
+        /* every chunk brought in was either fetched on demand or prefetched */
+        assert_true(ahead.stats[s].h2d_bytes > 0);
+    }
+
+    /* a trainer that changes its order (recomputation from step 4): prefetch
+     * stops for that step, the new order is recorded and followed after */
+    c.recompute_from = 4;
+    run_out dev;
+    run(&c, &dev);
+    assert_same_weights(&demand, &dev, c.steps);
+    if (getenv("TM_DEBUG"))
+        for (int s = 0; s < c.steps; s++)
+            fprintf(stderr, "step %d: prefetches %d/%d, misses %d/%d\n", s, (int)ahead.stats[s].prefetches,
+                    (int)dev.stats[s].prefetches, (int)ahead.stats[s].fetch_misses, (int)dev.stats[s].fetch_misses);
+    assert_true(dev.stats[4].prefetches < ahead.stats[4].prefetches);
+    assert_true(dev.stats[5].prefetches > 0);
+    assert_int_equal(dev.stats[5].fetch_hits + dev.stats[5].fetch_misses, fetched + 2 * TM_L);
+    run_out_free(&demand);
+    run_out_free(&ahead);
+    run_out_free(&dev);
+}
+
+static void test_step_statistics(void **state)
+{
+    (void)state;
+    const uint64_t grad_bytes = TM_L * (CHUNK + TM_D * 2); /* W fills a chunk; b takes 128 bytes */
+    for (int m = 0; m < 3; m++) {
+        run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, (zo_optim_mode)m);
+        c.steps = 4;
+        c.accum = 2;
+        run_out o;
+        run(&c, &o);
+        for (int s = 0; s < c.steps; s++) {
+            const zo_step_stats *st = &o.stats[s];
+            assert_int_equal(st->d2h_bytes, 2 * grad_bytes);
+            /* everything fits on the device: each chunk goes up once per step, after an update
+             * was published (DPU publishes its first update at the end of step 1) */
+            assert_int_equal(st->h2d_bytes, m == ZO_OPTIM_DPU && s == 1 ? 0 : grad_bytes);
+            uint64_t states = (uint64_t)o.fp.n_chunks * 6 * CHUNK;
+            if (m != ZO_OPTIM_DPU || s > 0) assert_int_equal(st->nvme_read_bytes, states);
+            if (m != ZO_OPTIM_DPU || s > 0) assert_int_equal(st->nvme_write_bytes, states);
+            assert_true(st->step_seconds > 0 && st->optim_seconds > 0);
+            assert_true(st->stall_seconds >= 0 && st->nvme_seconds >= 0);
+            if (m != ZO_OPTIM_DPU) assert_true(st->nvme_seconds > 0);
+            assert_true(st->d2h_seconds > 0 && (st->h2d_bytes == 0 || st->h2d_seconds > 0));
+            assert_int_equal(st->step, m == ZO_OPTIM_DPU ? s : s + 1);
+            assert_true(st->loss_scale == 1.0);
+            assert_true(st->grad_norm > 0);
+        }
+        run_out_free(&o);
+    }
+}
+
+/* On a slow emulated link with no prefetch, the compute stream waits for
+ * every chunk: the stall time says so. */
+static void test_stall_is_measured(void **state)
+{
+    (void)state;
+    setenv("ZO_CPU_DEVICE_PCIE_GBPS", "0.02", 1); /* 8 KiB take ~0.4 ms */
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    c.device_bytes = min_device_bytes();
+    c.lookahead = 0;
+    c.steps = 3;
+    run_out o;
+    run(&c, &o);
+    unsetenv("ZO_CPU_DEVICE_PCIE_GBPS");
+    for (int s = 0; s < c.steps; s++) {
+        assert_true(o.stats[s].stall_seconds > 0);
+        assert_true(o.stats[s].stall_seconds <= o.stats[s].step_seconds);
+        assert_true(o.stats[s].h2d_seconds >= 16 * 4e-4 * 0.5);
+    }
+    run_out_free(&o);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sync_matches_reference_everywhere),
+        cmocka_unit_test(test_overlap_equals_sync),
+        cmocka_unit_test(test_grad_accumulation),
+        cmocka_unit_test(test_overlap_with_clipping_equals_sync),
+        cmocka_unit_test(test_overlap_with_overflow_equals_sync),
+        cmocka_unit_test(test_dpu_matches_stale_reference),
+        cmocka_unit_test(test_impossible_plans_are_refused_up_front),
+        cmocka_unit_test(test_nvme_fault_during_step),
+        cmocka_unit_test(test_stream_task_fault_during_step),
+        cmocka_unit_test(test_prefetch_and_belady_eviction),
+        cmocka_unit_test(test_step_statistics),
+        cmocka_unit_test(test_stall_is_measured),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,264 @@
+/* zo-train's data: text and token files, the split, and the shuffled order. */
+#include "data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "zt_error.h"
+
+struct zt_data {
+    zt_data_info info;
+    int seq;
+    const unsigned char *map;
+    size_t map_bytes;
+    const unsigned char *ids; /* the first id */
+    uint64_t *order;          /* the current epoch's window order */
+    uint64_t cursor, epoch, seed;
+};
+
+static uint64_t rd_le(const unsigned char *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void wr_le(unsigned char *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++, v >>= 8)
+        p[i] = (unsigned char)v;
+}
+
+static int32_t token_at(const zt_data *d, uint64_t i)
+{
+    return (int32_t)rd_le(d->ids + i * (uint64_t)d->info.id_bytes, d->info.id_bytes);
+}
+
+static uint64_t splitmix64(uint64_t *st)
+{
+    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* An unbiased draw in [0, n) (Lemire's rejection on the low bits). */
+static uint64_t below(uint64_t *st, uint64_t n)
+{
+    uint64_t limit = -n % n, r;
+    do
+        r = splitmix64(st);
+    while (r < limit);
+    return r % n;
+}
+
+static void shuffle_epoch(zt_data *d)
+{
+    uint64_t n = d->info.train_windows, st = d->seed * 0x9E3779B97F4A7C15ull + d->epoch;
+    for (uint64_t i = 0; i < n; i++)
+        d->order[i] = i;
+    for (uint64_t i = n - 1; i > 0; i--) {
+        uint64_t j = below(&st, i + 1), t = d->order[i];
+        d->order[i] = d->order[j];
+        d->order[j] = t;
+    }
+    d->cursor = 0;
+}
+
+/* A token file's header: fills the id width, count and vocabulary. */
+static zo_status parse_header(zt_data *d, const char *path)
+{
+    const unsigned char *h = d->map;
+    if (d->map_bytes < ZT_TOKENS_HEADER_BYTES)
+        return zt_fail(ZO_ERR_CORRUPT,
+                       "%s: token file is %zu bytes, shorter than its %d-byte header", path,
+                       d->map_bytes, ZT_TOKENS_HEADER_BYTES);
+    uint64_t version = rd_le(h + 8, 4), width = rd_le(h + 12, 4), n = rd_le(h + 16, 8),
+             vocab = rd_le(h + 24, 4);
+    if (version != ZT_TOKENS_VERSION)
+        return zt_fail(ZO_ERR_CORRUPT,
+                       "%s: token file version %llu; this zo-train reads version %d", path,
+                       (unsigned long long)version, ZT_TOKENS_VERSION);
+    if (width != 2 && width != 4)
+        return zt_fail(ZO_ERR_CORRUPT, "%s: %llu bytes per id; expected 2 (uint16) or 4 (uint32)",
+                       path, (unsigned long long)width);
+    if (vocab == 0 || vocab > INT32_MAX)
+        return zt_fail(ZO_ERR_CORRUPT, "%s: vocabulary size %llu; expected 1..%d", path,
+                       (unsigned long long)vocab, INT32_MAX);
+    uint64_t payload = d->map_bytes - ZT_TOKENS_HEADER_BYTES;
+    if (n > payload / width || n * width != payload)
+        return zt_fail(
+            ZO_ERR_CORRUPT, "%s: header says %llu ids of %llu bytes but %llu bytes follow it", path,
+            (unsigned long long)n, (unsigned long long)width, (unsigned long long)payload);
+    d->info =
+        (zt_data_info){.binary = 1, .id_bytes = (int)width, .vocab = (int)vocab, .n_tokens = n};
+    d->ids = d->map + ZT_TOKENS_HEADER_BYTES;
+    return ZO_OK;
+}
+
+/* Every id below the vocabulary: a bad id is reported here, not as a NaN
+ * loss a thousand steps later. */
+static zo_status check_ids(const zt_data *d, const char *path)
+{
+    for (uint64_t i = 0; i < d->info.n_tokens; i++)
+        if ((uint64_t)(uint32_t)token_at(d, i) >= (uint64_t)d->info.vocab)
+            return zt_fail(ZO_ERR_CORRUPT,
+                           "%s: id %u at position %llu is not below the vocabulary size %d", path,
+                           (unsigned)token_at(d, i), (unsigned long long)i, d->info.vocab);
+    return ZO_OK;
+}
+
+static zo_status map_file(zt_data *d, const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return zt_fail(ZO_ERR_NOT_FOUND, "cannot open data file %s: %s", path, strerror(errno));
+    struct stat sb;
+    zo_status st = ZO_OK;
+    if (fstat(fd, &sb) != 0)
+        st = zt_fail(ZO_ERR_IO, "cannot stat data file %s: %s", path, strerror(errno));
+    else if (sb.st_size == 0)
+        st = zt_fail(ZO_ERR_INVALID_ARG, "data file %s is empty", path);
+    if (st >= 0) {
+        d->map_bytes = (size_t)sb.st_size;
+        void *p = mmap(NULL, d->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED)
+            st = zt_fail(ZO_ERR_IO, "cannot map data file %s: %s", path, strerror(errno));
+        else
+            d->map = p;
+    }
+    close(fd);
+    return st;
+}
+
+static zo_status split(zt_data *d, const char *path, double val_fraction)
+{
+    zt_data_info *in = &d->info;
+    uint64_t n_val = (uint64_t)((double)in->n_tokens * val_fraction);
+    in->n_train = in->n_tokens - n_val;
+    in->train_windows = in->n_train > 0 ? (in->n_train - 1) / (uint64_t)d->seq : 0;
+    in->val_windows = n_val > 0 ? (n_val - 1) / (uint64_t)d->seq : 0;
+    if (in->train_windows == 0 || (val_fraction > 0 && in->val_windows == 0))
+        return zt_fail(
+            ZO_ERR_INVALID_ARG,
+            "%s: %llu tokens give %llu training and %llu validation windows of %d+1 tokens; each "
+            "split needs at least one (use a shorter --seq or a longer file)",
+            path, (unsigned long long)in->n_tokens, (unsigned long long)in->train_windows,
+            (unsigned long long)in->val_windows, d->seq);
+    d->order = malloc(in->train_windows * sizeof *d->order);
+    if (!d->order)
+        return zt_fail(ZO_ERR_NO_MEMORY, "the order of %llu windows",
+                       (unsigned long long)in->train_windows);
+    shuffle_epoch(d);
+    return ZO_OK;
+}
+
+static zo_status data_load(zt_data *d, const char *path, double val_fraction)
+{
+    ZT_TRY(map_file(d, path));
+    if (d->map_bytes >= 8 && memcmp(d->map, ZT_TOKENS_MAGIC, 8) == 0) {
+        ZT_TRY(parse_header(d, path));
+        ZT_TRY(check_ids(d, path));
+    } else {
+        d->info =
+            (zt_data_info){.binary = 0, .id_bytes = 1, .vocab = 256, .n_tokens = d->map_bytes};
+        d->ids = d->map;
+    }
+    return split(d, path, val_fraction);
+}
+
+zo_status zt_data_open(zt_data **out, const char *path, int seq, double val_fraction, uint64_t seed)
+{
+    if (!path || seq <= 0 || !(val_fraction >= 0.0 && val_fraction < 1.0))
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "data: path %s, seq %d (> 0), validation fraction %g (in [0, 1))",
+                       path ? path : "(null)", seq, val_fraction);
+    zt_data *d = calloc(1, sizeof *d);
+    if (!d)
+        return zt_fail(ZO_ERR_NO_MEMORY, "data");
+    d->seq = seq;
+    d->seed = seed;
+    zo_status st = data_load(d, path, val_fraction);
+    if (st < 0) {
+        zt_data_free(d);
+        return st;
+    }
+    *out = d;
+    return ZO_OK;
+}
+
+void zt_data_free(zt_data *d)
+{
+    if (!d)
+        return;
+    if (d->map)
+        munmap((void *)d->map, d->map_bytes);
+    free(d->order);
+    free(d);
+}
+
+void zt_data_get_info(const zt_data *d, zt_data_info *out)
+{
+    *out = d->info;
+}
+
+static void window(const zt_data *d, uint64_t start, int32_t *in, int32_t *tgt)
+{
+    for (int t = 0; t < d->seq; t++) {
+        in[t] = token_at(d, start + (uint64_t)t);
+        tgt[t] = token_at(d, start + (uint64_t)t + 1);
+    }
+}
+
+void zt_data_next_train(zt_data *d, int32_t *inputs, int32_t *targets, int n)
+{
+    for (int j = 0; j < n; j++) {
+        if (d->cursor == d->info.train_windows) {
+            d->epoch++;
+            shuffle_epoch(d);
+        }
+        uint64_t w = d->order[d->cursor++];
+        window(d, w * (uint64_t)d->seq, inputs + (size_t)j * d->seq, targets + (size_t)j * d->seq);
+    }
+}
+
+void zt_data_val(const zt_data *d, uint64_t first, int32_t *inputs, int32_t *targets, int n)
+{
+    for (int j = 0; j < n; j++)
+        window(d, d->info.n_train + (first + (uint64_t)j) * (uint64_t)d->seq,
+               inputs + (size_t)j * d->seq, targets + (size_t)j * d->seq);
+}
+
+zo_status zt_data_write_tokens(const char *path, const uint32_t *ids, uint64_t n, int id_bytes,
+                               int vocab)
+{
+    if ((id_bytes != 2 && id_bytes != 4) || vocab <= 0 || (id_bytes == 2 && vocab > 65536))
+        return zt_fail(ZO_ERR_INVALID_ARG, "token file: %d bytes per id with vocabulary %d",
+                       id_bytes, vocab);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return zt_fail(ZO_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    unsigned char h[ZT_TOKENS_HEADER_BYTES] = {0}, b[4];
+    memcpy(h, ZT_TOKENS_MAGIC, 8);
+    wr_le(h + 8, ZT_TOKENS_VERSION, 4);
+    wr_le(h + 12, (uint64_t)id_bytes, 4);
+    wr_le(h + 16, n, 8);
+    wr_le(h + 24, (uint64_t)vocab, 4);
+    int ok = fwrite(h, sizeof h, 1, f) == 1;
+    for (uint64_t i = 0; ok && i < n; i++) {
+        wr_le(b, ids[i], id_bytes);
+        ok = fwrite(b, (size_t)id_bytes, 1, f) == 1;
+    }
+    if (fclose(f) != 0)
+        ok = 0;
+    if (!ok)
+        return zt_fail(ZO_ERR_IO, "writing %s: %s", path, strerror(errno));
+    return ZO_OK;
+}

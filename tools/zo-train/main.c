@@ -1,0 +1,649 @@
+/* zo-train: train a LLaMA-style model through the offload engine.
+ *
+ * With no arguments: the tiny preset on the shipped corpus, on the GPU when
+ * one is present, otherwise on the cpu device with a small device budget,
+ * parameters paged from pinned host memory and the optimizer on NVMe (a swap
+ * directory next to the executable). Progress goes to stderr, the summary to
+ * stdout (one JSON object with --json). */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "trainer.h"
+#include "zt_error.h"
+
+#ifndef ZT_DEFAULT_DATA
+#define ZT_DEFAULT_DATA "tools/zo-train/data/shakespeare.txt"
+#endif
+
+typedef struct cli {
+    zt_options o;
+    const char *preset;
+    int shape_flags[5]; /* vocab, dim, layers, heads, ffn: 0 = from the preset */
+    int json;
+    int log_every;
+    char data_buf[PATH_MAX], swap_buf[PATH_MAX];
+} cli;
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: zo-train [options]\n"
+        "Train a LLaMA-style decoder through the zoffload engine (parameters, gradients and\n"
+        "optimizer states paged between device memory, pinned host memory and NVMe).\n"
+        "\n"
+        "model:\n"
+        "  --preset NAME          %s (default tiny)\n"
+        "  --vocab N --dim N --layers N --heads N --ffn N   override the preset's shape\n"
+        "  --dtype bf16|fp16      16-bit parameter and activation type (default bf16; fp16 uses\n"
+        "                         dynamic loss scaling)\n"
+        "data and schedule:\n"
+        "  --data FILE            text (byte-level, vocabulary 256) or a ZOTOKENS token file\n"
+        "                         (default: the shipped Shakespeare corpus)\n"
+        "  --steps N              optimizer steps (default 120)\n"
+        "  --seq N                tokens per sequence (default 128)\n"
+        "  --micro-batch N        sequences per micro-batch (default 8)\n"
+        "  --grad-accum N         micro-batches per optimizer step (default 1)\n"
+        "  --lr X                 Adam learning rate, constant (default 2e-3)\n"
+        "  --weight-decay X       AdamW decoupled weight decay (default 0)\n"
+        "  --max-grad-norm X      clip the global gradient norm (default 1; 0: off)\n"
+        "  --seed S               initial weights and data order (default 1)\n"
+        "  --val-batches N        validation micro-batches at the end (default 8)\n"
+        "placement:\n"
+        "  --device auto|cpu|cuda the device (default auto: cuda when a GPU is present)\n"
+        "  --device-mem BYTES     the device budget, e.g. 24GiB (cpu device: its capacity;\n"
+        "                         default: all free GPU memory, or on the cpu device the\n"
+        "                         activations plus three layers of parameters)\n"
+        "  --offload-optimizer none|cpu|nvme   where Adam's states live (default: cpu on a\n"
+        "                         GPU, nvme on the cpu device)\n"
+        "  --offload-param none|cpu|nvme       where the 16-bit parameters live between uses\n"
+        "                         (default: none on a GPU, cpu on the cpu device)\n"
+        "  --nvme-path DIR        a swap directory, one per drive (repeatable; default: a\n"
+        "                         zo-train-swap directory next to the executable)\n"
+        "  --optimizer-mode sync|overlap|dpu   (default sync)\n"
+        "  --chunk-bytes BYTES    engine chunk size (default: the largest tensor)\n"
+        "output:\n"
+        "  --log-every N          a progress line on stderr every N steps (default 10)\n"
+        "  --json                 print the summary as one JSON object\n"
+        "  --help                 this text\n",
+        zt_preset_names());
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v))
+        return -1;
+    *out = (float)v;
+    return 0;
+}
+
+/* "123", "64K", "512MiB", "24GiB", "1.5GB": K/M/G/T and KiB.. are powers of
+ * 1024, KB/MB/GB/TB powers of 1000. */
+static int parse_bytes(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v >= 0))
+        return -1;
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"K", 1024.0},
+                 {"KiB", 1024.0},
+                 {"KB", 1e3},
+                 {"M", 1048576.0},
+                 {"MiB", 1048576.0},
+                 {"MB", 1e6},
+                 {"G", 1073741824.0},
+                 {"GiB", 1073741824.0},
+                 {"GB", 1e9},
+                 {"T", 1099511627776.0},
+                 {"TiB", 1099511627776.0},
+                 {"TB", 1e12}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcasecmp(end, units[i].suffix) == 0 && strcmp(end, "b") != 0) {
+            double b = v * units[i].mult;
+            if (b >= 1.8e19)
+                return -1;
+            *out = (uint64_t)b;
+            return 0;
+        }
+    return -1;
+}
+
+static int bad_value(const char *flag, const char *value, const char *expected)
+{
+    fprintf(stderr, "zo-train: %s '%s': expected %s\n", flag, value, expected);
+    return 2;
+}
+
+enum {
+    OPT_PRESET = 256,
+    OPT_VOCAB,
+    OPT_DIM,
+    OPT_LAYERS,
+    OPT_HEADS,
+    OPT_FFN,
+    OPT_DTYPE,
+    OPT_DATA,
+    OPT_STEPS,
+    OPT_SEQ,
+    OPT_MB,
+    OPT_ACCUM,
+    OPT_LR,
+    OPT_WD,
+    OPT_CLIP,
+    OPT_SEED,
+    OPT_VAL,
+    OPT_DEVICE,
+    OPT_DEVMEM,
+    OPT_OFF_OPT,
+    OPT_OFF_PARAM,
+    OPT_NVME,
+    OPT_MODE,
+    OPT_CHUNK,
+    OPT_LOG,
+    OPT_JSON,
+    OPT_HELP
+};
+
+static const struct option long_opts[] = {
+    {"preset", required_argument, 0, OPT_PRESET},
+    {"vocab", required_argument, 0, OPT_VOCAB},
+    {"dim", required_argument, 0, OPT_DIM},
+    {"layers", required_argument, 0, OPT_LAYERS},
+    {"heads", required_argument, 0, OPT_HEADS},
+    {"ffn", required_argument, 0, OPT_FFN},
+    {"dtype", required_argument, 0, OPT_DTYPE},
+    {"data", required_argument, 0, OPT_DATA},
+    {"steps", required_argument, 0, OPT_STEPS},
+    {"seq", required_argument, 0, OPT_SEQ},
+    {"micro-batch", required_argument, 0, OPT_MB},
+    {"grad-accum", required_argument, 0, OPT_ACCUM},
+    {"lr", required_argument, 0, OPT_LR},
+    {"weight-decay", required_argument, 0, OPT_WD},
+    {"max-grad-norm", required_argument, 0, OPT_CLIP},
+    {"seed", required_argument, 0, OPT_SEED},
+    {"val-batches", required_argument, 0, OPT_VAL},
+    {"device", required_argument, 0, OPT_DEVICE},
+    {"device-mem", required_argument, 0, OPT_DEVMEM},
+    {"offload-optimizer", required_argument, 0, OPT_OFF_OPT},
+    {"offload-param", required_argument, 0, OPT_OFF_PARAM},
+    {"nvme-path", required_argument, 0, OPT_NVME},
+    {"optimizer-mode", required_argument, 0, OPT_MODE},
+    {"chunk-bytes", required_argument, 0, OPT_CHUNK},
+    {"log-every", required_argument, 0, OPT_LOG},
+    {"json", no_argument, 0, OPT_JSON},
+    {"help", no_argument, 0, OPT_HELP},
+    {0, 0, 0, 0},
+};
+
+static int parse_mode(const char *s, zo_optim_mode *out)
+{
+    static const char *const names[] = {"sync", "overlap", "dpu"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = (zo_optim_mode)i;
+            return 0;
+        }
+    return -1;
+}
+
+static int parse_int_opt(int opt, const char *arg, cli *c)
+{
+    long v;
+    long lo = opt == OPT_STEPS ? 0 : 1;
+    if (parse_long(arg, lo, INT_MAX, &v) != 0)
+        return bad_value(long_opts[opt - OPT_PRESET].name, arg,
+                         lo ? "an integer >= 1" : "an integer >= 0");
+    switch (opt) {
+    case OPT_VOCAB: c->shape_flags[0] = (int)v; break;
+    case OPT_DIM: c->shape_flags[1] = (int)v; break;
+    case OPT_LAYERS: c->shape_flags[2] = (int)v; break;
+    case OPT_HEADS: c->shape_flags[3] = (int)v; break;
+    case OPT_FFN: c->shape_flags[4] = (int)v; break;
+    case OPT_STEPS: c->o.steps = (int)v; break;
+    case OPT_SEQ: c->o.seq = (int)v; break;
+    case OPT_MB: c->o.micro_batch = (int)v; break;
+    case OPT_ACCUM: c->o.grad_accum = (int)v; break;
+    case OPT_VAL: c->o.val_batches = (int)v; break;
+    case OPT_LOG: c->log_every = (int)v; break;
+    }
+    return 0;
+}
+
+static int parse_float_opt(int opt, const char *arg, cli *c)
+{
+    float v;
+    if (parse_float(arg, &v) != 0 || v < 0)
+        return bad_value(long_opts[opt - OPT_PRESET].name, arg, "a number >= 0");
+    if (opt == OPT_LR)
+        c->o.lr = v;
+    if (opt == OPT_WD)
+        c->o.weight_decay = v;
+    if (opt == OPT_CLIP)
+        c->o.max_grad_norm = v;
+    return 0;
+}
+
+static int parse_placement_opt(int opt, const char *arg, cli *c)
+{
+    const char *name = long_opts[opt - OPT_PRESET].name;
+    switch (opt) {
+    case OPT_DEVICE:
+        if (strcmp(arg, "auto") && strcmp(arg, "cpu") && strcmp(arg, "cuda"))
+            return bad_value(name, arg, "auto, cpu or cuda");
+        c->o.device = arg;
+        return 0;
+    case OPT_DEVMEM:
+    case OPT_CHUNK: {
+        uint64_t b;
+        if (parse_bytes(arg, &b) != 0 || b == 0)
+            return bad_value(name, arg, "a byte count such as 512MiB or 24GiB");
+        *(opt == OPT_DEVMEM ? &c->o.device_mem : &c->o.chunk_bytes) = b;
+        return 0;
+    }
+    case OPT_OFF_OPT:
+    case OPT_OFF_PARAM:
+        if (zt_parse_home(arg, opt == OPT_OFF_OPT ? &c->o.optim_home : &c->o.param_home) < 0)
+            return bad_value(name, arg, "none, cpu or nvme");
+        return 0;
+    case OPT_NVME:
+        if (c->o.n_nvme_paths == ZT_MAX_NVME_PATHS)
+            return bad_value(name, arg, "at most 16 paths");
+        c->o.nvme_paths[c->o.n_nvme_paths++] = arg;
+        return 0;
+    case OPT_MODE:
+        if (parse_mode(arg, &c->o.mode) != 0)
+            return bad_value(name, arg, "sync, overlap or dpu");
+        return 0;
+    }
+    return 0;
+}
+
+static int parse_opt(int opt, const char *arg, cli *c)
+{
+    switch (opt) {
+    case OPT_PRESET: c->preset = arg; return 0;
+    case OPT_DATA: c->o.data_path = arg; return 0;
+    case OPT_JSON: c->json = 1; return 0;
+    case OPT_DTYPE:
+        if (strcmp(arg, "bf16") && strcmp(arg, "fp16"))
+            return bad_value("dtype", arg, "bf16 or fp16");
+        c->o.dtype = strcmp(arg, "bf16") == 0 ? ZO_OPTIM_BF16 : ZO_OPTIM_FP16;
+        return 0;
+    case OPT_SEED: {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(arg, &end, 0);
+        if (errno || end == arg || *end)
+            return bad_value("seed", arg, "an unsigned integer");
+        c->o.seed = v;
+        return 0;
+    }
+    case OPT_LR:
+    case OPT_WD:
+    case OPT_CLIP: return parse_float_opt(opt, arg, c);
+    case OPT_DEVICE:
+    case OPT_DEVMEM:
+    case OPT_CHUNK:
+    case OPT_OFF_OPT:
+    case OPT_OFF_PARAM:
+    case OPT_NVME:
+    case OPT_MODE: return parse_placement_opt(opt, arg, c);
+    default: return parse_int_opt(opt, arg, c);
+    }
+}
+
+/* The directory holding this executable ("" when unknown). */
+static void exe_dir(char *out, size_t cap)
+{
+    ssize_t n = readlink("/proc/self/exe", out, cap - 1);
+    out[n > 0 ? n : 0] = 0;
+    char *slash = strrchr(out, '/');
+    if (slash)
+        *slash = 0;
+    else
+        out[0] = 0;
+}
+
+/* The shipped corpus: beside the executable (the build copies it there),
+ * then where an install puts it, then the source tree it was built from. */
+static void default_paths(cli *c)
+{
+    char dir[PATH_MAX];
+    exe_dir(dir, sizeof dir);
+    const char *rel[] = {"/data/shakespeare.txt", "/../share/zoffload/shakespeare.txt"};
+    if (!c->o.data_path) {
+        c->o.data_path = ZT_DEFAULT_DATA;
+        for (size_t i = 0; dir[0] && i < 2; i++) {
+            snprintf(c->data_buf, sizeof c->data_buf, "%s%s", dir, rel[i]);
+            if (access(c->data_buf, R_OK) == 0) {
+                c->o.data_path = c->data_buf;
+                break;
+            }
+        }
+    }
+    snprintf(c->swap_buf, sizeof c->swap_buf, "%s/zo-train-swap", dir[0] ? dir : ".");
+    c->o.default_nvme_dir = c->swap_buf;
+}
+
+static int parse_args(int argc, char **argv, cli *c)
+{
+    int opt;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+        if (opt == OPT_HELP) {
+            usage(stdout);
+            return -1;
+        }
+        if (opt == '?' || opt == ':') {
+            fprintf(stderr, "zo-train: unknown option or missing value: %s (see --help)\n",
+                    argv[optind - 1]);
+            return 2;
+        }
+        int rc = parse_opt(opt, optarg, c);
+        if (rc)
+            return rc;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "zo-train: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    if (zt_preset(c->preset, &c->o.shape) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 2;
+    }
+    int *dims[5] = {&c->o.shape.vocab, &c->o.shape.dim, &c->o.shape.n_layers, &c->o.shape.n_heads,
+                    &c->o.shape.ffn_dim};
+    for (int i = 0; i < 5; i++)
+        if (c->shape_flags[i])
+            *dims[i] = c->shape_flags[i];
+    default_paths(c);
+    return 0;
+}
+
+/* ---- running and reporting ---- */
+
+typedef struct totals {
+    uint64_t h2d, d2h, nvme_r, nvme_w;
+    double step_s, stall_s, optim_s, nvme_s, train_s;
+    int rollbacks, overflows, clipped;
+    zo_step_stats last;
+} totals;
+
+static void add_stats(totals *t, const zo_step_stats *s)
+{
+    t->h2d += s->h2d_bytes;
+    t->d2h += s->d2h_bytes;
+    t->nvme_r += s->nvme_read_bytes;
+    t->nvme_w += s->nvme_write_bytes;
+    t->step_s += s->step_seconds;
+    t->stall_s += s->stall_seconds;
+    t->optim_s += s->optim_seconds;
+    t->nvme_s += s->nvme_seconds;
+    t->rollbacks += s->rollbacks;
+    t->overflows += s->overflow != 0;
+    t->clipped += s->clipped != 0;
+    t->last = *s;
+}
+
+static const char *fmt_bytes(char *buf, size_t cap, uint64_t b)
+{
+    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int i = 0;
+    while (v >= 1024 && i < 4)
+        v /= 1024, i++;
+    snprintf(buf, cap, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+    return buf;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void progress(const cli *c, int step, float loss, const zo_step_stats *s, double tok_s)
+{
+    char a[32], b[32], d[32];
+    fprintf(stderr,
+            "step %4d/%d  loss %.4f  %8.0f tok/s  norm %.3f%s  h2d %s  d2h %s  nvme r+w %s  stall "
+            "%.1f%%\n",
+            step, c->o.steps, (double)loss, tok_s, s->grad_norm,
+            s->overflow ? " (overflow: skipped)" : "", fmt_bytes(a, sizeof a, s->h2d_bytes),
+            fmt_bytes(b, sizeof b, s->d2h_bytes),
+            fmt_bytes(d, sizeof d, s->nvme_read_bytes + s->nvme_write_bytes),
+            s->step_seconds > 0 ? 100.0 * s->stall_seconds / s->step_seconds : 0.0);
+}
+
+static int train(zt_trainer *t, const cli *c, float *losses, totals *tot)
+{
+    const double tok_step = (double)c->o.grad_accum * c->o.micro_batch * c->o.seq;
+    for (int i = 0; i < c->o.steps; i++) {
+        zo_step_stats s;
+        double t0 = now_s();
+        if (zt_trainer_step(t, &losses[i], &s) < 0) {
+            fprintf(stderr, "zo-train: step %d failed: %s\n", i + 1, zt_last_error());
+            return 1;
+        }
+        double dt = now_s() - t0;
+        tot->train_s += dt;
+        add_stats(tot, &s);
+        if (i == 0 || (i + 1) % c->log_every == 0 || i + 1 == c->o.steps)
+            progress(c, i + 1, losses[i], &s, tok_step / dt);
+    }
+    return 0;
+}
+
+typedef struct outcome {
+    double val_loss, wall_s;
+    uint64_t val_tokens, device_high_water;
+} outcome;
+
+static double mean_last(const float *l, int n, int k)
+{
+    if (n == 0)
+        return NAN;
+    k = k < n ? k : n;
+    double s = 0;
+    for (int i = n - k; i < n; i++)
+        s += l[i];
+    return s / k;
+}
+
+static void print_human(const cli *c, const zt_setup *su, const float *losses, const totals *tot,
+                        const outcome *out)
+{
+    char a[32], b[32], d[32], e[32], f[32];
+    const int n = c->o.steps;
+    const double tokens = (double)n * c->o.grad_accum * c->o.micro_batch * c->o.seq;
+    const double tps = tot->train_s > 0 ? tokens / tot->train_s : 0;
+    printf("zo-train: %s preset, %.2fM parameters (dim %d, %d layers, %d heads, ffn %d, vocab %d), "
+           "%s\n",
+           c->preset, su->n_params / 1e6, c->o.shape.dim, c->o.shape.n_layers, c->o.shape.n_heads,
+           c->o.shape.ffn_dim, c->o.shape.vocab, c->o.dtype == ZO_OPTIM_FP16 ? "fp16" : "bf16");
+    printf("  device %s (%s), budget %s: activations %s, engine %s; params: %s, optimizer: %s, "
+           "mode %s\n",
+           su->backend, su->device_name, fmt_bytes(a, sizeof a, su->device_budget),
+           fmt_bytes(b, sizeof b, su->activation_bytes),
+           fmt_bytes(d, sizeof d, su->engine_device_bytes), zt_home_name(su->param_home),
+           zt_home_name(su->optim_home), zo_optim_mode_name(c->o.mode));
+    if (su->nvme_dir[0])
+        printf("  swap directory %s\n", su->nvme_dir);
+    printf("  data %s: %llu tokens (%llu training windows, %llu validation)\n", c->o.data_path,
+           (unsigned long long)su->data.n_tokens, (unsigned long long)su->data.train_windows,
+           (unsigned long long)su->data.val_windows);
+    printf(
+        "steps %d x %d tokens in %.1f s (wall %.1f s with set-up and validation): %.0f tokens/s, "
+        "%.4f model TFLOPS\n",
+        n, c->o.grad_accum * c->o.micro_batch * c->o.seq, tot->train_s, out->wall_s, tps,
+        tps * zt_shape_flops_per_token(&c->o.shape, c->o.seq) / 1e12);
+    if (n)
+        printf("loss: first step %.4f, last step %.4f (mean of the last 10: %.4f); validation %.4f "
+               "over %llu "
+               "tokens\n",
+               (double)losses[0], (double)losses[n - 1], mean_last(losses, n, 10), out->val_loss,
+               (unsigned long long)out->val_tokens);
+    printf("bytes moved: host->device %s, device->host %s, nvme read %s, nvme write %s\n",
+           fmt_bytes(a, sizeof a, tot->h2d), fmt_bytes(b, sizeof b, tot->d2h),
+           fmt_bytes(d, sizeof d, tot->nvme_r), fmt_bytes(e, sizeof e, tot->nvme_w));
+    printf("stall: %.1f%% of step time; optimizer %.2f s, nvme wait %.2f s; %d clipped, %d "
+           "overflow, %d "
+           "rollbacks\n",
+           tot->step_s > 0 ? 100.0 * tot->stall_s / tot->step_s : 0.0, tot->optim_s, tot->nvme_s,
+           tot->clipped, tot->overflows, tot->rollbacks);
+    printf("peak bytes: device %s (engine; %s with activations), pinned %s, host %s, nvme %s\n",
+           fmt_bytes(a, sizeof a, tot->last.peak_device),
+           fmt_bytes(b, sizeof b, out->device_high_water),
+           fmt_bytes(d, sizeof d, tot->last.peak_pinned),
+           fmt_bytes(e, sizeof e, tot->last.peak_host),
+           fmt_bytes(f, sizeof f, tot->last.peak_nvme));
+}
+
+static json_t *json_num(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
+{
+    json_t *model =
+        json_pack("{s:s,s:I,s:i,s:i,s:i,s:i,s:i,s:s}", "preset", c->preset, "params",
+                  (json_int_t)su->n_params, "vocab", c->o.shape.vocab, "dim", c->o.shape.dim,
+                  "layers", c->o.shape.n_layers, "heads", c->o.shape.n_heads, "ffn",
+                  c->o.shape.ffn_dim, "dtype", c->o.dtype == ZO_OPTIM_FP16 ? "fp16" : "bf16");
+    json_t *dev = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I}", "backend", su->backend, "name",
+                            su->device_name, "budget", (json_int_t)su->device_budget,
+                            "activation_bytes", (json_int_t)su->activation_bytes, "engine_bytes",
+                            (json_int_t)su->engine_device_bytes, "high_water",
+                            (json_int_t)out->device_high_water);
+    json_t *cfg = json_pack(
+        "{s:s,s:i,s:i,s:i,s:i,s:f,s:I,s:s,s:s,s:s,s:s,s:I,s:I}", "data", c->o.data_path, "steps",
+        c->o.steps, "seq", c->o.seq, "micro_batch", c->o.micro_batch, "grad_accum", c->o.grad_accum,
+        "lr", (double)c->o.lr, "seed", (json_int_t)c->o.seed, "offload_param",
+        zt_home_name(su->param_home), "offload_optimizer", zt_home_name(su->optim_home),
+        "optimizer_mode", zo_optim_mode_name(c->o.mode), "nvme_path", su->nvme_dir, "chunk_bytes",
+        (json_int_t)su->footprint.chunk_bytes, "chunks", (json_int_t)su->footprint.n_chunks);
+    return json_pack("{s:o,s:o,s:o}", "model", model, "device", dev, "config", cfg);
+}
+
+static void print_json(const cli *c, const zt_setup *su, const float *losses, const totals *tot,
+                       const outcome *out)
+{
+    const int n = c->o.steps;
+    const double tokens = (double)n * c->o.grad_accum * c->o.micro_batch * c->o.seq;
+    const double tps = tot->train_s > 0 ? tokens / tot->train_s : 0;
+    json_t *root = json_setup(c, su, out), *arr = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(arr, json_num(losses[i]));
+    json_object_set_new(root, "losses", arr);
+    json_object_set_new(root, "first_loss", json_num(n ? losses[0] : NAN));
+    json_object_set_new(root, "last_loss", json_num(n ? losses[n - 1] : NAN));
+    json_object_set_new(root, "val_loss", json_num(out->val_loss));
+    json_object_set_new(root, "val_tokens", json_integer((json_int_t)out->val_tokens));
+    json_object_set_new(root, "tokens", json_integer((json_int_t)tokens));
+    json_object_set_new(root, "train_s", json_real(tot->train_s));
+    json_object_set_new(root, "wall_s", json_real(out->wall_s));
+    json_object_set_new(root, "tokens_per_s", json_real(tps));
+    json_object_set_new(root, "model_tflops",
+                        json_real(tps * zt_shape_flops_per_token(&c->o.shape, c->o.seq) / 1e12));
+    json_object_set_new(root, "bytes",
+                        json_pack("{s:I,s:I,s:I,s:I}", "h2d", (json_int_t)tot->h2d, "d2h",
+                                  (json_int_t)tot->d2h, "nvme_read", (json_int_t)tot->nvme_r,
+                                  "nvme_write", (json_int_t)tot->nvme_w));
+    json_object_set_new(root, "stall_pct",
+                        json_real(tot->step_s > 0 ? 100.0 * tot->stall_s / tot->step_s : 0.0));
+    json_object_set_new(root, "optim_s", json_real(tot->optim_s));
+    json_object_set_new(root, "nvme_wait_s", json_real(tot->nvme_s));
+    json_object_set_new(root, "clipped_steps", json_integer(tot->clipped));
+    json_object_set_new(root, "overflow_steps", json_integer(tot->overflows));
+    json_object_set_new(root, "rollbacks", json_integer(tot->rollbacks));
+    json_object_set_new(root, "peak_bytes",
+                        json_pack("{s:I,s:I,s:I,s:I}", "device", (json_int_t)tot->last.peak_device,
+                                  "pinned", (json_int_t)tot->last.peak_pinned, "host",
+                                  (json_int_t)tot->last.peak_host, "nvme",
+                                  (json_int_t)tot->last.peak_nvme));
+    char *s = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+    if (s)
+        puts(s);
+    free(s);
+    json_decref(root);
+}
+
+static int run(cli *c)
+{
+    double t0 = now_s();
+    zt_trainer *t = NULL;
+    if (zt_trainer_init(&t, &c->o) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 1;
+    }
+    const zt_setup *su = zt_trainer_setup(t);
+    fprintf(stderr,
+            "zo-train: %.2fM parameters on %s (budget %llu bytes), params %s, optimizer %s, %d "
+            "chunks of %llu bytes\n",
+            su->n_params / 1e6, su->backend, (unsigned long long)su->device_budget,
+            zt_home_name(su->param_home), zt_home_name(su->optim_home), su->footprint.n_chunks,
+            (unsigned long long)su->footprint.chunk_bytes);
+    float *losses = calloc((size_t)c->o.steps + 1, sizeof *losses);
+    totals tot = {0};
+    outcome out = {0};
+    int rc = losses ? train(t, c, losses, &tot) : 1;
+    if (rc == 0 && zt_trainer_validate(t, &out.val_loss, &out.val_tokens) < 0) {
+        fprintf(stderr, "zo-train: validation failed: %s\n", zt_last_error());
+        rc = 1;
+    }
+    if (rc == 0) {
+        out.device_high_water = zt_trainer_device_high_water(t);
+        out.wall_s = now_s() - t0;
+        if (c->json)
+            print_json(c, su, losses, &tot, &out);
+        else
+            print_human(c, su, losses, &tot, &out);
+    }
+    free(losses);
+    zt_trainer_free(t);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    cli c;
+    memset(&c, 0, sizeof c);
+    c.o = (zt_options)ZT_OPTIONS_INIT;
+    c.preset = "tiny";
+    c.log_every = 10;
+    int rc = parse_args(argc, argv, &c);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    return run(&c);
+}

@@ -1,0 +1,813 @@
+/* zo-train's model: shapes, parameter layout and initial values, and the
+ * forward/backward of each engine layer on the compute ops. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt_error.h"
+
+/* ---- presets ---- */
+
+typedef struct preset {
+    const char *name;
+    zt_shape shape;
+} preset;
+
+/* Llama-2 shapes for 7b and 13b; the smaller ones keep head_dim 64..128 and
+ * an ffn of about 8/3 dim rounded to a multiple of 64 or 256, as LLaMA does. */
+static const preset presets[] = {
+    {"tiny", {256, 256, 4, 4, 768, 1e-5f, 10000.0f}},       /* 3.5M parameters, byte-level */
+    {"small", {32000, 640, 12, 10, 1728, 1e-5f, 10000.0f}}, /* 100M */
+    {"1b", {32000, 2048, 18, 16, 5632, 1e-5f, 10000.0f}},   /* 1.06B */
+    {"7b", {32000, 4096, 32, 32, 11008, 1e-5f, 10000.0f}},  /* 6.74B */
+    {"13b", {32000, 5120, 40, 40, 13824, 1e-5f, 10000.0f}}, /* 13.0B */
+};
+
+const char *zt_preset_names(void)
+{
+    return "tiny, small, 1b, 7b, 13b";
+}
+
+zo_status zt_preset(const char *name, zt_shape *out)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (name && strcmp(name, presets[i].name) == 0) {
+            *out = presets[i].shape;
+            return ZO_OK;
+        }
+    return zt_fail(ZO_ERR_INVALID_ARG, "unknown preset '%s'; expected one of %s",
+                   name ? name : "(null)", zt_preset_names());
+}
+
+zo_status zt_shape_check(const zt_shape *s)
+{
+    if (s->vocab <= 0 || s->dim <= 0 || s->n_layers <= 0 || s->n_heads <= 0 || s->ffn_dim <= 0)
+        return zt_fail(
+            ZO_ERR_INVALID_ARG,
+            "model shape vocab %d, dim %d, layers %d, heads %d, ffn %d: every one must be > 0",
+            s->vocab, s->dim, s->n_layers, s->n_heads, s->ffn_dim);
+    if (s->dim % s->n_heads || (s->dim / s->n_heads) % 2)
+        return zt_fail(
+            ZO_ERR_INVALID_ARG,
+            "dim %d must be a multiple of heads %d with an even head dimension (RoPE pairs)",
+            s->dim, s->n_heads);
+    if (!(s->norm_eps > 0.0f) || !(s->rope_theta > 1.0f))
+        return zt_fail(ZO_ERR_INVALID_ARG, "norm eps %g must be > 0 and rope theta %g > 1",
+                       (double)s->norm_eps, (double)s->rope_theta);
+    return ZO_OK;
+}
+
+static uint64_t block_params(const zt_shape *s)
+{
+    uint64_t d = (uint64_t)s->dim, f = (uint64_t)s->ffn_dim;
+    return 4 * d * d + 3 * d * f + 2 * d;
+}
+
+uint64_t zt_shape_n_params(const zt_shape *s)
+{
+    uint64_t d = (uint64_t)s->dim, v = (uint64_t)s->vocab;
+    return v * d + (uint64_t)s->n_layers * block_params(s) + d + v * d;
+}
+
+double zt_shape_flops_per_token(const zt_shape *s, int seq)
+{
+    double d = s->dim, f = s->ffn_dim, L = s->n_layers;
+    double matmul = L * (4 * d * d + 3 * d * f) + (double)s->vocab * d;
+    return 6.0 * matmul + 12.0 * L * (double)seq * d;
+}
+
+/* ---- parameter layout ---- */
+
+int zt_engine_layers(const zt_shape *s)
+{
+    return s->n_layers + 2;
+}
+
+static int is_block(const zt_shape *s, int layer)
+{
+    return layer >= 1 && layer <= s->n_layers;
+}
+static int head_layer(const zt_shape *s)
+{
+    return s->n_layers + 1;
+}
+
+int zt_layer_tensors(const zt_shape *s, int layer)
+{
+    if (layer == 0)
+        return 1;
+    if (is_block(s, layer))
+        return ZT_BLOCK_TENSORS;
+    return layer == head_layer(s) ? 2 : 0;
+}
+
+size_t zt_tensor_numel(const zt_shape *s, int layer, int idx)
+{
+    size_t d = (size_t)s->dim, f = (size_t)s->ffn_dim, v = (size_t)s->vocab;
+    if (layer == 0)
+        return v * d;
+    if (layer == head_layer(s))
+        return idx == ZT_HEAD_NORM ? d : v * d;
+    switch (idx) {
+    case ZT_ATTN_NORM:
+    case ZT_MLP_NORM: return d;
+    case ZT_WQ:
+    case ZT_WK:
+    case ZT_WV:
+    case ZT_WO: return d * d;
+    default: return d * f; /* gate, up, down */
+    }
+}
+
+void zt_tensor_name(const zt_shape *s, int layer, int idx, char *name, size_t cap)
+{
+    static const char *const block_names[ZT_BLOCK_TENSORS] = {
+        "attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"};
+    if (layer == 0)
+        snprintf(name, cap, "tok_embedding");
+    else if (layer == head_layer(s))
+        snprintf(name, cap, "%s", idx == ZT_HEAD_NORM ? "final_norm" : "lm_head");
+    else
+        snprintf(name, cap, "blocks.%d.%s", layer - 1, block_names[idx]);
+}
+
+static int is_norm(const zt_shape *s, int layer, int idx)
+{
+    if (layer == 0)
+        return 0;
+    if (layer == head_layer(s))
+        return idx == ZT_HEAD_NORM;
+    return idx == ZT_ATTN_NORM || idx == ZT_MLP_NORM;
+}
+
+static uint64_t splitmix64(uint64_t *st)
+{
+    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* A uniform in (0, 1) from 53 random bits. */
+static double uniform01(uint64_t *st)
+{
+    return ((double)(splitmix64(st) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+void zt_tensor_init(const zt_shape *s, int layer, int idx, uint64_t seed, float init_std,
+                    float *out)
+{
+    size_t n = zt_tensor_numel(s, layer, idx);
+    if (is_norm(s, layer, idx)) {
+        for (size_t i = 0; i < n; i++)
+            out[i] = 1.0f;
+        return;
+    }
+    double std = init_std;
+    if (is_block(s, layer) && (idx == ZT_WO || idx == ZT_WDOWN))
+        std /= sqrt(2.0 * s->n_layers);
+    uint64_t st = seed ^ ((uint64_t)(layer + 1) * 0x100000001B3ull) ^ ((uint64_t)(idx + 1) << 48);
+    splitmix64(&st);
+    for (size_t i = 0; i < n; i += 2) { /* Box-Muller: two normals per pair of uniforms */
+        double r = sqrt(-2.0 * log(uniform01(&st))), a = 2.0 * M_PI * uniform01(&st);
+        out[i] = (float)(std * r * cos(a));
+        if (i + 1 < n)
+            out[i + 1] = (float)(std * r * sin(a));
+    }
+}
+
+/* ---- parameter sources ---- */
+
+struct zt_resident {
+    zo_device_t dev;
+    zt_shape shape;
+    zo_dtype dt;
+    int n_layers;
+    void **param, **grad; /* [layer * ZT_MAX_LAYER_TENSORS + idx] */
+};
+
+static size_t slot(int layer, int idx)
+{
+    return (size_t)layer * ZT_MAX_LAYER_TENSORS + (size_t)idx;
+}
+
+static zo_status res_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, void **p, void **g,
+                           int n)
+{
+    zt_resident *r = ctx;
+    if (layer < 0 || layer >= r->n_layers || n < zt_layer_tensors(&r->shape, layer))
+        return zt_fail(ZO_ERR_INVALID_ARG, "resident fetch of layer %d with room for %d tensors",
+                       layer, n);
+    for (int i = 0; i < zt_layer_tensors(&r->shape, layer); i++) {
+        p[i] = r->param[slot(layer, i)];
+        if (g)
+            g[i] = phase == ZO_PHASE_BACKWARD ? r->grad[slot(layer, i)] : NULL;
+    }
+    return ZO_OK;
+}
+
+static zo_status res_noop(void *ctx, int layer, zo_stream_t s)
+{
+    return ZO_OK;
+}
+
+zt_param_source zt_resident_source(zt_resident *r)
+{
+    zt_param_source src = {r, res_fetch, res_noop, res_noop};
+    return src;
+}
+
+void zt_resident_free(zt_resident *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; r->param && i < slot(r->n_layers, 0); i++) {
+        zo_device_mfree(r->dev, r->param[i]);
+        zo_device_mfree(r->dev, r->grad[i]);
+    }
+    free(r->param);
+    free(r->grad);
+    free(r);
+}
+
+/* Host values -> dtype bits (or fp32 as is). */
+static void host_to_dtype(void *dst, zo_dtype dt, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (dt == ZO_DTYPE_F32)
+            ((float *)dst)[i] = src[i];
+        else
+            ((uint16_t *)dst)[i] =
+                dt == ZO_DTYPE_BF16 ? zo_f32_to_bf16(src[i]) : zo_f32_to_f16(src[i]);
+    }
+}
+
+static void dtype_to_host(float *dst, const void *src, zo_dtype dt, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (dt == ZO_DTYPE_F32)
+            dst[i] = ((const float *)src)[i];
+        else
+            dst[i] = dt == ZO_DTYPE_BF16 ? zo_bf16_to_f32(((const uint16_t *)src)[i])
+                                         : zo_f16_to_f32(((const uint16_t *)src)[i]);
+    }
+}
+
+zo_status zt_resident_write(zt_resident *r, zo_stream_t s, int layer, int idx, const float *in)
+{
+    size_t n = zt_tensor_numel(&r->shape, layer, idx), es = zo_dtype_size(r->dt);
+    void *tmp = malloc(n * es);
+    if (!tmp)
+        return zt_fail(ZO_ERR_NO_MEMORY, "host copy of %zu parameters", n);
+    host_to_dtype(tmp, r->dt, in, n);
+    zo_status st = zo_memcpy_h2d_async(s, r->param[slot(layer, idx)], tmp, n * es);
+    if (st >= 0)
+        st = zo_stream_synchronize(s);
+    if (st < 0)
+        zt_lib_fail(st, "resident parameter upload");
+    free(tmp);
+    return st;
+}
+
+zo_status zt_resident_read(zt_resident *r, zo_stream_t s, int layer, int idx, int grad, float *out)
+{
+    size_t n = zt_tensor_numel(&r->shape, layer, idx), es = zo_dtype_size(r->dt);
+    void *tmp = malloc(n * es);
+    if (!tmp)
+        return zt_fail(ZO_ERR_NO_MEMORY, "host copy of %zu parameters", n);
+    const void *src = grad ? r->grad[slot(layer, idx)] : r->param[slot(layer, idx)];
+    zo_status st = zo_memcpy_d2h_async(s, tmp, src, n * es);
+    if (st >= 0)
+        st = zo_stream_synchronize(s);
+    if (st >= 0)
+        dtype_to_host(out, tmp, r->dt, n);
+    if (st < 0)
+        zt_lib_fail(st, "resident tensor download");
+    free(tmp);
+    return st;
+}
+
+zo_status zt_resident_zero_grads(zt_resident *r, zo_stream_t s)
+{
+    for (int l = 0; l < r->n_layers; l++)
+        for (int i = 0; i < zt_layer_tensors(&r->shape, l); i++)
+            ZT_LIB(zo_memset_async(s, r->grad[slot(l, i)], 0,
+                                   zt_tensor_numel(&r->shape, l, i) * zo_dtype_size(r->dt)));
+    return ZO_OK;
+}
+
+static zo_status resident_alloc(zt_resident *r, zo_stream_t s, uint64_t seed, float init_std)
+{
+    size_t es = zo_dtype_size(r->dt);
+    for (int l = 0; l < r->n_layers; l++)
+        for (int i = 0; i < zt_layer_tensors(&r->shape, l); i++) {
+            size_t n = zt_tensor_numel(&r->shape, l, i);
+            ZT_LIB(zo_device_malloc(r->dev, n * es, &r->param[slot(l, i)]));
+            ZT_LIB(zo_device_malloc(r->dev, n * es, &r->grad[slot(l, i)]));
+            float *init = malloc(n * sizeof *init);
+            if (!init)
+                return zt_fail(ZO_ERR_NO_MEMORY, "initial values of %zu parameters", n);
+            zt_tensor_init(&r->shape, l, i, seed, init_std, init);
+            zo_status st = zt_resident_write(r, s, l, i, init);
+            free(init);
+            ZT_TRY(st);
+        }
+    return ZO_OK;
+}
+
+zo_status zt_resident_init(zt_resident **out, zo_device_t dev, zo_stream_t stream,
+                           const zt_shape *s, zo_dtype dt, uint64_t seed, float init_std)
+{
+    ZT_TRY(zt_shape_check(s));
+    zt_resident *r = calloc(1, sizeof *r);
+    if (!r)
+        return zt_fail(ZO_ERR_NO_MEMORY, "resident parameters");
+    r->dev = dev;
+    r->shape = *s;
+    r->dt = dt;
+    r->n_layers = zt_engine_layers(s);
+    r->param = calloc(slot(r->n_layers, 0), sizeof *r->param);
+    r->grad = calloc(slot(r->n_layers, 0), sizeof *r->grad);
+    zo_status st = r->param && r->grad ? resident_alloc(r, stream, seed, init_std)
+                                       : zt_fail(ZO_ERR_NO_MEMORY, "resident parameter table");
+    if (st < 0) {
+        zt_resident_free(r);
+        return st;
+    }
+    *out = r;
+    return ZO_OK;
+}
+
+/* ---- activations: one device arena carved into named pieces ---- */
+
+typedef struct block_ws { /* one block's forward intermediates and backward buffers */
+    void *h1, *q, *k, *v, *att, *attn_out, *x2, *h2, *gate, *up, *act;
+    void *dq, *dk, *dv, *datt;
+    float *rstd1, *rstd2;
+} block_ws;
+
+typedef struct head_ws {
+    void *hf, *logits;
+    float *rstd, *row_loss;
+} head_ws;
+
+struct zt_model {
+    zt_model_config c;
+    zo_device_t dev;
+    zo_stream_t s;
+    int T, hd; /* tokens per micro-batch, head dimension */
+    size_t es; /* activation element size */
+    void *arena;
+    uint64_t arena_bytes;
+    int32_t *tok_in, *tok_tgt; /* n_micro * T each */
+    float *losses;             /* n_micro */
+    float *rope;               /* seq x head_dim/2 x {cos, sin} */
+    void **ckpt;     /* n_layers + 1 block inputs: ckpt[l] feeds block l+1, ckpt[L] the head */
+    void *dres;      /* the residual stream's gradient, carried layer to layer */
+    block_ws b;      /* the workspace, shared by... */
+    head_ws h;       /* ...the head's pieces and... */
+    float *emb_grad; /* ...the embedding gradient's fp32 accumulator */
+    int32_t *host_in, *host_tgt; /* staging for set_batch */
+    zo_event_t staged;           /* the staging copies are done */
+};
+
+/* Carving walks the arena with a cursor; with base NULL it only measures. */
+typedef struct carver {
+    char *base;
+    uint64_t off;
+} carver;
+
+static void *carve(carver *cv, uint64_t bytes)
+{
+    void *p = cv->base ? cv->base + cv->off : NULL;
+    cv->off += (bytes + 255) / 256 * 256;
+    return p;
+}
+
+static void carve_block_ws(carver *cv, const zt_model_config *c, block_ws *b, size_t es)
+{
+    const uint64_t T = (uint64_t)c->micro_batch * c->seq, d = c->shape.dim, f = c->shape.ffn_dim;
+    const uint64_t att = (uint64_t)c->micro_batch * c->shape.n_heads * c->seq * c->seq * es;
+    void **td[] = {&b->h1, &b->q,  &b->k,  &b->v,  &b->attn_out,
+                   &b->x2, &b->h2, &b->dq, &b->dk, &b->dv};
+    for (size_t i = 0; i < sizeof td / sizeof td[0]; i++)
+        *td[i] = carve(cv, T * d * es);
+    b->gate = carve(cv, T * f * es);
+    b->up = carve(cv, T * f * es);
+    b->act = carve(cv, T * f * es);
+    b->att = carve(cv, att);
+    b->datt = carve(cv, att);
+    b->rstd1 = carve(cv, T * sizeof(float));
+    b->rstd2 = carve(cv, T * sizeof(float));
+}
+
+static void carve_head_ws(carver *cv, const zt_model_config *c, head_ws *h, size_t es)
+{
+    const uint64_t T = (uint64_t)c->micro_batch * c->seq;
+    h->hf = carve(cv, T * c->shape.dim * es);
+    h->logits = carve(cv, T * c->shape.vocab * es);
+    h->rstd = carve(cv, T * sizeof(float));
+    h->row_loss = carve(cv, T * sizeof(float));
+}
+
+/* Lay the model's pieces out; returns the arena size. The per-layer
+ * workspace is the largest of the block's, the head's and the embedding
+ * gradient's, which are never live at the same time. */
+static uint64_t layout(zt_model *m, const zt_model_config *c, char *base)
+{
+    const uint64_t T = (uint64_t)c->micro_batch * c->seq, d = c->shape.dim;
+    const size_t es = zo_dtype_size(c->dt);
+    carver cv = {base, 0};
+    m->tok_in = carve(&cv, (uint64_t)c->n_micro * T * sizeof(int32_t));
+    m->tok_tgt = carve(&cv, (uint64_t)c->n_micro * T * sizeof(int32_t));
+    m->losses = carve(&cv, (uint64_t)c->n_micro * sizeof(float));
+    m->rope = carve(&cv, (uint64_t)c->seq * (d / c->shape.n_heads) * sizeof(float));
+    for (int l = 0; l <= c->shape.n_layers; l++) {
+        void *p = carve(&cv, T * d * es);
+        if (m->ckpt)
+            m->ckpt[l] = p;
+    }
+    m->dres = carve(&cv, T * d * es);
+    uint64_t ws0 = cv.off;
+    carve_block_ws(&cv, c, &m->b, es);
+    uint64_t end = cv.off;
+    cv.off = ws0;
+    carve_head_ws(&cv, c, &m->h, es);
+    if (cv.off > end)
+        end = cv.off;
+    cv.off = ws0;
+    m->emb_grad = carve(&cv, (uint64_t)c->shape.vocab * d * sizeof(float));
+    if (cv.off > end)
+        end = cv.off;
+    return end;
+}
+
+static zo_status check_model_config(const zt_model_config *c)
+{
+    ZT_TRY(zt_shape_check(&c->shape));
+    if (c->seq <= 0 || c->micro_batch <= 0 || c->n_micro <= 0)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "seq %d, micro-batch %d and micro-batches %d must be > 0", c->seq,
+                       c->micro_batch, c->n_micro);
+    if ((int64_t)c->micro_batch * c->seq >
+        INT32_MAX / (c->shape.vocab > c->shape.ffn_dim ? c->shape.vocab : c->shape.ffn_dim))
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "micro-batch %d x seq %d tokens is too many for one GEMM", c->micro_batch,
+                       c->seq);
+    if (zo_dtype_size(c->dt) == 0)
+        return zt_fail(ZO_ERR_INVALID_ARG, "unknown activation dtype %d", (int)c->dt);
+    return ZO_OK;
+}
+
+uint64_t zt_model_activation_bytes(const zt_model_config *c)
+{
+    zt_model measure = {0};
+    return layout(&measure, c, NULL);
+}
+
+void zt_model_free(zt_model *m)
+{
+    if (!m)
+        return;
+    if (m->s)
+        zo_stream_synchronize(m->s);
+    zo_event_destroy(m->staged);
+    zo_device_mfree(m->dev, m->arena);
+    free(m->ckpt);
+    free(m->host_in);
+    free(m->host_tgt);
+    free(m);
+}
+
+static zo_status model_alloc(zt_model *m)
+{
+    const zt_model_config *c = &m->c;
+    m->ckpt = calloc((size_t)c->shape.n_layers + 1, sizeof *m->ckpt);
+    m->host_in = malloc((size_t)c->n_micro * m->T * sizeof(int32_t));
+    m->host_tgt = malloc((size_t)c->n_micro * m->T * sizeof(int32_t));
+    if (!m->ckpt || !m->host_in || !m->host_tgt)
+        return zt_fail(ZO_ERR_NO_MEMORY, "model host buffers");
+    m->arena_bytes = zt_model_activation_bytes(c);
+    ZT_LIB(zo_device_malloc(m->dev, m->arena_bytes, &m->arena));
+    layout(m, c, m->arena);
+    ZT_LIB(zo_event_create(m->dev, &m->staged));
+    ZT_LIB(zo_op_rope_table(m->s, m->rope, c->seq, m->hd, c->shape.rope_theta, 0));
+    return ZO_OK;
+}
+
+zo_status zt_model_init(zt_model **out, zo_device_t dev, zo_stream_t compute,
+                        const zt_model_config *c)
+{
+    ZT_TRY(check_model_config(c));
+    zt_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return zt_fail(ZO_ERR_NO_MEMORY, "model");
+    m->c = *c;
+    m->dev = dev;
+    m->s = compute;
+    m->T = c->micro_batch * c->seq;
+    m->hd = c->shape.dim / c->shape.n_heads;
+    m->es = zo_dtype_size(c->dt);
+    zo_status st = model_alloc(m);
+    if (st < 0) {
+        zt_model_free(m);
+        return st;
+    }
+    *out = m;
+    return ZO_OK;
+}
+
+zo_status zt_model_set_batch(zt_model *m, const int32_t *inputs, const int32_t *targets,
+                             int n_micro)
+{
+    if (n_micro <= 0 || n_micro > m->c.n_micro)
+        return zt_fail(ZO_ERR_INVALID_ARG, "set_batch of %d micro-batches; the model holds 1..%d",
+                       n_micro, m->c.n_micro);
+    size_t bytes = (size_t)n_micro * m->T * sizeof(int32_t);
+    ZT_LIB(zo_event_synchronize(m->staged)); /* the previous batch's copies have read the staging */
+    memcpy(m->host_in, inputs, bytes);
+    memcpy(m->host_tgt, targets, bytes);
+    ZT_LIB(zo_memcpy_h2d_async(m->s, m->tok_in, m->host_in, bytes));
+    ZT_LIB(zo_memcpy_h2d_async(m->s, m->tok_tgt, m->host_tgt, bytes));
+    ZT_LIB(zo_event_record(m->staged, m->s));
+    return ZO_OK;
+}
+
+zo_status zt_model_read_losses(zt_model *m, float *losses, int n)
+{
+    if (n <= 0 || n > m->c.n_micro)
+        return zt_fail(ZO_ERR_INVALID_ARG, "read_losses of %d micro-batches; the model holds 1..%d",
+                       n, m->c.n_micro);
+    ZT_LIB(zo_memcpy_d2h_async(m->s, losses, m->losses, (size_t)n * sizeof(float)));
+    ZT_LIB(zo_stream_synchronize(m->s));
+    return ZO_OK;
+}
+
+/* ---- linear layers: y = x W^T with W stored [out, in] ---- */
+
+static zo_gemm_desc gemm_desc(const zt_model *m)
+{
+    zo_gemm_desc g = ZO_GEMM_DESC_INIT;
+    g.a_type = g.b_type = g.c_type = m->c.dt;
+    return g;
+}
+
+/* y[T, out] = x[T, in] W^T */
+static zo_status linear_fwd(const zt_model *m, void *y, const void *x, const void *w, int in,
+                            int out)
+{
+    zo_gemm_desc g = gemm_desc(m);
+    g.trans_b = 1;
+    g.m = m->T, g.n = out, g.k = in;
+    g.a = x, g.lda = in;
+    g.b = w, g.ldb = in;
+    g.c = y, g.ldc = out;
+    ZT_LIB(zo_op_gemm(m->s, &g));
+    return ZO_OK;
+}
+
+/* dx[T, in] = (accumulate ? dx : 0) + dy[T, out] W */
+static zo_status linear_bwd_data(const zt_model *m, void *dx, const void *dy, const void *w, int in,
+                                 int out, int accumulate)
+{
+    zo_gemm_desc g = gemm_desc(m);
+    g.m = m->T, g.n = in, g.k = out;
+    g.beta = accumulate ? 1.0f : 0.0f;
+    g.a = dy, g.lda = out;
+    g.b = w, g.ldb = in;
+    g.c = dx, g.ldc = in;
+    ZT_LIB(zo_op_gemm(m->s, &g));
+    return ZO_OK;
+}
+
+/* dW[out, in] += dy^T x */
+static zo_status linear_bwd_weight(const zt_model *m, void *dw, const void *dy, const void *x,
+                                   int in, int out)
+{
+    zo_gemm_desc g = gemm_desc(m);
+    g.trans_a = 1;
+    g.m = out, g.n = in, g.k = m->T;
+    g.beta = 1.0f;
+    g.a = dy, g.lda = out;
+    g.b = x, g.ldb = in;
+    g.c = dw, g.ldc = in;
+    ZT_LIB(zo_op_gemm(m->s, &g));
+    return ZO_OK;
+}
+
+/* ---- a block ---- */
+
+static int32_t *tokens_of(const zt_model *m, int32_t *base, int i)
+{
+    return base + (size_t)i * m->T;
+}
+
+/* The forward of a block from its input x, keeping what the backward needs
+ * in the workspace; y (NULL in the recompute) receives the block's output. */
+static zo_status block_fwd(zt_model *m, void *const *p, const void *x, void *y)
+{
+    const zt_shape *sh = &m->c.shape;
+    const int d = sh->dim, f = sh->ffn_dim, B = m->c.micro_batch, S = m->c.seq, H = sh->n_heads;
+    const size_t Td = (size_t)m->T * d, Tf = (size_t)m->T * f;
+    const zo_dtype dt = m->c.dt;
+    block_ws *b = &m->b;
+    ZT_LIB(zo_op_rmsnorm_fwd(m->s, b->h1, b->rstd1, x, p[ZT_ATTN_NORM], m->T, d, sh->norm_eps, dt));
+    ZT_TRY(linear_fwd(m, b->q, b->h1, p[ZT_WQ], d, d));
+    ZT_TRY(linear_fwd(m, b->k, b->h1, p[ZT_WK], d, d));
+    ZT_TRY(linear_fwd(m, b->v, b->h1, p[ZT_WV], d, d));
+    ZT_LIB(zo_op_rope_fwd(m->s, b->q, b->q, m->rope, B, S, H, m->hd, dt));
+    ZT_LIB(zo_op_rope_fwd(m->s, b->k, b->k, m->rope, B, S, H, m->hd, dt));
+    ZT_LIB(zo_op_attention_fwd(m->s, b->attn_out, b->att, b->q, b->k, b->v, B, S, H, m->hd, dt));
+    ZT_TRY(linear_fwd(m, b->x2, b->attn_out, p[ZT_WO], d, d));
+    ZT_LIB(zo_op_add(m->s, b->x2, b->x2, x, Td, dt));
+    ZT_LIB(
+        zo_op_rmsnorm_fwd(m->s, b->h2, b->rstd2, b->x2, p[ZT_MLP_NORM], m->T, d, sh->norm_eps, dt));
+    ZT_TRY(linear_fwd(m, b->gate, b->h2, p[ZT_WGATE], d, f));
+    ZT_TRY(linear_fwd(m, b->up, b->h2, p[ZT_WUP], d, f));
+    ZT_LIB(zo_op_swiglu_fwd(m->s, b->act, b->gate, b->up, Tf, dt));
+    if (!y)
+        return ZO_OK;
+    ZT_TRY(linear_fwd(m, y, b->act, p[ZT_WDOWN], f, d));
+    ZT_LIB(zo_op_add(m->s, y, y, b->x2, Td, dt));
+    return ZO_OK;
+}
+
+/* The MLP half's backward: dres holds dy and becomes d(x2). */
+static zo_status block_bwd_mlp(zt_model *m, void *const *p, void *const *g)
+{
+    const zt_shape *sh = &m->c.shape;
+    const int d = sh->dim, f = sh->ffn_dim;
+    block_ws *b = &m->b;
+    ZT_TRY(linear_bwd_weight(m, g[ZT_WDOWN], m->dres, b->act, f, d));
+    ZT_TRY(linear_bwd_data(m, b->act, m->dres, p[ZT_WDOWN], f, d, 0)); /* act now holds d(act) */
+    ZT_LIB(
+        zo_op_swiglu_bwd(m->s, b->gate, b->up, b->act, b->gate, b->up, (size_t)m->T * f, m->c.dt));
+    ZT_TRY(linear_bwd_weight(m, g[ZT_WGATE], b->gate, b->h2, d, f));
+    ZT_TRY(linear_bwd_weight(m, g[ZT_WUP], b->up, b->h2, d, f));
+    ZT_TRY(linear_bwd_data(m, b->h2, b->gate, p[ZT_WGATE], d, f, 0)); /* h2 now holds d(h2) */
+    ZT_TRY(linear_bwd_data(m, b->h2, b->up, p[ZT_WUP], d, f, 1));
+    ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_MLP_NORM], m->c.dt, b->h2, b->x2, p[ZT_MLP_NORM],
+                             b->rstd2, m->T, d, 1, m->c.dt));
+    return ZO_OK;
+}
+
+/* The attention half's backward: dres holds d(x2) and becomes d(x). */
+static zo_status block_bwd_attn(zt_model *m, void *const *p, void *const *g, const void *x)
+{
+    const zt_shape *sh = &m->c.shape;
+    const int d = sh->dim, B = m->c.micro_batch, S = m->c.seq, H = sh->n_heads;
+    const zo_dtype dt = m->c.dt;
+    block_ws *b = &m->b;
+    ZT_TRY(linear_bwd_weight(m, g[ZT_WO], m->dres, b->attn_out, d, d));
+    ZT_TRY(linear_bwd_data(m, b->attn_out, m->dres, p[ZT_WO], d, d, 0)); /* d(attn_out) */
+    ZT_LIB(zo_op_attention_bwd(m->s, b->dq, b->dk, b->dv, b->datt, b->attn_out, b->att, b->q, b->k,
+                               b->v, B, S, H, m->hd, dt));
+    ZT_LIB(zo_op_rope_bwd(m->s, b->dq, b->dq, m->rope, B, S, H, m->hd, dt));
+    ZT_LIB(zo_op_rope_bwd(m->s, b->dk, b->dk, m->rope, B, S, H, m->hd, dt));
+    ZT_TRY(linear_bwd_weight(m, g[ZT_WQ], b->dq, b->h1, d, d));
+    ZT_TRY(linear_bwd_weight(m, g[ZT_WK], b->dk, b->h1, d, d));
+    ZT_TRY(linear_bwd_weight(m, g[ZT_WV], b->dv, b->h1, d, d));
+    ZT_TRY(linear_bwd_data(m, b->h1, b->dq, p[ZT_WQ], d, d, 0)); /* h1 now holds d(h1) */
+    ZT_TRY(linear_bwd_data(m, b->h1, b->dk, p[ZT_WK], d, d, 1));
+    ZT_TRY(linear_bwd_data(m, b->h1, b->dv, p[ZT_WV], d, d, 1));
+    ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_ATTN_NORM], dt, b->h1, x, p[ZT_ATTN_NORM],
+                             b->rstd1, m->T, d, 1, dt));
+    return ZO_OK;
+}
+
+/* ---- the head: final norm, logits, loss ---- */
+
+static zo_status head_fwd_loss(zt_model *m, void *const *p, int i, void *dlogits, float grad_scale)
+{
+    const zt_shape *sh = &m->c.shape;
+    head_ws *h = &m->h;
+    ZT_LIB(zo_op_rmsnorm_fwd(m->s, h->hf, h->rstd, m->ckpt[sh->n_layers], p[ZT_HEAD_NORM], m->T,
+                             sh->dim, sh->norm_eps, m->c.dt));
+    ZT_TRY(linear_fwd(m, h->logits, h->hf, p[ZT_HEAD_OUT], sh->dim, sh->vocab));
+    ZT_LIB(zo_op_cross_entropy(m->s, m->losses + i, h->row_loss, dlogits, h->logits,
+                               tokens_of(m, m->tok_tgt, i), (size_t)m->T, sh->vocab, grad_scale,
+                               m->c.dt));
+    return ZO_OK;
+}
+
+static zo_status head_bwd(zt_model *m, void *const *p, void *const *g)
+{
+    const zt_shape *sh = &m->c.shape;
+    head_ws *h = &m->h; /* logits hold d(logits) */
+    ZT_TRY(linear_bwd_weight(m, g[ZT_HEAD_OUT], h->logits, h->hf, sh->dim, sh->vocab));
+    ZT_TRY(linear_bwd_data(m, h->hf, h->logits, p[ZT_HEAD_OUT], sh->dim, sh->vocab, 0)); /* d(hf) */
+    ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_HEAD_NORM], m->c.dt, h->hf, m->ckpt[sh->n_layers],
+                             p[ZT_HEAD_NORM], h->rstd, m->T, sh->dim, 0, m->c.dt));
+    return ZO_OK;
+}
+
+/* The embedding's gradient accumulates in fp32 (a frequent token's row sums
+ * many rows; 16-bit sums would lose them) and is added to the 16-bit buffer. */
+static zo_status embedding_bwd(zt_model *m, void *grad, int i)
+{
+    const zt_shape *sh = &m->c.shape;
+    size_t n = (size_t)sh->vocab * sh->dim;
+    ZT_LIB(zo_memset_async(m->s, m->emb_grad, 0, n * sizeof(float)));
+    ZT_LIB(zo_op_embedding_bwd(m->s, m->emb_grad, ZO_DTYPE_F32, m->dres, tokens_of(m, m->tok_in, i),
+                               (size_t)m->T, sh->dim, sh->vocab, m->c.dt));
+    ZT_LIB(zo_op_axpy(m->s, grad, m->c.dt, 1.0f, m->emb_grad, ZO_DTYPE_F32, n));
+    return ZO_OK;
+}
+
+/* ---- one layer under one fetch ---- */
+
+typedef zo_status (*layer_fn)(zt_model *m, int layer, void *const *p, void *const *g, int i,
+                              float scale);
+
+/* fetch, compute, (grads_ready,) release; release also follows a failed
+ * compute so the engine's bookkeeping stays balanced. */
+static zo_status run_layer(zt_model *m, const zt_param_source *src, int layer, zo_phase phase,
+                           layer_fn fn, int i, float scale)
+{
+    void *p[ZT_MAX_LAYER_TENSORS] = {0}, *g[ZT_MAX_LAYER_TENSORS] = {0};
+    ZT_TRY(src->fetch(src->ctx, layer, phase, m->s, p, g, ZT_MAX_LAYER_TENSORS));
+    zo_status st = fn(m, layer, p, g, i, scale);
+    if (st >= 0 && phase == ZO_PHASE_BACKWARD)
+        st = src->grads_ready(src->ctx, layer, m->s);
+    zo_status rst = src->release(src->ctx, layer, m->s);
+    return st < 0 ? st : rst;
+}
+
+static zo_status embed_fwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
+                              float scale)
+{
+    const zt_shape *sh = &m->c.shape;
+    ZT_LIB(zo_op_embedding_fwd(m->s, m->ckpt[0], p[0], tokens_of(m, m->tok_in, i), (size_t)m->T,
+                               sh->dim, sh->vocab, m->c.dt));
+    return ZO_OK;
+}
+
+static zo_status block_fwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
+                              float scale)
+{
+    return block_fwd(m, p, m->ckpt[layer - 1], m->ckpt[layer]);
+}
+
+static zo_status head_eval_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
+                              float scale)
+{
+    return head_fwd_loss(m, p, i, NULL, 0.0f);
+}
+
+static zo_status head_train_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
+                               float scale)
+{
+    ZT_TRY(head_fwd_loss(m, p, i, m->h.logits, scale));
+    return head_bwd(m, p, g);
+}
+
+static zo_status block_bwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
+                              float scale)
+{
+    const void *x = m->ckpt[layer - 1];
+    ZT_TRY(block_fwd(m, p, x, NULL)); /* recompute from the checkpoint */
+    ZT_TRY(block_bwd_mlp(m, p, g));
+    return block_bwd_attn(m, p, g, x);
+}
+
+static zo_status embed_bwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
+                              float scale)
+{
+    return embedding_bwd(m, g[0], i);
+}
+
+static zo_status check_micro(const zt_model *m, int i)
+{
+    if (i < 0 || i >= m->c.n_micro)
+        return zt_fail(ZO_ERR_INVALID_ARG, "micro-batch %d outside 0..%d", i, m->c.n_micro - 1);
+    return ZO_OK;
+}
+
+static zo_status forward_blocks(zt_model *m, const zt_param_source *src, int i)
+{
+    ZT_TRY(run_layer(m, src, 0, ZO_PHASE_FORWARD, embed_fwd_fn, i, 0.0f));
+    for (int l = 1; l <= m->c.shape.n_layers; l++)
+        ZT_TRY(run_layer(m, src, l, ZO_PHASE_FORWARD, block_fwd_fn, i, 0.0f));
+    return ZO_OK;
+}
+
+zo_status zt_model_train_micro(zt_model *m, const zt_param_source *src, int i, float grad_scale)
+{
+    ZT_TRY(check_micro(m, i));
+    const int L = m->c.shape.n_layers;
+    ZT_TRY(forward_blocks(m, src, i));
+    ZT_TRY(run_layer(m, src, L + 1, ZO_PHASE_BACKWARD, head_train_fn, i, grad_scale));
+    for (int l = L; l >= 1; l--)
+        ZT_TRY(run_layer(m, src, l, ZO_PHASE_BACKWARD, block_bwd_fn, i, 0.0f));
+    return run_layer(m, src, 0, ZO_PHASE_BACKWARD, embed_bwd_fn, i, 0.0f);
+}
+
+zo_status zt_model_eval_micro(zt_model *m, const zt_param_source *src, int i)
+{
+    ZT_TRY(check_micro(m, i));
+    ZT_TRY(forward_blocks(m, src, i));
+    return run_layer(m, src, m->c.shape.n_layers + 1, ZO_PHASE_FORWARD, head_eval_fn, i, 0.0f);
+}

@@ -1,0 +1,490 @@
+/* zo-train's training loop over the engine. */
+#include "trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "zt_error.h"
+
+/* On a GPU, memory the budget does not see: the CUDA context's own use and
+ * cuBLAS's workspace. */
+#define ZT_CUDA_RESERVE (512ull << 20)
+/* Largest model whose default cpu-device budget is planned by a probe engine. */
+#define ZT_PROBE_MAX_PARAMS (256ull << 20)
+
+struct zt_trainer {
+    zt_options o;
+    zt_setup setup;
+    zo_device_t dev;
+    zo_stream_t s;
+    zo_engine_t eng;
+    zt_model *m;
+    zt_data *data;
+    zt_param_source src;
+    int **ids;           /* [layer][idx] -> engine tensor id */
+    int32_t *in, *tgt;   /* one step's tokens */
+    int32_t *vin, *vtgt; /* validation tokens (a failed step keeps its own for the retry) */
+    float *losses;
+    int retry; /* the last step failed: run it again on the same tokens */
+};
+
+/* ---- the engine as a parameter source ---- */
+
+static zo_status eng_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, void **p, void **g,
+                           int n)
+{
+    ZT_LIB(zo_engine_fetch((zo_engine_t)ctx, layer, phase, s, p, g, n));
+    return ZO_OK;
+}
+
+static zo_status eng_release(void *ctx, int layer, zo_stream_t s)
+{
+    ZT_LIB(zo_engine_release((zo_engine_t)ctx, layer, s));
+    return ZO_OK;
+}
+
+static zo_status eng_grads_ready(void *ctx, int layer, zo_stream_t s)
+{
+    ZT_LIB(zo_engine_grads_ready((zo_engine_t)ctx, layer, s));
+    return ZO_OK;
+}
+
+/* ---- option helpers ---- */
+
+zo_status zt_parse_home(const char *s, int *out)
+{
+    static const struct {
+        const char *name;
+        zo_tier tier;
+    } homes[] = {{"none", ZO_TIER_DEVICE}, {"cpu", ZO_TIER_HOST}, {"nvme", ZO_TIER_NVME}};
+    for (size_t i = 0; i < sizeof homes / sizeof homes[0]; i++)
+        if (s && strcmp(s, homes[i].name) == 0) {
+            *out = (int)homes[i].tier;
+            return ZO_OK;
+        }
+    return zt_fail(ZO_ERR_INVALID_ARG, "offload target '%s': expected none, cpu or nvme",
+                   s ? s : "(null)");
+}
+
+const char *zt_home_name(zo_tier t)
+{
+    switch (t) {
+    case ZO_TIER_DEVICE: return "none";
+    case ZO_TIER_HOST: return "cpu";
+    case ZO_TIER_NVME: return "nvme";
+    }
+    return "?";
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t largest_tensor(const zt_shape *s)
+{
+    uint64_t mx = 0;
+    for (int l = 0; l < zt_engine_layers(s); l++)
+        for (int i = 0; i < zt_layer_tensors(s, l); i++)
+            if (zt_tensor_numel(s, l, i) > mx)
+                mx = zt_tensor_numel(s, l, i);
+    return mx;
+}
+
+/* The smallest chunk the engine accepts: the largest tensor, rounded to
+ * 4 KiB. Smaller chunks pad less (a chunk never spans two layers) and page
+ * in finer steps; for the tiny preset this moves 14% fewer optimizer-state
+ * bytes than chunks of a quarter block. */
+static uint64_t default_chunk_bytes(const zt_shape *s)
+{
+    uint64_t cb = largest_tensor(s) * 2; /* 16-bit */
+    return (cb + 4095) / 4096 * 4096;
+}
+
+static const char *resolve_backend(const char *dev)
+{
+    if (dev && strcmp(dev, "auto") == 0)
+        return zo_device_cuda_count() > 0 ? "cuda" : "cpu";
+    return dev;
+}
+
+static int is_cuda(const zt_trainer *t)
+{
+    return strcmp(t->setup.backend, "cuda") == 0;
+}
+
+/* Defaults that depend on the device: on a GPU the parameters stay on it and
+ * the optimizer runs on the host; on the cpu device the demo configuration
+ * pages parameters from pinned host memory and keeps the optimizer on NVMe. */
+static void resolve_homes(zt_trainer *t)
+{
+    int cuda = is_cuda(t);
+    if (t->o.param_home == ZT_HOME_DEFAULT)
+        t->o.param_home = cuda ? ZO_TIER_DEVICE : ZO_TIER_HOST;
+    if (t->o.optim_home == ZT_HOME_DEFAULT)
+        t->o.optim_home = cuda ? ZO_TIER_HOST : ZO_TIER_NVME;
+    t->setup.param_home = (zo_tier)t->o.param_home;
+    t->setup.optim_home = (zo_tier)t->o.optim_home;
+}
+
+static zo_status make_dir(const char *dir)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1; *p; p++) /* mkdir -p */
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return zt_fail(ZO_ERR_IO, "cannot create directory %s: %s", buf, strerror(errno));
+            *p = '/';
+        }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return zt_fail(ZO_ERR_IO, "cannot create the swap directory %s: %s", buf, strerror(errno));
+    return ZO_OK;
+}
+
+static zo_status resolve_nvme(zt_trainer *t)
+{
+    if (t->o.param_home != ZO_TIER_NVME && t->o.optim_home != ZO_TIER_NVME)
+        return ZO_OK;
+    if (t->o.n_nvme_paths == 0) {
+        if (!t->o.default_nvme_dir)
+            return zt_fail(ZO_ERR_INVALID_ARG,
+                           "an NVMe home needs a directory: pass --nvme-path DIR");
+        ZT_TRY(make_dir(t->o.default_nvme_dir));
+        t->o.nvme_paths[t->o.n_nvme_paths++] = t->o.default_nvme_dir;
+    }
+    snprintf(t->setup.nvme_dir, sizeof t->setup.nvme_dir, "%s", t->o.nvme_paths[0]);
+    return ZO_OK;
+}
+
+static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint64_t device_bytes)
+{
+    const zt_options *o = &t->o;
+    zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+    c.device = dev;
+    c.param_dtype = o->dtype;
+    c.chunk_bytes = o->chunk_bytes ? o->chunk_bytes : default_chunk_bytes(&o->shape);
+    c.param_home = (zo_tier)o->param_home;
+    c.optim_home = (zo_tier)o->optim_home;
+    c.device_bytes = device_bytes;
+    c.nvme_paths = o->n_nvme_paths ? o->nvme_paths : NULL;
+    c.n_nvme_paths = (size_t)o->n_nvme_paths;
+    c.lookahead = o->lookahead;
+    c.mode = o->mode;
+    c.grad_accum_steps = o->grad_accum;
+    c.optim_threads = o->optim_threads;
+    c.adam.lr = o->lr;
+    c.adam.beta1 = o->beta1;
+    c.adam.beta2 = o->beta2;
+    c.adam.eps = o->eps;
+    c.adam.weight_decay = o->weight_decay;
+    c.adam.adamw = 1;
+    c.max_grad_norm = o->max_grad_norm;
+    c.loss_scaler.initial_scale_power = o->loss_scale_power;
+    c.nvme_faults = o->nvme_faults;
+    c.n_nvme_faults = o->n_nvme_faults;
+    return c;
+}
+
+/* Register every tensor of the model with its initial values; the engine
+ * ids go to ids (NULL: a planning probe, registered with zeros). */
+static zo_status register_model(zo_engine_t eng, const zt_options *o, int **ids)
+{
+    const zt_shape *s = &o->shape;
+    float *buf = malloc(largest_tensor(s) * sizeof *buf);
+    if (!buf)
+        return zt_fail(ZO_ERR_NO_MEMORY, "initial values of the largest tensor");
+    if (!ids)
+        memset(buf, 0, largest_tensor(s) * sizeof *buf);
+    zo_status st = ZO_OK;
+    for (int l = 0; st >= 0 && l < zt_engine_layers(s); l++)
+        for (int i = 0; st >= 0 && i < zt_layer_tensors(s, l); i++) {
+            char name[64];
+            zt_tensor_name(s, l, i, name, sizeof name);
+            if (ids)
+                zt_tensor_init(s, l, i, o->seed, o->init_std, buf);
+            st = zo_engine_register(eng, l, name, zt_tensor_numel(s, l, i), buf,
+                                    ids ? &ids[l][i] : NULL);
+            if (st < 0)
+                zt_lib_fail(st, "zo_engine_register");
+        }
+    free(buf);
+    return st;
+}
+
+/* The engine's smallest device footprint under these options (one layer's
+ * parameter and gradient chunks, or every parameter chunk with
+ * --offload-param none), from a plan on a probe engine; *slot_layer_bytes
+ * the bytes of one layer of parameter slots. */
+static zo_status engine_min_device(const zt_trainer *t, uint64_t *min_bytes,
+                                   uint64_t *slot_layer_bytes)
+{
+    zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
+    dc.backend = "cpu";
+    zo_device_t dev = NULL;
+    zo_engine_t eng = NULL;
+    ZT_LIB(zo_device_init(&dev, &dc));
+    zo_engine_config c = engine_config(t, dev, 1); /* one byte: the plan reports its minimum */
+    zo_status st = zo_engine_init(&eng, &c);
+    if (st < 0)
+        zt_lib_fail(st, "zo_engine_init (planning probe)");
+    if (st >= 0)
+        st = register_model(eng, &t->o, NULL);
+    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+    int fits = 0;
+    if (st >= 0 && (st = zo_engine_plan(eng, &fp, &fits, NULL, 0)) < 0)
+        zt_lib_fail(st, "zo_engine_plan");
+    zo_engine_free(eng);
+    zo_device_free(dev);
+    ZT_TRY(st);
+    *min_bytes = fp.device;
+    *slot_layer_bytes = (uint64_t)fp.max_chunks_per_layer * fp.chunk_bytes;
+    return ZO_OK;
+}
+
+static zt_model_config model_config(const zt_options *o)
+{
+    zt_model_config mc = {o->shape, o->seq, o->micro_batch, o->grad_accum,
+                          o->dtype == ZO_OPTIM_FP16 ? ZO_DTYPE_F16 : ZO_DTYPE_BF16};
+    return mc;
+}
+
+/* The device budget: given, or (cpu device) the activations plus the
+ * engine's minimum plus two layers of prefetch slots. */
+static zo_status choose_budget(zt_trainer *t, uint64_t *budget)
+{
+    zt_model_config mc = model_config(&t->o);
+    t->setup.activation_bytes = zt_model_activation_bytes(&mc);
+    *budget = t->o.device_mem;
+    if (*budget || is_cuda(t))
+        return ZO_OK;
+    /* The probe registers every tensor (the engine copies its fp32 values). */
+    if (t->setup.n_params > ZT_PROBE_MAX_PARAMS)
+        return zt_fail(
+            ZO_ERR_INVALID_ARG,
+            "the cpu device's default budget is planned only for models up to %llu parameters "
+            "(this one has %llu): pass --device-mem BYTES",
+            (unsigned long long)ZT_PROBE_MAX_PARAMS, (unsigned long long)t->setup.n_params);
+    uint64_t min_bytes = 0, layer_bytes = 0;
+    ZT_TRY(engine_min_device(t, &min_bytes, &layer_bytes));
+    *budget = t->setup.activation_bytes + min_bytes +
+              (t->o.param_home == ZO_TIER_DEVICE ? 0 : 2 * layer_bytes);
+    return ZO_OK;
+}
+
+static zo_status open_device(zt_trainer *t)
+{
+    uint64_t budget;
+    ZT_TRY(choose_budget(t, &budget));
+    zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
+    dc.backend = t->setup.backend;
+    dc.mem_budget = budget;
+    ZT_LIB(zo_device_init(&t->dev, &dc));
+    zo_device_info info = ZO_DEVICE_INFO_INIT;
+    ZT_LIB(zo_device_get_info(t->dev, &info));
+    snprintf(t->setup.device_name, sizeof t->setup.device_name, "%s", info.name);
+    t->setup.device_budget = info.budget;
+    ZT_LIB(zo_stream_create(t->dev, &t->s));
+    return ZO_OK;
+}
+
+static zo_status open_engine(zt_trainer *t)
+{
+    uint64_t reserve = is_cuda(t) ? ZT_CUDA_RESERVE : 0, need = t->setup.activation_bytes + reserve;
+    if (t->setup.device_budget <= need)
+        return zt_fail(
+            ZO_ERR_OUT_OF_DEVICE_MEMORY,
+            "the device budget of %llu bytes does not hold the activations (%llu bytes for "
+            "micro-batch %d x seq %d)%s; raise --device-mem or lower --micro-batch/--seq",
+            (unsigned long long)t->setup.device_budget,
+            (unsigned long long)t->setup.activation_bytes, t->o.micro_batch, t->o.seq,
+            reserve ? " plus a 512 MiB CUDA reserve" : "");
+    t->setup.engine_device_bytes = t->setup.device_budget - need;
+    zo_engine_config c = engine_config(t, t->dev, t->setup.engine_device_bytes);
+    ZT_LIB(zo_engine_init(&t->eng, &c));
+    int n_layers = zt_engine_layers(&t->o.shape);
+    t->ids = calloc((size_t)n_layers, sizeof *t->ids);
+    if (!t->ids)
+        return zt_fail(ZO_ERR_NO_MEMORY, "tensor id table");
+    for (int l = 0; l < n_layers; l++)
+        if (!(t->ids[l] = calloc(ZT_MAX_LAYER_TENSORS, sizeof **t->ids)))
+            return zt_fail(ZO_ERR_NO_MEMORY, "tensor id table");
+    ZT_TRY(register_model(t->eng, &t->o, t->ids));
+    /* The model's arena first: the engine then takes what it planned from the rest. */
+    zt_model_config mc = model_config(&t->o);
+    ZT_TRY(zt_model_init(&t->m, t->dev, t->s, &mc));
+    ZT_LIB(zo_engine_finalize(t->eng));
+    t->setup.footprint = (zo_engine_footprint)ZO_ENGINE_FOOTPRINT_INIT;
+    ZT_LIB(zo_engine_footprint_get(t->eng, &t->setup.footprint));
+    zt_param_source src = {t->eng, eng_fetch, eng_release, eng_grads_ready};
+    t->src = src;
+    return ZO_OK;
+}
+
+static zo_status check_options(const zt_options *o)
+{
+    ZT_TRY(zt_shape_check(&o->shape));
+    if (o->steps < 0 || o->seq <= 0 || o->micro_batch <= 0 || o->grad_accum <= 0)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "steps %d (>= 0), seq %d, micro-batch %d, grad-accum %d (> 0)", o->steps,
+                       o->seq, o->micro_batch, o->grad_accum);
+    if (!(o->lr > 0.0f) || !isfinite(o->lr))
+        return zt_fail(ZO_ERR_INVALID_ARG, "--lr %g must be > 0", (double)o->lr);
+    if (o->dtype != ZO_OPTIM_BF16 && o->dtype != ZO_OPTIM_FP16)
+        return zt_fail(ZO_ERR_INVALID_ARG, "parameter dtype must be bf16 or fp16");
+    return ZO_OK;
+}
+
+static zo_status open_data(zt_trainer *t)
+{
+    ZT_TRY(zt_data_open(&t->data, t->o.data_path, t->o.seq, t->o.val_fraction, t->o.seed));
+    zt_data_get_info(t->data, &t->setup.data);
+    if (t->setup.data.vocab > t->o.shape.vocab)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "%s has a vocabulary of %d but the model's is %d: pass --vocab %d",
+                       t->o.data_path, t->setup.data.vocab, t->o.shape.vocab, t->setup.data.vocab);
+    size_t n = (size_t)t->o.grad_accum * t->o.micro_batch * t->o.seq;
+    t->in = malloc(n * sizeof *t->in);
+    t->tgt = malloc(n * sizeof *t->tgt);
+    t->vin = malloc(n * sizeof *t->vin);
+    t->vtgt = malloc(n * sizeof *t->vtgt);
+    t->losses = malloc((size_t)t->o.grad_accum * sizeof *t->losses);
+    if (!t->in || !t->tgt || !t->vin || !t->vtgt || !t->losses)
+        return zt_fail(ZO_ERR_NO_MEMORY, "token buffers");
+    return ZO_OK;
+}
+
+static zo_status trainer_open(zt_trainer *t)
+{
+    ZT_TRY(check_options(&t->o));
+    const char *be = resolve_backend(t->o.device);
+    if (!be || (strcmp(be, "cpu") != 0 && strcmp(be, "cuda") != 0))
+        return zt_fail(ZO_ERR_INVALID_ARG, "--device '%s': expected auto, cpu or cuda",
+                       t->o.device);
+    snprintf(t->setup.backend, sizeof t->setup.backend, "%s", be);
+    resolve_homes(t);
+    ZT_TRY(resolve_nvme(t));
+    ZT_TRY(open_data(t));
+    t->setup.n_params = zt_shape_n_params(&t->o.shape);
+    ZT_TRY(open_device(t));
+    return open_engine(t);
+}
+
+zo_status zt_trainer_init(zt_trainer **out, const zt_options *o)
+{
+    zt_trainer *t = calloc(1, sizeof *t);
+    if (!t)
+        return zt_fail(ZO_ERR_NO_MEMORY, "trainer");
+    t->o = *o;
+    double t0 = now_s();
+    zo_status st = trainer_open(t);
+    if (st < 0) {
+        zt_trainer_free(t);
+        return st;
+    }
+    t->setup.init_seconds = now_s() - t0;
+    *out = t;
+    return ZO_OK;
+}
+
+void zt_trainer_free(zt_trainer *t)
+{
+    if (!t)
+        return;
+    if (t->s)
+        zo_stream_synchronize(t->s);
+    zo_engine_free(t->eng);
+    zt_model_free(t->m);
+    zo_stream_destroy(t->s);
+    zo_device_free(t->dev);
+    zt_data_free(t->data);
+    for (int l = 0; t->ids && l < zt_engine_layers(&t->o.shape); l++)
+        free(t->ids[l]);
+    free(t->ids);
+    free(t->in);
+    free(t->tgt);
+    free(t->vin);
+    free(t->vtgt);
+    free(t->losses);
+    free(t);
+}
+
+const zt_setup *zt_trainer_setup(const zt_trainer *t)
+{
+    return &t->setup;
+}
+zo_engine_t zt_trainer_engine(zt_trainer *t)
+{
+    return t->eng;
+}
+
+zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
+{
+    const int n = t->o.grad_accum;
+    if (t->retry)
+        zo_stream_synchronize(
+            t->s); /* let the abandoned step's queued work finish; its error is reported */
+    else
+        zt_data_next_train(t->data, t->in, t->tgt, n * t->o.micro_batch);
+    t->retry = 1;
+    ZT_TRY(zt_model_set_batch(t->m, t->in, t->tgt, n));
+    /* The mean over micro-batches, times the loss scale (fp16). */
+    float grad_scale = (float)(zo_engine_loss_scale(t->eng) / n);
+    for (int i = 0; i < n; i++)
+        ZT_TRY(zt_model_train_micro(t->m, &t->src, i, grad_scale));
+    ZT_TRY(zt_model_read_losses(t->m, t->losses, n));
+    memset(stats, 0, sizeof *stats);
+    stats->struct_size = sizeof *stats;
+    ZT_LIB(zo_engine_end_step(t->eng, stats));
+    t->retry = 0;
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += t->losses[i];
+    *loss = (float)(sum / n);
+    return ZO_OK;
+}
+
+zo_status zt_trainer_validate(zt_trainer *t, double *loss, uint64_t *n_tokens)
+{
+    const int mb = t->o.micro_batch, hold = t->o.grad_accum;
+    uint64_t avail = t->setup.data.val_windows / (uint64_t)mb;
+    int total = (int)(avail < (uint64_t)t->o.val_batches ? avail : (uint64_t)t->o.val_batches);
+    double sum = 0;
+    for (int done = 0; done < total;) {
+        int k = total - done < hold ? total - done : hold;
+        zt_data_val(t->data, (uint64_t)done * mb, t->vin, t->vtgt, k * mb);
+        ZT_TRY(zt_model_set_batch(t->m, t->vin, t->vtgt, k));
+        for (int i = 0; i < k; i++)
+            ZT_TRY(zt_model_eval_micro(t->m, &t->src, i));
+        ZT_TRY(zt_model_read_losses(t->m, t->losses, k));
+        for (int i = 0; i < k; i++)
+            sum += t->losses[i];
+        done += k;
+    }
+    *loss = total ? sum / total : NAN;
+    *n_tokens = (uint64_t)total * mb * t->o.seq;
+    return ZO_OK;
+}
+
+zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out)
+{
+    if (layer < 0 || layer >= zt_engine_layers(&t->o.shape) || idx < 0 ||
+        idx >= zt_layer_tensors(&t->o.shape, layer))
+        return zt_fail(ZO_ERR_INVALID_ARG, "no tensor %d in layer %d", idx, layer);
+    ZT_LIB(zo_engine_read_master(t->eng, t->ids[layer][idx], out));
+    return ZO_OK;
+}
+
+uint64_t zt_trainer_device_high_water(zt_trainer *t)
+{
+    zo_device_mem_stats ms;
+    return zo_device_mem_get_stats(t->dev, &ms) == ZO_OK ? ms.high_water : 0;
+}

@@ -1,0 +1,102 @@
+/* zo-train's training loop: the device, the engine (every parameter
+ * registered with it, fetched per layer, updated by its optimizer), the model
+ * and the data, put together from one set of options.
+ *
+ * Device memory: the model's activations (zt_model_activation_bytes) and the
+ * engine share the device budget; the engine's device_bytes is the budget
+ * minus the activations (minus a reserve for cuBLAS and the CUDA context on a
+ * GPU). Without --device-mem on the cpu device, the budget is chosen small:
+ * the activations plus the engine's minimum working set (one layer's
+ * parameter and gradient chunks) plus two more layers of parameter slots for
+ * prefetching, so parameters page through pinned host memory. */
+#ifndef ZT_TRAINER_H
+#define ZT_TRAINER_H
+
+#include <stdint.h>
+
+#include "data.h"
+#include "model.h"
+#include "zo/engine.h"
+
+enum { ZT_MAX_NVME_PATHS = 16 };
+#define ZT_HOME_DEFAULT (-1)
+
+typedef struct zt_options {
+    zt_shape shape;
+    const char *data_path;
+    int steps, seq, micro_batch, grad_accum;
+    float lr, beta1, beta2, eps, weight_decay, max_grad_norm;
+    uint64_t seed;
+    float init_std;
+    const char *device;         /* "auto", "cpu" or "cuda" */
+    uint64_t device_mem;        /* the device budget (cpu: its capacity); 0: default */
+    int param_home, optim_home; /* zo_tier, or ZT_HOME_DEFAULT */
+    const char *nvme_paths[ZT_MAX_NVME_PATHS];
+    int n_nvme_paths;
+    const char *default_nvme_dir; /* used when a home is nvme and no path is given */
+    zo_optim_mode mode;
+    zo_optim_dtype dtype; /* ZO_OPTIM_BF16 or ZO_OPTIM_FP16 */
+    int loss_scale_power; /* fp16: the dynamic loss scale starts at 2^power (DeepSpeed's 16) */
+    uint64_t chunk_bytes; /* 0: the largest tensor's 16-bit bytes, 4 KiB multiple */
+    int lookahead;        /* engine prefetch depth */
+    int optim_threads;    /* 0: the engine's default */
+    double val_fraction;  /* held-out tail of the data */
+    int val_batches;      /* validation micro-batches at most */
+    const zo_swap_fault
+        *nvme_faults; /* tests: armed when the swap stores open (see zo_engine_config) */
+    size_t n_nvme_faults;
+} zt_options;
+
+/* Defaults: tiny preset values are filled by the caller (zt_preset). */
+#define ZT_OPTIONS_INIT                                                                            \
+    {                                                                                              \
+        .steps = 120, .seq = 128, .micro_batch = 8, .grad_accum = 1, .lr = 2e-3f, .beta1 = 0.9f,   \
+        .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f, .max_grad_norm = 1.0f, .seed = 1,      \
+        .init_std = 0.02f, .device = "auto", .param_home = ZT_HOME_DEFAULT,                        \
+        .optim_home = ZT_HOME_DEFAULT, .mode = ZO_OPTIM_SYNC, .dtype = ZO_OPTIM_BF16,              \
+        .loss_scale_power = 16, .lookahead = 2, .val_fraction = 0.05, .val_batches = 8             \
+    }
+
+/* What the trainer decided and measured before the first step. */
+typedef struct zt_setup {
+    char backend[16];
+    char device_name[256];
+    uint64_t device_budget;    /* the device's budget (cpu: its capacity) */
+    uint64_t activation_bytes; /* the model's arena */
+    uint64_t engine_device_bytes;
+    zo_tier param_home, optim_home;
+    char nvme_dir[512]; /* the first NVMe path, "" when nothing lives on NVMe */
+    zo_engine_footprint footprint;
+    zt_data_info data;
+    uint64_t n_params;
+    double init_seconds;
+} zt_setup;
+
+typedef struct zt_trainer zt_trainer;
+
+zo_status zt_trainer_init(zt_trainer **out, const zt_options *o);
+void zt_trainer_free(zt_trainer *t);
+const zt_setup *zt_trainer_setup(const zt_trainer *t);
+zo_engine_t zt_trainer_engine(zt_trainer *t);
+
+/* One optimizer step over grad_accum micro-batches: *loss is the mean of
+ * their losses (before the update), *stats the engine's statistics. When a
+ * step fails (an NVMe error, say) the engine keeps the previous weights and
+ * the next call retries the same step on the same batch, so a run with a
+ * retried failure equals a run without it. */
+zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats);
+/* Mean loss over the validation micro-batches (min(val_batches, what the
+ * split holds)); *n_tokens the tokens it covered (0: the split is shorter
+ * than one micro-batch, and *loss is NaN). */
+zo_status zt_trainer_validate(zt_trainer *t, double *loss, uint64_t *n_tokens);
+/* The fp32 master weights of tensor idx of an engine layer. */
+zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out);
+
+/* The device's allocation high-water mark (activations and engine). */
+uint64_t zt_trainer_device_high_water(zt_trainer *t);
+
+/* Parse "none|cpu|nvme" into a zo_tier; "none" is the device. */
+zo_status zt_parse_home(const char *s, int *out);
+const char *zt_home_name(zo_tier t);
+
+#endif

@@ -1,0 +1,31 @@
+#include "zt_error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static _Thread_local char zt_err[1024];
+
+zo_status zt_fail(zo_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(zt_err, sizeof zt_err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+zo_status zt_lib_fail(zo_status st, const char *what)
+{
+    const char *msg = zo_last_error();
+    /* Keep only the function name of the failing call expression. */
+    size_t n = strcspn(what, "(");
+    snprintf(zt_err, sizeof zt_err, "%.*s: %s (%s)", (int)n, what, msg && *msg ? msg : "no message",
+             zo_status_str(st));
+    return st;
+}
+
+const char *zt_last_error(void)
+{
+    return zt_err;
+}
