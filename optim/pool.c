@@ -39,6 +39,7 @@ struct zo_optim_pool {
     pthread_mutex_t mu;
     pthread_cond_t work_cv;
     struct zo_optim_job *head, *tail;
+    size_t draining; /* jobs whose tiles are all handed out but not all done */
     int stop;
     int nthreads;
     size_t tile;
@@ -69,23 +70,35 @@ static void job_complete(struct zo_optim_job *j)
     pthread_mutex_unlock(&j->mu); /* the waiter may free j from here on */
 }
 
+/* Jobs may work on the same buffers (successive steps of one chunk), so a
+ * job's first tile is handed out only once every tile of the job before it
+ * has finished: handing out the last tile is not the same as finishing it,
+ * and a slow thread could still be writing the region the next job reads. */
 static void *worker_main(void *arg)
 {
     struct zo_optim_pool *pool = arg;
     pthread_mutex_lock(&pool->mu);
     for (;;) {
-        while (!pool->head && !pool->stop) pthread_cond_wait(&pool->work_cv, &pool->mu);
         struct zo_optim_job *j = pool->head;
-        if (!j) break;
+        if (!j && pool->stop) break;
+        if (!j || (j->next_tile == 0 && pool->draining > 0)) {
+            pthread_cond_wait(&pool->work_cv, &pool->mu);
+            continue;
+        }
         size_t t = j->next_tile++;
         if (j->next_tile == j->ntiles) {
             pool->head = j->next;
             if (!pool->head) pool->tail = NULL;
+            pool->draining++;
         }
         pthread_mutex_unlock(&pool->mu);
         run_tile(j, t);
         pthread_mutex_lock(&pool->mu);
-        if (++j->tiles_done == j->ntiles) job_complete(j);
+        if (++j->tiles_done == j->ntiles) {
+            pool->draining--;
+            pthread_cond_broadcast(&pool->work_cv);
+            job_complete(j);
+        }
     }
     pthread_mutex_unlock(&pool->mu);
     return NULL;
