@@ -6,4 +6,4 @@ bash tools/scripts/install-deps.sh
 export PATH=/usr/local/cuda/bin:$PATH
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)"
-exec ./build/tools/zo-report/zo-report "$@"
+exec ./build/tools/zo-train/zo-train "$@"
