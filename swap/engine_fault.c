@@ -38,6 +38,8 @@ static zo_status fault_register_files(zo_io_engine *e, const int *fds, int n)
     return as_fault(e)->inner->ops->register_files(as_fault(e)->inner, fds, n);
 }
 
+static zo_status fault_start(zo_io_engine *e) { return as_fault(e)->inner->ops->start(as_fault(e)->inner); }
+
 static zo_status fault_register_buffer(zo_io_engine *e, void *buf, size_t len, int *index)
 {
     return as_fault(e)->inner->ops->register_buffer(as_fault(e)->inner, buf, len, index);
@@ -157,7 +159,7 @@ static void fault_destroy(zo_io_engine *e)
 }
 
 static const zo_io_engine_ops fault_ops = {
-    "fault",     fault_register_files, fault_register_buffer, fault_unregister_buffer, fault_submit,
+    "fault",     fault_register_files, fault_start, fault_register_buffer, fault_unregister_buffer, fault_submit,
     fault_flush, fault_reap,           fault_wake,            fault_destroy,
 };
 

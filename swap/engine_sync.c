@@ -80,6 +80,8 @@ static zo_status sync_register_files(zo_io_engine *e, const int *fds, int n)
     return ZO_OK;
 }
 
+static zo_status sync_start(zo_io_engine *e) { return ZO_OK; }
+
 static zo_status sync_register_buffer(zo_io_engine *e, void *buf, size_t len, int *index)
 {
     *index = -1; /* pread/pwrite have no fixed buffers */
@@ -145,7 +147,7 @@ static void sync_destroy(zo_io_engine *e)
 }
 
 static const zo_io_engine_ops sync_ops = {
-    "sync",     sync_register_files, sync_register_buffer, sync_unregister_buffer, sync_submit,
+    "sync",     sync_register_files, sync_start, sync_register_buffer, sync_unregister_buffer, sync_submit,
     sync_flush, sync_reap,           sync_wake,            sync_destroy,
 };
 

@@ -1,7 +1,8 @@
 /* The I/O engine operations table of the swap tier (in the manner of fio's
  * ioengines). An engine moves one request at a time between a buffer and a
- * registered file; the store's I/O thread is its only caller except for
- * wake(), which any thread may call. Engines: io_uring, sync (pread/pwrite
+ * registered file. register_files is called once by the opening thread
+ * before start(); every other call but wake() comes from the store's I/O
+ * thread, which lets io_uring run as a single-issuer ring. Engines: io_uring, sync (pread/pwrite
  * worker pool) and fault (wraps another, for tests); a cuFile (GPUDirect
  * Storage) engine would add GPU buffers to the same table. Not installed. */
 #ifndef ZO_SWAP_ENGINE_H
@@ -31,6 +32,8 @@ typedef struct zo_io_engine_ops {
     const char *name;
     /* Files are registered once; fds stay open for the engine's life. */
     zo_status (*register_files)(zo_io_engine *e, const int *fds, int n);
+    /* Called first on the I/O thread. */
+    zo_status (*start)(zo_io_engine *e);
     /* Register a fixed buffer; *index is -1 when the engine has none. */
     zo_status (*register_buffer)(zo_io_engine *e, void *buf, size_t len, int *index);
     void (*unregister_buffer)(zo_io_engine *e, int index);

@@ -60,6 +60,19 @@ typedef struct swap_region {
 
 struct zo_swap_io;
 
+/* A request for the I/O thread to (un)register a buffer with the engine:
+ * with a single-issuer io_uring only that thread may. */
+typedef struct swap_ctl {
+    int unregister;
+    void *buf;
+    size_t len;
+    int index;
+    zo_status st;
+    char msg[256];
+    int done;
+    struct swap_ctl *next;
+} swap_ctl;
+
 /* An engine request plus what the store needs to finish or resubmit it. */
 typedef struct store_req {
     zo_io_req io;
@@ -108,7 +121,11 @@ struct zo_swap {
     pthread_cond_t done_cv;
     struct zo_swap_io *in_head, *in_tail; /* submitted, not yet seen by the I/O thread */
     struct zo_swap_io *tickets;
+    swap_ctl *ctl_head;
     int stop;
+    int started;           /* the I/O thread ran engine start: 1 ok, -1 failed */
+    zo_status start_st;
+    char start_msg[256];
     zo_swap_stats stats;
     swap_region regions[ZO_SWAP_MAX_REGISTERED];
     /* I/O thread only: */
@@ -120,6 +137,8 @@ struct zo_swap {
 
 /* swap_io.c */
 zo_status zo_swap_start_io(struct zo_swap *s);
+/* Run a buffer (un)registration on the I/O thread and wait for it. */
+zo_status zo_swap_run_ctl(struct zo_swap *s, swap_ctl *ctl);
 void zo_swap_stop_io(struct zo_swap *s);
 uint64_t zo_swap_header_hash(const swap_extent_header *h);
 

@@ -483,12 +483,64 @@ static void finish_settled(zo_swap_t s)
     }
 }
 
+zo_status zo_swap_run_ctl(zo_swap_t s, swap_ctl *ctl)
+{
+    ctl->done = 0;
+    pthread_mutex_lock(&s->mu);
+    ctl->next = s->ctl_head;
+    s->ctl_head = ctl;
+    pthread_mutex_unlock(&s->mu);
+    s->engine->ops->wake(s->engine);
+    pthread_mutex_lock(&s->mu);
+    while (!ctl->done) pthread_cond_wait(&s->done_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    if (ctl->st != ZO_OK) return ZO_FAIL(ctl->st, "swap", "%s", ctl->msg);
+    return ZO_OK;
+}
+
+static void run_controls(zo_swap_t s)
+{
+    pthread_mutex_lock(&s->mu);
+    swap_ctl *list = s->ctl_head;
+    s->ctl_head = NULL;
+    pthread_mutex_unlock(&s->mu);
+    for (swap_ctl *c = list; c; c = c->next) {
+        c->st = ZO_OK;
+        if (c->unregister) s->engine->ops->unregister_buffer(s->engine, c->index);
+        else c->st = s->engine->ops->register_buffer(s->engine, c->buf, c->len, &c->index);
+        if (c->st != ZO_OK) snprintf(c->msg, sizeof c->msg, "%s", zo_last_error());
+    }
+    pthread_mutex_lock(&s->mu);
+    for (swap_ctl *c = list; c;) {
+        swap_ctl *next = c->next; /* c may be gone once done is seen */
+        c->done = 1;
+        c = next;
+    }
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Engine start on this thread; the opener waits for its outcome. */
+static int io_thread_start(zo_swap_t s)
+{
+    zo_status st = s->engine->ops->start(s->engine);
+    pthread_mutex_lock(&s->mu);
+    s->start_st = st;
+    if (st != ZO_OK) snprintf(s->start_msg, sizeof s->start_msg, "%s", zo_last_error());
+    s->started = st == ZO_OK ? 1 : -1;
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->mu);
+    return st == ZO_OK;
+}
+
 static void *io_thread(void *arg)
 {
     zo_swap_t s = arg;
     zo_io_req **done = s->reap_buf;
+    if (!io_thread_start(s)) return NULL;
     for (;;) {
         move_incoming(s);
+        run_controls(s);
         zo_status st = submit_ready(s);
         if (st != ZO_OK) ZO_LOGE("swap", "I/O thread: submitting failed: %s", zo_last_error());
         pthread_mutex_lock(&s->mu);
@@ -516,6 +568,14 @@ zo_status zo_swap_start_io(zo_swap_t s)
     int rc = pthread_create(&s->thread, NULL, io_thread, s);
     if (rc) return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "starting the I/O thread failed: %s", strerror(rc));
     s->thread_started = 1;
+    pthread_mutex_lock(&s->mu);
+    while (!s->started) pthread_cond_wait(&s->done_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    if (s->started < 0) {
+        pthread_join(s->thread, NULL);
+        s->thread_started = 0;
+        return ZO_FAIL(s->start_st, "swap", "%s", s->start_msg);
+    }
     return ZO_OK;
 }
 

@@ -405,14 +405,16 @@ zo_status zo_swap_register_buffer(zo_swap_t s, void *buf, size_t len)
     if (!s || !buf || !len) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_register_buffer: NULL store or empty buffer");
     pthread_mutex_lock(&s->mu);
     int i = free_region(s, NULL);
-    int index = -1;
-    /* The engine's table changes only under the store lock, and no request
-     * can use this buffer's slot yet. */
-    zo_status st = i < 0 ? ZO_ERR_BUDGET : s->engine->ops->register_buffer(s->engine, buf, len, &index);
-    if (st == ZO_OK) s->regions[i] = (swap_region){buf, len, index};
+    if (i >= 0) s->regions[i] = (swap_region){buf, len, -1}; /* reserved; unused until it has an index */
     pthread_mutex_unlock(&s->mu);
     if (i < 0)
         return ZO_FAIL(ZO_ERR_BUDGET, "swap", "already %d buffers registered: unregister one first", ZO_SWAP_MAX_REGISTERED);
+    swap_ctl ctl = {0, buf, len, -1, ZO_OK, "", 0, NULL};
+    zo_status st = zo_swap_run_ctl(s, &ctl);
+    pthread_mutex_lock(&s->mu);
+    if (st == ZO_OK) s->regions[i].index = ctl.index;
+    else s->regions[i] = (swap_region){NULL, 0, -1};
+    pthread_mutex_unlock(&s->mu);
     return st;
 }
 
@@ -421,11 +423,14 @@ zo_status zo_swap_unregister_buffer(zo_swap_t s, void *buf)
     if (!s || !buf) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_unregister_buffer: NULL argument");
     pthread_mutex_lock(&s->mu);
     int i = free_region(s, buf);
-    if (i >= 0) {
-        s->engine->ops->unregister_buffer(s->engine, s->regions[i].index);
-        s->regions[i] = (swap_region){NULL, 0, -1};
-    }
+    int index = i >= 0 ? s->regions[i].index : -1;
+    if (i >= 0) s->regions[i].index = -1; /* new requests stop using it */
     pthread_mutex_unlock(&s->mu);
     if (i < 0) return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "buffer %p was not registered", buf);
-    return ZO_OK;
+    swap_ctl ctl = {1, buf, 0, index, ZO_OK, "", 0, NULL};
+    zo_status st = index >= 0 ? zo_swap_run_ctl(s, &ctl) : ZO_OK;
+    pthread_mutex_lock(&s->mu);
+    s->regions[i] = (swap_region){NULL, 0, -1};
+    pthread_mutex_unlock(&s->mu);
+    return st;
 }

@@ -92,7 +92,8 @@ typedef struct zo_swap_config {
 
 typedef struct zo_swap_stats {
     size_t struct_size;
-    const char *engine;         /* engine in use: "io_uring", "sync", "fault+io_uring", ... */
+    const char *engine;         /* engine in use: "io_uring", "sync", "fault+io_uring", ...
+                                 * (valid until zo_swap_close) */
     uint64_t bytes_written;     /* payload bytes of successful writes */
     uint64_t bytes_read;        /* payload bytes of successful, verified reads */
     uint64_t writes, reads;     /* completed successfully */
