@@ -64,6 +64,12 @@ static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
                        zo_device_backend(dev));
     if (c->optim_home == ZO_TIER_NVME && (!c->nvme_paths || c->n_nvme_paths == 0))
         return ZO_FAIL(ZO_ERR_CONFIG, ENG_SUBSYS, "optim_home=nvme needs at least one nvme_paths entry");
+    for (size_t i = 0; i < c->n_nvme_paths; i++)
+        if (!c->nvme_paths || !c->nvme_paths[i])
+            return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "nvme_paths[%zu] is NULL", i);
+    if (c->n_nvme_faults && !c->nvme_faults)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "n_nvme_faults is %zu but nvme_faults is NULL",
+                       c->n_nvme_faults);
     if ((unsigned)c->mode > ZO_OPTIM_DPU)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "mode must be sync, overlap or dpu");
     if (c->grad_accum_steps < 1)
@@ -74,6 +80,46 @@ static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
     if (c->max_grad_norm < 0 || !isfinite(c->max_grad_norm))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "max_grad_norm must be finite and >= 0");
     return ZO_OK;
+}
+
+static void free_config_refs(struct zo_engine *e)
+{
+    for (size_t i = 0; e->paths && i < e->cfg.n_nvme_paths; i++) free(e->paths[i]);
+    free(e->paths);
+    free(e->engine_name);
+    free(e->file_name);
+    free(e->faults);
+}
+
+static char *dup_str(const char *s, int *bad)
+{
+    char *d = strdup(s);
+    if (!d) *bad = 1;
+    return d;
+}
+
+/* The engine keeps its own copies of the configuration's strings and arrays:
+ * the caller's may be gone by finalize. */
+static int copy_config_refs(struct zo_engine *e, const zo_engine_config *c)
+{
+    int bad = 0;
+    if (c->n_nvme_paths) {
+        e->paths = calloc(c->n_nvme_paths, sizeof *e->paths);
+        if (!e->paths) return -1;
+        for (size_t i = 0; i < c->n_nvme_paths; i++) e->paths[i] = dup_str(c->nvme_paths[i], &bad);
+    }
+    e->engine_name = dup_str(c->nvme_engine ? c->nvme_engine : "auto", &bad);
+    e->file_name = dup_str(c->nvme_name ? c->nvme_name : "zoffload", &bad);
+    if (c->n_nvme_faults) {
+        e->faults = malloc(c->n_nvme_faults * sizeof *e->faults);
+        if (!e->faults) return -1;
+        memcpy(e->faults, c->nvme_faults, c->n_nvme_faults * sizeof *e->faults);
+    }
+    e->cfg.nvme_paths = (const char *const *)e->paths;
+    e->cfg.nvme_engine = e->engine_name;
+    e->cfg.nvme_name = e->file_name;
+    e->cfg.nvme_faults = e->faults;
+    return bad ? -1 : 0;
 }
 
 zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg)
@@ -87,7 +133,11 @@ zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg)
     e->dev = cfg->device;
     e->cuda = (zo_device_caps(e->dev) & ZO_DEVCAP_REAL_GPU) != 0;
     e->e16 = 2;
-    if (!e->cfg.nvme_engine) e->cfg.nvme_engine = "auto";
+    if (copy_config_refs(e, cfg) < 0) {
+        free_config_refs(e);
+        free(e);
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "copying the configuration's paths");
+    }
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     *out = e;
@@ -432,7 +482,7 @@ static zo_status open_store(struct zo_engine *e, uint64_t extent, const char *su
 {
     zo_swap_config sc = ZO_SWAP_CONFIG_INIT;
     char name[128];
-    snprintf(name, sizeof name, "%s%s", e->cfg.nvme_name ? e->cfg.nvme_name : "zoffload", suffix);
+    snprintf(name, sizeof name, "%s%s", e->cfg.nvme_name, suffix);
     sc.paths = e->cfg.nvme_paths;
     sc.npaths = e->cfg.n_nvme_paths;
     sc.capacity = 2ull * e->n_chunks * extent;
@@ -656,6 +706,7 @@ void zo_engine_free(zo_engine_t e)
     free(e->cur);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
+    free_config_refs(e);
     free(e);
 }
 

@@ -98,7 +98,9 @@ typedef struct eng_spec_pipe {
 } eng_spec_pipe;
 
 struct zo_engine {
-    zo_engine_config cfg;
+    zo_engine_config cfg; /* its strings and arrays point into owned copies below */
+    char **paths, *engine_name, *file_name;
+    zo_swap_fault *faults;
     zo_device_t dev;
     int finalized;
     int cuda;

@@ -155,6 +155,8 @@ typedef struct zo_step_stats {
 
 #define ZO_STEP_STATS_INIT {.struct_size = sizeof(zo_step_stats)}
 
+/* The engine copies cfg, including its strings and arrays (nvme_paths,
+ * nvme_engine, nvme_name, nvme_faults): the caller's may go away after. */
 zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg);
 void zo_engine_free(zo_engine_t eng);
 
