@@ -343,14 +343,16 @@ static void default_paths(cli *c)
     if (!c->o.data_path) {
         c->o.data_path = ZT_DEFAULT_DATA;
         for (size_t i = 0; dir[0] && i < 2; i++) {
-            snprintf(c->data_buf, sizeof c->data_buf, "%s%s", dir, rel[i]);
-            if (access(c->data_buf, R_OK) == 0) {
+            int n = snprintf(c->data_buf, sizeof c->data_buf, "%s%s", dir, rel[i]);
+            if (n > 0 && (size_t)n < sizeof c->data_buf && access(c->data_buf, R_OK) == 0) {
                 c->o.data_path = c->data_buf;
                 break;
             }
         }
     }
-    snprintf(c->swap_buf, sizeof c->swap_buf, "%s/zo-train-swap", dir[0] ? dir : ".");
+    /* A path too long for PATH_MAX falls back to the working directory. */
+    int n = snprintf(c->swap_buf, sizeof c->swap_buf, "%s/zo-train-swap", dir[0] ? dir : ".");
+    if (n < 0 || (size_t)n >= sizeof c->swap_buf) snprintf(c->swap_buf, sizeof c->swap_buf, "./zo-train-swap");
     c->o.default_nvme_dir = c->swap_buf;
 }
 
