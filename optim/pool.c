@@ -1,5 +1,6 @@
-/* The optimizer's worker pool. Jobs queue in FIFO order; each job is cut
- * into fixed tiles (tile_elems elements) that workers claim one at a time,
+/* The optimizer's worker pool. Jobs queue in FIFO order and run one after
+ * another; each job is cut into fixed tiles (tile_elems elements) that
+ * workers claim one at a time,
  * so the work stays in cache-sized pieces, threads balance themselves, and
  * results never depend on the thread count: an element's update depends
  * only on its own data, and per-tile sums are combined in tile order. */
@@ -69,23 +70,33 @@ static void job_complete(struct zo_optim_job *j)
     pthread_mutex_unlock(&j->mu); /* the waiter may free j from here on */
 }
 
+/* A job's tiles are handed out only once the job before it has finished,
+ * so a job may depend on the previous one (steps on the same buffers, a
+ * norm before the update that uses it). The idle tail this costs is at most
+ * one tile per worker per job. */
 static void *worker_main(void *arg)
 {
     struct zo_optim_pool *pool = arg;
     pthread_mutex_lock(&pool->mu);
     for (;;) {
-        while (!pool->head && !pool->stop) pthread_cond_wait(&pool->work_cv, &pool->mu);
         struct zo_optim_job *j = pool->head;
-        if (!j) break;
-        size_t t = j->next_tile++;
-        if (j->next_tile == j->ntiles) {
-            pool->head = j->next;
-            if (!pool->head) pool->tail = NULL;
+        if (j && j->next_tile < j->ntiles) {
+            size_t t = j->next_tile++;
+            pthread_mutex_unlock(&pool->mu);
+            run_tile(j, t);
+            pthread_mutex_lock(&pool->mu);
+            if (++j->tiles_done == j->ntiles) {
+                pool->head = j->next;
+                if (!pool->head) pool->tail = NULL;
+                /* Waiters: the next job may start, or a stopping pool's
+                 * workers may now exit. */
+                pthread_cond_broadcast(&pool->work_cv);
+                job_complete(j);
+            }
+            continue;
         }
-        pthread_mutex_unlock(&pool->mu);
-        run_tile(j, t);
-        pthread_mutex_lock(&pool->mu);
-        if (++j->tiles_done == j->ntiles) job_complete(j);
+        if (!j && pool->stop) break;
+        pthread_cond_wait(&pool->work_cv, &pool->mu);
     }
     pthread_mutex_unlock(&pool->mu);
     return NULL;
