@@ -1,9 +1,9 @@
 /* The optimizer's worker pool. Jobs queue in FIFO order and run one after
  * another; each job is cut into fixed tiles (tile_elems elements) that
- * workers claim one at a time,
- * so the work stays in cache-sized pieces, threads balance themselves, and
- * results never depend on the thread count: an element's update depends
- * only on its own data, and per-tile sums are combined in tile order. */
+ * workers claim one at a time, so the work stays in cache-sized pieces,
+ * threads balance themselves, and results never depend on the thread count:
+ * an element's update depends only on its own data, and per-tile sums are
+ * combined in tile order. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
