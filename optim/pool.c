@@ -1,8 +1,9 @@
-/* The optimizer's worker pool. Jobs queue in FIFO order; each job is cut
- * into fixed tiles (tile_elems elements) that workers claim one at a time,
- * so the work stays in cache-sized pieces, threads balance themselves, and
- * results never depend on the thread count: an element's update depends
- * only on its own data, and per-tile sums are combined in tile order. */
+/* The optimizer's worker pool. Jobs queue in FIFO order and run one after
+ * another; each job is cut into fixed tiles (tile_elems elements) that
+ * workers claim one at a time, so the work stays in cache-sized pieces,
+ * threads balance themselves, and results never depend on the thread count:
+ * an element's update depends only on its own data, and per-tile sums are
+ * combined in tile order. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -39,7 +40,6 @@ struct zo_optim_pool {
     pthread_mutex_t mu;
     pthread_cond_t work_cv;
     struct zo_optim_job *head, *tail;
-    size_t draining; /* jobs whose tiles are all handed out but not all done */
     int stop;
     int nthreads;
     size_t tile;
@@ -70,35 +70,33 @@ static void job_complete(struct zo_optim_job *j)
     pthread_mutex_unlock(&j->mu); /* the waiter may free j from here on */
 }
 
-/* Jobs may work on the same buffers (successive steps of one chunk), so a
- * job's first tile is handed out only once every tile of the job before it
- * has finished: handing out the last tile is not the same as finishing it,
- * and a slow thread could still be writing the region the next job reads. */
+/* A job's tiles are handed out only once the job before it has finished,
+ * so a job may depend on the previous one (steps on the same buffers, a
+ * norm before the update that uses it). The idle tail this costs is at most
+ * one tile per worker per job. */
 static void *worker_main(void *arg)
 {
     struct zo_optim_pool *pool = arg;
     pthread_mutex_lock(&pool->mu);
     for (;;) {
         struct zo_optim_job *j = pool->head;
-        if (!j && pool->stop) break;
-        if (!j || (j->next_tile == 0 && pool->draining > 0)) {
-            pthread_cond_wait(&pool->work_cv, &pool->mu);
+        if (j && j->next_tile < j->ntiles) {
+            size_t t = j->next_tile++;
+            pthread_mutex_unlock(&pool->mu);
+            run_tile(j, t);
+            pthread_mutex_lock(&pool->mu);
+            if (++j->tiles_done == j->ntiles) {
+                pool->head = j->next;
+                if (!pool->head) pool->tail = NULL;
+                /* Waiters: the next job may start, or a stopping pool's
+                 * workers may now exit. */
+                pthread_cond_broadcast(&pool->work_cv);
+                job_complete(j);
+            }
             continue;
         }
-        size_t t = j->next_tile++;
-        if (j->next_tile == j->ntiles) {
-            pool->head = j->next;
-            if (!pool->head) pool->tail = NULL;
-            pool->draining++;
-        }
-        pthread_mutex_unlock(&pool->mu);
-        run_tile(j, t);
-        pthread_mutex_lock(&pool->mu);
-        if (++j->tiles_done == j->ntiles) {
-            pool->draining--;
-            pthread_cond_broadcast(&pool->work_cv);
-            job_complete(j);
-        }
+        if (!j && pool->stop) break;
+        pthread_cond_wait(&pool->work_cv, &pool->mu);
     }
     pthread_mutex_unlock(&pool->mu);
     return NULL;

@@ -117,7 +117,9 @@ void zo_optim_pool_free(zo_optim_pool_t pool);
 int zo_optim_pool_nthreads(zo_optim_pool_t pool);
 size_t zo_optim_pool_tile_elems(zo_optim_pool_t pool);
 
-/* An enqueued job; jobs run in the order they were enqueued. */
+/* An enqueued job. Jobs run one after another in the order they were
+ * enqueued (all threads on one job's tiles), so a job may use what the job
+ * before it wrote. */
 typedef struct zo_optim_job *zo_optim_job_t;
 
 /* Asynchronous versions. The buffers must stay valid until the job is
