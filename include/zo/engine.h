@@ -204,6 +204,15 @@ zo_status zo_engine_end_step(zo_engine_t eng, zo_step_stats *stats);
 /* The current fp32 master weights of a tensor (numel floats), for tests and
  * checkpoints; waits for pending updates. */
 zo_status zo_engine_read_master(zo_engine_t eng, int id, float *out);
+/* The learning rate of the updates computed from the gradients of the steps
+ * that open from now on (a step opens at its first fetch): a schedule calls
+ * it before each step. A step already open keeps the rate it opened with, and
+ * its update uses that rate wherever and whenever it runs (speculatively
+ * during the backward in overlap mode, during the next step in dpu mode).
+ * lr must be finite and >= 0; the initial rate is config.adam.lr. */
+zo_status zo_engine_set_lr(zo_engine_t eng, float lr);
+/* The rate the next step will use. */
+float zo_engine_lr(zo_engine_t eng);
 /* The loss scale to multiply the loss by before backward (1 for bf16). */
 double zo_engine_loss_scale(zo_engine_t eng);
 zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *fp);
