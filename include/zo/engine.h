@@ -49,6 +49,7 @@
 
 #include "zo/device.h"
 #include "zo/optim.h"
+#include "zo/optim_mode.h"
 #include "zo/status.h"
 #include "zo/swap.h"
 
@@ -59,7 +60,6 @@ extern "C" {
 typedef struct zo_engine *zo_engine_t;
 
 typedef enum zo_tier { ZO_TIER_DEVICE = 0, ZO_TIER_HOST = 1, ZO_TIER_NVME = 2 } zo_tier;
-typedef enum zo_optim_mode { ZO_OPTIM_SYNC = 0, ZO_OPTIM_OVERLAP = 1, ZO_OPTIM_DPU = 2 } zo_optim_mode;
 typedef enum zo_phase { ZO_PHASE_FORWARD = 0, ZO_PHASE_BACKWARD = 1 } zo_phase;
 
 const char *zo_tier_name(zo_tier t);
