@@ -98,12 +98,16 @@ typedef struct zo_engine_config {
     const zo_swap_fault *nvme_faults; /* tests: faults armed when the swap store opens (arming any,
                                  even one far in the future, lets zo_swap_set_faults re-arm later) */
     size_t n_nvme_faults;
+    uint32_t nvme_queue_depth; /* NVMe requests in flight per store (0: the swap store's default;
+                                 DeepSpeed's aio.queue_depth) */
+    uint32_t nvme_block_size; /* bytes per NVMe request, a multiple of 4096 (0: the swap store's
+                                 default; DeepSpeed's aio.block_size) */
 } zo_engine_config;
 
 #define ZO_ENGINE_CONFIG_INIT                                                                      \
     {sizeof(zo_engine_config), NULL, 0, 1, ZO_OPTIM_BF16, 0, ZO_TIER_HOST, ZO_TIER_HOST, 0, 0,     \
      NULL, 0, 0, "auto", 2, ZO_OPTIM_SYNC, 1, 0, ZO_ADAM_PARAMS_INIT, 0.0f,                       \
-     ZO_LOSS_SCALER_CONFIG_INIT, NULL, NULL, 0}
+     ZO_LOSS_SCALER_CONFIG_INIT, NULL, NULL, 0, 0, 0}
 
 /* Bytes the plan needs in each tier, computed by zo_engine_finalize (and by
  * zo_engine_plan without allocating anything). Exactly, with C = chunk_bytes,

@@ -28,11 +28,12 @@ typedef struct run_cfg {
     int steps;
     int recompute_from;    /* from this step on, the backward re-runs each layer's forward first */
     const float *lrs;      /* the learning rate of each step (zo_engine_set_lr), or NULL */
+    uint32_t nvme_block_size, nvme_queue_depth;
 } run_cfg;
 
 static run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
-    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_OPTIM_BF16, 0, STEPS, INT_MAX, NULL};
+    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_OPTIM_BF16, 0, STEPS, INT_MAX, NULL, 0, 0};
     return c;
 }
 
@@ -95,6 +96,8 @@ static zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nf
     c.loss_scaler.loss_scale_window = 5;
     c.nvme_faults = faults;
     c.n_nvme_faults = nfaults;
+    c.nvme_block_size = h->rc.nvme_block_size;
+    c.nvme_queue_depth = h->rc.nvme_queue_depth;
     ZO_TRY(zo_engine_init(&h->eng, &c));
     float *init[TM_T];
     for (int k = 0; k < TM_T; k++) init[k] = malloc(tm_numel(k) * sizeof(float));
@@ -887,6 +890,55 @@ static void test_step_statistics(void **state)
     }
 }
 
+/* The NVMe requests of finalize's initial placement (one extent written per chunk). */
+static uint64_t nvme_requests_at_finalize(const run_cfg *rc, uint32_t *n_chunks)
+{
+    harness h;
+    harness_open(&h, rc);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    zo_swap_stats ss = ZO_SWAP_STATS_INIT;
+    ZO_ASSERT_OK(zo_swap_get_stats(zo_engine_nvme_store(h.eng), &ss));
+    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+    ZO_ASSERT_OK(zo_engine_footprint_get(h.eng, &fp));
+    *n_chunks = fp.n_chunks;
+    harness_close(&h);
+    return ss.requests;
+}
+
+/* The NVMe request size and depth (DeepSpeed's aio.block_size and
+ * aio.queue_depth) reach the swap store: 4 KiB requests split each extent's
+ * write into many; a block size the store refuses fails finalize naming it;
+ * the results do not depend on them. */
+static void test_nvme_request_knobs(void **state)
+{
+    (void)state;
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    uint32_t nc;
+    uint64_t big = nvme_requests_at_finalize(&c, &nc);
+    c.nvme_block_size = 4096;
+    c.nvme_queue_depth = 2;
+    uint64_t small = nvme_requests_at_finalize(&c, &nc);
+    /* an extent's payload is master, m and v of a chunk: 6 x 8 KiB, one request under the
+     * default 1 MiB, twelve of 4 KiB */
+    assert_true(big >= nc);
+    assert_int_equal(small - big, (uint64_t)nc * (6 * CHUNK / 4096 - 1));
+    c.steps = 4;
+    run_out a, b;
+    run(&c, &a);
+    run_cfg d = base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    d.steps = 4;
+    run(&d, &b);
+    assert_same_weights(&a, &b, 4);
+    run_out_free(&a);
+    run_out_free(&b);
+    c.nvme_block_size = 5000;
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_ST(make_engine(&h, NULL, 0), ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "block_size 5000"));
+    harness_close(&h);
+}
+
 /* On a slow emulated link with no prefetch, the compute stream waits for
  * every chunk: the stall time says so. */
 static void test_stall_is_measured(void **state)
@@ -923,6 +975,7 @@ int main(void)
         cmocka_unit_test(test_stream_task_fault_during_step),
         cmocka_unit_test(test_prefetch_and_belady_eviction),
         cmocka_unit_test(test_step_statistics),
+        cmocka_unit_test(test_nvme_request_knobs),
         cmocka_unit_test(test_stall_is_measured),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
