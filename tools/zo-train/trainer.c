@@ -30,7 +30,10 @@ struct zt_trainer {
     int32_t *in, *tgt;   /* one step's tokens */
     int32_t *vin, *vtgt; /* validation tokens (a failed step keeps its own for the retry) */
     float *losses;
-    int retry; /* the last step failed: run it again on the same tokens */
+    int retry;       /* the last step failed: run it again on the same tokens */
+    int64_t sched_it; /* the schedule's last_batch_iteration */
+    double lr;        /* the rate of the next step */
+    double last_lr;   /* ... and of the last step run */
 };
 
 /* ---- the engine as a parameter source ---- */
@@ -186,9 +189,13 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
     c.adam.beta2 = o->beta2;
     c.adam.eps = o->eps;
     c.adam.weight_decay = o->weight_decay;
-    c.adam.adamw = 1;
+    c.adam.adamw = o->adamw;
+    c.adam.bias_correction = o->bias_correction;
     c.max_grad_norm = o->max_grad_norm;
-    c.loss_scaler.initial_scale_power = o->loss_scale_power;
+    c.loss_scaler = o->loss_scaler;
+    c.pinned_bytes = o->pinned_bytes;
+    c.nvme_queue_depth = o->nvme_queue_depth;
+    c.nvme_block_size = o->nvme_block_size;
     c.nvme_faults = o->nvme_faults;
     c.n_nvme_faults = o->n_nvme_faults;
     return c;
@@ -340,7 +347,7 @@ static zo_status check_options(const zt_options *o)
         return zt_fail(ZO_ERR_INVALID_ARG, "--lr %g must be > 0", (double)o->lr);
     if (o->dtype != ZO_OPTIM_BF16 && o->dtype != ZO_OPTIM_FP16)
         return zt_fail(ZO_ERR_INVALID_ARG, "parameter dtype must be bf16 or fp16");
-    return ZO_OK;
+    return zt_schedule_check(&o->sched);
 }
 
 static zo_status open_data(zt_trainer *t)
@@ -384,6 +391,8 @@ zo_status zt_trainer_init(zt_trainer **out, const zt_options *o)
     if (!t)
         return zt_fail(ZO_ERR_NO_MEMORY, "trainer");
     t->o = *o;
+    t->sched_it = o->sched.last_batch_iteration;
+    t->lr = t->last_lr = zt_schedule_first_lr(&o->sched, o->lr);
     double t0 = now_s();
     zo_status st = trainer_open(t);
     if (st < 0) {
@@ -435,6 +444,7 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
     else
         zt_data_next_train(t->data, t->in, t->tgt, n * t->o.micro_batch);
     t->retry = 1;
+    ZT_LIB(zo_engine_set_lr(t->eng, (float)t->lr));
     ZT_TRY(zt_model_set_batch(t->m, t->in, t->tgt, n));
     /* The mean over micro-batches, times the loss scale (fp16). */
     float grad_scale = (float)(zo_engine_loss_scale(t->eng) / n);
@@ -445,6 +455,9 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
     stats->struct_size = sizeof *stats;
     ZT_LIB(zo_engine_end_step(t->eng, stats));
     t->retry = 0;
+    t->last_lr = t->lr;
+    if (!stats->overflow && t->o.sched.type != ZO_SCHEDULER_NONE)
+        t->lr = zt_schedule_lr_at(&t->o.sched, t->o.lr, ++t->sched_it);
     double sum = 0;
     for (int i = 0; i < n; i++)
         sum += t->losses[i];
@@ -481,6 +494,11 @@ zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out)
         return zt_fail(ZO_ERR_INVALID_ARG, "no tensor %d in layer %d", idx, layer);
     ZT_LIB(zo_engine_read_master(t->eng, t->ids[layer][idx], out));
     return ZO_OK;
+}
+
+double zt_trainer_lr(const zt_trainer *t)
+{
+    return t->last_lr;
 }
 
 uint64_t zt_trainer_device_high_water(zt_trainer *t)
