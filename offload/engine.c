@@ -389,7 +389,7 @@ static zo_status host_alloc(struct zo_engine *e, uint64_t bytes, float **out)
     return ZO_OK;
 }
 
-static void cast16(zo_optim_dtype t, const float *src, void *dst, size_t n)
+void eng_cast16(zo_optim_dtype t, const float *src, void *dst, size_t n)
 {
     uint16_t *d = dst;
     for (size_t i = 0; i < n; i++)
@@ -539,7 +539,7 @@ static zo_status place_initial_states(struct zo_engine *e)
         fill_master(e, c, st);
         for (int b = 0; b < e->p16_bufs; b++) {
             memset(k->p16[b], 0, e->chunk_bytes);
-            cast16(e->cfg.param_dtype, st, k->p16[b], k->n_elems);
+            eng_cast16(e->cfg.param_dtype, st, k->p16[b], k->n_elems);
         }
         if (e->swap) {
             k->gen[0] = 1;
@@ -548,7 +548,7 @@ static zo_status place_initial_states(struct zo_engine *e)
         if (e->pswap) {
             void *p16 = (char *)e->stage[0] + e->state_extent_bytes;
             memset(p16, 0, e->chunk_bytes);
-            cast16(e->cfg.param_dtype, st, p16, k->n_elems);
+            eng_cast16(e->cfg.param_dtype, st, p16, k->n_elems);
             k->pgen[0] = 1;
             ZO_TRY(zo_swap_write(e->pswap, k->pext[0], p16, e->chunk_bytes, k->pgen[0]));
         }
@@ -1054,7 +1054,7 @@ static zo_status judge_gradients(struct zo_engine *e, step_verdict *v)
 }
 
 /* Publish committed 16-bit parameters to the device. */
-static zo_status publish(struct zo_engine *e)
+zo_status eng_publish(struct zo_engine *e)
 {
     if (e->cfg.param_home == ZO_TIER_DEVICE) {
         for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(eng_load_slot(e, c, (uint32_t)e->chunks[c].slot));
@@ -1166,7 +1166,7 @@ static zo_status finish_step(struct zo_engine *e, step_verdict *v, int *rollback
             eng_commit(e, !e->dpu_skip);
             if (!e->dpu_skip) e->opt_step++;
             e->dpu_pending = 0;
-            ZO_TRY(publish(e));
+            ZO_TRY(eng_publish(e));
         }
         zo_status st = launch_dpu_update(e, v);
         if (st < 0) e->scaler = saved;
@@ -1181,7 +1181,7 @@ static zo_status finish_step(struct zo_engine *e, step_verdict *v, int *rollback
     }
     eng_commit(e, !v->overflow);
     if (!v->overflow) e->opt_step++;
-    return publish(e);
+    return eng_publish(e);
 }
 
 zo_status zo_engine_end_step(zo_engine_t e, zo_step_stats *stats)

@@ -187,6 +187,8 @@ struct zo_engine {
 
 /* engine.c */
 zo_status eng_timed_copy(struct zo_engine *e, int d2h, void *dst, const void *src, size_t n);
+void eng_cast16(zo_optim_dtype t, const float *src, void *dst, size_t n);
+zo_status eng_publish(struct zo_engine *e);
 
 /* engine_sched.c */
 int eng_trace_push(struct zo_engine *e, int layer, zo_phase phase);
@@ -214,6 +216,8 @@ zo_status eng_spec_drain(struct zo_engine *e);
 zo_status eng_dpu_launch(struct zo_engine *e, float lr, float factor, int64_t step, int parity);
 zo_status eng_dpu_join(struct zo_engine *e);
 zo_status eng_read_states(struct zo_engine *e, uint32_t c, float *out);
+zo_status eng_write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
+                              zo_swap_io_t *pio);
 float *eng_chunk_states(struct zo_engine *e, uint32_t c);
 
 #endif

@@ -73,8 +73,8 @@ static zo_status read_current(struct zo_engine *e, uint32_t c, float *buf, zo_sw
 
 /* Write the updated states (and, when they live on NVMe, the new 16-bit
  * parameters from the stage's tail) to the alternate extents. */
-static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
-                                 zo_swap_io_t *pio)
+zo_status eng_write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
+                              zo_swap_io_t *pio)
 {
     eng_chunk *k = &e->chunks[c];
     int alt = 1 - k->ext_cur;
@@ -171,7 +171,7 @@ static zo_status speculate_nvme(struct zo_engine *e, uint32_t c, const eng_job *
     zo_adam_buffers b;
     adam_args(e, &e->chunks[c], e->stage[s], j->lr, j->factor, j->step, j->parity, &ap, &b);
     ZO_TRY(zo_optim_pool_adam_step(e->opool, &ap, &b));
-    st = write_alternate(e, c, e->stage[s], &p->wr[s], &p->pwr[s]);
+    st = eng_write_alternate(e, c, e->stage[s], &p->wr[s], &p->pwr[s]);
     p->wr_chunk[s] = (int)c;
     return st;
 }
@@ -257,7 +257,7 @@ static zo_status update_all_nvme(struct zo_engine *e, float lr, float factor, in
         zo_adam_buffers b;
         adam_args(e, &e->chunks[c], e->stage[s], lr, factor, step, parity, &p, &b);
         pipe_fail(&pp, zo_optim_pool_adam_step(e->opool, &p, &b));
-        if (pp.st == ZO_OK) pipe_fail(&pp, write_alternate(e, c, e->stage[s], &pp.wr[s], &pp.pwr[s]));
+        if (pp.st == ZO_OK) pipe_fail(&pp, eng_write_alternate(e, c, e->stage[s], &pp.wr[s], &pp.pwr[s]));
         if (c + ahead < n) pipe_read(e, &pp, c + ahead);
     }
     for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
