@@ -11,8 +11,7 @@
 /* The parser's message without its source location, naming the file. */
 static zo_status config_fail(zo_status st, const char *path)
 {
-    const char *e = zo_last_error(), *tag = strstr(e, ": configuration error: ");
-    const char *msg = tag ? tag + strlen(": configuration error: ") : e;
+    const char *msg = zt_lib_message();
     if (strncmp(msg, path, strlen(path)) == 0) /* it names the file already (invalid JSON) */
         return zt_fail(st, "configuration error: %s", msg);
     return zt_fail(st, "configuration error in %s: %s", path, msg);

@@ -32,6 +32,7 @@ struct zt_trainer {
     float *losses;
     int retry;       /* the last step failed: run it again on the same tokens */
     int64_t sched_it; /* the schedule's last_batch_iteration */
+    int64_t step;     /* steps done */
     double lr;        /* the rate of the next step */
     double last_lr;   /* ... and of the last step run */
 };
@@ -137,10 +138,12 @@ static void resolve_homes(zt_trainer *t)
     t->setup.optim_home = (zo_tier)t->o.optim_home;
 }
 
-static zo_status make_dir(const char *dir)
+zo_status zt_make_dir(const char *dir)
 {
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", dir);
+    char buf[4096];
+    int n = snprintf(buf, sizeof buf, "%s", dir);
+    if (n < 0 || (size_t)n >= sizeof buf)
+        return zt_fail(ZO_ERR_INVALID_ARG, "directory path too long (%d bytes): %.64s...", n, dir);
     for (char *p = buf + 1; *p; p++) /* mkdir -p */
         if (*p == '/') {
             *p = 0;
@@ -149,7 +152,7 @@ static zo_status make_dir(const char *dir)
             *p = '/';
         }
     if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return zt_fail(ZO_ERR_IO, "cannot create the swap directory %s: %s", buf, strerror(errno));
+        return zt_fail(ZO_ERR_IO, "cannot create the directory %s: %s", buf, strerror(errno));
     return ZO_OK;
 }
 
@@ -161,7 +164,7 @@ static zo_status resolve_nvme(zt_trainer *t)
         if (!t->o.default_nvme_dir)
             return zt_fail(ZO_ERR_INVALID_ARG,
                            "an NVMe home needs a directory: pass --nvme-path DIR");
-        ZT_TRY(make_dir(t->o.default_nvme_dir));
+        ZT_TRY(zt_make_dir(t->o.default_nvme_dir));
         t->o.nvme_paths[t->o.n_nvme_paths++] = t->o.default_nvme_dir;
     }
     snprintf(t->setup.nvme_dir, sizeof t->setup.nvme_dir, "%s", t->o.nvme_paths[0]);
@@ -455,6 +458,7 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
     stats->struct_size = sizeof *stats;
     ZT_LIB(zo_engine_end_step(t->eng, stats));
     t->retry = 0;
+    t->step++;
     t->last_lr = t->lr;
     if (!stats->overflow && t->o.sched.type != ZO_SCHEDULER_NONE)
         t->lr = zt_schedule_lr_at(&t->o.sched, t->o.lr, ++t->sched_it);
@@ -494,6 +498,37 @@ zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out)
         return zt_fail(ZO_ERR_INVALID_ARG, "no tensor %d in layer %d", idx, layer);
     ZT_LIB(zo_engine_read_master(t->eng, t->ids[layer][idx], out));
     return ZO_OK;
+}
+
+void zt_trainer_get_state(const zt_trainer *t, zt_train_state *out)
+{
+    out->step = t->step;
+    out->sched_it = t->sched_it;
+    out->lr = t->lr;
+    zt_data_get_position(t->data, &out->data);
+}
+
+zo_status zt_trainer_set_state(zt_trainer *t, const zt_train_state *in)
+{
+    if (in->step < 0 || !isfinite(in->lr) || in->lr < 0)
+        return zt_fail(ZO_ERR_INVALID_ARG, "trainer state: step %lld (>= 0), lr %g (finite, >= 0)",
+                       (long long)in->step, in->lr);
+    ZT_TRY(zt_data_set_position(t->data, &in->data));
+    t->step = in->step;
+    t->sched_it = in->sched_it;
+    t->lr = t->last_lr = in->lr;
+    t->retry = 0;
+    return ZO_OK;
+}
+
+int zt_trainer_tensor_id(const zt_trainer *t, int layer, int idx)
+{
+    return t->ids[layer][idx];
+}
+
+const zt_options *zt_trainer_options(const zt_trainer *t)
+{
+    return &t->o;
 }
 
 double zt_trainer_lr(const zt_trainer *t)

@@ -100,11 +100,29 @@ zo_status zt_trainer_validate(zt_trainer *t, double *loss, uint64_t *n_tokens);
 /* The fp32 master weights of tensor idx of an engine layer. */
 zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out);
 
+/* Where training stands between steps, beside the engine's state: what a
+ * checkpoint must hold to continue bitwise. */
+typedef struct zt_train_state {
+    int64_t step;     /* optimizer steps done */
+    int64_t sched_it; /* the schedule's last_batch_iteration */
+    double lr;        /* the rate of the next step */
+    zt_data_position data;
+} zt_train_state;
+
+void zt_trainer_get_state(const zt_trainer *t, zt_train_state *out);
+zo_status zt_trainer_set_state(zt_trainer *t, const zt_train_state *in);
+/* The engine id of tensor idx of engine layer `layer`. */
+int zt_trainer_tensor_id(const zt_trainer *t, int layer, int idx);
+const zt_options *zt_trainer_options(const zt_trainer *t);
+
 /* The learning rate of the last step run (or of the next, before any). */
 double zt_trainer_lr(const zt_trainer *t);
 
 /* The device's allocation high-water mark (activations and engine). */
 uint64_t zt_trainer_device_high_water(zt_trainer *t);
+
+/* mkdir -p */
+zo_status zt_make_dir(const char *dir);
 
 /* Parse "none|cpu|nvme" into a zo_tier; "none" is the device. */
 zo_status zt_parse_home(const char *s, int *out);
