@@ -471,35 +471,43 @@ static zo_status check_count(zo_st_reader_t rd, const char *file, size_t want)
     size_t have = zo_st_reader_count(rd);
     if (have == want)
         return ZO_OK;
-    return zt_fail(ZO_ERR_INVALID_ARG, "%s holds %zu tensors; this model's checkpoint has %zu",
+    return zt_fail(ZO_ERR_INVALID_ARG,
+                   "%s holds %zu tensors, more than the %zu of this model's checkpoint: it is "
+                   "another model's",
                    file, have, want);
 }
 
+/* Tensor i's master, m and v in the two files, checked by name, dtype and shape. */
+static zo_status find_states(zo_st_reader_t mr, zo_st_reader_t orr, const tensor_ref *x,
+                             zo_st_tensor_info info[3])
+{
+    char nm[160];
+    ZT_TRY(expect(mr, x->name, ZO_ST_F32, x, &info[0]));
+    snprintf(nm, sizeof nm, "%s.exp_avg", x->name);
+    ZT_TRY(expect(orr, nm, ZO_ST_F32, x, &info[1]));
+    snprintf(nm, sizeof nm, "%s.exp_avg_sq", x->name);
+    return expect(orr, nm, ZO_ST_F32, x, &info[2]);
+}
+
+/* Everything is checked before the engine is touched. */
 static zo_status load_tensors(zt_trainer *t, const char *dir)
 {
     tensor_ref *r = NULL;
     int n = 0;
     ZT_TRY(model_tensors(t, &r, &n));
     zo_st_reader_t mr = NULL, orr = NULL;
+    zo_st_tensor_info info[3];
     zo_status st = open_reader(&mr, dir, ZT_CKPT_MODEL);
     if (st >= 0)
         st = open_reader(&orr, dir, ZT_CKPT_OPTIM);
-    if (st >= 0 && (st = check_count(mr, ZT_CKPT_MODEL, (size_t)n)) >= 0)
-        st = check_count(orr, ZT_CKPT_OPTIM, 2 * (size_t)n);
-    char nm[160];
-    for (int i = 0; st >= 0 && i < n; i++) {
-        zo_st_tensor_info w, m, v;
-        if ((st = expect(mr, r[i].name, ZO_ST_F32, &r[i], &w)) < 0)
-            break;
-        snprintf(nm, sizeof nm, "%s.exp_avg", r[i].name);
-        if ((st = expect(orr, nm, ZO_ST_F32, &r[i], &m)) < 0)
-            break;
-        snprintf(nm, sizeof nm, "%s.exp_avg_sq", r[i].name);
-        if ((st = expect(orr, nm, ZO_ST_F32, &r[i], &v)) < 0)
-            break;
-        st = zo_engine_write_state(zt_trainer_engine(t), r[i].id, w.data, m.data, v.data);
-        if (st < 0)
-            zt_fail(st, "restoring %s: %s", r[i].name, zt_lib_message());
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; st >= 0 && i < n; i++)
+            if ((st = find_states(mr, orr, &r[i], info)) >= 0 && pass == 1 &&
+                (st = zo_engine_write_state(zt_trainer_engine(t), r[i].id, info[0].data,
+                                            info[1].data, info[2].data)) < 0)
+                zt_fail(st, "restoring %s: %s", r[i].name, zt_lib_message());
+        if (st >= 0 && pass == 0 && (st = check_count(mr, ZT_CKPT_MODEL, (size_t)n)) >= 0)
+            st = check_count(orr, ZT_CKPT_OPTIM, 2 * (size_t)n);
     }
     zo_st_reader_free(mr);
     zo_st_reader_free(orr);
