@@ -91,6 +91,10 @@ static void test_help_lists_every_flag(void **state)
                            "--json",
                            "--config",
                            "--set",
+                           "--save ",
+                           "--save-every",
+                           "--resume",
+                           "--init-weights",
                            "--help",
                            "tiny, small, 1b, 7b, 13b"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
@@ -341,6 +345,41 @@ static void test_config_errors(void **state)
     expect_usage_error("--config /nonexistent/ds.json", "cannot read config");
 }
 
+/* ---- checkpoints from the command line ---- */
+
+static void test_checkpoint_flags(void **state)
+{
+    char args[1024], dir[400];
+    snprintf(dir, sizeof dir, "%s/ck", g_dir);
+    snprintf(args, sizeof args, "--steps 2 --save %s --json" TINY, dir);
+    char *err;
+    json_t *root = run_json(args, &err);
+    char want[600];
+    snprintf(want, sizeof want, "%s/step-00000002", dir);
+    assert_string_equal(json_string_value(json_object_get(root, "checkpoint")), want);
+    json_decref(root);
+    free(err);
+    /* a second fresh run would overwrite them: refused */
+    snprintf(want, sizeof want, "%s already holds checkpoints", dir);
+    expect_usage_error(args, want);
+    snprintf(args, sizeof args, "--steps 3 --resume %s --save %s --json" TINY, dir, dir);
+    root = run_json(args, &err);
+    assert_int_equal(json_integer_value(json_object_get(root, "first_step")), 3);
+    assert_int_equal(json_array_size(json_object_get(root, "losses")), 1);
+    snprintf(want, sizeof want, "%s/step-00000002", dir);
+    assert_string_equal(json_string_value(json_object_get(root, "resumed_from")), want);
+    json_decref(root);
+    free(err);
+    snprintf(args, sizeof args, "--resume %s --init-weights %s/step-00000002/model.safetensors" TINY,
+             dir, dir);
+    expect_usage_error(args, "--resume and --init-weights both set the weights");
+    expect_usage_error("--save-every 2" TINY, "--save-every needs --save DIR");
+    outputs o = run("--steps 1 --resume /nonexistent/ck" TINY);
+    assert_int_equal(o.status, 1);
+    assert_non_null(strstr(o.err, "/nonexistent/ck holds neither a checkpoint"));
+    outputs_free(&o);
+}
+
 static int setup(void **state)
 {
     snprintf(g_dir, sizeof g_dir, "%s/zt-cli-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -361,6 +400,7 @@ int main(void)
         cmocka_unit_test(test_human_summary),         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_run_failure_exits_1),   cmocka_unit_test(test_config_drives_the_run),
         cmocka_unit_test(test_flags_override_the_config), cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_checkpoint_flags),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
