@@ -278,6 +278,44 @@ zo_status zo_engine_get_step_state(zo_engine_t eng, zo_engine_step_state *out);
  * and > 0, hysteresis < 0) are refused with ZO_ERR_INVALID_ARG naming them. */
 zo_status zo_engine_set_step_state(zo_engine_t eng, const zo_engine_step_state *in);
 
+/* ---- timelines ----
+ *
+ * A trace callback sees what the engine's streams, I/O queues and threads
+ * did and when, as spans, so that a program can draw who overlaps whom (zo-
+ * train writes them as a Chrome/Perfetto trace). */
+
+typedef enum zo_trace_track {
+    ZO_TRACK_H2D = 0,          /* the engine's host-to-device copy stream (a copy engine) */
+    ZO_TRACK_D2H = 1,          /* its device-to-host copy stream */
+    ZO_TRACK_COMPUTE = 2,      /* the caller's compute stream while it waits for parameters */
+    ZO_TRACK_NVME = 3,         /* an NVMe request queue, index 0 the optimizer states' store, 1
+                                  the parameters'; a span per request, from submission to
+                                  completion, so spans overlap (requests in flight) */
+    ZO_TRACK_HOST_JOBS = 4,    /* the engine's host job thread: gradient accumulation, norms,
+                                  speculative updates (overlap mode) */
+    ZO_TRACK_UPDATE = 5,       /* the update of every chunk: at the end of the step, or on the
+                                  delayed-update thread (dpu) */
+    ZO_TRACK_OPTIM_WORKER = 6, /* worker `index` of the CPU optimizer's pool */
+} zo_trace_track;
+
+typedef struct zo_trace_event {
+    zo_trace_track track;
+    int index;             /* the NVMe store or the optimizer worker; 0 otherwise */
+    const char *name;      /* what ran ("h2d", "nvme read", "adam", ...: static strings) */
+    uint64_t t0_ns, t1_ns; /* CLOCK_MONOTONIC nanoseconds (zo_now_ns) */
+    int layer, chunk;      /* what it was about, or -1 */
+    uint64_t bytes;        /* bytes moved (copies, NVMe) or elements (optimizer work); else 0 */
+} zo_trace_event;
+
+/* Called on whichever thread ran the work (stream workers, the I/O thread,
+ * the engine's and the optimizer's threads): must be thread-safe and quick. */
+typedef void (*zo_trace_fn)(void *ctx, const zo_trace_event *ev);
+
+/* Before zo_engine_finalize (ZO_ERR_STATE after); fn NULL turns tracing off.
+ * While traced, NVMe reads are verified on the I/O thread (their completion
+ * is what the span ends on) instead of the waiting thread. */
+zo_status zo_engine_set_trace(zo_engine_t eng, zo_trace_fn fn, void *ctx);
+
 #ifdef __cplusplus
 }
 #endif

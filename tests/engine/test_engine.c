@@ -5,6 +5,7 @@
  * forced clipping and injected overflows; budgets and plan refusal; an NVMe
  * fault in the middle of a step; trace-driven prefetch and Belady eviction. */
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -29,11 +30,13 @@ typedef struct run_cfg {
     int recompute_from;    /* from this step on, the backward re-runs each layer's forward first */
     const float *lrs;      /* the learning rate of each step (zo_engine_set_lr), or NULL */
     uint32_t nvme_block_size, nvme_queue_depth;
+    zo_trace_fn trace;     /* installed before finalize */
+    void *trace_ctx;
 } run_cfg;
 
 static run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
-    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_OPTIM_BF16, 0, STEPS, INT_MAX, NULL, 0, 0};
+    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_OPTIM_BF16, 0, STEPS, INT_MAX, NULL, 0, 0, NULL, NULL};
     return c;
 }
 
@@ -99,6 +102,7 @@ static zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nf
     c.nvme_block_size = h->rc.nvme_block_size;
     c.nvme_queue_depth = h->rc.nvme_queue_depth;
     ZO_TRY(zo_engine_init(&h->eng, &c));
+    if (h->rc.trace) ZO_TRY(zo_engine_set_trace(h->eng, h->rc.trace, h->rc.trace_ctx));
     float *init[TM_T];
     for (int k = 0; k < TM_T; k++) init[k] = malloc(tm_numel(k) * sizeof(float));
     tm_init_params(init);
@@ -1117,6 +1121,90 @@ static void test_nvme_request_knobs(void **state)
     harness_close(&h);
 }
 
+/* ---- timelines ---- */
+
+#define MAX_EVENTS 20000
+
+typedef struct event_log {
+    pthread_mutex_t mu;
+    zo_trace_event ev[MAX_EVENTS];
+    int n;
+} event_log;
+
+static void log_event(void *ctx, const zo_trace_event *ev)
+{
+    event_log *l = ctx;
+    pthread_mutex_lock(&l->mu);
+    if (l->n < MAX_EVENTS) l->ev[l->n++] = *ev;
+    pthread_mutex_unlock(&l->mu);
+}
+
+static int count_events(const event_log *l, zo_trace_track track, int index, const char *name)
+{
+    int n = 0;
+    for (int i = 0; i < l->n; i++)
+        n += l->ev[i].track == track && l->ev[i].index == index && (!name || strcmp(l->ev[i].name, name) == 0);
+    return n;
+}
+
+/* A traced run (parameters and states on NVMe, overlap mode, a slow link
+ * without prefetch so that the compute stream waits) reports spans on every
+ * track: both copy streams, the compute stream's waits, both NVMe queues,
+ * the host job thread, the end-of-step update and the optimizer's workers,
+ * each well formed; and tracing changes nothing in the results. */
+static void test_trace_covers_every_track(void **state)
+{
+    (void)state;
+    static event_log log;
+    pthread_mutex_init(&log.mu, NULL);
+    log.n = 0;
+    setenv("ZO_CPU_DEVICE_PCIE_GBPS", "0.05", 1);
+    run_cfg c = base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_OVERLAP);
+    c.device_bytes = min_device_bytes();
+    c.lookahead = 0;
+    c.steps = 3;
+    c.max_norm = 1e-3f; /* clipping: the speculative updates are rolled back and redone */
+    run_out plain, traced;
+    run(&c, &plain);
+    c.trace = log_event;
+    c.trace_ctx = &log;
+    run(&c, &traced);
+    unsetenv("ZO_CPU_DEVICE_PCIE_GBPS");
+    assert_same_weights(&plain, &traced, c.steps);
+    assert_true(count_events(&log, ZO_TRACK_H2D, 0, "h2d") > 0);
+    assert_int_equal(count_events(&log, ZO_TRACK_D2H, 0, "d2h"), c.steps * (int)traced.fp.n_chunks);
+    assert_true(count_events(&log, ZO_TRACK_COMPUTE, 0, "wait for parameters") > 0);
+    for (int store = 0; store < 2; store++) {
+        assert_true(count_events(&log, ZO_TRACK_NVME, store, "nvme read") > 0);
+        assert_true(count_events(&log, ZO_TRACK_NVME, store, "nvme write") > 0);
+    }
+    assert_int_equal(count_events(&log, ZO_TRACK_HOST_JOBS, 0, "gradient norm + speculative update"),
+                     c.steps * (int)traced.fp.n_chunks);
+    assert_int_equal(count_events(&log, ZO_TRACK_UPDATE, 0, "rollback and update"), c.steps);
+    int workers = count_events(&log, ZO_TRACK_OPTIM_WORKER, 0, NULL) +
+                  count_events(&log, ZO_TRACK_OPTIM_WORKER, 1, NULL);
+    assert_true(workers > 0);
+    for (int i = 0; i < log.n; i++) {
+        const zo_trace_event *e = &log.ev[i];
+        assert_true(e->t0_ns <= e->t1_ns);
+        assert_true(e->layer >= -1 && e->layer < TM_L);
+        if (e->track == ZO_TRACK_H2D || e->track == ZO_TRACK_D2H) {
+            assert_true(e->chunk >= 0 && e->layer >= 0);
+            assert_true(e->bytes > 0 && e->bytes <= CHUNK);
+        }
+        if (e->track == ZO_TRACK_NVME) assert_int_equal(e->bytes, e->index ? CHUNK : 6 * CHUNK);
+        if (e->track == ZO_TRACK_OPTIM_WORKER) assert_true(e->index < 2 && e->bytes > 0);
+    }
+    run_out_free(&plain);
+    run_out_free(&traced);
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    ZO_ASSERT_ST(zo_engine_set_trace(h.eng, log_event, &log), ZO_ERR_STATE);
+    harness_close(&h);
+    pthread_mutex_destroy(&log.mu);
+}
+
 /* On a slow emulated link with no prefetch, the compute stream waits for
  * every chunk: the stall time says so. */
 static void test_stall_is_measured(void **state)
@@ -1157,6 +1245,7 @@ int main(void)
         cmocka_unit_test(test_step_statistics),
         cmocka_unit_test(test_nvme_request_knobs),
         cmocka_unit_test(test_stall_is_measured),
+        cmocka_unit_test(test_trace_covers_every_track),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
