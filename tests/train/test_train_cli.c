@@ -2,6 +2,7 @@
  * human summary, and bad flags refused with exit status 2 and a message. */
 #include <jansson.h>
 #include <math.h>
+#include <pty.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,6 +381,179 @@ static void test_checkpoint_flags(void **state)
     outputs_free(&o);
 }
 
+/* ---- feedback: metrics, trace, the progress line ---- */
+
+static void check_metrics(const char *path, json_t *summary, int steps)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[4096];
+    int n = 0;
+    json_t *losses = json_object_get(summary, "losses");
+    while (fgets(line, sizeof line, f)) {
+        json_error_t e;
+        json_t *m = json_loads(line, 0, &e);
+        if (!m)
+            fail_msg("metrics line %d is not JSON (%s): %s", n + 1, e.text, line);
+        assert_int_equal(json_integer_value(json_object_get(m, "step")), n + 1);
+        assert_int_equal(json_integer_value(json_object_get(m, "total")), steps);
+        assert_true(json_real_value(json_object_get(m, "loss")) ==
+                    json_real_value(json_array_get(losses, (size_t)n)));
+        const char *nums[] = {"lr", "tokens_per_s", "model_tflops", "eta_s", "nvme_gbps", "stall_pct",
+                              "step_s", "grad_norm"};
+        for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+            if (!json_is_number(json_object_get(m, nums[i])))
+                fail_msg("metrics line %d: '%s' is not a number", n + 1, nums[i]);
+        assert_true(json_real_value(json_object_get(m, "nvme_gbps")) > 0);
+        assert_true(json_real_value(json_object_get(m, "tokens_per_s")) > 0);
+        json_t *use = json_object_get(m, "bytes_in_use");
+        assert_true(json_integer_value(json_object_get(use, "device")) > 0);
+        assert_true(json_integer_value(json_object_get(use, "pinned")) > 0);
+        assert_true(json_integer_value(json_object_get(use, "nvme")) > 0);
+        assert_true(json_is_integer(json_object_get(use, "host")));
+        if (n + 1 == steps)
+            assert_true(json_real_value(json_object_get(m, "eta_s")) == 0.0);
+        json_decref(m);
+        n++;
+    }
+    fclose(f);
+    assert_int_equal(n, steps);
+}
+
+/* Spans on one track nest or follow each other, as the format requires. */
+static void check_nesting(json_t *events, json_int_t tid)
+{
+    size_t i, k;
+    json_t *a, *b;
+    json_array_foreach(events, i, a)
+    {
+        if (json_integer_value(json_object_get(a, "tid")) != tid ||
+            strcmp(json_string_value(json_object_get(a, "ph")), "X"))
+            continue;
+        double a0 = json_number_value(json_object_get(a, "ts")),
+               a1 = a0 + json_number_value(json_object_get(a, "dur"));
+        json_array_foreach(events, k, b)
+        {
+            if (k <= i || json_integer_value(json_object_get(b, "tid")) != tid ||
+                strcmp(json_string_value(json_object_get(b, "ph")), "X"))
+                continue;
+            double b0 = json_number_value(json_object_get(b, "ts")),
+                   b1 = b0 + json_number_value(json_object_get(b, "dur"));
+            int apart = a1 <= b0 + 1e-3 || b1 <= a0 + 1e-3;
+            int nested = (a0 <= b0 + 1e-3 && b1 <= a1 + 1e-3) || (b0 <= a0 + 1e-3 && a1 <= b1 + 1e-3);
+            if (!apart && !nested)
+                fail_msg("track %lld: '%s' [%.3f, %.3f] and '%s' [%.3f, %.3f] overlap", (long long)tid,
+                         json_string_value(json_object_get(a, "name")), a0, a1,
+                         json_string_value(json_object_get(b, "name")), b0, b1);
+        }
+    }
+}
+
+static void check_trace(const char *path)
+{
+    json_error_t e;
+    json_t *events = json_load_file(path, 0, &e);
+    if (!events)
+        fail_msg("%s is not valid JSON: %s (line %d)", path, e.text, e.line);
+    assert_true(json_is_array(events));
+    const char *tracks[] = {"training loop",
+                            "compute stream",
+                            "h2d stream (copy engine)",
+                            "d2h stream (copy engine)",
+                            "engine host jobs",
+                            "optimizer update",
+                            "nvme queue: optimizer states (lane 0)",
+                            "nvme queue: parameters (lane 0)",
+                            "optimizer worker 0"};
+    size_t i;
+    json_t *ev;
+    for (size_t t = 0; t < sizeof tracks / sizeof tracks[0]; t++) {
+        json_int_t tid = -1;
+        json_array_foreach(events, i, ev)
+        {
+            const char *nm = json_string_value(json_object_get(ev, "name"));
+            if (nm && strcmp(nm, "thread_name") == 0 &&
+                strcmp(json_string_value(json_object_get(json_object_get(ev, "args"), "name")),
+                       tracks[t]) == 0)
+                tid = json_integer_value(json_object_get(ev, "tid"));
+        }
+        if (tid < 0)
+            fail_msg("the trace has no track '%s'", tracks[t]);
+        int spans = 0;
+        json_array_foreach(events, i, ev)
+        {
+            if (json_integer_value(json_object_get(ev, "tid")) != tid ||
+                strcmp(json_string_value(json_object_get(ev, "ph")), "X"))
+                continue;
+            assert_true(json_number_value(json_object_get(ev, "ts")) >= 0);
+            assert_true(json_number_value(json_object_get(ev, "dur")) >= 0);
+            spans++;
+        }
+        if (spans == 0)
+            fail_msg("track '%s' has no events", tracks[t]);
+        check_nesting(events, tid);
+    }
+    int fwd = 0, bwd = 0;
+    json_array_foreach(events, i, ev)
+    {
+        const char *nm = json_string_value(json_object_get(ev, "name"));
+        fwd += nm && strncmp(nm, "forward L", 9) == 0;
+        bwd += nm && strncmp(nm, "backward L", 10) == 0;
+    }
+    assert_true(fwd > 0 && bwd > 0);
+    json_decref(events);
+}
+
+static void test_metrics_and_trace(void **state)
+{
+    char args[2048], metrics[300], trace[300], *err;
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", g_dir);
+    snprintf(trace, sizeof trace, "%s/trace.json", g_dir);
+    snprintf(args, sizeof args,
+             "--steps 4 --json --metrics %s --trace %s --offload-param nvme --offload-optimizer nvme "
+             "--nvme-path %s --optimizer-mode overlap --log-every 2" TINY,
+             metrics, trace, g_dir);
+    json_t *root = run_json(args, &err);
+    check_metrics(metrics, root, 4);
+    check_trace(trace);
+    assert_int_equal(count(err, "step "), 3); /* not a terminal: steps 1, 2 and 4 */
+    assert_non_null(strstr(err, "step 4/4  loss "));
+    const char *parts[] = {"tok/s", "TFLOPS", "ETA ", "dev ", "pin ", "host ", "nvme ", "GB/s", "stall "};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (!strstr(err, parts[i]))
+            fail_msg("the progress line lacks '%s': %s", parts[i], err);
+    json_decref(root);
+    free(err);
+}
+
+/* On a terminal the line is rewritten in place. */
+static void test_progress_on_a_terminal(void **state)
+{
+    int fd;
+    pid_t pid = forkpty(&fd, NULL, NULL, NULL);
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl(ZT_EXE, ZT_EXE, "--steps", "3", "--device", "cpu", "--dim", "32", "--layers", "2",
+              "--heads", "2", "--ffn", "64", "--seq", "16", "--val-batches", "1",
+              "--offload-optimizer", "cpu", (char *)NULL);
+        _exit(127);
+    }
+    char buf[1 << 16];
+    size_t n = 0;
+    ssize_t got;
+    while (n < sizeof buf - 1 && (got = read(fd, buf + n, sizeof buf - 1 - n)) > 0)
+        n += (size_t)got;
+    buf[n] = 0;
+    int st;
+    waitpid(pid, &st, 0);
+    close(fd);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (!strstr(buf, "\r\033[Kstep 1/3  loss ") || !strstr(buf, "\r\033[Kstep 3/3  loss "))
+        fail_msg("no in-place progress line in: %s", buf);
+    assert_null(strstr(buf, "stall 0.0%\r\n")); /* no newline between updates... */
+    assert_non_null(strstr(buf, "\r\033[Kstep 3/3")); /* ...and one after the last */
+}
+
 static int setup(void **state)
 {
     snprintf(g_dir, sizeof g_dir, "%s/zt-cli-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -400,7 +574,8 @@ int main(void)
         cmocka_unit_test(test_human_summary),         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_run_failure_exits_1),   cmocka_unit_test(test_config_drives_the_run),
         cmocka_unit_test(test_flags_override_the_config), cmocka_unit_test(test_config_errors),
-        cmocka_unit_test(test_checkpoint_flags),
+        cmocka_unit_test(test_checkpoint_flags),    cmocka_unit_test(test_metrics_and_trace),
+        cmocka_unit_test(test_progress_on_a_terminal),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

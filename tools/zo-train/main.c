@@ -19,6 +19,7 @@
 
 #include "checkpoint.h"
 #include "ds_config.h"
+#include "report.h"
 #include "trainer.h"
 #include "zt_error.h"
 
@@ -44,6 +45,8 @@ typedef struct cli {
     int save_every;
     int start;                       /* steps done before this process (a resumed run) */
     char resumed_from[PATH_MAX], last_saved[PATH_MAX];
+    const char *metrics_path, *trace_path;
+    int progress; /* -1 auto (in place on a terminal), 0 log lines, 1 in place */
 } cli;
 
 static void usage(FILE *f)
@@ -101,7 +104,13 @@ static void usage(FILE *f)
         "  --init-weights FILE    start from the weights of a safetensors file with Hugging Face\n"
         "                         LLaMA names (F32, BF16 or F16), e.g. a model.safetensors\n"
         "output:\n"
-        "  --log-every N          a progress line on stderr every N steps (default 10)\n"
+        "  --log-every N          a progress line on stderr every N steps (default 10); on a\n"
+        "                         terminal the line is updated in place every step\n"
+        "  --progress auto|line|log  in place (line), log lines (log), or line on a terminal\n"
+        "  --metrics FILE         one JSON line per step (loss, lr, tokens/s, TFLOPS, ETA, bytes\n"
+        "                         in use per tier, NVMe GB/s, stall %%, ...)\n"
+        "  --trace FILE           a Chrome trace-event JSON timeline (open in Perfetto): one\n"
+        "                         track per stream, copy engine, NVMe queue, optimizer worker\n"
         "  --json                 print the summary as one JSON object\n"
         "  --help                 this text\n",
         zt_preset_names());
@@ -205,6 +214,9 @@ enum {
     OPT_SAVE_EVERY,
     OPT_RESUME,
     OPT_INIT,
+    OPT_METRICS,
+    OPT_TRACE,
+    OPT_PROGRESS,
     OPT_HELP
 };
 
@@ -241,6 +253,9 @@ static const struct option long_opts[] = {
     {"save-every", required_argument, 0, OPT_SAVE_EVERY},
     {"resume", required_argument, 0, OPT_RESUME},
     {"init-weights", required_argument, 0, OPT_INIT},
+    {"metrics", required_argument, 0, OPT_METRICS},
+    {"trace", required_argument, 0, OPT_TRACE},
+    {"progress", required_argument, 0, OPT_PROGRESS},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -343,6 +358,13 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_SAVE: c->save_dir = arg; return 0;
     case OPT_RESUME: c->resume = arg; return 0;
     case OPT_INIT: c->init_weights = arg; return 0;
+    case OPT_METRICS: c->metrics_path = arg; return 0;
+    case OPT_TRACE: c->trace_path = arg; return 0;
+    case OPT_PROGRESS:
+        if (strcmp(arg, "auto") && strcmp(arg, "line") && strcmp(arg, "log"))
+            return bad_value("--progress", arg, "auto, line or log");
+        c->progress = strcmp(arg, "auto") == 0 ? -1 : strcmp(arg, "line") == 0;
+        return 0;
     case OPT_DTYPE:
         if (strcmp(arg, "bf16") && strcmp(arg, "fp16"))
             return bad_value("dtype", arg, "bf16 or fp16");
@@ -545,13 +567,7 @@ static void add_stats(totals *t, const zo_step_stats *s)
 
 static const char *fmt_bytes(char *buf, size_t cap, uint64_t b)
 {
-    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)b;
-    int i = 0;
-    while (v >= 1024 && i < 4)
-        v /= 1024, i++;
-    snprintf(buf, cap, i ? "%.1f %s" : "%.0f %s", v, u[i]);
-    return buf;
+    return zt_fmt_bytes(buf, cap, b, 0);
 }
 
 static double now_s(void)
@@ -561,53 +577,141 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void progress(const cli *c, int step, float loss, const zo_step_stats *s, double tok_s)
+/* Where the figures of each step go. */
+typedef struct feedback {
+    int tty;          /* the progress line is updated in place */
+    FILE *metrics;
+    zt_trace *trace;
+    double t0, sum_step_s, last_line;
+} feedback;
+
+static void step_figures(const cli *c, const zo_step_stats *s, int done, float loss, double lr,
+                         double train_s, double step_s, const feedback *fb, zt_step_figures *g)
 {
-    char a[32], b[32], d[32];
-    fprintf(stderr,
-            "step %4d/%d  loss %.4f  %8.0f tok/s  norm %.3f%s  h2d %s  d2h %s  nvme r+w %s  stall "
-            "%.1f%%\n",
-            step, c->o.steps, (double)loss, tok_s, s->grad_norm,
-            s->overflow ? " (overflow: skipped)" : "", fmt_bytes(a, sizeof a, s->h2d_bytes),
-            fmt_bytes(b, sizeof b, s->d2h_bytes),
-            fmt_bytes(d, sizeof d, s->nvme_read_bytes + s->nvme_write_bytes),
-            s->step_seconds > 0 ? 100.0 * s->stall_seconds / s->step_seconds : 0.0);
+    const double tok_step = (double)c->o.grad_accum * c->o.micro_batch * c->o.seq;
+    memset(g, 0, sizeof *g);
+    g->step = done;
+    g->total = c->o.steps;
+    g->loss = loss;
+    g->lr = lr;
+    g->grad_norm = s->grad_norm;
+    g->loss_scale = s->loss_scale;
+    g->overflow = s->overflow;
+    g->clipped = s->clipped;
+    g->step_s = step_s;
+    g->elapsed_s = now_s() - fb->t0;
+    g->tokens_per_s = train_s > 0 ? tok_step / train_s : 0;
+    g->model_tflops = g->tokens_per_s * zt_shape_flops_per_token(&c->o.shape, c->o.seq) / 1e12;
+    g->eta_s = (c->o.steps - done) * (fb->sum_step_s / (done - c->start));
+    g->nvme_gbps = s->step_seconds > 0
+                       ? (double)(s->nvme_read_bytes + s->nvme_write_bytes) / s->step_seconds / 1e9
+                       : 0;
+    g->stall_pct = s->step_seconds > 0 ? 100.0 * s->stall_seconds / s->step_seconds : 0;
+    const uint64_t in_use[4] = {s->peak_device, s->peak_pinned, s->peak_host, s->peak_nvme};
+    memcpy(g->in_use, in_use, sizeof in_use);
+    g->h2d = s->h2d_bytes;
+    g->d2h = s->d2h_bytes;
+    g->nvme_read = s->nvme_read_bytes;
+    g->nvme_write = s->nvme_write_bytes;
 }
 
-/* Save after step `done` when it is due: every --save-every steps and at the end. */
-static int maybe_save(zt_trainer *t, cli *c, int done)
+/* The progress line (in place: at most ten a second), the metrics line. */
+static int report_step(const cli *c, feedback *fb, const zt_step_figures *g)
 {
-    if (!c->save_dir || !((c->save_every && done % c->save_every == 0) || done == c->o.steps))
-        return 0;
-    if (zt_ckpt_save(t, c->save_dir, c->last_saved, sizeof c->last_saved) < 0) {
-        fprintf(stderr, "zo-train: saving the checkpoint of step %d failed: %s\n", done,
-                zt_last_error());
+    int first = g->step == c->start + 1, last = g->step == c->o.steps;
+    double now = now_s();
+    if (fb->tty ? first || last || now - fb->last_line >= 0.1
+                : first || last || g->step % c->log_every == 0) {
+        zt_progress_line(stderr, fb->tty, g);
+        fb->last_line = now;
+    }
+    if (fb->metrics && zt_metrics_line(fb->metrics, g) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
         return 1;
     }
     return 0;
 }
 
-static int train(zt_trainer *t, cli *c, float *losses, double *lrs, totals *tot)
+/* Save after step `done` when it is due (every --save-every steps and at
+ * the end): 1 when it saved, 0 when none was due, -1 on failure. */
+static int maybe_save(zt_trainer *t, cli *c, int done)
 {
-    const double tok_step = (double)c->o.grad_accum * c->o.micro_batch * c->o.seq;
+    if (!c->save_dir || !((c->save_every && done % c->save_every == 0) || done == c->o.steps))
+        return 0;
+    return zt_ckpt_save(t, c->save_dir, c->last_saved, sizeof c->last_saved) < 0 ? -1 : 1;
+}
+
+static int train(zt_trainer *t, cli *c, feedback *fb, float *losses, double *lrs, totals *tot)
+{
     for (int i = c->start; i < c->o.steps; i++) {
         zo_step_stats s;
-        double t0 = now_s();
+        uint64_t t0 = zt_now_ns();
         int k = i - c->start;
         if (zt_trainer_step(t, &losses[k], &s) < 0) {
+            zt_progress_end(stderr, fb->tty);
             fprintf(stderr, "zo-train: step %d failed: %s\n", i + 1, zt_last_error());
             return 1;
         }
-        double dt = now_s() - t0;
+        uint64_t t1 = zt_now_ns();
+        zt_trace_main(fb->trace, "step", i + 1, t0, t1);
+        int saved = maybe_save(t, c, i + 1);
+        if (saved < 0) {
+            zt_progress_end(stderr, fb->tty);
+            fprintf(stderr, "zo-train: saving the checkpoint of step %d failed: %s\n", i + 1,
+                    zt_last_error());
+            return 1;
+        }
+        uint64_t t2 = zt_now_ns();
+        if (saved)
+            zt_trace_main(fb->trace, "checkpoint", i + 1, t1, t2);
+        double dt = (double)(t1 - t0) * 1e-9, step_s = (double)(t2 - t0) * 1e-9;
         lrs[k] = zt_trainer_lr(t);
         tot->train_s += dt;
         add_stats(tot, &s);
-        if (i == c->start || (i + 1) % c->log_every == 0 || i + 1 == c->o.steps)
-            progress(c, i + 1, losses[k], &s, tok_step / dt);
-        if (maybe_save(t, c, i + 1))
+        fb->sum_step_s += step_s;
+        zt_step_figures g;
+        step_figures(c, &s, i + 1, losses[k], lrs[k], dt, step_s, fb, &g);
+        if (report_step(c, fb, &g))
             return 1;
     }
+    zt_progress_end(stderr, fb->tty);
     return 0;
+}
+
+/* --metrics and --trace files, and whether the progress line is in place. */
+static int open_feedback(cli *c, feedback *fb)
+{
+    memset(fb, 0, sizeof *fb);
+    fb->tty = c->progress < 0 ? isatty(STDERR_FILENO) : c->progress;
+    fb->t0 = now_s();
+    if (c->metrics_path && !(fb->metrics = fopen(c->metrics_path, c->resume ? "a" : "w"))) {
+        fprintf(stderr, "zo-train: cannot create the metrics file %s: %s\n", c->metrics_path,
+                strerror(errno));
+        return 1;
+    }
+    if (c->trace_path && zt_trace_open(&fb->trace, c->trace_path) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 1;
+    }
+    if (fb->trace) {
+        c->o.trace = zt_trace_event;
+        c->o.trace_ctx = fb->trace;
+    }
+    return 0;
+}
+
+/* Close the files, reporting a failed write. */
+static int close_feedback(feedback *fb, int rc)
+{
+    if (fb->metrics && fclose(fb->metrics) != 0 && rc == 0) {
+        fprintf(stderr, "zo-train: writing the metrics file: %s\n", strerror(errno));
+        rc = 1;
+    }
+    if (zt_trace_close(fb->trace) < 0 && rc == 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        rc = 1;
+    }
+    return rc;
 }
 
 /* --init-weights or --resume, before the first step. */
@@ -788,9 +892,12 @@ static int run(cli *c)
 {
     double t0 = now_s();
     zt_trainer *t = NULL;
+    feedback fb;
+    if (open_feedback(c, &fb))
+        return close_feedback(&fb, 1);
     if (zt_trainer_init(&t, &c->o) < 0) {
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
-        return 1;
+        return close_feedback(&fb, 1);
     }
     const zt_setup *su = zt_trainer_setup(t);
     fprintf(stderr,
@@ -805,7 +912,7 @@ static int run(cli *c)
     totals tot = {0};
     outcome out = {0};
     if (rc == 0)
-        rc = losses && lrs ? train(t, c, losses, lrs, &tot) : 1;
+        rc = losses && lrs ? train(t, c, &fb, losses, lrs, &tot) : 1;
     if (rc == 0 && zt_trainer_validate(t, &out.val_loss, &out.val_tokens) < 0) {
         fprintf(stderr, "zo-train: validation failed: %s\n", zt_last_error());
         rc = 1;
@@ -820,8 +927,8 @@ static int run(cli *c)
     }
     free(losses);
     free(lrs);
-    zt_trainer_free(t);
-    return rc;
+    zt_trainer_free(t); /* the engine's threads are done with the trace */
+    return close_feedback(&fb, rc);
 }
 
 int main(int argc, char **argv)
@@ -830,6 +937,7 @@ int main(int argc, char **argv)
     memset(&c, 0, sizeof c);
     c.o = (zt_options)ZT_OPTIONS_INIT;
     c.preset = "tiny";
+    c.progress = -1;
     c.log_every = 10;
     int rc = prescan(argc, argv, &c);
     if (rc == 0)

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "report.h"
 #include "zt_error.h"
 
 /* On a GPU, memory the budget does not see: the CUDA context's own use and
@@ -35,26 +36,65 @@ struct zt_trainer {
     int64_t step;     /* steps done */
     double lr;        /* the rate of the next step */
     double last_lr;   /* ... and of the last step run */
+    zo_phase open_phase; /* the phase of the layer fetched last (its end mark) */
+    uint64_t mark_t0;    /* the compute stream's current layer began (trace) */
 };
 
 /* ---- the engine as a parameter source ---- */
 
+/* A layer's span on the compute stream, for the trace: tasks run in stream
+ * order mark its start (after the fetch's waits) and its end. */
+typedef struct layer_mark {
+    zt_trainer *t;
+    int layer;
+    zo_phase phase;
+    int end;
+} layer_mark;
+
+static zo_status mark_layer(void *arg)
+{
+    layer_mark *m = arg;
+    zt_trainer *t = m->t;
+    uint64_t now = zt_now_ns();
+    if (!m->end) { /* only this stream's tasks touch mark_t0: they run one after another */
+        t->mark_t0 = now;
+        return ZO_OK;
+    }
+    zo_trace_event ev = {ZO_TRACK_COMPUTE, 0, m->phase == ZO_PHASE_BACKWARD ? "backward" : "forward",
+                         t->mark_t0, now, m->layer, -1, 0};
+    t->o.trace(t->o.trace_ctx, &ev);
+    return ZO_OK;
+}
+
+static zo_status mark(zt_trainer *t, int layer, zo_phase phase, zo_stream_t s, int end)
+{
+    if (!t->o.trace)
+        return ZO_OK;
+    layer_mark m = {t, layer, phase, end};
+    ZT_LIB(zo_stream_enqueue(s, mark_layer, &m, sizeof m));
+    return ZO_OK;
+}
+
 static zo_status eng_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, void **p, void **g,
                            int n)
 {
-    ZT_LIB(zo_engine_fetch((zo_engine_t)ctx, layer, phase, s, p, g, n));
-    return ZO_OK;
+    zt_trainer *t = ctx;
+    ZT_LIB(zo_engine_fetch(t->eng, layer, phase, s, p, g, n));
+    t->open_phase = phase;
+    return mark(t, layer, phase, s, 0);
 }
 
 static zo_status eng_release(void *ctx, int layer, zo_stream_t s)
 {
-    ZT_LIB(zo_engine_release((zo_engine_t)ctx, layer, s));
-    return ZO_OK;
+    zt_trainer *t = ctx;
+    zo_status st = mark(t, layer, t->open_phase, s, 1);
+    ZT_LIB(zo_engine_release(t->eng, layer, s));
+    return st;
 }
 
 static zo_status eng_grads_ready(void *ctx, int layer, zo_stream_t s)
 {
-    ZT_LIB(zo_engine_grads_ready((zo_engine_t)ctx, layer, s));
+    ZT_LIB(zo_engine_grads_ready(((zt_trainer *)ctx)->eng, layer, s));
     return ZO_OK;
 }
 
@@ -320,6 +360,8 @@ static zo_status open_engine(zt_trainer *t)
     t->setup.engine_device_bytes = t->setup.device_budget - need;
     zo_engine_config c = engine_config(t, t->dev, t->setup.engine_device_bytes);
     ZT_LIB(zo_engine_init(&t->eng, &c));
+    if (t->o.trace)
+        ZT_LIB(zo_engine_set_trace(t->eng, t->o.trace, t->o.trace_ctx));
     int n_layers = zt_engine_layers(&t->o.shape);
     t->ids = calloc((size_t)n_layers, sizeof *t->ids);
     if (!t->ids)
@@ -334,7 +376,7 @@ static zo_status open_engine(zt_trainer *t)
     ZT_LIB(zo_engine_finalize(t->eng));
     t->setup.footprint = (zo_engine_footprint)ZO_ENGINE_FOOTPRINT_INIT;
     ZT_LIB(zo_engine_footprint_get(t->eng, &t->setup.footprint));
-    zt_param_source src = {t->eng, eng_fetch, eng_release, eng_grads_ready};
+    zt_param_source src = {t, eng_fetch, eng_release, eng_grads_ready};
     t->src = src;
     return ZO_OK;
 }

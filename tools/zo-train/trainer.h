@@ -51,6 +51,8 @@ typedef struct zt_options {
     const zo_swap_fault
         *nvme_faults; /* tests: armed when the swap stores open (see zo_engine_config) */
     size_t n_nvme_faults;
+    zo_trace_fn trace; /* optional: the engine's spans, and the compute stream's layers */
+    void *trace_ctx;
 } zt_options;
 
 /* Defaults: tiny preset values are filled by the caller (zt_preset). */
