@@ -11,6 +11,7 @@
 
 #include "engine_internal.h"
 #include "zo/half.h"
+#include "zo/nvtx.h"
 #include "zo/topo.h"
 
 #define DEFAULT_CHUNK_BYTES (4u << 20)
@@ -1181,7 +1182,9 @@ static zo_status finish_step(struct zo_engine *e, step_verdict *v, int *rollback
         return st;
     }
     uint64_t t0 = zo_now_ns();
+    zo_nvtx_push("optimizer update");
     zo_status st = apply_update(e, v, rollbacks);
+    zo_nvtx_pop();
     uint64_t t1 = zo_now_ns();
     atomic_fetch_add(&e->optim_ns, t1 - t0);
     eng_trace(e, ZO_TRACK_UPDATE, 0,
@@ -1207,7 +1210,9 @@ zo_status zo_engine_end_step(zo_engine_t e, zo_step_stats *stats)
     open_step(e);
     step_verdict v;
     int rollbacks = 0;
+    zo_nvtx_push("zo_engine_end_step");
     zo_status st = finish_step(e, &v, &rollbacks);
+    zo_nvtx_pop();
     if (st < 0) return abort_step(e, st);
     close_step(e);
     fill_stats(e, &v, rollbacks, stats);

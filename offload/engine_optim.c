@@ -11,6 +11,7 @@
 
 #include "engine_internal.h"
 #include "zo/half.h"
+#include "zo/nvtx.h"
 
 /* ---- helpers over one chunk ---- */
 
@@ -384,8 +385,10 @@ static void *dpu_main(void *arg)
 {
     struct zo_engine *e = arg;
     uint64_t t0 = zo_now_ns();
+    zo_nvtx_push("delayed update");
     e->dpu_st = eng_update_all(e, e->dpu_lr, e->dpu_factor, e->dpu_step, e->dpu_parity);
     if (e->dpu_st < 0) snprintf(e->dpu_msg, sizeof e->dpu_msg, "%s", zo_last_error());
+    zo_nvtx_pop();
     uint64_t t1 = zo_now_ns();
     atomic_fetch_add(&e->optim_ns, t1 - t0);
     eng_trace(e, ZO_TRACK_UPDATE, 0, "delayed update", t0, t1, -1, 0);
@@ -485,7 +488,9 @@ static void *thread_main(void *arg)
                          e->chunks[j->chunk].layer);
         else if (!skip) {
             uint64_t t0 = zo_now_ns();
+            zo_nvtx_push(job_name(e, j));
             st = run_grad_job(e, j);
+            zo_nvtx_pop();
             uint64_t t1 = zo_now_ns();
             atomic_fetch_add(&e->optim_ns, t1 - t0);
             eng_trace(e, ZO_TRACK_HOST_JOBS, 0, job_name(e, j), t0, t1, j->chunk, 0);

@@ -20,6 +20,7 @@
 #include "checkpoint.h"
 #include "ds_config.h"
 #include "report.h"
+#include "zo/nvtx.h"
 #include "trainer.h"
 #include "zt_error.h"
 
@@ -638,7 +639,10 @@ static int maybe_save(zt_trainer *t, cli *c, int done)
 {
     if (!c->save_dir || !((c->save_every && done % c->save_every == 0) || done == c->o.steps))
         return 0;
-    return zt_ckpt_save(t, c->save_dir, c->last_saved, sizeof c->last_saved) < 0 ? -1 : 1;
+    zo_nvtx_push("checkpoint");
+    zo_status st = zt_ckpt_save(t, c->save_dir, c->last_saved, sizeof c->last_saved);
+    zo_nvtx_pop();
+    return st < 0 ? -1 : 1;
 }
 
 static int train(zt_trainer *t, cli *c, feedback *fb, float *losses, double *lrs, totals *tot)
@@ -647,7 +651,12 @@ static int train(zt_trainer *t, cli *c, feedback *fb, float *losses, double *lrs
         zo_step_stats s;
         uint64_t t0 = zt_now_ns();
         int k = i - c->start;
-        if (zt_trainer_step(t, &losses[k], &s) < 0) {
+        char name[32];
+        snprintf(name, sizeof name, "step %d", i + 1);
+        zo_nvtx_push(name);
+        zo_status st = zt_trainer_step(t, &losses[k], &s);
+        zo_nvtx_pop();
+        if (st < 0) {
             zt_progress_end(stderr, fb->tty);
             fprintf(stderr, "zo-train: step %d failed: %s\n", i + 1, zt_last_error());
             return 1;

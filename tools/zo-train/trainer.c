@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "report.h"
+#include "zo/nvtx.h"
 #include "zt_error.h"
 
 /* On a GPU, memory the budget does not see: the CUDA context's own use and
@@ -81,12 +82,16 @@ static zo_status eng_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, 
     zt_trainer *t = ctx;
     ZT_LIB(zo_engine_fetch(t->eng, layer, phase, s, p, g, n));
     t->open_phase = phase;
+    char name[32];
+    snprintf(name, sizeof name, "%s L%d", phase == ZO_PHASE_BACKWARD ? "backward" : "forward", layer);
+    zo_nvtx_push(name); /* the layer's work being enqueued */
     return mark(t, layer, phase, s, 0);
 }
 
 static zo_status eng_release(void *ctx, int layer, zo_stream_t s)
 {
     zt_trainer *t = ctx;
+    zo_nvtx_pop();
     zo_status st = mark(t, layer, t->open_phase, s, 1);
     ZT_LIB(zo_engine_release(t->eng, layer, s));
     return st;
