@@ -11,9 +11,6 @@
 
 #include "zt_error.h"
 
-/* On a GPU, memory the budget does not see: the CUDA context's own use and
- * cuBLAS's workspace. */
-#define ZT_CUDA_RESERVE (512ull << 20)
 /* Largest model whose default cpu-device budget is planned by a probe engine. */
 #define ZT_PROBE_MAX_PARAMS (256ull << 20)
 
@@ -102,7 +99,7 @@ static uint64_t largest_tensor(const zt_shape *s)
  * 4 KiB. Smaller chunks pad less (a chunk never spans two layers) and page
  * in finer steps; for the tiny preset this moves 14% fewer optimizer-state
  * bytes than chunks of a quarter block. */
-static uint64_t default_chunk_bytes(const zt_shape *s)
+uint64_t zt_default_chunk_bytes(const zt_shape *s)
 {
     uint64_t cb = largest_tensor(s) * 2; /* 16-bit */
     return (cb + 4095) / 4096 * 4096;
@@ -171,7 +168,7 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
     zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
     c.device = dev;
     c.param_dtype = o->dtype;
-    c.chunk_bytes = o->chunk_bytes ? o->chunk_bytes : default_chunk_bytes(&o->shape);
+    c.chunk_bytes = o->chunk_bytes ? o->chunk_bytes : zt_default_chunk_bytes(&o->shape);
     c.param_home = (zo_tier)o->param_home;
     c.optim_home = (zo_tier)o->optim_home;
     c.device_bytes = device_bytes;

@@ -19,6 +19,9 @@
 #include "zo/engine.h"
 
 enum { ZT_MAX_NVME_PATHS = 16 };
+/* On a GPU, device memory the budget does not see: the CUDA context's own
+ * use and cuBLAS's workspace (taken off the budget before the engine's share). */
+#define ZT_CUDA_RESERVE (512ull << 20)
 #define ZT_HOME_DEFAULT (-1)
 
 typedef struct zt_options {
@@ -94,6 +97,9 @@ zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out)
 
 /* The device's allocation high-water mark (activations and engine). */
 uint64_t zt_trainer_device_high_water(zt_trainer *t);
+
+/* The default chunk size: the largest tensor's 16-bit bytes, rounded to 4 KiB. */
+uint64_t zt_default_chunk_bytes(const zt_shape *s);
 
 /* Parse "none|cpu|nvme" into a zo_tier; "none" is the device. */
 zo_status zt_parse_home(const char *s, int *out);
