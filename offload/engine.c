@@ -138,6 +138,8 @@ zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg)
     struct zo_engine *e = calloc(1, sizeof *e);
     if (!e) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the engine");
     e->cfg = *cfg;
+    e->lr_next = e->step_lr = cfg->adam.lr;
+    e->dpu_lr = cfg->adam.lr;
     e->dev = cfg->device;
     e->cuda = (zo_device_caps(e->dev) & ZO_DEVCAP_REAL_GPU) != 0;
     e->e16 = 2;
@@ -618,6 +620,8 @@ static zo_status open_store(struct zo_engine *e, uint64_t extent, const char *su
     sc.name = name;
     sc.faults = e->cfg.nvme_faults;
     sc.nfaults = e->cfg.n_nvme_faults;
+    if (e->cfg.nvme_queue_depth) sc.queue_depth = e->cfg.nvme_queue_depth;
+    if (e->cfg.nvme_block_size) sc.block_size = e->cfg.nvme_block_size;
     return zo_swap_open(&sc, out);
 }
 
@@ -841,6 +845,18 @@ zo_swap_t zo_engine_nvme_store(zo_engine_t e) { return e ? e->swap : NULL; }
 
 zo_swap_t zo_engine_nvme_param_store(zo_engine_t e) { return e ? e->pswap : NULL; }
 
+zo_status zo_engine_set_lr(zo_engine_t e, float lr)
+{
+    if (!e) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "set_lr: NULL engine");
+    if (!isfinite(lr) || lr < 0.0f)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "set_lr: learning rate %g must be finite and >= 0",
+                       (double)lr);
+    e->lr_next = lr;
+    return ZO_OK;
+}
+
+float zo_engine_lr(zo_engine_t e) { return e ? e->lr_next : 0.0f; }
+
 double zo_engine_loss_scale(zo_engine_t e)
 {
     if (!e) return 1.0;
@@ -936,6 +952,7 @@ static void open_step(struct zo_engine *e)
 {
     if (e->step_open) return;
     e->step_open = 1;
+    e->step_lr = e->lr_next;
     e->step_t0 = zo_now_ns();
     zo_device_copy_get_stats(e->dev, &e->copy0);
     e->swap0.struct_size = sizeof e->swap0;
@@ -1096,6 +1113,7 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
     tmpl.micro = k->n_ready;
     tmpl.last = k->n_ready == e->cfg.grad_accum_steps;
     tmpl.parity = parity;
+    tmpl.lr = e->step_lr;
     tmpl.factor = zo_grad_scale_factor(0.0, (float)zo_engine_loss_scale(e), 0.0f);
     tmpl.step = e->opt_step + 1;
     eng_job *job = eng_job_new(&tmpl);
@@ -1188,7 +1206,7 @@ static zo_status apply_update(struct zo_engine *e, const step_verdict *v, int *r
         eng_discard_uncommitted(e);
     }
     if (v->overflow) return ZO_OK;
-    return eng_update_all(e, v->factor, e->opt_step + 1, parity);
+    return eng_update_all(e, e->step_lr, v->factor, e->opt_step + 1, parity);
 }
 
 static zo_status launch_dpu_update(struct zo_engine *e, const step_verdict *v)
@@ -1196,7 +1214,7 @@ static zo_status launch_dpu_update(struct zo_engine *e, const step_verdict *v)
     e->dpu_pending = 1;
     e->dpu_skip = v->overflow;
     if (v->overflow) return ZO_OK;
-    zo_status st = eng_dpu_launch(e, v->factor, e->opt_step + 1, (int)(e->steps & 1));
+    zo_status st = eng_dpu_launch(e, e->step_lr, v->factor, e->opt_step + 1, (int)(e->steps & 1));
     if (st < 0) e->dpu_pending = 0;
     return st;
 }

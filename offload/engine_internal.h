@@ -84,6 +84,7 @@ typedef struct eng_job {
     int last;             /* the step's final gradients of the chunk */
     int parity;
     int arrived;          /* the D2H finished (set from the d2h stream) */
+    float lr;             /* the learning rate of the step the gradients belong to */
     float factor;         /* the speculative update's gradient factor (overlap) */
     int64_t step;         /* ... and its Adam step */
 } eng_job;
@@ -146,6 +147,8 @@ struct zo_engine {
     zo_loss_scaler scaler;
     int64_t opt_step;     /* updates applied (Adam's step count) */
     int64_t steps;        /* end_step calls that succeeded */
+    float lr_next;        /* zo_engine_set_lr's value, taken by the next step to open */
+    float step_lr;        /* the open step's learning rate (every update of its gradients uses it) */
     int step_open;
     int dpu_pending;      /* a DPU update was launched and not yet published */
     int dpu_skip;         /* ... and it was skipped (overflow) */
@@ -153,7 +156,7 @@ struct zo_engine {
      * (which keeps taking the next step's gradients: other buffers by parity) */
     pthread_t dpu_thread;
     int dpu_running;
-    float dpu_factor;
+    float dpu_lr, dpu_factor;
     int64_t dpu_step;
     int dpu_parity;
     zo_status dpu_st;
@@ -203,12 +206,12 @@ void eng_wait_chunk_jobs(struct zo_engine *e, uint32_t c);
 zo_status eng_arrival_fn(void *arg);
 void eng_set_async_error(struct zo_engine *e, zo_status st);
 zo_status eng_take_async_error(struct zo_engine *e);
-zo_status eng_update_all(struct zo_engine *e, float factor, int64_t step, int parity);
+zo_status eng_update_all(struct zo_engine *e, float lr, float factor, int64_t step, int parity);
 void eng_restore_backups(struct zo_engine *e);
 void eng_commit(struct zo_engine *e, int updated);
 void eng_discard_uncommitted(struct zo_engine *e);
 zo_status eng_spec_drain(struct zo_engine *e);
-zo_status eng_dpu_launch(struct zo_engine *e, float factor, int64_t step, int parity);
+zo_status eng_dpu_launch(struct zo_engine *e, float lr, float factor, int64_t step, int parity);
 zo_status eng_dpu_join(struct zo_engine *e);
 zo_status eng_read_states(struct zo_engine *e, uint32_t c, float *out);
 float *eng_chunk_states(struct zo_engine *e, uint32_t c);

@@ -31,11 +31,12 @@ static void *p16_out(struct zo_engine *e, eng_chunk *k)
     return e->p16_bufs == 2 ? k->p16[1 - k->p16_cur] : k->p16[k->p16_cur];
 }
 
-static void adam_args(struct zo_engine *e, eng_chunk *k, float *st, float factor, int64_t step,
-                      int parity, zo_adam_params *p, zo_adam_buffers *b)
+static void adam_args(struct zo_engine *e, eng_chunk *k, float *st, float lr, float factor,
+                      int64_t step, int parity, zo_adam_params *p, zo_adam_buffers *b)
 {
     *p = e->cfg.adam;
     p->struct_size = sizeof *p;
+    p->lr = lr;
     p->step = step;
     p->grad_scale = factor;
     zo_adam_buffers init = ZO_ADAM_BUFFERS_INIT;
@@ -168,7 +169,7 @@ static zo_status speculate_nvme(struct zo_engine *e, uint32_t c, const eng_job *
     ZO_TRY(st);
     zo_adam_params ap;
     zo_adam_buffers b;
-    adam_args(e, &e->chunks[c], e->stage[s], j->factor, j->step, j->parity, &ap, &b);
+    adam_args(e, &e->chunks[c], e->stage[s], j->lr, j->factor, j->step, j->parity, &ap, &b);
     ZO_TRY(zo_optim_pool_adam_step(e->opool, &ap, &b));
     st = write_alternate(e, c, e->stage[s], &p->wr[s], &p->pwr[s]);
     p->wr_chunk[s] = (int)c;
@@ -191,7 +192,8 @@ zo_status eng_spec_drain(struct zo_engine *e)
 
 /* ---- the update of every chunk ---- */
 
-static zo_status update_all_resident(struct zo_engine *e, float factor, int64_t step, int parity)
+static zo_status update_all_resident(struct zo_engine *e, float lr, float factor, int64_t step,
+                                     int parity)
 {
     zo_optim_job_t *jobs = calloc(e->n_chunks, sizeof *jobs);
     if (!jobs) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %u job handles", e->n_chunks);
@@ -201,7 +203,7 @@ static zo_status update_all_resident(struct zo_engine *e, float factor, int64_t 
         eng_chunk *k = &e->chunks[queued];
         zo_adam_params p;
         zo_adam_buffers b;
-        adam_args(e, k, k->states, factor, step, parity, &p, &b);
+        adam_args(e, k, k->states, lr, factor, step, parity, &p, &b);
         st = zo_optim_pool_adam_enqueue(e->opool, &p, &b, &jobs[queued]);
         if (st < 0) break;
     }
@@ -241,7 +243,7 @@ static void pipe_read(struct zo_engine *e, nvme_pipe *pp, uint32_t c)
     if (pp->st == ZO_OK) pipe_fail(pp, read_current(e, c, e->stage[s], &pp->rd[s]));
 }
 
-static zo_status update_all_nvme(struct zo_engine *e, float factor, int64_t step, int parity)
+static zo_status update_all_nvme(struct zo_engine *e, float lr, float factor, int64_t step, int parity)
 {
     nvme_pipe pp;
     memset(&pp, 0, sizeof pp);
@@ -253,7 +255,7 @@ static zo_status update_all_nvme(struct zo_engine *e, float factor, int64_t step
         if (pp.st < 0) break;
         zo_adam_params p;
         zo_adam_buffers b;
-        adam_args(e, &e->chunks[c], e->stage[s], factor, step, parity, &p, &b);
+        adam_args(e, &e->chunks[c], e->stage[s], lr, factor, step, parity, &p, &b);
         pipe_fail(&pp, zo_optim_pool_adam_step(e->opool, &p, &b));
         if (pp.st == ZO_OK) pipe_fail(&pp, write_alternate(e, c, e->stage[s], &pp.wr[s], &pp.pwr[s]));
         if (c + ahead < n) pipe_read(e, &pp, c + ahead);
@@ -269,10 +271,10 @@ static zo_status update_all_nvme(struct zo_engine *e, float factor, int64_t step
     return ZO_OK;
 }
 
-zo_status eng_update_all(struct zo_engine *e, float factor, int64_t step, int parity)
+zo_status eng_update_all(struct zo_engine *e, float lr, float factor, int64_t step, int parity)
 {
-    if (e->swap) return update_all_nvme(e, factor, step, parity);
-    return update_all_resident(e, factor, step, parity);
+    if (e->swap) return update_all_nvme(e, lr, factor, step, parity);
+    return update_all_resident(e, lr, factor, step, parity);
 }
 
 /* ---- commit and rollback ---- */
@@ -352,7 +354,7 @@ static zo_status speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
         memcpy(k->backup, k->states, 3 * e->chunk_elems * sizeof(float));
         zo_adam_params p;
         zo_adam_buffers b;
-        adam_args(e, k, k->states, j->factor, j->step, j->parity, &p, &b);
+        adam_args(e, k, k->states, j->lr, j->factor, j->step, j->parity, &p, &b);
         ZO_TRY(zo_optim_pool_adam_step(e->opool, &p, &b));
     }
     k->spec_done = 1;
@@ -383,14 +385,15 @@ static void *dpu_main(void *arg)
 {
     struct zo_engine *e = arg;
     uint64_t t0 = zo_now_ns();
-    e->dpu_st = eng_update_all(e, e->dpu_factor, e->dpu_step, e->dpu_parity);
+    e->dpu_st = eng_update_all(e, e->dpu_lr, e->dpu_factor, e->dpu_step, e->dpu_parity);
     if (e->dpu_st < 0) snprintf(e->dpu_msg, sizeof e->dpu_msg, "%s", zo_last_error());
     atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
     return NULL;
 }
 
-zo_status eng_dpu_launch(struct zo_engine *e, float factor, int64_t step, int parity)
+zo_status eng_dpu_launch(struct zo_engine *e, float lr, float factor, int64_t step, int parity)
 {
+    e->dpu_lr = lr;
     e->dpu_factor = factor;
     e->dpu_step = step;
     e->dpu_parity = parity;

@@ -49,6 +49,7 @@
 
 #include "zo/device.h"
 #include "zo/optim.h"
+#include "zo/optim_mode.h"
 #include "zo/status.h"
 #include "zo/swap.h"
 
@@ -59,7 +60,6 @@ extern "C" {
 typedef struct zo_engine *zo_engine_t;
 
 typedef enum zo_tier { ZO_TIER_DEVICE = 0, ZO_TIER_HOST = 1, ZO_TIER_NVME = 2 } zo_tier;
-typedef enum zo_optim_mode { ZO_OPTIM_SYNC = 0, ZO_OPTIM_OVERLAP = 1, ZO_OPTIM_DPU = 2 } zo_optim_mode;
 typedef enum zo_phase { ZO_PHASE_FORWARD = 0, ZO_PHASE_BACKWARD = 1 } zo_phase;
 
 const char *zo_tier_name(zo_tier t);
@@ -98,12 +98,16 @@ typedef struct zo_engine_config {
     const zo_swap_fault *nvme_faults; /* tests: faults armed when the swap store opens (arming any,
                                  even one far in the future, lets zo_swap_set_faults re-arm later) */
     size_t n_nvme_faults;
+    uint32_t nvme_queue_depth; /* NVMe requests in flight per store (0: the swap store's default;
+                                 DeepSpeed's aio.queue_depth) */
+    uint32_t nvme_block_size; /* bytes per NVMe request, a multiple of 4096 (0: the swap store's
+                                 default; DeepSpeed's aio.block_size) */
 } zo_engine_config;
 
 #define ZO_ENGINE_CONFIG_INIT                                                                      \
     {sizeof(zo_engine_config), NULL, 0, 1, ZO_OPTIM_BF16, 0, ZO_TIER_HOST, ZO_TIER_HOST, 0, 0,     \
      NULL, 0, 0, "auto", 2, ZO_OPTIM_SYNC, 1, 0, ZO_ADAM_PARAMS_INIT, 0.0f,                       \
-     ZO_LOSS_SCALER_CONFIG_INIT, NULL, NULL, 0}
+     ZO_LOSS_SCALER_CONFIG_INIT, NULL, NULL, 0, 0, 0}
 
 /* Bytes the plan needs in each tier, computed by zo_engine_finalize (and by
  * zo_engine_plan without allocating anything). Exactly, with C = chunk_bytes,
@@ -224,6 +228,15 @@ zo_status zo_engine_end_step(zo_engine_t eng, zo_step_stats *stats);
 /* The current fp32 master weights of a tensor (numel floats), for tests and
  * checkpoints; waits for pending updates. */
 zo_status zo_engine_read_master(zo_engine_t eng, int id, float *out);
+/* The learning rate of the updates computed from the gradients of the steps
+ * that open from now on (a step opens at its first fetch): a schedule calls
+ * it before each step. A step already open keeps the rate it opened with, and
+ * its update uses that rate wherever and whenever it runs (speculatively
+ * during the backward in overlap mode, during the next step in dpu mode).
+ * lr must be finite and >= 0; the initial rate is config.adam.lr. */
+zo_status zo_engine_set_lr(zo_engine_t eng, float lr);
+/* The rate the next step will use. */
+float zo_engine_lr(zo_engine_t eng);
 /* The loss scale to multiply the loss by before backward (1 for bf16). */
 double zo_engine_loss_scale(zo_engine_t eng);
 zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *fp);

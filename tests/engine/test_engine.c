@@ -27,11 +27,13 @@ typedef struct run_cfg {
     uint64_t poison_steps; /* bit s: an infinity in layer 1's gradient at step s */
     int steps;
     int recompute_from;    /* from this step on, the backward re-runs each layer's forward first */
+    const float *lrs;      /* the learning rate of each step (zo_engine_set_lr), or NULL */
+    uint32_t nvme_block_size, nvme_queue_depth;
 } run_cfg;
 
 static run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
-    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_OPTIM_BF16, 0, STEPS, INT_MAX};
+    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_OPTIM_BF16, 0, STEPS, INT_MAX, NULL, 0, 0};
     return c;
 }
 
@@ -94,6 +96,8 @@ static zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nf
     c.loss_scaler.loss_scale_window = 5;
     c.nvme_faults = faults;
     c.n_nvme_faults = nfaults;
+    c.nvme_block_size = h->rc.nvme_block_size;
+    c.nvme_queue_depth = h->rc.nvme_queue_depth;
     ZO_TRY(zo_engine_init(&h->eng, &c));
     float *init[TM_T];
     for (int k = 0; k < TM_T; k++) init[k] = malloc(tm_numel(k) * sizeof(float));
@@ -227,6 +231,7 @@ static void run(const run_cfg *rc, run_out *o)
     o->fp.struct_size = sizeof o->fp;
     ZO_ASSERT_OK(zo_engine_footprint_get(h.eng, &o->fp));
     for (int s = 0; s < rc->steps; s++) {
+        if (rc->lrs) ZO_ASSERT_OK(zo_engine_set_lr(h.eng, rc->lrs[s]));
         ZO_ASSERT_OK(train_step(&h, s, &o->losses[s], &o->stats[s]));
         if (getenv("TM_DEBUG")) fprintf(stderr, "step %d loss %.6g norm %.6g ovf %d scale %g rb %d\n", s, o->losses[s], o->stats[s].grad_norm, o->stats[s].overflow, o->stats[s].loss_scale, o->stats[s].rollbacks);
         check_budgets(&h, &o->stats[s], &o->fp);
@@ -450,6 +455,78 @@ static void test_dpu_matches_stale_reference(void **state)
     assert_true(memcmp(s.master[0], r.master[0], tm_numel(0) * sizeof(float)) != 0);
     tm_ref_free(&s);
     tm_ref_free(&r);
+}
+
+/* A learning rate per step (a schedule, with a zero rate on the first step
+ * as DeepSpeed's WarmupCosineLR gives) in every mode and placement, against
+ * the reference updated with the same rates; a rate set in the middle of a
+ * step applies from the next one. */
+static void test_learning_rate_per_step(void **state)
+{
+    (void)state;
+    float lrs[STEPS];
+    for (int s = 0; s < STEPS; s++) lrs[s] = s == 0 ? 0.0f : 2e-2f / (float)(1 + s % 7);
+    const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE},
+                                {ZO_TIER_HOST, ZO_TIER_HOST},
+                                {ZO_TIER_HOST, ZO_TIER_NVME},
+                                {ZO_TIER_NVME, ZO_TIER_NVME}};
+    zo_adam_params hp = test_adam();
+    for (int dpu = 0; dpu < 2; dpu++) {
+        tm_ref r;
+        tm_ref_init(&r, ZO_OPTIM_BF16);
+        tm_ref_train_lrs(&r, &hp, STEPS, 1, dpu, lrs);
+        for (int i = 0; i < 4; i++)
+            for (int mode = 0; mode < (dpu ? 1 : 2); mode++) {
+                run_cfg c = base_cfg(homes[i][0], homes[i][1],
+                                     dpu ? ZO_OPTIM_DPU : mode ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC);
+                c.lrs = lrs;
+                run_out o;
+                run(&c, &o);
+                assert_matches_reference(&o, &r, STEPS);
+                run_out_free(&o);
+            }
+        tm_ref_free(&r);
+    }
+    /* a constant rate differs from the schedule (the rates are used) */
+    tm_ref k;
+    tm_ref_init(&k, ZO_OPTIM_BF16);
+    tm_ref_train(&k, &hp, STEPS, 1, 0);
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    c.lrs = lrs;
+    run_out o;
+    run(&c, &o);
+    assert_true(memcmp(o.master[0], k.master[0], tm_numel(0) * sizeof(float)) != 0);
+    run_out_free(&o);
+    tm_ref_free(&k);
+    /* mid-step: the open step keeps its rate */
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    assert_true(zo_engine_lr(h.eng) == hp.lr);
+    ZO_ASSERT_OK(zo_engine_set_lr(h.eng, 0.0f)); /* step 0 runs at 0: the weights stay */
+    float *before[TM_T], *after[TM_T];
+    read_masters(&h, before);
+    ZO_ASSERT_OK(enqueue(&h, tm_input, &(tm_input_arg){h.a, 0, 0}, sizeof(tm_input_arg)));
+    ZO_ASSERT_OK(forward_layer(&h, 0));
+    ZO_ASSERT_OK(zo_engine_set_lr(h.eng, 1.0f)); /* for step 1 */
+    for (int l = 1; l < TM_L; l++) ZO_ASSERT_OK(forward_layer(&h, l));
+    ZO_ASSERT_OK(enqueue(&h, tm_loss, &(tm_loss_arg){h.a, 1.0f}, sizeof(tm_loss_arg)));
+    for (int l = TM_L - 1; l >= 0; l--) ZO_ASSERT_OK(backward_layer(&h, l, 0, 0));
+    zo_step_stats st = ZO_STEP_STATS_INIT;
+    ZO_ASSERT_OK(zo_engine_end_step(h.eng, &st));
+    read_masters(&h, after);
+    for (int k2 = 0; k2 < TM_T; k2++) {
+        /* AdamW at lr 0 neither moves nor decays the weights */
+        assert_memory_equal(before[k2], after[k2], tm_numel(k2) * sizeof(float));
+        free(before[k2]);
+        free(after[k2]);
+    }
+    assert_true(zo_engine_lr(h.eng) == 1.0f);
+    ZO_ASSERT_ST(zo_engine_set_lr(h.eng, -1.0f), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_engine_set_lr(h.eng, NAN), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_engine_set_lr(NULL, 1.0f), ZO_ERR_INVALID_ARG);
+    assert_true(zo_engine_lr(h.eng) == 1.0f);
+    harness_close(&h);
 }
 
 static void expect_refusal(const run_cfg *rc, zo_status want, const char *tier)
@@ -813,6 +890,55 @@ static void test_step_statistics(void **state)
     }
 }
 
+/* The NVMe requests of finalize's initial placement (one extent written per chunk). */
+static uint64_t nvme_requests_at_finalize(const run_cfg *rc, uint32_t *n_chunks)
+{
+    harness h;
+    harness_open(&h, rc);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    zo_swap_stats ss = ZO_SWAP_STATS_INIT;
+    ZO_ASSERT_OK(zo_swap_get_stats(zo_engine_nvme_store(h.eng), &ss));
+    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+    ZO_ASSERT_OK(zo_engine_footprint_get(h.eng, &fp));
+    *n_chunks = fp.n_chunks;
+    harness_close(&h);
+    return ss.requests;
+}
+
+/* The NVMe request size and depth (DeepSpeed's aio.block_size and
+ * aio.queue_depth) reach the swap store: 4 KiB requests split each extent's
+ * write into many; a block size the store refuses fails finalize naming it;
+ * the results do not depend on them. */
+static void test_nvme_request_knobs(void **state)
+{
+    (void)state;
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    uint32_t nc;
+    uint64_t big = nvme_requests_at_finalize(&c, &nc);
+    c.nvme_block_size = 4096;
+    c.nvme_queue_depth = 2;
+    uint64_t small = nvme_requests_at_finalize(&c, &nc);
+    /* an extent's payload is master, m and v of a chunk: 6 x 8 KiB, one request under the
+     * default 1 MiB, twelve of 4 KiB */
+    assert_true(big >= nc);
+    assert_int_equal(small - big, (uint64_t)nc * (6 * CHUNK / 4096 - 1));
+    c.steps = 4;
+    run_out a, b;
+    run(&c, &a);
+    run_cfg d = base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    d.steps = 4;
+    run(&d, &b);
+    assert_same_weights(&a, &b, 4);
+    run_out_free(&a);
+    run_out_free(&b);
+    c.nvme_block_size = 5000;
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_ST(make_engine(&h, NULL, 0), ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "block_size 5000"));
+    harness_close(&h);
+}
+
 /* On a slow emulated link with no prefetch, the compute stream waits for
  * every chunk: the stall time says so. */
 static void test_stall_is_measured(void **state)
@@ -843,11 +969,13 @@ int main(void)
         cmocka_unit_test(test_overlap_with_clipping_equals_sync),
         cmocka_unit_test(test_overlap_with_overflow_equals_sync),
         cmocka_unit_test(test_dpu_matches_stale_reference),
+        cmocka_unit_test(test_learning_rate_per_step),
         cmocka_unit_test(test_impossible_plans_are_refused_up_front),
         cmocka_unit_test(test_nvme_fault_during_step),
         cmocka_unit_test(test_stream_task_fault_during_step),
         cmocka_unit_test(test_prefetch_and_belady_eviction),
         cmocka_unit_test(test_step_statistics),
+        cmocka_unit_test(test_nvme_request_knobs),
         cmocka_unit_test(test_stall_is_measured),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
