@@ -135,7 +135,7 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static uint64_t largest_tensor(const zt_shape *s)
+uint64_t zt_largest_tensor(const zt_shape *s)
 {
     uint64_t mx = 0;
     for (int l = 0; l < zt_engine_layers(s); l++)
@@ -151,7 +151,7 @@ static uint64_t largest_tensor(const zt_shape *s)
  * bytes than chunks of a quarter block. */
 uint64_t zt_default_chunk_bytes(const zt_shape *s)
 {
-    uint64_t cb = largest_tensor(s) * 2; /* 16-bit */
+    uint64_t cb = zt_largest_tensor(s) * 2; /* 16-bit */
     return (cb + 4095) / 4096 * 4096;
 }
 
@@ -246,11 +246,11 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
 static zo_status register_model(zo_engine_t eng, const zt_options *o, int **ids)
 {
     const zt_shape *s = &o->shape;
-    float *buf = malloc(largest_tensor(s) * sizeof *buf);
+    float *buf = malloc(zt_largest_tensor(s) * sizeof *buf);
     if (!buf)
         return zt_fail(ZO_ERR_NO_MEMORY, "initial values of the largest tensor");
     if (!ids)
-        memset(buf, 0, largest_tensor(s) * sizeof *buf);
+        memset(buf, 0, zt_largest_tensor(s) * sizeof *buf);
     zo_status st = ZO_OK;
     for (int l = 0; st >= 0 && l < zt_engine_layers(s); l++)
         for (int i = 0; st >= 0 && i < zt_layer_tensors(s, l); i++) {

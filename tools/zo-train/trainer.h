@@ -99,6 +99,8 @@ zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out)
 /* The device's allocation high-water mark (activations and engine). */
 uint64_t zt_trainer_device_high_water(zt_trainer *t);
 
+/* The element count of the model's largest tensor. */
+uint64_t zt_largest_tensor(const zt_shape *s);
 /* The default chunk size: the largest tensor's 16-bit bytes, rounded to 4 KiB. */
 uint64_t zt_default_chunk_bytes(const zt_shape *s);
 
