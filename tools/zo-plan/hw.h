@@ -49,8 +49,9 @@ zo_status zp_read_bench_json(const char *path, zp_speeds *sp, zp_speed_sources *
  * device, NVMe reads and writes through a swap store in nvme_dir (skipped
  * when NULL), CPU Adam through the optimizer pool with the engine's thread
  * count, the device's GEMM rate at the model's shapes (zo_op_gemm), and the
- * rate of the model's own layers (a training micro-batch of the model cut
- * to one and two blocks, on the cpu device with fewer sequences).
+ * rate of the model's own layers (training micro-batches of the whole
+ * model, or of the model cut to one and three blocks, on the cpu device
+ * with fewer sequences).
  * Speeds already set stay. */
 zo_status zp_measure(const zp_hardware *hw, const zp_job *job, const char *nvme_dir, zp_speeds *sp,
                      zp_speed_sources *src);

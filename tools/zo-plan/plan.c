@@ -419,7 +419,11 @@ static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, cons
     double rate = sp->model_flops > 0 ? sp->model_flops : sp->flops;
     uint64_t state_r = p->optim_home == ZO_TIER_NVME ? 6 * p->fp.chunk_bytes * p->fp.n_chunks : 0;
     double nvme_fetch = (double)(p->nvme_read_bytes - state_r) / sp->nvme_read;
-    double nvme_optim = (double)state_r / sp->nvme_read + (double)p->nvme_write_bytes / sp->nvme_write;
+    /* the update reads the next chunks' states while it writes the last
+     * ones: reads and writes overlap, but together move no faster than the
+     * faster of the two alone */
+    double rd = (double)state_r / sp->nvme_read, wr = (double)p->nvme_write_bytes / sp->nvme_write;
+    double nvme_optim = fmax(fmax(rd, wr), (double)(state_r + p->nvme_write_bytes) / fmax(sp->nvme_read, sp->nvme_write));
     double *t = p->seconds;
     t[ZP_BN_COMPUTE] = device_flops / rate;
     t[ZP_BN_H2D] = (double)p->h2d_bytes / sp->h2d;

@@ -16,7 +16,9 @@
  *            eviction over the step's fetch order) / host->device bandwidth
  *   d2h      16-bit gradients of every micro-batch / device->host bandwidth
  *   nvme     optimizer states read and written (and 16-bit parameters when
- *            they live there) / NVMe read and write bandwidth
+ *            they live there) / NVMe read and write bandwidth; the update's
+ *            reads and writes overlap, together no faster than the faster
+ *            direction alone
  *   optim    parameters / CPU Adam parameters per second
  * On a GPU the links, the NVMe queue and the CPU run beside the compute
  * stream: in sync mode the step is the slowest of compute and the links
