@@ -23,6 +23,7 @@
 #include "hw.h"
 #include "plan.h"
 #include "trainer.h"
+#include "plan_test_util.h"
 #include "zo_test.h"
 #include "zt_error.h"
 
@@ -34,7 +35,6 @@
  * shared with other jobs, the assertion allows more (the figures print). */
 #define TIME_BOUND 0.6
 
-static char g_dir[256];
 
 typedef struct job_cfg {
     const char *name;
@@ -365,24 +365,6 @@ static void test_70b_allocates_nothing_in_proportion(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
-/* ---- set-up ---- */
-
-static int make_dir(void **state)
-{
-    (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/zo-plan-test-XXXXXX", base && *base ? base : "/tmp");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int remove_dir(void **state)
-{
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 /* "time" runs the step-time comparison (slow: it trains and measures);
  * anything else, the memory and 70B tests. */
 int main(int argc, char **argv)
@@ -395,6 +377,6 @@ int main(int argc, char **argv)
     };
     const struct CMUnitTest time[] = {cmocka_unit_test(test_time)};
     if (argc > 1 && strcmp(argv[1], "time") == 0)
-        return cmocka_run_group_tests(time, make_dir, remove_dir);
-    return cmocka_run_group_tests(memory, make_dir, remove_dir);
+        return cmocka_run_group_tests(time, plan_test_make_dir, plan_test_remove_dir);
+    return cmocka_run_group_tests(memory, plan_test_make_dir, plan_test_remove_dir);
 }

@@ -371,12 +371,21 @@ static const char *B(char *buf, uint64_t b)
     return zt_fmt_bytes(buf, 32, b);
 }
 
+static int shape_overridden(const cli *c)
+{
+    for (int i = 0; i < 5; i++)
+        if (c->shape_flags[i])
+            return 1;
+    return 0;
+}
+
 static void print_header(const cli *c, const result *r)
 {
     const zt_shape *s = &c->job.shape;
     char a[32], b[32], d[32];
-    printf("zo-plan: %s, %.2fM parameters (dim %d, %d layers, %d heads, ffn %d, vocab %d), %s\n",
-           c->hf_config ? c->hf_config : c->preset, zt_shape_n_params(s) / 1e6, s->dim, s->n_layers,
+    printf("zo-plan: %s%s, %.2fM parameters (dim %d, %d layers, %d heads, ffn %d, vocab %d), %s\n",
+           c->hf_config ? c->hf_config : c->preset, shape_overridden(c) ? " with shape flags" : "",
+           zt_shape_n_params(s) / 1e6, s->dim, s->n_layers,
            s->n_heads, s->ffn_dim, s->vocab, c->job.dtype == ZO_OPTIM_FP16 ? "fp16" : "bf16");
     if (c->model_note[0])
         printf("  note: %s\n", c->model_note);
@@ -389,7 +398,7 @@ static void print_header(const cli *c, const result *r)
     printf("  host: %s for pinned + pageable (%s; %d NUMA node(s), %d cores)%s%s\n",
            B(b, r->hw.host_bytes), r->facts.host_how, r->facts.numa_nodes, r->facts.cores,
            r->hw.pinned_max ? ", pinned at most " : "", r->hw.pinned_max ? B(d, r->hw.pinned_max) : "");
-    printf("  nvme: %s over %d path(s) (%s)\n", B(a, r->hw.nvme_bytes), c->req.n_nvme_paths,
+    printf("  nvme: %s over %d path(s) (%s)\n", B(a, r->hw.nvme_bytes), r->hw.n_nvme_paths,
            r->facts.nvme_how);
     printf("  speeds: h2d %.2f GB/s, d2h %.2f GB/s (%s); nvme read %.2f, write %.2f GB/s (%s); CPU Adam "
            "%.3f Gparams/s (%s); device %.2f TFLOPS (%s)\n",
@@ -565,9 +574,10 @@ static json_t *json_inputs(const cli *c, const result *r)
     }
     json_object_set_new(speeds, "sources", sources);
     return json_pack(
-        "{s:{s:s,s:I,s:i,s:i,s:i,s:i,s:i,s:s,s:s},s:{s:i,s:i,s:i,s:s},s:{s:s,s:s,s:I,s:I,s:I,s:I,s:I,"
+        "{s:{s:s,s:b,s:I,s:i,s:i,s:i,s:i,s:i,s:s,s:s},s:{s:i,s:i,s:i,s:s},s:{s:s,s:s,s:I,s:I,s:I,s:I,s:I,"
         "s:i,s:I,s:i,s:i},s:o}",
-        "model", "source", c->hf_config ? c->hf_config : c->preset, "params",
+        "model", "source", c->hf_config ? c->hf_config : c->preset, "shape_flags",
+        shape_overridden(c), "params",
         (json_int_t)zt_shape_n_params(s), "vocab", s->vocab, "dim", s->dim, "layers", s->n_layers,
         "heads", s->n_heads, "ffn", s->ffn_dim, "dtype", c->job.dtype == ZO_OPTIM_FP16 ? "fp16" : "bf16",
         "note", c->model_note, "job", "seq", c->job.seq, "micro_batch", c->job.micro_batch,
