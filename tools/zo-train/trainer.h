@@ -12,6 +12,7 @@
 #ifndef ZT_TRAINER_H
 #define ZT_TRAINER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "data.h"
@@ -98,8 +99,16 @@ zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out)
 /* The device's allocation high-water mark (activations and engine). */
 uint64_t zt_trainer_device_high_water(zt_trainer *t);
 
+/* The element count of the model's largest tensor. */
+uint64_t zt_largest_tensor(const zt_shape *s);
 /* The default chunk size: the largest tensor's 16-bit bytes, rounded to 4 KiB. */
 uint64_t zt_default_chunk_bytes(const zt_shape *s);
+
+/* "123", "64K", "512MiB", "24GiB", "1.5GB" into bytes: K/M/G/T and
+ * KiB..TiB are powers of 1024, KB..TB powers of 1000. -1 when malformed. */
+int zt_parse_bytes(const char *s, uint64_t *out);
+/* "1.5 GiB" (one decimal, powers of 1024) into buf; returns buf. */
+const char *zt_fmt_bytes(char *buf, size_t cap, uint64_t b);
 
 /* Parse "none|cpu|nvme" into a zo_tier; "none" is the device. */
 zo_status zt_parse_home(const char *s, int *out);
