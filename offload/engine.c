@@ -516,7 +516,7 @@ static zo_status host_alloc(struct zo_engine *e, uint64_t bytes, float **out)
     return ZO_OK;
 }
 
-static void cast16(zo_optim_dtype t, const float *src, void *dst, size_t n)
+void eng_cast16(zo_optim_dtype t, const float *src, void *dst, size_t n)
 {
     uint16_t *d = dst;
     for (size_t i = 0; i < n; i++)
@@ -666,7 +666,7 @@ static zo_status place_initial_states(struct zo_engine *e)
         fill_master(e, c, st);
         for (int b = 0; b < e->p16_bufs; b++) {
             memset(k->p16[b], 0, e->chunk_bytes);
-            cast16(e->cfg.param_dtype, st, k->p16[b], k->n_elems);
+            eng_cast16(e->cfg.param_dtype, st, k->p16[b], k->n_elems);
         }
         if (e->swap) {
             k->gen[0] = 1;
@@ -675,7 +675,7 @@ static zo_status place_initial_states(struct zo_engine *e)
         if (e->pswap) {
             void *p16 = (char *)e->stage[0] + e->state_extent_bytes;
             memset(p16, 0, e->chunk_bytes);
-            cast16(e->cfg.param_dtype, st, p16, k->n_elems);
+            eng_cast16(e->cfg.param_dtype, st, p16, k->n_elems);
             k->pgen[0] = 1;
             ZO_TRY(zo_swap_write(e->pswap, k->pext[0], p16, e->chunk_bytes, k->pgen[0]));
         }
@@ -701,6 +701,7 @@ static zo_status start_pool(struct zo_engine *e)
     } else {
         n = 0;
     }
+    eng_trace_pool(e, &oc);
     oc.nthreads = e->cfg.optim_threads;
     if (oc.nthreads <= 0) oc.nthreads = (int)zo_env_int("ZO_OPTIM_THREADS", n > 0 ? n : 1, 1, 1024);
     ZO_LOGI(ENG_SUBSYS, "optimizer: %d worker thread(s) on NUMA node %d (%d core(s))", oc.nthreads, pl.node, n);
@@ -971,7 +972,9 @@ static void open_step(struct zo_engine *e)
 
 typedef struct busy_arg {
     struct zo_engine *e;
-    int which;
+    int which; /* 0 h2d, 1 d2h, 2 compute stalled */
+    int chunk;
+    uint64_t bytes;
 } busy_arg;
 
 static zo_status busy_begin(void *arg)
@@ -983,27 +986,32 @@ static zo_status busy_begin(void *arg)
 
 static zo_status busy_end(void *arg)
 {
+    static const char *const names[3] = {"h2d", "d2h", "wait for parameters"};
+    static const zo_trace_track tracks[3] = {ZO_TRACK_H2D, ZO_TRACK_D2H, ZO_TRACK_COMPUTE};
     busy_arg *b = arg;
-    atomic_fetch_add(&b->e->busy_ns[b->which], zo_now_ns() - atomic_load(&b->e->busy_t0[b->which]));
+    uint64_t t1 = zo_now_ns(), t0 = atomic_load(&b->e->busy_t0[b->which]);
+    atomic_fetch_add(&b->e->busy_ns[b->which], t1 - t0);
+    eng_trace(b->e, tracks[b->which], 0, names[b->which], t0, t1, b->chunk, b->bytes);
     return ZO_OK;
 }
 
 /* A copy on one of the engine's streams, bracketed by tasks that add its
  * duration to the stream's busy time. */
-zo_status eng_timed_copy(struct zo_engine *e, int d2h, void *dst, const void *src, size_t n)
+zo_status eng_timed_copy(struct zo_engine *e, int d2h, uint32_t chunk, void *dst, const void *src,
+                         size_t n)
 {
     zo_stream_t s = d2h ? e->d2h : e->h2d;
-    busy_arg b = {e, d2h};
+    busy_arg b = {e, d2h, (int)chunk, n};
     ZO_TRY(zo_stream_enqueue(s, busy_begin, &b, sizeof b));
     ZO_TRY(d2h ? zo_memcpy_d2h_async(s, dst, src, n) : zo_memcpy_h2d_async(s, dst, src, n));
     return zo_stream_enqueue(s, busy_end, &b, sizeof b);
 }
 
 /* Make compute wait for ev, timing the wait when the data is not there yet. */
-static zo_status compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t ev)
+static zo_status compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t ev, uint32_t chunk)
 {
     if (zo_event_query(ev) != ZO_NOT_READY) return zo_stream_wait_event(compute, ev);
-    busy_arg b = {e, 2};
+    busy_arg b = {e, 2, (int)chunk, 0};
     ZO_TRY(zo_stream_enqueue(compute, busy_begin, &b, sizeof b));
     ZO_TRY(zo_stream_wait_event(compute, ev));
     return zo_stream_enqueue(compute, busy_end, &b, sizeof b);
@@ -1041,7 +1049,7 @@ static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_
     }
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         eng_chunk *k = &e->chunks[L->first_chunk + i];
-        ZO_TRY(compute_wait(e, compute, e->pslots[k->slot].ready));
+        ZO_TRY(compute_wait(e, compute, e->pslots[k->slot].ready, L->first_chunk + i));
         if (phase == ZO_PHASE_BACKWARD) ZO_TRY(take_grad_slot(e, L->first_chunk + i, compute));
     }
     for (int i = 0; i < L->n_tensors; i++) {
@@ -1104,7 +1112,7 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
     eng_gslot *g = &e->gslots[k->grad_slot];
     ZO_TRY(zo_event_record(k->computed, compute));
     ZO_TRY(zo_stream_wait_event(e->d2h, k->computed));
-    ZO_TRY(eng_timed_copy(e, 1, k->g16[parity], g->ptr, k->n_elems * e->e16));
+    ZO_TRY(eng_timed_copy(e, 1, c, k->g16[parity], g->ptr, k->n_elems * e->e16));
     ZO_TRY(zo_event_record(g->drained, e->d2h));
     g->busy = 0;
     k->grad_slot = -1;
@@ -1181,7 +1189,7 @@ static zo_status judge_gradients(struct zo_engine *e, step_verdict *v)
 }
 
 /* Publish committed 16-bit parameters to the device. */
-static zo_status publish(struct zo_engine *e)
+zo_status eng_publish(struct zo_engine *e)
 {
     if (e->cfg.param_home == ZO_TIER_DEVICE) {
         for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(eng_load_slot(e, c, (uint32_t)e->chunks[c].slot));
@@ -1293,7 +1301,7 @@ static zo_status finish_step(struct zo_engine *e, step_verdict *v, int *rollback
             eng_commit(e, !e->dpu_skip);
             if (!e->dpu_skip) e->opt_step++;
             e->dpu_pending = 0;
-            ZO_TRY(publish(e));
+            ZO_TRY(eng_publish(e));
         }
         zo_status st = launch_dpu_update(e, v);
         if (st < 0) e->scaler = saved;
@@ -1301,14 +1309,21 @@ static zo_status finish_step(struct zo_engine *e, step_verdict *v, int *rollback
     }
     uint64_t t0 = zo_now_ns();
     zo_status st = apply_update(e, v, rollbacks);
-    atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
+    uint64_t t1 = zo_now_ns();
+    atomic_fetch_add(&e->optim_ns, t1 - t0);
+    eng_trace(e, ZO_TRACK_UPDATE, 0,
+              *rollbacks                            ? "rollback and update"
+              : e->cfg.mode == ZO_OPTIM_OVERLAP     ? "validate speculative update"
+              : v->overflow                         ? "skip update (overflow)"
+                                                    : "update",
+              t0, t1, -1, 0);
     if (st < 0) {
         e->scaler = saved;
         return st;
     }
     eng_commit(e, !v->overflow);
     if (!v->overflow) e->opt_step++;
-    return publish(e);
+    return eng_publish(e);
 }
 
 zo_status zo_engine_end_step(zo_engine_t e, zo_step_stats *stats)

@@ -67,25 +67,24 @@ static zo_status timed_swap_wait(struct zo_engine *e, zo_swap_io_t io)
 static zo_status read_current(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io)
 {
     eng_chunk *k = &e->chunks[c];
-    return zo_swap_read_async(e->swap, k->ext[k->ext_cur], buf, e->state_extent_bytes,
-                              k->gen[k->ext_cur], NULL, NULL, io);
+    return eng_swap_async(e, 0, 0, c, k->ext[k->ext_cur], buf, e->state_extent_bytes,
+                          k->gen[k->ext_cur], io);
 }
 
 /* Write the updated states (and, when they live on NVMe, the new 16-bit
  * parameters from the stage's tail) to the alternate extents. */
-static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
-                                 zo_swap_io_t *pio)
+zo_status eng_write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
+                              zo_swap_io_t *pio)
 {
     eng_chunk *k = &e->chunks[c];
     int alt = 1 - k->ext_cur;
     k->gen[alt] = k->gen[k->ext_cur] + 1;
-    ZO_TRY(zo_swap_write_async(e->swap, k->ext[alt], buf, e->state_extent_bytes, k->gen[alt], NULL,
-                               NULL, io));
+    ZO_TRY(eng_swap_async(e, 1, 0, c, k->ext[alt], buf, e->state_extent_bytes, k->gen[alt], io));
     if (!e->pswap) return ZO_OK;
     int palt = 1 - k->pext_cur;
     k->pgen[palt] = k->pgen[k->pext_cur] + 1;
-    return zo_swap_write_async(e->pswap, k->pext[palt], buf + 3 * e->chunk_elems, e->chunk_bytes,
-                               k->pgen[palt], NULL, NULL, pio);
+    return eng_swap_async(e, 1, 1, c, k->pext[palt], buf + 3 * e->chunk_elems, e->chunk_bytes,
+                          k->pgen[palt], pio);
 }
 
 /* ---- the speculative pipeline (overlap mode, states on NVMe) ---- */
@@ -171,7 +170,7 @@ static zo_status speculate_nvme(struct zo_engine *e, uint32_t c, const eng_job *
     zo_adam_buffers b;
     adam_args(e, &e->chunks[c], e->stage[s], j->lr, j->factor, j->step, j->parity, &ap, &b);
     ZO_TRY(zo_optim_pool_adam_step(e->opool, &ap, &b));
-    st = write_alternate(e, c, e->stage[s], &p->wr[s], &p->pwr[s]);
+    st = eng_write_alternate(e, c, e->stage[s], &p->wr[s], &p->pwr[s]);
     p->wr_chunk[s] = (int)c;
     return st;
 }
@@ -257,7 +256,7 @@ static zo_status update_all_nvme(struct zo_engine *e, float lr, float factor, in
         zo_adam_buffers b;
         adam_args(e, &e->chunks[c], e->stage[s], lr, factor, step, parity, &p, &b);
         pipe_fail(&pp, zo_optim_pool_adam_step(e->opool, &p, &b));
-        if (pp.st == ZO_OK) pipe_fail(&pp, write_alternate(e, c, e->stage[s], &pp.wr[s], &pp.pwr[s]));
+        if (pp.st == ZO_OK) pipe_fail(&pp, eng_write_alternate(e, c, e->stage[s], &pp.wr[s], &pp.pwr[s]));
         if (c + ahead < n) pipe_read(e, &pp, c + ahead);
     }
     for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
@@ -387,7 +386,9 @@ static void *dpu_main(void *arg)
     uint64_t t0 = zo_now_ns();
     e->dpu_st = eng_update_all(e, e->dpu_lr, e->dpu_factor, e->dpu_step, e->dpu_parity);
     if (e->dpu_st < 0) snprintf(e->dpu_msg, sizeof e->dpu_msg, "%s", zo_last_error());
-    atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
+    uint64_t t1 = zo_now_ns();
+    atomic_fetch_add(&e->optim_ns, t1 - t0);
+    eng_trace(e, ZO_TRACK_UPDATE, 0, "delayed update", t0, t1, -1, 0);
     return NULL;
 }
 
@@ -456,6 +457,12 @@ static int wait_arrival(struct zo_engine *e, eng_job *j)
     return 0;
 }
 
+static const char *job_name(const struct zo_engine *e, const eng_job *j)
+{
+    if (!j->last) return "accumulate gradients";
+    return e->cfg.mode == ZO_OPTIM_OVERLAP ? "gradient norm + speculative update" : "gradient norm";
+}
+
 static void *thread_main(void *arg)
 {
     struct zo_engine *e = arg;
@@ -479,7 +486,9 @@ static void *thread_main(void *arg)
         else if (!skip) {
             uint64_t t0 = zo_now_ns();
             st = run_grad_job(e, j);
-            atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
+            uint64_t t1 = zo_now_ns();
+            atomic_fetch_add(&e->optim_ns, t1 - t0);
+            eng_trace(e, ZO_TRACK_HOST_JOBS, 0, job_name(e, j), t0, t1, j->chunk, 0);
         }
         if (st < 0) eng_set_async_error(e, st);
         pthread_mutex_lock(&e->mu);

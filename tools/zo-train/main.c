@@ -16,12 +16,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
+#include "ds_config.h"
 #include "trainer.h"
 #include "zt_error.h"
 
 #ifndef ZT_DEFAULT_DATA
 #define ZT_DEFAULT_DATA "tools/zo-train/data/shakespeare.txt"
 #endif
+
+enum { ZT_MAX_SETS = 64 };
 
 typedef struct cli {
     zt_options o;
@@ -30,6 +34,15 @@ typedef struct cli {
     int json;
     int log_every;
     char data_buf[PATH_MAX], swap_buf[PATH_MAX];
+    const char *config_path;         /* --config */
+    const char *sets[ZT_MAX_SETS];   /* --set KEY=VALUE */
+    int n_sets;
+    int steps_given, nvme_given;     /* flags that replace what the config said */
+    zo_train_config ds;              /* the resolved config (its paths are pointed to) */
+    const char *save_dir, *resume, *init_weights;
+    int save_every;
+    int start;                       /* steps done before this process (a resumed run) */
+    char resumed_from[PATH_MAX], last_saved[PATH_MAX];
 } cli;
 
 static void usage(FILE *f)
@@ -70,6 +83,22 @@ static void usage(FILE *f)
         "                         zo-train-swap directory next to the executable)\n"
         "  --optimizer-mode sync|overlap|dpu   (default sync)\n"
         "  --chunk-bytes BYTES    engine chunk size (default: the largest tensor)\n"
+        "config:\n"
+        "  --config FILE          a DeepSpeed-style JSON config (batch sizes, optimizer, scheduler,\n"
+        "                         fp16/bf16, gradient_clipping, zero_optimization offload, aio, and\n"
+        "                         a zoffload section); flags given as well override it\n"
+        "  --set KEY=VALUE        override one config key, e.g. --set scheduler.type=WarmupLR\n"
+        "                         (repeatable; needs --config)\n"
+        "checkpoints:\n"
+        "  --save DIR             save checkpoints in DIR (DIR/step-N: model.safetensors with\n"
+        "                         Hugging Face LLaMA names, optimizer.safetensors,\n"
+        "                         trainer_state.json; DIR/latest names the newest), at the end\n"
+        "                         and every --save-every steps\n"
+        "  --save-every N         also save every N steps (default: only at the end)\n"
+        "  --resume PATH          continue from a checkpoint (a DIR given to --save, or one of its\n"
+        "                         step-N directories); --steps is the total to reach\n"
+        "  --init-weights FILE    start from the weights of a safetensors file with Hugging Face\n"
+        "                         LLaMA names (F32, BF16 or F16), e.g. a model.safetensors\n"
         "output:\n"
         "  --log-every N          a progress line on stderr every N steps (default 10)\n"
         "  --json                 print the summary as one JSON object\n"
@@ -132,6 +161,12 @@ enum {
     OPT_CHUNK,
     OPT_LOG,
     OPT_JSON,
+    OPT_CONFIG,
+    OPT_SET,
+    OPT_SAVE,
+    OPT_SAVE_EVERY,
+    OPT_RESUME,
+    OPT_INIT,
     OPT_HELP
 };
 
@@ -162,6 +197,12 @@ static const struct option long_opts[] = {
     {"chunk-bytes", required_argument, 0, OPT_CHUNK},
     {"log-every", required_argument, 0, OPT_LOG},
     {"json", no_argument, 0, OPT_JSON},
+    {"config", required_argument, 0, OPT_CONFIG},
+    {"set", required_argument, 0, OPT_SET},
+    {"save", required_argument, 0, OPT_SAVE},
+    {"save-every", required_argument, 0, OPT_SAVE_EVERY},
+    {"resume", required_argument, 0, OPT_RESUME},
+    {"init-weights", required_argument, 0, OPT_INIT},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -196,6 +237,7 @@ static int parse_int_opt(int opt, const char *arg, cli *c)
     case OPT_ACCUM: c->o.grad_accum = (int)v; break;
     case OPT_VAL: c->o.val_batches = (int)v; break;
     case OPT_LOG: c->log_every = (int)v; break;
+    case OPT_SAVE_EVERY: c->save_every = (int)v; break;
     }
     return 0;
 }
@@ -237,6 +279,9 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
             return bad_value(name, arg, "none, cpu or nvme");
         return 0;
     case OPT_NVME:
+        if (!c->nvme_given) /* the flags replace the config's paths */
+            c->o.n_nvme_paths = 0;
+        c->nvme_given = 1;
         if (c->o.n_nvme_paths == ZT_MAX_NVME_PATHS)
             return bad_value(name, arg, "at most 16 paths");
         c->o.nvme_paths[c->o.n_nvme_paths++] = arg;
@@ -255,6 +300,11 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_PRESET: c->preset = arg; return 0;
     case OPT_DATA: c->o.data_path = arg; return 0;
     case OPT_JSON: c->json = 1; return 0;
+    case OPT_CONFIG:
+    case OPT_SET: return 0; /* taken by prescan */
+    case OPT_SAVE: c->save_dir = arg; return 0;
+    case OPT_RESUME: c->resume = arg; return 0;
+    case OPT_INIT: c->init_weights = arg; return 0;
     case OPT_DTYPE:
         if (strcmp(arg, "bf16") && strcmp(arg, "fp16"))
             return bad_value("dtype", arg, "bf16 or fp16");
@@ -318,15 +368,92 @@ static void default_paths(cli *c)
     c->o.default_nvme_dir = c->swap_buf;
 }
 
+/* The next flag; --help prints the usage (the caller then stops). */
+static int next_flag(int argc, char **argv)
+{
+    opterr = 0;
+    int opt = getopt_long(argc, argv, "", long_opts, NULL);
+    if (opt == OPT_HELP)
+        usage(stdout);
+    return opt;
+}
+
+/* The flags that decide how the config is read (--config, --set, --steps),
+ * before the others override it; errors are left to parse_args. */
+static int prescan(int argc, char **argv, cli *c)
+{
+    int opt;
+    while ((opt = next_flag(argc, argv)) != -1) {
+        if (opt == OPT_HELP)
+            return -1;
+        if (opt == OPT_CONFIG)
+            c->config_path = optarg;
+        if (opt == OPT_SET) {
+            if (c->n_sets == ZT_MAX_SETS)
+                return bad_value("--set", optarg, "at most 64 overrides");
+            c->sets[c->n_sets++] = optarg;
+        }
+        if (opt == OPT_STEPS && parse_int_opt(opt, optarg, c) == 0)
+            c->steps_given = 1;
+    }
+    optind = 0; /* getopt starts over for parse_args */
+    return 0;
+}
+
+/* The config's options, which the flags then override. */
+static int apply_config(cli *c)
+{
+    if (!c->config_path) {
+        if (c->n_sets == 0)
+            return 0;
+        fprintf(stderr, "zo-train: --set %s: overrides apply to a config file: pass --config FILE\n",
+                c->sets[0]);
+        return 2;
+    }
+    c->ds = (zo_train_config)ZO_TRAIN_CONFIG_INIT;
+    if (zt_config_load(c->config_path, c->sets, c->n_sets, c->o.steps, &c->ds) < 0 ||
+        zt_options_from_config(&c->o, &c->ds, &c->log_every) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 2;
+    }
+    if (!c->steps_given && c->ds.scheduler.total_num_steps > 0) {
+        if (c->ds.scheduler.total_num_steps > INT_MAX) {
+            fprintf(stderr, "zo-train: 'scheduler.params.total_num_steps' %lld is too large\n",
+                    (long long)c->ds.scheduler.total_num_steps);
+            return 2;
+        }
+        c->o.steps = (int)c->ds.scheduler.total_num_steps; /* the schedule's length */
+    }
+    zt_config_warn_unused(&c->ds, stderr);
+    return 0;
+}
+
+static int check_checkpoint_flags(const cli *c)
+{
+    if (c->resume && c->init_weights) {
+        fprintf(stderr, "zo-train: --resume and --init-weights both set the weights: pass one\n");
+        return 2;
+    }
+    if (c->save_every && !c->save_dir) {
+        fprintf(stderr, "zo-train: --save-every needs --save DIR\n");
+        return 2;
+    }
+    if (c->save_dir && !c->resume && zt_ckpt_has_latest(c->save_dir)) {
+        fprintf(stderr,
+                "zo-train: %s already holds checkpoints (%s/%s): pass --resume %s to continue "
+                "them, or save elsewhere\n",
+                c->save_dir, c->save_dir, ZT_CKPT_LATEST, c->save_dir);
+        return 2;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, cli *c)
 {
     int opt;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
-        if (opt == OPT_HELP) {
-            usage(stdout);
+    while ((opt = next_flag(argc, argv)) != -1) {
+        if (opt == OPT_HELP)
             return -1;
-        }
         if (opt == '?' || opt == ':') {
             fprintf(stderr, "zo-train: unknown option or missing value: %s (see --help)\n",
                     argv[optind - 1]);
@@ -350,7 +477,7 @@ static int parse_args(int argc, char **argv, cli *c)
         if (c->shape_flags[i])
             *dims[i] = c->shape_flags[i];
     default_paths(c);
-    return 0;
+    return check_checkpoint_flags(c);
 }
 
 /* ---- running and reporting ---- */
@@ -398,22 +525,61 @@ static void progress(const cli *c, int step, float loss, const zo_step_stats *s,
             s->step_seconds > 0 ? 100.0 * s->stall_seconds / s->step_seconds : 0.0);
 }
 
-static int train(zt_trainer *t, const cli *c, float *losses, totals *tot)
+/* Save after step `done` when it is due: every --save-every steps and at the end. */
+static int maybe_save(zt_trainer *t, cli *c, int done)
+{
+    if (!c->save_dir || !((c->save_every && done % c->save_every == 0) || done == c->o.steps))
+        return 0;
+    if (zt_ckpt_save(t, c->save_dir, c->last_saved, sizeof c->last_saved) < 0) {
+        fprintf(stderr, "zo-train: saving the checkpoint of step %d failed: %s\n", done,
+                zt_last_error());
+        return 1;
+    }
+    return 0;
+}
+
+static int train(zt_trainer *t, cli *c, float *losses, double *lrs, totals *tot)
 {
     const double tok_step = (double)c->o.grad_accum * c->o.micro_batch * c->o.seq;
-    for (int i = 0; i < c->o.steps; i++) {
+    for (int i = c->start; i < c->o.steps; i++) {
         zo_step_stats s;
         double t0 = now_s();
-        if (zt_trainer_step(t, &losses[i], &s) < 0) {
+        int k = i - c->start;
+        if (zt_trainer_step(t, &losses[k], &s) < 0) {
             fprintf(stderr, "zo-train: step %d failed: %s\n", i + 1, zt_last_error());
             return 1;
         }
         double dt = now_s() - t0;
+        lrs[k] = zt_trainer_lr(t);
         tot->train_s += dt;
         add_stats(tot, &s);
-        if (i == 0 || (i + 1) % c->log_every == 0 || i + 1 == c->o.steps)
-            progress(c, i + 1, losses[i], &s, tok_step / dt);
+        if (i == c->start || (i + 1) % c->log_every == 0 || i + 1 == c->o.steps)
+            progress(c, i + 1, losses[k], &s, tok_step / dt);
+        if (maybe_save(t, c, i + 1))
+            return 1;
     }
+    return 0;
+}
+
+/* --init-weights or --resume, before the first step. */
+static int start_from_files(zt_trainer *t, cli *c)
+{
+    if (c->init_weights && zt_ckpt_init_weights(t, c->init_weights) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 1;
+    }
+    if (!c->resume)
+        return 0;
+    if (zt_ckpt_resolve(c->resume, c->resumed_from, sizeof c->resumed_from) < 0 ||
+        zt_ckpt_load(t, c->resumed_from) < 0) {
+        fprintf(stderr, "zo-train: --resume %s: %s\n", c->resume, zt_last_error());
+        return 1;
+    }
+    zt_train_state ts;
+    zt_trainer_get_state(t, &ts);
+    c->start = ts.step < c->o.steps ? (int)ts.step : c->o.steps;
+    fprintf(stderr, "zo-train: resumed from %s at step %lld\n", c->resumed_from,
+            (long long)ts.step);
     return 0;
 }
 
@@ -437,7 +603,7 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
                         const outcome *out)
 {
     char a[32], b[32], d[32], e[32], f[32];
-    const int n = c->o.steps;
+    const int n = c->o.steps - c->start; /* the steps this process ran */
     const double tokens = (double)n * c->o.grad_accum * c->o.micro_batch * c->o.seq;
     const double tps = tot->train_s > 0 ? tokens / tot->train_s : 0;
     printf("zo-train: %s preset, %.2fM parameters (dim %d, %d layers, %d heads, ffn %d, vocab %d), "
@@ -480,6 +646,10 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
            zt_fmt_bytes(d, sizeof d, tot->last.peak_pinned),
            zt_fmt_bytes(e, sizeof e, tot->last.peak_host),
            zt_fmt_bytes(f, sizeof f, tot->last.peak_nvme));
+    if (c->resumed_from[0])
+        printf("resumed from %s: steps %d..%d run here\n", c->resumed_from, c->start + 1, c->o.steps);
+    if (c->last_saved[0])
+        printf("checkpoint: %s\n", c->last_saved);
 }
 
 static json_t *json_num(double v)
@@ -506,19 +676,32 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
         zt_home_name(su->param_home), "offload_optimizer", zt_home_name(su->optim_home),
         "optimizer_mode", zo_optim_mode_name(c->o.mode), "nvme_path", su->nvme_dir, "chunk_bytes",
         (json_int_t)su->footprint.chunk_bytes, "chunks", (json_int_t)su->footprint.n_chunks);
+    json_object_set_new(cfg, "config_file", c->config_path ? json_string(c->config_path) : json_null());
+    json_object_set_new(cfg, "scheduler", json_string(zo_scheduler_type_name(c->o.sched.type)));
     return json_pack("{s:o,s:o,s:o}", "model", model, "device", dev, "config", cfg);
 }
 
-static void print_json(const cli *c, const zt_setup *su, const float *losses, const totals *tot,
-                       const outcome *out)
+static json_t *json_nums(const float *f, const double *d, int n)
 {
-    const int n = c->o.steps;
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(arr, json_num(f ? (double)f[i] : d[i]));
+    return arr;
+}
+
+static void print_json(const cli *c, const zt_setup *su, const float *losses, const double *lrs,
+                       const totals *tot, const outcome *out)
+{
+    const int n = c->o.steps - c->start; /* the steps this process ran */
     const double tokens = (double)n * c->o.grad_accum * c->o.micro_batch * c->o.seq;
     const double tps = tot->train_s > 0 ? tokens / tot->train_s : 0;
-    json_t *root = json_setup(c, su, out), *arr = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(arr, json_num(losses[i]));
-    json_object_set_new(root, "losses", arr);
+    json_t *root = json_setup(c, su, out);
+    json_object_set_new(root, "first_step", json_integer(c->start + 1));
+    json_object_set_new(root, "resumed_from",
+                        c->resumed_from[0] ? json_string(c->resumed_from) : json_null());
+    json_object_set_new(root, "checkpoint", c->last_saved[0] ? json_string(c->last_saved) : json_null());
+    json_object_set_new(root, "losses", json_nums(losses, NULL, n));
+    json_object_set_new(root, "lrs", json_nums(NULL, lrs, n));
     json_object_set_new(root, "first_loss", json_num(n ? losses[0] : NAN));
     json_object_set_new(root, "last_loss", json_num(n ? losses[n - 1] : NAN));
     json_object_set_new(root, "val_loss", json_num(out->val_loss));
@@ -567,10 +750,13 @@ static int run(cli *c)
             su->n_params / 1e6, su->backend, (unsigned long long)su->device_budget,
             zt_home_name(su->param_home), zt_home_name(su->optim_home), su->footprint.n_chunks,
             (unsigned long long)su->footprint.chunk_bytes);
+    int rc = start_from_files(t, c);
     float *losses = calloc((size_t)c->o.steps + 1, sizeof *losses);
+    double *lrs = calloc((size_t)c->o.steps + 1, sizeof *lrs);
     totals tot = {0};
     outcome out = {0};
-    int rc = losses ? train(t, c, losses, &tot) : 1;
+    if (rc == 0)
+        rc = losses && lrs ? train(t, c, losses, lrs, &tot) : 1;
     if (rc == 0 && zt_trainer_validate(t, &out.val_loss, &out.val_tokens) < 0) {
         fprintf(stderr, "zo-train: validation failed: %s\n", zt_last_error());
         rc = 1;
@@ -579,11 +765,12 @@ static int run(cli *c)
         out.device_high_water = zt_trainer_device_high_water(t);
         out.wall_s = now_s() - t0;
         if (c->json)
-            print_json(c, su, losses, &tot, &out);
+            print_json(c, su, losses, lrs, &tot, &out);
         else
             print_human(c, su, losses, &tot, &out);
     }
     free(losses);
+    free(lrs);
     zt_trainer_free(t);
     return rc;
 }
@@ -595,7 +782,11 @@ int main(int argc, char **argv)
     c.o = (zt_options)ZT_OPTIONS_INIT;
     c.preset = "tiny";
     c.log_every = 10;
-    int rc = parse_args(argc, argv, &c);
+    int rc = prescan(argc, argv, &c);
+    if (rc == 0)
+        rc = apply_config(&c);
+    if (rc == 0)
+        rc = parse_args(argc, argv, &c);
     if (rc)
         return rc < 0 ? 0 : rc;
     return run(&c);
