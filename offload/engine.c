@@ -38,14 +38,14 @@ const char *zo_optim_mode_name(zo_optim_mode m)
 
 /* ---- configuration ---- */
 
-static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
+/* What a plan depends on: the homes, the mode, the dtype (no device or paths needed). */
+static zo_status check_plan_config(const zo_engine_config *c)
 {
     if (c->struct_size != sizeof(zo_engine_config))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
                        "zo_engine_config.struct_size is %zu, expected %zu: initialize it with "
                        "ZO_ENGINE_CONFIG_INIT",
                        c->struct_size, sizeof(zo_engine_config));
-    if (!dev) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "config.device is NULL");
     if (c->world_size != 1 || c->rank != 0)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "rank %d of world size %d: only world_size 1 (rank 0) is supported so far",
@@ -58,6 +58,23 @@ static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "param_home=nvme needs optim_home=nvme (the update writes the new 16-bit "
                        "parameters through the NVMe stages); set optim_home=nvme or param_home=host");
+    if ((unsigned)c->mode > ZO_OPTIM_DPU)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "mode must be sync, overlap or dpu");
+    if (c->grad_accum_steps < 1)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "grad_accum_steps is %d, must be >= 1",
+                       c->grad_accum_steps);
+    if (c->lookahead < 0 || c->optim_threads < 0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "lookahead and optim_threads must be >= 0");
+    if (c->max_grad_norm < 0 || !isfinite(c->max_grad_norm))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "max_grad_norm must be finite and >= 0");
+    return ZO_OK;
+}
+
+/* An engine's configuration: the plan's, and a device and paths that can hold it. */
+static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
+{
+    ZO_TRY(check_plan_config(c));
+    if (!dev) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "config.device is NULL");
     if (c->optim_home == ZO_TIER_DEVICE && !(zo_device_caps(dev) & ZO_DEVCAP_HOST_ADDRESSABLE))
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "optim_home=device needs a device optimizer, which exists only on the cpu "
@@ -71,15 +88,6 @@ static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
     if (c->n_nvme_faults && !c->nvme_faults)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "n_nvme_faults is %zu but nvme_faults is NULL",
                        c->n_nvme_faults);
-    if ((unsigned)c->mode > ZO_OPTIM_DPU)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "mode must be sync, overlap or dpu");
-    if (c->grad_accum_steps < 1)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "grad_accum_steps is %d, must be >= 1",
-                       c->grad_accum_steps);
-    if (c->lookahead < 0 || c->optim_threads < 0)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "lookahead and optim_threads must be >= 0");
-    if (c->max_grad_norm < 0 || !isfinite(c->max_grad_norm))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "max_grad_norm must be finite and >= 0");
     return ZO_OK;
 }
 
@@ -207,18 +215,66 @@ int zo_engine_layer_tensors(zo_engine_t e, int layer, int *ids, int cap)
 
 /* ---- packing and the plan ---- */
 
-static size_t choose_chunk_bytes(struct zo_engine *e)
+/* The chunk size: the configured one (0: 4 MiB) raised to the largest
+ * tensor's 16-bit bytes, rounded to 4 KiB. */
+static size_t chunk_bytes_for(const zo_engine_config *c, size_t largest_numel)
 {
-    size_t cb = e->cfg.chunk_bytes ? e->cfg.chunk_bytes : DEFAULT_CHUNK_BYTES;
-    size_t largest = 0;
-    for (int i = 0; i < e->n_tensors; i++)
-        if (e->tensors[i].numel * e->e16 > largest) largest = e->tensors[i].numel * e->e16;
-    if (largest > cb) {
-        ZO_LOGI(ENG_SUBSYS, "chunk size raised from %zu to %zu bytes to fit the largest tensor", cb,
-                largest);
-        cb = largest;
+    size_t cb = c->chunk_bytes ? c->chunk_bytes : DEFAULT_CHUNK_BYTES;
+    size_t largest = largest_numel * 2;
+    return zo_round_up(largest > cb ? largest : cb, 4096);
+}
+
+/* Host 16-bit parameter copies per chunk: none when they live on NVMe, two
+ * (current and next) when the update writes them behind the fetches (states
+ * on NVMe, or the delayed update), else one. */
+static int p16_bufs_for(const zo_engine_config *c)
+{
+    if (c->param_home == ZO_TIER_NVME) return 0;
+    return c->optim_home == ZO_TIER_NVME || c->mode == ZO_OPTIM_DPU ? 2 : 1;
+}
+
+/* Host 16-bit gradient buffers per chunk: by step parity for the delayed update. */
+static int g_bufs_for(const zo_engine_config *c) { return c->mode == ZO_OPTIM_DPU ? 2 : 1; }
+
+/* The packing rule, shared by the engine and zo_engine_footprint_for:
+ * tensors in registration order, each at a 256-byte aligned offset; a new
+ * chunk starts at every layer and wherever the next tensor does not fit. */
+typedef struct eng_packer {
+    size_t chunk_elems;
+    int layer;          /* layer of the open chunk, -1 before the first */
+    size_t off;         /* elements used in the open chunk */
+    uint32_t n_chunks;
+    uint32_t layer_chunks, max_cpl;
+} eng_packer;
+
+/* Place a tensor; returns the chunk it goes to, its offset in *at. */
+static uint32_t packer_place(eng_packer *p, int layer, size_t numel, size_t *at)
+{
+    size_t pos = zo_round_up(p->off, ENG_TENSOR_ALIGN);
+    if (p->n_chunks == 0 || layer != p->layer || pos + numel > p->chunk_elems) {
+        p->layer_chunks = layer != p->layer ? 1 : p->layer_chunks + 1;
+        if (p->layer_chunks > p->max_cpl) p->max_cpl = p->layer_chunks;
+        p->layer = layer;
+        p->n_chunks++;
+        pos = 0;
     }
-    return zo_round_up(cb, 4096);
+    p->off = pos + numel;
+    *at = pos;
+    return p->n_chunks - 1;
+}
+
+/* What the footprint depends on besides the configuration. */
+typedef struct eng_shape {
+    uint64_t chunk_bytes, chunk_elems;
+    uint32_t n_chunks, max_cpl;
+    uint64_t n_params;
+} eng_shape;
+
+static uint64_t state_extent_bytes_for(const eng_shape *sh) { return 3ull * sh->chunk_elems * sizeof(float); }
+
+static uint64_t stage_bytes_for(const zo_engine_config *c, const eng_shape *sh)
+{
+    return state_extent_bytes_for(sh) + (c->param_home == ZO_TIER_NVME ? sh->chunk_bytes : 0);
 }
 
 /* Assign every tensor a chunk and an offset; chunks never span layers. */
@@ -226,42 +282,35 @@ static zo_status pack(struct zo_engine *e)
 {
     if (e->n_tensors == 0)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "no tensors registered: register the model first");
-    e->chunk_bytes = choose_chunk_bytes(e);
+    size_t largest = 0;
+    for (int i = 0; i < e->n_tensors; i++)
+        if (e->tensors[i].numel > largest) largest = e->tensors[i].numel;
+    e->chunk_bytes = chunk_bytes_for(&e->cfg, largest);
+    if (largest * e->e16 > (e->cfg.chunk_bytes ? e->cfg.chunk_bytes : DEFAULT_CHUNK_BYTES))
+        ZO_LOGI(ENG_SUBSYS, "chunk size raised to %zu bytes to fit the largest tensor", e->chunk_bytes);
     e->chunk_elems = e->chunk_bytes / e->e16;
     free(e->chunks);
     e->chunks = calloc((size_t)e->n_tensors, sizeof *e->chunks); /* at most one chunk per tensor */
     if (!e->chunks) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the chunk table");
-    uint32_t n = 0;
-    e->max_cpl = 0;
-    for (int l = 0; l < e->n_layers; l++) {
+    eng_packer pk = {e->chunk_elems, -1, 0, 0, 0, 0};
+    for (int l = 0; l < e->n_layers; l++) { /* registration order: layers in order */
         eng_layer *L = &e->layers[l];
-        L->first_chunk = n;
-        size_t off = 0;
-        int open = 0;
+        L->first_chunk = pk.n_chunks;
         for (int i = 0; i < L->n_tensors; i++) {
             eng_tensor *t = &e->tensors[L->tensors[i]];
-            size_t at = zo_round_up(off, ENG_TENSOR_ALIGN);
-            if (!open || at + t->numel > e->chunk_elems) {
-                e->chunks[n].layer = l;
-                n++;
-                open = 1;
-                at = 0;
-            }
-            t->chunk = n - 1;
-            t->off = at;
-            off = at + t->numel;
-            e->chunks[n - 1].n_elems = off;
+            t->chunk = packer_place(&pk, l, t->numel, &t->off);
+            e->chunks[t->chunk].layer = l;
+            e->chunks[t->chunk].n_elems = t->off + t->numel;
         }
-        L->n_chunks = n - L->first_chunk;
-        if (L->n_chunks > e->max_cpl) e->max_cpl = L->n_chunks;
+        L->n_chunks = pk.n_chunks - L->first_chunk;
     }
-    e->n_chunks = n;
-    e->p16_bufs = e->cfg.param_home == ZO_TIER_NVME ? 0
-                  : (e->cfg.optim_home == ZO_TIER_NVME || e->cfg.mode == ZO_OPTIM_DPU) ? 2
-                                                                                       : 1;
-    e->g_bufs = e->cfg.mode == ZO_OPTIM_DPU ? 2 : 1;
-    e->state_extent_bytes = 3ull * e->chunk_elems * sizeof(float);
-    e->stage_bytes = e->state_extent_bytes + (e->cfg.param_home == ZO_TIER_NVME ? e->chunk_bytes : 0);
+    e->n_chunks = pk.n_chunks;
+    e->max_cpl = pk.max_cpl;
+    e->p16_bufs = p16_bufs_for(&e->cfg);
+    e->g_bufs = g_bufs_for(&e->cfg);
+    eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0};
+    e->state_extent_bytes = state_extent_bytes_for(&sh);
+    e->stage_bytes = stage_bytes_for(&e->cfg, &sh);
     return ZO_OK;
 }
 
@@ -289,29 +338,26 @@ static int shortfall(char *msg, size_t cap, const char *tier, uint64_t need, uin
     return 0;
 }
 
-/* The exact bytes finalize will allocate in each tier. */
-static zo_status compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int *fits, char *msg,
-                              size_t cap, uint64_t *dev_budget)
+/* The exact bytes finalize allocates in each tier, as engine.h documents
+ * them, for a packed model under configuration c and a device budget. */
+static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, uint64_t budget,
+                       zo_engine_footprint *fp, int *fits, char *msg, size_t cap)
 {
-    ZO_TRY(pack(e));
-    const zo_engine_config *c = &e->cfg;
-    uint64_t cb = e->chunk_bytes, ce = e->chunk_elems, nc = e->n_chunks;
+    uint64_t cb = sh->chunk_bytes, ce = sh->chunk_elems, nc = sh->n_chunks;
     uint64_t states = nc * 3 * ce * sizeof(float);
     memset(fp, 0, sizeof *fp);
     fp->struct_size = sizeof *fp;
     fp->chunk_bytes = cb;
     fp->n_chunks = (uint32_t)nc;
-    fp->max_chunks_per_layer = e->max_cpl;
-    for (int i = 0; i < e->n_tensors; i++) fp->n_params += e->tensors[i].numel;
+    fp->max_chunks_per_layer = sh->max_cpl;
+    fp->n_params = sh->n_params;
     *fits = 1;
     if (msg && cap) msg[0] = 0;
 
     /* device: parameter slots, gradient slots, resident optimizer states */
     uint64_t dev_states = c->optim_home == ZO_TIER_DEVICE ? states : 0;
-    uint64_t grads = e->max_cpl * cb;
-    uint64_t min_pslots = c->param_home == ZO_TIER_DEVICE ? nc : e->max_cpl;
-    uint64_t budget = device_budget(e);
-    if (dev_budget) *dev_budget = budget;
+    uint64_t grads = sh->max_cpl * cb;
+    uint64_t min_pslots = c->param_home == ZO_TIER_DEVICE ? nc : sh->max_cpl;
     uint64_t need = min_pslots * cb + grads + dev_states;
     uint64_t pslots = min_pslots;
     if (need > budget) {
@@ -324,12 +370,12 @@ static zo_status compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int 
         pslots = room < nc ? room : nc;
     }
     fp->device_param_slots = (uint32_t)pslots;
-    fp->device_grad_slots = e->max_cpl;
+    fp->device_grad_slots = sh->max_cpl;
     fp->device = pslots * cb + grads + dev_states;
 
     /* pinned: host 16-bit params, host gradient buffers, NVMe staging */
-    fp->pinned = nc * (uint64_t)e->p16_bufs * cb + nc * (uint64_t)e->g_bufs * cb;
-    if (c->optim_home == ZO_TIER_NVME) fp->pinned += ENG_NVME_STAGES * e->stage_bytes;
+    fp->pinned = nc * (uint64_t)p16_bufs_for(c) * cb + nc * (uint64_t)g_bufs_for(c) * cb;
+    if (c->optim_home == ZO_TIER_NVME) fp->pinned += ENG_NVME_STAGES * stage_bytes_for(c, sh);
     if (c->param_home == ZO_TIER_NVME) fp->pinned += pslots * cb; /* a staging twin per slot */
     if (*fits && c->pinned_bytes && fp->pinned > c->pinned_bytes)
         *fits = shortfall(msg, cap, "pinned", fp->pinned, c->pinned_bytes,
@@ -339,14 +385,23 @@ static zo_status compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int 
     fp->host = 0;
     if (c->optim_home == ZO_TIER_HOST) fp->host += states;
     if (c->mode == ZO_OPTIM_OVERLAP && c->optim_home != ZO_TIER_NVME) fp->host += states;
-    if (c->grad_accum_steps > 1) fp->host += nc * (uint64_t)e->g_bufs * ce * sizeof(float);
+    if (c->grad_accum_steps > 1) fp->host += nc * (uint64_t)g_bufs_for(c) * ce * sizeof(float);
 
     /* nvme: two extents per chunk (current and alternate) */
-    fp->nvme = c->optim_home == ZO_TIER_NVME ? 2 * nc * e->state_extent_bytes : 0;
+    fp->nvme = c->optim_home == ZO_TIER_NVME ? 2 * nc * state_extent_bytes_for(sh) : 0;
     if (c->param_home == ZO_TIER_NVME) fp->nvme += 2 * nc * cb;
     if (*fits && c->nvme_bytes && fp->nvme > c->nvme_bytes)
         *fits = shortfall(msg, cap, "nvme", fp->nvme, c->nvme_bytes,
                           "optimizer states, two extents per chunk");
+}
+
+static zo_status compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int *fits, char *msg,
+                              size_t cap)
+{
+    ZO_TRY(pack(e));
+    eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0};
+    for (int i = 0; i < e->n_tensors; i++) sh.n_params += e->tensors[i].numel;
+    plan_tiers(&e->cfg, &sh, device_budget(e), fp, fits, msg, cap);
     return ZO_OK;
 }
 
@@ -359,7 +414,79 @@ zo_status zo_engine_plan(zo_engine_t e, zo_engine_footprint *fp, int *fits, char
         if (msg && cap) msg[0] = 0;
         return ZO_OK;
     }
-    return compute_plan(e, fp, fits, msg, cap, NULL);
+    return compute_plan(e, fp, fits, msg, cap);
+}
+
+static zo_status check_layout(const zo_engine_layout *ly)
+{
+    if (ly->struct_size != sizeof(zo_engine_layout))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "zo_engine_layout.struct_size is %zu, expected %zu: initialize it with "
+                       "ZO_ENGINE_LAYOUT_INIT",
+                       ly->struct_size, sizeof(zo_engine_layout));
+    if (ly->n_tensors == 0 || !ly->numel || !ly->layer)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "layout: %zu tensors, numel %s, layer %s: expected at least one tensor and "
+                       "both arrays",
+                       ly->n_tensors, ly->numel ? "set" : "NULL", ly->layer ? "set" : "NULL");
+    for (size_t i = 0; i < ly->n_tensors; i++) {
+        int prev = i ? ly->layer[i - 1] : 0, next = i ? prev + 1 : 0;
+        if (ly->numel[i] == 0 || ly->layer[i] < prev || ly->layer[i] > next)
+            return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                           "layout tensor %zu: numel %zu, layer %d after layer %d: expected numel "
+                           "> 0 and the layer equal to the previous tensor's or one more (from 0)",
+                           i, ly->numel[i], ly->layer[i], prev);
+    }
+    return ZO_OK;
+}
+
+/* Pack a layout as the engine would; chunk c's layer and used bytes go to
+ * chunks[c] for c < cap. */
+static zo_status pack_layout(const zo_engine_config *cfg, const zo_engine_layout *layout,
+                             zo_engine_chunk_info *chunks, size_t cap, eng_shape *sh)
+{
+    ZO_TRY(check_plan_config(cfg));
+    ZO_TRY(check_layout(layout));
+    size_t largest = 0;
+    for (size_t i = 0; i < layout->n_tensors; i++)
+        if (layout->numel[i] > largest) largest = layout->numel[i];
+    memset(sh, 0, sizeof *sh);
+    sh->chunk_bytes = chunk_bytes_for(cfg, largest);
+    sh->chunk_elems = sh->chunk_bytes / 2;
+    eng_packer pk = {sh->chunk_elems, -1, 0, 0, 0, 0};
+    for (size_t i = 0; i < layout->n_tensors; i++) {
+        size_t at;
+        uint32_t c = packer_place(&pk, layout->layer[i], layout->numel[i], &at);
+        if (c < cap) {
+            chunks[c].layer = layout->layer[i];
+            chunks[c].used_bytes = (uint64_t)(at + layout->numel[i]) * 2;
+        }
+        sh->n_params += layout->numel[i];
+    }
+    sh->n_chunks = pk.n_chunks;
+    sh->max_cpl = pk.max_cpl;
+    return ZO_OK;
+}
+
+zo_status zo_engine_footprint_for(const zo_engine_config *cfg, const zo_engine_layout *layout,
+                                  zo_engine_footprint *fp, int *fits, char *msg, size_t cap)
+{
+    if (!cfg || !layout || !fp || !fits) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
+    eng_shape sh;
+    ZO_TRY(pack_layout(cfg, layout, NULL, 0, &sh));
+    plan_tiers(cfg, &sh, cfg->device_bytes ? cfg->device_bytes : UINT64_MAX, fp, fits, msg, cap);
+    return ZO_OK;
+}
+
+zo_status zo_engine_chunks_for(const zo_engine_config *cfg, const zo_engine_layout *layout,
+                               zo_engine_chunk_info *chunks, size_t cap, uint32_t *n_chunks)
+{
+    if (!cfg || !layout || !n_chunks || (cap && !chunks))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
+    eng_shape sh;
+    ZO_TRY(pack_layout(cfg, layout, chunks, cap, &sh));
+    *n_chunks = sh.n_chunks;
+    return ZO_OK;
 }
 
 zo_status zo_engine_footprint_get(zo_engine_t e, zo_engine_footprint *fp)
@@ -671,7 +798,7 @@ zo_status zo_engine_finalize(zo_engine_t e)
     if (e->finalized) return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the engine is already finalized");
     int fits;
     char msg[512];
-    ZO_TRY(compute_plan(e, &e->fp, &fits, msg, sizeof msg, NULL));
+    ZO_TRY(compute_plan(e, &e->fp, &fits, msg, sizeof msg));
     if (!fits) {
         zo_status st = strncmp(msg, "device", 6) == 0 ? ZO_ERR_OUT_OF_DEVICE_MEMORY : ZO_ERR_BUDGET;
         return ZO_FAIL(st, ENG_SUBSYS, "the plan does not fit: %s", msg);

@@ -49,13 +49,42 @@ static zo_status validate_config(const zo_swap_config *c)
     return ZO_OK;
 }
 
+/* The layout rule, shared by plan_layout and zo_swap_files_bytes: extents
+ * of payload rounded to 4 KiB, laid at a 1 MiB stride once they reach 1 MiB;
+ * file i holds slots i, i + nfiles, ...; [file header][one header block per
+ * slot][payloads], the payloads starting 1 MiB-aligned. */
+static uint64_t extent_payload_of(uint64_t extent_bytes) { return zo_round_up(extent_bytes, ZO_SWAP_ALIGN); }
+
+static uint64_t payload_stride_of(uint64_t payload)
+{
+    return payload >= ZO_SWAP_DATA_ALIGN ? zo_round_up(payload, ZO_SWAP_DATA_ALIGN) : payload;
+}
+
+static uint64_t file_slots(uint64_t nslots, uint32_t nfiles, uint32_t i)
+{
+    return nslots / nfiles + (i < nslots % nfiles);
+}
+
+static uint64_t file_data_off(uint64_t slots) { return zo_round_up(ZO_SWAP_ALIGN * (1 + slots), ZO_SWAP_DATA_ALIGN); }
+
+uint64_t zo_swap_files_bytes(uint64_t capacity, uint64_t extent_bytes, size_t npaths)
+{
+    if (!capacity || !extent_bytes || !npaths) return 0;
+    uint64_t payload = extent_payload_of(extent_bytes), stride = payload_stride_of(payload);
+    uint64_t nslots = (capacity + payload - 1) / payload, total = 0;
+    for (uint32_t i = 0; i < npaths; i++) {
+        uint64_t slots = file_slots(nslots, (uint32_t)npaths, i);
+        total += file_data_off(slots) + slots * stride;
+    }
+    return total;
+}
+
 /* Lay out the slots: slot i lives in file i % nfiles, so consecutive slots
  * land on different drives. */
 static zo_status plan_layout(zo_swap_t s)
 {
-    s->extent_payload = zo_round_up(s->cfg.extent_bytes, ZO_SWAP_ALIGN);
-    s->payload_stride = s->extent_payload >= ZO_SWAP_DATA_ALIGN ? zo_round_up(s->extent_payload, ZO_SWAP_DATA_ALIGN)
-                                                                 : s->extent_payload;
+    s->extent_payload = extent_payload_of(s->cfg.extent_bytes);
+    s->payload_stride = payload_stride_of(s->extent_payload);
     uint64_t nslots = (s->cfg.capacity + s->extent_payload - 1) / s->extent_payload;
     if (nslots >= ZO_SWAP_EXTENT_NONE)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "capacity %" PRIu64 " / extent %" PRIu64 " gives %" PRIu64
@@ -68,9 +97,8 @@ static zo_status plan_layout(zo_swap_t s)
     for (uint32_t i = 0; i < s->nfiles; i++) {
         swap_file *f = &s->files[i];
         f->fd = -1;
-        f->slots = s->nslots / s->nfiles + (i < s->nslots % s->nfiles);
-        /* [file header][one header block per slot][payloads] */
-        f->data_off = zo_round_up(ZO_SWAP_ALIGN * (1 + f->slots), ZO_SWAP_DATA_ALIGN);
+        f->slots = (uint32_t)file_slots(s->nslots, s->nfiles, i);
+        f->data_off = file_data_off(f->slots);
         f->size = f->data_off + f->slots * s->payload_stride;
         size_t n = strlen(s->cfg.paths[i]) + strlen(s->name) + 32;
         f->path = malloc(n);

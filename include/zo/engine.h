@@ -133,6 +133,26 @@ typedef struct zo_engine_footprint {
 
 #define ZO_ENGINE_FOOTPRINT_INIT {sizeof(zo_engine_footprint), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
+/* A model described only by its tensors' sizes, for planning without an
+ * engine (nothing registered, nothing allocated): numel[i] and layer[i] of
+ * the i-th tensor in registration order (layers from 0; each tensor's layer
+ * is the previous tensor's or the next one). */
+typedef struct zo_engine_layout {
+    size_t struct_size;
+    size_t n_tensors;
+    const size_t *numel;
+    const int *layer;
+} zo_engine_layout;
+
+#define ZO_ENGINE_LAYOUT_INIT {sizeof(zo_engine_layout), 0, NULL, NULL}
+
+/* One chunk of a packed layout: its layer, and the 16-bit bytes in use
+ * (what a load of the chunk moves). */
+typedef struct zo_engine_chunk_info {
+    int layer;
+    uint64_t used_bytes;
+} zo_engine_chunk_info;
+
 typedef struct zo_step_stats {
     size_t struct_size;
     int64_t step;              /* optimizer updates applied (skipped overflow steps do not count;
@@ -220,6 +240,20 @@ float zo_engine_lr(zo_engine_t eng);
 /* The loss scale to multiply the loss by before backward (1 for bf16). */
 double zo_engine_loss_scale(zo_engine_t eng);
 zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *fp);
+
+/* The footprint zo_engine_plan would report for the layout's tensors
+ * registered on an engine initialized with cfg, computed by the same code
+ * but with no engine: cfg->device and the paths are not used, the device
+ * budget is cfg->device_bytes (0: unlimited, so every parameter chunk gets a
+ * device slot). Work and memory are proportional to the number of tensors,
+ * not to their sizes. */
+zo_status zo_engine_footprint_for(const zo_engine_config *cfg, const zo_engine_layout *layout,
+                                  zo_engine_footprint *fp, int *fits, char *msg, size_t cap);
+/* How the engine would pack the layout into chunks under cfg: their number
+ * in *n_chunks and, for the first cap of them, each chunk's layer and bytes
+ * in use (n_tensors entries always suffice: a chunk holds a tensor at least). */
+zo_status zo_engine_chunks_for(const zo_engine_config *cfg, const zo_engine_layout *layout,
+                               zo_engine_chunk_info *chunks, size_t cap, uint32_t *n_chunks);
 int zo_engine_n_tensors(zo_engine_t eng);
 int zo_engine_layer_tensors(zo_engine_t eng, int layer, int *ids, int cap);
 /* The swap store holding the optimizer states on NVMe (NULL when they are not

@@ -118,6 +118,11 @@ typedef void (*zo_swap_done_fn)(void *user, zo_status st, const char *msg);
 /* Create (or, with ZO_SWAP_REUSE, take over) the swap files, check free space,
  * preallocate, and start the I/O engine. */
 zo_status zo_swap_open(const zo_swap_config *cfg, zo_swap_t *out);
+/* The bytes zo_swap_open preallocates over all files for a store of this
+ * capacity, extent size and number of paths (zo_swap_stats.file_bytes once
+ * open; 0 when any is 0): payloads rounded to 4 KiB, at a 1 MiB stride once
+ * they reach 1 MiB, one 4 KiB header per extent and per file. */
+uint64_t zo_swap_files_bytes(uint64_t capacity, uint64_t extent_bytes, size_t npaths);
 /* Wait for all I/O in flight, stop, delete the files (unless keep_files).
  * Tickets not yet waited become invalid. Accepts NULL. */
 void zo_swap_close(zo_swap_t s);

@@ -503,6 +503,37 @@ static void test_callbacks_and_busy(void **state)
     free(rbuf);
 }
 
+/* zo_swap_files_bytes predicts the bytes each store preallocates, for small
+ * and 1 MiB-strided extents over one to three files; the files' sizes on
+ * disk say the same. */
+static void test_files_bytes_predicted(void **state)
+{
+    fixture *f = *state;
+    static const uint64_t extents[] = {4096, 300000, 1u << 20, (3u << 20) + 8192};
+    for (size_t e = 0; e < sizeof extents / sizeof extents[0]; e++)
+        for (size_t npaths = 1; npaths <= SWAP_TEST_MAX_PATHS; npaths++)
+            for (uint64_t n = 1; n <= 7; n += 3) {
+                zo_swap_config c = swap_test_config(&f->dirs, npaths, n * extents[e] - 1, extents[e]);
+                zo_swap_t s;
+                ZO_ASSERT_OK(zo_swap_open(&c, &s));
+                zo_swap_stats st = ZO_SWAP_STATS_INIT;
+                ZO_ASSERT_OK(zo_swap_get_stats(s, &st));
+                uint64_t want = zo_swap_files_bytes(c.capacity, c.extent_bytes, npaths), on_disk = 0;
+                for (size_t i = 0; i < npaths; i++) {
+                    char p[1200];
+                    struct stat sb;
+                    snprintf(p, sizeof p, "%s/%s.swap.%zu", c.paths[i], c.name, i);
+                    assert_int_equal(stat(p, &sb), 0);
+                    on_disk += (uint64_t)sb.st_size;
+                }
+                zo_swap_close(s);
+                assert_int_equal(st.file_bytes, want);
+                assert_int_equal(on_disk, want);
+            }
+    assert_int_equal(zo_swap_files_bytes(0, 4096, 1), 0);
+    assert_int_equal(zo_swap_files_bytes(4096, 4096, 0), 0);
+}
+
 /* ---- engine selection and probes ---- */
 
 static void test_engine_selection(void **state)
@@ -555,6 +586,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_argument_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callbacks_and_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engine_selection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_files_bytes_predicted, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -137,43 +136,6 @@ static int parse_float(const char *s, float *out)
         return -1;
     *out = (float)v;
     return 0;
-}
-
-/* "123", "64K", "512MiB", "24GiB", "1.5GB": K/M/G/T and KiB.. are powers of
- * 1024, KB/MB/GB/TB powers of 1000. */
-static int parse_bytes(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0))
-        return -1;
-    static const struct {
-        const char *suffix;
-        double mult;
-    } units[] = {{"", 1},
-                 {"B", 1},
-                 {"K", 1024.0},
-                 {"KiB", 1024.0},
-                 {"KB", 1e3},
-                 {"M", 1048576.0},
-                 {"MiB", 1048576.0},
-                 {"MB", 1e6},
-                 {"G", 1073741824.0},
-                 {"GiB", 1073741824.0},
-                 {"GB", 1e9},
-                 {"T", 1099511627776.0},
-                 {"TiB", 1099511627776.0},
-                 {"TB", 1e12}};
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (strcasecmp(end, units[i].suffix) == 0 && strcmp(end, "b") != 0) {
-            double b = v * units[i].mult;
-            if (b >= 1.8e19)
-                return -1;
-            *out = (uint64_t)b;
-            return 0;
-        }
-    return -1;
 }
 
 static int bad_value(const char *flag, const char *value, const char *expected)
@@ -322,7 +284,7 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
     case OPT_DEVMEM:
     case OPT_CHUNK: {
         uint64_t b;
-        if (parse_bytes(arg, &b) != 0 || b == 0)
+        if (zt_parse_bytes(arg, &b) != 0 || b == 0)
             return bad_value(name, arg, "a byte count such as 512MiB or 24GiB");
         *(opt == OPT_DEVMEM ? &c->o.device_mem : &c->o.chunk_bytes) = b;
         return 0;
@@ -566,11 +528,6 @@ static void add_stats(totals *t, const zo_step_stats *s)
     t->last = *s;
 }
 
-static const char *fmt_bytes(char *buf, size_t cap, uint64_t b)
-{
-    return zt_fmt_bytes(buf, cap, b, 0);
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -774,9 +731,9 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
            c->o.shape.ffn_dim, c->o.shape.vocab, c->o.dtype == ZO_OPTIM_FP16 ? "fp16" : "bf16");
     printf("  device %s (%s), budget %s: activations %s, engine %s; params: %s, optimizer: %s, "
            "mode %s\n",
-           su->backend, su->device_name, fmt_bytes(a, sizeof a, su->device_budget),
-           fmt_bytes(b, sizeof b, su->activation_bytes),
-           fmt_bytes(d, sizeof d, su->engine_device_bytes), zt_home_name(su->param_home),
+           su->backend, su->device_name, zt_fmt_bytes(a, sizeof a, su->device_budget),
+           zt_fmt_bytes(b, sizeof b, su->activation_bytes),
+           zt_fmt_bytes(d, sizeof d, su->engine_device_bytes), zt_home_name(su->param_home),
            zt_home_name(su->optim_home), zo_optim_mode_name(c->o.mode));
     if (su->nvme_dir[0])
         printf("  swap directory %s\n", su->nvme_dir);
@@ -795,19 +752,19 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
                (double)losses[0], (double)losses[n - 1], mean_last(losses, n, 10), out->val_loss,
                (unsigned long long)out->val_tokens);
     printf("bytes moved: host->device %s, device->host %s, nvme read %s, nvme write %s\n",
-           fmt_bytes(a, sizeof a, tot->h2d), fmt_bytes(b, sizeof b, tot->d2h),
-           fmt_bytes(d, sizeof d, tot->nvme_r), fmt_bytes(e, sizeof e, tot->nvme_w));
+           zt_fmt_bytes(a, sizeof a, tot->h2d), zt_fmt_bytes(b, sizeof b, tot->d2h),
+           zt_fmt_bytes(d, sizeof d, tot->nvme_r), zt_fmt_bytes(e, sizeof e, tot->nvme_w));
     printf("stall: %.1f%% of step time; optimizer %.2f s, nvme wait %.2f s; %d clipped, %d "
            "overflow, %d "
            "rollbacks\n",
            tot->step_s > 0 ? 100.0 * tot->stall_s / tot->step_s : 0.0, tot->optim_s, tot->nvme_s,
            tot->clipped, tot->overflows, tot->rollbacks);
     printf("peak bytes: device %s (engine; %s with activations), pinned %s, host %s, nvme %s\n",
-           fmt_bytes(a, sizeof a, tot->last.peak_device),
-           fmt_bytes(b, sizeof b, out->device_high_water),
-           fmt_bytes(d, sizeof d, tot->last.peak_pinned),
-           fmt_bytes(e, sizeof e, tot->last.peak_host),
-           fmt_bytes(f, sizeof f, tot->last.peak_nvme));
+           zt_fmt_bytes(a, sizeof a, tot->last.peak_device),
+           zt_fmt_bytes(b, sizeof b, out->device_high_water),
+           zt_fmt_bytes(d, sizeof d, tot->last.peak_pinned),
+           zt_fmt_bytes(e, sizeof e, tot->last.peak_host),
+           zt_fmt_bytes(f, sizeof f, tot->last.peak_nvme));
     if (c->resumed_from[0])
         printf("resumed from %s: steps %d..%d run here\n", c->resumed_from, c->start + 1, c->o.steps);
     if (c->last_saved[0])

@@ -413,10 +413,11 @@ static void carve_head_ws(carver *cv, const zt_model_config *c, head_ws *h, size
     h->row_loss = carve(cv, T * sizeof(float));
 }
 
-/* Lay the model's pieces out; returns the arena size. The per-layer
- * workspace is the largest of the block's, the head's and the embedding
- * gradient's, which are never live at the same time. */
-static uint64_t layout(zt_model *m, const zt_model_config *c, char *base)
+/* Lay the model's pieces out; returns the arena size (and its parts). The
+ * per-layer workspace is the largest of the block's, the head's and the
+ * embedding gradient's, which are never live at the same time. */
+static uint64_t layout_parts(zt_model *m, const zt_model_config *c, char *base,
+                             zt_activation_parts *parts)
 {
     const uint64_t T = (uint64_t)c->micro_batch * c->seq, d = c->shape.dim;
     const size_t es = zo_dtype_size(c->dt);
@@ -425,6 +426,7 @@ static uint64_t layout(zt_model *m, const zt_model_config *c, char *base)
     m->tok_tgt = carve(&cv, (uint64_t)c->n_micro * T * sizeof(int32_t));
     m->losses = carve(&cv, (uint64_t)c->n_micro * sizeof(float));
     m->rope = carve(&cv, (uint64_t)c->seq * (d / c->shape.n_heads) * sizeof(float));
+    uint64_t ck0 = cv.off;
     for (int l = 0; l <= c->shape.n_layers; l++) {
         void *p = carve(&cv, T * d * es);
         if (m->ckpt)
@@ -442,7 +444,14 @@ static uint64_t layout(zt_model *m, const zt_model_config *c, char *base)
     m->emb_grad = carve(&cv, (uint64_t)c->shape.vocab * d * sizeof(float));
     if (cv.off > end)
         end = cv.off;
+    if (parts)
+        *parts = (zt_activation_parts){end, ck0, ws0 - ck0, end - ws0};
     return end;
+}
+
+static uint64_t layout(zt_model *m, const zt_model_config *c, char *base)
+{
+    return layout_parts(m, c, base, NULL);
 }
 
 static zo_status check_model_config(const zt_model_config *c)
@@ -466,6 +475,12 @@ uint64_t zt_model_activation_bytes(const zt_model_config *c)
 {
     zt_model measure = {0};
     return layout(&measure, c, NULL);
+}
+
+void zt_model_activation_parts(const zt_model_config *c, zt_activation_parts *out)
+{
+    zt_model measure = {0};
+    layout_parts(&measure, c, NULL, out);
 }
 
 void zt_model_free(zt_model *m)

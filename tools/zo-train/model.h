@@ -121,6 +121,14 @@ typedef struct zt_model zt_model;
 
 /* Device bytes zt_model_init allocates (one arena; exact). */
 uint64_t zt_model_activation_bytes(const zt_model_config *c);
+/* The arena by what uses it (for the planner): the tokens, losses and RoPE
+ * table; the checkpoints (every block's input and the head's, with the
+ * residual gradient); one layer's workspace (the largest of a block's, the
+ * head's and the embedding gradient's fp32 accumulator). */
+typedef struct zt_activation_parts {
+    uint64_t total, inputs, checkpoints, workspace;
+} zt_activation_parts;
+void zt_model_activation_parts(const zt_model_config *c, zt_activation_parts *out);
 zo_status zt_model_init(zt_model **out, zo_device_t dev, zo_stream_t compute,
                         const zt_model_config *c);
 void zt_model_free(zt_model *m);

@@ -9,19 +9,21 @@
 #include <string.h>
 #include <time.h>
 
+#include "trainer.h"
 #include "zt_error.h"
 
 /* ---- human figures ---- */
 
-const char *zt_fmt_bytes(char *buf, size_t cap, uint64_t b, int compact)
+/* "1.5M": zt_fmt_bytes's text without the space and the "iB". */
+static const char *compact_bytes(char *buf, size_t cap, uint64_t b)
 {
-    static const char *const units[2][5] = {{" B", " KiB", " MiB", " GiB", " TiB"},
-                                            {"B", "K", "M", "G", "T"}};
-    double v = (double)b;
-    int i = 0;
-    while (v >= 1024 && i < 4)
-        v /= 1024, i++;
-    snprintf(buf, cap, i && (!compact || v < 10) ? "%.1f%s" : "%.0f%s", v, units[compact != 0][i]);
+    char full[32];
+    zt_fmt_bytes(full, sizeof full, b);
+    size_t n = 0;
+    for (const char *p = full; *p && n + 1 < cap; p++)
+        if (*p != ' ' && *p != 'i' && !(*p == 'B' && p > full && p[-1] == 'i'))
+            buf[n++] = *p;
+    buf[n] = 0;
     return buf;
 }
 
@@ -47,8 +49,8 @@ void zt_progress_line(FILE *f, int tty, const zt_step_figures *g)
             "%s nvme %s  nvme %.2f GB/s  stall %.1f%%%s%s",
             tty ? "\r\033[K" : "", g->step, g->total, g->loss, g->lr, g->tokens_per_s,
             g->model_tflops, duration(eta, sizeof eta, g->eta_s),
-            zt_fmt_bytes(b[0], sizeof b[0], g->in_use[0], 1), zt_fmt_bytes(b[1], sizeof b[1], g->in_use[1], 1),
-            zt_fmt_bytes(b[2], sizeof b[2], g->in_use[2], 1), zt_fmt_bytes(b[3], sizeof b[3], g->in_use[3], 1),
+            compact_bytes(b[0], sizeof b[0], g->in_use[0]), compact_bytes(b[1], sizeof b[1], g->in_use[1]),
+            compact_bytes(b[2], sizeof b[2], g->in_use[2]), compact_bytes(b[3], sizeof b[3], g->in_use[3]),
             g->nvme_gbps, g->stall_pct, tag, tty ? "" : "\n");
     fflush(f);
 }

@@ -12,9 +12,6 @@
 #include "zo/engine.h"
 #include "zo/status.h"
 
-/* "1.5 MiB" (or, compact, "1.5M"): powers of 1024. */
-const char *zt_fmt_bytes(char *buf, size_t cap, uint64_t b, int compact);
-
 /* CLOCK_MONOTONIC nanoseconds: the engine's trace clock. */
 uint64_t zt_now_ns(void);
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -13,9 +14,6 @@
 #include "zo/nvtx.h"
 #include "zt_error.h"
 
-/* On a GPU, memory the budget does not see: the CUDA context's own use and
- * cuBLAS's workspace. */
-#define ZT_CUDA_RESERVE (512ull << 20)
 /* Largest model whose default cpu-device budget is planned by a probe engine. */
 #define ZT_PROBE_MAX_PARAMS (256ull << 20)
 
@@ -105,6 +103,55 @@ static zo_status eng_grads_ready(void *ctx, int layer, zo_stream_t s)
 
 /* ---- option helpers ---- */
 
+/* "123", "64K", "512MiB", "24GiB", "1.5GB": K/M/G/T and KiB.. are powers of
+ * 1024, KB/MB/GB/TB powers of 1000. */
+int zt_parse_bytes(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v >= 0))
+        return -1;
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"K", 1024.0},
+                 {"KiB", 1024.0},
+                 {"KB", 1e3},
+                 {"M", 1048576.0},
+                 {"MiB", 1048576.0},
+                 {"MB", 1e6},
+                 {"G", 1073741824.0},
+                 {"GiB", 1073741824.0},
+                 {"GB", 1e9},
+                 {"T", 1099511627776.0},
+                 {"TiB", 1099511627776.0},
+                 {"TB", 1e12}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcasecmp(end, units[i].suffix) == 0 && strcmp(end, "b") != 0) {
+            double b = v * units[i].mult;
+            if (b >= 1.8e19)
+                return -1;
+            *out = (uint64_t)b;
+            return 0;
+        }
+    return -1;
+}
+
+const char *zt_fmt_bytes(char *buf, size_t cap, uint64_t b)
+{
+    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int i = 0;
+    while (v >= 1024 && i < 4)
+        v /= 1024, i++;
+    snprintf(buf, cap, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+    return buf;
+}
+
+
 zo_status zt_parse_home(const char *s, int *out)
 {
     static const struct {
@@ -137,7 +184,7 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static uint64_t largest_tensor(const zt_shape *s)
+uint64_t zt_largest_tensor(const zt_shape *s)
 {
     uint64_t mx = 0;
     for (int l = 0; l < zt_engine_layers(s); l++)
@@ -151,9 +198,9 @@ static uint64_t largest_tensor(const zt_shape *s)
  * 4 KiB. Smaller chunks pad less (a chunk never spans two layers) and page
  * in finer steps; for the tiny preset this moves 14% fewer optimizer-state
  * bytes than chunks of a quarter block. */
-static uint64_t default_chunk_bytes(const zt_shape *s)
+uint64_t zt_default_chunk_bytes(const zt_shape *s)
 {
-    uint64_t cb = largest_tensor(s) * 2; /* 16-bit */
+    uint64_t cb = zt_largest_tensor(s) * 2; /* 16-bit */
     return (cb + 4095) / 4096 * 4096;
 }
 
@@ -222,7 +269,7 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
     zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
     c.device = dev;
     c.param_dtype = o->dtype;
-    c.chunk_bytes = o->chunk_bytes ? o->chunk_bytes : default_chunk_bytes(&o->shape);
+    c.chunk_bytes = o->chunk_bytes ? o->chunk_bytes : zt_default_chunk_bytes(&o->shape);
     c.param_home = (zo_tier)o->param_home;
     c.optim_home = (zo_tier)o->optim_home;
     c.device_bytes = device_bytes;
@@ -254,11 +301,11 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
 static zo_status register_model(zo_engine_t eng, const zt_options *o, int **ids)
 {
     const zt_shape *s = &o->shape;
-    float *buf = malloc(largest_tensor(s) * sizeof *buf);
+    float *buf = malloc(zt_largest_tensor(s) * sizeof *buf);
     if (!buf)
         return zt_fail(ZO_ERR_NO_MEMORY, "initial values of the largest tensor");
     if (!ids)
-        memset(buf, 0, largest_tensor(s) * sizeof *buf);
+        memset(buf, 0, zt_largest_tensor(s) * sizeof *buf);
     zo_status st = ZO_OK;
     for (int l = 0; st >= 0 && l < zt_engine_layers(s); l++)
         for (int i = 0; st >= 0 && i < zt_layer_tensors(s, l); i++) {

@@ -12,6 +12,7 @@
 #ifndef ZT_TRAINER_H
 #define ZT_TRAINER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "data.h"
@@ -20,6 +21,9 @@
 #include "zo/engine.h"
 
 enum { ZT_MAX_NVME_PATHS = 16 };
+/* On a GPU, device memory the budget does not see: the CUDA context's own
+ * use and cuBLAS's workspace (taken off the budget before the engine's share). */
+#define ZT_CUDA_RESERVE (512ull << 20)
 #define ZT_HOME_DEFAULT (-1)
 
 typedef struct zt_options {
@@ -122,6 +126,17 @@ double zt_trainer_lr(const zt_trainer *t);
 
 /* The device's allocation high-water mark (activations and engine). */
 uint64_t zt_trainer_device_high_water(zt_trainer *t);
+
+/* The element count of the model's largest tensor. */
+uint64_t zt_largest_tensor(const zt_shape *s);
+/* The default chunk size: the largest tensor's 16-bit bytes, rounded to 4 KiB. */
+uint64_t zt_default_chunk_bytes(const zt_shape *s);
+
+/* "123", "64K", "512MiB", "24GiB", "1.5GB" into bytes: K/M/G/T and
+ * KiB..TiB are powers of 1024, KB..TB powers of 1000. -1 when malformed. */
+int zt_parse_bytes(const char *s, uint64_t *out);
+/* "1.5 GiB" (one decimal, powers of 1024) into buf; returns buf. */
+const char *zt_fmt_bytes(char *buf, size_t cap, uint64_t b);
 
 /* mkdir -p */
 zo_status zt_make_dir(const char *dir);

@@ -1,0 +1,245 @@
+/* zo_engine_footprint_for and zo_engine_chunks_for: the plan of a model
+ * described only by its tensor sizes equals zo_engine_plan of the same
+ * tensors registered on an engine, field by field, under every placement,
+ * mode, accumulation and device budget; the packing matches a plain
+ * reference of the documented rule; malformed layouts are refused. */
+#include <stdio.h>
+#include <string.h>
+
+#include "zo/device.h"
+#include "zo/engine.h"
+#include "zo_test.h"
+
+#define MAX_T 64
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void) { return zo_test_rand(&rng_state); }
+
+typedef struct model {
+    size_t n;
+    size_t numel[MAX_T];
+    int layer[MAX_T];
+} model;
+
+/* A random model: 1..6 layers of 1..5 tensors of 1..40000 elements, with
+ * now and then a tensor larger than the chunk (the chunk grows to fit it). */
+static void random_model(model *m)
+{
+    m->n = 0;
+    int layers = 1 + (int)(rnd() % 6);
+    for (int l = 0; l < layers; l++) {
+        int k = 1 + (int)(rnd() % 5);
+        for (int i = 0; i < k && m->n < MAX_T; i++) {
+            m->numel[m->n] = 1 + rnd() % 40000;
+            if (rnd() % 17 == 0) m->numel[m->n] += 70000;
+            m->layer[m->n++] = l;
+        }
+    }
+}
+
+static zo_engine_layout layout_of(const model *m)
+{
+    zo_engine_layout ly = ZO_ENGINE_LAYOUT_INIT;
+    ly.n_tensors = m->n;
+    ly.numel = m->numel;
+    ly.layer = m->layer;
+    return ly;
+}
+
+static void expect_same_footprint(const zo_engine_footprint *a, const zo_engine_footprint *b)
+{
+    assert_int_equal(a->device, b->device);
+    assert_int_equal(a->pinned, b->pinned);
+    assert_int_equal(a->host, b->host);
+    assert_int_equal(a->nvme, b->nvme);
+    assert_int_equal(a->chunk_bytes, b->chunk_bytes);
+    assert_int_equal(a->n_chunks, b->n_chunks);
+    assert_int_equal(a->max_chunks_per_layer, b->max_chunks_per_layer);
+    assert_int_equal(a->device_param_slots, b->device_param_slots);
+    assert_int_equal(a->device_grad_slots, b->device_grad_slots);
+    assert_int_equal(a->n_params, b->n_params);
+}
+
+/* zo_engine_plan on an engine holding the model's tensors (zeros). */
+static void plan_registered(zo_device_t dev, const zo_engine_config *cfg, const model *m,
+                            zo_engine_footprint *fp, int *fits, char *msg, size_t cap)
+{
+    static float zeros[110000];
+    zo_engine_config c = *cfg;
+    const char *paths[1] = {"/nonexistent-never-opened"};
+    c.device = dev;
+    c.nvme_paths = paths;
+    c.n_nvme_paths = 1;
+    zo_engine_t e = NULL;
+    ZO_ASSERT_OK(zo_engine_init(&e, &c));
+    for (size_t i = 0; i < m->n; i++)
+        ZO_ASSERT_OK(zo_engine_register(e, m->layer[i], "t", m->numel[i], zeros, NULL));
+    ZO_ASSERT_OK(zo_engine_plan(e, fp, fits, msg, cap));
+    zo_engine_free(e);
+}
+
+static void test_footprint_for_equals_plan(void **state)
+{
+    (void)state;
+    zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
+    dc.backend = "cpu";
+    dc.mem_budget = 64u << 20;
+    zo_device_t dev = NULL;
+    ZO_ASSERT_OK(zo_device_init(&dev, &dc));
+    static const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE}, {ZO_TIER_DEVICE, ZO_TIER_HOST},
+                                       {ZO_TIER_HOST, ZO_TIER_HOST},     {ZO_TIER_DEVICE, ZO_TIER_NVME},
+                                       {ZO_TIER_HOST, ZO_TIER_NVME},     {ZO_TIER_NVME, ZO_TIER_NVME}};
+    int n_fit = 0, n_refused = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        model m;
+        random_model(&m);
+        zo_engine_layout ly = layout_of(&m);
+        for (size_t h = 0; h < sizeof homes / sizeof homes[0]; h++)
+            for (int mode = ZO_OPTIM_SYNC; mode <= ZO_OPTIM_DPU; mode++) {
+                zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+                c.param_home = homes[h][0];
+                c.optim_home = homes[h][1];
+                c.mode = (zo_optim_mode)mode;
+                c.grad_accum_steps = 1 + (int)(rnd() % 3);
+                c.chunk_bytes = (rnd() % 3) * 48000; /* 0: the default 4 MiB */
+                c.device_bytes = 1 + rnd() % (8u << 20);
+                c.pinned_bytes = rnd() % 4 == 0 ? rnd() % (4u << 20) : 0;
+                c.nvme_bytes = rnd() % 4 == 0 ? rnd() % (8u << 20) : 0;
+                zo_engine_footprint a = ZO_ENGINE_FOOTPRINT_INIT, b = ZO_ENGINE_FOOTPRINT_INIT;
+                int fa = -1, fb = -1;
+                char ma[512], mb[512];
+                plan_registered(dev, &c, &m, &a, &fa, ma, sizeof ma);
+                ZO_ASSERT_OK(zo_engine_footprint_for(&c, &ly, &b, &fb, mb, sizeof mb));
+                expect_same_footprint(&a, &b);
+                assert_int_equal(fa, fb);
+                assert_string_equal(ma, mb);
+                fa ? n_fit++ : n_refused++;
+            }
+    }
+    assert_true(n_fit > 50 && n_refused > 50); /* both outcomes were compared */
+    zo_device_free(dev);
+}
+
+/* device_bytes 0: no limit, every parameter chunk gets a slot. */
+static void test_unlimited_device(void **state)
+{
+    (void)state;
+    model m = {3, {1000, 5000, 70000}, {0, 1, 1}};
+    zo_engine_layout ly = layout_of(&m);
+    zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+    c.chunk_bytes = 100000; /* raised to 140000, rounded to 143360 */
+    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+    int fits = 0;
+    ZO_ASSERT_OK(zo_engine_footprint_for(&c, &ly, &fp, &fits, NULL, 0));
+    assert_true(fits);
+    assert_int_equal(fp.chunk_bytes, 143360);
+    assert_int_equal(fp.n_chunks, 3); /* layer 1: 5000 + 70000 > 71680 elements */
+    assert_int_equal(fp.device_param_slots, 3);
+    assert_int_equal(fp.device, 3 * 143360 + 2 * 143360);
+    assert_int_equal(fp.n_params, 76000);
+}
+
+/* The documented packing rule, written out plainly. */
+static uint32_t reference_pack(const model *m, uint64_t chunk_elems, zo_engine_chunk_info *out)
+{
+    uint32_t n = 0;
+    uint64_t off = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        uint64_t at = (off + 127) / 128 * 128;
+        if (i == 0 || m->layer[i] != m->layer[i - 1] || at + m->numel[i] > chunk_elems) {
+            n++;
+            at = 0;
+        }
+        off = at + m->numel[i];
+        out[n - 1].layer = m->layer[i];
+        out[n - 1].used_bytes = off * 2;
+    }
+    return n;
+}
+
+static void test_chunks_for_matches_reference(void **state)
+{
+    (void)state;
+    for (int trial = 0; trial < 200; trial++) {
+        model m;
+        random_model(&m);
+        zo_engine_layout ly = layout_of(&m);
+        zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+        c.chunk_bytes = 4096 * (1 + rnd() % 40);
+        zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+        int fits;
+        ZO_ASSERT_OK(zo_engine_footprint_for(&c, &ly, &fp, &fits, NULL, 0));
+        zo_engine_chunk_info got[MAX_T], want[MAX_T];
+        uint32_t n = 0;
+        ZO_ASSERT_OK(zo_engine_chunks_for(&c, &ly, got, MAX_T, &n));
+        assert_int_equal(n, fp.n_chunks);
+        assert_int_equal(reference_pack(&m, fp.chunk_bytes / 2, want), n);
+        for (uint32_t i = 0; i < n; i++) {
+            assert_int_equal(got[i].layer, want[i].layer);
+            assert_int_equal(got[i].used_bytes, want[i].used_bytes);
+        }
+        /* a short array gets the first chunks; the count is the whole */
+        uint32_t n2 = 0;
+        zo_engine_chunk_info one = {-1, 0};
+        ZO_ASSERT_OK(zo_engine_chunks_for(&c, &ly, &one, 1, &n2));
+        assert_int_equal(n2, n);
+        assert_int_equal(one.used_bytes, want[0].used_bytes);
+    }
+}
+
+static void expect_refused(const zo_engine_config *c, const zo_engine_layout *ly, const char *what)
+{
+    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+    int fits;
+    uint32_t n;
+    ZO_ASSERT_ST(zo_engine_footprint_for(c, ly, &fp, &fits, NULL, 0), ZO_ERR_INVALID_ARG);
+    if (!strstr(zo_last_error(), what)) fail_msg("expected '%s' in: %s", what, zo_last_error());
+    ZO_ASSERT_ST(zo_engine_chunks_for(c, ly, NULL, 0, &n), ZO_ERR_INVALID_ARG);
+}
+
+static void test_bad_layouts_are_refused(void **state)
+{
+    (void)state;
+    zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+    model m = {3, {10, 20, 30}, {0, 1, 1}};
+    zo_engine_layout ly = layout_of(&m);
+    ly.struct_size = 8;
+    expect_refused(&c, &ly, "struct_size");
+    ly = layout_of(&m);
+    ly.numel = NULL;
+    expect_refused(&c, &ly, "numel NULL");
+    ly = layout_of(&m);
+    ly.n_tensors = 0;
+    expect_refused(&c, &ly, "at least one tensor");
+    m.layer[2] = 3; /* skips layer 2 */
+    ly = layout_of(&m);
+    expect_refused(&c, &ly, "tensor 2");
+    m.layer[2] = 1;
+    m.layer[0] = 1; /* does not start at layer 0 */
+    expect_refused(&c, &ly, "tensor 0");
+    m.layer[0] = 0;
+    m.numel[1] = 0;
+    expect_refused(&c, &ly, "tensor 1");
+    m.numel[1] = 20;
+    c.param_home = ZO_TIER_NVME; /* needs the states on NVMe */
+    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+    int fits;
+    ZO_ASSERT_ST(zo_engine_footprint_for(&c, &ly, &fp, &fits, NULL, 0), ZO_ERR_UNSUPPORTED);
+    c = (zo_engine_config)ZO_ENGINE_CONFIG_INIT;
+    c.struct_size = 4;
+    ZO_ASSERT_ST(zo_engine_footprint_for(&c, &ly, &fp, &fits, NULL, 0), ZO_ERR_INVALID_ARG);
+    c = (zo_engine_config)ZO_ENGINE_CONFIG_INIT;
+    ZO_ASSERT_ST(zo_engine_footprint_for(&c, &ly, NULL, &fits, NULL, 0), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_engine_chunks_for(&c, &ly, NULL, 2, &(uint32_t){0}), ZO_ERR_INVALID_ARG);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_footprint_for_equals_plan),
+        cmocka_unit_test(test_unlimited_device),
+        cmocka_unit_test(test_chunks_for_matches_reference),
+        cmocka_unit_test(test_bad_layouts_are_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

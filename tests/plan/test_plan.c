@@ -1,0 +1,382 @@
+/* zo-plan's planner against the trainer it plans for, on the cpu device:
+ *  - memory: for the tiny preset and a cut-down small preset, every strategy
+ *    under several device budgets, the predicted peak bytes of every tier
+ *    (zo-train's peak_bytes: engine device, pinned, pageable host, NVMe) and
+ *    the device total are within 3% of what a training step measures; a
+ *    budget one byte short of the plan is refused by the trainer too;
+ *  - time: fed the speeds zp_measure measures here, the predicted step time
+ *    is compared with the median measured one (printed; asserted within a
+ *    loose bound on this shared machine, see TIME_BOUND);
+ *  - a 70B model is planned without allocating in proportion to its size:
+ *    the work units do not grow with the tensors' sizes, and the plan
+ *    succeeds in a child whose address space is capped at 512 MiB more than
+ *    it already holds. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hw.h"
+#include "plan.h"
+#include "trainer.h"
+#include "plan_test_util.h"
+#include "zo_test.h"
+#include "zt_error.h"
+
+#ifndef ZP_TEST_DATA
+#error "ZP_TEST_DATA (the shipped corpus) must be defined"
+#endif
+
+/* Measured-vs-predicted step time: the target is 25%; on this 2-core VM,
+ * shared with other jobs, the assertion allows more (the figures print). */
+#define TIME_BOUND 0.6
+
+
+typedef struct job_cfg {
+    const char *name;
+    zt_shape shape;
+    int seq, micro_batch, grad_accum;
+} job_cfg;
+
+static job_cfg tiny_cfg(int accum)
+{
+    zt_shape s;
+    ZO_ASSERT_OK(zt_preset("tiny", &s));
+    return (job_cfg){"tiny", s, 64, 4, accum};
+}
+
+/* The small preset's width (dim 640, 10 heads, ffn 1728) with 2 blocks and
+ * a vocabulary of 2048, so a step takes well under a second here and no
+ * placement needs more than 200 MiB of device memory. */
+static job_cfg small_cfg(void)
+{
+    zt_shape s;
+    ZO_ASSERT_OK(zt_preset("small", &s));
+    s.n_layers = 2;
+    s.vocab = 2048;
+    return (job_cfg){"small/2 layers", s, 64, 2, 1};
+}
+
+static zp_job job_of(const job_cfg *c)
+{
+    zp_job j = {c->shape, c->seq, c->micro_batch, c->grad_accum, ZO_OPTIM_BF16, ZO_OPTIM_SYNC, 0};
+    return j;
+}
+
+static zp_hardware cpu_machine(uint64_t device_bytes)
+{
+    zp_hardware hw = {"cpu", "test", device_bytes, 0, 8ull << 30, 0, 64ull << 30, 1};
+    return hw;
+}
+
+static const zp_speeds unit_speeds = {1e9, 1e9, 1e9, 1e9, 1e9, 1e11, 1e11};
+
+static zp_plan plan(const job_cfg *c, zp_strategy s, uint64_t device_bytes, const zp_speeds *sp)
+{
+    zp_job j = job_of(c);
+    zp_hardware hw = cpu_machine(device_bytes);
+    zp_plan p;
+    zo_status st = zp_plan_strategy(&j, &hw, sp, s, 0, &p, NULL);
+    if (st < 0)
+        fail_msg("zp_plan_strategy: %s", zt_last_error());
+    return p;
+}
+
+static zt_options trainer_options(const job_cfg *c, const zp_plan *p, uint64_t device_bytes)
+{
+    zt_options o = ZT_OPTIONS_INIT;
+    o.shape = c->shape;
+    o.data_path = ZP_TEST_DATA;
+    o.seq = c->seq;
+    o.micro_batch = c->micro_batch;
+    o.grad_accum = c->grad_accum;
+    o.device = "cpu";
+    o.device_mem = device_bytes;
+    o.param_home = (int)p->param_home;
+    o.optim_home = (int)p->optim_home;
+    o.nvme_paths[0] = g_dir;
+    o.n_nvme_paths = 1;
+    o.chunk_bytes = p->fp.chunk_bytes;
+    o.val_batches = 1;
+    return o;
+}
+
+static double rel_err(double predicted, double measured)
+{
+    if (measured == 0)
+        return predicted == 0 ? 0 : 1;
+    return fabs(predicted - measured) / measured;
+}
+
+static void expect_close(const char *what, uint64_t predicted, uint64_t measured)
+{
+    if (rel_err((double)predicted, (double)measured) > 0.03)
+        fail_msg("%s: predicted %llu, measured %llu bytes (more than 3%% apart)", what,
+                 (unsigned long long)predicted, (unsigned long long)measured);
+}
+
+/* One training step under the plan; its peaks against the prediction. */
+static void check_memory(const job_cfg *c, zp_strategy s, uint64_t device_bytes)
+{
+    zp_plan p = plan(c, s, device_bytes, &unit_speeds);
+    if (!p.fits)
+        fail_msg("%s %s on %llu bytes: the plan does not fit: %s", c->name, zp_strategy_name(s),
+                 (unsigned long long)device_bytes, p.why);
+    zt_options o = trainer_options(c, &p, device_bytes);
+    zt_trainer *t = NULL;
+    if (zt_trainer_init(&t, &o) < 0)
+        fail_msg("zt_trainer_init: %s", zt_last_error());
+    zo_step_stats st = ZO_STEP_STATS_INIT;
+    float loss;
+    if (zt_trainer_step(t, &loss, &st) < 0)
+        fail_msg("zt_trainer_step: %s", zt_last_error());
+    uint64_t dev_total = zt_trainer_device_high_water(t);
+    zt_trainer_free(t);
+    printf("  %-15s %-22s budget %9llu: device %9llu/%9llu pinned %9llu/%9llu host %9llu/%9llu "
+           "nvme %9llu/%9llu (predicted/measured)\n",
+           c->name, zp_strategy_name(s), (unsigned long long)device_bytes,
+           (unsigned long long)p.peak_device, (unsigned long long)st.peak_device,
+           (unsigned long long)p.peak_pinned, (unsigned long long)st.peak_pinned,
+           (unsigned long long)p.peak_host, (unsigned long long)st.peak_host,
+           (unsigned long long)p.peak_nvme, (unsigned long long)st.peak_nvme);
+    expect_close("device (engine)", p.peak_device, st.peak_device);
+    expect_close("pinned", p.peak_pinned, st.peak_pinned);
+    expect_close("host", p.peak_host, st.peak_host);
+    expect_close("nvme", p.peak_nvme, st.peak_nvme);
+    expect_close("device total", p.device.total, dev_total);
+}
+
+/* The plan's device total with no device limit (every parameter chunk in
+ * a slot) and its smallest budget (every parameter resident, or one layer's
+ * parameter and gradient slots), for the chunk it picks. */
+static void budgets(const job_cfg *c, zp_strategy s, uint64_t *roomy, uint64_t *minimum, uint64_t *layer)
+{
+    zp_plan p = plan(c, s, 64ull << 30, &unit_speeds);
+    *layer = (uint64_t)p.fp.max_chunks_per_layer * p.fp.chunk_bytes;
+    uint64_t act = p.device.total - p.peak_device;
+    *roomy = p.device.total + (4u << 20);
+    *minimum = p.param_home == ZO_TIER_DEVICE ? p.device.total : act + 2 * *layer;
+}
+
+/* A budget one byte short of the smallest, with the same chunk: the plan
+ * and the trainer both refuse it. */
+static void check_refusal(const job_cfg *c, zp_strategy s, uint64_t minimum)
+{
+    zp_plan at_min = plan(c, s, minimum, &unit_speeds);
+    zp_job j = job_of(c);
+    j.chunk_bytes = at_min.fp.chunk_bytes;
+    zp_hardware hw = cpu_machine(minimum - 1);
+    zp_plan p;
+    ZO_ASSERT_OK(zp_plan_strategy(&j, &hw, &unit_speeds, s, 0, &p, NULL));
+    assert_false(p.fits);
+    if (!strstr(p.why, "device tier"))
+        fail_msg("refusal: %s", p.why);
+    zt_options o = trainer_options(c, &at_min, minimum - 1);
+    zt_trainer *t = NULL;
+    assert_true(zt_trainer_init(&t, &o) < 0);
+    assert_null(t);
+}
+
+static void check_job_memory(const job_cfg *c)
+{
+    for (int s = 0; s < ZP_N_STRATEGIES; s++) {
+        uint64_t roomy, minimum, layer;
+        budgets(c, (zp_strategy)s, &roomy, &minimum, &layer);
+        check_memory(c, (zp_strategy)s, roomy);
+        check_memory(c, (zp_strategy)s, minimum);
+        if (minimum + 2 * layer < roomy) /* paged parameters: three layers of slots */
+            check_memory(c, (zp_strategy)s, minimum + 2 * layer);
+        check_refusal(c, (zp_strategy)s, minimum);
+    }
+}
+
+static void test_memory_tiny(void **state)
+{
+    (void)state;
+    job_cfg c = tiny_cfg(1);
+    check_job_memory(&c);
+    c = tiny_cfg(2); /* fp32 accumulators on the host */
+    check_memory(&c, ZP_PARAMS_HOST, 256u << 20);
+    check_memory(&c, ZP_OPTIM_NVME, 256u << 20);
+}
+
+static void test_memory_small(void **state)
+{
+    (void)state;
+    job_cfg c = small_cfg();
+    check_job_memory(&c);
+}
+
+/* ---- time ---- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double measured_step(const job_cfg *c, const zp_plan *p, uint64_t device_bytes)
+{
+    enum { STEPS = 4 };
+    zt_options o = trainer_options(c, p, device_bytes);
+    zt_trainer *t = NULL;
+    if (zt_trainer_init(&t, &o) < 0)
+        fail_msg("zt_trainer_init: %s", zt_last_error());
+    double secs[STEPS];
+    for (int i = 0; i < STEPS; i++) {
+        zo_step_stats st = ZO_STEP_STATS_INIT;
+        float loss;
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        if (zt_trainer_step(t, &loss, &st) < 0)
+            fail_msg("zt_trainer_step: %s", zt_last_error());
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        secs[i] = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    }
+    zt_trainer_free(t);
+    qsort(secs + 1, STEPS - 1, sizeof *secs, cmp_double); /* the first records the trace */
+    return secs[2]; /* the median of the last three */
+}
+
+static zp_speeds measure(const job_cfg *c)
+{
+    zp_job j = job_of(c);
+    zp_hardware hw = cpu_machine(256u << 20);
+    zp_speeds sp = {0};
+    zp_speed_sources src;
+    memset(&src, 0, sizeof src);
+    if (zp_measure(&hw, &j, g_dir, &sp, &src) < 0)
+        fail_msg("zp_measure: %s", zt_last_error());
+    printf("  measured for %s: h2d %.2f GB/s, d2h %.2f GB/s, nvme read %.2f / write %.2f GB/s, "
+           "Adam %.3f Gparams/s, GEMM %.1f GFLOPS, the model's layers %.1f GFLOPS\n",
+           c->name, sp.h2d / 1e9, sp.d2h / 1e9, sp.nvme_read / 1e9, sp.nvme_write / 1e9,
+           sp.adam_params / 1e9, sp.flops / 1e9, sp.model_flops / 1e9);
+    return sp;
+}
+
+static void check_time(const job_cfg *c, const zp_speeds *sp, zp_strategy s, double *worst)
+{
+    uint64_t roomy, minimum, layer;
+    budgets(c, s, &roomy, &minimum, &layer);
+    zp_plan p = plan(c, s, roomy, sp);
+    assert_true(p.fits);
+    double m = measured_step(c, &p, roomy), e = rel_err(p.step_seconds, m);
+    printf("  %-15s %-22s predicted %.4f s (compute %.4f, nvme %.4f; %s), measured %.4f s: "
+           "error %+.1f%%\n",
+           c->name, zp_strategy_name(s), p.step_seconds, p.seconds[ZP_BN_COMPUTE],
+           p.seconds[ZP_BN_NVME], zp_bottleneck_name(p.bottleneck), m, 100 * (p.step_seconds - m) / m);
+    if (e > *worst)
+        *worst = e;
+}
+
+static void test_time(void **state)
+{
+    (void)state;
+    double worst = 0;
+    job_cfg tiny = tiny_cfg(1), small = small_cfg();
+    zp_speeds sp = measure(&tiny);
+    for (int s = 0; s < ZP_N_STRATEGIES; s++)
+        check_time(&tiny, &sp, (zp_strategy)s, &worst);
+    sp = measure(&small);
+    check_time(&small, &sp, ZP_PARAMS_HOST, &worst);
+    check_time(&small, &sp, ZP_OPTIM_NVME, &worst);
+    printf("  largest step-time error: %.1f%%\n", 100 * worst);
+    assert_true(worst < TIME_BOUND);
+}
+
+/* ---- a 70B model ---- */
+
+static zp_hardware gpu_machine(void)
+{
+    zp_hardware hw = {"cuda", "planned", 80ull << 30, ZT_CUDA_RESERVE, 1ull << 40, 0, 8ull << 40, 2};
+    return hw;
+}
+
+static uint64_t plan_all_work(const zt_shape *s, zp_plan plans[ZP_N_STRATEGIES])
+{
+    zp_job j = {*s, 4096, 1, 1, ZO_OPTIM_BF16, ZO_OPTIM_SYNC, 0};
+    zp_hardware hw = gpu_machine();
+    zp_speeds sp = {25e9, 25e9, 6e9, 5e9, 2e9, 900e12, 600e12};
+    uint64_t work = 0;
+    for (int k = 0; k < ZP_N_STRATEGIES; k++)
+        if (zp_plan_strategy(&j, &hw, &sp, (zp_strategy)k, 1200e12, &plans[k], &work) < 0)
+            fail_msg("zp_plan_strategy: %s", zt_last_error());
+    return work;
+}
+
+static const zt_shape llama70 = {32000, 8192, 80, 64, 28672, 1e-5f, 10000.0f};
+
+static void test_70b_work_does_not_grow_with_size(void **state)
+{
+    (void)state;
+    zp_plan big[ZP_N_STRATEGIES], narrow[ZP_N_STRATEGIES];
+    uint64_t w70 = plan_all_work(&llama70, big);
+    /* the same layers and tensors, each 1/64 the size */
+    zt_shape s = {4000, 1024, 80, 8, 3584, 1e-5f, 10000.0f};
+    uint64_t w1 = plan_all_work(&s, narrow);
+    printf("  70B: %llu work units; the same structure at 1/64 the size: %llu\n",
+           (unsigned long long)w70, (unsigned long long)w1);
+    /* work: the tensors packed, and per fetch of the step's order at most a
+     * layer's chunks each scanning the slots (both strategies' chunk sizes) */
+    for (int k = 0; k < ZP_N_STRATEGIES; k++) {
+        uint64_t E = (uint64_t)llama70.n_layers + 2, N = big[k].fp.n_chunks;
+        uint64_t bound = 2 * (9 * E + 3 * (2 * E - 1) * big[k].fp.max_chunks_per_layer * N);
+        assert_true(w70 <= ZP_N_STRATEGIES * bound);
+    }
+    assert_true((double)w70 < 1e-4 * (double)zt_shape_n_params(&llama70));
+    /* sanity of the figures: 78.3B parameters (multi-head attention) */
+    assert_int_equal(big[0].fp.n_params, zt_shape_n_params(&llama70));
+    assert_false(big[ZP_NO_OFFLOAD].supported); /* no device optimizer on a GPU yet */
+    assert_false(big[ZP_OPTIM_HOST].fits);      /* 157 GB of 16-bit parameters on 80 GB */
+    /* parameters and optimizer on the host: 16-bit params and grads pinned, 12 B/param pageable */
+    assert_true(big[ZP_PARAMS_HOST].host.states >= 12 * big[0].fp.n_params);
+    assert_true(big[ZP_PARAMS_HOST].pinned.total >= 4 * big[0].fp.n_params);
+}
+
+static void test_70b_allocates_nothing_in_proportion(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    skip(); /* sanitizers reserve terabytes of shadow address space */
+#endif
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        FILE *f = fopen("/proc/self/statm", "r");
+        unsigned long pages = 0;
+        if (!f || fscanf(f, "%lu", &pages) != 1)
+            _exit(3);
+        fclose(f);
+        struct rlimit rl;
+        rl.rlim_cur = rl.rlim_max = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (512ul << 20);
+        if (setrlimit(RLIMIT_AS, &rl) != 0)
+            _exit(4);
+        zp_plan plans[ZP_N_STRATEGIES];
+        plan_all_work(&llama70, plans);
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* "time" runs the step-time comparison (slow: it trains and measures);
+ * anything else, the memory and 70B tests. */
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest memory[] = {
+        cmocka_unit_test(test_memory_tiny),
+        cmocka_unit_test(test_memory_small),
+        cmocka_unit_test(test_70b_work_does_not_grow_with_size),
+        cmocka_unit_test(test_70b_allocates_nothing_in_proportion),
+    };
+    const struct CMUnitTest time[] = {cmocka_unit_test(test_time)};
+    if (argc > 1 && strcmp(argv[1], "time") == 0)
+        return cmocka_run_group_tests(time, plan_test_make_dir, plan_test_remove_dir);
+    return cmocka_run_group_tests(memory, plan_test_make_dir, plan_test_remove_dir);
+}

@@ -1,0 +1,298 @@
+/* The zo-plan program: --help; the --json object (every strategy with its
+ * peak_bytes and step_seconds, the recommendation the fastest that fits);
+ * --emit-config written and read back by zo_train_config_load; DeepSpeed's
+ * estimates against their formulas; --hf-config; --bench-json; planning a
+ * GPU that is not here; bad flags refused with exit status 2. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "zo/config.h"
+#include "plan_test_util.h"
+#include "zo_test.h"
+
+#ifndef ZP_EXE
+#error "ZP_EXE (the zo-plan executable) must be defined"
+#endif
+
+typedef struct outputs {
+    char *out, *err;
+    int status;
+} outputs;
+
+/* zo-plan with args, its stdout and stderr captured in files. */
+static outputs run(const char *args)
+{
+    char cmd[4096], out_path[300], err_path[300];
+    snprintf(out_path, sizeof out_path, "%s/stdout.txt", g_dir);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", g_dir);
+    snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s", ZP_EXE, args, out_path, err_path);
+    int st = system(cmd);
+    outputs o = {plan_test_read(out_path), plan_test_read(err_path), WIFEXITED(st) ? WEXITSTATUS(st) : -1};
+    return o;
+}
+
+static void outputs_free(outputs *o)
+{
+    free(o->out);
+    free(o->err);
+}
+
+static json_t *run_json(const char *args)
+{
+    char full[4096];
+    snprintf(full, sizeof full, "--json %s", args);
+    outputs o = run(full);
+    if (o.status != 0)
+        fail_msg("zo-plan %s: exit %d: %s", full, o.status, o.err);
+    json_error_t err;
+    json_t *j = json_loads(o.out, 0, &err);
+    if (!j)
+        fail_msg("zo-plan %s: not JSON (%s): %s", full, err.text, o.out);
+    outputs_free(&o);
+    return j;
+}
+
+static double num(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v))
+        fail_msg("no number '%s'", key);
+    return json_number_value(v);
+}
+
+#define TINY_CPU " --device cpu --gpu-mem 24MiB --seq 64 --micro-batch 4 --nvme-bytes 1GiB"
+
+static void test_help(void **state)
+{
+    (void)state;
+    outputs o = run("--help");
+    assert_int_equal(o.status, 0);
+    const char *flags[] = {"--preset", "--hf-config", "--seq", "--micro-batch", "--grad-accum",
+                           "--dtype", "--optimizer-mode", "--gpu-mem", "--host-mem", "--pinned-max",
+                           "--nvme-path", "--nvme-bytes", "--nvme-tbw", "--measure", "--h2d-gbps",
+                           "--gpu-tflops", "--bench-json", "--json", "--deepspeed-estimate",
+                           "--emit-config"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strstr(o.out, flags[i]))
+            fail_msg("--help does not mention %s", flags[i]);
+    outputs_free(&o);
+}
+
+/* Every strategy reported with the keys zo-train --json uses; the
+ * recommendation is the fastest of those that fit. */
+static void test_json_and_recommendation(void **state)
+{
+    (void)state;
+    json_t *j = run_json(TINY_CPU " --nvme-tbw 600");
+    json_t *plans = json_object_get(j, "strategies");
+    assert_int_equal(json_array_size(plans), 5);
+    const char *best = NULL;
+    double best_s = INFINITY;
+    size_t i;
+    json_t *p;
+    json_array_foreach(plans, i, p) {
+        json_t *peak = json_object_get(p, "peak_bytes");
+        const char *keys[] = {"device", "pinned", "host", "nvme"};
+        for (int k = 0; k < 4; k++)
+            assert_true(json_is_integer(json_object_get(peak, keys[k])));
+        double s = num(p, "step_seconds");
+        assert_true(s > 0);
+        assert_true(num(p, "tokens_per_s") > 0 && num(p, "mfu") > 0);
+        assert_non_null(json_string_value(json_object_get(p, "bottleneck")));
+        int fits = json_is_true(json_object_get(p, "fits"));
+        if (!fits)
+            assert_non_null(strstr(json_string_value(json_object_get(p, "why")), "tier"));
+        if (fits && s < best_s) {
+            best_s = s;
+            best = json_string_value(json_object_get(p, "name"));
+        }
+        /* NVMe wear is reported where NVMe is written */
+        json_t *days = json_object_get(p, "days_to_rated_endurance");
+        int writes = json_integer_value(json_object_get(json_object_get(p, "step_bytes"), "nvme_write")) > 0;
+        assert_true(writes ? json_is_number(days) : json_is_null(days));
+    }
+    assert_non_null(best);
+    assert_string_equal(json_string_value(json_object_get(j, "recommended")), best);
+    json_decref(j);
+
+    /* nothing fits in 1 MiB: no recommendation, and nothing to emit */
+    j = run_json(" --device cpu --gpu-mem 1MiB");
+    assert_true(json_is_null(json_object_get(j, "recommended")));
+    json_decref(j);
+    char args[512];
+    snprintf(args, sizeof args, "--device cpu --gpu-mem 1MiB --emit-config %s/none.json", g_dir);
+    outputs o = run(args);
+    assert_int_equal(o.status, 1);
+    assert_non_null(strstr(o.err, "no strategy fits"));
+    outputs_free(&o);
+}
+
+static void test_emit_config(void **state)
+{
+    (void)state;
+    char path[300], args[700];
+    snprintf(path, sizeof path, "%s/plan.json", g_dir);
+    snprintf(args, sizeof args, TINY_CPU " --grad-accum 2 --nvme-path %s --emit-config %s", g_dir, path);
+    json_t *j = run_json(args);
+    const char *best = json_string_value(json_object_get(j, "recommended"));
+    assert_non_null(best);
+    json_t *plans = json_object_get(j, "strategies"), *rec = NULL, *p;
+    size_t i;
+    json_array_foreach(plans, i, p) if (strcmp(json_string_value(json_object_get(p, "name")), best) == 0) rec = p;
+    assert_non_null(rec);
+    zo_train_config c = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(zo_train_config_load(path, 1, &c));
+    assert_int_equal(c.train_micro_batch_size_per_gpu, 4);
+    assert_int_equal(c.gradient_accumulation_steps, 2);
+    assert_int_equal(c.train_batch_size, 8);
+    assert_true(c.bf16.enabled);
+    assert_string_equal(zo_offload_device_name(c.zero_optimization.offload_param.device),
+                        json_string_value(json_object_get(rec, "offload_param")));
+    assert_string_equal(zo_offload_device_name(c.zero_optimization.offload_optimizer.device),
+                        json_string_value(json_object_get(rec, "offload_optimizer")));
+    assert_int_equal(c.zoffload.chunk_size, (int64_t)num(rec, "chunk_bytes"));
+    assert_int_equal(c.zoffload.device_mem, 24 << 20);
+    assert_int_equal(c.zoffload.n_nvme_paths, 1);
+    assert_string_equal(c.zoffload.nvme_paths[0], g_dir);
+    assert_string_equal(json_string_value(json_object_get(j, "emitted_config")), path);
+    json_decref(j);
+}
+
+/* DeepSpeed's all_live estimators for one GPU: ZeRO-2 with the optimizer
+ * offloaded, 2 B/param on the GPU and 16 x 1.5 on the CPU; ZeRO-3 with
+ * both offloaded, the largest layer's 4 B/param on the GPU and 18 x 1.5. */
+static void test_deepspeed_estimate(void **state)
+{
+    (void)state;
+    json_t *j = run_json(TINY_CPU " --deepspeed-estimate");
+    double P = num(json_object_get(j, "model"), "params");
+    json_t *rows = json_object_get(j, "deepspeed_estimate");
+    assert_int_equal(json_array_size(rows), 8);
+    json_t *z2 = json_array_get(rows, 0), *z3 = json_array_get(rows, 2);
+    assert_string_equal(json_string_value(json_object_get(z2, "options")), "offload_optimizer=cpu");
+    assert_int_equal((int64_t)num(z2, "gpu_bytes"), (int64_t)(2 * P));
+    assert_int_equal((int64_t)num(z2, "cpu_bytes"), (int64_t)(16 * 1.5 * P));
+    assert_int_equal((int64_t)num(z3, "gpu_bytes"), 4 * 256 * 768); /* tiny's largest: 768 x 256 */
+    assert_int_equal((int64_t)num(z3, "cpu_bytes"), (int64_t)(18 * 1.5 * P));
+    json_decref(j);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_hf_config(void **state)
+{
+    (void)state;
+    char path[300], args[700];
+    snprintf(path, sizeof path, "%s/config.json", g_dir);
+    write_file(path, "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 512, "
+                     "\"intermediate_size\": 1376, \"num_hidden_layers\": 3, \"num_attention_heads\": 8, "
+                     "\"num_key_value_heads\": 2, \"vocab_size\": 1000, \"rms_norm_eps\": 1e-6, "
+                     "\"tie_word_embeddings\": false}");
+    snprintf(args, sizeof args, TINY_CPU " --hf-config %s", path);
+    json_t *j = run_json(args);
+    json_t *m = json_object_get(j, "model");
+    assert_int_equal((int)num(m, "dim"), 512);
+    assert_int_equal((int)num(m, "layers"), 3);
+    assert_int_equal((int)num(m, "ffn"), 1376);
+    /* embedding, head, final norm, and per block 4 d^2 + 3 d f + 2 d */
+    double d = 512, f = 1376;
+    assert_int_equal((int64_t)num(m, "params"), (int64_t)(2 * 1000 * d + d + 3 * (4 * d * d + 3 * d * f + 2 * d)));
+    assert_non_null(strstr(json_string_value(json_object_get(m, "note")), "grouped-query"));
+    json_decref(j);
+    write_file(path, "{\"hidden_size\": 512}");
+    outputs o = run(args);
+    assert_int_equal(o.status, 2);
+    assert_non_null(strstr(o.err, "num_hidden_layers"));
+    outputs_free(&o);
+}
+
+static void test_bench_json_and_flags(void **state)
+{
+    (void)state;
+    char path[300], args[700];
+    snprintf(path, sizeof path, "%s/bench.jsonl", g_dir);
+    write_file(path, "zo-bench io: a human line\n"
+                     "{\"bench\":\"io\",\"rw\":\"read\",\"gbps\":3.5}\n"
+                     "{\"bench\":\"io\",\"rw\":\"write\",\"gbps\":2.5}\n"
+                     "{\"bench\":\"adam\",\"gparams_per_s\":1.25}\n"
+                     "{\"bench\":\"engine\",\"h2d_bytes\":1000000000,\"h2d_link_seconds\":0.05,"
+                     "\"d2h_bytes\":1000000000,\"d2h_link_seconds\":0.1}\n");
+    snprintf(args, sizeof args, TINY_CPU " --bench-json %s --gpu-tflops 2 --h2d-gbps 7", path);
+    json_t *j = run_json(args);
+    json_t *sp = json_object_get(j, "speeds"), *src = json_object_get(sp, "sources");
+    assert_true(num(sp, "nvme_read_bytes_per_s") == 3.5e9);
+    assert_true(num(sp, "nvme_write_bytes_per_s") == 2.5e9);
+    assert_true(num(sp, "adam_params_per_s") == 1.25e9);
+    assert_true(num(sp, "h2d_bytes_per_s") == 7e9); /* the flag wins over the file */
+    assert_true(num(sp, "d2h_bytes_per_s") == 1e10);
+    assert_true(num(sp, "device_flops") == 2e12);
+    assert_string_equal(json_string_value(json_object_get(src, "h2d_bytes_per_s")), "--h2d-gbps");
+    assert_non_null(strstr(json_string_value(json_object_get(src, "adam_params_per_s")), "zo-bench"));
+    json_decref(j);
+}
+
+/* A GPU that is not here can be planned for with --gpu-mem, not without. */
+static void test_planning_an_absent_gpu(void **state)
+{
+    (void)state;
+    json_t *j = run_json("--device cuda --gpu-mem 80GiB --host-mem 512GiB --preset 7b --seq 2048 "
+                         "--micro-batch 1");
+    json_t *hw = json_object_get(j, "hardware");
+    assert_string_equal(json_string_value(json_object_get(hw, "backend")), "cuda");
+    assert_int_equal((int64_t)num(hw, "reserve_bytes"), 512 << 20);
+    json_t *none = json_array_get(json_object_get(j, "strategies"), 0);
+    assert_false(json_is_true(json_object_get(none, "supported")));
+    json_decref(j);
+    outputs o = run("--device cuda");
+    if (o.status == 1) /* no GPU here */
+        assert_non_null(strstr(o.err, "--gpu-mem"));
+    outputs_free(&o);
+}
+
+static void test_bad_flags(void **state)
+{
+    (void)state;
+    const char *bad[][2] = {{"--gpu-mem lots", "--gpu-mem"},
+                            {"--state-dtype bf16", "fp32"},
+                            {"--dtype fp8", "bf16 or fp16"},
+                            {"--optimizer-mode eager", "sync, overlap or dpu"},
+                            {"--seq 0", "--seq"},
+                            {"--preset huge", "unknown preset"},
+                            {"--heads 3", "heads"},
+                            {"--h2d-gbps -1", "--h2d-gbps"},
+                            {"--frobnicate", "unknown option"},
+                            {"stray", "unexpected argument"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        outputs o = run(bad[i][0]);
+        if (o.status != 2 || !strstr(o.err, bad[i][1]))
+            fail_msg("zo-plan %s: exit %d, stderr '%s' (expected 2 and '%s')", bad[i][0], o.status,
+                     o.err, bad[i][1]);
+        outputs_free(&o);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_json_and_recommendation),
+        cmocka_unit_test(test_emit_config),
+        cmocka_unit_test(test_deepspeed_estimate),
+        cmocka_unit_test(test_hf_config),
+        cmocka_unit_test(test_bench_json_and_flags),
+        cmocka_unit_test(test_planning_an_absent_gpu),
+        cmocka_unit_test(test_bad_flags),
+    };
+    return cmocka_run_group_tests(tests, plan_test_make_dir, plan_test_remove_dir);
+}

@@ -1,0 +1,31 @@
+/* zo-plan --emit-config: the recommended plan as a DeepSpeed-style config
+ * that zo-train reads (zo/config.h). Kept apart from the planner because
+ * zo/config.h and zo/engine.h both define ZO_OPTIM_SYNC and its siblings
+ * and cannot be included together. */
+#ifndef ZP_EMIT_H
+#define ZP_EMIT_H
+
+#include <stdint.h>
+
+#include "zo/status.h"
+
+enum { ZP_EMIT_MAX_PATHS = 16 };
+
+typedef struct zp_emit {
+    int micro_batch, grad_accum;
+    int fp16;                   /* else bf16 */
+    int param_home, optim_home; /* 0 device (none), 1 host (cpu), 2 nvme: zo_tier's numbers */
+    int mode;                   /* 0 sync, 1 overlap, 2 dpu: zo_optim_mode's numbers */
+    uint64_t device_mem;        /* the device budget planned for */
+    uint64_t pinned_bytes;      /* the pinned pool the plan needs */
+    uint64_t chunk_bytes;
+    const char *nvme_paths[ZP_EMIT_MAX_PATHS];
+    int n_nvme_paths;
+} zp_emit;
+
+/* Write the config to path and read it back with zo_train_config_load
+ * (what zo-train does), so a file that zo-train would refuse is never left
+ * behind silently. */
+zo_status zp_emit_config(const zp_emit *e, const char *path);
+
+#endif

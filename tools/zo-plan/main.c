@@ -1,0 +1,647 @@
+/* zo-plan: does a training job fit, where, and how fast, before the run.
+ *
+ * For the model (a zo-train preset, shape flags or a Hugging Face LLaMA
+ * config.json) and the machine (detected or given), every placement
+ * strategy with the bytes of each tier by use, whether it fits, the step
+ * time with its bottleneck, tokens/s, MFU and NVMe wear; the fastest plan
+ * that fits is recommended and can be written as a zo-train config. A table
+ * and bars by default, one JSON object with --json. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emit.h"
+#include "hfconfig.h"
+#include "hw.h"
+#include "plan.h"
+#include "trainer.h"
+#include "zt_error.h"
+
+typedef struct cli {
+    const char *preset, *hf_config;
+    int shape_flags[5]; /* vocab, dim, layers, heads, ffn: 0 = from the preset */
+    zp_job job;
+    zp_hw_request req;
+    zp_speeds speeds; /* from flags: 0 = not given */
+    zp_speed_sources src;
+    const char *bench_json[8];
+    int n_bench_json;
+    int measure, json, ds_estimate;
+    double nvme_tbw; /* bytes */
+    const char *emit_path;
+    char model_note[256];
+} cli;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: zo-plan [options]\n"
+            "Plan a zo-train job before running it: for each placement (no offload; optimizer on\n"
+            "host; optimizer on NVMe; parameters and optimizer on host; both on NVMe) the bytes of\n"
+            "every tier by use, whether it fits, the step time and its bottleneck, tokens/s, MFU\n"
+            "and NVMe wear; the fastest plan that fits is recommended.\n"
+            "\n"
+            "model:\n"
+            "  --preset NAME          %s (default tiny)\n"
+            "  --vocab N --dim N --layers N --heads N --ffn N   override the preset's shape\n"
+            "  --hf-config FILE       a Hugging Face LLaMA config.json instead of a preset\n"
+            "job:\n"
+            "  --seq N --micro-batch N --grad-accum N   (defaults 128, 8, 1: zo-train's)\n"
+            "  --dtype bf16|fp16      16-bit parameters and activations (default bf16)\n"
+            "  --optimizer adam|adamw Adam's memory is the same either way (default adamw)\n"
+            "  --state-dtype fp32     the optimizer states' precision (the engine keeps fp32)\n"
+            "  --optimizer-mode sync|overlap|dpu   (default sync)\n"
+            "  --chunk-bytes BYTES    the engine's chunk (default: chosen per strategy)\n"
+            "hardware (detected unless given):\n"
+            "  --device auto|cpu|cuda the device (auto: cuda when a GPU is present)\n"
+            "  --gpu-mem BYTES        device memory (cpu device: its capacity, default 1 GiB)\n"
+            "  --host-mem BYTES       host memory for pinned and pageable tiers\n"
+            "  --pinned-max BYTES     a cap on pinned host memory\n"
+            "  --nvme-path DIR        a swap directory, one per drive (repeatable; free space by\n"
+            "                         statvfs)\n"
+            "  --nvme-bytes BYTES     NVMe space instead of the paths' free space\n"
+            "  --nvme-tbw TB          the drives' rated endurance, terabytes written\n"
+            "speeds (measured with --measure, given, read from zo-bench, else assumed):\n"
+            "  --measure              short micro-benchmarks on this machine (about a second)\n"
+            "  --h2d-gbps G --d2h-gbps G --nvme-read-gbps G --nvme-write-gbps G   GB/s\n"
+            "  --adam-gparams G       CPU Adam, billions of parameters per second\n"
+            "  --gpu-tflops T         the device's dense 16-bit TFLOPS\n"
+            "  --bench-json FILE      zo-bench io/adam/engine --json output (repeatable)\n"
+            "output:\n"
+            "  --json                 one JSON object\n"
+            "  --deepspeed-estimate   also what DeepSpeed's ZeRO-2/3 estimators would say\n"
+            "  --emit-config FILE     write the recommended plan as a zo-train config\n"
+            "  --help                 this text\n",
+            zt_preset_names());
+}
+
+enum {
+    OPT_PRESET = 256,
+    OPT_VOCAB,
+    OPT_DIM,
+    OPT_LAYERS,
+    OPT_HEADS,
+    OPT_FFN,
+    OPT_SEQ,
+    OPT_MB,
+    OPT_ACCUM,
+    OPT_HF,
+    OPT_DTYPE,
+    OPT_OPTIMIZER,
+    OPT_STATE,
+    OPT_MODE,
+    OPT_CHUNK,
+    OPT_DEVICE,
+    OPT_GPU_MEM,
+    OPT_HOST_MEM,
+    OPT_PINNED,
+    OPT_NVME_PATH,
+    OPT_NVME_BYTES,
+    OPT_TBW,
+    OPT_MEASURE,
+    OPT_H2D,
+    OPT_D2H,
+    OPT_NVME_R,
+    OPT_NVME_W,
+    OPT_ADAM,
+    OPT_TFLOPS,
+    OPT_BENCH,
+    OPT_JSON,
+    OPT_DS,
+    OPT_EMIT,
+    OPT_HELP
+};
+
+static const struct option long_opts[] = {
+    {"preset", required_argument, 0, OPT_PRESET},
+    {"vocab", required_argument, 0, OPT_VOCAB},
+    {"dim", required_argument, 0, OPT_DIM},
+    {"layers", required_argument, 0, OPT_LAYERS},
+    {"heads", required_argument, 0, OPT_HEADS},
+    {"ffn", required_argument, 0, OPT_FFN},
+    {"seq", required_argument, 0, OPT_SEQ},
+    {"micro-batch", required_argument, 0, OPT_MB},
+    {"grad-accum", required_argument, 0, OPT_ACCUM},
+    {"hf-config", required_argument, 0, OPT_HF},
+    {"dtype", required_argument, 0, OPT_DTYPE},
+    {"optimizer", required_argument, 0, OPT_OPTIMIZER},
+    {"state-dtype", required_argument, 0, OPT_STATE},
+    {"optimizer-mode", required_argument, 0, OPT_MODE},
+    {"chunk-bytes", required_argument, 0, OPT_CHUNK},
+    {"device", required_argument, 0, OPT_DEVICE},
+    {"gpu-mem", required_argument, 0, OPT_GPU_MEM},
+    {"host-mem", required_argument, 0, OPT_HOST_MEM},
+    {"pinned-max", required_argument, 0, OPT_PINNED},
+    {"nvme-path", required_argument, 0, OPT_NVME_PATH},
+    {"nvme-bytes", required_argument, 0, OPT_NVME_BYTES},
+    {"nvme-tbw", required_argument, 0, OPT_TBW},
+    {"measure", no_argument, 0, OPT_MEASURE},
+    {"h2d-gbps", required_argument, 0, OPT_H2D},
+    {"d2h-gbps", required_argument, 0, OPT_D2H},
+    {"nvme-read-gbps", required_argument, 0, OPT_NVME_R},
+    {"nvme-write-gbps", required_argument, 0, OPT_NVME_W},
+    {"adam-gparams", required_argument, 0, OPT_ADAM},
+    {"gpu-tflops", required_argument, 0, OPT_TFLOPS},
+    {"bench-json", required_argument, 0, OPT_BENCH},
+    {"json", no_argument, 0, OPT_JSON},
+    {"deepspeed-estimate", no_argument, 0, OPT_DS},
+    {"emit-config", required_argument, 0, OPT_EMIT},
+    {"help", no_argument, 0, OPT_HELP},
+    {0, 0, 0, 0},
+};
+
+static const char *opt_name(int opt)
+{
+    return long_opts[opt - OPT_PRESET].name;
+}
+
+static int bad_value(int opt, const char *value, const char *expected)
+{
+    fprintf(stderr, "zo-plan: --%s '%s': expected %s\n", opt_name(opt), value, expected);
+    return 2;
+}
+
+static int parse_int_opt(int opt, const char *arg, cli *c)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(arg, &end, 10);
+    if (errno || end == arg || *end || v < 1 || v > INT_MAX)
+        return bad_value(opt, arg, "an integer >= 1");
+    int *dst[] = {&c->shape_flags[0], &c->shape_flags[1],   &c->shape_flags[2],
+                  &c->shape_flags[3], &c->shape_flags[4],   &c->job.seq,
+                  &c->job.micro_batch, &c->job.grad_accum};
+    *dst[opt - OPT_VOCAB] = (int)v;
+    return 0;
+}
+
+static int parse_bytes_opt(int opt, const char *arg, cli *c)
+{
+    uint64_t b;
+    if (zt_parse_bytes(arg, &b) != 0 || b == 0)
+        return bad_value(opt, arg, "a byte count such as 512MiB or 24GiB");
+    uint64_t *dst[] = {&c->job.chunk_bytes, NULL, &c->req.gpu_mem, &c->req.host_mem, &c->req.pinned_max,
+                       NULL, &c->req.nvme_bytes};
+    *dst[opt - OPT_CHUNK] = b;
+    return 0;
+}
+
+/* Speeds in GB/s, Gparams/s and TFLOPS; TB for the endurance. */
+static int parse_rate_opt(int opt, const char *arg, cli *c)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end);
+    if (errno || end == arg || *end || !(v > 0) || !isfinite(v))
+        return bad_value(opt, arg, "a number > 0");
+    if (opt == OPT_TBW) {
+        c->nvme_tbw = v * 1e12;
+        return 0;
+    }
+    static const int which[] = {ZP_SPEED_H2D, ZP_SPEED_D2H, ZP_SPEED_NVME_READ, ZP_SPEED_NVME_WRITE,
+                                ZP_SPEED_ADAM, ZP_SPEED_FLOPS};
+    static const double unit[] = {1e9, 1e9, 1e9, 1e9, 1e9, 1e12};
+    int k = opt - OPT_H2D;
+    *zp_speed_field(&c->speeds, which[k]) = v * unit[k];
+    snprintf(c->src.what[which[k]], sizeof c->src.what[0], "--%s", opt_name(opt));
+    return 0;
+}
+
+static int parse_choice_opt(int opt, const char *arg, cli *c)
+{
+    switch (opt) {
+    case OPT_DTYPE:
+        if (strcmp(arg, "bf16") && strcmp(arg, "fp16"))
+            return bad_value(opt, arg, "bf16 or fp16");
+        c->job.dtype = arg[0] == 'b' ? ZO_OPTIM_BF16 : ZO_OPTIM_FP16;
+        return 0;
+    case OPT_OPTIMIZER:
+        return strcmp(arg, "adam") && strcmp(arg, "adamw") ? bad_value(opt, arg, "adam or adamw") : 0;
+    case OPT_STATE:
+        return strcmp(arg, "fp32") ? bad_value(opt, arg, "fp32 (the engine keeps fp32 master, m and v)")
+                                   : 0;
+    case OPT_MODE: {
+        static const char *const modes[] = {"sync", "overlap", "dpu"};
+        for (int i = 0; i < 3; i++)
+            if (strcmp(arg, modes[i]) == 0) {
+                c->job.mode = (zo_optim_mode)i;
+                return 0;
+            }
+        return bad_value(opt, arg, "sync, overlap or dpu");
+    }
+    case OPT_DEVICE:
+        if (strcmp(arg, "auto") && strcmp(arg, "cpu") && strcmp(arg, "cuda"))
+            return bad_value(opt, arg, "auto, cpu or cuda");
+        c->req.device = arg;
+        return 0;
+    }
+    return 0;
+}
+
+static int parse_opt(int opt, const char *arg, cli *c)
+{
+    switch (opt) {
+    case OPT_PRESET: c->preset = arg; return 0;
+    case OPT_HF: c->hf_config = arg; return 0;
+    case OPT_MEASURE: c->measure = 1; return 0;
+    case OPT_JSON: c->json = 1; return 0;
+    case OPT_DS: c->ds_estimate = 1; return 0;
+    case OPT_EMIT: c->emit_path = arg; return 0;
+    case OPT_NVME_PATH:
+        if (c->req.n_nvme_paths == ZP_MAX_NVME_PATHS)
+            return bad_value(opt, arg, "at most 16 paths");
+        c->req.nvme_paths[c->req.n_nvme_paths++] = arg;
+        return 0;
+    case OPT_BENCH:
+        if (c->n_bench_json == 8)
+            return bad_value(opt, arg, "at most 8 files");
+        c->bench_json[c->n_bench_json++] = arg;
+        return 0;
+    }
+    if (opt >= OPT_VOCAB && opt <= OPT_ACCUM)
+        return parse_int_opt(opt, arg, c);
+    if (opt == OPT_CHUNK || (opt >= OPT_GPU_MEM && opt <= OPT_PINNED) || opt == OPT_NVME_BYTES)
+        return parse_bytes_opt(opt, arg, c);
+    if (opt == OPT_TBW || (opt >= OPT_H2D && opt <= OPT_TFLOPS))
+        return parse_rate_opt(opt, arg, c);
+    return parse_choice_opt(opt, arg, c);
+}
+
+/* The model: a preset or a config.json, then the shape flags over it. */
+static int resolve_model(cli *c)
+{
+    zt_shape *sh = &c->job.shape;
+    zo_status st = c->hf_config ? zp_read_hf_config(c->hf_config, sh, c->model_note, sizeof c->model_note)
+                                : zt_preset(c->preset, sh);
+    int *dims[5] = {&sh->vocab, &sh->dim, &sh->n_layers, &sh->n_heads, &sh->ffn_dim};
+    for (int i = 0; st >= 0 && i < 5; i++)
+        *dims[i] = c->shape_flags[i] ? c->shape_flags[i] : *dims[i];
+    if (st >= 0)
+        st = zt_shape_check(sh);
+    if (st >= 0)
+        return 0;
+    fprintf(stderr, "zo-plan: %s\n", zt_last_error());
+    return 2;
+}
+
+/* 0: go on; -1: --help was printed; 2: a usage error (printed). */
+static int parse_args(int argc, char **argv, cli *c)
+{
+    opterr = 0;
+    for (;;) {
+        int opt = getopt_long(argc, argv, "", long_opts, NULL), rc = 0;
+        if (opt == -1)
+            break;
+        if (opt == OPT_HELP)
+            usage(stdout);
+        else if (opt == '?' || opt == ':')
+            fprintf(stderr, "zo-plan: unknown option or missing value: %s (see --help)\n", argv[optind - 1]);
+        else
+            rc = parse_opt(opt, optarg, c);
+        if (opt == OPT_HELP || opt == '?' || opt == ':' || rc)
+            return opt == OPT_HELP ? -1 : 2;
+    }
+    if (optind == argc)
+        return resolve_model(c);
+    fprintf(stderr, "zo-plan: unexpected argument '%s' (see --help)\n", argv[optind]);
+    return 2;
+}
+
+/* ---- planning ---- */
+
+typedef struct result {
+    zp_hardware hw;
+    zp_hw_facts facts;
+    zp_speeds sp;
+    zp_plan plans[ZP_N_STRATEGIES];
+    int best;
+    uint64_t work;
+    char emitted[512]; /* "" or the config's path */
+} result;
+
+static zo_status gather_speeds(cli *c, result *r)
+{
+    r->sp = c->speeds;
+    for (int i = 0; i < c->n_bench_json; i++)
+        ZT_TRY(zp_read_bench_json(c->bench_json[i], &r->sp, &c->src));
+    if (c->measure)
+        ZT_TRY(zp_measure(&r->hw, &c->job, c->req.n_nvme_paths ? c->req.nvme_paths[0] : NULL, &r->sp,
+                          &c->src));
+    zp_assume_speeds(r->hw.backend, &r->sp, &c->src);
+    return ZO_OK;
+}
+
+static zo_status emit(const cli *c, result *r)
+{
+    const zp_plan *p = &r->plans[r->best];
+    zp_emit e = {c->job.micro_batch, c->job.grad_accum, c->job.dtype == ZO_OPTIM_FP16,
+                 (int)p->param_home, (int)p->optim_home, (int)c->job.mode, r->hw.device_bytes,
+                 p->pinned.total, p->fp.chunk_bytes, {0}, c->req.n_nvme_paths};
+    for (int i = 0; i < c->req.n_nvme_paths; i++)
+        e.nvme_paths[i] = c->req.nvme_paths[i];
+    ZT_TRY(zp_emit_config(&e, c->emit_path));
+    snprintf(r->emitted, sizeof r->emitted, "%s", c->emit_path);
+    return ZO_OK;
+}
+
+static zo_status plan_all(cli *c, result *r)
+{
+    ZT_TRY(zp_detect_hardware(&c->req, &r->hw, &r->facts));
+    ZT_TRY(gather_speeds(c, r));
+    for (int s = 0; s < ZP_N_STRATEGIES; s++)
+        ZT_TRY(zp_plan_strategy(&c->job, &r->hw, &r->sp, (zp_strategy)s, c->nvme_tbw, &r->plans[s],
+                                &r->work));
+    r->best = zp_recommend(r->plans, ZP_N_STRATEGIES);
+    if (c->emit_path && r->best < 0)
+        return zt_fail(ZO_ERR_BUDGET, "--emit-config: no strategy fits, so there is nothing to write");
+    if (c->emit_path)
+        ZT_TRY(emit(c, r));
+    return ZO_OK;
+}
+
+/* ---- human output ---- */
+
+static const char *B(char *buf, uint64_t b)
+{
+    return zt_fmt_bytes(buf, 32, b);
+}
+
+static int shape_overridden(const cli *c)
+{
+    for (int i = 0; i < 5; i++)
+        if (c->shape_flags[i])
+            return 1;
+    return 0;
+}
+
+static void print_header(const cli *c, const result *r)
+{
+    const zt_shape *s = &c->job.shape;
+    char a[32], b[32], d[32];
+    printf("zo-plan: %s%s, %.2fM parameters (dim %d, %d layers, %d heads, ffn %d, vocab %d), %s\n",
+           c->hf_config ? c->hf_config : c->preset, shape_overridden(c) ? " with shape flags" : "",
+           zt_shape_n_params(s) / 1e6, s->dim, s->n_layers,
+           s->n_heads, s->ffn_dim, s->vocab, c->job.dtype == ZO_OPTIM_FP16 ? "fp16" : "bf16");
+    if (c->model_note[0])
+        printf("  note: %s\n", c->model_note);
+    printf("  job: seq %d x micro-batch %d x grad-accum %d = %d tokens per step; AdamW, fp32 states; "
+           "optimizer mode %s\n",
+           c->job.seq, c->job.micro_batch, c->job.grad_accum,
+           c->job.seq * c->job.micro_batch * c->job.grad_accum, zo_optim_mode_name(c->job.mode));
+    printf("  device: %s (%s), %s (%s)%s\n", r->hw.backend, r->hw.device_name, B(a, r->hw.device_bytes),
+           r->facts.device_how, r->hw.reserve_bytes ? ", 512 MiB of it for the CUDA context" : "");
+    printf("  host: %s for pinned + pageable (%s; %d NUMA node(s), %d cores)%s%s\n",
+           B(b, r->hw.host_bytes), r->facts.host_how, r->facts.numa_nodes, r->facts.cores,
+           r->hw.pinned_max ? ", pinned at most " : "", r->hw.pinned_max ? B(d, r->hw.pinned_max) : "");
+    printf("  nvme: %s over %d path(s) (%s)\n", B(a, r->hw.nvme_bytes), r->hw.n_nvme_paths,
+           r->facts.nvme_how);
+    printf("  speeds: h2d %.2f GB/s, d2h %.2f GB/s (%s); nvme read %.2f, write %.2f GB/s (%s); CPU Adam "
+           "%.3f Gparams/s (%s); device %.2f TFLOPS (%s)\n",
+           r->sp.h2d / 1e9, r->sp.d2h / 1e9, c->src.what[ZP_SPEED_H2D], r->sp.nvme_read / 1e9,
+           r->sp.nvme_write / 1e9, c->src.what[ZP_SPEED_NVME_READ], r->sp.adam_params / 1e9,
+           c->src.what[ZP_SPEED_ADAM], r->sp.flops / 1e12, c->src.what[ZP_SPEED_FLOPS]);
+}
+
+static void print_table(const result *r)
+{
+    char a[32], b[32], d[32], e[32], f[32];
+    printf("\n%-22s %-4s %10s %10s %10s %10s %10s %9s  %-14s %10s %6s\n", "strategy", "fits", "chunk",
+           "device", "pinned", "host", "nvme", "step s", "bottleneck", "tokens/s", "MFU");
+    for (int s = 0; s < ZP_N_STRATEGIES; s++) {
+        const zp_plan *p = &r->plans[s];
+        printf("%-22s %-4s %10s %10s %10s %10s %10s %9.3g  %-14s %10.4g %5.1f%%\n",
+               zp_strategy_name(p->strategy), p->fits ? "yes" : "no", B(a, p->fp.chunk_bytes),
+               B(b, p->device.total), B(d, p->pinned.total), B(e, p->host.total), B(f, p->nvme.files),
+               p->step_seconds, zp_bottleneck_name(p->bottleneck), p->tokens_per_s, 100 * p->mfu);
+    }
+}
+
+static void bar(const char *tier, uint64_t use, uint64_t budget, const char *detail)
+{
+    enum { W = 30 };
+    char a[32], b[32], cells[W + 1];
+    int n = budget ? (int)fmin(W, ceil((double)use / (double)budget * W)) : (use ? W : 0);
+    for (int i = 0; i < W; i++)
+        cells[i] = i < n ? '#' : '.';
+    cells[W] = 0;
+    printf("    %-7s [%s]%s %s of %s: %s\n", tier, cells, budget && use > budget ? "!" : " ", B(a, use),
+           budget ? B(b, budget) : "none", detail);
+}
+
+static void print_plan_bars(const result *r, const zp_plan *p)
+{
+    char det[512], a[32], b[32], c[32], d[32], e[32], f[32], g[32];
+    printf("  %s%s: %u chunks of %s (%u per layer at most), %u device parameter slots\n",
+           zp_strategy_name(p->strategy), p->fits ? "" : " (does not fit)", p->fp.n_chunks,
+           B(a, p->fp.chunk_bytes), p->fp.max_chunks_per_layer, p->fp.device_param_slots);
+    snprintf(det, sizeof det,
+             "params %s, param slots %s, grads %s, optimizer %s, checkpoints %s, workspace %s, "
+             "inputs %s, reserve %s",
+             B(a, p->device.params), B(b, p->device.param_slots), B(c, p->device.grads),
+             B(d, p->device.states), B(e, p->device.checkpoints), B(f, p->device.workspace),
+             B(g, p->device.inputs), B((char[32]){0}, p->device.reserve));
+    bar("device", p->device.total, r->hw.device_bytes, det);
+    snprintf(det, sizeof det, "16-bit params %s, grads %s, NVMe staging %s, param staging %s",
+             B(a, p->pinned.params), B(b, p->pinned.grads), B(c, p->pinned.staging), B(d, p->pinned.twins));
+    bar("pinned", p->pinned.total, r->hw.pinned_max ? r->hw.pinned_max : r->hw.host_bytes, det);
+    snprintf(det, sizeof det, "optimizer states %s, overlap backups %s, fp32 accumulators %s",
+             B(a, p->host.states), B(b, p->host.backups), B(c, p->host.accum));
+    bar("host", p->pinned.total + p->host.total, r->hw.host_bytes, det);
+    snprintf(det, sizeof det, "optimizer states %s, 16-bit params %s (payload; files with headers)",
+             B(a, p->nvme.states), B(b, p->nvme.params));
+    bar("nvme", p->nvme.files, r->hw.nvme_bytes, det);
+    printf("    step %.4g s = compute %.3g, h2d %.3g, d2h %.3g, nvme %.3g, optimizer %.3g s alone; "
+           "bottleneck %s\n",
+           p->step_seconds, p->seconds[ZP_BN_COMPUTE], p->seconds[ZP_BN_H2D], p->seconds[ZP_BN_D2H],
+           p->seconds[ZP_BN_NVME], p->seconds[ZP_BN_OPTIM], zp_bottleneck_name(p->bottleneck));
+    if (p->nvme_write_bytes)
+        printf("    nvme writes %s per step, %s per day%s", B(a, p->nvme_write_bytes),
+               B(b, (uint64_t)p->nvme_write_per_day), p->days_to_tbw > 0 ? "" : "\n");
+    if (p->nvme_write_bytes && p->days_to_tbw > 0)
+        printf(": the rated endurance lasts %.1f days\n", p->days_to_tbw);
+    if (!p->fits)
+        printf("    why not: %s\n", p->why);
+}
+
+static void print_deepspeed(const cli *c)
+{
+    zp_ds_row rows[ZP_DS_ROWS];
+    char a[32], b[32];
+    zp_deepspeed_estimate(zt_shape_n_params(&c->job.shape), zt_largest_tensor(&c->job.shape), rows);
+    printf("\nDeepSpeed's estimators (model states only: no activations, no buffers, no pinned "
+           "rounding, nothing on NVMe), one GPU:\n");
+    for (int i = 0; i < ZP_DS_ROWS; i++)
+        printf("  %s  cpu %10s  gpu %10s  %s\n", rows[i].stage, B(a, rows[i].cpu), B(b, rows[i].gpu),
+               rows[i].options);
+}
+
+static void print_human(const cli *c, const result *r)
+{
+    print_header(c, r);
+    print_table(r);
+    printf("\nper tier (use of budget):\n");
+    for (int s = 0; s < ZP_N_STRATEGIES; s++)
+        print_plan_bars(r, &r->plans[s]);
+    if (r->best >= 0) {
+        const zp_plan *p = &r->plans[r->best];
+        printf("\nrecommended: %s (the fastest plan that fits): %.4g s per step, %.4g tokens/s, MFU "
+               "%.1f%%; zo-train --offload-param %s --offload-optimizer %s --chunk-bytes %llu\n",
+               zp_strategy_name(p->strategy), p->step_seconds, p->tokens_per_s, 100 * p->mfu,
+               zt_home_name(p->param_home), zt_home_name(p->optim_home),
+               (unsigned long long)p->fp.chunk_bytes);
+    } else {
+        printf("\nrecommended: none: no strategy fits (see the reasons above)\n");
+    }
+    if (r->emitted[0])
+        printf("config written to %s\n", r->emitted);
+    if (c->ds_estimate)
+        print_deepspeed(c);
+}
+
+/* ---- JSON ---- */
+
+static json_t *ju(uint64_t v)
+{
+    return json_integer((json_int_t)v);
+}
+
+static json_t *json_plan(const zp_plan *p)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(zp_strategy_name(p->strategy)));
+    json_object_set_new(o, "offload_param", json_string(zt_home_name(p->param_home)));
+    json_object_set_new(o, "offload_optimizer", json_string(zt_home_name(p->optim_home)));
+    json_object_set_new(o, "supported", json_boolean(p->supported));
+    json_object_set_new(o, "fits", json_boolean(p->fits));
+    json_object_set_new(o, "why", p->fits ? json_null() : json_string(p->why));
+    json_object_set_new(o, "chunk_bytes", ju(p->fp.chunk_bytes));
+    json_object_set_new(o, "chunks", ju(p->fp.n_chunks));
+    json_object_set_new(o, "device_param_slots", ju(p->fp.device_param_slots));
+    json_object_set_new(o, "peak_bytes",
+                        json_pack("{s:o,s:o,s:o,s:o}", "device", ju(p->peak_device), "pinned",
+                                  ju(p->peak_pinned), "host", ju(p->peak_host), "nvme", ju(p->peak_nvme)));
+    json_object_set_new(
+        o, "device_bytes",
+        json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "params", ju(p->device.params),
+                  "param_slots", ju(p->device.param_slots), "grads", ju(p->device.grads), "optimizer",
+                  ju(p->device.states), "inputs", ju(p->device.inputs), "checkpoints",
+                  ju(p->device.checkpoints), "workspace", ju(p->device.workspace), "reserve",
+                  ju(p->device.reserve), "engine_budget", ju(p->device.engine_budget), "total",
+                  ju(p->device.total)));
+    json_object_set_new(o, "pinned_bytes",
+                        json_pack("{s:o,s:o,s:o,s:o,s:o}", "params", ju(p->pinned.params), "grads",
+                                  ju(p->pinned.grads), "nvme_staging", ju(p->pinned.staging),
+                                  "param_staging", ju(p->pinned.twins), "total", ju(p->pinned.total)));
+    json_object_set_new(o, "host_bytes",
+                        json_pack("{s:o,s:o,s:o,s:o}", "optimizer", ju(p->host.states), "backups",
+                                  ju(p->host.backups), "accumulators", ju(p->host.accum), "total",
+                                  ju(p->host.total)));
+    json_object_set_new(o, "nvme_bytes",
+                        json_pack("{s:o,s:o,s:o,s:o}", "optimizer", ju(p->nvme.states), "params",
+                                  ju(p->nvme.params), "payload", ju(p->nvme.payload), "files",
+                                  ju(p->nvme.files)));
+    json_object_set_new(o, "step_bytes",
+                        json_pack("{s:o,s:o,s:o,s:o}", "h2d", ju(p->h2d_bytes), "d2h", ju(p->d2h_bytes),
+                                  "nvme_read", ju(p->nvme_read_bytes), "nvme_write",
+                                  ju(p->nvme_write_bytes)));
+    json_object_set_new(o, "seconds",
+                        json_pack("{s:f,s:f,s:f,s:f,s:f}", "compute", p->seconds[ZP_BN_COMPUTE], "h2d",
+                                  p->seconds[ZP_BN_H2D], "d2h", p->seconds[ZP_BN_D2H], "nvme",
+                                  p->seconds[ZP_BN_NVME], "optimizer", p->seconds[ZP_BN_OPTIM]));
+    json_object_set_new(o, "step_seconds", json_real(p->step_seconds));
+    json_object_set_new(o, "bottleneck", json_string(zp_bottleneck_name(p->bottleneck)));
+    json_object_set_new(o, "tokens_per_step", ju(p->tokens));
+    json_object_set_new(o, "tokens_per_s", json_real(p->tokens_per_s));
+    json_object_set_new(o, "mfu", json_real(p->mfu));
+    json_object_set_new(o, "nvme_write_bytes_per_day", json_real(p->nvme_write_per_day));
+    json_object_set_new(o, "days_to_rated_endurance", p->days_to_tbw > 0 ? json_real(p->days_to_tbw) : json_null());
+    return o;
+}
+
+static json_t *json_inputs(const cli *c, const result *r)
+{
+    const zt_shape *s = &c->job.shape;
+    json_t *speeds = json_object(), *sources = json_object();
+    zp_speeds sp = r->sp;
+    for (int i = 0; i < ZP_N_SPEEDS; i++) {
+        json_object_set_new(speeds, zp_speed_name(i), json_real(*zp_speed_field(&sp, i)));
+        json_object_set_new(sources, zp_speed_name(i), json_string(c->src.what[i]));
+    }
+    json_object_set_new(speeds, "sources", sources);
+    return json_pack(
+        "{s:{s:s,s:b,s:I,s:i,s:i,s:i,s:i,s:i,s:s,s:s},s:{s:i,s:i,s:i,s:s},s:{s:s,s:s,s:I,s:I,s:I,s:I,s:I,"
+        "s:i,s:I,s:i,s:i},s:o}",
+        "model", "source", c->hf_config ? c->hf_config : c->preset, "shape_flags",
+        shape_overridden(c), "params",
+        (json_int_t)zt_shape_n_params(s), "vocab", s->vocab, "dim", s->dim, "layers", s->n_layers,
+        "heads", s->n_heads, "ffn", s->ffn_dim, "dtype", c->job.dtype == ZO_OPTIM_FP16 ? "fp16" : "bf16",
+        "note", c->model_note, "job", "seq", c->job.seq, "micro_batch", c->job.micro_batch,
+        "grad_accum", c->job.grad_accum, "optimizer_mode", zo_optim_mode_name(c->job.mode), "hardware",
+        "backend", r->hw.backend, "device_name", r->hw.device_name, "device_bytes",
+        (json_int_t)r->hw.device_bytes, "reserve_bytes", (json_int_t)r->hw.reserve_bytes, "host_bytes",
+        (json_int_t)r->hw.host_bytes, "pinned_max", (json_int_t)r->hw.pinned_max, "nvme_bytes",
+        (json_int_t)r->hw.nvme_bytes, "nvme_paths", c->req.n_nvme_paths, "host_ram",
+        (json_int_t)r->facts.host_ram, "numa_nodes", r->facts.numa_nodes, "cores", r->facts.cores,
+        "speeds", speeds);
+}
+
+static json_t *json_deepspeed(const cli *c)
+{
+    zp_ds_row rows[ZP_DS_ROWS];
+    zp_deepspeed_estimate(zt_shape_n_params(&c->job.shape), zt_largest_tensor(&c->job.shape), rows);
+    json_t *a = json_array();
+    for (int i = 0; i < ZP_DS_ROWS; i++)
+        json_array_append_new(a, json_pack("{s:s,s:s,s:I,s:I}", "stage", rows[i].stage, "options",
+                                           rows[i].options, "cpu_bytes", (json_int_t)rows[i].cpu,
+                                           "gpu_bytes", (json_int_t)rows[i].gpu));
+    return a;
+}
+
+static void print_json(const cli *c, const result *r)
+{
+    json_t *root = json_inputs(c, r), *plans = json_array();
+    for (int s = 0; s < ZP_N_STRATEGIES; s++)
+        json_array_append_new(plans, json_plan(&r->plans[s]));
+    json_object_set_new(root, "strategies", plans);
+    json_object_set_new(root, "recommended",
+                        r->best >= 0 ? json_string(zp_strategy_name(r->plans[r->best].strategy)) : json_null());
+    json_object_set_new(root, "emitted_config", r->emitted[0] ? json_string(r->emitted) : json_null());
+    json_object_set_new(root, "planner_work", ju(r->work));
+    if (c->ds_estimate)
+        json_object_set_new(root, "deepspeed_estimate", json_deepspeed(c));
+    char *s = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+    if (s)
+        puts(s);
+    free(s);
+    json_decref(root);
+}
+
+int main(int argc, char **argv)
+{
+    static cli c;
+    static result r;
+    c.preset = "tiny";
+    c.job.seq = 128; /* zo-train's defaults */
+    c.job.micro_batch = 8;
+    c.job.grad_accum = 1;
+    c.job.dtype = ZO_OPTIM_BF16;
+    c.job.mode = ZO_OPTIM_SYNC;
+    c.req.device = "auto";
+    int rc = parse_args(argc, argv, &c);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (plan_all(&c, &r) < 0) {
+        fprintf(stderr, "zo-plan: %s\n", zt_last_error());
+        return 1;
+    }
+    if (c.json)
+        print_json(&c, &r);
+    else
+        print_human(&c, &r);
+    return 0;
+}

@@ -1,0 +1,433 @@
+/* zo-plan --measure: short micro-benchmarks of the speeds the time model
+ * needs, each best of a few repetitions (the machine may be shared): the
+ * copy links of the device, NVMe through the swap store, CPU Adam through
+ * the optimizer pool, the device's GEMM rate at the model's shapes. About a
+ * second in all on a small machine. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hw.h"
+#include "zo/device.h"
+#include "zo/ops.h"
+#include "zo/optim.h"
+#include "zo/swap.h"
+#include "zo/topo.h"
+#include "model.h"
+#include "zt_error.h"
+
+#define LINK_BLOCK (8u << 20)  /* bytes per copy, a chunk's order of magnitude */
+#define LINK_BYTES (128u << 20) /* per repetition and direction */
+#define NVME_EXTENT (8u << 20)
+#define NVME_EXTENTS 8u
+#define ADAM_PARAMS (4u << 20)
+#define GEMM_CPU_FLOPS 4e9 /* per GEMM on the cpu device, where a big one takes seconds */
+#define MODEL_CPU_FLOPS 6e9 /* per micro-batch timed on the cpu device */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void record(zp_speeds *sp, zp_speed_sources *src, int which, double v)
+{
+    double *f = zp_speed_field(sp, which);
+    if (*f > 0 || !(v > 0))
+        return;
+    *f = v;
+    snprintf(src->what[which], sizeof src->what[which], "measured");
+}
+
+static int wanted(zp_speeds *sp, int which)
+{
+    return !(*zp_speed_field(sp, which) > 0);
+}
+
+static zo_status open_device(const zp_hardware *hw, uint64_t budget, zo_device_t *dev,
+                             zo_stream_t *s)
+{
+    zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
+    dc.backend = hw->backend;
+    dc.mem_budget = strcmp(hw->backend, "cpu") == 0 ? budget : 0;
+    ZT_LIB(zo_device_init(dev, &dc));
+    zo_status st = zo_stream_create(*dev, s);
+    if (st < 0) {
+        zo_device_free(*dev);
+        *dev = NULL;
+        return zt_lib_fail(st, "zo_stream_create");
+    }
+    return ZO_OK;
+}
+
+/* ---- host <-> device ---- */
+
+static zo_status time_copies(zo_stream_t s, void *dptr, void *hptr, int d2h, double *bps)
+{
+    double best = 1e30;
+    for (int rep = 0; rep < 4; rep++) { /* the first warms pages and the stream */
+        double t0 = now_s();
+        for (uint64_t done = 0; done < LINK_BYTES; done += LINK_BLOCK)
+            ZT_LIB(d2h ? zo_memcpy_d2h_async(s, hptr, dptr, LINK_BLOCK)
+                       : zo_memcpy_h2d_async(s, dptr, hptr, LINK_BLOCK));
+        ZT_LIB(zo_stream_synchronize(s));
+        double dt = now_s() - t0;
+        if (rep > 0 && dt < best)
+            best = dt;
+    }
+    *bps = LINK_BYTES / best;
+    return ZO_OK;
+}
+
+static zo_status measure_links(const zp_hardware *hw, zp_speeds *sp, zp_speed_sources *src)
+{
+    zo_device_t dev = NULL;
+    zo_stream_t s = NULL;
+    void *dptr = NULL, *hptr = NULL;
+    ZT_TRY(open_device(hw, 2 * LINK_BLOCK, &dev, &s));
+    zo_status st = zo_device_malloc(dev, LINK_BLOCK, &dptr);
+    if (st >= 0 && posix_memalign(&hptr, 4096, LINK_BLOCK) != 0)
+        st = zt_fail(ZO_ERR_NO_MEMORY, "a %u-byte host buffer", LINK_BLOCK);
+    int pinned = 0;
+    if (st >= 0) {
+        memset(hptr, 1, LINK_BLOCK);
+        pinned = zo_device_host_register(dev, hptr, LINK_BLOCK) == ZO_OK;
+    }
+    double h2d = 0, d2h = 0;
+    if (st >= 0)
+        st = time_copies(s, dptr, hptr, 0, &h2d);
+    if (st >= 0)
+        st = time_copies(s, dptr, hptr, 1, &d2h);
+    zo_stream_destroy(s);
+    if (pinned)
+        zo_device_host_unregister(dev, hptr);
+    free(hptr);
+    zo_device_mfree(dev, dptr);
+    zo_device_free(dev);
+    ZT_TRY(st);
+    record(sp, src, ZP_SPEED_H2D, h2d);
+    record(sp, src, ZP_SPEED_D2H, d2h);
+    return ZO_OK;
+}
+
+/* ---- NVMe ---- */
+
+static zo_status nvme_pass(zo_swap_t sw, zo_swap_extent_t *ext, char *buf, int write, double *sec)
+{
+    zo_swap_io_t io[NVME_EXTENTS];
+    double t0 = now_s();
+    zo_status st = ZO_OK;
+    uint32_t issued = 0;
+    for (; issued < NVME_EXTENTS && st >= 0; issued++) {
+        char *b = buf + (size_t)issued * NVME_EXTENT;
+        st = write ? zo_swap_write_async(sw, ext[issued], b, NVME_EXTENT, 1, NULL, NULL, &io[issued])
+                   : zo_swap_read_async(sw, ext[issued], b, NVME_EXTENT, 1, NULL, NULL, &io[issued]);
+    }
+    if (st < 0)
+        issued--;
+    for (uint32_t i = 0; i < issued; i++) {
+        zo_status w = zo_swap_wait(io[i]);
+        if (st >= 0)
+            st = w;
+    }
+    *sec = now_s() - t0;
+    return st < 0 ? zt_lib_fail(st, "NVMe benchmark I/O") : ZO_OK;
+}
+
+static zo_status measure_nvme(const char *dir, zp_speeds *sp, zp_speed_sources *src)
+{
+    const char *paths[1] = {dir};
+    zo_swap_config c = ZO_SWAP_CONFIG_INIT;
+    c.paths = paths;
+    c.npaths = 1;
+    c.capacity = (uint64_t)NVME_EXTENTS * NVME_EXTENT;
+    c.extent_bytes = NVME_EXTENT;
+    c.name = "zo-plan-measure";
+    c.reuse = ZO_SWAP_REUSE;
+    zo_swap_t sw = NULL;
+    zo_swap_extent_t ext[NVME_EXTENTS];
+    char *buf = NULL;
+    if (posix_memalign((void **)&buf, 4096, (size_t)NVME_EXTENTS * NVME_EXTENT) != 0)
+        return zt_fail(ZO_ERR_NO_MEMORY, "the NVMe benchmark's buffer");
+    memset(buf, 7, (size_t)NVME_EXTENTS * NVME_EXTENT);
+    zo_status st = zo_swap_open(&c, &sw);
+    if (st < 0)
+        st = zt_lib_fail(st, "zo_swap_open (NVMe benchmark)");
+    for (uint32_t i = 0; st >= 0 && i < NVME_EXTENTS; i++)
+        if ((st = zo_swap_alloc_extent(sw, i, &ext[i])) < 0)
+            st = zt_lib_fail(st, "zo_swap_alloc_extent");
+    double best[2] = {1e30, 1e30}; /* read, write */
+    for (int pass = 0; pass < 4 && st >= 0; pass++) { /* write, read, write, read */
+        double sec;
+        int w = pass % 2 == 0;
+        st = nvme_pass(sw, ext, buf, w, &sec);
+        if (sec < best[w])
+            best[w] = sec;
+    }
+    zo_swap_close(sw);
+    free(buf);
+    ZT_TRY(st);
+    double bytes = (double)NVME_EXTENTS * NVME_EXTENT;
+    record(sp, src, ZP_SPEED_NVME_READ, bytes / best[0]);
+    record(sp, src, ZP_SPEED_NVME_WRITE, bytes / best[1]);
+    return ZO_OK;
+}
+
+/* ---- CPU Adam ---- */
+
+/* The engine's default: one worker per core of the node the work runs on. */
+static int optimizer_threads(void)
+{
+    int node = 0, n = 0;
+    if (zo_topo_node_of_thread(&node, NULL) < 0 || zo_topo_node_cpu_list(node, NULL, 0, &n) < 0 || n < 1)
+        return 1;
+    return n;
+}
+
+static zo_status measure_adam(zp_speeds *sp, zp_speed_sources *src)
+{
+    const size_t n = ADAM_PARAMS;
+    zo_optim_pool_config pc = ZO_OPTIM_POOL_CONFIG_INIT;
+    pc.nthreads = optimizer_threads();
+    zo_optim_pool_t pool = NULL;
+    float *w = calloc(n * 3, sizeof *w);
+    uint16_t *g = calloc(n * 2, sizeof *g);
+    zo_status st = w && g ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "the Adam benchmark's buffers");
+    if (st >= 0 && (st = zo_optim_pool_init(&pool, &pc)) < 0)
+        st = zt_lib_fail(st, "zo_optim_pool_init");
+    zo_adam_params p = ZO_ADAM_PARAMS_INIT;
+    /* fp32 master, m, v; bf16 gradients in, bf16 weights out: the engine's step */
+    zo_adam_buffers b = {sizeof b, n, g, ZO_OPTIM_BF16, w, w + n, w + 2 * n, ZO_OPTIM_FP32, g + n, ZO_OPTIM_BF16};
+    double best = 1e30;
+    for (int rep = 0; rep < 4 && st >= 0; rep++) { /* the first faults the pages in */
+        double t0 = now_s();
+        if ((st = zo_optim_pool_adam_step(pool, &p, &b)) < 0)
+            st = zt_lib_fail(st, "zo_optim_pool_adam_step");
+        if (rep > 0 && now_s() - t0 < best)
+            best = now_s() - t0;
+    }
+    zo_optim_pool_free(pool);
+    free(w);
+    free(g);
+    ZT_TRY(st);
+    record(sp, src, ZP_SPEED_ADAM, (double)n / best);
+    return ZO_OK;
+}
+
+/* ---- device GEMM ---- */
+
+typedef struct gemm_shape {
+    int m, n, k;
+} gemm_shape;
+
+/* y = x W^T as the model's linear layers run it, in the job's dtype. */
+static zo_status time_gemm(zo_stream_t s, void *a, void *b, void *c, gemm_shape g, zo_dtype dt,
+                           double *sec)
+{
+    zo_gemm_desc d = ZO_GEMM_DESC_INIT;
+    d.trans_b = 1;
+    d.m = g.m, d.n = g.n, d.k = g.k;
+    d.a = a, d.a_type = dt, d.lda = g.k;
+    d.b = b, d.b_type = dt, d.ldb = g.k;
+    d.c = c, d.c_type = dt, d.ldc = g.n;
+    *sec = 1e30;
+    for (int rep = 0; rep < 4; rep++) { /* the first warms up */
+        double t0 = now_s();
+        ZT_LIB(zo_op_gemm(s, &d));
+        ZT_LIB(zo_stream_synchronize(s));
+        if (rep > 0 && now_s() - t0 < *sec)
+            *sec = now_s() - t0;
+    }
+    return ZO_OK;
+}
+
+static int cap(int v, int hi)
+{
+    return v < hi ? v : hi;
+}
+
+/* The model's block projections: [tokens x dim] by [dim x dim] and by
+ * [ffn x dim]; tokens lowered on the cpu device to keep it short. */
+static void gemm_shapes(const zp_job *job, int cpu, gemm_shape out[2])
+{
+    int d = cap(job->shape.dim, 8192), f = cap(job->shape.ffn_dim, 16384);
+    long t = (long)job->micro_batch * job->seq;
+    t = t < 8192 ? t : 8192;
+    if (cpu)
+        while (t > 64 && 2.0 * (double)t * d * f > GEMM_CPU_FLOPS)
+            t /= 2;
+    out[0] = (gemm_shape){(int)t, d, d};
+    out[1] = (gemm_shape){(int)t, f, d};
+}
+
+static zo_status measure_gemm(const zp_hardware *hw, const zp_job *job, zp_speeds *sp,
+                              zp_speed_sources *src)
+{
+    gemm_shape sh[2];
+    gemm_shapes(job, strcmp(hw->backend, "cpu") == 0, sh);
+    zo_dtype dt = job->dtype == ZO_OPTIM_FP16 ? ZO_DTYPE_F16 : ZO_DTYPE_BF16;
+    size_t es = 2;
+    uint64_t bytes = ((uint64_t)sh[1].m * sh[1].k + (uint64_t)sh[1].n * sh[1].k + (uint64_t)sh[1].m * sh[1].n) * es;
+    zo_device_t dev = NULL;
+    zo_stream_t s = NULL;
+    ZT_TRY(open_device(hw, bytes + (1u << 20), &dev, &s));
+    void *a = NULL, *b = NULL, *c = NULL;
+    zo_status st = zo_device_malloc(dev, (size_t)sh[1].m * sh[1].k * es, &a);
+    if (st >= 0)
+        st = zo_device_malloc(dev, (size_t)sh[1].n * sh[1].k * es, &b);
+    if (st >= 0)
+        st = zo_device_malloc(dev, (size_t)sh[1].m * sh[1].n * es, &c);
+    if (st < 0)
+        st = zt_lib_fail(st, "zo_device_malloc (GEMM benchmark)");
+    if (st >= 0 && (st = zo_memset_async(s, a, 0, (size_t)sh[1].m * sh[1].k * es)) < 0)
+        st = zt_lib_fail(st, "zo_memset_async");
+    if (st >= 0 && (st = zo_memset_async(s, b, 0, (size_t)sh[1].n * sh[1].k * es)) < 0)
+        st = zt_lib_fail(st, "zo_memset_async");
+    double flops = 0, secs = 0;
+    for (int i = 0; i < 2 && st >= 0; i++) {
+        double sec;
+        st = time_gemm(s, a, b, c, sh[i], dt, &sec);
+        flops += 2.0 * sh[i].m * sh[i].n * sh[i].k;
+        secs += sec;
+    }
+    zo_stream_destroy(s);
+    zo_device_mfree(dev, a);
+    zo_device_mfree(dev, b);
+    zo_device_mfree(dev, c);
+    zo_device_free(dev);
+    ZT_TRY(st);
+    record(sp, src, ZP_SPEED_FLOPS, flops / secs);
+    return ZO_OK;
+}
+
+/* ---- the model's layers ----
+ * The rate the model's own layers reach on the device, every op included
+ * (norms, RoPE, attention, SwiGLU, the loss, the bf16 conversions), from
+ * training micro-batches of the model (see time_model). */
+
+static double median5(double *v)
+{
+    for (int i = 1; i < 5; i++) /* insertion sort */
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = x;
+        }
+    return v[2];
+}
+
+static zo_status time_micro(zo_device_t dev, zo_stream_t s, const zp_job *job, int layers, int mb,
+                            double *sec)
+{
+    zt_shape sh = job->shape;
+    sh.n_layers = layers;
+    zo_dtype dt = job->dtype == ZO_OPTIM_FP16 ? ZO_DTYPE_F16 : ZO_DTYPE_BF16;
+    zt_model_config mc = {sh, job->seq, mb, 1, dt};
+    size_t n = (size_t)mb * job->seq;
+    int32_t *tok = malloc(2 * n * sizeof *tok);
+    zt_resident *r = NULL;
+    zt_model *m = NULL;
+    zo_status st = tok ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "the model benchmark's tokens");
+    for (size_t i = 0; tok && i < 2 * n; i++)
+        tok[i] = (int32_t)((i * 2654435761u) % (uint32_t)sh.vocab);
+    if (st >= 0)
+        st = zt_resident_init(&r, dev, s, &sh, dt, 1, 0.02f);
+    if (st >= 0)
+        st = zt_model_init(&m, dev, s, &mc);
+    if (st >= 0)
+        st = zt_model_set_batch(m, tok, tok + n, 1);
+    zt_param_source src = r ? zt_resident_source(r) : (zt_param_source){0};
+    /* the median of five after a warm-up: what a run of steps sees on a
+     * shared machine, where the best of a few is too hopeful */
+    double t[6] = {0};
+    for (int rep = 0; rep < 6 && st >= 0; rep++) {
+        float loss;
+        double t0 = now_s();
+        st = zt_model_train_micro(m, &src, 0, 1.0f);
+        if (st >= 0)
+            st = zt_model_read_losses(m, &loss, 1);
+        t[rep] = now_s() - t0;
+    }
+    *sec = median5(t + 1);
+    zt_model_free(m);
+    zt_resident_free(r);
+    free(tok);
+    return st;
+}
+
+/* Device flops of one micro-batch of mb sequences through the model, the
+ * backward's recompute included (as the planner counts them). */
+static double micro_flops(const zp_job *job, int layers, int mb)
+{
+    zt_shape sh = job->shape;
+    sh.n_layers = layers;
+    zp_job j = *job;
+    j.shape = sh;
+    return (double)mb * job->seq * zp_device_flops_per_token(&j);
+}
+
+/* Seconds per micro-batch of mb sequences through the whole model: timed
+ * outright when it is small enough, else from the model cut to one and to
+ * three blocks (their difference is two blocks; the rest the embedding and
+ * the head). */
+static zo_status time_model(zo_device_t dev, zo_stream_t s, const zp_job *job, int mb, int whole,
+                            double *sec)
+{
+    const int L = job->shape.n_layers;
+    if (whole)
+        return time_micro(dev, s, job, L, mb, sec);
+    double one, three;
+    ZT_TRY(time_micro(dev, s, job, 1, mb, &one));
+    ZT_TRY(time_micro(dev, s, job, 3, mb, &three));
+    double block = three > one ? (three - one) / 2 : three / 3;
+    *sec = (one > block ? one - block : 0) + block * L;
+    return ZO_OK;
+}
+
+static zo_status measure_model(const zp_hardware *hw, const zp_job *job, zp_speeds *sp,
+                               zp_speed_sources *src)
+{
+    const int L = job->shape.n_layers, cpu = strcmp(hw->backend, "cpu") == 0;
+    int mb = job->micro_batch;
+    int whole = cpu && micro_flops(job, L, mb) <= MODEL_CPU_FLOPS;
+    while (cpu && !whole && mb > 1 && micro_flops(job, 3, mb) > MODEL_CPU_FLOPS)
+        mb /= 2;
+    if (cpu && !whole && micro_flops(job, 3, mb) > 8 * MODEL_CPU_FLOPS)
+        return ZO_OK; /* too big to run here in a second: the GEMM rate stands in */
+    zt_shape cut = job->shape;
+    cut.n_layers = whole ? L : 3;
+    zt_model_config mc = {cut, job->seq, mb, 1, ZO_DTYPE_BF16};
+    uint64_t budget = 4 * zt_shape_n_params(&cut) + zt_model_activation_bytes(&mc) + (64u << 20);
+    zo_device_t dev = NULL;
+    zo_stream_t s = NULL;
+    ZT_TRY(open_device(hw, budget, &dev, &s));
+    double sec = 0;
+    zo_status st = time_model(dev, s, job, mb, whole, &sec);
+    zo_stream_destroy(s);
+    zo_device_free(dev);
+    ZT_TRY(st);
+    record(sp, src, ZP_SPEED_MODEL_FLOPS, micro_flops(job, L, mb) / sec);
+    return ZO_OK;
+}
+
+zo_status zp_measure(const zp_hardware *hw, const zp_job *job, const char *nvme_dir, zp_speeds *sp,
+                     zp_speed_sources *src)
+{
+    if (strcmp(hw->backend, "cuda") == 0 && zo_device_cuda_count() == 0)
+        return zt_fail(ZO_ERR_UNSUPPORTED,
+                       "--measure needs the device it plans for: there is no GPU here (give its "
+                       "speeds with flags or --bench-json instead)");
+    if (wanted(sp, ZP_SPEED_H2D) || wanted(sp, ZP_SPEED_D2H))
+        ZT_TRY(measure_links(hw, sp, src));
+    if (nvme_dir && (wanted(sp, ZP_SPEED_NVME_READ) || wanted(sp, ZP_SPEED_NVME_WRITE)))
+        ZT_TRY(measure_nvme(nvme_dir, sp, src));
+    if (wanted(sp, ZP_SPEED_ADAM))
+        ZT_TRY(measure_adam(sp, src));
+    if (wanted(sp, ZP_SPEED_FLOPS))
+        ZT_TRY(measure_gemm(hw, job, sp, src));
+    if (wanted(sp, ZP_SPEED_MODEL_FLOPS))
+        ZT_TRY(measure_model(hw, job, sp, src));
+    return ZO_OK;
+}

@@ -1,0 +1,558 @@
+/* zo-plan's planner: memory per tier from the engine's and the model's own
+ * accounting, traffic from a simulation of the engine's schedule, time from
+ * the machine's speeds (see plan.h). */
+#include "plan.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer.h"
+#include "zo/swap.h"
+#include "zt_error.h"
+
+/* NVMe state staging slots of the engine (ENG_NVME_STAGES): the footprint
+ * reports their total, the breakdown needs it split. */
+#define ZP_NVME_STAGES 3u
+
+const char *zp_strategy_name(zp_strategy s)
+{
+    static const char *const names[ZP_N_STRATEGIES] = {"no-offload", "optimizer-host", "optimizer-nvme",
+                                                       "params+optimizer-host",
+                                                       "params+optimizer-nvme"};
+    return (unsigned)s < ZP_N_STRATEGIES ? names[s] : "?";
+}
+
+void zp_strategy_homes(zp_strategy s, zo_tier *param_home, zo_tier *optim_home)
+{
+    static const zo_tier homes[ZP_N_STRATEGIES][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE},
+                                                      {ZO_TIER_DEVICE, ZO_TIER_HOST},
+                                                      {ZO_TIER_DEVICE, ZO_TIER_NVME},
+                                                      {ZO_TIER_HOST, ZO_TIER_HOST},
+                                                      {ZO_TIER_NVME, ZO_TIER_NVME}};
+    *param_home = homes[s][0];
+    *optim_home = homes[s][1];
+}
+
+const char *zp_bottleneck_name(zp_bottleneck b)
+{
+    static const char *const names[ZP_N_BOTTLENECKS] = {"GPU compute", "host->device", "device->host",
+                                                        "NVMe", "CPU optimizer"};
+    return (unsigned)b < ZP_N_BOTTLENECKS ? names[b] : "?";
+}
+
+/* ---- the model as the engine sees it ---- */
+
+typedef struct model_layout {
+    size_t n;
+    size_t *numel;
+    int *layer;
+    zo_engine_chunk_info *chunks; /* n entries: enough for any packing */
+    uint32_t n_chunks;
+    uint32_t *first; /* per engine layer: its first chunk; first[L] = n_chunks */
+} model_layout;
+
+static void layout_free(model_layout *m)
+{
+    free(m->numel);
+    free(m->layer);
+    free(m->chunks);
+    free(m->first);
+    memset(m, 0, sizeof *m);
+}
+
+static zo_status layout_init(model_layout *m, const zt_shape *s)
+{
+    memset(m, 0, sizeof *m);
+    int L = zt_engine_layers(s);
+    for (int l = 0; l < L; l++)
+        m->n += (size_t)zt_layer_tensors(s, l);
+    m->numel = calloc(m->n, sizeof *m->numel);
+    m->layer = calloc(m->n, sizeof *m->layer);
+    m->chunks = calloc(m->n, sizeof *m->chunks);
+    m->first = calloc((size_t)L + 1, sizeof *m->first);
+    if (!m->numel || !m->layer || !m->chunks || !m->first) {
+        layout_free(m);
+        return zt_fail(ZO_ERR_NO_MEMORY, "the model's tensor table");
+    }
+    size_t k = 0;
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < zt_layer_tensors(s, l); i++, k++) {
+            m->numel[k] = zt_tensor_numel(s, l, i);
+            m->layer[k] = l;
+        }
+    return ZO_OK;
+}
+
+static zo_engine_layout engine_layout(const model_layout *m)
+{
+    zo_engine_layout ly = ZO_ENGINE_LAYOUT_INIT;
+    ly.n_tensors = m->n;
+    ly.numel = m->numel;
+    ly.layer = m->layer;
+    return ly;
+}
+
+/* Pack under cfg and index the chunks by layer. */
+static zo_status pack_model(model_layout *m, const zo_engine_config *cfg, int n_layers)
+{
+    zo_engine_layout ly = engine_layout(m);
+    ZT_LIB(zo_engine_chunks_for(cfg, &ly, m->chunks, m->n, &m->n_chunks));
+    for (int l = 0; l <= n_layers; l++)
+        m->first[l] = m->n_chunks;
+    for (uint32_t c = m->n_chunks; c-- > 0;)
+        m->first[m->chunks[c].layer] = c;
+    return ZO_OK;
+}
+
+/* ---- the engine's parameter loads in one step ----
+ * zo-train fetches, per micro-batch, layers 0..E-2 forward, then E-1..0
+ * backward (E engine layers; the head only in the backward). At the end of
+ * every step the engine empties the slots of offloaded parameters (their
+ * new values are on the host), so a step starts from empty slots. A miss
+ * evicts the chunk, of a layer not being fetched, whose next use is
+ * farthest (uses after the step's end count as never). */
+
+typedef struct fetch_order {
+    int E;     /* engine layers */
+    long T;    /* fetches per micro-batch: 2E - 1 */
+    int accum; /* micro-batches per step */
+} fetch_order;
+
+static int layer_at(const fetch_order *o, long pos)
+{
+    long r = pos % o->T;
+    return r < o->E - 1 ? (int)r : (int)(2 * o->E - 2 - r);
+}
+
+/* The position of layer l's next fetch after pos (LONG_MAX: not in this step). */
+static long next_use(const fetch_order *o, int l, long pos)
+{
+    long m = pos / o->T, r = pos % o->T;
+    long fwd = l < o->E - 1 ? l : -1, bwd = 2 * o->E - 2 - l;
+    if (fwd > r)
+        return m * o->T + fwd;
+    if (bwd > r)
+        return m * o->T + bwd;
+    if (m + 1 >= o->accum)
+        return LONG_MAX;
+    return (m + 1) * o->T + (fwd >= 0 ? fwd : bwd);
+}
+
+typedef struct slot_sim {
+    const model_layout *m;
+    fetch_order o;
+    int32_t *slot_chunk; /* chunk in each slot, -1 free */
+    int32_t *chunk_slot; /* slot of each chunk, -1 none */
+    uint32_t n_slots;
+    uint64_t *work;
+} slot_sim;
+
+static uint32_t pick_victim(slot_sim *s, int layer, long pos)
+{
+    uint32_t best = 0;
+    long best_key = -1;
+    for (uint32_t k = 0; k < s->n_slots; k++) {
+        int32_t c = s->slot_chunk[k];
+        if (c < 0)
+            return k;
+        int cl = s->m->chunks[c].layer;
+        if (cl == layer)
+            continue;
+        long key = next_use(&s->o, cl, pos);
+        if (key > best_key) {
+            best_key = key;
+            best = k;
+        }
+    }
+    if (s->work)
+        *s->work += s->n_slots;
+    return best;
+}
+
+/* Loads (chunks, 16-bit bytes used) of fetches [from, to). */
+static void simulate(slot_sim *s, long from, long to, uint64_t *loads, uint64_t *bytes)
+{
+    for (long pos = from; pos < to; pos++) {
+        int l = layer_at(&s->o, pos);
+        for (uint32_t c = s->m->first[l]; c < s->m->first[l + 1]; c++) {
+            if (s->chunk_slot[c] >= 0)
+                continue;
+            uint32_t k = pick_victim(s, l, pos);
+            if (s->slot_chunk[k] >= 0)
+                s->chunk_slot[s->slot_chunk[k]] = -1;
+            s->slot_chunk[k] = (int32_t)c;
+            s->chunk_slot[c] = (int32_t)k;
+            (*loads)++;
+            *bytes += s->m->chunks[c].used_bytes;
+        }
+    }
+}
+
+/* A step's loads. Beyond three micro-batches the third repeats (the slots
+ * hold the same chunks at every micro-batch boundary by then). */
+static zo_status step_loads(const model_layout *m, int n_layers, uint32_t n_slots, int accum,
+                            uint64_t *loads, uint64_t *bytes, uint64_t *work)
+{
+    slot_sim s = {m, {n_layers, 2L * n_layers - 1, accum}, NULL, NULL, n_slots, work};
+    s.slot_chunk = malloc(n_slots * sizeof *s.slot_chunk);
+    s.chunk_slot = malloc(m->n_chunks * sizeof *s.chunk_slot);
+    if (!s.slot_chunk || !s.chunk_slot) {
+        free(s.slot_chunk);
+        free(s.chunk_slot);
+        return zt_fail(ZO_ERR_NO_MEMORY, "the eviction simulation's slot tables");
+    }
+    memset(s.slot_chunk, 0xff, n_slots * sizeof *s.slot_chunk);
+    memset(s.chunk_slot, 0xff, m->n_chunks * sizeof *s.chunk_slot);
+    *loads = *bytes = 0;
+    int sim = accum < 3 ? accum : 3;
+    simulate(&s, 0, (sim - 1) * s.o.T, loads, bytes);
+    uint64_t l0 = 0, b0 = 0;
+    s.o.accum = sim; /* the last simulated micro-batch sees the step's end */
+    simulate(&s, (sim - 1) * s.o.T, sim * s.o.T, &l0, &b0);
+    *loads += l0 * (uint64_t)(accum - sim + 1);
+    *bytes += b0 * (uint64_t)(accum - sim + 1);
+    free(s.slot_chunk);
+    free(s.chunk_slot);
+    return ZO_OK;
+}
+
+/* ---- memory ---- */
+
+static zo_engine_config engine_config(const zp_job *job, const zp_hardware *hw, zp_strategy s,
+                                      uint64_t chunk_bytes, uint64_t engine_budget)
+{
+    zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+    c.param_dtype = job->dtype;
+    c.chunk_bytes = chunk_bytes;
+    zp_strategy_homes(s, &c.param_home, &c.optim_home);
+    c.device_bytes = engine_budget;
+    c.pinned_bytes = hw->pinned_max;
+    c.mode = job->mode;
+    c.grad_accum_steps = job->grad_accum;
+    return c;
+}
+
+static zt_model_config model_config(const zp_job *job)
+{
+    zt_model_config mc = {job->shape, job->seq, job->micro_batch, job->grad_accum,
+                          job->dtype == ZO_OPTIM_FP16 ? ZO_DTYPE_F16 : ZO_DTYPE_BF16};
+    return mc;
+}
+
+static int refuse(zp_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse(zp_plan *p, const char *fmt, ...)
+{
+    if (p->why[0])
+        return 0; /* the first reason stands */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->why, sizeof p->why, fmt, ap);
+    va_end(ap);
+    p->fits = 0;
+    return 0;
+}
+
+static void device_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw)
+{
+    zt_model_config mc = model_config(job);
+    zt_activation_parts a;
+    zt_model_activation_parts(&mc, &a);
+    const zo_engine_footprint *fp = &p->fp;
+    uint64_t slots = (uint64_t)fp->device_param_slots * fp->chunk_bytes;
+    if (p->param_home == ZO_TIER_DEVICE)
+        p->device.params = slots;
+    else
+        p->device.param_slots = slots;
+    p->device.grads = (uint64_t)fp->device_grad_slots * fp->chunk_bytes;
+    p->device.states = fp->device - slots - p->device.grads;
+    p->device.inputs = a.inputs;
+    p->device.checkpoints = a.checkpoints;
+    p->device.workspace = a.workspace;
+    p->device.reserve = hw->reserve_bytes;
+    p->device.total = fp->device + a.total + hw->reserve_bytes;
+    p->peak_device = fp->device;
+}
+
+/* The footprint's pinned, host and NVMe totals split by use, as engine.h
+ * documents them. */
+static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw)
+{
+    const zo_engine_footprint *fp = &p->fp;
+    uint64_t C = fp->chunk_bytes, N = fp->n_chunks, states = 6 * C * N;
+    int p_bufs = p->param_home == ZO_TIER_NVME ? 0
+                 : (p->optim_home == ZO_TIER_NVME || job->mode == ZO_OPTIM_DPU) ? 2
+                                                                             : 1;
+    int g_bufs = job->mode == ZO_OPTIM_DPU ? 2 : 1;
+    p->pinned.params = (uint64_t)p_bufs * N * C;
+    p->pinned.grads = (uint64_t)g_bufs * N * C;
+    p->pinned.twins = p->param_home == ZO_TIER_NVME ? (uint64_t)fp->device_param_slots * C : 0;
+    p->pinned.staging = fp->pinned - p->pinned.params - p->pinned.grads - p->pinned.twins;
+    p->pinned.total = fp->pinned;
+    p->host.states = p->optim_home == ZO_TIER_HOST ? states : 0;
+    p->host.backups = job->mode == ZO_OPTIM_OVERLAP && p->optim_home != ZO_TIER_NVME ? states : 0;
+    p->host.accum = fp->host - p->host.states - p->host.backups;
+    p->host.total = fp->host;
+    p->nvme.params = p->param_home == ZO_TIER_NVME ? 2 * N * C : 0;
+    p->nvme.states = fp->nvme - p->nvme.params;
+    p->nvme.payload = fp->nvme;
+    int paths = hw->n_nvme_paths > 0 ? hw->n_nvme_paths : 1;
+    p->nvme.files = zo_swap_files_bytes(p->nvme.states, 6 * C, (size_t)paths) +
+                    zo_swap_files_bytes(p->nvme.params, C, (size_t)paths);
+    p->peak_pinned = fp->pinned;
+    p->peak_host = fp->host;
+    p->peak_nvme = fp->nvme;
+}
+
+static void check_host_and_nvme(zp_plan *p, const zp_hardware *hw)
+{
+    char a[32], b[32], c[32], d[32];
+    uint64_t host = p->pinned.total + p->host.total;
+    if (host > hw->host_bytes)
+        refuse(p,
+               "host tier: %s pinned + %s pageable = %s, but the host budget is %s: short by %" PRIu64
+               " bytes",
+               zt_fmt_bytes(a, sizeof a, p->pinned.total), zt_fmt_bytes(b, sizeof b, p->host.total),
+               zt_fmt_bytes(c, sizeof c, host), zt_fmt_bytes(d, sizeof d, hw->host_bytes),
+               host - hw->host_bytes);
+    if (p->nvme.files > hw->nvme_bytes)
+        refuse(p,
+               "nvme tier: the swap files take %s (%s of states and parameters) but %s (%s): short "
+               "by %" PRIu64 " bytes",
+               zt_fmt_bytes(a, sizeof a, p->nvme.files), zt_fmt_bytes(b, sizeof b, p->nvme.payload),
+               hw->nvme_bytes ? "the NVMe paths have less free" : "no NVMe space was given",
+               zt_fmt_bytes(c, sizeof c, hw->nvme_bytes), p->nvme.files - hw->nvme_bytes);
+}
+
+static zo_status plan_memory(zp_plan *p, const zp_job *job, const zp_hardware *hw, uint64_t chunk,
+                             uint64_t *work)
+{
+    zt_model_config mc = model_config(job);
+    uint64_t act = zt_model_activation_bytes(&mc), need = act + hw->reserve_bytes;
+    uint64_t engine_budget = hw->device_bytes > need ? hw->device_bytes - need : 0;
+    p->device.engine_budget = engine_budget;
+    /* an engine budget of 0 would mean "unlimited": plan against one byte */
+    zo_engine_config cfg = engine_config(job, hw, p->strategy, chunk, engine_budget ? engine_budget : 1);
+    model_layout m;
+    ZT_TRY(layout_init(&m, &job->shape));
+    zo_engine_layout ly = engine_layout(&m);
+    p->fp = (zo_engine_footprint)ZO_ENGINE_FOOTPRINT_INIT;
+    int fits = 0;
+    char msg[400];
+    zo_status st = zo_engine_footprint_for(&cfg, &ly, &p->fp, &fits, msg, sizeof msg);
+    if (work)
+        *work += m.n;
+    layout_free(&m);
+    if (st < 0)
+        return zt_lib_fail(st, "zo_engine_footprint_for");
+    device_breakdown(p, job, hw);
+    host_breakdown(p, job, hw);
+    char a[32], b[32];
+    if (!engine_budget)
+        refuse(p, "device tier: the activations (%s for micro-batch %d x seq %d)%s fill the %s budget",
+               zt_fmt_bytes(a, sizeof a, act), job->micro_batch, job->seq,
+               hw->reserve_bytes ? " and the CUDA reserve" : "", zt_fmt_bytes(b, sizeof b, hw->device_bytes));
+    else if (!fits)
+        refuse(p, "%s (the device budget less %s of activations%s)", msg, zt_fmt_bytes(a, sizeof a, act),
+               hw->reserve_bytes ? " and the CUDA reserve" : "");
+    check_host_and_nvme(p, hw);
+    return ZO_OK;
+}
+
+/* ---- traffic and time ---- */
+
+/* FLOPs per token of the backward's recompute: every block's forward but
+ * its last projection (wdown), attention included. */
+static double recompute_flops_per_token(const zt_shape *s, int seq)
+{
+    double d = s->dim, f = s->ffn_dim, L = s->n_layers;
+    return 2.0 * L * (4 * d * d + 2 * d * f) + 4.0 * L * (double)seq * d;
+}
+
+static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *hw, uint64_t chunk,
+                              uint64_t *work)
+{
+    model_layout m;
+    ZT_TRY(layout_init(&m, &job->shape));
+    int E = zt_engine_layers(&job->shape);
+    zo_engine_config cfg = engine_config(job, hw, p->strategy, chunk, 0);
+    zo_status st = pack_model(&m, &cfg, E);
+    uint64_t used = 0;
+    for (uint32_t c = 0; c < m.n_chunks; c++)
+        used += m.chunks[c].used_bytes;
+    uint64_t loads = 0, load_bytes = used;
+    if (st >= 0 && p->param_home != ZO_TIER_DEVICE) {
+        uint32_t slots = p->fp.device_param_slots ? p->fp.device_param_slots : 1;
+        st = step_loads(&m, E, slots, job->grad_accum, &loads, &load_bytes, work);
+    }
+    layout_free(&m);
+    ZT_TRY(st);
+    const uint64_t C = p->fp.chunk_bytes, N = p->fp.n_chunks;
+    p->h2d_bytes = load_bytes; /* device-resident parameters: the upload of the new ones */
+    p->d2h_bytes = (uint64_t)job->grad_accum * used;
+    if (p->optim_home == ZO_TIER_NVME)
+        p->nvme_read_bytes = p->nvme_write_bytes = N * 6 * C;
+    if (p->param_home == ZO_TIER_NVME) {
+        p->nvme_read_bytes += loads * C; /* whole chunks into the staging twins */
+        p->nvme_write_bytes += N * C;    /* the update's new 16-bit parameters */
+    }
+    return ZO_OK;
+}
+
+double zp_device_flops_per_token(const zp_job *job)
+{
+    return zt_shape_flops_per_token(&job->shape, job->seq) + recompute_flops_per_token(&job->shape, job->seq);
+}
+
+static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
+                      double nvme_tbw)
+{
+    const zt_shape *s = &job->shape;
+    p->tokens = (uint64_t)job->grad_accum * job->micro_batch * job->seq;
+    double per_token = zt_shape_flops_per_token(s, job->seq);
+    p->model_flops = (double)p->tokens * per_token;
+    double device_flops = (double)p->tokens * zp_device_flops_per_token(job);
+    double rate = sp->model_flops > 0 ? sp->model_flops : sp->flops;
+    uint64_t state_r = p->optim_home == ZO_TIER_NVME ? 6 * p->fp.chunk_bytes * p->fp.n_chunks : 0;
+    double nvme_fetch = (double)(p->nvme_read_bytes - state_r) / sp->nvme_read;
+    /* the update reads the next chunks' states while it writes the last
+     * ones: reads and writes overlap, but together move no faster than the
+     * faster of the two alone */
+    double rd = (double)state_r / sp->nvme_read, wr = (double)p->nvme_write_bytes / sp->nvme_write;
+    double nvme_optim = fmax(fmax(rd, wr), (double)(state_r + p->nvme_write_bytes) / fmax(sp->nvme_read, sp->nvme_write));
+    double *t = p->seconds;
+    t[ZP_BN_COMPUTE] = device_flops / rate;
+    t[ZP_BN_H2D] = (double)p->h2d_bytes / sp->h2d;
+    t[ZP_BN_D2H] = (double)p->d2h_bytes / sp->d2h;
+    t[ZP_BN_NVME] = nvme_fetch + nvme_optim;
+    t[ZP_BN_OPTIM] = (double)p->fp.n_params / sp->adam_params;
+    /* the upload of device-resident parameters follows the update */
+    double publish = p->param_home == ZO_TIER_DEVICE ? t[ZP_BN_H2D] : 0.0;
+    double fetch_h2d = p->param_home == ZO_TIER_DEVICE ? 0.0 : t[ZP_BN_H2D];
+    double optim_phase = fmax(t[ZP_BN_OPTIM], nvme_optim);
+    if (strcmp(hw->backend, "cuda") != 0) {
+        /* the emulated GPU, its copies and the optimizer share the host's cores */
+        double fb = fmax(t[ZP_BN_COMPUTE] + fetch_h2d + t[ZP_BN_D2H], nvme_fetch);
+        p->step_seconds = fb + optim_phase + publish;
+    } else {
+        double fb = fmax(fmax(t[ZP_BN_COMPUTE], fetch_h2d), fmax(t[ZP_BN_D2H], nvme_fetch));
+        if (job->mode == ZO_OPTIM_SYNC)
+            p->step_seconds = fb + optim_phase + publish;
+        else /* the update runs under the backward (overlap) or the next step (dpu) */
+            p->step_seconds = fmax(fmax(fb, t[ZP_BN_OPTIM]), nvme_fetch + nvme_optim) + publish;
+    }
+    p->bottleneck = ZP_BN_COMPUTE;
+    for (int b = 1; b < ZP_N_BOTTLENECKS; b++)
+        if (t[b] > t[p->bottleneck])
+            p->bottleneck = (zp_bottleneck)b;
+    p->tokens_per_s = (double)p->tokens / p->step_seconds;
+    p->mfu = p->model_flops / p->step_seconds / sp->flops;
+    p->nvme_write_per_day = (double)p->nvme_write_bytes * 86400.0 / p->step_seconds;
+    p->days_to_tbw = nvme_tbw > 0 && p->nvme_write_per_day > 0 ? nvme_tbw / p->nvme_write_per_day : 0;
+}
+
+/* ---- one strategy ---- */
+
+static zo_status plan_with_chunk(const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
+                                 zp_strategy s, double nvme_tbw, uint64_t chunk, zp_plan *p,
+                                 uint64_t *work)
+{
+    memset(p, 0, sizeof *p);
+    p->strategy = s;
+    zp_strategy_homes(s, &p->param_home, &p->optim_home);
+    p->fits = 1;
+    p->supported = !(p->optim_home == ZO_TIER_DEVICE && strcmp(hw->backend, "cuda") == 0);
+    if (!p->supported)
+        refuse(p, "the engine updates optimizer states on the device only on the cpu device so far "
+                  "(optim_home=device); on a GPU they live on the host or NVMe");
+    ZT_TRY(plan_memory(p, job, hw, chunk, work));
+    ZT_TRY(plan_traffic(p, job, hw, chunk, work));
+    plan_time(p, job, hw, sp, nvme_tbw);
+    return ZO_OK;
+}
+
+/* A chunk that holds a whole block (its tensors at the engine's 256-byte
+ * alignment), rounded to 4 KiB. */
+static uint64_t block_chunk_bytes(const zt_shape *s)
+{
+    uint64_t b = 0;
+    for (int i = 0; i < zt_layer_tensors(s, 1); i++)
+        b += (zt_tensor_numel(s, 1, i) * 2 + 255) / 256 * 256;
+    return (b + 4095) / 4096 * 4096;
+}
+
+/* p better than q: fits, then faster, then smaller. */
+static int better(const zp_plan *p, const zp_plan *q)
+{
+    if (p->fits != q->fits)
+        return p->fits > q->fits;
+    if (p->step_seconds != q->step_seconds)
+        return p->step_seconds < q->step_seconds;
+    return p->device.total + p->pinned.total + p->host.total <
+           q->device.total + q->pinned.total + q->host.total;
+}
+
+zo_status zp_plan_strategy(const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
+                           zp_strategy s, double nvme_tbw, zp_plan *out, uint64_t *work)
+{
+    if ((unsigned)s >= ZP_N_STRATEGIES)
+        return zt_fail(ZO_ERR_INVALID_ARG, "strategy %d", (int)s);
+    ZT_TRY(zt_shape_check(&job->shape));
+    if (job->seq <= 0 || job->micro_batch <= 0 || job->grad_accum <= 0)
+        return zt_fail(ZO_ERR_INVALID_ARG, "seq %d, micro-batch %d, grad-accum %d: each must be > 0",
+                       job->seq, job->micro_batch, job->grad_accum);
+    if (!(sp->h2d > 0 && sp->d2h > 0 && sp->nvme_read > 0 && sp->nvme_write > 0 && sp->adam_params > 0 &&
+          sp->flops > 0))
+        return zt_fail(ZO_ERR_INVALID_ARG, "every speed must be > 0");
+    uint64_t chunks[2] = {job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape),
+                          block_chunk_bytes(&job->shape)};
+    int n = job->chunk_bytes || chunks[1] <= chunks[0] ? 1 : 2;
+    ZT_TRY(plan_with_chunk(job, hw, sp, s, nvme_tbw, chunks[0], out, work));
+    if (n == 2) {
+        zp_plan alt;
+        ZT_TRY(plan_with_chunk(job, hw, sp, s, nvme_tbw, chunks[1], &alt, work));
+        if (better(&alt, out))
+            *out = alt;
+    }
+    return ZO_OK;
+}
+
+int zp_recommend(const zp_plan *plans, int n)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (plans[i].fits && (best < 0 || plans[i].step_seconds < plans[best].step_seconds))
+            best = i;
+    return best;
+}
+
+/* ---- DeepSpeed's estimators, for comparison ----
+ * ZeRO-2 (optimizer offload or not): GPU 2 B/param with offload, else
+ * 4 + 16 B/param; CPU max(4 x GPUs, 16) B/param with offload, else 4 x GPUs
+ * per node; both CPU figures x 1.5. ZeRO-3 (largest layer's 4 B/param on the
+ * GPU always): params and optimizer offloaded 18 B/param on the CPU; only
+ * the optimizer 16 (plus 2 B/param on the GPU); none 18 B/param on the GPU;
+ * CPU x 1.5; with zero_init the non-offload CPU need is the largest layer's
+ * 4 B/param per GPU, without it the whole model's. One GPU, one node. */
+void zp_deepspeed_estimate(uint64_t n_params, uint64_t largest_layer, zp_ds_row rows[ZP_DS_ROWS])
+{
+    const double P = (double)n_params, big = 4.0 * (double)largest_layer, f = 1.5;
+    rows[0] = (zp_ds_row){"zero2", "offload_optimizer=cpu", (uint64_t)(P * 16 * f), (uint64_t)(2 * P)};
+    rows[1] = (zp_ds_row){"zero2", "offload_optimizer=none", (uint64_t)(P * 4 * f), (uint64_t)(4 * P + 16 * P)};
+    rows[2] = (zp_ds_row){"zero3", "offload_param=cpu, offload_optimizer=cpu, zero_init=1",
+                          (uint64_t)(P * 18 * f), (uint64_t)big};
+    rows[3] = (zp_ds_row){"zero3", "offload_param=cpu, offload_optimizer=cpu, zero_init=0",
+                          (uint64_t)(P * 18 * f), (uint64_t)big};
+    rows[4] = (zp_ds_row){"zero3", "offload_param=none, offload_optimizer=cpu, zero_init=1",
+                          (uint64_t)(P * 16 * f), (uint64_t)(big + 2 * P)};
+    rows[5] = (zp_ds_row){"zero3", "offload_param=none, offload_optimizer=cpu, zero_init=0",
+                          (uint64_t)(P * 16 * f), (uint64_t)(big + 2 * P)};
+    rows[6] = (zp_ds_row){"zero3", "offload_param=none, offload_optimizer=none, zero_init=1",
+                          (uint64_t)(big * f), (uint64_t)(big + 18 * P)};
+    rows[7] = (zp_ds_row){"zero3", "offload_param=none, offload_optimizer=none, zero_init=0",
+                          (uint64_t)(P * 4 * f), (uint64_t)(big + 18 * P)};
+}

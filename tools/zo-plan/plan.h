@@ -1,0 +1,164 @@
+/* zo-plan's planner: for one training job and one machine, what each
+ * placement strategy needs in every memory tier and how fast a step would
+ * run.
+ *
+ * Memory comes from the same accounting the trainer runs on: the engine's
+ * (zo_engine_footprint_for over the model's tensor sizes, the code that
+ * zo_engine_plan and zo_engine_finalize use) and zo-train's activation arena
+ * (zt_model_activation_parts). Nothing is allocated in proportion to the
+ * model: the planner's work grows with the number of tensors and chunks.
+ *
+ * Time is a model of one optimizer step from the bytes each link moves and
+ * the speeds of the machine (measured, given or read from zo-bench):
+ *   compute  FLOPs of forward, the blocks' recompute and backward / the rate
+ *            the model's layers reach on the device
+ *   h2d      parameter loads (a simulation of the engine's farthest-next-use
+ *            eviction over the step's fetch order) / host->device bandwidth
+ *   d2h      16-bit gradients of every micro-batch / device->host bandwidth
+ *   nvme     optimizer states read and written (and 16-bit parameters when
+ *            they live there) / NVMe read and write bandwidth; the update's
+ *            reads and writes overlap, together no faster than the faster
+ *            direction alone
+ *   optim    parameters / CPU Adam parameters per second
+ * On a GPU the links, the NVMe queue and the CPU run beside the compute
+ * stream: in sync mode the step is the slowest of compute and the links
+ * during forward and backward, plus the optimizer phase (the slower of the
+ * CPU Adam and its NVMe traffic) and, for device-resident parameters, the
+ * upload of the new ones; in overlap and dpu modes the optimizer phase hides
+ * under the backward. On the cpu device the "GPU" is the same cores that run
+ * the copies and the optimizer, so nothing overlaps but the NVMe queue. */
+#ifndef ZP_PLAN_H
+#define ZP_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "zo/engine.h"
+
+typedef enum zp_strategy {
+    ZP_NO_OFFLOAD = 0, /* everything on the device */
+    ZP_OPTIM_HOST,     /* optimizer states in host memory, 16-bit parameters on the device */
+    ZP_OPTIM_NVME,     /* optimizer states on NVMe, 16-bit parameters on the device */
+    ZP_PARAMS_HOST,    /* parameters (pinned) and optimizer states in host memory */
+    ZP_PARAMS_NVME,    /* parameters and optimizer states on NVMe */
+    ZP_N_STRATEGIES
+} zp_strategy;
+
+const char *zp_strategy_name(zp_strategy s); /* "no-offload", "optimizer-host", ... */
+void zp_strategy_homes(zp_strategy s, zo_tier *param_home, zo_tier *optim_home);
+
+/* The training job. */
+typedef struct zp_job {
+    zt_shape shape;
+    int seq, micro_batch, grad_accum;
+    zo_optim_dtype dtype; /* 16-bit parameters and activations: bf16 or fp16 */
+    zo_optim_mode mode;
+    uint64_t chunk_bytes; /* 0: the planner picks per strategy */
+} zp_job;
+
+/* The machine: budgets of every tier. */
+typedef struct zp_hardware {
+    char backend[16];      /* "cuda" or "cpu" */
+    char device_name[256];
+    uint64_t device_bytes;  /* the device budget (cpu device: its capacity) */
+    uint64_t reserve_bytes; /* device memory the budget does not see (CUDA context, cuBLAS) */
+    uint64_t host_bytes;    /* host memory for pinned and pageable tiers together */
+    uint64_t pinned_max;    /* a separate cap on pinned memory (0: none) */
+    uint64_t nvme_bytes;    /* free space over the NVMe paths (0: no NVMe) */
+    int n_nvme_paths;       /* files a swap store stripes over (>= 1 when nvme_bytes > 0) */
+} zp_hardware;
+
+/* The machine's speeds (bytes/s, parameters/s, FLOP/s); all > 0. */
+typedef struct zp_speeds {
+    double h2d, d2h, nvme_read, nvme_write;
+    double adam_params; /* CPU Adam parameters per second (fp32 states, 16-bit gradients) */
+    double flops;       /* the device's dense 16-bit matmul FLOP/s: MFU's denominator */
+    double model_flops; /* what the model's layers reach, every op included (0: flops) */
+} zp_speeds;
+
+typedef enum zp_bottleneck {
+    ZP_BN_COMPUTE = 0,
+    ZP_BN_H2D,
+    ZP_BN_D2H,
+    ZP_BN_NVME,
+    ZP_BN_OPTIM,
+    ZP_N_BOTTLENECKS
+} zp_bottleneck;
+
+const char *zp_bottleneck_name(zp_bottleneck b); /* "GPU compute", "host->device", ... */
+
+typedef struct zp_plan {
+    zp_strategy strategy;
+    zo_tier param_home, optim_home;
+    zo_engine_footprint fp; /* the engine's plan */
+    int supported;          /* the engine can run it on this backend */
+    int fits;               /* supported, and every tier within its budget */
+    char why[512];          /* what does not fit or is not supported, and by how much */
+
+    /* device bytes by use */
+    struct {
+        uint64_t params;      /* resident 16-bit parameters (param home device) */
+        uint64_t param_slots; /* chunk buffers parameters page through (param home host/nvme) */
+        uint64_t grads;       /* one layer's gradient chunks */
+        uint64_t states;      /* optimizer states kept on the device */
+        uint64_t inputs;      /* tokens, losses, RoPE table */
+        uint64_t checkpoints; /* every block's input (per-layer activation checkpointing) */
+        uint64_t workspace;   /* one layer's intermediates */
+        uint64_t reserve;     /* CUDA context and cuBLAS */
+        uint64_t total;
+        uint64_t engine_budget; /* what the engine is given: budget - activations - reserve */
+    } device;
+    struct {
+        uint64_t params, grads, staging, twins, total;
+    } pinned;
+    struct {
+        uint64_t states, backups, accum, total;
+    } host;
+    struct {
+        uint64_t states, params, payload, files;
+    } nvme;
+    /* The peaks zo-train --json reports in "peak_bytes": the engine's device
+     * bytes, the pinned pool's, the pageable host bytes, the NVMe payload. */
+    uint64_t peak_device, peak_pinned, peak_host, peak_nvme;
+
+    /* per optimizer step */
+    uint64_t tokens;
+    uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
+    double model_flops; /* 6N + attention per token, without the recompute (for MFU) */
+    double seconds[ZP_N_BOTTLENECKS]; /* each resource alone */
+    double step_seconds;
+    zp_bottleneck bottleneck;
+    double tokens_per_s, mfu;
+    double nvme_write_per_day; /* bytes */
+    double days_to_tbw;        /* of the drive's rated endurance (0: no NVMe writes or no rating) */
+} zp_plan;
+
+/* FLOPs the device runs per token: the model's (zt_shape_flops_per_token)
+ * and the backward's recompute of every block's forward. */
+double zp_device_flops_per_token(const zp_job *job);
+
+/* Plan one strategy. With job->chunk_bytes 0 the chunk size is the better of
+ * zo-train's default (the largest tensor) and one block per chunk: one that
+ * fits, then the faster, then the smaller. nvme_tbw: the drives' rated endurance in bytes written
+ * (0: unknown). *work (optional) is incremented by the planner's work units
+ * (tensors packed, slots visited by the eviction simulation): it depends on
+ * the number of layers and chunks, never on their sizes. */
+zo_status zp_plan_strategy(const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
+                           zp_strategy s, double nvme_tbw, zp_plan *out, uint64_t *work);
+
+/* The fastest plan that fits; -1 when none does. */
+int zp_recommend(const zp_plan *plans, int n);
+
+/* What DeepSpeed's estimate_zero2/zero3_model_states_mem_needs_all_live
+ * report for a model of n_params parameters whose largest layer (module) has
+ * largest_layer parameters, on one GPU (their additional_buffer_factor 1.5). */
+typedef struct zp_ds_row {
+    const char *stage;   /* "zero2" or "zero3" */
+    const char *options; /* "offload_optimizer=cpu", ... */
+    uint64_t cpu, gpu;
+} zp_ds_row;
+enum { ZP_DS_ROWS = 8 };
+void zp_deepspeed_estimate(uint64_t n_params, uint64_t largest_layer, zp_ds_row rows[ZP_DS_ROWS]);
+
+#endif
