@@ -188,7 +188,10 @@ static void test_sigkill_during_checkpoints(void **state)
 
     uint64_t rng = 20240601;
     int kills = 0, partial = 0, attempts = 0, checked = 0;
-    while (kills < KILLS && attempts++ < 100) {
+    /* Kill until there were KILLS kills and a quarter of them landed inside a
+     * write: a loaded or sanitized machine shifts the timing, so keep going
+     * (bounded) rather than ask every random delay to hit. */
+    while ((kills < KILLS || partial < KILLS / 4) && attempts++ < 100) {
         int resume = zt_ckpt_has_latest(dir);
         pid_t pid = spawn(dir, resume, NULL);
         long delay_us = lo_us + (long)(zo_test_rand(&rng) % (uint64_t)span_us);
@@ -218,7 +221,7 @@ static void test_sigkill_during_checkpoints(void **state)
     print_message("%d kills (%d attempts) %ld..%ld ms after start, %d in the middle of a checkpoint "
                   "write, %d checkpoints checked\n",
                   kills, attempts, lo_us / 1000, (lo_us + span_us) / 1000, partial, checked);
-    assert_int_equal(kills, KILLS);
+    assert_true(kills >= KILLS);
     assert_true(partial >= KILLS / 4); /* the kills do land in the writes */
     assert_true(checked >= KILLS / 2);
 
