@@ -242,6 +242,45 @@ static void test_bench_json_and_flags(void **state)
     json_decref(j);
 }
 
+/* --validate runs every plan that fits through the trainer: the peaks it
+ * measures are the predicted ones, and a step time is reported beside the
+ * prediction (compared, not asserted: the machine's load decides it). */
+static void test_validate(void **state)
+{
+    (void)state;
+    char args[700];
+    snprintf(args, sizeof args, TINY_CPU " --layers 2 --nvme-path %s --validate 2", g_dir);
+    json_t *j = run_json(args);
+    json_t *p;
+    size_t i;
+    int ran = 0;
+    json_array_foreach(json_object_get(j, "strategies"), i, p) {
+        json_t *v = json_object_get(p, "validation");
+        if (!json_is_true(json_object_get(p, "fits"))) {
+            assert_true(json_is_null(v));
+            continue;
+        }
+        if (json_object_get(v, "error"))
+            fail_msg("%s: %s", json_string_value(json_object_get(p, "name")),
+                     json_string_value(json_object_get(v, "error")));
+        json_t *want = json_object_get(p, "peak_bytes"), *got = json_object_get(v, "peak_bytes");
+        const char *keys[] = {"device", "pinned", "host", "nvme"};
+        for (int k = 0; k < 4; k++)
+            assert_int_equal(json_integer_value(json_object_get(want, keys[k])),
+                             json_integer_value(json_object_get(got, keys[k])));
+        assert_int_equal(json_integer_value(json_object_get(json_object_get(p, "device_bytes"), "total")),
+                         json_integer_value(json_object_get(v, "device_total")));
+        assert_true(num(v, "step_seconds") > 0);
+        assert_true(isfinite(num(v, "step_error")));
+        ran++;
+    }
+    assert_true(ran >= 3);
+    json_decref(j);
+    outputs o = run("--validate 0");
+    assert_int_equal(o.status, 2);
+    outputs_free(&o);
+}
+
 /* A GPU that is not here can be planned for with --gpu-mem, not without. */
 static void test_planning_an_absent_gpu(void **state)
 {
@@ -291,6 +330,7 @@ int main(void)
         cmocka_unit_test(test_deepspeed_estimate),
         cmocka_unit_test(test_hf_config),
         cmocka_unit_test(test_bench_json_and_flags),
+        cmocka_unit_test(test_validate),
         cmocka_unit_test(test_planning_an_absent_gpu),
         cmocka_unit_test(test_bad_flags),
     };
