@@ -11,6 +11,7 @@
 
 #include "engine_internal.h"
 #include "zo/half.h"
+#include "zo/nvtx.h"
 #include "zo/topo.h"
 
 #define DEFAULT_CHUNK_BYTES (4u << 20)
@@ -138,6 +139,8 @@ zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg)
     struct zo_engine *e = calloc(1, sizeof *e);
     if (!e) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the engine");
     e->cfg = *cfg;
+    e->lr_next = e->step_lr = cfg->adam.lr;
+    e->dpu_lr = cfg->adam.lr;
     e->dev = cfg->device;
     e->cuda = (zo_device_caps(e->dev) & ZO_DEVCAP_REAL_GPU) != 0;
     e->e16 = 2;
@@ -514,7 +517,7 @@ static zo_status host_alloc(struct zo_engine *e, uint64_t bytes, float **out)
     return ZO_OK;
 }
 
-static void cast16(zo_optim_dtype t, const float *src, void *dst, size_t n)
+void eng_cast16(zo_optim_dtype t, const float *src, void *dst, size_t n)
 {
     uint16_t *d = dst;
     for (size_t i = 0; i < n; i++)
@@ -618,6 +621,8 @@ static zo_status open_store(struct zo_engine *e, uint64_t extent, const char *su
     sc.name = name;
     sc.faults = e->cfg.nvme_faults;
     sc.nfaults = e->cfg.n_nvme_faults;
+    if (e->cfg.nvme_queue_depth) sc.queue_depth = e->cfg.nvme_queue_depth;
+    if (e->cfg.nvme_block_size) sc.block_size = e->cfg.nvme_block_size;
     return zo_swap_open(&sc, out);
 }
 
@@ -662,7 +667,7 @@ static zo_status place_initial_states(struct zo_engine *e)
         fill_master(e, c, st);
         for (int b = 0; b < e->p16_bufs; b++) {
             memset(k->p16[b], 0, e->chunk_bytes);
-            cast16(e->cfg.param_dtype, st, k->p16[b], k->n_elems);
+            eng_cast16(e->cfg.param_dtype, st, k->p16[b], k->n_elems);
         }
         if (e->swap) {
             k->gen[0] = 1;
@@ -671,7 +676,7 @@ static zo_status place_initial_states(struct zo_engine *e)
         if (e->pswap) {
             void *p16 = (char *)e->stage[0] + e->state_extent_bytes;
             memset(p16, 0, e->chunk_bytes);
-            cast16(e->cfg.param_dtype, st, p16, k->n_elems);
+            eng_cast16(e->cfg.param_dtype, st, p16, k->n_elems);
             k->pgen[0] = 1;
             ZO_TRY(zo_swap_write(e->pswap, k->pext[0], p16, e->chunk_bytes, k->pgen[0]));
         }
@@ -697,6 +702,7 @@ static zo_status start_pool(struct zo_engine *e)
     } else {
         n = 0;
     }
+    eng_trace_pool(e, &oc);
     oc.nthreads = e->cfg.optim_threads;
     if (oc.nthreads <= 0) oc.nthreads = (int)zo_env_int("ZO_OPTIM_THREADS", n > 0 ? n : 1, 1, 1024);
     ZO_LOGI(ENG_SUBSYS, "optimizer: %d worker thread(s) on NUMA node %d (%d core(s))", oc.nthreads, pl.node, n);
@@ -841,6 +847,18 @@ zo_swap_t zo_engine_nvme_store(zo_engine_t e) { return e ? e->swap : NULL; }
 
 zo_swap_t zo_engine_nvme_param_store(zo_engine_t e) { return e ? e->pswap : NULL; }
 
+zo_status zo_engine_set_lr(zo_engine_t e, float lr)
+{
+    if (!e) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "set_lr: NULL engine");
+    if (!isfinite(lr) || lr < 0.0f)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "set_lr: learning rate %g must be finite and >= 0",
+                       (double)lr);
+    e->lr_next = lr;
+    return ZO_OK;
+}
+
+float zo_engine_lr(zo_engine_t e) { return e ? e->lr_next : 0.0f; }
+
 double zo_engine_loss_scale(zo_engine_t e)
 {
     if (!e) return 1.0;
@@ -936,6 +954,7 @@ static void open_step(struct zo_engine *e)
 {
     if (e->step_open) return;
     e->step_open = 1;
+    e->step_lr = e->lr_next;
     e->step_t0 = zo_now_ns();
     zo_device_copy_get_stats(e->dev, &e->copy0);
     e->swap0.struct_size = sizeof e->swap0;
@@ -954,7 +973,9 @@ static void open_step(struct zo_engine *e)
 
 typedef struct busy_arg {
     struct zo_engine *e;
-    int which;
+    int which; /* 0 h2d, 1 d2h, 2 compute stalled */
+    int chunk;
+    uint64_t bytes;
 } busy_arg;
 
 static zo_status busy_begin(void *arg)
@@ -966,27 +987,32 @@ static zo_status busy_begin(void *arg)
 
 static zo_status busy_end(void *arg)
 {
+    static const char *const names[3] = {"h2d", "d2h", "wait for parameters"};
+    static const zo_trace_track tracks[3] = {ZO_TRACK_H2D, ZO_TRACK_D2H, ZO_TRACK_COMPUTE};
     busy_arg *b = arg;
-    atomic_fetch_add(&b->e->busy_ns[b->which], zo_now_ns() - atomic_load(&b->e->busy_t0[b->which]));
+    uint64_t t1 = zo_now_ns(), t0 = atomic_load(&b->e->busy_t0[b->which]);
+    atomic_fetch_add(&b->e->busy_ns[b->which], t1 - t0);
+    eng_trace(b->e, tracks[b->which], 0, names[b->which], t0, t1, b->chunk, b->bytes);
     return ZO_OK;
 }
 
 /* A copy on one of the engine's streams, bracketed by tasks that add its
  * duration to the stream's busy time. */
-zo_status eng_timed_copy(struct zo_engine *e, int d2h, void *dst, const void *src, size_t n)
+zo_status eng_timed_copy(struct zo_engine *e, int d2h, uint32_t chunk, void *dst, const void *src,
+                         size_t n)
 {
     zo_stream_t s = d2h ? e->d2h : e->h2d;
-    busy_arg b = {e, d2h};
+    busy_arg b = {e, d2h, (int)chunk, n};
     ZO_TRY(zo_stream_enqueue(s, busy_begin, &b, sizeof b));
     ZO_TRY(d2h ? zo_memcpy_d2h_async(s, dst, src, n) : zo_memcpy_h2d_async(s, dst, src, n));
     return zo_stream_enqueue(s, busy_end, &b, sizeof b);
 }
 
 /* Make compute wait for ev, timing the wait when the data is not there yet. */
-static zo_status compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t ev)
+static zo_status compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t ev, uint32_t chunk)
 {
     if (zo_event_query(ev) != ZO_NOT_READY) return zo_stream_wait_event(compute, ev);
-    busy_arg b = {e, 2};
+    busy_arg b = {e, 2, (int)chunk, 0};
     ZO_TRY(zo_stream_enqueue(compute, busy_begin, &b, sizeof b));
     ZO_TRY(zo_stream_wait_event(compute, ev));
     return zo_stream_enqueue(compute, busy_end, &b, sizeof b);
@@ -1024,7 +1050,7 @@ static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_
     }
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         eng_chunk *k = &e->chunks[L->first_chunk + i];
-        ZO_TRY(compute_wait(e, compute, e->pslots[k->slot].ready));
+        ZO_TRY(compute_wait(e, compute, e->pslots[k->slot].ready, L->first_chunk + i));
         if (phase == ZO_PHASE_BACKWARD) ZO_TRY(take_grad_slot(e, L->first_chunk + i, compute));
     }
     for (int i = 0; i < L->n_tensors; i++) {
@@ -1087,7 +1113,7 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
     eng_gslot *g = &e->gslots[k->grad_slot];
     ZO_TRY(zo_event_record(k->computed, compute));
     ZO_TRY(zo_stream_wait_event(e->d2h, k->computed));
-    ZO_TRY(eng_timed_copy(e, 1, k->g16[parity], g->ptr, k->n_elems * e->e16));
+    ZO_TRY(eng_timed_copy(e, 1, c, k->g16[parity], g->ptr, k->n_elems * e->e16));
     ZO_TRY(zo_event_record(g->drained, e->d2h));
     g->busy = 0;
     k->grad_slot = -1;
@@ -1096,6 +1122,7 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
     tmpl.micro = k->n_ready;
     tmpl.last = k->n_ready == e->cfg.grad_accum_steps;
     tmpl.parity = parity;
+    tmpl.lr = e->step_lr;
     tmpl.factor = zo_grad_scale_factor(0.0, (float)zo_engine_loss_scale(e), 0.0f);
     tmpl.step = e->opt_step + 1;
     eng_job *job = eng_job_new(&tmpl);
@@ -1163,7 +1190,7 @@ static zo_status judge_gradients(struct zo_engine *e, step_verdict *v)
 }
 
 /* Publish committed 16-bit parameters to the device. */
-static zo_status publish(struct zo_engine *e)
+zo_status eng_publish(struct zo_engine *e)
 {
     if (e->cfg.param_home == ZO_TIER_DEVICE) {
         for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(eng_load_slot(e, c, (uint32_t)e->chunks[c].slot));
@@ -1188,7 +1215,7 @@ static zo_status apply_update(struct zo_engine *e, const step_verdict *v, int *r
         eng_discard_uncommitted(e);
     }
     if (v->overflow) return ZO_OK;
-    return eng_update_all(e, v->factor, e->opt_step + 1, parity);
+    return eng_update_all(e, e->step_lr, v->factor, e->opt_step + 1, parity);
 }
 
 static zo_status launch_dpu_update(struct zo_engine *e, const step_verdict *v)
@@ -1196,7 +1223,7 @@ static zo_status launch_dpu_update(struct zo_engine *e, const step_verdict *v)
     e->dpu_pending = 1;
     e->dpu_skip = v->overflow;
     if (v->overflow) return ZO_OK;
-    zo_status st = eng_dpu_launch(e, v->factor, e->opt_step + 1, (int)(e->steps & 1));
+    zo_status st = eng_dpu_launch(e, e->step_lr, v->factor, e->opt_step + 1, (int)(e->steps & 1));
     if (st < 0) e->dpu_pending = 0;
     return st;
 }
@@ -1275,22 +1302,31 @@ static zo_status finish_step(struct zo_engine *e, step_verdict *v, int *rollback
             eng_commit(e, !e->dpu_skip);
             if (!e->dpu_skip) e->opt_step++;
             e->dpu_pending = 0;
-            ZO_TRY(publish(e));
+            ZO_TRY(eng_publish(e));
         }
         zo_status st = launch_dpu_update(e, v);
         if (st < 0) e->scaler = saved;
         return st;
     }
     uint64_t t0 = zo_now_ns();
+    zo_nvtx_push("optimizer update");
     zo_status st = apply_update(e, v, rollbacks);
-    atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
+    zo_nvtx_pop();
+    uint64_t t1 = zo_now_ns();
+    atomic_fetch_add(&e->optim_ns, t1 - t0);
+    eng_trace(e, ZO_TRACK_UPDATE, 0,
+              *rollbacks                            ? "rollback and update"
+              : e->cfg.mode == ZO_OPTIM_OVERLAP     ? "validate speculative update"
+              : v->overflow                         ? "skip update (overflow)"
+                                                    : "update",
+              t0, t1, -1, 0);
     if (st < 0) {
         e->scaler = saved;
         return st;
     }
     eng_commit(e, !v->overflow);
     if (!v->overflow) e->opt_step++;
-    return publish(e);
+    return eng_publish(e);
 }
 
 zo_status zo_engine_end_step(zo_engine_t e, zo_step_stats *stats)
@@ -1301,7 +1337,9 @@ zo_status zo_engine_end_step(zo_engine_t e, zo_step_stats *stats)
     open_step(e);
     step_verdict v;
     int rollbacks = 0;
+    zo_nvtx_push("zo_engine_end_step");
     zo_status st = finish_step(e, &v, &rollbacks);
+    zo_nvtx_pop();
     if (st < 0) return abort_step(e, st);
     close_step(e);
     fill_stats(e, &v, rollbacks, stats);

@@ -84,6 +84,7 @@ typedef struct eng_job {
     int last;             /* the step's final gradients of the chunk */
     int parity;
     int arrived;          /* the D2H finished (set from the d2h stream) */
+    float lr;             /* the learning rate of the step the gradients belong to */
     float factor;         /* the speculative update's gradient factor (overlap) */
     int64_t step;         /* ... and its Adam step */
 } eng_job;
@@ -146,6 +147,8 @@ struct zo_engine {
     zo_loss_scaler scaler;
     int64_t opt_step;     /* updates applied (Adam's step count) */
     int64_t steps;        /* end_step calls that succeeded */
+    float lr_next;        /* zo_engine_set_lr's value, taken by the next step to open */
+    float step_lr;        /* the open step's learning rate (every update of its gradients uses it) */
     int step_open;
     int dpu_pending;      /* a DPU update was launched and not yet published */
     int dpu_skip;         /* ... and it was skipped (overflow) */
@@ -153,7 +156,7 @@ struct zo_engine {
      * (which keeps taking the next step's gradients: other buffers by parity) */
     pthread_t dpu_thread;
     int dpu_running;
-    float dpu_factor;
+    float dpu_lr, dpu_factor;
     int64_t dpu_step;
     int dpu_parity;
     zo_status dpu_st;
@@ -180,10 +183,17 @@ struct zo_engine {
     zo_device_copy_stats copy0;
     zo_swap_stats swap0, pswap0;
     uint64_t host_bytes, host_high;
+
+    /* timeline (zo_engine_set_trace) */
+    zo_trace_fn trace_fn;
+    void *trace_ctx;
 };
 
 /* engine.c */
-zo_status eng_timed_copy(struct zo_engine *e, int d2h, void *dst, const void *src, size_t n);
+zo_status eng_timed_copy(struct zo_engine *e, int d2h, uint32_t chunk, void *dst, const void *src,
+                         size_t n);
+void eng_cast16(zo_optim_dtype t, const float *src, void *dst, size_t n);
+zo_status eng_publish(struct zo_engine *e);
 
 /* engine_sched.c */
 int eng_trace_push(struct zo_engine *e, int layer, zo_phase phase);
@@ -203,14 +213,25 @@ void eng_wait_chunk_jobs(struct zo_engine *e, uint32_t c);
 zo_status eng_arrival_fn(void *arg);
 void eng_set_async_error(struct zo_engine *e, zo_status st);
 zo_status eng_take_async_error(struct zo_engine *e);
-zo_status eng_update_all(struct zo_engine *e, float factor, int64_t step, int parity);
+zo_status eng_update_all(struct zo_engine *e, float lr, float factor, int64_t step, int parity);
 void eng_restore_backups(struct zo_engine *e);
 void eng_commit(struct zo_engine *e, int updated);
 void eng_discard_uncommitted(struct zo_engine *e);
 zo_status eng_spec_drain(struct zo_engine *e);
-zo_status eng_dpu_launch(struct zo_engine *e, float factor, int64_t step, int parity);
+zo_status eng_dpu_launch(struct zo_engine *e, float lr, float factor, int64_t step, int parity);
 zo_status eng_dpu_join(struct zo_engine *e);
 zo_status eng_read_states(struct zo_engine *e, uint32_t c, float *out);
+zo_status eng_write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
+                              zo_swap_io_t *pio);
 float *eng_chunk_states(struct zo_engine *e, uint32_t c);
+
+/* engine_trace.c */
+void eng_trace(struct zo_engine *e, zo_trace_track track, int index, const char *name, uint64_t t0,
+               uint64_t t1, int chunk, uint64_t bytes);
+/* zo_swap_{write,read}_async on store 0 (states) or 1 (parameters), traced. */
+zo_status eng_swap_async(struct zo_engine *e, int write, int store, uint32_t chunk,
+                         zo_swap_extent_t ext, void *buf, size_t len, uint64_t gen, zo_swap_io_t *io);
+/* The optimizer pool's trace adapter (config fields), when traced. */
+void eng_trace_pool(struct zo_engine *e, zo_optim_pool_config *oc);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "engine_internal.h"
 #include "zo/half.h"
+#include "zo/nvtx.h"
 
 /* ---- helpers over one chunk ---- */
 
@@ -31,11 +32,12 @@ static void *p16_out(struct zo_engine *e, eng_chunk *k)
     return e->p16_bufs == 2 ? k->p16[1 - k->p16_cur] : k->p16[k->p16_cur];
 }
 
-static void adam_args(struct zo_engine *e, eng_chunk *k, float *st, float factor, int64_t step,
-                      int parity, zo_adam_params *p, zo_adam_buffers *b)
+static void adam_args(struct zo_engine *e, eng_chunk *k, float *st, float lr, float factor,
+                      int64_t step, int parity, zo_adam_params *p, zo_adam_buffers *b)
 {
     *p = e->cfg.adam;
     p->struct_size = sizeof *p;
+    p->lr = lr;
     p->step = step;
     p->grad_scale = factor;
     zo_adam_buffers init = ZO_ADAM_BUFFERS_INIT;
@@ -66,25 +68,24 @@ static zo_status timed_swap_wait(struct zo_engine *e, zo_swap_io_t io)
 static zo_status read_current(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io)
 {
     eng_chunk *k = &e->chunks[c];
-    return zo_swap_read_async(e->swap, k->ext[k->ext_cur], buf, e->state_extent_bytes,
-                              k->gen[k->ext_cur], NULL, NULL, io);
+    return eng_swap_async(e, 0, 0, c, k->ext[k->ext_cur], buf, e->state_extent_bytes,
+                          k->gen[k->ext_cur], io);
 }
 
 /* Write the updated states (and, when they live on NVMe, the new 16-bit
  * parameters from the stage's tail) to the alternate extents. */
-static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
-                                 zo_swap_io_t *pio)
+zo_status eng_write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
+                              zo_swap_io_t *pio)
 {
     eng_chunk *k = &e->chunks[c];
     int alt = 1 - k->ext_cur;
     k->gen[alt] = k->gen[k->ext_cur] + 1;
-    ZO_TRY(zo_swap_write_async(e->swap, k->ext[alt], buf, e->state_extent_bytes, k->gen[alt], NULL,
-                               NULL, io));
+    ZO_TRY(eng_swap_async(e, 1, 0, c, k->ext[alt], buf, e->state_extent_bytes, k->gen[alt], io));
     if (!e->pswap) return ZO_OK;
     int palt = 1 - k->pext_cur;
     k->pgen[palt] = k->pgen[k->pext_cur] + 1;
-    return zo_swap_write_async(e->pswap, k->pext[palt], buf + 3 * e->chunk_elems, e->chunk_bytes,
-                               k->pgen[palt], NULL, NULL, pio);
+    return eng_swap_async(e, 1, 1, c, k->pext[palt], buf + 3 * e->chunk_elems, e->chunk_bytes,
+                          k->pgen[palt], pio);
 }
 
 /* ---- the speculative pipeline (overlap mode, states on NVMe) ---- */
@@ -168,9 +169,9 @@ static zo_status speculate_nvme(struct zo_engine *e, uint32_t c, const eng_job *
     ZO_TRY(st);
     zo_adam_params ap;
     zo_adam_buffers b;
-    adam_args(e, &e->chunks[c], e->stage[s], j->factor, j->step, j->parity, &ap, &b);
+    adam_args(e, &e->chunks[c], e->stage[s], j->lr, j->factor, j->step, j->parity, &ap, &b);
     ZO_TRY(zo_optim_pool_adam_step(e->opool, &ap, &b));
-    st = write_alternate(e, c, e->stage[s], &p->wr[s], &p->pwr[s]);
+    st = eng_write_alternate(e, c, e->stage[s], &p->wr[s], &p->pwr[s]);
     p->wr_chunk[s] = (int)c;
     return st;
 }
@@ -191,7 +192,8 @@ zo_status eng_spec_drain(struct zo_engine *e)
 
 /* ---- the update of every chunk ---- */
 
-static zo_status update_all_resident(struct zo_engine *e, float factor, int64_t step, int parity)
+static zo_status update_all_resident(struct zo_engine *e, float lr, float factor, int64_t step,
+                                     int parity)
 {
     zo_optim_job_t *jobs = calloc(e->n_chunks, sizeof *jobs);
     if (!jobs) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %u job handles", e->n_chunks);
@@ -201,7 +203,7 @@ static zo_status update_all_resident(struct zo_engine *e, float factor, int64_t 
         eng_chunk *k = &e->chunks[queued];
         zo_adam_params p;
         zo_adam_buffers b;
-        adam_args(e, k, k->states, factor, step, parity, &p, &b);
+        adam_args(e, k, k->states, lr, factor, step, parity, &p, &b);
         st = zo_optim_pool_adam_enqueue(e->opool, &p, &b, &jobs[queued]);
         if (st < 0) break;
     }
@@ -241,7 +243,7 @@ static void pipe_read(struct zo_engine *e, nvme_pipe *pp, uint32_t c)
     if (pp->st == ZO_OK) pipe_fail(pp, read_current(e, c, e->stage[s], &pp->rd[s]));
 }
 
-static zo_status update_all_nvme(struct zo_engine *e, float factor, int64_t step, int parity)
+static zo_status update_all_nvme(struct zo_engine *e, float lr, float factor, int64_t step, int parity)
 {
     nvme_pipe pp;
     memset(&pp, 0, sizeof pp);
@@ -253,9 +255,9 @@ static zo_status update_all_nvme(struct zo_engine *e, float factor, int64_t step
         if (pp.st < 0) break;
         zo_adam_params p;
         zo_adam_buffers b;
-        adam_args(e, &e->chunks[c], e->stage[s], factor, step, parity, &p, &b);
+        adam_args(e, &e->chunks[c], e->stage[s], lr, factor, step, parity, &p, &b);
         pipe_fail(&pp, zo_optim_pool_adam_step(e->opool, &p, &b));
-        if (pp.st == ZO_OK) pipe_fail(&pp, write_alternate(e, c, e->stage[s], &pp.wr[s], &pp.pwr[s]));
+        if (pp.st == ZO_OK) pipe_fail(&pp, eng_write_alternate(e, c, e->stage[s], &pp.wr[s], &pp.pwr[s]));
         if (c + ahead < n) pipe_read(e, &pp, c + ahead);
     }
     for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
@@ -269,10 +271,10 @@ static zo_status update_all_nvme(struct zo_engine *e, float factor, int64_t step
     return ZO_OK;
 }
 
-zo_status eng_update_all(struct zo_engine *e, float factor, int64_t step, int parity)
+zo_status eng_update_all(struct zo_engine *e, float lr, float factor, int64_t step, int parity)
 {
-    if (e->swap) return update_all_nvme(e, factor, step, parity);
-    return update_all_resident(e, factor, step, parity);
+    if (e->swap) return update_all_nvme(e, lr, factor, step, parity);
+    return update_all_resident(e, lr, factor, step, parity);
 }
 
 /* ---- commit and rollback ---- */
@@ -352,7 +354,7 @@ static zo_status speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
         memcpy(k->backup, k->states, 3 * e->chunk_elems * sizeof(float));
         zo_adam_params p;
         zo_adam_buffers b;
-        adam_args(e, k, k->states, j->factor, j->step, j->parity, &p, &b);
+        adam_args(e, k, k->states, j->lr, j->factor, j->step, j->parity, &p, &b);
         ZO_TRY(zo_optim_pool_adam_step(e->opool, &p, &b));
     }
     k->spec_done = 1;
@@ -383,14 +385,19 @@ static void *dpu_main(void *arg)
 {
     struct zo_engine *e = arg;
     uint64_t t0 = zo_now_ns();
-    e->dpu_st = eng_update_all(e, e->dpu_factor, e->dpu_step, e->dpu_parity);
+    zo_nvtx_push("delayed update");
+    e->dpu_st = eng_update_all(e, e->dpu_lr, e->dpu_factor, e->dpu_step, e->dpu_parity);
     if (e->dpu_st < 0) snprintf(e->dpu_msg, sizeof e->dpu_msg, "%s", zo_last_error());
-    atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
+    zo_nvtx_pop();
+    uint64_t t1 = zo_now_ns();
+    atomic_fetch_add(&e->optim_ns, t1 - t0);
+    eng_trace(e, ZO_TRACK_UPDATE, 0, "delayed update", t0, t1, -1, 0);
     return NULL;
 }
 
-zo_status eng_dpu_launch(struct zo_engine *e, float factor, int64_t step, int parity)
+zo_status eng_dpu_launch(struct zo_engine *e, float lr, float factor, int64_t step, int parity)
 {
+    e->dpu_lr = lr;
     e->dpu_factor = factor;
     e->dpu_step = step;
     e->dpu_parity = parity;
@@ -453,6 +460,12 @@ static int wait_arrival(struct zo_engine *e, eng_job *j)
     return 0;
 }
 
+static const char *job_name(const struct zo_engine *e, const eng_job *j)
+{
+    if (!j->last) return "accumulate gradients";
+    return e->cfg.mode == ZO_OPTIM_OVERLAP ? "gradient norm + speculative update" : "gradient norm";
+}
+
 static void *thread_main(void *arg)
 {
     struct zo_engine *e = arg;
@@ -475,8 +488,12 @@ static void *thread_main(void *arg)
                          e->chunks[j->chunk].layer);
         else if (!skip) {
             uint64_t t0 = zo_now_ns();
+            zo_nvtx_push(job_name(e, j));
             st = run_grad_job(e, j);
-            atomic_fetch_add(&e->optim_ns, zo_now_ns() - t0);
+            zo_nvtx_pop();
+            uint64_t t1 = zo_now_ns();
+            atomic_fetch_add(&e->optim_ns, t1 - t0);
+            eng_trace(e, ZO_TRACK_HOST_JOBS, 0, job_name(e, j), t0, t1, j->chunk, 0);
         }
         if (st < 0) eng_set_async_error(e, st);
         pthread_mutex_lock(&e->mu);

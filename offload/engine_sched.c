@@ -133,8 +133,8 @@ static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, eng_pslot *p
     zo_swap_io_t io = atomic_exchange(&p->io, NULL);
     if (io) zo_swap_wait(io); /* its h2d task never ran: the failure was reported then */
     io = NULL;
-    ZO_TRY(zo_swap_read_async(e->pswap, k->pext[k->pext_cur], p->stage, e->chunk_bytes,
-                              k->pgen[k->pext_cur], NULL, NULL, &io));
+    ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[k->pext_cur], p->stage,
+                          e->chunk_bytes, k->pgen[k->pext_cur], &io));
     atomic_store(&p->io, io);
     ticket_arg t = {e, p};
     zo_status st = zo_stream_enqueue(e->h2d, wait_ticket, &t, sizeof t);
@@ -154,7 +154,7 @@ zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s)
     const void *src = e->pswap ? p->stage : k->p16[k->p16_cur];
     if (e->pswap) ZO_TRY(stage_from_nvme(e, k, p));
     ZO_TRY(zo_stream_wait_event(e->h2d, p->lastuse));
-    ZO_TRY(eng_timed_copy(e, 0, p->ptr, src, k->n_elems * e->e16));
+    ZO_TRY(eng_timed_copy(e, 0, c, p->ptr, src, k->n_elems * e->e16));
     ZO_TRY(zo_event_record(p->ready, e->h2d));
     p->chunk = (int)c;
     k->slot = (int)s;

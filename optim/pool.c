@@ -33,8 +33,16 @@ struct zo_optim_job {
     double *partials; /* per-tile sums of squares */
     /* Progress, under the pool's lock. */
     size_t next_tile, tiles_done;
+    uint64_t seq; /* its number in enqueue order */
     struct zo_optim_job *next;
 };
+
+struct zo_optim_pool;
+
+typedef struct pool_worker {
+    struct zo_optim_pool *pool;
+    int index;
+} pool_worker;
 
 struct zo_optim_pool {
     pthread_mutex_t mu;
@@ -43,8 +51,33 @@ struct zo_optim_pool {
     int stop;
     int nthreads;
     size_t tile;
+    uint64_t next_seq;
     pthread_t *threads;
+    pool_worker *workers;
+    zo_optim_trace_fn trace;
+    void *trace_ctx;
 };
+
+static const char *job_name(job_kind k)
+{
+    return k == JOB_ADAM ? "adam" : k == JOB_GRAD_STATS ? "grad stats" : "roofline";
+}
+
+/* A worker's span of the job it works on, when the pool is traced. */
+static void span_tile(struct zo_optim_pool *pool, zo_optim_trace_span *span, int *open,
+                      const struct zo_optim_job *j, size_t elems, uint64_t t0)
+{
+    if (*open && span->seq != j->seq) pool->trace(pool->trace_ctx, span);
+    if (!*open || span->seq != j->seq) {
+        span->job = job_name(j->kind);
+        span->seq = j->seq;
+        span->t0_ns = t0;
+        span->elems = 0;
+        *open = 1;
+    }
+    span->t1_ns = zo_now_ns();
+    span->elems += elems;
+}
 
 static void run_tile(struct zo_optim_job *j, size_t t)
 {
@@ -76,14 +109,20 @@ static void job_complete(struct zo_optim_job *j)
  * one tile per worker per job. */
 static void *worker_main(void *arg)
 {
-    struct zo_optim_pool *pool = arg;
+    pool_worker *w = arg;
+    struct zo_optim_pool *pool = w->pool;
+    zo_optim_trace_span span = {.worker = w->index};
+    int open = 0;
     pthread_mutex_lock(&pool->mu);
     for (;;) {
         struct zo_optim_job *j = pool->head;
         if (j && j->next_tile < j->ntiles) {
             size_t t = j->next_tile++;
             pthread_mutex_unlock(&pool->mu);
+            uint64_t t0 = pool->trace ? zo_now_ns() : 0;
             run_tile(j, t);
+            if (pool->trace) /* j lives on: its last tile is not done */
+                span_tile(pool, &span, &open, j, t + 1 < j->ntiles ? j->tile : j->b.n - t * j->tile, t0);
             pthread_mutex_lock(&pool->mu);
             if (++j->tiles_done == j->ntiles) {
                 pool->head = j->next;
@@ -93,6 +132,13 @@ static void *worker_main(void *arg)
                 pthread_cond_broadcast(&pool->work_cv);
                 job_complete(j);
             }
+            continue;
+        }
+        if (open) { /* going idle or to wait for the job's last tiles: the span ends */
+            pthread_mutex_unlock(&pool->mu);
+            pool->trace(pool->trace_ctx, &span);
+            open = 0;
+            pthread_mutex_lock(&pool->mu);
             continue;
         }
         if (!j && pool->stop) break;
@@ -154,7 +200,8 @@ static zo_status start_worker(struct zo_optim_pool *pool, const zo_optim_pool_co
         worker_affinity(cfg, i, &set);
         rc = pthread_attr_setaffinity_np(&attr, sizeof set, &set);
     }
-    if (rc == 0) rc = pthread_create(&pool->threads[i], &attr, worker_main, pool);
+    pool->workers[i] = (pool_worker){pool, i};
+    if (rc == 0) rc = pthread_create(&pool->threads[i], &attr, worker_main, &pool->workers[i]);
     pthread_attr_destroy(&attr);
     if (rc != 0)
         return ZO_FAIL(ZO_ERR_SYSTEM, "optim", "starting optimizer worker %d of %d: %s", i, cfg->nthreads,
@@ -178,11 +225,15 @@ zo_status zo_optim_pool_init(zo_optim_pool_t *out, const zo_optim_pool_config *c
     ZO_TRY(check_config(cfg));
     struct zo_optim_pool *pool = calloc(1, sizeof *pool);
     if (pool) pool->threads = calloc((size_t)cfg->nthreads, sizeof *pool->threads);
-    if (!pool || !pool->threads) {
+    if (pool) pool->workers = calloc((size_t)cfg->nthreads, sizeof *pool->workers);
+    if (!pool || !pool->threads || !pool->workers) {
+        if (pool) free(pool->threads);
         free(pool);
         return ZO_FAIL(ZO_ERR_NO_MEMORY, "optim", "allocating a pool of %d workers", cfg->nthreads);
     }
     pool->nthreads = cfg->nthreads;
+    pool->trace = cfg->trace;
+    pool->trace_ctx = cfg->trace_ctx;
     pool->tile = cfg->tile_elems ? cfg->tile_elems
                                  : (size_t)zo_env_int("ZO_OPTIM_TILE", ZO_OPTIM_TILE_DEFAULT, 64, 1 << 26) / 64 * 64;
     pthread_mutex_init(&pool->mu, NULL);
@@ -194,6 +245,7 @@ zo_status zo_optim_pool_init(zo_optim_pool_t *out, const zo_optim_pool_config *c
             pthread_cond_destroy(&pool->work_cv);
             pthread_mutex_destroy(&pool->mu);
             free(pool->threads);
+            free(pool->workers);
             free(pool);
             return st;
         }
@@ -209,6 +261,7 @@ void zo_optim_pool_free(zo_optim_pool_t pool)
     pthread_cond_destroy(&pool->work_cv);
     pthread_mutex_destroy(&pool->mu);
     free(pool->threads);
+    free(pool->workers);
     free(pool);
 }
 
@@ -243,6 +296,7 @@ static void job_submit(zo_optim_pool_t pool, struct zo_optim_job *j)
         return;
     }
     pthread_mutex_lock(&pool->mu);
+    j->seq = pool->next_seq++;
     if (pool->tail) pool->tail->next = j;
     else pool->head = j;
     pool->tail = j;

@@ -54,6 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/optim_mode.h"
 #include "zo/status.h"
 
 #ifdef __cplusplus
@@ -90,11 +91,8 @@ typedef enum zo_warmup_type {
     ZO_WARMUP_LINEAR = 1,
 } zo_warmup_type;
 
-typedef enum zo_optimizer_mode {
-    ZO_OPTIM_SYNC = 0,    /* update after the whole backward: the exact reference */
-    ZO_OPTIM_OVERLAP = 1, /* update chunks during backward, validated at the end */
-    ZO_OPTIM_DPU = 2,     /* delayed parameter update (one step stale) */
-} zo_optimizer_mode;
+/* sync, overlap or dpu: the engine's zo_optim_mode (zo/optim_mode.h). */
+typedef zo_optim_mode zo_optimizer_mode;
 
 typedef enum zo_state_dtype {
     ZO_STATE_FP32 = 0,

@@ -49,6 +49,7 @@
 
 #include "zo/device.h"
 #include "zo/optim.h"
+#include "zo/optim_mode.h"
 #include "zo/status.h"
 #include "zo/swap.h"
 
@@ -59,7 +60,6 @@ extern "C" {
 typedef struct zo_engine *zo_engine_t;
 
 typedef enum zo_tier { ZO_TIER_DEVICE = 0, ZO_TIER_HOST = 1, ZO_TIER_NVME = 2 } zo_tier;
-typedef enum zo_optim_mode { ZO_OPTIM_SYNC = 0, ZO_OPTIM_OVERLAP = 1, ZO_OPTIM_DPU = 2 } zo_optim_mode;
 typedef enum zo_phase { ZO_PHASE_FORWARD = 0, ZO_PHASE_BACKWARD = 1 } zo_phase;
 
 const char *zo_tier_name(zo_tier t);
@@ -98,12 +98,16 @@ typedef struct zo_engine_config {
     const zo_swap_fault *nvme_faults; /* tests: faults armed when the swap store opens (arming any,
                                  even one far in the future, lets zo_swap_set_faults re-arm later) */
     size_t n_nvme_faults;
+    uint32_t nvme_queue_depth; /* NVMe requests in flight per store (0: the swap store's default;
+                                 DeepSpeed's aio.queue_depth) */
+    uint32_t nvme_block_size; /* bytes per NVMe request, a multiple of 4096 (0: the swap store's
+                                 default; DeepSpeed's aio.block_size) */
 } zo_engine_config;
 
 #define ZO_ENGINE_CONFIG_INIT                                                                      \
     {sizeof(zo_engine_config), NULL, 0, 1, ZO_OPTIM_BF16, 0, ZO_TIER_HOST, ZO_TIER_HOST, 0, 0,     \
      NULL, 0, 0, "auto", 2, ZO_OPTIM_SYNC, 1, 0, ZO_ADAM_PARAMS_INIT, 0.0f,                       \
-     ZO_LOSS_SCALER_CONFIG_INIT, NULL, NULL, 0}
+     ZO_LOSS_SCALER_CONFIG_INIT, NULL, NULL, 0, 0, 0}
 
 /* Bytes the plan needs in each tier, computed by zo_engine_finalize (and by
  * zo_engine_plan without allocating anything). Exactly, with C = chunk_bytes,
@@ -224,6 +228,15 @@ zo_status zo_engine_end_step(zo_engine_t eng, zo_step_stats *stats);
 /* The current fp32 master weights of a tensor (numel floats), for tests and
  * checkpoints; waits for pending updates. */
 zo_status zo_engine_read_master(zo_engine_t eng, int id, float *out);
+/* The learning rate of the updates computed from the gradients of the steps
+ * that open from now on (a step opens at its first fetch): a schedule calls
+ * it before each step. A step already open keeps the rate it opened with, and
+ * its update uses that rate wherever and whenever it runs (speculatively
+ * during the backward in overlap mode, during the next step in dpu mode).
+ * lr must be finite and >= 0; the initial rate is config.adam.lr. */
+zo_status zo_engine_set_lr(zo_engine_t eng, float lr);
+/* The rate the next step will use. */
+float zo_engine_lr(zo_engine_t eng);
 /* The loss scale to multiply the loss by before backward (1 for bf16). */
 double zo_engine_loss_scale(zo_engine_t eng);
 zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *fp);
@@ -248,6 +261,94 @@ int zo_engine_layer_tensors(zo_engine_t eng, int layer, int *ids, int cap);
 zo_swap_t zo_engine_nvme_store(zo_engine_t eng);
 /* The swap store holding the 16-bit parameters when param_home is nvme (else NULL). */
 zo_swap_t zo_engine_nvme_param_store(zo_engine_t eng);
+
+/* ---- checkpoints: the full optimizer state ----
+ *
+ * A checkpoint holds, per tensor, the fp32 master weights and Adam's m and v,
+ * plus the step state below; restoring them into an engine with the same
+ * tensors and configuration makes its next steps bitwise identical to those
+ * of the engine they were read from. The 16-bit parameters are not saved:
+ * they are always the master weights rounded (the update writes both). Reads
+ * and writes go tensor by tensor through whatever tier holds the states, so a
+ * checkpoint never needs the whole model in memory at once.
+ *
+ * All of these run between steps (not while a step is open: ZO_ERR_STATE). In
+ * dpu mode the update of the last step is still pending: zo_engine_flush
+ * applies it first (a run that checkpoints then equals its resumed
+ * continuation bitwise; it differs from a run that never flushed by the one
+ * step of staleness the flush removes). */
+
+/* The latest master weights, m and v of tensor id (numel floats each; any
+ * may be NULL); waits for pending updates (including a dpu update that is
+ * not flushed yet). */
+zo_status zo_engine_read_state(zo_engine_t eng, int id, float *master, float *m, float *v);
+/* Replace them (any may be NULL: kept). With new master weights the 16-bit
+ * parameters are recomputed wherever they live (host copies, device slots,
+ * NVMe extents). States on NVMe are written to the chunk's alternate extents
+ * and switched to only once durable, so a failed write leaves the previous
+ * state intact. ZO_ERR_STATE before finalize (register the values instead)
+ * or with a dpu update pending. */
+zo_status zo_engine_write_state(zo_engine_t eng, int id, const float *master, const float *m,
+                                const float *v);
+/* dpu mode: wait for the pending delayed update and apply it (the next step
+ * computes with its parameters). A no-op in the other modes. */
+zo_status zo_engine_flush(zo_engine_t eng);
+
+/* What the step counts and the loss scaler hold between steps. */
+typedef struct zo_engine_step_state {
+    size_t struct_size;
+    int64_t updates;   /* optimizer updates applied: the next update is Adam step updates + 1 */
+    int64_t steps;     /* steps ended (skipped fp16 overflow steps count here, not in updates) */
+    double loss_scale; /* the fp16 dynamic loss scaler's scale (1 when static; ignored on set) */
+    int64_t scaler_iter, scaler_last_overflow_iter; /* its iteration and last overflow */
+    int scaler_hysteresis; /* overflows it still tolerates before halving the scale */
+} zo_engine_step_state;
+
+#define ZO_ENGINE_STEP_STATE_INIT {sizeof(zo_engine_step_state), 0, 0, 1.0, 0, 0, 0}
+
+/* ZO_ERR_STATE with a dpu update pending (flush first) or a step open. */
+zo_status zo_engine_get_step_state(zo_engine_t eng, zo_engine_step_state *out);
+/* Values out of range (negative counts, updates > steps, a scale not finite
+ * and > 0, hysteresis < 0) are refused with ZO_ERR_INVALID_ARG naming them. */
+zo_status zo_engine_set_step_state(zo_engine_t eng, const zo_engine_step_state *in);
+
+/* ---- timelines ----
+ *
+ * A trace callback sees what the engine's streams, I/O queues and threads
+ * did and when, as spans, so that a program can draw who overlaps whom (zo-
+ * train writes them as a Chrome/Perfetto trace). */
+
+typedef enum zo_trace_track {
+    ZO_TRACK_H2D = 0,          /* the engine's host-to-device copy stream (a copy engine) */
+    ZO_TRACK_D2H = 1,          /* its device-to-host copy stream */
+    ZO_TRACK_COMPUTE = 2,      /* the caller's compute stream while it waits for parameters */
+    ZO_TRACK_NVME = 3,         /* an NVMe request queue, index 0 the optimizer states' store, 1
+                                  the parameters'; a span per request, from submission to
+                                  completion, so spans overlap (requests in flight) */
+    ZO_TRACK_HOST_JOBS = 4,    /* the engine's host job thread: gradient accumulation, norms,
+                                  speculative updates (overlap mode) */
+    ZO_TRACK_UPDATE = 5,       /* the update of every chunk: at the end of the step, or on the
+                                  delayed-update thread (dpu) */
+    ZO_TRACK_OPTIM_WORKER = 6, /* worker `index` of the CPU optimizer's pool */
+} zo_trace_track;
+
+typedef struct zo_trace_event {
+    zo_trace_track track;
+    int index;             /* the NVMe store or the optimizer worker; 0 otherwise */
+    const char *name;      /* what ran ("h2d", "nvme read", "adam", ...: static strings) */
+    uint64_t t0_ns, t1_ns; /* CLOCK_MONOTONIC nanoseconds (zo_now_ns) */
+    int layer, chunk;      /* what it was about, or -1 */
+    uint64_t bytes;        /* bytes moved (copies, NVMe) or elements (optimizer work); else 0 */
+} zo_trace_event;
+
+/* Called on whichever thread ran the work (stream workers, the I/O thread,
+ * the engine's and the optimizer's threads): must be thread-safe and quick. */
+typedef void (*zo_trace_fn)(void *ctx, const zo_trace_event *ev);
+
+/* Before zo_engine_finalize (ZO_ERR_STATE after); fn NULL turns tracing off.
+ * While traced, NVMe reads are verified on the I/O thread (their completion
+ * is what the span ends on) instead of the waiting thread. */
+zo_status zo_engine_set_trace(zo_engine_t eng, zo_trace_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }

@@ -99,15 +99,30 @@ float zo_grad_scale_factor(double total_norm, float loss_scale, float max_norm);
 
 typedef struct zo_optim_pool *zo_optim_pool_t;
 
+/* One worker's share of one job, for timelines: reported once the worker
+ * moves on (to another job, or to waiting). */
+typedef struct zo_optim_trace_span {
+    int worker;            /* 0 .. nthreads-1 */
+    const char *job;       /* "adam", "grad stats" or "roofline" (static strings) */
+    uint64_t seq;          /* the job's number, in the order jobs were enqueued (from 0) */
+    uint64_t t0_ns, t1_ns; /* CLOCK_MONOTONIC: its first tile started, its last tile ended */
+    size_t elems;          /* elements of the job it processed */
+} zo_optim_trace_span;
+
+/* Called on the worker's thread, without the pool's lock; must be thread-safe. */
+typedef void (*zo_optim_trace_fn)(void *ctx, const zo_optim_trace_span *span);
+
 typedef struct zo_optim_pool_config {
     size_t struct_size;
     int nthreads;     /* worker threads, >= 1 */
     const int *cores; /* optional core ids to bind to (e.g. the GPU's NUMA node); NULL: no binding */
     int ncores;
     size_t tile_elems; /* elements per tile, a multiple of 64; 0: 16384 (ZO_OPTIM_TILE overrides) */
+    zo_optim_trace_fn trace; /* optional: each worker's span of each job */
+    void *trace_ctx;
 } zo_optim_pool_config;
 
-#define ZO_OPTIM_POOL_CONFIG_INIT {sizeof(zo_optim_pool_config), 1, NULL, 0, 0}
+#define ZO_OPTIM_POOL_CONFIG_INIT {sizeof(zo_optim_pool_config), 1, NULL, 0, 0, NULL, NULL}
 
 /* Workers bound to cores[i % ncores] when there are at most as many workers
  * as cores, else each to the whole set. */

@@ -5,6 +5,7 @@
  * forced clipping and injected overflows; budgets and plan refusal; an NVMe
  * fault in the middle of a step; trace-driven prefetch and Belady eviction. */
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -27,11 +28,15 @@ typedef struct run_cfg {
     uint64_t poison_steps; /* bit s: an infinity in layer 1's gradient at step s */
     int steps;
     int recompute_from;    /* from this step on, the backward re-runs each layer's forward first */
+    const float *lrs;      /* the learning rate of each step (zo_engine_set_lr), or NULL */
+    uint32_t nvme_block_size, nvme_queue_depth;
+    zo_trace_fn trace;     /* installed before finalize */
+    void *trace_ctx;
 } run_cfg;
 
 static run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
-    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_OPTIM_BF16, 0, STEPS, INT_MAX};
+    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_OPTIM_BF16, 0, STEPS, INT_MAX, NULL, 0, 0, NULL, NULL};
     return c;
 }
 
@@ -94,7 +99,10 @@ static zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nf
     c.loss_scaler.loss_scale_window = 5;
     c.nvme_faults = faults;
     c.n_nvme_faults = nfaults;
+    c.nvme_block_size = h->rc.nvme_block_size;
+    c.nvme_queue_depth = h->rc.nvme_queue_depth;
     ZO_TRY(zo_engine_init(&h->eng, &c));
+    if (h->rc.trace) ZO_TRY(zo_engine_set_trace(h->eng, h->rc.trace, h->rc.trace_ctx));
     float *init[TM_T];
     for (int k = 0; k < TM_T; k++) init[k] = malloc(tm_numel(k) * sizeof(float));
     tm_init_params(init);
@@ -227,6 +235,7 @@ static void run(const run_cfg *rc, run_out *o)
     o->fp.struct_size = sizeof o->fp;
     ZO_ASSERT_OK(zo_engine_footprint_get(h.eng, &o->fp));
     for (int s = 0; s < rc->steps; s++) {
+        if (rc->lrs) ZO_ASSERT_OK(zo_engine_set_lr(h.eng, rc->lrs[s]));
         ZO_ASSERT_OK(train_step(&h, s, &o->losses[s], &o->stats[s]));
         if (getenv("TM_DEBUG")) fprintf(stderr, "step %d loss %.6g norm %.6g ovf %d scale %g rb %d\n", s, o->losses[s], o->stats[s].grad_norm, o->stats[s].overflow, o->stats[s].loss_scale, o->stats[s].rollbacks);
         check_budgets(&h, &o->stats[s], &o->fp);
@@ -452,6 +461,78 @@ static void test_dpu_matches_stale_reference(void **state)
     tm_ref_free(&r);
 }
 
+/* A learning rate per step (a schedule, with a zero rate on the first step
+ * as DeepSpeed's WarmupCosineLR gives) in every mode and placement, against
+ * the reference updated with the same rates; a rate set in the middle of a
+ * step applies from the next one. */
+static void test_learning_rate_per_step(void **state)
+{
+    (void)state;
+    float lrs[STEPS];
+    for (int s = 0; s < STEPS; s++) lrs[s] = s == 0 ? 0.0f : 2e-2f / (float)(1 + s % 7);
+    const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE},
+                                {ZO_TIER_HOST, ZO_TIER_HOST},
+                                {ZO_TIER_HOST, ZO_TIER_NVME},
+                                {ZO_TIER_NVME, ZO_TIER_NVME}};
+    zo_adam_params hp = test_adam();
+    for (int dpu = 0; dpu < 2; dpu++) {
+        tm_ref r;
+        tm_ref_init(&r, ZO_OPTIM_BF16);
+        tm_ref_train_lrs(&r, &hp, STEPS, 1, dpu, lrs);
+        for (int i = 0; i < 4; i++)
+            for (int mode = 0; mode < (dpu ? 1 : 2); mode++) {
+                run_cfg c = base_cfg(homes[i][0], homes[i][1],
+                                     dpu ? ZO_OPTIM_DPU : mode ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC);
+                c.lrs = lrs;
+                run_out o;
+                run(&c, &o);
+                assert_matches_reference(&o, &r, STEPS);
+                run_out_free(&o);
+            }
+        tm_ref_free(&r);
+    }
+    /* a constant rate differs from the schedule (the rates are used) */
+    tm_ref k;
+    tm_ref_init(&k, ZO_OPTIM_BF16);
+    tm_ref_train(&k, &hp, STEPS, 1, 0);
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    c.lrs = lrs;
+    run_out o;
+    run(&c, &o);
+    assert_true(memcmp(o.master[0], k.master[0], tm_numel(0) * sizeof(float)) != 0);
+    run_out_free(&o);
+    tm_ref_free(&k);
+    /* mid-step: the open step keeps its rate */
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    assert_true(zo_engine_lr(h.eng) == hp.lr);
+    ZO_ASSERT_OK(zo_engine_set_lr(h.eng, 0.0f)); /* step 0 runs at 0: the weights stay */
+    float *before[TM_T], *after[TM_T];
+    read_masters(&h, before);
+    ZO_ASSERT_OK(enqueue(&h, tm_input, &(tm_input_arg){h.a, 0, 0}, sizeof(tm_input_arg)));
+    ZO_ASSERT_OK(forward_layer(&h, 0));
+    ZO_ASSERT_OK(zo_engine_set_lr(h.eng, 1.0f)); /* for step 1 */
+    for (int l = 1; l < TM_L; l++) ZO_ASSERT_OK(forward_layer(&h, l));
+    ZO_ASSERT_OK(enqueue(&h, tm_loss, &(tm_loss_arg){h.a, 1.0f}, sizeof(tm_loss_arg)));
+    for (int l = TM_L - 1; l >= 0; l--) ZO_ASSERT_OK(backward_layer(&h, l, 0, 0));
+    zo_step_stats st = ZO_STEP_STATS_INIT;
+    ZO_ASSERT_OK(zo_engine_end_step(h.eng, &st));
+    read_masters(&h, after);
+    for (int k2 = 0; k2 < TM_T; k2++) {
+        /* AdamW at lr 0 neither moves nor decays the weights */
+        assert_memory_equal(before[k2], after[k2], tm_numel(k2) * sizeof(float));
+        free(before[k2]);
+        free(after[k2]);
+    }
+    assert_true(zo_engine_lr(h.eng) == 1.0f);
+    ZO_ASSERT_ST(zo_engine_set_lr(h.eng, -1.0f), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_engine_set_lr(h.eng, NAN), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_engine_set_lr(NULL, 1.0f), ZO_ERR_INVALID_ARG);
+    assert_true(zo_engine_lr(h.eng) == 1.0f);
+    harness_close(&h);
+}
+
 static void expect_refusal(const run_cfg *rc, zo_status want, const char *tier)
 {
     harness h;
@@ -634,6 +715,184 @@ static void test_nvme_fault_during_step(void **state)
     }
 }
 
+/* ---- checkpoints: the full optimizer state ---- */
+
+typedef struct saved_state {
+    float *st[TM_T][3]; /* master, m, v */
+    zo_engine_step_state ss;
+} saved_state;
+
+static void save_state(harness *h, saved_state *out)
+{
+    for (int k = 0; k < TM_T; k++) {
+        for (int i = 0; i < 3; i++) out->st[k][i] = malloc(tm_numel(k) * sizeof(float));
+        ZO_ASSERT_OK(zo_engine_read_state(h->eng, h->ids[k], out->st[k][0], out->st[k][1], out->st[k][2]));
+    }
+    out->ss = (zo_engine_step_state)ZO_ENGINE_STEP_STATE_INIT;
+    ZO_ASSERT_OK(zo_engine_get_step_state(h->eng, &out->ss));
+}
+
+static void saved_state_free(saved_state *s)
+{
+    for (int k = 0; k < TM_T; k++)
+        for (int i = 0; i < 3; i++) free(s->st[k][i]);
+}
+
+/* what: bit 0 masters, 1 moments, 2 the step state */
+static void restore_state(harness *h, const saved_state *s, unsigned what)
+{
+    for (int k = 0; k < TM_T; k++)
+        ZO_ASSERT_OK(zo_engine_write_state(h->eng, h->ids[k], what & 1 ? s->st[k][0] : NULL,
+                                           what & 2 ? s->st[k][1] : NULL, what & 2 ? s->st[k][2] : NULL));
+    if (what & 4) ZO_ASSERT_OK(zo_engine_set_step_state(h->eng, &s->ss));
+}
+
+static void train_range(harness *h, int s0, int s1, double *losses)
+{
+    zo_step_stats st;
+    for (int s = s0; s < s1; s++) ZO_ASSERT_OK(train_step(h, s, &losses[s], &st));
+}
+
+/* Steps half..2*half-1 of a fresh engine given the state saved at step half
+ * (what: as restore_state); 1 when losses and final weights equal ref's. */
+static int resumed_equals(const run_cfg *c, const saved_state *s, unsigned what, int half,
+                          const double *ref_losses, float *ref_master[TM_T])
+{
+    harness h;
+    harness_open(&h, c);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    restore_state(&h, s, what);
+    double losses[TM_MAXSTEPS];
+    train_range(&h, half, 2 * half, losses);
+    float *got[TM_T];
+    read_masters(&h, got);
+    harness_close(&h);
+    int same = memcmp(&losses[half], &ref_losses[half], (size_t)half * sizeof(double)) == 0;
+    for (int k = 0; k < TM_T; k++) {
+        same &= memcmp(got[k], ref_master[k], tm_numel(k) * sizeof(float)) == 0;
+        free(got[k]);
+    }
+    return same;
+}
+
+/* Save the state at step 6 of 12, load it into a fresh engine, run steps
+ * 6..11: losses and final weights equal the run that never stopped, bit for
+ * bit, under every placement and mode (dpu flushes at the save, the
+ * reference too), and with fp16's loss scaler after overflows. Leaving out
+ * the moments or the step state breaks it (they are used). */
+static void test_state_round_trip_resumes_bitwise(void **state)
+{
+    (void)state;
+    const int half = 6;
+    const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE}, {ZO_TIER_HOST, ZO_TIER_HOST},
+                                {ZO_TIER_HOST, ZO_TIER_NVME},     {ZO_TIER_DEVICE, ZO_TIER_NVME},
+                                {ZO_TIER_NVME, ZO_TIER_NVME}};
+    for (int i = 0; i < 5; i++)
+        for (int mode = 0; mode < 4; mode++) {
+            run_cfg c = base_cfg(homes[i][0], homes[i][1], mode == 3 ? ZO_OPTIM_SYNC : (zo_optim_mode)mode);
+            if (mode == 3) { /* fp16: an overflow before the save and one after */
+                c.dtype = ZO_OPTIM_FP16;
+                c.poison_steps = (1u << 2) | (1u << 8);
+            }
+            if (homes[i][0] != ZO_TIER_DEVICE) c.device_bytes = min_device_bytes();
+            harness h;
+            harness_open(&h, &c);
+            ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+            double losses[TM_MAXSTEPS];
+            train_range(&h, 0, half, losses);
+            ZO_ASSERT_OK(zo_engine_flush(h.eng));
+            saved_state s;
+            save_state(&h, &s);
+            if (mode == 3) assert_int_equal(s.ss.scaler_hysteresis, 1); /* the overflow used one */
+            train_range(&h, half, 2 * half, losses);
+            float *ref[TM_T];
+            read_masters(&h, ref);
+            harness_close(&h);
+            if (!resumed_equals(&c, &s, 7, half, losses, ref))
+                fail_msg("placement %d mode %d: the resumed run differs", i, mode);
+            if (i == 2 && mode == 0) {
+                assert_false(resumed_equals(&c, &s, 5, half, losses, ref)); /* without m, v */
+                assert_false(resumed_equals(&c, &s, 3, half, losses, ref)); /* without the step count */
+            }
+            for (int k = 0; k < TM_T; k++) free(ref[k]);
+            saved_state_free(&s);
+        }
+}
+
+/* The calls refuse what they cannot do, naming why; an NVMe write failing
+ * under write_state leaves the previous state readable and the call can be
+ * repeated. */
+static void test_state_errors(void **state)
+{
+    (void)state;
+    run_cfg c = base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_DPU);
+    harness h;
+    harness_open(&h, &c);
+    zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0};
+    ZO_ASSERT_OK(build_engine(&h, &never, 1, 0));
+    float *w = calloc(TM_D * TM_D, sizeof(float));
+    ZO_ASSERT_ST(zo_engine_write_state(h.eng, h.ids[0], w, NULL, NULL), ZO_ERR_STATE);
+    assert_non_null(strstr(zo_last_error(), "zo_engine_finalize"));
+    ZO_ASSERT_OK(zo_engine_finalize(h.eng));
+    double losses[4];
+    train_range(&h, 0, 2, losses);
+    zo_engine_step_state ss = ZO_ENGINE_STEP_STATE_INIT;
+    ZO_ASSERT_ST(zo_engine_write_state(h.eng, h.ids[0], w, NULL, NULL), ZO_ERR_STATE);
+    assert_non_null(strstr(zo_last_error(), "call zo_engine_flush first"));
+    ZO_ASSERT_ST(zo_engine_get_step_state(h.eng, &ss), ZO_ERR_STATE);
+    ZO_ASSERT_OK(zo_engine_flush(h.eng));
+    ZO_ASSERT_OK(zo_engine_get_step_state(h.eng, &ss));
+    assert_int_equal(ss.updates, 2);
+    assert_int_equal(ss.steps, 2);
+    ZO_ASSERT_ST(zo_engine_read_state(h.eng, TM_T, w, NULL, NULL), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_engine_write_state(h.eng, -1, w, NULL, NULL), ZO_ERR_INVALID_ARG);
+    zo_engine_step_state bad = ss;
+    bad.updates = ss.steps + 1;
+    ZO_ASSERT_ST(zo_engine_set_step_state(h.eng, &bad), ZO_ERR_INVALID_ARG);
+    bad = ss;
+    bad.struct_size = 8;
+    ZO_ASSERT_ST(zo_engine_set_step_state(h.eng, &bad), ZO_ERR_INVALID_ARG);
+    /* mid-step */
+    void *p[2];
+    ZO_ASSERT_OK(zo_engine_fetch(h.eng, 0, ZO_PHASE_FORWARD, h.compute, p, NULL, 2));
+    ZO_ASSERT_ST(zo_engine_write_state(h.eng, h.ids[0], w, NULL, NULL), ZO_ERR_STATE);
+    assert_non_null(strstr(zo_last_error(), "a step is open"));
+    ZO_ASSERT_ST(zo_engine_flush(h.eng), ZO_ERR_STATE);
+    ZO_ASSERT_OK(zo_engine_release(h.eng, 0, h.compute));
+    ZO_ASSERT_OK(zo_stream_synchronize(h.compute));
+    harness_close(&h);
+
+    /* a failed NVMe write: the state stays, a retry succeeds */
+    c = base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(make_engine(&h, &never, 1));
+    train_range(&h, 0, 2, losses);
+    float *m0 = malloc(TM_D * TM_D * sizeof(float)), *m1 = malloc(TM_D * TM_D * sizeof(float));
+    ZO_ASSERT_OK(zo_engine_read_state(h.eng, h.ids[0], m0, NULL, NULL));
+    for (int i = 0; i < TM_D * TM_D; i++) w[i] = (float)i / 4096.0f;
+    zo_swap_t stores[2] = {zo_engine_nvme_store(h.eng), zo_engine_nvme_param_store(h.eng)};
+    for (int s = 0; s < 2; s++) {
+        zo_swap_fault f = {ZO_SWAP_FAULT_EIO, 0, 0};
+        ZO_ASSERT_OK(zo_swap_set_faults(stores[s], &f, 1));
+        ZO_ASSERT_ST(zo_engine_write_state(h.eng, h.ids[0], w, w, w), ZO_ERR_IO);
+        ZO_ASSERT_OK(zo_swap_set_faults(stores[s], NULL, 0));
+        ZO_ASSERT_OK(zo_engine_read_state(h.eng, h.ids[0], m1, NULL, NULL));
+        assert_memory_equal(m0, m1, TM_D * TM_D * sizeof(float));
+    }
+    ZO_ASSERT_OK(zo_engine_write_state(h.eng, h.ids[0], w, NULL, w));
+    float *vv = malloc(TM_D * TM_D * sizeof(float));
+    ZO_ASSERT_OK(zo_engine_read_state(h.eng, h.ids[0], m1, NULL, vv));
+    assert_memory_equal(m1, w, TM_D * TM_D * sizeof(float));
+    assert_memory_equal(vv, w, TM_D * TM_D * sizeof(float));
+    free(vv);
+    /* the new weights are what the next forward computes with */
+    train_range(&h, 2, 3, losses);
+    harness_close(&h);
+    free(m0);
+    free(m1);
+    free(w);
+}
+
 /* A device stream task fails in the middle of a step (whichever runs next:
  * the caller's compute, a copy, a timer or a completion signal): the step
  * fails, the weights stay, and running the step again gives the same
@@ -813,6 +1072,139 @@ static void test_step_statistics(void **state)
     }
 }
 
+/* The NVMe requests of finalize's initial placement (one extent written per chunk). */
+static uint64_t nvme_requests_at_finalize(const run_cfg *rc, uint32_t *n_chunks)
+{
+    harness h;
+    harness_open(&h, rc);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    zo_swap_stats ss = ZO_SWAP_STATS_INIT;
+    ZO_ASSERT_OK(zo_swap_get_stats(zo_engine_nvme_store(h.eng), &ss));
+    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+    ZO_ASSERT_OK(zo_engine_footprint_get(h.eng, &fp));
+    *n_chunks = fp.n_chunks;
+    harness_close(&h);
+    return ss.requests;
+}
+
+/* The NVMe request size and depth (DeepSpeed's aio.block_size and
+ * aio.queue_depth) reach the swap store: 4 KiB requests split each extent's
+ * write into many; a block size the store refuses fails finalize naming it;
+ * the results do not depend on them. */
+static void test_nvme_request_knobs(void **state)
+{
+    (void)state;
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    uint32_t nc;
+    uint64_t big = nvme_requests_at_finalize(&c, &nc);
+    c.nvme_block_size = 4096;
+    c.nvme_queue_depth = 2;
+    uint64_t small = nvme_requests_at_finalize(&c, &nc);
+    /* an extent's payload is master, m and v of a chunk: 6 x 8 KiB, one request under the
+     * default 1 MiB, twelve of 4 KiB */
+    assert_true(big >= nc);
+    assert_int_equal(small - big, (uint64_t)nc * (6 * CHUNK / 4096 - 1));
+    c.steps = 4;
+    run_out a, b;
+    run(&c, &a);
+    run_cfg d = base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    d.steps = 4;
+    run(&d, &b);
+    assert_same_weights(&a, &b, 4);
+    run_out_free(&a);
+    run_out_free(&b);
+    c.nvme_block_size = 5000;
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_ST(make_engine(&h, NULL, 0), ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "block_size 5000"));
+    harness_close(&h);
+}
+
+/* ---- timelines ---- */
+
+#define MAX_EVENTS 20000
+
+typedef struct event_log {
+    pthread_mutex_t mu;
+    zo_trace_event ev[MAX_EVENTS];
+    int n;
+} event_log;
+
+static void log_event(void *ctx, const zo_trace_event *ev)
+{
+    event_log *l = ctx;
+    pthread_mutex_lock(&l->mu);
+    if (l->n < MAX_EVENTS) l->ev[l->n++] = *ev;
+    pthread_mutex_unlock(&l->mu);
+}
+
+static int count_events(const event_log *l, zo_trace_track track, int index, const char *name)
+{
+    int n = 0;
+    for (int i = 0; i < l->n; i++)
+        n += l->ev[i].track == track && l->ev[i].index == index && (!name || strcmp(l->ev[i].name, name) == 0);
+    return n;
+}
+
+/* A traced run (parameters and states on NVMe, overlap mode, a slow link
+ * without prefetch so that the compute stream waits) reports spans on every
+ * track: both copy streams, the compute stream's waits, both NVMe queues,
+ * the host job thread, the end-of-step update and the optimizer's workers,
+ * each well formed; and tracing changes nothing in the results. */
+static void test_trace_covers_every_track(void **state)
+{
+    (void)state;
+    static event_log log;
+    pthread_mutex_init(&log.mu, NULL);
+    log.n = 0;
+    setenv("ZO_CPU_DEVICE_PCIE_GBPS", "0.05", 1);
+    run_cfg c = base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_OVERLAP);
+    c.device_bytes = min_device_bytes();
+    c.lookahead = 0;
+    c.steps = 3;
+    c.max_norm = 1e-3f; /* clipping: the speculative updates are rolled back and redone */
+    run_out plain, traced;
+    run(&c, &plain);
+    c.trace = log_event;
+    c.trace_ctx = &log;
+    run(&c, &traced);
+    unsetenv("ZO_CPU_DEVICE_PCIE_GBPS");
+    assert_same_weights(&plain, &traced, c.steps);
+    assert_true(count_events(&log, ZO_TRACK_H2D, 0, "h2d") > 0);
+    assert_int_equal(count_events(&log, ZO_TRACK_D2H, 0, "d2h"), c.steps * (int)traced.fp.n_chunks);
+    assert_true(count_events(&log, ZO_TRACK_COMPUTE, 0, "wait for parameters") > 0);
+    for (int store = 0; store < 2; store++) {
+        assert_true(count_events(&log, ZO_TRACK_NVME, store, "nvme read") > 0);
+        assert_true(count_events(&log, ZO_TRACK_NVME, store, "nvme write") > 0);
+    }
+    assert_int_equal(count_events(&log, ZO_TRACK_HOST_JOBS, 0, "gradient norm + speculative update"),
+                     c.steps * (int)traced.fp.n_chunks);
+    assert_int_equal(count_events(&log, ZO_TRACK_UPDATE, 0, "rollback and update"), c.steps);
+    int workers = count_events(&log, ZO_TRACK_OPTIM_WORKER, 0, NULL) +
+                  count_events(&log, ZO_TRACK_OPTIM_WORKER, 1, NULL);
+    assert_true(workers > 0);
+    for (int i = 0; i < log.n; i++) {
+        const zo_trace_event *e = &log.ev[i];
+        assert_true(e->t0_ns <= e->t1_ns);
+        assert_true(e->layer >= -1 && e->layer < TM_L);
+        if (e->track == ZO_TRACK_H2D || e->track == ZO_TRACK_D2H) {
+            assert_true(e->chunk >= 0 && e->layer >= 0);
+            assert_true(e->bytes > 0 && e->bytes <= CHUNK);
+        }
+        if (e->track == ZO_TRACK_NVME) assert_int_equal(e->bytes, e->index ? CHUNK : 6 * CHUNK);
+        if (e->track == ZO_TRACK_OPTIM_WORKER) assert_true(e->index < 2 && e->bytes > 0);
+    }
+    run_out_free(&plain);
+    run_out_free(&traced);
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    ZO_ASSERT_ST(zo_engine_set_trace(h.eng, log_event, &log), ZO_ERR_STATE);
+    harness_close(&h);
+    pthread_mutex_destroy(&log.mu);
+}
+
 /* On a slow emulated link with no prefetch, the compute stream waits for
  * every chunk: the stall time says so. */
 static void test_stall_is_measured(void **state)
@@ -843,12 +1235,17 @@ int main(void)
         cmocka_unit_test(test_overlap_with_clipping_equals_sync),
         cmocka_unit_test(test_overlap_with_overflow_equals_sync),
         cmocka_unit_test(test_dpu_matches_stale_reference),
+        cmocka_unit_test(test_learning_rate_per_step),
         cmocka_unit_test(test_impossible_plans_are_refused_up_front),
         cmocka_unit_test(test_nvme_fault_during_step),
         cmocka_unit_test(test_stream_task_fault_during_step),
+        cmocka_unit_test(test_state_round_trip_resumes_bitwise),
+        cmocka_unit_test(test_state_errors),
         cmocka_unit_test(test_prefetch_and_belady_eviction),
         cmocka_unit_test(test_step_statistics),
+        cmocka_unit_test(test_nvme_request_knobs),
         cmocka_unit_test(test_stall_is_measured),
+        cmocka_unit_test(test_trace_covers_every_track),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

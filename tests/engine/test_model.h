@@ -199,8 +199,10 @@ static inline void tm_ref_micro(tm_ref *r, uint16_t *P[TM_T], int step, int micr
 }
 
 /* steps of training; dpu: gradients of step t are taken at the parameters
- * published before step t-1's update (one step stale). */
-static inline void tm_ref_train(tm_ref *r, const zo_adam_params *hp, int steps, int accum, int dpu)
+ * published before step t-1's update (one step stale); lrs (NULL: hp->lr)
+ * the learning rate of each step's update. */
+static inline void tm_ref_train_lrs(tm_ref *r, const zo_adam_params *hp, int steps, int accum, int dpu,
+                                    const float *lrs)
 {
     for (int s = 0; s < steps; s++) {
         r->a.loss = 0.0;
@@ -220,6 +222,7 @@ static inline void tm_ref_train(tm_ref *r, const zo_adam_params *hp, int steps, 
             zo_adam_params p = *hp;
             p.step = s + 1;
             p.grad_scale = 1.0f;
+            if (lrs) p.lr = lrs[s];
             zo_adam_buffers b = ZO_ADAM_BUFFERS_INIT;
             b.n = tm_numel(k);
             b.grad = accum > 1 ? (const void *)r->acc[k] : r->g16[k];
@@ -232,6 +235,11 @@ static inline void tm_ref_train(tm_ref *r, const zo_adam_params *hp, int steps, 
             assert_int_equal(zo_adam_step(&p, &b), ZO_OK);
         }
     }
+}
+
+static inline void tm_ref_train(tm_ref *r, const zo_adam_params *hp, int steps, int accum, int dpu)
+{
+    tm_ref_train_lrs(r, hp, steps, accum, dpu, NULL);
 }
 
 #endif

@@ -1,6 +1,7 @@
 /* The optimizer's worker pool: results bit-identical for any number of
  * threads, asynchronous jobs run in order, core binding, error paths.
  * Labelled tsan: also run under ThreadSanitizer. */
+#include <pthread.h>
 #include <sched.h>
 
 #include "adam_ref.h"
@@ -122,6 +123,74 @@ static void test_async_jobs_in_order(void **state)
     for (int k = 3; k >= 0; k--) ZO_ASSERT_OK(zo_optim_job_wait(jobs[k], NULL));
     assert_same_state(&got, &want);
     zo_optim_pool_free(pool);
+    case_free(&want);
+    case_free(&got);
+}
+
+/* ---- the trace hook ---- */
+
+#define MAX_SPANS 4096
+
+typedef struct span_log {
+    pthread_mutex_t mu;
+    zo_optim_trace_span spans[MAX_SPANS];
+    int n;
+} span_log;
+
+static void log_span(void *ctx, const zo_optim_trace_span *s)
+{
+    span_log *l = ctx;
+    pthread_mutex_lock(&l->mu);
+    if (l->n < MAX_SPANS) l->spans[l->n++] = *s;
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Every worker's share of every job is reported: per job the elements add
+ * up to the job's size, a worker's spans never overlap, the names say what
+ * ran; and the results are those of an untraced pool. */
+static void test_trace_spans(void **state)
+{
+    static span_log log;
+    pthread_mutex_init(&log.mu, NULL);
+    log.n = 0;
+    adam_case want, got;
+    case_alloc(&want, N, ZO_OPTIM_FP16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    case_alloc(&got, N, ZO_OPTIM_FP16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    fill_case(&want, 5);
+    fill_case(&got, 5);
+    zo_optim_pool_config cfg = ZO_OPTIM_POOL_CONFIG_INIT;
+    cfg.nthreads = 3;
+    cfg.tile_elems = 512;
+    cfg.trace = log_span;
+    cfg.trace_ctx = &log;
+    zo_optim_pool_t pool;
+    ZO_ASSERT_OK(zo_optim_pool_init(&pool, &cfg));
+    zo_optim_job_t jobs[4];
+    for (int t = 1; t <= 3; t++) {
+        zo_adam_params p = step_params(t);
+        ZO_ASSERT_OK(zo_adam_step(&p, &want.b));
+        ZO_ASSERT_OK(zo_optim_pool_adam_enqueue(pool, &p, &got.b, &jobs[t - 1]));
+    }
+    ZO_ASSERT_OK(zo_optim_pool_grad_stats_enqueue(pool, got.grad, got.gt, got.n, -1, &jobs[3]));
+    for (int k = 0; k < 4; k++) ZO_ASSERT_OK(zo_optim_job_wait(jobs[k], NULL));
+    zo_optim_pool_free(pool); /* the workers have reported their last spans */
+    assert_same_state(&got, &want);
+    size_t elems[4] = {0};
+    for (int i = 0; i < log.n; i++) {
+        const zo_optim_trace_span *a = &log.spans[i];
+        assert_true(a->worker >= 0 && a->worker < 3);
+        assert_true(a->seq < 4);
+        assert_string_equal(a->job, a->seq == 3 ? "grad stats" : "adam");
+        assert_true(a->t0_ns <= a->t1_ns && a->elems > 0);
+        elems[a->seq] += a->elems;
+        for (int k = 0; k < log.n; k++) {
+            const zo_optim_trace_span *b = &log.spans[k];
+            if (k != i && b->worker == a->worker)
+                assert_true(b->t1_ns <= a->t0_ns || a->t1_ns <= b->t0_ns);
+        }
+    }
+    for (int k = 0; k < 4; k++) assert_int_equal(elems[k], N);
+    pthread_mutex_destroy(&log.mu);
     case_free(&want);
     case_free(&got);
 }
@@ -249,6 +318,7 @@ int main(void)
         cmocka_unit_test(test_grad_stats_deterministic),
         cmocka_unit_test(test_async_jobs_in_order),
         cmocka_unit_test(test_free_drains_queue),
+        cmocka_unit_test(test_trace_spans),
         cmocka_unit_test(test_core_binding),
         cmocka_unit_test(test_pool_errors),
     };

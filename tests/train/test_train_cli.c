@@ -1,6 +1,8 @@
 /* The zo-train program: --help, the --json summary's keys and values, the
  * human summary, and bad flags refused with exit status 2 and a message. */
 #include <jansson.h>
+#include <math.h>
+#include <pty.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +90,12 @@ static void test_help_lists_every_flag(void **state)
                            "--nvme-path",
                            "--optimizer-mode",
                            "--json",
+                           "--config",
+                           "--set",
+                           "--save ",
+                           "--save-every",
+                           "--resume",
+                           "--init-weights",
                            "--help",
                            "tiny, small, 1b, 7b, 13b"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
@@ -194,6 +202,358 @@ static void test_run_failure_exits_1(void **state)
     outputs_free(&o);
 }
 
+/* ---- --config ---- */
+
+#define TINY " --device cpu --dim 32 --layers 2 --heads 2 --ffn 64 --seq 16 --val-batches 2"
+
+static const char *write_config(const char *name, const char *json)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(json, f);
+    fclose(f);
+    return path;
+}
+
+static json_t *run_json(const char *args, char **err)
+{
+    outputs o = run(args);
+    if (o.status != 0)
+        fail_msg("'%s': exit %d: %s", args, o.status, o.err);
+    json_error_t jerr;
+    json_t *root = json_loads(o.out, 0, &jerr);
+    if (!root)
+        fail_msg("stdout is not JSON (%s): %s", jerr.text, o.out);
+    *err = o.err;
+    free(o.out);
+    return root;
+}
+
+static const char *cfg_str(json_t *root, const char *key)
+{
+    return json_string_value(json_object_get(json_object_get(root, "config"), key));
+}
+
+static json_int_t cfg_int(json_t *root, const char *key)
+{
+    return json_integer_value(json_object_get(json_object_get(root, "config"), key));
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++)
+        n++;
+    return n;
+}
+
+static const char *k_config =
+    "{\"train_batch_size\": 6, \"train_micro_batch_size_per_gpu\": 3,\n"
+    " \"gradient_accumulation_steps\": 2, \"steps_per_print\": 1,\n"
+    " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.005, \"weight_decay\": 0.01}},\n"
+    " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0,\n"
+    "   \"warmup_max_lr\": 0.004, \"warmup_num_steps\": 4, \"warmup_type\": \"linear\"}},\n"
+    " \"bf16\": {\"enabled\": true}, \"gradient_clipping\": 0.5,\n"
+    " \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"},\n"
+    "   \"offload_param\": {\"device\": \"cpu\"}, \"stage3_prefetch_bucket_size\": 1e8},\n"
+    " \"zoffload\": {\"optimizer_mode\": \"overlap\", \"prefetch_lookahead\": 1}}\n";
+
+/* The config decides batch sizes, schedule, placement, mode and how often
+ * progress is printed; a key with no effect here is warned about once. */
+static void test_config_drives_the_run(void **state)
+{
+    char args[1024], *err;
+    snprintf(args, sizeof args, "--config %s --steps 5 --json" TINY,
+             write_config("run.json", k_config));
+    json_t *root = run_json(args, &err);
+    assert_int_equal(cfg_int(root, "micro_batch"), 3);
+    assert_int_equal(cfg_int(root, "grad_accum"), 2);
+    assert_string_equal(cfg_str(root, "optimizer_mode"), "overlap");
+    assert_string_equal(cfg_str(root, "offload_param"), "cpu");
+    assert_string_equal(cfg_str(root, "offload_optimizer"), "cpu");
+    assert_string_equal(cfg_str(root, "scheduler"), "WarmupLR");
+    /* DeepSpeed's WarmupLR, linear: min_lr when built and at it 0, then it/4 of the way */
+    const double want[5] = {0.0, 0.0, 0.001, 0.002, 0.003};
+    json_t *lrs = json_object_get(root, "lrs");
+    assert_int_equal(json_array_size(lrs), 5);
+    for (int i = 0; i < 5; i++)
+        if (fabs(json_number_value(json_array_get(lrs, i)) - want[i]) > 1e-9)
+            fail_msg("lr of step %d: %.9g, expected %.9g", i + 1,
+                     json_number_value(json_array_get(lrs, i)), want[i]);
+    assert_int_equal(count(err, "step "), 5); /* steps_per_print 1 */
+    assert_int_equal(count(err, "'zero_optimization.stage3_prefetch_bucket_size' has no effect"), 1);
+    json_decref(root);
+    free(err);
+}
+
+/* Flags given with --config override it; what they leave alone stays. */
+static void test_flags_override_the_config(void **state)
+{
+    char args[1024], *err;
+    snprintf(args, sizeof args,
+             "--config %s --steps 3 --json --micro-batch 1 --optimizer-mode sync "
+             "--offload-optimizer nvme --nvme-path %s --log-every 3 --set "
+             "scheduler.params.warmup_max_lr=0.008" TINY,
+             write_config("run.json", k_config), g_dir);
+    json_t *root = run_json(args, &err);
+    assert_int_equal(cfg_int(root, "micro_batch"), 1);
+    assert_int_equal(cfg_int(root, "grad_accum"), 2);
+    assert_string_equal(cfg_str(root, "optimizer_mode"), "sync");
+    assert_string_equal(cfg_str(root, "offload_optimizer"), "nvme");
+    assert_string_equal(cfg_str(root, "nvme_path"), g_dir);
+    assert_true(fabs(json_number_value(json_array_get(json_object_get(root, "lrs"), 2)) - 0.002) <
+                1e-9);
+    assert_int_equal(count(err, "step "), 2); /* the first and the last */
+    json_decref(root);
+    free(err);
+}
+
+static void expect_config_error(const char *json, const char *extra, const char *msg)
+{
+    char args[1024], want[1024];
+    const char *path = write_config("bad.json", json);
+    snprintf(args, sizeof args, "--config %s%s" TINY, path, extra);
+    snprintf(want, sizeof want, msg, path);
+    expect_usage_error(args, want);
+}
+
+/* A bad config fails before anything runs, with exit status 2 and the
+ * parser's message naming the key. */
+static void test_config_errors(void **state)
+{
+    expect_config_error(
+        "{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": "
+        "{\"devcie\": \"cpu\"}}}",
+        "",
+        "zo-train: configuration error in %s: unknown key "
+        "'zero_optimization.offload_optimizer.devcie'; did you mean 'device'?\n");
+    expect_config_error("{\"train_batch_size\": 10, \"train_micro_batch_size_per_gpu\": 3}", "",
+                        "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step "
+                        "* world_size: 10 != 3 * 3 * 1");
+    expect_config_error("{\"train_batch_size\": 8,\n \"fp16\": {\"enabled\": tru}}", "",
+                        "zo-train: configuration error: %s:2:");
+    expect_config_error("{\"train_batch_size\": 8}", " --set zoffload.devce_mem=1GiB",
+                        "unknown key 'zoffload.devce_mem'; did you mean 'device_mem'?");
+    expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"optimizer_state_dtype\": "
+                        "\"bf16\"}}",
+                        "", "the engine keeps fp32 optimizer states");
+    expect_config_error("{\"train_batch_size\": 8, \"gradient_clipping\": \"1.0\"}", "",
+                        "'gradient_clipping': expected a number >= 0 or \"auto\", found string "
+                        "\"1.0\"");
+    expect_usage_error("--set fp16.enabled=true", "overrides apply to a config file");
+    expect_usage_error("--config /nonexistent/ds.json", "cannot read config");
+}
+
+/* ---- checkpoints from the command line ---- */
+
+static void test_checkpoint_flags(void **state)
+{
+    char args[1024], dir[400];
+    snprintf(dir, sizeof dir, "%s/ck", g_dir);
+    snprintf(args, sizeof args, "--steps 2 --save %s --json" TINY, dir);
+    char *err;
+    json_t *root = run_json(args, &err);
+    char want[600];
+    snprintf(want, sizeof want, "%s/step-00000002", dir);
+    assert_string_equal(json_string_value(json_object_get(root, "checkpoint")), want);
+    json_decref(root);
+    free(err);
+    /* a second fresh run would overwrite them: refused */
+    snprintf(want, sizeof want, "%s already holds checkpoints", dir);
+    expect_usage_error(args, want);
+    snprintf(args, sizeof args, "--steps 3 --resume %s --save %s --json" TINY, dir, dir);
+    root = run_json(args, &err);
+    assert_int_equal(json_integer_value(json_object_get(root, "first_step")), 3);
+    assert_int_equal(json_array_size(json_object_get(root, "losses")), 1);
+    snprintf(want, sizeof want, "%s/step-00000002", dir);
+    assert_string_equal(json_string_value(json_object_get(root, "resumed_from")), want);
+    json_decref(root);
+    free(err);
+    snprintf(args, sizeof args, "--resume %s --init-weights %s/step-00000002/model.safetensors" TINY,
+             dir, dir);
+    expect_usage_error(args, "--resume and --init-weights both set the weights");
+    expect_usage_error("--save-every 2" TINY, "--save-every needs --save DIR");
+    outputs o = run("--steps 1 --resume /nonexistent/ck" TINY);
+    assert_int_equal(o.status, 1);
+    assert_non_null(strstr(o.err, "/nonexistent/ck holds neither a checkpoint"));
+    outputs_free(&o);
+}
+
+/* ---- feedback: metrics, trace, the progress line ---- */
+
+static void check_metrics(const char *path, json_t *summary, int steps)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[4096];
+    int n = 0;
+    json_t *losses = json_object_get(summary, "losses");
+    while (fgets(line, sizeof line, f)) {
+        json_error_t e;
+        json_t *m = json_loads(line, 0, &e);
+        if (!m)
+            fail_msg("metrics line %d is not JSON (%s): %s", n + 1, e.text, line);
+        assert_int_equal(json_integer_value(json_object_get(m, "step")), n + 1);
+        assert_int_equal(json_integer_value(json_object_get(m, "total")), steps);
+        assert_true(json_real_value(json_object_get(m, "loss")) ==
+                    json_real_value(json_array_get(losses, (size_t)n)));
+        const char *nums[] = {"lr", "tokens_per_s", "model_tflops", "eta_s", "nvme_gbps", "stall_pct",
+                              "step_s", "grad_norm"};
+        for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+            if (!json_is_number(json_object_get(m, nums[i])))
+                fail_msg("metrics line %d: '%s' is not a number", n + 1, nums[i]);
+        assert_true(json_real_value(json_object_get(m, "nvme_gbps")) > 0);
+        assert_true(json_real_value(json_object_get(m, "tokens_per_s")) > 0);
+        json_t *use = json_object_get(m, "bytes_in_use");
+        assert_true(json_integer_value(json_object_get(use, "device")) > 0);
+        assert_true(json_integer_value(json_object_get(use, "pinned")) > 0);
+        assert_true(json_integer_value(json_object_get(use, "nvme")) > 0);
+        assert_true(json_is_integer(json_object_get(use, "host")));
+        if (n + 1 == steps)
+            assert_true(json_real_value(json_object_get(m, "eta_s")) == 0.0);
+        json_decref(m);
+        n++;
+    }
+    fclose(f);
+    assert_int_equal(n, steps);
+}
+
+/* Spans on one track nest or follow each other, as the format requires. */
+static void check_nesting(json_t *events, json_int_t tid)
+{
+    size_t i, k;
+    json_t *a, *b;
+    json_array_foreach(events, i, a)
+    {
+        if (json_integer_value(json_object_get(a, "tid")) != tid ||
+            strcmp(json_string_value(json_object_get(a, "ph")), "X"))
+            continue;
+        double a0 = json_number_value(json_object_get(a, "ts")),
+               a1 = a0 + json_number_value(json_object_get(a, "dur"));
+        json_array_foreach(events, k, b)
+        {
+            if (k <= i || json_integer_value(json_object_get(b, "tid")) != tid ||
+                strcmp(json_string_value(json_object_get(b, "ph")), "X"))
+                continue;
+            double b0 = json_number_value(json_object_get(b, "ts")),
+                   b1 = b0 + json_number_value(json_object_get(b, "dur"));
+            int apart = a1 <= b0 + 1e-3 || b1 <= a0 + 1e-3;
+            int nested = (a0 <= b0 + 1e-3 && b1 <= a1 + 1e-3) || (b0 <= a0 + 1e-3 && a1 <= b1 + 1e-3);
+            if (!apart && !nested)
+                fail_msg("track %lld: '%s' [%.3f, %.3f] and '%s' [%.3f, %.3f] overlap", (long long)tid,
+                         json_string_value(json_object_get(a, "name")), a0, a1,
+                         json_string_value(json_object_get(b, "name")), b0, b1);
+        }
+    }
+}
+
+static void check_trace(const char *path)
+{
+    json_error_t e;
+    json_t *events = json_load_file(path, 0, &e);
+    if (!events)
+        fail_msg("%s is not valid JSON: %s (line %d)", path, e.text, e.line);
+    assert_true(json_is_array(events));
+    const char *tracks[] = {"training loop",
+                            "compute stream",
+                            "h2d stream (copy engine)",
+                            "d2h stream (copy engine)",
+                            "engine host jobs",
+                            "optimizer update",
+                            "nvme queue: optimizer states (lane 0)",
+                            "nvme queue: parameters (lane 0)",
+                            "optimizer worker 0"};
+    size_t i;
+    json_t *ev;
+    for (size_t t = 0; t < sizeof tracks / sizeof tracks[0]; t++) {
+        json_int_t tid = -1;
+        json_array_foreach(events, i, ev)
+        {
+            const char *nm = json_string_value(json_object_get(ev, "name"));
+            if (nm && strcmp(nm, "thread_name") == 0 &&
+                strcmp(json_string_value(json_object_get(json_object_get(ev, "args"), "name")),
+                       tracks[t]) == 0)
+                tid = json_integer_value(json_object_get(ev, "tid"));
+        }
+        if (tid < 0)
+            fail_msg("the trace has no track '%s'", tracks[t]);
+        int spans = 0;
+        json_array_foreach(events, i, ev)
+        {
+            if (json_integer_value(json_object_get(ev, "tid")) != tid ||
+                strcmp(json_string_value(json_object_get(ev, "ph")), "X"))
+                continue;
+            assert_true(json_number_value(json_object_get(ev, "ts")) >= 0);
+            assert_true(json_number_value(json_object_get(ev, "dur")) >= 0);
+            spans++;
+        }
+        if (spans == 0)
+            fail_msg("track '%s' has no events", tracks[t]);
+        check_nesting(events, tid);
+    }
+    int fwd = 0, bwd = 0;
+    json_array_foreach(events, i, ev)
+    {
+        const char *nm = json_string_value(json_object_get(ev, "name"));
+        fwd += nm && strncmp(nm, "forward L", 9) == 0;
+        bwd += nm && strncmp(nm, "backward L", 10) == 0;
+    }
+    assert_true(fwd > 0 && bwd > 0);
+    json_decref(events);
+}
+
+static void test_metrics_and_trace(void **state)
+{
+    char args[2048], metrics[300], trace[300], *err;
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", g_dir);
+    snprintf(trace, sizeof trace, "%s/trace.json", g_dir);
+    snprintf(args, sizeof args,
+             "--steps 4 --json --metrics %s --trace %s --offload-param nvme --offload-optimizer nvme "
+             "--nvme-path %s --optimizer-mode overlap --log-every 2" TINY,
+             metrics, trace, g_dir);
+    json_t *root = run_json(args, &err);
+    check_metrics(metrics, root, 4);
+    check_trace(trace);
+    assert_int_equal(count(err, "step "), 3); /* not a terminal: steps 1, 2 and 4 */
+    assert_non_null(strstr(err, "step 4/4  loss "));
+    const char *parts[] = {"tok/s", "TFLOPS", "ETA ", "dev ", "pin ", "host ", "nvme ", "GB/s", "stall "};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (!strstr(err, parts[i]))
+            fail_msg("the progress line lacks '%s': %s", parts[i], err);
+    json_decref(root);
+    free(err);
+}
+
+/* On a terminal the line is rewritten in place. */
+static void test_progress_on_a_terminal(void **state)
+{
+    int fd;
+    pid_t pid = forkpty(&fd, NULL, NULL, NULL);
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl(ZT_EXE, ZT_EXE, "--steps", "3", "--device", "cpu", "--dim", "32", "--layers", "2",
+              "--heads", "2", "--ffn", "64", "--seq", "16", "--val-batches", "1",
+              "--offload-optimizer", "cpu", (char *)NULL);
+        _exit(127);
+    }
+    char buf[1 << 16];
+    size_t n = 0;
+    ssize_t got;
+    while (n < sizeof buf - 1 && (got = read(fd, buf + n, sizeof buf - 1 - n)) > 0)
+        n += (size_t)got;
+    buf[n] = 0;
+    int st;
+    waitpid(pid, &st, 0);
+    close(fd);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (!strstr(buf, "\r\033[Kstep 1/3  loss ") || !strstr(buf, "\r\033[Kstep 3/3  loss "))
+        fail_msg("no in-place progress line in: %s", buf);
+    assert_null(strstr(buf, "stall 0.0%\r\n")); /* no newline between updates... */
+    assert_non_null(strstr(buf, "\r\033[Kstep 3/3")); /* ...and one after the last */
+}
+
 static int setup(void **state)
 {
     snprintf(g_dir, sizeof g_dir, "%s/zt-cli-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -212,7 +572,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_lists_every_flag), cmocka_unit_test(test_json_summary),
         cmocka_unit_test(test_human_summary),         cmocka_unit_test(test_bad_flags),
-        cmocka_unit_test(test_run_failure_exits_1),
+        cmocka_unit_test(test_run_failure_exits_1),   cmocka_unit_test(test_config_drives_the_run),
+        cmocka_unit_test(test_flags_override_the_config), cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_checkpoint_flags),    cmocka_unit_test(test_metrics_and_trace),
+        cmocka_unit_test(test_progress_on_a_terminal),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -22,13 +22,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "train_test_util.h"
 #include "trainer.h"
 #include "zo_test.h"
 #include "zt_error.h"
 
-#ifndef ZT_TEST_DATA
-#error "ZT_TEST_DATA (the shipped corpus) must be defined"
-#endif
 
 #define STEPS 20
 
@@ -36,21 +34,9 @@ static char g_swap[256];
 
 static zt_options small_options(void)
 {
-    zt_options o = ZT_OPTIONS_INIT;
-    o.shape = (zt_shape){256, 32, 2, 4, 64, 1e-5f, 10000.0f};
-    o.data_path = ZT_TEST_DATA;
-    o.steps = STEPS;
-    o.seq = 16;
-    o.micro_batch = 2;
+    zt_options o = zt_test_small_options(g_swap, STEPS);
     o.grad_accum = 2;
-    o.lr = 1e-2f;
-    o.seed = 3;
-    o.device = "cpu";
-    o.device_mem = 64u << 20;
-    o.default_nvme_dir = g_swap;
     o.chunk_bytes = 16u << 10; /* several chunks per block */
-    o.val_batches = 2;
-    o.optim_threads = 2;
     return o;
 }
 
@@ -265,7 +251,7 @@ static void test_fp16_overlap_equals_sync(void **state)
 {
     zt_options o = small_options();
     o.dtype = ZO_OPTIM_FP16;
-    o.loss_scale_power = 20; /* high enough that the first steps overflow */
+    o.loss_scaler.initial_scale_power = 20; /* high enough that the first steps overflow */
     o.param_home = ZO_TIER_HOST;
     o.optim_home = ZO_TIER_HOST;
     run_result a, b;

@@ -42,7 +42,7 @@ build() { # dir cmake-args...
 echo "== build (CUDA when nvcc is present, archs $archs)"
 build "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CUDA_ARCHITECTURES=$archs"
 grep -E "zoffload: CUDA backend" "$logdir/build-configure.log" || true
-run_ctest all "$root/build"
+run_ctest all "$root/build" -LE timing
 
 echo "== build with ASan+UBSan"
 build "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug -DZO_ENABLE_CUDA=OFF -DZO_SANITIZE=address,undefined

@@ -229,6 +229,27 @@ void zt_data_next_train(zt_data *d, int32_t *inputs, int32_t *targets, int n)
     }
 }
 
+void zt_data_get_position(const zt_data *d, zt_data_position *out)
+{
+    out->seed = d->seed;
+    out->epoch = d->epoch;
+    out->cursor = d->cursor;
+}
+
+zo_status zt_data_set_position(zt_data *d, const zt_data_position *pos)
+{
+    if (pos->cursor > d->info.train_windows)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "data position: window %llu of an epoch of %llu training windows (the data "
+                       "or --seq differs from the run that saved it)",
+                       (unsigned long long)pos->cursor, (unsigned long long)d->info.train_windows);
+    d->seed = pos->seed;
+    d->epoch = pos->epoch;
+    shuffle_epoch(d);
+    d->cursor = pos->cursor;
+    return ZO_OK;
+}
+
 void zt_data_val(const zt_data *d, uint64_t first, int32_t *inputs, int32_t *targets, int n)
 {
     for (int j = 0; j < n; j++)

@@ -52,6 +52,17 @@ void zt_data_get_info(const zt_data *d, zt_data_info *out);
 
 /* The next n training windows: inputs[j*seq + t] = w_j[t], targets = w_j[t+1]. */
 void zt_data_next_train(zt_data *d, int32_t *inputs, int32_t *targets, int n);
+/* Where the training order stands: the seed, the epoch (each reshuffles the
+ * windows) and how many windows of it were taken. */
+typedef struct zt_data_position {
+    uint64_t seed, epoch, cursor;
+} zt_data_position;
+
+void zt_data_get_position(const zt_data *d, zt_data_position *out);
+/* Continue from a position taken by zt_data_get_position (a cursor beyond
+ * the training windows is refused). */
+zo_status zt_data_set_position(zt_data *d, const zt_data_position *pos);
+
 /* Validation windows first..first+n-1 (the caller keeps first+n <= val_windows). */
 void zt_data_val(const zt_data *d, uint64_t first, int32_t *inputs, int32_t *targets, int n);
 

@@ -16,12 +16,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
+#include "ds_config.h"
+#include "report.h"
+#include "zo/nvtx.h"
 #include "trainer.h"
 #include "zt_error.h"
 
 #ifndef ZT_DEFAULT_DATA
 #define ZT_DEFAULT_DATA "tools/zo-train/data/shakespeare.txt"
 #endif
+
+enum { ZT_MAX_SETS = 64 };
 
 typedef struct cli {
     zt_options o;
@@ -30,6 +36,17 @@ typedef struct cli {
     int json;
     int log_every;
     char data_buf[PATH_MAX], swap_buf[PATH_MAX];
+    const char *config_path;         /* --config */
+    const char *sets[ZT_MAX_SETS];   /* --set KEY=VALUE */
+    int n_sets;
+    int steps_given, nvme_given;     /* flags that replace what the config said */
+    zo_train_config ds;              /* the resolved config (its paths are pointed to) */
+    const char *save_dir, *resume, *init_weights;
+    int save_every;
+    int start;                       /* steps done before this process (a resumed run) */
+    char resumed_from[PATH_MAX], last_saved[PATH_MAX];
+    const char *metrics_path, *trace_path;
+    int progress; /* -1 auto (in place on a terminal), 0 log lines, 1 in place */
 } cli;
 
 static void usage(FILE *f)
@@ -70,8 +87,30 @@ static void usage(FILE *f)
         "                         zo-train-swap directory next to the executable)\n"
         "  --optimizer-mode sync|overlap|dpu   (default sync)\n"
         "  --chunk-bytes BYTES    engine chunk size (default: the largest tensor)\n"
+        "config:\n"
+        "  --config FILE          a DeepSpeed-style JSON config (batch sizes, optimizer, scheduler,\n"
+        "                         fp16/bf16, gradient_clipping, zero_optimization offload, aio, and\n"
+        "                         a zoffload section); flags given as well override it\n"
+        "  --set KEY=VALUE        override one config key, e.g. --set scheduler.type=WarmupLR\n"
+        "                         (repeatable; needs --config)\n"
+        "checkpoints:\n"
+        "  --save DIR             save checkpoints in DIR (DIR/step-N: model.safetensors with\n"
+        "                         Hugging Face LLaMA names, optimizer.safetensors,\n"
+        "                         trainer_state.json; DIR/latest names the newest), at the end\n"
+        "                         and every --save-every steps\n"
+        "  --save-every N         also save every N steps (default: only at the end)\n"
+        "  --resume PATH          continue from a checkpoint (a DIR given to --save, or one of its\n"
+        "                         step-N directories); --steps is the total to reach\n"
+        "  --init-weights FILE    start from the weights of a safetensors file with Hugging Face\n"
+        "                         LLaMA names (F32, BF16 or F16), e.g. a model.safetensors\n"
         "output:\n"
-        "  --log-every N          a progress line on stderr every N steps (default 10)\n"
+        "  --log-every N          a progress line on stderr every N steps (default 10); on a\n"
+        "                         terminal the line is updated in place every step\n"
+        "  --progress auto|line|log  in place (line), log lines (log), or line on a terminal\n"
+        "  --metrics FILE         one JSON line per step (loss, lr, tokens/s, TFLOPS, ETA, bytes\n"
+        "                         in use per tier, NVMe GB/s, stall %%, ...)\n"
+        "  --trace FILE           a Chrome trace-event JSON timeline (open in Perfetto): one\n"
+        "                         track per stream, copy engine, NVMe queue, optimizer worker\n"
         "  --json                 print the summary as one JSON object\n"
         "  --help                 this text\n",
         zt_preset_names());
@@ -132,6 +171,15 @@ enum {
     OPT_CHUNK,
     OPT_LOG,
     OPT_JSON,
+    OPT_CONFIG,
+    OPT_SET,
+    OPT_SAVE,
+    OPT_SAVE_EVERY,
+    OPT_RESUME,
+    OPT_INIT,
+    OPT_METRICS,
+    OPT_TRACE,
+    OPT_PROGRESS,
     OPT_HELP
 };
 
@@ -162,6 +210,15 @@ static const struct option long_opts[] = {
     {"chunk-bytes", required_argument, 0, OPT_CHUNK},
     {"log-every", required_argument, 0, OPT_LOG},
     {"json", no_argument, 0, OPT_JSON},
+    {"config", required_argument, 0, OPT_CONFIG},
+    {"set", required_argument, 0, OPT_SET},
+    {"save", required_argument, 0, OPT_SAVE},
+    {"save-every", required_argument, 0, OPT_SAVE_EVERY},
+    {"resume", required_argument, 0, OPT_RESUME},
+    {"init-weights", required_argument, 0, OPT_INIT},
+    {"metrics", required_argument, 0, OPT_METRICS},
+    {"trace", required_argument, 0, OPT_TRACE},
+    {"progress", required_argument, 0, OPT_PROGRESS},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -196,6 +253,7 @@ static int parse_int_opt(int opt, const char *arg, cli *c)
     case OPT_ACCUM: c->o.grad_accum = (int)v; break;
     case OPT_VAL: c->o.val_batches = (int)v; break;
     case OPT_LOG: c->log_every = (int)v; break;
+    case OPT_SAVE_EVERY: c->save_every = (int)v; break;
     }
     return 0;
 }
@@ -237,6 +295,9 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
             return bad_value(name, arg, "none, cpu or nvme");
         return 0;
     case OPT_NVME:
+        if (!c->nvme_given) /* the flags replace the config's paths */
+            c->o.n_nvme_paths = 0;
+        c->nvme_given = 1;
         if (c->o.n_nvme_paths == ZT_MAX_NVME_PATHS)
             return bad_value(name, arg, "at most 16 paths");
         c->o.nvme_paths[c->o.n_nvme_paths++] = arg;
@@ -255,6 +316,18 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_PRESET: c->preset = arg; return 0;
     case OPT_DATA: c->o.data_path = arg; return 0;
     case OPT_JSON: c->json = 1; return 0;
+    case OPT_CONFIG:
+    case OPT_SET: return 0; /* taken by prescan */
+    case OPT_SAVE: c->save_dir = arg; return 0;
+    case OPT_RESUME: c->resume = arg; return 0;
+    case OPT_INIT: c->init_weights = arg; return 0;
+    case OPT_METRICS: c->metrics_path = arg; return 0;
+    case OPT_TRACE: c->trace_path = arg; return 0;
+    case OPT_PROGRESS:
+        if (strcmp(arg, "auto") && strcmp(arg, "line") && strcmp(arg, "log"))
+            return bad_value("--progress", arg, "auto, line or log");
+        c->progress = strcmp(arg, "auto") == 0 ? -1 : strcmp(arg, "line") == 0;
+        return 0;
     case OPT_DTYPE:
         if (strcmp(arg, "bf16") && strcmp(arg, "fp16"))
             return bad_value("dtype", arg, "bf16 or fp16");
@@ -318,15 +391,92 @@ static void default_paths(cli *c)
     c->o.default_nvme_dir = c->swap_buf;
 }
 
+/* The next flag; --help prints the usage (the caller then stops). */
+static int next_flag(int argc, char **argv)
+{
+    opterr = 0;
+    int opt = getopt_long(argc, argv, "", long_opts, NULL);
+    if (opt == OPT_HELP)
+        usage(stdout);
+    return opt;
+}
+
+/* The flags that decide how the config is read (--config, --set, --steps),
+ * before the others override it; errors are left to parse_args. */
+static int prescan(int argc, char **argv, cli *c)
+{
+    int opt;
+    while ((opt = next_flag(argc, argv)) != -1) {
+        if (opt == OPT_HELP)
+            return -1;
+        if (opt == OPT_CONFIG)
+            c->config_path = optarg;
+        if (opt == OPT_SET) {
+            if (c->n_sets == ZT_MAX_SETS)
+                return bad_value("--set", optarg, "at most 64 overrides");
+            c->sets[c->n_sets++] = optarg;
+        }
+        if (opt == OPT_STEPS && parse_int_opt(opt, optarg, c) == 0)
+            c->steps_given = 1;
+    }
+    optind = 0; /* getopt starts over for parse_args */
+    return 0;
+}
+
+/* The config's options, which the flags then override. */
+static int apply_config(cli *c)
+{
+    if (!c->config_path) {
+        if (c->n_sets == 0)
+            return 0;
+        fprintf(stderr, "zo-train: --set %s: overrides apply to a config file: pass --config FILE\n",
+                c->sets[0]);
+        return 2;
+    }
+    c->ds = (zo_train_config)ZO_TRAIN_CONFIG_INIT;
+    if (zt_config_load(c->config_path, c->sets, c->n_sets, c->o.steps, &c->ds) < 0 ||
+        zt_options_from_config(&c->o, &c->ds, &c->log_every) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 2;
+    }
+    if (!c->steps_given && c->ds.scheduler.total_num_steps > 0) {
+        if (c->ds.scheduler.total_num_steps > INT_MAX) {
+            fprintf(stderr, "zo-train: 'scheduler.params.total_num_steps' %lld is too large\n",
+                    (long long)c->ds.scheduler.total_num_steps);
+            return 2;
+        }
+        c->o.steps = (int)c->ds.scheduler.total_num_steps; /* the schedule's length */
+    }
+    zt_config_warn_unused(&c->ds, stderr);
+    return 0;
+}
+
+static int check_checkpoint_flags(const cli *c)
+{
+    if (c->resume && c->init_weights) {
+        fprintf(stderr, "zo-train: --resume and --init-weights both set the weights: pass one\n");
+        return 2;
+    }
+    if (c->save_every && !c->save_dir) {
+        fprintf(stderr, "zo-train: --save-every needs --save DIR\n");
+        return 2;
+    }
+    if (c->save_dir && !c->resume && zt_ckpt_has_latest(c->save_dir)) {
+        fprintf(stderr,
+                "zo-train: %s already holds checkpoints (%s/%s): pass --resume %s to continue "
+                "them, or save elsewhere\n",
+                c->save_dir, c->save_dir, ZT_CKPT_LATEST, c->save_dir);
+        return 2;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, cli *c)
 {
     int opt;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
-        if (opt == OPT_HELP) {
-            usage(stdout);
+    while ((opt = next_flag(argc, argv)) != -1) {
+        if (opt == OPT_HELP)
             return -1;
-        }
         if (opt == '?' || opt == ':') {
             fprintf(stderr, "zo-train: unknown option or missing value: %s (see --help)\n",
                     argv[optind - 1]);
@@ -350,7 +500,7 @@ static int parse_args(int argc, char **argv, cli *c)
         if (c->shape_flags[i])
             *dims[i] = c->shape_flags[i];
     default_paths(c);
-    return 0;
+    return check_checkpoint_flags(c);
 }
 
 /* ---- running and reporting ---- */
@@ -385,35 +535,170 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void progress(const cli *c, int step, float loss, const zo_step_stats *s, double tok_s)
-{
-    char a[32], b[32], d[32];
-    fprintf(stderr,
-            "step %4d/%d  loss %.4f  %8.0f tok/s  norm %.3f%s  h2d %s  d2h %s  nvme r+w %s  stall "
-            "%.1f%%\n",
-            step, c->o.steps, (double)loss, tok_s, s->grad_norm,
-            s->overflow ? " (overflow: skipped)" : "", zt_fmt_bytes(a, sizeof a, s->h2d_bytes),
-            zt_fmt_bytes(b, sizeof b, s->d2h_bytes),
-            zt_fmt_bytes(d, sizeof d, s->nvme_read_bytes + s->nvme_write_bytes),
-            s->step_seconds > 0 ? 100.0 * s->stall_seconds / s->step_seconds : 0.0);
-}
+/* Where the figures of each step go. */
+typedef struct feedback {
+    int tty;          /* the progress line is updated in place */
+    FILE *metrics;
+    zt_trace *trace;
+    double t0, sum_step_s, last_line;
+} feedback;
 
-static int train(zt_trainer *t, const cli *c, float *losses, totals *tot)
+static void step_figures(const cli *c, const zo_step_stats *s, int done, float loss, double lr,
+                         double train_s, double step_s, const feedback *fb, zt_step_figures *g)
 {
     const double tok_step = (double)c->o.grad_accum * c->o.micro_batch * c->o.seq;
-    for (int i = 0; i < c->o.steps; i++) {
+    memset(g, 0, sizeof *g);
+    g->step = done;
+    g->total = c->o.steps;
+    g->loss = loss;
+    g->lr = lr;
+    g->grad_norm = s->grad_norm;
+    g->loss_scale = s->loss_scale;
+    g->overflow = s->overflow;
+    g->clipped = s->clipped;
+    g->step_s = step_s;
+    g->elapsed_s = now_s() - fb->t0;
+    g->tokens_per_s = train_s > 0 ? tok_step / train_s : 0;
+    g->model_tflops = g->tokens_per_s * zt_shape_flops_per_token(&c->o.shape, c->o.seq) / 1e12;
+    g->eta_s = (c->o.steps - done) * (fb->sum_step_s / (done - c->start));
+    g->nvme_gbps = s->step_seconds > 0
+                       ? (double)(s->nvme_read_bytes + s->nvme_write_bytes) / s->step_seconds / 1e9
+                       : 0;
+    g->stall_pct = s->step_seconds > 0 ? 100.0 * s->stall_seconds / s->step_seconds : 0;
+    const uint64_t in_use[4] = {s->peak_device, s->peak_pinned, s->peak_host, s->peak_nvme};
+    memcpy(g->in_use, in_use, sizeof in_use);
+    g->h2d = s->h2d_bytes;
+    g->d2h = s->d2h_bytes;
+    g->nvme_read = s->nvme_read_bytes;
+    g->nvme_write = s->nvme_write_bytes;
+}
+
+/* The progress line (in place: at most ten a second), the metrics line. */
+static int report_step(const cli *c, feedback *fb, const zt_step_figures *g)
+{
+    int first = g->step == c->start + 1, last = g->step == c->o.steps;
+    double now = now_s();
+    if (fb->tty ? first || last || now - fb->last_line >= 0.1
+                : first || last || g->step % c->log_every == 0) {
+        zt_progress_line(stderr, fb->tty, g);
+        fb->last_line = now;
+    }
+    if (fb->metrics && zt_metrics_line(fb->metrics, g) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 1;
+    }
+    return 0;
+}
+
+/* Save after step `done` when it is due (every --save-every steps and at
+ * the end): 1 when it saved, 0 when none was due, -1 on failure. */
+static int maybe_save(zt_trainer *t, cli *c, int done)
+{
+    if (!c->save_dir || !((c->save_every && done % c->save_every == 0) || done == c->o.steps))
+        return 0;
+    zo_nvtx_push("checkpoint");
+    zo_status st = zt_ckpt_save(t, c->save_dir, c->last_saved, sizeof c->last_saved);
+    zo_nvtx_pop();
+    return st < 0 ? -1 : 1;
+}
+
+static int train(zt_trainer *t, cli *c, feedback *fb, float *losses, double *lrs, totals *tot)
+{
+    for (int i = c->start; i < c->o.steps; i++) {
         zo_step_stats s;
-        double t0 = now_s();
-        if (zt_trainer_step(t, &losses[i], &s) < 0) {
+        uint64_t t0 = zt_now_ns();
+        int k = i - c->start;
+        char name[32];
+        snprintf(name, sizeof name, "step %d", i + 1);
+        zo_nvtx_push(name);
+        zo_status st = zt_trainer_step(t, &losses[k], &s);
+        zo_nvtx_pop();
+        if (st < 0) {
+            zt_progress_end(stderr, fb->tty);
             fprintf(stderr, "zo-train: step %d failed: %s\n", i + 1, zt_last_error());
             return 1;
         }
-        double dt = now_s() - t0;
+        uint64_t t1 = zt_now_ns();
+        zt_trace_main(fb->trace, "step", i + 1, t0, t1);
+        int saved = maybe_save(t, c, i + 1);
+        if (saved < 0) {
+            zt_progress_end(stderr, fb->tty);
+            fprintf(stderr, "zo-train: saving the checkpoint of step %d failed: %s\n", i + 1,
+                    zt_last_error());
+            return 1;
+        }
+        uint64_t t2 = zt_now_ns();
+        if (saved)
+            zt_trace_main(fb->trace, "checkpoint", i + 1, t1, t2);
+        double dt = (double)(t1 - t0) * 1e-9, step_s = (double)(t2 - t0) * 1e-9;
+        lrs[k] = zt_trainer_lr(t);
         tot->train_s += dt;
         add_stats(tot, &s);
-        if (i == 0 || (i + 1) % c->log_every == 0 || i + 1 == c->o.steps)
-            progress(c, i + 1, losses[i], &s, tok_step / dt);
+        fb->sum_step_s += step_s;
+        zt_step_figures g;
+        step_figures(c, &s, i + 1, losses[k], lrs[k], dt, step_s, fb, &g);
+        if (report_step(c, fb, &g))
+            return 1;
     }
+    zt_progress_end(stderr, fb->tty);
+    return 0;
+}
+
+/* --metrics and --trace files, and whether the progress line is in place. */
+static int open_feedback(cli *c, feedback *fb)
+{
+    memset(fb, 0, sizeof *fb);
+    fb->tty = c->progress < 0 ? isatty(STDERR_FILENO) : c->progress;
+    fb->t0 = now_s();
+    if (c->metrics_path && !(fb->metrics = fopen(c->metrics_path, c->resume ? "a" : "w"))) {
+        fprintf(stderr, "zo-train: cannot create the metrics file %s: %s\n", c->metrics_path,
+                strerror(errno));
+        return 1;
+    }
+    if (c->trace_path && zt_trace_open(&fb->trace, c->trace_path) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 1;
+    }
+    if (fb->trace) {
+        c->o.trace = zt_trace_event;
+        c->o.trace_ctx = fb->trace;
+    }
+    return 0;
+}
+
+/* Close the files, reporting a failed write. */
+static int close_feedback(feedback *fb, int rc)
+{
+    if (fb->metrics && fclose(fb->metrics) != 0 && rc == 0) {
+        fprintf(stderr, "zo-train: writing the metrics file: %s\n", strerror(errno));
+        rc = 1;
+    }
+    if (zt_trace_close(fb->trace) < 0 && rc == 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        rc = 1;
+    }
+    return rc;
+}
+
+/* --init-weights or --resume, before the first step. */
+static int start_from_files(zt_trainer *t, cli *c)
+{
+    if (c->init_weights && zt_ckpt_init_weights(t, c->init_weights) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 1;
+    }
+    if (!c->resume)
+        return 0;
+    if (zt_ckpt_resolve(c->resume, c->resumed_from, sizeof c->resumed_from) < 0 ||
+        zt_ckpt_load(t, c->resumed_from) < 0) {
+        fprintf(stderr, "zo-train: --resume %s: %s\n", c->resume, zt_last_error());
+        return 1;
+    }
+    zt_train_state ts;
+    zt_trainer_get_state(t, &ts);
+    c->start = ts.step < c->o.steps ? (int)ts.step : c->o.steps;
+    fprintf(stderr, "zo-train: resumed from %s at step %lld\n", c->resumed_from,
+            (long long)ts.step);
     return 0;
 }
 
@@ -437,7 +722,7 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
                         const outcome *out)
 {
     char a[32], b[32], d[32], e[32], f[32];
-    const int n = c->o.steps;
+    const int n = c->o.steps - c->start; /* the steps this process ran */
     const double tokens = (double)n * c->o.grad_accum * c->o.micro_batch * c->o.seq;
     const double tps = tot->train_s > 0 ? tokens / tot->train_s : 0;
     printf("zo-train: %s preset, %.2fM parameters (dim %d, %d layers, %d heads, ffn %d, vocab %d), "
@@ -480,6 +765,10 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
            zt_fmt_bytes(d, sizeof d, tot->last.peak_pinned),
            zt_fmt_bytes(e, sizeof e, tot->last.peak_host),
            zt_fmt_bytes(f, sizeof f, tot->last.peak_nvme));
+    if (c->resumed_from[0])
+        printf("resumed from %s: steps %d..%d run here\n", c->resumed_from, c->start + 1, c->o.steps);
+    if (c->last_saved[0])
+        printf("checkpoint: %s\n", c->last_saved);
 }
 
 static json_t *json_num(double v)
@@ -506,19 +795,32 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
         zt_home_name(su->param_home), "offload_optimizer", zt_home_name(su->optim_home),
         "optimizer_mode", zo_optim_mode_name(c->o.mode), "nvme_path", su->nvme_dir, "chunk_bytes",
         (json_int_t)su->footprint.chunk_bytes, "chunks", (json_int_t)su->footprint.n_chunks);
+    json_object_set_new(cfg, "config_file", c->config_path ? json_string(c->config_path) : json_null());
+    json_object_set_new(cfg, "scheduler", json_string(zo_scheduler_type_name(c->o.sched.type)));
     return json_pack("{s:o,s:o,s:o}", "model", model, "device", dev, "config", cfg);
 }
 
-static void print_json(const cli *c, const zt_setup *su, const float *losses, const totals *tot,
-                       const outcome *out)
+static json_t *json_nums(const float *f, const double *d, int n)
 {
-    const int n = c->o.steps;
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(arr, json_num(f ? (double)f[i] : d[i]));
+    return arr;
+}
+
+static void print_json(const cli *c, const zt_setup *su, const float *losses, const double *lrs,
+                       const totals *tot, const outcome *out)
+{
+    const int n = c->o.steps - c->start; /* the steps this process ran */
     const double tokens = (double)n * c->o.grad_accum * c->o.micro_batch * c->o.seq;
     const double tps = tot->train_s > 0 ? tokens / tot->train_s : 0;
-    json_t *root = json_setup(c, su, out), *arr = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(arr, json_num(losses[i]));
-    json_object_set_new(root, "losses", arr);
+    json_t *root = json_setup(c, su, out);
+    json_object_set_new(root, "first_step", json_integer(c->start + 1));
+    json_object_set_new(root, "resumed_from",
+                        c->resumed_from[0] ? json_string(c->resumed_from) : json_null());
+    json_object_set_new(root, "checkpoint", c->last_saved[0] ? json_string(c->last_saved) : json_null());
+    json_object_set_new(root, "losses", json_nums(losses, NULL, n));
+    json_object_set_new(root, "lrs", json_nums(NULL, lrs, n));
     json_object_set_new(root, "first_loss", json_num(n ? losses[0] : NAN));
     json_object_set_new(root, "last_loss", json_num(n ? losses[n - 1] : NAN));
     json_object_set_new(root, "val_loss", json_num(out->val_loss));
@@ -556,9 +858,12 @@ static int run(cli *c)
 {
     double t0 = now_s();
     zt_trainer *t = NULL;
+    feedback fb;
+    if (open_feedback(c, &fb))
+        return close_feedback(&fb, 1);
     if (zt_trainer_init(&t, &c->o) < 0) {
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
-        return 1;
+        return close_feedback(&fb, 1);
     }
     const zt_setup *su = zt_trainer_setup(t);
     fprintf(stderr,
@@ -567,10 +872,13 @@ static int run(cli *c)
             su->n_params / 1e6, su->backend, (unsigned long long)su->device_budget,
             zt_home_name(su->param_home), zt_home_name(su->optim_home), su->footprint.n_chunks,
             (unsigned long long)su->footprint.chunk_bytes);
+    int rc = start_from_files(t, c);
     float *losses = calloc((size_t)c->o.steps + 1, sizeof *losses);
+    double *lrs = calloc((size_t)c->o.steps + 1, sizeof *lrs);
     totals tot = {0};
     outcome out = {0};
-    int rc = losses ? train(t, c, losses, &tot) : 1;
+    if (rc == 0)
+        rc = losses && lrs ? train(t, c, &fb, losses, lrs, &tot) : 1;
     if (rc == 0 && zt_trainer_validate(t, &out.val_loss, &out.val_tokens) < 0) {
         fprintf(stderr, "zo-train: validation failed: %s\n", zt_last_error());
         rc = 1;
@@ -579,13 +887,14 @@ static int run(cli *c)
         out.device_high_water = zt_trainer_device_high_water(t);
         out.wall_s = now_s() - t0;
         if (c->json)
-            print_json(c, su, losses, &tot, &out);
+            print_json(c, su, losses, lrs, &tot, &out);
         else
             print_human(c, su, losses, &tot, &out);
     }
     free(losses);
-    zt_trainer_free(t);
-    return rc;
+    free(lrs);
+    zt_trainer_free(t); /* the engine's threads are done with the trace */
+    return close_feedback(&fb, rc);
 }
 
 int main(int argc, char **argv)
@@ -594,8 +903,13 @@ int main(int argc, char **argv)
     memset(&c, 0, sizeof c);
     c.o = (zt_options)ZT_OPTIONS_INIT;
     c.preset = "tiny";
+    c.progress = -1;
     c.log_every = 10;
-    int rc = parse_args(argc, argv, &c);
+    int rc = prescan(argc, argv, &c);
+    if (rc == 0)
+        rc = apply_config(&c);
+    if (rc == 0)
+        rc = parse_args(argc, argv, &c);
     if (rc)
         return rc < 0 ? 0 : rc;
     return run(&c);

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "report.h"
+#include "zo/nvtx.h"
 #include "zt_error.h"
 
 /* Largest model whose default cpu-device budget is planned by a probe engine. */
@@ -28,27 +30,74 @@ struct zt_trainer {
     int32_t *in, *tgt;   /* one step's tokens */
     int32_t *vin, *vtgt; /* validation tokens (a failed step keeps its own for the retry) */
     float *losses;
-    int retry; /* the last step failed: run it again on the same tokens */
+    int retry;       /* the last step failed: run it again on the same tokens */
+    int64_t sched_it; /* the schedule's last_batch_iteration */
+    int64_t step;     /* steps done */
+    double lr;        /* the rate of the next step */
+    double last_lr;   /* ... and of the last step run */
+    zo_phase open_phase; /* the phase of the layer fetched last (its end mark) */
+    uint64_t mark_t0;    /* the compute stream's current layer began (trace) */
 };
 
 /* ---- the engine as a parameter source ---- */
 
+/* A layer's span on the compute stream, for the trace: tasks run in stream
+ * order mark its start (after the fetch's waits) and its end. */
+typedef struct layer_mark {
+    zt_trainer *t;
+    int layer;
+    zo_phase phase;
+    int end;
+} layer_mark;
+
+static zo_status mark_layer(void *arg)
+{
+    layer_mark *m = arg;
+    zt_trainer *t = m->t;
+    uint64_t now = zt_now_ns();
+    if (!m->end) { /* only this stream's tasks touch mark_t0: they run one after another */
+        t->mark_t0 = now;
+        return ZO_OK;
+    }
+    zo_trace_event ev = {ZO_TRACK_COMPUTE, 0, m->phase == ZO_PHASE_BACKWARD ? "backward" : "forward",
+                         t->mark_t0, now, m->layer, -1, 0};
+    t->o.trace(t->o.trace_ctx, &ev);
+    return ZO_OK;
+}
+
+static zo_status mark(zt_trainer *t, int layer, zo_phase phase, zo_stream_t s, int end)
+{
+    if (!t->o.trace)
+        return ZO_OK;
+    layer_mark m = {t, layer, phase, end};
+    ZT_LIB(zo_stream_enqueue(s, mark_layer, &m, sizeof m));
+    return ZO_OK;
+}
+
 static zo_status eng_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, void **p, void **g,
                            int n)
 {
-    ZT_LIB(zo_engine_fetch((zo_engine_t)ctx, layer, phase, s, p, g, n));
-    return ZO_OK;
+    zt_trainer *t = ctx;
+    ZT_LIB(zo_engine_fetch(t->eng, layer, phase, s, p, g, n));
+    t->open_phase = phase;
+    char name[32];
+    snprintf(name, sizeof name, "%s L%d", phase == ZO_PHASE_BACKWARD ? "backward" : "forward", layer);
+    zo_nvtx_push(name); /* the layer's work being enqueued */
+    return mark(t, layer, phase, s, 0);
 }
 
 static zo_status eng_release(void *ctx, int layer, zo_stream_t s)
 {
-    ZT_LIB(zo_engine_release((zo_engine_t)ctx, layer, s));
-    return ZO_OK;
+    zt_trainer *t = ctx;
+    zo_nvtx_pop();
+    zo_status st = mark(t, layer, t->open_phase, s, 1);
+    ZT_LIB(zo_engine_release(t->eng, layer, s));
+    return st;
 }
 
 static zo_status eng_grads_ready(void *ctx, int layer, zo_stream_t s)
 {
-    ZT_LIB(zo_engine_grads_ready((zo_engine_t)ctx, layer, s));
+    ZT_LIB(zo_engine_grads_ready(((zt_trainer *)ctx)->eng, layer, s));
     return ZO_OK;
 }
 
@@ -181,10 +230,12 @@ static void resolve_homes(zt_trainer *t)
     t->setup.optim_home = (zo_tier)t->o.optim_home;
 }
 
-static zo_status make_dir(const char *dir)
+zo_status zt_make_dir(const char *dir)
 {
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", dir);
+    char buf[4096];
+    int n = snprintf(buf, sizeof buf, "%s", dir);
+    if (n < 0 || (size_t)n >= sizeof buf)
+        return zt_fail(ZO_ERR_INVALID_ARG, "directory path too long (%d bytes): %.64s...", n, dir);
     for (char *p = buf + 1; *p; p++) /* mkdir -p */
         if (*p == '/') {
             *p = 0;
@@ -193,7 +244,7 @@ static zo_status make_dir(const char *dir)
             *p = '/';
         }
     if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return zt_fail(ZO_ERR_IO, "cannot create the swap directory %s: %s", buf, strerror(errno));
+        return zt_fail(ZO_ERR_IO, "cannot create the directory %s: %s", buf, strerror(errno));
     return ZO_OK;
 }
 
@@ -205,7 +256,7 @@ static zo_status resolve_nvme(zt_trainer *t)
         if (!t->o.default_nvme_dir)
             return zt_fail(ZO_ERR_INVALID_ARG,
                            "an NVMe home needs a directory: pass --nvme-path DIR");
-        ZT_TRY(make_dir(t->o.default_nvme_dir));
+        ZT_TRY(zt_make_dir(t->o.default_nvme_dir));
         t->o.nvme_paths[t->o.n_nvme_paths++] = t->o.default_nvme_dir;
     }
     snprintf(t->setup.nvme_dir, sizeof t->setup.nvme_dir, "%s", t->o.nvme_paths[0]);
@@ -233,9 +284,13 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
     c.adam.beta2 = o->beta2;
     c.adam.eps = o->eps;
     c.adam.weight_decay = o->weight_decay;
-    c.adam.adamw = 1;
+    c.adam.adamw = o->adamw;
+    c.adam.bias_correction = o->bias_correction;
     c.max_grad_norm = o->max_grad_norm;
-    c.loss_scaler.initial_scale_power = o->loss_scale_power;
+    c.loss_scaler = o->loss_scaler;
+    c.pinned_bytes = o->pinned_bytes;
+    c.nvme_queue_depth = o->nvme_queue_depth;
+    c.nvme_block_size = o->nvme_block_size;
     c.nvme_faults = o->nvme_faults;
     c.n_nvme_faults = o->n_nvme_faults;
     return c;
@@ -357,6 +412,8 @@ static zo_status open_engine(zt_trainer *t)
     t->setup.engine_device_bytes = t->setup.device_budget - need;
     zo_engine_config c = engine_config(t, t->dev, t->setup.engine_device_bytes);
     ZT_LIB(zo_engine_init(&t->eng, &c));
+    if (t->o.trace)
+        ZT_LIB(zo_engine_set_trace(t->eng, t->o.trace, t->o.trace_ctx));
     int n_layers = zt_engine_layers(&t->o.shape);
     t->ids = calloc((size_t)n_layers, sizeof *t->ids);
     if (!t->ids)
@@ -371,7 +428,7 @@ static zo_status open_engine(zt_trainer *t)
     ZT_LIB(zo_engine_finalize(t->eng));
     t->setup.footprint = (zo_engine_footprint)ZO_ENGINE_FOOTPRINT_INIT;
     ZT_LIB(zo_engine_footprint_get(t->eng, &t->setup.footprint));
-    zt_param_source src = {t->eng, eng_fetch, eng_release, eng_grads_ready};
+    zt_param_source src = {t, eng_fetch, eng_release, eng_grads_ready};
     t->src = src;
     return ZO_OK;
 }
@@ -387,7 +444,7 @@ static zo_status check_options(const zt_options *o)
         return zt_fail(ZO_ERR_INVALID_ARG, "--lr %g must be > 0", (double)o->lr);
     if (o->dtype != ZO_OPTIM_BF16 && o->dtype != ZO_OPTIM_FP16)
         return zt_fail(ZO_ERR_INVALID_ARG, "parameter dtype must be bf16 or fp16");
-    return ZO_OK;
+    return zt_schedule_check(&o->sched);
 }
 
 static zo_status open_data(zt_trainer *t)
@@ -431,6 +488,8 @@ zo_status zt_trainer_init(zt_trainer **out, const zt_options *o)
     if (!t)
         return zt_fail(ZO_ERR_NO_MEMORY, "trainer");
     t->o = *o;
+    t->sched_it = o->sched.last_batch_iteration;
+    t->lr = t->last_lr = zt_schedule_first_lr(&o->sched, o->lr);
     double t0 = now_s();
     zo_status st = trainer_open(t);
     if (st < 0) {
@@ -482,6 +541,7 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
     else
         zt_data_next_train(t->data, t->in, t->tgt, n * t->o.micro_batch);
     t->retry = 1;
+    ZT_LIB(zo_engine_set_lr(t->eng, (float)t->lr));
     ZT_TRY(zt_model_set_batch(t->m, t->in, t->tgt, n));
     /* The mean over micro-batches, times the loss scale (fp16). */
     float grad_scale = (float)(zo_engine_loss_scale(t->eng) / n);
@@ -492,6 +552,10 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
     stats->struct_size = sizeof *stats;
     ZT_LIB(zo_engine_end_step(t->eng, stats));
     t->retry = 0;
+    t->step++;
+    t->last_lr = t->lr;
+    if (!stats->overflow && t->o.sched.type != ZO_SCHEDULER_NONE)
+        t->lr = zt_schedule_lr_at(&t->o.sched, t->o.lr, ++t->sched_it);
     double sum = 0;
     for (int i = 0; i < n; i++)
         sum += t->losses[i];
@@ -528,6 +592,42 @@ zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out)
         return zt_fail(ZO_ERR_INVALID_ARG, "no tensor %d in layer %d", idx, layer);
     ZT_LIB(zo_engine_read_master(t->eng, t->ids[layer][idx], out));
     return ZO_OK;
+}
+
+void zt_trainer_get_state(const zt_trainer *t, zt_train_state *out)
+{
+    out->step = t->step;
+    out->sched_it = t->sched_it;
+    out->lr = t->lr;
+    zt_data_get_position(t->data, &out->data);
+}
+
+zo_status zt_trainer_set_state(zt_trainer *t, const zt_train_state *in)
+{
+    if (in->step < 0 || !isfinite(in->lr) || in->lr < 0)
+        return zt_fail(ZO_ERR_INVALID_ARG, "trainer state: step %lld (>= 0), lr %g (finite, >= 0)",
+                       (long long)in->step, in->lr);
+    ZT_TRY(zt_data_set_position(t->data, &in->data));
+    t->step = in->step;
+    t->sched_it = in->sched_it;
+    t->lr = t->last_lr = in->lr;
+    t->retry = 0;
+    return ZO_OK;
+}
+
+int zt_trainer_tensor_id(const zt_trainer *t, int layer, int idx)
+{
+    return t->ids[layer][idx];
+}
+
+const zt_options *zt_trainer_options(const zt_trainer *t)
+{
+    return &t->o;
+}
+
+double zt_trainer_lr(const zt_trainer *t)
+{
+    return t->last_lr;
 }
 
 uint64_t zt_trainer_device_high_water(zt_trainer *t)

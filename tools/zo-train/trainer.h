@@ -17,6 +17,7 @@
 
 #include "data.h"
 #include "model.h"
+#include "schedule.h"
 #include "zo/engine.h"
 
 enum { ZT_MAX_NVME_PATHS = 16 };
@@ -30,6 +31,9 @@ typedef struct zt_options {
     const char *data_path;
     int steps, seq, micro_batch, grad_accum;
     float lr, beta1, beta2, eps, weight_decay, max_grad_norm;
+    int adamw;           /* 1: decoupled weight decay (AdamW); 0: L2 added to the gradient */
+    int bias_correction; /* 1: Adam's bias correction */
+    zt_schedule sched;   /* the learning-rate schedule (none: lr, constant) */
     uint64_t seed;
     float init_std;
     const char *device;         /* "auto", "cpu" or "cuda" */
@@ -40,8 +44,10 @@ typedef struct zt_options {
     const char *default_nvme_dir; /* used when a home is nvme and no path is given */
     zo_optim_mode mode;
     zo_optim_dtype dtype; /* ZO_OPTIM_BF16 or ZO_OPTIM_FP16 */
-    int loss_scale_power; /* fp16: the dynamic loss scale starts at 2^power (DeepSpeed's 16) */
+    zo_loss_scaler_config loss_scaler; /* fp16 (DeepSpeed's fp16 section; static when loss_scale > 0) */
     uint64_t chunk_bytes; /* 0: the largest tensor's 16-bit bytes, 4 KiB multiple */
+    uint64_t pinned_bytes; /* the pinned host budget (0: what the plan needs) */
+    uint32_t nvme_queue_depth, nvme_block_size; /* NVMe requests (0: the swap store's defaults) */
     int lookahead;        /* engine prefetch depth */
     int optim_threads;    /* 0: the engine's default */
     double val_fraction;  /* held-out tail of the data */
@@ -49,16 +55,19 @@ typedef struct zt_options {
     const zo_swap_fault
         *nvme_faults; /* tests: armed when the swap stores open (see zo_engine_config) */
     size_t n_nvme_faults;
+    zo_trace_fn trace; /* optional: the engine's spans, and the compute stream's layers */
+    void *trace_ctx;
 } zt_options;
 
 /* Defaults: tiny preset values are filled by the caller (zt_preset). */
 #define ZT_OPTIONS_INIT                                                                            \
     {                                                                                              \
         .steps = 120, .seq = 128, .micro_batch = 8, .grad_accum = 1, .lr = 2e-3f, .beta1 = 0.9f,   \
-        .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f, .max_grad_norm = 1.0f, .seed = 1,      \
-        .init_std = 0.02f, .device = "auto", .param_home = ZT_HOME_DEFAULT,                        \
-        .optim_home = ZT_HOME_DEFAULT, .mode = ZO_OPTIM_SYNC, .dtype = ZO_OPTIM_BF16,              \
-        .loss_scale_power = 16, .lookahead = 2, .val_fraction = 0.05, .val_batches = 8             \
+        .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f, .max_grad_norm = 1.0f, .adamw = 1,     \
+        .bias_correction = 1, .sched = ZT_SCHEDULE_INIT, .seed = 1, .init_std = 0.02f,             \
+        .device = "auto", .param_home = ZT_HOME_DEFAULT, .optim_home = ZT_HOME_DEFAULT,            \
+        .mode = ZO_OPTIM_SYNC, .dtype = ZO_OPTIM_BF16, .loss_scaler = ZO_LOSS_SCALER_CONFIG_INIT,  \
+        .lookahead = 2, .val_fraction = 0.05, .val_batches = 8                                     \
     }
 
 /* What the trainer decided and measured before the first step. */
@@ -83,8 +92,9 @@ void zt_trainer_free(zt_trainer *t);
 const zt_setup *zt_trainer_setup(const zt_trainer *t);
 zo_engine_t zt_trainer_engine(zt_trainer *t);
 
-/* One optimizer step over grad_accum micro-batches: *loss is the mean of
- * their losses (before the update), *stats the engine's statistics. When a
+/* One optimizer step over grad_accum micro-batches at the schedule's
+ * learning rate: *loss is the mean of their losses (before the update),
+ * *stats the engine's statistics. When a
  * step fails (an NVMe error, say) the engine keeps the previous weights and
  * the next call retries the same step on the same batch, so a run with a
  * retried failure equals a run without it. */
@@ -95,6 +105,24 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats);
 zo_status zt_trainer_validate(zt_trainer *t, double *loss, uint64_t *n_tokens);
 /* The fp32 master weights of tensor idx of an engine layer. */
 zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out);
+
+/* Where training stands between steps, beside the engine's state: what a
+ * checkpoint must hold to continue bitwise. */
+typedef struct zt_train_state {
+    int64_t step;     /* optimizer steps done */
+    int64_t sched_it; /* the schedule's last_batch_iteration */
+    double lr;        /* the rate of the next step */
+    zt_data_position data;
+} zt_train_state;
+
+void zt_trainer_get_state(const zt_trainer *t, zt_train_state *out);
+zo_status zt_trainer_set_state(zt_trainer *t, const zt_train_state *in);
+/* The engine id of tensor idx of engine layer `layer`. */
+int zt_trainer_tensor_id(const zt_trainer *t, int layer, int idx);
+const zt_options *zt_trainer_options(const zt_trainer *t);
+
+/* The learning rate of the last step run (or of the next, before any). */
+double zt_trainer_lr(const zt_trainer *t);
 
 /* The device's allocation high-water mark (activations and engine). */
 uint64_t zt_trainer_device_high_water(zt_trainer *t);
@@ -109,6 +137,9 @@ uint64_t zt_default_chunk_bytes(const zt_shape *s);
 int zt_parse_bytes(const char *s, uint64_t *out);
 /* "1.5 GiB" (one decimal, powers of 1024) into buf; returns buf. */
 const char *zt_fmt_bytes(char *buf, size_t cap, uint64_t b);
+
+/* mkdir -p */
+zo_status zt_make_dir(const char *dir);
 
 /* Parse "none|cpu|nvme" into a zo_tier; "none" is the device. */
 zo_status zt_parse_home(const char *s, int *out);

@@ -1,5 +1,6 @@
 #include "zt_error.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,4 +29,20 @@ zo_status zt_lib_fail(zo_status st, const char *what)
 const char *zt_last_error(void)
 {
     return zt_err;
+}
+
+const char *zt_lib_message(void)
+{
+    const char *e = zo_last_error(), *colon = strchr(e, ':');
+    if (!colon || !isdigit((unsigned char)colon[1]))
+        return e;
+    const char *p = colon + 1;
+    while (isdigit((unsigned char)*p))
+        p++;
+    if (strncmp(p, ": ", 2) != 0)
+        return e;
+    p += 2;
+    const char *st = zo_status_str(zo_last_error_status());
+    size_t n = strlen(st);
+    return strncmp(p, st, n) == 0 && strncmp(p + n, ": ", 2) == 0 ? p + n + 2 : p;
 }

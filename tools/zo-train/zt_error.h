@@ -11,6 +11,9 @@ zo_status zt_fail(zo_status st, const char *fmt, ...) __attribute__((format(prin
 /* Record zo_last_error() (the failing library call's message) with a prefix
  * naming what the tool was doing; returns st. */
 zo_status zt_lib_fail(zo_status st, const char *what);
+/* zo_last_error() without its "file.c:LINE: status: " prefix: the text a
+ * user needs. */
+const char *zt_lib_message(void);
 /* The last error recorded by either. */
 const char *zt_last_error(void);
 

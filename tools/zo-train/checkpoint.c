@@ -1,0 +1,617 @@
+/* zo-train's checkpoints (see checkpoint.h): Hugging Face-named safetensors
+ * streamed tensor by tensor from the engine, the training state as JSON, and
+ * the crash-safe directory protocol. */
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "zo/atomic_file.h"
+#include "zo/half.h"
+#include "zo/safetensors.h"
+#include "zt_error.h"
+
+#define ZT_CKPT_FORMAT "zoffload-checkpoint"
+enum { ZT_CKPT_VERSION = 1, ZT_PATH = 4096 };
+
+/* ---- names ---- */
+
+zo_status zt_ckpt_tensor(const zt_shape *s, int layer, int idx, char *name, size_t cap, int *ndim,
+                         int64_t shape[2])
+{
+    static const zo_llama_role block[ZT_BLOCK_TENSORS] = {
+        ZO_LLAMA_INPUT_LAYERNORM, ZO_LLAMA_Q_PROJ,   ZO_LLAMA_K_PROJ,
+        ZO_LLAMA_V_PROJ,          ZO_LLAMA_O_PROJ,   ZO_LLAMA_POST_ATTENTION_LAYERNORM,
+        ZO_LLAMA_GATE_PROJ,       ZO_LLAMA_UP_PROJ,  ZO_LLAMA_DOWN_PROJ};
+    zo_llama_role role;
+    if (layer == 0)
+        role = ZO_LLAMA_EMBED_TOKENS;
+    else if (layer <= s->n_layers)
+        role = block[idx];
+    else
+        role = idx == ZT_HEAD_NORM ? ZO_LLAMA_FINAL_NORM : ZO_LLAMA_LM_HEAD;
+    zo_llama_dims d = ZO_LLAMA_DIMS_INIT;
+    d.vocab_size = s->vocab;
+    d.hidden_size = s->dim;
+    d.intermediate_size = s->ffn_dim;
+    d.num_heads = d.num_kv_heads = s->n_heads;
+    d.num_layers = s->n_layers;
+    ZT_LIB(zo_llama_tensor_name(role, layer - 1, name, cap));
+    ZT_LIB(zo_llama_tensor_shape(&d, role, ndim, shape));
+    int64_t n = 1;
+    for (int i = 0; i < *ndim; i++)
+        n *= shape[i];
+    if ((uint64_t)n != zt_tensor_numel(s, layer, idx))
+        return zt_fail(ZO_ERR_INTERNAL, "%s: %lld elements in the Hugging Face layout, %zu in the model",
+                       name, (long long)n, zt_tensor_numel(s, layer, idx));
+    return ZO_OK;
+}
+
+typedef struct tensor_ref {
+    int layer, idx, id, ndim;
+    int64_t shape[2];
+    size_t numel;
+    char name[128];
+} tensor_ref;
+
+/* Every tensor of the model, in registration order. */
+static zo_status model_tensors(const zt_trainer *t, tensor_ref **out, int *n)
+{
+    const zt_shape *s = &zt_trainer_options(t)->shape;
+    int total = 0;
+    for (int l = 0; l < zt_engine_layers(s); l++)
+        total += zt_layer_tensors(s, l);
+    tensor_ref *r = calloc((size_t)total, sizeof *r);
+    if (!r)
+        return zt_fail(ZO_ERR_NO_MEMORY, "the tensor list");
+    int k = 0;
+    for (int l = 0; l < zt_engine_layers(s); l++)
+        for (int i = 0; i < zt_layer_tensors(s, l); i++, k++) {
+            tensor_ref *x = &r[k];
+            x->layer = l;
+            x->idx = i;
+            x->id = zt_trainer_tensor_id(t, l, i);
+            x->numel = zt_tensor_numel(s, l, i);
+            zo_status st = zt_ckpt_tensor(s, l, i, x->name, sizeof x->name, &x->ndim, x->shape);
+            if (st < 0) {
+                free(r);
+                return st;
+            }
+        }
+    *out = r;
+    *n = total;
+    return ZO_OK;
+}
+
+static size_t largest(const tensor_ref *r, int n)
+{
+    size_t mx = 0;
+    for (int i = 0; i < n; i++)
+        mx = r[i].numel > mx ? r[i].numel : mx;
+    return mx;
+}
+
+/* ---- paths ---- */
+
+static zo_status join(char *out, const char *dir, const char *name)
+{
+    int n = snprintf(out, ZT_PATH, "%s/%s", dir, name);
+    if (n < 0 || n >= ZT_PATH)
+        return zt_fail(ZO_ERR_INVALID_ARG, "path too long: %s/%s", dir, name);
+    return ZO_OK;
+}
+
+static int exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* Remove a checkpoint directory (it holds only files). */
+static zo_status remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? ZO_OK
+                               : zt_fail(ZO_ERR_SYSTEM, "cannot open %s: %s", dir, strerror(errno));
+    struct dirent *e;
+    char p[ZT_PATH];
+    zo_status st = ZO_OK;
+    while (st >= 0 && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && (st = join(p, dir, e->d_name)) >= 0 &&
+            unlink(p) != 0)
+            st = zt_fail(ZO_ERR_SYSTEM, "cannot remove %s: %s", p, strerror(errno));
+    closedir(d);
+    ZT_TRY(st);
+    if (rmdir(dir) != 0)
+        return zt_fail(ZO_ERR_SYSTEM, "cannot remove %s: %s", dir, strerror(errno));
+    return ZO_OK;
+}
+
+/* Checkpoints a crash left half written. */
+static zo_status remove_stale_tmps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return zt_fail(ZO_ERR_SYSTEM, "cannot open %s: %s", dir, strerror(errno));
+    struct dirent *e;
+    char p[ZT_PATH];
+    zo_status st = ZO_OK;
+    while (st >= 0 && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, "step-", 5) == 0 && n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0 &&
+            (st = join(p, dir, e->d_name)) >= 0)
+            st = remove_tree(p);
+    }
+    closedir(d);
+    return st;
+}
+
+/* DIR/latest's checkpoint name ("" when there is none). */
+static zo_status read_latest(const char *dir, char *name, size_t cap)
+{
+    char p[ZT_PATH];
+    ZT_TRY(join(p, dir, ZT_CKPT_LATEST));
+    name[0] = 0;
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return errno == ENOENT ? ZO_OK : zt_fail(ZO_ERR_IO, "cannot read %s: %s", p, strerror(errno));
+    int ok = fgets(name, (int)cap, f) != NULL;
+    fclose(f);
+    name[strcspn(name, "\r\n")] = 0;
+    if (!ok || !name[0] || strchr(name, '/') || name[0] == '.')
+        return zt_fail(ZO_ERR_CORRUPT, "%s does not name a checkpoint directory ('%s')", p, name);
+    return ZO_OK;
+}
+
+int zt_ckpt_has_latest(const char *dir)
+{
+    char p[ZT_PATH];
+    return join(p, dir, ZT_CKPT_LATEST) >= 0 && exists(p);
+}
+
+/* ---- saving ---- */
+
+typedef struct writers {
+    zo_st_writer_t model, optim;
+    char model_path[ZT_PATH], optim_path[ZT_PATH];
+} writers;
+
+static zo_status writer_fail(zo_status st, const char *path)
+{
+    return zt_fail(st, "writing checkpoint file %s: %s", path, zt_lib_message());
+}
+
+static zo_status declare_all(writers *w, const tensor_ref *r, int n)
+{
+    char nm[160];
+    for (int i = 0; i < n; i++) {
+        zo_status st = zo_st_writer_declare(w->model, r[i].name, ZO_ST_F32, r[i].ndim, r[i].shape);
+        if (st < 0)
+            return writer_fail(st, w->model_path);
+        for (int k = 0; k < 2; k++) {
+            snprintf(nm, sizeof nm, "%s.%s", r[i].name, k ? "exp_avg_sq" : "exp_avg");
+            if ((st = zo_st_writer_declare(w->optim, nm, ZO_ST_F32, r[i].ndim, r[i].shape)) < 0)
+                return writer_fail(st, w->optim_path);
+        }
+    }
+    return ZO_OK;
+}
+
+/* One tensor at a time: master into the model file, m and v into the optimizer's. */
+static zo_status stream_all(zt_trainer *t, writers *w, const tensor_ref *r, int n, float *buf)
+{
+    const size_t cap = largest(r, n);
+    float *m = buf + cap, *v = buf + 2 * cap;
+    char nm[160];
+    for (int i = 0; i < n; i++) {
+        ZT_LIB(zo_engine_read_state(zt_trainer_engine(t), r[i].id, buf, m, v));
+        size_t bytes = r[i].numel * sizeof(float);
+        zo_status st = zo_st_writer_write(w->model, r[i].name, buf, bytes);
+        if (st < 0)
+            return writer_fail(st, w->model_path);
+        for (int k = 0; k < 2; k++) {
+            snprintf(nm, sizeof nm, "%s.%s", r[i].name, k ? "exp_avg_sq" : "exp_avg");
+            if ((st = zo_st_writer_write(w->optim, nm, k ? v : m, bytes)) < 0)
+                return writer_fail(st, w->optim_path);
+        }
+    }
+    zo_status st = zo_st_writer_commit(w->model);
+    if (st < 0)
+        return writer_fail(st, w->model_path);
+    if ((st = zo_st_writer_commit(w->optim)) < 0)
+        return writer_fail(st, w->optim_path);
+    return ZO_OK;
+}
+
+static zo_status write_tensors(zt_trainer *t, const char *dir)
+{
+    tensor_ref *r = NULL;
+    int n = 0;
+    ZT_TRY(model_tensors(t, &r, &n));
+    writers w = {0};
+    float *buf = malloc(3 * largest(r, n) * sizeof *buf);
+    zo_status st = buf ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "a tensor buffer");
+    if (st >= 0 && (st = join(w.model_path, dir, ZT_CKPT_MODEL)) >= 0 &&
+        (st = join(w.optim_path, dir, ZT_CKPT_OPTIM)) >= 0) {
+        if ((st = zo_st_writer_init(&w.model, w.model_path)) < 0)
+            writer_fail(st, w.model_path);
+        else if ((st = zo_st_writer_init(&w.optim, w.optim_path)) < 0)
+            writer_fail(st, w.optim_path);
+    }
+    if (st >= 0 && (st = zo_st_writer_set_metadata(w.model, "zoffload", "fp32 master weights")) < 0)
+        writer_fail(st, w.model_path);
+    if (st >= 0)
+        st = declare_all(&w, r, n);
+    if (st >= 0)
+        st = stream_all(t, &w, r, n, buf);
+    zo_st_writer_free(w.model);
+    zo_st_writer_free(w.optim);
+    free(buf);
+    free(r);
+    return st;
+}
+
+static json_t *state_json(const zt_trainer *t, const zt_train_state *ts,
+                          const zo_engine_step_state *es)
+{
+    const zt_options *o = zt_trainer_options(t);
+    const zt_shape *s = &o->shape;
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)ts->data.seed);
+    return json_pack(
+        "{s:s,s:i,s:I,s:{s:I,s:I,s:f,s:I,s:I,s:i},s:{s:s,s:I,s:f},s:{s:s,s:I,s:I,s:i},"
+        "s:{s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:s},s:{s:i,s:i}}",
+        "format", ZT_CKPT_FORMAT, "version", ZT_CKPT_VERSION, "step", (json_int_t)ts->step,
+        "engine", "updates", (json_int_t)es->updates, "steps", (json_int_t)es->steps, "loss_scale",
+        es->loss_scale, "scaler_iter", (json_int_t)es->scaler_iter, "scaler_last_overflow_iter",
+        (json_int_t)es->scaler_last_overflow_iter, "scaler_hysteresis", es->scaler_hysteresis,
+        "scheduler", "type", zo_scheduler_type_name(o->sched.type), "last_batch_iteration",
+        (json_int_t)ts->sched_it, "lr", ts->lr, "data", "seed", seed, "epoch",
+        (json_int_t)ts->data.epoch, "cursor", (json_int_t)ts->data.cursor, "seq", o->seq, "model",
+        "vocab", s->vocab, "dim", s->dim, "layers", s->n_layers, "heads", s->n_heads, "ffn",
+        s->ffn_dim, "norm_eps", (double)s->norm_eps, "rope_theta", (double)s->rope_theta, "dtype",
+        o->dtype == ZO_OPTIM_FP16 ? "fp16" : "bf16", "batch", "micro_batch", o->micro_batch,
+        "grad_accum", o->grad_accum);
+}
+
+static zo_status write_state_file(zt_trainer *t, const char *dir, const zt_train_state *ts)
+{
+    zo_engine_step_state es = ZO_ENGINE_STEP_STATE_INIT;
+    ZT_LIB(zo_engine_get_step_state(zt_trainer_engine(t), &es));
+    json_t *root = state_json(t, ts, &es);
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(root);
+    if (!text)
+        return zt_fail(ZO_ERR_NO_MEMORY, "the training state's JSON");
+    char p[ZT_PATH];
+    zo_status st = join(p, dir, ZT_CKPT_STATE);
+    if (st >= 0 && (st = zo_atomic_write_file(p, text, strlen(text))) < 0)
+        writer_fail(st, p);
+    free(text);
+    return st;
+}
+
+zo_status zt_ckpt_save(zt_trainer *t, const char *dir, char *path, size_t cap)
+{
+    ZT_LIB(zo_engine_flush(zt_trainer_engine(t)));
+    ZT_TRY(zt_make_dir(dir));
+    zt_train_state ts;
+    zt_trainer_get_state(t, &ts);
+    char name[64], latest[256], tmp_name[72], final[ZT_PATH], tmp[ZT_PATH], lp[ZT_PATH];
+    snprintf(name, sizeof name, "step-%08lld", (long long)ts.step);
+    snprintf(tmp_name, sizeof tmp_name, "%s.tmp", name);
+    ZT_TRY(read_latest(dir, latest, sizeof latest));
+    if (strcmp(latest, name) == 0)
+        return zt_fail(ZO_ERR_STATE, "%s/%s already names %s: not replacing the latest checkpoint",
+                       dir, ZT_CKPT_LATEST, name);
+    ZT_TRY(join(final, dir, name));
+    ZT_TRY(join(tmp, dir, tmp_name));
+    ZT_TRY(join(lp, dir, ZT_CKPT_LATEST));
+    ZT_TRY(remove_stale_tmps(dir));
+    ZT_TRY(remove_tree(final)); /* a checkpoint latest never named (a crash, or an abandoned run) */
+    if (mkdir(tmp, 0755) != 0)
+        return zt_fail(ZO_ERR_SYSTEM, "cannot create %s: %s", tmp, strerror(errno));
+    ZT_TRY(write_tensors(t, tmp));
+    ZT_TRY(write_state_file(t, tmp, &ts));
+    if (rename(tmp, final) != 0)
+        return zt_fail(ZO_ERR_SYSTEM, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    ZT_LIB(zo_fsync_parent_dir(final));
+    char text[80];
+    int n = snprintf(text, sizeof text, "%s\n", name);
+    zo_status st = zo_atomic_write_file(lp, text, (size_t)n);
+    if (st < 0)
+        return writer_fail(st, lp);
+    if (path)
+        snprintf(path, cap, "%s", final);
+    return ZO_OK;
+}
+
+/* ---- loading ---- */
+
+zo_status zt_ckpt_resolve(const char *path, char *out, size_t cap)
+{
+    char p[ZT_PATH], name[256];
+    ZT_TRY(join(p, path, ZT_CKPT_STATE));
+    if (exists(p)) {
+        snprintf(out, cap, "%s", path);
+        return ZO_OK;
+    }
+    ZT_TRY(read_latest(path, name, sizeof name));
+    if (!name[0])
+        return zt_fail(ZO_ERR_NOT_FOUND,
+                       "%s holds neither a checkpoint (%s) nor a '%s' pointer to one", path,
+                       ZT_CKPT_STATE, ZT_CKPT_LATEST);
+    int n = snprintf(out, cap, "%s/%s", path, name);
+    if (n < 0 || (size_t)n >= cap)
+        return zt_fail(ZO_ERR_INVALID_ARG, "path too long: %s/%s", path, name);
+    ZT_TRY(join(p, out, ZT_CKPT_STATE));
+    if (!exists(p))
+        return zt_fail(ZO_ERR_CORRUPT, "%s/%s names %s, which holds no %s", path, ZT_CKPT_LATEST,
+                       name, ZT_CKPT_STATE);
+    return ZO_OK;
+}
+
+/* A member of the state JSON by dotted path. */
+static json_t *at(json_t *root, const char *path)
+{
+    char key[64];
+    json_t *v = root;
+    while (v && *path) {
+        size_t n = strcspn(path, ".");
+        snprintf(key, sizeof key, "%.*s", (int)n, path);
+        v = json_object_get(v, key);
+        path += n + (path[n] == '.');
+    }
+    return v;
+}
+
+typedef struct state_doc {
+    json_t *root;
+    const char *file;
+} state_doc;
+
+static zo_status get_int(const state_doc *d, const char *path, int64_t *out)
+{
+    json_t *v = at(d->root, path);
+    if (!json_is_integer(v))
+        return zt_fail(ZO_ERR_CORRUPT, "%s: '%s' is missing or not an integer", d->file, path);
+    *out = json_integer_value(v);
+    return ZO_OK;
+}
+
+static zo_status get_num(const state_doc *d, const char *path, double *out)
+{
+    json_t *v = at(d->root, path);
+    if (!json_is_number(v))
+        return zt_fail(ZO_ERR_CORRUPT, "%s: '%s' is missing or not a number", d->file, path);
+    *out = json_number_value(v);
+    return ZO_OK;
+}
+
+/* The model the checkpoint was saved from must be this run's. */
+static zo_status check_model(const state_doc *d, const zt_shape *s)
+{
+    const char *keys[5] = {"model.vocab", "model.dim", "model.layers", "model.heads", "model.ffn"};
+    const char *flags[5] = {"--vocab", "--dim", "--layers", "--heads", "--ffn"};
+    const int mine[5] = {s->vocab, s->dim, s->n_layers, s->n_heads, s->ffn_dim};
+    for (int i = 0; i < 5; i++) {
+        int64_t v;
+        ZT_TRY(get_int(d, keys[i], &v));
+        if (v != mine[i])
+            return zt_fail(ZO_ERR_INVALID_ARG,
+                           "%s was saved from a model with %s %lld; this run's is %d (pass %s %lld)",
+                           d->file, keys[i] + 6, (long long)v, mine[i], flags[i], (long long)v);
+    }
+    return ZO_OK;
+}
+
+static zo_status read_engine_state(const state_doc *d, zo_engine_step_state *es)
+{
+    int64_t hyst;
+    ZT_TRY(get_int(d, "engine.updates", &es->updates));
+    ZT_TRY(get_int(d, "engine.steps", &es->steps));
+    ZT_TRY(get_num(d, "engine.loss_scale", &es->loss_scale));
+    ZT_TRY(get_int(d, "engine.scaler_iter", &es->scaler_iter));
+    ZT_TRY(get_int(d, "engine.scaler_last_overflow_iter", &es->scaler_last_overflow_iter));
+    ZT_TRY(get_int(d, "engine.scaler_hysteresis", &hyst));
+    es->scaler_hysteresis = (int)hyst;
+    return ZO_OK;
+}
+
+static zo_status read_train_state(const state_doc *d, zt_train_state *ts)
+{
+    int64_t epoch, cursor;
+    ZT_TRY(get_int(d, "step", &ts->step));
+    ZT_TRY(get_int(d, "scheduler.last_batch_iteration", &ts->sched_it));
+    ZT_TRY(get_num(d, "scheduler.lr", &ts->lr));
+    ZT_TRY(get_int(d, "data.epoch", &epoch));
+    ZT_TRY(get_int(d, "data.cursor", &cursor));
+    const char *seed = json_string_value(at(d->root, "data.seed"));
+    char *end = NULL;
+    errno = 0;
+    unsigned long long sv = seed ? strtoull(seed, &end, 10) : 0;
+    if (!seed || errno || end == seed || *end || epoch < 0 || cursor < 0)
+        return zt_fail(ZO_ERR_CORRUPT, "%s: 'data.seed', 'data.epoch' or 'data.cursor' is not valid",
+                       d->file);
+    ts->data = (zt_data_position){sv, (uint64_t)epoch, (uint64_t)cursor};
+    return ZO_OK;
+}
+
+static zo_status open_reader(zo_st_reader_t *r, const char *dir, const char *name)
+{
+    char p[ZT_PATH];
+    ZT_TRY(join(p, dir, name));
+    zo_status st = zo_st_reader_open(r, p);
+    if (st < 0)
+        return zt_fail(st, "loading %s: %s", p, zt_lib_message());
+    return ZO_OK;
+}
+
+static zo_status expect(zo_st_reader_t rd, const char *name, zo_st_dtype dt, const tensor_ref *x,
+                        zo_st_tensor_info *info)
+{
+    *info = (zo_st_tensor_info)ZO_ST_TENSOR_INFO_INIT;
+    zo_status st = zo_st_reader_expect(rd, name, dt, x->ndim, x->shape, info);
+    if (st < 0)
+        return zt_fail(st, "%s", zt_lib_message());
+    return ZO_OK;
+}
+
+/* A file holding other tensors than the model's is another model's. */
+static zo_status check_count(zo_st_reader_t rd, const char *file, size_t want)
+{
+    size_t have = zo_st_reader_count(rd);
+    if (have == want)
+        return ZO_OK;
+    return zt_fail(ZO_ERR_INVALID_ARG,
+                   "%s holds %zu tensors, more than the %zu of this model's checkpoint: it is "
+                   "another model's",
+                   file, have, want);
+}
+
+/* Tensor i's master, m and v in the two files, checked by name, dtype and shape. */
+static zo_status find_states(zo_st_reader_t mr, zo_st_reader_t orr, const tensor_ref *x,
+                             zo_st_tensor_info info[3])
+{
+    char nm[160];
+    ZT_TRY(expect(mr, x->name, ZO_ST_F32, x, &info[0]));
+    snprintf(nm, sizeof nm, "%s.exp_avg", x->name);
+    ZT_TRY(expect(orr, nm, ZO_ST_F32, x, &info[1]));
+    snprintf(nm, sizeof nm, "%s.exp_avg_sq", x->name);
+    return expect(orr, nm, ZO_ST_F32, x, &info[2]);
+}
+
+/* Everything is checked before the engine is touched. */
+static zo_status load_tensors(zt_trainer *t, const char *dir)
+{
+    tensor_ref *r = NULL;
+    int n = 0;
+    ZT_TRY(model_tensors(t, &r, &n));
+    zo_st_reader_t mr = NULL, orr = NULL;
+    zo_st_tensor_info info[3];
+    zo_status st = open_reader(&mr, dir, ZT_CKPT_MODEL);
+    if (st >= 0)
+        st = open_reader(&orr, dir, ZT_CKPT_OPTIM);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; st >= 0 && i < n; i++)
+            if ((st = find_states(mr, orr, &r[i], info)) >= 0 && pass == 1 &&
+                (st = zo_engine_write_state(zt_trainer_engine(t), r[i].id, info[0].data,
+                                            info[1].data, info[2].data)) < 0)
+                zt_fail(st, "restoring %s: %s", r[i].name, zt_lib_message());
+        if (st >= 0 && pass == 0 && (st = check_count(mr, ZT_CKPT_MODEL, (size_t)n)) >= 0)
+            st = check_count(orr, ZT_CKPT_OPTIM, 2 * (size_t)n);
+    }
+    zo_st_reader_free(mr);
+    zo_st_reader_free(orr);
+    free(r);
+    return st;
+}
+
+static zo_status restore_steps(zt_trainer *t, const state_doc *d)
+{
+    zo_engine_step_state es = ZO_ENGINE_STEP_STATE_INIT, now = ZO_ENGINE_STEP_STATE_INIT;
+    zo_engine_t eng = zt_trainer_engine(t);
+    ZT_LIB(zo_engine_get_step_state(eng, &now));
+    ZT_TRY(read_engine_state(d, &es));
+    const char *dtype = json_string_value(at(d->root, "model.dtype"));
+    int fp16 = zt_trainer_options(t)->dtype == ZO_OPTIM_FP16;
+    if (!dtype || strcmp(dtype, fp16 ? "fp16" : "bf16") != 0) { /* another dtype: a fresh scaler */
+        es.loss_scale = now.loss_scale;
+        es.scaler_iter = now.scaler_iter;
+        es.scaler_last_overflow_iter = now.scaler_last_overflow_iter;
+        es.scaler_hysteresis = now.scaler_hysteresis;
+    }
+    zo_status st = zo_engine_set_step_state(eng, &es);
+    if (st < 0)
+        return zt_fail(st, "%s: %s", d->file, zt_lib_message());
+    zt_train_state ts;
+    ZT_TRY(read_train_state(d, &ts));
+    return zt_trainer_set_state(t, &ts);
+}
+
+zo_status zt_ckpt_load(zt_trainer *t, const char *ckpt_dir)
+{
+    char p[ZT_PATH];
+    ZT_TRY(join(p, ckpt_dir, ZT_CKPT_STATE));
+    json_error_t jerr;
+    state_doc d = {json_load_file(p, 0, &jerr), p};
+    if (!d.root)
+        return zt_fail(ZO_ERR_CORRUPT, "%s: %s (line %d)", p, jerr.text, jerr.line);
+    const char *fmt = json_string_value(at(d.root, "format"));
+    int64_t version = 0;
+    zo_status st = ZO_OK;
+    if (!fmt || strcmp(fmt, ZT_CKPT_FORMAT) != 0 || get_int(&d, "version", &version) < 0 ||
+        version != ZT_CKPT_VERSION)
+        st = zt_fail(ZO_ERR_CORRUPT, "%s is not a %s version %d file", p, ZT_CKPT_FORMAT,
+                     ZT_CKPT_VERSION);
+    if (st >= 0)
+        st = check_model(&d, &zt_trainer_options(t)->shape);
+    if (st >= 0)
+        st = load_tensors(t, ckpt_dir);
+    if (st >= 0)
+        st = restore_steps(t, &d);
+    json_decref(d.root);
+    return st;
+}
+
+/* ---- initial weights ---- */
+
+static void to_f32(const zo_st_tensor_info *in, float *out, size_t n)
+{
+    const unsigned char *p = in->data;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        switch (in->dtype) {
+        case ZO_ST_F32: memcpy(&out[i], p + 4 * i, 4); break;
+        case ZO_ST_BF16: memcpy(&h, p + 2 * i, 2); out[i] = zo_bf16_to_f32(h); break;
+        default: memcpy(&h, p + 2 * i, 2); out[i] = zo_f16_to_f32(h); break;
+        }
+    }
+}
+
+static zo_status init_one(zt_trainer *t, zo_st_reader_t rd, const char *file, const tensor_ref *x,
+                          float *buf)
+{
+    zo_st_tensor_info info = ZO_ST_TENSOR_INFO_INIT;
+    zo_status st = zo_st_reader_find(rd, x->name, &info);
+    if (st < 0)
+        return zt_fail(st, "%s", zt_lib_message());
+    if (info.dtype != ZO_ST_F32 && info.dtype != ZO_ST_BF16 && info.dtype != ZO_ST_F16)
+        return zt_fail(ZO_ERR_INVALID_ARG, "tensor '%s' in '%s': expected dtype F32, BF16 or F16, found %s",
+                       x->name, file, zo_st_dtype_name(info.dtype));
+    ZT_TRY(expect(rd, x->name, info.dtype, x, &info));
+    to_f32(&info, buf, x->numel);
+    st = zo_engine_write_state(zt_trainer_engine(t), x->id, buf, NULL, NULL);
+    if (st < 0)
+        return zt_fail(st, "setting %s: %s", x->name, zt_lib_message());
+    return ZO_OK;
+}
+
+zo_status zt_ckpt_init_weights(zt_trainer *t, const char *file)
+{
+    tensor_ref *r = NULL;
+    int n = 0;
+    ZT_TRY(model_tensors(t, &r, &n));
+    zo_st_reader_t rd = NULL;
+    float *buf = malloc(largest(r, n) * sizeof *buf);
+    zo_status st = buf ? zo_st_reader_open(&rd, file) : zt_fail(ZO_ERR_NO_MEMORY, "a tensor buffer");
+    if (buf && st < 0)
+        zt_fail(st, "--init-weights: %s", zt_lib_message());
+    for (int i = 0; st >= 0 && i < n; i++)
+        st = init_one(t, rd, file, &r[i], buf);
+    if (st >= 0 && zo_st_reader_count(rd) > (size_t)n)
+        fprintf(stderr, "zo-train: %s holds %zu tensors; the model uses %d of them\n", file,
+                zo_st_reader_count(rd), n);
+    zo_st_reader_free(rd);
+    free(buf);
+    free(r);
+    return st;
+}

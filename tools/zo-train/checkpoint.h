@@ -1,0 +1,70 @@
+/* zo-train's checkpoints.
+ *
+ * A save directory holds one directory per checkpoint and a pointer to the
+ * newest:
+ *
+ *   DIR/latest                          "step-00000120\n"
+ *   DIR/step-00000120/model.safetensors      the fp32 master weights under Hugging Face
+ *                                            LLaMA names (model.embed_tokens.weight,
+ *                                            model.layers.N.self_attn.q_proj.weight, ...,
+ *                                            lm_head.weight): transformers and other tools
+ *                                            read it as is
+ *   DIR/step-00000120/optimizer.safetensors  Adam's moments: NAME.exp_avg, NAME.exp_avg_sq (F32)
+ *   DIR/step-00000120/trainer_state.json     step, update count, loss scaler, learning-rate
+ *                                            schedule, data position (seed, epoch, window),
+ *                                            model shape, batch sizes
+ *
+ * The weights are stored in fp32 because they are the master copy the
+ * optimizer continues from (the 16-bit parameters are always those rounded);
+ * a 16-bit file for inference is one cast away, and --init-weights reads
+ * F32, BF16 and F16.
+ *
+ * Crash safety: a checkpoint is written into DIR/step-N.tmp (every file
+ * through zo_atomic_file: temporary name, fsync, rename, fsync of the
+ * directory), which is renamed to DIR/step-N once complete (and DIR
+ * fsynced); then DIR/latest is replaced atomically. A crash at any moment
+ * leaves latest naming a complete checkpoint (or no latest at all before the
+ * first); leftovers (step-*.tmp, a step-N that latest does not name yet) are
+ * removed by the next save. Tensors are streamed one at a time from the
+ * engine into both files: no copy of the whole model is held in memory. */
+#ifndef ZT_CHECKPOINT_H
+#define ZT_CHECKPOINT_H
+
+#include <stddef.h>
+
+#include "trainer.h"
+
+#define ZT_CKPT_LATEST "latest"
+#define ZT_CKPT_MODEL "model.safetensors"
+#define ZT_CKPT_OPTIM "optimizer.safetensors"
+#define ZT_CKPT_STATE "trainer_state.json"
+
+/* Save the trainer (between steps) as DIR/step-<step>, created with DIR as
+ * needed, and point DIR/latest at it; the checkpoint's directory into path
+ * (may be NULL). In dpu mode the pending update is applied first
+ * (zo_engine_flush). */
+zo_status zt_ckpt_save(zt_trainer *t, const char *dir, char *path, size_t cap);
+
+/* A checkpoint directory (holding trainer_state.json), or a save directory
+ * (holding latest): the checkpoint's directory into out. */
+zo_status zt_ckpt_resolve(const char *path, char *out, size_t cap);
+
+/* Load a checkpoint into a trainer before its first step: weights, moments,
+ * step state, schedule and data position. Every tensor is checked by name,
+ * dtype and shape: a missing, misshapen or mistyped one fails naming it (and
+ * the file), as does a model shape that differs from the run's. */
+zo_status zt_ckpt_load(zt_trainer *t, const char *ckpt_dir);
+
+/* Initial weights from a safetensors file with Hugging Face LLaMA names, in
+ * F32, BF16 or F16 (converted to the fp32 master weights); the optimizer
+ * starts fresh. Same checks as zt_ckpt_load. */
+zo_status zt_ckpt_init_weights(zt_trainer *t, const char *file);
+
+/* 1 when dir holds a latest pointer (checkpoints of some run). */
+int zt_ckpt_has_latest(const char *dir);
+
+/* The Hugging Face name and shape of tensor idx of engine layer `layer`. */
+zo_status zt_ckpt_tensor(const zt_shape *s, int layer, int idx, char *name, size_t cap, int *ndim,
+                         int64_t shape[2]);
+
+#endif

@@ -1,0 +1,228 @@
+/* DeepSpeed-style config keys onto zo-train's options (see ds_config.h). */
+#include "ds_config.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <string.h>
+#include <strings.h>
+
+#include "zt_error.h"
+
+/* The parser's message without its source location, naming the file. */
+static zo_status config_fail(zo_status st, const char *path)
+{
+    const char *msg = zt_lib_message();
+    if (strncmp(msg, path, strlen(path)) == 0) /* it names the file already (invalid JSON) */
+        return zt_fail(st, "configuration error: %s", msg);
+    return zt_fail(st, "configuration error in %s: %s", path, msg);
+}
+
+/* Whether the schedule needs total_num_steps and the file leaves it out
+ * (absent or "auto") and no override gives it. */
+static int needs_total_steps(const char *path, const char *const *sets, int n_sets)
+{
+    const char *key = "scheduler.params.total_num_steps=";
+    for (int i = 0; i < n_sets; i++)
+        if (strncmp(sets[i], key, strlen(key)) == 0)
+            return 0;
+    json_t *doc = json_load_file(path, JSON_DECODE_ANY, NULL);
+    json_t *sched = json_object_get(doc, "scheduler");
+    const char *type = json_string_value(json_object_get(sched, "type"));
+    json_t *total = json_object_get(json_object_get(sched, "params"), "total_num_steps");
+    int needs = type && strcasecmp(type, "WarmupLR") != 0 && !json_is_number(total);
+    json_decref(doc);
+    return needs;
+}
+
+zo_status zt_config_load(const char *path, const char *const *sets, int n_sets, int steps,
+                         zo_train_config *out)
+{
+    zo_config_t c = NULL;
+    zo_status st = zo_config_init(&c);
+    if (st >= 0)
+        st = zo_config_load_file(c, path);
+    for (int i = 0; st >= 0 && i < n_sets; i++)
+        st = zo_config_set_arg(c, sets[i]);
+    if (st >= 0 && needs_total_steps(path, sets, n_sets)) {
+        char v[32];
+        snprintf(v, sizeof v, "%d", steps);
+        st = zo_config_set(c, "scheduler.params.total_num_steps", v);
+    }
+    if (st >= 0)
+        st = zo_config_resolve(c, 1, out);
+    if (st < 0)
+        config_fail(st, path);
+    zo_config_free(c);
+    return st;
+}
+
+static zo_status to_int(int64_t v, const char *key, int *out)
+{
+    if (v < 1 || v > INT_MAX)
+        return zt_fail(ZO_ERR_CONFIG, "'%s' is %lld: zo-train takes 1..%d", key, (long long)v,
+                       INT_MAX);
+    *out = (int)v;
+    return ZO_OK;
+}
+
+static int home_of(zo_offload_device d)
+{
+    switch (d) {
+    case ZO_OFFLOAD_NONE: return ZO_TIER_DEVICE;
+    case ZO_OFFLOAD_CPU: return ZO_TIER_HOST;
+    case ZO_OFFLOAD_NVME: return ZO_TIER_NVME;
+    }
+    return ZT_HOME_DEFAULT;
+}
+
+static void add_path(zt_options *o, const char *p)
+{
+    for (int i = 0; i < o->n_nvme_paths; i++)
+        if (strcmp(o->nvme_paths[i], p) == 0)
+            return;
+    if (p[0] && o->n_nvme_paths < ZT_MAX_NVME_PATHS)
+        o->nvme_paths[o->n_nvme_paths++] = p;
+}
+
+static void nvme_paths(zt_options *o, const zo_train_config *cfg)
+{
+    o->n_nvme_paths = 0;
+    for (int64_t i = 0; i < cfg->zoffload.n_nvme_paths; i++)
+        add_path(o, cfg->zoffload.nvme_paths[i]);
+    if (o->n_nvme_paths)
+        return;
+    if (cfg->zero_optimization.offload_optimizer.device == ZO_OFFLOAD_NVME)
+        add_path(o, cfg->zero_optimization.offload_optimizer.nvme_path);
+    if (cfg->zero_optimization.offload_param.device == ZO_OFFLOAD_NVME)
+        add_path(o, cfg->zero_optimization.offload_param.nvme_path);
+}
+
+static void optimizer(zt_options *o, const zo_train_config *cfg)
+{
+    o->lr = (float)cfg->optimizer.lr;
+    o->beta1 = (float)cfg->optimizer.betas[0];
+    o->beta2 = (float)cfg->optimizer.betas[1];
+    o->eps = (float)cfg->optimizer.eps;
+    o->weight_decay = (float)cfg->optimizer.weight_decay;
+    o->adamw = cfg->optimizer.decoupled_weight_decay;
+    o->bias_correction = cfg->optimizer.bias_correction;
+    o->max_grad_norm = (float)cfg->gradient_clipping;
+    zt_schedule_from_config(&o->sched, cfg);
+}
+
+static void precision(zt_options *o, const zo_train_config *cfg)
+{
+    o->dtype = cfg->fp16.enabled ? ZO_OPTIM_FP16 : ZO_OPTIM_BF16;
+    if (!cfg->fp16.enabled && !cfg->bf16.enabled)
+        fprintf(stderr, "zo-train: neither 'fp16.enabled' nor 'bf16.enabled' is true; zo-train "
+                        "computes in 16 bits only: training in bf16\n");
+    zo_loss_scaler_config ls = ZO_LOSS_SCALER_CONFIG_INIT;
+    ls.loss_scale = cfg->fp16.loss_scale;
+    ls.initial_scale_power = (int)cfg->fp16.initial_scale_power;
+    ls.loss_scale_window = (int)cfg->fp16.loss_scale_window;
+    ls.hysteresis = (int)cfg->fp16.hysteresis;
+    ls.consecutive_hysteresis = cfg->fp16.consecutive_hysteresis;
+    ls.min_loss_scale = cfg->fp16.min_loss_scale;
+    o->loss_scaler = ls;
+}
+
+static zo_status placement(zt_options *o, const zo_train_config *cfg)
+{
+    if (cfg->zoffload.optimizer_state_dtype != ZO_STATE_FP32)
+        return zt_fail(ZO_ERR_CONFIG, "'zoffload.optimizer_state_dtype' is bf16: the engine keeps "
+                                      "fp32 optimizer states; use fp32");
+    if (cfg->aio.block_size > UINT32_MAX || cfg->aio.queue_depth > UINT32_MAX)
+        return zt_fail(ZO_ERR_CONFIG, "'aio.block_size' %lld or 'aio.queue_depth' %lld is too large",
+                       (long long)cfg->aio.block_size, (long long)cfg->aio.queue_depth);
+    o->optim_home = home_of(cfg->zero_optimization.offload_optimizer.device);
+    o->param_home = home_of(cfg->zero_optimization.offload_param.device);
+    nvme_paths(o, cfg);
+    o->nvme_block_size = (uint32_t)cfg->aio.block_size;
+    o->nvme_queue_depth = (uint32_t)cfg->aio.queue_depth;
+    o->device_mem = (uint64_t)cfg->zoffload.device_mem;
+    o->pinned_bytes = (uint64_t)cfg->zoffload.host_mem;
+    o->chunk_bytes = (uint64_t)cfg->zoffload.chunk_size;
+    o->mode = cfg->zoffload.optimizer_mode;
+    if (cfg->zoffload.prefetch_lookahead > INT_MAX)
+        return zt_fail(ZO_ERR_CONFIG, "'zoffload.prefetch_lookahead' %lld is too large",
+                       (long long)cfg->zoffload.prefetch_lookahead);
+    o->lookahead = (int)cfg->zoffload.prefetch_lookahead;
+    return ZO_OK;
+}
+
+zo_status zt_options_from_config(zt_options *o, const zo_train_config *cfg, int *log_every)
+{
+    ZT_TRY(to_int(cfg->train_micro_batch_size_per_gpu, "train_micro_batch_size_per_gpu",
+                  &o->micro_batch));
+    ZT_TRY(to_int(cfg->gradient_accumulation_steps, "gradient_accumulation_steps",
+                  &o->grad_accum));
+    ZT_TRY(to_int(cfg->steps_per_print, "steps_per_print", log_every));
+    optimizer(o, cfg);
+    precision(o, cfg);
+    return placement(o, cfg);
+}
+
+/* ---- keys with no effect ---- */
+
+typedef struct unused_key {
+    const char *path;
+    int64_t value, deflt;
+    const char *why;
+} unused_key;
+
+int zt_config_warn_unused(const zo_train_config *cfg, FILE *f)
+{
+    const zo_train_config d = ZO_TRAIN_CONFIG_INIT;
+    const char *const sized = "the engine sizes its buffers from the plan";
+    const char *const layered = "the engine prefetches by layer (zoffload.prefetch_lookahead)";
+    const unused_key keys[] = {
+#define ZT_UNUSED(field, path, why) {path, (int64_t)cfg->field, (int64_t)d.field, why}
+        ZT_UNUSED(zero_optimization.offload_optimizer.pin_memory,
+                  "zero_optimization.offload_optimizer.pin_memory",
+                  "16-bit copies and NVMe staging are always pinned"),
+        ZT_UNUSED(zero_optimization.offload_optimizer.buffer_count,
+                  "zero_optimization.offload_optimizer.buffer_count", sized),
+        ZT_UNUSED(zero_optimization.offload_optimizer.pipeline_read,
+                  "zero_optimization.offload_optimizer.pipeline_read",
+                  "NVMe reads are always pipelined"),
+        ZT_UNUSED(zero_optimization.offload_optimizer.pipeline_write,
+                  "zero_optimization.offload_optimizer.pipeline_write",
+                  "NVMe writes are always pipelined"),
+        ZT_UNUSED(zero_optimization.offload_optimizer.fast_init,
+                  "zero_optimization.offload_optimizer.fast_init", sized),
+        ZT_UNUSED(zero_optimization.offload_param.pin_memory,
+                  "zero_optimization.offload_param.pin_memory",
+                  "16-bit parameters on the host are always pinned"),
+        ZT_UNUSED(zero_optimization.offload_param.buffer_count,
+                  "zero_optimization.offload_param.buffer_count", sized),
+        ZT_UNUSED(zero_optimization.offload_param.buffer_size,
+                  "zero_optimization.offload_param.buffer_size", sized),
+        ZT_UNUSED(zero_optimization.offload_param.max_in_cpu,
+                  "zero_optimization.offload_param.max_in_cpu", "use zoffload.host_mem"),
+        ZT_UNUSED(zero_optimization.stage3_prefetch_bucket_size,
+                  "zero_optimization.stage3_prefetch_bucket_size", layered),
+        ZT_UNUSED(zero_optimization.stage3_max_live_parameters,
+                  "zero_optimization.stage3_max_live_parameters", "use zoffload.device_mem"),
+        ZT_UNUSED(zero_optimization.stage3_max_reuse_distance,
+                  "zero_optimization.stage3_max_reuse_distance",
+                  "eviction follows the recorded access order"),
+        ZT_UNUSED(zero_optimization.stage3_param_persistence_threshold,
+                  "zero_optimization.stage3_param_persistence_threshold",
+                  "every tensor is paged by chunk"),
+        ZT_UNUSED(zero_optimization.sub_group_size, "zero_optimization.sub_group_size",
+                  "the optimizer works chunk by chunk (zoffload.chunk_size)"),
+        ZT_UNUSED(aio.intra_op_parallelism, "aio.intra_op_parallelism",
+                  "one I/O ring per swap store"),
+        ZT_UNUSED(aio.single_submit, "aio.single_submit", "requests are submitted in batches"),
+        ZT_UNUSED(aio.overlap_events, "aio.overlap_events", "completions always overlap"),
+#undef ZT_UNUSED
+    };
+    int n = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (keys[i].value != keys[i].deflt) {
+            fprintf(f, "zo-train: warning: '%s' has no effect in zo-train (%s); ignored\n",
+                    keys[i].path, keys[i].why);
+            n++;
+        }
+    return n;
+}

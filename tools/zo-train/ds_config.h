@@ -1,0 +1,53 @@
+/* zo-train's options from a DeepSpeed-style config (zo/config.h), read with
+ * zo_train_config_load's parser: which key sets which option.
+ *
+ *   train_micro_batch_size_per_gpu, gradient_accumulation_steps -> --micro-batch, --grad-accum
+ *   optimizer.params {lr, betas, eps, weight_decay}; Adam/AdamW, adam_w_mode,
+ *     bias_correction                                   -> the engine's Adam
+ *   scheduler {type, params}                            -> the learning-rate schedule
+ *   fp16 {enabled, loss_scale, initial_scale_power, loss_scale_window, hysteresis,
+ *     consecutive_hysteresis, min_loss_scale}, bf16.enabled -> --dtype and the loss scaler
+ *   gradient_clipping                                   -> --max-grad-norm
+ *   steps_per_print                                     -> --log-every
+ *   zero_optimization.offload_optimizer.device, offload_param.device
+ *                                                       -> --offload-optimizer, --offload-param
+ *   zoffload.nvme_paths, else offload_optimizer.nvme_path and offload_param.nvme_path
+ *                                                       -> --nvme-path
+ *   aio.block_size, aio.queue_depth                     -> the NVMe request size and depth
+ *   zoffload {device_mem, host_mem, chunk_size, optimizer_mode, prefetch_lookahead}
+ *                                                       -> --device-mem, the pinned budget,
+ *                                                          --chunk-bytes, --optimizer-mode,
+ *                                                          the prefetch depth
+ * With neither fp16 nor bf16 enabled (DeepSpeed would train in fp32) zo-train
+ * trains in bf16 and says so. The keys the parser stores but zo-train has no
+ * use for (zero_optimization.stage3_*, sub_group_size, buffer counts and
+ * sizes, pin_memory, pipeline_read/write, aio.intra_op_parallelism,
+ * single_submit, overlap_events) get one warning each when set to another
+ * value than DeepSpeed's default; zero_optimization.stage is accepted
+ * silently (one process: nothing to partition). */
+#ifndef ZT_DS_CONFIG_H
+#define ZT_DS_CONFIG_H
+
+#include <stdio.h>
+
+#include "trainer.h"
+#include "zo/config.h"
+
+/* Read the config file, apply the KEY=VALUE overrides (zo_config_set_arg)
+ * and resolve it for one process. A WarmupDecayLR or WarmupCosineLR schedule
+ * whose total_num_steps is absent or "auto" gets steps (the run's length, as
+ * Hugging Face's Trainer fills it). Messages are the parser's, after
+ * "configuration error in FILE: ". */
+zo_status zt_config_load(const char *path, const char *const *sets, int n_sets, int steps,
+                         zo_train_config *out);
+
+/* Set the options the config speaks for; *log_every from steps_per_print.
+ * The NVMe path strings point into cfg, which must outlive o. Fails (naming
+ * the key) on a value zo-train cannot run with. */
+zo_status zt_options_from_config(zt_options *o, const zo_train_config *cfg, int *log_every);
+
+/* One warning line on f for each stored key that has no effect here and is
+ * not at its default; returns how many. */
+int zt_config_warn_unused(const zo_train_config *cfg, FILE *f);
+
+#endif
