@@ -565,8 +565,13 @@ static void print_human(const cli *c, const result *r)
     } else {
         printf("\nrecommended: none: no strategy fits (see the reasons above)\n");
     }
-    if (r->emitted[0])
-        printf("config written to %s\n", r->emitted);
+    if (r->emitted[0]) {
+        const zt_shape *sh = &c->job.shape;
+        printf("config written to %s: zo-train --config %s --seq %d --vocab %d --dim %d --layers %d "
+               "--heads %d --ffn %d%s\n",
+               r->emitted, r->emitted, c->job.seq, sh->vocab, sh->dim, sh->n_layers, sh->n_heads, sh->ffn_dim,
+               strcmp(r->hw.backend, "cpu") == 0 ? " --device cpu" : "");
+    }
     if (c->validate)
         print_validation(r);
     if (c->ds_estimate)

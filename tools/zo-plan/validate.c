@@ -34,6 +34,7 @@ zt_options zp_trainer_options(const zp_job *job, const zp_hardware *hw, const zp
     o.mode = job->mode;
     o.device = hw->backend;
     o.device_mem = hw->device_bytes;
+    o.pinned_bytes = hw->pinned_max;
     o.param_home = (int)p->param_home;
     o.optim_home = (int)p->optim_home;
     o.chunk_bytes = p->fp.chunk_bytes;
