@@ -445,10 +445,11 @@ static void print_header(const cli *c, const result *r)
     printf("  nvme: %s over %d path(s) (%s)\n", B(a, r->hw.nvme_bytes), r->hw.n_nvme_paths,
            r->facts.nvme_how);
     printf("  speeds: h2d %.2f GB/s, d2h %.2f GB/s (%s); nvme read %.2f, write %.2f GB/s (%s); CPU Adam "
-           "%.3f Gparams/s (%s); device %.2f TFLOPS (%s)\n",
+           "%.3f Gparams/s (%s); device %.3g TFLOPS (%s), on the model's layers %.3g (%s)\n",
            r->sp.h2d / 1e9, r->sp.d2h / 1e9, c->src.what[ZP_SPEED_H2D], r->sp.nvme_read / 1e9,
            r->sp.nvme_write / 1e9, c->src.what[ZP_SPEED_NVME_READ], r->sp.adam_params / 1e9,
-           c->src.what[ZP_SPEED_ADAM], r->sp.flops / 1e12, c->src.what[ZP_SPEED_FLOPS]);
+           c->src.what[ZP_SPEED_ADAM], r->sp.flops / 1e12, c->src.what[ZP_SPEED_FLOPS],
+           r->sp.model_flops / 1e12, c->src.what[ZP_SPEED_MODEL_FLOPS]);
 }
 
 static void print_table(const result *r)
