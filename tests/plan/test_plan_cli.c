@@ -15,8 +15,8 @@
 #include "plan_test_util.h"
 #include "zo_test.h"
 
-#ifndef ZP_EXE
-#error "ZP_EXE (the zo-plan executable) must be defined"
+#if !defined(ZP_EXE) || !defined(ZT_EXE)
+#error "ZP_EXE and ZT_EXE (the zo-plan and zo-train executables) must be defined"
 #endif
 
 typedef struct outputs {
@@ -163,6 +163,40 @@ static void test_emit_config(void **state)
     json_decref(j);
 }
 
+/* The emitted config runs: zo-train --config trains under it and measures
+ * the peaks the plan predicted. */
+static void test_emitted_config_runs_in_zo_train(void **state)
+{
+    (void)state;
+    char path[300], args[700], cmd[1400], out_path[300];
+    snprintf(path, sizeof path, "%s/run.json", g_dir);
+    snprintf(args, sizeof args, TINY_CPU " --nvme-path %s --emit-config %s", g_dir, path);
+    json_t *j = run_json(args), *p, *rec = NULL;
+    size_t i;
+    const char *best = json_string_value(json_object_get(j, "recommended"));
+    json_array_foreach(json_object_get(j, "strategies"), i, p) if (strcmp(json_string_value(json_object_get(p, "name")), best) == 0) rec = p;
+    assert_non_null(rec);
+    snprintf(out_path, sizeof out_path, "%s/zo-train.json", g_dir);
+    snprintf(cmd, sizeof cmd, "%s --config %s --device cpu --seq 64 --steps 1 --val-batches 1 --json >%s 2>/dev/null",
+             ZT_EXE, path, out_path);
+    assert_int_equal(system(cmd), 0);
+    char *text = plan_test_read(out_path);
+    json_error_t err;
+    json_t *t = json_loads(text, 0, &err);
+    if (!t)
+        fail_msg("zo-train --json: %s: %s", err.text, text);
+    free(text);
+    json_t *want = json_object_get(rec, "peak_bytes"), *got = json_object_get(t, "peak_bytes");
+    const char *keys[] = {"device", "pinned", "host", "nvme"};
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(json_integer_value(json_object_get(want, keys[k])),
+                         json_integer_value(json_object_get(got, keys[k])));
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(rec, "device_bytes"), "total")),
+                     json_integer_value(json_object_get(json_object_get(t, "device"), "high_water")));
+    json_decref(t);
+    json_decref(j);
+}
+
 /* DeepSpeed's all_live estimators for one GPU: ZeRO-2 with the optimizer
  * offloaded, 2 B/param on the GPU and 16 x 1.5 on the CPU; ZeRO-3 with
  * both offloaded, the largest layer's 4 B/param on the GPU and 18 x 1.5. */
@@ -242,6 +276,45 @@ static void test_bench_json_and_flags(void **state)
     json_decref(j);
 }
 
+/* --validate runs every plan that fits through the trainer: the peaks it
+ * measures are the predicted ones, and a step time is reported beside the
+ * prediction (compared, not asserted: the machine's load decides it). */
+static void test_validate(void **state)
+{
+    (void)state;
+    char args[700];
+    snprintf(args, sizeof args, TINY_CPU " --layers 2 --nvme-path %s --validate 2", g_dir);
+    json_t *j = run_json(args);
+    json_t *p;
+    size_t i;
+    int ran = 0;
+    json_array_foreach(json_object_get(j, "strategies"), i, p) {
+        json_t *v = json_object_get(p, "validation");
+        if (!json_is_true(json_object_get(p, "fits"))) {
+            assert_true(json_is_null(v));
+            continue;
+        }
+        if (json_object_get(v, "error"))
+            fail_msg("%s: %s", json_string_value(json_object_get(p, "name")),
+                     json_string_value(json_object_get(v, "error")));
+        json_t *want = json_object_get(p, "peak_bytes"), *got = json_object_get(v, "peak_bytes");
+        const char *keys[] = {"device", "pinned", "host", "nvme"};
+        for (int k = 0; k < 4; k++)
+            assert_int_equal(json_integer_value(json_object_get(want, keys[k])),
+                             json_integer_value(json_object_get(got, keys[k])));
+        assert_int_equal(json_integer_value(json_object_get(json_object_get(p, "device_bytes"), "total")),
+                         json_integer_value(json_object_get(v, "device_total")));
+        assert_true(num(v, "step_seconds") > 0);
+        assert_true(isfinite(num(v, "step_error")));
+        ran++;
+    }
+    assert_true(ran >= 3);
+    json_decref(j);
+    outputs o = run("--validate 0");
+    assert_int_equal(o.status, 2);
+    outputs_free(&o);
+}
+
 /* A GPU that is not here can be planned for with --gpu-mem, not without. */
 static void test_planning_an_absent_gpu(void **state)
 {
@@ -288,9 +361,11 @@ int main(void)
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_json_and_recommendation),
         cmocka_unit_test(test_emit_config),
+        cmocka_unit_test(test_emitted_config_runs_in_zo_train),
         cmocka_unit_test(test_deepspeed_estimate),
         cmocka_unit_test(test_hf_config),
         cmocka_unit_test(test_bench_json_and_flags),
+        cmocka_unit_test(test_validate),
         cmocka_unit_test(test_planning_an_absent_gpu),
         cmocka_unit_test(test_bad_flags),
     };

@@ -1,7 +1,6 @@
 /* zo-plan --emit-config: the recommended plan as a DeepSpeed-style config
- * that zo-train reads (zo/config.h). Kept apart from the planner because
- * zo/config.h and zo/engine.h both define ZO_OPTIM_SYNC and its siblings
- * and cannot be included together. */
+ * that zo-train reads (zo/config.h), from plain numbers so that it depends
+ * on the configuration's types only. */
 #ifndef ZP_EMIT_H
 #define ZP_EMIT_H
 

@@ -19,8 +19,13 @@
 #include "hfconfig.h"
 #include "hw.h"
 #include "plan.h"
+#include "validate.h"
 #include "trainer.h"
 #include "zt_error.h"
+
+#ifndef ZP_DEFAULT_DATA
+#define ZP_DEFAULT_DATA "tools/zo-train/data/shakespeare.txt"
+#endif
 
 typedef struct cli {
     const char *preset, *hf_config;
@@ -34,6 +39,8 @@ typedef struct cli {
     int measure, json, ds_estimate;
     double nvme_tbw; /* bytes */
     const char *emit_path;
+    int validate;     /* steps of a trial run per fitting strategy (0: none) */
+    const char *data; /* its tokens */
     char model_note[256];
 } cli;
 
@@ -76,6 +83,9 @@ static void usage(FILE *f)
             "  --json                 one JSON object\n"
             "  --deepspeed-estimate   also what DeepSpeed's ZeRO-2/3 estimators would say\n"
             "  --emit-config FILE     write the recommended plan as a zo-train config\n"
+            "  --validate N           run N steps of every plan that fits through zo-train's trainer\n"
+            "                         here and report measured peaks and step time beside the plan\n"
+            "  --data FILE            the trial run's tokens (default: zo-train's shipped corpus)\n"
             "  --help                 this text\n",
             zt_preset_names());
 }
@@ -114,6 +124,8 @@ enum {
     OPT_JSON,
     OPT_DS,
     OPT_EMIT,
+    OPT_VALIDATE,
+    OPT_DATA,
     OPT_HELP
 };
 
@@ -151,6 +163,8 @@ static const struct option long_opts[] = {
     {"json", no_argument, 0, OPT_JSON},
     {"deepspeed-estimate", no_argument, 0, OPT_DS},
     {"emit-config", required_argument, 0, OPT_EMIT},
+    {"validate", required_argument, 0, OPT_VALIDATE},
+    {"data", required_argument, 0, OPT_DATA},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -252,6 +266,16 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_JSON: c->json = 1; return 0;
     case OPT_DS: c->ds_estimate = 1; return 0;
     case OPT_EMIT: c->emit_path = arg; return 0;
+    case OPT_DATA: c->data = arg; return 0;
+    case OPT_VALIDATE: {
+        char *end;
+        errno = 0;
+        long v = strtol(arg, &end, 10);
+        if (errno || end == arg || *end || v < 1 || v > 100000)
+            return bad_value(opt, arg, "a number of steps >= 1");
+        c->validate = (int)v;
+        return 0;
+    }
     case OPT_NVME_PATH:
         if (c->req.n_nvme_paths == ZP_MAX_NVME_PATHS)
             return bad_value(opt, arg, "at most 16 paths");
@@ -322,6 +346,9 @@ typedef struct result {
     int best;
     uint64_t work;
     char emitted[512]; /* "" or the config's path */
+    int validated[ZP_N_STRATEGIES]; /* 1: ran, -1: the trainer refused or failed (val_err) */
+    zp_validation val[ZP_N_STRATEGIES];
+    char val_err[ZP_N_STRATEGIES][512];
 } result;
 
 static zo_status gather_speeds(cli *c, result *r)
@@ -349,6 +376,21 @@ static zo_status emit(const cli *c, result *r)
     return ZO_OK;
 }
 
+/* Trial runs of the plans that fit; a run that fails is reported, not fatal:
+ * a plan the trainer refuses is what --validate is for. */
+static void validate_all(const cli *c, result *r)
+{
+    const char *nvme = c->req.n_nvme_paths ? c->req.nvme_paths[0] : NULL;
+    for (int s = 0; s < ZP_N_STRATEGIES; s++) {
+        if (!r->plans[s].fits)
+            continue;
+        zo_status st = zp_validate(&c->job, &r->hw, &r->plans[s], c->data, nvme, c->validate, &r->val[s]);
+        r->validated[s] = st < 0 ? -1 : 1;
+        if (st < 0)
+            snprintf(r->val_err[s], sizeof r->val_err[s], "%s", zt_last_error());
+    }
+}
+
 static zo_status plan_all(cli *c, result *r)
 {
     ZT_TRY(zp_detect_hardware(&c->req, &r->hw, &r->facts));
@@ -357,6 +399,8 @@ static zo_status plan_all(cli *c, result *r)
         ZT_TRY(zp_plan_strategy(&c->job, &r->hw, &r->sp, (zp_strategy)s, c->nvme_tbw, &r->plans[s],
                                 &r->work));
     r->best = zp_recommend(r->plans, ZP_N_STRATEGIES);
+    if (c->validate)
+        validate_all(c, r);
     if (c->emit_path && r->best < 0)
         return zt_fail(ZO_ERR_BUDGET, "--emit-config: no strategy fits, so there is nothing to write");
     if (c->emit_path)
@@ -401,10 +445,11 @@ static void print_header(const cli *c, const result *r)
     printf("  nvme: %s over %d path(s) (%s)\n", B(a, r->hw.nvme_bytes), r->hw.n_nvme_paths,
            r->facts.nvme_how);
     printf("  speeds: h2d %.2f GB/s, d2h %.2f GB/s (%s); nvme read %.2f, write %.2f GB/s (%s); CPU Adam "
-           "%.3f Gparams/s (%s); device %.2f TFLOPS (%s)\n",
+           "%.3f Gparams/s (%s); device %.3g TFLOPS (%s), on the model's layers %.3g (%s)\n",
            r->sp.h2d / 1e9, r->sp.d2h / 1e9, c->src.what[ZP_SPEED_H2D], r->sp.nvme_read / 1e9,
            r->sp.nvme_write / 1e9, c->src.what[ZP_SPEED_NVME_READ], r->sp.adam_params / 1e9,
-           c->src.what[ZP_SPEED_ADAM], r->sp.flops / 1e12, c->src.what[ZP_SPEED_FLOPS]);
+           c->src.what[ZP_SPEED_ADAM], r->sp.flops / 1e12, c->src.what[ZP_SPEED_FLOPS],
+           r->sp.model_flops / 1e12, c->src.what[ZP_SPEED_MODEL_FLOPS]);
 }
 
 static void print_table(const result *r)
@@ -468,6 +513,30 @@ static void print_plan_bars(const result *r, const zp_plan *p)
         printf("    why not: %s\n", p->why);
 }
 
+static void print_validation(const result *r)
+{
+    char a[32], b[32], d[32], e[32];
+    printf("\ntrial runs through zo-train's trainer (measured; predicted in the table above):\n");
+    for (int s = 0; s < ZP_N_STRATEGIES; s++) {
+        const zp_plan *p = &r->plans[s];
+        const zp_validation *v = &r->val[s];
+        if (r->validated[s] < 0)
+            printf("  %-22s failed: %s\n", zp_strategy_name(p->strategy), r->val_err[s]);
+        if (r->validated[s] <= 0)
+            continue;
+        printf("  %-22s step %.4g s (predicted %.4g s, %+.1f%%); peaks device %s, pinned %s, host %s, "
+               "nvme %s%s\n",
+               zp_strategy_name(p->strategy), v->step_seconds, p->step_seconds,
+               100 * (p->step_seconds - v->step_seconds) / v->step_seconds,
+               B(a, v->last.peak_device), B(b, v->last.peak_pinned), B(d, v->last.peak_host),
+               B(e, v->last.peak_nvme),
+               v->last.peak_device == p->peak_device && v->last.peak_pinned == p->peak_pinned &&
+                       v->last.peak_host == p->peak_host && v->last.peak_nvme == p->peak_nvme
+                   ? " (as planned)"
+                   : " (the plan differs)");
+    }
+}
+
 static void print_deepspeed(const cli *c)
 {
     zp_ds_row rows[ZP_DS_ROWS];
@@ -497,8 +566,15 @@ static void print_human(const cli *c, const result *r)
     } else {
         printf("\nrecommended: none: no strategy fits (see the reasons above)\n");
     }
-    if (r->emitted[0])
-        printf("config written to %s\n", r->emitted);
+    if (r->emitted[0]) {
+        const zt_shape *sh = &c->job.shape;
+        printf("config written to %s: zo-train --config %s --seq %d --vocab %d --dim %d --layers %d "
+               "--heads %d --ffn %d%s\n",
+               r->emitted, r->emitted, c->job.seq, sh->vocab, sh->dim, sh->n_layers, sh->n_heads, sh->ffn_dim,
+               strcmp(r->hw.backend, "cpu") == 0 ? " --device cpu" : "");
+    }
+    if (c->validate)
+        print_validation(r);
     if (c->ds_estimate)
         print_deepspeed(c);
 }
@@ -563,6 +639,20 @@ static json_t *json_plan(const zp_plan *p)
     return o;
 }
 
+static json_t *json_validation(const result *r, int s)
+{
+    if (!r->validated[s])
+        return json_null();
+    if (r->validated[s] < 0)
+        return json_pack("{s:s}", "error", r->val_err[s]);
+    const zo_step_stats *l = &r->val[s].last;
+    double m = r->val[s].step_seconds;
+    return json_pack("{s:f,s:f,s:{s:o,s:o,s:o,s:o},s:o}", "step_seconds", m, "step_error",
+                     (r->plans[s].step_seconds - m) / m, "peak_bytes", "device", ju(l->peak_device),
+                     "pinned", ju(l->peak_pinned), "host", ju(l->peak_host), "nvme", ju(l->peak_nvme),
+                     "device_total", ju(r->val[s].device_high_water));
+}
+
 static json_t *json_inputs(const cli *c, const result *r)
 {
     const zt_shape *s = &c->job.shape;
@@ -605,8 +695,12 @@ static json_t *json_deepspeed(const cli *c)
 static void print_json(const cli *c, const result *r)
 {
     json_t *root = json_inputs(c, r), *plans = json_array();
-    for (int s = 0; s < ZP_N_STRATEGIES; s++)
-        json_array_append_new(plans, json_plan(&r->plans[s]));
+    for (int s = 0; s < ZP_N_STRATEGIES; s++) {
+        json_t *p = json_plan(&r->plans[s]);
+        if (c->validate)
+            json_object_set_new(p, "validation", json_validation(r, s));
+        json_array_append_new(plans, p);
+    }
     json_object_set_new(root, "strategies", plans);
     json_object_set_new(root, "recommended",
                         r->best >= 0 ? json_string(zp_strategy_name(r->plans[r->best].strategy)) : json_null());
@@ -632,6 +726,7 @@ int main(int argc, char **argv)
     c.job.dtype = ZO_OPTIM_BF16;
     c.job.mode = ZO_OPTIM_SYNC;
     c.req.device = "auto";
+    c.data = ZP_DEFAULT_DATA;
     int rc = parse_args(argc, argv, &c);
     if (rc)
         return rc < 0 ? 0 : rc;
