@@ -302,11 +302,10 @@ static int resolve_model(cli *c)
     zt_shape *sh = &c->job.shape;
     zo_status st = c->hf_config ? zp_read_hf_config(c->hf_config, sh, c->model_note, sizeof c->model_note)
                                 : zt_preset(c->preset, sh);
-    int *dims[5] = {&sh->vocab, &sh->dim, &sh->n_layers, &sh->n_heads, &sh->ffn_dim};
-    for (int i = 0; st >= 0 && i < 5; i++)
-        *dims[i] = c->shape_flags[i] ? c->shape_flags[i] : *dims[i];
-    if (st >= 0)
+    if (st >= 0) {
+        zt_shape_override(sh, c->shape_flags);
         st = zt_shape_check(sh);
+    }
     if (st >= 0)
         return 0;
     fprintf(stderr, "zo-plan: %s\n", zt_last_error());

@@ -494,11 +494,7 @@ static int parse_args(int argc, char **argv, cli *c)
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
         return 2;
     }
-    int *dims[5] = {&c->o.shape.vocab, &c->o.shape.dim, &c->o.shape.n_layers, &c->o.shape.n_heads,
-                    &c->o.shape.ffn_dim};
-    for (int i = 0; i < 5; i++)
-        if (c->shape_flags[i])
-            *dims[i] = c->shape_flags[i];
+    zt_shape_override(&c->o.shape, c->shape_flags);
     default_paths(c);
     return check_checkpoint_flags(c);
 }

@@ -42,6 +42,13 @@ zo_status zt_preset(const char *name, zt_shape *out)
                    name ? name : "(null)", zt_preset_names());
 }
 
+void zt_shape_override(zt_shape *s, const int dims[5])
+{
+    int *dst[5] = {&s->vocab, &s->dim, &s->n_layers, &s->n_heads, &s->ffn_dim};
+    for (int i = 0; i < 5; i++)
+        if (dims[i]) *dst[i] = dims[i];
+}
+
 zo_status zt_shape_check(const zt_shape *s)
 {
     if (s->vocab <= 0 || s->dim <= 0 || s->n_layers <= 0 || s->n_heads <= 0 || s->ffn_dim <= 0)

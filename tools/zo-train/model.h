@@ -47,6 +47,9 @@ typedef struct zt_shape {
 zo_status zt_preset(const char *name, zt_shape *out);
 /* The names, comma-separated, for --help. */
 const char *zt_preset_names(void);
+/* The shape flags over a preset: vocab, dim, layers, heads, ffn in that
+ * order; 0 keeps the preset's value. */
+void zt_shape_override(zt_shape *s, const int dims[5]);
 /* Every dimension positive, heads dividing dim, head_dim even. */
 zo_status zt_shape_check(const zt_shape *s);
 uint64_t zt_shape_n_params(const zt_shape *s);
