@@ -116,7 +116,7 @@ zo_status zp_detect_hardware(const zp_hw_request *req, zp_hardware *hw, zp_hw_fa
 double *zp_speed_field(zp_speeds *sp, int which)
 {
     double *f[ZP_N_SPEEDS] = {&sp->h2d,         &sp->d2h,   &sp->nvme_read,  &sp->nvme_write,
-                              &sp->adam_params, &sp->flops, &sp->model_flops};
+                              &sp->adam_params, &sp->flops, &sp->model_flops, &sp->nvme_update};
     return (unsigned)which < ZP_N_SPEEDS ? f[which] : NULL;
 }
 
@@ -125,7 +125,7 @@ const char *zp_speed_name(int which)
     static const char *const names[ZP_N_SPEEDS] = {"h2d_bytes_per_s", "d2h_bytes_per_s",
                                                    "nvme_read_bytes_per_s", "nvme_write_bytes_per_s",
                                                    "adam_params_per_s", "device_flops",
-                                                   "model_flops"};
+                                                   "model_flops", "nvme_update_bytes_per_s"};
     return (unsigned)which < ZP_N_SPEEDS ? names[which] : "?";
 }
 
@@ -135,9 +135,9 @@ void zp_assume_speeds(const char *backend, zp_speeds *sp, zp_speed_sources *src)
     /* a GPU host: PCIe Gen4 x16 as achieved with pinned memory, one Gen4
      * drive, a server CPU's Adam, an A100-class GPU's dense bf16; the cpu
      * device: memcpy, a SATA-class disk, a laptop's cores */
-    static const double on_gpu[ZP_N_SPEEDS - 1] = {25e9, 25e9, 6e9, 5e9, 2e9, 300e12};
-    static const double on_cpu[ZP_N_SPEEDS - 1] = {8e9, 8e9, 0.5e9, 0.4e9, 0.3e9, 0.1e12};
-    static const char *const why_gpu[ZP_N_SPEEDS - 1] = {
+    static const double on_gpu[ZP_SPEED_MODEL_FLOPS] = {25e9, 25e9, 6e9, 5e9, 2e9, 300e12};
+    static const double on_cpu[ZP_SPEED_MODEL_FLOPS] = {8e9, 8e9, 0.5e9, 0.4e9, 0.3e9, 0.1e12};
+    static const char *const why_gpu[ZP_SPEED_MODEL_FLOPS] = {
         "assumed: PCIe Gen4 x16", "assumed: PCIe Gen4 x16", "assumed: one Gen4 NVMe drive",
         "assumed: one Gen4 NVMe drive", "assumed: a server CPU", "assumed: A100-class bf16"};
     for (int i = 0; i < ZP_SPEED_MODEL_FLOPS; i++) {
@@ -154,6 +154,8 @@ void zp_assume_speeds(const char *backend, zp_speeds *sp, zp_speed_sources *src)
         snprintf(src->what[ZP_SPEED_MODEL_FLOPS], sizeof src->what[0], "the matmul rate (%.60s)",
                  src->what[ZP_SPEED_FLOPS]);
     }
+    if (!(sp->nvme_update > 0))
+        snprintf(src->what[ZP_SPEED_NVME_UPDATE], sizeof src->what[0], "from the read and write rates");
 }
 
 static void take(zp_speeds *sp, zp_speed_sources *src, int which, double v, const char *path)
@@ -179,8 +181,13 @@ static void bench_object(json_t *o, zp_speeds *sp, zp_speed_sources *src, const 
         return;
     if (strcmp(bench, "io") == 0) {
         const char *rw = json_string_value(json_object_get(o, "rw"));
-        if (rw && (strcmp(rw, "read") == 0 || strcmp(rw, "write") == 0))
-            take(sp, src, rw[0] == 'r' ? ZP_SPEED_NVME_READ : ZP_SPEED_NVME_WRITE, num(o, "gbps") * 1e9, path);
+        int which = !rw                          ? -1
+                    : strcmp(rw, "read") == 0   ? ZP_SPEED_NVME_READ
+                    : strcmp(rw, "write") == 0  ? ZP_SPEED_NVME_WRITE
+                    : strcmp(rw, "update") == 0 ? ZP_SPEED_NVME_UPDATE
+                                                : -1;
+        if (which >= 0)
+            take(sp, src, which, num(o, "gbps") * 1e9, path);
     } else if (strcmp(bench, "adam") == 0) {
         take(sp, src, ZP_SPEED_ADAM, num(o, "gparams_per_s") * 1e9, path);
     } else if (strcmp(bench, "engine") == 0) {

@@ -28,7 +28,7 @@ zo_status zp_detect_hardware(const zp_hw_request *req, zp_hardware *hw, zp_hw_fa
 
 /* Where each speed came from. */
 enum { ZP_SPEED_H2D, ZP_SPEED_D2H, ZP_SPEED_NVME_READ, ZP_SPEED_NVME_WRITE, ZP_SPEED_ADAM,
-       ZP_SPEED_FLOPS, ZP_SPEED_MODEL_FLOPS, ZP_N_SPEEDS };
+       ZP_SPEED_FLOPS, ZP_SPEED_MODEL_FLOPS, ZP_SPEED_NVME_UPDATE, ZP_N_SPEEDS };
 typedef struct zp_speed_sources {
     char what[ZP_N_SPEEDS][96]; /* "measured", "--h2d-gbps", "zo-bench FILE", "assumed: ..." */
 } zp_speed_sources;
@@ -46,8 +46,9 @@ void zp_assume_speeds(const char *backend, zp_speeds *sp, zp_speed_sources *src)
 zo_status zp_read_bench_json(const char *path, zp_speeds *sp, zp_speed_sources *src);
 
 /* Short micro-benchmarks on this machine: host<->device copies on the
- * device, NVMe reads and writes through a swap store in nvme_dir (skipped
- * when NULL), CPU Adam through the optimizer pool with the engine's thread
+ * device, NVMe reads, writes and the optimizer update's read-ahead/write-
+ * behind pipeline at the job's extent size through a swap store in nvme_dir
+ * (skipped when NULL), CPU Adam through the optimizer pool with the engine's thread
  * count, the device's GEMM rate at the model's shapes (zo_op_gemm), and the
  * rate of the model's own layers (training micro-batches of the whole
  * model, or of the model cut to one and three blocks, on the cpu device

@@ -74,10 +74,12 @@ static void usage(FILE *f)
             "  --nvme-bytes BYTES     NVMe space instead of the paths' free space\n"
             "  --nvme-tbw TB          the drives' rated endurance, terabytes written\n"
             "speeds (measured with --measure, given, read from zo-bench, else assumed):\n"
-            "  --measure              short micro-benchmarks on this machine (about a second)\n"
+            "  --measure              short micro-benchmarks on this machine (seconds)\n"
             "  --h2d-gbps G --d2h-gbps G --nvme-read-gbps G --nvme-write-gbps G   GB/s\n"
             "  --adam-gparams G       CPU Adam, billions of parameters per second\n"
             "  --gpu-tflops T         the device's dense 16-bit TFLOPS\n"
+            "  --nvme-update-gbps G   GB/s read and written together by the optimizer's NVMe\n"
+            "                         pipeline (default: --measure's, else from read and write)\n"
             "  --bench-json FILE      zo-bench io/adam/engine --json output (repeatable)\n"
             "output:\n"
             "  --json                 one JSON object\n"
@@ -120,6 +122,7 @@ enum {
     OPT_NVME_W,
     OPT_ADAM,
     OPT_TFLOPS,
+    OPT_NVME_U,
     OPT_BENCH,
     OPT_JSON,
     OPT_DS,
@@ -157,6 +160,7 @@ static const struct option long_opts[] = {
     {"d2h-gbps", required_argument, 0, OPT_D2H},
     {"nvme-read-gbps", required_argument, 0, OPT_NVME_R},
     {"nvme-write-gbps", required_argument, 0, OPT_NVME_W},
+    {"nvme-update-gbps", required_argument, 0, OPT_NVME_U},
     {"adam-gparams", required_argument, 0, OPT_ADAM},
     {"gpu-tflops", required_argument, 0, OPT_TFLOPS},
     {"bench-json", required_argument, 0, OPT_BENCH},
@@ -218,8 +222,8 @@ static int parse_rate_opt(int opt, const char *arg, cli *c)
         return 0;
     }
     static const int which[] = {ZP_SPEED_H2D, ZP_SPEED_D2H, ZP_SPEED_NVME_READ, ZP_SPEED_NVME_WRITE,
-                                ZP_SPEED_ADAM, ZP_SPEED_FLOPS};
-    static const double unit[] = {1e9, 1e9, 1e9, 1e9, 1e9, 1e12};
+                                ZP_SPEED_ADAM, ZP_SPEED_FLOPS, ZP_SPEED_NVME_UPDATE};
+    static const double unit[] = {1e9, 1e9, 1e9, 1e9, 1e9, 1e12, 1e9};
     int k = opt - OPT_H2D;
     *zp_speed_field(&c->speeds, which[k]) = v * unit[k];
     snprintf(c->src.what[which[k]], sizeof c->src.what[0], "--%s", opt_name(opt));
@@ -291,7 +295,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
         return parse_int_opt(opt, arg, c);
     if (opt == OPT_CHUNK || (opt >= OPT_GPU_MEM && opt <= OPT_PINNED) || opt == OPT_NVME_BYTES)
         return parse_bytes_opt(opt, arg, c);
-    if (opt == OPT_TBW || (opt >= OPT_H2D && opt <= OPT_TFLOPS))
+    if (opt == OPT_TBW || (opt >= OPT_H2D && opt <= OPT_NVME_U))
         return parse_rate_opt(opt, arg, c);
     return parse_choice_opt(opt, arg, c);
 }
@@ -443,10 +447,13 @@ static void print_header(const cli *c, const result *r)
            r->hw.pinned_max ? ", pinned at most " : "", r->hw.pinned_max ? B(d, r->hw.pinned_max) : "");
     printf("  nvme: %s over %d path(s) (%s)\n", B(a, r->hw.nvme_bytes), r->hw.n_nvme_paths,
            r->facts.nvme_how);
-    printf("  speeds: h2d %.2f GB/s, d2h %.2f GB/s (%s); nvme read %.2f, write %.2f GB/s (%s); CPU Adam "
+    char upd[48] = "";
+    if (r->sp.nvme_update > 0)
+        snprintf(upd, sizeof upd, ", update pipeline %.2f", r->sp.nvme_update / 1e9);
+    printf("  speeds: h2d %.2f GB/s, d2h %.2f GB/s (%s); nvme read %.2f, write %.2f%s GB/s (%s); CPU Adam "
            "%.3f Gparams/s (%s); device %.3g TFLOPS (%s), on the model's layers %.3g (%s)\n",
            r->sp.h2d / 1e9, r->sp.d2h / 1e9, c->src.what[ZP_SPEED_H2D], r->sp.nvme_read / 1e9,
-           r->sp.nvme_write / 1e9, c->src.what[ZP_SPEED_NVME_READ], r->sp.adam_params / 1e9,
+           r->sp.nvme_write / 1e9, upd, c->src.what[ZP_SPEED_NVME_READ], r->sp.adam_params / 1e9,
            c->src.what[ZP_SPEED_ADAM], r->sp.flops / 1e12, c->src.what[ZP_SPEED_FLOPS],
            r->sp.model_flops / 1e12, c->src.what[ZP_SPEED_MODEL_FLOPS]);
 }

@@ -3,6 +3,8 @@
  * copy links of the device, NVMe through the swap store, CPU Adam through
  * the optimizer pool, the device's GEMM rate at the model's shapes. About a
  * second in all on a small machine. */
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,21 +17,36 @@
 #include "zo/swap.h"
 #include "zo/topo.h"
 #include "model.h"
+#include "trainer.h"
 #include "zt_error.h"
 
 #define LINK_BLOCK (8u << 20)  /* bytes per copy, a chunk's order of magnitude */
 #define LINK_BYTES (128u << 20) /* per repetition and direction */
-#define NVME_EXTENT (8u << 20)
-#define NVME_EXTENTS 8u
 #define ADAM_PARAMS (4u << 20)
 #define GEMM_CPU_FLOPS 4e9 /* per GEMM on the cpu device, where a big one takes seconds */
 #define MODEL_CPU_FLOPS 6e9 /* per micro-batch timed on the cpu device */
+#define MODEL_CPU_MAX_FLOPS 1.2e11 /* larger than this, the GEMM rate stands in */
+/* Fewer tokens per GEMM run slower (on this build VM a 100M model reached
+ * 0.055 TFLOPS at 64 tokens per micro-batch, 0.078 at 256): micro-batches
+ * are cut for time only down to this many tokens. */
+#define MODEL_MIN_TOKENS 256 /* per micro-batch timed on the cpu device */
 
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++) /* insertion sort */
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = x;
+        }
+    return v[n / 2];
 }
 
 static void record(zp_speeds *sp, zp_speed_sources *src, int which, double v)
@@ -112,66 +129,168 @@ static zo_status measure_links(const zp_hardware *hw, zp_speeds *sp, zp_speed_so
     return ZO_OK;
 }
 
-/* ---- NVMe ---- */
+/* ---- NVMe ----
+ * The engine moves optimizer states through NVMe in one pipeline per step
+ * (engine_optim.c): a chunk's states, one extent of 6 x chunk bytes (fp32
+ * master, m, v), are read two chunks ahead of the update and, once updated,
+ * written to the chunk's alternate extent while the next reads run. What a
+ * step sees is the rate of that mix at that extent size: reads or writes
+ * alone, or 8 MiB requests, were 0.6x-1.4x of it on the disks tried. So
+ * the measurement runs the same pipeline over extents of the job's size
+ * (capped), and times plain read and write passes over them with a few
+ * extents in flight. */
 
-static zo_status nvme_pass(zo_swap_t sw, zo_swap_extent_t *ext, char *buf, int write, double *sec)
+#define NVME_EXTENT_MAX (64ull << 20)
+#define NVME_PASS_BYTES (256ull << 20) /* per direction and pass */
+#define NVME_MIN_EXTENTS 6u
+#define NVME_STAGES 3u /* the engine's ENG_NVME_STAGES */
+#define NVME_WINDOW 4u /* extents in flight in the plain passes */
+#define NVME_ROUNDS 3
+
+typedef struct nvme_bench {
+    zo_swap_t sw;
+    zo_swap_extent_t *ext; /* 2n: extent i's alternate is n + i */
+    char *buf;             /* NVME_WINDOW (>= NVME_STAGES) buffers of `bytes` */
+    uint64_t bytes;
+    uint32_t n;
+    zo_status st;
+} nvme_bench;
+
+/* The state extent of the job's default chunk (what zo-train would use),
+ * 4 KiB-rounded, capped so the measurement stays short. */
+static uint64_t nvme_extent_bytes(const zp_job *job)
 {
-    zo_swap_io_t io[NVME_EXTENTS];
-    double t0 = now_s();
-    zo_status st = ZO_OK;
-    uint32_t issued = 0;
-    for (; issued < NVME_EXTENTS && st >= 0; issued++) {
-        char *b = buf + (size_t)issued * NVME_EXTENT;
-        st = write ? zo_swap_write_async(sw, ext[issued], b, NVME_EXTENT, 1, NULL, NULL, &io[issued])
-                   : zo_swap_read_async(sw, ext[issued], b, NVME_EXTENT, 1, NULL, NULL, &io[issued]);
-    }
-    if (st < 0)
-        issued--;
-    for (uint32_t i = 0; i < issued; i++) {
-        zo_status w = zo_swap_wait(io[i]);
-        if (st >= 0)
-            st = w;
-    }
-    *sec = now_s() - t0;
-    return st < 0 ? zt_lib_fail(st, "NVMe benchmark I/O") : ZO_OK;
+    uint64_t c = job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape);
+    uint64_t e = (6 * c + 4095) / 4096 * 4096;
+    return e < NVME_EXTENT_MAX ? e : NVME_EXTENT_MAX;
 }
 
-static zo_status measure_nvme(const char *dir, zp_speeds *sp, zp_speed_sources *src)
+static char *nvme_buf(nvme_bench *b, uint32_t slot)
 {
+    return b->buf + (size_t)slot * b->bytes;
+}
+
+static void nvme_wait(nvme_bench *b, zo_swap_io_t *io)
+{
+    if (!*io)
+        return;
+    zo_status st = zo_swap_wait(*io);
+    *io = NULL;
+    if (st < 0 && b->st >= 0)
+        b->st = zt_lib_fail(st, "NVMe benchmark I/O");
+}
+
+static void nvme_submit(nvme_bench *b, int write, uint32_t e, uint32_t slot, zo_swap_io_t *io)
+{
+    if (b->st < 0)
+        return;
+    char *p = nvme_buf(b, slot);
+    zo_status st = write ? zo_swap_write_async(b->sw, b->ext[e], p, b->bytes, 1, NULL, NULL, io)
+                         : zo_swap_read_async(b->sw, b->ext[e], p, b->bytes, 1, NULL, NULL, io);
+    if (st < 0) {
+        *io = NULL;
+        b->st = zt_lib_fail(st, write ? "NVMe benchmark write" : "NVMe benchmark read");
+    }
+}
+
+/* Extents first..first+n-1 read or written with NVME_WINDOW in flight;
+ * seconds taken. */
+static double nvme_pass(nvme_bench *b, int write, uint32_t first)
+{
+    zo_swap_io_t io[NVME_WINDOW] = {0};
+    double t0 = now_s();
+    for (uint32_t i = 0; i < b->n; i++) {
+        nvme_wait(b, &io[i % NVME_WINDOW]);
+        nvme_submit(b, write, first + i, i % NVME_WINDOW, &io[i % NVME_WINDOW]);
+    }
+    for (uint32_t w = 0; w < NVME_WINDOW; w++)
+        nvme_wait(b, &io[w]);
+    return now_s() - t0;
+}
+
+/* The update's pipeline without the arithmetic: read extent i + 2 into a
+ * stage whose write has landed, write extent i to its alternate; seconds
+ * taken for n reads and n writes. */
+static double nvme_update_pass(nvme_bench *b, uint32_t from, uint32_t to)
+{
+    zo_swap_io_t rd[NVME_STAGES] = {0}, wr[NVME_STAGES] = {0};
+    const uint32_t ahead = NVME_STAGES - 1;
+    double t0 = now_s();
+    for (uint32_t c = 0; c < ahead && c < b->n; c++)
+        nvme_submit(b, 0, from + c, c, &rd[c]);
+    for (uint32_t c = 0; c < b->n; c++) {
+        uint32_t s = c % NVME_STAGES;
+        nvme_wait(b, &rd[s]);
+        nvme_submit(b, 1, to + c, s, &wr[s]);
+        if (c + ahead < b->n) {
+            uint32_t s2 = (c + ahead) % NVME_STAGES;
+            nvme_wait(b, &wr[s2]); /* the stage's last write must be out */
+            nvme_submit(b, 0, from + c + ahead, s2, &rd[s2]);
+        }
+    }
+    for (uint32_t s = 0; s < NVME_STAGES; s++) {
+        nvme_wait(b, &rd[s]);
+        nvme_wait(b, &wr[s]);
+    }
+    return now_s() - t0;
+}
+
+static zo_status nvme_bench_open(nvme_bench *b, const char *dir, uint64_t extent)
+{
+    memset(b, 0, sizeof *b);
+    b->bytes = extent;
+    b->n = (uint32_t)((NVME_PASS_BYTES + extent - 1) / extent);
+    if (b->n < NVME_MIN_EXTENTS)
+        b->n = NVME_MIN_EXTENTS;
     const char *paths[1] = {dir};
     zo_swap_config c = ZO_SWAP_CONFIG_INIT;
     c.paths = paths;
     c.npaths = 1;
-    c.capacity = (uint64_t)NVME_EXTENTS * NVME_EXTENT;
-    c.extent_bytes = NVME_EXTENT;
+    c.capacity = 2ull * b->n * extent;
+    c.extent_bytes = extent;
     c.name = "zo-plan-measure";
     c.reuse = ZO_SWAP_REUSE;
-    zo_swap_t sw = NULL;
-    zo_swap_extent_t ext[NVME_EXTENTS];
-    char *buf = NULL;
-    if (posix_memalign((void **)&buf, 4096, (size_t)NVME_EXTENTS * NVME_EXTENT) != 0)
-        return zt_fail(ZO_ERR_NO_MEMORY, "the NVMe benchmark's buffer");
-    memset(buf, 7, (size_t)NVME_EXTENTS * NVME_EXTENT);
-    zo_status st = zo_swap_open(&c, &sw);
+    b->ext = calloc(2 * (size_t)b->n, sizeof *b->ext);
+    if (!b->ext || posix_memalign((void **)&b->buf, 4096, (size_t)NVME_WINDOW * extent) != 0)
+        return zt_fail(ZO_ERR_NO_MEMORY, "the NVMe benchmark's %u buffers of %" PRIu64 " bytes",
+                       NVME_WINDOW, extent);
+    memset(b->buf, 7, (size_t)NVME_WINDOW * extent);
+    zo_status st = zo_swap_open(&c, &b->sw);
     if (st < 0)
-        st = zt_lib_fail(st, "zo_swap_open (NVMe benchmark)");
-    for (uint32_t i = 0; st >= 0 && i < NVME_EXTENTS; i++)
-        if ((st = zo_swap_alloc_extent(sw, i, &ext[i])) < 0)
-            st = zt_lib_fail(st, "zo_swap_alloc_extent");
-    double best[2] = {1e30, 1e30}; /* read, write */
-    for (int pass = 0; pass < 4 && st >= 0; pass++) { /* write, read, write, read */
-        double sec;
-        int w = pass % 2 == 0;
-        st = nvme_pass(sw, ext, buf, w, &sec);
-        if (sec < best[w])
-            best[w] = sec;
+        return zt_lib_fail(st, "zo_swap_open (the NVMe benchmark's store)");
+    for (uint32_t i = 0; i < 2 * b->n; i++)
+        if ((st = zo_swap_alloc_extent(b->sw, i, &b->ext[i])) < 0)
+            return zt_lib_fail(st, "zo_swap_alloc_extent");
+    return ZO_OK;
+}
+
+static void nvme_bench_close(nvme_bench *b)
+{
+    if (b->sw)
+        zo_swap_close(b->sw);
+    free(b->ext);
+    free(b->buf);
+}
+
+static zo_status measure_nvme(const char *dir, const zp_job *job, zp_speeds *sp, zp_speed_sources *src)
+{
+    nvme_bench b;
+    zo_status st = nvme_bench_open(&b, dir, nvme_extent_bytes(job));
+    /* the median of three rounds (the disk's rate swings by 2x within
+     * seconds on a shared machine); the first write lays the extents out */
+    double t[3][NVME_ROUNDS]; /* read, write, update */
+    for (int round = 0; round < NVME_ROUNDS && st >= 0; round++) {
+        t[1][round] = nvme_pass(&b, 1, 0);
+        t[0][round] = nvme_pass(&b, 0, 0);
+        t[2][round] = nvme_update_pass(&b, 0, b.n);
+        st = b.st;
     }
-    zo_swap_close(sw);
-    free(buf);
+    nvme_bench_close(&b);
     ZT_TRY(st);
-    double bytes = (double)NVME_EXTENTS * NVME_EXTENT;
-    record(sp, src, ZP_SPEED_NVME_READ, bytes / best[0]);
-    record(sp, src, ZP_SPEED_NVME_WRITE, bytes / best[1]);
+    double bytes = (double)b.n * (double)b.bytes;
+    record(sp, src, ZP_SPEED_NVME_READ, bytes / median(t[0], NVME_ROUNDS));
+    record(sp, src, ZP_SPEED_NVME_WRITE, bytes / median(t[1], NVME_ROUNDS));
+    record(sp, src, ZP_SPEED_NVME_UPDATE, 2 * bytes / median(t[2], NVME_ROUNDS));
     return ZO_OK;
 }
 
@@ -307,15 +426,16 @@ static zo_status measure_gemm(const zp_hardware *hw, const zp_job *job, zp_speed
  * (norms, RoPE, attention, SwiGLU, the loss, the bf16 conversions), from
  * training micro-batches of the model (see time_model). */
 
-static double median5(double *v)
+
+/* Device flops of one micro-batch of mb sequences through the model, the
+ * backward's recompute included (as the planner counts them). */
+static double micro_flops(const zp_job *job, int layers, int mb)
 {
-    for (int i = 1; i < 5; i++) /* insertion sort */
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double x = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = x;
-        }
-    return v[2];
+    zt_shape sh = job->shape;
+    sh.n_layers = layers;
+    zp_job j = *job;
+    j.shape = sh;
+    return (double)mb * job->seq * zp_device_flops_per_token(&j);
 }
 
 static zo_status time_micro(zo_device_t dev, zo_stream_t s, const zp_job *job, int layers, int mb,
@@ -339,10 +459,12 @@ static zo_status time_micro(zo_device_t dev, zo_stream_t s, const zp_job *job, i
     if (st >= 0)
         st = zt_model_set_batch(m, tok, tok + n, 1);
     zt_param_source src = r ? zt_resident_source(r) : (zt_param_source){0};
-    /* the median of five after a warm-up: what a run of steps sees on a
-     * shared machine, where the best of a few is too hopeful */
+    /* the median of five after a warm-up (of three when a micro-batch is
+     * long): what a run of steps sees on a shared machine, where the best of
+     * a few is too hopeful */
+    const int reps = 1 + (micro_flops(job, layers, mb) > MODEL_CPU_FLOPS ? 3 : 5);
     double t[6] = {0};
-    for (int rep = 0; rep < 6 && st >= 0; rep++) {
+    for (int rep = 0; rep < reps && st >= 0; rep++) {
         float loss;
         double t0 = now_s();
         st = zt_model_train_micro(m, &src, 0, 1.0f);
@@ -350,23 +472,13 @@ static zo_status time_micro(zo_device_t dev, zo_stream_t s, const zp_job *job, i
             st = zt_model_read_losses(m, &loss, 1);
         t[rep] = now_s() - t0;
     }
-    *sec = median5(t + 1);
+    *sec = median(t + 1, reps - 1);
     zt_model_free(m);
     zt_resident_free(r);
     free(tok);
     return st;
 }
 
-/* Device flops of one micro-batch of mb sequences through the model, the
- * backward's recompute included (as the planner counts them). */
-static double micro_flops(const zp_job *job, int layers, int mb)
-{
-    zt_shape sh = job->shape;
-    sh.n_layers = layers;
-    zp_job j = *job;
-    j.shape = sh;
-    return (double)mb * job->seq * zp_device_flops_per_token(&j);
-}
 
 /* Seconds per micro-batch of mb sequences through the whole model: timed
  * outright when it is small enough, else from the model cut to one and to
@@ -392,10 +504,11 @@ static zo_status measure_model(const zp_hardware *hw, const zp_job *job, zp_spee
     const int L = job->shape.n_layers, cpu = strcmp(hw->backend, "cpu") == 0;
     int mb = job->micro_batch;
     int whole = cpu && micro_flops(job, L, mb) <= MODEL_CPU_FLOPS;
-    while (cpu && !whole && mb > 1 && micro_flops(job, 3, mb) > MODEL_CPU_FLOPS)
+    while (cpu && !whole && mb > 1 && micro_flops(job, 3, mb) > MODEL_CPU_FLOPS &&
+           (long)(mb / 2) * job->seq >= MODEL_MIN_TOKENS)
         mb /= 2;
-    if (cpu && !whole && micro_flops(job, 3, mb) > 8 * MODEL_CPU_FLOPS)
-        return ZO_OK; /* too big to run here in a second: the GEMM rate stands in */
+    if (cpu && !whole && micro_flops(job, 3, mb) > MODEL_CPU_MAX_FLOPS)
+        return ZO_OK; /* too big to run here in seconds: the GEMM rate stands in */
     zt_shape cut = job->shape;
     cut.n_layers = whole ? L : 3;
     zt_model_config mc = {cut, job->seq, mb, 1, ZO_DTYPE_BF16};
@@ -421,8 +534,9 @@ zo_status zp_measure(const zp_hardware *hw, const zp_job *job, const char *nvme_
                        "speeds with flags or --bench-json instead)");
     if (wanted(sp, ZP_SPEED_H2D) || wanted(sp, ZP_SPEED_D2H))
         ZT_TRY(measure_links(hw, sp, src));
-    if (nvme_dir && (wanted(sp, ZP_SPEED_NVME_READ) || wanted(sp, ZP_SPEED_NVME_WRITE)))
-        ZT_TRY(measure_nvme(nvme_dir, sp, src));
+    if (nvme_dir && (wanted(sp, ZP_SPEED_NVME_READ) || wanted(sp, ZP_SPEED_NVME_WRITE) ||
+                     wanted(sp, ZP_SPEED_NVME_UPDATE)))
+        ZT_TRY(measure_nvme(nvme_dir, job, sp, src));
     if (wanted(sp, ZP_SPEED_ADAM))
         ZT_TRY(measure_adam(sp, src));
     if (wanted(sp, ZP_SPEED_FLOPS))

@@ -403,6 +403,19 @@ static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *
     return ZO_OK;
 }
 
+/* The update reads the next chunks' states while it writes the last ones.
+ * At the rate measured for that mix when there is one; else reads and
+ * writes overlap but together move no faster than the faster of the two. */
+static double nvme_update_seconds(uint64_t rd_bytes, uint64_t wr_bytes, const zp_speeds *sp)
+{
+    if (!rd_bytes && !wr_bytes)
+        return 0;
+    if (sp->nvme_update > 0)
+        return (double)(rd_bytes + wr_bytes) / sp->nvme_update;
+    double rd = (double)rd_bytes / sp->nvme_read, wr = (double)wr_bytes / sp->nvme_write;
+    return fmax(fmax(rd, wr), (double)(rd_bytes + wr_bytes) / fmax(sp->nvme_read, sp->nvme_write));
+}
+
 double zp_device_flops_per_token(const zp_job *job)
 {
     return zt_shape_flops_per_token(&job->shape, job->seq) + recompute_flops_per_token(&job->shape, job->seq);
@@ -419,11 +432,7 @@ static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, cons
     double rate = sp->model_flops > 0 ? sp->model_flops : sp->flops;
     uint64_t state_r = p->optim_home == ZO_TIER_NVME ? 6 * p->fp.chunk_bytes * p->fp.n_chunks : 0;
     double nvme_fetch = (double)(p->nvme_read_bytes - state_r) / sp->nvme_read;
-    /* the update reads the next chunks' states while it writes the last
-     * ones: reads and writes overlap, but together move no faster than the
-     * faster of the two alone */
-    double rd = (double)state_r / sp->nvme_read, wr = (double)p->nvme_write_bytes / sp->nvme_write;
-    double nvme_optim = fmax(fmax(rd, wr), (double)(state_r + p->nvme_write_bytes) / fmax(sp->nvme_read, sp->nvme_write));
+    double nvme_optim = nvme_update_seconds(state_r, p->nvme_write_bytes, sp);
     double *t = p->seconds;
     t[ZP_BN_COMPUTE] = device_flops / rate;
     t[ZP_BN_H2D] = (double)p->h2d_bytes / sp->h2d;

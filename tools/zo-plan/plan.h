@@ -75,6 +75,10 @@ typedef struct zp_speeds {
     double adam_params; /* CPU Adam parameters per second (fp32 states, 16-bit gradients) */
     double flops;       /* the device's dense 16-bit matmul FLOP/s: MFU's denominator */
     double model_flops; /* what the model's layers reach, every op included (0: flops) */
+    /* bytes/s read and written together by the optimizer's NVMe pipeline
+     * (states read ahead, updated states written behind) at the job's
+     * extent size; 0: derived from nvme_read and nvme_write */
+    double nvme_update;
 } zp_speeds;
 
 typedef enum zp_bottleneck {
