@@ -248,7 +248,7 @@ static zp_speeds measure(const job_cfg *c, uint64_t device_bytes, const zp_speed
     zp_speeds sp = *have;
     zp_speed_sources src;
     memset(&src, 0, sizeof src);
-    if (zp_measure(&hw, &j, g_dir, &sp, &src) < 0)
+    if (zp_measure(&hw, &j, g_dir, &sp, &src, NULL) < 0)
         fail_msg("zp_measure: %s", zt_last_error());
     return sp;
 }

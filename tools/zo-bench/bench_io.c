@@ -1,6 +1,8 @@
 /* zo-bench io: sequential read or write bandwidth of the swap store (its
- * engine, O_DIRECT, checksummed extents) on one directory, to be compared
- * with fio on the same directory:
+ * engine, O_DIRECT, checksummed extents) on one directory, or the rate of
+ * the engine's optimizer-update pipeline (--rw update: each extent read two
+ * ahead, written back to an alternate extent behind), to be compared with
+ * fio on the same directory:
  *   fio --name=zo --directory=DIR --size=SIZE --bs=BS --iodepth=QD --rw=read|write
  *       --ioengine=io_uring --direct=1 --numjobs=1 --group_reporting */
 #include <ctype.h>
@@ -32,13 +34,15 @@ typedef struct io_result {
 static void io_usage(FILE *out)
 {
     fprintf(out,
-            "usage: zo-bench io --path DIR --size BYTES --bs BYTES --qd N --rw read|write\n"
+            "usage: zo-bench io --path DIR --size BYTES --bs BYTES --qd N --rw read|write|update\n"
             "                   [--engine io_uring|sync] [--extent BYTES] [--json]\n"
             "Reads or writes SIZE bytes in DIR through the swap store with O_DIRECT and prints GB/s\n"
             "(10^9 bytes/s). Sizes take K, M, G, T suffixes (powers of 1024). Extents of --extent bytes\n"
             "(default 64M, like offload chunks) are cut into --bs requests, --qd of them in flight.\n"
             "Untimed passes come first: the data is written (as fio lays out its file), and a read run\n"
-            "reads it once before the timed read; a write run times an overwrite. Compare with:\n"
+            "reads it once before the timed read; a write run times an overwrite. An update run\n"
+            "times the offload engine's optimizer pipeline: every extent read (two ahead) and written\n"
+            "to an alternate extent (behind), reads and writes counted together. Compare with:\n"
             "  fio --name=zo --directory=DIR --size=SIZE --bs=BS --iodepth=QD --rw=read|write \\\n"
             "      --ioengine=io_uring --direct=1\n");
 }
@@ -86,7 +90,8 @@ static int parse_opts(int argc, char **argv, io_opts *o)
         else if (!num) return io_usage(stderr), 2;
     }
     const char *bad = !o->path ? "--path is required" : !o->size ? "--size is required (> 0)"
-                    : !o->rw || (strcmp(o->rw, "read") && strcmp(o->rw, "write")) ? "--rw must be read or write"
+                    : !o->rw || (strcmp(o->rw, "read") && strcmp(o->rw, "write") && strcmp(o->rw, "update"))
+                        ? "--rw must be read, write or update"
                     : (o->bs % 4096 || !o->bs) ? "--bs must be a multiple of 4096"
                     : (!o->qd || o->qd > 4096) ? "--qd must be 1..4096"
                     : (o->extent % 4096 || !o->extent) ? "--extent must be a multiple of 4096" : NULL;
@@ -131,6 +136,42 @@ static zo_status run_pass(zo_swap_t s, const zo_swap_extent_t *ext, uint64_t n, 
     return st;
 }
 
+/* The engine's update pipeline (offload/engine_optim.c, three stages):
+ * extent i + 2 is read into a stage whose last write has landed while
+ * extent i goes out to its alternate, n + i. */
+#define UPDATE_STAGES 3u
+
+static zo_status update_pass(zo_swap_t s, const zo_swap_extent_t *ext, uint64_t n, const io_opts *o, uint8_t *buf)
+{
+    zo_swap_io_t rd[UPDATE_STAGES] = {0}, wr[UPDATE_STAGES] = {0};
+    zo_status st = ZO_OK;
+    const uint64_t ahead = UPDATE_STAGES - 1;
+#define LEN(i) ((size_t)((i) + 1 < n ? o->extent : o->size - (i) * o->extent))
+#define STAGE(i) (buf + ((i) % UPDATE_STAGES) * o->extent)
+    for (uint64_t i = 0; i < ahead && i < n && st == ZO_OK; i++)
+        st = zo_swap_read_async(s, ext[i], STAGE(i), LEN(i), 1, NULL, NULL, &rd[i]);
+    for (uint64_t i = 0; i < n && st == ZO_OK; i++) {
+        unsigned k = (unsigned)(i % UPDATE_STAGES);
+        st = zo_swap_wait(rd[k]);
+        rd[k] = NULL;
+        if (st == ZO_OK) st = zo_swap_write_async(s, ext[n + i], STAGE(i), LEN(i), 2, NULL, NULL, &wr[k]);
+        if (st == ZO_OK && i + ahead < n) {
+            unsigned k2 = (unsigned)((i + ahead) % UPDATE_STAGES);
+            st = zo_swap_wait(wr[k2]);
+            wr[k2] = NULL;
+            if (st == ZO_OK)
+                st = zo_swap_read_async(s, ext[i + ahead], STAGE(i + ahead), LEN(i + ahead), 1, NULL, NULL, &rd[k2]);
+        }
+    }
+#undef LEN
+#undef STAGE
+    for (unsigned k = 0; k < UPDATE_STAGES; k++) {
+        zo_status a = zo_swap_wait(rd[k]), b = zo_swap_wait(wr[k]);
+        if (st == ZO_OK) st = a != ZO_OK ? a : b;
+    }
+    return st;
+}
+
 static zo_status bench(const io_opts *o, io_result *res)
 {
     const char *paths[1] = {o->path};
@@ -145,13 +186,16 @@ static zo_status bench(const io_opts *o, io_result *res)
     c.name = "zo-bench-io";
     c.reuse = ZO_SWAP_REUSE; /* a file left by an interrupted benchmark is ours to take over */
     uint64_t n = (o->size + o->extent - 1) / o->extent;
+    const int update = !strcmp(o->rw, "update");
+    if (update) c.capacity = 2 * n * o->extent; /* every extent and its alternate */
     /* Extents in flight: enough to fill qd requests of bs bytes, plus two so
      * that the queue stays full while this thread verifies a finished read
      * (in zo_swap_wait) and hashes the next write. */
     uint64_t depth = (o->qd * o->bs + o->extent - 1) / o->extent + 2;
     if (depth > n) depth = n;
+    if (update && depth < UPDATE_STAGES) depth = UPDATE_STAGES;
     zo_swap_t s = NULL;
-    zo_swap_extent_t *ext = calloc(n, sizeof *ext);
+    zo_swap_extent_t *ext = calloc(update ? 2 * n : n, sizeof *ext);
     uint8_t *buf = NULL;
     if (!ext || posix_memalign((void **)&buf, 4096, depth * o->extent)) {
         free(ext);
@@ -165,7 +209,7 @@ static zo_status bench(const io_opts *o, io_result *res)
     }
     zo_status st = zo_swap_open(&c, &s);
     if (st == ZO_OK) st = zo_swap_register_buffer(s, buf, depth * o->extent);
-    for (uint64_t i = 0; i < n && st == ZO_OK; i++) st = zo_swap_alloc_extent(s, i, &ext[i]);
+    for (uint64_t i = 0; i < (update ? 2 * n : n) && st == ZO_OK; i++) st = zo_swap_alloc_extent(s, i, &ext[i]);
     int write = !strcmp(o->rw, "write");
     /* Untimed passes first: the data is written (as fio lays out its file),
      * and a read run reads it once more before the timed pass, since a first
@@ -173,10 +217,11 @@ static zo_status bench(const io_opts *o, io_result *res)
      * this project's VMs, about half) and fio's repeated runs see later ones. */
     if (st == ZO_OK) st = run_pass(s, ext, n, o, buf, depth, 1, 1);
     if (st == ZO_OK && !write) st = run_pass(s, ext, n, o, buf, depth, 0, 1);
+    if (st == ZO_OK && update) st = update_pass(s, ext, n, o, buf); /* warms as the read did */
     double t0 = now_s();
-    if (st == ZO_OK) st = run_pass(s, ext, n, o, buf, depth, write, write ? 2 : 1);
+    if (st == ZO_OK) st = update ? update_pass(s, ext, n, o, buf) : run_pass(s, ext, n, o, buf, depth, write, write ? 2 : 1);
     res->seconds = now_s() - t0;
-    res->bytes = o->size;
+    res->bytes = update ? 2 * o->size : o->size;
     res->stats = (zo_swap_stats)ZO_SWAP_STATS_INIT;
     if (s) {
         zo_swap_get_stats(s, &res->stats);

@@ -53,8 +53,9 @@ zo_status zp_read_bench_json(const char *path, zp_speeds *sp, zp_speed_sources *
  * rate of the model's own layers (training micro-batches of the whole
  * model, or of the model cut to one and three blocks, on the cpu device
  * with fewer sequences).
- * Speeds already set stay. */
+ * Speeds already set stay. progress (may be NULL) is told each part as it
+ * starts. */
 zo_status zp_measure(const zp_hardware *hw, const zp_job *job, const char *nvme_dir, zp_speeds *sp,
-                     zp_speed_sources *src);
+                     zp_speed_sources *src, void (*progress)(const char *what));
 
 #endif

@@ -354,6 +354,13 @@ typedef struct result {
     char val_err[ZP_N_STRATEGIES][512];
 } result;
 
+/* Progress of the long parts (--measure, --validate) on stderr. */
+static void say(const char *what)
+{
+    fprintf(stderr, "zo-plan: %s\n", what);
+    fflush(stderr);
+}
+
 static zo_status gather_speeds(cli *c, result *r)
 {
     r->sp = c->speeds;
@@ -361,7 +368,7 @@ static zo_status gather_speeds(cli *c, result *r)
         ZT_TRY(zp_read_bench_json(c->bench_json[i], &r->sp, &c->src));
     if (c->measure)
         ZT_TRY(zp_measure(&r->hw, &c->job, c->req.n_nvme_paths ? c->req.nvme_paths[0] : NULL, &r->sp,
-                          &c->src));
+                          &c->src, say));
     zp_assume_speeds(r->hw.backend, &r->sp, &c->src);
     return ZO_OK;
 }
@@ -387,6 +394,10 @@ static void validate_all(const cli *c, result *r)
     for (int s = 0; s < ZP_N_STRATEGIES; s++) {
         if (!r->plans[s].fits)
             continue;
+        char what[128];
+        snprintf(what, sizeof what, "trial run: %s, %d step(s) through zo-train's trainer",
+                 zp_strategy_name((zp_strategy)s), c->validate);
+        say(what);
         zo_status st = zp_validate(&c->job, &r->hw, &r->plans[s], c->data, nvme, c->validate, &r->val[s]);
         r->validated[s] = st < 0 ? -1 : 1;
         if (st < 0)

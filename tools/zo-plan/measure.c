@@ -5,6 +5,7 @@
  * second in all on a small machine. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,11 +141,11 @@ static zo_status measure_links(const zp_hardware *hw, zp_speeds *sp, zp_speed_so
  * (capped), and times plain read and write passes over them with a few
  * extents in flight. */
 
-#define NVME_EXTENT_MAX (64ull << 20)
-#define NVME_PASS_BYTES (256ull << 20) /* per direction and pass */
-#define NVME_MIN_EXTENTS 6u
+#define NVME_EXTENT_MAX (256ull << 20)
+#define NVME_PASS_MAX (768ull << 20) /* per direction and pass, at most */
+#define NVME_MIN_EXTENTS 4u
 #define NVME_STAGES 3u /* the engine's ENG_NVME_STAGES */
-#define NVME_WINDOW 4u /* extents in flight in the plain passes */
+#define NVME_WINDOW NVME_STAGES /* extents in flight in the plain passes */
 #define NVME_ROUNDS 3
 
 typedef struct nvme_bench {
@@ -153,6 +154,7 @@ typedef struct nvme_bench {
     char *buf;             /* NVME_WINDOW (>= NVME_STAGES) buffers of `bytes` */
     uint64_t bytes;
     uint32_t n;
+    int registered;
     zo_status st;
 } nvme_bench;
 
@@ -235,11 +237,25 @@ static double nvme_update_pass(nvme_bench *b, uint32_t from, uint32_t to)
     return now_s() - t0;
 }
 
-static zo_status nvme_bench_open(nvme_bench *b, const char *dir, uint64_t extent)
+/* A pass moves what one step of the job moves through the pipeline (its
+ * fp32 master, m and v, read and written), up to NVME_PASS_MAX: extents
+ * below 64 MiB run the pipeline at a fraction of the disk's rate (2.25 MiB:
+ * about 1 GB/s here where 234 MiB reach 2.5), and a pass must start and
+ * finish as the step's does. */
+static uint32_t nvme_pass_extents(const zp_job *job, uint64_t extent)
+{
+    uint64_t step = 12 * zt_shape_n_params(&job->shape);
+    uint64_t bytes = step < NVME_PASS_MAX ? step : NVME_PASS_MAX;
+    uint64_t n = (bytes + extent - 1) / extent;
+    return n < NVME_MIN_EXTENTS ? NVME_MIN_EXTENTS : (uint32_t)n;
+}
+
+static zo_status nvme_bench_open(nvme_bench *b, const char *dir, const zp_job *job)
 {
     memset(b, 0, sizeof *b);
+    uint64_t extent = nvme_extent_bytes(job);
     b->bytes = extent;
-    b->n = (uint32_t)((NVME_PASS_BYTES + extent - 1) / extent);
+    b->n = nvme_pass_extents(job, extent);
     if (b->n < NVME_MIN_EXTENTS)
         b->n = NVME_MIN_EXTENTS;
     const char *paths[1] = {dir};
@@ -258,6 +274,10 @@ static zo_status nvme_bench_open(nvme_bench *b, const char *dir, uint64_t extent
     zo_status st = zo_swap_open(&c, &b->sw);
     if (st < 0)
         return zt_lib_fail(st, "zo_swap_open (the NVMe benchmark's store)");
+    /* registered, as the engine registers its stages (fixed-buffer I/O) */
+    if ((st = zo_swap_register_buffer(b->sw, b->buf, (size_t)NVME_WINDOW * extent)) < 0)
+        return zt_lib_fail(st, "zo_swap_register_buffer");
+    b->registered = 1;
     for (uint32_t i = 0; i < 2 * b->n; i++)
         if ((st = zo_swap_alloc_extent(b->sw, i, &b->ext[i])) < 0)
             return zt_lib_fail(st, "zo_swap_alloc_extent");
@@ -266,6 +286,8 @@ static zo_status nvme_bench_open(nvme_bench *b, const char *dir, uint64_t extent
 
 static void nvme_bench_close(nvme_bench *b)
 {
+    if (b->registered)
+        zo_swap_unregister_buffer(b->sw, b->buf);
     if (b->sw)
         zo_swap_close(b->sw);
     free(b->ext);
@@ -275,22 +297,25 @@ static void nvme_bench_close(nvme_bench *b)
 static zo_status measure_nvme(const char *dir, const zp_job *job, zp_speeds *sp, zp_speed_sources *src)
 {
     nvme_bench b;
-    zo_status st = nvme_bench_open(&b, dir, nvme_extent_bytes(job));
-    /* the median of three rounds (the disk's rate swings by 2x within
-     * seconds on a shared machine); the first write lays the extents out */
-    double t[3][NVME_ROUNDS]; /* read, write, update */
+    zo_status st = nvme_bench_open(&b, dir, job);
+    /* the write lays the extents out; the update pipeline, which the step
+     * time leans on, is the median of three passes (the disk's rate swings
+     * by 2x within seconds on a shared machine) */
+    double w = 0, r = 0, u[NVME_ROUNDS];
+    if (st >= 0) {
+        w = nvme_pass(&b, 1, 0);
+        r = nvme_pass(&b, 0, 0);
+    }
     for (int round = 0; round < NVME_ROUNDS && st >= 0; round++) {
-        t[1][round] = nvme_pass(&b, 1, 0);
-        t[0][round] = nvme_pass(&b, 0, 0);
-        t[2][round] = nvme_update_pass(&b, 0, b.n);
+        u[round] = nvme_update_pass(&b, 0, b.n);
         st = b.st;
     }
     nvme_bench_close(&b);
     ZT_TRY(st);
     double bytes = (double)b.n * (double)b.bytes;
-    record(sp, src, ZP_SPEED_NVME_READ, bytes / median(t[0], NVME_ROUNDS));
-    record(sp, src, ZP_SPEED_NVME_WRITE, bytes / median(t[1], NVME_ROUNDS));
-    record(sp, src, ZP_SPEED_NVME_UPDATE, 2 * bytes / median(t[2], NVME_ROUNDS));
+    record(sp, src, ZP_SPEED_NVME_READ, bytes / r);
+    record(sp, src, ZP_SPEED_NVME_WRITE, bytes / w);
+    record(sp, src, ZP_SPEED_NVME_UPDATE, 2 * bytes / median(u, NVME_ROUNDS));
     return ZO_OK;
 }
 
@@ -525,23 +550,47 @@ static zo_status measure_model(const zp_hardware *hw, const zp_job *job, zp_spee
     return ZO_OK;
 }
 
+static void tell(void (*progress)(const char *), const char *fmt, ...)
+{
+    if (!progress)
+        return;
+    char what[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    progress(what);
+}
+
 zo_status zp_measure(const zp_hardware *hw, const zp_job *job, const char *nvme_dir, zp_speeds *sp,
-                     zp_speed_sources *src)
+                     zp_speed_sources *src, void (*progress)(const char *what))
 {
     if (strcmp(hw->backend, "cuda") == 0 && zo_device_cuda_count() == 0)
         return zt_fail(ZO_ERR_UNSUPPORTED,
                        "--measure needs the device it plans for: there is no GPU here (give its "
                        "speeds with flags or --bench-json instead)");
-    if (wanted(sp, ZP_SPEED_H2D) || wanted(sp, ZP_SPEED_D2H))
+    if (wanted(sp, ZP_SPEED_H2D) || wanted(sp, ZP_SPEED_D2H)) {
+        tell(progress, "measuring host<->device copies");
         ZT_TRY(measure_links(hw, sp, src));
+    }
     if (nvme_dir && (wanted(sp, ZP_SPEED_NVME_READ) || wanted(sp, ZP_SPEED_NVME_WRITE) ||
-                     wanted(sp, ZP_SPEED_NVME_UPDATE)))
+                     wanted(sp, ZP_SPEED_NVME_UPDATE))) {
+        uint64_t ext = nvme_extent_bytes(job);
+        tell(progress, "measuring NVMe in %s: reads, writes and the update's pipeline, %u extents of %" PRIu64
+             " KiB", nvme_dir, nvme_pass_extents(job, ext), ext >> 10);
         ZT_TRY(measure_nvme(nvme_dir, job, sp, src));
-    if (wanted(sp, ZP_SPEED_ADAM))
+    }
+    if (wanted(sp, ZP_SPEED_ADAM)) {
+        tell(progress, "measuring CPU Adam");
         ZT_TRY(measure_adam(sp, src));
-    if (wanted(sp, ZP_SPEED_FLOPS))
+    }
+    if (wanted(sp, ZP_SPEED_FLOPS)) {
+        tell(progress, "measuring the device's GEMM rate");
         ZT_TRY(measure_gemm(hw, job, sp, src));
-    if (wanted(sp, ZP_SPEED_MODEL_FLOPS))
+    }
+    if (wanted(sp, ZP_SPEED_MODEL_FLOPS)) {
+        tell(progress, "measuring the model's layers (training micro-batches)");
         ZT_TRY(measure_model(hw, job, sp, src));
+    }
     return ZO_OK;
 }
