@@ -208,6 +208,27 @@ static void test_memory_small(void **state)
     check_job_memory(&c);
 }
 
+/* The optimizer's NVMe time is its bytes at the update pipeline's rate
+ * when one is known; without it, from the read and write rates. */
+static void test_update_rate_drives_nvme_time(void **state)
+{
+    (void)state;
+    job_cfg c = tiny_cfg(1);
+    zp_speeds sp = unit_speeds;
+    sp.nvme_read = 3e9, sp.nvme_write = 2e9;
+    zp_plan derived = plan(&c, ZP_OPTIM_NVME, 64ull << 20, &sp);
+    double bytes = (double)derived.nvme_read_bytes + (double)derived.nvme_write_bytes;
+    assert_true(derived.nvme_read_bytes == derived.nvme_write_bytes && bytes > 0);
+    /* reads and writes overlap, no faster together than the faster alone */
+    assert_true(fabs(derived.seconds[ZP_BN_NVME] - bytes / 3e9) < 1e-12);
+    sp.nvme_update = 1.25e9;
+    zp_plan measured = plan(&c, ZP_OPTIM_NVME, 64ull << 20, &sp);
+    assert_true(fabs(measured.seconds[ZP_BN_NVME] - bytes / 1.25e9) < 1e-12);
+    assert_true(measured.step_seconds > derived.step_seconds);
+    zp_plan host = plan(&c, ZP_OPTIM_HOST, 64ull << 20, &sp);
+    assert_true(host.seconds[ZP_BN_NVME] == 0);
+}
+
 /* The small preset itself, every placement at the roomy and the smallest
  * budget (label slow: about a minute here; the NVMe placements write 8 GiB
  * of states and are skipped, saying so, where the disk has less free). */
@@ -383,6 +404,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest memory[] = {
         cmocka_unit_test(test_memory_tiny),
         cmocka_unit_test(test_memory_small),
+        cmocka_unit_test(test_update_rate_drives_nvme_time),
         cmocka_unit_test(test_70b_work_does_not_grow_with_size),
         cmocka_unit_test(test_70b_allocates_nothing_in_proportion),
     };

@@ -259,6 +259,7 @@ static void test_bench_json_and_flags(void **state)
     write_file(path, "zo-bench io: a human line\n"
                      "{\"bench\":\"io\",\"rw\":\"read\",\"gbps\":3.5}\n"
                      "{\"bench\":\"io\",\"rw\":\"write\",\"gbps\":2.5}\n"
+                     "{\"bench\":\"io\",\"rw\":\"update\",\"gbps\":1.75}\n"
                      "{\"bench\":\"adam\",\"gparams_per_s\":1.25}\n"
                      "{\"bench\":\"engine\",\"h2d_bytes\":1000000000,\"h2d_link_seconds\":0.05,"
                      "\"d2h_bytes\":1000000000,\"d2h_link_seconds\":0.1}\n");
@@ -267,6 +268,7 @@ static void test_bench_json_and_flags(void **state)
     json_t *sp = json_object_get(j, "speeds"), *src = json_object_get(sp, "sources");
     assert_true(num(sp, "nvme_read_bytes_per_s") == 3.5e9);
     assert_true(num(sp, "nvme_write_bytes_per_s") == 2.5e9);
+    assert_true(num(sp, "nvme_update_bytes_per_s") == 1.75e9);
     assert_true(num(sp, "adam_params_per_s") == 1.25e9);
     assert_true(num(sp, "h2d_bytes_per_s") == 7e9); /* the flag wins over the file */
     assert_true(num(sp, "d2h_bytes_per_s") == 1e10);
