@@ -15,8 +15,8 @@
 #include "plan_test_util.h"
 #include "zo_test.h"
 
-#if !defined(ZP_EXE) || !defined(ZT_EXE)
-#error "ZP_EXE and ZT_EXE (the zo-plan and zo-train executables) must be defined"
+#if !defined(ZP_EXE) || !defined(ZT_EXE) || !defined(ZB_EXE)
+#error "ZP_EXE, ZT_EXE and ZB_EXE (the zo-plan, zo-train and zo-bench executables) must be defined"
 #endif
 
 typedef struct outputs {
@@ -74,7 +74,7 @@ static void test_help(void **state)
     assert_int_equal(o.status, 0);
     const char *flags[] = {"--preset", "--hf-config", "--seq", "--micro-batch", "--grad-accum",
                            "--dtype", "--optimizer-mode", "--gpu-mem", "--host-mem", "--pinned-max",
-                           "--nvme-path", "--nvme-bytes", "--nvme-tbw", "--measure", "--h2d-gbps",
+                           "--nvme-path", "--nvme-bytes", "--nvme-tbw", "--measure", "--h2d-gbps", "--nvme-update-gbps",
                            "--gpu-tflops", "--bench-json", "--json", "--deepspeed-estimate",
                            "--emit-config"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
@@ -278,6 +278,42 @@ static void test_bench_json_and_flags(void **state)
     json_decref(j);
 }
 
+/* zo-bench io --rw update (the engine's optimizer pipeline over a swap
+ * store) gives zo-plan the update rate through --bench-json; a bad --rw is
+ * refused naming the choices. */
+static void test_bench_update_pipeline(void **state)
+{
+    (void)state;
+    char cmd[1200], path[300], args[700];
+    snprintf(path, sizeof path, "%s/update.jsonl", g_dir);
+    snprintf(cmd, sizeof cmd, "%s io --path %s --size 12M --extent 2M --rw update --json >%s", ZB_EXE, g_dir,
+             path);
+    assert_int_equal(system(cmd), 0);
+    char *txt = plan_test_read(path);
+    json_error_t err;
+    json_t *b = json_loads(txt, 0, &err);
+    free(txt);
+    if (!b)
+        fail_msg("zo-bench io --rw update: not JSON (%s)", err.text);
+    assert_string_equal(json_string_value(json_object_get(b, "rw")), "update");
+    double gbps = num(b, "gbps");
+    assert_true(gbps > 0);
+    json_decref(b);
+    snprintf(args, sizeof args, TINY_CPU " --bench-json %s", path);
+    json_t *j = run_json(args);
+    json_t *sp = json_object_get(j, "speeds"), *src = json_object_get(sp, "sources");
+    assert_true(fabs(num(sp, "nvme_update_bytes_per_s") - gbps * 1e9) <= 1e-6 * gbps * 1e9);
+    assert_non_null(strstr(json_string_value(json_object_get(src, "nvme_update_bytes_per_s")), "zo-bench"));
+    json_decref(j);
+    snprintf(cmd, sizeof cmd, "%s io --path %s --size 1M --rw mixed 2>%s/err.txt", ZB_EXE, g_dir, g_dir);
+    int st = system(cmd);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    snprintf(path, sizeof path, "%s/err.txt", g_dir);
+    txt = plan_test_read(path);
+    assert_non_null(strstr(txt, "read, write or update"));
+    free(txt);
+}
+
 /* --validate runs every plan that fits through the trainer: the peaks it
  * measures are the predicted ones, and a step time is reported beside the
  * prediction (compared, not asserted: the machine's load decides it). */
@@ -367,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_deepspeed_estimate),
         cmocka_unit_test(test_hf_config),
         cmocka_unit_test(test_bench_json_and_flags),
+        cmocka_unit_test(test_bench_update_pipeline),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_planning_an_absent_gpu),
         cmocka_unit_test(test_bad_flags),
