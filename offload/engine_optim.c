@@ -215,59 +215,64 @@ static zo_status update_all_resident(struct zo_engine *e, float lr, float factor
     return st;
 }
 
+/* The update of every chunk through NVMe, on zo_swap_pipeline_run's
+ * schedule: a chunk's states are read into a stage two chunks ahead,
+ * updated there and written to the alternate extents from it. */
 typedef struct nvme_pipe {
+    struct zo_engine *e;
+    float lr, factor;
+    int64_t step;
+    int parity;
     zo_swap_io_t rd[ENG_NVME_STAGES], wr[ENG_NVME_STAGES], pwr[ENG_NVME_STAGES];
-    zo_status st;
-    char why[512];
 } nvme_pipe;
 
-static void pipe_fail(nvme_pipe *pp, zo_status st)
+static zo_status pipe_wait(nvme_pipe *pp, zo_swap_io_t *io)
 {
-    if (pp->st < 0 || st >= 0) return;
-    pp->st = st;
-    snprintf(pp->why, sizeof pp->why, "%s", zo_last_error());
-}
-
-static void pipe_wait(struct zo_engine *e, nvme_pipe *pp, zo_swap_io_t *io)
-{
-    if (!*io) return;
-    pipe_fail(pp, timed_swap_wait(e, *io));
+    if (!*io) return ZO_OK;
+    zo_status st = timed_swap_wait(pp->e, *io);
     *io = NULL;
+    return st;
 }
 
-static void pipe_read(struct zo_engine *e, nvme_pipe *pp, uint32_t c)
+static zo_status pipe_read(void *user, uint32_t c, unsigned s)
 {
-    unsigned s = c % ENG_NVME_STAGES;
-    pipe_wait(e, pp, &pp->wr[s]); /* the slot's previous writes must be done */
-    pipe_wait(e, pp, &pp->pwr[s]);
-    if (pp->st == ZO_OK) pipe_fail(pp, read_current(e, c, e->stage[s], &pp->rd[s]));
+    nvme_pipe *pp = user;
+    return read_current(pp->e, c, pp->e->stage[s], &pp->rd[s]);
+}
+
+static zo_status pipe_update(void *user, uint32_t c, unsigned s)
+{
+    nvme_pipe *pp = user;
+    struct zo_engine *e = pp->e;
+    ZO_TRY(pipe_wait(pp, &pp->rd[s]));
+    zo_adam_params p;
+    zo_adam_buffers b;
+    adam_args(e, &e->chunks[c], e->stage[s], pp->lr, pp->factor, pp->step, pp->parity, &p, &b);
+    ZO_TRY(zo_optim_pool_adam_step(e->opool, &p, &b));
+    return eng_write_alternate(e, c, e->stage[s], &pp->wr[s], &pp->pwr[s]);
+}
+
+/* Every ticket is waited for, whatever failed first. */
+static zo_status pipe_drain(void *user, unsigned s)
+{
+    nvme_pipe *pp = user;
+    zo_status a = pipe_wait(pp, &pp->rd[s]);
+    zo_status b = pipe_wait(pp, &pp->wr[s]);
+    zo_status c = pipe_wait(pp, &pp->pwr[s]);
+    return a < 0 ? a : b < 0 ? b : c;
 }
 
 static zo_status update_all_nvme(struct zo_engine *e, float lr, float factor, int64_t step, int parity)
 {
-    nvme_pipe pp;
-    memset(&pp, 0, sizeof pp);
-    const uint32_t ahead = ENG_NVME_STAGES - 1, n = e->n_chunks;
-    for (uint32_t c = 0; c < ahead && c < n; c++) pipe_read(e, &pp, c);
-    for (uint32_t c = 0; c < n && pp.st == ZO_OK; c++) {
-        unsigned s = c % ENG_NVME_STAGES;
-        pipe_wait(e, &pp, &pp.rd[s]);
-        if (pp.st < 0) break;
-        zo_adam_params p;
-        zo_adam_buffers b;
-        adam_args(e, &e->chunks[c], e->stage[s], lr, factor, step, parity, &p, &b);
-        pipe_fail(&pp, zo_optim_pool_adam_step(e->opool, &p, &b));
-        if (pp.st == ZO_OK) pipe_fail(&pp, eng_write_alternate(e, c, e->stage[s], &pp.wr[s], &pp.pwr[s]));
-        if (c + ahead < n) pipe_read(e, &pp, c + ahead);
+    static const zo_swap_pipeline_ops ops = {pipe_read, pipe_update, pipe_drain};
+    nvme_pipe pp = {e, lr, factor, step, parity, {0}, {0}, {0}};
+    zo_status st = zo_swap_pipeline_run(e->n_chunks, ENG_NVME_STAGES, &ops, &pp);
+    if (st < 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", zo_last_error());
+        return ZO_FAIL(st, ENG_SUBSYS, "updating the optimizer states on NVMe: %s", why);
     }
-    for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
-        pipe_wait(e, &pp, &pp.rd[s]);
-        pipe_wait(e, &pp, &pp.wr[s]);
-        pipe_wait(e, &pp, &pp.pwr[s]);
-    }
-    if (pp.st < 0)
-        return ZO_FAIL(pp.st, ENG_SUBSYS, "updating the optimizer states on NVMe: %s", pp.why);
-    for (uint32_t c = 0; c < n; c++) e->chunks[c].alt_valid = 1;
+    for (uint32_t c = 0; c < e->n_chunks; c++) e->chunks[c].alt_valid = 1;
     return ZO_OK;
 }
 

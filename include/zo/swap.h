@@ -184,6 +184,27 @@ zo_status zo_swap_extent_location(zo_swap_t s, zo_swap_extent_t ext, const char 
 /* Name of the engine in use ("io_uring", "sync", ...). */
 const char *zo_swap_engine_name(zo_swap_t s);
 
+/* ---- the update pipeline ----
+ * How a step moves optimizer states through the store (the engine's update
+ * of every chunk) and how the benchmarks time it, scheduled here once: item
+ * i is read into stage i % stages, stages - 1 items ahead of the one being
+ * updated; an updated item's writes go out from its stage buffer, and a
+ * stage is read into again only after it is drained (its writes landed).
+ * The callbacks start and wait for the I/O and keep the tickets. */
+typedef struct zo_swap_pipeline_ops {
+    /* Start reading item i into stage s (drained). */
+    zo_status (*read)(void *user, uint32_t i, unsigned s);
+    /* Wait for item i's read in stage s, work on it, start its writes. */
+    zo_status (*update)(void *user, uint32_t i, unsigned s);
+    /* Wait for all stage s has in flight (its read, its writes). */
+    zo_status (*drain)(void *user, unsigned s);
+} zo_swap_pipeline_ops;
+
+/* Run items 0..n-1 through the pipeline (stages >= 2). After the first
+ * failure no new item is started; every stage is drained whatever happened.
+ * Returns the first failure, with its message as the thread's last error. */
+zo_status zo_swap_pipeline_run(uint32_t n, unsigned stages, const zo_swap_pipeline_ops *ops, void *user);
+
 /* ---- probes, for zo-report ---- */
 /* 1 when an io_uring ring can be set up and supports read/write here, else 0
  * with the reason in why (ZO_SWAP_FORCE_SYNC=1 counts as a failure). */

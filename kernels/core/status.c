@@ -65,6 +65,12 @@ const char *zo_last_error(void) { return tls_errmsg; }
 
 zo_status zo_last_error_status(void) { return tls_errst; }
 
+void zo_restore_error(zo_status st, const char *msg)
+{
+    snprintf(tls_errmsg, sizeof tls_errmsg, "%s", msg ? msg : "");
+    tls_errst = st;
+}
+
 void zo_clear_error(void)
 {
     tls_errmsg[0] = '\0';

@@ -25,6 +25,10 @@ zo_status zo_set_error_at(zo_status st, const char *subsys, const char *file, in
 /* Raise an error and return its status: return ZO_FAIL(ZO_ERR_X, "swap", "..."); */
 #define ZO_FAIL(st, subsys, ...) zo_set_error_at((st), (subsys), __FILE__, __LINE__, __VA_ARGS__)
 
+/* Make (st, msg) the calling thread's last error again, as saved from
+ * zo_last_error() before later calls replaced it (no new location prefix). */
+void zo_restore_error(zo_status st, const char *msg);
+
 /* Propagate a failing status unchanged (the callee already set the message). */
 #define ZO_TRY(expr)                                                                               \
     do {                                                                                           \

@@ -13,9 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "zo/swap.h"
+#include "zo/swap_bench.h"
 #include "zo_bench.h"
 
 typedef struct io_opts {
@@ -103,137 +103,43 @@ static int parse_opts(int argc, char **argv, io_opts *o)
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* One sequential pass over all extents, `depth` extents in flight, each
- * using its own slice of buf. */
-static zo_status run_pass(zo_swap_t s, const zo_swap_extent_t *ext, uint64_t n, const io_opts *o, uint8_t *buf,
-                          uint64_t depth, int write, uint64_t gen)
-{
-    zo_swap_io_t *io = calloc(depth, sizeof *io);
-    if (!io) return ZO_ERR_NO_MEMORY;
-    zo_status st = ZO_OK;
-    for (uint64_t i = 0; i < n && st == ZO_OK; i++) {
-        uint64_t slot = i % depth;
-        if (io[slot]) st = zo_swap_wait(io[slot]);
-        io[slot] = NULL;
-        if (st != ZO_OK) break;
-        size_t len = (size_t)(i + 1 < n ? o->extent : o->size - i * o->extent);
-        uint8_t *b = buf + slot * o->extent;
-        st = write ? zo_swap_write_async(s, ext[i], b, len, gen, NULL, NULL, &io[slot])
-                   : zo_swap_read_async(s, ext[i], b, len, gen, NULL, NULL, &io[slot]);
-    }
-    for (uint64_t k = 0; k < depth; k++) {
-        zo_status w = zo_swap_wait(io[k]);
-        if (st == ZO_OK) st = w;
-    }
-    free(io);
-    return st;
-}
-
-/* The engine's update pipeline (offload/engine_optim.c, three stages):
- * extent i + 2 is read into a stage whose last write has landed while
- * extent i goes out to its alternate, n + i. */
-#define UPDATE_STAGES 3u
-
-static zo_status update_pass(zo_swap_t s, const zo_swap_extent_t *ext, uint64_t n, const io_opts *o, uint8_t *buf)
-{
-    zo_swap_io_t rd[UPDATE_STAGES] = {0}, wr[UPDATE_STAGES] = {0};
-    zo_status st = ZO_OK;
-    const uint64_t ahead = UPDATE_STAGES - 1;
-#define LEN(i) ((size_t)((i) + 1 < n ? o->extent : o->size - (i) * o->extent))
-#define STAGE(i) (buf + ((i) % UPDATE_STAGES) * o->extent)
-    for (uint64_t i = 0; i < ahead && i < n && st == ZO_OK; i++)
-        st = zo_swap_read_async(s, ext[i], STAGE(i), LEN(i), 1, NULL, NULL, &rd[i]);
-    for (uint64_t i = 0; i < n && st == ZO_OK; i++) {
-        unsigned k = (unsigned)(i % UPDATE_STAGES);
-        st = zo_swap_wait(rd[k]);
-        rd[k] = NULL;
-        if (st == ZO_OK) st = zo_swap_write_async(s, ext[n + i], STAGE(i), LEN(i), 2, NULL, NULL, &wr[k]);
-        if (st == ZO_OK && i + ahead < n) {
-            unsigned k2 = (unsigned)((i + ahead) % UPDATE_STAGES);
-            st = zo_swap_wait(wr[k2]);
-            wr[k2] = NULL;
-            if (st == ZO_OK)
-                st = zo_swap_read_async(s, ext[i + ahead], STAGE(i + ahead), LEN(i + ahead), 1, NULL, NULL, &rd[k2]);
-        }
-    }
-#undef LEN
-#undef STAGE
-    for (unsigned k = 0; k < UPDATE_STAGES; k++) {
-        zo_status a = zo_swap_wait(rd[k]), b = zo_swap_wait(wr[k]);
-        if (st == ZO_OK) st = a != ZO_OK ? a : b;
-    }
-    return st;
-}
-
+/* The benchmark store (zo/swap_bench.h) runs the passes: untimed ones
+ * first, the data written (as fio lays out its file); a read run reads it
+ * once more before the timed pass, since a first read right after writing
+ * can run at another speed than later ones (on this project's VMs, about
+ * half) and fio's repeated runs see later ones; an update run warms the
+ * pipeline (laying out the alternates) the same way. */
 static zo_status bench(const io_opts *o, io_result *res)
 {
-    const char *paths[1] = {o->path};
-    zo_swap_config c = ZO_SWAP_CONFIG_INIT;
-    c.paths = paths;
-    c.npaths = 1;
-    c.capacity = o->size;
-    c.extent_bytes = o->extent;
+    const int update = !strcmp(o->rw, "update"), write = !strcmp(o->rw, "write");
+    zo_swap_bench_config c = ZO_SWAP_BENCH_CONFIG_INIT;
+    c.path = o->path;
+    c.name = "zo-bench-io";
     c.engine = o->engine;
     c.queue_depth = (uint32_t)o->qd;
     c.block_size = (uint32_t)o->bs;
-    c.name = "zo-bench-io";
-    c.reuse = ZO_SWAP_REUSE; /* a file left by an interrupted benchmark is ours to take over */
-    uint64_t n = (o->size + o->extent - 1) / o->extent;
-    const int update = !strcmp(o->rw, "update");
-    if (update) c.capacity = 2 * n * o->extent; /* every extent and its alternate */
+    c.bytes = o->size;
+    c.extent_bytes = o->extent;
     /* Extents in flight: enough to fill qd requests of bs bytes, plus two so
      * that the queue stays full while this thread verifies a finished read
      * (in zo_swap_wait) and hashes the next write. */
     uint64_t depth = (o->qd * o->bs + o->extent - 1) / o->extent + 2;
-    if (depth > n) depth = n;
-    if (update && depth < UPDATE_STAGES) depth = UPDATE_STAGES;
-    zo_swap_t s = NULL;
-    zo_swap_extent_t *ext = calloc(update ? 2 * n : n, sizeof *ext);
-    uint8_t *buf = NULL;
-    if (!ext || posix_memalign((void **)&buf, 4096, depth * o->extent)) {
-        free(ext);
-        return ZO_ERR_NO_MEMORY;
-    }
-    /* Incompressible contents. */
-    uint64_t x = 0x9E3779B97F4A7C15ull;
-    for (uint64_t i = 0; i < depth * o->extent / 8; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        memcpy(buf + i * 8, &x, 8);
-    }
-    zo_status st = zo_swap_open(&c, &s);
-    if (st == ZO_OK) st = zo_swap_register_buffer(s, buf, depth * o->extent);
-    for (uint64_t i = 0; i < (update ? 2 * n : n) && st == ZO_OK; i++) st = zo_swap_alloc_extent(s, i, &ext[i]);
-    int write = !strcmp(o->rw, "write");
-    /* Untimed passes first: the data is written (as fio lays out its file),
-     * and a read run reads it once more before the timed pass, since a first
-     * read right after writing can run at another speed than later ones (on
-     * this project's VMs, about half) and fio's repeated runs see later ones. */
-    if (st == ZO_OK) st = run_pass(s, ext, n, o, buf, depth, 1, 1);
-    if (st == ZO_OK && !write) st = run_pass(s, ext, n, o, buf, depth, 0, 1);
-    if (st == ZO_OK && update) st = update_pass(s, ext, n, o, buf); /* warms as the read did */
-    double t0 = now_s();
-    if (st == ZO_OK) st = update ? update_pass(s, ext, n, o, buf) : run_pass(s, ext, n, o, buf, depth, write, write ? 2 : 1);
-    res->seconds = now_s() - t0;
-    res->bytes = update ? 2 * o->size : o->size;
+    c.window = depth > 4096 ? 4096 : (uint32_t)depth;
+    c.alternates = update;
+    zo_swap_bench_t b = NULL;
+    zo_swap_bench_pass timed = update ? ZO_SWAP_BENCH_UPDATE : write ? ZO_SWAP_BENCH_WRITE : ZO_SWAP_BENCH_READ;
+    zo_status st = zo_swap_bench_open(&c, &b);
+    if (st == ZO_OK) st = zo_swap_bench_run(b, ZO_SWAP_BENCH_WRITE, NULL);
+    if (st == ZO_OK && !write) st = zo_swap_bench_run(b, timed, NULL);
+    if (st == ZO_OK) st = zo_swap_bench_run(b, timed, &res->seconds);
+    res->bytes = zo_swap_bench_pass_bytes(b, timed);
     res->stats = (zo_swap_stats)ZO_SWAP_STATS_INIT;
-    if (s) {
-        zo_swap_get_stats(s, &res->stats);
-        snprintf(res->engine, sizeof res->engine, "%s", zo_swap_engine_name(s));
-        if (st != ZO_OK) fprintf(stderr, "zo-bench io: %s\n", zo_last_error());
-        zo_swap_unregister_buffer(s, buf);
-    } else {
-        fprintf(stderr, "zo-bench io: %s\n", zo_last_error());
+    if (st != ZO_OK) fprintf(stderr, "zo-bench io: %s\n", zo_last_error());
+    if (b) {
+        zo_swap_bench_stats(b, &res->stats);
+        snprintf(res->engine, sizeof res->engine, "%s", zo_swap_bench_engine(b));
     }
-    zo_swap_close(s);
-    free(buf);
-    free(ext);
+    zo_swap_bench_close(b);
     return st;
 }
 

@@ -15,7 +15,7 @@
 #include "zo/device.h"
 #include "zo/ops.h"
 #include "zo/optim.h"
-#include "zo/swap.h"
+#include "zo/swap_bench.h"
 #include "zo/topo.h"
 #include "model.h"
 #include "trainer.h"
@@ -137,26 +137,15 @@ static zo_status measure_links(const zp_hardware *hw, zp_speeds *sp, zp_speed_so
  * written to the chunk's alternate extent while the next reads run. What a
  * step sees is the rate of that mix at that extent size: reads or writes
  * alone, or 8 MiB requests, were 0.6x-1.4x of it on the disks tried. So
- * the measurement runs the same pipeline over extents of the job's size
- * (capped), and times plain read and write passes over them with a few
- * extents in flight. */
+ * the measurement runs the same pipeline (zo_swap_bench, on the engine's
+ * schedule) over extents of the job's size (capped), and times plain read
+ * and write passes over them with a few extents in flight. */
 
 #define NVME_EXTENT_MAX (256ull << 20)
 #define NVME_PASS_MAX (768ull << 20) /* per direction and pass, at most */
 #define NVME_MIN_EXTENTS 4u
 #define NVME_STAGES 3u /* the engine's ENG_NVME_STAGES */
-#define NVME_WINDOW NVME_STAGES /* extents in flight in the plain passes */
 #define NVME_ROUNDS 3
-
-typedef struct nvme_bench {
-    zo_swap_t sw;
-    zo_swap_extent_t *ext; /* 2n: extent i's alternate is n + i */
-    char *buf;             /* NVME_WINDOW (>= NVME_STAGES) buffers of `bytes` */
-    uint64_t bytes;
-    uint32_t n;
-    int registered;
-    zo_status st;
-} nvme_bench;
 
 /* The state extent of the job's default chunk (what zo-train would use),
  * 4 KiB-rounded, capped so the measurement stays short. */
@@ -165,76 +154,6 @@ static uint64_t nvme_extent_bytes(const zp_job *job)
     uint64_t c = job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape);
     uint64_t e = (6 * c + 4095) / 4096 * 4096;
     return e < NVME_EXTENT_MAX ? e : NVME_EXTENT_MAX;
-}
-
-static char *nvme_buf(nvme_bench *b, uint32_t slot)
-{
-    return b->buf + (size_t)slot * b->bytes;
-}
-
-static void nvme_wait(nvme_bench *b, zo_swap_io_t *io)
-{
-    if (!*io)
-        return;
-    zo_status st = zo_swap_wait(*io);
-    *io = NULL;
-    if (st < 0 && b->st >= 0)
-        b->st = zt_lib_fail(st, "NVMe benchmark I/O");
-}
-
-static void nvme_submit(nvme_bench *b, int write, uint32_t e, uint32_t slot, zo_swap_io_t *io)
-{
-    if (b->st < 0)
-        return;
-    char *p = nvme_buf(b, slot);
-    zo_status st = write ? zo_swap_write_async(b->sw, b->ext[e], p, b->bytes, 1, NULL, NULL, io)
-                         : zo_swap_read_async(b->sw, b->ext[e], p, b->bytes, 1, NULL, NULL, io);
-    if (st < 0) {
-        *io = NULL;
-        b->st = zt_lib_fail(st, write ? "NVMe benchmark write" : "NVMe benchmark read");
-    }
-}
-
-/* Extents first..first+n-1 read or written with NVME_WINDOW in flight;
- * seconds taken. */
-static double nvme_pass(nvme_bench *b, int write, uint32_t first)
-{
-    zo_swap_io_t io[NVME_WINDOW] = {0};
-    double t0 = now_s();
-    for (uint32_t i = 0; i < b->n; i++) {
-        nvme_wait(b, &io[i % NVME_WINDOW]);
-        nvme_submit(b, write, first + i, i % NVME_WINDOW, &io[i % NVME_WINDOW]);
-    }
-    for (uint32_t w = 0; w < NVME_WINDOW; w++)
-        nvme_wait(b, &io[w]);
-    return now_s() - t0;
-}
-
-/* The update's pipeline without the arithmetic: read extent i + 2 into a
- * stage whose write has landed, write extent i to its alternate; seconds
- * taken for n reads and n writes. */
-static double nvme_update_pass(nvme_bench *b, uint32_t from, uint32_t to)
-{
-    zo_swap_io_t rd[NVME_STAGES] = {0}, wr[NVME_STAGES] = {0};
-    const uint32_t ahead = NVME_STAGES - 1;
-    double t0 = now_s();
-    for (uint32_t c = 0; c < ahead && c < b->n; c++)
-        nvme_submit(b, 0, from + c, c, &rd[c]);
-    for (uint32_t c = 0; c < b->n; c++) {
-        uint32_t s = c % NVME_STAGES;
-        nvme_wait(b, &rd[s]);
-        nvme_submit(b, 1, to + c, s, &wr[s]);
-        if (c + ahead < b->n) {
-            uint32_t s2 = (c + ahead) % NVME_STAGES;
-            nvme_wait(b, &wr[s2]); /* the stage's last write must be out */
-            nvme_submit(b, 0, from + c + ahead, s2, &rd[s2]);
-        }
-    }
-    for (uint32_t s = 0; s < NVME_STAGES; s++) {
-        nvme_wait(b, &rd[s]);
-        nvme_wait(b, &wr[s]);
-    }
-    return now_s() - t0;
 }
 
 /* A pass moves what one step of the job moves through the pipeline (its
@@ -250,76 +169,41 @@ static uint32_t nvme_pass_extents(const zp_job *job, uint64_t extent)
     return n < NVME_MIN_EXTENTS ? NVME_MIN_EXTENTS : (uint32_t)n;
 }
 
-static zo_status nvme_bench_open(nvme_bench *b, const char *dir, const zp_job *job)
+/* The writes lay the extents and their alternates out (a step finds both
+ * written: freshly allocated blocks write slower); the update pipeline,
+ * which the step time leans on, is the median of three passes (the disk's
+ * rate swings by 2x within seconds on a shared machine). */
+static zo_status nvme_passes(zo_swap_bench_t b, double *w, double *r, double u[NVME_ROUNDS])
 {
-    memset(b, 0, sizeof *b);
-    uint64_t extent = nvme_extent_bytes(job);
-    b->bytes = extent;
-    b->n = nvme_pass_extents(job, extent);
-    if (b->n < NVME_MIN_EXTENTS)
-        b->n = NVME_MIN_EXTENTS;
-    const char *paths[1] = {dir};
-    zo_swap_config c = ZO_SWAP_CONFIG_INIT;
-    c.paths = paths;
-    c.npaths = 1;
-    c.capacity = 2ull * b->n * extent;
-    c.extent_bytes = extent;
-    c.name = "zo-plan-measure";
-    c.reuse = ZO_SWAP_REUSE;
-    b->ext = calloc(2 * (size_t)b->n, sizeof *b->ext);
-    if (!b->ext || posix_memalign((void **)&b->buf, 4096, (size_t)NVME_WINDOW * extent) != 0)
-        return zt_fail(ZO_ERR_NO_MEMORY, "the NVMe benchmark's %u buffers of %" PRIu64 " bytes",
-                       NVME_WINDOW, extent);
-    /* incompressible contents, as optimizer states are */
-    uint64_t x = 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i + 8 <= (size_t)NVME_WINDOW * extent; i += 8) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        memcpy(b->buf + i, &x, 8);
-    }
-    zo_status st = zo_swap_open(&c, &b->sw);
-    if (st < 0)
-        return zt_lib_fail(st, "zo_swap_open (the NVMe benchmark's store)");
-    /* registered, as the engine registers its stages (fixed-buffer I/O) */
-    if ((st = zo_swap_register_buffer(b->sw, b->buf, (size_t)NVME_WINDOW * extent)) < 0)
-        return zt_lib_fail(st, "zo_swap_register_buffer");
-    b->registered = 1;
-    for (uint32_t i = 0; i < 2 * b->n; i++)
-        if ((st = zo_swap_alloc_extent(b->sw, i, &b->ext[i])) < 0)
-            return zt_lib_fail(st, "zo_swap_alloc_extent");
+    ZT_TRY(zo_swap_bench_run(b, ZO_SWAP_BENCH_WRITE, w));
+    ZT_TRY(zo_swap_bench_run(b, ZO_SWAP_BENCH_WRITE_ALTERNATES, NULL));
+    ZT_TRY(zo_swap_bench_run(b, ZO_SWAP_BENCH_READ, r));
+    for (int round = 0; round < NVME_ROUNDS; round++)
+        ZT_TRY(zo_swap_bench_run(b, ZO_SWAP_BENCH_UPDATE, &u[round]));
     return ZO_OK;
-}
-
-static void nvme_bench_close(nvme_bench *b)
-{
-    if (b->registered)
-        zo_swap_unregister_buffer(b->sw, b->buf);
-    if (b->sw)
-        zo_swap_close(b->sw);
-    free(b->ext);
-    free(b->buf);
 }
 
 static zo_status measure_nvme(const char *dir, const zp_job *job, zp_speeds *sp, zp_speed_sources *src)
 {
-    nvme_bench b;
-    zo_status st = nvme_bench_open(&b, dir, job);
-    /* the writes lay the extents and their alternates out (a step finds
-     * both written: freshly allocated blocks write slower); the update
-     * pipeline, which the step time leans on, is the median of three passes
-     * (the disk's rate swings by 2x within seconds on a shared machine) */
+    uint64_t extent = nvme_extent_bytes(job);
+    zo_swap_bench_config c = ZO_SWAP_BENCH_CONFIG_INIT;
+    c.path = dir;
+    c.name = "zo-plan-measure";
+    c.extent_bytes = extent;
+    c.bytes = (uint64_t)nvme_pass_extents(job, extent) * extent;
+    c.stages = NVME_STAGES;
+    c.alternates = 1;
+    zo_swap_bench_t b = NULL;
     double w = 0, r = 0, u[NVME_ROUNDS];
-    if (st >= 0) {
-        w = nvme_pass(&b, 1, 0);
-        nvme_pass(&b, 1, b.n);
-        r = nvme_pass(&b, 0, 0);
-    }
-    for (int round = 0; round < NVME_ROUNDS && st >= 0; round++) {
-        u[round] = nvme_update_pass(&b, 0, b.n);
-        st = b.st;
-    }
-    nvme_bench_close(&b);
+    zo_status st = zo_swap_bench_open(&c, &b);
+    if (st < 0)
+        return zt_lib_fail(st, "opening the NVMe benchmark's store");
+    st = nvme_passes(b, &w, &r, u);
+    if (st < 0)
+        st = zt_lib_fail(st, "the NVMe benchmark");
+    zo_swap_bench_close(b);
     ZT_TRY(st);
-    double bytes = (double)b.n * (double)b.bytes;
+    double bytes = (double)c.bytes;
     record(sp, src, ZP_SPEED_NVME_READ, bytes / r);
     record(sp, src, ZP_SPEED_NVME_WRITE, bytes / w);
     record(sp, src, ZP_SPEED_NVME_UPDATE, 2 * bytes / median(u, NVME_ROUNDS));
