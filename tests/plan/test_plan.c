@@ -298,6 +298,11 @@ static double check_time(const job_cfg *c, zp_strategy s)
            "Gparams/s, layers %.1f GFLOPS\n",
            "", "", now.nvme_read / 1e9, now.nvme_write / 1e9, now.nvme_update / 1e9,
            now.adam_params / 1e9, now.model_flops / 1e9);
+    printf("  %-15s %-22s   last step: optimizer busy %.4f s (predicted %.4f), NVMe waits %.4f s, "
+           "moved %.3f GB (predicted %.3f)\n",
+           "", "", v.last.optim_seconds, p.seconds[ZP_BN_OPTIM], v.last.nvme_seconds,
+           (double)(v.last.nvme_read_bytes + v.last.nvme_write_bytes) / 1e9,
+           (double)(p.nvme_read_bytes + p.nvme_write_bytes) / 1e9);
     return rel_err(p.step_seconds, m);
 }
 
