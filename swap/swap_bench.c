@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "zo/swap_bench.h"
 #include "zo_internal.h"
@@ -53,6 +54,22 @@ static void fill_incompressible(uint8_t *p, size_t len)
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         memcpy(p + i, &x, 8);
     }
+}
+
+/* The buffers sit on transparent huge pages where the kernel allows, as
+ * the engine's stages do (they come from the host pool): O_DIRECT through a
+ * virtual disk ran the update pipeline about 1.25x faster from 2 MiB pages
+ * than from 4 KiB ones on this project's VMs (3.5 GB passes: 2.75-3.03
+ * GB/s vs 2.27-2.35), so small pages would time a slower disk than the
+ * engine sees. */
+#define BENCH_HUGE_PAGE (2u << 20)
+
+static int alloc_buffers(struct zo_swap_bench *b)
+{
+    size_t bytes = zo_round_up((size_t)b->nbuf * b->extent, BENCH_HUGE_PAGE);
+    if (posix_memalign((void **)&b->buf, BENCH_HUGE_PAGE, bytes)) return -1;
+    madvise(b->buf, bytes, MADV_HUGEPAGE); /* a refusal (THP off) only means small pages */
+    return 0;
 }
 
 static zo_status check_config(const zo_swap_bench_config *c)
@@ -110,7 +127,7 @@ zo_status zo_swap_bench_open(const zo_swap_bench_config *c, zo_swap_bench_t *out
     zo_status st = ZO_OK;
     b->ext = calloc(next, sizeof *b->ext);
     b->gen = calloc(next, sizeof *b->gen);
-    if (!b->ext || !b->gen || posix_memalign((void **)&b->buf, ZO_SWAP_ALIGN, (size_t)b->nbuf * b->extent)) {
+    if (!b->ext || !b->gen || alloc_buffers(b) < 0) {
         b->buf = NULL;
         st = ZO_FAIL(ZO_ERR_NO_MEMORY, BENCH_SUBSYS, "allocating %u benchmark buffers of %llu bytes", b->nbuf,
                      (unsigned long long)b->extent);
