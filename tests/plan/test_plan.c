@@ -287,7 +287,9 @@ static double check_time(const job_cfg *c, zp_strategy s)
     zp_job j = job_of(c);
     zp_hardware hw = cpu_machine(roomy);
     zp_validation v;
-    if (zp_validate(&j, &hw, &p, ZP_TEST_DATA, g_dir, 4, &v) < 0)
+    /* the median of 7 steps after the first where steps are short, else of 3 */
+    int steps = p.step_seconds < 1.0 ? 8 : 4;
+    if (zp_validate(&j, &hw, &p, ZP_TEST_DATA, g_dir, steps, &v) < 0)
         fail_msg("zp_validate: %s", zt_last_error());
     double m = v.step_seconds;
     printf("  %-15s %-22s predicted %.4f s (compute %.4f, nvme %.4f; %s), measured %.4f s: "

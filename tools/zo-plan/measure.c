@@ -33,6 +33,9 @@
  * 0.055 TFLOPS at 64 tokens per micro-batch, 0.078 at 256): micro-batches
  * are cut for time only down to this many tokens. */
 #define MODEL_MIN_TOKENS 256 /* per micro-batch timed on the cpu device */
+#define MODEL_MIN_REPS 3   /* timed micro-batches per model cut, at least */
+#define MODEL_MAX_REPS 15  /* and at most, */
+#define MODEL_SECONDS 1.0  /* more than three only while they take less than this */
 
 static double now_s(void)
 {
@@ -385,64 +388,112 @@ static double micro_flops(const zp_job *job, int layers, int mb)
     return (double)mb * job->seq * zp_device_flops_per_token(&j);
 }
 
-static zo_status time_micro(zo_device_t dev, zo_stream_t s, const zp_job *job, int layers, int mb,
-                            double *sec)
+/* A model cut to `layers` blocks, ready to train micro-batches of mb
+ * sequences on the device. */
+typedef struct micro_bench {
+    int32_t *tok;
+    zt_resident *r;
+    zt_model *m;
+    zt_param_source src;
+} micro_bench;
+
+static void micro_free(micro_bench *b)
 {
+    zt_model_free(b->m);
+    zt_resident_free(b->r);
+    free(b->tok);
+    memset(b, 0, sizeof *b);
+}
+
+static zo_status micro_init(micro_bench *b, zo_device_t dev, zo_stream_t s, const zp_job *job, int layers, int mb)
+{
+    memset(b, 0, sizeof *b);
     zt_shape sh = job->shape;
     sh.n_layers = layers;
     zo_dtype dt = job->dtype == ZO_OPTIM_FP16 ? ZO_DTYPE_F16 : ZO_DTYPE_BF16;
     zt_model_config mc = {sh, job->seq, mb, 1, dt};
     size_t n = (size_t)mb * job->seq;
-    int32_t *tok = malloc(2 * n * sizeof *tok);
-    zt_resident *r = NULL;
-    zt_model *m = NULL;
-    zo_status st = tok ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "the model benchmark's tokens");
-    for (size_t i = 0; tok && i < 2 * n; i++)
-        tok[i] = (int32_t)((i * 2654435761u) % (uint32_t)sh.vocab);
+    b->tok = malloc(2 * n * sizeof *b->tok);
+    zo_status st = b->tok ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "the model benchmark's tokens");
+    for (size_t i = 0; b->tok && i < 2 * n; i++)
+        b->tok[i] = (int32_t)((i * 2654435761u) % (uint32_t)sh.vocab);
     if (st >= 0)
-        st = zt_resident_init(&r, dev, s, &sh, dt, 1, 0.02f);
+        st = zt_resident_init(&b->r, dev, s, &sh, dt, 1, 0.02f);
     if (st >= 0)
-        st = zt_model_init(&m, dev, s, &mc);
+        st = zt_model_init(&b->m, dev, s, &mc);
     if (st >= 0)
-        st = zt_model_set_batch(m, tok, tok + n, 1);
-    zt_param_source src = r ? zt_resident_source(r) : (zt_param_source){0};
-    /* the median of five after a warm-up (of three when a micro-batch is
-     * long): what a run of steps sees on a shared machine, where the best of
-     * a few is too hopeful */
-    const int reps = 1 + (micro_flops(job, layers, mb) > MODEL_CPU_FLOPS ? 3 : 5);
-    double t[6] = {0};
-    for (int rep = 0; rep < reps && st >= 0; rep++) {
-        float loss;
-        double t0 = now_s();
-        st = zt_model_train_micro(m, &src, 0, 1.0f);
-        if (st >= 0)
-            st = zt_model_read_losses(m, &loss, 1);
-        t[rep] = now_s() - t0;
+        st = zt_model_set_batch(b->m, b->tok, b->tok + n, 1);
+    if (st < 0) {
+        micro_free(b);
+        return st;
     }
-    *sec = median(t + 1, reps - 1);
-    zt_model_free(m);
-    zt_resident_free(r);
-    free(tok);
+    b->src = zt_resident_source(b->r);
+    return ZO_OK;
+}
+
+/* One training micro-batch, forward to loss and backward; seconds. */
+static zo_status micro_run(micro_bench *b, double *sec)
+{
+    float loss;
+    double t0 = now_s();
+    zo_status st = zt_model_train_micro(b->m, &b->src, 0, 1.0f);
+    if (st >= 0)
+        st = zt_model_read_losses(b->m, &loss, 1);
+    *sec = now_s() - t0;
     return st;
 }
 
-
-/* Seconds per micro-batch of mb sequences through the whole model: timed
- * outright when it is small enough, else from the model cut to one and to
- * three blocks (their difference is two blocks; the rest the embedding and
- * the head). */
+/* Seconds of one micro-batch of the whole model: timed on the whole model,
+ * or on cuts of one and three blocks (the embedding and head plus one
+ * block, and two more blocks) run in alternation, so that a burst of load
+ * on a shared machine lands on both of a pair rather than on one cut's
+ * whole series (the whole model's time is the difference's extrapolation,
+ * which magnifies that). The median over the pairs (or runs), after a
+ * warm-up: what a run of steps sees, where the best of a few is too
+ * hopeful. Three at least, more while they take under MODEL_SECONDS in
+ * all (a tiny model's take milliseconds). */
 static zo_status time_model(zo_device_t dev, zo_stream_t s, const zp_job *job, int mb, int whole,
                             double *sec)
 {
     const int L = job->shape.n_layers;
-    if (whole)
-        return time_micro(dev, s, job, L, mb, sec);
-    double one, three;
-    ZT_TRY(time_micro(dev, s, job, 1, mb, &one));
-    ZT_TRY(time_micro(dev, s, job, 3, mb, &three));
-    double block = three > one ? (three - one) / 2 : three / 3;
-    *sec = (one > block ? one - block : 0) + block * L;
+    micro_bench one, three;
+    ZT_TRY(micro_init(&one, dev, s, job, whole ? L : 1, mb));
+    zo_status st = whole ? ZO_OK : micro_init(&three, dev, s, job, 3, mb);
+    if (st < 0) {
+        micro_free(&one);
+        return st;
+    }
+    double est[1 + MODEL_MAX_REPS], spent = 0;
+    int reps = 0;
+    for (; reps < 1 + MODEL_MAX_REPS && st >= 0 && (reps < 1 + MODEL_MIN_REPS || spent < MODEL_SECONDS); reps++) {
+        double a = 0, b = 0;
+        st = micro_run(&one, &a);
+        if (st >= 0 && !whole)
+            st = micro_run(&three, &b);
+        if (whole) {
+            est[reps] = a;
+        } else {
+            double block = b > a ? (b - a) / 2 : b / 3;
+            est[reps] = (a > block ? a - block : 0) + block * L;
+        }
+        if (reps > 0)
+            spent += a + b;
+    }
+    micro_free(&one);
+    if (!whole)
+        micro_free(&three);
+    ZT_TRY(st);
+    *sec = median(est + 1, reps - 1);
     return ZO_OK;
+}
+
+/* Device bytes of a cut of the model (weights, gradients, activations). */
+static uint64_t model_bytes(const zp_job *job, int layers, int mb)
+{
+    zt_shape cut = job->shape;
+    cut.n_layers = layers;
+    zt_model_config mc = {cut, job->seq, mb, 1, ZO_DTYPE_BF16};
+    return 4 * zt_shape_n_params(&cut) + zt_model_activation_bytes(&mc);
 }
 
 static zo_status measure_model(const zp_hardware *hw, const zp_job *job, zp_speeds *sp,
@@ -456,10 +507,7 @@ static zo_status measure_model(const zp_hardware *hw, const zp_job *job, zp_spee
         mb /= 2;
     if (cpu && !whole && micro_flops(job, 3, mb) > MODEL_CPU_MAX_FLOPS)
         return ZO_OK; /* too big to run here in seconds: the GEMM rate stands in */
-    zt_shape cut = job->shape;
-    cut.n_layers = whole ? L : 3;
-    zt_model_config mc = {cut, job->seq, mb, 1, ZO_DTYPE_BF16};
-    uint64_t budget = 4 * zt_shape_n_params(&cut) + zt_model_activation_bytes(&mc) + (64u << 20);
+    uint64_t budget = model_bytes(job, whole ? L : 3, mb) + (whole ? 0 : model_bytes(job, 1, mb)) + (64u << 20);
     zo_device_t dev = NULL;
     zo_stream_t s = NULL;
     ZT_TRY(open_device(hw, budget, &dev, &s));
