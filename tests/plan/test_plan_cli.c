@@ -286,8 +286,8 @@ static void test_bench_update_pipeline(void **state)
     (void)state;
     char cmd[1200], path[300], args[700];
     snprintf(path, sizeof path, "%s/update.jsonl", g_dir);
-    snprintf(cmd, sizeof cmd, "%s io --path %s --size 12M --extent 2M --rw update --json >%s", ZB_EXE, g_dir,
-             path);
+    snprintf(cmd, sizeof cmd, "%s io --path %s --size 12M --extent 2M --rw update --passes 3 --idle 0.01 --json >%s",
+             ZB_EXE, g_dir, path);
     assert_int_equal(system(cmd), 0);
     char *txt = plan_test_read(path);
     json_error_t err;
@@ -298,6 +298,15 @@ static void test_bench_update_pipeline(void **state)
     assert_string_equal(json_string_value(json_object_get(b, "rw")), "update");
     double gbps = num(b, "gbps");
     assert_true(gbps > 0);
+    /* the reported rate is the median pass's */
+    json_t *passes = json_object_get(b, "passes");
+    assert_int_equal(json_array_size(passes), 3);
+    double s[3];
+    for (int k = 0; k < 3; k++)
+        s[k] = json_real_value(json_array_get(passes, (size_t)k));
+    double mid = s[0] + s[1] + s[2] - fmin(s[0], fmin(s[1], s[2])) - fmax(s[0], fmax(s[1], s[2]));
+    assert_true(fabs(num(b, "seconds") - mid) <= 1e-12);
+    assert_true(fabs(num(b, "idle_seconds") - 0.01) <= 1e-12);
     json_decref(b);
     snprintf(args, sizeof args, TINY_CPU " --bench-json %s", path);
     json_t *j = run_json(args);
@@ -311,6 +320,12 @@ static void test_bench_update_pipeline(void **state)
     snprintf(path, sizeof path, "%s/err.txt", g_dir);
     txt = plan_test_read(path);
     assert_non_null(strstr(txt, "read, write or update"));
+    free(txt);
+    snprintf(cmd, sizeof cmd, "%s io --path %s --size 1M --rw update --passes 0 2>%s/err.txt", ZB_EXE, g_dir, g_dir);
+    st = system(cmd);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    txt = plan_test_read(path);
+    assert_non_null(strstr(txt, "1 to 100"));
     free(txt);
 }
 
@@ -344,6 +359,9 @@ static void test_validate(void **state)
                          json_integer_value(json_object_get(v, "device_total")));
         assert_true(num(v, "step_seconds") > 0);
         assert_true(isfinite(num(v, "step_error")));
+        assert_true(num(v, "optimizer_busy_seconds") >= 0 && num(v, "nvme_wait_seconds") >= 0);
+        if (json_integer_value(json_object_get(want, "nvme")) > 0) /* its optimizer waits on the disk */
+            assert_true(num(v, "nvme_wait_seconds") > 0);
         ran++;
     }
     assert_true(ran >= 3);
