@@ -39,12 +39,13 @@
 #endif
 
 /* Measured-vs-predicted step time: the target is 25%. On the 2-core build
- * VM, shared with other jobs whose load swings within seconds, single
- * figures have been seen from 1% to 109% off (a micro-benchmark that ran
- * during a burst), so the assertion is on the median error of the runs,
- * with a factor of three for any one; the figures print. */
-#define TIME_MEDIAN_BOUND 0.5
-#define TIME_ANY_BOUND 2.0
+ * VM, shared with other jobs whose load swings within seconds and whose
+ * virtual disk's rate swings up to 2x, single figures have been seen 32%
+ * off (three runs: 32 of 33 within 25%, medians 6-10%), so the assertion
+ * is the target on the median error of the runs, and a factor of two on
+ * any one; the figures print. */
+#define TIME_MEDIAN_BOUND 0.25
+#define TIME_ANY_BOUND 1.0
 
 typedef struct job_cfg {
     const char *name;
