@@ -671,7 +671,8 @@ static zo_status place_initial_states(struct zo_engine *e)
         }
         if (e->swap) {
             k->gen[0] = 1;
-            ZO_TRY(zo_swap_write(e->swap, k->ext[0], st, e->state_extent_bytes, k->gen[0]));
+            eng_states_pack(e, k, st); /* master only: m and v start at zero */
+            ZO_TRY(zo_swap_write(e->swap, k->ext[0], st, eng_state_io_bytes(e, k), k->gen[0]));
         }
         if (e->pswap) {
             void *p16 = (char *)e->stage[0] + e->state_extent_bytes;

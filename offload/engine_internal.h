@@ -220,6 +220,18 @@ void eng_discard_uncommitted(struct zo_engine *e);
 zo_status eng_spec_drain(struct zo_engine *e);
 zo_status eng_dpu_launch(struct zo_engine *e, float lr, float factor, int64_t step, int parity);
 zo_status eng_dpu_join(struct zo_engine *e);
+/* On NVMe a chunk's states are packed: master | m | v of its used elements,
+ * each array starting on a 4 KiB boundary (the stride below), so a step
+ * moves what the chunk holds rather than the whole chunk (a layer's chunk
+ * sized for the embedding may be mostly empty). The 16-bit parameters
+ * written with them start at the stage's offset 3 x stride. Resident states
+ * keep the chunk's stride. */
+static inline size_t eng_state_stride(const struct zo_engine *e, const eng_chunk *k);
+static inline uint64_t eng_state_io_bytes(const struct zo_engine *e, const eng_chunk *k);
+/* Between the packed layout and the chunk-stride one, in place in buf
+ * (state_extent_bytes). */
+void eng_states_unpack(const struct zo_engine *e, const eng_chunk *k, float *buf);
+void eng_states_pack(const struct zo_engine *e, const eng_chunk *k, float *buf);
 zo_status eng_read_states(struct zo_engine *e, uint32_t c, float *out);
 zo_status eng_write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
                               zo_swap_io_t *pio);
@@ -233,5 +245,15 @@ zo_status eng_swap_async(struct zo_engine *e, int write, int store, uint32_t chu
                          zo_swap_extent_t ext, void *buf, size_t len, uint64_t gen, zo_swap_io_t *io);
 /* The optimizer pool's trace adapter (config fields), when traced. */
 void eng_trace_pool(struct zo_engine *e, zo_optim_pool_config *oc);
+
+static inline size_t eng_state_stride(const struct zo_engine *e, const eng_chunk *k)
+{
+    return e->swap ? zo_round_up(k->n_elems, ZO_SWAP_ALIGN / sizeof(float)) : e->chunk_elems;
+}
+
+static inline uint64_t eng_state_io_bytes(const struct zo_engine *e, const eng_chunk *k)
+{
+    return 3ull * eng_state_stride(e, k) * sizeof(float);
+}
 
 #endif

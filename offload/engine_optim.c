@@ -50,10 +50,11 @@ static void adam_args(struct zo_engine *e, eng_chunk *k, float *st, float lr, fl
         b->grad = k->g16[parity];
         b->grad_type = e->cfg.param_dtype;
     }
+    const size_t stride = eng_state_stride(e, k); /* packed in an NVMe stage */
     b->master = st;
-    b->m = st + e->chunk_elems;
-    b->v = st + 2 * e->chunk_elems;
-    b->out = e->pswap ? (void *)(st + 3 * e->chunk_elems) : p16_out(e, k); /* NVMe: the stage's tail */
+    b->m = st + stride;
+    b->v = st + 2 * stride;
+    b->out = e->pswap ? (void *)(st + 3 * stride) : p16_out(e, k); /* NVMe: the stage's tail */
     b->out_type = e->cfg.param_dtype;
 }
 
@@ -68,8 +69,8 @@ static zo_status timed_swap_wait(struct zo_engine *e, zo_swap_io_t io)
 static zo_status read_current(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io)
 {
     eng_chunk *k = &e->chunks[c];
-    return eng_swap_async(e, 0, 0, c, k->ext[k->ext_cur], buf, e->state_extent_bytes,
-                          k->gen[k->ext_cur], io);
+    return eng_swap_async(e, 0, 0, c, k->ext[k->ext_cur], buf, eng_state_io_bytes(e, k), k->gen[k->ext_cur],
+                          io);
 }
 
 /* Write the updated states (and, when they live on NVMe, the new 16-bit
@@ -80,11 +81,11 @@ zo_status eng_write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_sw
     eng_chunk *k = &e->chunks[c];
     int alt = 1 - k->ext_cur;
     k->gen[alt] = k->gen[k->ext_cur] + 1;
-    ZO_TRY(eng_swap_async(e, 1, 0, c, k->ext[alt], buf, e->state_extent_bytes, k->gen[alt], io));
+    ZO_TRY(eng_swap_async(e, 1, 0, c, k->ext[alt], buf, eng_state_io_bytes(e, k), k->gen[alt], io));
     if (!e->pswap) return ZO_OK;
     int palt = 1 - k->pext_cur;
     k->pgen[palt] = k->pgen[k->pext_cur] + 1;
-    return eng_swap_async(e, 1, 1, c, k->pext[palt], buf + 3 * e->chunk_elems, e->chunk_bytes,
+    return eng_swap_async(e, 1, 1, c, k->pext[palt], buf + 3 * eng_state_stride(e, k), e->chunk_bytes,
                           k->pgen[palt], pio);
 }
 
@@ -323,8 +324,31 @@ void eng_restore_backups(struct zo_engine *e)
     }
 }
 
+void eng_states_unpack(const struct zo_engine *e, const eng_chunk *k, float *buf)
+{
+    const size_t S = eng_state_stride(e, k), C = e->chunk_elems;
+    if (S == C) return;
+    memmove(buf + 2 * C, buf + 2 * S, k->n_elems * sizeof(float)); /* v first: it moves furthest */
+    memmove(buf + C, buf + S, k->n_elems * sizeof(float));
+    memset(buf + k->n_elems, 0, (C - k->n_elems) * sizeof(float)); /* the gaps hold nothing */
+    memset(buf + C + k->n_elems, 0, (C - k->n_elems) * sizeof(float));
+    memset(buf + 2 * C + k->n_elems, 0, (C - k->n_elems) * sizeof(float));
+}
+
+void eng_states_pack(const struct zo_engine *e, const eng_chunk *k, float *buf)
+{
+    const size_t S = eng_state_stride(e, k), C = e->chunk_elems;
+    if (S == C) return;
+    memmove(buf + S, buf + C, k->n_elems * sizeof(float)); /* m first: it moves down into free space */
+    memmove(buf + 2 * S, buf + 2 * C, k->n_elems * sizeof(float));
+    memset(buf + k->n_elems, 0, (S - k->n_elems) * sizeof(float)); /* the padding to each 4 KiB boundary */
+    memset(buf + S + k->n_elems, 0, (S - k->n_elems) * sizeof(float));
+    memset(buf + 2 * S + k->n_elems, 0, (S - k->n_elems) * sizeof(float));
+}
+
 /* The latest master | m | v of chunk c (including an update not committed
- * yet) into out (state_extent_bytes, 4 KiB aligned). */
+ * yet) into out (state_extent_bytes, 4 KiB aligned), at the chunk's stride
+ * (unpacked when read from NVMe). */
 zo_status eng_read_states(struct zo_engine *e, uint32_t c, float *out)
 {
     eng_chunk *k = &e->chunks[c];
@@ -333,7 +357,9 @@ zo_status eng_read_states(struct zo_engine *e, uint32_t c, float *out)
         return ZO_OK;
     }
     int x = k->alt_valid ? 1 - k->ext_cur : k->ext_cur;
-    return zo_swap_read(e->swap, k->ext[x], out, e->state_extent_bytes, k->gen[x]);
+    ZO_TRY(zo_swap_read(e->swap, k->ext[x], out, eng_state_io_bytes(e, k), k->gen[x]));
+    eng_states_unpack(e, k, out);
+    return ZO_OK;
 }
 
 /* ---- the host job thread ---- */

@@ -54,14 +54,16 @@ zo_status zo_engine_read_state(zo_engine_t e, int id, float *master, float *m, f
     return st;
 }
 
-/* Store chunk c's states from st (master | m | v, and the stage's tail for
- * the 16-bit parameters on NVMe): alternate extents first, switched to once
- * both writes are durable. */
+/* Store chunk c's states from st (master | m | v at the chunk's stride, a
+ * stage: packed here, with the 16-bit parameters in its tail when they live
+ * on NVMe): alternate extents first, switched to once both writes are
+ * durable. */
 static zo_status store_on_nvme(struct zo_engine *e, uint32_t c, float *st)
 {
     eng_chunk *k = &e->chunks[c];
+    eng_states_pack(e, k, st);
     if (e->pswap) {
-        void *p16 = st + 3 * e->chunk_elems;
+        void *p16 = st + 3 * eng_state_stride(e, k);
         memset(p16, 0, e->chunk_bytes);
         eng_cast16(e->cfg.param_dtype, st, p16, k->n_elems);
     }

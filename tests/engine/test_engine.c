@@ -1041,6 +1041,13 @@ static void test_prefetch_and_belady_eviction(void **state)
     run_out_free(&dev);
 }
 
+/* Bytes of one chunk's optimizer states on NVMe: master, m and v of its n
+ * used elements, each padded to 4 KiB (the engine packs them). */
+static uint64_t packed_states(uint64_t n) { return 3 * ((n * 4 + 4095) / 4096 * 4096); }
+
+/* Each layer has two chunks: W fills one (CHUNK / 2 elements), b the other. */
+static uint64_t layer_states(void) { return packed_states(CHUNK / 2) + packed_states(TM_D); }
+
 static void test_step_statistics(void **state)
 {
     (void)state;
@@ -1057,7 +1064,8 @@ static void test_step_statistics(void **state)
             /* everything fits on the device: each chunk goes up once per step, after an update
              * was published (DPU publishes its first update at the end of step 1) */
             assert_int_equal(st->h2d_bytes, m == ZO_OPTIM_DPU && s == 1 ? 0 : grad_bytes);
-            uint64_t states = (uint64_t)o.fp.n_chunks * 6 * CHUNK;
+            assert_int_equal(o.fp.n_chunks, 2 * TM_L);
+            uint64_t states = TM_L * layer_states(); /* W's chunk: 6 x CHUNK; b's: 12 KiB, not 6 x CHUNK */
             if (m != ZO_OPTIM_DPU || s > 0) assert_int_equal(st->nvme_read_bytes, states);
             if (m != ZO_OPTIM_DPU || s > 0) assert_int_equal(st->nvme_write_bytes, states);
             assert_true(st->step_seconds > 0 && st->optim_seconds > 0);
@@ -1100,10 +1108,11 @@ static void test_nvme_request_knobs(void **state)
     c.nvme_block_size = 4096;
     c.nvme_queue_depth = 2;
     uint64_t small = nvme_requests_at_finalize(&c, &nc);
-    /* an extent's payload is master, m and v of a chunk: 6 x 8 KiB, one request under the
-     * default 1 MiB, twelve of 4 KiB */
+    /* an extent's payload is master, m and v of a chunk's used elements: W's 6 x 8 KiB and
+     * b's 3 x 4 KiB, one request each under the default 1 MiB, twelve and three of 4 KiB */
     assert_true(big >= nc);
-    assert_int_equal(small - big, (uint64_t)nc * (6 * CHUNK / 4096 - 1));
+    assert_int_equal(nc, 2 * TM_L);
+    assert_int_equal(small - big, (uint64_t)TM_L * (packed_states(CHUNK / 2) / 4096 - 1 + packed_states(TM_D) / 4096 - 1));
     c.steps = 4;
     run_out a, b;
     run(&c, &a);
@@ -1192,7 +1201,9 @@ static void test_trace_covers_every_track(void **state)
             assert_true(e->chunk >= 0 && e->layer >= 0);
             assert_true(e->bytes > 0 && e->bytes <= CHUNK);
         }
-        if (e->track == ZO_TRACK_NVME) assert_int_equal(e->bytes, e->index ? CHUNK : 6 * CHUNK);
+        if (e->track == ZO_TRACK_NVME)
+            assert_true(e->index ? e->bytes == CHUNK
+                                 : e->bytes == packed_states(CHUNK / 2) || e->bytes == packed_states(TM_D));
         if (e->track == ZO_TRACK_OPTIM_WORKER) assert_true(e->index < 2 && e->bytes > 0);
     }
     run_out_free(&plain);
