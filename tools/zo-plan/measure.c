@@ -137,8 +137,8 @@ static zo_status measure_links(const zp_hardware *hw, zp_speeds *sp, zp_speed_so
 
 /* ---- NVMe ----
  * The engine moves optimizer states through NVMe in one pipeline per step
- * (engine_optim.c): a chunk's states, one extent of 6 x chunk bytes (fp32
- * master, m, v), are read two chunks ahead of the update and, once updated,
+ * (engine_optim.c): a chunk's states (fp32 master, m and v of its used
+ * elements, packed), are read two chunks ahead of the update and, once updated,
  * written to the chunk's alternate extent while the next reads run. What a
  * step sees is the rate of that mix at that extent size: reads or writes
  * alone, or 8 MiB requests, were 0.6x-1.4x of it on the disks tried. So
@@ -152,23 +152,24 @@ static zo_status measure_links(const zp_hardware *hw, zp_speeds *sp, zp_speed_so
 #define NVME_STAGES 3u /* the engine's ENG_NVME_STAGES */
 #define NVME_ROUNDS 3
 
-/* The state extent of the job's default chunk (what zo-train would use),
- * 4 KiB-rounded, capped so the measurement stays short. */
-static uint64_t nvme_extent_bytes(const zp_job *job)
+/* What the job's update moves per chunk: its states packed as the engine
+ * moves them (zp_nvme_states), on average over its chunks, capped so the
+ * measurement stays short; and what it moves per step each way. */
+static zo_status nvme_job(const zp_job *job, uint64_t *extent, uint64_t *step)
 {
-    uint64_t c = job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape);
-    uint64_t e = (6 * c + 4095) / 4096 * 4096;
-    return e < NVME_EXTENT_MAX ? e : NVME_EXTENT_MAX;
+    uint32_t n = 0;
+    ZT_TRY(zp_nvme_states(job, step, &n));
+    uint64_t e = n ? (*step / n + 4095) / 4096 * 4096 : 4096;
+    *extent = e < NVME_EXTENT_MAX ? e : NVME_EXTENT_MAX;
+    return ZO_OK;
 }
 
-/* A pass moves what one step of the job moves through the pipeline (its
- * fp32 master, m and v, read and written), up to NVME_PASS_MAX: extents
- * below 64 MiB run the pipeline at a fraction of the disk's rate (2.25 MiB:
- * about 1 GB/s here where 234 MiB reach 2.5), and a pass must start and
- * finish as the step's does. */
-static uint32_t nvme_pass_extents(const zp_job *job, uint64_t extent)
+/* A pass moves what one step of the job moves through the pipeline, up to
+ * NVME_PASS_MAX: extents below 64 MiB run the pipeline at a fraction of
+ * the disk's rate (2.25 MiB: about 1 GB/s here where 234 MiB reach 2.5),
+ * and a pass must start and finish as the step's does. */
+static uint32_t nvme_pass_extents(uint64_t step, uint64_t extent)
 {
-    uint64_t step = 12 * zt_shape_n_params(&job->shape);
     uint64_t bytes = step < NVME_PASS_MAX ? step : NVME_PASS_MAX;
     uint64_t n = (bytes + extent - 1) / extent;
     return n < NVME_MIN_EXTENTS ? NVME_MIN_EXTENTS : (uint32_t)n;
@@ -219,12 +220,13 @@ static zo_status nvme_passes(zo_swap_bench_t b, double rest_s, double *w, double
 
 static zo_status measure_nvme(const char *dir, const zp_job *job, zp_speeds *sp, zp_speed_sources *src)
 {
-    uint64_t extent = nvme_extent_bytes(job);
+    uint64_t extent, step;
+    ZT_TRY(nvme_job(job, &extent, &step));
     zo_swap_bench_config c = ZO_SWAP_BENCH_CONFIG_INIT;
     c.path = dir;
     c.name = "zo-plan-measure";
     c.extent_bytes = extent;
-    c.bytes = (uint64_t)nvme_pass_extents(job, extent) * extent;
+    c.bytes = (uint64_t)nvme_pass_extents(step, extent) * extent;
     c.stages = NVME_STAGES;
     c.alternates = 1;
     zo_swap_bench_t b = NULL;
@@ -558,9 +560,10 @@ zo_status zp_measure(const zp_hardware *hw, const zp_job *job, const char *nvme_
     /* last: closing its store deletes gigabytes, which can slow what runs next */
     if (nvme_dir && (wanted(sp, ZP_SPEED_NVME_READ) || wanted(sp, ZP_SPEED_NVME_WRITE) ||
                      wanted(sp, ZP_SPEED_NVME_UPDATE))) {
-        uint64_t ext = nvme_extent_bytes(job);
+        uint64_t ext, step;
+        ZT_TRY(nvme_job(job, &ext, &step));
         tell(progress, "measuring NVMe in %s: reads, writes and the update's pipeline, %u extents of %" PRIu64
-             " KiB", nvme_dir, nvme_pass_extents(job, ext), ext >> 10);
+             " KiB", nvme_dir, nvme_pass_extents(step, ext), ext >> 10);
         ZT_TRY(measure_nvme(nvme_dir, job, sp, src));
     }
     return ZO_OK;

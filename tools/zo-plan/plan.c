@@ -373,6 +373,31 @@ static double recompute_flops_per_token(const zt_shape *s, int seq)
     return 2.0 * L * (4 * d * d + 2 * d * f) + 4.0 * L * (double)seq * d;
 }
 
+/* Bytes of one chunk's optimizer states as the engine moves them on NVMe:
+ * master, m and v of its used elements, each padded to 4 KiB
+ * (engine_internal.h). */
+static uint64_t packed_state_bytes(uint64_t used_bytes16)
+{
+    return 3 * ((used_bytes16 / 2 * 4 + 4095) / 4096 * 4096);
+}
+
+zo_status zp_nvme_states(const zp_job *job, uint64_t *total, uint32_t *n_chunks)
+{
+    model_layout m;
+    ZT_TRY(layout_init(&m, &job->shape));
+    zp_hardware none;
+    memset(&none, 0, sizeof none);
+    uint64_t chunk = job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape);
+    zo_engine_config cfg = engine_config(job, &none, ZP_OPTIM_NVME, chunk, 0);
+    zo_status st = pack_model(&m, &cfg, zt_engine_layers(&job->shape));
+    *total = 0;
+    *n_chunks = st >= 0 ? m.n_chunks : 0;
+    for (uint32_t c = 0; st >= 0 && c < m.n_chunks; c++)
+        *total += packed_state_bytes(m.chunks[c].used_bytes);
+    layout_free(&m);
+    return st;
+}
+
 static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *hw, uint64_t chunk,
                               uint64_t *work)
 {
@@ -381,9 +406,11 @@ static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *
     int E = zt_engine_layers(&job->shape);
     zo_engine_config cfg = engine_config(job, hw, p->strategy, chunk, 0);
     zo_status st = pack_model(&m, &cfg, E);
-    uint64_t used = 0;
-    for (uint32_t c = 0; c < m.n_chunks; c++)
+    uint64_t used = 0, states = 0;
+    for (uint32_t c = 0; c < m.n_chunks; c++) {
         used += m.chunks[c].used_bytes;
+        states += packed_state_bytes(m.chunks[c].used_bytes);
+    }
     uint64_t loads = 0, load_bytes = used;
     if (st >= 0 && p->param_home != ZO_TIER_DEVICE) {
         uint32_t slots = p->fp.device_param_slots ? p->fp.device_param_slots : 1;
@@ -395,7 +422,7 @@ static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *
     p->h2d_bytes = load_bytes; /* device-resident parameters: the upload of the new ones */
     p->d2h_bytes = (uint64_t)job->grad_accum * used;
     if (p->optim_home == ZO_TIER_NVME)
-        p->nvme_read_bytes = p->nvme_write_bytes = N * 6 * C;
+        p->nvme_read_bytes = p->nvme_write_bytes = p->nvme_state_bytes = states;
     if (p->param_home == ZO_TIER_NVME) {
         p->nvme_read_bytes += loads * C; /* whole chunks into the staging twins */
         p->nvme_write_bytes += N * C;    /* the update's new 16-bit parameters */
@@ -430,7 +457,7 @@ static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, cons
     p->model_flops = (double)p->tokens * per_token;
     double device_flops = (double)p->tokens * zp_device_flops_per_token(job);
     double rate = sp->model_flops > 0 ? sp->model_flops : sp->flops;
-    uint64_t state_r = p->optim_home == ZO_TIER_NVME ? 6 * p->fp.chunk_bytes * p->fp.n_chunks : 0;
+    uint64_t state_r = p->nvme_state_bytes;
     double nvme_fetch = (double)(p->nvme_read_bytes - state_r) / sp->nvme_read;
     double nvme_optim = nvme_update_seconds(state_r, p->nvme_write_bytes, sp);
     double *t = p->seconds;

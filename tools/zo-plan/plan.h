@@ -129,6 +129,7 @@ typedef struct zp_plan {
     /* per optimizer step */
     uint64_t tokens;
     uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
+    uint64_t nvme_state_bytes; /* of those, the optimizer states each way (packed, as the engine moves them) */
     double model_flops; /* 6N + attention per token, without the recompute (for MFU) */
     double seconds[ZP_N_BOTTLENECKS]; /* each resource alone */
     double step_seconds;
@@ -148,6 +149,11 @@ double zp_device_flops_per_token(const zp_job *job);
  * (0: unknown). *work (optional) is incremented by the planner's work units
  * (tensors packed, slots visited by the eviction simulation): it depends on
  * the number of layers and chunks, never on their sizes. */
+/* The optimizer states the job's chunks move on NVMe each way per step, as
+ * the engine packs them (the used elements' master, m and v, each padded to
+ * 4 KiB), and how many chunks share them: what --measure times. */
+zo_status zp_nvme_states(const zp_job *job, uint64_t *total, uint32_t *n_chunks);
+
 zo_status zp_plan_strategy(const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
                            zp_strategy s, double nvme_tbw, zp_plan *out, uint64_t *work);
 
