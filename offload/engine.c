@@ -270,6 +270,11 @@ typedef struct eng_shape {
     uint64_t n_params;
 } eng_shape;
 
+uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems)
+{
+    return 3 * zo_round_up(n_elems * sizeof(float), ZO_SWAP_ALIGN);
+}
+
 static uint64_t state_extent_bytes_for(const eng_shape *sh) { return 3ull * sh->chunk_elems * sizeof(float); }
 
 static uint64_t stage_bytes_for(const zo_engine_config *c, const eng_shape *sh)

@@ -253,7 +253,7 @@ static inline size_t eng_state_stride(const struct zo_engine *e, const eng_chunk
 
 static inline uint64_t eng_state_io_bytes(const struct zo_engine *e, const eng_chunk *k)
 {
-    return 3ull * eng_state_stride(e, k) * sizeof(float);
+    return e->swap ? zo_engine_nvme_state_bytes(k->n_elems) : 3ull * e->chunk_elems * sizeof(float);
 }
 
 #endif

@@ -254,6 +254,11 @@ zo_status zo_engine_footprint_for(const zo_engine_config *cfg, const zo_engine_l
  * in use (n_tensors entries always suffice: a chunk holds a tensor at least). */
 zo_status zo_engine_chunks_for(const zo_engine_config *cfg, const zo_engine_layout *layout,
                                zo_engine_chunk_info *chunks, size_t cap, uint32_t *n_chunks);
+/* The bytes of optimizer states a chunk with n_elems parameters in use
+ * reads and writes on NVMe per update: fp32 master, m and v of those
+ * elements, packed, each padded to 4 KiB (a chunk's extent keeps room for
+ * the whole chunk; only what it holds moves). */
+uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems);
 int zo_engine_n_tensors(zo_engine_t eng);
 int zo_engine_layer_tensors(zo_engine_t eng, int layer, int *ids, int cap);
 /* The swap store holding the optimizer states on NVMe (NULL when they are not

@@ -1065,6 +1065,10 @@ static void test_step_statistics(void **state)
              * was published (DPU publishes its first update at the end of step 1) */
             assert_int_equal(st->h2d_bytes, m == ZO_OPTIM_DPU && s == 1 ? 0 : grad_bytes);
             assert_int_equal(o.fp.n_chunks, 2 * TM_L);
+            assert_int_equal(zo_engine_nvme_state_bytes(TM_D), 3 * 4096);
+            assert_int_equal(zo_engine_nvme_state_bytes(1024), 3 * 4096);
+            assert_int_equal(zo_engine_nvme_state_bytes(1025), 6 * 4096);
+            assert_int_equal(zo_engine_nvme_state_bytes(CHUNK / 2), 6 * CHUNK);
             uint64_t states = TM_L * layer_states(); /* W's chunk: 6 x CHUNK; b's: 12 KiB, not 6 x CHUNK */
             if (m != ZO_OPTIM_DPU || s > 0) assert_int_equal(st->nvme_read_bytes, states);
             if (m != ZO_OPTIM_DPU || s > 0) assert_int_equal(st->nvme_write_bytes, states);

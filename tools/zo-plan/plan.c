@@ -373,12 +373,11 @@ static double recompute_flops_per_token(const zt_shape *s, int seq)
     return 2.0 * L * (4 * d * d + 2 * d * f) + 4.0 * L * (double)seq * d;
 }
 
-/* Bytes of one chunk's optimizer states as the engine moves them on NVMe:
- * master, m and v of its used elements, each padded to 4 KiB
- * (engine_internal.h). */
+/* Bytes of one chunk's optimizer states as the engine moves them on NVMe,
+ * from the 16-bit bytes it uses. */
 static uint64_t packed_state_bytes(uint64_t used_bytes16)
 {
-    return 3 * ((used_bytes16 / 2 * 4 + 4095) / 4096 * 4096);
+    return zo_engine_nvme_state_bytes(used_bytes16 / 2);
 }
 
 zo_status zp_nvme_states(const zp_job *job, uint64_t *total, uint32_t *n_chunks)
