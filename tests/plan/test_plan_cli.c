@@ -400,6 +400,10 @@ static void test_bad_flags(void **state)
                             {"--preset huge", "unknown preset"},
                             {"--heads 3", "heads"},
                             {"--h2d-gbps -1", "--h2d-gbps"},
+                            {"--adam-gparams none", "--adam-gparams"},
+                            {"--gpu-tflops 0", "--gpu-tflops"},
+                            {"--nvme-update-gbps -2", "--nvme-update-gbps"},
+                            {"--validate x", "--validate"},
                             {"--frobnicate", "unknown option"},
                             {"stray", "unexpected argument"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -409,6 +413,13 @@ static void test_bad_flags(void **state)
                      o.err, bad[i][1]);
         outputs_free(&o);
     }
+    /* each speed flag is named as the source of its figure */
+    json_t *j = run_json(TINY_CPU " --adam-gparams 2 --gpu-tflops 300 --nvme-update-gbps 5");
+    json_t *src = json_object_get(json_object_get(j, "speeds"), "sources");
+    assert_string_equal(json_string_value(json_object_get(src, "adam_params_per_s")), "--adam-gparams");
+    assert_string_equal(json_string_value(json_object_get(src, "device_flops")), "--gpu-tflops");
+    assert_string_equal(json_string_value(json_object_get(src, "nvme_update_bytes_per_s")), "--nvme-update-gbps");
+    json_decref(j);
 }
 
 int main(void)

@@ -173,9 +173,13 @@ static const struct option long_opts[] = {
     {0, 0, 0, 0},
 };
 
+/* Looked up, not indexed: the table's order need not follow the enum's. */
 static const char *opt_name(int opt)
 {
-    return long_opts[opt - OPT_PRESET].name;
+    for (const struct option *o = long_opts; o->name; o++)
+        if (o->val == opt)
+            return o->name;
+    return "?";
 }
 
 static int bad_value(int opt, const char *value, const char *expected)
