@@ -14,6 +14,7 @@ struct zo_swap_bench {
     zo_swap_t sw;
     zo_swap_extent_t *ext; /* n, or 2n with alternates: i's alternate is n + i */
     uint64_t *gen;         /* the generation each extent was last written with (0: never) */
+    uint64_t *len;         /* each extent's payload, when given (NULL: extent, the last one shorter) */
     uint8_t *buf;          /* nbuf buffers of extent_bytes, registered */
     uint32_t n, nbuf, window;
     uint32_t cur;          /* the current set's first extent: 0 or n (updates flip it) */
@@ -25,6 +26,7 @@ struct zo_swap_bench {
 static size_t extent_len(const struct zo_swap_bench *b, uint32_t i)
 {
     uint32_t k = i % b->n;
+    if (b->len) return (size_t)b->len[k];
     return (size_t)(k + 1 < b->n ? b->extent : b->bytes - (uint64_t)k * b->extent);
 }
 
@@ -76,12 +78,20 @@ static zo_status check_config(const zo_swap_bench_config *c)
 {
     const char *bad = !c || c->struct_size < sizeof *c ? "a zo_swap_bench_config from ZO_SWAP_BENCH_CONFIG_INIT"
                       : !c->path ? "a directory (path)"
-                      : !c->bytes ? "bytes > 0 to move per pass"
+                      : !c->bytes && !c->lengths ? "bytes > 0 to move per pass"
                       : !c->extent_bytes || c->extent_bytes % ZO_SWAP_ALIGN ? "extent_bytes a multiple of 4096"
                       : c->stages == 1 ? "stages 0 (the engine's 3) or at least 2"
                       : NULL;
     if (bad) return ZO_FAIL(ZO_ERR_INVALID_ARG, BENCH_SUBSYS, "zo_swap_bench_open: needs %s", bad);
-    if ((c->bytes + c->extent_bytes - 1) / c->extent_bytes > UINT32_MAX / 2)
+    for (uint32_t i = 0; c->lengths && i < c->n_lengths; i++)
+        if (!c->lengths[i] || c->lengths[i] > c->extent_bytes)
+            return ZO_FAIL(ZO_ERR_INVALID_ARG, BENCH_SUBSYS,
+                           "zo_swap_bench_open: lengths[%u] = %llu: needs 1 to extent_bytes (%llu)", i,
+                           (unsigned long long)c->lengths[i], (unsigned long long)c->extent_bytes);
+    if (c->lengths && (!c->n_lengths || c->n_lengths > UINT32_MAX / 2))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, BENCH_SUBSYS, "zo_swap_bench_open: n_lengths %u: needs 1 or more",
+                       c->n_lengths);
+    if (!c->lengths && (c->bytes + c->extent_bytes - 1) / c->extent_bytes > UINT32_MAX / 2)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, BENCH_SUBSYS,
                        "zo_swap_bench_open: %llu bytes in extents of %llu is too many extents: use larger extents",
                        (unsigned long long)c->bytes, (unsigned long long)c->extent_bytes);
@@ -115,9 +125,26 @@ zo_status zo_swap_bench_open(const zo_swap_bench_config *c, zo_swap_bench_t *out
     ZO_TRY(check_config(c));
     struct zo_swap_bench *b = calloc(1, sizeof *b);
     if (!b) return ZO_FAIL(ZO_ERR_NO_MEMORY, BENCH_SUBSYS, "allocating a benchmark store");
-    b->bytes = c->bytes;
-    b->n = (uint32_t)((c->bytes + c->extent_bytes - 1) / c->extent_bytes);
-    b->extent = c->bytes < c->extent_bytes ? zo_round_up(c->bytes, ZO_SWAP_ALIGN) : c->extent_bytes;
+    if (c->lengths) {
+        b->n = c->n_lengths;
+        b->len = malloc((size_t)b->n * sizeof *b->len);
+        if (!b->len) {
+            uint32_t n = b->n;
+            free(b);
+            return ZO_FAIL(ZO_ERR_NO_MEMORY, BENCH_SUBSYS, "allocating %u extent lengths", n);
+        }
+        uint64_t most = 0;
+        for (uint32_t i = 0; i < b->n; i++) {
+            b->len[i] = c->lengths[i];
+            b->bytes += c->lengths[i];
+            if (c->lengths[i] > most) most = c->lengths[i];
+        }
+        b->extent = zo_round_up(most, ZO_SWAP_ALIGN);
+    } else {
+        b->bytes = c->bytes;
+        b->n = (uint32_t)((c->bytes + c->extent_bytes - 1) / c->extent_bytes);
+        b->extent = c->bytes < c->extent_bytes ? zo_round_up(c->bytes, ZO_SWAP_ALIGN) : c->extent_bytes;
+    }
     b->stages = c->stages ? c->stages : 3;
     b->window = c->window ? c->window : b->stages;
     if (b->window > b->n) b->window = b->n;
@@ -270,6 +297,7 @@ void zo_swap_bench_close(zo_swap_bench_t b)
     zo_swap_close(b->sw);
     free(b->buf);
     free(b->gen);
+    free(b->len);
     free(b->ext);
     free(b);
 }

@@ -43,10 +43,14 @@ typedef struct zo_swap_bench_config {
     uint32_t window;        /* extents in flight in write and read passes (0: stages) */
     unsigned stages;        /* stages of the update pipeline (0: 3, the engine's) */
     int alternates;         /* 1: also hold the n alternates (needed by the last two passes) */
+    /* Optional: the payload of each extent, in order (as a job's chunks move different amounts);
+     * then n = n_lengths, `bytes` is ignored (their sum) and extent_bytes must hold the largest. */
+    const uint64_t *lengths;
+    uint32_t n_lengths;
 } zo_swap_bench_config;
 
 #define ZO_SWAP_BENCH_CONFIG_INIT                                                                  \
-    {sizeof(zo_swap_bench_config), NULL, "zo-bench", "auto", 0, 0, 0, 0, 0, 0, 0}
+    {sizeof(zo_swap_bench_config), NULL, "zo-bench", "auto", 0, 0, 0, 0, 0, 0, 0, NULL, 0}
 
 /* Open the store (taking over a file an interrupted benchmark left behind),
  * allocate its extents and buffers. Nothing is written yet. */

@@ -213,6 +213,43 @@ static void test_bench_passes_move_their_bytes(void **state)
     zo_swap_bench_close(b);
 }
 
+/* Extents of the sizes given (a job's chunks): each pass moves their sum. */
+static void test_bench_given_lengths(void **state)
+{
+    fixture *f = *state;
+    const uint64_t len[] = {8192, 4096, 65536, 12288, 5000};
+    const uint64_t sum = 8192 + 4096 + 65536 + 12288 + 5000;
+    zo_swap_bench_config c = ZO_SWAP_BENCH_CONFIG_INIT;
+    c.path = f->dirs.paths[0];
+    c.extent_bytes = 65536;
+    c.lengths = len;
+    c.n_lengths = 5;
+    c.alternates = 1;
+    zo_swap_bench_t b;
+    ZO_ASSERT_OK(zo_swap_bench_open(&c, &b));
+    assert_int_equal(zo_swap_bench_extents(b), 5);
+    assert_int_equal(zo_swap_bench_pass_bytes(b, ZO_SWAP_BENCH_UPDATE), 2 * sum);
+    ZO_ASSERT_OK(zo_swap_bench_run(b, ZO_SWAP_BENCH_WRITE, NULL));
+    ZO_ASSERT_OK(zo_swap_bench_run(b, ZO_SWAP_BENCH_UPDATE, NULL));
+    ZO_ASSERT_OK(zo_swap_bench_run(b, ZO_SWAP_BENCH_UPDATE, NULL)); /* reads what the last one wrote */
+    ZO_ASSERT_OK(zo_swap_bench_run(b, ZO_SWAP_BENCH_READ, NULL));
+    zo_swap_stats s = ZO_SWAP_STATS_INIT;
+    ZO_ASSERT_OK(zo_swap_bench_stats(b, &s));
+    assert_int_equal(s.bytes_written, 3 * sum);
+    assert_int_equal(s.bytes_read, 3 * sum);
+    assert_int_equal(s.corrupt, 0);
+    zo_swap_bench_close(b);
+    const uint64_t too_big[] = {4096, 65537};
+    c.lengths = too_big;
+    c.n_lengths = 2;
+    ZO_ASSERT_ST(zo_swap_bench_open(&c, &b), ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "lengths[1] = 65537"));
+    const uint64_t zero[] = {0};
+    c.lengths = zero;
+    c.n_lengths = 1;
+    ZO_ASSERT_ST(zo_swap_bench_open(&c, &b), ZO_ERR_INVALID_ARG);
+}
+
 static void test_bench_refusals(void **state)
 {
     fixture *f = *state;
@@ -252,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_failure_at_every_call),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test_setup_teardown(test_bench_passes_move_their_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bench_given_lengths, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bench_refusals, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

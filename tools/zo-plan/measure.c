@@ -152,27 +152,43 @@ static zo_status measure_links(const zp_hardware *hw, zp_speeds *sp, zp_speed_so
 #define NVME_STAGES 3u /* the engine's ENG_NVME_STAGES */
 #define NVME_ROUNDS 3
 
-/* What the job's update moves per chunk: its states packed as the engine
- * moves them (zp_nvme_states), on average over its chunks, capped so the
- * measurement stays short; and what it moves per step each way. */
-static zo_status nvme_job(const zp_job *job, uint64_t *extent, uint64_t *step)
+/* The extents one timed pass moves: the job's chunks' packed states in the
+ * engine's order (each capped at NVME_EXTENT_MAX), cycled until the pass
+ * moves one step's worth, at most NVME_PASS_MAX, and at least
+ * NVME_MIN_EXTENTS of them: a pass must start and finish as the step's
+ * does, and the rate depends on the sizes (2.25 MiB extents ran at about
+ * 1 GB/s here where 234 MiB ones reach 2.5). *lengths is malloc'd. */
+static zo_status nvme_pass_lengths(const zp_job *job, uint64_t **lengths, uint32_t *n)
 {
-    uint32_t n = 0;
-    ZT_TRY(zp_nvme_states(job, step, &n));
-    uint64_t e = n ? (*step / n + 4095) / 4096 * 4096 : 4096;
-    *extent = e < NVME_EXTENT_MAX ? e : NVME_EXTENT_MAX;
+    uint64_t *chunk = NULL;
+    uint32_t nc = 0;
+    ZT_TRY(zp_nvme_chunk_states(job, &chunk, &nc));
+    uint64_t step = 0;
+    for (uint32_t c = 0; c < nc; c++)
+        step += chunk[c] < NVME_EXTENT_MAX ? chunk[c] : NVME_EXTENT_MAX;
+    uint64_t want = step < NVME_PASS_MAX ? step : NVME_PASS_MAX, sum = 0;
+    uint32_t cap = NVME_MIN_EXTENTS + nc, k = 0;
+    *lengths = nc ? malloc(cap * sizeof **lengths) : NULL;
+    if (!*lengths) {
+        free(chunk);
+        return zt_fail(ZO_ERR_NO_MEMORY, "the NVMe benchmark's extent sizes");
+    }
+    while (k < cap && (sum < want || k < NVME_MIN_EXTENTS)) {
+        uint64_t e = chunk[k % nc] < NVME_EXTENT_MAX ? chunk[k % nc] : NVME_EXTENT_MAX;
+        (*lengths)[k++] = e;
+        sum += e;
+    }
+    *n = k;
+    free(chunk);
     return ZO_OK;
 }
 
-/* A pass moves what one step of the job moves through the pipeline, up to
- * NVME_PASS_MAX: extents below 64 MiB run the pipeline at a fraction of
- * the disk's rate (2.25 MiB: about 1 GB/s here where 234 MiB reach 2.5),
- * and a pass must start and finish as the step's does. */
-static uint32_t nvme_pass_extents(uint64_t step, uint64_t extent)
+static uint64_t largest(const uint64_t *v, uint32_t n)
 {
-    uint64_t bytes = step < NVME_PASS_MAX ? step : NVME_PASS_MAX;
-    uint64_t n = (bytes + extent - 1) / extent;
-    return n < NVME_MIN_EXTENTS ? NVME_MIN_EXTENTS : (uint32_t)n;
+    uint64_t m = 0;
+    for (uint32_t i = 0; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
 }
 
 #define NVME_REST_MAX 2.0 /* seconds, at most, before each update pass */
@@ -220,26 +236,31 @@ static zo_status nvme_passes(zo_swap_bench_t b, double rest_s, double *w, double
 
 static zo_status measure_nvme(const char *dir, const zp_job *job, zp_speeds *sp, zp_speed_sources *src)
 {
-    uint64_t extent, step;
-    ZT_TRY(nvme_job(job, &extent, &step));
+    uint64_t *len = NULL;
+    uint32_t n = 0;
+    ZT_TRY(nvme_pass_lengths(job, &len, &n));
     zo_swap_bench_config c = ZO_SWAP_BENCH_CONFIG_INIT;
     c.path = dir;
     c.name = "zo-plan-measure";
-    c.extent_bytes = extent;
-    c.bytes = (uint64_t)nvme_pass_extents(step, extent) * extent;
+    c.lengths = len;
+    c.n_lengths = n;
+    c.extent_bytes = (largest(len, n) + 4095) / 4096 * 4096;
     c.stages = NVME_STAGES;
     c.alternates = 1;
     zo_swap_bench_t b = NULL;
     double w = 0, r = 0, u[NVME_ROUNDS];
     zo_status st = zo_swap_bench_open(&c, &b);
-    if (st < 0)
+    if (st < 0) {
+        free(len);
         return zt_lib_fail(st, "opening the NVMe benchmark's store");
+    }
+    double bytes = (double)zo_swap_bench_pass_bytes(b, ZO_SWAP_BENCH_READ);
     st = nvme_passes(b, nvme_rest_seconds(job, sp), &w, &r, u);
     if (st < 0)
         st = zt_lib_fail(st, "the NVMe benchmark");
     zo_swap_bench_close(b);
+    free(len);
     ZT_TRY(st);
-    double bytes = (double)c.bytes;
     record(sp, src, ZP_SPEED_NVME_READ, bytes / r);
     record(sp, src, ZP_SPEED_NVME_WRITE, bytes / w);
     record(sp, src, ZP_SPEED_NVME_UPDATE, 2 * bytes / median(u, NVME_ROUNDS));
@@ -560,10 +581,15 @@ zo_status zp_measure(const zp_hardware *hw, const zp_job *job, const char *nvme_
     /* last: closing its store deletes gigabytes, which can slow what runs next */
     if (nvme_dir && (wanted(sp, ZP_SPEED_NVME_READ) || wanted(sp, ZP_SPEED_NVME_WRITE) ||
                      wanted(sp, ZP_SPEED_NVME_UPDATE))) {
-        uint64_t ext, step;
-        ZT_TRY(nvme_job(job, &ext, &step));
-        tell(progress, "measuring NVMe in %s: reads, writes and the update's pipeline, %u extents of %" PRIu64
-             " KiB", nvme_dir, nvme_pass_extents(step, ext), ext >> 10);
+        uint64_t *len = NULL;
+        uint32_t n = 0;
+        ZT_TRY(nvme_pass_lengths(job, &len, &n));
+        uint64_t sum = 0;
+        for (uint32_t i = 0; i < n; i++)
+            sum += len[i];
+        free(len);
+        tell(progress, "measuring NVMe in %s: reads, writes and the update's pipeline, %u extents of the "
+             "job's chunk sizes, %" PRIu64 " MiB a pass", nvme_dir, n, sum >> 20);
         ZT_TRY(measure_nvme(nvme_dir, job, sp, src));
     }
     return ZO_OK;

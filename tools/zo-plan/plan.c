@@ -380,8 +380,10 @@ static uint64_t packed_state_bytes(uint64_t used_bytes16)
     return zo_engine_nvme_state_bytes(used_bytes16 / 2);
 }
 
-zo_status zp_nvme_states(const zp_job *job, uint64_t *total, uint32_t *n_chunks)
+zo_status zp_nvme_chunk_states(const zp_job *job, uint64_t **bytes, uint32_t *n_chunks)
 {
+    *bytes = NULL;
+    *n_chunks = 0;
     model_layout m;
     ZT_TRY(layout_init(&m, &job->shape));
     zp_hardware none;
@@ -389,12 +391,25 @@ zo_status zp_nvme_states(const zp_job *job, uint64_t *total, uint32_t *n_chunks)
     uint64_t chunk = job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape);
     zo_engine_config cfg = engine_config(job, &none, ZP_OPTIM_NVME, chunk, 0);
     zo_status st = pack_model(&m, &cfg, zt_engine_layers(&job->shape));
-    *total = 0;
-    *n_chunks = st >= 0 ? m.n_chunks : 0;
+    if (st >= 0 && !(*bytes = malloc((m.n_chunks ? m.n_chunks : 1) * sizeof **bytes)))
+        st = zt_fail(ZO_ERR_NO_MEMORY, "the chunks' state sizes");
     for (uint32_t c = 0; st >= 0 && c < m.n_chunks; c++)
-        *total += packed_state_bytes(m.chunks[c].used_bytes);
+        (*bytes)[c] = packed_state_bytes(m.chunks[c].used_bytes);
+    if (st >= 0)
+        *n_chunks = m.n_chunks;
     layout_free(&m);
     return st;
+}
+
+zo_status zp_nvme_states(const zp_job *job, uint64_t *total, uint32_t *n_chunks)
+{
+    uint64_t *b = NULL;
+    ZT_TRY(zp_nvme_chunk_states(job, &b, n_chunks));
+    *total = 0;
+    for (uint32_t c = 0; c < *n_chunks; c++)
+        *total += b[c];
+    free(b);
+    return ZO_OK;
 }
 
 static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *hw, uint64_t chunk,

@@ -153,6 +153,8 @@ double zp_device_flops_per_token(const zp_job *job);
  * the engine packs them (the used elements' master, m and v, each padded to
  * 4 KiB), and how many chunks share them: what --measure times. */
 zo_status zp_nvme_states(const zp_job *job, uint64_t *total, uint32_t *n_chunks);
+/* The same per chunk, in the engine's chunk order (*bytes: malloc'd, the caller frees). */
+zo_status zp_nvme_chunk_states(const zp_job *job, uint64_t **bytes, uint32_t *n_chunks);
 
 zo_status zp_plan_strategy(const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
                            zp_strategy s, double nvme_tbw, zp_plan *out, uint64_t *work);
