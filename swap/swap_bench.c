@@ -177,8 +177,7 @@ zo_status zo_swap_bench_open(const zo_swap_bench_config *c, zo_swap_bench_t *out
 /* Extents first..first+n-1 written or read, `window` in flight. */
 static zo_status plain_pass(struct zo_swap_bench *b, int write, uint32_t first)
 {
-    zo_swap_io_t io[64] = {0};
-    zo_swap_io_t *slots = b->window <= 64 ? io : calloc(b->window, sizeof *slots);
+    zo_swap_io_t *slots = calloc(b->window, sizeof *slots);
     if (!slots) return ZO_FAIL(ZO_ERR_NO_MEMORY, BENCH_SUBSYS, "allocating %u tickets", b->window);
     zo_status st = ZO_OK;
     for (uint32_t i = 0; i < b->n && st == ZO_OK; i++) {
@@ -197,7 +196,7 @@ static zo_status plain_pass(struct zo_swap_bench *b, int write, uint32_t first)
             snprintf(why, sizeof why, "%s", zo_last_error());
         }
     }
-    if (slots != io) free(slots);
+    free(slots);
     if (st < 0) zo_restore_error(st, why);
     return st;
 }

@@ -53,6 +53,30 @@ static inline void swap_test_rmdirs(swap_test_dirs *d)
     rmdir(d->root);
 }
 
+/* A cmocka fixture holding a scratch tree (setup/teardown of the tests). */
+typedef struct swap_test_fixture {
+    swap_test_dirs dirs;
+} swap_test_fixture;
+
+static inline int swap_test_setup(void **state)
+{
+    swap_test_fixture *f = calloc(1, sizeof *f);
+    if (!f || swap_test_mkdirs(&f->dirs) != 0) {
+        free(f);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static inline int swap_test_teardown(void **state)
+{
+    swap_test_fixture *f = *state;
+    swap_test_rmdirs(&f->dirs);
+    free(f);
+    return 0;
+}
+
 /* Exit 77 (skipped) with the reason when O_DIRECT does not work in the
  * scratch directory's file system. */
 static inline void swap_test_require_odirect(void)

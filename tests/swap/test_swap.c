@@ -9,25 +9,6 @@
 
 #include "swap_test_util.h"
 
-typedef struct fixture {
-    swap_test_dirs dirs;
-} fixture;
-
-static int setup(void **state)
-{
-    fixture *f = calloc(1, sizeof *f);
-    if (!f || swap_test_mkdirs(&f->dirs) != 0) return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    swap_test_rmdirs(&f->dirs);
-    free(f);
-    return 0;
-}
 
 /* Read the extent's header and payload straight from its file, without the
  * store, and check them against what was written. */
@@ -72,7 +53,7 @@ static size_t random_len(uint64_t *rng, size_t max)
 
 /* Writes (many in flight), reads and frees in random order; checks the
  * stripes, the bytes read back and the headers on disk. */
-static void round_trip(fixture *f, size_t npaths, int registered)
+static void round_trip(swap_test_fixture *f, size_t npaths, int registered)
 {
     enum { NEXT = 12 };
     const size_t ext_bytes = 300000; /* not a multiple of 4 KiB on purpose */
@@ -184,7 +165,7 @@ static int run_sequence(fault_world *w, zo_status *failed, char *msg, size_t cap
     return SEQ_OPS;
 }
 
-static void fault_world_open(fixture *f, fault_world *w)
+static void fault_world_open(swap_test_fixture *f, fault_world *w)
 {
     memset(w, 0, sizeof *w);
     zo_swap_config c = swap_test_config(&f->dirs, 2, 3 * 64 * 1024, 64 * 1024);
@@ -325,7 +306,7 @@ static void flip_byte(const char *path, uint64_t off)
 
 static void test_flipped_byte_detected(void **state)
 {
-    fixture *f = *state;
+    swap_test_fixture *f = *state;
     zo_swap_config c = swap_test_config(&f->dirs, 2, 4 << 20, 1 << 20);
     zo_swap_t s;
     ZO_ASSERT_OK(zo_swap_open(&c, &s));
@@ -370,7 +351,7 @@ static void test_flipped_byte_detected(void **state)
 
 static void test_stale_file_reuse_or_refuse(void **state)
 {
-    fixture *f = *state;
+    swap_test_fixture *f = *state;
     zo_swap_config c = swap_test_config(&f->dirs, 2, 1 << 20, 256 << 10);
     c.keep_files = 1; /* what a crash leaves behind */
     zo_swap_t s;
@@ -408,7 +389,7 @@ static void test_stale_file_reuse_or_refuse(void **state)
 
 static void test_not_enough_space(void **state)
 {
-    fixture *f = *state;
+    swap_test_fixture *f = *state;
     zo_swap_config c = swap_test_config(&f->dirs, 2, 1ull << 50, 1ull << 34);
     zo_swap_t s = NULL;
     ZO_ASSERT_ST(zo_swap_open(&c, &s), ZO_ERR_NO_SPACE);
@@ -419,7 +400,7 @@ static void test_not_enough_space(void **state)
 
 static void test_argument_errors(void **state)
 {
-    fixture *f = *state;
+    swap_test_fixture *f = *state;
     zo_swap_config c = swap_test_config(&f->dirs, 1, 2 * 65536, 65536);
     zo_swap_t s = NULL;
     c.block_size = 1000;
@@ -470,7 +451,7 @@ static void count_cb(void *user, zo_status st, const char *msg)
 
 static void test_callbacks_and_busy(void **state)
 {
-    fixture *f = *state;
+    swap_test_fixture *f = *state;
     zo_swap_config c = swap_test_config(&f->dirs, 3, 8 << 20, 1 << 20);
     zo_swap_fault ft = {ZO_SWAP_FAULT_DELAY, 0, 300}; /* keep the first write in flight */
     c.faults = &ft;
@@ -508,7 +489,7 @@ static void test_callbacks_and_busy(void **state)
  * disk say the same. */
 static void test_files_bytes_predicted(void **state)
 {
-    fixture *f = *state;
+    swap_test_fixture *f = *state;
     static const uint64_t extents[] = {4096, 300000, 1u << 20, (3u << 20) + 8192};
     for (size_t e = 0; e < sizeof extents / sizeof extents[0]; e++)
         for (size_t npaths = 1; npaths <= SWAP_TEST_MAX_PATHS; npaths++)
@@ -538,7 +519,7 @@ static void test_files_bytes_predicted(void **state)
 
 static void test_engine_selection(void **state)
 {
-    fixture *f = *state;
+    swap_test_fixture *f = *state;
     char why[256];
     int uring = zo_swap_probe_io_uring(why, sizeof why);
     const char *force = getenv("ZO_SWAP_FORCE_SYNC");
@@ -575,18 +556,18 @@ int main(int argc, char **argv)
 {
     swap_test_require_odirect();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_round_trip_1_path, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_round_trip_2_paths, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_round_trip_3_paths, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_every_fault_at_every_index, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_failed_write_never_reads_back_wrong, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_flipped_byte_detected, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stale_file_reuse_or_refuse, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_not_enough_space, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_argument_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_callbacks_and_busy, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_engine_selection, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_files_bytes_predicted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_round_trip_1_path, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_round_trip_2_paths, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_round_trip_3_paths, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_every_fault_at_every_index, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_failed_write_never_reads_back_wrong, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_flipped_byte_detected, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_stale_file_reuse_or_refuse, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_not_enough_space, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_argument_errors, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_callbacks_and_busy, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_engine_selection, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_files_bytes_predicted, swap_test_setup, swap_test_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -151,31 +151,12 @@ static void test_bad_arguments(void **state)
 
 /* ---- the benchmark store ---- */
 
-typedef struct fixture {
-    swap_test_dirs dirs;
-} fixture;
-
-static int setup(void **state)
-{
-    fixture *f = calloc(1, sizeof *f);
-    if (!f || swap_test_mkdirs(&f->dirs) != 0) return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    swap_test_rmdirs(&f->dirs);
-    free(f);
-    return 0;
-}
 
 /* Five full extents and a short one: every pass moves exactly its bytes,
  * verified on every read (headers, generations, checksums). */
 static void test_bench_passes_move_their_bytes(void **state)
 {
-    fixture *f = *state;
+    swap_test_fixture *f = *state;
     const uint64_t extent = 64u << 10, bytes = 5 * extent + 12288;
     zo_swap_bench_config c = ZO_SWAP_BENCH_CONFIG_INIT;
     c.path = f->dirs.paths[0];
@@ -216,7 +197,7 @@ static void test_bench_passes_move_their_bytes(void **state)
 /* Extents of the sizes given (a job's chunks): each pass moves their sum. */
 static void test_bench_given_lengths(void **state)
 {
-    fixture *f = *state;
+    swap_test_fixture *f = *state;
     const uint64_t len[] = {8192, 4096, 65536, 12288, 5000};
     const uint64_t sum = 8192 + 4096 + 65536 + 12288 + 5000;
     zo_swap_bench_config c = ZO_SWAP_BENCH_CONFIG_INIT;
@@ -252,7 +233,7 @@ static void test_bench_given_lengths(void **state)
 
 static void test_bench_refusals(void **state)
 {
-    fixture *f = *state;
+    swap_test_fixture *f = *state;
     zo_swap_bench_config c = ZO_SWAP_BENCH_CONFIG_INIT;
     c.path = f->dirs.paths[0];
     c.bytes = 1u << 20;
@@ -288,9 +269,9 @@ int main(void)
         cmocka_unit_test(test_schedule),
         cmocka_unit_test(test_failure_at_every_call),
         cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test_setup_teardown(test_bench_passes_move_their_bytes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bench_given_lengths, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bench_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bench_passes_move_their_bytes, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_bench_given_lengths, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_bench_refusals, swap_test_setup, swap_test_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

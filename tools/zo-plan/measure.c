@@ -135,6 +135,18 @@ static zo_status measure_links(const zp_hardware *hw, zp_speeds *sp, zp_speed_so
     return ZO_OK;
 }
 
+static void tell(void (*progress)(const char *), const char *fmt, ...)
+{
+    if (!progress)
+        return;
+    char what[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    progress(what);
+}
+
 /* ---- NVMe ----
  * The engine moves optimizer states through NVMe in one pipeline per step
  * (engine_optim.c): a chunk's states (fp32 master, m and v of its used
@@ -239,7 +251,8 @@ static zo_status nvme_passes(zo_swap_bench_t b, double rest_s, double *w, double
     return ZO_OK;
 }
 
-static zo_status measure_nvme(const char *dir, const zp_job *job, zp_speeds *sp, zp_speed_sources *src)
+static zo_status measure_nvme(const char *dir, const zp_job *job, zp_speeds *sp, zp_speed_sources *src,
+                              void (*progress)(const char *))
 {
     uint64_t *len = NULL;
     uint32_t n = 0;
@@ -261,6 +274,8 @@ static zo_status measure_nvme(const char *dir, const zp_job *job, zp_speeds *sp,
         return zt_lib_fail(st, "opening the NVMe benchmark's store");
     }
     double bytes = (double)zo_swap_bench_pass_bytes(b, ZO_SWAP_BENCH_READ);
+    tell(progress, "measuring NVMe in %s: reads, writes and the update's pipeline, %u extents of the job's chunk "
+         "sizes, %.0f MiB a pass", dir, n, bytes / (1 << 20));
     st = nvme_passes(b, nvme_rest_seconds(job, sp), &w, &r, u, &rounds);
     if (st < 0)
         st = zt_lib_fail(st, "the NVMe benchmark");
@@ -549,17 +564,6 @@ static zo_status measure_model(const zp_hardware *hw, const zp_job *job, zp_spee
     return ZO_OK;
 }
 
-static void tell(void (*progress)(const char *), const char *fmt, ...)
-{
-    if (!progress)
-        return;
-    char what[160];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    progress(what);
-}
 
 zo_status zp_measure(const zp_hardware *hw, const zp_job *job, const char *nvme_dir, zp_speeds *sp,
                      zp_speed_sources *src, void (*progress)(const char *what))
@@ -587,16 +591,7 @@ zo_status zp_measure(const zp_hardware *hw, const zp_job *job, const char *nvme_
     /* last: closing its store deletes gigabytes, which can slow what runs next */
     if (nvme_dir && (wanted(sp, ZP_SPEED_NVME_READ) || wanted(sp, ZP_SPEED_NVME_WRITE) ||
                      wanted(sp, ZP_SPEED_NVME_UPDATE))) {
-        uint64_t *len = NULL;
-        uint32_t n = 0;
-        ZT_TRY(nvme_pass_lengths(job, &len, &n));
-        uint64_t sum = 0;
-        for (uint32_t i = 0; i < n; i++)
-            sum += len[i];
-        free(len);
-        tell(progress, "measuring NVMe in %s: reads, writes and the update's pipeline, %u extents of the "
-             "job's chunk sizes, %" PRIu64 " MiB a pass", nvme_dir, n, sum >> 20);
-        ZT_TRY(measure_nvme(nvme_dir, job, sp, src));
+        ZT_TRY(measure_nvme(nvme_dir, job, sp, src, progress));
     }
     return ZO_OK;
 }

@@ -401,17 +401,6 @@ zo_status zp_nvme_chunk_states(const zp_job *job, uint64_t **bytes, uint32_t *n_
     return st;
 }
 
-zo_status zp_nvme_states(const zp_job *job, uint64_t *total, uint32_t *n_chunks)
-{
-    uint64_t *b = NULL;
-    ZT_TRY(zp_nvme_chunk_states(job, &b, n_chunks));
-    *total = 0;
-    for (uint32_t c = 0; c < *n_chunks; c++)
-        *total += b[c];
-    free(b);
-    return ZO_OK;
-}
-
 static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *hw, uint64_t chunk,
                               uint64_t *work)
 {

@@ -149,11 +149,10 @@ double zp_device_flops_per_token(const zp_job *job);
  * (0: unknown). *work (optional) is incremented by the planner's work units
  * (tensors packed, slots visited by the eviction simulation): it depends on
  * the number of layers and chunks, never on their sizes. */
-/* The optimizer states the job's chunks move on NVMe each way per step, as
- * the engine packs them (the used elements' master, m and v, each padded to
- * 4 KiB), and how many chunks share them: what --measure times. */
-zo_status zp_nvme_states(const zp_job *job, uint64_t *total, uint32_t *n_chunks);
-/* The same per chunk, in the engine's chunk order (*bytes: malloc'd, the caller frees). */
+/* The optimizer states each of the job's chunks moves on NVMe each way per
+ * step, as the engine packs them (the used elements' master, m and v, each
+ * padded to 4 KiB), in the engine's chunk order: what --measure times
+ * (*bytes: malloc'd, the caller frees). */
 zo_status zp_nvme_chunk_states(const zp_job *job, uint64_t **bytes, uint32_t *n_chunks);
 
 zo_status zp_plan_strategy(const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
