@@ -18,7 +18,7 @@
 #include "zo/log.h"
 #include "zo/testing.h"
 #include "zo/topo.h"
-#include "../../offload/hostpool_internal.h"
+#include "hostpool_internal.h"
 #include "zo_test.h"
 
 #define KiB ((size_t)1024)

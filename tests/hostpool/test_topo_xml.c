@@ -10,7 +10,7 @@
 #include "zo/hostpool.h"
 #include "zo/log.h"
 #include "zo/topo.h"
-#include "../../offload/hostpool_internal.h"
+#include "hostpool_internal.h"
 #include "zo_test.h"
 
 static void check_node(int i, int node, uint64_t mem, int c0, int c1)
