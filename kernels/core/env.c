@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
-#include <time.h>
 
 #include "zo_internal.h"
 
@@ -72,27 +71,4 @@ int zo_env_bool(const char *name, int def)
     ZO_LOGW("core", "%s='%s' is invalid: expected 1|0|true|false|yes|no|on|off; using %d", name, s,
             def);
     return def;
-}
-
-uint64_t zo_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-char *zo_fmt_bytes(char *buf, size_t cap, uint64_t bytes)
-{
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024.0 && u < 5) {
-        v /= 1024.0;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, cap, "%" PRIu64 " B", bytes);
-    else
-        snprintf(buf, cap, "%.2f %s", v, units[u]);
-    return buf;
 }

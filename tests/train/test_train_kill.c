@@ -19,6 +19,7 @@
 #include "checkpoint.h"
 #include "train_test_util.h"
 #include "zo_test.h"
+#include "zo/units.h"
 #include "zt_error.h"
 
 #ifndef ZT_EXE
@@ -150,13 +151,6 @@ static int left_a_partial_write(const char *dir)
     return partial;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void rm_rf(const char *path)
 {
     char cmd[600];
@@ -175,13 +169,13 @@ static void test_sigkill_during_checkpoints(void **state)
     char scratch[300];
     snprintf(scratch, sizeof scratch, "%s/scratch", g_dir);
     g_steps = 0;
-    double t0 = now_s();
+    double t0 = zo_now_s();
     json_decref(run_to_end(scratch, 0));
-    double setup_s = now_s() - t0;
+    double setup_s = zo_now_s() - t0;
     g_steps = STEPS;
-    t0 = now_s();
+    t0 = zo_now_s();
     json_t *uninterrupted = run_to_end(ref, 0);
-    double step_s = (now_s() - t0 - setup_s) / STEPS;
+    double step_s = (zo_now_s() - t0 - setup_s) / STEPS;
     json_t *ref_losses = json_object_get(uninterrupted, "losses");
     assert_int_equal(json_array_size(ref_losses), STEPS);
     long lo_us = (long)(setup_s * 0.5e6), span_us = (long)((setup_s * 0.5 + 4 * step_s) * 1e6) + 1;

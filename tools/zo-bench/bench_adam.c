@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 #include "zo/cpu.h"
 #include "zo/optim.h"
 #include "zo_bench.h"
+#include "zo/units.h"
 
 typedef struct adam_opts {
     size_t params;
@@ -46,26 +46,12 @@ static void usage(FILE *f)
             "The SIMD variant is the library's (ZO_SIMD=scalar|avx2|avx512|avx512_bf16 lowers it).\n");
 }
 
-static double now_s(void)
+/* --params: a count with the byte suffixes ("4M"), 1 up to 2^40. */
+static int parse_count(const char *s, size_t *out)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s) return -1;
-    int shift = 0;
-    if (*end == 'k' || *end == 'K') shift = 10;
-    else if (*end == 'm' || *end == 'M') shift = 20;
-    else if (*end == 'g' || *end == 'G') shift = 30;
-    if (shift) end++;
-    if (*end || v == 0 || v > (1ull << 40) >> shift) return -1;
-    *out = (size_t)(v << shift);
+    uint64_t v;
+    if (zo_parse_bytes(s, &v) < 0 || v == 0 || v > 1ull << 40) return -1;
+    *out = (size_t)v;
     return 0;
 }
 
@@ -110,7 +96,7 @@ static int parse_args(int argc, char **argv, adam_opts *o)
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
-        case 'n': if (parse_size(optarg, &o->params)) return bad("--params", optarg); break;
+        case 'n': if (parse_count(optarg, &o->params)) return bad("--params", optarg); break;
         case 'g': if (parse_dtype(optarg, 1, 0, &o->grad)) return bad("--grad", optarg); break;
         case 'o': if (parse_dtype(optarg, 0, 1, &o->out)) return bad("--out", optarg); break;
         case 's':
@@ -213,12 +199,12 @@ static int time_one(zo_optim_pool_t pool, const adam_bufs *a, int64_t step, int 
     p.weight_decay = 0.01f;
     p.step = step;
     zo_optim_job_t job;
-    double t0 = now_s();
+    double t0 = zo_now_s();
     zo_status st = roofline ? zo_optim_pool_roofline_enqueue(pool, &a->b, -1, &job)
                             : zo_optim_pool_adam_enqueue(pool, &p, &a->b, &job);
     if (st < 0) return failed(roofline ? "roofline" : "adam step", st);
     zo_optim_job_wait(job, NULL);
-    *secs = now_s() - t0;
+    *secs = zo_now_s() - t0;
     return 0;
 }
 

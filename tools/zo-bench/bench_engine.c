@@ -18,11 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "zo/engine.h"
 #include "zo_bench.h"
+#include "zo/units.h"
 
 #define TRY(expr)                                                                                  \
     do {                                                                                           \
@@ -59,13 +59,6 @@ static void usage(FILE *f)
             "  lookahead 2, 2 optimizer threads, a device budget holding 3 layers.\n"
             "Prints the median step time, the limit of perfect overlap measured in the same run\n"
             "and their ratio (efficiency), with stall, busy times and bytes per link.\n");
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int parse_tier(const char *s, zo_tier *t)
@@ -141,8 +134,8 @@ static int parse_opts(int argc, char **argv, eng_opts *o)
 /* A kernel that keeps the compute stream busy for its duration. */
 static zo_status spin(void *arg)
 {
-    double until = now_s() + *(double *)arg;
-    while (now_s() < until) {
+    double until = zo_now_s() + *(double *)arg;
+    while (zo_now_s() < until) {
     }
     return ZO_OK;
 }
@@ -210,10 +203,10 @@ static zo_status time_compute(zo_stream_t s, const eng_opts *o, double *sec)
 {
     *sec = 1e30;
     for (int rep = 0; rep < 3; rep++) { /* best of 3: the machine may be shared */
-        double t0 = now_s();
+        double t0 = zo_now_s();
         for (int l = 0; l < o->layers; l++) TRY(run_kernel(s, 3 * o->compute_ms));
         TRY(zo_stream_synchronize(s));
-        if (now_s() - t0 < *sec) *sec = now_s() - t0;
+        if (zo_now_s() - t0 < *sec) *sec = zo_now_s() - t0;
     }
     return ZO_OK;
 }
@@ -231,13 +224,13 @@ static zo_status time_link(zo_device_t dev, const eng_opts *o, uint64_t bytes, i
     if (st == ZO_OK) st = zo_stream_create(dev, &s);
     *sec = 1e30;
     for (int rep = 0; rep < 4; rep++) { /* the first pass warms pages and the stream up; best of 3 */
-        double t0 = now_s();
+        double t0 = zo_now_s();
         for (uint64_t done = 0; st == ZO_OK && done < bytes; done += n) {
             size_t len = bytes - done < n ? (size_t)(bytes - done) : n;
             st = d2h ? zo_memcpy_d2h_async(s, hptr, dptr, len) : zo_memcpy_h2d_async(s, dptr, hptr, len);
         }
         if (st == ZO_OK) st = zo_stream_synchronize(s);
-        if (rep > 0 && now_s() - t0 < *sec) *sec = now_s() - t0;
+        if (rep > 0 && zo_now_s() - t0 < *sec) *sec = zo_now_s() - t0;
     }
     zo_stream_destroy(s);
     if (pinned) zo_device_host_unregister(dev, hptr);
@@ -274,7 +267,7 @@ static zo_status time_nvme(const eng_opts *o, uint64_t rbytes, uint64_t wbytes, 
     for (int pass = 0; pass < 6 && st == ZO_OK; pass++) {
         int w = pass % 2;
         uint32_t lo = w ? nr : 0, hi = w ? n : nr;
-        double t0 = now_s();
+        double t0 = zo_now_s();
         for (uint32_t i = lo; i < hi && st == ZO_OK; i++) {
             char *b = (char *)buf + i * ext;
             st = w ? zo_swap_write_async(sw, e[i], b, ext, 1, NULL, NULL, &io[i])
@@ -285,7 +278,7 @@ static zo_status time_nvme(const eng_opts *o, uint64_t rbytes, uint64_t wbytes, 
             io[i] = NULL;
             if (st == ZO_OK) st = ws;
         }
-        if (now_s() - t0 < best[w]) best[w] = now_s() - t0;
+        if (zo_now_s() - t0 < best[w]) best[w] = zo_now_s() - t0;
     }
     *sec = best[0] > best[1] ? best[0] : best[1];
     zo_swap_close(sw);
@@ -317,9 +310,9 @@ static zo_status time_optim(const eng_opts *o, double *sec)
     b.out_type = ZO_OPTIM_BF16;
     *sec = 1e30;
     for (int rep = 0; rep < 4 && st == ZO_OK; rep++) { /* the first pass faults the pages in; best of 3 */
-        double t0 = now_s();
+        double t0 = zo_now_s();
         st = zo_optim_pool_adam_step(pool, &p, &b);
-        if (rep > 0 && now_s() - t0 < *sec) *sec = now_s() - t0;
+        if (rep > 0 && zo_now_s() - t0 < *sec) *sec = zo_now_s() - t0;
     }
     zo_optim_pool_free(pool);
     free(w);
@@ -349,9 +342,9 @@ static zo_status bench(const eng_opts *o, eng_result *r)
     if (st == ZO_OK) st = zo_engine_footprint_get(e, &r->fp);
     for (int i = 0; i < o->steps && st == ZO_OK; i++) {
         zo_step_stats ss = ZO_STEP_STATS_INIT;
-        double t0 = now_s();
+        double t0 = zo_now_s();
         st = train_step(e, s, o, &ss);
-        times[i] = now_s() - t0;
+        times[i] = zo_now_s() - t0;
         r->last = ss;
     }
     zo_engine_free(e);

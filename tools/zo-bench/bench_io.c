@@ -5,7 +5,6 @@
  * fio on the same directory:
  *   fio --name=zo --directory=DIR --size=SIZE --bs=BS --iodepth=QD --rw=read|write
  *       --ioengine=io_uring --direct=1 --numjobs=1 --group_reporting */
-#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -17,6 +16,7 @@
 
 #include "zo/swap.h"
 #include "zo/swap_bench.h"
+#include "zo/units.h"
 #include "zo_bench.h"
 
 typedef struct io_opts {
@@ -57,22 +57,6 @@ static void io_usage(FILE *out)
             "      --ioengine=io_uring --direct=1\n");
 }
 
-static int parse_bytes(const char *s, uint64_t *out)
-{
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s) return -1;
-    /* K, M, G, T: powers of 1024, as fio reads them. */
-    const char *unit = *end ? strchr("KMGT", toupper((unsigned char)*end)) : NULL;
-    int shift = unit ? 10 * (int)(unit - "KMGT" + 1) : 0;
-    if (shift) end++;
-    if (*end && strcmp(end, "iB") && strcmp(end, "B")) return -1;
-    if (shift && v > (UINT64_MAX >> shift)) return -1;
-    *out = (uint64_t)v << shift;
-    return 0;
-}
-
 static int parse_opts(int argc, char **argv, io_opts *o)
 {
     static const struct option longs[] = {
@@ -88,7 +72,7 @@ static int parse_opts(int argc, char **argv, io_opts *o)
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         uint64_t *num = c == 's' ? &o->size : c == 'b' ? &o->bs : c == 'q' ? &o->qd : c == 'x' ? &o->extent : NULL;
-        if (num && parse_bytes(optarg, num) != 0) {
+        if (num && zo_parse_bytes(optarg, num) < 0) {
             fprintf(stderr, "zo-bench io: --%s '%s' is not a size (e.g. 4096, 1M, 2G)\n",
                     c == 's' ? "size" : c == 'b' ? "bs" : c == 'q' ? "qd" : "extent", optarg);
             return 2;

@@ -21,6 +21,7 @@
 #include "plan.h"
 #include "validate.h"
 #include "trainer.h"
+#include "zo/units.h"
 #include "zt_error.h"
 
 #ifndef ZP_DEFAULT_DATA
@@ -205,7 +206,7 @@ static int parse_int_opt(int opt, const char *arg, cli *c)
 static int parse_bytes_opt(int opt, const char *arg, cli *c)
 {
     uint64_t b;
-    if (zt_parse_bytes(arg, &b) != 0 || b == 0)
+    if (zo_parse_bytes(arg, &b) != 0 || b == 0)
         return bad_value(opt, arg, "a byte count such as 512MiB or 24GiB");
     uint64_t *dst[] = {&c->job.chunk_bytes, NULL, &c->req.gpu_mem, &c->req.host_mem, &c->req.pinned_max,
                        NULL, &c->req.nvme_bytes};
@@ -430,7 +431,7 @@ static zo_status plan_all(cli *c, result *r)
 
 static const char *B(char *buf, uint64_t b)
 {
-    return zt_fmt_bytes(buf, 32, b);
+    return zo_fmt_bytes_prec(buf, 32, b, 1);
 }
 
 static int shape_overridden(const cli *c)

@@ -21,6 +21,7 @@
 #include "model.h"
 #include "plan.h"
 #include "trainer.h"
+#include "zo/units.h"
 #include "zt_error.h"
 
 #define LINK_BLOCK (8u << 20)  /* bytes per copy, a chunk's order of magnitude */
@@ -36,13 +37,6 @@
 #define MODEL_MIN_REPS 3   /* timed micro-batches per model cut, at least */
 #define MODEL_MAX_REPS 15  /* and at most, */
 #define MODEL_SECONDS 1.0  /* more than three only while they take less than this */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double median(double *v, int n)
 {
@@ -91,12 +85,12 @@ static zo_status time_copies(zo_stream_t s, void *dptr, void *hptr, int d2h, dou
 {
     double best = 1e30;
     for (int rep = 0; rep < 4; rep++) { /* the first warms pages and the stream */
-        double t0 = now_s();
+        double t0 = zo_now_s();
         for (uint64_t done = 0; done < LINK_BYTES; done += LINK_BLOCK)
             ZT_LIB(d2h ? zo_memcpy_d2h_async(s, hptr, dptr, LINK_BLOCK)
                        : zo_memcpy_h2d_async(s, dptr, hptr, LINK_BLOCK));
         ZT_LIB(zo_stream_synchronize(s));
-        double dt = now_s() - t0;
+        double dt = zo_now_s() - t0;
         if (rep > 0 && dt < best)
             best = dt;
     }
@@ -315,11 +309,11 @@ static zo_status measure_adam(zp_speeds *sp, zp_speed_sources *src)
     zo_adam_buffers b = {sizeof b, n, g, ZO_OPTIM_BF16, w, w + n, w + 2 * n, ZO_OPTIM_FP32, g + n, ZO_OPTIM_BF16};
     double best = 1e30;
     for (int rep = 0; rep < 4 && st >= 0; rep++) { /* the first faults the pages in */
-        double t0 = now_s();
+        double t0 = zo_now_s();
         if ((st = zo_optim_pool_adam_step(pool, &p, &b)) < 0)
             st = zt_lib_fail(st, "zo_optim_pool_adam_step");
-        if (rep > 0 && now_s() - t0 < best)
-            best = now_s() - t0;
+        if (rep > 0 && zo_now_s() - t0 < best)
+            best = zo_now_s() - t0;
     }
     zo_optim_pool_free(pool);
     free(w);
@@ -347,11 +341,11 @@ static zo_status time_gemm(zo_stream_t s, void *a, void *b, void *c, gemm_shape 
     d.c = c, d.c_type = dt, d.ldc = g.n;
     *sec = 1e30;
     for (int rep = 0; rep < 4; rep++) { /* the first warms up */
-        double t0 = now_s();
+        double t0 = zo_now_s();
         ZT_LIB(zo_op_gemm(s, &d));
         ZT_LIB(zo_stream_synchronize(s));
-        if (rep > 0 && now_s() - t0 < *sec)
-            *sec = now_s() - t0;
+        if (rep > 0 && zo_now_s() - t0 < *sec)
+            *sec = zo_now_s() - t0;
     }
     return ZO_OK;
 }
@@ -479,11 +473,11 @@ static zo_status micro_init(micro_bench *b, zo_device_t dev, zo_stream_t s, cons
 static zo_status micro_run(micro_bench *b, double *sec)
 {
     float loss;
-    double t0 = now_s();
+    double t0 = zo_now_s();
     zo_status st = zt_model_train_micro(b->m, &b->src, 0, 1.0f);
     if (st >= 0)
         st = zt_model_read_losses(b->m, &loss, 1);
-    *sec = now_s() - t0;
+    *sec = zo_now_s() - t0;
     return st;
 }
 

@@ -13,6 +13,7 @@
 
 #include "trainer.h"
 #include "zo/swap.h"
+#include "zo/units.h"
 #include "zt_error.h"
 
 /* NVMe state staging slots of the engine (ENG_NVME_STAGES): the footprint
@@ -316,16 +317,16 @@ static void check_host_and_nvme(zp_plan *p, const zp_hardware *hw)
         refuse(p,
                "host tier: %s pinned + %s pageable = %s, but the host budget is %s: short by %" PRIu64
                " bytes",
-               zt_fmt_bytes(a, sizeof a, p->pinned.total), zt_fmt_bytes(b, sizeof b, p->host.total),
-               zt_fmt_bytes(c, sizeof c, host), zt_fmt_bytes(d, sizeof d, hw->host_bytes),
+               zo_fmt_bytes_prec(a, sizeof a, p->pinned.total, 1), zo_fmt_bytes_prec(b, sizeof b, p->host.total, 1),
+               zo_fmt_bytes_prec(c, sizeof c, host, 1), zo_fmt_bytes_prec(d, sizeof d, hw->host_bytes, 1),
                host - hw->host_bytes);
     if (p->nvme.files > hw->nvme_bytes)
         refuse(p,
                "nvme tier: the swap files take %s (%s of states and parameters) but %s (%s): short "
                "by %" PRIu64 " bytes",
-               zt_fmt_bytes(a, sizeof a, p->nvme.files), zt_fmt_bytes(b, sizeof b, p->nvme.payload),
+               zo_fmt_bytes_prec(a, sizeof a, p->nvme.files, 1), zo_fmt_bytes_prec(b, sizeof b, p->nvme.payload, 1),
                hw->nvme_bytes ? "the NVMe paths have less free" : "no NVMe space was given",
-               zt_fmt_bytes(c, sizeof c, hw->nvme_bytes), p->nvme.files - hw->nvme_bytes);
+               zo_fmt_bytes_prec(c, sizeof c, hw->nvme_bytes, 1), p->nvme.files - hw->nvme_bytes);
 }
 
 static zo_status plan_memory(zp_plan *p, const zp_job *job, const zp_hardware *hw, uint64_t chunk,
@@ -354,10 +355,10 @@ static zo_status plan_memory(zp_plan *p, const zp_job *job, const zp_hardware *h
     char a[32], b[32];
     if (!engine_budget)
         refuse(p, "device tier: the activations (%s for micro-batch %d x seq %d)%s fill the %s budget",
-               zt_fmt_bytes(a, sizeof a, act), job->micro_batch, job->seq,
-               hw->reserve_bytes ? " and the CUDA reserve" : "", zt_fmt_bytes(b, sizeof b, hw->device_bytes));
+               zo_fmt_bytes_prec(a, sizeof a, act, 1), job->micro_batch, job->seq,
+               hw->reserve_bytes ? " and the CUDA reserve" : "", zo_fmt_bytes_prec(b, sizeof b, hw->device_bytes, 1));
     else if (!fits)
-        refuse(p, "%s (the device budget less %s of activations%s)", msg, zt_fmt_bytes(a, sizeof a, act),
+        refuse(p, "%s (the device budget less %s of activations%s)", msg, zo_fmt_bytes_prec(a, sizeof a, act, 1),
                hw->reserve_bytes ? " and the CUDA reserve" : "");
     check_host_and_nvme(p, hw);
     return ZO_OK;

@@ -3,17 +3,10 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "trainer.h"
+#include "zo/units.h"
 #include "zt_error.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -64,9 +57,9 @@ zo_status zp_validate(const zp_job *job, const zp_hardware *hw, const zp_plan *p
     for (int i = 0; st >= 0 && i < steps; i++) {
         zo_step_stats s = ZO_STEP_STATS_INIT;
         float loss;
-        double t0 = now_s();
+        double t0 = zo_now_s();
         st = zt_trainer_step(t, &loss, &s);
-        secs[i] = now_s() - t0;
+        secs[i] = zo_now_s() - t0;
         out->last = s;
     }
     if (st >= 0) {

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -21,6 +20,7 @@
 #include "report.h"
 #include "zo/nvtx.h"
 #include "trainer.h"
+#include "zo/units.h"
 #include "zt_error.h"
 
 #ifndef ZT_DEFAULT_DATA
@@ -284,7 +284,7 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
     case OPT_DEVMEM:
     case OPT_CHUNK: {
         uint64_t b;
-        if (zt_parse_bytes(arg, &b) != 0 || b == 0)
+        if (zo_parse_bytes(arg, &b) != 0 || b == 0)
             return bad_value(name, arg, "a byte count such as 512MiB or 24GiB");
         *(opt == OPT_DEVMEM ? &c->o.device_mem : &c->o.chunk_bytes) = b;
         return 0;
@@ -524,13 +524,6 @@ static void add_stats(totals *t, const zo_step_stats *s)
     t->last = *s;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Where the figures of each step go. */
 typedef struct feedback {
     int tty;          /* the progress line is updated in place */
@@ -553,7 +546,7 @@ static void step_figures(const cli *c, const zo_step_stats *s, int done, float l
     g->overflow = s->overflow;
     g->clipped = s->clipped;
     g->step_s = step_s;
-    g->elapsed_s = now_s() - fb->t0;
+    g->elapsed_s = zo_now_s() - fb->t0;
     g->tokens_per_s = train_s > 0 ? tok_step / train_s : 0;
     g->model_tflops = g->tokens_per_s * zt_shape_flops_per_token(&c->o.shape, c->o.seq) / 1e12;
     g->eta_s = (c->o.steps - done) * (fb->sum_step_s / (done - c->start));
@@ -573,7 +566,7 @@ static void step_figures(const cli *c, const zo_step_stats *s, int done, float l
 static int report_step(const cli *c, feedback *fb, const zt_step_figures *g)
 {
     int first = g->step == c->start + 1, last = g->step == c->o.steps;
-    double now = now_s();
+    double now = zo_now_s();
     if (fb->tty ? first || last || now - fb->last_line >= 0.1
                 : first || last || g->step % c->log_every == 0) {
         zt_progress_line(stderr, fb->tty, g);
@@ -602,7 +595,7 @@ static int train(zt_trainer *t, cli *c, feedback *fb, float *losses, double *lrs
 {
     for (int i = c->start; i < c->o.steps; i++) {
         zo_step_stats s;
-        uint64_t t0 = zt_now_ns();
+        uint64_t t0 = zo_now_ns();
         int k = i - c->start;
         char name[32];
         snprintf(name, sizeof name, "step %d", i + 1);
@@ -614,7 +607,7 @@ static int train(zt_trainer *t, cli *c, feedback *fb, float *losses, double *lrs
             fprintf(stderr, "zo-train: step %d failed: %s\n", i + 1, zt_last_error());
             return 1;
         }
-        uint64_t t1 = zt_now_ns();
+        uint64_t t1 = zo_now_ns();
         zt_trace_main(fb->trace, "step", i + 1, t0, t1);
         int saved = maybe_save(t, c, i + 1);
         if (saved < 0) {
@@ -623,7 +616,7 @@ static int train(zt_trainer *t, cli *c, feedback *fb, float *losses, double *lrs
                     zt_last_error());
             return 1;
         }
-        uint64_t t2 = zt_now_ns();
+        uint64_t t2 = zo_now_ns();
         if (saved)
             zt_trace_main(fb->trace, "checkpoint", i + 1, t1, t2);
         double dt = (double)(t1 - t0) * 1e-9, step_s = (double)(t2 - t0) * 1e-9;
@@ -645,7 +638,7 @@ static int open_feedback(cli *c, feedback *fb)
 {
     memset(fb, 0, sizeof *fb);
     fb->tty = c->progress < 0 ? isatty(STDERR_FILENO) : c->progress;
-    fb->t0 = now_s();
+    fb->t0 = zo_now_s();
     if (c->metrics_path && !(fb->metrics = fopen(c->metrics_path, c->resume ? "a" : "w"))) {
         fprintf(stderr, "zo-train: cannot create the metrics file %s: %s\n", c->metrics_path,
                 strerror(errno));
@@ -727,9 +720,9 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
            c->o.shape.ffn_dim, c->o.shape.vocab, c->o.dtype == ZO_OPTIM_FP16 ? "fp16" : "bf16");
     printf("  device %s (%s), budget %s: activations %s, engine %s; params: %s, optimizer: %s, "
            "mode %s\n",
-           su->backend, su->device_name, zt_fmt_bytes(a, sizeof a, su->device_budget),
-           zt_fmt_bytes(b, sizeof b, su->activation_bytes),
-           zt_fmt_bytes(d, sizeof d, su->engine_device_bytes), zt_home_name(su->param_home),
+           su->backend, su->device_name, zo_fmt_bytes_prec(a, sizeof a, su->device_budget, 1),
+           zo_fmt_bytes_prec(b, sizeof b, su->activation_bytes, 1),
+           zo_fmt_bytes_prec(d, sizeof d, su->engine_device_bytes, 1), zt_home_name(su->param_home),
            zt_home_name(su->optim_home), zo_optim_mode_name(c->o.mode));
     if (su->nvme_dir[0])
         printf("  swap directory %s\n", su->nvme_dir);
@@ -748,19 +741,19 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
                (double)losses[0], (double)losses[n - 1], mean_last(losses, n, 10), out->val_loss,
                (unsigned long long)out->val_tokens);
     printf("bytes moved: host->device %s, device->host %s, nvme read %s, nvme write %s\n",
-           zt_fmt_bytes(a, sizeof a, tot->h2d), zt_fmt_bytes(b, sizeof b, tot->d2h),
-           zt_fmt_bytes(d, sizeof d, tot->nvme_r), zt_fmt_bytes(e, sizeof e, tot->nvme_w));
+           zo_fmt_bytes_prec(a, sizeof a, tot->h2d, 1), zo_fmt_bytes_prec(b, sizeof b, tot->d2h, 1),
+           zo_fmt_bytes_prec(d, sizeof d, tot->nvme_r, 1), zo_fmt_bytes_prec(e, sizeof e, tot->nvme_w, 1));
     printf("stall: %.1f%% of step time; optimizer %.2f s, nvme wait %.2f s; %d clipped, %d "
            "overflow, %d "
            "rollbacks\n",
            tot->step_s > 0 ? 100.0 * tot->stall_s / tot->step_s : 0.0, tot->optim_s, tot->nvme_s,
            tot->clipped, tot->overflows, tot->rollbacks);
     printf("peak bytes: device %s (engine; %s with activations), pinned %s, host %s, nvme %s\n",
-           zt_fmt_bytes(a, sizeof a, tot->last.peak_device),
-           zt_fmt_bytes(b, sizeof b, out->device_high_water),
-           zt_fmt_bytes(d, sizeof d, tot->last.peak_pinned),
-           zt_fmt_bytes(e, sizeof e, tot->last.peak_host),
-           zt_fmt_bytes(f, sizeof f, tot->last.peak_nvme));
+           zo_fmt_bytes_prec(a, sizeof a, tot->last.peak_device, 1),
+           zo_fmt_bytes_prec(b, sizeof b, out->device_high_water, 1),
+           zo_fmt_bytes_prec(d, sizeof d, tot->last.peak_pinned, 1),
+           zo_fmt_bytes_prec(e, sizeof e, tot->last.peak_host, 1),
+           zo_fmt_bytes_prec(f, sizeof f, tot->last.peak_nvme, 1));
     if (c->resumed_from[0])
         printf("resumed from %s: steps %d..%d run here\n", c->resumed_from, c->start + 1, c->o.steps);
     if (c->last_saved[0])
@@ -852,7 +845,7 @@ static void print_json(const cli *c, const zt_setup *su, const float *losses, co
 
 static int run(cli *c)
 {
-    double t0 = now_s();
+    double t0 = zo_now_s();
     zt_trainer *t = NULL;
     feedback fb;
     if (open_feedback(c, &fb))
@@ -881,7 +874,7 @@ static int run(cli *c)
     }
     if (rc == 0) {
         out.device_high_water = zt_trainer_device_high_water(t);
-        out.wall_s = now_s() - t0;
+        out.wall_s = zo_now_s() - t0;
         if (c->json)
             print_json(c, su, losses, lrs, &tot, &out);
         else

@@ -7,18 +7,18 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "trainer.h"
+#include "zo/units.h"
 #include "zt_error.h"
 
 /* ---- human figures ---- */
 
-/* "1.5M": zt_fmt_bytes's text without the space and the "iB". */
+/* "1.5M": zo_fmt_bytes_prec's one-decimal text without the space and the "iB". */
 static const char *compact_bytes(char *buf, size_t cap, uint64_t b)
 {
     char full[32];
-    zt_fmt_bytes(full, sizeof full, b);
+    zo_fmt_bytes_prec(full, sizeof full, b, 1);
     size_t n = 0;
     for (const char *p = full; *p && n + 1 < cap; p++)
         if (*p != ' ' && *p != 'i' && !(*p == 'B' && p > full && p[-1] == 'i'))
@@ -129,13 +129,6 @@ struct zt_trace {
     int err;
 };
 
-uint64_t zt_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 zo_status zt_trace_open(zt_trace **out, const char *path)
 {
     zt_trace *t = calloc(1, sizeof *t);
@@ -148,7 +141,7 @@ zo_status zt_trace_open(zt_trace **out, const char *path)
     }
     snprintf(t->path, sizeof t->path, "%s", path);
     pthread_mutex_init(&t->mu, NULL);
-    t->origin = zt_now_ns();
+    t->origin = zo_now_ns();
     fputs("[\n", t->f);
     *out = t;
     return ZO_OK;

@@ -12,9 +12,6 @@
 #include "zo/engine.h"
 #include "zo/status.h"
 
-/* CLOCK_MONOTONIC nanoseconds: the engine's trace clock. */
-uint64_t zt_now_ns(void);
-
 typedef struct zt_step_figures {
     int step, total; /* steps done (counting a resumed run's earlier ones) and to reach */
     double loss, lr, grad_norm, loss_scale;

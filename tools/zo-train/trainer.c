@@ -8,10 +8,10 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "report.h"
 #include "zo/nvtx.h"
+#include "zo/units.h"
 #include "zt_error.h"
 
 /* Largest model whose default cpu-device budget is planned by a probe engine. */
@@ -54,7 +54,7 @@ static zo_status mark_layer(void *arg)
 {
     layer_mark *m = arg;
     zt_trainer *t = m->t;
-    uint64_t now = zt_now_ns();
+    uint64_t now = zo_now_ns();
     if (!m->end) { /* only this stream's tasks touch mark_t0: they run one after another */
         t->mark_t0 = now;
         return ZO_OK;
@@ -103,55 +103,6 @@ static zo_status eng_grads_ready(void *ctx, int layer, zo_stream_t s)
 
 /* ---- option helpers ---- */
 
-/* "123", "64K", "512MiB", "24GiB", "1.5GB": K/M/G/T and KiB.. are powers of
- * 1024, KB/MB/GB/TB powers of 1000. */
-int zt_parse_bytes(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0))
-        return -1;
-    static const struct {
-        const char *suffix;
-        double mult;
-    } units[] = {{"", 1},
-                 {"B", 1},
-                 {"K", 1024.0},
-                 {"KiB", 1024.0},
-                 {"KB", 1e3},
-                 {"M", 1048576.0},
-                 {"MiB", 1048576.0},
-                 {"MB", 1e6},
-                 {"G", 1073741824.0},
-                 {"GiB", 1073741824.0},
-                 {"GB", 1e9},
-                 {"T", 1099511627776.0},
-                 {"TiB", 1099511627776.0},
-                 {"TB", 1e12}};
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (strcasecmp(end, units[i].suffix) == 0 && strcmp(end, "b") != 0) {
-            double b = v * units[i].mult;
-            if (b >= 1.8e19)
-                return -1;
-            *out = (uint64_t)b;
-            return 0;
-        }
-    return -1;
-}
-
-const char *zt_fmt_bytes(char *buf, size_t cap, uint64_t b)
-{
-    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)b;
-    int i = 0;
-    while (v >= 1024 && i < 4)
-        v /= 1024, i++;
-    snprintf(buf, cap, i ? "%.1f %s" : "%.0f %s", v, u[i]);
-    return buf;
-}
-
-
 zo_status zt_parse_home(const char *s, int *out)
 {
     static const struct {
@@ -175,13 +126,6 @@ const char *zt_home_name(zo_tier t)
     case ZO_TIER_NVME: return "nvme";
     }
     return "?";
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 uint64_t zt_largest_tensor(const zt_shape *s)
@@ -490,13 +434,13 @@ zo_status zt_trainer_init(zt_trainer **out, const zt_options *o)
     t->o = *o;
     t->sched_it = o->sched.last_batch_iteration;
     t->lr = t->last_lr = zt_schedule_first_lr(&o->sched, o->lr);
-    double t0 = now_s();
+    double t0 = zo_now_s();
     zo_status st = trainer_open(t);
     if (st < 0) {
         zt_trainer_free(t);
         return st;
     }
-    t->setup.init_seconds = now_s() - t0;
+    t->setup.init_seconds = zo_now_s() - t0;
     *out = t;
     return ZO_OK;
 }

@@ -132,12 +132,6 @@ uint64_t zt_largest_tensor(const zt_shape *s);
 /* The default chunk size: the largest tensor's 16-bit bytes, rounded to 4 KiB. */
 uint64_t zt_default_chunk_bytes(const zt_shape *s);
 
-/* "123", "64K", "512MiB", "24GiB", "1.5GB" into bytes: K/M/G/T and
- * KiB..TiB are powers of 1024, KB..TB powers of 1000. -1 when malformed. */
-int zt_parse_bytes(const char *s, uint64_t *out);
-/* "1.5 GiB" (one decimal, powers of 1024) into buf; returns buf. */
-const char *zt_fmt_bytes(char *buf, size_t cap, uint64_t b);
-
 /* mkdir -p */
 zo_status zt_make_dir(const char *dir);
 

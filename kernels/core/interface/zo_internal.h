@@ -8,6 +8,7 @@
 
 #include "zo/log.h"
 #include "zo/status.h"
+#include "zo/units.h" /* zo_now_ns, zo_fmt_bytes */
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,14 +51,8 @@ const char *zo_env_str(const char *name, const char *def);
 /* 1/0 from 1,0,true,false,yes,no,on,off. */
 int zo_env_bool(const char *name, int def);
 
-/* Monotonic clock in nanoseconds. */
-uint64_t zo_now_ns(void);
-
 /* Size helpers. */
 static inline size_t zo_round_up(size_t x, size_t align) { return (x + align - 1) / align * align; }
-
-/* Human-readable byte count ("1.50 GiB") into buf; returns buf. */
-char *zo_fmt_bytes(char *buf, size_t cap, uint64_t bytes);
 
 #ifdef __cplusplus
 }
