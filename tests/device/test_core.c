@@ -1,5 +1,5 @@
 /* Core conventions: statuses, the last error, logging filters, tunables,
- * CPU feature detection. */
+ * CPU feature detection, huge-page allocation, the process's CPU set. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,6 +119,31 @@ static void test_fmt_bytes(void **state)
     assert_string_equal(zo_fmt_bytes(b, sizeof b, 3u << 29), "1.50 GiB");
 }
 
+/* Large blocks come 2 MiB-aligned (so they can sit on huge pages), small
+ * ones 4 KiB-aligned; all of it is writable and released with free(). */
+static void test_huge_alloc(void **state)
+{
+    (void)state;
+    size_t sizes[] = {0, 100, 4096, (size_t)5 << 20 | 123};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        unsigned char *p = zo_huge_alloc(sizes[i]);
+        assert_non_null(p);
+        assert_int_equal((uintptr_t)p % (sizes[i] >= (2u << 20) ? 2u << 20 : 4096u), 0);
+        if (sizes[i]) memset(p, 0xab, sizes[i]);
+        free(p);
+    }
+}
+
+/* The process's CPUs: those of the main thread (this one, unnarrowed). */
+static void test_process_cpus(void **state)
+{
+    (void)state;
+    cpu_set_t mine, proc;
+    assert_int_equal(sched_getaffinity(0, sizeof mine, &mine), 0);
+    assert_int_equal(zo_process_cpus(&proc), 0);
+    assert_true(CPU_EQUAL(&mine, &proc));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -128,6 +153,8 @@ int main(void)
         cmocka_unit_test(test_env_tunables),
         cmocka_unit_test(test_simd_detection),
         cmocka_unit_test(test_fmt_bytes),
+        cmocka_unit_test(test_huge_alloc),
+        cmocka_unit_test(test_process_cpus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

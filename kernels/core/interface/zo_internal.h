@@ -3,6 +3,7 @@
 #ifndef ZO_INTERNAL_H
 #define ZO_INTERNAL_H
 
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,6 +54,18 @@ int zo_env_bool(const char *name, int def);
 
 /* Size helpers. */
 static inline size_t zo_round_up(size_t x, size_t align) { return (x + align - 1) / align * align; }
+
+/* Memory for large host arrays (optimizer states and the like): 2 MiB-aligned
+ * and advised into transparent huge pages from 2 MiB up, 4 KiB-aligned below.
+ * Where the system refuses huge pages it silently gets small ones. NULL when
+ * out of memory; release with free(). */
+void *zo_huge_alloc(size_t bytes);
+
+/* The CPUs the process may run on: the main thread's mask now, joined with
+ * its mask when the library was loaded, so a thread whose own mask was
+ * narrowed (e.g. by an OpenMP runtime) still sees the whole set. 0, or -1
+ * with errno. */
+int zo_process_cpus(cpu_set_t *set);
 
 #ifdef __cplusplus
 }
