@@ -20,6 +20,11 @@ typedef struct zo_adam_consts {
     float grad_scale;
 } zo_adam_consts;
 
+/* Gradient sums of squares are taken per this many elements and added in
+ * element order, whatever the pool's tiles and threads, so a norm is the
+ * same bits however it was computed. */
+#define ZO_NORM_BLOCK ((size_t)16384)
+
 typedef struct zo_optim_kernels {
     const char *name;
     /* Update elements [begin, end) of b. */

@@ -1,9 +1,11 @@
 /* The optimizer's worker pool. Jobs queue in FIFO order and run one after
- * another; each job is cut into fixed tiles (tile_elems elements) that
- * workers claim one at a time, so the work stays in cache-sized pieces,
- * threads balance themselves, and results never depend on the thread count:
- * an element's update depends only on its own data, and per-tile sums are
- * combined in tile order. */
+ * another. A job is cut into tiles (tile_elems elements); each worker starts
+ * on its own contiguous span of the job's tiles and takes them front to back,
+ * so its memory streams run on unbroken and the hardware prefetchers keep up;
+ * a worker whose span is empty takes the back half of the largest span left.
+ * Results never depend on the thread count, tile size or timing: an
+ * element's update depends only on its own data, and gradient sums are taken
+ * per ZO_NORM_BLOCK elements and combined in element order. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -30,9 +32,9 @@ struct zo_optim_job {
     zo_adam_consts c;
     zo_adam_buffers b; /* grad stats use b.grad, b.grad_type, b.n */
     size_t tile, ntiles;
-    double *partials; /* per-tile sums of squares */
+    double *partials; /* sums of squares per ZO_NORM_BLOCK elements */
     /* Progress, under the pool's lock. */
-    size_t next_tile, tiles_done;
+    size_t tiles_done;
     uint64_t seq; /* its number in enqueue order */
     struct zo_optim_job *next;
 };
@@ -44,10 +46,16 @@ typedef struct pool_worker {
     int index;
 } pool_worker;
 
+/* The tiles [lo, hi) of the head job a worker has yet to take. */
+typedef struct tile_span {
+    size_t lo, hi;
+} tile_span;
+
 struct zo_optim_pool {
     pthread_mutex_t mu;
     pthread_cond_t work_cv;
     struct zo_optim_job *head, *tail;
+    tile_span *spans; /* per worker, for the head job; under mu */
     int stop;
     int nthreads;
     size_t tile;
@@ -79,13 +87,28 @@ static void span_tile(struct zo_optim_pool *pool, zo_optim_trace_span *span, int
     span->elems += elems;
 }
 
+/* Sums of squares of the blocks of [begin, end), which starts on a block. */
+static void sum_sq_blocks(struct zo_optim_job *j, size_t begin, size_t end)
+{
+    for (size_t b = begin; b < end; b += ZO_NORM_BLOCK) {
+        size_t e = b + ZO_NORM_BLOCK < end ? b + ZO_NORM_BLOCK : end;
+        j->partials[b / ZO_NORM_BLOCK] = j->k->sum_sq(j->b.grad, j->b.grad_type, b, e);
+    }
+}
+
+static size_t tile_elems_of(const struct zo_optim_job *j, size_t t)
+{
+    size_t begin = t * j->tile;
+    return begin + j->tile < j->b.n ? j->tile : j->b.n - begin;
+}
+
 static void run_tile(struct zo_optim_job *j, size_t t)
 {
-    size_t begin = t * j->tile, end = begin + j->tile < j->b.n ? begin + j->tile : j->b.n;
+    size_t begin = t * j->tile, end = begin + tile_elems_of(j, t);
     switch (j->kind) {
     case JOB_ADAM: j->k->adam(&j->c, &j->b, begin, end); break;
     case JOB_ROOFLINE: j->k->roofline(&j->b, begin, end); break;
-    case JOB_GRAD_STATS: j->partials[t] = j->k->sum_sq(j->b.grad, j->b.grad_type, begin, end); break;
+    case JOB_GRAD_STATS: sum_sq_blocks(j, begin, end); break;
     }
 }
 
@@ -93,7 +116,7 @@ static void job_complete(struct zo_optim_job *j)
 {
     if (j->kind == JOB_GRAD_STATS) {
         double s = 0.0;
-        for (size_t t = 0; t < j->ntiles; t++) s += j->partials[t];
+        for (size_t t = 0; t < (j->b.n + ZO_NORM_BLOCK - 1) / ZO_NORM_BLOCK; t++) s += j->partials[t];
         j->stats.sum_sq = s;
         j->stats.nonfinite = !isfinite(s);
     }
@@ -101,6 +124,53 @@ static void job_complete(struct zo_optim_job *j)
     j->done = 1;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu); /* the waiter may free j from here on */
+}
+
+/* The head job's tiles split into one contiguous span per worker, in
+ * worker order. Under the pool's lock. */
+static void split_head(struct zo_optim_pool *pool)
+{
+    const struct zo_optim_job *j = pool->head;
+    if (!j) return;
+    size_t n = (size_t)pool->nthreads;
+    for (size_t i = 0; i < n; i++) pool->spans[i] = (tile_span){j->ntiles * i / n, j->ntiles * (i + 1) / n};
+}
+
+/* The next tile for worker w: the front of its own span, else the back half
+ * of the largest span left (which becomes its own, so it too runs front to
+ * back). Returns 0 when every tile has been taken. Under the pool's lock. */
+static int take_tile(struct zo_optim_pool *pool, int w, size_t *t)
+{
+    tile_span *own = &pool->spans[w];
+    if (own->lo == own->hi) {
+        int victim = -1;
+        size_t most = 0;
+        for (int i = 0; i < pool->nthreads; i++) {
+            size_t left = pool->spans[i].hi - pool->spans[i].lo;
+            if (left > most) most = left, victim = i;
+        }
+        if (victim < 0) return 0;
+        tile_span *v = &pool->spans[victim];
+        size_t mid = v->hi - (most + 1) / 2; /* a last single tile goes too */
+        *own = (tile_span){mid, v->hi};
+        v->hi = mid;
+    }
+    *t = own->lo++;
+    return 1;
+}
+
+/* Counts tile t of j as done; the worker that finishes a job moves the
+ * queue on and wakes everyone for the next. Under the pool's lock. */
+static void finish_tile(struct zo_optim_pool *pool, struct zo_optim_job *j)
+{
+    if (++j->tiles_done < j->ntiles) return;
+    pool->head = j->next;
+    if (!pool->head) pool->tail = NULL;
+    split_head(pool);
+    /* Waiters: the next job may start, or a stopping pool's workers may now
+     * exit. */
+    pthread_cond_broadcast(&pool->work_cv);
+    job_complete(j);
 }
 
 /* A job's tiles are handed out only once the job before it has finished,
@@ -116,22 +186,15 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&pool->mu);
     for (;;) {
         struct zo_optim_job *j = pool->head;
-        if (j && j->next_tile < j->ntiles) {
-            size_t t = j->next_tile++;
+        size_t t;
+        if (j && take_tile(pool, w->index, &t)) {
             pthread_mutex_unlock(&pool->mu);
             uint64_t t0 = pool->trace ? zo_now_ns() : 0;
             run_tile(j, t);
-            if (pool->trace) /* j lives on: its last tile is not done */
-                span_tile(pool, &span, &open, j, t + 1 < j->ntiles ? j->tile : j->b.n - t * j->tile, t0);
+            if (pool->trace) /* j lives on: its tile t is not counted done */
+                span_tile(pool, &span, &open, j, tile_elems_of(j, t), t0);
             pthread_mutex_lock(&pool->mu);
-            if (++j->tiles_done == j->ntiles) {
-                pool->head = j->next;
-                if (!pool->head) pool->tail = NULL;
-                /* Waiters: the next job may start, or a stopping pool's
-                 * workers may now exit. */
-                pthread_cond_broadcast(&pool->work_cv);
-                job_complete(j);
-            }
+            finish_tile(pool, j);
             continue;
         }
         if (open) { /* going idle or to wait for the job's last tiles: the span ends */
@@ -154,9 +217,12 @@ static zo_status check_cores(const zo_optim_pool_config *cfg)
     if (cfg->ncores < 1)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "cores is set but ncores is %d; give at least one core",
                        cfg->ncores);
+    /* The process's set, not the calling thread's: that one may have been
+     * narrowed (an OpenMP runtime binds its threads) and is not where the
+     * workers go. */
     cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
-        return ZO_FAIL(ZO_ERR_SYSTEM, "optim", "sched_getaffinity: %s", strerror(errno));
+    if (zo_process_cpus(&allowed) != 0)
+        return ZO_FAIL(ZO_ERR_SYSTEM, "optim", "reading the process's CPU set: %s", strerror(errno));
     for (int i = 0; i < cfg->ncores; i++) {
         int c = cfg->cores[i];
         if (c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &allowed))
@@ -180,26 +246,27 @@ static zo_status check_config(const zo_optim_pool_config *cfg)
     return check_cores(cfg);
 }
 
-/* One core per worker when there are enough, else the whole set. */
-static void worker_affinity(const zo_optim_pool_config *cfg, int i, cpu_set_t *set)
+/* One core per worker when there are enough, else the whole set; with no
+ * cores given, the process's CPUs, whatever the creating thread's mask. */
+static int worker_affinity(const zo_optim_pool_config *cfg, int i, cpu_set_t *set)
 {
+    if (!cfg->cores) return zo_process_cpus(set) == 0 ? 0 : errno;
     CPU_ZERO(set);
     if (cfg->nthreads <= cfg->ncores) {
         CPU_SET(cfg->cores[i], set);
-        return;
+        return 0;
     }
     for (int c = 0; c < cfg->ncores; c++) CPU_SET(cfg->cores[c], set);
+    return 0;
 }
 
 static zo_status start_worker(struct zo_optim_pool *pool, const zo_optim_pool_config *cfg, int i)
 {
     pthread_attr_t attr;
     int rc = pthread_attr_init(&attr);
-    if (rc == 0 && cfg->cores) {
-        cpu_set_t set;
-        worker_affinity(cfg, i, &set);
-        rc = pthread_attr_setaffinity_np(&attr, sizeof set, &set);
-    }
+    cpu_set_t set;
+    if (rc == 0) rc = worker_affinity(cfg, i, &set);
+    if (rc == 0) rc = pthread_attr_setaffinity_np(&attr, sizeof set, &set);
     pool->workers[i] = (pool_worker){pool, i};
     if (rc == 0) rc = pthread_create(&pool->threads[i], &attr, worker_main, &pool->workers[i]);
     pthread_attr_destroy(&attr);
@@ -226,8 +293,9 @@ zo_status zo_optim_pool_init(zo_optim_pool_t *out, const zo_optim_pool_config *c
     struct zo_optim_pool *pool = calloc(1, sizeof *pool);
     if (pool) pool->threads = calloc((size_t)cfg->nthreads, sizeof *pool->threads);
     if (pool) pool->workers = calloc((size_t)cfg->nthreads, sizeof *pool->workers);
-    if (!pool || !pool->threads || !pool->workers) {
-        if (pool) free(pool->threads);
+    if (pool) pool->spans = calloc((size_t)cfg->nthreads, sizeof *pool->spans);
+    if (!pool || !pool->threads || !pool->workers || !pool->spans) {
+        if (pool) free(pool->threads), free(pool->workers), free(pool->spans);
         free(pool);
         return ZO_FAIL(ZO_ERR_NO_MEMORY, "optim", "allocating a pool of %d workers", cfg->nthreads);
     }
@@ -246,6 +314,7 @@ zo_status zo_optim_pool_init(zo_optim_pool_t *out, const zo_optim_pool_config *c
             pthread_mutex_destroy(&pool->mu);
             free(pool->threads);
             free(pool->workers);
+            free(pool->spans);
             free(pool);
             return st;
         }
@@ -262,6 +331,7 @@ void zo_optim_pool_free(zo_optim_pool_t pool)
     pthread_mutex_destroy(&pool->mu);
     free(pool->threads);
     free(pool->workers);
+    free(pool->spans);
     free(pool);
 }
 
@@ -273,14 +343,15 @@ static zo_status job_new(zo_optim_pool_t pool, job_kind kind, size_t n, struct z
     struct zo_optim_job *j = calloc(1, sizeof *j);
     if (!j) return ZO_FAIL(ZO_ERR_NO_MEMORY, "optim", "allocating an optimizer job");
     j->kind = kind;
-    j->tile = pool->tile;
-    j->ntiles = (n + pool->tile - 1) / pool->tile;
+    /* Gradient sums need whole blocks in a tile. */
+    j->tile = kind == JOB_GRAD_STATS ? zo_round_up(pool->tile, ZO_NORM_BLOCK) : pool->tile;
+    j->ntiles = (n + j->tile - 1) / j->tile;
     if (kind == JOB_GRAD_STATS && j->ntiles) {
-        j->partials = calloc(j->ntiles, sizeof *j->partials);
+        size_t nblocks = (n + ZO_NORM_BLOCK - 1) / ZO_NORM_BLOCK;
+        j->partials = calloc(nblocks, sizeof *j->partials);
         if (!j->partials) {
-            size_t ntiles = j->ntiles;
             free(j);
-            return ZO_FAIL(ZO_ERR_NO_MEMORY, "optim", "allocating %zu per-tile sums", ntiles);
+            return ZO_FAIL(ZO_ERR_NO_MEMORY, "optim", "allocating %zu per-block sums", nblocks);
         }
     }
     pthread_mutex_init(&j->mu, NULL);
@@ -297,8 +368,12 @@ static void job_submit(zo_optim_pool_t pool, struct zo_optim_job *j)
     }
     pthread_mutex_lock(&pool->mu);
     j->seq = pool->next_seq++;
-    if (pool->tail) pool->tail->next = j;
-    else pool->head = j;
+    if (pool->tail) {
+        pool->tail->next = j;
+    } else {
+        pool->head = j;
+        split_head(pool);
+    }
     pool->tail = j;
     pthread_cond_broadcast(&pool->work_cv);
     pthread_mutex_unlock(&pool->mu);

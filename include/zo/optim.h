@@ -115,9 +115,9 @@ typedef void (*zo_optim_trace_fn)(void *ctx, const zo_optim_trace_span *span);
 typedef struct zo_optim_pool_config {
     size_t struct_size;
     int nthreads;     /* worker threads, >= 1 */
-    const int *cores; /* optional core ids to bind to (e.g. the GPU's NUMA node); NULL: no binding */
+    const int *cores; /* optional core ids to bind to (e.g. the GPU's NUMA node); NULL: the process's CPUs */
     int ncores;
-    size_t tile_elems; /* elements per tile, a multiple of 64; 0: 16384 (ZO_OPTIM_TILE overrides) */
+    size_t tile_elems; /* elements a worker takes at a time, a multiple of 64; 0: 16384 (ZO_OPTIM_TILE) */
     zo_optim_trace_fn trace; /* optional: each worker's span of each job */
     void *trace_ctx;
 } zo_optim_pool_config;
@@ -125,7 +125,10 @@ typedef struct zo_optim_pool_config {
 #define ZO_OPTIM_POOL_CONFIG_INIT {sizeof(zo_optim_pool_config), 1, NULL, 0, 0, NULL, NULL}
 
 /* Workers bound to cores[i % ncores] when there are at most as many workers
- * as cores, else each to the whole set. */
+ * as cores, else each to the whole set; cores must lie in the process's CPU
+ * set. Without cores, workers may run on all the process's CPUs, whatever
+ * the creating thread's own mask. Each worker takes its own contiguous span
+ * of a job front to back, and the back half of another's when it is done. */
 zo_status zo_optim_pool_init(zo_optim_pool_t *out, const zo_optim_pool_config *cfg);
 /* Runs every queued job to completion, then stops the workers. */
 void zo_optim_pool_free(zo_optim_pool_t pool);
@@ -139,8 +142,8 @@ typedef struct zo_optim_job *zo_optim_job_t;
 
 /* Asynchronous versions. The buffers must stay valid until the job is
  * waited on; params and buffers structs are copied. Results do not depend
- * on the number of threads, bit for bit: tiles are fixed by tile_elems and
- * per-tile sums are combined in tile order. */
+ * on the number of threads, the tile size or timing, bit for bit: gradient
+ * sums are taken per 16384 elements and combined in element order. */
 zo_status zo_optim_pool_adam_enqueue(zo_optim_pool_t pool, const zo_adam_params *p,
                                      const zo_adam_buffers *b, zo_optim_job_t *job);
 zo_status zo_optim_pool_grad_stats_enqueue(zo_optim_pool_t pool, const void *grad,

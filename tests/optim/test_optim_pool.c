@@ -98,6 +98,70 @@ static void test_grad_stats_deterministic(void **state)
     case_free(&c);
 }
 
+/* Sum of squares per 16384 elements, added in element order, each block by
+ * the library's single-threaded call: what the pool must give bit for bit. */
+static double blockwise_sum_sq(const adam_case *c)
+{
+    double s = 0.0;
+    size_t es = zo_optim_dtype_size(c->gt);
+    for (size_t b = 0; b < c->n; b += 16384) {
+        zo_grad_stats st;
+        size_t len = c->n - b < 16384 ? c->n - b : 16384;
+        ZO_ASSERT_OK(zo_grad_stats_compute((const char *)c->grad + b * es, c->gt, len, -1, &st));
+        s += st.sum_sq;
+    }
+    return s;
+}
+
+/* Two steps and a gradient norm through a pool of each thread count and
+ * tile size give the bits of the unthreaded step and of the 1-thread pool,
+ * however the workers' spans were split and stolen. */
+static void test_threads_and_tiles_bitwise(void **state)
+{
+    enum { NT = 5 * 16384 + 4321 };
+    static const int threads[] = {1, 2, 3, 7};
+    static const size_t tiles[] = {16384, 64, 320, 4096, 65536, 1 << 20};
+    adam_case want, first, got;
+    case_alloc(&want, NT, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    case_alloc(&first, NT, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    case_alloc(&got, NT, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    fill_case(&want, 23);
+    for (int t = 1; t <= 2; t++) {
+        zo_adam_params p = step_params(t);
+        ZO_ASSERT_OK(zo_adam_step(&p, &want.b));
+    }
+    double want_sum = blockwise_sum_sq(&want), first_sum = 0.0;
+    long double ref = 0;
+    for (size_t i = 0; i < want.n; i++) ref += (long double)((float *)want.grad)[i] * ((float *)want.grad)[i];
+    assert_true(fabsl(want_sum - ref) <= 1e-13L * ref);
+    for (size_t ti = 0; ti < sizeof tiles / sizeof *tiles; ti++) {
+        for (size_t k = 0; k < sizeof threads / sizeof *threads; k++) {
+            zo_optim_pool_t pool = make_pool(threads[k], tiles[ti]);
+            adam_case *dst = ti == 0 && k == 0 ? &first : &got;
+            fill_case(dst, 23);
+            zo_optim_job_t jobs[3];
+            for (int t = 1; t <= 2; t++) {
+                zo_adam_params p = step_params(t);
+                ZO_ASSERT_OK(zo_optim_pool_adam_enqueue(pool, &p, &dst->b, &jobs[t - 1]));
+            }
+            ZO_ASSERT_OK(zo_optim_pool_grad_stats_enqueue(pool, dst->grad, dst->gt, dst->n, -1, &jobs[2]));
+            zo_grad_stats st;
+            ZO_ASSERT_OK(zo_optim_job_wait(jobs[0], NULL));
+            ZO_ASSERT_OK(zo_optim_job_wait(jobs[1], NULL));
+            ZO_ASSERT_OK(zo_optim_job_wait(jobs[2], &st));
+            zo_optim_pool_free(pool);
+            if (dst == &first) first_sum = st.sum_sq;
+            assert_same_state(dst, &want);
+            assert_same_state(dst, &first);
+            assert_memory_equal(&st.sum_sq, &want_sum, sizeof want_sum);
+            assert_memory_equal(&st.sum_sq, &first_sum, sizeof first_sum);
+        }
+    }
+    case_free(&want);
+    case_free(&first);
+    case_free(&got);
+}
+
 /* Jobs enqueued back to back on the same buffers run in order: three
  * steps queued at once equal three steps taken one after another. */
 static void test_async_jobs_in_order(void **state)
@@ -251,6 +315,91 @@ static void test_core_binding(void **state)
     case_free(&got);
 }
 
+/* ---- workers on the process's CPUs, not the creating thread's ---- */
+
+typedef struct mask_log {
+    pthread_mutex_t mu;
+    int min_cpus, max_cpus;
+} mask_log;
+
+/* Runs on each worker: what its thread may run on. */
+static void log_worker_mask(void *ctx, const zo_optim_trace_span *s)
+{
+    mask_log *l = ctx;
+    cpu_set_t set;
+    assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof set, &set), 0);
+    pthread_mutex_lock(&l->mu);
+    int n = CPU_COUNT(&set);
+    if (n < l->min_cpus) l->min_cpus = n;
+    if (n > l->max_cpus) l->max_cpus = n;
+    pthread_mutex_unlock(&l->mu);
+}
+
+typedef struct narrowed_args {
+    const int *cores; /* all the process's CPUs, or NULL */
+    int ncores;
+    mask_log *log;
+    zo_status st;
+} narrowed_args;
+
+/* A pool made and used by a thread bound to one CPU (as an OpenMP runtime
+ * binds its threads). */
+static void *pool_from_narrowed_thread(void *arg)
+{
+    narrowed_args *a = arg;
+    cpu_set_t one;
+    assert_int_equal(sched_getaffinity(0, sizeof one, &one), 0);
+    for (int c = 0, seen = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &one) && seen++) CPU_CLR(c, &one);
+    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+    zo_optim_pool_config cfg = ZO_OPTIM_POOL_CONFIG_INIT;
+    cfg.nthreads = 2;
+    cfg.tile_elems = 256;
+    cfg.cores = a->cores;
+    cfg.ncores = a->ncores;
+    cfg.trace = log_worker_mask;
+    cfg.trace_ctx = a->log;
+    zo_optim_pool_t pool;
+    a->st = zo_optim_pool_init(&pool, &cfg);
+    if (a->st < 0) return NULL;
+    adam_case c;
+    case_alloc(&c, 4096, ZO_OPTIM_BF16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    fill_case(&c, 29);
+    zo_adam_params p = step_params(1);
+    a->st = zo_optim_pool_adam_step(pool, &p, &c.b);
+    zo_optim_pool_free(pool);
+    case_free(&c);
+    return NULL;
+}
+
+static void test_workers_on_process_cpus(void **state)
+{
+    cpu_set_t all;
+    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    int ncpus = CPU_COUNT(&all);
+    if (ncpus < 2) {
+        print_message("skipped: this process may use only 1 CPU, so a narrowed thread's mask is the whole set\n");
+        skip();
+    }
+    int cores[CPU_SETSIZE], ncores = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all)) cores[ncores++] = c;
+    /* Unbound workers get the whole set; --cores naming all of it is
+     * accepted although the creating thread may use only one. */
+    for (int bound = 0; bound <= 1; bound++) {
+        mask_log log = {.min_cpus = CPU_SETSIZE, .max_cpus = 0};
+        pthread_mutex_init(&log.mu, NULL);
+        narrowed_args a = {bound ? cores : NULL, bound ? ncores : 0, &log, ZO_OK};
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, pool_from_narrowed_thread, &a), 0);
+        assert_int_equal(pthread_join(th, NULL), 0);
+        if (a.st < 0) fail_msg("pool from a narrowed thread: %s", zo_last_error());
+        assert_int_equal(log.min_cpus, bound && ncores >= 2 ? 1 : ncpus);
+        assert_int_equal(log.max_cpus, bound && ncores >= 2 ? 1 : ncpus);
+        pthread_mutex_destroy(&log.mu);
+    }
+}
+
 static void test_pool_errors(void **state)
 {
     zo_optim_pool_t pool = (zo_optim_pool_t)1;
@@ -320,6 +469,8 @@ int main(void)
         cmocka_unit_test(test_free_drains_queue),
         cmocka_unit_test(test_trace_spans),
         cmocka_unit_test(test_core_binding),
+        cmocka_unit_test(test_threads_and_tiles_bitwise),
+        cmocka_unit_test(test_workers_on_process_cpus),
         cmocka_unit_test(test_pool_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
