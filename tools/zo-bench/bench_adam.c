@@ -1,12 +1,17 @@
-/* zo-bench adam: times the fused CPU Adam step on N parameters and, in the
- * same run and on the same buffers and threads, a kernel that moves exactly
- * the same bytes with no arithmetic (the step's memory roofline); reports
- * parameters per second, GB/s and their ratio. The two are interleaved so
- * that noise from other work on the machine hits both alike. */
+/* zo-bench adam: times the fused CPU Adam step on N parameters against the
+ * step's memory roofline: a kernel that moves exactly the same bytes with no
+ * arithmetic, run by the same number of threads on the same buffers, each
+ * thread streaming its own contiguous share with no pool in between (a
+ * roofline run through the pool would hide the pool's own cost). The same
+ * kernel through the pool is timed too. All three are interleaved, their
+ * order rotated, so that noise from other work on the machine hits them
+ * alike; reports parameters per second, GB/s and the step's ratios. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,11 +193,113 @@ static int failed(const char *what, zo_status st)
     return 1;
 }
 
+/* The contiguous roofline: each of T threads streams its own 1/T of the
+ * buffers (cut at 64 elements) with the library's roofline kernel, between
+ * two barriers, so that it is what the machine's memory gives. */
+typedef struct contig_thread {
+    struct contig_team *team;
+    zo_adam_buffers part;
+    pthread_t th;
+} contig_thread;
+
+typedef struct contig_team {
+    pthread_barrier_t start, end;
+    contig_thread *t;
+    int n, started, stop;
+} contig_team;
+
+static zo_adam_buffers buffers_part(const zo_adam_buffers *b, size_t off, size_t len)
+{
+    zo_adam_buffers p = *b;
+    size_t gs = zo_optim_dtype_size(b->grad_type), ss = zo_optim_dtype_size(b->state_type);
+    p.n = len;
+    p.grad = (const char *)b->grad + off * gs;
+    p.master = b->master + off;
+    p.m = (char *)b->m + off * ss;
+    p.v = (char *)b->v + off * ss;
+    if (b->out) p.out = (char *)b->out + off * 2;
+    return p;
+}
+
+static void *contig_main(void *arg)
+{
+    contig_thread *t = arg;
+    for (;;) {
+        pthread_barrier_wait(&t->team->start);
+        if (t->team->stop) return NULL;
+        zo_adam_roofline(&t->part, -1); /* checked by the pool's run before */
+        pthread_barrier_wait(&t->team->end);
+    }
+}
+
+/* The same binding as the pool's workers: one core each when there are
+ * enough, else the whole list; without --cores, the process's own mask. */
+static int contig_attr(const adam_opts *o, int i, pthread_attr_t *attr)
+{
+    if (!o->ncores) return 0;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (o->threads <= o->ncores) CPU_SET(o->cores[i], &set);
+    else
+        for (int c = 0; c < o->ncores; c++) CPU_SET(o->cores[c], &set);
+    return pthread_attr_setaffinity_np(attr, sizeof set, &set);
+}
+
+static void contig_stop(contig_team *team)
+{
+    if (team->started == team->n) {
+        team->stop = 1;
+        pthread_barrier_wait(&team->start);
+    }
+    for (int i = 0; i < team->started; i++) pthread_join(team->t[i].th, NULL);
+    if (team->n) {
+        pthread_barrier_destroy(&team->start);
+        pthread_barrier_destroy(&team->end);
+    }
+    free(team->t);
+}
+
+static int contig_start(contig_team *team, const adam_opts *o, const zo_adam_buffers *b)
+{
+    *team = (contig_team){.n = o->threads};
+    team->t = calloc((size_t)o->threads, sizeof *team->t);
+    if (!team->t) return -1;
+    pthread_barrier_init(&team->start, NULL, (unsigned)o->threads + 1);
+    pthread_barrier_init(&team->end, NULL, (unsigned)o->threads + 1);
+    size_t blocks = (b->n + 63) / 64, n = (size_t)o->threads;
+    for (int i = 0; i < o->threads; i++) {
+        size_t lo = blocks * (size_t)i / n * 64, hi = blocks * ((size_t)i + 1) / n * 64;
+        hi = hi < b->n ? hi : b->n;
+        team->t[i] = (contig_thread){team, buffers_part(b, lo, hi - lo), 0};
+        pthread_attr_t attr;
+        int rc = pthread_attr_init(&attr);
+        if (!rc) rc = contig_attr(o, i, &attr);
+        if (!rc) rc = pthread_create(&team->t[i].th, &attr, contig_main, &team->t[i]);
+        pthread_attr_destroy(&attr);
+        if (rc) {
+            fprintf(stderr, "zo-bench adam: starting roofline thread %d: %s\n", i, strerror(rc));
+            return -1;
+        }
+        team->started++;
+    }
+    return 0;
+}
+
+static double contig_run(contig_team *team)
+{
+    double t0 = zo_now_s();
+    pthread_barrier_wait(&team->start);
+    pthread_barrier_wait(&team->end);
+    return zo_now_s() - t0;
+}
+
+enum { K_STEP, K_POOL_ROOF, K_CONTIG_ROOF, NKERNELS };
+
 typedef struct timings {
-    double *step, *roof;
+    double *secs[NKERNELS];
 } timings;
 
-static int time_one(zo_optim_pool_t pool, const adam_bufs *a, int64_t step, int roofline, double *secs)
+static int time_pool(zo_optim_pool_t pool, const adam_bufs *a, int64_t step, int roofline, double *secs)
 {
     zo_adam_params p = ZO_ADAM_PARAMS_INIT;
     p.adamw = 1;
@@ -208,15 +315,25 @@ static int time_one(zo_optim_pool_t pool, const adam_bufs *a, int64_t step, int 
     return 0;
 }
 
-static int run_timings(zo_optim_pool_t pool, const adam_bufs *a, int reps, timings *t)
+static int time_one(zo_optim_pool_t pool, contig_team *team, const adam_bufs *a, int64_t step, int kernel,
+                    double *secs)
+{
+    if (kernel != K_CONTIG_ROOF) return time_pool(pool, a, step, kernel == K_POOL_ROOF, secs);
+    *secs = contig_run(team);
+    return 0;
+}
+
+static int run_timings(zo_optim_pool_t pool, contig_team *team, const adam_bufs *a, int reps, timings *t)
 {
     double warm;
-    if (time_one(pool, a, 1, 1, &warm) || time_one(pool, a, 1, 0, &warm)) return 1;
+    for (int k = 0; k < NKERNELS; k++)
+        if (time_one(pool, team, a, 1, k, &warm)) return 1;
     for (int r = 0; r < reps; r++) {
-        /* Alternate which goes first so neither always follows the other. */
-        int first = r & 1;
-        if (time_one(pool, a, 2 + r, first, first ? &t->roof[r] : &t->step[r])) return 1;
-        if (time_one(pool, a, 2 + r, !first, first ? &t->step[r] : &t->roof[r])) return 1;
+        /* Rotate which goes first so none always follows another. */
+        for (int i = 0; i < NKERNELS; i++) {
+            int k = (r + i) % NKERNELS;
+            if (time_one(pool, team, a, 2 + r, k, &t->secs[k][r])) return 1;
+        }
     }
     return 0;
 }
@@ -234,73 +351,140 @@ static double best(const double *v, int n)
     return m;
 }
 
-static double median(double *v, int n)
+static double median(const double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    double *c = malloc((size_t)n * sizeof *c);
+    if (!c) return NAN;
+    memcpy(c, v, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_double);
+    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    free(c);
+    return m;
 }
 
-static json_t *json_times(const double *v, int n)
+static json_t *json_array_of(const double *v, int n)
 {
     json_t *a = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(a, json_real(v[i]));
     return a;
 }
 
-/* Median over repetitions of roofline time / step time for runs taken back
- * to back: the statistic least moved by load that comes and goes. */
-static double pair_ratio_median(const timings *t, int reps)
+/* One kernel's figures, and the step's ratios to it (roofline time over
+ * step time: 1 is the roofline reached). */
+typedef struct kernel_stats {
+    double gparams, gbytes; /* best of the repetitions */
+    double ratio, ratio_medians, ratio_pairs; /* the step's, against this one */
+} kernel_stats;
+
+/* pairs: the median over repetitions of roofline time / step time taken in
+ * the same round, the statistic least moved by load that comes and goes. */
+static kernel_stats stats_of(const adam_opts *o, const timings *t, int k, double bytes_per_param,
+                             double *per_rep_ratio)
 {
-    double *r = malloc((size_t)reps * sizeof *r);
-    if (!r) return NAN;
-    for (int i = 0; i < reps; i++) r[i] = t->roof[i] / t->step[i];
-    double m = median(r, reps);
-    free(r);
-    return m;
+    kernel_stats ks;
+    double n = (double)o->params;
+    ks.gparams = n / best(t->secs[k], o->reps) * 1e-9;
+    ks.gbytes = ks.gparams * bytes_per_param;
+    ks.ratio = best(t->secs[k], o->reps) / best(t->secs[K_STEP], o->reps);
+    ks.ratio_medians = median(t->secs[k], o->reps) / median(t->secs[K_STEP], o->reps);
+    for (int r = 0; r < o->reps; r++) per_rep_ratio[r] = t->secs[k][r] / t->secs[K_STEP][r];
+    ks.ratio_pairs = median(per_rep_ratio, o->reps);
+    return ks;
+}
+
+/* prefix names the kernel's rates ("", "roofline_", ...), sfx the step's
+ * ratios to it ("ratio<sfx>..."); none for the step itself. */
+static void json_kernel(json_t *j, const char *prefix, const char *secs_key, const char *sfx,
+                        const kernel_stats *ks, const double *secs, const double *per_rep_ratio, int reps)
+{
+    char key[64];
+    snprintf(key, sizeof key, "%sgparams_per_s", prefix);
+    json_object_set_new(j, key, json_real(ks->gparams));
+    snprintf(key, sizeof key, "%sgbytes_per_s", prefix);
+    json_object_set_new(j, key, json_real(ks->gbytes));
+    json_object_set_new(j, secs_key, json_array_of(secs, reps));
+    if (!sfx) return;
+    snprintf(key, sizeof key, "ratio%s", sfx);
+    json_object_set_new(j, key, json_real(ks->ratio));
+    snprintf(key, sizeof key, "ratio%s_median", sfx);
+    json_object_set_new(j, key, json_real(ks->ratio_medians));
+    snprintf(key, sizeof key, "ratio%s_pairs_median", sfx);
+    json_object_set_new(j, key, json_real(ks->ratio_pairs));
+    snprintf(key, sizeof key, "ratio%s_reps", sfx);
+    json_object_set_new(j, key, json_array_of(per_rep_ratio, reps));
+}
+
+static void report_json(const adam_opts *o, const timings *t, double bytes_per_param, const kernel_stats *ks,
+                        double *const per_rep[NKERNELS])
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "bench", json_string("adam"));
+    json_object_set_new(j, "params", json_integer((json_int_t)o->params));
+    json_object_set_new(j, "grad", json_string(zo_optim_dtype_name(o->grad)));
+    json_object_set_new(j, "out", json_string(zo_optim_dtype_name(o->out)));
+    json_object_set_new(j, "states", json_string(zo_optim_dtype_name(o->states)));
+    json_object_set_new(j, "threads", json_integer(o->threads));
+    json_object_set_new(j, "simd", json_string(zo_simd_level_name(zo_cpu_simd_level())));
+    json_object_set_new(j, "bytes_per_param", json_real(bytes_per_param));
+    json_kernel(j, "", "step_seconds", NULL, &ks[K_STEP], t->secs[K_STEP], NULL, o->reps);
+    /* "roofline": the contiguous one, the machine's; "pool_roofline": the
+     * same kernel through the pool. */
+    json_kernel(j, "roofline_", "roofline_seconds", "", &ks[K_CONTIG_ROOF], t->secs[K_CONTIG_ROOF],
+                per_rep[K_CONTIG_ROOF], o->reps);
+    json_kernel(j, "pool_roofline_", "pool_roofline_seconds", "_pool", &ks[K_POOL_ROOF], t->secs[K_POOL_ROOF],
+                per_rep[K_POOL_ROOF], o->reps);
+    json_dumpf(j, stdout, JSON_COMPACT);
+    putchar('\n');
+    json_decref(j);
+}
+
+static void report_human(const adam_opts *o, const timings *t, double bytes_per_param, const kernel_stats *ks,
+                         double *const per_rep[NKERNELS])
+{
+    printf("adam step: %zu params, grad %s, out %s, states %s, %d threads, simd %s, %.0f B/param\n",
+           o->params, zo_optim_dtype_name(o->grad), zo_optim_dtype_name(o->out), zo_optim_dtype_name(o->states),
+           o->threads, zo_simd_level_name(zo_cpu_simd_level()), bytes_per_param);
+    static const char *names[NKERNELS] = {"fused step", "roofline, pool", "roofline, contiguous"};
+    for (int k = 0; k < NKERNELS; k++)
+        printf("  %-21s %7.3f Gparams/s %7.2f GB/s  (best of %d, %.1f ms)\n", names[k], ks[k].gparams,
+               ks[k].gbytes, o->reps, best(t->secs[k], o->reps) * 1e3);
+    for (int k = K_CONTIG_ROOF; k >= K_POOL_ROOF; k--)
+        printf("  step / %-14s %7.3f  (of medians %.3f, median of same-round ratios %.3f)\n",
+               k == K_CONTIG_ROOF ? "contiguous" : "pool", ks[k].ratio, ks[k].ratio_medians, ks[k].ratio_pairs);
+    printf("  per round: contiguous roofline GB/s, step / it:");
+    for (int r = 0; r < o->reps; r++)
+        printf(" %.1f %.3f%s", (double)o->params * bytes_per_param / t->secs[K_CONTIG_ROOF][r] * 1e-9,
+               per_rep[K_CONTIG_ROOF][r], r + 1 < o->reps ? "," : "\n");
 }
 
 static void report(const adam_opts *o, const timings *t, double bytes_per_param)
 {
-    double n = (double)o->params;
-    double pair_ratio = pair_ratio_median(t, o->reps);
-    double ts = best(t->step, o->reps), tr = best(t->roof, o->reps);
-    double gp = n / ts * 1e-9, rgp = n / tr * 1e-9;
-    const char *simd = zo_simd_level_name(zo_cpu_simd_level());
-    if (o->json) {
-        json_t *j = json_object();
-        json_object_set_new(j, "bench", json_string("adam"));
-        json_object_set_new(j, "params", json_integer((json_int_t)o->params));
-        json_object_set_new(j, "grad", json_string(zo_optim_dtype_name(o->grad)));
-        json_object_set_new(j, "out", json_string(zo_optim_dtype_name(o->out)));
-        json_object_set_new(j, "states", json_string(zo_optim_dtype_name(o->states)));
-        json_object_set_new(j, "threads", json_integer(o->threads));
-        json_object_set_new(j, "simd", json_string(simd));
-        json_object_set_new(j, "bytes_per_param", json_real(bytes_per_param));
-        json_object_set_new(j, "gparams_per_s", json_real(gp));
-        json_object_set_new(j, "roofline_gparams_per_s", json_real(rgp));
-        json_object_set_new(j, "gbytes_per_s", json_real(gp * bytes_per_param));
-        json_object_set_new(j, "roofline_gbytes_per_s", json_real(rgp * bytes_per_param));
-        json_object_set_new(j, "ratio", json_real(gp / rgp));
-        json_object_set_new(j, "step_seconds", json_times(t->step, o->reps));
-        json_object_set_new(j, "roofline_seconds", json_times(t->roof, o->reps));
-        double ms = median(t->step, o->reps), mr = median(t->roof, o->reps);
-        json_object_set_new(j, "ratio_median", json_real(mr / ms));
-        json_object_set_new(j, "ratio_pairs_median", json_real(pair_ratio));
-        json_dumpf(j, stdout, JSON_COMPACT);
-        putchar('\n');
-        json_decref(j);
-        return;
+    double *per_rep[NKERNELS] = {0};
+    kernel_stats ks[NKERNELS];
+    for (int k = 0; k < NKERNELS; k++) {
+        per_rep[k] = calloc((size_t)o->reps, sizeof(double));
+        if (!per_rep[k]) goto out;
     }
-    printf("adam step: %zu params, grad %s, out %s, states %s, %d threads, simd %s, %.0f B/param\n",
-           o->params, zo_optim_dtype_name(o->grad), zo_optim_dtype_name(o->out), zo_optim_dtype_name(o->states),
-           o->threads, simd, bytes_per_param);
-    printf("  fused step   %8.3f Gparams/s  %7.2f GB/s   (best of %d, %.1f ms)\n", gp, gp * bytes_per_param,
-           o->reps, ts * 1e3);
-    printf("  roofline     %8.3f Gparams/s  %7.2f GB/s   (best of %d, %.1f ms)\n", rgp, rgp * bytes_per_param,
-           o->reps, tr * 1e3);
-    double ms = median(t->step, o->reps), mr = median(t->roof, o->reps);
-    printf("  ratio        %8.3f  (of medians: %.3f, median of back-to-back pairs: %.3f)\n", gp / rgp, mr / ms,
-           pair_ratio);
+    for (int k = 0; k < NKERNELS; k++) ks[k] = stats_of(o, t, k, bytes_per_param, per_rep[k]);
+    if (o->json) report_json(o, t, bytes_per_param, ks, per_rep);
+    else report_human(o, t, bytes_per_param, ks, per_rep);
+out:
+    for (int k = 0; k < NKERNELS; k++) free(per_rep[k]);
+}
+
+static int time_all(zo_optim_pool_t pool, const adam_opts *o, const adam_bufs *a, timings *t)
+{
+    for (int k = 0; k < NKERNELS; k++)
+        if (!(t->secs[k] = calloc((size_t)o->reps, sizeof(double))))
+            return failed("allocating timings", ZO_ERR_NO_MEMORY);
+    contig_team team;
+    if (contig_start(&team, o, &a->b)) {
+        contig_stop(&team);
+        return 1;
+    }
+    int rc = run_timings(pool, &team, a, o->reps, t);
+    contig_stop(&team);
+    return rc;
 }
 
 int zo_bench_adam_main(int argc, char **argv)
@@ -320,13 +504,12 @@ int zo_bench_adam_main(int argc, char **argv)
         zo_optim_pool_free(pool);
         return 1;
     }
-    timings t = {calloc((size_t)o.reps, sizeof(double)), calloc((size_t)o.reps, sizeof(double))};
-    rc = !t.step || !t.roof ? failed("allocating timings", ZO_ERR_NO_MEMORY) : run_timings(pool, &a, o.reps, &t);
+    timings t = {{0}};
+    rc = time_all(pool, &o, &a, &t);
     size_t ss = zo_optim_dtype_size(o.states);
     double bytes = (double)(zo_optim_dtype_size(o.grad) + 4 + 2 * ss + 4 + 2 * ss + zo_optim_dtype_size(o.out));
     if (!rc) report(&o, &t, bytes);
-    free(t.step);
-    free(t.roof);
+    for (int k = 0; k < NKERNELS; k++) free(t.secs[k]);
     free_bufs(&a);
     zo_optim_pool_free(pool);
     return rc;
