@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "trainer.h"
+#include "zt_tiers.h"
 #include "zo/device.h"
 #include "zo/swap.h"
 #include "zo/topo.h"

@@ -16,11 +16,12 @@
 #include <string.h>
 
 #include "emit.h"
-#include "hfconfig.h"
+#include "hf_config.h"
 #include "hw.h"
 #include "plan.h"
 #include "validate.h"
-#include "trainer.h"
+#include "model_shape.h"
+#include "zt_tiers.h"
 #include "zo/units.h"
 #include "zt_error.h"
 
@@ -309,7 +310,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
 static int resolve_model(cli *c)
 {
     zt_shape *sh = &c->job.shape;
-    zo_status st = c->hf_config ? zp_read_hf_config(c->hf_config, sh, c->model_note, sizeof c->model_note)
+    zo_status st = c->hf_config ? zt_read_hf_config(c->hf_config, sh, c->model_note, sizeof c->model_note)
                                 : zt_preset(c->preset, sh);
     if (st >= 0) {
         zt_shape_override(sh, c->shape_flags);

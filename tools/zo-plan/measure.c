@@ -20,7 +20,6 @@
 #include "zo/topo.h"
 #include "model.h"
 #include "plan.h"
-#include "trainer.h"
 #include "zo/units.h"
 #include "zt_error.h"
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trainer.h"
+#include "model_shape.h"
 #include "zo/swap.h"
 #include "zo/units.h"
 #include "zt_error.h"

@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
+#include "model_shape.h"
 #include "zo/engine.h"
 
 typedef enum zp_strategy {

@@ -1,5 +1,6 @@
-/* zo-train's model: shapes, parameter layout and initial values, and the
- * forward/backward of each engine layer on the compute ops. */
+/* zo-train's model: device-resident parameters for tests, the activation
+ * arena (laid out by the shape part, model_shape.h) and the forward/backward
+ * of each engine layer on the compute ops. */
 #include "model.h"
 
 #include <math.h>
@@ -8,183 +9,6 @@
 #include <string.h>
 
 #include "zt_error.h"
-
-/* ---- presets ---- */
-
-typedef struct preset {
-    const char *name;
-    zt_shape shape;
-} preset;
-
-/* Llama-2 shapes for 7b and 13b; the smaller ones keep head_dim 64..128 and
- * an ffn of about 8/3 dim rounded to a multiple of 64 or 256, as LLaMA does. */
-static const preset presets[] = {
-    {"tiny", {256, 256, 4, 4, 768, 1e-5f, 10000.0f}},       /* 3.5M parameters, byte-level */
-    {"small", {32000, 640, 12, 10, 1728, 1e-5f, 10000.0f}}, /* 100M */
-    {"1b", {32000, 2048, 18, 16, 5632, 1e-5f, 10000.0f}},   /* 1.06B */
-    {"7b", {32000, 4096, 32, 32, 11008, 1e-5f, 10000.0f}},  /* 6.74B */
-    {"13b", {32000, 5120, 40, 40, 13824, 1e-5f, 10000.0f}}, /* 13.0B */
-};
-
-const char *zt_preset_names(void)
-{
-    return "tiny, small, 1b, 7b, 13b";
-}
-
-zo_status zt_preset(const char *name, zt_shape *out)
-{
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
-        if (name && strcmp(name, presets[i].name) == 0) {
-            *out = presets[i].shape;
-            return ZO_OK;
-        }
-    return zt_fail(ZO_ERR_INVALID_ARG, "unknown preset '%s'; expected one of %s",
-                   name ? name : "(null)", zt_preset_names());
-}
-
-void zt_shape_override(zt_shape *s, const int dims[5])
-{
-    int *dst[5] = {&s->vocab, &s->dim, &s->n_layers, &s->n_heads, &s->ffn_dim};
-    for (int i = 0; i < 5; i++)
-        if (dims[i]) *dst[i] = dims[i];
-}
-
-zo_status zt_shape_check(const zt_shape *s)
-{
-    if (s->vocab <= 0 || s->dim <= 0 || s->n_layers <= 0 || s->n_heads <= 0 || s->ffn_dim <= 0)
-        return zt_fail(
-            ZO_ERR_INVALID_ARG,
-            "model shape vocab %d, dim %d, layers %d, heads %d, ffn %d: every one must be > 0",
-            s->vocab, s->dim, s->n_layers, s->n_heads, s->ffn_dim);
-    if (s->dim % s->n_heads || (s->dim / s->n_heads) % 2)
-        return zt_fail(
-            ZO_ERR_INVALID_ARG,
-            "dim %d must be a multiple of heads %d with an even head dimension (RoPE pairs)",
-            s->dim, s->n_heads);
-    if (!(s->norm_eps > 0.0f) || !(s->rope_theta > 1.0f))
-        return zt_fail(ZO_ERR_INVALID_ARG, "norm eps %g must be > 0 and rope theta %g > 1",
-                       (double)s->norm_eps, (double)s->rope_theta);
-    return ZO_OK;
-}
-
-static uint64_t block_params(const zt_shape *s)
-{
-    uint64_t d = (uint64_t)s->dim, f = (uint64_t)s->ffn_dim;
-    return 4 * d * d + 3 * d * f + 2 * d;
-}
-
-uint64_t zt_shape_n_params(const zt_shape *s)
-{
-    uint64_t d = (uint64_t)s->dim, v = (uint64_t)s->vocab;
-    return v * d + (uint64_t)s->n_layers * block_params(s) + d + v * d;
-}
-
-double zt_shape_flops_per_token(const zt_shape *s, int seq)
-{
-    double d = s->dim, f = s->ffn_dim, L = s->n_layers;
-    double matmul = L * (4 * d * d + 3 * d * f) + (double)s->vocab * d;
-    return 6.0 * matmul + 12.0 * L * (double)seq * d;
-}
-
-/* ---- parameter layout ---- */
-
-int zt_engine_layers(const zt_shape *s)
-{
-    return s->n_layers + 2;
-}
-
-static int is_block(const zt_shape *s, int layer)
-{
-    return layer >= 1 && layer <= s->n_layers;
-}
-static int head_layer(const zt_shape *s)
-{
-    return s->n_layers + 1;
-}
-
-int zt_layer_tensors(const zt_shape *s, int layer)
-{
-    if (layer == 0)
-        return 1;
-    if (is_block(s, layer))
-        return ZT_BLOCK_TENSORS;
-    return layer == head_layer(s) ? 2 : 0;
-}
-
-size_t zt_tensor_numel(const zt_shape *s, int layer, int idx)
-{
-    size_t d = (size_t)s->dim, f = (size_t)s->ffn_dim, v = (size_t)s->vocab;
-    if (layer == 0)
-        return v * d;
-    if (layer == head_layer(s))
-        return idx == ZT_HEAD_NORM ? d : v * d;
-    switch (idx) {
-    case ZT_ATTN_NORM:
-    case ZT_MLP_NORM: return d;
-    case ZT_WQ:
-    case ZT_WK:
-    case ZT_WV:
-    case ZT_WO: return d * d;
-    default: return d * f; /* gate, up, down */
-    }
-}
-
-void zt_tensor_name(const zt_shape *s, int layer, int idx, char *name, size_t cap)
-{
-    static const char *const block_names[ZT_BLOCK_TENSORS] = {
-        "attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"};
-    if (layer == 0)
-        snprintf(name, cap, "tok_embedding");
-    else if (layer == head_layer(s))
-        snprintf(name, cap, "%s", idx == ZT_HEAD_NORM ? "final_norm" : "lm_head");
-    else
-        snprintf(name, cap, "blocks.%d.%s", layer - 1, block_names[idx]);
-}
-
-static int is_norm(const zt_shape *s, int layer, int idx)
-{
-    if (layer == 0)
-        return 0;
-    if (layer == head_layer(s))
-        return idx == ZT_HEAD_NORM;
-    return idx == ZT_ATTN_NORM || idx == ZT_MLP_NORM;
-}
-
-static uint64_t splitmix64(uint64_t *st)
-{
-    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* A uniform in (0, 1) from 53 random bits. */
-static double uniform01(uint64_t *st)
-{
-    return ((double)(splitmix64(st) >> 11) + 0.5) / 9007199254740992.0;
-}
-
-void zt_tensor_init(const zt_shape *s, int layer, int idx, uint64_t seed, float init_std,
-                    float *out)
-{
-    size_t n = zt_tensor_numel(s, layer, idx);
-    if (is_norm(s, layer, idx)) {
-        for (size_t i = 0; i < n; i++)
-            out[i] = 1.0f;
-        return;
-    }
-    double std = init_std;
-    if (is_block(s, layer) && (idx == ZT_WO || idx == ZT_WDOWN))
-        std /= sqrt(2.0 * s->n_layers);
-    uint64_t st = seed ^ ((uint64_t)(layer + 1) * 0x100000001B3ull) ^ ((uint64_t)(idx + 1) << 48);
-    splitmix64(&st);
-    for (size_t i = 0; i < n; i += 2) { /* Box-Muller: two normals per pair of uniforms */
-        double r = sqrt(-2.0 * log(uniform01(&st))), a = 2.0 * M_PI * uniform01(&st);
-        out[i] = (float)(std * r * cos(a));
-        if (i + 1 < n)
-            out[i + 1] = (float)(std * r * sin(a));
-    }
-}
 
 /* ---- parameter sources ---- */
 
@@ -381,113 +205,30 @@ struct zt_model {
     zo_event_t staged;           /* the staging copies are done */
 };
 
-/* Carving walks the arena with a cursor; with base NULL it only measures. */
-typedef struct carver {
-    char *base;
-    uint64_t off;
-} carver;
-
-static void *carve(carver *cv, uint64_t bytes)
+/* Point the model's pieces into its arena at the shape part's offsets. */
+static void place(zt_model *m, char *base)
 {
-    void *p = cv->base ? cv->base + cv->off : NULL;
-    cv->off += (bytes + 255) / 256 * 256;
-    return p;
-}
-
-static void carve_block_ws(carver *cv, const zt_model_config *c, block_ws *b, size_t es)
-{
-    const uint64_t T = (uint64_t)c->micro_batch * c->seq, d = c->shape.dim, f = c->shape.ffn_dim;
-    const uint64_t att = (uint64_t)c->micro_batch * c->shape.n_heads * c->seq * c->seq * es;
-    void **td[] = {&b->h1, &b->q,  &b->k,  &b->v,  &b->attn_out,
-                   &b->x2, &b->h2, &b->dq, &b->dk, &b->dv};
-    for (size_t i = 0; i < sizeof td / sizeof td[0]; i++)
-        *td[i] = carve(cv, T * d * es);
-    b->gate = carve(cv, T * f * es);
-    b->up = carve(cv, T * f * es);
-    b->act = carve(cv, T * f * es);
-    b->att = carve(cv, att);
-    b->datt = carve(cv, att);
-    b->rstd1 = carve(cv, T * sizeof(float));
-    b->rstd2 = carve(cv, T * sizeof(float));
-}
-
-static void carve_head_ws(carver *cv, const zt_model_config *c, head_ws *h, size_t es)
-{
-    const uint64_t T = (uint64_t)c->micro_batch * c->seq;
-    h->hf = carve(cv, T * c->shape.dim * es);
-    h->logits = carve(cv, T * c->shape.vocab * es);
-    h->rstd = carve(cv, T * sizeof(float));
-    h->row_loss = carve(cv, T * sizeof(float));
-}
-
-/* Lay the model's pieces out; returns the arena size (and its parts). The
- * per-layer workspace is the largest of the block's, the head's and the
- * embedding gradient's, which are never live at the same time. */
-static uint64_t layout_parts(zt_model *m, const zt_model_config *c, char *base,
-                             zt_activation_parts *parts)
-{
-    const uint64_t T = (uint64_t)c->micro_batch * c->seq, d = c->shape.dim;
-    const size_t es = zo_dtype_size(c->dt);
-    carver cv = {base, 0};
-    m->tok_in = carve(&cv, (uint64_t)c->n_micro * T * sizeof(int32_t));
-    m->tok_tgt = carve(&cv, (uint64_t)c->n_micro * T * sizeof(int32_t));
-    m->losses = carve(&cv, (uint64_t)c->n_micro * sizeof(float));
-    m->rope = carve(&cv, (uint64_t)c->seq * (d / c->shape.n_heads) * sizeof(float));
-    uint64_t ck0 = cv.off;
-    for (int l = 0; l <= c->shape.n_layers; l++) {
-        void *p = carve(&cv, T * d * es);
-        if (m->ckpt)
-            m->ckpt[l] = p;
-    }
-    m->dres = carve(&cv, T * d * es);
-    uint64_t ws0 = cv.off;
-    carve_block_ws(&cv, c, &m->b, es);
-    uint64_t end = cv.off;
-    cv.off = ws0;
-    carve_head_ws(&cv, c, &m->h, es);
-    if (cv.off > end)
-        end = cv.off;
-    cv.off = ws0;
-    m->emb_grad = carve(&cv, (uint64_t)c->shape.vocab * d * sizeof(float));
-    if (cv.off > end)
-        end = cv.off;
-    if (parts)
-        *parts = (zt_activation_parts){end, ck0, ws0 - ck0, end - ws0};
-    return end;
-}
-
-static uint64_t layout(zt_model *m, const zt_model_config *c, char *base)
-{
-    return layout_parts(m, c, base, NULL);
-}
-
-static zo_status check_model_config(const zt_model_config *c)
-{
-    ZT_TRY(zt_shape_check(&c->shape));
-    if (c->seq <= 0 || c->micro_batch <= 0 || c->n_micro <= 0)
-        return zt_fail(ZO_ERR_INVALID_ARG,
-                       "seq %d, micro-batch %d and micro-batches %d must be > 0", c->seq,
-                       c->micro_batch, c->n_micro);
-    if ((int64_t)c->micro_batch * c->seq >
-        INT32_MAX / (c->shape.vocab > c->shape.ffn_dim ? c->shape.vocab : c->shape.ffn_dim))
-        return zt_fail(ZO_ERR_INVALID_ARG,
-                       "micro-batch %d x seq %d tokens is too many for one GEMM", c->micro_batch,
-                       c->seq);
-    if (zo_dtype_size(c->dt) == 0)
-        return zt_fail(ZO_ERR_INVALID_ARG, "unknown activation dtype %d", (int)c->dt);
-    return ZO_OK;
-}
-
-uint64_t zt_model_activation_bytes(const zt_model_config *c)
-{
-    zt_model measure = {0};
-    return layout(&measure, c, NULL);
-}
-
-void zt_model_activation_parts(const zt_model_config *c, zt_activation_parts *out)
-{
-    zt_model measure = {0};
-    layout_parts(&measure, c, NULL, out);
+    zt_activation_layout a;
+    zt_activation_layout_of(&m->c, &a);
+    const zt_block_offsets *bo = &a.block;
+    const zt_head_offsets *ho = &a.head;
+    m->tok_in = (int32_t *)(base + a.tok_in);
+    m->tok_tgt = (int32_t *)(base + a.tok_tgt);
+    m->losses = (float *)(base + a.losses);
+    m->rope = (float *)(base + a.rope);
+    for (int l = 0; l <= m->c.shape.n_layers; l++)
+        m->ckpt[l] = base + a.ckpt + (uint64_t)l * a.ckpt_stride;
+    m->dres = base + a.dres;
+#define AT(off) ((void *)(base + (off)))
+    m->b = (block_ws){.h1 = AT(bo->h1), .q = AT(bo->q), .k = AT(bo->k), .v = AT(bo->v),
+                      .att = AT(bo->att), .attn_out = AT(bo->attn_out), .x2 = AT(bo->x2),
+                      .h2 = AT(bo->h2), .gate = AT(bo->gate), .up = AT(bo->up), .act = AT(bo->act),
+                      .dq = AT(bo->dq), .dk = AT(bo->dk), .dv = AT(bo->dv), .datt = AT(bo->datt),
+                      .rstd1 = AT(bo->rstd1), .rstd2 = AT(bo->rstd2)};
+    m->h = (head_ws){.hf = AT(ho->hf), .logits = AT(ho->logits), .rstd = AT(ho->rstd),
+                     .row_loss = AT(ho->row_loss)};
+#undef AT
+    m->emb_grad = (float *)(base + a.emb_grad);
 }
 
 void zt_model_free(zt_model *m)
@@ -514,7 +255,7 @@ static zo_status model_alloc(zt_model *m)
         return zt_fail(ZO_ERR_NO_MEMORY, "model host buffers");
     m->arena_bytes = zt_model_activation_bytes(c);
     ZT_LIB(zo_device_malloc(m->dev, m->arena_bytes, &m->arena));
-    layout(m, c, m->arena);
+    place(m, m->arena);
     ZT_LIB(zo_event_create(m->dev, &m->staged));
     ZT_LIB(zo_op_rope_table(m->s, m->rope, c->seq, m->hd, c->shape.rope_theta, 0));
     return ZO_OK;
@@ -523,7 +264,7 @@ static zo_status model_alloc(zt_model *m)
 zo_status zt_model_init(zt_model **out, zo_device_t dev, zo_stream_t compute,
                         const zt_model_config *c)
 {
-    ZT_TRY(check_model_config(c));
+    ZT_TRY(zt_model_config_check(c));
     zt_model *m = calloc(1, sizeof *m);
     if (!m)
         return zt_fail(ZO_ERR_NO_MEMORY, "model");

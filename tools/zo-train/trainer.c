@@ -103,51 +103,6 @@ static zo_status eng_grads_ready(void *ctx, int layer, zo_stream_t s)
 
 /* ---- option helpers ---- */
 
-zo_status zt_parse_home(const char *s, int *out)
-{
-    static const struct {
-        const char *name;
-        zo_tier tier;
-    } homes[] = {{"none", ZO_TIER_DEVICE}, {"cpu", ZO_TIER_HOST}, {"nvme", ZO_TIER_NVME}};
-    for (size_t i = 0; i < sizeof homes / sizeof homes[0]; i++)
-        if (s && strcmp(s, homes[i].name) == 0) {
-            *out = (int)homes[i].tier;
-            return ZO_OK;
-        }
-    return zt_fail(ZO_ERR_INVALID_ARG, "offload target '%s': expected none, cpu or nvme",
-                   s ? s : "(null)");
-}
-
-const char *zt_home_name(zo_tier t)
-{
-    switch (t) {
-    case ZO_TIER_DEVICE: return "none";
-    case ZO_TIER_HOST: return "cpu";
-    case ZO_TIER_NVME: return "nvme";
-    }
-    return "?";
-}
-
-uint64_t zt_largest_tensor(const zt_shape *s)
-{
-    uint64_t mx = 0;
-    for (int l = 0; l < zt_engine_layers(s); l++)
-        for (int i = 0; i < zt_layer_tensors(s, l); i++)
-            if (zt_tensor_numel(s, l, i) > mx)
-                mx = zt_tensor_numel(s, l, i);
-    return mx;
-}
-
-/* The smallest chunk the engine accepts: the largest tensor, rounded to
- * 4 KiB. Smaller chunks pad less (a chunk never spans two layers) and page
- * in finer steps; for the tiny preset this moves 14% fewer optimizer-state
- * bytes than chunks of a quarter block. */
-uint64_t zt_default_chunk_bytes(const zt_shape *s)
-{
-    uint64_t cb = zt_largest_tensor(s) * 2; /* 16-bit */
-    return (cb + 4095) / 4096 * 4096;
-}
-
 static const char *resolve_backend(const char *dev)
 {
     if (dev && strcmp(dev, "auto") == 0)

@@ -19,11 +19,9 @@
 #include "model.h"
 #include "schedule.h"
 #include "zo/engine.h"
+#include "zt_tiers.h"
 
 enum { ZT_MAX_NVME_PATHS = 16 };
-/* On a GPU, device memory the budget does not see: the CUDA context's own
- * use and cuBLAS's workspace (taken off the budget before the engine's share). */
-#define ZT_CUDA_RESERVE (512ull << 20)
 #define ZT_HOME_DEFAULT (-1)
 
 typedef struct zt_options {
@@ -127,16 +125,7 @@ double zt_trainer_lr(const zt_trainer *t);
 /* The device's allocation high-water mark (activations and engine). */
 uint64_t zt_trainer_device_high_water(zt_trainer *t);
 
-/* The element count of the model's largest tensor. */
-uint64_t zt_largest_tensor(const zt_shape *s);
-/* The default chunk size: the largest tensor's 16-bit bytes, rounded to 4 KiB. */
-uint64_t zt_default_chunk_bytes(const zt_shape *s);
-
 /* mkdir -p */
 zo_status zt_make_dir(const char *dir);
-
-/* Parse "none|cpu|nvme" into a zo_tier; "none" is the device. */
-zo_status zt_parse_home(const char *s, int *out);
-const char *zt_home_name(zo_tier t);
 
 #endif

@@ -1,3 +1,4 @@
+/* The tools' last-error text (zt_error.h). */
 #include "zt_error.h"
 
 #include <ctype.h>

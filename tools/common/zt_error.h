@@ -1,6 +1,7 @@
-/* zo-train's error reporting. The tool uses only the public API, so it keeps
- * its own last-error text: a failing zoffload call's message is copied from
- * zo_last_error() (ZT_LIB), the tool's own checks format theirs (zt_fail). */
+/* The tools' error reporting (zo-train, zo-plan and their libraries). The
+ * tools use only the public API, so they keep their own last-error text: a
+ * failing zoffload call's message is copied from zo_last_error() (ZT_LIB),
+ * the tool's own checks format theirs (zt_fail). */
 #ifndef ZT_ERROR_H
 #define ZT_ERROR_H
 

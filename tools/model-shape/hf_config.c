@@ -1,5 +1,5 @@
-/* zo-plan --hf-config: the keys of a LLaMA config.json that size the model. */
-#include "hfconfig.h"
+/* The keys of a LLaMA config.json that size the model (hf_config.h). */
+#include "hf_config.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -40,7 +40,7 @@ static void describe_differences(json_t *root, const zt_shape *s, char *note, si
                              : "an untied head");
 }
 
-zo_status zp_read_hf_config(const char *path, zt_shape *out, char *note, size_t cap)
+zo_status zt_read_hf_config(const char *path, zt_shape *out, char *note, size_t cap)
 {
     json_error_t err;
     json_t *root = json_load_file(path, 0, &err);

@@ -1,0 +1,302 @@
+/* The model's shapes (model_shape.h): presets, checks, counts, the tensors
+ * of each engine layer and their initial values, the activation arena's
+ * layout. */
+#include "model_shape.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "zt_error.h"
+
+/* ---- presets ---- */
+
+typedef struct preset {
+    const char *name;
+    zt_shape shape;
+} preset;
+
+/* Llama-2 shapes for 7b and 13b; the smaller ones keep head_dim 64..128 and
+ * an ffn of about 8/3 dim rounded to a multiple of 64 or 256, as LLaMA does. */
+static const preset presets[] = {
+    {"tiny", {256, 256, 4, 4, 768, 1e-5f, 10000.0f}},       /* 3.5M parameters, byte-level */
+    {"small", {32000, 640, 12, 10, 1728, 1e-5f, 10000.0f}}, /* 100M */
+    {"1b", {32000, 2048, 18, 16, 5632, 1e-5f, 10000.0f}},   /* 1.06B */
+    {"7b", {32000, 4096, 32, 32, 11008, 1e-5f, 10000.0f}},  /* 6.74B */
+    {"13b", {32000, 5120, 40, 40, 13824, 1e-5f, 10000.0f}}, /* 13.0B */
+};
+
+const char *zt_preset_names(void)
+{
+    return "tiny, small, 1b, 7b, 13b";
+}
+
+zo_status zt_preset(const char *name, zt_shape *out)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (name && strcmp(name, presets[i].name) == 0) {
+            *out = presets[i].shape;
+            return ZO_OK;
+        }
+    return zt_fail(ZO_ERR_INVALID_ARG, "unknown preset '%s'; expected one of %s",
+                   name ? name : "(null)", zt_preset_names());
+}
+
+void zt_shape_override(zt_shape *s, const int dims[5])
+{
+    int *dst[5] = {&s->vocab, &s->dim, &s->n_layers, &s->n_heads, &s->ffn_dim};
+    for (int i = 0; i < 5; i++)
+        if (dims[i]) *dst[i] = dims[i];
+}
+
+zo_status zt_shape_check(const zt_shape *s)
+{
+    if (s->vocab <= 0 || s->dim <= 0 || s->n_layers <= 0 || s->n_heads <= 0 || s->ffn_dim <= 0)
+        return zt_fail(
+            ZO_ERR_INVALID_ARG,
+            "model shape vocab %d, dim %d, layers %d, heads %d, ffn %d: every one must be > 0",
+            s->vocab, s->dim, s->n_layers, s->n_heads, s->ffn_dim);
+    if (s->dim % s->n_heads || (s->dim / s->n_heads) % 2)
+        return zt_fail(
+            ZO_ERR_INVALID_ARG,
+            "dim %d must be a multiple of heads %d with an even head dimension (RoPE pairs)",
+            s->dim, s->n_heads);
+    if (!(s->norm_eps > 0.0f) || !(s->rope_theta > 1.0f))
+        return zt_fail(ZO_ERR_INVALID_ARG, "norm eps %g must be > 0 and rope theta %g > 1",
+                       (double)s->norm_eps, (double)s->rope_theta);
+    return ZO_OK;
+}
+
+static uint64_t block_params(const zt_shape *s)
+{
+    uint64_t d = (uint64_t)s->dim, f = (uint64_t)s->ffn_dim;
+    return 4 * d * d + 3 * d * f + 2 * d;
+}
+
+uint64_t zt_shape_n_params(const zt_shape *s)
+{
+    uint64_t d = (uint64_t)s->dim, v = (uint64_t)s->vocab;
+    return v * d + (uint64_t)s->n_layers * block_params(s) + d + v * d;
+}
+
+double zt_shape_flops_per_token(const zt_shape *s, int seq)
+{
+    double d = s->dim, f = s->ffn_dim, L = s->n_layers;
+    double matmul = L * (4 * d * d + 3 * d * f) + (double)s->vocab * d;
+    return 6.0 * matmul + 12.0 * L * (double)seq * d;
+}
+
+/* ---- parameter layout ---- */
+
+int zt_engine_layers(const zt_shape *s)
+{
+    return s->n_layers + 2;
+}
+
+static int is_block(const zt_shape *s, int layer)
+{
+    return layer >= 1 && layer <= s->n_layers;
+}
+static int head_layer(const zt_shape *s)
+{
+    return s->n_layers + 1;
+}
+
+int zt_layer_tensors(const zt_shape *s, int layer)
+{
+    if (layer == 0)
+        return 1;
+    if (is_block(s, layer))
+        return ZT_BLOCK_TENSORS;
+    return layer == head_layer(s) ? 2 : 0;
+}
+
+size_t zt_tensor_numel(const zt_shape *s, int layer, int idx)
+{
+    size_t d = (size_t)s->dim, f = (size_t)s->ffn_dim, v = (size_t)s->vocab;
+    if (layer == 0)
+        return v * d;
+    if (layer == head_layer(s))
+        return idx == ZT_HEAD_NORM ? d : v * d;
+    switch (idx) {
+    case ZT_ATTN_NORM:
+    case ZT_MLP_NORM: return d;
+    case ZT_WQ:
+    case ZT_WK:
+    case ZT_WV:
+    case ZT_WO: return d * d;
+    default: return d * f; /* gate, up, down */
+    }
+}
+
+void zt_tensor_name(const zt_shape *s, int layer, int idx, char *name, size_t cap)
+{
+    static const char *const block_names[ZT_BLOCK_TENSORS] = {
+        "attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"};
+    if (layer == 0)
+        snprintf(name, cap, "tok_embedding");
+    else if (layer == head_layer(s))
+        snprintf(name, cap, "%s", idx == ZT_HEAD_NORM ? "final_norm" : "lm_head");
+    else
+        snprintf(name, cap, "blocks.%d.%s", layer - 1, block_names[idx]);
+}
+
+static int is_norm(const zt_shape *s, int layer, int idx)
+{
+    if (layer == 0)
+        return 0;
+    if (layer == head_layer(s))
+        return idx == ZT_HEAD_NORM;
+    return idx == ZT_ATTN_NORM || idx == ZT_MLP_NORM;
+}
+
+static uint64_t splitmix64(uint64_t *st)
+{
+    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* A uniform in (0, 1) from 53 random bits. */
+static double uniform01(uint64_t *st)
+{
+    return ((double)(splitmix64(st) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+void zt_tensor_init(const zt_shape *s, int layer, int idx, uint64_t seed, float init_std,
+                    float *out)
+{
+    size_t n = zt_tensor_numel(s, layer, idx);
+    if (is_norm(s, layer, idx)) {
+        for (size_t i = 0; i < n; i++)
+            out[i] = 1.0f;
+        return;
+    }
+    double std = init_std;
+    if (is_block(s, layer) && (idx == ZT_WO || idx == ZT_WDOWN))
+        std /= sqrt(2.0 * s->n_layers);
+    uint64_t st = seed ^ ((uint64_t)(layer + 1) * 0x100000001B3ull) ^ ((uint64_t)(idx + 1) << 48);
+    splitmix64(&st);
+    for (size_t i = 0; i < n; i += 2) { /* Box-Muller: two normals per pair of uniforms */
+        double r = sqrt(-2.0 * log(uniform01(&st))), a = 2.0 * M_PI * uniform01(&st);
+        out[i] = (float)(std * r * cos(a));
+        if (i + 1 < n)
+            out[i + 1] = (float)(std * r * sin(a));
+    }
+}
+
+uint64_t zt_largest_tensor(const zt_shape *s)
+{
+    uint64_t mx = 0;
+    for (int l = 0; l < zt_engine_layers(s); l++)
+        for (int i = 0; i < zt_layer_tensors(s, l); i++)
+            if (zt_tensor_numel(s, l, i) > mx)
+                mx = zt_tensor_numel(s, l, i);
+    return mx;
+}
+
+uint64_t zt_default_chunk_bytes(const zt_shape *s)
+{
+    uint64_t cb = zt_largest_tensor(s) * 2; /* 16-bit */
+    return (cb + 4095) / 4096 * 4096;
+}
+
+/* ---- the activation arena of a batch ---- */
+
+zo_status zt_model_config_check(const zt_model_config *c)
+{
+    ZT_TRY(zt_shape_check(&c->shape));
+    if (c->seq <= 0 || c->micro_batch <= 0 || c->n_micro <= 0)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "seq %d, micro-batch %d and micro-batches %d must be > 0", c->seq,
+                       c->micro_batch, c->n_micro);
+    if ((int64_t)c->micro_batch * c->seq >
+        INT32_MAX / (c->shape.vocab > c->shape.ffn_dim ? c->shape.vocab : c->shape.ffn_dim))
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "micro-batch %d x seq %d tokens is too many for one GEMM", c->micro_batch,
+                       c->seq);
+    if (zo_dtype_size(c->dt) == 0)
+        return zt_fail(ZO_ERR_INVALID_ARG, "unknown activation dtype %d", (int)c->dt);
+    return ZO_OK;
+}
+
+/* ---- the arena: one region carved into named pieces ---- */
+
+/* Carving walks the arena with a cursor, each piece 256-byte aligned. */
+static uint64_t carve(uint64_t *off, uint64_t bytes)
+{
+    uint64_t at = *off;
+    *off += (bytes + 255) / 256 * 256;
+    return at;
+}
+
+static void carve_block(uint64_t *off, const zt_model_config *c, zt_block_offsets *b, size_t es)
+{
+    const uint64_t T = (uint64_t)c->micro_batch * c->seq, d = c->shape.dim, f = c->shape.ffn_dim;
+    const uint64_t att = (uint64_t)c->micro_batch * c->shape.n_heads * c->seq * c->seq * es;
+    uint64_t *td[] = {&b->h1, &b->q,  &b->k,  &b->v,  &b->attn_out,
+                      &b->x2, &b->h2, &b->dq, &b->dk, &b->dv};
+    for (size_t i = 0; i < sizeof td / sizeof td[0]; i++)
+        *td[i] = carve(off, T * d * es);
+    b->gate = carve(off, T * f * es);
+    b->up = carve(off, T * f * es);
+    b->act = carve(off, T * f * es);
+    b->att = carve(off, att);
+    b->datt = carve(off, att);
+    b->rstd1 = carve(off, T * sizeof(float));
+    b->rstd2 = carve(off, T * sizeof(float));
+}
+
+static void carve_head(uint64_t *off, const zt_model_config *c, zt_head_offsets *h, size_t es)
+{
+    const uint64_t T = (uint64_t)c->micro_batch * c->seq;
+    h->hf = carve(off, T * c->shape.dim * es);
+    h->logits = carve(off, T * c->shape.vocab * es);
+    h->rstd = carve(off, T * sizeof(float));
+    h->row_loss = carve(off, T * sizeof(float));
+}
+
+/* The per-layer workspace is the largest of the block's, the head's and the
+ * embedding gradient's, which are never live at the same time. */
+void zt_activation_layout_of(const zt_model_config *c, zt_activation_layout *out)
+{
+    const uint64_t T = (uint64_t)c->micro_batch * c->seq, d = c->shape.dim;
+    const size_t es = zo_dtype_size(c->dt);
+    zt_activation_layout *a = out;
+    uint64_t off = 0;
+    a->tok_in = carve(&off, (uint64_t)c->n_micro * T * sizeof(int32_t));
+    a->tok_tgt = carve(&off, (uint64_t)c->n_micro * T * sizeof(int32_t));
+    a->losses = carve(&off, (uint64_t)c->n_micro * sizeof(float));
+    a->rope = carve(&off, (uint64_t)c->seq * (d / c->shape.n_heads) * sizeof(float));
+    uint64_t ck0 = off;
+    a->ckpt_stride = (T * d * es + 255) / 256 * 256;
+    a->ckpt = carve(&off, a->ckpt_stride * ((uint64_t)c->shape.n_layers + 1));
+    a->dres = carve(&off, T * d * es);
+    uint64_t ws0 = off;
+    carve_block(&off, c, &a->block, es);
+    uint64_t end = off;
+    off = ws0;
+    carve_head(&off, c, &a->head, es);
+    if (off > end)
+        end = off;
+    off = ws0;
+    a->emb_grad = carve(&off, (uint64_t)c->shape.vocab * d * sizeof(float));
+    if (off > end)
+        end = off;
+    a->parts = (zt_activation_parts){end, ck0, ws0 - ck0, end - ws0};
+}
+
+uint64_t zt_model_activation_bytes(const zt_model_config *c)
+{
+    zt_activation_layout a;
+    zt_activation_layout_of(c, &a);
+    return a.parts.total;
+}
+
+void zt_model_activation_parts(const zt_model_config *c, zt_activation_parts *out)
+{
+    zt_activation_layout a;
+    zt_activation_layout_of(c, &a);
+    *out = a.parts;
+}

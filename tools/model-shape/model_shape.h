@@ -1,0 +1,129 @@
+/* The model's shapes, in one place for every tool: the presets, the shape
+ * of zo-train's decoder-only transformer (LLaMA layout, see zo-train's
+ * model.h for the compute) and what follows from it alone: the parameter
+ * tensors of each engine layer, the parameter count, the FLOPs per token,
+ * and the layout of the activation arena for a batch. zo-train computes
+ * with it; zo-plan plans with it without linking the trainer's compute.
+ *
+ * Engine layers, in execution order: 0 = the embedding, 1..L = the blocks,
+ * L+1 = the final norm and the head. Linear weights are stored [out, in]
+ * (y = x W^T), as PyTorch and the Llama checkpoints store them. */
+#ifndef ZT_MODEL_SHAPE_H
+#define ZT_MODEL_SHAPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zo/ops.h"
+#include "zo/status.h"
+
+typedef struct zt_shape {
+    int vocab;
+    int dim;
+    int n_layers;
+    int n_heads;
+    int ffn_dim;
+    float norm_eps;   /* RMSNorm epsilon (1e-5 as Llama-2) */
+    float rope_theta; /* 10000 */
+} zt_shape;
+
+/* Fill *out with a preset: tiny, small, 1b, 7b, 13b. ZO_ERR_INVALID_ARG
+ * (message lists the names) for another name. */
+zo_status zt_preset(const char *name, zt_shape *out);
+/* The names, comma-separated, for --help. */
+const char *zt_preset_names(void);
+/* The shape flags over a preset: vocab, dim, layers, heads, ffn in that
+ * order; 0 keeps the preset's value. */
+void zt_shape_override(zt_shape *s, const int dims[5]);
+/* Every dimension positive, heads dividing dim, head_dim even. */
+zo_status zt_shape_check(const zt_shape *s);
+uint64_t zt_shape_n_params(const zt_shape *s);
+/* Training FLOPs per token without the recompute (6 N_matmul + the attention
+ * 6 * 2 * L * seq * dim of QK^T and PV, forward and backward; as in PaLM's
+ * model-FLOPs utilization). */
+double zt_shape_flops_per_token(const zt_shape *s, int seq);
+
+/* ---- parameter tensors, per engine layer ---- */
+
+enum { ZT_BLOCK_TENSORS = 9, ZT_MAX_LAYER_TENSORS = ZT_BLOCK_TENSORS };
+enum { /* tensors of a block, in the order the forward uses them */
+       ZT_ATTN_NORM = 0,
+       ZT_WQ,
+       ZT_WK,
+       ZT_WV,
+       ZT_WO,
+       ZT_MLP_NORM,
+       ZT_WGATE,
+       ZT_WUP,
+       ZT_WDOWN
+};
+enum { ZT_HEAD_NORM = 0, ZT_HEAD_OUT = 1 };
+
+int zt_engine_layers(const zt_shape *s); /* n_layers + 2 */
+int zt_layer_tensors(const zt_shape *s, int layer);
+/* The tensor's name ("blocks.3.wq") into name, and its element count. */
+size_t zt_tensor_numel(const zt_shape *s, int layer, int idx);
+void zt_tensor_name(const zt_shape *s, int layer, int idx, char *name, size_t cap);
+/* Deterministic initial values from the seed: norms 1, every matrix
+ * N(0, init_std^2), the residual outputs (wo, wdown) scaled by
+ * 1/sqrt(2 n_layers) as in GPT-2. The values depend only on (seed, layer,
+ * idx), so any placement of the tensors sees the same model. */
+void zt_tensor_init(const zt_shape *s, int layer, int idx, uint64_t seed, float init_std,
+                    float *out);
+/* The element count of the model's largest tensor. */
+uint64_t zt_largest_tensor(const zt_shape *s);
+/* The default chunk size: the largest tensor's 16-bit bytes, rounded to 4 KiB. */
+uint64_t zt_default_chunk_bytes(const zt_shape *s);
+
+/* ---- the activation arena of a batch ---- */
+
+typedef struct zt_model_config {
+    zt_shape shape;
+    int seq;         /* tokens per sequence */
+    int micro_batch; /* sequences per micro-batch */
+    int n_micro;     /* micro-batches whose tokens are held at once (the gradient accumulation) */
+    zo_dtype dt;     /* parameter and activation dtype (bf16, fp16; fp32 for tests) */
+} zt_model_config;
+
+/* The shape, the batch and the dtype valid for the model. */
+zo_status zt_model_config_check(const zt_model_config *c);
+
+/* The arena by what uses it (for the planner): the tokens, losses and RoPE
+ * table; the checkpoints (every block's input and the head's, with the
+ * residual gradient); one layer's workspace (the largest of a block's, the
+ * head's and the embedding gradient's fp32 accumulator). */
+typedef struct zt_activation_parts {
+    uint64_t total, inputs, checkpoints, workspace;
+} zt_activation_parts;
+
+/* Where each piece of the arena starts (bytes from its base, 256-aligned).
+ * The workspace pieces of a block, of the head and the embedding gradient
+ * share one region: they are never live at the same time. */
+typedef struct zt_block_offsets { /* one block's forward intermediates and backward buffers */
+    uint64_t h1, q, k, v, att, attn_out, x2, h2, gate, up, act;
+    uint64_t dq, dk, dv, datt;
+    uint64_t rstd1, rstd2;
+} zt_block_offsets;
+
+typedef struct zt_head_offsets {
+    uint64_t hf, logits, rstd, row_loss;
+} zt_head_offsets;
+
+typedef struct zt_activation_layout {
+    uint64_t tok_in, tok_tgt; /* n_micro * micro_batch * seq int32 each */
+    uint64_t losses;          /* n_micro floats */
+    uint64_t rope;            /* seq x head_dim/2 x {cos, sin} */
+    uint64_t ckpt, ckpt_stride; /* block l's input (l = 0..n_layers; n_layers: the head's) */
+    uint64_t dres;              /* the residual stream's gradient */
+    zt_block_offsets block;
+    zt_head_offsets head;
+    uint64_t emb_grad; /* the embedding gradient's fp32 accumulator */
+    zt_activation_parts parts;
+} zt_activation_layout;
+
+void zt_activation_layout_of(const zt_model_config *c, zt_activation_layout *out);
+/* Device bytes of the arena (exact: what zo-train's zt_model_init allocates). */
+uint64_t zt_model_activation_bytes(const zt_model_config *c);
+void zt_model_activation_parts(const zt_model_config *c, zt_activation_parts *out);
+
+#endif
