@@ -41,8 +41,8 @@ typedef struct swap_extent_header {
 
 typedef struct swap_file {
     char *path;
-    int fd;
-    int created; /* by this open: removed if the open fails */
+    int fd;      /* >= 0: open and locked by this store */
+    int created; /* by this open (O_EXCL): removed if the open fails */
     uint64_t slots, size;
     uint64_t data_off; /* payloads start here, ZO_SWAP_DATA_ALIGN-aligned */
 } swap_file;
@@ -134,6 +134,11 @@ struct zo_swap {
     struct zo_swap_io *active_head, *active_tail;
     uint32_t inflight;
 };
+
+/* swap_store.c: a test hook called at the points of taking and removing a
+ * file ("created", "opened", "locked", "removing", "removed") so that a test
+ * can force interleavings of two stores; NULL otherwise. */
+extern void (*zo_swap_test_pause)(const char *point, const char *path);
 
 /* swap_io.c */
 zo_status zo_swap_start_io(struct zo_swap *s);

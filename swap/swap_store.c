@@ -108,27 +108,50 @@ static zo_status plan_layout(zo_swap_t s)
     return ZO_OK;
 }
 
-/* A swap file already there: refuse it, or with ZO_SWAP_REUSE take it over.
- * Files that are not ours, or held by a live process, are always refused. */
-static zo_status check_existing(zo_swap_t s, swap_file *f, uint64_t *reusable)
+/* Test hook: called at the named points of taking and removing a swap file,
+ * so that a test can force the interleavings of two stores (NULL otherwise). */
+void (*zo_swap_test_pause)(const char *point, const char *path);
+
+static void pause_at(const char *point, const char *path)
 {
-    *reusable = 0;
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return ZO_OK;
-        return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "cannot open existing %s: %s", f->path, strerror(errno));
-    }
+    if (zo_swap_test_pause) zo_swap_test_pause(point, path);
+}
+
+/* The file header of fd into h (zeroed when the file is shorter): O_DIRECT
+ * needs an aligned buffer. Returns the bytes read, or -1. */
+static ssize_t read_file_header(int fd, swap_file_header *h)
+{
+    void *blk = NULL;
+    memset(h, 0, sizeof *h);
+    if (posix_memalign(&blk, ZO_SWAP_ALIGN, ZO_SWAP_ALIGN)) return -1;
+    memset(blk, 0, ZO_SWAP_ALIGN);
+    ssize_t n = pread(fd, blk, ZO_SWAP_ALIGN, 0);
+    memcpy(h, blk, sizeof *h);
+    free(blk);
+    return n;
+}
+
+/* Whether path still names the file open as fd: its holder removes a file
+ * while holding its lock, so a lock won on a file no longer at the path is a
+ * lock on nothing. */
+static int still_at_path(int fd, const char *path)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino &&
+           a.st_nlink > 0;
+}
+
+/* A file already there whose lock we now hold: its owner is gone. Take it
+ * over (ZO_SWAP_REUSE) if it is a zoffload swap file, else refuse it. An
+ * empty file is one whose creator died before writing its header (or is
+ * about to find it held, and will fail). */
+static zo_status check_stale(zo_swap_t s, swap_file *f, uint64_t *reusable)
+{
     struct stat st;
     swap_file_header h;
-    memset(&h, 0, sizeof h);
-    int in_use = flock(fd, LOCK_EX | LOCK_NB) != 0;
-    ssize_t n = pread(fd, &h, sizeof h, 0);
-    int ok_stat = fstat(fd, &st) == 0;
-    close(fd);
-    if (in_use)
-        return ZO_FAIL(ZO_ERR_EXISTS, "swap", "swap file %s is in use by a running process (pid %u): choose another path or name",
-                       f->path, h.pid);
-    if (ok_stat && st.st_size > 0 && (n != (ssize_t)sizeof h || h.magic != ZO_SWAP_FILE_MAGIC))
+    ssize_t n = read_file_header(f->fd, &h);
+    if (fstat(f->fd, &st) != 0) return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "fstat(%s) failed: %s", f->path, strerror(errno));
+    if (st.st_size > 0 && (n < (ssize_t)sizeof h || h.magic != ZO_SWAP_FILE_MAGIC))
         return ZO_FAIL(ZO_ERR_EXISTS, "swap", "%s exists and is not a zoffload swap file: refusing to overwrite it; remove it or choose another path or name",
                        f->path);
     if (s->cfg.reuse != ZO_SWAP_REUSE)
@@ -136,7 +159,59 @@ static zo_status check_existing(zo_swap_t s, swap_file *f, uint64_t *reusable)
                        "open with reuse = ZO_SWAP_REUSE to take it over (its contents are discarded) or delete it",
                        f->path, h.pid, h.hostname[0] ? h.hostname : "?");
     ZO_LOGI("swap", "taking over stale swap file %s (left by pid %u); its contents are discarded", f->path, h.pid);
-    *reusable = ok_stat ? (uint64_t)st.st_blocks * 512u : 0;
+    *reusable = (uint64_t)st.st_blocks * 512u;
+    return ZO_OK;
+}
+
+static zo_status open_failed(const char *path)
+{
+    if (errno == EINVAL)
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, "swap", "the file system of %s does not support O_DIRECT: choose a path on a local disk (ext4, xfs)",
+                       path);
+    return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "cannot create swap file %s: %s", path, strerror(errno));
+}
+
+/* Hold the file at f->path: create it (O_EXCL: a file we did not create is
+ * never taken for ours) or open the one there, then lock it. A file whose
+ * lock is held belongs to a live store: refused. A lock won on a file its
+ * holder removed meanwhile is let go and the whole step retried. Once this
+ * returns with f->fd >= 0 the lock is held until release. */
+static zo_status acquire_file(zo_swap_t s, swap_file *f, uint64_t *reusable)
+{
+    *reusable = 0;
+    for (int attempt = 0; attempt < 16; attempt++) {
+        int fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+        int created = fd >= 0;
+        if (fd < 0 && errno == EEXIST) fd = open(f->path, O_RDWR | O_DIRECT | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT) continue; /* removed between the two opens */
+        if (fd < 0) return open_failed(f->path);
+        pause_at(created ? "created" : "opened", f->path);
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            swap_file_header h;
+            read_file_header(fd, &h);
+            close(fd);
+            return ZO_FAIL(ZO_ERR_EXISTS, "swap", "swap file %s is in use by a running process (pid %u): choose another path or name",
+                           f->path, h.magic == ZO_SWAP_FILE_MAGIC ? h.pid : 0);
+        }
+        pause_at("locked", f->path);
+        if (!still_at_path(fd, f->path)) {
+            close(fd);
+            continue;
+        }
+        f->fd = fd;
+        f->created = created;
+        return created ? ZO_OK : check_stale(s, f, reusable);
+    }
+    return ZO_FAIL(ZO_ERR_EXISTS, "swap", "swap file %s kept being created and removed by other processes: choose another path or name",
+                   f->path);
+}
+
+static zo_status check_dir(const char *path)
+{
+    struct stat di;
+    if (stat(path, &di) != 0)
+        return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s: %s (expected a directory)", path, strerror(errno));
+    if (!S_ISDIR(di.st_mode)) return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s is not a directory", path);
     return ZO_OK;
 }
 
@@ -149,8 +224,6 @@ static zo_status check_free_space(zo_swap_t s, const uint64_t *reusable)
         if (stat(s->cfg.paths[i], &di) != 0)
             return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s: %s (expected a directory)", s->cfg.paths[i],
                            strerror(errno));
-        if (!S_ISDIR(di.st_mode))
-            return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s is not a directory", s->cfg.paths[i]);
         if (statvfs(s->cfg.paths[i], &vf) != 0)
             return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "statvfs(%s) failed: %s", s->cfg.paths[i], strerror(errno));
         uint64_t need = 0;
@@ -214,36 +287,24 @@ static zo_status preallocate(swap_file *f)
     return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "fallocate(%s, %" PRIu64 ") failed: %s", f->path, f->size, strerror(errno));
 }
 
-static zo_status open_file(zo_swap_t s, swap_file *f, uint32_t index, int existed)
-{
-    f->fd = open(f->path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
-    if (f->fd < 0) {
-        if (errno == EINVAL)
-            return ZO_FAIL(ZO_ERR_UNSUPPORTED, "swap", "the file system of %s does not support O_DIRECT: choose a path on a local disk (ext4, xfs)",
-                           f->path);
-        return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "cannot create swap file %s: %s", f->path, strerror(errno));
-    }
-    f->created = !existed;
-    if (flock(f->fd, LOCK_EX | LOCK_NB) != 0)
-        return ZO_FAIL(ZO_ERR_EXISTS, "swap", "swap file %s is in use by another process or store", f->path);
-    ZO_TRY(preallocate(f));
-    return write_file_header(s, f, index);
-}
-
+/* The header goes first, so that a file with any bytes in it names its
+ * owner (a takeover checks it). */
 static zo_status open_files(zo_swap_t s)
 {
     uint64_t reusable[ZO_SWAP_MAX_PATHS] = {0};
-    int existed[ZO_SWAP_MAX_PATHS] = {0};
     for (uint32_t i = 0; i < s->nfiles; i++) {
         for (uint32_t j = 0; j < i; j++)
             if (!strcmp(s->files[i].path, s->files[j].path))
                 return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "path %s is given twice: give one directory per drive",
                                s->cfg.paths[i]);
-        ZO_TRY(check_existing(s, &s->files[i], &reusable[i]));
-        existed[i] = access(s->files[i].path, F_OK) == 0;
+        ZO_TRY(check_dir(s->cfg.paths[i]));
+        ZO_TRY(acquire_file(s, &s->files[i], &reusable[i]));
     }
     ZO_TRY(check_free_space(s, reusable));
-    for (uint32_t i = 0; i < s->nfiles; i++) ZO_TRY(open_file(s, &s->files[i], i, existed[i]));
+    for (uint32_t i = 0; i < s->nfiles; i++) {
+        ZO_TRY(write_file_header(s, &s->files[i], i));
+        ZO_TRY(preallocate(&s->files[i]));
+    }
     return ZO_OK;
 }
 
@@ -275,15 +336,20 @@ static zo_status create_engine(zo_swap_t s)
 }
 
 /* closing: a normal close (removes every file unless keep_files); otherwise
- * a failed open (removes only the files it created). */
+ * a failed open (removes only the files it created). Either way only files
+ * whose lock this store holds (f->fd >= 0). */
 static void release(zo_swap_t s, int closing)
 {
     if (s->thread_started) zo_swap_stop_io(s);
     if (s->engine) s->engine->ops->destroy(s->engine);
     for (uint32_t i = 0; s->files && i < s->nfiles; i++) {
         swap_file *f = &s->files[i];
-        if (f->fd >= 0) {
-            if (closing ? !s->cfg.keep_files : f->created) unlink(f->path);
+        if (f->fd >= 0) { /* held: only a file's holder removes it */
+            if (closing ? !s->cfg.keep_files : f->created) {
+                pause_at("removing", f->path);
+                unlink(f->path);
+                pause_at("removed", f->path);
+            }
             /* Unlock explicitly: a torn-down io_uring may hold the file a
              * little longer, and with it the lock. */
             flock(f->fd, LOCK_UN);
