@@ -12,8 +12,9 @@
 #   spread over several folders);
 #   TOOLS: a tools-level library, left out of libzoffload.
 #
-# Each part is recorded for tools/scripts/check-walls.sh, which refuses an
-# #include of another part's private header (zo_write_parts_manifest).
+# Each part and the parts it uses are recorded for tools/scripts/check-walls.sh,
+# which refuses an #include of another part's private header and a cycle
+# among the parts (zo_write_parts_manifest).
 
 function(zo_add_part name)
   cmake_parse_arguments(P "TOOLS" "" "SOURCES;PARTS;LIBS;DIRS" ${ARGN})
@@ -43,6 +44,7 @@ function(zo_add_part name)
   set_target_properties(${name} PROPERTIES ZO_PART_PRIVATE_DIRS "${private_dirs}")
   list(JOIN private_dirs "," dirs)
   set_property(GLOBAL APPEND PROPERTY ZO_PARTS_MANIFEST "part ${name} ${dirs}")
+  set_property(GLOBAL APPEND PROPERTY ZO_ALL_PARTS ${name})
   if(NOT P_TOOLS)
     set_property(GLOBAL APPEND PROPERTY ZO_LIBRARY_PARTS ${name})
   endif()
@@ -62,6 +64,20 @@ endfunction()
 # Writes the parts and the tests' exceptions for check-walls.sh; call it last.
 function(zo_write_parts_manifest file)
   get_property(lines GLOBAL PROPERTY ZO_PARTS_MANIFEST)
+  get_property(parts GLOBAL PROPERTY ZO_ALL_PARTS)
+  foreach(p ${parts})
+    # The links as they stand after every CMakeLists has run, not only
+    # those zo_add_part was given.
+    get_target_property(links ${p} LINK_LIBRARIES)
+    set(uses "")
+    foreach(l ${links})
+      if(l IN_LIST parts)
+        list(APPEND uses ${l})
+      endif()
+    endforeach()
+    list(JOIN uses "," uses)
+    list(APPEND lines "uses ${p} ${uses}")
+  endforeach()
   list(REMOVE_DUPLICATES lines)
   list(JOIN lines "\n" text)
   file(WRITE ${file} "${text}\n")
