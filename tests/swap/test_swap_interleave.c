@@ -27,7 +27,8 @@ static void gate_hook(const char *point, const char *path)
         gate.armed = 0;
         gate.arrived = 1;
         pthread_cond_broadcast(&gate.cv);
-        while (!gate.go) pthread_cond_wait(&gate.cv, &gate.mu);
+        while (!gate.go)
+            pthread_cond_wait(&gate.cv, &gate.mu);
     }
     pthread_mutex_unlock(&gate.mu);
 }
@@ -37,7 +38,7 @@ typedef struct held_op {
     pthread_t t;
     const char *point;
     zo_swap_config c;
-    zo_swap_t s;     /* OPEN: the store opened; CLOSE: the store to close */
+    zo_swap_t s; /* OPEN: the store opened; CLOSE: the store to close */
     int closing;
     zo_status st;
     char err[512];
@@ -74,7 +75,8 @@ static void held_start(held_op *op)
     gate.arrived = 0;
     assert_int_equal(pthread_create(&op->t, NULL, held_run, op), 0);
     pthread_mutex_lock(&gate.mu);
-    while (!gate.arrived) pthread_cond_wait(&gate.cv, &gate.mu);
+    while (!gate.arrived)
+        pthread_cond_wait(&gate.cv, &gate.mu);
     pthread_mutex_unlock(&gate.mu);
 }
 
@@ -165,7 +167,8 @@ static void test_lock_won_on_removed_file(void **state)
     held_start(&b);
     zo_swap_close(a);
     held_finish(&b);
-    if (b.st != ZO_OK) fail_msg("B failed: %s", b.err);
+    if (b.st != ZO_OK)
+        fail_msg("B failed: %s", b.err);
     assert_sole_holder(&c, b.s);
     zo_swap_close(b.s);
 }
@@ -201,7 +204,8 @@ static void test_taken_stale_file_is_held(void **state)
     zo_swap_t b = NULL;
     ZO_ASSERT_ST(zo_swap_open(&c, &b), ZO_ERR_EXISTS);
     held_finish(&a);
-    if (a.st != ZO_OK) fail_msg("A failed: %s", a.err);
+    if (a.st != ZO_OK)
+        fail_msg("A failed: %s", a.err);
     assert_sole_holder(&c, a.s);
     zo_swap_close(a.s);
 }
@@ -257,12 +261,17 @@ int main(void)
     swap_test_require_odirect();
     zo_swap_test_pause = gate_hook;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_creator_held_before_lock, swap_test_setup, swap_test_teardown),
-        cmocka_unit_test_setup_teardown(test_lock_won_on_removed_file, swap_test_setup, swap_test_teardown),
-        cmocka_unit_test_setup_teardown(test_two_take_over_one_stale_file, swap_test_setup, swap_test_teardown),
-        cmocka_unit_test_setup_teardown(test_taken_stale_file_is_held, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_creator_held_before_lock, swap_test_setup,
+                                        swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_lock_won_on_removed_file, swap_test_setup,
+                                        swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_two_take_over_one_stale_file, swap_test_setup,
+                                        swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_taken_stale_file_is_held, swap_test_setup,
+                                        swap_test_teardown),
         cmocka_unit_test_setup_teardown(test_holder_closing, swap_test_setup, swap_test_teardown),
-        cmocka_unit_test_setup_teardown(test_foreign_file_refused, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_file_refused, swap_test_setup,
+                                        swap_test_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,8 +18,9 @@
 #include "checkpoint.h"
 #include "ds_config.h"
 #include "report.h"
-#include "zo/nvtx.h"
+#include "signals.h"
 #include "trainer.h"
+#include "zo/nvtx.h"
 #include "zo/units.h"
 #include "zt_error.h"
 
@@ -591,9 +592,30 @@ static int maybe_save(zt_trainer *t, cli *c, int done)
     return st < 0 ? -1 : 1;
 }
 
+/* After a stop signal, between steps: save the steps done since the last
+ * checkpoint (with --save), say where the run stands, return 128 + signo. */
+static int stop_on_signal(zt_trainer *t, cli *c, const feedback *fb, int sig, int done, int saved)
+{
+    zt_progress_end(stderr, fb->tty);
+    if (c->save_dir && !saved &&
+        zt_ckpt_save(t, c->save_dir, c->last_saved, sizeof c->last_saved) < 0)
+        fprintf(stderr, "zo-train: %s: saving the checkpoint of step %d failed: %s\n",
+                zt_signal_name(sig), done, zt_last_error());
+    fprintf(stderr, "zo-train: stopped by %s after step %d of %d; %s%s\n", zt_signal_name(sig),
+            done, c->o.steps,
+            c->last_saved[0] ? "checkpoint "
+            : c->save_dir    ? "no checkpoint written"
+                             : "no --save: nothing kept",
+            c->last_saved);
+    return 128 + sig;
+}
+
 static int train(zt_trainer *t, cli *c, feedback *fb, float *losses, double *lrs, totals *tot)
 {
+    int saved = 1; /* nothing new to save before the first step */
     for (int i = c->start; i < c->o.steps; i++) {
+        if (zt_signal_pending())
+            return stop_on_signal(t, c, fb, zt_signal_pending(), i, saved);
         zo_step_stats s;
         uint64_t t0 = zo_now_ns();
         int k = i - c->start;
@@ -609,7 +631,7 @@ static int train(zt_trainer *t, cli *c, feedback *fb, float *losses, double *lrs
         }
         uint64_t t1 = zo_now_ns();
         zt_trace_main(fb->trace, "step", i + 1, t0, t1);
-        int saved = maybe_save(t, c, i + 1);
+        saved = maybe_save(t, c, i + 1);
         if (saved < 0) {
             zt_progress_end(stderr, fb->tty);
             fprintf(stderr, "zo-train: saving the checkpoint of step %d failed: %s\n", i + 1,
@@ -629,6 +651,8 @@ static int train(zt_trainer *t, cli *c, feedback *fb, float *losses, double *lrs
         if (report_step(c, fb, &g))
             return 1;
     }
+    if (zt_signal_pending()) /* during the last step: no validation */
+        return stop_on_signal(t, c, fb, zt_signal_pending(), c->o.steps, saved);
     zt_progress_end(stderr, fb->tty);
     return 0;
 }
@@ -901,5 +925,9 @@ int main(int argc, char **argv)
         rc = parse_args(argc, argv, &c);
     if (rc)
         return rc < 0 ? 0 : rc;
+    if (zt_signals_start() < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 1;
+    }
     return run(&c);
 }
