@@ -38,6 +38,16 @@ const char *zo_optim_mode_name(zo_optim_mode m)
 
 /* ---- configuration ---- */
 
+static const eng_mode_ops *mode_for(zo_optim_mode m)
+{
+    switch (m) {
+    case ZO_OPTIM_SYNC: return &eng_mode_sync;
+    case ZO_OPTIM_OVERLAP: return &eng_mode_overlap;
+    case ZO_OPTIM_DPU: return &eng_mode_dpu;
+    }
+    return &eng_mode_sync;
+}
+
 /* What a plan depends on: the homes, the mode, the dtype (no device or paths needed). */
 static zo_status check_plan_config(const zo_engine_config *c)
 {
@@ -142,6 +152,7 @@ zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg)
     e->lr_next = e->step_lr = cfg->adam.lr;
     e->dpu_lr = cfg->adam.lr;
     e->dev = cfg->device;
+    e->mode = mode_for(cfg->mode);
     e->cuda = (zo_device_caps(e->dev) & ZO_DEVCAP_REAL_GPU) != 0;
     e->e16 = 2;
     if (copy_config_refs(e, cfg) < 0) {
@@ -230,11 +241,11 @@ static size_t chunk_bytes_for(const zo_engine_config *c, size_t largest_numel)
 static int p16_bufs_for(const zo_engine_config *c)
 {
     if (c->param_home == ZO_TIER_NVME) return 0;
-    return c->optim_home == ZO_TIER_NVME || c->mode == ZO_OPTIM_DPU ? 2 : 1;
+    return c->optim_home == ZO_TIER_NVME || mode_for(c->mode)->p16_behind ? 2 : 1;
 }
 
 /* Host 16-bit gradient buffers per chunk: by step parity for the delayed update. */
-static int g_bufs_for(const zo_engine_config *c) { return c->mode == ZO_OPTIM_DPU ? 2 : 1; }
+static int g_bufs_for(const zo_engine_config *c) { return mode_for(c->mode)->grad_bufs; }
 
 /* The packing rule, shared by the engine and zo_engine_footprint_for:
  * tensors in registration order, each at a 256-byte aligned offset; a new
@@ -389,7 +400,7 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, uint64_t 
     /* host (pageable): optimizer states, fp32 accumulators, overlap backups */
     fp->host = 0;
     if (c->optim_home == ZO_TIER_HOST) fp->host += states;
-    if (c->mode == ZO_OPTIM_OVERLAP && c->optim_home != ZO_TIER_NVME) fp->host += states;
+    if (mode_for(c->mode)->backups && c->optim_home != ZO_TIER_NVME) fp->host += states;
     if (c->grad_accum_steps > 1) fp->host += nc * (uint64_t)g_bufs_for(c) * ce * sizeof(float);
 
     /* nvme: two extents per chunk (current and alternate) */
@@ -522,13 +533,6 @@ static zo_status host_alloc(struct zo_engine *e, uint64_t bytes, float **out)
     return ZO_OK;
 }
 
-void eng_cast16(zo_optim_dtype t, const float *src, void *dst, size_t n)
-{
-    uint16_t *d = dst;
-    for (size_t i = 0; i < n; i++)
-        d[i] = t == ZO_OPTIM_FP16 ? zo_f32_to_f16(src[i]) : zo_f32_to_bf16(src[i]);
-}
-
 static zo_status alloc_device(struct zo_engine *e)
 {
     uint64_t cb = e->chunk_bytes;
@@ -597,7 +601,7 @@ static zo_status alloc_host(struct zo_engine *e)
     uint64_t nc = e->n_chunks;
     if (e->cfg.optim_home == ZO_TIER_HOST)
         ZO_TRY(host_alloc(e, nc * per * sizeof(float), &e->host_states));
-    if (e->cfg.mode == ZO_OPTIM_OVERLAP && e->cfg.optim_home != ZO_TIER_NVME)
+    if (e->mode->backups && e->cfg.optim_home != ZO_TIER_NVME)
         ZO_TRY(host_alloc(e, nc * per * sizeof(float), &e->host_backup));
     if (e->cfg.grad_accum_steps > 1)
         ZO_TRY(host_alloc(e, nc * (uint64_t)e->g_bufs * e->chunk_elems * sizeof(float), &e->host_acc));
@@ -733,8 +737,7 @@ static void release_tiers(struct zo_engine *e)
     if (e->h2d) zo_stream_synchronize(e->h2d);
     if (e->d2h) zo_stream_synchronize(e->d2h);
     eng_thread_stop(e);
-    eng_dpu_join(e);
-    if (e->swap) eng_spec_drain(e);
+    if (e->mode) e->mode->settle(e);
     zo_optim_pool_free(e->opool);
     e->opool = NULL;
     if (e->pswap) {
@@ -920,16 +923,12 @@ static zo_status abort_step(struct zo_engine *e, zo_status st)
     snprintf(why, sizeof why, "%s", zo_last_error());
     eng_set_async_error(e, st); /* jobs still queued skip their work */
     eng_wait_idle(e);
-    eng_spec_drain(e);
+    e->mode->settle(e); /* a failed delayed update is dropped; a good one stays pending */
     zo_stream_synchronize(e->h2d);
     zo_stream_synchronize(e->d2h);
     reset_slots(e);
     eng_drop_tickets(e);
-    if (e->cfg.mode == ZO_OPTIM_OVERLAP) {
-        eng_restore_backups(e);
-        eng_discard_uncommitted(e);
-    }
-    eng_dpu_join(e); /* a failed delayed update is dropped; a good one stays pending */
+    e->mode->abort(e);
     forget_step(e);
     eng_take_async_error(e);
     return ZO_FAIL(st, ENG_SUBSYS, "the step was abandoned (committed weights intact): %s", why);
@@ -977,53 +976,6 @@ static void open_step(struct zo_engine *e)
     e->hits = e->misses = e->evictions = e->prefetches = 0;
 }
 
-typedef struct busy_arg {
-    struct zo_engine *e;
-    int which; /* 0 h2d, 1 d2h, 2 compute stalled */
-    int chunk;
-    uint64_t bytes;
-} busy_arg;
-
-static zo_status busy_begin(void *arg)
-{
-    busy_arg *b = arg;
-    atomic_store(&b->e->busy_t0[b->which], zo_now_ns());
-    return ZO_OK;
-}
-
-static zo_status busy_end(void *arg)
-{
-    static const char *const names[3] = {"h2d", "d2h", "wait for parameters"};
-    static const zo_trace_track tracks[3] = {ZO_TRACK_H2D, ZO_TRACK_D2H, ZO_TRACK_COMPUTE};
-    busy_arg *b = arg;
-    uint64_t t1 = zo_now_ns(), t0 = atomic_load(&b->e->busy_t0[b->which]);
-    atomic_fetch_add(&b->e->busy_ns[b->which], t1 - t0);
-    eng_trace(b->e, tracks[b->which], 0, names[b->which], t0, t1, b->chunk, b->bytes);
-    return ZO_OK;
-}
-
-/* A copy on one of the engine's streams, bracketed by tasks that add its
- * duration to the stream's busy time. */
-zo_status eng_timed_copy(struct zo_engine *e, int d2h, uint32_t chunk, void *dst, const void *src,
-                         size_t n)
-{
-    zo_stream_t s = d2h ? e->d2h : e->h2d;
-    busy_arg b = {e, d2h, (int)chunk, n};
-    ZO_TRY(zo_stream_enqueue(s, busy_begin, &b, sizeof b));
-    ZO_TRY(d2h ? zo_memcpy_d2h_async(s, dst, src, n) : zo_memcpy_h2d_async(s, dst, src, n));
-    return zo_stream_enqueue(s, busy_end, &b, sizeof b);
-}
-
-/* Make compute wait for ev, timing the wait when the data is not there yet. */
-static zo_status compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t ev, uint32_t chunk)
-{
-    if (zo_event_query(ev) != ZO_NOT_READY) return zo_stream_wait_event(compute, ev);
-    busy_arg b = {e, 2, (int)chunk, 0};
-    ZO_TRY(zo_stream_enqueue(compute, busy_begin, &b, sizeof b));
-    ZO_TRY(zo_stream_wait_event(compute, ev));
-    return zo_stream_enqueue(compute, busy_end, &b, sizeof b);
-}
-
 static zo_status take_grad_slot(struct zo_engine *e, uint32_t c, zo_stream_t compute)
 {
     eng_chunk *k = &e->chunks[c];
@@ -1056,7 +1008,7 @@ static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_
     }
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         eng_chunk *k = &e->chunks[L->first_chunk + i];
-        ZO_TRY(compute_wait(e, compute, e->pslots[k->slot].ready, L->first_chunk + i));
+        ZO_TRY(eng_compute_wait(e, compute, e->pslots[k->slot].ready, L->first_chunk + i));
         if (phase == ZO_PHASE_BACKWARD) ZO_TRY(take_grad_slot(e, L->first_chunk + i, compute));
     }
     for (int i = 0; i < L->n_tensors; i++) {
@@ -1167,14 +1119,7 @@ zo_status zo_engine_grads_ready(zo_engine_t e, int layer, zo_stream_t compute)
 
 /* ---- end of step ---- */
 
-typedef struct step_verdict {
-    double sum_sq;
-    int overflow;
-    float factor, plain; /* the right gradient factor, and the one without clipping */
-    double loss_scale;
-} step_verdict;
-
-static zo_status judge_gradients(struct zo_engine *e, step_verdict *v)
+static zo_status judge_gradients(struct zo_engine *e, eng_verdict *v)
 {
     memset(v, 0, sizeof *v);
     for (uint32_t c = 0; c < e->n_chunks; c++) {
@@ -1195,46 +1140,7 @@ static zo_status judge_gradients(struct zo_engine *e, step_verdict *v)
     return ZO_OK;
 }
 
-/* Publish committed 16-bit parameters to the device. */
-zo_status eng_publish(struct zo_engine *e)
-{
-    if (e->cfg.param_home == ZO_TIER_DEVICE) {
-        for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(eng_load_slot(e, c, (uint32_t)e->chunks[c].slot));
-        return ZO_OK;
-    }
-    for (uint32_t s = 0; s < e->n_pslots; s++) {
-        int c = e->pslots[s].chunk;
-        if (c >= 0) e->chunks[c].slot = -1;
-        e->pslots[s].chunk = -1;
-    }
-    return ZO_OK;
-}
-
-static zo_status apply_update(struct zo_engine *e, const step_verdict *v, int *rollbacks)
-{
-    int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
-    *rollbacks = 0;
-    if (e->cfg.mode == ZO_OPTIM_OVERLAP) {
-        if (!v->overflow && v->factor == v->plain) return ZO_OK; /* the speculation was right */
-        for (uint32_t c = 0; c < e->n_chunks; c++) *rollbacks += e->chunks[c].spec_done;
-        eng_restore_backups(e);
-        eng_discard_uncommitted(e);
-    }
-    if (v->overflow) return ZO_OK;
-    return eng_update_all(e, e->step_lr, v->factor, e->opt_step + 1, parity);
-}
-
-static zo_status launch_dpu_update(struct zo_engine *e, const step_verdict *v)
-{
-    e->dpu_pending = 1;
-    e->dpu_skip = v->overflow;
-    if (v->overflow) return ZO_OK;
-    zo_status st = eng_dpu_launch(e, e->step_lr, v->factor, e->opt_step + 1, (int)(e->steps & 1));
-    if (st < 0) e->dpu_pending = 0;
-    return st;
-}
-
-static void fill_stats(struct zo_engine *e, const step_verdict *v, int rollbacks, zo_step_stats *s)
+static void fill_stats(struct zo_engine *e, const eng_verdict *v, int rollbacks, zo_step_stats *s)
 {
     if (!s) return;
     if (s->struct_size != sizeof *s) {
@@ -1293,46 +1199,16 @@ static void close_step(struct zo_engine *e)
     e->steps++;
 }
 
-static zo_status finish_step(struct zo_engine *e, step_verdict *v, int *rollbacks)
+static zo_status finish_step(struct zo_engine *e, eng_verdict *v, int *rollbacks)
 {
     ZO_TRY(eng_wait_idle(e));
-    ZO_TRY(eng_spec_drain(e));
-    ZO_TRY(eng_dpu_join(e));
+    ZO_TRY(e->mode->settle(e));
     ZO_TRY(zo_stream_synchronize(e->h2d)); /* no copy still reads the host parameters */
     ZO_TRY(zo_stream_synchronize(e->d2h));
     ZO_TRY(judge_gradients(e, v));
     zo_loss_scaler saved = e->scaler;
     if (e->cfg.param_dtype == ZO_OPTIM_FP16) ZO_TRY(zo_loss_scaler_update(&e->scaler, v->overflow));
-    if (e->cfg.mode == ZO_OPTIM_DPU) {
-        if (e->dpu_pending) {
-            eng_commit(e, !e->dpu_skip);
-            if (!e->dpu_skip) e->opt_step++;
-            e->dpu_pending = 0;
-            ZO_TRY(eng_publish(e));
-        }
-        zo_status st = launch_dpu_update(e, v);
-        if (st < 0) e->scaler = saved;
-        return st;
-    }
-    uint64_t t0 = zo_now_ns();
-    zo_nvtx_push("optimizer update");
-    zo_status st = apply_update(e, v, rollbacks);
-    zo_nvtx_pop();
-    uint64_t t1 = zo_now_ns();
-    atomic_fetch_add(&e->optim_ns, t1 - t0);
-    eng_trace(e, ZO_TRACK_UPDATE, 0,
-              *rollbacks                            ? "rollback and update"
-              : e->cfg.mode == ZO_OPTIM_OVERLAP     ? "validate speculative update"
-              : v->overflow                         ? "skip update (overflow)"
-                                                    : "update",
-              t0, t1, -1, 0);
-    if (st < 0) {
-        e->scaler = saved;
-        return st;
-    }
-    eng_commit(e, !v->overflow);
-    if (!v->overflow) e->opt_step++;
-    return eng_publish(e);
+    return e->mode->end_step(e, v, rollbacks, &saved);
 }
 
 zo_status zo_engine_end_step(zo_engine_t e, zo_step_stats *stats)
@@ -1341,7 +1217,7 @@ zo_status zo_engine_end_step(zo_engine_t e, zo_step_stats *stats)
     if (!e->finalized) return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "call zo_engine_finalize first");
     ZO_TRY(check_async(e));
     open_step(e);
-    step_verdict v;
+    eng_verdict v;
     int rollbacks = 0;
     zo_nvtx_push("zo_engine_end_step");
     zo_status st = finish_step(e, &v, &rollbacks);
@@ -1364,8 +1240,7 @@ zo_status zo_engine_read_master(zo_engine_t e, int id, float *out)
         return ZO_OK;
     }
     ZO_TRY(eng_wait_idle(e));
-    ZO_TRY(eng_dpu_join(e));
-    if (e->swap) ZO_TRY(eng_spec_drain(e)); /* speculative writes in flight have landed */
+    ZO_TRY(e->mode->settle(e)); /* speculative writes in flight have landed */
     float *buf = aligned_alloc(4096, e->state_extent_bytes);
     if (!buf) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_master: allocating a buffer");
     zo_status st = eng_read_states(e, t->chunk, buf);

@@ -1,6 +1,14 @@
-/* Internal state of the offload engine, shared by engine.c (registration,
- * placement, step protocol), engine_sched.c (trace, prefetch, eviction) and
- * engine_optim.c (the host job thread and the update pipeline). */
+/* Internal state of the offload engine, shared by its files. Calls between
+ * them go one way (a DAG, top to bottom; a file calls only files below it,
+ * and upward only through the mode table):
+ *   engine.c, engine_state.c   the public API: registration, plan, placement,
+ *                              the step protocol; checkpoints
+ *   engine_sync.c, engine_overlap.c, engine_dpu.c
+ *                              the optimizer modes (eng_mode_ops)
+ *   engine_optim.c             the host job thread, the update of every chunk,
+ *                              commit and rollback
+ *   engine_sched.c             trace, residency, prefetch, eviction, publish
+ *   engine_trace.c             timelines, stream timers, traced NVMe requests */
 #ifndef ZO_ENGINE_INTERNAL_H
 #define ZO_ENGINE_INTERNAL_H
 
@@ -98,11 +106,42 @@ typedef struct eng_spec_pipe {
     unsigned next;                 /* the next stage to hand out */
 } eng_spec_pipe;
 
+/* The end of a step's verdict on its gradients. */
+typedef struct eng_verdict {
+    double sum_sq;
+    int overflow;
+    float factor, plain; /* the right gradient factor, and the one without clipping */
+    double loss_scale;
+} eng_verdict;
+
+/* An optimizer mode: what the host job does with a chunk's final gradients,
+ * and how the step ends. One table per mode, each in its own file. */
+typedef struct eng_mode_ops {
+    const char *name;
+    int grad_bufs;        /* host 16-bit gradient buffers per chunk (2: by step parity) */
+    int p16_behind;       /* the update writes 16-bit params behind the fetches (double-buffered) */
+    int backups;          /* resident states are copied before a speculative update */
+    const char *job_name; /* the host job on a chunk's final gradients, for traces */
+    /* On the job thread, after the statistics of chunk c's final gradients. */
+    zo_status (*grads_done)(struct zo_engine *e, uint32_t c, const eng_job *j);
+    /* End of step, the host jobs idle: apply (or launch) the update, commit,
+     * publish. The loss scaler goes back to *saved when it fails before its commit. */
+    zo_status (*end_step)(struct zo_engine *e, const eng_verdict *v, int *rollbacks,
+                          const zo_loss_scaler *saved);
+    /* Wait for the mode's updates still in flight; the first failure. */
+    zo_status (*settle)(struct zo_engine *e);
+    /* An abandoned step: undo what the mode did ahead of the verdict. */
+    void (*abort)(struct zo_engine *e);
+} eng_mode_ops;
+
+extern const eng_mode_ops eng_mode_sync, eng_mode_overlap, eng_mode_dpu;
+
 struct zo_engine {
     zo_engine_config cfg; /* its strings and arrays point into owned copies below */
     char **paths, *engine_name, *file_name;
     zo_swap_fault *faults;
     zo_device_t dev;
+    const eng_mode_ops *mode;
     int finalized;
     int cuda;
     size_t e16;           /* bytes per 16-bit element (2) */
@@ -189,37 +228,51 @@ struct zo_engine {
     void *trace_ctx;
 };
 
-/* engine.c */
-zo_status eng_timed_copy(struct zo_engine *e, int d2h, uint32_t chunk, void *dst, const void *src,
-                         size_t n);
-void eng_cast16(zo_optim_dtype t, const float *src, void *dst, size_t n);
-zo_status eng_publish(struct zo_engine *e);
-
 /* engine_sched.c */
 int eng_trace_push(struct zo_engine *e, int layer, zo_phase phase);
 void eng_trace_end_step(struct zo_engine *e);
 zo_status eng_make_resident(struct zo_engine *e, uint32_t c, int pos);
 void eng_prefetch(struct zo_engine *e);
 zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s);
+void eng_drop_tickets(struct zo_engine *e);
+zo_status eng_publish(struct zo_engine *e);
 
 /* engine_optim.c */
 zo_status eng_thread_start(struct zo_engine *e);
 void eng_thread_stop(struct zo_engine *e);
 eng_job *eng_job_new(const eng_job *tmpl);
 void eng_job_push(struct zo_engine *e, eng_job *j);
-void eng_drop_tickets(struct zo_engine *e);
 zo_status eng_wait_idle(struct zo_engine *e);
 void eng_wait_chunk_jobs(struct zo_engine *e, uint32_t c);
 zo_status eng_arrival_fn(void *arg);
 void eng_set_async_error(struct zo_engine *e, zo_status st);
 zo_status eng_take_async_error(struct zo_engine *e);
 zo_status eng_update_all(struct zo_engine *e, float lr, float factor, int64_t step, int parity);
-void eng_restore_backups(struct zo_engine *e);
+/* The update of every chunk now, timed and traced as `name(v, *rollbacks)`
+ * says, then commit and publish (sync and overlap); the loss scaler goes back
+ * to *saved when the update fails. */
+zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbacks,
+                         const zo_loss_scaler *saved,
+                         zo_status (*apply)(struct zo_engine *, const eng_verdict *, int *),
+                         const char *(*name)(const eng_verdict *, int));
 void eng_commit(struct zo_engine *e, int updated);
 void eng_discard_uncommitted(struct zo_engine *e);
+void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, float lr, float factor,
+                   int64_t step, int parity, zo_adam_params *p, zo_adam_buffers *b);
+zo_status eng_timed_swap_wait(struct zo_engine *e, zo_swap_io_t io);
+zo_status eng_read_current(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io);
+uint16_t eng_from_f32(zo_optim_dtype t, float f);
+
+/* engine_overlap.c */
 zo_status eng_spec_drain(struct zo_engine *e);
-zo_status eng_dpu_launch(struct zo_engine *e, float lr, float factor, int64_t step, int parity);
+/* Undo speculative updates of resident states from their backups. */
+void eng_restore_backups(struct zo_engine *e);
+
+/* engine_dpu.c */
 zo_status eng_dpu_join(struct zo_engine *e);
+/* Commit the delayed update of the last step, when one is pending. */
+zo_status eng_dpu_commit_pending(struct zo_engine *e);
+
 /* On NVMe a chunk's states are packed: master | m | v of its used elements,
  * each array starting on a 4 KiB boundary (the stride below), so a step
  * moves what the chunk holds rather than the whole chunk (a layer's chunk
@@ -235,9 +288,14 @@ void eng_states_pack(const struct zo_engine *e, const eng_chunk *k, float *buf);
 zo_status eng_read_states(struct zo_engine *e, uint32_t c, float *out);
 zo_status eng_write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
                               zo_swap_io_t *pio);
-float *eng_chunk_states(struct zo_engine *e, uint32_t c);
 
 /* engine_trace.c */
+void eng_cast16(zo_optim_dtype t, const float *src, void *dst, size_t n);
+/* A copy on the h2d (d2h = 0) or d2h stream, its duration added to the stream's busy time. */
+zo_status eng_timed_copy(struct zo_engine *e, int d2h, uint32_t chunk, void *dst, const void *src,
+                         size_t n);
+/* Make compute wait for ev, timing the wait when the data is not there yet. */
+zo_status eng_compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t ev, uint32_t chunk);
 void eng_trace(struct zo_engine *e, zo_trace_track track, int index, const char *name, uint64_t t0,
                uint64_t t1, int chunk, uint64_t bytes);
 /* zo_swap_{write,read}_async on store 0 (states) or 1 (parameters), traced. */

@@ -1,8 +1,9 @@
 /* The optimizer side of the engine: a host job thread that takes each
  * chunk's gradients once their D2H lands (fp32 accumulation, gradient
- * statistics, the speculative update in overlap mode, the delayed update in
- * DPU mode), and the update of all chunks with the NVMe pipeline (read chunk
- * i+2 while updating i+1 and writing i), commit, rollback. */
+ * statistics, then the mode's grads_done), and the update of all chunks with
+ * the NVMe pipeline (read chunk i+2 while updating i+1 and writing i),
+ * commit, rollback. The modes themselves are in engine_sync.c,
+ * engine_overlap.c and engine_dpu.c. */
 #include <inttypes.h>
 #include <time.h>
 #include <stdio.h>
@@ -20,7 +21,7 @@ static float to_f32(zo_optim_dtype t, uint16_t h)
     return t == ZO_OPTIM_FP16 ? zo_f16_to_f32(h) : zo_bf16_to_f32(h);
 }
 
-static uint16_t from_f32(zo_optim_dtype t, float f)
+uint16_t eng_from_f32(zo_optim_dtype t, float f)
 {
     return t == ZO_OPTIM_FP16 ? zo_f32_to_f16(f) : zo_f32_to_bf16(f);
 }
@@ -32,8 +33,8 @@ static void *p16_out(struct zo_engine *e, eng_chunk *k)
     return e->p16_bufs == 2 ? k->p16[1 - k->p16_cur] : k->p16[k->p16_cur];
 }
 
-static void adam_args(struct zo_engine *e, eng_chunk *k, float *st, float lr, float factor,
-                      int64_t step, int parity, zo_adam_params *p, zo_adam_buffers *b)
+void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, float lr, float factor,
+                   int64_t step, int parity, zo_adam_params *p, zo_adam_buffers *b)
 {
     *p = e->cfg.adam;
     p->struct_size = sizeof *p;
@@ -58,7 +59,7 @@ static void adam_args(struct zo_engine *e, eng_chunk *k, float *st, float lr, fl
     b->out_type = e->cfg.param_dtype;
 }
 
-static zo_status timed_swap_wait(struct zo_engine *e, zo_swap_io_t io)
+zo_status eng_timed_swap_wait(struct zo_engine *e, zo_swap_io_t io)
 {
     uint64_t t0 = zo_now_ns();
     zo_status st = zo_swap_wait(io);
@@ -66,7 +67,7 @@ static zo_status timed_swap_wait(struct zo_engine *e, zo_swap_io_t io)
     return st;
 }
 
-static zo_status read_current(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io)
+zo_status eng_read_current(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io)
 {
     eng_chunk *k = &e->chunks[c];
     return eng_swap_async(e, 0, 0, c, k->ext[k->ext_cur], buf, eng_state_io_bytes(e, k), k->gen[k->ext_cur],
@@ -89,108 +90,6 @@ zo_status eng_write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_sw
                           k->pgen[palt], pio);
 }
 
-/* ---- the speculative pipeline (overlap mode, states on NVMe) ---- */
-
-/* Wait for the stage's writes; the chunk's alternate extents count as
- * written only once both landed. */
-static zo_status spec_finish_write(struct zo_engine *e, unsigned s)
-{
-    eng_spec_pipe *p = &e->spec;
-    if (p->wr_chunk[s] < 0) return ZO_OK;
-    zo_status st = timed_swap_wait(e, p->wr[s]);
-    zo_status st2 = timed_swap_wait(e, p->pwr[s]);
-    if (st == ZO_OK && st2 == ZO_OK) e->chunks[p->wr_chunk[s]].alt_valid = 1;
-    p->wr[s] = p->pwr[s] = NULL;
-    p->wr_chunk[s] = -1;
-    return st < 0 ? st : st2;
-}
-
-static void spec_drop_read(struct zo_engine *e, unsigned s)
-{
-    if (e->spec.rd_chunk[s] < 0) return;
-    zo_swap_wait(e->spec.rd[s]); /* a read ahead nobody used */
-    e->spec.rd[s] = NULL;
-    e->spec.rd_chunk[s] = -1;
-}
-
-static zo_status spec_start_read(struct zo_engine *e, uint32_t c, unsigned *out)
-{
-    eng_spec_pipe *p = &e->spec;
-    unsigned s = p->next;
-    p->next = (p->next + 1) % ENG_NVME_STAGES;
-    ZO_TRY(spec_finish_write(e, s));
-    spec_drop_read(e, s);
-    ZO_TRY(read_current(e, c, e->stage[s], &p->rd[s]));
-    p->rd_chunk[s] = (int)c;
-    *out = s;
-    return ZO_OK;
-}
-
-static int spec_stage_of(struct zo_engine *e, uint32_t c)
-{
-    for (unsigned s = 0; s < ENG_NVME_STAGES; s++)
-        if (e->spec.rd_chunk[s] == (int)c) return (int)s;
-    return -1;
-}
-
-/* The chunk of the next queued job that will update, or -1. */
-static int next_spec_chunk(struct zo_engine *e)
-{
-    int c = -1;
-    pthread_mutex_lock(&e->mu);
-    for (eng_job *j = e->qhead; j; j = j->next)
-        if (j->last) {
-            c = j->chunk;
-            break;
-        }
-    pthread_mutex_unlock(&e->mu);
-    return c;
-}
-
-/* Speculative update of chunk c through NVMe: its states were (or are now)
- * read into a stage; the next updating chunk's read is started before this
- * one is computed; the writes go out behind. */
-static zo_status speculate_nvme(struct zo_engine *e, uint32_t c, const eng_job *j)
-{
-    int s = spec_stage_of(e, c);
-    if (s < 0) {
-        unsigned u;
-        ZO_TRY(spec_start_read(e, c, &u));
-        s = (int)u;
-    }
-    int c2 = next_spec_chunk(e);
-    if (c2 >= 0 && spec_stage_of(e, (uint32_t)c2) < 0) {
-        unsigned u;
-        ZO_TRY(spec_start_read(e, (uint32_t)c2, &u));
-    }
-    eng_spec_pipe *p = &e->spec;
-    zo_status st = timed_swap_wait(e, p->rd[s]);
-    p->rd[s] = NULL;
-    p->rd_chunk[s] = -1;
-    ZO_TRY(st);
-    zo_adam_params ap;
-    zo_adam_buffers b;
-    adam_args(e, &e->chunks[c], e->stage[s], j->lr, j->factor, j->step, j->parity, &ap, &b);
-    ZO_TRY(zo_optim_pool_adam_step(e->opool, &ap, &b));
-    st = eng_write_alternate(e, c, e->stage[s], &p->wr[s], &p->pwr[s]);
-    p->wr_chunk[s] = (int)c;
-    return st;
-}
-
-/* Wait for everything the pipeline has in flight (after the job thread is
- * idle); returns the first failed write. */
-zo_status eng_spec_drain(struct zo_engine *e)
-{
-    zo_status st = ZO_OK;
-    for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
-        spec_drop_read(e, s);
-        zo_status w = spec_finish_write(e, s);
-        if (st == ZO_OK && w < 0) st = w;
-    }
-    e->spec.next = 0;
-    return st;
-}
-
 /* ---- the update of every chunk ---- */
 
 static zo_status update_all_resident(struct zo_engine *e, float lr, float factor, int64_t step,
@@ -204,7 +103,7 @@ static zo_status update_all_resident(struct zo_engine *e, float lr, float factor
         eng_chunk *k = &e->chunks[queued];
         zo_adam_params p;
         zo_adam_buffers b;
-        adam_args(e, k, k->states, lr, factor, step, parity, &p, &b);
+        eng_adam_args(e, k, k->states, lr, factor, step, parity, &p, &b);
         st = zo_optim_pool_adam_enqueue(e->opool, &p, &b, &jobs[queued]);
         if (st < 0) break;
     }
@@ -230,7 +129,7 @@ typedef struct nvme_pipe {
 static zo_status pipe_wait(nvme_pipe *pp, zo_swap_io_t *io)
 {
     if (!*io) return ZO_OK;
-    zo_status st = timed_swap_wait(pp->e, *io);
+    zo_status st = eng_timed_swap_wait(pp->e, *io);
     *io = NULL;
     return st;
 }
@@ -238,7 +137,7 @@ static zo_status pipe_wait(nvme_pipe *pp, zo_swap_io_t *io)
 static zo_status pipe_read(void *user, uint32_t c, unsigned s)
 {
     nvme_pipe *pp = user;
-    return read_current(pp->e, c, pp->e->stage[s], &pp->rd[s]);
+    return eng_read_current(pp->e, c, pp->e->stage[s], &pp->rd[s]);
 }
 
 static zo_status pipe_update(void *user, uint32_t c, unsigned s)
@@ -248,7 +147,7 @@ static zo_status pipe_update(void *user, uint32_t c, unsigned s)
     ZO_TRY(pipe_wait(pp, &pp->rd[s]));
     zo_adam_params p;
     zo_adam_buffers b;
-    adam_args(e, &e->chunks[c], e->stage[s], pp->lr, pp->factor, pp->step, pp->parity, &p, &b);
+    eng_adam_args(e, &e->chunks[c], e->stage[s], pp->lr, pp->factor, pp->step, pp->parity, &p, &b);
     ZO_TRY(zo_optim_pool_adam_step(e->opool, &p, &b));
     return eng_write_alternate(e, c, e->stage[s], &pp->wr[s], &pp->pwr[s]);
 }
@@ -283,6 +182,28 @@ zo_status eng_update_all(struct zo_engine *e, float lr, float factor, int64_t st
     return update_all_resident(e, lr, factor, step, parity);
 }
 
+/* The update of every chunk at the end of the step, timed and traced. */
+zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbacks,
+                         const zo_loss_scaler *saved,
+                         zo_status (*apply)(struct zo_engine *, const eng_verdict *, int *),
+                         const char *(*name)(const eng_verdict *, int))
+{
+    uint64_t t0 = zo_now_ns();
+    zo_nvtx_push("optimizer update");
+    zo_status st = apply(e, v, rollbacks);
+    zo_nvtx_pop();
+    uint64_t t1 = zo_now_ns();
+    atomic_fetch_add(&e->optim_ns, t1 - t0);
+    eng_trace(e, ZO_TRACK_UPDATE, 0, name(v, *rollbacks), t0, t1, -1, 0);
+    if (st < 0) {
+        e->scaler = *saved; /* not committed: the step never happened */
+        return st;
+    }
+    eng_commit(e, !v->overflow);
+    if (!v->overflow) e->opt_step++;
+    return eng_publish(e);
+}
+
 /* ---- commit and rollback ---- */
 
 /* Make the step's update the current state: flip NVMe extents and
@@ -305,23 +226,6 @@ void eng_commit(struct zo_engine *e, int updated)
 void eng_discard_uncommitted(struct zo_engine *e)
 {
     for (uint32_t c = 0; c < e->n_chunks; c++) e->chunks[c].alt_valid = 0;
-}
-
-/* Undo speculative updates of resident states from their backups; the
- * single-buffered 16-bit copy is recomputed, since it is always the rounded
- * master. */
-void eng_restore_backups(struct zo_engine *e)
-{
-    for (uint32_t c = 0; c < e->n_chunks; c++) {
-        eng_chunk *k = &e->chunks[c];
-        if (!k->spec_done || !k->backup) continue;
-        memcpy(k->states, k->backup, 3 * e->chunk_elems * sizeof(float));
-        if (e->p16_bufs == 1) {
-            uint16_t *p = k->p16[k->p16_cur];
-            for (size_t i = 0; i < k->n_elems; i++) p[i] = from_f32(e->cfg.param_dtype, k->states[i]);
-        }
-        k->spec_done = 0;
-    }
 }
 
 void eng_states_unpack(const struct zo_engine *e, const eng_chunk *k, float *buf)
@@ -376,22 +280,6 @@ static zo_status accumulate(struct zo_engine *e, eng_chunk *k, const eng_job *j)
     return ZO_OK;
 }
 
-static zo_status speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
-{
-    eng_chunk *k = &e->chunks[c];
-    if (e->swap) {
-        ZO_TRY(speculate_nvme(e, c, j));
-    } else {
-        memcpy(k->backup, k->states, 3 * e->chunk_elems * sizeof(float));
-        zo_adam_params p;
-        zo_adam_buffers b;
-        adam_args(e, k, k->states, j->lr, j->factor, j->step, j->parity, &p, &b);
-        ZO_TRY(zo_optim_pool_adam_step(e->opool, &p, &b));
-    }
-    k->spec_done = 1;
-    return ZO_OK;
-}
-
 static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
 {
     eng_chunk *k = &e->chunks[j->chunk];
@@ -405,53 +293,9 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
     const void *g = accum ? (const void *)k->acc[j->parity] : k->g16[j->parity];
     zo_optim_dtype t = accum ? ZO_OPTIM_FP32 : e->cfg.param_dtype;
     ZO_TRY(zo_optim_pool_grad_stats(e->opool, g, t, k->n_elems, &k->gstats));
-    if (e->cfg.mode == ZO_OPTIM_OVERLAP) ZO_TRY(speculate(e, (uint32_t)j->chunk, j));
-    return ZO_OK;
+    return e->mode->grads_done ? e->mode->grads_done(e, (uint32_t)j->chunk, j) : ZO_OK;
 }
 
-
-/* ---- the delayed update (DPU) ---- */
-
-static void *dpu_main(void *arg)
-{
-    struct zo_engine *e = arg;
-    uint64_t t0 = zo_now_ns();
-    zo_nvtx_push("delayed update");
-    e->dpu_st = eng_update_all(e, e->dpu_lr, e->dpu_factor, e->dpu_step, e->dpu_parity);
-    if (e->dpu_st < 0) snprintf(e->dpu_msg, sizeof e->dpu_msg, "%s", zo_last_error());
-    zo_nvtx_pop();
-    uint64_t t1 = zo_now_ns();
-    atomic_fetch_add(&e->optim_ns, t1 - t0);
-    eng_trace(e, ZO_TRACK_UPDATE, 0, "delayed update", t0, t1, -1, 0);
-    return NULL;
-}
-
-zo_status eng_dpu_launch(struct zo_engine *e, float lr, float factor, int64_t step, int parity)
-{
-    e->dpu_lr = lr;
-    e->dpu_factor = factor;
-    e->dpu_step = step;
-    e->dpu_parity = parity;
-    e->dpu_st = ZO_OK;
-    int rc = pthread_create(&e->dpu_thread, NULL, dpu_main, e);
-    if (rc != 0) return ZO_FAIL(ZO_ERR_SYSTEM, ENG_SUBSYS, "starting the delayed update's thread: error %d", rc);
-    e->dpu_running = 1;
-    return ZO_OK;
-}
-
-/* Wait for the delayed update; when it failed, it is dropped (its new
- * states were never committed) and its failure returned. */
-zo_status eng_dpu_join(struct zo_engine *e)
-{
-    if (!e->dpu_running) return ZO_OK;
-    pthread_join(e->dpu_thread, NULL);
-    e->dpu_running = 0;
-    if (e->dpu_st >= 0) return ZO_OK;
-    e->dpu_pending = 0;
-    eng_discard_uncommitted(e);
-    return ZO_FAIL(e->dpu_st, ENG_SUBSYS, "the delayed update of the previous step failed (dropped): %s",
-                   e->dpu_msg);
-}
 
 void eng_set_async_error(struct zo_engine *e, zo_status st)
 {
@@ -493,8 +337,7 @@ static int wait_arrival(struct zo_engine *e, eng_job *j)
 
 static const char *job_name(const struct zo_engine *e, const eng_job *j)
 {
-    if (!j->last) return "accumulate gradients";
-    return e->cfg.mode == ZO_OPTIM_OVERLAP ? "gradient norm + speculative update" : "gradient norm";
+    return j->last ? e->mode->job_name : "accumulate gradients";
 }
 
 static void *thread_main(void *arg)

@@ -212,3 +212,18 @@ void eng_prefetch(struct zo_engine *e)
         }
     }
 }
+
+/* Publish committed 16-bit parameters to the device. */
+zo_status eng_publish(struct zo_engine *e)
+{
+    if (e->cfg.param_home == ZO_TIER_DEVICE) {
+        for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(eng_load_slot(e, c, (uint32_t)e->chunks[c].slot));
+        return ZO_OK;
+    }
+    for (uint32_t s = 0; s < e->n_pslots; s++) {
+        int c = e->pslots[s].chunk;
+        if (c >= 0) e->chunks[c].slot = -1;
+        e->pslots[s].chunk = -1;
+    }
+    return ZO_OK;
+}

@@ -33,9 +33,7 @@ static zo_status no_pending_update(struct zo_engine *e, const char *what)
 static zo_status settle(struct zo_engine *e)
 {
     ZO_TRY(eng_wait_idle(e));
-    ZO_TRY(eng_dpu_join(e));
-    if (e->swap) ZO_TRY(eng_spec_drain(e));
-    return ZO_OK;
+    return e->mode->settle(e);
 }
 
 zo_status zo_engine_read_state(zo_engine_t e, int id, float *master, float *m, float *v)
@@ -116,11 +114,7 @@ zo_status zo_engine_flush(zo_engine_t e)
 {
     ZO_TRY(between_steps(e, -1, "flush"));
     ZO_TRY(settle(e));
-    if (!e->dpu_pending) return ZO_OK;
-    eng_commit(e, !e->dpu_skip);
-    if (!e->dpu_skip) e->opt_step++;
-    e->dpu_pending = 0;
-    return eng_publish(e);
+    return eng_dpu_commit_pending(e);
 }
 
 zo_status zo_engine_get_step_state(zo_engine_t e, zo_engine_step_state *out)

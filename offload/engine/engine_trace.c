@@ -1,8 +1,11 @@
 /* The engine's timeline: spans handed to the caller's trace callback (see
- * "timelines" in zo/engine.h). */
+ * "timelines" in zo/engine.h), the stream timers behind the step's h2d, d2h
+ * and stall seconds, traced NVMe requests, and the 16-bit cast. The bottom of
+ * the engine's files: it calls none of them. */
 #include <stdlib.h>
 
 #include "engine_internal.h"
+#include "zo/half.h"
 
 zo_status zo_engine_set_trace(zo_engine_t e, zo_trace_fn fn, void *ctx)
 {
@@ -65,4 +68,56 @@ void eng_trace_pool(struct zo_engine *e, zo_optim_pool_config *oc)
     if (!e->trace_fn) return;
     oc->trace = pool_span;
     oc->trace_ctx = e;
+}
+
+void eng_cast16(zo_optim_dtype t, const float *src, void *dst, size_t n)
+{
+    uint16_t *d = dst;
+    for (size_t i = 0; i < n; i++)
+        d[i] = t == ZO_OPTIM_FP16 ? zo_f32_to_f16(src[i]) : zo_f32_to_bf16(src[i]);
+}
+
+typedef struct busy_arg {
+    struct zo_engine *e;
+    int which; /* 0 h2d, 1 d2h, 2 compute stalled */
+    int chunk;
+    uint64_t bytes;
+} busy_arg;
+
+static zo_status busy_begin(void *arg)
+{
+    busy_arg *b = arg;
+    atomic_store(&b->e->busy_t0[b->which], zo_now_ns());
+    return ZO_OK;
+}
+
+static zo_status busy_end(void *arg)
+{
+    static const char *const names[3] = {"h2d", "d2h", "wait for parameters"};
+    static const zo_trace_track tracks[3] = {ZO_TRACK_H2D, ZO_TRACK_D2H, ZO_TRACK_COMPUTE};
+    busy_arg *b = arg;
+    uint64_t t1 = zo_now_ns(), t0 = atomic_load(&b->e->busy_t0[b->which]);
+    atomic_fetch_add(&b->e->busy_ns[b->which], t1 - t0);
+    eng_trace(b->e, tracks[b->which], 0, names[b->which], t0, t1, b->chunk, b->bytes);
+    return ZO_OK;
+}
+
+/* The copy is bracketed by tasks on its stream that time it. */
+zo_status eng_timed_copy(struct zo_engine *e, int d2h, uint32_t chunk, void *dst, const void *src,
+                         size_t n)
+{
+    zo_stream_t s = d2h ? e->d2h : e->h2d;
+    busy_arg b = {e, d2h, (int)chunk, n};
+    ZO_TRY(zo_stream_enqueue(s, busy_begin, &b, sizeof b));
+    ZO_TRY(d2h ? zo_memcpy_d2h_async(s, dst, src, n) : zo_memcpy_h2d_async(s, dst, src, n));
+    return zo_stream_enqueue(s, busy_end, &b, sizeof b);
+}
+
+zo_status eng_compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t ev, uint32_t chunk)
+{
+    if (zo_event_query(ev) != ZO_NOT_READY) return zo_stream_wait_event(compute, ev);
+    busy_arg b = {e, 2, (int)chunk, 0};
+    ZO_TRY(zo_stream_enqueue(compute, busy_begin, &b, sizeof b));
+    ZO_TRY(zo_stream_wait_event(compute, ev));
+    return zo_stream_enqueue(compute, busy_end, &b, sizeof b);
 }

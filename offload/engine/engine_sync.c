@@ -1,0 +1,43 @@
+/* The sync mode, the reference: the update of every chunk after the whole
+ * backward, once the gradient norm and the overflow check are known. */
+#include "engine_internal.h"
+
+static zo_status apply(struct zo_engine *e, const eng_verdict *v, int *rollbacks)
+{
+    *rollbacks = 0;
+    if (v->overflow) return ZO_OK;
+    int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
+    return eng_update_all(e, e->step_lr, v->factor, e->opt_step + 1, parity);
+}
+
+static const char *update_name(const eng_verdict *v, int rollbacks)
+{
+    (void)rollbacks;
+    return v->overflow ? "skip update (overflow)" : "update";
+}
+
+static zo_status end_step(struct zo_engine *e, const eng_verdict *v, int *rollbacks,
+                          const zo_loss_scaler *saved)
+{
+    return eng_update_now(e, v, rollbacks, saved, apply, update_name);
+}
+
+static zo_status settle(struct zo_engine *e)
+{
+    (void)e;
+    return ZO_OK;
+}
+
+static void abort_step(struct zo_engine *e) { (void)e; }
+
+const eng_mode_ops eng_mode_sync = {
+    .name = "sync",
+    .grad_bufs = 1,
+    .p16_behind = 0,
+    .backups = 0,
+    .job_name = "gradient norm",
+    .grads_done = NULL,
+    .end_step = end_step,
+    .settle = settle,
+    .abort = abort_step,
+};
