@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "engine_tier.h"
 #include "zo/half.h"
 #include "zo/nvtx.h"
 #include "zo/topo.h"
@@ -64,7 +64,8 @@ static zo_status check_plan_config(const zo_engine_config *c)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_dtype must be ZO_OPTIM_BF16 or ZO_OPTIM_FP16");
     if ((unsigned)c->param_home > ZO_TIER_NVME || (unsigned)c->optim_home > ZO_TIER_NVME)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_home/optim_home must be a zo_tier");
-    if (c->param_home == ZO_TIER_NVME && c->optim_home != ZO_TIER_NVME)
+    ZO_TRY(eng_tiers_check());
+    if (eng_param_tiers[c->param_home]->store && !eng_state_tiers[c->optim_home]->p16_stored)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "param_home=nvme needs optim_home=nvme (the update writes the new 16-bit "
                        "parameters through the NVMe stages); set optim_home=nvme or param_home=host");
@@ -85,13 +86,15 @@ static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
 {
     ZO_TRY(check_plan_config(c));
     if (!dev) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "config.device is NULL");
-    if (c->optim_home == ZO_TIER_DEVICE && !(zo_device_caps(dev) & ZO_DEVCAP_HOST_ADDRESSABLE))
+    const eng_state_tier *st = eng_state_tiers[c->optim_home];
+    if ((zo_device_caps(dev) & st->needs_caps) != st->needs_caps)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
-                       "optim_home=device needs a device optimizer, which exists only on the cpu "
+                       "optim_home=%s needs a device optimizer, which exists only on the cpu "
                        "device so far: use optim_home=host or nvme on %s",
-                       zo_device_backend(dev));
-    if (c->optim_home == ZO_TIER_NVME && (!c->nvme_paths || c->n_nvme_paths == 0))
-        return ZO_FAIL(ZO_ERR_CONFIG, ENG_SUBSYS, "optim_home=nvme needs at least one nvme_paths entry");
+                       st->name, zo_device_backend(dev));
+    if (st->needs_paths && (!c->nvme_paths || c->n_nvme_paths == 0))
+        return ZO_FAIL(ZO_ERR_CONFIG, ENG_SUBSYS, "optim_home=%s needs at least one nvme_paths entry",
+                       st->name);
     for (size_t i = 0; i < c->n_nvme_paths; i++)
         if (!c->nvme_paths || !c->nvme_paths[i])
             return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "nvme_paths[%zu] is NULL", i);
@@ -235,15 +238,6 @@ static size_t chunk_bytes_for(const zo_engine_config *c, size_t largest_numel)
     return zo_round_up(largest > cb ? largest : cb, 4096);
 }
 
-/* Host 16-bit parameter copies per chunk: none when they live on NVMe, two
- * (current and next) when the update writes them behind the fetches (states
- * on NVMe, or the delayed update), else one. */
-static int p16_bufs_for(const zo_engine_config *c)
-{
-    if (c->param_home == ZO_TIER_NVME) return 0;
-    return c->optim_home == ZO_TIER_NVME || mode_for(c->mode)->p16_behind ? 2 : 1;
-}
-
 /* Host 16-bit gradient buffers per chunk: by step parity for the delayed update. */
 static int g_bufs_for(const zo_engine_config *c) { return mode_for(c->mode)->grad_bufs; }
 
@@ -288,9 +282,32 @@ uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems)
 
 static uint64_t state_extent_bytes_for(const eng_shape *sh) { return 3ull * sh->chunk_elems * sizeof(float); }
 
-static uint64_t stage_bytes_for(const zo_engine_config *c, const eng_shape *sh)
+/* What the tiers' accounting sees of a packed model under configuration c
+ * (every chunk at the configuration's homes). */
+static eng_plan_in plan_in(const zo_engine_config *c, const eng_shape *sh)
 {
-    return state_extent_bytes_for(sh) + (c->param_home == ZO_TIER_NVME ? sh->chunk_bytes : 0);
+    eng_plan_in in = {0};
+    in.cfg = c;
+    in.chunk_bytes = sh->chunk_bytes;
+    in.chunk_elems = sh->chunk_elems;
+    in.n_chunks = sh->n_chunks;
+    in.max_cpl = sh->max_cpl;
+    in.mode_p16_behind = mode_for(c->mode)->p16_behind;
+    in.mode_backups = mode_for(c->mode)->backups;
+    eng_plan_flags(&in);
+    return in;
+}
+
+/* Each chunk's homes, from the configuration's (one home per state for the
+ * whole model, so far), and the host copies of its 16-bit parameters. */
+static void place_homes(struct zo_engine *e, const eng_plan_in *in)
+{
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        k->pt = eng_param_tiers[eng_p16_home(in, c)];
+        k->st = eng_state_tiers[eng_states_home(in, c)];
+        k->p16_bufs = eng_p16_bufs(in, c);
+    }
 }
 
 /* Assign every tensor a chunk and an offset; chunks never span layers. */
@@ -322,11 +339,11 @@ static zo_status pack(struct zo_engine *e)
     }
     e->n_chunks = pk.n_chunks;
     e->max_cpl = pk.max_cpl;
-    e->p16_bufs = p16_bufs_for(&e->cfg);
     e->g_bufs = g_bufs_for(&e->cfg);
     eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0};
     e->state_extent_bytes = state_extent_bytes_for(&sh);
-    e->stage_bytes = stage_bytes_for(&e->cfg, &sh);
+    eng_plan_in in = plan_in(&e->cfg, &sh);
+    place_homes(e, &in);
     return ZO_OK;
 }
 
@@ -354,13 +371,34 @@ static int shortfall(char *msg, size_t cap, const char *tier, uint64_t need, uin
     return 0;
 }
 
+/* The device's parameter slots: one for good per chunk homed where they
+ * stay resident, and room for the others' layers (at least the widest
+ * layer's chunks, at most one per chunk). */
+static uint64_t plan_pslots(const eng_plan_in *in, uint64_t budget, uint64_t fixed, int *fits,
+                            char *msg, size_t cap)
+{
+    uint64_t cb = in->chunk_bytes, nc = in->n_chunks, resident = 0;
+    for (uint32_t c = 0; c < in->n_chunks; c++) resident += eng_param_tiers[eng_p16_home(in, c)]->resident;
+    uint64_t min_pslots = resident + (resident < nc ? in->max_cpl : 0);
+    uint64_t need = min_pslots * cb + fixed;
+    if (need > budget) {
+        *fits = shortfall(msg, cap, "device", need, budget,
+                          resident == nc ? "every parameter chunk resident, one layer's gradient chunks"
+                                         : "one layer's parameter and gradient chunks");
+        return min_pslots;
+    }
+    if (resident == nc) return min_pslots;
+    uint64_t room = (budget - fixed) / cb;
+    return room < nc ? room : nc;
+}
+
 /* The exact bytes finalize allocates in each tier, as engine.h documents
- * them, for a packed model under configuration c and a device budget. */
+ * them, for a packed model under configuration c and a device budget: the
+ * engine's own buffers here, each home's through its tier's accounting. */
 static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, uint64_t budget,
                        zo_engine_footprint *fp, int *fits, char *msg, size_t cap)
 {
     uint64_t cb = sh->chunk_bytes, ce = sh->chunk_elems, nc = sh->n_chunks;
-    uint64_t states = nc * 3 * ce * sizeof(float);
     memset(fp, 0, sizeof *fp);
     fp->struct_size = sizeof *fp;
     fp->chunk_bytes = cb;
@@ -369,43 +407,30 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, uint64_t 
     fp->n_params = sh->n_params;
     *fits = 1;
     if (msg && cap) msg[0] = 0;
+    eng_plan_in in = plan_in(c, sh);
 
-    /* device: parameter slots, gradient slots, resident optimizer states */
-    uint64_t dev_states = c->optim_home == ZO_TIER_DEVICE ? states : 0;
+    /* optimizer states first: their device share leaves the room for parameter slots */
+    zo_engine_footprint t = {0};
+    for (int i = 0; i < ENG_N_TIERS; i++) eng_state_tiers[i]->account(&in, &t);
     uint64_t grads = sh->max_cpl * cb;
-    uint64_t min_pslots = c->param_home == ZO_TIER_DEVICE ? nc : sh->max_cpl;
-    uint64_t need = min_pslots * cb + grads + dev_states;
-    uint64_t pslots = min_pslots;
-    if (need > budget) {
-        *fits = shortfall(msg, cap, "device", need, budget,
-                          c->param_home == ZO_TIER_DEVICE
-                              ? "every parameter chunk resident, one layer's gradient chunks"
-                              : "one layer's parameter and gradient chunks");
-    } else if (c->param_home != ZO_TIER_DEVICE) {
-        uint64_t room = (budget - grads - dev_states) / cb;
-        pslots = room < nc ? room : nc;
-    }
-    fp->device_param_slots = (uint32_t)pslots;
+    in.pslots = plan_pslots(&in, budget, grads + t.device, fits, msg, cap);
+    for (int i = 0; i < ENG_N_TIERS; i++) eng_param_tiers[i]->account(&in, &t);
+    fp->device_param_slots = (uint32_t)in.pslots;
     fp->device_grad_slots = sh->max_cpl;
-    fp->device = pslots * cb + grads + dev_states;
+    fp->device = in.pslots * cb + grads + t.device;
 
-    /* pinned: host 16-bit params, host gradient buffers, NVMe staging */
-    fp->pinned = nc * (uint64_t)p16_bufs_for(c) * cb + nc * (uint64_t)g_bufs_for(c) * cb;
-    if (c->optim_home == ZO_TIER_NVME) fp->pinned += ENG_NVME_STAGES * stage_bytes_for(c, sh);
-    if (c->param_home == ZO_TIER_NVME) fp->pinned += pslots * cb; /* a staging twin per slot */
+    /* pinned: host 16-bit params and NVMe staging (tiers), host gradient buffers */
+    fp->pinned = t.pinned + nc * (uint64_t)g_bufs_for(c) * cb;
     if (*fits && c->pinned_bytes && fp->pinned > c->pinned_bytes)
         *fits = shortfall(msg, cap, "pinned", fp->pinned, c->pinned_bytes,
                           "16-bit parameter and gradient copies, NVMe staging");
 
-    /* host (pageable): optimizer states, fp32 accumulators, overlap backups */
-    fp->host = 0;
-    if (c->optim_home == ZO_TIER_HOST) fp->host += states;
-    if (mode_for(c->mode)->backups && c->optim_home != ZO_TIER_NVME) fp->host += states;
+    /* host (pageable): optimizer states and overlap backups (tiers), fp32 accumulators */
+    fp->host = t.host;
     if (c->grad_accum_steps > 1) fp->host += nc * (uint64_t)g_bufs_for(c) * ce * sizeof(float);
 
     /* nvme: two extents per chunk (current and alternate) */
-    fp->nvme = c->optim_home == ZO_TIER_NVME ? 2 * nc * state_extent_bytes_for(sh) : 0;
-    if (c->param_home == ZO_TIER_NVME) fp->nvme += 2 * nc * cb;
+    fp->nvme = t.nvme;
     if (*fits && c->nvme_bytes && fp->nvme > c->nvme_bytes)
         *fits = shortfall(msg, cap, "nvme", fp->nvme, c->nvme_bytes,
                           "optimizer states, two extents per chunk");
@@ -515,24 +540,6 @@ zo_status zo_engine_footprint_get(zo_engine_t e, zo_engine_footprint *fp)
 
 /* ---- finalize: allocate every tier and place the initial states ---- */
 
-static void host_count(struct zo_engine *e, uint64_t bytes)
-{
-    e->host_bytes += bytes;
-    if (e->host_bytes > e->host_high) e->host_high = e->host_bytes;
-}
-
-static zo_status host_alloc(struct zo_engine *e, uint64_t bytes, float **out)
-{
-    *out = NULL;
-    if (!bytes) return ZO_OK;
-    void *p = aligned_alloc(4096, zo_round_up(bytes, 4096));
-    if (!p) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %" PRIu64 " bytes of host memory", bytes);
-    memset(p, 0, bytes);
-    host_count(e, bytes);
-    *out = p;
-    return ZO_OK;
-}
-
 static zo_status alloc_device(struct zo_engine *e)
 {
     uint64_t cb = e->chunk_bytes;
@@ -540,9 +547,6 @@ static zo_status alloc_device(struct zo_engine *e)
     e->n_gslots = e->fp.device_grad_slots;
     ZO_TRY(zo_device_malloc(e->dev, e->n_pslots * cb, &e->dev_params));
     ZO_TRY(zo_device_malloc(e->dev, e->n_gslots * cb, &e->dev_grads));
-    if (e->cfg.optim_home == ZO_TIER_DEVICE)
-        ZO_TRY(zo_device_malloc(e->dev, (size_t)e->n_chunks * 3 * e->chunk_elems * sizeof(float),
-                                &e->dev_states));
     e->pslots = calloc(e->n_pslots, sizeof *e->pslots);
     e->gslots = calloc(e->n_gslots, sizeof *e->gslots);
     if (!e->pslots || !e->gslots) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating slot tables");
@@ -560,99 +564,41 @@ static zo_status alloc_device(struct zo_engine *e)
     return ZO_OK;
 }
 
-static zo_status take_slots(struct zo_engine *e, size_t slot_bytes, size_t n, void **out)
-{
-    if (!n) return ZO_OK;
-    int set;
-    ZO_TRY(zo_hostpool_add_slots(e->pool, slot_bytes, n, &set));
-    for (size_t i = 0; i < n; i++) ZO_TRY(zo_hostpool_slot_alloc(e->pool, set, &out[i]));
-    return ZO_OK;
-}
-
+/* The engine's own pinned buffers: the host gradient copies. */
 static zo_status alloc_pinned(struct zo_engine *e)
 {
     zo_hostpool_config pc = ZO_HOSTPOOL_CONFIG_INIT;
     pc.max_pinned_bytes = e->cfg.pinned_bytes ? e->cfg.pinned_bytes : e->fp.pinned;
     ZO_TRY(zo_hostpool_init(&e->pool, e->dev, &pc));
-    size_t nc = e->n_chunks;
-    void **tmp = calloc(nc * 2 + e->n_pslots + ENG_NVME_STAGES, sizeof *tmp);
+    size_t nc = e->n_chunks, n = nc * (size_t)e->g_bufs;
+    void **tmp = calloc(n ? n : 1, sizeof *tmp);
     if (!tmp) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
-    zo_status st = take_slots(e, e->chunk_bytes, nc * (size_t)e->p16_bufs, tmp);
-    for (size_t i = 0; st == ZO_OK && i < nc * (size_t)e->p16_bufs; i++)
-        e->chunks[i % nc].p16[i / nc] = tmp[i];
-    if (st == ZO_OK) st = take_slots(e, e->chunk_bytes, nc * (size_t)e->g_bufs, tmp);
-    for (size_t i = 0; st == ZO_OK && i < nc * (size_t)e->g_bufs; i++)
-        e->chunks[i % nc].g16[i / nc] = tmp[i];
-    if (st == ZO_OK && e->cfg.optim_home == ZO_TIER_NVME) {
-        st = take_slots(e, e->stage_bytes, ENG_NVME_STAGES, tmp);
-        for (int i = 0; st == ZO_OK && i < (int)ENG_NVME_STAGES; i++) e->stage[i] = tmp[i];
-    }
-    if (st == ZO_OK && e->cfg.param_home == ZO_TIER_NVME) {
-        st = take_slots(e, e->chunk_bytes, e->n_pslots, tmp);
-        for (uint32_t s = 0; st == ZO_OK && s < e->n_pslots; s++) e->pslots[s].stage = tmp[s];
-    }
+    zo_status st = eng_take_pinned(e, e->chunk_bytes, n, tmp);
+    for (size_t i = 0; st == ZO_OK && i < n; i++) e->chunks[i % nc].g16[i / nc] = tmp[i];
     free(tmp);
     return st;
 }
 
-static zo_status alloc_host(struct zo_engine *e)
+/* Every tier with chunks homed there reserves their storage: the states'
+ * tiers first (the NVMe stages they take also carry 16-bit parameters). */
+static zo_status place_tiers(struct zo_engine *e)
 {
-    uint64_t per = 3 * e->chunk_elems;
-    uint64_t nc = e->n_chunks;
-    if (e->cfg.optim_home == ZO_TIER_HOST)
-        ZO_TRY(host_alloc(e, nc * per * sizeof(float), &e->host_states));
-    if (e->mode->backups && e->cfg.optim_home != ZO_TIER_NVME)
-        ZO_TRY(host_alloc(e, nc * per * sizeof(float), &e->host_backup));
-    if (e->cfg.grad_accum_steps > 1)
-        ZO_TRY(host_alloc(e, nc * (uint64_t)e->g_bufs * e->chunk_elems * sizeof(float), &e->host_acc));
-    for (uint32_t c = 0; c < nc; c++) {
-        eng_chunk *k = &e->chunks[c];
-        if (e->host_states) k->states = e->host_states + c * per;
-        if (e->dev_states) k->states = (float *)e->dev_states + c * per;
-        if (e->host_backup) k->backup = e->host_backup + c * per;
-        for (int b = 0; e->host_acc && b < e->g_bufs; b++)
-            k->acc[b] = e->host_acc + ((uint64_t)b * nc + c) * e->chunk_elems;
-    }
+    for (int t = 0; t < ENG_N_TIERS; t++)
+        if (eng_chunks_at(e, 1, eng_state_tiers[t])) ZO_TRY(eng_state_tiers[t]->place(e));
+    for (int t = 0; t < ENG_N_TIERS; t++)
+        if (eng_chunks_at(e, 0, eng_param_tiers[t])) ZO_TRY(eng_param_tiers[t]->place(e));
     return ZO_OK;
 }
 
-/* A swap store of two extents per chunk of `extent` bytes each. */
-static zo_status open_store(struct zo_engine *e, uint64_t extent, const char *suffix, zo_swap_t *out)
+/* The fp32 gradient accumulators (grad_accum_steps > 1). */
+static zo_status alloc_host(struct zo_engine *e)
 {
-    zo_swap_config sc = ZO_SWAP_CONFIG_INIT;
-    char name[128];
-    snprintf(name, sizeof name, "%s%s", e->cfg.nvme_name, suffix);
-    sc.paths = e->cfg.nvme_paths;
-    sc.npaths = e->cfg.n_nvme_paths;
-    sc.capacity = 2ull * e->n_chunks * extent;
-    sc.extent_bytes = extent;
-    sc.engine = e->cfg.nvme_engine;
-    sc.name = name;
-    sc.faults = e->cfg.nvme_faults;
-    sc.nfaults = e->cfg.n_nvme_faults;
-    if (e->cfg.nvme_queue_depth) sc.queue_depth = e->cfg.nvme_queue_depth;
-    if (e->cfg.nvme_block_size) sc.block_size = e->cfg.nvme_block_size;
-    return zo_swap_open(&sc, out);
-}
-
-static zo_status open_swap(struct zo_engine *e)
-{
-    if (e->cfg.optim_home != ZO_TIER_NVME) return ZO_OK;
-    ZO_TRY(open_store(e, e->state_extent_bytes, "", &e->swap));
-    if (e->cfg.param_home == ZO_TIER_NVME) ZO_TRY(open_store(e, e->chunk_bytes, "-p16", &e->pswap));
-    for (uint32_t c = 0; c < e->n_chunks; c++) {
-        eng_chunk *k = &e->chunks[c];
-        for (int i = 0; i < 2; i++) {
-            ZO_TRY(zo_swap_alloc_extent(e->swap, 2ull * c + (uint64_t)i, &k->ext[i]));
-            if (e->pswap) ZO_TRY(zo_swap_alloc_extent(e->pswap, 2ull * c + (uint64_t)i, &k->pext[i]));
-        }
-    }
-    for (int i = 0; i < (int)ENG_NVME_STAGES; i++) {
-        ZO_TRY(zo_swap_register_buffer(e->swap, e->stage[i], e->stage_bytes));
-        if (e->pswap) ZO_TRY(zo_swap_register_buffer(e->pswap, e->stage[i], e->stage_bytes));
-    }
-    for (uint32_t s = 0; e->pswap && s < e->n_pslots; s++)
-        ZO_TRY(zo_swap_register_buffer(e->pswap, e->pslots[s].stage, e->chunk_bytes));
+    uint64_t nc = e->n_chunks;
+    if (e->cfg.grad_accum_steps > 1)
+        ZO_TRY(eng_host_alloc(e, nc * (uint64_t)e->g_bufs * e->chunk_elems * sizeof(float), &e->host_acc));
+    for (uint32_t c = 0; c < nc; c++)
+        for (int b = 0; e->host_acc && b < e->g_bufs; b++)
+            e->chunks[c].acc[b] = e->host_acc + ((uint64_t)b * nc + c) * e->chunk_elems;
     return ZO_OK;
 }
 
@@ -667,34 +613,22 @@ static void fill_master(struct zo_engine *e, uint32_t c, float *dst)
     }
 }
 
+/* Each chunk's initial states and 16-bit parameters, through its homes;
+ * then the device sees them. */
 static zo_status place_initial_states(struct zo_engine *e)
 {
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
-        float *st = k->states ? k->states : e->stage[0];
+        float *st = k->st->init_buf(e, c);
         memset(st, 0, 3 * e->chunk_elems * sizeof(float));
         fill_master(e, c, st);
-        for (int b = 0; b < e->p16_bufs; b++) {
-            memset(k->p16[b], 0, e->chunk_bytes);
-            eng_cast16(e->cfg.param_dtype, st, k->p16[b], k->n_elems);
-        }
-        if (e->swap) {
-            k->gen[0] = 1;
-            eng_states_pack(e, k, st); /* master only: m and v start at zero */
-            ZO_TRY(zo_swap_write(e->swap, k->ext[0], st, eng_state_io_bytes(e, k), k->gen[0]));
-        }
-        if (e->pswap) {
-            void *p16 = (char *)e->stage[0] + e->state_extent_bytes;
-            memset(p16, 0, e->chunk_bytes);
-            eng_cast16(e->cfg.param_dtype, st, p16, k->n_elems);
-            k->pgen[0] = 1;
-            ZO_TRY(zo_swap_write(e->pswap, k->pext[0], p16, e->chunk_bytes, k->pgen[0]));
-        }
+        ZO_TRY(k->st->init(e, c, st));
+        ZO_TRY(k->pt->write(e, c, st, 1));
         k->slot = -1;
         k->grad_slot = -1;
     }
-    if (e->cfg.param_home == ZO_TIER_DEVICE)
-        for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(eng_load_slot(e, c, c));
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        if (e->chunks[c].pt->resident) ZO_TRY(eng_load_slot(e, c, c));
     return ZO_OK;
 }
 
@@ -740,28 +674,12 @@ static void release_tiers(struct zo_engine *e)
     if (e->mode) e->mode->settle(e);
     zo_optim_pool_free(e->opool);
     e->opool = NULL;
-    if (e->pswap) {
-        eng_drop_tickets(e);
-        for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-            if (e->stage[i]) zo_swap_unregister_buffer(e->pswap, e->stage[i]);
-        for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++)
-            if (e->pslots[s].stage) zo_swap_unregister_buffer(e->pswap, e->pslots[s].stage);
-        zo_swap_close(e->pswap);
-        e->pswap = NULL;
-    }
-    if (e->swap) {
-        for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-            if (e->stage[i]) zo_swap_unregister_buffer(e->swap, e->stage[i]);
-        zo_swap_close(e->swap);
-        e->swap = NULL;
-    }
+    for (int t = 0; t < ENG_N_TIERS; t++) eng_param_tiers[t]->release(e);
+    for (int t = 0; t < ENG_N_TIERS; t++) eng_state_tiers[t]->release(e);
     zo_hostpool_free(e->pool);
     e->pool = NULL;
-    memset(e->stage, 0, sizeof e->stage);
-    free(e->host_states);
-    free(e->host_backup);
     free(e->host_acc);
-    e->host_states = e->host_backup = e->host_acc = NULL;
+    e->host_acc = NULL;
     e->host_bytes = 0;
     for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++) {
         zo_event_destroy(e->pslots[s].ready);
@@ -780,8 +698,7 @@ static void release_tiers(struct zo_engine *e)
     e->gslots = NULL;
     zo_device_mfree(e->dev, e->dev_params);
     zo_device_mfree(e->dev, e->dev_grads);
-    zo_device_mfree(e->dev, e->dev_states);
-    e->dev_params = e->dev_grads = e->dev_states = NULL;
+    e->dev_params = e->dev_grads = NULL;
     zo_stream_destroy(e->h2d);
     zo_stream_destroy(e->d2h);
     e->h2d = e->d2h = NULL;
@@ -793,10 +710,9 @@ static zo_status allocate_and_place(struct zo_engine *e)
     ZO_TRY(zo_stream_create(e->dev, &e->d2h));
     ZO_TRY(alloc_device(e));
     ZO_TRY(alloc_pinned(e));
+    ZO_TRY(place_tiers(e));
     ZO_TRY(alloc_host(e));
-    ZO_TRY(open_swap(e));
     ZO_TRY(place_initial_states(e));
-    for (unsigned i = 0; i < ENG_NVME_STAGES; i++) e->spec.rd_chunk[i] = e->spec.wr_chunk[i] = -1;
     ZO_TRY(zo_stream_synchronize(e->h2d));
     return start_optimizer(e);
 }
@@ -886,8 +802,8 @@ static void reset_slots(struct zo_engine *e)
         eng_pslot *p = &e->pslots[s];
         if (p->chunk >= 0 && e->chunks[p->chunk].in_use > 0 && e->compute)
             zo_event_record(p->lastuse, e->compute);
-        if (e->cfg.param_home != ZO_TIER_DEVICE && zo_event_query(p->ready) < 0) {
-            if (p->chunk >= 0) e->chunks[p->chunk].slot = -1;
+        if (p->chunk >= 0 && !e->chunks[p->chunk].pt->resident && zo_event_query(p->ready) < 0) {
+            e->chunks[p->chunk].slot = -1;
             p->chunk = -1;
         }
         zo_event_record(p->ready, e->h2d);
@@ -927,7 +843,8 @@ static zo_status abort_step(struct zo_engine *e, zo_status st)
     zo_stream_synchronize(e->h2d);
     zo_stream_synchronize(e->d2h);
     reset_slots(e);
-    eng_drop_tickets(e);
+    for (int t = 0; t < ENG_N_TIERS; t++)
+        if (eng_param_tiers[t]->abandon) eng_param_tiers[t]->abandon(e);
     e->mode->abort(e);
     forget_step(e);
     eng_take_async_error(e);
@@ -1243,7 +1160,7 @@ zo_status zo_engine_read_master(zo_engine_t e, int id, float *out)
     ZO_TRY(e->mode->settle(e)); /* speculative writes in flight have landed */
     float *buf = aligned_alloc(4096, e->state_extent_bytes);
     if (!buf) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_master: allocating a buffer");
-    zo_status st = eng_read_states(e, t->chunk, buf);
+    zo_status st = e->chunks[t->chunk].st->read(e, t->chunk, buf);
     if (st == ZO_OK) memcpy(out, buf + t->off, t->numel * sizeof(float));
     free(buf);
     return st;

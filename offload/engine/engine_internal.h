@@ -1,6 +1,6 @@
 /* Internal state of the offload engine, shared by its files. Calls between
- * them go one way (a DAG, top to bottom; a file calls only files below it,
- * and upward only through the mode table):
+ * them go one way, a DAG: a file calls only files listed below it, directly
+ * or through the mode and tier tables (engine_tier.h); nothing calls up:
  *   engine.c, engine_state.c   the public API: registration, plan, placement,
  *                              the step protocol; checkpoints
  *   engine_sync.c, engine_overlap.c, engine_dpu.c
@@ -8,6 +8,10 @@
  *   engine_optim.c             the host job thread, the update of every chunk,
  *                              commit and rollback
  *   engine_sched.c             trace, residency, prefetch, eviction, publish
+ *   engine_tier.c              the tier tables' registry
+ *   engine_tier_device.c -> engine_tier_host.c, engine_tier_nvme.c
+ *                              the tiers (engine_tier.h)
+ *   engine_tier_common.c       what the tiers share
  *   engine_trace.c             timelines, stream timers, traced NVMe requests */
 #ifndef ZO_ENGINE_INTERNAL_H
 #define ZO_ENGINE_INTERNAL_H
@@ -41,10 +45,16 @@ typedef struct eng_layer {
     uint32_t first_chunk, n_chunks;
 } eng_layer;
 
+struct eng_param_tier;
+struct eng_state_tier;
+
 typedef struct eng_chunk {
+    const struct eng_param_tier *pt; /* home of its 16-bit parameters (engine_tier.h) */
+    const struct eng_state_tier *st; /* home of its optimizer states */
+    int p16_bufs;         /* pinned host copies of its 16-bit parameters (0, 1 or 2) */
     int layer;
     size_t n_elems;       /* elements in use (last tensor's end) */
-    void *p16[2];         /* host 16-bit params (param_home host/device): current and next */
+    void *p16[2];         /* host 16-bit params (home host/device): current and next */
     int p16_cur;
     void *g16[2];         /* host 16-bit gradients, by step parity (DPU uses both) */
     float *acc[2];        /* fp32 accumulators (grad_accum_steps > 1), by step parity */
@@ -122,8 +132,7 @@ typedef struct eng_mode_ops {
     int p16_behind;       /* the update writes 16-bit params behind the fetches (double-buffered) */
     int backups;          /* resident states are copied before a speculative update */
     const char *job_name; /* the host job on a chunk's final gradients, for traces */
-    /* On the job thread, after the statistics of chunk c's final gradients. */
-    zo_status (*grads_done)(struct zo_engine *e, uint32_t c, const eng_job *j);
+    int speculates;       /* the job updates each chunk on its final gradients, ahead of the verdict */
     /* End of step, the host jobs idle: apply (or launch) the update, commit,
      * publish. The loss scaler goes back to *saved when it fails before its commit. */
     zo_status (*end_step)(struct zo_engine *e, const eng_verdict *v, int *rollbacks,
@@ -156,11 +165,13 @@ struct zo_engine {
     size_t chunk_bytes, chunk_elems;
     eng_chunk *chunks;
     uint32_t n_chunks, max_cpl;
-    int p16_bufs, g_bufs;
+    int g_bufs;
     zo_engine_footprint fp;
 
     /* tiers */
-    void *dev_params, *dev_grads, *dev_states;
+    void *dev_params, *dev_grads;
+    void *dev_states;     /* the device tier's optimizer states */
+    float *dev_backup;    /* ... and their overlap backups (host memory) */
     eng_pslot *pslots;
     uint32_t n_pslots;
     eng_gslot *gslots;
@@ -234,8 +245,9 @@ void eng_trace_end_step(struct zo_engine *e);
 zo_status eng_make_resident(struct zo_engine *e, uint32_t c, int pos);
 void eng_prefetch(struct zo_engine *e);
 zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s);
-void eng_drop_tickets(struct zo_engine *e);
 zo_status eng_publish(struct zo_engine *e);
+/* After a checkpoint wrote chunk c: the device sees the new 16-bit values. */
+zo_status eng_publish_chunk(struct zo_engine *e, uint32_t c);
 
 /* engine_optim.c */
 zo_status eng_thread_start(struct zo_engine *e);
@@ -257,37 +269,16 @@ zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbac
                          const char *(*name)(const eng_verdict *, int));
 void eng_commit(struct zo_engine *e, int updated);
 void eng_discard_uncommitted(struct zo_engine *e);
-void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, float lr, float factor,
-                   int64_t step, int parity, zo_adam_params *p, zo_adam_buffers *b);
-zo_status eng_timed_swap_wait(struct zo_engine *e, zo_swap_io_t io);
-zo_status eng_read_current(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io);
-uint16_t eng_from_f32(zo_optim_dtype t, float f);
 
-/* engine_overlap.c */
+/* Wait for speculative updates still in flight in every tier; the first failure. */
 zo_status eng_spec_drain(struct zo_engine *e);
-/* Undo speculative updates of resident states from their backups. */
+/* Undo speculative updates (resident states from their backups). */
 void eng_restore_backups(struct zo_engine *e);
 
 /* engine_dpu.c */
 zo_status eng_dpu_join(struct zo_engine *e);
 /* Commit the delayed update of the last step, when one is pending. */
 zo_status eng_dpu_commit_pending(struct zo_engine *e);
-
-/* On NVMe a chunk's states are packed: master | m | v of its used elements,
- * each array starting on a 4 KiB boundary (the stride below), so a step
- * moves what the chunk holds rather than the whole chunk (a layer's chunk
- * sized for the embedding may be mostly empty). The 16-bit parameters
- * written with them start at the stage's offset 3 x stride. Resident states
- * keep the chunk's stride. */
-static inline size_t eng_state_stride(const struct zo_engine *e, const eng_chunk *k);
-static inline uint64_t eng_state_io_bytes(const struct zo_engine *e, const eng_chunk *k);
-/* Between the packed layout and the chunk-stride one, in place in buf
- * (state_extent_bytes). */
-void eng_states_unpack(const struct zo_engine *e, const eng_chunk *k, float *buf);
-void eng_states_pack(const struct zo_engine *e, const eng_chunk *k, float *buf);
-zo_status eng_read_states(struct zo_engine *e, uint32_t c, float *out);
-zo_status eng_write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
-                              zo_swap_io_t *pio);
 
 /* engine_trace.c */
 void eng_cast16(zo_optim_dtype t, const float *src, void *dst, size_t n);
@@ -303,15 +294,5 @@ zo_status eng_swap_async(struct zo_engine *e, int write, int store, uint32_t chu
                          zo_swap_extent_t ext, void *buf, size_t len, uint64_t gen, zo_swap_io_t *io);
 /* The optimizer pool's trace adapter (config fields), when traced. */
 void eng_trace_pool(struct zo_engine *e, zo_optim_pool_config *oc);
-
-static inline size_t eng_state_stride(const struct zo_engine *e, const eng_chunk *k)
-{
-    return e->swap ? zo_round_up(k->n_elems, ZO_SWAP_ALIGN / sizeof(float)) : e->chunk_elems;
-}
-
-static inline uint64_t eng_state_io_bytes(const struct zo_engine *e, const eng_chunk *k)
-{
-    return e->swap ? zo_engine_nvme_state_bytes(k->n_elems) : 3ull * e->chunk_elems * sizeof(float);
-}
 
 #endif

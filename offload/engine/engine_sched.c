@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "engine_tier.h"
 
 /* Append (layer, phase) to this step's fetches. Returns the position in the
  * recorded trace when the step follows it, -1 when it does not, -2 on
@@ -81,7 +81,7 @@ static int pick_slot(struct zo_engine *e, int pos, int sooner)
     for (uint32_t s = 0; s < e->n_pslots; s++) {
         int c = e->pslots[s].chunk;
         if (c < 0) return (int)s;
-        if (e->chunks[c].in_use > 0) continue;
+        if (e->chunks[c].in_use > 0 || e->chunks[c].pt->resident) continue;
         long key;
         if (pos >= 0) {
             int nu = next_use(e, e->chunks[c].layer, pos + 1);
@@ -98,61 +98,15 @@ static int pick_slot(struct zo_engine *e, int pos, int sooner)
     return best;
 }
 
-typedef struct ticket_arg {
-    struct zo_engine *e;
-    eng_pslot *p;
-} ticket_arg;
-
-/* On the h2d stream: the NVMe read into the staging twin must land first. */
-static zo_status wait_ticket(void *arg)
-{
-    ticket_arg *t = arg;
-    zo_swap_io_t io = atomic_exchange(&t->p->io, NULL);
-    if (!io) return ZO_OK;
-    uint64_t t0 = zo_now_ns();
-    zo_status st = zo_swap_wait(io);
-    atomic_fetch_add(&t->e->nvme_ns, zo_now_ns() - t0);
-    return st;
-}
-
-/* Wait for reads whose h2d task never ran (a failed stream task); only with
- * the h2d stream idle. */
-void eng_drop_tickets(struct zo_engine *e)
-{
-    for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++) {
-        zo_swap_io_t io = atomic_exchange(&e->pslots[s].io, NULL);
-        if (io) zo_swap_wait(io);
-    }
-}
-
-/* NVMe -> the slot's pinned staging twin, then (on the h2d stream, once the
- * read has landed) the H2D. */
-static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, eng_pslot *p)
-{
-    ZO_TRY(zo_event_synchronize(p->ready)); /* the twin's previous H2D is done */
-    zo_swap_io_t io = atomic_exchange(&p->io, NULL);
-    if (io) zo_swap_wait(io); /* its h2d task never ran: the failure was reported then */
-    io = NULL;
-    ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[k->pext_cur], p->stage,
-                          e->chunk_bytes, k->pgen[k->pext_cur], &io));
-    atomic_store(&p->io, io);
-    ticket_arg t = {e, p};
-    zo_status st = zo_stream_enqueue(e->h2d, wait_ticket, &t, sizeof t);
-    if (st < 0) { /* never leave a ticket behind */
-        io = atomic_exchange(&p->io, NULL);
-        if (io) zo_swap_wait(io);
-    }
-    return st;
-}
-
-/* H2D chunk c's current 16-bit parameters (from the host, or staged from
- * NVMe) into slot s once the slot's last reader is done. */
+/* H2D chunk c's current 16-bit parameters (from where its home tier says,
+ * staged there first when needed) into slot s once the slot's last reader
+ * is done. */
 zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s)
 {
     eng_chunk *k = &e->chunks[c];
     eng_pslot *p = &e->pslots[s];
-    const void *src = e->pswap ? p->stage : k->p16[k->p16_cur];
-    if (e->pswap) ZO_TRY(stage_from_nvme(e, k, p));
+    const void *src;
+    ZO_TRY(k->pt->source(e, c, s, &src));
     ZO_TRY(zo_stream_wait_event(e->h2d, p->lastuse));
     ZO_TRY(eng_timed_copy(e, 0, c, p->ptr, src, k->n_elems * e->e16));
     ZO_TRY(zo_event_record(p->ready, e->h2d));
@@ -196,7 +150,7 @@ zo_status eng_make_resident(struct zo_engine *e, uint32_t c, int pos)
  * time, into free slots or in place of chunks needed later than they are. */
 void eng_prefetch(struct zo_engine *e)
 {
-    if (!following(e) || e->cfg.param_home == ZO_TIER_DEVICE) return;
+    if (!following(e)) return; /* chunks homed on the device are always in their slots */
     int pos = e->n_cur - 1;
     for (int a = 1; a <= e->cfg.lookahead; a++) {
         int j = pos + a;
@@ -213,17 +167,21 @@ void eng_prefetch(struct zo_engine *e)
     }
 }
 
-/* Publish committed 16-bit parameters to the device. */
+/* Chunk c's committed 16-bit parameters to the device: reloaded into its
+ * slot when its home keeps it there, else the slot is dropped (the next
+ * fetch loads the new values). */
+zo_status eng_publish_chunk(struct zo_engine *e, uint32_t c)
+{
+    eng_chunk *k = &e->chunks[c];
+    if (k->slot < 0) return ZO_OK;
+    if (k->pt->resident) return eng_load_slot(e, c, (uint32_t)k->slot);
+    e->pslots[k->slot].chunk = -1;
+    k->slot = -1;
+    return ZO_OK;
+}
+
 zo_status eng_publish(struct zo_engine *e)
 {
-    if (e->cfg.param_home == ZO_TIER_DEVICE) {
-        for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(eng_load_slot(e, c, (uint32_t)e->chunks[c].slot));
-        return ZO_OK;
-    }
-    for (uint32_t s = 0; s < e->n_pslots; s++) {
-        int c = e->pslots[s].chunk;
-        if (c >= 0) e->chunks[c].slot = -1;
-        e->pslots[s].chunk = -1;
-    }
+    for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(eng_publish_chunk(e, c));
     return ZO_OK;
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "engine_tier.h"
 
 static zo_status between_steps(struct zo_engine *e, int id, const char *what)
 {
@@ -44,7 +44,7 @@ zo_status zo_engine_read_state(zo_engine_t e, int id, float *master, float *m, f
     eng_tensor *t = &e->tensors[id];
     float *buf = aligned_alloc(4096, e->state_extent_bytes);
     if (!buf) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_state: allocating a buffer");
-    zo_status st = eng_read_states(e, t->chunk, buf);
+    zo_status st = e->chunks[t->chunk].st->read(e, t->chunk, buf);
     float *dst[3] = {master, m, v};
     for (int i = 0; st == ZO_OK && i < 3; i++)
         if (dst[i]) memcpy(dst[i], buf + (size_t)i * e->chunk_elems + t->off, t->numel * sizeof(float));
@@ -52,44 +52,16 @@ zo_status zo_engine_read_state(zo_engine_t e, int id, float *master, float *m, f
     return st;
 }
 
-/* Store chunk c's states from st (master | m | v at the chunk's stride, a
- * stage: packed here, with the 16-bit parameters in its tail when they live
- * on NVMe): alternate extents first, switched to once both writes are
- * durable. */
-static zo_status store_on_nvme(struct zo_engine *e, uint32_t c, float *st)
-{
-    eng_chunk *k = &e->chunks[c];
-    eng_states_pack(e, k, st);
-    if (e->pswap) {
-        void *p16 = st + 3 * eng_state_stride(e, k);
-        memset(p16, 0, e->chunk_bytes);
-        eng_cast16(e->cfg.param_dtype, st, p16, k->n_elems);
-    }
-    zo_swap_io_t io = NULL, pio = NULL;
-    zo_status s1 = eng_write_alternate(e, c, st, &io, &pio);
-    zo_status s2 = io ? zo_swap_wait(io) : ZO_OK;
-    zo_status s3 = pio ? zo_swap_wait(pio) : ZO_OK;
-    ZO_TRY(s1 < 0 ? s1 : s2 < 0 ? s2 : s3);
-    k->ext_cur = 1 - k->ext_cur;
-    if (e->pswap) k->pext_cur = 1 - k->pext_cur; /* the pair switches together, as a commit does */
-    return ZO_OK;
-}
-
-/* The 16-bit parameters of chunk c from its master weights: the host copies
- * and the device slot (reloaded when parameters live on the device, dropped
- * otherwise: the next fetch loads the new values). */
+/* The 16-bit parameters of chunk c from its master weights: its home's
+ * copies, then the device slot (reloaded when its home keeps it there,
+ * dropped otherwise: the next fetch loads the new values). */
 static zo_status refresh_p16(struct zo_engine *e, uint32_t c, const float *master)
 {
     eng_chunk *k = &e->chunks[c];
-    for (int b = 0; b < e->p16_bufs; b++) eng_cast16(e->cfg.param_dtype, master, k->p16[b], k->n_elems);
+    ZO_TRY(k->pt->write(e, c, master, 0));
     if (k->slot < 0) return ZO_OK;
-    if (e->cfg.param_home == ZO_TIER_DEVICE) {
-        ZO_TRY(eng_load_slot(e, c, (uint32_t)k->slot));
-        return zo_stream_synchronize(e->h2d);
-    }
-    e->pslots[k->slot].chunk = -1;
-    k->slot = -1;
-    return ZO_OK;
+    ZO_TRY(eng_publish_chunk(e, c));
+    return k->pt->resident ? zo_stream_synchronize(e->h2d) : ZO_OK; /* the reload landed */
 }
 
 zo_status zo_engine_write_state(zo_engine_t e, int id, const float *master, const float *m,
@@ -101,12 +73,12 @@ zo_status zo_engine_write_state(zo_engine_t e, int id, const float *master, cons
     ZO_TRY(settle(e));
     eng_tensor *t = &e->tensors[id];
     eng_chunk *k = &e->chunks[t->chunk];
-    float *st = e->swap ? e->stage[0] : k->states; /* the stages are idle between steps */
-    if (e->swap) ZO_TRY(eng_read_states(e, t->chunk, st));
+    float *st;
+    ZO_TRY(k->st->write_begin(e, t->chunk, &st));
     const float *src[3] = {master, m, v};
     for (int i = 0; i < 3; i++)
         if (src[i]) memcpy(st + (size_t)i * e->chunk_elems + t->off, src[i], t->numel * sizeof(float));
-    if (e->swap) ZO_TRY(store_on_nvme(e, t->chunk, st));
+    ZO_TRY(k->st->write_end(e, t->chunk, st));
     return master ? refresh_p16(e, t->chunk, st) : ZO_OK;
 }
 

@@ -1,0 +1,59 @@
+/* The tier tables' registry (by zo_tier), their check, and the flags a plan
+ * asks of them across kinds. Above the tier files (engine_tier_*.c). */
+#include "engine_tier.h"
+
+const eng_param_tier *const eng_param_tiers[ENG_N_TIERS] = {
+    [ZO_TIER_DEVICE] = &eng_param_tier_device,
+    [ZO_TIER_HOST] = &eng_param_tier_host,
+    [ZO_TIER_NVME] = &eng_param_tier_nvme,
+};
+
+const eng_state_tier *const eng_state_tiers[ENG_N_TIERS] = {
+    [ZO_TIER_DEVICE] = &eng_state_tier_device,
+    [ZO_TIER_HOST] = &eng_state_tier_host,
+    [ZO_TIER_NVME] = &eng_state_tier_nvme,
+};
+
+static zo_status bad_table(const char *kind, int t, const char *name, const char *why)
+{
+    return ZO_FAIL(ZO_ERR_INTERNAL, ENG_SUBSYS, "the %s tier table at %d (%s): %s", kind, t,
+                   name ? name : "?", why);
+}
+
+static zo_status check_param_tier(int t, const eng_param_tier *p)
+{
+    if (!p || p->version != ENG_TIER_OPS_VERSION || (int)p->tier != t)
+        return bad_table("parameter", t, p ? p->name : NULL, "missing, of another version, or misfiled");
+    if (!p->account || !p->place || !p->release || !p->write || !p->source || !p->update_out ||
+        !p->commit)
+        return bad_table("parameter", t, p->name, "an operation is missing");
+    return ZO_OK;
+}
+
+static zo_status check_state_tier(int t, const eng_state_tier *s)
+{
+    if (!s || s->version != ENG_TIER_OPS_VERSION || (int)s->tier != t)
+        return bad_table("state", t, s ? s->name : NULL, "missing, of another version, or misfiled");
+    if (!s->account || !s->place || !s->release || !s->init_buf || !s->init || !s->update ||
+        !s->speculate || !s->drain || !s->rollback || !s->discard || !s->commit || !s->read ||
+        !s->write_begin || !s->write_end)
+        return bad_table("state", t, s->name, "an operation is missing");
+    return ZO_OK;
+}
+
+zo_status eng_tiers_check(void)
+{
+    for (int t = 0; t < ENG_N_TIERS; t++) {
+        ZO_TRY(check_param_tier(t, eng_param_tiers[t]));
+        ZO_TRY(check_state_tier(t, eng_state_tiers[t]));
+    }
+    return ZO_OK;
+}
+
+void eng_plan_flags(eng_plan_in *in)
+{
+    for (int t = 0; t < ENG_N_TIERS; t++) {
+        in->host_copies[t] = eng_param_tiers[t]->host_copies;
+        in->p16_behind[t] = eng_state_tiers[t]->p16_behind;
+    }
+}

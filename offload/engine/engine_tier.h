@@ -1,0 +1,175 @@
+/* The engine's tiers behind operations tables, as devices
+ * (kernels/core/device_impl.h) and I/O engines (swap/swap_engine.h) are.
+ * Each chunk has a home for its 16-bit parameters and one for its optimizer
+ * states (master | m | v), chosen at placement; the engine calls the home's
+ * table and never asks which tier it is. Implementations, one file each:
+ * engine_tier_device.c, engine_tier_host.c, engine_tier_nvme.c; the registry
+ * above them in engine_tier.c, shared helpers below them in
+ * engine_tier_common.c.
+ *
+ * Two tables, one per kind of state, because the kinds have different lives:
+ * 16-bit parameters are loaded into device slots and written by the update;
+ * optimizer states are updated, speculated on, rolled back and committed.
+ * A tier implements the kinds it can hold (all three hold both). Where the
+ * two meet (NVMe parameters are written from the NVMe states' stage), the
+ * state table asks the parameter table through update_out and store.
+ *
+ * Adding a tier: fill both tables with named fields and ENG_TIER_OPS_VERSION,
+ * add them to eng_param_tiers / eng_state_tiers (engine_tier.c) under their
+ * zo_tier; eng_tiers_check() refuses an incomplete or mismatched table at
+ * finalize. */
+#ifndef ZO_ENGINE_TIER_H
+#define ZO_ENGINE_TIER_H
+
+#include "engine_internal.h"
+
+#define ENG_TIER_OPS_VERSION 1u
+#define ENG_N_TIERS 3
+
+/* What a tier's byte accounting sees: the packed model, the homes, the
+ * parameter slots (set before the parameter tables are asked). */
+typedef struct eng_plan_in {
+    const zo_engine_config *cfg;
+    uint64_t chunk_bytes, chunk_elems;
+    uint32_t n_chunks, max_cpl;
+    uint64_t pslots;
+    int mode_p16_behind; /* the mode writes 16-bit params behind the fetches */
+    int mode_backups;    /* the mode backs resident states up before speculating */
+    /* per-chunk homes (NULL: every chunk at cfg's param_home / optim_home) */
+    const uint8_t *p16_home, *states_home;
+    /* the tables' flags by home, from the registry (eng_plan_flags) */
+    int host_copies[ENG_N_TIERS], p16_behind[ENG_N_TIERS];
+} eng_plan_in;
+
+typedef struct eng_update_args {
+    float lr, factor;
+    int64_t step;
+    int parity;
+} eng_update_args;
+
+/* A tier holding chunks' 16-bit parameters. */
+typedef struct eng_param_tier {
+    unsigned version; /* ENG_TIER_OPS_VERSION */
+    zo_tier tier;
+    const char *name;
+    int resident;    /* its chunks keep a device slot for good: never evicted, reloaded on publish */
+    int host_copies; /* its chunks have pinned host copies (1 or 2, double-buffered behind fetches) */
+    /* Add the bytes of the chunks homed here, and their staging, to fp. */
+    void (*account)(const eng_plan_in *in, zo_engine_footprint *fp);
+    /* Reserve the home storage of every chunk homed here (after the state tiers placed). */
+    zo_status (*place)(struct zo_engine *e);
+    void (*release)(struct zo_engine *e);
+    /* The chunk's 16-bit copies from its master weights: at placement (init) or
+     * after a checkpoint wrote the states (then the state tier may have stored them). */
+    zo_status (*write)(struct zo_engine *e, uint32_t c, const float *master, int init);
+    /* Where slot s's H2D reads chunk c from, staged first when needed. */
+    zo_status (*source)(struct zo_engine *e, uint32_t c, uint32_t s, const void **src);
+    /* Where the update writes the new values; tail: the NVMe stage's spare room, or NULL. */
+    void *(*update_out)(struct zo_engine *e, uint32_t c, void *tail);
+    /* Store the updated values from src after the update (NULL: the update wrote them home). */
+    zo_status (*store)(struct zo_engine *e, uint32_t c, void *src, zo_swap_io_t *io);
+    /* The update becomes current: updated, it ran; stored, its store landed with the states'. */
+    void (*commit)(struct zo_engine *e, uint32_t c, int updated, int stored);
+    /* Forget loads staged for H2D copies that never ran (an abandoned step), or NULL. */
+    void (*abandon)(struct zo_engine *e);
+} eng_param_tier;
+
+/* A tier holding chunks' optimizer states. */
+typedef struct eng_state_tier {
+    unsigned version; /* ENG_TIER_OPS_VERSION */
+    zo_tier tier;
+    const char *name;
+    int packed;       /* states are packed to the used elements (eng_state_stride) */
+    int p16_behind;   /* the update writes 16-bit params behind the fetches (double-buffered) */
+    int p16_stored;   /* can store 16-bit parameters with the states (update_out's tail) */
+    unsigned needs_caps; /* device capabilities it needs (ZO_DEVCAP_*) */
+    int needs_paths;  /* needs nvme_paths */
+    void (*account)(const eng_plan_in *in, zo_engine_footprint *fp);
+    zo_status (*place)(struct zo_engine *e);
+    void (*release)(struct zo_engine *e);
+    /* A chunk-stride buffer for the initial states, then store them from it. */
+    float *(*init_buf)(struct zo_engine *e, uint32_t c);
+    zo_status (*init)(struct zo_engine *e, uint32_t c, float *buf);
+    /* Update n chunks (all homed here) and store the results behind the committed ones. */
+    zo_status (*update)(struct zo_engine *e, const uint32_t *chunks, uint32_t n, const eng_update_args *u);
+    /* Overlap mode: update chunk c ahead of the verdict; drain what that left in flight. */
+    zo_status (*speculate)(struct zo_engine *e, uint32_t c, const eng_job *j);
+    zo_status (*drain)(struct zo_engine *e);
+    /* Undo a speculative update in place (a backup), forget a stored uncommitted one. */
+    void (*rollback)(struct zo_engine *e, uint32_t c);
+    void (*discard)(struct zo_engine *e, uint32_t c);
+    /* The stored update becomes current; 1 when one was stored. */
+    int (*commit)(struct zo_engine *e, uint32_t c);
+    /* Checkpoints: the latest states at the chunk's stride; an editable copy and its store. */
+    zo_status (*read)(struct zo_engine *e, uint32_t c, float *out);
+    zo_status (*write_begin)(struct zo_engine *e, uint32_t c, float **buf);
+    zo_status (*write_end)(struct zo_engine *e, uint32_t c, float *buf);
+} eng_state_tier;
+
+/* By zo_tier. */
+extern const eng_param_tier *const eng_param_tiers[ENG_N_TIERS];
+extern const eng_state_tier *const eng_state_tiers[ENG_N_TIERS];
+extern const eng_param_tier eng_param_tier_device, eng_param_tier_host, eng_param_tier_nvme;
+extern const eng_state_tier eng_state_tier_device, eng_state_tier_host, eng_state_tier_nvme;
+
+/* NVMe states are packed: master | m | v of a chunk's used elements, each
+ * array starting on a 4 KiB boundary (the stride below), so a step moves
+ * what the chunk holds rather than the whole chunk (a layer's chunk sized
+ * for the embedding may be mostly empty). 16-bit parameters stored with
+ * them start at the stage's offset 3 x stride. Resident states keep the
+ * chunk's stride. */
+static inline size_t eng_state_stride(const struct zo_engine *e, const eng_chunk *k)
+{
+    return k->st->packed ? zo_round_up(k->n_elems, ZO_SWAP_ALIGN / sizeof(float)) : e->chunk_elems;
+}
+
+/* engine_tier.c (the registry) */
+/* Every registered table is complete and of this version. */
+zo_status eng_tiers_check(void);
+/* The tables' flags a plan asks across kinds, into in. */
+void eng_plan_flags(eng_plan_in *in);
+
+/* engine_tier_common.c */
+zo_tier eng_p16_home(const eng_plan_in *in, uint32_t c);
+zo_tier eng_states_home(const eng_plan_in *in, uint32_t c);
+/* Chunks homed at t, for 16-bit params (kind 0) or states (kind 1). */
+uint32_t eng_count_homed(const eng_plan_in *in, int kind, zo_tier t);
+/* Pinned host copies of chunk c's 16-bit parameters. */
+int eng_p16_bufs(const eng_plan_in *in, uint32_t c);
+void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, const eng_update_args *u,
+                   zo_adam_params *p, zo_adam_buffers *b);
+zo_status eng_timed_swap_wait(struct zo_engine *e, zo_swap_io_t io);
+uint16_t eng_from_f32(zo_optim_dtype t, float f);
+/* Zeroed, 4 KiB aligned host memory, counted in the host's high-water mark. */
+zo_status eng_host_alloc(struct zo_engine *e, uint64_t bytes, float **out);
+/* Chunks whose 16-bit parameters (kind 0) or states (kind 1) table is at. */
+uint32_t eng_chunks_at(const struct zo_engine *e, int kind, const void *table);
+/* n pinned slots of slot_bytes from the pool, as one set. */
+zo_status eng_take_pinned(struct zo_engine *e, size_t slot_bytes, size_t n, void **out);
+
+/* engine_tier_host.c: the resident operations the device tier shares */
+void eng_host_p16_account(const eng_plan_in *in, zo_tier t, zo_engine_footprint *fp);
+/* Pinned host copies for the chunks whose parameters self holds. */
+zo_status eng_host_p16_place(struct zo_engine *e, const eng_param_tier *self);
+zo_status eng_host_p16_write(struct zo_engine *e, uint32_t c, const float *master, int init);
+zo_status eng_host_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src);
+void *eng_host_p16_out(struct zo_engine *e, uint32_t c, void *tail);
+void eng_host_p16_commit(struct zo_engine *e, uint32_t c, int updated, int stored);
+/* The backups of the chunks homed at t (to fp); returns the bytes of their states. */
+uint64_t eng_resident_account(const eng_plan_in *in, zo_tier t, zo_engine_footprint *fp);
+/* The chunks self holds get their states from base (and backups, host memory, in *backups). */
+zo_status eng_resident_place(struct zo_engine *e, const eng_state_tier *self, float *base, float **backups);
+float *eng_resident_init_buf(struct zo_engine *e, uint32_t c);
+zo_status eng_resident_init(struct zo_engine *e, uint32_t c, float *buf);
+zo_status eng_resident_update(struct zo_engine *e, const uint32_t *chunks, uint32_t n,
+                              const eng_update_args *u);
+zo_status eng_resident_speculate(struct zo_engine *e, uint32_t c, const eng_job *j);
+zo_status eng_resident_drain(struct zo_engine *e);
+void eng_resident_rollback(struct zo_engine *e, uint32_t c);
+void eng_resident_discard(struct zo_engine *e, uint32_t c);
+int eng_resident_commit(struct zo_engine *e, uint32_t c);
+zo_status eng_resident_read(struct zo_engine *e, uint32_t c, float *out);
+zo_status eng_resident_write_begin(struct zo_engine *e, uint32_t c, float **buf);
+zo_status eng_resident_write_end(struct zo_engine *e, uint32_t c, float *buf);
+
+#endif

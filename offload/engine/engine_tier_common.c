@@ -1,0 +1,104 @@
+/* What the tiers share: the home of a chunk in a plan, the count of chunks
+ * homed at a tier, Adam's arguments over a chunk's states, host and pinned
+ * allocations, timed NVMe waits. Below every tier file; calls only
+ * engine_trace.c. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_tier.h"
+#include "zo/half.h"
+
+zo_tier eng_p16_home(const eng_plan_in *in, uint32_t c)
+{
+    return in->p16_home ? (zo_tier)in->p16_home[c] : in->cfg->param_home;
+}
+
+zo_tier eng_states_home(const eng_plan_in *in, uint32_t c)
+{
+    return in->states_home ? (zo_tier)in->states_home[c] : in->cfg->optim_home;
+}
+
+uint32_t eng_count_homed(const eng_plan_in *in, int kind, zo_tier t)
+{
+    uint32_t n = 0;
+    for (uint32_t c = 0; c < in->n_chunks; c++) n += (kind ? eng_states_home(in, c) : eng_p16_home(in, c)) == t;
+    return n;
+}
+
+/* None without host copies; two (current and next) when the update writes
+ * them behind the fetches (the states' tier or the mode says), else one. */
+int eng_p16_bufs(const eng_plan_in *in, uint32_t c)
+{
+    if (!in->host_copies[eng_p16_home(in, c)]) return 0;
+    return in->p16_behind[eng_states_home(in, c)] || in->mode_p16_behind ? 2 : 1;
+}
+
+void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, const eng_update_args *u,
+                   zo_adam_params *p, zo_adam_buffers *b)
+{
+    *p = e->cfg.adam;
+    p->struct_size = sizeof *p;
+    p->lr = u->lr;
+    p->step = u->step;
+    p->grad_scale = u->factor;
+    zo_adam_buffers init = ZO_ADAM_BUFFERS_INIT;
+    *b = init;
+    b->n = k->n_elems;
+    if (e->cfg.grad_accum_steps > 1) {
+        b->grad = k->acc[u->parity];
+        b->grad_type = ZO_OPTIM_FP32;
+    } else {
+        b->grad = k->g16[u->parity];
+        b->grad_type = e->cfg.param_dtype;
+    }
+    const size_t stride = eng_state_stride(e, k); /* packed in an NVMe stage */
+    b->master = st;
+    b->m = st + stride;
+    b->v = st + 2 * stride;
+    b->out = k->pt->update_out(e, (uint32_t)(k - e->chunks), st + 3 * stride);
+    b->out_type = e->cfg.param_dtype;
+}
+
+zo_status eng_timed_swap_wait(struct zo_engine *e, zo_swap_io_t io)
+{
+    uint64_t t0 = zo_now_ns();
+    zo_status st = zo_swap_wait(io);
+    atomic_fetch_add(&e->nvme_ns, zo_now_ns() - t0);
+    return st;
+}
+
+uint16_t eng_from_f32(zo_optim_dtype t, float f)
+{
+    return t == ZO_OPTIM_FP16 ? zo_f32_to_f16(f) : zo_f32_to_bf16(f);
+}
+
+zo_status eng_host_alloc(struct zo_engine *e, uint64_t bytes, float **out)
+{
+    *out = NULL;
+    if (!bytes) return ZO_OK;
+    void *p = aligned_alloc(4096, zo_round_up(bytes, 4096));
+    if (!p) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %" PRIu64 " bytes of host memory", bytes);
+    memset(p, 0, bytes);
+    e->host_bytes += bytes;
+    if (e->host_bytes > e->host_high) e->host_high = e->host_bytes;
+    *out = p;
+    return ZO_OK;
+}
+
+zo_status eng_take_pinned(struct zo_engine *e, size_t slot_bytes, size_t n, void **out)
+{
+    if (!n) return ZO_OK;
+    int set;
+    ZO_TRY(zo_hostpool_add_slots(e->pool, slot_bytes, n, &set));
+    for (size_t i = 0; i < n; i++) ZO_TRY(zo_hostpool_slot_alloc(e->pool, set, &out[i]));
+    return ZO_OK;
+}
+
+uint32_t eng_chunks_at(const struct zo_engine *e, int kind, const void *table)
+{
+    uint32_t n = 0;
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        n += (kind ? (const void *)e->chunks[c].st : (const void *)e->chunks[c].pt) == table;
+    return n;
+}

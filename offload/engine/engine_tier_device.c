@@ -1,0 +1,80 @@
+/* The device tier: 16-bit parameters that keep a device slot each for the
+ * whole run (loaded at placement, reloaded after every committed update,
+ * never evicted), with the host tier's pinned copies behind them for the
+ * update to write; optimizer states resident in device memory, which the
+ * CPU optimizer updates in place (host-addressable devices only, checked at
+ * init). */
+#include <stdlib.h>
+
+#include "engine_tier.h"
+
+static void device_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
+{
+    eng_host_p16_account(in, ZO_TIER_DEVICE, fp); /* the slots are counted with the device's */
+}
+
+static zo_status device_p16_place(struct zo_engine *e) { return eng_host_p16_place(e, &eng_param_tier_device); }
+
+static void device_p16_release(struct zo_engine *e) { (void)e; }
+
+const eng_param_tier eng_param_tier_device = {
+    .version = ENG_TIER_OPS_VERSION,
+    .tier = ZO_TIER_DEVICE,
+    .name = "device",
+    .resident = 1,
+    .host_copies = 1,
+    .account = device_p16_account,
+    .place = device_p16_place,
+    .release = device_p16_release,
+    .write = eng_host_p16_write,
+    .source = eng_host_p16_source,
+    .update_out = eng_host_p16_out,
+    .store = NULL,
+    .commit = eng_host_p16_commit,
+    .abandon = NULL,
+};
+
+static void device_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
+{
+    fp->device += eng_resident_account(in, ZO_TIER_DEVICE, fp);
+}
+
+static zo_status device_states_place(struct zo_engine *e)
+{
+    uint64_t n = eng_chunks_at(e, 1, &eng_state_tier_device);
+    ZO_TRY(zo_device_malloc(e->dev, (size_t)n * 3 * e->chunk_elems * sizeof(float), &e->dev_states));
+    return eng_resident_place(e, &eng_state_tier_device, e->dev_states, &e->dev_backup);
+}
+
+static void device_states_release(struct zo_engine *e)
+{
+    zo_device_mfree(e->dev, e->dev_states);
+    free(e->dev_backup);
+    e->dev_states = NULL;
+    e->dev_backup = NULL;
+}
+
+const eng_state_tier eng_state_tier_device = {
+    .version = ENG_TIER_OPS_VERSION,
+    .tier = ZO_TIER_DEVICE,
+    .name = "device",
+    .packed = 0,
+    .p16_behind = 0,
+    .p16_stored = 0,
+    .needs_caps = ZO_DEVCAP_HOST_ADDRESSABLE,
+    .needs_paths = 0,
+    .account = device_states_account,
+    .place = device_states_place,
+    .release = device_states_release,
+    .init_buf = eng_resident_init_buf,
+    .init = eng_resident_init,
+    .update = eng_resident_update,
+    .speculate = eng_resident_speculate,
+    .drain = eng_resident_drain,
+    .rollback = eng_resident_rollback,
+    .discard = eng_resident_discard,
+    .commit = eng_resident_commit,
+    .read = eng_resident_read,
+    .write_begin = eng_resident_write_begin,
+    .write_end = eng_resident_write_end,
+};

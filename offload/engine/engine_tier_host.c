@@ -1,0 +1,253 @@
+/* The host tier: 16-bit parameters in pinned host copies (one, or two when
+ * the update writes them behind the fetches) that the device slots cache;
+ * optimizer states resident in pageable host memory, updated in place by
+ * the CPU optimizer (backed up first in overlap mode). The resident
+ * operations are shared with the device tier (engine_tier_device.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_tier.h"
+
+/* ---- 16-bit parameters ---- */
+
+void eng_host_p16_account(const eng_plan_in *in, zo_tier t, zo_engine_footprint *fp)
+{
+    for (uint32_t c = 0; c < in->n_chunks; c++)
+        if (eng_p16_home(in, c) == t) fp->pinned += (uint64_t)eng_p16_bufs(in, c) * in->chunk_bytes;
+}
+
+/* One set of slots, buffer by buffer and chunk by chunk within. */
+zo_status eng_host_p16_place(struct zo_engine *e, const eng_param_tier *self)
+{
+    size_t n = 0;
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        if (e->chunks[c].pt == self) n += (size_t)e->chunks[c].p16_bufs;
+    void **tmp = calloc(n ? n : 1, sizeof *tmp);
+    if (!tmp) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
+    zo_status st = eng_take_pinned(e, e->chunk_bytes, n, tmp);
+    size_t i = 0;
+    for (int b = 0; st == ZO_OK && b < 2; b++)
+        for (uint32_t c = 0; c < e->n_chunks; c++)
+            if (e->chunks[c].pt == self && e->chunks[c].p16_bufs > b) e->chunks[c].p16[b] = tmp[i++];
+    free(tmp);
+    return st;
+}
+
+zo_status eng_host_p16_write(struct zo_engine *e, uint32_t c, const float *master, int init)
+{
+    eng_chunk *k = &e->chunks[c];
+    for (int b = 0; b < k->p16_bufs; b++) {
+        if (init) memset(k->p16[b], 0, e->chunk_bytes);
+        eng_cast16(e->cfg.param_dtype, master, k->p16[b], k->n_elems);
+    }
+    return ZO_OK;
+}
+
+zo_status eng_host_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
+{
+    (void)s;
+    eng_chunk *k = &e->chunks[c];
+    *src = k->p16[k->p16_cur];
+    return ZO_OK;
+}
+
+/* The next buffer when double-buffered (committed later), else in place. */
+void *eng_host_p16_out(struct zo_engine *e, uint32_t c, void *tail)
+{
+    (void)tail;
+    eng_chunk *k = &e->chunks[c];
+    return k->p16_bufs == 2 ? k->p16[1 - k->p16_cur] : k->p16[k->p16_cur];
+}
+
+/* Not when the update was skipped: the next buffer then holds nothing new. */
+void eng_host_p16_commit(struct zo_engine *e, uint32_t c, int updated, int stored)
+{
+    (void)stored;
+    eng_chunk *k = &e->chunks[c];
+    if (k->p16_bufs == 2 && updated) k->p16_cur = 1 - k->p16_cur;
+}
+
+static void host_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
+{
+    eng_host_p16_account(in, ZO_TIER_HOST, fp);
+}
+
+static zo_status host_p16_place(struct zo_engine *e) { return eng_host_p16_place(e, &eng_param_tier_host); }
+
+static void host_p16_release(struct zo_engine *e) { (void)e; } /* the pool goes with the engine's */
+
+const eng_param_tier eng_param_tier_host = {
+    .version = ENG_TIER_OPS_VERSION,
+    .tier = ZO_TIER_HOST,
+    .name = "host",
+    .resident = 0,
+    .host_copies = 1,
+    .account = host_p16_account,
+    .place = host_p16_place,
+    .release = host_p16_release,
+    .write = eng_host_p16_write,
+    .source = eng_host_p16_source,
+    .update_out = eng_host_p16_out,
+    .store = NULL,
+    .commit = eng_host_p16_commit,
+    .abandon = NULL,
+};
+
+/* ---- optimizer states ---- */
+
+uint64_t eng_resident_account(const eng_plan_in *in, zo_tier t, zo_engine_footprint *fp)
+{
+    uint64_t per = 3 * in->chunk_elems * sizeof(float), bytes = 0;
+    for (uint32_t c = 0; c < in->n_chunks; c++)
+        if (eng_states_home(in, c) == t) bytes += per;
+    if (in->mode_backups) fp->host += bytes;
+    return bytes;
+}
+
+zo_status eng_resident_place(struct zo_engine *e, const eng_state_tier *self, float *base, float **backups)
+{
+    uint64_t per = 3 * e->chunk_elems;
+    uint64_t n = eng_chunks_at(e, 1, self);
+    if (e->mode->backups) ZO_TRY(eng_host_alloc(e, n * per * sizeof(float), backups));
+    uint64_t i = 0;
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        if (k->st != self) continue;
+        k->states = base + i * per;
+        if (*backups) k->backup = *backups + i * per;
+        i++;
+    }
+    return ZO_OK;
+}
+
+float *eng_resident_init_buf(struct zo_engine *e, uint32_t c) { return e->chunks[c].states; }
+
+zo_status eng_resident_init(struct zo_engine *e, uint32_t c, float *buf)
+{
+    (void)e, (void)c, (void)buf; /* filled in place */
+    return ZO_OK;
+}
+
+zo_status eng_resident_update(struct zo_engine *e, const uint32_t *chunks, uint32_t n,
+                              const eng_update_args *u)
+{
+    zo_optim_job_t *jobs = calloc(n ? n : 1, sizeof *jobs);
+    if (!jobs) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %u job handles", n);
+    zo_status st = ZO_OK;
+    uint32_t queued = 0;
+    for (; queued < n; queued++) {
+        eng_chunk *k = &e->chunks[chunks[queued]];
+        zo_adam_params p;
+        zo_adam_buffers b;
+        eng_adam_args(e, k, k->states, u, &p, &b);
+        st = zo_optim_pool_adam_enqueue(e->opool, &p, &b, &jobs[queued]);
+        if (st < 0) break;
+    }
+    for (uint32_t i = 0; i < queued; i++) {
+        zo_status w = zo_optim_job_wait(jobs[i], NULL);
+        if (st == ZO_OK && w < 0) st = w;
+    }
+    free(jobs);
+    return st;
+}
+
+zo_status eng_resident_speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
+{
+    eng_chunk *k = &e->chunks[c];
+    memcpy(k->backup, k->states, 3 * e->chunk_elems * sizeof(float));
+    eng_update_args u = {j->lr, j->factor, j->step, j->parity};
+    zo_adam_params p;
+    zo_adam_buffers b;
+    eng_adam_args(e, k, k->states, &u, &p, &b);
+    return zo_optim_pool_adam_step(e->opool, &p, &b);
+}
+
+zo_status eng_resident_drain(struct zo_engine *e)
+{
+    (void)e;
+    return ZO_OK;
+}
+
+/* From the backup; the single-buffered 16-bit copy is recomputed, since it
+ * is always the rounded master. */
+void eng_resident_rollback(struct zo_engine *e, uint32_t c)
+{
+    eng_chunk *k = &e->chunks[c];
+    if (!k->spec_done || !k->backup) return;
+    memcpy(k->states, k->backup, 3 * e->chunk_elems * sizeof(float));
+    if (k->p16_bufs == 1) {
+        uint16_t *p = k->p16[k->p16_cur];
+        for (size_t i = 0; i < k->n_elems; i++) p[i] = eng_from_f32(e->cfg.param_dtype, k->states[i]);
+    }
+    k->spec_done = 0;
+}
+
+void eng_resident_discard(struct zo_engine *e, uint32_t c) { (void)e, (void)c; }
+
+int eng_resident_commit(struct zo_engine *e, uint32_t c)
+{
+    (void)e, (void)c; /* updated in place */
+    return 0;
+}
+
+zo_status eng_resident_read(struct zo_engine *e, uint32_t c, float *out)
+{
+    memcpy(out, e->chunks[c].states, 3 * e->chunk_elems * sizeof(float));
+    return ZO_OK;
+}
+
+zo_status eng_resident_write_begin(struct zo_engine *e, uint32_t c, float **buf)
+{
+    *buf = e->chunks[c].states;
+    return ZO_OK;
+}
+
+zo_status eng_resident_write_end(struct zo_engine *e, uint32_t c, float *buf)
+{
+    (void)e, (void)c, (void)buf; /* written in place */
+    return ZO_OK;
+}
+
+static void host_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
+{
+    fp->host += eng_resident_account(in, ZO_TIER_HOST, fp);
+}
+
+static zo_status host_states_place(struct zo_engine *e)
+{
+    uint64_t n = eng_chunks_at(e, 1, &eng_state_tier_host);
+    ZO_TRY(eng_host_alloc(e, n * 3 * e->chunk_elems * sizeof(float), &e->host_states));
+    return eng_resident_place(e, &eng_state_tier_host, e->host_states, &e->host_backup);
+}
+
+static void host_states_release(struct zo_engine *e)
+{
+    free(e->host_states);
+    free(e->host_backup);
+    e->host_states = e->host_backup = NULL;
+}
+
+const eng_state_tier eng_state_tier_host = {
+    .version = ENG_TIER_OPS_VERSION,
+    .tier = ZO_TIER_HOST,
+    .name = "host",
+    .packed = 0,
+    .p16_behind = 0,
+    .p16_stored = 0,
+    .needs_caps = 0,
+    .needs_paths = 0,
+    .account = host_states_account,
+    .place = host_states_place,
+    .release = host_states_release,
+    .init_buf = eng_resident_init_buf,
+    .init = eng_resident_init,
+    .update = eng_resident_update,
+    .speculate = eng_resident_speculate,
+    .drain = eng_resident_drain,
+    .rollback = eng_resident_rollback,
+    .discard = eng_resident_discard,
+    .commit = eng_resident_commit,
+    .read = eng_resident_read,
+    .write_begin = eng_resident_write_begin,
+    .write_end = eng_resident_write_end,
+};

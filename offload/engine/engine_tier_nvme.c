@@ -1,0 +1,539 @@
+/* The NVMe tier: optimizer states (and, with them, 16-bit parameters) in
+ * checksummed extents of swap stores, two per chunk (current and
+ * alternate: an update is written beside the committed states and switched
+ * to at commit). Pinned staging sized by the chunks homed here: three stages
+ * for the update pipeline (read chunk i+2 while updating i+1 and writing i),
+ * a twin per device slot for parameter loads. In overlap mode the
+ * speculative updates run through the stages as the gradients arrive. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_tier.h"
+
+static uint64_t state_io_bytes(const eng_chunk *k) { return zo_engine_nvme_state_bytes(k->n_elems); }
+
+/* A swap store of two extents per chunk of `extent` bytes each. */
+static zo_status open_store(struct zo_engine *e, uint64_t extent, uint32_t n, const char *suffix, zo_swap_t *out)
+{
+    zo_swap_config sc = ZO_SWAP_CONFIG_INIT;
+    char name[128];
+    snprintf(name, sizeof name, "%s%s", e->cfg.nvme_name, suffix);
+    sc.paths = e->cfg.nvme_paths;
+    sc.npaths = e->cfg.n_nvme_paths;
+    sc.capacity = 2ull * n * extent;
+    sc.extent_bytes = extent;
+    sc.engine = e->cfg.nvme_engine;
+    sc.name = name;
+    sc.faults = e->cfg.nvme_faults;
+    sc.nfaults = e->cfg.n_nvme_faults;
+    if (e->cfg.nvme_queue_depth) sc.queue_depth = e->cfg.nvme_queue_depth;
+    if (e->cfg.nvme_block_size) sc.block_size = e->cfg.nvme_block_size;
+    return zo_swap_open(&sc, out);
+}
+
+static void states_unpack(const struct zo_engine *e, const eng_chunk *k, float *buf)
+{
+    const size_t S = eng_state_stride(e, k), C = e->chunk_elems;
+    if (S == C) return;
+    memmove(buf + 2 * C, buf + 2 * S, k->n_elems * sizeof(float)); /* v first: it moves furthest */
+    memmove(buf + C, buf + S, k->n_elems * sizeof(float));
+    memset(buf + k->n_elems, 0, (C - k->n_elems) * sizeof(float)); /* the gaps hold nothing */
+    memset(buf + C + k->n_elems, 0, (C - k->n_elems) * sizeof(float));
+    memset(buf + 2 * C + k->n_elems, 0, (C - k->n_elems) * sizeof(float));
+}
+
+static void states_pack(const struct zo_engine *e, const eng_chunk *k, float *buf)
+{
+    const size_t S = eng_state_stride(e, k), C = e->chunk_elems;
+    if (S == C) return;
+    memmove(buf + S, buf + C, k->n_elems * sizeof(float)); /* m first: it moves down into free space */
+    memmove(buf + 2 * S, buf + 2 * C, k->n_elems * sizeof(float));
+    memset(buf + k->n_elems, 0, (S - k->n_elems) * sizeof(float)); /* the padding to each 4 KiB boundary */
+    memset(buf + S + k->n_elems, 0, (S - k->n_elems) * sizeof(float));
+    memset(buf + 2 * S + k->n_elems, 0, (S - k->n_elems) * sizeof(float));
+}
+
+/* The latest master | m | v of chunk c (including an update not committed
+ * yet) into out (state_extent_bytes, 4 KiB aligned), at the chunk's stride
+ * (unpacked when read from NVMe). */
+static zo_status nvme_read(struct zo_engine *e, uint32_t c, float *out)
+{
+    eng_chunk *k = &e->chunks[c];
+    int x = k->alt_valid ? 1 - k->ext_cur : k->ext_cur;
+    ZO_TRY(zo_swap_read(e->swap, k->ext[x], out, state_io_bytes(k), k->gen[x]));
+    states_unpack(e, k, out);
+    return ZO_OK;
+}
+
+static zo_status read_current(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io)
+{
+    eng_chunk *k = &e->chunks[c];
+    return eng_swap_async(e, 0, 0, c, k->ext[k->ext_cur], buf, state_io_bytes(k), k->gen[k->ext_cur],
+                          io);
+}
+
+/* Write the updated states (and, when they live on NVMe, the new 16-bit
+ * parameters from the stage's tail) to the alternate extents. */
+static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
+                               zo_swap_io_t *pio)
+{
+    eng_chunk *k = &e->chunks[c];
+    int alt = 1 - k->ext_cur;
+    k->gen[alt] = k->gen[k->ext_cur] + 1;
+    ZO_TRY(eng_swap_async(e, 1, 0, c, k->ext[alt], buf, state_io_bytes(k), k->gen[alt], io));
+    if (!k->pt->store) return ZO_OK;
+    return k->pt->store(e, c, buf + 3 * eng_state_stride(e, k), pio);
+}
+
+/* ---- the speculative pipeline (overlap mode) ---- */
+
+/* Wait for the stage's writes; the chunk's alternate extents count as
+ * written only once both landed. */
+static zo_status spec_finish_write(struct zo_engine *e, unsigned s)
+{
+    eng_spec_pipe *p = &e->spec;
+    if (p->wr_chunk[s] < 0) return ZO_OK;
+    zo_status st = eng_timed_swap_wait(e, p->wr[s]);
+    zo_status st2 = eng_timed_swap_wait(e, p->pwr[s]);
+    if (st == ZO_OK && st2 == ZO_OK) e->chunks[p->wr_chunk[s]].alt_valid = 1;
+    p->wr[s] = p->pwr[s] = NULL;
+    p->wr_chunk[s] = -1;
+    return st < 0 ? st : st2;
+}
+
+static void spec_drop_read(struct zo_engine *e, unsigned s)
+{
+    if (e->spec.rd_chunk[s] < 0) return;
+    zo_swap_wait(e->spec.rd[s]); /* a read ahead nobody used */
+    e->spec.rd[s] = NULL;
+    e->spec.rd_chunk[s] = -1;
+}
+
+static zo_status spec_start_read(struct zo_engine *e, uint32_t c, unsigned *out)
+{
+    eng_spec_pipe *p = &e->spec;
+    unsigned s = p->next;
+    p->next = (p->next + 1) % ENG_NVME_STAGES;
+    ZO_TRY(spec_finish_write(e, s));
+    spec_drop_read(e, s);
+    ZO_TRY(read_current(e, c, e->stage[s], &p->rd[s]));
+    p->rd_chunk[s] = (int)c;
+    *out = s;
+    return ZO_OK;
+}
+
+static int spec_stage_of(struct zo_engine *e, uint32_t c)
+{
+    for (unsigned s = 0; s < ENG_NVME_STAGES; s++)
+        if (e->spec.rd_chunk[s] == (int)c) return (int)s;
+    return -1;
+}
+
+/* The chunk of the next queued job that will update, or -1. */
+static int next_spec_chunk(struct zo_engine *e)
+{
+    int c = -1;
+    pthread_mutex_lock(&e->mu);
+    for (eng_job *j = e->qhead; j; j = j->next)
+        if (j->last && e->chunks[j->chunk].st == &eng_state_tier_nvme) {
+            c = j->chunk;
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+    return c;
+}
+
+/* Speculative update of chunk c through NVMe: its states were (or are now)
+ * read into a stage; the next updating chunk's read is started before this
+ * one is computed; the writes go out behind. */
+static zo_status nvme_speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
+{
+    int s = spec_stage_of(e, c);
+    if (s < 0) {
+        unsigned u;
+        ZO_TRY(spec_start_read(e, c, &u));
+        s = (int)u;
+    }
+    int c2 = next_spec_chunk(e);
+    if (c2 >= 0 && spec_stage_of(e, (uint32_t)c2) < 0) {
+        unsigned u;
+        ZO_TRY(spec_start_read(e, (uint32_t)c2, &u));
+    }
+    eng_spec_pipe *p = &e->spec;
+    zo_status st = eng_timed_swap_wait(e, p->rd[s]);
+    p->rd[s] = NULL;
+    p->rd_chunk[s] = -1;
+    ZO_TRY(st);
+    eng_update_args u = {j->lr, j->factor, j->step, j->parity};
+    zo_adam_params ap;
+    zo_adam_buffers b;
+    eng_adam_args(e, &e->chunks[c], e->stage[s], &u, &ap, &b);
+    ZO_TRY(zo_optim_pool_adam_step(e->opool, &ap, &b));
+    st = write_alternate(e, c, e->stage[s], &p->wr[s], &p->pwr[s]);
+    p->wr_chunk[s] = (int)c;
+    return st;
+}
+
+/* Wait for everything the pipeline has in flight (after the job thread is
+ * idle); returns the first failed write. */
+static zo_status spec_drain(struct zo_engine *e)
+{
+    zo_status st = ZO_OK;
+    for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
+        spec_drop_read(e, s);
+        zo_status w = spec_finish_write(e, s);
+        if (st == ZO_OK && w < 0) st = w;
+    }
+    e->spec.next = 0;
+    return st;
+}
+
+/* ---- the update pipeline ---- */
+
+/* The update of every chunk through NVMe, on zo_swap_pipeline_run's
+ * schedule: a chunk's states are read into a stage two chunks ahead,
+ * updated there and written to the alternate extents from it. */
+typedef struct nvme_pipe {
+    struct zo_engine *e;
+    const uint32_t *chunks; /* the i-th of the pipeline's chunks */
+    const eng_update_args *u;
+    zo_swap_io_t rd[ENG_NVME_STAGES], wr[ENG_NVME_STAGES], pwr[ENG_NVME_STAGES];
+} nvme_pipe;
+
+static zo_status pipe_wait(nvme_pipe *pp, zo_swap_io_t *io)
+{
+    if (!*io) return ZO_OK;
+    zo_status st = eng_timed_swap_wait(pp->e, *io);
+    *io = NULL;
+    return st;
+}
+
+static zo_status pipe_read(void *user, uint32_t c, unsigned s) /* c: the i-th */
+{
+    nvme_pipe *pp = user;
+    return read_current(pp->e, pp->chunks[c], pp->e->stage[s], &pp->rd[s]);
+}
+
+static zo_status pipe_update(void *user, uint32_t i, unsigned s)
+{
+    nvme_pipe *pp = user;
+    struct zo_engine *e = pp->e;
+    uint32_t c = pp->chunks[i];
+    ZO_TRY(pipe_wait(pp, &pp->rd[s]));
+    zo_adam_params p;
+    zo_adam_buffers b;
+    eng_adam_args(e, &e->chunks[c], e->stage[s], pp->u, &p, &b);
+    ZO_TRY(zo_optim_pool_adam_step(e->opool, &p, &b));
+    return write_alternate(e, c, e->stage[s], &pp->wr[s], &pp->pwr[s]);
+}
+
+/* Every ticket is waited for, whatever failed first. */
+static zo_status pipe_drain(void *user, unsigned s)
+{
+    nvme_pipe *pp = user;
+    zo_status a = pipe_wait(pp, &pp->rd[s]);
+    zo_status b = pipe_wait(pp, &pp->wr[s]);
+    zo_status c = pipe_wait(pp, &pp->pwr[s]);
+    return a < 0 ? a : b < 0 ? b : c;
+}
+
+static zo_status nvme_update(struct zo_engine *e, const uint32_t *chunks, uint32_t n,
+                             const eng_update_args *u)
+{
+    static const zo_swap_pipeline_ops ops = {pipe_read, pipe_update, pipe_drain};
+    nvme_pipe pp = {e, chunks, u, {0}, {0}, {0}};
+    zo_status st = zo_swap_pipeline_run(n, ENG_NVME_STAGES, &ops, &pp);
+    if (st < 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", zo_last_error());
+        return ZO_FAIL(st, ENG_SUBSYS, "updating the optimizer states on NVMe: %s", why);
+    }
+    for (uint32_t i = 0; i < n; i++) e->chunks[chunks[i]].alt_valid = 1;
+    return ZO_OK;
+}
+
+/* ---- parameter loads ---- */
+
+typedef struct ticket_arg {
+    struct zo_engine *e;
+    eng_pslot *p;
+} ticket_arg;
+
+/* On the h2d stream: the NVMe read into the staging twin must land first. */
+static zo_status wait_ticket(void *arg)
+{
+    ticket_arg *t = arg;
+    zo_swap_io_t io = atomic_exchange(&t->p->io, NULL);
+    if (!io) return ZO_OK;
+    uint64_t t0 = zo_now_ns();
+    zo_status st = zo_swap_wait(io);
+    atomic_fetch_add(&t->e->nvme_ns, zo_now_ns() - t0);
+    return st;
+}
+
+/* Wait for reads whose h2d task never ran (a failed stream task); only with
+ * the h2d stream idle. */
+static void drop_tickets(struct zo_engine *e)
+{
+    for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++) {
+        zo_swap_io_t io = atomic_exchange(&e->pslots[s].io, NULL);
+        if (io) zo_swap_wait(io);
+    }
+}
+
+/* NVMe -> the slot's pinned staging twin, then (on the h2d stream, once the
+ * read has landed) the H2D. */
+static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, eng_pslot *p)
+{
+    ZO_TRY(zo_event_synchronize(p->ready)); /* the twin's previous H2D is done */
+    zo_swap_io_t io = atomic_exchange(&p->io, NULL);
+    if (io) zo_swap_wait(io); /* its h2d task never ran: the failure was reported then */
+    io = NULL;
+    ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[k->pext_cur], p->stage,
+                          e->chunk_bytes, k->pgen[k->pext_cur], &io));
+    atomic_store(&p->io, io);
+    ticket_arg t = {e, p};
+    zo_status st = zo_stream_enqueue(e->h2d, wait_ticket, &t, sizeof t);
+    if (st < 0) { /* never leave a ticket behind */
+        io = atomic_exchange(&p->io, NULL);
+        if (io) zo_swap_wait(io);
+    }
+    return st;
+}
+
+/* Store chunk c's states from st (master | m | v at the chunk's stride, a
+ * stage: packed here, with the 16-bit parameters in its tail when they live
+ * on NVMe): alternate extents first, switched to once both writes are
+ * durable. */
+static zo_status nvme_write_end(struct zo_engine *e, uint32_t c, float *st)
+{
+    eng_chunk *k = &e->chunks[c];
+    states_pack(e, k, st);
+    if (k->pt->store) {
+        void *p16 = st + 3 * eng_state_stride(e, k);
+        memset(p16, 0, e->chunk_bytes);
+        eng_cast16(e->cfg.param_dtype, st, p16, k->n_elems);
+    }
+    zo_swap_io_t io = NULL, pio = NULL;
+    zo_status s1 = write_alternate(e, c, st, &io, &pio);
+    zo_status s2 = io ? zo_swap_wait(io) : ZO_OK;
+    zo_status s3 = pio ? zo_swap_wait(pio) : ZO_OK;
+    ZO_TRY(s1 < 0 ? s1 : s2 < 0 ? s2 : s3);
+    k->ext_cur = 1 - k->ext_cur;
+    k->pt->commit(e, c, 0, 1); /* the pair switches together, as a commit does */
+    return ZO_OK;
+}
+
+/* ---- 16-bit parameters ---- */
+
+/* Whether any chunk homed in the plan keeps its 16-bit parameters here. */
+static uint32_t p16_homed(const eng_plan_in *in) { return eng_count_homed(in, 0, ZO_TIER_NVME); }
+
+static void nvme_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
+{
+    uint32_t n = p16_homed(in);
+    if (!n) return;
+    fp->pinned += in->pslots * in->chunk_bytes; /* a staging twin per slot */
+    fp->nvme += 2ull * n * in->chunk_bytes;
+}
+
+static zo_status nvme_p16_place(struct zo_engine *e)
+{
+    uint32_t n = eng_chunks_at(e, 0, &eng_param_tier_nvme);
+    void **tmp = calloc(e->n_pslots ? e->n_pslots : 1, sizeof *tmp);
+    if (!tmp) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
+    zo_status st = eng_take_pinned(e, e->chunk_bytes, e->n_pslots, tmp);
+    for (uint32_t s = 0; st == ZO_OK && s < e->n_pslots; s++) e->pslots[s].stage = tmp[s];
+    free(tmp);
+    ZO_TRY(st);
+    ZO_TRY(open_store(e, e->chunk_bytes, n, "-p16", &e->pswap));
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        for (int i = 0; e->chunks[c].pt == &eng_param_tier_nvme && i < 2; i++)
+            ZO_TRY(zo_swap_alloc_extent(e->pswap, 2ull * c + (uint64_t)i, &e->chunks[c].pext[i]));
+    for (int i = 0; e->stage[0] && i < (int)ENG_NVME_STAGES; i++)
+        ZO_TRY(zo_swap_register_buffer(e->pswap, e->stage[i], e->stage_bytes));
+    for (uint32_t s = 0; s < e->n_pslots; s++)
+        ZO_TRY(zo_swap_register_buffer(e->pswap, e->pslots[s].stage, e->chunk_bytes));
+    return ZO_OK;
+}
+
+static void nvme_p16_release(struct zo_engine *e)
+{
+    if (!e->pswap) return;
+    drop_tickets(e);
+    for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
+        if (e->stage[i]) zo_swap_unregister_buffer(e->pswap, e->stage[i]);
+    for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++)
+        if (e->pslots[s].stage) zo_swap_unregister_buffer(e->pswap, e->pslots[s].stage);
+    zo_swap_close(e->pswap);
+    e->pswap = NULL;
+}
+
+/* At placement, through the stage's spare room (the states' init left the
+ * master there); after a checkpoint, the states' store wrote them. */
+static zo_status nvme_p16_write(struct zo_engine *e, uint32_t c, const float *master, int init)
+{
+    if (!init) return ZO_OK;
+    eng_chunk *k = &e->chunks[c];
+    void *p16 = (char *)e->stage[0] + e->state_extent_bytes;
+    memset(p16, 0, e->chunk_bytes);
+    eng_cast16(e->cfg.param_dtype, master, p16, k->n_elems);
+    k->pgen[0] = 1;
+    return zo_swap_write(e->pswap, k->pext[0], p16, e->chunk_bytes, k->pgen[0]);
+}
+
+static zo_status nvme_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
+{
+    eng_pslot *p = &e->pslots[s];
+    ZO_TRY(stage_from_nvme(e, &e->chunks[c], p));
+    *src = p->stage;
+    return ZO_OK;
+}
+
+/* The update writes them into the stage's spare room, behind the states. */
+static void *nvme_p16_out(struct zo_engine *e, uint32_t c, void *tail)
+{
+    (void)e, (void)c;
+    return tail;
+}
+
+static zo_status nvme_p16_store(struct zo_engine *e, uint32_t c, void *src, zo_swap_io_t *io)
+{
+    eng_chunk *k = &e->chunks[c];
+    int palt = 1 - k->pext_cur;
+    k->pgen[palt] = k->pgen[k->pext_cur] + 1;
+    return eng_swap_async(e, 1, 1, c, k->pext[palt], src, e->chunk_bytes, k->pgen[palt], io);
+}
+
+/* Written together with the states: switched when they are. */
+static void nvme_p16_commit(struct zo_engine *e, uint32_t c, int updated, int stored)
+{
+    (void)updated;
+    if (stored) e->chunks[c].pext_cur = 1 - e->chunks[c].pext_cur;
+}
+
+const eng_param_tier eng_param_tier_nvme = {
+    .version = ENG_TIER_OPS_VERSION,
+    .tier = ZO_TIER_NVME,
+    .name = "nvme",
+    .resident = 0,
+    .host_copies = 0,
+    .account = nvme_p16_account,
+    .place = nvme_p16_place,
+    .release = nvme_p16_release,
+    .write = nvme_p16_write,
+    .source = nvme_p16_source,
+    .update_out = nvme_p16_out,
+    .store = nvme_p16_store,
+    .commit = nvme_p16_commit,
+    .abandon = drop_tickets,
+};
+
+/* ---- optimizer states ---- */
+
+/* A stage holds master | m | v at the chunk's stride, and 16-bit parameters
+ * behind them when some chunk's live here too. */
+static uint64_t stage_bytes(const eng_plan_in *in)
+{
+    return 3ull * in->chunk_elems * sizeof(float) + (p16_homed(in) ? in->chunk_bytes : 0);
+}
+
+static void nvme_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
+{
+    uint32_t n = eng_count_homed(in, 1, ZO_TIER_NVME);
+    if (!n) return;
+    fp->pinned += ENG_NVME_STAGES * stage_bytes(in);
+    fp->nvme += 2ull * n * 3 * in->chunk_elems * sizeof(float);
+}
+
+static zo_status nvme_states_place(struct zo_engine *e)
+{
+    uint32_t n = eng_chunks_at(e, 1, &eng_state_tier_nvme);
+    e->stage_bytes = e->state_extent_bytes + (eng_chunks_at(e, 0, &eng_param_tier_nvme) ? e->chunk_bytes : 0);
+    for (unsigned i = 0; i < ENG_NVME_STAGES; i++) e->spec.rd_chunk[i] = e->spec.wr_chunk[i] = -1;
+    void *tmp[ENG_NVME_STAGES];
+    ZO_TRY(eng_take_pinned(e, e->stage_bytes, ENG_NVME_STAGES, tmp));
+    for (int i = 0; i < (int)ENG_NVME_STAGES; i++) e->stage[i] = tmp[i];
+    ZO_TRY(open_store(e, e->state_extent_bytes, n, "", &e->swap));
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        for (int i = 0; e->chunks[c].st == &eng_state_tier_nvme && i < 2; i++)
+            ZO_TRY(zo_swap_alloc_extent(e->swap, 2ull * c + (uint64_t)i, &e->chunks[c].ext[i]));
+    for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
+        ZO_TRY(zo_swap_register_buffer(e->swap, e->stage[i], e->stage_bytes));
+    return ZO_OK;
+}
+
+static void nvme_states_release(struct zo_engine *e)
+{
+    if (e->swap) { /* the mode's settle drained the speculative pipeline */
+        for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
+            if (e->stage[i]) zo_swap_unregister_buffer(e->swap, e->stage[i]);
+        zo_swap_close(e->swap);
+        e->swap = NULL;
+    }
+    memset(e->stage, 0, sizeof e->stage);
+}
+
+static float *nvme_init_buf(struct zo_engine *e, uint32_t c)
+{
+    (void)c;
+    return e->stage[0];
+}
+
+/* master only: m and v start at zero */
+static zo_status nvme_init(struct zo_engine *e, uint32_t c, float *buf)
+{
+    eng_chunk *k = &e->chunks[c];
+    k->gen[0] = 1;
+    states_pack(e, k, buf);
+    return zo_swap_write(e->swap, k->ext[0], buf, state_io_bytes(k), k->gen[0]);
+}
+
+static zo_status nvme_drain(struct zo_engine *e) { return e->swap ? spec_drain(e) : ZO_OK; }
+
+static void nvme_rollback(struct zo_engine *e, uint32_t c) { (void)e, (void)c; } /* nothing in place */
+
+static void nvme_discard(struct zo_engine *e, uint32_t c) { e->chunks[c].alt_valid = 0; }
+
+static int nvme_commit(struct zo_engine *e, uint32_t c)
+{
+    eng_chunk *k = &e->chunks[c];
+    if (!k->alt_valid) return 0;
+    k->ext_cur = 1 - k->ext_cur;
+    k->alt_valid = 0;
+    return 1;
+}
+
+/* The stages are idle between steps. */
+static zo_status nvme_write_begin(struct zo_engine *e, uint32_t c, float **buf)
+{
+    *buf = e->stage[0];
+    return nvme_read(e, c, *buf);
+}
+
+const eng_state_tier eng_state_tier_nvme = {
+    .version = ENG_TIER_OPS_VERSION,
+    .tier = ZO_TIER_NVME,
+    .name = "nvme",
+    .packed = 1,
+    .p16_behind = 1,
+    .p16_stored = 1,
+    .needs_caps = 0,
+    .needs_paths = 1,
+    .account = nvme_states_account,
+    .place = nvme_states_place,
+    .release = nvme_states_release,
+    .init_buf = nvme_init_buf,
+    .init = nvme_init,
+    .update = nvme_update,
+    .speculate = nvme_speculate,
+    .drain = nvme_drain,
+    .rollback = nvme_rollback,
+    .discard = nvme_discard,
+    .commit = nvme_commit,
+    .read = nvme_read,
+    .write_begin = nvme_write_begin,
+    .write_end = nvme_write_end,
+};
