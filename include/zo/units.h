@@ -20,12 +20,12 @@ uint64_t zo_now_ns(void);
 static inline double zo_now_s(void) { return (double)zo_now_ns() * 1e-9; }
 
 /* A byte count from text: a number (an integer is read exactly; a fraction,
- * "1.5GiB", is rounded down to whole bytes) with an optional unit, any
- * case: none or B for bytes; K, M, G, T, KiB, MiB, GiB, TiB for powers of
- * 1024; KB, MB, GB, TB for powers of 1000. A bare "b" is refused (bits or
- * bytes?), as are negatives, other text, and counts of 2^64 or more.
- * ZO_ERR_INVALID_ARG then, *out untouched and no error recorded: the
- * caller's message names its flag and the form it expects. */
+ * "1.5GiB", is rounded down to whole bytes), then spaces and a unit if any,
+ * in any case: none or B for bytes; K, M, G, T, KiB, MiB, GiB, TiB for
+ * powers of 1024; KB, MB, GB, TB for powers of 1000. Refused: signs other
+ * than a leading '+', other text, counts of 2^64 or more. ZO_ERR_INVALID_ARG
+ * then, *out untouched and no error recorded: the caller's message names its
+ * flag or key and the form it expects. */
 zo_status zo_parse_bytes(const char *text, uint64_t *out);
 
 /* A byte count for people into buf ("512 B", "1.50 GiB": B up to 1023,

@@ -19,7 +19,7 @@ uint64_t zo_now_ns(void)
 }
 
 /* The multiplier of a unit suffix (any case; "" and "B" are bytes), 0 for
- * none. A bare "b" is not taken: bits or bytes? */
+ * none. */
 static uint64_t unit_multiplier(const char *u)
 {
     static const struct {
@@ -29,8 +29,6 @@ static uint64_t unit_multiplier(const char *u)
                  {"KB", 1000ull},   {"M", 1ull << 20},  {"MiB", 1ull << 20}, {"MB", 1000000ull},
                  {"G", 1ull << 30}, {"GiB", 1ull << 30}, {"GB", 1000000000ull},
                  {"T", 1ull << 40}, {"TiB", 1ull << 40}, {"TB", 1000000000000ull}};
-    if (strcmp(u, "b") == 0)
-        return 0;
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
         if (strcasecmp(u, units[i].suffix) == 0)
             return units[i].mult;
@@ -57,6 +55,8 @@ zo_status zo_parse_bytes(const char *text, uint64_t *out)
     if (integer && (errno || end == p))
         return ZO_ERR_INVALID_ARG;
     double v = integer ? 0 : strtod(p, &end);
+    while (*end == ' ') /* "512 MiB", as DeepSpeed configs write it */
+        end++;
     uint64_t mult = unit_multiplier(end);
     if (mult == 0 || (!integer && (end == p || !(v >= 0))))
         return ZO_ERR_INVALID_ARG;

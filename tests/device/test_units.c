@@ -37,6 +37,9 @@ static void test_parse_plain_and_binary(void **state)
     assert_int_equal(parsed("3TiB"), 3ull << 40);
     assert_int_equal(parsed("+8"), 8);
     assert_int_equal(parsed(" 8"), 8);
+    assert_int_equal(parsed("12b"), 12);
+    assert_int_equal(parsed("512 MiB"), 512ull << 20); /* DeepSpeed configs write it so */
+    assert_int_equal(parsed("8 "), 8);
 }
 
 static void test_parse_decimal_and_fractions(void **state)
@@ -70,7 +73,7 @@ static void test_parse_limits(void **state)
 static void test_parse_refuses(void **state)
 {
     (void)state;
-    const char *bad[] = {"", " ", "-1", "-0", "-1K", "abc", "12x", "12 GiB", "12b", "1KBB", "K", "GiB",
+    const char *bad[] = {"", " ", "-1", "-0", "-1K", "abc", "12x", "12\tGiB", "1KBB", "K", "GiB",
                          ".", "inf", "nan", "1.5.5", "12KiBs", "1e", "--5"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         refused(bad[i]);

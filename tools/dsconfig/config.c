@@ -3,7 +3,6 @@
  * serialization of the effective config. See include/zo/config.h. */
 #include "zo/config.h"
 
-#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "zo/units.h"
 #include "zo_internal.h"
 #include "zo_strdist.h"
 
@@ -454,29 +454,12 @@ static int in_range(const key_spec *k, double x)
     return 1;
 }
 
-/* "24GiB", "512 MiB", "1.5GB", "4096": bytes, or -1 when malformed. */
+/* "24GiB", "512 MiB", "1.5GB", "4096": bytes (zo_parse_bytes), or -1 when
+ * malformed. */
 static double parse_byte_string(const char *s)
 {
-    static const struct {
-        const char *unit;
-        double mult;
-    } units[] = {{"", 1},
-                 {"b", 1},
-                 {"kb", 1e3},
-                 {"mb", 1e6},
-                 {"gb", 1e9},
-                 {"tb", 1e12},
-                 {"kib", 1024.0},
-                 {"mib", 1048576.0},
-                 {"gib", 1073741824.0},
-                 {"tib", 1099511627776.0}};
-    char *end = NULL;
-    if (!isdigit((unsigned char)*s)) return -1;
-    double x = strtod(s, &end);
-    while (*end == ' ') end++;
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (strcasecmp(end, units[i].unit) == 0) return floor(x * units[i].mult);
-    return -1;
+    uint64_t b;
+    return zo_parse_bytes(s, &b) == ZO_OK ? (double)b : -1;
 }
 
 static zo_status read_int(pctx *c, const key_spec *k, const json_t *v)
