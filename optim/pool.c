@@ -136,10 +136,18 @@ static void split_head(struct zo_optim_pool *pool)
     for (size_t i = 0; i < n; i++) pool->spans[i] = (tile_span){j->ntiles * i / n, j->ntiles * (i + 1) / n};
 }
 
-/* The next tile for worker w: the front of its own span, else the back half
- * of the largest span left (which becomes its own, so it too runs front to
- * back). Returns 0 when every tile has been taken. Under the pool's lock. */
-static int take_tile(struct zo_optim_pool *pool, int w, size_t *t)
+/* A worker takes at most this many elements of its span at a time: few
+ * enough locks per job, and the rest of its span stays free to steal. */
+#define RUN_MAX_ELEMS ((size_t)1 << 20)
+
+/* The next tiles [*t, *t + *count) for worker w: from the front of its own
+ * span a quarter of what is left (at least one tile, at most RUN_MAX_ELEMS),
+ * so runs shrink toward the end and the last ones balance; with its own
+ * span empty, first the back half of the largest span left, which becomes
+ * its own so it too runs front to back. Returns 0 when every tile has been
+ * taken. Under the pool's lock. */
+static int take_tiles(struct zo_optim_pool *pool, const struct zo_optim_job *j, int w, size_t *t,
+                      size_t *count)
 {
     tile_span *own = &pool->spans[w];
     if (own->lo == own->hi) {
@@ -155,15 +163,20 @@ static int take_tile(struct zo_optim_pool *pool, int w, size_t *t)
         *own = (tile_span){mid, v->hi};
         v->hi = mid;
     }
-    *t = own->lo++;
+    size_t left = own->hi - own->lo, most = RUN_MAX_ELEMS / j->tile;
+    size_t n = left / 4 < most ? left / 4 : most;
+    *t = own->lo;
+    *count = n ? n : 1;
+    own->lo += *count;
     return 1;
 }
 
-/* Counts tile t of j as done; the worker that finishes a job moves the
+/* Counts count tiles of j as done; the worker that finishes a job moves the
  * queue on and wakes everyone for the next. Under the pool's lock. */
-static void finish_tile(struct zo_optim_pool *pool, struct zo_optim_job *j)
+static void finish_tiles(struct zo_optim_pool *pool, struct zo_optim_job *j, size_t count)
 {
-    if (++j->tiles_done < j->ntiles) return;
+    j->tiles_done += count;
+    if (j->tiles_done < j->ntiles) return;
     pool->head = j->next;
     if (!pool->head) pool->tail = NULL;
     split_head(pool);
@@ -176,7 +189,7 @@ static void finish_tile(struct zo_optim_pool *pool, struct zo_optim_job *j)
 /* A job's tiles are handed out only once the job before it has finished,
  * so a job may depend on the previous one (steps on the same buffers, a
  * norm before the update that uses it). The idle tail this costs is at most
- * one tile per worker per job. */
+ * a few tiles per worker per job. */
 static void *worker_main(void *arg)
 {
     pool_worker *w = arg;
@@ -186,15 +199,18 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&pool->mu);
     for (;;) {
         struct zo_optim_job *j = pool->head;
-        size_t t;
-        if (j && take_tile(pool, w->index, &t)) {
+        size_t t, count, elems = 0;
+        if (j && take_tiles(pool, j, w->index, &t, &count)) {
             pthread_mutex_unlock(&pool->mu);
             uint64_t t0 = pool->trace ? zo_now_ns() : 0;
-            run_tile(j, t);
-            if (pool->trace) /* j lives on: its tile t is not counted done */
-                span_tile(pool, &span, &open, j, tile_elems_of(j, t), t0);
+            for (size_t i = t; i < t + count; i++) {
+                run_tile(j, i);
+                elems += tile_elems_of(j, i);
+            }
+            if (pool->trace) /* j lives on: these tiles are not counted done */
+                span_tile(pool, &span, &open, j, elems, t0);
             pthread_mutex_lock(&pool->mu);
-            finish_tile(pool, j);
+            finish_tiles(pool, j, count);
             continue;
         }
         if (open) { /* going idle or to wait for the job's last tiles: the span ends */

@@ -117,7 +117,7 @@ typedef struct zo_optim_pool_config {
     int nthreads;     /* worker threads, >= 1 */
     const int *cores; /* optional core ids to bind to (e.g. the GPU's NUMA node); NULL: the process's CPUs */
     int ncores;
-    size_t tile_elems; /* elements a worker takes at a time, a multiple of 64; 0: 16384 (ZO_OPTIM_TILE) */
+    size_t tile_elems; /* the unit jobs are split and stolen in, a multiple of 64; 0: 16384 (ZO_OPTIM_TILE) */
     zo_optim_trace_fn trace; /* optional: each worker's span of each job */
     void *trace_ctx;
 } zo_optim_pool_config;
