@@ -627,8 +627,9 @@ static zo_status place_initial_states(struct zo_engine *e)
         k->slot = -1;
         k->grad_slot = -1;
     }
+    uint32_t s = 0; /* the resident chunks take the first slots, for good */
     for (uint32_t c = 0; c < e->n_chunks; c++)
-        if (e->chunks[c].pt->resident) ZO_TRY(eng_load_slot(e, c, c));
+        if (e->chunks[c].pt->resident) ZO_TRY(eng_load_slot(e, c, s++));
     return ZO_OK;
 }
 
