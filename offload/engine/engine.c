@@ -677,6 +677,7 @@ static void release_tiers(struct zo_engine *e)
     e->opool = NULL;
     for (int t = 0; t < ENG_N_TIERS; t++) eng_param_tiers[t]->release(e);
     for (int t = 0; t < ENG_N_TIERS; t++) eng_state_tiers[t]->release(e);
+    e->n_stores = 0;
     zo_hostpool_free(e->pool);
     e->pool = NULL;
     free(e->host_acc);
@@ -880,10 +881,10 @@ static void open_step(struct zo_engine *e)
     e->step_lr = e->lr_next;
     e->step_t0 = zo_now_ns();
     zo_device_copy_get_stats(e->dev, &e->copy0);
-    e->swap0.struct_size = sizeof e->swap0;
-    if (e->swap) zo_swap_get_stats(e->swap, &e->swap0);
-    e->pswap0.struct_size = sizeof e->pswap0;
-    if (e->pswap) zo_swap_get_stats(e->pswap, &e->pswap0);
+    for (int i = 0; i < e->n_stores; i++) {
+        e->stores[i].at_open.struct_size = sizeof e->stores[i].at_open;
+        zo_swap_get_stats(e->stores[i].store, &e->stores[i].at_open);
+    }
     /* the counters run on; a step reports what they gained while it was open
      * (a DPU update running across two steps counts where its time falls) */
     e->at_open[0] = atomic_load(&e->busy_ns[2]);
@@ -1078,17 +1079,12 @@ static void fill_stats(struct zo_engine *e, const eng_verdict *v, int rollbacks,
         s->h2d_bytes = cs.h2d_bytes - e->copy0.h2d_bytes;
         s->d2h_bytes = cs.d2h_bytes - e->copy0.d2h_bytes;
     }
-    zo_swap_stats ss = ZO_SWAP_STATS_INIT;
-    if (e->swap && zo_swap_get_stats(e->swap, &ss) == ZO_OK) {
-        s->nvme_read_bytes = ss.bytes_read - e->swap0.bytes_read;
-        s->nvme_write_bytes = ss.bytes_written - e->swap0.bytes_written;
-        s->peak_nvme = (uint64_t)ss.extents_used * e->state_extent_bytes;
-    }
-    zo_swap_stats ps = ZO_SWAP_STATS_INIT;
-    if (e->pswap && zo_swap_get_stats(e->pswap, &ps) == ZO_OK) {
-        s->nvme_read_bytes += ps.bytes_read - e->pswap0.bytes_read;
-        s->nvme_write_bytes += ps.bytes_written - e->pswap0.bytes_written;
-        s->peak_nvme += (uint64_t)ps.extents_used * e->chunk_bytes;
+    for (int i = 0; i < e->n_stores; i++) {
+        zo_swap_stats ss = ZO_SWAP_STATS_INIT;
+        if (zo_swap_get_stats(e->stores[i].store, &ss) != ZO_OK) continue;
+        s->nvme_read_bytes += ss.bytes_read - e->stores[i].at_open.bytes_read;
+        s->nvme_write_bytes += ss.bytes_written - e->stores[i].at_open.bytes_written;
+        s->peak_nvme += (uint64_t)ss.extents_used * e->stores[i].extent_bytes;
     }
     s->step_seconds = (double)(zo_now_ns() - e->step_t0) * 1e-9;
     s->stall_seconds = (double)(atomic_load(&e->busy_ns[2]) - e->at_open[0]) * 1e-9;

@@ -231,7 +231,13 @@ struct zo_engine {
     uint64_t step_t0;
     uint64_t hits, misses, evictions, prefetches, lru_tick;
     zo_device_copy_stats copy0;
-    zo_swap_stats swap0, pswap0;
+    /* the swap stores the tiers opened (eng_store_opened), for the step's I/O statistics */
+    struct eng_store {
+        zo_swap_t store;
+        uint64_t extent_bytes;
+        zo_swap_stats at_open;
+    } stores[2];
+    int n_stores;
     uint64_t host_bytes, host_high;
 
     /* timeline (zo_engine_set_trace) */

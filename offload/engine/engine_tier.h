@@ -144,6 +144,8 @@ uint16_t eng_from_f32(zo_optim_dtype t, float f);
 zo_status eng_host_alloc(struct zo_engine *e, uint64_t bytes, float **out);
 /* Chunks whose 16-bit parameters (kind 0) or states (kind 1) table is at. */
 uint32_t eng_chunks_at(const struct zo_engine *e, int kind, const void *table);
+/* A swap store a tier opened, whose I/O the step statistics count. */
+void eng_store_opened(struct zo_engine *e, zo_swap_t store, uint64_t extent_bytes);
 /* n pinned slots of slot_bytes from the pool, as one set. */
 zo_status eng_take_pinned(struct zo_engine *e, size_t slot_bytes, size_t n, void **out);
 

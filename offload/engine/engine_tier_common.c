@@ -102,3 +102,9 @@ uint32_t eng_chunks_at(const struct zo_engine *e, int kind, const void *table)
         n += (kind ? (const void *)e->chunks[c].st : (const void *)e->chunks[c].pt) == table;
     return n;
 }
+
+void eng_store_opened(struct zo_engine *e, zo_swap_t store, uint64_t extent_bytes)
+{
+    if (e->n_stores < (int)(sizeof e->stores / sizeof e->stores[0]))
+        e->stores[e->n_stores++] = (struct eng_store){store, extent_bytes, ZO_SWAP_STATS_INIT};
+}

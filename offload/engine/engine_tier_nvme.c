@@ -349,6 +349,7 @@ static zo_status nvme_p16_place(struct zo_engine *e)
     free(tmp);
     ZO_TRY(st);
     ZO_TRY(open_store(e, e->chunk_bytes, n, "-p16", &e->pswap));
+    eng_store_opened(e, e->pswap, e->chunk_bytes);
     for (uint32_t c = 0; c < e->n_chunks; c++)
         for (int i = 0; e->chunks[c].pt == &eng_param_tier_nvme && i < 2; i++)
             ZO_TRY(zo_swap_alloc_extent(e->pswap, 2ull * c + (uint64_t)i, &e->chunks[c].pext[i]));
@@ -457,6 +458,7 @@ static zo_status nvme_states_place(struct zo_engine *e)
     ZO_TRY(eng_take_pinned(e, e->stage_bytes, ENG_NVME_STAGES, tmp));
     for (int i = 0; i < (int)ENG_NVME_STAGES; i++) e->stage[i] = tmp[i];
     ZO_TRY(open_store(e, e->state_extent_bytes, n, "", &e->swap));
+    eng_store_opened(e, e->swap, e->state_extent_bytes);
     for (uint32_t c = 0; c < e->n_chunks; c++)
         for (int i = 0; e->chunks[c].st == &eng_state_tier_nvme && i < 2; i++)
             ZO_TRY(zo_swap_alloc_extent(e->swap, 2ull * c + (uint64_t)i, &e->chunks[c].ext[i]));
