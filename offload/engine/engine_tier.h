@@ -52,8 +52,10 @@ typedef struct eng_param_tier {
     unsigned version; /* ENG_TIER_OPS_VERSION */
     zo_tier tier;
     const char *name;
-    int resident;    /* its chunks keep a device slot for good: never evicted, reloaded on publish */
-    int host_copies; /* its chunks have pinned host copies (1 or 2, double-buffered behind fetches) */
+    /* Its chunks keep a device slot for good: never evicted, reloaded on publish. */
+    int resident;
+    /* Its chunks have pinned host copies (two when the update writes behind the fetches). */
+    int host_copies;
     /* Add the bytes of the chunks homed here, and their staging, to fp. */
     void (*account)(const eng_plan_in *in, zo_engine_footprint *fp);
     /* Reserve the home storage of every chunk homed here (after the state tiers placed). */
@@ -79,11 +81,11 @@ typedef struct eng_state_tier {
     unsigned version; /* ENG_TIER_OPS_VERSION */
     zo_tier tier;
     const char *name;
-    int packed;       /* states are packed to the used elements (eng_state_stride) */
-    int p16_behind;   /* the update writes 16-bit params behind the fetches (double-buffered) */
-    int p16_stored;   /* can store 16-bit parameters with the states (update_out's tail) */
+    int packed;          /* states are packed to the used elements (eng_state_stride) */
+    int p16_behind;      /* the update writes 16-bit params behind the fetches (double-buffered) */
+    int p16_stored;      /* can store 16-bit parameters with the states (update_out's tail) */
     unsigned needs_caps; /* device capabilities it needs (ZO_DEVCAP_*) */
-    int needs_paths;  /* needs nvme_paths */
+    int needs_paths;     /* needs nvme_paths */
     void (*account)(const eng_plan_in *in, zo_engine_footprint *fp);
     zo_status (*place)(struct zo_engine *e);
     void (*release)(struct zo_engine *e);
