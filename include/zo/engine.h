@@ -63,7 +63,6 @@ typedef enum zo_tier { ZO_TIER_DEVICE = 0, ZO_TIER_HOST = 1, ZO_TIER_NVME = 2 } 
 typedef enum zo_phase { ZO_PHASE_FORWARD = 0, ZO_PHASE_BACKWARD = 1 } zo_phase;
 
 const char *zo_tier_name(zo_tier t);
-const char *zo_optim_mode_name(zo_optim_mode m);
 
 typedef struct zo_engine_config {
     size_t struct_size;

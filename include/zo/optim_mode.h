@@ -14,6 +14,9 @@ typedef enum zo_optim_mode {
     ZO_OPTIM_DPU = 2,     /* delayed parameter update (one step stale) */
 } zo_optim_mode;
 
+/* "sync", "overlap", "dpu" (as written in JSON); "?" for an invalid value. */
+const char *zo_optim_mode_name(zo_optim_mode m);
+
 #ifdef __cplusplus
 }
 #endif

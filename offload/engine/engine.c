@@ -26,16 +26,6 @@ const char *zo_tier_name(zo_tier t)
     return "?";
 }
 
-const char *zo_optim_mode_name(zo_optim_mode m)
-{
-    switch (m) {
-    case ZO_OPTIM_SYNC: return "sync";
-    case ZO_OPTIM_OVERLAP: return "overlap";
-    case ZO_OPTIM_DPU: return "dpu";
-    }
-    return "?";
-}
-
 /* ---- configuration ---- */
 
 static const eng_mode_ops *mode_for(zo_optim_mode m)

@@ -518,7 +518,7 @@ static void test_files_and_args(void **state)
     assert_null(json);
     assert_string_equal(zo_offload_device_name(ZO_OFFLOAD_NVME), "nvme");
     assert_string_equal(zo_scheduler_type_name(ZO_SCHEDULER_WARMUP_COSINE_LR), "WarmupCosineLR");
-    assert_string_equal(zo_optimizer_mode_name(ZO_OPTIM_DPU), "dpu");
+    assert_string_equal(zo_optim_mode_name(ZO_OPTIM_DPU), "dpu");
 }
 
 int main(void)

@@ -1090,8 +1090,3 @@ const char *zo_scheduler_type_name(zo_scheduler_type t)
     if (t == ZO_SCHEDULER_NONE) return "none";
     return (unsigned)t <= ZO_SCHEDULER_WARMUP_COSINE_LR ? scheduler_names[t - 1] : "?";
 }
-
-const char *zo_optimizer_mode_name(zo_optimizer_mode m)
-{
-    return (unsigned)m <= ZO_OPTIM_DPU ? mode_names[m] : "?";
-}

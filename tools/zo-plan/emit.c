@@ -41,7 +41,7 @@ static zo_train_config make_config(const zp_emit *e)
     c.zoffload.device_mem = (int64_t)e->device_mem;
     c.zoffload.host_mem = (int64_t)e->pinned_bytes;
     c.zoffload.chunk_size = (int64_t)e->chunk_bytes;
-    c.zoffload.optimizer_mode = (zo_optimizer_mode)e->mode;
+    c.zoffload.optimizer_mode = (zo_optim_mode)e->mode;
     return c;
 }
 

@@ -91,9 +91,6 @@ typedef enum zo_warmup_type {
     ZO_WARMUP_LINEAR = 1,
 } zo_warmup_type;
 
-/* sync, overlap or dpu: the engine's zo_optim_mode (zo/optim_mode.h). */
-typedef zo_optim_mode zo_optimizer_mode;
-
 typedef enum zo_state_dtype {
     ZO_STATE_FP32 = 0,
     ZO_STATE_BF16 = 1,
@@ -189,7 +186,7 @@ typedef struct zo_train_config {
         int64_t device_mem;                    /* bytes; 0 = all free device memory */
         int64_t host_mem;                      /* pinned host bytes; 0 = planner decides */
         int64_t chunk_size;                    /* bytes; 0 = planner decides */
-        zo_optimizer_mode optimizer_mode;      /* sync */
+        zo_optim_mode optimizer_mode;          /* sync */
         int64_t prefetch_lookahead;            /* 2 layers */
         zo_state_dtype optimizer_state_dtype;  /* fp32 */
         int64_t n_nvme_paths;                  /* 0 */
@@ -264,7 +261,6 @@ zo_status zo_train_config_to_json(const zo_train_config *cfg, int indent, char *
 /* Names of the enum values as written in JSON ("nvme", "WarmupCosineLR"...). */
 const char *zo_offload_device_name(zo_offload_device d);
 const char *zo_scheduler_type_name(zo_scheduler_type t);
-const char *zo_optimizer_mode_name(zo_optimizer_mode m);
 
 #ifdef __cplusplus
 }
