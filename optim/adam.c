@@ -5,27 +5,6 @@
 #include "optim_internal.h"
 #include "zo_internal.h"
 
-const char *zo_optim_dtype_name(zo_optim_dtype t)
-{
-    switch (t) {
-    case ZO_OPTIM_NONE: return "none";
-    case ZO_OPTIM_FP32: return "fp32";
-    case ZO_OPTIM_FP16: return "fp16";
-    case ZO_OPTIM_BF16: return "bf16";
-    }
-    return "?";
-}
-
-size_t zo_optim_dtype_size(zo_optim_dtype t)
-{
-    switch (t) {
-    case ZO_OPTIM_FP32: return 4;
-    case ZO_OPTIM_FP16:
-    case ZO_OPTIM_BF16: return 2;
-    default: return 0;
-    }
-}
-
 zo_status zo_optim_kernels_get(int simd_level, const zo_optim_kernels **out)
 {
     zo_simd_level level = simd_level < 0 ? zo_cpu_simd_level() : (zo_simd_level)simd_level;
@@ -90,18 +69,18 @@ zo_status zo_adam_consts_make(const zo_adam_params *p, zo_adam_consts *c)
 
 static int aligned_to(const void *ptr, size_t a) { return ((uintptr_t)ptr % a) == 0; }
 
-static zo_status check_array(const void *ptr, zo_optim_dtype t, size_t n, const char *what)
+static zo_status check_array(const void *ptr, zo_dtype t, size_t n, const char *what)
 {
     if (n && !ptr) return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "%s is NULL for %zu elements", what, n);
-    if (!aligned_to(ptr, zo_optim_dtype_size(t)))
+    if (!aligned_to(ptr, zo_dtype_size(t)))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "%s (%p) is not aligned to its %zu-byte %s elements", what,
-                       ptr, zo_optim_dtype_size(t), zo_optim_dtype_name(t));
+                       ptr, zo_dtype_size(t), zo_dtype_name(t));
     return ZO_OK;
 }
 
-zo_status zo_grad_check(const void *grad, zo_optim_dtype type, size_t n)
+zo_status zo_grad_check(const void *grad, zo_dtype type, size_t n)
 {
-    if (type != ZO_OPTIM_FP32 && type != ZO_OPTIM_FP16 && type != ZO_OPTIM_BF16)
+    if (type != ZO_DTYPE_F32 && type != ZO_DTYPE_F16 && type != ZO_DTYPE_BF16)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "gradient type %d is not fp32, fp16 or bf16", (int)type);
     return check_array(grad, type, n, "grad");
 }
@@ -112,19 +91,19 @@ zo_status zo_adam_buffers_check(const zo_adam_buffers *b)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_adam_buffers is NULL or its struct_size is wrong; "
                        "initialize it with ZO_ADAM_BUFFERS_INIT");
     ZO_TRY(zo_grad_check(b->grad, b->grad_type, b->n));
-    if (b->state_type != ZO_OPTIM_FP32 && b->state_type != ZO_OPTIM_BF16)
+    if (b->state_type != ZO_DTYPE_F32 && b->state_type != ZO_DTYPE_BF16)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "state type %s is not fp32 or bf16",
-                       zo_optim_dtype_name(b->state_type));
-    if (b->out_type != ZO_OPTIM_NONE && b->out_type != ZO_OPTIM_BF16 && b->out_type != ZO_OPTIM_FP16)
+                       zo_dtype_name(b->state_type));
+    if (b->out_type != ZO_DTYPE_NONE && b->out_type != ZO_DTYPE_BF16 && b->out_type != ZO_DTYPE_F16)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "out type %s is not bf16, fp16 or none",
-                       zo_optim_dtype_name(b->out_type));
-    if ((b->out_type == ZO_OPTIM_NONE) != (b->out == NULL))
+                       zo_dtype_name(b->out_type));
+    if ((b->out_type == ZO_DTYPE_NONE) != (b->out == NULL))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "out is %s but out_type is %s: give both or neither",
-                       b->out ? "set" : "NULL", zo_optim_dtype_name(b->out_type));
-    ZO_TRY(check_array(b->master, ZO_OPTIM_FP32, b->n, "master"));
+                       b->out ? "set" : "NULL", zo_dtype_name(b->out_type));
+    ZO_TRY(check_array(b->master, ZO_DTYPE_F32, b->n, "master"));
     ZO_TRY(check_array(b->m, b->state_type, b->n, "m"));
     ZO_TRY(check_array(b->v, b->state_type, b->n, "v"));
-    if (b->out_type != ZO_OPTIM_NONE) ZO_TRY(check_array(b->out, b->out_type, b->n, "out"));
+    if (b->out_type != ZO_DTYPE_NONE) ZO_TRY(check_array(b->out, b->out_type, b->n, "out"));
     return ZO_OK;
 }
 
@@ -148,7 +127,7 @@ zo_status zo_adam_roofline(const zo_adam_buffers *b, int simd_level)
     return ZO_OK;
 }
 
-zo_status zo_grad_stats_compute(const void *grad, zo_optim_dtype type, size_t n, int simd_level,
+zo_status zo_grad_stats_compute(const void *grad, zo_dtype type, size_t n, int simd_level,
                                 zo_grad_stats *out)
 {
     const zo_optim_kernels *k;

@@ -11,21 +11,21 @@
 #include "optim_internal.h"
 #include "zo/half.h"
 
-static inline float zs_load(const void *base, zo_optim_dtype t, size_t i)
+static inline float zs_load(const void *base, zo_dtype t, size_t i)
 {
     switch (t) {
-    case ZO_OPTIM_FP16: return zo_f16_to_f32(((const uint16_t *)base)[i]);
-    case ZO_OPTIM_BF16: return zo_bf16_to_f32(((const uint16_t *)base)[i]);
+    case ZO_DTYPE_F16: return zo_f16_to_f32(((const uint16_t *)base)[i]);
+    case ZO_DTYPE_BF16: return zo_bf16_to_f32(((const uint16_t *)base)[i]);
     default: return ((const float *)base)[i];
     }
 }
 
-static inline void zs_store(void *base, zo_optim_dtype t, size_t i, float x)
+static inline void zs_store(void *base, zo_dtype t, size_t i, float x)
 {
     switch (t) {
-    case ZO_OPTIM_FP16: ((uint16_t *)base)[i] = zo_f32_to_f16(x); break;
-    case ZO_OPTIM_BF16: ((uint16_t *)base)[i] = zo_f32_to_bf16(x); break;
-    case ZO_OPTIM_FP32: ((float *)base)[i] = x; break;
+    case ZO_DTYPE_F16: ((uint16_t *)base)[i] = zo_f32_to_f16(x); break;
+    case ZO_DTYPE_BF16: ((uint16_t *)base)[i] = zo_f32_to_bf16(x); break;
+    case ZO_DTYPE_F32: ((float *)base)[i] = x; break;
     default: break;
     }
 }
@@ -50,7 +50,7 @@ static inline void zs_adam_elems(const zo_adam_consts *c, const zo_adam_buffers 
 
 /* Squares are exact in double (24-bit mantissas), so only the order of the
  * additions matters. */
-static inline double zs_sum_sq(const void *grad, zo_optim_dtype t, size_t begin, size_t end)
+static inline double zs_sum_sq(const void *grad, zo_dtype t, size_t begin, size_t end)
 {
     double acc = 0.0;
     for (size_t i = begin; i < end; i++) {
@@ -74,7 +74,7 @@ static inline void zs_move_bits(void *base, size_t esize, size_t i)
 
 static inline void zs_roofline_elems(const zo_adam_buffers *b, size_t begin, size_t end)
 {
-    size_t gs = zo_optim_dtype_size(b->grad_type), ss = zo_optim_dtype_size(b->state_type);
+    size_t gs = zo_dtype_size(b->grad_type), ss = zo_dtype_size(b->state_type);
     for (size_t i = begin; i < end; i++) {
         uint32_t g = gs == 4 ? ((const volatile uint32_t *)b->grad)[i]
                              : ((const volatile uint16_t *)b->grad)[i];

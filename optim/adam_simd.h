@@ -10,21 +10,21 @@
 
 #define ZV_ALWAYS static inline __attribute__((always_inline))
 
-ZV_ALWAYS zv zv_load_as(const void *base, zo_optim_dtype t, size_t i)
+ZV_ALWAYS zv zv_load_as(const void *base, zo_dtype t, size_t i)
 {
     switch (t) {
-    case ZO_OPTIM_FP16: return zv_ldhf((const uint16_t *)base + i);
-    case ZO_OPTIM_BF16: return zv_ldbf((const uint16_t *)base + i);
+    case ZO_DTYPE_F16: return zv_ldhf((const uint16_t *)base + i);
+    case ZO_DTYPE_BF16: return zv_ldbf((const uint16_t *)base + i);
     default: return zv_ld32((const float *)base + i);
     }
 }
 
-ZV_ALWAYS void zv_store_as(void *base, zo_optim_dtype t, size_t i, zv x)
+ZV_ALWAYS void zv_store_as(void *base, zo_dtype t, size_t i, zv x)
 {
     switch (t) {
-    case ZO_OPTIM_FP16: zv_sthf((uint16_t *)base + i, x); break;
-    case ZO_OPTIM_BF16: zv_stbf((uint16_t *)base + i, x); break;
-    case ZO_OPTIM_FP32: zv_st32((float *)base + i, x); break;
+    case ZO_DTYPE_F16: zv_sthf((uint16_t *)base + i, x); break;
+    case ZO_DTYPE_BF16: zv_stbf((uint16_t *)base + i, x); break;
+    case ZO_DTYPE_F32: zv_st32((float *)base + i, x); break;
     default: break;
     }
 }
@@ -32,7 +32,7 @@ ZV_ALWAYS void zv_store_as(void *base, zo_optim_dtype t, size_t i, zv x)
 /* The types are compile-time constants in each instance below, so every
  * switch folds away and each combination gets its own straight loop. */
 ZV_ALWAYS void zv_adam_loop(const zo_adam_consts *c, const zo_adam_buffers *b, size_t begin,
-                            size_t end, zo_optim_dtype gt, zo_optim_dtype st, zo_optim_dtype ot)
+                            size_t end, zo_dtype gt, zo_dtype st, zo_dtype ot)
 {
     const zv beta1 = zv_set1(c->beta1), beta2 = zv_set1(c->beta2);
     const zv omb1 = zv_set1(c->one_minus_beta1), omb2 = zv_set1(c->one_minus_beta2);
@@ -60,31 +60,32 @@ ZV_ALWAYS void zv_adam_loop(const zo_adam_consts *c, const zo_adam_buffers *b, s
     static void zv_adam_##G##_##S##_##O(const zo_adam_consts *c, const zo_adam_buffers *b,        \
                                         size_t begin, size_t end)                                  \
     {                                                                                              \
-        zv_adam_loop(c, b, begin, end, ZO_OPTIM_##G, ZO_OPTIM_##S, ZO_OPTIM_##O);                  \
+        zv_adam_loop(c, b, begin, end, ZO_DTYPE_##G, ZO_DTYPE_##S, ZO_DTYPE_##O);                  \
     }
-#define ZV_ADAM_BY_OUT(G, S) ZV_ADAM_INSTANCE(G, S, NONE) ZV_ADAM_INSTANCE(G, S, BF16) ZV_ADAM_INSTANCE(G, S, FP16)
-#define ZV_ADAM_BY_STATE(G) ZV_ADAM_BY_OUT(G, FP32) ZV_ADAM_BY_OUT(G, BF16)
-ZV_ADAM_BY_STATE(FP32)
-ZV_ADAM_BY_STATE(FP16)
+#define ZV_ADAM_BY_OUT(G, S) ZV_ADAM_INSTANCE(G, S, NONE) ZV_ADAM_INSTANCE(G, S, BF16) ZV_ADAM_INSTANCE(G, S, F16)
+#define ZV_ADAM_BY_STATE(G) ZV_ADAM_BY_OUT(G, F32) ZV_ADAM_BY_OUT(G, BF16)
+ZV_ADAM_BY_STATE(F32)
+ZV_ADAM_BY_STATE(F16)
 ZV_ADAM_BY_STATE(BF16)
 
 typedef void (*zv_adam_fn)(const zo_adam_consts *, const zo_adam_buffers *, size_t, size_t);
 
-#define ZV_ROW(G, S) {zv_adam_##G##_##S##_NONE, zv_adam_##G##_##S##_BF16, zv_adam_##G##_##S##_FP16}
-/* [grad][state][out], indexed by dtype - 1 (state: FP32, BF16; out: NONE, BF16, FP16). */
+#define ZV_ROW(G, S) {zv_adam_##G##_##S##_NONE, zv_adam_##G##_##S##_BF16, zv_adam_##G##_##S##_F16}
+/* [grad][state][out] (grad: F32, F16, BF16; state: F32, BF16; out: NONE, BF16, F16). */
 static const zv_adam_fn zv_adam_table[3][2][3] = {
-    {ZV_ROW(FP32, FP32), ZV_ROW(FP32, BF16)},
-    {ZV_ROW(FP16, FP32), ZV_ROW(FP16, BF16)},
-    {ZV_ROW(BF16, FP32), ZV_ROW(BF16, BF16)},
+    {ZV_ROW(F32, F32), ZV_ROW(F32, BF16)},
+    {ZV_ROW(F16, F32), ZV_ROW(F16, BF16)},
+    {ZV_ROW(BF16, F32), ZV_ROW(BF16, BF16)},
 };
 
 static void zv_adam(const zo_adam_consts *c, const zo_adam_buffers *b, size_t begin, size_t end)
 {
-    int oi = b->out_type == ZO_OPTIM_NONE ? 0 : b->out_type == ZO_OPTIM_BF16 ? 1 : 2;
-    zv_adam_table[b->grad_type - 1][b->state_type == ZO_OPTIM_BF16][oi](c, b, begin, end);
+    int oi = b->out_type == ZO_DTYPE_NONE ? 0 : b->out_type == ZO_DTYPE_BF16 ? 1 : 2;
+    int gi = b->grad_type == ZO_DTYPE_F32 ? 0 : b->grad_type == ZO_DTYPE_F16 ? 1 : 2;
+    zv_adam_table[gi][b->state_type == ZO_DTYPE_BF16][oi](c, b, begin, end);
 }
 
-ZV_ALWAYS double zv_sum_sq_loop(const void *grad, zo_optim_dtype t, size_t begin, size_t end)
+ZV_ALWAYS double zv_sum_sq_loop(const void *grad, zo_dtype t, size_t begin, size_t end)
 {
     zacc acc = zacc_zero();
     size_t i = begin;
@@ -92,12 +93,12 @@ ZV_ALWAYS double zv_sum_sq_loop(const void *grad, zo_optim_dtype t, size_t begin
     return zacc_sum(acc) + zs_sum_sq(grad, t, i, end);
 }
 
-static double zv_sum_sq(const void *grad, zo_optim_dtype t, size_t begin, size_t end)
+static double zv_sum_sq(const void *grad, zo_dtype t, size_t begin, size_t end)
 {
     switch (t) {
-    case ZO_OPTIM_FP16: return zv_sum_sq_loop(grad, ZO_OPTIM_FP16, begin, end);
-    case ZO_OPTIM_BF16: return zv_sum_sq_loop(grad, ZO_OPTIM_BF16, begin, end);
-    default: return zv_sum_sq_loop(grad, ZO_OPTIM_FP32, begin, end);
+    case ZO_DTYPE_F16: return zv_sum_sq_loop(grad, ZO_DTYPE_F16, begin, end);
+    case ZO_DTYPE_BF16: return zv_sum_sq_loop(grad, ZO_DTYPE_BF16, begin, end);
+    default: return zv_sum_sq_loop(grad, ZO_DTYPE_F32, begin, end);
     }
 }
 
@@ -146,8 +147,8 @@ ZV_ALWAYS void zv_roofline_loop(const zo_adam_buffers *b, size_t begin, size_t e
 
 static void zv_roofline(const zo_adam_buffers *b, size_t begin, size_t end)
 {
-    int g32 = b->grad_type == ZO_OPTIM_FP32, s32 = b->state_type == ZO_OPTIM_FP32;
-    int out = b->out_type != ZO_OPTIM_NONE;
+    int g32 = b->grad_type == ZO_DTYPE_F32, s32 = b->state_type == ZO_DTYPE_F32;
+    int out = b->out_type != ZO_DTYPE_NONE;
     /* Spelled out so each case is its own constant-folded loop. */
     if (g32 && s32 && out) zv_roofline_loop(b, begin, end, 1, 1, 1);
     else if (g32 && s32) zv_roofline_loop(b, begin, end, 1, 1, 0);

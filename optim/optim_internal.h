@@ -30,7 +30,7 @@ typedef struct zo_optim_kernels {
     /* Update elements [begin, end) of b. */
     void (*adam)(const zo_adam_consts *c, const zo_adam_buffers *b, size_t begin, size_t end);
     /* Sum of squares of elements [begin, end), lanes in double, combined in lane order. */
-    double (*sum_sq)(const void *grad, zo_optim_dtype type, size_t begin, size_t end);
+    double (*sum_sq)(const void *grad, zo_dtype type, size_t begin, size_t end);
     /* The roofline: the same loads and stores as adam, no arithmetic. */
     void (*roofline)(const zo_adam_buffers *b, size_t begin, size_t end);
 } zo_optim_kernels;
@@ -50,6 +50,6 @@ extern const zo_optim_kernels zo_optim_kernels_neon;
 zo_status zo_optim_kernels_get(int simd_level, const zo_optim_kernels **out);
 zo_status zo_adam_consts_make(const zo_adam_params *p, zo_adam_consts *c);
 zo_status zo_adam_buffers_check(const zo_adam_buffers *b);
-zo_status zo_grad_check(const void *grad, zo_optim_dtype type, size_t n);
+zo_status zo_grad_check(const void *grad, zo_dtype type, size_t n);
 
 #endif

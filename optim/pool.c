@@ -439,7 +439,7 @@ zo_status zo_optim_pool_roofline_enqueue(zo_optim_pool_t pool, const zo_adam_buf
 }
 
 zo_status zo_optim_pool_grad_stats_enqueue(zo_optim_pool_t pool, const void *grad,
-                                           zo_optim_dtype type, size_t n, int simd_level,
+                                           zo_dtype type, size_t n, int simd_level,
                                            zo_optim_job_t *job)
 {
     const zo_optim_kernels *k;
@@ -488,7 +488,7 @@ zo_status zo_optim_pool_adam_step(zo_optim_pool_t pool, const zo_adam_params *p,
     return zo_optim_job_wait(job, NULL);
 }
 
-zo_status zo_optim_pool_grad_stats(zo_optim_pool_t pool, const void *grad, zo_optim_dtype type,
+zo_status zo_optim_pool_grad_stats(zo_optim_pool_t pool, const void *grad, zo_dtype type,
                                    size_t n, zo_grad_stats *out)
 {
     zo_optim_job_t job;

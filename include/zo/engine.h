@@ -69,7 +69,7 @@ typedef struct zo_engine_config {
     zo_device_t device;       /* must outlive the engine */
     int rank, world_size;     /* multi-rank modes partition states over ranks; only 0/1 today */
 
-    zo_optim_dtype param_dtype; /* ZO_OPTIM_BF16 (default) or ZO_OPTIM_FP16 (p16 and g16) */
+    zo_dtype param_dtype;     /* ZO_DTYPE_BF16 (default) or ZO_DTYPE_F16 (p16 and g16) */
     size_t chunk_bytes;       /* bytes of 16-bit parameters per chunk (0: 4 MiB); raised to fit the
                                  largest tensor, rounded to 4 KiB */
     zo_tier param_home;       /* where p16 lives between uses: device, host or nvme (nvme needs
@@ -104,7 +104,7 @@ typedef struct zo_engine_config {
 } zo_engine_config;
 
 #define ZO_ENGINE_CONFIG_INIT                                                                      \
-    {sizeof(zo_engine_config), NULL, 0, 1, ZO_OPTIM_BF16, 0, ZO_TIER_HOST, ZO_TIER_HOST, 0, 0,     \
+    {sizeof(zo_engine_config), NULL, 0, 1, ZO_DTYPE_BF16, 0, ZO_TIER_HOST, ZO_TIER_HOST, 0, 0,     \
      NULL, 0, 0, "auto", 2, ZO_OPTIM_SYNC, 1, 0, ZO_ADAM_PARAMS_INIT, 0.0f,                       \
      ZO_LOSS_SCALER_CONFIG_INIT, NULL, NULL, 0, 0, 0}
 

@@ -29,23 +29,13 @@
 #include <stdint.h>
 
 #include "zo/device.h"
+#include "zo/dtype.h"
 #include "zo/half.h"
 #include "zo/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum zo_dtype {
-    ZO_DTYPE_F32 = 0,
-    ZO_DTYPE_BF16 = 1,
-    ZO_DTYPE_F16 = 2,
-} zo_dtype;
-
-/* Bytes per element (0 for an unknown dtype). */
-size_t zo_dtype_size(zo_dtype dt);
-/* "f32", "bf16", "f16" or "unknown". */
-const char *zo_dtype_name(zo_dtype dt);
 
 /* Host conversions between fp32 and bf16/fp16 (round to nearest even, NaN
  * kept, overflow to infinity, fp16 subnormals kept): zo_f32_to_bf16,

@@ -11,23 +11,12 @@
 #include <stdint.h>
 
 #include "zo/cpu.h"
+#include "zo/dtype.h"
 #include "zo/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Element types of the buffers the optimizer reads and writes. */
-typedef enum zo_optim_dtype {
-    ZO_OPTIM_NONE = 0, /* no buffer (only for the 16-bit weight copy) */
-    ZO_OPTIM_FP32 = 1,
-    ZO_OPTIM_FP16 = 2, /* IEEE binary16 */
-    ZO_OPTIM_BF16 = 3,
-} zo_optim_dtype;
-
-const char *zo_optim_dtype_name(zo_optim_dtype t);
-/* Bytes per element: 4, 2, or 0 for ZO_OPTIM_NONE. */
-size_t zo_optim_dtype_size(zo_optim_dtype t);
 
 /* Hyper-parameters of one Adam step over one parameter group. */
 typedef struct zo_adam_params {
@@ -53,18 +42,18 @@ typedef struct zo_adam_buffers {
     size_t struct_size;
     size_t n;
     const void *grad;
-    zo_optim_dtype grad_type;  /* FP32, FP16 or BF16 */
+    zo_dtype grad_type;  /* F32, F16 or BF16 */
     float *master;
     void *m;
     void *v;
-    zo_optim_dtype state_type; /* FP32 (default), or BF16 to halve the moments' memory and traffic */
+    zo_dtype state_type; /* F32 (default), or BF16 to halve the moments' memory and traffic */
     void *out;
-    zo_optim_dtype out_type;   /* BF16, FP16, or NONE (out must then be NULL) */
+    zo_dtype out_type;   /* BF16, F16, or NONE (out must then be NULL) */
 } zo_adam_buffers;
 
 #define ZO_ADAM_BUFFERS_INIT                                                                       \
-    {sizeof(zo_adam_buffers), 0, NULL, ZO_OPTIM_FP32, NULL, NULL, NULL, ZO_OPTIM_FP32, NULL,      \
-     ZO_OPTIM_NONE}
+    {sizeof(zo_adam_buffers), 0, NULL, ZO_DTYPE_F32, NULL, NULL, NULL, ZO_DTYPE_F32, NULL,      \
+     ZO_DTYPE_NONE}
 
 /* One fused pass on the calling thread. Per element, in fp32:
  *   g = grad * grad_scale (+ weight_decay * w in Adam/L2 mode)
@@ -87,7 +76,7 @@ typedef struct zo_grad_stats {
     int nonfinite;  /* 1 if any value is inf or NaN */
 } zo_grad_stats;
 
-zo_status zo_grad_stats_compute(const void *grad, zo_optim_dtype type, size_t n, int simd_level,
+zo_status zo_grad_stats_compute(const void *grad, zo_dtype type, size_t n, int simd_level,
                                 zo_grad_stats *out);
 
 /* DeepSpeed's gradient unscale-and-clip factor: with total_norm the norm of
@@ -147,7 +136,7 @@ typedef struct zo_optim_job *zo_optim_job_t;
 zo_status zo_optim_pool_adam_enqueue(zo_optim_pool_t pool, const zo_adam_params *p,
                                      const zo_adam_buffers *b, zo_optim_job_t *job);
 zo_status zo_optim_pool_grad_stats_enqueue(zo_optim_pool_t pool, const void *grad,
-                                           zo_optim_dtype type, size_t n, int simd_level,
+                                           zo_dtype type, size_t n, int simd_level,
                                            zo_optim_job_t *job);
 zo_status zo_optim_pool_roofline_enqueue(zo_optim_pool_t pool, const zo_adam_buffers *b,
                                          int simd_level, zo_optim_job_t *job);
@@ -160,7 +149,7 @@ zo_status zo_optim_job_wait(zo_optim_job_t job, zo_grad_stats *stats);
 /* Synchronous conveniences: enqueue and wait. */
 zo_status zo_optim_pool_adam_step(zo_optim_pool_t pool, const zo_adam_params *p,
                                   const zo_adam_buffers *b);
-zo_status zo_optim_pool_grad_stats(zo_optim_pool_t pool, const void *grad, zo_optim_dtype type,
+zo_status zo_optim_pool_grad_stats(zo_optim_pool_t pool, const void *grad, zo_dtype type,
                                    size_t n, zo_grad_stats *out);
 
 /* ---- loss scaling (DeepSpeed's fp16 semantics) ---- */

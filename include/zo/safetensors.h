@@ -29,44 +29,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/dtype.h"
 #include "zo/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum zo_st_dtype {
-    ZO_ST_BOOL = 0,
-    ZO_ST_U8,
-    ZO_ST_I8,
-    ZO_ST_F8_E5M2,
-    ZO_ST_F8_E4M3,
-    ZO_ST_I16,
-    ZO_ST_U16,
-    ZO_ST_F16,
-    ZO_ST_BF16,
-    ZO_ST_I32,
-    ZO_ST_U32,
-    ZO_ST_F32,
-    ZO_ST_F64,
-    ZO_ST_I64,
-    ZO_ST_U64,
-    ZO_ST_DTYPE_COUNT_
-} zo_st_dtype;
-
-/* "BF16", "F32"...; "?" for an invalid value. */
-const char *zo_st_dtype_name(zo_st_dtype d);
-/* Bytes per element (0 for an invalid value). */
-size_t zo_st_dtype_size(zo_st_dtype d);
+/* The format's name of a dtype ("BF16", "F32"...; sizes from zo_dtype_size);
+ * "?" for ZO_DTYPE_NONE or an invalid value, which files cannot hold. */
+const char *zo_st_dtype_name(zo_dtype d);
 /* The dtype named name (exact, upper case as in the format). */
-zo_status zo_st_dtype_from_name(const char *name, zo_st_dtype *out);
+zo_status zo_st_dtype_from_name(const char *name, zo_dtype *out);
 
 enum { ZO_ST_MAX_DIMS = 8 };
 
 typedef struct zo_st_tensor_info {
     size_t struct_size;
     const char *name;   /* owned by the reader */
-    zo_st_dtype dtype;
+    zo_dtype dtype;
     int ndim;           /* 0 for a scalar */
     int64_t shape[ZO_ST_MAX_DIMS];
     uint64_t nbytes;
@@ -84,7 +65,7 @@ zo_status zo_st_writer_init(zo_st_writer_t *out, const char *path);
 /* Set a __metadata__ entry (replaces "format" when key is "format"). */
 zo_status zo_st_writer_set_metadata(zo_st_writer_t w, const char *key, const char *value);
 /* Declare the next tensor; all declarations come before the first write. */
-zo_status zo_st_writer_declare(zo_st_writer_t w, const char *name, zo_st_dtype dtype, int ndim,
+zo_status zo_st_writer_declare(zo_st_writer_t w, const char *name, zo_dtype dtype, int ndim,
                                const int64_t *shape);
 /* Append n bytes of the tensor name, which must be the first declared tensor
  * that is not complete yet; a tensor may be written in several pieces. The
@@ -109,7 +90,7 @@ zo_status zo_st_reader_at(zo_st_reader_t r, size_t i, zo_st_tensor_info *out);
 zo_status zo_st_reader_find(zo_st_reader_t r, const char *name, zo_st_tensor_info *out);
 /* By name, checking dtype and shape: ZO_ERR_INVALID_ARG names the expected
  * and found dtype or shape. out may be NULL. */
-zo_status zo_st_reader_expect(zo_st_reader_t r, const char *name, zo_st_dtype dtype, int ndim,
+zo_status zo_st_reader_expect(zo_st_reader_t r, const char *name, zo_dtype dtype, int ndim,
                               const int64_t *shape, zo_st_tensor_info *out);
 /* A __metadata__ value, or NULL. */
 const char *zo_st_reader_metadata(zo_st_reader_t r, const char *key);

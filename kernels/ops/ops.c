@@ -10,26 +10,6 @@
 
 #define SUBSYS "ops"
 
-size_t zo_dtype_size(zo_dtype dt)
-{
-    switch (dt) {
-    case ZO_DTYPE_F32: return 4;
-    case ZO_DTYPE_BF16:
-    case ZO_DTYPE_F16: return 2;
-    }
-    return 0;
-}
-
-const char *zo_dtype_name(zo_dtype dt)
-{
-    switch (dt) {
-    case ZO_DTYPE_F32: return "f32";
-    case ZO_DTYPE_BF16: return "bf16";
-    case ZO_DTYPE_F16: return "f16";
-    }
-    return "unknown";
-}
-
 static const zo_ops_backend *backend_of(zo_stream_t s)
 {
 #ifdef ZO_HAVE_CUDA
@@ -64,7 +44,7 @@ static zo_status exec_for(zo_stream_t s, const zo_ops_backend **be, zo_ops_exec 
 
 static zo_status check_dtype(zo_dtype dt, const char *what)
 {
-    if (zo_dtype_size(dt) == 0)
+    if (dt != ZO_DTYPE_F32 && dt != ZO_DTYPE_BF16 && dt != ZO_DTYPE_F16)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s has unknown dtype %d; expected f32, bf16 or f16",
                        what, (int)dt);
     return ZO_OK;

@@ -50,8 +50,8 @@ static zo_status check_plan_config(const zo_engine_config *c)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "rank %d of world size %d: only world_size 1 (rank 0) is supported so far",
                        c->rank, c->world_size);
-    if (c->param_dtype != ZO_OPTIM_BF16 && c->param_dtype != ZO_OPTIM_FP16)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_dtype must be ZO_OPTIM_BF16 or ZO_OPTIM_FP16");
+    if (c->param_dtype != ZO_DTYPE_BF16 && c->param_dtype != ZO_DTYPE_F16)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_dtype must be ZO_DTYPE_BF16 or ZO_DTYPE_F16");
     if ((unsigned)c->param_home > ZO_TIER_NVME || (unsigned)c->optim_home > ZO_TIER_NVME)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_home/optim_home must be a zo_tier");
     ZO_TRY(eng_tiers_check());
@@ -647,7 +647,7 @@ static zo_status start_pool(struct zo_engine *e)
 static zo_status start_optimizer(struct zo_engine *e)
 {
     ZO_TRY(start_pool(e));
-    if (e->cfg.param_dtype == ZO_OPTIM_FP16) {
+    if (e->cfg.param_dtype == ZO_DTYPE_F16) {
         ZO_TRY(zo_loss_scaler_init(&e->scaler, &e->cfg.loss_scaler));
     } else {
         zo_loss_scaler_config lc = ZO_LOSS_SCALER_CONFIG_INIT;
@@ -779,7 +779,7 @@ float zo_engine_lr(zo_engine_t e) { return e ? e->lr_next : 0.0f; }
 double zo_engine_loss_scale(zo_engine_t e)
 {
     if (!e) return 1.0;
-    return e->cfg.param_dtype == ZO_OPTIM_FP16 ? zo_loss_scaler_scale(&e->scaler) : 1.0;
+    return e->cfg.param_dtype == ZO_DTYPE_F16 ? zo_loss_scaler_scale(&e->scaler) : 1.0;
 }
 
 /* ---- the step protocol ---- */
@@ -1111,7 +1111,7 @@ static zo_status finish_step(struct zo_engine *e, eng_verdict *v, int *rollbacks
     ZO_TRY(zo_stream_synchronize(e->d2h));
     ZO_TRY(judge_gradients(e, v));
     zo_loss_scaler saved = e->scaler;
-    if (e->cfg.param_dtype == ZO_OPTIM_FP16) ZO_TRY(zo_loss_scaler_update(&e->scaler, v->overflow));
+    if (e->cfg.param_dtype == ZO_DTYPE_F16) ZO_TRY(zo_loss_scaler_update(&e->scaler, v->overflow));
     return e->mode->end_step(e, v, rollbacks, &saved);
 }
 

@@ -287,7 +287,7 @@ zo_status eng_dpu_join(struct zo_engine *e);
 zo_status eng_dpu_commit_pending(struct zo_engine *e);
 
 /* engine_trace.c */
-void eng_cast16(zo_optim_dtype t, const float *src, void *dst, size_t n);
+void eng_cast16(zo_dtype t, const float *src, void *dst, size_t n);
 /* A copy on the h2d (d2h = 0) or d2h stream, its duration added to the stream's busy time. */
 zo_status eng_timed_copy(struct zo_engine *e, int d2h, uint32_t chunk, void *dst, const void *src,
                          size_t n);

@@ -15,9 +15,9 @@
 
 /* ---- helpers over one chunk ---- */
 
-static float to_f32(zo_optim_dtype t, uint16_t h)
+static float to_f32(zo_dtype t, uint16_t h)
 {
-    return t == ZO_OPTIM_FP16 ? zo_f16_to_f32(h) : zo_bf16_to_f32(h);
+    return t == ZO_DTYPE_F16 ? zo_f16_to_f32(h) : zo_bf16_to_f32(h);
 }
 
 /* ---- the update of every chunk ---- */
@@ -87,7 +87,7 @@ static zo_status accumulate(struct zo_engine *e, eng_chunk *k, const eng_job *j)
 {
     const uint16_t *g = k->g16[j->parity];
     float *acc = k->acc[j->parity];
-    zo_optim_dtype t = e->cfg.param_dtype;
+    zo_dtype t = e->cfg.param_dtype;
     if (j->micro == 1)
         for (size_t i = 0; i < k->n_elems; i++) acc[i] = to_f32(t, g[i]);
     else
@@ -114,7 +114,7 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
     if (accum) ZO_TRY(accumulate(e, k, j));
     if (!j->last) return ZO_OK;
     const void *g = accum ? (const void *)k->acc[j->parity] : k->g16[j->parity];
-    zo_optim_dtype t = accum ? ZO_OPTIM_FP32 : e->cfg.param_dtype;
+    zo_dtype t = accum ? ZO_DTYPE_F32 : e->cfg.param_dtype;
     ZO_TRY(zo_optim_pool_grad_stats(e->opool, g, t, k->n_elems, &k->gstats));
     return e->mode->speculates ? speculate(e, (uint32_t)j->chunk, j) : ZO_OK;
 }

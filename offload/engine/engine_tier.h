@@ -141,7 +141,7 @@ int eng_p16_bufs(const eng_plan_in *in, uint32_t c);
 void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, const eng_update_args *u,
                    zo_adam_params *p, zo_adam_buffers *b);
 zo_status eng_timed_swap_wait(struct zo_engine *e, zo_swap_io_t io);
-uint16_t eng_from_f32(zo_optim_dtype t, float f);
+uint16_t eng_from_f32(zo_dtype t, float f);
 /* Zeroed, 4 KiB aligned host memory, counted in the host's high-water mark. */
 zo_status eng_host_alloc(struct zo_engine *e, uint64_t bytes, float **out);
 /* Chunks whose 16-bit parameters (kind 0) or states (kind 1) table is at. */

@@ -47,7 +47,7 @@ void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, const eng_updat
     b->n = k->n_elems;
     if (e->cfg.grad_accum_steps > 1) {
         b->grad = k->acc[u->parity];
-        b->grad_type = ZO_OPTIM_FP32;
+        b->grad_type = ZO_DTYPE_F32;
     } else {
         b->grad = k->g16[u->parity];
         b->grad_type = e->cfg.param_dtype;
@@ -68,9 +68,9 @@ zo_status eng_timed_swap_wait(struct zo_engine *e, zo_swap_io_t io)
     return st;
 }
 
-uint16_t eng_from_f32(zo_optim_dtype t, float f)
+uint16_t eng_from_f32(zo_dtype t, float f)
 {
-    return t == ZO_OPTIM_FP16 ? zo_f32_to_f16(f) : zo_f32_to_bf16(f);
+    return t == ZO_DTYPE_F16 ? zo_f32_to_f16(f) : zo_f32_to_bf16(f);
 }
 
 zo_status eng_host_alloc(struct zo_engine *e, uint64_t bytes, float **out)

@@ -70,11 +70,11 @@ void eng_trace_pool(struct zo_engine *e, zo_optim_pool_config *oc)
     oc->trace_ctx = e;
 }
 
-void eng_cast16(zo_optim_dtype t, const float *src, void *dst, size_t n)
+void eng_cast16(zo_dtype t, const float *src, void *dst, size_t n)
 {
     uint16_t *d = dst;
     for (size_t i = 0; i < n; i++)
-        d[i] = t == ZO_OPTIM_FP16 ? zo_f32_to_f16(src[i]) : zo_f32_to_bf16(src[i]);
+        d[i] = t == ZO_DTYPE_F16 ? zo_f32_to_f16(src[i]) : zo_f32_to_bf16(src[i]);
 }
 
 typedef struct busy_arg {

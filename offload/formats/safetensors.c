@@ -22,36 +22,34 @@
 /* The reference implementation refuses larger headers; so do we. */
 #define MAX_HEADER ((uint64_t)100 << 20)
 
-static const struct {
-    const char *name;
-    size_t size;
-} dtypes[ZO_ST_DTYPE_COUNT_] = {
-    [ZO_ST_BOOL] = {"BOOL", 1}, [ZO_ST_U8] = {"U8", 1},     [ZO_ST_I8] = {"I8", 1},
-    [ZO_ST_F8_E5M2] = {"F8_E5M2", 1}, [ZO_ST_F8_E4M3] = {"F8_E4M3", 1},
-    [ZO_ST_I16] = {"I16", 2},   [ZO_ST_U16] = {"U16", 2},   [ZO_ST_F16] = {"F16", 2},
-    [ZO_ST_BF16] = {"BF16", 2}, [ZO_ST_I32] = {"I32", 4},   [ZO_ST_U32] = {"U32", 4},
-    [ZO_ST_F32] = {"F32", 4},   [ZO_ST_F64] = {"F64", 8},   [ZO_ST_I64] = {"I64", 8},
-    [ZO_ST_U64] = {"U64", 8},
+/* The format's spelling of each dtype; NULL for ZO_DTYPE_NONE, which no file holds. */
+static const char *const st_names[ZO_DTYPE_COUNT_] = {
+    [ZO_DTYPE_BOOL] = "BOOL", [ZO_DTYPE_U8] = "U8",     [ZO_DTYPE_I8] = "I8",
+    [ZO_DTYPE_F8_E5M2] = "F8_E5M2", [ZO_DTYPE_F8_E4M3] = "F8_E4M3",
+    [ZO_DTYPE_I16] = "I16",   [ZO_DTYPE_U16] = "U16",   [ZO_DTYPE_F16] = "F16",
+    [ZO_DTYPE_BF16] = "BF16", [ZO_DTYPE_I32] = "I32",   [ZO_DTYPE_U32] = "U32",
+    [ZO_DTYPE_F32] = "F32",   [ZO_DTYPE_F64] = "F64",   [ZO_DTYPE_I64] = "I64",
+    [ZO_DTYPE_U64] = "U64",
 };
 
-const char *zo_st_dtype_name(zo_st_dtype d) { return (unsigned)d < ZO_ST_DTYPE_COUNT_ ? dtypes[d].name : "?"; }
+static int st_valid(zo_dtype d) { return (unsigned)d < ZO_DTYPE_COUNT_ && st_names[d]; }
 
-size_t zo_st_dtype_size(zo_st_dtype d) { return (unsigned)d < ZO_ST_DTYPE_COUNT_ ? dtypes[d].size : 0; }
+const char *zo_st_dtype_name(zo_dtype d) { return st_valid(d) ? st_names[d] : "?"; }
 
-zo_status zo_st_dtype_from_name(const char *name, zo_st_dtype *out)
+zo_status zo_st_dtype_from_name(const char *name, zo_dtype *out)
 {
-    for (int i = 0; name && i < ZO_ST_DTYPE_COUNT_; i++)
-        if (strcmp(name, dtypes[i].name) == 0) {
-            *out = (zo_st_dtype)i;
+    for (int i = 0; name && i < ZO_DTYPE_COUNT_; i++)
+        if (st_names[i] && strcmp(name, st_names[i]) == 0) {
+            *out = (zo_dtype)i;
             return ZO_OK;
         }
     return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "unknown safetensors dtype '%s'", name ? name : "(null)");
 }
 
 /* Bytes of a tensor, or UINT64_MAX when the product overflows. */
-static uint64_t tensor_bytes(zo_st_dtype dtype, int ndim, const int64_t *shape)
+static uint64_t tensor_bytes(zo_dtype dtype, int ndim, const int64_t *shape)
 {
-    uint64_t n = zo_st_dtype_size(dtype);
+    uint64_t n = zo_dtype_size(dtype);
     for (int i = 0; i < ndim; i++) {
         uint64_t d = (uint64_t)shape[i];
         if (d && n > UINT64_MAX / d) return UINT64_MAX;
@@ -72,7 +70,7 @@ static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape)
 
 typedef struct st_decl {
     char *name;
-    zo_st_dtype dtype;
+    zo_dtype dtype;
     int ndim;
     int64_t shape[ZO_ST_MAX_DIMS];
     uint64_t begin, nbytes, written;
@@ -134,11 +132,11 @@ zo_status zo_st_writer_set_metadata(zo_st_writer_t w, const char *key, const cha
     return ZO_OK;
 }
 
-static zo_status check_decl(zo_st_writer_t w, const char *name, zo_st_dtype dtype, int ndim, const int64_t *shape)
+static zo_status check_decl(zo_st_writer_t w, const char *name, zo_dtype dtype, int ndim, const int64_t *shape)
 {
     if (!*name || strcmp(name, "__metadata__") == 0)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "'%s': invalid tensor name '%s'", w->path, name);
-    if ((unsigned)dtype >= ZO_ST_DTYPE_COUNT_)
+    if (!st_valid(dtype))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "tensor '%s': invalid dtype %d", name, (int)dtype);
     if (ndim < 0 || ndim > ZO_ST_MAX_DIMS || (ndim && !shape))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "tensor '%s': ndim %d is not in [0, %d]", name, ndim,
@@ -156,7 +154,7 @@ static zo_status check_decl(zo_st_writer_t w, const char *name, zo_st_dtype dtyp
     return ZO_OK;
 }
 
-zo_status zo_st_writer_declare(zo_st_writer_t w, const char *name, zo_st_dtype dtype, int ndim,
+zo_status zo_st_writer_declare(zo_st_writer_t w, const char *name, zo_dtype dtype, int ndim,
                                const int64_t *shape)
 {
     if (!w || !name) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_st_writer_declare: NULL argument");
@@ -301,7 +299,7 @@ zo_status zo_st_writer_commit(zo_st_writer_t w)
 
 typedef struct st_entry {
     const char *name; /* a key of the parsed header */
-    zo_st_dtype dtype;
+    zo_dtype dtype;
     int ndim;
     int64_t shape[ZO_ST_MAX_DIMS];
     uint64_t begin, end;
@@ -455,9 +453,9 @@ static zo_status parse_entry(zo_st_reader_t r, const char *name, json_t *v, st_e
     const char *dt = json_string_value(json_object_get(v, "dtype"));
     if (!dt) return corrupt(r, "tensor '%s': 'dtype' is missing or not a string", name);
     int found = 0;
-    for (int i = 0; i < ZO_ST_DTYPE_COUNT_ && !found; i++)
-        if (strcmp(dt, dtypes[i].name) == 0) {
-            e->dtype = (zo_st_dtype)i;
+    for (int i = 0; i < ZO_DTYPE_COUNT_ && !found; i++)
+        if (st_names[i] && strcmp(dt, st_names[i]) == 0) {
+            e->dtype = (zo_dtype)i;
             found = 1;
         }
     if (!found) return corrupt(r, "tensor '%s': unknown dtype '%s'", name, dt);
@@ -622,7 +620,7 @@ zo_status zo_st_reader_find(zo_st_reader_t r, const char *name, zo_st_tensor_inf
     return fill_info(r, e, out);
 }
 
-zo_status zo_st_reader_expect(zo_st_reader_t r, const char *name, zo_st_dtype dtype, int ndim,
+zo_status zo_st_reader_expect(zo_st_reader_t r, const char *name, zo_dtype dtype, int ndim,
                               const int64_t *shape, zo_st_tensor_info *out)
 {
     if (!r || !name || (ndim && !shape) || ndim < 0 || ndim > ZO_ST_MAX_DIMS)

@@ -225,7 +225,7 @@ static void check_full(const zo_train_config *c, int64_t world)
     assert_int_equal(c->zoffload.prefetch_lookahead, 3);
     assert_int_equal(c->zoffload.n_nvme_paths, 2);
     assert_string_equal(c->zoffload.nvme_paths[1], "/mnt/nvme1");
-    assert_int_equal(c->zoffload.optimizer_state_dtype, ZO_STATE_BF16);
+    assert_int_equal(c->zoffload.optimizer_state_dtype, ZO_DTYPE_BF16);
 }
 
 typedef struct warn_log {

@@ -24,7 +24,7 @@ typedef struct run_cfg {
     int accum;
     int lookahead;
     float max_norm;
-    zo_optim_dtype dtype;
+    zo_dtype dtype;
     uint64_t poison_steps; /* bit s: an infinity in layer 1's gradient at step s */
     int steps;
     int recompute_from;    /* from this step on, the backward re-runs each layer's forward first */
@@ -36,7 +36,7 @@ typedef struct run_cfg {
 
 static run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
-    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_OPTIM_BF16, 0, STEPS, INT_MAX, NULL, 0, 0, NULL, NULL};
+    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_DTYPE_BF16, 0, STEPS, INT_MAX, NULL, 0, 0, NULL, NULL};
     return c;
 }
 
@@ -275,7 +275,7 @@ static void test_sync_matches_reference_everywhere(void **state)
 {
     (void)state;
     tm_ref r;
-    tm_ref_init(&r, ZO_OPTIM_BF16);
+    tm_ref_init(&r, ZO_DTYPE_BF16);
     zo_adam_params hp = test_adam();
     tm_ref_train(&r, &hp, STEPS, 1, 0);
     const run_cfg cfgs[] = {
@@ -333,7 +333,7 @@ static void test_grad_accumulation(void **state)
 {
     (void)state;
     tm_ref r;
-    tm_ref_init(&r, ZO_OPTIM_BF16);
+    tm_ref_init(&r, ZO_DTYPE_BF16);
     zo_adam_params hp = test_adam();
     tm_ref_train(&r, &hp, 10, 3, 0);
     for (int m = 0; m < 2; m++) {
@@ -394,7 +394,7 @@ static void test_overlap_with_overflow_equals_sync(void **state)
     for (int nv = 0; nv < 3; nv++) {
         run_cfg c = base_cfg(nv == 2 ? ZO_TIER_NVME : ZO_TIER_HOST, nv ? ZO_TIER_NVME : ZO_TIER_HOST,
                              ZO_OPTIM_SYNC);
-        c.dtype = ZO_OPTIM_FP16;
+        c.dtype = ZO_DTYPE_F16;
         c.poison_steps = (1ull << 3) | (1ull << 4) | (1ull << 11);
         c.max_norm = 1.0f;
         run_out sync, ovl;
@@ -424,7 +424,7 @@ static void test_dpu_matches_stale_reference(void **state)
 {
     (void)state;
     tm_ref r;
-    tm_ref_init(&r, ZO_OPTIM_BF16);
+    tm_ref_init(&r, ZO_DTYPE_BF16);
     zo_adam_params hp = test_adam();
     tm_ref_train(&r, &hp, STEPS, 1, 1);
     const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE},
@@ -440,7 +440,7 @@ static void test_dpu_matches_stale_reference(void **state)
     }
     /* with gradient accumulation (fp32 accumulators double-buffered by step parity) */
     tm_ref ra;
-    tm_ref_init(&ra, ZO_OPTIM_BF16);
+    tm_ref_init(&ra, ZO_DTYPE_BF16);
     tm_ref_train(&ra, &hp, 10, 2, 1);
     for (int i = 1; i < 4; i += 2) {
         run_cfg c = base_cfg(homes[i][0], homes[i][1], ZO_OPTIM_DPU);
@@ -454,7 +454,7 @@ static void test_dpu_matches_stale_reference(void **state)
     tm_ref_free(&ra);
     /* and it is not the synchronous result */
     tm_ref s;
-    tm_ref_init(&s, ZO_OPTIM_BF16);
+    tm_ref_init(&s, ZO_DTYPE_BF16);
     tm_ref_train(&s, &hp, STEPS, 1, 0);
     assert_true(memcmp(s.master[0], r.master[0], tm_numel(0) * sizeof(float)) != 0);
     tm_ref_free(&s);
@@ -477,7 +477,7 @@ static void test_learning_rate_per_step(void **state)
     zo_adam_params hp = test_adam();
     for (int dpu = 0; dpu < 2; dpu++) {
         tm_ref r;
-        tm_ref_init(&r, ZO_OPTIM_BF16);
+        tm_ref_init(&r, ZO_DTYPE_BF16);
         tm_ref_train_lrs(&r, &hp, STEPS, 1, dpu, lrs);
         for (int i = 0; i < 4; i++)
             for (int mode = 0; mode < (dpu ? 1 : 2); mode++) {
@@ -493,7 +493,7 @@ static void test_learning_rate_per_step(void **state)
     }
     /* a constant rate differs from the schedule (the rates are used) */
     tm_ref k;
-    tm_ref_init(&k, ZO_OPTIM_BF16);
+    tm_ref_init(&k, ZO_DTYPE_BF16);
     tm_ref_train(&k, &hp, STEPS, 1, 0);
     run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
     c.lrs = lrs;
@@ -791,7 +791,7 @@ static void test_state_round_trip_resumes_bitwise(void **state)
         for (int mode = 0; mode < 4; mode++) {
             run_cfg c = base_cfg(homes[i][0], homes[i][1], mode == 3 ? ZO_OPTIM_SYNC : (zo_optim_mode)mode);
             if (mode == 3) { /* fp16: an overflow before the save and one after */
-                c.dtype = ZO_OPTIM_FP16;
+                c.dtype = ZO_DTYPE_F16;
                 c.poison_steps = (1u << 2) | (1u << 8);
             }
             if (homes[i][0] != ZO_TIER_DEVICE) c.device_bytes = min_device_bytes();

@@ -20,14 +20,14 @@
 #define TM_T (2 * TM_L) /* tensors: W, b per layer */
 #define TM_MAXSTEPS 64
 
-static inline float tm_to32(zo_optim_dtype t, uint16_t h)
+static inline float tm_to32(zo_dtype t, uint16_t h)
 {
-    return t == ZO_OPTIM_FP16 ? zo_f16_to_f32(h) : zo_bf16_to_f32(h);
+    return t == ZO_DTYPE_F16 ? zo_f16_to_f32(h) : zo_bf16_to_f32(h);
 }
 
-static inline uint16_t tm_from32(zo_optim_dtype t, float f)
+static inline uint16_t tm_from32(zo_dtype t, float f)
 {
-    return t == ZO_OPTIM_FP16 ? zo_f32_to_f16(f) : zo_f32_to_bf16(f);
+    return t == ZO_DTYPE_F16 ? zo_f32_to_f16(f) : zo_f32_to_bf16(f);
 }
 
 static inline float tm_uniform(uint64_t *s) { return (float)((double)(zo_test_rand(s) >> 11) * 0x1p-53 * 2.0 - 1.0); }
@@ -67,7 +67,7 @@ static inline zo_status tm_input(void *p)
 
 typedef struct tm_fwd_arg {
     const uint16_t *W, *b;
-    zo_optim_dtype t;
+    zo_dtype t;
     const float *in;
     float *out;
 } tm_fwd_arg;
@@ -105,7 +105,7 @@ static inline zo_status tm_loss(void *p)
 typedef struct tm_bwd_arg {
     const uint16_t *W;
     uint16_t *gW, *gb;
-    zo_optim_dtype t;
+    zo_dtype t;
     const float *in, *out, *gout;
     float *gin;
     int poison; /* write an infinity into the gradient (overflow drills) */
@@ -139,14 +139,14 @@ static inline zo_status tm_backward(void *p)
 /* ---- the plain-C reference trainer (bf16, no clipping) ---- */
 
 typedef struct tm_ref {
-    zo_optim_dtype t;
+    zo_dtype t;
     float *master[TM_T], *m[TM_T], *v[TM_T], *acc[TM_T];
     uint16_t *p16[TM_T], *pub[TM_T], *g16[TM_T];
     tm_acts a;
     double losses[TM_MAXSTEPS];
 } tm_ref;
 
-static inline void tm_ref_init(tm_ref *r, zo_optim_dtype t)
+static inline void tm_ref_init(tm_ref *r, zo_dtype t)
 {
     memset(r, 0, sizeof *r);
     r->t = t;
@@ -226,7 +226,7 @@ static inline void tm_ref_train_lrs(tm_ref *r, const zo_adam_params *hp, int ste
             zo_adam_buffers b = ZO_ADAM_BUFFERS_INIT;
             b.n = tm_numel(k);
             b.grad = accum > 1 ? (const void *)r->acc[k] : r->g16[k];
-            b.grad_type = accum > 1 ? ZO_OPTIM_FP32 : r->t;
+            b.grad_type = accum > 1 ? ZO_DTYPE_F32 : r->t;
             b.master = r->master[k];
             b.m = r->m[k];
             b.v = r->v[k];

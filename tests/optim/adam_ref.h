@@ -14,26 +14,26 @@
 /* Host buffers of one test problem, with the inputs kept for the reference. */
 typedef struct adam_case {
     size_t n;
-    zo_optim_dtype gt, st, ot;
+    zo_dtype gt, st, ot;
     void *grad, *m, *v, *out;
     float *master;
     double *rp, *rm, *rv; /* reference state */
     zo_adam_buffers b;
 } adam_case;
 
-static inline double ref_load(const void *base, zo_optim_dtype t, size_t i)
+static inline double ref_load(const void *base, zo_dtype t, size_t i)
 {
     switch (t) {
-    case ZO_OPTIM_FP16: return zo_f16_to_f32(((const uint16_t *)base)[i]);
-    case ZO_OPTIM_BF16: return zo_bf16_to_f32(((const uint16_t *)base)[i]);
+    case ZO_DTYPE_F16: return zo_f16_to_f32(((const uint16_t *)base)[i]);
+    case ZO_DTYPE_BF16: return zo_bf16_to_f32(((const uint16_t *)base)[i]);
     default: return ((const float *)base)[i];
     }
 }
 
-static inline void case_store(void *base, zo_optim_dtype t, size_t i, float x)
+static inline void case_store(void *base, zo_dtype t, size_t i, float x)
 {
-    if (t == ZO_OPTIM_FP32) ((float *)base)[i] = x;
-    else if (t == ZO_OPTIM_BF16) ((uint16_t *)base)[i] = zo_f32_to_bf16(x);
+    if (t == ZO_DTYPE_F32) ((float *)base)[i] = x;
+    else if (t == ZO_DTYPE_BF16) ((uint16_t *)base)[i] = zo_f32_to_bf16(x);
     else ((uint16_t *)base)[i] = zo_f32_to_f16(x);
 }
 
@@ -59,18 +59,18 @@ static inline void *xcalloc(size_t n, size_t sz)
     return p;
 }
 
-static inline void case_alloc(adam_case *c, size_t n, zo_optim_dtype gt, zo_optim_dtype st, zo_optim_dtype ot)
+static inline void case_alloc(adam_case *c, size_t n, zo_dtype gt, zo_dtype st, zo_dtype ot)
 {
     memset(c, 0, sizeof *c);
     c->n = n;
     c->gt = gt;
     c->st = st;
     c->ot = ot;
-    c->grad = xcalloc(n, zo_optim_dtype_size(gt));
+    c->grad = xcalloc(n, zo_dtype_size(gt));
     c->master = xcalloc(n, sizeof(float));
-    c->m = xcalloc(n, zo_optim_dtype_size(st));
-    c->v = xcalloc(n, zo_optim_dtype_size(st));
-    c->out = ot == ZO_OPTIM_NONE ? NULL : xcalloc(n, 2);
+    c->m = xcalloc(n, zo_dtype_size(st));
+    c->v = xcalloc(n, zo_dtype_size(st));
+    c->out = ot == ZO_DTYPE_NONE ? NULL : xcalloc(n, 2);
     c->rp = xcalloc(n, sizeof(double));
     c->rm = xcalloc(n, sizeof(double));
     c->rv = xcalloc(n, sizeof(double));
@@ -101,7 +101,7 @@ static inline void case_free(adam_case *c)
 /* New gradients; the 16-bit ranges are kept within what the type holds. */
 static inline void case_fill_grads(adam_case *c, uint64_t *s)
 {
-    int tiny = c->gt == ZO_OPTIM_FP16 ? -20 : -100, huge = c->gt == ZO_OPTIM_FP16 ? 14 : 40;
+    int tiny = c->gt == ZO_DTYPE_F16 ? -20 : -100, huge = c->gt == ZO_DTYPE_F16 ? 14 : 40;
     for (size_t i = 0; i < c->n; i++) case_store(c->grad, c->gt, i, rand_value(s, tiny, huge));
 }
 

@@ -34,7 +34,7 @@ typedef struct snapshot {
 
 static snapshot snap_take(const adam_case *c)
 {
-    snapshot s = {NULL, NULL, NULL, NULL, c->n * zo_optim_dtype_size(c->gt), c->n * zo_optim_dtype_size(c->st), c->n};
+    snapshot s = {NULL, NULL, NULL, NULL, c->n * zo_dtype_size(c->gt), c->n * zo_dtype_size(c->st), c->n};
     s.grad = xcalloc(1, s.gbytes);
     s.master = xcalloc(c->n, 4);
     s.m = xcalloc(1, s.sbytes);
@@ -86,8 +86,8 @@ static void check_out_matches_master(const adam_case *c, zo_simd_level l, const 
     if (!c->out) return;
     for (size_t i = 0; i < c->n; i++) {
         uint16_t o = ((const uint16_t *)c->out)[i];
-        uint16_t want = c->ot == ZO_OPTIM_BF16 ? zo_f32_to_bf16(c->master[i]) : zo_f32_to_f16(c->master[i]);
-        int ok = o == want || (l == ZO_SIMD_AVX512_BF16 && c->ot == ZO_OPTIM_BF16 && bf16_native_equiv(o, want));
+        uint16_t want = c->ot == ZO_DTYPE_BF16 ? zo_f32_to_bf16(c->master[i]) : zo_f32_to_f16(c->master[i]);
+        int ok = o == want || (l == ZO_SIMD_AVX512_BF16 && c->ot == ZO_DTYPE_BF16 && bf16_native_equiv(o, want));
         if (!ok) fail_msg("%s: out[%zu] = 0x%04x, conversion of master %a is 0x%04x", label, i, o, c->master[i], want);
     }
 }
@@ -101,7 +101,7 @@ static void check_against_reference(const adam_case *c, const snapshot *before, 
     double bc2 = p->bias_correction ? 1.0 - pow(p->beta2, (double)p->step) : 1.0;
     double decay = p->adamw ? 1.0 - lr * wd : 1.0;
     /* bf16 moments: their rounding, and one bf16 subnormal step (2^-133). */
-    double extra = c->st == ZO_OPTIM_BF16 ? 0x1p-8 : 0.0, atol = c->st == ZO_OPTIM_BF16 ? 0x1p-133 : 1e-44;
+    double extra = c->st == ZO_DTYPE_BF16 ? 0x1p-8 : 0.0, atol = c->st == ZO_DTYPE_BF16 ? 0x1p-133 : 1e-44;
     for (size_t i = 0; i < c->n; i++) {
         double w0 = ((const float *)before->master)[i];
         double m0 = ref_load(before->m, c->st, i), g = ref_load(before->grad, c->gt, i) * (double)p->grad_scale;
@@ -140,7 +140,7 @@ typedef struct results {
 
 static results results_copy(const adam_case *c)
 {
-    size_t sb = c->n * zo_optim_dtype_size(c->st);
+    size_t sb = c->n * zo_dtype_size(c->st);
     results r = {xcalloc(c->n, 4), xcalloc(1, sb), xcalloc(1, sb), c->out ? xcalloc(c->n, 2) : NULL};
     memcpy(r.master, c->master, c->n * 4);
     memcpy(r.m, c->m, sb);
@@ -160,14 +160,14 @@ static void results_free(results *r)
 static void compare_to_scalar(const adam_case *c, const results *scalar, zo_simd_level l, const char *label)
 {
     int native = l == ZO_SIMD_AVX512_BF16;
-    size_t ss = zo_optim_dtype_size(c->st);
+    size_t ss = zo_dtype_size(c->st);
     assert_bitwise(c->master, scalar->master, c->n, 4, 0, "master", label);
     assert_bitwise(c->m, scalar->m, c->n, ss, native, "m", label);
     assert_bitwise(c->v, scalar->v, c->n, ss, native, "v", label);
-    if (c->out) assert_bitwise(c->out, scalar->out, c->n, 2, native && c->ot == ZO_OPTIM_BF16, "out", label);
+    if (c->out) assert_bitwise(c->out, scalar->out, c->n, 2, native && c->ot == ZO_DTYPE_BF16, "out", label);
 }
 
-static void run_one_config(zo_optim_dtype gt, zo_optim_dtype st, zo_optim_dtype ot, int adamw, uint64_t seed)
+static void run_one_config(zo_dtype gt, zo_dtype st, zo_dtype ot, int adamw, uint64_t seed)
 {
     adam_case c;
     size_t n = 1037; /* not a multiple of any vector width: the tails run too */
@@ -188,8 +188,8 @@ static void run_one_config(zo_optim_dtype gt, zo_optim_dtype st, zo_optim_dtype 
         zo_simd_level l = all_levels[k];
         if (!zo_cpu_simd_supported(l)) continue;
         char label[160];
-        snprintf(label, sizeof label, "%s grad %s state %s out %s %s", zo_simd_level_name(l), zo_optim_dtype_name(gt),
-                 zo_optim_dtype_name(st), zo_optim_dtype_name(ot), adamw ? "adamw" : "adam");
+        snprintf(label, sizeof label, "%s grad %s state %s out %s %s", zo_simd_level_name(l), zo_dtype_name(gt),
+                 zo_dtype_name(st), zo_dtype_name(ot), adamw ? "adamw" : "adam");
         snap_restore(&before, &c);
         p.simd_level = (int)l;
         ZO_ASSERT_OK(zo_adam_step(&p, &c.b));
@@ -205,9 +205,9 @@ static void run_one_config(zo_optim_dtype gt, zo_optim_dtype st, zo_optim_dtype 
 static void test_every_variant_and_precision(void **state)
 {
     for (int k = 0; k < NLEVELS; k++) level_runs(all_levels[k]);
-    static const zo_optim_dtype gts[] = {ZO_OPTIM_FP32, ZO_OPTIM_FP16, ZO_OPTIM_BF16};
-    static const zo_optim_dtype sts[] = {ZO_OPTIM_FP32, ZO_OPTIM_BF16};
-    static const zo_optim_dtype ots[] = {ZO_OPTIM_NONE, ZO_OPTIM_BF16, ZO_OPTIM_FP16};
+    static const zo_dtype gts[] = {ZO_DTYPE_F32, ZO_DTYPE_F16, ZO_DTYPE_BF16};
+    static const zo_dtype sts[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16};
+    static const zo_dtype ots[] = {ZO_DTYPE_NONE, ZO_DTYPE_BF16, ZO_DTYPE_F16};
     uint64_t seed = 100;
     for (int g = 0; g < 3; g++)
         for (int s = 0; s < 2; s++)
@@ -219,7 +219,7 @@ static void test_every_variant_and_precision(void **state)
 static void test_plain_settings(void **state)
 {
     adam_case c;
-    case_alloc(&c, 100, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    case_alloc(&c, 100, ZO_DTYPE_F32, ZO_DTYPE_F32, ZO_DTYPE_BF16);
     uint64_t s = 7;
     for (size_t i = 0; i < c.n; i++) {
         ((float *)c.grad)[i] = (float)((rand_unit(&s) + 0.5) * (i & 1 ? 1 : -1));
@@ -247,10 +247,10 @@ static void put_nonfinite(adam_case *c, size_t i, int which)
 
 static void test_nonfinite_gradients(void **state)
 {
-    static const zo_optim_dtype gts[] = {ZO_OPTIM_FP32, ZO_OPTIM_FP16, ZO_OPTIM_BF16};
+    static const zo_dtype gts[] = {ZO_DTYPE_F32, ZO_DTYPE_F16, ZO_DTYPE_BF16};
     for (int g = 0; g < 3; g++) {
         adam_case c;
-        case_alloc(&c, 999, gts[g], ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+        case_alloc(&c, 999, gts[g], ZO_DTYPE_F32, ZO_DTYPE_BF16);
         uint64_t s = 11 + (uint64_t)g;
         case_fill_grads(&c, &s);
         case_fill_state(&c, &s);
@@ -283,10 +283,10 @@ static void test_nonfinite_gradients(void **state)
 
 static void test_grad_stats(void **state)
 {
-    static const zo_optim_dtype gts[] = {ZO_OPTIM_FP32, ZO_OPTIM_FP16, ZO_OPTIM_BF16};
+    static const zo_dtype gts[] = {ZO_DTYPE_F32, ZO_DTYPE_F16, ZO_DTYPE_BF16};
     for (int g = 0; g < 3; g++) {
         adam_case c;
-        case_alloc(&c, 4099, gts[g], ZO_OPTIM_FP32, ZO_OPTIM_NONE);
+        case_alloc(&c, 4099, gts[g], ZO_DTYPE_F32, ZO_DTYPE_NONE);
         uint64_t s = 21 + (uint64_t)g;
         case_fill_grads(&c, &s);
         /* The reference sum in long double, in index order. */
@@ -299,7 +299,7 @@ static void test_grad_stats(void **state)
             ZO_ASSERT_OK(zo_grad_stats_compute(c.grad, c.gt, c.n, (int)l, &st));
             assert_int_equal(st.nonfinite, 0);
             if (!(fabsl(st.sum_sq - ref) <= 1e-13L * ref))
-                fail_msg("%s %s: sum_sq %.17g, reference %.17Lg", zo_simd_level_name(l), zo_optim_dtype_name(c.gt),
+                fail_msg("%s %s: sum_sq %.17g, reference %.17Lg", zo_simd_level_name(l), zo_dtype_name(c.gt),
                          st.sum_sq, ref);
             /* Prefixes of every length up to a few vectors: each tail path. */
             for (size_t len = 0; len < 70; len++) {
@@ -317,10 +317,10 @@ static void test_grad_stats(void **state)
  * step counts included): |w - w_ref| <= 1e-5 * (|w_ref| + lr * t) at every
  * step of 300 (the drift measured here is about 2e-6). */
 #define TRAJECTORY_TOL 1e-5
-static void run_trajectory(zo_optim_dtype gt, zo_optim_dtype ot, int adamw, zo_simd_level l)
+static void run_trajectory(zo_dtype gt, zo_dtype ot, int adamw, zo_simd_level l)
 {
     adam_case c;
-    case_alloc(&c, 515, gt, ZO_OPTIM_FP32, ot);
+    case_alloc(&c, 515, gt, ZO_DTYPE_F32, ot);
     uint64_t s = 31;
     for (size_t i = 0; i < c.n; i++) {
         c.master[i] = (float)(rand_unit(&s) - 0.5);
@@ -345,12 +345,12 @@ static void run_trajectory(zo_optim_dtype gt, zo_optim_dtype ot, int adamw, zo_s
             worst = err > worst ? err : worst;
         }
         if (!(worst <= TRAJECTORY_TOL))
-            fail_msg("%s grad %s: step %d drifted %.3g from the reference", zo_simd_level_name(l), zo_optim_dtype_name(gt),
+            fail_msg("%s grad %s: step %d drifted %.3g from the reference", zo_simd_level_name(l), zo_dtype_name(gt),
                      t, worst);
         drift = worst > drift ? worst : drift;
     }
     print_message("  %s grad %s out %s %s: largest drift over %d steps %.3g (bound %.0e)\n", zo_simd_level_name(l),
-                  zo_optim_dtype_name(gt), zo_optim_dtype_name(ot), adamw ? "adamw" : "adam", steps, drift,
+                  zo_dtype_name(gt), zo_dtype_name(ot), adamw ? "adamw" : "adam", steps, drift,
                   TRAJECTORY_TOL);
     check_out_matches_master(&c, l, "trajectory");
     case_free(&c);
@@ -361,16 +361,16 @@ static void test_trajectory(void **state)
     for (int k = 0; k < NLEVELS; k++) {
         zo_simd_level l = all_levels[k];
         if (!zo_cpu_simd_supported(l)) continue;
-        run_trajectory(ZO_OPTIM_FP32, ZO_OPTIM_NONE, 1, l);
-        run_trajectory(ZO_OPTIM_BF16, ZO_OPTIM_BF16, 1, l);
-        run_trajectory(ZO_OPTIM_FP16, ZO_OPTIM_FP16, 0, l);
+        run_trajectory(ZO_DTYPE_F32, ZO_DTYPE_NONE, 1, l);
+        run_trajectory(ZO_DTYPE_BF16, ZO_DTYPE_BF16, 1, l);
+        run_trajectory(ZO_DTYPE_F16, ZO_DTYPE_F16, 0, l);
     }
 }
 
 static void test_invalid_arguments(void **state)
 {
     adam_case c;
-    case_alloc(&c, 64, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    case_alloc(&c, 64, ZO_DTYPE_F32, ZO_DTYPE_F32, ZO_DTYPE_BF16);
     zo_adam_params p = ZO_ADAM_PARAMS_INIT;
     ZO_ASSERT_OK(zo_adam_step(&p, &c.b));
     zo_adam_params q = p;
@@ -404,24 +404,24 @@ static void test_invalid_arguments(void **state)
     ZO_ASSERT_ST(zo_adam_step(&p, &b), ZO_ERR_INVALID_ARG);
     assert_true(strstr(zo_last_error(), "aligned") != NULL);
     b = c.b;
-    b.out_type = ZO_OPTIM_NONE;
+    b.out_type = ZO_DTYPE_NONE;
     ZO_ASSERT_ST(zo_adam_step(&p, &b), ZO_ERR_INVALID_ARG);
     b = c.b;
-    b.out_type = ZO_OPTIM_FP32;
+    b.out_type = ZO_DTYPE_F32;
     ZO_ASSERT_ST(zo_adam_step(&p, &b), ZO_ERR_INVALID_ARG);
     b = c.b;
-    b.state_type = ZO_OPTIM_FP16;
+    b.state_type = ZO_DTYPE_F16;
     ZO_ASSERT_ST(zo_adam_step(&p, &b), ZO_ERR_INVALID_ARG);
     b = c.b;
-    b.grad_type = ZO_OPTIM_NONE;
+    b.grad_type = ZO_DTYPE_NONE;
     ZO_ASSERT_ST(zo_adam_step(&p, &b), ZO_ERR_INVALID_ARG);
     b = c.b;
     b.struct_size = 1;
     ZO_ASSERT_ST(zo_adam_step(&p, &b), ZO_ERR_INVALID_ARG);
     ZO_ASSERT_ST(zo_adam_roofline(&b, -1), ZO_ERR_INVALID_ARG);
     zo_grad_stats st;
-    ZO_ASSERT_ST(zo_grad_stats_compute(NULL, ZO_OPTIM_FP32, 4, -1, &st), ZO_ERR_INVALID_ARG);
-    ZO_ASSERT_ST(zo_grad_stats_compute(c.grad, ZO_OPTIM_FP32, 4, -1, NULL), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_grad_stats_compute(NULL, ZO_DTYPE_F32, 4, -1, &st), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_grad_stats_compute(c.grad, ZO_DTYPE_F32, 4, -1, NULL), ZO_ERR_INVALID_ARG);
     /* Zero elements is valid and touches nothing. */
     b = c.b;
     b.n = 0;
@@ -433,7 +433,7 @@ static void test_invalid_arguments(void **state)
 static void test_roofline_moves_bits(void **state)
 {
     adam_case c;
-    case_alloc(&c, 1031, ZO_OPTIM_BF16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    case_alloc(&c, 1031, ZO_DTYPE_BF16, ZO_DTYPE_F32, ZO_DTYPE_BF16);
     uint64_t s = 41;
     case_fill_grads(&c, &s);
     case_fill_state(&c, &s);

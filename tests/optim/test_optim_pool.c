@@ -39,7 +39,7 @@ static zo_adam_params step_params(int64_t step)
 
 static void assert_same_state(const adam_case *a, const adam_case *b)
 {
-    size_t ss = zo_optim_dtype_size(a->st);
+    size_t ss = zo_dtype_size(a->st);
     assert_memory_equal(a->master, b->master, a->n * 4);
     assert_memory_equal(a->m, b->m, a->n * ss);
     assert_memory_equal(a->v, b->v, a->n * ss);
@@ -50,8 +50,8 @@ static void assert_same_state(const adam_case *a, const adam_case *b)
 static void test_adam_thread_count_invariance(void **state)
 {
     adam_case want, got;
-    case_alloc(&want, N, ZO_OPTIM_BF16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
-    case_alloc(&got, N, ZO_OPTIM_BF16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    case_alloc(&want, N, ZO_DTYPE_BF16, ZO_DTYPE_F32, ZO_DTYPE_BF16);
+    case_alloc(&got, N, ZO_DTYPE_BF16, ZO_DTYPE_F32, ZO_DTYPE_BF16);
     fill_case(&want, 5);
     zo_adam_params p = step_params(4);
     ZO_ASSERT_OK(zo_adam_step(&p, &want.b));
@@ -71,7 +71,7 @@ static void test_adam_thread_count_invariance(void **state)
 static void test_grad_stats_deterministic(void **state)
 {
     adam_case c;
-    case_alloc(&c, N, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_NONE);
+    case_alloc(&c, N, ZO_DTYPE_F32, ZO_DTYPE_F32, ZO_DTYPE_NONE);
     uint64_t s = 9;
     case_fill_grads(&c, &s);
     long double ref = 0;
@@ -103,7 +103,7 @@ static void test_grad_stats_deterministic(void **state)
 static double blockwise_sum_sq(const adam_case *c)
 {
     double s = 0.0;
-    size_t es = zo_optim_dtype_size(c->gt);
+    size_t es = zo_dtype_size(c->gt);
     for (size_t b = 0; b < c->n; b += 16384) {
         zo_grad_stats st;
         size_t len = c->n - b < 16384 ? c->n - b : 16384;
@@ -122,9 +122,9 @@ static void test_threads_and_tiles_bitwise(void **state)
     static const int threads[] = {1, 2, 3, 7};
     static const size_t tiles[] = {16384, 64, 320, 4096, 65536, 1 << 20};
     adam_case want, first, got;
-    case_alloc(&want, NT, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
-    case_alloc(&first, NT, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
-    case_alloc(&got, NT, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    case_alloc(&want, NT, ZO_DTYPE_F32, ZO_DTYPE_F32, ZO_DTYPE_BF16);
+    case_alloc(&first, NT, ZO_DTYPE_F32, ZO_DTYPE_F32, ZO_DTYPE_BF16);
+    case_alloc(&got, NT, ZO_DTYPE_F32, ZO_DTYPE_F32, ZO_DTYPE_BF16);
     fill_case(&want, 23);
     for (int t = 1; t <= 2; t++) {
         zo_adam_params p = step_params(t);
@@ -167,8 +167,8 @@ static void test_threads_and_tiles_bitwise(void **state)
 static void test_async_jobs_in_order(void **state)
 {
     adam_case want, got;
-    case_alloc(&want, N, ZO_OPTIM_FP16, ZO_OPTIM_BF16, ZO_OPTIM_FP16);
-    case_alloc(&got, N, ZO_OPTIM_FP16, ZO_OPTIM_BF16, ZO_OPTIM_FP16);
+    case_alloc(&want, N, ZO_DTYPE_F16, ZO_DTYPE_BF16, ZO_DTYPE_F16);
+    case_alloc(&got, N, ZO_DTYPE_F16, ZO_DTYPE_BF16, ZO_DTYPE_F16);
     fill_case(&want, 13);
     fill_case(&got, 13);
     for (int t = 1; t <= 3; t++) {
@@ -218,8 +218,8 @@ static void test_trace_spans(void **state)
     pthread_mutex_init(&log.mu, NULL);
     log.n = 0;
     adam_case want, got;
-    case_alloc(&want, N, ZO_OPTIM_FP16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
-    case_alloc(&got, N, ZO_OPTIM_FP16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    case_alloc(&want, N, ZO_DTYPE_F16, ZO_DTYPE_F32, ZO_DTYPE_BF16);
+    case_alloc(&got, N, ZO_DTYPE_F16, ZO_DTYPE_F32, ZO_DTYPE_BF16);
     fill_case(&want, 5);
     fill_case(&got, 5);
     zo_optim_pool_config cfg = ZO_OPTIM_POOL_CONFIG_INIT;
@@ -263,8 +263,8 @@ static void test_trace_spans(void **state)
 static void test_free_drains_queue(void **state)
 {
     adam_case want, got;
-    case_alloc(&want, N, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_NONE);
-    case_alloc(&got, N, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_NONE);
+    case_alloc(&want, N, ZO_DTYPE_F32, ZO_DTYPE_F32, ZO_DTYPE_NONE);
+    case_alloc(&got, N, ZO_DTYPE_F32, ZO_DTYPE_F32, ZO_DTYPE_NONE);
     fill_case(&want, 17);
     fill_case(&got, 17);
     zo_adam_params p = step_params(1);
@@ -292,8 +292,8 @@ static void test_core_binding(void **state)
     for (int c = 0; c < CPU_SETSIZE && ncores < 4; c++)
         if (CPU_ISSET(c, &allowed)) cores[ncores++] = c;
     adam_case want, got;
-    case_alloc(&want, 4096, ZO_OPTIM_BF16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
-    case_alloc(&got, 4096, ZO_OPTIM_BF16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    case_alloc(&want, 4096, ZO_DTYPE_BF16, ZO_DTYPE_F32, ZO_DTYPE_BF16);
+    case_alloc(&got, 4096, ZO_DTYPE_BF16, ZO_DTYPE_F32, ZO_DTYPE_BF16);
     fill_case(&want, 19);
     zo_adam_params p = step_params(2);
     ZO_ASSERT_OK(zo_adam_step(&p, &want.b));
@@ -363,7 +363,7 @@ static void *pool_from_narrowed_thread(void *arg)
     a->st = zo_optim_pool_init(&pool, &cfg);
     if (a->st < 0) return NULL;
     adam_case c;
-    case_alloc(&c, 4096, ZO_OPTIM_BF16, ZO_OPTIM_FP32, ZO_OPTIM_BF16);
+    case_alloc(&c, 4096, ZO_DTYPE_BF16, ZO_DTYPE_F32, ZO_DTYPE_BF16);
     fill_case(&c, 29);
     zo_adam_params p = step_params(1);
     a->st = zo_optim_pool_adam_step(pool, &p, &c.b);
@@ -434,7 +434,7 @@ static void test_pool_errors(void **state)
 
     pool = make_pool(1, 64);
     adam_case c;
-    case_alloc(&c, 128, ZO_OPTIM_FP32, ZO_OPTIM_FP32, ZO_OPTIM_NONE);
+    case_alloc(&c, 128, ZO_DTYPE_F32, ZO_DTYPE_F32, ZO_DTYPE_NONE);
     zo_adam_params p = step_params(1);
     zo_optim_job_t job = (zo_optim_job_t)1;
     p.step = 0;
@@ -443,7 +443,7 @@ static void test_pool_errors(void **state)
     p.step = 1;
     ZO_ASSERT_ST(zo_optim_pool_adam_enqueue(NULL, &p, &c.b, &job), ZO_ERR_INVALID_ARG);
     ZO_ASSERT_ST(zo_optim_pool_adam_enqueue(pool, &p, &c.b, NULL), ZO_ERR_INVALID_ARG);
-    ZO_ASSERT_ST(zo_optim_pool_grad_stats_enqueue(pool, NULL, ZO_OPTIM_FP32, 10, -1, &job), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_optim_pool_grad_stats_enqueue(pool, NULL, ZO_DTYPE_F32, 10, -1, &job), ZO_ERR_INVALID_ARG);
     ZO_ASSERT_ST(zo_optim_pool_roofline_enqueue(pool, &c.b, 99, &job), ZO_ERR_UNSUPPORTED);
     ZO_ASSERT_ST(zo_optim_job_wait(NULL, NULL), ZO_ERR_INVALID_ARG);
     ZO_ASSERT_ST(zo_optim_job_poll(NULL), ZO_ERR_INVALID_ARG);
@@ -453,7 +453,7 @@ static void test_pool_errors(void **state)
     ZO_ASSERT_OK(zo_optim_job_poll(job));
     ZO_ASSERT_OK(zo_optim_job_wait(job, NULL));
     zo_grad_stats st = {1, 1};
-    ZO_ASSERT_OK(zo_optim_pool_grad_stats(pool, c.grad, ZO_OPTIM_FP32, 0, &st));
+    ZO_ASSERT_OK(zo_optim_pool_grad_stats(pool, c.grad, ZO_DTYPE_F32, 0, &st));
     assert_true(st.sum_sq == 0 && st.nonfinite == 0);
     zo_optim_pool_free(pool);
     zo_optim_pool_free(NULL);

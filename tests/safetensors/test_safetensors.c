@@ -75,7 +75,7 @@ static void write_bytes(const char *p, const void *data, size_t n)
 
 typedef struct tensor {
     char name[96];
-    zo_st_dtype dtype;
+    zo_dtype dtype;
     int ndim;
     int64_t shape[ZO_ST_MAX_DIMS];
     size_t nbytes;
@@ -88,13 +88,13 @@ typedef struct model {
     size_t n;
 } model;
 
-static void add_tensor(model *m, const char *name, zo_st_dtype dtype, int ndim, const int64_t *shape, uint64_t *rng)
+static void add_tensor(model *m, const char *name, zo_dtype dtype, int ndim, const int64_t *shape, uint64_t *rng)
 {
     tensor *t = &m->t[m->n++];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->dtype = dtype;
     t->ndim = ndim;
-    size_t n = zo_st_dtype_size(dtype);
+    size_t n = zo_dtype_size(dtype);
     for (int i = 0; i < ndim; i++) {
         t->shape[i] = shape[i];
         n *= (size_t)shape[i];
@@ -125,13 +125,13 @@ static void make_model(model *m)
             int64_t shape[2];
             ZO_ASSERT_OK(zo_llama_tensor_name((zo_llama_role)r, l, name, sizeof name));
             ZO_ASSERT_OK(zo_llama_tensor_shape(&d, (zo_llama_role)r, &ndim, shape));
-            add_tensor(m, name, ndim == 1 ? ZO_ST_F32 : ZO_ST_BF16, ndim, shape, &rng);
+            add_tensor(m, name, ndim == 1 ? ZO_DTYPE_F32 : ZO_DTYPE_BF16, ndim, shape, &rng);
         }
     }
     int64_t three[1] = {3}, empty[2] = {0, 4};
-    add_tensor(m, "extra.step", ZO_ST_I64, 0, NULL, &rng);
-    add_tensor(m, "extra.odd_f16", ZO_ST_F16, 1, three, &rng);
-    add_tensor(m, "extra.empty", ZO_ST_F32, 2, empty, &rng);
+    add_tensor(m, "extra.step", ZO_DTYPE_I64, 0, NULL, &rng);
+    add_tensor(m, "extra.odd_f16", ZO_DTYPE_F16, 1, three, &rng);
+    add_tensor(m, "extra.empty", ZO_DTYPE_F32, 2, empty, &rng);
 }
 
 static void free_model(model *m)
@@ -269,20 +269,20 @@ static void test_lookup_messages(void **state)
     assert_string_equal(error_text(ZO_ERR_NOT_FOUND), want);
 
     int64_t q[2] = {16, 16};
-    ZO_ASSERT_ST(zo_st_reader_expect(r, "model.layers.0.self_attn.q_proj.weight", ZO_ST_F32, 2, q, NULL),
+    ZO_ASSERT_ST(zo_st_reader_expect(r, "model.layers.0.self_attn.q_proj.weight", ZO_DTYPE_F32, 2, q, NULL),
                  ZO_ERR_INVALID_ARG);
     snprintf(want, sizeof want,
              "tensor 'model.layers.0.self_attn.q_proj.weight' in '%s': expected dtype F32, found BF16", path);
     assert_string_equal(error_text(ZO_ERR_INVALID_ARG), want);
 
     int64_t k[2] = {16, 16}; /* GQA: k_proj is [8, 16] */
-    ZO_ASSERT_ST(zo_st_reader_expect(r, "model.layers.1.self_attn.k_proj.weight", ZO_ST_BF16, 2, k, NULL),
+    ZO_ASSERT_ST(zo_st_reader_expect(r, "model.layers.1.self_attn.k_proj.weight", ZO_DTYPE_BF16, 2, k, NULL),
                  ZO_ERR_INVALID_ARG);
     snprintf(want, sizeof want,
              "tensor 'model.layers.1.self_attn.k_proj.weight' in '%s': expected shape [16, 16], found [8, 16]", path);
     assert_string_equal(error_text(ZO_ERR_INVALID_ARG), want);
 
-    ZO_ASSERT_ST(zo_st_reader_expect(r, "extra.step", ZO_ST_I64, 1, q, NULL), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_st_reader_expect(r, "extra.step", ZO_DTYPE_I64, 1, q, NULL), ZO_ERR_INVALID_ARG);
     snprintf(want, sizeof want, "tensor 'extra.step' in '%s': expected shape [16], found []", path);
     assert_string_equal(error_text(ZO_ERR_INVALID_ARG), want);
     zo_st_reader_free(r);
@@ -433,13 +433,13 @@ static void test_writer_misuse(void **state)
     float buf[4] = {1, 2, 3, 4};
     zo_st_writer_t w = NULL;
     ZO_ASSERT_OK(zo_st_writer_init(&w, path));
-    ZO_ASSERT_OK(zo_st_writer_declare(w, "a", ZO_ST_F32, 1, s2));
-    ZO_ASSERT_OK(zo_st_writer_declare(w, "b", ZO_ST_F32, 1, s4));
-    ZO_ASSERT_ST(zo_st_writer_declare(w, "a", ZO_ST_F32, 1, s2), ZO_ERR_EXISTS);
-    ZO_ASSERT_ST(zo_st_writer_declare(w, "c", ZO_ST_F32, 1, neg), ZO_ERR_INVALID_ARG);
-    ZO_ASSERT_ST(zo_st_writer_declare(w, "__metadata__", ZO_ST_F32, 1, s2), ZO_ERR_INVALID_ARG);
-    ZO_ASSERT_ST(zo_st_writer_declare(w, "d", ZO_ST_DTYPE_COUNT_, 1, s2), ZO_ERR_INVALID_ARG);
-    ZO_ASSERT_ST(zo_st_writer_declare(w, "e", ZO_ST_F32, ZO_ST_MAX_DIMS + 1, s2), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_OK(zo_st_writer_declare(w, "a", ZO_DTYPE_F32, 1, s2));
+    ZO_ASSERT_OK(zo_st_writer_declare(w, "b", ZO_DTYPE_F32, 1, s4));
+    ZO_ASSERT_ST(zo_st_writer_declare(w, "a", ZO_DTYPE_F32, 1, s2), ZO_ERR_EXISTS);
+    ZO_ASSERT_ST(zo_st_writer_declare(w, "c", ZO_DTYPE_F32, 1, neg), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_st_writer_declare(w, "__metadata__", ZO_DTYPE_F32, 1, s2), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_st_writer_declare(w, "d", ZO_DTYPE_COUNT_, 1, s2), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_st_writer_declare(w, "e", ZO_DTYPE_F32, ZO_ST_MAX_DIMS + 1, s2), ZO_ERR_INVALID_ARG);
 
     ZO_ASSERT_ST(zo_st_writer_write(w, "b", buf, 16), ZO_ERR_STATE);
     snprintf(want, sizeof want,
@@ -449,7 +449,7 @@ static void test_writer_misuse(void **state)
     snprintf(want, sizeof want, "tensor 'a' in '%s': 12 bytes written, but only 8 of its 8 bytes remain", path);
     assert_string_equal(error_text(ZO_ERR_INVALID_ARG), want);
     ZO_ASSERT_OK(zo_st_writer_write(w, "a", buf, 8));
-    ZO_ASSERT_ST(zo_st_writer_declare(w, "late", ZO_ST_F32, 1, s2), ZO_ERR_STATE);
+    ZO_ASSERT_ST(zo_st_writer_declare(w, "late", ZO_DTYPE_F32, 1, s2), ZO_ERR_STATE);
     ZO_ASSERT_ST(zo_st_writer_set_metadata(w, "k", "v"), ZO_ERR_STATE);
     ZO_ASSERT_OK(zo_st_writer_write(w, "b", buf, 4));
     ZO_ASSERT_ST(zo_st_writer_commit(w), ZO_ERR_STATE);
@@ -587,7 +587,7 @@ static void test_streaming_memory(void **state)
     zo_st_writer_t w = NULL;
     int64_t shape[2] = {(int64_t)pieces, (int64_t)(piece / 2)};
     ZO_ASSERT_OK(zo_st_writer_init(&w, path));
-    ZO_ASSERT_OK(zo_st_writer_declare(w, "lm_head.weight", ZO_ST_BF16, 2, shape));
+    ZO_ASSERT_OK(zo_st_writer_declare(w, "lm_head.weight", ZO_DTYPE_BF16, 2, shape));
     for (size_t i = 0; i < pieces; i++) {
         buf[0] = (unsigned char)i;
         ZO_ASSERT_OK(zo_st_writer_write(w, "lm_head.weight", buf, piece));
@@ -601,7 +601,7 @@ static void test_streaming_memory(void **state)
     zo_st_reader_t r = NULL;
     zo_st_tensor_info info = ZO_ST_TENSOR_INFO_INIT;
     ZO_ASSERT_OK(zo_st_reader_open(&r, path));
-    ZO_ASSERT_OK(zo_st_reader_expect(r, "lm_head.weight", ZO_ST_BF16, 2, shape, &info));
+    ZO_ASSERT_OK(zo_st_reader_expect(r, "lm_head.weight", ZO_DTYPE_BF16, 2, shape, &info));
     const unsigned char *d = info.data;
     for (size_t i = 0; i < pieces; i++) {
         buf[0] = (unsigned char)i;
@@ -680,10 +680,10 @@ static void test_llama_names(void **state)
         int64_t layer;
         ZO_ASSERT_ST(zo_llama_parse_name(bad[i], &role, &layer), ZO_ERR_NOT_FOUND);
     }
-    zo_st_dtype dt;
+    zo_dtype dt;
     ZO_ASSERT_OK(zo_st_dtype_from_name("BF16", &dt));
-    assert_int_equal(dt, ZO_ST_BF16);
-    assert_int_equal(zo_st_dtype_size(ZO_ST_F64), 8);
+    assert_int_equal(dt, ZO_DTYPE_BF16);
+    assert_int_equal(zo_dtype_size(ZO_DTYPE_F64), 8);
     ZO_ASSERT_ST(zo_st_dtype_from_name("bf16", &dt), ZO_ERR_INVALID_ARG);
 }
 

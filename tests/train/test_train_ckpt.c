@@ -135,7 +135,7 @@ static void test_resume_is_bitwise(void **state)
     check_resume(&o, "device, dpu");
     o = base_options();
     o.param_home = o.optim_home = ZO_TIER_HOST;
-    o.dtype = ZO_OPTIM_FP16;
+    o.dtype = ZO_DTYPE_F16;
     o.loss_scaler.initial_scale_power = 20; /* overflows first, the scaler adapts */
     o.grad_accum = 2;
     o.sched.type = ZO_SCHEDULER_WARMUP_DECAY_LR;
@@ -271,7 +271,7 @@ static void test_files_read_by_an_independent_reader(void **state)
 /* A model.safetensors with the trainer's tensors, except: skip (left out),
  * bad_shape (transposed), bad_dtype (written as dt) for the tensor named
  * `which`; every other tensor in dt. Values: 0.25 * (i % 7) - 0.5. */
-static void write_model_file(const char *path, const zt_shape *s, zo_st_dtype dt, const char *which,
+static void write_model_file(const char *path, const zt_shape *s, zo_dtype dt, const char *which,
                              int how)
 {
     zo_st_writer_t w;
@@ -286,13 +286,13 @@ static void write_model_file(const char *path, const zt_shape *s, zo_st_dtype dt
                 int hit = strcmp(name, which) == 0;
                 if (hit && how == 0)
                     continue;
-                zo_st_dtype d = hit && how == 2 ? ZO_ST_I32 : dt;
+                zo_dtype d = hit && how == 2 ? ZO_DTYPE_I32 : dt;
                 if (hit && how == 1 && ndim == 2) {
                     int64_t x = shape[0];
                     shape[0] = shape[1];
                     shape[1] = x;
                 }
-                size_t n = zt_tensor_numel(s, l, i), es = zo_st_dtype_size(d);
+                size_t n = zt_tensor_numel(s, l, i), es = zo_dtype_size(d);
                 if (pass == 0) {
                     ZO_ASSERT_OK(zo_st_writer_declare(w, name, d, ndim, shape));
                     continue;
@@ -300,9 +300,9 @@ static void write_model_file(const char *path, const zt_shape *s, zo_st_dtype dt
                 unsigned char *buf = malloc(n * es);
                 for (size_t k = 0; k < n; k++) {
                     float f = 0.25f * (float)(k % 7) - 0.5f;
-                    uint16_t h = d == ZO_ST_BF16 ? zo_f32_to_bf16(f) : zo_f32_to_f16(f);
+                    uint16_t h = d == ZO_DTYPE_BF16 ? zo_f32_to_bf16(f) : zo_f32_to_f16(f);
                     int32_t iv = (int32_t)k;
-                    memcpy(buf + k * es, d == ZO_ST_F32 ? (void *)&f : d == ZO_ST_I32 ? (void *)&iv : &h,
+                    memcpy(buf + k * es, d == ZO_DTYPE_F32 ? (void *)&f : d == ZO_DTYPE_I32 ? (void *)&iv : &h,
                            es);
                 }
                 ZO_ASSERT_OK(zo_st_writer_write(w, name, buf, n * es));
@@ -334,14 +334,14 @@ static void test_bad_checkpoints_are_refused(void **state)
     snprintf(model, sizeof model, "%s/step-00000000/%s", dir, ZT_CKPT_MODEL);
     const char *up = "model.layers.1.mlp.up_proj.weight";
     char want[600];
-    write_model_file(model, &o.shape, ZO_ST_F32, up, 0);
+    write_model_file(model, &o.shape, ZO_DTYPE_F32, up, 0);
     snprintf(want, sizeof want, "tensor '%s' not found in '%s' (20 tensors; nearest: ", up, model);
     expect_load_error(t, dir, want);
     /* the reader's own messages, naming the tensor and the file */
-    write_model_file(model, &o.shape, ZO_ST_F32, up, 1);
+    write_model_file(model, &o.shape, ZO_DTYPE_F32, up, 1);
     snprintf(want, sizeof want, "tensor '%s' in '%s': expected shape [64, 32], found [32, 64]", up, model);
     expect_load_error(t, dir, want);
-    write_model_file(model, &o.shape, ZO_ST_BF16, "", 0);
+    write_model_file(model, &o.shape, ZO_DTYPE_BF16, "", 0);
     snprintf(want, sizeof want, "tensor 'model.embed_tokens.weight' in '%s': expected dtype F32, found BF16",
              model);
     expect_load_error(t, dir, want);
@@ -362,7 +362,7 @@ static void test_init_weights(void **state)
     zt_options o = base_options();
     char path[400];
     snprintf(path, sizeof path, "%s/hf.safetensors", g_dir);
-    const zo_st_dtype dts[3] = {ZO_ST_F32, ZO_ST_BF16, ZO_ST_F16};
+    const zo_dtype dts[3] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_F16};
     for (int d = 0; d < 3; d++) {
         write_model_file(path, &o.shape, dts[d], "", 0);
         zt_trainer *t = open_trainer(&o);
@@ -380,16 +380,16 @@ static void test_init_weights(void **state)
         zt_trainer_free(t);
     }
     zt_trainer *t = open_trainer(&o);
-    write_model_file(path, &o.shape, ZO_ST_BF16, "lm_head.weight", 0);
+    write_model_file(path, &o.shape, ZO_DTYPE_BF16, "lm_head.weight", 0);
     assert_true(zt_ckpt_init_weights(t, path) < 0);
     assert_non_null(strstr(zt_last_error(), "tensor 'lm_head.weight' not found in"));
-    write_model_file(path, &o.shape, ZO_ST_BF16, "model.norm.weight", 2);
+    write_model_file(path, &o.shape, ZO_DTYPE_BF16, "model.norm.weight", 2);
     assert_true(zt_ckpt_init_weights(t, path) < 0);
     char want[600];
     snprintf(want, sizeof want,
              "tensor 'model.norm.weight' in '%s': expected dtype F32, BF16 or F16, found I32", path);
     assert_non_null(strstr(zt_last_error(), want));
-    write_model_file(path, &o.shape, ZO_ST_F16, "model.layers.0.mlp.down_proj.weight", 1);
+    write_model_file(path, &o.shape, ZO_DTYPE_F16, "model.layers.0.mlp.down_proj.weight", 1);
     assert_true(zt_ckpt_init_weights(t, path) < 0);
     assert_non_null(strstr(zt_last_error(), "expected shape [32, 64], found [64, 32]"));
     zt_trainer_free(t);

@@ -250,7 +250,7 @@ static void test_nvme_fault_then_retry_equals_clean_run(void **state)
 static void test_fp16_overlap_equals_sync(void **state)
 {
     zt_options o = small_options();
-    o.dtype = ZO_OPTIM_FP16;
+    o.dtype = ZO_DTYPE_F16;
     o.loss_scaler.initial_scale_power = 20; /* high enough that the first steps overflow */
     o.param_home = ZO_TIER_HOST;
     o.optim_home = ZO_TIER_HOST;

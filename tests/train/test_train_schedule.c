@@ -238,7 +238,7 @@ static void test_rates_reach_the_engine(void **state)
 
     /* fp16 overflows on the first steps (scale 2^24): the schedule waits for applied updates */
     o = small_options();
-    o.dtype = ZO_OPTIM_FP16;
+    o.dtype = ZO_DTYPE_F16;
     o.loss_scaler.initial_scale_power = 24;
     o.sched.type = ZO_SCHEDULER_WARMUP_LR;
     o.sched.warmup_type = ZO_WARMUP_LINEAR;

@@ -235,7 +235,7 @@ static const key_spec zoffload_keys[] = {
     I("prefetch_lookahead", zoffload.prefetch_lookahead, 0, 0, 64),
     {"nvme_paths", K_PATHLIST, 0, 0, 0, 0, NULL, 0, NULL},
     E("optimizer_state_dtype", zoffload.optimizer_state_dtype, 0, state_dtype_names,
-      ZO_STATE_FP32),
+      ZO_DTYPE_F32),
 };
 static const section zoffload_sec = SECTION(zoffload_keys);
 

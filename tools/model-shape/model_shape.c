@@ -216,7 +216,7 @@ zo_status zt_model_config_check(const zt_model_config *c)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "micro-batch %d x seq %d tokens is too many for one GEMM", c->micro_batch,
                        c->seq);
-    if (zo_dtype_size(c->dt) == 0)
+    if (c->dt != ZO_DTYPE_F32 && c->dt != ZO_DTYPE_BF16 && c->dt != ZO_DTYPE_F16)
         return zt_fail(ZO_ERR_INVALID_ARG, "unknown activation dtype %d", (int)c->dt);
     return ZO_OK;
 }

@@ -24,7 +24,7 @@
 
 typedef struct adam_opts {
     size_t params;
-    zo_optim_dtype grad, out, states;
+    zo_dtype grad, out, states;
     int threads, reps, json;
     int cores[256];
     int ncores;
@@ -60,12 +60,12 @@ static int parse_count(const char *s, size_t *out)
     return 0;
 }
 
-static int parse_dtype(const char *s, int allow_fp32, int allow_none, zo_optim_dtype *out)
+static int parse_dtype(const char *s, int allow_fp32, int allow_none, zo_dtype *out)
 {
-    if (!strcmp(s, "bf16")) *out = ZO_OPTIM_BF16;
-    else if (!strcmp(s, "fp16")) *out = ZO_OPTIM_FP16;
-    else if (allow_fp32 && !strcmp(s, "fp32")) *out = ZO_OPTIM_FP32;
-    else if (allow_none && !strcmp(s, "none")) *out = ZO_OPTIM_NONE;
+    if (!strcmp(s, "bf16")) *out = ZO_DTYPE_BF16;
+    else if (!strcmp(s, "fp16")) *out = ZO_DTYPE_F16;
+    else if (allow_fp32 && !strcmp(s, "fp32")) *out = ZO_DTYPE_F32;
+    else if (allow_none && !strcmp(s, "none")) *out = ZO_DTYPE_NONE;
     else return -1;
     return 0;
 }
@@ -96,7 +96,7 @@ static int parse_args(int argc, char **argv, adam_opts *o)
         {"threads", required_argument, 0, 't'}, {"cores", required_argument, 0, 'c'},
         {"reps", required_argument, 0, 'r'},   {"json", no_argument, 0, 'j'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    *o = (adam_opts){0, ZO_OPTIM_BF16, ZO_OPTIM_BF16, ZO_OPTIM_FP32, 2, 5, 0, {0}, 0};
+    *o = (adam_opts){0, ZO_DTYPE_BF16, ZO_DTYPE_BF16, ZO_DTYPE_F32, 2, 5, 0, {0}, 0};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -105,7 +105,7 @@ static int parse_args(int argc, char **argv, adam_opts *o)
         case 'g': if (parse_dtype(optarg, 1, 0, &o->grad)) return bad("--grad", optarg); break;
         case 'o': if (parse_dtype(optarg, 0, 1, &o->out)) return bad("--out", optarg); break;
         case 's':
-            if (parse_dtype(optarg, 1, 0, &o->states) || o->states == ZO_OPTIM_FP16) return bad("--states", optarg);
+            if (parse_dtype(optarg, 1, 0, &o->states) || o->states == ZO_DTYPE_F16) return bad("--states", optarg);
             break;
         case 't': o->threads = atoi(optarg); if (o->threads < 1) return bad("--threads", optarg); break;
         case 'c': if (parse_cores(optarg, o)) return bad("--cores", optarg); break;
@@ -148,12 +148,12 @@ static void fill(adam_bufs *a, const adam_opts *o)
     for (size_t i = 0; i < b->n; i++) {
         x = x * 1664525u + 1013904223u;
         float r = (float)(x >> 8) * 0x1p-24f - 0.5f;
-        if (o->grad == ZO_OPTIM_FP32) ((float *)a->mem[0])[i] = r * 2e-3f;
-        else ((uint16_t *)a->mem[0])[i] = o->grad == ZO_OPTIM_BF16 ? (uint16_t)(0x3a80u + (x >> 25))
+        if (o->grad == ZO_DTYPE_F32) ((float *)a->mem[0])[i] = r * 2e-3f;
+        else ((uint16_t *)a->mem[0])[i] = o->grad == ZO_DTYPE_BF16 ? (uint16_t)(0x3a80u + (x >> 25))
                                                                     : (uint16_t)(0x1400u + (x >> 22));
         b->master[i] = r * 2e-2f;
     }
-    size_t ss = zo_optim_dtype_size(o->states);
+    size_t ss = zo_dtype_size(o->states);
     memset(a->mem[2], 0, b->n * ss);
     memset(a->mem[3], 0, b->n * ss);
     if (a->mem[4]) memset(a->mem[4], 0, b->n * 2);
@@ -161,14 +161,14 @@ static void fill(adam_bufs *a, const adam_opts *o)
 
 static int alloc_bufs(adam_bufs *a, const adam_opts *o)
 {
-    size_t n = o->params, ss = zo_optim_dtype_size(o->states);
+    size_t n = o->params, ss = zo_dtype_size(o->states);
     memset(a, 0, sizeof *a);
-    a->mem[0] = big_alloc(n * zo_optim_dtype_size(o->grad));
+    a->mem[0] = big_alloc(n * zo_dtype_size(o->grad));
     a->mem[1] = big_alloc(n * 4);
     a->mem[2] = big_alloc(n * ss);
     a->mem[3] = big_alloc(n * ss);
-    if (o->out != ZO_OPTIM_NONE) a->mem[4] = big_alloc(n * 2);
-    if (!a->mem[0] || !a->mem[1] || !a->mem[2] || !a->mem[3] || (o->out != ZO_OPTIM_NONE && !a->mem[4])) {
+    if (o->out != ZO_DTYPE_NONE) a->mem[4] = big_alloc(n * 2);
+    if (!a->mem[0] || !a->mem[1] || !a->mem[2] || !a->mem[3] || (o->out != ZO_DTYPE_NONE && !a->mem[4])) {
         fprintf(stderr, "zo-bench adam: cannot allocate buffers for %zu parameters\n", n);
         free_bufs(a);
         return -1;
@@ -211,7 +211,7 @@ typedef struct contig_team {
 static zo_adam_buffers buffers_part(const zo_adam_buffers *b, size_t off, size_t len)
 {
     zo_adam_buffers p = *b;
-    size_t gs = zo_optim_dtype_size(b->grad_type), ss = zo_optim_dtype_size(b->state_type);
+    size_t gs = zo_dtype_size(b->grad_type), ss = zo_dtype_size(b->state_type);
     p.n = len;
     p.grad = (const char *)b->grad + off * gs;
     p.master = b->master + off;
@@ -420,9 +420,9 @@ static void report_json(const adam_opts *o, const timings *t, double bytes_per_p
     json_t *j = json_object();
     json_object_set_new(j, "bench", json_string("adam"));
     json_object_set_new(j, "params", json_integer((json_int_t)o->params));
-    json_object_set_new(j, "grad", json_string(zo_optim_dtype_name(o->grad)));
-    json_object_set_new(j, "out", json_string(zo_optim_dtype_name(o->out)));
-    json_object_set_new(j, "states", json_string(zo_optim_dtype_name(o->states)));
+    json_object_set_new(j, "grad", json_string(zo_dtype_name(o->grad)));
+    json_object_set_new(j, "out", json_string(zo_dtype_name(o->out)));
+    json_object_set_new(j, "states", json_string(zo_dtype_name(o->states)));
     json_object_set_new(j, "threads", json_integer(o->threads));
     json_object_set_new(j, "simd", json_string(zo_simd_level_name(zo_cpu_simd_level())));
     json_object_set_new(j, "bytes_per_param", json_real(bytes_per_param));
@@ -442,7 +442,7 @@ static void report_human(const adam_opts *o, const timings *t, double bytes_per_
                          double *const per_rep[NKERNELS])
 {
     printf("adam step: %zu params, grad %s, out %s, states %s, %d threads, simd %s, %.0f B/param\n",
-           o->params, zo_optim_dtype_name(o->grad), zo_optim_dtype_name(o->out), zo_optim_dtype_name(o->states),
+           o->params, zo_dtype_name(o->grad), zo_dtype_name(o->out), zo_dtype_name(o->states),
            o->threads, zo_simd_level_name(zo_cpu_simd_level()), bytes_per_param);
     static const char *names[NKERNELS] = {"fused step", "roofline, pool", "roofline, contiguous"};
     for (int k = 0; k < NKERNELS; k++)
@@ -506,8 +506,8 @@ int zo_bench_adam_main(int argc, char **argv)
     }
     timings t = {{0}};
     rc = time_all(pool, &o, &a, &t);
-    size_t ss = zo_optim_dtype_size(o.states);
-    double bytes = (double)(zo_optim_dtype_size(o.grad) + 4 + 2 * ss + 4 + 2 * ss + zo_optim_dtype_size(o.out));
+    size_t ss = zo_dtype_size(o.states);
+    double bytes = (double)(zo_dtype_size(o.grad) + 4 + 2 * ss + 4 + 2 * ss + zo_dtype_size(o.out));
     if (!rc) report(&o, &t, bytes);
     for (int k = 0; k < NKERNELS; k++) free(t.secs[k]);
     free_bufs(&a);

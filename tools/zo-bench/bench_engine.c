@@ -302,12 +302,12 @@ static zo_status time_optim(const eng_opts *o, double *sec)
     zo_adam_buffers b = ZO_ADAM_BUFFERS_INIT;
     b.n = n;
     b.grad = g;
-    b.grad_type = ZO_OPTIM_BF16;
+    b.grad_type = ZO_DTYPE_BF16;
     b.master = w;
     b.m = w + n;
     b.v = w + 2 * n;
     b.out = g + n;
-    b.out_type = ZO_OPTIM_BF16;
+    b.out_type = ZO_DTYPE_BF16;
     *sec = 1e30;
     for (int rep = 0; rep < 4 && st == ZO_OK; rep++) { /* the first pass faults the pages in; best of 3 */
         double t0 = zo_now_s();

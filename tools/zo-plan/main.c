@@ -242,7 +242,7 @@ static int parse_choice_opt(int opt, const char *arg, cli *c)
     case OPT_DTYPE:
         if (strcmp(arg, "bf16") && strcmp(arg, "fp16"))
             return bad_value(opt, arg, "bf16 or fp16");
-        c->job.dtype = arg[0] == 'b' ? ZO_OPTIM_BF16 : ZO_OPTIM_FP16;
+        c->job.dtype = arg[0] == 'b' ? ZO_DTYPE_BF16 : ZO_DTYPE_F16;
         return 0;
     case OPT_OPTIMIZER:
         return strcmp(arg, "adam") && strcmp(arg, "adamw") ? bad_value(opt, arg, "adam or adamw") : 0;
@@ -382,7 +382,7 @@ static zo_status gather_speeds(cli *c, result *r)
 static zo_status emit(const cli *c, result *r)
 {
     const zp_plan *p = &r->plans[r->best];
-    zp_emit e = {c->job.micro_batch, c->job.grad_accum, c->job.dtype == ZO_OPTIM_FP16,
+    zp_emit e = {c->job.micro_batch, c->job.grad_accum, c->job.dtype == ZO_DTYPE_F16,
                  (int)p->param_home, (int)p->optim_home, (int)c->job.mode, r->hw.device_bytes,
                  p->pinned.total, p->fp.chunk_bytes, {0}, c->req.n_nvme_paths};
     for (int i = 0; i < c->req.n_nvme_paths; i++)
@@ -450,7 +450,7 @@ static void print_header(const cli *c, const result *r)
     printf("zo-plan: %s%s, %.2fM parameters (dim %d, %d layers, %d heads, ffn %d, vocab %d), %s\n",
            c->hf_config ? c->hf_config : c->preset, shape_overridden(c) ? " with shape flags" : "",
            zt_shape_n_params(s) / 1e6, s->dim, s->n_layers,
-           s->n_heads, s->ffn_dim, s->vocab, c->job.dtype == ZO_OPTIM_FP16 ? "fp16" : "bf16");
+           s->n_heads, s->ffn_dim, s->vocab, zo_dtype_name(c->job.dtype));
     if (c->model_note[0])
         printf("  note: %s\n", c->model_note);
     printf("  job: seq %d x micro-batch %d x grad-accum %d = %d tokens per step; AdamW, fp32 states; "
@@ -696,7 +696,7 @@ static json_t *json_inputs(const cli *c, const result *r)
         "model", "source", c->hf_config ? c->hf_config : c->preset, "shape_flags",
         shape_overridden(c), "params",
         (json_int_t)zt_shape_n_params(s), "vocab", s->vocab, "dim", s->dim, "layers", s->n_layers,
-        "heads", s->n_heads, "ffn", s->ffn_dim, "dtype", c->job.dtype == ZO_OPTIM_FP16 ? "fp16" : "bf16",
+        "heads", s->n_heads, "ffn", s->ffn_dim, "dtype", zo_dtype_name(c->job.dtype),
         "note", c->model_note, "job", "seq", c->job.seq, "micro_batch", c->job.micro_batch,
         "grad_accum", c->job.grad_accum, "optimizer_mode", zo_optim_mode_name(c->job.mode), "hardware",
         "backend", r->hw.backend, "device_name", r->hw.device_name, "device_bytes",
@@ -750,7 +750,7 @@ int main(int argc, char **argv)
     c.job.seq = 128; /* zo-train's defaults */
     c.job.micro_batch = 8;
     c.job.grad_accum = 1;
-    c.job.dtype = ZO_OPTIM_BF16;
+    c.job.dtype = ZO_DTYPE_BF16;
     c.job.mode = ZO_OPTIM_SYNC;
     c.req.device = "auto";
     c.data = ZP_DEFAULT_DATA;

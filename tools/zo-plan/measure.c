@@ -305,7 +305,7 @@ static zo_status measure_adam(zp_speeds *sp, zp_speed_sources *src)
         st = zt_lib_fail(st, "zo_optim_pool_init");
     zo_adam_params p = ZO_ADAM_PARAMS_INIT;
     /* fp32 master, m, v; bf16 gradients in, bf16 weights out: the engine's step */
-    zo_adam_buffers b = {sizeof b, n, g, ZO_OPTIM_BF16, w, w + n, w + 2 * n, ZO_OPTIM_FP32, g + n, ZO_OPTIM_BF16};
+    zo_adam_buffers b = {sizeof b, n, g, ZO_DTYPE_BF16, w, w + n, w + 2 * n, ZO_DTYPE_F32, g + n, ZO_DTYPE_BF16};
     double best = 1e30;
     for (int rep = 0; rep < 4 && st >= 0; rep++) { /* the first faults the pages in */
         double t0 = zo_now_s();
@@ -373,7 +373,7 @@ static zo_status measure_gemm(const zp_hardware *hw, const zp_job *job, zp_speed
 {
     gemm_shape sh[2];
     gemm_shapes(job, strcmp(hw->backend, "cpu") == 0, sh);
-    zo_dtype dt = job->dtype == ZO_OPTIM_FP16 ? ZO_DTYPE_F16 : ZO_DTYPE_BF16;
+    zo_dtype dt = job->dtype;
     size_t es = 2;
     uint64_t bytes = ((uint64_t)sh[1].m * sh[1].k + (uint64_t)sh[1].n * sh[1].k + (uint64_t)sh[1].m * sh[1].n) * es;
     zo_device_t dev = NULL;
@@ -447,7 +447,7 @@ static zo_status micro_init(micro_bench *b, zo_device_t dev, zo_stream_t s, cons
     memset(b, 0, sizeof *b);
     zt_shape sh = job->shape;
     sh.n_layers = layers;
-    zo_dtype dt = job->dtype == ZO_OPTIM_FP16 ? ZO_DTYPE_F16 : ZO_DTYPE_BF16;
+    zo_dtype dt = job->dtype;
     zt_model_config mc = {sh, job->seq, mb, 1, dt};
     size_t n = (size_t)mb * job->seq;
     b->tok = malloc(2 * n * sizeof *b->tok);

@@ -240,8 +240,7 @@ static zo_engine_config engine_config(const zp_job *job, const zp_hardware *hw, 
 
 static zt_model_config model_config(const zp_job *job)
 {
-    zt_model_config mc = {job->shape, job->seq, job->micro_batch, job->grad_accum,
-                          job->dtype == ZO_OPTIM_FP16 ? ZO_DTYPE_F16 : ZO_DTYPE_BF16};
+    zt_model_config mc = {job->shape, job->seq, job->micro_batch, job->grad_accum, job->dtype};
     return mc;
 }
 

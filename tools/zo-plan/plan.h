@@ -52,7 +52,7 @@ void zp_strategy_homes(zp_strategy s, zo_tier *param_home, zo_tier *optim_home);
 typedef struct zp_job {
     zt_shape shape;
     int seq, micro_batch, grad_accum;
-    zo_optim_dtype dtype; /* 16-bit parameters and activations: bf16 or fp16 */
+    zo_dtype dtype; /* 16-bit parameters and activations: bf16 or fp16 */
     zo_optim_mode mode;
     uint64_t chunk_bytes; /* 0: the planner picks per strategy */
 } zp_job;

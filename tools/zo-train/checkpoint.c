@@ -193,12 +193,12 @@ static zo_status declare_all(writers *w, const tensor_ref *r, int n)
 {
     char nm[160];
     for (int i = 0; i < n; i++) {
-        zo_status st = zo_st_writer_declare(w->model, r[i].name, ZO_ST_F32, r[i].ndim, r[i].shape);
+        zo_status st = zo_st_writer_declare(w->model, r[i].name, ZO_DTYPE_F32, r[i].ndim, r[i].shape);
         if (st < 0)
             return writer_fail(st, w->model_path);
         for (int k = 0; k < 2; k++) {
             snprintf(nm, sizeof nm, "%s.%s", r[i].name, k ? "exp_avg_sq" : "exp_avg");
-            if ((st = zo_st_writer_declare(w->optim, nm, ZO_ST_F32, r[i].ndim, r[i].shape)) < 0)
+            if ((st = zo_st_writer_declare(w->optim, nm, ZO_DTYPE_F32, r[i].ndim, r[i].shape)) < 0)
                 return writer_fail(st, w->optim_path);
         }
     }
@@ -278,7 +278,7 @@ static json_t *state_json(const zt_trainer *t, const zt_train_state *ts,
         (json_int_t)ts->data.epoch, "cursor", (json_int_t)ts->data.cursor, "seq", o->seq, "model",
         "vocab", s->vocab, "dim", s->dim, "layers", s->n_layers, "heads", s->n_heads, "ffn",
         s->ffn_dim, "norm_eps", (double)s->norm_eps, "rope_theta", (double)s->rope_theta, "dtype",
-        o->dtype == ZO_OPTIM_FP16 ? "fp16" : "bf16", "batch", "micro_batch", o->micro_batch,
+        zo_dtype_name(o->dtype), "batch", "micro_batch", o->micro_batch,
         "grad_accum", o->grad_accum);
 }
 
@@ -455,7 +455,7 @@ static zo_status open_reader(zo_st_reader_t *r, const char *dir, const char *nam
     return ZO_OK;
 }
 
-static zo_status expect(zo_st_reader_t rd, const char *name, zo_st_dtype dt, const tensor_ref *x,
+static zo_status expect(zo_st_reader_t rd, const char *name, zo_dtype dt, const tensor_ref *x,
                         zo_st_tensor_info *info)
 {
     *info = (zo_st_tensor_info)ZO_ST_TENSOR_INFO_INIT;
@@ -482,11 +482,11 @@ static zo_status find_states(zo_st_reader_t mr, zo_st_reader_t orr, const tensor
                              zo_st_tensor_info info[3])
 {
     char nm[160];
-    ZT_TRY(expect(mr, x->name, ZO_ST_F32, x, &info[0]));
+    ZT_TRY(expect(mr, x->name, ZO_DTYPE_F32, x, &info[0]));
     snprintf(nm, sizeof nm, "%s.exp_avg", x->name);
-    ZT_TRY(expect(orr, nm, ZO_ST_F32, x, &info[1]));
+    ZT_TRY(expect(orr, nm, ZO_DTYPE_F32, x, &info[1]));
     snprintf(nm, sizeof nm, "%s.exp_avg_sq", x->name);
-    return expect(orr, nm, ZO_ST_F32, x, &info[2]);
+    return expect(orr, nm, ZO_DTYPE_F32, x, &info[2]);
 }
 
 /* Everything is checked before the engine is touched. */
@@ -522,7 +522,7 @@ static zo_status restore_steps(zt_trainer *t, const state_doc *d)
     ZT_LIB(zo_engine_get_step_state(eng, &now));
     ZT_TRY(read_engine_state(d, &es));
     const char *dtype = json_string_value(at(d->root, "model.dtype"));
-    int fp16 = zt_trainer_options(t)->dtype == ZO_OPTIM_FP16;
+    int fp16 = zt_trainer_options(t)->dtype == ZO_DTYPE_F16;
     if (!dtype || strcmp(dtype, fp16 ? "fp16" : "bf16") != 0) { /* another dtype: a fresh scaler */
         es.loss_scale = now.loss_scale;
         es.scaler_iter = now.scaler_iter;
@@ -570,8 +570,8 @@ static void to_f32(const zo_st_tensor_info *in, float *out, size_t n)
     for (size_t i = 0; i < n; i++) {
         uint16_t h;
         switch (in->dtype) {
-        case ZO_ST_F32: memcpy(&out[i], p + 4 * i, 4); break;
-        case ZO_ST_BF16: memcpy(&h, p + 2 * i, 2); out[i] = zo_bf16_to_f32(h); break;
+        case ZO_DTYPE_F32: memcpy(&out[i], p + 4 * i, 4); break;
+        case ZO_DTYPE_BF16: memcpy(&h, p + 2 * i, 2); out[i] = zo_bf16_to_f32(h); break;
         default: memcpy(&h, p + 2 * i, 2); out[i] = zo_f16_to_f32(h); break;
         }
     }
@@ -584,7 +584,7 @@ static zo_status init_one(zt_trainer *t, zo_st_reader_t rd, const char *file, co
     zo_status st = zo_st_reader_find(rd, x->name, &info);
     if (st < 0)
         return zt_fail(st, "%s", zt_lib_message());
-    if (info.dtype != ZO_ST_F32 && info.dtype != ZO_ST_BF16 && info.dtype != ZO_ST_F16)
+    if (info.dtype != ZO_DTYPE_F32 && info.dtype != ZO_DTYPE_BF16 && info.dtype != ZO_DTYPE_F16)
         return zt_fail(ZO_ERR_INVALID_ARG, "tensor '%s' in '%s': expected dtype F32, BF16 or F16, found %s",
                        x->name, file, zo_st_dtype_name(info.dtype));
     ZT_TRY(expect(rd, x->name, info.dtype, x, &info));

@@ -112,7 +112,7 @@ static void optimizer(zt_options *o, const zo_train_config *cfg)
 
 static void precision(zt_options *o, const zo_train_config *cfg)
 {
-    o->dtype = cfg->fp16.enabled ? ZO_OPTIM_FP16 : ZO_OPTIM_BF16;
+    o->dtype = cfg->fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_BF16;
     if (!cfg->fp16.enabled && !cfg->bf16.enabled)
         fprintf(stderr, "zo-train: neither 'fp16.enabled' nor 'bf16.enabled' is true; zo-train "
                         "computes in 16 bits only: training in bf16\n");
@@ -128,7 +128,7 @@ static void precision(zt_options *o, const zo_train_config *cfg)
 
 static zo_status placement(zt_options *o, const zo_train_config *cfg)
 {
-    if (cfg->zoffload.optimizer_state_dtype != ZO_STATE_FP32)
+    if (cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_F32)
         return zt_fail(ZO_ERR_CONFIG, "'zoffload.optimizer_state_dtype' is bf16: the engine keeps "
                                       "fp32 optimizer states; use fp32");
     if (cfg->aio.block_size > UINT32_MAX || cfg->aio.queue_depth > UINT32_MAX)

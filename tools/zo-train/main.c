@@ -332,7 +332,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_DTYPE:
         if (strcmp(arg, "bf16") && strcmp(arg, "fp16"))
             return bad_value("dtype", arg, "bf16 or fp16");
-        c->o.dtype = strcmp(arg, "bf16") == 0 ? ZO_OPTIM_BF16 : ZO_OPTIM_FP16;
+        c->o.dtype = strcmp(arg, "bf16") == 0 ? ZO_DTYPE_BF16 : ZO_DTYPE_F16;
         return 0;
     case OPT_SEED: {
         char *end;
@@ -741,7 +741,7 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
     printf("zo-train: %s preset, %.2fM parameters (dim %d, %d layers, %d heads, ffn %d, vocab %d), "
            "%s\n",
            c->preset, su->n_params / 1e6, c->o.shape.dim, c->o.shape.n_layers, c->o.shape.n_heads,
-           c->o.shape.ffn_dim, c->o.shape.vocab, c->o.dtype == ZO_OPTIM_FP16 ? "fp16" : "bf16");
+           c->o.shape.ffn_dim, c->o.shape.vocab, zo_dtype_name(c->o.dtype));
     printf("  device %s (%s), budget %s: activations %s, engine %s; params: %s, optimizer: %s, "
            "mode %s\n",
            su->backend, su->device_name, zo_fmt_bytes_prec(a, sizeof a, su->device_budget, 1),
@@ -795,7 +795,7 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
         json_pack("{s:s,s:I,s:i,s:i,s:i,s:i,s:i,s:s}", "preset", c->preset, "params",
                   (json_int_t)su->n_params, "vocab", c->o.shape.vocab, "dim", c->o.shape.dim,
                   "layers", c->o.shape.n_layers, "heads", c->o.shape.n_heads, "ffn",
-                  c->o.shape.ffn_dim, "dtype", c->o.dtype == ZO_OPTIM_FP16 ? "fp16" : "bf16");
+                  c->o.shape.ffn_dim, "dtype", zo_dtype_name(c->o.dtype));
     json_t *dev = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I}", "backend", su->backend, "name",
                             su->device_name, "budget", (json_int_t)su->device_budget,
                             "activation_bytes", (json_int_t)su->activation_bytes, "engine_bytes",

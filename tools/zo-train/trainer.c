@@ -253,8 +253,7 @@ static zo_status engine_min_device(const zt_trainer *t, uint64_t *min_bytes,
 
 static zt_model_config model_config(const zt_options *o)
 {
-    zt_model_config mc = {o->shape, o->seq, o->micro_batch, o->grad_accum,
-                          o->dtype == ZO_OPTIM_FP16 ? ZO_DTYPE_F16 : ZO_DTYPE_BF16};
+    zt_model_config mc = {o->shape, o->seq, o->micro_batch, o->grad_accum, o->dtype};
     return mc;
 }
 
@@ -341,7 +340,7 @@ static zo_status check_options(const zt_options *o)
                        o->seq, o->micro_batch, o->grad_accum);
     if (!(o->lr > 0.0f) || !isfinite(o->lr))
         return zt_fail(ZO_ERR_INVALID_ARG, "--lr %g must be > 0", (double)o->lr);
-    if (o->dtype != ZO_OPTIM_BF16 && o->dtype != ZO_OPTIM_FP16)
+    if (o->dtype != ZO_DTYPE_BF16 && o->dtype != ZO_DTYPE_F16)
         return zt_fail(ZO_ERR_INVALID_ARG, "parameter dtype must be bf16 or fp16");
     return zt_schedule_check(&o->sched);
 }

@@ -41,7 +41,7 @@ typedef struct zt_options {
     int n_nvme_paths;
     const char *default_nvme_dir; /* used when a home is nvme and no path is given */
     zo_optim_mode mode;
-    zo_optim_dtype dtype; /* ZO_OPTIM_BF16 or ZO_OPTIM_FP16 */
+    zo_dtype dtype; /* ZO_DTYPE_BF16 or ZO_DTYPE_F16 */
     zo_loss_scaler_config loss_scaler; /* fp16 (DeepSpeed's fp16 section; static when loss_scale > 0) */
     uint64_t chunk_bytes; /* 0: the largest tensor's 16-bit bytes, 4 KiB multiple */
     uint64_t pinned_bytes; /* the pinned host budget (0: what the plan needs) */
@@ -64,7 +64,7 @@ typedef struct zt_options {
         .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.0f, .max_grad_norm = 1.0f, .adamw = 1,     \
         .bias_correction = 1, .sched = ZT_SCHEDULE_INIT, .seed = 1, .init_std = 0.02f,             \
         .device = "auto", .param_home = ZT_HOME_DEFAULT, .optim_home = ZT_HOME_DEFAULT,            \
-        .mode = ZO_OPTIM_SYNC, .dtype = ZO_OPTIM_BF16, .loss_scaler = ZO_LOSS_SCALER_CONFIG_INIT,  \
+        .mode = ZO_OPTIM_SYNC, .dtype = ZO_DTYPE_BF16, .loss_scaler = ZO_LOSS_SCALER_CONFIG_INIT,  \
         .lookahead = 2, .val_fraction = 0.05, .val_batches = 8                                     \
     }
 

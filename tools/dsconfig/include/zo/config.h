@@ -54,6 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/dtype.h"
 #include "zo/optim_mode.h"
 #include "zo/status.h"
 
@@ -90,11 +91,6 @@ typedef enum zo_warmup_type {
     ZO_WARMUP_LOG = 0, /* DeepSpeed's default */
     ZO_WARMUP_LINEAR = 1,
 } zo_warmup_type;
-
-typedef enum zo_state_dtype {
-    ZO_STATE_FP32 = 0,
-    ZO_STATE_BF16 = 1,
-} zo_state_dtype;
 
 typedef struct zo_offload_optimizer_config {
     zo_offload_device device;           /* none */
@@ -188,7 +184,7 @@ typedef struct zo_train_config {
         int64_t chunk_size;                    /* bytes; 0 = planner decides */
         zo_optim_mode optimizer_mode;          /* sync */
         int64_t prefetch_lookahead;            /* 2 layers */
-        zo_state_dtype optimizer_state_dtype;  /* fp32 */
+        zo_dtype optimizer_state_dtype;        /* fp32 */
         int64_t n_nvme_paths;                  /* 0 */
         char nvme_paths[ZO_CONFIG_MAX_NVME_PATHS][ZO_CONFIG_PATH_CAP];
     } zoffload;
