@@ -45,7 +45,7 @@ typedef struct zo_device_config {
     int cpu_copy_threads; /* reserved; 0 */
 } zo_device_config;
 
-#define ZO_DEVICE_CONFIG_INIT {sizeof(zo_device_config), "auto", 0, 0, 0}
+#define ZO_DEVICE_CONFIG_INIT {.struct_size = sizeof(zo_device_config), .backend = "auto"}
 
 /* Default capacity of the cpu device when mem_budget is 0: 1 GiB. */
 #define ZO_CPU_DEVICE_DEFAULT_CAPACITY (1ull << 30)
@@ -63,7 +63,7 @@ typedef struct zo_device_info {
     unsigned caps;
 } zo_device_info;
 
-#define ZO_DEVICE_INFO_INIT {sizeof(zo_device_info), {0}, {0}, 0, 0, 0, 0, 0, 0, {0}, 0}
+#define ZO_DEVICE_INFO_INIT {.struct_size = sizeof(zo_device_info)}
 
 typedef struct zo_device_mem_stats {
     uint64_t budget;        /* the hard limit */

@@ -104,9 +104,10 @@ typedef struct zo_engine_config {
 } zo_engine_config;
 
 #define ZO_ENGINE_CONFIG_INIT                                                                      \
-    {sizeof(zo_engine_config), NULL, 0, 1, ZO_DTYPE_BF16, 0, ZO_TIER_HOST, ZO_TIER_HOST, 0, 0,     \
-     NULL, 0, 0, "auto", 2, ZO_OPTIM_SYNC, 1, 0, ZO_ADAM_PARAMS_INIT, 0.0f,                       \
-     ZO_LOSS_SCALER_CONFIG_INIT, NULL, NULL, 0, 0, 0}
+    {.struct_size = sizeof(zo_engine_config), .world_size = 1, .param_dtype = ZO_DTYPE_BF16,       \
+     .param_home = ZO_TIER_HOST, .optim_home = ZO_TIER_HOST, .nvme_engine = "auto",                \
+     .lookahead = 2, .mode = ZO_OPTIM_SYNC, .grad_accum_steps = 1, .adam = ZO_ADAM_PARAMS_INIT,    \
+     .loss_scaler = ZO_LOSS_SCALER_CONFIG_INIT}
 
 /* Bytes the plan needs in each tier, computed by zo_engine_finalize (and by
  * zo_engine_plan without allocating anything). Exactly, with C = chunk_bytes,
@@ -130,7 +131,7 @@ typedef struct zo_engine_footprint {
     uint64_t n_params;
 } zo_engine_footprint;
 
-#define ZO_ENGINE_FOOTPRINT_INIT {sizeof(zo_engine_footprint), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define ZO_ENGINE_FOOTPRINT_INIT {.struct_size = sizeof(zo_engine_footprint)}
 
 /* A model described only by its tensors' sizes, for planning without an
  * engine (nothing registered, nothing allocated): numel[i] and layer[i] of
@@ -143,7 +144,7 @@ typedef struct zo_engine_layout {
     const int *layer;
 } zo_engine_layout;
 
-#define ZO_ENGINE_LAYOUT_INIT {sizeof(zo_engine_layout), 0, NULL, NULL}
+#define ZO_ENGINE_LAYOUT_INIT {.struct_size = sizeof(zo_engine_layout)}
 
 /* One chunk of a packed layout: its layer, and the 16-bit bytes in use
  * (what a load of the chunk moves). */
@@ -308,7 +309,7 @@ typedef struct zo_engine_step_state {
     int scaler_hysteresis; /* overflows it still tolerates before halving the scale */
 } zo_engine_step_state;
 
-#define ZO_ENGINE_STEP_STATE_INIT {sizeof(zo_engine_step_state), 0, 0, 1.0, 0, 0, 0}
+#define ZO_ENGINE_STEP_STATE_INIT {.struct_size = sizeof(zo_engine_step_state), .loss_scale = 1.0}
 
 /* ZO_ERR_STATE with a dpu update pending (flush first) or a step open. */
 zo_status zo_engine_get_step_state(zo_engine_t eng, zo_engine_step_state *out);

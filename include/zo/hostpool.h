@@ -52,7 +52,8 @@ typedef struct zo_hostpool_config {
     int allow_unpinned;        /* 1: keep working unpinned when pinning fails; 0: fail with ZO_ERR_PIN */
 } zo_hostpool_config;
 
-#define ZO_HOSTPOOL_CONFIG_INIT {sizeof(zo_hostpool_config), 0, -1, 0, 1, 1}
+#define ZO_HOSTPOOL_CONFIG_INIT                                                                    \
+    {.struct_size = sizeof(zo_hostpool_config), .node = -1, .huge_pages = 1, .allow_unpinned = 1}
 
 /* Where the pool's memory goes and why, and the memory-lock limit that
  * decides whether pinning can succeed: for zo-report. */
@@ -69,7 +70,7 @@ typedef struct zo_hostpool_placement {
     int cap_ipc_lock;        /* 1 when the process holds CAP_IPC_LOCK (mlock ignores the limit) */
 } zo_hostpool_placement;
 
-#define ZO_HOSTPOOL_PLACEMENT_INIT {sizeof(zo_hostpool_placement), 0, 0, 0, {0}, {0}, 0, 0, 0}
+#define ZO_HOSTPOOL_PLACEMENT_INIT {.struct_size = sizeof(zo_hostpool_placement)}
 #define ZO_MEMLOCK_UNLIMITED UINT64_MAX
 
 typedef struct zo_hostpool_stats {
@@ -89,7 +90,7 @@ typedef struct zo_hostpool_stats {
     int node;                  /* the pool's node */
 } zo_hostpool_stats;
 
-#define ZO_HOSTPOOL_STATS_INIT {sizeof(zo_hostpool_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define ZO_HOSTPOOL_STATS_INIT {.struct_size = sizeof(zo_hostpool_stats)}
 
 /* Create a pool for dev (which must outlive it). */
 zo_status zo_hostpool_init(zo_hostpool_t *out, zo_device_t dev, const zo_hostpool_config *cfg);

@@ -68,8 +68,8 @@ typedef struct zo_gemm_desc {
 } zo_gemm_desc;
 
 #define ZO_GEMM_DESC_INIT                                                                          \
-    {sizeof(zo_gemm_desc), 0, 0, 0, 0, 0, 1, 1.0f, 0.0f, NULL, ZO_DTYPE_F32, 0, 0, NULL,            \
-     ZO_DTYPE_F32, 0, 0, NULL, ZO_DTYPE_F32, 0, 0}
+    {.struct_size = sizeof(zo_gemm_desc), .batch = 1, .alpha = 1.0f, .a_type = ZO_DTYPE_F32,       \
+     .b_type = ZO_DTYPE_F32, .c_type = ZO_DTYPE_F32}
 
 zo_status zo_op_gemm(zo_stream_t s, const zo_gemm_desc *g);
 

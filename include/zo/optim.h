@@ -34,7 +34,9 @@ typedef struct zo_adam_params {
 } zo_adam_params;
 
 #define ZO_ADAM_PARAMS_INIT                                                                        \
-    {sizeof(zo_adam_params), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1, 1, 1.0f, -1}
+    {.struct_size = sizeof(zo_adam_params), .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,           \
+     .eps = 1e-8f, .step = 1, .adamw = 1, .bias_correction = 1, .grad_scale = 1.0f,                \
+     .simd_level = -1}
 
 /* The buffers of one step: n elements each. master, m and v are updated in
  * place; out receives the updated weights rounded to 16 bits (or nothing). */
@@ -52,8 +54,8 @@ typedef struct zo_adam_buffers {
 } zo_adam_buffers;
 
 #define ZO_ADAM_BUFFERS_INIT                                                                       \
-    {sizeof(zo_adam_buffers), 0, NULL, ZO_DTYPE_F32, NULL, NULL, NULL, ZO_DTYPE_F32, NULL,      \
-     ZO_DTYPE_NONE}
+    {.struct_size = sizeof(zo_adam_buffers), .grad_type = ZO_DTYPE_F32,                            \
+     .state_type = ZO_DTYPE_F32, .out_type = ZO_DTYPE_NONE}
 
 /* One fused pass on the calling thread. Per element, in fp32:
  *   g = grad * grad_scale (+ weight_decay * w in Adam/L2 mode)
@@ -111,7 +113,7 @@ typedef struct zo_optim_pool_config {
     void *trace_ctx;
 } zo_optim_pool_config;
 
-#define ZO_OPTIM_POOL_CONFIG_INIT {sizeof(zo_optim_pool_config), 1, NULL, 0, 0, NULL, NULL}
+#define ZO_OPTIM_POOL_CONFIG_INIT {.struct_size = sizeof(zo_optim_pool_config), .nthreads = 1}
 
 /* Workers bound to cores[i % ncores] when there are at most as many workers
  * as cores, else each to the whole set; cores must lie in the process's CPU
@@ -166,7 +168,9 @@ typedef struct zo_loss_scaler_config {
 } zo_loss_scaler_config;
 
 #define ZO_LOSS_SCALER_CONFIG_INIT                                                                 \
-    {sizeof(zo_loss_scaler_config), 0.0, 16, 1000, 2, 0, 1.0, 1}
+    {.struct_size = sizeof(zo_loss_scaler_config), .initial_scale_power = 16,                      \
+     .loss_scale_window = 1000, .hysteresis = 2, .min_loss_scale = 1.0,                            \
+     .raise_error_at_min_scale = 1}
 
 typedef struct zo_loss_scaler {
     double cur_scale;

@@ -85,10 +85,8 @@ typedef struct zo_swap_config {
 } zo_swap_config;
 
 #define ZO_SWAP_CONFIG_INIT                                                                        \
-    {                                                                                              \
-        sizeof(zo_swap_config), NULL, 0, 0, 64u << 20, "auto", 32, 1u << 20, ZO_SWAP_REFUSE,       \
-            "zoffload", 0, NULL, 0                                                                 \
-    }
+    {.struct_size = sizeof(zo_swap_config), .extent_bytes = 64u << 20, .engine = "auto",           \
+     .queue_depth = 32, .block_size = 1u << 20, .reuse = ZO_SWAP_REFUSE, .name = "zoffload"}
 
 typedef struct zo_swap_stats {
     size_t struct_size;
@@ -108,7 +106,7 @@ typedef struct zo_swap_stats {
     uint64_t file_bytes;        /* bytes preallocated over all files */
 } zo_swap_stats;
 
-#define ZO_SWAP_STATS_INIT {sizeof(zo_swap_stats), NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define ZO_SWAP_STATS_INIT {.struct_size = sizeof(zo_swap_stats)}
 
 /* Called on the store's I/O thread when a write or read finishes. msg names
  * the failure (file, offset, cause) or is "" on success. Must not block for

@@ -50,7 +50,7 @@ typedef struct zo_swap_bench_config {
 } zo_swap_bench_config;
 
 #define ZO_SWAP_BENCH_CONFIG_INIT                                                                  \
-    {sizeof(zo_swap_bench_config), NULL, "zo-bench", "auto", 0, 0, 0, 0, 0, 0, 0, NULL, 0}
+    {.struct_size = sizeof(zo_swap_bench_config), .name = "zo-bench", .engine = "auto"}
 
 /* Open the store (taking over a file an interrupted benchmark left behind),
  * allocate its extents and buffers. Nothing is written yet. */

@@ -20,7 +20,7 @@ typedef struct zo_versions {
     char hwloc[32];
 } zo_versions;
 
-#define ZO_VERSIONS_INIT {sizeof(zo_versions), {0}, {0}, {0}, {0}, {0}, {0}}
+#define ZO_VERSIONS_INIT {.struct_size = sizeof(zo_versions)}
 
 zo_status zo_get_versions(zo_versions *out);
 

@@ -31,7 +31,7 @@ typedef struct zo_topo_node {
     int n_pus;            /* hardware threads local to the node */
 } zo_topo_node;
 
-#define ZO_TOPO_NODE_INIT {sizeof(zo_topo_node), 0, 0, 0, 0}
+#define ZO_TOPO_NODE_INIT {.struct_size = sizeof(zo_topo_node)}
 
 /* The number of NUMA nodes that have memory (at least 1). */
 int zo_topo_numa_node_count(void);
