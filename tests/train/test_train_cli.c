@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -381,6 +382,53 @@ static void test_checkpoint_flags(void **state)
     outputs_free(&o);
 }
 
+/* What a run needs is checked before it starts: --data a readable regular
+ * file (a FIFO used to block the open forever), --save writable (it used to
+ * fail at the first save, after the training), --resume's settings this
+ * run's (they used to be taken silently). */
+static void test_up_front_checks(void **state)
+{
+    char args[1600], path[400], dir[400];
+    snprintf(path, sizeof path, "%s/fifo", g_dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    snprintf(args, sizeof args, "--steps 1 --data %s" TINY, path);
+    expect_usage_error(args, "is a FIFO: expected a regular file");
+    unlink(path);
+    snprintf(args, sizeof args, "--steps 1 --data %s" TINY, g_dir);
+    expect_usage_error(args, "is a directory: expected a regular file");
+    snprintf(args, sizeof args, "--steps 1 --data %s/none" TINY, g_dir);
+    expect_usage_error(args, "No such file or directory");
+    expect_usage_error("--steps 2 --save /proc/self" TINY, "--save /proc/self is not writable");
+    snprintf(args, sizeof args, "--steps 2 --init-weights %s" TINY, g_dir);
+    expect_usage_error(args, "--init-weights");
+
+    snprintf(dir, sizeof dir, "%s/ck-settings", g_dir);
+    snprintf(args, sizeof args, "--steps 1 --save %s --json" TINY, dir);
+    char *err;
+    json_decref(run_json(args, &err));
+    free(err);
+    snprintf(args, sizeof args,
+             "--steps 2 --resume %s --json" TINY " --seq 8 --micro-batch 4 --dtype fp16", dir);
+    expect_usage_error(args, "--seq 16, now 8; --micro-batch 8, now 4");
+    expect_usage_error(args, "--dtype bf16, now fp16");
+    expect_usage_error(args, "--resume-allow-changes");
+    snprintf(path, sizeof path, "%s/other.txt", g_dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 2000; i++)
+        fputs("other text, other run. ", f);
+    fclose(f);
+    snprintf(args, sizeof args, "--steps 2 --resume %s --data %s" TINY, dir, path);
+    expect_usage_error(args, "--data ");
+    snprintf(args, sizeof args,
+             "--steps 2 --resume %s --resume-allow-changes --json" TINY " --seq 8", dir);
+    json_t *root = run_json(args, &err);
+    assert_int_equal(json_integer_value(json_object_get(root, "first_step")), 2);
+    assert_non_null(strstr(err, "continuing"));
+    json_decref(root);
+    free(err);
+}
+
 /* ---- feedback: metrics, trace, the progress line ---- */
 
 static void check_metrics(const char *path, json_t *summary, int steps)
@@ -570,12 +618,18 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_help_lists_every_flag), cmocka_unit_test(test_json_summary),
-        cmocka_unit_test(test_human_summary),         cmocka_unit_test(test_bad_flags),
-        cmocka_unit_test(test_run_failure_exits_1),   cmocka_unit_test(test_config_drives_the_run),
-        cmocka_unit_test(test_flags_override_the_config), cmocka_unit_test(test_config_errors),
-        cmocka_unit_test(test_checkpoint_flags),    cmocka_unit_test(test_metrics_and_trace),
+        cmocka_unit_test(test_help_lists_every_flag),
+        cmocka_unit_test(test_json_summary),
+        cmocka_unit_test(test_human_summary),
+        cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_run_failure_exits_1),
+        cmocka_unit_test(test_config_drives_the_run),
+        cmocka_unit_test(test_flags_override_the_config),
+        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_checkpoint_flags),
+        cmocka_unit_test(test_metrics_and_trace),
         cmocka_unit_test(test_progress_on_a_terminal),
+        cmocka_unit_test(test_up_front_checks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -282,11 +282,26 @@ static json_t *state_json(const zt_trainer *t, const zt_train_state *ts,
         "grad_accum", o->grad_accum);
 }
 
+/* The data file (its absolute path and size), which a resumed run must
+ * share: another file is another run. */
+static void add_data_identity(json_t *root, const char *data_path)
+{
+    char real[PATH_MAX];
+    struct stat sb;
+    json_t *data = json_object_get(root, "data");
+    if (!data || !realpath(data_path, real) || stat(real, &sb) != 0)
+        return;
+    json_object_set_new(data, "file", json_string(real));
+    json_object_set_new(data, "bytes", json_integer((json_int_t)sb.st_size));
+}
+
 static zo_status write_state_file(zt_trainer *t, const char *dir, const zt_train_state *ts)
 {
     zo_engine_step_state es = ZO_ENGINE_STEP_STATE_INIT;
     ZT_LIB(zo_engine_get_step_state(zt_trainer_engine(t), &es));
     json_t *root = state_json(t, ts, &es);
+    if (root)
+        add_data_identity(root, zt_trainer_options(t)->data_path);
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(root);
     if (!text)
@@ -411,6 +426,93 @@ static zo_status check_model(const state_doc *d, const zt_shape *s)
                            d->file, keys[i] + 6, (long long)v, mine[i], flags[i], (long long)v);
     }
     return ZO_OK;
+}
+
+/* One setting a resumed run must share, as this run has it and as the
+ * checkpoint recorded it ("" when not recorded: not compared). */
+typedef struct setting {
+    const char *flag;
+    char mine[PATH_MAX], saved[PATH_MAX];
+} setting;
+
+static void saved_value(const state_doc *d, const char *path, char *out, size_t cap)
+{
+    json_t *v = at(d->root, path);
+    if (json_is_integer(v))
+        snprintf(out, cap, "%lld", (long long)json_integer_value(v));
+    else if (json_is_string(v))
+        snprintf(out, cap, "%s", json_string_value(v));
+    else
+        out[0] = 0;
+}
+
+static int settings_of(const state_doc *d, const zt_options *o, setting *set)
+{
+    char real[PATH_MAX];
+    struct stat sb;
+    int have_data = realpath(o->data_path, real) && stat(real, &sb) == 0;
+    const char *flags[6] = {"--seq",   "--micro-batch", "--grad-accum",
+                            "--dtype", "--data",        "--data"};
+    const char *keys[6] = {"data.seq",    "batch.micro_batch", "batch.grad_accum",
+                           "model.dtype", "data.file",         "data.bytes"};
+    for (int i = 0; i < 6; i++) {
+        set[i].flag = flags[i];
+        saved_value(d, keys[i], set[i].saved, sizeof set[i].saved);
+    }
+    snprintf(set[0].mine, sizeof set[0].mine, "%d", o->seq);
+    snprintf(set[1].mine, sizeof set[1].mine, "%d", o->micro_batch);
+    snprintf(set[2].mine, sizeof set[2].mine, "%d", o->grad_accum);
+    snprintf(set[3].mine, sizeof set[3].mine, "%s", zo_dtype_name(o->dtype));
+    snprintf(set[4].mine, sizeof set[4].mine, "%s", have_data ? real : o->data_path);
+    snprintf(set[5].mine, sizeof set[5].mine, "%lld", have_data ? (long long)sb.st_size : -1ll);
+    return 6;
+}
+
+/* The settings of the run a checkpoint continues must be this run's, else
+ * the continuation is another run (other batches, other rounding): each
+ * change is named, and refused unless allowed (then logged). */
+static zo_status check_settings(const state_doc *d, const zt_options *o)
+{
+    setting set[6];
+    int n = settings_of(d, o, set);
+    char changes[2048] = "";
+    size_t len = 0;
+    for (int i = 0; i < n && len < sizeof changes; i++) {
+        if (!set[i].saved[0] || !strcmp(set[i].saved, set[i].mine))
+            continue;
+        if (i == 5 && strcmp(set[4].saved, set[4].mine) != 0)
+            continue; /* the file changed: named once */
+        int w = i == 5
+                    ? snprintf(changes + len, sizeof changes - len, "%s%s: %s bytes, now %s bytes",
+                               len ? "; " : "", set[i].flag, set[i].saved, set[i].mine)
+                    : snprintf(changes + len, sizeof changes - len, "%s%s %s, now %s",
+                               len ? "; " : "", set[i].flag, set[i].saved, set[i].mine);
+        len += w > 0 ? (size_t)w : 0;
+    }
+    if (!changes[0])
+        return ZO_OK;
+    if (o->resume_allow_changes) {
+        fprintf(stderr, "zo-train: continuing %s with changed settings (%s)\n", d->file, changes);
+        return ZO_OK;
+    }
+    return zt_fail(ZO_ERR_INVALID_ARG,
+                   "%s was saved by a run with other settings (%s): a resumed run with them "
+                   "changed is another run; pass the checkpoint's values, or "
+                   "--resume-allow-changes to continue anyway",
+                   d->file, changes);
+}
+
+zo_status zt_ckpt_check_settings(const char *ckpt_dir, const zt_options *o)
+{
+    char p[ZT_PATH];
+    ZT_TRY(join(p, ckpt_dir, ZT_CKPT_STATE));
+    json_error_t jerr;
+    state_doc d = {json_load_file(p, 0, &jerr), p};
+    if (!d.root)
+        return zt_fail(ZO_ERR_CORRUPT, "%s: %s (line %d)", p, jerr.text, jerr.line);
+    zo_status st = check_settings(&d, o);
+    json_decref(d.root);
+    return st;
 }
 
 static zo_status read_engine_state(const state_doc *d, zo_engine_step_state *es)
@@ -554,6 +656,8 @@ zo_status zt_ckpt_load(zt_trainer *t, const char *ckpt_dir)
                      ZT_CKPT_VERSION);
     if (st >= 0)
         st = check_model(&d, &zt_trainer_options(t)->shape);
+    if (st >= 0)
+        st = check_settings(&d, zt_trainer_options(t));
     if (st >= 0)
         st = load_tensors(t, ckpt_dir);
     if (st >= 0)

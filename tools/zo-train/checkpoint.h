@@ -60,6 +60,12 @@ zo_status zt_ckpt_load(zt_trainer *t, const char *ckpt_dir);
  * starts fresh. Same checks as zt_ckpt_load. */
 zo_status zt_ckpt_init_weights(zt_trainer *t, const char *file);
 
+/* Before anything is allocated: the settings recorded in a checkpoint
+ * (--seq, --micro-batch, --grad-accum, --dtype, the --data file) must be
+ * o's, else the change is named and refused unless o->resume_allow_changes
+ * (zt_ckpt_load checks the same). */
+zo_status zt_ckpt_check_settings(const char *ckpt_dir, const zt_options *o);
+
 /* 1 when dir holds a latest pointer (checkpoints of some run). */
 int zt_ckpt_has_latest(const char *dir);
 

@@ -6,6 +6,7 @@
  * directory next to the executable). Progress goes to stderr, the summary to
  * stdout (one JSON object with --json). */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -89,8 +91,10 @@ static void usage(FILE *f)
         "  --optimizer-mode sync|overlap|dpu   (default sync)\n"
         "  --chunk-bytes BYTES    engine chunk size (default: the largest tensor)\n"
         "config:\n"
-        "  --config FILE          a DeepSpeed-style JSON config (batch sizes, optimizer, scheduler,\n"
-        "                         fp16/bf16, gradient_clipping, zero_optimization offload, aio, and\n"
+        "  --config FILE          a DeepSpeed-style JSON config (batch sizes, optimizer, "
+        "scheduler,\n"
+        "                         fp16/bf16, gradient_clipping, zero_optimization offload, aio, "
+        "and\n"
         "                         a zoffload section); flags given as well override it\n"
         "  --set KEY=VALUE        override one config key, e.g. --set scheduler.type=WarmupLR\n"
         "                         (repeatable; needs --config)\n"
@@ -100,8 +104,11 @@ static void usage(FILE *f)
         "                         trainer_state.json; DIR/latest names the newest), at the end\n"
         "                         and every --save-every steps\n"
         "  --save-every N         also save every N steps (default: only at the end)\n"
-        "  --resume PATH          continue from a checkpoint (a DIR given to --save, or one of its\n"
+        "  --resume PATH          continue from a checkpoint (a DIR given to --save, or one of "
+        "its\n"
         "                         step-N directories); --steps is the total to reach\n"
+        "  --resume-allow-changes continue a checkpoint with another --seq, --micro-batch,\n"
+        "                         --grad-accum, --dtype or --data (refused otherwise)\n"
         "  --init-weights FILE    start from the weights of a safetensors file with Hugging Face\n"
         "                         LLaMA names (F32, BF16 or F16), e.g. a model.safetensors\n"
         "output:\n"
@@ -181,6 +188,7 @@ enum {
     OPT_METRICS,
     OPT_TRACE,
     OPT_PROGRESS,
+    OPT_ALLOW_CHANGES,
     OPT_HELP
 };
 
@@ -220,6 +228,7 @@ static const struct option long_opts[] = {
     {"metrics", required_argument, 0, OPT_METRICS},
     {"trace", required_argument, 0, OPT_TRACE},
     {"progress", required_argument, 0, OPT_PROGRESS},
+    {"resume-allow-changes", no_argument, 0, OPT_ALLOW_CHANGES},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -321,6 +330,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_SET: return 0; /* taken by prescan */
     case OPT_SAVE: c->save_dir = arg; return 0;
     case OPT_RESUME: c->resume = arg; return 0;
+    case OPT_ALLOW_CHANGES: c->o.resume_allow_changes = 1; return 0;
     case OPT_INIT: c->init_weights = arg; return 0;
     case OPT_METRICS: c->metrics_path = arg; return 0;
     case OPT_TRACE: c->trace_path = arg; return 0;
@@ -472,6 +482,77 @@ static int check_checkpoint_flags(const cli *c)
     return 0;
 }
 
+/* A file the run will read: a readable regular file (a FIFO would block
+ * the open, a directory fails only when mapped). */
+static int check_input_file(const char *flag, const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        fprintf(stderr, "zo-train: %s %s: %s\n", flag, path, strerror(errno));
+        return 2;
+    }
+    const char *what = S_ISDIR(sb.st_mode)    ? "a directory"
+                       : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                       : S_ISREG(sb.st_mode)  ? NULL
+                                              : "not a regular file";
+    if (what) {
+        fprintf(stderr, "zo-train: %s %s is %s: expected a regular file\n", flag, path, what);
+        return 2;
+    }
+    if (access(path, R_OK) != 0) {
+        fprintf(stderr, "zo-train: %s %s is not readable: %s\n", flag, path, strerror(errno));
+        return 2;
+    }
+    return 0;
+}
+
+/* The --save directory, created now and written to once: found unwritable
+ * before the training it would have kept, not at the first save. */
+static int check_save_dir(const char *dir)
+{
+    char probe[PATH_MAX + 64];
+    if (zt_make_dir(dir) < 0) {
+        fprintf(stderr, "zo-train: --save %s: %s\n", dir, zt_last_error());
+        return 2;
+    }
+    snprintf(probe, sizeof probe, "%s/.zo-train-probe.%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "zo-train: --save %s is not writable: %s\n", dir, strerror(errno));
+        return 2;
+    }
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+/* --resume: the checkpoint exists and was saved with this run's settings. */
+static int check_resume(cli *c)
+{
+    if (zt_ckpt_resolve(c->resume, c->resumed_from, sizeof c->resumed_from) < 0) {
+        fprintf(stderr, "zo-train: --resume %s: %s\n", c->resume, zt_last_error());
+        return 1;
+    }
+    if (zt_ckpt_check_settings(c->resumed_from, &c->o) < 0) {
+        fprintf(stderr, "zo-train: --resume %s: %s\n", c->resume, zt_last_error());
+        return 2;
+    }
+    return 0;
+}
+
+/* Everything the run will need, checked before anything is allocated. */
+static int check_up_front(cli *c)
+{
+    int rc = check_input_file("--data", c->o.data_path);
+    if (rc == 0 && c->init_weights)
+        rc = check_input_file("--init-weights", c->init_weights);
+    if (rc == 0 && c->save_dir)
+        rc = check_save_dir(c->save_dir);
+    if (rc == 0 && c->resume)
+        rc = check_resume(c);
+    return rc;
+}
+
 static int parse_args(int argc, char **argv, cli *c)
 {
     int opt;
@@ -497,7 +578,8 @@ static int parse_args(int argc, char **argv, cli *c)
     }
     zt_shape_override(&c->o.shape, c->shape_flags);
     default_paths(c);
-    return check_checkpoint_flags(c);
+    int rc = check_checkpoint_flags(c);
+    return rc ? rc : check_up_front(c);
 }
 
 /* ---- running and reporting ---- */

@@ -50,6 +50,7 @@ typedef struct zt_options {
     int optim_threads;    /* 0: the engine's default */
     double val_fraction;  /* held-out tail of the data */
     int val_batches;      /* validation micro-batches at most */
+    int resume_allow_changes; /* a checkpoint of other settings may be continued */
     const zo_swap_fault
         *nvme_faults; /* tests: armed when the swap stores open (see zo_engine_config) */
     size_t n_nvme_faults;
