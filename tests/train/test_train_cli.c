@@ -429,6 +429,59 @@ static void test_up_front_checks(void **state)
     free(err);
 }
 
+/* Divergence stops the run naming the step, before the step is saved (it
+ * used to train on NaN losses and exit 0): bf16 at the first NaN/Inf, fp16
+ * after --max-skipped-steps overflowing steps in a row; initial weights
+ * with an Inf are refused (they used to skip every step). */
+static void test_divergence_stops(void **state)
+{
+    char args[1024], dir[400], want[600];
+    snprintf(dir, sizeof dir, "%s/ck-diverge", g_dir);
+    snprintf(args, sizeof args, "--steps 20 --lr 1e30 --save %s --save-every 1" TINY, dir);
+    outputs o = run(args);
+    assert_int_equal(o.status, 1);
+    const char *at = strstr(o.err, "zo-train: step ");
+    if (!at || !strstr(o.err, "training diverged"))
+        fail_msg("stderr: %s", o.err);
+    int step = atoi(at + strlen("zo-train: step "));
+    assert_true(step >= 2);
+    snprintf(want, sizeof want, "the last good checkpoint is %s/step-%08d", dir, step - 1);
+    if (!strstr(o.err, want))
+        fail_msg("stderr lacks '%s': %s", want, o.err);
+    outputs_free(&o);
+    snprintf(want, sizeof want, "%s/latest", dir);
+    FILE *f = fopen(want, "r");
+    assert_non_null(f);
+    char latest[64] = "";
+    assert_non_null(fgets(latest, sizeof latest, f));
+    fclose(f);
+    snprintf(want, sizeof want, "step-%08d", step - 1);
+    assert_non_null(strstr(latest, want));
+
+    o = run("--steps 20 --lr 1e30 --dtype fp16 --max-skipped-steps 3" TINY);
+    assert_int_equal(o.status, 1);
+    assert_non_null(strstr(o.err, "3 steps in a row overflowed in fp16"));
+    outputs_free(&o);
+
+    /* an Inf in the first tensor of the step-1 checkpoint's weights */
+    char model[600];
+    snprintf(model, sizeof model, "%s/step-00000001/model.safetensors", dir);
+    f = fopen(model, "r+b");
+    assert_non_null(f);
+    uint64_t hdr = 0;
+    assert_int_equal(fread(&hdr, 8, 1, f), 1);
+    const float inf = INFINITY;
+    assert_int_equal(fseek(f, (long)(8 + hdr + 4 * 5), SEEK_SET), 0);
+    assert_int_equal(fwrite(&inf, 4, 1, f), 1);
+    fclose(f);
+    snprintf(args, sizeof args, "--steps 2 --init-weights %s" TINY, model);
+    o = run(args);
+    assert_int_equal(o.status, 1);
+    if (!strstr(o.err, "has Inf at index 5"))
+        fail_msg("stderr: %s", o.err);
+    outputs_free(&o);
+}
+
 /* ---- feedback: metrics, trace, the progress line ---- */
 
 static void check_metrics(const char *path, json_t *summary, int steps)
@@ -630,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_metrics_and_trace),
         cmocka_unit_test(test_progress_on_a_terminal),
         cmocka_unit_test(test_up_front_checks),
+        cmocka_unit_test(test_divergence_stops),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

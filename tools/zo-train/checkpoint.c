@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,7 +206,24 @@ static zo_status declare_all(writers *w, const tensor_ref *r, int n)
     return ZO_OK;
 }
 
-/* One tensor at a time: master into the model file, m and v into the optimizer's. */
+/* The index of the first NaN or Inf in x[0..n), or n. */
+static size_t first_nonfinite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return n;
+}
+
+static zo_status refuse_nonfinite(const char *name, const char *where, const float *x, size_t i)
+{
+    return zt_fail(ZO_ERR_INVALID_ARG, "tensor '%s'%s has %s at index %zu: training diverged", name,
+                   where, isnan(x[i]) ? "NaN" : "Inf", i);
+}
+
+/* One tensor at a time: master into the model file, m and v into the
+ * optimizer's. Weights that are not finite are not saved: the save fails
+ * before `latest` moves, so the last good checkpoint stays. */
 static zo_status stream_all(zt_trainer *t, writers *w, const tensor_ref *r, int n, float *buf)
 {
     const size_t cap = largest(r, n);
@@ -213,6 +231,9 @@ static zo_status stream_all(zt_trainer *t, writers *w, const tensor_ref *r, int 
     char nm[160];
     for (int i = 0; i < n; i++) {
         ZT_LIB(zo_engine_read_state(zt_trainer_engine(t), r[i].id, buf, m, v));
+        size_t bad = first_nonfinite(buf, r[i].numel);
+        if (bad < r[i].numel)
+            return refuse_nonfinite(r[i].name, " (the weights to save)", buf, bad);
         size_t bytes = r[i].numel * sizeof(float);
         zo_status st = zo_st_writer_write(w->model, r[i].name, buf, bytes);
         if (st < 0)
@@ -693,6 +714,10 @@ static zo_status init_one(zt_trainer *t, zo_st_reader_t rd, const char *file, co
                        x->name, file, zo_st_dtype_name(info.dtype));
     ZT_TRY(expect(rd, x->name, info.dtype, x, &info));
     to_f32(&info, buf, x->numel);
+    size_t bad = first_nonfinite(buf, x->numel);
+    if (bad < x->numel)
+        return zt_fail(ZO_ERR_INVALID_ARG, "tensor '%s' in '%s' has %s at index %zu", x->name, file,
+                       isnan(buf[bad]) ? "NaN" : "Inf", bad);
     st = zo_engine_write_state(zt_trainer_engine(t), x->id, buf, NULL, NULL);
     if (st < 0)
         return zt_fail(st, "setting %s: %s", x->name, zt_lib_message());

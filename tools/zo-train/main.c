@@ -50,6 +50,7 @@ typedef struct cli {
     char resumed_from[PATH_MAX], last_saved[PATH_MAX];
     const char *metrics_path, *trace_path;
     int progress; /* -1 auto (in place on a terminal), 0 log lines, 1 in place */
+    int max_skipped; /* fp16: overflowing steps in a row before the run stops */
 } cli;
 
 static void usage(FILE *f)
@@ -75,6 +76,8 @@ static void usage(FILE *f)
         "  --lr X                 Adam learning rate, constant (default 2e-3)\n"
         "  --weight-decay X       AdamW decoupled weight decay (default 0)\n"
         "  --max-grad-norm X      clip the global gradient norm (default 1; 0: off)\n"
+        "  --max-skipped-steps N  fp16: stop after N overflowing (skipped) steps in a row\n"
+        "                         (default 50); bf16 stops at the first NaN/Inf\n"
         "  --seed S               initial weights and data order (default 1)\n"
         "  --val-batches N        validation micro-batches at the end (default 8)\n"
         "placement:\n"
@@ -189,6 +192,7 @@ enum {
     OPT_TRACE,
     OPT_PROGRESS,
     OPT_ALLOW_CHANGES,
+    OPT_MAX_SKIPPED,
     OPT_HELP
 };
 
@@ -229,6 +233,7 @@ static const struct option long_opts[] = {
     {"trace", required_argument, 0, OPT_TRACE},
     {"progress", required_argument, 0, OPT_PROGRESS},
     {"resume-allow-changes", no_argument, 0, OPT_ALLOW_CHANGES},
+    {"max-skipped-steps", required_argument, 0, OPT_MAX_SKIPPED},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -264,6 +269,7 @@ static int parse_int_opt(int opt, const char *arg, cli *c)
     case OPT_VAL: c->o.val_batches = (int)v; break;
     case OPT_LOG: c->log_every = (int)v; break;
     case OPT_SAVE_EVERY: c->save_every = (int)v; break;
+    case OPT_MAX_SKIPPED: c->max_skipped = (int)v; break;
     }
     return 0;
 }
@@ -674,6 +680,36 @@ static int maybe_save(zt_trainer *t, cli *c, int done)
     return st < 0 ? -1 : 1;
 }
 
+/* In bf16 a healthy run never overflows: a NaN/Inf loss or gradient means
+ * training diverged, and the run stops before saving the step (the last
+ * good checkpoint stays). fp16's loss scaler skips overflowing steps and
+ * lowers the scale; a long run of skips means it cannot recover. */
+static int diverged(const cli *c, const feedback *fb, int step, float loss, const zo_step_stats *s,
+                    int *skips)
+{
+    const char *kept = c->last_saved[0] ? c->last_saved : c->resumed_from;
+    *skips = s->overflow ? *skips + 1 : 0;
+    if (c->o.dtype == ZO_DTYPE_F16 && *skips < c->max_skipped)
+        return 0;
+    if (c->o.dtype != ZO_DTYPE_F16 && isfinite(loss) && !s->overflow)
+        return 0;
+    zt_progress_end(stderr, fb->tty);
+    if (c->o.dtype == ZO_DTYPE_F16)
+        fprintf(stderr,
+                "zo-train: step %d: %d steps in a row overflowed in fp16 and were skipped (loss "
+                "scale %g): training cannot recover; lower --lr, use --dtype bf16, or raise "
+                "--max-skipped-steps\n",
+                step, *skips, s->loss_scale);
+    else
+        fprintf(stderr,
+                "zo-train: step %d: the %s is %s: training diverged (the update was skipped); "
+                "lower --lr, or check the data and the initial weights\n",
+                step, isfinite(loss) ? "gradient" : "loss", isnan(loss) ? "NaN" : "not finite");
+    if (kept[0])
+        fprintf(stderr, "zo-train: the last good checkpoint is %s\n", kept);
+    return 1;
+}
+
 /* After a stop signal, between steps: save the steps done since the last
  * checkpoint (with --save), say where the run stands, return 128 + signo. */
 static int stop_on_signal(zt_trainer *t, cli *c, const feedback *fb, int sig, int done, int saved)
@@ -695,6 +731,7 @@ static int stop_on_signal(zt_trainer *t, cli *c, const feedback *fb, int sig, in
 static int train(zt_trainer *t, cli *c, feedback *fb, float *losses, double *lrs, totals *tot)
 {
     int saved = 1; /* nothing new to save before the first step */
+    int skips = 0; /* overflowing steps in a row */
     for (int i = c->start; i < c->o.steps; i++) {
         if (zt_signal_pending())
             return stop_on_signal(t, c, fb, zt_signal_pending(), i, saved);
@@ -711,6 +748,8 @@ static int train(zt_trainer *t, cli *c, feedback *fb, float *losses, double *lrs
             fprintf(stderr, "zo-train: step %d failed: %s\n", i + 1, zt_last_error());
             return 1;
         }
+        if (diverged(c, fb, i + 1, losses[k], &s, &skips))
+            return 1;
         uint64_t t1 = zo_now_ns();
         zt_trace_main(fb->trace, "step", i + 1, t0, t1);
         saved = maybe_save(t, c, i + 1);
@@ -1000,6 +1039,7 @@ int main(int argc, char **argv)
     c.preset = "tiny";
     c.progress = -1;
     c.log_every = 10;
+    c.max_skipped = 50;
     int rc = prescan(argc, argv, &c);
     if (rc == 0)
         rc = apply_config(&c);
