@@ -389,6 +389,39 @@ static void test_planning_an_absent_gpu(void **state)
     outputs_free(&o);
 }
 
+/* Counts no real model has are refused at once (--layers 100000000 used to
+ * plan for minutes in ~20 GB), as are key/value heads that do not divide
+ * the heads, and a zo-bench io size below one request (it timed 0 bytes). */
+static void test_absurd_inputs_refused(void **state)
+{
+    (void)state;
+    char path[300], cmd[1200];
+    outputs o = run("--layers 100000000");
+    assert_int_equal(o.status, 2);
+    assert_non_null(strstr(o.err, "layers 100000000 is over"));
+    outputs_free(&o);
+    snprintf(path, sizeof path, "%s/kv.json", g_dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"hidden_size\": 4096, \"num_hidden_layers\": 32, \"num_attention_heads\": 32, "
+          "\"num_key_value_heads\": 7, \"intermediate_size\": 11008, \"vocab_size\": 32000}",
+          f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "--hf-config %s", path);
+    o = run(cmd);
+    assert_int_equal(o.status, 2);
+    assert_non_null(strstr(o.err, "'num_key_value_heads' 7 must divide 'num_attention_heads' 32"));
+    outputs_free(&o);
+    snprintf(cmd, sizeof cmd, "%s io --path %s --size 4K --bs 1M --rw read 2>%s/err.txt", ZB_EXE,
+             g_dir, g_dir);
+    int st = system(cmd);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    snprintf(path, sizeof path, "%s/err.txt", g_dir);
+    char *txt = plan_test_read(path);
+    assert_non_null(strstr(txt, "--size must be at least --bs"));
+    free(txt);
+}
+
 static void test_bad_flags(void **state)
 {
     (void)state;
@@ -436,6 +469,7 @@ int main(void)
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_planning_an_absent_gpu),
         cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_absurd_inputs_refused),
     };
     return cmocka_run_group_tests(tests, plan_test_make_dir, plan_test_remove_dir);
 }

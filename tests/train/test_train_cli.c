@@ -195,6 +195,37 @@ static void test_bad_flags(void **state)
     expect_usage_error("extra", "unexpected argument 'extra'");
 }
 
+/* Flag errors found by the option checks exit 2 too (they used to exit 1
+ * from the trainer or the engine, naming param_home/optim_home); --seed -1
+ * is refused (it was taken as 2^64-1), --chunk-bytes 1 refused and a chunk
+ * below the largest tensor said to be raised. */
+static void test_flag_errors_exit_2(void **state)
+{
+    expect_usage_error("--heads 3", "must be a multiple of heads 3");
+    expect_usage_error("--lr 0", "--lr 0 must be > 0");
+    expect_usage_error("--offload-param nvme --offload-optimizer cpu",
+                       "--offload-param nvme needs --offload-optimizer nvme");
+    expect_usage_error("--seed -1", "expected an unsigned integer");
+    expect_usage_error("--chunk-bytes 1", "--chunk-bytes 1: a chunk holds at least 4 KiB");
+    char args[1200];
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 2, \"scheduler\": {\"type\": "
+                      "\"WarmupCosineLR\", \"params\": {\"total_num_steps\": 4, "
+                      "\"warmup_num_steps\": 4}}}";
+    FILE *f;
+    snprintf(args, sizeof args, "%s/cosine.json", g_dir);
+    assert_non_null(f = fopen(args, "w"));
+    fputs(cfg, f);
+    fclose(f);
+    char full[1400];
+    snprintf(full, sizeof full, "--config %s --steps 4", args);
+    expect_usage_error(full, "must differ from max(2, warmup_num_steps)");
+    snprintf(args, sizeof args, "--steps 1 --chunk-bytes 8KiB --nvme-path %s" SMALL, g_dir);
+    outputs o = run(args);
+    assert_int_equal(o.status, 0);
+    assert_non_null(strstr(o.err, "--chunk-bytes 8192 raised to"));
+    outputs_free(&o);
+}
+
 static void test_run_failure_exits_1(void **state)
 {
     outputs o = run("--device cpu --device-mem 64KiB --steps 1 --offload-optimizer cpu");
@@ -684,6 +715,7 @@ int main(void)
         cmocka_unit_test(test_progress_on_a_terminal),
         cmocka_unit_test(test_up_front_checks),
         cmocka_unit_test(test_divergence_stops),
+        cmocka_unit_test(test_flag_errors_exit_2),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -16,6 +16,21 @@ static zo_status int_key(json_t *root, const char *path, const char *key, int *o
     return ZO_OK;
 }
 
+/* Grouped-query attention shares each key/value head among heads / kv
+ * heads query heads: kv heads must divide the heads. */
+static zo_status check_kv_heads(json_t *root, const char *path, int heads)
+{
+    json_t *v = json_object_get(root, "num_key_value_heads");
+    if (!v || json_is_null(v))
+        return ZO_OK;
+    json_int_t kv = json_is_integer(v) ? json_integer_value(v) : 0;
+    if (kv <= 0 || kv > heads || heads % kv)
+        return zt_fail(ZO_ERR_CONFIG,
+                       "%s: 'num_key_value_heads' %lld must divide 'num_attention_heads' %d", path,
+                       (long long)kv, heads);
+    return ZO_OK;
+}
+
 static void optional_real(json_t *root, const char *key, float *out)
 {
     json_t *v = json_object_get(root, key);
@@ -58,6 +73,8 @@ zo_status zt_read_hf_config(const char *path, zt_shape *out, char *note, size_t 
         st = int_key(root, path, "num_attention_heads", &s.n_heads);
     if (st >= 0)
         st = int_key(root, path, "intermediate_size", &s.ffn_dim);
+    if (st >= 0)
+        st = check_kv_heads(root, path, s.n_heads);
     if (st >= 0)
         st = int_key(root, path, "vocab_size", &s.vocab);
     if (st >= 0) {

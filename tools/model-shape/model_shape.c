@@ -56,6 +56,17 @@ zo_status zt_shape_check(const zt_shape *s)
             ZO_ERR_INVALID_ARG,
             "model shape vocab %d, dim %d, layers %d, heads %d, ffn %d: every one must be > 0",
             s->vocab, s->dim, s->n_layers, s->n_heads, s->ffn_dim);
+    /* Far above any real model (the largest have a vocabulary of 256K, width
+     * 25K, 200 layers, 128 heads, ffn 100K): a typo such as --layers
+     * 100000000 is refused instead of planned for minutes in gigabytes. */
+    const int max[5] = {1 << 24, 1 << 17, 1 << 14, 1 << 12, 1 << 20};
+    const int have[5] = {s->vocab, s->dim, s->n_layers, s->n_heads, s->ffn_dim};
+    const char *what[5] = {"vocab", "dim", "layers", "heads", "ffn"};
+    for (int i = 0; i < 5; i++)
+        if (have[i] > max[i])
+            return zt_fail(ZO_ERR_INVALID_ARG,
+                           "model shape %s %d is over %d: no real model has that many", what[i],
+                           have[i], max[i]);
     if (s->dim % s->n_heads || (s->dim / s->n_heads) % 2)
         return zt_fail(
             ZO_ERR_INVALID_ARG,

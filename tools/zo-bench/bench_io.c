@@ -96,12 +96,16 @@ static int parse_opts(int argc, char **argv, io_opts *o)
         else if (c == 'h') return io_usage(stdout), 1;
         else if (!num) return io_usage(stderr), 2;
     }
-    const char *bad = !o->path ? "--path is required" : !o->size ? "--size is required (> 0)"
-                    : !o->rw || (strcmp(o->rw, "read") && strcmp(o->rw, "write") && strcmp(o->rw, "update"))
-                        ? "--rw must be read, write or update"
-                    : (o->bs % 4096 || !o->bs) ? "--bs must be a multiple of 4096"
-                    : (!o->qd || o->qd > 4096) ? "--qd must be 1..4096"
-                    : (o->extent % 4096 || !o->extent) ? "--extent must be a multiple of 4096" : NULL;
+    const char *bad =
+        !o->path   ? "--path is required"
+        : !o->size ? "--size is required (> 0)"
+        : !o->rw || (strcmp(o->rw, "read") && strcmp(o->rw, "write") && strcmp(o->rw, "update"))
+            ? "--rw must be read, write or update"
+        : (o->bs % 4096 || !o->bs) ? "--bs must be a multiple of 4096"
+        : o->size < o->bs ? "--size must be at least --bs (one request), else nothing is timed"
+        : (!o->qd || o->qd > 4096)         ? "--qd must be 1..4096"
+        : (o->extent % 4096 || !o->extent) ? "--extent must be a multiple of 4096"
+                                           : NULL;
     if (bad) {
         fprintf(stderr, "zo-bench io: %s\n", bad);
         return 2;

@@ -354,7 +354,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
         char *end;
         errno = 0;
         unsigned long long v = strtoull(arg, &end, 0);
-        if (errno || end == arg || *end)
+        if (errno || end == arg || *end || strchr(arg, '-'))
             return bad_value("seed", arg, "an unsigned integer");
         c->o.seed = v;
         return 0;
@@ -584,6 +584,10 @@ static int parse_args(int argc, char **argv, cli *c)
     }
     zt_shape_override(&c->o.shape, c->shape_flags);
     default_paths(c);
+    if (zt_options_check(&c->o) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 2;
+    }
     int rc = check_checkpoint_flags(c);
     return rc ? rc : check_up_front(c);
 }
@@ -1006,6 +1010,12 @@ static int run(cli *c)
             su->n_params / 1e6, su->backend, (unsigned long long)su->device_budget,
             zt_home_name(su->param_home), zt_home_name(su->optim_home), su->footprint.n_chunks,
             (unsigned long long)su->footprint.chunk_bytes);
+    if (c->o.chunk_bytes && su->footprint.chunk_bytes != c->o.chunk_bytes)
+        fprintf(stderr,
+                "zo-train: --chunk-bytes %llu raised to %llu (the largest tensor's 16-bit "
+                "bytes, 4 KiB-aligned)\n",
+                (unsigned long long)c->o.chunk_bytes,
+                (unsigned long long)su->footprint.chunk_bytes);
     int rc = start_from_files(t, c);
     float *losses = calloc((size_t)c->o.steps + 1, sizeof *losses);
     double *lrs = calloc((size_t)c->o.steps + 1, sizeof *lrs);

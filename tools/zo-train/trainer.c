@@ -123,8 +123,8 @@ static void resolve_homes(zt_trainer *t)
     int cuda = is_cuda(t);
     if (t->o.param_home == ZT_HOME_DEFAULT)
         t->o.param_home = cuda ? ZO_TIER_DEVICE : ZO_TIER_HOST;
-    if (t->o.optim_home == ZT_HOME_DEFAULT)
-        t->o.optim_home = cuda ? ZO_TIER_HOST : ZO_TIER_NVME;
+    if (t->o.optim_home == ZT_HOME_DEFAULT) /* parameters on NVMe need the optimizer there */
+        t->o.optim_home = cuda && t->o.param_home != ZO_TIER_NVME ? ZO_TIER_HOST : ZO_TIER_NVME;
     t->setup.param_home = (zo_tier)t->o.param_home;
     t->setup.optim_home = (zo_tier)t->o.optim_home;
 }
@@ -331,9 +331,19 @@ static zo_status open_engine(zt_trainer *t)
     return ZO_OK;
 }
 
-static zo_status check_options(const zt_options *o)
+zo_status zt_options_check(const zt_options *o)
 {
     ZT_TRY(zt_shape_check(&o->shape));
+    if (o->param_home == ZO_TIER_NVME && o->optim_home != ZO_TIER_NVME &&
+        o->optim_home != ZT_HOME_DEFAULT)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--offload-param nvme needs --offload-optimizer nvme (the update writes the "
+                       "new 16-bit parameters through the optimizer's NVMe stages)");
+    if (o->chunk_bytes && o->chunk_bytes < 4096)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--chunk-bytes %llu: a chunk holds at least 4 KiB (leave it out for the "
+                       "largest tensor's size)",
+                       (unsigned long long)o->chunk_bytes);
     if (o->steps < 0 || o->seq <= 0 || o->micro_batch <= 0 || o->grad_accum <= 0)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "steps %d (>= 0), seq %d, micro-batch %d, grad-accum %d (> 0)", o->steps,
@@ -366,7 +376,7 @@ static zo_status open_data(zt_trainer *t)
 
 static zo_status trainer_open(zt_trainer *t)
 {
-    ZT_TRY(check_options(&t->o));
+    ZT_TRY(zt_options_check(&t->o));
     const char *be = resolve_backend(t->o.device);
     if (!be || (strcmp(be, "cpu") != 0 && strcmp(be, "cuda") != 0))
         return zt_fail(ZO_ERR_INVALID_ARG, "--device '%s': expected auto, cpu or cuda",

@@ -86,6 +86,9 @@ typedef struct zt_setup {
 
 typedef struct zt_trainer zt_trainer;
 
+/* The options a user gives (shape, sizes, rate, dtype, placement,
+ * schedule) are consistent; zt_trainer_init checks them first. */
+zo_status zt_options_check(const zt_options *o);
 zo_status zt_trainer_init(zt_trainer **out, const zt_options *o);
 void zt_trainer_free(zt_trainer *t);
 const zt_setup *zt_trainer_setup(const zt_trainer *t);
