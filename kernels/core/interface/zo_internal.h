@@ -63,8 +63,10 @@ void *zo_huge_alloc(size_t bytes);
 
 /* The CPUs the process may run on: the main thread's mask now, joined with
  * its mask when the library was loaded, so a thread whose own mask was
- * narrowed (e.g. by an OpenMP runtime) still sees the whole set. 0, or -1
- * with errno. */
+ * narrowed (e.g. by an OpenMP runtime) still sees the whole set. An OpenMP
+ * runtime initialized before this library (listed after it in the program's
+ * needed libraries) may already have bound the main thread: then that one
+ * CPU is all this sees. 0, or -1 with errno. */
 int zo_process_cpus(cpu_set_t *set);
 
 #ifdef __cplusplus
