@@ -1,7 +1,10 @@
 /* Host-side runtime helpers: large allocations on huge pages, and the CPUs
  * the process may run on (as opposed to those of the calling thread). */
+#include <hwloc.h>
+#include <hwloc/glibc-sched.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -29,6 +32,28 @@ __attribute__((constructor)) static void capture_load_cpus(void)
     have_load_cpus = sched_getaffinity(getpid(), sizeof load_cpus, &load_cpus) == 0;
 }
 
+/* Whether an OpenMP runtime was asked to bind its threads, the main thread
+ * among them, possibly before this library was loaded. */
+static int openmp_binds(void)
+{
+    const char *bind = getenv("OMP_PROC_BIND");
+    return (bind && *bind && strcasecmp(bind, "false") != 0) || getenv("OMP_PLACES") ||
+           getenv("GOMP_CPU_AFFINITY") || getenv("KMP_AFFINITY");
+}
+
+/* The CPUs the system lets the process use (its cgroup's cpuset, not any
+ * thread's binding), as hwloc reads them. */
+static int system_allowed_cpus(cpu_set_t *set)
+{
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0) return -1;
+    int rc = hwloc_topology_load(topo);
+    if (rc == 0)
+        rc = hwloc_cpuset_to_glibc_sched_affinity(topo, hwloc_topology_get_allowed_cpuset(topo), set, sizeof *set);
+    hwloc_topology_destroy(topo);
+    return rc;
+}
+
 int zo_process_cpus(cpu_set_t *set)
 {
     /* The main thread's mask now (pid = its tid), whichever thread asks. */
@@ -36,5 +61,9 @@ int zo_process_cpus(cpu_set_t *set)
         sched_getaffinity(0, sizeof *set, set) != 0)
         return -1;
     if (have_load_cpus) CPU_OR(set, set, &load_cpus);
+    /* An OpenMP runtime initialized first has bound the main thread before
+     * the mask above was read: what the system allows is the process's set. */
+    cpu_set_t sys;
+    if (openmp_binds() && system_allowed_cpus(&sys) == 0) CPU_OR(set, set, &sys);
     return 0;
 }

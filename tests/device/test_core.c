@@ -142,6 +142,20 @@ static void test_process_cpus(void **state)
     assert_int_equal(sched_getaffinity(0, sizeof mine, &mine), 0);
     assert_int_equal(zo_process_cpus(&proc), 0);
     assert_true(CPU_EQUAL(&mine, &proc));
+    /* The main thread bound to one CPU, as an OpenMP runtime binds it: the
+     * process's set is still the whole one. */
+    if (CPU_COUNT(&mine) < 2) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE && !CPU_COUNT(&one); c++)
+        if (CPU_ISSET(c, &mine)) CPU_SET(c, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    setenv("OMP_PROC_BIND", "true", 1);
+    int rc = zo_process_cpus(&proc);
+    unsetenv("OMP_PROC_BIND");
+    assert_int_equal(sched_setaffinity(0, sizeof mine, &mine), 0);
+    assert_int_equal(rc, 0);
+    assert_true(CPU_EQUAL(&mine, &proc));
 }
 
 int main(void)

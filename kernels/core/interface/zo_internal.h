@@ -64,9 +64,10 @@ void *zo_huge_alloc(size_t bytes);
 /* The CPUs the process may run on: the main thread's mask now, joined with
  * its mask when the library was loaded, so a thread whose own mask was
  * narrowed (e.g. by an OpenMP runtime) still sees the whole set. An OpenMP
- * runtime initialized before this library (listed after it in the program's
- * needed libraries) may already have bound the main thread: then that one
- * CPU is all this sees. 0, or -1 with errno. */
+ * runtime initialized before this library may already have bound the main
+ * thread too: when OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY or
+ * KMP_AFFINITY is set, the CPUs the system allows the process (its cgroup's
+ * cpuset) are joined as well. 0, or -1 with errno. */
 int zo_process_cpus(cpu_set_t *set);
 
 #ifdef __cplusplus
