@@ -94,9 +94,6 @@ typedef struct zo_engine_config {
     zo_loss_scaler_config loss_scaler; /* fp16 only; static when loss_scale > 0 */
 
     const char *nvme_name;    /* swap file name prefix (NULL: "zoffload"): DIR/NAME.swap.I */
-    const zo_swap_fault *nvme_faults; /* tests: faults armed when the swap store opens (arming any,
-                                 even one far in the future, lets zo_swap_set_faults re-arm later) */
-    size_t n_nvme_faults;
     uint32_t nvme_queue_depth; /* NVMe requests in flight per store (0: the swap store's default;
                                  DeepSpeed's aio.queue_depth) */
     uint32_t nvme_block_size; /* bytes per NVMe request, a multiple of 4096 (0: the swap store's
@@ -180,7 +177,7 @@ typedef struct zo_step_stats {
 #define ZO_STEP_STATS_INIT {.struct_size = sizeof(zo_step_stats)}
 
 /* The engine copies cfg, including its strings and arrays (nvme_paths,
- * nvme_engine, nvme_name, nvme_faults): the caller's may go away after. */
+ * nvme_engine, nvme_name): the caller's may go away after. */
 zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg);
 void zo_engine_free(zo_engine_t eng);
 

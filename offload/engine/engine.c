@@ -12,6 +12,7 @@
 #include "engine_tier.h"
 #include "zo/half.h"
 #include "zo/nvtx.h"
+#include "zo/testing.h"
 #include "zo/topo.h"
 
 #define DEFAULT_CHUNK_BYTES (4u << 20)
@@ -88,9 +89,6 @@ static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
     for (size_t i = 0; i < c->n_nvme_paths; i++)
         if (!c->nvme_paths || !c->nvme_paths[i])
             return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "nvme_paths[%zu] is NULL", i);
-    if (c->n_nvme_faults && !c->nvme_faults)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "n_nvme_faults is %zu but nvme_faults is NULL",
-                       c->n_nvme_faults);
     return ZO_OK;
 }
 
@@ -122,16 +120,23 @@ static int copy_config_refs(struct zo_engine *e, const zo_engine_config *c)
     }
     e->engine_name = dup_str(c->nvme_engine ? c->nvme_engine : "auto", &bad);
     e->file_name = dup_str(c->nvme_name ? c->nvme_name : "zoffload", &bad);
-    if (c->n_nvme_faults) {
-        e->faults = malloc(c->n_nvme_faults * sizeof *e->faults);
-        if (!e->faults) return -1;
-        memcpy(e->faults, c->nvme_faults, c->n_nvme_faults * sizeof *e->faults);
-    }
     e->cfg.nvme_paths = (const char *const *)e->paths;
     e->cfg.nvme_engine = e->engine_name;
     e->cfg.nvme_name = e->file_name;
-    e->cfg.nvme_faults = e->faults;
     return bad ? -1 : 0;
+}
+
+zo_status zo_engine_set_swap_faults(zo_engine_t e, const zo_swap_fault *faults, size_t n)
+{
+    if (!e || (n && !faults)) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
+    if (e->finalized) return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "swap faults: the engine is already finalized");
+    zo_swap_fault *copy = n ? malloc(n * sizeof *copy) : NULL;
+    if (n && !copy) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "copying %zu swap faults", n);
+    if (n) memcpy(copy, faults, n * sizeof *copy);
+    free(e->faults);
+    e->faults = copy;
+    e->n_faults = n;
+    return ZO_OK;
 }
 
 zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg)

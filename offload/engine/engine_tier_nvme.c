@@ -26,8 +26,8 @@ static zo_status open_store(struct zo_engine *e, uint64_t extent, uint32_t n, co
     sc.extent_bytes = extent;
     sc.engine = e->cfg.nvme_engine;
     sc.name = name;
-    sc.faults = e->cfg.nvme_faults;
-    sc.nfaults = e->cfg.n_nvme_faults;
+    sc.faults = e->faults;
+    sc.nfaults = e->n_faults;
     if (e->cfg.nvme_queue_depth) sc.queue_depth = e->cfg.nvme_queue_depth;
     if (e->cfg.nvme_block_size) sc.block_size = e->cfg.nvme_block_size;
     return zo_swap_open(&sc, out);

@@ -97,11 +97,10 @@ static zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nf
     c.loss_scaler.loss_scale = 0.0; /* dynamic */
     c.loss_scaler.initial_scale_power = 6;
     c.loss_scaler.loss_scale_window = 5;
-    c.nvme_faults = faults;
-    c.n_nvme_faults = nfaults;
     c.nvme_block_size = h->rc.nvme_block_size;
     c.nvme_queue_depth = h->rc.nvme_queue_depth;
     ZO_TRY(zo_engine_init(&h->eng, &c));
+    if (nfaults) ZO_TRY(zo_engine_set_swap_faults(h->eng, faults, nfaults));
     if (h->rc.trace) ZO_TRY(zo_engine_set_trace(h->eng, h->rc.trace, h->rc.trace_ctx));
     float *init[TM_T];
     for (int k = 0; k < TM_T; k++) init[k] = malloc(tm_numel(k) * sizeof(float));

@@ -11,6 +11,7 @@
 
 #include "report.h"
 #include "zo/nvtx.h"
+#include "zo/testing.h"
 #include "zo/units.h"
 #include "zt_error.h"
 
@@ -190,8 +191,6 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
     c.pinned_bytes = o->pinned_bytes;
     c.nvme_queue_depth = o->nvme_queue_depth;
     c.nvme_block_size = o->nvme_block_size;
-    c.nvme_faults = o->nvme_faults;
-    c.n_nvme_faults = o->n_nvme_faults;
     return c;
 }
 
@@ -310,6 +309,8 @@ static zo_status open_engine(zt_trainer *t)
     t->setup.engine_device_bytes = t->setup.device_budget - need;
     zo_engine_config c = engine_config(t, t->dev, t->setup.engine_device_bytes);
     ZT_LIB(zo_engine_init(&t->eng, &c));
+    if (t->o.n_nvme_faults)
+        ZT_LIB(zo_engine_set_swap_faults(t->eng, t->o.nvme_faults, t->o.n_nvme_faults));
     if (t->o.trace)
         ZT_LIB(zo_engine_set_trace(t->eng, t->o.trace, t->o.trace_ctx));
     int n_layers = zt_engine_layers(&t->o.shape);

@@ -52,7 +52,7 @@ typedef struct zt_options {
     int val_batches;      /* validation micro-batches at most */
     int resume_allow_changes; /* a checkpoint of other settings may be continued */
     const zo_swap_fault
-        *nvme_faults; /* tests: armed when the swap stores open (see zo_engine_config) */
+        *nvme_faults; /* tests: armed when the swap stores open (zo_engine_set_swap_faults) */
     size_t n_nvme_faults;
     zo_trace_fn trace; /* optional: the engine's spans, and the compute stream's layers */
     void *trace_ctx;

@@ -1,10 +1,15 @@
 /* zoffload: hooks for tests and fault drills. They make chosen operations
  * fail as they would on a real machine (a full GPU, a refused pin, a failed
- * asynchronous kernel) so that every error path can be exercised. */
+ * asynchronous kernel, a failed NVMe request) so that every error path can
+ * be exercised. Not installed: tests and tools get it from the
+ * zoffload_testing target, and link the library's static parts, where these
+ * functions live (libzoffload.so does not export them). */
 #ifndef ZO_TESTING_H
 #define ZO_TESTING_H
 
 #include "zo/device.h"
+#include "zo/engine.h"
+#include "zo/swap.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -19,6 +24,11 @@ typedef enum zo_device_fault {
 
 /* Make the next `count` operations of that kind fail (0 disarms). */
 zo_status zo_device_inject_fault(zo_device_t dev, zo_device_fault kind, int count);
+
+/* Faults armed when the engine opens its swap stores (arming any, even one
+ * far in the future, lets zo_swap_set_faults re-arm later). Call between
+ * zo_engine_init and zo_engine_finalize; the array is copied. */
+zo_status zo_engine_set_swap_faults(zo_engine_t e, const zo_swap_fault *faults, size_t n);
 
 #ifdef __cplusplus
 }
