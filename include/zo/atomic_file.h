@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/api.h"
 #include "zo/status.h"
 
 #ifdef __cplusplus
@@ -26,29 +27,29 @@ typedef struct zo_atomic_file *zo_atomic_file_t;
 
 /* Create "<path>.tmp.<pid>" (a stale one left by a crashed process with the
  * same pid is replaced) in path's directory, mode 0644. */
-zo_status zo_atomic_file_open(zo_atomic_file_t *out, const char *path);
+ZO_API zo_status zo_atomic_file_open(zo_atomic_file_t *out, const char *path);
 
 /* Append n bytes. */
-zo_status zo_atomic_file_write(zo_atomic_file_t f, const void *data, size_t n);
+ZO_API zo_status zo_atomic_file_write(zo_atomic_file_t f, const void *data, size_t n);
 
 /* Bytes appended so far. */
-uint64_t zo_atomic_file_size(zo_atomic_file_t f);
+ZO_API uint64_t zo_atomic_file_size(zo_atomic_file_t f);
 
 /* The temporary file's name (for messages and tests). */
-const char *zo_atomic_file_temp_path(zo_atomic_file_t f);
+ZO_API const char *zo_atomic_file_temp_path(zo_atomic_file_t f);
 
 /* Flush, fsync, close, rename over the final path, fsync the directory.
  * Any later write fails with ZO_ERR_STATE. */
-zo_status zo_atomic_file_commit(zo_atomic_file_t f);
+ZO_API zo_status zo_atomic_file_commit(zo_atomic_file_t f);
 
 /* Close; an uncommitted file's temporary is unlinked. Accepts NULL. */
-void zo_atomic_file_free(zo_atomic_file_t f);
+ZO_API void zo_atomic_file_free(zo_atomic_file_t f);
 
 /* One call: write data to path atomically. */
-zo_status zo_atomic_write_file(const char *path, const void *data, size_t n);
+ZO_API zo_status zo_atomic_write_file(const char *path, const void *data, size_t n);
 
 /* fsync the directory holding path (after renames or creating files in it). */
-zo_status zo_fsync_parent_dir(const char *path);
+ZO_API zo_status zo_fsync_parent_dir(const char *path);
 
 #ifdef __cplusplus
 }

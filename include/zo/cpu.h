@@ -2,6 +2,8 @@
 #ifndef ZO_CPU_H
 #define ZO_CPU_H
 
+#include "zo/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -16,13 +18,13 @@ typedef enum zo_simd_level {
 } zo_simd_level;
 
 /* What this CPU and OS support. */
-zo_simd_level zo_cpu_simd_detected(void);
+ZO_API zo_simd_level zo_cpu_simd_detected(void);
 /* The level the library uses: the detected one, lowered by ZO_SIMD
  * (scalar|neon|avx2|avx512|avx512_bf16) when set; never above detected. */
-zo_simd_level zo_cpu_simd_level(void);
-const char *zo_simd_level_name(zo_simd_level level);
+ZO_API zo_simd_level zo_cpu_simd_level(void);
+ZO_API const char *zo_simd_level_name(zo_simd_level level);
 /* Whether a level can run here. */
-int zo_cpu_simd_supported(zo_simd_level level);
+ZO_API int zo_cpu_simd_supported(zo_simd_level level);
 
 #ifdef __cplusplus
 }

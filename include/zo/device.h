@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/api.h"
 #include "zo/status.h"
 
 #ifdef __cplusplus
@@ -76,77 +77,77 @@ typedef struct zo_device_mem_stats {
 /* ---- devices ---- */
 
 /* The number of CUDA GPUs usable by this build (0 without CUDA or GPU). */
-int zo_device_cuda_count(void);
+ZO_API int zo_device_cuda_count(void);
 
 /* Whether this library was built with the CUDA backend. */
-int zo_device_cuda_built(void);
+ZO_API int zo_device_cuda_built(void);
 
-zo_status zo_device_init(zo_device_t *out, const zo_device_config *cfg);
+ZO_API zo_status zo_device_init(zo_device_t *out, const zo_device_config *cfg);
 /* Waits for all streams, frees every stream, event and allocation still
  * held. NULL is accepted. */
-void zo_device_free(zo_device_t dev);
+ZO_API void zo_device_free(zo_device_t dev);
 
-const char *zo_device_backend(zo_device_t dev);
-unsigned zo_device_caps(zo_device_t dev);
-zo_status zo_device_get_info(zo_device_t dev, zo_device_info *out);
-zo_status zo_device_mem_get_stats(zo_device_t dev, zo_device_mem_stats *out);
+ZO_API const char *zo_device_backend(zo_device_t dev);
+ZO_API unsigned zo_device_caps(zo_device_t dev);
+ZO_API zo_status zo_device_get_info(zo_device_t dev, zo_device_info *out);
+ZO_API zo_status zo_device_mem_get_stats(zo_device_t dev, zo_device_mem_stats *out);
 /* Set high_water to the current in_use. */
-void zo_device_mem_reset_high_water(zo_device_t dev);
+ZO_API void zo_device_mem_reset_high_water(zo_device_t dev);
 /* Wait for all work on all streams; returns the first pending async error. */
-zo_status zo_device_synchronize(zo_device_t dev);
+ZO_API zo_status zo_device_synchronize(zo_device_t dev);
 
 /* ---- memory ---- */
 
 /* Allocate device memory, aligned to at least 256 bytes. Fails with
  * ZO_ERR_OUT_OF_DEVICE_MEMORY when in_use + bytes would exceed the budget. */
-zo_status zo_device_malloc(zo_device_t dev, size_t bytes, void **out);
+ZO_API zo_status zo_device_malloc(zo_device_t dev, size_t bytes, void **out);
 /* Free a pointer returned by zo_device_malloc; a pointer that is not a live
  * allocation (double free, foreign pointer) returns ZO_ERR_INVALID_ARG and
  * changes nothing. NULL is accepted. The caller must ensure no queued work
  * still uses the memory. */
-zo_status zo_device_mfree(zo_device_t dev, void *ptr);
+ZO_API zo_status zo_device_mfree(zo_device_t dev, void *ptr);
 /* Whether [ptr, ptr+bytes) lies inside one live device allocation. */
-int zo_device_owns(zo_device_t dev, const void *ptr, size_t bytes);
+ZO_API int zo_device_owns(zo_device_t dev, const void *ptr, size_t bytes);
 
 /* Page-lock host memory so copies run at full speed and asynchronously. The
  * range must not overlap a range already registered. */
-zo_status zo_device_host_register(zo_device_t dev, void *ptr, size_t bytes);
-zo_status zo_device_host_unregister(zo_device_t dev, void *ptr);
+ZO_API zo_status zo_device_host_register(zo_device_t dev, void *ptr, size_t bytes);
+ZO_API zo_status zo_device_host_unregister(zo_device_t dev, void *ptr);
 
 /* ---- streams and events ---- */
 
-zo_status zo_stream_create(zo_device_t dev, zo_stream_t *out);
+ZO_API zo_status zo_stream_create(zo_device_t dev, zo_stream_t *out);
 /* Waits for the stream's work, then frees it. NULL is accepted. */
-zo_status zo_stream_destroy(zo_stream_t s);
+ZO_API zo_status zo_stream_destroy(zo_stream_t s);
 /* Wait for all work queued so far; returns (and clears) the first async
  * error raised on the stream since the last wait. */
-zo_status zo_stream_synchronize(zo_stream_t s);
+ZO_API zo_status zo_stream_synchronize(zo_stream_t s);
 /* ZO_OK when the stream is idle, ZO_NOT_READY otherwise. */
-zo_status zo_stream_query(zo_stream_t s);
-zo_device_t zo_stream_device(zo_stream_t s);
+ZO_API zo_status zo_stream_query(zo_stream_t s);
+ZO_API zo_device_t zo_stream_device(zo_stream_t s);
 /* The backend's native handle (cudaStream_t on cuda, NULL on cpu). */
-void *zo_stream_native(zo_stream_t s);
+ZO_API void *zo_stream_native(zo_stream_t s);
 
-zo_status zo_event_create(zo_device_t dev, zo_event_t *out);
-zo_status zo_event_destroy(zo_event_t ev);
+ZO_API zo_status zo_event_create(zo_device_t dev, zo_event_t *out);
+ZO_API zo_status zo_event_destroy(zo_event_t ev);
 /* Capture all work queued on s so far. */
-zo_status zo_event_record(zo_event_t ev, zo_stream_t s);
+ZO_API zo_status zo_event_record(zo_event_t ev, zo_stream_t s);
 /* Make future work on s wait until ev's captured work is done. */
-zo_status zo_stream_wait_event(zo_stream_t s, zo_event_t ev);
+ZO_API zo_status zo_stream_wait_event(zo_stream_t s, zo_event_t ev);
 /* ZO_OK when the captured work is done (or the event was never recorded),
  * ZO_NOT_READY otherwise, or the async error raised before the record. */
-zo_status zo_event_query(zo_event_t ev);
+ZO_API zo_status zo_event_query(zo_event_t ev);
 /* Block until done; returns the async error raised before the record, if any. */
-zo_status zo_event_synchronize(zo_event_t ev);
+ZO_API zo_status zo_event_synchronize(zo_event_t ev);
 /* Milliseconds between two completed events recorded on streams. */
-zo_status zo_event_elapsed_ms(zo_event_t start, zo_event_t end, float *ms);
+ZO_API zo_status zo_event_elapsed_ms(zo_event_t start, zo_event_t end, float *ms);
 
 /* ---- asynchronous operations ---- */
 
-zo_status zo_memcpy_h2d_async(zo_stream_t s, void *dst_dev, const void *src_host, size_t bytes);
-zo_status zo_memcpy_d2h_async(zo_stream_t s, void *dst_host, const void *src_dev, size_t bytes);
-zo_status zo_memcpy_d2d_async(zo_stream_t s, void *dst_dev, const void *src_dev, size_t bytes);
-zo_status zo_memset_async(zo_stream_t s, void *dst_dev, int value, size_t bytes);
+ZO_API zo_status zo_memcpy_h2d_async(zo_stream_t s, void *dst_dev, const void *src_host, size_t bytes);
+ZO_API zo_status zo_memcpy_d2h_async(zo_stream_t s, void *dst_host, const void *src_dev, size_t bytes);
+ZO_API zo_status zo_memcpy_d2d_async(zo_stream_t s, void *dst_dev, const void *src_dev, size_t bytes);
+ZO_API zo_status zo_memset_async(zo_stream_t s, void *dst_dev, int value, size_t bytes);
 
 /* A function run in stream order. On the cpu device it runs on the stream's
  * worker thread; on cuda it runs on a driver thread (cudaLaunchHostFunc) and
@@ -156,14 +157,14 @@ typedef zo_status (*zo_stream_fn)(void *arg);
 /* Enqueue fn(arg copy). arg_size bytes at arg are copied at enqueue time, so
  * the caller may reuse its argument struct at once (arg_size may be 0 with
  * arg passed through as is). */
-zo_status zo_stream_enqueue(zo_stream_t s, zo_stream_fn fn, const void *arg, size_t arg_size);
+ZO_API zo_status zo_stream_enqueue(zo_stream_t s, zo_stream_fn fn, const void *arg, size_t arg_size);
 
 /* Bytes each copy direction moved since init (for statistics and tests). */
 typedef struct zo_device_copy_stats {
     uint64_t h2d_bytes, d2h_bytes, d2d_bytes;
     uint64_t h2d_ops, d2h_ops, d2d_ops;
 } zo_device_copy_stats;
-zo_status zo_device_copy_get_stats(zo_device_t dev, zo_device_copy_stats *out);
+ZO_API zo_status zo_device_copy_get_stats(zo_device_t dev, zo_device_copy_stats *out);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include "zo/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -33,9 +35,9 @@ typedef enum zo_dtype {
 } zo_dtype;
 
 /* Bytes per element: 0 for ZO_DTYPE_NONE or an invalid value. */
-size_t zo_dtype_size(zo_dtype dt);
+ZO_API size_t zo_dtype_size(zo_dtype dt);
 /* "fp32", "bf16", "fp16", "none", "fp64", "u8"...; "?" for an invalid value. */
-const char *zo_dtype_name(zo_dtype dt);
+ZO_API const char *zo_dtype_name(zo_dtype dt);
 
 #ifdef __cplusplus
 }

@@ -47,6 +47,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/api.h"
 #include "zo/device.h"
 #include "zo/optim.h"
 #include "zo/optim_mode.h"
@@ -62,7 +63,7 @@ typedef struct zo_engine *zo_engine_t;
 typedef enum zo_tier { ZO_TIER_DEVICE = 0, ZO_TIER_HOST = 1, ZO_TIER_NVME = 2 } zo_tier;
 typedef enum zo_phase { ZO_PHASE_FORWARD = 0, ZO_PHASE_BACKWARD = 1 } zo_phase;
 
-const char *zo_tier_name(zo_tier t);
+ZO_API const char *zo_tier_name(zo_tier t);
 
 typedef struct zo_engine_config {
     size_t struct_size;
@@ -178,24 +179,24 @@ typedef struct zo_step_stats {
 
 /* The engine copies cfg, including its strings and arrays (nvme_paths,
  * nvme_engine, nvme_name): the caller's may go away after. */
-zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg);
-void zo_engine_free(zo_engine_t eng);
+ZO_API zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg);
+ZO_API void zo_engine_free(zo_engine_t eng);
 
 /* Register one parameter tensor of layer `layer` (layers in execution order,
  * tensors of a layer in the order they are used); init holds its initial fp32
  * values (numel of them). Returns its id (0, 1, ...) in *id. Only before
  * zo_engine_finalize. */
-zo_status zo_engine_register(zo_engine_t eng, int layer, const char *name, size_t numel,
+ZO_API zo_status zo_engine_register(zo_engine_t eng, int layer, const char *name, size_t numel,
                              const float *init, int *id);
 
 /* The footprint of the registered model under the configuration, without
  * allocating; fits is 0 and msg names the tier and shortfall when it cannot. */
-zo_status zo_engine_plan(zo_engine_t eng, zo_engine_footprint *fp, int *fits, char *msg, size_t cap);
+ZO_API zo_status zo_engine_plan(zo_engine_t eng, zo_engine_footprint *fp, int *fits, char *msg, size_t cap);
 
 /* Pack, allocate every tier, place the initial states. Refuses a plan that
  * cannot fit with ZO_ERR_BUDGET or ZO_ERR_OUT_OF_DEVICE_MEMORY naming the tier
  * and the bytes missing. */
-zo_status zo_engine_finalize(zo_engine_t eng);
+ZO_API zo_status zo_engine_finalize(zo_engine_t eng);
 
 /* Make layer's parameters resident on the device for `phase` and return their
  * device pointers (params[i] for the layer's i-th tensor; grads[i] in the
@@ -208,35 +209,35 @@ zo_status zo_engine_finalize(zo_engine_t eng);
  * gradients are dropped, speculative updates undone, the committed weights
  * stay as they were; the caller stops the step (enqueues no more work for
  * it) and may run it again from its first fetch. */
-zo_status zo_engine_fetch(zo_engine_t eng, int layer, zo_phase phase, zo_stream_t compute,
+ZO_API zo_status zo_engine_fetch(zo_engine_t eng, int layer, zo_phase phase, zo_stream_t compute,
                           void **params, void **grads, int n);
 /* The caller's compute stream is done with the layer's parameters once the
  * work enqueued so far completes. */
-zo_status zo_engine_release(zo_engine_t eng, int layer, zo_stream_t compute);
+ZO_API zo_status zo_engine_release(zo_engine_t eng, int layer, zo_stream_t compute);
 /* The layer's gradients are complete once the work enqueued so far on compute
  * completes: hand them to the host (and to the optimizer in overlap mode). */
-zo_status zo_engine_grads_ready(zo_engine_t eng, int layer, zo_stream_t compute);
+ZO_API zo_status zo_engine_grads_ready(zo_engine_t eng, int layer, zo_stream_t compute);
 /* Finish the optimizer step: wait for the updates (validating them in overlap
  * mode), publish the new parameters, return the statistics. On an error
  * (a failed NVMe write, say) the previous weights stay intact and the step can
  * be retried once the cause is fixed. */
-zo_status zo_engine_end_step(zo_engine_t eng, zo_step_stats *stats);
+ZO_API zo_status zo_engine_end_step(zo_engine_t eng, zo_step_stats *stats);
 
 /* The current fp32 master weights of a tensor (numel floats), for tests and
  * checkpoints; waits for pending updates. */
-zo_status zo_engine_read_master(zo_engine_t eng, int id, float *out);
+ZO_API zo_status zo_engine_read_master(zo_engine_t eng, int id, float *out);
 /* The learning rate of the updates computed from the gradients of the steps
  * that open from now on (a step opens at its first fetch): a schedule calls
  * it before each step. A step already open keeps the rate it opened with, and
  * its update uses that rate wherever and whenever it runs (speculatively
  * during the backward in overlap mode, during the next step in dpu mode).
  * lr must be finite and >= 0; the initial rate is config.adam.lr. */
-zo_status zo_engine_set_lr(zo_engine_t eng, float lr);
+ZO_API zo_status zo_engine_set_lr(zo_engine_t eng, float lr);
 /* The rate the next step will use. */
-float zo_engine_lr(zo_engine_t eng);
+ZO_API float zo_engine_lr(zo_engine_t eng);
 /* The loss scale to multiply the loss by before backward (1 for bf16). */
-double zo_engine_loss_scale(zo_engine_t eng);
-zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *fp);
+ZO_API double zo_engine_loss_scale(zo_engine_t eng);
+ZO_API zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *fp);
 
 /* The footprint zo_engine_plan would report for the layout's tensors
  * registered on an engine initialized with cfg, computed by the same code
@@ -244,25 +245,25 @@ zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *fp);
  * budget is cfg->device_bytes (0: unlimited, so every parameter chunk gets a
  * device slot). Work and memory are proportional to the number of tensors,
  * not to their sizes. */
-zo_status zo_engine_footprint_for(const zo_engine_config *cfg, const zo_engine_layout *layout,
+ZO_API zo_status zo_engine_footprint_for(const zo_engine_config *cfg, const zo_engine_layout *layout,
                                   zo_engine_footprint *fp, int *fits, char *msg, size_t cap);
 /* How the engine would pack the layout into chunks under cfg: their number
  * in *n_chunks and, for the first cap of them, each chunk's layer and bytes
  * in use (n_tensors entries always suffice: a chunk holds a tensor at least). */
-zo_status zo_engine_chunks_for(const zo_engine_config *cfg, const zo_engine_layout *layout,
+ZO_API zo_status zo_engine_chunks_for(const zo_engine_config *cfg, const zo_engine_layout *layout,
                                zo_engine_chunk_info *chunks, size_t cap, uint32_t *n_chunks);
 /* The bytes of optimizer states a chunk with n_elems parameters in use
  * reads and writes on NVMe per update: fp32 master, m and v of those
  * elements, packed, each padded to 4 KiB (a chunk's extent keeps room for
  * the whole chunk; only what it holds moves). */
-uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems);
-int zo_engine_n_tensors(zo_engine_t eng);
-int zo_engine_layer_tensors(zo_engine_t eng, int layer, int *ids, int cap);
+ZO_API uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems);
+ZO_API int zo_engine_n_tensors(zo_engine_t eng);
+ZO_API int zo_engine_layer_tensors(zo_engine_t eng, int layer, int *ids, int cap);
 /* The swap store holding the optimizer states on NVMe (NULL when they are not
  * there), for statistics and fault drills (zo_swap_set_faults). */
-zo_swap_t zo_engine_nvme_store(zo_engine_t eng);
+ZO_API zo_swap_t zo_engine_nvme_store(zo_engine_t eng);
 /* The swap store holding the 16-bit parameters when param_home is nvme (else NULL). */
-zo_swap_t zo_engine_nvme_param_store(zo_engine_t eng);
+ZO_API zo_swap_t zo_engine_nvme_param_store(zo_engine_t eng);
 
 /* ---- checkpoints: the full optimizer state ----
  *
@@ -283,18 +284,18 @@ zo_swap_t zo_engine_nvme_param_store(zo_engine_t eng);
 /* The latest master weights, m and v of tensor id (numel floats each; any
  * may be NULL); waits for pending updates (including a dpu update that is
  * not flushed yet). */
-zo_status zo_engine_read_state(zo_engine_t eng, int id, float *master, float *m, float *v);
+ZO_API zo_status zo_engine_read_state(zo_engine_t eng, int id, float *master, float *m, float *v);
 /* Replace them (any may be NULL: kept). With new master weights the 16-bit
  * parameters are recomputed wherever they live (host copies, device slots,
  * NVMe extents). States on NVMe are written to the chunk's alternate extents
  * and switched to only once durable, so a failed write leaves the previous
  * state intact. ZO_ERR_STATE before finalize (register the values instead)
  * or with a dpu update pending. */
-zo_status zo_engine_write_state(zo_engine_t eng, int id, const float *master, const float *m,
+ZO_API zo_status zo_engine_write_state(zo_engine_t eng, int id, const float *master, const float *m,
                                 const float *v);
 /* dpu mode: wait for the pending delayed update and apply it (the next step
  * computes with its parameters). A no-op in the other modes. */
-zo_status zo_engine_flush(zo_engine_t eng);
+ZO_API zo_status zo_engine_flush(zo_engine_t eng);
 
 /* What the step counts and the loss scaler hold between steps. */
 typedef struct zo_engine_step_state {
@@ -309,10 +310,10 @@ typedef struct zo_engine_step_state {
 #define ZO_ENGINE_STEP_STATE_INIT {.struct_size = sizeof(zo_engine_step_state), .loss_scale = 1.0}
 
 /* ZO_ERR_STATE with a dpu update pending (flush first) or a step open. */
-zo_status zo_engine_get_step_state(zo_engine_t eng, zo_engine_step_state *out);
+ZO_API zo_status zo_engine_get_step_state(zo_engine_t eng, zo_engine_step_state *out);
 /* Values out of range (negative counts, updates > steps, a scale not finite
  * and > 0, hysteresis < 0) are refused with ZO_ERR_INVALID_ARG naming them. */
-zo_status zo_engine_set_step_state(zo_engine_t eng, const zo_engine_step_state *in);
+ZO_API zo_status zo_engine_set_step_state(zo_engine_t eng, const zo_engine_step_state *in);
 
 /* ---- timelines ----
  *
@@ -350,7 +351,7 @@ typedef void (*zo_trace_fn)(void *ctx, const zo_trace_event *ev);
 /* Before zo_engine_finalize (ZO_ERR_STATE after); fn NULL turns tracing off.
  * While traced, NVMe reads are verified on the I/O thread (their completion
  * is what the span ends on) instead of the waiting thread. */
-zo_status zo_engine_set_trace(zo_engine_t eng, zo_trace_fn fn, void *ctx);
+ZO_API zo_status zo_engine_set_trace(zo_engine_t eng, zo_trace_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }

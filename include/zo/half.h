@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "zo/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/api.h"
 #include "zo/device.h"
 #include "zo/status.h"
 
@@ -93,47 +94,47 @@ typedef struct zo_hostpool_stats {
 #define ZO_HOSTPOOL_STATS_INIT {.struct_size = sizeof(zo_hostpool_stats)}
 
 /* Create a pool for dev (which must outlive it). */
-zo_status zo_hostpool_init(zo_hostpool_t *out, zo_device_t dev, const zo_hostpool_config *cfg);
+ZO_API zo_status zo_hostpool_init(zo_hostpool_t *out, zo_device_t dev, const zo_hostpool_config *cfg);
 /* Unpin and unmap everything the pool still holds. NULL is accepted. */
-void zo_hostpool_free(zo_hostpool_t pool);
+ZO_API void zo_hostpool_free(zo_hostpool_t pool);
 
 /* General allocation: size rounded up to ZO_HOSTPOOL_PAGE, aligned to it,
  * contents zero. ZO_ERR_BUDGET (naming requested, in use and budget) when
  * reserved + the rounded size would exceed the budget. */
-zo_status zo_hostpool_alloc(zo_hostpool_t pool, size_t bytes, void **out);
+ZO_API zo_status zo_hostpool_alloc(zo_hostpool_t pool, size_t bytes, void **out);
 
 /* Carve n_slots slots of slot_bytes each (each slot rounded up to
  * ZO_HOSTPOOL_PAGE) in one mapping, pinned as a whole; *set_id names the
  * set for zo_hostpool_slot_alloc. The whole set counts against the budget
  * from now on. At most 16 sets per pool. */
-zo_status zo_hostpool_add_slots(zo_hostpool_t pool, size_t slot_bytes, size_t n_slots, int *set_id);
+ZO_API zo_status zo_hostpool_add_slots(zo_hostpool_t pool, size_t slot_bytes, size_t n_slots, int *set_id);
 /* Take a free slot of set_id (its contents are what the last user left).
  * ZO_ERR_BUDGET when every slot of the set is taken. */
-zo_status zo_hostpool_slot_alloc(zo_hostpool_t pool, int set_id, void **out);
+ZO_API zo_status zo_hostpool_slot_alloc(zo_hostpool_t pool, int set_id, void **out);
 
 /* Release a general allocation (unpinned and unmapped at once) or a slot
  * (back to its set). NULL is accepted. A pointer that is not a live
  * allocation or taken slot of this pool (double free, foreign or interior
  * pointer) returns ZO_ERR_INVALID_ARG and changes nothing. */
-zo_status zo_hostpool_release(zo_hostpool_t pool, void *ptr);
+ZO_API zo_status zo_hostpool_release(zo_hostpool_t pool, void *ptr);
 
 /* The accounted size of a live allocation or taken slot at ptr, and whether
  * it is pinned. ZO_ERR_INVALID_ARG when ptr is neither. */
-zo_status zo_hostpool_query(zo_hostpool_t pool, const void *ptr, size_t *bytes, int *pinned);
+ZO_API zo_status zo_hostpool_query(zo_hostpool_t pool, const void *ptr, size_t *bytes, int *pinned);
 
-zo_status zo_hostpool_get_stats(zo_hostpool_t pool, zo_hostpool_stats *out);
+ZO_API zo_status zo_hostpool_get_stats(zo_hostpool_t pool, zo_hostpool_stats *out);
 /* Bytes of the pool's memory backed by transparent huge pages now, from
  * AnonHugePages in /proc/self/smaps (ZO_ERR_UNSUPPORTED when it cannot be
  * read). Slow (the kernel walks every mapping of the process): for reports
  * and benchmarks, not for hot paths. */
-zo_status zo_hostpool_huge_bytes(zo_hostpool_t pool, uint64_t *out);
+ZO_API zo_status zo_hostpool_huge_bytes(zo_hostpool_t pool, uint64_t *out);
 /* The pool's node choice (and the memlock limit read now). */
-zo_status zo_hostpool_get_placement(zo_hostpool_t pool, zo_hostpool_placement *out);
+ZO_API zo_status zo_hostpool_get_placement(zo_hostpool_t pool, zo_hostpool_placement *out);
 
 /* The node a pool for dev would use with node = -1, and why; plus the
  * memlock limit. Nearest the GPU by PCI locality for a real GPU; the node of
  * the calling thread for the cpu device. */
-zo_status zo_hostpool_placement_for_device(zo_device_t dev, zo_hostpool_placement *out);
+ZO_API zo_status zo_hostpool_placement_for_device(zo_device_t dev, zo_hostpool_placement *out);
 
 #ifdef __cplusplus
 }

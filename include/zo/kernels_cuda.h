@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "zo/api.h"
 #include "zo/device.h"
 #include "zo/status.h"
 
@@ -15,9 +16,9 @@
 extern "C" {
 #endif
 
-zo_status zo_cuda_fill_f32(zo_stream_t s, float *dst, float value, size_t n);
+ZO_API zo_status zo_cuda_fill_f32(zo_stream_t s, float *dst, float value, size_t n);
 /* y += a * x */
-zo_status zo_cuda_axpy_f32(zo_stream_t s, float *y, const float *x, float a, size_t n);
+ZO_API zo_status zo_cuda_axpy_f32(zo_stream_t s, float *y, const float *x, float a, size_t n);
 
 #ifdef __cplusplus
 }

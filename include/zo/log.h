@@ -3,6 +3,8 @@
 #ifndef ZO_LOG_H
 #define ZO_LOG_H
 
+#include "zo/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -22,27 +24,27 @@ typedef enum zo_log_level {
 typedef void (*zo_log_fn)(zo_log_level level, const char *subsys, const char *msg, void *user);
 
 /* Route messages to fn (NULL restores the default: stderr). */
-void zo_log_set_callback(zo_log_fn fn, void *user);
+ZO_API void zo_log_set_callback(zo_log_fn fn, void *user);
 
 /* Override the level read from ZO_LOG (error|warn|info|debug|trace|none). */
-void zo_log_set_level(zo_log_level level);
-zo_log_level zo_log_get_level(void);
+ZO_API void zo_log_set_level(zo_log_level level);
+ZO_API zo_log_level zo_log_get_level(void);
 
 /* Override the subsystem filter read from ZO_LOG_SUBSYS: a comma-separated
  * list such as "swap,offload"; NULL or "" or "all" enables all. */
-void zo_log_set_subsys(const char *list);
+ZO_API void zo_log_set_subsys(const char *list);
 
 /* Whether a message of this level and subsystem would be emitted. */
-int zo_log_enabled(zo_log_level level, const char *subsys);
+ZO_API int zo_log_enabled(zo_log_level level, const char *subsys);
 
 /* Emit a message (printf-style). Applications may use it too. */
-void zo_log(zo_log_level level, const char *subsys, const char *fmt, ...)
+ZO_API void zo_log(zo_log_level level, const char *subsys, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
 
-const char *zo_log_level_name(zo_log_level level);
+ZO_API const char *zo_log_level_name(zo_log_level level);
 
 #ifdef __cplusplus
 }

@@ -6,14 +6,16 @@
 #ifndef ZO_NVTX_H
 #define ZO_NVTX_H
 
+#include "zo/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-void zo_nvtx_push(const char *name);
-void zo_nvtx_pop(void);
+ZO_API void zo_nvtx_push(const char *name);
+ZO_API void zo_nvtx_pop(void);
 /* 1 when the library was built with NVTX (CUDA), else 0. */
-int zo_nvtx_available(void);
+ZO_API int zo_nvtx_available(void);
 
 #ifdef __cplusplus
 }

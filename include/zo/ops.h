@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/api.h"
 #include "zo/device.h"
 #include "zo/dtype.h"
 #include "zo/half.h"
@@ -71,7 +72,7 @@ typedef struct zo_gemm_desc {
     {.struct_size = sizeof(zo_gemm_desc), .batch = 1, .alpha = 1.0f, .a_type = ZO_DTYPE_F32,       \
      .b_type = ZO_DTYPE_F32, .c_type = ZO_DTYPE_F32}
 
-zo_status zo_op_gemm(zo_stream_t s, const zo_gemm_desc *g);
+ZO_API zo_status zo_op_gemm(zo_stream_t s, const zo_gemm_desc *g);
 
 /* ---- token embedding ----
  * out[t, :] = table[tokens[t], :]      out: n_tokens x dim, table: vocab x dim (dt)
@@ -79,9 +80,9 @@ zo_status zo_op_gemm(zo_stream_t s, const zo_gemm_desc *g);
  *                                      on both backends); dtable has its own dtype.
  * A token outside [0, vocab) is an asynchronous ZO_ERR_INVALID_ARG on cpu; on
  * cuda its output row is NaN and its gradient is dropped. */
-zo_status zo_op_embedding_fwd(zo_stream_t s, void *out, const void *table, const int32_t *tokens,
+ZO_API zo_status zo_op_embedding_fwd(zo_stream_t s, void *out, const void *table, const int32_t *tokens,
                               size_t n_tokens, int dim, int vocab, zo_dtype dt);
-zo_status zo_op_embedding_bwd(zo_stream_t s, void *dtable, zo_dtype dtable_dt, const void *dout,
+ZO_API zo_status zo_op_embedding_bwd(zo_stream_t s, void *dtable, zo_dtype dtable_dt, const void *dout,
                               const int32_t *tokens, size_t n_tokens, int dim, int vocab, zo_dtype dt);
 
 /* ---- RMSNorm ----
@@ -89,9 +90,9 @@ zo_status zo_op_embedding_bwd(zo_stream_t s, void *dtable, zo_dtype dtable_dt, c
  * Backward: dx = rstd * (dy*w - xhat * mean_j(dy*w*xhat)), xhat = x*rstd;
  * written (accumulate_dx = 0) or added to dx (1). dw[j] += sum_r dy[r,j]*xhat[r,j],
  * summed over rows in fp32 then added once (dw has its own dtype; NULL skips it). */
-zo_status zo_op_rmsnorm_fwd(zo_stream_t s, void *y, float *rstd, const void *x, const void *w,
+ZO_API zo_status zo_op_rmsnorm_fwd(zo_stream_t s, void *y, float *rstd, const void *x, const void *w,
                             size_t rows, int dim, float eps, zo_dtype dt);
-zo_status zo_op_rmsnorm_bwd(zo_stream_t s, void *dx, void *dw, zo_dtype dw_dt, const void *dy,
+ZO_API zo_status zo_op_rmsnorm_bwd(zo_stream_t s, void *dx, void *dw, zo_dtype dw_dt, const void *dy,
                             const void *x, const void *w, const float *rstd, size_t rows, int dim,
                             int accumulate_dx, zo_dtype dt);
 
@@ -101,18 +102,18 @@ zo_status zo_op_rmsnorm_bwd(zo_stream_t s, void *dx, void *dw, zo_dtype dw_dt, c
  * x is batch x seq x heads x head_dim (the q or k projection). For i < h = head_dim/2:
  *   y[i] = x[i]*cos - x[i+h]*sin,  y[i+h] = x[i+h]*cos + x[i]*sin
  * rope_bwd applies the inverse rotation to the gradient. out may equal in. */
-zo_status zo_op_rope_table(zo_stream_t s, float *table, int seq, int head_dim, float theta, int pos0);
-zo_status zo_op_rope_fwd(zo_stream_t s, void *out, const void *in, const float *table, int batch,
+ZO_API zo_status zo_op_rope_table(zo_stream_t s, float *table, int seq, int head_dim, float theta, int pos0);
+ZO_API zo_status zo_op_rope_fwd(zo_stream_t s, void *out, const void *in, const float *table, int batch,
                          int seq, int heads, int head_dim, zo_dtype dt);
-zo_status zo_op_rope_bwd(zo_stream_t s, void *din, const void *dout, const float *table, int batch,
+ZO_API zo_status zo_op_rope_bwd(zo_stream_t s, void *din, const void *dout, const float *table, int batch,
                          int seq, int heads, int head_dim, zo_dtype dt);
 
 /* ---- causal softmax over n_mats square seq x seq matrices (row t keeps
  * columns 0..t; the rest become 0) ----
  * bwd: dx = p * (dp - sum_j p_j dp_j). Either may run in place. */
-zo_status zo_op_causal_softmax_fwd(zo_stream_t s, void *p, const void *x, size_t n_mats, int seq,
+ZO_API zo_status zo_op_causal_softmax_fwd(zo_stream_t s, void *p, const void *x, size_t n_mats, int seq,
                                    zo_dtype dt);
-zo_status zo_op_causal_softmax_bwd(zo_stream_t s, void *dx, const void *dp, const void *p,
+ZO_API zo_status zo_op_causal_softmax_bwd(zo_stream_t s, void *dx, const void *dp, const void *p,
                                    size_t n_mats, int seq, zo_dtype dt);
 
 /* ---- causal multi-head attention ----
@@ -121,18 +122,18 @@ zo_status zo_op_causal_softmax_bwd(zo_stream_t s, void *dx, const void *dp, cons
  * (scores scaled by 1/sqrt(head_dim), fp32 accumulation, rounded to dt) and
  * the causal softmax above. The backward needs a second seq x seq workspace
  * datt (same size as att) and writes dq, dk, dv. */
-zo_status zo_op_attention_fwd(zo_stream_t s, void *out, void *att, const void *q, const void *k,
+ZO_API zo_status zo_op_attention_fwd(zo_stream_t s, void *out, void *att, const void *q, const void *k,
                               const void *v, int batch, int seq, int heads, int head_dim, zo_dtype dt);
-zo_status zo_op_attention_bwd(zo_stream_t s, void *dq, void *dk, void *dv, void *datt,
+ZO_API zo_status zo_op_attention_bwd(zo_stream_t s, void *dq, void *dk, void *dv, void *datt,
                               const void *dout, const void *att, const void *q, const void *k,
                               const void *v, int batch, int seq, int heads, int head_dim, zo_dtype dt);
 
 /* ---- SwiGLU: out = silu(gate) * up, silu(g) = g / (1 + exp(-g)) ----
  * bwd: dgate = dout * up * silu'(gate), dup = dout * silu(gate); dgate may
  * equal gate and dup may equal up (elementwise in place). */
-zo_status zo_op_swiglu_fwd(zo_stream_t s, void *out, const void *gate, const void *up, size_t n,
+ZO_API zo_status zo_op_swiglu_fwd(zo_stream_t s, void *out, const void *gate, const void *up, size_t n,
                            zo_dtype dt);
-zo_status zo_op_swiglu_bwd(zo_stream_t s, void *dgate, void *dup, const void *dout, const void *gate,
+ZO_API zo_status zo_op_swiglu_bwd(zo_stream_t s, void *dgate, void *dup, const void *dout, const void *gate,
                            const void *up, size_t n, zo_dtype dt);
 
 /* ---- cross-entropy over the vocabulary, fused with its softmax ----
@@ -141,25 +142,25 @@ zo_status zo_op_swiglu_bwd(zo_stream_t s, void *dgate, void *dup, const void *do
  * dlogits (NULL: forward only) = grad_scale / rows * (softmax(logits[r,:]) - onehot);
  * it may equal logits. A target outside [0, vocab) is an asynchronous
  * ZO_ERR_INVALID_ARG on cpu and a NaN row loss on cuda. */
-zo_status zo_op_cross_entropy(zo_stream_t s, float *loss, float *row_loss, void *dlogits,
+ZO_API zo_status zo_op_cross_entropy(zo_stream_t s, float *loss, float *row_loss, void *dlogits,
                               const void *logits, const int32_t *targets, size_t rows, int vocab,
                               float grad_scale, zo_dtype dt);
 
 /* ---- elementwise and reductions ---- */
 /* y = a + b (y may equal a or b). */
-zo_status zo_op_add(zo_stream_t s, void *y, const void *a, const void *b, size_t n, zo_dtype dt);
+ZO_API zo_status zo_op_add(zo_stream_t s, void *y, const void *a, const void *b, size_t n, zo_dtype dt);
 /* dst = src converted; dst and src must not overlap unless dst == src with equal dtypes. */
-zo_status zo_op_cast(zo_stream_t s, void *dst, zo_dtype dst_dt, const void *src, zo_dtype src_dt,
+ZO_API zo_status zo_op_cast(zo_stream_t s, void *dst, zo_dtype dst_dt, const void *src, zo_dtype src_dt,
                      size_t n);
 /* x *= alpha */
-zo_status zo_op_scale(zo_stream_t s, void *x, float alpha, size_t n, zo_dtype dt);
+ZO_API zo_status zo_op_scale(zo_stream_t s, void *x, float alpha, size_t n, zo_dtype dt);
 /* y += alpha * x (y and x may have different dtypes, e.g. fp32 += bf16). */
-zo_status zo_op_axpy(zo_stream_t s, void *y, zo_dtype y_dt, float alpha, const void *x, zo_dtype x_dt,
+ZO_API zo_status zo_op_axpy(zo_stream_t s, void *y, zo_dtype y_dt, float alpha, const void *x, zo_dtype x_dt,
                      size_t n);
 /* *out = (accumulate ? *out : 0) + sum x^2 (fp32 device scalar; an inf or NaN
  * in x makes it inf or NaN, which is how overflow is detected). Deterministic
  * on both backends. */
-zo_status zo_op_sumsq(zo_stream_t s, float *out, const void *x, size_t n, zo_dtype dt, int accumulate);
+ZO_API zo_status zo_op_sumsq(zo_stream_t s, float *out, const void *x, size_t n, zo_dtype dt, int accumulate);
 
 #ifdef __cplusplus
 }

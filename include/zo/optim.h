@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/api.h"
 #include "zo/cpu.h"
 #include "zo/dtype.h"
 #include "zo/status.h"
@@ -64,13 +65,13 @@ typedef struct zo_adam_buffers {
  * Every variant performs the same fp32 operations in the same order, so all
  * variants give bit-identical results (except the AVX512_BF16 variant's 16-bit
  * outputs for fp32-subnormal values, which its instruction flushes to zero). */
-zo_status zo_adam_step(const zo_adam_params *p, const zo_adam_buffers *b);
+ZO_API zo_status zo_adam_step(const zo_adam_params *p, const zo_adam_buffers *b);
 
 /* The same bytes as zo_adam_step over b (every read and write, same types,
  * same store kind) with no arithmetic: the memory roofline of the step, for
  * benchmarks and the planner. Overwrites out with bits taken from grad;
  * master, m and v keep their values. */
-zo_status zo_adam_roofline(const zo_adam_buffers *b, int simd_level);
+ZO_API zo_status zo_adam_roofline(const zo_adam_buffers *b, int simd_level);
 
 /* Read-only pass over gradients. */
 typedef struct zo_grad_stats {
@@ -78,13 +79,13 @@ typedef struct zo_grad_stats {
     int nonfinite;  /* 1 if any value is inf or NaN */
 } zo_grad_stats;
 
-zo_status zo_grad_stats_compute(const void *grad, zo_dtype type, size_t n, int simd_level,
+ZO_API zo_status zo_grad_stats_compute(const void *grad, zo_dtype type, size_t n, int simd_level,
                                 zo_grad_stats *out);
 
 /* DeepSpeed's gradient unscale-and-clip factor: with total_norm the norm of
  * the loss-scaled gradients, returns the factor to multiply them by
  * (1/loss_scale, lowered when max_norm > 0 and the true norm exceeds it). */
-float zo_grad_scale_factor(double total_norm, float loss_scale, float max_norm);
+ZO_API float zo_grad_scale_factor(double total_norm, float loss_scale, float max_norm);
 
 /* ---- worker pool ---- */
 
@@ -120,11 +121,11 @@ typedef struct zo_optim_pool_config {
  * set. Without cores, workers may run on all the process's CPUs, whatever
  * the creating thread's own mask. Each worker takes its own contiguous span
  * of a job front to back, and the back half of another's when it is done. */
-zo_status zo_optim_pool_init(zo_optim_pool_t *out, const zo_optim_pool_config *cfg);
+ZO_API zo_status zo_optim_pool_init(zo_optim_pool_t *out, const zo_optim_pool_config *cfg);
 /* Runs every queued job to completion, then stops the workers. */
-void zo_optim_pool_free(zo_optim_pool_t pool);
-int zo_optim_pool_nthreads(zo_optim_pool_t pool);
-size_t zo_optim_pool_tile_elems(zo_optim_pool_t pool);
+ZO_API void zo_optim_pool_free(zo_optim_pool_t pool);
+ZO_API int zo_optim_pool_nthreads(zo_optim_pool_t pool);
+ZO_API size_t zo_optim_pool_tile_elems(zo_optim_pool_t pool);
 
 /* An enqueued job. Jobs run one after another in the order they were
  * enqueued (all threads on one job's tiles), so a job may use what the job
@@ -135,23 +136,23 @@ typedef struct zo_optim_job *zo_optim_job_t;
  * waited on; params and buffers structs are copied. Results do not depend
  * on the number of threads, the tile size or timing, bit for bit: gradient
  * sums are taken per 16384 elements and combined in element order. */
-zo_status zo_optim_pool_adam_enqueue(zo_optim_pool_t pool, const zo_adam_params *p,
+ZO_API zo_status zo_optim_pool_adam_enqueue(zo_optim_pool_t pool, const zo_adam_params *p,
                                      const zo_adam_buffers *b, zo_optim_job_t *job);
-zo_status zo_optim_pool_grad_stats_enqueue(zo_optim_pool_t pool, const void *grad,
+ZO_API zo_status zo_optim_pool_grad_stats_enqueue(zo_optim_pool_t pool, const void *grad,
                                            zo_dtype type, size_t n, int simd_level,
                                            zo_optim_job_t *job);
-zo_status zo_optim_pool_roofline_enqueue(zo_optim_pool_t pool, const zo_adam_buffers *b,
+ZO_API zo_status zo_optim_pool_roofline_enqueue(zo_optim_pool_t pool, const zo_adam_buffers *b,
                                          int simd_level, zo_optim_job_t *job);
 /* ZO_OK when done, ZO_NOT_READY while it runs. */
-zo_status zo_optim_job_poll(zo_optim_job_t job);
+ZO_API zo_status zo_optim_job_poll(zo_optim_job_t job);
 /* Blocks until the job is done, stores grad statistics in stats (may be NULL;
  * zero for other jobs) and releases the handle. */
-zo_status zo_optim_job_wait(zo_optim_job_t job, zo_grad_stats *stats);
+ZO_API zo_status zo_optim_job_wait(zo_optim_job_t job, zo_grad_stats *stats);
 
 /* Synchronous conveniences: enqueue and wait. */
-zo_status zo_optim_pool_adam_step(zo_optim_pool_t pool, const zo_adam_params *p,
+ZO_API zo_status zo_optim_pool_adam_step(zo_optim_pool_t pool, const zo_adam_params *p,
                                   const zo_adam_buffers *b);
-zo_status zo_optim_pool_grad_stats(zo_optim_pool_t pool, const void *grad, zo_dtype type,
+ZO_API zo_status zo_optim_pool_grad_stats(zo_optim_pool_t pool, const void *grad, zo_dtype type,
                                    size_t n, zo_grad_stats *out);
 
 /* ---- loss scaling (DeepSpeed's fp16 semantics) ---- */
@@ -181,11 +182,11 @@ typedef struct zo_loss_scaler {
     zo_loss_scaler_config cfg;
 } zo_loss_scaler;
 
-zo_status zo_loss_scaler_init(zo_loss_scaler *s, const zo_loss_scaler_config *cfg);
+ZO_API zo_status zo_loss_scaler_init(zo_loss_scaler *s, const zo_loss_scaler_config *cfg);
 /* Record whether this step's gradients overflowed and set the next scale.
  * Returns ZO_ERR_OVERFLOW, leaving the state unchanged, when an overflow
  * occurs with the scale already at min_loss_scale and raise_error_at_min_scale. */
-zo_status zo_loss_scaler_update(zo_loss_scaler *s, int overflow);
+ZO_API zo_status zo_loss_scaler_update(zo_loss_scaler *s, int overflow);
 static inline double zo_loss_scaler_scale(const zo_loss_scaler *s) { return s->cur_scale; }
 
 #ifdef __cplusplus

@@ -4,6 +4,8 @@
 #ifndef ZO_OPTIM_MODE_H
 #define ZO_OPTIM_MODE_H
 
+#include "zo/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -15,7 +17,7 @@ typedef enum zo_optim_mode {
 } zo_optim_mode;
 
 /* "sync", "overlap", "dpu" (as written in JSON); "?" for an invalid value. */
-const char *zo_optim_mode_name(zo_optim_mode m);
+ZO_API const char *zo_optim_mode_name(zo_optim_mode m);
 
 #ifdef __cplusplus
 }

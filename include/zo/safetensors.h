@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/api.h"
 #include "zo/dtype.h"
 #include "zo/status.h"
 
@@ -38,9 +39,9 @@ extern "C" {
 
 /* The format's name of a dtype ("BF16", "F32"...; sizes from zo_dtype_size);
  * "?" for ZO_DTYPE_NONE or an invalid value, which files cannot hold. */
-const char *zo_st_dtype_name(zo_dtype d);
+ZO_API const char *zo_st_dtype_name(zo_dtype d);
 /* The dtype named name (exact, upper case as in the format). */
-zo_status zo_st_dtype_from_name(const char *name, zo_dtype *out);
+ZO_API zo_status zo_st_dtype_from_name(const char *name, zo_dtype *out);
 
 enum { ZO_ST_MAX_DIMS = 8 };
 
@@ -61,39 +62,39 @@ typedef struct zo_st_tensor_info {
 
 typedef struct zo_st_writer *zo_st_writer_t;
 
-zo_status zo_st_writer_init(zo_st_writer_t *out, const char *path);
+ZO_API zo_status zo_st_writer_init(zo_st_writer_t *out, const char *path);
 /* Set a __metadata__ entry (replaces "format" when key is "format"). */
-zo_status zo_st_writer_set_metadata(zo_st_writer_t w, const char *key, const char *value);
+ZO_API zo_status zo_st_writer_set_metadata(zo_st_writer_t w, const char *key, const char *value);
 /* Declare the next tensor; all declarations come before the first write. */
-zo_status zo_st_writer_declare(zo_st_writer_t w, const char *name, zo_dtype dtype, int ndim,
+ZO_API zo_status zo_st_writer_declare(zo_st_writer_t w, const char *name, zo_dtype dtype, int ndim,
                                const int64_t *shape);
 /* Append n bytes of the tensor name, which must be the first declared tensor
  * that is not complete yet; a tensor may be written in several pieces. The
  * header is written by the first call. */
-zo_status zo_st_writer_write(zo_st_writer_t w, const char *name, const void *data, size_t n);
+ZO_API zo_status zo_st_writer_write(zo_st_writer_t w, const char *name, const void *data, size_t n);
 /* Check that every tensor is complete, then make the file durable under its
  * final name. */
-zo_status zo_st_writer_commit(zo_st_writer_t w);
+ZO_API zo_status zo_st_writer_commit(zo_st_writer_t w);
 /* Accepts NULL; an uncommitted file is discarded (its temporary removed). */
-void zo_st_writer_free(zo_st_writer_t w);
+ZO_API void zo_st_writer_free(zo_st_writer_t w);
 
 /* ---- reader ---- */
 
 typedef struct zo_st_reader *zo_st_reader_t;
 
-zo_status zo_st_reader_open(zo_st_reader_t *out, const char *path);
-void zo_st_reader_free(zo_st_reader_t r);
-size_t zo_st_reader_count(zo_st_reader_t r);
+ZO_API zo_status zo_st_reader_open(zo_st_reader_t *out, const char *path);
+ZO_API void zo_st_reader_free(zo_st_reader_t r);
+ZO_API size_t zo_st_reader_count(zo_st_reader_t r);
 /* The i-th tensor in data order (ascending offsets). */
-zo_status zo_st_reader_at(zo_st_reader_t r, size_t i, zo_st_tensor_info *out);
+ZO_API zo_status zo_st_reader_at(zo_st_reader_t r, size_t i, zo_st_tensor_info *out);
 /* By name: ZO_ERR_NOT_FOUND names the nearest existing name. */
-zo_status zo_st_reader_find(zo_st_reader_t r, const char *name, zo_st_tensor_info *out);
+ZO_API zo_status zo_st_reader_find(zo_st_reader_t r, const char *name, zo_st_tensor_info *out);
 /* By name, checking dtype and shape: ZO_ERR_INVALID_ARG names the expected
  * and found dtype or shape. out may be NULL. */
-zo_status zo_st_reader_expect(zo_st_reader_t r, const char *name, zo_dtype dtype, int ndim,
+ZO_API zo_status zo_st_reader_expect(zo_st_reader_t r, const char *name, zo_dtype dtype, int ndim,
                               const int64_t *shape, zo_st_tensor_info *out);
 /* A __metadata__ value, or NULL. */
-const char *zo_st_reader_metadata(zo_st_reader_t r, const char *key);
+ZO_API const char *zo_st_reader_metadata(zo_st_reader_t r, const char *key);
 
 /* ---- Hugging Face LLaMA tensor names ---- */
 
@@ -123,13 +124,13 @@ typedef struct zo_llama_dims {
 #define ZO_LLAMA_DIMS_INIT {.struct_size = sizeof(zo_llama_dims)}
 
 /* Whether the role belongs to a decoder layer (needs a layer index). */
-int zo_llama_role_is_per_layer(zo_llama_role role);
+ZO_API int zo_llama_role_is_per_layer(zo_llama_role role);
 /* The tensor name for role (layer ignored for global roles) into buf. */
-zo_status zo_llama_tensor_name(zo_llama_role role, int64_t layer, char *buf, size_t cap);
+ZO_API zo_status zo_llama_tensor_name(zo_llama_role role, int64_t layer, char *buf, size_t cap);
 /* The inverse: role and layer (-1 for global roles) of a Hugging Face name. */
-zo_status zo_llama_parse_name(const char *name, zo_llama_role *role, int64_t *layer);
+ZO_API zo_status zo_llama_parse_name(const char *name, zo_llama_role *role, int64_t *layer);
 /* The tensor's shape in Hugging Face layout ([out, in] for projections). */
-zo_status zo_llama_tensor_shape(const zo_llama_dims *dims, zo_llama_role role, int *ndim,
+ZO_API zo_status zo_llama_tensor_shape(const zo_llama_dims *dims, zo_llama_role role, int *ndim,
                                 int64_t shape[2]);
 
 #ifdef __cplusplus

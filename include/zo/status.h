@@ -2,6 +2,8 @@
 #ifndef ZO_STATUS_H
 #define ZO_STATUS_H
 
+#include "zo/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -35,16 +37,16 @@ typedef enum zo_status {
 } zo_status;
 
 /* A short, constant description of a status ("out of device memory"). */
-const char *zo_status_str(zo_status st);
+ZO_API const char *zo_status_str(zo_status st);
 
 /* The message of the last error raised on the calling thread, with the
  * source file and line that raised it, or "" if none. The string stays valid
  * until the next zoffload call on this thread. */
-const char *zo_last_error(void);
+ZO_API const char *zo_last_error(void);
 /* The status of that last error (ZO_OK if none). */
-zo_status zo_last_error_status(void);
+ZO_API zo_status zo_last_error_status(void);
 /* Forget the calling thread's last error. */
-void zo_clear_error(void);
+ZO_API void zo_clear_error(void);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/api.h"
 #include "zo/status.h"
 
 #ifdef __cplusplus
@@ -115,72 +116,72 @@ typedef void (*zo_swap_done_fn)(void *user, zo_status st, const char *msg);
 
 /* Create (or, with ZO_SWAP_REUSE, take over) the swap files, check free space,
  * preallocate, and start the I/O engine. */
-zo_status zo_swap_open(const zo_swap_config *cfg, zo_swap_t *out);
+ZO_API zo_status zo_swap_open(const zo_swap_config *cfg, zo_swap_t *out);
 /* The bytes zo_swap_open preallocates over all files for a store of this
  * capacity, extent size and number of paths (zo_swap_stats.file_bytes once
  * open; 0 when any is 0): payloads rounded to 4 KiB, at a 1 MiB stride once
  * they reach 1 MiB, one 4 KiB header per extent and per file. */
-uint64_t zo_swap_files_bytes(uint64_t capacity, uint64_t extent_bytes, size_t npaths);
+ZO_API uint64_t zo_swap_files_bytes(uint64_t capacity, uint64_t extent_bytes, size_t npaths);
 /* Wait for all I/O in flight, stop, delete the files (unless keep_files).
  * Tickets not yet waited become invalid. Accepts NULL. */
-void zo_swap_close(zo_swap_t s);
+ZO_API void zo_swap_close(zo_swap_t s);
 
 /* Reserve a free extent for owner (an id the caller chooses, such as a chunk
  * and state; stored in the header and checked on read). Extents are handed
  * out round-robin across the files. ZO_ERR_BUDGET when all are taken. */
-zo_status zo_swap_alloc_extent(zo_swap_t s, uint64_t owner, zo_swap_extent_t *out);
+ZO_API zo_status zo_swap_alloc_extent(zo_swap_t s, uint64_t owner, zo_swap_extent_t *out);
 /* Release an extent. ZO_ERR_STATE while a write or read on it is in flight. */
-zo_status zo_swap_free_extent(zo_swap_t s, zo_swap_extent_t ext);
+ZO_API zo_status zo_swap_free_extent(zo_swap_t s, zo_swap_extent_t ext);
 
 /* Write len bytes of buf (4 KiB aligned, len <= extent_bytes) to ext, tagged
  * with generation. The checksum is computed on the calling thread. Returns a
  * ticket in *io (may be NULL when done is given) and/or calls done. buf must
  * stay valid and unchanged until completion. The header is written only after
  * the payload, so a crash mid-write leaves an extent that fails verification. */
-zo_status zo_swap_write_async(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len,
+ZO_API zo_status zo_swap_write_async(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len,
                               uint64_t generation, zo_swap_done_fn done, void *user,
                               zo_swap_io_t *io);
 /* Read ext into buf (4 KiB aligned): its header must name the extent's owner,
  * length len and generation, and the payload must match its checksum, else
  * ZO_ERR_CORRUPT naming the file and offset. */
-zo_status zo_swap_read_async(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len,
+ZO_API zo_status zo_swap_read_async(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len,
                              uint64_t generation, zo_swap_done_fn done, void *user,
                              zo_swap_io_t *io);
 /* Wait for a ticket, free it, return its status (the error's message is the
  * calling thread's last error). Accepts NULL (returns ZO_OK). */
-zo_status zo_swap_wait(zo_swap_io_t io);
+ZO_API zo_status zo_swap_wait(zo_swap_io_t io);
 /* ZO_NOT_READY while pending, else the final status (the ticket stays valid
  * until zo_swap_wait). */
-zo_status zo_swap_test(zo_swap_io_t io);
+ZO_API zo_status zo_swap_test(zo_swap_io_t io);
 
 /* Synchronous forms: async + wait. */
-zo_status zo_swap_write(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len,
+ZO_API zo_status zo_swap_write(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len,
                         uint64_t generation);
-zo_status zo_swap_read(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len,
+ZO_API zo_status zo_swap_read(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len,
                        uint64_t generation);
 
 /* Register a long-lived buffer (such as the pinned chunk pool) so that the
  * io_uring engine transfers into it without per-request page pinning. A no-op
  * on engines without fixed buffers. Call before I/O on that buffer; the
  * buffer must outlive the store or be unregistered first. */
-zo_status zo_swap_register_buffer(zo_swap_t s, void *buf, size_t len);
-zo_status zo_swap_unregister_buffer(zo_swap_t s, void *buf);
+ZO_API zo_status zo_swap_register_buffer(zo_swap_t s, void *buf, size_t len);
+ZO_API zo_status zo_swap_unregister_buffer(zo_swap_t s, void *buf);
 
 /* Re-arm fault injection (replaces any armed faults, restarts the operation
  * count at 0; n == 0 disarms). Only on a store whose config armed faults at
  * open (the fault engine wraps the engine from the start). */
-zo_status zo_swap_set_faults(zo_swap_t s, const zo_swap_fault *faults, size_t n);
+ZO_API zo_status zo_swap_set_faults(zo_swap_t s, const zo_swap_fault *faults, size_t n);
 
-zo_status zo_swap_get_stats(zo_swap_t s, zo_swap_stats *out);
+ZO_API zo_status zo_swap_get_stats(zo_swap_t s, zo_swap_stats *out);
 /* The file holding ext and the byte offsets of its header block and of its
  * payload, for messages and tools (any output may be NULL). path stays
  * valid until close. File layout: a 4 KiB file header, one 4 KiB header
  * block per extent, then the payloads (1 MiB-aligned when extents are 1 MiB
  * or larger). */
-zo_status zo_swap_extent_location(zo_swap_t s, zo_swap_extent_t ext, const char **path,
+ZO_API zo_status zo_swap_extent_location(zo_swap_t s, zo_swap_extent_t ext, const char **path,
                                   uint64_t *header_offset, uint64_t *payload_offset);
 /* Name of the engine in use ("io_uring", "sync", ...). */
-const char *zo_swap_engine_name(zo_swap_t s);
+ZO_API const char *zo_swap_engine_name(zo_swap_t s);
 
 /* ---- the update pipeline ----
  * How a step moves optimizer states through the store (the engine's update
@@ -201,18 +202,18 @@ typedef struct zo_swap_pipeline_ops {
 /* Run items 0..n-1 through the pipeline (stages >= 2). After the first
  * failure no new item is started; every stage is drained whatever happened.
  * Returns the first failure, with its message as the thread's last error. */
-zo_status zo_swap_pipeline_run(uint32_t n, unsigned stages, const zo_swap_pipeline_ops *ops, void *user);
+ZO_API zo_status zo_swap_pipeline_run(uint32_t n, unsigned stages, const zo_swap_pipeline_ops *ops, void *user);
 
 /* ---- probes, for zo-report ---- */
 /* 1 when an io_uring ring can be set up and supports read/write here, else 0
  * with the reason in why (ZO_SWAP_FORCE_SYNC=1 counts as a failure). */
-int zo_swap_probe_io_uring(char *why, size_t cap);
+ZO_API int zo_swap_probe_io_uring(char *why, size_t cap);
 /* Whether O_DIRECT works in dir and how many bytes are free there (statvfs,
  * available to unprivileged users). why explains an O_DIRECT refusal. */
-zo_status zo_swap_probe_dir(const char *dir, int *odirect_ok, uint64_t *free_bytes, char *why,
+ZO_API zo_status zo_swap_probe_dir(const char *dir, int *odirect_ok, uint64_t *free_bytes, char *why,
                             size_t cap);
 /* The liburing version this library was built against ("2.3"). */
-const char *zo_swap_liburing_version(void);
+ZO_API const char *zo_swap_liburing_version(void);
 
 #ifdef __cplusplus
 }

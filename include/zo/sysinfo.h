@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 
+#include "zo/api.h"
 #include "zo/status.h"
 
 #ifdef __cplusplus
@@ -22,14 +23,14 @@ typedef struct zo_versions {
 
 #define ZO_VERSIONS_INIT {.struct_size = sizeof(zo_versions)}
 
-zo_status zo_get_versions(zo_versions *out);
+ZO_API zo_status zo_get_versions(zo_versions *out);
 
 /* The PCIe link of the device at bus id ("0000:17:00.0"), as hwloc reports
  * it: bandwidth in GB/s (0 when unknown). */
-zo_status zo_sysinfo_pci_link(const char *pci_bus_id, float *gbps);
+ZO_API zo_status zo_sysinfo_pci_link(const char *pci_bus_id, float *gbps);
 
 /* The CPU's model name ("AMD EPYC 9454"), or "unknown". */
-const char *zo_sysinfo_cpu_model(char *buf, size_t cap);
+ZO_API const char *zo_sysinfo_cpu_model(char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

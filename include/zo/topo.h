@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/api.h"
 #include "zo/status.h"
 
 #ifdef __cplusplus
@@ -34,14 +35,14 @@ typedef struct zo_topo_node {
 #define ZO_TOPO_NODE_INIT {.struct_size = sizeof(zo_topo_node)}
 
 /* The number of NUMA nodes that have memory (at least 1). */
-int zo_topo_numa_node_count(void);
+ZO_API int zo_topo_numa_node_count(void);
 
 /* The i-th node with memory, 0 <= i < zo_topo_numa_node_count(), in
  * increasing node number. */
-zo_status zo_topo_get_node(int i, zo_topo_node *out);
+ZO_API zo_status zo_topo_get_node(int i, zo_topo_node *out);
 
 /* Whether `node` is a node with memory that this process may use. */
-int zo_topo_node_valid(int node);
+ZO_API int zo_topo_node_valid(int node);
 
 /* The node nearest the PCI device with bus id "dddd:bb:dd.f" (the form of
  * zo_device_info.pci_bus_id and cudaDeviceGetPCIBusId; the domain may be
@@ -50,26 +51,26 @@ int zo_topo_node_valid(int node);
  * how (optional, how_cap bytes) receives "hwloc", "sysfs" or "single node".
  * ZO_ERR_INVALID_ARG for a malformed id, ZO_ERR_NOT_FOUND when the machine
  * has no such device. */
-zo_status zo_topo_node_of_pci(const char *pci_bus_id, int *node, char *how, size_t how_cap);
+ZO_API zo_status zo_topo_node_of_pci(const char *pci_bus_id, int *node, char *how, size_t how_cap);
 
 /* The node of the core the calling thread runs on now (and that core in
  * *cpu when cpu is not NULL). */
-zo_status zo_topo_node_of_thread(int *node, int *cpu);
+ZO_API zo_status zo_topo_node_of_thread(int *node, int *cpu);
 
 /* The hardware threads (OS CPU numbers) local to `node` that this process may
  * use: as a list (up to cap entries in cpus; *n gets the full count even when
  * larger than cap, so a NULL cpus with cap 0 asks for the size). */
-zo_status zo_topo_node_cpu_list(int node, int *cpus, int cap, int *n);
+ZO_API zo_status zo_topo_node_cpu_list(int node, int *cpus, int cap, int *n);
 
 #ifdef CPU_SETSIZE /* cpu_set_t needs _GNU_SOURCE */
 /* The same set as a cpu_set_t, ready for sched_setaffinity. */
-zo_status zo_topo_node_cpuset(int node, cpu_set_t *out);
+ZO_API zo_status zo_topo_node_cpuset(int node, cpu_set_t *out);
 /* Bind the calling thread to the cores in set (which must not be empty). */
-zo_status zo_topo_bind_thread(const cpu_set_t *set);
+ZO_API zo_status zo_topo_bind_thread(const cpu_set_t *set);
 #endif
 
 /* Bind the calling thread to the cores local to `node`. */
-zo_status zo_topo_bind_thread_to_node(int node);
+ZO_API zo_status zo_topo_bind_thread_to_node(int node);
 
 #ifdef __cplusplus
 }

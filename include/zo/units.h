@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/api.h"
 #include "zo/status.h"
 
 #ifdef __cplusplus
@@ -14,7 +15,7 @@ extern "C" {
 #endif
 
 /* CLOCK_MONOTONIC in nanoseconds. */
-uint64_t zo_now_ns(void);
+ZO_API uint64_t zo_now_ns(void);
 
 /* The same clock in seconds, for timing what tools measure. */
 static inline double zo_now_s(void) { return (double)zo_now_ns() * 1e-9; }
@@ -26,13 +27,13 @@ static inline double zo_now_s(void) { return (double)zo_now_ns() * 1e-9; }
  * than a leading '+', other text, counts of 2^64 or more. ZO_ERR_INVALID_ARG
  * then, *out untouched and no error recorded: the caller's message names its
  * flag or key and the form it expects. */
-zo_status zo_parse_bytes(const char *text, uint64_t *out);
+ZO_API zo_status zo_parse_bytes(const char *text, uint64_t *out);
 
 /* A byte count for people into buf ("512 B", "1.50 GiB": B up to 1023,
  * then KiB .. PiB with two decimals); returns buf. */
-char *zo_fmt_bytes(char *buf, size_t cap, uint64_t bytes);
+ZO_API char *zo_fmt_bytes(char *buf, size_t cap, uint64_t bytes);
 /* The same with `decimals` digits after the point ("1.5 GiB" for 1). */
-char *zo_fmt_bytes_prec(char *buf, size_t cap, uint64_t bytes, int decimals);
+ZO_API char *zo_fmt_bytes_prec(char *buf, size_t cap, uint64_t bytes, int decimals);
 
 #ifdef __cplusplus
 }

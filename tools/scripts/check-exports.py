@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""The exported API is the public headers: fails when libzoffload.so exports
+a function or object that no installed header declares, or when an installed
+header declares one that the library does not export (a missing ZO_API, a
+missing definition).
+
+Usage: check-exports.py LIB HEADER... [--optional HEADER...]
+  LIB       the shared library (nm -D --defined-only reads its exports)
+  HEADER    the installed headers
+  optional  installed headers whose functions this build may lack (the CUDA
+            kernels in a build without CUDA)
+"""
+import re
+import subprocess
+import sys
+
+# Symbols the toolchain defines in every shared object.
+LINKER_SYMBOLS = {'_init', '_fini', '_edata', '_end', '__bss_start', '_DYNAMIC', '_GLOBAL_OFFSET_TABLE_'}
+
+
+def blank(m):
+    """A comment or preprocessor line replaced by spaces, so offsets stay put."""
+    return re.sub(r'[^\n]', ' ', m.group(0))
+
+
+def code_of(text):
+    """The header's C text: no comments, no preprocessor lines, no C++ guards."""
+    text = re.sub(r'/\*.*?\*/|//[^\n]*', blank, text, flags=re.S)
+    text = re.sub(r'#ifdef __cplusplus.*?#endif', blank, text, flags=re.S)
+    return re.sub(r'^[ \t]*#(?:[^\n]*\\\n)*[^\n]*', blank, text, flags=re.M)
+
+
+def top_level_statements(code):
+    """(start, text) of each statement at file scope; a braced body belongs to
+    the statement around it (struct, enum, inline function)."""
+    out, depth, start = [], 0, None
+    for i, ch in enumerate(code):
+        if start is None and not ch.isspace():
+            start = i
+        if ch == '{':
+            depth += 1
+        elif ch == '}':
+            depth -= 1
+            if depth == 0 and code[start:i].lstrip().startswith('static'):
+                out.append((start, code[start:i + 1]))  # an inline function's body ends it
+                start = None
+        elif ch == ';' and depth == 0 and start is not None:
+            out.append((start, code[start:i + 1]))
+            start = None
+    return out
+
+
+def declarations(text):
+    """(name, kind, offset) of each function and object a header declares for
+    the library to define: not typedefs, not static inline functions."""
+    decls = []
+    for start, stmt in top_level_statements(code_of(text)):
+        s = ' '.join(stmt.split())
+        if s.startswith(('typedef', 'static', 'enum', 'struct')) and '(' not in s.split('{')[0]:
+            continue
+        if s.startswith(('typedef', 'static')):
+            continue
+        if '{' in s:  # a struct or enum definition
+            continue
+        m = re.match(r'[^(]*?\b([A-Za-z_]\w*)\s*\(', s)
+        if m:
+            decls.append((m.group(1), 'function', start))
+        elif s.startswith('extern'):
+            decls.append((re.findall(r'[A-Za-z_]\w*', s.split('[')[0].split('=')[0])[-1], 'object', start))
+    return decls
+
+
+def exports(lib):
+    out = subprocess.run(['nm', '-D', '--defined-only', lib], check=True, capture_output=True, text=True).stdout
+    names = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in 'TDBRVWGSi' and parts[2] not in LINKER_SYMBOLS:
+            names[parts[2].split('@')[0]] = parts[1]
+    return names
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    lib, rest = argv[1], argv[2:]
+    headers, optional = rest, []
+    if '--optional' in rest:
+        i = rest.index('--optional')
+        headers, optional = rest[:i], rest[i + 1:]
+    declared, maybe = {}, set()
+    for h in headers + optional:
+        for name, kind, _ in declarations(open(h).read()):
+            declared[name] = h
+            if h in optional:
+                maybe.add(name)
+    exported = exports(lib)
+    extra = sorted(n for n in exported if n not in declared)
+    missing = sorted(n for n in declared if n not in exported and n not in maybe)
+    for n in extra:
+        print('exported but in no installed header: %s (nm type %s)' % (n, exported[n]))
+    for n in missing:
+        print('declared in %s but not exported: %s' % (declared[n], n))
+    print('check-exports: %d exported, %d declared in %d installed headers; %d not declared, %d not exported'
+          % (len(exported), len(declared), len(headers) + len(optional), len(extra), len(missing)))
+    return 1 if extra or missing else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
