@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +164,31 @@ static zo_status check_stale(zo_swap_t s, swap_file *f, uint64_t *reusable)
     return ZO_OK;
 }
 
+/* Whether the header names a process of this host that is gone. */
+static int owner_is_gone(const swap_file_header *h)
+{
+    char host[sizeof h->hostname] = "";
+    gethostname(host, sizeof host - 1);
+    return h->magic == ZO_SWAP_FILE_MAGIC && h->pid > 0 && !strcmp(host, h->hostname) &&
+           kill((pid_t)h->pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Lock fd. A process that died with an io_uring open keeps its files, and
+ * their locks, until the kernel tears the ring down, a moment after the
+ * exit: a lock held by a process that is gone is waited for (up to 5 s). */
+static int lock_file(int fd)
+{
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 1;
+    swap_file_header h;
+    if (read_file_header(fd, &h) < 0 || !owner_is_gone(&h)) return 0;
+    for (int i = 0; i < 500; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 1;
+    }
+    return 0;
+}
+
 static zo_status open_failed(const char *path)
 {
     if (errno == EINVAL)
@@ -186,7 +212,7 @@ static zo_status acquire_file(zo_swap_t s, swap_file *f, uint64_t *reusable)
         if (fd < 0 && errno == ENOENT) continue; /* removed between the two opens */
         if (fd < 0) return open_failed(f->path);
         pause_at(created ? "created" : "opened", f->path);
-        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (!lock_file(fd)) {
             swap_file_header h;
             read_file_header(fd, &h);
             close(fd);

@@ -28,6 +28,9 @@ static zo_status open_store(struct zo_engine *e, uint64_t extent, uint32_t n, co
     sc.name = name;
     sc.faults = e->faults;
     sc.nfaults = e->n_faults;
+    /* A file left by a run that was killed (its lock free, its header ours)
+     * is taken over: it must not block every later run on the directory. */
+    sc.reuse = ZO_SWAP_REUSE;
     if (e->cfg.nvme_queue_depth) sc.queue_depth = e->cfg.nvme_queue_depth;
     if (e->cfg.nvme_block_size) sc.block_size = e->cfg.nvme_block_size;
     return zo_swap_open(&sc, out);

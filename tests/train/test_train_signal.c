@@ -1,7 +1,8 @@
 /* zo-train stopped by signals (the real program, fork/exec'd, a tiny model
  * with its optimizer on NVMe): SIGINT, SIGTERM and SIGHUP end the step in
  * progress, write a checkpoint of it (--save), remove the swap files and exit
- * with 128 + the signal; a second SIGINT exits at once. */
+ * with 128 + the signal; a second SIGINT exits at once, and the next run on
+ * the same swap directory starts. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -176,7 +177,9 @@ static void test_stop_signals_save_and_clean_up(void **state)
 
 /* SIGHUP then SIGINT, delivered together (the process is stopped while
  * they are sent; the lower-numbered SIGHUP is taken first): the SIGINT is a
- * second stop signal and exits at once, before any checkpoint. */
+ * second stop signal and exits at once, before any checkpoint. The swap
+ * file it leaves does not block the next run on the same directory (it
+ * used to: "stale swap file ... or delete it"). */
 static void test_second_sigint_exits_at_once(void **state)
 {
     (void)state;
@@ -190,6 +193,11 @@ static void test_second_sigint_exits_at_once(void **state)
     kill(pid, SIGCONT);
     assert_int_equal(exit_code(pid), 128 + SIGINT);
     assert_false(zt_ckpt_has_latest(save));
+    rm_rf(metrics);
+    pid = spawn(save, swap, metrics, 3, 0);
+    assert_int_equal(exit_code(pid), 0);
+    assert_int_equal(latest_step(save), 3);
+    assert_int_equal(dir_entries(swap), 0);
 }
 
 static int setup(void **state)
