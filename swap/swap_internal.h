@@ -16,6 +16,8 @@
  * requests line up with the device's (and a RAID's) boundaries as fio's do. */
 #define ZO_SWAP_DATA_ALIGN (1ull << 20)
 #define ZO_SWAP_MAX_REGISTERED 64
+/* Faults armed at open: the config's and ZO_SWAP_FAULTS's together. */
+#define ZO_SWAP_MAX_FAULTS 256
 /* EINTR/EAGAIN resubmissions, and transfers that made no progress, allowed
  * per request before the operation fails with ZO_ERR_IO. */
 #define ZO_SWAP_MAX_RETRIES 64

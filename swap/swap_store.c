@@ -399,6 +399,46 @@ static void release(zo_swap_t s, int closing)
     free(s);
 }
 
+/* "eio@40,delay@3:20": KIND@OP[:MS] into f; the count, or -1. */
+static int parse_faults(const char *text, zo_swap_fault *f, size_t cap)
+{
+    static const char *const kinds[ZO_SWAP_FAULT_KIND_COUNT_] = {"eio", "nospc", "short", "eintr", "eagain", "delay"};
+    int n = 0;
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, "@");
+        int kind = -1;
+        for (int k = 0; k < ZO_SWAP_FAULT_KIND_COUNT_; k++)
+            if (strlen(kinds[k]) == len && !strncmp(p, kinds[k], len)) kind = k;
+        char *end;
+        if (kind < 0 || p[len] != '@' || (size_t)n == cap) return -1;
+        unsigned long long op = strtoull(p + len + 1, &end, 10), ms = 0;
+        if (end == p + len + 1) return -1;
+        if (*end == ':') ms = strtoull(end + 1, &end, 10);
+        if ((*end && *end != ',') || ms > 60000) return -1;
+        f[n++] = (zo_swap_fault){(zo_swap_fault_kind)kind, op, (uint32_t)ms};
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+/* The config's faults, then those of ZO_SWAP_FAULTS (armed in every store
+ * the process opens: drills and end-to-end tests of programs, such as
+ * zo-train, whose configs do not carry faults). */
+static zo_status faults_to_arm(const zo_swap_config *cfg, zo_swap_fault *out, size_t *n)
+{
+    *n = cfg->nfaults < ZO_SWAP_MAX_FAULTS ? cfg->nfaults : ZO_SWAP_MAX_FAULTS;
+    if (cfg->faults && *n) memcpy(out, cfg->faults, *n * sizeof *out);
+    const char *env = zo_env_str("ZO_SWAP_FAULTS", NULL);
+    if (!env || !*env) return ZO_OK;
+    int k = parse_faults(env, out + *n, ZO_SWAP_MAX_FAULTS - *n);
+    if (k < 0)
+        return ZO_FAIL(ZO_ERR_CONFIG, "swap", "ZO_SWAP_FAULTS '%s': expected KIND@OP[:MS],... (at most %d) with KIND "
+                       "eio, nospc, short, eintr, eagain or delay", env, ZO_SWAP_MAX_FAULTS);
+    ZO_LOGW("swap", "ZO_SWAP_FAULTS: %d injected fault(s) armed: %s", k, env);
+    *n += (size_t)k;
+    return ZO_OK;
+}
+
 zo_status zo_swap_open(const zo_swap_config *cfg, zo_swap_t *out)
 {
     if (!out) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_open: out is NULL");
@@ -416,7 +456,9 @@ zo_status zo_swap_open(const zo_swap_config *cfg, zo_swap_t *out)
     s->cfg.paths = cfg->paths;
     if (st == ZO_OK) st = plan_layout(s);
     if (st == ZO_OK) st = open_files(s);
-    s->cfg.faults = cfg->faults;
+    zo_swap_fault faults[ZO_SWAP_MAX_FAULTS];
+    if (st == ZO_OK) st = faults_to_arm(cfg, faults, &s->cfg.nfaults);
+    s->cfg.faults = faults;
     if (st == ZO_OK) st = create_engine(s);
     s->cfg.paths = NULL;
     s->cfg.faults = NULL;
