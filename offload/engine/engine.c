@@ -245,6 +245,7 @@ typedef struct eng_packer {
     size_t off;         /* elements used in the open chunk */
     uint32_t n_chunks;
     uint32_t layer_chunks, max_cpl;
+    size_t max_used;    /* elements of the fullest chunk */
 } eng_packer;
 
 /* Place a tensor; returns the chunk it goes to, its offset in *at. */
@@ -259,6 +260,7 @@ static uint32_t packer_place(eng_packer *p, int layer, size_t numel, size_t *at)
         pos = 0;
     }
     p->off = pos + numel;
+    if (p->off > p->max_used) p->max_used = p->off;
     *at = pos;
     return p->n_chunks - 1;
 }
@@ -268,6 +270,7 @@ typedef struct eng_shape {
     uint64_t chunk_bytes, chunk_elems;
     uint32_t n_chunks, max_cpl;
     uint64_t n_params;
+    uint64_t max_chunk_elems; /* elements of the fullest chunk (sizes the swap extents) */
 } eng_shape;
 
 uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems)
@@ -287,6 +290,7 @@ static eng_plan_in plan_in(const zo_engine_config *c, const eng_shape *sh)
     in.chunk_elems = sh->chunk_elems;
     in.n_chunks = sh->n_chunks;
     in.max_cpl = sh->max_cpl;
+    in.max_chunk_elems = sh->max_chunk_elems;
     in.mode_p16_behind = mode_for(c->mode)->p16_behind;
     in.mode_backups = mode_for(c->mode)->backups;
     eng_plan_flags(&in);
@@ -320,7 +324,7 @@ static zo_status pack(struct zo_engine *e)
     free(e->chunks);
     e->chunks = calloc((size_t)e->n_tensors, sizeof *e->chunks); /* at most one chunk per tensor */
     if (!e->chunks) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the chunk table");
-    eng_packer pk = {e->chunk_elems, -1, 0, 0, 0, 0};
+    eng_packer pk = {e->chunk_elems, -1, 0, 0, 0, 0, 0};
     for (int l = 0; l < e->n_layers; l++) { /* registration order: layers in order */
         eng_layer *L = &e->layers[l];
         L->first_chunk = pk.n_chunks;
@@ -335,8 +339,9 @@ static zo_status pack(struct zo_engine *e)
     e->n_chunks = pk.n_chunks;
     e->max_cpl = pk.max_cpl;
     e->g_bufs = g_bufs_for(&e->cfg);
-    eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0};
+    eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0, pk.max_used};
     e->state_extent_bytes = state_extent_bytes_for(&sh);
+    e->nvme_state_extent = zo_engine_nvme_state_bytes(pk.max_used);
     eng_plan_in in = plan_in(&e->cfg, &sh);
     place_homes(e, &in);
     return ZO_OK;
@@ -435,7 +440,9 @@ static zo_status compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int 
                               size_t cap)
 {
     ZO_TRY(pack(e));
-    eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0};
+    eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0, 0};
+    for (uint32_t i = 0; i < e->n_chunks; i++)
+        if (e->chunks[i].n_elems > sh.max_chunk_elems) sh.max_chunk_elems = e->chunks[i].n_elems;
     for (int i = 0; i < e->n_tensors; i++) sh.n_params += e->tensors[i].numel;
     plan_tiers(&e->cfg, &sh, device_budget(e), fp, fits, msg, cap);
     return ZO_OK;
@@ -489,7 +496,7 @@ static zo_status pack_layout(const zo_engine_config *cfg, const zo_engine_layout
     memset(sh, 0, sizeof *sh);
     sh->chunk_bytes = chunk_bytes_for(cfg, largest);
     sh->chunk_elems = sh->chunk_bytes / 2;
-    eng_packer pk = {sh->chunk_elems, -1, 0, 0, 0, 0};
+    eng_packer pk = {sh->chunk_elems, -1, 0, 0, 0, 0, 0};
     for (size_t i = 0; i < layout->n_tensors; i++) {
         size_t at;
         uint32_t c = packer_place(&pk, layout->layer[i], layout->numel[i], &at);
@@ -501,6 +508,7 @@ static zo_status pack_layout(const zo_engine_config *cfg, const zo_engine_layout
     }
     sh->n_chunks = pk.n_chunks;
     sh->max_cpl = pk.max_cpl;
+    sh->max_chunk_elems = pk.max_used;
     return ZO_OK;
 }
 

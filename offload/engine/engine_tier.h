@@ -32,6 +32,7 @@ typedef struct eng_plan_in {
     const zo_engine_config *cfg;
     uint64_t chunk_bytes, chunk_elems;
     uint32_t n_chunks, max_cpl;
+    uint64_t max_chunk_elems; /* elements of the fullest chunk */
     uint64_t pslots;
     int mode_p16_behind; /* the mode writes 16-bit params behind the fetches */
     int mode_backups;    /* the mode backs resident states up before speculating */

@@ -449,7 +449,9 @@ static void nvme_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
     uint32_t n = eng_count_homed(in, 1, ZO_TIER_NVME);
     if (!n) return;
     fp->pinned += ENG_NVME_STAGES * stage_bytes(in);
-    fp->nvme += 2ull * n * 3 * in->chunk_elems * sizeof(float);
+    /* extents sized to the fullest chunk, not the chunk size: a small
+     * model in large chunks reserves what it holds */
+    fp->nvme += 2ull * n * zo_engine_nvme_state_bytes(in->max_chunk_elems);
 }
 
 static zo_status nvme_states_place(struct zo_engine *e)
@@ -460,8 +462,8 @@ static zo_status nvme_states_place(struct zo_engine *e)
     void *tmp[ENG_NVME_STAGES];
     ZO_TRY(eng_take_pinned(e, e->stage_bytes, ENG_NVME_STAGES, tmp));
     for (int i = 0; i < (int)ENG_NVME_STAGES; i++) e->stage[i] = tmp[i];
-    ZO_TRY(open_store(e, e->state_extent_bytes, n, "", &e->swap));
-    eng_store_opened(e, e->swap, e->state_extent_bytes);
+    ZO_TRY(open_store(e, e->nvme_state_extent, n, "", &e->swap));
+    eng_store_opened(e, e->swap, e->nvme_state_extent);
     for (uint32_t c = 0; c < e->n_chunks; c++)
         for (int i = 0; e->chunks[c].st == &eng_state_tier_nvme && i < 2; i++)
             ZO_TRY(zo_swap_alloc_extent(e->swap, 2ull * c + (uint64_t)i, &e->chunks[c].ext[i]));

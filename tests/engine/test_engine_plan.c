@@ -139,6 +139,26 @@ static void test_unlimited_device(void **state)
     assert_int_equal(fp.n_params, 76000);
 }
 
+/* Swap extents hold the fullest chunk's packed states, not the chunk
+ * size's worst case: a small model in 256 MiB chunks reserved 6 GiB of
+ * swap here (18 GiB for a 3.5M-parameter model), now what it holds. */
+static void test_nvme_extents_sized_to_the_model(void **state)
+{
+    (void)state;
+    model m = {3, {1000, 5000, 3000}, {0, 1, 1}};
+    zo_engine_layout ly = layout_of(&m);
+    zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+    c.chunk_bytes = 256u << 20;
+    c.optim_home = ZO_TIER_NVME;
+    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+    int fits = 0;
+    ZO_ASSERT_OK(zo_engine_footprint_for(&c, &ly, &fp, &fits, NULL, 0));
+    assert_int_equal(fp.n_chunks, 2);
+    /* the fullest chunk: 5000 elements, then 3000 at 5120 */
+    assert_int_equal(zo_engine_nvme_state_bytes(8120), 3 * 32768);
+    assert_int_equal(fp.nvme, 2 * 2 * zo_engine_nvme_state_bytes(8120));
+}
+
 /* The documented packing rule, written out plainly. */
 static uint32_t reference_pack(const model *m, uint64_t chunk_elems, zo_engine_chunk_info *out)
 {
@@ -238,6 +258,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_footprint_for_equals_plan),
         cmocka_unit_test(test_unlimited_device),
+        cmocka_unit_test(test_nvme_extents_sized_to_the_model),
         cmocka_unit_test(test_chunks_for_matches_reference),
         cmocka_unit_test(test_bad_layouts_are_refused),
     };

@@ -301,7 +301,9 @@ static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw)
     p->nvme.states = fp->nvme - p->nvme.params;
     p->nvme.payload = fp->nvme;
     int paths = hw->n_nvme_paths > 0 ? hw->n_nvme_paths : 1;
-    p->nvme.files = zo_swap_files_bytes(p->nvme.states, 6 * C, (size_t)paths) +
+    /* the states' extents hold the fullest chunk, as the engine sizes them */
+    uint64_t extent = N && p->nvme.states ? p->nvme.states / (2 * N) : 6 * C;
+    p->nvme.files = zo_swap_files_bytes(p->nvme.states, extent, (size_t)paths) +
                     zo_swap_files_bytes(p->nvme.params, C, (size_t)paths);
     p->peak_pinned = fp->pinned;
     p->peak_host = fp->host;
