@@ -226,6 +226,27 @@ static void test_flag_errors_exit_2(void **state)
     outputs_free(&o);
 }
 
+/* The plan's host memory is checked against the host limit before
+ * anything is allocated (--chunk-bytes 1GiB on the tiny preset used to
+ * grow to 23 GB until the kernel killed it, silently). */
+static void test_host_limit_refuses_before_allocating(void **state)
+{
+    char args[1024];
+    snprintf(args, sizeof args, "--steps 1 --host-mem 512KiB --nvme-path %s" SMALL, g_dir);
+    outputs o = run(args);
+    assert_int_equal(o.status, 1);
+    if (!strstr(o.err, "host memory: the plan needs") || !strstr(o.err, "most of it pinned") ||
+        !strstr(o.err, "(--host-mem)"))
+        fail_msg("stderr: %s", o.err);
+    outputs_free(&o);
+    snprintf(args, sizeof args, "--steps 1 --chunk-bytes 64GiB --nvme-path %s" SMALL, g_dir);
+    o = run(args);
+    assert_int_equal(o.status, 1);
+    if (!strstr(o.err, "but the host limit is"))
+        fail_msg("stderr: %s", o.err);
+    outputs_free(&o);
+}
+
 static void test_run_failure_exits_1(void **state)
 {
     outputs o = run("--device cpu --device-mem 64KiB --steps 1 --offload-optimizer cpu");
@@ -707,6 +728,7 @@ int main(void)
         cmocka_unit_test(test_human_summary),
         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_run_failure_exits_1),
+        cmocka_unit_test(test_host_limit_refuses_before_allocating),
         cmocka_unit_test(test_config_drives_the_run),
         cmocka_unit_test(test_flags_override_the_config),
         cmocka_unit_test(test_config_errors),

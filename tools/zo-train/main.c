@@ -93,6 +93,8 @@ static void usage(FILE *f)
         "                         zo-train-swap directory next to the executable)\n"
         "  --optimizer-mode sync|overlap|dpu   (default sync)\n"
         "  --chunk-bytes BYTES    engine chunk size (default: the largest tensor)\n"
+        "  --host-mem BYTES       the host memory the run may take (default: physical RAM\n"
+        "                         less 10%%, or the cgroup's limit); checked before allocating\n"
         "config:\n"
         "  --config FILE          a DeepSpeed-style JSON config (batch sizes, optimizer, "
         "scheduler,\n"
@@ -193,6 +195,7 @@ enum {
     OPT_PROGRESS,
     OPT_ALLOW_CHANGES,
     OPT_MAX_SKIPPED,
+    OPT_HOST_MEM,
     OPT_HELP
 };
 
@@ -234,6 +237,7 @@ static const struct option long_opts[] = {
     {"progress", required_argument, 0, OPT_PROGRESS},
     {"resume-allow-changes", no_argument, 0, OPT_ALLOW_CHANGES},
     {"max-skipped-steps", required_argument, 0, OPT_MAX_SKIPPED},
+    {"host-mem", required_argument, 0, OPT_HOST_MEM},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -298,11 +302,14 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
         c->o.device = arg;
         return 0;
     case OPT_DEVMEM:
-    case OPT_CHUNK: {
+    case OPT_CHUNK:
+    case OPT_HOST_MEM: {
         uint64_t b;
         if (zo_parse_bytes(arg, &b) != 0 || b == 0)
             return bad_value(name, arg, "a byte count such as 512MiB or 24GiB");
-        *(opt == OPT_DEVMEM ? &c->o.device_mem : &c->o.chunk_bytes) = b;
+        *(opt == OPT_DEVMEM  ? &c->o.device_mem
+          : opt == OPT_CHUNK ? &c->o.chunk_bytes
+                             : &c->o.host_mem) = b;
         return 0;
     }
     case OPT_OFF_OPT:
@@ -368,7 +375,8 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_OFF_OPT:
     case OPT_OFF_PARAM:
     case OPT_NVME:
-    case OPT_MODE: return parse_placement_opt(opt, arg, c);
+    case OPT_MODE:
+    case OPT_HOST_MEM: return parse_placement_opt(opt, arg, c);
     default: return parse_int_opt(opt, arg, c);
     }
 }

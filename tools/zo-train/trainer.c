@@ -9,6 +9,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "host_limit.h"
 #include "report.h"
 #include "zo/nvtx.h"
 #include "zo/testing.h"
@@ -295,6 +296,78 @@ static zo_status open_device(zt_trainer *t)
     return ZO_OK;
 }
 
+/* The model's tensors as the engine registers them (sizes only). */
+static zo_status model_layout(const zt_shape *s, size_t **numel, int **layer, size_t *n)
+{
+    *n = 0;
+    for (int l = 0; l < zt_engine_layers(s); l++)
+        *n += (size_t)zt_layer_tensors(s, l);
+    *numel = malloc(*n * sizeof **numel);
+    *layer = malloc(*n * sizeof **layer);
+    if (!*numel || !*layer)
+        return zt_fail(ZO_ERR_NO_MEMORY, "the model's layout");
+    size_t k = 0;
+    for (int l = 0; l < zt_engine_layers(s); l++)
+        for (int i = 0; i < zt_layer_tensors(s, l); i++, k++) {
+            (*numel)[k] = zt_tensor_numel(s, l, i);
+            (*layer)[k] = l;
+        }
+    return ZO_OK;
+}
+
+static zo_status refuse_host_memory(const uint64_t part[4], uint64_t need, uint64_t limit,
+                                    const char *why)
+{
+    static const char *const names[4] = {"pinned (16-bit copies, gradients, NVMe staging)",
+                                         "host (optimizer states, backups, accumulators)",
+                                         "initial values being registered",
+                                         "the cpu device (emulated in host memory)"};
+    int top = 0;
+    for (int i = 1; i < 4; i++)
+        if (part[i] > part[top])
+            top = i;
+    char b[7][32];
+    return zt_fail(ZO_ERR_BUDGET,
+                   "host memory: the plan needs %s (pinned %s, host %s, initial values %s, cpu "
+                   "device %s) but the host limit is %s (%s): %s missing, most of it %s; lower "
+                   "--chunk-bytes, put the optimizer on NVMe (--offload-optimizer nvme), or set "
+                   "--host-mem",
+                   zo_fmt_bytes(b[0], 32, need), zo_fmt_bytes(b[1], 32, part[0]),
+                   zo_fmt_bytes(b[2], 32, part[1]), zo_fmt_bytes(b[3], 32, part[2]),
+                   zo_fmt_bytes(b[4], 32, part[3]), zo_fmt_bytes(b[5], 32, limit), why,
+                   zo_fmt_bytes(b[6], 32, need - limit), names[top]);
+}
+
+/* The host memory the run will take, against the host limit, before the
+ * engine allocates anything (a run too large used to grow until the kernel
+ * killed it): the plan's pinned and pageable bytes, the initial values
+ * registration copies, and on the cpu device its budget. */
+static zo_status check_host_memory(zt_trainer *t, const zo_engine_config *c)
+{
+    char why[160] = "--host-mem";
+    uint64_t limit = t->o.host_mem ? t->o.host_mem : zt_host_limit(why, sizeof why);
+    if (!limit)
+        return ZO_OK;
+    size_t *numel = NULL, n = 0;
+    int *layer = NULL;
+    zo_status st = model_layout(&t->o.shape, &numel, &layer, &n);
+    zo_engine_layout ly = ZO_ENGINE_LAYOUT_INIT;
+    ly.n_tensors = n;
+    ly.numel = numel;
+    ly.layer = layer;
+    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+    int fits = 0;
+    if (st >= 0 && (st = zo_engine_footprint_for(c, &ly, &fp, &fits, NULL, 0)) < 0)
+        zt_lib_fail(st, "zo_engine_footprint_for");
+    free(numel);
+    free(layer);
+    ZT_TRY(st);
+    const uint64_t part[4] = {fp.pinned, fp.host, fp.n_params * sizeof(float),
+                              is_cuda(t) ? 0 : t->setup.device_budget};
+    uint64_t need = part[0] + part[1] + part[2] + part[3];
+    return need <= limit ? ZO_OK : refuse_host_memory(part, need, limit, why);
+}
+
 static zo_status open_engine(zt_trainer *t)
 {
     uint64_t reserve = is_cuda(t) ? ZT_CUDA_RESERVE : 0, need = t->setup.activation_bytes + reserve;
@@ -308,6 +381,7 @@ static zo_status open_engine(zt_trainer *t)
             reserve ? " plus a 512 MiB CUDA reserve" : "");
     t->setup.engine_device_bytes = t->setup.device_budget - need;
     zo_engine_config c = engine_config(t, t->dev, t->setup.engine_device_bytes);
+    ZT_TRY(check_host_memory(t, &c));
     ZT_LIB(zo_engine_init(&t->eng, &c));
     if (t->o.n_nvme_faults)
         ZT_LIB(zo_engine_set_swap_faults(t->eng, t->o.nvme_faults, t->o.n_nvme_faults));

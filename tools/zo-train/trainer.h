@@ -45,6 +45,8 @@ typedef struct zt_options {
     zo_loss_scaler_config loss_scaler; /* fp16 (DeepSpeed's fp16 section; static when loss_scale > 0) */
     uint64_t chunk_bytes; /* 0: the largest tensor's 16-bit bytes, 4 KiB multiple */
     uint64_t pinned_bytes; /* the pinned host budget (0: what the plan needs) */
+    uint64_t host_mem;     /* the host memory limit the plan is checked against (0: the
+                              machine's, zt_host_limit) */
     uint32_t nvme_queue_depth, nvme_block_size; /* NVMe requests (0: the swap store's defaults) */
     int lookahead;        /* engine prefetch depth */
     int optim_threads;    /* 0: the engine's default */
