@@ -77,8 +77,10 @@ static zo_status layout_init(model_layout *m, const zt_shape *s)
     m->chunks = calloc(m->n, sizeof *m->chunks);
     m->first = calloc((size_t)L + 1, sizeof *m->first);
     if (!m->numel || !m->layer || !m->chunks || !m->first) {
+        size_t n = m->n;
         layout_free(m);
-        return zt_fail(ZO_ERR_NO_MEMORY, "the model's tensor table");
+        return zt_fail(ZO_ERR_NO_MEMORY, "out of memory for the sizes of the model's %zu tensors",
+                       n);
     }
     size_t k = 0;
     for (int l = 0; l < L; l++)
