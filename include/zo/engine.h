@@ -118,10 +118,11 @@ typedef struct zo_engine_config {
  *            G = 2 for dpu, else 1 (host 16-bit gradients, by step parity)
  *   host   = [optim_home host] 6*C*N + [overlap, optim_home host/device] 6*C*N (backups)
  *            + [grad_accum_steps > 1] 2*C*N*G (fp32 accumulators)
- *   nvme   = [optim_home nvme] 2*N*E + [param_home nvme] 2*N*C (payload of two extents
+ *   nvme   = [optim_home nvme] 2*N*E + [param_home nvme] 2*N*P (payload of two extents
  *            per chunk, current and alternate; the files add a 4 KiB header per extent)
  *            E = zo_engine_nvme_state_bytes(the fullest chunk's elements): the states'
- *            extents hold what the model's chunks hold, not the chunk size's worst case */
+ *            extents hold what the model's chunks hold, not the chunk size's worst case;
+ *            P = the fullest chunk's 16-bit bytes rounded to 4 KiB */
 typedef struct zo_engine_footprint {
     size_t struct_size;
     uint64_t device, pinned, host, nvme;

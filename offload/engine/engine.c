@@ -342,6 +342,7 @@ static zo_status pack(struct zo_engine *e)
     eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0, pk.max_used};
     e->state_extent_bytes = state_extent_bytes_for(&sh);
     e->nvme_state_extent = zo_engine_nvme_state_bytes(pk.max_used);
+    e->p16_extent = eng_p16_extent(pk.max_used);
     eng_plan_in in = plan_in(&e->cfg, &sh);
     place_homes(e, &in);
     return ZO_OK;

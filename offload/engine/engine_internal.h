@@ -182,6 +182,7 @@ struct zo_engine {
     zo_swap_t swap;
     uint64_t state_extent_bytes;
     uint64_t nvme_state_extent; /* a swap extent of states: the fullest chunk's, packed */
+    uint64_t p16_extent;        /* a swap extent of 16-bit parameters: the fullest chunk's */
     uint64_t stage_bytes; /* one NVMe stage: master | m | v (| 16-bit params when they live on NVMe) */
     zo_swap_t pswap;      /* param_home nvme: the store of the 16-bit parameters */
     float *stage[ENG_NVME_STAGES];

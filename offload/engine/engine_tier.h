@@ -132,6 +132,10 @@ zo_status eng_tiers_check(void);
 /* The tables' flags a plan asks across kinds, into in. */
 void eng_plan_flags(eng_plan_in *in);
 
+/* engine_tier_nvme.c: a swap extent of 16-bit parameters for chunks of
+ * at most max_chunk_elems elements. */
+uint64_t eng_p16_extent(uint64_t max_chunk_elems);
+
 /* engine_tier_common.c */
 zo_tier eng_p16_home(const eng_plan_in *in, uint32_t c);
 zo_tier eng_states_home(const eng_plan_in *in, uint32_t c);

@@ -295,7 +295,7 @@ static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, eng_pslot *p
     if (io) zo_swap_wait(io); /* its h2d task never ran: the failure was reported then */
     io = NULL;
     ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[k->pext_cur], p->stage,
-                          e->chunk_bytes, k->pgen[k->pext_cur], &io));
+                          e->p16_extent, k->pgen[k->pext_cur], &io));
     atomic_store(&p->io, io);
     ticket_arg t = {e, p};
     zo_status st = zo_stream_enqueue(e->h2d, wait_ticket, &t, sizeof t);
@@ -334,12 +334,15 @@ static zo_status nvme_write_end(struct zo_engine *e, uint32_t c, float *st)
 /* Whether any chunk homed in the plan keeps its 16-bit parameters here. */
 static uint32_t p16_homed(const eng_plan_in *in) { return eng_count_homed(in, 0, ZO_TIER_NVME); }
 
+/* A swap extent of 16-bit parameters: the fullest chunk's, 4 KiB-aligned. */
+uint64_t eng_p16_extent(uint64_t max_chunk_elems) { return zo_round_up(max_chunk_elems * 2, ZO_SWAP_ALIGN); }
+
 static void nvme_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
 {
     uint32_t n = p16_homed(in);
     if (!n) return;
     fp->pinned += in->pslots * in->chunk_bytes; /* a staging twin per slot */
-    fp->nvme += 2ull * n * in->chunk_bytes;
+    fp->nvme += 2ull * n * eng_p16_extent(in->max_chunk_elems);
 }
 
 static zo_status nvme_p16_place(struct zo_engine *e)
@@ -348,11 +351,15 @@ static zo_status nvme_p16_place(struct zo_engine *e)
     void **tmp = calloc(e->n_pslots ? e->n_pslots : 1, sizeof *tmp);
     if (!tmp) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
     zo_status st = eng_take_pinned(e, e->chunk_bytes, e->n_pslots, tmp);
-    for (uint32_t s = 0; st == ZO_OK && s < e->n_pslots; s++) e->pslots[s].stage = tmp[s];
+    /* reads fill a twin's first p16_extent bytes: the rest stays zero */
+    for (uint32_t s = 0; st == ZO_OK && s < e->n_pslots; s++) {
+        e->pslots[s].stage = tmp[s];
+        memset(tmp[s], 0, e->chunk_bytes);
+    }
     free(tmp);
     ZO_TRY(st);
-    ZO_TRY(open_store(e, e->chunk_bytes, n, "-p16", &e->pswap));
-    eng_store_opened(e, e->pswap, e->chunk_bytes);
+    ZO_TRY(open_store(e, e->p16_extent, n, "-p16", &e->pswap));
+    eng_store_opened(e, e->pswap, e->p16_extent);
     for (uint32_t c = 0; c < e->n_chunks; c++)
         for (int i = 0; e->chunks[c].pt == &eng_param_tier_nvme && i < 2; i++)
             ZO_TRY(zo_swap_alloc_extent(e->pswap, 2ull * c + (uint64_t)i, &e->chunks[c].pext[i]));
@@ -385,7 +392,7 @@ static zo_status nvme_p16_write(struct zo_engine *e, uint32_t c, const float *ma
     memset(p16, 0, e->chunk_bytes);
     eng_cast16(e->cfg.param_dtype, master, p16, k->n_elems);
     k->pgen[0] = 1;
-    return zo_swap_write(e->pswap, k->pext[0], p16, e->chunk_bytes, k->pgen[0]);
+    return zo_swap_write(e->pswap, k->pext[0], p16, e->p16_extent, k->pgen[0]);
 }
 
 static zo_status nvme_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
@@ -408,7 +415,7 @@ static zo_status nvme_p16_store(struct zo_engine *e, uint32_t c, void *src, zo_s
     eng_chunk *k = &e->chunks[c];
     int palt = 1 - k->pext_cur;
     k->pgen[palt] = k->pgen[k->pext_cur] + 1;
-    return eng_swap_async(e, 1, 1, c, k->pext[palt], src, e->chunk_bytes, k->pgen[palt], io);
+    return eng_swap_async(e, 1, 1, c, k->pext[palt], src, e->p16_extent, k->pgen[palt], io);
 }
 
 /* Written together with the states: switched when they are. */

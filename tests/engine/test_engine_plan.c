@@ -157,6 +157,10 @@ static void test_nvme_extents_sized_to_the_model(void **state)
     /* the fullest chunk: 5000 elements, then 3000 at 5120 */
     assert_int_equal(zo_engine_nvme_state_bytes(8120), 3 * 32768);
     assert_int_equal(fp.nvme, 2 * 2 * zo_engine_nvme_state_bytes(8120));
+    /* 16-bit parameters on NVMe too: extents of the fullest chunk's 16 KiB */
+    c.param_home = ZO_TIER_NVME;
+    ZO_ASSERT_OK(zo_engine_footprint_for(&c, &ly, &fp, &fits, NULL, 0));
+    assert_int_equal(fp.nvme, 2 * 2 * (zo_engine_nvme_state_bytes(8120) + 16384));
 }
 
 /* The documented packing rule, written out plainly. */

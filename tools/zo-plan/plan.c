@@ -282,7 +282,7 @@ static void device_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *h
 
 /* The footprint's pinned, host and NVMe totals split by use, as engine.h
  * documents them. */
-static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw)
+static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw, uint64_t fullest)
 {
     const zo_engine_footprint *fp = &p->fp;
     uint64_t C = fp->chunk_bytes, N = fp->n_chunks, states = 6 * C * N;
@@ -299,14 +299,15 @@ static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw)
     p->host.backups = job->mode == ZO_OPTIM_OVERLAP && p->optim_home != ZO_TIER_NVME ? states : 0;
     p->host.accum = fp->host - p->host.states - p->host.backups;
     p->host.total = fp->host;
-    p->nvme.params = p->param_home == ZO_TIER_NVME ? 2 * N * C : 0;
+    uint64_t p16_extent = (fullest + 4095) / 4096 * 4096;
+    p->nvme.params = p->param_home == ZO_TIER_NVME ? 2 * N * p16_extent : 0;
     p->nvme.states = fp->nvme - p->nvme.params;
     p->nvme.payload = fp->nvme;
     int paths = hw->n_nvme_paths > 0 ? hw->n_nvme_paths : 1;
-    /* the states' extents hold the fullest chunk, as the engine sizes them */
-    uint64_t extent = N && p->nvme.states ? p->nvme.states / (2 * N) : 6 * C;
-    p->nvme.files = zo_swap_files_bytes(p->nvme.states, extent, (size_t)paths) +
-                    zo_swap_files_bytes(p->nvme.params, C, (size_t)paths);
+    /* the extents hold the fullest chunk, as the engine sizes them */
+    p->nvme.files = zo_swap_files_bytes(p->nvme.states, zo_engine_nvme_state_bytes(fullest / 2),
+                                        (size_t)paths) +
+                    zo_swap_files_bytes(p->nvme.params, p16_extent, (size_t)paths);
     p->peak_pinned = fp->pinned;
     p->peak_host = fp->host;
     p->peak_nvme = fp->nvme;
@@ -348,13 +349,19 @@ static zo_status plan_memory(zp_plan *p, const zp_job *job, const zp_hardware *h
     int fits = 0;
     char msg[400];
     zo_status st = zo_engine_footprint_for(&cfg, &ly, &p->fp, &fits, msg, sizeof msg);
+    uint32_t nc = 0;
+    uint64_t fullest = 0; /* the fullest chunk's 16-bit bytes: the swap extents hold it */
+    if (st >= 0 && (st = zo_engine_chunks_for(&cfg, &ly, m.chunks, m.n, &nc)) >= 0)
+        for (uint32_t c = 0; c < nc && c < m.n; c++)
+            if (m.chunks[c].used_bytes > fullest)
+                fullest = m.chunks[c].used_bytes;
     if (work)
         *work += m.n;
     layout_free(&m);
     if (st < 0)
         return zt_lib_fail(st, "zo_engine_footprint_for");
     device_breakdown(p, job, hw);
-    host_breakdown(p, job, hw);
+    host_breakdown(p, job, hw, fullest);
     char a[32], b[32];
     if (!engine_budget)
         refuse(p, "device tier: the activations (%s for micro-batch %d x seq %d)%s fill the %s budget",
