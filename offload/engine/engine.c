@@ -280,12 +280,28 @@ uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems)
 
 static uint64_t state_extent_bytes_for(const eng_shape *sh) { return 3ull * sh->chunk_elems * sizeof(float); }
 
+/* The placement: each chunk's home for its 16-bit parameters and for its
+ * optimizer states, into p16[c] and states[c]. Today every chunk takes the
+ * configuration's homes. The engine (pack) and the planner
+ * (zo_engine_footprint_for) both take their homes from here, so a per-chunk
+ * placement replaces this function alone. */
+static void choose_homes(const zo_engine_config *c, const eng_shape *sh, uint8_t *p16, uint8_t *states)
+{
+    for (uint32_t i = 0; i < sh->n_chunks; i++) {
+        p16[i] = (uint8_t)c->param_home;
+        states[i] = (uint8_t)c->optim_home;
+    }
+}
+
 /* What the tiers' accounting sees of a packed model under configuration c
- * (every chunk at the configuration's homes). */
-static eng_plan_in plan_in(const zo_engine_config *c, const eng_shape *sh)
+ * with the homes chosen for its chunks. */
+static eng_plan_in plan_in(const zo_engine_config *c, const eng_shape *sh, const uint8_t *p16,
+                           const uint8_t *states)
 {
     eng_plan_in in = {0};
     in.cfg = c;
+    in.p16_home = p16;
+    in.states_home = states;
     in.chunk_bytes = sh->chunk_bytes;
     in.chunk_elems = sh->chunk_elems;
     in.n_chunks = sh->n_chunks;
@@ -297,8 +313,7 @@ static eng_plan_in plan_in(const zo_engine_config *c, const eng_shape *sh)
     return in;
 }
 
-/* Each chunk's homes, from the configuration's (one home per state for the
- * whole model, so far), and the host copies of its 16-bit parameters. */
+/* Each chunk's tables for its homes, and the host copies of its 16-bit parameters. */
 static void place_homes(struct zo_engine *e, const eng_plan_in *in)
 {
     for (uint32_t c = 0; c < e->n_chunks; c++) {
@@ -343,7 +358,14 @@ static zo_status pack(struct zo_engine *e)
     e->state_extent_bytes = state_extent_bytes_for(&sh);
     e->nvme_state_extent = zo_engine_nvme_state_bytes(pk.max_used);
     e->p16_extent = eng_p16_extent(pk.max_used);
-    eng_plan_in in = plan_in(&e->cfg, &sh);
+    free(e->p16_home);
+    free(e->states_home);
+    e->p16_home = malloc(e->n_chunks);
+    e->states_home = malloc(e->n_chunks);
+    if (!e->p16_home || !e->states_home)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the chunks' homes");
+    choose_homes(&e->cfg, &sh, e->p16_home, e->states_home);
+    eng_plan_in in = plan_in(&e->cfg, &sh, e->p16_home, e->states_home);
     place_homes(e, &in);
     return ZO_OK;
 }
@@ -396,8 +418,9 @@ static uint64_t plan_pslots(const eng_plan_in *in, uint64_t budget, uint64_t fix
 /* The exact bytes finalize allocates in each tier, as engine.h documents
  * them, for a packed model under configuration c and a device budget: the
  * engine's own buffers here, each home's through its tier's accounting. */
-static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, uint64_t budget,
-                       zo_engine_footprint *fp, int *fits, char *msg, size_t cap)
+static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uint8_t *p16_home,
+                       const uint8_t *states_home, uint64_t budget, zo_engine_footprint *fp, int *fits,
+                       char *msg, size_t cap)
 {
     uint64_t cb = sh->chunk_bytes, ce = sh->chunk_elems, nc = sh->n_chunks;
     memset(fp, 0, sizeof *fp);
@@ -408,7 +431,7 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, uint64_t 
     fp->n_params = sh->n_params;
     *fits = 1;
     if (msg && cap) msg[0] = 0;
-    eng_plan_in in = plan_in(c, sh);
+    eng_plan_in in = plan_in(c, sh, p16_home, states_home);
 
     /* optimizer states first: their device share leaves the room for parameter slots */
     zo_engine_footprint t = {0};
@@ -445,7 +468,7 @@ static zo_status compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int 
     for (uint32_t i = 0; i < e->n_chunks; i++)
         if (e->chunks[i].n_elems > sh.max_chunk_elems) sh.max_chunk_elems = e->chunks[i].n_elems;
     for (int i = 0; i < e->n_tensors; i++) sh.n_params += e->tensors[i].numel;
-    plan_tiers(&e->cfg, &sh, device_budget(e), fp, fits, msg, cap);
+    plan_tiers(&e->cfg, &sh, e->p16_home, e->states_home, device_budget(e), fp, fits, msg, cap);
     return ZO_OK;
 }
 
@@ -519,7 +542,17 @@ zo_status zo_engine_footprint_for(const zo_engine_config *cfg, const zo_engine_l
     if (!cfg || !layout || !fp || !fits) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
     eng_shape sh;
     ZO_TRY(pack_layout(cfg, layout, NULL, 0, &sh));
-    plan_tiers(cfg, &sh, cfg->device_bytes ? cfg->device_bytes : UINT64_MAX, fp, fits, msg, cap);
+    uint8_t *p16 = malloc(sh.n_chunks), *states = malloc(sh.n_chunks);
+    if (!p16 || !states) {
+        free(p16);
+        free(states);
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %u chunks' homes", sh.n_chunks);
+    }
+    choose_homes(cfg, &sh, p16, states);
+    plan_tiers(cfg, &sh, p16, states, cfg->device_bytes ? cfg->device_bytes : UINT64_MAX, fp, fits, msg,
+               cap);
+    free(p16);
+    free(states);
     return ZO_OK;
 }
 
@@ -766,6 +799,8 @@ void zo_engine_free(zo_engine_t e)
     free(e->tensors);
     free(e->layers);
     free(e->chunks);
+    free(e->p16_home);
+    free(e->states_home);
     free(e->trace);
     free(e->cur);
     pthread_mutex_destroy(&e->mu);

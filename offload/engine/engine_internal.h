@@ -165,6 +165,7 @@ struct zo_engine {
     /* packing */
     size_t chunk_bytes, chunk_elems;
     eng_chunk *chunks;
+    uint8_t *p16_home, *states_home; /* each chunk's homes (zo_tier), chosen at packing */
     uint32_t n_chunks, max_cpl;
     int g_bufs;
     zo_engine_footprint fp;
