@@ -22,19 +22,24 @@ static float to_f32(zo_dtype t, uint16_t h)
 
 /* ---- the update of every chunk ---- */
 
-/* Each tier updates the chunks homed there, tier by tier. */
+/* Each tier updates the chunks homed there, tier by tier: first the tiers
+ * that store the update beside the committed states, last those that update
+ * in place, so that a failure (an NVMe write) leaves every chunk as it was. */
 zo_status eng_update_all(struct zo_engine *e, float lr, float factor, int64_t step, int parity)
 {
     eng_update_args u = {lr, factor, step, parity};
     uint32_t *list = malloc((e->n_chunks ? e->n_chunks : 1) * sizeof *list);
     if (!list) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a chunk list");
     zo_status st = ZO_OK;
-    for (int t = 0; st == ZO_OK && t < ENG_N_TIERS; t++) {
-        uint32_t n = 0;
-        for (uint32_t c = 0; c < e->n_chunks; c++)
-            if (e->chunks[c].st == eng_state_tiers[t]) list[n++] = c;
-        if (n) st = eng_state_tiers[t]->update(e, list, n, &u);
-    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int t = 0; st == ZO_OK && t < ENG_N_TIERS; t++) {
+            const eng_state_tier *tier = eng_state_tiers[t];
+            if (tier->in_place != pass) continue;
+            uint32_t n = 0;
+            for (uint32_t c = 0; c < e->n_chunks; c++)
+                if (e->chunks[c].st == tier) list[n++] = c;
+            if (n) st = tier->update(e, list, n, &u);
+        }
     free(list);
     return st;
 }

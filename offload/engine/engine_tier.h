@@ -83,6 +83,7 @@ typedef struct eng_state_tier {
     zo_tier tier;
     const char *name;
     int packed;          /* states are packed to the used elements (eng_state_stride) */
+    int in_place;        /* updates in place (cannot be undone but from an overlap backup) */
     int p16_behind;      /* the update writes 16-bit params behind the fetches (double-buffered) */
     int p16_stored;      /* can store 16-bit parameters with the states (update_out's tail) */
     unsigned needs_caps; /* device capabilities it needs (ZO_DEVCAP_*) */

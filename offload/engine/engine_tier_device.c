@@ -59,6 +59,7 @@ const eng_state_tier eng_state_tier_device = {
     .tier = ZO_TIER_DEVICE,
     .name = "device",
     .packed = 0,
+    .in_place = 1,
     .p16_behind = 0,
     .p16_stored = 0,
     .needs_caps = ZO_DEVCAP_HOST_ADDRESSABLE,

@@ -232,6 +232,7 @@ const eng_state_tier eng_state_tier_host = {
     .tier = ZO_TIER_HOST,
     .name = "host",
     .packed = 0,
+    .in_place = 1,
     .p16_behind = 0,
     .p16_stored = 0,
     .needs_caps = 0,

@@ -532,6 +532,7 @@ const eng_state_tier eng_state_tier_nvme = {
     .tier = ZO_TIER_NVME,
     .name = "nvme",
     .packed = 1,
+    .in_place = 0,
     .p16_behind = 1,
     .p16_stored = 1,
     .needs_caps = 0,
