@@ -26,19 +26,25 @@ typedef struct fault_engine {
     zo_swap_fault *faults;
     size_t nfaults;
     uint64_t next_index;
-    zo_io_req **fake;   /* injected completions, reaped before the inner ones */
+    zo_io_req **fake; /* injected completions, reaped before the inner ones */
     uint32_t nfake;
     shadow_req *shadows;
 } fault_engine;
 
-static fault_engine *as_fault(zo_io_engine *e) { return (fault_engine *)e; }
+static fault_engine *as_fault(zo_io_engine *e)
+{
+    return (fault_engine *)e;
+}
 
 static zo_status fault_register_files(zo_io_engine *e, const int *fds, int n)
 {
     return as_fault(e)->inner->ops->register_files(as_fault(e)->inner, fds, n);
 }
 
-static zo_status fault_start(zo_io_engine *e) { return as_fault(e)->inner->ops->start(as_fault(e)->inner); }
+static zo_status fault_start(zo_io_engine *e)
+{
+    return as_fault(e)->inner->ops->start(as_fault(e)->inner);
+}
 
 static zo_status fault_register_buffer(zo_io_engine *e, void *buf, size_t len, int *index)
 {
@@ -81,7 +87,8 @@ static zo_status fault_submit_short(fault_engine *f, zo_io_req *r)
         return ZO_OK;
     }
     shadow_req *sh = malloc(sizeof *sh);
-    if (!sh) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "fault engine: out of memory");
+    if (!sh)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "fault engine: out of memory");
     sh->req = *r;
     sh->req.len = part;
     sh->orig = r;
@@ -94,7 +101,8 @@ static zo_status fault_submit(zo_io_engine *e, zo_io_req *r)
 {
     fault_engine *f = as_fault(e);
     zo_swap_fault ft;
-    if (!fault_take(f, &ft)) return f->inner->ops->submit(f->inner, r);
+    if (!fault_take(f, &ft))
+        return f->inner->ops->submit(f->inner, r);
     ZO_LOGD("swap", "fault engine: injecting fault kind %d at request %llu", (int)ft.kind,
             (unsigned long long)ft.op_index);
     switch (ft.kind) {
@@ -108,17 +116,23 @@ static zo_status fault_submit(zo_io_engine *e, zo_io_req *r)
         nanosleep(&ts, NULL);
         return f->inner->ops->submit(f->inner, r);
     }
-    default: return ZO_FAIL(ZO_ERR_INTERNAL, "swap", "fault engine: unknown fault kind %d", (int)ft.kind);
+    default:
+        return ZO_FAIL(ZO_ERR_INTERNAL, "swap", "fault engine: unknown fault kind %d",
+                       (int)ft.kind);
     }
 }
 
-static zo_status fault_flush(zo_io_engine *e) { return as_fault(e)->inner->ops->flush(as_fault(e)->inner); }
+static zo_status fault_flush(zo_io_engine *e)
+{
+    return as_fault(e)->inner->ops->flush(as_fault(e)->inner);
+}
 
 /* Map a shortened copy back to the request the store submitted. */
 static zo_io_req *fault_unshadow(fault_engine *f, zo_io_req *r)
 {
     for (shadow_req **p = &f->shadows; *p; p = &(*p)->next) {
-        if (&(*p)->req != r) continue;
+        if (&(*p)->req != r)
+            continue;
         shadow_req *sh = *p;
         zo_io_req *orig = sh->orig;
         orig->result = sh->req.result;
@@ -133,20 +147,28 @@ static int fault_reap(zo_io_engine *e, zo_io_req **done, int max, int wait)
 {
     fault_engine *f = as_fault(e);
     int n = 0;
-    while (n < max && f->nfake) done[n++] = f->fake[--f->nfake];
+    while (n < max && f->nfake)
+        done[n++] = f->fake[--f->nfake];
     int m = f->inner->ops->reap(f->inner, done + n, max - n, wait && n == 0);
-    if (m < 0) return m;
-    for (int i = n; i < n + m; i++) done[i] = fault_unshadow(f, done[i]);
+    if (m < 0)
+        return m;
+    for (int i = n; i < n + m; i++)
+        done[i] = fault_unshadow(f, done[i]);
     return n + m;
 }
 
-static void fault_wake(zo_io_engine *e) { as_fault(e)->inner->ops->wake(as_fault(e)->inner); }
+static void fault_wake(zo_io_engine *e)
+{
+    as_fault(e)->inner->ops->wake(as_fault(e)->inner);
+}
 
 static void fault_destroy(zo_io_engine *e)
 {
     fault_engine *f = as_fault(e);
-    if (!f) return;
-    if (f->inner) f->inner->ops->destroy(f->inner);
+    if (!f)
+        return;
+    if (f->inner)
+        f->inner->ops->destroy(f->inner);
     while (f->shadows) {
         shadow_req *next = f->shadows->next;
         free(f->shadows);
@@ -159,8 +181,16 @@ static void fault_destroy(zo_io_engine *e)
 }
 
 static const zo_io_engine_ops fault_ops = {
-    "fault",     fault_register_files, fault_start, fault_register_buffer, fault_unregister_buffer, fault_submit,
-    fault_flush, fault_reap,           fault_wake,            fault_destroy,
+    "fault",
+    fault_register_files,
+    fault_start,
+    fault_register_buffer,
+    fault_unregister_buffer,
+    fault_submit,
+    fault_flush,
+    fault_reap,
+    fault_wake,
+    fault_destroy,
 };
 
 zo_status zo_io_fault_create(zo_io_engine *inner, zo_io_engine **out)
@@ -184,17 +214,23 @@ zo_status zo_io_fault_create(zo_io_engine *inner, zo_io_engine **out)
     return ZO_OK;
 }
 
-int zo_io_engine_is_fault(const zo_io_engine *e) { return e && e->ops == &fault_ops; }
+int zo_io_engine_is_fault(const zo_io_engine *e)
+{
+    return e && e->ops == &fault_ops;
+}
 
 zo_status zo_io_fault_arm(zo_io_engine *e, const zo_swap_fault *faults, size_t n)
 {
     if (!zo_io_engine_is_fault(e))
-        return ZO_FAIL(ZO_ERR_STATE, "swap", "faults can be armed only on a store opened with faults in its config");
+        return ZO_FAIL(ZO_ERR_STATE, "swap",
+                       "faults can be armed only on a store opened with faults in its config");
     fault_engine *f = as_fault(e);
     zo_swap_fault *copy = NULL;
     if (n) {
         copy = malloc(n * sizeof *copy);
-        if (!copy) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "fault engine: out of memory for %zu faults", n);
+        if (!copy)
+            return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "fault engine: out of memory for %zu faults",
+                           n);
         memcpy(copy, faults, n * sizeof *copy);
     }
     for (size_t i = 0; i < n; i++) {

@@ -30,7 +30,10 @@ typedef struct sync_engine {
     pthread_t threads[SYNC_MAX_WORKERS];
 } sync_engine;
 
-static sync_engine *as_sync(zo_io_engine *e) { return (sync_engine *)e; }
+static sync_engine *as_sync(zo_io_engine *e)
+{
+    return (sync_engine *)e;
+}
 
 static void fifo_push(req_fifo *f, zo_io_req *r)
 {
@@ -58,8 +61,10 @@ static void *sync_worker(void *arg)
     sync_engine *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->stop && s->todo.count == 0) pthread_cond_wait(&s->work_cv, &s->mu);
-        if (s->stop) break;
+        while (!s->stop && s->todo.count == 0)
+            pthread_cond_wait(&s->work_cv, &s->mu);
+        if (s->stop)
+            break;
         zo_io_req *r = fifo_pop(&s->todo);
         pthread_mutex_unlock(&s->mu);
         sync_do(s, r);
@@ -75,12 +80,16 @@ static zo_status sync_register_files(zo_io_engine *e, const int *fds, int n)
 {
     sync_engine *s = as_sync(e);
     s->fds = malloc(sizeof(int) * (size_t)n);
-    if (!s->fds) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "sync engine: out of memory");
+    if (!s->fds)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "sync engine: out of memory");
     memcpy(s->fds, fds, sizeof(int) * (size_t)n);
     return ZO_OK;
 }
 
-static zo_status sync_start(zo_io_engine *e) { return ZO_OK; }
+static zo_status sync_start(zo_io_engine *e)
+{
+    return ZO_OK;
+}
 
 static zo_status sync_register_buffer(zo_io_engine *e, void *buf, size_t len, int *index)
 {
@@ -105,16 +114,21 @@ static zo_status sync_submit(zo_io_engine *e, zo_io_req *r)
     return ZO_OK;
 }
 
-static zo_status sync_flush(zo_io_engine *e) { return ZO_OK; }
+static zo_status sync_flush(zo_io_engine *e)
+{
+    return ZO_OK;
+}
 
 static int sync_reap(zo_io_engine *e, zo_io_req **out, int max, int wait)
 {
     sync_engine *s = as_sync(e);
     pthread_mutex_lock(&s->mu);
-    while (wait && s->done.count == 0 && !s->woken) pthread_cond_wait(&s->done_cv, &s->mu);
+    while (wait && s->done.count == 0 && !s->woken)
+        pthread_cond_wait(&s->done_cv, &s->mu);
     s->woken = 0;
     int n = 0;
-    while (n < max && s->done.count) out[n++] = fifo_pop(&s->done);
+    while (n < max && s->done.count)
+        out[n++] = fifo_pop(&s->done);
     pthread_mutex_unlock(&s->mu);
     return n;
 }
@@ -131,12 +145,14 @@ static void sync_wake(zo_io_engine *e)
 static void sync_destroy(zo_io_engine *e)
 {
     sync_engine *s = as_sync(e);
-    if (!s) return;
+    if (!s)
+        return;
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
     pthread_cond_broadcast(&s->work_cv);
     pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < s->nthreads; i++) pthread_join(s->threads[i], NULL);
+    for (int i = 0; i < s->nthreads; i++)
+        pthread_join(s->threads[i], NULL);
     pthread_cond_destroy(&s->work_cv);
     pthread_cond_destroy(&s->done_cv);
     pthread_mutex_destroy(&s->mu);
@@ -147,15 +163,24 @@ static void sync_destroy(zo_io_engine *e)
 }
 
 static const zo_io_engine_ops sync_ops = {
-    "sync",     sync_register_files, sync_start, sync_register_buffer, sync_unregister_buffer, sync_submit,
-    sync_flush, sync_reap,           sync_wake,            sync_destroy,
+    "sync",
+    sync_register_files,
+    sync_start,
+    sync_register_buffer,
+    sync_unregister_buffer,
+    sync_submit,
+    sync_flush,
+    sync_reap,
+    sync_wake,
+    sync_destroy,
 };
 
 zo_status zo_io_sync_create(uint32_t queue_depth, zo_io_engine **out)
 {
     *out = NULL;
     sync_engine *s = calloc(1, sizeof *s);
-    if (!s) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "sync engine: out of memory");
+    if (!s)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "sync engine: out of memory");
     s->base.ops = &sync_ops;
     s->base.queue_depth = queue_depth;
     snprintf(s->base.name, sizeof s->base.name, "sync");
@@ -167,15 +192,17 @@ zo_status zo_io_sync_create(uint32_t queue_depth, zo_io_engine **out)
     pthread_cond_init(&s->done_cv, NULL);
     if (!s->todo.items || !s->done.items) {
         sync_destroy(&s->base);
-        return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "sync engine: out of memory for a queue of %u", queue_depth);
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "sync engine: out of memory for a queue of %u",
+                       queue_depth);
     }
     int want = queue_depth < SYNC_MAX_WORKERS ? (int)queue_depth : SYNC_MAX_WORKERS;
     for (int i = 0; i < want; i++) {
         int rc = pthread_create(&s->threads[i], NULL, sync_worker, s);
         if (rc) {
             sync_destroy(&s->base);
-            return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "sync engine: starting worker %d of %d failed: %s", i + 1,
-                           want, strerror(rc));
+            return ZO_FAIL(ZO_ERR_SYSTEM, "swap",
+                           "sync engine: starting worker %d of %d failed: %s", i + 1, want,
+                           strerror(rc));
         }
         s->nthreads++;
     }

@@ -30,12 +30,16 @@ typedef struct uring_engine {
     int disabled;     /* created with IORING_SETUP_R_DISABLED, not yet started */
 } uring_engine;
 
-static uring_engine *as_uring(zo_io_engine *e) { return (uring_engine *)e; }
+static uring_engine *as_uring(zo_io_engine *e)
+{
+    return (uring_engine *)e;
+}
 
 static zo_status uring_arm_eventfd(uring_engine *u)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
-    if (!sqe) return ZO_FAIL(ZO_ERR_INTERNAL, "swap", "io_uring: no SQE free to arm the wake-up eventfd");
+    if (!sqe)
+        return ZO_FAIL(ZO_ERR_INTERNAL, "swap", "io_uring: no SQE free to arm the wake-up eventfd");
     io_uring_prep_read(sqe, u->efd, &u->efd_value, sizeof u->efd_value, 0);
     io_uring_sqe_set_data(sqe, &u->efd);
     u->efd_armed = 1;
@@ -47,12 +51,16 @@ static zo_status uring_register_files(zo_io_engine *e, const int *fds, int n)
 {
     uring_engine *u = as_uring(e);
     u->fds = malloc(sizeof(int) * (size_t)n);
-    if (!u->fds) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "io_uring: out of memory for %d file descriptors", n);
+    if (!u->fds)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "io_uring: out of memory for %d file descriptors",
+                       n);
     memcpy(u->fds, fds, sizeof(int) * (size_t)n);
     u->nfds = n;
     int rc = io_uring_register_files(&u->ring, fds, (unsigned)n);
     u->fixed_files = rc == 0;
-    if (rc) ZO_LOGD("swap", "io_uring: registering files failed (%s); using plain file descriptors", strerror(-rc));
+    if (rc)
+        ZO_LOGD("swap", "io_uring: registering files failed (%s); using plain file descriptors",
+                strerror(-rc));
     return ZO_OK;
 }
 
@@ -64,9 +72,13 @@ static zo_status uring_start(zo_io_engine *e)
     uring_engine *u = as_uring(e);
     if (u->disabled) {
         /* liburing 2.3 declares io_uring_enable_rings but does not export it. */
-        int rc = (int)syscall(__NR_io_uring_register, u->ring.ring_fd, IORING_REGISTER_ENABLE_RINGS, NULL, 0);
-        if (rc < 0) rc = -errno;
-        if (rc < 0) return ZO_FAIL(ZO_ERR_IO, "swap", "io_uring: enabling the ring failed: %s", strerror(-rc));
+        int rc = (int)syscall(__NR_io_uring_register, u->ring.ring_fd, IORING_REGISTER_ENABLE_RINGS,
+                              NULL, 0);
+        if (rc < 0)
+            rc = -errno;
+        if (rc < 0)
+            return ZO_FAIL(ZO_ERR_IO, "swap", "io_uring: enabling the ring failed: %s",
+                           strerror(-rc));
         u->disabled = 0;
     }
     ZO_TRY(uring_arm_eventfd(u));
@@ -80,18 +92,23 @@ static zo_status uring_register_buffer(zo_io_engine *e, void *buf, size_t len, i
     if (u->fixed_bufs == 0) {
         int rc = io_uring_register_buffers_sparse(&u->ring, URING_MAX_FIXED_BUFS);
         u->fixed_bufs = rc == 0 ? 1 : -1;
-        if (rc) ZO_LOGD("swap", "io_uring: no sparse buffer table (%s); buffers stay unregistered", strerror(-rc));
+        if (rc)
+            ZO_LOGD("swap", "io_uring: no sparse buffer table (%s); buffers stay unregistered",
+                    strerror(-rc));
     }
-    if (u->fixed_bufs < 0) return ZO_OK;
+    if (u->fixed_bufs < 0)
+        return ZO_OK;
     for (int i = 0; i < URING_MAX_FIXED_BUFS; i++) {
-        if (u->buf_used[i]) continue;
+        if (u->buf_used[i])
+            continue;
         struct iovec iov = {buf, len};
         __u64 tag = 0;
         int rc = io_uring_register_buffers_update_tag(&u->ring, (unsigned)i, &iov, &tag, 1);
         if (rc < 0) {
             /* Pinning can fail under RLIMIT_MEMLOCK; unregistered I/O still works. */
-            ZO_LOGD("swap", "io_uring: registering a %zu-byte buffer failed (%s); using it unregistered", len,
-                    strerror(-rc));
+            ZO_LOGD("swap",
+                    "io_uring: registering a %zu-byte buffer failed (%s); using it unregistered",
+                    len, strerror(-rc));
             return ZO_OK;
         }
         u->buf_used[i] = buf;
@@ -104,7 +121,8 @@ static zo_status uring_register_buffer(zo_io_engine *e, void *buf, size_t len, i
 static void uring_unregister_buffer(zo_io_engine *e, int index)
 {
     uring_engine *u = as_uring(e);
-    if (index < 0 || index >= URING_MAX_FIXED_BUFS || !u->buf_used[index]) return;
+    if (index < 0 || index >= URING_MAX_FIXED_BUFS || !u->buf_used[index])
+        return;
     struct iovec iov = {NULL, 0};
     __u64 tag = 0;
     io_uring_register_buffers_update_tag(&u->ring, (unsigned)index, &iov, &tag, 1);
@@ -124,7 +142,8 @@ static void uring_prep(uring_engine *u, struct io_uring_sqe *sqe, zo_io_req *r)
     } else {
         io_uring_prep_write(sqe, fd, r->buf, (unsigned)r->len, r->off);
     }
-    if (u->fixed_files) sqe->flags |= IOSQE_FIXED_FILE;
+    if (u->fixed_files)
+        sqe->flags |= IOSQE_FIXED_FILE;
     io_uring_sqe_set_data(sqe, r);
 }
 
@@ -133,10 +152,13 @@ static zo_status uring_flush(zo_io_engine *e)
     uring_engine *u = as_uring(e);
     while (u->pending) {
         int rc = io_uring_submit(&u->ring);
-        if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) continue;
-        if (rc < 0) return ZO_FAIL(ZO_ERR_IO, "swap", "io_uring_submit failed: %s", strerror(-rc));
+        if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY)
+            continue;
+        if (rc < 0)
+            return ZO_FAIL(ZO_ERR_IO, "swap", "io_uring_submit failed: %s", strerror(-rc));
         u->pending -= (unsigned)rc < u->pending ? (unsigned)rc : u->pending;
-        if (rc == 0) break;
+        if (rc == 0)
+            break;
     }
     return ZO_OK;
 }
@@ -148,7 +170,8 @@ static zo_status uring_submit(zo_io_engine *e, zo_io_req *r)
     if (!sqe) {
         ZO_TRY(uring_flush(e));
         sqe = io_uring_get_sqe(&u->ring);
-        if (!sqe) return ZO_FAIL(ZO_ERR_INTERNAL, "swap", "io_uring: submission queue full");
+        if (!sqe)
+            return ZO_FAIL(ZO_ERR_INTERNAL, "swap", "io_uring: submission queue full");
     }
     uring_prep(u, sqe, r);
     u->pending++;
@@ -186,7 +209,8 @@ static int uring_reap(zo_io_engine *e, zo_io_req **done, int max, int wait)
             ZO_TRY(uring_arm_eventfd(u));
             ZO_TRY(uring_flush(e));
         }
-        if (n > 0 || woken || !wait) return n;
+        if (n > 0 || woken || !wait)
+            return n;
         struct io_uring_cqe *cqe;
         int rc = io_uring_wait_cqe(&u->ring, &cqe);
         if (rc < 0 && rc != -EINTR && rc != -EAGAIN)
@@ -199,23 +223,35 @@ static void uring_wake(zo_io_engine *e)
     uring_engine *u = as_uring(e);
     uint64_t one = 1;
     /* A full counter (never in practice) already guarantees a wake-up. */
-    if (write(u->efd, &one, sizeof one) < 0) return;
+    if (write(u->efd, &one, sizeof one) < 0)
+        return;
 }
 
 static void uring_destroy(zo_io_engine *e)
 {
     uring_engine *u = as_uring(e);
-    if (!u) return;
-    if (u->fixed_files) io_uring_unregister_files(&u->ring);
+    if (!u)
+        return;
+    if (u->fixed_files)
+        io_uring_unregister_files(&u->ring);
     io_uring_queue_exit(&u->ring);
-    if (u->efd >= 0) close(u->efd);
+    if (u->efd >= 0)
+        close(u->efd);
     free(u->fds);
     free(u);
 }
 
 static const zo_io_engine_ops uring_ops = {
-    "io_uring",    uring_register_files, uring_start, uring_register_buffer, uring_unregister_buffer, uring_submit,
-    uring_flush,   uring_reap,           uring_wake,            uring_destroy,
+    "io_uring",
+    uring_register_files,
+    uring_start,
+    uring_register_buffer,
+    uring_unregister_buffer,
+    uring_submit,
+    uring_flush,
+    uring_reap,
+    uring_wake,
+    uring_destroy,
 };
 
 zo_status zo_io_uring_create(uint32_t queue_depth, zo_io_engine **out, char *why, size_t cap)
@@ -226,7 +262,8 @@ zo_status zo_io_uring_create(uint32_t queue_depth, zo_io_engine **out, char *why
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, "swap", "io_uring: %s", why);
     }
     uring_engine *u = calloc(1, sizeof *u);
-    if (!u) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "io_uring: out of memory");
+    if (!u)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "io_uring: out of memory");
     u->efd = eventfd(0, EFD_CLOEXEC);
     if (u->efd < 0) {
         snprintf(why, cap, "eventfd failed: %s", strerror(errno));
@@ -239,9 +276,9 @@ zo_status zo_io_uring_create(uint32_t queue_depth, zo_io_engine **out, char *why
      * ring starts disabled and the I/O thread enables it) or at least never
      * interrupt it (COOP_TASKRUN, 5.19+), sparing an IPI per completion,
      * which is costly in VMs. Older kernels refuse the flags: retry without. */
-    static const unsigned flag_sets[] = {
-        IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED,
-        IORING_SETUP_COOP_TASKRUN, 0};
+    static const unsigned flag_sets[] = {IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER |
+                                             IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED,
+                                         IORING_SETUP_COOP_TASKRUN, 0};
     int rc = -EINVAL;
     for (size_t i = 0; i < sizeof flag_sets / sizeof flag_sets[0] && rc == -EINVAL; i++) {
         rc = io_uring_queue_init(queue_depth + 1, &u->ring, flag_sets[i]);
@@ -249,7 +286,9 @@ zo_status zo_io_uring_create(uint32_t queue_depth, zo_io_engine **out, char *why
     }
     if (rc < 0) {
         snprintf(why, cap, "io_uring_queue_init(%u) failed: %s%s", queue_depth + 1, strerror(-rc),
-                 rc == -ENOSYS || rc == -EPERM ? " (old kernel or a seccomp policy forbids io_uring)" : "");
+                 rc == -ENOSYS || rc == -EPERM
+                     ? " (old kernel or a seccomp policy forbids io_uring)"
+                     : "");
         close(u->efd);
         free(u);
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, "swap", "io_uring: %s", why);

@@ -17,13 +17,13 @@ typedef enum zo_io_dir { ZO_IO_READ = 0, ZO_IO_WRITE = 1 } zo_io_dir;
 
 typedef struct zo_io_req {
     zo_io_dir dir;
-    int file;         /* index into the registered files */
+    int file; /* index into the registered files */
     void *buf;
     size_t len;
     uint64_t off;
-    int buf_index;    /* registered buffer index, or -1 */
-    int64_t result;   /* set by the engine: bytes transferred or -errno */
-    void *owner;      /* the store's bookkeeping */
+    int buf_index;  /* registered buffer index, or -1 */
+    int64_t result; /* set by the engine: bytes transferred or -errno */
+    void *owner;    /* the store's bookkeeping */
 } zo_io_req;
 
 typedef struct zo_io_engine zo_io_engine;

@@ -8,13 +8,13 @@
 #include "swap_engine.h"
 #include "zo/swap.h"
 
-#define ZO_SWAP_FILE_MAGIC 0x3146505753504f5aull   /* "ZOPSWPF1" */
-#define ZO_SWAP_EXTENT_MAGIC 0x3158505753504f5aull /* "ZOPSWPX1" */
+#define ZO_SWAP_FILE_MAGIC     0x3146505753504f5aull /* "ZOPSWPF1" */
+#define ZO_SWAP_EXTENT_MAGIC   0x3158505753504f5aull /* "ZOPSWPX1" */
 #define ZO_SWAP_FORMAT_VERSION 1u
-#define ZO_SWAP_MAX_PATHS 64
+#define ZO_SWAP_MAX_PATHS      64
 /* Payloads of 1 MiB and more start on 1 MiB boundaries, so block-sized
  * requests line up with the device's (and a RAID's) boundaries as fio's do. */
-#define ZO_SWAP_DATA_ALIGN (1ull << 20)
+#define ZO_SWAP_DATA_ALIGN     (1ull << 20)
 #define ZO_SWAP_MAX_REGISTERED 64
 /* Faults armed at open: the config's and ZO_SWAP_FAULTS's together. */
 #define ZO_SWAP_MAX_FAULTS 256
@@ -93,8 +93,8 @@ struct zo_swap_io {
     uint32_t file;
     uint64_t header_off, payload_off; /* in its file */
     int buf_index;
-    uint8_t *blocks;   /* 4 KiB header block, then 4 KiB tail block */
-    int phase;         /* writes: 0 payload, 1 header */
+    uint8_t *blocks; /* 4 KiB header block, then 4 KiB tail block */
+    int phase;       /* writes: 0 payload, 1 header */
     int header_pending, tail_pending;
     size_t next_body;
     int inflight;
@@ -104,8 +104,8 @@ struct zo_swap_io {
     int verify_pending; /* a read's checks are left to its waiter */
     zo_swap_done_fn cb;
     void *user;
-    struct zo_swap_io *next;            /* incoming / active list */
-    struct zo_swap_io *tprev, *tnext;   /* tickets not yet waited */
+    struct zo_swap_io *next;          /* incoming / active list */
+    struct zo_swap_io *tprev, *tnext; /* tickets not yet waited */
 };
 
 struct zo_swap {
@@ -125,7 +125,7 @@ struct zo_swap {
     struct zo_swap_io *tickets;
     swap_ctl *ctl_head;
     int stop;
-    int started;           /* the I/O thread ran engine start: 1 ok, -1 failed */
+    int started; /* the I/O thread ran engine start: 1 ok, -1 failed */
     zo_status start_st;
     char start_msg[256];
     zo_swap_stats stats;

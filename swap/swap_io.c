@@ -20,13 +20,20 @@ uint64_t zo_swap_header_hash(const swap_extent_header *h)
     return XXH64(h, offsetof(swap_extent_header, header_xxh64), 0);
 }
 
-static uint8_t *header_block(struct zo_swap_io *op) { return op->blocks; }
-static uint8_t *tail_block(struct zo_swap_io *op) { return op->blocks + ZO_SWAP_ALIGN; }
+static uint8_t *header_block(struct zo_swap_io *op)
+{
+    return op->blocks;
+}
+static uint8_t *tail_block(struct zo_swap_io *op)
+{
+    return op->blocks + ZO_SWAP_ALIGN;
+}
 
 /* Record the first failure of an operation; later ones add nothing. */
 static void op_fail(struct zo_swap_io *op, zo_status st, const char *fmt, ...)
 {
-    if (op->st != ZO_OK) return;
+    if (op->st != ZO_OK)
+        return;
     op->st = st;
     va_list ap;
     va_start(ap, fmt);
@@ -36,16 +43,23 @@ static void op_fail(struct zo_swap_io *op, zo_status st, const char *fmt, ...)
 
 /* ---- ticket creation (caller's thread) ---- */
 
-static zo_status check_request(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len, const char *what)
+static zo_status check_request(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len,
+                               const char *what)
 {
-    if (!s) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: NULL store", what);
+    if (!s)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: NULL store", what);
     if (!buf || ((uintptr_t)buf % ZO_SWAP_ALIGN))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: buffer %p is not 4096-byte aligned (O_DIRECT needs it): "
-                       "allocate it with posix_memalign/aligned_alloc(4096, ...)", what, buf);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
+                       "%s: buffer %p is not 4096-byte aligned (O_DIRECT needs it): "
+                       "allocate it with posix_memalign/aligned_alloc(4096, ...)",
+                       what, buf);
     if (len == 0 || len > s->extent_payload)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: length %zu: expected 1..%" PRIu64 " (the store's extent size)",
-                       what, len, s->extent_payload);
-    if (ext >= s->nslots) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: extent %u out of range (store has %u)", what, ext, s->nslots);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
+                       "%s: length %zu: expected 1..%" PRIu64 " (the store's extent size)", what,
+                       len, s->extent_payload);
+    if (ext >= s->nslots)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: extent %u out of range (store has %u)",
+                       what, ext, s->nslots);
     return ZO_OK;
 }
 
@@ -54,13 +68,14 @@ static int region_index(zo_swap_t s, const void *buf, size_t len)
     const uint8_t *p = buf;
     for (int i = 0; i < ZO_SWAP_MAX_REGISTERED; i++) {
         const uint8_t *b = s->regions[i].buf;
-        if (b && s->regions[i].index >= 0 && p >= b && p + len <= b + s->regions[i].len) return s->regions[i].index;
+        if (b && s->regions[i].index >= 0 && p >= b && p + len <= b + s->regions[i].len)
+            return s->regions[i].index;
     }
     return -1;
 }
 
-static zo_status op_create(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, const void *buf, size_t len,
-                           uint64_t generation, struct zo_swap_io **out)
+static zo_status op_create(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, const void *buf,
+                           size_t len, uint64_t generation, struct zo_swap_io **out)
 {
     struct zo_swap_io *op = calloc(1, sizeof *op);
     void *blocks = NULL;
@@ -88,7 +103,8 @@ static zo_status op_create(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, con
 
 /* Mark the extent busy (one operation per extent at a time) and hand the
  * ticket to the I/O thread. */
-static zo_status op_enqueue(zo_swap_t s, struct zo_swap_io *op, zo_swap_done_fn done, void *user, zo_swap_io_t *io)
+static zo_status op_enqueue(zo_swap_t s, struct zo_swap_io *op, zo_swap_done_fn done, void *user,
+                            zo_swap_io_t *io)
 {
     op->cb = done;
     op->user = user;
@@ -97,9 +113,11 @@ static zo_status op_enqueue(zo_swap_t s, struct zo_swap_io *op, zo_swap_done_fn 
     swap_slot *slot = &s->slots[op->ext];
     zo_status st = ZO_OK;
     if (!slot->used)
-        st = ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "extent %u is not allocated: call zo_swap_alloc_extent first", op->ext);
+        st = ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
+                     "extent %u is not allocated: call zo_swap_alloc_extent first", op->ext);
     else if (slot->busy)
-        st = ZO_FAIL(ZO_ERR_STATE, "swap", "extent %u already has a write or read in flight: wait for it first", op->ext);
+        st = ZO_FAIL(ZO_ERR_STATE, "swap",
+                     "extent %u already has a write or read in flight: wait for it first", op->ext);
     if (st != ZO_OK) {
         pthread_mutex_unlock(&s->mu);
         free(op->blocks);
@@ -111,14 +129,18 @@ static zo_status op_enqueue(zo_swap_t s, struct zo_swap_io *op, zo_swap_done_fn 
     op->buf_index = region_index(s, op->buf, op->body_len);
     if (op->has_ticket) {
         op->tnext = s->tickets;
-        if (s->tickets) s->tickets->tprev = op;
+        if (s->tickets)
+            s->tickets->tprev = op;
         s->tickets = op;
     }
-    if (s->in_tail) s->in_tail->next = op;
-    else s->in_head = op;
+    if (s->in_tail)
+        s->in_tail->next = op;
+    else
+        s->in_head = op;
     s->in_tail = op;
     pthread_mutex_unlock(&s->mu);
-    if (io) *io = op;
+    if (io)
+        *io = op;
     s->engine->ops->wake(s->engine);
     return ZO_OK;
 }
@@ -138,18 +160,22 @@ static void fill_header(struct zo_swap_io *op)
 }
 
 /* Validate a write or read and build its ticket (not yet queued). */
-static zo_status op_begin(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, const void *buf, size_t len,
-                          uint64_t generation, zo_swap_done_fn done, zo_swap_io_t *io, struct zo_swap_io **op)
+static zo_status op_begin(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, const void *buf,
+                          size_t len, uint64_t generation, zo_swap_done_fn done, zo_swap_io_t *io,
+                          struct zo_swap_io **op)
 {
     const char *what = dir == ZO_IO_WRITE ? "zo_swap_write_async" : "zo_swap_read_async";
-    if (io) *io = NULL;
+    if (io)
+        *io = NULL;
     ZO_TRY(check_request(s, ext, buf, len, what));
-    if (!io && !done) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: give a ticket pointer or a callback", what);
+    if (!io && !done)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: give a ticket pointer or a callback", what);
     return op_create(s, dir, ext, buf, len, generation, op);
 }
 
-zo_status zo_swap_write_async(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len, uint64_t generation,
-                              zo_swap_done_fn done, void *user, zo_swap_io_t *io)
+zo_status zo_swap_write_async(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len,
+                              uint64_t generation, zo_swap_done_fn done, void *user,
+                              zo_swap_io_t *io)
 {
     struct zo_swap_io *op;
     ZO_TRY(op_begin(s, ZO_IO_WRITE, ext, buf, len, generation, done, io, &op));
@@ -160,8 +186,9 @@ zo_status zo_swap_write_async(zo_swap_t s, zo_swap_extent_t ext, const void *buf
     return op_enqueue(s, op, done, user, io);
 }
 
-zo_status zo_swap_read_async(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len, uint64_t generation,
-                             zo_swap_done_fn done, void *user, zo_swap_io_t *io)
+zo_status zo_swap_read_async(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len,
+                             uint64_t generation, zo_swap_done_fn done, void *user,
+                             zo_swap_io_t *io)
 {
     struct zo_swap_io *op;
     ZO_TRY(op_begin(s, ZO_IO_READ, ext, buf, len, generation, done, io, &op));
@@ -172,41 +199,51 @@ static void settle_ticket(zo_swap_io_t io);
 
 zo_status zo_swap_test(zo_swap_io_t io)
 {
-    if (!io) return ZO_OK;
+    if (!io)
+        return ZO_OK;
     pthread_mutex_lock(&io->s->mu);
     int done = io->done;
     pthread_mutex_unlock(&io->s->mu);
-    if (!done) return ZO_NOT_READY;
+    if (!done)
+        return ZO_NOT_READY;
     settle_ticket(io);
     return io->st;
 }
 
 zo_status zo_swap_wait(zo_swap_io_t io)
 {
-    if (!io) return ZO_OK;
+    if (!io)
+        return ZO_OK;
     zo_swap_t s = io->s;
     pthread_mutex_lock(&s->mu);
-    while (!io->done) pthread_cond_wait(&s->done_cv, &s->mu);
-    if (io->tprev) io->tprev->tnext = io->tnext;
-    else s->tickets = io->tnext;
-    if (io->tnext) io->tnext->tprev = io->tprev;
+    while (!io->done)
+        pthread_cond_wait(&s->done_cv, &s->mu);
+    if (io->tprev)
+        io->tprev->tnext = io->tnext;
+    else
+        s->tickets = io->tnext;
+    if (io->tnext)
+        io->tnext->tprev = io->tprev;
     pthread_mutex_unlock(&s->mu);
     settle_ticket(io);
     zo_status st = io->st;
-    if (st < 0) ZO_FAIL(st, "swap", "%s", io->msg);
+    if (st < 0)
+        ZO_FAIL(st, "swap", "%s", io->msg);
     free(io->blocks);
     free(io);
     return st;
 }
 
-zo_status zo_swap_write(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len, uint64_t generation)
+zo_status zo_swap_write(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len,
+                        uint64_t generation)
 {
     zo_swap_io_t io;
     ZO_TRY(zo_swap_write_async(s, ext, buf, len, generation, NULL, NULL, &io));
     return zo_swap_wait(io);
 }
 
-zo_status zo_swap_read(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len, uint64_t generation)
+zo_status zo_swap_read(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len,
+                       uint64_t generation)
 {
     zo_swap_io_t io;
     ZO_TRY(zo_swap_read_async(s, ext, buf, len, generation, NULL, NULL, &io));
@@ -215,14 +252,18 @@ zo_status zo_swap_read(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len,
 
 /* ---- the I/O thread ---- */
 
-static const char *dir_name(zo_io_dir d) { return d == ZO_IO_READ ? "read" : "write"; }
+static const char *dir_name(zo_io_dir d)
+{
+    return d == ZO_IO_READ ? "read" : "write";
+}
 
 /* The next request of op, or 0 when it has none to start now. Reads fetch
  * header, payload and tail at once; writes send the header only after the
  * payload is on disk, so a torn write can never verify. */
 static int op_next_piece(zo_swap_t s, struct zo_swap_io *op, zo_io_req *r)
 {
-    if (op->st != ZO_OK) return 0;
+    if (op->st != ZO_OK)
+        return 0;
     r->dir = op->dir;
     r->file = (int)op->file;
     r->buf_index = -1;
@@ -236,7 +277,8 @@ static int op_next_piece(zo_swap_t s, struct zo_swap_io *op, zo_io_req *r)
     }
     if (payload_phase && op->next_body < op->body_len) {
         size_t n = op->body_len - op->next_body;
-        if (n > s->cfg.block_size) n = s->cfg.block_size;
+        if (n > s->cfg.block_size)
+            n = s->cfg.block_size;
         r->buf = op->buf + op->next_body;
         r->len = n;
         r->off = op->payload_off + op->next_body;
@@ -261,9 +303,12 @@ static void move_incoming(zo_swap_t s)
     struct zo_swap_io *tail = s->in_tail;
     s->in_head = s->in_tail = NULL;
     pthread_mutex_unlock(&s->mu);
-    if (!head) return;
-    if (s->active_tail) s->active_tail->next = head;
-    else s->active_head = head;
+    if (!head)
+        return;
+    if (s->active_tail)
+        s->active_tail->next = head;
+    else
+        s->active_head = head;
     s->active_tail = tail;
 }
 
@@ -298,7 +343,8 @@ static zo_status submit_ready(zo_swap_t s)
     for (struct zo_swap_io *op = s->active_head; op && s->free_reqs; op = op->next) {
         while (s->free_reqs) {
             store_req *r = s->free_reqs;
-            if (!op_next_piece(s, op, &r->io)) break;
+            if (!op_next_piece(s, op, &r->io))
+                break;
             s->free_reqs = r->next;
             r->op = op;
             r->retries = 0;
@@ -339,18 +385,22 @@ static void on_request_done(zo_swap_t s, store_req *r)
     if (res == -EINTR || res == -EAGAIN || res == 0) {
         if (++r->retries <= ZO_SWAP_MAX_RETRIES) {
             pthread_mutex_lock(&s->mu);
-            if (res == 0) s->stats.short_ios++;
-            else s->stats.retries++;
+            if (res == 0)
+                s->stats.short_ios++;
+            else
+                s->stats.retries++;
             pthread_mutex_unlock(&s->mu);
             retry_req(s, r);
             return;
         }
-        op_fail(op, ZO_ERR_IO, "%s of extent %u: %s at %s offset %" PRIu64 " after %d attempts", dir_name(op->dir),
-                op->ext, res ? strerror((int)-res) : "no progress", path, io->off, ZO_SWAP_MAX_RETRIES);
+        op_fail(op, ZO_ERR_IO, "%s of extent %u: %s at %s offset %" PRIu64 " after %d attempts",
+                dir_name(op->dir), op->ext, res ? strerror((int)-res) : "no progress", path,
+                io->off, ZO_SWAP_MAX_RETRIES);
     } else if (res < 0) {
-        op_fail(op, errno_status((int)-res), "%s of extent %u (owner %" PRIu64 ") failed at %s offset %" PRIu64
-                " (%zu bytes): %s", dir_name(op->dir), op->ext, op->owner, path, io->off, io->len,
-                strerror((int)-res));
+        op_fail(op, errno_status((int)-res),
+                "%s of extent %u (owner %" PRIu64 ") failed at %s offset %" PRIu64
+                " (%zu bytes): %s",
+                dir_name(op->dir), op->ext, op->owner, path, io->off, io->len, strerror((int)-res));
     } else if ((uint64_t)res < io->len) {
         /* Short transfer: continue where it stopped. */
         io->buf = (uint8_t *)io->buf + res;
@@ -372,14 +422,18 @@ static void verify_read(zo_swap_t s, struct zo_swap_io *op)
     const swap_extent_header *h = (const swap_extent_header *)header_block(op);
     const char *path = s->files[op->file].path;
     if (h->magic != ZO_SWAP_EXTENT_MAGIC || h->header_xxh64 != zo_swap_header_hash(h)) {
-        op_fail(op, ZO_ERR_CORRUPT, "extent %u: header at %s offset %" PRIu64 " is %s", op->ext, path, op->header_off,
-                h->magic != ZO_SWAP_EXTENT_MAGIC ? "missing (never written, or overwritten)" : "corrupt (checksum mismatch)");
+        op_fail(op, ZO_ERR_CORRUPT, "extent %u: header at %s offset %" PRIu64 " is %s", op->ext,
+                path, op->header_off,
+                h->magic != ZO_SWAP_EXTENT_MAGIC ? "missing (never written, or overwritten)"
+                                                 : "corrupt (checksum mismatch)");
         return;
     }
     if (h->version != ZO_SWAP_FORMAT_VERSION || h->owner != op->owner || h->length != op->len ||
         h->generation != op->generation || h->extent != op->ext) {
-        op_fail(op, ZO_ERR_CORRUPT, "extent %u at %s offset %" PRIu64 " holds version %u owner %" PRIu64 " length %"
-                PRIu64 " generation %" PRIu64 ", expected version %u owner %" PRIu64 " length %zu generation %" PRIu64,
+        op_fail(op, ZO_ERR_CORRUPT,
+                "extent %u at %s offset %" PRIu64 " holds version %u owner %" PRIu64
+                " length %" PRIu64 " generation %" PRIu64 ", expected version %u owner %" PRIu64
+                " length %zu generation %" PRIu64,
                 op->ext, path, op->header_off, h->version, h->owner, h->length, h->generation,
                 ZO_SWAP_FORMAT_VERSION, op->owner, op->len, op->generation);
         return;
@@ -390,9 +444,10 @@ static void verify_read(zo_swap_t s, struct zo_swap_io *op)
     XXH64_update(&st, tail_block(op), op->tail_len);
     uint64_t got = XXH64_digest(&st);
     if (got != h->payload_xxh64) {
-        op_fail(op, ZO_ERR_CORRUPT, "extent %u: payload at %s offset %" PRIu64 " (%zu bytes) fails its checksum "
-                "(xxh64 %016" PRIx64 ", header says %016" PRIx64 ")", op->ext, path, op->payload_off,
-                op->len, got, h->payload_xxh64);
+        op_fail(op, ZO_ERR_CORRUPT,
+                "extent %u: payload at %s offset %" PRIu64 " (%zu bytes) fails its checksum "
+                "(xxh64 %016" PRIx64 ", header says %016" PRIx64 ")",
+                op->ext, path, op->payload_off, op->len, got, h->payload_xxh64);
         return;
     }
     memcpy(op->buf + op->body_len, tail_block(op), op->tail_len);
@@ -408,7 +463,8 @@ static void count_finished(zo_swap_t s, struct zo_swap_io *op)
         s->stats.bytes_read += op->len;
     } else {
         s->stats.errors++;
-        if (op->st == ZO_ERR_CORRUPT) s->stats.corrupt++;
+        if (op->st == ZO_ERR_CORRUPT)
+            s->stats.corrupt++;
     }
 }
 
@@ -418,15 +474,19 @@ static void finish_op(zo_swap_t s, struct zo_swap_io *op)
      * hashing then runs on the caller's thread (as it does for writes) and
      * the I/O thread goes straight back to driving the queue. */
     op->verify_pending = op->dir == ZO_IO_READ && op->st == ZO_OK && op->has_ticket && !op->cb;
-    if (op->st == ZO_OK && op->dir == ZO_IO_READ && !op->verify_pending) verify_read(s, op);
-    if (op->st != ZO_OK) ZO_LOGD("swap", "%s", op->msg);
+    if (op->st == ZO_OK && op->dir == ZO_IO_READ && !op->verify_pending)
+        verify_read(s, op);
+    if (op->st != ZO_OK)
+        ZO_LOGD("swap", "%s", op->msg);
     pthread_mutex_lock(&s->mu);
     s->slots[op->ext].busy = 0;
-    if (!op->verify_pending) count_finished(s, op);
+    if (!op->verify_pending)
+        count_finished(s, op);
     pthread_mutex_unlock(&s->mu);
     /* The callback runs before the ticket is released so that a waiter sees
      * its effects. */
-    if (op->cb) op->cb(op->user, op->st, op->msg);
+    if (op->cb)
+        op->cb(op->user, op->st, op->msg);
     int has_ticket = op->has_ticket;
     pthread_mutex_lock(&s->mu);
     op->done = 1;
@@ -441,7 +501,8 @@ static void finish_op(zo_swap_t s, struct zo_swap_io *op)
 /* The waiter's share of a finished read: verify it and count it. */
 static void settle_ticket(zo_swap_io_t io)
 {
-    if (!io->verify_pending) return;
+    if (!io->verify_pending)
+        return;
     io->verify_pending = 0;
     verify_read(io->s, io);
     pthread_mutex_lock(&io->s->mu);
@@ -453,12 +514,16 @@ static void settle_ticket(zo_swap_io_t io)
  * whose payload is complete moves on to its header here. */
 static int op_settled(zo_swap_t s, struct zo_swap_io *op)
 {
-    if (op->inflight) return 0;
-    if (op->st != ZO_OK) return 1;
+    if (op->inflight)
+        return 0;
+    if (op->st != ZO_OK)
+        return 1;
     int payload_left = op->next_body < op->body_len || op->tail_pending;
-    if (op->dir == ZO_IO_READ) return !payload_left && !op->header_pending;
+    if (op->dir == ZO_IO_READ)
+        return !payload_left && !op->header_pending;
     if (op->phase == 0) {
-        if (payload_left) return 0;
+        if (payload_left)
+            return 0;
         fill_header(op);
         op->phase = 1;
         return 0;
@@ -472,9 +537,12 @@ static void finish_settled(zo_swap_t s)
     while (op) {
         struct zo_swap_io *next = op->next;
         if (op_settled(s, op)) {
-            if (prev) prev->next = next;
-            else s->active_head = next;
-            if (s->active_tail == op) s->active_tail = prev;
+            if (prev)
+                prev->next = next;
+            else
+                s->active_head = next;
+            if (s->active_tail == op)
+                s->active_tail = prev;
             finish_op(s, op);
         } else {
             prev = op;
@@ -492,9 +560,11 @@ zo_status zo_swap_run_ctl(zo_swap_t s, swap_ctl *ctl)
     pthread_mutex_unlock(&s->mu);
     s->engine->ops->wake(s->engine);
     pthread_mutex_lock(&s->mu);
-    while (!ctl->done) pthread_cond_wait(&s->done_cv, &s->mu);
+    while (!ctl->done)
+        pthread_cond_wait(&s->done_cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
-    if (ctl->st != ZO_OK) return ZO_FAIL(ctl->st, "swap", "%s", ctl->msg);
+    if (ctl->st != ZO_OK)
+        return ZO_FAIL(ctl->st, "swap", "%s", ctl->msg);
     return ZO_OK;
 }
 
@@ -506,9 +576,12 @@ static void run_controls(zo_swap_t s)
     pthread_mutex_unlock(&s->mu);
     for (swap_ctl *c = list; c; c = c->next) {
         c->st = ZO_OK;
-        if (c->unregister) s->engine->ops->unregister_buffer(s->engine, c->index);
-        else c->st = s->engine->ops->register_buffer(s->engine, c->buf, c->len, &c->index);
-        if (c->st != ZO_OK) snprintf(c->msg, sizeof c->msg, "%s", zo_last_error());
+        if (c->unregister)
+            s->engine->ops->unregister_buffer(s->engine, c->index);
+        else
+            c->st = s->engine->ops->register_buffer(s->engine, c->buf, c->len, &c->index);
+        if (c->st != ZO_OK)
+            snprintf(c->msg, sizeof c->msg, "%s", zo_last_error());
     }
     pthread_mutex_lock(&s->mu);
     for (swap_ctl *c = list; c;) {
@@ -526,7 +599,8 @@ static int io_thread_start(zo_swap_t s)
     zo_status st = s->engine->ops->start(s->engine);
     pthread_mutex_lock(&s->mu);
     s->start_st = st;
-    if (st != ZO_OK) snprintf(s->start_msg, sizeof s->start_msg, "%s", zo_last_error());
+    if (st != ZO_OK)
+        snprintf(s->start_msg, sizeof s->start_msg, "%s", zo_last_error());
     s->started = st == ZO_OK ? 1 : -1;
     pthread_cond_broadcast(&s->done_cv);
     pthread_mutex_unlock(&s->mu);
@@ -537,19 +611,24 @@ static void *io_thread(void *arg)
 {
     zo_swap_t s = arg;
     zo_io_req **done = s->reap_buf;
-    if (!io_thread_start(s)) return NULL;
+    if (!io_thread_start(s))
+        return NULL;
     for (;;) {
         move_incoming(s);
         run_controls(s);
         zo_status st = submit_ready(s);
-        if (st != ZO_OK) ZO_LOGE("swap", "I/O thread: submitting failed: %s", zo_last_error());
+        if (st != ZO_OK)
+            ZO_LOGE("swap", "I/O thread: submitting failed: %s", zo_last_error());
         pthread_mutex_lock(&s->mu);
         int stop = s->stop && !s->in_head;
         pthread_mutex_unlock(&s->mu);
-        if (stop && !s->active_head && !s->inflight) break;
+        if (stop && !s->active_head && !s->inflight)
+            break;
         int n = s->engine->ops->reap(s->engine, done, (int)s->cfg.queue_depth, 1);
-        if (n < 0) ZO_LOGE("swap", "I/O thread: waiting for completions failed: %s", zo_last_error());
-        for (int i = 0; i < n; i++) on_request_done(s, done[i]->owner);
+        if (n < 0)
+            ZO_LOGE("swap", "I/O thread: waiting for completions failed: %s", zo_last_error());
+        for (int i = 0; i < n; i++)
+            on_request_done(s, done[i]->owner);
         finish_settled(s);
     }
     return NULL;
@@ -560,16 +639,19 @@ zo_status zo_swap_start_io(zo_swap_t s)
     uint32_t qd = s->cfg.queue_depth;
     s->reqs = calloc(qd, sizeof *s->reqs);
     s->reap_buf = calloc(qd, sizeof *s->reap_buf);
-    if (!s->reqs || !s->reap_buf) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory for %u requests", qd);
+    if (!s->reqs || !s->reap_buf)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory for %u requests", qd);
     for (uint32_t i = 0; i < qd; i++) {
         s->reqs[i].next = s->free_reqs;
         s->free_reqs = &s->reqs[i];
     }
     int rc = pthread_create(&s->thread, NULL, io_thread, s);
-    if (rc) return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "starting the I/O thread failed: %s", strerror(rc));
+    if (rc)
+        return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "starting the I/O thread failed: %s", strerror(rc));
     s->thread_started = 1;
     pthread_mutex_lock(&s->mu);
-    while (!s->started) pthread_cond_wait(&s->done_cv, &s->mu);
+    while (!s->started)
+        pthread_cond_wait(&s->done_cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
     if (s->started < 0) {
         pthread_join(s->thread, NULL);

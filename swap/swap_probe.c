@@ -16,7 +16,10 @@
 #define ZO_LIBURING_VERSION "unknown"
 #endif
 
-const char *zo_swap_liburing_version(void) { return ZO_LIBURING_VERSION; }
+const char *zo_swap_liburing_version(void)
+{
+    return ZO_LIBURING_VERSION;
+}
 
 int zo_swap_probe_io_uring(char *why, size_t cap)
 {
@@ -34,7 +37,9 @@ int zo_swap_probe_io_uring(char *why, size_t cap)
     int rc = io_uring_queue_init(4, &ring, 0);
     if (rc < 0) {
         snprintf(why, cap, "io_uring_queue_init failed: %s%s", strerror(-rc),
-                 rc == -ENOSYS || rc == -EPERM ? " (old kernel or a seccomp policy forbids io_uring)" : "");
+                 rc == -ENOSYS || rc == -EPERM
+                     ? " (old kernel or a seccomp policy forbids io_uring)"
+                     : "");
         return 0;
     }
     int ok = 1;
@@ -43,7 +48,8 @@ int zo_swap_probe_io_uring(char *why, size_t cap)
         snprintf(why, cap, "the kernel cannot report io_uring's supported operations (before 5.6)");
         ok = 0;
     } else {
-        static const int need[] = {IORING_OP_READ, IORING_OP_WRITE, IORING_OP_READ_FIXED, IORING_OP_WRITE_FIXED};
+        static const int need[] = {IORING_OP_READ, IORING_OP_WRITE, IORING_OP_READ_FIXED,
+                                   IORING_OP_WRITE_FIXED};
         static const char *names[] = {"READ", "WRITE", "READ_FIXED", "WRITE_FIXED"};
         for (size_t i = 0; i < sizeof need / sizeof need[0] && ok; i++) {
             if (!io_uring_opcode_supported(p, need[i])) {
@@ -79,8 +85,11 @@ static int probe_odirect(const char *dir, char *why, size_t cap)
     int ok = 0;
     if (posix_memalign(&blk, 4096, 4096) == 0) {
         memset(blk, 0x5a, 4096);
-        if (pwrite(fd, blk, 4096, 0) == 4096 && pread(fd, blk, 4096, 0) == 4096) ok = 1;
-        else snprintf(why, cap, "%s: an aligned 4 KiB O_DIRECT transfer failed: %s", dir, strerror(errno));
+        if (pwrite(fd, blk, 4096, 0) == 4096 && pread(fd, blk, 4096, 0) == 4096)
+            ok = 1;
+        else
+            snprintf(why, cap, "%s: an aligned 4 KiB O_DIRECT transfer failed: %s", dir,
+                     strerror(errno));
     } else {
         snprintf(why, cap, "out of memory");
     }
@@ -89,7 +98,8 @@ static int probe_odirect(const char *dir, char *why, size_t cap)
     return ok;
 }
 
-zo_status zo_swap_probe_dir(const char *dir, int *odirect_ok, uint64_t *free_bytes, char *why, size_t cap)
+zo_status zo_swap_probe_dir(const char *dir, int *odirect_ok, uint64_t *free_bytes, char *why,
+                            size_t cap)
 {
     char tmp[256];
     if (!why || !cap) {
@@ -97,13 +107,16 @@ zo_status zo_swap_probe_dir(const char *dir, int *odirect_ok, uint64_t *free_byt
         cap = sizeof tmp;
     }
     why[0] = 0;
-    if (!dir) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_probe_dir: dir is NULL");
+    if (!dir)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_probe_dir: dir is NULL");
     struct statvfs vf;
     if (statvfs(dir, &vf) != 0)
-        return ZO_FAIL(errno == ENOENT ? ZO_ERR_NOT_FOUND : ZO_ERR_SYSTEM, "swap", "statvfs(%s) failed: %s", dir,
-                       strerror(errno));
-    if (free_bytes) *free_bytes = (uint64_t)vf.f_bavail * vf.f_frsize;
+        return ZO_FAIL(errno == ENOENT ? ZO_ERR_NOT_FOUND : ZO_ERR_SYSTEM, "swap",
+                       "statvfs(%s) failed: %s", dir, strerror(errno));
+    if (free_bytes)
+        *free_bytes = (uint64_t)vf.f_bavail * vf.f_frsize;
     int ok = probe_odirect(dir, why, cap);
-    if (odirect_ok) *odirect_ok = ok;
+    if (odirect_ok)
+        *odirect_ok = ok;
     return ZO_OK;
 }

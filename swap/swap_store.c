@@ -17,36 +17,51 @@
 #include "swap_internal.h"
 #include "zo_internal.h"
 
-int zo_swap_force_sync(void) { return zo_env_bool("ZO_SWAP_FORCE_SYNC", 0); }
+int zo_swap_force_sync(void)
+{
+    return zo_env_bool("ZO_SWAP_FORCE_SYNC", 0);
+}
 
 static zo_status validate_config(const zo_swap_config *c)
 {
     if (!c || c->struct_size < sizeof(zo_swap_config))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "config is NULL or has struct_size %zu: initialize it with ZO_SWAP_CONFIG_INIT",
-                       c ? c->struct_size : 0);
+        return ZO_FAIL(
+            ZO_ERR_INVALID_ARG, "swap",
+            "config is NULL or has struct_size %zu: initialize it with ZO_SWAP_CONFIG_INIT",
+            c ? c->struct_size : 0);
     if (!c->paths || c->npaths == 0 || c->npaths > ZO_SWAP_MAX_PATHS)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "config has %zu paths: give 1 to %d directories (one per drive)",
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
+                       "config has %zu paths: give 1 to %d directories (one per drive)",
                        c->paths ? c->npaths : 0, ZO_SWAP_MAX_PATHS);
     for (size_t i = 0; i < c->npaths; i++)
         if (!c->paths[i] || !*c->paths[i])
-            return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "config path %zu is empty: expected a directory", i);
+            return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
+                           "config path %zu is empty: expected a directory", i);
     if (c->capacity == 0 || c->extent_bytes == 0)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "capacity (%" PRIu64 ") and extent_bytes (%" PRIu64 ") must be > 0",
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
+                       "capacity (%" PRIu64 ") and extent_bytes (%" PRIu64 ") must be > 0",
                        c->capacity, c->extent_bytes);
     if (c->extent_bytes > (1ull << 34))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "extent_bytes %" PRIu64 " is over the 16 GiB limit", c->extent_bytes);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
+                       "extent_bytes %" PRIu64 " is over the 16 GiB limit", c->extent_bytes);
     if (c->queue_depth == 0 || c->queue_depth > 4096)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "queue_depth %u: expected 1..4096", c->queue_depth);
-    if (c->block_size < ZO_SWAP_ALIGN || c->block_size % ZO_SWAP_ALIGN || c->block_size > (64u << 20))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "block_size %u: expected a multiple of 4096 between 4 KiB and 64 MiB",
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "queue_depth %u: expected 1..4096",
+                       c->queue_depth);
+    if (c->block_size < ZO_SWAP_ALIGN || c->block_size % ZO_SWAP_ALIGN ||
+        c->block_size > (64u << 20))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
+                       "block_size %u: expected a multiple of 4096 between 4 KiB and 64 MiB",
                        c->block_size);
     if (c->reuse != ZO_SWAP_REFUSE && c->reuse != ZO_SWAP_REUSE)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "reuse %d: expected ZO_SWAP_REFUSE or ZO_SWAP_REUSE", (int)c->reuse);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
+                       "reuse %d: expected ZO_SWAP_REFUSE or ZO_SWAP_REUSE", (int)c->reuse);
     const char *e = c->engine ? c->engine : "auto";
     if (strcmp(e, "auto") && strcmp(e, "io_uring") && strcmp(e, "sync"))
-        return ZO_FAIL(ZO_ERR_CONFIG, "swap", "engine '%s' is unknown: expected auto, io_uring or sync", e);
+        return ZO_FAIL(ZO_ERR_CONFIG, "swap",
+                       "engine '%s' is unknown: expected auto, io_uring or sync", e);
     if (c->name && (!*c->name || strchr(c->name, '/')))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "name '%s': expected a file name prefix without '/'", c->name);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
+                       "name '%s': expected a file name prefix without '/'", c->name);
     return ZO_OK;
 }
 
@@ -54,7 +69,10 @@ static zo_status validate_config(const zo_swap_config *c)
  * of payload rounded to 4 KiB, laid at a 1 MiB stride once they reach 1 MiB;
  * file i holds slots i, i + nfiles, ...; [file header][one header block per
  * slot][payloads], the payloads starting 1 MiB-aligned. */
-static uint64_t extent_payload_of(uint64_t extent_bytes) { return zo_round_up(extent_bytes, ZO_SWAP_ALIGN); }
+static uint64_t extent_payload_of(uint64_t extent_bytes)
+{
+    return zo_round_up(extent_bytes, ZO_SWAP_ALIGN);
+}
 
 static uint64_t payload_stride_of(uint64_t payload)
 {
@@ -66,11 +84,15 @@ static uint64_t file_slots(uint64_t nslots, uint32_t nfiles, uint32_t i)
     return nslots / nfiles + (i < nslots % nfiles);
 }
 
-static uint64_t file_data_off(uint64_t slots) { return zo_round_up(ZO_SWAP_ALIGN * (1 + slots), ZO_SWAP_DATA_ALIGN); }
+static uint64_t file_data_off(uint64_t slots)
+{
+    return zo_round_up(ZO_SWAP_ALIGN * (1 + slots), ZO_SWAP_DATA_ALIGN);
+}
 
 uint64_t zo_swap_files_bytes(uint64_t capacity, uint64_t extent_bytes, size_t npaths)
 {
-    if (!capacity || !extent_bytes || !npaths) return 0;
+    if (!capacity || !extent_bytes || !npaths)
+        return 0;
     uint64_t payload = extent_payload_of(extent_bytes), stride = payload_stride_of(payload);
     uint64_t nslots = (capacity + payload - 1) / payload, total = 0;
     for (uint32_t i = 0; i < npaths; i++) {
@@ -88,13 +110,16 @@ static zo_status plan_layout(zo_swap_t s)
     s->payload_stride = payload_stride_of(s->extent_payload);
     uint64_t nslots = (s->cfg.capacity + s->extent_payload - 1) / s->extent_payload;
     if (nslots >= ZO_SWAP_EXTENT_NONE)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "capacity %" PRIu64 " / extent %" PRIu64 " gives %" PRIu64
-                       " extents: over the limit; use larger extents", s->cfg.capacity, s->extent_payload, nslots);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
+                       "capacity %" PRIu64 " / extent %" PRIu64 " gives %" PRIu64
+                       " extents: over the limit; use larger extents",
+                       s->cfg.capacity, s->extent_payload, nslots);
     s->nslots = (uint32_t)nslots;
     s->nfiles = (uint32_t)s->cfg.npaths;
     s->files = calloc(s->nfiles, sizeof *s->files);
     s->slots = calloc(s->nslots, sizeof *s->slots);
-    if (!s->files || !s->slots) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory for %u extents", s->nslots);
+    if (!s->files || !s->slots)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory for %u extents", s->nslots);
     for (uint32_t i = 0; i < s->nfiles; i++) {
         swap_file *f = &s->files[i];
         f->fd = -1;
@@ -103,7 +128,8 @@ static zo_status plan_layout(zo_swap_t s)
         f->size = f->data_off + f->slots * s->payload_stride;
         size_t n = strlen(s->cfg.paths[i]) + strlen(s->name) + 32;
         f->path = malloc(n);
-        if (!f->path) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory");
+        if (!f->path)
+            return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory");
         snprintf(f->path, n, "%s/%s.swap.%u", s->cfg.paths[i], s->name, i);
     }
     return ZO_OK;
@@ -115,7 +141,8 @@ void (*zo_swap_test_pause)(const char *point, const char *path);
 
 static void pause_at(const char *point, const char *path)
 {
-    if (zo_swap_test_pause) zo_swap_test_pause(point, path);
+    if (zo_swap_test_pause)
+        zo_swap_test_pause(point, path);
 }
 
 /* The file header of fd into h (zeroed when the file is shorter): O_DIRECT
@@ -124,7 +151,8 @@ static ssize_t read_file_header(int fd, swap_file_header *h)
 {
     void *blk = NULL;
     memset(h, 0, sizeof *h);
-    if (posix_memalign(&blk, ZO_SWAP_ALIGN, ZO_SWAP_ALIGN)) return -1;
+    if (posix_memalign(&blk, ZO_SWAP_ALIGN, ZO_SWAP_ALIGN))
+        return -1;
     memset(blk, 0, ZO_SWAP_ALIGN);
     ssize_t n = pread(fd, blk, ZO_SWAP_ALIGN, 0);
     memcpy(h, blk, sizeof *h);
@@ -138,8 +166,8 @@ static ssize_t read_file_header(int fd, swap_file_header *h)
 static int still_at_path(int fd, const char *path)
 {
     struct stat a, b;
-    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino &&
-           a.st_nlink > 0;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino && a.st_nlink > 0;
 }
 
 /* A file already there whose lock we now hold: its owner is gone. Take it
@@ -151,15 +179,22 @@ static zo_status check_stale(zo_swap_t s, swap_file *f, uint64_t *reusable)
     struct stat st;
     swap_file_header h;
     ssize_t n = read_file_header(f->fd, &h);
-    if (fstat(f->fd, &st) != 0) return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "fstat(%s) failed: %s", f->path, strerror(errno));
+    if (fstat(f->fd, &st) != 0)
+        return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "fstat(%s) failed: %s", f->path, strerror(errno));
     if (st.st_size > 0 && (n < (ssize_t)sizeof h || h.magic != ZO_SWAP_FILE_MAGIC))
-        return ZO_FAIL(ZO_ERR_EXISTS, "swap", "%s exists and is not a zoffload swap file: refusing to overwrite it; remove it or choose another path or name",
+        return ZO_FAIL(ZO_ERR_EXISTS, "swap",
+                       "%s exists and is not a zoffload swap file: refusing to overwrite it; "
+                       "remove it or choose another path or name",
                        f->path);
     if (s->cfg.reuse != ZO_SWAP_REUSE)
-        return ZO_FAIL(ZO_ERR_EXISTS, "swap", "stale swap file %s (left by pid %u on %s, a run that did not close its store): "
-                       "open with reuse = ZO_SWAP_REUSE to take it over (its contents are discarded) or delete it",
-                       f->path, h.pid, h.hostname[0] ? h.hostname : "?");
-    ZO_LOGI("swap", "taking over stale swap file %s (left by pid %u); its contents are discarded", f->path, h.pid);
+        return ZO_FAIL(
+            ZO_ERR_EXISTS, "swap",
+            "stale swap file %s (left by pid %u on %s, a run that did not close its store): "
+            "open with reuse = ZO_SWAP_REUSE to take it over (its contents are discarded) or "
+            "delete it",
+            f->path, h.pid, h.hostname[0] ? h.hostname : "?");
+    ZO_LOGI("swap", "taking over stale swap file %s (left by pid %u); its contents are discarded",
+            f->path, h.pid);
     *reusable = (uint64_t)st.st_blocks * 512u;
     return ZO_OK;
 }
@@ -178,13 +213,16 @@ static int owner_is_gone(const swap_file_header *h)
  * exit: a lock held by a process that is gone is waited for (up to 5 s). */
 static int lock_file(int fd)
 {
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 1;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        return 1;
     swap_file_header h;
-    if (read_file_header(fd, &h) < 0 || !owner_is_gone(&h)) return 0;
+    if (read_file_header(fd, &h) < 0 || !owner_is_gone(&h))
+        return 0;
     for (int i = 0; i < 500; i++) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 1;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return 1;
     }
     return 0;
 }
@@ -192,7 +230,9 @@ static int lock_file(int fd)
 static zo_status open_failed(const char *path)
 {
     if (errno == EINVAL)
-        return ZO_FAIL(ZO_ERR_UNSUPPORTED, "swap", "the file system of %s does not support O_DIRECT: choose a path on a local disk (ext4, xfs)",
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, "swap",
+                       "the file system of %s does not support O_DIRECT: choose a path on a local "
+                       "disk (ext4, xfs)",
                        path);
     return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "cannot create swap file %s: %s", path, strerror(errno));
 }
@@ -208,16 +248,21 @@ static zo_status acquire_file(zo_swap_t s, swap_file *f, uint64_t *reusable)
     for (int attempt = 0; attempt < 16; attempt++) {
         int fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
         int created = fd >= 0;
-        if (fd < 0 && errno == EEXIST) fd = open(f->path, O_RDWR | O_DIRECT | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT) continue; /* removed between the two opens */
-        if (fd < 0) return open_failed(f->path);
+        if (fd < 0 && errno == EEXIST)
+            fd = open(f->path, O_RDWR | O_DIRECT | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT)
+            continue; /* removed between the two opens */
+        if (fd < 0)
+            return open_failed(f->path);
         pause_at(created ? "created" : "opened", f->path);
         if (!lock_file(fd)) {
             swap_file_header h;
             read_file_header(fd, &h);
             close(fd);
-            return ZO_FAIL(ZO_ERR_EXISTS, "swap", "swap file %s is in use by a running process (pid %u): choose another path or name",
-                           f->path, h.magic == ZO_SWAP_FILE_MAGIC ? h.pid : 0);
+            return ZO_FAIL(
+                ZO_ERR_EXISTS, "swap",
+                "swap file %s is in use by a running process (pid %u): choose another path or name",
+                f->path, h.magic == ZO_SWAP_FILE_MAGIC ? h.pid : 0);
         }
         pause_at("locked", f->path);
         if (!still_at_path(fd, f->path)) {
@@ -228,7 +273,9 @@ static zo_status acquire_file(zo_swap_t s, swap_file *f, uint64_t *reusable)
         f->created = created;
         return created ? ZO_OK : check_stale(s, f, reusable);
     }
-    return ZO_FAIL(ZO_ERR_EXISTS, "swap", "swap file %s kept being created and removed by other processes: choose another path or name",
+    return ZO_FAIL(ZO_ERR_EXISTS, "swap",
+                   "swap file %s kept being created and removed by other processes: choose another "
+                   "path or name",
                    f->path);
 }
 
@@ -236,8 +283,10 @@ static zo_status check_dir(const char *path)
 {
     struct stat di;
     if (stat(path, &di) != 0)
-        return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s: %s (expected a directory)", path, strerror(errno));
-    if (!S_ISDIR(di.st_mode)) return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s is not a directory", path);
+        return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s: %s (expected a directory)", path,
+                       strerror(errno));
+    if (!S_ISDIR(di.st_mode))
+        return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s is not a directory", path);
     return ZO_OK;
 }
 
@@ -248,24 +297,29 @@ static zo_status check_free_space(zo_swap_t s, const uint64_t *reusable)
         struct stat di;
         struct statvfs vf;
         if (stat(s->cfg.paths[i], &di) != 0)
-            return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s: %s (expected a directory)", s->cfg.paths[i],
-                           strerror(errno));
+            return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "swap path %s: %s (expected a directory)",
+                           s->cfg.paths[i], strerror(errno));
         if (statvfs(s->cfg.paths[i], &vf) != 0)
-            return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "statvfs(%s) failed: %s", s->cfg.paths[i], strerror(errno));
+            return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "statvfs(%s) failed: %s", s->cfg.paths[i],
+                           strerror(errno));
         uint64_t need = 0;
         int first = 1;
         for (uint32_t j = 0; j < s->nfiles; j++) {
             struct stat dj;
-            if (stat(s->cfg.paths[j], &dj) != 0 || dj.st_dev != di.st_dev) continue;
-            if (j < i) first = 0; /* this file system was checked with path j */
+            if (stat(s->cfg.paths[j], &dj) != 0 || dj.st_dev != di.st_dev)
+                continue;
+            if (j < i)
+                first = 0; /* this file system was checked with path j */
             need += s->files[j].size > reusable[j] ? s->files[j].size - reusable[j] : 0;
         }
         uint64_t avail = (uint64_t)vf.f_bavail * vf.f_frsize;
         if (first && avail < need) {
             char a[32], b[32], c[32];
-            return ZO_FAIL(ZO_ERR_NO_SPACE, "swap", "not enough free space for swap files in %s: need %s, %s free, %s missing",
-                           s->cfg.paths[i], zo_fmt_bytes(a, sizeof a, need), zo_fmt_bytes(b, sizeof b, avail),
-                           zo_fmt_bytes(c, sizeof c, need - avail));
+            return ZO_FAIL(
+                ZO_ERR_NO_SPACE, "swap",
+                "not enough free space for swap files in %s: need %s, %s free, %s missing",
+                s->cfg.paths[i], zo_fmt_bytes(a, sizeof a, need), zo_fmt_bytes(b, sizeof b, avail),
+                zo_fmt_bytes(c, sizeof c, need - avail));
         }
     }
     return ZO_OK;
@@ -274,7 +328,8 @@ static zo_status check_free_space(zo_swap_t s, const uint64_t *reusable)
 static zo_status write_file_header(zo_swap_t s, swap_file *f, uint32_t index)
 {
     void *blk = NULL;
-    if (posix_memalign(&blk, ZO_SWAP_ALIGN, ZO_SWAP_ALIGN)) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory");
+    if (posix_memalign(&blk, ZO_SWAP_ALIGN, ZO_SWAP_ALIGN))
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory");
     memset(blk, 0, ZO_SWAP_ALIGN);
     swap_file_header *h = blk;
     h->magic = ZO_SWAP_FILE_MAGIC;
@@ -290,8 +345,9 @@ static zo_status write_file_header(zo_swap_t s, swap_file *f, uint32_t index)
     int err = errno;
     free(blk);
     if (n != (ssize_t)ZO_SWAP_ALIGN)
-        return ZO_FAIL(err == ENOSPC ? ZO_ERR_NO_SPACE : ZO_ERR_IO, "swap", "writing the header of %s failed: %s",
-                       f->path, n < 0 ? strerror(err) : "short write");
+        return ZO_FAIL(err == ENOSPC ? ZO_ERR_NO_SPACE : ZO_ERR_IO, "swap",
+                       "writing the header of %s failed: %s", f->path,
+                       n < 0 ? strerror(err) : "short write");
     return ZO_OK;
 }
 
@@ -299,18 +355,24 @@ static zo_status preallocate(swap_file *f)
 {
     if (ftruncate(f->fd, (off_t)f->size) != 0)
         return ZO_FAIL(errno == ENOSPC || errno == EFBIG ? ZO_ERR_NO_SPACE : ZO_ERR_SYSTEM, "swap",
-                       "sizing %s to %" PRIu64 " bytes failed: %s", f->path, f->size, strerror(errno));
+                       "sizing %s to %" PRIu64 " bytes failed: %s", f->path, f->size,
+                       strerror(errno));
     int rc = fallocate(f->fd, 0, 0, (off_t)f->size);
-    if (rc == 0) return ZO_OK;
+    if (rc == 0)
+        return ZO_OK;
     if (errno == ENOSPC)
-        return ZO_FAIL(ZO_ERR_NO_SPACE, "swap", "preallocating %" PRIu64 " bytes for %s failed: no space left on the device",
+        return ZO_FAIL(ZO_ERR_NO_SPACE, "swap",
+                       "preallocating %" PRIu64 " bytes for %s failed: no space left on the device",
                        f->size, f->path);
     if (errno == EOPNOTSUPP) {
-        ZO_LOGW("swap", "%s: the file system cannot preallocate (fallocate unsupported); a full disk will show up as ENOSPC on write",
+        ZO_LOGW("swap",
+                "%s: the file system cannot preallocate (fallocate unsupported); a full disk will "
+                "show up as ENOSPC on write",
                 f->path);
         return ZO_OK;
     }
-    return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "fallocate(%s, %" PRIu64 ") failed: %s", f->path, f->size, strerror(errno));
+    return ZO_FAIL(ZO_ERR_SYSTEM, "swap", "fallocate(%s, %" PRIu64 ") failed: %s", f->path, f->size,
+                   strerror(errno));
 }
 
 /* The header goes first, so that a file with any bytes in it names its
@@ -321,7 +383,8 @@ static zo_status open_files(zo_swap_t s)
     for (uint32_t i = 0; i < s->nfiles; i++) {
         for (uint32_t j = 0; j < i; j++)
             if (!strcmp(s->files[i].path, s->files[j].path))
-                return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "path %s is given twice: give one directory per drive",
+                return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
+                               "path %s is given twice: give one directory per drive",
                                s->cfg.paths[i]);
         ZO_TRY(check_dir(s->cfg.paths[i]));
         ZO_TRY(acquire_file(s, &s->files[i], &reusable[i]));
@@ -342,14 +405,19 @@ static zo_status create_engine(zo_swap_t s)
     if (strcmp(want, "sync") != 0) {
         char why[256] = "";
         zo_status st = zo_io_uring_create(s->cfg.queue_depth, &e, why, sizeof why);
-        if (st != ZO_OK && !strcmp(want, "io_uring")) return st;
+        if (st != ZO_OK && !strcmp(want, "io_uring"))
+            return st;
         if (st != ZO_OK) {
             zo_clear_error();
             if (atomic_exchange(&fallback_logged, 1) == 0)
-                ZO_LOGW("swap", "io_uring is unavailable (%s): using the sync engine (pread/pwrite workers)", why);
+                ZO_LOGW(
+                    "swap",
+                    "io_uring is unavailable (%s): using the sync engine (pread/pwrite workers)",
+                    why);
         }
     }
-    if (!e) ZO_TRY(zo_io_sync_create(s->cfg.queue_depth, &e));
+    if (!e)
+        ZO_TRY(zo_io_sync_create(s->cfg.queue_depth, &e));
     if (s->cfg.nfaults) {
         ZO_TRY(zo_io_fault_create(e, &e));
         s->engine = e;
@@ -357,7 +425,8 @@ static zo_status create_engine(zo_swap_t s)
     }
     s->engine = e;
     int fds[ZO_SWAP_MAX_PATHS];
-    for (uint32_t i = 0; i < s->nfiles; i++) fds[i] = s->files[i].fd;
+    for (uint32_t i = 0; i < s->nfiles; i++)
+        fds[i] = s->files[i].fd;
     return e->ops->register_files(e, fds, (int)s->nfiles);
 }
 
@@ -366,8 +435,10 @@ static zo_status create_engine(zo_swap_t s)
  * whose lock this store holds (f->fd >= 0). */
 static void release(zo_swap_t s, int closing)
 {
-    if (s->thread_started) zo_swap_stop_io(s);
-    if (s->engine) s->engine->ops->destroy(s->engine);
+    if (s->thread_started)
+        zo_swap_stop_io(s);
+    if (s->engine)
+        s->engine->ops->destroy(s->engine);
     for (uint32_t i = 0; s->files && i < s->nfiles; i++) {
         swap_file *f = &s->files[i];
         if (f->fd >= 0) { /* held: only a file's holder removes it */
@@ -402,19 +473,25 @@ static void release(zo_swap_t s, int closing)
 /* "eio@40,delay@3:20": KIND@OP[:MS] into f; the count, or -1. */
 static int parse_faults(const char *text, zo_swap_fault *f, size_t cap)
 {
-    static const char *const kinds[ZO_SWAP_FAULT_KIND_COUNT_] = {"eio", "nospc", "short", "eintr", "eagain", "delay"};
+    static const char *const kinds[ZO_SWAP_FAULT_KIND_COUNT_] = {"eio",   "nospc",  "short",
+                                                                 "eintr", "eagain", "delay"};
     int n = 0;
     for (const char *p = text; *p;) {
         size_t len = strcspn(p, "@");
         int kind = -1;
         for (int k = 0; k < ZO_SWAP_FAULT_KIND_COUNT_; k++)
-            if (strlen(kinds[k]) == len && !strncmp(p, kinds[k], len)) kind = k;
+            if (strlen(kinds[k]) == len && !strncmp(p, kinds[k], len))
+                kind = k;
         char *end;
-        if (kind < 0 || p[len] != '@' || (size_t)n == cap) return -1;
+        if (kind < 0 || p[len] != '@' || (size_t)n == cap)
+            return -1;
         unsigned long long op = strtoull(p + len + 1, &end, 10), ms = 0;
-        if (end == p + len + 1) return -1;
-        if (*end == ':') ms = strtoull(end + 1, &end, 10);
-        if ((*end && *end != ',') || ms > 60000) return -1;
+        if (end == p + len + 1)
+            return -1;
+        if (*end == ':')
+            ms = strtoull(end + 1, &end, 10);
+        if ((*end && *end != ',') || ms > 60000)
+            return -1;
         f[n++] = (zo_swap_fault){(zo_swap_fault_kind)kind, op, (uint32_t)ms};
         p = *end ? end + 1 : end;
     }
@@ -427,13 +504,17 @@ static int parse_faults(const char *text, zo_swap_fault *f, size_t cap)
 static zo_status faults_to_arm(const zo_swap_config *cfg, zo_swap_fault *out, size_t *n)
 {
     *n = cfg->nfaults < ZO_SWAP_MAX_FAULTS ? cfg->nfaults : ZO_SWAP_MAX_FAULTS;
-    if (cfg->faults && *n) memcpy(out, cfg->faults, *n * sizeof *out);
+    if (cfg->faults && *n)
+        memcpy(out, cfg->faults, *n * sizeof *out);
     const char *env = zo_env_str("ZO_SWAP_FAULTS", NULL);
-    if (!env || !*env) return ZO_OK;
+    if (!env || !*env)
+        return ZO_OK;
     int k = parse_faults(env, out + *n, ZO_SWAP_MAX_FAULTS - *n);
     if (k < 0)
-        return ZO_FAIL(ZO_ERR_CONFIG, "swap", "ZO_SWAP_FAULTS '%s': expected KIND@OP[:MS],... (at most %d) with KIND "
-                       "eio, nospc, short, eintr, eagain or delay", env, ZO_SWAP_MAX_FAULTS);
+        return ZO_FAIL(ZO_ERR_CONFIG, "swap",
+                       "ZO_SWAP_FAULTS '%s': expected KIND@OP[:MS],... (at most %d) with KIND "
+                       "eio, nospc, short, eintr, eagain or delay",
+                       env, ZO_SWAP_MAX_FAULTS);
     ZO_LOGW("swap", "ZO_SWAP_FAULTS: %d injected fault(s) armed: %s", k, env);
     *n += (size_t)k;
     return ZO_OK;
@@ -441,11 +522,13 @@ static zo_status faults_to_arm(const zo_swap_config *cfg, zo_swap_fault *out, si
 
 zo_status zo_swap_open(const zo_swap_config *cfg, zo_swap_t *out)
 {
-    if (!out) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_open: out is NULL");
+    if (!out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_open: out is NULL");
     *out = NULL;
     ZO_TRY(validate_config(cfg));
     zo_swap_t s = calloc(1, sizeof *s);
-    if (!s) return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory");
+    if (!s)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory");
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->done_cv, NULL);
     s->cfg = *cfg;
@@ -454,15 +537,20 @@ zo_status zo_swap_open(const zo_swap_config *cfg, zo_swap_t *out)
     s->name = strdup(cfg->name ? cfg->name : "zoffload");
     zo_status st = s->name ? ZO_OK : ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory");
     s->cfg.paths = cfg->paths;
-    if (st == ZO_OK) st = plan_layout(s);
-    if (st == ZO_OK) st = open_files(s);
+    if (st == ZO_OK)
+        st = plan_layout(s);
+    if (st == ZO_OK)
+        st = open_files(s);
     zo_swap_fault faults[ZO_SWAP_MAX_FAULTS];
-    if (st == ZO_OK) st = faults_to_arm(cfg, faults, &s->cfg.nfaults);
+    if (st == ZO_OK)
+        st = faults_to_arm(cfg, faults, &s->cfg.nfaults);
     s->cfg.faults = faults;
-    if (st == ZO_OK) st = create_engine(s);
+    if (st == ZO_OK)
+        st = create_engine(s);
     s->cfg.paths = NULL;
     s->cfg.faults = NULL;
-    if (st == ZO_OK) st = zo_swap_start_io(s);
+    if (st == ZO_OK)
+        st = zo_swap_start_io(s);
     if (st != ZO_OK) {
         release(s, 0);
         return st;
@@ -471,27 +559,34 @@ zo_status zo_swap_open(const zo_swap_config *cfg, zo_swap_t *out)
     s->stats.engine = s->engine->name;
     s->stats.extents_total = s->nslots;
     s->stats.nfiles = s->nfiles;
-    for (uint32_t i = 0; i < s->nfiles; i++) s->stats.file_bytes += s->files[i].size;
-    ZO_LOGI("swap", "store open: %u file(s), %u extents of %" PRIu64 " bytes, engine %s, queue depth %u, block %u",
-            s->nfiles, s->nslots, s->extent_payload, s->engine->name, s->cfg.queue_depth, s->cfg.block_size);
+    for (uint32_t i = 0; i < s->nfiles; i++)
+        s->stats.file_bytes += s->files[i].size;
+    ZO_LOGI("swap",
+            "store open: %u file(s), %u extents of %" PRIu64
+            " bytes, engine %s, queue depth %u, block %u",
+            s->nfiles, s->nslots, s->extent_payload, s->engine->name, s->cfg.queue_depth,
+            s->cfg.block_size);
     *out = s;
     return ZO_OK;
 }
 
 void zo_swap_close(zo_swap_t s)
 {
-    if (!s) return;
+    if (!s)
+        return;
     release(s, 1);
 }
 
 zo_status zo_swap_alloc_extent(zo_swap_t s, uint64_t owner, zo_swap_extent_t *out)
 {
-    if (!s || !out) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_alloc_extent: NULL store or out");
+    if (!s || !out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_alloc_extent: NULL store or out");
     *out = ZO_SWAP_EXTENT_NONE;
     pthread_mutex_lock(&s->mu);
     for (uint32_t k = 0; k < s->nslots; k++) {
         uint32_t i = (s->cursor + k) % s->nslots;
-        if (s->slots[i].used) continue;
+        if (s->slots[i].used)
+            continue;
         s->slots[i].used = 1;
         s->slots[i].owner = owner;
         s->cursor = (i + 1) % s->nslots;
@@ -503,18 +598,22 @@ zo_status zo_swap_alloc_extent(zo_swap_t s, uint64_t owner, zo_swap_extent_t *ou
     }
     uint32_t total = s->nslots;
     pthread_mutex_unlock(&s->mu);
-    return ZO_FAIL(ZO_ERR_BUDGET, "swap", "all %u extents are in use: open the store with a larger capacity", total);
+    return ZO_FAIL(ZO_ERR_BUDGET, "swap",
+                   "all %u extents are in use: open the store with a larger capacity", total);
 }
 
 zo_status zo_swap_free_extent(zo_swap_t s, zo_swap_extent_t ext)
 {
-    if (!s) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_free_extent: NULL store");
+    if (!s)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_free_extent: NULL store");
     pthread_mutex_lock(&s->mu);
     zo_status st = ZO_OK;
     if (ext >= s->nslots || !s->slots[ext].used)
-        st = ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "extent %u is not allocated (store has %u)", ext, s->nslots);
+        st = ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "extent %u is not allocated (store has %u)", ext,
+                     s->nslots);
     else if (s->slots[ext].busy)
-        st = ZO_FAIL(ZO_ERR_STATE, "swap", "extent %u has I/O in flight: wait for it before freeing", ext);
+        st = ZO_FAIL(ZO_ERR_STATE, "swap",
+                     "extent %u has I/O in flight: wait for it before freeing", ext);
     else {
         s->slots[ext].used = 0;
         s->used--;
@@ -527,68 +626,88 @@ zo_status zo_swap_free_extent(zo_swap_t s, zo_swap_extent_t ext)
 zo_status zo_swap_get_stats(zo_swap_t s, zo_swap_stats *out)
 {
     if (!s || !out || out->struct_size < sizeof *out)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_get_stats: NULL argument or stats not initialized with ZO_SWAP_STATS_INIT");
+        return ZO_FAIL(
+            ZO_ERR_INVALID_ARG, "swap",
+            "zo_swap_get_stats: NULL argument or stats not initialized with ZO_SWAP_STATS_INIT");
     pthread_mutex_lock(&s->mu);
     *out = s->stats;
     pthread_mutex_unlock(&s->mu);
     return ZO_OK;
 }
 
-zo_status zo_swap_extent_location(zo_swap_t s, zo_swap_extent_t ext, const char **path, uint64_t *header_offset,
-                                  uint64_t *payload_offset)
+zo_status zo_swap_extent_location(zo_swap_t s, zo_swap_extent_t ext, const char **path,
+                                  uint64_t *header_offset, uint64_t *payload_offset)
 {
     if (!s || ext >= s->nslots)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "extent %u is out of range (store has %u)", ext, s ? s->nslots : 0);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "extent %u is out of range (store has %u)", ext,
+                       s ? s->nslots : 0);
     const swap_file *f = &s->files[ext % s->nfiles];
     uint64_t local = ext / s->nfiles;
-    if (path) *path = f->path;
-    if (header_offset) *header_offset = ZO_SWAP_ALIGN * (1 + local);
-    if (payload_offset) *payload_offset = f->data_off + local * s->payload_stride;
+    if (path)
+        *path = f->path;
+    if (header_offset)
+        *header_offset = ZO_SWAP_ALIGN * (1 + local);
+    if (payload_offset)
+        *payload_offset = f->data_off + local * s->payload_stride;
     return ZO_OK;
 }
 
-const char *zo_swap_engine_name(zo_swap_t s) { return s && s->engine ? s->engine->name : ""; }
+const char *zo_swap_engine_name(zo_swap_t s)
+{
+    return s && s->engine ? s->engine->name : "";
+}
 
 zo_status zo_swap_set_faults(zo_swap_t s, const zo_swap_fault *faults, size_t n)
 {
-    if (!s) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_set_faults: NULL store");
+    if (!s)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_set_faults: NULL store");
     return zo_io_fault_arm(s->engine, faults, n);
 }
 
 static int free_region(zo_swap_t s, void *match)
 {
     for (int i = 0; i < ZO_SWAP_MAX_REGISTERED; i++)
-        if (s->regions[i].buf == match) return i;
+        if (s->regions[i].buf == match)
+            return i;
     return -1;
 }
 
 zo_status zo_swap_register_buffer(zo_swap_t s, void *buf, size_t len)
 {
-    if (!s || !buf || !len) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_register_buffer: NULL store or empty buffer");
+    if (!s || !buf || !len)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
+                       "zo_swap_register_buffer: NULL store or empty buffer");
     pthread_mutex_lock(&s->mu);
     int i = free_region(s, NULL);
-    if (i >= 0) s->regions[i] = (swap_region){buf, len, -1}; /* reserved; unused until it has an index */
+    if (i >= 0)
+        s->regions[i] = (swap_region){buf, len, -1}; /* reserved; unused until it has an index */
     pthread_mutex_unlock(&s->mu);
     if (i < 0)
-        return ZO_FAIL(ZO_ERR_BUDGET, "swap", "already %d buffers registered: unregister one first", ZO_SWAP_MAX_REGISTERED);
+        return ZO_FAIL(ZO_ERR_BUDGET, "swap", "already %d buffers registered: unregister one first",
+                       ZO_SWAP_MAX_REGISTERED);
     swap_ctl ctl = {0, buf, len, -1, ZO_OK, "", 0, NULL};
     zo_status st = zo_swap_run_ctl(s, &ctl);
     pthread_mutex_lock(&s->mu);
-    if (st == ZO_OK) s->regions[i].index = ctl.index;
-    else s->regions[i] = (swap_region){NULL, 0, -1};
+    if (st == ZO_OK)
+        s->regions[i].index = ctl.index;
+    else
+        s->regions[i] = (swap_region){NULL, 0, -1};
     pthread_mutex_unlock(&s->mu);
     return st;
 }
 
 zo_status zo_swap_unregister_buffer(zo_swap_t s, void *buf)
 {
-    if (!s || !buf) return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_unregister_buffer: NULL argument");
+    if (!s || !buf)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "zo_swap_unregister_buffer: NULL argument");
     pthread_mutex_lock(&s->mu);
     int i = free_region(s, buf);
     int index = i >= 0 ? s->regions[i].index : -1;
-    if (i >= 0) s->regions[i].index = -1; /* new requests stop using it */
+    if (i >= 0)
+        s->regions[i].index = -1; /* new requests stop using it */
     pthread_mutex_unlock(&s->mu);
-    if (i < 0) return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "buffer %p was not registered", buf);
+    if (i < 0)
+        return ZO_FAIL(ZO_ERR_NOT_FOUND, "swap", "buffer %p was not registered", buf);
     swap_ctl ctl = {1, buf, 0, index, ZO_OK, "", 0, NULL};
     zo_status st = index >= 0 ? zo_swap_run_ctl(s, &ctl) : ZO_OK;
     pthread_mutex_lock(&s->mu);

@@ -29,12 +29,12 @@ typedef struct zo_event *zo_event_t;
 
 /* Capability flags (zo_device_caps). */
 enum {
-    ZO_DEVCAP_REAL_GPU = 1u << 0,        /* a physical accelerator */
+    ZO_DEVCAP_REAL_GPU = 1u << 0,         /* a physical accelerator */
     ZO_DEVCAP_HOST_ADDRESSABLE = 1u << 1, /* device pointers may be dereferenced on the host */
-    ZO_DEVCAP_ASYNC_COPY = 1u << 2,      /* copies overlap with compute */
-    ZO_DEVCAP_HOST_REGISTER = 1u << 3,   /* host memory can be pinned */
-    ZO_DEVCAP_BF16 = 1u << 4,            /* native bf16 compute */
-    ZO_DEVCAP_NCCL = 1u << 5,            /* NCCL collectives available */
+    ZO_DEVCAP_ASYNC_COPY = 1u << 2,       /* copies overlap with compute */
+    ZO_DEVCAP_HOST_REGISTER = 1u << 3,    /* host memory can be pinned */
+    ZO_DEVCAP_BF16 = 1u << 4,             /* native bf16 compute */
+    ZO_DEVCAP_NCCL = 1u << 5,             /* NCCL collectives available */
 };
 
 typedef struct zo_device_config {
@@ -46,32 +46,38 @@ typedef struct zo_device_config {
     int cpu_copy_threads; /* reserved; 0 */
 } zo_device_config;
 
-#define ZO_DEVICE_CONFIG_INIT {.struct_size = sizeof(zo_device_config), .backend = "auto"}
+#define ZO_DEVICE_CONFIG_INIT                                                                      \
+    {                                                                                              \
+        .struct_size = sizeof(zo_device_config), .backend = "auto"                                 \
+    }
 
 /* Default capacity of the cpu device when mem_budget is 0: 1 GiB. */
 #define ZO_CPU_DEVICE_DEFAULT_CAPACITY (1ull << 30)
 
 typedef struct zo_device_info {
     size_t struct_size;
-    char backend[16];       /* "cuda" or "cpu" */
-    char name[256];         /* GPU name, or "zoffload emulated GPU (cpu)" */
+    char backend[16]; /* "cuda" or "cpu" */
+    char name[256];   /* GPU name, or "zoffload emulated GPU (cpu)" */
     int ordinal;
     uint64_t total_mem;     /* physical memory of the device (cpu: its capacity) */
     uint64_t budget;        /* the hard limit zoffload enforces */
     int cc_major, cc_minor; /* compute capability (0 on cpu) */
     int multiprocessors;
-    char pci_bus_id[32];    /* "0000:17:00.0", "" on cpu */
+    char pci_bus_id[32]; /* "0000:17:00.0", "" on cpu */
     unsigned caps;
 } zo_device_info;
 
-#define ZO_DEVICE_INFO_INIT {.struct_size = sizeof(zo_device_info)}
+#define ZO_DEVICE_INFO_INIT                                                                        \
+    {                                                                                              \
+        .struct_size = sizeof(zo_device_info)                                                      \
+    }
 
 typedef struct zo_device_mem_stats {
-    uint64_t budget;        /* the hard limit */
-    uint64_t in_use;        /* bytes currently allocated (exactly what was requested) */
-    uint64_t high_water;    /* the maximum of in_use since init or the last reset */
-    uint64_t n_allocs;      /* live allocations */
-    uint64_t n_failed;      /* allocations refused for lack of memory */
+    uint64_t budget;     /* the hard limit */
+    uint64_t in_use;     /* bytes currently allocated (exactly what was requested) */
+    uint64_t high_water; /* the maximum of in_use since init or the last reset */
+    uint64_t n_allocs;   /* live allocations */
+    uint64_t n_failed;   /* allocations refused for lack of memory */
 } zo_device_mem_stats;
 
 /* ---- devices ---- */
@@ -144,9 +150,12 @@ ZO_API zo_status zo_event_elapsed_ms(zo_event_t start, zo_event_t end, float *ms
 
 /* ---- asynchronous operations ---- */
 
-ZO_API zo_status zo_memcpy_h2d_async(zo_stream_t s, void *dst_dev, const void *src_host, size_t bytes);
-ZO_API zo_status zo_memcpy_d2h_async(zo_stream_t s, void *dst_host, const void *src_dev, size_t bytes);
-ZO_API zo_status zo_memcpy_d2d_async(zo_stream_t s, void *dst_dev, const void *src_dev, size_t bytes);
+ZO_API zo_status zo_memcpy_h2d_async(zo_stream_t s, void *dst_dev, const void *src_host,
+                                     size_t bytes);
+ZO_API zo_status zo_memcpy_d2h_async(zo_stream_t s, void *dst_host, const void *src_dev,
+                                     size_t bytes);
+ZO_API zo_status zo_memcpy_d2d_async(zo_stream_t s, void *dst_dev, const void *src_dev,
+                                     size_t bytes);
 ZO_API zo_status zo_memset_async(zo_stream_t s, void *dst_dev, int value, size_t bytes);
 
 /* A function run in stream order. On the cpu device it runs on the stream's
@@ -157,7 +166,8 @@ typedef zo_status (*zo_stream_fn)(void *arg);
 /* Enqueue fn(arg copy). arg_size bytes at arg are copied at enqueue time, so
  * the caller may reuse its argument struct at once (arg_size may be 0 with
  * arg passed through as is). */
-ZO_API zo_status zo_stream_enqueue(zo_stream_t s, zo_stream_fn fn, const void *arg, size_t arg_size);
+ZO_API zo_status zo_stream_enqueue(zo_stream_t s, zo_stream_fn fn, const void *arg,
+                                   size_t arg_size);
 
 /* Bytes each copy direction moved since init (for statistics and tests). */
 typedef struct zo_device_copy_stats {

@@ -17,7 +17,7 @@ extern "C" {
 typedef enum zo_dtype {
     ZO_DTYPE_F32 = 0,
     ZO_DTYPE_BF16 = 1,
-    ZO_DTYPE_F16 = 2, /* IEEE binary16 */
+    ZO_DTYPE_F16 = 2,  /* IEEE binary16 */
     ZO_DTYPE_NONE = 3, /* no buffer (the optimizer's optional 16-bit weight copy) */
     ZO_DTYPE_F64,
     ZO_DTYPE_F8_E5M2,

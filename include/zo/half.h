@@ -34,12 +34,16 @@ static inline float zo_bits_f32(uint32_t u)
 static inline uint16_t zo_f32_to_bf16(float f)
 {
     uint32_t u = zo_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x0040u);
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
 
-static inline float zo_bf16_to_f32(uint16_t h) { return zo_bits_f32((uint32_t)h << 16); }
+static inline float zo_bf16_to_f32(uint16_t h)
+{
+    return zo_bits_f32((uint32_t)h << 16);
+}
 
 /* fp32 -> IEEE binary16, rounding to nearest even, with subnormals,
  * overflow to infinity and NaN kept quiet (the x86 F16C convention: the top
@@ -49,16 +53,20 @@ static inline uint16_t zo_f32_to_f16(float f)
     uint32_t u = zo_f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
-    if (a < 0x38800000u) {                                 /* below 2^-14: subnormal or zero */
-        if (a < 0x33000000u) return sign;                  /* below half the smallest subnormal */
+    if (a > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u)
+        return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
+    if (a < 0x38800000u) {                 /* below 2^-14: subnormal or zero */
+        if (a < 0x33000000u)
+            return sign; /* below half the smallest subnormal */
         uint32_t mant = (a & 0x7fffffu) | 0x800000u;
         int shift = 126 - (int)(a >> 23); /* 14..24: aligns the value to units of 2^-24 */
         uint32_t q = mant >> shift;
         uint32_t rem = mant & ((1u << shift) - 1u);
         uint32_t half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (q & 1u))) q++;
+        if (rem > half || (rem == half && (q & 1u)))
+            q++;
         return (uint16_t)(sign | q);
     }
     /* Normal: rebias the exponent (127 -> 15) and round the mantissa. */
@@ -74,7 +82,8 @@ static inline float zo_f16_to_f32(uint16_t h)
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t mant = h & 0x3ffu;
-    if (exp == 0x1fu) return zo_bits_f32(sign | 0x7f800000u | (mant ? 0x00400000u : 0u) | (mant << 13));
+    if (exp == 0x1fu)
+        return zo_bits_f32(sign | 0x7f800000u | (mant ? 0x00400000u : 0u) | (mant << 13));
     if (exp == 0) {
         /* Subnormal (or zero): mant * 2^-24, exact in fp32. */
         float v = (float)mant * 0x1p-24f;

@@ -46,55 +46,65 @@ typedef struct zo_hostpool *zo_hostpool_t;
 typedef struct zo_hostpool_config {
     size_t struct_size;        /* sizeof(zo_hostpool_config) */
     uint64_t max_pinned_bytes; /* the hard budget; must be > 0 */
-    int node;                  /* NUMA node; -1 = nearest the device (see zo_hostpool_placement_for_device) */
-    int strict_node;           /* 1: MPOL_BIND (allocation fails rather than spill to another node);
-                                  0: MPOL_PREFERRED (the kernel may spill when the node is full) */
-    int huge_pages;            /* 1: ask for transparent huge pages on 2 MiB-aligned spans */
-    int allow_unpinned;        /* 1: keep working unpinned when pinning fails; 0: fail with ZO_ERR_PIN */
+    int node;        /* NUMA node; -1 = nearest the device (see zo_hostpool_placement_for_device) */
+    int strict_node; /* 1: MPOL_BIND (allocation fails rather than spill to another node);
+                        0: MPOL_PREFERRED (the kernel may spill when the node is full) */
+    int huge_pages;  /* 1: ask for transparent huge pages on 2 MiB-aligned spans */
+    int allow_unpinned; /* 1: keep working unpinned when pinning fails; 0: fail with ZO_ERR_PIN */
 } zo_hostpool_config;
 
 #define ZO_HOSTPOOL_CONFIG_INIT                                                                    \
-    {.struct_size = sizeof(zo_hostpool_config), .node = -1, .huge_pages = 1, .allow_unpinned = 1}
+    {                                                                                              \
+        .struct_size = sizeof(zo_hostpool_config), .node = -1, .huge_pages = 1,                    \
+        .allow_unpinned = 1                                                                        \
+    }
 
 /* Where the pool's memory goes and why, and the memory-lock limit that
  * decides whether pinning can succeed: for zo-report. */
 typedef struct zo_hostpool_placement {
-    size_t struct_size;      /* sizeof(zo_hostpool_placement) */
-    int node;                /* the chosen NUMA node */
-    int n_nodes;             /* NUMA nodes with memory on this machine */
-    int n_local_cpus;        /* hardware threads local to that node */
-    char device[64];         /* "cpu", or "cuda:0 (0000:17:00.0)" */
-    char reason[160];        /* "nearest to GPU 0000:17:00.0 via hwloc", "cpu device: node of the calling
-                                thread (CPU 3)", "requested node 1" */
-    uint64_t memlock_soft;   /* RLIMIT_MEMLOCK in bytes; ZO_MEMLOCK_UNLIMITED when unlimited */
+    size_t struct_size; /* sizeof(zo_hostpool_placement) */
+    int node;           /* the chosen NUMA node */
+    int n_nodes;        /* NUMA nodes with memory on this machine */
+    int n_local_cpus;   /* hardware threads local to that node */
+    char device[64];    /* "cpu", or "cuda:0 (0000:17:00.0)" */
+    char reason[160];   /* "nearest to GPU 0000:17:00.0 via hwloc", "cpu device: node of the calling
+                           thread (CPU 3)", "requested node 1" */
+    uint64_t memlock_soft; /* RLIMIT_MEMLOCK in bytes; ZO_MEMLOCK_UNLIMITED when unlimited */
     uint64_t memlock_hard;
-    int cap_ipc_lock;        /* 1 when the process holds CAP_IPC_LOCK (mlock ignores the limit) */
+    int cap_ipc_lock; /* 1 when the process holds CAP_IPC_LOCK (mlock ignores the limit) */
 } zo_hostpool_placement;
 
-#define ZO_HOSTPOOL_PLACEMENT_INIT {.struct_size = sizeof(zo_hostpool_placement)}
+#define ZO_HOSTPOOL_PLACEMENT_INIT                                                                 \
+    {                                                                                              \
+        .struct_size = sizeof(zo_hostpool_placement)                                               \
+    }
 #define ZO_MEMLOCK_UNLIMITED UINT64_MAX
 
 typedef struct zo_hostpool_stats {
-    size_t struct_size;        /* sizeof(zo_hostpool_stats) */
-    uint64_t budget;           /* max_pinned_bytes */
-    uint64_t reserved;         /* bytes the pool holds from the system (slot sets + general allocations) */
+    size_t struct_size; /* sizeof(zo_hostpool_stats) */
+    uint64_t budget;    /* max_pinned_bytes */
+    uint64_t reserved;  /* bytes the pool holds from the system (slot sets + general allocations) */
     uint64_t reserved_high_water;
-    uint64_t in_use;           /* bytes handed out: taken slots (slot size each) + general allocations */
+    uint64_t in_use; /* bytes handed out: taken slots (slot size each) + general allocations */
     uint64_t in_use_high_water;
-    uint64_t pinned_bytes;     /* of reserved, bytes registered with the device */
-    uint64_t unpinned_bytes;   /* of reserved, bytes left unpinned because pinning failed */
-    uint64_t slots_total;      /* over every slot set */
+    uint64_t pinned_bytes;   /* of reserved, bytes registered with the device */
+    uint64_t unpinned_bytes; /* of reserved, bytes left unpinned because pinning failed */
+    uint64_t slots_total;    /* over every slot set */
     uint64_t slots_free;
-    uint64_t n_allocs;         /* live general allocations */
-    uint64_t n_pin_fallbacks;  /* allocations or slot sets that fell back to unpinned memory */
+    uint64_t n_allocs;          /* live general allocations */
+    uint64_t n_pin_fallbacks;   /* allocations or slot sets that fell back to unpinned memory */
     uint64_t n_budget_refusals; /* requests refused with ZO_ERR_BUDGET */
-    int node;                  /* the pool's node */
+    int node;                   /* the pool's node */
 } zo_hostpool_stats;
 
-#define ZO_HOSTPOOL_STATS_INIT {.struct_size = sizeof(zo_hostpool_stats)}
+#define ZO_HOSTPOOL_STATS_INIT                                                                     \
+    {                                                                                              \
+        .struct_size = sizeof(zo_hostpool_stats)                                                   \
+    }
 
 /* Create a pool for dev (which must outlive it). */
-ZO_API zo_status zo_hostpool_init(zo_hostpool_t *out, zo_device_t dev, const zo_hostpool_config *cfg);
+ZO_API zo_status zo_hostpool_init(zo_hostpool_t *out, zo_device_t dev,
+                                  const zo_hostpool_config *cfg);
 /* Unpin and unmap everything the pool still holds. NULL is accepted. */
 ZO_API void zo_hostpool_free(zo_hostpool_t pool);
 
@@ -107,7 +117,8 @@ ZO_API zo_status zo_hostpool_alloc(zo_hostpool_t pool, size_t bytes, void **out)
  * ZO_HOSTPOOL_PAGE) in one mapping, pinned as a whole; *set_id names the
  * set for zo_hostpool_slot_alloc. The whole set counts against the budget
  * from now on. At most 16 sets per pool. */
-ZO_API zo_status zo_hostpool_add_slots(zo_hostpool_t pool, size_t slot_bytes, size_t n_slots, int *set_id);
+ZO_API zo_status zo_hostpool_add_slots(zo_hostpool_t pool, size_t slot_bytes, size_t n_slots,
+                                       int *set_id);
 /* Take a free slot of set_id (its contents are what the last user left).
  * ZO_ERR_BUDGET when every slot of the set is taken. */
 ZO_API zo_status zo_hostpool_slot_alloc(zo_hostpool_t pool, int set_id, void **out);

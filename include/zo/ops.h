@@ -69,8 +69,10 @@ typedef struct zo_gemm_desc {
 } zo_gemm_desc;
 
 #define ZO_GEMM_DESC_INIT                                                                          \
-    {.struct_size = sizeof(zo_gemm_desc), .batch = 1, .alpha = 1.0f, .a_type = ZO_DTYPE_F32,       \
-     .b_type = ZO_DTYPE_F32, .c_type = ZO_DTYPE_F32}
+    {                                                                                              \
+        .struct_size = sizeof(zo_gemm_desc), .batch = 1, .alpha = 1.0f, .a_type = ZO_DTYPE_F32,    \
+        .b_type = ZO_DTYPE_F32, .c_type = ZO_DTYPE_F32                                             \
+    }
 
 ZO_API zo_status zo_op_gemm(zo_stream_t s, const zo_gemm_desc *g);
 
@@ -80,21 +82,23 @@ ZO_API zo_status zo_op_gemm(zo_stream_t s, const zo_gemm_desc *g);
  *                                      on both backends); dtable has its own dtype.
  * A token outside [0, vocab) is an asynchronous ZO_ERR_INVALID_ARG on cpu; on
  * cuda its output row is NaN and its gradient is dropped. */
-ZO_API zo_status zo_op_embedding_fwd(zo_stream_t s, void *out, const void *table, const int32_t *tokens,
-                              size_t n_tokens, int dim, int vocab, zo_dtype dt);
-ZO_API zo_status zo_op_embedding_bwd(zo_stream_t s, void *dtable, zo_dtype dtable_dt, const void *dout,
-                              const int32_t *tokens, size_t n_tokens, int dim, int vocab, zo_dtype dt);
+ZO_API zo_status zo_op_embedding_fwd(zo_stream_t s, void *out, const void *table,
+                                     const int32_t *tokens, size_t n_tokens, int dim, int vocab,
+                                     zo_dtype dt);
+ZO_API zo_status zo_op_embedding_bwd(zo_stream_t s, void *dtable, zo_dtype dtable_dt,
+                                     const void *dout, const int32_t *tokens, size_t n_tokens,
+                                     int dim, int vocab, zo_dtype dt);
 
 /* ---- RMSNorm ----
  * rstd[r] = 1 / sqrt(mean_j x[r,j]^2 + eps);  y[r,j] = x[r,j] * rstd[r] * w[j]
  * Backward: dx = rstd * (dy*w - xhat * mean_j(dy*w*xhat)), xhat = x*rstd;
  * written (accumulate_dx = 0) or added to dx (1). dw[j] += sum_r dy[r,j]*xhat[r,j],
  * summed over rows in fp32 then added once (dw has its own dtype; NULL skips it). */
-ZO_API zo_status zo_op_rmsnorm_fwd(zo_stream_t s, void *y, float *rstd, const void *x, const void *w,
-                            size_t rows, int dim, float eps, zo_dtype dt);
-ZO_API zo_status zo_op_rmsnorm_bwd(zo_stream_t s, void *dx, void *dw, zo_dtype dw_dt, const void *dy,
-                            const void *x, const void *w, const float *rstd, size_t rows, int dim,
-                            int accumulate_dx, zo_dtype dt);
+ZO_API zo_status zo_op_rmsnorm_fwd(zo_stream_t s, void *y, float *rstd, const void *x,
+                                   const void *w, size_t rows, int dim, float eps, zo_dtype dt);
+ZO_API zo_status zo_op_rmsnorm_bwd(zo_stream_t s, void *dx, void *dw, zo_dtype dw_dt,
+                                   const void *dy, const void *x, const void *w, const float *rstd,
+                                   size_t rows, int dim, int accumulate_dx, zo_dtype dt);
 
 /* ---- rotary position embedding (LLaMA, rotate-half pairing as in HF) ----
  * table (fp32, seq x head_dim/2 x {cos, sin}) for positions pos0..pos0+seq-1:
@@ -102,19 +106,20 @@ ZO_API zo_status zo_op_rmsnorm_bwd(zo_stream_t s, void *dx, void *dw, zo_dtype d
  * x is batch x seq x heads x head_dim (the q or k projection). For i < h = head_dim/2:
  *   y[i] = x[i]*cos - x[i+h]*sin,  y[i+h] = x[i+h]*cos + x[i]*sin
  * rope_bwd applies the inverse rotation to the gradient. out may equal in. */
-ZO_API zo_status zo_op_rope_table(zo_stream_t s, float *table, int seq, int head_dim, float theta, int pos0);
-ZO_API zo_status zo_op_rope_fwd(zo_stream_t s, void *out, const void *in, const float *table, int batch,
-                         int seq, int heads, int head_dim, zo_dtype dt);
-ZO_API zo_status zo_op_rope_bwd(zo_stream_t s, void *din, const void *dout, const float *table, int batch,
-                         int seq, int heads, int head_dim, zo_dtype dt);
+ZO_API zo_status zo_op_rope_table(zo_stream_t s, float *table, int seq, int head_dim, float theta,
+                                  int pos0);
+ZO_API zo_status zo_op_rope_fwd(zo_stream_t s, void *out, const void *in, const float *table,
+                                int batch, int seq, int heads, int head_dim, zo_dtype dt);
+ZO_API zo_status zo_op_rope_bwd(zo_stream_t s, void *din, const void *dout, const float *table,
+                                int batch, int seq, int heads, int head_dim, zo_dtype dt);
 
 /* ---- causal softmax over n_mats square seq x seq matrices (row t keeps
  * columns 0..t; the rest become 0) ----
  * bwd: dx = p * (dp - sum_j p_j dp_j). Either may run in place. */
-ZO_API zo_status zo_op_causal_softmax_fwd(zo_stream_t s, void *p, const void *x, size_t n_mats, int seq,
-                                   zo_dtype dt);
+ZO_API zo_status zo_op_causal_softmax_fwd(zo_stream_t s, void *p, const void *x, size_t n_mats,
+                                          int seq, zo_dtype dt);
 ZO_API zo_status zo_op_causal_softmax_bwd(zo_stream_t s, void *dx, const void *dp, const void *p,
-                                   size_t n_mats, int seq, zo_dtype dt);
+                                          size_t n_mats, int seq, zo_dtype dt);
 
 /* ---- causal multi-head attention ----
  * q, k, v, out: batch x seq x heads x head_dim. att: batch x heads x seq x seq,
@@ -122,19 +127,21 @@ ZO_API zo_status zo_op_causal_softmax_bwd(zo_stream_t s, void *dx, const void *d
  * (scores scaled by 1/sqrt(head_dim), fp32 accumulation, rounded to dt) and
  * the causal softmax above. The backward needs a second seq x seq workspace
  * datt (same size as att) and writes dq, dk, dv. */
-ZO_API zo_status zo_op_attention_fwd(zo_stream_t s, void *out, void *att, const void *q, const void *k,
-                              const void *v, int batch, int seq, int heads, int head_dim, zo_dtype dt);
+ZO_API zo_status zo_op_attention_fwd(zo_stream_t s, void *out, void *att, const void *q,
+                                     const void *k, const void *v, int batch, int seq, int heads,
+                                     int head_dim, zo_dtype dt);
 ZO_API zo_status zo_op_attention_bwd(zo_stream_t s, void *dq, void *dk, void *dv, void *datt,
-                              const void *dout, const void *att, const void *q, const void *k,
-                              const void *v, int batch, int seq, int heads, int head_dim, zo_dtype dt);
+                                     const void *dout, const void *att, const void *q,
+                                     const void *k, const void *v, int batch, int seq, int heads,
+                                     int head_dim, zo_dtype dt);
 
 /* ---- SwiGLU: out = silu(gate) * up, silu(g) = g / (1 + exp(-g)) ----
  * bwd: dgate = dout * up * silu'(gate), dup = dout * silu(gate); dgate may
  * equal gate and dup may equal up (elementwise in place). */
-ZO_API zo_status zo_op_swiglu_fwd(zo_stream_t s, void *out, const void *gate, const void *up, size_t n,
-                           zo_dtype dt);
-ZO_API zo_status zo_op_swiglu_bwd(zo_stream_t s, void *dgate, void *dup, const void *dout, const void *gate,
-                           const void *up, size_t n, zo_dtype dt);
+ZO_API zo_status zo_op_swiglu_fwd(zo_stream_t s, void *out, const void *gate, const void *up,
+                                  size_t n, zo_dtype dt);
+ZO_API zo_status zo_op_swiglu_bwd(zo_stream_t s, void *dgate, void *dup, const void *dout,
+                                  const void *gate, const void *up, size_t n, zo_dtype dt);
 
 /* ---- cross-entropy over the vocabulary, fused with its softmax ----
  * row_loss[r] = logsumexp(logits[r,:]) - logits[r, targets[r]]   (fp32, rows)
@@ -143,24 +150,26 @@ ZO_API zo_status zo_op_swiglu_bwd(zo_stream_t s, void *dgate, void *dup, const v
  * it may equal logits. A target outside [0, vocab) is an asynchronous
  * ZO_ERR_INVALID_ARG on cpu and a NaN row loss on cuda. */
 ZO_API zo_status zo_op_cross_entropy(zo_stream_t s, float *loss, float *row_loss, void *dlogits,
-                              const void *logits, const int32_t *targets, size_t rows, int vocab,
-                              float grad_scale, zo_dtype dt);
+                                     const void *logits, const int32_t *targets, size_t rows,
+                                     int vocab, float grad_scale, zo_dtype dt);
 
 /* ---- elementwise and reductions ---- */
 /* y = a + b (y may equal a or b). */
-ZO_API zo_status zo_op_add(zo_stream_t s, void *y, const void *a, const void *b, size_t n, zo_dtype dt);
+ZO_API zo_status zo_op_add(zo_stream_t s, void *y, const void *a, const void *b, size_t n,
+                           zo_dtype dt);
 /* dst = src converted; dst and src must not overlap unless dst == src with equal dtypes. */
-ZO_API zo_status zo_op_cast(zo_stream_t s, void *dst, zo_dtype dst_dt, const void *src, zo_dtype src_dt,
-                     size_t n);
+ZO_API zo_status zo_op_cast(zo_stream_t s, void *dst, zo_dtype dst_dt, const void *src,
+                            zo_dtype src_dt, size_t n);
 /* x *= alpha */
 ZO_API zo_status zo_op_scale(zo_stream_t s, void *x, float alpha, size_t n, zo_dtype dt);
 /* y += alpha * x (y and x may have different dtypes, e.g. fp32 += bf16). */
-ZO_API zo_status zo_op_axpy(zo_stream_t s, void *y, zo_dtype y_dt, float alpha, const void *x, zo_dtype x_dt,
-                     size_t n);
+ZO_API zo_status zo_op_axpy(zo_stream_t s, void *y, zo_dtype y_dt, float alpha, const void *x,
+                            zo_dtype x_dt, size_t n);
 /* *out = (accumulate ? *out : 0) + sum x^2 (fp32 device scalar; an inf or NaN
  * in x makes it inf or NaN, which is how overflow is detected). Deterministic
  * on both backends. */
-ZO_API zo_status zo_op_sumsq(zo_stream_t s, float *out, const void *x, size_t n, zo_dtype dt, int accumulate);
+ZO_API zo_status zo_op_sumsq(zo_stream_t s, float *out, const void *x, size_t n, zo_dtype dt,
+                             int accumulate);
 
 #ifdef __cplusplus
 }

@@ -30,14 +30,17 @@ typedef struct zo_adam_params {
     int64_t step;        /* this update's 1-based step count (bias correction uses it) */
     int adamw;           /* 1: decoupled decay (AdamW); 0: L2 decay added to the gradient (Adam) */
     int bias_correction; /* 1: divide the moments by 1 - beta^step */
-    float grad_scale;    /* gradients are multiplied by this: 1/loss_scale times the clip coefficient */
-    int simd_level;      /* -1: zo_cpu_simd_level(); else a zo_simd_level this CPU supports (tests) */
+    float
+        grad_scale; /* gradients are multiplied by this: 1/loss_scale times the clip coefficient */
+    int simd_level; /* -1: zo_cpu_simd_level(); else a zo_simd_level this CPU supports (tests) */
 } zo_adam_params;
 
 #define ZO_ADAM_PARAMS_INIT                                                                        \
-    {.struct_size = sizeof(zo_adam_params), .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,           \
-     .eps = 1e-8f, .step = 1, .adamw = 1, .bias_correction = 1, .grad_scale = 1.0f,                \
-     .simd_level = -1}
+    {                                                                                              \
+        .struct_size = sizeof(zo_adam_params), .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,        \
+        .eps = 1e-8f, .step = 1, .adamw = 1, .bias_correction = 1, .grad_scale = 1.0f,             \
+        .simd_level = -1                                                                           \
+    }
 
 /* The buffers of one step: n elements each. master, m and v are updated in
  * place; out receives the updated weights rounded to 16 bits (or nothing). */
@@ -45,18 +48,20 @@ typedef struct zo_adam_buffers {
     size_t struct_size;
     size_t n;
     const void *grad;
-    zo_dtype grad_type;  /* F32, F16 or BF16 */
+    zo_dtype grad_type; /* F32, F16 or BF16 */
     float *master;
     void *m;
     void *v;
     zo_dtype state_type; /* F32 (default), or BF16 to halve the moments' memory and traffic */
     void *out;
-    zo_dtype out_type;   /* BF16, F16, or NONE (out must then be NULL) */
+    zo_dtype out_type; /* BF16, F16, or NONE (out must then be NULL) */
 } zo_adam_buffers;
 
 #define ZO_ADAM_BUFFERS_INIT                                                                       \
-    {.struct_size = sizeof(zo_adam_buffers), .grad_type = ZO_DTYPE_F32,                            \
-     .state_type = ZO_DTYPE_F32, .out_type = ZO_DTYPE_NONE}
+    {                                                                                              \
+        .struct_size = sizeof(zo_adam_buffers), .grad_type = ZO_DTYPE_F32,                         \
+        .state_type = ZO_DTYPE_F32, .out_type = ZO_DTYPE_NONE                                      \
+    }
 
 /* One fused pass on the calling thread. Per element, in fp32:
  *   g = grad * grad_scale (+ weight_decay * w in Adam/L2 mode)
@@ -75,12 +80,12 @@ ZO_API zo_status zo_adam_roofline(const zo_adam_buffers *b, int simd_level);
 
 /* Read-only pass over gradients. */
 typedef struct zo_grad_stats {
-    double sum_sq;  /* sum of squares of the values as stored (unscaled), accumulated in double */
-    int nonfinite;  /* 1 if any value is inf or NaN */
+    double sum_sq; /* sum of squares of the values as stored (unscaled), accumulated in double */
+    int nonfinite; /* 1 if any value is inf or NaN */
 } zo_grad_stats;
 
 ZO_API zo_status zo_grad_stats_compute(const void *grad, zo_dtype type, size_t n, int simd_level,
-                                zo_grad_stats *out);
+                                       zo_grad_stats *out);
 
 /* DeepSpeed's gradient unscale-and-clip factor: with total_norm the norm of
  * the loss-scaled gradients, returns the factor to multiply them by
@@ -107,14 +112,19 @@ typedef void (*zo_optim_trace_fn)(void *ctx, const zo_optim_trace_span *span);
 typedef struct zo_optim_pool_config {
     size_t struct_size;
     int nthreads;     /* worker threads, >= 1 */
-    const int *cores; /* optional core ids to bind to (e.g. the GPU's NUMA node); NULL: the process's CPUs */
+    const int *cores; /* optional core ids to bind to (e.g. the GPU's NUMA node); NULL: the
+                         process's CPUs */
     int ncores;
-    size_t tile_elems; /* the unit jobs are split and stolen in, a multiple of 64; 0: 16384 (ZO_OPTIM_TILE) */
+    size_t tile_elems;       /* the unit jobs are split and stolen in, a multiple of 64; 0: 16384
+                                (ZO_OPTIM_TILE) */
     zo_optim_trace_fn trace; /* optional: each worker's span of each job */
     void *trace_ctx;
 } zo_optim_pool_config;
 
-#define ZO_OPTIM_POOL_CONFIG_INIT {.struct_size = sizeof(zo_optim_pool_config), .nthreads = 1}
+#define ZO_OPTIM_POOL_CONFIG_INIT                                                                  \
+    {                                                                                              \
+        .struct_size = sizeof(zo_optim_pool_config), .nthreads = 1                                 \
+    }
 
 /* Workers bound to cores[i % ncores] when there are at most as many workers
  * as cores, else each to the whole set; cores must lie in the process's CPU
@@ -137,12 +147,12 @@ typedef struct zo_optim_job *zo_optim_job_t;
  * on the number of threads, the tile size or timing, bit for bit: gradient
  * sums are taken per 16384 elements and combined in element order. */
 ZO_API zo_status zo_optim_pool_adam_enqueue(zo_optim_pool_t pool, const zo_adam_params *p,
-                                     const zo_adam_buffers *b, zo_optim_job_t *job);
+                                            const zo_adam_buffers *b, zo_optim_job_t *job);
 ZO_API zo_status zo_optim_pool_grad_stats_enqueue(zo_optim_pool_t pool, const void *grad,
-                                           zo_dtype type, size_t n, int simd_level,
-                                           zo_optim_job_t *job);
+                                                  zo_dtype type, size_t n, int simd_level,
+                                                  zo_optim_job_t *job);
 ZO_API zo_status zo_optim_pool_roofline_enqueue(zo_optim_pool_t pool, const zo_adam_buffers *b,
-                                         int simd_level, zo_optim_job_t *job);
+                                                int simd_level, zo_optim_job_t *job);
 /* ZO_OK when done, ZO_NOT_READY while it runs. */
 ZO_API zo_status zo_optim_job_poll(zo_optim_job_t job);
 /* Blocks until the job is done, stores grad statistics in stats (may be NULL;
@@ -151,27 +161,29 @@ ZO_API zo_status zo_optim_job_wait(zo_optim_job_t job, zo_grad_stats *stats);
 
 /* Synchronous conveniences: enqueue and wait. */
 ZO_API zo_status zo_optim_pool_adam_step(zo_optim_pool_t pool, const zo_adam_params *p,
-                                  const zo_adam_buffers *b);
+                                         const zo_adam_buffers *b);
 ZO_API zo_status zo_optim_pool_grad_stats(zo_optim_pool_t pool, const void *grad, zo_dtype type,
-                                   size_t n, zo_grad_stats *out);
+                                          size_t n, zo_grad_stats *out);
 
 /* ---- loss scaling (DeepSpeed's fp16 semantics) ---- */
 
 typedef struct zo_loss_scaler_config {
     size_t struct_size;
-    double loss_scale;          /* > 0: static scale; 0: dynamic */
-    int initial_scale_power;    /* dynamic: start at 2^power (16) */
-    int loss_scale_window;      /* clean steps before the scale doubles (1000) */
-    int hysteresis;             /* overflows tolerated before the scale halves (2) */
-    int consecutive_hysteresis; /* refill hysteresis on every clean step (0) */
-    double min_loss_scale;      /* floor of the scale (1) */
+    double loss_scale;            /* > 0: static scale; 0: dynamic */
+    int initial_scale_power;      /* dynamic: start at 2^power (16) */
+    int loss_scale_window;        /* clean steps before the scale doubles (1000) */
+    int hysteresis;               /* overflows tolerated before the scale halves (2) */
+    int consecutive_hysteresis;   /* refill hysteresis on every clean step (0) */
+    double min_loss_scale;        /* floor of the scale (1) */
     int raise_error_at_min_scale; /* an overflow at the floor is an error (1) */
 } zo_loss_scaler_config;
 
 #define ZO_LOSS_SCALER_CONFIG_INIT                                                                 \
-    {.struct_size = sizeof(zo_loss_scaler_config), .initial_scale_power = 16,                      \
-     .loss_scale_window = 1000, .hysteresis = 2, .min_loss_scale = 1.0,                            \
-     .raise_error_at_min_scale = 1}
+    {                                                                                              \
+        .struct_size = sizeof(zo_loss_scaler_config), .initial_scale_power = 16,                   \
+        .loss_scale_window = 1000, .hysteresis = 2, .min_loss_scale = 1.0,                         \
+        .raise_error_at_min_scale = 1                                                              \
+    }
 
 typedef struct zo_loss_scaler {
     double cur_scale;
@@ -187,7 +199,10 @@ ZO_API zo_status zo_loss_scaler_init(zo_loss_scaler *s, const zo_loss_scaler_con
  * Returns ZO_ERR_OVERFLOW, leaving the state unchanged, when an overflow
  * occurs with the scale already at min_loss_scale and raise_error_at_min_scale. */
 ZO_API zo_status zo_loss_scaler_update(zo_loss_scaler *s, int overflow);
-static inline double zo_loss_scaler_scale(const zo_loss_scaler *s) { return s->cur_scale; }
+static inline double zo_loss_scaler_scale(const zo_loss_scaler *s)
+{
+    return s->cur_scale;
+}
 
 #ifdef __cplusplus
 }

@@ -47,16 +47,19 @@ enum { ZO_ST_MAX_DIMS = 8 };
 
 typedef struct zo_st_tensor_info {
     size_t struct_size;
-    const char *name;   /* owned by the reader */
+    const char *name; /* owned by the reader */
     zo_dtype dtype;
-    int ndim;           /* 0 for a scalar */
+    int ndim; /* 0 for a scalar */
     int64_t shape[ZO_ST_MAX_DIMS];
     uint64_t nbytes;
     uint64_t file_offset; /* of the first byte, from the start of the file */
     const void *data;     /* into the reader's read-only mapping */
 } zo_st_tensor_info;
 
-#define ZO_ST_TENSOR_INFO_INIT {.struct_size = sizeof(zo_st_tensor_info)}
+#define ZO_ST_TENSOR_INFO_INIT                                                                     \
+    {                                                                                              \
+        .struct_size = sizeof(zo_st_tensor_info)                                                   \
+    }
 
 /* ---- writer ---- */
 
@@ -67,7 +70,7 @@ ZO_API zo_status zo_st_writer_init(zo_st_writer_t *out, const char *path);
 ZO_API zo_status zo_st_writer_set_metadata(zo_st_writer_t w, const char *key, const char *value);
 /* Declare the next tensor; all declarations come before the first write. */
 ZO_API zo_status zo_st_writer_declare(zo_st_writer_t w, const char *name, zo_dtype dtype, int ndim,
-                               const int64_t *shape);
+                                      const int64_t *shape);
 /* Append n bytes of the tensor name, which must be the first declared tensor
  * that is not complete yet; a tensor may be written in several pieces. The
  * header is written by the first call. */
@@ -92,25 +95,25 @@ ZO_API zo_status zo_st_reader_find(zo_st_reader_t r, const char *name, zo_st_ten
 /* By name, checking dtype and shape: ZO_ERR_INVALID_ARG names the expected
  * and found dtype or shape. out may be NULL. */
 ZO_API zo_status zo_st_reader_expect(zo_st_reader_t r, const char *name, zo_dtype dtype, int ndim,
-                              const int64_t *shape, zo_st_tensor_info *out);
+                                     const int64_t *shape, zo_st_tensor_info *out);
 /* A __metadata__ value, or NULL. */
 ZO_API const char *zo_st_reader_metadata(zo_st_reader_t r, const char *key);
 
 /* ---- Hugging Face LLaMA tensor names ---- */
 
 typedef enum zo_llama_role {
-    ZO_LLAMA_EMBED_TOKENS = 0,       /* model.embed_tokens.weight        [vocab, hidden] */
-    ZO_LLAMA_Q_PROJ,                 /* model.layers.N.self_attn.q_proj.weight [heads*hd, hidden] */
-    ZO_LLAMA_K_PROJ,                 /* ...k_proj.weight [kv_heads*hd, hidden] */
-    ZO_LLAMA_V_PROJ,                 /* ...v_proj.weight [kv_heads*hd, hidden] */
-    ZO_LLAMA_O_PROJ,                 /* ...o_proj.weight [hidden, heads*hd] */
-    ZO_LLAMA_GATE_PROJ,              /* model.layers.N.mlp.gate_proj.weight [inter, hidden] */
-    ZO_LLAMA_UP_PROJ,                /* ...up_proj.weight [inter, hidden] */
-    ZO_LLAMA_DOWN_PROJ,              /* ...down_proj.weight [hidden, inter] */
-    ZO_LLAMA_INPUT_LAYERNORM,        /* model.layers.N.input_layernorm.weight [hidden] */
+    ZO_LLAMA_EMBED_TOKENS = 0, /* model.embed_tokens.weight        [vocab, hidden] */
+    ZO_LLAMA_Q_PROJ,           /* model.layers.N.self_attn.q_proj.weight [heads*hd, hidden] */
+    ZO_LLAMA_K_PROJ,           /* ...k_proj.weight [kv_heads*hd, hidden] */
+    ZO_LLAMA_V_PROJ,           /* ...v_proj.weight [kv_heads*hd, hidden] */
+    ZO_LLAMA_O_PROJ,           /* ...o_proj.weight [hidden, heads*hd] */
+    ZO_LLAMA_GATE_PROJ,        /* model.layers.N.mlp.gate_proj.weight [inter, hidden] */
+    ZO_LLAMA_UP_PROJ,          /* ...up_proj.weight [inter, hidden] */
+    ZO_LLAMA_DOWN_PROJ,        /* ...down_proj.weight [hidden, inter] */
+    ZO_LLAMA_INPUT_LAYERNORM,  /* model.layers.N.input_layernorm.weight [hidden] */
     ZO_LLAMA_POST_ATTENTION_LAYERNORM, /* model.layers.N.post_attention_layernorm.weight [hidden] */
-    ZO_LLAMA_FINAL_NORM,             /* model.norm.weight [hidden] */
-    ZO_LLAMA_LM_HEAD,                /* lm_head.weight [vocab, hidden] */
+    ZO_LLAMA_FINAL_NORM,               /* model.norm.weight [hidden] */
+    ZO_LLAMA_LM_HEAD,                  /* lm_head.weight [vocab, hidden] */
     ZO_LLAMA_ROLE_COUNT_
 } zo_llama_role;
 
@@ -121,7 +124,10 @@ typedef struct zo_llama_dims {
     int64_t num_layers;
 } zo_llama_dims;
 
-#define ZO_LLAMA_DIMS_INIT {.struct_size = sizeof(zo_llama_dims)}
+#define ZO_LLAMA_DIMS_INIT                                                                         \
+    {                                                                                              \
+        .struct_size = sizeof(zo_llama_dims)                                                       \
+    }
 
 /* Whether the role belongs to a decoder layer (needs a layer index). */
 ZO_API int zo_llama_role_is_per_layer(zo_llama_role role);
@@ -131,7 +137,7 @@ ZO_API zo_status zo_llama_tensor_name(zo_llama_role role, int64_t layer, char *b
 ZO_API zo_status zo_llama_parse_name(const char *name, zo_llama_role *role, int64_t *layer);
 /* The tensor's shape in Hugging Face layout ([out, in] for projections). */
 ZO_API zo_status zo_llama_tensor_shape(const zo_llama_dims *dims, zo_llama_role role, int *ndim,
-                                int64_t shape[2]);
+                                       int64_t shape[2]);
 
 #ifdef __cplusplus
 }

@@ -62,52 +62,57 @@ typedef enum zo_swap_fault_kind {
 
 typedef struct zo_swap_fault {
     zo_swap_fault_kind kind;
-    uint64_t op_index;  /* which request (0-based) */
-    uint32_t delay_ms;  /* ZO_SWAP_FAULT_DELAY only */
+    uint64_t op_index; /* which request (0-based) */
+    uint32_t delay_ms; /* ZO_SWAP_FAULT_DELAY only */
 } zo_swap_fault;
 
 typedef struct zo_swap_config {
     size_t struct_size;
     const char *const *paths; /* directories, one swap file in each (one per drive) */
     size_t npaths;
-    uint64_t capacity;        /* payload bytes the store must hold, summed over files */
-    uint64_t extent_bytes;    /* largest payload of one extent (a chunk); rounded up to 4 KiB */
+    uint64_t capacity;     /* payload bytes the store must hold, summed over files */
+    uint64_t extent_bytes; /* largest payload of one extent (a chunk); rounded up to 4 KiB */
     /* "auto" (default): io_uring, or sync when io_uring cannot be set up
      * (logged once; ZO_SWAP_FORCE_SYNC=1 forces that failure); "io_uring"
      * (fails with ZO_ERR_UNSUPPORTED instead of falling back); "sync". */
     const char *engine;
-    uint32_t queue_depth;     /* engine requests in flight (default 32) */
-    uint32_t block_size;      /* bytes per engine request, multiple of 4096 (default 1 MiB) */
-    zo_swap_reuse reuse;      /* what to do with a stale swap file */
-    const char *name;         /* file name prefix (default "zoffload"): DIR/NAME.swap.I */
-    int keep_files;           /* 1: leave the files at close (default: delete them) */
+    uint32_t queue_depth;        /* engine requests in flight (default 32) */
+    uint32_t block_size;         /* bytes per engine request, multiple of 4096 (default 1 MiB) */
+    zo_swap_reuse reuse;         /* what to do with a stale swap file */
+    const char *name;            /* file name prefix (default "zoffload"): DIR/NAME.swap.I */
+    int keep_files;              /* 1: leave the files at close (default: delete them) */
     const zo_swap_fault *faults; /* armed at open (tests); see zo_swap_set_faults */
     size_t nfaults;
 } zo_swap_config;
 
 #define ZO_SWAP_CONFIG_INIT                                                                        \
-    {.struct_size = sizeof(zo_swap_config), .extent_bytes = 64u << 20, .engine = "auto",           \
-     .queue_depth = 32, .block_size = 1u << 20, .reuse = ZO_SWAP_REFUSE, .name = "zoffload"}
+    {                                                                                              \
+        .struct_size = sizeof(zo_swap_config), .extent_bytes = 64u << 20, .engine = "auto",        \
+        .queue_depth = 32, .block_size = 1u << 20, .reuse = ZO_SWAP_REFUSE, .name = "zoffload"     \
+    }
 
 typedef struct zo_swap_stats {
     size_t struct_size;
-    const char *engine;         /* engine in use: "io_uring", "sync", "fault+io_uring", ...
-                                 * (valid until zo_swap_close) */
-    uint64_t bytes_written;     /* payload bytes of successful writes */
-    uint64_t bytes_read;        /* payload bytes of successful, verified reads */
-    uint64_t writes, reads;     /* completed successfully */
-    uint64_t requests;          /* engine requests submitted (including retries) */
-    uint64_t requests_fixed;    /* of those, into or from a registered buffer */
-    uint64_t retries;           /* EINTR/EAGAIN resubmissions */
-    uint64_t short_ios;         /* short transfers resubmitted */
-    uint64_t errors;            /* writes/reads that failed */
-    uint64_t corrupt;           /* reads that failed verification */
+    const char *engine;      /* engine in use: "io_uring", "sync", "fault+io_uring", ...
+                              * (valid until zo_swap_close) */
+    uint64_t bytes_written;  /* payload bytes of successful writes */
+    uint64_t bytes_read;     /* payload bytes of successful, verified reads */
+    uint64_t writes, reads;  /* completed successfully */
+    uint64_t requests;       /* engine requests submitted (including retries) */
+    uint64_t requests_fixed; /* of those, into or from a registered buffer */
+    uint64_t retries;        /* EINTR/EAGAIN resubmissions */
+    uint64_t short_ios;      /* short transfers resubmitted */
+    uint64_t errors;         /* writes/reads that failed */
+    uint64_t corrupt;        /* reads that failed verification */
     uint32_t extents_total, extents_used;
     uint32_t nfiles;
-    uint64_t file_bytes;        /* bytes preallocated over all files */
+    uint64_t file_bytes; /* bytes preallocated over all files */
 } zo_swap_stats;
 
-#define ZO_SWAP_STATS_INIT {.struct_size = sizeof(zo_swap_stats)}
+#define ZO_SWAP_STATS_INIT                                                                         \
+    {                                                                                              \
+        .struct_size = sizeof(zo_swap_stats)                                                       \
+    }
 
 /* Called on the store's I/O thread when a write or read finishes. msg names
  * the failure (file, offset, cause) or is "" on success. Must not block for
@@ -139,14 +144,14 @@ ZO_API zo_status zo_swap_free_extent(zo_swap_t s, zo_swap_extent_t ext);
  * stay valid and unchanged until completion. The header is written only after
  * the payload, so a crash mid-write leaves an extent that fails verification. */
 ZO_API zo_status zo_swap_write_async(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len,
-                              uint64_t generation, zo_swap_done_fn done, void *user,
-                              zo_swap_io_t *io);
+                                     uint64_t generation, zo_swap_done_fn done, void *user,
+                                     zo_swap_io_t *io);
 /* Read ext into buf (4 KiB aligned): its header must name the extent's owner,
  * length len and generation, and the payload must match its checksum, else
  * ZO_ERR_CORRUPT naming the file and offset. */
 ZO_API zo_status zo_swap_read_async(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len,
-                             uint64_t generation, zo_swap_done_fn done, void *user,
-                             zo_swap_io_t *io);
+                                    uint64_t generation, zo_swap_done_fn done, void *user,
+                                    zo_swap_io_t *io);
 /* Wait for a ticket, free it, return its status (the error's message is the
  * calling thread's last error). Accepts NULL (returns ZO_OK). */
 ZO_API zo_status zo_swap_wait(zo_swap_io_t io);
@@ -156,9 +161,9 @@ ZO_API zo_status zo_swap_test(zo_swap_io_t io);
 
 /* Synchronous forms: async + wait. */
 ZO_API zo_status zo_swap_write(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len,
-                        uint64_t generation);
+                               uint64_t generation);
 ZO_API zo_status zo_swap_read(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len,
-                       uint64_t generation);
+                              uint64_t generation);
 
 /* Register a long-lived buffer (such as the pinned chunk pool) so that the
  * io_uring engine transfers into it without per-request page pinning. A no-op
@@ -179,7 +184,7 @@ ZO_API zo_status zo_swap_get_stats(zo_swap_t s, zo_swap_stats *out);
  * block per extent, then the payloads (1 MiB-aligned when extents are 1 MiB
  * or larger). */
 ZO_API zo_status zo_swap_extent_location(zo_swap_t s, zo_swap_extent_t ext, const char **path,
-                                  uint64_t *header_offset, uint64_t *payload_offset);
+                                         uint64_t *header_offset, uint64_t *payload_offset);
 /* Name of the engine in use ("io_uring", "sync", ...). */
 ZO_API const char *zo_swap_engine_name(zo_swap_t s);
 
@@ -202,7 +207,8 @@ typedef struct zo_swap_pipeline_ops {
 /* Run items 0..n-1 through the pipeline (stages >= 2). After the first
  * failure no new item is started; every stage is drained whatever happened.
  * Returns the first failure, with its message as the thread's last error. */
-ZO_API zo_status zo_swap_pipeline_run(uint32_t n, unsigned stages, const zo_swap_pipeline_ops *ops, void *user);
+ZO_API zo_status zo_swap_pipeline_run(uint32_t n, unsigned stages, const zo_swap_pipeline_ops *ops,
+                                      void *user);
 
 /* ---- probes, for zo-report ---- */
 /* 1 when an io_uring ring can be set up and supports read/write here, else 0
@@ -210,8 +216,8 @@ ZO_API zo_status zo_swap_pipeline_run(uint32_t n, unsigned stages, const zo_swap
 ZO_API int zo_swap_probe_io_uring(char *why, size_t cap);
 /* Whether O_DIRECT works in dir and how many bytes are free there (statvfs,
  * available to unprivileged users). why explains an O_DIRECT refusal. */
-ZO_API zo_status zo_swap_probe_dir(const char *dir, int *odirect_ok, uint64_t *free_bytes, char *why,
-                            size_t cap);
+ZO_API zo_status zo_swap_probe_dir(const char *dir, int *odirect_ok, uint64_t *free_bytes,
+                                   char *why, size_t cap);
 /* The liburing version this library was built against ("2.3"). */
 ZO_API const char *zo_swap_liburing_version(void);
 

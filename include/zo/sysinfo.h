@@ -17,11 +17,14 @@ typedef struct zo_versions {
     char cuda_runtime[32]; /* "13.0", or "not built" */
     char cuda_driver[32];  /* "13.0", "no driver" or "not built" */
     char cublas[32];
-    char nccl[32];         /* "2.27.7", or "not built" */
+    char nccl[32]; /* "2.27.7", or "not built" */
     char hwloc[32];
 } zo_versions;
 
-#define ZO_VERSIONS_INIT {.struct_size = sizeof(zo_versions)}
+#define ZO_VERSIONS_INIT                                                                           \
+    {                                                                                              \
+        .struct_size = sizeof(zo_versions)                                                         \
+    }
 
 ZO_API zo_status zo_get_versions(zo_versions *out);
 

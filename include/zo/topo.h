@@ -25,14 +25,17 @@ extern "C" {
 #endif
 
 typedef struct zo_topo_node {
-    size_t struct_size;   /* sizeof(zo_topo_node) */
-    int node;             /* the OS node number */
+    size_t struct_size;    /* sizeof(zo_topo_node) */
+    int node;              /* the OS node number */
     uint64_t memory_bytes; /* memory local to the node (0 when unknown) */
-    int n_cores;          /* physical cores local to the node */
-    int n_pus;            /* hardware threads local to the node */
+    int n_cores;           /* physical cores local to the node */
+    int n_pus;             /* hardware threads local to the node */
 } zo_topo_node;
 
-#define ZO_TOPO_NODE_INIT {.struct_size = sizeof(zo_topo_node)}
+#define ZO_TOPO_NODE_INIT                                                                          \
+    {                                                                                              \
+        .struct_size = sizeof(zo_topo_node)                                                        \
+    }
 
 /* The number of NUMA nodes that have memory (at least 1). */
 ZO_API int zo_topo_numa_node_count(void);

@@ -18,7 +18,10 @@ extern "C" {
 ZO_API uint64_t zo_now_ns(void);
 
 /* The same clock in seconds, for timing what tools measure. */
-static inline double zo_now_s(void) { return (double)zo_now_ns() * 1e-9; }
+static inline double zo_now_s(void)
+{
+    return (double)zo_now_ns() * 1e-9;
+}
 
 /* A byte count from text: a number (an integer is read exactly; a fraction,
  * "1.5GiB", is rounded down to whole bytes), then spaces and a unit if any,

@@ -18,9 +18,12 @@ static zo_simd_level detect(void)
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
     bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
 #endif
-    if (bf16) return ZO_SIMD_AVX512_BF16;
-    if (avx512) return ZO_SIMD_AVX512;
-    if (avx2) return ZO_SIMD_AVX2; /* F16C comes with every AVX2 CPU */
+    if (bf16)
+        return ZO_SIMD_AVX512_BF16;
+    if (avx512)
+        return ZO_SIMD_AVX512;
+    if (avx2)
+        return ZO_SIMD_AVX2; /* F16C comes with every AVX2 CPU */
     return ZO_SIMD_SCALAR;
 #elif defined(__aarch64__)
     return ZO_SIMD_NEON;
@@ -49,9 +52,12 @@ static int parse_level(const char *s, zo_simd_level *out)
  * so init_levels can use it without re-entering pthread_once. */
 static int level_supported(zo_simd_level level, zo_simd_level d)
 {
-    if (level == ZO_SIMD_SCALAR) return 1;
-    if (level == ZO_SIMD_NEON) return d == ZO_SIMD_NEON;
-    if (d == ZO_SIMD_NEON) return 0;
+    if (level == ZO_SIMD_SCALAR)
+        return 1;
+    if (level == ZO_SIMD_NEON)
+        return d == ZO_SIMD_NEON;
+    if (d == ZO_SIMD_NEON)
+        return 0;
     return level <= d;
 }
 
@@ -60,11 +66,14 @@ static void init_levels(void)
     detected = detect();
     chosen = detected;
     const char *env = zo_env_str("ZO_SIMD", NULL);
-    if (!env) return;
+    if (!env)
+        return;
     zo_simd_level want;
     if (!parse_level(env, &want)) {
-        ZO_LOGW("core", "ZO_SIMD='%s' is not a level; expected scalar|neon|avx2|avx512|avx512_bf16; using %s",
-                env, zo_simd_level_name(detected));
+        ZO_LOGW(
+            "core",
+            "ZO_SIMD='%s' is not a level; expected scalar|neon|avx2|avx512|avx512_bf16; using %s",
+            env, zo_simd_level_name(detected));
     } else if (!level_supported(want, detected)) {
         ZO_LOGW("core", "ZO_SIMD=%s is not supported by this CPU (it has %s); using %s", env,
                 zo_simd_level_name(detected), zo_simd_level_name(detected));

@@ -14,11 +14,13 @@
 
 void *zo_huge_alloc(size_t bytes)
 {
-    if (bytes < HUGE_PAGE) return aligned_alloc(4096, zo_round_up(bytes ? bytes : 1, 4096));
+    if (bytes < HUGE_PAGE)
+        return aligned_alloc(4096, zo_round_up(bytes ? bytes : 1, 4096));
     size_t len = zo_round_up(bytes, HUGE_PAGE);
     void *p = aligned_alloc(HUGE_PAGE, len);
     /* A refusal (THP off, or no madvise) only means small pages. */
-    if (p) (void)madvise(p, len, MADV_HUGEPAGE);
+    if (p)
+        (void)madvise(p, len, MADV_HUGEPAGE);
     return p;
 }
 
@@ -46,10 +48,12 @@ static int openmp_binds(void)
 static int system_allowed_cpus(cpu_set_t *set)
 {
     hwloc_topology_t topo;
-    if (hwloc_topology_init(&topo) != 0) return -1;
+    if (hwloc_topology_init(&topo) != 0)
+        return -1;
     int rc = hwloc_topology_load(topo);
     if (rc == 0)
-        rc = hwloc_cpuset_to_glibc_sched_affinity(topo, hwloc_topology_get_allowed_cpuset(topo), set, sizeof *set);
+        rc = hwloc_cpuset_to_glibc_sched_affinity(topo, hwloc_topology_get_allowed_cpuset(topo),
+                                                  set, sizeof *set);
     hwloc_topology_destroy(topo);
     return rc;
 }
@@ -60,10 +64,12 @@ int zo_process_cpus(cpu_set_t *set)
     if (sched_getaffinity(getpid(), sizeof *set, set) != 0 &&
         sched_getaffinity(0, sizeof *set, set) != 0)
         return -1;
-    if (have_load_cpus) CPU_OR(set, set, &load_cpus);
+    if (have_load_cpus)
+        CPU_OR(set, set, &load_cpus);
     /* An OpenMP runtime initialized first has bound the main thread before
      * the mask above was read: what the system allows is the process's set. */
     cpu_set_t sys;
-    if (openmp_binds() && system_allowed_cpus(&sys) == 0) CPU_OR(set, set, &sys);
+    if (openmp_binds() && system_allowed_cpus(&sys) == 0)
+        CPU_OR(set, set, &sys);
     return 0;
 }

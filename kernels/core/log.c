@@ -109,7 +109,8 @@ void zo_log_set_subsys(const char *list)
 
 static int subsys_enabled_locked(const char *subsys)
 {
-    if (!subsys_list[0] || !subsys) return 1;
+    if (!subsys_list[0] || !subsys)
+        return 1;
     char key[64];
     snprintf(key, sizeof key, ",%s,", subsys);
     return strstr(subsys_list, key) != NULL;
@@ -118,9 +119,11 @@ static int subsys_enabled_locked(const char *subsys)
 int zo_log_enabled(zo_log_level level, const char *subsys)
 {
     pthread_once(&log_once, log_init);
-    if (level == ZO_LOG_NONE || (int)level > atomic_load(&log_level)) return 0;
+    if (level == ZO_LOG_NONE || (int)level > atomic_load(&log_level))
+        return 0;
     /* Errors always pass the subsystem filter: they must never be hidden. */
-    if (level == ZO_LOG_ERROR) return 1;
+    if (level == ZO_LOG_ERROR)
+        return 1;
     pthread_mutex_lock(&log_mu);
     int on = subsys_enabled_locked(subsys);
     pthread_mutex_unlock(&log_mu);
@@ -129,7 +132,8 @@ int zo_log_enabled(zo_log_level level, const char *subsys)
 
 void zo_log(zo_log_level level, const char *subsys, const char *fmt, ...)
 {
-    if (!zo_log_enabled(level, subsys)) return;
+    if (!zo_log_enabled(level, subsys))
+        return;
     char msg[2048];
     va_list ap;
     va_start(ap, fmt);
@@ -139,7 +143,7 @@ void zo_log(zo_log_level level, const char *subsys, const char *fmt, ...)
     if (log_cb)
         log_cb(level, subsys ? subsys : "core", msg, log_cb_user);
     else
-        fprintf(stderr, "zoffload %s [%s] %s\n", zo_log_level_name(level),
-                subsys ? subsys : "core", msg);
+        fprintf(stderr, "zoffload %s [%s] %s\n", zo_log_level_name(level), subsys ? subsys : "core",
+                msg);
     pthread_mutex_unlock(&log_mu);
 }

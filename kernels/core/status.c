@@ -61,9 +61,15 @@ zo_status zo_set_error_at(zo_status st, const char *subsys, const char *file, in
     return st;
 }
 
-const char *zo_last_error(void) { return tls_errmsg; }
+const char *zo_last_error(void)
+{
+    return tls_errmsg;
+}
 
-zo_status zo_last_error_status(void) { return tls_errst; }
+zo_status zo_last_error_status(void)
+{
+    return tls_errst;
+}
 
 void zo_restore_error(zo_status st, const char *msg)
 {

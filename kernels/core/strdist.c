@@ -11,7 +11,10 @@ static size_t min3(size_t a, size_t b, size_t c)
     return m < c ? m : c;
 }
 
-static int same_char(char x, char y) { return tolower((unsigned char)x) == tolower((unsigned char)y); }
+static int same_char(char x, char y)
+{
+    return tolower((unsigned char)x) == tolower((unsigned char)y);
+}
 
 /* Three rolling rows keep it allocation-free: suggestions are computed on
  * error paths, where an allocation failure must not hide the real error. */
@@ -20,7 +23,8 @@ size_t zo_strdist(const char *a, const char *b)
     size_t n = strnlen(a, ZO_STRDIST_MAX_LEN), m = strnlen(b, ZO_STRDIST_MAX_LEN);
     size_t rows[3][ZO_STRDIST_MAX_LEN + 1];
     size_t *prev2 = rows[0], *prev = rows[1], *cur = rows[2];
-    for (size_t j = 0; j <= m; j++) prev[j] = j;
+    for (size_t j = 0; j <= m; j++)
+        prev[j] = j;
     for (size_t i = 1; i <= n; i++) {
         cur[0] = i;
         for (size_t j = 1; j <= m; j++) {
@@ -49,7 +53,8 @@ long zo_strdist_nearest(const char *word, const char *const *cands, size_t n, si
             best = (long)i;
         }
     }
-    if (dist) *dist = best_d;
+    if (dist)
+        *dist = best_d;
     return best;
 }
 

@@ -58,14 +58,16 @@ zo_status zo_get_versions(zo_versions *v)
 
 zo_status zo_sysinfo_pci_link(const char *bus_id, float *gbps)
 {
-    if (!bus_id || !gbps) return ZO_FAIL(ZO_ERR_INVALID_ARG, "core", "bus id or output is NULL");
+    if (!bus_id || !gbps)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "core", "bus id or output is NULL");
     *gbps = 0;
     unsigned dom = 0, bus = 0, dev = 0, fn = 0;
     if (sscanf(bus_id, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "core", "'%s' is not a PCI bus id (expected DDDD:BB:DD.F)",
-                       bus_id);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "core",
+                       "'%s' is not a PCI bus id (expected DDDD:BB:DD.F)", bus_id);
     hwloc_topology_t topo;
-    if (hwloc_topology_init(&topo) != 0) return ZO_FAIL(ZO_ERR_SYSTEM, "core", "hwloc_topology_init failed");
+    if (hwloc_topology_init(&topo) != 0)
+        return ZO_FAIL(ZO_ERR_SYSTEM, "core", "hwloc_topology_init failed");
     hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL);
     zo_status st = ZO_OK;
     if (hwloc_topology_load(topo) != 0) {
@@ -85,14 +87,17 @@ const char *zo_sysinfo_cpu_model(char *buf, size_t cap)
 {
     snprintf(buf, cap, "unknown");
     FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return buf;
+    if (!f)
+        return buf;
     char line[512];
     while (fgets(line, sizeof line, f)) {
         if (strncmp(line, "model name", 10) == 0 || strncmp(line, "Model", 5) == 0) {
             char *c = strchr(line, ':');
-            if (!c) continue;
+            if (!c)
+                continue;
             c++;
-            while (*c == ' ' || *c == '\t') c++;
+            while (*c == ' ' || *c == '\t')
+                c++;
             c[strcspn(c, "\n")] = '\0';
             snprintf(buf, cap, "%s", c);
             break;

@@ -25,10 +25,20 @@ static uint64_t unit_multiplier(const char *u)
     static const struct {
         const char *suffix;
         uint64_t mult;
-    } units[] = {{"", 1},           {"B", 1},           {"K", 1ull << 10}, {"KiB", 1ull << 10},
-                 {"KB", 1000ull},   {"M", 1ull << 20},  {"MiB", 1ull << 20}, {"MB", 1000000ull},
-                 {"G", 1ull << 30}, {"GiB", 1ull << 30}, {"GB", 1000000000ull},
-                 {"T", 1ull << 40}, {"TiB", 1ull << 40}, {"TB", 1000000000000ull}};
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"K", 1ull << 10},
+                 {"KiB", 1ull << 10},
+                 {"KB", 1000ull},
+                 {"M", 1ull << 20},
+                 {"MiB", 1ull << 20},
+                 {"MB", 1000000ull},
+                 {"G", 1ull << 30},
+                 {"GiB", 1ull << 30},
+                 {"GB", 1000000000ull},
+                 {"T", 1ull << 40},
+                 {"TiB", 1ull << 40},
+                 {"TB", 1000000000000ull}};
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
         if (strcasecmp(u, units[i].suffix) == 0)
             return units[i].mult;
@@ -51,7 +61,8 @@ zo_status zo_parse_bytes(const char *text, uint64_t *out)
     char *end;
     errno = 0;
     unsigned long long n = strtoull(p, &end, 10);
-    int integer = *end != '.' && *end != 'e' && *end != 'E' && !(n == 0 && (*end == 'x' || *end == 'X'));
+    int integer =
+        *end != '.' && *end != 'e' && *end != 'E' && !(n == 0 && (*end == 'x' || *end == 'X'));
     if (integer && (errno || end == p))
         return ZO_ERR_INVALID_ARG;
     double v = integer ? 0 : strtod(p, &end);

@@ -62,12 +62,16 @@ typedef struct cpu_stream {
     cpu_dev *cd;
 } cpu_stream;
 
-static cpu_dev *devof(zo_device_t dev) { return (cpu_dev *)dev->impl; }
+static cpu_dev *devof(zo_device_t dev)
+{
+    return (cpu_dev *)dev->impl;
+}
 
 static zo_status cpu_init(zo_device_t dev, const zo_device_config *cfg)
 {
     cpu_dev *cd = calloc(1, sizeof *cd);
-    if (!cd) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating the cpu device");
+    if (!cd)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating the cpu device");
     pthread_mutex_init(&cd->ev_mu, NULL);
     pthread_cond_init(&cd->ev_cv, NULL);
     cd->link_gbps = zo_env_double("ZO_CPU_DEVICE_PCIE_GBPS", 0.0, 0.0, 1e4);
@@ -96,8 +100,8 @@ static zo_status cpu_mem_alloc(zo_device_t dev, size_t bytes, void **out)
     void *p = NULL;
     /* 256-byte alignment, as cudaMalloc guarantees. */
     if (posix_memalign(&p, 256, bytes) != 0)
-        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "host memory for a %zu-byte emulated device allocation",
-                       bytes);
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS,
+                       "host memory for a %zu-byte emulated device allocation", bytes);
     *out = p;
     return ZO_OK;
 }
@@ -113,8 +117,7 @@ static zo_status cpu_host_register(zo_device_t dev, void *p, size_t n)
     (void)dev;
     if (mlock(p, n) != 0) {
         int e = errno;
-        return ZO_FAIL(ZO_ERR_PIN, SUBSYS,
-                       "mlock of %zu bytes failed: %s%s", n, strerror(e),
+        return ZO_FAIL(ZO_ERR_PIN, SUBSYS, "mlock of %zu bytes failed: %s%s", n, strerror(e),
                        e == ENOMEM || e == EPERM
                            ? " (RLIMIT_MEMLOCK too low: raise it with 'ulimit -l unlimited' or "
                              "memlock in /etc/security/limits.conf)"
@@ -133,13 +136,15 @@ static void cpu_host_unregister(zo_device_t dev, void *p, size_t n)
 
 static void event_unref_locked(cpu_event *e)
 {
-    if (--e->refs == 0) free(e);
+    if (--e->refs == 0)
+        free(e);
 }
 
 static zo_status cpu_event_create(zo_event_t ev)
 {
     cpu_event *e = calloc(1, sizeof *e);
-    if (!e) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating an event");
+    if (!e)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating an event");
     e->refs = 1;
     ev->impl = e;
     return ZO_OK;
@@ -171,7 +176,8 @@ static zo_status cpu_event_sync(zo_event_t ev)
     cpu_event *e = ev->impl;
     pthread_mutex_lock(&cd->ev_mu);
     uint64_t target = e->rec_gen;
-    while (e->done_gen < target) pthread_cond_wait(&cd->ev_cv, &cd->ev_mu);
+    while (e->done_gen < target)
+        pthread_cond_wait(&cd->ev_cv, &cd->ev_mu);
     pthread_mutex_unlock(&cd->ev_mu);
     return ZO_OK;
 }
@@ -181,7 +187,8 @@ static zo_status cpu_event_elapsed(zo_event_t a, zo_event_t b, float *ms)
     cpu_dev *cd = devof(a->dev);
     cpu_event *ea = a->impl, *eb = b->impl;
     pthread_mutex_lock(&cd->ev_mu);
-    int ok = ea->rec_gen && eb->rec_gen && ea->done_gen >= ea->rec_gen && eb->done_gen >= eb->rec_gen;
+    int ok =
+        ea->rec_gen && eb->rec_gen && ea->done_gen >= ea->rec_gen && eb->done_gen >= eb->rec_gen;
     double d = ((double)eb->t_ns - (double)ea->t_ns) / 1e6;
     pthread_mutex_unlock(&cd->ev_mu);
     if (!ok)
@@ -194,10 +201,12 @@ static zo_status cpu_event_elapsed(zo_event_t a, zo_event_t b, float *ms)
 
 static void throttle_copy(cpu_dev *cd, size_t n, uint64_t t0)
 {
-    if (cd->link_gbps <= 0) return;
+    if (cd->link_gbps <= 0)
+        return;
     uint64_t want = (uint64_t)((double)n / cd->link_gbps); /* bytes / (GB/s) = ns */
     uint64_t spent = zo_now_ns() - t0;
-    if (spent >= want) return;
+    if (spent >= want)
+        return;
     uint64_t left = want - spent;
     struct timespec ts = {(time_t)(left / 1000000000ull), (long)(left % 1000000000ull)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -211,14 +220,16 @@ static void run_op(cpu_stream *cs, cpu_op *op)
     case OP_COPY: {
         uint64_t t0 = zo_now_ns();
         memmove(op->dst, op->src, op->n);
-        if (op->is_link_copy) throttle_copy(cd, op->n, t0);
+        if (op->is_link_copy)
+            throttle_copy(cd, op->n, t0);
         break;
     }
     case OP_MEMSET: memset(op->dst, op->value, op->n); break;
     case OP_TASK: zo_stream_task_run(op->task); break;
     case OP_RECORD:
         pthread_mutex_lock(&cd->ev_mu);
-        if (op->ev->done_gen < op->gen) op->ev->done_gen = op->gen;
+        if (op->ev->done_gen < op->gen)
+            op->ev->done_gen = op->gen;
         op->ev->t_ns = zo_now_ns();
         event_unref_locked(op->ev);
         pthread_cond_broadcast(&cd->ev_cv);
@@ -226,7 +237,8 @@ static void run_op(cpu_stream *cs, cpu_op *op)
         break;
     case OP_WAIT:
         pthread_mutex_lock(&cd->ev_mu);
-        while (op->ev->done_gen < op->gen) pthread_cond_wait(&cd->ev_cv, &cd->ev_mu);
+        while (op->ev->done_gen < op->gen)
+            pthread_cond_wait(&cd->ev_cv, &cd->ev_mu);
         event_unref_locked(op->ev);
         pthread_mutex_unlock(&cd->ev_mu);
         break;
@@ -238,11 +250,14 @@ static void *stream_main(void *arg)
     cpu_stream *cs = arg;
     pthread_mutex_lock(&cs->mu);
     for (;;) {
-        while (!cs->head && !cs->stop) pthread_cond_wait(&cs->work_cv, &cs->mu);
-        if (!cs->head) break; /* stop requested and the queue is drained */
+        while (!cs->head && !cs->stop)
+            pthread_cond_wait(&cs->work_cv, &cs->mu);
+        if (!cs->head)
+            break; /* stop requested and the queue is drained */
         cpu_op *op = cs->head;
         cs->head = op->next;
-        if (!cs->head) cs->tail = NULL;
+        if (!cs->head)
+            cs->tail = NULL;
         pthread_mutex_unlock(&cs->mu);
         run_op(cs, op);
         free(op);
@@ -273,14 +288,16 @@ static zo_status push_op(zo_stream_t s, cpu_op *op)
 static cpu_op *op_new(op_kind kind)
 {
     cpu_op *op = calloc(1, sizeof *op);
-    if (op) op->kind = kind;
+    if (op)
+        op->kind = kind;
     return op;
 }
 
 static zo_status cpu_stream_create(zo_stream_t s)
 {
     cpu_stream *cs = calloc(1, sizeof *cs);
-    if (!cs) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a stream");
+    if (!cs)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a stream");
     cs->cd = devof(s->dev);
     pthread_mutex_init(&cs->mu, NULL);
     pthread_cond_init(&cs->work_cv, NULL);
@@ -316,7 +333,8 @@ static zo_status cpu_stream_sync(zo_stream_t s)
     cpu_stream *cs = s->impl;
     pthread_mutex_lock(&cs->mu);
     uint64_t target = cs->enq_seq;
-    while (cs->done_seq < target) pthread_cond_wait(&cs->idle_cv, &cs->mu);
+    while (cs->done_seq < target)
+        pthread_cond_wait(&cs->idle_cv, &cs->mu);
     pthread_mutex_unlock(&cs->mu);
     return ZO_OK;
 }
@@ -334,7 +352,8 @@ static zo_status cpu_event_record(zo_event_t ev, zo_stream_t s)
 {
     cpu_dev *cd = devof(s->dev);
     cpu_op *op = op_new(OP_RECORD);
-    if (!op) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating an event record");
+    if (!op)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating an event record");
     cpu_event *e = ev->impl;
     pthread_mutex_lock(&cd->ev_mu);
     op->gen = ++e->rec_gen;
@@ -369,7 +388,8 @@ static zo_status cpu_stream_wait_event(zo_stream_t s, zo_event_t ev)
 static zo_status cpu_copy(zo_stream_t s, void *dst, const void *src, size_t n, zo_copy_kind kind)
 {
     cpu_op *op = op_new(OP_COPY);
-    if (!op) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a copy");
+    if (!op)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a copy");
     op->dst = dst;
     op->src = src;
     op->n = n;
@@ -380,7 +400,8 @@ static zo_status cpu_copy(zo_stream_t s, void *dst, const void *src, size_t n, z
 static zo_status cpu_memset(zo_stream_t s, void *dst, int value, size_t n)
 {
     cpu_op *op = op_new(OP_MEMSET);
-    if (!op) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a memset");
+    if (!op)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a memset");
     op->dst = dst;
     op->value = value;
     op->n = n;
@@ -390,7 +411,8 @@ static zo_status cpu_memset(zo_stream_t s, void *dst, int value, size_t n)
 static zo_status cpu_enqueue(zo_stream_t s, zo_stream_task *t)
 {
     cpu_op *op = op_new(OP_TASK);
-    if (!op) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a stream task");
+    if (!op)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a stream task");
     op->task = t;
     return push_op(s, op);
 }

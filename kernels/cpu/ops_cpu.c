@@ -37,7 +37,8 @@ static void cpu_ctx_free(zo_stream_ops_ctx *c)
 static zo_status cpu_ctx_create(zo_stream_t s, void **out)
 {
     cpu_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a stream's ops context");
+    if (!ctx)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a stream's ops context");
     ctx->hdr.free_fn = cpu_ctx_free;
     *out = ctx;
     return ZO_OK;
@@ -49,7 +50,8 @@ static zo_status scratch_get(cpu_ctx *ctx, size_t bytes, void **out)
 {
     if (bytes > ctx->cap) {
         void *p = malloc(bytes);
-        if (!p) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating %zu bytes of op scratch", bytes);
+        if (!p)
+            return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating %zu bytes of op scratch", bytes);
         free(ctx->scratch);
         ctx->scratch = p;
         ctx->cap = bytes;
@@ -119,10 +121,12 @@ static void row_to_f32(float *dst, const void *src, zo_dtype dt, size_t n)
         memcpy(dst, src, n * sizeof *dst);
     } else if (dt == ZO_DTYPE_BF16) {
         const uint16_t *h = src;
-        for (size_t i = 0; i < n; i++) dst[i] = zo_conv_bf16_to_f32(h[i]);
+        for (size_t i = 0; i < n; i++)
+            dst[i] = zo_conv_bf16_to_f32(h[i]);
     } else {
         const uint16_t *h = src;
-        for (size_t i = 0; i < n; i++) dst[i] = zo_conv_f16_to_f32(h[i]);
+        for (size_t i = 0; i < n; i++)
+            dst[i] = zo_conv_f16_to_f32(h[i]);
     }
 }
 
@@ -132,10 +136,12 @@ static void row_from_f32(void *dst, zo_dtype dt, const float *src, size_t n)
         memcpy(dst, src, n * sizeof *src);
     } else if (dt == ZO_DTYPE_BF16) {
         uint16_t *h = dst;
-        for (size_t i = 0; i < n; i++) h[i] = zo_conv_f32_to_bf16(src[i]);
+        for (size_t i = 0; i < n; i++)
+            h[i] = zo_conv_f32_to_bf16(src[i]);
     } else {
         uint16_t *h = dst;
-        for (size_t i = 0; i < n; i++) h[i] = zo_conv_f32_to_f16(src[i]);
+        for (size_t i = 0; i < n; i++)
+            h[i] = zo_conv_f32_to_f16(src[i]);
     }
 }
 
@@ -144,7 +150,8 @@ static void to_f32_dense(float *dst, const void *src, zo_dtype dt, int rows, int
 {
     size_t es = zo_dtype_size(dt);
     for (int r = 0; r < rows; r++)
-        row_to_f32(dst + (size_t)r * cols, (const char *)src + (size_t)r * ld * es, dt, (size_t)cols);
+        row_to_f32(dst + (size_t)r * cols, (const char *)src + (size_t)r * ld * es, dt,
+                   (size_t)cols);
 }
 
 static void from_f32_dense(void *dst, zo_dtype dt, const float *src, int rows, int cols, int64_t ld)
@@ -164,7 +171,8 @@ static zo_status gemm_run(const zo_gemm_desc *g, cpu_ctx *ctx)
     size_t na = conv_ab ? (size_t)ar * ac : 0, nb = conv_ab ? (size_t)br * bc : 0;
     size_t nc = conv_c ? (size_t)g->m * g->n : 0;
     float *buf = NULL;
-    if (na + nb + nc) ZO_TRY(scratch_get(ctx, (na + nb + nc) * sizeof(float), (void **)&buf));
+    if (na + nb + nc)
+        ZO_TRY(scratch_get(ctx, (na + nb + nc) * sizeof(float), (void **)&buf));
     size_t ea = zo_dtype_size(g->a_type), ec = zo_dtype_size(g->c_type);
     for (int p = 0; p < g->batch; p++) {
         const char *A = (const char *)g->a + (size_t)p * g->stride_a * ea;
@@ -183,13 +191,15 @@ static zo_status gemm_run(const zo_gemm_desc *g, cpu_ctx *ctx)
         }
         if (conv_c) {
             fc = buf + na + nb;
-            if (g->beta != 0.0f) to_f32_dense(fc, C, g->c_type, g->m, g->n, g->ldc);
+            if (g->beta != 0.0f)
+                to_f32_dense(fc, C, g->c_type, g->m, g->n, g->ldc);
             ldc = g->n;
         }
         cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-                    g->trans_b ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, g->alpha, fa, (int)lda, fb,
-                    (int)ldb, g->beta, fc, (int)ldc);
-        if (conv_c) from_f32_dense(C, g->c_type, fc, g->m, g->n, g->ldc);
+                    g->trans_b ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, g->alpha, fa,
+                    (int)lda, fb, (int)ldb, g->beta, fc, (int)ldc);
+        if (conv_c)
+            from_f32_dense(C, g->c_type, fc, g->m, g->n, g->ldc);
     }
     return ZO_OK;
 }
@@ -200,8 +210,8 @@ static zo_status check_tokens(const int32_t *tok, size_t n, int vocab, const cha
 {
     for (size_t t = 0; t < n; t++)
         if (tok[t] < 0 || tok[t] >= vocab)
-            return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: token %zu is %d, outside [0, %d)", op, t,
-                           (int)tok[t], vocab);
+            return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: token %zu is %d, outside [0, %d)", op,
+                           t, (int)tok[t], vocab);
     return ZO_OK;
 }
 
@@ -223,7 +233,8 @@ static zo_status embed_bwd_run(const zo_embed_args *a, cpu_ctx *ctx)
     for (size_t t = 0; t < a->n_tokens; t++) {
         size_t dst = (size_t)a->tokens[t] * D;
         for (size_t j = 0; j < D; j++)
-            st_el(a->out, a->out_dt, dst + j, ld_el(a->out, a->out_dt, dst + j) + ld_el(a->in, a->dt, t * D + j));
+            st_el(a->out, a->out_dt, dst + j,
+                  ld_el(a->out, a->out_dt, dst + j) + ld_el(a->in, a->dt, t * D + j));
     }
     return ZO_OK;
 }
@@ -243,7 +254,8 @@ static zo_status rms_fwd_run(const zo_rmsnorm_args *a, cpu_ctx *ctx)
         float rs = (float)(1.0 / sqrt(ss / (double)D + (double)a->eps));
         a->rstd[r] = rs;
         for (size_t j = 0; j < D; j++)
-            st_el(a->y_or_dx, a->dt, r * D + j, ld_el(a->x, a->dt, r * D + j) * rs * ld_el(a->w, a->dt, j));
+            st_el(a->y_or_dx, a->dt, r * D + j,
+                  ld_el(a->x, a->dt, r * D + j) * rs * ld_el(a->w, a->dt, j));
     }
     return ZO_OK;
 }
@@ -263,19 +275,22 @@ static zo_status rms_bwd_run(const zo_rmsnorm_args *a, cpu_ctx *ctx)
         for (size_t j = 0; j < D; j++) {
             float xhat = ld_el(a->x, a->dt, r * D + j) * rs, dy = ld_el(a->dy, a->dt, r * D + j);
             dot += (double)(dy * ld_el(a->w, a->dt, j)) * xhat;
-            if (dw_acc) dw_acc[j] += (double)dy * xhat;
+            if (dw_acc)
+                dw_acc[j] += (double)dy * xhat;
         }
         const float mean = (float)(dot / (double)D);
         for (size_t j = 0; j < D; j++) {
             float xhat = ld_el(a->x, a->dt, r * D + j) * rs;
             float g = ld_el(a->dy, a->dt, r * D + j) * ld_el(a->w, a->dt, j);
             float dx = rs * (g - xhat * mean);
-            if (a->accumulate_dx) dx += ld_el(a->y_or_dx, a->dt, r * D + j);
+            if (a->accumulate_dx)
+                dx += ld_el(a->y_or_dx, a->dt, r * D + j);
             st_el(a->y_or_dx, a->dt, r * D + j, dx);
         }
     }
     if (dw_acc)
-        for (size_t j = 0; j < D; j++) st_el(a->dw, a->dw_dt, j, ld_el(a->dw, a->dw_dt, j) + (float)dw_acc[j]);
+        for (size_t j = 0; j < D; j++)
+            st_el(a->dw, a->dw_dt, j, ld_el(a->dw, a->dw_dt, j) + (float)dw_acc[j]);
     return ZO_OK;
 }
 
@@ -307,7 +322,8 @@ static zo_status rope_run(const zo_rope_args *a, cpu_ctx *ctx)
                 const float *cs = a->table + (size_t)t * half * 2;
                 for (size_t i = 0; i < half; i++) {
                     float c = cs[2 * i], sn = sgn * cs[2 * i + 1];
-                    float x1 = ld_el(a->in, a->dt, base + i), x2 = ld_el(a->in, a->dt, base + i + half);
+                    float x1 = ld_el(a->in, a->dt, base + i),
+                          x2 = ld_el(a->in, a->dt, base + i + half);
                     st_el(a->out, a->dt, base + i, x1 * c - x2 * sn);
                     st_el(a->out, a->dt, base + i + half, x2 * c + x1 * sn);
                 }
@@ -326,15 +342,18 @@ static zo_status softmax_fwd_run(const zo_softmax_args *a, cpu_ctx *ctx)
     for (size_t r = 0; r < a->n_mats * T; r++) {
         const size_t t = r % T, off = r * T;
         float mx = -INFINITY;
-        for (size_t j = 0; j <= t; j++) mx = fmaxf(mx, ld_el(a->in, a->dt, off + j));
+        for (size_t j = 0; j <= t; j++)
+            mx = fmaxf(mx, ld_el(a->in, a->dt, off + j));
         double sum = 0.0;
         for (size_t j = 0; j <= t; j++) {
             e[j] = expf(ld_el(a->in, a->dt, off + j) - mx);
             sum += e[j];
         }
         const float inv = (float)(1.0 / sum);
-        for (size_t j = 0; j <= t; j++) st_el(a->out, a->dt, off + j, e[j] * inv);
-        for (size_t j = t + 1; j < T; j++) st_el(a->out, a->dt, off + j, 0.0f);
+        for (size_t j = 0; j <= t; j++)
+            st_el(a->out, a->dt, off + j, e[j] * inv);
+        for (size_t j = t + 1; j < T; j++)
+            st_el(a->out, a->dt, off + j, 0.0f);
     }
     return ZO_OK;
 }
@@ -350,8 +369,10 @@ static zo_status softmax_bwd_run(const zo_softmax_args *a, cpu_ctx *ctx)
             dot += (double)ld_el(a->p, a->dt, off + j) * ld_el(a->in, a->dt, off + j);
         const float d = (float)dot;
         for (size_t j = 0; j <= t; j++)
-            st_el(a->out, a->dt, off + j, ld_el(a->p, a->dt, off + j) * (ld_el(a->in, a->dt, off + j) - d));
-        for (size_t j = t + 1; j < T; j++) st_el(a->out, a->dt, off + j, 0.0f);
+            st_el(a->out, a->dt, off + j,
+                  ld_el(a->p, a->dt, off + j) * (ld_el(a->in, a->dt, off + j) - d));
+        for (size_t j = t + 1; j < T; j++)
+            st_el(a->out, a->dt, off + j, 0.0f);
     }
     return ZO_OK;
 }
@@ -373,7 +394,8 @@ CPU_TASK(swiglu_bwd, zo_swiglu_args)
 static zo_status swiglu_bwd_run(const zo_swiglu_args *a, cpu_ctx *ctx)
 {
     for (size_t i = 0; i < a->n; i++) {
-        float g = ld_el(a->gate, a->dt, i), u = ld_el(a->up, a->dt, i), d = ld_el(a->dout, a->dt, i);
+        float g = ld_el(a->gate, a->dt, i), u = ld_el(a->up, a->dt, i),
+              d = ld_el(a->dout, a->dt, i);
         float sig = 1.0f / (1.0f + expf(-g));
         float dsilu = sig * (1.0f + g * (1.0f - sig));
         st_el(a->out, a->dt, i, d * u * dsilu);
@@ -394,14 +416,17 @@ static zo_status xent_run(const zo_xent_args *a, cpu_ctx *ctx)
     for (size_t r = 0; r < a->rows; r++) {
         const size_t off = r * V;
         float mx = -INFINITY;
-        for (size_t j = 0; j < V; j++) mx = fmaxf(mx, ld_el(a->logits, a->dt, off + j));
+        for (size_t j = 0; j < V; j++)
+            mx = fmaxf(mx, ld_el(a->logits, a->dt, off + j));
         double sum = 0.0;
-        for (size_t j = 0; j < V; j++) sum += expf(ld_el(a->logits, a->dt, off + j) - mx);
+        for (size_t j = 0; j < V; j++)
+            sum += expf(ld_el(a->logits, a->dt, off + j) - mx);
         const float lse = mx + (float)log(sum);
         const int tgt = a->targets[r];
         a->row_loss[r] = lse - ld_el(a->logits, a->dt, off + (size_t)tgt);
         total += a->row_loss[r];
-        if (!a->dlogits) continue;
+        if (!a->dlogits)
+            continue;
         for (size_t j = 0; j < V; j++) {
             float p = expf(ld_el(a->logits, a->dt, off + j) - lse);
             st_el(a->dlogits, a->dt, off + j, gscale * (p - (j == (size_t)tgt ? 1.0f : 0.0f)));
@@ -423,13 +448,16 @@ static zo_status ew_run(const zo_ew_args *a, cpu_ctx *ctx)
         break;
     case ZO_EW_CAST:
         if (a->y_dt == a->a_dt) { /* bit copy: keeps NaN payloads */
-            if (a->y != a->a) memcpy(a->y, a->a, a->n * zo_dtype_size(a->y_dt));
+            if (a->y != a->a)
+                memcpy(a->y, a->a, a->n * zo_dtype_size(a->y_dt));
             break;
         }
-        for (size_t i = 0; i < a->n; i++) st_el(a->y, a->y_dt, i, ld_el(a->a, a->a_dt, i));
+        for (size_t i = 0; i < a->n; i++)
+            st_el(a->y, a->y_dt, i, ld_el(a->a, a->a_dt, i));
         break;
     case ZO_EW_SCALE:
-        for (size_t i = 0; i < a->n; i++) st_el(a->y, a->y_dt, i, ld_el(a->y, a->y_dt, i) * a->alpha);
+        for (size_t i = 0; i < a->n; i++)
+            st_el(a->y, a->y_dt, i, ld_el(a->y, a->y_dt, i) * a->alpha);
         break;
     case ZO_EW_AXPY:
         for (size_t i = 0; i < a->n; i++)

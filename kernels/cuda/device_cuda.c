@@ -44,7 +44,8 @@ static zo_status cuda_init(zo_device_t dev, const zo_device_config *cfg)
     size_t free_b = 0, total_b = 0;
     ZO_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     cuda_dev *cd = calloc(1, sizeof *cd);
-    if (!cd) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating the cuda device");
+    if (!cd)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating the cuda device");
     cd->ordinal = cfg->ordinal;
     dev->impl = cd;
     snprintf(dev->info.backend, sizeof dev->info.backend, "cuda");
@@ -67,7 +68,10 @@ static zo_status cuda_init(zo_device_t dev, const zo_device_config *cfg)
     return ZO_OK;
 }
 
-static void cuda_fini(zo_device_t dev) { free(dev->impl); }
+static void cuda_fini(zo_device_t dev)
+{
+    free(dev->impl);
+}
 
 static zo_status cuda_mem_alloc(zo_device_t dev, size_t bytes, void **out)
 {
@@ -79,7 +83,8 @@ static zo_status cuda_mem_alloc(zo_device_t dev, size_t bytes, void **out)
 static void cuda_mem_free(zo_device_t dev, void *p)
 {
     (void)dev;
-    if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaFree(p) != cudaSuccess)
+        (void)cudaGetLastError();
 }
 
 static zo_status cuda_host_register(zo_device_t dev, void *p, size_t n)
@@ -98,7 +103,8 @@ static void cuda_host_unregister(zo_device_t dev, void *p, size_t n)
 {
     (void)dev;
     (void)n;
-    if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaHostUnregister(p) != cudaSuccess)
+        (void)cudaGetLastError();
 }
 
 static zo_status cuda_stream_create(zo_stream_t s)
@@ -112,7 +118,8 @@ static zo_status cuda_stream_create(zo_stream_t s)
 
 static void cuda_stream_destroy(zo_stream_t s)
 {
-    if (cudaStreamDestroy((cudaStream_t)s->impl) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaStreamDestroy((cudaStream_t)s->impl) != cudaSuccess)
+        (void)cudaGetLastError();
 }
 
 static zo_status cuda_stream_sync(zo_stream_t s)
@@ -143,7 +150,8 @@ static zo_status cuda_event_create(zo_event_t ev)
 
 static void cuda_event_destroy(zo_event_t ev)
 {
-    if (cudaEventDestroy((cudaEvent_t)ev->impl) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaEventDestroy((cudaEvent_t)ev->impl) != cudaSuccess)
+        (void)cudaGetLastError();
 }
 
 static zo_status cuda_event_record(zo_event_t ev, zo_stream_t s)
@@ -196,7 +204,10 @@ static zo_status cuda_memset(zo_stream_t s, void *dst, int value, size_t n)
     return ZO_OK;
 }
 
-static void CUDART_CB run_task(void *arg) { zo_stream_task_run((zo_stream_task *)arg); }
+static void CUDART_CB run_task(void *arg)
+{
+    zo_stream_task_run((zo_stream_task *)arg);
+}
 
 static zo_status cuda_enqueue(zo_stream_t s, zo_stream_task *t)
 {

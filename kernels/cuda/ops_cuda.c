@@ -45,7 +45,8 @@ static zo_status ctx_init(cuda_ops_ctx *ctx, zo_stream_t s)
 static zo_status cuda_ctx_create(zo_stream_t s, void **out)
 {
     cuda_ops_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a stream's ops context");
+    if (!ctx)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a stream's ops context");
     ctx->hdr.free_fn = cuda_ctx_free;
     zo_status st = ctx_init(ctx, s);
     if (st != ZO_OK) {
@@ -71,10 +72,10 @@ static zo_status cuda_gemm(const zo_ops_exec *x, const zo_gemm_desc *g)
 {
     cuda_ops_ctx *ctx = x->ctx;
     ZO_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        ctx->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g->n, g->m,
-        g->k, &g->alpha, g->b, cuda_type(g->b_type), (int)g->ldb, g->stride_b, g->a, cuda_type(g->a_type),
-        (int)g->lda, g->stride_a, &g->beta, g->c, cuda_type(g->c_type), (int)g->ldc, g->stride_c, g->batch,
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        ctx->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+        g->n, g->m, g->k, &g->alpha, g->b, cuda_type(g->b_type), (int)g->ldb, g->stride_b, g->a,
+        cuda_type(g->a_type), (int)g->lda, g->stride_a, &g->beta, g->c, cuda_type(g->c_type),
+        (int)g->ldc, g->stride_c, g->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return ZO_OK;
 }
 

@@ -17,14 +17,17 @@
 
 #define SUBSYS "ops"
 
-namespace {
+namespace
+{
 
 constexpr unsigned kBlock = 256;
 
 __device__ __forceinline__ float ldv(const void *p, int dt, size_t i)
 {
-    if (dt == ZO_DTYPE_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    if (dt == ZO_DTYPE_F16) return __half2float(((const __half *)p)[i]);
+    if (dt == ZO_DTYPE_BF16)
+        return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == ZO_DTYPE_F16)
+        return __half2float(((const __half *)p)[i]);
     return ((const float *)p)[i];
 }
 
@@ -40,13 +43,15 @@ __device__ __forceinline__ void stv(void *p, int dt, size_t i, float v)
 
 __device__ __forceinline__ float warp_sum(float v)
 {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
 __device__ __forceinline__ float warp_max(float v)
 {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -58,12 +63,14 @@ template <bool kMax> __device__ float block_reduce(float v)
     v = kMax ? warp_max(v) : warp_sum(v);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     __syncthreads();
-    if (lane == 0) sh[warp] = v;
+    if (lane == 0)
+        sh[warp] = v;
     __syncthreads();
     if (warp == 0) {
         float w = lane < nw ? sh[lane] : (kMax ? -INFINITY : 0.0f);
         w = kMax ? warp_max(w) : warp_sum(w);
-        if (lane == 0) sh[0] = w;
+        if (lane == 0)
+            sh[0] = w;
     }
     __syncthreads();
     return sh[0];
@@ -75,7 +82,10 @@ unsigned grid_for(size_t n, unsigned block)
     return (unsigned)(g > 65535u * 16u ? 65535u * 16u : (g ? g : 1));
 }
 
-cudaStream_t stream_of(const zo_ops_exec *x) { return (cudaStream_t)x->native; }
+cudaStream_t stream_of(const zo_ops_exec *x)
+{
+    return (cudaStream_t)x->native;
+}
 
 // ---- embedding ----
 
@@ -93,10 +103,12 @@ __global__ void embed_fwd_kernel(zo_embed_args a)
 __global__ void embed_bwd_kernel(zo_embed_args a)
 {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= a.dim) return;
+    if (j >= a.dim)
+        return;
     for (size_t t = 0; t < a.n_tokens; t++) {
         const int tok = a.tokens[t];
-        if (tok < 0 || tok >= a.vocab) continue;
+        if (tok < 0 || tok >= a.vocab)
+            continue;
         const size_t o = (size_t)tok * a.dim + j;
         stv(a.out, a.out_dt, o, ldv(a.out, a.out_dt, o) + ldv(a.in, a.dt, t * a.dim + j));
     }
@@ -114,7 +126,8 @@ __global__ void rms_fwd_kernel(zo_rmsnorm_args a)
     }
     ss = block_reduce<false>(ss);
     const float rs = 1.0f / sqrtf(ss / (float)a.dim + a.eps);
-    if (threadIdx.x == 0) a.rstd[r] = rs;
+    if (threadIdx.x == 0)
+        a.rstd[r] = rs;
     for (int j = threadIdx.x; j < a.dim; j += blockDim.x)
         stv(a.y_or_dx, a.dt, off + j, ldv(a.x, a.dt, off + j) * rs * ldv(a.w, a.dt, j));
 }
@@ -131,7 +144,8 @@ __global__ void rms_bwd_dx_kernel(zo_rmsnorm_args a)
         float xhat = ldv(a.x, a.dt, off + j) * rs;
         float g = ldv(a.dy, a.dt, off + j) * ldv(a.w, a.dt, j);
         float dx = rs * (g - xhat * mean);
-        if (a.accumulate_dx) dx += ldv(a.y_or_dx, a.dt, off + j);
+        if (a.accumulate_dx)
+            dx += ldv(a.y_or_dx, a.dt, off + j);
         stv(a.y_or_dx, a.dt, off + j, dx);
     }
 }
@@ -139,7 +153,8 @@ __global__ void rms_bwd_dx_kernel(zo_rmsnorm_args a)
 __global__ void rms_bwd_dw_kernel(zo_rmsnorm_args a)
 {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= a.dim) return;
+    if (j >= a.dim)
+        return;
     float acc = 0.0f;
     for (size_t r = 0; r < a.rows; r++)
         acc += ldv(a.dy, a.dt, r * a.dim + j) * (ldv(a.x, a.dt, r * a.dim + j) * a.rstd[r]);
@@ -152,7 +167,8 @@ __global__ void rope_table_kernel(zo_rope_table_args a)
 {
     const int half = a.head_dim / 2;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)a.seq * half) return;
+    if (idx >= (size_t)a.seq * half)
+        return;
     const int p = (int)(idx / half), i = (int)(idx % half);
     const double ang = (double)(a.pos0 + p) * pow((double)a.theta, -2.0 * i / a.head_dim);
     a.table[idx * 2] = (float)cos(ang);
@@ -181,10 +197,12 @@ __global__ void softmax_fwd_kernel(zo_softmax_args a)
 {
     const size_t r = blockIdx.x, T = (size_t)a.seq, off = r * T, t = r % T;
     float mx = -INFINITY;
-    for (size_t j = threadIdx.x; j <= t; j += blockDim.x) mx = fmaxf(mx, ldv(a.in, a.dt, off + j));
+    for (size_t j = threadIdx.x; j <= t; j += blockDim.x)
+        mx = fmaxf(mx, ldv(a.in, a.dt, off + j));
     mx = block_reduce<true>(mx);
     float sum = 0.0f;
-    for (size_t j = threadIdx.x; j <= t; j += blockDim.x) sum += expf(ldv(a.in, a.dt, off + j) - mx);
+    for (size_t j = threadIdx.x; j <= t; j += blockDim.x)
+        sum += expf(ldv(a.in, a.dt, off + j) - mx);
     const float inv = 1.0f / block_reduce<false>(sum);
     for (size_t j = threadIdx.x; j < T; j += blockDim.x)
         stv(a.out, a.dt, off + j, j <= t ? expf(ldv(a.in, a.dt, off + j) - mx) * inv : 0.0f);
@@ -194,17 +212,20 @@ __global__ void softmax_bwd_kernel(zo_softmax_args a)
 {
     const size_t r = blockIdx.x, T = (size_t)a.seq, off = r * T, t = r % T;
     float dot = 0.0f;
-    for (size_t j = threadIdx.x; j <= t; j += blockDim.x) dot += ldv(a.p, a.dt, off + j) * ldv(a.in, a.dt, off + j);
+    for (size_t j = threadIdx.x; j <= t; j += blockDim.x)
+        dot += ldv(a.p, a.dt, off + j) * ldv(a.in, a.dt, off + j);
     dot = block_reduce<false>(dot);
     for (size_t j = threadIdx.x; j < T; j += blockDim.x)
-        stv(a.out, a.dt, off + j, j <= t ? ldv(a.p, a.dt, off + j) * (ldv(a.in, a.dt, off + j) - dot) : 0.0f);
+        stv(a.out, a.dt, off + j,
+            j <= t ? ldv(a.p, a.dt, off + j) * (ldv(a.in, a.dt, off + j) - dot) : 0.0f);
 }
 
 // ---- SwiGLU ----
 
 __global__ void swiglu_fwd_kernel(zo_swiglu_args a)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n;
+         i += (size_t)gridDim.x * blockDim.x) {
         const float g = ldv(a.gate, a.dt, i), sig = 1.0f / (1.0f + expf(-g));
         stv(a.out, a.dt, i, g * sig * ldv(a.up, a.dt, i));
     }
@@ -212,7 +233,8 @@ __global__ void swiglu_fwd_kernel(zo_swiglu_args a)
 
 __global__ void swiglu_bwd_kernel(zo_swiglu_args a)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n;
+         i += (size_t)gridDim.x * blockDim.x) {
         const float g = ldv(a.gate, a.dt, i), u = ldv(a.up, a.dt, i), d = ldv(a.dout, a.dt, i);
         const float sig = 1.0f / (1.0f + expf(-g)), dsilu = sig * (1.0f + g * (1.0f - sig));
         stv(a.out, a.dt, i, d * u * dsilu);
@@ -228,17 +250,21 @@ __global__ void xent_rows_kernel(zo_xent_args a)
     const int tgt = a.targets[r];
     const bool ok = tgt >= 0 && tgt < a.vocab;
     float mx = -INFINITY;
-    for (size_t j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, ldv(a.logits, a.dt, off + j));
+    for (size_t j = threadIdx.x; j < V; j += blockDim.x)
+        mx = fmaxf(mx, ldv(a.logits, a.dt, off + j));
     mx = block_reduce<true>(mx);
     float sum = 0.0f;
-    for (size_t j = threadIdx.x; j < V; j += blockDim.x) sum += expf(ldv(a.logits, a.dt, off + j) - mx);
+    for (size_t j = threadIdx.x; j < V; j += blockDim.x)
+        sum += expf(ldv(a.logits, a.dt, off + j) - mx);
     const float lse = mx + logf(block_reduce<false>(sum));
     // block_reduce ends with a barrier, so every thread has read its logits
     // before anyone overwrites them (dlogits may equal logits); the target's
     // logit is read by thread 0 before the barrier below.
-    if (threadIdx.x == 0) a.row_loss[r] = ok ? lse - ldv(a.logits, a.dt, off + tgt) : NAN;
+    if (threadIdx.x == 0)
+        a.row_loss[r] = ok ? lse - ldv(a.logits, a.dt, off + tgt) : NAN;
     __syncthreads();
-    if (!a.dlogits) return;
+    if (!a.dlogits)
+        return;
     const float scale = a.grad_scale / (float)a.rows;
     for (size_t j = threadIdx.x; j < V; j += blockDim.x) {
         const float p = expf(ldv(a.logits, a.dt, off + j) - lse);
@@ -249,16 +275,19 @@ __global__ void xent_rows_kernel(zo_xent_args a)
 __global__ void mean_kernel(float *out, const float *v, size_t n)
 {
     float s = 0.0f;
-    for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += v[i];
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+        s += v[i];
     s = block_reduce<false>(s);
-    if (threadIdx.x == 0) *out = s / (float)n;
+    if (threadIdx.x == 0)
+        *out = s / (float)n;
 }
 
 // ---- elementwise and sum of squares ----
 
 __global__ void ew_kernel(zo_ew_args a)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n;
+         i += (size_t)gridDim.x * blockDim.x) {
         float v;
         switch (a.kind) {
         case ZO_EW_ADD: v = ldv(a.a, a.a_dt, i) + ldv(a.b, a.a_dt, i); break;
@@ -273,20 +302,24 @@ __global__ void ew_kernel(zo_ew_args a)
 __global__ void sumsq_partials_kernel(float *partials, zo_sumsq_args a)
 {
     float s = 0.0f;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n;
+         i += (size_t)gridDim.x * blockDim.x) {
         const float v = ldv(a.x, a.dt, i);
         s += v * v;
     }
     s = block_reduce<false>(s);
-    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+    if (threadIdx.x == 0)
+        partials[blockIdx.x] = s;
 }
 
 __global__ void sumsq_final_kernel(float *out, const float *partials, unsigned n, int accumulate)
 {
     float s = 0.0f;
-    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) s += partials[i];
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x)
+        s += partials[i];
     s = block_reduce<false>(s);
-    if (threadIdx.x == 0) *out = (accumulate ? *out : 0.0f) + s;
+    if (threadIdx.x == 0)
+        *out = (accumulate ? *out : 0.0f) + s;
 }
 
 } // namespace
@@ -390,10 +423,12 @@ zo_status zo_cuda_sumsq(void *stream, float *partials, const zo_sumsq_args *a)
 {
     // The number of partials depends only on n, so the sum is the same run to run.
     size_t g = (a->n + kBlock * 8 - 1) / (kBlock * 8);
-    const unsigned blocks = (unsigned)(g > ZO_CUDA_SUMSQ_PARTIALS ? ZO_CUDA_SUMSQ_PARTIALS : (g ? g : 1));
+    const unsigned blocks =
+        (unsigned)(g > ZO_CUDA_SUMSQ_PARTIALS ? ZO_CUDA_SUMSQ_PARTIALS : (g ? g : 1));
     sumsq_partials_kernel<<<blocks, kBlock, 0, (cudaStream_t)stream>>>(partials, *a);
     ZO_CUDA_CHECK_LAUNCH();
-    sumsq_final_kernel<<<1, 1024, 0, (cudaStream_t)stream>>>(a->out, partials, blocks, a->accumulate);
+    sumsq_final_kernel<<<1, 1024, 0, (cudaStream_t)stream>>>(a->out, partials, blocks,
+                                                             a->accumulate);
     ZO_CUDA_CHECK_LAUNCH();
     return ZO_OK;
 }

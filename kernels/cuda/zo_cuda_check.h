@@ -23,7 +23,8 @@ zo_status zo_nccl_fail(int err, const char *call, const char *file, int line);
 #define ZO_CUDA_CHECK(call)                                                                        \
     do {                                                                                           \
         int zo_cuda_e_ = (int)(call);                                                              \
-        if (zo_cuda_e_ != 0) return zo_cuda_fail(zo_cuda_e_, #call, __FILE__, __LINE__);           \
+        if (zo_cuda_e_ != 0)                                                                       \
+            return zo_cuda_fail(zo_cuda_e_, #call, __FILE__, __LINE__);                            \
     } while (0)
 
 #define ZO_CUDA_CHECK_LAUNCH() ZO_CUDA_CHECK(cudaGetLastError())
@@ -31,13 +32,15 @@ zo_status zo_nccl_fail(int err, const char *call, const char *file, int line);
 #define ZO_CUBLAS_CHECK(call)                                                                      \
     do {                                                                                           \
         int zo_cublas_e_ = (int)(call);                                                            \
-        if (zo_cublas_e_ != 0) return zo_cublas_fail(zo_cublas_e_, #call, __FILE__, __LINE__);     \
+        if (zo_cublas_e_ != 0)                                                                     \
+            return zo_cublas_fail(zo_cublas_e_, #call, __FILE__, __LINE__);                        \
     } while (0)
 
 #define ZO_NCCL_CHECK(call)                                                                        \
     do {                                                                                           \
         int zo_nccl_e_ = (int)(call);                                                              \
-        if (zo_nccl_e_ != 0) return zo_nccl_fail(zo_nccl_e_, #call, __FILE__, __LINE__);          \
+        if (zo_nccl_e_ != 0)                                                                       \
+            return zo_nccl_fail(zo_nccl_e_, #call, __FILE__, __LINE__);                            \
     } while (0)
 
 #endif

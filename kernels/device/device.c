@@ -29,17 +29,21 @@ static size_t range_lower_bound(const zo_range_set *rs, uintptr_t p)
 static long range_find(const zo_range_set *rs, uintptr_t p, size_t n)
 {
     size_t i = range_lower_bound(rs, p + 1);
-    if (i == 0) return -1;
+    if (i == 0)
+        return -1;
     const zo_range *r = &rs->v[i - 1];
-    if (p >= r->base && p - r->base <= r->size && n <= r->size - (p - r->base)) return (long)(i - 1);
+    if (p >= r->base && p - r->base <= r->size && n <= r->size - (p - r->base))
+        return (long)(i - 1);
     return -1;
 }
 
 static int range_overlaps(const zo_range_set *rs, uintptr_t p, size_t n)
 {
     size_t i = range_lower_bound(rs, p);
-    if (i < rs->n && rs->v[i].base < p + n) return 1;
-    if (i > 0 && rs->v[i - 1].base + rs->v[i - 1].size > p) return 1;
+    if (i < rs->n && rs->v[i].base < p + n)
+        return 1;
+    if (i > 0 && rs->v[i - 1].base + rs->v[i - 1].size > p)
+        return 1;
     return 0;
 }
 
@@ -48,7 +52,8 @@ static int range_insert(zo_range_set *rs, uintptr_t p, size_t n)
     if (rs->n == rs->cap) {
         size_t cap = rs->cap ? rs->cap * 2 : 64;
         zo_range *v = realloc(rs->v, cap * sizeof *v);
-        if (!v) return -1;
+        if (!v)
+            return -1;
         rs->v = v;
         rs->cap = cap;
     }
@@ -63,7 +68,8 @@ static int range_insert(zo_range_set *rs, uintptr_t p, size_t n)
 static size_t range_remove(zo_range_set *rs, uintptr_t p)
 {
     size_t i = range_lower_bound(rs, p);
-    if (i >= rs->n || rs->v[i].base != p) return 0;
+    if (i >= rs->n || rs->v[i].base != p)
+        return 0;
     size_t n = rs->v[i].size;
     memmove(&rs->v[i], &rs->v[i + 1], (rs->n - i - 1) * sizeof *rs->v);
     rs->n--;
@@ -92,7 +98,8 @@ int zo_device_cuda_count(void)
 
 static zo_status pick_backend(const char *name, const zo_backend_ops **out)
 {
-    if (!name || !*name) name = "auto";
+    if (!name || !*name)
+        name = "auto";
     if (strcasecmp(name, "cpu") == 0) {
         *out = &zo_cpu_backend;
         return ZO_OK;
@@ -100,8 +107,9 @@ static zo_status pick_backend(const char *name, const zo_backend_ops **out)
     if (strcasecmp(name, "cuda") == 0) {
 #ifdef ZO_HAVE_CUDA
         if (zo_cuda_device_count() <= 0)
-            return ZO_FAIL(ZO_ERR_NO_DEVICE, SUBSYS,
-                           "backend 'cuda' requested but no CUDA GPU is visible; use 'cpu' or 'auto'");
+            return ZO_FAIL(
+                ZO_ERR_NO_DEVICE, SUBSYS,
+                "backend 'cuda' requested but no CUDA GPU is visible; use 'cpu' or 'auto'");
         *out = &zo_cuda_backend;
         return ZO_OK;
 #else
@@ -120,16 +128,18 @@ static zo_status pick_backend(const char *name, const zo_backend_ops **out)
         *out = &zo_cpu_backend;
         return ZO_OK;
     }
-    return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "unknown device backend '%s'; expected auto, cuda or cpu",
-                   name);
+    return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                   "unknown device backend '%s'; expected auto, cuda or cpu", name);
 }
 
 zo_status zo_device_init(zo_device_t *out, const zo_device_config *cfg)
 {
-    if (!out) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "out is NULL");
+    if (!out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "out is NULL");
     *out = NULL;
     zo_device_config def = ZO_DEVICE_CONFIG_INIT;
-    if (!cfg) cfg = &def;
+    if (!cfg)
+        cfg = &def;
     if (cfg->struct_size != sizeof(zo_device_config))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
                        "zo_device_config.struct_size is %zu, expected %zu: initialize it with "
@@ -141,7 +151,8 @@ zo_status zo_device_init(zo_device_t *out, const zo_device_config *cfg)
     ZO_TRY(pick_backend(cfg->backend, &be));
 
     zo_device_t dev = calloc(1, sizeof *dev);
-    if (!dev) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating the device object");
+    if (!dev)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating the device object");
     dev->be = be;
     dev->info = (zo_device_info)ZO_DEVICE_INFO_INIT;
     pthread_mutex_init(&dev->mem_mu, NULL);
@@ -162,14 +173,18 @@ zo_status zo_device_init(zo_device_t *out, const zo_device_config *cfg)
 
 void zo_device_free(zo_device_t dev)
 {
-    if (!dev) return;
+    if (!dev)
+        return;
     zo_device_synchronize(dev);
-    while (dev->streams) zo_stream_destroy(dev->streams);
-    while (dev->events) zo_event_destroy(dev->events);
+    while (dev->streams)
+        zo_stream_destroy(dev->streams);
+    while (dev->events)
+        zo_event_destroy(dev->events);
     pthread_mutex_lock(&dev->mem_mu);
     for (size_t i = 0; i < dev->pinned.n; i++)
         dev->be->host_unregister(dev, (void *)dev->pinned.v[i].base, dev->pinned.v[i].size);
-    for (size_t i = 0; i < dev->allocs.n; i++) dev->be->mem_free(dev, (void *)dev->allocs.v[i].base);
+    for (size_t i = 0; i < dev->allocs.n; i++)
+        dev->be->mem_free(dev, (void *)dev->allocs.v[i].base);
     if (dev->allocs.n)
         ZO_LOGW(SUBSYS, "device freed with %zu allocations (%llu bytes) still live; released them",
                 dev->allocs.n, (unsigned long long)dev->in_use);
@@ -182,13 +197,20 @@ void zo_device_free(zo_device_t dev)
     free(dev);
 }
 
-const char *zo_device_backend(zo_device_t dev) { return dev ? dev->be->name : "none"; }
+const char *zo_device_backend(zo_device_t dev)
+{
+    return dev ? dev->be->name : "none";
+}
 
-unsigned zo_device_caps(zo_device_t dev) { return dev ? dev->info.caps : 0; }
+unsigned zo_device_caps(zo_device_t dev)
+{
+    return dev ? dev->info.caps : 0;
+}
 
 zo_status zo_device_get_info(zo_device_t dev, zo_device_info *out)
 {
-    if (!dev || !out) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
+    if (!dev || !out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
     if (out->struct_size != sizeof *out)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
                        "zo_device_info.struct_size is %zu, expected %zu: use ZO_DEVICE_INFO_INIT",
@@ -199,7 +221,8 @@ zo_status zo_device_get_info(zo_device_t dev, zo_device_info *out)
 
 zo_status zo_device_mem_get_stats(zo_device_t dev, zo_device_mem_stats *out)
 {
-    if (!dev || !out) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
+    if (!dev || !out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
     pthread_mutex_lock(&dev->mem_mu);
     out->budget = dev->budget;
     out->in_use = dev->in_use;
@@ -212,7 +235,8 @@ zo_status zo_device_mem_get_stats(zo_device_t dev, zo_device_mem_stats *out)
 
 void zo_device_mem_reset_high_water(zo_device_t dev)
 {
-    if (!dev) return;
+    if (!dev)
+        return;
     pthread_mutex_lock(&dev->mem_mu);
     dev->high_water = dev->in_use;
     pthread_mutex_unlock(&dev->mem_mu);
@@ -220,12 +244,14 @@ void zo_device_mem_reset_high_water(zo_device_t dev)
 
 zo_status zo_device_synchronize(zo_device_t dev)
 {
-    if (!dev) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device is NULL");
+    if (!dev)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device is NULL");
     zo_status first = ZO_OK;
     pthread_mutex_lock(&dev->obj_mu);
     for (zo_stream_t s = dev->streams; s; s = s->next) {
         zo_status st = zo_stream_synchronize(s);
-        if (st < 0 && first == ZO_OK) first = st;
+        if (st < 0 && first == ZO_OK)
+            first = st;
     }
     pthread_mutex_unlock(&dev->obj_mu);
     return first;
@@ -234,8 +260,8 @@ zo_status zo_device_synchronize(zo_device_t dev)
 zo_status zo_device_inject_fault(zo_device_t dev, zo_device_fault kind, int count)
 {
     if (!dev || (int)kind < 0 || kind >= ZO_FAULT_COUNT_ || count < 0)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "bad fault injection request (kind %d, count %d)",
-                       (int)kind, count);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "bad fault injection request (kind %d, count %d)", (int)kind, count);
     pthread_mutex_lock(&dev->mem_mu);
     dev->inject[kind] = count;
     pthread_mutex_unlock(&dev->mem_mu);
@@ -246,7 +272,8 @@ int zo_device_take_fault(zo_device_t dev, int kind)
 {
     pthread_mutex_lock(&dev->mem_mu);
     int hit = dev->inject[kind] > 0;
-    if (hit) dev->inject[kind]--;
+    if (hit)
+        dev->inject[kind]--;
     pthread_mutex_unlock(&dev->mem_mu);
     return hit;
 }
@@ -255,19 +282,22 @@ int zo_device_take_fault(zo_device_t dev, int kind)
 
 zo_status zo_device_malloc(zo_device_t dev, size_t bytes, void **out)
 {
-    if (!dev || !out) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
+    if (!dev || !out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
     *out = NULL;
-    if (bytes == 0) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zero-byte device allocation");
+    if (bytes == 0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zero-byte device allocation");
     pthread_mutex_lock(&dev->mem_mu);
     int injected = dev->inject[ZO_FAULT_DEVICE_MALLOC] > 0;
-    if (injected) dev->inject[ZO_FAULT_DEVICE_MALLOC]--;
+    if (injected)
+        dev->inject[ZO_FAULT_DEVICE_MALLOC]--;
     if (injected || bytes > dev->budget - dev->in_use) {
         dev->n_failed++;
         uint64_t in_use = dev->in_use, budget = dev->budget;
         pthread_mutex_unlock(&dev->mem_mu);
         return ZO_FAIL(ZO_ERR_OUT_OF_DEVICE_MEMORY, SUBSYS,
-                       "cannot allocate %zu bytes on %s: %llu of %llu bytes in use, %llu free%s", bytes,
-                       dev->be->name, (unsigned long long)in_use, (unsigned long long)budget,
+                       "cannot allocate %zu bytes on %s: %llu of %llu bytes in use, %llu free%s",
+                       bytes, dev->be->name, (unsigned long long)in_use, (unsigned long long)budget,
                        (unsigned long long)(budget - in_use), injected ? " (injected fault)" : "");
     }
     /* Reserve before the backend call so concurrent allocations cannot
@@ -289,14 +319,17 @@ zo_status zo_device_malloc(zo_device_t dev, size_t bytes, void **out)
         dev->high_water = dev->in_use;
     }
     pthread_mutex_unlock(&dev->mem_mu);
-    if (st == ZO_OK) *out = p;
+    if (st == ZO_OK)
+        *out = p;
     return st;
 }
 
 zo_status zo_device_mfree(zo_device_t dev, void *ptr)
 {
-    if (!dev) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device is NULL");
-    if (!ptr) return ZO_OK;
+    if (!dev)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device is NULL");
+    if (!ptr)
+        return ZO_OK;
     pthread_mutex_lock(&dev->mem_mu);
     size_t n = range_remove(&dev->allocs, (uintptr_t)ptr);
     if (n == 0) {
@@ -314,7 +347,8 @@ zo_status zo_device_mfree(zo_device_t dev, void *ptr)
 
 int zo_device_owns(zo_device_t dev, const void *ptr, size_t bytes)
 {
-    if (!dev || !ptr) return 0;
+    if (!dev || !ptr)
+        return 0;
     pthread_mutex_lock(&dev->mem_mu);
     int own = range_find(&dev->allocs, (uintptr_t)ptr, bytes) >= 0;
     pthread_mutex_unlock(&dev->mem_mu);
@@ -324,14 +358,16 @@ int zo_device_owns(zo_device_t dev, const void *ptr, size_t bytes)
 zo_status zo_device_host_register(zo_device_t dev, void *ptr, size_t bytes)
 {
     if (!dev || !ptr || !bytes)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "host_register needs a device, a pointer and a size");
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "host_register needs a device, a pointer and a size");
     if (zo_device_take_fault(dev, ZO_FAULT_HOST_REGISTER))
-        return ZO_FAIL(ZO_ERR_PIN, SUBSYS, "pinning %zu bytes at %p failed (injected fault)", bytes, ptr);
+        return ZO_FAIL(ZO_ERR_PIN, SUBSYS, "pinning %zu bytes at %p failed (injected fault)", bytes,
+                       ptr);
     pthread_mutex_lock(&dev->mem_mu);
     if (range_overlaps(&dev->pinned, (uintptr_t)ptr, bytes)) {
         pthread_mutex_unlock(&dev->mem_mu);
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "host range %p+%zu overlaps a range already registered",
-                       ptr, bytes);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "host range %p+%zu overlaps a range already registered", ptr, bytes);
     }
     if (range_insert(&dev->pinned, (uintptr_t)ptr, bytes) != 0) {
         pthread_mutex_unlock(&dev->mem_mu);
@@ -349,12 +385,14 @@ zo_status zo_device_host_register(zo_device_t dev, void *ptr, size_t bytes)
 
 zo_status zo_device_host_unregister(zo_device_t dev, void *ptr)
 {
-    if (!dev || !ptr) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or pointer is NULL");
+    if (!dev || !ptr)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or pointer is NULL");
     pthread_mutex_lock(&dev->mem_mu);
     size_t n = range_remove(&dev->pinned, (uintptr_t)ptr);
     pthread_mutex_unlock(&dev->mem_mu);
     if (!n)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%p is not the start of a registered host range", ptr);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%p is not the start of a registered host range",
+                       ptr);
     dev->be->host_unregister(dev, ptr, n);
     return ZO_OK;
 }
@@ -366,7 +404,8 @@ static void list_push(void **head, void *node, size_t next_off, size_t prev_off)
     void *h = *head;
     *(void **)((char *)node + next_off) = h;
     *(void **)((char *)node + prev_off) = NULL;
-    if (h) *(void **)((char *)h + prev_off) = node;
+    if (h)
+        *(void **)((char *)h + prev_off) = node;
     *head = node;
 }
 
@@ -378,7 +417,8 @@ static void list_unlink(void **head, void *node, size_t next_off, size_t prev_of
         *(void **)((char *)p + next_off) = n;
     else
         *head = n;
-    if (n) *(void **)((char *)n + prev_off) = p;
+    if (n)
+        *(void **)((char *)n + prev_off) = p;
 }
 
 #define LIST_PUSH(head, node, T)                                                                   \
@@ -388,10 +428,12 @@ static void list_unlink(void **head, void *node, size_t next_off, size_t prev_of
 
 zo_status zo_stream_create(zo_device_t dev, zo_stream_t *out)
 {
-    if (!dev || !out) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
+    if (!dev || !out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
     *out = NULL;
     zo_stream_t s = calloc(1, sizeof *s);
-    if (!s) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a stream");
+    if (!s)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a stream");
     s->dev = dev;
     pthread_mutex_init(&s->err_mu, NULL);
     zo_status st = dev->be->stream_create(s);
@@ -417,18 +459,21 @@ static zo_status take_stream_error(zo_stream_t s)
     s->err = ZO_OK;
     s->err_msg[0] = '\0';
     pthread_mutex_unlock(&s->err_mu);
-    if (st != ZO_OK) ZO_FAIL(st, SUBSYS, "asynchronous failure on a stream: %s", msg);
+    if (st != ZO_OK)
+        ZO_FAIL(st, SUBSYS, "asynchronous failure on a stream: %s", msg);
     return st;
 }
 
 zo_status zo_stream_destroy(zo_stream_t s)
 {
-    if (!s) return ZO_OK;
+    if (!s)
+        return ZO_OK;
     zo_device_t dev = s->dev;
     zo_status st = dev->be->stream_sync(s);
     zo_status ast = take_stream_error(s);
     zo_stream_ops_ctx *ctx = atomic_exchange(&s->ops_ctx, NULL);
-    if (ctx) ctx->free_fn(ctx);
+    if (ctx)
+        ctx->free_fn(ctx);
     dev->be->stream_destroy(s);
     pthread_mutex_lock(&dev->obj_mu);
     LIST_UNLINK(&dev->streams, s, zo_stream);
@@ -440,23 +485,29 @@ zo_status zo_stream_destroy(zo_stream_t s)
 
 zo_status zo_stream_synchronize(zo_stream_t s)
 {
-    if (!s) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "stream is NULL");
+    if (!s)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "stream is NULL");
     ZO_TRY(s->dev->be->stream_sync(s));
     return take_stream_error(s);
 }
 
 zo_status zo_stream_query(zo_stream_t s)
 {
-    if (!s) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "stream is NULL");
+    if (!s)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "stream is NULL");
     return s->dev->be->stream_query(s);
 }
 
-zo_device_t zo_stream_device(zo_stream_t s) { return s ? s->dev : NULL; }
+zo_device_t zo_stream_device(zo_stream_t s)
+{
+    return s ? s->dev : NULL;
+}
 
 void *zo_stream_native(zo_stream_t s)
 {
 #ifdef ZO_HAVE_CUDA
-    if (s && s->dev->be == &zo_cuda_backend) return s->impl;
+    if (s && s->dev->be == &zo_cuda_backend)
+        return s->impl;
 #endif
     (void)s;
     return NULL;
@@ -466,10 +517,12 @@ void *zo_stream_native(zo_stream_t s)
 
 zo_status zo_event_create(zo_device_t dev, zo_event_t *out)
 {
-    if (!dev || !out) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
+    if (!dev || !out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
     *out = NULL;
     zo_event_t ev = calloc(1, sizeof *ev);
-    if (!ev) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating an event");
+    if (!ev)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating an event");
     ev->dev = dev;
     pthread_mutex_init(&ev->err_mu, NULL);
     zo_status st = dev->be->event_create(ev);
@@ -487,7 +540,8 @@ zo_status zo_event_create(zo_device_t dev, zo_event_t *out)
 
 zo_status zo_event_destroy(zo_event_t ev)
 {
-    if (!ev) return ZO_OK;
+    if (!ev)
+        return ZO_OK;
     zo_device_t dev = ev->dev;
     /* A pending error snapshot task references the event: let it finish. */
     dev->be->event_sync(ev);
@@ -502,7 +556,8 @@ zo_status zo_event_destroy(zo_event_t ev)
 
 static zo_status check_same_device(zo_event_t ev, zo_stream_t s)
 {
-    if (!ev || !s) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "event or stream is NULL");
+    if (!ev || !s)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "event or stream is NULL");
     if (ev->dev != s->dev)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "event and stream belong to different devices");
     return ZO_OK;
@@ -511,7 +566,8 @@ static zo_status check_same_device(zo_event_t ev, zo_stream_t s)
 static zo_stream_task *task_new(zo_stream_t s, zo_stream_fn fn, const void *arg, size_t arg_size)
 {
     zo_stream_task *t = malloc(sizeof *t + arg_size);
-    if (!t) return NULL;
+    if (!t)
+        return NULL;
     t->stream = s;
     t->fn = fn;
     t->snapshot_ev = NULL;
@@ -535,7 +591,8 @@ zo_status zo_event_record(zo_event_t ev, zo_stream_t s)
         /* Tasks may fail asynchronously: carry the stream's error state into
          * the event in stream order, so waiting on the event reports it. */
         zo_stream_task *t = task_new(s, NULL, NULL, 0);
-        if (!t) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating an event snapshot");
+        if (!t)
+            return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating an event snapshot");
         t->snapshot_ev = ev;
         ZO_TRY(s->dev->be->enqueue(s, t));
     }
@@ -555,28 +612,33 @@ static zo_status take_event_error(zo_event_t ev)
     char msg[ZO_ASYNC_MSG_CAP];
     memcpy(msg, ev->err_msg, sizeof msg);
     pthread_mutex_unlock(&ev->err_mu);
-    if (st != ZO_OK) ZO_FAIL(st, SUBSYS, "asynchronous failure before the event: %s", msg);
+    if (st != ZO_OK)
+        ZO_FAIL(st, SUBSYS, "asynchronous failure before the event: %s", msg);
     return st;
 }
 
 zo_status zo_event_query(zo_event_t ev)
 {
-    if (!ev) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "event is NULL");
+    if (!ev)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "event is NULL");
     zo_status st = ev->dev->be->event_query(ev);
-    if (st != ZO_OK) return st;
+    if (st != ZO_OK)
+        return st;
     return take_event_error(ev);
 }
 
 zo_status zo_event_synchronize(zo_event_t ev)
 {
-    if (!ev) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "event is NULL");
+    if (!ev)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "event is NULL");
     ZO_TRY(ev->dev->be->event_sync(ev));
     return take_event_error(ev);
 }
 
 zo_status zo_event_elapsed_ms(zo_event_t start, zo_event_t end, float *ms)
 {
-    if (!start || !end || !ms) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "NULL argument");
+    if (!start || !end || !ms)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "NULL argument");
     if (start->dev != end->dev)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "events belong to different devices");
     return start->dev->be->event_elapsed_ms(start, end, ms);
@@ -588,18 +650,24 @@ static zo_status check_dev_range(zo_device_t dev, const void *p, size_t n, const
 {
     if (!zo_device_owns(dev, p, n))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
-                       "%s %p+%zu is not inside a live device allocation of this device", what, p, n);
+                       "%s %p+%zu is not inside a live device allocation of this device", what, p,
+                       n);
     return ZO_OK;
 }
 
 static zo_status copy_common(zo_stream_t s, void *dst, const void *src, size_t n, zo_copy_kind kind)
 {
-    if (!s) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "stream is NULL");
-    if (n == 0) return ZO_OK;
-    if (!dst || !src) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "copy with a NULL pointer");
+    if (!s)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "stream is NULL");
+    if (n == 0)
+        return ZO_OK;
+    if (!dst || !src)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "copy with a NULL pointer");
     zo_device_t dev = s->dev;
-    if (kind != ZO_COPY_D2H) ZO_TRY(check_dev_range(dev, dst, n, "copy destination"));
-    if (kind != ZO_COPY_H2D) ZO_TRY(check_dev_range(dev, src, n, "copy source"));
+    if (kind != ZO_COPY_D2H)
+        ZO_TRY(check_dev_range(dev, dst, n, "copy destination"));
+    if (kind != ZO_COPY_H2D)
+        ZO_TRY(check_dev_range(dev, src, n, "copy source"));
     ZO_TRY(dev->be->copy(s, dst, src, n, kind));
     switch (kind) {
     case ZO_COPY_H2D:
@@ -635,21 +703,27 @@ zo_status zo_memcpy_d2d_async(zo_stream_t s, void *dst, const void *src, size_t 
 
 zo_status zo_memset_async(zo_stream_t s, void *dst, int value, size_t n)
 {
-    if (!s) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "stream is NULL");
-    if (n == 0) return ZO_OK;
+    if (!s)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "stream is NULL");
+    if (n == 0)
+        return ZO_OK;
     ZO_TRY(check_dev_range(s->dev, dst, n, "memset destination"));
     return s->dev->be->memset(s, dst, value, n);
 }
 
 zo_status zo_stream_enqueue(zo_stream_t s, zo_stream_fn fn, const void *arg, size_t arg_size)
 {
-    if (!s || !fn) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "stream or function is NULL");
-    if (arg_size && !arg) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "arg_size %zu with a NULL arg", arg_size);
+    if (!s || !fn)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "stream or function is NULL");
+    if (arg_size && !arg)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "arg_size %zu with a NULL arg", arg_size);
     zo_stream_task *t = task_new(s, fn, arg, arg_size);
-    if (!t) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a stream task");
+    if (!t)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a stream task");
     atomic_store(&s->has_tasks, 1);
     zo_status st = s->dev->be->enqueue(s, t);
-    if (st != ZO_OK) free(t);
+    if (st != ZO_OK)
+        free(t);
     return st;
 }
 
@@ -692,7 +766,8 @@ void zo_stream_task_run(zo_stream_task *t)
 
 zo_status zo_device_copy_get_stats(zo_device_t dev, zo_device_copy_stats *out)
 {
-    if (!dev || !out) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
+    if (!dev || !out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
     out->h2d_bytes = atomic_load(&dev->h2d_bytes);
     out->d2h_bytes = atomic_load(&dev->d2h_bytes);
     out->d2d_bytes = atomic_load(&dev->d2d_bytes);

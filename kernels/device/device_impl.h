@@ -27,7 +27,8 @@ typedef enum { ZO_COPY_H2D, ZO_COPY_D2H, ZO_COPY_D2D } zo_copy_kind;
 
 typedef struct zo_backend_ops {
     const char *name;
-    zo_status (*init)(zo_device_t dev, const zo_device_config *cfg); /* fills dev->info, dev->impl */
+    zo_status (*init)(zo_device_t dev,
+                      const zo_device_config *cfg); /* fills dev->info, dev->impl */
     void (*fini)(zo_device_t dev);
     zo_status (*mem_alloc)(zo_device_t dev, size_t bytes, void **out);
     void (*mem_free)(zo_device_t dev, void *ptr);

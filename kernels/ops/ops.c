@@ -13,7 +13,8 @@
 static const zo_ops_backend *backend_of(zo_stream_t s)
 {
 #ifdef ZO_HAVE_CUDA
-    if (s->dev->be == &zo_cuda_backend) return &zo_ops_cuda;
+    if (s->dev->be == &zo_cuda_backend)
+        return &zo_ops_cuda;
 #endif
     return &zo_ops_cpu;
 }
@@ -22,7 +23,8 @@ static const zo_ops_backend *backend_of(zo_stream_t s)
  * Two threads racing here both create one; the loser frees its own. */
 static zo_status exec_for(zo_stream_t s, const zo_ops_backend **be, zo_ops_exec *x)
 {
-    if (!s) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "stream is NULL");
+    if (!s)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "stream is NULL");
     *be = backend_of(s);
     zo_stream_ops_ctx *ctx = atomic_load(&s->ops_ctx);
     if (!ctx) {
@@ -45,26 +47,31 @@ static zo_status exec_for(zo_stream_t s, const zo_ops_backend **be, zo_ops_exec 
 static zo_status check_dtype(zo_dtype dt, const char *what)
 {
     if (dt != ZO_DTYPE_F32 && dt != ZO_DTYPE_BF16 && dt != ZO_DTYPE_F16)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s has unknown dtype %d; expected f32, bf16 or f16",
-                       what, (int)dt);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "%s has unknown dtype %d; expected f32, bf16 or f16", what, (int)dt);
     return ZO_OK;
 }
 
 /* An operand of `bytes` bytes must lie inside one live allocation. */
-static zo_status check_operand(zo_stream_t s, const void *p, size_t bytes, const char *op, const char *what)
+static zo_status check_operand(zo_stream_t s, const void *p, size_t bytes, const char *op,
+                               const char *what)
 {
-    if (bytes == 0) return ZO_OK;
-    if (!p) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: %s is NULL", op, what);
+    if (bytes == 0)
+        return ZO_OK;
+    if (!p)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: %s is NULL", op, what);
     if (!zo_device_owns(s->dev, p, bytes))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
-                       "%s: %s %p+%zu bytes is not inside a live allocation of the stream's %s device",
-                       op, what, p, bytes, s->dev->be->name);
+        return ZO_FAIL(
+            ZO_ERR_INVALID_ARG, SUBSYS,
+            "%s: %s %p+%zu bytes is not inside a live allocation of the stream's %s device", op,
+            what, p, bytes, s->dev->be->name);
     return ZO_OK;
 }
 
 static zo_status check_positive(long long v, const char *op, const char *what)
 {
-    if (v <= 0) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: %s is %lld, must be > 0", op, what, v);
+    if (v <= 0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: %s is %lld, must be > 0", op, what, v);
     return ZO_OK;
 }
 
@@ -80,20 +87,23 @@ static zo_status check_matrix(zo_stream_t s, const void *p, zo_dtype dt, int bat
                               int rows, int cols, int64_t ld, const char *what)
 {
     if (ld < cols)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
-                       "gemm: leading dimension of %s is %lld, must be >= %d (its stored row length)",
-                       what, (long long)ld, cols);
+        return ZO_FAIL(
+            ZO_ERR_INVALID_ARG, SUBSYS,
+            "gemm: leading dimension of %s is %lld, must be >= %d (its stored row length)", what,
+            (long long)ld, cols);
     if (ld > INT_MAX)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "gemm: leading dimension of %s is %lld, above INT_MAX",
-                       what, (long long)ld);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "gemm: leading dimension of %s is %lld, above INT_MAX", what, (long long)ld);
     if (batch > 1 && stride < 0)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "gemm: batch stride of %s is negative", what);
-    return check_operand(s, p, matrix_span(batch, stride, rows, cols, ld) * zo_dtype_size(dt), "gemm", what);
+    return check_operand(s, p, matrix_span(batch, stride, rows, cols, ld) * zo_dtype_size(dt),
+                         "gemm", what);
 }
 
 static zo_status check_gemm(zo_stream_t s, const zo_gemm_desc *g)
 {
-    if (!g) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "gemm: descriptor is NULL");
+    if (!g)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "gemm: descriptor is NULL");
     if (g->struct_size != sizeof *g)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
                        "gemm: zo_gemm_desc.struct_size is %zu, expected %zu: use ZO_GEMM_DESC_INIT",
@@ -109,8 +119,9 @@ static zo_status check_gemm(zo_stream_t s, const zo_gemm_desc *g)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "gemm: A is %s but B is %s; they must match",
                        zo_dtype_name(g->a_type), zo_dtype_name(g->b_type));
     if (g->c_type != ZO_DTYPE_F32 && g->c_type != g->a_type)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "gemm: C is %s with %s inputs; C must be f32 or %s",
-                       zo_dtype_name(g->c_type), zo_dtype_name(g->a_type), zo_dtype_name(g->a_type));
+        return ZO_FAIL(
+            ZO_ERR_INVALID_ARG, SUBSYS, "gemm: C is %s with %s inputs; C must be f32 or %s",
+            zo_dtype_name(g->c_type), zo_dtype_name(g->a_type), zo_dtype_name(g->a_type));
     int ar = g->trans_a ? g->k : g->m, ac = g->trans_a ? g->m : g->k;
     int br = g->trans_b ? g->n : g->k, bc = g->trans_b ? g->k : g->n;
     ZO_TRY(check_matrix(s, g->a, g->a_type, g->batch, g->stride_a, ar, ac, g->lda, "A"));
@@ -144,13 +155,15 @@ zo_status zo_op_embedding_fwd(zo_stream_t s, void *out, const void *table, const
     ZO_TRY(check_operand(s, out, n_tokens * (size_t)dim * es, op, "out"));
     ZO_TRY(check_operand(s, table, (size_t)vocab * (size_t)dim * es, op, "table"));
     ZO_TRY(check_operand(s, tokens, n_tokens * sizeof *tokens, op, "tokens"));
-    if (n_tokens == 0) return ZO_OK;
+    if (n_tokens == 0)
+        return ZO_OK;
     zo_embed_args a = {out, table, tokens, n_tokens, dim, vocab, dt, dt};
     return be->embedding_fwd(&x, &a);
 }
 
 zo_status zo_op_embedding_bwd(zo_stream_t s, void *dtable, zo_dtype dtable_dt, const void *dout,
-                              const int32_t *tokens, size_t n_tokens, int dim, int vocab, zo_dtype dt)
+                              const int32_t *tokens, size_t n_tokens, int dim, int vocab,
+                              zo_dtype dt)
 {
     static const char op[] = "embedding_bwd";
     const zo_ops_backend *be;
@@ -160,10 +173,12 @@ zo_status zo_op_embedding_bwd(zo_stream_t s, void *dtable, zo_dtype dtable_dt, c
     ZO_TRY(check_dtype(dtable_dt, "embedding_bwd dtable"));
     ZO_TRY(check_positive(dim, op, "dim"));
     ZO_TRY(check_positive(vocab, op, "vocab"));
-    ZO_TRY(check_operand(s, dtable, (size_t)vocab * (size_t)dim * zo_dtype_size(dtable_dt), op, "dtable"));
+    ZO_TRY(check_operand(s, dtable, (size_t)vocab * (size_t)dim * zo_dtype_size(dtable_dt), op,
+                         "dtable"));
     ZO_TRY(check_operand(s, dout, n_tokens * (size_t)dim * zo_dtype_size(dt), op, "dout"));
     ZO_TRY(check_operand(s, tokens, n_tokens * sizeof *tokens, op, "tokens"));
-    if (n_tokens == 0) return ZO_OK;
+    if (n_tokens == 0)
+        return ZO_OK;
     zo_embed_args a = {dtable, dout, tokens, n_tokens, dim, vocab, dt, dtable_dt};
     return be->embedding_bwd(&x, &a);
 }
@@ -179,13 +194,15 @@ zo_status zo_op_rmsnorm_fwd(zo_stream_t s, void *y, float *rstd, const void *xin
     ZO_TRY(exec_for(s, &be, &x));
     ZO_TRY(check_dtype(dt, op));
     ZO_TRY(check_positive(dim, op, "dim"));
-    if (!(eps >= 0.0f)) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: eps %g must be >= 0", op, (double)eps);
+    if (!(eps >= 0.0f))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: eps %g must be >= 0", op, (double)eps);
     size_t es = zo_dtype_size(dt), n = rows * (size_t)dim;
     ZO_TRY(check_operand(s, y, n * es, op, "y"));
     ZO_TRY(check_operand(s, rstd, rows * sizeof(float), op, "rstd"));
     ZO_TRY(check_operand(s, xin, n * es, op, "x"));
     ZO_TRY(check_operand(s, w, (size_t)dim * es, op, "w"));
-    if (rows == 0) return ZO_OK;
+    if (rows == 0)
+        return ZO_OK;
     zo_rmsnorm_args a = {y, NULL, rstd, xin, w, NULL, rows, dim, eps, 0, dt, dt};
     return be->rmsnorm_fwd(&x, &a);
 }
@@ -199,17 +216,21 @@ zo_status zo_op_rmsnorm_bwd(zo_stream_t s, void *dx, void *dw, zo_dtype dw_dt, c
     zo_ops_exec x;
     ZO_TRY(exec_for(s, &be, &x));
     ZO_TRY(check_dtype(dt, op));
-    if (dw) ZO_TRY(check_dtype(dw_dt, "rmsnorm_bwd dw"));
+    if (dw)
+        ZO_TRY(check_dtype(dw_dt, "rmsnorm_bwd dw"));
     ZO_TRY(check_positive(dim, op, "dim"));
     size_t es = zo_dtype_size(dt), n = rows * (size_t)dim;
     ZO_TRY(check_operand(s, dx, n * es, op, "dx"));
-    if (dw) ZO_TRY(check_operand(s, dw, (size_t)dim * zo_dtype_size(dw_dt), op, "dw"));
+    if (dw)
+        ZO_TRY(check_operand(s, dw, (size_t)dim * zo_dtype_size(dw_dt), op, "dw"));
     ZO_TRY(check_operand(s, dy, n * es, op, "dy"));
     ZO_TRY(check_operand(s, xin, n * es, op, "x"));
     ZO_TRY(check_operand(s, w, (size_t)dim * es, op, "w"));
     ZO_TRY(check_operand(s, rstd, rows * sizeof(float), op, "rstd"));
-    if (rows == 0) return ZO_OK;
-    zo_rmsnorm_args a = {dx, dw, (float *)rstd, xin, w, dy, rows, dim, 0.0f, accumulate_dx != 0, dt, dw_dt};
+    if (rows == 0)
+        return ZO_OK;
+    zo_rmsnorm_args a = {dx,  dw,   (float *)rstd,      xin, w,    dy, rows,
+                         dim, 0.0f, accumulate_dx != 0, dt,  dw_dt};
     return be->rmsnorm_bwd(&x, &a);
 }
 
@@ -218,11 +239,13 @@ zo_status zo_op_rmsnorm_bwd(zo_stream_t s, void *dx, void *dw, zo_dtype dw_dt, c
 static zo_status check_head_dim(int head_dim, const char *op)
 {
     if (head_dim <= 0 || head_dim % 2)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: head_dim %d must be positive and even", op, head_dim);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: head_dim %d must be positive and even", op,
+                       head_dim);
     return ZO_OK;
 }
 
-zo_status zo_op_rope_table(zo_stream_t s, float *table, int seq, int head_dim, float theta, int pos0)
+zo_status zo_op_rope_table(zo_stream_t s, float *table, int seq, int head_dim, float theta,
+                           int pos0)
 {
     static const char op[] = "rope_table";
     const zo_ops_backend *be;
@@ -238,8 +261,8 @@ zo_status zo_op_rope_table(zo_stream_t s, float *table, int seq, int head_dim, f
     return be->rope_table(&x, &a);
 }
 
-static zo_status rope_common(zo_stream_t s, void *out, const void *in, const float *table, int batch,
-                             int seq, int heads, int head_dim, zo_dtype dt, int inverse)
+static zo_status rope_common(zo_stream_t s, void *out, const void *in, const float *table,
+                             int batch, int seq, int heads, int head_dim, zo_dtype dt, int inverse)
 {
     const char *op = inverse ? "rope_bwd" : "rope_fwd";
     const zo_ops_backend *be;
@@ -250,7 +273,8 @@ static zo_status rope_common(zo_stream_t s, void *out, const void *in, const flo
     ZO_TRY(check_positive(seq, op, "seq"));
     ZO_TRY(check_positive(heads, op, "heads"));
     ZO_TRY(check_head_dim(head_dim, op));
-    size_t n = (size_t)batch * (size_t)seq * (size_t)heads * (size_t)head_dim, es = zo_dtype_size(dt);
+    size_t n = (size_t)batch * (size_t)seq * (size_t)heads * (size_t)head_dim,
+           es = zo_dtype_size(dt);
     ZO_TRY(check_operand(s, out, n * es, op, "out"));
     ZO_TRY(check_operand(s, in, n * es, op, "in"));
     ZO_TRY(check_operand(s, table, (size_t)seq * (size_t)head_dim * sizeof(float), op, "table"));
@@ -272,8 +296,8 @@ zo_status zo_op_rope_bwd(zo_stream_t s, void *din, const void *dout, const float
 
 /* ---- causal softmax ---- */
 
-static zo_status softmax_common(zo_stream_t s, void *out, const void *in, const void *p, size_t n_mats,
-                                int seq, zo_dtype dt, int bwd)
+static zo_status softmax_common(zo_stream_t s, void *out, const void *in, const void *p,
+                                size_t n_mats, int seq, zo_dtype dt, int bwd)
 {
     const char *op = bwd ? "causal_softmax_bwd" : "causal_softmax_fwd";
     const zo_ops_backend *be;
@@ -284,8 +308,10 @@ static zo_status softmax_common(zo_stream_t s, void *out, const void *in, const 
     size_t bytes = n_mats * (size_t)seq * (size_t)seq * zo_dtype_size(dt);
     ZO_TRY(check_operand(s, out, bytes, op, bwd ? "dx" : "p"));
     ZO_TRY(check_operand(s, in, bytes, op, bwd ? "dp" : "x"));
-    if (bwd) ZO_TRY(check_operand(s, p, bytes, op, "p"));
-    if (n_mats == 0) return ZO_OK;
+    if (bwd)
+        ZO_TRY(check_operand(s, p, bytes, op, "p"));
+    if (n_mats == 0)
+        return ZO_OK;
     zo_softmax_args a = {out, in, p, n_mats, seq, dt};
     return bwd ? be->softmax_bwd(&x, &a) : be->softmax_fwd(&x, &a);
 }
@@ -316,12 +342,13 @@ typedef struct attn_geom {
 /* One batched GEMM over the heads of batch element b. akind, bkind, ckind say
  * where each operand lives: 'a' = the seq x seq attention matrices, 'h' = a
  * (batch, seq, heads, head_dim) tensor. */
-static zo_status attn_gemm(zo_stream_t s, const attn_geom *g, int b, int ta, int tb, int m, int n, int k,
-                           float alpha, const void *A, char akind, const void *Bm, char bkind, void *C,
-                           char ckind)
+static zo_status attn_gemm(zo_stream_t s, const attn_geom *g, int b, int ta, int tb, int m, int n,
+                           int k, float alpha, const void *A, char akind, const void *Bm,
+                           char bkind, void *C, char ckind)
 {
     zo_gemm_desc d = ZO_GEMM_DESC_INIT;
-    size_t head_off = (size_t)b * g->T * g->H * g->D * g->es, att_off = (size_t)b * g->H * g->T * g->T * g->es;
+    size_t head_off = (size_t)b * g->T * g->H * g->D * g->es,
+           att_off = (size_t)b * g->H * g->T * g->T * g->es;
     int64_t hld = (int64_t)g->H * g->D, ald = g->T;
     int64_t hstride = g->D, astride = (int64_t)g->T * g->T;
     d.trans_a = ta;
@@ -345,10 +372,11 @@ static zo_status attn_gemm(zo_stream_t s, const attn_geom *g, int b, int ta, int
     return zo_op_gemm(s, &d);
 }
 
-static zo_status check_attn(zo_stream_t s, attn_geom *g, int batch, int seq, int heads, int head_dim,
-                            zo_dtype dt, const char *op)
+static zo_status check_attn(zo_stream_t s, attn_geom *g, int batch, int seq, int heads,
+                            int head_dim, zo_dtype dt, const char *op)
 {
-    if (!s) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: stream is NULL", op);
+    if (!s)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: stream is NULL", op);
     ZO_TRY(check_dtype(dt, op));
     ZO_TRY(check_positive(batch, op, "batch"));
     ZO_TRY(check_positive(seq, op, "seq"));
@@ -358,8 +386,9 @@ static zo_status check_attn(zo_stream_t s, attn_geom *g, int batch, int seq, int
     return ZO_OK;
 }
 
-static zo_status check_attn_tensors(zo_stream_t s, const attn_geom *g, const char *op, const void *const *ptrs,
-                                    const char *const *names, int n_head, int n_att)
+static zo_status check_attn_tensors(zo_stream_t s, const attn_geom *g, const char *op,
+                                    const void *const *ptrs, const char *const *names, int n_head,
+                                    int n_att)
 {
     size_t head_bytes = (size_t)g->B * g->T * g->H * g->D * g->es;
     size_t att_bytes = (size_t)g->B * g->H * g->T * g->T * g->es;
@@ -369,7 +398,8 @@ static zo_status check_attn_tensors(zo_stream_t s, const attn_geom *g, const cha
 }
 
 zo_status zo_op_attention_fwd(zo_stream_t s, void *out, void *att, const void *q, const void *k,
-                              const void *v, int batch, int seq, int heads, int head_dim, zo_dtype dt)
+                              const void *v, int batch, int seq, int heads, int head_dim,
+                              zo_dtype dt)
 {
     static const char op[] = "attention_fwd";
     attn_geom g;
@@ -389,7 +419,8 @@ zo_status zo_op_attention_fwd(zo_stream_t s, void *out, void *att, const void *q
 
 zo_status zo_op_attention_bwd(zo_stream_t s, void *dq, void *dk, void *dv, void *datt,
                               const void *dout, const void *att, const void *q, const void *k,
-                              const void *v, int batch, int seq, int heads, int head_dim, zo_dtype dt)
+                              const void *v, int batch, int seq, int heads, int head_dim,
+                              zo_dtype dt)
 {
     static const char op[] = "attention_bwd";
     attn_geom g;
@@ -400,13 +431,17 @@ zo_status zo_op_attention_bwd(zo_stream_t s, void *dq, void *dk, void *dv, void 
     const float scale = (float)(1.0 / sqrt((double)head_dim));
     const int T = seq, D = head_dim;
     for (int b = 0; b < batch; b++) {
-        ZO_TRY(attn_gemm(s, &g, b, 1, 0, T, D, T, 1.0f, att, 'a', dout, 'h', dv, 'h'));  /* dV = P^T dO */
-        ZO_TRY(attn_gemm(s, &g, b, 0, 1, T, T, D, 1.0f, dout, 'h', v, 'h', datt, 'a')); /* dP = dO V^T */
+        ZO_TRY(attn_gemm(s, &g, b, 1, 0, T, D, T, 1.0f, att, 'a', dout, 'h', dv,
+                         'h')); /* dV = P^T dO */
+        ZO_TRY(attn_gemm(s, &g, b, 0, 1, T, T, D, 1.0f, dout, 'h', v, 'h', datt,
+                         'a')); /* dP = dO V^T */
     }
     ZO_TRY(zo_op_causal_softmax_bwd(s, datt, datt, att, (size_t)batch * heads, T, dt));
     for (int b = 0; b < batch; b++) {
-        ZO_TRY(attn_gemm(s, &g, b, 0, 0, T, D, T, scale, datt, 'a', k, 'h', dq, 'h')); /* dQ = s dS K */
-        ZO_TRY(attn_gemm(s, &g, b, 1, 0, T, D, T, scale, datt, 'a', q, 'h', dk, 'h')); /* dK = s dS^T Q */
+        ZO_TRY(attn_gemm(s, &g, b, 0, 0, T, D, T, scale, datt, 'a', k, 'h', dq,
+                         'h')); /* dQ = s dS K */
+        ZO_TRY(attn_gemm(s, &g, b, 1, 0, T, D, T, scale, datt, 'a', q, 'h', dk,
+                         'h')); /* dK = s dS^T Q */
     }
     return ZO_OK;
 }
@@ -425,13 +460,14 @@ zo_status zo_op_swiglu_fwd(zo_stream_t s, void *out, const void *gate, const voi
     ZO_TRY(check_operand(s, out, bytes, op, "out"));
     ZO_TRY(check_operand(s, gate, bytes, op, "gate"));
     ZO_TRY(check_operand(s, up, bytes, op, "up"));
-    if (n == 0) return ZO_OK;
+    if (n == 0)
+        return ZO_OK;
     zo_swiglu_args a = {out, NULL, gate, up, NULL, n, dt};
     return be->swiglu_fwd(&x, &a);
 }
 
-zo_status zo_op_swiglu_bwd(zo_stream_t s, void *dgate, void *dup, const void *dout, const void *gate,
-                           const void *up, size_t n, zo_dtype dt)
+zo_status zo_op_swiglu_bwd(zo_stream_t s, void *dgate, void *dup, const void *dout,
+                           const void *gate, const void *up, size_t n, zo_dtype dt)
 {
     static const char op[] = "swiglu_bwd";
     const zo_ops_backend *be;
@@ -444,7 +480,8 @@ zo_status zo_op_swiglu_bwd(zo_stream_t s, void *dgate, void *dup, const void *do
     ZO_TRY(check_operand(s, dout, bytes, op, "dout"));
     ZO_TRY(check_operand(s, gate, bytes, op, "gate"));
     ZO_TRY(check_operand(s, up, bytes, op, "up"));
-    if (n == 0) return ZO_OK;
+    if (n == 0)
+        return ZO_OK;
     zo_swiglu_args a = {dgate, dup, gate, up, dout, n, dt};
     return be->swiglu_bwd(&x, &a);
 }
@@ -463,11 +500,13 @@ zo_status zo_op_cross_entropy(zo_stream_t s, float *loss, float *row_loss, void 
     ZO_TRY(check_positive((long long)rows, op, "rows"));
     ZO_TRY(check_positive(vocab, op, "vocab"));
     if (!isfinite(grad_scale))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: grad_scale %g is not finite", op, (double)grad_scale);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: grad_scale %g is not finite", op,
+                       (double)grad_scale);
     size_t bytes = rows * (size_t)vocab * zo_dtype_size(dt);
     ZO_TRY(check_operand(s, loss, sizeof(float), op, "loss"));
     ZO_TRY(check_operand(s, row_loss, rows * sizeof(float), op, "row_loss"));
-    if (dlogits) ZO_TRY(check_operand(s, dlogits, bytes, op, "dlogits"));
+    if (dlogits)
+        ZO_TRY(check_operand(s, dlogits, bytes, op, "dlogits"));
     ZO_TRY(check_operand(s, logits, bytes, op, "logits"));
     ZO_TRY(check_operand(s, targets, rows * sizeof *targets, op, "targets"));
     zo_xent_args a = {loss, row_loss, dlogits, logits, targets, rows, vocab, grad_scale, dt};
@@ -484,9 +523,12 @@ static zo_status elementwise(zo_stream_t s, const char *op, zo_ew_args *a)
     ZO_TRY(check_dtype(a->y_dt, op));
     ZO_TRY(check_dtype(a->a_dt, op));
     ZO_TRY(check_operand(s, a->y, a->n * zo_dtype_size(a->y_dt), op, "y"));
-    if (a->kind != ZO_EW_SCALE) ZO_TRY(check_operand(s, a->a, a->n * zo_dtype_size(a->a_dt), op, "x"));
-    if (a->kind == ZO_EW_ADD) ZO_TRY(check_operand(s, a->b, a->n * zo_dtype_size(a->a_dt), op, "b"));
-    if (a->n == 0) return ZO_OK;
+    if (a->kind != ZO_EW_SCALE)
+        ZO_TRY(check_operand(s, a->a, a->n * zo_dtype_size(a->a_dt), op, "x"));
+    if (a->kind == ZO_EW_ADD)
+        ZO_TRY(check_operand(s, a->b, a->n * zo_dtype_size(a->a_dt), op, "b"));
+    if (a->n == 0)
+        return ZO_OK;
     return be->elementwise(&x, a);
 }
 
@@ -496,14 +538,16 @@ zo_status zo_op_add(zo_stream_t s, void *y, const void *a, const void *b, size_t
     return elementwise(s, "add", &e);
 }
 
-zo_status zo_op_cast(zo_stream_t s, void *dst, zo_dtype dst_dt, const void *src, zo_dtype src_dt, size_t n)
+zo_status zo_op_cast(zo_stream_t s, void *dst, zo_dtype dst_dt, const void *src, zo_dtype src_dt,
+                     size_t n)
 {
     zo_ew_args e = {ZO_EW_CAST, dst, src, NULL, 1.0f, n, dst_dt, src_dt};
     if (dst != src && zo_dtype_size(dst_dt) && zo_dtype_size(src_dt)) {
         uintptr_t d0 = (uintptr_t)dst, d1 = d0 + n * zo_dtype_size(dst_dt);
         uintptr_t s0 = (uintptr_t)src, s1 = s0 + n * zo_dtype_size(src_dt);
         if (d0 < s1 && s0 < d1)
-            return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "cast: dst and src overlap without being equal");
+            return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                           "cast: dst and src overlap without being equal");
     }
     if (dst == src && dst_dt != src_dt && n)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "cast: in place from %s to %s is not allowed",
@@ -517,14 +561,15 @@ zo_status zo_op_scale(zo_stream_t s, void *x, float alpha, size_t n, zo_dtype dt
     return elementwise(s, "scale", &e);
 }
 
-zo_status zo_op_axpy(zo_stream_t s, void *y, zo_dtype y_dt, float alpha, const void *x, zo_dtype x_dt,
-                     size_t n)
+zo_status zo_op_axpy(zo_stream_t s, void *y, zo_dtype y_dt, float alpha, const void *x,
+                     zo_dtype x_dt, size_t n)
 {
     zo_ew_args e = {ZO_EW_AXPY, y, x, NULL, alpha, n, y_dt, x_dt};
     return elementwise(s, "axpy", &e);
 }
 
-zo_status zo_op_sumsq(zo_stream_t s, float *out, const void *xin, size_t n, zo_dtype dt, int accumulate)
+zo_status zo_op_sumsq(zo_stream_t s, float *out, const void *xin, size_t n, zo_dtype dt,
+                      int accumulate)
 {
     static const char op[] = "sumsq";
     const zo_ops_backend *be;

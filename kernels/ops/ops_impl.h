@@ -23,7 +23,7 @@ typedef struct zo_ops_exec {
 } zo_ops_exec;
 
 typedef struct zo_embed_args {
-    void *out; /* fwd: out, bwd: dtable */
+    void *out;      /* fwd: out, bwd: dtable */
     const void *in; /* fwd: table, bwd: dout */
     const int32_t *tokens;
     size_t n_tokens;

@@ -6,9 +6,21 @@
 
 #include "zo/half.h"
 
-static inline uint16_t zo_conv_f32_to_bf16(float f) { return zo_f32_to_bf16(f); }
-static inline float zo_conv_bf16_to_f32(uint16_t h) { return zo_bf16_to_f32(h); }
-static inline uint16_t zo_conv_f32_to_f16(float f) { return zo_f32_to_f16(f); }
-static inline float zo_conv_f16_to_f32(uint16_t h) { return zo_f16_to_f32(h); }
+static inline uint16_t zo_conv_f32_to_bf16(float f)
+{
+    return zo_f32_to_bf16(f);
+}
+static inline float zo_conv_bf16_to_f32(uint16_t h)
+{
+    return zo_bf16_to_f32(h);
+}
+static inline uint16_t zo_conv_f32_to_f16(float f)
+{
+    return zo_f32_to_f16(f);
+}
+static inline float zo_conv_f16_to_f32(uint16_t h)
+{
+    return zo_f16_to_f32(h);
+}
 
 #endif

@@ -67,7 +67,8 @@ static zo_status errno_status(int e)
 static zo_status fail_errno(int e, const char *what, const char *path)
 {
     zo_status st = errno_status(e);
-    if (st == ZO_ERR_SYSTEM && (strcmp(what, "write") == 0 || strcmp(what, "fsync") == 0)) st = ZO_ERR_IO;
+    if (st == ZO_ERR_SYSTEM && (strcmp(what, "write") == 0 || strcmp(what, "fsync") == 0))
+        st = ZO_ERR_IO;
     return ZO_FAIL(st, SUBSYS, "%s '%s' failed: %s", what, path, strerror(e));
 }
 
@@ -75,7 +76,8 @@ static char *dup_printf(const char *a, const char *b, long n)
 {
     size_t cap = strlen(a) + (b ? strlen(b) : 0) + 32;
     char *s = malloc(cap);
-    if (s) snprintf(s, cap, "%s%s%ld", a, b ? b : "", n);
+    if (s)
+        snprintf(s, cap, "%s%s%ld", a, b ? b : "", n);
     return s;
 }
 
@@ -96,7 +98,8 @@ zo_status zo_atomic_file_open(zo_atomic_file_t *out, const char *path)
             free(f->buf);
         }
         free(f);
-        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "zo_atomic_file_open '%s': out of host memory", path);
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "zo_atomic_file_open '%s': out of host memory",
+                       path);
     }
     int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
     f->fd = open(f->tmp, flags, 0644);
@@ -120,7 +123,8 @@ static zo_status write_all(zo_atomic_file_t f, const unsigned char *p, size_t n)
 {
     while (n > 0) {
         ssize_t w = write(f->fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EINTR)
+            continue;
         if (w <= 0) {
             f->failed = 1;
             return fail_errno(w < 0 ? errno : EIO, "write", f->tmp);
@@ -143,15 +147,18 @@ static zo_status check_writable(zo_atomic_file_t f, const char *op)
     if (f->committed)
         return ZO_FAIL(ZO_ERR_STATE, SUBSYS, "%s '%s': the file is already committed", op, f->path);
     if (f->failed)
-        return ZO_FAIL(ZO_ERR_STATE, SUBSYS, "%s '%s': an earlier write failed; discard the file", op, f->path);
+        return ZO_FAIL(ZO_ERR_STATE, SUBSYS, "%s '%s': an earlier write failed; discard the file",
+                       op, f->path);
     return ZO_OK;
 }
 
 zo_status zo_atomic_file_write(zo_atomic_file_t f, const void *data, size_t n)
 {
-    if (!f || (!data && n)) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_atomic_file_write: NULL argument");
+    if (!f || (!data && n))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_atomic_file_write: NULL argument");
     ZO_TRY(check_writable(f, "write"));
-    if (n == 0) return ZO_OK;
+    if (n == 0)
+        return ZO_OK;
     const unsigned char *p = data;
     if (f->buf_len + n <= BUF_CAP) {
         memcpy(f->buf + f->buf_len, p, n);
@@ -169,36 +176,47 @@ zo_status zo_atomic_file_write(zo_atomic_file_t f, const void *data, size_t n)
     return ZO_OK;
 }
 
-uint64_t zo_atomic_file_size(zo_atomic_file_t f) { return f ? f->size : 0; }
+uint64_t zo_atomic_file_size(zo_atomic_file_t f)
+{
+    return f ? f->size : 0;
+}
 
-const char *zo_atomic_file_temp_path(zo_atomic_file_t f) { return f ? f->tmp : NULL; }
+const char *zo_atomic_file_temp_path(zo_atomic_file_t f)
+{
+    return f ? f->tmp : NULL;
+}
 
 static char *parent_dir(const char *path)
 {
     const char *slash = strrchr(path, '/');
-    if (!slash) return strdup(".");
-    if (slash == path) return strdup("/");
+    if (!slash)
+        return strdup(".");
+    if (slash == path)
+        return strdup("/");
     return strndup(path, (size_t)(slash - path));
 }
 
 zo_status zo_fsync_parent_dir(const char *path)
 {
     char *dir = path ? parent_dir(path) : NULL;
-    if (!dir) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "zo_fsync_parent_dir: out of host memory");
+    if (!dir)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "zo_fsync_parent_dir: out of host memory");
     zo_status st = ZO_OK;
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         st = fail_errno(errno, "open directory", dir);
     else if (do_fsync(fd) < 0)
         st = fail_errno(errno, "fsync", dir);
-    if (fd >= 0) close(fd);
+    if (fd >= 0)
+        close(fd);
     free(dir);
     return st;
 }
 
 zo_status zo_atomic_file_commit(zo_atomic_file_t f)
 {
-    if (!f) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_atomic_file_commit: NULL file");
+    if (!f)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_atomic_file_commit: NULL file");
     ZO_TRY(check_writable(f, "commit"));
     ZO_TRY(flush_buf(f));
     if (do_fsync(f->fd) < 0) {
@@ -214,7 +232,8 @@ zo_status zo_atomic_file_commit(zo_atomic_file_t f)
     if (rename(f->tmp, f->path) < 0) {
         f->failed = 1;
         int e = errno;
-        return ZO_FAIL(errno_status(e), SUBSYS, "rename '%s' to '%s' failed: %s", f->tmp, f->path, strerror(e));
+        return ZO_FAIL(errno_status(e), SUBSYS, "rename '%s' to '%s' failed: %s", f->tmp, f->path,
+                       strerror(e));
     }
     f->committed = 1;
     /* The rename is durable only once the directory entry is. */
@@ -223,9 +242,12 @@ zo_status zo_atomic_file_commit(zo_atomic_file_t f)
 
 void zo_atomic_file_free(zo_atomic_file_t f)
 {
-    if (!f) return;
-    if (f->fd >= 0) close(f->fd);
-    if (!f->committed) unlink(f->tmp);
+    if (!f)
+        return;
+    if (f->fd >= 0)
+        close(f->fd);
+    if (!f->committed)
+        unlink(f->tmp);
     free(f->path);
     free(f->tmp);
     free(f->buf);
@@ -237,7 +259,8 @@ zo_status zo_atomic_write_file(const char *path, const void *data, size_t n)
     zo_atomic_file_t f = NULL;
     ZO_TRY(zo_atomic_file_open(&f, path));
     zo_status st = zo_atomic_file_write(f, data, n);
-    if (st == ZO_OK) st = zo_atomic_file_commit(f);
+    if (st == ZO_OK)
+        st = zo_atomic_file_commit(f);
     zo_atomic_file_free(f);
     return st;
 }

@@ -18,10 +18,10 @@
 #include "zo/topo.h"
 #include "zo_internal.h"
 
-#define SUBSYS "hostpool"
-#define PAGE ((size_t)ZO_HOSTPOOL_PAGE)
-#define HUGE_PAGE ((size_t)2 << 20)
-#define MAX_SLOT_SETS 16
+#define SUBSYS           "hostpool"
+#define PAGE             ((size_t)ZO_HOSTPOOL_PAGE)
+#define HUGE_PAGE        ((size_t)2 << 20)
+#define MAX_SLOT_SETS    16
 #define CAP_IPC_LOCK_BIT 14
 
 /* One mapping: [ptr, ptr + bytes) is what callers see and what is counted;
@@ -66,11 +66,13 @@ static uint64_t rlim_bytes(rlim_t v)
 static int has_cap_ipc_lock(void)
 {
     FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
+    if (!f)
+        return 0;
     char line[256];
     unsigned long long eff = 0;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "CapEff: %llx", &eff) == 1) break;
+        if (sscanf(line, "CapEff: %llx", &eff) == 1)
+            break;
     fclose(f);
     return (int)((eff >> CAP_IPC_LOCK_BIT) & 1);
 }
@@ -108,12 +110,14 @@ static zo_status gpu_node_reason(zo_hostpool_placement *pl, const char *bus_id)
     zo_status st = zo_topo_node_of_pci(bus_id, &pl->node, how, sizeof how);
     if (st == ZO_OK) {
         if (strcmp(how, "single node") == 0)
-            snprintf(pl->reason, sizeof pl->reason, "GPU %s on a machine with a single NUMA node", bus_id);
+            snprintf(pl->reason, sizeof pl->reason, "GPU %s on a machine with a single NUMA node",
+                     bus_id);
         else
             snprintf(pl->reason, sizeof pl->reason, "nearest to GPU %s via %s", bus_id, how);
         return ZO_OK;
     }
-    if (st != ZO_ERR_NOT_FOUND && st != ZO_ERR_INVALID_ARG) return st;
+    if (st != ZO_ERR_NOT_FOUND && st != ZO_ERR_INVALID_ARG)
+        return st;
     char prefix[96];
     snprintf(prefix, sizeof prefix, "GPU %s not in the PCI topology: ", bus_id);
     zo_clear_error();
@@ -132,7 +136,8 @@ static zo_status check_placement_arg(const zo_hostpool_placement *out)
 {
     if (!out || out->struct_size < sizeof *out)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
-                       "placement output must be a zo_hostpool_placement set up with ZO_HOSTPOOL_PLACEMENT_INIT");
+                       "placement output must be a zo_hostpool_placement set up with "
+                       "ZO_HOSTPOOL_PLACEMENT_INIT");
     return ZO_OK;
 }
 
@@ -140,7 +145,8 @@ static zo_status check_placement_arg(const zo_hostpool_placement *out)
 static void name_device(const zo_device_info *info, zo_hostpool_placement *pl)
 {
     if (info->pci_bus_id[0])
-        snprintf(pl->device, sizeof pl->device, "%s:%d (%s)", info->backend, info->ordinal, info->pci_bus_id);
+        snprintf(pl->device, sizeof pl->device, "%s:%d (%s)", info->backend, info->ordinal,
+                 info->pci_bus_id);
     else
         snprintf(pl->device, sizeof pl->device, "%s", info->backend);
 }
@@ -161,7 +167,9 @@ zo_status zo_hostpool_placement_for_info_(const zo_device_info *info, zo_hostpoo
 zo_status zo_hostpool_placement_for_device(zo_device_t dev, zo_hostpool_placement *out)
 {
     ZO_TRY(check_placement_arg(out));
-    if (!dev) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_placement_for_device: device is NULL");
+    if (!dev)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "zo_hostpool_placement_for_device: device is NULL");
     zo_device_info info = ZO_DEVICE_INFO_INIT;
     ZO_TRY(zo_device_get_info(dev, &info));
     return zo_hostpool_placement_for_info_(&info, out);
@@ -170,7 +178,8 @@ zo_status zo_hostpool_placement_for_device(zo_device_t dev, zo_hostpool_placemen
 static zo_status choose_placement(zo_hostpool_t pool)
 {
     zo_hostpool_placement *pl = &pool->placement;
-    if (pool->cfg.node < 0) return zo_hostpool_placement_for_device(pool->dev, pl);
+    if (pool->cfg.node < 0)
+        return zo_hostpool_placement_for_device(pool->dev, pl);
     zo_device_info info = ZO_DEVICE_INFO_INIT;
     ZO_TRY(zo_device_get_info(pool->dev, &info));
     name_device(&info, pl);
@@ -187,25 +196,29 @@ static zo_status refuse_budget(zo_hostpool_t pool, const char *what, uint64_t by
     uint64_t held = pool->reserved, budget = pool->cfg.max_pinned_bytes;
     pool->n_refusals++;
     pthread_mutex_unlock(&pool->mu);
-    return ZO_FAIL(ZO_ERR_BUDGET, SUBSYS,
-                   "host pool: %s of %s (%llu bytes) would exceed the pinned budget: %s (%llu bytes) in "
-                   "use of max_pinned_bytes %s (%llu bytes); raise max_pinned_bytes or free memory first",
-                   what, zo_fmt_bytes(a, sizeof a, bytes), (unsigned long long)bytes,
-                   zo_fmt_bytes(b, sizeof b, held), (unsigned long long)held,
-                   zo_fmt_bytes(c, sizeof c, budget), (unsigned long long)budget);
+    return ZO_FAIL(
+        ZO_ERR_BUDGET, SUBSYS,
+        "host pool: %s of %s (%llu bytes) would exceed the pinned budget: %s (%llu bytes) in "
+        "use of max_pinned_bytes %s (%llu bytes); raise max_pinned_bytes or free memory first",
+        what, zo_fmt_bytes(a, sizeof a, bytes), (unsigned long long)bytes,
+        zo_fmt_bytes(b, sizeof b, held), (unsigned long long)held,
+        zo_fmt_bytes(c, sizeof c, budget), (unsigned long long)budget);
 }
 
 static zo_status take_budget(zo_hostpool_t pool, const char *what, uint64_t bytes, int new_set)
 {
     pthread_mutex_lock(&pool->mu);
-    if (bytes > pool->cfg.max_pinned_bytes - pool->reserved) return refuse_budget(pool, what, bytes);
+    if (bytes > pool->cfg.max_pinned_bytes - pool->reserved)
+        return refuse_budget(pool, what, bytes);
     if (new_set && pool->n_sets + pool->n_sets_pending >= MAX_SLOT_SETS) {
         pthread_mutex_unlock(&pool->mu);
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "host pool: at most %d slot sets per pool", MAX_SLOT_SETS);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "host pool: at most %d slot sets per pool",
+                       MAX_SLOT_SETS);
     }
     pool->n_sets_pending += new_set;
     pool->reserved += bytes;
-    if (pool->reserved > pool->reserved_hw) pool->reserved_hw = pool->reserved;
+    if (pool->reserved > pool->reserved_hw)
+        pool->reserved_hw = pool->reserved;
     pthread_mutex_unlock(&pool->mu);
     return ZO_OK;
 }
@@ -215,7 +228,8 @@ static void give_budget(zo_hostpool_t pool, const mapping *m, uint64_t bytes, in
 {
     pthread_mutex_lock(&pool->mu);
     pool->reserved -= bytes;
-    if (counted) *(m->pinned ? &pool->pinned : &pool->unpinned) -= m->bytes;
+    if (counted)
+        *(m->pinned ? &pool->pinned : &pool->unpinned) -= m->bytes;
     pthread_mutex_unlock(&pool->mu);
 }
 
@@ -227,7 +241,8 @@ static void count_mapping(zo_hostpool_t pool, const mapping *m)
 static void add_in_use(zo_hostpool_t pool, uint64_t bytes)
 {
     pool->in_use += bytes;
-    if (pool->in_use > pool->in_use_hw) pool->in_use_hw = pool->in_use;
+    if (pool->in_use > pool->in_use_hw)
+        pool->in_use_hw = pool->in_use;
 }
 
 /* ---- mapping on a node ---- */
@@ -239,34 +254,43 @@ static void *map_aligned(size_t bytes, int huge)
     size_t align = huge && bytes >= HUGE_PAGE ? HUGE_PAGE : PAGE;
     size_t len = bytes + align - PAGE;
     char *raw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return NULL;
+    if (raw == MAP_FAILED)
+        return NULL;
     char *p = (char *)zo_round_up((uintptr_t)raw, align);
-    if (p > raw) munmap(raw, (size_t)(p - raw));
+    if (p > raw)
+        munmap(raw, (size_t)(p - raw));
     size_t tail = (size_t)(raw + len - (p + bytes));
-    if (tail) munmap(p + bytes, tail);
+    if (tail)
+        munmap(p + bytes, tail);
     return p;
 }
 
 static zo_status bind_to_node(zo_hostpool_t pool, void *p, size_t bytes)
 {
-    if (numa_available() < 0) return ZO_OK; /* no NUMA in this kernel: one node, nothing to bind */
+    if (numa_available() < 0)
+        return ZO_OK; /* no NUMA in this kernel: one node, nothing to bind */
     enum { WORDS = 16 };
     unsigned long mask[WORDS] = {0};
     int node = pool->placement.node;
     mask[node / 64] |= 1ul << (node % 64);
     int mode = pool->cfg.strict_node ? MPOL_BIND : MPOL_PREFERRED;
-    if (mbind(p, bytes, mode, mask, WORDS * 64 + 1, 0) == 0) return ZO_OK;
+    if (mbind(p, bytes, mode, mask, WORDS * 64 + 1, 0) == 0)
+        return ZO_OK;
     int e = errno;
     if (pool->cfg.strict_node)
-        return ZO_FAIL(ZO_ERR_SYSTEM, SUBSYS, "host pool: binding %zu bytes to NUMA node %d failed: %s "
-                       "(set strict_node = 0 to accept memory from any node)", bytes, node, strerror(e));
+        return ZO_FAIL(ZO_ERR_SYSTEM, SUBSYS,
+                       "host pool: binding %zu bytes to NUMA node %d failed: %s "
+                       "(set strict_node = 0 to accept memory from any node)",
+                       bytes, node, strerror(e));
     pthread_mutex_lock(&pool->mu);
     int first = !pool->warned_mbind;
     pool->warned_mbind = 1;
     pthread_mutex_unlock(&pool->mu);
     if (first)
-        ZO_LOGW(SUBSYS, "host pool: cannot place memory on NUMA node %d (mbind: %s); the kernel will place it",
-                node, strerror(e));
+        ZO_LOGW(
+            SUBSYS,
+            "host pool: cannot place memory on NUMA node %d (mbind: %s); the kernel will place it",
+            node, strerror(e));
     return ZO_OK;
 }
 
@@ -285,7 +309,8 @@ static zo_status map_on_node(zo_hostpool_t pool, size_t bytes, mapping *m)
         return st;
     }
     /* A refusal (THP disabled) only means small pages; nothing to report. */
-    if (pool->cfg.huge_pages && bytes >= HUGE_PAGE) madvise(p, bytes, MADV_HUGEPAGE);
+    if (pool->cfg.huge_pages && bytes >= HUGE_PAGE)
+        madvise(p, bytes, MADV_HUGEPAGE);
     m->ptr = p;
     m->bytes = bytes;
     m->pinned = 0;
@@ -307,10 +332,13 @@ static void warn_pin_fallback(zo_hostpool_t pool, size_t bytes, const char *why)
     zo_hostpool_placement pl = pool->placement;
     fill_memlock(&pl);
     ZO_LOGW(SUBSYS,
-            "host pool: could not pin %s on NUMA node %d (%s); using unpinned memory, so copies to and from "
-            "the device will be slower. RLIMIT_MEMLOCK is %s%s. Later pin failures of this pool are counted "
+            "host pool: could not pin %s on NUMA node %d (%s); using unpinned memory, so copies to "
+            "and from "
+            "the device will be slower. RLIMIT_MEMLOCK is %s%s. Later pin failures of this pool "
+            "are counted "
             "in its statistics (n_pin_fallbacks, unpinned_bytes), not logged",
-            zo_fmt_bytes(b, sizeof b, bytes), pl.node, why, fmt_memlock(l, sizeof l, pl.memlock_soft),
+            zo_fmt_bytes(b, sizeof b, bytes), pl.node, why,
+            fmt_memlock(l, sizeof l, pl.memlock_soft),
             pl.cap_ipc_lock ? " (ignored: the process holds CAP_IPC_LOCK)" : "");
 }
 
@@ -320,7 +348,8 @@ static zo_status pin_or_fall_back(zo_hostpool_t pool, mapping *m)
 {
     char why[512];
     if (!(zo_device_caps(pool->dev) & ZO_DEVCAP_HOST_REGISTER)) {
-        snprintf(why, sizeof why, "the %s device cannot pin host memory", zo_device_backend(pool->dev));
+        snprintf(why, sizeof why, "the %s device cannot pin host memory",
+                 zo_device_backend(pool->dev));
     } else {
         zo_status st = zo_device_host_register(pool->dev, m->ptr, m->bytes);
         if (st == ZO_OK) {
@@ -330,8 +359,9 @@ static zo_status pin_or_fall_back(zo_hostpool_t pool, mapping *m)
         snprintf(why, sizeof why, "%s", zo_last_error());
     }
     if (!pool->cfg.allow_unpinned)
-        return ZO_FAIL(ZO_ERR_PIN, SUBSYS, "host pool: pinning %zu bytes failed (%s) and allow_unpinned is 0",
-                       m->bytes, why);
+        return ZO_FAIL(ZO_ERR_PIN, SUBSYS,
+                       "host pool: pinning %zu bytes failed (%s) and allow_unpinned is 0", m->bytes,
+                       why);
     zo_clear_error();
     warn_pin_fallback(pool, m->bytes, why);
 #ifdef MADV_POPULATE_WRITE
@@ -344,19 +374,22 @@ static zo_status pin_or_fall_back(zo_hostpool_t pool, mapping *m)
 
 static void unmap(zo_hostpool_t pool, mapping *m)
 {
-    if (m->pinned) zo_device_host_unregister(pool->dev, m->ptr);
+    if (m->pinned)
+        zo_device_host_unregister(pool->dev, m->ptr);
     munmap(m->ptr, m->bytes);
 }
 
 /* Budget, map, pin: the common path of general allocations and slot sets.
  * On failure nothing is held and the budget is given back. */
-static zo_status acquire(zo_hostpool_t pool, const char *what, size_t bytes, int new_set, mapping *m)
+static zo_status acquire(zo_hostpool_t pool, const char *what, size_t bytes, int new_set,
+                         mapping *m)
 {
     ZO_TRY(take_budget(pool, what, bytes, new_set));
     zo_status st = map_on_node(pool, bytes, m);
     if (st == ZO_OK) {
         st = pin_or_fall_back(pool, m);
-        if (st != ZO_OK) munmap(m->ptr, m->bytes);
+        if (st != ZO_OK)
+            munmap(m->ptr, m->bytes);
     }
     if (st != ZO_OK) {
         pthread_mutex_lock(&pool->mu);
@@ -372,27 +405,32 @@ static zo_status acquire(zo_hostpool_t pool, const char *what, size_t bytes, int
 static zo_status check_config(const zo_hostpool_config *cfg)
 {
     if (!cfg || cfg->struct_size < sizeof *cfg)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
-                       "host pool config must be a zo_hostpool_config set up with ZO_HOSTPOOL_CONFIG_INIT");
+        return ZO_FAIL(
+            ZO_ERR_INVALID_ARG, SUBSYS,
+            "host pool config must be a zo_hostpool_config set up with ZO_HOSTPOOL_CONFIG_INIT");
     if (cfg->max_pinned_bytes == 0)
-        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "host pool: max_pinned_bytes is 0; give the pinned budget in bytes");
-    if (cfg->node >= 0 && !zo_topo_node_valid(cfg->node))
         return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
-                       "host pool: NUMA node %d does not exist or has no memory (this machine has %d node(s) "
-                       "with memory); use -1 for the node nearest the device",
-                       cfg->node, zo_topo_numa_node_count());
+                       "host pool: max_pinned_bytes is 0; give the pinned budget in bytes");
+    if (cfg->node >= 0 && !zo_topo_node_valid(cfg->node))
+        return ZO_FAIL(
+            ZO_ERR_CONFIG, SUBSYS,
+            "host pool: NUMA node %d does not exist or has no memory (this machine has %d node(s) "
+            "with memory); use -1 for the node nearest the device",
+            cfg->node, zo_topo_numa_node_count());
     if (cfg->node >= 16 * 64)
-        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "host pool: NUMA node %d is beyond the 1024 nodes supported",
-                       cfg->node);
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "host pool: NUMA node %d is beyond the 1024 nodes supported", cfg->node);
     return ZO_OK;
 }
 
 zo_status zo_hostpool_init(zo_hostpool_t *out, zo_device_t dev, const zo_hostpool_config *cfg)
 {
-    if (!out || !dev) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_init needs out and a device");
+    if (!out || !dev)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_init needs out and a device");
     ZO_TRY(check_config(cfg));
     zo_hostpool_t pool = calloc(1, sizeof *pool);
-    if (!pool) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating the host pool");
+    if (!pool)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating the host pool");
     pool->dev = dev;
     pool->cfg = *cfg;
     pool->cfg.struct_size = sizeof pool->cfg;
@@ -405,16 +443,20 @@ zo_status zo_hostpool_init(zo_hostpool_t *out, zo_device_t dev, const zo_hostpoo
     pthread_mutex_init(&pool->mu, NULL);
     char b[32];
     ZO_LOGI(SUBSYS, "host pool: budget %s on NUMA node %d (%s)",
-            zo_fmt_bytes(b, sizeof b, cfg->max_pinned_bytes), pool->placement.node, pool->placement.reason);
+            zo_fmt_bytes(b, sizeof b, cfg->max_pinned_bytes), pool->placement.node,
+            pool->placement.reason);
     *out = pool;
     return ZO_OK;
 }
 
 void zo_hostpool_free(zo_hostpool_t pool)
 {
-    if (!pool) return;
-    if (pool->n_allocs) ZO_LOGD(SUBSYS, "host pool freed with %zu general allocation(s) live", pool->n_allocs);
-    for (size_t i = 0; i < pool->n_allocs; i++) unmap(pool, &pool->allocs[i]);
+    if (!pool)
+        return;
+    if (pool->n_allocs)
+        ZO_LOGD(SUBSYS, "host pool freed with %zu general allocation(s) live", pool->n_allocs);
+    for (size_t i = 0; i < pool->n_allocs; i++)
+        unmap(pool, &pool->allocs[i]);
     for (int i = 0; i < pool->n_sets; i++) {
         unmap(pool, &pool->sets[i].m);
         free(pool->sets[i].free_stack);
@@ -452,7 +494,8 @@ static int alloc_insert(zo_hostpool_t pool, const mapping *m)
     if (pool->n_allocs == pool->cap_allocs) {
         size_t cap = pool->cap_allocs ? pool->cap_allocs * 2 : 16;
         mapping *a = realloc(pool->allocs, cap * sizeof *a);
-        if (!a) return -1;
+        if (!a)
+            return -1;
         pool->allocs = a;
         pool->cap_allocs = cap;
     }
@@ -466,7 +509,8 @@ static int alloc_insert(zo_hostpool_t pool, const mapping *m)
 zo_status zo_hostpool_alloc(zo_hostpool_t pool, size_t bytes, void **out)
 {
     if (!pool || !out || !bytes)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_alloc needs a pool, out and a size > 0");
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "zo_hostpool_alloc needs a pool, out and a size > 0");
     if (bytes > SIZE_MAX - PAGE) {
         pthread_mutex_lock(&pool->mu);
         return refuse_budget(pool, "an allocation", bytes);
@@ -500,7 +544,8 @@ static zo_status slot_set_tables(slot_set *s, size_t n)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "host pool: allocating the table of %zu slots", n);
     }
     /* Slot 0 on top, so slots are handed out in address order at first. */
-    for (size_t i = 0; i < n; i++) s->free_stack[i] = n - 1 - i;
+    for (size_t i = 0; i < n; i++)
+        s->free_stack[i] = n - 1 - i;
     s->n = s->n_free = n;
     return ZO_OK;
 }
@@ -508,8 +553,9 @@ static zo_status slot_set_tables(slot_set *s, size_t n)
 zo_status zo_hostpool_add_slots(zo_hostpool_t pool, size_t slot_bytes, size_t n_slots, int *set_id)
 {
     if (!pool || !set_id || !slot_bytes || !n_slots)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
-                       "zo_hostpool_add_slots needs a pool, set_id, slot_bytes > 0 and n_slots > 0");
+        return ZO_FAIL(
+            ZO_ERR_INVALID_ARG, SUBSYS,
+            "zo_hostpool_add_slots needs a pool, set_id, slot_bytes > 0 and n_slots > 0");
     slot_set s = {0};
     if (slot_bytes > SIZE_MAX - PAGE || n_slots > SIZE_MAX / zo_round_up(slot_bytes, PAGE)) {
         pthread_mutex_lock(&pool->mu);
@@ -536,22 +582,25 @@ zo_status zo_hostpool_add_slots(zo_hostpool_t pool, size_t slot_bytes, size_t n_
 
 zo_status zo_hostpool_slot_alloc(zo_hostpool_t pool, int set_id, void **out)
 {
-    if (!pool || !out) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_slot_alloc needs a pool and out");
+    if (!pool || !out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_slot_alloc needs a pool and out");
     pthread_mutex_lock(&pool->mu);
     if (set_id < 0 || set_id >= pool->n_sets) {
         int n = pool->n_sets;
         pthread_mutex_unlock(&pool->mu);
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "host pool: no slot set %d (the pool has %d)", set_id, n);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "host pool: no slot set %d (the pool has %d)",
+                       set_id, n);
     }
     slot_set *s = &pool->sets[set_id];
     if (s->n_free == 0) {
         size_t n = s->n, stride = s->stride;
         pool->n_refusals++;
         pthread_mutex_unlock(&pool->mu);
-        return ZO_FAIL(ZO_ERR_BUDGET, SUBSYS,
-                       "host pool: all %zu slots of set %d (%zu bytes each) are taken; release one first or "
-                       "add slots",
-                       n, set_id, stride);
+        return ZO_FAIL(
+            ZO_ERR_BUDGET, SUBSYS,
+            "host pool: all %zu slots of set %d (%zu bytes each) are taken; release one first or "
+            "add slots",
+            n, set_id, stride);
     }
     size_t i = s->free_stack[--s->n_free];
     s->taken[i] = 1;
@@ -567,7 +616,8 @@ static slot_set *slot_find(zo_hostpool_t pool, const void *p, size_t *idx, size_
     for (int k = 0; k < pool->n_sets; k++) {
         slot_set *s = &pool->sets[k];
         uintptr_t base = (uintptr_t)s->m.ptr;
-        if ((uintptr_t)p < base || (uintptr_t)p - base >= s->m.bytes) continue;
+        if ((uintptr_t)p < base || (uintptr_t)p - base >= s->m.bytes)
+            continue;
         *idx = ((uintptr_t)p - base) / s->stride;
         *off = ((uintptr_t)p - base) % s->stride;
         return s;
@@ -593,13 +643,16 @@ static zo_status release_slot(zo_hostpool_t pool, slot_set *s, size_t i, size_t 
 
 zo_status zo_hostpool_release(zo_hostpool_t pool, void *ptr)
 {
-    if (!ptr) return ZO_OK;
-    if (!pool) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_release: pool is NULL");
+    if (!ptr)
+        return ZO_OK;
+    if (!pool)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_release: pool is NULL");
     pthread_mutex_lock(&pool->mu);
     long k = alloc_find(pool, ptr);
     if (k >= 0) {
         mapping m = pool->allocs[k];
-        memmove(&pool->allocs[k], &pool->allocs[k + 1], (pool->n_allocs - (size_t)k - 1) * sizeof m);
+        memmove(&pool->allocs[k], &pool->allocs[k + 1],
+                (pool->n_allocs - (size_t)k - 1) * sizeof m);
         pool->n_allocs--;
         pool->in_use -= m.bytes;
         pthread_mutex_unlock(&pool->mu);
@@ -609,17 +662,20 @@ zo_status zo_hostpool_release(zo_hostpool_t pool, void *ptr)
     }
     size_t i, off;
     slot_set *s = slot_find(pool, ptr, &i, &off);
-    if (s) return release_slot(pool, s, i, off, ptr);
+    if (s)
+        return release_slot(pool, s, i, off, ptr);
     pthread_mutex_unlock(&pool->mu);
-    return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
-                   "host pool: %p is not a live allocation or slot of this pool (double free, an interior "
-                   "pointer, or memory from elsewhere)",
-                   ptr);
+    return ZO_FAIL(
+        ZO_ERR_INVALID_ARG, SUBSYS,
+        "host pool: %p is not a live allocation or slot of this pool (double free, an interior "
+        "pointer, or memory from elsewhere)",
+        ptr);
 }
 
 zo_status zo_hostpool_query(zo_hostpool_t pool, const void *ptr, size_t *bytes, int *pinned)
 {
-    if (!pool || !ptr) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_query needs a pool and a pointer");
+    if (!pool || !ptr)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_query needs a pool and a pointer");
     size_t sz = 0, i, off;
     int pin = 0, ok = 0;
     pthread_mutex_lock(&pool->mu);
@@ -636,9 +692,12 @@ zo_status zo_hostpool_query(zo_hostpool_t pool, const void *ptr, size_t *bytes, 
     }
     pthread_mutex_unlock(&pool->mu);
     if (!ok)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "host pool: %p is not a live allocation or taken slot", ptr);
-    if (bytes) *bytes = sz;
-    if (pinned) *pinned = pin;
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "host pool: %p is not a live allocation or taken slot", ptr);
+    if (bytes)
+        *bytes = sz;
+    if (pinned)
+        *pinned = pin;
     return ZO_OK;
 }
 
@@ -655,8 +714,10 @@ static uint64_t overlap_bytes(const mapping *ms, size_t n, uintptr_t lo, uintptr
     uint64_t sum = 0;
     for (size_t i = 0; i < n; i++) {
         uintptr_t a = (uintptr_t)ms[i].ptr, b = a + ms[i].bytes;
-        if (a >= hi) break;
-        if (b > lo) sum += (b < hi ? b : hi) - (a > lo ? a : lo);
+        if (a >= hi)
+            break;
+        if (b > lo)
+            sum += (b < hi ? b : hi) - (a > lo ? a : lo);
     }
     return sum;
 }
@@ -667,7 +728,8 @@ static uint64_t overlap_bytes(const mapping *ms, size_t n, uintptr_t lo, uintptr
 static int huge_bytes_of(const mapping *ms, size_t n, uint64_t *out)
 {
     FILE *f = fopen("/proc/self/smaps", "r");
-    if (!f) return -1;
+    if (!f)
+        return -1;
     char line[512];
     uint64_t sum = 0, overlap = 0;
     while (fgets(line, sizeof line, f)) {
@@ -685,9 +747,11 @@ static int huge_bytes_of(const mapping *ms, size_t n, uint64_t *out)
 static mapping *snapshot_mappings(zo_hostpool_t pool, size_t *n)
 {
     mapping *ms = malloc((pool->n_allocs + MAX_SLOT_SETS) * sizeof *ms);
-    if (!ms) return NULL;
+    if (!ms)
+        return NULL;
     memcpy(ms, pool->allocs, pool->n_allocs * sizeof *ms);
-    for (int k = 0; k < pool->n_sets; k++) ms[pool->n_allocs + (size_t)k] = pool->sets[k].m;
+    for (int k = 0; k < pool->n_sets; k++)
+        ms[pool->n_allocs + (size_t)k] = pool->sets[k].m;
     *n = pool->n_allocs + (size_t)pool->n_sets;
     return ms;
 }
@@ -696,7 +760,8 @@ zo_status zo_hostpool_get_stats(zo_hostpool_t pool, zo_hostpool_stats *out)
 {
     if (!pool || !out || out->struct_size < sizeof *out)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
-                       "zo_hostpool_get_stats needs a pool and a zo_hostpool_stats set up with ZO_HOSTPOOL_STATS_INIT");
+                       "zo_hostpool_get_stats needs a pool and a zo_hostpool_stats set up with "
+                       "ZO_HOSTPOOL_STATS_INIT");
     zo_hostpool_stats s = ZO_HOSTPOOL_STATS_INIT;
     pthread_mutex_lock(&pool->mu);
     s.budget = pool->cfg.max_pinned_bytes;
@@ -721,19 +786,22 @@ zo_status zo_hostpool_get_stats(zo_hostpool_t pool, zo_hostpool_stats *out)
 
 zo_status zo_hostpool_huge_bytes(zo_hostpool_t pool, uint64_t *out)
 {
-    if (!pool || !out) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_huge_bytes needs a pool and out");
+    if (!pool || !out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_huge_bytes needs a pool and out");
     size_t n = 0;
     pthread_mutex_lock(&pool->mu);
     mapping *ms = snapshot_mappings(pool, &n);
     uint64_t reserved = pool->reserved;
     pthread_mutex_unlock(&pool->mu);
-    if (!ms) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "host pool: copying the list of %zu mappings", n);
+    if (!ms)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "host pool: copying the list of %zu mappings", n);
     qsort(ms, n, sizeof *ms, cmp_mapping);
     uint64_t huge = 0;
     int rc = huge_bytes_of(ms, n, &huge);
     free(ms);
     if (rc != 0)
-        return ZO_FAIL(ZO_ERR_UNSUPPORTED, SUBSYS, "cannot read /proc/self/smaps: %s", strerror(errno));
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, SUBSYS, "cannot read /proc/self/smaps: %s",
+                       strerror(errno));
     /* A mapping released meanwhile may still be counted: never report more than is held. */
     *out = huge < reserved ? huge : reserved;
     return ZO_OK;
@@ -742,7 +810,8 @@ zo_status zo_hostpool_huge_bytes(zo_hostpool_t pool, uint64_t *out)
 zo_status zo_hostpool_get_placement(zo_hostpool_t pool, zo_hostpool_placement *out)
 {
     ZO_TRY(check_placement_arg(out));
-    if (!pool) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_get_placement: pool is NULL");
+    if (!pool)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_hostpool_get_placement: pool is NULL");
     *out = pool->placement;
     fill_memlock(out);
     return ZO_OK;

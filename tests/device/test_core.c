@@ -129,7 +129,8 @@ static void test_huge_alloc(void **state)
         unsigned char *p = zo_huge_alloc(sizes[i]);
         assert_non_null(p);
         assert_int_equal((uintptr_t)p % (sizes[i] >= (2u << 20) ? 2u << 20 : 4096u), 0);
-        if (sizes[i]) memset(p, 0xab, sizes[i]);
+        if (sizes[i])
+            memset(p, 0xab, sizes[i]);
         free(p);
     }
 }
@@ -144,11 +145,13 @@ static void test_process_cpus(void **state)
     assert_true(CPU_EQUAL(&mine, &proc));
     /* The main thread bound to one CPU, as an OpenMP runtime binds it: the
      * process's set is still the whole one. */
-    if (CPU_COUNT(&mine) < 2) return;
+    if (CPU_COUNT(&mine) < 2)
+        return;
     cpu_set_t one;
     CPU_ZERO(&one);
     for (int c = 0; c < CPU_SETSIZE && !CPU_COUNT(&one); c++)
-        if (CPU_ISSET(c, &mine)) CPU_SET(c, &one);
+        if (CPU_ISSET(c, &mine))
+            CPU_SET(c, &one);
     assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
     setenv("OMP_PROC_BIND", "true", 1);
     int rc = zo_process_cpus(&proc);

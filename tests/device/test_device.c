@@ -24,7 +24,10 @@ static zo_device_t open_dev(uint64_t budget)
     return dev;
 }
 
-static int is_cpu(void) { return strcmp(g_backend, "cpu") == 0; }
+static int is_cpu(void)
+{
+    return strcmp(g_backend, "cpu") == 0;
+}
 
 static void sleep_ms(int ms)
 {
@@ -90,7 +93,8 @@ static void test_random_alloc_free_accounting(void **state)
                 assert_int_equal((uintptr_t)p[i] % 256, 0);
                 sz[i] = n;
                 in_use += n;
-                if (in_use > hw) hw = in_use;
+                if (in_use > hw)
+                    hw = in_use;
             } else {
                 assert_int_equal(st, ZO_ERR_OUT_OF_DEVICE_MEMORY);
                 assert_null(p[i]);
@@ -102,7 +106,8 @@ static void test_random_alloc_free_accounting(void **state)
         assert_int_equal(ms.high_water, hw);
         assert_true(ms.high_water <= cap);
     }
-    for (int i = 0; i < N; i++) ZO_ASSERT_OK(zo_device_mfree(dev, p[i]));
+    for (int i = 0; i < N; i++)
+        ZO_ASSERT_OK(zo_device_mfree(dev, p[i]));
     zo_device_free(dev);
 }
 
@@ -137,7 +142,8 @@ static void test_order_within_stream(void **state)
     }
     ZO_ASSERT_OK(zo_stream_synchronize(s));
     assert_int_equal(pos, N);
-    for (int i = 0; i < N; i++) assert_int_equal(log[i], i);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(log[i], i);
     free(log);
     ZO_ASSERT_OK(zo_stream_destroy(s));
     zo_device_free(dev);
@@ -151,7 +157,8 @@ static void test_copy_chain_in_order(void **state)
     ZO_ASSERT_OK(zo_stream_create(dev, &s));
     const size_t n = 3u << 20;
     unsigned char *src = malloc(n), *dst = malloc(n);
-    for (size_t i = 0; i < n; i++) src[i] = (unsigned char)(i * 7 + 3);
+    for (size_t i = 0; i < n; i++)
+        src[i] = (unsigned char)(i * 7 + 3);
     memset(dst, 0, n);
     void *d1, *d2;
     ZO_ASSERT_OK(zo_device_malloc(dev, n, &d1));
@@ -161,7 +168,8 @@ static void test_copy_chain_in_order(void **state)
     ZO_ASSERT_OK(zo_memset_async(s, d2, 0xAB, 100));
     ZO_ASSERT_OK(zo_memcpy_d2h_async(s, dst, d2, n));
     ZO_ASSERT_OK(zo_stream_synchronize(s));
-    for (size_t i = 0; i < 100; i++) assert_int_equal(dst[i], 0xAB);
+    for (size_t i = 0; i < 100; i++)
+        assert_int_equal(dst[i], 0xAB);
     assert_memory_equal(dst + 100, src + 100, n - 100);
     zo_device_copy_stats cs;
     ZO_ASSERT_OK(zo_device_copy_get_stats(dev, &cs));
@@ -253,7 +261,8 @@ typedef struct {
 static zo_status scale_fn(void *arg)
 {
     scale_arg *a = arg;
-    for (size_t i = 0; i < a->n; i++) a->y[i] = a->x[i] * a->scale + 1.0f;
+    for (size_t i = 0; i < a->n; i++)
+        a->y[i] = a->x[i] * a->scale + 1.0f;
     return ZO_OK;
 }
 
@@ -273,7 +282,8 @@ static void test_copy_copy_compute_pipeline(void **state)
     enum { CHUNKS = 16, SLOTS = 3 };
     const size_t n = 64 * 1024;
     float *in = malloc(CHUNKS * n * sizeof(float)), *out = malloc(CHUNKS * n * sizeof(float));
-    for (size_t i = 0; i < CHUNKS * n; i++) in[i] = (float)(i % 1000) * 0.5f;
+    for (size_t i = 0; i < CHUNKS * n; i++)
+        in[i] = (float)(i % 1000) * 0.5f;
     float *dx[SLOTS], *dy[SLOTS];
     zo_event_t loaded[SLOTS], computed[SLOTS], drained[SLOTS];
     for (int k = 0; k < SLOTS; k++) {
@@ -299,7 +309,8 @@ static void test_copy_copy_compute_pipeline(void **state)
         ZO_ASSERT_OK(zo_event_record(drained[k], d2h));
     }
     ZO_ASSERT_OK(zo_device_synchronize(dev));
-    for (size_t i = 0; i < CHUNKS * n; i++) assert_true(out[i] == in[i] * 2.0f + 1.0f);
+    for (size_t i = 0; i < CHUNKS * n; i++)
+        assert_true(out[i] == in[i] * 2.0f + 1.0f);
     for (int k = 0; k < SLOTS; k++) {
         ZO_ASSERT_OK(zo_device_mfree(dev, dx[k]));
         ZO_ASSERT_OK(zo_device_mfree(dev, dy[k]));
@@ -327,7 +338,8 @@ static zo_status meet(void *arg)
     r->arrived++;
     pthread_cond_broadcast(&r->cv);
     int rc = 0;
-    while (r->arrived < 3 && rc == 0) rc = pthread_cond_timedwait(&r->cv, &r->mu, &dl);
+    while (r->arrived < 3 && rc == 0)
+        rc = pthread_cond_timedwait(&r->cv, &r->mu, &dl);
     int ok = r->arrived >= 3;
     pthread_mutex_unlock(&r->mu);
     return ok ? ZO_OK : ZO_FAIL(ZO_ERR_STATE, "test", "streams did not run concurrently");
@@ -344,9 +356,12 @@ static void test_streams_run_concurrently(void **state)
     zo_stream_t s[3];
     rendezvous r = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
     rendezvous *rp = &r;
-    for (int i = 0; i < 3; i++) ZO_ASSERT_OK(zo_stream_create(dev, &s[i]));
-    for (int i = 0; i < 3; i++) ZO_ASSERT_OK(zo_stream_enqueue(s[i], meet, &rp, sizeof rp));
-    for (int i = 0; i < 3; i++) ZO_ASSERT_OK(zo_stream_synchronize(s[i]));
+    for (int i = 0; i < 3; i++)
+        ZO_ASSERT_OK(zo_stream_create(dev, &s[i]));
+    for (int i = 0; i < 3; i++)
+        ZO_ASSERT_OK(zo_stream_enqueue(s[i], meet, &rp, sizeof rp));
+    for (int i = 0; i < 3; i++)
+        ZO_ASSERT_OK(zo_stream_synchronize(s[i]));
     assert_int_equal(r.arrived, 3);
     zo_device_free(dev);
 }
@@ -499,9 +514,11 @@ static void test_info(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1) g_backend = argv[1];
+    if (argc > 1)
+        g_backend = argv[1];
     if (strcmp(g_backend, "cuda") == 0 && zo_device_cuda_count() == 0) {
-        printf("SKIPPED: no CUDA GPU on this machine (built with CUDA: %s); the cuda device tests need "
+        printf("SKIPPED: no CUDA GPU on this machine (built with CUDA: %s); the cuda device tests "
+               "need "
                "one\n",
                zo_device_cuda_built() ? "yes" : "no");
         return ZO_TEST_SKIP;

@@ -73,8 +73,8 @@ static void test_parse_limits(void **state)
 static void test_parse_refuses(void **state)
 {
     (void)state;
-    const char *bad[] = {"", " ", "-1", "-0", "-1K", "abc", "12x", "12\tGiB", "1KBB", "K", "GiB",
-                         ".", "inf", "nan", "1.5.5", "12KiBs", "1e", "--5"};
+    const char *bad[] = {"",  " ",   "-1", "-0",  "-1K", "abc",   "12x",    "12\tGiB", "1KBB",
+                         "K", "GiB", ".",  "inf", "nan", "1.5.5", "12KiBs", "1e",      "--5"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         refused(bad[i]);
     uint64_t v;
@@ -97,7 +97,8 @@ static void test_fmt_bytes(void **state)
     assert_string_equal(zo_fmt_bytes_prec(b, sizeof b, 100000, 1), "97.7 KiB");
     assert_string_equal(zo_fmt_bytes_prec(b, sizeof b, 2ull << 40, 0), "2 TiB");
     char small[5];
-    assert_string_equal(zo_fmt_bytes(small, sizeof small, 3ull << 29), "1.50"); /* cut, terminated */
+    assert_string_equal(zo_fmt_bytes(small, sizeof small, 3ull << 29),
+                        "1.50"); /* cut, terminated */
 }
 
 static void test_clock_is_monotonic(void **state)

@@ -13,19 +13,22 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "hostpool_internal.h"
 #include "zo/device.h"
 #include "zo/hostpool.h"
 #include "zo/log.h"
 #include "zo/testing.h"
 #include "zo/topo.h"
-#include "hostpool_internal.h"
 #include "zo_test.h"
 
 #define KiB ((size_t)1024)
 #define MiB (KiB * 1024)
-#define PG ((size_t)ZO_HOSTPOOL_PAGE)
+#define PG  ((size_t)ZO_HOSTPOOL_PAGE)
 
-static size_t round_page(size_t n) { return (n + PG - 1) / PG * PG; }
+static size_t round_page(size_t n)
+{
+    return (n + PG - 1) / PG * PG;
+}
 
 /* ---- fixtures ---- */
 
@@ -86,7 +89,10 @@ static void start_capture(void)
     zo_log_set_callback(capture_log, NULL);
 }
 
-static void stop_capture(void) { zo_log_set_callback(NULL, NULL); }
+static void stop_capture(void)
+{
+    zo_log_set_callback(NULL, NULL);
+}
 
 /* ---- configuration and arguments ---- */
 
@@ -165,8 +171,10 @@ static void test_sizes_round_to_the_page_only(void **state)
         assert_int_equal(s.pinned_bytes + s.unpinned_bytes, want);
     }
     /* 3 MiB + 100 takes 3 MiB + 4 KiB, 5 MiB + 1 takes 5 MiB + 4 KiB: never 4 or 8 MiB. */
-    assert_int_equal(want, 4096 + 4096 + 4096 + 8192 + 102400 + (3 * MiB + 4096) + (5 * MiB + 4096));
-    for (int i = 0; i < 7; i++) ZO_ASSERT_OK(zo_hostpool_release(pool, ptrs[i]));
+    assert_int_equal(want,
+                     4096 + 4096 + 4096 + 8192 + 102400 + (3 * MiB + 4096) + (5 * MiB + 4096));
+    for (int i = 0; i < 7; i++)
+        ZO_ASSERT_OK(zo_hostpool_release(pool, ptrs[i]));
     zo_hostpool_stats s = stats_of(pool);
     assert_int_equal(s.reserved, 0);
     assert_int_equal(s.in_use, 0);
@@ -221,7 +229,8 @@ static void test_slots(void **state)
     for (int i = 0; i < 5; i++) {
         ZO_ASSERT_OK(zo_hostpool_slot_alloc(pool, id, &p[i]));
         assert_int_equal((uintptr_t)p[i] % PG, 0);
-        if (i) assert_int_equal((char *)p[i] - (char *)p[i - 1], 102400);
+        if (i)
+            assert_int_equal((char *)p[i] - (char *)p[i - 1], 102400);
         memset(p[i], i + 1, 102400);
         size_t sz;
         ZO_ASSERT_OK(zo_hostpool_query(pool, p[i], &sz, NULL));
@@ -232,7 +241,7 @@ static void test_slots(void **state)
     assert_int_equal(s.in_use, 5 * 102400);
     assert_int_equal(s.slots_free, 0);
     ZO_ASSERT_OK(zo_hostpool_release(pool, p[2]));
-    ZO_ASSERT_ST(zo_hostpool_release(pool, p[2]), ZO_ERR_INVALID_ARG);          /* double free */
+    ZO_ASSERT_ST(zo_hostpool_release(pool, p[2]), ZO_ERR_INVALID_ARG); /* double free */
     ZO_ASSERT_ST(zo_hostpool_release(pool, (char *)p[1] + PG), ZO_ERR_INVALID_ARG); /* interior */
     ZO_ASSERT_ST(zo_hostpool_query(pool, p[2], NULL, NULL), ZO_ERR_INVALID_ARG);
     s = stats_of(pool);
@@ -243,7 +252,8 @@ static void test_slots(void **state)
     assert_ptr_equal(extra, p[2]);
     assert_int_equal(((unsigned char *)p[1])[102399], 2);
     assert_int_equal(((unsigned char *)p[3])[0], 4);
-    for (int i = 0; i < 5; i++) ZO_ASSERT_OK(zo_hostpool_release(pool, p[i]));
+    for (int i = 0; i < 5; i++)
+        ZO_ASSERT_OK(zo_hostpool_release(pool, p[i]));
     s = stats_of(pool);
     assert_int_equal(s.in_use, 0);
     assert_int_equal(s.slots_free, 5);
@@ -325,10 +335,12 @@ static void model_take(model *m, void *p, size_t bytes, int slot, uint64_t *rng)
     it->tag = (unsigned char)(1 + zo_test_rand(rng) % 255);
     memset(p, it->tag, bytes);
     m->in_use += bytes;
-    if (m->in_use > m->in_use_hw) m->in_use_hw = m->in_use;
+    if (m->in_use > m->in_use_hw)
+        m->in_use_hw = m->in_use;
     if (!slot) {
         m->reserved += bytes;
-        if (m->reserved > m->reserved_hw) m->reserved_hw = m->reserved;
+        if (m->reserved > m->reserved_hw)
+            m->reserved_hw = m->reserved;
     } else {
         m->slots_free--;
     }
@@ -338,7 +350,8 @@ static void model_take(model *m, void *p, size_t bytes, int slot, uint64_t *rng)
 static void model_release(zo_hostpool_t pool, model *m, int k)
 {
     live it = m->items[k];
-    for (size_t i = 0; i < it.bytes; i += 61) assert_int_equal(it.p[i], it.tag);
+    for (size_t i = 0; i < it.bytes; i += 61)
+        assert_int_equal(it.p[i], it.tag);
     assert_int_equal(it.p[it.bytes - 1], it.tag);
     ZO_ASSERT_OK(zo_hostpool_release(pool, it.p));
     m->items[k] = m->items[--m->n];
@@ -349,7 +362,8 @@ static void model_release(zo_hostpool_t pool, model *m, int k)
         m->reserved -= it.bytes;
 }
 
-static void random_step(zo_hostpool_t pool, model *m, int set, size_t stride, uint64_t budget, uint64_t *rng)
+static void random_step(zo_hostpool_t pool, model *m, int set, size_t stride, uint64_t budget,
+                        uint64_t *rng)
 {
     unsigned r = (unsigned)(zo_test_rand(rng) % 10);
     void *p = NULL;
@@ -358,15 +372,20 @@ static void random_step(zo_hostpool_t pool, model *m, int set, size_t stride, ui
     } else if (r < 6) {
         zo_status want = m->slots_free ? ZO_OK : ZO_ERR_BUDGET;
         ZO_ASSERT_ST(zo_hostpool_slot_alloc(pool, set, &p), want);
-        if (want == ZO_OK) model_take(m, p, stride, 1, rng);
-        else m->refusals++;
+        if (want == ZO_OK)
+            model_take(m, p, stride, 1, rng);
+        else
+            m->refusals++;
     } else {
-        size_t bytes = r == 9 ? PG * (1 + zo_test_rand(rng) % 64) : 1 + zo_test_rand(rng) % (384 * KiB);
+        size_t bytes =
+            r == 9 ? PG * (1 + zo_test_rand(rng) % 64) : 1 + zo_test_rand(rng) % (384 * KiB);
         size_t rounded = round_page(bytes);
         zo_status want = m->reserved + rounded <= budget ? ZO_OK : ZO_ERR_BUDGET;
         ZO_ASSERT_ST(zo_hostpool_alloc(pool, bytes, &p), want);
-        if (want == ZO_OK) model_take(m, p, rounded, 0, rng);
-        else m->refusals++;
+        if (want == ZO_OK)
+            model_take(m, p, rounded, 0, rng);
+        else
+            m->refusals++;
     }
 }
 
@@ -389,7 +408,8 @@ static void test_random_sequences_account_exactly(void **state)
             model_check(pool, &m, budget);
         }
         assert_true(m.refusals > 0); /* the budget was reached */
-        while (m.n) model_release(pool, &m, m.n - 1);
+        while (m.n)
+            model_release(pool, &m, m.n - 1);
         model_check(pool, &m, budget);
         assert_int_equal(m.in_use, 0);
         zo_hostpool_free(pool);
@@ -427,11 +447,13 @@ static void test_placement_for_cpu_device(void **state)
     assert_int_equal(pl.n_local_cpus, n_cpus);
     struct rlimit rl;
     assert_int_equal(getrlimit(RLIMIT_MEMLOCK, &rl), 0);
-    assert_true(pl.memlock_soft == (rl.rlim_cur == RLIM_INFINITY ? ZO_MEMLOCK_UNLIMITED : rl.rlim_cur));
-    assert_true(pl.memlock_hard == (rl.rlim_max == RLIM_INFINITY ? ZO_MEMLOCK_UNLIMITED : rl.rlim_max));
-    print_message("placement: %s -> node %d (%s), memlock soft %llu hard %llu, CAP_IPC_LOCK %d\n", pl.device,
-                  pl.node, pl.reason, (unsigned long long)pl.memlock_soft, (unsigned long long)pl.memlock_hard,
-                  pl.cap_ipc_lock);
+    assert_true(pl.memlock_soft ==
+                (rl.rlim_cur == RLIM_INFINITY ? ZO_MEMLOCK_UNLIMITED : rl.rlim_cur));
+    assert_true(pl.memlock_hard ==
+                (rl.rlim_max == RLIM_INFINITY ? ZO_MEMLOCK_UNLIMITED : rl.rlim_max));
+    print_message("placement: %s -> node %d (%s), memlock soft %llu hard %llu, CAP_IPC_LOCK %d\n",
+                  pl.device, pl.node, pl.reason, (unsigned long long)pl.memlock_soft,
+                  (unsigned long long)pl.memlock_hard, pl.cap_ipc_lock);
     /* A pool with node -1 uses that choice; an explicit node says so. */
     zo_hostpool_t pool = make_pool(MiB, -1);
     zo_hostpool_placement pp = ZO_HOSTPOOL_PLACEMENT_INIT;
@@ -458,8 +480,10 @@ static int first_pci_device(char *id, size_t cap)
     struct dirent *e;
     int found = 0;
     while (d && !found && (e = readdir(d)))
-        if (e->d_name[0] != '.') found = snprintf(id, cap, "%s", e->d_name) < (int)cap;
-    if (d) closedir(d);
+        if (e->d_name[0] != '.')
+            found = snprintf(id, cap, "%s", e->d_name) < (int)cap;
+    if (d)
+        closedir(d);
     return found;
 }
 
@@ -476,7 +500,8 @@ static void test_placement_for_a_gpu_by_pci_locality(void **state)
     pin_to_current_cpu(&saved);
     snprintf(info.pci_bus_id, sizeof info.pci_bus_id, "ffff:ff:1f.7");
     ZO_ASSERT_OK(zo_hostpool_placement_for_info_(&info, &pl));
-    snprintf(want, sizeof want, "GPU ffff:ff:1f.7 not in the PCI topology: node of the calling thread (CPU %d)",
+    snprintf(want, sizeof want,
+             "GPU ffff:ff:1f.7 not in the PCI topology: node of the calling thread (CPU %d)",
              sched_getcpu());
     assert_string_equal(pl.reason, want);
     assert_string_equal(pl.device, "cuda:1 (ffff:ff:1f.7)");
@@ -506,10 +531,13 @@ static void check_pages_on_node(unsigned char *p, size_t bytes, int node)
     void *pages[MAXP];
     int status[MAXP];
     size_t n = 0;
-    for (size_t off = 0; off < bytes && n < MAXP; off += 16 * KiB) pages[n++] = p + off;
-    if (n < MAXP) pages[n++] = p + bytes - 1;
+    for (size_t off = 0; off < bytes && n < MAXP; off += 16 * KiB)
+        pages[n++] = p + off;
+    if (n < MAXP)
+        pages[n++] = p + bytes - 1;
     assert_int_equal(move_pages(0, (unsigned long)n, pages, NULL, status, 0), 0);
-    for (size_t i = 0; i < n; i++) assert_int_equal(status[i], node);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(status[i], node);
     int where = -1;
     assert_int_equal(get_mempolicy(&where, NULL, 0, p, MPOL_F_NODE | MPOL_F_ADDR), 0);
     assert_int_equal(where, node);
@@ -562,7 +590,8 @@ static int thp_mode_is(const char *mode)
     FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
     char line[128] = "";
     if (f) {
-        if (!fgets(line, sizeof line, f)) line[0] = '\0';
+        if (!fgets(line, sizeof line, f))
+            line[0] = '\0';
         fclose(f);
     }
     char want[32];
@@ -579,7 +608,8 @@ static uint64_t huge_bytes_after_touch(int huge_pages)
     ZO_ASSERT_OK(zo_hostpool_init(&pool, g_dev, &cfg));
     void *p;
     ZO_ASSERT_OK(zo_hostpool_alloc(pool, 8 * MiB, &p));
-    if (huge_pages) assert_int_equal((uintptr_t)p % (2 * MiB), 0);
+    if (huge_pages)
+        assert_int_equal((uintptr_t)p % (2 * MiB), 0);
     memset(p, 1, 8 * MiB);
     uint64_t huge = UINT64_MAX;
     ZO_ASSERT_OK(zo_hostpool_huge_bytes(pool, &huge));
@@ -598,7 +628,8 @@ static void test_huge_pages_are_counted(void **state)
     uint64_t with = huge_bytes_after_touch(1);
     print_message("huge pages: %llu of 8 MiB\n", (unsigned long long)with);
     assert_true(with > 0 && with % (2 * MiB) == 0);
-    if (thp_mode_is("madvise")) assert_int_equal(huge_bytes_after_touch(0), 0); /* only our madvise asks */
+    if (thp_mode_is("madvise"))
+        assert_int_equal(huge_bytes_after_touch(0), 0); /* only our madvise asks */
 }
 
 /* ---- pinning and its fallback ---- */
@@ -606,8 +637,10 @@ static void test_huge_pages_are_counted(void **state)
 static void check_usable(void *p, size_t bytes)
 {
     unsigned char *c = p;
-    for (size_t i = 0; i < bytes; i++) c[i] = (unsigned char)(i * 7);
-    for (size_t i = 0; i < bytes; i += 97) assert_int_equal(c[i], (unsigned char)(i * 7));
+    for (size_t i = 0; i < bytes; i++)
+        c[i] = (unsigned char)(i * 7);
+    for (size_t i = 0; i < bytes; i += 97)
+        assert_int_equal(c[i], (unsigned char)(i * 7));
 }
 
 static void assert_pinned(zo_hostpool_t pool, const void *p, int want)
@@ -690,9 +723,11 @@ static int set_ipc_lock_effective(int on)
 {
     struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct d[2];
-    if (syscall(SYS_capget, &h, d) != 0) return 0;
+    if (syscall(SYS_capget, &h, d) != 0)
+        return 0;
     int was = (d[0].effective >> CAP_IPC_LOCK) & 1;
-    if (on && !((d[0].permitted >> CAP_IPC_LOCK) & 1)) return was;
+    if (on && !((d[0].permitted >> CAP_IPC_LOCK) & 1))
+        return was;
     if (on)
         d[0].effective |= 1u << CAP_IPC_LOCK;
     else
@@ -707,8 +742,10 @@ static long locked_kb(void)
     char line[256];
     long kb = -1;
     while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmLck: %ld kB", &kb) == 1) break;
-    if (f) fclose(f);
+        if (sscanf(line, "VmLck: %ld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
     return kb;
 }
 
@@ -745,7 +782,8 @@ static void test_real_memlock_limit_falls_back(void **state)
     ZO_ASSERT_OK(zo_hostpool_alloc(pool, 64 * KiB, &q)); /* within the limit: pinned */
     stop_capture();
     assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &saved), 0);
-    if (had_cap) set_ipc_lock_effective(1);
+    if (had_cap)
+        set_ipc_lock_effective(1);
     assert_pinned(pool, p, 0);
     assert_pinned(pool, q, 1);
     check_usable(p, 2 * MiB);
@@ -770,7 +808,8 @@ static void test_device_copies_through_pool_memory(void **state)
     ZO_ASSERT_OK(zo_hostpool_alloc(pool, n, (void **)&src));
     ZO_ASSERT_OK(zo_hostpool_alloc(pool, n, (void **)&dst));
     uint64_t rng = 42;
-    for (size_t i = 0; i < n; i++) src[i] = (unsigned char)zo_test_rand(&rng);
+    for (size_t i = 0; i < n; i++)
+        src[i] = (unsigned char)zo_test_rand(&rng);
     void *d;
     zo_stream_t s;
     ZO_ASSERT_OK(zo_device_malloc(g_dev, n, &d));

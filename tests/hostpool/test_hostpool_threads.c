@@ -12,14 +12,14 @@
 #include "zo/topo.h"
 #include "zo_test.h"
 
-#define KiB ((size_t)1024)
-#define MiB (KiB * 1024)
-#define PG ((size_t)ZO_HOSTPOOL_PAGE)
+#define KiB       ((size_t)1024)
+#define MiB       (KiB * 1024)
+#define PG        ((size_t)ZO_HOSTPOOL_PAGE)
 #define N_THREADS 4
-#define STEPS 400
-#define BUDGET (4 * MiB)
-#define HELD_MAX 8   /* blocks a thread holds in the random phase */
-#define FILL_MAX 24  /* 24 x 256 KiB > BUDGET: the fill phase must hit the budget */
+#define STEPS     400
+#define BUDGET    (4 * MiB)
+#define HELD_MAX  8  /* blocks a thread holds in the random phase */
+#define FILL_MAX  24 /* 24 x 256 KiB > BUDGET: the fill phase must hit the budget */
 
 typedef struct worker {
     zo_hostpool_t pool;
@@ -35,12 +35,16 @@ typedef struct held {
 
 static atomic_int g_stop;
 
-static void fill(held *h, int id) { memset(h->p, id + 1, h->bytes); }
+static void fill(held *h, int id)
+{
+    memset(h->p, id + 1, h->bytes);
+}
 
 /* Nobody else wrote into this thread's block while it held it. */
 static void check_and_release(zo_hostpool_t pool, held *h, int id)
 {
-    for (size_t i = 0; i < h->bytes; i += 509) assert_int_equal(h->p[i], id + 1);
+    for (size_t i = 0; i < h->bytes; i += 509)
+        assert_int_equal(h->p[i], id + 1);
     assert_int_equal(h->p[h->bytes - 1], id + 1);
     ZO_ASSERT_OK(zo_hostpool_release(pool, h->p));
 }
@@ -99,11 +103,13 @@ static void *worker_main(void *arg)
             h[k] = h[--n];
         } else {
             take_one(w, &h[n], &rng);
-            if (h[n].p) n++;
+            if (h[n].p)
+                n++;
         }
     }
     fill_until_refused(w, h, &n);
-    while (n) check_and_release(w->pool, &h[--n], w->id);
+    while (n)
+        check_and_release(w->pool, &h[--n], w->id);
     return NULL;
 }
 
@@ -158,10 +164,11 @@ static void test_concurrent_alloc_release(void **state)
     assert_int_equal(pthread_join(watch, NULL), 0);
     zo_hostpool_stats s = ZO_HOSTPOOL_STATS_INIT;
     ZO_ASSERT_OK(zo_hostpool_get_stats(pool, &s));
-    print_message("granted %llu, refused %llu, reserved high-water %llu of %u, pin fallbacks %llu\n",
-                  (unsigned long long)granted, (unsigned long long)refused,
-                  (unsigned long long)s.reserved_high_water, (unsigned)BUDGET,
-                  (unsigned long long)s.n_pin_fallbacks);
+    print_message(
+        "granted %llu, refused %llu, reserved high-water %llu of %u, pin fallbacks %llu\n",
+        (unsigned long long)granted, (unsigned long long)refused,
+        (unsigned long long)s.reserved_high_water, (unsigned)BUDGET,
+        (unsigned long long)s.n_pin_fallbacks);
     assert_int_equal(s.in_use, 0);
     assert_int_equal(s.reserved, 8 * 64 * KiB); /* only the slot set is left */
     assert_int_equal(s.n_allocs, 0);
@@ -169,7 +176,7 @@ static void test_concurrent_alloc_release(void **state)
     assert_int_equal(s.n_budget_refusals, refused);
     assert_int_equal(s.n_pin_fallbacks, 20);
     assert_int_equal(s.unpinned_bytes, 0); /* every fallen-back allocation was released */
-    assert_true(refused >= N_THREADS); /* each fill phase ended at the budget */
+    assert_true(refused >= N_THREADS);     /* each fill phase ended at the budget */
     zo_hostpool_free(pool);
     zo_device_free(dev);
 }
@@ -190,7 +197,8 @@ static void test_concurrent_first_topology_use(void **state)
     (void)state;
     pthread_t th[N_THREADS];
     int nodes[N_THREADS];
-    for (int i = 0; i < N_THREADS; i++) assert_int_equal(pthread_create(&th[i], NULL, topo_main, &nodes[i]), 0);
+    for (int i = 0; i < N_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, topo_main, &nodes[i]), 0);
     for (int i = 0; i < N_THREADS; i++) {
         assert_int_equal(pthread_join(th[i], NULL), 0);
         assert_true(zo_topo_node_valid(nodes[i]));

@@ -13,12 +13,14 @@
 /* Reference: nodes with memory this process may use, per libnuma. */
 static int ref_node_count(void)
 {
-    if (numa_available() < 0) return 1;
+    if (numa_available() < 0)
+        return 1;
     struct bitmask *m = numa_get_mems_allowed();
     int n = 0;
     for (int i = 0; i <= numa_max_node(); i++) {
         long long free_b;
-        if (numa_bitmask_isbitset(m, (unsigned)i) && numa_node_size64(i, &free_b) > 0) n++;
+        if (numa_bitmask_isbitset(m, (unsigned)i) && numa_node_size64(i, &free_b) > 0)
+            n++;
     }
     numa_bitmask_free(m);
     return n ? n : 1;
@@ -37,7 +39,8 @@ static void ref_node_cpus(int node, cpu_set_t *out)
     struct bitmask *b = numa_allocate_cpumask();
     assert_int_equal(numa_node_to_cpus(node, b), 0);
     for (int c = 0; c < CPU_SETSIZE && c < (int)numa_bitmask_nbytes(b) * 8; c++)
-        if (numa_bitmask_isbitset(b, (unsigned)c) && CPU_ISSET(c, &aff)) CPU_SET(c, out);
+        if (numa_bitmask_isbitset(b, (unsigned)c) && CPU_ISSET(c, &aff))
+            CPU_SET(c, out);
     numa_bitmask_free(b);
 }
 
@@ -87,7 +90,8 @@ static void test_cpu_list_matches_cpuset(void **state)
     assert_int_equal(n2, n);
     for (int i = 0; i < n; i++) {
         assert_true(CPU_ISSET(cpus[i], &set));
-        if (i) assert_true(cpus[i] > cpus[i - 1]);
+        if (i)
+            assert_true(cpus[i] > cpus[i - 1]);
     }
     if (n > 1) { /* a short buffer gets the first entries and the full count */
         int first = -1;
@@ -112,7 +116,8 @@ static void test_bind_and_node_of_thread(void **state)
     for (int i = 0; i < zo_topo_numa_node_count(); i++) {
         zo_topo_node nd = ZO_TOPO_NODE_INIT;
         ZO_ASSERT_OK(zo_topo_get_node(i, &nd));
-        if (nd.n_pus == 0) continue; /* a memory-only node cannot run threads */
+        if (nd.n_pus == 0)
+            continue; /* a memory-only node cannot run threads */
         ZO_ASSERT_OK(zo_topo_bind_thread_to_node(nd.node));
         cpu_set_t now, want;
         assert_int_equal(sched_getaffinity(0, sizeof now, &now), 0);
@@ -146,8 +151,16 @@ static void test_bind_and_node_of_thread(void **state)
 static void test_pci_bus_id_parsing(void **state)
 {
     (void)state;
-    const char *bad[] = {"", "zz", "0000:17:00", "0000:100:00.0", "0000:17:20.0", "0000:17:00.8",
-                         "0000:17:00.0x", "17.00.0", ":17:00.0", "0000::00.0"};
+    const char *bad[] = {"",
+                         "zz",
+                         "0000:17:00",
+                         "0000:100:00.0",
+                         "0000:17:20.0",
+                         "0000:17:00.8",
+                         "0000:17:00.0x",
+                         "17.00.0",
+                         ":17:00.0",
+                         "0000::00.0"};
     int node;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ZO_ASSERT_ST(zo_topo_node_of_pci(bad[i], &node, NULL, 0), ZO_ERR_INVALID_ARG);
@@ -166,7 +179,8 @@ static int ref_pci_node(const char *id)
     FILE *f = fopen(path, "r");
     int node = -1;
     if (f) {
-        if (fscanf(f, "%d", &node) != 1) node = -1;
+        if (fscanf(f, "%d", &node) != 1)
+            node = -1;
         fclose(f);
     }
     zo_topo_node first = ZO_TOPO_NODE_INIT;
@@ -177,7 +191,8 @@ static int ref_pci_node(const char *id)
 static void upper(char *s)
 {
     for (; *s; s++)
-        if (*s >= 'a' && *s <= 'f') *s = (char)(*s - 'a' + 'A');
+        if (*s >= 'a' && *s <= 'f')
+            *s = (char)(*s - 'a' + 'A');
 }
 
 static void test_pci_locality_matches_sysfs(void **state)
@@ -187,7 +202,8 @@ static void test_pci_locality_matches_sysfs(void **state)
     int checked = 0;
     struct dirent *e;
     while (d && (e = readdir(d)) && checked < 16) {
-        if (e->d_name[0] == '.') continue;
+        if (e->d_name[0] == '.')
+            continue;
         int node = -1, want = ref_pci_node(e->d_name);
         char how[64] = "";
         ZO_ASSERT_OK(zo_topo_node_of_pci(e->d_name, &node, how, sizeof how));
@@ -205,8 +221,10 @@ static void test_pci_locality_matches_sysfs(void **state)
         }
         checked++;
     }
-    if (d) closedir(d);
-    if (!checked) print_message("no PCI devices visible in /sys/bus/pci/devices: locality not checked\n");
+    if (d)
+        closedir(d);
+    if (!checked)
+        print_message("no PCI devices visible in /sys/bus/pci/devices: locality not checked\n");
 }
 
 int main(void)

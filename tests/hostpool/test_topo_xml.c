@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hostpool_internal.h"
 #include "zo/device.h"
 #include "zo/hostpool.h"
 #include "zo/log.h"
 #include "zo/topo.h"
-#include "hostpool_internal.h"
 #include "zo_test.h"
 
 static void check_node(int i, int node, uint64_t mem, int c0, int c1)
@@ -49,7 +49,8 @@ static void test_gpu_locality_through_hwloc(void **state)
     ZO_ASSERT_OK(zo_topo_node_of_pci("0000:C1:00.0", &node, how, sizeof how));
     assert_int_equal(node, 0);
     assert_string_equal(how, "no locality reported; first node");
-    ZO_ASSERT_ST(zo_topo_node_of_pci("ffff:81:00.0", &node, how, sizeof how), ZO_ERR_NOT_FOUND); /* the domain counts */
+    ZO_ASSERT_ST(zo_topo_node_of_pci("ffff:81:00.0", &node, how, sizeof how),
+                 ZO_ERR_NOT_FOUND); /* the domain counts */
 
     zo_device_info info = ZO_DEVICE_INFO_INIT;
     snprintf(info.backend, sizeof info.backend, "cuda");
@@ -101,7 +102,8 @@ static void test_pool_on_a_node_the_kernel_lacks(void **state)
     zo_log_set_callback(NULL, NULL);
     memset(a, 1, 8192);
     memset(b, 2, 8192);
-    if (numa_available() >= 0) { /* without NUMA in the kernel there is nothing to bind, and no warning */
+    if (numa_available() >=
+        0) { /* without NUMA in the kernel there is nothing to bind, and no warning */
         assert_int_equal(g_warnings, 1);
         assert_non_null(strstr(g_warning, "cannot place memory on NUMA node 1 (mbind"));
     }
@@ -122,7 +124,8 @@ static void test_pool_on_a_node_the_kernel_lacks(void **state)
 int main(void)
 {
     if (!getenv("HWLOC_XMLFILE")) {
-        fprintf(stderr, "test_topo_xml: skipped: run it with HWLOC_XMLFILE=tests/hostpool/two_nodes.xml (ctest does)\n");
+        fprintf(stderr, "test_topo_xml: skipped: run it with "
+                        "HWLOC_XMLFILE=tests/hostpool/two_nodes.xml (ctest does)\n");
         return ZO_TEST_SKIP;
     }
     const struct CMUnitTest tests[] = {

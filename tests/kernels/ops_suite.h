@@ -23,10 +23,11 @@ static size_t span_of(int batch, int64_t stride, int rows, int64_t ld, int cols)
 }
 
 /* A case with padded leading dimensions and batch strides; operands rounded to bf16. */
-static gemm_case gemm_case_make(uint64_t *seed, int ta, int tb, int m, int n, int k, int batch, float alpha,
-                                float beta)
+static gemm_case gemm_case_make(uint64_t *seed, int ta, int tb, int m, int n, int k, int batch,
+                                float alpha, float beta)
 {
-    gemm_case c = {ta, tb, m, n, k, batch, 0, 0, 0, 0, 0, 0, alpha, beta, NULL, NULL, NULL, 0, 0, 0};
+    gemm_case c = {ta, tb, m,     n,    k,    batch, 0,    0, 0, 0,
+                   0,  0,  alpha, beta, NULL, NULL,  NULL, 0, 0, 0};
     int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
     c.lda = ac + 3;
     c.ldb = bc + 1;
@@ -78,9 +79,9 @@ static float *run_gemm(zo_stream_t s, const gemm_case *c, zo_dtype ab, zo_dtype 
 
 /* ---- embedding ---- */
 
-static void run_embedding(zo_stream_t s, zo_dtype dt, zo_dtype gdt, const float *table, const int32_t *tok,
-                          size_t N, int D, int V, const float *dout, const float *dtable0, float **out,
-                          float **dtable)
+static void run_embedding(zo_stream_t s, zo_dtype dt, zo_dtype gdt, const float *table,
+                          const int32_t *tok, size_t N, int D, int V, const float *dout,
+                          const float *dtable0, float **out, float **dtable)
 {
     void *dtab = dev_from(s, table, (size_t)V * D, dt);
     void *dtok = NULL;
@@ -102,21 +103,26 @@ typedef struct rms_out {
     float *y, *rstd, *dx, *dw, *dx_acc;
 } rms_out;
 
-static rms_out run_rmsnorm(zo_stream_t s, zo_dtype dt, const float *x, const float *w, const float *dy,
-                           const float *dw0, const float *dx0, size_t rows, int dim, float eps)
+static rms_out run_rmsnorm(zo_stream_t s, zo_dtype dt, const float *x, const float *w,
+                           const float *dy, const float *dw0, const float *dx0, size_t rows,
+                           int dim, float eps)
 {
     size_t n = rows * (size_t)dim;
-    void *dx_ = dev_from(s, x, n, dt), *dw_ = dev_from(s, w, dim, dt), *ddy = dev_from(s, dy, n, dt);
+    void *dx_ = dev_from(s, x, n, dt), *dw_ = dev_from(s, w, dim, dt),
+         *ddy = dev_from(s, dy, n, dt);
     void *y = dev_zeros(s, n * zo_dtype_size(dt));
     float *rstd = dev_zeros(s, rows * sizeof(float));
     void *dxo = dev_zeros(s, n * zo_dtype_size(dt));
     void *dxa = dev_from(s, dx0, n, dt);
     void *dwo = dev_from(s, dw0, dim, ZO_DTYPE_F32);
     ZO_ASSERT_OK(zo_op_rmsnorm_fwd(s, y, rstd, dx_, dw_, rows, dim, eps, dt));
-    ZO_ASSERT_OK(zo_op_rmsnorm_bwd(s, dxo, dwo, ZO_DTYPE_F32, ddy, dx_, dw_, rstd, rows, dim, 0, dt));
-    ZO_ASSERT_OK(zo_op_rmsnorm_bwd(s, dxa, NULL, ZO_DTYPE_F32, ddy, dx_, dw_, rstd, rows, dim, 1, dt));
-    rms_out o = {dev_to_host(s, y, n, dt), dev_to_host(s, rstd, rows, ZO_DTYPE_F32), dev_to_host(s, dxo, n, dt),
-                 dev_to_host(s, dwo, dim, ZO_DTYPE_F32), dev_to_host(s, dxa, n, dt)};
+    ZO_ASSERT_OK(
+        zo_op_rmsnorm_bwd(s, dxo, dwo, ZO_DTYPE_F32, ddy, dx_, dw_, rstd, rows, dim, 0, dt));
+    ZO_ASSERT_OK(
+        zo_op_rmsnorm_bwd(s, dxa, NULL, ZO_DTYPE_F32, ddy, dx_, dw_, rstd, rows, dim, 1, dt));
+    rms_out o = {dev_to_host(s, y, n, dt), dev_to_host(s, rstd, rows, ZO_DTYPE_F32),
+                 dev_to_host(s, dxo, n, dt), dev_to_host(s, dwo, dim, ZO_DTYPE_F32),
+                 dev_to_host(s, dxa, n, dt)};
     return o;
 }
 
@@ -131,12 +137,13 @@ static void rms_out_free(rms_out *o)
 
 /* ---- RoPE: returns table, fwd (out of place), bwd (in place) ---- */
 
-static void run_rope(zo_stream_t s, zo_dtype dt, const float *x, const float *dy, int B, int T, int H, int hd,
-                     float theta, int pos0, float **table, float **y, float **dx)
+static void run_rope(zo_stream_t s, zo_dtype dt, const float *x, const float *dy, int B, int T,
+                     int H, int hd, float theta, int pos0, float **table, float **y, float **dx)
 {
     size_t n = (size_t)B * T * H * hd;
     float *tab = dev_zeros(s, (size_t)T * hd * sizeof(float));
-    void *xd = dev_from(s, x, n, dt), *yd = dev_zeros(s, n * zo_dtype_size(dt)), *gd = dev_from(s, dy, n, dt);
+    void *xd = dev_from(s, x, n, dt), *yd = dev_zeros(s, n * zo_dtype_size(dt)),
+         *gd = dev_from(s, dy, n, dt);
     ZO_ASSERT_OK(zo_op_rope_table(s, tab, T, hd, theta, pos0));
     ZO_ASSERT_OK(zo_op_rope_fwd(s, yd, xd, tab, B, T, H, hd, dt));
     ZO_ASSERT_OK(zo_op_rope_bwd(s, gd, gd, tab, B, T, H, hd, dt));
@@ -147,11 +154,12 @@ static void run_rope(zo_stream_t s, zo_dtype dt, const float *x, const float *dy
 
 /* ---- causal softmax: fwd out of place, bwd in place ---- */
 
-static void run_softmax(zo_stream_t s, zo_dtype dt, const float *x, const float *dp, size_t nm, int T,
-                        float **p, float **dx)
+static void run_softmax(zo_stream_t s, zo_dtype dt, const float *x, const float *dp, size_t nm,
+                        int T, float **p, float **dx)
 {
     size_t n = nm * (size_t)T * T;
-    void *xd = dev_from(s, x, n, dt), *pd = dev_zeros(s, n * zo_dtype_size(dt)), *gd = dev_from(s, dp, n, dt);
+    void *xd = dev_from(s, x, n, dt), *pd = dev_zeros(s, n * zo_dtype_size(dt)),
+         *gd = dev_from(s, dp, n, dt);
     ZO_ASSERT_OK(zo_op_causal_softmax_fwd(s, pd, xd, nm, T, dt));
     ZO_ASSERT_OK(zo_op_causal_softmax_bwd(s, gd, gd, pd, nm, T, dt));
     *p = dev_to_host(s, pd, n, dt);
@@ -164,8 +172,8 @@ typedef struct attn_out {
     float *out, *att, *dq, *dk, *dv;
 } attn_out;
 
-static attn_out run_attention(zo_stream_t s, zo_dtype dt, const float *q, const float *k, const float *v,
-                              const float *dout, int B, int T, int H, int hd)
+static attn_out run_attention(zo_stream_t s, zo_dtype dt, const float *q, const float *k,
+                              const float *v, const float *dout, int B, int T, int H, int hd)
 {
     size_t n = (size_t)B * T * H * hd, na = (size_t)B * H * T * T, es = zo_dtype_size(dt);
     void *qd = dev_from(s, q, n, dt), *kd = dev_from(s, k, n, dt), *vd = dev_from(s, v, n, dt);
@@ -190,8 +198,8 @@ static void attn_out_free(attn_out *o)
 
 /* ---- SwiGLU: bwd writes dgate over gate and dup over up (in place) ---- */
 
-static void run_swiglu(zo_stream_t s, zo_dtype dt, const float *gate, const float *up, const float *dout,
-                       size_t n, float **out, float **dgate, float **dup)
+static void run_swiglu(zo_stream_t s, zo_dtype dt, const float *gate, const float *up,
+                       const float *dout, size_t n, float **out, float **dgate, float **dup)
 {
     void *g = dev_from(s, gate, n, dt), *u = dev_from(s, up, n, dt), *d = dev_from(s, dout, n, dt);
     void *o = dev_zeros(s, n * zo_dtype_size(dt));
@@ -204,8 +212,9 @@ static void run_swiglu(zo_stream_t s, zo_dtype dt, const float *gate, const floa
 
 /* ---- cross-entropy: forward only, then fused with the gradient in place ---- */
 
-static void run_xent(zo_stream_t s, zo_dtype dt, const float *logits, const int32_t *tgt, size_t rows, int V,
-                     float grad_scale, float *loss_fwd, float *loss, float **row_loss, float **dlogits)
+static void run_xent(zo_stream_t s, zo_dtype dt, const float *logits, const int32_t *tgt,
+                     size_t rows, int V, float grad_scale, float *loss_fwd, float *loss,
+                     float **row_loss, float **dlogits)
 {
     size_t n = rows * (size_t)V;
     void *ld = dev_from(s, logits, n, dt);
@@ -234,12 +243,14 @@ typedef struct ew_out {
     float sumsq, sumsq_acc;
 } ew_out;
 
-static ew_out run_elementwise(zo_stream_t s, zo_dtype dt, const float *a, const float *b, size_t n, float alpha)
+static ew_out run_elementwise(zo_stream_t s, zo_dtype dt, const float *a, const float *b, size_t n,
+                              float alpha)
 {
     size_t es = zo_dtype_size(dt);
     void *ad = dev_from(s, a, n, dt), *bd = dev_from(s, b, n, dt), *y = dev_zeros(s, n * es);
     void *sc = dev_from(s, a, n, dt), *acc = dev_from(s, b, n, ZO_DTYPE_F32);
-    void *af = dev_from(s, a, n, ZO_DTYPE_F32), *cd = dev_zeros(s, n * es), *cf = dev_zeros(s, n * 4);
+    void *af = dev_from(s, a, n, ZO_DTYPE_F32), *cd = dev_zeros(s, n * es),
+         *cf = dev_zeros(s, n * 4);
     float *ss = dev_zeros(s, sizeof(float)), *ss2 = dev_from(s, &alpha, 1, ZO_DTYPE_F32);
     ZO_ASSERT_OK(zo_op_add(s, y, ad, bd, n, dt));
     ZO_ASSERT_OK(zo_op_scale(s, sc, alpha, n, dt));
@@ -248,8 +259,13 @@ static ew_out run_elementwise(zo_stream_t s, zo_dtype dt, const float *a, const 
     ZO_ASSERT_OK(zo_op_cast(s, cf, ZO_DTYPE_F32, cd, dt, n));
     ZO_ASSERT_OK(zo_op_sumsq(s, ss, ad, n, dt, 0));
     ZO_ASSERT_OK(zo_op_sumsq(s, ss2, ad, n, dt, 1));
-    ew_out o = {dev_to_host(s, y, n, dt), dev_to_host(s, sc, n, dt), dev_to_host(s, acc, n, ZO_DTYPE_F32),
-                dev_to_host(s, cd, n, dt), dev_to_host(s, cf, n, ZO_DTYPE_F32), 0.0f, 0.0f};
+    ew_out o = {dev_to_host(s, y, n, dt),
+                dev_to_host(s, sc, n, dt),
+                dev_to_host(s, acc, n, ZO_DTYPE_F32),
+                dev_to_host(s, cd, n, dt),
+                dev_to_host(s, cf, n, ZO_DTYPE_F32),
+                0.0f,
+                0.0f};
     float *h = dev_to_host(s, ss, 1, ZO_DTYPE_F32);
     o.sumsq = h[0];
     free(h);

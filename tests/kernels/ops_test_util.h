@@ -25,15 +25,18 @@ static inline void to_dtype_host(void *dst, zo_dtype dt, const float *src, size_
 
 static inline float from_dtype_host(const void *src, zo_dtype dt, size_t i)
 {
-    if (dt == ZO_DTYPE_F32) return ((const float *)src)[i];
-    if (dt == ZO_DTYPE_BF16) return zo_bf16_to_f32(((const uint16_t *)src)[i]);
+    if (dt == ZO_DTYPE_F32)
+        return ((const float *)src)[i];
+    if (dt == ZO_DTYPE_BF16)
+        return zo_bf16_to_f32(((const uint16_t *)src)[i]);
     return zo_f16_to_f32(((const uint16_t *)src)[i]);
 }
 
 /* Round a host array to what dt can hold, in place. */
 static inline void round_to(float *v, size_t n, zo_dtype dt)
 {
-    if (dt == ZO_DTYPE_F32) return;
+    if (dt == ZO_DTYPE_F32)
+        return;
     for (size_t i = 0; i < n; i++) {
         uint16_t h;
         to_dtype_host(&h, dt, &v[i], 1);
@@ -82,7 +85,8 @@ static inline void *dev_from(zo_stream_t s, const float *host, size_t n, zo_dtyp
     size_t bytes = n * zo_dtype_size(dt);
     ZO_ASSERT_OK(zo_device_malloc(zo_stream_device(s), bytes ? bytes : 4, &d));
     track(zo_stream_device(s), d);
-    if (!n) return d;
+    if (!n)
+        return d;
     void *tmp = malloc(bytes);
     assert_non_null(tmp);
     to_dtype_host(tmp, dt, host, n);
@@ -112,7 +116,8 @@ static inline float *dev_to_host(zo_stream_t s, const void *d, size_t n, zo_dtyp
     ZO_ASSERT_OK(zo_stream_synchronize(s));
     ZO_ASSERT_OK(zo_memcpy_d2h_async(s, tmp, d, bytes));
     ZO_ASSERT_OK(zo_stream_synchronize(s));
-    for (size_t i = 0; i < n; i++) out[i] = from_dtype_host(tmp, dt, i);
+    for (size_t i = 0; i < n; i++)
+        out[i] = from_dtype_host(tmp, dt, i);
     free(tmp);
     return out;
 }
@@ -124,9 +129,12 @@ static inline double norm_err(const float *got, const double *want, size_t n, do
     double num = 0.0, den = floor_;
     for (size_t i = 0; i < n; i++) {
         double e = fabs((double)got[i] - want[i]);
-        if (isnan(e)) return INFINITY;
-        if (e > num) num = e;
-        if (fabs(want[i]) > den) den = fabs(want[i]);
+        if (isnan(e))
+            return INFINITY;
+        if (e > num)
+            num = e;
+        if (fabs(want[i]) > den)
+            den = fabs(want[i]);
     }
     return num / den;
 }
@@ -134,7 +142,8 @@ static inline double norm_err(const float *got, const double *want, size_t n, do
 #define ASSERT_CLOSE(got, want, n, tol, what)                                                      \
     do {                                                                                           \
         double e_ = norm_err((got), (want), (n), 1e-6);                                            \
-        if (!(e_ <= (tol))) fail_msg("%s: normalized error %.3g exceeds %.3g", (what), e_, (double)(tol)); \
+        if (!(e_ <= (tol)))                                                                        \
+            fail_msg("%s: normalized error %.3g exceeds %.3g", (what), e_, (double)(tol));         \
     } while (0)
 
 #endif

@@ -23,16 +23,26 @@ static zo_stream_t g_s;
 
 static const zo_dtype k_dtypes[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_F16};
 
-static double tol_fwd(zo_dtype dt) { return dt == ZO_DTYPE_F32 ? 2e-5 : dt == ZO_DTYPE_F16 ? 4e-3 : 2e-2; }
-static double tol_bwd(zo_dtype dt) { return dt == ZO_DTYPE_F32 ? 1e-4 : dt == ZO_DTYPE_F16 ? 4e-3 : 2e-2; }
-static double tol_attn(zo_dtype dt) { return dt == ZO_DTYPE_F32 ? 1e-4 : dt == ZO_DTYPE_F16 ? 8e-3 : 5e-2; }
+static double tol_fwd(zo_dtype dt)
+{
+    return dt == ZO_DTYPE_F32 ? 2e-5 : dt == ZO_DTYPE_F16 ? 4e-3 : 2e-2;
+}
+static double tol_bwd(zo_dtype dt)
+{
+    return dt == ZO_DTYPE_F32 ? 1e-4 : dt == ZO_DTYPE_F16 ? 4e-3 : 2e-2;
+}
+static double tol_attn(zo_dtype dt)
+{
+    return dt == ZO_DTYPE_F32 ? 1e-4 : dt == ZO_DTYPE_F16 ? 8e-3 : 5e-2;
+}
 
 static int setup(void **state)
 {
     zo_device_config cfg = ZO_DEVICE_CONFIG_INIT;
     cfg.backend = "cpu";
     cfg.mem_budget = 64u << 20;
-    if (zo_device_init(&g_dev, &cfg) != ZO_OK) return -1;
+    if (zo_device_init(&g_dev, &cfg) != ZO_OK)
+        return -1;
     return zo_stream_create(g_dev, &g_s) == ZO_OK ? 0 : -1;
 }
 
@@ -53,7 +63,8 @@ static double *to_double(const float *v, size_t n)
 {
     double *d = malloc(n * sizeof *d);
     assert_non_null(d);
-    for (size_t i = 0; i < n; i++) d[i] = v[i];
+    for (size_t i = 0; i < n; i++)
+        d[i] = v[i];
     return d;
 }
 
@@ -87,7 +98,8 @@ static double *finite_diff(loss_fn f, void *ctx, double *x, size_t n)
 static double dot(const double *a, const double *b, size_t n)
 {
     double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    for (size_t i = 0; i < n; i++)
+        s += a[i] * b[i];
     return s;
 }
 
@@ -115,14 +127,14 @@ static void test_conversions(void **state)
         else
             assert_int_equal(zo_f32_to_bf16(f), h);
     }
-    assert_int_equal(zo_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);        /* tie, even below */
-    assert_int_equal(zo_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);    /* tie, even above */
+    assert_int_equal(zo_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);     /* tie, even below */
+    assert_int_equal(zo_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82); /* tie, even above */
     assert_int_equal(zo_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);
-    assert_int_equal(zo_f32_to_bf16(3.4e38f), 0x7f80);               /* rounds up to inf */
+    assert_int_equal(zo_f32_to_bf16(3.4e38f), 0x7f80); /* rounds up to inf */
     assert_int_equal(zo_f32_to_bf16(-NAN) & 0xffc0u, 0xffc0u);
     assert_int_equal(zo_f32_to_f16(65519.0f), 0x7bff);
     assert_int_equal(zo_f32_to_f16(65520.0f), 0x7c00);
-    assert_int_equal(zo_f32_to_f16(0x1p-25f), 0x0000);              /* tie to even zero */
+    assert_int_equal(zo_f32_to_f16(0x1p-25f), 0x0000); /* tie to even zero */
     assert_int_equal(zo_f32_to_f16(0x1p-25f + 0x1p-40f), 0x0001);
     assert_int_equal(zo_f32_to_f16(-0x1p-24f * 3), 0x8003);
     /* Random floats against the nearest of the two neighbours, in double. */
@@ -131,15 +143,20 @@ static void test_conversions(void **state)
         uint32_t u = (uint32_t)zo_test_rand(&seed);
         float f;
         memcpy(&f, &u, 4);
-        if (!isfinite(f) || fabsf(f) > 60000.0f) continue;
+        if (!isfinite(f) || fabsf(f) > 60000.0f)
+            continue;
         uint16_t b = zo_f32_to_bf16(f);
         double err = fabs((double)zo_bf16_to_f32(b) - f);
         double ulp = fabs((double)zo_bf16_to_f32((uint16_t)(b + 1)) - zo_bf16_to_f32(b));
         assert_true(err <= ulp / 2);
         uint16_t h = zo_f32_to_f16(f);
         double errh = fabs((double)zo_f16_to_f32(h) - f);
-        double uh = fabs((double)zo_f16_to_f32((uint16_t)((h & 0x7fffu) + 1)) - fabs(zo_f16_to_f32(h)));
-        double ul = (h & 0x7fffu) ? fabs(fabs(zo_f16_to_f32(h)) - zo_f16_to_f32((uint16_t)((h & 0x7fffu) - 1))) : uh;
+        double uh =
+            fabs((double)zo_f16_to_f32((uint16_t)((h & 0x7fffu) + 1)) - fabs(zo_f16_to_f32(h)));
+        double ul =
+            (h & 0x7fffu)
+                ? fabs(fabs(zo_f16_to_f32(h)) - zo_f16_to_f32((uint16_t)((h & 0x7fffu) - 1)))
+                : uh;
         assert_true(errh <= fmax(uh, ul) / 2);
     }
 }
@@ -159,7 +176,8 @@ static double *ref_gemm(const gemm_case *c)
             for (int j = 0; j < c->n; j++) {
                 double acc = 0.0;
                 for (int kk = 0; kk < c->k; kk++)
-                    acc += gemm_at(c->A, p * c->sa, c->lda, c->ta, i, kk) * gemm_at(c->B, p * c->sb, c->ldb, c->tb, kk, j);
+                    acc += gemm_at(c->A, p * c->sa, c->lda, c->ta, i, kk) *
+                           gemm_at(c->B, p * c->sb, c->ldb, c->tb, kk, j);
                 int64_t o = p * c->sc + (int64_t)i * c->ldc + j;
                 C[o] = c->alpha * acc + c->beta * C[o];
             }
@@ -188,10 +206,12 @@ static void test_gemm_forward(void **state)
     /* beta = 0 ignores NaN in C. */
     gemm_case c = gemm_case_make(&seed, 0, 0, 4, 3, 2, 1, 1.0f, 0.0f);
     double *want = ref_gemm(&c); /* C0 is finite here and beta is 0 */
-    for (size_t i = 0; i < c.nC; i++) c.C0[i] = NAN;
+    for (size_t i = 0; i < c.nC; i++)
+        c.C0[i] = NAN;
     float *got = run_gemm(g_s, &c, ZO_DTYPE_BF16, ZO_DTYPE_F32);
     for (int i = 0; i < c.m; i++)
-        for (int j = 0; j < c.n; j++) assert_true(fabs(got[i * c.ldc + j] - want[i * c.ldc + j]) < 1e-6);
+        for (int j = 0; j < c.n; j++)
+            assert_true(fabs(got[i * c.ldc + j] - want[i * c.ldc + j]) < 1e-6);
     free(got);
     free(want);
     gemm_case_free(&c);
@@ -211,13 +231,15 @@ static double gemm_loss(void *p)
     for (int i = 0; i < g->m; i++)
         for (int j = 0; j < g->n; j++) {
             double acc = 0.0;
-            for (int kk = 0; kk < g->k; kk++) acc += g->A[i * g->k + kk] * g->B[kk * g->n + j];
+            for (int kk = 0; kk < g->k; kk++)
+                acc += g->A[i * g->k + kk] * g->B[kk * g->n + j];
             L += g->dC[i * g->n + j] * acc;
         }
     return L;
 }
 
-static float *gemm_dev(const float *A, int ta, const float *B, int tb, int m, int n, int k, zo_dtype dt)
+static float *gemm_dev(const float *A, int ta, const float *B, int tb, int m, int n, int k,
+                       zo_dtype dt)
 {
     zo_gemm_desc g = ZO_GEMM_DESC_INIT;
     g.trans_a = ta;
@@ -240,10 +262,12 @@ static void test_gemm_backward(void **state)
 {
     uint64_t seed = 12;
     const int m = 6, n = 5, k = 7;
-    float *A = rand_vec(&seed, m * k, 1, ZO_DTYPE_BF16), *B = rand_vec(&seed, k * n, 1, ZO_DTYPE_BF16);
+    float *A = rand_vec(&seed, m * k, 1, ZO_DTYPE_BF16),
+          *B = rand_vec(&seed, k * n, 1, ZO_DTYPE_BF16);
     float *dC = rand_vec(&seed, m * n, 1, ZO_DTYPE_BF16);
     gemm_fd ctx = {to_double(A, m * k), to_double(B, k * n), to_double(dC, m * n), m, n, k};
-    double *fdA = finite_diff(gemm_loss, &ctx, ctx.A, m * k), *fdB = finite_diff(gemm_loss, &ctx, ctx.B, k * n);
+    double *fdA = finite_diff(gemm_loss, &ctx, ctx.A, m * k),
+           *fdB = finite_diff(gemm_loss, &ctx, ctx.B, k * n);
     for (size_t d = 0; d < 3; d++) {
         float *dA = gemm_dev(dC, 0, B, 1, m, k, n, k_dtypes[d]); /* dC (m x n) B^T */
         float *dB = gemm_dev(A, 1, dC, 0, k, n, m, k_dtypes[d]); /* A^T (k x m) dC */
@@ -269,7 +293,8 @@ static double emb_loss(void *p)
     emb_fd *e = p;
     double L = 0.0;
     for (size_t t = 0; t < e->N; t++)
-        for (int j = 0; j < e->D; j++) L += e->dout[t * e->D + j] * e->table[(size_t)e->tok[t] * e->D + j];
+        for (int j = 0; j < e->D; j++)
+            L += e->dout[t * e->D + j] * e->table[(size_t)e->tok[t] * e->D + j];
     return L;
 }
 
@@ -280,10 +305,12 @@ static void test_embedding(void **state)
     const int32_t tok[] = {3, 0, 10, 3, 7, 3, 1, 10, 5};
     const size_t N = sizeof tok / sizeof *tok;
     float *table = rand_vec(&seed, (size_t)V * D, 1, ZO_DTYPE_BF16);
-    float *dout = rand_vec(&seed, N * D, 1, ZO_DTYPE_BF16), *dt0 = rand_vec(&seed, (size_t)V * D, 1, ZO_DTYPE_BF16);
+    float *dout = rand_vec(&seed, N * D, 1, ZO_DTYPE_BF16),
+          *dt0 = rand_vec(&seed, (size_t)V * D, 1, ZO_DTYPE_BF16);
     emb_fd ctx = {to_double(table, (size_t)V * D), to_double(dout, N * D), tok, N, D};
     double *fd = finite_diff(emb_loss, &ctx, ctx.table, (size_t)V * D);
-    for (size_t i = 0; i < (size_t)V * D; i++) fd[i] += dt0[i]; /* the op accumulates */
+    for (size_t i = 0; i < (size_t)V * D; i++)
+        fd[i] += dt0[i]; /* the op accumulates */
     for (size_t d = 0; d < 3; d++) {
         float *out, *dtab;
         run_embedding(g_s, k_dtypes[d], ZO_DTYPE_F32, table, tok, N, D, V, dout, dt0, &out, &dtab);
@@ -296,7 +323,8 @@ static void test_embedding(void **state)
     float *out, *dtab; /* a bf16 gradient table accumulates with bf16 rounding */
     run_embedding(g_s, ZO_DTYPE_BF16, ZO_DTYPE_BF16, table, tok, N, D, V, dout, dt0, &out, &dtab);
     ASSERT_CLOSE(dtab, fd, (size_t)V * D, 2e-2, "embedding dtable (bf16)");
-    free(out), free(dtab), free(table), free(dout), free(dt0), free(fd), free(ctx.table), free(ctx.dout);
+    free(out), free(dtab), free(table), free(dout), free(dt0), free(fd), free(ctx.table),
+        free(ctx.dout);
 }
 
 /* ---- RMSNorm ---- */
@@ -312,10 +340,13 @@ static void ref_rms(const rms_fd *r, double *y, double *rstd)
 {
     for (size_t i = 0; i < r->rows; i++) {
         double ss = 0.0;
-        for (int j = 0; j < r->D; j++) ss += r->x[i * r->D + j] * r->x[i * r->D + j];
+        for (int j = 0; j < r->D; j++)
+            ss += r->x[i * r->D + j] * r->x[i * r->D + j];
         double rs = 1.0 / sqrt(ss / r->D + r->eps);
-        if (rstd) rstd[i] = rs;
-        for (int j = 0; j < r->D; j++) y[i * r->D + j] = r->x[i * r->D + j] * rs * r->w[j];
+        if (rstd)
+            rstd[i] = rs;
+        for (int j = 0; j < r->D; j++)
+            y[i * r->D + j] = r->x[i * r->D + j] * rs * r->w[j];
     }
 }
 
@@ -342,10 +373,13 @@ static void test_rmsnorm(void **state)
     rms_fd ctx = {to_double(x, n), to_double(w, D), to_double(dy, n), rows, D, eps};
     double *y = dcalloc(n), *rstd = dcalloc(rows);
     ref_rms(&ctx, y, rstd);
-    double *fdx = finite_diff(rms_loss, &ctx, ctx.x, n), *fdw = finite_diff(rms_loss, &ctx, ctx.w, D);
+    double *fdx = finite_diff(rms_loss, &ctx, ctx.x, n),
+           *fdw = finite_diff(rms_loss, &ctx, ctx.w, D);
     double *fdx_acc = dcalloc(n);
-    for (size_t i = 0; i < n; i++) fdx_acc[i] = fdx[i] + dx0[i];
-    for (int j = 0; j < D; j++) fdw[j] += dw0[j];
+    for (size_t i = 0; i < n; i++)
+        fdx_acc[i] = fdx[i] + dx0[i];
+    for (int j = 0; j < D; j++)
+        fdw[j] += dw0[j];
     for (size_t d = 0; d < 3; d++) {
         zo_dtype dt = k_dtypes[d];
         rms_out o = run_rmsnorm(g_s, dt, x, w, dy, dw0, dx0, rows, D, eps);
@@ -356,7 +390,8 @@ static void test_rmsnorm(void **state)
         ASSERT_CLOSE(o.dx_acc, fdx_acc, n, tol_bwd(dt), "rmsnorm dx (accumulated)");
         rms_out_free(&o);
     }
-    free(x), free(w), free(dy), free(dw0), free(dx0), free(y), free(rstd), free(fdx), free(fdw), free(fdx_acc);
+    free(x), free(w), free(dy), free(dw0), free(dx0), free(y), free(rstd), free(fdx), free(fdw),
+        free(fdx_acc);
     free(ctx.x), free(ctx.w), free(ctx.dy);
 }
 
@@ -438,9 +473,12 @@ static void ref_softmax(const double *x, double *p, size_t nm, int T)
         int t = (int)(r % T);
         const double *xr = x + r * T;
         double mx = -INFINITY, sum = 0.0;
-        for (int j = 0; j <= t; j++) mx = fmax(mx, xr[j]);
-        for (int j = 0; j <= t; j++) sum += exp(xr[j] - mx);
-        for (int j = 0; j < T; j++) p[r * T + j] = j <= t ? exp(xr[j] - mx) / sum : 0.0;
+        for (int j = 0; j <= t; j++)
+            mx = fmax(mx, xr[j]);
+        for (int j = 0; j <= t; j++)
+            sum += exp(xr[j] - mx);
+        for (int j = 0; j < T; j++)
+            p[r * T + j] = j <= t ? exp(xr[j] - mx) / sum : 0.0;
     }
 }
 
@@ -473,7 +511,8 @@ static void test_causal_softmax(void **state)
         ASSERT_CLOSE(gp, p, n, tol_fwd(dt), "causal softmax fwd");
         ASSERT_CLOSE(gdx, fd, n, tol_bwd(dt), "causal softmax bwd");
         for (size_t r = 0; r < nm * T; r++) /* the masked part is exactly zero */
-            for (int j = (int)(r % T) + 1; j < T; j++) assert_true(gp[r * T + j] == 0.0f && gdx[r * T + j] == 0.0f);
+            for (int j = (int)(r % T) + 1; j < T; j++)
+                assert_true(gp[r * T + j] == 0.0f && gdx[r * T + j] == 0.0f);
         free(gp), free(gdx);
     }
     free(x), free(dp), free(p), free(fd), free(ctx.x), free(ctx.dp);
@@ -496,15 +535,18 @@ static void ref_attention(const attn_fd *a, double *out, double *att)
             for (int i = 0; i < T; i++)
                 for (int j = 0; j < T; j++) {
                     double acc = 0.0;
-                    for (int d = 0; d < D; d++) acc += AT(a->q, i, d) * AT(a->k, j, d);
+                    for (int d = 0; d < D; d++)
+                        acc += AT(a->q, i, d) * AT(a->k, j, d);
                     s[i * T + j] = acc / sqrt((double)D);
                 }
             ref_softmax(s, p, 1, T);
-            if (att) memcpy(att + ((size_t)b * H + h) * T * T, p, (size_t)T * T * sizeof *p);
+            if (att)
+                memcpy(att + ((size_t)b * H + h) * T * T, p, (size_t)T * T * sizeof *p);
             for (int i = 0; i < T; i++)
                 for (int d = 0; d < D; d++) {
                     double acc = 0.0;
-                    for (int j = 0; j < T; j++) acc += p[i * T + j] * AT(a->v, j, d);
+                    for (int j = 0; j < T; j++)
+                        acc += p[i * T + j] * AT(a->v, j, d);
                     AT(out, i, d) = acc;
                 }
 #undef AT
@@ -529,12 +571,15 @@ static void test_attention(void **state)
     uint64_t seed = 61;
     const int B = 2, T = 5, H = 2, hd = 4;
     size_t n = (size_t)B * T * H * hd, na = (size_t)B * H * T * T;
-    float *q = rand_vec(&seed, n, 1.5f, ZO_DTYPE_BF16), *k = rand_vec(&seed, n, 1.5f, ZO_DTYPE_BF16);
+    float *q = rand_vec(&seed, n, 1.5f, ZO_DTYPE_BF16),
+          *k = rand_vec(&seed, n, 1.5f, ZO_DTYPE_BF16);
     float *v = rand_vec(&seed, n, 1, ZO_DTYPE_BF16), *dout = rand_vec(&seed, n, 1, ZO_DTYPE_BF16);
-    attn_fd ctx = {to_double(q, n), to_double(k, n), to_double(v, n), to_double(dout, n), B, T, H, hd};
+    attn_fd ctx = {
+        to_double(q, n), to_double(k, n), to_double(v, n), to_double(dout, n), B, T, H, hd};
     double *out = dcalloc(n), *att = dcalloc(na);
     ref_attention(&ctx, out, att);
-    double *fq = finite_diff(attn_loss, &ctx, ctx.q, n), *fk = finite_diff(attn_loss, &ctx, ctx.k, n);
+    double *fq = finite_diff(attn_loss, &ctx, ctx.q, n),
+           *fk = finite_diff(attn_loss, &ctx, ctx.k, n);
     double *fv = finite_diff(attn_loss, &ctx, ctx.v, n);
     for (size_t d = 0; d < 3; d++) {
         zo_dtype dt = k_dtypes[d];
@@ -557,13 +602,17 @@ typedef struct swi_fd {
     size_t n;
 } swi_fd;
 
-static double silu(double g) { return g / (1.0 + exp(-g)); }
+static double silu(double g)
+{
+    return g / (1.0 + exp(-g));
+}
 
 static double swi_loss(void *p)
 {
     swi_fd *s = p;
     double L = 0.0;
-    for (size_t i = 0; i < s->n; i++) L += s->d[i] * silu(s->g[i]) * s->u[i];
+    for (size_t i = 0; i < s->n; i++)
+        L += s->d[i] * silu(s->g[i]) * s->u[i];
     return L;
 }
 
@@ -575,7 +624,8 @@ static void test_swiglu(void **state)
     float *d = rand_vec(&seed, n, 1, ZO_DTYPE_BF16);
     swi_fd ctx = {to_double(g, n), to_double(u, n), to_double(d, n), n};
     double *out = dcalloc(n);
-    for (size_t i = 0; i < n; i++) out[i] = silu(ctx.g[i]) * ctx.u[i];
+    for (size_t i = 0; i < n; i++)
+        out[i] = silu(ctx.g[i]) * ctx.u[i];
     double *fg = finite_diff(swi_loss, &ctx, ctx.g, n), *fu = finite_diff(swi_loss, &ctx, ctx.u, n);
     for (size_t k = 0; k < 3; k++) {
         zo_dtype dt = k_dtypes[k];
@@ -602,8 +652,10 @@ typedef struct xent_fd {
 static double ref_row_loss(const double *x, int V, int tgt)
 {
     double mx = -INFINITY, sum = 0.0;
-    for (int j = 0; j < V; j++) mx = fmax(mx, x[j]);
-    for (int j = 0; j < V; j++) sum += exp(x[j] - mx);
+    for (int j = 0; j < V; j++)
+        mx = fmax(mx, x[j]);
+    for (int j = 0; j < V; j++)
+        sum += exp(x[j] - mx);
     return mx + log(sum) - x[tgt];
 }
 
@@ -611,7 +663,8 @@ static double xent_loss(void *p)
 {
     xent_fd *e = p;
     double L = 0.0;
-    for (size_t r = 0; r < e->rows; r++) L += ref_row_loss(e->x + r * e->V, e->V, e->tgt[r]);
+    for (size_t r = 0; r < e->rows; r++)
+        L += ref_row_loss(e->x + r * e->V, e->V, e->tgt[r]);
     return e->scale * L / (double)e->rows;
 }
 
@@ -625,7 +678,8 @@ static void test_cross_entropy(void **state)
     float *x = rand_vec(&seed, rows * V, 4, ZO_DTYPE_BF16);
     xent_fd ctx = {to_double(x, rows * V), tgt, rows, V, 1.0};
     double loss = xent_loss(&ctx), *rl = dcalloc(rows);
-    for (size_t r = 0; r < rows; r++) rl[r] = ref_row_loss(ctx.x + r * V, V, tgt[r]);
+    for (size_t r = 0; r < rows; r++)
+        rl[r] = ref_row_loss(ctx.x + r * V, V, tgt[r]);
     ctx.scale = gscale;
     double *fd = finite_diff(xent_loss, &ctx, ctx.x, rows * V);
     for (size_t d = 0; d < 3; d++) {
@@ -722,7 +776,8 @@ static void queue_background_gemms(zo_stream_t s, uint64_t *seed)
     g.a_type = g.b_type = ZO_DTYPE_BF16;
     g.c = dev_zeros(s, (size_t)n * n * sizeof(float));
     g.beta = 1.0f;
-    for (int i = 0; i < 40; i++) ZO_ASSERT_OK(zo_op_gemm(s, &g));
+    for (int i = 0; i < 40; i++)
+        ZO_ASSERT_OK(zo_op_gemm(s, &g));
     free(h);
 }
 
@@ -779,7 +834,8 @@ static void test_context_race(void **state)
         ZO_ASSERT_OK(a.st);
         ZO_ASSERT_OK(b.st);
         float *h = dev_to_host(s, buf, 32, ZO_DTYPE_F32);
-        for (int i = 0; i < 32; i++) assert_true(h[i] == 2.0f);
+        for (int i = 0; i < 32; i++)
+            assert_true(h[i] == 2.0f);
         free(h);
         dev_free_all();
         ZO_ASSERT_OK(zo_stream_destroy(s));
@@ -794,11 +850,14 @@ static void test_errors(void **state)
     int32_t *tok = dev_zeros(g_s, 64);
     float host[16] = {0};
     ZO_ASSERT_ST(zo_op_add(NULL, buf, buf, buf, 4, ZO_DTYPE_F32), ZO_ERR_INVALID_ARG);
-    ZO_ASSERT_ST(zo_op_add(g_s, host, buf, buf, 4, ZO_DTYPE_F32), ZO_ERR_INVALID_ARG); /* not a device pointer */
-    ZO_ASSERT_ST(zo_op_add(g_s, buf, buf, buf, 2048, ZO_DTYPE_F32), ZO_ERR_INVALID_ARG); /* past the end */
+    ZO_ASSERT_ST(zo_op_add(g_s, host, buf, buf, 4, ZO_DTYPE_F32),
+                 ZO_ERR_INVALID_ARG); /* not a device pointer */
+    ZO_ASSERT_ST(zo_op_add(g_s, buf, buf, buf, 2048, ZO_DTYPE_F32),
+                 ZO_ERR_INVALID_ARG); /* past the end */
     ZO_ASSERT_ST(zo_op_scale(g_s, buf, 2.0f, 4, (zo_dtype)7), ZO_ERR_INVALID_ARG);
     ZO_ASSERT_ST(zo_op_cast(g_s, buf, ZO_DTYPE_BF16, buf, ZO_DTYPE_F32, 4), ZO_ERR_INVALID_ARG);
-    ZO_ASSERT_ST(zo_op_cast(g_s, (char *)buf + 4, ZO_DTYPE_F32, buf, ZO_DTYPE_F32, 4), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_op_cast(g_s, (char *)buf + 4, ZO_DTYPE_F32, buf, ZO_DTYPE_F32, 4),
+                 ZO_ERR_INVALID_ARG);
     zo_gemm_desc g = ZO_GEMM_DESC_INIT;
     g.m = g.n = g.k = 4;
     g.a = g.b = g.c = buf;
@@ -823,12 +882,17 @@ static void test_errors(void **state)
     ZO_ASSERT_ST(zo_op_gemm(g_s, &g), ZO_ERR_INVALID_ARG);
     g.batch = 1;
     ZO_ASSERT_OK(zo_op_gemm(g_s, &g));
-    ZO_ASSERT_ST(zo_op_rope_table(g_s, buf, 4, 7, 10000.0f, 0), ZO_ERR_INVALID_ARG);   /* odd head_dim */
-    ZO_ASSERT_ST(zo_op_rope_table(g_s, buf, 4, 8, 0.5f, 0), ZO_ERR_INVALID_ARG);       /* theta <= 1 */
-    ZO_ASSERT_ST(zo_op_rmsnorm_fwd(g_s, buf, buf, buf, buf, 2, 4, -1.0f, ZO_DTYPE_F32), ZO_ERR_INVALID_ARG);
-    ZO_ASSERT_ST(zo_op_attention_fwd(g_s, buf, buf, buf, buf, buf, 1, 0, 1, 4, ZO_DTYPE_F32), ZO_ERR_INVALID_ARG);
-    ZO_ASSERT_ST(zo_op_attention_fwd(g_s, buf, buf, buf, buf, buf, 4, 16, 4, 16, ZO_DTYPE_F32), ZO_ERR_INVALID_ARG);
-    ZO_ASSERT_ST(zo_op_cross_entropy(g_s, buf, buf, NULL, buf, tok, 2, 4, INFINITY, ZO_DTYPE_F32), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_op_rope_table(g_s, buf, 4, 7, 10000.0f, 0),
+                 ZO_ERR_INVALID_ARG);                                            /* odd head_dim */
+    ZO_ASSERT_ST(zo_op_rope_table(g_s, buf, 4, 8, 0.5f, 0), ZO_ERR_INVALID_ARG); /* theta <= 1 */
+    ZO_ASSERT_ST(zo_op_rmsnorm_fwd(g_s, buf, buf, buf, buf, 2, 4, -1.0f, ZO_DTYPE_F32),
+                 ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_op_attention_fwd(g_s, buf, buf, buf, buf, buf, 1, 0, 1, 4, ZO_DTYPE_F32),
+                 ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_op_attention_fwd(g_s, buf, buf, buf, buf, buf, 4, 16, 4, 16, ZO_DTYPE_F32),
+                 ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_op_cross_entropy(g_s, buf, buf, NULL, buf, tok, 2, 4, INFINITY, ZO_DTYPE_F32),
+                 ZO_ERR_INVALID_ARG);
     ZO_ASSERT_OK(zo_stream_synchronize(g_s));
 
     /* Out-of-range ids are found where the work runs and reported at the next wait. */

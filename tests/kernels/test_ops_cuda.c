@@ -19,18 +19,26 @@ static zo_stream_t g_cs, g_gs;
 
 static const zo_dtype k_dtypes[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_F16};
 
-static double tol(zo_dtype dt) { return dt == ZO_DTYPE_F32 ? 2e-5 : dt == ZO_DTYPE_F16 ? 3e-3 : 1.6e-2; }
-static double tol_attn(zo_dtype dt) { return dt == ZO_DTYPE_F32 ? 1e-4 : dt == ZO_DTYPE_F16 ? 1e-2 : 4e-2; }
+static double tol(zo_dtype dt)
+{
+    return dt == ZO_DTYPE_F32 ? 2e-5 : dt == ZO_DTYPE_F16 ? 3e-3 : 1.6e-2;
+}
+static double tol_attn(zo_dtype dt)
+{
+    return dt == ZO_DTYPE_F32 ? 1e-4 : dt == ZO_DTYPE_F16 ? 1e-2 : 4e-2;
+}
 
 static int setup(void **state)
 {
     zo_device_config cfg = ZO_DEVICE_CONFIG_INIT;
     cfg.backend = "cpu";
     cfg.mem_budget = 64u << 20;
-    if (zo_device_init(&g_cpu, &cfg) != ZO_OK || zo_stream_create(g_cpu, &g_cs) != ZO_OK) return -1;
+    if (zo_device_init(&g_cpu, &cfg) != ZO_OK || zo_stream_create(g_cpu, &g_cs) != ZO_OK)
+        return -1;
     cfg.backend = "cuda";
     cfg.mem_budget = 256u << 20;
-    if (zo_device_init(&g_gpu, &cfg) != ZO_OK || zo_stream_create(g_gpu, &g_gs) != ZO_OK) return -1;
+    if (zo_device_init(&g_gpu, &cfg) != ZO_OK || zo_stream_create(g_gpu, &g_gs) != ZO_OK)
+        return -1;
     return 0;
 }
 
@@ -49,14 +57,18 @@ static int free_buffers(void **state)
 }
 
 /* got (cuda) against want (cpu). */
-static void close_to(const float *got, const float *want, size_t n, double t, const char *what, zo_dtype dt)
+static void close_to(const float *got, const float *want, size_t n, double t, const char *what,
+                     zo_dtype dt)
 {
     double *w = malloc(n * sizeof *w);
     assert_non_null(w);
-    for (size_t i = 0; i < n; i++) w[i] = want[i];
+    for (size_t i = 0; i < n; i++)
+        w[i] = want[i];
     double e = norm_err(got, w, n, 1e-6);
     free(w);
-    if (!(e <= t)) fail_msg("%s (%s): cuda vs cpu normalized error %.3g exceeds %.3g", what, zo_dtype_name(dt), e, t);
+    if (!(e <= t))
+        fail_msg("%s (%s): cuda vs cpu normalized error %.3g exceeds %.3g", what, zo_dtype_name(dt),
+                 e, t);
 }
 
 static void test_gemm(void **state)
@@ -67,7 +79,8 @@ static void test_gemm(void **state)
             gemm_case c = gemm_case_make(&seed, ta, tb, 37, 19, 45, 3, 0.75f, 0.5f);
             for (size_t d = 0; d < 3; d++) {
                 zo_dtype dt = k_dtypes[d];
-                float *want = run_gemm(g_cs, &c, dt, ZO_DTYPE_F32), *got = run_gemm(g_gs, &c, dt, ZO_DTYPE_F32);
+                float *want = run_gemm(g_cs, &c, dt, ZO_DTYPE_F32),
+                      *got = run_gemm(g_gs, &c, dt, ZO_DTYPE_F32);
                 close_to(got, want, c.nC, 2e-5, "gemm C=f32", dt);
                 free(want), free(got);
                 want = run_gemm(g_cs, &c, dt, dt);
@@ -84,8 +97,10 @@ static void test_embedding(void **state)
     uint64_t seed = 102;
     const int V = 50, D = 40;
     int32_t tok[33];
-    for (size_t i = 0; i < 33; i++) tok[i] = (int32_t)(zo_test_rand(&seed) % 20); /* many repeats */
-    float *table = rand_vec(&seed, (size_t)V * D, 1, ZO_DTYPE_BF16), *dout = rand_vec(&seed, 33 * D, 1, ZO_DTYPE_BF16);
+    for (size_t i = 0; i < 33; i++)
+        tok[i] = (int32_t)(zo_test_rand(&seed) % 20); /* many repeats */
+    float *table = rand_vec(&seed, (size_t)V * D, 1, ZO_DTYPE_BF16),
+          *dout = rand_vec(&seed, 33 * D, 1, ZO_DTYPE_BF16);
     float *g0 = rand_vec(&seed, (size_t)V * D, 1, ZO_DTYPE_BF16);
     for (size_t d = 0; d < 3; d++) {
         zo_dtype dt = k_dtypes[d];
@@ -208,7 +223,8 @@ static void test_cross_entropy(void **state)
     const size_t rows = 9;
     const int V = 1000;
     int32_t tgt[9];
-    for (size_t r = 0; r < rows; r++) tgt[r] = (int32_t)(zo_test_rand(&seed) % V);
+    for (size_t r = 0; r < rows; r++)
+        tgt[r] = (int32_t)(zo_test_rand(&seed) % V);
     float *x = rand_vec(&seed, rows * V, 6, ZO_DTYPE_BF16);
     for (size_t i = 0; i < 3; i++) {
         zo_dtype dt = k_dtypes[i];
@@ -231,7 +247,8 @@ static void test_elementwise(void **state)
     float *a = rand_vec(&seed, n, 3, ZO_DTYPE_F32), *b = rand_vec(&seed, n, 3, ZO_DTYPE_F32);
     for (size_t i = 0; i < 3; i++) {
         zo_dtype dt = k_dtypes[i];
-        ew_out c = run_elementwise(g_cs, dt, a, b, n, 0.375f), g = run_elementwise(g_gs, dt, a, b, n, 0.375f);
+        ew_out c = run_elementwise(g_cs, dt, a, b, n, 0.375f),
+               g = run_elementwise(g_gs, dt, a, b, n, 0.375f);
         close_to(g.add, c.add, n, tol(dt), "add", dt);
         close_to(g.scaled, c.scaled, n, tol(dt), "scale", dt);
         close_to(g.axpy, c.axpy, n, 2e-6, "axpy into f32", dt);
@@ -260,7 +277,8 @@ static void test_repeatable(void **state)
     assert_memory_equal(a.dv, b.dv, n * sizeof(float));
     attn_out_free(&a);
     attn_out_free(&b);
-    ew_out e1 = run_elementwise(g_gs, ZO_DTYPE_BF16, q, k, n, 0.5f), e2 = run_elementwise(g_gs, ZO_DTYPE_BF16, q, k, n, 0.5f);
+    ew_out e1 = run_elementwise(g_gs, ZO_DTYPE_BF16, q, k, n, 0.5f),
+           e2 = run_elementwise(g_gs, ZO_DTYPE_BF16, q, k, n, 0.5f);
     assert_memory_equal(&e1.sumsq, &e2.sumsq, sizeof(float));
     ew_out_free(&e1);
     ew_out_free(&e2);

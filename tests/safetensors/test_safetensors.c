@@ -36,7 +36,10 @@ static int teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-static void path_in(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", dir, name); }
+static void path_in(char *buf, size_t cap, const char *name)
+{
+    snprintf(buf, cap, "%s/%s", dir, name);
+}
 
 /* The text after zo_last_error()'s "file:line: status: " prefix. */
 static const char *error_text(zo_status st)
@@ -47,7 +50,10 @@ static const char *error_text(zo_status st)
     return p ? p + strlen(s) + 2 : e;
 }
 
-static int file_exists(const char *p) { return access(p, F_OK) == 0; }
+static int file_exists(const char *p)
+{
+    return access(p, F_OK) == 0;
+}
 
 static char *read_all(const char *p, size_t *len)
 {
@@ -88,7 +94,8 @@ typedef struct model {
     size_t n;
 } model;
 
-static void add_tensor(model *m, const char *name, zo_dtype dtype, int ndim, const int64_t *shape, uint64_t *rng)
+static void add_tensor(model *m, const char *name, zo_dtype dtype, int ndim, const int64_t *shape,
+                       uint64_t *rng)
 {
     tensor *t = &m->t[m->n++];
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -101,7 +108,8 @@ static void add_tensor(model *m, const char *name, zo_dtype dtype, int ndim, con
     }
     t->nbytes = n;
     t->bytes = malloc(n ? n : 1);
-    for (size_t i = 0; i < n; i++) t->bytes[i] = (unsigned char)zo_test_rand(rng);
+    for (size_t i = 0; i < n; i++)
+        t->bytes[i] = (unsigned char)zo_test_rand(rng);
 }
 
 /* A 2-layer LLaMA with grouped-query attention, bf16 weights, fp32 norms,
@@ -136,7 +144,8 @@ static void make_model(model *m)
 
 static void free_model(model *m)
 {
-    for (size_t i = 0; i < m->n; i++) free(m->t[i].bytes);
+    for (size_t i = 0; i < m->n; i++)
+        free(m->t[i].bytes);
 }
 
 /* Streamed: each tensor goes out in pieces of random sizes. */
@@ -146,13 +155,15 @@ static void write_model(const model *m, const char *path)
     ZO_ASSERT_OK(zo_st_writer_init(&w, path));
     ZO_ASSERT_OK(zo_st_writer_set_metadata(w, "producer", "zoffload test"));
     for (size_t i = 0; i < m->n; i++)
-        ZO_ASSERT_OK(zo_st_writer_declare(w, m->t[i].name, m->t[i].dtype, m->t[i].ndim, m->t[i].shape));
+        ZO_ASSERT_OK(
+            zo_st_writer_declare(w, m->t[i].name, m->t[i].dtype, m->t[i].ndim, m->t[i].shape));
     uint64_t rng = 7;
     for (size_t i = 0; i < m->n; i++) {
         size_t off = 0;
         while (off < m->t[i].nbytes) {
             size_t piece = 1 + (size_t)(zo_test_rand(&rng) % 97);
-            if (piece > m->t[i].nbytes - off) piece = m->t[i].nbytes - off;
+            if (piece > m->t[i].nbytes - off)
+                piece = m->t[i].nbytes - off;
             ZO_ASSERT_OK(zo_st_writer_write(w, m->t[i].name, m->t[i].bytes + off, piece));
             off += piece;
         }
@@ -170,15 +181,18 @@ static void independent_check(const model *m, const char *path)
     unsigned char *f = (unsigned char *)read_all(path, &len);
     assert_true(len >= 8);
     uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = (n << 8) | f[i];
+    for (int i = 7; i >= 0; i--)
+        n = (n << 8) | f[i];
     assert_true(8 + n <= len);
     assert_int_equal((8 + n) % 8, 0); /* data starts 8-byte aligned */
     json_error_t err;
     json_t *h = json_loadb((const char *)f + 8, n, 0, &err);
-    if (!h) fail_msg("header JSON: %s", err.text);
+    if (!h)
+        fail_msg("header JSON: %s", err.text);
     /* Only spaces pad the header after the JSON. */
     size_t end = n;
-    while (end > 0 && f[8 + end - 1] == ' ') end--;
+    while (end > 0 && f[8 + end - 1] == ' ')
+        end--;
     assert_int_equal(f[8 + end - 1], '}');
     json_t *meta = json_object_get(h, "__metadata__");
     assert_string_equal(json_string_value(json_object_get(meta, "format")), "pt");
@@ -189,17 +203,21 @@ static void independent_check(const model *m, const char *path)
     for (size_t i = 0; i < m->n; i++) {
         const tensor *t = &m->t[i];
         json_t *e = json_object_get(h, t->name);
-        if (!e) fail_msg("tensor %s missing from the header", t->name);
-        assert_string_equal(json_string_value(json_object_get(e, "dtype")), zo_st_dtype_name(t->dtype));
+        if (!e)
+            fail_msg("tensor %s missing from the header", t->name);
+        assert_string_equal(json_string_value(json_object_get(e, "dtype")),
+                            zo_st_dtype_name(t->dtype));
         json_t *shape = json_object_get(e, "shape");
         assert_int_equal(json_array_size(shape), (size_t)t->ndim);
-        for (int d = 0; d < t->ndim; d++) assert_int_equal(json_integer_value(json_array_get(shape, (size_t)d)), t->shape[d]);
+        for (int d = 0; d < t->ndim; d++)
+            assert_int_equal(json_integer_value(json_array_get(shape, (size_t)d)), t->shape[d]);
         json_t *off = json_object_get(e, "data_offsets");
         uint64_t b = (uint64_t)json_integer_value(json_array_get(off, 0));
         uint64_t x = (uint64_t)json_integer_value(json_array_get(off, 1));
         assert_int_equal(x - b, t->nbytes);
         assert_true(x <= len - 8 - n);
-        if (t->nbytes) assert_memory_equal(data + b, t->bytes, t->nbytes);
+        if (t->nbytes)
+            assert_memory_equal(data + b, t->bytes, t->nbytes);
         covered += x - b;
     }
     assert_int_equal(covered, len - 8 - n); /* no holes, no overlaps, no trailing bytes */
@@ -230,20 +248,24 @@ static void test_round_trip(void **state)
     assert_null(zo_st_reader_metadata(r, "absent"));
     for (size_t i = 0; i < m.n; i++) {
         zo_st_tensor_info info = ZO_ST_TENSOR_INFO_INIT;
-        ZO_ASSERT_OK(zo_st_reader_expect(r, m.t[i].name, m.t[i].dtype, m.t[i].ndim, m.t[i].shape, &info));
+        ZO_ASSERT_OK(
+            zo_st_reader_expect(r, m.t[i].name, m.t[i].dtype, m.t[i].ndim, m.t[i].shape, &info));
         assert_string_equal(info.name, m.t[i].name);
         assert_int_equal(info.nbytes, m.t[i].nbytes);
-        if (m.t[i].nbytes) assert_memory_equal(info.data, m.t[i].bytes, m.t[i].nbytes);
+        if (m.t[i].nbytes)
+            assert_memory_equal(info.data, m.t[i].bytes, m.t[i].nbytes);
     }
     /* Data order: ascending, contiguous offsets. */
     uint64_t pos = 0;
     for (size_t i = 0; i < m.n; i++) {
         zo_st_tensor_info info = ZO_ST_TENSOR_INFO_INIT;
         ZO_ASSERT_OK(zo_st_reader_at(r, i, &info));
-        if (i > 0) assert_int_equal(info.file_offset, pos);
+        if (i > 0)
+            assert_int_equal(info.file_offset, pos);
         pos = info.file_offset + info.nbytes;
     }
-    ZO_ASSERT_ST(zo_st_reader_at(r, m.n, &(zo_st_tensor_info)ZO_ST_TENSOR_INFO_INIT), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_st_reader_at(r, m.n, &(zo_st_tensor_info)ZO_ST_TENSOR_INFO_INIT),
+                 ZO_ERR_INVALID_ARG);
     zo_st_reader_free(r);
     free_model(&m);
     zo_st_reader_free(NULL);
@@ -261,7 +283,8 @@ static void test_lookup_messages(void **state)
     char want[512];
     zo_st_tensor_info info = ZO_ST_TENSOR_INFO_INIT;
 
-    ZO_ASSERT_ST(zo_st_reader_find(r, "model.layers.1.mlp.up_proj.weights", &info), ZO_ERR_NOT_FOUND);
+    ZO_ASSERT_ST(zo_st_reader_find(r, "model.layers.1.mlp.up_proj.weights", &info),
+                 ZO_ERR_NOT_FOUND);
     snprintf(want, sizeof want,
              "tensor 'model.layers.1.mlp.up_proj.weights' not found in '%s' (%zu tensors; nearest: "
              "'model.layers.1.mlp.up_proj.weight')",
@@ -269,20 +292,27 @@ static void test_lookup_messages(void **state)
     assert_string_equal(error_text(ZO_ERR_NOT_FOUND), want);
 
     int64_t q[2] = {16, 16};
-    ZO_ASSERT_ST(zo_st_reader_expect(r, "model.layers.0.self_attn.q_proj.weight", ZO_DTYPE_F32, 2, q, NULL),
-                 ZO_ERR_INVALID_ARG);
-    snprintf(want, sizeof want,
-             "tensor 'model.layers.0.self_attn.q_proj.weight' in '%s': expected dtype F32, found BF16", path);
+    ZO_ASSERT_ST(
+        zo_st_reader_expect(r, "model.layers.0.self_attn.q_proj.weight", ZO_DTYPE_F32, 2, q, NULL),
+        ZO_ERR_INVALID_ARG);
+    snprintf(
+        want, sizeof want,
+        "tensor 'model.layers.0.self_attn.q_proj.weight' in '%s': expected dtype F32, found BF16",
+        path);
     assert_string_equal(error_text(ZO_ERR_INVALID_ARG), want);
 
     int64_t k[2] = {16, 16}; /* GQA: k_proj is [8, 16] */
-    ZO_ASSERT_ST(zo_st_reader_expect(r, "model.layers.1.self_attn.k_proj.weight", ZO_DTYPE_BF16, 2, k, NULL),
-                 ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(
+        zo_st_reader_expect(r, "model.layers.1.self_attn.k_proj.weight", ZO_DTYPE_BF16, 2, k, NULL),
+        ZO_ERR_INVALID_ARG);
     snprintf(want, sizeof want,
-             "tensor 'model.layers.1.self_attn.k_proj.weight' in '%s': expected shape [16, 16], found [8, 16]", path);
+             "tensor 'model.layers.1.self_attn.k_proj.weight' in '%s': expected shape [16, 16], "
+             "found [8, 16]",
+             path);
     assert_string_equal(error_text(ZO_ERR_INVALID_ARG), want);
 
-    ZO_ASSERT_ST(zo_st_reader_expect(r, "extra.step", ZO_DTYPE_I64, 1, q, NULL), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_st_reader_expect(r, "extra.step", ZO_DTYPE_I64, 1, q, NULL),
+                 ZO_ERR_INVALID_ARG);
     snprintf(want, sizeof want, "tensor 'extra.step' in '%s': expected shape [16], found []", path);
     assert_string_equal(error_text(ZO_ERR_INVALID_ARG), want);
     zo_st_reader_free(r);
@@ -297,7 +327,8 @@ static void write_raw(const char *path, const char *header, size_t data_len, int
     size_t n = strlen(header), padded = pad ? (n + 7) / 8 * 8 : n;
     size_t total = 8 + padded + data_len;
     unsigned char *buf = calloc(1, total);
-    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     memcpy(buf + 8, header, n);
     memset(buf + 8 + n, ' ', padded - n);
     write_bytes(path, buf, total);
@@ -311,40 +342,49 @@ typedef struct corrupt_case {
 } corrupt_case;
 
 static const corrupt_case corrupt_cases[] = {
-    {"{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "tensor 'a': unknown dtype 'F33'"},
-    {"{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "tensor 'a': 'dtype' is missing or not a string"},
+    {"{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+     "tensor 'a': unknown dtype 'F33'"},
+    {"{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+     "tensor 'a': 'dtype' is missing or not a string"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
      "tensor 'a': data_offsets [0, 8] hold 8 bytes, but shape [3] of F32 needs 12"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8,
      "tensor 'a': 'shape' holds a value that is not a non-negative integer"},
-    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776],\"data_offsets\":[0,8]}}", 8,
-     "tensor 'a': data_offsets [0, 8] hold 8 bytes, but shape [1099511627776, 1099511627776] of F32 needs "
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776],\"data_offsets\":[0,8]}}",
+     8,
+     "tensor 'a': data_offsets [0, 8] hold 8 bytes, but shape [1099511627776, 1099511627776] of "
+     "F32 needs "
      "18446744073709551615"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8,
      "tensor 'a': 'data_offsets' is not [begin, end] with 0 <= begin <= end"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
-     12, "tensors 'a' and 'b' overlap (data_offsets begin at 4, before the previous tensor ends at 8)"},
+     12,
+     "tensors 'a' and 'b' overlap (data_offsets begin at 4, before the previous tensor ends at 8)"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}",
      20, "bytes [8, 12) of the data section belong to no tensor"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12,
      "the data section has 12 bytes but its tensors cover 8 (trailing bytes)"},
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 12,
-     "tensor 'a': data_offsets [0, 16] extend past the end of the data section (12 bytes; truncated file?)"},
+     "tensor 'a': data_offsets [0, 16] extend past the end of the data section (12 bytes; "
+     "truncated file?)"},
     {"{\"__metadata__\":{\"x\":1}}", 0, "__metadata__ value 'x' is not a string"},
     {"{\"__metadata__\":[]}", 0, "__metadata__ is not an object"},
     {"{\"a\":[]}", 0, "tensor 'a': its entry is not an object"},
     {"[1,2]", 0, "the header is not a JSON object"},
-    {"{\"a\":{},\"a\":{}}", 0, "header is not valid JSON: duplicate object key near '\"a\"' (at byte 11 of the header)"},
-    {"{\"a\":", 0, "header is not valid JSON: unexpected token near end of file (at byte 8 of the header)"},
+    {"{\"a\":{},\"a\":{}}", 0,
+     "header is not valid JSON: duplicate object key near '\"a\"' (at byte 11 of the header)"},
+    {"{\"a\":", 0,
+     "header is not valid JSON: unexpected token near end of file (at byte 8 of the header)"},
 };
 
 static void expect_corrupt(const char *path, const char *message)
 {
     zo_st_reader_t r = NULL;
     zo_status st = zo_st_reader_open(&r, path);
-    if (st != ZO_ERR_CORRUPT) fail_msg("%s: status %d, expected corrupt: %s", path, st, zo_last_error());
+    if (st != ZO_ERR_CORRUPT)
+        fail_msg("%s: status %d, expected corrupt: %s", path, st, zo_last_error());
     char want[512];
     snprintf(want, sizeof want, "'%s': %s", path, message);
     if (strcmp(error_text(ZO_ERR_CORRUPT), want) != 0)
@@ -378,16 +418,20 @@ static void test_truncated_files(void **state)
     size_t len = 0;
     char *f = read_all(path, &len);
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | (unsigned char)f[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | (unsigned char)f[i];
 
     write_bytes(bad, f, 4);
     ZO_ASSERT_ST(zo_st_reader_open(&(zo_st_reader_t){NULL}, bad), ZO_ERR_CORRUPT);
-    snprintf(want, sizeof want,
-             "'%s' is 4 bytes: too short for a safetensors file (the 8-byte header length is missing)", bad);
+    snprintf(
+        want, sizeof want,
+        "'%s' is 4 bytes: too short for a safetensors file (the 8-byte header length is missing)",
+        bad);
     assert_string_equal(error_text(ZO_ERR_CORRUPT), want);
 
     write_bytes(bad, f, 8 + hlen / 2);
-    snprintf(want, sizeof want, "header length %llu exceeds the %llu bytes after the length field (truncated file?)",
+    snprintf(want, sizeof want,
+             "header length %llu exceeds the %llu bytes after the length field (truncated file?)",
              (unsigned long long)hlen, (unsigned long long)(hlen / 2));
     expect_corrupt(bad, want);
 
@@ -416,7 +460,8 @@ static void test_truncated_files(void **state)
     ZO_ASSERT_ST(zo_st_reader_open(&(zo_st_reader_t){NULL}, bad), ZO_ERR_CORRUPT);
     assert_non_null(strstr(zo_last_error(), "header is not valid JSON"));
 
-    ZO_ASSERT_ST(zo_st_reader_open(&(zo_st_reader_t){NULL}, "/nonexistent/x.safetensors"), ZO_ERR_NOT_FOUND);
+    ZO_ASSERT_ST(zo_st_reader_open(&(zo_st_reader_t){NULL}, "/nonexistent/x.safetensors"),
+                 ZO_ERR_NOT_FOUND);
     ZO_ASSERT_ST(zo_st_reader_open(&(zo_st_reader_t){NULL}, dir), ZO_ERR_INVALID_ARG);
     free(f);
     free_model(&m);
@@ -439,14 +484,18 @@ static void test_writer_misuse(void **state)
     ZO_ASSERT_ST(zo_st_writer_declare(w, "c", ZO_DTYPE_F32, 1, neg), ZO_ERR_INVALID_ARG);
     ZO_ASSERT_ST(zo_st_writer_declare(w, "__metadata__", ZO_DTYPE_F32, 1, s2), ZO_ERR_INVALID_ARG);
     ZO_ASSERT_ST(zo_st_writer_declare(w, "d", ZO_DTYPE_COUNT_, 1, s2), ZO_ERR_INVALID_ARG);
-    ZO_ASSERT_ST(zo_st_writer_declare(w, "e", ZO_DTYPE_F32, ZO_ST_MAX_DIMS + 1, s2), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_st_writer_declare(w, "e", ZO_DTYPE_F32, ZO_ST_MAX_DIMS + 1, s2),
+                 ZO_ERR_INVALID_ARG);
 
     ZO_ASSERT_ST(zo_st_writer_write(w, "b", buf, 16), ZO_ERR_STATE);
-    snprintf(want, sizeof want,
-             "tensor 'b' written out of order in '%s': 'a' comes first and still needs 8 of its 8 bytes", path);
+    snprintf(
+        want, sizeof want,
+        "tensor 'b' written out of order in '%s': 'a' comes first and still needs 8 of its 8 bytes",
+        path);
     assert_string_equal(error_text(ZO_ERR_STATE), want);
     ZO_ASSERT_ST(zo_st_writer_write(w, "a", buf, 12), ZO_ERR_INVALID_ARG);
-    snprintf(want, sizeof want, "tensor 'a' in '%s': 12 bytes written, but only 8 of its 8 bytes remain", path);
+    snprintf(want, sizeof want,
+             "tensor 'a' in '%s': 12 bytes written, but only 8 of its 8 bytes remain", path);
     assert_string_equal(error_text(ZO_ERR_INVALID_ARG), want);
     ZO_ASSERT_OK(zo_st_writer_write(w, "a", buf, 8));
     ZO_ASSERT_ST(zo_st_writer_declare(w, "late", ZO_DTYPE_F32, 1, s2), ZO_ERR_STATE);
@@ -468,13 +517,17 @@ static void test_writer_misuse(void **state)
     zo_st_reader_t r = NULL;
     ZO_ASSERT_OK(zo_st_reader_open(&r, path));
     assert_int_equal(zo_st_reader_count(r), 0);
-    ZO_ASSERT_ST(zo_st_reader_find(r, "x", &(zo_st_tensor_info)ZO_ST_TENSOR_INFO_INIT), ZO_ERR_NOT_FOUND);
+    ZO_ASSERT_ST(zo_st_reader_find(r, "x", &(zo_st_tensor_info)ZO_ST_TENSOR_INFO_INIT),
+                 ZO_ERR_NOT_FOUND);
     zo_st_reader_free(r);
 }
 
 /* ---- crash safety under injected faults ---- */
 
-static void write_old(const char *path) { ZO_ASSERT_OK(zo_atomic_write_file(path, "old contents", 12)); }
+static void write_old(const char *path)
+{
+    ZO_ASSERT_OK(zo_atomic_write_file(path, "old contents", 12));
+}
 
 static void expect_old(const char *path)
 {
@@ -581,7 +634,8 @@ static void test_streaming_memory(void **state)
     path_in(path, sizeof path, "big.safetensors");
     size_t piece = 1u << 20, pieces = 64;
     unsigned char *buf = malloc(piece);
-    for (size_t i = 0; i < piece; i++) buf[i] = (unsigned char)(i * 7);
+    for (size_t i = 0; i < piece; i++)
+        buf[i] = (unsigned char)(i * 7);
     struct rusage before, after;
     getrusage(RUSAGE_SELF, &before);
     zo_st_writer_t w = NULL;
@@ -596,7 +650,8 @@ static void test_streaming_memory(void **state)
     zo_st_writer_free(w);
     getrusage(RUSAGE_SELF, &after);
     long grown_kib = after.ru_maxrss - before.ru_maxrss;
-    if (grown_kib > 16 * 1024) fail_msg("peak RSS grew by %ld KiB while streaming 64 MiB", grown_kib);
+    if (grown_kib > 16 * 1024)
+        fail_msg("peak RSS grew by %ld KiB while streaming 64 MiB", grown_kib);
 
     zo_st_reader_t r = NULL;
     zo_st_tensor_info info = ZO_ST_TENSOR_INFO_INIT;
@@ -657,7 +712,8 @@ static void test_llama_names(void **state)
         ZO_ASSERT_OK(zo_llama_tensor_shape(&d, (zo_llama_role)r, &ndim, shape));
         assert_int_equal(ndim, shapes[r][1] ? 2 : 1);
         assert_int_equal(shape[0], shapes[r][0]);
-        if (ndim == 2) assert_int_equal(shape[1], shapes[r][1]);
+        if (ndim == 2)
+            assert_int_equal(shape[1], shapes[r][1]);
     }
     d.num_kv_heads = 8;
     int ndim;
@@ -669,11 +725,17 @@ static void test_llama_names(void **state)
 
     char small[8];
     ZO_ASSERT_ST(zo_llama_tensor_name(ZO_LLAMA_Q_PROJ, 0, small, sizeof small), ZO_ERR_INVALID_ARG);
-    ZO_ASSERT_ST(zo_llama_tensor_name(ZO_LLAMA_Q_PROJ, -1, small, sizeof small), ZO_ERR_INVALID_ARG);
-    ZO_ASSERT_ST(zo_llama_tensor_name(ZO_LLAMA_ROLE_COUNT_, 0, small, sizeof small), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_llama_tensor_name(ZO_LLAMA_Q_PROJ, -1, small, sizeof small),
+                 ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_llama_tensor_name(ZO_LLAMA_ROLE_COUNT_, 0, small, sizeof small),
+                 ZO_ERR_INVALID_ARG);
     static const char *const bad[] = {
-        "model.layers.x.mlp.up_proj.weight", "model.layers.01.mlp.up_proj.weight", "model.layers.3",
-        "model.layers.3.mlp.up_proj.bias",   "model.embed_tokens",                 "model.layers.3.model.norm.weight",
+        "model.layers.x.mlp.up_proj.weight",
+        "model.layers.01.mlp.up_proj.weight",
+        "model.layers.3",
+        "model.layers.3.mlp.up_proj.bias",
+        "model.embed_tokens",
+        "model.layers.3.model.norm.weight",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         zo_llama_role role;
@@ -690,9 +752,9 @@ static void test_llama_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),      cmocka_unit_test(test_lookup_messages),
-        cmocka_unit_test(test_corrupt_headers), cmocka_unit_test(test_truncated_files),
-        cmocka_unit_test(test_writer_misuse),   cmocka_unit_test(test_atomic_faults),
+        cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_lookup_messages),
+        cmocka_unit_test(test_corrupt_headers),  cmocka_unit_test(test_truncated_files),
+        cmocka_unit_test(test_writer_misuse),    cmocka_unit_test(test_atomic_faults),
         cmocka_unit_test(test_streaming_memory), cmocka_unit_test(test_llama_names),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

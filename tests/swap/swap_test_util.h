@@ -26,10 +26,12 @@ static inline int swap_test_mkdirs(swap_test_dirs *d)
 {
     const char *base = getenv("TMPDIR");
     snprintf(d->root, sizeof d->root, "%s/zo-swap-test-XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(d->root)) return -1;
+    if (!mkdtemp(d->root))
+        return -1;
     for (int i = 0; i < SWAP_TEST_MAX_PATHS; i++) {
         snprintf(d->paths[i], sizeof d->paths[i], "%s/p%d", d->root, i);
-        if (mkdir(d->paths[i], 0700) != 0) return -1;
+        if (mkdir(d->paths[i], 0700) != 0)
+            return -1;
         d->ptrs[i] = d->paths[i];
     }
     return 0;
@@ -42,12 +44,14 @@ static inline void swap_test_rmdirs(swap_test_dirs *d)
         DIR *dir = opendir(d->paths[i]);
         struct dirent *e;
         while (dir && (e = readdir(dir))) {
-            if (e->d_name[0] == '.') continue;
+            if (e->d_name[0] == '.')
+                continue;
             char p[1200];
             snprintf(p, sizeof p, "%s/%s", d->paths[i], e->d_name);
             unlink(p);
         }
-        if (dir) closedir(dir);
+        if (dir)
+            closedir(dir);
         rmdir(d->paths[i]);
     }
     rmdir(d->root);
@@ -92,8 +96,10 @@ static inline void swap_test_require_odirect(void)
     zo_status st = zo_swap_probe_dir(d.paths[0], &ok, &free_bytes, why, sizeof why);
     swap_test_rmdirs(&d);
     if (st != ZO_OK || !ok) {
-        fprintf(stderr, "SKIP: O_DIRECT does not work under %s (%s): set TMPDIR to a directory on ext4/xfs\n",
-                d.root, st != ZO_OK ? zo_last_error() : why);
+        fprintf(
+            stderr,
+            "SKIP: O_DIRECT does not work under %s (%s): set TMPDIR to a directory on ext4/xfs\n",
+            d.root, st != ZO_OK ? zo_last_error() : why);
         exit(ZO_TEST_SKIP);
     }
 }
@@ -102,7 +108,8 @@ static inline uint8_t *swap_test_alloc(size_t len)
 {
     void *p = NULL;
     size_t cap = (len + 4095) / 4096 * 4096;
-    if (posix_memalign(&p, 4096, cap ? cap : 4096)) return NULL;
+    if (posix_memalign(&p, 4096, cap ? cap : 4096))
+        return NULL;
     return p;
 }
 
@@ -114,11 +121,12 @@ static inline void swap_test_fill(uint8_t *buf, size_t len, uint64_t seed)
         uint64_t v = zo_test_rand(&st);
         memcpy(buf + i, &v, 8);
     }
-    for (; i < len; i++) buf[i] = (uint8_t)zo_test_rand(&st);
+    for (; i < len; i++)
+        buf[i] = (uint8_t)zo_test_rand(&st);
 }
 
-static inline zo_swap_config swap_test_config(const swap_test_dirs *d, size_t npaths, uint64_t capacity,
-                                              uint64_t extent_bytes)
+static inline zo_swap_config swap_test_config(const swap_test_dirs *d, size_t npaths,
+                                              uint64_t capacity, uint64_t extent_bytes)
 {
     zo_swap_config c = ZO_SWAP_CONFIG_INIT;
     c.paths = d->ptrs;
@@ -138,6 +146,9 @@ static inline void swap_test_check_engine_name(const char *name)
         fail_msg("ZO_SWAP_FORCE_SYNC=1 but the store uses engine '%s'", name);
 }
 
-static inline void swap_test_check_engine(zo_swap_t s) { swap_test_check_engine_name(zo_swap_engine_name(s)); }
+static inline void swap_test_check_engine(zo_swap_t s)
+{
+    swap_test_check_engine_name(zo_swap_engine_name(s));
+}
 
 #endif

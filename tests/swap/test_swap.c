@@ -9,11 +9,10 @@
 
 #include "swap_test_util.h"
 
-
 /* Read the extent's header and payload straight from its file, without the
  * store, and check them against what was written. */
-static void check_on_disk(zo_swap_t s, zo_swap_extent_t e, uint64_t owner, const uint8_t *ref, size_t len,
-                          uint64_t gen)
+static void check_on_disk(zo_swap_t s, zo_swap_extent_t e, uint64_t owner, const uint8_t *ref,
+                          size_t len, uint64_t gen)
 {
     const char *path;
     uint64_t off, poff;
@@ -45,9 +44,9 @@ typedef struct live_extent {
 static size_t random_len(uint64_t *rng, size_t max)
 {
     switch (zo_test_rand(rng) % 4) {
-    case 0: return 1 + zo_test_rand(rng) % 4096;         /* tail only */
+    case 0: return 1 + zo_test_rand(rng) % 4096;                  /* tail only */
     case 1: return (1 + zo_test_rand(rng) % (max / 4096)) * 4096; /* whole blocks */
-    default: return 1 + zo_test_rand(rng) % max;         /* anything */
+    default: return 1 + zo_test_rand(rng) % max;                  /* anything */
     }
 }
 
@@ -66,7 +65,8 @@ static void round_trip(swap_test_fixture *f, size_t npaths, int registered)
     uint8_t *rbuf = swap_test_alloc(303104);
     assert_non_null(pool);
     assert_non_null(rbuf);
-    if (registered) ZO_ASSERT_OK(zo_swap_register_buffer(s, pool, NEXT * 303104));
+    if (registered)
+        ZO_ASSERT_OK(zo_swap_register_buffer(s, pool, NEXT * 303104));
     live_extent ex[NEXT];
     memset(ex, 0, sizeof ex);
     const char *prev_path = NULL;
@@ -79,7 +79,8 @@ static void round_trip(swap_test_fixture *f, size_t npaths, int registered)
                 const char *path;
                 ZO_ASSERT_OK(zo_swap_extent_location(s, ex[i].ext, &path, NULL, NULL));
                 /* A fresh store hands out extents round-robin over the files. */
-                if (round == 0 && npaths > 1 && prev_path) assert_string_not_equal(path, prev_path);
+                if (round == 0 && npaths > 1 && prev_path)
+                    assert_string_not_equal(path, prev_path);
                 prev_path = path;
                 ex[i].live = 1;
             }
@@ -87,16 +88,19 @@ static void round_trip(swap_test_fixture *f, size_t npaths, int registered)
             ex[i].gen++;
             ex[i].seed = zo_test_rand(&rng);
             swap_test_fill(pool + i * 303104, ex[i].len, ex[i].seed);
-            ZO_ASSERT_OK(zo_swap_write_async(s, ex[i].ext, pool + i * 303104, ex[i].len, ex[i].gen, NULL, NULL, &io[i]));
+            ZO_ASSERT_OK(zo_swap_write_async(s, ex[i].ext, pool + i * 303104, ex[i].len, ex[i].gen,
+                                             NULL, NULL, &io[i]));
         }
-        for (int i = 0; i < NEXT; i++) ZO_ASSERT_OK(zo_swap_wait(io[i]));
+        for (int i = 0; i < NEXT; i++)
+            ZO_ASSERT_OK(zo_swap_wait(io[i]));
         for (int k = 0; k < NEXT; k++) {
             int i = (int)(zo_test_rand(&rng) % NEXT);
             memset(rbuf, 0xEE, 303104);
             ZO_ASSERT_OK(zo_swap_read(s, ex[i].ext, rbuf, ex[i].len, ex[i].gen));
             assert_memory_equal(rbuf, pool + i * 303104, ex[i].len);
             /* Bytes past len are not touched. */
-            for (size_t b = ex[i].len; b < ((ex[i].len + 4095) & ~(size_t)4095); b++) assert_int_equal(rbuf[b], 0xEE);
+            for (size_t b = ex[i].len; b < ((ex[i].len + 4095) & ~(size_t)4095); b++)
+                assert_int_equal(rbuf[b], 0xEE);
             check_on_disk(s, ex[i].ext, ex[i].owner, pool + i * 303104, ex[i].len, ex[i].gen);
         }
         /* Free a few so later allocations land at other offsets. */
@@ -115,24 +119,36 @@ static void round_trip(swap_test_fixture *f, size_t npaths, int registered)
     assert_int_equal(st.errors, 0);
     assert_int_equal(st.nfiles, npaths);
     /* Registered buffers are used where the engine has them. */
-    if (registered && !strcmp(zo_swap_engine_name(s), "io_uring")) assert_true(st.requests_fixed > 0);
-    if (!registered) assert_int_equal(st.requests_fixed, 0);
-    if (registered) ZO_ASSERT_OK(zo_swap_unregister_buffer(s, pool));
+    if (registered && !strcmp(zo_swap_engine_name(s), "io_uring"))
+        assert_true(st.requests_fixed > 0);
+    if (!registered)
+        assert_int_equal(st.requests_fixed, 0);
+    if (registered)
+        ZO_ASSERT_OK(zo_swap_unregister_buffer(s, pool));
     zo_swap_close(s);
     free(pool);
     free(rbuf);
 }
 
-static void test_round_trip_1_path(void **state) { round_trip(*state, 1, 0); }
-static void test_round_trip_2_paths(void **state) { round_trip(*state, 2, 0); }
-static void test_round_trip_3_paths(void **state) { round_trip(*state, 3, 1); }
+static void test_round_trip_1_path(void **state)
+{
+    round_trip(*state, 1, 0);
+}
+static void test_round_trip_2_paths(void **state)
+{
+    round_trip(*state, 2, 0);
+}
+static void test_round_trip_3_paths(void **state)
+{
+    round_trip(*state, 3, 1);
+}
 
 /* ---- faults ---- */
 
 enum { SEQ_OPS = 4 };
 #define FAULT_BS (8u << 10)
-#define LEN_A (3 * FAULT_BS + 100) /* three payload blocks, a tail, a header */
-#define LEN_B (2 * 4096)          /* one payload block, a header */
+#define LEN_A    (3 * FAULT_BS + 100) /* three payload blocks, a tail, a header */
+#define LEN_B    (2 * 4096)           /* one payload block, a header */
 
 typedef struct fault_world {
     zo_swap_t s;
@@ -244,14 +260,15 @@ static void test_every_fault_at_every_index(void **state)
             ZO_ASSERT_OK(zo_swap_get_stats(w.s, &after));
             zo_status want = expected_status((zo_swap_fault_kind)kind);
             if (want == ZO_OK) {
-                if (at != SEQ_OPS) fail_msg("fault kind %d at request %llu: op %d failed: %s", kind,
-                                            (unsigned long long)idx, at, msg);
+                if (at != SEQ_OPS)
+                    fail_msg("fault kind %d at request %llu: op %d failed: %s", kind,
+                             (unsigned long long)idx, at, msg);
                 assert_true(after.retries + after.short_ios > before.retries + before.short_ios ||
                             kind == ZO_SWAP_FAULT_DELAY);
             } else {
                 if (at == SEQ_OPS || got != want)
-                    fail_msg("fault kind %d at request %llu: op %d returned %d, expected %d (%s)", kind,
-                             (unsigned long long)idx, at, (int)got, (int)want, msg);
+                    fail_msg("fault kind %d at request %llu: op %d returned %d, expected %d (%s)",
+                             kind, (unsigned long long)idx, at, (int)got, (int)want, msg);
                 /* The message names the file and the offset. */
                 assert_non_null(strstr(msg, "zoffload.swap."));
                 assert_non_null(strstr(msg, "offset"));
@@ -282,8 +299,10 @@ static void test_failed_write_never_reads_back_wrong(void **state)
         ZO_ASSERT_ST(zo_swap_read(w.s, w.a, w.ra, LEN_A, 600 + idx), ZO_ERR_CORRUPT);
         /* The old one is either intact (nothing written) or detected torn. */
         zo_status st = zo_swap_read(w.s, w.a, w.ra, LEN_A, 500 + idx);
-        if (st == ZO_OK) assert_memory_equal(w.ra, w.ref_c, LEN_A);
-        else assert_int_equal(st, ZO_ERR_CORRUPT);
+        if (st == ZO_OK)
+            assert_memory_equal(w.ra, w.ref_c, LEN_A);
+        else
+            assert_int_equal(st, ZO_ERR_CORRUPT);
     }
     memcpy(w.wa, w.ref_a, LEN_A);
     fault_world_close(&w);
@@ -445,8 +464,10 @@ typedef struct cb_count {
 static void count_cb(void *user, zo_status st, const char *msg)
 {
     cb_count *c = user;
-    if (st == ZO_OK) atomic_fetch_add(&c->ok, 1);
-    else atomic_fetch_add(&c->failed, 1);
+    if (st == ZO_OK)
+        atomic_fetch_add(&c->ok, 1);
+    else
+        atomic_fetch_add(&c->failed, 1);
 }
 
 static void test_callbacks_and_busy(void **state)
@@ -465,17 +486,19 @@ static void test_callbacks_and_busy(void **state)
     zo_swap_io_t first = NULL;
     for (int i = 0; i < 8; i++) {
         ZO_ASSERT_OK(zo_swap_alloc_extent(s, (uint64_t)i, &e[i]));
-        ZO_ASSERT_OK(zo_swap_write_async(s, e[i], buf + ((size_t)i << 20), 1 << 20, 1, count_cb, &cnt,
-                                         i == 0 ? &first : NULL));
+        ZO_ASSERT_OK(zo_swap_write_async(s, e[i], buf + ((size_t)i << 20), 1 << 20, 1, count_cb,
+                                         &cnt, i == 0 ? &first : NULL));
     }
     ZO_ASSERT_ST(zo_swap_write_async(s, e[0], buf, 4096, 2, count_cb, &cnt, NULL), ZO_ERR_STATE);
     ZO_ASSERT_ST(zo_swap_free_extent(s, e[0]), ZO_ERR_STATE);
     ZO_ASSERT_OK(zo_swap_wait(first));
-    while (atomic_load(&cnt.ok) + atomic_load(&cnt.failed) < 8) sched_yield();
+    while (atomic_load(&cnt.ok) + atomic_load(&cnt.failed) < 8)
+        sched_yield();
     /* Reads with callbacks only; close drains them. */
     uint8_t *rbuf = swap_test_alloc(8 << 20);
     for (int i = 0; i < 8; i++)
-        ZO_ASSERT_OK(zo_swap_read_async(s, e[i], rbuf + ((size_t)i << 20), 1 << 20, 1, count_cb, &cnt, NULL));
+        ZO_ASSERT_OK(zo_swap_read_async(s, e[i], rbuf + ((size_t)i << 20), 1 << 20, 1, count_cb,
+                                        &cnt, NULL));
     zo_swap_close(s);
     assert_int_equal(atomic_load(&cnt.ok), 16);
     assert_int_equal(atomic_load(&cnt.failed), 0);
@@ -494,12 +517,14 @@ static void test_files_bytes_predicted(void **state)
     for (size_t e = 0; e < sizeof extents / sizeof extents[0]; e++)
         for (size_t npaths = 1; npaths <= SWAP_TEST_MAX_PATHS; npaths++)
             for (uint64_t n = 1; n <= 7; n += 3) {
-                zo_swap_config c = swap_test_config(&f->dirs, npaths, n * extents[e] - 1, extents[e]);
+                zo_swap_config c =
+                    swap_test_config(&f->dirs, npaths, n * extents[e] - 1, extents[e]);
                 zo_swap_t s;
                 ZO_ASSERT_OK(zo_swap_open(&c, &s));
                 zo_swap_stats st = ZO_SWAP_STATS_INIT;
                 ZO_ASSERT_OK(zo_swap_get_stats(s, &st));
-                uint64_t want = zo_swap_files_bytes(c.capacity, c.extent_bytes, npaths), on_disk = 0;
+                uint64_t want = zo_swap_files_bytes(c.capacity, c.extent_bytes, npaths),
+                         on_disk = 0;
                 for (size_t i = 0; i < npaths; i++) {
                     char p[1200];
                     struct stat sb;
@@ -524,15 +549,18 @@ static void test_engine_selection(void **state)
     int uring = zo_swap_probe_io_uring(why, sizeof why);
     const char *force = getenv("ZO_SWAP_FORCE_SYNC");
     int forced = force && !strcmp(force, "1");
-    if (forced) assert_int_equal(uring, 0);
-    if (!uring) assert_true(strlen(why) > 0);
+    if (forced)
+        assert_int_equal(uring, 0);
+    if (!uring)
+        assert_true(strlen(why) > 0);
     assert_true(strlen(zo_swap_liburing_version()) > 0);
     int odirect = 0;
     uint64_t free_bytes = 0;
     ZO_ASSERT_OK(zo_swap_probe_dir(f->dirs.paths[0], &odirect, &free_bytes, why, sizeof why));
     assert_int_equal(odirect, 1);
     assert_true(free_bytes > 0);
-    ZO_ASSERT_ST(zo_swap_probe_dir("/nonexistent/zo", &odirect, &free_bytes, why, sizeof why), ZO_ERR_NOT_FOUND);
+    ZO_ASSERT_ST(zo_swap_probe_dir("/nonexistent/zo", &odirect, &free_bytes, why, sizeof why),
+                 ZO_ERR_NOT_FOUND);
 
     zo_swap_config c = swap_test_config(&f->dirs, 1, 1 << 20, 1 << 20);
     zo_swap_t s;
@@ -556,18 +584,27 @@ int main(int argc, char **argv)
 {
     swap_test_require_odirect();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_round_trip_1_path, swap_test_setup, swap_test_teardown),
-        cmocka_unit_test_setup_teardown(test_round_trip_2_paths, swap_test_setup, swap_test_teardown),
-        cmocka_unit_test_setup_teardown(test_round_trip_3_paths, swap_test_setup, swap_test_teardown),
-        cmocka_unit_test_setup_teardown(test_every_fault_at_every_index, swap_test_setup, swap_test_teardown),
-        cmocka_unit_test_setup_teardown(test_failed_write_never_reads_back_wrong, swap_test_setup, swap_test_teardown),
-        cmocka_unit_test_setup_teardown(test_flipped_byte_detected, swap_test_setup, swap_test_teardown),
-        cmocka_unit_test_setup_teardown(test_stale_file_reuse_or_refuse, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_round_trip_1_path, swap_test_setup,
+                                        swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_round_trip_2_paths, swap_test_setup,
+                                        swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_round_trip_3_paths, swap_test_setup,
+                                        swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_every_fault_at_every_index, swap_test_setup,
+                                        swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_failed_write_never_reads_back_wrong, swap_test_setup,
+                                        swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_flipped_byte_detected, swap_test_setup,
+                                        swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_stale_file_reuse_or_refuse, swap_test_setup,
+                                        swap_test_teardown),
         cmocka_unit_test_setup_teardown(test_not_enough_space, swap_test_setup, swap_test_teardown),
         cmocka_unit_test_setup_teardown(test_argument_errors, swap_test_setup, swap_test_teardown),
-        cmocka_unit_test_setup_teardown(test_callbacks_and_busy, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_callbacks_and_busy, swap_test_setup,
+                                        swap_test_teardown),
         cmocka_unit_test_setup_teardown(test_engine_selection, swap_test_setup, swap_test_teardown),
-        cmocka_unit_test_setup_teardown(test_files_bytes_predicted, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_files_bytes_predicted, swap_test_setup,
+                                        swap_test_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

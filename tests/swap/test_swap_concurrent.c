@@ -29,7 +29,8 @@ struct worker;
 static void on_done(void *user, zo_status st, const char *msg)
 {
     struct worker *w = user;
-    if (st != ZO_OK) atomic_fetch_add(&w->sh->failures, 1);
+    if (st != ZO_OK)
+        atomic_fetch_add(&w->sh->failures, 1);
     atomic_fetch_add(&w->sh->cb_done, 1);
     atomic_fetch_add(&w->my_cb, 1);
 }
@@ -40,39 +41,51 @@ static void *work(void *arg)
     zo_swap_t s = w->sh->s;
     uint64_t rng = 99 + (uint64_t)w->id;
     for (int i = 0; i < PER_THREAD; i++)
-        if (zo_swap_alloc_extent(s, (uint64_t)(w->id * 100 + i), &w->ext[i]) != ZO_OK) goto fail;
+        if (zo_swap_alloc_extent(s, (uint64_t)(w->id * 100 + i), &w->ext[i]) != ZO_OK)
+            goto fail;
     /* Threads register buffers while others have I/O in flight. */
     for (int i = 0; i < PER_THREAD; i += 2)
-        if (zo_swap_register_buffer(s, w->rbuf[i], EXT_BYTES) != ZO_OK) goto fail;
+        if (zo_swap_register_buffer(s, w->rbuf[i], EXT_BYTES) != ZO_OK)
+            goto fail;
     for (int r = 1; r <= ROUNDS; r++) {
         zo_swap_io_t io[PER_THREAD];
         size_t len[PER_THREAD];
         for (int i = 0; i < PER_THREAD; i++) {
             len[i] = 1 + zo_test_rand(&rng) % EXT_BYTES;
             swap_test_fill(w->bufs[i], len[i], rng + (uint64_t)i);
-            if (zo_swap_write_async(s, w->ext[i], w->bufs[i], len[i], (uint64_t)r, NULL, NULL, &io[i]) != ZO_OK)
+            if (zo_swap_write_async(s, w->ext[i], w->bufs[i], len[i], (uint64_t)r, NULL, NULL,
+                                    &io[i]) != ZO_OK)
                 goto fail;
         }
         for (int i = 0; i < PER_THREAD; i++)
-            if (zo_swap_wait(io[i]) != ZO_OK) goto fail;
+            if (zo_swap_wait(io[i]) != ZO_OK)
+                goto fail;
         for (int i = 0; i < PER_THREAD; i++) {
-            zo_swap_io_t *t = i % 2 ? &io[i] : NULL; /* half with tickets, half with callbacks only */
-            if (zo_swap_read_async(s, w->ext[i], w->rbuf[i], len[i], (uint64_t)r, t ? NULL : on_done, w, t) != ZO_OK)
+            zo_swap_io_t *t =
+                i % 2 ? &io[i] : NULL; /* half with tickets, half with callbacks only */
+            if (zo_swap_read_async(s, w->ext[i], w->rbuf[i], len[i], (uint64_t)r,
+                                   t ? NULL : on_done, w, t) != ZO_OK)
                 goto fail;
         }
         for (int i = 1; i < PER_THREAD; i += 2)
-            if (zo_swap_wait(io[i]) != ZO_OK) goto fail;
+            if (zo_swap_wait(io[i]) != ZO_OK)
+                goto fail;
         for (int i = 1; i < PER_THREAD; i += 2)
-            if (memcmp(w->rbuf[i], w->bufs[i], len[i])) goto fail;
+            if (memcmp(w->rbuf[i], w->bufs[i], len[i]))
+                goto fail;
         /* The callbacks of this round's reads say when their data is in. */
-        while (atomic_load(&w->my_cb) < r * (PER_THREAD / 2)) sched_yield();
+        while (atomic_load(&w->my_cb) < r * (PER_THREAD / 2))
+            sched_yield();
         for (int i = 0; i < PER_THREAD; i += 2)
-            if (memcmp(w->rbuf[i], w->bufs[i], len[i])) goto fail;
+            if (memcmp(w->rbuf[i], w->bufs[i], len[i]))
+                goto fail;
     }
     for (int i = 0; i < PER_THREAD; i++)
-        if (zo_swap_free_extent(s, w->ext[i]) != ZO_OK) goto fail;
+        if (zo_swap_free_extent(s, w->ext[i]) != ZO_OK)
+            goto fail;
     for (int i = 0; i < PER_THREAD; i += 2)
-        if (zo_swap_unregister_buffer(s, w->rbuf[i]) != ZO_OK) goto fail;
+        if (zo_swap_unregister_buffer(s, w->rbuf[i]) != ZO_OK)
+            goto fail;
     return NULL;
 fail:
     fprintf(stderr, "worker %d: %s\n", w->id, zo_last_error());
@@ -84,7 +97,8 @@ static void test_concurrent_submitters(void **state)
 {
     swap_test_dirs d;
     assert_int_equal(swap_test_mkdirs(&d), 0);
-    zo_swap_config c = swap_test_config(&d, 3, NTHREADS * PER_THREAD * (uint64_t)EXT_BYTES, EXT_BYTES);
+    zo_swap_config c =
+        swap_test_config(&d, 3, NTHREADS * PER_THREAD * (uint64_t)EXT_BYTES, EXT_BYTES);
     c.block_size = 32u << 10;
     shared sh;
     memset(&sh, 0, sizeof sh);
@@ -104,10 +118,12 @@ static void test_concurrent_submitters(void **state)
         }
         assert_int_equal(pthread_create(&th[t], NULL, work, &w[t]), 0);
     }
-    for (int t = 0; t < NTHREADS; t++) pthread_join(th[t], NULL);
+    for (int t = 0; t < NTHREADS; t++)
+        pthread_join(th[t], NULL);
     zo_swap_stats st = ZO_SWAP_STATS_INIT;
     ZO_ASSERT_OK(zo_swap_get_stats(sh.s, &st));
-    if (!strcmp(st.engine, "io_uring")) assert_true(st.requests_fixed > 0);
+    if (!strcmp(st.engine, "io_uring"))
+        assert_true(st.requests_fixed > 0);
     zo_swap_close(sh.s);
     assert_int_equal(atomic_load(&sh.failures), 0);
     assert_int_equal(atomic_load(&sh.cb_done), NTHREADS * ROUNDS * (PER_THREAD / 2));

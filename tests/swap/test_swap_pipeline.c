@@ -20,10 +20,10 @@ typedef struct recorder {
     uint32_t stage_item[MAX_STAGES];
     uint32_t reads, updates, calls;
     int read_count[64], update_count[64];
-    uint32_t fail_at;       /* the call (0-based) that fails, or UINT32_MAX */
-    int failed;             /* a failure was injected */
+    uint32_t fail_at;        /* the call (0-based) that fails, or UINT32_MAX */
+    int failed;              /* a failure was injected */
     int calls_after_failure; /* reads or updates started after it */
-    int fail_drains_too;    /* every drain after the failure fails with another message */
+    int fail_drains_too;     /* every drain after the failure fails with another message */
 } recorder;
 
 static zo_status maybe_fail(recorder *r, const char *what)
@@ -39,15 +39,17 @@ static zo_status maybe_fail(recorder *r, const char *what)
 static zo_status rec_read(void *user, uint32_t i, unsigned s)
 {
     recorder *r = user;
-    if (r->failed) r->calls_after_failure++;
+    if (r->failed)
+        r->calls_after_failure++;
     assert_true(s < r->stages);
     assert_int_equal(s, i % r->stages);
     assert_int_equal(r->stage_state[s], EMPTY); /* drained before it is read into */
-    assert_int_equal(i, r->reads);               /* in order, once */
+    assert_int_equal(i, r->reads);              /* in order, once */
     r->read_count[i]++;
     r->reads++;
     zo_status st = maybe_fail(r, "read");
-    if (st < 0) return st; /* nothing in flight */
+    if (st < 0)
+        return st; /* nothing in flight */
     r->stage_state[s] = READING;
     r->stage_item[s] = i;
     return ZO_OK;
@@ -56,7 +58,8 @@ static zo_status rec_read(void *user, uint32_t i, unsigned s)
 static zo_status rec_update(void *user, uint32_t i, unsigned s)
 {
     recorder *r = user;
-    if (r->failed) r->calls_after_failure++;
+    if (r->failed)
+        r->calls_after_failure++;
     assert_int_equal(r->stage_state[s], READING);
     assert_int_equal(r->stage_item[s], i);
     assert_int_equal(i, r->updates);
@@ -74,7 +77,8 @@ static zo_status rec_drain(void *user, unsigned s)
     recorder *r = user;
     assert_true(s < r->stages);
     r->stage_state[s] = EMPTY;
-    if (r->failed && r->fail_drains_too) return ZO_FAIL(ZO_ERR_CORRUPT, "test", "a later failure in drain");
+    if (r->failed && r->fail_drains_too)
+        return ZO_FAIL(ZO_ERR_CORRUPT, "test", "a later failure in drain");
     return maybe_fail(r, "drain");
 }
 
@@ -90,7 +94,8 @@ static void recorder_init(recorder *r, uint32_t n, unsigned stages)
 
 static void assert_all_drained(const recorder *r)
 {
-    for (unsigned s = 0; s < r->stages; s++) assert_int_equal(r->stage_state[s], EMPTY);
+    for (unsigned s = 0; s < r->stages; s++)
+        assert_int_equal(r->stage_state[s], EMPTY);
 }
 
 static void test_schedule(void **state)
@@ -151,7 +156,6 @@ static void test_bad_arguments(void **state)
 
 /* ---- the benchmark store ---- */
 
-
 /* Five full extents and a short one: every pass moves exactly its bytes,
  * verified on every read (headers, generations, checksums). */
 static void test_bench_passes_move_their_bytes(void **state)
@@ -185,8 +189,9 @@ static void test_bench_passes_move_their_bytes(void **state)
     ZO_ASSERT_OK(zo_swap_bench_run(b, ZO_SWAP_BENCH_WRITE_ALTERNATES, &t));
     zo_swap_stats s = ZO_SWAP_STATS_INIT;
     ZO_ASSERT_OK(zo_swap_bench_stats(b, &s));
-    assert_int_equal(s.bytes_written - s0.bytes_written, bytes * 4); /* write, 2 updates, alternates */
-    assert_int_equal(s.bytes_read - s0.bytes_read, bytes * 3);     /* read, 2 updates */
+    assert_int_equal(s.bytes_written - s0.bytes_written,
+                     bytes * 4);                               /* write, 2 updates, alternates */
+    assert_int_equal(s.bytes_read - s0.bytes_read, bytes * 3); /* read, 2 updates */
     assert_int_equal(s.writes - s0.writes, 4 * 6);
     assert_int_equal(s.corrupt, 0);
     assert_int_equal(s.errors, 0);
@@ -212,7 +217,8 @@ static void test_bench_given_lengths(void **state)
     assert_int_equal(zo_swap_bench_pass_bytes(b, ZO_SWAP_BENCH_UPDATE), 2 * sum);
     ZO_ASSERT_OK(zo_swap_bench_run(b, ZO_SWAP_BENCH_WRITE, NULL));
     ZO_ASSERT_OK(zo_swap_bench_run(b, ZO_SWAP_BENCH_UPDATE, NULL));
-    ZO_ASSERT_OK(zo_swap_bench_run(b, ZO_SWAP_BENCH_UPDATE, NULL)); /* reads what the last one wrote */
+    ZO_ASSERT_OK(
+        zo_swap_bench_run(b, ZO_SWAP_BENCH_UPDATE, NULL)); /* reads what the last one wrote */
     ZO_ASSERT_OK(zo_swap_bench_run(b, ZO_SWAP_BENCH_READ, NULL));
     zo_swap_stats s = ZO_SWAP_STATS_INIT;
     ZO_ASSERT_OK(zo_swap_bench_stats(b, &s));
@@ -269,8 +275,10 @@ int main(void)
         cmocka_unit_test(test_schedule),
         cmocka_unit_test(test_failure_at_every_call),
         cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test_setup_teardown(test_bench_passes_move_their_bytes, swap_test_setup, swap_test_teardown),
-        cmocka_unit_test_setup_teardown(test_bench_given_lengths, swap_test_setup, swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_bench_passes_move_their_bytes, swap_test_setup,
+                                        swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_bench_given_lengths, swap_test_setup,
+                                        swap_test_teardown),
         cmocka_unit_test_setup_teardown(test_bench_refusals, swap_test_setup, swap_test_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

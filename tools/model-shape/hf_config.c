@@ -42,7 +42,8 @@ static void describe_differences(json_t *root, const zt_shape *s, char *note, si
 {
     note[0] = 0;
     json_t *kv = json_object_get(root, "num_key_value_heads");
-    int gqa = json_is_integer(kv) && json_integer_value(kv) > 0 && json_integer_value(kv) < s->n_heads;
+    int gqa =
+        json_is_integer(kv) && json_integer_value(kv) > 0 && json_integer_value(kv) < s->n_heads;
     int tied = json_is_true(json_object_get(root, "tie_word_embeddings"));
     if (gqa || tied)
         snprintf(note, cap,
@@ -64,7 +65,8 @@ zo_status zt_read_hf_config(const char *path, zt_shape *out, char *note, size_t 
     zt_shape s = {0};
     s.norm_eps = 1e-5f;
     s.rope_theta = 10000.0f;
-    zo_status st = json_is_object(root) ? ZO_OK : zt_fail(ZO_ERR_CONFIG, "%s: not a JSON object", path);
+    zo_status st =
+        json_is_object(root) ? ZO_OK : zt_fail(ZO_ERR_CONFIG, "%s: not a JSON object", path);
     if (st >= 0)
         st = int_key(root, path, "hidden_size", &s.dim);
     if (st >= 0)

@@ -46,7 +46,8 @@ void zt_shape_override(zt_shape *s, const int dims[5])
 {
     int *dst[5] = {&s->vocab, &s->dim, &s->n_layers, &s->n_heads, &s->ffn_dim};
     for (int i = 0; i < 5; i++)
-        if (dims[i]) *dst[i] = dims[i];
+        if (dims[i])
+            *dst[i] = dims[i];
 }
 
 zo_status zt_shape_check(const zt_shape *s)

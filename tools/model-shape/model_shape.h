@@ -110,9 +110,9 @@ typedef struct zt_head_offsets {
 } zt_head_offsets;
 
 typedef struct zt_activation_layout {
-    uint64_t tok_in, tok_tgt; /* n_micro * micro_batch * seq int32 each */
-    uint64_t losses;          /* n_micro floats */
-    uint64_t rope;            /* seq x head_dim/2 x {cos, sin} */
+    uint64_t tok_in, tok_tgt;   /* n_micro * micro_batch * seq int32 each */
+    uint64_t losses;            /* n_micro floats */
+    uint64_t rope;              /* seq x head_dim/2 x {cos, sin} */
     uint64_t ckpt, ckpt_stride; /* block l's input (l = 0..n_layers; n_layers: the head's) */
     uint64_t dres;              /* the residual stream's gradient */
     zt_block_offsets block;

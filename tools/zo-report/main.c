@@ -36,8 +36,8 @@ static json_t *versions_json(void)
     zo_versions v = ZO_VERSIONS_INIT;
     zo_get_versions(&v);
     return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "zoffload", v.zoffload, "cuda_runtime",
-                     v.cuda_runtime, "cuda_driver", v.cuda_driver, "cublas", v.cublas, "nccl", v.nccl,
-                     "hwloc", v.hwloc, "liburing", zo_swap_liburing_version());
+                     v.cuda_runtime, "cuda_driver", v.cuda_driver, "cublas", v.cublas, "nccl",
+                     v.nccl, "hwloc", v.hwloc, "liburing", zo_swap_liburing_version());
 }
 
 static json_t *cpu_json(void)
@@ -55,10 +55,11 @@ static json_t *numa_json(void)
     int n = zo_topo_numa_node_count();
     for (int i = 0; i < n; i++) {
         zo_topo_node nd = ZO_TOPO_NODE_INIT;
-        if (zo_topo_get_node(i, &nd) != ZO_OK) continue;
-        json_array_append_new(arr, json_pack("{s:i, s:I, s:i, s:i}", "node", nd.node, "memory_bytes",
-                                             (json_int_t)nd.memory_bytes, "cores", nd.n_cores,
-                                             "hardware_threads", nd.n_pus));
+        if (zo_topo_get_node(i, &nd) != ZO_OK)
+            continue;
+        json_array_append_new(arr, json_pack("{s:i, s:I, s:i, s:i}", "node", nd.node,
+                                             "memory_bytes", (json_int_t)nd.memory_bytes, "cores",
+                                             nd.n_cores, "hardware_threads", nd.n_pus));
     }
     return arr;
 }
@@ -70,9 +71,10 @@ static json_t *placement_json(zo_device_t dev)
         return json_pack("{s:s}", "error", zo_last_error());
     json_t *j = json_pack("{s:i, s:s, s:i}", "node", pl.node, "reason", pl.reason, "local_cpus",
                           pl.n_local_cpus);
-    json_object_set_new(j, "memlock_soft_bytes", pl.memlock_soft == ZO_MEMLOCK_UNLIMITED
-                                                     ? json_string("unlimited")
-                                                     : json_integer((json_int_t)pl.memlock_soft));
+    json_object_set_new(j, "memlock_soft_bytes",
+                        pl.memlock_soft == ZO_MEMLOCK_UNLIMITED
+                            ? json_string("unlimited")
+                            : json_integer((json_int_t)pl.memlock_soft));
     json_object_set_new(j, "cap_ipc_lock", json_boolean(pl.cap_ipc_lock));
     return j;
 }
@@ -87,7 +89,8 @@ static json_t *gpus_json(json_t **cpu_device)
         cfg.ordinal = i;
         zo_device_t dev = NULL;
         if (zo_device_init(&dev, &cfg) != ZO_OK) {
-            json_array_append_new(arr, json_pack("{s:i, s:s}", "ordinal", i, "error", zo_last_error()));
+            json_array_append_new(arr,
+                                  json_pack("{s:i, s:s}", "ordinal", i, "error", zo_last_error()));
             continue;
         }
         zo_device_info info = ZO_DEVICE_INFO_INIT;
@@ -96,10 +99,10 @@ static json_t *gpus_json(json_t **cpu_device)
         zo_sysinfo_pci_link(info.pci_bus_id, &link);
         char cc[16];
         snprintf(cc, sizeof cc, "%d.%d", info.cc_major, info.cc_minor);
-        json_t *g = json_pack("{s:i, s:s, s:I, s:s, s:i, s:s, s:f}", "ordinal", i, "name", info.name,
-                              "memory_bytes", (json_int_t)info.total_mem, "compute_capability", cc,
-                              "multiprocessors", info.multiprocessors, "pci_bus_id", info.pci_bus_id,
-                              "pcie_link_gbps", (double)link);
+        json_t *g = json_pack("{s:i, s:s, s:I, s:s, s:i, s:s, s:f}", "ordinal", i, "name",
+                              info.name, "memory_bytes", (json_int_t)info.total_mem,
+                              "compute_capability", cc, "multiprocessors", info.multiprocessors,
+                              "pci_bus_id", info.pci_bus_id, "pcie_link_gbps", (double)link);
         json_object_set_new(g, "host_pool", placement_json(dev));
         json_array_append_new(arr, g);
         zo_device_free(dev);
@@ -110,8 +113,9 @@ static json_t *gpus_json(json_t **cpu_device)
         cfg.backend = "cpu";
         zo_device_t dev = NULL;
         if (zo_device_init(&dev, &cfg) == ZO_OK) {
-            *cpu_device = json_pack("{s:s, s:I}", "name", "zoffload emulated GPU (cpu)",
-                                    "default_capacity_bytes", (json_int_t)ZO_CPU_DEVICE_DEFAULT_CAPACITY);
+            *cpu_device =
+                json_pack("{s:s, s:I}", "name", "zoffload emulated GPU (cpu)",
+                          "default_capacity_bytes", (json_int_t)ZO_CPU_DEVICE_DEFAULT_CAPACITY);
             json_object_set_new(*cpu_device, "host_pool", placement_json(dev));
             zo_device_free(dev);
         }
@@ -139,7 +143,8 @@ static json_t *swap_dirs_json(char **dirs, int n)
             json_object_set_new(d, "error", json_string(zo_last_error()));
         } else {
             json_object_set_new(d, "o_direct", json_boolean(odirect));
-            if (!odirect) json_object_set_new(d, "o_direct_detail", json_string(why));
+            if (!odirect)
+                json_object_set_new(d, "o_direct_detail", json_string(why));
             json_object_set_new(d, "free_bytes", json_integer((json_int_t)free_b));
         }
         json_array_append_new(arr, d);
@@ -179,8 +184,9 @@ static void print_pool(json_t *pool)
            json_string_value(json_object_get(pool, "reason")),
            (long long)json_integer_value(json_object_get(pool, "local_cpus")));
     printf("    memlock:    %s%s\n", mlb,
-           json_is_true(json_object_get(pool, "cap_ipc_lock")) ? " (CAP_IPC_LOCK held: no limit applies)"
-                                                                : "");
+           json_is_true(json_object_get(pool, "cap_ipc_lock"))
+               ? " (CAP_IPC_LOCK held: no limit applies)"
+               : "");
 }
 
 static void print_human(json_t *r)
@@ -191,7 +197,8 @@ static void print_human(json_t *r)
     printf("  versions: CUDA runtime %s, driver %s, cuBLAS %s, NCCL %s, liburing %s, hwloc %s\n",
            json_string_value(json_object_get(v, "cuda_runtime")),
            json_string_value(json_object_get(v, "cuda_driver")),
-           json_string_value(json_object_get(v, "cublas")), json_string_value(json_object_get(v, "nccl")),
+           json_string_value(json_object_get(v, "cublas")),
+           json_string_value(json_object_get(v, "nccl")),
            json_string_value(json_object_get(v, "liburing")),
            json_string_value(json_object_get(v, "hwloc")));
     json_t *cpu = json_object_get(r, "cpu");
@@ -233,14 +240,16 @@ static void print_human(json_t *r)
     if (json_array_size(gpus) == 0) {
         printf("  no GPU: cpu device (an emulated GPU in host memory, default capacity %s)\n",
                gib(b, sizeof b, json_integer_value(json_object_get(cd, "default_capacity_bytes"))));
-        if (cd) print_pool(json_object_get(cd, "host_pool"));
+        if (cd)
+            print_pool(json_object_get(cd, "host_pool"));
     }
     json_t *io = json_object_get(r, "io_uring");
     printf("\nio_uring: %s\n", json_is_true(json_object_get(io, "available"))
                                    ? "available"
                                    : json_string_value(json_object_get(io, "detail")));
     json_t *dirs = json_object_get(r, "swap_dirs");
-    if (json_array_size(dirs)) printf("\nSwap directories:\n");
+    if (json_array_size(dirs))
+        printf("\nSwap directories:\n");
     json_array_foreach(dirs, i, e)
     {
         const char *path = json_string_value(json_object_get(e, "path"));

@@ -35,16 +35,16 @@ typedef enum zo_swap_bench_pass {
 
 typedef struct zo_swap_bench_config {
     size_t struct_size;
-    const char *path;       /* the directory (one drive) */
-    const char *name;       /* swap file prefix (default "zo-bench") */
-    const char *engine;     /* as zo_swap_config.engine (default "auto") */
-    uint32_t queue_depth;   /* engine requests in flight (0: the store's default) */
-    uint32_t block_size;    /* bytes per engine request (0: the store's default) */
-    uint64_t bytes;         /* bytes a pass moves each way (> 0); the last extent may be shorter */
-    uint64_t extent_bytes;  /* a multiple of 4096 (> 0) */
-    uint32_t window;        /* extents in flight in write and read passes (0: stages) */
-    unsigned stages;        /* stages of the update pipeline (0: 3, the engine's) */
-    int alternates;         /* 1: also hold the n alternates (needed by the last two passes) */
+    const char *path;      /* the directory (one drive) */
+    const char *name;      /* swap file prefix (default "zo-bench") */
+    const char *engine;    /* as zo_swap_config.engine (default "auto") */
+    uint32_t queue_depth;  /* engine requests in flight (0: the store's default) */
+    uint32_t block_size;   /* bytes per engine request (0: the store's default) */
+    uint64_t bytes;        /* bytes a pass moves each way (> 0); the last extent may be shorter */
+    uint64_t extent_bytes; /* a multiple of 4096 (> 0) */
+    uint32_t window;       /* extents in flight in write and read passes (0: stages) */
+    unsigned stages;       /* stages of the update pipeline (0: 3, the engine's) */
+    int alternates;        /* 1: also hold the n alternates (needed by the last two passes) */
     /* Optional: the payload of each extent, in order (as a job's chunks move different amounts);
      * then n = n_lengths, `bytes` is ignored (their sum) and extent_bytes must hold the largest. */
     const uint64_t *lengths;
@@ -52,7 +52,9 @@ typedef struct zo_swap_bench_config {
 } zo_swap_bench_config;
 
 #define ZO_SWAP_BENCH_CONFIG_INIT                                                                  \
-    {.struct_size = sizeof(zo_swap_bench_config), .name = "zo-bench", .engine = "auto"}
+    {                                                                                              \
+        .struct_size = sizeof(zo_swap_bench_config), .name = "zo-bench", .engine = "auto"          \
+    }
 
 /* Open the store (taking over a file an interrupted benchmark left behind),
  * allocate its extents and buffers. Nothing is written yet. */

@@ -16,9 +16,9 @@ extern "C" {
 #endif
 
 typedef enum zo_device_fault {
-    ZO_FAULT_DEVICE_MALLOC = 0,  /* zo_device_malloc fails with out of device memory */
-    ZO_FAULT_HOST_REGISTER = 1,  /* zo_device_host_register fails with ZO_ERR_PIN */
-    ZO_FAULT_STREAM_TASK = 2,    /* the next enqueued task fails asynchronously */
+    ZO_FAULT_DEVICE_MALLOC = 0, /* zo_device_malloc fails with out of device memory */
+    ZO_FAULT_HOST_REGISTER = 1, /* zo_device_host_register fails with ZO_ERR_PIN */
+    ZO_FAULT_STREAM_TASK = 2,   /* the next enqueued task fails asynchronously */
     ZO_FAULT_COUNT_ = 3
 } zo_device_fault;
 

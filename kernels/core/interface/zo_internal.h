@@ -35,7 +35,8 @@ void zo_restore_error(zo_status st, const char *msg);
 #define ZO_TRY(expr)                                                                               \
     do {                                                                                           \
         zo_status zo_try_st_ = (expr);                                                             \
-        if (zo_try_st_ < 0) return zo_try_st_;                                                     \
+        if (zo_try_st_ < 0)                                                                        \
+            return zo_try_st_;                                                                     \
     } while (0)
 
 #define ZO_LOGE(subsys, ...) zo_log(ZO_LOG_ERROR, (subsys), __VA_ARGS__)
@@ -53,7 +54,10 @@ const char *zo_env_str(const char *name, const char *def);
 int zo_env_bool(const char *name, int def);
 
 /* Size helpers. */
-static inline size_t zo_round_up(size_t x, size_t align) { return (x + align - 1) / align * align; }
+static inline size_t zo_round_up(size_t x, size_t align)
+{
+    return (x + align - 1) / align * align;
+}
 
 /* Memory for large host arrays (optimizer states and the like): 2 MiB-aligned
  * and advised into transparent huge pages from 2 MiB up, 4 KiB-aligned below.
