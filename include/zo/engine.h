@@ -65,6 +65,16 @@ typedef enum zo_phase { ZO_PHASE_FORWARD = 0, ZO_PHASE_BACKWARD = 1 } zo_phase;
 
 ZO_API const char *zo_tier_name(zo_tier t);
 
+/* Per-chunk homes: the bytes of one kind of state that each tier faster than
+ * the kind's home may hold (0: none). Chunks fill the fastest tier first, in
+ * registration order (layer 0 first: its 16-bit parameters open the forward,
+ * its update closes the backward), up to the cap; the home takes the rest. A
+ * chunk counts chunk_bytes of 16-bit parameters (one copy) or 6 x chunk_bytes
+ * of optimizer states (fp32 master, m, v at the chunk's size). */
+typedef struct zo_engine_caps {
+    uint64_t device, host;
+} zo_engine_caps;
+
 typedef struct zo_engine_config {
     size_t struct_size;
     zo_device_t device;       /* must outlive the engine */
@@ -99,6 +109,12 @@ typedef struct zo_engine_config {
                                  DeepSpeed's aio.queue_depth) */
     uint32_t nvme_block_size; /* bytes per NVMe request, a multiple of 4096 (0: the swap store's
                                  default; DeepSpeed's aio.block_size) */
+    zo_engine_caps param_caps; /* 16-bit parameters a faster tier than param_home holds; a chunk
+                                 whose states are off NVMe keeps them off NVMe too (the update
+                                 writes NVMe parameters through the states' stages), counted in
+                                 the host cap first, whatever it is */
+    zo_engine_caps optim_caps; /* optimizer states a faster tier than optim_home holds (device:
+                                 the cpu device only) */
 } zo_engine_config;
 
 #define ZO_ENGINE_CONFIG_INIT                                                                      \
@@ -109,7 +125,10 @@ typedef struct zo_engine_config {
 
 /* Bytes the plan needs in each tier, computed by zo_engine_finalize (and by
  * zo_engine_plan without allocating anything). Exactly, with C = chunk_bytes,
- * N = n_chunks, S = device_param_slots, K = max_chunks_per_layer:
+ * N = n_chunks, S = device_param_slots, K = max_chunks_per_layer, and every
+ * chunk at the homes below (with caps, each term counts the chunks homed at
+ * its tier: N becomes their number there, the staging terms are there as soon
+ * as one chunk's state is on NVMe):
  *   device = S*C + K*C (gradient slots) + [optim_home device] 6*C*N
  *            S = N for param_home device, else min(N, what the budget leaves), >= K
  *   pinned = N*C*P + N*C*G + [optim_home nvme] 3*(6*C + [param_home nvme] C)

@@ -56,6 +56,7 @@ static zo_status check_plan_config(const zo_engine_config *c)
     if ((unsigned)c->param_home > ZO_TIER_NVME || (unsigned)c->optim_home > ZO_TIER_NVME)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_home/optim_home must be a zo_tier");
     ZO_TRY(eng_tiers_check());
+    ZO_TRY(eng_check_caps(c));
     if (eng_param_tiers[c->param_home]->store && !eng_state_tiers[c->optim_home]->p16_stored)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "param_home=nvme needs optim_home=nvme (the update writes the new 16-bit "
@@ -77,15 +78,18 @@ static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
 {
     ZO_TRY(check_plan_config(c));
     if (!dev) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "config.device is NULL");
-    const eng_state_tier *st = eng_state_tiers[c->optim_home];
-    if ((zo_device_caps(dev) & st->needs_caps) != st->needs_caps)
-        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
-                       "optim_home=%s needs a device optimizer, which exists only on the cpu "
-                       "device so far: use optim_home=host or nvme on %s",
-                       st->name, zo_device_backend(dev));
-    if (st->needs_paths && (!c->nvme_paths || c->n_nvme_paths == 0))
+    for (int t = c->optim_caps.device ? ZO_TIER_DEVICE : (int)c->optim_home; t <= (int)c->optim_home; t++) {
+        const eng_state_tier *st = eng_state_tiers[t];
+        if ((zo_device_caps(dev) & st->needs_caps) != st->needs_caps)
+            return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                           "optimizer states on the %s tier (optim_home or optim_caps) need a device "
+                           "optimizer, which exists only on the cpu device so far: use optim_home=host "
+                           "or nvme and no optim_caps.device on %s",
+                           st->name, zo_device_backend(dev));
+    }
+    if (eng_state_tiers[c->optim_home]->needs_paths && (!c->nvme_paths || c->n_nvme_paths == 0))
         return ZO_FAIL(ZO_ERR_CONFIG, ENG_SUBSYS, "optim_home=%s needs at least one nvme_paths entry",
-                       st->name);
+                       eng_state_tiers[c->optim_home]->name);
     for (size_t i = 0; i < c->n_nvme_paths; i++)
         if (!c->nvme_paths || !c->nvme_paths[i])
             return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "nvme_paths[%zu] is NULL", i);
@@ -281,16 +285,13 @@ uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems)
 static uint64_t state_extent_bytes_for(const eng_shape *sh) { return 3ull * sh->chunk_elems * sizeof(float); }
 
 /* The placement: each chunk's home for its 16-bit parameters and for its
- * optimizer states, into p16[c] and states[c]. Today every chunk takes the
- * configuration's homes. The engine (pack) and the planner
- * (zo_engine_footprint_for) both take their homes from here, so a per-chunk
- * placement replaces this function alone. */
+ * optimizer states, into p16[c] and states[c], by the rule of
+ * engine_place.c. The engine (pack) and the planner (zo_engine_footprint_for)
+ * both take their homes from here, so the planner's footprint stays the
+ * engine's. */
 static void choose_homes(const zo_engine_config *c, const eng_shape *sh, uint8_t *p16, uint8_t *states)
 {
-    for (uint32_t i = 0; i < sh->n_chunks; i++) {
-        p16[i] = (uint8_t)c->param_home;
-        states[i] = (uint8_t)c->optim_home;
-    }
+    eng_place_homes(c, sh->n_chunks, sh->chunk_bytes, p16, states);
 }
 
 /* What the tiers' accounting sees of a packed model under configuration c

@@ -133,6 +133,12 @@ zo_status eng_tiers_check(void);
 /* The tables' flags a plan asks across kinds, into in. */
 void eng_plan_flags(eng_plan_in *in);
 
+/* engine_place.c: each chunk's homes under c's homes and caps (n_chunks
+ * entries each, zo_tier values); c's caps name only tiers faster than the homes. */
+void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chunk_bytes, uint8_t *p16_home,
+                     uint8_t *states_home);
+zo_status eng_check_caps(const zo_engine_config *c);
+
 /* engine_tier_nvme.c: a swap extent of 16-bit parameters for chunks of
  * at most max_chunk_elems elements. */
 uint64_t eng_p16_extent(uint64_t max_chunk_elems);

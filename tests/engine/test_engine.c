@@ -32,11 +32,13 @@ typedef struct run_cfg {
     uint32_t nvme_block_size, nvme_queue_depth;
     zo_trace_fn trace;     /* installed before finalize */
     void *trace_ctx;
+    zo_engine_caps pcaps, ocaps; /* per-chunk homes: caps of the tiers faster than the homes */
 } run_cfg;
 
 static run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
-    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_DTYPE_BF16, 0, STEPS, INT_MAX, NULL, 0, 0, NULL, NULL};
+    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_DTYPE_BF16, 0, STEPS, INT_MAX, NULL, 0, 0, NULL, NULL,
+                 {0, 0}, {0, 0}};
     return c;
 }
 
@@ -99,6 +101,8 @@ static zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nf
     c.loss_scaler.loss_scale_window = 5;
     c.nvme_block_size = h->rc.nvme_block_size;
     c.nvme_queue_depth = h->rc.nvme_queue_depth;
+    c.param_caps = h->rc.pcaps;
+    c.optim_caps = h->rc.ocaps;
     ZO_TRY(zo_engine_init(&h->eng, &c));
     if (nfaults) ZO_TRY(zo_engine_set_swap_faults(h->eng, faults, nfaults));
     if (h->rc.trace) ZO_TRY(zo_engine_set_trace(h->eng, h->rc.trace, h->rc.trace_ctx));
@@ -1221,6 +1225,177 @@ static void test_trace_covers_every_track(void **state)
 
 /* On a slow emulated link with no prefetch, the compute stream waits for
  * every chunk: the stall time says so. */
+/* ---- per-chunk homes ---- */
+
+#define STATES_PER_CHUNK (6ull * CHUNK) /* what a chunk's optimizer states count in a cap */
+#define N_CHUNKS 8 /* the test model packs each layer's W into a chunk, its b into another */
+
+typedef struct split {
+    zo_tier ph, oh;
+    zo_engine_caps pcaps, ocaps;
+    int small; /* the smallest device budget (no resident chunks) */
+} split;
+
+static uint32_t lcg(uint32_t *r) { return (*r = *r * 1664525u + 1013904223u) >> 8; }
+
+/* A random split from a seed: any homes the engine accepts, caps of whole
+ * and part chunks on every tier faster than them. */
+static split random_split(uint32_t seed)
+{
+    uint32_t r = seed;
+    split sp = {ZO_TIER_HOST, lcg(&r) % 2 ? ZO_TIER_NVME : ZO_TIER_HOST, {0, 0}, {0, 0}, 0};
+    sp.ph = (zo_tier)(lcg(&r) % (sp.oh == ZO_TIER_NVME ? 3 : 2));
+    const uint64_t unit[2] = {CHUNK / 2, STATES_PER_CHUNK / 2}; /* half chunks: caps between chunks too */
+    zo_engine_caps *caps[2] = {&sp.pcaps, &sp.ocaps};
+    zo_tier homes[2] = {sp.ph, sp.oh};
+    for (int k = 0; k < 2; k++) {
+        if (homes[k] > ZO_TIER_DEVICE) caps[k]->device = (lcg(&r) % 5) * unit[k];
+        if (homes[k] > ZO_TIER_HOST) caps[k]->host = (lcg(&r) % (2 * N_CHUNKS + 1)) * unit[k];
+    }
+    return sp;
+}
+
+/* Splits of both kinds of state over the tiers: states half on the host;
+ * parameters on the host and NVMe (the chunks with host states keep theirs
+ * off NVMe); every tier for both (cpu device); states on device and host
+ * over host parameters; and a random one. */
+static int make_splits(split *out, uint32_t seed)
+{
+    const uint64_t S = STATES_PER_CHUNK, P = CHUNK;
+    int n = 0;
+    out[n++] = (split){ZO_TIER_HOST, ZO_TIER_NVME, {0, 0}, {0, 4 * S}, 1};
+    out[n++] = (split){ZO_TIER_NVME, ZO_TIER_NVME, {0, 5 * P}, {0, 2 * S}, 1};
+    out[n++] = (split){ZO_TIER_NVME, ZO_TIER_NVME, {P, P}, {S, 2 * S + S / 2}, 0};
+    out[n++] = (split){ZO_TIER_HOST, ZO_TIER_HOST, {3 * P, 0}, {3 * S, 0}, 0};
+    out[n++] = random_split(seed);
+    return n;
+}
+
+static run_cfg split_cfg(const split *sp, zo_optim_mode mode)
+{
+    run_cfg c = base_cfg(sp->ph, sp->oh, mode);
+    c.pcaps = sp->pcaps;
+    c.ocaps = sp->ocaps;
+    if (sp->small) c.device_bytes = min_device_bytes();
+    return c;
+}
+
+static uint32_t test_seed(void)
+{
+    const char *s = getenv("ZO_TEST_SEED");
+    uint32_t seed = s ? (uint32_t)strtoul(s, NULL, 0) : 20261124u;
+    print_message("per-chunk homes: random split from seed %u (ZO_TEST_SEED)\n", seed);
+    return seed;
+}
+
+/* Splits of the states and parameters over device, host and NVMe train
+ * bitwise like all-host and all-NVMe in sync, overlap and dpu modes; each
+ * run's measured peaks equal its footprint (run checks every step). */
+static void test_split_homes_equal_all_host_and_all_nvme(void **state)
+{
+    (void)state;
+    split sp[8];
+    int n = make_splits(sp, test_seed());
+    for (int mode = ZO_OPTIM_SYNC; mode <= ZO_OPTIM_DPU; mode++) {
+        run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, (zo_optim_mode)mode);
+        run_out host, nvme;
+        run(&c, &host);
+        c = base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, (zo_optim_mode)mode);
+        run(&c, &nvme);
+        assert_same_weights(&host, &nvme, STEPS);
+        for (int i = 0; i < n; i++) {
+            run_out o;
+            c = split_cfg(&sp[i], (zo_optim_mode)mode);
+            run(&c, &o);
+            assert_same_weights(&host, &o, STEPS);
+            run_out_free(&o);
+        }
+        run_out_free(&host);
+        run_out_free(&nvme);
+    }
+}
+
+/* The footprint counts the split: host bytes for the host-homed states
+ * only, NVMe extents only for the NVMe-homed chunks, and the caps fill in
+ * chunk order. */
+static void test_split_footprint(void **state)
+{
+    (void)state;
+    split sp[8];
+    make_splits(sp, 1);
+    run_cfg c = split_cfg(&sp[0], ZO_OPTIM_SYNC); /* 4 chunks' states on the host, 4 on NVMe */
+    run_out o, all;
+    run(&c, &o);
+    c.ocaps.host = 0;
+    run(&c, &all);
+    assert_int_equal(o.fp.host, 4 * STATES_PER_CHUNK);
+    assert_int_equal(o.fp.nvme * 2, all.fp.nvme);
+    assert_int_equal(o.fp.nvme, 2ull * 4 * zo_engine_nvme_state_bytes(TM_D * TM_D));
+    /* host states need one host copy of their parameters, NVMe ones two */
+    assert_int_equal(all.fp.pinned - o.fp.pinned, 4ull * CHUNK);
+    c.mode = ZO_OPTIM_OVERLAP; /* and backups of the host ones */
+    run_out_free(&o);
+    run(&c, &o);
+    c.ocaps.host = 4 * STATES_PER_CHUNK;
+    run_out ovl;
+    run(&c, &ovl);
+    assert_int_equal(ovl.fp.host, 2 * 4 * STATES_PER_CHUNK);
+    run_out_free(&o);
+    run_out_free(&all);
+    run_out_free(&ovl);
+}
+
+/* A checkpoint saved under one split resumes bitwise under another (and
+ * under all-host), in every mode. */
+static void test_split_checkpoint_resumes_on_another(void **state)
+{
+    (void)state;
+    const int half = 6;
+    split sp[8];
+    make_splits(sp, test_seed());
+    for (int mode = ZO_OPTIM_SYNC; mode <= ZO_OPTIM_DPU; mode++) {
+        run_cfg a = split_cfg(&sp[1], (zo_optim_mode)mode);
+        harness h;
+        harness_open(&h, &a);
+        ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+        double losses[TM_MAXSTEPS];
+        train_range(&h, 0, half, losses);
+        ZO_ASSERT_OK(zo_engine_flush(h.eng));
+        saved_state s;
+        save_state(&h, &s);
+        train_range(&h, half, 2 * half, losses);
+        float *ref[TM_T];
+        read_masters(&h, ref);
+        harness_close(&h);
+        run_cfg others[] = {split_cfg(&sp[2], (zo_optim_mode)mode), split_cfg(&sp[4], (zo_optim_mode)mode),
+                            base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, (zo_optim_mode)mode)};
+        for (int i = 0; i < 3; i++)
+            if (!resumed_equals(&others[i], &s, 7, half, losses, ref))
+                fail_msg("mode %d: resumed on placement %d, the run differs", mode, i);
+        for (int k = 0; k < TM_T; k++) free(ref[k]);
+        saved_state_free(&s);
+    }
+}
+
+/* Caps name tiers faster than the home: any other is refused, naming it. */
+static void test_split_caps_refused(void **state)
+{
+    (void)state;
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    c.ocaps.host = STATES_PER_CHUNK;
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_ST(make_engine(&h, NULL, 0), ZO_ERR_INVALID_ARG);
+    if (!strstr(zo_last_error(), "optim_caps.host")) fail_msg("refusal: %s", zo_last_error());
+    harness_close(&h);
+    c = base_cfg(ZO_TIER_DEVICE, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    c.pcaps.device = CHUNK;
+    harness_open(&h, &c);
+    ZO_ASSERT_ST(make_engine(&h, NULL, 0), ZO_ERR_INVALID_ARG);
+    if (!strstr(zo_last_error(), "param_caps.device")) fail_msg("refusal: %s", zo_last_error());
+    harness_close(&h);
+}
+
 static void test_stall_is_measured(void **state)
 {
     (void)state;
@@ -1260,6 +1435,10 @@ int main(void)
         cmocka_unit_test(test_nvme_request_knobs),
         cmocka_unit_test(test_stall_is_measured),
         cmocka_unit_test(test_trace_covers_every_track),
+        cmocka_unit_test(test_split_homes_equal_all_host_and_all_nvme),
+        cmocka_unit_test(test_split_footprint),
+        cmocka_unit_test(test_split_checkpoint_resumes_on_another),
+        cmocka_unit_test(test_split_caps_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

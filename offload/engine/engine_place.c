@@ -1,0 +1,64 @@
+/* Placement: each chunk's home for its 16-bit parameters and for its
+ * optimizer states, from the configuration's homes and caps. The rule:
+ * chunks in registration order fill the fastest tier up to its cap, then
+ * the next, and the home takes the rest. Layer 0's chunks come first
+ * because they are the ones nothing hides: their parameters open the
+ * forward (no earlier layer's compute to prefetch behind) and their update
+ * is the last of the backward (overlap mode) or of the delayed update's
+ * pipeline, so what waits on the slowest link is the middle of the model,
+ * behind compute. Called by the plan (engine.c) with or without an engine. */
+#include "engine_tier.h"
+
+/* The tier for the next chunk: the fastest whose cap still has room. */
+static zo_tier fill(const zo_engine_caps *caps, zo_tier home, uint64_t per, uint64_t used[2])
+{
+    const uint64_t cap[2] = {caps->device, caps->host};
+    for (int t = ZO_TIER_DEVICE; t < (int)home && t <= ZO_TIER_HOST; t++)
+        if (cap[t] && used[t] + per <= cap[t]) {
+            used[t] += per;
+            return (zo_tier)t;
+        }
+    return home;
+}
+
+void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chunk_bytes, uint8_t *p16_home,
+                     uint8_t *states_home)
+{
+    uint64_t sused[2] = {0, 0}, pused[2] = {0, 0};
+    for (uint32_t k = 0; k < n_chunks; k++)
+        states_home[k] = (uint8_t)fill(&c->optim_caps, c->optim_home, 6 * chunk_bytes, sused);
+    /* first the chunks that must keep their parameters off NVMe, then the rest in order */
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t k = 0; k < n_chunks; k++) {
+            int forced = c->param_home == ZO_TIER_NVME && !eng_state_tiers[states_home[k]]->p16_stored;
+            if (forced != !pass) continue;
+            zo_tier t = fill(&c->param_caps, c->param_home, chunk_bytes, pused);
+            if (forced && t == ZO_TIER_NVME) {
+                t = ZO_TIER_HOST;
+                pused[ZO_TIER_HOST] += chunk_bytes;
+            }
+            p16_home[k] = (uint8_t)t;
+        }
+}
+
+zo_status eng_check_caps(const zo_engine_config *c)
+{
+    const struct {
+        const char *what;
+        const zo_engine_caps *caps;
+        zo_tier home;
+    } kinds[2] = {{"param", &c->param_caps, c->param_home}, {"optim", &c->optim_caps, c->optim_home}};
+    for (int i = 0; i < 2; i++) {
+        if (kinds[i].caps->device && kinds[i].home == ZO_TIER_DEVICE)
+            return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                           "%s_caps.device is set but %s_home is device: a cap is for a tier faster "
+                           "than the home (the home takes the rest)",
+                           kinds[i].what, kinds[i].what);
+        if (kinds[i].caps->host && kinds[i].home != ZO_TIER_NVME)
+            return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                           "%s_caps.host is set but %s_home is %s: a cap is for a tier faster than the "
+                           "home (set %s_home=nvme to spill the rest there)",
+                           kinds[i].what, kinds[i].what, zo_tier_name(kinds[i].home), kinds[i].what);
+    }
+    return ZO_OK;
+}
