@@ -481,6 +481,43 @@ static void test_round_trip(void **state)
 
 /* ---- files and argument errors ---- */
 
+/* zoffload.placement: "auto", or per-state byte caps per tier; strict keys
+ * with suggestions; overrides reach into it; it survives a round trip. */
+static void test_placement(void **state)
+{
+    (void)state;
+    zo_train_config c = ZO_TRAIN_CONFIG_INIT;
+    const char *caps = "{\"train_batch_size\": 8, \"zoffload\": {\"placement\": {\"optimizer\": "
+                       "{\"host\": \"8GiB\", \"device\": 4096}, \"params\": {\"host\": \"2GiB\"}}}}";
+    ZO_ASSERT_OK(resolve_text(caps, 1, &c, NULL));
+    assert_int_equal(c.zoffload.placement.is_auto, 0);
+    assert_int_equal(c.zoffload.placement.optimizer.host, 8LL << 30);
+    assert_int_equal(c.zoffload.placement.optimizer.device, 4096);
+    assert_int_equal(c.zoffload.placement.params.host, 2LL << 30);
+    assert_int_equal(c.zoffload.placement.params.device, 0);
+    round_trip(caps, 1);
+    const char *aut = "{\"train_batch_size\": 8, \"zoffload\": {\"placement\": \"auto\"}}";
+    zo_train_config d = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(resolve_text(aut, 1, &d, NULL));
+    assert_int_equal(d.zoffload.placement.is_auto, 1);
+    round_trip(aut, 1);
+    const char *ov[] = {"zoffload.placement.params.device=1MiB", NULL};
+    zo_train_config e = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": 8}", 1, &e, ov));
+    assert_int_equal(e.zoffload.placement.params.device, 1LL << 20);
+    zo_train_config f = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_ST(resolve_text("{\"train_batch_size\": 8, \"zoffload\": {\"placement\": {\"optimizer\": "
+                              "{\"hots\": 1}}}}", 1, &f, NULL), ZO_ERR_CONFIG);
+    assert_string_equal(error_text(), "unknown key 'zoffload.placement.optimizer.hots'; did you mean 'host'?");
+    ZO_ASSERT_ST(resolve_text("{\"train_batch_size\": 8, \"zoffload\": {\"placement\": {\"optimiser\": {}}}}",
+                              1, &f, NULL), ZO_ERR_CONFIG);
+    assert_string_equal(error_text(), "unknown key 'zoffload.placement.optimiser'; did you mean 'optimizer'?");
+    ZO_ASSERT_ST(resolve_text("{\"train_batch_size\": 8, \"zoffload\": {\"placement\": \"fast\"}}", 1, &f,
+                              NULL), ZO_ERR_CONFIG);
+    if (!strstr(error_text(), "'zoffload.placement': expected \"auto\" or an object"))
+        fail_msg("%s", error_text());
+}
+
 static void test_files_and_args(void **state)
 {
     (void)state;
@@ -531,6 +568,7 @@ int main(void)
         cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_files_and_args),
+        cmocka_unit_test(test_placement),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,7 +31,8 @@ typedef enum key_kind {
     K_BETAS,       /* double[2] in [0, 1) */
     K_PATHLIST,    /* zoffload.nvme_paths */
     K_FALSE_ONLY,  /* a DeepSpeed bool whose true is not supported here */
-    K_SCHED_PARAMS /* scheduler.params: keys depend on scheduler.type */
+    K_SCHED_PARAMS, /* scheduler.params: keys depend on scheduler.type */
+    K_PLACEMENT     /* zoffload.placement: "auto" or its section */
 } key_kind;
 
 enum {
@@ -227,6 +228,24 @@ static const key_spec aio_keys[] = {
 };
 static const section aio_sec = SECTION(aio_keys);
 
+static const key_spec placement_optimizer_keys[] = {
+    I("device", zoffload.placement.optimizer.device, F_UNITS, 0, NO_MAX),
+    I("host", zoffload.placement.optimizer.host, F_UNITS, 0, NO_MAX),
+};
+static const section placement_optimizer_sec = SECTION(placement_optimizer_keys);
+
+static const key_spec placement_params_keys[] = {
+    I("device", zoffload.placement.params.device, F_UNITS, 0, NO_MAX),
+    I("host", zoffload.placement.params.host, F_UNITS, 0, NO_MAX),
+};
+static const section placement_params_sec = SECTION(placement_params_keys);
+
+static const key_spec placement_keys[] = {
+    S("optimizer", placement_optimizer_sec),
+    S("params", placement_params_sec),
+};
+static const section placement_sec = SECTION(placement_keys);
+
 static const key_spec zoffload_keys[] = {
     I("device_mem", zoffload.device_mem, F_UNITS, 0, NO_MAX),
     I("host_mem", zoffload.host_mem, F_UNITS, 0, NO_MAX),
@@ -236,6 +255,7 @@ static const key_spec zoffload_keys[] = {
     {"nvme_paths", K_PATHLIST, 0, 0, 0, 0, NULL, 0, NULL},
     E("optimizer_state_dtype", zoffload.optimizer_state_dtype, 0, state_dtype_names,
       ZO_DTYPE_F32),
+    {"placement", K_PLACEMENT, 0, 0, 0, 0, NULL, 0, &placement_sec},
 };
 static const section zoffload_sec = SECTION(zoffload_keys);
 
@@ -401,6 +421,10 @@ static void describe_expected(const key_spec *k, char *buf, size_t cap)
     case K_SECTION:
     case K_SCHED_PARAMS:
     case K_IGNORED: n = (size_t)snprintf(buf, cap, "an object"); break;
+    case K_PLACEMENT:
+        n = (size_t)snprintf(buf, cap, "\"auto\" or an object of per-tier byte caps, such as "
+                                       "{\"optimizer\": {\"host\": \"8GiB\"}}");
+        break;
     }
     if (n < cap && (k->flags & F_AUTO)) n += (size_t)snprintf(buf + n, cap - n, " or \"auto\"");
     if (n < cap && (k->flags & F_NULL)) snprintf(buf + n, cap - n, " or null");
@@ -636,6 +660,11 @@ static zo_status parse_value(pctx *c, const key_spec *k, const json_t *v)
     case K_FALSE_ONLY: return read_false_only(c, k, v);
     case K_SCHED_PARAMS: return parse_sched_params(c, v);
     case K_SECTION:
+        if (!json_is_object(v)) return type_error(c, k, v);
+        return parse_section(c, k->sub, v);
+    case K_PLACEMENT:
+        c->cfg->zoffload.placement.is_auto = is_auto(v);
+        if (is_auto(v)) return ZO_OK;
         if (!json_is_object(v)) return type_error(c, k, v);
         return parse_section(c, k->sub, v);
     case K_IGNORED: break;
@@ -1012,6 +1041,7 @@ static json_t *emit_value(const zo_train_config *cfg, const key_spec *k)
     case K_BETAS: return json_pack("[ff]", cfg->optimizer.betas[0], cfg->optimizer.betas[1]);
     case K_PATHLIST: return emit_pathlist(cfg);
     case K_SECTION: return emit_section(cfg, k->sub);
+    case K_PLACEMENT: return cfg->zoffload.placement.is_auto ? json_string("auto") : emit_section(cfg, k->sub);
     case K_SCHED_PARAMS:
         return emit_section(cfg, &sched_params_secs[cfg->scheduler.type - ZO_SCHEDULER_WARMUP_LR]);
     case K_FALSE_ONLY: return json_false();

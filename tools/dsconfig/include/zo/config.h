@@ -187,6 +187,15 @@ typedef struct zo_train_config {
         zo_dtype optimizer_state_dtype;        /* fp32 */
         int64_t n_nvme_paths;                  /* 0 */
         char nvme_paths[ZO_CONFIG_MAX_NVME_PATHS][ZO_CONFIG_PATH_CAP];
+        /* Per-chunk homes: "auto" (the trainer splits by its host memory), or
+         * the bytes of each state that a tier faster than its home may hold
+         * (0: none; the home, offload_*.device, takes the rest). */
+        struct {
+            int is_auto; /* 0 */
+            struct {
+                int64_t device, host; /* 0 */
+            } optimizer, params;
+        } placement;
     } zoffload;
 
     /* Keys accepted for DeepSpeed compatibility that have no effect, as JSON
