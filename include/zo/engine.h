@@ -260,6 +260,10 @@ ZO_API float zo_engine_lr(zo_engine_t eng);
 /* The loss scale to multiply the loss by before backward (1 for bf16). */
 ZO_API double zo_engine_loss_scale(zo_engine_t eng);
 ZO_API zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *fp);
+/* How many chunks the placement homed at each tier (indexed by zo_tier): their
+ * 16-bit parameters in params, their optimizer states in optim (either may be
+ * NULL). After zo_engine_finalize. */
+ZO_API zo_status zo_engine_homes(zo_engine_t eng, uint32_t params[3], uint32_t optim[3]);
 
 /* The footprint zo_engine_plan would report for the layout's tensors
  * registered on an engine initialized with cfg, computed by the same code

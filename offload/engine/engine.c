@@ -576,6 +576,21 @@ zo_status zo_engine_footprint_get(zo_engine_t e, zo_engine_footprint *fp)
     return ZO_OK;
 }
 
+zo_status zo_engine_homes(zo_engine_t e, uint32_t params[3], uint32_t optim[3])
+{
+    if (!e) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
+    if (!e->finalized) return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the engine is not finalized yet");
+    for (int t = 0; t < ENG_N_TIERS; t++) {
+        if (params) params[t] = 0;
+        if (optim) optim[t] = 0;
+    }
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        if (params) params[e->p16_home[c]]++;
+        if (optim) optim[e->states_home[c]]++;
+    }
+    return ZO_OK;
+}
+
 /* ---- finalize: allocate every tier and place the initial states ---- */
 
 static zo_status alloc_device(struct zo_engine *e)

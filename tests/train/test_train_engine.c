@@ -47,6 +47,9 @@ typedef struct run_result {
     uint64_t device_high_water, device_budget;
     int clipped, overflows, rollbacks;
     double val_loss;
+    uint32_t param_homes[3], optim_homes[3]; /* chunks homed at each tier */
+    uint64_t chunk_bytes;
+    uint32_t n_chunks;
 } run_result;
 
 static void run_free(run_result *r, const zt_shape *s)
@@ -78,7 +81,12 @@ static void train_run(const zt_options *o, run_result *r)
     zo_status st = zt_trainer_init(&t, o);
     if (st < 0)
         fail_msg("zt_trainer_init: %s", zt_last_error());
-    r->device_budget = zt_trainer_setup(t)->device_budget;
+    const zt_setup *su = zt_trainer_setup(t);
+    r->device_budget = su->device_budget;
+    memcpy(r->param_homes, su->param_homes, sizeof r->param_homes);
+    memcpy(r->optim_homes, su->optim_homes, sizeof r->optim_homes);
+    r->chunk_bytes = su->footprint.chunk_bytes;
+    r->n_chunks = su->footprint.n_chunks;
     for (int i = 0; i < STEPS; i++) {
         zo_step_stats s;
         st = zt_trainer_step(t, &r->losses[i], &s);
@@ -189,6 +197,42 @@ static void test_placements_are_bitwise_identical(void **state)
         }
     }
     run_free(&ref, &base.shape);
+}
+
+/* Per-chunk homes through zo-train: states split between host and NVMe,
+ * parameters too, and --placement auto, train bitwise like all-NVMe (sync
+ * and dpu); the homes are what the caps say. */
+static void test_split_homes_equal_all_nvme(void **state)
+{
+    (void)state;
+    for (int dpu = 0; dpu < 2; dpu++) {
+        zt_options base = small_options();
+        base.mode = dpu ? ZO_OPTIM_DPU : ZO_OPTIM_SYNC;
+        base.param_home = ZO_TIER_NVME;
+        base.optim_home = ZO_TIER_NVME;
+        run_result ref;
+        train_run(&base, &ref);
+        uint32_t n = ref.n_chunks;
+        assert_int_equal(ref.optim_homes[ZO_TIER_NVME], n);
+        zt_options a = base; /* half the states on the host, a third of the parameters */
+        a.optim_caps.host = n / 2 * 6 * ref.chunk_bytes;
+        a.param_caps.host = (n / 2 + n / 3) * ref.chunk_bytes;
+        zt_options b = base; /* --placement auto: the default host limit holds it all */
+        b.placement_auto = 1;
+        const zt_options *cases[2] = {&a, &b};
+        for (int c = 0; c < 2; c++) {
+            run_result r;
+            train_run(cases[c], &r);
+            assert_same_run(&ref, &r, &base.shape, c ? "placement auto" : "split homes");
+            uint32_t host_states = c ? n : n / 2, host_params = c ? n : n / 2 + n / 3;
+            assert_int_equal(r.optim_homes[ZO_TIER_HOST], host_states);
+            assert_int_equal(r.optim_homes[ZO_TIER_NVME], n - host_states);
+            assert_int_equal(r.param_homes[ZO_TIER_HOST], host_params);
+            assert_int_equal(r.param_homes[ZO_TIER_NVME], n - host_params);
+            run_free(&r, &base.shape);
+        }
+        run_free(&ref, &base.shape);
+    }
 }
 
 /* Run STEPS steps; at step fail_at, arm an EIO on the optimizer's swap store
@@ -370,6 +414,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_placements_are_bitwise_identical),
+        cmocka_unit_test(test_split_homes_equal_all_nvme),
         cmocka_unit_test(test_nvme_fault_then_retry_equals_clean_run),
         cmocka_unit_test(test_fp16_overlap_equals_sync),
         cmocka_unit_test(test_loss_decreases_on_the_corpus),

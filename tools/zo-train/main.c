@@ -95,6 +95,13 @@ static void usage(FILE *f)
         "  --chunk-bytes BYTES    engine chunk size (default: the largest tensor)\n"
         "  --host-mem BYTES       the host memory the run may take (default: physical RAM\n"
         "                         less 10%%, or the cgroup's limit); checked before allocating\n"
+        "  --optim-host-bytes BYTES   per-chunk homes: Adam's states of this many bytes stay in\n"
+        "                         host memory, the rest on NVMe (layer 0's chunks first; sets\n"
+        "                         --offload-optimizer nvme unless given); also\n"
+        "                         --optim-device-bytes (cpu device), --param-host-bytes,\n"
+        "                         --param-device-bytes for the 16-bit parameters\n"
+        "  --placement auto|homes auto: fill the host with states (then parameters) homed on\n"
+        "                         NVMe up to --host-mem; homes: every chunk at its home\n"
         "config:\n"
         "  --config FILE          a DeepSpeed-style JSON config (batch sizes, optimizer, "
         "scheduler,\n"
@@ -196,6 +203,11 @@ enum {
     OPT_ALLOW_CHANGES,
     OPT_MAX_SKIPPED,
     OPT_HOST_MEM,
+    OPT_PLACEMENT,
+    OPT_OPTIM_DEVICE_BYTES,
+    OPT_OPTIM_HOST_BYTES,
+    OPT_PARAM_DEVICE_BYTES,
+    OPT_PARAM_HOST_BYTES,
     OPT_HELP
 };
 
@@ -238,6 +250,11 @@ static const struct option long_opts[] = {
     {"resume-allow-changes", no_argument, 0, OPT_ALLOW_CHANGES},
     {"max-skipped-steps", required_argument, 0, OPT_MAX_SKIPPED},
     {"host-mem", required_argument, 0, OPT_HOST_MEM},
+    {"placement", required_argument, 0, OPT_PLACEMENT},
+    {"optim-device-bytes", required_argument, 0, OPT_OPTIM_DEVICE_BYTES},
+    {"optim-host-bytes", required_argument, 0, OPT_OPTIM_HOST_BYTES},
+    {"param-device-bytes", required_argument, 0, OPT_PARAM_DEVICE_BYTES},
+    {"param-host-bytes", required_argument, 0, OPT_PARAM_HOST_BYTES},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -289,6 +306,26 @@ static int parse_float_opt(int opt, const char *arg, cli *c)
         c->o.weight_decay = v;
     if (opt == OPT_CLIP)
         c->o.max_grad_norm = v;
+    return 0;
+}
+
+/* Per-chunk homes: "auto", "homes" (every chunk at its home), or the caps. */
+static int parse_caps_opt(int opt, const char *arg, cli *c)
+{
+    const char *name = long_opts[opt - OPT_PRESET].name;
+    if (opt == OPT_PLACEMENT) {
+        if (strcmp(arg, "auto") && strcmp(arg, "homes"))
+            return bad_value(name, arg, "auto or homes");
+        c->o.placement_auto = strcmp(arg, "auto") == 0;
+        return 0;
+    }
+    uint64_t b;
+    if (zo_parse_bytes(arg, &b) != 0)
+        return bad_value(name, arg, "a byte count such as 512MiB or 8GiB (0: none)");
+    *(opt == OPT_OPTIM_DEVICE_BYTES  ? &c->o.optim_caps.device
+      : opt == OPT_OPTIM_HOST_BYTES  ? &c->o.optim_caps.host
+      : opt == OPT_PARAM_DEVICE_BYTES ? &c->o.param_caps.device
+                                      : &c->o.param_caps.host) = b;
     return 0;
 }
 
@@ -377,6 +414,11 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_NVME:
     case OPT_MODE:
     case OPT_HOST_MEM: return parse_placement_opt(opt, arg, c);
+    case OPT_PLACEMENT:
+    case OPT_OPTIM_DEVICE_BYTES:
+    case OPT_OPTIM_HOST_BYTES:
+    case OPT_PARAM_DEVICE_BYTES:
+    case OPT_PARAM_HOST_BYTES: return parse_caps_opt(opt, arg, c);
     default: return parse_int_opt(opt, arg, c);
     }
 }
@@ -864,6 +906,22 @@ static double mean_last(const float *l, int n, int k)
     return s / k;
 }
 
+/* Per-chunk homes, when a cap splits a state over tiers. */
+static void print_caps(const zt_setup *su)
+{
+    const zo_engine_caps *caps[2] = {&su->param_caps, &su->optim_caps};
+    const uint32_t *homes[2] = {su->param_homes, su->optim_homes};
+    const char *what[2] = {"params", "optimizer"};
+    for (int i = 0; i < 2; i++) {
+        if (!caps[i]->device && !caps[i]->host)
+            continue;
+        char d[32], h[32];
+        printf("  %s split (caps: device %s, host %s): chunks on the device %u, host %u, nvme %u\n",
+               what[i], zo_fmt_bytes_prec(d, sizeof d, caps[i]->device, 1),
+               zo_fmt_bytes_prec(h, sizeof h, caps[i]->host, 1), homes[i][0], homes[i][1], homes[i][2]);
+    }
+}
+
 static void print_human(const cli *c, const zt_setup *su, const float *losses, const totals *tot,
                         const outcome *out)
 {
@@ -883,6 +941,7 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
            zt_home_name(su->optim_home), zo_optim_mode_name(c->o.mode));
     if (su->nvme_dir[0])
         printf("  swap directory %s\n", su->nvme_dir);
+    print_caps(su);
     printf("  data %s: %llu tokens (%llu training windows, %llu validation)\n", c->o.data_path,
            (unsigned long long)su->data.n_tokens, (unsigned long long)su->data.train_windows,
            (unsigned long long)su->data.val_windows);
@@ -941,6 +1000,16 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
         zt_home_name(su->param_home), "offload_optimizer", zt_home_name(su->optim_home),
         "optimizer_mode", zo_optim_mode_name(c->o.mode), "nvme_path", su->nvme_dir, "chunk_bytes",
         (json_int_t)su->footprint.chunk_bytes, "chunks", (json_int_t)su->footprint.n_chunks);
+    json_object_set_new(cfg, "placement",
+                        json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "optimizer", "device",
+                                  (json_int_t)su->optim_caps.device, "host", (json_int_t)su->optim_caps.host,
+                                  "params", "device", (json_int_t)su->param_caps.device, "host",
+                                  (json_int_t)su->param_caps.host));
+    json_object_set_new(cfg, "homes",
+                        json_pack("{s:[iii],s:[iii]}", "params", (int)su->param_homes[0],
+                                  (int)su->param_homes[1], (int)su->param_homes[2], "optimizer",
+                                  (int)su->optim_homes[0], (int)su->optim_homes[1],
+                                  (int)su->optim_homes[2]));
     json_object_set_new(cfg, "config_file", c->config_path ? json_string(c->config_path) : json_null());
     json_object_set_new(cfg, "scheduler", json_string(zo_scheduler_type_name(c->o.sched.type)));
     return json_pack("{s:o,s:o,s:o}", "model", model, "device", dev, "config", cfg);

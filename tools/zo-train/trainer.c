@@ -123,8 +123,10 @@ static int is_cuda(const zt_trainer *t)
 static void resolve_homes(zt_trainer *t)
 {
     int cuda = is_cuda(t);
-    if (t->o.param_home == ZT_HOME_DEFAULT)
-        t->o.param_home = cuda ? ZO_TIER_DEVICE : ZO_TIER_HOST;
+    if (t->o.param_home == ZT_HOME_DEFAULT) /* a host cap spills the rest to NVMe */
+        t->o.param_home = t->o.param_caps.host ? ZO_TIER_NVME : cuda ? ZO_TIER_DEVICE : ZO_TIER_HOST;
+    if (t->o.optim_home == ZT_HOME_DEFAULT && t->o.optim_caps.host)
+        t->o.optim_home = ZO_TIER_NVME;
     if (t->o.optim_home == ZT_HOME_DEFAULT) /* parameters on NVMe need the optimizer there */
         t->o.optim_home = cuda && t->o.param_home != ZO_TIER_NVME ? ZO_TIER_HOST : ZO_TIER_NVME;
     t->setup.param_home = (zo_tier)t->o.param_home;
@@ -192,6 +194,8 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
     c.pinned_bytes = o->pinned_bytes;
     c.nvme_queue_depth = o->nvme_queue_depth;
     c.nvme_block_size = o->nvme_block_size;
+    c.param_caps = o->param_caps;
+    c.optim_caps = o->optim_caps;
     return c;
 }
 
@@ -338,16 +342,19 @@ static zo_status refuse_host_memory(const uint64_t part[4], uint64_t need, uint6
                    zo_fmt_bytes(b[6], 32, need - limit), names[top]);
 }
 
-/* The host memory the run will take, against the host limit, before the
- * engine allocates anything (a run too large used to grow until the kernel
- * killed it): the plan's pinned and pageable bytes, the initial values
- * registration copies, and on the cpu device its budget. */
-static zo_status check_host_memory(zt_trainer *t, const zo_engine_config *c)
+/* The host limit: --host-mem, or what the machine can spare (why names it). */
+static uint64_t host_limit(const zt_trainer *t, char *why, size_t cap)
 {
-    char why[160] = "--host-mem";
-    uint64_t limit = t->o.host_mem ? t->o.host_mem : zt_host_limit(why, sizeof why);
-    if (!limit)
-        return ZO_OK;
+    snprintf(why, cap, "--host-mem");
+    return t->o.host_mem ? t->o.host_mem : zt_host_limit(why, cap);
+}
+
+/* The host memory the run will take under c, part by part: the plan's pinned
+ * and pageable bytes, the initial values registration copies, and on the cpu
+ * device its budget. */
+static zo_status host_need(const zt_trainer *t, const zo_engine_config *c, uint64_t part[4],
+                           zo_engine_footprint *fp)
+{
     size_t *numel = NULL, n = 0;
     int *layer = NULL;
     zo_status st = model_layout(&t->o.shape, &numel, &layer, &n);
@@ -355,17 +362,74 @@ static zo_status check_host_memory(zt_trainer *t, const zo_engine_config *c)
     ly.n_tensors = n;
     ly.numel = numel;
     ly.layer = layer;
-    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+    *fp = (zo_engine_footprint)ZO_ENGINE_FOOTPRINT_INIT;
     int fits = 0;
-    if (st >= 0 && (st = zo_engine_footprint_for(c, &ly, &fp, &fits, NULL, 0)) < 0)
+    if (st >= 0 && (st = zo_engine_footprint_for(c, &ly, fp, &fits, NULL, 0)) < 0)
         zt_lib_fail(st, "zo_engine_footprint_for");
     free(numel);
     free(layer);
     ZT_TRY(st);
-    const uint64_t part[4] = {fp.pinned, fp.host, fp.n_params * sizeof(float),
-                              is_cuda(t) ? 0 : t->setup.device_budget};
+    part[0] = fp->pinned;
+    part[1] = fp->host;
+    part[2] = fp->n_params * sizeof(float);
+    part[3] = is_cuda(t) ? 0 : t->setup.device_budget;
+    return ZO_OK;
+}
+
+/* The host memory the run will take, against the host limit, before the
+ * engine allocates anything (a run too large used to grow until the kernel
+ * killed it). */
+static zo_status check_host_memory(zt_trainer *t, const zo_engine_config *c)
+{
+    char why[160];
+    uint64_t limit = host_limit(t, why, sizeof why), part[4];
+    if (!limit)
+        return ZO_OK;
+    zo_engine_footprint fp;
+    ZT_TRY(host_need(t, c, part, &fp));
     uint64_t need = part[0] + part[1] + part[2] + part[3];
     return need <= limit ? ZO_OK : refuse_host_memory(part, need, limit, why);
+}
+
+/* The most chunks (0..n) whose state of `per` bytes *cap lets the host hold
+ * within limit: the need grows with each chunk moved there. */
+static zo_status fill_host(const zt_trainer *t, zo_engine_config *c, uint64_t *cap, uint64_t per,
+                           uint32_t n, uint64_t limit)
+{
+    uint32_t lo = 0, hi = n; /* lo fits */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo + 1) / 2;
+        uint64_t part[4];
+        zo_engine_footprint fp;
+        *cap = (uint64_t)mid * per;
+        ZT_TRY(host_need(t, c, part, &fp));
+        if (part[0] + part[1] + part[2] + part[3] <= limit)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    *cap = (uint64_t)lo * per;
+    return ZO_OK;
+}
+
+/* --placement auto: the host limit's room goes to what is homed on NVMe,
+ * optimizer states first (a chunk moved to the host saves reading and
+ * writing its states every step, 12 bytes each way per parameter, for 12
+ * bytes of memory), then the 16-bit parameters; layer 0's chunks first
+ * (the engine's placement order). */
+static zo_status auto_placement(zt_trainer *t, zo_engine_config *c)
+{
+    char why[160];
+    uint64_t limit = host_limit(t, why, sizeof why), part[4];
+    zo_engine_footprint fp;
+    ZT_TRY(host_need(t, c, part, &fp));
+    if (!limit || part[0] + part[1] + part[2] + part[3] > limit)
+        return ZO_OK; /* nothing to spare: check_host_memory says what is missing */
+    if (c->optim_home == ZO_TIER_NVME)
+        ZT_TRY(fill_host(t, c, &c->optim_caps.host, 6 * fp.chunk_bytes, fp.n_chunks, limit));
+    if (c->param_home == ZO_TIER_NVME)
+        ZT_TRY(fill_host(t, c, &c->param_caps.host, fp.chunk_bytes, fp.n_chunks, limit));
+    return ZO_OK;
 }
 
 static zo_status open_engine(zt_trainer *t)
@@ -381,6 +445,10 @@ static zo_status open_engine(zt_trainer *t)
             reserve ? " plus a 512 MiB CUDA reserve" : "");
     t->setup.engine_device_bytes = t->setup.device_budget - need;
     zo_engine_config c = engine_config(t, t->dev, t->setup.engine_device_bytes);
+    if (t->o.placement_auto)
+        ZT_TRY(auto_placement(t, &c));
+    t->setup.param_caps = c.param_caps;
+    t->setup.optim_caps = c.optim_caps;
     ZT_TRY(check_host_memory(t, &c));
     ZT_LIB(zo_engine_init(&t->eng, &c));
     if (t->o.n_nvme_faults)
@@ -401,6 +469,7 @@ static zo_status open_engine(zt_trainer *t)
     ZT_LIB(zo_engine_finalize(t->eng));
     t->setup.footprint = (zo_engine_footprint)ZO_ENGINE_FOOTPRINT_INIT;
     ZT_LIB(zo_engine_footprint_get(t->eng, &t->setup.footprint));
+    ZT_LIB(zo_engine_homes(t->eng, t->setup.param_homes, t->setup.optim_homes));
     zt_param_source src = {t, eng_fetch, eng_release, eng_grads_ready};
     t->src = src;
     return ZO_OK;

@@ -37,6 +37,8 @@ typedef struct zt_options {
     const char *device;         /* "auto", "cpu" or "cuda" */
     uint64_t device_mem;        /* the device budget (cpu: its capacity); 0: default */
     int param_home, optim_home; /* zo_tier, or ZT_HOME_DEFAULT */
+    zo_engine_caps param_caps, optim_caps; /* per-chunk homes: bytes a faster tier holds */
+    int placement_auto; /* fill the host up to the host limit with what is homed on NVMe */
     const char *nvme_paths[ZT_MAX_NVME_PATHS];
     int n_nvme_paths;
     const char *default_nvme_dir; /* used when a home is nvme and no path is given */
@@ -79,6 +81,8 @@ typedef struct zt_setup {
     uint64_t activation_bytes; /* the model's arena */
     uint64_t engine_device_bytes;
     zo_tier param_home, optim_home;
+    zo_engine_caps param_caps, optim_caps; /* per-chunk homes, as given or chosen (auto) */
+    uint32_t param_homes[3], optim_homes[3]; /* chunks homed at each tier (by zo_tier) */
     char nvme_dir[512]; /* the first NVMe path, "" when nothing lives on NVMe */
     zo_engine_footprint footprint;
     zt_data_info data;
