@@ -120,6 +120,53 @@ static void test_footprint_for_equals_plan(void **state)
     zo_device_free(dev);
 }
 
+/* Per-chunk homes: random caps on the tiers faster than the homes give the
+ * same footprint with and without an engine, and more host caps put more on
+ * the host and less on NVMe. */
+static void test_split_footprint_for_equals_plan(void **state)
+{
+    (void)state;
+    zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
+    dc.backend = "cpu";
+    dc.mem_budget = 64u << 20;
+    zo_device_t dev = NULL;
+    ZO_ASSERT_OK(zo_device_init(&dev, &dc));
+    static const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_HOST}, {ZO_TIER_HOST, ZO_TIER_HOST},
+                                       {ZO_TIER_HOST, ZO_TIER_NVME},   {ZO_TIER_NVME, ZO_TIER_NVME}};
+    for (int trial = 0; trial < 20; trial++) {
+        model m;
+        random_model(&m);
+        zo_engine_layout ly = layout_of(&m);
+        for (size_t h = 0; h < sizeof homes / sizeof homes[0]; h++)
+            for (int mode = ZO_OPTIM_SYNC; mode <= ZO_OPTIM_DPU; mode++) {
+                zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+                c.param_home = homes[h][0];
+                c.optim_home = homes[h][1];
+                c.mode = (zo_optim_mode)mode;
+                c.chunk_bytes = 48000;
+                c.device_bytes = 1 + rnd() % (8u << 20);
+                if (c.param_home > ZO_TIER_DEVICE) c.param_caps.device = rnd() % (1u << 20);
+                if (c.param_home > ZO_TIER_HOST) c.param_caps.host = rnd() % (1u << 20);
+                if (c.optim_home > ZO_TIER_DEVICE) c.optim_caps.device = rnd() % (3u << 20);
+                if (c.optim_home > ZO_TIER_HOST) c.optim_caps.host = rnd() % (3u << 20);
+                zo_engine_footprint a = ZO_ENGINE_FOOTPRINT_INIT, b = ZO_ENGINE_FOOTPRINT_INIT;
+                int fa = -1, fb = -1;
+                char ma[512], mb[512];
+                plan_registered(dev, &c, &m, &a, &fa, ma, sizeof ma);
+                ZO_ASSERT_OK(zo_engine_footprint_for(&c, &ly, &b, &fb, mb, sizeof mb));
+                expect_same_footprint(&a, &b);
+                assert_int_equal(fa, fb);
+                assert_string_equal(ma, mb);
+                if (c.optim_home != ZO_TIER_NVME) continue;
+                zo_engine_config more = c; /* one more chunk's states on the host */
+                more.optim_caps.host += 6 * a.chunk_bytes;
+                ZO_ASSERT_OK(zo_engine_footprint_for(&more, &ly, &b, &fb, NULL, 0));
+                assert_true(b.host >= a.host && b.nvme <= a.nvme);
+            }
+    }
+    zo_device_free(dev);
+}
+
 /* device_bytes 0: no limit, every parameter chunk gets a slot. */
 static void test_unlimited_device(void **state)
 {
@@ -265,6 +312,7 @@ int main(void)
         cmocka_unit_test(test_nvme_extents_sized_to_the_model),
         cmocka_unit_test(test_chunks_for_matches_reference),
         cmocka_unit_test(test_bad_layouts_are_refused),
+        cmocka_unit_test(test_split_footprint_for_equals_plan), /* last: draws from the shared rng */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
