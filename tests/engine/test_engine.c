@@ -1377,6 +1377,52 @@ static void test_split_checkpoint_resumes_on_another(void **state)
     }
 }
 
+/* fail_step_at for a split: fewer chunks on NVMe make fewer requests per
+ * step, so the faults go at requests every step makes. */
+static void split_fail_step_at(harness *h, zo_swap_t store, int s)
+{
+    static const uint64_t ops[] = {0, 3, 6};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        float *before[TM_T];
+        read_masters(h, before);
+        zo_swap_fault f = {ZO_SWAP_FAULT_EIO, ops[i], 0};
+        ZO_ASSERT_OK(zo_swap_set_faults(store, &f, 1));
+        zo_status e = failing_step(h, s, before);
+        if (e != ZO_ERR_IO) fail_msg("fault at request %d: step returned %d, expected ZO_ERR_IO", (int)ops[i], (int)e);
+        assert_non_null(strstr(zo_last_error(), "abandoned"));
+        ZO_ASSERT_OK(zo_swap_set_faults(store, NULL, 0));
+    }
+}
+
+/* An NVMe fault during a step of a split placement leaves every chunk's
+ * weights as they were (the in-place tiers update after the NVMe stores
+ * land), and the retried run equals the clean one. */
+static void test_split_nvme_fault_during_step(void **state)
+{
+    (void)state;
+    split sp[8];
+    make_splits(sp, 1);
+    for (int m = 0; m < 4; m++) {
+        const split *x = &sp[m / 2];
+        run_cfg c = split_cfg(x, m % 2 ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC);
+        c.steps = 8;
+        run_out ref;
+        run(&c, &ref);
+        harness h;
+        harness_open(&h, &c);
+        zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0};
+        ZO_ASSERT_OK(make_engine(&h, &never, 1));
+        double losses[8];
+        zo_step_stats st;
+        for (int s = 0; s < c.steps; s++) {
+            if (s == 4) split_fail_step_at(&h, zo_engine_nvme_store(h.eng), s);
+            if (s == 5 && x->ph == ZO_TIER_NVME) split_fail_step_at(&h, zo_engine_nvme_param_store(h.eng), s);
+            ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
+        }
+        close_and_compare(&h, losses, &ref, c.steps);
+    }
+}
+
 /* Caps name tiers faster than the home: any other is refused, naming it. */
 static void test_split_caps_refused(void **state)
 {
@@ -1438,6 +1484,7 @@ int main(void)
         cmocka_unit_test(test_split_homes_equal_all_host_and_all_nvme),
         cmocka_unit_test(test_split_footprint),
         cmocka_unit_test(test_split_checkpoint_resumes_on_another),
+        cmocka_unit_test(test_split_nvme_fault_during_step),
         cmocka_unit_test(test_split_caps_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
