@@ -88,8 +88,9 @@ static void rm_rf(const char *path)
     assert_int_equal(system(cmd), 0);
 }
 
-/* N steps, save, N steps; against load + N steps. */
-static void check_resume(const zt_options *o, const char *what)
+/* N steps under o, save, N steps; against load + N steps under r (the same
+ * run placed otherwise). */
+static void check_resume_as(const zt_options *o, const zt_options *r, const char *what)
 {
     char dir[400];
     snprintf(dir, sizeof dir, "%s/resume", g_dir);
@@ -103,7 +104,7 @@ static void check_resume(const zt_options *o, const char *what)
     float *wa = all_weights(a, &o->shape, &n);
     zt_trainer_free(a);
 
-    zt_trainer *b = open_trainer(o);
+    zt_trainer *b = open_trainer(r);
     load_from(b, dir);
     zt_train_state ts;
     zt_trainer_get_state(b, &ts);
@@ -120,6 +121,9 @@ static void check_resume(const zt_options *o, const char *what)
     free(wa);
     free(wb);
 }
+
+/* N steps, save, N steps; against load + N steps. */
+static void check_resume(const zt_options *o, const char *what) { check_resume_as(o, o, what); }
 
 static void test_resume_is_bitwise(void **state)
 {
@@ -143,6 +147,24 @@ static void test_resume_is_bitwise(void **state)
     o.sched.total_num_steps = 2 * N;
     o.sched.warmup_max_lr = 1e-2;
     check_resume(&o, "fp16, WarmupDecayLR, accumulation");
+}
+
+/* A checkpoint saved under one per-chunk split resumes bitwise under
+ * another, and under one home per state. */
+static void test_resume_on_another_split(void **state)
+{
+    (void)state;
+    zt_options a = base_options();
+    a.param_home = a.optim_home = ZO_TIER_NVME;
+    a.mode = ZO_OPTIM_OVERLAP;
+    a.optim_caps.host = 6 * 3 * a.chunk_bytes; /* three chunks' states in RAM */
+    zt_options b = a;
+    b.optim_caps.host = 6 * 7 * a.chunk_bytes;
+    b.param_caps.host = 9 * a.chunk_bytes;
+    check_resume_as(&a, &b, "3 chunks' states on the host, resumed with 7 and 9 chunks' params");
+    zt_options c = a;
+    c.optim_caps.host = 0;
+    check_resume_as(&b, &c, "split, resumed all on NVMe");
 }
 
 /* ---- an independent minimal safetensors reader ---- */
@@ -414,6 +436,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_is_bitwise),
+        cmocka_unit_test(test_resume_on_another_split),
         cmocka_unit_test(test_files_read_by_an_independent_reader),
         cmocka_unit_test(test_bad_checkpoints_are_refused),
         cmocka_unit_test(test_init_weights),
