@@ -77,38 +77,38 @@ typedef struct zo_engine_caps {
 
 typedef struct zo_engine_config {
     size_t struct_size;
-    zo_device_t device;       /* must outlive the engine */
-    int rank, world_size;     /* multi-rank modes partition states over ranks; only 0/1 today */
+    zo_device_t device;   /* must outlive the engine */
+    int rank, world_size; /* multi-rank modes partition states over ranks; only 0/1 today */
 
-    zo_dtype param_dtype;     /* ZO_DTYPE_BF16 (default) or ZO_DTYPE_F16 (p16 and g16) */
-    size_t chunk_bytes;       /* bytes of 16-bit parameters per chunk (0: 4 MiB); raised to fit the
-                                 largest tensor, rounded to 4 KiB */
-    zo_tier param_home;       /* where p16 lives between uses: device, host or nvme (nvme needs
-                                 optim_home nvme: the update writes p16 through the NVMe stages) */
-    zo_tier optim_home;       /* master, m, v: device (cpu device only), host or nvme */
+    zo_dtype param_dtype; /* ZO_DTYPE_BF16 (default) or ZO_DTYPE_F16 (p16 and g16) */
+    size_t chunk_bytes;   /* bytes of 16-bit parameters per chunk (0: 4 MiB); raised to fit the
+                             largest tensor, rounded to 4 KiB */
+    zo_tier param_home;   /* where p16 lives between uses: device, host or nvme (nvme needs
+                             optim_home nvme: the update writes p16 through the NVMe stages) */
+    zo_tier optim_home;   /* master, m, v: device (cpu device only), host or nvme */
 
-    uint64_t device_bytes;    /* engine's share of the device budget (0: all that is free at init) */
-    uint64_t pinned_bytes;    /* pinned host pool budget (0: what the plan needs) */
+    uint64_t device_bytes; /* engine's share of the device budget (0: all that is free at init) */
+    uint64_t pinned_bytes; /* pinned host pool budget (0: what the plan needs) */
     const char *const *nvme_paths; /* one directory per drive, for any nvme home */
     size_t n_nvme_paths;
-    uint64_t nvme_bytes;      /* NVMe capacity to use (0: what the plan needs) */
-    const char *nvme_engine;  /* "auto", "io_uring" or "sync" */
+    uint64_t nvme_bytes;     /* NVMe capacity to use (0: what the plan needs) */
+    const char *nvme_engine; /* "auto", "io_uring" or "sync" */
 
-    int lookahead;            /* fetches prefetched ahead (default 2) */
+    int lookahead; /* fetches prefetched ahead (default 2) */
     zo_optim_mode mode;
-    int grad_accum_steps;     /* micro-batches per optimizer step (>= 1); accumulated in fp32 */
-    int optim_threads;        /* CPU optimizer worker threads (0: one per core of the device's node) */
+    int grad_accum_steps; /* micro-batches per optimizer step (>= 1); accumulated in fp32 */
+    int optim_threads;    /* CPU optimizer worker threads (0: one per core of the device's node) */
 
-    zo_adam_params adam;      /* lr, betas, eps, weight decay, adamw; step and grad_scale are set by
-                                 the engine */
-    float max_grad_norm;      /* > 0: clip the global gradient norm (DeepSpeed gradient_clipping) */
+    zo_adam_params adam; /* lr, betas, eps, weight decay, adamw; step and grad_scale are set by
+                            the engine */
+    float max_grad_norm; /* > 0: clip the global gradient norm (DeepSpeed gradient_clipping) */
     zo_loss_scaler_config loss_scaler; /* fp16 only; static when loss_scale > 0 */
 
-    const char *nvme_name;    /* swap file name prefix (NULL: "zoffload"): DIR/NAME.swap.I */
+    const char *nvme_name;     /* swap file name prefix (NULL: "zoffload"): DIR/NAME.swap.I */
     uint32_t nvme_queue_depth; /* NVMe requests in flight per store (0: the swap store's default;
                                  DeepSpeed's aio.queue_depth) */
-    uint32_t nvme_block_size; /* bytes per NVMe request, a multiple of 4096 (0: the swap store's
-                                 default; DeepSpeed's aio.block_size) */
+    uint32_t nvme_block_size;  /* bytes per NVMe request, a multiple of 4096 (0: the swap store's
+                                  default; DeepSpeed's aio.block_size) */
     zo_engine_caps param_caps; /* 16-bit parameters a faster tier than param_home holds; a chunk
                                  whose states are off NVMe keeps them off NVMe too (the update
                                  writes NVMe parameters through the states' stages), counted in
@@ -118,10 +118,12 @@ typedef struct zo_engine_config {
 } zo_engine_config;
 
 #define ZO_ENGINE_CONFIG_INIT                                                                      \
-    {.struct_size = sizeof(zo_engine_config), .world_size = 1, .param_dtype = ZO_DTYPE_BF16,       \
-     .param_home = ZO_TIER_HOST, .optim_home = ZO_TIER_HOST, .nvme_engine = "auto",                \
-     .lookahead = 2, .mode = ZO_OPTIM_SYNC, .grad_accum_steps = 1, .adam = ZO_ADAM_PARAMS_INIT,    \
-     .loss_scaler = ZO_LOSS_SCALER_CONFIG_INIT}
+    {                                                                                              \
+        .struct_size = sizeof(zo_engine_config), .world_size = 1, .param_dtype = ZO_DTYPE_BF16,    \
+        .param_home = ZO_TIER_HOST, .optim_home = ZO_TIER_HOST, .nvme_engine = "auto",             \
+        .lookahead = 2, .mode = ZO_OPTIM_SYNC, .grad_accum_steps = 1, .adam = ZO_ADAM_PARAMS_INIT, \
+        .loss_scaler = ZO_LOSS_SCALER_CONFIG_INIT                                                  \
+    }
 
 /* Bytes the plan needs in each tier, computed by zo_engine_finalize (and by
  * zo_engine_plan without allocating anything). Exactly, with C = chunk_bytes,
@@ -151,7 +153,10 @@ typedef struct zo_engine_footprint {
     uint64_t n_params;
 } zo_engine_footprint;
 
-#define ZO_ENGINE_FOOTPRINT_INIT {.struct_size = sizeof(zo_engine_footprint)}
+#define ZO_ENGINE_FOOTPRINT_INIT                                                                   \
+    {                                                                                              \
+        .struct_size = sizeof(zo_engine_footprint)                                                 \
+    }
 
 /* A model described only by its tensors' sizes, for planning without an
  * engine (nothing registered, nothing allocated): numel[i] and layer[i] of
@@ -164,7 +169,10 @@ typedef struct zo_engine_layout {
     const int *layer;
 } zo_engine_layout;
 
-#define ZO_ENGINE_LAYOUT_INIT {.struct_size = sizeof(zo_engine_layout)}
+#define ZO_ENGINE_LAYOUT_INIT                                                                      \
+    {                                                                                              \
+        .struct_size = sizeof(zo_engine_layout)                                                    \
+    }
 
 /* One chunk of a packed layout: its layer, and the 16-bit bytes in use
  * (what a load of the chunk moves). */
@@ -175,29 +183,32 @@ typedef struct zo_engine_chunk_info {
 
 typedef struct zo_step_stats {
     size_t struct_size;
-    int64_t step;              /* optimizer updates applied (skipped overflow steps do not count;
-                                  in dpu mode the update of this step is still running) */
-    double grad_norm;          /* global norm of the unscaled gradients */
-    int overflow;              /* inf/NaN seen: the update was skipped */
-    int clipped;               /* the clip coefficient was applied */
-    double loss_scale;         /* the scale used this step (1 for bf16) */
-    int rollbacks;             /* chunks rolled back and redone (overlap mode) */
+    int64_t step;      /* optimizer updates applied (skipped overflow steps do not count;
+                          in dpu mode the update of this step is still running) */
+    double grad_norm;  /* global norm of the unscaled gradients */
+    int overflow;      /* inf/NaN seen: the update was skipped */
+    int clipped;       /* the clip coefficient was applied */
+    double loss_scale; /* the scale used this step (1 for bf16) */
+    int rollbacks;     /* chunks rolled back and redone (overlap mode) */
     uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
-    double step_seconds;       /* wall time from the step's first fetch to end_step's return */
-    double stall_seconds;      /* time the compute stream waited for parameters */
-    double optim_seconds;      /* CPU optimizer busy time (host job thread and updates) */
+    double step_seconds;  /* wall time from the step's first fetch to end_step's return */
+    double stall_seconds; /* time the compute stream waited for parameters */
+    double optim_seconds; /* CPU optimizer busy time (host job thread and updates) */
     double h2d_seconds, d2h_seconds; /* busy time of the engine's copy streams */
-    double nvme_seconds;       /* time spent waiting for NVMe I/O (the optimizer's and the fetches') */
+    double nvme_seconds; /* time spent waiting for NVMe I/O (the optimizer's and the fetches') */
     uint64_t peak_device, peak_pinned, peak_host, peak_nvme; /* high-water marks since init: the
                                   engine's own device bytes, the pinned pool's reserved bytes,
                                   pageable host bytes, NVMe extent payload bytes */
-    uint64_t fetch_hits;       /* chunks already resident (or prefetched) when fetched */
-    uint64_t fetch_misses;     /* chunks loaded on demand by fetch */
-    uint64_t evictions;        /* resident chunks evicted (farthest next use) */
-    uint64_t prefetches;       /* chunks loaded ahead along the recorded trace */
+    uint64_t fetch_hits;   /* chunks already resident (or prefetched) when fetched */
+    uint64_t fetch_misses; /* chunks loaded on demand by fetch */
+    uint64_t evictions;    /* resident chunks evicted (farthest next use) */
+    uint64_t prefetches;   /* chunks loaded ahead along the recorded trace */
 } zo_step_stats;
 
-#define ZO_STEP_STATS_INIT {.struct_size = sizeof(zo_step_stats)}
+#define ZO_STEP_STATS_INIT                                                                         \
+    {                                                                                              \
+        .struct_size = sizeof(zo_step_stats)                                                       \
+    }
 
 /* The engine copies cfg, including its strings and arrays (nvme_paths,
  * nvme_engine, nvme_name): the caller's may go away after. */
@@ -209,11 +220,12 @@ ZO_API void zo_engine_free(zo_engine_t eng);
  * values (numel of them). Returns its id (0, 1, ...) in *id. Only before
  * zo_engine_finalize. */
 ZO_API zo_status zo_engine_register(zo_engine_t eng, int layer, const char *name, size_t numel,
-                             const float *init, int *id);
+                                    const float *init, int *id);
 
 /* The footprint of the registered model under the configuration, without
  * allocating; fits is 0 and msg names the tier and shortfall when it cannot. */
-ZO_API zo_status zo_engine_plan(zo_engine_t eng, zo_engine_footprint *fp, int *fits, char *msg, size_t cap);
+ZO_API zo_status zo_engine_plan(zo_engine_t eng, zo_engine_footprint *fp, int *fits, char *msg,
+                                size_t cap);
 
 /* Pack, allocate every tier, place the initial states. Refuses a plan that
  * cannot fit with ZO_ERR_BUDGET or ZO_ERR_OUT_OF_DEVICE_MEMORY naming the tier
@@ -232,7 +244,7 @@ ZO_API zo_status zo_engine_finalize(zo_engine_t eng);
  * stay as they were; the caller stops the step (enqueues no more work for
  * it) and may run it again from its first fetch. */
 ZO_API zo_status zo_engine_fetch(zo_engine_t eng, int layer, zo_phase phase, zo_stream_t compute,
-                          void **params, void **grads, int n);
+                                 void **params, void **grads, int n);
 /* The caller's compute stream is done with the layer's parameters once the
  * work enqueued so far completes. */
 ZO_API zo_status zo_engine_release(zo_engine_t eng, int layer, zo_stream_t compute);
@@ -271,13 +283,14 @@ ZO_API zo_status zo_engine_homes(zo_engine_t eng, uint32_t params[3], uint32_t o
  * budget is cfg->device_bytes (0: unlimited, so every parameter chunk gets a
  * device slot). Work and memory are proportional to the number of tensors,
  * not to their sizes. */
-ZO_API zo_status zo_engine_footprint_for(const zo_engine_config *cfg, const zo_engine_layout *layout,
-                                  zo_engine_footprint *fp, int *fits, char *msg, size_t cap);
+ZO_API zo_status zo_engine_footprint_for(const zo_engine_config *cfg,
+                                         const zo_engine_layout *layout, zo_engine_footprint *fp,
+                                         int *fits, char *msg, size_t cap);
 /* How the engine would pack the layout into chunks under cfg: their number
  * in *n_chunks and, for the first cap of them, each chunk's layer and bytes
  * in use (n_tensors entries always suffice: a chunk holds a tensor at least). */
 ZO_API zo_status zo_engine_chunks_for(const zo_engine_config *cfg, const zo_engine_layout *layout,
-                               zo_engine_chunk_info *chunks, size_t cap, uint32_t *n_chunks);
+                                      zo_engine_chunk_info *chunks, size_t cap, uint32_t *n_chunks);
 /* The bytes of optimizer states a chunk with n_elems parameters in use
  * reads and writes on NVMe per update: fp32 master, m and v of those
  * elements, packed, each padded to 4 KiB (a chunk's extent keeps room for
@@ -318,7 +331,7 @@ ZO_API zo_status zo_engine_read_state(zo_engine_t eng, int id, float *master, fl
  * state intact. ZO_ERR_STATE before finalize (register the values instead)
  * or with a dpu update pending. */
 ZO_API zo_status zo_engine_write_state(zo_engine_t eng, int id, const float *master, const float *m,
-                                const float *v);
+                                       const float *v);
 /* dpu mode: wait for the pending delayed update and apply it (the next step
  * computes with its parameters). A no-op in the other modes. */
 ZO_API zo_status zo_engine_flush(zo_engine_t eng);
@@ -333,7 +346,10 @@ typedef struct zo_engine_step_state {
     int scaler_hysteresis; /* overflows it still tolerates before halving the scale */
 } zo_engine_step_state;
 
-#define ZO_ENGINE_STEP_STATE_INIT {.struct_size = sizeof(zo_engine_step_state), .loss_scale = 1.0}
+#define ZO_ENGINE_STEP_STATE_INIT                                                                  \
+    {                                                                                              \
+        .struct_size = sizeof(zo_engine_step_state), .loss_scale = 1.0                             \
+    }
 
 /* ZO_ERR_STATE with a dpu update pending (flush first) or a step open. */
 ZO_API zo_status zo_engine_get_step_state(zo_engine_t eng, zo_engine_step_state *out);

@@ -52,15 +52,17 @@ static zo_status check_plan_config(const zo_engine_config *c)
                        "rank %d of world size %d: only world_size 1 (rank 0) is supported so far",
                        c->rank, c->world_size);
     if (c->param_dtype != ZO_DTYPE_BF16 && c->param_dtype != ZO_DTYPE_F16)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_dtype must be ZO_DTYPE_BF16 or ZO_DTYPE_F16");
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "param_dtype must be ZO_DTYPE_BF16 or ZO_DTYPE_F16");
     if ((unsigned)c->param_home > ZO_TIER_NVME || (unsigned)c->optim_home > ZO_TIER_NVME)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_home/optim_home must be a zo_tier");
     ZO_TRY(eng_tiers_check());
     ZO_TRY(eng_check_caps(c));
     if (eng_param_tiers[c->param_home]->store && !eng_state_tiers[c->optim_home]->p16_stored)
-        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
-                       "param_home=nvme needs optim_home=nvme (the update writes the new 16-bit "
-                       "parameters through the NVMe stages); set optim_home=nvme or param_home=host");
+        return ZO_FAIL(
+            ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+            "param_home=nvme needs optim_home=nvme (the update writes the new 16-bit "
+            "parameters through the NVMe stages); set optim_home=nvme or param_home=host");
     if ((unsigned)c->mode > ZO_OPTIM_DPU)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "mode must be sync, overlap or dpu");
     if (c->grad_accum_steps < 1)
@@ -77,18 +79,22 @@ static zo_status check_plan_config(const zo_engine_config *c)
 static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
 {
     ZO_TRY(check_plan_config(c));
-    if (!dev) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "config.device is NULL");
-    for (int t = c->optim_caps.device ? ZO_TIER_DEVICE : (int)c->optim_home; t <= (int)c->optim_home; t++) {
+    if (!dev)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "config.device is NULL");
+    for (int t = c->optim_caps.device ? ZO_TIER_DEVICE : (int)c->optim_home;
+         t <= (int)c->optim_home; t++) {
         const eng_state_tier *st = eng_state_tiers[t];
         if ((zo_device_caps(dev) & st->needs_caps) != st->needs_caps)
-            return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
-                           "optimizer states on the %s tier (optim_home or optim_caps) need a device "
-                           "optimizer, which exists only on the cpu device so far: use optim_home=host "
-                           "or nvme and no optim_caps.device on %s",
-                           st->name, zo_device_backend(dev));
+            return ZO_FAIL(
+                ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                "optimizer states on the %s tier (optim_home or optim_caps) need a device "
+                "optimizer, which exists only on the cpu device so far: use optim_home=host "
+                "or nvme and no optim_caps.device on %s",
+                st->name, zo_device_backend(dev));
     }
     if (eng_state_tiers[c->optim_home]->needs_paths && (!c->nvme_paths || c->n_nvme_paths == 0))
-        return ZO_FAIL(ZO_ERR_CONFIG, ENG_SUBSYS, "optim_home=%s needs at least one nvme_paths entry",
+        return ZO_FAIL(ZO_ERR_CONFIG, ENG_SUBSYS,
+                       "optim_home=%s needs at least one nvme_paths entry",
                        eng_state_tiers[c->optim_home]->name);
     for (size_t i = 0; i < c->n_nvme_paths; i++)
         if (!c->nvme_paths || !c->nvme_paths[i])
@@ -98,7 +104,8 @@ static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
 
 static void free_config_refs(struct zo_engine *e)
 {
-    for (size_t i = 0; e->paths && i < e->cfg.n_nvme_paths; i++) free(e->paths[i]);
+    for (size_t i = 0; e->paths && i < e->cfg.n_nvme_paths; i++)
+        free(e->paths[i]);
     free(e->paths);
     free(e->engine_name);
     free(e->file_name);
@@ -108,7 +115,8 @@ static void free_config_refs(struct zo_engine *e)
 static char *dup_str(const char *s, int *bad)
 {
     char *d = strdup(s);
-    if (!d) *bad = 1;
+    if (!d)
+        *bad = 1;
     return d;
 }
 
@@ -119,8 +127,10 @@ static int copy_config_refs(struct zo_engine *e, const zo_engine_config *c)
     int bad = 0;
     if (c->n_nvme_paths) {
         e->paths = calloc(c->n_nvme_paths, sizeof *e->paths);
-        if (!e->paths) return -1;
-        for (size_t i = 0; i < c->n_nvme_paths; i++) e->paths[i] = dup_str(c->nvme_paths[i], &bad);
+        if (!e->paths)
+            return -1;
+        for (size_t i = 0; i < c->n_nvme_paths; i++)
+            e->paths[i] = dup_str(c->nvme_paths[i], &bad);
     }
     e->engine_name = dup_str(c->nvme_engine ? c->nvme_engine : "auto", &bad);
     e->file_name = dup_str(c->nvme_name ? c->nvme_name : "zoffload", &bad);
@@ -132,11 +142,15 @@ static int copy_config_refs(struct zo_engine *e, const zo_engine_config *c)
 
 zo_status zo_engine_set_swap_faults(zo_engine_t e, const zo_swap_fault *faults, size_t n)
 {
-    if (!e || (n && !faults)) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
-    if (e->finalized) return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "swap faults: the engine is already finalized");
+    if (!e || (n && !faults))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
+    if (e->finalized)
+        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "swap faults: the engine is already finalized");
     zo_swap_fault *copy = n ? malloc(n * sizeof *copy) : NULL;
-    if (n && !copy) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "copying %zu swap faults", n);
-    if (n) memcpy(copy, faults, n * sizeof *copy);
+    if (n && !copy)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "copying %zu swap faults", n);
+    if (n)
+        memcpy(copy, faults, n * sizeof *copy);
     free(e->faults);
     e->faults = copy;
     e->n_faults = n;
@@ -145,11 +159,13 @@ zo_status zo_engine_set_swap_faults(zo_engine_t e, const zo_swap_fault *faults, 
 
 zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg)
 {
-    if (!out || !cfg) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
+    if (!out || !cfg)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
     *out = NULL;
     ZO_TRY(check_config(cfg, cfg->device));
     struct zo_engine *e = calloc(1, sizeof *e);
-    if (!e) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the engine");
+    if (!e)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the engine");
     e->cfg = *cfg;
     e->lr_next = e->step_lr = cfg->adam.lr;
     e->dpu_lr = cfg->adam.lr;
@@ -172,11 +188,14 @@ zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg)
 
 static zo_status grow(void **p, int *cap, int need, size_t elem)
 {
-    if (need <= *cap) return ZO_OK;
+    if (need <= *cap)
+        return ZO_OK;
     int n = *cap ? *cap * 2 : 8;
-    while (n < need) n *= 2;
+    while (n < need)
+        n *= 2;
     void *q = realloc(*p, (size_t)n * elem);
-    if (!q) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "growing a table to %d entries", n);
+    if (!q)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "growing a table to %d entries", n);
     memset((char *)q + (size_t)*cap * elem, 0, (size_t)(n - *cap) * elem);
     *p = q;
     *cap = n;
@@ -201,7 +220,8 @@ zo_status zo_engine_register(zo_engine_t e, int layer, const char *name, size_t 
     eng_layer *L = &e->layers[layer];
     ZO_TRY(grow((void **)&L->tensors, &L->cap, L->n_tensors + 1, sizeof *L->tensors));
     float *copy = malloc(numel * sizeof *copy);
-    if (!copy) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "copying %zu initial values", numel);
+    if (!copy)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "copying %zu initial values", numel);
     memcpy(copy, init, numel * sizeof *copy);
     eng_tensor *t = &e->tensors[e->n_tensors];
     memset(t, 0, sizeof *t);
@@ -210,19 +230,26 @@ zo_status zo_engine_register(zo_engine_t e, int layer, const char *name, size_t 
     t->numel = numel;
     t->init = copy;
     L->tensors[L->n_tensors++] = e->n_tensors;
-    if (layer == e->n_layers) e->n_layers++;
-    if (id) *id = e->n_tensors;
+    if (layer == e->n_layers)
+        e->n_layers++;
+    if (id)
+        *id = e->n_tensors;
     e->n_tensors++;
     return ZO_OK;
 }
 
-int zo_engine_n_tensors(zo_engine_t e) { return e ? e->n_tensors : 0; }
+int zo_engine_n_tensors(zo_engine_t e)
+{
+    return e ? e->n_tensors : 0;
+}
 
 int zo_engine_layer_tensors(zo_engine_t e, int layer, int *ids, int cap)
 {
-    if (!e || layer < 0 || layer >= e->n_layers) return 0;
+    if (!e || layer < 0 || layer >= e->n_layers)
+        return 0;
     eng_layer *L = &e->layers[layer];
-    for (int i = 0; i < L->n_tensors && i < cap; i++) ids[i] = L->tensors[i];
+    for (int i = 0; i < L->n_tensors && i < cap; i++)
+        ids[i] = L->tensors[i];
     return L->n_tensors;
 }
 
@@ -238,18 +265,21 @@ static size_t chunk_bytes_for(const zo_engine_config *c, size_t largest_numel)
 }
 
 /* Host 16-bit gradient buffers per chunk: by step parity for the delayed update. */
-static int g_bufs_for(const zo_engine_config *c) { return mode_for(c->mode)->grad_bufs; }
+static int g_bufs_for(const zo_engine_config *c)
+{
+    return mode_for(c->mode)->grad_bufs;
+}
 
 /* The packing rule, shared by the engine and zo_engine_footprint_for:
  * tensors in registration order, each at a 256-byte aligned offset; a new
  * chunk starts at every layer and wherever the next tensor does not fit. */
 typedef struct eng_packer {
     size_t chunk_elems;
-    int layer;          /* layer of the open chunk, -1 before the first */
-    size_t off;         /* elements used in the open chunk */
+    int layer;  /* layer of the open chunk, -1 before the first */
+    size_t off; /* elements used in the open chunk */
     uint32_t n_chunks;
     uint32_t layer_chunks, max_cpl;
-    size_t max_used;    /* elements of the fullest chunk */
+    size_t max_used; /* elements of the fullest chunk */
 } eng_packer;
 
 /* Place a tensor; returns the chunk it goes to, its offset in *at. */
@@ -258,13 +288,15 @@ static uint32_t packer_place(eng_packer *p, int layer, size_t numel, size_t *at)
     size_t pos = zo_round_up(p->off, ENG_TENSOR_ALIGN);
     if (p->n_chunks == 0 || layer != p->layer || pos + numel > p->chunk_elems) {
         p->layer_chunks = layer != p->layer ? 1 : p->layer_chunks + 1;
-        if (p->layer_chunks > p->max_cpl) p->max_cpl = p->layer_chunks;
+        if (p->layer_chunks > p->max_cpl)
+            p->max_cpl = p->layer_chunks;
         p->layer = layer;
         p->n_chunks++;
         pos = 0;
     }
     p->off = pos + numel;
-    if (p->off > p->max_used) p->max_used = p->off;
+    if (p->off > p->max_used)
+        p->max_used = p->off;
     *at = pos;
     return p->n_chunks - 1;
 }
@@ -282,14 +314,18 @@ uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems)
     return 3 * zo_round_up(n_elems * sizeof(float), ZO_SWAP_ALIGN);
 }
 
-static uint64_t state_extent_bytes_for(const eng_shape *sh) { return 3ull * sh->chunk_elems * sizeof(float); }
+static uint64_t state_extent_bytes_for(const eng_shape *sh)
+{
+    return 3ull * sh->chunk_elems * sizeof(float);
+}
 
 /* The placement: each chunk's home for its 16-bit parameters and for its
  * optimizer states, into p16[c] and states[c], by the rule of
  * engine_place.c. The engine (pack) and the planner (zo_engine_footprint_for)
  * both take their homes from here, so the planner's footprint stays the
  * engine's. */
-static void choose_homes(const zo_engine_config *c, const eng_shape *sh, uint8_t *p16, uint8_t *states)
+static void choose_homes(const zo_engine_config *c, const eng_shape *sh, uint8_t *p16,
+                         uint8_t *states)
 {
     eng_place_homes(c, sh->n_chunks, sh->chunk_bytes, p16, states);
 }
@@ -332,14 +368,17 @@ static zo_status pack(struct zo_engine *e)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "no tensors registered: register the model first");
     size_t largest = 0;
     for (int i = 0; i < e->n_tensors; i++)
-        if (e->tensors[i].numel > largest) largest = e->tensors[i].numel;
+        if (e->tensors[i].numel > largest)
+            largest = e->tensors[i].numel;
     e->chunk_bytes = chunk_bytes_for(&e->cfg, largest);
     if (largest * e->e16 > (e->cfg.chunk_bytes ? e->cfg.chunk_bytes : DEFAULT_CHUNK_BYTES))
-        ZO_LOGI(ENG_SUBSYS, "chunk size raised to %zu bytes to fit the largest tensor", e->chunk_bytes);
+        ZO_LOGI(ENG_SUBSYS, "chunk size raised to %zu bytes to fit the largest tensor",
+                e->chunk_bytes);
     e->chunk_elems = e->chunk_bytes / e->e16;
     free(e->chunks);
     e->chunks = calloc((size_t)e->n_tensors, sizeof *e->chunks); /* at most one chunk per tensor */
-    if (!e->chunks) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the chunk table");
+    if (!e->chunks)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the chunk table");
     eng_packer pk = {e->chunk_elems, -1, 0, 0, 0, 0, 0};
     for (int l = 0; l < e->n_layers; l++) { /* registration order: layers in order */
         eng_layer *L = &e->layers[l];
@@ -377,8 +416,10 @@ static uint64_t device_budget(struct zo_engine *e)
 {
     zo_device_mem_stats ms;
     uint64_t free_now = 0;
-    if (zo_device_mem_get_stats(e->dev, &ms) == ZO_OK && ms.budget > ms.in_use) free_now = ms.budget - ms.in_use;
-    if (e->cfg.device_bytes && e->cfg.device_bytes < free_now) return e->cfg.device_bytes;
+    if (zo_device_mem_get_stats(e->dev, &ms) == ZO_OK && ms.budget > ms.in_use)
+        free_now = ms.budget - ms.in_use;
+    if (e->cfg.device_bytes && e->cfg.device_bytes < free_now)
+        return e->cfg.device_bytes;
     return free_now;
 }
 
@@ -402,16 +443,19 @@ static uint64_t plan_pslots(const eng_plan_in *in, uint64_t budget, uint64_t fix
                             char *msg, size_t cap)
 {
     uint64_t cb = in->chunk_bytes, nc = in->n_chunks, resident = 0;
-    for (uint32_t c = 0; c < in->n_chunks; c++) resident += eng_param_tiers[eng_p16_home(in, c)]->resident;
+    for (uint32_t c = 0; c < in->n_chunks; c++)
+        resident += eng_param_tiers[eng_p16_home(in, c)]->resident;
     uint64_t min_pslots = resident + (resident < nc ? in->max_cpl : 0);
     uint64_t need = min_pslots * cb + fixed;
     if (need > budget) {
-        *fits = shortfall(msg, cap, "device", need, budget,
-                          resident == nc ? "every parameter chunk resident, one layer's gradient chunks"
-                                         : "one layer's parameter and gradient chunks");
+        *fits =
+            shortfall(msg, cap, "device", need, budget,
+                      resident == nc ? "every parameter chunk resident, one layer's gradient chunks"
+                                     : "one layer's parameter and gradient chunks");
         return min_pslots;
     }
-    if (resident == nc) return min_pslots;
+    if (resident == nc)
+        return min_pslots;
     uint64_t room = (budget - fixed) / cb;
     return room < nc ? room : nc;
 }
@@ -420,8 +464,8 @@ static uint64_t plan_pslots(const eng_plan_in *in, uint64_t budget, uint64_t fix
  * them, for a packed model under configuration c and a device budget: the
  * engine's own buffers here, each home's through its tier's accounting. */
 static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uint8_t *p16_home,
-                       const uint8_t *states_home, uint64_t budget, zo_engine_footprint *fp, int *fits,
-                       char *msg, size_t cap)
+                       const uint8_t *states_home, uint64_t budget, zo_engine_footprint *fp,
+                       int *fits, char *msg, size_t cap)
 {
     uint64_t cb = sh->chunk_bytes, ce = sh->chunk_elems, nc = sh->n_chunks;
     memset(fp, 0, sizeof *fp);
@@ -431,15 +475,18 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
     fp->max_chunks_per_layer = sh->max_cpl;
     fp->n_params = sh->n_params;
     *fits = 1;
-    if (msg && cap) msg[0] = 0;
+    if (msg && cap)
+        msg[0] = 0;
     eng_plan_in in = plan_in(c, sh, p16_home, states_home);
 
     /* optimizer states first: their device share leaves the room for parameter slots */
     zo_engine_footprint t = {0};
-    for (int i = 0; i < ENG_N_TIERS; i++) eng_state_tiers[i]->account(&in, &t);
+    for (int i = 0; i < ENG_N_TIERS; i++)
+        eng_state_tiers[i]->account(&in, &t);
     uint64_t grads = sh->max_cpl * cb;
     in.pslots = plan_pslots(&in, budget, grads + t.device, fits, msg, cap);
-    for (int i = 0; i < ENG_N_TIERS; i++) eng_param_tiers[i]->account(&in, &t);
+    for (int i = 0; i < ENG_N_TIERS; i++)
+        eng_param_tiers[i]->account(&in, &t);
     fp->device_param_slots = (uint32_t)in.pslots;
     fp->device_grad_slots = sh->max_cpl;
     fp->device = in.pslots * cb + grads + t.device;
@@ -452,7 +499,8 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
 
     /* host (pageable): optimizer states and overlap backups (tiers), fp32 accumulators */
     fp->host = t.host;
-    if (c->grad_accum_steps > 1) fp->host += nc * (uint64_t)g_bufs_for(c) * ce * sizeof(float);
+    if (c->grad_accum_steps > 1)
+        fp->host += nc * (uint64_t)g_bufs_for(c) * ce * sizeof(float);
 
     /* nvme: two extents per chunk (current and alternate) */
     fp->nvme = t.nvme;
@@ -467,19 +515,23 @@ static zo_status compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int 
     ZO_TRY(pack(e));
     eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0, 0};
     for (uint32_t i = 0; i < e->n_chunks; i++)
-        if (e->chunks[i].n_elems > sh.max_chunk_elems) sh.max_chunk_elems = e->chunks[i].n_elems;
-    for (int i = 0; i < e->n_tensors; i++) sh.n_params += e->tensors[i].numel;
+        if (e->chunks[i].n_elems > sh.max_chunk_elems)
+            sh.max_chunk_elems = e->chunks[i].n_elems;
+    for (int i = 0; i < e->n_tensors; i++)
+        sh.n_params += e->tensors[i].numel;
     plan_tiers(&e->cfg, &sh, e->p16_home, e->states_home, device_budget(e), fp, fits, msg, cap);
     return ZO_OK;
 }
 
 zo_status zo_engine_plan(zo_engine_t e, zo_engine_footprint *fp, int *fits, char *msg, size_t cap)
 {
-    if (!e || !fp || !fits) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
+    if (!e || !fp || !fits)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
     if (e->finalized) {
         *fp = e->fp;
         *fits = 1;
-        if (msg && cap) msg[0] = 0;
+        if (msg && cap)
+            msg[0] = 0;
         return ZO_OK;
     }
     return compute_plan(e, fp, fits, msg, cap);
@@ -517,7 +569,8 @@ static zo_status pack_layout(const zo_engine_config *cfg, const zo_engine_layout
     ZO_TRY(check_layout(layout));
     size_t largest = 0;
     for (size_t i = 0; i < layout->n_tensors; i++)
-        if (layout->numel[i] > largest) largest = layout->numel[i];
+        if (layout->numel[i] > largest)
+            largest = layout->numel[i];
     memset(sh, 0, sizeof *sh);
     sh->chunk_bytes = chunk_bytes_for(cfg, largest);
     sh->chunk_elems = sh->chunk_bytes / 2;
@@ -540,7 +593,8 @@ static zo_status pack_layout(const zo_engine_config *cfg, const zo_engine_layout
 zo_status zo_engine_footprint_for(const zo_engine_config *cfg, const zo_engine_layout *layout,
                                   zo_engine_footprint *fp, int *fits, char *msg, size_t cap)
 {
-    if (!cfg || !layout || !fp || !fits) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
+    if (!cfg || !layout || !fp || !fits)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
     eng_shape sh;
     ZO_TRY(pack_layout(cfg, layout, NULL, 0, &sh));
     uint8_t *p16 = malloc(sh.n_chunks), *states = malloc(sh.n_chunks);
@@ -550,8 +604,8 @@ zo_status zo_engine_footprint_for(const zo_engine_config *cfg, const zo_engine_l
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %u chunks' homes", sh.n_chunks);
     }
     choose_homes(cfg, &sh, p16, states);
-    plan_tiers(cfg, &sh, p16, states, cfg->device_bytes ? cfg->device_bytes : UINT64_MAX, fp, fits, msg,
-               cap);
+    plan_tiers(cfg, &sh, p16, states, cfg->device_bytes ? cfg->device_bytes : UINT64_MAX, fp, fits,
+               msg, cap);
     free(p16);
     free(states);
     return ZO_OK;
@@ -570,23 +624,31 @@ zo_status zo_engine_chunks_for(const zo_engine_config *cfg, const zo_engine_layo
 
 zo_status zo_engine_footprint_get(zo_engine_t e, zo_engine_footprint *fp)
 {
-    if (!e || !fp) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
-    if (!e->finalized) return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the engine is not finalized yet");
+    if (!e || !fp)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
+    if (!e->finalized)
+        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the engine is not finalized yet");
     *fp = e->fp;
     return ZO_OK;
 }
 
 zo_status zo_engine_homes(zo_engine_t e, uint32_t params[3], uint32_t optim[3])
 {
-    if (!e) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
-    if (!e->finalized) return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the engine is not finalized yet");
+    if (!e)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
+    if (!e->finalized)
+        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the engine is not finalized yet");
     for (int t = 0; t < ENG_N_TIERS; t++) {
-        if (params) params[t] = 0;
-        if (optim) optim[t] = 0;
+        if (params)
+            params[t] = 0;
+        if (optim)
+            optim[t] = 0;
     }
     for (uint32_t c = 0; c < e->n_chunks; c++) {
-        if (params) params[e->p16_home[c]]++;
-        if (optim) optim[e->states_home[c]]++;
+        if (params)
+            params[e->p16_home[c]]++;
+        if (optim)
+            optim[e->states_home[c]]++;
     }
     return ZO_OK;
 }
@@ -602,14 +664,16 @@ static zo_status alloc_device(struct zo_engine *e)
     ZO_TRY(zo_device_malloc(e->dev, e->n_gslots * cb, &e->dev_grads));
     e->pslots = calloc(e->n_pslots, sizeof *e->pslots);
     e->gslots = calloc(e->n_gslots, sizeof *e->gslots);
-    if (!e->pslots || !e->gslots) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating slot tables");
+    if (!e->pslots || !e->gslots)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating slot tables");
     for (uint32_t s = 0; s < e->n_pslots; s++) {
         e->pslots[s].ptr = (char *)e->dev_params + s * cb;
         e->pslots[s].chunk = -1;
         ZO_TRY(zo_event_create(e->dev, &e->pslots[s].ready));
         ZO_TRY(zo_event_create(e->dev, &e->pslots[s].lastuse));
     }
-    for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(zo_event_create(e->dev, &e->chunks[c].computed));
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        ZO_TRY(zo_event_create(e->dev, &e->chunks[c].computed));
     for (uint32_t s = 0; s < e->n_gslots; s++) {
         e->gslots[s].ptr = (char *)e->dev_grads + s * cb;
         ZO_TRY(zo_event_create(e->dev, &e->gslots[s].drained));
@@ -625,9 +689,11 @@ static zo_status alloc_pinned(struct zo_engine *e)
     ZO_TRY(zo_hostpool_init(&e->pool, e->dev, &pc));
     size_t nc = e->n_chunks, n = nc * (size_t)e->g_bufs;
     void **tmp = calloc(n ? n : 1, sizeof *tmp);
-    if (!tmp) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
+    if (!tmp)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
     zo_status st = eng_take_pinned(e, e->chunk_bytes, n, tmp);
-    for (size_t i = 0; st == ZO_OK && i < n; i++) e->chunks[i % nc].g16[i / nc] = tmp[i];
+    for (size_t i = 0; st == ZO_OK && i < n; i++)
+        e->chunks[i % nc].g16[i / nc] = tmp[i];
     free(tmp);
     return st;
 }
@@ -637,9 +703,11 @@ static zo_status alloc_pinned(struct zo_engine *e)
 static zo_status place_tiers(struct zo_engine *e)
 {
     for (int t = 0; t < ENG_N_TIERS; t++)
-        if (eng_chunks_at(e, 1, eng_state_tiers[t])) ZO_TRY(eng_state_tiers[t]->place(e));
+        if (eng_chunks_at(e, 1, eng_state_tiers[t]))
+            ZO_TRY(eng_state_tiers[t]->place(e));
     for (int t = 0; t < ENG_N_TIERS; t++)
-        if (eng_chunks_at(e, 0, eng_param_tiers[t])) ZO_TRY(eng_param_tiers[t]->place(e));
+        if (eng_chunks_at(e, 0, eng_param_tiers[t]))
+            ZO_TRY(eng_param_tiers[t]->place(e));
     return ZO_OK;
 }
 
@@ -648,7 +716,8 @@ static zo_status alloc_host(struct zo_engine *e)
 {
     uint64_t nc = e->n_chunks;
     if (e->cfg.grad_accum_steps > 1)
-        ZO_TRY(eng_host_alloc(e, nc * (uint64_t)e->g_bufs * e->chunk_elems * sizeof(float), &e->host_acc));
+        ZO_TRY(eng_host_alloc(e, nc * (uint64_t)e->g_bufs * e->chunk_elems * sizeof(float),
+                              &e->host_acc));
     for (uint32_t c = 0; c < nc; c++)
         for (int b = 0; e->host_acc && b < e->g_bufs; b++)
             e->chunks[c].acc[b] = e->host_acc + ((uint64_t)b * nc + c) * e->chunk_elems;
@@ -662,7 +731,8 @@ static void fill_master(struct zo_engine *e, uint32_t c, float *dst)
     eng_layer *L = &e->layers[e->chunks[c].layer];
     for (int i = 0; i < L->n_tensors; i++) {
         eng_tensor *t = &e->tensors[L->tensors[i]];
-        if (t->chunk == c) memcpy(dst + t->off, t->init, t->numel * sizeof(float));
+        if (t->chunk == c)
+            memcpy(dst + t->off, t->init, t->numel * sizeof(float));
     }
 }
 
@@ -682,7 +752,8 @@ static zo_status place_initial_states(struct zo_engine *e)
     }
     uint32_t s = 0; /* the resident chunks take the first slots, for good */
     for (uint32_t c = 0; c < e->n_chunks; c++)
-        if (e->chunks[c].pt->resident) ZO_TRY(eng_load_slot(e, c, s++));
+        if (e->chunks[c].pt->resident)
+            ZO_TRY(eng_load_slot(e, c, s++));
     return ZO_OK;
 }
 
@@ -702,8 +773,10 @@ static zo_status start_pool(struct zo_engine *e)
     }
     eng_trace_pool(e, &oc);
     oc.nthreads = e->cfg.optim_threads;
-    if (oc.nthreads <= 0) oc.nthreads = (int)zo_env_int("ZO_OPTIM_THREADS", n > 0 ? n : 1, 1, 1024);
-    ZO_LOGI(ENG_SUBSYS, "optimizer: %d worker thread(s) on NUMA node %d (%d core(s))", oc.nthreads, pl.node, n);
+    if (oc.nthreads <= 0)
+        oc.nthreads = (int)zo_env_int("ZO_OPTIM_THREADS", n > 0 ? n : 1, 1, 1024);
+    ZO_LOGI(ENG_SUBSYS, "optimizer: %d worker thread(s) on NUMA node %d (%d core(s))", oc.nthreads,
+            pl.node, n);
     return zo_optim_pool_init(&e->opool, &oc);
 }
 
@@ -722,14 +795,19 @@ static zo_status start_optimizer(struct zo_engine *e)
 
 static void release_tiers(struct zo_engine *e)
 {
-    if (e->h2d) zo_stream_synchronize(e->h2d);
-    if (e->d2h) zo_stream_synchronize(e->d2h);
+    if (e->h2d)
+        zo_stream_synchronize(e->h2d);
+    if (e->d2h)
+        zo_stream_synchronize(e->d2h);
     eng_thread_stop(e);
-    if (e->mode) e->mode->settle(e);
+    if (e->mode)
+        e->mode->settle(e);
     zo_optim_pool_free(e->opool);
     e->opool = NULL;
-    for (int t = 0; t < ENG_N_TIERS; t++) eng_param_tiers[t]->release(e);
-    for (int t = 0; t < ENG_N_TIERS; t++) eng_state_tiers[t]->release(e);
+    for (int t = 0; t < ENG_N_TIERS; t++)
+        eng_param_tiers[t]->release(e);
+    for (int t = 0; t < ENG_N_TIERS; t++)
+        eng_state_tiers[t]->release(e);
     e->n_stores = 0;
     zo_hostpool_free(e->pool);
     e->pool = NULL;
@@ -774,8 +852,10 @@ static zo_status allocate_and_place(struct zo_engine *e)
 
 zo_status zo_engine_finalize(zo_engine_t e)
 {
-    if (!e) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL engine");
-    if (e->finalized) return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the engine is already finalized");
+    if (!e)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL engine");
+    if (e->finalized)
+        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the engine is already finalized");
     int fits;
     char msg[512];
     ZO_TRY(compute_plan(e, &e->fp, &fits, msg, sizeof msg));
@@ -808,10 +888,13 @@ zo_status zo_engine_finalize(zo_engine_t e)
 
 void zo_engine_free(zo_engine_t e)
 {
-    if (!e) return;
+    if (!e)
+        return;
     release_tiers(e);
-    for (int i = 0; i < e->n_tensors; i++) free(e->tensors[i].init);
-    for (int l = 0; l < e->n_layers; l++) free(e->layers[l].tensors);
+    for (int i = 0; i < e->n_tensors; i++)
+        free(e->tensors[i].init);
+    for (int l = 0; l < e->n_layers; l++)
+        free(e->layers[l].tensors);
     free(e->tensors);
     free(e->layers);
     free(e->chunks);
@@ -825,25 +908,36 @@ void zo_engine_free(zo_engine_t e)
     free(e);
 }
 
-zo_swap_t zo_engine_nvme_store(zo_engine_t e) { return e ? e->swap : NULL; }
+zo_swap_t zo_engine_nvme_store(zo_engine_t e)
+{
+    return e ? e->swap : NULL;
+}
 
-zo_swap_t zo_engine_nvme_param_store(zo_engine_t e) { return e ? e->pswap : NULL; }
+zo_swap_t zo_engine_nvme_param_store(zo_engine_t e)
+{
+    return e ? e->pswap : NULL;
+}
 
 zo_status zo_engine_set_lr(zo_engine_t e, float lr)
 {
-    if (!e) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "set_lr: NULL engine");
+    if (!e)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "set_lr: NULL engine");
     if (!isfinite(lr) || lr < 0.0f)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "set_lr: learning rate %g must be finite and >= 0",
-                       (double)lr);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "set_lr: learning rate %g must be finite and >= 0", (double)lr);
     e->lr_next = lr;
     return ZO_OK;
 }
 
-float zo_engine_lr(zo_engine_t e) { return e ? e->lr_next : 0.0f; }
+float zo_engine_lr(zo_engine_t e)
+{
+    return e ? e->lr_next : 0.0f;
+}
 
 double zo_engine_loss_scale(zo_engine_t e)
 {
-    if (!e) return 1.0;
+    if (!e)
+        return 1.0;
     return e->cfg.param_dtype == ZO_DTYPE_F16 ? zo_loss_scaler_scale(&e->scaler) : 1.0;
 }
 
@@ -901,7 +995,8 @@ static zo_status abort_step(struct zo_engine *e, zo_status st)
     zo_stream_synchronize(e->d2h);
     reset_slots(e);
     for (int t = 0; t < ENG_N_TIERS; t++)
-        if (eng_param_tiers[t]->abandon) eng_param_tiers[t]->abandon(e);
+        if (eng_param_tiers[t]->abandon)
+            eng_param_tiers[t]->abandon(e);
     e->mode->abort(e);
     forget_step(e);
     eng_take_async_error(e);
@@ -915,23 +1010,28 @@ static zo_status check_async(struct zo_engine *e)
     zo_status st = e->async_st;
     snprintf(why, sizeof why, "%s", e->async_msg);
     pthread_mutex_unlock(&e->mu);
-    if (st >= 0) return ZO_OK;
+    if (st >= 0)
+        return ZO_OK;
     ZO_FAIL(st, ENG_SUBSYS, "asynchronous failure: %s", why);
     return abort_step(e, st);
 }
 
 static zo_status check_layer(struct zo_engine *e, int layer)
 {
-    if (!e) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL engine");
-    if (!e->finalized) return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "call zo_engine_finalize first");
+    if (!e)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL engine");
+    if (!e->finalized)
+        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "call zo_engine_finalize first");
     if (layer < 0 || layer >= e->n_layers)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "layer %d out of range [0, %d)", layer, e->n_layers);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "layer %d out of range [0, %d)", layer,
+                       e->n_layers);
     return ZO_OK;
 }
 
 static void open_step(struct zo_engine *e)
 {
-    if (e->step_open) return;
+    if (e->step_open)
+        return;
     e->step_open = 1;
     e->step_lr = e->lr_next;
     e->step_t0 = zo_now_ns();
@@ -953,20 +1053,23 @@ static void open_step(struct zo_engine *e)
 static zo_status take_grad_slot(struct zo_engine *e, uint32_t c, zo_stream_t compute)
 {
     eng_chunk *k = &e->chunks[c];
-    if (k->grad_slot >= 0) return ZO_OK;
+    if (k->grad_slot >= 0)
+        return ZO_OK;
     for (uint32_t s = 0; s < e->n_gslots; s++) {
         eng_gslot *g = &e->gslots[s];
-        if (g->busy) continue;
+        if (g->busy)
+            continue;
         g->busy = 1;
         k->grad_slot = (int)s;
         /* the slot's previous gradients must have left before it is zeroed */
         ZO_TRY(zo_stream_wait_event(compute, g->drained));
         return zo_memset_async(compute, g->ptr, 0, k->n_elems * e->e16);
     }
-    return ZO_FAIL(ZO_ERR_OUT_OF_DEVICE_MEMORY, ENG_SUBSYS,
-                   "fetch: all %u device gradient slots are held by layers whose gradients were not "
-                   "handed over yet: call zo_engine_grads_ready first",
-                   e->n_gslots);
+    return ZO_FAIL(
+        ZO_ERR_OUT_OF_DEVICE_MEMORY, ENG_SUBSYS,
+        "fetch: all %u device gradient slots are held by layers whose gradients were not "
+        "handed over yet: call zo_engine_grads_ready first",
+        e->n_gslots);
 }
 
 static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_stream_t compute,
@@ -974,7 +1077,8 @@ static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_
 {
     eng_layer *L = &e->layers[layer];
     int pos = eng_trace_push(e, layer, phase);
-    if (pos < -1) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "growing the trace");
+    if (pos < -1)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "growing the trace");
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         uint32_t c = L->first_chunk + i;
         ZO_TRY(eng_make_resident(e, c, pos));
@@ -983,13 +1087,15 @@ static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         eng_chunk *k = &e->chunks[L->first_chunk + i];
         ZO_TRY(eng_compute_wait(e, compute, e->pslots[k->slot].ready, L->first_chunk + i));
-        if (phase == ZO_PHASE_BACKWARD) ZO_TRY(take_grad_slot(e, L->first_chunk + i, compute));
+        if (phase == ZO_PHASE_BACKWARD)
+            ZO_TRY(take_grad_slot(e, L->first_chunk + i, compute));
     }
     for (int i = 0; i < L->n_tensors; i++) {
         eng_tensor *t = &e->tensors[L->tensors[i]];
         eng_chunk *k = &e->chunks[t->chunk];
         params[i] = (char *)e->pslots[k->slot].ptr + t->off * e->e16;
-        if (phase == ZO_PHASE_BACKWARD) grads[i] = (char *)e->gslots[k->grad_slot].ptr + t->off * e->e16;
+        if (phase == ZO_PHASE_BACKWARD)
+            grads[i] = (char *)e->gslots[k->grad_slot].ptr + t->off * e->e16;
     }
     eng_prefetch(e);
     return ZO_OK;
@@ -1000,24 +1106,28 @@ zo_status zo_engine_fetch(zo_engine_t e, int layer, zo_phase phase, zo_stream_t 
 {
     ZO_TRY(check_layer(e, layer));
     if (!compute || !params || (phase == ZO_PHASE_BACKWARD && !grads))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "fetch: NULL compute stream or pointer array");
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "fetch: NULL compute stream or pointer array");
     if (phase != ZO_PHASE_FORWARD && phase != ZO_PHASE_BACKWARD)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "fetch: phase must be FORWARD or BACKWARD");
     if (n < e->layers[layer].n_tensors)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "fetch: layer %d has %d tensors, arrays hold %d",
-                       layer, e->layers[layer].n_tensors, n);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "fetch: layer %d has %d tensors, arrays hold %d", layer,
+                       e->layers[layer].n_tensors, n);
     ZO_TRY(check_async(e));
     open_step(e);
     e->compute = compute;
     zo_status st = fetch_layer(e, layer, phase, compute, params, grads);
-    if (st < 0) return abort_step(e, st);
+    if (st < 0)
+        return abort_step(e, st);
     return ZO_OK;
 }
 
 zo_status zo_engine_release(zo_engine_t e, int layer, zo_stream_t compute)
 {
     ZO_TRY(check_layer(e, layer));
-    if (!compute) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "release: NULL compute stream");
+    if (!compute)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "release: NULL compute stream");
     eng_layer *L = &e->layers[layer];
     for (uint32_t i = 0; i < L->n_chunks; i++)
         if (e->chunks[L->first_chunk + i].in_use <= 0)
@@ -1025,7 +1135,8 @@ zo_status zo_engine_release(zo_engine_t e, int layer, zo_stream_t compute)
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         eng_chunk *k = &e->chunks[L->first_chunk + i];
         zo_status st = zo_event_record(e->pslots[k->slot].lastuse, compute);
-        if (st < 0) return abort_step(e, st);
+        if (st < 0)
+            return abort_step(e, st);
         k->in_use--;
     }
     return check_async(e);
@@ -1037,9 +1148,10 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
     eng_chunk *k = &e->chunks[c];
     eng_wait_chunk_jobs(e, c); /* the host buffer is free again */
     if (k->n_ready >= e->cfg.grad_accum_steps)
-        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
-                       "grads_ready: layer %d already handed over %d micro-batches (grad_accum_steps)",
-                       k->layer, k->n_ready);
+        return ZO_FAIL(
+            ZO_ERR_STATE, ENG_SUBSYS,
+            "grads_ready: layer %d already handed over %d micro-batches (grad_accum_steps)",
+            k->layer, k->n_ready);
     k->n_ready++;
     int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
     eng_gslot *g = &e->gslots[k->grad_slot];
@@ -1058,7 +1170,8 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
     tmpl.factor = zo_grad_scale_factor(0.0, (float)zo_engine_loss_scale(e), 0.0f);
     tmpl.step = e->opt_step + 1;
     eng_job *job = eng_job_new(&tmpl);
-    if (!job) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a host job");
+    if (!job)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a host job");
     struct {
         struct zo_engine *e;
         eng_job *j;
@@ -1077,7 +1190,8 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
 zo_status zo_engine_grads_ready(zo_engine_t e, int layer, zo_stream_t compute)
 {
     ZO_TRY(check_layer(e, layer));
-    if (!compute) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "grads_ready: NULL compute stream");
+    if (!compute)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "grads_ready: NULL compute stream");
     ZO_TRY(check_async(e));
     eng_layer *L = &e->layers[layer];
     for (uint32_t i = 0; i < L->n_chunks; i++)
@@ -1086,7 +1200,8 @@ zo_status zo_engine_grads_ready(zo_engine_t e, int layer, zo_stream_t compute)
                            "grads_ready: layer %d was not fetched for the backward phase", layer);
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         zo_status st = hand_over_chunk(e, L->first_chunk + i, compute);
-        if (st < 0) return abort_step(e, st);
+        if (st < 0)
+            return abort_step(e, st);
     }
     return ZO_OK;
 }
@@ -1100,14 +1215,16 @@ static zo_status judge_gradients(struct zo_engine *e, eng_verdict *v)
         eng_chunk *k = &e->chunks[c];
         if (k->n_ready != e->cfg.grad_accum_steps)
             return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
-                           "end_step: layer %d handed over %d of %d micro-batch gradients", k->layer,
-                           k->n_ready, e->cfg.grad_accum_steps);
+                           "end_step: layer %d handed over %d of %d micro-batch gradients",
+                           k->layer, k->n_ready, e->cfg.grad_accum_steps);
         if (k->in_use > 0)
-            return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "end_step: layer %d is still fetched", k->layer);
+            return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "end_step: layer %d is still fetched",
+                           k->layer);
         v->sum_sq += k->gstats.sum_sq; /* chunk order: deterministic */
         v->overflow |= k->gstats.nonfinite;
     }
-    if (!isfinite(v->sum_sq)) v->overflow = 1;
+    if (!isfinite(v->sum_sq))
+        v->overflow = 1;
     v->loss_scale = zo_engine_loss_scale(e);
     v->factor = zo_grad_scale_factor(sqrt(v->sum_sq), (float)v->loss_scale, e->cfg.max_grad_norm);
     v->plain = zo_grad_scale_factor(0.0, (float)v->loss_scale, 0.0f);
@@ -1116,9 +1233,11 @@ static zo_status judge_gradients(struct zo_engine *e, eng_verdict *v)
 
 static void fill_stats(struct zo_engine *e, const eng_verdict *v, int rollbacks, zo_step_stats *s)
 {
-    if (!s) return;
+    if (!s)
+        return;
     if (s->struct_size != sizeof *s) {
-        ZO_LOGW(ENG_SUBSYS, "zo_step_stats.struct_size %zu != %zu: not filled", s->struct_size, sizeof *s);
+        ZO_LOGW(ENG_SUBSYS, "zo_step_stats.struct_size %zu != %zu: not filled", s->struct_size,
+                sizeof *s);
         return;
     }
     memset(s, 0, sizeof *s);
@@ -1136,7 +1255,8 @@ static void fill_stats(struct zo_engine *e, const eng_verdict *v, int rollbacks,
     }
     for (int i = 0; i < e->n_stores; i++) {
         zo_swap_stats ss = ZO_SWAP_STATS_INIT;
-        if (zo_swap_get_stats(e->stores[i].store, &ss) != ZO_OK) continue;
+        if (zo_swap_get_stats(e->stores[i].store, &ss) != ZO_OK)
+            continue;
         s->nvme_read_bytes += ss.bytes_read - e->stores[i].at_open.bytes_read;
         s->nvme_write_bytes += ss.bytes_written - e->stores[i].at_open.bytes_written;
         s->peak_nvme += (uint64_t)ss.extents_used * e->stores[i].extent_bytes;
@@ -1149,7 +1269,8 @@ static void fill_stats(struct zo_engine *e, const eng_verdict *v, int rollbacks,
     s->d2h_seconds = (double)(atomic_load(&e->busy_ns[1]) - e->at_open[4]) * 1e-9;
     s->peak_device = e->fp.device;
     zo_hostpool_stats hs = ZO_HOSTPOOL_STATS_INIT;
-    if (zo_hostpool_get_stats(e->pool, &hs) == ZO_OK) s->peak_pinned = hs.reserved_high_water;
+    if (zo_hostpool_get_stats(e->pool, &hs) == ZO_OK)
+        s->peak_pinned = hs.reserved_high_water;
     s->peak_host = e->host_high;
     s->fetch_hits = e->hits;
     s->fetch_misses = e->misses;
@@ -1176,14 +1297,17 @@ static zo_status finish_step(struct zo_engine *e, eng_verdict *v, int *rollbacks
     ZO_TRY(zo_stream_synchronize(e->d2h));
     ZO_TRY(judge_gradients(e, v));
     zo_loss_scaler saved = e->scaler;
-    if (e->cfg.param_dtype == ZO_DTYPE_F16) ZO_TRY(zo_loss_scaler_update(&e->scaler, v->overflow));
+    if (e->cfg.param_dtype == ZO_DTYPE_F16)
+        ZO_TRY(zo_loss_scaler_update(&e->scaler, v->overflow));
     return e->mode->end_step(e, v, rollbacks, &saved);
 }
 
 zo_status zo_engine_end_step(zo_engine_t e, zo_step_stats *stats)
 {
-    if (!e) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL engine");
-    if (!e->finalized) return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "call zo_engine_finalize first");
+    if (!e)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL engine");
+    if (!e->finalized)
+        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "call zo_engine_finalize first");
     ZO_TRY(check_async(e));
     open_step(e);
     eng_verdict v;
@@ -1191,7 +1315,8 @@ zo_status zo_engine_end_step(zo_engine_t e, zo_step_stats *stats)
     zo_nvtx_push("zo_engine_end_step");
     zo_status st = finish_step(e, &v, &rollbacks);
     zo_nvtx_pop();
-    if (st < 0) return abort_step(e, st);
+    if (st < 0)
+        return abort_step(e, st);
     close_step(e);
     fill_stats(e, &v, rollbacks, stats);
     return ZO_OK;
@@ -1202,7 +1327,8 @@ zo_status zo_engine_end_step(zo_engine_t e, zo_step_stats *stats)
 zo_status zo_engine_read_master(zo_engine_t e, int id, float *out)
 {
     if (!e || !out || id < 0 || id >= e->n_tensors)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "read_master: bad engine, id %d or NULL out", id);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "read_master: bad engine, id %d or NULL out",
+                       id);
     eng_tensor *t = &e->tensors[id];
     if (!e->finalized) {
         memcpy(out, t->init, t->numel * sizeof(float));
@@ -1211,9 +1337,11 @@ zo_status zo_engine_read_master(zo_engine_t e, int id, float *out)
     ZO_TRY(eng_wait_idle(e));
     ZO_TRY(e->mode->settle(e)); /* speculative writes in flight have landed */
     float *buf = aligned_alloc(4096, e->state_extent_bytes);
-    if (!buf) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_master: allocating a buffer");
+    if (!buf)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_master: allocating a buffer");
     zo_status st = e->chunks[t->chunk].st->read(e, t->chunk, buf);
-    if (st == ZO_OK) memcpy(out, buf + t->off, t->numel * sizeof(float));
+    if (st == ZO_OK)
+        memcpy(out, buf + t->off, t->numel * sizeof(float));
     free(buf);
     return st;
 }

@@ -13,7 +13,8 @@ static void *dpu_main(void *arg)
     uint64_t t0 = zo_now_ns();
     zo_nvtx_push("delayed update");
     e->dpu_st = eng_update_all(e, e->dpu_lr, e->dpu_factor, e->dpu_step, e->dpu_parity);
-    if (e->dpu_st < 0) snprintf(e->dpu_msg, sizeof e->dpu_msg, "%s", zo_last_error());
+    if (e->dpu_st < 0)
+        snprintf(e->dpu_msg, sizeof e->dpu_msg, "%s", zo_last_error());
     zo_nvtx_pop();
     uint64_t t1 = zo_now_ns();
     atomic_fetch_add(&e->optim_ns, t1 - t0);
@@ -29,7 +30,9 @@ static zo_status dpu_launch(struct zo_engine *e, float lr, float factor, int64_t
     e->dpu_parity = parity;
     e->dpu_st = ZO_OK;
     int rc = pthread_create(&e->dpu_thread, NULL, dpu_main, e);
-    if (rc != 0) return ZO_FAIL(ZO_ERR_SYSTEM, ENG_SUBSYS, "starting the delayed update's thread: error %d", rc);
+    if (rc != 0)
+        return ZO_FAIL(ZO_ERR_SYSTEM, ENG_SUBSYS, "starting the delayed update's thread: error %d",
+                       rc);
     e->dpu_running = 1;
     return ZO_OK;
 }
@@ -38,21 +41,25 @@ static zo_status dpu_launch(struct zo_engine *e, float lr, float factor, int64_t
  * states were never committed) and its failure returned. */
 zo_status eng_dpu_join(struct zo_engine *e)
 {
-    if (!e->dpu_running) return ZO_OK;
+    if (!e->dpu_running)
+        return ZO_OK;
     pthread_join(e->dpu_thread, NULL);
     e->dpu_running = 0;
-    if (e->dpu_st >= 0) return ZO_OK;
+    if (e->dpu_st >= 0)
+        return ZO_OK;
     e->dpu_pending = 0;
     eng_discard_uncommitted(e);
-    return ZO_FAIL(e->dpu_st, ENG_SUBSYS, "the delayed update of the previous step failed (dropped): %s",
-                   e->dpu_msg);
+    return ZO_FAIL(e->dpu_st, ENG_SUBSYS,
+                   "the delayed update of the previous step failed (dropped): %s", e->dpu_msg);
 }
 
 zo_status eng_dpu_commit_pending(struct zo_engine *e)
 {
-    if (!e->dpu_pending) return ZO_OK;
+    if (!e->dpu_pending)
+        return ZO_OK;
     eng_commit(e, !e->dpu_skip);
-    if (!e->dpu_skip) e->opt_step++;
+    if (!e->dpu_skip)
+        e->opt_step++;
     e->dpu_pending = 0;
     return eng_publish(e);
 }
@@ -61,9 +68,11 @@ static zo_status launch(struct zo_engine *e, const eng_verdict *v)
 {
     e->dpu_pending = 1;
     e->dpu_skip = v->overflow;
-    if (v->overflow) return ZO_OK;
+    if (v->overflow)
+        return ZO_OK;
     zo_status st = dpu_launch(e, e->step_lr, v->factor, e->opt_step + 1, (int)(e->steps & 1));
-    if (st < 0) e->dpu_pending = 0;
+    if (st < 0)
+        e->dpu_pending = 0;
     return st;
 }
 
@@ -74,11 +83,15 @@ static zo_status end_step(struct zo_engine *e, const eng_verdict *v, int *rollba
     *rollbacks = 0;
     ZO_TRY(eng_dpu_commit_pending(e));
     zo_status st = launch(e, v);
-    if (st < 0) e->scaler = *saved;
+    if (st < 0)
+        e->scaler = *saved;
     return st;
 }
 
-static void abort_step(struct zo_engine *e) { (void)e; }
+static void abort_step(struct zo_engine *e)
+{
+    (void)e;
+}
 
 const eng_mode_ops eng_mode_dpu = {
     .name = "dpu",

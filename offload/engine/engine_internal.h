@@ -36,7 +36,7 @@ typedef struct eng_tensor {
     size_t numel;
     float *init; /* copy of the initial values until finalize */
     uint32_t chunk;
-    size_t off;  /* element offset inside the chunk */
+    size_t off; /* element offset inside the chunk */
 } eng_tensor;
 
 typedef struct eng_layer {
@@ -51,60 +51,60 @@ struct eng_state_tier;
 typedef struct eng_chunk {
     const struct eng_param_tier *pt; /* home of its 16-bit parameters (engine_tier.h) */
     const struct eng_state_tier *st; /* home of its optimizer states */
-    int p16_bufs;         /* pinned host copies of its 16-bit parameters (0, 1 or 2) */
+    int p16_bufs;                    /* pinned host copies of its 16-bit parameters (0, 1 or 2) */
     int layer;
-    size_t n_elems;       /* elements in use (last tensor's end) */
-    void *p16[2];         /* host 16-bit params (home host/device): current and next */
+    size_t n_elems; /* elements in use (last tensor's end) */
+    void *p16[2];   /* host 16-bit params (home host/device): current and next */
     int p16_cur;
-    void *g16[2];         /* host 16-bit gradients, by step parity (DPU uses both) */
-    float *acc[2];        /* fp32 accumulators (grad_accum_steps > 1), by step parity */
-    float *states;        /* master | m | v (optim_home host or device) */
-    float *backup;        /* overlap, host/device states: copy taken before the speculative update */
-    zo_swap_extent_t ext[2]; /* optim_home nvme: current and alternate extents */
+    void *g16[2];  /* host 16-bit gradients, by step parity (DPU uses both) */
+    float *acc[2]; /* fp32 accumulators (grad_accum_steps > 1), by step parity */
+    float *states; /* master | m | v (optim_home host or device) */
+    float *backup; /* overlap, host/device states: copy taken before the speculative update */
+    zo_swap_extent_t ext[2];  /* optim_home nvme: current and alternate extents */
     zo_swap_extent_t pext[2]; /* param_home nvme: the 16-bit parameters' extents */
     uint64_t pgen[2];
     int pext_cur;
     int palt_valid;
     uint64_t gen[2];
     int ext_cur;
-    int alt_valid;        /* the alternate extent holds an update not yet committed */
-    int slot;             /* device param slot holding this chunk, or -1 */
-    int in_use;           /* fetched and not released */
-    int grad_slot;        /* device grad slot handed out in the backward, or -1 */
-    int n_ready;          /* grads_ready calls this step (micro-batches) */
+    int alt_valid;                   /* the alternate extent holds an update not yet committed */
+    int slot;                        /* device param slot holding this chunk, or -1 */
+    int in_use;                      /* fetched and not released */
+    int grad_slot;                   /* device grad slot handed out in the backward, or -1 */
+    int n_ready;                     /* grads_ready calls this step (micro-batches) */
     uint64_t jobs_queued, jobs_done; /* host jobs (under eng->mu) */
-    zo_grad_stats gstats; /* of the step's final gradients */
-    zo_event_t computed;  /* the caller's work that produced the micro-batch's gradients (its job
-                             checks it: a failure on the compute stream fails the step) */
-    int spec_done;        /* overlap: the speculative update ran */
+    zo_grad_stats gstats;            /* of the step's final gradients */
+    zo_event_t computed; /* the caller's work that produced the micro-batch's gradients (its job
+                            checks it: a failure on the compute stream fails the step) */
+    int spec_done;       /* overlap: the speculative update ran */
 } eng_chunk;
 
 typedef struct eng_pslot {
     void *ptr;
-    int chunk;            /* -1 when free */
-    zo_event_t ready;     /* the H2D that filled it */
-    zo_event_t lastuse;   /* the compute work that last read it */
-    uint64_t tick;        /* when it was last fetched (LRU when no trace is followed) */
-    void *stage;          /* param_home nvme: pinned staging of the NVMe read before the H2D */
+    int chunk;                /* -1 when free */
+    zo_event_t ready;         /* the H2D that filled it */
+    zo_event_t lastuse;       /* the compute work that last read it */
+    uint64_t tick;            /* when it was last fetched (LRU when no trace is followed) */
+    void *stage;              /* param_home nvme: pinned staging of the NVMe read before the H2D */
     _Atomic(zo_swap_io_t) io; /* ... and the read's ticket until the h2d stream has waited it */
 } eng_pslot;
 
 typedef struct eng_gslot {
     void *ptr;
     int busy;
-    zo_event_t drained;   /* the D2H that emptied it */
+    zo_event_t drained; /* the D2H that emptied it */
 } eng_gslot;
 
 typedef struct eng_job {
     struct eng_job *next;
     int chunk;
-    int micro;            /* 1-based micro-batch of this hand-over */
-    int last;             /* the step's final gradients of the chunk */
+    int micro; /* 1-based micro-batch of this hand-over */
+    int last;  /* the step's final gradients of the chunk */
     int parity;
-    int arrived;          /* the D2H finished (set from the d2h stream) */
-    float lr;             /* the learning rate of the step the gradients belong to */
-    float factor;         /* the speculative update's gradient factor (overlap) */
-    int64_t step;         /* ... and its Adam step */
+    int arrived;  /* the D2H finished (set from the d2h stream) */
+    float lr;     /* the learning rate of the step the gradients belong to */
+    float factor; /* the speculative update's gradient factor (overlap) */
+    int64_t step; /* ... and its Adam step */
 } eng_job;
 
 /* Overlap mode with states on NVMe: the host job thread's pipeline over the
@@ -132,7 +132,7 @@ typedef struct eng_mode_ops {
     int p16_behind;       /* the update writes 16-bit params behind the fetches (double-buffered) */
     int backups;          /* resident states are copied before a speculative update */
     const char *job_name; /* the host job on a chunk's final gradients, for traces */
-    int speculates;       /* the job updates each chunk on its final gradients, ahead of the verdict */
+    int speculates; /* the job updates each chunk on its final gradients, ahead of the verdict */
     /* End of step, the host jobs idle: apply (or launch) the update, commit,
      * publish. The loss scaler goes back to *saved when it fails before its commit. */
     zo_status (*end_step)(struct zo_engine *e, const eng_verdict *v, int *rollbacks,
@@ -154,7 +154,7 @@ struct zo_engine {
     const eng_mode_ops *mode;
     int finalized;
     int cuda;
-    size_t e16;           /* bytes per 16-bit element (2) */
+    size_t e16; /* bytes per 16-bit element (2) */
 
     /* registration */
     eng_tensor *tensors;
@@ -172,8 +172,8 @@ struct zo_engine {
 
     /* tiers */
     void *dev_params, *dev_grads;
-    void *dev_states;     /* the device tier's optimizer states */
-    float *dev_backup;    /* ... and their overlap backups (host memory) */
+    void *dev_states;  /* the device tier's optimizer states */
+    float *dev_backup; /* ... and their overlap backups (host memory) */
     eng_pslot *pslots;
     uint32_t n_pslots;
     eng_gslot *gslots;
@@ -184,12 +184,13 @@ struct zo_engine {
     uint64_t state_extent_bytes;
     uint64_t nvme_state_extent; /* a swap extent of states: the fullest chunk's, packed */
     uint64_t p16_extent;        /* a swap extent of 16-bit parameters: the fullest chunk's */
-    uint64_t stage_bytes; /* one NVMe stage: master | m | v (| 16-bit params when they live on NVMe) */
-    zo_swap_t pswap;      /* param_home nvme: the store of the 16-bit parameters */
+    uint64_t
+        stage_bytes; /* one NVMe stage: master | m | v (| 16-bit params when they live on NVMe) */
+    zo_swap_t pswap; /* param_home nvme: the store of the 16-bit parameters */
     float *stage[ENG_NVME_STAGES];
     eng_spec_pipe spec;
     zo_stream_t h2d, d2h;
-    zo_stream_t compute;  /* the last compute stream seen (to fence an aborted step) */
+    zo_stream_t compute; /* the last compute stream seen (to fence an aborted step) */
 
     /* trace */
     int *trace, n_trace, cap_trace; /* layer * 2 + phase of each fetch of the recorded step */
@@ -199,13 +200,13 @@ struct zo_engine {
     /* optimizer */
     zo_optim_pool_t opool;
     zo_loss_scaler scaler;
-    int64_t opt_step;     /* updates applied (Adam's step count) */
-    int64_t steps;        /* end_step calls that succeeded */
-    float lr_next;        /* zo_engine_set_lr's value, taken by the next step to open */
-    float step_lr;        /* the open step's learning rate (every update of its gradients uses it) */
+    int64_t opt_step; /* updates applied (Adam's step count) */
+    int64_t steps;    /* end_step calls that succeeded */
+    float lr_next;    /* zo_engine_set_lr's value, taken by the next step to open */
+    float step_lr;    /* the open step's learning rate (every update of its gradients uses it) */
     int step_open;
-    int dpu_pending;      /* a DPU update was launched and not yet published */
-    int dpu_skip;         /* ... and it was skipped (overflow) */
+    int dpu_pending; /* a DPU update was launched and not yet published */
+    int dpu_skip;    /* ... and it was skipped (overflow) */
     /* the delayed update runs on a thread of its own, beside the job thread
      * (which keeps taking the next step's gradients: other buffers by parity) */
     pthread_t dpu_thread;
@@ -223,15 +224,15 @@ struct zo_engine {
     pthread_cond_t cv;
     eng_job *qhead, *qtail;
     int stop;
-    int running;          /* a job is being run */
-    zo_status async_st;   /* first asynchronous failure, with its message */
+    int running;        /* a job is being run */
+    zo_status async_st; /* first asynchronous failure, with its message */
     char async_msg[512];
 
     /* statistics */
     _Atomic uint64_t optim_ns, nvme_ns;
     /* stream timers, run by tasks on the stream: 0 h2d busy, 1 d2h busy, 2 compute stalled */
     _Atomic uint64_t busy_t0[3], busy_ns[3];
-    uint64_t at_open[5];  /* stall, optim, nvme, h2d, d2h counters when the step opened */
+    uint64_t at_open[5]; /* stall, optim, nvme, h2d, d2h counters when the step opened */
     uint64_t step_t0;
     uint64_t hits, misses, evictions, prefetches, lru_tick;
     zo_device_copy_stats copy0;
@@ -301,7 +302,8 @@ void eng_trace(struct zo_engine *e, zo_trace_track track, int index, const char 
                uint64_t t1, int chunk, uint64_t bytes);
 /* zo_swap_{write,read}_async on store 0 (states) or 1 (parameters), traced. */
 zo_status eng_swap_async(struct zo_engine *e, int write, int store, uint32_t chunk,
-                         zo_swap_extent_t ext, void *buf, size_t len, uint64_t gen, zo_swap_io_t *io);
+                         zo_swap_extent_t ext, void *buf, size_t len, uint64_t gen,
+                         zo_swap_io_t *io);
 /* The optimizer pool's trace adapter (config fields), when traced. */
 void eng_trace_pool(struct zo_engine *e, zo_optim_pool_config *oc);
 

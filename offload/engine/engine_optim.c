@@ -1,13 +1,13 @@
 /* The optimizer side of the engine: a host job thread that takes each
  * chunk's gradients once their D2H lands (fp32 accumulation, gradient
  * statistics, the speculative update when the mode speculates), and the update of all chunks
- * (each tier updates the chunks homed there), commit, rollback. The modes themselves are in engine_sync.c,
- * engine_overlap.c and engine_dpu.c. */
+ * (each tier updates the chunks homed there), commit, rollback. The modes themselves are in
+ * engine_sync.c, engine_overlap.c and engine_dpu.c. */
 #include <inttypes.h>
-#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine_tier.h"
 #include "zo/half.h"
@@ -29,16 +29,20 @@ zo_status eng_update_all(struct zo_engine *e, float lr, float factor, int64_t st
 {
     eng_update_args u = {lr, factor, step, parity};
     uint32_t *list = malloc((e->n_chunks ? e->n_chunks : 1) * sizeof *list);
-    if (!list) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a chunk list");
+    if (!list)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a chunk list");
     zo_status st = ZO_OK;
     for (int pass = 0; pass < 2; pass++)
         for (int t = 0; st == ZO_OK && t < ENG_N_TIERS; t++) {
             const eng_state_tier *tier = eng_state_tiers[t];
-            if (tier->in_place != pass) continue;
+            if (tier->in_place != pass)
+                continue;
             uint32_t n = 0;
             for (uint32_t c = 0; c < e->n_chunks; c++)
-                if (e->chunks[c].st == tier) list[n++] = c;
-            if (n) st = tier->update(e, list, n, &u);
+                if (e->chunks[c].st == tier)
+                    list[n++] = c;
+            if (n)
+                st = tier->update(e, list, n, &u);
         }
     free(list);
     return st;
@@ -62,7 +66,8 @@ zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbac
         return st;
     }
     eng_commit(e, !v->overflow);
-    if (!v->overflow) e->opt_step++;
+    if (!v->overflow)
+        e->opt_step++;
     return eng_publish(e);
 }
 
@@ -83,7 +88,8 @@ void eng_commit(struct zo_engine *e, int updated)
 /* Forget updates stored beside the committed states (which are intact). */
 void eng_discard_uncommitted(struct zo_engine *e)
 {
-    for (uint32_t c = 0; c < e->n_chunks; c++) e->chunks[c].st->discard(e, c);
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        e->chunks[c].st->discard(e, c);
 }
 
 /* ---- the host job thread ---- */
@@ -94,9 +100,11 @@ static zo_status accumulate(struct zo_engine *e, eng_chunk *k, const eng_job *j)
     float *acc = k->acc[j->parity];
     zo_dtype t = e->cfg.param_dtype;
     if (j->micro == 1)
-        for (size_t i = 0; i < k->n_elems; i++) acc[i] = to_f32(t, g[i]);
+        for (size_t i = 0; i < k->n_elems; i++)
+            acc[i] = to_f32(t, g[i]);
     else
-        for (size_t i = 0; i < k->n_elems; i++) acc[i] += to_f32(t, g[i]);
+        for (size_t i = 0; i < k->n_elems; i++)
+            acc[i] += to_f32(t, g[i]);
     return ZO_OK;
 }
 
@@ -113,17 +121,19 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
     eng_chunk *k = &e->chunks[j->chunk];
     zo_status cst = zo_event_query(k->computed);
     if (cst < 0) /* the caller's gradient work failed: these gradients are garbage */
-        return ZO_FAIL(cst, ENG_SUBSYS, "the gradients of layer %d failed on the compute stream: %s",
-                       k->layer, zo_last_error());
+        return ZO_FAIL(cst, ENG_SUBSYS,
+                       "the gradients of layer %d failed on the compute stream: %s", k->layer,
+                       zo_last_error());
     int accum = e->cfg.grad_accum_steps > 1;
-    if (accum) ZO_TRY(accumulate(e, k, j));
-    if (!j->last) return ZO_OK;
+    if (accum)
+        ZO_TRY(accumulate(e, k, j));
+    if (!j->last)
+        return ZO_OK;
     const void *g = accum ? (const void *)k->acc[j->parity] : k->g16[j->parity];
     zo_dtype t = accum ? ZO_DTYPE_F32 : e->cfg.param_dtype;
     ZO_TRY(zo_optim_pool_grad_stats(e->opool, g, t, k->n_elems, &k->gstats));
     return e->mode->speculates ? speculate(e, (uint32_t)j->chunk, j) : ZO_OK;
 }
-
 
 void eng_set_async_error(struct zo_engine *e, zo_status st)
 {
@@ -158,7 +168,8 @@ static int wait_arrival(struct zo_engine *e, eng_job *j)
             ts.tv_nsec -= 1000000000;
         }
         pthread_cond_timedwait(&e->cv, &e->mu, &ts);
-        if (!j->arrived && zo_stream_query(e->d2h) == ZO_OK) return 1;
+        if (!j->arrived && zo_stream_query(e->d2h) == ZO_OK)
+            return 1;
     }
     return 0;
 }
@@ -173,21 +184,25 @@ static void *thread_main(void *arg)
     struct zo_engine *e = arg;
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        while (!e->qhead && !e->stop) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->qhead && !e->stop)
+            pthread_cond_wait(&e->cv, &e->mu);
         eng_job *j = e->qhead;
-        if (!j) break;
+        if (!j)
+            break;
         e->qhead = j->next;
-        if (!e->qhead) e->qtail = NULL;
+        if (!e->qhead)
+            e->qtail = NULL;
         e->running = 1;
         int lost = wait_arrival(e, j);
         int skip = e->async_st < 0; /* the step is being abandoned */
         pthread_mutex_unlock(&e->mu);
         zo_status st = ZO_OK;
         if (lost && !skip)
-            st = ZO_FAIL(ZO_ERR_INTERNAL, ENG_SUBSYS,
-                         "the device-to-host copy of layer %d's gradients never signalled its end (a "
-                         "task on the copy stream failed)",
-                         e->chunks[j->chunk].layer);
+            st = ZO_FAIL(
+                ZO_ERR_INTERNAL, ENG_SUBSYS,
+                "the device-to-host copy of layer %d's gradients never signalled its end (a "
+                "task on the copy stream failed)",
+                e->chunks[j->chunk].layer);
         else if (!skip) {
             uint64_t t0 = zo_now_ns();
             zo_nvtx_push(job_name(e, j));
@@ -197,7 +212,8 @@ static void *thread_main(void *arg)
             atomic_fetch_add(&e->optim_ns, t1 - t0);
             eng_trace(e, ZO_TRACK_HOST_JOBS, 0, job_name(e, j), t0, t1, j->chunk, 0);
         }
-        if (st < 0) eng_set_async_error(e, st);
+        if (st < 0)
+            eng_set_async_error(e, st);
         pthread_mutex_lock(&e->mu);
         e->chunks[j->chunk].jobs_done++;
         e->running = 0;
@@ -211,14 +227,17 @@ static void *thread_main(void *arg)
 zo_status eng_thread_start(struct zo_engine *e)
 {
     int rc = pthread_create(&e->thread, NULL, thread_main, e);
-    if (rc != 0) return ZO_FAIL(ZO_ERR_SYSTEM, ENG_SUBSYS, "starting the engine's optimizer thread: error %d", rc);
+    if (rc != 0)
+        return ZO_FAIL(ZO_ERR_SYSTEM, ENG_SUBSYS,
+                       "starting the engine's optimizer thread: error %d", rc);
     e->thread_started = 1;
     return ZO_OK;
 }
 
 void eng_thread_stop(struct zo_engine *e)
 {
-    if (!e->thread_started) return;
+    if (!e->thread_started)
+        return;
     pthread_mutex_lock(&e->mu);
     e->stop = 1;
     pthread_cond_broadcast(&e->cv);
@@ -231,7 +250,8 @@ void eng_thread_stop(struct zo_engine *e)
 eng_job *eng_job_new(const eng_job *tmpl)
 {
     eng_job *j = malloc(sizeof *j);
-    if (!j) return NULL;
+    if (!j)
+        return NULL;
     *j = *tmpl;
     j->next = NULL;
     return j;
@@ -268,12 +288,14 @@ zo_status eng_arrival_fn(void *arg)
 zo_status eng_wait_idle(struct zo_engine *e)
 {
     pthread_mutex_lock(&e->mu);
-    while (e->qhead || e->running) pthread_cond_wait(&e->cv, &e->mu);
+    while (e->qhead || e->running)
+        pthread_cond_wait(&e->cv, &e->mu);
     zo_status st = e->async_st;
     char why[512];
     snprintf(why, sizeof why, "%s", e->async_msg);
     pthread_mutex_unlock(&e->mu);
-    if (st < 0) return ZO_FAIL(st, ENG_SUBSYS, "%s", why);
+    if (st < 0)
+        return ZO_FAIL(st, ENG_SUBSYS, "%s", why);
     return ZO_OK;
 }
 
@@ -281,6 +303,7 @@ zo_status eng_wait_idle(struct zo_engine *e)
 void eng_wait_chunk_jobs(struct zo_engine *e, uint32_t c)
 {
     pthread_mutex_lock(&e->mu);
-    while (e->chunks[c].jobs_done < e->chunks[c].jobs_queued) pthread_cond_wait(&e->cv, &e->mu);
+    while (e->chunks[c].jobs_done < e->chunks[c].jobs_queued)
+        pthread_cond_wait(&e->cv, &e->mu);
     pthread_mutex_unlock(&e->mu);
 }

@@ -13,14 +13,16 @@ zo_status eng_spec_drain(struct zo_engine *e)
     zo_status st = ZO_OK;
     for (int t = 0; t < ENG_N_TIERS; t++) {
         zo_status w = eng_state_tiers[t]->drain(e);
-        if (st == ZO_OK && w < 0) st = w;
+        if (st == ZO_OK && w < 0)
+            st = w;
     }
     return st;
 }
 
 void eng_restore_backups(struct zo_engine *e)
 {
-    for (uint32_t c = 0; c < e->n_chunks; c++) e->chunks[c].st->rollback(e, c);
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        e->chunks[c].st->rollback(e, c);
 }
 
 /* Keep the speculation when it was right, else roll back and update anew. */
@@ -28,11 +30,14 @@ static zo_status validate(struct zo_engine *e, const eng_verdict *v, int *rollba
 {
     int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
     *rollbacks = 0;
-    if (!v->overflow && v->factor == v->plain) return ZO_OK; /* the speculation was right */
-    for (uint32_t c = 0; c < e->n_chunks; c++) *rollbacks += e->chunks[c].spec_done;
+    if (!v->overflow && v->factor == v->plain)
+        return ZO_OK; /* the speculation was right */
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        *rollbacks += e->chunks[c].spec_done;
     eng_restore_backups(e);
     eng_discard_uncommitted(e);
-    if (v->overflow) return ZO_OK;
+    if (v->overflow)
+        return ZO_OK;
     return eng_update_all(e, e->step_lr, v->factor, e->opt_step + 1, parity);
 }
 
@@ -48,7 +53,10 @@ static zo_status end_step(struct zo_engine *e, const eng_verdict *v, int *rollba
     return eng_update_now(e, v, rollbacks, saved, validate, update_name);
 }
 
-static zo_status settle(struct zo_engine *e) { return eng_spec_drain(e); }
+static zo_status settle(struct zo_engine *e)
+{
+    return eng_spec_drain(e);
+}
 
 static void abort_step(struct zo_engine *e)
 {

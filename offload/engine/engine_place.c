@@ -21,8 +21,8 @@ static zo_tier fill(const zo_engine_caps *caps, zo_tier home, uint64_t per, uint
     return home;
 }
 
-void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chunk_bytes, uint8_t *p16_home,
-                     uint8_t *states_home)
+void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chunk_bytes,
+                     uint8_t *p16_home, uint8_t *states_home)
 {
     uint64_t sused[2] = {0, 0}, pused[2] = {0, 0};
     for (uint32_t k = 0; k < n_chunks; k++)
@@ -30,8 +30,10 @@ void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chun
     /* first the chunks that must keep their parameters off NVMe, then the rest in order */
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t k = 0; k < n_chunks; k++) {
-            int forced = c->param_home == ZO_TIER_NVME && !eng_state_tiers[states_home[k]]->p16_stored;
-            if (forced != !pass) continue;
+            int forced =
+                c->param_home == ZO_TIER_NVME && !eng_state_tiers[states_home[k]]->p16_stored;
+            if (forced != !pass)
+                continue;
             zo_tier t = fill(&c->param_caps, c->param_home, chunk_bytes, pused);
             if (forced && t == ZO_TIER_NVME) {
                 t = ZO_TIER_HOST;
@@ -47,18 +49,21 @@ zo_status eng_check_caps(const zo_engine_config *c)
         const char *what;
         const zo_engine_caps *caps;
         zo_tier home;
-    } kinds[2] = {{"param", &c->param_caps, c->param_home}, {"optim", &c->optim_caps, c->optim_home}};
+    } kinds[2] = {{"param", &c->param_caps, c->param_home},
+                  {"optim", &c->optim_caps, c->optim_home}};
     for (int i = 0; i < 2; i++) {
         if (kinds[i].caps->device && kinds[i].home == ZO_TIER_DEVICE)
-            return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
-                           "%s_caps.device is set but %s_home is device: a cap is for a tier faster "
-                           "than the home (the home takes the rest)",
-                           kinds[i].what, kinds[i].what);
+            return ZO_FAIL(
+                ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                "%s_caps.device is set but %s_home is device: a cap is for a tier faster "
+                "than the home (the home takes the rest)",
+                kinds[i].what, kinds[i].what);
         if (kinds[i].caps->host && kinds[i].home != ZO_TIER_NVME)
-            return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
-                           "%s_caps.host is set but %s_home is %s: a cap is for a tier faster than the "
-                           "home (set %s_home=nvme to spill the rest there)",
-                           kinds[i].what, kinds[i].what, zo_tier_name(kinds[i].home), kinds[i].what);
+            return ZO_FAIL(
+                ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                "%s_caps.host is set but %s_home is %s: a cap is for a tier faster than the "
+                "home (set %s_home=nvme to spill the rest there)",
+                kinds[i].what, kinds[i].what, zo_tier_name(kinds[i].home), kinds[i].what);
     }
     return ZO_OK;
 }

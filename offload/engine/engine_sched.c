@@ -17,17 +17,20 @@ int eng_trace_push(struct zo_engine *e, int layer, zo_phase phase)
     if (e->n_cur == e->cap_cur) {
         int n = e->cap_cur ? 2 * e->cap_cur : 64;
         int *p = realloc(e->cur, (size_t)n * sizeof *p);
-        if (!p) return -2;
+        if (!p)
+            return -2;
         e->cur = p;
         e->cap_cur = n;
     }
     int code = layer * 2 + (int)phase;
     int pos = e->n_cur;
     e->cur[e->n_cur++] = code;
-    if (!e->trace_valid || e->deviated) return -1;
+    if (!e->trace_valid || e->deviated)
+        return -1;
     if (pos >= e->n_trace || e->trace[pos] != code) {
         e->deviated = 1;
-        ZO_LOGD(ENG_SUBSYS, "fetch %d (layer %d) leaves the recorded trace: prefetch off until re-recorded",
+        ZO_LOGD(ENG_SUBSYS,
+                "fetch %d (layer %d) leaves the recorded trace: prefetch off until re-recorded",
                 pos, layer);
         return -1;
     }
@@ -62,13 +65,18 @@ void eng_trace_end_step(struct zo_engine *e)
 static int next_use(const struct zo_engine *e, int layer, int from)
 {
     for (int j = from; j < e->n_trace; j++)
-        if (e->trace[j] / 2 == layer) return j;
+        if (e->trace[j] / 2 == layer)
+            return j;
     for (int j = 0; j < e->n_trace && j < from; j++)
-        if (e->trace[j] / 2 == layer) return e->n_trace + j;
+        if (e->trace[j] / 2 == layer)
+            return e->n_trace + j;
     return INT_MAX;
 }
 
-static int following(const struct zo_engine *e) { return e->trace_valid && !e->deviated; }
+static int following(const struct zo_engine *e)
+{
+    return e->trace_valid && !e->deviated;
+}
 
 /* The slot to reuse: a free one, else the evictable chunk used farthest in
  * the future (or least recently, off the trace). With `sooner` >= 0 only a
@@ -80,12 +88,15 @@ static int pick_slot(struct zo_engine *e, int pos, int sooner)
     long best_key = LONG_MIN;
     for (uint32_t s = 0; s < e->n_pslots; s++) {
         int c = e->pslots[s].chunk;
-        if (c < 0) return (int)s;
-        if (e->chunks[c].in_use > 0 || e->chunks[c].pt->resident) continue;
+        if (c < 0)
+            return (int)s;
+        if (e->chunks[c].in_use > 0 || e->chunks[c].pt->resident)
+            continue;
         long key;
         if (pos >= 0) {
             int nu = next_use(e, e->chunks[c].layer, pos + 1);
-            if (sooner >= 0 && nu <= sooner) continue;
+            if (sooner >= 0 && nu <= sooner)
+                continue;
             key = nu;
         } else {
             key = -(long)e->pslots[s].tick;
@@ -123,7 +134,8 @@ static zo_status load_into(struct zo_engine *e, uint32_t c, int s)
         e->evictions++;
     }
     zo_status st = eng_load_slot(e, c, (uint32_t)s);
-    if (st < 0) e->pslots[s].chunk = -1; /* contents unknown: a free slot */
+    if (st < 0)
+        e->pslots[s].chunk = -1; /* contents unknown: a free slot */
     return st;
 }
 
@@ -150,18 +162,23 @@ zo_status eng_make_resident(struct zo_engine *e, uint32_t c, int pos)
  * time, into free slots or in place of chunks needed later than they are. */
 void eng_prefetch(struct zo_engine *e)
 {
-    if (!following(e)) return; /* chunks homed on the device are always in their slots */
+    if (!following(e))
+        return; /* chunks homed on the device are always in their slots */
     int pos = e->n_cur - 1;
     for (int a = 1; a <= e->cfg.lookahead; a++) {
         int j = pos + a;
-        if (j >= e->n_trace) return;
+        if (j >= e->n_trace)
+            return;
         eng_layer *L = &e->layers[e->trace[j] / 2];
         for (uint32_t i = 0; i < L->n_chunks; i++) {
             uint32_t c = L->first_chunk + i;
-            if (e->chunks[c].slot >= 0) continue;
+            if (e->chunks[c].slot >= 0)
+                continue;
             int s = pick_slot(e, pos, j);
-            if (s < 0) return;
-            if (load_into(e, c, s) < 0) return; /* a failed copy surfaces at the fetch that needs it */
+            if (s < 0)
+                return;
+            if (load_into(e, c, s) < 0)
+                return; /* a failed copy surfaces at the fetch that needs it */
             e->prefetches++;
         }
     }
@@ -173,8 +190,10 @@ void eng_prefetch(struct zo_engine *e)
 zo_status eng_publish_chunk(struct zo_engine *e, uint32_t c)
 {
     eng_chunk *k = &e->chunks[c];
-    if (k->slot < 0) return ZO_OK;
-    if (k->pt->resident) return eng_load_slot(e, c, (uint32_t)k->slot);
+    if (k->slot < 0)
+        return ZO_OK;
+    if (k->pt->resident)
+        return eng_load_slot(e, c, (uint32_t)k->slot);
     e->pslots[k->slot].chunk = -1;
     k->slot = -1;
     return ZO_OK;
@@ -182,6 +201,7 @@ zo_status eng_publish_chunk(struct zo_engine *e, uint32_t c)
 
 zo_status eng_publish(struct zo_engine *e)
 {
-    for (uint32_t c = 0; c < e->n_chunks; c++) ZO_TRY(eng_publish_chunk(e, c));
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        ZO_TRY(eng_publish_chunk(e, c));
     return ZO_OK;
 }

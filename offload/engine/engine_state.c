@@ -9,13 +9,16 @@
 
 static zo_status between_steps(struct zo_engine *e, int id, const char *what)
 {
-    if (!e) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "%s: NULL engine", what);
+    if (!e)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "%s: NULL engine", what);
     if (id < -1 || id >= e->n_tensors)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "%s: no tensor %d (the engine has %d)", what, id,
-                       e->n_tensors);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "%s: no tensor %d (the engine has %d)", what,
+                       id, e->n_tensors);
     if (!e->finalized)
-        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "%s: call zo_engine_finalize first (before it, "
-                       "zo_engine_register takes the initial values)", what);
+        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
+                       "%s: call zo_engine_finalize first (before it, "
+                       "zo_engine_register takes the initial values)",
+                       what);
     if (e->step_open)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "%s: a step is open; call it between steps", what);
     return ZO_OK;
@@ -23,9 +26,11 @@ static zo_status between_steps(struct zo_engine *e, int id, const char *what)
 
 static zo_status no_pending_update(struct zo_engine *e, const char *what)
 {
-    if (!e->dpu_pending) return ZO_OK;
+    if (!e->dpu_pending)
+        return ZO_OK;
     return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
-                   "%s: the delayed update of the last step is pending: call zo_engine_flush first", what);
+                   "%s: the delayed update of the last step is pending: call zo_engine_flush first",
+                   what);
 }
 
 /* Every update queued or running has landed (host jobs, speculative NVMe
@@ -39,15 +44,18 @@ static zo_status settle(struct zo_engine *e)
 zo_status zo_engine_read_state(zo_engine_t e, int id, float *master, float *m, float *v)
 {
     ZO_TRY(between_steps(e, id, "read_state"));
-    if (id < 0) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "read_state: no tensor %d", id);
+    if (id < 0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "read_state: no tensor %d", id);
     ZO_TRY(settle(e));
     eng_tensor *t = &e->tensors[id];
     float *buf = aligned_alloc(4096, e->state_extent_bytes);
-    if (!buf) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_state: allocating a buffer");
+    if (!buf)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_state: allocating a buffer");
     zo_status st = e->chunks[t->chunk].st->read(e, t->chunk, buf);
     float *dst[3] = {master, m, v};
     for (int i = 0; st == ZO_OK && i < 3; i++)
-        if (dst[i]) memcpy(dst[i], buf + (size_t)i * e->chunk_elems + t->off, t->numel * sizeof(float));
+        if (dst[i])
+            memcpy(dst[i], buf + (size_t)i * e->chunk_elems + t->off, t->numel * sizeof(float));
     free(buf);
     return st;
 }
@@ -59,7 +67,8 @@ static zo_status refresh_p16(struct zo_engine *e, uint32_t c, const float *maste
 {
     eng_chunk *k = &e->chunks[c];
     ZO_TRY(k->pt->write(e, c, master, 0));
-    if (k->slot < 0) return ZO_OK;
+    if (k->slot < 0)
+        return ZO_OK;
     ZO_TRY(eng_publish_chunk(e, c));
     return k->pt->resident ? zo_stream_synchronize(e->h2d) : ZO_OK; /* the reload landed */
 }
@@ -68,7 +77,8 @@ zo_status zo_engine_write_state(zo_engine_t e, int id, const float *master, cons
                                 const float *v)
 {
     ZO_TRY(between_steps(e, id, "write_state"));
-    if (id < 0) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "write_state: no tensor %d", id);
+    if (id < 0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "write_state: no tensor %d", id);
     ZO_TRY(no_pending_update(e, "write_state"));
     ZO_TRY(settle(e));
     eng_tensor *t = &e->tensors[id];
@@ -77,7 +87,8 @@ zo_status zo_engine_write_state(zo_engine_t e, int id, const float *master, cons
     ZO_TRY(k->st->write_begin(e, t->chunk, &st));
     const float *src[3] = {master, m, v};
     for (int i = 0; i < 3; i++)
-        if (src[i]) memcpy(st + (size_t)i * e->chunk_elems + t->off, src[i], t->numel * sizeof(float));
+        if (src[i])
+            memcpy(st + (size_t)i * e->chunk_elems + t->off, src[i], t->numel * sizeof(float));
     ZO_TRY(k->st->write_end(e, t->chunk, st));
     return master ? refresh_p16(e, t->chunk, st) : ZO_OK;
 }
@@ -93,9 +104,10 @@ zo_status zo_engine_get_step_state(zo_engine_t e, zo_engine_step_state *out)
 {
     ZO_TRY(between_steps(e, -1, "get_step_state"));
     if (!out || out->struct_size != sizeof *out)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
-                       "get_step_state: out is NULL or its struct_size is not sizeof(zo_engine_step_state): "
-                       "initialize it with ZO_ENGINE_STEP_STATE_INIT");
+        return ZO_FAIL(
+            ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+            "get_step_state: out is NULL or its struct_size is not sizeof(zo_engine_step_state): "
+            "initialize it with ZO_ENGINE_STEP_STATE_INIT");
     ZO_TRY(no_pending_update(e, "get_step_state"));
     out->updates = e->opt_step;
     out->steps = e->steps;
@@ -110,17 +122,21 @@ zo_status zo_engine_set_step_state(zo_engine_t e, const zo_engine_step_state *in
 {
     ZO_TRY(between_steps(e, -1, "set_step_state"));
     if (!in || in->struct_size != sizeof *in)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
-                       "set_step_state: in is NULL or its struct_size is not sizeof(zo_engine_step_state)");
+        return ZO_FAIL(
+            ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+            "set_step_state: in is NULL or its struct_size is not sizeof(zo_engine_step_state)");
     ZO_TRY(no_pending_update(e, "set_step_state"));
     if (in->updates < 0 || in->steps < in->updates)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
-                       "set_step_state: updates %lld and steps %lld: expected 0 <= updates <= steps",
-                       (long long)in->updates, (long long)in->steps);
-    if (e->scaler.dynamic && (!isfinite(in->loss_scale) || in->loss_scale <= 0 || in->scaler_hysteresis < 0))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
-                       "set_step_state: loss scale %g (finite, > 0) or hysteresis %d (>= 0) out of range",
-                       in->loss_scale, in->scaler_hysteresis);
+        return ZO_FAIL(
+            ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+            "set_step_state: updates %lld and steps %lld: expected 0 <= updates <= steps",
+            (long long)in->updates, (long long)in->steps);
+    if (e->scaler.dynamic &&
+        (!isfinite(in->loss_scale) || in->loss_scale <= 0 || in->scaler_hysteresis < 0))
+        return ZO_FAIL(
+            ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+            "set_step_state: loss scale %g (finite, > 0) or hysteresis %d (>= 0) out of range",
+            in->loss_scale, in->scaler_hysteresis);
     ZO_TRY(settle(e));
     e->opt_step = in->updates;
     e->steps = in->steps;

@@ -5,7 +5,8 @@
 static zo_status apply(struct zo_engine *e, const eng_verdict *v, int *rollbacks)
 {
     *rollbacks = 0;
-    if (v->overflow) return ZO_OK;
+    if (v->overflow)
+        return ZO_OK;
     int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
     return eng_update_all(e, e->step_lr, v->factor, e->opt_step + 1, parity);
 }
@@ -28,7 +29,10 @@ static zo_status settle(struct zo_engine *e)
     return ZO_OK;
 }
 
-static void abort_step(struct zo_engine *e) { (void)e; }
+static void abort_step(struct zo_engine *e)
+{
+    (void)e;
+}
 
 const eng_mode_ops eng_mode_sync = {
     .name = "sync",

@@ -23,7 +23,8 @@ static zo_status bad_table(const char *kind, int t, const char *name, const char
 static zo_status check_param_tier(int t, const eng_param_tier *p)
 {
     if (!p || p->version != ENG_TIER_OPS_VERSION || (int)p->tier != t)
-        return bad_table("parameter", t, p ? p->name : NULL, "missing, of another version, or misfiled");
+        return bad_table("parameter", t, p ? p->name : NULL,
+                         "missing, of another version, or misfiled");
     if (!p->account || !p->place || !p->release || !p->write || !p->source || !p->update_out ||
         !p->commit)
         return bad_table("parameter", t, p->name, "an operation is missing");
@@ -33,7 +34,8 @@ static zo_status check_param_tier(int t, const eng_param_tier *p)
 static zo_status check_state_tier(int t, const eng_state_tier *s)
 {
     if (!s || s->version != ENG_TIER_OPS_VERSION || (int)s->tier != t)
-        return bad_table("state", t, s ? s->name : NULL, "missing, of another version, or misfiled");
+        return bad_table("state", t, s ? s->name : NULL,
+                         "missing, of another version, or misfiled");
     if (!s->account || !s->place || !s->release || !s->init_buf || !s->init || !s->update ||
         !s->speculate || !s->drain || !s->rollback || !s->discard || !s->commit || !s->read ||
         !s->write_begin || !s->write_end)

@@ -24,7 +24,7 @@
 #include "engine_internal.h"
 
 #define ENG_TIER_OPS_VERSION 1u
-#define ENG_N_TIERS 3
+#define ENG_N_TIERS          3
 
 /* What a tier's byte accounting sees: the packed model, the homes, the
  * parameter slots (set before the parameter tables are asked). */
@@ -95,7 +95,8 @@ typedef struct eng_state_tier {
     float *(*init_buf)(struct zo_engine *e, uint32_t c);
     zo_status (*init)(struct zo_engine *e, uint32_t c, float *buf);
     /* Update n chunks (all homed here) and store the results behind the committed ones. */
-    zo_status (*update)(struct zo_engine *e, const uint32_t *chunks, uint32_t n, const eng_update_args *u);
+    zo_status (*update)(struct zo_engine *e, const uint32_t *chunks, uint32_t n,
+                        const eng_update_args *u);
     /* Overlap mode: update chunk c ahead of the verdict; drain what that left in flight. */
     zo_status (*speculate)(struct zo_engine *e, uint32_t c, const eng_job *j);
     zo_status (*drain)(struct zo_engine *e);
@@ -135,8 +136,8 @@ void eng_plan_flags(eng_plan_in *in);
 
 /* engine_place.c: each chunk's homes under c's homes and caps (n_chunks
  * entries each, zo_tier values); c's caps name only tiers faster than the homes. */
-void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chunk_bytes, uint8_t *p16_home,
-                     uint8_t *states_home);
+void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chunk_bytes,
+                     uint8_t *p16_home, uint8_t *states_home);
 zo_status eng_check_caps(const zo_engine_config *c);
 
 /* engine_tier_nvme.c: a swap extent of 16-bit parameters for chunks of
@@ -174,7 +175,8 @@ void eng_host_p16_commit(struct zo_engine *e, uint32_t c, int updated, int store
 /* The backups of the chunks homed at t (to fp); returns the bytes of their states. */
 uint64_t eng_resident_account(const eng_plan_in *in, zo_tier t, zo_engine_footprint *fp);
 /* The chunks self holds get their states from base (and backups, host memory, in *backups). */
-zo_status eng_resident_place(struct zo_engine *e, const eng_state_tier *self, float *base, float **backups);
+zo_status eng_resident_place(struct zo_engine *e, const eng_state_tier *self, float *base,
+                             float **backups);
 float *eng_resident_init_buf(struct zo_engine *e, uint32_t c);
 zo_status eng_resident_init(struct zo_engine *e, uint32_t c, float *buf);
 zo_status eng_resident_update(struct zo_engine *e, const uint32_t *chunks, uint32_t n,

@@ -22,7 +22,8 @@ zo_tier eng_states_home(const eng_plan_in *in, uint32_t c)
 uint32_t eng_count_homed(const eng_plan_in *in, int kind, zo_tier t)
 {
     uint32_t n = 0;
-    for (uint32_t c = 0; c < in->n_chunks; c++) n += (kind ? eng_states_home(in, c) : eng_p16_home(in, c)) == t;
+    for (uint32_t c = 0; c < in->n_chunks; c++)
+        n += (kind ? eng_states_home(in, c) : eng_p16_home(in, c)) == t;
     return n;
 }
 
@@ -30,7 +31,8 @@ uint32_t eng_count_homed(const eng_plan_in *in, int kind, zo_tier t)
  * them behind the fetches (the states' tier or the mode says), else one. */
 int eng_p16_bufs(const eng_plan_in *in, uint32_t c)
 {
-    if (!in->host_copies[eng_p16_home(in, c)]) return 0;
+    if (!in->host_copies[eng_p16_home(in, c)])
+        return 0;
     return in->p16_behind[eng_states_home(in, c)] || in->mode_p16_behind ? 2 : 1;
 }
 
@@ -76,22 +78,28 @@ uint16_t eng_from_f32(zo_dtype t, float f)
 zo_status eng_host_alloc(struct zo_engine *e, uint64_t bytes, float **out)
 {
     *out = NULL;
-    if (!bytes) return ZO_OK;
+    if (!bytes)
+        return ZO_OK;
     void *p = aligned_alloc(4096, zo_round_up(bytes, 4096));
-    if (!p) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %" PRIu64 " bytes of host memory", bytes);
+    if (!p)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %" PRIu64 " bytes of host memory",
+                       bytes);
     memset(p, 0, bytes);
     e->host_bytes += bytes;
-    if (e->host_bytes > e->host_high) e->host_high = e->host_bytes;
+    if (e->host_bytes > e->host_high)
+        e->host_high = e->host_bytes;
     *out = p;
     return ZO_OK;
 }
 
 zo_status eng_take_pinned(struct zo_engine *e, size_t slot_bytes, size_t n, void **out)
 {
-    if (!n) return ZO_OK;
+    if (!n)
+        return ZO_OK;
     int set;
     ZO_TRY(zo_hostpool_add_slots(e->pool, slot_bytes, n, &set));
-    for (size_t i = 0; i < n; i++) ZO_TRY(zo_hostpool_slot_alloc(e->pool, set, &out[i]));
+    for (size_t i = 0; i < n; i++)
+        ZO_TRY(zo_hostpool_slot_alloc(e->pool, set, &out[i]));
     return ZO_OK;
 }
 

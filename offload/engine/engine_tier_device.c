@@ -13,9 +13,15 @@ static void device_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
     eng_host_p16_account(in, ZO_TIER_DEVICE, fp); /* the slots are counted with the device's */
 }
 
-static zo_status device_p16_place(struct zo_engine *e) { return eng_host_p16_place(e, &eng_param_tier_device); }
+static zo_status device_p16_place(struct zo_engine *e)
+{
+    return eng_host_p16_place(e, &eng_param_tier_device);
+}
 
-static void device_p16_release(struct zo_engine *e) { (void)e; }
+static void device_p16_release(struct zo_engine *e)
+{
+    (void)e;
+}
 
 const eng_param_tier eng_param_tier_device = {
     .version = ENG_TIER_OPS_VERSION,
@@ -42,7 +48,8 @@ static void device_states_account(const eng_plan_in *in, zo_engine_footprint *fp
 static zo_status device_states_place(struct zo_engine *e)
 {
     uint64_t n = eng_chunks_at(e, 1, &eng_state_tier_device);
-    ZO_TRY(zo_device_malloc(e->dev, (size_t)n * 3 * e->chunk_elems * sizeof(float), &e->dev_states));
+    ZO_TRY(
+        zo_device_malloc(e->dev, (size_t)n * 3 * e->chunk_elems * sizeof(float), &e->dev_states));
     return eng_resident_place(e, &eng_state_tier_device, e->dev_states, &e->dev_backup);
 }
 

@@ -13,7 +13,8 @@
 void eng_host_p16_account(const eng_plan_in *in, zo_tier t, zo_engine_footprint *fp)
 {
     for (uint32_t c = 0; c < in->n_chunks; c++)
-        if (eng_p16_home(in, c) == t) fp->pinned += (uint64_t)eng_p16_bufs(in, c) * in->chunk_bytes;
+        if (eng_p16_home(in, c) == t)
+            fp->pinned += (uint64_t)eng_p16_bufs(in, c) * in->chunk_bytes;
 }
 
 /* One set of slots, buffer by buffer and chunk by chunk within. */
@@ -21,14 +22,17 @@ zo_status eng_host_p16_place(struct zo_engine *e, const eng_param_tier *self)
 {
     size_t n = 0;
     for (uint32_t c = 0; c < e->n_chunks; c++)
-        if (e->chunks[c].pt == self) n += (size_t)e->chunks[c].p16_bufs;
+        if (e->chunks[c].pt == self)
+            n += (size_t)e->chunks[c].p16_bufs;
     void **tmp = calloc(n ? n : 1, sizeof *tmp);
-    if (!tmp) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
+    if (!tmp)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
     zo_status st = eng_take_pinned(e, e->chunk_bytes, n, tmp);
     size_t i = 0;
     for (int b = 0; st == ZO_OK && b < 2; b++)
         for (uint32_t c = 0; c < e->n_chunks; c++)
-            if (e->chunks[c].pt == self && e->chunks[c].p16_bufs > b) e->chunks[c].p16[b] = tmp[i++];
+            if (e->chunks[c].pt == self && e->chunks[c].p16_bufs > b)
+                e->chunks[c].p16[b] = tmp[i++];
     free(tmp);
     return st;
 }
@@ -37,7 +41,8 @@ zo_status eng_host_p16_write(struct zo_engine *e, uint32_t c, const float *maste
 {
     eng_chunk *k = &e->chunks[c];
     for (int b = 0; b < k->p16_bufs; b++) {
-        if (init) memset(k->p16[b], 0, e->chunk_bytes);
+        if (init)
+            memset(k->p16[b], 0, e->chunk_bytes);
         eng_cast16(e->cfg.param_dtype, master, k->p16[b], k->n_elems);
     }
     return ZO_OK;
@@ -64,7 +69,8 @@ void eng_host_p16_commit(struct zo_engine *e, uint32_t c, int updated, int store
 {
     (void)stored;
     eng_chunk *k = &e->chunks[c];
-    if (k->p16_bufs == 2 && updated) k->p16_cur = 1 - k->p16_cur;
+    if (k->p16_bufs == 2 && updated)
+        k->p16_cur = 1 - k->p16_cur;
 }
 
 static void host_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
@@ -72,9 +78,15 @@ static void host_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
     eng_host_p16_account(in, ZO_TIER_HOST, fp);
 }
 
-static zo_status host_p16_place(struct zo_engine *e) { return eng_host_p16_place(e, &eng_param_tier_host); }
+static zo_status host_p16_place(struct zo_engine *e)
+{
+    return eng_host_p16_place(e, &eng_param_tier_host);
+}
 
-static void host_p16_release(struct zo_engine *e) { (void)e; } /* the pool goes with the engine's */
+static void host_p16_release(struct zo_engine *e)
+{
+    (void)e;
+} /* the pool goes with the engine's */
 
 const eng_param_tier eng_param_tier_host = {
     .version = ENG_TIER_OPS_VERSION,
@@ -99,28 +111,37 @@ uint64_t eng_resident_account(const eng_plan_in *in, zo_tier t, zo_engine_footpr
 {
     uint64_t per = 3 * in->chunk_elems * sizeof(float), bytes = 0;
     for (uint32_t c = 0; c < in->n_chunks; c++)
-        if (eng_states_home(in, c) == t) bytes += per;
-    if (in->mode_backups) fp->host += bytes;
+        if (eng_states_home(in, c) == t)
+            bytes += per;
+    if (in->mode_backups)
+        fp->host += bytes;
     return bytes;
 }
 
-zo_status eng_resident_place(struct zo_engine *e, const eng_state_tier *self, float *base, float **backups)
+zo_status eng_resident_place(struct zo_engine *e, const eng_state_tier *self, float *base,
+                             float **backups)
 {
     uint64_t per = 3 * e->chunk_elems;
     uint64_t n = eng_chunks_at(e, 1, self);
-    if (e->mode->backups) ZO_TRY(eng_host_alloc(e, n * per * sizeof(float), backups));
+    if (e->mode->backups)
+        ZO_TRY(eng_host_alloc(e, n * per * sizeof(float), backups));
     uint64_t i = 0;
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
-        if (k->st != self) continue;
+        if (k->st != self)
+            continue;
         k->states = base + i * per;
-        if (*backups) k->backup = *backups + i * per;
+        if (*backups)
+            k->backup = *backups + i * per;
         i++;
     }
     return ZO_OK;
 }
 
-float *eng_resident_init_buf(struct zo_engine *e, uint32_t c) { return e->chunks[c].states; }
+float *eng_resident_init_buf(struct zo_engine *e, uint32_t c)
+{
+    return e->chunks[c].states;
+}
 
 zo_status eng_resident_init(struct zo_engine *e, uint32_t c, float *buf)
 {
@@ -132,7 +153,8 @@ zo_status eng_resident_update(struct zo_engine *e, const uint32_t *chunks, uint3
                               const eng_update_args *u)
 {
     zo_optim_job_t *jobs = calloc(n ? n : 1, sizeof *jobs);
-    if (!jobs) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %u job handles", n);
+    if (!jobs)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %u job handles", n);
     zo_status st = ZO_OK;
     uint32_t queued = 0;
     for (; queued < n; queued++) {
@@ -141,11 +163,13 @@ zo_status eng_resident_update(struct zo_engine *e, const uint32_t *chunks, uint3
         zo_adam_buffers b;
         eng_adam_args(e, k, k->states, u, &p, &b);
         st = zo_optim_pool_adam_enqueue(e->opool, &p, &b, &jobs[queued]);
-        if (st < 0) break;
+        if (st < 0)
+            break;
     }
     for (uint32_t i = 0; i < queued; i++) {
         zo_status w = zo_optim_job_wait(jobs[i], NULL);
-        if (st == ZO_OK && w < 0) st = w;
+        if (st == ZO_OK && w < 0)
+            st = w;
     }
     free(jobs);
     return st;
@@ -173,16 +197,21 @@ zo_status eng_resident_drain(struct zo_engine *e)
 void eng_resident_rollback(struct zo_engine *e, uint32_t c)
 {
     eng_chunk *k = &e->chunks[c];
-    if (!k->spec_done || !k->backup) return;
+    if (!k->spec_done || !k->backup)
+        return;
     memcpy(k->states, k->backup, 3 * e->chunk_elems * sizeof(float));
     if (k->p16_bufs == 1) {
         uint16_t *p = k->p16[k->p16_cur];
-        for (size_t i = 0; i < k->n_elems; i++) p[i] = eng_from_f32(e->cfg.param_dtype, k->states[i]);
+        for (size_t i = 0; i < k->n_elems; i++)
+            p[i] = eng_from_f32(e->cfg.param_dtype, k->states[i]);
     }
     k->spec_done = 0;
 }
 
-void eng_resident_discard(struct zo_engine *e, uint32_t c) { (void)e, (void)c; }
+void eng_resident_discard(struct zo_engine *e, uint32_t c)
+{
+    (void)e, (void)c;
+}
 
 int eng_resident_commit(struct zo_engine *e, uint32_t c)
 {

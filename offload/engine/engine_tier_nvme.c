@@ -12,10 +12,14 @@
 
 #include "engine_tier.h"
 
-static uint64_t state_io_bytes(const eng_chunk *k) { return zo_engine_nvme_state_bytes(k->n_elems); }
+static uint64_t state_io_bytes(const eng_chunk *k)
+{
+    return zo_engine_nvme_state_bytes(k->n_elems);
+}
 
 /* A swap store of two extents per chunk of `extent` bytes each. */
-static zo_status open_store(struct zo_engine *e, uint64_t extent, uint32_t n, const char *suffix, zo_swap_t *out)
+static zo_status open_store(struct zo_engine *e, uint64_t extent, uint32_t n, const char *suffix,
+                            zo_swap_t *out)
 {
     zo_swap_config sc = ZO_SWAP_CONFIG_INIT;
     char name[128];
@@ -31,15 +35,18 @@ static zo_status open_store(struct zo_engine *e, uint64_t extent, uint32_t n, co
     /* A file left by a run that was killed (its lock free, its header ours)
      * is taken over: it must not block every later run on the directory. */
     sc.reuse = ZO_SWAP_REUSE;
-    if (e->cfg.nvme_queue_depth) sc.queue_depth = e->cfg.nvme_queue_depth;
-    if (e->cfg.nvme_block_size) sc.block_size = e->cfg.nvme_block_size;
+    if (e->cfg.nvme_queue_depth)
+        sc.queue_depth = e->cfg.nvme_queue_depth;
+    if (e->cfg.nvme_block_size)
+        sc.block_size = e->cfg.nvme_block_size;
     return zo_swap_open(&sc, out);
 }
 
 static void states_unpack(const struct zo_engine *e, const eng_chunk *k, float *buf)
 {
     const size_t S = eng_state_stride(e, k), C = e->chunk_elems;
-    if (S == C) return;
+    if (S == C)
+        return;
     memmove(buf + 2 * C, buf + 2 * S, k->n_elems * sizeof(float)); /* v first: it moves furthest */
     memmove(buf + C, buf + S, k->n_elems * sizeof(float));
     memset(buf + k->n_elems, 0, (C - k->n_elems) * sizeof(float)); /* the gaps hold nothing */
@@ -50,10 +57,13 @@ static void states_unpack(const struct zo_engine *e, const eng_chunk *k, float *
 static void states_pack(const struct zo_engine *e, const eng_chunk *k, float *buf)
 {
     const size_t S = eng_state_stride(e, k), C = e->chunk_elems;
-    if (S == C) return;
-    memmove(buf + S, buf + C, k->n_elems * sizeof(float)); /* m first: it moves down into free space */
+    if (S == C)
+        return;
+    memmove(buf + S, buf + C,
+            k->n_elems * sizeof(float)); /* m first: it moves down into free space */
     memmove(buf + 2 * S, buf + 2 * C, k->n_elems * sizeof(float));
-    memset(buf + k->n_elems, 0, (S - k->n_elems) * sizeof(float)); /* the padding to each 4 KiB boundary */
+    memset(buf + k->n_elems, 0,
+           (S - k->n_elems) * sizeof(float)); /* the padding to each 4 KiB boundary */
     memset(buf + S + k->n_elems, 0, (S - k->n_elems) * sizeof(float));
     memset(buf + 2 * S + k->n_elems, 0, (S - k->n_elems) * sizeof(float));
 }
@@ -73,20 +83,21 @@ static zo_status nvme_read(struct zo_engine *e, uint32_t c, float *out)
 static zo_status read_current(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io)
 {
     eng_chunk *k = &e->chunks[c];
-    return eng_swap_async(e, 0, 0, c, k->ext[k->ext_cur], buf, state_io_bytes(k), k->gen[k->ext_cur],
-                          io);
+    return eng_swap_async(e, 0, 0, c, k->ext[k->ext_cur], buf, state_io_bytes(k),
+                          k->gen[k->ext_cur], io);
 }
 
 /* Write the updated states (and, when they live on NVMe, the new 16-bit
  * parameters from the stage's tail) to the alternate extents. */
 static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
-                               zo_swap_io_t *pio)
+                                 zo_swap_io_t *pio)
 {
     eng_chunk *k = &e->chunks[c];
     int alt = 1 - k->ext_cur;
     k->gen[alt] = k->gen[k->ext_cur] + 1;
     ZO_TRY(eng_swap_async(e, 1, 0, c, k->ext[alt], buf, state_io_bytes(k), k->gen[alt], io));
-    if (!k->pt->store) return ZO_OK;
+    if (!k->pt->store)
+        return ZO_OK;
     return k->pt->store(e, c, buf + 3 * eng_state_stride(e, k), pio);
 }
 
@@ -97,10 +108,12 @@ static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo
 static zo_status spec_finish_write(struct zo_engine *e, unsigned s)
 {
     eng_spec_pipe *p = &e->spec;
-    if (p->wr_chunk[s] < 0) return ZO_OK;
+    if (p->wr_chunk[s] < 0)
+        return ZO_OK;
     zo_status st = eng_timed_swap_wait(e, p->wr[s]);
     zo_status st2 = eng_timed_swap_wait(e, p->pwr[s]);
-    if (st == ZO_OK && st2 == ZO_OK) e->chunks[p->wr_chunk[s]].alt_valid = 1;
+    if (st == ZO_OK && st2 == ZO_OK)
+        e->chunks[p->wr_chunk[s]].alt_valid = 1;
     p->wr[s] = p->pwr[s] = NULL;
     p->wr_chunk[s] = -1;
     return st < 0 ? st : st2;
@@ -108,7 +121,8 @@ static zo_status spec_finish_write(struct zo_engine *e, unsigned s)
 
 static void spec_drop_read(struct zo_engine *e, unsigned s)
 {
-    if (e->spec.rd_chunk[s] < 0) return;
+    if (e->spec.rd_chunk[s] < 0)
+        return;
     zo_swap_wait(e->spec.rd[s]); /* a read ahead nobody used */
     e->spec.rd[s] = NULL;
     e->spec.rd_chunk[s] = -1;
@@ -130,7 +144,8 @@ static zo_status spec_start_read(struct zo_engine *e, uint32_t c, unsigned *out)
 static int spec_stage_of(struct zo_engine *e, uint32_t c)
 {
     for (unsigned s = 0; s < ENG_NVME_STAGES; s++)
-        if (e->spec.rd_chunk[s] == (int)c) return (int)s;
+        if (e->spec.rd_chunk[s] == (int)c)
+            return (int)s;
     return -1;
 }
 
@@ -187,7 +202,8 @@ static zo_status spec_drain(struct zo_engine *e)
     for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
         spec_drop_read(e, s);
         zo_status w = spec_finish_write(e, s);
-        if (st == ZO_OK && w < 0) st = w;
+        if (st == ZO_OK && w < 0)
+            st = w;
     }
     e->spec.next = 0;
     return st;
@@ -207,7 +223,8 @@ typedef struct nvme_pipe {
 
 static zo_status pipe_wait(nvme_pipe *pp, zo_swap_io_t *io)
 {
-    if (!*io) return ZO_OK;
+    if (!*io)
+        return ZO_OK;
     zo_status st = eng_timed_swap_wait(pp->e, *io);
     *io = NULL;
     return st;
@@ -253,7 +270,8 @@ static zo_status nvme_update(struct zo_engine *e, const uint32_t *chunks, uint32
         snprintf(why, sizeof why, "%s", zo_last_error());
         return ZO_FAIL(st, ENG_SUBSYS, "updating the optimizer states on NVMe: %s", why);
     }
-    for (uint32_t i = 0; i < n; i++) e->chunks[chunks[i]].alt_valid = 1;
+    for (uint32_t i = 0; i < n; i++)
+        e->chunks[chunks[i]].alt_valid = 1;
     return ZO_OK;
 }
 
@@ -269,7 +287,8 @@ static zo_status wait_ticket(void *arg)
 {
     ticket_arg *t = arg;
     zo_swap_io_t io = atomic_exchange(&t->p->io, NULL);
-    if (!io) return ZO_OK;
+    if (!io)
+        return ZO_OK;
     uint64_t t0 = zo_now_ns();
     zo_status st = zo_swap_wait(io);
     atomic_fetch_add(&t->e->nvme_ns, zo_now_ns() - t0);
@@ -282,7 +301,8 @@ static void drop_tickets(struct zo_engine *e)
 {
     for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++) {
         zo_swap_io_t io = atomic_exchange(&e->pslots[s].io, NULL);
-        if (io) zo_swap_wait(io);
+        if (io)
+            zo_swap_wait(io);
     }
 }
 
@@ -292,7 +312,8 @@ static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, eng_pslot *p
 {
     ZO_TRY(zo_event_synchronize(p->ready)); /* the twin's previous H2D is done */
     zo_swap_io_t io = atomic_exchange(&p->io, NULL);
-    if (io) zo_swap_wait(io); /* its h2d task never ran: the failure was reported then */
+    if (io)
+        zo_swap_wait(io); /* its h2d task never ran: the failure was reported then */
     io = NULL;
     ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[k->pext_cur], p->stage,
                           e->p16_extent, k->pgen[k->pext_cur], &io));
@@ -301,7 +322,8 @@ static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, eng_pslot *p
     zo_status st = zo_stream_enqueue(e->h2d, wait_ticket, &t, sizeof t);
     if (st < 0) { /* never leave a ticket behind */
         io = atomic_exchange(&p->io, NULL);
-        if (io) zo_swap_wait(io);
+        if (io)
+            zo_swap_wait(io);
     }
     return st;
 }
@@ -332,15 +354,22 @@ static zo_status nvme_write_end(struct zo_engine *e, uint32_t c, float *st)
 /* ---- 16-bit parameters ---- */
 
 /* Whether any chunk homed in the plan keeps its 16-bit parameters here. */
-static uint32_t p16_homed(const eng_plan_in *in) { return eng_count_homed(in, 0, ZO_TIER_NVME); }
+static uint32_t p16_homed(const eng_plan_in *in)
+{
+    return eng_count_homed(in, 0, ZO_TIER_NVME);
+}
 
 /* A swap extent of 16-bit parameters: the fullest chunk's, 4 KiB-aligned. */
-uint64_t eng_p16_extent(uint64_t max_chunk_elems) { return zo_round_up(max_chunk_elems * 2, ZO_SWAP_ALIGN); }
+uint64_t eng_p16_extent(uint64_t max_chunk_elems)
+{
+    return zo_round_up(max_chunk_elems * 2, ZO_SWAP_ALIGN);
+}
 
 static void nvme_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
 {
     uint32_t n = p16_homed(in);
-    if (!n) return;
+    if (!n)
+        return;
     fp->pinned += in->pslots * in->chunk_bytes; /* a staging twin per slot */
     fp->nvme += 2ull * n * eng_p16_extent(in->max_chunk_elems);
 }
@@ -349,7 +378,8 @@ static zo_status nvme_p16_place(struct zo_engine *e)
 {
     uint32_t n = eng_chunks_at(e, 0, &eng_param_tier_nvme);
     void **tmp = calloc(e->n_pslots ? e->n_pslots : 1, sizeof *tmp);
-    if (!tmp) return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
+    if (!tmp)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
     zo_status st = eng_take_pinned(e, e->chunk_bytes, e->n_pslots, tmp);
     /* reads fill a twin's first p16_extent bytes: the rest stays zero */
     for (uint32_t s = 0; st == ZO_OK && s < e->n_pslots; s++) {
@@ -372,12 +402,15 @@ static zo_status nvme_p16_place(struct zo_engine *e)
 
 static void nvme_p16_release(struct zo_engine *e)
 {
-    if (!e->pswap) return;
+    if (!e->pswap)
+        return;
     drop_tickets(e);
     for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-        if (e->stage[i]) zo_swap_unregister_buffer(e->pswap, e->stage[i]);
+        if (e->stage[i])
+            zo_swap_unregister_buffer(e->pswap, e->stage[i]);
     for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++)
-        if (e->pslots[s].stage) zo_swap_unregister_buffer(e->pswap, e->pslots[s].stage);
+        if (e->pslots[s].stage)
+            zo_swap_unregister_buffer(e->pswap, e->pslots[s].stage);
     zo_swap_close(e->pswap);
     e->pswap = NULL;
 }
@@ -386,7 +419,8 @@ static void nvme_p16_release(struct zo_engine *e)
  * master there); after a checkpoint, the states' store wrote them. */
 static zo_status nvme_p16_write(struct zo_engine *e, uint32_t c, const float *master, int init)
 {
-    if (!init) return ZO_OK;
+    if (!init)
+        return ZO_OK;
     eng_chunk *k = &e->chunks[c];
     void *p16 = (char *)e->stage[0] + e->state_extent_bytes;
     memset(p16, 0, e->chunk_bytes);
@@ -422,7 +456,8 @@ static zo_status nvme_p16_store(struct zo_engine *e, uint32_t c, void *src, zo_s
 static void nvme_p16_commit(struct zo_engine *e, uint32_t c, int updated, int stored)
 {
     (void)updated;
-    if (stored) e->chunks[c].pext_cur = 1 - e->chunks[c].pext_cur;
+    if (stored)
+        e->chunks[c].pext_cur = 1 - e->chunks[c].pext_cur;
 }
 
 const eng_param_tier eng_param_tier_nvme = {
@@ -454,7 +489,8 @@ static uint64_t stage_bytes(const eng_plan_in *in)
 static void nvme_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
 {
     uint32_t n = eng_count_homed(in, 1, ZO_TIER_NVME);
-    if (!n) return;
+    if (!n)
+        return;
     fp->pinned += ENG_NVME_STAGES * stage_bytes(in);
     /* extents sized to the fullest chunk, not the chunk size: a small
      * model in large chunks reserves what it holds */
@@ -464,11 +500,14 @@ static void nvme_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
 static zo_status nvme_states_place(struct zo_engine *e)
 {
     uint32_t n = eng_chunks_at(e, 1, &eng_state_tier_nvme);
-    e->stage_bytes = e->state_extent_bytes + (eng_chunks_at(e, 0, &eng_param_tier_nvme) ? e->chunk_bytes : 0);
-    for (unsigned i = 0; i < ENG_NVME_STAGES; i++) e->spec.rd_chunk[i] = e->spec.wr_chunk[i] = -1;
+    e->stage_bytes =
+        e->state_extent_bytes + (eng_chunks_at(e, 0, &eng_param_tier_nvme) ? e->chunk_bytes : 0);
+    for (unsigned i = 0; i < ENG_NVME_STAGES; i++)
+        e->spec.rd_chunk[i] = e->spec.wr_chunk[i] = -1;
     void *tmp[ENG_NVME_STAGES];
     ZO_TRY(eng_take_pinned(e, e->stage_bytes, ENG_NVME_STAGES, tmp));
-    for (int i = 0; i < (int)ENG_NVME_STAGES; i++) e->stage[i] = tmp[i];
+    for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
+        e->stage[i] = tmp[i];
     ZO_TRY(open_store(e, e->nvme_state_extent, n, "", &e->swap));
     eng_store_opened(e, e->swap, e->nvme_state_extent);
     for (uint32_t c = 0; c < e->n_chunks; c++)
@@ -483,7 +522,8 @@ static void nvme_states_release(struct zo_engine *e)
 {
     if (e->swap) { /* the mode's settle drained the speculative pipeline */
         for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-            if (e->stage[i]) zo_swap_unregister_buffer(e->swap, e->stage[i]);
+            if (e->stage[i])
+                zo_swap_unregister_buffer(e->swap, e->stage[i]);
         zo_swap_close(e->swap);
         e->swap = NULL;
     }
@@ -505,16 +545,26 @@ static zo_status nvme_init(struct zo_engine *e, uint32_t c, float *buf)
     return zo_swap_write(e->swap, k->ext[0], buf, state_io_bytes(k), k->gen[0]);
 }
 
-static zo_status nvme_drain(struct zo_engine *e) { return e->swap ? spec_drain(e) : ZO_OK; }
+static zo_status nvme_drain(struct zo_engine *e)
+{
+    return e->swap ? spec_drain(e) : ZO_OK;
+}
 
-static void nvme_rollback(struct zo_engine *e, uint32_t c) { (void)e, (void)c; } /* nothing in place */
+static void nvme_rollback(struct zo_engine *e, uint32_t c)
+{
+    (void)e, (void)c;
+} /* nothing in place */
 
-static void nvme_discard(struct zo_engine *e, uint32_t c) { e->chunks[c].alt_valid = 0; }
+static void nvme_discard(struct zo_engine *e, uint32_t c)
+{
+    e->chunks[c].alt_valid = 0;
+}
 
 static int nvme_commit(struct zo_engine *e, uint32_t c)
 {
     eng_chunk *k = &e->chunks[c];
-    if (!k->alt_valid) return 0;
+    if (!k->alt_valid)
+        return 0;
     k->ext_cur = 1 - k->ext_cur;
     k->alt_valid = 0;
     return 1;

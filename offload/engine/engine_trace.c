@@ -9,9 +9,11 @@
 
 zo_status zo_engine_set_trace(zo_engine_t e, zo_trace_fn fn, void *ctx)
 {
-    if (!e) return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "set_trace: NULL engine");
+    if (!e)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "set_trace: NULL engine");
     if (e->finalized)
-        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "set_trace: call it before zo_engine_finalize "
+        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
+                       "set_trace: call it before zo_engine_finalize "
                        "(the optimizer's workers start there)");
     e->trace_fn = fn;
     e->trace_ctx = ctx;
@@ -21,9 +23,11 @@ zo_status zo_engine_set_trace(zo_engine_t e, zo_trace_fn fn, void *ctx)
 void eng_trace(struct zo_engine *e, zo_trace_track track, int index, const char *name, uint64_t t0,
                uint64_t t1, int chunk, uint64_t bytes)
 {
-    if (!e->trace_fn) return;
+    if (!e->trace_fn)
+        return;
     zo_trace_event ev = {track, index, name, t0, t1, -1, chunk, bytes};
-    if (chunk >= 0 && (uint32_t)chunk < e->n_chunks) ev.layer = e->chunks[chunk].layer;
+    if (chunk >= 0 && (uint32_t)chunk < e->n_chunks)
+        ev.layer = e->chunks[chunk].layer;
     e->trace_fn(e->trace_ctx, &ev);
 }
 
@@ -40,21 +44,24 @@ static void io_done(void *user, zo_status st, const char *msg)
     (void)st;
     (void)msg;
     io_span *r = user;
-    eng_trace(r->e, ZO_TRACK_NVME, r->store, r->write ? "nvme write" : "nvme read", r->t0, zo_now_ns(),
-              (int)r->chunk, r->bytes);
+    eng_trace(r->e, ZO_TRACK_NVME, r->store, r->write ? "nvme write" : "nvme read", r->t0,
+              zo_now_ns(), (int)r->chunk, r->bytes);
     free(r);
 }
 
 zo_status eng_swap_async(struct zo_engine *e, int write, int store, uint32_t chunk,
-                         zo_swap_extent_t ext, void *buf, size_t len, uint64_t gen, zo_swap_io_t *io)
+                         zo_swap_extent_t ext, void *buf, size_t len, uint64_t gen,
+                         zo_swap_io_t *io)
 {
     zo_swap_t s = store ? e->pswap : e->swap;
     io_span *r = e->trace_fn ? malloc(sizeof *r) : NULL; /* without memory, untraced */
-    if (r) *r = (io_span){e, store, write, chunk, len, zo_now_ns()};
+    if (r)
+        *r = (io_span){e, store, write, chunk, len, zo_now_ns()};
     zo_swap_done_fn done = r ? io_done : NULL;
     zo_status st = write ? zo_swap_write_async(s, ext, buf, len, gen, done, r, io)
                          : zo_swap_read_async(s, ext, buf, len, gen, done, r, io);
-    if (st < 0) free(r); /* a refused request calls nothing back */
+    if (st < 0)
+        free(r); /* a refused request calls nothing back */
     return st;
 }
 
@@ -65,7 +72,8 @@ static void pool_span(void *ctx, const zo_optim_trace_span *sp)
 
 void eng_trace_pool(struct zo_engine *e, zo_optim_pool_config *oc)
 {
-    if (!e->trace_fn) return;
+    if (!e->trace_fn)
+        return;
     oc->trace = pool_span;
     oc->trace_ctx = e;
 }
@@ -115,7 +123,8 @@ zo_status eng_timed_copy(struct zo_engine *e, int d2h, uint32_t chunk, void *dst
 
 zo_status eng_compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t ev, uint32_t chunk)
 {
-    if (zo_event_query(ev) != ZO_NOT_READY) return zo_stream_wait_event(compute, ev);
+    if (zo_event_query(ev) != ZO_NOT_READY)
+        return zo_stream_wait_event(compute, ev);
     busy_arg b = {e, 2, (int)chunk, 0};
     ZO_TRY(zo_stream_enqueue(compute, busy_begin, &b, sizeof b));
     ZO_TRY(zo_stream_wait_event(compute, ev));

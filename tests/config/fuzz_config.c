@@ -25,11 +25,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 static void check_round_trip(const zo_train_config *cfg)
 {
     char *text = NULL, *again = NULL;
-    if (zo_train_config_to_json(cfg, 0, &text) != ZO_OK) abort();
+    if (zo_train_config_to_json(cfg, 0, &text) != ZO_OK)
+        abort();
     zo_config_t c = NULL;
     zo_train_config back = ZO_TRAIN_CONFIG_INIT;
-    if (zo_config_init(&c) != ZO_OK) abort();
-    if (zo_config_load_string(c, text, "<round trip>") != ZO_OK) abort();
+    if (zo_config_init(&c) != ZO_OK)
+        abort();
+    if (zo_config_load_string(c, text, "<round trip>") != ZO_OK)
+        abort();
     if (zo_config_resolve(c, cfg->world_size, &back) != ZO_OK) {
         fprintf(stderr, "serialized config does not resolve: %s\n%s\n", zo_last_error(), text);
         abort();
@@ -46,7 +49,8 @@ static void check_round_trip(const zo_train_config *cfg)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *buf = malloc(size + 1);
-    if (!buf) return 0;
+    if (!buf)
+        return 0;
     memcpy(buf, data, size);
     buf[size] = '\0';
     char *json = buf, *override = NULL;
@@ -54,16 +58,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *nl = strchr(buf, '\n');
         override = buf + 1;
         json = nl ? nl + 1 : buf + size;
-        if (nl) *nl = '\0';
+        if (nl)
+            *nl = '\0';
     }
     zo_config_t c = NULL;
     if (zo_config_init(&c) == ZO_OK) {
         zo_train_config cfg = ZO_TRAIN_CONFIG_INIT;
         int64_t world = 1 + (int64_t)(size % 4);
         zo_status st = zo_config_load_string(c, json, "<fuzz>");
-        if (st == ZO_OK && override) st = zo_config_set_arg(c, override);
-        if (st == ZO_OK) st = zo_config_resolve(c, world, &cfg);
-        if (st == ZO_OK) check_round_trip(&cfg);
+        if (st == ZO_OK && override)
+            st = zo_config_set_arg(c, override);
+        if (st == ZO_OK)
+            st = zo_config_resolve(c, world, &cfg);
+        if (st == ZO_OK)
+            check_round_trip(&cfg);
         zo_config_free(c);
     }
     free(buf);

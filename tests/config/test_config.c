@@ -24,9 +24,12 @@ static zo_status resolve_text(const char *json, int64_t world, zo_train_config *
 {
     zo_config_t c = NULL;
     zo_status st = zo_config_init(&c);
-    if (st == ZO_OK) st = zo_config_load_string(c, json, "<test>");
-    for (size_t i = 0; st == ZO_OK && overrides && overrides[i]; i++) st = zo_config_set_arg(c, overrides[i]);
-    if (st == ZO_OK) st = zo_config_resolve(c, world, out);
+    if (st == ZO_OK)
+        st = zo_config_load_string(c, json, "<test>");
+    for (size_t i = 0; st == ZO_OK && overrides && overrides[i]; i++)
+        st = zo_config_set_arg(c, overrides[i]);
+    if (st == ZO_OK)
+        st = zo_config_resolve(c, world, out);
     zo_config_free(c);
     return st;
 }
@@ -39,12 +42,15 @@ typedef struct bad_case {
 } bad_case;
 
 static const bad_case bad_cases[] = {
-    {"{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": {\"devcie\": \"cpu\"}}}",
+    {"{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": {\"devcie\": "
+     "\"cpu\"}}}",
      "unknown key 'zero_optimization.offload_optimizer.devcie'; did you mean 'device'?"},
     {"{\"train_batch_size\": 8, \"fp16\": {\"enabeld\": true}}",
      "unknown key 'fp16.enabeld'; did you mean 'enabled'?"},
-    {"{\"train_batch_sise\": 8}", "unknown key 'train_batch_sise'; did you mean 'train_batch_size'?"},
-    {"{\"Train_Batch_Size\": 8}", "unknown key 'Train_Batch_Size'; did you mean 'train_batch_size'?"},
+    {"{\"train_batch_sise\": 8}",
+     "unknown key 'train_batch_sise'; did you mean 'train_batch_size'?"},
+    {"{\"Train_Batch_Size\": 8}",
+     "unknown key 'Train_Batch_Size'; did you mean 'train_batch_size'?"},
     {"{\"train_batch_size\": 8, \"wall_clock_breakdwn\": false}",
      "unknown key 'wall_clock_breakdwn'; did you mean 'wall_clock_breakdown'?"},
     {"{\"train_batch_size\": 8, \"zoffload\": {\"qq\": 1}}",
@@ -53,17 +59,21 @@ static const bad_case bad_cases[] = {
      "unknown key 'aio.queue_dpeth'; did you mean 'queue_depth'?"},
     {"{\"train_batch_size\": \"8\"}",
      "'train_batch_size': expected an integer >= 1 or \"auto\" or null, found string \"8\""},
-    {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": \"1e-4\"}}}",
+    {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": "
+     "\"1e-4\"}}}",
      "'optimizer.params.lr': expected a number >= 0 or \"auto\", found string \"1e-4\""},
     {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Lamb\"}}",
      "'optimizer.type': expected one of Adam, AdamW, found string \"Lamb\""},
     {"{\"train_batch_size\": 8, \"optimizer\": {\"params\": {}}}",
      "'optimizer.type' is required: one of Adam, AdamW"},
-    {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [0.9, 1.0]}}}",
+    {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [0.9, "
+     "1.0]}}}",
      "'optimizer.params.betas[1]': expected a number in [0, 1), found 1"},
-    {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": 0.9}}}",
+    {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": "
+     "0.9}}}",
      "'optimizer.params.betas': expected an array of two numbers in [0, 1) or \"auto\", found 0.9"},
-    {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"amsgrad\": true}}}",
+    {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"amsgrad\": "
+     "true}}}",
      "'optimizer.params.amsgrad': expected false (the true variant is not supported), found true"},
     {"{\"train_batch_size\": 8, \"fp16\": {\"hysteresis\": 0}}",
      "'fp16.hysteresis': expected an integer >= 1, found 0"},
@@ -76,35 +86,44 @@ static const bad_case bad_cases[] = {
      "'zero_optimization.stage': expected an integer in [0, 3], found 4"},
     {"{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2.5}}",
      "'zero_optimization.stage': expected an integer in [0, 3], found 2.5"},
-    {"{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_param\": {\"device\": \"NVMe\"}}}",
-     "'zero_optimization.offload_param.device': expected one of none, cpu, nvme, found string \"NVMe\""},
-    {"{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": {\"device\": \"nvme\"}}}",
+    {"{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_param\": {\"device\": "
+     "\"NVMe\"}}}",
+     "'zero_optimization.offload_param.device': expected one of none, cpu, nvme, found string "
+     "\"NVMe\""},
+    {"{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": {\"device\": "
+     "\"nvme\"}}}",
      "'zero_optimization.offload_optimizer.nvme_path' is required when "
-     "'zero_optimization.offload_optimizer.device' is 'nvme' (or list drives in 'zoffload.nvme_paths')"},
+     "'zero_optimization.offload_optimizer.device' is 'nvme' (or list drives in "
+     "'zoffload.nvme_paths')"},
     {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": "
      "{\"total_num_steps\": 100, \"warmup_max_lr\": 0.1}}}",
      "'scheduler.params.warmup_max_lr' is not a parameter of WarmupCosineLR (its parameters: "
      "total_num_steps, warmup_min_ratio, warmup_num_steps, cos_min_ratio, warmup_type, "
      "last_batch_iteration)"},
-    {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_step\": 5}}}",
+    {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
+     "{\"warmup_num_step\": 5}}}",
      "unknown key 'scheduler.params.warmup_num_step'; did you mean 'warmup_num_steps'?"},
     {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\"}}",
-     "'scheduler.params.total_num_steps' is required by WarmupDecayLR (set it in the file or on the "
+     "'scheduler.params.total_num_steps' is required by WarmupDecayLR (set it in the file or on "
+     "the "
      "command line)"},
     {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"OneCycle\"}}",
      "'scheduler.type': expected one of WarmupLR, WarmupDecayLR, WarmupCosineLR, found string "
      "\"OneCycle\""},
-    {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_type\": \"cos\"}}}",
+    {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
+     "{\"warmup_type\": \"cos\"}}}",
      "'scheduler.params.warmup_type': expected one of log, linear, found string \"cos\""},
     {"{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}",
      "'fp16.enabled' and 'bf16.enabled' are both true; enable at most one"},
     {"{\"train_batch_size\": 8, \"zoffload\": {\"device_mem\": \"24 parsecs\"}}",
-     "'zoffload.device_mem': expected an integer >= 0 (bytes, or a string such as \"24GiB\"), found "
+     "'zoffload.device_mem': expected an integer >= 0 (bytes, or a string such as \"24GiB\"), "
+     "found "
      "string \"24 parsecs\""},
     {"{\"train_batch_size\": 8, \"zoffload\": {\"optimizer_mode\": \"async\"}}",
      "'zoffload.optimizer_mode': expected one of sync, overlap, dpu, found string \"async\""},
     {"{\"train_batch_size\": 8, \"zoffload\": {\"nvme_paths\": \"/mnt/a\"}}",
-     "'zoffload.nvme_paths': expected an array of at most 16 path strings, found string \"/mnt/a\""},
+     "'zoffload.nvme_paths': expected an array of at most 16 path strings, found string "
+     "\"/mnt/a\""},
     {"{\"train_batch_size\": 8, \"zoffload\": {\"nvme_paths\": [\"/a\", 1]}}",
      "'zoffload.nvme_paths[1]': expected a path string, found 1"},
     {"{\"train_batch_size\": 8, \"steps_per_print\": \"auto\"}",
@@ -118,10 +137,13 @@ static const bad_case bad_cases[] = {
     {"{\"gradient_accumulation_steps\": 4}",
      "either 'train_batch_size' or 'train_micro_batch_size_per_gpu' must be given"},
     {"{\"train_batch_size\": 10, \"train_micro_batch_size_per_gpu\": 3}",
-     "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size: 10 != 3 "
+     "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size: 10 != "
+     "3 "
      "* 3 * 1"},
-    {"{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 4}",
-     "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size: 32 != 4 "
+    {"{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 4, "
+     "\"gradient_accumulation_steps\": 4}",
+     "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size: 32 != "
+     "4 "
      "* 4 * 1"},
     {"{\"train_batch_size\": 4, \"train_micro_batch_size_per_gpu\": 8}",
      "gradient_accumulation_steps derived as 0, which is < 1 (train_batch_size 4, "
@@ -139,8 +161,8 @@ static void test_invalid_configs(void **state)
         zo_train_config before = cfg;
         zo_status st = resolve_text(bad_cases[i].json, 1, &cfg, NULL);
         if (st != ZO_ERR_CONFIG)
-            fail_msg("case %zu (%s): status %d, expected ZO_ERR_CONFIG: %s", i, bad_cases[i].json, st,
-                     zo_last_error());
+            fail_msg("case %zu (%s): status %d, expected ZO_ERR_CONFIG: %s", i, bad_cases[i].json,
+                     st, zo_last_error());
         if (strcmp(error_text(), bad_cases[i].message) != 0)
             fail_msg("case %zu (%s):\n  got      '%s'\n  expected '%s'", i, bad_cases[i].json,
                      error_text(), bad_cases[i].message);
@@ -161,24 +183,29 @@ static const char *full_config =
     "  \"optimizer\": {\"type\": \"adamw\", \"params\": {\"lr\": 3e-4, \"betas\": [0.9, 0.95],\n"
     "                \"eps\": 1e-6, \"weight_decay\": 0.1, \"torch_adam\": false}},\n"
     "  \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 10000,\n"
-    "                \"warmup_num_steps\": 200, \"warmup_min_ratio\": 0.01, \"cos_min_ratio\": 0.1,\n"
+    "                \"warmup_num_steps\": 200, \"warmup_min_ratio\": 0.01, \"cos_min_ratio\": "
+    "0.1,\n"
     "                \"warmup_type\": \"linear\"}},\n"
     "  \"bf16\": {\"enabled\": true},\n"
     "  \"zero_optimization\": {\n"
     "    \"stage\": 3, \"overlap_comm\": true, \"contiguous_gradients\": true,\n"
     "    \"stage3_prefetch_bucket_size\": 5e7, \"stage3_max_live_parameters\": 1e9,\n"
     "    \"sub_group_size\": 1e8,\n"
-    "    \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/mnt/nvme0\", \"pin_memory\": true,\n"
-    "                          \"buffer_count\": 4, \"pipeline_read\": true, \"pipeline_write\": true,\n"
+    "    \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/mnt/nvme0\", "
+    "\"pin_memory\": true,\n"
+    "                          \"buffer_count\": 4, \"pipeline_read\": true, \"pipeline_write\": "
+    "true,\n"
     "                          \"fast_init\": false},\n"
     "    \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true, \"buffer_count\": 5,\n"
     "                      \"buffer_size\": 1e8, \"max_in_cpu\": 1e9}\n"
     "  },\n"
     "  \"aio\": {\"block_size\": 262144, \"queue_depth\": 32, \"thread_count\": 2,\n"
     "          \"single_submit\": false, \"overlap_events\": true},\n"
-    "  \"zoffload\": {\"device_mem\": \"20GiB\", \"host_mem\": 68719476736, \"chunk_size\": \"64MiB\",\n"
+    "  \"zoffload\": {\"device_mem\": \"20GiB\", \"host_mem\": 68719476736, \"chunk_size\": "
+    "\"64MiB\",\n"
     "               \"optimizer_mode\": \"overlap\", \"prefetch_lookahead\": 3,\n"
-    "               \"nvme_paths\": [\"/mnt/nvme0\", \"/mnt/nvme1\"], \"optimizer_state_dtype\": \"bf16\"}\n"
+    "               \"nvme_paths\": [\"/mnt/nvme0\", \"/mnt/nvme1\"], \"optimizer_state_dtype\": "
+    "\"bf16\"}\n"
     "}\n";
 
 static void check_full(const zo_train_config *c, int64_t world)
@@ -190,7 +217,8 @@ static void check_full(const zo_train_config *c, int64_t world)
     assert_true(c->gradient_clipping == 1.0);
     assert_int_equal(c->steps_per_print, 50);
     assert_int_equal(c->optimizer.type, ZO_OPTIMIZER_ADAMW);
-    assert_true(c->optimizer.lr == 3e-4 && c->optimizer.betas[0] == 0.9 && c->optimizer.betas[1] == 0.95);
+    assert_true(c->optimizer.lr == 3e-4 && c->optimizer.betas[0] == 0.9 &&
+                c->optimizer.betas[1] == 0.95);
     assert_true(c->optimizer.eps == 1e-6 && c->optimizer.weight_decay == 0.1);
     assert_int_equal(c->optimizer.decoupled_weight_decay, 1);
     assert_int_equal(c->scheduler.type, ZO_SCHEDULER_WARMUP_COSINE_LR);
@@ -258,7 +286,9 @@ static void test_full_config_and_ignored_keys(void **state)
     assert_string_equal(cfg.ignored[1], "zero_optimization.overlap_comm");
     assert_string_equal(cfg.ignored[2], "zero_optimization.contiguous_gradients");
     assert_string_equal(cfg.ignored[3], "wall_clock_breakdown");
-    assert_string_equal(w.last, "'wall_clock_breakdown' is a DeepSpeed option that has no effect in zoffload; ignored");
+    assert_string_equal(
+        w.last,
+        "'wall_clock_breakdown' is a DeepSpeed option that has no effect in zoffload; ignored");
 
     zo_train_config cfg2 = ZO_TRAIN_CONFIG_INIT;
     ZO_ASSERT_OK(resolve_text(full_config, 2, &cfg2, NULL));
@@ -277,7 +307,8 @@ static void test_defaults_and_variants(void **state)
     assert_true(c.gradient_clipping == 0.0);
     assert_int_equal(c.optimizer.type, ZO_OPTIMIZER_ADAM);
     assert_true(c.optimizer.lr == 1e-3 && c.optimizer.eps == 1e-8 && c.optimizer.betas[1] == 0.999);
-    assert_int_equal(c.optimizer.decoupled_weight_decay, 1); /* DeepSpeed's Adam is AdamW by default */
+    assert_int_equal(c.optimizer.decoupled_weight_decay,
+                     1); /* DeepSpeed's Adam is AdamW by default */
     assert_int_equal(c.scheduler.type, ZO_SCHEDULER_NONE);
     assert_true(c.fp16.loss_scale == 0.0);
     assert_int_equal(c.fp16.initial_scale_power, 16);
@@ -305,18 +336,20 @@ static void test_defaults_and_variants(void **state)
 
     /* Hugging Face "auto" values, the bfloat16 alias, WarmupDecayLR. */
     zo_train_config h = ZO_TRAIN_CONFIG_INIT;
-    ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": 4, "
-                              "\"gradient_accumulation_steps\": \"auto\", \"gradient_clipping\": \"auto\", "
-                              "\"bfloat16\": {\"enabled\": true}, \"optimizer\": {\"type\": \"AdamW\", "
-                              "\"params\": {\"lr\": \"auto\", \"betas\": \"auto\", \"weight_decay\": 0.01}}, "
-                              "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"warmup_max_lr\": "
-                              "\"auto\", \"warmup_num_steps\": 10, \"total_num_steps\": 100}}, "
-                              "\"zero_optimization\": {\"stage3_prefetch_bucket_size\": \"auto\"}}",
-                              4, &h, NULL));
+    ZO_ASSERT_OK(resolve_text(
+        "{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": 4, "
+        "\"gradient_accumulation_steps\": \"auto\", \"gradient_clipping\": \"auto\", "
+        "\"bfloat16\": {\"enabled\": true}, \"optimizer\": {\"type\": \"AdamW\", "
+        "\"params\": {\"lr\": \"auto\", \"betas\": \"auto\", \"weight_decay\": 0.01}}, "
+        "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"warmup_max_lr\": "
+        "\"auto\", \"warmup_num_steps\": 10, \"total_num_steps\": 100}}, "
+        "\"zero_optimization\": {\"stage3_prefetch_bucket_size\": \"auto\"}}",
+        4, &h, NULL));
     assert_int_equal(h.train_batch_size, 16);
     assert_int_equal(h.gradient_accumulation_steps, 1);
     assert_int_equal(h.bf16.enabled, 1);
-    assert_true(h.optimizer.lr == 1e-3 && h.optimizer.betas[0] == 0.9 && h.optimizer.weight_decay == 0.01);
+    assert_true(h.optimizer.lr == 1e-3 && h.optimizer.betas[0] == 0.9 &&
+                h.optimizer.weight_decay == 0.01);
     assert_int_equal(h.scheduler.type, ZO_SCHEDULER_WARMUP_DECAY_LR);
     assert_true(h.scheduler.warmup_max_lr == 1e-3);
     assert_int_equal(h.scheduler.total_num_steps, 100);
@@ -326,16 +359,16 @@ static void test_defaults_and_variants(void **state)
 /* ---- batch-size arithmetic, as DeepSpeed does it ---- */
 
 typedef struct batch_case {
-    int64_t tb, mb, ga, world; /* 0 = not given */
+    int64_t tb, mb, ga, world;         /* 0 = not given */
     int64_t want_tb, want_mb, want_ga; /* 0 = an error is expected */
 } batch_case;
 
 static const batch_case batch_cases[] = {
-    {32, 4, 8, 1, 32, 4, 8},   {32, 4, 0, 1, 32, 4, 8},  {32, 4, 0, 2, 32, 4, 4},
-    {32, 0, 4, 2, 32, 4, 4},   {0, 4, 4, 2, 32, 4, 4},   {32, 0, 0, 4, 32, 8, 1},
-    {0, 4, 0, 4, 16, 4, 1},    {12, 0, 0, 8, 0, 0, 0},   {10, 3, 0, 1, 0, 0, 0},
-    {33, 4, 0, 2, 0, 0, 0},    {32, 0, 3, 2, 0, 0, 0},   {32, 4, 4, 2, 32, 4, 4},
-    {32, 4, 4, 4, 0, 0, 0},    {0, 0, 4, 1, 0, 0, 0},    {7, 7, 0, 1, 7, 7, 1},
+    {32, 4, 8, 1, 32, 4, 8}, {32, 4, 0, 1, 32, 4, 8}, {32, 4, 0, 2, 32, 4, 4},
+    {32, 0, 4, 2, 32, 4, 4}, {0, 4, 4, 2, 32, 4, 4},  {32, 0, 0, 4, 32, 8, 1},
+    {0, 4, 0, 4, 16, 4, 1},  {12, 0, 0, 8, 0, 0, 0},  {10, 3, 0, 1, 0, 0, 0},
+    {33, 4, 0, 2, 0, 0, 0},  {32, 0, 3, 2, 0, 0, 0},  {32, 4, 4, 2, 32, 4, 4},
+    {32, 4, 4, 4, 0, 0, 0},  {0, 0, 4, 1, 0, 0, 0},   {7, 7, 0, 1, 7, 7, 1},
     {24, 0, 3, 4, 24, 2, 3},
 };
 
@@ -346,23 +379,30 @@ static void test_batch_arithmetic(void **state)
         const batch_case *b = &batch_cases[i];
         char json[256];
         int n = snprintf(json, sizeof json, "{\"steps_per_print\": 1");
-        if (b->tb) n += snprintf(json + n, sizeof json - (size_t)n, ", \"train_batch_size\": %lld", (long long)b->tb);
+        if (b->tb)
+            n += snprintf(json + n, sizeof json - (size_t)n, ", \"train_batch_size\": %lld",
+                          (long long)b->tb);
         if (b->mb)
-            n += snprintf(json + n, sizeof json - (size_t)n, ", \"train_micro_batch_size_per_gpu\": %lld", (long long)b->mb);
+            n += snprintf(json + n, sizeof json - (size_t)n,
+                          ", \"train_micro_batch_size_per_gpu\": %lld", (long long)b->mb);
         if (b->ga)
-            n += snprintf(json + n, sizeof json - (size_t)n, ", \"gradient_accumulation_steps\": %lld", (long long)b->ga);
+            n += snprintf(json + n, sizeof json - (size_t)n,
+                          ", \"gradient_accumulation_steps\": %lld", (long long)b->ga);
         snprintf(json + n, sizeof json - (size_t)n, "}");
         zo_train_config c = ZO_TRAIN_CONFIG_INIT;
         zo_status st = resolve_text(json, b->world, &c, NULL);
         if (!b->want_tb) {
-            if (st != ZO_ERR_CONFIG) fail_msg("case %zu (%s, world %lld) resolved", i, json, (long long)b->world);
+            if (st != ZO_ERR_CONFIG)
+                fail_msg("case %zu (%s, world %lld) resolved", i, json, (long long)b->world);
             continue;
         }
-        if (st != ZO_OK) fail_msg("case %zu (%s): %s", i, json, zo_last_error());
+        if (st != ZO_OK)
+            fail_msg("case %zu (%s): %s", i, json, zo_last_error());
         assert_int_equal(c.train_batch_size, b->want_tb);
         assert_int_equal(c.train_micro_batch_size_per_gpu, b->want_mb);
         assert_int_equal(c.gradient_accumulation_steps, b->want_ga);
-        assert_int_equal(c.train_batch_size, c.train_micro_batch_size_per_gpu * c.gradient_accumulation_steps * b->world);
+        assert_int_equal(c.train_batch_size, c.train_micro_batch_size_per_gpu *
+                                                 c.gradient_accumulation_steps * b->world);
     }
     zo_train_config c = ZO_TRAIN_CONFIG_INIT;
     ZO_ASSERT_ST(resolve_text("{\"train_batch_size\": 12}", 8, &c, NULL), ZO_ERR_CONFIG);
@@ -375,8 +415,9 @@ static void test_batch_arithmetic(void **state)
 static void test_overrides(void **state)
 {
     (void)state;
-    const char *file = "{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 4, "
-                       "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}}";
+    const char *file =
+        "{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 4, "
+        "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}}";
     const char *ov[] = {"zero_optimization.offload_optimizer.device=nvme",
                         "zero_optimization.offload_optimizer.nvme_path=/mnt/fast",
                         "train_micro_batch_size_per_gpu=8",
@@ -392,7 +433,8 @@ static void test_overrides(void **state)
     assert_int_equal(c.zero_optimization.offload_optimizer.device, ZO_OFFLOAD_NVME);
     assert_string_equal(c.zero_optimization.offload_optimizer.nvme_path, "/mnt/fast");
     assert_int_equal(c.train_micro_batch_size_per_gpu, 8);
-    assert_int_equal(c.gradient_accumulation_steps, 4); /* re-derived from the overridden micro batch */
+    assert_int_equal(c.gradient_accumulation_steps,
+                     4); /* re-derived from the overridden micro batch */
     assert_int_equal(c.zoffload.device_mem, 8LL << 30);
     assert_int_equal(c.optimizer.type, ZO_OPTIMIZER_ADAMW);
     assert_true(c.optimizer.lr == 1e-4);
@@ -402,25 +444,33 @@ static void test_overrides(void **state)
     /* Overrides are checked like the file. */
     const char *typo[] = {"zoffload.devce_mem=1GiB", NULL};
     ZO_ASSERT_ST(resolve_text(file, 1, &c, typo), ZO_ERR_CONFIG);
-    assert_string_equal(error_text(), "unknown key 'zoffload.devce_mem'; did you mean 'device_mem'?");
+    assert_string_equal(error_text(),
+                        "unknown key 'zoffload.devce_mem'; did you mean 'device_mem'?");
     const char *bad_type[] = {"zero_optimization.stage=three", NULL};
     ZO_ASSERT_ST(resolve_text(file, 1, &c, bad_type), ZO_ERR_CONFIG);
-    assert_string_equal(error_text(), "'zero_optimization.stage': expected an integer in [0, 3], found string \"three\"");
+    assert_string_equal(
+        error_text(),
+        "'zero_optimization.stage': expected an integer in [0, 3], found string \"three\"");
     const char *into_scalar[] = {"zero_optimization.stage.x=1", NULL};
     ZO_ASSERT_ST(resolve_text(file, 1, &c, into_scalar), ZO_ERR_CONFIG);
-    assert_string_equal(error_text(), "override 'zero_optimization.stage.x': 'stage' in the config is 2, not an object");
+    assert_string_equal(
+        error_text(),
+        "override 'zero_optimization.stage.x': 'stage' in the config is 2, not an object");
     const char *no_eq[] = {"fp16.enabled", NULL};
     ZO_ASSERT_ST(resolve_text(file, 1, &c, no_eq), ZO_ERR_CONFIG);
-    assert_string_equal(error_text(), "override 'fp16.enabled': expected KEY=VALUE, e.g. 'fp16.enabled=true'");
+    assert_string_equal(error_text(),
+                        "override 'fp16.enabled': expected KEY=VALUE, e.g. 'fp16.enabled=true'");
     const char *bad_path[] = {"fp16..enabled=true", NULL};
     ZO_ASSERT_ST(resolve_text(file, 1, &c, bad_path), ZO_ERR_CONFIG);
-    assert_string_equal(error_text(), "override key 'fp16..enabled': expected a dotted path such as "
-                                      "'zero_optimization.offload_optimizer.device'");
+    assert_string_equal(error_text(),
+                        "override key 'fp16..enabled': expected a dotted path such as "
+                        "'zero_optimization.offload_optimizer.device'");
     /* A total_num_steps left to the command line. */
     const char *steps[] = {"scheduler.params.total_num_steps=500", NULL};
-    ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": 1, \"scheduler\": {\"type\": \"WarmupDecayLR\", "
-                              "\"params\": {\"total_num_steps\": \"auto\"}}}",
-                              1, &c, steps));
+    ZO_ASSERT_OK(
+        resolve_text("{\"train_batch_size\": 1, \"scheduler\": {\"type\": \"WarmupDecayLR\", "
+                     "\"params\": {\"total_num_steps\": \"auto\"}}}",
+                     1, &c, steps));
     assert_int_equal(c.scheduler.total_num_steps, 500);
 }
 
@@ -487,8 +537,9 @@ static void test_placement(void **state)
 {
     (void)state;
     zo_train_config c = ZO_TRAIN_CONFIG_INIT;
-    const char *caps = "{\"train_batch_size\": 8, \"zoffload\": {\"placement\": {\"optimizer\": "
-                       "{\"host\": \"8GiB\", \"device\": 4096}, \"params\": {\"host\": \"2GiB\"}}}}";
+    const char *caps =
+        "{\"train_batch_size\": 8, \"zoffload\": {\"placement\": {\"optimizer\": "
+        "{\"host\": \"8GiB\", \"device\": 4096}, \"params\": {\"host\": \"2GiB\"}}}}";
     ZO_ASSERT_OK(resolve_text(caps, 1, &c, NULL));
     assert_int_equal(c.zoffload.placement.is_auto, 0);
     assert_int_equal(c.zoffload.placement.optimizer.host, 8LL << 30);
@@ -506,14 +557,23 @@ static void test_placement(void **state)
     ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": 8}", 1, &e, ov));
     assert_int_equal(e.zoffload.placement.params.device, 1LL << 20);
     zo_train_config f = ZO_TRAIN_CONFIG_INIT;
-    ZO_ASSERT_ST(resolve_text("{\"train_batch_size\": 8, \"zoffload\": {\"placement\": {\"optimizer\": "
-                              "{\"hots\": 1}}}}", 1, &f, NULL), ZO_ERR_CONFIG);
-    assert_string_equal(error_text(), "unknown key 'zoffload.placement.optimizer.hots'; did you mean 'host'?");
-    ZO_ASSERT_ST(resolve_text("{\"train_batch_size\": 8, \"zoffload\": {\"placement\": {\"optimiser\": {}}}}",
-                              1, &f, NULL), ZO_ERR_CONFIG);
-    assert_string_equal(error_text(), "unknown key 'zoffload.placement.optimiser'; did you mean 'optimizer'?");
-    ZO_ASSERT_ST(resolve_text("{\"train_batch_size\": 8, \"zoffload\": {\"placement\": \"fast\"}}", 1, &f,
-                              NULL), ZO_ERR_CONFIG);
+    ZO_ASSERT_ST(
+        resolve_text("{\"train_batch_size\": 8, \"zoffload\": {\"placement\": {\"optimizer\": "
+                     "{\"hots\": 1}}}}",
+                     1, &f, NULL),
+        ZO_ERR_CONFIG);
+    assert_string_equal(error_text(),
+                        "unknown key 'zoffload.placement.optimizer.hots'; did you mean 'host'?");
+    ZO_ASSERT_ST(
+        resolve_text(
+            "{\"train_batch_size\": 8, \"zoffload\": {\"placement\": {\"optimiser\": {}}}}", 1, &f,
+            NULL),
+        ZO_ERR_CONFIG);
+    assert_string_equal(error_text(),
+                        "unknown key 'zoffload.placement.optimiser'; did you mean 'optimizer'?");
+    ZO_ASSERT_ST(resolve_text("{\"train_batch_size\": 8, \"zoffload\": {\"placement\": \"fast\"}}",
+                              1, &f, NULL),
+                 ZO_ERR_CONFIG);
     if (!strstr(error_text(), "'zoffload.placement': expected \"auto\" or an object"))
         fail_msg("%s", error_text());
 }
@@ -546,7 +606,9 @@ static void test_files_and_args(void **state)
     bad.zero_optimization.offload_param.device = (zo_offload_device)7;
     char *json = NULL;
     ZO_ASSERT_ST(zo_train_config_to_json(&bad, 0, &json), ZO_ERR_INVALID_ARG);
-    assert_non_null(strstr(zo_last_error(), "'zero_optimization.offload_param.device' holds 7, which is not a valid value"));
+    assert_non_null(
+        strstr(zo_last_error(),
+               "'zero_optimization.offload_param.device' holds 7, which is not a valid value"));
     bad = (zo_train_config)ZO_TRAIN_CONFIG_INIT;
     bad.scheduler.type = ZO_SCHEDULER_WARMUP_LR;
     bad.scheduler.warmup_type = (zo_warmup_type)-1;

@@ -27,18 +27,18 @@ typedef struct run_cfg {
     zo_dtype dtype;
     uint64_t poison_steps; /* bit s: an infinity in layer 1's gradient at step s */
     int steps;
-    int recompute_from;    /* from this step on, the backward re-runs each layer's forward first */
-    const float *lrs;      /* the learning rate of each step (zo_engine_set_lr), or NULL */
+    int recompute_from; /* from this step on, the backward re-runs each layer's forward first */
+    const float *lrs;   /* the learning rate of each step (zo_engine_set_lr), or NULL */
     uint32_t nvme_block_size, nvme_queue_depth;
-    zo_trace_fn trace;     /* installed before finalize */
+    zo_trace_fn trace; /* installed before finalize */
     void *trace_ctx;
     zo_engine_caps pcaps, ocaps; /* per-chunk homes: caps of the tiers faster than the homes */
 } run_cfg;
 
 static run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
-    run_cfg c = {ph, oh, mode, 0, 0, 1, 2, 0.0f, ZO_DTYPE_BF16, 0, STEPS, INT_MAX, NULL, 0, 0, NULL, NULL,
-                 {0, 0}, {0, 0}};
+    run_cfg c = {ph,    oh,      mode, 0, 0, 1,    2,    0.0f,   ZO_DTYPE_BF16, 0,
+                 STEPS, INT_MAX, NULL, 0, 0, NULL, NULL, {0, 0}, {0, 0}};
     return c;
 }
 
@@ -51,7 +51,8 @@ typedef struct run_out {
 
 static void run_out_free(run_out *o)
 {
-    for (int k = 0; k < TM_T; k++) free(o->master[k]);
+    for (int k = 0; k < TM_T; k++)
+        free(o->master[k]);
 }
 
 /* ---- driving the engine ---- */
@@ -104,15 +105,19 @@ static zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nf
     c.param_caps = h->rc.pcaps;
     c.optim_caps = h->rc.ocaps;
     ZO_TRY(zo_engine_init(&h->eng, &c));
-    if (nfaults) ZO_TRY(zo_engine_set_swap_faults(h->eng, faults, nfaults));
-    if (h->rc.trace) ZO_TRY(zo_engine_set_trace(h->eng, h->rc.trace, h->rc.trace_ctx));
+    if (nfaults)
+        ZO_TRY(zo_engine_set_swap_faults(h->eng, faults, nfaults));
+    if (h->rc.trace)
+        ZO_TRY(zo_engine_set_trace(h->eng, h->rc.trace, h->rc.trace_ctx));
     float *init[TM_T];
-    for (int k = 0; k < TM_T; k++) init[k] = malloc(tm_numel(k) * sizeof(float));
+    for (int k = 0; k < TM_T; k++)
+        init[k] = malloc(tm_numel(k) * sizeof(float));
     tm_init_params(init);
     zo_status st = ZO_OK;
     for (int k = 0; k < TM_T && st == ZO_OK; k++)
         st = zo_engine_register(h->eng, k / 2, k % 2 ? "b" : "W", tm_numel(k), init[k], &h->ids[k]);
-    for (int k = 0; k < TM_T; k++) free(init[k]);
+    for (int k = 0; k < TM_T; k++)
+        free(init[k]);
     ZO_TRY(st);
     return finalize ? zo_engine_finalize(h->eng) : ZO_OK;
 }
@@ -164,12 +169,15 @@ static zo_status forward_layer(harness *h, int l)
 static zo_status backward_layer(harness *h, int l, int poison, int recompute)
 {
     void *p[2], *g[2];
-    if (recompute) ZO_TRY(forward_layer(h, l)); /* same values: activation recomputation */
+    if (recompute)
+        ZO_TRY(forward_layer(h, l)); /* same values: activation recomputation */
     ZO_TRY(zo_engine_fetch(h->eng, l, ZO_PHASE_BACKWARD, h->compute, p, g, 2));
-    tm_bwd_arg b = {p[0], g[0], g[1], h->rc.dtype, h->a->act[l], h->a->act[l + 1],
-                    h->a->gact[l + 1], h->a->gact[l], poison};
+    tm_bwd_arg b = {
+        p[0],          g[0],  g[1], h->rc.dtype, h->a->act[l], h->a->act[l + 1], h->a->gact[l + 1],
+        h->a->gact[l], poison};
     ZO_TRY(enqueue(h, tm_backward, &b, sizeof b));
-    if (l == h->fault_layer) ZO_TRY(zo_device_inject_fault(h->dev, ZO_FAULT_STREAM_TASK, 1));
+    if (l == h->fault_layer)
+        ZO_TRY(zo_device_inject_fault(h->dev, ZO_FAULT_STREAM_TASK, 1));
     ZO_TRY(zo_engine_grads_ready(h->eng, l, h->compute));
     return zo_engine_release(h->eng, l, h->compute);
 }
@@ -178,12 +186,14 @@ static zo_status micro_batch(harness *h, int step, int micro, float scale)
 {
     tm_input_arg in = {h->a, step, micro};
     ZO_TRY(enqueue(h, tm_input, &in, sizeof in));
-    for (int l = 0; l < TM_L; l++) ZO_TRY(forward_layer(h, l));
+    for (int l = 0; l < TM_L; l++)
+        ZO_TRY(forward_layer(h, l));
     tm_loss_arg la = {h->a, scale};
     ZO_TRY(enqueue(h, tm_loss, &la, sizeof la));
     int poison = (int)((h->rc.poison_steps >> step) & 1) && micro == 0;
     int recompute = step >= h->rc.recompute_from;
-    for (int l = TM_L - 1; l >= 0; l--) ZO_TRY(backward_layer(h, l, poison && l == 1, recompute));
+    for (int l = TM_L - 1; l >= 0; l--)
+        ZO_TRY(backward_layer(h, l, poison && l == 1, recompute));
     return ZO_OK;
 }
 
@@ -194,14 +204,16 @@ static zo_status train_step(harness *h, int step, double *loss, zo_step_stats *s
     float scale = (float)zo_engine_loss_scale(h->eng);
     h->a->loss = 0.0;
     zo_status st = ZO_OK;
-    for (int mb = 0; mb < h->rc.accum && st == ZO_OK; mb++) st = micro_batch(h, step, mb, scale);
+    for (int mb = 0; mb < h->rc.accum && st == ZO_OK; mb++)
+        st = micro_batch(h, step, mb, scale);
     if (st == ZO_OK) {
         memset(stats, 0, sizeof *stats);
         stats->struct_size = sizeof *stats;
         st = zo_engine_end_step(h->eng, stats);
     }
     zo_status s2 = zo_stream_synchronize(h->compute);
-    if (st == ZO_OK) st = s2;
+    if (st == ZO_OK)
+        st = s2;
     *loss = h->a->loss;
     return st;
 }
@@ -238,9 +250,13 @@ static void run(const run_cfg *rc, run_out *o)
     o->fp.struct_size = sizeof o->fp;
     ZO_ASSERT_OK(zo_engine_footprint_get(h.eng, &o->fp));
     for (int s = 0; s < rc->steps; s++) {
-        if (rc->lrs) ZO_ASSERT_OK(zo_engine_set_lr(h.eng, rc->lrs[s]));
+        if (rc->lrs)
+            ZO_ASSERT_OK(zo_engine_set_lr(h.eng, rc->lrs[s]));
         ZO_ASSERT_OK(train_step(&h, s, &o->losses[s], &o->stats[s]));
-        if (getenv("TM_DEBUG")) fprintf(stderr, "step %d loss %.6g norm %.6g ovf %d scale %g rb %d\n", s, o->losses[s], o->stats[s].grad_norm, o->stats[s].overflow, o->stats[s].loss_scale, o->stats[s].rollbacks);
+        if (getenv("TM_DEBUG"))
+            fprintf(stderr, "step %d loss %.6g norm %.6g ovf %d scale %g rb %d\n", s, o->losses[s],
+                    o->stats[s].grad_norm, o->stats[s].overflow, o->stats[s].loss_scale,
+                    o->stats[s].rollbacks);
         check_budgets(&h, &o->stats[s], &o->fp);
     }
     read_masters(&h, o->master);
@@ -261,16 +277,20 @@ static void assert_matches_reference(const run_out *o, const tm_ref *r, int step
 {
     for (int s = 0; s < steps; s++)
         if (memcmp(&o->losses[s], &r->losses[s], sizeof(double)) != 0)
-            fail_msg("loss of step %d: engine %.17g, reference %.17g", s, o->losses[s], r->losses[s]);
+            fail_msg("loss of step %d: engine %.17g, reference %.17g", s, o->losses[s],
+                     r->losses[s]);
     for (int k = 0; k < TM_T; k++)
         for (size_t i = 0; i < tm_numel(k); i++)
             if (memcmp(&o->master[k][i], &r->master[k][i], sizeof(float)) != 0)
-                fail_msg("tensor %d element %zu: engine %.9g, reference %.9g", k, i, o->master[k][i],
-                         r->master[k][i]);
+                fail_msg("tensor %d element %zu: engine %.9g, reference %.9g", k, i,
+                         o->master[k][i], r->master[k][i]);
 }
 
 /* The smallest device budget: one layer's parameter and gradient chunks. */
-static uint64_t min_device_bytes(void) { return 2ull * 2 * CHUNK; }
+static uint64_t min_device_bytes(void)
+{
+    return 2ull * 2 * CHUNK;
+}
 
 /* ---- tests ---- */
 
@@ -296,8 +316,8 @@ static void test_sync_matches_reference_everywhere(void **state)
     }
     /* the smallest device budget: states on the host, on NVMe, and parameters on NVMe too */
     for (int nv = 0; nv < 3; nv++) {
-        run_cfg c = base_cfg(nv == 2 ? ZO_TIER_NVME : ZO_TIER_HOST, nv ? ZO_TIER_NVME : ZO_TIER_HOST,
-                             ZO_OPTIM_SYNC);
+        run_cfg c = base_cfg(nv == 2 ? ZO_TIER_NVME : ZO_TIER_HOST,
+                             nv ? ZO_TIER_NVME : ZO_TIER_HOST, ZO_OPTIM_SYNC);
         c.device_bytes = min_device_bytes();
         run_out o;
         run(&c, &o);
@@ -317,15 +337,18 @@ static void test_overlap_equals_sync(void **state)
                                 {ZO_TIER_NVME, ZO_TIER_NVME}};
     for (size_t i = 0; i < 4; i++) {
         for (int small = 0; small < 2; small++) {
-            if (small && homes[i][0] == ZO_TIER_DEVICE) continue;
+            if (small && homes[i][0] == ZO_TIER_DEVICE)
+                continue;
             run_cfg c = base_cfg(homes[i][0], homes[i][1], ZO_OPTIM_SYNC);
-            if (small) c.device_bytes = min_device_bytes();
+            if (small)
+                c.device_bytes = min_device_bytes();
             run_out sync, ovl;
             run(&c, &sync);
             c.mode = ZO_OPTIM_OVERLAP;
             run(&c, &ovl);
             assert_same_weights(&sync, &ovl, STEPS);
-            for (int s = 0; s < STEPS; s++) assert_int_equal(ovl.stats[s].rollbacks, 0);
+            for (int s = 0; s < STEPS; s++)
+                assert_int_equal(ovl.stats[s].rollbacks, 0);
             run_out_free(&sync);
             run_out_free(&ovl);
         }
@@ -360,7 +383,8 @@ static void test_overlap_with_clipping_equals_sync(void **state)
     run(&c, &plain);
     /* clip at the median norm: about half the steps clip */
     double norms[STEPS];
-    for (int s = 0; s < STEPS; s++) norms[s] = plain.stats[s].grad_norm;
+    for (int s = 0; s < STEPS; s++)
+        norms[s] = plain.stats[s].grad_norm;
     for (int i = 0; i < STEPS; i++)
         for (int j = i + 1; j < STEPS; j++)
             if (norms[j] < norms[i]) {
@@ -383,7 +407,8 @@ static void test_overlap_with_clipping_equals_sync(void **state)
             assert_int_equal(sync.stats[s].clipped, ovl.stats[s].clipped);
             clipped += ovl.stats[s].clipped;
             /* a clipped step rolls back every chunk; others none */
-            assert_int_equal(ovl.stats[s].rollbacks, ovl.stats[s].clipped ? (int)ovl.fp.n_chunks : 0);
+            assert_int_equal(ovl.stats[s].rollbacks,
+                             ovl.stats[s].clipped ? (int)ovl.fp.n_chunks : 0);
         }
         assert_true(clipped > 0 && clipped < STEPS);
         run_out_free(&sync);
@@ -395,8 +420,8 @@ static void test_overlap_with_overflow_equals_sync(void **state)
 {
     (void)state;
     for (int nv = 0; nv < 3; nv++) {
-        run_cfg c = base_cfg(nv == 2 ? ZO_TIER_NVME : ZO_TIER_HOST, nv ? ZO_TIER_NVME : ZO_TIER_HOST,
-                             ZO_OPTIM_SYNC);
+        run_cfg c = base_cfg(nv == 2 ? ZO_TIER_NVME : ZO_TIER_HOST,
+                             nv ? ZO_TIER_NVME : ZO_TIER_HOST, ZO_OPTIM_SYNC);
         c.dtype = ZO_DTYPE_F16;
         c.poison_steps = (1ull << 3) | (1ull << 4) | (1ull << 11);
         c.max_norm = 1.0f;
@@ -472,7 +497,8 @@ static void test_learning_rate_per_step(void **state)
 {
     (void)state;
     float lrs[STEPS];
-    for (int s = 0; s < STEPS; s++) lrs[s] = s == 0 ? 0.0f : 2e-2f / (float)(1 + s % 7);
+    for (int s = 0; s < STEPS; s++)
+        lrs[s] = s == 0 ? 0.0f : 2e-2f / (float)(1 + s % 7);
     const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE},
                                 {ZO_TIER_HOST, ZO_TIER_HOST},
                                 {ZO_TIER_HOST, ZO_TIER_NVME},
@@ -485,7 +511,9 @@ static void test_learning_rate_per_step(void **state)
         for (int i = 0; i < 4; i++)
             for (int mode = 0; mode < (dpu ? 1 : 2); mode++) {
                 run_cfg c = base_cfg(homes[i][0], homes[i][1],
-                                     dpu ? ZO_OPTIM_DPU : mode ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC);
+                                     dpu    ? ZO_OPTIM_DPU
+                                     : mode ? ZO_OPTIM_OVERLAP
+                                            : ZO_OPTIM_SYNC);
                 c.lrs = lrs;
                 run_out o;
                 run(&c, &o);
@@ -516,9 +544,11 @@ static void test_learning_rate_per_step(void **state)
     ZO_ASSERT_OK(enqueue(&h, tm_input, &(tm_input_arg){h.a, 0, 0}, sizeof(tm_input_arg)));
     ZO_ASSERT_OK(forward_layer(&h, 0));
     ZO_ASSERT_OK(zo_engine_set_lr(h.eng, 1.0f)); /* for step 1 */
-    for (int l = 1; l < TM_L; l++) ZO_ASSERT_OK(forward_layer(&h, l));
+    for (int l = 1; l < TM_L; l++)
+        ZO_ASSERT_OK(forward_layer(&h, l));
     ZO_ASSERT_OK(enqueue(&h, tm_loss, &(tm_loss_arg){h.a, 1.0f}, sizeof(tm_loss_arg)));
-    for (int l = TM_L - 1; l >= 0; l--) ZO_ASSERT_OK(backward_layer(&h, l, 0, 0));
+    for (int l = TM_L - 1; l >= 0; l--)
+        ZO_ASSERT_OK(backward_layer(&h, l, 0, 0));
     zo_step_stats st = ZO_STEP_STATS_INIT;
     ZO_ASSERT_OK(zo_engine_end_step(h.eng, &st));
     read_masters(&h, after);
@@ -542,7 +572,8 @@ static void expect_refusal(const run_cfg *rc, zo_status want, const char *tier)
     harness_open(&h, rc);
     ZO_ASSERT_ST(make_engine(&h, NULL, 0), want);
     const char *msg = zo_last_error();
-    if (!strstr(msg, tier) || !strstr(msg, "short by 1 bytes")) fail_msg("refusal message: %s", msg);
+    if (!strstr(msg, tier) || !strstr(msg, "short by 1 bytes"))
+        fail_msg("refusal message: %s", msg);
     zo_device_mem_stats ms;
     ZO_ASSERT_OK(zo_device_mem_get_stats(h.dev, &ms));
     assert_int_equal(ms.in_use, 0); /* refused before allocating anything */
@@ -586,7 +617,8 @@ static void test_impossible_plans_are_refused_up_front(void **state)
     ZO_ASSERT_OK(build_engine(&h, NULL, 0, 0));
     ZO_ASSERT_OK(zo_engine_plan(h.eng, &fp, &fits, msg, sizeof msg));
     assert_false(fits);
-    if (!strstr(msg, "device tier") || !strstr(msg, "short by 1 bytes")) fail_msg("plan message: %s", msg);
+    if (!strstr(msg, "device tier") || !strstr(msg, "short by 1 bytes"))
+        fail_msg("plan message: %s", msg);
     harness_close(&h);
 
     /* a device_bytes beyond what the device has free is held to what is free */
@@ -611,7 +643,8 @@ static void test_impossible_plans_are_refused_up_front(void **state)
         zo_device_mem_stats ms;
         ZO_ASSERT_OK(zo_device_mem_get_stats(h.dev, &ms));
         assert_int_equal(ms.in_use, 0);
-        if (nfaults == 2) ZO_ASSERT_ST(zo_engine_finalize(h.eng), ZO_ERR_OUT_OF_DEVICE_MEMORY);
+        if (nfaults == 2)
+            ZO_ASSERT_ST(zo_engine_finalize(h.eng), ZO_ERR_OUT_OF_DEVICE_MEMORY);
         ZO_ASSERT_OK(zo_engine_finalize(h.eng));
         double loss;
         zo_step_stats st;
@@ -656,7 +689,8 @@ static zo_status failing_step(harness *h, int s, float *before[TM_T])
         free(before[k]);
         free(after[k]);
     }
-    if (e < 0) ZO_FAIL(e, "test", "%s", why); /* keep the step's message for the caller */
+    if (e < 0)
+        ZO_FAIL(e, "test", "%s", why); /* keep the step's message for the caller */
     return e;
 }
 
@@ -666,7 +700,8 @@ static void close_and_compare(harness *h, const double *losses, run_out *ref, in
     float *got[TM_T];
     read_masters(h, got);
     harness_close(h);
-    for (int s = 0; s < steps; s++) assert_true(losses[s] == ref->losses[s]);
+    for (int s = 0; s < steps; s++)
+        assert_true(losses[s] == ref->losses[s]);
     for (int k = 0; k < TM_T; k++) {
         assert_memory_equal(got[k], ref->master[k], tm_numel(k) * sizeof(float));
         free(got[k]);
@@ -685,7 +720,9 @@ static void fail_step_at(harness *h, zo_swap_t store, int s)
         zo_swap_fault f = {ZO_SWAP_FAULT_EIO, ops[i], 0};
         ZO_ASSERT_OK(zo_swap_set_faults(store, &f, 1));
         zo_status e = failing_step(h, s, before);
-        if (e != ZO_ERR_IO) fail_msg("fault at request %d: step returned %d, expected ZO_ERR_IO", (int)ops[i], (int)e);
+        if (e != ZO_ERR_IO)
+            fail_msg("fault at request %d: step returned %d, expected ZO_ERR_IO", (int)ops[i],
+                     (int)e);
         assert_non_null(strstr(zo_last_error(), "abandoned"));
         ZO_ASSERT_OK(zo_swap_set_faults(store, NULL, 0));
     }
@@ -710,8 +747,10 @@ static void test_nvme_fault_during_step(void **state)
         double losses[8];
         zo_step_stats st;
         for (int s = 0; s < c.steps; s++) {
-            if (s == 4) fail_step_at(&h, zo_engine_nvme_store(h.eng), s);
-            if (s == 5 && params_on_nvme) fail_step_at(&h, zo_engine_nvme_param_store(h.eng), s);
+            if (s == 4)
+                fail_step_at(&h, zo_engine_nvme_store(h.eng), s);
+            if (s == 5 && params_on_nvme)
+                fail_step_at(&h, zo_engine_nvme_param_store(h.eng), s);
             ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
         }
         close_and_compare(&h, losses, &ref, c.steps);
@@ -728,8 +767,10 @@ typedef struct saved_state {
 static void save_state(harness *h, saved_state *out)
 {
     for (int k = 0; k < TM_T; k++) {
-        for (int i = 0; i < 3; i++) out->st[k][i] = malloc(tm_numel(k) * sizeof(float));
-        ZO_ASSERT_OK(zo_engine_read_state(h->eng, h->ids[k], out->st[k][0], out->st[k][1], out->st[k][2]));
+        for (int i = 0; i < 3; i++)
+            out->st[k][i] = malloc(tm_numel(k) * sizeof(float));
+        ZO_ASSERT_OK(
+            zo_engine_read_state(h->eng, h->ids[k], out->st[k][0], out->st[k][1], out->st[k][2]));
     }
     out->ss = (zo_engine_step_state)ZO_ENGINE_STEP_STATE_INIT;
     ZO_ASSERT_OK(zo_engine_get_step_state(h->eng, &out->ss));
@@ -738,7 +779,8 @@ static void save_state(harness *h, saved_state *out)
 static void saved_state_free(saved_state *s)
 {
     for (int k = 0; k < TM_T; k++)
-        for (int i = 0; i < 3; i++) free(s->st[k][i]);
+        for (int i = 0; i < 3; i++)
+            free(s->st[k][i]);
 }
 
 /* what: bit 0 masters, 1 moments, 2 the step state */
@@ -746,14 +788,17 @@ static void restore_state(harness *h, const saved_state *s, unsigned what)
 {
     for (int k = 0; k < TM_T; k++)
         ZO_ASSERT_OK(zo_engine_write_state(h->eng, h->ids[k], what & 1 ? s->st[k][0] : NULL,
-                                           what & 2 ? s->st[k][1] : NULL, what & 2 ? s->st[k][2] : NULL));
-    if (what & 4) ZO_ASSERT_OK(zo_engine_set_step_state(h->eng, &s->ss));
+                                           what & 2 ? s->st[k][1] : NULL,
+                                           what & 2 ? s->st[k][2] : NULL));
+    if (what & 4)
+        ZO_ASSERT_OK(zo_engine_set_step_state(h->eng, &s->ss));
 }
 
 static void train_range(harness *h, int s0, int s1, double *losses)
 {
     zo_step_stats st;
-    for (int s = s0; s < s1; s++) ZO_ASSERT_OK(train_step(h, s, &losses[s], &st));
+    for (int s = s0; s < s1; s++)
+        ZO_ASSERT_OK(train_step(h, s, &losses[s], &st));
 }
 
 /* Steps half..2*half-1 of a fresh engine given the state saved at step half
@@ -787,17 +832,21 @@ static void test_state_round_trip_resumes_bitwise(void **state)
 {
     (void)state;
     const int half = 6;
-    const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE}, {ZO_TIER_HOST, ZO_TIER_HOST},
-                                {ZO_TIER_HOST, ZO_TIER_NVME},     {ZO_TIER_DEVICE, ZO_TIER_NVME},
+    const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE},
+                                {ZO_TIER_HOST, ZO_TIER_HOST},
+                                {ZO_TIER_HOST, ZO_TIER_NVME},
+                                {ZO_TIER_DEVICE, ZO_TIER_NVME},
                                 {ZO_TIER_NVME, ZO_TIER_NVME}};
     for (int i = 0; i < 5; i++)
         for (int mode = 0; mode < 4; mode++) {
-            run_cfg c = base_cfg(homes[i][0], homes[i][1], mode == 3 ? ZO_OPTIM_SYNC : (zo_optim_mode)mode);
+            run_cfg c =
+                base_cfg(homes[i][0], homes[i][1], mode == 3 ? ZO_OPTIM_SYNC : (zo_optim_mode)mode);
             if (mode == 3) { /* fp16: an overflow before the save and one after */
                 c.dtype = ZO_DTYPE_F16;
                 c.poison_steps = (1u << 2) | (1u << 8);
             }
-            if (homes[i][0] != ZO_TIER_DEVICE) c.device_bytes = min_device_bytes();
+            if (homes[i][0] != ZO_TIER_DEVICE)
+                c.device_bytes = min_device_bytes();
             harness h;
             harness_open(&h, &c);
             ZO_ASSERT_OK(make_engine(&h, NULL, 0));
@@ -806,7 +855,8 @@ static void test_state_round_trip_resumes_bitwise(void **state)
             ZO_ASSERT_OK(zo_engine_flush(h.eng));
             saved_state s;
             save_state(&h, &s);
-            if (mode == 3) assert_int_equal(s.ss.scaler_hysteresis, 1); /* the overflow used one */
+            if (mode == 3)
+                assert_int_equal(s.ss.scaler_hysteresis, 1); /* the overflow used one */
             train_range(&h, half, 2 * half, losses);
             float *ref[TM_T];
             read_masters(&h, ref);
@@ -815,9 +865,11 @@ static void test_state_round_trip_resumes_bitwise(void **state)
                 fail_msg("placement %d mode %d: the resumed run differs", i, mode);
             if (i == 2 && mode == 0) {
                 assert_false(resumed_equals(&c, &s, 5, half, losses, ref)); /* without m, v */
-                assert_false(resumed_equals(&c, &s, 3, half, losses, ref)); /* without the step count */
+                assert_false(
+                    resumed_equals(&c, &s, 3, half, losses, ref)); /* without the step count */
             }
-            for (int k = 0; k < TM_T; k++) free(ref[k]);
+            for (int k = 0; k < TM_T; k++)
+                free(ref[k]);
             saved_state_free(&s);
         }
 }
@@ -872,7 +924,8 @@ static void test_state_errors(void **state)
     train_range(&h, 0, 2, losses);
     float *m0 = malloc(TM_D * TM_D * sizeof(float)), *m1 = malloc(TM_D * TM_D * sizeof(float));
     ZO_ASSERT_OK(zo_engine_read_state(h.eng, h.ids[0], m0, NULL, NULL));
-    for (int i = 0; i < TM_D * TM_D; i++) w[i] = (float)i / 4096.0f;
+    for (int i = 0; i < TM_D * TM_D; i++)
+        w[i] = (float)i / 4096.0f;
     zo_swap_t stores[2] = {zo_engine_nvme_store(h.eng), zo_engine_nvme_param_store(h.eng)};
     for (int s = 0; s < 2; s++) {
         zo_swap_fault f = {ZO_SWAP_FAULT_EIO, 0, 0};
@@ -924,7 +977,8 @@ static void test_stream_task_fault_during_step(void **state)
                 h.fault_layer = l;
                 zo_status e = failing_step(&h, s, before);
                 h.fault_layer = -1;
-                if (e >= 0) fail_msg("a failed stream task after layer %d's backward went unnoticed", l);
+                if (e >= 0)
+                    fail_msg("a failed stream task after layer %d's backward went unnoticed", l);
             }
             ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
         }
@@ -937,20 +991,25 @@ static void test_stream_task_fault_during_step(void **state)
 static int belady_misses(const int *layers, int n_fetch, int nslots)
 {
     int slot[64], misses = 0;
-    for (int i = 0; i < nslots; i++) slot[i] = -1;
+    for (int i = 0; i < nslots; i++)
+        slot[i] = -1;
     for (int pos = 0; pos < n_fetch; pos++) {
         for (int c = 2 * layers[pos]; c < 2 * layers[pos] + 2; c++) {
             int hit = 0, free_slot = -1;
             for (int i = 0; i < nslots; i++) {
-                if (slot[i] == c) hit = 1;
-                if (slot[i] < 0 && free_slot < 0) free_slot = i;
+                if (slot[i] == c)
+                    hit = 1;
+                if (slot[i] < 0 && free_slot < 0)
+                    free_slot = i;
             }
-            if (hit) continue;
+            if (hit)
+                continue;
             misses++;
             if (free_slot < 0) {
                 int far = -1;
                 for (int i = nslots - 1; i >= 0; i--) {
-                    if (slot[i] / 2 == layers[pos]) continue;
+                    if (slot[i] / 2 == layers[pos])
+                        continue;
                     int nu = INT_MAX - 1;
                     for (int j = pos + 1; j < n_fetch; j++)
                         if (layers[j] == slot[i] / 2) {
@@ -972,16 +1031,19 @@ static int belady_misses(const int *layers, int n_fetch, int nslots)
 static int lru_misses(const int *layers, int n_fetch, int nslots)
 {
     int slot[64], last[64], misses = 0;
-    for (int i = 0; i < nslots; i++) slot[i] = -1, last[i] = -1;
+    for (int i = 0; i < nslots; i++)
+        slot[i] = -1, last[i] = -1;
     for (int pos = 0; pos < n_fetch; pos++)
         for (int c = 2 * layers[pos]; c < 2 * layers[pos] + 2; c++) {
             int at = -1;
             for (int i = 0; i < nslots; i++)
-                if (slot[i] == c) at = i;
+                if (slot[i] == c)
+                    at = i;
             if (at < 0) {
                 misses++;
                 for (int i = 0; i < nslots; i++)
-                    if (at < 0 || last[i] < last[at]) at = i;
+                    if (at < 0 || last[i] < last[at])
+                        at = i;
                 slot[at] = c;
             }
             last[at] = pos;
@@ -1001,10 +1063,11 @@ static void test_prefetch_and_belady_eviction(void **state)
     run(&c, &demand);
     assert_int_equal(demand.fp.device_param_slots, nslots);
     int layers[2 * TM_L];
-    for (int l = 0; l < TM_L; l++) layers[l] = l, layers[2 * TM_L - 1 - l] = l;
+    for (int l = 0; l < TM_L; l++)
+        layers[l] = l, layers[2 * TM_L - 1 - l] = l;
     int best = belady_misses(layers, 2 * TM_L, nslots);
     int lru = lru_misses(layers, 2 * TM_L, nslots);
-    assert_true(best < lru); /* the case is one where the rule matters */
+    assert_true(best < lru);               /* the case is one where the rule matters */
     const uint64_t fetched = 2 * TM_L * 2; /* chunks fetched per step */
     for (int s = 1; s < c.steps; s++) { /* step 0 records the trace, evicting least recently used */
         assert_int_equal(demand.stats[s].fetch_misses, best);
@@ -1034,8 +1097,9 @@ static void test_prefetch_and_belady_eviction(void **state)
     assert_same_weights(&demand, &dev, c.steps);
     if (getenv("TM_DEBUG"))
         for (int s = 0; s < c.steps; s++)
-            fprintf(stderr, "step %d: prefetches %d/%d, misses %d/%d\n", s, (int)ahead.stats[s].prefetches,
-                    (int)dev.stats[s].prefetches, (int)ahead.stats[s].fetch_misses, (int)dev.stats[s].fetch_misses);
+            fprintf(stderr, "step %d: prefetches %d/%d, misses %d/%d\n", s,
+                    (int)ahead.stats[s].prefetches, (int)dev.stats[s].prefetches,
+                    (int)ahead.stats[s].fetch_misses, (int)dev.stats[s].fetch_misses);
     assert_true(dev.stats[4].prefetches < ahead.stats[4].prefetches);
     assert_true(dev.stats[5].prefetches > 0);
     assert_int_equal(dev.stats[5].fetch_hits + dev.stats[5].fetch_misses, fetched + 2 * TM_L);
@@ -1046,10 +1110,16 @@ static void test_prefetch_and_belady_eviction(void **state)
 
 /* Bytes of one chunk's optimizer states on NVMe: master, m and v of its n
  * used elements, each padded to 4 KiB (the engine packs them). */
-static uint64_t packed_states(uint64_t n) { return 3 * ((n * 4 + 4095) / 4096 * 4096); }
+static uint64_t packed_states(uint64_t n)
+{
+    return 3 * ((n * 4 + 4095) / 4096 * 4096);
+}
 
 /* Each layer has two chunks: W fills one (CHUNK / 2 elements), b the other. */
-static uint64_t layer_states(void) { return packed_states(CHUNK / 2) + packed_states(TM_D); }
+static uint64_t layer_states(void)
+{
+    return packed_states(CHUNK / 2) + packed_states(TM_D);
+}
 
 static void test_step_statistics(void **state)
 {
@@ -1072,12 +1142,16 @@ static void test_step_statistics(void **state)
             assert_int_equal(zo_engine_nvme_state_bytes(1024), 3 * 4096);
             assert_int_equal(zo_engine_nvme_state_bytes(1025), 6 * 4096);
             assert_int_equal(zo_engine_nvme_state_bytes(CHUNK / 2), 6 * CHUNK);
-            uint64_t states = TM_L * layer_states(); /* W's chunk: 6 x CHUNK; b's: 12 KiB, not 6 x CHUNK */
-            if (m != ZO_OPTIM_DPU || s > 0) assert_int_equal(st->nvme_read_bytes, states);
-            if (m != ZO_OPTIM_DPU || s > 0) assert_int_equal(st->nvme_write_bytes, states);
+            uint64_t states =
+                TM_L * layer_states(); /* W's chunk: 6 x CHUNK; b's: 12 KiB, not 6 x CHUNK */
+            if (m != ZO_OPTIM_DPU || s > 0)
+                assert_int_equal(st->nvme_read_bytes, states);
+            if (m != ZO_OPTIM_DPU || s > 0)
+                assert_int_equal(st->nvme_write_bytes, states);
             assert_true(st->step_seconds > 0 && st->optim_seconds > 0);
             assert_true(st->stall_seconds >= 0 && st->nvme_seconds >= 0);
-            if (m != ZO_OPTIM_DPU) assert_true(st->nvme_seconds > 0);
+            if (m != ZO_OPTIM_DPU)
+                assert_true(st->nvme_seconds > 0);
             assert_true(st->d2h_seconds > 0 && (st->h2d_bytes == 0 || st->h2d_seconds > 0));
             assert_int_equal(st->step, m == ZO_OPTIM_DPU ? s : s + 1);
             assert_true(st->loss_scale == 1.0);
@@ -1119,7 +1193,8 @@ static void test_nvme_request_knobs(void **state)
      * b's 3 x 4 KiB, one request each under the default 1 MiB, twelve and three of 4 KiB */
     assert_true(big >= nc);
     assert_int_equal(nc, 2 * TM_L);
-    assert_int_equal(small - big, (uint64_t)TM_L * (packed_states(CHUNK / 2) / 4096 - 1 + packed_states(TM_D) / 4096 - 1));
+    assert_int_equal(small - big, (uint64_t)TM_L * (packed_states(CHUNK / 2) / 4096 - 1 +
+                                                    packed_states(TM_D) / 4096 - 1));
     c.steps = 4;
     run_out a, b;
     run(&c, &a);
@@ -1151,7 +1226,8 @@ static void log_event(void *ctx, const zo_trace_event *ev)
 {
     event_log *l = ctx;
     pthread_mutex_lock(&l->mu);
-    if (l->n < MAX_EVENTS) l->ev[l->n++] = *ev;
+    if (l->n < MAX_EVENTS)
+        l->ev[l->n++] = *ev;
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -1159,7 +1235,8 @@ static int count_events(const event_log *l, zo_trace_track track, int index, con
 {
     int n = 0;
     for (int i = 0; i < l->n; i++)
-        n += l->ev[i].track == track && l->ev[i].index == index && (!name || strcmp(l->ev[i].name, name) == 0);
+        n += l->ev[i].track == track && l->ev[i].index == index &&
+             (!name || strcmp(l->ev[i].name, name) == 0);
     return n;
 }
 
@@ -1194,8 +1271,9 @@ static void test_trace_covers_every_track(void **state)
         assert_true(count_events(&log, ZO_TRACK_NVME, store, "nvme read") > 0);
         assert_true(count_events(&log, ZO_TRACK_NVME, store, "nvme write") > 0);
     }
-    assert_int_equal(count_events(&log, ZO_TRACK_HOST_JOBS, 0, "gradient norm + speculative update"),
-                     c.steps * (int)traced.fp.n_chunks);
+    assert_int_equal(
+        count_events(&log, ZO_TRACK_HOST_JOBS, 0, "gradient norm + speculative update"),
+        c.steps * (int)traced.fp.n_chunks);
     assert_int_equal(count_events(&log, ZO_TRACK_UPDATE, 0, "rollback and update"), c.steps);
     int workers = count_events(&log, ZO_TRACK_OPTIM_WORKER, 0, NULL) +
                   count_events(&log, ZO_TRACK_OPTIM_WORKER, 1, NULL);
@@ -1210,8 +1288,10 @@ static void test_trace_covers_every_track(void **state)
         }
         if (e->track == ZO_TRACK_NVME)
             assert_true(e->index ? e->bytes == CHUNK
-                                 : e->bytes == packed_states(CHUNK / 2) || e->bytes == packed_states(TM_D));
-        if (e->track == ZO_TRACK_OPTIM_WORKER) assert_true(e->index < 2 && e->bytes > 0);
+                                 : e->bytes == packed_states(CHUNK / 2) ||
+                                       e->bytes == packed_states(TM_D));
+        if (e->track == ZO_TRACK_OPTIM_WORKER)
+            assert_true(e->index < 2 && e->bytes > 0);
     }
     run_out_free(&plain);
     run_out_free(&traced);
@@ -1228,7 +1308,7 @@ static void test_trace_covers_every_track(void **state)
 /* ---- per-chunk homes ---- */
 
 #define STATES_PER_CHUNK (6ull * CHUNK) /* what a chunk's optimizer states count in a cap */
-#define N_CHUNKS 8 /* the test model packs each layer's W into a chunk, its b into another */
+#define N_CHUNKS         8 /* the test model packs each layer's W into a chunk, its b into another */
 
 typedef struct split {
     zo_tier ph, oh;
@@ -1236,7 +1316,10 @@ typedef struct split {
     int small; /* the smallest device budget (no resident chunks) */
 } split;
 
-static uint32_t lcg(uint32_t *r) { return (*r = *r * 1664525u + 1013904223u) >> 8; }
+static uint32_t lcg(uint32_t *r)
+{
+    return (*r = *r * 1664525u + 1013904223u) >> 8;
+}
 
 /* A random split from a seed: any homes the engine accepts, caps of whole
  * and part chunks on every tier faster than them. */
@@ -1245,12 +1328,15 @@ static split random_split(uint32_t seed)
     uint32_t r = seed;
     split sp = {ZO_TIER_HOST, lcg(&r) % 2 ? ZO_TIER_NVME : ZO_TIER_HOST, {0, 0}, {0, 0}, 0};
     sp.ph = (zo_tier)(lcg(&r) % (sp.oh == ZO_TIER_NVME ? 3 : 2));
-    const uint64_t unit[2] = {CHUNK / 2, STATES_PER_CHUNK / 2}; /* half chunks: caps between chunks too */
+    const uint64_t unit[2] = {CHUNK / 2,
+                              STATES_PER_CHUNK / 2}; /* half chunks: caps between chunks too */
     zo_engine_caps *caps[2] = {&sp.pcaps, &sp.ocaps};
     zo_tier homes[2] = {sp.ph, sp.oh};
     for (int k = 0; k < 2; k++) {
-        if (homes[k] > ZO_TIER_DEVICE) caps[k]->device = (lcg(&r) % 5) * unit[k];
-        if (homes[k] > ZO_TIER_HOST) caps[k]->host = (lcg(&r) % (2 * N_CHUNKS + 1)) * unit[k];
+        if (homes[k] > ZO_TIER_DEVICE)
+            caps[k]->device = (lcg(&r) % 5) * unit[k];
+        if (homes[k] > ZO_TIER_HOST)
+            caps[k]->host = (lcg(&r) % (2 * N_CHUNKS + 1)) * unit[k];
     }
     return sp;
 }
@@ -1276,7 +1362,8 @@ static run_cfg split_cfg(const split *sp, zo_optim_mode mode)
     run_cfg c = base_cfg(sp->ph, sp->oh, mode);
     c.pcaps = sp->pcaps;
     c.ocaps = sp->ocaps;
-    if (sp->small) c.device_bytes = min_device_bytes();
+    if (sp->small)
+        c.device_bytes = min_device_bytes();
     return c;
 }
 
@@ -1367,12 +1454,14 @@ static void test_split_checkpoint_resumes_on_another(void **state)
         float *ref[TM_T];
         read_masters(&h, ref);
         harness_close(&h);
-        run_cfg others[] = {split_cfg(&sp[2], (zo_optim_mode)mode), split_cfg(&sp[4], (zo_optim_mode)mode),
+        run_cfg others[] = {split_cfg(&sp[2], (zo_optim_mode)mode),
+                            split_cfg(&sp[4], (zo_optim_mode)mode),
                             base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, (zo_optim_mode)mode)};
         for (int i = 0; i < 3; i++)
             if (!resumed_equals(&others[i], &s, 7, half, losses, ref))
                 fail_msg("mode %d: resumed on placement %d, the run differs", mode, i);
-        for (int k = 0; k < TM_T; k++) free(ref[k]);
+        for (int k = 0; k < TM_T; k++)
+            free(ref[k]);
         saved_state_free(&s);
     }
 }
@@ -1388,7 +1477,9 @@ static void split_fail_step_at(harness *h, zo_swap_t store, int s)
         zo_swap_fault f = {ZO_SWAP_FAULT_EIO, ops[i], 0};
         ZO_ASSERT_OK(zo_swap_set_faults(store, &f, 1));
         zo_status e = failing_step(h, s, before);
-        if (e != ZO_ERR_IO) fail_msg("fault at request %d: step returned %d, expected ZO_ERR_IO", (int)ops[i], (int)e);
+        if (e != ZO_ERR_IO)
+            fail_msg("fault at request %d: step returned %d, expected ZO_ERR_IO", (int)ops[i],
+                     (int)e);
         assert_non_null(strstr(zo_last_error(), "abandoned"));
         ZO_ASSERT_OK(zo_swap_set_faults(store, NULL, 0));
     }
@@ -1415,8 +1506,10 @@ static void test_split_nvme_fault_during_step(void **state)
         double losses[8];
         zo_step_stats st;
         for (int s = 0; s < c.steps; s++) {
-            if (s == 4) split_fail_step_at(&h, zo_engine_nvme_store(h.eng), s);
-            if (s == 5 && x->ph == ZO_TIER_NVME) split_fail_step_at(&h, zo_engine_nvme_param_store(h.eng), s);
+            if (s == 4)
+                split_fail_step_at(&h, zo_engine_nvme_store(h.eng), s);
+            if (s == 5 && x->ph == ZO_TIER_NVME)
+                split_fail_step_at(&h, zo_engine_nvme_param_store(h.eng), s);
             ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
         }
         close_and_compare(&h, losses, &ref, c.steps);
@@ -1432,13 +1525,15 @@ static void test_split_caps_refused(void **state)
     harness h;
     harness_open(&h, &c);
     ZO_ASSERT_ST(make_engine(&h, NULL, 0), ZO_ERR_INVALID_ARG);
-    if (!strstr(zo_last_error(), "optim_caps.host")) fail_msg("refusal: %s", zo_last_error());
+    if (!strstr(zo_last_error(), "optim_caps.host"))
+        fail_msg("refusal: %s", zo_last_error());
     harness_close(&h);
     c = base_cfg(ZO_TIER_DEVICE, ZO_TIER_HOST, ZO_OPTIM_SYNC);
     c.pcaps.device = CHUNK;
     harness_open(&h, &c);
     ZO_ASSERT_ST(make_engine(&h, NULL, 0), ZO_ERR_INVALID_ARG);
-    if (!strstr(zo_last_error(), "param_caps.device")) fail_msg("refusal: %s", zo_last_error());
+    if (!strstr(zo_last_error(), "param_caps.device"))
+        fail_msg("refusal: %s", zo_last_error());
     harness_close(&h);
 }
 

@@ -13,7 +13,10 @@
 #define MAX_T 64
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) { return zo_test_rand(&rng_state); }
+static uint64_t rnd(void)
+{
+    return zo_test_rand(&rng_state);
+}
 
 typedef struct model {
     size_t n;
@@ -31,7 +34,8 @@ static void random_model(model *m)
         int k = 1 + (int)(rnd() % 5);
         for (int i = 0; i < k && m->n < MAX_T; i++) {
             m->numel[m->n] = 1 + rnd() % 40000;
-            if (rnd() % 17 == 0) m->numel[m->n] += 70000;
+            if (rnd() % 17 == 0)
+                m->numel[m->n] += 70000;
             m->layer[m->n++] = l;
         }
     }
@@ -86,9 +90,10 @@ static void test_footprint_for_equals_plan(void **state)
     dc.mem_budget = 64u << 20;
     zo_device_t dev = NULL;
     ZO_ASSERT_OK(zo_device_init(&dev, &dc));
-    static const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE}, {ZO_TIER_DEVICE, ZO_TIER_HOST},
-                                       {ZO_TIER_HOST, ZO_TIER_HOST},     {ZO_TIER_DEVICE, ZO_TIER_NVME},
-                                       {ZO_TIER_HOST, ZO_TIER_NVME},     {ZO_TIER_NVME, ZO_TIER_NVME}};
+    static const zo_tier homes[][2] = {
+        {ZO_TIER_DEVICE, ZO_TIER_DEVICE}, {ZO_TIER_DEVICE, ZO_TIER_HOST},
+        {ZO_TIER_HOST, ZO_TIER_HOST},     {ZO_TIER_DEVICE, ZO_TIER_NVME},
+        {ZO_TIER_HOST, ZO_TIER_NVME},     {ZO_TIER_NVME, ZO_TIER_NVME}};
     int n_fit = 0, n_refused = 0;
     for (int trial = 0; trial < 40; trial++) {
         model m;
@@ -131,8 +136,10 @@ static void test_split_footprint_for_equals_plan(void **state)
     dc.mem_budget = 64u << 20;
     zo_device_t dev = NULL;
     ZO_ASSERT_OK(zo_device_init(&dev, &dc));
-    static const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_HOST}, {ZO_TIER_HOST, ZO_TIER_HOST},
-                                       {ZO_TIER_HOST, ZO_TIER_NVME},   {ZO_TIER_NVME, ZO_TIER_NVME}};
+    static const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_HOST},
+                                       {ZO_TIER_HOST, ZO_TIER_HOST},
+                                       {ZO_TIER_HOST, ZO_TIER_NVME},
+                                       {ZO_TIER_NVME, ZO_TIER_NVME}};
     for (int trial = 0; trial < 20; trial++) {
         model m;
         random_model(&m);
@@ -145,10 +152,14 @@ static void test_split_footprint_for_equals_plan(void **state)
                 c.mode = (zo_optim_mode)mode;
                 c.chunk_bytes = 48000;
                 c.device_bytes = 1 + rnd() % (8u << 20);
-                if (c.param_home > ZO_TIER_DEVICE) c.param_caps.device = rnd() % (1u << 20);
-                if (c.param_home > ZO_TIER_HOST) c.param_caps.host = rnd() % (1u << 20);
-                if (c.optim_home > ZO_TIER_DEVICE) c.optim_caps.device = rnd() % (3u << 20);
-                if (c.optim_home > ZO_TIER_HOST) c.optim_caps.host = rnd() % (3u << 20);
+                if (c.param_home > ZO_TIER_DEVICE)
+                    c.param_caps.device = rnd() % (1u << 20);
+                if (c.param_home > ZO_TIER_HOST)
+                    c.param_caps.host = rnd() % (1u << 20);
+                if (c.optim_home > ZO_TIER_DEVICE)
+                    c.optim_caps.device = rnd() % (3u << 20);
+                if (c.optim_home > ZO_TIER_HOST)
+                    c.optim_caps.host = rnd() % (3u << 20);
                 zo_engine_footprint a = ZO_ENGINE_FOOTPRINT_INIT, b = ZO_ENGINE_FOOTPRINT_INIT;
                 int fa = -1, fb = -1;
                 char ma[512], mb[512];
@@ -157,7 +168,8 @@ static void test_split_footprint_for_equals_plan(void **state)
                 expect_same_footprint(&a, &b);
                 assert_int_equal(fa, fb);
                 assert_string_equal(ma, mb);
-                if (c.optim_home != ZO_TIER_NVME) continue;
+                if (c.optim_home != ZO_TIER_NVME)
+                    continue;
                 zo_engine_config more = c; /* one more chunk's states on the host */
                 more.optim_caps.host += 6 * a.chunk_bytes;
                 ZO_ASSERT_OK(zo_engine_footprint_for(&more, &ly, &b, &fb, NULL, 0));
@@ -264,7 +276,8 @@ static void expect_refused(const zo_engine_config *c, const zo_engine_layout *ly
     int fits;
     uint32_t n;
     ZO_ASSERT_ST(zo_engine_footprint_for(c, ly, &fp, &fits, NULL, 0), ZO_ERR_INVALID_ARG);
-    if (!strstr(zo_last_error(), what)) fail_msg("expected '%s' in: %s", what, zo_last_error());
+    if (!strstr(zo_last_error(), what))
+        fail_msg("expected '%s' in: %s", what, zo_last_error());
     ZO_ASSERT_ST(zo_engine_chunks_for(c, ly, NULL, 0, &n), ZO_ERR_INVALID_ARG);
 }
 
@@ -312,7 +325,8 @@ int main(void)
         cmocka_unit_test(test_nvme_extents_sized_to_the_model),
         cmocka_unit_test(test_chunks_for_matches_reference),
         cmocka_unit_test(test_bad_layouts_are_refused),
-        cmocka_unit_test(test_split_footprint_for_equals_plan), /* last: draws from the shared rng */
+        cmocka_unit_test(
+            test_split_footprint_for_equals_plan), /* last: draws from the shared rng */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

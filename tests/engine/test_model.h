@@ -14,10 +14,10 @@
 #include "zo/half.h"
 #include "zo_test.h"
 
-#define TM_L 4
-#define TM_D 64
-#define TM_B 8
-#define TM_T (2 * TM_L) /* tensors: W, b per layer */
+#define TM_L        4
+#define TM_D        64
+#define TM_B        8
+#define TM_T        (2 * TM_L) /* tensors: W, b per layer */
 #define TM_MAXSTEPS 64
 
 static inline float tm_to32(zo_dtype t, uint16_t h)
@@ -30,7 +30,10 @@ static inline uint16_t tm_from32(zo_dtype t, float f)
     return t == ZO_DTYPE_F16 ? zo_f32_to_f16(f) : zo_f32_to_bf16(f);
 }
 
-static inline float tm_uniform(uint64_t *s) { return (float)((double)(zo_test_rand(s) >> 11) * 0x1p-53 * 2.0 - 1.0); }
+static inline float tm_uniform(uint64_t *s)
+{
+    return (float)((double)(zo_test_rand(s) >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
 
 /* Activations and their gradients, owned by the test (host memory the
  * compute stream's tasks read and write in stream order). */
@@ -41,7 +44,10 @@ typedef struct tm_acts {
     double loss; /* summed over the step's micro-batches */
 } tm_acts;
 
-static inline size_t tm_numel(int tensor) { return tensor % 2 == 0 ? (size_t)TM_D * TM_D : TM_D; }
+static inline size_t tm_numel(int tensor)
+{
+    return tensor % 2 == 0 ? (size_t)TM_D * TM_D : TM_D;
+}
 
 static inline void tm_init_params(float *params[TM_T])
 {
@@ -60,8 +66,10 @@ static inline zo_status tm_input(void *p)
 {
     tm_input_arg *x = p;
     uint64_t s = 1000003ull * (uint64_t)x->step + 7919ull * (uint64_t)x->micro + 1;
-    for (int i = 0; i < TM_B * TM_D; i++) x->a->act[0][i] = tm_uniform(&s);
-    for (int i = 0; i < TM_B * TM_D; i++) x->a->target[i] = 0.8f * tm_uniform(&s);
+    for (int i = 0; i < TM_B * TM_D; i++)
+        x->a->act[0][i] = tm_uniform(&s);
+    for (int i = 0; i < TM_B * TM_D; i++)
+        x->a->target[i] = 0.8f * tm_uniform(&s);
     return ZO_OK;
 }
 
@@ -78,7 +86,8 @@ static inline zo_status tm_forward(void *p)
     for (int n = 0; n < TM_B; n++)
         for (int i = 0; i < TM_D; i++) {
             float z = tm_to32(x->t, x->b[i]);
-            for (int j = 0; j < TM_D; j++) z += tm_to32(x->t, x->W[i * TM_D + j]) * x->in[n * TM_D + j];
+            for (int j = 0; j < TM_D; j++)
+                z += tm_to32(x->t, x->W[i * TM_D + j]) * x->in[n * TM_D + j];
             x->out[n * TM_D + i] = tanhf(z);
         }
     return ZO_OK;
@@ -115,22 +124,27 @@ static inline zo_status tm_backward(void *p)
 {
     tm_bwd_arg *x = p;
     float dz[TM_B * TM_D];
-    for (int k = 0; k < TM_B * TM_D; k++) dz[k] = x->gout[k] * (1.0f - x->out[k] * x->out[k]);
+    for (int k = 0; k < TM_B * TM_D; k++)
+        dz[k] = x->gout[k] * (1.0f - x->out[k] * x->out[k]);
     for (int i = 0; i < TM_D; i++) {
         float gb = 0.0f;
-        for (int n = 0; n < TM_B; n++) gb += dz[n * TM_D + i];
+        for (int n = 0; n < TM_B; n++)
+            gb += dz[n * TM_D + i];
         x->gb[i] = tm_from32(x->t, tm_to32(x->t, x->gb[i]) + gb);
         for (int j = 0; j < TM_D; j++) {
             float g = 0.0f;
-            for (int n = 0; n < TM_B; n++) g += dz[n * TM_D + i] * x->in[n * TM_D + j];
+            for (int n = 0; n < TM_B; n++)
+                g += dz[n * TM_D + i] * x->in[n * TM_D + j];
             x->gW[i * TM_D + j] = tm_from32(x->t, tm_to32(x->t, x->gW[i * TM_D + j]) + g);
         }
     }
-    if (x->poison) x->gW[3] = tm_from32(x->t, INFINITY);
+    if (x->poison)
+        x->gW[3] = tm_from32(x->t, INFINITY);
     for (int n = 0; n < TM_B; n++)
         for (int j = 0; j < TM_D; j++) {
             float g = 0.0f;
-            for (int i = 0; i < TM_D; i++) g += tm_to32(x->t, x->W[i * TM_D + j]) * dz[n * TM_D + i];
+            for (int i = 0; i < TM_D; i++)
+                g += tm_to32(x->t, x->W[i * TM_D + j]) * dz[n * TM_D + i];
             x->gin[n * TM_D + j] = g;
         }
     return ZO_OK;
@@ -162,7 +176,8 @@ static inline void tm_ref_init(tm_ref *r, zo_dtype t)
     }
     tm_init_params(r->master);
     for (int k = 0; k < TM_T; k++)
-        for (size_t i = 0; i < tm_numel(k); i++) r->p16[k][i] = r->pub[k][i] = tm_from32(t, r->master[k][i]);
+        for (size_t i = 0; i < tm_numel(k); i++)
+            r->p16[k][i] = r->pub[k][i] = tm_from32(t, r->master[k][i]);
 }
 
 static inline void tm_ref_free(tm_ref *r)
@@ -192,8 +207,8 @@ static inline void tm_ref_micro(tm_ref *r, uint16_t *P[TM_T], int step, int micr
     for (int l = TM_L - 1; l >= 0; l--) {
         memset(r->g16[2 * l], 0, tm_numel(2 * l) * 2);
         memset(r->g16[2 * l + 1], 0, tm_numel(2 * l + 1) * 2);
-        tm_bwd_arg b = {P[2 * l], r->g16[2 * l], r->g16[2 * l + 1], r->t, r->a.act[l],
-                        r->a.act[l + 1], r->a.gact[l + 1], r->a.gact[l], 0};
+        tm_bwd_arg b = {P[2 * l],        r->g16[2 * l],    r->g16[2 * l + 1], r->t, r->a.act[l],
+                        r->a.act[l + 1], r->a.gact[l + 1], r->a.gact[l],      0};
         tm_backward(&b);
     }
 }
@@ -201,8 +216,8 @@ static inline void tm_ref_micro(tm_ref *r, uint16_t *P[TM_T], int step, int micr
 /* steps of training; dpu: gradients of step t are taken at the parameters
  * published before step t-1's update (one step stale); lrs (NULL: hp->lr)
  * the learning rate of each step's update. */
-static inline void tm_ref_train_lrs(tm_ref *r, const zo_adam_params *hp, int steps, int accum, int dpu,
-                                    const float *lrs)
+static inline void tm_ref_train_lrs(tm_ref *r, const zo_adam_params *hp, int steps, int accum,
+                                    int dpu, const float *lrs)
 {
     for (int s = 0; s < steps; s++) {
         r->a.loss = 0.0;
@@ -217,12 +232,14 @@ static inline void tm_ref_train_lrs(tm_ref *r, const zo_adam_params *hp, int ste
         }
         r->losses[s] = r->a.loss;
         if (dpu)
-            for (int k = 0; k < TM_T; k++) memcpy(r->pub[k], r->p16[k], tm_numel(k) * 2);
+            for (int k = 0; k < TM_T; k++)
+                memcpy(r->pub[k], r->p16[k], tm_numel(k) * 2);
         for (int k = 0; k < TM_T; k++) {
             zo_adam_params p = *hp;
             p.step = s + 1;
             p.grad_scale = 1.0f;
-            if (lrs) p.lr = lrs[s];
+            if (lrs)
+                p.lr = lrs[s];
             zo_adam_buffers b = ZO_ADAM_BUFFERS_INIT;
             b.n = tm_numel(k);
             b.grad = accum > 1 ? (const void *)r->acc[k] : r->g16[k];

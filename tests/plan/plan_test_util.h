@@ -32,7 +32,8 @@ static int plan_test_remove_dir(void **state)
 static inline char *plan_test_read(const char *path)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot open %s", path);
+    if (!f)
+        fail_msg("cannot open %s", path);
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);

@@ -28,9 +28,9 @@
 
 #include "hw.h"
 #include "plan.h"
+#include "plan_test_util.h"
 #include "trainer.h"
 #include "validate.h"
-#include "plan_test_util.h"
 #include "zo_test.h"
 #include "zt_error.h"
 
@@ -45,7 +45,7 @@
  * is the target on the median error of the runs, and a factor of two on
  * any one; the figures print. */
 #define TIME_MEDIAN_BOUND 0.25
-#define TIME_ANY_BOUND 1.0
+#define TIME_ANY_BOUND    1.0
 
 typedef struct job_cfg {
     const char *name;
@@ -151,7 +151,8 @@ static void check_memory(const job_cfg *c, zp_strategy s, uint64_t device_bytes)
 /* The plan's device total with no device limit (every parameter chunk in
  * a slot) and its smallest budget (every parameter resident, or one layer's
  * parameter and gradient slots), for the chunk it picks. */
-static void budgets(const job_cfg *c, zp_strategy s, uint64_t *roomy, uint64_t *minimum, uint64_t *layer)
+static void budgets(const job_cfg *c, zp_strategy s, uint64_t *roomy, uint64_t *minimum,
+                    uint64_t *layer)
 {
     zp_plan p = plan(c, s, 64ull << 30, &unit_speeds);
     *layer = (uint64_t)p.fp.max_chunks_per_layer * p.fp.chunk_bytes;
@@ -296,7 +297,8 @@ static double check_time(const job_cfg *c, zp_strategy s)
     printf("  %-15s %-22s predicted %.4f s (compute %.4f, nvme %.4f; %s), measured %.4f s: "
            "error %+.1f%%\n",
            c->name, zp_strategy_name(s), p.step_seconds, p.seconds[ZP_BN_COMPUTE],
-           p.seconds[ZP_BN_NVME], zp_bottleneck_name(p.bottleneck), m, 100 * (p.step_seconds - m) / m);
+           p.seconds[ZP_BN_NVME], zp_bottleneck_name(p.bottleneck), m,
+           100 * (p.step_seconds - m) / m);
     printf("  %-15s %-22s   speeds: nvme read %.2f / write %.2f / update %.2f GB/s, Adam %.3f "
            "Gparams/s, layers %.1f GFLOPS\n",
            "", "", now.nvme_read / 1e9, now.nvme_write / 1e9, now.nvme_update / 1e9,
@@ -322,7 +324,8 @@ static void test_time(void **state)
     for (int s = ZP_OPTIM_HOST; s < ZP_N_STRATEGIES; s++)
         err[n++] = check_time(&full, (zp_strategy)s);
     qsort(err, (size_t)n, sizeof *err, cmp_double);
-    printf("  step-time error: median %.1f%%, largest %.1f%%\n", 100 * err[n / 2], 100 * err[n - 1]);
+    printf("  step-time error: median %.1f%%, largest %.1f%%\n", 100 * err[n / 2],
+           100 * err[n - 1]);
     assert_true(err[n / 2] < TIME_MEDIAN_BOUND);
     assert_true(err[n - 1] < TIME_ANY_BOUND);
 }
@@ -331,7 +334,8 @@ static void test_time(void **state)
 
 static zp_hardware gpu_machine(void)
 {
-    zp_hardware hw = {"cuda", "planned", 80ull << 30, ZT_CUDA_RESERVE, 1ull << 40, 0, 8ull << 40, 2};
+    zp_hardware hw = {"cuda",     "planned", 80ull << 30, ZT_CUDA_RESERVE,
+                      1ull << 40, 0,         8ull << 40,  2};
     return hw;
 }
 

@@ -11,8 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "zo/config.h"
 #include "plan_test_util.h"
+#include "zo/config.h"
 #include "zo_test.h"
 
 #if !defined(ZP_EXE) || !defined(ZT_EXE) || !defined(ZB_EXE)
@@ -32,7 +32,8 @@ static outputs run(const char *args)
     snprintf(err_path, sizeof err_path, "%s/stderr.txt", g_dir);
     snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s", ZP_EXE, args, out_path, err_path);
     int st = system(cmd);
-    outputs o = {plan_test_read(out_path), plan_test_read(err_path), WIFEXITED(st) ? WEXITSTATUS(st) : -1};
+    outputs o = {plan_test_read(out_path), plan_test_read(err_path),
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1};
     return o;
 }
 
@@ -72,10 +73,26 @@ static void test_help(void **state)
     (void)state;
     outputs o = run("--help");
     assert_int_equal(o.status, 0);
-    const char *flags[] = {"--preset", "--hf-config", "--seq", "--micro-batch", "--grad-accum",
-                           "--dtype", "--optimizer-mode", "--gpu-mem", "--host-mem", "--pinned-max",
-                           "--nvme-path", "--nvme-bytes", "--nvme-tbw", "--measure", "--h2d-gbps", "--nvme-update-gbps",
-                           "--gpu-tflops", "--bench-json", "--json", "--deepspeed-estimate",
+    const char *flags[] = {"--preset",
+                           "--hf-config",
+                           "--seq",
+                           "--micro-batch",
+                           "--grad-accum",
+                           "--dtype",
+                           "--optimizer-mode",
+                           "--gpu-mem",
+                           "--host-mem",
+                           "--pinned-max",
+                           "--nvme-path",
+                           "--nvme-bytes",
+                           "--nvme-tbw",
+                           "--measure",
+                           "--h2d-gbps",
+                           "--nvme-update-gbps",
+                           "--gpu-tflops",
+                           "--bench-json",
+                           "--json",
+                           "--deepspeed-estimate",
                            "--emit-config"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strstr(o.out, flags[i]))
@@ -95,7 +112,8 @@ static void test_json_and_recommendation(void **state)
     double best_s = INFINITY;
     size_t i;
     json_t *p;
-    json_array_foreach(plans, i, p) {
+    json_array_foreach(plans, i, p)
+    {
         json_t *peak = json_object_get(p, "peak_bytes");
         const char *keys[] = {"device", "pinned", "host", "nvme"};
         for (int k = 0; k < 4; k++)
@@ -113,7 +131,8 @@ static void test_json_and_recommendation(void **state)
         }
         /* NVMe wear is reported where NVMe is written */
         json_t *days = json_object_get(p, "days_to_rated_endurance");
-        int writes = json_integer_value(json_object_get(json_object_get(p, "step_bytes"), "nvme_write")) > 0;
+        int writes =
+            json_integer_value(json_object_get(json_object_get(p, "step_bytes"), "nvme_write")) > 0;
         assert_true(writes ? json_is_number(days) : json_is_null(days));
     }
     assert_non_null(best);
@@ -137,13 +156,15 @@ static void test_emit_config(void **state)
     (void)state;
     char path[300], args[700];
     snprintf(path, sizeof path, "%s/plan.json", g_dir);
-    snprintf(args, sizeof args, TINY_CPU " --grad-accum 2 --nvme-path %s --emit-config %s", g_dir, path);
+    snprintf(args, sizeof args, TINY_CPU " --grad-accum 2 --nvme-path %s --emit-config %s", g_dir,
+             path);
     json_t *j = run_json(args);
     const char *best = json_string_value(json_object_get(j, "recommended"));
     assert_non_null(best);
     json_t *plans = json_object_get(j, "strategies"), *rec = NULL, *p;
     size_t i;
-    json_array_foreach(plans, i, p) if (strcmp(json_string_value(json_object_get(p, "name")), best) == 0) rec = p;
+    json_array_foreach(
+        plans, i, p) if (strcmp(json_string_value(json_object_get(p, "name")), best) == 0) rec = p;
     assert_non_null(rec);
     zo_train_config c = ZO_TRAIN_CONFIG_INIT;
     ZO_ASSERT_OK(zo_train_config_load(path, 1, &c));
@@ -174,11 +195,15 @@ static void test_emitted_config_runs_in_zo_train(void **state)
     json_t *j = run_json(args), *p, *rec = NULL;
     size_t i;
     const char *best = json_string_value(json_object_get(j, "recommended"));
-    json_array_foreach(json_object_get(j, "strategies"), i, p) if (strcmp(json_string_value(json_object_get(p, "name")), best) == 0) rec = p;
+    json_array_foreach(json_object_get(j, "strategies"), i,
+                       p) if (strcmp(json_string_value(json_object_get(p, "name")), best) == 0)
+        rec = p;
     assert_non_null(rec);
     snprintf(out_path, sizeof out_path, "%s/zo-train.json", g_dir);
-    snprintf(cmd, sizeof cmd, "%s --config %s --device cpu --seq 64 --steps 1 --val-batches 1 --json >%s 2>/dev/null",
-             ZT_EXE, path, out_path);
+    snprintf(
+        cmd, sizeof cmd,
+        "%s --config %s --device cpu --seq 64 --steps 1 --val-batches 1 --json >%s 2>/dev/null",
+        ZT_EXE, path, out_path);
     assert_int_equal(system(cmd), 0);
     char *text = plan_test_read(out_path);
     json_error_t err;
@@ -191,8 +216,9 @@ static void test_emitted_config_runs_in_zo_train(void **state)
     for (int k = 0; k < 4; k++)
         assert_int_equal(json_integer_value(json_object_get(want, keys[k])),
                          json_integer_value(json_object_get(got, keys[k])));
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(rec, "device_bytes"), "total")),
-                     json_integer_value(json_object_get(json_object_get(t, "device"), "high_water")));
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(rec, "device_bytes"), "total")),
+        json_integer_value(json_object_get(json_object_get(t, "device"), "high_water")));
     json_decref(t);
     json_decref(j);
 }
@@ -229,10 +255,11 @@ static void test_hf_config(void **state)
     (void)state;
     char path[300], args[700];
     snprintf(path, sizeof path, "%s/config.json", g_dir);
-    write_file(path, "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 512, "
-                     "\"intermediate_size\": 1376, \"num_hidden_layers\": 3, \"num_attention_heads\": 8, "
-                     "\"num_key_value_heads\": 2, \"vocab_size\": 1000, \"rms_norm_eps\": 1e-6, "
-                     "\"tie_word_embeddings\": false}");
+    write_file(path,
+               "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 512, "
+               "\"intermediate_size\": 1376, \"num_hidden_layers\": 3, \"num_attention_heads\": 8, "
+               "\"num_key_value_heads\": 2, \"vocab_size\": 1000, \"rms_norm_eps\": 1e-6, "
+               "\"tie_word_embeddings\": false}");
     snprintf(args, sizeof args, TINY_CPU " --hf-config %s", path);
     json_t *j = run_json(args);
     json_t *m = json_object_get(j, "model");
@@ -241,7 +268,8 @@ static void test_hf_config(void **state)
     assert_int_equal((int)num(m, "ffn"), 1376);
     /* embedding, head, final norm, and per block 4 d^2 + 3 d f + 2 d */
     double d = 512, f = 1376;
-    assert_int_equal((int64_t)num(m, "params"), (int64_t)(2 * 1000 * d + d + 3 * (4 * d * d + 3 * d * f + 2 * d)));
+    assert_int_equal((int64_t)num(m, "params"),
+                     (int64_t)(2 * 1000 * d + d + 3 * (4 * d * d + 3 * d * f + 2 * d)));
     assert_non_null(strstr(json_string_value(json_object_get(m, "note")), "grouped-query"));
     json_decref(j);
     write_file(path, "{\"hidden_size\": 512}");
@@ -274,7 +302,8 @@ static void test_bench_json_and_flags(void **state)
     assert_true(num(sp, "d2h_bytes_per_s") == 1e10);
     assert_true(num(sp, "device_flops") == 2e12);
     assert_string_equal(json_string_value(json_object_get(src, "h2d_bytes_per_s")), "--h2d-gbps");
-    assert_non_null(strstr(json_string_value(json_object_get(src, "adam_params_per_s")), "zo-bench"));
+    assert_non_null(
+        strstr(json_string_value(json_object_get(src, "adam_params_per_s")), "zo-bench"));
     json_decref(j);
 }
 
@@ -286,7 +315,8 @@ static void test_bench_update_pipeline(void **state)
     (void)state;
     char cmd[1200], path[300], args[700];
     snprintf(path, sizeof path, "%s/update.jsonl", g_dir);
-    snprintf(cmd, sizeof cmd, "%s io --path %s --size 12M --extent 2M --rw update --passes 3 --idle 0.01 --json >%s",
+    snprintf(cmd, sizeof cmd,
+             "%s io --path %s --size 12M --extent 2M --rw update --passes 3 --idle 0.01 --json >%s",
              ZB_EXE, g_dir, path);
     assert_int_equal(system(cmd), 0);
     char *txt = plan_test_read(path);
@@ -312,16 +342,19 @@ static void test_bench_update_pipeline(void **state)
     json_t *j = run_json(args);
     json_t *sp = json_object_get(j, "speeds"), *src = json_object_get(sp, "sources");
     assert_true(fabs(num(sp, "nvme_update_bytes_per_s") - gbps * 1e9) <= 1e-6 * gbps * 1e9);
-    assert_non_null(strstr(json_string_value(json_object_get(src, "nvme_update_bytes_per_s")), "zo-bench"));
+    assert_non_null(
+        strstr(json_string_value(json_object_get(src, "nvme_update_bytes_per_s")), "zo-bench"));
     json_decref(j);
-    snprintf(cmd, sizeof cmd, "%s io --path %s --size 1M --rw mixed 2>%s/err.txt", ZB_EXE, g_dir, g_dir);
+    snprintf(cmd, sizeof cmd, "%s io --path %s --size 1M --rw mixed 2>%s/err.txt", ZB_EXE, g_dir,
+             g_dir);
     int st = system(cmd);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
     snprintf(path, sizeof path, "%s/err.txt", g_dir);
     txt = plan_test_read(path);
     assert_non_null(strstr(txt, "read, write or update"));
     free(txt);
-    snprintf(cmd, sizeof cmd, "%s io --path %s --size 1M --rw update --passes 0 2>%s/err.txt", ZB_EXE, g_dir, g_dir);
+    snprintf(cmd, sizeof cmd, "%s io --path %s --size 1M --rw update --passes 0 2>%s/err.txt",
+             ZB_EXE, g_dir, g_dir);
     st = system(cmd);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
     txt = plan_test_read(path);
@@ -341,7 +374,8 @@ static void test_validate(void **state)
     json_t *p;
     size_t i;
     int ran = 0;
-    json_array_foreach(json_object_get(j, "strategies"), i, p) {
+    json_array_foreach(json_object_get(j, "strategies"), i, p)
+    {
         json_t *v = json_object_get(p, "validation");
         if (!json_is_true(json_object_get(p, "fits"))) {
             assert_true(json_is_null(v));
@@ -355,12 +389,14 @@ static void test_validate(void **state)
         for (int k = 0; k < 4; k++)
             assert_int_equal(json_integer_value(json_object_get(want, keys[k])),
                              json_integer_value(json_object_get(got, keys[k])));
-        assert_int_equal(json_integer_value(json_object_get(json_object_get(p, "device_bytes"), "total")),
-                         json_integer_value(json_object_get(v, "device_total")));
+        assert_int_equal(
+            json_integer_value(json_object_get(json_object_get(p, "device_bytes"), "total")),
+            json_integer_value(json_object_get(v, "device_total")));
         assert_true(num(v, "step_seconds") > 0);
         assert_true(isfinite(num(v, "step_error")));
         assert_true(num(v, "optimizer_busy_seconds") >= 0 && num(v, "nvme_wait_seconds") >= 0);
-        if (json_integer_value(json_object_get(want, "nvme")) > 0) /* its optimizer waits on the disk */
+        if (json_integer_value(json_object_get(want, "nvme")) >
+            0) /* its optimizer waits on the disk */
             assert_true(num(v, "nvme_wait_seconds") > 0);
         ran++;
     }
@@ -449,9 +485,11 @@ static void test_bad_flags(void **state)
     /* each speed flag is named as the source of its figure */
     json_t *j = run_json(TINY_CPU " --adam-gparams 2 --gpu-tflops 300 --nvme-update-gbps 5");
     json_t *src = json_object_get(json_object_get(j, "speeds"), "sources");
-    assert_string_equal(json_string_value(json_object_get(src, "adam_params_per_s")), "--adam-gparams");
+    assert_string_equal(json_string_value(json_object_get(src, "adam_params_per_s")),
+                        "--adam-gparams");
     assert_string_equal(json_string_value(json_object_get(src, "device_flops")), "--gpu-tflops");
-    assert_string_equal(json_string_value(json_object_get(src, "nvme_update_bytes_per_s")), "--nvme-update-gbps");
+    assert_string_equal(json_string_value(json_object_get(src, "nvme_update_bytes_per_s")),
+                        "--nvme-update-gbps");
     json_decref(j);
 }
 

@@ -123,7 +123,10 @@ static void check_resume_as(const zt_options *o, const zt_options *r, const char
 }
 
 /* N steps, save, N steps; against load + N steps. */
-static void check_resume(const zt_options *o, const char *what) { check_resume_as(o, o, what); }
+static void check_resume(const zt_options *o, const char *what)
+{
+    check_resume_as(o, o, what);
+}
 
 static void test_resume_is_bitwise(void **state)
 {
@@ -259,7 +262,8 @@ static void test_files_read_by_an_independent_reader(void **state)
     snprintf(path, sizeof path, "%s/step-00000002/%s", dir, ZT_CKPT_OPTIM);
     mini_open(&opt, path);
     assert_string_equal(
-        json_string_value(json_object_get(json_object_get(m.header, "__metadata__"), "format")), "pt");
+        json_string_value(json_object_get(json_object_get(m.header, "__metadata__"), "format")),
+        "pt");
     size_t end = 0, oend = 0, count = 0;
     float *w = malloc((size_t)V * D * sizeof *w);
     for (size_t k = 0; k < sizeof map / sizeof map[0]; k++)
@@ -324,7 +328,10 @@ static void write_model_file(const char *path, const zt_shape *s, zo_dtype dt, c
                     float f = 0.25f * (float)(k % 7) - 0.5f;
                     uint16_t h = d == ZO_DTYPE_BF16 ? zo_f32_to_bf16(f) : zo_f32_to_f16(f);
                     int32_t iv = (int32_t)k;
-                    memcpy(buf + k * es, d == ZO_DTYPE_F32 ? (void *)&f : d == ZO_DTYPE_I32 ? (void *)&iv : &h,
+                    memcpy(buf + k * es,
+                           d == ZO_DTYPE_F32   ? (void *)&f
+                           : d == ZO_DTYPE_I32 ? (void *)&iv
+                                               : &h,
                            es);
                 }
                 ZO_ASSERT_OK(zo_st_writer_write(w, name, buf, n * es));
@@ -361,18 +368,20 @@ static void test_bad_checkpoints_are_refused(void **state)
     expect_load_error(t, dir, want);
     /* the reader's own messages, naming the tensor and the file */
     write_model_file(model, &o.shape, ZO_DTYPE_F32, up, 1);
-    snprintf(want, sizeof want, "tensor '%s' in '%s': expected shape [64, 32], found [32, 64]", up, model);
+    snprintf(want, sizeof want, "tensor '%s' in '%s': expected shape [64, 32], found [32, 64]", up,
+             model);
     expect_load_error(t, dir, want);
     write_model_file(model, &o.shape, ZO_DTYPE_BF16, "", 0);
-    snprintf(want, sizeof want, "tensor 'model.embed_tokens.weight' in '%s': expected dtype F32, found BF16",
-             model);
+    snprintf(want, sizeof want,
+             "tensor 'model.embed_tokens.weight' in '%s': expected dtype F32, found BF16", model);
     expect_load_error(t, dir, want);
     zt_trainer_free(t);
     /* another model shape */
     zt_options o2 = base_options();
     o2.shape.dim = 64;
     t = open_trainer(&o2);
-    expect_load_error(t, dir, "was saved from a model with dim 32; this run's is 64 (pass --dim 32)");
+    expect_load_error(t, dir,
+                      "was saved from a model with dim 32; this run's is 64 (pass --dim 32)");
     expect_load_error(t, g_dir, "holds neither a checkpoint (trainer_state.json) nor a 'latest'");
     zt_trainer_free(t);
 }
@@ -409,7 +418,8 @@ static void test_init_weights(void **state)
     assert_true(zt_ckpt_init_weights(t, path) < 0);
     char want[600];
     snprintf(want, sizeof want,
-             "tensor 'model.norm.weight' in '%s': expected dtype F32, BF16 or F16, found I32", path);
+             "tensor 'model.norm.weight' in '%s': expected dtype F32, BF16 or F16, found I32",
+             path);
     assert_non_null(strstr(zt_last_error(), want));
     write_model_file(path, &o.shape, ZO_DTYPE_F16, "model.layers.0.mlp.down_proj.weight", 1);
     assert_true(zt_ckpt_init_weights(t, path) < 0);

@@ -336,7 +336,8 @@ static void test_config_drives_the_run(void **state)
             fail_msg("lr of step %d: %.9g, expected %.9g", i + 1,
                      json_number_value(json_array_get(lrs, i)), want[i]);
     assert_int_equal(count(err, "step "), 5); /* steps_per_print 1 */
-    assert_int_equal(count(err, "'zero_optimization.stage3_prefetch_bucket_size' has no effect"), 1);
+    assert_int_equal(count(err, "'zero_optimization.stage3_prefetch_bucket_size' has no effect"),
+                     1);
     json_decref(root);
     free(err);
 }
@@ -376,12 +377,11 @@ static void expect_config_error(const char *json, const char *extra, const char 
  * parser's message naming the key. */
 static void test_config_errors(void **state)
 {
-    expect_config_error(
-        "{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": "
-        "{\"devcie\": \"cpu\"}}}",
-        "",
-        "zo-train: configuration error in %s: unknown key "
-        "'zero_optimization.offload_optimizer.devcie'; did you mean 'device'?\n");
+    expect_config_error("{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": "
+                        "{\"devcie\": \"cpu\"}}}",
+                        "",
+                        "zo-train: configuration error in %s: unknown key "
+                        "'zero_optimization.offload_optimizer.devcie'; did you mean 'device'?\n");
     expect_config_error("{\"train_batch_size\": 10, \"train_micro_batch_size_per_gpu\": 3}", "",
                         "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step "
                         "* world_size: 10 != 3 * 3 * 1");
@@ -424,8 +424,8 @@ static void test_checkpoint_flags(void **state)
     assert_string_equal(json_string_value(json_object_get(root, "resumed_from")), want);
     json_decref(root);
     free(err);
-    snprintf(args, sizeof args, "--resume %s --init-weights %s/step-00000002/model.safetensors" TINY,
-             dir, dir);
+    snprintf(args, sizeof args,
+             "--resume %s --init-weights %s/step-00000002/model.safetensors" TINY, dir, dir);
     expect_usage_error(args, "--resume and --init-weights both set the weights");
     expect_usage_error("--save-every 2" TINY, "--save-every needs --save DIR");
     outputs o = run("--steps 1 --resume /nonexistent/ck" TINY);
@@ -552,8 +552,8 @@ static void check_metrics(const char *path, json_t *summary, int steps)
         assert_int_equal(json_integer_value(json_object_get(m, "total")), steps);
         assert_true(json_real_value(json_object_get(m, "loss")) ==
                     json_real_value(json_array_get(losses, (size_t)n)));
-        const char *nums[] = {"lr", "tokens_per_s", "model_tflops", "eta_s", "nvme_gbps", "stall_pct",
-                              "step_s", "grad_norm"};
+        const char *nums[] = {"lr",        "tokens_per_s", "model_tflops", "eta_s",
+                              "nvme_gbps", "stall_pct",    "step_s",       "grad_norm"};
         for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
             if (!json_is_number(json_object_get(m, nums[i])))
                 fail_msg("metrics line %d: '%s' is not a number", n + 1, nums[i]);
@@ -593,10 +593,11 @@ static void check_nesting(json_t *events, json_int_t tid)
             double b0 = json_number_value(json_object_get(b, "ts")),
                    b1 = b0 + json_number_value(json_object_get(b, "dur"));
             int apart = a1 <= b0 + 1e-3 || b1 <= a0 + 1e-3;
-            int nested = (a0 <= b0 + 1e-3 && b1 <= a1 + 1e-3) || (b0 <= a0 + 1e-3 && a1 <= b1 + 1e-3);
+            int nested =
+                (a0 <= b0 + 1e-3 && b1 <= a1 + 1e-3) || (b0 <= a0 + 1e-3 && a1 <= b1 + 1e-3);
             if (!apart && !nested)
-                fail_msg("track %lld: '%s' [%.3f, %.3f] and '%s' [%.3f, %.3f] overlap", (long long)tid,
-                         json_string_value(json_object_get(a, "name")), a0, a1,
+                fail_msg("track %lld: '%s' [%.3f, %.3f] and '%s' [%.3f, %.3f] overlap",
+                         (long long)tid, json_string_value(json_object_get(a, "name")), a0, a1,
                          json_string_value(json_object_get(b, "name")), b0, b1);
         }
     }
@@ -662,16 +663,18 @@ static void test_metrics_and_trace(void **state)
     char args[2048], metrics[300], trace[300], *err;
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", g_dir);
     snprintf(trace, sizeof trace, "%s/trace.json", g_dir);
-    snprintf(args, sizeof args,
-             "--steps 4 --json --metrics %s --trace %s --offload-param nvme --offload-optimizer nvme "
-             "--nvme-path %s --optimizer-mode overlap --log-every 2" TINY,
-             metrics, trace, g_dir);
+    snprintf(
+        args, sizeof args,
+        "--steps 4 --json --metrics %s --trace %s --offload-param nvme --offload-optimizer nvme "
+        "--nvme-path %s --optimizer-mode overlap --log-every 2" TINY,
+        metrics, trace, g_dir);
     json_t *root = run_json(args, &err);
     check_metrics(metrics, root, 4);
     check_trace(trace);
     assert_int_equal(count(err, "step "), 3); /* not a terminal: steps 1, 2 and 4 */
     assert_non_null(strstr(err, "step 4/4  loss "));
-    const char *parts[] = {"tok/s", "TFLOPS", "ETA ", "dev ", "pin ", "host ", "nvme ", "GB/s", "stall "};
+    const char *parts[] = {"tok/s", "TFLOPS", "ETA ", "dev ",  "pin ",
+                           "host ", "nvme ",  "GB/s", "stall "};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
         if (!strstr(err, parts[i]))
             fail_msg("the progress line lacks '%s': %s", parts[i], err);
@@ -703,7 +706,7 @@ static void test_progress_on_a_terminal(void **state)
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     if (!strstr(buf, "\r\033[Kstep 1/3  loss ") || !strstr(buf, "\r\033[Kstep 3/3  loss "))
         fail_msg("no in-place progress line in: %s", buf);
-    assert_null(strstr(buf, "stall 0.0%\r\n")); /* no newline between updates... */
+    assert_null(strstr(buf, "stall 0.0%\r\n"));       /* no newline between updates... */
     assert_non_null(strstr(buf, "\r\033[Kstep 3/3")); /* ...and one after the last */
 }
 

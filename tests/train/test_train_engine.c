@@ -27,7 +27,6 @@
 #include "zo_test.h"
 #include "zt_error.h"
 
-
 #define STEPS 20
 
 static char g_swap[256];

@@ -18,8 +18,8 @@
 
 #include "checkpoint.h"
 #include "train_test_util.h"
-#include "zo_test.h"
 #include "zo/units.h"
+#include "zo_test.h"
 #include "zt_error.h"
 
 #ifndef ZT_EXE
@@ -38,13 +38,24 @@ static int run_args(const char **argv, const char *save, int resume, const char 
 {
     static char steps[16];
     snprintf(steps, sizeof steps, "%d", g_steps);
-    const char *fixed[] = {ZT_EXE,          "--device",     "cpu",        "--data",  ZT_TEST_DATA,
-                           "--vocab",       "256",          "--dim",      "32",      "--layers",
-                           "2",             "--heads",      "4",          "--ffn",   "64",
-                           "--seq",         "16",           "--micro-batch", "2",    "--lr",
-                           "1e-2",          "--seed",       "3",          "--val-batches", "1",
-                           "--offload-optimizer", "cpu",    "--offload-param", "cpu", "--steps",
-                           steps,           "--save",       save,         "--save-every", "1"};
+    const char *fixed[] = {ZT_EXE,       "--device",
+                           "cpu",        "--data",
+                           ZT_TEST_DATA, "--vocab",
+                           "256",        "--dim",
+                           "32",         "--layers",
+                           "2",          "--heads",
+                           "4",          "--ffn",
+                           "64",         "--seq",
+                           "16",         "--micro-batch",
+                           "2",          "--lr",
+                           "1e-2",       "--seed",
+                           "3",          "--val-batches",
+                           "1",          "--offload-optimizer",
+                           "cpu",        "--offload-param",
+                           "cpu",        "--steps",
+                           steps,        "--save",
+                           save,         "--save-every",
+                           "1"};
     int n = 0;
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         argv[n++] = fixed[i];
@@ -212,9 +223,10 @@ static void test_sigkill_during_checkpoints(void **state)
         assert_loads(ck);
         checked++;
     }
-    print_message("%d kills (%d attempts) %ld..%ld ms after start, %d in the middle of a checkpoint "
-                  "write, %d checkpoints checked\n",
-                  kills, attempts, lo_us / 1000, (lo_us + span_us) / 1000, partial, checked);
+    print_message(
+        "%d kills (%d attempts) %ld..%ld ms after start, %d in the middle of a checkpoint "
+        "write, %d checkpoints checked\n",
+        kills, attempts, lo_us / 1000, (lo_us + span_us) / 1000, partial, checked);
     assert_true(kills >= KILLS);
     assert_true(partial >= KILLS / 4); /* the kills do land in the writes */
     assert_true(checked >= KILLS / 2);

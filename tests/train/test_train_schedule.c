@@ -16,7 +16,6 @@
 #include "zo_test.h"
 #include "zt_error.h"
 
-
 /* ---- DeepSpeed's objects, as in lr_schedules.py ---- */
 
 typedef struct ds_sched {
@@ -42,7 +41,8 @@ static double ds_get_lr(const ds_sched *d)
         if ((double)it < w) {
             ratio = d->p.warmup_min_ratio + ds_gamma_warmup(d, w) * (1. - d->p.warmup_min_ratio);
         } else {
-            double real_last_step = (double)it - w + 1, real_total = (double)d->p.total_num_steps - w;
+            double real_last_step = (double)it - w + 1,
+                   real_total = (double)d->p.total_num_steps - w;
             ratio = (1 + cos(M_PI * real_last_step / real_total)) / 2;
             ratio = fmax(0.0, d->p.cos_min_ratio + (1. - d->p.cos_min_ratio) * ratio);
         }
@@ -66,7 +66,8 @@ static void ds_init(ds_sched *d, const zt_schedule *p, double optimizer_lr)
     d->p = *p;
     d->org_lr = d->group_lr = optimizer_lr;
     d->last_batch_iteration = p->last_batch_iteration;
-    if (p->type != ZO_SCHEDULER_NONE && d->last_batch_iteration == -1) /* "Initialize lr in optimizer" */
+    if (p->type != ZO_SCHEDULER_NONE &&
+        d->last_batch_iteration == -1) /* "Initialize lr in optimizer" */
         d->group_lr = ds_get_lr(d);
 }
 
@@ -89,8 +90,8 @@ static void check_against_deepspeed(const zt_schedule *p, double lr, int n)
     int64_t it = p->last_batch_iteration;
     for (int k = 0; k < n; k++) {
         if (fabs(mine - d.group_lr) > 1e-15 * fmax(1.0, fabs(d.group_lr)))
-            fail_msg("%s update %d: zo-train %.17g, DeepSpeed %.17g", zo_scheduler_type_name(p->type),
-                     k, mine, d.group_lr);
+            fail_msg("%s update %d: zo-train %.17g, DeepSpeed %.17g",
+                     zo_scheduler_type_name(p->type), k, mine, d.group_lr);
         ds_step(&d);
         mine = zt_schedule_lr_at(p, lr, ++it);
     }
@@ -249,8 +250,8 @@ static void test_rates_reach_the_engine(void **state)
     for (int i = 0; i < STEPS; i++) {
         double want = zt_schedule_lr_at(&o.sched, o.lr, applied - 1);
         if (r.lrs[i] != want)
-            fail_msg("step %d: rate %.17g, expected %.17g (%d updates applied before)", i,
-                     r.lrs[i], want, applied);
+            fail_msg("step %d: rate %.17g, expected %.17g (%d updates applied before)", i, r.lrs[i],
+                     want, applied);
         applied += !r.overflow[i];
     }
     assert_true(r.overflow[0]);

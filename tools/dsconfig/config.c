@@ -21,16 +21,16 @@ _Static_assert(sizeof(zo_offload_device) == sizeof(int), "enum fields are stored
 /* ---- the schema ---- */
 
 typedef enum key_kind {
-    K_BOOL,        /* int 0/1 */
-    K_INT,         /* int64_t within [min, max]; integral reals accepted */
-    K_NUM,         /* double within [min, max] */
-    K_ENUM,        /* an enum stored as int: names[i] <-> base + i */
-    K_PATH,        /* char[ZO_CONFIG_PATH_CAP]; null leaves "" */
-    K_SECTION,     /* a nested object */
-    K_IGNORED,     /* a DeepSpeed key with no effect here: any value, one warning */
-    K_BETAS,       /* double[2] in [0, 1) */
-    K_PATHLIST,    /* zoffload.nvme_paths */
-    K_FALSE_ONLY,  /* a DeepSpeed bool whose true is not supported here */
+    K_BOOL,         /* int 0/1 */
+    K_INT,          /* int64_t within [min, max]; integral reals accepted */
+    K_NUM,          /* double within [min, max] */
+    K_ENUM,         /* an enum stored as int: names[i] <-> base + i */
+    K_PATH,         /* char[ZO_CONFIG_PATH_CAP]; null leaves "" */
+    K_SECTION,      /* a nested object */
+    K_IGNORED,      /* a DeepSpeed key with no effect here: any value, one warning */
+    K_BETAS,        /* double[2] in [0, 1) */
+    K_PATHLIST,     /* zoffload.nvme_paths */
+    K_FALSE_ONLY,   /* a DeepSpeed bool whose true is not supported here */
     K_SCHED_PARAMS, /* scheduler.params: keys depend on scheduler.type */
     K_PLACEMENT     /* zoffload.placement: "auto" or its section */
 } key_kind;
@@ -67,15 +67,42 @@ struct section {
 };
 
 #define OFF(field) offsetof(zo_train_config, field)
-#define B(n, f) {n, K_BOOL, OFF(f), 0, 0, 1, NULL, 0, NULL}
-#define I(n, f, fl, lo, hi) {n, K_INT, OFF(f), fl, lo, hi, NULL, 0, NULL}
-#define N(n, f, fl, lo, hi) {n, K_NUM, OFF(f), fl, lo, hi, NULL, 0, NULL}
-#define E(n, f, fl, names, base) {n, K_ENUM, OFF(f), fl, 0, 0, names, base, NULL}
-#define P(n, f) {n, K_PATH, OFF(f), F_NULL, 0, 0, NULL, 0, NULL}
-#define S(n, sec) {n, K_SECTION, 0, 0, 0, 0, NULL, 0, &sec}
-#define X(n) {n, K_IGNORED, 0, 0, 0, 0, NULL, 0, NULL}
-#define FALSE_ONLY(n) {n, K_FALSE_ONLY, 0, 0, 0, 0, NULL, 0, NULL}
-#define SECTION(arr) {arr, sizeof arr / sizeof arr[0]}
+#define B(n, f)                                                                                    \
+    {                                                                                              \
+        n, K_BOOL, OFF(f), 0, 0, 1, NULL, 0, NULL                                                  \
+    }
+#define I(n, f, fl, lo, hi)                                                                        \
+    {                                                                                              \
+        n, K_INT, OFF(f), fl, lo, hi, NULL, 0, NULL                                                \
+    }
+#define N(n, f, fl, lo, hi)                                                                        \
+    {                                                                                              \
+        n, K_NUM, OFF(f), fl, lo, hi, NULL, 0, NULL                                                \
+    }
+#define E(n, f, fl, names, base)                                                                   \
+    {                                                                                              \
+        n, K_ENUM, OFF(f), fl, 0, 0, names, base, NULL                                             \
+    }
+#define P(n, f)                                                                                    \
+    {                                                                                              \
+        n, K_PATH, OFF(f), F_NULL, 0, 0, NULL, 0, NULL                                             \
+    }
+#define S(n, sec)                                                                                  \
+    {                                                                                              \
+        n, K_SECTION, 0, 0, 0, 0, NULL, 0, &sec                                                    \
+    }
+#define X(n)                                                                                       \
+    {                                                                                              \
+        n, K_IGNORED, 0, 0, 0, 0, NULL, 0, NULL                                                    \
+    }
+#define FALSE_ONLY(n)                                                                              \
+    {                                                                                              \
+        n, K_FALSE_ONLY, 0, 0, 0, 0, NULL, 0, NULL                                                 \
+    }
+#define SECTION(arr)                                                                               \
+    {                                                                                              \
+        arr, sizeof arr / sizeof arr[0]                                                            \
+    }
 
 static const char *const device_names[] = {"none", "cpu", "nvme", NULL};
 static const char *const optimizer_names[] = {"Adam", "AdamW", NULL};
@@ -104,26 +131,23 @@ static const key_spec optimizer_keys[] = {
 static const section optimizer_sec = SECTION(optimizer_keys);
 
 #define SCHED_WARMUP_STEPS I("warmup_num_steps", scheduler.warmup_num_steps, F_AUTO, 0, NO_MAX)
-#define SCHED_WARMUP_TYPE E("warmup_type", scheduler.warmup_type, 0, warmup_names, ZO_WARMUP_LOG)
-#define SCHED_LAST_ITER I("last_batch_iteration", scheduler.last_batch_iteration, 0, -1, NO_MAX)
-#define SCHED_TOTAL I("total_num_steps", scheduler.total_num_steps, F_AUTO, 1, NO_MAX)
-#define SCHED_MIN_LR N("warmup_min_lr", scheduler.warmup_min_lr, F_AUTO, 0, HUGE_VAL)
-#define SCHED_MAX_LR N("warmup_max_lr", scheduler.warmup_max_lr, F_AUTO, 0, HUGE_VAL)
+#define SCHED_WARMUP_TYPE  E("warmup_type", scheduler.warmup_type, 0, warmup_names, ZO_WARMUP_LOG)
+#define SCHED_LAST_ITER    I("last_batch_iteration", scheduler.last_batch_iteration, 0, -1, NO_MAX)
+#define SCHED_TOTAL        I("total_num_steps", scheduler.total_num_steps, F_AUTO, 1, NO_MAX)
+#define SCHED_MIN_LR       N("warmup_min_lr", scheduler.warmup_min_lr, F_AUTO, 0, HUGE_VAL)
+#define SCHED_MAX_LR       N("warmup_max_lr", scheduler.warmup_max_lr, F_AUTO, 0, HUGE_VAL)
 
 static const key_spec warmup_lr_keys[] = {SCHED_MIN_LR, SCHED_MAX_LR, SCHED_WARMUP_STEPS,
                                           SCHED_WARMUP_TYPE, SCHED_LAST_ITER};
 static const key_spec warmup_decay_keys[] = {SCHED_MIN_LR,      SCHED_MAX_LR,    SCHED_WARMUP_STEPS,
                                              SCHED_WARMUP_TYPE, SCHED_LAST_ITER, SCHED_TOTAL};
 static const key_spec warmup_cosine_keys[] = {
-    SCHED_TOTAL,
-    N("warmup_min_ratio", scheduler.warmup_min_ratio, 0, 0, 1),
-    SCHED_WARMUP_STEPS,
-    N("cos_min_ratio", scheduler.cos_min_ratio, 0, 0, 1),
-    SCHED_WARMUP_TYPE,
-    SCHED_LAST_ITER,
+    SCHED_TOTAL,        N("warmup_min_ratio", scheduler.warmup_min_ratio, 0, 0, 1),
+    SCHED_WARMUP_STEPS, N("cos_min_ratio", scheduler.cos_min_ratio, 0, 0, 1),
+    SCHED_WARMUP_TYPE,  SCHED_LAST_ITER,
 };
-static const section sched_params_secs[] = {
-    SECTION(warmup_lr_keys), SECTION(warmup_decay_keys), SECTION(warmup_cosine_keys)};
+static const section sched_params_secs[] = {SECTION(warmup_lr_keys), SECTION(warmup_decay_keys),
+                                            SECTION(warmup_cosine_keys)};
 
 static const key_spec scheduler_keys[] = {
     E("type", scheduler.type, F_REQUIRED, scheduler_names, ZO_SCHEDULER_WARMUP_LR),
@@ -253,16 +277,14 @@ static const key_spec zoffload_keys[] = {
     E("optimizer_mode", zoffload.optimizer_mode, 0, mode_names, ZO_OPTIM_SYNC),
     I("prefetch_lookahead", zoffload.prefetch_lookahead, 0, 0, 64),
     {"nvme_paths", K_PATHLIST, 0, 0, 0, 0, NULL, 0, NULL},
-    E("optimizer_state_dtype", zoffload.optimizer_state_dtype, 0, state_dtype_names,
-      ZO_DTYPE_F32),
+    E("optimizer_state_dtype", zoffload.optimizer_state_dtype, 0, state_dtype_names, ZO_DTYPE_F32),
     {"placement", K_PLACEMENT, 0, 0, 0, 0, NULL, 0, &placement_sec},
 };
 static const section zoffload_sec = SECTION(zoffload_keys);
 
 static const key_spec root_keys[] = {
     I("train_batch_size", train_batch_size, F_AUTO | F_NULL, 1, NO_MAX),
-    I("train_micro_batch_size_per_gpu", train_micro_batch_size_per_gpu, F_AUTO | F_NULL, 1,
-      NO_MAX),
+    I("train_micro_batch_size_per_gpu", train_micro_batch_size_per_gpu, F_AUTO | F_NULL, 1, NO_MAX),
     I("gradient_accumulation_steps", gradient_accumulation_steps, F_AUTO | F_NULL, 1, NO_MAX),
     N("gradient_clipping", gradient_clipping, F_AUTO, 0, HUGE_VAL),
     I("steps_per_print", steps_per_print, 0, 1, NO_MAX),
@@ -332,7 +354,10 @@ static size_t path_push(pctx *c, const char *name)
     return len;
 }
 
-static void path_pop(pctx *c, size_t len) { c->path[len] = '\0'; }
+static void path_pop(pctx *c, size_t len)
+{
+    c->path[len] = '\0';
+}
 
 static size_t path_push_index(pctx *c, size_t i)
 {
@@ -341,20 +366,27 @@ static size_t path_push_index(pctx *c, size_t i)
     return len;
 }
 
-static void *field(pctx *c, const key_spec *k) { return (char *)c->cfg + k->off; }
+static void *field(pctx *c, const key_spec *k)
+{
+    return (char *)c->cfg + k->off;
+}
 
 static int shortest_precision(double v)
 {
     char buf[40];
     for (int prec = 1; prec < 17; prec++) {
         snprintf(buf, sizeof buf, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v) return prec;
+        if (strtod(buf, NULL) == v)
+            return prec;
     }
     return 17;
 }
 
 /* The shortest decimal text that reads back as v (0.1, not 0.10000000000000001). */
-static void fmt_double(char *buf, size_t cap, double v) { snprintf(buf, cap, "%.*g", shortest_precision(v), v); }
+static void fmt_double(char *buf, size_t cap, double v)
+{
+    snprintf(buf, cap, "%.*g", shortest_precision(v), v);
+}
 
 static void describe_found(const json_t *v, char *buf, size_t cap)
 {
@@ -400,7 +432,9 @@ static void describe_expected(const key_spec *k, char *buf, size_t cap)
     size_t n = 0;
     switch (k->kind) {
     case K_BOOL: n = (size_t)snprintf(buf, cap, "true or false"); break;
-    case K_FALSE_ONLY: n = (size_t)snprintf(buf, cap, "false (the true variant is not supported)"); break;
+    case K_FALSE_ONLY:
+        n = (size_t)snprintf(buf, cap, "false (the true variant is not supported)");
+        break;
     case K_INT:
     case K_NUM:
         describe_range(k, buf, cap);
@@ -416,18 +450,22 @@ static void describe_expected(const key_spec *k, char *buf, size_t cap)
     case K_PATH: n = (size_t)snprintf(buf, cap, "a path string"); break;
     case K_BETAS: n = (size_t)snprintf(buf, cap, "an array of two numbers in [0, 1)"); break;
     case K_PATHLIST:
-        n = (size_t)snprintf(buf, cap, "an array of at most %d path strings", ZO_CONFIG_MAX_NVME_PATHS);
+        n = (size_t)snprintf(buf, cap, "an array of at most %d path strings",
+                             ZO_CONFIG_MAX_NVME_PATHS);
         break;
     case K_SECTION:
     case K_SCHED_PARAMS:
     case K_IGNORED: n = (size_t)snprintf(buf, cap, "an object"); break;
     case K_PLACEMENT:
-        n = (size_t)snprintf(buf, cap, "\"auto\" or an object of per-tier byte caps, such as "
-                                       "{\"optimizer\": {\"host\": \"8GiB\"}}");
+        n = (size_t)snprintf(buf, cap,
+                             "\"auto\" or an object of per-tier byte caps, such as "
+                             "{\"optimizer\": {\"host\": \"8GiB\"}}");
         break;
     }
-    if (n < cap && (k->flags & F_AUTO)) n += (size_t)snprintf(buf + n, cap - n, " or \"auto\"");
-    if (n < cap && (k->flags & F_NULL)) snprintf(buf + n, cap - n, " or null");
+    if (n < cap && (k->flags & F_AUTO))
+        n += (size_t)snprintf(buf + n, cap - n, " or \"auto\"");
+    if (n < cap && (k->flags & F_NULL))
+        snprintf(buf + n, cap - n, " or null");
 }
 
 static zo_status type_error(pctx *c, const key_spec *k, const json_t *v)
@@ -442,7 +480,8 @@ static zo_status unknown_key(pctx *c, const section *sec, const char *key)
 {
     const char *cands[128];
     size_t n = 0;
-    for (size_t i = 0; i < sec->n && n < 128; i++) cands[n++] = sec->keys[i].name;
+    for (size_t i = 0; i < sec->n && n < 128; i++)
+        cands[n++] = sec->keys[i].name;
     size_t d = 0;
     long best = zo_strdist_nearest(key, cands, n, &d);
     size_t len = path_push(c, key);
@@ -464,17 +503,23 @@ static void note_ignored(pctx *c)
     zo_train_config *cfg = c->cfg;
     ZO_LOGW(SUBSYS, "'%s' is a DeepSpeed option that has no effect in zoffload; ignored", c->path);
     if (cfg->n_ignored < ZO_CONFIG_MAX_IGNORED)
-        snprintf(cfg->ignored[cfg->n_ignored++], ZO_CONFIG_KEY_CAP, "%.*s", (int)ZO_CONFIG_KEY_CAP - 1, c->path);
+        snprintf(cfg->ignored[cfg->n_ignored++], ZO_CONFIG_KEY_CAP, "%.*s",
+                 (int)ZO_CONFIG_KEY_CAP - 1, c->path);
 }
 
 /* ---- scalar readers ---- */
 
-static int is_auto(const json_t *v) { return json_is_string(v) && strcmp(json_string_value(v), "auto") == 0; }
+static int is_auto(const json_t *v)
+{
+    return json_is_string(v) && strcmp(json_string_value(v), "auto") == 0;
+}
 
 static int in_range(const key_spec *k, double x)
 {
-    if ((k->flags & F_MIN_EXCL) ? x <= k->min : x < k->min) return 0;
-    if ((k->flags & F_MAX_EXCL) ? x >= k->max : x > k->max) return 0;
+    if ((k->flags & F_MIN_EXCL) ? x <= k->min : x < k->min)
+        return 0;
+    if ((k->flags & F_MAX_EXCL) ? x >= k->max : x > k->max)
+        return 0;
     return 1;
 }
 
@@ -497,7 +542,8 @@ static zo_status read_int(pctx *c, const key_spec *k, const json_t *v)
         x = parse_byte_string(json_string_value(v));
     else
         return type_error(c, k, v);
-    if (!isfinite(x) || x != floor(x) || !in_range(k, x)) return type_error(c, k, v);
+    if (!isfinite(x) || x != floor(x) || !in_range(k, x))
+        return type_error(c, k, v);
     /* Integers arrive exactly through json_integer_value; reals are integral
      * and in range here, so the conversion is defined. */
     int64_t out = json_is_integer(v) ? (int64_t)json_integer_value(v) : (int64_t)x;
@@ -507,16 +553,19 @@ static zo_status read_int(pctx *c, const key_spec *k, const json_t *v)
 
 static zo_status read_num(pctx *c, const key_spec *k, const json_t *v)
 {
-    if (!json_is_number(v)) return type_error(c, k, v);
+    if (!json_is_number(v))
+        return type_error(c, k, v);
     double x = json_number_value(v);
-    if (!in_range(k, x)) return type_error(c, k, v);
+    if (!in_range(k, x))
+        return type_error(c, k, v);
     memcpy(field(c, k), &x, sizeof x);
     return ZO_OK;
 }
 
 static zo_status read_bool(pctx *c, const key_spec *k, const json_t *v)
 {
-    if (!json_is_boolean(v)) return type_error(c, k, v);
+    if (!json_is_boolean(v))
+        return type_error(c, k, v);
     int b = json_is_true(v);
     memcpy(field(c, k), &b, sizeof b);
     return ZO_OK;
@@ -524,10 +573,12 @@ static zo_status read_bool(pctx *c, const key_spec *k, const json_t *v)
 
 static zo_status read_enum(pctx *c, const key_spec *k, const json_t *v)
 {
-    if (!json_is_string(v)) return type_error(c, k, v);
+    if (!json_is_string(v))
+        return type_error(c, k, v);
     const char *s = json_string_value(v);
     for (int i = 0; k->names[i]; i++) {
-        int eq = (k->flags & F_ICASE) ? strcasecmp(s, k->names[i]) == 0 : strcmp(s, k->names[i]) == 0;
+        int eq =
+            (k->flags & F_ICASE) ? strcasecmp(s, k->names[i]) == 0 : strcmp(s, k->names[i]) == 0;
         if (eq) {
             int val = k->base + i;
             memcpy(field(c, k), &val, sizeof val);
@@ -539,8 +590,10 @@ static zo_status read_enum(pctx *c, const key_spec *k, const json_t *v)
 
 static zo_status copy_path(pctx *c, const key_spec *k, const json_t *v, char *dst)
 {
-    if (!json_is_string(v) || json_string_length(v) == 0) return type_error(c, k, v);
-    if (json_string_length(v) >= ZO_CONFIG_PATH_CAP || strlen(json_string_value(v)) != json_string_length(v))
+    if (!json_is_string(v) || json_string_length(v) == 0)
+        return type_error(c, k, v);
+    if (json_string_length(v) >= ZO_CONFIG_PATH_CAP ||
+        strlen(json_string_value(v)) != json_string_length(v))
         return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
                        "'%s': expected a path string shorter than %d bytes without NUL characters, "
                        "found one of %zu bytes",
@@ -556,17 +609,19 @@ static zo_status read_path(pctx *c, const key_spec *k, const json_t *v)
 
 static zo_status read_betas(pctx *c, const key_spec *k, const json_t *v)
 {
-    if (!json_is_array(v) || json_array_size(v) != 2) return type_error(c, k, v);
+    if (!json_is_array(v) || json_array_size(v) != 2)
+        return type_error(c, k, v);
     double b[2];
     for (size_t i = 0; i < 2; i++) {
         const json_t *e = json_array_get(v, i);
-        if (!json_is_number(e)) return type_error(c, k, v);
+        if (!json_is_number(e))
+            return type_error(c, k, v);
         b[i] = json_number_value(e);
         if (!(b[i] >= 0 && b[i] < 1)) {
             char found[64];
             describe_found(e, found, sizeof found);
-            return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "'%s[%zu]': expected a number in [0, 1), found %s",
-                           c->path, i, found);
+            return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                           "'%s[%zu]': expected a number in [0, 1), found %s", c->path, i, found);
         }
     }
     memcpy(field(c, k), b, sizeof b);
@@ -577,13 +632,15 @@ static zo_status read_pathlist(pctx *c, const key_spec *k, const json_t *v)
 {
     static const key_spec elem = {"", K_PATH, 0, 0, 0, 0, NULL, 0, NULL};
     size_t n = json_array_size(v);
-    if (!json_is_array(v) || n > ZO_CONFIG_MAX_NVME_PATHS) return type_error(c, k, v);
+    if (!json_is_array(v) || n > ZO_CONFIG_MAX_NVME_PATHS)
+        return type_error(c, k, v);
     zo_train_config *cfg = c->cfg;
     for (size_t i = 0; i < n; i++) {
         size_t len = path_push_index(c, i);
         zo_status st = copy_path(c, &elem, json_array_get(v, i), cfg->zoffload.nvme_paths[i]);
         path_pop(c, len);
-        if (st < 0) return st;
+        if (st < 0)
+            return st;
     }
     cfg->zoffload.n_nvme_paths = (int64_t)n;
     return ZO_OK;
@@ -601,7 +658,8 @@ static zo_status parse_section(pctx *c, const section *sec, const json_t *obj);
 static const key_spec *find_key(const section *sec, const char *name)
 {
     for (size_t i = 0; i < sec->n; i++)
-        if (strcmp(sec->keys[i].name, name) == 0) return &sec->keys[i];
+        if (strcmp(sec->keys[i].name, name) == 0)
+            return &sec->keys[i];
     return NULL;
 }
 
@@ -614,8 +672,9 @@ static zo_status wrong_sched_param(pctx *c, const section *sec, const char *key)
     for (size_t i = 0; i < sec->n && n < sizeof list; i++)
         n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", sec->keys[i].name);
     size_t len = path_push(c, key);
-    zo_status st = ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "'%s' is not a parameter of %s (its parameters: %s)",
-                           c->path, type, list);
+    zo_status st =
+        ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "'%s' is not a parameter of %s (its parameters: %s)",
+                c->path, type, list);
     path_pop(c, len);
     return st;
 }
@@ -631,9 +690,11 @@ static zo_status parse_sched_params(pctx *c, const json_t *v)
     const json_t *val;
     json_object_foreach((json_t *)v, key, val)
     {
-        if (find_key(sec, key)) continue;
+        if (find_key(sec, key))
+            continue;
         for (size_t t = 0; t < 3; t++)
-            if (find_key(&sched_params_secs[t], key)) return wrong_sched_param(c, sec, key);
+            if (find_key(&sched_params_secs[t], key))
+                return wrong_sched_param(c, sec, key);
     }
     return parse_section(c, sec, v);
 }
@@ -648,7 +709,8 @@ static zo_status parse_value(pctx *c, const key_spec *k, const json_t *v)
         ZO_LOGI(SUBSYS, "'%s' is \"auto\": using the default or derived value", c->path);
         return ZO_OK;
     }
-    if ((k->flags & F_NULL) && json_is_null(v)) return ZO_OK;
+    if ((k->flags & F_NULL) && json_is_null(v))
+        return ZO_OK;
     switch (k->kind) {
     case K_BOOL: return read_bool(c, k, v);
     case K_INT: return read_int(c, k, v);
@@ -660,12 +722,15 @@ static zo_status parse_value(pctx *c, const key_spec *k, const json_t *v)
     case K_FALSE_ONLY: return read_false_only(c, k, v);
     case K_SCHED_PARAMS: return parse_sched_params(c, v);
     case K_SECTION:
-        if (!json_is_object(v)) return type_error(c, k, v);
+        if (!json_is_object(v))
+            return type_error(c, k, v);
         return parse_section(c, k->sub, v);
     case K_PLACEMENT:
         c->cfg->zoffload.placement.is_auto = is_auto(v);
-        if (is_auto(v)) return ZO_OK;
-        if (!json_is_object(v)) return type_error(c, k, v);
+        if (is_auto(v))
+            return ZO_OK;
+        if (!json_is_object(v))
+            return type_error(c, k, v);
         return parse_section(c, k->sub, v);
     case K_IGNORED: break;
     }
@@ -688,7 +753,8 @@ static zo_status parse_section(pctx *c, const section *sec, const json_t *obj)
     const json_t *val;
     json_object_foreach((json_t *)obj, key, val)
     {
-        if (!find_key(sec, key)) return unknown_key(c, sec, key);
+        if (!find_key(sec, key))
+            return unknown_key(c, sec, key);
     }
     for (size_t i = 0; i < sec->n; i++) {
         const key_spec *k = &sec->keys[i];
@@ -732,12 +798,14 @@ static zo_status derive_batch_sizes(zo_train_config *cfg)
         mb = tb / w;
     } else if (mb) {
         if (mb > INT64_MAX / w)
-            return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "train_micro_batch_size_per_gpu * world_size overflows");
+            return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                           "train_micro_batch_size_per_gpu * world_size overflows");
         ga = 1;
         tb = mb * w;
     } else {
-        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
-                       "either 'train_batch_size' or 'train_micro_batch_size_per_gpu' must be given");
+        return ZO_FAIL(
+            ZO_ERR_CONFIG, SUBSYS,
+            "either 'train_batch_size' or 'train_micro_batch_size_per_gpu' must be given");
     }
     if (mb < 1)
         return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
@@ -745,10 +813,11 @@ static zo_status derive_batch_sizes(zo_train_config *cfg)
                        "(train_batch_size %lld, gradient_accumulation_steps %lld, world_size %lld)",
                        (long long)mb, (long long)tb, (long long)ga, (long long)w);
     if (ga < 1)
-        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
-                       "gradient_accumulation_steps derived as %lld, which is < 1 "
-                       "(train_batch_size %lld, train_micro_batch_size_per_gpu %lld, world_size %lld)",
-                       (long long)ga, (long long)tb, (long long)mb, (long long)w);
+        return ZO_FAIL(
+            ZO_ERR_CONFIG, SUBSYS,
+            "gradient_accumulation_steps derived as %lld, which is < 1 "
+            "(train_batch_size %lld, train_micro_batch_size_per_gpu %lld, world_size %lld)",
+            (long long)ga, (long long)tb, (long long)mb, (long long)w);
     if (mb > INT64_MAX / ga / w || tb != mb * ga * w)
         return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
                        "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * "
@@ -760,31 +829,36 @@ static zo_status derive_batch_sizes(zo_train_config *cfg)
     return ZO_OK;
 }
 
-static zo_status check_nvme_path(const zo_train_config *cfg, const char *which, zo_offload_device dev,
-                                 const char *path)
+static zo_status check_nvme_path(const zo_train_config *cfg, const char *which,
+                                 zo_offload_device dev, const char *path)
 {
-    if (dev != ZO_OFFLOAD_NVME || path[0] || cfg->zoffload.n_nvme_paths > 0) return ZO_OK;
-    return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
-                   "'zero_optimization.%s.nvme_path' is required when "
-                   "'zero_optimization.%s.device' is 'nvme' (or list drives in 'zoffload.nvme_paths')",
-                   which, which);
+    if (dev != ZO_OFFLOAD_NVME || path[0] || cfg->zoffload.n_nvme_paths > 0)
+        return ZO_OK;
+    return ZO_FAIL(
+        ZO_ERR_CONFIG, SUBSYS,
+        "'zero_optimization.%s.nvme_path' is required when "
+        "'zero_optimization.%s.device' is 'nvme' (or list drives in 'zoffload.nvme_paths')",
+        which, which);
 }
 
 static zo_status check_rules(zo_train_config *cfg)
 {
     if (cfg->fp16.enabled && cfg->bf16.enabled)
-        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "'fp16.enabled' and 'bf16.enabled' are both true; enable at most one");
-    ZO_TRY(check_nvme_path(cfg, "offload_optimizer", cfg->zero_optimization.offload_optimizer.device,
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "'fp16.enabled' and 'bf16.enabled' are both true; enable at most one");
+    ZO_TRY(check_nvme_path(cfg, "offload_optimizer",
+                           cfg->zero_optimization.offload_optimizer.device,
                            cfg->zero_optimization.offload_optimizer.nvme_path));
     ZO_TRY(check_nvme_path(cfg, "offload_param", cfg->zero_optimization.offload_param.device,
                            cfg->zero_optimization.offload_param.nvme_path));
     zo_scheduler_type t = cfg->scheduler.type;
     if ((t == ZO_SCHEDULER_WARMUP_DECAY_LR || t == ZO_SCHEDULER_WARMUP_COSINE_LR) &&
         cfg->scheduler.total_num_steps == 0)
-        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
-                       "'scheduler.params.total_num_steps' is required by %s (set it in the file or "
-                       "on the command line)",
-                       zo_scheduler_type_name(t));
+        return ZO_FAIL(
+            ZO_ERR_CONFIG, SUBSYS,
+            "'scheduler.params.total_num_steps' is required by %s (set it in the file or "
+            "on the command line)",
+            zo_scheduler_type_name(t));
     cfg->optimizer.decoupled_weight_decay =
         cfg->optimizer.type == ZO_OPTIMIZER_ADAMW || cfg->optimizer.adam_w_mode;
     return derive_batch_sizes(cfg);
@@ -800,7 +874,8 @@ struct zo_config {
 
 zo_status zo_config_init(zo_config_t *out)
 {
-    if (!out) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_init: out is NULL");
+    if (!out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_init: out is NULL");
     struct zo_config *c = calloc(1, sizeof *c);
     json_t *doc = json_object(), *ov = json_array();
     if (!c || !doc || !ov) {
@@ -818,7 +893,8 @@ zo_status zo_config_init(zo_config_t *out)
 
 void zo_config_free(zo_config_t c)
 {
-    if (!c) return;
+    if (!c)
+        return;
     json_decref(c->doc);
     json_decref(c->overrides);
     free(c);
@@ -830,7 +906,8 @@ static zo_status adopt_doc(zo_config_t c, json_t *doc, const json_error_t *err, 
         if (json_error_code(err) == json_error_cannot_open_file)
             return ZO_FAIL(ZO_ERR_NOT_FOUND, SUBSYS, "cannot read config: %s", err->text);
         if (json_error_code(err) == json_error_out_of_memory)
-            return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "%s: out of host memory while parsing", origin);
+            return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "%s: out of host memory while parsing",
+                           origin);
         return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "%s:%d:%d: invalid JSON: %s", origin, err->line,
                        err->column, err->text);
     }
@@ -849,7 +926,8 @@ static zo_status adopt_doc(zo_config_t c, json_t *doc, const json_error_t *err, 
 
 zo_status zo_config_load_file(zo_config_t c, const char *path)
 {
-    if (!c || !path) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_load_file: NULL argument");
+    if (!c || !path)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_load_file: NULL argument");
     json_error_t err;
     json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
     return adopt_doc(c, doc, &err, path);
@@ -857,7 +935,8 @@ zo_status zo_config_load_file(zo_config_t c, const char *path)
 
 zo_status zo_config_load_string(zo_config_t c, const char *text, const char *origin)
 {
-    if (!c || !text) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_load_string: NULL argument");
+    if (!c || !text)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_load_string: NULL argument");
     json_error_t err;
     json_t *doc = json_loads(text, JSON_REJECT_DUPLICATES, &err);
     return adopt_doc(c, doc, &err, origin ? origin : "<string>");
@@ -876,10 +955,12 @@ static zo_status check_key_path(const char *key)
 
 zo_status zo_config_set(zo_config_t c, const char *key, const char *value)
 {
-    if (!c || !key || !value) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_set: NULL argument");
+    if (!c || !key || !value)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_set: NULL argument");
     ZO_TRY(check_key_path(key));
     json_t *v = json_loads(value, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
-    if (!v) v = json_string(value);
+    if (!v)
+        v = json_string(value);
     json_t *pair = v ? json_pack("[so]", key, v) : NULL; /* steals v, even on failure */
     if (!pair || json_array_append_new(c->overrides, pair) < 0) {
         return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "zo_config_set: out of host memory");
@@ -889,11 +970,12 @@ zo_status zo_config_set(zo_config_t c, const char *key, const char *value)
 
 zo_status zo_config_set_arg(zo_config_t c, const char *assignment)
 {
-    if (!c || !assignment) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_set_arg: NULL argument");
+    if (!c || !assignment)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_set_arg: NULL argument");
     const char *eq = strchr(assignment, '=');
     if (!eq || eq == assignment || (size_t)(eq - assignment) >= ZO_CONFIG_KEY_CAP)
-        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "override '%s': expected KEY=VALUE, e.g. 'fp16.enabled=true'",
-                       assignment);
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "override '%s': expected KEY=VALUE, e.g. 'fp16.enabled=true'", assignment);
     char key[ZO_CONFIG_KEY_CAP];
     memcpy(key, assignment, (size_t)(eq - assignment));
     key[eq - assignment] = '\0';
@@ -918,7 +1000,8 @@ static zo_status apply_override(json_t *doc, const char *key, json_t *value)
             char found[96];
             describe_found(child, found, sizeof found);
             return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
-                           "override '%s': '%s' in the config is %s, not an object", key, seg, found);
+                           "override '%s': '%s' in the config is %s, not an object", key, seg,
+                           found);
         }
         obj = child;
         seg = next;
@@ -934,21 +1017,24 @@ static zo_status apply_overrides(zo_config_t c, json_t *doc)
     json_t *pair;
     json_array_foreach(c->overrides, i, pair)
     {
-        ZO_TRY(apply_override(doc, json_string_value(json_array_get(pair, 0)), json_array_get(pair, 1)));
+        ZO_TRY(apply_override(doc, json_string_value(json_array_get(pair, 0)),
+                              json_array_get(pair, 1)));
     }
     return ZO_OK;
 }
 
 zo_status zo_config_resolve(zo_config_t c, int64_t world_size, zo_train_config *out)
 {
-    if (!c || !out) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_resolve: NULL argument");
+    if (!c || !out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_resolve: NULL argument");
     if (out->struct_size != sizeof(zo_train_config))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
                        "zo_config_resolve: struct_size is %zu, expected %zu (initialize the config "
                        "with ZO_TRAIN_CONFIG_INIT)",
                        out->struct_size, sizeof(zo_train_config));
     if (world_size < 1 || world_size > (1 << 24))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_resolve: world_size %lld is not in [1, 16777216]",
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "zo_config_resolve: world_size %lld is not in [1, 16777216]",
                        (long long)world_size);
     json_t *doc = json_deep_copy(c->doc);
     zo_train_config *cfg = malloc(sizeof *cfg);
@@ -961,9 +1047,12 @@ zo_status zo_config_resolve(zo_config_t c, int64_t world_size, zo_train_config *
     cfg->world_size = world_size;
     pctx ctx = {.cfg = cfg};
     zo_status st = apply_overrides(c, doc);
-    if (st == ZO_OK) st = parse_section(&ctx, &root_sec, doc);
-    if (st == ZO_OK) st = check_rules(cfg);
-    if (st == ZO_OK) *out = *cfg;
+    if (st == ZO_OK)
+        st = parse_section(&ctx, &root_sec, doc);
+    if (st == ZO_OK)
+        st = check_rules(cfg);
+    if (st == ZO_OK)
+        *out = *cfg;
     json_decref(doc);
     free(cfg);
     return st;
@@ -974,7 +1063,8 @@ zo_status zo_train_config_load(const char *path, int64_t world_size, zo_train_co
     zo_config_t c = NULL;
     ZO_TRY(zo_config_init(&c));
     zo_status st = zo_config_load_file(c, path);
-    if (st == ZO_OK) st = zo_config_resolve(c, world_size, out);
+    if (st == ZO_OK)
+        st = zo_config_resolve(c, world_size, out);
     zo_config_free(c);
     return st;
 }
@@ -986,7 +1076,8 @@ static json_t *emit_section(const zo_train_config *cfg, const section *sec);
 static int enum_count(const key_spec *k)
 {
     int n = 0;
-    while (k->names[n]) n++;
+    while (k->names[n])
+        n++;
     return n;
 }
 
@@ -1001,19 +1092,26 @@ static zo_status check_enums(pctx *c, const section *sec)
             int v;
             memcpy(&v, field(c, k), sizeof v);
             int ok = v >= k->base && v < k->base + enum_count(k);
-            if (k->sub == NULL && k->off == OFF(scheduler.type) && v == ZO_SCHEDULER_NONE) ok = 1;
-            if (!ok) st = ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "'%s' holds %d, which is not a valid value", c->path, v);
+            if (k->sub == NULL && k->off == OFF(scheduler.type) && v == ZO_SCHEDULER_NONE)
+                ok = 1;
+            if (!ok)
+                st = ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                             "'%s' holds %d, which is not a valid value", c->path, v);
         } else if (k->kind == K_SECTION && !(k->flags & F_ALIAS)) {
             st = check_enums(c, k->sub);
         } else if (k->kind == K_SCHED_PARAMS && c->cfg->scheduler.type != ZO_SCHEDULER_NONE) {
-            st = check_enums(c, &sched_params_secs[c->cfg->scheduler.type - ZO_SCHEDULER_WARMUP_LR]);
-        } else if (k->kind == K_PATHLIST && (c->cfg->zoffload.n_nvme_paths < 0 ||
-                                             c->cfg->zoffload.n_nvme_paths > ZO_CONFIG_MAX_NVME_PATHS)) {
-            st = ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "'zoffload.n_nvme_paths' is %lld, not in [0, %d]",
+            st =
+                check_enums(c, &sched_params_secs[c->cfg->scheduler.type - ZO_SCHEDULER_WARMUP_LR]);
+        } else if (k->kind == K_PATHLIST &&
+                   (c->cfg->zoffload.n_nvme_paths < 0 ||
+                    c->cfg->zoffload.n_nvme_paths > ZO_CONFIG_MAX_NVME_PATHS)) {
+            st = ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                         "'zoffload.n_nvme_paths' is %lld, not in [0, %d]",
                          (long long)c->cfg->zoffload.n_nvme_paths, ZO_CONFIG_MAX_NVME_PATHS);
         }
         path_pop(c, len);
-        if (st < 0) return st;
+        if (st < 0)
+            return st;
     }
     return ZO_OK;
 }
@@ -1041,7 +1139,8 @@ static json_t *emit_value(const zo_train_config *cfg, const key_spec *k)
     case K_BETAS: return json_pack("[ff]", cfg->optimizer.betas[0], cfg->optimizer.betas[1]);
     case K_PATHLIST: return emit_pathlist(cfg);
     case K_SECTION: return emit_section(cfg, k->sub);
-    case K_PLACEMENT: return cfg->zoffload.placement.is_auto ? json_string("auto") : emit_section(cfg, k->sub);
+    case K_PLACEMENT:
+        return cfg->zoffload.placement.is_auto ? json_string("auto") : emit_section(cfg, k->sub);
     case K_SCHED_PARAMS:
         return emit_section(cfg, &sched_params_secs[cfg->scheduler.type - ZO_SCHEDULER_WARMUP_LR]);
     case K_FALSE_ONLY: return json_false();
@@ -1055,8 +1154,10 @@ static json_t *emit_section(const zo_train_config *cfg, const section *sec)
     json_t *obj = json_object();
     for (size_t i = 0; obj && i < sec->n; i++) {
         const key_spec *k = &sec->keys[i];
-        if (k->kind == K_IGNORED || k->kind == K_FALSE_ONLY || (k->flags & F_ALIAS)) continue;
-        if (k->kind == K_SECTION && k->sub == &scheduler_sec && cfg->scheduler.type == ZO_SCHEDULER_NONE)
+        if (k->kind == K_IGNORED || k->kind == K_FALSE_ONLY || (k->flags & F_ALIAS))
+            continue;
+        if (k->kind == K_SECTION && k->sub == &scheduler_sec &&
+            cfg->scheduler.type == ZO_SCHEDULER_NONE)
             continue;
         json_t *v = emit_value(cfg, k);
         if (!v || json_object_set_new(obj, k->name, v) < 0) {
@@ -1072,7 +1173,8 @@ static json_t *emit_section(const zo_train_config *cfg, const section *sec)
 static int real_precision(const json_t *v)
 {
     int p = 1;
-    if (json_is_real(v)) return shortest_precision(json_real_value(v));
+    if (json_is_real(v))
+        return shortest_precision(json_real_value(v));
     if (json_is_object(v)) {
         const char *key;
         json_t *val;
@@ -1095,17 +1197,21 @@ static int real_precision(const json_t *v)
 
 zo_status zo_train_config_to_json(const zo_train_config *cfg, int indent, char **json)
 {
-    if (!cfg || !json) return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_train_config_to_json: NULL argument");
+    if (!cfg || !json)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_train_config_to_json: NULL argument");
     if (cfg->struct_size != sizeof(zo_train_config))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_train_config_to_json: struct_size is %zu, expected %zu",
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "zo_train_config_to_json: struct_size is %zu, expected %zu",
                        cfg->struct_size, sizeof(zo_train_config));
     pctx ctx = {.cfg = (zo_train_config *)cfg};
     ZO_TRY(check_enums(&ctx, &root_sec));
     json_t *doc = emit_section(cfg, &root_sec);
-    size_t flags = JSON_REAL_PRECISION(doc ? real_precision(doc) : 17) | (indent > 0 ? JSON_INDENT(indent < 31 ? indent : 31) : JSON_COMPACT);
+    size_t flags = JSON_REAL_PRECISION(doc ? real_precision(doc) : 17) |
+                   (indent > 0 ? JSON_INDENT(indent < 31 ? indent : 31) : JSON_COMPACT);
     char *text = doc ? json_dumps(doc, flags) : NULL;
     json_decref(doc);
-    if (!text) return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "zo_train_config_to_json: out of host memory");
+    if (!text)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "zo_train_config_to_json: out of host memory");
     *json = text;
     return ZO_OK;
 }
@@ -1117,6 +1223,7 @@ const char *zo_offload_device_name(zo_offload_device d)
 
 const char *zo_scheduler_type_name(zo_scheduler_type t)
 {
-    if (t == ZO_SCHEDULER_NONE) return "none";
+    if (t == ZO_SCHEDULER_NONE)
+        return "none";
     return (unsigned)t <= ZO_SCHEDULER_WARMUP_COSINE_LR ? scheduler_names[t - 1] : "?";
 }

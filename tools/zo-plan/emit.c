@@ -48,8 +48,8 @@ static zo_train_config make_config(const zp_emit *e)
 zo_status zp_emit_config(const zp_emit *e, const char *path)
 {
     if (e->n_nvme_paths > ZO_CONFIG_MAX_NVME_PATHS)
-        return zt_fail(ZO_ERR_INVALID_ARG, "%d NVMe paths: a config holds at most %d", e->n_nvme_paths,
-                       ZO_CONFIG_MAX_NVME_PATHS);
+        return zt_fail(ZO_ERR_INVALID_ARG, "%d NVMe paths: a config holds at most %d",
+                       e->n_nvme_paths, ZO_CONFIG_MAX_NVME_PATHS);
     zo_train_config c = make_config(e);
     char *text = NULL;
     ZT_LIB(zo_train_config_to_json(&c, 2, &text));

@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "zt_tiers.h"
 #include "zo/device.h"
 #include "zo/swap.h"
 #include "zo/topo.h"
 #include "zt_error.h"
+#include "zt_tiers.h"
 
 static const char *resolve_backend(const char *dev)
 {
@@ -50,7 +50,8 @@ static zo_status detect_device(const zp_hw_request *req, zp_hardware *hw, zp_hw_
     snprintf(hw->device_name, sizeof hw->device_name, "%s", info.name);
     hw->device_bytes = req->gpu_mem ? req->gpu_mem : info.budget;
     snprintf(f->device_how, sizeof f->device_how, "%s",
-             req->gpu_mem ? "--gpu-mem" : (strcmp(be, "cuda") == 0 ? "free GPU memory" : "cpu device default"));
+             req->gpu_mem ? "--gpu-mem"
+                          : (strcmp(be, "cuda") == 0 ? "free GPU memory" : "cpu device default"));
     return ZO_OK;
 }
 
@@ -115,17 +116,16 @@ zo_status zp_detect_hardware(const zp_hw_request *req, zp_hardware *hw, zp_hw_fa
 
 double *zp_speed_field(zp_speeds *sp, int which)
 {
-    double *f[ZP_N_SPEEDS] = {&sp->h2d,         &sp->d2h,   &sp->nvme_read,  &sp->nvme_write,
+    double *f[ZP_N_SPEEDS] = {&sp->h2d,         &sp->d2h,   &sp->nvme_read,   &sp->nvme_write,
                               &sp->adam_params, &sp->flops, &sp->model_flops, &sp->nvme_update};
     return (unsigned)which < ZP_N_SPEEDS ? f[which] : NULL;
 }
 
 const char *zp_speed_name(int which)
 {
-    static const char *const names[ZP_N_SPEEDS] = {"h2d_bytes_per_s", "d2h_bytes_per_s",
-                                                   "nvme_read_bytes_per_s", "nvme_write_bytes_per_s",
-                                                   "adam_params_per_s", "device_flops",
-                                                   "model_flops", "nvme_update_bytes_per_s"};
+    static const char *const names[ZP_N_SPEEDS] = {
+        "h2d_bytes_per_s",   "d2h_bytes_per_s", "nvme_read_bytes_per_s", "nvme_write_bytes_per_s",
+        "adam_params_per_s", "device_flops",    "model_flops",           "nvme_update_bytes_per_s"};
     return (unsigned)which < ZP_N_SPEEDS ? names[which] : "?";
 }
 
@@ -138,8 +138,8 @@ void zp_assume_speeds(const char *backend, zp_speeds *sp, zp_speed_sources *src)
     static const double on_gpu[ZP_SPEED_MODEL_FLOPS] = {25e9, 25e9, 6e9, 5e9, 2e9, 300e12};
     static const double on_cpu[ZP_SPEED_MODEL_FLOPS] = {8e9, 8e9, 0.5e9, 0.4e9, 0.3e9, 0.1e12};
     static const char *const why_gpu[ZP_SPEED_MODEL_FLOPS] = {
-        "assumed: PCIe Gen4 x16", "assumed: PCIe Gen4 x16", "assumed: one Gen4 NVMe drive",
-        "assumed: one Gen4 NVMe drive", "assumed: a server CPU", "assumed: A100-class bf16"};
+        "assumed: PCIe Gen4 x16",       "assumed: PCIe Gen4 x16", "assumed: one Gen4 NVMe drive",
+        "assumed: one Gen4 NVMe drive", "assumed: a server CPU",  "assumed: A100-class bf16"};
     for (int i = 0; i < ZP_SPEED_MODEL_FLOPS; i++) {
         double *f = zp_speed_field(sp, i);
         if (*f > 0)
@@ -155,7 +155,8 @@ void zp_assume_speeds(const char *backend, zp_speeds *sp, zp_speed_sources *src)
                  src->what[ZP_SPEED_FLOPS]);
     }
     if (!(sp->nvme_update > 0))
-        snprintf(src->what[ZP_SPEED_NVME_UPDATE], sizeof src->what[0], "from the read and write rates");
+        snprintf(src->what[ZP_SPEED_NVME_UPDATE], sizeof src->what[0],
+                 "from the read and write rates");
 }
 
 static void take(zp_speeds *sp, zp_speed_sources *src, int which, double v, const char *path)
@@ -181,7 +182,7 @@ static void bench_object(json_t *o, zp_speeds *sp, zp_speed_sources *src, const 
         return;
     if (strcmp(bench, "io") == 0) {
         const char *rw = json_string_value(json_object_get(o, "rw"));
-        int which = !rw                          ? -1
+        int which = !rw                         ? -1
                     : strcmp(rw, "read") == 0   ? ZP_SPEED_NVME_READ
                     : strcmp(rw, "write") == 0  ? ZP_SPEED_NVME_WRITE
                     : strcmp(rw, "update") == 0 ? ZP_SPEED_NVME_UPDATE
@@ -220,6 +221,7 @@ zo_status zp_read_bench_json(const char *path, zp_speeds *sp, zp_speed_sources *
     }
     fclose(f);
     if (!n)
-        return zt_fail(ZO_ERR_CONFIG, "%s: no zo-bench --json result in it (one JSON object per line)", path);
+        return zt_fail(ZO_ERR_CONFIG,
+                       "%s: no zo-bench --json result in it (one JSON object per line)", path);
     return ZO_OK;
 }

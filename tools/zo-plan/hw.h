@@ -18,7 +18,7 @@ typedef struct zp_hw_request {
 
 /* What was detected, for the report. */
 typedef struct zp_hw_facts {
-    uint64_t host_ram;   /* hwloc: memory of every NUMA node */
+    uint64_t host_ram; /* hwloc: memory of every NUMA node */
     int numa_nodes, cores;
     uint64_t nvme_free[ZP_MAX_NVME_PATHS]; /* statvfs of each path */
     char host_how[64], device_how[64], nvme_how[64];
@@ -27,8 +27,17 @@ typedef struct zp_hw_facts {
 zo_status zp_detect_hardware(const zp_hw_request *req, zp_hardware *hw, zp_hw_facts *facts);
 
 /* Where each speed came from. */
-enum { ZP_SPEED_H2D, ZP_SPEED_D2H, ZP_SPEED_NVME_READ, ZP_SPEED_NVME_WRITE, ZP_SPEED_ADAM,
-       ZP_SPEED_FLOPS, ZP_SPEED_MODEL_FLOPS, ZP_SPEED_NVME_UPDATE, ZP_N_SPEEDS };
+enum {
+    ZP_SPEED_H2D,
+    ZP_SPEED_D2H,
+    ZP_SPEED_NVME_READ,
+    ZP_SPEED_NVME_WRITE,
+    ZP_SPEED_ADAM,
+    ZP_SPEED_FLOPS,
+    ZP_SPEED_MODEL_FLOPS,
+    ZP_SPEED_NVME_UPDATE,
+    ZP_N_SPEEDS
+};
 typedef struct zp_speed_sources {
     char what[ZP_N_SPEEDS][96]; /* "measured", "--h2d-gbps", "zo-bench FILE", "assumed: ..." */
 } zp_speed_sources;

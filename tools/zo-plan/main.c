@@ -18,12 +18,12 @@
 #include "emit.h"
 #include "hf_config.h"
 #include "hw.h"
+#include "model_shape.h"
 #include "plan.h"
 #include "validate.h"
-#include "model_shape.h"
-#include "zt_tiers.h"
 #include "zo/units.h"
 #include "zt_error.h"
+#include "zt_tiers.h"
 
 #ifndef ZP_DEFAULT_DATA
 #define ZP_DEFAULT_DATA "tools/zo-train/data/shakespeare.txt"
@@ -48,50 +48,51 @@ typedef struct cli {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: zo-plan [options]\n"
-            "Plan a zo-train job before running it: for each placement (no offload; optimizer on\n"
-            "host; optimizer on NVMe; parameters and optimizer on host; both on NVMe) the bytes of\n"
-            "every tier by use, whether it fits, the step time and its bottleneck, tokens/s, MFU\n"
-            "and NVMe wear; the fastest plan that fits is recommended.\n"
-            "\n"
-            "model:\n"
-            "  --preset NAME          %s (default tiny)\n"
-            "  --vocab N --dim N --layers N --heads N --ffn N   override the preset's shape\n"
-            "  --hf-config FILE       a Hugging Face LLaMA config.json instead of a preset\n"
-            "job:\n"
-            "  --seq N --micro-batch N --grad-accum N   (defaults 128, 8, 1: zo-train's)\n"
-            "  --dtype bf16|fp16      16-bit parameters and activations (default bf16)\n"
-            "  --optimizer adam|adamw Adam's memory is the same either way (default adamw)\n"
-            "  --state-dtype fp32     the optimizer states' precision (the engine keeps fp32)\n"
-            "  --optimizer-mode sync|overlap|dpu   (default sync)\n"
-            "  --chunk-bytes BYTES    the engine's chunk (default: chosen per strategy)\n"
-            "hardware (detected unless given):\n"
-            "  --device auto|cpu|cuda the device (auto: cuda when a GPU is present)\n"
-            "  --gpu-mem BYTES        device memory (cpu device: its capacity, default 1 GiB)\n"
-            "  --host-mem BYTES       host memory for pinned and pageable tiers\n"
-            "  --pinned-max BYTES     a cap on pinned host memory\n"
-            "  --nvme-path DIR        a swap directory, one per drive (repeatable; free space by\n"
-            "                         statvfs)\n"
-            "  --nvme-bytes BYTES     NVMe space instead of the paths' free space\n"
-            "  --nvme-tbw TB          the drives' rated endurance, terabytes written\n"
-            "speeds (measured with --measure, given, read from zo-bench, else assumed):\n"
-            "  --measure              short micro-benchmarks on this machine (seconds)\n"
-            "  --h2d-gbps G --d2h-gbps G --nvme-read-gbps G --nvme-write-gbps G   GB/s\n"
-            "  --adam-gparams G       CPU Adam, billions of parameters per second\n"
-            "  --gpu-tflops T         the device's dense 16-bit TFLOPS\n"
-            "  --nvme-update-gbps G   GB/s read and written together by the optimizer's NVMe\n"
-            "                         pipeline (default: --measure's, else from read and write)\n"
-            "  --bench-json FILE      zo-bench io/adam/engine --json output (repeatable)\n"
-            "output:\n"
-            "  --json                 one JSON object\n"
-            "  --deepspeed-estimate   also what DeepSpeed's ZeRO-2/3 estimators would say\n"
-            "  --emit-config FILE     write the recommended plan as a zo-train config\n"
-            "  --validate N           run N steps of every plan that fits through zo-train's trainer\n"
-            "                         here and report measured peaks and step time beside the plan\n"
-            "  --data FILE            the trial run's tokens (default: zo-train's shipped corpus)\n"
-            "  --help                 this text\n",
-            zt_preset_names());
+    fprintf(
+        f,
+        "usage: zo-plan [options]\n"
+        "Plan a zo-train job before running it: for each placement (no offload; optimizer on\n"
+        "host; optimizer on NVMe; parameters and optimizer on host; both on NVMe) the bytes of\n"
+        "every tier by use, whether it fits, the step time and its bottleneck, tokens/s, MFU\n"
+        "and NVMe wear; the fastest plan that fits is recommended.\n"
+        "\n"
+        "model:\n"
+        "  --preset NAME          %s (default tiny)\n"
+        "  --vocab N --dim N --layers N --heads N --ffn N   override the preset's shape\n"
+        "  --hf-config FILE       a Hugging Face LLaMA config.json instead of a preset\n"
+        "job:\n"
+        "  --seq N --micro-batch N --grad-accum N   (defaults 128, 8, 1: zo-train's)\n"
+        "  --dtype bf16|fp16      16-bit parameters and activations (default bf16)\n"
+        "  --optimizer adam|adamw Adam's memory is the same either way (default adamw)\n"
+        "  --state-dtype fp32     the optimizer states' precision (the engine keeps fp32)\n"
+        "  --optimizer-mode sync|overlap|dpu   (default sync)\n"
+        "  --chunk-bytes BYTES    the engine's chunk (default: chosen per strategy)\n"
+        "hardware (detected unless given):\n"
+        "  --device auto|cpu|cuda the device (auto: cuda when a GPU is present)\n"
+        "  --gpu-mem BYTES        device memory (cpu device: its capacity, default 1 GiB)\n"
+        "  --host-mem BYTES       host memory for pinned and pageable tiers\n"
+        "  --pinned-max BYTES     a cap on pinned host memory\n"
+        "  --nvme-path DIR        a swap directory, one per drive (repeatable; free space by\n"
+        "                         statvfs)\n"
+        "  --nvme-bytes BYTES     NVMe space instead of the paths' free space\n"
+        "  --nvme-tbw TB          the drives' rated endurance, terabytes written\n"
+        "speeds (measured with --measure, given, read from zo-bench, else assumed):\n"
+        "  --measure              short micro-benchmarks on this machine (seconds)\n"
+        "  --h2d-gbps G --d2h-gbps G --nvme-read-gbps G --nvme-write-gbps G   GB/s\n"
+        "  --adam-gparams G       CPU Adam, billions of parameters per second\n"
+        "  --gpu-tflops T         the device's dense 16-bit TFLOPS\n"
+        "  --nvme-update-gbps G   GB/s read and written together by the optimizer's NVMe\n"
+        "                         pipeline (default: --measure's, else from read and write)\n"
+        "  --bench-json FILE      zo-bench io/adam/engine --json output (repeatable)\n"
+        "output:\n"
+        "  --json                 one JSON object\n"
+        "  --deepspeed-estimate   also what DeepSpeed's ZeRO-2/3 estimators would say\n"
+        "  --emit-config FILE     write the recommended plan as a zo-train config\n"
+        "  --validate N           run N steps of every plan that fits through zo-train's trainer\n"
+        "                         here and report measured peaks and step time beside the plan\n"
+        "  --data FILE            the trial run's tokens (default: zo-train's shipped corpus)\n"
+        "  --help                 this text\n",
+        zt_preset_names());
 }
 
 enum {
@@ -197,9 +198,8 @@ static int parse_int_opt(int opt, const char *arg, cli *c)
     long v = strtol(arg, &end, 10);
     if (errno || end == arg || *end || v < 1 || v > INT_MAX)
         return bad_value(opt, arg, "an integer >= 1");
-    int *dst[] = {&c->shape_flags[0], &c->shape_flags[1],   &c->shape_flags[2],
-                  &c->shape_flags[3], &c->shape_flags[4],   &c->job.seq,
-                  &c->job.micro_batch, &c->job.grad_accum};
+    int *dst[] = {&c->shape_flags[0], &c->shape_flags[1], &c->shape_flags[2],  &c->shape_flags[3],
+                  &c->shape_flags[4], &c->job.seq,        &c->job.micro_batch, &c->job.grad_accum};
     *dst[opt - OPT_VOCAB] = (int)v;
     return 0;
 }
@@ -209,8 +209,8 @@ static int parse_bytes_opt(int opt, const char *arg, cli *c)
     uint64_t b;
     if (zo_parse_bytes(arg, &b) != 0 || b == 0)
         return bad_value(opt, arg, "a byte count such as 512MiB or 24GiB");
-    uint64_t *dst[] = {&c->job.chunk_bytes, NULL, &c->req.gpu_mem, &c->req.host_mem, &c->req.pinned_max,
-                       NULL, &c->req.nvme_bytes};
+    uint64_t *dst[] = {&c->job.chunk_bytes, NULL, &c->req.gpu_mem,   &c->req.host_mem,
+                       &c->req.pinned_max,  NULL, &c->req.nvme_bytes};
     *dst[opt - OPT_CHUNK] = b;
     return 0;
 }
@@ -227,8 +227,9 @@ static int parse_rate_opt(int opt, const char *arg, cli *c)
         c->nvme_tbw = v * 1e12;
         return 0;
     }
-    static const int which[] = {ZP_SPEED_H2D, ZP_SPEED_D2H, ZP_SPEED_NVME_READ, ZP_SPEED_NVME_WRITE,
-                                ZP_SPEED_ADAM, ZP_SPEED_FLOPS, ZP_SPEED_NVME_UPDATE};
+    static const int which[] = {ZP_SPEED_H2D,        ZP_SPEED_D2H,  ZP_SPEED_NVME_READ,
+                                ZP_SPEED_NVME_WRITE, ZP_SPEED_ADAM, ZP_SPEED_FLOPS,
+                                ZP_SPEED_NVME_UPDATE};
     static const double unit[] = {1e9, 1e9, 1e9, 1e9, 1e9, 1e12, 1e9};
     int k = opt - OPT_H2D;
     *zp_speed_field(&c->speeds, which[k]) = v * unit[k];
@@ -245,10 +246,12 @@ static int parse_choice_opt(int opt, const char *arg, cli *c)
         c->job.dtype = arg[0] == 'b' ? ZO_DTYPE_BF16 : ZO_DTYPE_F16;
         return 0;
     case OPT_OPTIMIZER:
-        return strcmp(arg, "adam") && strcmp(arg, "adamw") ? bad_value(opt, arg, "adam or adamw") : 0;
+        return strcmp(arg, "adam") && strcmp(arg, "adamw") ? bad_value(opt, arg, "adam or adamw")
+                                                           : 0;
     case OPT_STATE:
-        return strcmp(arg, "fp32") ? bad_value(opt, arg, "fp32 (the engine keeps fp32 master, m and v)")
-                                   : 0;
+        return strcmp(arg, "fp32")
+                   ? bad_value(opt, arg, "fp32 (the engine keeps fp32 master, m and v)")
+                   : 0;
     case OPT_MODE: {
         static const char *const modes[] = {"sync", "overlap", "dpu"};
         for (int i = 0; i < 3; i++)
@@ -310,8 +313,9 @@ static int parse_opt(int opt, const char *arg, cli *c)
 static int resolve_model(cli *c)
 {
     zt_shape *sh = &c->job.shape;
-    zo_status st = c->hf_config ? zt_read_hf_config(c->hf_config, sh, c->model_note, sizeof c->model_note)
-                                : zt_preset(c->preset, sh);
+    zo_status st = c->hf_config
+                       ? zt_read_hf_config(c->hf_config, sh, c->model_note, sizeof c->model_note)
+                       : zt_preset(c->preset, sh);
     if (st >= 0) {
         zt_shape_override(sh, c->shape_flags);
         st = zt_shape_check(sh);
@@ -333,7 +337,8 @@ static int parse_args(int argc, char **argv, cli *c)
         if (opt == OPT_HELP)
             usage(stdout);
         else if (opt == '?' || opt == ':')
-            fprintf(stderr, "zo-plan: unknown option or missing value: %s (see --help)\n", argv[optind - 1]);
+            fprintf(stderr, "zo-plan: unknown option or missing value: %s (see --help)\n",
+                    argv[optind - 1]);
         else
             rc = parse_opt(opt, optarg, c);
         if (opt == OPT_HELP || opt == '?' || opt == ':' || rc)
@@ -354,7 +359,7 @@ typedef struct result {
     zp_plan plans[ZP_N_STRATEGIES];
     int best;
     uint64_t work;
-    char emitted[512]; /* "" or the config's path */
+    char emitted[512];              /* "" or the config's path */
     int validated[ZP_N_STRATEGIES]; /* 1: ran, -1: the trainer refused or failed (val_err) */
     zp_validation val[ZP_N_STRATEGIES];
     char val_err[ZP_N_STRATEGIES][512];
@@ -373,8 +378,8 @@ static zo_status gather_speeds(cli *c, result *r)
     for (int i = 0; i < c->n_bench_json; i++)
         ZT_TRY(zp_read_bench_json(c->bench_json[i], &r->sp, &c->src));
     if (c->measure)
-        ZT_TRY(zp_measure(&r->hw, &c->job, c->req.n_nvme_paths ? c->req.nvme_paths[0] : NULL, &r->sp,
-                          &c->src, say));
+        ZT_TRY(zp_measure(&r->hw, &c->job, c->req.n_nvme_paths ? c->req.nvme_paths[0] : NULL,
+                          &r->sp, &c->src, say));
     zp_assume_speeds(r->hw.backend, &r->sp, &c->src);
     return ZO_OK;
 }
@@ -382,9 +387,17 @@ static zo_status gather_speeds(cli *c, result *r)
 static zo_status emit(const cli *c, result *r)
 {
     const zp_plan *p = &r->plans[r->best];
-    zp_emit e = {c->job.micro_batch, c->job.grad_accum, c->job.dtype == ZO_DTYPE_F16,
-                 (int)p->param_home, (int)p->optim_home, (int)c->job.mode, r->hw.device_bytes,
-                 p->pinned.total, p->fp.chunk_bytes, {0}, c->req.n_nvme_paths};
+    zp_emit e = {c->job.micro_batch,
+                 c->job.grad_accum,
+                 c->job.dtype == ZO_DTYPE_F16,
+                 (int)p->param_home,
+                 (int)p->optim_home,
+                 (int)c->job.mode,
+                 r->hw.device_bytes,
+                 p->pinned.total,
+                 p->fp.chunk_bytes,
+                 {0},
+                 c->req.n_nvme_paths};
     for (int i = 0; i < c->req.n_nvme_paths; i++)
         e.nvme_paths[i] = c->req.nvme_paths[i];
     ZT_TRY(zp_emit_config(&e, c->emit_path));
@@ -404,7 +417,8 @@ static void validate_all(const cli *c, result *r)
         snprintf(what, sizeof what, "trial run: %s, %d step(s) through zo-train's trainer",
                  zp_strategy_name((zp_strategy)s), c->validate);
         say(what);
-        zo_status st = zp_validate(&c->job, &r->hw, &r->plans[s], c->data, nvme, c->validate, &r->val[s]);
+        zo_status st =
+            zp_validate(&c->job, &r->hw, &r->plans[s], c->data, nvme, c->validate, &r->val[s]);
         r->validated[s] = st < 0 ? -1 : 1;
         if (st < 0)
             snprintf(r->val_err[s], sizeof r->val_err[s], "%s", zt_last_error());
@@ -422,7 +436,8 @@ static zo_status plan_all(cli *c, result *r)
     if (c->validate)
         validate_all(c, r);
     if (c->emit_path && r->best < 0)
-        return zt_fail(ZO_ERR_BUDGET, "--emit-config: no strategy fits, so there is nothing to write");
+        return zt_fail(ZO_ERR_BUDGET,
+                       "--emit-config: no strategy fits, so there is nothing to write");
     if (c->emit_path)
         ZT_TRY(emit(c, r));
     return ZO_OK;
@@ -449,25 +464,29 @@ static void print_header(const cli *c, const result *r)
     char a[32], b[32], d[32];
     printf("zo-plan: %s%s, %.2fM parameters (dim %d, %d layers, %d heads, ffn %d, vocab %d), %s\n",
            c->hf_config ? c->hf_config : c->preset, shape_overridden(c) ? " with shape flags" : "",
-           zt_shape_n_params(s) / 1e6, s->dim, s->n_layers,
-           s->n_heads, s->ffn_dim, s->vocab, zo_dtype_name(c->job.dtype));
+           zt_shape_n_params(s) / 1e6, s->dim, s->n_layers, s->n_heads, s->ffn_dim, s->vocab,
+           zo_dtype_name(c->job.dtype));
     if (c->model_note[0])
         printf("  note: %s\n", c->model_note);
-    printf("  job: seq %d x micro-batch %d x grad-accum %d = %d tokens per step; AdamW, fp32 states; "
-           "optimizer mode %s\n",
-           c->job.seq, c->job.micro_batch, c->job.grad_accum,
-           c->job.seq * c->job.micro_batch * c->job.grad_accum, zo_optim_mode_name(c->job.mode));
-    printf("  device: %s (%s), %s (%s)%s\n", r->hw.backend, r->hw.device_name, B(a, r->hw.device_bytes),
-           r->facts.device_how, r->hw.reserve_bytes ? ", 512 MiB of it for the CUDA context" : "");
+    printf(
+        "  job: seq %d x micro-batch %d x grad-accum %d = %d tokens per step; AdamW, fp32 states; "
+        "optimizer mode %s\n",
+        c->job.seq, c->job.micro_batch, c->job.grad_accum,
+        c->job.seq * c->job.micro_batch * c->job.grad_accum, zo_optim_mode_name(c->job.mode));
+    printf("  device: %s (%s), %s (%s)%s\n", r->hw.backend, r->hw.device_name,
+           B(a, r->hw.device_bytes), r->facts.device_how,
+           r->hw.reserve_bytes ? ", 512 MiB of it for the CUDA context" : "");
     printf("  host: %s for pinned + pageable (%s; %d NUMA node(s), %d cores)%s%s\n",
            B(b, r->hw.host_bytes), r->facts.host_how, r->facts.numa_nodes, r->facts.cores,
-           r->hw.pinned_max ? ", pinned at most " : "", r->hw.pinned_max ? B(d, r->hw.pinned_max) : "");
+           r->hw.pinned_max ? ", pinned at most " : "",
+           r->hw.pinned_max ? B(d, r->hw.pinned_max) : "");
     printf("  nvme: %s over %d path(s) (%s)\n", B(a, r->hw.nvme_bytes), r->hw.n_nvme_paths,
            r->facts.nvme_how);
     char upd[48] = "";
     if (r->sp.nvme_update > 0)
         snprintf(upd, sizeof upd, ", update pipeline %.2f", r->sp.nvme_update / 1e9);
-    printf("  speeds: h2d %.2f GB/s, d2h %.2f GB/s (%s); nvme read %.2f, write %.2f%s GB/s (%s); CPU Adam "
+    printf("  speeds: h2d %.2f GB/s, d2h %.2f GB/s (%s); nvme read %.2f, write %.2f%s GB/s (%s); "
+           "CPU Adam "
            "%.3f Gparams/s (%s); device %.3g TFLOPS (%s), on the model's layers %.3g (%s)\n",
            r->sp.h2d / 1e9, r->sp.d2h / 1e9, c->src.what[ZP_SPEED_H2D], r->sp.nvme_read / 1e9,
            r->sp.nvme_write / 1e9, upd, c->src.what[ZP_SPEED_NVME_READ], r->sp.adam_params / 1e9,
@@ -478,14 +497,15 @@ static void print_header(const cli *c, const result *r)
 static void print_table(const result *r)
 {
     char a[32], b[32], d[32], e[32], f[32];
-    printf("\n%-22s %-4s %10s %10s %10s %10s %10s %9s  %-14s %10s %6s\n", "strategy", "fits", "chunk",
-           "device", "pinned", "host", "nvme", "step s", "bottleneck", "tokens/s", "MFU");
+    printf("\n%-22s %-4s %10s %10s %10s %10s %10s %9s  %-14s %10s %6s\n", "strategy", "fits",
+           "chunk", "device", "pinned", "host", "nvme", "step s", "bottleneck", "tokens/s", "MFU");
     for (int s = 0; s < ZP_N_STRATEGIES; s++) {
         const zp_plan *p = &r->plans[s];
         printf("%-22s %-4s %10s %10s %10s %10s %10s %9.3g  %-14s %10.4g %5.1f%%\n",
                zp_strategy_name(p->strategy), p->fits ? "yes" : "no", B(a, p->fp.chunk_bytes),
-               B(b, p->device.total), B(d, p->pinned.total), B(e, p->host.total), B(f, p->nvme.files),
-               p->step_seconds, zp_bottleneck_name(p->bottleneck), p->tokens_per_s, 100 * p->mfu);
+               B(b, p->device.total), B(d, p->pinned.total), B(e, p->host.total),
+               B(f, p->nvme.files), p->step_seconds, zp_bottleneck_name(p->bottleneck),
+               p->tokens_per_s, 100 * p->mfu);
     }
 }
 
@@ -497,8 +517,8 @@ static void bar(const char *tier, uint64_t use, uint64_t budget, const char *det
     for (int i = 0; i < W; i++)
         cells[i] = i < n ? '#' : '.';
     cells[W] = 0;
-    printf("    %-7s [%s]%s %s of %s: %s\n", tier, cells, budget && use > budget ? "!" : " ", B(a, use),
-           budget ? B(b, budget) : "none", detail);
+    printf("    %-7s [%s]%s %s of %s: %s\n", tier, cells, budget && use > budget ? "!" : " ",
+           B(a, use), budget ? B(b, budget) : "none", detail);
 }
 
 static void print_plan_bars(const result *r, const zp_plan *p)
@@ -515,7 +535,8 @@ static void print_plan_bars(const result *r, const zp_plan *p)
              B(g, p->device.inputs), B((char[32]){0}, p->device.reserve));
     bar("device", p->device.total, r->hw.device_bytes, det);
     snprintf(det, sizeof det, "16-bit params %s, grads %s, NVMe staging %s, param staging %s",
-             B(a, p->pinned.params), B(b, p->pinned.grads), B(c, p->pinned.staging), B(d, p->pinned.twins));
+             B(a, p->pinned.params), B(b, p->pinned.grads), B(c, p->pinned.staging),
+             B(d, p->pinned.twins));
     bar("pinned", p->pinned.total, r->hw.pinned_max ? r->hw.pinned_max : r->hw.host_bytes, det);
     snprintf(det, sizeof det, "optimizer states %s, overlap backups %s, fp32 accumulators %s",
              B(a, p->host.states), B(b, p->host.backups), B(c, p->host.accum));
@@ -547,19 +568,21 @@ static void print_validation(const result *r)
             printf("  %-22s failed: %s\n", zp_strategy_name(p->strategy), r->val_err[s]);
         if (r->validated[s] <= 0)
             continue;
-        printf("  %-22s step %.4g s (predicted %.4g s, %+.1f%%); peaks device %s, pinned %s, host %s, "
-               "nvme %s%s\n",
-               zp_strategy_name(p->strategy), v->step_seconds, p->step_seconds,
-               100 * (p->step_seconds - v->step_seconds) / v->step_seconds,
-               B(a, v->last.peak_device), B(b, v->last.peak_pinned), B(d, v->last.peak_host),
-               B(e, v->last.peak_nvme),
-               v->last.peak_device == p->peak_device && v->last.peak_pinned == p->peak_pinned &&
-                       v->last.peak_host == p->peak_host && v->last.peak_nvme == p->peak_nvme
-                   ? " (as planned)"
-                   : " (the plan differs)");
-        printf("  %-22s   of its last step: optimizer busy %.4g s (predicted %.4g), waiting on NVMe %.4g s "
+        printf(
+            "  %-22s step %.4g s (predicted %.4g s, %+.1f%%); peaks device %s, pinned %s, host %s, "
+            "nvme %s%s\n",
+            zp_strategy_name(p->strategy), v->step_seconds, p->step_seconds,
+            100 * (p->step_seconds - v->step_seconds) / v->step_seconds, B(a, v->last.peak_device),
+            B(b, v->last.peak_pinned), B(d, v->last.peak_host), B(e, v->last.peak_nvme),
+            v->last.peak_device == p->peak_device && v->last.peak_pinned == p->peak_pinned &&
+                    v->last.peak_host == p->peak_host && v->last.peak_nvme == p->peak_nvme
+                ? " (as planned)"
+                : " (the plan differs)");
+        printf("  %-22s   of its last step: optimizer busy %.4g s (predicted %.4g), waiting on "
+               "NVMe %.4g s "
                "(predicted NVMe %.4g)\n",
-               "", v->last.optim_seconds, p->seconds[ZP_BN_OPTIM], v->last.nvme_seconds, p->seconds[ZP_BN_NVME]);
+               "", v->last.optim_seconds, p->seconds[ZP_BN_OPTIM], v->last.nvme_seconds,
+               p->seconds[ZP_BN_NVME]);
     }
 }
 
@@ -571,8 +594,8 @@ static void print_deepspeed(const cli *c)
     printf("\nDeepSpeed's estimators (model states only: no activations, no buffers, no pinned "
            "rounding, nothing on NVMe), one GPU:\n");
     for (int i = 0; i < ZP_DS_ROWS; i++)
-        printf("  %s  cpu %10s  gpu %10s  %s\n", rows[i].stage, B(a, rows[i].cpu), B(b, rows[i].gpu),
-               rows[i].options);
+        printf("  %s  cpu %10s  gpu %10s  %s\n", rows[i].stage, B(a, rows[i].cpu),
+               B(b, rows[i].gpu), rows[i].options);
 }
 
 static void print_human(const cli *c, const result *r)
@@ -584,20 +607,22 @@ static void print_human(const cli *c, const result *r)
         print_plan_bars(r, &r->plans[s]);
     if (r->best >= 0) {
         const zp_plan *p = &r->plans[r->best];
-        printf("\nrecommended: %s (the fastest plan that fits): %.4g s per step, %.4g tokens/s, MFU "
-               "%.1f%%; zo-train --offload-param %s --offload-optimizer %s --chunk-bytes %llu\n",
-               zp_strategy_name(p->strategy), p->step_seconds, p->tokens_per_s, 100 * p->mfu,
-               zt_home_name(p->param_home), zt_home_name(p->optim_home),
-               (unsigned long long)p->fp.chunk_bytes);
+        printf(
+            "\nrecommended: %s (the fastest plan that fits): %.4g s per step, %.4g tokens/s, MFU "
+            "%.1f%%; zo-train --offload-param %s --offload-optimizer %s --chunk-bytes %llu\n",
+            zp_strategy_name(p->strategy), p->step_seconds, p->tokens_per_s, 100 * p->mfu,
+            zt_home_name(p->param_home), zt_home_name(p->optim_home),
+            (unsigned long long)p->fp.chunk_bytes);
     } else {
         printf("\nrecommended: none: no strategy fits (see the reasons above)\n");
     }
     if (r->emitted[0]) {
         const zt_shape *sh = &c->job.shape;
-        printf("config written to %s: zo-train --config %s --seq %d --vocab %d --dim %d --layers %d "
-               "--heads %d --ffn %d%s\n",
-               r->emitted, r->emitted, c->job.seq, sh->vocab, sh->dim, sh->n_layers, sh->n_heads, sh->ffn_dim,
-               strcmp(r->hw.backend, "cpu") == 0 ? " --device cpu" : "");
+        printf(
+            "config written to %s: zo-train --config %s --seq %d --vocab %d --dim %d --layers %d "
+            "--heads %d --ffn %d%s\n",
+            r->emitted, r->emitted, c->job.seq, sh->vocab, sh->dim, sh->n_layers, sh->n_heads,
+            sh->ffn_dim, strcmp(r->hw.backend, "cpu") == 0 ? " --device cpu" : "");
     }
     if (c->validate)
         print_validation(r);
@@ -626,19 +651,21 @@ static json_t *json_plan(const zp_plan *p)
     json_object_set_new(o, "device_param_slots", ju(p->fp.device_param_slots));
     json_object_set_new(o, "peak_bytes",
                         json_pack("{s:o,s:o,s:o,s:o}", "device", ju(p->peak_device), "pinned",
-                                  ju(p->peak_pinned), "host", ju(p->peak_host), "nvme", ju(p->peak_nvme)));
-    json_object_set_new(
-        o, "device_bytes",
-        json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "params", ju(p->device.params),
-                  "param_slots", ju(p->device.param_slots), "grads", ju(p->device.grads), "optimizer",
-                  ju(p->device.states), "inputs", ju(p->device.inputs), "checkpoints",
-                  ju(p->device.checkpoints), "workspace", ju(p->device.workspace), "reserve",
-                  ju(p->device.reserve), "engine_budget", ju(p->device.engine_budget), "total",
-                  ju(p->device.total)));
+                                  ju(p->peak_pinned), "host", ju(p->peak_host), "nvme",
+                                  ju(p->peak_nvme)));
+    json_object_set_new(o, "device_bytes",
+                        json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "params",
+                                  ju(p->device.params), "param_slots", ju(p->device.param_slots),
+                                  "grads", ju(p->device.grads), "optimizer", ju(p->device.states),
+                                  "inputs", ju(p->device.inputs), "checkpoints",
+                                  ju(p->device.checkpoints), "workspace", ju(p->device.workspace),
+                                  "reserve", ju(p->device.reserve), "engine_budget",
+                                  ju(p->device.engine_budget), "total", ju(p->device.total)));
     json_object_set_new(o, "pinned_bytes",
                         json_pack("{s:o,s:o,s:o,s:o,s:o}", "params", ju(p->pinned.params), "grads",
                                   ju(p->pinned.grads), "nvme_staging", ju(p->pinned.staging),
-                                  "param_staging", ju(p->pinned.twins), "total", ju(p->pinned.total)));
+                                  "param_staging", ju(p->pinned.twins), "total",
+                                  ju(p->pinned.total)));
     json_object_set_new(o, "host_bytes",
                         json_pack("{s:o,s:o,s:o,s:o}", "optimizer", ju(p->host.states), "backups",
                                   ju(p->host.backups), "accumulators", ju(p->host.accum), "total",
@@ -648,20 +675,22 @@ static json_t *json_plan(const zp_plan *p)
                                   ju(p->nvme.params), "payload", ju(p->nvme.payload), "files",
                                   ju(p->nvme.files)));
     json_object_set_new(o, "step_bytes",
-                        json_pack("{s:o,s:o,s:o,s:o}", "h2d", ju(p->h2d_bytes), "d2h", ju(p->d2h_bytes),
-                                  "nvme_read", ju(p->nvme_read_bytes), "nvme_write",
-                                  ju(p->nvme_write_bytes)));
+                        json_pack("{s:o,s:o,s:o,s:o}", "h2d", ju(p->h2d_bytes), "d2h",
+                                  ju(p->d2h_bytes), "nvme_read", ju(p->nvme_read_bytes),
+                                  "nvme_write", ju(p->nvme_write_bytes)));
     json_object_set_new(o, "seconds",
-                        json_pack("{s:f,s:f,s:f,s:f,s:f}", "compute", p->seconds[ZP_BN_COMPUTE], "h2d",
-                                  p->seconds[ZP_BN_H2D], "d2h", p->seconds[ZP_BN_D2H], "nvme",
-                                  p->seconds[ZP_BN_NVME], "optimizer", p->seconds[ZP_BN_OPTIM]));
+                        json_pack("{s:f,s:f,s:f,s:f,s:f}", "compute", p->seconds[ZP_BN_COMPUTE],
+                                  "h2d", p->seconds[ZP_BN_H2D], "d2h", p->seconds[ZP_BN_D2H],
+                                  "nvme", p->seconds[ZP_BN_NVME], "optimizer",
+                                  p->seconds[ZP_BN_OPTIM]));
     json_object_set_new(o, "step_seconds", json_real(p->step_seconds));
     json_object_set_new(o, "bottleneck", json_string(zp_bottleneck_name(p->bottleneck)));
     json_object_set_new(o, "tokens_per_step", ju(p->tokens));
     json_object_set_new(o, "tokens_per_s", json_real(p->tokens_per_s));
     json_object_set_new(o, "mfu", json_real(p->mfu));
     json_object_set_new(o, "nvme_write_bytes_per_day", json_real(p->nvme_write_per_day));
-    json_object_set_new(o, "days_to_rated_endurance", p->days_to_tbw > 0 ? json_real(p->days_to_tbw) : json_null());
+    json_object_set_new(o, "days_to_rated_endurance",
+                        p->days_to_tbw > 0 ? json_real(p->days_to_tbw) : json_null());
     return o;
 }
 
@@ -675,9 +704,9 @@ static json_t *json_validation(const result *r, int s)
     double m = r->val[s].step_seconds;
     return json_pack("{s:f,s:f,s:f,s:f,s:{s:o,s:o,s:o,s:o},s:o}", "step_seconds", m, "step_error",
                      (r->plans[s].step_seconds - m) / m, "optimizer_busy_seconds", l->optim_seconds,
-                     "nvme_wait_seconds", l->nvme_seconds, "peak_bytes", "device", ju(l->peak_device),
-                     "pinned", ju(l->peak_pinned), "host", ju(l->peak_host), "nvme", ju(l->peak_nvme),
-                     "device_total", ju(r->val[s].device_high_water));
+                     "nvme_wait_seconds", l->nvme_seconds, "peak_bytes", "device",
+                     ju(l->peak_device), "pinned", ju(l->peak_pinned), "host", ju(l->peak_host),
+                     "nvme", ju(l->peak_nvme), "device_total", ju(r->val[s].device_high_water));
 }
 
 static json_t *json_inputs(const cli *c, const result *r)
@@ -691,20 +720,20 @@ static json_t *json_inputs(const cli *c, const result *r)
     }
     json_object_set_new(speeds, "sources", sources);
     return json_pack(
-        "{s:{s:s,s:b,s:I,s:i,s:i,s:i,s:i,s:i,s:s,s:s},s:{s:i,s:i,s:i,s:s},s:{s:s,s:s,s:I,s:I,s:I,s:I,s:I,"
+        "{s:{s:s,s:b,s:I,s:i,s:i,s:i,s:i,s:i,s:s,s:s},s:{s:i,s:i,s:i,s:s},s:{s:s,s:s,s:I,s:I,s:I,s:"
+        "I,s:I,"
         "s:i,s:I,s:i,s:i},s:o}",
         "model", "source", c->hf_config ? c->hf_config : c->preset, "shape_flags",
-        shape_overridden(c), "params",
-        (json_int_t)zt_shape_n_params(s), "vocab", s->vocab, "dim", s->dim, "layers", s->n_layers,
-        "heads", s->n_heads, "ffn", s->ffn_dim, "dtype", zo_dtype_name(c->job.dtype),
-        "note", c->model_note, "job", "seq", c->job.seq, "micro_batch", c->job.micro_batch,
-        "grad_accum", c->job.grad_accum, "optimizer_mode", zo_optim_mode_name(c->job.mode), "hardware",
-        "backend", r->hw.backend, "device_name", r->hw.device_name, "device_bytes",
-        (json_int_t)r->hw.device_bytes, "reserve_bytes", (json_int_t)r->hw.reserve_bytes, "host_bytes",
-        (json_int_t)r->hw.host_bytes, "pinned_max", (json_int_t)r->hw.pinned_max, "nvme_bytes",
-        (json_int_t)r->hw.nvme_bytes, "nvme_paths", c->req.n_nvme_paths, "host_ram",
-        (json_int_t)r->facts.host_ram, "numa_nodes", r->facts.numa_nodes, "cores", r->facts.cores,
-        "speeds", speeds);
+        shape_overridden(c), "params", (json_int_t)zt_shape_n_params(s), "vocab", s->vocab, "dim",
+        s->dim, "layers", s->n_layers, "heads", s->n_heads, "ffn", s->ffn_dim, "dtype",
+        zo_dtype_name(c->job.dtype), "note", c->model_note, "job", "seq", c->job.seq, "micro_batch",
+        c->job.micro_batch, "grad_accum", c->job.grad_accum, "optimizer_mode",
+        zo_optim_mode_name(c->job.mode), "hardware", "backend", r->hw.backend, "device_name",
+        r->hw.device_name, "device_bytes", (json_int_t)r->hw.device_bytes, "reserve_bytes",
+        (json_int_t)r->hw.reserve_bytes, "host_bytes", (json_int_t)r->hw.host_bytes, "pinned_max",
+        (json_int_t)r->hw.pinned_max, "nvme_bytes", (json_int_t)r->hw.nvme_bytes, "nvme_paths",
+        c->req.n_nvme_paths, "host_ram", (json_int_t)r->facts.host_ram, "numa_nodes",
+        r->facts.numa_nodes, "cores", r->facts.cores, "speeds", speeds);
 }
 
 static json_t *json_deepspeed(const cli *c)
@@ -730,8 +759,10 @@ static void print_json(const cli *c, const result *r)
     }
     json_object_set_new(root, "strategies", plans);
     json_object_set_new(root, "recommended",
-                        r->best >= 0 ? json_string(zp_strategy_name(r->plans[r->best].strategy)) : json_null());
-    json_object_set_new(root, "emitted_config", r->emitted[0] ? json_string(r->emitted) : json_null());
+                        r->best >= 0 ? json_string(zp_strategy_name(r->plans[r->best].strategy))
+                                     : json_null());
+    json_object_set_new(root, "emitted_config",
+                        r->emitted[0] ? json_string(r->emitted) : json_null());
     json_object_set_new(root, "planner_work", ju(r->work));
     if (c->ds_estimate)
         json_object_set_new(root, "deepspeed_estimate", json_deepspeed(c));

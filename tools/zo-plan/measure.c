@@ -13,29 +13,29 @@
 #include <time.h>
 
 #include "hw.h"
+#include "model.h"
+#include "plan.h"
 #include "zo/device.h"
 #include "zo/ops.h"
 #include "zo/optim.h"
 #include "zo/swap_bench.h"
 #include "zo/topo.h"
-#include "model.h"
-#include "plan.h"
 #include "zo/units.h"
 #include "zt_error.h"
 
-#define LINK_BLOCK (8u << 20)  /* bytes per copy, a chunk's order of magnitude */
-#define LINK_BYTES (128u << 20) /* per repetition and direction */
-#define ADAM_PARAMS (4u << 20)
-#define GEMM_CPU_FLOPS 4e9 /* per GEMM on the cpu device, where a big one takes seconds */
-#define MODEL_CPU_FLOPS 6e9 /* per micro-batch timed on the cpu device */
+#define LINK_BLOCK          (8u << 20)   /* bytes per copy, a chunk's order of magnitude */
+#define LINK_BYTES          (128u << 20) /* per repetition and direction */
+#define ADAM_PARAMS         (4u << 20)
+#define GEMM_CPU_FLOPS      4e9    /* per GEMM on the cpu device, where a big one takes seconds */
+#define MODEL_CPU_FLOPS     6e9    /* per micro-batch timed on the cpu device */
 #define MODEL_CPU_MAX_FLOPS 1.2e11 /* larger than this, the GEMM rate stands in */
 /* Fewer tokens per GEMM run slower (on this build VM a 100M model reached
  * 0.055 TFLOPS at 64 tokens per micro-batch, 0.078 at 256): micro-batches
  * are cut for time only down to this many tokens. */
 #define MODEL_MIN_TOKENS 256 /* per micro-batch timed on the cpu device */
-#define MODEL_MIN_REPS 3   /* timed micro-batches per model cut, at least */
-#define MODEL_MAX_REPS 15  /* and at most, */
-#define MODEL_SECONDS 1.0  /* more than three only while they take less than this */
+#define MODEL_MIN_REPS   3   /* timed micro-batches per model cut, at least */
+#define MODEL_MAX_REPS   15  /* and at most, */
+#define MODEL_SECONDS    1.0 /* more than three only while they take less than this */
 
 static double median(double *v, int n)
 {
@@ -151,13 +151,13 @@ static void tell(void (*progress)(const char *), const char *fmt, ...)
  * schedule) over extents of the job's size (capped), and times plain read
  * and write passes over them with a few extents in flight. */
 
-#define NVME_EXTENT_MAX (256ull << 20)
-#define NVME_PASS_MAX (768ull << 20) /* per direction and pass, at most */
+#define NVME_EXTENT_MAX  (256ull << 20)
+#define NVME_PASS_MAX    (768ull << 20) /* per direction and pass, at most */
 #define NVME_MIN_EXTENTS 4u
-#define NVME_STAGES 3u /* the engine's ENG_NVME_STAGES */
-#define NVME_ROUNDS 3      /* timed update passes, at least */
-#define NVME_MAX_ROUNDS 9  /* and at most: more only while rests and passes took under */
-#define NVME_SECONDS 1.5   /* this in all (a tiny job's pass takes milliseconds) */
+#define NVME_STAGES      3u  /* the engine's ENG_NVME_STAGES */
+#define NVME_ROUNDS      3   /* timed update passes, at least */
+#define NVME_MAX_ROUNDS  9   /* and at most: more only while rests and passes took under */
+#define NVME_SECONDS     1.5 /* this in all (a tiny job's pass takes milliseconds) */
 
 /* The extents one timed pass moves: the job's chunks' packed states in the
  * engine's order (each capped at NVME_EXTENT_MAX), cycled until the pass
@@ -236,7 +236,8 @@ static zo_status nvme_passes(zo_swap_bench_t b, double rest_s, double *w, double
     ZT_TRY(zo_swap_bench_run(b, ZO_SWAP_BENCH_WRITE_ALTERNATES, NULL));
     ZT_TRY(zo_swap_bench_run(b, ZO_SWAP_BENCH_READ, r));
     double spent = 0;
-    for (*rounds = 0; *rounds < NVME_MAX_ROUNDS && (*rounds < NVME_ROUNDS || spent < NVME_SECONDS); ++*rounds) {
+    for (*rounds = 0; *rounds < NVME_MAX_ROUNDS && (*rounds < NVME_ROUNDS || spent < NVME_SECONDS);
+         ++*rounds) {
         rest(rest_s);
         ZT_TRY(zo_swap_bench_run(b, ZO_SWAP_BENCH_UPDATE, &u[*rounds]));
         spent += rest_s + u[*rounds];
@@ -244,8 +245,8 @@ static zo_status nvme_passes(zo_swap_bench_t b, double rest_s, double *w, double
     return ZO_OK;
 }
 
-static zo_status measure_nvme(const char *dir, const zp_job *job, zp_speeds *sp, zp_speed_sources *src,
-                              void (*progress)(const char *))
+static zo_status measure_nvme(const char *dir, const zp_job *job, zp_speeds *sp,
+                              zp_speed_sources *src, void (*progress)(const char *))
 {
     uint64_t *len = NULL;
     uint32_t n = 0;
@@ -267,8 +268,11 @@ static zo_status measure_nvme(const char *dir, const zp_job *job, zp_speeds *sp,
         return zt_lib_fail(st, "opening the NVMe benchmark's store");
     }
     double bytes = (double)zo_swap_bench_pass_bytes(b, ZO_SWAP_BENCH_READ);
-    tell(progress, "measuring NVMe in %s: reads, writes and the update's pipeline, %u extents of the job's chunk "
-         "sizes, %.0f MiB a pass", dir, n, bytes / (1 << 20));
+    tell(progress,
+         "measuring NVMe in %s: reads, writes and the update's pipeline, %u extents of the job's "
+         "chunk "
+         "sizes, %.0f MiB a pass",
+         dir, n, bytes / (1 << 20));
     st = nvme_passes(b, nvme_rest_seconds(job, sp), &w, &r, u, &rounds);
     if (st < 0)
         st = zt_lib_fail(st, "the NVMe benchmark");
@@ -287,7 +291,8 @@ static zo_status measure_nvme(const char *dir, const zp_job *job, zp_speeds *sp,
 static int optimizer_threads(void)
 {
     int node = 0, n = 0;
-    if (zo_topo_node_of_thread(&node, NULL) < 0 || zo_topo_node_cpu_list(node, NULL, 0, &n) < 0 || n < 1)
+    if (zo_topo_node_of_thread(&node, NULL) < 0 || zo_topo_node_cpu_list(node, NULL, 0, &n) < 0 ||
+        n < 1)
         return 1;
     return n;
 }
@@ -305,7 +310,8 @@ static zo_status measure_adam(zp_speeds *sp, zp_speed_sources *src)
         st = zt_lib_fail(st, "zo_optim_pool_init");
     zo_adam_params p = ZO_ADAM_PARAMS_INIT;
     /* fp32 master, m, v; bf16 gradients in, bf16 weights out: the engine's step */
-    zo_adam_buffers b = {sizeof b, n, g, ZO_DTYPE_BF16, w, w + n, w + 2 * n, ZO_DTYPE_F32, g + n, ZO_DTYPE_BF16};
+    zo_adam_buffers b = {
+        sizeof b, n, g, ZO_DTYPE_BF16, w, w + n, w + 2 * n, ZO_DTYPE_F32, g + n, ZO_DTYPE_BF16};
     double best = 1e30;
     for (int rep = 0; rep < 4 && st >= 0; rep++) { /* the first faults the pages in */
         double t0 = zo_now_s();
@@ -375,7 +381,9 @@ static zo_status measure_gemm(const zp_hardware *hw, const zp_job *job, zp_speed
     gemm_shapes(job, strcmp(hw->backend, "cpu") == 0, sh);
     zo_dtype dt = job->dtype;
     size_t es = 2;
-    uint64_t bytes = ((uint64_t)sh[1].m * sh[1].k + (uint64_t)sh[1].n * sh[1].k + (uint64_t)sh[1].m * sh[1].n) * es;
+    uint64_t bytes =
+        ((uint64_t)sh[1].m * sh[1].k + (uint64_t)sh[1].n * sh[1].k + (uint64_t)sh[1].m * sh[1].n) *
+        es;
     zo_device_t dev = NULL;
     zo_stream_t s = NULL;
     ZT_TRY(open_device(hw, bytes + (1u << 20), &dev, &s));
@@ -413,7 +421,6 @@ static zo_status measure_gemm(const zp_hardware *hw, const zp_job *job, zp_speed
  * (norms, RoPE, attention, SwiGLU, the loss, the bf16 conversions), from
  * training micro-batches of the model (see time_model). */
 
-
 /* Device flops of one micro-batch of mb sequences through the model, the
  * backward's recompute included (as the planner counts them). */
 static double micro_flops(const zp_job *job, int layers, int mb)
@@ -442,7 +449,8 @@ static void micro_free(micro_bench *b)
     memset(b, 0, sizeof *b);
 }
 
-static zo_status micro_init(micro_bench *b, zo_device_t dev, zo_stream_t s, const zp_job *job, int layers, int mb)
+static zo_status micro_init(micro_bench *b, zo_device_t dev, zo_stream_t s, const zp_job *job,
+                            int layers, int mb)
 {
     memset(b, 0, sizeof *b);
     zt_shape sh = job->shape;
@@ -502,7 +510,9 @@ static zo_status time_model(zo_device_t dev, zo_stream_t s, const zp_job *job, i
     }
     double est[1 + MODEL_MAX_REPS], spent = 0;
     int reps = 0;
-    for (; reps < 1 + MODEL_MAX_REPS && st >= 0 && (reps < 1 + MODEL_MIN_REPS || spent < MODEL_SECONDS); reps++) {
+    for (; reps < 1 + MODEL_MAX_REPS && st >= 0 &&
+           (reps < 1 + MODEL_MIN_REPS || spent < MODEL_SECONDS);
+         reps++) {
         double a = 0, b = 0;
         st = micro_run(&one, &a);
         if (st >= 0 && !whole)
@@ -544,7 +554,8 @@ static zo_status measure_model(const zp_hardware *hw, const zp_job *job, zp_spee
         mb /= 2;
     if (cpu && !whole && micro_flops(job, 3, mb) > MODEL_CPU_MAX_FLOPS)
         return ZO_OK; /* too big to run here in seconds: the GEMM rate stands in */
-    uint64_t budget = model_bytes(job, whole ? L : 3, mb) + (whole ? 0 : model_bytes(job, 1, mb)) + (64u << 20);
+    uint64_t budget =
+        model_bytes(job, whole ? L : 3, mb) + (whole ? 0 : model_bytes(job, 1, mb)) + (64u << 20);
     zo_device_t dev = NULL;
     zo_stream_t s = NULL;
     ZT_TRY(open_device(hw, budget, &dev, &s));
@@ -556,7 +567,6 @@ static zo_status measure_model(const zp_hardware *hw, const zp_job *job, zp_spee
     record(sp, src, ZP_SPEED_MODEL_FLOPS, micro_flops(job, L, mb) / sec);
     return ZO_OK;
 }
-
 
 zo_status zp_measure(const zp_hardware *hw, const zp_job *job, const char *nvme_dir, zp_speeds *sp,
                      zp_speed_sources *src, void (*progress)(const char *what))

@@ -22,8 +22,8 @@
 
 const char *zp_strategy_name(zp_strategy s)
 {
-    static const char *const names[ZP_N_STRATEGIES] = {"no-offload", "optimizer-host", "optimizer-nvme",
-                                                       "params+optimizer-host",
+    static const char *const names[ZP_N_STRATEGIES] = {"no-offload", "optimizer-host",
+                                                       "optimizer-nvme", "params+optimizer-host",
                                                        "params+optimizer-nvme"};
     return (unsigned)s < ZP_N_STRATEGIES ? names[s] : "?";
 }
@@ -41,8 +41,8 @@ void zp_strategy_homes(zp_strategy s, zo_tier *param_home, zo_tier *optim_home)
 
 const char *zp_bottleneck_name(zp_bottleneck b)
 {
-    static const char *const names[ZP_N_BOTTLENECKS] = {"GPU compute", "host->device", "device->host",
-                                                        "NVMe", "CPU optimizer"};
+    static const char *const names[ZP_N_BOTTLENECKS] = {"GPU compute", "host->device",
+                                                        "device->host", "NVMe", "CPU optimizer"};
     return (unsigned)b < ZP_N_BOTTLENECKS ? names[b] : "?";
 }
 
@@ -286,9 +286,9 @@ static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw,
 {
     const zo_engine_footprint *fp = &p->fp;
     uint64_t C = fp->chunk_bytes, N = fp->n_chunks, states = 6 * C * N;
-    int p_bufs = p->param_home == ZO_TIER_NVME ? 0
+    int p_bufs = p->param_home == ZO_TIER_NVME                                  ? 0
                  : (p->optim_home == ZO_TIER_NVME || job->mode == ZO_OPTIM_DPU) ? 2
-                                                                             : 1;
+                                                                                : 1;
     int g_bufs = job->mode == ZO_OPTIM_DPU ? 2 : 1;
     p->pinned.params = (uint64_t)p_bufs * N * C;
     p->pinned.grads = (uint64_t)g_bufs * N * C;
@@ -318,17 +318,20 @@ static void check_host_and_nvme(zp_plan *p, const zp_hardware *hw)
     char a[32], b[32], c[32], d[32];
     uint64_t host = p->pinned.total + p->host.total;
     if (host > hw->host_bytes)
-        refuse(p,
-               "host tier: %s pinned + %s pageable = %s, but the host budget is %s: short by %" PRIu64
-               " bytes",
-               zo_fmt_bytes_prec(a, sizeof a, p->pinned.total, 1), zo_fmt_bytes_prec(b, sizeof b, p->host.total, 1),
-               zo_fmt_bytes_prec(c, sizeof c, host, 1), zo_fmt_bytes_prec(d, sizeof d, hw->host_bytes, 1),
-               host - hw->host_bytes);
+        refuse(
+            p,
+            "host tier: %s pinned + %s pageable = %s, but the host budget is %s: short by %" PRIu64
+            " bytes",
+            zo_fmt_bytes_prec(a, sizeof a, p->pinned.total, 1),
+            zo_fmt_bytes_prec(b, sizeof b, p->host.total, 1),
+            zo_fmt_bytes_prec(c, sizeof c, host, 1),
+            zo_fmt_bytes_prec(d, sizeof d, hw->host_bytes, 1), host - hw->host_bytes);
     if (p->nvme.files > hw->nvme_bytes)
         refuse(p,
                "nvme tier: the swap files take %s (%s of states and parameters) but %s (%s): short "
                "by %" PRIu64 " bytes",
-               zo_fmt_bytes_prec(a, sizeof a, p->nvme.files, 1), zo_fmt_bytes_prec(b, sizeof b, p->nvme.payload, 1),
+               zo_fmt_bytes_prec(a, sizeof a, p->nvme.files, 1),
+               zo_fmt_bytes_prec(b, sizeof b, p->nvme.payload, 1),
                hw->nvme_bytes ? "the NVMe paths have less free" : "no NVMe space was given",
                zo_fmt_bytes_prec(c, sizeof c, hw->nvme_bytes, 1), p->nvme.files - hw->nvme_bytes);
 }
@@ -341,7 +344,8 @@ static zo_status plan_memory(zp_plan *p, const zp_job *job, const zp_hardware *h
     uint64_t engine_budget = hw->device_bytes > need ? hw->device_bytes - need : 0;
     p->device.engine_budget = engine_budget;
     /* an engine budget of 0 would mean "unlimited": plan against one byte */
-    zo_engine_config cfg = engine_config(job, hw, p->strategy, chunk, engine_budget ? engine_budget : 1);
+    zo_engine_config cfg =
+        engine_config(job, hw, p->strategy, chunk, engine_budget ? engine_budget : 1);
     model_layout m;
     ZT_TRY(layout_init(&m, &job->shape));
     zo_engine_layout ly = engine_layout(&m);
@@ -364,11 +368,14 @@ static zo_status plan_memory(zp_plan *p, const zp_job *job, const zp_hardware *h
     host_breakdown(p, job, hw, fullest);
     char a[32], b[32];
     if (!engine_budget)
-        refuse(p, "device tier: the activations (%s for micro-batch %d x seq %d)%s fill the %s budget",
+        refuse(p,
+               "device tier: the activations (%s for micro-batch %d x seq %d)%s fill the %s budget",
                zo_fmt_bytes_prec(a, sizeof a, act, 1), job->micro_batch, job->seq,
-               hw->reserve_bytes ? " and the CUDA reserve" : "", zo_fmt_bytes_prec(b, sizeof b, hw->device_bytes, 1));
+               hw->reserve_bytes ? " and the CUDA reserve" : "",
+               zo_fmt_bytes_prec(b, sizeof b, hw->device_bytes, 1));
     else if (!fits)
-        refuse(p, "%s (the device budget less %s of activations%s)", msg, zo_fmt_bytes_prec(a, sizeof a, act, 1),
+        refuse(p, "%s (the device budget less %s of activations%s)", msg,
+               zo_fmt_bytes_prec(a, sizeof a, act, 1),
                hw->reserve_bytes ? " and the CUDA reserve" : "");
     check_host_and_nvme(p, hw);
     return ZO_OK;
@@ -459,7 +466,8 @@ static double nvme_update_seconds(uint64_t rd_bytes, uint64_t wr_bytes, const zp
 
 double zp_device_flops_per_token(const zp_job *job)
 {
-    return zt_shape_flops_per_token(&job->shape, job->seq) + recompute_flops_per_token(&job->shape, job->seq);
+    return zt_shape_flops_per_token(&job->shape, job->seq) +
+           recompute_flops_per_token(&job->shape, job->seq);
 }
 
 static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
@@ -502,7 +510,8 @@ static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, cons
     p->tokens_per_s = (double)p->tokens / p->step_seconds;
     p->mfu = p->model_flops / p->step_seconds / sp->flops;
     p->nvme_write_per_day = (double)p->nvme_write_bytes * 86400.0 / p->step_seconds;
-    p->days_to_tbw = nvme_tbw > 0 && p->nvme_write_per_day > 0 ? nvme_tbw / p->nvme_write_per_day : 0;
+    p->days_to_tbw =
+        nvme_tbw > 0 && p->nvme_write_per_day > 0 ? nvme_tbw / p->nvme_write_per_day : 0;
 }
 
 /* ---- one strategy ---- */
@@ -553,10 +562,11 @@ zo_status zp_plan_strategy(const zp_job *job, const zp_hardware *hw, const zp_sp
         return zt_fail(ZO_ERR_INVALID_ARG, "strategy %d", (int)s);
     ZT_TRY(zt_shape_check(&job->shape));
     if (job->seq <= 0 || job->micro_batch <= 0 || job->grad_accum <= 0)
-        return zt_fail(ZO_ERR_INVALID_ARG, "seq %d, micro-batch %d, grad-accum %d: each must be > 0",
-                       job->seq, job->micro_batch, job->grad_accum);
-    if (!(sp->h2d > 0 && sp->d2h > 0 && sp->nvme_read > 0 && sp->nvme_write > 0 && sp->adam_params > 0 &&
-          sp->flops > 0))
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "seq %d, micro-batch %d, grad-accum %d: each must be > 0", job->seq,
+                       job->micro_batch, job->grad_accum);
+    if (!(sp->h2d > 0 && sp->d2h > 0 && sp->nvme_read > 0 && sp->nvme_write > 0 &&
+          sp->adam_params > 0 && sp->flops > 0))
         return zt_fail(ZO_ERR_INVALID_ARG, "every speed must be > 0");
     uint64_t chunks[2] = {job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape),
                           block_chunk_bytes(&job->shape)};
@@ -591,8 +601,10 @@ int zp_recommend(const zp_plan *plans, int n)
 void zp_deepspeed_estimate(uint64_t n_params, uint64_t largest_layer, zp_ds_row rows[ZP_DS_ROWS])
 {
     const double P = (double)n_params, big = 4.0 * (double)largest_layer, f = 1.5;
-    rows[0] = (zp_ds_row){"zero2", "offload_optimizer=cpu", (uint64_t)(P * 16 * f), (uint64_t)(2 * P)};
-    rows[1] = (zp_ds_row){"zero2", "offload_optimizer=none", (uint64_t)(P * 4 * f), (uint64_t)(4 * P + 16 * P)};
+    rows[0] =
+        (zp_ds_row){"zero2", "offload_optimizer=cpu", (uint64_t)(P * 16 * f), (uint64_t)(2 * P)};
+    rows[1] = (zp_ds_row){"zero2", "offload_optimizer=none", (uint64_t)(P * 4 * f),
+                          (uint64_t)(4 * P + 16 * P)};
     rows[2] = (zp_ds_row){"zero3", "offload_param=cpu, offload_optimizer=cpu, zero_init=1",
                           (uint64_t)(P * 18 * f), (uint64_t)big};
     rows[3] = (zp_ds_row){"zero3", "offload_param=cpu, offload_optimizer=cpu, zero_init=0",

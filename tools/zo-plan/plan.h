@@ -59,7 +59,7 @@ typedef struct zp_job {
 
 /* The machine: budgets of every tier. */
 typedef struct zp_hardware {
-    char backend[16];      /* "cuda" or "cpu" */
+    char backend[16]; /* "cuda" or "cpu" */
     char device_name[256];
     uint64_t device_bytes;  /* the device budget (cpu device: its capacity) */
     uint64_t reserve_bytes; /* device memory the budget does not see (CUDA context, cuBLAS) */
@@ -129,8 +129,9 @@ typedef struct zp_plan {
     /* per optimizer step */
     uint64_t tokens;
     uint64_t h2d_bytes, d2h_bytes, nvme_read_bytes, nvme_write_bytes;
-    uint64_t nvme_state_bytes; /* of those, the optimizer states each way (packed, as the engine moves them) */
-    double model_flops; /* 6N + attention per token, without the recompute (for MFU) */
+    uint64_t nvme_state_bytes; /* of those, the optimizer states each way (packed, as the engine
+                                  moves them) */
+    double model_flops;        /* 6N + attention per token, without the recompute (for MFU) */
     double seconds[ZP_N_BOTTLENECKS]; /* each resource alone */
     double step_seconds;
     zp_bottleneck bottleneck;

@@ -9,9 +9,9 @@
 #include "trainer.h"
 
 typedef struct zp_validation {
-    double step_seconds;        /* median wall time of the steps after the first (which records the
-                                   engine's trace), or of the only one */
-    zo_step_stats last;         /* the last step's statistics: peak_* as zo-train --json reports them */
+    double step_seconds; /* median wall time of the steps after the first (which records the
+                            engine's trace), or of the only one */
+    zo_step_stats last;  /* the last step's statistics: peak_* as zo-train --json reports them */
     uint64_t device_high_water; /* the device's, activations included */
 } zp_validation;
 

@@ -28,9 +28,9 @@ zo_status zt_ckpt_tensor(const zt_shape *s, int layer, int idx, char *name, size
                          int64_t shape[2])
 {
     static const zo_llama_role block[ZT_BLOCK_TENSORS] = {
-        ZO_LLAMA_INPUT_LAYERNORM, ZO_LLAMA_Q_PROJ,   ZO_LLAMA_K_PROJ,
-        ZO_LLAMA_V_PROJ,          ZO_LLAMA_O_PROJ,   ZO_LLAMA_POST_ATTENTION_LAYERNORM,
-        ZO_LLAMA_GATE_PROJ,       ZO_LLAMA_UP_PROJ,  ZO_LLAMA_DOWN_PROJ};
+        ZO_LLAMA_INPUT_LAYERNORM, ZO_LLAMA_Q_PROJ,  ZO_LLAMA_K_PROJ,
+        ZO_LLAMA_V_PROJ,          ZO_LLAMA_O_PROJ,  ZO_LLAMA_POST_ATTENTION_LAYERNORM,
+        ZO_LLAMA_GATE_PROJ,       ZO_LLAMA_UP_PROJ, ZO_LLAMA_DOWN_PROJ};
     zo_llama_role role;
     if (layer == 0)
         role = ZO_LLAMA_EMBED_TOKENS;
@@ -50,8 +50,9 @@ zo_status zt_ckpt_tensor(const zt_shape *s, int layer, int idx, char *name, size
     for (int i = 0; i < *ndim; i++)
         n *= shape[i];
     if ((uint64_t)n != zt_tensor_numel(s, layer, idx))
-        return zt_fail(ZO_ERR_INTERNAL, "%s: %lld elements in the Hugging Face layout, %zu in the model",
-                       name, (long long)n, zt_tensor_numel(s, layer, idx));
+        return zt_fail(ZO_ERR_INTERNAL,
+                       "%s: %lld elements in the Hugging Face layout, %zu in the model", name,
+                       (long long)n, zt_tensor_numel(s, layer, idx));
     return ZO_OK;
 }
 
@@ -126,8 +127,8 @@ static zo_status remove_tree(const char *dir)
     char p[ZT_PATH];
     zo_status st = ZO_OK;
     while (st >= 0 && (e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && (st = join(p, dir, e->d_name)) >= 0 &&
-            unlink(p) != 0)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+            (st = join(p, dir, e->d_name)) >= 0 && unlink(p) != 0)
             st = zt_fail(ZO_ERR_SYSTEM, "cannot remove %s: %s", p, strerror(errno));
     closedir(d);
     ZT_TRY(st);
@@ -147,8 +148,8 @@ static zo_status remove_stale_tmps(const char *dir)
     zo_status st = ZO_OK;
     while (st >= 0 && (e = readdir(d))) {
         size_t n = strlen(e->d_name);
-        if (strncmp(e->d_name, "step-", 5) == 0 && n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0 &&
-            (st = join(p, dir, e->d_name)) >= 0)
+        if (strncmp(e->d_name, "step-", 5) == 0 && n > 4 &&
+            strcmp(e->d_name + n - 4, ".tmp") == 0 && (st = join(p, dir, e->d_name)) >= 0)
             st = remove_tree(p);
     }
     closedir(d);
@@ -163,7 +164,8 @@ static zo_status read_latest(const char *dir, char *name, size_t cap)
     name[0] = 0;
     FILE *f = fopen(p, "r");
     if (!f)
-        return errno == ENOENT ? ZO_OK : zt_fail(ZO_ERR_IO, "cannot read %s: %s", p, strerror(errno));
+        return errno == ENOENT ? ZO_OK
+                               : zt_fail(ZO_ERR_IO, "cannot read %s: %s", p, strerror(errno));
     int ok = fgets(name, (int)cap, f) != NULL;
     fclose(f);
     name[strcspn(name, "\r\n")] = 0;
@@ -194,7 +196,8 @@ static zo_status declare_all(writers *w, const tensor_ref *r, int n)
 {
     char nm[160];
     for (int i = 0; i < n; i++) {
-        zo_status st = zo_st_writer_declare(w->model, r[i].name, ZO_DTYPE_F32, r[i].ndim, r[i].shape);
+        zo_status st =
+            zo_st_writer_declare(w->model, r[i].name, ZO_DTYPE_F32, r[i].ndim, r[i].shape);
         if (st < 0)
             return writer_fail(st, w->model_path);
         for (int k = 0; k < 2; k++) {
@@ -299,8 +302,8 @@ static json_t *state_json(const zt_trainer *t, const zt_train_state *ts,
         (json_int_t)ts->data.epoch, "cursor", (json_int_t)ts->data.cursor, "seq", o->seq, "model",
         "vocab", s->vocab, "dim", s->dim, "layers", s->n_layers, "heads", s->n_heads, "ffn",
         s->ffn_dim, "norm_eps", (double)s->norm_eps, "rope_theta", (double)s->rope_theta, "dtype",
-        zo_dtype_name(o->dtype), "batch", "micro_batch", o->micro_batch,
-        "grad_accum", o->grad_accum);
+        zo_dtype_name(o->dtype), "batch", "micro_batch", o->micro_batch, "grad_accum",
+        o->grad_accum);
 }
 
 /* The data file (its absolute path and size), which a resumed run must
@@ -442,9 +445,10 @@ static zo_status check_model(const state_doc *d, const zt_shape *s)
         int64_t v;
         ZT_TRY(get_int(d, keys[i], &v));
         if (v != mine[i])
-            return zt_fail(ZO_ERR_INVALID_ARG,
-                           "%s was saved from a model with %s %lld; this run's is %d (pass %s %lld)",
-                           d->file, keys[i] + 6, (long long)v, mine[i], flags[i], (long long)v);
+            return zt_fail(
+                ZO_ERR_INVALID_ARG,
+                "%s was saved from a model with %s %lld; this run's is %d (pass %s %lld)", d->file,
+                keys[i] + 6, (long long)v, mine[i], flags[i], (long long)v);
     }
     return ZO_OK;
 }
@@ -562,8 +566,8 @@ static zo_status read_train_state(const state_doc *d, zt_train_state *ts)
     errno = 0;
     unsigned long long sv = seed ? strtoull(seed, &end, 10) : 0;
     if (!seed || errno || end == seed || *end || epoch < 0 || cursor < 0)
-        return zt_fail(ZO_ERR_CORRUPT, "%s: 'data.seed', 'data.epoch' or 'data.cursor' is not valid",
-                       d->file);
+        return zt_fail(ZO_ERR_CORRUPT,
+                       "%s: 'data.seed', 'data.epoch' or 'data.cursor' is not valid", d->file);
     ts->data = (zt_data_position){sv, (uint64_t)epoch, (uint64_t)cursor};
     return ZO_OK;
 }
@@ -696,8 +700,14 @@ static void to_f32(const zo_st_tensor_info *in, float *out, size_t n)
         uint16_t h;
         switch (in->dtype) {
         case ZO_DTYPE_F32: memcpy(&out[i], p + 4 * i, 4); break;
-        case ZO_DTYPE_BF16: memcpy(&h, p + 2 * i, 2); out[i] = zo_bf16_to_f32(h); break;
-        default: memcpy(&h, p + 2 * i, 2); out[i] = zo_f16_to_f32(h); break;
+        case ZO_DTYPE_BF16:
+            memcpy(&h, p + 2 * i, 2);
+            out[i] = zo_bf16_to_f32(h);
+            break;
+        default:
+            memcpy(&h, p + 2 * i, 2);
+            out[i] = zo_f16_to_f32(h);
+            break;
         }
     }
 }
@@ -710,8 +720,9 @@ static zo_status init_one(zt_trainer *t, zo_st_reader_t rd, const char *file, co
     if (st < 0)
         return zt_fail(st, "%s", zt_lib_message());
     if (info.dtype != ZO_DTYPE_F32 && info.dtype != ZO_DTYPE_BF16 && info.dtype != ZO_DTYPE_F16)
-        return zt_fail(ZO_ERR_INVALID_ARG, "tensor '%s' in '%s': expected dtype F32, BF16 or F16, found %s",
-                       x->name, file, zo_st_dtype_name(info.dtype));
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "tensor '%s' in '%s': expected dtype F32, BF16 or F16, found %s", x->name,
+                       file, zo_st_dtype_name(info.dtype));
     ZT_TRY(expect(rd, x->name, info.dtype, x, &info));
     to_f32(&info, buf, x->numel);
     size_t bad = first_nonfinite(buf, x->numel);
@@ -731,7 +742,8 @@ zo_status zt_ckpt_init_weights(zt_trainer *t, const char *file)
     ZT_TRY(model_tensors(t, &r, &n));
     zo_st_reader_t rd = NULL;
     float *buf = malloc(largest(r, n) * sizeof *buf);
-    zo_status st = buf ? zo_st_reader_open(&rd, file) : zt_fail(ZO_ERR_NO_MEMORY, "a tensor buffer");
+    zo_status st =
+        buf ? zo_st_reader_open(&rd, file) : zt_fail(ZO_ERR_NO_MEMORY, "a tensor buffer");
     if (buf && st < 0)
         zt_fail(st, "--init-weights: %s", zt_lib_message());
     for (int i = 0; st >= 0 && i < n; i++)

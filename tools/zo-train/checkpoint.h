@@ -35,9 +35,9 @@
 #include "trainer.h"
 
 #define ZT_CKPT_LATEST "latest"
-#define ZT_CKPT_MODEL "model.safetensors"
-#define ZT_CKPT_OPTIM "optimizer.safetensors"
-#define ZT_CKPT_STATE "trainer_state.json"
+#define ZT_CKPT_MODEL  "model.safetensors"
+#define ZT_CKPT_OPTIM  "optimizer.safetensors"
+#define ZT_CKPT_STATE  "trainer_state.json"
 
 /* Save the trainer (between steps) as DIR/step-<step>, created with DIR as
  * needed, and point DIR/latest at it; the checkpoint's directory into path

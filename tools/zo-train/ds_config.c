@@ -132,7 +132,8 @@ static zo_status placement(zt_options *o, const zo_train_config *cfg)
         return zt_fail(ZO_ERR_CONFIG, "'zoffload.optimizer_state_dtype' is bf16: the engine keeps "
                                       "fp32 optimizer states; use fp32");
     if (cfg->aio.block_size > UINT32_MAX || cfg->aio.queue_depth > UINT32_MAX)
-        return zt_fail(ZO_ERR_CONFIG, "'aio.block_size' %lld or 'aio.queue_depth' %lld is too large",
+        return zt_fail(ZO_ERR_CONFIG,
+                       "'aio.block_size' %lld or 'aio.queue_depth' %lld is too large",
                        (long long)cfg->aio.block_size, (long long)cfg->aio.queue_depth);
     o->optim_home = home_of(cfg->zero_optimization.offload_optimizer.device);
     o->param_home = home_of(cfg->zero_optimization.offload_param.device);
@@ -159,8 +160,7 @@ zo_status zt_options_from_config(zt_options *o, const zo_train_config *cfg, int 
 {
     ZT_TRY(to_int(cfg->train_micro_batch_size_per_gpu, "train_micro_batch_size_per_gpu",
                   &o->micro_batch));
-    ZT_TRY(to_int(cfg->gradient_accumulation_steps, "gradient_accumulation_steps",
-                  &o->grad_accum));
+    ZT_TRY(to_int(cfg->gradient_accumulation_steps, "gradient_accumulation_steps", &o->grad_accum));
     ZT_TRY(to_int(cfg->steps_per_print, "steps_per_print", log_every));
     optimizer(o, cfg);
     precision(o, cfg);

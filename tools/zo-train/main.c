@@ -39,17 +39,17 @@ typedef struct cli {
     int json;
     int log_every;
     char data_buf[PATH_MAX], swap_buf[PATH_MAX];
-    const char *config_path;         /* --config */
-    const char *sets[ZT_MAX_SETS];   /* --set KEY=VALUE */
+    const char *config_path;       /* --config */
+    const char *sets[ZT_MAX_SETS]; /* --set KEY=VALUE */
     int n_sets;
-    int steps_given, nvme_given;     /* flags that replace what the config said */
-    zo_train_config ds;              /* the resolved config (its paths are pointed to) */
+    int steps_given, nvme_given; /* flags that replace what the config said */
+    zo_train_config ds;          /* the resolved config (its paths are pointed to) */
     const char *save_dir, *resume, *init_weights;
     int save_every;
-    int start;                       /* steps done before this process (a resumed run) */
+    int start; /* steps done before this process (a resumed run) */
     char resumed_from[PATH_MAX], last_saved[PATH_MAX];
     const char *metrics_path, *trace_path;
-    int progress; /* -1 auto (in place on a terminal), 0 log lines, 1 in place */
+    int progress;    /* -1 auto (in place on a terminal), 0 log lines, 1 in place */
     int max_skipped; /* fp16: overflowing steps in a row before the run stops */
 } cli;
 
@@ -322,8 +322,8 @@ static int parse_caps_opt(int opt, const char *arg, cli *c)
     uint64_t b;
     if (zo_parse_bytes(arg, &b) != 0)
         return bad_value(name, arg, "a byte count such as 512MiB or 8GiB (0: none)");
-    *(opt == OPT_OPTIM_DEVICE_BYTES  ? &c->o.optim_caps.device
-      : opt == OPT_OPTIM_HOST_BYTES  ? &c->o.optim_caps.host
+    *(opt == OPT_OPTIM_DEVICE_BYTES   ? &c->o.optim_caps.device
+      : opt == OPT_OPTIM_HOST_BYTES   ? &c->o.optim_caps.host
       : opt == OPT_PARAM_DEVICE_BYTES ? &c->o.param_caps.device
                                       : &c->o.param_caps.host) = b;
     return 0;
@@ -454,7 +454,8 @@ static void default_paths(cli *c)
     }
     /* A path too long for PATH_MAX falls back to the working directory. */
     int n = snprintf(c->swap_buf, sizeof c->swap_buf, "%s/zo-train-swap", dir[0] ? dir : ".");
-    if (n < 0 || (size_t)n >= sizeof c->swap_buf) snprintf(c->swap_buf, sizeof c->swap_buf, "./zo-train-swap");
+    if (n < 0 || (size_t)n >= sizeof c->swap_buf)
+        snprintf(c->swap_buf, sizeof c->swap_buf, "./zo-train-swap");
     c->o.default_nvme_dir = c->swap_buf;
 }
 
@@ -496,7 +497,8 @@ static int apply_config(cli *c)
     if (!c->config_path) {
         if (c->n_sets == 0)
             return 0;
-        fprintf(stderr, "zo-train: --set %s: overrides apply to a config file: pass --config FILE\n",
+        fprintf(stderr,
+                "zo-train: --set %s: overrides apply to a config file: pass --config FILE\n",
                 c->sets[0]);
         return 2;
     }
@@ -669,7 +671,7 @@ static void add_stats(totals *t, const zo_step_stats *s)
 
 /* Where the figures of each step go. */
 typedef struct feedback {
-    int tty;          /* the progress line is updated in place */
+    int tty; /* the progress line is updated in place */
     FILE *metrics;
     zt_trace *trace;
     double t0, sum_step_s, last_line;
@@ -918,7 +920,8 @@ static void print_caps(const zt_setup *su)
         char d[32], h[32];
         printf("  %s split (caps: device %s, host %s): chunks on the device %u, host %u, nvme %u\n",
                what[i], zo_fmt_bytes_prec(d, sizeof d, caps[i]->device, 1),
-               zo_fmt_bytes_prec(h, sizeof h, caps[i]->host, 1), homes[i][0], homes[i][1], homes[i][2]);
+               zo_fmt_bytes_prec(h, sizeof h, caps[i]->host, 1), homes[i][0], homes[i][1],
+               homes[i][2]);
     }
 }
 
@@ -958,7 +961,8 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
                (unsigned long long)out->val_tokens);
     printf("bytes moved: host->device %s, device->host %s, nvme read %s, nvme write %s\n",
            zo_fmt_bytes_prec(a, sizeof a, tot->h2d, 1), zo_fmt_bytes_prec(b, sizeof b, tot->d2h, 1),
-           zo_fmt_bytes_prec(d, sizeof d, tot->nvme_r, 1), zo_fmt_bytes_prec(e, sizeof e, tot->nvme_w, 1));
+           zo_fmt_bytes_prec(d, sizeof d, tot->nvme_r, 1),
+           zo_fmt_bytes_prec(e, sizeof e, tot->nvme_w, 1));
     printf("stall: %.1f%% of step time; optimizer %.2f s, nvme wait %.2f s; %d clipped, %d "
            "overflow, %d "
            "rollbacks\n",
@@ -971,7 +975,8 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
            zo_fmt_bytes_prec(e, sizeof e, tot->last.peak_host, 1),
            zo_fmt_bytes_prec(f, sizeof f, tot->last.peak_nvme, 1));
     if (c->resumed_from[0])
-        printf("resumed from %s: steps %d..%d run here\n", c->resumed_from, c->start + 1, c->o.steps);
+        printf("resumed from %s: steps %d..%d run here\n", c->resumed_from, c->start + 1,
+               c->o.steps);
     if (c->last_saved[0])
         printf("checkpoint: %s\n", c->last_saved);
 }
@@ -1002,15 +1007,17 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
         (json_int_t)su->footprint.chunk_bytes, "chunks", (json_int_t)su->footprint.n_chunks);
     json_object_set_new(cfg, "placement",
                         json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "optimizer", "device",
-                                  (json_int_t)su->optim_caps.device, "host", (json_int_t)su->optim_caps.host,
-                                  "params", "device", (json_int_t)su->param_caps.device, "host",
+                                  (json_int_t)su->optim_caps.device, "host",
+                                  (json_int_t)su->optim_caps.host, "params", "device",
+                                  (json_int_t)su->param_caps.device, "host",
                                   (json_int_t)su->param_caps.host));
     json_object_set_new(cfg, "homes",
                         json_pack("{s:[iii],s:[iii]}", "params", (int)su->param_homes[0],
                                   (int)su->param_homes[1], (int)su->param_homes[2], "optimizer",
                                   (int)su->optim_homes[0], (int)su->optim_homes[1],
                                   (int)su->optim_homes[2]));
-    json_object_set_new(cfg, "config_file", c->config_path ? json_string(c->config_path) : json_null());
+    json_object_set_new(cfg, "config_file",
+                        c->config_path ? json_string(c->config_path) : json_null());
     json_object_set_new(cfg, "scheduler", json_string(zo_scheduler_type_name(c->o.sched.type)));
     return json_pack("{s:o,s:o,s:o}", "model", model, "device", dev, "config", cfg);
 }
@@ -1033,7 +1040,8 @@ static void print_json(const cli *c, const zt_setup *su, const float *losses, co
     json_object_set_new(root, "first_step", json_integer(c->start + 1));
     json_object_set_new(root, "resumed_from",
                         c->resumed_from[0] ? json_string(c->resumed_from) : json_null());
-    json_object_set_new(root, "checkpoint", c->last_saved[0] ? json_string(c->last_saved) : json_null());
+    json_object_set_new(root, "checkpoint",
+                        c->last_saved[0] ? json_string(c->last_saved) : json_null());
     json_object_set_new(root, "losses", json_nums(losses, NULL, n));
     json_object_set_new(root, "lrs", json_nums(NULL, lrs, n));
     json_object_set_new(root, "first_loss", json_num(n ? losses[0] : NAN));

@@ -220,12 +220,26 @@ static void place(zt_model *m, char *base)
         m->ckpt[l] = base + a.ckpt + (uint64_t)l * a.ckpt_stride;
     m->dres = base + a.dres;
 #define AT(off) ((void *)(base + (off)))
-    m->b = (block_ws){.h1 = AT(bo->h1), .q = AT(bo->q), .k = AT(bo->k), .v = AT(bo->v),
-                      .att = AT(bo->att), .attn_out = AT(bo->attn_out), .x2 = AT(bo->x2),
-                      .h2 = AT(bo->h2), .gate = AT(bo->gate), .up = AT(bo->up), .act = AT(bo->act),
-                      .dq = AT(bo->dq), .dk = AT(bo->dk), .dv = AT(bo->dv), .datt = AT(bo->datt),
-                      .rstd1 = AT(bo->rstd1), .rstd2 = AT(bo->rstd2)};
-    m->h = (head_ws){.hf = AT(ho->hf), .logits = AT(ho->logits), .rstd = AT(ho->rstd),
+    m->b = (block_ws){.h1 = AT(bo->h1),
+                      .q = AT(bo->q),
+                      .k = AT(bo->k),
+                      .v = AT(bo->v),
+                      .att = AT(bo->att),
+                      .attn_out = AT(bo->attn_out),
+                      .x2 = AT(bo->x2),
+                      .h2 = AT(bo->h2),
+                      .gate = AT(bo->gate),
+                      .up = AT(bo->up),
+                      .act = AT(bo->act),
+                      .dq = AT(bo->dq),
+                      .dk = AT(bo->dk),
+                      .dv = AT(bo->dv),
+                      .datt = AT(bo->datt),
+                      .rstd1 = AT(bo->rstd1),
+                      .rstd2 = AT(bo->rstd2)};
+    m->h = (head_ws){.hf = AT(ho->hf),
+                     .logits = AT(ho->logits),
+                     .rstd = AT(ho->rstd),
                      .row_loss = AT(ho->row_loss)};
 #undef AT
     m->emb_grad = (float *)(base + a.emb_grad);

@@ -28,10 +28,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model_shape.h"
 #include "zo/device.h"
 #include "zo/engine.h"
 #include "zo/ops.h"
-#include "model_shape.h"
 
 /* ---- where the parameters come from ---- */
 

@@ -49,9 +49,11 @@ void zt_progress_line(FILE *f, int tty, const zt_step_figures *g)
             "%s nvme %s  nvme %.2f GB/s  stall %.1f%%%s%s",
             tty ? "\r\033[K" : "", g->step, g->total, g->loss, g->lr, g->tokens_per_s,
             g->model_tflops, duration(eta, sizeof eta, g->eta_s),
-            compact_bytes(b[0], sizeof b[0], g->in_use[0]), compact_bytes(b[1], sizeof b[1], g->in_use[1]),
-            compact_bytes(b[2], sizeof b[2], g->in_use[2]), compact_bytes(b[3], sizeof b[3], g->in_use[3]),
-            g->nvme_gbps, g->stall_pct, tag, tty ? "" : "\n");
+            compact_bytes(b[0], sizeof b[0], g->in_use[0]),
+            compact_bytes(b[1], sizeof b[1], g->in_use[1]),
+            compact_bytes(b[2], sizeof b[2], g->in_use[2]),
+            compact_bytes(b[3], sizeof b[3], g->in_use[3]), g->nvme_gbps, g->stall_pct, tag,
+            tty ? "" : "\n");
     fflush(f);
 }
 
@@ -110,7 +112,7 @@ enum {
     TID_D2H,
     TID_JOBS,
     TID_UPDATE,
-    TID_NVME = 100,  /* + 32 * store + lane */
+    TID_NVME = 100,   /* + 32 * store + lane */
     TID_WORKER = 200, /* + worker */
     NVME_LANES = 32,
     MAX_WORKERS = 1024,
@@ -164,7 +166,8 @@ static void put_span(zt_trace *t, int tid, const char *cat, const char *name, in
     if (fprintf(t->f,
                 "%s{\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"cat\":\"%s\",\"name\":\"%s\",\"ts\":%.3f,"
                 "\"dur\":%.3f,\"args\":{%s}}",
-                t->events ? ",\n" : "", tid, cat, label, us(t, t0), (double)(t1 - t0) / 1e3, args) < 0)
+                t->events ? ",\n" : "", tid, cat, label, us(t, t0), (double)(t1 - t0) / 1e3,
+                args) < 0)
         t->err = errno ? errno : EIO;
     t->events++;
 }
@@ -206,8 +209,8 @@ static int track_tid(zt_trace *t, const zo_trace_event *ev)
     return TID_MAIN;
 }
 
-static const char *const track_cats[] = {"copy", "copy", "compute", "nvme", "engine", "optimizer",
-                                         "optimizer"};
+static const char *const track_cats[] = {"copy",   "copy",      "compute",  "nvme",
+                                         "engine", "optimizer", "optimizer"};
 
 void zt_trace_event(void *ctx, const zo_trace_event *ev)
 {
@@ -242,8 +245,10 @@ void zt_trace_main(zt_trace *t, const char *name, int step, uint64_t t0_ns, uint
 static void name_track(zt_trace *t, int tid, const char *name)
 {
     fprintf(t->f,
-            "%s{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"%s\"}},\n"
-            "{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":%d}}",
+            "%s{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"%"
+            "s\"}},\n"
+            "{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_sort_index\",\"args\":{\"sort_"
+            "index\":%d}}",
             t->events++ ? ",\n" : "", tid, name, tid, tid);
 }
 
@@ -251,10 +256,15 @@ zo_status zt_trace_close(zt_trace *t)
 {
     if (!t)
         return ZO_OK;
-    static const char *const names[] = {NULL,          "training loop", "compute stream",
-                                        "h2d stream (copy engine)", "d2h stream (copy engine)",
-                                        "engine host jobs", "optimizer update"};
-    fprintf(t->f, "%s{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"zo-train\"}}",
+    static const char *const names[] = {NULL,
+                                        "training loop",
+                                        "compute stream",
+                                        "h2d stream (copy engine)",
+                                        "d2h stream (copy engine)",
+                                        "engine host jobs",
+                                        "optimizer update"};
+    fprintf(t->f,
+            "%s{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"zo-train\"}}",
             t->events++ ? ",\n" : "");
     for (int tid = TID_MAIN; tid <= TID_UPDATE; tid++)
         if (t->used[tid])
@@ -262,8 +272,8 @@ zo_status zt_trace_close(zt_trace *t)
     char name[64];
     for (int s = 0; s < 2; s++)
         for (int l = 0; l < t->lanes[s]; l++) {
-            snprintf(name, sizeof name, "nvme queue: %s (lane %d)", s ? "parameters" : "optimizer states",
-                     l);
+            snprintf(name, sizeof name, "nvme queue: %s (lane %d)",
+                     s ? "parameters" : "optimizer states", l);
             name_track(t, TID_NVME + NVME_LANES * s + l, name);
         }
     for (int w = 0; w < t->workers; w++) {
@@ -274,8 +284,8 @@ zo_status zt_trace_close(zt_trace *t)
     int err = t->err;
     if (fclose(t->f) != 0 && !err)
         err = errno ? errno : EIO;
-    zo_status st = err ? zt_fail(ZO_ERR_IO, "writing the trace file %s: %s", t->path, strerror(err))
-                       : ZO_OK;
+    zo_status st =
+        err ? zt_fail(ZO_ERR_IO, "writing the trace file %s: %s", t->path, strerror(err)) : ZO_OK;
     pthread_mutex_destroy(&t->mu);
     free(t);
     return st;

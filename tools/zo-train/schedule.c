@@ -66,7 +66,8 @@ static double cosine_ratio(const zt_schedule *s, int64_t it)
     const double pi = 3.14159265358979323846;
     if (it < warmup_steps(s))
         return s->warmup_min_ratio + warmup_fraction(s, it) * (1.0 - s->warmup_min_ratio);
-    double done = (double)(it - warmup_steps(s) + 1), total = (double)(s->total_num_steps - warmup_steps(s));
+    double done = (double)(it - warmup_steps(s) + 1),
+           total = (double)(s->total_num_steps - warmup_steps(s));
     double r = (1.0 + cos(pi * done / total)) / 2.0;
     return fmax(0.0, s->cos_min_ratio + (1.0 - s->cos_min_ratio) * r);
 }

@@ -39,7 +39,9 @@ typedef struct zt_schedule {
 
 /* DeepSpeed's defaults, no schedule. */
 #define ZT_SCHEDULE_INIT                                                                           \
-    {ZO_SCHEDULER_NONE, 0.0, 1e-3, 1000, ZO_WARMUP_LOG, 0, 0.0, 1e-4, -1}
+    {                                                                                              \
+        ZO_SCHEDULER_NONE, 0.0, 1e-3, 1000, ZO_WARMUP_LOG, 0, 0.0, 1e-4, -1                        \
+    }
 
 /* The schedule of a resolved config. */
 void zt_schedule_from_config(zt_schedule *s, const zo_train_config *cfg);

@@ -32,11 +32,11 @@ struct zt_trainer {
     int32_t *in, *tgt;   /* one step's tokens */
     int32_t *vin, *vtgt; /* validation tokens (a failed step keeps its own for the retry) */
     float *losses;
-    int retry;       /* the last step failed: run it again on the same tokens */
-    int64_t sched_it; /* the schedule's last_batch_iteration */
-    int64_t step;     /* steps done */
-    double lr;        /* the rate of the next step */
-    double last_lr;   /* ... and of the last step run */
+    int retry;           /* the last step failed: run it again on the same tokens */
+    int64_t sched_it;    /* the schedule's last_batch_iteration */
+    int64_t step;        /* steps done */
+    double lr;           /* the rate of the next step */
+    double last_lr;      /* ... and of the last step run */
     zo_phase open_phase; /* the phase of the layer fetched last (its end mark) */
     uint64_t mark_t0;    /* the compute stream's current layer began (trace) */
 };
@@ -61,8 +61,14 @@ static zo_status mark_layer(void *arg)
         t->mark_t0 = now;
         return ZO_OK;
     }
-    zo_trace_event ev = {ZO_TRACK_COMPUTE, 0, m->phase == ZO_PHASE_BACKWARD ? "backward" : "forward",
-                         t->mark_t0, now, m->layer, -1, 0};
+    zo_trace_event ev = {ZO_TRACK_COMPUTE,
+                         0,
+                         m->phase == ZO_PHASE_BACKWARD ? "backward" : "forward",
+                         t->mark_t0,
+                         now,
+                         m->layer,
+                         -1,
+                         0};
     t->o.trace(t->o.trace_ctx, &ev);
     return ZO_OK;
 }
@@ -83,7 +89,8 @@ static zo_status eng_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, 
     ZT_LIB(zo_engine_fetch(t->eng, layer, phase, s, p, g, n));
     t->open_phase = phase;
     char name[32];
-    snprintf(name, sizeof name, "%s L%d", phase == ZO_PHASE_BACKWARD ? "backward" : "forward", layer);
+    snprintf(name, sizeof name, "%s L%d", phase == ZO_PHASE_BACKWARD ? "backward" : "forward",
+             layer);
     zo_nvtx_push(name); /* the layer's work being enqueued */
     return mark(t, layer, phase, s, 0);
 }
@@ -124,7 +131,9 @@ static void resolve_homes(zt_trainer *t)
 {
     int cuda = is_cuda(t);
     if (t->o.param_home == ZT_HOME_DEFAULT) /* a host cap spills the rest to NVMe */
-        t->o.param_home = t->o.param_caps.host ? ZO_TIER_NVME : cuda ? ZO_TIER_DEVICE : ZO_TIER_HOST;
+        t->o.param_home = t->o.param_caps.host ? ZO_TIER_NVME
+                          : cuda               ? ZO_TIER_DEVICE
+                                               : ZO_TIER_HOST;
     if (t->o.optim_home == ZT_HOME_DEFAULT && t->o.optim_caps.host)
         t->o.optim_home = ZO_TIER_NVME;
     if (t->o.optim_home == ZT_HOME_DEFAULT) /* parameters on NVMe need the optimizer there */

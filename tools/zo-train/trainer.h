@@ -34,9 +34,9 @@ typedef struct zt_options {
     zt_schedule sched;   /* the learning-rate schedule (none: lr, constant) */
     uint64_t seed;
     float init_std;
-    const char *device;         /* "auto", "cpu" or "cuda" */
-    uint64_t device_mem;        /* the device budget (cpu: its capacity); 0: default */
-    int param_home, optim_home; /* zo_tier, or ZT_HOME_DEFAULT */
+    const char *device;                    /* "auto", "cpu" or "cuda" */
+    uint64_t device_mem;                   /* the device budget (cpu: its capacity); 0: default */
+    int param_home, optim_home;            /* zo_tier, or ZT_HOME_DEFAULT */
     zo_engine_caps param_caps, optim_caps; /* per-chunk homes: bytes a faster tier holds */
     int placement_auto; /* fill the host up to the host limit with what is homed on NVMe */
     const char *nvme_paths[ZT_MAX_NVME_PATHS];
@@ -44,16 +44,17 @@ typedef struct zt_options {
     const char *default_nvme_dir; /* used when a home is nvme and no path is given */
     zo_optim_mode mode;
     zo_dtype dtype; /* ZO_DTYPE_BF16 or ZO_DTYPE_F16 */
-    zo_loss_scaler_config loss_scaler; /* fp16 (DeepSpeed's fp16 section; static when loss_scale > 0) */
-    uint64_t chunk_bytes; /* 0: the largest tensor's 16-bit bytes, 4 KiB multiple */
+    zo_loss_scaler_config
+        loss_scaler;       /* fp16 (DeepSpeed's fp16 section; static when loss_scale > 0) */
+    uint64_t chunk_bytes;  /* 0: the largest tensor's 16-bit bytes, 4 KiB multiple */
     uint64_t pinned_bytes; /* the pinned host budget (0: what the plan needs) */
     uint64_t host_mem;     /* the host memory limit the plan is checked against (0: the
                               machine's, zt_host_limit) */
     uint32_t nvme_queue_depth, nvme_block_size; /* NVMe requests (0: the swap store's defaults) */
-    int lookahead;        /* engine prefetch depth */
-    int optim_threads;    /* 0: the engine's default */
-    double val_fraction;  /* held-out tail of the data */
-    int val_batches;      /* validation micro-batches at most */
+    int lookahead;                              /* engine prefetch depth */
+    int optim_threads;                          /* 0: the engine's default */
+    double val_fraction;                        /* held-out tail of the data */
+    int val_batches;                            /* validation micro-batches at most */
     int resume_allow_changes; /* a checkpoint of other settings may be continued */
     const zo_swap_fault
         *nvme_faults; /* tests: armed when the swap stores open (zo_engine_set_swap_faults) */
@@ -81,7 +82,7 @@ typedef struct zt_setup {
     uint64_t activation_bytes; /* the model's arena */
     uint64_t engine_device_bytes;
     zo_tier param_home, optim_home;
-    zo_engine_caps param_caps, optim_caps; /* per-chunk homes, as given or chosen (auto) */
+    zo_engine_caps param_caps, optim_caps;   /* per-chunk homes, as given or chosen (auto) */
     uint32_t param_homes[3], optim_homes[3]; /* chunks homed at each tier (by zo_tier) */
     char nvme_dir[512]; /* the first NVMe path, "" when nothing lives on NVMe */
     zo_engine_footprint footprint;

@@ -118,9 +118,9 @@ typedef struct zo_train_config {
     int64_t train_batch_size;
     int64_t train_micro_batch_size_per_gpu;
     int64_t gradient_accumulation_steps;
-    int64_t world_size;        /* the world size the batch sizes were resolved for */
-    double gradient_clipping;  /* 0 = off */
-    int64_t steps_per_print;   /* 10 */
+    int64_t world_size;       /* the world size the batch sizes were resolved for */
+    double gradient_clipping; /* 0 = off */
+    int64_t steps_per_print;  /* 10 */
 
     struct {
         zo_optimizer_type type;     /* Adam */
@@ -146,13 +146,13 @@ typedef struct zo_train_config {
     } scheduler;
 
     struct {
-        int enabled;                /* 0 */
-        double loss_scale;          /* 0 = dynamic */
+        int enabled;                 /* 0 */
+        double loss_scale;           /* 0 = dynamic */
         int64_t initial_scale_power; /* 16: the dynamic scale starts at 2^16 */
-        int64_t loss_scale_window;  /* 1000 */
-        int64_t hysteresis;         /* 2 */
-        int consecutive_hysteresis; /* 0 */
-        double min_loss_scale;      /* 1 */
+        int64_t loss_scale_window;   /* 1000 */
+        int64_t hysteresis;          /* 2 */
+        int consecutive_hysteresis;  /* 0 */
+        double min_loss_scale;       /* 1 */
     } fp16;
 
     struct {
@@ -179,13 +179,13 @@ typedef struct zo_train_config {
     } aio;
 
     struct {
-        int64_t device_mem;                    /* bytes; 0 = all free device memory */
-        int64_t host_mem;                      /* pinned host bytes; 0 = planner decides */
-        int64_t chunk_size;                    /* bytes; 0 = planner decides */
-        zo_optim_mode optimizer_mode;          /* sync */
-        int64_t prefetch_lookahead;            /* 2 layers */
-        zo_dtype optimizer_state_dtype;        /* fp32 */
-        int64_t n_nvme_paths;                  /* 0 */
+        int64_t device_mem;             /* bytes; 0 = all free device memory */
+        int64_t host_mem;               /* pinned host bytes; 0 = planner decides */
+        int64_t chunk_size;             /* bytes; 0 = planner decides */
+        zo_optim_mode optimizer_mode;   /* sync */
+        int64_t prefetch_lookahead;     /* 2 layers */
+        zo_dtype optimizer_state_dtype; /* fp32 */
+        int64_t n_nvme_paths;           /* 0 */
         char nvme_paths[ZO_CONFIG_MAX_NVME_PATHS][ZO_CONFIG_PATH_CAP];
         /* Per-chunk homes: "auto" (the trainer splits by its host memory), or
          * the bytes of each state that a tier faster than its home may hold
@@ -208,21 +208,33 @@ typedef struct zo_train_config {
 #define ZO_TRAIN_CONFIG_INIT                                                                       \
     {                                                                                              \
         .struct_size = sizeof(zo_train_config), .world_size = 1, .steps_per_print = 10,            \
-        .optimizer = {.type = ZO_OPTIMIZER_ADAM, .lr = 1e-3, .betas = {0.9, 0.999}, .eps = 1e-8,   \
-                      .adam_w_mode = 1, .bias_correction = 1, .decoupled_weight_decay = 1},        \
-        .scheduler = {.warmup_max_lr = 1e-3, .warmup_num_steps = 1000, .cos_min_ratio = 1e-4,      \
+        .optimizer = {.type = ZO_OPTIMIZER_ADAM,                                                   \
+                      .lr = 1e-3,                                                                  \
+                      .betas = {0.9, 0.999},                                                       \
+                      .eps = 1e-8,                                                                 \
+                      .adam_w_mode = 1,                                                            \
+                      .bias_correction = 1,                                                        \
+                      .decoupled_weight_decay = 1},                                                \
+        .scheduler = {.warmup_max_lr = 1e-3,                                                       \
+                      .warmup_num_steps = 1000,                                                    \
+                      .cos_min_ratio = 1e-4,                                                       \
                       .last_batch_iteration = -1},                                                 \
-        .fp16 = {.initial_scale_power = 16, .loss_scale_window = 1000, .hysteresis = 2,            \
+        .fp16 = {.initial_scale_power = 16,                                                        \
+                 .loss_scale_window = 1000,                                                        \
+                 .hysteresis = 2,                                                                  \
                  .min_loss_scale = 1.0},                                                           \
-        .zero_optimization = {.offload_optimizer = {.buffer_count = 4},                           \
-                              .offload_param = {.buffer_count = 5, .buffer_size = 100000000,      \
+        .zero_optimization = {.offload_optimizer = {.buffer_count = 4},                            \
+                              .offload_param = {.buffer_count = 5,                                 \
+                                                .buffer_size = 100000000,                          \
                                                 .max_in_cpu = 1000000000},                         \
                               .stage3_prefetch_bucket_size = 50000000,                             \
                               .stage3_max_live_parameters = 1000000000,                            \
                               .stage3_max_reuse_distance = 1000000000,                             \
                               .stage3_param_persistence_threshold = 100000,                        \
                               .sub_group_size = 1000000000},                                       \
-        .aio = {.block_size = 1048576, .queue_depth = 8, .intra_op_parallelism = 1,                \
+        .aio = {.block_size = 1048576,                                                             \
+                .queue_depth = 8,                                                                  \
+                .intra_op_parallelism = 1,                                                         \
                 .overlap_events = 1},                                                              \
         .zoffload = {.prefetch_lookahead = 2},                                                     \
     }
