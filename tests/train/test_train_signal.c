@@ -195,12 +195,16 @@ static void test_second_sigint_exits_at_once(void **state)
     /* The first signal lets the step finish and saves; on a loaded machine
      * that save can complete before the watcher thread takes the pending
      * SIGINT. Either way `latest` is absent or names a whole checkpoint. */
-    if (zt_ckpt_has_latest(save))
-        assert_true(latest_step(save) >= 2);
+    int saved = zt_ckpt_has_latest(save) ? latest_step(save) : 0;
+    if (saved)
+        assert_true(saved >= 2);
     rm_rf(metrics);
-    pid = spawn(save, swap, metrics, 3, 0);
+    /* The next run on the same directories: a fresh one, or a --resume of
+     * the checkpoint when the first signal's save got written. */
+    int steps = saved ? saved + 1 : 3;
+    pid = spawn(save, swap, metrics, steps, saved != 0);
     assert_int_equal(exit_code(pid), 0);
-    assert_int_equal(latest_step(save), 3);
+    assert_int_equal(latest_step(save), steps);
     assert_int_equal(dir_entries(swap), 0);
 }
 
