@@ -80,7 +80,9 @@ zo_status eng_host_alloc(struct zo_engine *e, uint64_t bytes, float **out)
     *out = NULL;
     if (!bytes)
         return ZO_OK;
-    void *p = aligned_alloc(4096, zo_round_up(bytes, 4096));
+    /* Optimizer states, backups and accumulators are streamed whole by the
+     * CPU Adam: on 2 MiB pages where the system allows (THP madvise). */
+    void *p = zo_huge_alloc(bytes);
     if (!p)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %" PRIu64 " bytes of host memory",
                        bytes);
