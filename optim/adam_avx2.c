@@ -8,13 +8,34 @@
 #define ZV_W 8
 typedef __m256 zv;
 
-static inline zv zv_set1(float x) { return _mm256_set1_ps(x); }
-static inline zv zv_mul(zv a, zv b) { return _mm256_mul_ps(a, b); }
-static inline zv zv_fma(zv a, zv b, zv c) { return _mm256_fmadd_ps(a, b, c); }
-static inline zv zv_div(zv a, zv b) { return _mm256_div_ps(a, b); }
-static inline zv zv_sqrt(zv a) { return _mm256_sqrt_ps(a); }
-static inline zv zv_ld32(const float *p) { return _mm256_loadu_ps(p); }
-static inline void zv_st32(float *p, zv x) { _mm256_storeu_ps(p, x); }
+static inline zv zv_set1(float x)
+{
+    return _mm256_set1_ps(x);
+}
+static inline zv zv_mul(zv a, zv b)
+{
+    return _mm256_mul_ps(a, b);
+}
+static inline zv zv_fma(zv a, zv b, zv c)
+{
+    return _mm256_fmadd_ps(a, b, c);
+}
+static inline zv zv_div(zv a, zv b)
+{
+    return _mm256_div_ps(a, b);
+}
+static inline zv zv_sqrt(zv a)
+{
+    return _mm256_sqrt_ps(a);
+}
+static inline zv zv_ld32(const float *p)
+{
+    return _mm256_loadu_ps(p);
+}
+static inline void zv_st32(float *p, zv x)
+{
+    _mm256_storeu_ps(p, x);
+}
 
 /* Eight 32-bit values that each fit in 16 bits, packed in order. */
 static inline __m128i pack_low16(__m256i r)
@@ -35,23 +56,31 @@ static inline void zv_stbf(uint16_t *p, zv x)
     __m256i u = _mm256_castps_si256(x);
     __m256i hi = _mm256_srli_epi32(u, 16);
     __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
     __m256i q = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
     __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
     r = _mm256_blendv_epi8(r, q, nan);
     _mm_storeu_si128((__m128i *)p, pack_low16(r));
 }
 
-static inline zv zv_ldhf(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline zv zv_ldhf(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
 static inline void zv_sthf(uint16_t *p, zv x)
 {
-    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm_storeu_si128((__m128i *)p,
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
 typedef struct {
     __m256d lo, hi;
 } zacc;
-static inline zacc zacc_zero(void) { return (zacc){_mm256_setzero_pd(), _mm256_setzero_pd()}; }
+static inline zacc zacc_zero(void)
+{
+    return (zacc){_mm256_setzero_pd(), _mm256_setzero_pd()};
+}
 static inline zacc zacc_add(zacc a, zv x)
 {
     __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
@@ -64,21 +93,37 @@ static inline double zacc_sum(zacc a)
     _mm256_storeu_pd(lanes, a.lo);
     _mm256_storeu_pd(lanes + 4, a.hi);
     double s = 0.0;
-    for (int k = 0; k < 8; k++) s += lanes[k];
+    for (int k = 0; k < 8; k++)
+        s += lanes[k];
     return s;
 }
 
 typedef __m256i zr32;
 typedef __m128i zr16;
-static inline zr32 zr_ld32(const uint32_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
-static inline void zr_st32(uint32_t *p, zr32 x) { _mm256_storeu_si256((__m256i *)p, x); }
-static inline zr16 zr_ld16(const uint16_t *p) { return _mm_loadu_si128((const __m128i *)p); }
-static inline void zr_st16(uint16_t *p, zr16 x) { _mm_storeu_si128((__m128i *)p, x); }
-static inline zr16 zr_narrow(zr32 x) { return pack_low16(_mm256_and_si256(x, _mm256_set1_epi32(0xffff))); }
+static inline zr32 zr_ld32(const uint32_t *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+static inline void zr_st32(uint32_t *p, zr32 x)
+{
+    _mm256_storeu_si256((__m256i *)p, x);
+}
+static inline zr16 zr_ld16(const uint16_t *p)
+{
+    return _mm_loadu_si128((const __m128i *)p);
+}
+static inline void zr_st16(uint16_t *p, zr16 x)
+{
+    _mm_storeu_si128((__m128i *)p, x);
+}
+static inline zr16 zr_narrow(zr32 x)
+{
+    return pack_low16(_mm256_and_si256(x, _mm256_set1_epi32(0xffff)));
+}
 #define zr_opaque32(x) __asm__ volatile("" : "+x"(x))
 #define zr_opaque16(x) __asm__ volatile("" : "+x"(x))
 
 #define ZV_TABLE zo_optim_kernels_avx2
-#define ZV_NAME "avx2"
+#define ZV_NAME  "avx2"
 #include "adam_simd.h"
 #endif

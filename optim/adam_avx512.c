@@ -9,13 +9,34 @@
 #define ZV_W 16
 typedef __m512 zv;
 
-static inline zv zv_set1(float x) { return _mm512_set1_ps(x); }
-static inline zv zv_mul(zv a, zv b) { return _mm512_mul_ps(a, b); }
-static inline zv zv_fma(zv a, zv b, zv c) { return _mm512_fmadd_ps(a, b, c); }
-static inline zv zv_div(zv a, zv b) { return _mm512_div_ps(a, b); }
-static inline zv zv_sqrt(zv a) { return _mm512_sqrt_ps(a); }
-static inline zv zv_ld32(const float *p) { return _mm512_loadu_ps(p); }
-static inline void zv_st32(float *p, zv x) { _mm512_storeu_ps(p, x); }
+static inline zv zv_set1(float x)
+{
+    return _mm512_set1_ps(x);
+}
+static inline zv zv_mul(zv a, zv b)
+{
+    return _mm512_mul_ps(a, b);
+}
+static inline zv zv_fma(zv a, zv b, zv c)
+{
+    return _mm512_fmadd_ps(a, b, c);
+}
+static inline zv zv_div(zv a, zv b)
+{
+    return _mm512_div_ps(a, b);
+}
+static inline zv zv_sqrt(zv a)
+{
+    return _mm512_sqrt_ps(a);
+}
+static inline zv zv_ld32(const float *p)
+{
+    return _mm512_loadu_ps(p);
+}
+static inline void zv_st32(float *p, zv x)
+{
+    _mm512_storeu_ps(p, x);
+}
 
 static inline zv zv_ldbf(const uint16_t *p)
 {
@@ -39,23 +60,31 @@ static inline void zv_stbf(uint16_t *p, zv x)
     __m512i u = _mm512_castps_si512(x);
     __m512i hi = _mm512_srli_epi32(u, 16);
     __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
     __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
     _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
 }
 #endif
 
-static inline zv zv_ldhf(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+static inline zv zv_ldhf(const uint16_t *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
 static inline void zv_sthf(uint16_t *p, zv x)
 {
-    _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_storeu_si256((__m256i *)p,
+                        _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
 typedef struct {
     __m512d lo, hi;
 } zacc;
-static inline zacc zacc_zero(void) { return (zacc){_mm512_setzero_pd(), _mm512_setzero_pd()}; }
+static inline zacc zacc_zero(void)
+{
+    return (zacc){_mm512_setzero_pd(), _mm512_setzero_pd()};
+}
 static inline zacc zacc_add(zacc a, zv x)
 {
     __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
@@ -68,26 +97,42 @@ static inline double zacc_sum(zacc a)
     _mm512_storeu_pd(lanes, a.lo);
     _mm512_storeu_pd(lanes + 8, a.hi);
     double s = 0.0;
-    for (int k = 0; k < 16; k++) s += lanes[k];
+    for (int k = 0; k < 16; k++)
+        s += lanes[k];
     return s;
 }
 
 typedef __m512i zr32;
 typedef __m256i zr16;
-static inline zr32 zr_ld32(const uint32_t *p) { return _mm512_loadu_si512(p); }
-static inline void zr_st32(uint32_t *p, zr32 x) { _mm512_storeu_si512(p, x); }
-static inline zr16 zr_ld16(const uint16_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
-static inline void zr_st16(uint16_t *p, zr16 x) { _mm256_storeu_si256((__m256i *)p, x); }
-static inline zr16 zr_narrow(zr32 x) { return _mm512_cvtepi32_epi16(x); }
+static inline zr32 zr_ld32(const uint32_t *p)
+{
+    return _mm512_loadu_si512(p);
+}
+static inline void zr_st32(uint32_t *p, zr32 x)
+{
+    _mm512_storeu_si512(p, x);
+}
+static inline zr16 zr_ld16(const uint16_t *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+static inline void zr_st16(uint16_t *p, zr16 x)
+{
+    _mm256_storeu_si256((__m256i *)p, x);
+}
+static inline zr16 zr_narrow(zr32 x)
+{
+    return _mm512_cvtepi32_epi16(x);
+}
 #define zr_opaque32(x) __asm__ volatile("" : "+v"(x))
 #define zr_opaque16(x) __asm__ volatile("" : "+v"(x))
 
 #ifdef ZO_AVX512_NATIVE_BF16
 #define ZV_TABLE zo_optim_kernels_avx512_bf16
-#define ZV_NAME "avx512_bf16"
+#define ZV_NAME  "avx512_bf16"
 #else
 #define ZV_TABLE zo_optim_kernels_avx512
-#define ZV_NAME "avx512"
+#define ZV_NAME  "avx512"
 #endif
 #include "adam_simd.h"
 #endif

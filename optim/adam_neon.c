@@ -9,15 +9,39 @@
 #define ZV_W 4
 typedef float32x4_t zv;
 
-static inline zv zv_set1(float x) { return vdupq_n_f32(x); }
-static inline zv zv_mul(zv a, zv b) { return vmulq_f32(a, b); }
-static inline zv zv_fma(zv a, zv b, zv c) { return vfmaq_f32(c, a, b); }
-static inline zv zv_div(zv a, zv b) { return vdivq_f32(a, b); }
-static inline zv zv_sqrt(zv a) { return vsqrtq_f32(a); }
-static inline zv zv_ld32(const float *p) { return vld1q_f32(p); }
-static inline void zv_st32(float *p, zv x) { vst1q_f32(p, x); }
+static inline zv zv_set1(float x)
+{
+    return vdupq_n_f32(x);
+}
+static inline zv zv_mul(zv a, zv b)
+{
+    return vmulq_f32(a, b);
+}
+static inline zv zv_fma(zv a, zv b, zv c)
+{
+    return vfmaq_f32(c, a, b);
+}
+static inline zv zv_div(zv a, zv b)
+{
+    return vdivq_f32(a, b);
+}
+static inline zv zv_sqrt(zv a)
+{
+    return vsqrtq_f32(a);
+}
+static inline zv zv_ld32(const float *p)
+{
+    return vld1q_f32(p);
+}
+static inline void zv_st32(float *p, zv x)
+{
+    vst1q_f32(p, x);
+}
 
-static inline zv zv_ldbf(const uint16_t *p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
+static inline zv zv_ldbf(const uint16_t *p)
+{
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
 
 /* Round to nearest even; NaNs are quieted instead of rounded. */
 static inline void zv_stbf(uint16_t *p, zv x)
@@ -31,13 +55,22 @@ static inline void zv_stbf(uint16_t *p, zv x)
     vst1_u16(p, vmovn_u32(vbslq_u32(ordered, r, q)));
 }
 
-static inline zv zv_ldhf(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
-static inline void zv_sthf(uint16_t *p, zv x) { vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(x))); }
+static inline zv zv_ldhf(const uint16_t *p)
+{
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+}
+static inline void zv_sthf(uint16_t *p, zv x)
+{
+    vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(x)));
+}
 
 typedef struct {
     float64x2_t lo, hi;
 } zacc;
-static inline zacc zacc_zero(void) { return (zacc){vdupq_n_f64(0.0), vdupq_n_f64(0.0)}; }
+static inline zacc zacc_zero(void)
+{
+    return (zacc){vdupq_n_f64(0.0), vdupq_n_f64(0.0)};
+}
 static inline zacc zacc_add(zacc a, zv x)
 {
     float64x2_t lo = vcvt_f64_f32(vget_low_f32(x));
@@ -52,15 +85,30 @@ static inline double zacc_sum(zacc a)
 
 typedef uint32x4_t zr32;
 typedef uint16x4_t zr16;
-static inline zr32 zr_ld32(const uint32_t *p) { return vld1q_u32(p); }
-static inline void zr_st32(uint32_t *p, zr32 x) { vst1q_u32(p, x); }
-static inline zr16 zr_ld16(const uint16_t *p) { return vld1_u16(p); }
-static inline void zr_st16(uint16_t *p, zr16 x) { vst1_u16(p, x); }
-static inline zr16 zr_narrow(zr32 x) { return vmovn_u32(x); }
+static inline zr32 zr_ld32(const uint32_t *p)
+{
+    return vld1q_u32(p);
+}
+static inline void zr_st32(uint32_t *p, zr32 x)
+{
+    vst1q_u32(p, x);
+}
+static inline zr16 zr_ld16(const uint16_t *p)
+{
+    return vld1_u16(p);
+}
+static inline void zr_st16(uint16_t *p, zr16 x)
+{
+    vst1_u16(p, x);
+}
+static inline zr16 zr_narrow(zr32 x)
+{
+    return vmovn_u32(x);
+}
 #define zr_opaque32(x) __asm__ volatile("" : "+w"(x))
 #define zr_opaque16(x) __asm__ volatile("" : "+w"(x))
 
 #define ZV_TABLE zo_optim_kernels_neon
-#define ZV_NAME "neon"
+#define ZV_NAME  "neon"
 #include "adam_simd.h"
 #endif

@@ -81,7 +81,8 @@ static inline void zs_roofline_elems(const zo_adam_buffers *b, size_t begin, siz
         zs_move_bits(b->master, 4, i);
         zs_move_bits(b->m, ss, i);
         zs_move_bits(b->v, ss, i);
-        if (b->out) ((volatile uint16_t *)b->out)[i] = (uint16_t)g;
+        if (b->out)
+            ((volatile uint16_t *)b->out)[i] = (uint16_t)g;
     }
 }
 

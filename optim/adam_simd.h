@@ -57,12 +57,13 @@ ZV_ALWAYS void zv_adam_loop(const zo_adam_consts *c, const zo_adam_buffers *b, s
 }
 
 #define ZV_ADAM_INSTANCE(G, S, O)                                                                  \
-    static void zv_adam_##G##_##S##_##O(const zo_adam_consts *c, const zo_adam_buffers *b,        \
+    static void zv_adam_##G##_##S##_##O(const zo_adam_consts *c, const zo_adam_buffers *b,         \
                                         size_t begin, size_t end)                                  \
     {                                                                                              \
         zv_adam_loop(c, b, begin, end, ZO_DTYPE_##G, ZO_DTYPE_##S, ZO_DTYPE_##O);                  \
     }
-#define ZV_ADAM_BY_OUT(G, S) ZV_ADAM_INSTANCE(G, S, NONE) ZV_ADAM_INSTANCE(G, S, BF16) ZV_ADAM_INSTANCE(G, S, F16)
+#define ZV_ADAM_BY_OUT(G, S)                                                                       \
+    ZV_ADAM_INSTANCE(G, S, NONE) ZV_ADAM_INSTANCE(G, S, BF16) ZV_ADAM_INSTANCE(G, S, F16)
 #define ZV_ADAM_BY_STATE(G) ZV_ADAM_BY_OUT(G, F32) ZV_ADAM_BY_OUT(G, BF16)
 ZV_ADAM_BY_STATE(F32)
 ZV_ADAM_BY_STATE(F16)
@@ -70,7 +71,10 @@ ZV_ADAM_BY_STATE(BF16)
 
 typedef void (*zv_adam_fn)(const zo_adam_consts *, const zo_adam_buffers *, size_t, size_t);
 
-#define ZV_ROW(G, S) {zv_adam_##G##_##S##_NONE, zv_adam_##G##_##S##_BF16, zv_adam_##G##_##S##_F16}
+#define ZV_ROW(G, S)                                                                               \
+    {                                                                                              \
+        zv_adam_##G##_##S##_NONE, zv_adam_##G##_##S##_BF16, zv_adam_##G##_##S##_F16                \
+    }
 /* [grad][state][out] (grad: F32, F16, BF16; state: F32, BF16; out: NONE, BF16, F16). */
 static const zv_adam_fn zv_adam_table[3][2][3] = {
     {ZV_ROW(F32, F32), ZV_ROW(F32, BF16)},
@@ -89,7 +93,8 @@ ZV_ALWAYS double zv_sum_sq_loop(const void *grad, zo_dtype t, size_t begin, size
 {
     zacc acc = zacc_zero();
     size_t i = begin;
-    for (; i + ZV_W <= end; i += ZV_W) acc = zacc_add(acc, zv_load_as(grad, t, i));
+    for (; i + ZV_W <= end; i += ZV_W)
+        acc = zacc_add(acc, zv_load_as(grad, t, i));
     return zacc_sum(acc) + zs_sum_sq(grad, t, i, end);
 }
 
@@ -140,7 +145,8 @@ ZV_ALWAYS void zv_roofline_loop(const zo_adam_buffers *b, size_t begin, size_t e
             zv_move16(b->m, i);
             zv_move16(b->v, i);
         }
-        if (out) zr_st16((uint16_t *)b->out + i, g16);
+        if (out)
+            zr_st16((uint16_t *)b->out + i, g16);
     }
     zs_roofline_elems(b, i, end);
 }
@@ -150,14 +156,22 @@ static void zv_roofline(const zo_adam_buffers *b, size_t begin, size_t end)
     int g32 = b->grad_type == ZO_DTYPE_F32, s32 = b->state_type == ZO_DTYPE_F32;
     int out = b->out_type != ZO_DTYPE_NONE;
     /* Spelled out so each case is its own constant-folded loop. */
-    if (g32 && s32 && out) zv_roofline_loop(b, begin, end, 1, 1, 1);
-    else if (g32 && s32) zv_roofline_loop(b, begin, end, 1, 1, 0);
-    else if (g32 && out) zv_roofline_loop(b, begin, end, 1, 0, 1);
-    else if (g32) zv_roofline_loop(b, begin, end, 1, 0, 0);
-    else if (s32 && out) zv_roofline_loop(b, begin, end, 0, 1, 1);
-    else if (s32) zv_roofline_loop(b, begin, end, 0, 1, 0);
-    else if (out) zv_roofline_loop(b, begin, end, 0, 0, 1);
-    else zv_roofline_loop(b, begin, end, 0, 0, 0);
+    if (g32 && s32 && out)
+        zv_roofline_loop(b, begin, end, 1, 1, 1);
+    else if (g32 && s32)
+        zv_roofline_loop(b, begin, end, 1, 1, 0);
+    else if (g32 && out)
+        zv_roofline_loop(b, begin, end, 1, 0, 1);
+    else if (g32)
+        zv_roofline_loop(b, begin, end, 1, 0, 0);
+    else if (s32 && out)
+        zv_roofline_loop(b, begin, end, 0, 1, 1);
+    else if (s32)
+        zv_roofline_loop(b, begin, end, 0, 1, 0);
+    else if (out)
+        zv_roofline_loop(b, begin, end, 0, 0, 1);
+    else
+        zv_roofline_loop(b, begin, end, 0, 0, 0);
 }
 
 const zo_optim_kernels ZV_TABLE = {ZV_NAME, zv_adam, zv_sum_sq, zv_roofline};

@@ -15,8 +15,8 @@ typedef struct zo_adam_consts {
     float step_size;    /* lr / bias_correction1 */
     float inv_sqrt_bc2; /* 1 / sqrt(bias_correction2) */
     float eps;
-    float decay;        /* AdamW: 1 - lr*wd; Adam: 1 */
-    float l2;           /* Adam: wd; AdamW: 0 */
+    float decay; /* AdamW: 1 - lr*wd; Adam: 1 */
+    float l2;    /* Adam: wd; AdamW: 0 */
     float grad_scale;
 } zo_adam_consts;
 

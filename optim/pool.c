@@ -75,7 +75,8 @@ static const char *job_name(job_kind k)
 static void span_tile(struct zo_optim_pool *pool, zo_optim_trace_span *span, int *open,
                       const struct zo_optim_job *j, size_t elems, uint64_t t0)
 {
-    if (*open && span->seq != j->seq) pool->trace(pool->trace_ctx, span);
+    if (*open && span->seq != j->seq)
+        pool->trace(pool->trace_ctx, span);
     if (!*open || span->seq != j->seq) {
         span->job = job_name(j->kind);
         span->seq = j->seq;
@@ -116,7 +117,8 @@ static void job_complete(struct zo_optim_job *j)
 {
     if (j->kind == JOB_GRAD_STATS) {
         double s = 0.0;
-        for (size_t t = 0; t < (j->b.n + ZO_NORM_BLOCK - 1) / ZO_NORM_BLOCK; t++) s += j->partials[t];
+        for (size_t t = 0; t < (j->b.n + ZO_NORM_BLOCK - 1) / ZO_NORM_BLOCK; t++)
+            s += j->partials[t];
         j->stats.sum_sq = s;
         j->stats.nonfinite = !isfinite(s);
     }
@@ -131,9 +133,11 @@ static void job_complete(struct zo_optim_job *j)
 static void split_head(struct zo_optim_pool *pool)
 {
     const struct zo_optim_job *j = pool->head;
-    if (!j) return;
+    if (!j)
+        return;
     size_t n = (size_t)pool->nthreads;
-    for (size_t i = 0; i < n; i++) pool->spans[i] = (tile_span){j->ntiles * i / n, j->ntiles * (i + 1) / n};
+    for (size_t i = 0; i < n; i++)
+        pool->spans[i] = (tile_span){j->ntiles * i / n, j->ntiles * (i + 1) / n};
 }
 
 /* A worker takes at most this many elements of its span at a time: few
@@ -155,9 +159,11 @@ static int take_tiles(struct zo_optim_pool *pool, const struct zo_optim_job *j, 
         size_t most = 0;
         for (int i = 0; i < pool->nthreads; i++) {
             size_t left = pool->spans[i].hi - pool->spans[i].lo;
-            if (left > most) most = left, victim = i;
+            if (left > most)
+                most = left, victim = i;
         }
-        if (victim < 0) return 0;
+        if (victim < 0)
+            return 0;
         tile_span *v = &pool->spans[victim];
         size_t mid = v->hi - (most + 1) / 2; /* a last single tile goes too */
         *own = (tile_span){mid, v->hi};
@@ -176,9 +182,11 @@ static int take_tiles(struct zo_optim_pool *pool, const struct zo_optim_job *j, 
 static void finish_tiles(struct zo_optim_pool *pool, struct zo_optim_job *j, size_t count)
 {
     j->tiles_done += count;
-    if (j->tiles_done < j->ntiles) return;
+    if (j->tiles_done < j->ntiles)
+        return;
     pool->head = j->next;
-    if (!pool->head) pool->tail = NULL;
+    if (!pool->head)
+        pool->tail = NULL;
     split_head(pool);
     /* Waiters: the next job may start, or a stopping pool's workers may now
      * exit. */
@@ -220,7 +228,8 @@ static void *worker_main(void *arg)
             pthread_mutex_lock(&pool->mu);
             continue;
         }
-        if (!j && pool->stop) break;
+        if (!j && pool->stop)
+            break;
         pthread_cond_wait(&pool->work_cv, &pool->mu);
     }
     pthread_mutex_unlock(&pool->mu);
@@ -229,22 +238,26 @@ static void *worker_main(void *arg)
 
 static zo_status check_cores(const zo_optim_pool_config *cfg)
 {
-    if (!cfg->cores) return ZO_OK;
+    if (!cfg->cores)
+        return ZO_OK;
     if (cfg->ncores < 1)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "cores is set but ncores is %d; give at least one core",
-                       cfg->ncores);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim",
+                       "cores is set but ncores is %d; give at least one core", cfg->ncores);
     /* The process's set, not the calling thread's: that one may have been
      * narrowed (an OpenMP runtime binds its threads) and is not where the
      * workers go. */
     cpu_set_t allowed;
     if (zo_process_cpus(&allowed) != 0)
-        return ZO_FAIL(ZO_ERR_SYSTEM, "optim", "reading the process's CPU set: %s", strerror(errno));
+        return ZO_FAIL(ZO_ERR_SYSTEM, "optim", "reading the process's CPU set: %s",
+                       strerror(errno));
     for (int i = 0; i < cfg->ncores; i++) {
         int c = cfg->cores[i];
         if (c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &allowed))
-            return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim",
-                           "core %d (cores[%d]) is not one this process may run on (it may use %d cores; "
-                           "see sched_getaffinity or taskset -p)", c, i, CPU_COUNT(&allowed));
+            return ZO_FAIL(
+                ZO_ERR_INVALID_ARG, "optim",
+                "core %d (cores[%d]) is not one this process may run on (it may use %d cores; "
+                "see sched_getaffinity or taskset -p)",
+                c, i, CPU_COUNT(&allowed));
     }
     return ZO_OK;
 }
@@ -252,13 +265,17 @@ static zo_status check_cores(const zo_optim_pool_config *cfg)
 static zo_status check_config(const zo_optim_pool_config *cfg)
 {
     if (!cfg || cfg->struct_size < sizeof *cfg)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_optim_pool_config is NULL or its struct_size is "
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim",
+                       "zo_optim_pool_config is NULL or its struct_size is "
                        "wrong; initialize it with ZO_OPTIM_POOL_CONFIG_INIT");
     if (cfg->nthreads < 1 || cfg->nthreads > 1024)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "nthreads %d must be between 1 and 1024", cfg->nthreads);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "nthreads %d must be between 1 and 1024",
+                       cfg->nthreads);
     if (cfg->tile_elems % 64)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "tile_elems %zu must be a multiple of 64 (or 0 for the "
-                       "default)", cfg->tile_elems);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim",
+                       "tile_elems %zu must be a multiple of 64 (or 0 for the "
+                       "default)",
+                       cfg->tile_elems);
     return check_cores(cfg);
 }
 
@@ -266,13 +283,15 @@ static zo_status check_config(const zo_optim_pool_config *cfg)
  * cores given, the process's CPUs, whatever the creating thread's mask. */
 static int worker_affinity(const zo_optim_pool_config *cfg, int i, cpu_set_t *set)
 {
-    if (!cfg->cores) return zo_process_cpus(set) == 0 ? 0 : errno;
+    if (!cfg->cores)
+        return zo_process_cpus(set) == 0 ? 0 : errno;
     CPU_ZERO(set);
     if (cfg->nthreads <= cfg->ncores) {
         CPU_SET(cfg->cores[i], set);
         return 0;
     }
-    for (int c = 0; c < cfg->ncores; c++) CPU_SET(cfg->cores[c], set);
+    for (int c = 0; c < cfg->ncores; c++)
+        CPU_SET(cfg->cores[c], set);
     return 0;
 }
 
@@ -281,14 +300,17 @@ static zo_status start_worker(struct zo_optim_pool *pool, const zo_optim_pool_co
     pthread_attr_t attr;
     int rc = pthread_attr_init(&attr);
     cpu_set_t set;
-    if (rc == 0) rc = worker_affinity(cfg, i, &set);
-    if (rc == 0) rc = pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+    if (rc == 0)
+        rc = worker_affinity(cfg, i, &set);
+    if (rc == 0)
+        rc = pthread_attr_setaffinity_np(&attr, sizeof set, &set);
     pool->workers[i] = (pool_worker){pool, i};
-    if (rc == 0) rc = pthread_create(&pool->threads[i], &attr, worker_main, &pool->workers[i]);
+    if (rc == 0)
+        rc = pthread_create(&pool->threads[i], &attr, worker_main, &pool->workers[i]);
     pthread_attr_destroy(&attr);
     if (rc != 0)
-        return ZO_FAIL(ZO_ERR_SYSTEM, "optim", "starting optimizer worker %d of %d: %s", i, cfg->nthreads,
-                       strerror(rc));
+        return ZO_FAIL(ZO_ERR_SYSTEM, "optim", "starting optimizer worker %d of %d: %s", i,
+                       cfg->nthreads, strerror(rc));
     return ZO_OK;
 }
 
@@ -298,28 +320,36 @@ static void stop_workers(struct zo_optim_pool *pool, int started)
     pool->stop = 1;
     pthread_cond_broadcast(&pool->work_cv);
     pthread_mutex_unlock(&pool->mu);
-    for (int i = 0; i < started; i++) pthread_join(pool->threads[i], NULL);
+    for (int i = 0; i < started; i++)
+        pthread_join(pool->threads[i], NULL);
 }
 
 zo_status zo_optim_pool_init(zo_optim_pool_t *out, const zo_optim_pool_config *cfg)
 {
-    if (!out) return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_optim_pool_init: out is NULL");
+    if (!out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_optim_pool_init: out is NULL");
     *out = NULL;
     ZO_TRY(check_config(cfg));
     struct zo_optim_pool *pool = calloc(1, sizeof *pool);
-    if (pool) pool->threads = calloc((size_t)cfg->nthreads, sizeof *pool->threads);
-    if (pool) pool->workers = calloc((size_t)cfg->nthreads, sizeof *pool->workers);
-    if (pool) pool->spans = calloc((size_t)cfg->nthreads, sizeof *pool->spans);
+    if (pool)
+        pool->threads = calloc((size_t)cfg->nthreads, sizeof *pool->threads);
+    if (pool)
+        pool->workers = calloc((size_t)cfg->nthreads, sizeof *pool->workers);
+    if (pool)
+        pool->spans = calloc((size_t)cfg->nthreads, sizeof *pool->spans);
     if (!pool || !pool->threads || !pool->workers || !pool->spans) {
-        if (pool) free(pool->threads), free(pool->workers), free(pool->spans);
+        if (pool)
+            free(pool->threads), free(pool->workers), free(pool->spans);
         free(pool);
         return ZO_FAIL(ZO_ERR_NO_MEMORY, "optim", "allocating a pool of %d workers", cfg->nthreads);
     }
     pool->nthreads = cfg->nthreads;
     pool->trace = cfg->trace;
     pool->trace_ctx = cfg->trace_ctx;
-    pool->tile = cfg->tile_elems ? cfg->tile_elems
-                                 : (size_t)zo_env_int("ZO_OPTIM_TILE", ZO_OPTIM_TILE_DEFAULT, 64, 1 << 26) / 64 * 64;
+    pool->tile =
+        cfg->tile_elems
+            ? cfg->tile_elems
+            : (size_t)zo_env_int("ZO_OPTIM_TILE", ZO_OPTIM_TILE_DEFAULT, 64, 1 << 26) / 64 * 64;
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->work_cv, NULL);
     for (int i = 0; i < cfg->nthreads; i++) {
@@ -341,7 +371,8 @@ zo_status zo_optim_pool_init(zo_optim_pool_t *out, const zo_optim_pool_config *c
 
 void zo_optim_pool_free(zo_optim_pool_t pool)
 {
-    if (!pool) return;
+    if (!pool)
+        return;
     stop_workers(pool, pool->nthreads); /* workers drain the queue before they see stop */
     pthread_cond_destroy(&pool->work_cv);
     pthread_mutex_destroy(&pool->mu);
@@ -351,13 +382,20 @@ void zo_optim_pool_free(zo_optim_pool_t pool)
     free(pool);
 }
 
-int zo_optim_pool_nthreads(zo_optim_pool_t pool) { return pool ? pool->nthreads : 0; }
-size_t zo_optim_pool_tile_elems(zo_optim_pool_t pool) { return pool ? pool->tile : 0; }
+int zo_optim_pool_nthreads(zo_optim_pool_t pool)
+{
+    return pool ? pool->nthreads : 0;
+}
+size_t zo_optim_pool_tile_elems(zo_optim_pool_t pool)
+{
+    return pool ? pool->tile : 0;
+}
 
 static zo_status job_new(zo_optim_pool_t pool, job_kind kind, size_t n, struct zo_optim_job **out)
 {
     struct zo_optim_job *j = calloc(1, sizeof *j);
-    if (!j) return ZO_FAIL(ZO_ERR_NO_MEMORY, "optim", "allocating an optimizer job");
+    if (!j)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "optim", "allocating an optimizer job");
     j->kind = kind;
     /* Gradient sums need whole blocks in a tile. */
     j->tile = kind == JOB_GRAD_STATS ? zo_round_up(pool->tile, ZO_NORM_BLOCK) : pool->tile;
@@ -398,7 +436,8 @@ static void job_submit(zo_optim_pool_t pool, struct zo_optim_job *j)
 static zo_status check_pool_job(zo_optim_pool_t pool, zo_optim_job_t *job)
 {
     if (!pool || !job)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "%s is NULL", !pool ? "pool" : "job (the handle to fill)");
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "%s is NULL",
+                       !pool ? "pool" : "job (the handle to fill)");
     *job = NULL;
     return ZO_OK;
 }
@@ -438,9 +477,8 @@ zo_status zo_optim_pool_roofline_enqueue(zo_optim_pool_t pool, const zo_adam_buf
     return ZO_OK;
 }
 
-zo_status zo_optim_pool_grad_stats_enqueue(zo_optim_pool_t pool, const void *grad,
-                                           zo_dtype type, size_t n, int simd_level,
-                                           zo_optim_job_t *job)
+zo_status zo_optim_pool_grad_stats_enqueue(zo_optim_pool_t pool, const void *grad, zo_dtype type,
+                                           size_t n, int simd_level, zo_optim_job_t *job)
 {
     const zo_optim_kernels *k;
     ZO_TRY(check_pool_job(pool, job));
@@ -459,7 +497,8 @@ zo_status zo_optim_pool_grad_stats_enqueue(zo_optim_pool_t pool, const void *gra
 
 zo_status zo_optim_job_poll(zo_optim_job_t job)
 {
-    if (!job) return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_optim_job_poll: job is NULL");
+    if (!job)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_optim_job_poll: job is NULL");
     pthread_mutex_lock(&job->mu);
     int done = job->done;
     pthread_mutex_unlock(&job->mu);
@@ -468,11 +507,14 @@ zo_status zo_optim_job_poll(zo_optim_job_t job)
 
 zo_status zo_optim_job_wait(zo_optim_job_t job, zo_grad_stats *stats)
 {
-    if (!job) return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_optim_job_wait: job is NULL");
+    if (!job)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_optim_job_wait: job is NULL");
     pthread_mutex_lock(&job->mu);
-    while (!job->done) pthread_cond_wait(&job->cv, &job->mu);
+    while (!job->done)
+        pthread_cond_wait(&job->cv, &job->mu);
     pthread_mutex_unlock(&job->mu);
-    if (stats) *stats = job->stats;
+    if (stats)
+        *stats = job->stats;
     pthread_cond_destroy(&job->cv);
     pthread_mutex_destroy(&job->mu);
     free(job->partials);
@@ -488,11 +530,12 @@ zo_status zo_optim_pool_adam_step(zo_optim_pool_t pool, const zo_adam_params *p,
     return zo_optim_job_wait(job, NULL);
 }
 
-zo_status zo_optim_pool_grad_stats(zo_optim_pool_t pool, const void *grad, zo_dtype type,
-                                   size_t n, zo_grad_stats *out)
+zo_status zo_optim_pool_grad_stats(zo_optim_pool_t pool, const void *grad, zo_dtype type, size_t n,
+                                   zo_grad_stats *out)
 {
     zo_optim_job_t job;
-    if (!out) return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_optim_pool_grad_stats: out is NULL");
+    if (!out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_optim_pool_grad_stats: out is NULL");
     ZO_TRY(zo_optim_pool_grad_stats_enqueue(pool, grad, type, n, -1, &job));
     return zo_optim_job_wait(job, out);
 }

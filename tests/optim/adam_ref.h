@@ -32,12 +32,18 @@ static inline double ref_load(const void *base, zo_dtype t, size_t i)
 
 static inline void case_store(void *base, zo_dtype t, size_t i, float x)
 {
-    if (t == ZO_DTYPE_F32) ((float *)base)[i] = x;
-    else if (t == ZO_DTYPE_BF16) ((uint16_t *)base)[i] = zo_f32_to_bf16(x);
-    else ((uint16_t *)base)[i] = zo_f32_to_f16(x);
+    if (t == ZO_DTYPE_F32)
+        ((float *)base)[i] = x;
+    else if (t == ZO_DTYPE_BF16)
+        ((uint16_t *)base)[i] = zo_f32_to_bf16(x);
+    else
+        ((uint16_t *)base)[i] = zo_f32_to_f16(x);
 }
 
-static inline double rand_unit(uint64_t *s) { return (double)(zo_test_rand(s) >> 11) * 0x1p-53; }
+static inline double rand_unit(uint64_t *s)
+{
+    return (double)(zo_test_rand(s) >> 11) * 0x1p-53;
+}
 
 /* A value of varied magnitude: mostly ordinary, some tiny, some huge, some
  * zeros of either sign. kind_range limits the exponent (fp16 holds less). */
@@ -102,7 +108,8 @@ static inline void case_free(adam_case *c)
 static inline void case_fill_grads(adam_case *c, uint64_t *s)
 {
     int tiny = c->gt == ZO_DTYPE_F16 ? -20 : -100, huge = c->gt == ZO_DTYPE_F16 ? 14 : 40;
-    for (size_t i = 0; i < c->n; i++) case_store(c->grad, c->gt, i, rand_value(s, tiny, huge));
+    for (size_t i = 0; i < c->n; i++)
+        case_store(c->grad, c->gt, i, rand_value(s, tiny, huge));
 }
 
 /* Random master, m and v >= 0 (v is a mean of squares); the reference
@@ -128,10 +135,12 @@ static inline void ref_adam_step(adam_case *c, const zo_adam_params *p)
     for (size_t i = 0; i < c->n; i++) {
         double g = ref_load(c->grad, c->gt, i) * (double)p->grad_scale;
         double w = c->rp[i];
-        if (!p->adamw) g += wd * w;
+        if (!p->adamw)
+            g += wd * w;
         double m = b1 * c->rm[i] + (1.0 - b1) * g;
         double v = b2 * c->rv[i] + (1.0 - b2) * g * g;
-        if (p->adamw) w *= 1.0 - lr * wd;
+        if (p->adamw)
+            w *= 1.0 - lr * wd;
         w -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + (double)p->eps);
         c->rp[i] = w;
         c->rm[i] = m;

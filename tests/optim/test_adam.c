@@ -14,13 +14,14 @@
  * the one allowed difference). */
 #include "adam_ref.h"
 
-static const zo_simd_level all_levels[] = {ZO_SIMD_SCALAR, ZO_SIMD_AVX2, ZO_SIMD_AVX512, ZO_SIMD_AVX512_BF16,
-                                           ZO_SIMD_NEON};
+static const zo_simd_level all_levels[] = {ZO_SIMD_SCALAR, ZO_SIMD_AVX2, ZO_SIMD_AVX512,
+                                           ZO_SIMD_AVX512_BF16, ZO_SIMD_NEON};
 #define NLEVELS ((int)(sizeof all_levels / sizeof *all_levels))
 
 static int level_runs(zo_simd_level l)
 {
-    if (zo_cpu_simd_supported(l)) return 1;
+    if (zo_cpu_simd_supported(l))
+        return 1;
     print_message("  variant %s: skipped, this CPU (%s) cannot run it\n", zo_simd_level_name(l),
                   zo_simd_level_name(zo_cpu_simd_detected()));
     return 0;
@@ -34,7 +35,8 @@ typedef struct snapshot {
 
 static snapshot snap_take(const adam_case *c)
 {
-    snapshot s = {NULL, NULL, NULL, NULL, c->n * zo_dtype_size(c->gt), c->n * zo_dtype_size(c->st), c->n};
+    snapshot s = {NULL, NULL, NULL, NULL, c->n * zo_dtype_size(c->gt), c->n * zo_dtype_size(c->st),
+                  c->n};
     s.grad = xcalloc(1, s.gbytes);
     s.master = xcalloc(c->n, 4);
     s.m = xcalloc(1, s.sbytes);
@@ -52,7 +54,8 @@ static void snap_restore(const snapshot *s, adam_case *c)
     memcpy(c->master, s->master, s->n * 4);
     memcpy(c->m, s->m, s->sbytes);
     memcpy(c->v, s->v, s->sbytes);
-    if (c->out) memset(c->out, 0, s->n * 2);
+    if (c->out)
+        memset(c->out, 0, s->n * 2);
 }
 
 static void snap_free(snapshot *s)
@@ -63,49 +66,58 @@ static void snap_free(snapshot *s)
     free(s->v);
 }
 
-static void check_close(double got, double ref, double terms, double extra_rel, double atol, const char *what,
-                        size_t i, const char *label)
+static void check_close(double got, double ref, double terms, double extra_rel, double atol,
+                        const char *what, size_t i, const char *label)
 {
     double tol = 1e-6 * terms + extra_rel * fabs(ref) + atol;
     int ok = isfinite(ref) ? fabs(got - ref) <= tol : isnan(ref) ? isnan(got) : got == ref;
     if (!ok)
-        fail_msg("%s: %s[%zu] = %.9g, reference %.17g (|diff| %.3g > tol %.3g)", label, what, i, got, ref,
-                 fabs(got - ref), tol);
+        fail_msg("%s: %s[%zu] = %.9g, reference %.17g (|diff| %.3g > tol %.3g)", label, what, i,
+                 got, ref, fabs(got - ref), tol);
 }
 
 /* 16-bit stores of the native-bf16 variant vs the scalar rounding. */
 static int bf16_native_equiv(uint16_t native, uint16_t scalar)
 {
-    if (native == scalar) return 1;
+    if (native == scalar)
+        return 1;
     int tiny = (scalar & 0x7f80) == 0 || (scalar & 0x7fff) == 0x0080; /* from an fp32 subnormal */
     return tiny && native == (scalar & 0x8000);
 }
 
 static void check_out_matches_master(const adam_case *c, zo_simd_level l, const char *label)
 {
-    if (!c->out) return;
+    if (!c->out)
+        return;
     for (size_t i = 0; i < c->n; i++) {
         uint16_t o = ((const uint16_t *)c->out)[i];
-        uint16_t want = c->ot == ZO_DTYPE_BF16 ? zo_f32_to_bf16(c->master[i]) : zo_f32_to_f16(c->master[i]);
-        int ok = o == want || (l == ZO_SIMD_AVX512_BF16 && c->ot == ZO_DTYPE_BF16 && bf16_native_equiv(o, want));
-        if (!ok) fail_msg("%s: out[%zu] = 0x%04x, conversion of master %a is 0x%04x", label, i, o, c->master[i], want);
+        uint16_t want =
+            c->ot == ZO_DTYPE_BF16 ? zo_f32_to_bf16(c->master[i]) : zo_f32_to_f16(c->master[i]);
+        int ok = o == want ||
+                 (l == ZO_SIMD_AVX512_BF16 && c->ot == ZO_DTYPE_BF16 && bf16_native_equiv(o, want));
+        if (!ok)
+            fail_msg("%s: out[%zu] = 0x%04x, conversion of master %a is 0x%04x", label, i, o,
+                     c->master[i], want);
     }
 }
 
 /* Compares a case against the reference; `before` holds the inputs. */
-static void check_against_reference(const adam_case *c, const snapshot *before, const zo_adam_params *p,
-                                    zo_simd_level l, const char *label)
+static void check_against_reference(const adam_case *c, const snapshot *before,
+                                    const zo_adam_params *p, zo_simd_level l, const char *label)
 {
     double b1 = p->beta1, lr = p->lr, wd = p->weight_decay;
     double bc1 = p->bias_correction ? 1.0 - pow(b1, (double)p->step) : 1.0;
     double bc2 = p->bias_correction ? 1.0 - pow(p->beta2, (double)p->step) : 1.0;
     double decay = p->adamw ? 1.0 - lr * wd : 1.0;
     /* bf16 moments: their rounding, and one bf16 subnormal step (2^-133). */
-    double extra = c->st == ZO_DTYPE_BF16 ? 0x1p-8 : 0.0, atol = c->st == ZO_DTYPE_BF16 ? 0x1p-133 : 1e-44;
+    double extra = c->st == ZO_DTYPE_BF16 ? 0x1p-8 : 0.0,
+           atol = c->st == ZO_DTYPE_BF16 ? 0x1p-133 : 1e-44;
     for (size_t i = 0; i < c->n; i++) {
         double w0 = ((const float *)before->master)[i];
-        double m0 = ref_load(before->m, c->st, i), g = ref_load(before->grad, c->gt, i) * (double)p->grad_scale;
-        if (!p->adamw) g += wd * w0;
+        double m0 = ref_load(before->m, c->st, i),
+               g = ref_load(before->grad, c->gt, i) * (double)p->grad_scale;
+        if (!p->adamw)
+            g += wd * w0;
         double sm = fabs(b1 * m0) + fabs((1.0 - b1) * g) + (p->adamw ? 0.0 : fabs(wd * w0));
         double denom = sqrt(c->rv[i]) / sqrt(bc2) + (double)p->eps;
         double sw = fabs(w0 * decay) + lr / bc1 * sm / denom;
@@ -116,15 +128,16 @@ static void check_against_reference(const adam_case *c, const snapshot *before, 
     check_out_matches_master(c, l, label);
 }
 
-static void assert_bitwise(const void *a, const void *b, size_t n, size_t esize, int native_bf16, const char *what,
-                           const char *label)
+static void assert_bitwise(const void *a, const void *b, size_t n, size_t esize, int native_bf16,
+                           const char *what, const char *label)
 {
     for (size_t i = 0; i < n; i++) {
         if (esize == 4) {
             uint32_t x, y;
             memcpy(&x, (const char *)a + 4 * i, 4);
             memcpy(&y, (const char *)b + 4 * i, 4);
-            if (x != y) fail_msg("%s: %s[%zu] 0x%08x differs from scalar 0x%08x", label, what, i, x, y);
+            if (x != y)
+                fail_msg("%s: %s[%zu] 0x%08x differs from scalar 0x%08x", label, what, i, x, y);
         } else {
             uint16_t x = ((const uint16_t *)a)[i], y = ((const uint16_t *)b)[i];
             if (x != y && !(native_bf16 && bf16_native_equiv(x, y)))
@@ -141,11 +154,13 @@ typedef struct results {
 static results results_copy(const adam_case *c)
 {
     size_t sb = c->n * zo_dtype_size(c->st);
-    results r = {xcalloc(c->n, 4), xcalloc(1, sb), xcalloc(1, sb), c->out ? xcalloc(c->n, 2) : NULL};
+    results r = {xcalloc(c->n, 4), xcalloc(1, sb), xcalloc(1, sb),
+                 c->out ? xcalloc(c->n, 2) : NULL};
     memcpy(r.master, c->master, c->n * 4);
     memcpy(r.m, c->m, sb);
     memcpy(r.v, c->v, sb);
-    if (c->out) memcpy(r.out, c->out, c->n * 2);
+    if (c->out)
+        memcpy(r.out, c->out, c->n * 2);
     return r;
 }
 
@@ -157,14 +172,17 @@ static void results_free(results *r)
     free(r->out);
 }
 
-static void compare_to_scalar(const adam_case *c, const results *scalar, zo_simd_level l, const char *label)
+static void compare_to_scalar(const adam_case *c, const results *scalar, zo_simd_level l,
+                              const char *label)
 {
     int native = l == ZO_SIMD_AVX512_BF16;
     size_t ss = zo_dtype_size(c->st);
     assert_bitwise(c->master, scalar->master, c->n, 4, 0, "master", label);
     assert_bitwise(c->m, scalar->m, c->n, ss, native, "m", label);
     assert_bitwise(c->v, scalar->v, c->n, ss, native, "v", label);
-    if (c->out) assert_bitwise(c->out, scalar->out, c->n, 2, native && c->ot == ZO_DTYPE_BF16, "out", label);
+    if (c->out)
+        assert_bitwise(c->out, scalar->out, c->n, 2, native && c->ot == ZO_DTYPE_BF16, "out",
+                       label);
 }
 
 static void run_one_config(zo_dtype gt, zo_dtype st, zo_dtype ot, int adamw, uint64_t seed)
@@ -186,16 +204,19 @@ static void run_one_config(zo_dtype gt, zo_dtype st, zo_dtype ot, int adamw, uin
     results scalar = {0};
     for (int k = 0; k < NLEVELS; k++) {
         zo_simd_level l = all_levels[k];
-        if (!zo_cpu_simd_supported(l)) continue;
+        if (!zo_cpu_simd_supported(l))
+            continue;
         char label[160];
-        snprintf(label, sizeof label, "%s grad %s state %s out %s %s", zo_simd_level_name(l), zo_dtype_name(gt),
-                 zo_dtype_name(st), zo_dtype_name(ot), adamw ? "adamw" : "adam");
+        snprintf(label, sizeof label, "%s grad %s state %s out %s %s", zo_simd_level_name(l),
+                 zo_dtype_name(gt), zo_dtype_name(st), zo_dtype_name(ot), adamw ? "adamw" : "adam");
         snap_restore(&before, &c);
         p.simd_level = (int)l;
         ZO_ASSERT_OK(zo_adam_step(&p, &c.b));
         check_against_reference(&c, &before, &p, l, label);
-        if (l == ZO_SIMD_SCALAR) scalar = results_copy(&c);
-        else compare_to_scalar(&c, &scalar, l, label);
+        if (l == ZO_SIMD_SCALAR)
+            scalar = results_copy(&c);
+        else
+            compare_to_scalar(&c, &scalar, l, label);
     }
     results_free(&scalar);
     snap_free(&before);
@@ -204,7 +225,8 @@ static void run_one_config(zo_dtype gt, zo_dtype st, zo_dtype ot, int adamw, uin
 
 static void test_every_variant_and_precision(void **state)
 {
-    for (int k = 0; k < NLEVELS; k++) level_runs(all_levels[k]);
+    for (int k = 0; k < NLEVELS; k++)
+        level_runs(all_levels[k]);
     static const zo_dtype gts[] = {ZO_DTYPE_F32, ZO_DTYPE_F16, ZO_DTYPE_BF16};
     static const zo_dtype sts[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16};
     static const zo_dtype ots[] = {ZO_DTYPE_NONE, ZO_DTYPE_BF16, ZO_DTYPE_F16};
@@ -212,7 +234,8 @@ static void test_every_variant_and_precision(void **state)
     for (int g = 0; g < 3; g++)
         for (int s = 0; s < 2; s++)
             for (int o = 0; o < 3; o++)
-                for (int w = 0; w < 2; w++) run_one_config(gts[g], sts[s], ots[o], w, seed++);
+                for (int w = 0; w < 2; w++)
+                    run_one_config(gts[g], sts[s], ots[o], w, seed++);
 }
 
 /* No bias correction, no decay, betas and eps 0: the update is lr * g/|g|. */
@@ -255,7 +278,8 @@ static void test_nonfinite_gradients(void **state)
         case_fill_grads(&c, &s);
         case_fill_state(&c, &s);
         static const size_t bad[] = {0, 17, 500, 998};
-        for (size_t k = 0; k < 4; k++) put_nonfinite(&c, bad[k], (int)k);
+        for (size_t k = 0; k < 4; k++)
+            put_nonfinite(&c, bad[k], (int)k);
         snapshot before = snap_take(&c);
         zo_adam_params p = ZO_ADAM_PARAMS_INIT;
         p.adamw = 1;
@@ -263,7 +287,8 @@ static void test_nonfinite_gradients(void **state)
         ref_adam_step(&c, &p);
         for (int k = 0; k < NLEVELS; k++) {
             zo_simd_level l = all_levels[k];
-            if (!zo_cpu_simd_supported(l)) continue;
+            if (!zo_cpu_simd_supported(l))
+                continue;
             zo_grad_stats st;
             ZO_ASSERT_OK(zo_grad_stats_compute(c.grad, c.gt, c.n, (int)l, &st));
             assert_int_equal(st.nonfinite, 1);
@@ -291,20 +316,23 @@ static void test_grad_stats(void **state)
         case_fill_grads(&c, &s);
         /* The reference sum in long double, in index order. */
         long double ref = 0;
-        for (size_t i = 0; i < c.n; i++) ref += (long double)ref_load(c.grad, c.gt, i) * ref_load(c.grad, c.gt, i);
+        for (size_t i = 0; i < c.n; i++)
+            ref += (long double)ref_load(c.grad, c.gt, i) * ref_load(c.grad, c.gt, i);
         for (int k = 0; k < NLEVELS; k++) {
             zo_simd_level l = all_levels[k];
-            if (!zo_cpu_simd_supported(l)) continue;
+            if (!zo_cpu_simd_supported(l))
+                continue;
             zo_grad_stats st = {-1, -1};
             ZO_ASSERT_OK(zo_grad_stats_compute(c.grad, c.gt, c.n, (int)l, &st));
             assert_int_equal(st.nonfinite, 0);
             if (!(fabsl(st.sum_sq - ref) <= 1e-13L * ref))
-                fail_msg("%s %s: sum_sq %.17g, reference %.17Lg", zo_simd_level_name(l), zo_dtype_name(c.gt),
-                         st.sum_sq, ref);
+                fail_msg("%s %s: sum_sq %.17g, reference %.17Lg", zo_simd_level_name(l),
+                         zo_dtype_name(c.gt), st.sum_sq, ref);
             /* Prefixes of every length up to a few vectors: each tail path. */
             for (size_t len = 0; len < 70; len++) {
                 long double r = 0;
-                for (size_t i = 0; i < len; i++) r += (long double)ref_load(c.grad, c.gt, i) * ref_load(c.grad, c.gt, i);
+                for (size_t i = 0; i < len; i++)
+                    r += (long double)ref_load(c.grad, c.gt, i) * ref_load(c.grad, c.gt, i);
                 ZO_ASSERT_OK(zo_grad_stats_compute(c.grad, c.gt, len, (int)l, &st));
                 assert_true(fabsl(st.sum_sq - r) <= 1e-13L * r);
             }
@@ -335,7 +363,8 @@ static void run_trajectory(zo_dtype gt, zo_dtype ot, int adamw, zo_simd_level l)
     int steps = 300;
     double drift = 0;
     for (int t = 1; t <= steps; t++) {
-        for (size_t i = 0; i < c.n; i++) case_store(c.grad, gt, i, (float)((rand_unit(&s) - 0.3) * 0.01));
+        for (size_t i = 0; i < c.n; i++)
+            case_store(c.grad, gt, i, (float)((rand_unit(&s) - 0.3) * 0.01));
         p.step = t;
         ref_adam_step(&c, &p);
         ZO_ASSERT_OK(zo_adam_step(&p, &c.b));
@@ -345,13 +374,13 @@ static void run_trajectory(zo_dtype gt, zo_dtype ot, int adamw, zo_simd_level l)
             worst = err > worst ? err : worst;
         }
         if (!(worst <= TRAJECTORY_TOL))
-            fail_msg("%s grad %s: step %d drifted %.3g from the reference", zo_simd_level_name(l), zo_dtype_name(gt),
-                     t, worst);
+            fail_msg("%s grad %s: step %d drifted %.3g from the reference", zo_simd_level_name(l),
+                     zo_dtype_name(gt), t, worst);
         drift = worst > drift ? worst : drift;
     }
-    print_message("  %s grad %s out %s %s: largest drift over %d steps %.3g (bound %.0e)\n", zo_simd_level_name(l),
-                  zo_dtype_name(gt), zo_dtype_name(ot), adamw ? "adamw" : "adam", steps, drift,
-                  TRAJECTORY_TOL);
+    print_message("  %s grad %s out %s %s: largest drift over %d steps %.3g (bound %.0e)\n",
+                  zo_simd_level_name(l), zo_dtype_name(gt), zo_dtype_name(ot),
+                  adamw ? "adamw" : "adam", steps, drift, TRAJECTORY_TOL);
     check_out_matches_master(&c, l, "trajectory");
     case_free(&c);
 }
@@ -360,7 +389,8 @@ static void test_trajectory(void **state)
 {
     for (int k = 0; k < NLEVELS; k++) {
         zo_simd_level l = all_levels[k];
-        if (!zo_cpu_simd_supported(l)) continue;
+        if (!zo_cpu_simd_supported(l))
+            continue;
         run_trajectory(ZO_DTYPE_F32, ZO_DTYPE_NONE, 1, l);
         run_trajectory(ZO_DTYPE_BF16, ZO_DTYPE_BF16, 1, l);
         run_trajectory(ZO_DTYPE_F16, ZO_DTYPE_F16, 0, l);
@@ -439,7 +469,8 @@ static void test_roofline_moves_bits(void **state)
     case_fill_state(&c, &s);
     snapshot before = snap_take(&c);
     for (int k = 0; k < NLEVELS; k++) {
-        if (!zo_cpu_simd_supported(all_levels[k])) continue;
+        if (!zo_cpu_simd_supported(all_levels[k]))
+            continue;
         snap_restore(&before, &c);
         ZO_ASSERT_OK(zo_adam_roofline(&c.b, (int)all_levels[k]));
         assert_memory_equal(c.master, before.master, c.n * 4);

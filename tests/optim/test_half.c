@@ -16,8 +16,10 @@
 static uint32_t nearest(double x, double lo, double hi, uint32_t lo_code, uint32_t hi_code)
 {
     double dl = x - lo, dh = hi - x;
-    if (dl < dh) return lo_code;
-    if (dh < dl) return hi_code;
+    if (dl < dh)
+        return lo_code;
+    if (dh < dl)
+        return hi_code;
     return (lo_code & 1) ? hi_code : lo_code;
 }
 
@@ -26,13 +28,16 @@ static uint32_t nearest(double x, double lo, double hi, uint32_t lo_code, uint32
 static uint16_t ref_bf16(float f)
 {
     uint32_t u = zo_f32_bits(f);
-    if (isnan(f)) return 0; /* checked separately */
+    if (isnan(f))
+        return 0; /* checked separately */
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
     uint32_t a = u & 0x7fffffffu;
     uint32_t lo = a >> 16, hi = lo + 1;
-    if (lo == 0x7f80) return (uint16_t)(sign | 0x7f80); /* infinity */
+    if (lo == 0x7f80)
+        return (uint16_t)(sign | 0x7f80); /* infinity */
     /* Above the largest finite bf16 the next step up is 2^128 (infinity). */
-    double lov = zo_bits_f32(lo << 16), hiv = lo == 0x7f7f ? 0x1p128 : (double)zo_bits_f32(hi << 16);
+    double lov = zo_bits_f32(lo << 16),
+           hiv = lo == 0x7f7f ? 0x1p128 : (double)zo_bits_f32(hi << 16);
     return (uint16_t)(sign | nearest(zo_bits_f32(a), lov, hiv, lo, hi));
 }
 
@@ -50,15 +55,20 @@ static uint16_t ref_f16(float f)
 {
     double x = fabs((double)f);
     uint16_t sign = signbit(f) ? 0x8000 : 0;
-    if (x >= 65520.0) return (uint16_t)(sign | 0x7c00);
+    if (x >= 65520.0)
+        return (uint16_t)(sign | 0x7c00);
     uint32_t lo = 0, hi = 0x7bff;
-    if (x >= half_value(0x7bff)) return (uint16_t)(sign | nearest(x, half_value(0x7bff), 65536.0, 0x7bff, 0x7c00));
+    if (x >= half_value(0x7bff))
+        return (uint16_t)(sign | nearest(x, half_value(0x7bff), 65536.0, 0x7bff, 0x7c00));
     while (hi - lo > 1) {
         uint32_t mid = (lo + hi) / 2;
-        if (half_value((uint16_t)mid) <= x) lo = mid;
-        else hi = mid;
+        if (half_value((uint16_t)mid) <= x)
+            lo = mid;
+        else
+            hi = mid;
     }
-    return (uint16_t)(sign | nearest(x, half_value((uint16_t)lo), half_value((uint16_t)hi), lo, hi));
+    return (uint16_t)(sign |
+                      nearest(x, half_value((uint16_t)lo), half_value((uint16_t)hi), lo, hi));
 }
 
 static float random_float(uint64_t *s)
@@ -85,13 +95,16 @@ static void test_bf16_rounding(void **state)
             assert_int_equal(h & 0x8000, (zo_f32_bits(f) >> 16) & 0x8000);
             continue;
         }
-        if (h != ref_bf16(f)) fail_msg("bf16(%a = 0x%08x) = 0x%04x, expected 0x%04x", f, zo_f32_bits(f), h, ref_bf16(f));
+        if (h != ref_bf16(f))
+            fail_msg("bf16(%a = 0x%08x) = 0x%04x, expected 0x%04x", f, zo_f32_bits(f), h,
+                     ref_bf16(f));
     }
     /* A NaN whose payload lies only in the dropped bits stays NaN. */
     assert_true(isnan(zo_bf16_to_f32(zo_f32_to_bf16(zo_bits_f32(0x7f800001u)))));
     assert_true(isnan(zo_bf16_to_f32(zo_f32_to_bf16(zo_bits_f32(0xffffffffu)))));
     assert_int_equal(zo_f32_to_bf16(zo_bits_f32(0x7f7fffffu)), 0x7f80); /* FLT_MAX rounds to inf */
-    assert_int_equal(zo_f32_to_bf16(zo_bits_f32(0x00000001u)), 0x0000); /* subnormal kept, rounds to 0 */
+    assert_int_equal(zo_f32_to_bf16(zo_bits_f32(0x00000001u)),
+                     0x0000); /* subnormal kept, rounds to 0 */
     assert_int_equal(zo_f32_to_bf16(zo_bits_f32(0x00018000u)), 0x0002); /* tie to even, subnormal */
 }
 
@@ -101,8 +114,10 @@ static void test_bf16_exhaustive_round_trip(void **state)
         float f = zo_bf16_to_f32((uint16_t)h);
         assert_int_equal(zo_f32_bits(f), h << 16);
         uint16_t back = zo_f32_to_bf16(f);
-        if (isnan(f)) assert_int_equal(back, h | 0x40);
-        else assert_int_equal(back, h);
+        if (isnan(f))
+            assert_int_equal(back, h | 0x40);
+        else
+            assert_int_equal(back, h);
     }
 }
 
@@ -111,13 +126,15 @@ static void test_f16_rounding(void **state)
     uint64_t s = 2;
     for (int i = 0; i < 1000000; i++) {
         float f = random_float(&s);
-        if ((i & 1) && isnormal(f)) f = ldexpf(f, -ilogbf(f) + (int)(zo_test_rand(&s) % 48) - 30); /* fp16 range */
+        if ((i & 1) && isnormal(f))
+            f = ldexpf(f, -ilogbf(f) + (int)(zo_test_rand(&s) % 48) - 30); /* fp16 range */
         uint16_t h = zo_f32_to_f16(f);
         if (isnan(f)) {
             assert_true(isnan(zo_f16_to_f32(h)));
             continue;
         }
-        if (h != ref_f16(f)) fail_msg("f16(%a) = 0x%04x, expected 0x%04x", f, h, ref_f16(f));
+        if (h != ref_f16(f))
+            fail_msg("f16(%a) = 0x%04x, expected 0x%04x", f, h, ref_f16(f));
     }
 }
 
@@ -160,13 +177,16 @@ static void test_f16_matches_f16c(void **state)
     uint64_t s = 3;
     for (int i = 0; i < 1000000; i++) {
         float f = random_float(&s);
-        if ((i & 1) && isnormal(f)) f = ldexpf(f, -ilogbf(f) + (int)(zo_test_rand(&s) % 48) - 30);
+        if ((i & 1) && isnormal(f))
+            f = ldexpf(f, -ilogbf(f) + (int)(zo_test_rand(&s) % 48) - 30);
         if (zo_f32_to_f16(f) != hw_f16(f))
-            fail_msg("f16(0x%08x): 0x%04x, F16C 0x%04x", zo_f32_bits(f), zo_f32_to_f16(f), hw_f16(f));
+            fail_msg("f16(0x%08x): 0x%04x, F16C 0x%04x", zo_f32_bits(f), zo_f32_to_f16(f),
+                     hw_f16(f));
     }
     for (uint32_t h = 0; h < 0x10000; h++) {
         float a = zo_f16_to_f32((uint16_t)h), b = hw_f32((uint16_t)h);
-        if (zo_f32_bits(a) != zo_f32_bits(b)) fail_msg("widen 0x%04x: 0x%08x, F16C 0x%08x", h, zo_f32_bits(a), zo_f32_bits(b));
+        if (zo_f32_bits(a) != zo_f32_bits(b))
+            fail_msg("widen 0x%04x: 0x%08x, F16C 0x%08x", h, zo_f32_bits(a), zo_f32_bits(b));
     }
 #else
     print_message("skipped: F16C is x86 only\n");
@@ -177,10 +197,8 @@ static void test_f16_matches_f16c(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bf16_rounding),
-        cmocka_unit_test(test_bf16_exhaustive_round_trip),
-        cmocka_unit_test(test_f16_rounding),
-        cmocka_unit_test(test_f16_exhaustive_widening),
+        cmocka_unit_test(test_bf16_rounding),    cmocka_unit_test(test_bf16_exhaustive_round_trip),
+        cmocka_unit_test(test_f16_rounding),     cmocka_unit_test(test_f16_exhaustive_widening),
         cmocka_unit_test(test_f16_matches_f16c),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -43,7 +43,8 @@ static void assert_same_state(const adam_case *a, const adam_case *b)
     assert_memory_equal(a->master, b->master, a->n * 4);
     assert_memory_equal(a->m, b->m, a->n * ss);
     assert_memory_equal(a->v, b->v, a->n * ss);
-    if (a->out) assert_memory_equal(a->out, b->out, a->n * 2);
+    if (a->out)
+        assert_memory_equal(a->out, b->out, a->n * 2);
 }
 
 /* Every thread count gives the single-call result, bit for bit. */
@@ -75,7 +76,8 @@ static void test_grad_stats_deterministic(void **state)
     uint64_t s = 9;
     case_fill_grads(&c, &s);
     long double ref = 0;
-    for (size_t i = 0; i < c.n; i++) ref += (long double)((float *)c.grad)[i] * ((float *)c.grad)[i];
+    for (size_t i = 0; i < c.n; i++)
+        ref += (long double)((float *)c.grad)[i] * ((float *)c.grad)[i];
     double first = 0;
     for (int threads = 1; threads <= 4; threads++) {
         zo_optim_pool_t pool = make_pool(threads, 512);
@@ -83,7 +85,8 @@ static void test_grad_stats_deterministic(void **state)
             zo_grad_stats st;
             ZO_ASSERT_OK(zo_optim_pool_grad_stats(pool, c.grad, c.gt, c.n, &st));
             assert_int_equal(st.nonfinite, 0);
-            if (threads == 1 && rep == 0) first = st.sum_sq;
+            if (threads == 1 && rep == 0)
+                first = st.sum_sq;
             assert_memory_equal(&st.sum_sq, &first, sizeof first);
         }
         zo_optim_pool_free(pool);
@@ -132,7 +135,8 @@ static void test_threads_and_tiles_bitwise(void **state)
     }
     double want_sum = blockwise_sum_sq(&want), first_sum = 0.0;
     long double ref = 0;
-    for (size_t i = 0; i < want.n; i++) ref += (long double)((float *)want.grad)[i] * ((float *)want.grad)[i];
+    for (size_t i = 0; i < want.n; i++)
+        ref += (long double)((float *)want.grad)[i] * ((float *)want.grad)[i];
     assert_true(fabsl(want_sum - ref) <= 1e-13L * ref);
     for (size_t ti = 0; ti < sizeof tiles / sizeof *tiles; ti++) {
         for (size_t k = 0; k < sizeof threads / sizeof *threads; k++) {
@@ -144,13 +148,15 @@ static void test_threads_and_tiles_bitwise(void **state)
                 zo_adam_params p = step_params(t);
                 ZO_ASSERT_OK(zo_optim_pool_adam_enqueue(pool, &p, &dst->b, &jobs[t - 1]));
             }
-            ZO_ASSERT_OK(zo_optim_pool_grad_stats_enqueue(pool, dst->grad, dst->gt, dst->n, -1, &jobs[2]));
+            ZO_ASSERT_OK(
+                zo_optim_pool_grad_stats_enqueue(pool, dst->grad, dst->gt, dst->n, -1, &jobs[2]));
             zo_grad_stats st;
             ZO_ASSERT_OK(zo_optim_job_wait(jobs[0], NULL));
             ZO_ASSERT_OK(zo_optim_job_wait(jobs[1], NULL));
             ZO_ASSERT_OK(zo_optim_job_wait(jobs[2], &st));
             zo_optim_pool_free(pool);
-            if (dst == &first) first_sum = st.sum_sq;
+            if (dst == &first)
+                first_sum = st.sum_sq;
             assert_same_state(dst, &want);
             assert_same_state(dst, &first);
             assert_memory_equal(&st.sum_sq, &want_sum, sizeof want_sum);
@@ -184,7 +190,8 @@ static void test_async_jobs_in_order(void **state)
     ZO_ASSERT_OK(zo_optim_pool_grad_stats_enqueue(pool, got.grad, got.gt, got.n, -1, &jobs[3]));
     zo_status st = zo_optim_job_poll(jobs[2]);
     assert_true(st == ZO_OK || st == ZO_NOT_READY);
-    for (int k = 3; k >= 0; k--) ZO_ASSERT_OK(zo_optim_job_wait(jobs[k], NULL));
+    for (int k = 3; k >= 0; k--)
+        ZO_ASSERT_OK(zo_optim_job_wait(jobs[k], NULL));
     assert_same_state(&got, &want);
     zo_optim_pool_free(pool);
     case_free(&want);
@@ -205,7 +212,8 @@ static void log_span(void *ctx, const zo_optim_trace_span *s)
 {
     span_log *l = ctx;
     pthread_mutex_lock(&l->mu);
-    if (l->n < MAX_SPANS) l->spans[l->n++] = *s;
+    if (l->n < MAX_SPANS)
+        l->spans[l->n++] = *s;
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -236,7 +244,8 @@ static void test_trace_spans(void **state)
         ZO_ASSERT_OK(zo_optim_pool_adam_enqueue(pool, &p, &got.b, &jobs[t - 1]));
     }
     ZO_ASSERT_OK(zo_optim_pool_grad_stats_enqueue(pool, got.grad, got.gt, got.n, -1, &jobs[3]));
-    for (int k = 0; k < 4; k++) ZO_ASSERT_OK(zo_optim_job_wait(jobs[k], NULL));
+    for (int k = 0; k < 4; k++)
+        ZO_ASSERT_OK(zo_optim_job_wait(jobs[k], NULL));
     zo_optim_pool_free(pool); /* the workers have reported their last spans */
     assert_same_state(&got, &want);
     size_t elems[4] = {0};
@@ -253,7 +262,8 @@ static void test_trace_spans(void **state)
                 assert_true(b->t1_ns <= a->t0_ns || a->t1_ns <= b->t0_ns);
         }
     }
-    for (int k = 0; k < 4; k++) assert_int_equal(elems[k], N);
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(elems[k], N);
     pthread_mutex_destroy(&log.mu);
     case_free(&want);
     case_free(&got);
@@ -290,7 +300,8 @@ static void test_core_binding(void **state)
     assert_int_equal(sched_getaffinity(0, sizeof allowed, &allowed), 0);
     int cores[CPU_SETSIZE], ncores = 0;
     for (int c = 0; c < CPU_SETSIZE && ncores < 4; c++)
-        if (CPU_ISSET(c, &allowed)) cores[ncores++] = c;
+        if (CPU_ISSET(c, &allowed))
+            cores[ncores++] = c;
     adam_case want, got;
     case_alloc(&want, 4096, ZO_DTYPE_BF16, ZO_DTYPE_F32, ZO_DTYPE_BF16);
     case_alloc(&got, 4096, ZO_DTYPE_BF16, ZO_DTYPE_F32, ZO_DTYPE_BF16);
@@ -330,8 +341,10 @@ static void log_worker_mask(void *ctx, const zo_optim_trace_span *s)
     assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof set, &set), 0);
     pthread_mutex_lock(&l->mu);
     int n = CPU_COUNT(&set);
-    if (n < l->min_cpus) l->min_cpus = n;
-    if (n > l->max_cpus) l->max_cpus = n;
+    if (n < l->min_cpus)
+        l->min_cpus = n;
+    if (n > l->max_cpus)
+        l->max_cpus = n;
     pthread_mutex_unlock(&l->mu);
 }
 
@@ -350,7 +363,8 @@ static void *pool_from_narrowed_thread(void *arg)
     cpu_set_t one;
     assert_int_equal(sched_getaffinity(0, sizeof one, &one), 0);
     for (int c = 0, seen = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &one) && seen++) CPU_CLR(c, &one);
+        if (CPU_ISSET(c, &one) && seen++)
+            CPU_CLR(c, &one);
     assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
     zo_optim_pool_config cfg = ZO_OPTIM_POOL_CONFIG_INIT;
     cfg.nthreads = 2;
@@ -361,7 +375,8 @@ static void *pool_from_narrowed_thread(void *arg)
     cfg.trace_ctx = a->log;
     zo_optim_pool_t pool;
     a->st = zo_optim_pool_init(&pool, &cfg);
-    if (a->st < 0) return NULL;
+    if (a->st < 0)
+        return NULL;
     adam_case c;
     case_alloc(&c, 4096, ZO_DTYPE_BF16, ZO_DTYPE_F32, ZO_DTYPE_BF16);
     fill_case(&c, 29);
@@ -378,12 +393,14 @@ static void test_workers_on_process_cpus(void **state)
     assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
     int ncpus = CPU_COUNT(&all);
     if (ncpus < 2) {
-        print_message("skipped: this process may use only 1 CPU, so a narrowed thread's mask is the whole set\n");
+        print_message("skipped: this process may use only 1 CPU, so a narrowed thread's mask is "
+                      "the whole set\n");
         skip();
     }
     int cores[CPU_SETSIZE], ncores = 0;
     for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &all)) cores[ncores++] = c;
+        if (CPU_ISSET(c, &all))
+            cores[ncores++] = c;
     /* Unbound workers get the whole set; --cores naming all of it is
      * accepted although the creating thread may use only one. */
     for (int bound = 0; bound <= 1; bound++) {
@@ -393,7 +410,8 @@ static void test_workers_on_process_cpus(void **state)
         pthread_t th;
         assert_int_equal(pthread_create(&th, NULL, pool_from_narrowed_thread, &a), 0);
         assert_int_equal(pthread_join(th, NULL), 0);
-        if (a.st < 0) fail_msg("pool from a narrowed thread: %s", zo_last_error());
+        if (a.st < 0)
+            fail_msg("pool from a narrowed thread: %s", zo_last_error());
         assert_int_equal(log.min_cpus, bound && ncores >= 2 ? 1 : ncpus);
         assert_int_equal(log.max_cpus, bound && ncores >= 2 ? 1 : ncpus);
         pthread_mutex_destroy(&log.mu);
@@ -443,7 +461,8 @@ static void test_pool_errors(void **state)
     p.step = 1;
     ZO_ASSERT_ST(zo_optim_pool_adam_enqueue(NULL, &p, &c.b, &job), ZO_ERR_INVALID_ARG);
     ZO_ASSERT_ST(zo_optim_pool_adam_enqueue(pool, &p, &c.b, NULL), ZO_ERR_INVALID_ARG);
-    ZO_ASSERT_ST(zo_optim_pool_grad_stats_enqueue(pool, NULL, ZO_DTYPE_F32, 10, -1, &job), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_optim_pool_grad_stats_enqueue(pool, NULL, ZO_DTYPE_F32, 10, -1, &job),
+                 ZO_ERR_INVALID_ARG);
     ZO_ASSERT_ST(zo_optim_pool_roofline_enqueue(pool, &c.b, 99, &job), ZO_ERR_UNSUPPORTED);
     ZO_ASSERT_ST(zo_optim_job_wait(NULL, NULL), ZO_ERR_INVALID_ARG);
     ZO_ASSERT_ST(zo_optim_job_poll(NULL), ZO_ERR_INVALID_ARG);

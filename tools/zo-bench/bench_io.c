@@ -22,15 +22,15 @@
 typedef struct io_opts {
     const char *path, *rw, *engine;
     uint64_t size, bs, qd, extent;
-    double idle;   /* seconds the disk rests before each timed pass */
-    int passes;    /* timed passes; the median is reported */
+    double idle; /* seconds the disk rests before each timed pass */
+    int passes;  /* timed passes; the median is reported */
     int json;
 } io_opts;
 
 #define IO_MAX_PASSES 100
 
 typedef struct io_result {
-    double seconds;            /* the median pass */
+    double seconds; /* the median pass */
     double pass_seconds[IO_MAX_PASSES];
     uint64_t bytes;
     zo_swap_stats stats;
@@ -39,62 +39,84 @@ typedef struct io_result {
 
 static void io_usage(FILE *out)
 {
-    fprintf(out,
-            "usage: zo-bench io --path DIR --size BYTES --bs BYTES --qd N --rw read|write|update\n"
-            "                   [--engine io_uring|sync] [--extent BYTES] [--passes N] [--idle SECONDS]\n"
-            "                   [--json]\n"
-            "Reads or writes SIZE bytes in DIR through the swap store with O_DIRECT and prints GB/s\n"
-            "(10^9 bytes/s). Sizes take K, M, G, T suffixes (powers of 1024). Extents of --extent bytes\n"
-            "(default 64M, like offload chunks) are cut into --bs requests, --qd of them in flight.\n"
-            "Untimed passes come first: the data is written (as fio lays out its file), and a read run\n"
-            "reads it once before the timed read; a write run times an overwrite. An update run\n"
-            "times the offload engine's optimizer pipeline: every extent read (two ahead) and written\n"
-            "to an alternate extent (behind), reads and writes counted together; the next pass reads\n"
-            "what the last one wrote, as the engine's next step does. --passes N times N passes and\n"
-            "reports their median (default 1); --idle S rests the disk S seconds before each, as\n"
-            "the engine's update follows a forward and backward that leave the disk idle. Compare with:\n"
-            "  fio --name=zo --directory=DIR --size=SIZE --bs=BS --iodepth=QD --rw=read|write \\\n"
-            "      --ioengine=io_uring --direct=1\n");
+    fprintf(
+        out,
+        "usage: zo-bench io --path DIR --size BYTES --bs BYTES --qd N --rw read|write|update\n"
+        "                   [--engine io_uring|sync] [--extent BYTES] [--passes N] [--idle "
+        "SECONDS]\n"
+        "                   [--json]\n"
+        "Reads or writes SIZE bytes in DIR through the swap store with O_DIRECT and prints GB/s\n"
+        "(10^9 bytes/s). Sizes take K, M, G, T suffixes (powers of 1024). Extents of --extent "
+        "bytes\n"
+        "(default 64M, like offload chunks) are cut into --bs requests, --qd of them in flight.\n"
+        "Untimed passes come first: the data is written (as fio lays out its file), and a read "
+        "run\n"
+        "reads it once before the timed read; a write run times an overwrite. An update run\n"
+        "times the offload engine's optimizer pipeline: every extent read (two ahead) and written\n"
+        "to an alternate extent (behind), reads and writes counted together; the next pass reads\n"
+        "what the last one wrote, as the engine's next step does. --passes N times N passes and\n"
+        "reports their median (default 1); --idle S rests the disk S seconds before each, as\n"
+        "the engine's update follows a forward and backward that leave the disk idle. Compare "
+        "with:\n"
+        "  fio --name=zo --directory=DIR --size=SIZE --bs=BS --iodepth=QD --rw=read|write \\\n"
+        "      --ioengine=io_uring --direct=1\n");
 }
 
 static int parse_opts(int argc, char **argv, io_opts *o)
 {
     static const struct option longs[] = {
-        {"path", required_argument, 0, 'p'}, {"size", required_argument, 0, 's'},
-        {"bs", required_argument, 0, 'b'},   {"qd", required_argument, 0, 'q'},
-        {"rw", required_argument, 0, 'r'},   {"engine", required_argument, 0, 'e'},
+        {"path", required_argument, 0, 'p'},   {"size", required_argument, 0, 's'},
+        {"bs", required_argument, 0, 'b'},     {"qd", required_argument, 0, 'q'},
+        {"rw", required_argument, 0, 'r'},     {"engine", required_argument, 0, 'e'},
         {"extent", required_argument, 0, 'x'}, {"json", no_argument, 0, 'j'},
         {"passes", required_argument, 0, 'n'}, {"idle", required_argument, 0, 'i'},
-        {"help", no_argument, 0, 'h'},       {0, 0, 0, 0},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     *o = (io_opts){NULL, NULL, "auto", 0, 1u << 20, 32, 64u << 20, 0.0, 1, 0};
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-        uint64_t *num = c == 's' ? &o->size : c == 'b' ? &o->bs : c == 'q' ? &o->qd : c == 'x' ? &o->extent : NULL;
+        uint64_t *num = c == 's'   ? &o->size
+                        : c == 'b' ? &o->bs
+                        : c == 'q' ? &o->qd
+                        : c == 'x' ? &o->extent
+                                   : NULL;
         if (num && zo_parse_bytes(optarg, num) < 0) {
             fprintf(stderr, "zo-bench io: --%s '%s' is not a size (e.g. 4096, 1M, 2G)\n",
-                    c == 's' ? "size" : c == 'b' ? "bs" : c == 'q' ? "qd" : "extent", optarg);
+                    c == 's'   ? "size"
+                    : c == 'b' ? "bs"
+                    : c == 'q' ? "qd"
+                               : "extent",
+                    optarg);
             return 2;
         }
-        if (c == 'p') o->path = optarg;
-        else if (c == 'r') o->rw = optarg;
-        else if (c == 'e') o->engine = optarg;
-        else if (c == 'j') o->json = 1;
+        if (c == 'p')
+            o->path = optarg;
+        else if (c == 'r')
+            o->rw = optarg;
+        else if (c == 'e')
+            o->engine = optarg;
+        else if (c == 'j')
+            o->json = 1;
         else if (c == 'n' || c == 'i') {
             char *end = NULL;
             double v = strtod(optarg, &end);
-            int ok = end != optarg && !*end && (c == 'n' ? v >= 1 && v <= IO_MAX_PASSES && v == (int)v : v >= 0 && v <= 3600);
+            int ok = end != optarg && !*end &&
+                     (c == 'n' ? v >= 1 && v <= IO_MAX_PASSES && v == (int)v : v >= 0 && v <= 3600);
             if (!ok) {
-                fprintf(stderr, "zo-bench io: --%s '%s': %s\n", c == 'n' ? "passes" : "idle", optarg,
+                fprintf(stderr, "zo-bench io: --%s '%s': %s\n", c == 'n' ? "passes" : "idle",
+                        optarg,
                         c == 'n' ? "a whole number of passes, 1 to 100" : "seconds, 0 to 3600");
                 return 2;
             }
-            if (c == 'n') o->passes = (int)v;
-            else o->idle = v;
-        }
-        else if (c == 'h') return io_usage(stdout), 1;
-        else if (!num) return io_usage(stderr), 2;
+            if (c == 'n')
+                o->passes = (int)v;
+            else
+                o->idle = v;
+        } else if (c == 'h')
+            return io_usage(stdout), 1;
+        else if (!num)
+            return io_usage(stderr), 2;
     }
     const char *bad =
         !o->path   ? "--path is required"
@@ -110,13 +132,15 @@ static int parse_opts(int argc, char **argv, io_opts *o)
         fprintf(stderr, "zo-bench io: %s\n", bad);
         return 2;
     }
-    if (o->extent > o->size) o->extent = (o->size + 4095) / 4096 * 4096;
+    if (o->extent > o->size)
+        o->extent = (o->size + 4095) / 4096 * 4096;
     return 0;
 }
 
 static void rest(double seconds)
 {
-    if (seconds <= 0) return;
+    if (seconds <= 0)
+        return;
     struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
@@ -160,10 +184,14 @@ static zo_status bench(const io_opts *o, io_result *res)
     c.window = depth > 4096 ? 4096 : (uint32_t)depth;
     c.alternates = update;
     zo_swap_bench_t b = NULL;
-    zo_swap_bench_pass timed = update ? ZO_SWAP_BENCH_UPDATE : write ? ZO_SWAP_BENCH_WRITE : ZO_SWAP_BENCH_READ;
+    zo_swap_bench_pass timed = update  ? ZO_SWAP_BENCH_UPDATE
+                               : write ? ZO_SWAP_BENCH_WRITE
+                                       : ZO_SWAP_BENCH_READ;
     zo_status st = zo_swap_bench_open(&c, &b);
-    if (st == ZO_OK) st = zo_swap_bench_run(b, ZO_SWAP_BENCH_WRITE, NULL);
-    if (st == ZO_OK && !write) st = zo_swap_bench_run(b, timed, NULL);
+    if (st == ZO_OK)
+        st = zo_swap_bench_run(b, ZO_SWAP_BENCH_WRITE, NULL);
+    if (st == ZO_OK && !write)
+        st = zo_swap_bench_run(b, timed, NULL);
     for (int k = 0; k < o->passes && st == ZO_OK; k++) {
         rest(o->idle);
         st = zo_swap_bench_run(b, timed, &res->pass_seconds[k]);
@@ -171,7 +199,8 @@ static zo_status bench(const io_opts *o, io_result *res)
     res->seconds = median_seconds(res->pass_seconds, o->passes);
     res->bytes = zo_swap_bench_pass_bytes(b, timed);
     res->stats = (zo_swap_stats)ZO_SWAP_STATS_INIT;
-    if (st != ZO_OK) fprintf(stderr, "zo-bench io: %s\n", zo_last_error());
+    if (st != ZO_OK)
+        fprintf(stderr, "zo-bench io: %s\n", zo_last_error());
     if (b) {
         zo_swap_bench_stats(b, &res->stats);
         snprintf(res->engine, sizeof res->engine, "%s", zo_swap_bench_engine(b));
@@ -182,14 +211,16 @@ static zo_status bench(const io_opts *o, io_result *res)
 
 static void print_json(const io_opts *o, const io_result *r, double gbps)
 {
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:I, s:I, s:b}", "bench", "io",
-                          "rw", o->rw, "path", o->path, "engine", r->engine, "size", (json_int_t)o->size, "bs",
-                          (json_int_t)o->bs, "qd", (json_int_t)o->qd, "extent", (json_int_t)o->extent, "seconds",
-                          r->seconds, "gbps", gbps, "requests", (json_int_t)r->stats.requests,
-                          "requests_fixed", (json_int_t)r->stats.requests_fixed, "retries",
-                          (json_int_t)r->stats.retries, "short_ios", (json_int_t)r->stats.short_ios, "o_direct", 1);
+    json_t *j = json_pack(
+        "{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:I, s:I, s:b}", "bench",
+        "io", "rw", o->rw, "path", o->path, "engine", r->engine, "size", (json_int_t)o->size, "bs",
+        (json_int_t)o->bs, "qd", (json_int_t)o->qd, "extent", (json_int_t)o->extent, "seconds",
+        r->seconds, "gbps", gbps, "requests", (json_int_t)r->stats.requests, "requests_fixed",
+        (json_int_t)r->stats.requests_fixed, "retries", (json_int_t)r->stats.retries, "short_ios",
+        (json_int_t)r->stats.short_ios, "o_direct", 1);
     json_t *runs = json_array();
-    for (int k = 0; k < o->passes; k++) json_array_append_new(runs, json_real(r->pass_seconds[k]));
+    for (int k = 0; k < o->passes; k++)
+        json_array_append_new(runs, json_real(r->pass_seconds[k]));
     if (j) {
         json_object_set_new(j, "passes", runs);
         json_object_set_new(j, "idle_seconds", json_real(o->idle));
@@ -197,7 +228,8 @@ static void print_json(const io_opts *o, const io_result *r, double gbps)
         json_decref(runs);
     }
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    if (txt) puts(txt);
+    if (txt)
+        puts(txt);
     free(txt);
     json_decref(j);
 }
@@ -206,23 +238,27 @@ int zo_bench_io_main(int argc, char **argv)
 {
     io_opts o;
     int rc = parse_opts(argc, argv, &o);
-    if (rc) return rc == 1 ? 0 : rc;
+    if (rc)
+        return rc == 1 ? 0 : rc;
     io_result r;
     memset(&r, 0, sizeof r);
     zo_status st = bench(&o, &r);
-    if (st != ZO_OK) return 1;
+    if (st != ZO_OK)
+        return 1;
     double gbps = (double)r.bytes / r.seconds / 1e9;
     if (o.json) {
         print_json(&o, &r, gbps);
     } else {
         printf("zo-bench io: %s %.2f GiB in %s, bs %" PRIu64 " KiB, qd %" PRIu64 ", extent %" PRIu64
                " MiB, engine %s, O_DIRECT\n",
-               o.rw, (double)o.size / (1u << 30), o.path, o.bs >> 10, o.qd, o.extent >> 20, r.engine);
+               o.rw, (double)o.size / (1u << 30), o.path, o.bs >> 10, o.qd, o.extent >> 20,
+               r.engine);
         if (o.passes == 1) {
             printf("  %.3f GB/s (%.3f s)\n", gbps, r.seconds);
         } else {
             printf("  %.3f GB/s (median of %d passes, %.3f s; passes:", gbps, o.passes, r.seconds);
-            for (int k = 0; k < o.passes; k++) printf(" %.3f", (double)r.bytes / r.pass_seconds[k] / 1e9);
+            for (int k = 0; k < o.passes; k++)
+                printf(" %.3f", (double)r.bytes / r.pass_seconds[k] / 1e9);
             printf(" GB/s%s)\n", o.idle > 0 ? ", each after the idle rest" : "");
         }
     }

@@ -20,7 +20,8 @@ static const bench_cmd commands[] = {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: zo-bench COMMAND [OPTIONS]   (zo-bench COMMAND --help for its options)\n\ncommands:\n");
+    fprintf(out, "usage: zo-bench COMMAND [OPTIONS]   (zo-bench COMMAND --help for its "
+                 "options)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
 }
@@ -32,7 +33,8 @@ int main(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].main(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].main(argc - 1, argv + 1);
     fprintf(stderr, "zo-bench: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;
