@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "train_fs_util.h"
 #include "train_test_util.h"
 #include "zo/half.h"
 #include "zo/safetensors.h"
@@ -79,13 +80,6 @@ static void load_from(zt_trainer *t, const char *dir)
     char ck[4096];
     if (zt_ckpt_resolve(dir, ck, sizeof ck) < 0 || zt_ckpt_load(t, ck) < 0)
         fail_msg("loading %s: %s", dir, zt_last_error());
-}
-
-static void rm_rf(const char *path)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    assert_int_equal(system(cmd), 0);
 }
 
 /* N steps under o, save, N steps; against load + N steps under r (the same

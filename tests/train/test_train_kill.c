@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "train_fs_util.h"
 #include "train_test_util.h"
 #include "zo/units.h"
 #include "zo_test.h"
@@ -102,20 +103,6 @@ static json_t *run_to_end(const char *save, int resume)
     return root;
 }
 
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc(*n + 1);
-    assert_int_equal(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
-}
-
 /* The checkpoint in dir equals the reference's of the same name, file by file. */
 static void assert_same_checkpoint(const char *dir, const char *ref_dir)
 {
@@ -160,13 +147,6 @@ static int left_a_partial_write(const char *dir)
         partial |= strstr(e->d_name, ".tmp") != NULL;
     closedir(d);
     return partial;
-}
-
-static void rm_rf(const char *path)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    assert_int_equal(system(cmd), 0);
 }
 
 static void test_sigkill_during_checkpoints(void **state)

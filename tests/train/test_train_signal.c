@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "train_fs_util.h"
 #include "zo_test.h"
 #include "zt_error.h"
 
@@ -131,13 +132,6 @@ static int dir_entries(const char *path)
     if (d)
         closedir(d);
     return n;
-}
-
-static void rm_rf(const char *path)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    assert_int_equal(system(cmd), 0);
 }
 
 static void paths(const char *tag, char *save, char *swap, char *metrics)

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "train_fs_util.h"
 #include "zo/units.h"
 #include "zo_test.h"
 #include "zt_error.h"
@@ -105,21 +106,6 @@ static int wait_status(pid_t pid)
     return st;
 }
 
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc(*n + 1);
-    assert_int_equal(fread(b, 1, *n, f), *n);
-    b[*n] = 0;
-    fclose(f);
-    return b;
-}
-
 /* A run to its end; its summary. */
 static json_t *run_to_end(const job *j)
 {
@@ -137,13 +123,6 @@ static json_t *run_to_end(const job *j)
     if (!root)
         fail_msg("%s: %s", out, e.text);
     return root;
-}
-
-static void rm_rf(const char *path)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    assert_int_equal(system(cmd), 0);
 }
 
 static void dirs(const char *tag, char *save, char *swap)
