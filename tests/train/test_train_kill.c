@@ -213,15 +213,7 @@ static void test_sigkill_during_checkpoints(void **state)
 
     /* finish from the last good checkpoint: the same losses and final state */
     json_t *resumed = run_to_end(dir, zt_ckpt_has_latest(dir));
-    int first = (int)json_integer_value(json_object_get(resumed, "first_step"));
-    json_t *losses = json_object_get(resumed, "losses");
-    assert_int_equal((int)json_array_size(losses), STEPS - first + 1);
-    for (size_t i = 0; i < json_array_size(losses); i++)
-        if (json_real_value(json_array_get(losses, i)) !=
-            json_real_value(json_array_get(ref_losses, (size_t)first - 1 + i)))
-            fail_msg("step %zu: resumed loss %.9g, uninterrupted %.9g", first + i,
-                     json_real_value(json_array_get(losses, i)),
-                     json_real_value(json_array_get(ref_losses, (size_t)first - 1 + i)));
+    assert_losses_continue(resumed, ref_losses, STEPS);
     char last[400], ref_last[400];
     snprintf(last, sizeof last, "%s/step-%08d", dir, STEPS);
     snprintf(ref_last, sizeof ref_last, "%s/step-%08d", ref, STEPS);
