@@ -115,6 +115,10 @@ typedef struct zo_engine_config {
                                  the host cap first, whatever it is */
     zo_engine_caps optim_caps; /* optimizer states a faster tier than optim_home holds (device:
                                  the cpu device only) */
+    uint64_t host_bytes; /* the host tier's hard budget: pinned + pageable bytes of the plan (0:
+                            not limited). A plan whose footprint's pinned + host exceed it is
+                            refused naming the host tier and the shortfall; the measured peaks
+                            (peak_pinned + peak_host) stay within it */
 } zo_engine_config;
 
 #define ZO_ENGINE_CONFIG_INIT                                                                      \

@@ -502,6 +502,12 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
     if (c->grad_accum_steps > 1)
         fp->host += nc * (uint64_t)g_bufs_for(c) * ce * sizeof(float);
 
+    /* the host tier: pinned and pageable together, under one budget */
+    if (*fits && c->host_bytes && fp->pinned + fp->host > c->host_bytes)
+        *fits = shortfall(msg, cap, "host", fp->pinned + fp->host, c->host_bytes,
+                          "pinned + pageable: 16-bit copies, gradients, NVMe staging, optimizer "
+                          "states, backups, accumulators");
+
     /* nvme: two extents per chunk (current and alternate) */
     fp->nvme = t.nvme;
     if (*fits && c->nvme_bytes && fp->nvme > c->nvme_bytes)

@@ -33,12 +33,13 @@ typedef struct run_cfg {
     zo_trace_fn trace; /* installed before finalize */
     void *trace_ctx;
     zo_engine_caps pcaps, ocaps; /* per-chunk homes: caps of the tiers faster than the homes */
+    uint64_t host_bytes;         /* the host tier's budget (0: not limited) */
 } run_cfg;
 
 static run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
     run_cfg c = {ph,    oh,      mode, 0, 0, 1,    2,    0.0f,   ZO_DTYPE_BF16, 0,
-                 STEPS, INT_MAX, NULL, 0, 0, NULL, NULL, {0, 0}, {0, 0}};
+                 STEPS, INT_MAX, NULL, 0, 0, NULL, NULL, {0, 0}, {0, 0},        0};
     return c;
 }
 
@@ -104,6 +105,7 @@ static zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nf
     c.nvme_queue_depth = h->rc.nvme_queue_depth;
     c.param_caps = h->rc.pcaps;
     c.optim_caps = h->rc.ocaps;
+    c.host_bytes = h->rc.host_bytes;
     ZO_TRY(zo_engine_init(&h->eng, &c));
     if (nfaults)
         ZO_TRY(zo_engine_set_swap_faults(h->eng, faults, nfaults));
@@ -239,6 +241,8 @@ static void check_budgets(harness *h, const zo_step_stats *s, const zo_engine_fo
     assert_int_equal(s->peak_pinned, fp->pinned);
     assert_int_equal(s->peak_host, fp->host);
     assert_int_equal(s->peak_nvme, fp->nvme);
+    if (h->rc.host_bytes)
+        assert_true(s->peak_pinned + s->peak_host <= h->rc.host_bytes);
 }
 
 static void run(const run_cfg *rc, run_out *o)
@@ -1556,6 +1560,47 @@ static void test_stall_is_measured(void **state)
     run_out_free(&o);
 }
 
+/* ---- the host tier's budget ---- */
+
+/* The host budget is a hard limit like the device's: one byte short of the
+ * plan's pinned + pageable bytes is refused (by zo_engine_plan and by
+ * finalize) naming the host tier and the shortfall; at the budget a run's
+ * measured peaks stay within it (run checks every step) and it trains as
+ * the unlimited run does. */
+static void test_host_budget(void **state)
+{
+    (void)state;
+    run_cfg cases[3] = {base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC),
+                        base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_OVERLAP),
+                        base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_DPU)};
+    cases[2].accum = 2;
+    for (int i = 0; i < 3; i++) {
+        run_cfg c = cases[i];
+        c.steps = 4;
+        run_out free_run, at_budget;
+        run(&c, &free_run);
+        uint64_t need = free_run.fp.pinned + free_run.fp.host;
+        c.host_bytes = need - 1;
+        expect_refusal(&c, ZO_ERR_BUDGET, "host tier");
+        harness h;
+        harness_open(&h, &c);
+        ZO_ASSERT_OK(build_engine(&h, NULL, 0, 0));
+        zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+        int fits = 1;
+        char msg[512];
+        ZO_ASSERT_OK(zo_engine_plan(h.eng, &fp, &fits, msg, sizeof msg));
+        assert_false(fits);
+        if (!strstr(msg, "host tier") || !strstr(msg, "short by 1 bytes"))
+            fail_msg("plan message: %s", msg);
+        harness_close(&h);
+        c.host_bytes = need;
+        run(&c, &at_budget);
+        assert_same_weights(&free_run, &at_budget, c.steps);
+        run_out_free(&free_run);
+        run_out_free(&at_budget);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1581,6 +1626,7 @@ int main(void)
         cmocka_unit_test(test_split_checkpoint_resumes_on_another),
         cmocka_unit_test(test_split_nvme_fault_during_step),
         cmocka_unit_test(test_split_caps_refused),
+        cmocka_unit_test(test_host_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

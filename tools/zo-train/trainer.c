@@ -441,6 +441,24 @@ static zo_status auto_placement(zt_trainer *t, zo_engine_config *c)
     return ZO_OK;
 }
 
+/* The engine's share of the host limit, its hard budget for pinned and
+ * pageable bytes: what the limit leaves beside the initial values being
+ * registered and the cpu device (0: no limit, or none left, which
+ * check_host_memory then refuses). */
+static zo_status engine_host_budget(const zt_trainer *t, zo_engine_config *c)
+{
+    char why[160];
+    uint64_t limit = host_limit(t, why, sizeof why), part[4];
+    zo_engine_footprint fp;
+    c->host_bytes = 0;
+    if (!limit)
+        return ZO_OK;
+    ZT_TRY(host_need(t, c, part, &fp));
+    if (limit > part[2] + part[3])
+        c->host_bytes = limit - part[2] - part[3];
+    return ZO_OK;
+}
+
 static zo_status open_engine(zt_trainer *t)
 {
     uint64_t reserve = is_cuda(t) ? ZT_CUDA_RESERVE : 0, need = t->setup.activation_bytes + reserve;
@@ -454,6 +472,7 @@ static zo_status open_engine(zt_trainer *t)
             reserve ? " plus a 512 MiB CUDA reserve" : "");
     t->setup.engine_device_bytes = t->setup.device_budget - need;
     zo_engine_config c = engine_config(t, t->dev, t->setup.engine_device_bytes);
+    ZT_TRY(engine_host_budget(t, &c));
     if (t->o.placement_auto)
         ZT_TRY(auto_placement(t, &c));
     t->setup.param_caps = c.param_caps;
