@@ -24,6 +24,27 @@
  * activations may also fetch(l, FORWARD) again inside the backward; the trace
  * records whatever order it uses.)
  *
+ * Layer-major micro-batches (micro_group G > 1 with grad_accum_steps M > 1):
+ * the step's micro-batches go through the model in groups of G (the last
+ * group holds what is left when G does not divide M), a group through a
+ * layer before the next layer, so each layer is fetched once per group and
+ * phase instead of once per micro-batch:
+ *   for each group:
+ *     forward:  fetch(l, FORWARD) ... compute every micro-batch of the group ... release(l)
+ *     backward: fetch(l, BACKWARD), then per micro-batch of the group, in order:
+ *               compute its grads into the returned buffers ... grads_ready(l);
+ *               then release(l)
+ * Each grads_ready adds the 16-bit gradient into the gradient slot's fp32
+ * accumulator on the device (the first micro-batch of the step converts it,
+ * later ones add: acc = ((g1 + g2) + g3) + ..., the host's order without
+ * groups, so results are bitwise equal) and zeroes the 16-bit buffer for the
+ * next micro-batch; the group's last grads_ready sends the fp32 sum down once.
+ * A later group's accumulator starts from the running sum sent back up (one
+ * H2D of it per chunk and group); with one group per step (G >= M) nothing
+ * goes up and the sum that arrives is the step's gradient. The host keeps no
+ * 16-bit gradient copies and no separate fp32 accumulators then: the sums
+ * land in pinned fp32 buffers the update reads.
+ *
  * The first step records which chunks each fetch touches; later steps
  * prefetch along that trace (lookahead fetches ahead, on the host->device
  * stream; with param_home nvme each load is an NVMe read into the device
@@ -119,6 +140,9 @@ typedef struct zo_engine_config {
                             not limited). A plan whose footprint's pinned + host exceed it is
                             refused naming the host tier and the shortfall; the measured peaks
                             (peak_pinned + peak_host) stay within it */
+    int micro_group;     /* micro-batches per layer-major group (0 or 1: micro-batch-major, the
+                            protocol above; > 1 needs grad_accum_steps > 1 to matter, and a group
+                            larger than grad_accum_steps is one group per step) */
 } zo_engine_config;
 
 #define ZO_ENGINE_CONFIG_INIT                                                                      \
@@ -135,14 +159,17 @@ typedef struct zo_engine_config {
  * chunk at the homes below (with caps, each term counts the chunks homed at
  * its tier: N becomes their number there, the staging terms are there as soon
  * as one chunk's state is on NVMe):
- *   device = S*C + K*C (gradient slots) + [optim_home device] 6*C*N
+ *   device = S*C + K*C (gradient slots) + [grouped] 2*K*C (their fp32 accumulators)
+ *            + [optim_home device] 6*C*N
  *            S = N for param_home device, else min(N, what the budget leaves), >= K
- *   pinned = N*C*P + N*C*G + [optim_home nvme] 3*(6*C + [param_home nvme] C)
+ *   pinned = N*C*P + [not grouped] N*C*G + [grouped] 2*N*C*G (fp32 group sums)
+ *            + [optim_home nvme] 3*(6*C + [param_home nvme] C)
  *            + [param_home nvme] S*C (one staging twin per device slot)
  *            P = 0 (param_home nvme), 2 (optim_home nvme, or dpu), else 1 (host 16-bit copies)
- *            G = 2 for dpu, else 1 (host 16-bit gradients, by step parity)
+ *            G = 2 for dpu, else 1 (host gradients, by step parity)
  *   host   = [optim_home host] 6*C*N + [overlap, optim_home host/device] 6*C*N (backups)
- *            + [grad_accum_steps > 1] 2*C*N*G (fp32 accumulators)
+ *            + [grad_accum_steps > 1, not grouped] 2*C*N*G (fp32 accumulators)
+ *   (grouped: micro_group > 1 and grad_accum_steps > 1)
  *   nvme   = [optim_home nvme] 2*N*E + [param_home nvme] 2*N*P (payload of two extents
  *            per chunk, current and alternate; the files add a 4 KiB header per extent)
  *            E = zo_engine_nvme_state_bytes(the fullest chunk's elements): the states'
@@ -240,7 +267,9 @@ ZO_API zo_status zo_engine_finalize(zo_engine_t eng);
  * device pointers (params[i] for the layer's i-th tensor; grads[i] in the
  * backward phase: 16-bit buffers, zeroed at every backward fetch, that the
  * caller writes (or adds) the micro-batch's gradient into; micro-batches are
- * accumulated in fp32 on the host). The compute stream is made to wait for
+ * accumulated in fp32 on the host, or on the device with micro_group > 1,
+ * where grads_ready zeroes them again for the group's next micro-batch).
+ * The compute stream is made to wait for
  * the data; n is the capacity of the arrays.
  *
  * After any step call returns an error the engine abandons the step: its
@@ -253,7 +282,10 @@ ZO_API zo_status zo_engine_fetch(zo_engine_t eng, int layer, zo_phase phase, zo_
  * work enqueued so far completes. */
 ZO_API zo_status zo_engine_release(zo_engine_t eng, int layer, zo_stream_t compute);
 /* The layer's gradients are complete once the work enqueued so far on compute
- * completes: hand them to the host (and to the optimizer in overlap mode). */
+ * completes: hand them to the host (and to the optimizer in overlap mode).
+ * With micro_group > 1 it is called once per micro-batch of the group under
+ * one backward fetch: it adds them to the device's fp32 sum, and the group's
+ * last call hands the sum to the host. */
 ZO_API zo_status zo_engine_grads_ready(zo_engine_t eng, int layer, zo_stream_t compute);
 /* Finish the optimizer step: wait for the updates (validating them in overlap
  * mode), publish the new parameters, return the statistics. On an error

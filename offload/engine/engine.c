@@ -68,6 +68,10 @@ static zo_status check_plan_config(const zo_engine_config *c)
     if (c->grad_accum_steps < 1)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "grad_accum_steps is %d, must be >= 1",
                        c->grad_accum_steps);
+    if (c->micro_group < 0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "micro_group is %d, must be >= 0 (0 or 1: micro-batch-major)",
+                       c->micro_group);
     if (c->lookahead < 0 || c->optim_threads < 0)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "lookahead and optim_threads must be >= 0");
     if (c->max_grad_norm < 0 || !isfinite(c->max_grad_norm))
@@ -483,7 +487,8 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
     zo_engine_footprint t = {0};
     for (int i = 0; i < ENG_N_TIERS; i++)
         eng_state_tiers[i]->account(&in, &t);
-    uint64_t grads = sh->max_cpl * cb;
+    /* gradient slots, and their fp32 sums when grouped */
+    uint64_t grads = sh->max_cpl * cb * (eng_grouped(c) ? 3 : 1);
     in.pslots = plan_pslots(&in, budget, grads + t.device, fits, msg, cap);
     for (int i = 0; i < ENG_N_TIERS; i++)
         eng_param_tiers[i]->account(&in, &t);
@@ -491,15 +496,16 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
     fp->device_grad_slots = sh->max_cpl;
     fp->device = in.pslots * cb + grads + t.device;
 
-    /* pinned: host 16-bit params and NVMe staging (tiers), host gradient buffers */
-    fp->pinned = t.pinned + nc * (uint64_t)g_bufs_for(c) * cb;
+    /* pinned: host 16-bit params and NVMe staging (tiers), host gradient buffers (the
+     * fp32 group sums when grouped) */
+    fp->pinned = t.pinned + nc * (uint64_t)g_bufs_for(c) * cb * (eng_grouped(c) ? 2 : 1);
     if (*fits && c->pinned_bytes && fp->pinned > c->pinned_bytes)
         *fits = shortfall(msg, cap, "pinned", fp->pinned, c->pinned_bytes,
                           "16-bit parameter and gradient copies, NVMe staging");
 
     /* host (pageable): optimizer states and overlap backups (tiers), fp32 accumulators */
     fp->host = t.host;
-    if (c->grad_accum_steps > 1)
+    if (c->grad_accum_steps > 1 && !eng_grouped(c))
         fp->host += nc * (uint64_t)g_bufs_for(c) * ce * sizeof(float);
 
     /* the host tier: pinned and pageable together, under one budget */
@@ -684,12 +690,14 @@ static zo_status alloc_device(struct zo_engine *e)
         e->gslots[s].ptr = (char *)e->dev_grads + s * cb;
         ZO_TRY(zo_event_create(e->dev, &e->gslots[s].drained));
     }
-    return ZO_OK;
+    return eng_group_alloc(e);
 }
 
-/* The engine's own pinned buffers: the host gradient copies. */
+/* The engine's own pinned buffers: the host gradient copies (grouped: the
+ * fp32 group sums, which take the accumulators' place). */
 static zo_status alloc_pinned(struct zo_engine *e)
 {
+    int grouped = eng_grouped(&e->cfg);
     zo_hostpool_config pc = ZO_HOSTPOOL_CONFIG_INIT;
     pc.max_pinned_bytes = e->cfg.pinned_bytes ? e->cfg.pinned_bytes : e->fp.pinned;
     ZO_TRY(zo_hostpool_init(&e->pool, e->dev, &pc));
@@ -697,9 +705,13 @@ static zo_status alloc_pinned(struct zo_engine *e)
     void **tmp = calloc(n ? n : 1, sizeof *tmp);
     if (!tmp)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
-    zo_status st = eng_take_pinned(e, e->chunk_bytes, n, tmp);
-    for (size_t i = 0; st == ZO_OK && i < n; i++)
-        e->chunks[i % nc].g16[i / nc] = tmp[i];
+    zo_status st = eng_take_pinned(e, e->chunk_bytes * (grouped ? 2 : 1), n, tmp);
+    for (size_t i = 0; st == ZO_OK && i < n; i++) {
+        if (grouped)
+            e->chunks[i % nc].acc[i / nc] = tmp[i];
+        else
+            e->chunks[i % nc].g16[i / nc] = tmp[i];
+    }
     free(tmp);
     return st;
 }
@@ -717,11 +729,11 @@ static zo_status place_tiers(struct zo_engine *e)
     return ZO_OK;
 }
 
-/* The fp32 gradient accumulators (grad_accum_steps > 1). */
+/* The fp32 gradient accumulators (grad_accum_steps > 1, not grouped). */
 static zo_status alloc_host(struct zo_engine *e)
 {
     uint64_t nc = e->n_chunks;
-    if (e->cfg.grad_accum_steps > 1)
+    if (e->cfg.grad_accum_steps > 1 && !eng_grouped(&e->cfg))
         ZO_TRY(eng_host_alloc(e, nc * (uint64_t)e->g_bufs * e->chunk_elems * sizeof(float),
                               &e->host_acc));
     for (uint32_t c = 0; c < nc; c++)
@@ -824,6 +836,7 @@ static void release_tiers(struct zo_engine *e)
         zo_event_destroy(e->pslots[s].ready);
         zo_event_destroy(e->pslots[s].lastuse);
     }
+    eng_group_release(e);
     for (uint32_t s = 0; e->gslots && s < e->n_gslots; s++) {
         zo_event_destroy(e->gslots[s].drained);
     }
@@ -1000,6 +1013,7 @@ static zo_status abort_step(struct zo_engine *e, zo_status st)
     zo_stream_synchronize(e->h2d);
     zo_stream_synchronize(e->d2h);
     reset_slots(e);
+    eng_group_reset(e);
     for (int t = 0; t < ENG_N_TIERS; t++)
         if (eng_param_tiers[t]->abandon)
             eng_param_tiers[t]->abandon(e);
@@ -1069,7 +1083,8 @@ static zo_status take_grad_slot(struct zo_engine *e, uint32_t c, zo_stream_t com
         k->grad_slot = (int)s;
         /* the slot's previous gradients must have left before it is zeroed */
         ZO_TRY(zo_stream_wait_event(compute, g->drained));
-        return zo_memset_async(compute, g->ptr, 0, k->n_elems * e->e16);
+        ZO_TRY(zo_memset_async(compute, g->ptr, 0, k->n_elems * e->e16));
+        return eng_group_take(e, c, compute);
     }
     return ZO_FAIL(
         ZO_ERR_OUT_OF_DEVICE_MEMORY, ENG_SUBSYS,
@@ -1205,7 +1220,9 @@ zo_status zo_engine_grads_ready(zo_engine_t e, int layer, zo_stream_t compute)
             return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
                            "grads_ready: layer %d was not fetched for the backward phase", layer);
     for (uint32_t i = 0; i < L->n_chunks; i++) {
-        zo_status st = hand_over_chunk(e, L->first_chunk + i, compute);
+        uint32_t c = L->first_chunk + i;
+        zo_status st = eng_grouped(&e->cfg) ? eng_group_hand_over(e, c, compute)
+                                            : hand_over_chunk(e, c, compute);
         if (st < 0)
             return abort_step(e, st);
     }

@@ -5,6 +5,8 @@
  *                              the step protocol; checkpoints
  *   engine_sync.c, engine_overlap.c, engine_dpu.c
  *                              the optimizer modes (eng_mode_ops)
+ *   engine_group.c             layer-major micro-batch groups: the gradient
+ *                              slots' fp32 sums on the device
  *   engine_optim.c             the host job thread, the update of every chunk,
  *                              commit and rollback
  *   engine_sched.c             trace, residency, prefetch, eviction, publish
@@ -56,8 +58,9 @@ typedef struct eng_chunk {
     size_t n_elems; /* elements in use (last tensor's end) */
     void *p16[2];   /* host 16-bit params (home host/device): current and next */
     int p16_cur;
-    void *g16[2];  /* host 16-bit gradients, by step parity (DPU uses both) */
-    float *acc[2]; /* fp32 accumulators (grad_accum_steps > 1), by step parity */
+    void *g16[2];  /* host 16-bit gradients, by step parity (DPU uses both; not when grouped) */
+    float *acc[2]; /* fp32 accumulators (grad_accum_steps > 1), by step parity; grouped: the
+                      pinned fp32 group sums (the running sum, the final gradient) */
     float *states; /* master | m | v (optim_home host or device) */
     float *backup; /* overlap, host/device states: copy taken before the speculative update */
     zo_swap_extent_t ext[2];  /* optim_home nvme: current and alternate extents */
@@ -93,6 +96,8 @@ typedef struct eng_gslot {
     void *ptr;
     int busy;
     zo_event_t drained; /* the D2H that emptied it */
+    float *acc;         /* grouped: the fp32 sum of the group's micro-batches (device) */
+    zo_event_t loaded;  /* grouped: the H2D of the running sum into acc */
 } eng_gslot;
 
 typedef struct eng_job {
@@ -172,6 +177,7 @@ struct zo_engine {
 
     /* tiers */
     void *dev_params, *dev_grads;
+    void *dev_gacc;    /* grouped: the gradient slots' fp32 accumulators */
     void *dev_states;  /* the device tier's optimizer states */
     float *dev_backup; /* ... and their overlap backups (host memory) */
     eng_pslot *pslots;
@@ -259,6 +265,23 @@ zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s);
 zo_status eng_publish(struct zo_engine *e);
 /* After a checkpoint wrote chunk c: the device sees the new 16-bit values. */
 zo_status eng_publish_chunk(struct zo_engine *e, uint32_t c);
+
+/* engine_group.c: layer-major micro-batch groups (micro_group > 1 with
+ * grad_accum_steps > 1: "grouped") */
+int eng_grouped(const zo_engine_config *c);
+/* Micro-batches per group: micro_group, at most grad_accum_steps; 1 when not grouped. */
+int eng_group_size(const zo_engine_config *c);
+/* The device fp32 accumulators of the gradient slots (after they are allocated). */
+zo_status eng_group_alloc(struct zo_engine *e);
+void eng_group_release(struct zo_engine *e);
+/* Chunk c's gradient slot was just taken by a backward fetch: a group after
+ * the step's first starts its slot's sum from the running sum (an H2D). */
+zo_status eng_group_take(struct zo_engine *e, uint32_t c, zo_stream_t compute);
+/* grads_ready of one micro-batch for chunk c: add it to the slot's sum; the
+ * group's last sends the sum down and queues the host job. */
+zo_status eng_group_hand_over(struct zo_engine *e, uint32_t c, zo_stream_t compute);
+/* After an abandoned step: the slots' events anew on the clean copy stream. */
+void eng_group_reset(struct zo_engine *e);
 
 /* engine_optim.c */
 zo_status eng_thread_start(struct zo_engine *e);

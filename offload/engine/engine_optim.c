@@ -125,7 +125,7 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
                        "the gradients of layer %d failed on the compute stream: %s", k->layer,
                        zo_last_error());
     int accum = e->cfg.grad_accum_steps > 1;
-    if (accum)
+    if (accum && !eng_grouped(&e->cfg)) /* grouped: the device summed them */
         ZO_TRY(accumulate(e, k, j));
     if (!j->last)
         return ZO_OK;

@@ -34,12 +34,16 @@ typedef struct run_cfg {
     void *trace_ctx;
     zo_engine_caps pcaps, ocaps; /* per-chunk homes: caps of the tiers faster than the homes */
     uint64_t host_bytes;         /* the host tier's budget (0: not limited) */
+    int group;                   /* micro_group: > 1 runs the step layer-major in such groups */
 } run_cfg;
+
+#define TM_MAXGROUP 8
 
 static run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
-    run_cfg c = {ph,    oh,      mode, 0, 0, 1,    2,    0.0f,   ZO_DTYPE_BF16, 0,
-                 STEPS, INT_MAX, NULL, 0, 0, NULL, NULL, {0, 0}, {0, 0},        0};
+    run_cfg c = {ph,     oh,    mode,    0,    0, 1, 2,    0.0f, ZO_DTYPE_BF16,
+                 0,      STEPS, INT_MAX, NULL, 0, 0, NULL, NULL, {0, 0},
+                 {0, 0}, 0,     0};
     return c;
 }
 
@@ -67,6 +71,7 @@ typedef struct harness {
     char dir[64];
     int ids[TM_T];
     int fault_layer; /* >= 0: a device stream task fails right after this layer's backward */
+    tm_acts *ga[TM_MAXGROUP]; /* layer-major: the activations of each micro-batch of a group */
 } harness;
 
 static zo_adam_params test_adam(void)
@@ -106,6 +111,7 @@ static zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nf
     c.param_caps = h->rc.pcaps;
     c.optim_caps = h->rc.ocaps;
     c.host_bytes = h->rc.host_bytes;
+    c.micro_group = h->rc.group;
     ZO_TRY(zo_engine_init(&h->eng, &c));
     if (nfaults)
         ZO_TRY(zo_engine_set_swap_faults(h->eng, faults, nfaults));
@@ -140,6 +146,8 @@ static void harness_open(harness *h, const run_cfg *rc)
     ZO_ASSERT_OK(zo_stream_create(h->dev, &h->compute));
     h->a = calloc(1, sizeof *h->a);
     assert_non_null(h->a);
+    for (int j = 0; j < TM_MAXGROUP && j < rc->group; j++)
+        assert_non_null(h->ga[j] = calloc(1, sizeof *h->ga[j]));
     h->fault_layer = -1;
     snprintf(h->dir, sizeof h->dir, "/tmp/zo-engine-test-XXXXXX");
     assert_non_null(mkdtemp(h->dir));
@@ -152,6 +160,8 @@ static void harness_close(harness *h)
     zo_device_free(h->dev);
     rmdir(h->dir);
     free(h->a);
+    for (int j = 0; j < TM_MAXGROUP; j++)
+        free(h->ga[j]);
 }
 
 static zo_status enqueue(harness *h, zo_stream_fn fn, const void *arg, size_t n)
@@ -199,15 +209,85 @@ static zo_status micro_batch(harness *h, int step, int micro, float scale)
     return ZO_OK;
 }
 
+static zo_status group_forward(harness *h, int l, int n)
+{
+    void *p[2];
+    ZO_TRY(zo_engine_fetch(h->eng, l, ZO_PHASE_FORWARD, h->compute, p, NULL, 2));
+    for (int j = 0; j < n; j++) {
+        tm_fwd_arg f = {p[0], p[1], h->rc.dtype, h->ga[j]->act[l], h->ga[j]->act[l + 1]};
+        ZO_TRY(enqueue(h, tm_forward, &f, sizeof f));
+    }
+    return zo_engine_release(h->eng, l, h->compute);
+}
+
+/* One backward fetch for the group; each micro-batch's gradients are handed
+ * over in turn into the buffers the engine zeroes again between them. */
+static zo_status group_backward(harness *h, int l, int n, int poison)
+{
+    void *p[2], *g[2];
+    ZO_TRY(zo_engine_fetch(h->eng, l, ZO_PHASE_BACKWARD, h->compute, p, g, 2));
+    for (int j = 0; j < n; j++) {
+        tm_acts *a = h->ga[j];
+        tm_bwd_arg b = {p[0],          g[0],           g[1],       h->rc.dtype,     a->act[l],
+                        a->act[l + 1], a->gact[l + 1], a->gact[l], poison && j == 0};
+        ZO_TRY(enqueue(h, tm_backward, &b, sizeof b));
+        if (l == h->fault_layer && j == n - 1)
+            ZO_TRY(zo_device_inject_fault(h->dev, ZO_FAULT_STREAM_TASK, 1));
+        ZO_TRY(zo_engine_grads_ready(h->eng, l, h->compute));
+    }
+    return zo_engine_release(h->eng, l, h->compute);
+}
+
+/* The loss of a group's micro-batch, added to the step's in micro-batch order. */
+static zo_status group_loss_fn(void *arg)
+{
+    tm_acts **a = arg; /* the step's, the micro-batch's */
+    a[0]->loss += a[1]->loss;
+    a[1]->loss = 0.0;
+    return ZO_OK;
+}
+
+/* Micro-batches first..first+n-1 layer-major: each layer once per phase. */
+static zo_status layer_major_group(harness *h, int step, int first, int n, float scale)
+{
+    for (int j = 0; j < n; j++) {
+        tm_input_arg in = {h->ga[j], step, first + j};
+        ZO_TRY(enqueue(h, tm_input, &in, sizeof in));
+    }
+    for (int l = 0; l < TM_L; l++)
+        ZO_TRY(group_forward(h, l, n));
+    for (int j = 0; j < n; j++) {
+        tm_loss_arg la = {h->ga[j], scale};
+        tm_acts *pair[2] = {h->a, h->ga[j]};
+        ZO_TRY(enqueue(h, tm_loss, &la, sizeof la));
+        ZO_TRY(enqueue(h, group_loss_fn, pair, sizeof pair));
+    }
+    int poison = (int)((h->rc.poison_steps >> step) & 1) && first == 0;
+    for (int l = TM_L - 1; l >= 0; l--)
+        ZO_TRY(group_backward(h, l, n, poison && l == 1));
+    return ZO_OK;
+}
+
+static zo_status micro_batches(harness *h, int step, float scale)
+{
+    int G = h->rc.group > 1 ? h->rc.group : 1;
+    for (int first = 0; first < h->rc.accum; first += G) {
+        int n = h->rc.accum - first < G ? h->rc.accum - first : G;
+        if (G == 1)
+            ZO_TRY(micro_batch(h, step, first, scale));
+        else
+            ZO_TRY(layer_major_group(h, step, first, n, scale));
+    }
+    return ZO_OK;
+}
+
 /* One optimizer step; on an error the compute stream is drained and the
  * error returned (the engine has abandoned the step). */
 static zo_status train_step(harness *h, int step, double *loss, zo_step_stats *stats)
 {
     float scale = (float)zo_engine_loss_scale(h->eng);
     h->a->loss = 0.0;
-    zo_status st = ZO_OK;
-    for (int mb = 0; mb < h->rc.accum && st == ZO_OK; mb++)
-        st = micro_batch(h, step, mb, scale);
+    zo_status st = micro_batches(h, step, scale);
     if (st == ZO_OK) {
         memset(stats, 0, sizeof *stats);
         stats->struct_size = sizeof *stats;
@@ -1601,6 +1681,138 @@ static void test_host_budget(void **state)
     }
 }
 
+/* ---- layer-major micro-batch groups ---- */
+
+/* Groups of 1, 2 and 4 micro-batches (and 2 of 5 and 8 of 5: a short last
+ * group, one group per step) equal micro-batch-major accumulation bitwise in
+ * every optimizer mode, states on the host and on NVMe; fp16 with overflows. */
+static void test_layer_major_groups_equal_micro_batch_major(void **state)
+{
+    (void)state;
+    static const int groups[][2] = {{1, 4}, {2, 4}, {4, 4}, {2, 5}, {8, 5}}; /* group, accum */
+    for (int m = 0; m < 3; m++)
+        for (int nvme = 0; nvme < 2; nvme++) {
+            run_cfg c =
+                base_cfg(ZO_TIER_HOST, nvme ? ZO_TIER_NVME : ZO_TIER_HOST, (zo_optim_mode)m);
+            if (nvme) { /* fp16 with overflows, clipping, the smallest device */
+                c.dtype = ZO_DTYPE_F16;
+                c.poison_steps = (1u << 3) | (1u << 11);
+                c.max_norm = 0.5f;
+            }
+            run_out ref[2];
+            int have[2] = {0, 0};
+            for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+                c.accum = groups[i][1];
+                int r = c.accum == 5;
+                if (!have[r]) {
+                    c.group = 0;
+                    run(&c, &ref[r]);
+                    have[r] = 1;
+                }
+                c.group = groups[i][0];
+                run_out o;
+                run(&c, &o);
+                assert_same_weights(&o, &ref[r], c.steps);
+                run_out_free(&o);
+            }
+            run_out_free(&ref[0]);
+            run_out_free(&ref[1]);
+        }
+}
+
+/* Grouped, the gradient slots gain fp32 sums on the device, the host's fp32
+ * accumulators go, and the pinned 16-bit gradient copies become fp32 sums. */
+static void test_layer_major_footprint(void **state)
+{
+    (void)state;
+    for (int m = 0; m < 3; m++) {
+        run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, (zo_optim_mode)m);
+        c.accum = 4;
+        c.steps = 2;
+        run_out a, b;
+        run(&c, &a);
+        c.group = 4;
+        run(&c, &b);
+        uint64_t C = a.fp.chunk_bytes, N = a.fp.n_chunks, K = a.fp.max_chunks_per_layer;
+        uint64_t G = m == ZO_OPTIM_DPU ? 2 : 1;
+        assert_int_equal(b.fp.device, a.fp.device + 2 * K * C);
+        assert_int_equal(a.fp.host - b.fp.host, 2 * C * N * G);
+        assert_int_equal(b.fp.pinned - a.fp.pinned, N * C * G);
+        run_out_free(&a);
+        run_out_free(&b);
+    }
+}
+
+/* With one layer's slots on the device, a group of 4 fetches each layer once
+ * per phase instead of four times: the measured host-to-device bytes of a
+ * step are a quarter of micro-batch-major's but for the loads that
+ * micro-batch-major saves where one micro-batch's last backward layer is the
+ * next one's first forward layer (layer 0's chunks, still resident). */
+static void test_layer_major_moves_fewer_parameter_bytes(void **state)
+{
+    (void)state;
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    c.accum = 4;
+    c.steps = 4;
+    c.lookahead = 0;
+    const uint64_t layer = CHUNK + TM_D * 2; /* W's chunk and b's bytes in use */
+    c.device_bytes = min_device_bytes();
+    run_out a, b;
+    run(&c, &a);
+    c.group = 4;
+    c.device_bytes = min_device_bytes() + 2 * 2 * CHUNK; /* and two fp32 sums */
+    run(&c, &b);
+    assert_same_weights(&a, &b, c.steps);
+    for (int s = 1; s < c.steps; s++) {
+        /* each layer loaded once per phase and group, the last layer's backward
+         * following its forward on the same slots */
+        assert_int_equal(b.stats[s].h2d_bytes, (2 * TM_L - 1) * layer);
+        assert_int_equal(a.stats[s].h2d_bytes, 4 * b.stats[s].h2d_bytes - 3 * layer);
+        assert_int_equal(a.stats[s].d2h_bytes, 4 * TM_L * layer);
+        assert_int_equal(b.stats[s].d2h_bytes, 2 * TM_L * layer); /* fp32, once */
+    }
+    run_out_free(&a);
+    run_out_free(&b);
+}
+
+/* A stream task failing in the middle of a group's backward, or an NVMe
+ * write failing at the end of a grouped step: the step is abandoned, the
+ * weights stay, and its retry gives the run without the fault. */
+static void test_layer_major_fault_mid_group(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 2; i++) {
+        run_cfg c = base_cfg(ZO_TIER_HOST, i ? ZO_TIER_NVME : ZO_TIER_HOST,
+                             i ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC);
+        c.steps = 6;
+        c.accum = 4;
+        c.group = 2;
+        run_out ref;
+        run(&c, &ref);
+        harness h;
+        harness_open(&h, &c);
+        zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0};
+        ZO_ASSERT_OK(make_engine(&h, i ? &never : NULL, i ? 1 : 0));
+        double losses[6];
+        zo_step_stats st;
+        for (int s = 0; s < c.steps; s++) {
+            for (int l = 0; s == 3 && l < TM_L; l++) {
+                float *before[TM_T];
+                read_masters(&h, before);
+                h.fault_layer = l;
+                zo_status e = failing_step(&h, s, before);
+                h.fault_layer = -1;
+                if (e >= 0)
+                    fail_msg("a failed stream task in layer %d's group went unnoticed", l);
+            }
+            if (s == 4 && i)
+                fail_step_at(&h, zo_engine_nvme_store(h.eng), s);
+            ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
+        }
+        close_and_compare(&h, losses, &ref, c.steps);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1621,6 +1833,10 @@ int main(void)
         cmocka_unit_test(test_nvme_request_knobs),
         cmocka_unit_test(test_stall_is_measured),
         cmocka_unit_test(test_trace_covers_every_track),
+        cmocka_unit_test(test_layer_major_groups_equal_micro_batch_major),
+        cmocka_unit_test(test_layer_major_footprint),
+        cmocka_unit_test(test_layer_major_moves_fewer_parameter_bytes),
+        cmocka_unit_test(test_layer_major_fault_mid_group),
         cmocka_unit_test(test_split_homes_equal_all_host_and_all_nvme),
         cmocka_unit_test(test_split_footprint),
         cmocka_unit_test(test_split_checkpoint_resumes_on_another),

@@ -1,0 +1,134 @@
+/* Layer-major micro-batch groups: a group of micro-batches goes through a
+ * layer under one fetch, and each gradient slot sums the group's 16-bit
+ * gradients in fp32 on the device, in micro-batch order, so that the sum
+ * goes down once per group instead of each micro-batch's gradient once per
+ * micro-batch. The summation order is the host's without groups: the step's
+ * first micro-batch is converted, each later one added, and a group after
+ * the first starts from the running sum the previous group sent down (sent
+ * back up), so acc = ((g1 + g2) + g3) + ... bit for bit. */
+#include <stdlib.h>
+
+#include "engine_internal.h"
+#include "zo/ops.h"
+
+int eng_grouped(const zo_engine_config *c)
+{
+    return c->micro_group > 1 && c->grad_accum_steps > 1;
+}
+
+int eng_group_size(const zo_engine_config *c)
+{
+    if (!eng_grouped(c))
+        return 1;
+    return c->micro_group < c->grad_accum_steps ? c->micro_group : c->grad_accum_steps;
+}
+
+zo_status eng_group_alloc(struct zo_engine *e)
+{
+    if (!eng_grouped(&e->cfg))
+        return ZO_OK;
+    size_t per = e->chunk_elems * sizeof(float);
+    ZO_TRY(zo_device_malloc(e->dev, e->n_gslots * per, &e->dev_gacc));
+    for (uint32_t s = 0; s < e->n_gslots; s++) {
+        e->gslots[s].acc = (float *)((char *)e->dev_gacc + s * per);
+        ZO_TRY(zo_event_create(e->dev, &e->gslots[s].loaded));
+    }
+    return ZO_OK;
+}
+
+void eng_group_release(struct zo_engine *e)
+{
+    for (uint32_t s = 0; e->gslots && s < e->n_gslots; s++) {
+        zo_event_destroy(e->gslots[s].loaded);
+        e->gslots[s].loaded = NULL;
+        e->gslots[s].acc = NULL;
+    }
+    if (e->dev_gacc)
+        zo_device_mfree(e->dev, e->dev_gacc);
+    e->dev_gacc = NULL;
+}
+
+/* The host gradient buffers of the step (by parity in dpu mode). */
+static int step_parity(const struct zo_engine *e)
+{
+    return e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
+}
+
+zo_status eng_group_take(struct zo_engine *e, uint32_t c, zo_stream_t compute)
+{
+    eng_chunk *k = &e->chunks[c];
+    if (!eng_grouped(&e->cfg) || k->n_ready == 0)
+        return ZO_OK; /* the step's first micro-batch converts into the sum */
+    eng_gslot *g = &e->gslots[k->grad_slot];
+    /* On the d2h stream: after the previous group's sum landed in acc[] (and
+     * after the slot's last sum left), with no wait on the parameters' stream. */
+    ZO_TRY(zo_memcpy_h2d_async(e->d2h, g->acc, k->acc[step_parity(e)], k->n_elems * sizeof(float)));
+    ZO_TRY(zo_event_record(g->loaded, e->d2h));
+    return zo_stream_wait_event(compute, g->loaded);
+}
+
+/* The group's sum leaves: D2H into the chunk's pinned sum, then the host job. */
+static zo_status send_sum(struct zo_engine *e, uint32_t c, zo_stream_t compute)
+{
+    eng_chunk *k = &e->chunks[c];
+    eng_gslot *g = &e->gslots[k->grad_slot];
+    int parity = step_parity(e);
+    eng_wait_chunk_jobs(e, c); /* the previous job no longer reads the sum */
+    ZO_TRY(zo_event_record(k->computed, compute));
+    ZO_TRY(zo_stream_wait_event(e->d2h, k->computed));
+    ZO_TRY(eng_timed_copy(e, 1, c, k->acc[parity], g->acc, k->n_elems * sizeof(float)));
+    ZO_TRY(zo_event_record(g->drained, e->d2h));
+    g->busy = 0;
+    k->grad_slot = -1;
+    eng_job tmpl = {0};
+    tmpl.chunk = (int)c;
+    tmpl.micro = k->n_ready;
+    tmpl.last = k->n_ready == e->cfg.grad_accum_steps;
+    tmpl.parity = parity;
+    tmpl.lr = e->step_lr;
+    tmpl.factor = zo_grad_scale_factor(0.0, (float)zo_engine_loss_scale(e), 0.0f);
+    tmpl.step = e->opt_step + 1;
+    eng_job *job = eng_job_new(&tmpl);
+    if (!job)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a host job");
+    struct {
+        struct zo_engine *e;
+        eng_job *j;
+    } arg = {e, job};
+    /* the arrival is enqueued before the job is queued (see hand_over_chunk) */
+    zo_status st = zo_stream_enqueue(e->d2h, eng_arrival_fn, &arg, sizeof arg);
+    if (st < 0) {
+        free(job);
+        return st;
+    }
+    eng_job_push(e, job);
+    return ZO_OK;
+}
+
+zo_status eng_group_hand_over(struct zo_engine *e, uint32_t c, zo_stream_t compute)
+{
+    eng_chunk *k = &e->chunks[c];
+    const int M = e->cfg.grad_accum_steps, G = eng_group_size(&e->cfg);
+    if (k->n_ready >= M)
+        return ZO_FAIL(
+            ZO_ERR_STATE, ENG_SUBSYS,
+            "grads_ready: layer %d already handed over %d micro-batches (grad_accum_steps)",
+            k->layer, k->n_ready);
+    eng_gslot *g = &e->gslots[k->grad_slot];
+    size_t n = k->n_elems;
+    zo_dtype dt = e->cfg.param_dtype;
+    if (k->n_ready == 0) /* acc = g1, as the host's first micro-batch */
+        ZO_TRY(zo_op_cast(compute, g->acc, ZO_DTYPE_F32, g->ptr, dt, n));
+    else
+        ZO_TRY(zo_op_axpy(compute, g->acc, ZO_DTYPE_F32, 1.0f, g->ptr, dt, n));
+    k->n_ready++;
+    if (k->n_ready % G != 0 && k->n_ready != M) /* the group's next micro-batch adds anew */
+        return zo_memset_async(compute, g->ptr, 0, n * e->e16);
+    return send_sum(e, c, compute);
+}
+
+void eng_group_reset(struct zo_engine *e)
+{
+    for (uint32_t s = 0; eng_grouped(&e->cfg) && s < e->n_gslots; s++)
+        zo_event_record(e->gslots[s].loaded, e->d2h);
+}
