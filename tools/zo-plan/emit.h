@@ -4,6 +4,7 @@
 #ifndef ZP_EMIT_H
 #define ZP_EMIT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "zo/status.h"
@@ -20,7 +21,17 @@ typedef struct zp_emit {
     uint64_t chunk_bytes;
     const char *nvme_paths[ZP_EMIT_MAX_PATHS];
     int n_nvme_paths;
+    /* the per-chunk plan (zeros for a fixed placement) */
+    uint64_t optim_caps[2], param_caps[2]; /* device, host: zoffload.placement */
+    int micro_group;                       /* layer-major group (1: micro-batch-major) */
+    int act_home;                          /* zp_act_home: 1 device, 2 host */
+    uint64_t host_budget;                  /* the hard host limit planned against */
 } zp_emit;
+
+/* What a plan holds that the config has no key for yet ("" when nothing):
+ * the layer-major group and the layer inputs' home until zo-train reads
+ * them. */
+void zp_emit_left_out(const zp_emit *e, char *buf, size_t cap);
 
 /* Write the config to path and read it back with zo_train_config_load
  * (what zo-train does), so a file that zo-train would refuse is never left

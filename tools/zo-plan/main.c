@@ -42,6 +42,7 @@ typedef struct cli {
     double nvme_tbw; /* bytes */
     const char *emit_path;
     int validate;     /* steps of a trial run per fitting strategy (0: none) */
+    int mode_given;   /* --optimizer-mode sync|overlap|dpu: the per-chunk plan keeps it */
     const char *data; /* its tokens */
     char model_note[256];
 } cli;
@@ -65,12 +66,18 @@ static void usage(FILE *f)
         "  --dtype bf16|fp16      16-bit parameters and activations (default bf16)\n"
         "  --optimizer adam|adamw Adam's memory is the same either way (default adamw)\n"
         "  --state-dtype fp32     the optimizer states' precision (the engine keeps fp32)\n"
-        "  --optimizer-mode sync|overlap|dpu   (default sync)\n"
+        "  --optimizer-mode auto|sync|overlap|dpu   the fixed placements use sync for auto;\n"
+        "                         the per-chunk plan picks sync or overlap (both exact)\n"
+        "                         (default auto)\n"
         "  --chunk-bytes BYTES    the engine's chunk (default: chosen per strategy)\n"
+        "  --micro-group N|auto   micro-batches per layer-major group of the per-chunk plan\n"
+        "                         (1..grad-accum; auto: the planner's choice)\n"
+        "  --act-home auto|device|host   where the per-chunk plan keeps the layer inputs the\n"
+        "                         backward recomputes from (host: pinned)\n"
         "hardware (detected unless given):\n"
         "  --device auto|cpu|cuda the device (auto: cuda when a GPU is present)\n"
         "  --gpu-mem BYTES        device memory (cpu device: its capacity, default 1 GiB)\n"
-        "  --host-mem BYTES       host memory for pinned and pageable tiers\n"
+        "  --host-mem BYTES       host memory for pinned and pageable tiers: a hard budget\n"
         "  --pinned-max BYTES     a cap on pinned host memory\n"
         "  --nvme-path DIR        a swap directory, one per drive (repeatable; free space by\n"
         "                         statvfs)\n"
@@ -132,6 +139,8 @@ enum {
     OPT_EMIT,
     OPT_VALIDATE,
     OPT_DATA,
+    OPT_MICRO_GROUP,
+    OPT_ACT_HOME,
     OPT_HELP
 };
 
@@ -172,6 +181,8 @@ static const struct option long_opts[] = {
     {"emit-config", required_argument, 0, OPT_EMIT},
     {"validate", required_argument, 0, OPT_VALIDATE},
     {"data", required_argument, 0, OPT_DATA},
+    {"micro-group", required_argument, 0, OPT_MICRO_GROUP},
+    {"act-home", required_argument, 0, OPT_ACT_HOME},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -254,12 +265,32 @@ static int parse_choice_opt(int opt, const char *arg, cli *c)
                    : 0;
     case OPT_MODE: {
         static const char *const modes[] = {"sync", "overlap", "dpu"};
-        for (int i = 0; i < 3; i++)
+        c->mode_given = strcmp(arg, "auto") != 0;
+        c->job.mode = ZO_OPTIM_SYNC;
+        for (int i = 0; i < 3 && c->mode_given; i++)
             if (strcmp(arg, modes[i]) == 0) {
                 c->job.mode = (zo_optim_mode)i;
                 return 0;
             }
-        return bad_value(opt, arg, "sync, overlap or dpu");
+        return c->mode_given ? bad_value(opt, arg, "auto, sync, overlap or dpu") : 0;
+    }
+    case OPT_ACT_HOME: {
+        static const char *const homes[] = {"auto", "device", "host"};
+        for (int i = 0; i < 3; i++)
+            if (strcmp(arg, homes[i]) == 0) {
+                c->job.act_home = (zp_act_home)i;
+                return 0;
+            }
+        return bad_value(opt, arg, "auto, device or host");
+    }
+    case OPT_MICRO_GROUP: {
+        char *end;
+        errno = 0;
+        long v = strcmp(arg, "auto") == 0 ? 0 : strtol(arg, &end, 10);
+        if (strcmp(arg, "auto") != 0 && (errno || end == arg || *end || v < 1 || v > INT_MAX))
+            return bad_value(opt, arg, "auto or a number of micro-batches >= 1");
+        c->job.micro_group = (int)v;
+        return 0;
     }
     case OPT_DEVICE:
         if (strcmp(arg, "auto") && strcmp(arg, "cpu") && strcmp(arg, "cuda"))
@@ -356,14 +387,23 @@ typedef struct result {
     zp_hardware hw;
     zp_hw_facts facts;
     zp_speeds sp;
-    zp_plan plans[ZP_N_STRATEGIES];
-    int best;
+    zp_plan plans[ZP_N_STRATEGIES + 1]; /* the fixed homes, then the per-chunk plan (ZP_SPLIT) */
+    int best;                           /* the fastest fixed-homes plan that fits, or -1 */
+    int rec;                            /* the recommendation: ZP_SPLIT when it is faster, or -1 */
     uint64_t work;
-    char emitted[512];              /* "" or the config's path */
-    int validated[ZP_N_STRATEGIES]; /* 1: ran, -1: the trainer refused or failed (val_err) */
-    zp_validation val[ZP_N_STRATEGIES];
-    char val_err[ZP_N_STRATEGIES][512];
+    char emitted[512];                  /* "" or the config's path */
+    char emit_note[256];                /* what the config could not hold ("" none) */
+    int validated[ZP_N_STRATEGIES + 1]; /* 1: ran, -1: the trainer refused or failed (val_err) */
+    zp_validation val[ZP_N_STRATEGIES + 1];
+    char val_err[ZP_N_STRATEGIES + 1][512];
 } result;
+
+/* What the trainer cannot run of a plan yet (layer-major groups, layer
+ * inputs on the host): --validate leaves it out and says so. */
+static int beyond_trainer(const zp_plan *p)
+{
+    return p->micro_group > 1 || p->act_home == ZP_ACT_HOST;
+}
 
 /* Progress of the long parts (--measure, --validate) on stderr. */
 static void say(const char *what)
@@ -386,21 +426,27 @@ static zo_status gather_speeds(cli *c, result *r)
 
 static zo_status emit(const cli *c, result *r)
 {
-    const zp_plan *p = &r->plans[r->best];
+    const zp_plan *p = &r->plans[r->rec];
     zp_emit e = {c->job.micro_batch,
                  c->job.grad_accum,
                  c->job.dtype == ZO_DTYPE_F16,
                  (int)p->param_home,
                  (int)p->optim_home,
-                 (int)c->job.mode,
+                 (int)p->mode,
                  r->hw.device_bytes,
                  p->pinned.total,
                  p->fp.chunk_bytes,
                  {0},
-                 c->req.n_nvme_paths};
+                 c->req.n_nvme_paths,
+                 {p->optim_caps.device, p->optim_caps.host},
+                 {p->param_caps.device, p->param_caps.host},
+                 p->micro_group,
+                 (int)p->act_home,
+                 p->host_budget};
     for (int i = 0; i < c->req.n_nvme_paths; i++)
         e.nvme_paths[i] = c->req.nvme_paths[i];
     ZT_TRY(zp_emit_config(&e, c->emit_path));
+    zp_emit_left_out(&e, r->emit_note, sizeof r->emit_note);
     snprintf(r->emitted, sizeof r->emitted, "%s", c->emit_path);
     return ZO_OK;
 }
@@ -410,12 +456,16 @@ static zo_status emit(const cli *c, result *r)
 static void validate_all(const cli *c, result *r)
 {
     const char *nvme = c->req.n_nvme_paths ? c->req.nvme_paths[0] : NULL;
-    for (int s = 0; s < ZP_N_STRATEGIES; s++) {
+    for (int s = 0; s <= ZP_SPLIT; s++) {
         if (!r->plans[s].fits)
             continue;
-        char what[128];
-        snprintf(what, sizeof what, "trial run: %s, %d step(s) through zo-train's trainer",
-                 zp_strategy_name((zp_strategy)s), c->validate);
+        char what[256];
+        snprintf(what, sizeof what, "trial run: %s, %d step(s) through zo-train's trainer%s",
+                 zp_strategy_name((zp_strategy)s), c->validate,
+                 beyond_trainer(&r->plans[s])
+                     ? " (micro-group 1, layer inputs on the device: the trainer has no "
+                       "--micro-group or --act-home yet)"
+                     : "");
         say(what);
         zo_status st =
             zp_validate(&c->job, &r->hw, &r->plans[s], c->data, nvme, c->validate, &r->val[s]);
@@ -432,10 +482,16 @@ static zo_status plan_all(cli *c, result *r)
     for (int s = 0; s < ZP_N_STRATEGIES; s++)
         ZT_TRY(zp_plan_strategy(&c->job, &r->hw, &r->sp, (zp_strategy)s, c->nvme_tbw, &r->plans[s],
                                 &r->work));
+    ZT_TRY(zp_plan_split(&c->job, &r->hw, &r->sp, c->nvme_tbw, &r->plans[ZP_SPLIT], &r->work));
     r->best = zp_recommend(r->plans, ZP_N_STRATEGIES);
+    const zp_plan *split = &r->plans[ZP_SPLIT];
+    /* the per-chunk plan when it is faster than every fixed placement that fits */
+    r->rec = split->fits && (r->best < 0 || split->step_seconds < r->plans[r->best].step_seconds)
+                 ? ZP_SPLIT
+                 : r->best;
     if (c->validate)
         validate_all(c, r);
-    if (c->emit_path && r->best < 0)
+    if (c->emit_path && r->rec < 0)
         return zt_fail(ZO_ERR_BUDGET,
                        "--emit-config: no strategy fits, so there is nothing to write");
     if (c->emit_path)
@@ -499,7 +555,7 @@ static void print_table(const result *r)
     char a[32], b[32], d[32], e[32], f[32];
     printf("\n%-22s %-4s %10s %10s %10s %10s %10s %9s  %-14s %10s %6s\n", "strategy", "fits",
            "chunk", "device", "pinned", "host", "nvme", "step s", "bottleneck", "tokens/s", "MFU");
-    for (int s = 0; s < ZP_N_STRATEGIES; s++) {
+    for (int s = 0; s <= ZP_SPLIT; s++) {
         const zp_plan *p = &r->plans[s];
         printf("%-22s %-4s %10s %10s %10s %10s %10s %9.3g  %-14s %10.4g %5.1f%%\n",
                zp_strategy_name(p->strategy), p->fits ? "yes" : "no", B(a, p->fp.chunk_bytes),
@@ -557,11 +613,40 @@ static void print_plan_bars(const result *r, const zp_plan *p)
         printf("    why not: %s\n", p->why);
 }
 
+static void print_split_terms(const zp_plan *p)
+{
+    char a[32], b[32], c[32], d[32], e[32];
+    printf("    homes: 16-bit params device %u / host %u / nvme %u chunks (param_caps device %s, "
+           "host %s); optimizer states device %u / host %u / nvme %u (optim_caps host %s)\n",
+           p->param_homes[0], p->param_homes[1], p->param_homes[2], B(a, p->param_caps.device),
+           B(b, p->param_caps.host), p->optim_homes[0], p->optim_homes[1], p->optim_homes[2],
+           B(c, p->optim_caps.host));
+    printf("    micro-group %d (%d group(s) per step), layer inputs on the %s: %s; optimizer mode "
+           "%s; host budget %s\n",
+           p->micro_group, p->n_groups, p->act_home == ZP_ACT_HOST ? "pinned host" : "device",
+           B(a, p->layer_inputs), zo_optim_mode_name(p->mode), B(b, p->host_budget));
+    printf("    gradients: %s for the update, %s of them kept in host memory, %s spilled to NVMe\n",
+           B(a, p->grad_store), B(b, p->grad_store - p->grad_spill), B(c, p->grad_spill));
+    printf("    per step: h2d %s of parameters + %s of layer inputs, d2h %s of gradients + %s of "
+           "layer inputs, nvme %s read / %s written\n",
+           B(a, p->h2d_param_bytes), B(b, p->h2d_act_bytes), B(c, p->d2h_grad_bytes),
+           B(d, p->d2h_act_bytes), B(e, p->nvme_read_bytes), B((char[32]){0}, p->nvme_write_bytes));
+    if (p->modelled.device || p->modelled.pinned || p->modelled.host)
+        printf(
+            "    modelled by zo-plan until the engine computes them (layer-major groups): device "
+            "%+.2f GiB, pinned %+.2f GiB, host %+.2f GiB beside its footprint\n",
+            (double)p->modelled.device / (1 << 30), (double)p->modelled.pinned / (1 << 30),
+            (double)p->modelled.host / (1 << 30));
+    if (p->host_floor)
+        printf("    the least host memory a per-chunk plan of this job takes: %s\n",
+               B(a, p->host_floor));
+}
+
 static void print_validation(const result *r)
 {
     char a[32], b[32], d[32], e[32];
     printf("\ntrial runs through zo-train's trainer (measured; predicted in the table above):\n");
-    for (int s = 0; s < ZP_N_STRATEGIES; s++) {
+    for (int s = 0; s <= ZP_SPLIT; s++) {
         const zp_plan *p = &r->plans[s];
         const zp_validation *v = &r->val[s];
         if (r->validated[s] < 0)
@@ -603,16 +688,29 @@ static void print_human(const cli *c, const result *r)
     print_header(c, r);
     print_table(r);
     printf("\nper tier (use of budget):\n");
-    for (int s = 0; s < ZP_N_STRATEGIES; s++)
+    for (int s = 0; s <= ZP_SPLIT; s++)
         print_plan_bars(r, &r->plans[s]);
-    if (r->best >= 0) {
-        const zp_plan *p = &r->plans[r->best];
+    print_split_terms(&r->plans[ZP_SPLIT]);
+    if (r->rec >= 0) {
+        const zp_plan *p = &r->plans[r->rec];
         printf(
             "\nrecommended: %s (the fastest plan that fits): %.4g s per step, %.4g tokens/s, MFU "
-            "%.1f%%; zo-train --offload-param %s --offload-optimizer %s --chunk-bytes %llu\n",
+            "%.1f%%, bottleneck %s; zo-train --offload-param %s --offload-optimizer %s "
+            "--chunk-bytes %llu --optimizer-mode %s",
             zp_strategy_name(p->strategy), p->step_seconds, p->tokens_per_s, 100 * p->mfu,
-            zt_home_name(p->param_home), zt_home_name(p->optim_home),
-            (unsigned long long)p->fp.chunk_bytes);
+            zp_bottleneck_name(p->bottleneck), zt_home_name(p->param_home),
+            zt_home_name(p->optim_home), (unsigned long long)p->fp.chunk_bytes,
+            zo_optim_mode_name(p->mode));
+        if (p->strategy == ZP_SPLIT)
+            printf(" --param-device-bytes %llu --optim-host-bytes %llu --host-mem %llu",
+                   (unsigned long long)p->param_caps.device, (unsigned long long)p->optim_caps.host,
+                   (unsigned long long)p->host_budget);
+        printf("\n");
+        if (p->strategy == ZP_SPLIT)
+            printf("  why: %s\n", p->reason);
+        if (beyond_trainer(p))
+            printf("  not in zo-train yet: --micro-group %d --act-home %s (layer-major groups)\n",
+                   p->micro_group, zp_act_home_name(p->act_home));
     } else {
         printf("\nrecommended: none: no strategy fits (see the reasons above)\n");
     }
@@ -623,6 +721,8 @@ static void print_human(const cli *c, const result *r)
             "--heads %d --ffn %d%s\n",
             r->emitted, r->emitted, c->job.seq, sh->vocab, sh->dim, sh->n_layers, sh->n_heads,
             sh->ffn_dim, strcmp(r->hw.backend, "cpu") == 0 ? " --device cpu" : "");
+        if (r->emit_note[0])
+            printf("  %s\n", r->emit_note);
     }
     if (c->validate)
         print_validation(r);
@@ -694,6 +794,47 @@ static json_t *json_plan(const zp_plan *p)
     return o;
 }
 
+/* The per-chunk plan: a strategy's keys and its choices. */
+static json_t *json_split(const zp_plan *p)
+{
+    json_t *o = json_plan(p);
+    json_object_set_new(o, "optimizer_mode", json_string(zo_optim_mode_name(p->mode)));
+    json_object_set_new(o, "placement",
+                        json_pack("{s:{s:o,s:o},s:{s:o,s:o}}", "params", "device",
+                                  ju(p->param_caps.device), "host", ju(p->param_caps.host),
+                                  "optimizer", "device", ju(p->optim_caps.device), "host",
+                                  ju(p->optim_caps.host)));
+    json_object_set_new(o, "homes",
+                        json_pack("{s:[i,i,i],s:[i,i,i]}", "params", p->param_homes[0],
+                                  p->param_homes[1], p->param_homes[2], "optimizer",
+                                  p->optim_homes[0], p->optim_homes[1], p->optim_homes[2]));
+    json_object_set_new(o, "micro_group", json_integer(p->micro_group));
+    json_object_set_new(o, "groups_per_step", json_integer(p->n_groups));
+    json_object_set_new(o, "act_home", json_string(zp_act_home_name(p->act_home)));
+    json_object_set_new(o, "layer_input_bytes", ju(p->layer_inputs));
+    json_object_set_new(o, "host_budget", ju(p->host_budget));
+    json_object_set_new(o, "host_floor", ju(p->host_floor));
+    json_object_set_new(o, "gradients",
+                        json_pack("{s:o,s:o,s:o}", "store", ju(p->grad_store), "host",
+                                  ju(p->grad_store - p->grad_spill), "spilled", ju(p->grad_spill)));
+    json_object_set_new(o, "traffic",
+                        json_pack("{s:o,s:o,s:o,s:o}", "h2d_params", ju(p->h2d_param_bytes),
+                                  "h2d_layer_inputs", ju(p->h2d_act_bytes), "d2h_grads",
+                                  ju(p->d2h_grad_bytes), "d2h_layer_inputs", ju(p->d2h_act_bytes)));
+    json_object_set_new(o, "modelled",
+                        json_pack("{s:I,s:I,s:I}", "device", (json_int_t)p->modelled.device,
+                                  "pinned", (json_int_t)p->modelled.pinned, "host",
+                                  (json_int_t)p->modelled.host));
+    json_object_set_new(o, "engine_footprint",
+                        json_pack("{s:o,s:o,s:o,s:o}", "device", ju(p->fp.device), "pinned",
+                                  ju(p->fp.pinned), "host", ju(p->fp.host), "nvme",
+                                  ju(p->fp.nvme)));
+    json_object_set_new(o, "reason", json_string(p->reason));
+    json_object_set_new(o, "not_in_trainer_yet",
+                        beyond_trainer(p) ? json_string("micro_group, act_home") : json_null());
+    return o;
+}
+
 static json_t *json_validation(const result *r, int s)
 {
     if (!r->validated[s])
@@ -758,11 +899,20 @@ static void print_json(const cli *c, const result *r)
         json_array_append_new(plans, p);
     }
     json_object_set_new(root, "strategies", plans);
+    json_t *split = json_split(&r->plans[ZP_SPLIT]);
+    if (c->validate)
+        json_object_set_new(split, "validation", json_validation(r, ZP_SPLIT));
+    json_object_set_new(root, "plan", split);
+    json_object_set_new(root, "recommendation",
+                        r->rec >= 0 ? json_string(zp_strategy_name(r->plans[r->rec].strategy))
+                                    : json_null());
     json_object_set_new(root, "recommended",
                         r->best >= 0 ? json_string(zp_strategy_name(r->plans[r->best].strategy))
                                      : json_null());
     json_object_set_new(root, "emitted_config",
                         r->emitted[0] ? json_string(r->emitted) : json_null());
+    json_object_set_new(root, "emitted_config_left_out",
+                        r->emit_note[0] ? json_string(r->emit_note) : json_null());
     json_object_set_new(root, "planner_work", ju(r->work));
     if (c->ds_estimate)
         json_object_set_new(root, "deepspeed_estimate", json_deepspeed(c));
@@ -788,6 +938,12 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &c);
     if (rc)
         return rc < 0 ? 0 : rc;
+    c.job.mode_auto = !c.mode_given;
+    if (c.job.micro_group > c.job.grad_accum) {
+        fprintf(stderr, "zo-plan: --micro-group %d: at most --grad-accum (%d), or auto\n",
+                c.job.micro_group, c.job.grad_accum);
+        return 2;
+    }
     if (plan_all(&c, &r) < 0) {
         fprintf(stderr, "zo-plan: %s\n", zt_last_error());
         return 1;

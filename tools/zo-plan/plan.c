@@ -2,6 +2,7 @@
  * accounting, traffic from a simulation of the engine's schedule, time from
  * the machine's speeds (see plan.h). */
 #include "plan.h"
+#include "plan_internal.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -22,10 +23,19 @@
 
 const char *zp_strategy_name(zp_strategy s)
 {
-    static const char *const names[ZP_N_STRATEGIES] = {"no-offload", "optimizer-host",
-                                                       "optimizer-nvme", "params+optimizer-host",
-                                                       "params+optimizer-nvme"};
-    return (unsigned)s < ZP_N_STRATEGIES ? names[s] : "?";
+    static const char *const names[ZP_N_STRATEGIES + 1] = {"no-offload",
+                                                           "optimizer-host",
+                                                           "optimizer-nvme",
+                                                           "params+optimizer-host",
+                                                           "params+optimizer-nvme",
+                                                           "per-chunk"};
+    return (unsigned)s <= ZP_SPLIT ? names[s] : "?";
+}
+
+const char *zp_act_home_name(zp_act_home a)
+{
+    static const char *const names[] = {"auto", "device", "host"};
+    return (unsigned)a <= ZP_ACT_HOST ? names[a] : "?";
 }
 
 void zp_strategy_homes(zp_strategy s, zo_tier *param_home, zo_tier *optim_home)
@@ -48,16 +58,7 @@ const char *zp_bottleneck_name(zp_bottleneck b)
 
 /* ---- the model as the engine sees it ---- */
 
-typedef struct model_layout {
-    size_t n;
-    size_t *numel;
-    int *layer;
-    zo_engine_chunk_info *chunks; /* n entries: enough for any packing */
-    uint32_t n_chunks;
-    uint32_t *first; /* per engine layer: its first chunk; first[L] = n_chunks */
-} model_layout;
-
-static void layout_free(model_layout *m)
+void zp_layout_free(model_layout *m)
 {
     free(m->numel);
     free(m->layer);
@@ -66,7 +67,7 @@ static void layout_free(model_layout *m)
     memset(m, 0, sizeof *m);
 }
 
-static zo_status layout_init(model_layout *m, const zt_shape *s)
+zo_status zp_layout_init(model_layout *m, const zt_shape *s)
 {
     memset(m, 0, sizeof *m);
     int L = zt_engine_layers(s);
@@ -78,7 +79,7 @@ static zo_status layout_init(model_layout *m, const zt_shape *s)
     m->first = calloc((size_t)L + 1, sizeof *m->first);
     if (!m->numel || !m->layer || !m->chunks || !m->first) {
         size_t n = m->n;
-        layout_free(m);
+        zp_layout_free(m);
         return zt_fail(ZO_ERR_NO_MEMORY, "out of memory for the sizes of the model's %zu tensors",
                        n);
     }
@@ -91,7 +92,7 @@ static zo_status layout_init(model_layout *m, const zt_shape *s)
     return ZO_OK;
 }
 
-static zo_engine_layout engine_layout(const model_layout *m)
+zo_engine_layout zp_engine_layout(const model_layout *m)
 {
     zo_engine_layout ly = ZO_ENGINE_LAYOUT_INIT;
     ly.n_tensors = m->n;
@@ -101,9 +102,9 @@ static zo_engine_layout engine_layout(const model_layout *m)
 }
 
 /* Pack under cfg and index the chunks by layer. */
-static zo_status pack_model(model_layout *m, const zo_engine_config *cfg, int n_layers)
+zo_status zp_pack_model(model_layout *m, const zo_engine_config *cfg, int n_layers)
 {
-    zo_engine_layout ly = engine_layout(m);
+    zo_engine_layout ly = zp_engine_layout(m);
     ZT_LIB(zo_engine_chunks_for(cfg, &ly, m->chunks, m->n, &m->n_chunks));
     for (int l = 0; l <= n_layers; l++)
         m->first[l] = m->n_chunks;
@@ -152,6 +153,7 @@ typedef struct slot_sim {
     int32_t *slot_chunk; /* chunk in each slot, -1 free */
     int32_t *chunk_slot; /* slot of each chunk, -1 none */
     uint32_t n_slots;
+    const uint8_t *resident; /* chunks homed on the device: never loaded (NULL: none) */
     uint64_t *work;
 } slot_sim;
 
@@ -183,7 +185,7 @@ static void simulate(slot_sim *s, long from, long to, uint64_t *loads, uint64_t 
     for (long pos = from; pos < to; pos++) {
         int l = layer_at(&s->o, pos);
         for (uint32_t c = s->m->first[l]; c < s->m->first[l + 1]; c++) {
-            if (s->chunk_slot[c] >= 0)
+            if (s->chunk_slot[c] >= 0 || (s->resident && s->resident[c]))
                 continue;
             uint32_t k = pick_victim(s, l, pos);
             if (s->slot_chunk[k] >= 0)
@@ -198,10 +200,10 @@ static void simulate(slot_sim *s, long from, long to, uint64_t *loads, uint64_t 
 
 /* A step's loads. Beyond three micro-batches the third repeats (the slots
  * hold the same chunks at every micro-batch boundary by then). */
-static zo_status step_loads(const model_layout *m, int n_layers, uint32_t n_slots, int accum,
-                            uint64_t *loads, uint64_t *bytes, uint64_t *work)
+zo_status zp_step_loads(const model_layout *m, int n_layers, uint32_t n_slots, int accum,
+                        const uint8_t *resident, uint64_t *loads, uint64_t *bytes, uint64_t *work)
 {
-    slot_sim s = {m, {n_layers, 2L * n_layers - 1, accum}, NULL, NULL, n_slots, work};
+    slot_sim s = {m, {n_layers, 2L * n_layers - 1, accum}, NULL, NULL, n_slots, resident, work};
     s.slot_chunk = malloc(n_slots * sizeof *s.slot_chunk);
     s.chunk_slot = malloc(m->n_chunks * sizeof *s.chunk_slot);
     if (!s.slot_chunk || !s.chunk_slot) {
@@ -240,14 +242,13 @@ static zo_engine_config engine_config(const zp_job *job, const zp_hardware *hw, 
     return c;
 }
 
-static zt_model_config model_config(const zp_job *job)
+zt_model_config zp_model_config(const zp_job *job)
 {
     zt_model_config mc = {job->shape, job->seq, job->micro_batch, job->grad_accum, job->dtype};
     return mc;
 }
 
-static int refuse(zp_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int refuse(zp_plan *p, const char *fmt, ...)
+int zp_refuse(zp_plan *p, const char *fmt, ...)
 {
     if (p->why[0])
         return 0; /* the first reason stands */
@@ -261,7 +262,7 @@ static int refuse(zp_plan *p, const char *fmt, ...)
 
 static void device_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw)
 {
-    zt_model_config mc = model_config(job);
+    zt_model_config mc = zp_model_config(job);
     zt_activation_parts a;
     zt_model_activation_parts(&mc, &a);
     const zo_engine_footprint *fp = &p->fp;
@@ -318,7 +319,7 @@ static void check_host_and_nvme(zp_plan *p, const zp_hardware *hw)
     char a[32], b[32], c[32], d[32];
     uint64_t host = p->pinned.total + p->host.total;
     if (host > hw->host_bytes)
-        refuse(
+        zp_refuse(
             p,
             "host tier: %s pinned + %s pageable = %s, but the host budget is %s: short by %" PRIu64
             " bytes",
@@ -327,19 +328,20 @@ static void check_host_and_nvme(zp_plan *p, const zp_hardware *hw)
             zo_fmt_bytes_prec(c, sizeof c, host, 1),
             zo_fmt_bytes_prec(d, sizeof d, hw->host_bytes, 1), host - hw->host_bytes);
     if (p->nvme.files > hw->nvme_bytes)
-        refuse(p,
-               "nvme tier: the swap files take %s (%s of states and parameters) but %s (%s): short "
-               "by %" PRIu64 " bytes",
-               zo_fmt_bytes_prec(a, sizeof a, p->nvme.files, 1),
-               zo_fmt_bytes_prec(b, sizeof b, p->nvme.payload, 1),
-               hw->nvme_bytes ? "the NVMe paths have less free" : "no NVMe space was given",
-               zo_fmt_bytes_prec(c, sizeof c, hw->nvme_bytes, 1), p->nvme.files - hw->nvme_bytes);
+        zp_refuse(
+            p,
+            "nvme tier: the swap files take %s (%s of states and parameters) but %s (%s): short "
+            "by %" PRIu64 " bytes",
+            zo_fmt_bytes_prec(a, sizeof a, p->nvme.files, 1),
+            zo_fmt_bytes_prec(b, sizeof b, p->nvme.payload, 1),
+            hw->nvme_bytes ? "the NVMe paths have less free" : "no NVMe space was given",
+            zo_fmt_bytes_prec(c, sizeof c, hw->nvme_bytes, 1), p->nvme.files - hw->nvme_bytes);
 }
 
 static zo_status plan_memory(zp_plan *p, const zp_job *job, const zp_hardware *hw, uint64_t chunk,
                              uint64_t *work)
 {
-    zt_model_config mc = model_config(job);
+    zt_model_config mc = zp_model_config(job);
     uint64_t act = zt_model_activation_bytes(&mc), need = act + hw->reserve_bytes;
     uint64_t engine_budget = hw->device_bytes > need ? hw->device_bytes - need : 0;
     p->device.engine_budget = engine_budget;
@@ -347,8 +349,8 @@ static zo_status plan_memory(zp_plan *p, const zp_job *job, const zp_hardware *h
     zo_engine_config cfg =
         engine_config(job, hw, p->strategy, chunk, engine_budget ? engine_budget : 1);
     model_layout m;
-    ZT_TRY(layout_init(&m, &job->shape));
-    zo_engine_layout ly = engine_layout(&m);
+    ZT_TRY(zp_layout_init(&m, &job->shape));
+    zo_engine_layout ly = zp_engine_layout(&m);
     p->fp = (zo_engine_footprint)ZO_ENGINE_FOOTPRINT_INIT;
     int fits = 0;
     char msg[400];
@@ -361,22 +363,22 @@ static zo_status plan_memory(zp_plan *p, const zp_job *job, const zp_hardware *h
                 fullest = m.chunks[c].used_bytes;
     if (work)
         *work += m.n;
-    layout_free(&m);
+    zp_layout_free(&m);
     if (st < 0)
         return zt_lib_fail(st, "zo_engine_footprint_for");
     device_breakdown(p, job, hw);
     host_breakdown(p, job, hw, fullest);
     char a[32], b[32];
     if (!engine_budget)
-        refuse(p,
-               "device tier: the activations (%s for micro-batch %d x seq %d)%s fill the %s budget",
-               zo_fmt_bytes_prec(a, sizeof a, act, 1), job->micro_batch, job->seq,
-               hw->reserve_bytes ? " and the CUDA reserve" : "",
-               zo_fmt_bytes_prec(b, sizeof b, hw->device_bytes, 1));
+        zp_refuse(
+            p, "device tier: the activations (%s for micro-batch %d x seq %d)%s fill the %s budget",
+            zo_fmt_bytes_prec(a, sizeof a, act, 1), job->micro_batch, job->seq,
+            hw->reserve_bytes ? " and the CUDA reserve" : "",
+            zo_fmt_bytes_prec(b, sizeof b, hw->device_bytes, 1));
     else if (!fits)
-        refuse(p, "%s (the device budget less %s of activations%s)", msg,
-               zo_fmt_bytes_prec(a, sizeof a, act, 1),
-               hw->reserve_bytes ? " and the CUDA reserve" : "");
+        zp_refuse(p, "%s (the device budget less %s of activations%s)", msg,
+                  zo_fmt_bytes_prec(a, sizeof a, act, 1),
+                  hw->reserve_bytes ? " and the CUDA reserve" : "");
     check_host_and_nvme(p, hw);
     return ZO_OK;
 }
@@ -393,7 +395,7 @@ static double recompute_flops_per_token(const zt_shape *s, int seq)
 
 /* Bytes of one chunk's optimizer states as the engine moves them on NVMe,
  * from the 16-bit bytes it uses. */
-static uint64_t packed_state_bytes(uint64_t used_bytes16)
+uint64_t zp_packed_state_bytes(uint64_t used_bytes16)
 {
     return zo_engine_nvme_state_bytes(used_bytes16 / 2);
 }
@@ -403,19 +405,19 @@ zo_status zp_nvme_chunk_states(const zp_job *job, uint64_t **bytes, uint32_t *n_
     *bytes = NULL;
     *n_chunks = 0;
     model_layout m;
-    ZT_TRY(layout_init(&m, &job->shape));
+    ZT_TRY(zp_layout_init(&m, &job->shape));
     zp_hardware none;
     memset(&none, 0, sizeof none);
     uint64_t chunk = job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape);
     zo_engine_config cfg = engine_config(job, &none, ZP_OPTIM_NVME, chunk, 0);
-    zo_status st = pack_model(&m, &cfg, zt_engine_layers(&job->shape));
+    zo_status st = zp_pack_model(&m, &cfg, zt_engine_layers(&job->shape));
     if (st >= 0 && !(*bytes = malloc((m.n_chunks ? m.n_chunks : 1) * sizeof **bytes)))
         st = zt_fail(ZO_ERR_NO_MEMORY, "the chunks' state sizes");
     for (uint32_t c = 0; st >= 0 && c < m.n_chunks; c++)
-        (*bytes)[c] = packed_state_bytes(m.chunks[c].used_bytes);
+        (*bytes)[c] = zp_packed_state_bytes(m.chunks[c].used_bytes);
     if (st >= 0)
         *n_chunks = m.n_chunks;
-    layout_free(&m);
+    zp_layout_free(&m);
     return st;
 }
 
@@ -423,21 +425,21 @@ static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *
                               uint64_t *work)
 {
     model_layout m;
-    ZT_TRY(layout_init(&m, &job->shape));
+    ZT_TRY(zp_layout_init(&m, &job->shape));
     int E = zt_engine_layers(&job->shape);
     zo_engine_config cfg = engine_config(job, hw, p->strategy, chunk, 0);
-    zo_status st = pack_model(&m, &cfg, E);
+    zo_status st = zp_pack_model(&m, &cfg, E);
     uint64_t used = 0, states = 0;
     for (uint32_t c = 0; c < m.n_chunks; c++) {
         used += m.chunks[c].used_bytes;
-        states += packed_state_bytes(m.chunks[c].used_bytes);
+        states += zp_packed_state_bytes(m.chunks[c].used_bytes);
     }
     uint64_t loads = 0, load_bytes = used;
     if (st >= 0 && p->param_home != ZO_TIER_DEVICE) {
         uint32_t slots = p->fp.device_param_slots ? p->fp.device_param_slots : 1;
-        st = step_loads(&m, E, slots, job->grad_accum, &loads, &load_bytes, work);
+        st = zp_step_loads(&m, E, slots, job->grad_accum, NULL, &loads, &load_bytes, work);
     }
-    layout_free(&m);
+    zp_layout_free(&m);
     ZT_TRY(st);
     const uint64_t C = p->fp.chunk_bytes, N = p->fp.n_chunks;
     p->h2d_bytes = load_bytes; /* device-resident parameters: the upload of the new ones */
@@ -454,7 +456,7 @@ static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *
 /* The update reads the next chunks' states while it writes the last ones.
  * At the rate measured for that mix when there is one; else reads and
  * writes overlap but together move no faster than the faster of the two. */
-static double nvme_update_seconds(uint64_t rd_bytes, uint64_t wr_bytes, const zp_speeds *sp)
+double zp_nvme_update_seconds(uint64_t rd_bytes, uint64_t wr_bytes, const zp_speeds *sp)
 {
     if (!rd_bytes && !wr_bytes)
         return 0;
@@ -481,7 +483,7 @@ static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, cons
     double rate = sp->model_flops > 0 ? sp->model_flops : sp->flops;
     uint64_t state_r = p->nvme_state_bytes;
     double nvme_fetch = (double)(p->nvme_read_bytes - state_r) / sp->nvme_read;
-    double nvme_optim = nvme_update_seconds(state_r, p->nvme_write_bytes, sp);
+    double nvme_optim = zp_nvme_update_seconds(state_r, p->nvme_write_bytes, sp);
     double *t = p->seconds;
     t[ZP_BN_COMPUTE] = device_flops / rate;
     t[ZP_BN_H2D] = (double)p->h2d_bytes / sp->h2d;
@@ -503,6 +505,12 @@ static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, cons
         else /* the update runs under the backward (overlap) or the next step (dpu) */
             p->step_seconds = fmax(fmax(fb, t[ZP_BN_OPTIM]), nvme_fetch + nvme_optim) + publish;
     }
+    zp_finish_time(p, sp, nvme_tbw);
+}
+
+void zp_finish_time(zp_plan *p, const zp_speeds *sp, double nvme_tbw)
+{
+    const double *t = p->seconds;
     p->bottleneck = ZP_BN_COMPUTE;
     for (int b = 1; b < ZP_N_BOTTLENECKS; b++)
         if (t[b] > t[p->bottleneck])
@@ -516,6 +524,21 @@ static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, cons
 
 /* ---- one strategy ---- */
 
+/* A fixed-homes plan in the per-chunk plan's terms: every chunk at its
+ * homes, groups of one micro-batch, layer inputs on the device. */
+static void note_fixed_homes(zp_plan *p, const zp_job *job, const zp_hardware *hw)
+{
+    p->mode = job->mode;
+    p->param_homes[p->param_home] = p->fp.n_chunks;
+    p->optim_homes[p->optim_home] = p->fp.n_chunks;
+    p->micro_group = 1;
+    p->n_groups = job->grad_accum;
+    p->act_home = ZP_ACT_DEVICE;
+    p->host_budget = hw->host_bytes;
+    p->h2d_param_bytes = p->h2d_bytes;
+    p->d2h_grad_bytes = p->d2h_bytes;
+}
+
 static zo_status plan_with_chunk(const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
                                  zp_strategy s, double nvme_tbw, uint64_t chunk, zp_plan *p,
                                  uint64_t *work)
@@ -526,17 +549,19 @@ static zo_status plan_with_chunk(const zp_job *job, const zp_hardware *hw, const
     p->fits = 1;
     p->supported = !(p->optim_home == ZO_TIER_DEVICE && strcmp(hw->backend, "cuda") == 0);
     if (!p->supported)
-        refuse(p, "the engine updates optimizer states on the device only on the cpu device so far "
+        zp_refuse(p,
+                  "the engine updates optimizer states on the device only on the cpu device so far "
                   "(optim_home=device); on a GPU they live on the host or NVMe");
     ZT_TRY(plan_memory(p, job, hw, chunk, work));
     ZT_TRY(plan_traffic(p, job, hw, chunk, work));
     plan_time(p, job, hw, sp, nvme_tbw);
+    note_fixed_homes(p, job, hw);
     return ZO_OK;
 }
 
 /* A chunk that holds a whole block (its tensors at the engine's 256-byte
  * alignment), rounded to 4 KiB. */
-static uint64_t block_chunk_bytes(const zt_shape *s)
+uint64_t zp_block_chunk_bytes(const zt_shape *s)
 {
     uint64_t b = 0;
     for (int i = 0; i < zt_layer_tensors(s, 1); i++)
@@ -569,7 +594,7 @@ zo_status zp_plan_strategy(const zp_job *job, const zp_hardware *hw, const zp_sp
           sp->adam_params > 0 && sp->flops > 0))
         return zt_fail(ZO_ERR_INVALID_ARG, "every speed must be > 0");
     uint64_t chunks[2] = {job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape),
-                          block_chunk_bytes(&job->shape)};
+                          zp_block_chunk_bytes(&job->shape)};
     int n = job->chunk_bytes || chunks[1] <= chunks[0] ? 1 : 2;
     ZT_TRY(plan_with_chunk(job, hw, sp, s, nvme_tbw, chunks[0], out, work));
     if (n == 2) {

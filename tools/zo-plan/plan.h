@@ -42,11 +42,17 @@ typedef enum zp_strategy {
     ZP_OPTIM_NVME,     /* optimizer states on NVMe, 16-bit parameters on the device */
     ZP_PARAMS_HOST,    /* parameters (pinned) and optimizer states in host memory */
     ZP_PARAMS_NVME,    /* parameters and optimizer states on NVMe */
-    ZP_N_STRATEGIES
+    ZP_N_STRATEGIES,   /* the fixed homes above; then the plan zp_plan_split chooses: */
+    ZP_SPLIT = ZP_N_STRATEGIES /* per-chunk homes, a micro-group, where layer inputs go */
 } zp_strategy;
 
-const char *zp_strategy_name(zp_strategy s); /* "no-offload", "optimizer-host", ... */
+const char *zp_strategy_name(zp_strategy s); /* "no-offload", "optimizer-host", ..., "per-chunk" */
 void zp_strategy_homes(zp_strategy s, zo_tier *param_home, zo_tier *optim_home);
+
+/* Where the per-chunk plan keeps the layer inputs the backward recomputes
+ * from (every block's input and the head's, for each micro-batch of a group). */
+typedef enum zp_act_home { ZP_ACT_AUTO = 0, ZP_ACT_DEVICE, ZP_ACT_HOST } zp_act_home;
+const char *zp_act_home_name(zp_act_home a); /* "auto", "device", "host" */
 
 /* The training job. */
 typedef struct zp_job {
@@ -55,6 +61,10 @@ typedef struct zp_job {
     zo_dtype dtype; /* 16-bit parameters and activations: bf16 or fp16 */
     zo_optim_mode mode;
     uint64_t chunk_bytes; /* 0: the planner picks per strategy */
+    /* the per-chunk plan's choices (zp_plan_split); 0: it chooses */
+    int micro_group; /* micro-batches per layer-major group, 1..grad_accum */
+    zp_act_home act_home;
+    int mode_auto; /* 1: it chooses sync or overlap (both exact) instead of job->mode */
 } zp_job;
 
 /* The machine: budgets of every tier. */
@@ -138,6 +148,31 @@ typedef struct zp_plan {
     double tokens_per_s, mfu;
     double nvme_write_per_day; /* bytes */
     double days_to_tbw;        /* of the drive's rated endurance (0: no NVMe writes or no rating) */
+
+    /* The per-chunk plan (ZP_SPLIT; a fixed-homes plan has caps 0, group 1,
+     * layer inputs on the device, job->mode). */
+    zo_optim_mode mode;
+    zo_engine_caps param_caps, optim_caps;   /* zo_engine_config's: bytes a faster tier holds */
+    uint32_t param_homes[3], optim_homes[3]; /* chunks homed at each tier (by zo_tier) */
+    int micro_group, n_groups;
+    zp_act_home act_home;
+    uint64_t layer_inputs; /* the group's layer inputs: (layers + 1) x seq x micro-batch x dim
+                              x 2 bytes x micro_group */
+    uint64_t host_budget;  /* the hard host limit planned against (pinned + pageable) */
+    /* The terms of a layer-major plan (micro_group > 1, or layer inputs on
+     * the host) that the engine's footprint does not compute yet, added to
+     * (or, negative, taken from) its totals: the device's fp32 group
+     * gradients and extra layer inputs; pinned fp32 gradient staging in
+     * place of the 16-bit gradient mirror, and the layer inputs; the host's
+     * gradient store in place of the fp32 accumulators. */
+    struct {
+        int64_t device, pinned, host;
+    } modelled;
+    uint64_t grad_store; /* the step's fp32 gradients the host keeps for the update */
+    uint64_t grad_spill; /* of those, what goes to NVMe extents (sync and overlap, one group) */
+    uint64_t host_floor; /* the least host memory a per-chunk plan of this job needs */
+    uint64_t h2d_param_bytes, h2d_act_bytes, d2h_grad_bytes, d2h_act_bytes;
+    char reason[512]; /* why the planner chose this one */
 } zp_plan;
 
 /* FLOPs the device runs per token: the model's (zt_shape_flops_per_token)
@@ -161,6 +196,24 @@ zo_status zp_plan_strategy(const zp_job *job, const zp_hardware *hw, const zp_sp
 
 /* The fastest plan that fits; -1 when none does. */
 int zp_recommend(const zp_plan *plans, int n);
+
+/* The per-chunk plan: over the chunk sizes, the micro-group sizes (the
+ * powers of two up to grad_accum and grad_accum itself, or job->micro_group),
+ * where layer inputs go (or job->act_home), the optimizer mode (job->mode, or
+ * sync and overlap with job->mode_auto) and the 16-bit parameters' home
+ * beyond the device (host or NVMe), it fills the fastest tier up to its
+ * budget: the device with resident 16-bit parameters (layer 0's first), the
+ * host with the optimizer states of the chunks homed on NVMe (a state in RAM
+ * saves reading and writing 12 bytes per parameter each step), then with
+ * the step's gradients; NVMe takes the rest. The fastest candidate that
+ * fits, then the one needing the least memory; out->fits 0 with the reason
+ * of the candidate that came closest when none fits. */
+zo_status zp_plan_split(const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
+                        double nvme_tbw, zp_plan *out, uint64_t *work);
+
+/* The engine configuration a plan runs under (homes, caps, chunk, mode, the
+ * engine's device budget): what zo_engine_footprint_for sees for p->fp. */
+zo_engine_config zp_plan_engine_config(const zp_job *job, const zp_hardware *hw, const zp_plan *p);
 
 /* What DeepSpeed's estimate_zero2/zero3_model_states_mem_needs_all_live
  * report for a model of n_params parameters whose largest layer (module) has

@@ -1,0 +1,45 @@
+/* What the fixed-homes planner (plan.c) shares with the per-chunk planner
+ * (split.c): the model as the engine packs it, the simulation of its
+ * parameter loads, and the pieces of the time model. Not for the tools. */
+#ifndef ZP_PLAN_INTERNAL_H
+#define ZP_PLAN_INTERNAL_H
+
+#include <stdint.h>
+
+#include "plan.h"
+
+typedef struct model_layout {
+    size_t n;
+    size_t *numel;
+    int *layer;
+    zo_engine_chunk_info *chunks; /* n entries: enough for any packing */
+    uint32_t n_chunks;
+    uint32_t *first; /* per engine layer: its first chunk; first[L] = n_chunks */
+} model_layout;
+
+zo_status zp_layout_init(model_layout *m, const zt_shape *s);
+void zp_layout_free(model_layout *m);
+zo_engine_layout zp_engine_layout(const model_layout *m);
+/* Pack under cfg and index the chunks by layer. */
+zo_status zp_pack_model(model_layout *m, const zo_engine_config *cfg, int n_layers);
+
+/* The parameter loads (chunks, 16-bit bytes) of a step of `accum` passes
+ * of the fetch order (forward 0..E-2, backward E-1..0) through n_slots
+ * device slots under the engine's farthest-next-use eviction; chunks
+ * flagged in resident (optional) stay on the device and are never loaded. */
+zo_status zp_step_loads(const model_layout *m, int n_layers, uint32_t n_slots, int accum,
+                        const uint8_t *resident, uint64_t *loads, uint64_t *bytes, uint64_t *work);
+
+zt_model_config zp_model_config(const zp_job *job);
+/* A chunk that holds a whole block, rounded to 4 KiB. */
+uint64_t zp_block_chunk_bytes(const zt_shape *s);
+/* Bytes of one chunk's optimizer states as the engine moves them on NVMe. */
+uint64_t zp_packed_state_bytes(uint64_t used_bytes16);
+/* The optimizer update's NVMe reads and writes, overlapped as the pipeline runs them. */
+double zp_nvme_update_seconds(uint64_t rd_bytes, uint64_t wr_bytes, const zp_speeds *sp);
+/* The bottleneck, tokens/s, MFU and NVMe wear from p->seconds, p->step_seconds and the bytes. */
+void zp_finish_time(zp_plan *p, const zp_speeds *sp, double nvme_tbw);
+/* Record why p does not fit (the first reason stands); returns 0. */
+int zp_refuse(zp_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

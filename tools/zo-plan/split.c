@@ -1,0 +1,649 @@
+/* zo-plan's per-chunk planner (zp_plan_split): each chunk's 16-bit
+ * parameters and optimizer states homed on the device, the host or NVMe
+ * under hard budgets, layer-major micro-batch groups, and where the layer
+ * inputs the backward recomputes from are kept.
+ *
+ * Memory is the engine's footprint for the chosen caps (zo_engine_footprint_for:
+ * the code zo_engine_finalize runs) plus, for a layer-major plan, the terms
+ * the engine does not compute yet (zp_plan.modelled, plan.h). Time is the
+ * bytes each link moves per step over the machine's speeds:
+ *   compute  forward, recompute and backward FLOPs / the model's rate
+ *   h2d      parameter loads (the engine's eviction simulated over one pass
+ *            of the fetch order per group), the layer inputs coming back for
+ *            the backward when they live on the host, and the upload of the
+ *            device-resident parameters after the update
+ *   d2h      gradients: 16-bit per micro-batch in groups of one, fp32 once
+ *            per group otherwise; the layer inputs going to the host
+ *   nvme     the optimizer states of the chunks homed there (packed, read and
+ *            written by the update), 16-bit parameters homed there, and the
+ *            gradients the host cannot keep (written in the backward, read by
+ *            the update in sync mode)
+ *   optim    CPU Adam over every parameter
+ * On a GPU the links run beside the compute; the update follows the backward
+ * (sync), runs under the last group's backward (overlap: each chunk as its
+ * final gradients arrive) or under the next step (dpu). On the cpu device
+ * the compute, copies and optimizer share the cores and add up. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+#include "plan_internal.h"
+#include "zo/swap.h"
+#include "zo/units.h"
+#include "zt_error.h"
+
+/* NVMe state staging slots of the engine (ENG_NVME_STAGES) */
+#define ZP_NVME_STAGES 3u
+/* layers of fp32 gradients in flight to the host (the engine's lookahead) */
+#define ZP_GRAD_STAGES 2u
+
+typedef struct cand {
+    zo_optim_mode mode;
+    int group;
+    zp_act_home act;
+    uint64_t chunk;
+    zo_tier param_home;
+} cand;
+
+typedef struct split_ctx {
+    const zp_job *job;
+    const zp_hardware *hw;
+    const zp_speeds *sp;
+    double tbw;
+    uint64_t *work;
+    model_layout m;
+    zt_activation_parts act;
+    uint64_t act_bytes;  /* the arena zo-train allocates (one micro-batch's compute) */
+    uint64_t inputs_mb;  /* the layer inputs of one micro-batch */
+    uint8_t *p16_home;   /* per chunk, for the candidate being planned */
+    uint8_t *states_home;
+    uint8_t *resident;
+    uint64_t host_floor; /* the least host need seen over the candidates */
+} split_ctx;
+
+/* What a candidate needs besides the engine's footprint. */
+typedef struct extra {
+    int lm_grads;      /* gradients accumulated on the device over groups > 1 */
+    uint64_t dev;      /* device: the two below */
+    uint64_t dev_grads;  /* one layer's fp32 gradients, accumulated over the group */
+    uint64_t dev_inputs; /* the layer inputs of the group's other micro-batches */
+    int64_t pinned;    /* fp32 staging and host layer inputs, less the 16-bit mirror */
+    int64_t host;      /* the host's gradient store, less the fp32 accumulators */
+    uint64_t store;    /* the step's gradients the update needs */
+    int spillable;     /* the store may go to NVMe beyond the host's room */
+    uint64_t mirror;   /* the engine's 16-bit gradient mirror (pinned) */
+    uint64_t accum;    /* the engine's fp32 accumulators (host) */
+    uint64_t staging;  /* fp32 gradient staging */
+} extra;
+
+zo_engine_config zp_plan_engine_config(const zp_job *job, const zp_hardware *hw, const zp_plan *p)
+{
+    zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+    c.param_dtype = job->dtype;
+    c.chunk_bytes = p->fp.chunk_bytes;
+    c.param_home = p->param_home;
+    c.optim_home = p->optim_home;
+    c.param_caps = p->param_caps;
+    c.optim_caps = p->optim_caps;
+    /* an engine budget of 0 would mean "unlimited": the plan is against one byte */
+    c.device_bytes = p->device.engine_budget ? p->device.engine_budget : 1;
+    c.pinned_bytes = hw->pinned_max;
+    c.mode = p->mode;
+    c.grad_accum_steps = job->grad_accum;
+    return c;
+}
+
+static zo_status footprint(split_ctx *x, const zo_engine_config *cfg, zo_engine_footprint *fp,
+                           int *fits, char *msg, size_t cap)
+{
+    zo_engine_layout ly = zp_engine_layout(&x->m);
+    *fp = (zo_engine_footprint)ZO_ENGINE_FOOTPRINT_INIT;
+    if (x->work)
+        *x->work += x->m.n;
+    ZT_LIB(zo_engine_footprint_for(cfg, &ly, fp, fits, msg, cap));
+    return ZO_OK;
+}
+
+/* The engine's placement rule (engine_place.c) replayed for the traffic:
+ * chunks in order fill the fastest tier up to its cap; parameters of chunks
+ * whose states stay off NVMe are placed first and never on NVMe. */
+static zo_tier fill(const zo_engine_caps *caps, zo_tier home, uint64_t per, uint64_t used[2])
+{
+    const uint64_t cap[2] = {caps->device, caps->host};
+    for (int t = ZO_TIER_DEVICE; t < (int)home && t <= ZO_TIER_HOST; t++)
+        if (cap[t] && used[t] + per <= cap[t]) {
+            used[t] += per;
+            return (zo_tier)t;
+        }
+    return home;
+}
+
+static void place(split_ctx *x, const zo_engine_config *c, zp_plan *p)
+{
+    uint64_t sused[2] = {0, 0}, pused[2] = {0, 0}, C = c->chunk_bytes;
+    uint32_t n = x->m.n_chunks;
+    memset(p->param_homes, 0, sizeof p->param_homes);
+    memset(p->optim_homes, 0, sizeof p->optim_homes);
+    for (uint32_t k = 0; k < n; k++)
+        x->states_home[k] = (uint8_t)fill(&c->optim_caps, c->optim_home, 6 * C, sused);
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t k = 0; k < n; k++) {
+            int forced = c->param_home == ZO_TIER_NVME && x->states_home[k] != ZO_TIER_NVME;
+            if (forced != !pass)
+                continue;
+            zo_tier t = fill(&c->param_caps, c->param_home, C, pused);
+            if (forced && t == ZO_TIER_NVME) {
+                t = ZO_TIER_HOST;
+                pused[ZO_TIER_HOST] += C;
+            }
+            x->p16_home[k] = (uint8_t)t;
+        }
+    for (uint32_t k = 0; k < n; k++) {
+        p->param_homes[x->p16_home[k]]++;
+        p->optim_homes[x->states_home[k]]++;
+        x->resident[k] = x->p16_home[k] == ZO_TIER_DEVICE;
+    }
+}
+
+/* The terms of a layer-major plan the engine does not compute yet (plan.h). */
+static void extra_terms(const split_ctx *x, const cand *c, const zo_engine_footprint *fp,
+                        int has_nvme, extra *e)
+{
+    const zp_job *job = x->job;
+    uint64_t C = fp->chunk_bytes, N = fp->n_chunks, K = fp->max_chunks_per_layer;
+    uint64_t g_bufs = c->mode == ZO_OPTIM_DPU ? 2 : 1, n_groups;
+    n_groups = (uint64_t)(job->grad_accum + c->group - 1) / (uint64_t)c->group;
+    memset(e, 0, sizeof *e);
+    e->mirror = N * g_bufs * C;
+    e->accum = job->grad_accum > 1 ? N * g_bufs * 2 * C : 0; /* fp32 per chunk element */
+    e->store = e->accum;
+    e->lm_grads = c->group > 1;
+    if (e->lm_grads) {
+        e->dev_grads = K * 2 * C;
+        e->staging = ZP_GRAD_STAGES * K * 2 * C;
+        e->pinned += (int64_t)e->staging - (int64_t)e->mirror;
+        e->store = N * g_bufs * 2 * C;
+        /* one group per step: nothing accumulates on the host, so what does not
+         * fit can wait on NVMe for the update (not the delayed update's second
+         * set, which the next step's backward fills while the update reads) */
+        e->spillable = n_groups == 1 && c->mode != ZO_OPTIM_DPU && has_nvme;
+        e->host -= (int64_t)e->accum;
+    }
+    if (c->act == ZP_ACT_DEVICE)
+        e->dev_inputs = (uint64_t)(c->group - 1) * x->inputs_mb;
+    else
+        e->pinned += (int64_t)((uint64_t)c->group * x->inputs_mb);
+    e->dev = e->dev_grads + e->dev_inputs;
+}
+
+static uint64_t host_need(const zo_engine_footprint *fp, const extra *e, uint64_t kept)
+{
+    int64_t v = (int64_t)(fp->pinned + fp->host) + e->pinned + e->host + (int64_t)kept;
+    return v > 0 ? (uint64_t)v : 0;
+}
+
+/* The most parameter chunks the device keeps resident (0 when even one
+ * layer's slots do not fit: *fits 0, msg says why). */
+static zo_status fill_device(split_ctx *x, zo_engine_config *cfg, int *fits, char *msg,
+                             size_t cap)
+{
+    zo_engine_footprint fp;
+    cfg->param_caps.device = 0;
+    ZT_TRY(footprint(x, cfg, &fp, fits, msg, cap));
+    if (!*fits)
+        return ZO_OK;
+    uint32_t lo = 0, hi = fp.n_chunks;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo + 1) / 2;
+        int ok = 0;
+        cfg->param_caps.device = (uint64_t)mid * fp.chunk_bytes;
+        ZT_TRY(footprint(x, cfg, &fp, &ok, NULL, 0));
+        if (ok)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    cfg->param_caps.device = (uint64_t)lo * fp.chunk_bytes;
+    return ZO_OK;
+}
+
+/* The most chunks whose optimizer states the host keeps (the rest on NVMe)
+ * within the host budget, with the gradients the host must keep. All of
+ * them drop the NVMe staging, so that case is tried on its own first. */
+static zo_status fill_host(split_ctx *x, zo_engine_config *cfg, const cand *c, extra *e)
+{
+    uint64_t H = x->hw->host_bytes, C = cfg->chunk_bytes;
+    zo_engine_footprint fp;
+    int ok;
+    uint32_t n = x->m.n_chunks;
+    cfg->optim_caps.host = (uint64_t)n * 6 * C;
+    ZT_TRY(footprint(x, cfg, &fp, &ok, NULL, 0));
+    extra_terms(x, c, &fp, 1, e);
+    if (host_need(&fp, e, e->spillable ? 0 : e->store) <= H)
+        return ZO_OK;
+    uint32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo + 1) / 2;
+        cfg->optim_caps.host = (uint64_t)mid * 6 * C;
+        ZT_TRY(footprint(x, cfg, &fp, &ok, NULL, 0));
+        extra_terms(x, c, &fp, 1, e);
+        if (host_need(&fp, e, e->spillable ? 0 : e->store) <= H)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    cfg->optim_caps.host = (uint64_t)lo * 6 * C;
+    return ZO_OK;
+}
+
+/* ---- memory of a candidate ---- */
+
+static void breakdown(split_ctx *x, zp_plan *p, const extra *e, uint64_t kept)
+{
+    const zo_engine_footprint *fp = &p->fp;
+    uint64_t C = fp->chunk_bytes, S = fp->device_param_slots, res = p->param_homes[ZO_TIER_DEVICE];
+    p->device.params = res * C;
+    p->device.param_slots = (S - res) * C;
+    p->device.grads = (uint64_t)fp->device_grad_slots * C + e->dev_grads;
+    p->device.states = fp->device - S * C - (uint64_t)fp->device_grad_slots * C;
+    p->device.inputs = x->act.inputs;
+    p->device.checkpoints = x->act.checkpoints + e->dev_inputs;
+    p->device.workspace = x->act.workspace;
+    p->device.reserve = x->hw->reserve_bytes;
+    p->device.total = fp->device + x->act_bytes + e->dev + x->hw->reserve_bytes;
+    int nvme_states = p->optim_homes[ZO_TIER_NVME] > 0, nvme_p16 = p->param_homes[ZO_TIER_NVME] > 0;
+    p->pinned.staging = nvme_states ? ZP_NVME_STAGES * (6 * C + (nvme_p16 ? C : 0)) : 0;
+    p->pinned.twins = nvme_p16 ? S * C : 0;
+    p->pinned.params = fp->pinned - p->pinned.staging - p->pinned.twins - e->mirror;
+    p->pinned.grads = e->lm_grads ? e->staging : e->mirror;
+    p->pinned.total = (uint64_t)((int64_t)fp->pinned + e->pinned);
+    p->host.states = (uint64_t)p->optim_homes[ZO_TIER_HOST] * 6 * C;
+    p->host.backups = p->mode == ZO_OPTIM_OVERLAP ? p->host.states : 0;
+    p->host.accum = e->lm_grads ? kept : e->accum;
+    p->host.total = (uint64_t)((int64_t)fp->host + e->host + (int64_t)kept);
+    p->modelled.device = (int64_t)e->dev;
+    p->modelled.pinned = e->pinned;
+    p->modelled.host = e->host + (int64_t)kept;
+    p->grad_store = e->store;
+    p->grad_spill = e->lm_grads ? e->store - kept : 0;
+    p->layer_inputs = (uint64_t)p->micro_group * x->inputs_mb;
+    p->peak_device = fp->device + e->dev_grads;
+    p->peak_pinned = p->pinned.total;
+    p->peak_host = p->host.total;
+}
+
+static void nvme_breakdown(split_ctx *x, zp_plan *p)
+{
+    uint64_t fullest = 0, C = p->fp.chunk_bytes;
+    for (uint32_t c = 0; c < x->m.n_chunks; c++)
+        if (x->m.chunks[c].used_bytes > fullest)
+            fullest = x->m.chunks[c].used_bytes;
+    uint64_t p16_extent = (fullest + 4095) / 4096 * 4096;
+    size_t paths = x->hw->n_nvme_paths > 0 ? (size_t)x->hw->n_nvme_paths : 1;
+    p->nvme.params = 2ull * p->param_homes[ZO_TIER_NVME] * p16_extent;
+    p->nvme.states = p->fp.nvme - p->nvme.params;
+    uint64_t spill_extents = (p->grad_spill + 2 * C - 1) / (2 * C);
+    p->nvme.payload = p->fp.nvme + spill_extents * 2 * C;
+    p->nvme.files = zo_swap_files_bytes(p->nvme.states, zp_packed_state_bytes(fullest), paths) +
+                    zo_swap_files_bytes(p->nvme.params, p16_extent, paths) +
+                    zo_swap_files_bytes(spill_extents * 2 * C, 2 * C, paths);
+    p->peak_nvme = p->nvme.payload;
+}
+
+static void check_budgets(split_ctx *x, zp_plan *p)
+{
+    char a[32], b[32], c[32], d[32];
+    const zp_hardware *hw = x->hw;
+    uint64_t host = p->pinned.total + p->host.total;
+    if (host > hw->host_bytes)
+        zp_refuse(p,
+                  "host tier: %s pinned + %s pageable = %s (the least this plan can take, every "
+                  "optimizer state it can on NVMe), but the host budget is %s: short by %" PRIu64
+                  " bytes",
+                  zo_fmt_bytes_prec(a, sizeof a, p->pinned.total, 1),
+                  zo_fmt_bytes_prec(b, sizeof b, p->host.total, 1),
+                  zo_fmt_bytes_prec(c, sizeof c, host, 1),
+                  zo_fmt_bytes_prec(d, sizeof d, hw->host_bytes, 1), host - hw->host_bytes);
+    if (hw->pinned_max && p->pinned.total > hw->pinned_max)
+        zp_refuse(p, "pinned tier: %s pinned but at most %s: short by %" PRIu64 " bytes",
+                  zo_fmt_bytes_prec(a, sizeof a, p->pinned.total, 1),
+                  zo_fmt_bytes_prec(b, sizeof b, hw->pinned_max, 1),
+                  p->pinned.total - hw->pinned_max);
+    if (p->nvme.files > hw->nvme_bytes)
+        zp_refuse(p,
+                  "nvme tier: the swap files take %s but %s (%s): short by %" PRIu64 " bytes",
+                  zo_fmt_bytes_prec(a, sizeof a, p->nvme.files, 1),
+                  hw->nvme_bytes ? "the NVMe paths have less free" : "no NVMe space was given",
+                  zo_fmt_bytes_prec(b, sizeof b, hw->nvme_bytes, 1),
+                  p->nvme.files - hw->nvme_bytes);
+}
+
+/* ---- traffic and time of a candidate ---- */
+
+static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
+{
+    const zp_job *job = x->job;
+    int E = zt_engine_layers(&job->shape);
+    uint64_t C = p->fp.chunk_bytes, used = 0, publish = 0, states = 0, paged = 0, nvme_p16 = 0;
+    for (uint32_t c = 0; c < x->m.n_chunks; c++) {
+        uint64_t u = x->m.chunks[c].used_bytes;
+        used += u;
+        publish += x->resident[c] ? u : 0;
+        states += x->states_home[c] == ZO_TIER_NVME ? zp_packed_state_bytes(u) : 0;
+        paged += !x->resident[c];
+        nvme_p16 += x->p16_home[c] == ZO_TIER_NVME;
+    }
+    uint64_t loads = 0, load_bytes = 0;
+    uint32_t slots = p->fp.device_param_slots - p->param_homes[ZO_TIER_DEVICE];
+    if (paged)
+        ZT_TRY(zp_step_loads(&x->m, E, slots ? slots : 1, p->n_groups, x->resident, &loads,
+                             &load_bytes, x->work));
+    uint64_t M = (uint64_t)job->grad_accum;
+    p->h2d_param_bytes = load_bytes;
+    p->d2h_grad_bytes = p->micro_group > 1 ? (uint64_t)p->n_groups * used * 2 : M * used;
+    p->h2d_act_bytes = p->d2h_act_bytes =
+        p->act_home == ZP_ACT_HOST ? M * x->inputs_mb : 0;
+    p->h2d_bytes = load_bytes + p->h2d_act_bytes + publish;
+    p->d2h_bytes = p->d2h_grad_bytes + p->d2h_act_bytes;
+    p->nvme_state_bytes = states;
+    /* the NVMe-homed share of the loads, at the chunks' share of those paged */
+    uint64_t p16_reads = paged ? loads * nvme_p16 / paged * C : 0;
+    p->nvme_read_bytes = states + p16_reads + (p->mode == ZO_OPTIM_SYNC ? p->grad_spill : 0);
+    p->nvme_write_bytes = states + nvme_p16 * C + p->grad_spill;
+    p->seconds[ZP_BN_H2D] = (double)p->h2d_bytes / x->sp->h2d;
+    p->seconds[ZP_BN_D2H] = (double)p->d2h_bytes / x->sp->d2h;
+    *publish_bytes = publish;
+    return ZO_OK;
+}
+
+static void step_time(split_ctx *x, zp_plan *p, uint64_t publish_bytes)
+{
+    const zp_job *job = x->job;
+    const zp_speeds *sp = x->sp;
+    p->tokens = (uint64_t)job->grad_accum * job->micro_batch * job->seq;
+    double per_token = zt_shape_flops_per_token(&job->shape, job->seq);
+    p->model_flops = (double)p->tokens * per_token;
+    double dev_per_token = zp_device_flops_per_token(job);
+    double rate = sp->model_flops > 0 ? sp->model_flops : sp->flops;
+    double *t = p->seconds;
+    t[ZP_BN_COMPUTE] = (double)p->tokens * dev_per_token / rate;
+    /* the forward is a third of the model's FLOPs; the backward the rest and the recompute */
+    double t_bwd = t[ZP_BN_COMPUTE] * (1.0 - per_token / 3.0 / dev_per_token);
+    uint64_t spill_rd = p->mode == ZO_OPTIM_SYNC ? p->grad_spill : 0;
+    uint64_t upd_rd = p->nvme_state_bytes + spill_rd;
+    uint64_t upd_wr = p->nvme_write_bytes - p->grad_spill;
+    double nvme_fetch = (double)(p->nvme_read_bytes - upd_rd) / sp->nvme_read +
+                        (double)p->grad_spill / sp->nvme_write;
+    double nvme_optim = zp_nvme_update_seconds(upd_rd, upd_wr, sp);
+    t[ZP_BN_NVME] = nvme_fetch + nvme_optim;
+    t[ZP_BN_OPTIM] = (double)p->fp.n_params / sp->adam_params;
+    double publish = (double)publish_bytes / sp->h2d;
+    double fetch = t[ZP_BN_H2D] - publish;
+    double optim_phase = fmax(t[ZP_BN_OPTIM], nvme_optim);
+    if (strcmp(x->hw->backend, "cuda") != 0) {
+        double fb = fmax(t[ZP_BN_COMPUTE] + fetch + t[ZP_BN_D2H], nvme_fetch);
+        p->step_seconds = fb + optim_phase + publish;
+    } else {
+        double fb = fmax(fmax(t[ZP_BN_COMPUTE], fetch), fmax(t[ZP_BN_D2H], nvme_fetch));
+        if (p->mode == ZO_OPTIM_SYNC)
+            p->step_seconds = fb + optim_phase + publish;
+        else if (p->mode == ZO_OPTIM_OVERLAP) /* under the last group's backward */
+            p->step_seconds = fb + fmax(0, optim_phase - t_bwd / p->n_groups) + publish;
+        else
+            p->step_seconds = fmax(fb, optim_phase) + publish;
+    }
+    zp_finish_time(p, sp, x->tbw);
+}
+
+/* ---- one candidate ---- */
+
+static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
+{
+    const zp_job *job = x->job;
+    const zp_hardware *hw = x->hw;
+    memset(p, 0, sizeof *p);
+    p->strategy = ZP_SPLIT;
+    p->supported = p->fits = 1;
+    p->mode = c->mode;
+    p->micro_group = c->group;
+    p->n_groups = (job->grad_accum + c->group - 1) / c->group;
+    p->act_home = c->act;
+    p->param_home = c->param_home;
+    p->optim_home = hw->nvme_bytes ? ZO_TIER_NVME : ZO_TIER_HOST;
+    p->host_budget = hw->host_bytes;
+    zo_engine_config cfg = ZO_ENGINE_CONFIG_INIT;
+    cfg.param_dtype = job->dtype;
+    cfg.chunk_bytes = c->chunk;
+    cfg.param_home = c->param_home;
+    cfg.optim_home = p->optim_home;
+    cfg.pinned_bytes = hw->pinned_max;
+    cfg.mode = c->mode;
+    cfg.grad_accum_steps = job->grad_accum;
+    ZT_TRY(zp_pack_model(&x->m, &cfg, zt_engine_layers(&job->shape)));
+    /* the device: the arena, the reserve and the group's terms first */
+    extra e;
+    {
+        zo_engine_footprint probe;
+        int ok;
+        cfg.device_bytes = 0;
+        ZT_TRY(footprint(x, &cfg, &probe, &ok, NULL, 0));
+        extra_terms(x, c, &probe, 0, &e);
+    }
+    uint64_t need = x->act_bytes + hw->reserve_bytes + e.dev;
+    p->device.engine_budget = hw->device_bytes > need ? hw->device_bytes - need : 0;
+    cfg.device_bytes = p->device.engine_budget ? p->device.engine_budget : 1;
+    char msg[400] = "", a[32], b[32];
+    int fits = 0;
+    ZT_TRY(fill_device(x, &cfg, &fits, msg, sizeof msg));
+    if (p->optim_home == ZO_TIER_NVME)
+        ZT_TRY(fill_host(x, &cfg, c, &e));
+    p->param_caps = cfg.param_caps;
+    p->optim_caps = cfg.optim_caps;
+    ZT_TRY(footprint(x, &cfg, &p->fp, &fits, msg, sizeof msg));
+    extra_terms(x, c, &p->fp, p->optim_home == ZO_TIER_NVME, &e);
+    place(x, &cfg, p);
+    uint64_t base = host_need(&p->fp, &e, 0), room = hw->host_bytes > base ? hw->host_bytes - base : 0;
+    uint64_t kept = e.lm_grads ? (e.spillable && room < e.store ? room : e.store) : 0;
+    breakdown(x, p, &e, kept);
+    nvme_breakdown(x, p);
+    if (!p->device.engine_budget)
+        zp_refuse(p, "device tier: the activations (%s)%s fill the %s budget",
+                  zo_fmt_bytes_prec(a, sizeof a, need - hw->reserve_bytes, 1),
+                  hw->reserve_bytes ? " and the CUDA reserve" : "",
+                  zo_fmt_bytes_prec(b, sizeof b, hw->device_bytes, 1));
+    else if (!fits)
+        zp_refuse(p, "%s (the device budget less %s of activations and group terms)", msg,
+                  zo_fmt_bytes_prec(a, sizeof a, need - hw->reserve_bytes, 1));
+    else {
+        /* the least host this candidate takes: no state in RAM, every spillable gradient out */
+        uint64_t floor_need = p->pinned.total + p->host.total;
+        if (p->optim_homes[ZO_TIER_HOST] || kept) {
+            zo_engine_config f = cfg;
+            zo_engine_footprint ffp;
+            int ok;
+            f.optim_caps.host = 0;
+            ZT_TRY(footprint(x, &f, &ffp, &ok, NULL, 0));
+            extra ef;
+            extra_terms(x, c, &ffp, p->optim_home == ZO_TIER_NVME, &ef);
+            floor_need = host_need(&ffp, &ef, ef.spillable ? 0 : ef.store);
+        }
+        if (!x->host_floor || floor_need < x->host_floor)
+            x->host_floor = floor_need;
+    }
+    check_budgets(x, p);
+    uint64_t publish = 0;
+    ZT_TRY(traffic(x, p, &publish));
+    step_time(x, p, publish);
+    return ZO_OK;
+}
+
+/* Bytes over the budgets, summed over the tiers. */
+static uint64_t overage(const zp_plan *p, const zp_hardware *hw)
+{
+    uint64_t host = p->pinned.total + p->host.total, o = 0;
+    o += p->device.total > hw->device_bytes ? p->device.total - hw->device_bytes : 0;
+    o += host > hw->host_bytes ? host - hw->host_bytes : 0;
+    o += p->nvme.files > hw->nvme_bytes ? p->nvme.files - hw->nvme_bytes : 0;
+    return o;
+}
+
+/* p better than q: fits, then faster, then the smaller host and device need;
+ * of two that do not fit, the one closer to fitting. */
+static int better(const zp_plan *p, const zp_plan *q, const zp_hardware *hw)
+{
+    if (p->fits != q->fits)
+        return p->fits > q->fits;
+    if (!p->fits && overage(p, hw) != overage(q, hw))
+        return overage(p, hw) < overage(q, hw);
+    if (p->step_seconds != q->step_seconds)
+        return p->step_seconds < q->step_seconds;
+    return p->device.total + p->pinned.total + p->host.total <
+           q->device.total + q->pinned.total + q->host.total;
+}
+
+static void describe(const split_ctx *x, zp_plan *p)
+{
+    char a[32], b[32], c[32], d[32];
+    const zp_job *job = x->job;
+    int n = 0;
+    size_t cap = sizeof p->reason;
+    n += snprintf(p->reason + n, cap - (size_t)n,
+                  "the device keeps %u of %u parameter chunks resident, the host the optimizer "
+                  "states of %u (%s; the rest, %s each way per step, on %s)",
+                  p->param_homes[ZO_TIER_DEVICE], p->fp.n_chunks, p->optim_homes[ZO_TIER_HOST],
+                  zo_fmt_bytes_prec(a, sizeof a, p->host.states, 1),
+                  zo_fmt_bytes_prec(b, sizeof b, p->nvme_state_bytes, 1),
+                  p->optim_homes[ZO_TIER_NVME] ? "NVMe" : "nothing");
+    if (p->grad_spill && n < (int)cap)
+        n += snprintf(p->reason + n, cap - (size_t)n, " and %s of the step's %s of gradients",
+                      zo_fmt_bytes_prec(c, sizeof c, p->grad_store - p->grad_spill, 1),
+                      zo_fmt_bytes_prec(d, sizeof d, p->grad_store, 1));
+    if (n < (int)cap)
+        n += snprintf(p->reason + n, cap - (size_t)n,
+                      "; micro-group %d of %d: parameters fetched %d time(s) per phase per step; "
+                      "layer inputs on the %s (%s); %s mode",
+                      p->micro_group, job->grad_accum, p->n_groups,
+                      p->act_home == ZP_ACT_HOST ? "pinned host" : "device",
+                      zo_fmt_bytes_prec(a, sizeof a, p->layer_inputs, 1),
+                      zo_optim_mode_name(p->mode));
+    if (n < (int)cap && p->mode == ZO_OPTIM_OVERLAP)
+        snprintf(p->reason + n, cap - (size_t)n, " (the update runs under the %s backward)",
+                 p->n_groups == 1 ? "step's" : "last group's");
+}
+
+static zo_status check_job(const zp_job *job, const zp_speeds *sp)
+{
+    ZT_TRY(zt_shape_check(&job->shape));
+    if (job->seq <= 0 || job->micro_batch <= 0 || job->grad_accum <= 0)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "seq %d, micro-batch %d, grad-accum %d: each must be > 0", job->seq,
+                       job->micro_batch, job->grad_accum);
+    if (job->micro_group < 0 || job->micro_group > job->grad_accum)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "micro-group %d: 1..grad-accum (%d), or 0 for the planner's choice",
+                       job->micro_group, job->grad_accum);
+    if (!(sp->h2d > 0 && sp->d2h > 0 && sp->nvme_read > 0 && sp->nvme_write > 0 &&
+          sp->adam_params > 0 && sp->flops > 0))
+        return zt_fail(ZO_ERR_INVALID_ARG, "every speed must be > 0");
+    return ZO_OK;
+}
+
+static zo_status ctx_init(split_ctx *x)
+{
+    const zp_job *job = x->job;
+    ZT_TRY(zp_layout_init(&x->m, &job->shape));
+    size_t n = x->m.n ? x->m.n : 1;
+    x->p16_home = calloc(n, 1);
+    x->states_home = calloc(n, 1);
+    x->resident = calloc(n, 1);
+    if (!x->p16_home || !x->states_home || !x->resident)
+        return zt_fail(ZO_ERR_NO_MEMORY, "the chunks' homes");
+    zt_model_config mc = zp_model_config(job);
+    zt_model_activation_parts(&mc, &x->act);
+    x->act_bytes = x->act.total;
+    x->inputs_mb = (uint64_t)(job->shape.n_layers + 1) * (uint64_t)job->seq *
+                   (uint64_t)job->micro_batch * (uint64_t)job->shape.dim * 2;
+    return ZO_OK;
+}
+
+static void ctx_free(split_ctx *x)
+{
+    zp_layout_free(&x->m);
+    free(x->p16_home);
+    free(x->states_home);
+    free(x->resident);
+}
+
+/* Every candidate; the best into *out. */
+static zo_status search(split_ctx *x, zp_plan *out)
+{
+    const zp_job *job = x->job;
+    zo_optim_mode modes[2] = {job->mode, ZO_OPTIM_OVERLAP};
+    int n_modes = job->mode_auto && job->mode != ZO_OPTIM_OVERLAP ? 2 : 1;
+    int groups[34], n_groups = 0;
+    if (job->micro_group)
+        groups[n_groups++] = job->micro_group;
+    else {
+        for (int g = 1; g < job->grad_accum && n_groups < 32; g *= 2)
+            groups[n_groups++] = g;
+        groups[n_groups++] = job->grad_accum;
+    }
+    zp_act_home acts[2] = {ZP_ACT_DEVICE, ZP_ACT_HOST};
+    int n_acts = 2;
+    if (job->act_home) {
+        acts[0] = job->act_home;
+        n_acts = 1;
+    }
+    uint64_t chunks[2] = {job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape),
+                          zp_block_chunk_bytes(&job->shape)};
+    int n_chunks = job->chunk_bytes || chunks[1] <= chunks[0] ? 1 : 2;
+    zo_tier homes[2] = {ZO_TIER_HOST, ZO_TIER_NVME};
+    int n_homes = x->hw->nvme_bytes ? 2 : 1;
+    int have = 0;
+    zp_plan *p = malloc(sizeof *p);
+    if (!p)
+        return zt_fail(ZO_ERR_NO_MEMORY, "a candidate plan");
+    zo_status st = ZO_OK;
+    for (int mi = 0; mi < n_modes; mi++)
+        for (int gi = 0; gi < n_groups; gi++)
+            for (int ai = 0; ai < n_acts; ai++)
+                for (int ci = 0; ci < n_chunks; ci++)
+                    for (int hi = 0; hi < n_homes && st >= 0; hi++) {
+                        cand c = {modes[mi], groups[gi], acts[ai], chunks[ci], homes[hi]};
+                        if (c.act == ZP_ACT_HOST && c.group == 1 && !job->act_home)
+                            continue; /* nothing to gain: one micro-batch's inputs are the arena's */
+                        st = plan_cand(x, &c, p);
+                        if (st >= 0 && (!have || better(p, out, x->hw))) {
+                            *out = *p;
+                            have = 1;
+                        }
+                    }
+    free(p);
+    return st;
+}
+
+zo_status zp_plan_split(const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
+                        double nvme_tbw, zp_plan *out, uint64_t *work)
+{
+    ZT_TRY(check_job(job, sp));
+    split_ctx x;
+    memset(&x, 0, sizeof x);
+    x.job = job;
+    x.hw = hw;
+    x.sp = sp;
+    x.tbw = nvme_tbw;
+    x.work = work;
+    zo_status st = ctx_init(&x);
+    if (st >= 0)
+        st = search(&x, out);
+    if (st >= 0) {
+        out->host_floor = x.host_floor;
+        /* replay the winner so the placement arrays match it, then say why */
+        describe(&x, out);
+    }
+    ctx_free(&x);
+    return st;
+}
