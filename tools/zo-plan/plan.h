@@ -168,9 +168,10 @@ typedef struct zp_plan {
     struct {
         int64_t device, pinned, host;
     } modelled;
-    uint64_t grad_store; /* the step's fp32 gradients the host keeps for the update */
-    uint64_t grad_spill; /* of those, what goes to NVMe extents (sync and overlap, one group) */
-    uint64_t host_floor; /* the least host memory a per-chunk plan of this job needs */
+    uint64_t grad_store;  /* the step's fp32 gradients the host keeps for the update */
+    uint64_t grad_spill;  /* of those, what goes to NVMe extents (sync and overlap, one group) */
+    uint64_t spill_bytes; /* what the spilled gradients move each way (the chunks' used share) */
+    uint64_t host_floor;  /* the least host memory a per-chunk plan of this job needs */
     uint64_t h2d_param_bytes, h2d_act_bytes, d2h_grad_bytes, d2h_act_bytes;
     char reason[512]; /* why the planner chose this one */
 } zp_plan;

@@ -37,7 +37,9 @@
 
 /* NVMe state staging slots of the engine (ENG_NVME_STAGES) */
 #define ZP_NVME_STAGES 3u
-/* layers of fp32 gradients in flight to the host (the engine's lookahead) */
+/* fetches the engine prefetches ahead (zo_engine_config.lookahead's default) */
+#define ZP_LOOKAHEAD 2u
+/* layers of gradients in flight to the host */
 #define ZP_GRAD_STAGES 2u
 
 typedef struct cand {
@@ -56,27 +58,32 @@ typedef struct split_ctx {
     uint64_t *work;
     model_layout m;
     zt_activation_parts act;
-    uint64_t act_bytes;  /* the arena zo-train allocates (one micro-batch's compute) */
-    uint64_t inputs_mb;  /* the layer inputs of one micro-batch */
-    uint8_t *p16_home;   /* per chunk, for the candidate being planned */
+    uint64_t act_bytes; /* the arena zo-train allocates (one micro-batch's compute) */
+    uint64_t inputs_mb; /* the layer inputs of one micro-batch */
+    uint8_t *p16_home;  /* per chunk, for the candidate being planned */
     uint8_t *states_home;
     uint8_t *resident;
     uint64_t host_floor; /* the least host need seen over the candidates */
 } split_ctx;
 
-/* What a candidate needs besides the engine's footprint. */
+/* What a candidate needs besides the engine's footprint (plan.h: modelled):
+ * the host tier's terms where homes are NVMe and the layer-major terms. */
 typedef struct extra {
-    int lm_grads;      /* gradients accumulated on the device over groups > 1 */
-    uint64_t dev;      /* device: the two below */
-    uint64_t dev_grads;  /* one layer's fp32 gradients, accumulated over the group */
-    uint64_t dev_inputs; /* the layer inputs of the group's other micro-batches */
-    int64_t pinned;    /* fp32 staging and host layer inputs, less the 16-bit mirror */
-    int64_t host;      /* the host's gradient store, less the fp32 accumulators */
-    uint64_t store;    /* the step's gradients the update needs */
-    int spillable;     /* the store may go to NVMe beyond the host's room */
-    uint64_t mirror;   /* the engine's 16-bit gradient mirror (pinned) */
-    uint64_t accum;    /* the engine's fp32 accumulators (host) */
-    uint64_t staging;  /* fp32 gradient staging */
+    int grads;            /* the gradient path is modelled (NVMe homes or groups > 1) */
+    int lm_grads;         /* gradients accumulated on the device over groups > 1 */
+    uint64_t dev;         /* device: the two below */
+    uint64_t dev_grads;   /* one layer's fp32 gradients, accumulated over the group */
+    uint64_t dev_inputs;  /* the layer inputs of the group's other micro-batches */
+    int64_t pinned;       /* staging in place of mirrors, and host layer inputs */
+    int64_t host;         /* the host's gradient store in place of the engine's */
+    uint64_t store;       /* the step's gradients the update needs */
+    int spillable;        /* the store may go to NVMe beyond the host's room */
+    uint64_t mirror;      /* the engine's 16-bit gradient mirror (pinned) */
+    uint64_t accum;       /* the engine's fp32 accumulators (host) */
+    uint64_t staging;     /* gradient staging in its place */
+    uint64_t p16_mirror;  /* host copies of device-resident parameters whose states are on NVMe */
+    uint64_t twins;       /* the engine's NVMe parameter staging, a twin per device slot */
+    uint64_t p16_staging; /* what replaces those two: lookahead-sized staging */
 } extra;
 
 zo_engine_config zp_plan_engine_config(const zp_job *job, const zp_hardware *hw, const zp_plan *p)
@@ -121,12 +128,10 @@ static zo_tier fill(const zo_engine_caps *caps, zo_tier home, uint64_t per, uint
     return home;
 }
 
-static void place(split_ctx *x, const zo_engine_config *c, zp_plan *p)
+static void place(split_ctx *x, const zo_engine_config *c)
 {
     uint64_t sused[2] = {0, 0}, pused[2] = {0, 0}, C = c->chunk_bytes;
     uint32_t n = x->m.n_chunks;
-    memset(p->param_homes, 0, sizeof p->param_homes);
-    memset(p->optim_homes, 0, sizeof p->optim_homes);
     for (uint32_t k = 0; k < n; k++)
         x->states_home[k] = (uint8_t)fill(&c->optim_caps, c->optim_home, 6 * C, sused);
     for (int pass = 0; pass < 2; pass++)
@@ -141,37 +146,81 @@ static void place(split_ctx *x, const zo_engine_config *c, zp_plan *p)
             }
             x->p16_home[k] = (uint8_t)t;
         }
-    for (uint32_t k = 0; k < n; k++) {
+    for (uint32_t k = 0; k < n; k++)
+        x->resident[k] = x->p16_home[k] == ZO_TIER_DEVICE;
+}
+
+static void count_homes(const split_ctx *x, zp_plan *p)
+{
+    memset(p->param_homes, 0, sizeof p->param_homes);
+    memset(p->optim_homes, 0, sizeof p->optim_homes);
+    for (uint32_t k = 0; k < x->m.n_chunks; k++) {
         p->param_homes[x->p16_home[k]]++;
         p->optim_homes[x->states_home[k]]++;
-        x->resident[k] = x->p16_home[k] == ZO_TIER_DEVICE;
     }
 }
 
-/* The terms of a layer-major plan the engine does not compute yet (plan.h). */
-static void extra_terms(const split_ctx *x, const cand *c, const zo_engine_footprint *fp,
-                        int has_nvme, extra *e)
+/* The host tier where homes are NVMe: no whole-model 16-bit mirrors, staging
+ * sized by the lookahead instead (the host helper's design, issue 15). */
+static void host_tier_terms(split_ctx *x, const zo_engine_footprint *fp, extra *e)
+{
+    uint64_t C = fp->chunk_bytes, K = fp->max_chunks_per_layer, n_mirrored = 0, n_p16_nvme = 0;
+    for (uint32_t k = 0; k < x->m.n_chunks; k++) {
+        n_mirrored += x->p16_home[k] == ZO_TIER_DEVICE && x->states_home[k] == ZO_TIER_NVME;
+        n_p16_nvme += x->p16_home[k] == ZO_TIER_NVME;
+    }
+    e->p16_mirror = n_mirrored * 2 * C; /* current and next, as the update writes behind */
+    e->twins = n_p16_nvme ? (uint64_t)fp->device_param_slots * C : 0;
+    /* the new parameters of a resident chunk go up through its update's NVMe
+     * stage; paged ones through (lookahead + 1) layers of twins */
+    e->p16_staging = (n_mirrored && !n_p16_nvme ? ZP_NVME_STAGES * C : 0) +
+                     (n_p16_nvme ? (ZP_LOOKAHEAD + 1) * K * C : 0);
+    e->pinned += (int64_t)e->p16_staging - (int64_t)e->p16_mirror - (int64_t)e->twins;
+}
+
+/* The gradients' path: the mirror becomes staging (fp32 with groups > 1),
+ * and the store the update reads (fp32 accumulators, or 16-bit gradients
+ * without accumulation) is kept in host memory up to the budget and, with one
+ * group per step, spilled to NVMe beyond it. */
+static void grad_terms(const split_ctx *x, const cand *c, const zo_engine_footprint *fp,
+                       int has_nvme, extra *e)
 {
     const zp_job *job = x->job;
     uint64_t C = fp->chunk_bytes, N = fp->n_chunks, K = fp->max_chunks_per_layer;
-    uint64_t g_bufs = c->mode == ZO_OPTIM_DPU ? 2 : 1, n_groups;
-    n_groups = (uint64_t)(job->grad_accum + c->group - 1) / (uint64_t)c->group;
+    uint64_t g_bufs = c->mode == ZO_OPTIM_DPU ? 2 : 1, per = e->lm_grads ? 2 * C : C;
+    uint64_t n_groups = (uint64_t)(job->grad_accum + c->group - 1) / (uint64_t)c->group;
+    e->staging = ZP_GRAD_STAGES * K * per;
+    e->pinned += (int64_t)e->staging - (int64_t)e->mirror;
+    e->store = e->lm_grads || job->grad_accum > 1 ? N * g_bufs * 2 * C : N * g_bufs * C;
+    /* not the delayed update's second set, which the next step's backward
+     * fills while the update reads the first */
+    e->spillable = n_groups == 1 && c->mode != ZO_OPTIM_DPU && has_nvme;
+    e->host -= (int64_t)e->accum;
+}
+
+/* The terms the engine does not compute yet for candidate c under cfg. */
+static void extra_terms(split_ctx *x, const cand *c, const zo_engine_config *cfg,
+                        const zo_engine_footprint *fp, int has_nvme, extra *e)
+{
+    const zp_job *job = x->job;
+    uint64_t C = fp->chunk_bytes, N = fp->n_chunks, K = fp->max_chunks_per_layer;
+    uint64_t g_bufs = c->mode == ZO_OPTIM_DPU ? 2 : 1;
     memset(e, 0, sizeof *e);
+    place(x, cfg);
+    int nvme_homes = 0;
+    for (uint32_t k = 0; k < x->m.n_chunks; k++)
+        nvme_homes |= x->states_home[k] == ZO_TIER_NVME || x->p16_home[k] == ZO_TIER_NVME;
     e->mirror = N * g_bufs * C;
     e->accum = job->grad_accum > 1 ? N * g_bufs * 2 * C : 0; /* fp32 per chunk element */
     e->store = e->accum;
     e->lm_grads = c->group > 1;
-    if (e->lm_grads) {
+    e->grads = e->lm_grads || nvme_homes;
+    if (nvme_homes)
+        host_tier_terms(x, fp, e);
+    if (e->grads)
+        grad_terms(x, c, fp, has_nvme, e);
+    if (e->lm_grads)
         e->dev_grads = K * 2 * C;
-        e->staging = ZP_GRAD_STAGES * K * 2 * C;
-        e->pinned += (int64_t)e->staging - (int64_t)e->mirror;
-        e->store = N * g_bufs * 2 * C;
-        /* one group per step: nothing accumulates on the host, so what does not
-         * fit can wait on NVMe for the update (not the delayed update's second
-         * set, which the next step's backward fills while the update reads) */
-        e->spillable = n_groups == 1 && c->mode != ZO_OPTIM_DPU && has_nvme;
-        e->host -= (int64_t)e->accum;
-    }
     if (c->act == ZP_ACT_DEVICE)
         e->dev_inputs = (uint64_t)(c->group - 1) * x->inputs_mb;
     else
@@ -187,8 +236,7 @@ static uint64_t host_need(const zo_engine_footprint *fp, const extra *e, uint64_
 
 /* The most parameter chunks the device keeps resident (0 when even one
  * layer's slots do not fit: *fits 0, msg says why). */
-static zo_status fill_device(split_ctx *x, zo_engine_config *cfg, int *fits, char *msg,
-                             size_t cap)
+static zo_status fill_device(split_ctx *x, zo_engine_config *cfg, int *fits, char *msg, size_t cap)
 {
     zo_engine_footprint fp;
     cfg->param_caps.device = 0;
@@ -221,7 +269,7 @@ static zo_status fill_host(split_ctx *x, zo_engine_config *cfg, const cand *c, e
     uint32_t n = x->m.n_chunks;
     cfg->optim_caps.host = (uint64_t)n * 6 * C;
     ZT_TRY(footprint(x, cfg, &fp, &ok, NULL, 0));
-    extra_terms(x, c, &fp, 1, e);
+    extra_terms(x, c, cfg, &fp, 1, e);
     if (host_need(&fp, e, e->spillable ? 0 : e->store) <= H)
         return ZO_OK;
     uint32_t lo = 0, hi = n - 1;
@@ -229,7 +277,7 @@ static zo_status fill_host(split_ctx *x, zo_engine_config *cfg, const cand *c, e
         uint32_t mid = lo + (hi - lo + 1) / 2;
         cfg->optim_caps.host = (uint64_t)mid * 6 * C;
         ZT_TRY(footprint(x, cfg, &fp, &ok, NULL, 0));
-        extra_terms(x, c, &fp, 1, e);
+        extra_terms(x, c, cfg, &fp, 1, e);
         if (host_need(&fp, e, e->spillable ? 0 : e->store) <= H)
             lo = mid;
         else
@@ -255,20 +303,22 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e, uint64_t kept)
     p->device.reserve = x->hw->reserve_bytes;
     p->device.total = fp->device + x->act_bytes + e->dev + x->hw->reserve_bytes;
     int nvme_states = p->optim_homes[ZO_TIER_NVME] > 0, nvme_p16 = p->param_homes[ZO_TIER_NVME] > 0;
-    p->pinned.staging = nvme_states ? ZP_NVME_STAGES * (6 * C + (nvme_p16 ? C : 0)) : 0;
-    p->pinned.twins = nvme_p16 ? S * C : 0;
-    p->pinned.params = fp->pinned - p->pinned.staging - p->pinned.twins - e->mirror;
-    p->pinned.grads = e->lm_grads ? e->staging : e->mirror;
+    uint64_t state_staging = nvme_states ? ZP_NVME_STAGES * (6 * C + (nvme_p16 ? C : 0)) : 0;
+    uint64_t twins = nvme_p16 ? S * C : 0;
+    p->pinned.params = fp->pinned - state_staging - twins - e->mirror - e->p16_mirror;
+    p->pinned.staging = state_staging + (nvme_p16 ? 0 : e->p16_staging);
+    p->pinned.twins = nvme_p16 ? (e->twins ? e->p16_staging : twins) : 0;
+    p->pinned.grads = e->grads ? e->staging : e->mirror;
     p->pinned.total = (uint64_t)((int64_t)fp->pinned + e->pinned);
     p->host.states = (uint64_t)p->optim_homes[ZO_TIER_HOST] * 6 * C;
     p->host.backups = p->mode == ZO_OPTIM_OVERLAP ? p->host.states : 0;
-    p->host.accum = e->lm_grads ? kept : e->accum;
+    p->host.accum = e->grads ? kept : e->accum;
     p->host.total = (uint64_t)((int64_t)fp->host + e->host + (int64_t)kept);
     p->modelled.device = (int64_t)e->dev;
     p->modelled.pinned = e->pinned;
     p->modelled.host = e->host + (int64_t)kept;
     p->grad_store = e->store;
-    p->grad_spill = e->lm_grads ? e->store - kept : 0;
+    p->grad_spill = e->grads ? e->store - kept : 0;
     p->layer_inputs = (uint64_t)p->micro_group * x->inputs_mb;
     p->peak_device = fp->device + e->dev_grads;
     p->peak_pinned = p->pinned.total;
@@ -313,8 +363,7 @@ static void check_budgets(split_ctx *x, zp_plan *p)
                   zo_fmt_bytes_prec(b, sizeof b, hw->pinned_max, 1),
                   p->pinned.total - hw->pinned_max);
     if (p->nvme.files > hw->nvme_bytes)
-        zp_refuse(p,
-                  "nvme tier: the swap files take %s but %s (%s): short by %" PRIu64 " bytes",
+        zp_refuse(p, "nvme tier: the swap files take %s but %s (%s): short by %" PRIu64 " bytes",
                   zo_fmt_bytes_prec(a, sizeof a, p->nvme.files, 1),
                   hw->nvme_bytes ? "the NVMe paths have less free" : "no NVMe space was given",
                   zo_fmt_bytes_prec(b, sizeof b, hw->nvme_bytes, 1),
@@ -344,15 +393,17 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
     uint64_t M = (uint64_t)job->grad_accum;
     p->h2d_param_bytes = load_bytes;
     p->d2h_grad_bytes = p->micro_group > 1 ? (uint64_t)p->n_groups * used * 2 : M * used;
-    p->h2d_act_bytes = p->d2h_act_bytes =
-        p->act_home == ZP_ACT_HOST ? M * x->inputs_mb : 0;
+    p->h2d_act_bytes = p->d2h_act_bytes = p->act_home == ZP_ACT_HOST ? M * x->inputs_mb : 0;
     p->h2d_bytes = load_bytes + p->h2d_act_bytes + publish;
     p->d2h_bytes = p->d2h_grad_bytes + p->d2h_act_bytes;
     p->nvme_state_bytes = states;
     /* the NVMe-homed share of the loads, at the chunks' share of those paged */
     uint64_t p16_reads = paged ? loads * nvme_p16 / paged * C : 0;
-    p->nvme_read_bytes = states + p16_reads + (p->mode == ZO_OPTIM_SYNC ? p->grad_spill : 0);
-    p->nvme_write_bytes = states + nvme_p16 * C + p->grad_spill;
+    /* spilled gradients move what the chunks hold, not their padding */
+    uint64_t cap16 = (uint64_t)x->m.n_chunks * C;
+    p->spill_bytes = cap16 ? (uint64_t)((double)p->grad_spill * (double)used / (double)cap16) : 0;
+    p->nvme_read_bytes = states + p16_reads + (p->mode == ZO_OPTIM_SYNC ? p->spill_bytes : 0);
+    p->nvme_write_bytes = states + nvme_p16 * C + p->spill_bytes;
     p->seconds[ZP_BN_H2D] = (double)p->h2d_bytes / x->sp->h2d;
     p->seconds[ZP_BN_D2H] = (double)p->d2h_bytes / x->sp->d2h;
     *publish_bytes = publish;
@@ -372,11 +423,11 @@ static void step_time(split_ctx *x, zp_plan *p, uint64_t publish_bytes)
     t[ZP_BN_COMPUTE] = (double)p->tokens * dev_per_token / rate;
     /* the forward is a third of the model's FLOPs; the backward the rest and the recompute */
     double t_bwd = t[ZP_BN_COMPUTE] * (1.0 - per_token / 3.0 / dev_per_token);
-    uint64_t spill_rd = p->mode == ZO_OPTIM_SYNC ? p->grad_spill : 0;
+    uint64_t spill_rd = p->mode == ZO_OPTIM_SYNC ? p->spill_bytes : 0;
     uint64_t upd_rd = p->nvme_state_bytes + spill_rd;
-    uint64_t upd_wr = p->nvme_write_bytes - p->grad_spill;
+    uint64_t upd_wr = p->nvme_write_bytes - p->spill_bytes;
     double nvme_fetch = (double)(p->nvme_read_bytes - upd_rd) / sp->nvme_read +
-                        (double)p->grad_spill / sp->nvme_write;
+                        (double)p->spill_bytes / sp->nvme_write;
     double nvme_optim = zp_nvme_update_seconds(upd_rd, upd_wr, sp);
     t[ZP_BN_NVME] = nvme_fetch + nvme_optim;
     t[ZP_BN_OPTIM] = (double)p->fp.n_params / sp->adam_params;
@@ -399,6 +450,24 @@ static void step_time(split_ctx *x, zp_plan *p, uint64_t publish_bytes)
 }
 
 /* ---- one candidate ---- */
+
+/* The least host memory candidate c takes with the device filled as in cfg:
+ * no optimizer state in RAM that NVMe could hold, every spillable gradient
+ * on NVMe. */
+static zo_status note_host_floor(split_ctx *x, const cand *c, zo_engine_config cfg)
+{
+    zo_engine_footprint fp;
+    int ok;
+    extra e;
+    if (cfg.optim_home == ZO_TIER_NVME)
+        cfg.optim_caps.host = 0;
+    ZT_TRY(footprint(x, &cfg, &fp, &ok, NULL, 0));
+    extra_terms(x, c, &cfg, &fp, cfg.optim_home == ZO_TIER_NVME, &e);
+    uint64_t need = host_need(&fp, &e, e.spillable ? 0 : e.store);
+    if (!x->host_floor || need < x->host_floor)
+        x->host_floor = need;
+    return ZO_OK;
+}
 
 static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
 {
@@ -430,7 +499,7 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
         int ok;
         cfg.device_bytes = 0;
         ZT_TRY(footprint(x, &cfg, &probe, &ok, NULL, 0));
-        extra_terms(x, c, &probe, 0, &e);
+        extra_terms(x, c, &cfg, &probe, 0, &e);
     }
     uint64_t need = x->act_bytes + hw->reserve_bytes + e.dev;
     p->device.engine_budget = hw->device_bytes > need ? hw->device_bytes - need : 0;
@@ -442,11 +511,14 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
         ZT_TRY(fill_host(x, &cfg, c, &e));
     p->param_caps = cfg.param_caps;
     p->optim_caps = cfg.optim_caps;
+    if (fits)
+        ZT_TRY(note_host_floor(x, c, cfg));
     ZT_TRY(footprint(x, &cfg, &p->fp, &fits, msg, sizeof msg));
-    extra_terms(x, c, &p->fp, p->optim_home == ZO_TIER_NVME, &e);
-    place(x, &cfg, p);
-    uint64_t base = host_need(&p->fp, &e, 0), room = hw->host_bytes > base ? hw->host_bytes - base : 0;
-    uint64_t kept = e.lm_grads ? (e.spillable && room < e.store ? room : e.store) : 0;
+    extra_terms(x, c, &cfg, &p->fp, p->optim_home == ZO_TIER_NVME, &e);
+    count_homes(x, p);
+    uint64_t base = host_need(&p->fp, &e, 0),
+             room = hw->host_bytes > base ? hw->host_bytes - base : 0;
+    uint64_t kept = e.grads ? (e.spillable && room < e.store ? room : e.store) : 0;
     breakdown(x, p, &e, kept);
     nvme_breakdown(x, p);
     if (!p->device.engine_budget)
@@ -457,22 +529,6 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
     else if (!fits)
         zp_refuse(p, "%s (the device budget less %s of activations and group terms)", msg,
                   zo_fmt_bytes_prec(a, sizeof a, need - hw->reserve_bytes, 1));
-    else {
-        /* the least host this candidate takes: no state in RAM, every spillable gradient out */
-        uint64_t floor_need = p->pinned.total + p->host.total;
-        if (p->optim_homes[ZO_TIER_HOST] || kept) {
-            zo_engine_config f = cfg;
-            zo_engine_footprint ffp;
-            int ok;
-            f.optim_caps.host = 0;
-            ZT_TRY(footprint(x, &f, &ffp, &ok, NULL, 0));
-            extra ef;
-            extra_terms(x, c, &ffp, p->optim_home == ZO_TIER_NVME, &ef);
-            floor_need = host_need(&ffp, &ef, ef.spillable ? 0 : ef.store);
-        }
-        if (!x->host_floor || floor_need < x->host_floor)
-            x->host_floor = floor_need;
-    }
     check_budgets(x, p);
     uint64_t publish = 0;
     ZT_TRY(traffic(x, p, &publish));
@@ -496,6 +552,10 @@ static int better(const zp_plan *p, const zp_plan *q, const zp_hardware *hw)
 {
     if (p->fits != q->fits)
         return p->fits > q->fits;
+    /* the device is what it is; a plan that fits it is closer than one that does not */
+    int pd = strncmp(p->why, "device", 6) != 0, qd = strncmp(q->why, "device", 6) != 0;
+    if (!p->fits && pd != qd)
+        return pd > qd;
     if (!p->fits && overage(p, hw) != overage(q, hw))
         return overage(p, hw) < overage(q, hw);
     if (p->step_seconds != q->step_seconds)
@@ -614,7 +674,8 @@ static zo_status search(split_ctx *x, zp_plan *out)
                     for (int hi = 0; hi < n_homes && st >= 0; hi++) {
                         cand c = {modes[mi], groups[gi], acts[ai], chunks[ci], homes[hi]};
                         if (c.act == ZP_ACT_HOST && c.group == 1 && !job->act_home)
-                            continue; /* nothing to gain: one micro-batch's inputs are the arena's */
+                            continue; /* nothing to gain: one micro-batch's inputs are the arena's
+                                       */
                         st = plan_cand(x, &c, p);
                         if (st >= 0 && (!have || better(p, out, x->hw))) {
                             *out = *p;
