@@ -493,6 +493,91 @@ static void test_bad_flags(void **state)
     json_decref(j);
 }
 
+#define WORKSTATION_13B                                                                            \
+    "--preset 13b --device cuda --gpu-mem 24GiB --nvme-bytes 2TB --nvme-read-gbps 6 "              \
+    "--nvme-write-gbps 5 --h2d-gbps 25 --d2h-gbps 25 --adam-gparams 2 --gpu-tflops 165 --seq "     \
+    "2048 "                                                                                        \
+    "--micro-batch 1 --grad-accum 32"
+
+/* Issue 15's workstation: the per-chunk plan fits 13b on a 24 GiB GPU with
+ * 64 GiB of host memory at a predicted MFU of 40% or more, and is
+ * recommended; one byte below the least host memory it reports it is
+ * refused, naming the host tier. */
+static void test_13b_workstation_plan(void **state)
+{
+    (void)state;
+    json_t *j = run_json(WORKSTATION_13B " --host-mem 64GiB");
+    json_t *p = json_object_get(j, "plan");
+    if (!json_is_true(json_object_get(p, "fits")))
+        fail_msg("13b at 64 GiB: %s", json_string_value(json_object_get(p, "why")));
+    assert_true(num(p, "mfu") >= 0.40);
+    assert_string_equal(json_string_value(json_object_get(j, "recommendation")), "per-chunk");
+    assert_true(num(p, "host_budget") == 64.0 * (1ull << 30));
+    assert_true(num(p, "micro_group") >= 1 && num(p, "micro_group") <= 32);
+    assert_non_null(json_string_value(json_object_get(p, "act_home")));
+    assert_non_null(json_object_get(json_object_get(p, "placement"), "params"));
+    double floor_bytes = num(p, "host_floor");
+    json_decref(j);
+    char args[512];
+    snprintf(args, sizeof args, WORKSTATION_13B " --host-mem %.0f", floor_bytes - 1);
+    j = run_json(args);
+    p = json_object_get(j, "plan");
+    assert_false(json_is_true(json_object_get(p, "fits")));
+    assert_non_null(strstr(json_string_value(json_object_get(p, "why")), "host tier"));
+    assert_true(json_is_null(json_object_get(j, "recommendation")));
+    json_decref(j);
+}
+
+/* The per-chunk plan's choices can be forced, and bad ones are refused. */
+static void test_micro_group_and_act_home(void **state)
+{
+    (void)state;
+    json_t *j = run_json(TINY_CPU " --grad-accum 4 --micro-group 2 --act-home host");
+    json_t *p = json_object_get(j, "plan");
+    assert_int_equal((int)num(p, "micro_group"), 2);
+    assert_int_equal((int)num(p, "groups_per_step"), 2);
+    assert_string_equal(json_string_value(json_object_get(p, "act_home")), "host");
+    assert_string_equal(json_string_value(json_object_get(p, "not_in_trainer_yet")),
+                        "micro_group, act_home");
+    json_decref(j);
+    const char *bad[][2] = {{"--micro-group 0", "--micro-group"},
+                            {"--micro-group 3", "at most --grad-accum"},
+                            {"--act-home nvme", "auto, device or host"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        outputs o = run(bad[i][0]);
+        if (o.status != 2 || !strstr(o.err, bad[i][1]))
+            fail_msg("zo-plan %s: exit %d, stderr '%s' (expected 2 and '%s')", bad[i][0], o.status,
+                     o.err, bad[i][1]);
+        outputs_free(&o);
+    }
+}
+
+/* --emit-config of a per-chunk recommendation writes its split as
+ * zoffload.placement, read back by zo_train_config_load. */
+static void test_emit_split_config(void **state)
+{
+    (void)state;
+    char path[300], args[900];
+    snprintf(path, sizeof path, "%s/split.json", g_dir);
+    snprintf(args, sizeof args, WORKSTATION_13B " --host-mem 64GiB --nvme-path %s --emit-config %s",
+             g_dir, path);
+    json_t *j = run_json(args);
+    assert_string_equal(json_string_value(json_object_get(j, "recommendation")), "per-chunk");
+    json_t *pl = json_object_get(json_object_get(j, "plan"), "placement");
+    zo_train_config c = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(zo_train_config_load(path, 1, &c));
+    assert_int_equal(c.zoffload.placement.params.device,
+                     (int64_t)num(json_object_get(pl, "params"), "device"));
+    assert_int_equal(c.zoffload.placement.optimizer.host,
+                     (int64_t)num(json_object_get(pl, "optimizer"), "host"));
+    assert_true(c.zoffload.placement.optimizer.host > 0);
+    assert_string_equal(
+        zo_optim_mode_name(c.zoffload.optimizer_mode),
+        json_string_value(json_object_get(json_object_get(j, "plan"), "optimizer_mode")));
+    assert_non_null(json_string_value(json_object_get(j, "emitted_config_left_out")));
+    json_decref(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -508,6 +593,9 @@ int main(void)
         cmocka_unit_test(test_planning_an_absent_gpu),
         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_absurd_inputs_refused),
+        cmocka_unit_test(test_13b_workstation_plan),
+        cmocka_unit_test(test_micro_group_and_act_home),
+        cmocka_unit_test(test_emit_split_config),
     };
     return cmocka_run_group_tests(tests, plan_test_make_dir, plan_test_remove_dir);
 }
