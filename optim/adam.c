@@ -71,6 +71,7 @@ zo_status zo_adam_consts_make(const zo_adam_params *p, zo_adam_consts *c)
     c->decay = p->adamw ? 1.0f - p->lr * p->weight_decay : 1.0f;
     c->l2 = p->adamw ? 0.0f : p->weight_decay;
     c->grad_scale = p->grad_scale;
+    c->q8 = zo_q8_tables_get();
     return ZO_OK;
 }
 
@@ -105,8 +106,9 @@ zo_status zo_adam_buffers_check(const zo_adam_buffers *b)
                        "zo_adam_buffers is NULL or its struct_size is wrong; "
                        "initialize it with ZO_ADAM_BUFFERS_INIT");
     ZO_TRY(zo_grad_check(b->grad, b->grad_type, b->n));
-    if (b->state_type != ZO_DTYPE_F32 && b->state_type != ZO_DTYPE_BF16)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "state type %s is not fp32 or bf16",
+    if (b->state_type != ZO_DTYPE_F32 && b->state_type != ZO_DTYPE_BF16 &&
+        b->state_type != ZO_DTYPE_I8)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "state type %s is not fp32, bf16 or i8",
                        zo_dtype_name(b->state_type));
     if (b->out_type != ZO_DTYPE_NONE && b->out_type != ZO_DTYPE_BF16 && b->out_type != ZO_DTYPE_F16)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "out type %s is not bf16, fp16 or none",
@@ -118,6 +120,11 @@ zo_status zo_adam_buffers_check(const zo_adam_buffers *b)
     ZO_TRY(check_array(b->master, ZO_DTYPE_F32, b->n, "master"));
     ZO_TRY(check_array(b->m, b->state_type, b->n, "m"));
     ZO_TRY(check_array(b->v, b->state_type, b->n, "v"));
+    if (b->state_type == ZO_DTYPE_I8) {
+        size_t nb = zo_adam_q8_blocks(b->n);
+        ZO_TRY(check_array(b->m_absmax, ZO_DTYPE_F32, nb, "m_absmax (the I8 moments' scales)"));
+        ZO_TRY(check_array(b->v_absmax, ZO_DTYPE_F32, nb, "v_absmax (the I8 moments' scales)"));
+    }
     if (b->out_type != ZO_DTYPE_NONE)
         ZO_TRY(check_array(b->out, b->out_type, b->n, "out"));
     return ZO_OK;

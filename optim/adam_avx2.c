@@ -123,6 +123,89 @@ static inline zr16 zr_narrow(zr32 x)
 #define zr_opaque32(x) __asm__ volatile("" : "+x"(x))
 #define zr_opaque16(x) __asm__ volatile("" : "+x"(x))
 
+typedef __m256i zi;
+static inline zi zi_set1(int32_t x)
+{
+    return _mm256_set1_epi32(x);
+}
+static inline zi zi_add(zi a, zi b)
+{
+    return _mm256_add_epi32(a, b);
+}
+static inline zi zi_sub(zi a, zi b)
+{
+    return _mm256_sub_epi32(a, b);
+}
+static inline zi zi_and(zi a, zi b)
+{
+    return _mm256_and_si256(a, b);
+}
+static inline zi zi_max(zi a, zi b)
+{
+    return _mm256_max_epi32(a, b);
+}
+static inline zi zi_min(zi a, zi b)
+{
+    return _mm256_min_epi32(a, b);
+}
+#define zi_srli(x, n) _mm256_srli_epi32(x, n)
+static inline zi zi_bits(zv x)
+{
+    return _mm256_castps_si256(x);
+}
+static inline zv zv_bits(zi x)
+{
+    return _mm256_castsi256_ps(x);
+}
+static inline zi zi_gt(zv a, zv b)
+{
+    return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GT_OQ));
+}
+static inline int32_t zi_hmax(zi x)
+{
+    __m128i m = _mm_max_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4e));
+    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0xb1));
+    return _mm_cvtsi128_si32(m);
+}
+static inline zi zi_ld8(const uint8_t *p)
+{
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+static inline void zi_st8(uint8_t *p, zi x)
+{
+    __m128i w = pack_low16(x); /* lanes are 0..255 */
+    _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
+}
+static inline zi zi_cvtt(zv x)
+{
+    return _mm256_cvttps_epi32(x);
+}
+static inline zv zv_from_int(zi x)
+{
+    return _mm256_cvtepi32_ps(x);
+}
+static inline zv zv_sub(zv a, zv b)
+{
+    return _mm256_sub_ps(a, b);
+}
+/* Two 8-entry permutes, chosen by bit 3 of the index (moved to the sign). */
+static inline zv zv_lut16(const float *t, zi idx)
+{
+    zv lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t), idx);
+    zv hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t + 8), idx);
+    return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+static inline zi zi_lut16(const int32_t *t, zi idx)
+{
+    return _mm256_castps_si256(zv_lut16((const float *)t, idx));
+}
+static inline zi zi_lut32(const int32_t *t, zi idx)
+{
+    return _mm256_i32gather_epi32((const int *)t, idx, 4);
+}
+#define zi_opaque(x) __asm__ volatile("" : "+x"(x))
+
 #define ZV_TABLE zo_optim_kernels_avx2
 #define ZV_NAME  "avx2"
 #include "adam_simd.h"

@@ -127,6 +127,82 @@ static inline zr16 zr_narrow(zr32 x)
 #define zr_opaque32(x) __asm__ volatile("" : "+v"(x))
 #define zr_opaque16(x) __asm__ volatile("" : "+v"(x))
 
+typedef __m512i zi;
+static inline zi zi_set1(int32_t x)
+{
+    return _mm512_set1_epi32(x);
+}
+static inline zi zi_add(zi a, zi b)
+{
+    return _mm512_add_epi32(a, b);
+}
+static inline zi zi_sub(zi a, zi b)
+{
+    return _mm512_sub_epi32(a, b);
+}
+static inline zi zi_and(zi a, zi b)
+{
+    return _mm512_and_si512(a, b);
+}
+static inline zi zi_max(zi a, zi b)
+{
+    return _mm512_max_epi32(a, b);
+}
+static inline zi zi_min(zi a, zi b)
+{
+    return _mm512_min_epi32(a, b);
+}
+#define zi_srli(x, n) _mm512_srli_epi32(x, n)
+static inline zi zi_bits(zv x)
+{
+    return _mm512_castps_si512(x);
+}
+static inline zv zv_bits(zi x)
+{
+    return _mm512_castsi512_ps(x);
+}
+static inline zi zi_gt(zv a, zv b)
+{
+    return _mm512_maskz_set1_epi32(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), -1);
+}
+static inline int32_t zi_hmax(zi x)
+{
+    return _mm512_reduce_max_epi32(x);
+}
+static inline zi zi_ld8(const uint8_t *p)
+{
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+static inline void zi_st8(uint8_t *p, zi x)
+{
+    _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8(x));
+}
+static inline zi zi_cvtt(zv x)
+{
+    return _mm512_cvttps_epi32(x);
+}
+static inline zv zv_from_int(zi x)
+{
+    return _mm512_cvtepi32_ps(x);
+}
+static inline zv zv_sub(zv a, zv b)
+{
+    return _mm512_sub_ps(a, b);
+}
+static inline zv zv_lut16(const float *t, zi idx)
+{
+    return _mm512_permutexvar_ps(idx, _mm512_loadu_ps(t));
+}
+static inline zi zi_lut16(const int32_t *t, zi idx)
+{
+    return _mm512_permutexvar_epi32(idx, _mm512_loadu_si512(t));
+}
+static inline zi zi_lut32(const int32_t *t, zi idx)
+{
+    return _mm512_permutex2var_epi32(_mm512_loadu_si512(t), idx, _mm512_loadu_si512(t + 16));
+}
+#define zi_opaque(x) __asm__ volatile("" : "+v"(x))
+
 #ifdef ZO_AVX512_NATIVE_BF16
 #define ZV_TABLE zo_optim_kernels_avx512_bf16
 #define ZV_NAME  "avx512_bf16"

@@ -3,6 +3,7 @@
  * FCVTL/FCVTN instructions (round to nearest even, subnormals kept). */
 #if defined(__aarch64__)
 #include <arm_neon.h>
+#include <string.h>
 
 #include "optim_internal.h"
 
@@ -107,6 +108,96 @@ static inline zr16 zr_narrow(zr32 x)
 }
 #define zr_opaque32(x) __asm__ volatile("" : "+w"(x))
 #define zr_opaque16(x) __asm__ volatile("" : "+w"(x))
+
+typedef int32x4_t zi;
+static inline zi zi_set1(int32_t x)
+{
+    return vdupq_n_s32(x);
+}
+static inline zi zi_add(zi a, zi b)
+{
+    return vaddq_s32(a, b);
+}
+static inline zi zi_sub(zi a, zi b)
+{
+    return vsubq_s32(a, b);
+}
+static inline zi zi_and(zi a, zi b)
+{
+    return vandq_s32(a, b);
+}
+static inline zi zi_max(zi a, zi b)
+{
+    return vmaxq_s32(a, b);
+}
+static inline zi zi_min(zi a, zi b)
+{
+    return vminq_s32(a, b);
+}
+#define zi_srli(x, n) vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_s32(x), n))
+static inline zi zi_bits(zv x)
+{
+    return vreinterpretq_s32_f32(x);
+}
+static inline zv zv_bits(zi x)
+{
+    return vreinterpretq_f32_s32(x);
+}
+static inline zi zi_gt(zv a, zv b)
+{
+    return vreinterpretq_s32_u32(vcgtq_f32(a, b));
+}
+static inline int32_t zi_hmax(zi x)
+{
+    return vmaxvq_s32(x);
+}
+static inline zi zi_ld8(const uint8_t *p)
+{
+    uint32_t w;
+    memcpy(&w, p, sizeof w);
+    uint16x8_t h = vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(w)));
+    return vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(h)));
+}
+static inline void zi_st8(uint8_t *p, zi x)
+{
+    uint16x4_t h = vmovn_u32(vreinterpretq_u32_s32(x));
+    uint32_t w = vget_lane_u32(vreinterpret_u32_u8(vmovn_u16(vcombine_u16(h, h))), 0);
+    memcpy(p, &w, sizeof w);
+}
+/* vcvtq saturates where x86 gives INT32_MIN: the kernels only convert
+ * in-range values or clamp the result to [0, kmax], so codes agree. */
+static inline zi zi_cvtt(zv x)
+{
+    return vcvtq_s32_f32(x);
+}
+static inline zv zv_from_int(zi x)
+{
+    return vcvtq_f32_s32(x);
+}
+static inline zv zv_sub(zv a, zv b)
+{
+    return vsubq_f32(a, b);
+}
+/* Small tables, one lane at a time. */
+static inline zv zv_lut16(const float *t, zi idx)
+{
+    float32x4_t r = vdupq_n_f32(t[vgetq_lane_s32(idx, 0)]);
+    r = vsetq_lane_f32(t[vgetq_lane_s32(idx, 1)], r, 1);
+    r = vsetq_lane_f32(t[vgetq_lane_s32(idx, 2)], r, 2);
+    return vsetq_lane_f32(t[vgetq_lane_s32(idx, 3)], r, 3);
+}
+static inline zi zi_lut16(const int32_t *t, zi idx)
+{
+    int32x4_t r = vdupq_n_s32(t[vgetq_lane_s32(idx, 0)]);
+    r = vsetq_lane_s32(t[vgetq_lane_s32(idx, 1)], r, 1);
+    r = vsetq_lane_s32(t[vgetq_lane_s32(idx, 2)], r, 2);
+    return vsetq_lane_s32(t[vgetq_lane_s32(idx, 3)], r, 3);
+}
+static inline zi zi_lut32(const int32_t *t, zi idx)
+{
+    return zi_lut16(t, idx);
+}
+#define zi_opaque(x) __asm__ volatile("" : "+w"(x))
 
 #define ZV_TABLE zo_optim_kernels_neon
 #define ZV_NAME  "neon"

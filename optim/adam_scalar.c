@@ -1,5 +1,6 @@
 /* The portable variant: the shared loops with one-lane "vectors", so each
  * type combination still gets its own loop with the conversions inlined. */
+#include "adam_scalar_elem.h"
 #include "optim_internal.h"
 #include "zo/half.h"
 
@@ -91,6 +92,82 @@ static inline zr16 zr_narrow(zr32 x)
 }
 #define zr_opaque32(x) __asm__ volatile("" : "+r"(x))
 #define zr_opaque16(x) __asm__ volatile("" : "+r"(x))
+
+typedef int32_t zi;
+static inline zi zi_set1(int32_t x)
+{
+    return x;
+}
+static inline zi zi_add(zi a, zi b)
+{
+    return (zi)((uint32_t)a + (uint32_t)b);
+}
+static inline zi zi_sub(zi a, zi b)
+{
+    return (zi)((uint32_t)a - (uint32_t)b);
+}
+static inline zi zi_and(zi a, zi b)
+{
+    return a & b;
+}
+static inline zi zi_max(zi a, zi b)
+{
+    return a > b ? a : b;
+}
+static inline zi zi_min(zi a, zi b)
+{
+    return a < b ? a : b;
+}
+#define zi_srli(x, n) ((zi)((uint32_t)(x) >> (n)))
+static inline zi zi_bits(zv x)
+{
+    return (zi)zo_f32_bits(x);
+}
+static inline zv zv_bits(zi x)
+{
+    return zo_bits_f32((uint32_t)x);
+}
+static inline zi zi_gt(zv a, zv b)
+{
+    return a > b ? -1 : 0;
+}
+static inline int32_t zi_hmax(zi x)
+{
+    return x;
+}
+static inline zi zi_ld8(const uint8_t *p)
+{
+    return *p;
+}
+static inline void zi_st8(uint8_t *p, zi x)
+{
+    *p = (uint8_t)x;
+}
+static inline zi zi_cvtt(zv x)
+{
+    return zs_cvtt(x);
+}
+static inline zv zv_from_int(zi x)
+{
+    return (float)x;
+}
+static inline zv zv_sub(zv a, zv b)
+{
+    return a - b;
+}
+static inline zv zv_lut16(const float *t, zi idx)
+{
+    return t[idx];
+}
+static inline zi zi_lut16(const int32_t *t, zi idx)
+{
+    return t[idx];
+}
+static inline zi zi_lut32(const int32_t *t, zi idx)
+{
+    return t[idx];
+}
+#define zi_opaque(x) __asm__ volatile("" : "+r"(x))
 
 #define ZV_TABLE zo_optim_kernels_scalar
 #define ZV_NAME  "scalar"

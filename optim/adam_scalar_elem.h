@@ -30,22 +30,126 @@ static inline void zs_store(void *base, zo_dtype t, size_t i, float x)
     }
 }
 
+/* The update of one element in fp32, from its gradient as stored and its
+ * moments as decoded; every variant's loop performs these operations in
+ * this order. */
+static inline void zs_adam_math(const zo_adam_consts *c, float graw, float m0, float v0, float *p,
+                                float *m, float *v)
+{
+    float g = graw * c->grad_scale;
+    g = fmaf(c->l2, *p, g);
+    *m = fmaf(c->beta1, m0, c->one_minus_beta1 * g);
+    *v = fmaf(c->beta2, v0, (c->one_minus_beta2 * g) * g);
+    float denom = fmaf(sqrtf(*v), c->inv_sqrt_bc2, c->eps);
+    *p = fmaf(-c->step_size, *m / denom, *p * c->decay);
+}
+
 static inline void zs_adam_elems(const zo_adam_consts *c, const zo_adam_buffers *b, size_t begin,
                                  size_t end)
 {
     for (size_t i = begin; i < end; i++) {
-        float p = b->master[i];
-        float g = zs_load(b->grad, b->grad_type, i) * c->grad_scale;
-        g = fmaf(c->l2, p, g);
-        float m = fmaf(c->beta1, zs_load(b->m, b->state_type, i), c->one_minus_beta1 * g);
-        float v = fmaf(c->beta2, zs_load(b->v, b->state_type, i), (c->one_minus_beta2 * g) * g);
-        float denom = fmaf(sqrtf(v), c->inv_sqrt_bc2, c->eps);
-        p = fmaf(-c->step_size, m / denom, p * c->decay);
+        float p = b->master[i], m, v;
+        zs_adam_math(c, zs_load(b->grad, b->grad_type, i), zs_load(b->m, b->state_type, i),
+                     zs_load(b->v, b->state_type, i), &p, &m, &v);
         b->master[i] = p;
         zs_store(b->m, b->state_type, i, m);
         zs_store(b->v, b->state_type, i, v);
         zs_store(b->out, b->out_type, i, p);
     }
+}
+
+/* ---- 8-bit moments: the scalar forms of the vector code in adam_simd.h ---- */
+
+/* fp32 -> int32 as x86's CVTTPS2DQ: truncation, INT32_MIN when out of
+ * range or NaN (the kernels clamp the result, so other ISAs' saturation
+ * gives the same codes). */
+static inline int32_t zs_cvtt(float x)
+{
+    return x > -2147483648.0f && x < 2147483648.0f ? (int32_t)x : INT32_MIN;
+}
+
+static inline int32_t zs_min(int32_t a, int32_t b)
+{
+    return a < b ? a : b;
+}
+static inline int32_t zs_max(int32_t a, int32_t b)
+{
+    return a > b ? a : b;
+}
+
+/* The code of x (a moment already multiplied by 1/absmax); see
+ * zo_q8_map_tables. The same steps as the vector code. */
+static inline uint32_t zs_q8_code(const zo_q8_tables *q, float x, int is_signed)
+{
+    const zo_q8_map_tables *t = &q->t[is_signed];
+    uint32_t bits = zo_f32_bits(x), a = bits & 0x7fffffffu;
+    int32_t e = zs_min(zs_max((int32_t)(a >> 23) - ZO_Q8_BINADE_FIRST, 0), ZO_Q8_NBINADES - 1);
+    int32_t d = t->lvl_of_binade[e];
+    float af = zo_bits_f32(a);
+    d += af > t->lvl_thr[d];
+    int32_t s = 0;
+    if (is_signed) {
+        s = (int32_t)(bits >> 31);
+        d = zs_min(d, 8 - s); /* no -1: the top negatives stay in the last decade */
+    }
+    int32_t k = zs_min(zs_max(zs_cvtt(fmaf(af, t->inv_b[d], t->round_c[d])), 0), t->kmax[d]);
+    return (uint32_t)(t->code_base[d] + k + (zs_min(s, d) << 7)); /* -0 encodes as 0 */
+}
+
+/* The value of a code times scale. */
+static inline float zs_q8_unit(const zo_q8_tables *q, uint32_t code, int is_signed)
+{
+    const zo_q8_map_tables *t = &q->t[is_signed];
+    uint32_t tt = is_signed ? code & 127u : code, s = is_signed ? code >> 7 : 0u;
+    uint32_t fb = zo_f32_bits((float)(int32_t)tt);
+    int32_t lvl = zs_max((int32_t)(fb >> 23) - 126, 0) + (int32_t)(s << 3);
+    float k = (float)(int32_t)tt - zo_bits_f32(fb & 0xff800000u);
+    return fmaf(t->dec_b[lvl], k, t->dec_a[lvl]);
+}
+
+static inline float zs_q8_decode(const zo_q8_tables *q, uint8_t code, int is_signed, float scale)
+{
+    return zs_q8_unit(q, code, is_signed) * scale;
+}
+
+/* What a block's absmax is stored as, and what its moments are multiplied
+ * by before encoding: below FLT_MIN the block is stored as zeros. */
+static inline float zs_q8_scale_of(uint32_t absmax_bits)
+{
+    return absmax_bits < 0x00800000u ? 0.0f : zo_bits_f32(absmax_bits);
+}
+static inline float zs_q8_inv(float scale)
+{
+    return scale == 0.0f ? 0.0f : 1.0f / scale;
+}
+
+/* Elements [begin, end) of the 8-bit block starting at b0: decode, update,
+ * write master and out, keep the new moments in mbuf/vbuf (indexed from b0)
+ * and fold their magnitudes' bits into *mmax, *vmax. */
+static inline void zs_adam_q8_elems(const zo_adam_consts *c, const zo_adam_buffers *b, size_t b0,
+                                    size_t begin, size_t end, float ms, float vs, float *mbuf,
+                                    float *vbuf, uint32_t *mmax, uint32_t *vmax)
+{
+    const uint8_t *mc = b->m, *vc = b->v;
+    for (size_t i = begin; i < end; i++) {
+        float p = b->master[i], m, v;
+        zs_adam_math(c, zs_load(b->grad, b->grad_type, i), zs_q8_decode(c->q8, mc[i], 1, ms),
+                     zs_q8_decode(c->q8, vc[i], 0, vs), &p, &m, &v);
+        b->master[i] = p;
+        zs_store(b->out, b->out_type, i, p);
+        mbuf[i - b0] = m;
+        vbuf[i - b0] = v;
+        uint32_t ma = zo_f32_bits(m) & 0x7fffffffu, va = zo_f32_bits(v) & 0x7fffffffu;
+        *mmax = ma > *mmax ? ma : *mmax;
+        *vmax = va > *vmax ? va : *vmax;
+    }
+}
+
+static inline void zs_q8_encode_elems(const zo_q8_tables *q, const float *buf, uint8_t *codes,
+                                      size_t begin, size_t end, float inv, int is_signed)
+{
+    for (size_t i = begin; i < end; i++)
+        codes[i] = (uint8_t)zs_q8_code(q, buf[i] * inv, is_signed);
 }
 
 /* Squares are exact in double (24-bit mantissas), so only the order of the
@@ -66,8 +170,11 @@ static inline void zs_move_bits(void *base, size_t esize, size_t i)
     if (esize == 4) {
         volatile uint32_t *q = (volatile uint32_t *)base + i;
         *q = *q;
-    } else {
+    } else if (esize == 2) {
         volatile uint16_t *q = (volatile uint16_t *)base + i;
+        *q = *q;
+    } else {
+        volatile uint8_t *q = (volatile uint8_t *)base + i;
         *q = *q;
     }
 }

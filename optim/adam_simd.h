@@ -5,6 +5,11 @@
  *   zv_ld32/zv_st32 (fp32), zv_ldbf/zv_stbf (bf16), zv_ldhf/zv_sthf (fp16)
  *   zacc (per-lane double sums): zacc_zero zacc_add(acc, x) -> acc + x*x, zacc_sum (lane order)
  *   zr32/zr16 (raw bits): zr_ld32 zr_st32 zr_ld16 zr_st16 zr_narrow (32 -> 16 bits), zr_opaque32/16
+ *   zi (int32 lanes, for 8-bit moments): zi_set1 zi_add zi_sub zi_and zi_max zi_min
+ *     (signed) zi_srli(x, imm) (logical) zi_bits/zv_bits (reinterpret) zi_gt(a, b) (-1 where
+ *     a > b, ordered) zi_hmax (largest lane) zi_ld8/zi_st8 (bytes <-> lanes) zi_opaque
+ *     zi_cvtt (as zs_cvtt, in-range values) zv_from_int zv_sub
+ *     zv_lut16/zi_lut16(16-entry table, zi) zi_lut32(32-entry table, zi)
  * Elements past the last whole vector go through the scalar code. */
 #include "adam_scalar_elem.h"
 
@@ -29,25 +34,47 @@ ZV_ALWAYS void zv_store_as(void *base, zo_dtype t, size_t i, zv x)
     }
 }
 
+/* The step's constants as vectors. */
+typedef struct zv_adam_k {
+    zv beta1, beta2, omb1, omb2, neg_step, inv_sqrt_bc2, eps, decay, l2, gscale;
+} zv_adam_k;
+
+ZV_ALWAYS zv_adam_k zv_adam_k_make(const zo_adam_consts *c)
+{
+    return (zv_adam_k){zv_set1(c->beta1),
+                       zv_set1(c->beta2),
+                       zv_set1(c->one_minus_beta1),
+                       zv_set1(c->one_minus_beta2),
+                       zv_set1(-c->step_size),
+                       zv_set1(c->inv_sqrt_bc2),
+                       zv_set1(c->eps),
+                       zv_set1(c->decay),
+                       zv_set1(c->l2),
+                       zv_set1(c->grad_scale)};
+}
+
+/* zs_adam_math, ZV_W lanes at a time. */
+ZV_ALWAYS void zv_adam_math(const zv_adam_k *k, zv graw, zv m0, zv v0, zv *p, zv *m, zv *v)
+{
+    zv g = zv_mul(graw, k->gscale);
+    g = zv_fma(k->l2, *p, g);
+    *m = zv_fma(k->beta1, m0, zv_mul(k->omb1, g));
+    *v = zv_fma(k->beta2, v0, zv_mul(zv_mul(k->omb2, g), g));
+    zv denom = zv_fma(zv_sqrt(*v), k->inv_sqrt_bc2, k->eps);
+    *p = zv_fma(k->neg_step, zv_div(*m, denom), zv_mul(*p, k->decay));
+}
+
 /* The types are compile-time constants in each instance below, so every
  * switch folds away and each combination gets its own straight loop. */
 ZV_ALWAYS void zv_adam_loop(const zo_adam_consts *c, const zo_adam_buffers *b, size_t begin,
                             size_t end, zo_dtype gt, zo_dtype st, zo_dtype ot)
 {
-    const zv beta1 = zv_set1(c->beta1), beta2 = zv_set1(c->beta2);
-    const zv omb1 = zv_set1(c->one_minus_beta1), omb2 = zv_set1(c->one_minus_beta2);
-    const zv neg_step = zv_set1(-c->step_size), inv_sqrt_bc2 = zv_set1(c->inv_sqrt_bc2);
-    const zv eps = zv_set1(c->eps), decay = zv_set1(c->decay), l2 = zv_set1(c->l2);
-    const zv gscale = zv_set1(c->grad_scale);
+    const zv_adam_k k = zv_adam_k_make(c);
     size_t i = begin;
     for (; i + ZV_W <= end; i += ZV_W) {
-        zv p = zv_ld32(b->master + i);
-        zv g = zv_mul(zv_load_as(b->grad, gt, i), gscale);
-        g = zv_fma(l2, p, g);
-        zv m = zv_fma(beta1, zv_load_as(b->m, st, i), zv_mul(omb1, g));
-        zv v = zv_fma(beta2, zv_load_as(b->v, st, i), zv_mul(zv_mul(omb2, g), g));
-        zv denom = zv_fma(zv_sqrt(v), inv_sqrt_bc2, eps);
-        p = zv_fma(neg_step, zv_div(m, denom), zv_mul(p, decay));
+        zv p = zv_ld32(b->master + i), m, v;
+        zv_adam_math(&k, zv_load_as(b->grad, gt, i), zv_load_as(b->m, st, i),
+                     zv_load_as(b->v, st, i), &p, &m, &v);
         zv_st32(b->master + i, p);
         zv_store_as(b->m, st, i, m);
         zv_store_as(b->v, st, i, v);
@@ -56,15 +83,118 @@ ZV_ALWAYS void zv_adam_loop(const zo_adam_consts *c, const zo_adam_buffers *b, s
     zs_adam_elems(c, b, i, end);
 }
 
+/* ---- 8-bit moments ---- */
+
+/* zs_q8_code, ZV_W lanes at a time: table lookups of 16 or 32 entries,
+ * which stay in registers, and no search. */
+ZV_ALWAYS zi zv_q8_code(const zo_q8_map_tables *t, zv x, int is_signed)
+{
+    zi bits = zi_bits(x), a = zi_and(bits, zi_set1(0x7fffffff));
+    zi e = zi_sub(zi_srli(a, 23), zi_set1(ZO_Q8_BINADE_FIRST));
+    e = zi_min(zi_max(e, zi_set1(0)), zi_set1(ZO_Q8_NBINADES - 1));
+    zi d = zi_lut32(t->lvl_of_binade, e);
+    zv af = zv_bits(a);
+    d = zi_sub(d, zi_gt(af, zv_lut16(t->lvl_thr, d)));
+    zi s = zi_set1(0);
+    if (is_signed) {
+        s = zi_srli(bits, 31);
+        d = zi_min(d, zi_sub(zi_set1(8), s));
+    }
+    zi k = zi_cvtt(zv_fma(af, zv_lut16(t->inv_b, d), zv_lut16(t->round_c, d)));
+    k = zi_min(zi_max(k, zi_set1(0)), zi_lut16(t->kmax, d));
+    zi code = zi_add(zi_lut16(t->code_base, d), k);
+    if (is_signed) /* the sign bit, but -0 is 0 */
+        code = zi_add(code, zi_and(zi_sub(zi_set1(0), zi_min(s, d)), zi_set1(128)));
+    return code;
+}
+
+/* zs_q8_unit, ZV_W lanes at a time. */
+ZV_ALWAYS zv zv_q8_unit(const zo_q8_map_tables *t, zi code, int is_signed)
+{
+    zi tt = is_signed ? zi_and(code, zi_set1(127)) : code;
+    zv tf = zv_from_int(tt);
+    zi fb = zi_bits(tf);
+    zi lvl = zi_max(zi_sub(zi_srli(fb, 23), zi_set1(126)), zi_set1(0));
+    if (is_signed)
+        lvl = zi_add(lvl, zi_and(zi_srli(code, 4), zi_set1(8)));
+    zv k = zv_sub(tf, zv_bits(zi_and(fb, zi_set1((int32_t)0xff800000u))));
+    return zv_fma(zv_lut16(t->dec_b, lvl), k, zv_lut16(t->dec_a, lvl));
+}
+
+ZV_ALWAYS void zv_q8_encode(const zo_q8_tables *q, const float *buf, uint8_t *codes, size_t n,
+                            float inv, int is_signed)
+{
+    const zv vinv = zv_set1(inv);
+    size_t i = 0;
+    for (; i + ZV_W <= n; i += ZV_W)
+        zi_st8(codes + i, zv_q8_code(&q->t[is_signed], zv_mul(zv_ld32(buf + i), vinv), is_signed));
+    zs_q8_encode_elems(q, buf, codes, i, n, inv, is_signed);
+}
+
+/* One block [b0, end): decode and update, the new fp32 moments kept in L1
+ * while their absmax is found, then encoded with it. */
+ZV_ALWAYS void zv_adam_q8_block(const zo_adam_consts *c, const zv_adam_k *k,
+                                const zo_adam_buffers *b, size_t b0, size_t end, zo_dtype gt,
+                                zo_dtype ot)
+{
+    float mbuf[ZO_ADAM_Q8_BLOCK] __attribute__((aligned(64)));
+    float vbuf[ZO_ADAM_Q8_BLOCK] __attribute__((aligned(64)));
+    const zo_q8_tables *q = c->q8;
+    const uint8_t *mc = b->m, *vc = b->v;
+    size_t blk = b0 / ZO_ADAM_Q8_BLOCK;
+    float ms = b->m_absmax[blk], vs = b->v_absmax[blk];
+    const zv vms = zv_set1(ms), vvs = zv_set1(vs);
+    const zi absmask = zi_set1(0x7fffffff);
+    zi mmax = zi_set1(0), vmax = zi_set1(0);
+    size_t i = b0;
+    for (; i + ZV_W <= end; i += ZV_W) {
+        zv p = zv_ld32(b->master + i), m, v;
+        zv m0 = zv_mul(zv_q8_unit(&q->t[1], zi_ld8(mc + i), 1), vms);
+        zv v0 = zv_mul(zv_q8_unit(&q->t[0], zi_ld8(vc + i), 0), vvs);
+        zv_adam_math(k, zv_load_as(b->grad, gt, i), m0, v0, &p, &m, &v);
+        zv_st32(b->master + i, p);
+        zv_store_as(b->out, ot, i, p);
+        zv_st32(mbuf + (i - b0), m);
+        zv_st32(vbuf + (i - b0), v);
+        mmax = zi_max(mmax, zi_and(zi_bits(m), absmask));
+        vmax = zi_max(vmax, zi_and(zi_bits(v), absmask));
+    }
+    uint32_t mm = (uint32_t)zi_hmax(mmax), vm = (uint32_t)zi_hmax(vmax);
+    zs_adam_q8_elems(c, b, b0, i, end, ms, vs, mbuf, vbuf, &mm, &vm);
+    float mnew = zs_q8_scale_of(mm), vnew = zs_q8_scale_of(vm);
+    b->m_absmax[blk] = mnew;
+    b->v_absmax[blk] = vnew;
+    zv_q8_encode(q, mbuf, (uint8_t *)b->m + b0, end - b0, zs_q8_inv(mnew), 1);
+    zv_q8_encode(q, vbuf, (uint8_t *)b->v + b0, end - b0, zs_q8_inv(vnew), 0);
+}
+
+/* begin is on a block; end on one or at n. */
+ZV_ALWAYS void zv_adam_q8_loop(const zo_adam_consts *c, const zo_adam_buffers *b, size_t begin,
+                               size_t end, zo_dtype gt, zo_dtype ot)
+{
+    const zv_adam_k k = zv_adam_k_make(c);
+    for (size_t b0 = begin; b0 < end; b0 += ZO_ADAM_Q8_BLOCK)
+        zv_adam_q8_block(c, &k, b, b0, end - b0 < ZO_ADAM_Q8_BLOCK ? end : b0 + ZO_ADAM_Q8_BLOCK,
+                         gt, ot);
+}
+
 #define ZV_ADAM_INSTANCE(G, S, O)                                                                  \
     static void zv_adam_##G##_##S##_##O(const zo_adam_consts *c, const zo_adam_buffers *b,         \
                                         size_t begin, size_t end)                                  \
     {                                                                                              \
         zv_adam_loop(c, b, begin, end, ZO_DTYPE_##G, ZO_DTYPE_##S, ZO_DTYPE_##O);                  \
     }
+#define ZV_ADAM_Q8_INSTANCE(G, O)                                                                  \
+    static void zv_adam_##G##_I8_##O(const zo_adam_consts *c, const zo_adam_buffers *b,            \
+                                     size_t begin, size_t end)                                     \
+    {                                                                                              \
+        zv_adam_q8_loop(c, b, begin, end, ZO_DTYPE_##G, ZO_DTYPE_##O);                             \
+    }
 #define ZV_ADAM_BY_OUT(G, S)                                                                       \
     ZV_ADAM_INSTANCE(G, S, NONE) ZV_ADAM_INSTANCE(G, S, BF16) ZV_ADAM_INSTANCE(G, S, F16)
-#define ZV_ADAM_BY_STATE(G) ZV_ADAM_BY_OUT(G, F32) ZV_ADAM_BY_OUT(G, BF16)
+#define ZV_ADAM_Q8_BY_OUT(G)                                                                       \
+    ZV_ADAM_Q8_INSTANCE(G, NONE) ZV_ADAM_Q8_INSTANCE(G, BF16) ZV_ADAM_Q8_INSTANCE(G, F16)
+#define ZV_ADAM_BY_STATE(G) ZV_ADAM_BY_OUT(G, F32) ZV_ADAM_BY_OUT(G, BF16) ZV_ADAM_Q8_BY_OUT(G)
 ZV_ADAM_BY_STATE(F32)
 ZV_ADAM_BY_STATE(F16)
 ZV_ADAM_BY_STATE(BF16)
@@ -75,18 +205,19 @@ typedef void (*zv_adam_fn)(const zo_adam_consts *, const zo_adam_buffers *, size
     {                                                                                              \
         zv_adam_##G##_##S##_NONE, zv_adam_##G##_##S##_BF16, zv_adam_##G##_##S##_F16                \
     }
-/* [grad][state][out] (grad: F32, F16, BF16; state: F32, BF16; out: NONE, BF16, F16). */
-static const zv_adam_fn zv_adam_table[3][2][3] = {
-    {ZV_ROW(F32, F32), ZV_ROW(F32, BF16)},
-    {ZV_ROW(F16, F32), ZV_ROW(F16, BF16)},
-    {ZV_ROW(BF16, F32), ZV_ROW(BF16, BF16)},
+/* [grad][state][out] (grad: F32, F16, BF16; state: F32, BF16, I8; out: NONE, BF16, F16). */
+static const zv_adam_fn zv_adam_table[3][3][3] = {
+    {ZV_ROW(F32, F32), ZV_ROW(F32, BF16), ZV_ROW(F32, I8)},
+    {ZV_ROW(F16, F32), ZV_ROW(F16, BF16), ZV_ROW(F16, I8)},
+    {ZV_ROW(BF16, F32), ZV_ROW(BF16, BF16), ZV_ROW(BF16, I8)},
 };
 
 static void zv_adam(const zo_adam_consts *c, const zo_adam_buffers *b, size_t begin, size_t end)
 {
     int oi = b->out_type == ZO_DTYPE_NONE ? 0 : b->out_type == ZO_DTYPE_BF16 ? 1 : 2;
     int gi = b->grad_type == ZO_DTYPE_F32 ? 0 : b->grad_type == ZO_DTYPE_F16 ? 1 : 2;
-    zv_adam_table[gi][b->state_type == ZO_DTYPE_BF16][oi](c, b, begin, end);
+    int si = b->state_type == ZO_DTYPE_F32 ? 0 : b->state_type == ZO_DTYPE_BF16 ? 1 : 2;
+    zv_adam_table[gi][si][oi](c, b, begin, end);
 }
 
 ZV_ALWAYS double zv_sum_sq_loop(const void *grad, zo_dtype t, size_t begin, size_t end)
@@ -151,10 +282,62 @@ ZV_ALWAYS void zv_roofline_loop(const zo_adam_buffers *b, size_t begin, size_t e
     zs_roofline_elems(b, i, end);
 }
 
+ZV_ALWAYS void zv_move8(void *base, size_t i)
+{
+    zi x = zi_ld8((const uint8_t *)base + i);
+    zi_opaque(x);
+    zi_st8((uint8_t *)base + i, x);
+}
+
+/* The 8-bit step's bytes: per block its two scales, per element the codes. */
+ZV_ALWAYS void zv_roofline_q8_loop(const zo_adam_buffers *b, size_t begin, size_t end, int g32,
+                                   int out)
+{
+    for (size_t b0 = begin; b0 < end; b0 += ZO_ADAM_Q8_BLOCK) {
+        size_t e = end - b0 < ZO_ADAM_Q8_BLOCK ? end : b0 + ZO_ADAM_Q8_BLOCK, i = b0;
+        zs_move_bits(b->m_absmax, 4, b0 / ZO_ADAM_Q8_BLOCK);
+        zs_move_bits(b->v_absmax, 4, b0 / ZO_ADAM_Q8_BLOCK);
+        for (; i + ZV_W <= e; i += ZV_W) {
+            zr16 g16;
+            if (g32) {
+                zr32 g = zr_ld32((const uint32_t *)b->grad + i);
+                zr_opaque32(g);
+                g16 = zr_narrow(g);
+            } else {
+                g16 = zr_ld16((const uint16_t *)b->grad + i);
+                zr_opaque16(g16);
+            }
+            zv_move32(b->master, i);
+            zv_move8(b->m, i);
+            zv_move8(b->v, i);
+            if (out)
+                zr_st16((uint16_t *)b->out + i, g16);
+        }
+        zs_roofline_elems(b, i, e);
+    }
+}
+
+static void zv_roofline_q8(const zo_adam_buffers *b, size_t begin, size_t end)
+{
+    int g32 = b->grad_type == ZO_DTYPE_F32, out = b->out_type != ZO_DTYPE_NONE;
+    if (g32 && out)
+        zv_roofline_q8_loop(b, begin, end, 1, 1);
+    else if (g32)
+        zv_roofline_q8_loop(b, begin, end, 1, 0);
+    else if (out)
+        zv_roofline_q8_loop(b, begin, end, 0, 1);
+    else
+        zv_roofline_q8_loop(b, begin, end, 0, 0);
+}
+
 static void zv_roofline(const zo_adam_buffers *b, size_t begin, size_t end)
 {
     int g32 = b->grad_type == ZO_DTYPE_F32, s32 = b->state_type == ZO_DTYPE_F32;
     int out = b->out_type != ZO_DTYPE_NONE;
+    if (b->state_type == ZO_DTYPE_I8) {
+        zv_roofline_q8(b, begin, end);
+        return;
+    }
     /* Spelled out so each case is its own constant-folded loop. */
     if (g32 && s32 && out)
         zv_roofline_loop(b, begin, end, 1, 1, 1);

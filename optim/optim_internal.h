@@ -4,8 +4,44 @@
 #define ZO_OPTIM_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "zo/optim.h"
+
+/* The 8-bit maps as arithmetic over small tables (adam_q8.c), so the SIMD
+ * code needs no 256-entry gathers. A value's "level" d is 0 for zero, 1..7
+ * for the decades 10^(d-7) x [0.1, 1], 8 for 1.0. Codes are laid out by
+ * level, as the map's own structure is (the dynamic type's leading one
+ * marks the decade):
+ *   unsigned: 0 zero, 1 one, decade i at [2^(i+1), 2^(i+2)), 2^(i+1) values
+ *   signed:   bit 7 the sign and t = the low 7 bits: t = 0 zero (sign 0) or
+ *             one (sign 1: there is no -1), decade i at t in [2^i, 2^(i+1))
+ * Decoding: t's leading one (the exponent of (float)t) gives the level,
+ * t - 2^floor(log2 t) the index k in the decade, and the value is
+ * fma(dec_b, k, dec_a) from the level's (and sign's) entry.
+ * Encoding a magnitude a: its fp32 exponent picks a binade, whose lower
+ * edge's level is lvl_of_binade (a binade is narrower than a decade, so it
+ * holds at most one level threshold: one compare with lvl_thr finishes the
+ * level); within the level k = the nearest index, fma(a, inv_b, round_c)
+ * truncated and clamped to [0, kmax], and the code is code_base + k. */
+#define ZO_Q8_BINADE_FIRST (127 - 24) /* binade 0 is [2^-24, 2^-23) and all below */
+#define ZO_Q8_NBINADES     26         /* ... binade 25: [2, inf] and NaN */
+
+typedef struct zo_q8_map_tables {
+    float dec_a[16], dec_b[16]; /* by level (+ 8 for the signed map's sign bit) */
+    float lvl_thr[16];          /* the midpoint between level d's top and d+1's bottom */
+    float inv_b[16], round_c[16];
+    int32_t kmax[16], code_base[16];
+    int32_t lvl_of_binade[32];
+} zo_q8_map_tables;
+
+typedef struct zo_q8_tables {
+    zo_q8_map_tables t[2]; /* [is_signed] */
+    float map[2][256];     /* [is_signed][code]: the decoded values */
+} zo_q8_tables;
+
+/* Built once, on first use; thread-safe. */
+const zo_q8_tables *zo_q8_tables_get(void);
 
 /* Per-step constants, computed once so every variant and every tile uses
  * exactly the same fp32 values. */
@@ -18,6 +54,7 @@ typedef struct zo_adam_consts {
     float decay; /* AdamW: 1 - lr*wd; Adam: 1 */
     float l2;    /* Adam: wd; AdamW: 0 */
     float grad_scale;
+    const zo_q8_tables *q8;
 } zo_adam_consts;
 
 /* Gradient sums of squares are taken per this many elements and added in

@@ -391,14 +391,16 @@ size_t zo_optim_pool_tile_elems(zo_optim_pool_t pool)
     return pool ? pool->tile : 0;
 }
 
-static zo_status job_new(zo_optim_pool_t pool, job_kind kind, size_t n, struct zo_optim_job **out)
+/* A job's tiles are the pool's, rounded up to a multiple of align: whole
+ * blocks of gradient sums, or of 8-bit moments. */
+static zo_status job_new(zo_optim_pool_t pool, job_kind kind, size_t n, size_t align,
+                         struct zo_optim_job **out)
 {
     struct zo_optim_job *j = calloc(1, sizeof *j);
     if (!j)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, "optim", "allocating an optimizer job");
     j->kind = kind;
-    /* Gradient sums need whole blocks in a tile. */
-    j->tile = kind == JOB_GRAD_STATS ? zo_round_up(pool->tile, ZO_NORM_BLOCK) : pool->tile;
+    j->tile = zo_round_up(pool->tile, align);
     j->ntiles = (n + j->tile - 1) / j->tile;
     if (kind == JOB_GRAD_STATS && j->ntiles) {
         size_t nblocks = (n + ZO_NORM_BLOCK - 1) / ZO_NORM_BLOCK;
@@ -442,6 +444,11 @@ static zo_status check_pool_job(zo_optim_pool_t pool, zo_optim_job_t *job)
     return ZO_OK;
 }
 
+static size_t state_align(const zo_adam_buffers *b)
+{
+    return b->state_type == ZO_DTYPE_I8 ? ZO_ADAM_Q8_BLOCK : 1;
+}
+
 zo_status zo_optim_pool_adam_enqueue(zo_optim_pool_t pool, const zo_adam_params *p,
                                      const zo_adam_buffers *b, zo_optim_job_t *job)
 {
@@ -452,7 +459,7 @@ zo_status zo_optim_pool_adam_enqueue(zo_optim_pool_t pool, const zo_adam_params 
     ZO_TRY(zo_adam_buffers_check(b));
     ZO_TRY(zo_optim_kernels_get(p->simd_level, &k));
     struct zo_optim_job *j;
-    ZO_TRY(job_new(pool, JOB_ADAM, b->n, &j));
+    ZO_TRY(job_new(pool, JOB_ADAM, b->n, state_align(b), &j));
     j->k = k;
     j->c = c;
     j->b = *b;
@@ -469,7 +476,7 @@ zo_status zo_optim_pool_roofline_enqueue(zo_optim_pool_t pool, const zo_adam_buf
     ZO_TRY(zo_adam_buffers_check(b));
     ZO_TRY(zo_optim_kernels_get(simd_level, &k));
     struct zo_optim_job *j;
-    ZO_TRY(job_new(pool, JOB_ROOFLINE, b->n, &j));
+    ZO_TRY(job_new(pool, JOB_ROOFLINE, b->n, state_align(b), &j));
     j->k = k;
     j->b = *b;
     job_submit(pool, j);
@@ -485,7 +492,7 @@ zo_status zo_optim_pool_grad_stats_enqueue(zo_optim_pool_t pool, const void *gra
     ZO_TRY(zo_grad_check(grad, type, n));
     ZO_TRY(zo_optim_kernels_get(simd_level, &k));
     struct zo_optim_job *j;
-    ZO_TRY(job_new(pool, JOB_GRAD_STATS, n, &j));
+    ZO_TRY(job_new(pool, JOB_GRAD_STATS, n, ZO_NORM_BLOCK, &j));
     j->k = k;
     j->b.grad = grad;
     j->b.grad_type = type;

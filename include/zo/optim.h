@@ -43,7 +43,9 @@ typedef struct zo_adam_params {
     }
 
 /* The buffers of one step: n elements each. master, m and v are updated in
- * place; out receives the updated weights rounded to 16 bits (or nothing). */
+ * place; out receives the updated weights rounded to 16 bits (or nothing).
+ * With state_type I8, m and v hold one 8-bit code per element and
+ * m_absmax, v_absmax one fp32 scale per ZO_ADAM_Q8_BLOCK elements (below). */
 typedef struct zo_adam_buffers {
     size_t struct_size;
     size_t n;
@@ -52,9 +54,12 @@ typedef struct zo_adam_buffers {
     float *master;
     void *m;
     void *v;
-    zo_dtype state_type; /* F32 (default), or BF16 to halve the moments' memory and traffic */
+    zo_dtype state_type; /* F32 (default); BF16 to halve the moments' memory and traffic; I8
+                            for 8-bit blockwise moments (a quarter) */
     void *out;
     zo_dtype out_type; /* BF16, F16, or NONE (out must then be NULL) */
+    float *m_absmax;   /* I8 only: zo_adam_q8_blocks(n) scales each, updated in place */
+    float *v_absmax;
 } zo_adam_buffers;
 
 #define ZO_ADAM_BUFFERS_INIT                                                                       \
@@ -63,13 +68,66 @@ typedef struct zo_adam_buffers {
         .state_type = ZO_DTYPE_F32, .out_type = ZO_DTYPE_NONE                                      \
     }
 
+/* ---- 8-bit blockwise moments (state_type ZO_DTYPE_I8) ----
+ * As bitsandbytes' 8-bit Adam (Dettmers et al., "8-bit Optimizers via
+ * Block-wise Quantization"): each block of ZO_ADAM_Q8_BLOCK elements stores
+ * its largest magnitude (absmax, fp32) and per element the index of the
+ * nearest value of x / absmax in a 256-entry dynamic map (a decimal exponent
+ * 1e-6 .. 1 and a linear fraction whose resolution grows with the exponent).
+ * m uses the signed map, v the unsigned one. A zero scale decodes every
+ * code to zero, so zeroed memory is a zero state (code 0 is zero in both
+ * maps too). A block's absmax below FLT_MIN (all values subnormal or zero)
+ * is stored as 0: such moments are below anything Adam's eps lets through.
+ * The kernels find the nearest code arithmetically (the map's decades and
+ * 16-entry tables in registers), not by searching 256 values.
+ *
+ * The block is 256 elements, bitsandbytes' GPU choice rather than its 2048 on
+ * CPU: an outlier then costs the resolution of 256 neighbours, not 2048 (the
+ * paper's stability argument for small blocks), the scales add 8 bytes per
+ * 256 parameters (0.03 B/param), and a block's fp32 moments (2 KiB) stay in
+ * L1 between the update and the requantization. Element ranges given to the
+ * kernels start on a block (the pool's tiles are rounded up to blocks). */
+#define ZO_ADAM_Q8_BLOCK ((size_t)256)
+
+static inline size_t zo_adam_q8_blocks(size_t n)
+{
+    return (n + ZO_ADAM_Q8_BLOCK - 1) / ZO_ADAM_Q8_BLOCK;
+}
+
+/* The value of each of the 256 codes of a map (is_signed: m's, else v's).
+ * Codes follow the map's structure, not its order: unsigned 0 is zero, 1
+ * is one, decade i (10^(i-6) x [0.1, 1]) fills [2^(i+1), 2^(i+2)); signed
+ * has the sign in bit 7, zero at 0, one at 128 (there is no -1), and
+ * decade i at low 7 bits in [2^i, 2^(i+1)). */
+ZO_API const float *zo_adam_q8_map(int is_signed);
+
+/* x[0..n) -> codes and one absmax per block, exactly as the kernels store a
+ * moment; and back (codes times absmax). For checkpoints that convert
+ * between formats and for tests. */
+ZO_API zo_status zo_adam_q8_quantize(const float *x, size_t n, int is_signed, uint8_t *codes,
+                                     float *absmax);
+ZO_API zo_status zo_adam_q8_dequantize(const uint8_t *codes, const float *absmax, size_t n,
+                                       int is_signed, float *x);
+
+/* Bytes of one moment of n elements in a state format (F32, BF16, or I8:
+ * the n codes, padded to 4 bytes, then the block scales); 0 for another
+ * type. zo_adam_q8_scales finds the scales of such an I8 moment. */
+ZO_API size_t zo_adam_moment_bytes(zo_dtype state_type, size_t n);
+
+static inline float *zo_adam_q8_scales(void *moment, size_t n)
+{
+    return (float *)((char *)moment + ((n + 3) & ~(size_t)3));
+}
+
 /* One fused pass on the calling thread. Per element, in fp32:
  *   g = grad * grad_scale (+ weight_decay * w in Adam/L2 mode)
  *   m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2
  *   w = w (1 - lr wd, AdamW only) - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
  * Every variant performs the same fp32 operations in the same order, so all
  * variants give bit-identical results (except the AVX512_BF16 variant's 16-bit
- * outputs for fp32-subnormal values, which its instruction flushes to zero). */
+ * outputs for fp32-subnormal values, which its instruction flushes to zero).
+ * With I8 states each block is decoded, updated (master and out from the
+ * fp32 moments), and its moments requantized with their new absmax. */
 ZO_API zo_status zo_adam_step(const zo_adam_params *p, const zo_adam_buffers *b);
 
 /* The same bytes as zo_adam_step over b (every read and write, same types,

@@ -310,8 +310,15 @@ static zo_status measure_adam(zp_speeds *sp, zp_speed_sources *src)
         st = zt_lib_fail(st, "zo_optim_pool_init");
     zo_adam_params p = ZO_ADAM_PARAMS_INIT;
     /* fp32 master, m, v; bf16 gradients in, bf16 weights out: the engine's step */
-    zo_adam_buffers b = {
-        sizeof b, n, g, ZO_DTYPE_BF16, w, w + n, w + 2 * n, ZO_DTYPE_F32, g + n, ZO_DTYPE_BF16};
+    zo_adam_buffers b = ZO_ADAM_BUFFERS_INIT;
+    b.n = n;
+    b.grad = g;
+    b.grad_type = ZO_DTYPE_BF16;
+    b.master = w;
+    b.m = w + n;
+    b.v = w + 2 * n;
+    b.out = g + n;
+    b.out_type = ZO_DTYPE_BF16;
     double best = 1e30;
     for (int rep = 0; rep < 4 && st >= 0; rep++) { /* the first faults the pages in */
         double t0 = zo_now_s();
