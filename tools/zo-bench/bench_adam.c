@@ -32,7 +32,7 @@ typedef struct adam_opts {
 
 typedef struct adam_bufs {
     zo_adam_buffers b;
-    void *mem[5];
+    void *mem[7]; /* grad, master, m, v, out, and the int8 moments' scales */
 } adam_bufs;
 
 static void usage(FILE *f)
@@ -40,12 +40,13 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: zo-bench adam --params N [--grad bf16|fp16|fp32] [--out bf16|fp16|none]\n"
-        "                     [--states fp32|bf16] [--threads T] [--cores LIST] [--reps R] "
+        "                     [--states fp32|bf16|int8] [--threads T] [--cores LIST] [--reps R] "
         "[--json]\n"
         "  --params N    parameters (K, M, G suffixes are powers of 1024)\n"
         "  --grad        gradient type read (default bf16)\n"
         "  --out         16-bit weight copy written (default bf16)\n"
-        "  --states      Adam m and v type (default fp32)\n"
+        "  --states      Adam m and v: fp32 (default), bf16, or int8 (8-bit blockwise, with\n"
+        "                one fp32 scale per 256 elements)\n"
         "  --threads T   optimizer worker threads (default 2)\n"
         "  --cores LIST  bind the workers to these cores, e.g. 0,1\n"
         "  --reps R      timed repetitions of each kernel, interleaved (default 5)\n"
@@ -123,7 +124,9 @@ static int parse_args(int argc, char **argv, adam_opts *o)
                 return bad("--out", optarg);
             break;
         case 's':
-            if (parse_dtype(optarg, 1, 0, &o->states) || o->states == ZO_DTYPE_F16)
+            if (!strcmp(optarg, "int8"))
+                o->states = ZO_DTYPE_I8;
+            else if (parse_dtype(optarg, 1, 0, &o->states) || o->states == ZO_DTYPE_F16)
                 return bad("--states", optarg);
             break;
         case 't':
@@ -168,7 +171,7 @@ static void *big_alloc(size_t bytes)
 
 static void free_bufs(adam_bufs *a)
 {
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 7; i++)
         free(a->mem[i]);
 }
 
@@ -191,6 +194,10 @@ static void fill(adam_bufs *a, const adam_opts *o)
     size_t ss = zo_dtype_size(o->states);
     memset(a->mem[2], 0, b->n * ss);
     memset(a->mem[3], 0, b->n * ss);
+    if (a->mem[5]) {
+        memset(a->mem[5], 0, zo_adam_q8_blocks(b->n) * 4);
+        memset(a->mem[6], 0, zo_adam_q8_blocks(b->n) * 4);
+    }
     if (a->mem[4])
         memset(a->mem[4], 0, b->n * 2);
 }
@@ -205,8 +212,13 @@ static int alloc_bufs(adam_bufs *a, const adam_opts *o)
     a->mem[3] = big_alloc(n * ss);
     if (o->out != ZO_DTYPE_NONE)
         a->mem[4] = big_alloc(n * 2);
+    int q8 = o->states == ZO_DTYPE_I8;
+    if (q8) {
+        a->mem[5] = big_alloc(zo_adam_q8_blocks(n) * 4);
+        a->mem[6] = big_alloc(zo_adam_q8_blocks(n) * 4);
+    }
     if (!a->mem[0] || !a->mem[1] || !a->mem[2] || !a->mem[3] ||
-        (o->out != ZO_DTYPE_NONE && !a->mem[4])) {
+        (o->out != ZO_DTYPE_NONE && !a->mem[4]) || (q8 && (!a->mem[5] || !a->mem[6]))) {
         fprintf(stderr, "zo-bench adam: cannot allocate buffers for %zu parameters\n", n);
         free_bufs(a);
         return -1;
@@ -221,6 +233,8 @@ static int alloc_bufs(adam_bufs *a, const adam_opts *o)
     a->b.state_type = o->states;
     a->b.out = a->mem[4];
     a->b.out_type = o->out;
+    a->b.m_absmax = a->mem[5];
+    a->b.v_absmax = a->mem[6];
     fill(a, o);
     return 0;
 }
@@ -232,7 +246,7 @@ static int failed(const char *what, zo_status st)
 }
 
 /* The contiguous roofline: each of T threads streams its own 1/T of the
- * buffers (cut at 64 elements) with the library's roofline kernel, between
+ * buffers (cut at 64 elements, or int8 blocks) with the library's roofline kernel, between
  * two barriers, so that it is what the machine's memory gives. */
 typedef struct contig_thread {
     struct contig_team *team;
@@ -257,6 +271,10 @@ static zo_adam_buffers buffers_part(const zo_adam_buffers *b, size_t off, size_t
     p.v = (char *)b->v + off * ss;
     if (b->out)
         p.out = (char *)b->out + off * 2;
+    if (b->state_type == ZO_DTYPE_I8) { /* off is on a block */
+        p.m_absmax = b->m_absmax + off / ZO_ADAM_Q8_BLOCK;
+        p.v_absmax = b->v_absmax + off / ZO_ADAM_Q8_BLOCK;
+    }
     return p;
 }
 
@@ -311,9 +329,10 @@ static int contig_start(contig_team *team, const adam_opts *o, const zo_adam_buf
         return -1;
     pthread_barrier_init(&team->start, NULL, (unsigned)o->threads + 1);
     pthread_barrier_init(&team->end, NULL, (unsigned)o->threads + 1);
-    size_t blocks = (b->n + 63) / 64, n = (size_t)o->threads;
+    size_t cut = b->state_type == ZO_DTYPE_I8 ? ZO_ADAM_Q8_BLOCK : 64;
+    size_t blocks = (b->n + cut - 1) / cut, n = (size_t)o->threads;
     for (int i = 0; i < o->threads; i++) {
-        size_t lo = blocks * (size_t)i / n * 64, hi = blocks * ((size_t)i + 1) / n * 64;
+        size_t lo = blocks * (size_t)i / n * cut, hi = blocks * ((size_t)i + 1) / n * cut;
         hi = hi < b->n ? hi : b->n;
         team->t[i] = (contig_thread){team, buffers_part(b, lo, hi - lo), 0};
         pthread_attr_t attr;
@@ -473,6 +492,12 @@ static void json_kernel(json_t *j, const char *prefix, const char *secs_key, con
     json_object_set_new(j, key, json_array_of(per_rep_ratio, reps));
 }
 
+/* The --states spelling. */
+static const char *states_name(zo_dtype t)
+{
+    return t == ZO_DTYPE_I8 ? "int8" : zo_dtype_name(t);
+}
+
 static void report_json(const adam_opts *o, const timings *t, double bytes_per_param,
                         const kernel_stats *ks, double *const per_rep[NKERNELS])
 {
@@ -481,7 +506,7 @@ static void report_json(const adam_opts *o, const timings *t, double bytes_per_p
     json_object_set_new(j, "params", json_integer((json_int_t)o->params));
     json_object_set_new(j, "grad", json_string(zo_dtype_name(o->grad)));
     json_object_set_new(j, "out", json_string(zo_dtype_name(o->out)));
-    json_object_set_new(j, "states", json_string(zo_dtype_name(o->states)));
+    json_object_set_new(j, "states", json_string(states_name(o->states)));
     json_object_set_new(j, "threads", json_integer(o->threads));
     json_object_set_new(j, "simd", json_string(zo_simd_level_name(zo_cpu_simd_level())));
     json_object_set_new(j, "bytes_per_param", json_real(bytes_per_param));
@@ -500,8 +525,8 @@ static void report_json(const adam_opts *o, const timings *t, double bytes_per_p
 static void report_human(const adam_opts *o, const timings *t, double bytes_per_param,
                          const kernel_stats *ks, double *const per_rep[NKERNELS])
 {
-    printf("adam step: %zu params, grad %s, out %s, states %s, %d threads, simd %s, %.0f B/param\n",
-           o->params, zo_dtype_name(o->grad), zo_dtype_name(o->out), zo_dtype_name(o->states),
+    printf("adam step: %zu params, grad %s, out %s, states %s, %d threads, simd %s, %.2f B/param\n",
+           o->params, zo_dtype_name(o->grad), zo_dtype_name(o->out), states_name(o->states),
            o->threads, zo_simd_level_name(zo_cpu_simd_level()), bytes_per_param);
     static const char *names[NKERNELS] = {"fused step", "roofline, pool", "roofline, contiguous"};
     for (int k = 0; k < NKERNELS; k++)
@@ -574,8 +599,9 @@ int zo_bench_adam_main(int argc, char **argv)
     }
     timings t = {{0}};
     rc = time_all(pool, &o, &a, &t);
-    size_t ss = zo_dtype_size(o.states);
-    double bytes = (double)(zo_dtype_size(o.grad) + 4 + 2 * ss + 4 + 2 * ss + zo_dtype_size(o.out));
+    /* read and written: master and both moments (int8: with their scales) */
+    double moments = 2.0 * (double)zo_adam_moment_bytes(o.states, o.params) / (double)o.params;
+    double bytes = (double)(zo_dtype_size(o.grad) + zo_dtype_size(o.out)) + 2 * (4 + moments);
     if (!rc)
         report(&o, &t, bytes);
     for (int k = 0; k < NKERNELS; k++)
