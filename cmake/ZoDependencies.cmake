@@ -36,6 +36,8 @@ set(ZO_HAVE_MPI OFF)
 find_package(MPI QUIET COMPONENTS C)
 if(MPI_C_FOUND)
   set(ZO_HAVE_MPI ON)
+  # The communicator's mpi backend (offload/comm) is in the library.
+  list(APPEND ZO_DEP_TARGETS MPI::MPI_C)
 endif()
 
 # NCCL ships with the CUDA Toolkit here; look beside it and in the usual places.

@@ -1,0 +1,399 @@
+/* The nccl backend: CUDA device buffers over NCCL, each collective on the
+ * zo stream's cudaStream_t. The communicator is made non-blocking
+ * (ncclConfig.blocking = 0) so no NCCL call can hang the caller: every call
+ * that answers ncclInProgress is polled with ncclCommGetAsyncError until the
+ * timeout, and a watchdog thread aborts the communicator (ncclCommAbort) when
+ * an asynchronous error appears or a collective's completion event is older
+ * than the timeout, which releases the kernels waiting on a lost rank. The
+ * unique id travels through MPI when the job was started by mpirun, else
+ * over the TCP rendezvous (zo_launch_rendezvous).
+ *
+ * Exact reductions are not built for nccl yet: they need the chain's
+ * addition as a kernel (issue 17's ZeRO stages bring it). */
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm_impl.h"
+
+enum { PENDING_CAP = 64 };
+
+typedef struct nccl_pending {
+    cudaEvent_t ev;
+    uint64_t t_ns;
+    zo_coll_kind kind;
+} nccl_pending;
+
+typedef struct nccl_comm {
+    ncclComm_t comm;
+    int ordinal;
+    void *scratch; /* barrier's word, host all-gather's staging */
+    size_t scratch_bytes;
+    zo_comm_t boot; /* the mpi communicator that carried the unique id, if any */
+    pthread_t watchdog;
+    pthread_mutex_t mu; /* guards the fields below */
+    pthread_cond_t cv;
+    int stop, aborted;
+    char why[512];
+    nccl_pending pending[PENDING_CAP];
+    int head, tail;
+} nccl_comm;
+
+static zo_status nccl_fail(ncclResult_t r, const char *what)
+{
+    return ZO_FAIL(ZO_ERR_NCCL, "comm", "%s: %s", what, ncclGetErrorString(r));
+}
+
+/* Polls a non-blocking communicator until its last call finished. */
+static ncclResult_t wait_ready(nccl_comm *nc, double timeout_s)
+{
+    uint64_t deadline = zo_now_ns() + (uint64_t)(timeout_s * 1e9);
+    ncclResult_t r;
+    while (ncclCommGetAsyncError(nc->comm, &r) == ncclSuccess && r == ncclInProgress) {
+        if (zo_now_ns() > deadline) {
+            ncclCommAbort(nc->comm);
+            nc->comm = NULL;
+            return ncclSystemError;
+        }
+        usleep(100);
+    }
+    return r;
+}
+
+static zo_status check_call(zo_comm_t c, ncclResult_t r, const char *what)
+{
+    nccl_comm *nc = c->impl;
+    if (r == ncclInProgress)
+        r = wait_ready(nc, c->timeout_s);
+    if (r != ncclSuccess && !nc->comm)
+        return ZO_FAIL(ZO_ERR_NCCL, "comm",
+                       "%s did not finish within %.1f s: the communicator was aborted (a rank was "
+                       "lost or hung; NCCL does not say which)",
+                       what, c->timeout_s);
+    return r == ncclSuccess ? ZO_OK : nccl_fail(r, what);
+}
+
+static zo_status aborted(zo_comm_t c)
+{
+    nccl_comm *nc = c->impl;
+    pthread_mutex_lock(&nc->mu);
+    int a = nc->aborted;
+    char why[512];
+    snprintf(why, sizeof why, "%s", nc->why);
+    pthread_mutex_unlock(&nc->mu);
+    return a ? ZO_FAIL(ZO_ERR_NCCL, "comm", "%s", why) : ZO_OK;
+}
+
+/* ---- the watchdog ---- */
+
+static void abort_comm(nccl_comm *nc, const char *why)
+{
+    nc->aborted = 1;
+    snprintf(nc->why, sizeof nc->why, "%s", why);
+    ZO_LOGE("comm", "%s", why);
+    ncclCommAbort(nc->comm);
+}
+
+static void *watchdog_main(void *arg)
+{
+    zo_comm_t c = arg;
+    nccl_comm *nc = c->impl;
+    cudaSetDevice(nc->ordinal);
+    pthread_mutex_lock(&nc->mu);
+    while (!nc->stop && !nc->aborted) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&nc->cv, &nc->mu, &ts);
+        ncclResult_t r = ncclSuccess;
+        ncclCommGetAsyncError(nc->comm, &r);
+        if (r != ncclSuccess && r != ncclInProgress) {
+            char why[512];
+            snprintf(why, sizeof why, "rank %d: NCCL reported %s; communicator aborted",
+                     c->world_ranks ? c->world_ranks[c->rank] : c->rank, ncclGetErrorString(r));
+            abort_comm(nc, why);
+            break;
+        }
+        while (nc->head != nc->tail) {
+            nccl_pending *p = &nc->pending[nc->head];
+            if (cudaEventQuery(p->ev) != cudaErrorNotReady) {
+                cudaEventDestroy(p->ev);
+                nc->head = (nc->head + 1) % PENDING_CAP;
+                continue;
+            }
+            if ((double)(zo_now_ns() - p->t_ns) * 1e-9 > c->timeout_s) {
+                char why[512];
+                snprintf(why, sizeof why,
+                         "rank %d: %s did not complete within %.1f s: a rank was lost or hung "
+                         "(NCCL does not say which); communicator aborted",
+                         c->world_ranks ? c->world_ranks[c->rank] : c->rank, zo_coll_name(p->kind),
+                         c->timeout_s);
+                abort_comm(nc, why);
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&nc->mu);
+    return NULL;
+}
+
+/* Records op's completion for the watchdog. */
+static void track(zo_comm_t c, cudaStream_t st, zo_coll_kind kind)
+{
+    nccl_comm *nc = c->impl;
+    pthread_mutex_lock(&nc->mu);
+    int next = (nc->tail + 1) % PENDING_CAP;
+    nccl_pending *p = &nc->pending[nc->tail];
+    if (next != nc->head && cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming) == cudaSuccess) {
+        cudaEventRecord(p->ev, st);
+        p->t_ns = zo_now_ns();
+        p->kind = kind;
+        nc->tail = next;
+    }
+    pthread_mutex_unlock(&nc->mu);
+}
+
+/* ---- setup ---- */
+
+static zo_status get_unique_id(zo_comm_t c, const zo_rank_info *ri, nccl_comm *nc,
+                               ncclUniqueId *id)
+{
+    ncclUniqueId mine;
+    memset(&mine, 0, sizeof mine);
+    if (ri->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&mine);
+        if (r != ncclSuccess)
+            return nccl_fail(r, "ncclGetUniqueId");
+    }
+    ncclUniqueId *all = malloc(sizeof(ncclUniqueId) * (size_t)ri->world_size);
+    if (!all)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "comm", "out of memory");
+    zo_status st;
+#ifdef ZO_HAVE_MPI
+    if (!strcmp(ri->launcher, "mpirun")) {
+        zo_comm_config bc = ZO_COMM_CONFIG_INIT;
+        bc.backend = "mpi";
+        bc.device = c->dev;
+        bc.timeout_s = c->timeout_s;
+        st = zo_comm_init(&nc->boot, &bc);
+        if (st == ZO_OK)
+            st = nc->boot->be->host_all_gather(nc->boot, &mine, all, sizeof mine);
+    } else
+#endif
+        st = zo_launch_rendezvous(ri, &mine, all, sizeof mine, c->timeout_s);
+    if (st == ZO_OK)
+        *id = all[0];
+    free(all);
+    return st;
+}
+
+static zo_status start_comm(zo_comm_t c, nccl_comm *nc)
+{
+    nc->scratch_bytes = 256;
+    if (cudaMalloc(&nc->scratch, nc->scratch_bytes) != cudaSuccess)
+        return ZO_FAIL(ZO_ERR_CUDA, "comm", "nccl: cannot allocate %zu bytes of scratch",
+                       nc->scratch_bytes);
+    pthread_mutex_init(&nc->mu, NULL);
+    pthread_cond_init(&nc->cv, NULL);
+    if (pthread_create(&nc->watchdog, NULL, watchdog_main, c))
+        return ZO_FAIL(ZO_ERR_SYSTEM, "comm", "nccl: cannot start the watchdog thread");
+    return ZO_OK;
+}
+
+static zo_status nccl_init(zo_comm_t c, const zo_rank_info *ri)
+{
+    zo_device_info info = ZO_DEVICE_INFO_INIT;
+    ZO_TRY(zo_device_get_info(c->dev, &info));
+    if (strcmp(info.backend, "cuda"))
+        return ZO_FAIL(ZO_ERR_CONFIG, "comm",
+                       "the nccl backend needs a cuda device, not '%s' (use mpi on the cpu device)",
+                       info.backend);
+    nccl_comm *nc = calloc(1, sizeof *nc);
+    if (!nc)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "comm", "out of memory");
+    nc->ordinal = info.ordinal;
+    cudaSetDevice(nc->ordinal);
+    ncclUniqueId id;
+    zo_status st = get_unique_id(c, ri, nc, &id);
+    if (st < 0) {
+        zo_comm_free(nc->boot);
+        free(nc);
+        return st;
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    c->impl = nc;
+    c->rank = ri->rank;
+    c->size = ri->world_size;
+    st = check_call(c, ncclCommInitRankConfig(&nc->comm, ri->world_size, id, ri->rank, &config),
+                    "ncclCommInitRankConfig");
+    if (st == ZO_OK)
+        st = start_comm(c, nc);
+    return st;
+}
+
+static void nccl_fini(zo_comm_t c)
+{
+    nccl_comm *nc = c->impl;
+    if (!nc)
+        return;
+    if (nc->scratch) {
+        pthread_mutex_lock(&nc->mu);
+        nc->stop = 1;
+        pthread_cond_signal(&nc->cv);
+        pthread_mutex_unlock(&nc->mu);
+        pthread_join(nc->watchdog, NULL);
+        cudaFree(nc->scratch);
+        while (nc->head != nc->tail) {
+            cudaEventDestroy(nc->pending[nc->head].ev);
+            nc->head = (nc->head + 1) % PENDING_CAP;
+        }
+    }
+    if (nc->comm && !nc->aborted) {
+        ncclCommFinalize(nc->comm);
+        if (wait_ready(nc, c->timeout_s) == ncclSuccess)
+            ncclCommDestroy(nc->comm);
+    }
+    zo_comm_free(nc->boot);
+    free(nc);
+    c->impl = NULL;
+}
+
+static zo_status nccl_host_all_gather(zo_comm_t c, const void *mine, void *all, size_t bytes);
+
+static zo_status nccl_split(zo_comm_t c, int color, int key, zo_comm_t child)
+{
+    nccl_comm *parent = c->impl, *nc = calloc(1, sizeof *nc);
+    if (!nc)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "comm", "out of memory");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    nc->ordinal = parent->ordinal;
+    zo_status st = check_call(c,
+                              ncclCommSplit(parent->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color,
+                                            key, &nc->comm, &config),
+                              "ncclCommSplit");
+    if (st < 0 || color < 0) {
+        free(nc);
+        return st;
+    }
+    child->impl = nc;
+    ncclCommUserRank(nc->comm, &child->rank);
+    ncclCommCount(nc->comm, &child->size);
+    st = start_comm(child, nc);
+    child->world_ranks = st == ZO_OK ? malloc(sizeof(int) * (size_t)child->size) : NULL;
+    int mine = c->world_ranks[c->rank];
+    if (st == ZO_OK && !child->world_ranks)
+        st = ZO_FAIL(ZO_ERR_NO_MEMORY, "comm", "out of memory");
+    if (st == ZO_OK)
+        st = nccl_host_all_gather(child, &mine, child->world_ranks, sizeof mine);
+    if (st < 0)
+        nccl_fini(child);
+    return st;
+}
+
+/* ---- collectives ---- */
+
+static ncclDataType_t nccl_type(zo_dtype dt, size_t *count)
+{
+    switch (dt) {
+    case ZO_DTYPE_F32:
+        return ncclFloat32;
+    case ZO_DTYPE_F64:
+        return ncclFloat64;
+    case ZO_DTYPE_F16:
+        return ncclFloat16;
+    case ZO_DTYPE_BF16:
+        return ncclBfloat16;
+    default:
+        *count *= zo_dtype_size(dt);
+        return ncclUint8;
+    }
+}
+
+static ncclResult_t call_nccl(zo_comm_t c, const zo_coll *op, cudaStream_t st)
+{
+    nccl_comm *nc = c->impl;
+    size_t cnt = op->count;
+    ncclDataType_t t = nccl_type(op->dt, &cnt);
+    switch (op->kind) {
+    case ZO_COLL_ALL_REDUCE:
+        return ncclAllReduce(op->send, op->recv, cnt, t, ncclSum, nc->comm, st);
+    case ZO_COLL_REDUCE_SCATTER:
+        return ncclReduceScatter(op->send, op->recv, cnt, t, ncclSum, nc->comm, st);
+    case ZO_COLL_ALL_GATHER:
+        return ncclAllGather(op->send, op->recv, cnt, t, nc->comm, st);
+    case ZO_COLL_BROADCAST:
+        return ncclBroadcast(op->recv, op->recv, cnt, t, op->peer, nc->comm, st);
+    case ZO_COLL_SEND:
+        return ncclSend(op->send, cnt, t, op->peer, nc->comm, st);
+    case ZO_COLL_RECV:
+        return ncclRecv(op->recv, cnt, t, op->peer, nc->comm, st);
+    case ZO_COLL_BARRIER:
+        return ncclAllReduce(nc->scratch, nc->scratch, 1, ncclFloat32, ncclSum, nc->comm, st);
+    }
+    return ncclInvalidArgument;
+}
+
+static zo_status nccl_enqueue(zo_comm_t c, zo_stream_t s, const zo_coll *op)
+{
+    if ((op->kind == ZO_COLL_ALL_REDUCE || op->kind == ZO_COLL_REDUCE_SCATTER) &&
+        op->mode == ZO_REDUCE_EXACT)
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, "comm",
+                       "exact %s is not built for the nccl backend yet; use fast, or the mpi "
+                       "backend on host buffers",
+                       zo_coll_name(op->kind));
+    ZO_TRY(aborted(c));
+    cudaStream_t st = zo_stream_native(s);
+    ZO_TRY(check_call(c, call_nccl(c, op, st), zo_coll_name(op->kind)));
+    track(c, st, op->kind);
+    return ZO_OK;
+}
+
+static zo_status nccl_host_all_gather(zo_comm_t c, const void *mine, void *all, size_t bytes)
+{
+    nccl_comm *nc = c->impl;
+    size_t total = bytes * (size_t)c->size;
+    void *buf;
+    if (cudaMalloc(&buf, total) != cudaSuccess)
+        return ZO_FAIL(ZO_ERR_CUDA, "comm", "nccl: cannot stage %zu bytes", total);
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    char *own = (char *)buf + bytes * (size_t)c->rank;
+    zo_status rc = ZO_OK;
+    if (cudaMemcpyAsync(own, mine, bytes, cudaMemcpyHostToDevice, st) != cudaSuccess)
+        rc = ZO_FAIL(ZO_ERR_CUDA, "comm", "nccl: staging copy failed");
+    if (rc == ZO_OK)
+        rc = check_call(c, ncclAllGather(own, buf, bytes, ncclUint8, nc->comm, st), "all-gather");
+    if (rc == ZO_OK && (cudaMemcpyAsync(all, buf, total, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
+                        cudaStreamSynchronize(st) != cudaSuccess))
+        rc = ZO_FAIL(ZO_ERR_CUDA, "comm", "nccl: host all-gather failed");
+    cudaStreamDestroy(st);
+    cudaFree(buf);
+    return rc;
+}
+
+static zo_status nccl_run_native(zo_comm_t c, zo_comm_native_fn fn, void *arg)
+{
+    nccl_comm *nc = c->impl;
+    return fn(&nc->comm, arg);
+}
+
+const zo_comm_ops zo_comm_nccl_backend = {
+    .name = "nccl",
+    .buffers = ZO_COMM_BUF_DEVICE,
+    .init = nccl_init,
+    .split = nccl_split,
+    .fini = nccl_fini,
+    .enqueue = nccl_enqueue,
+    .host_all_gather = nccl_host_all_gather,
+    .run_native = nccl_run_native,
+};
