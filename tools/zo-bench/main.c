@@ -16,6 +16,7 @@ static const bench_cmd commands[] = {
     {"io", zo_bench_io_main, "NVMe swap store bandwidth (compare with fio on the same directory)"},
     {"adam", zo_bench_adam_main, "fused CPU Adam step vs the memory roofline of the same bytes"},
     {"engine", zo_bench_engine_main, "training-step time vs the limit of perfect overlap"},
+    {"comm", zo_bench_comm_main, "collectives' bus bandwidth vs the backend's own calls"},
 };
 
 static void usage(FILE *out)
