@@ -46,9 +46,9 @@ typedef enum zo_reduce_mode {
 
 typedef struct zo_comm_config {
     size_t struct_size;
-    const char *backend;    /* "auto", "self", "mpi" or "nccl"; auto: self for one rank,
-                               nccl on a cuda device, else mpi */
-    zo_device_t device;     /* the device whose streams carry the collectives (required) */
+    const char *backend;     /* "auto", "self", "mpi" or "nccl"; auto: self for one rank,
+                                nccl on a cuda device, else mpi */
+    zo_device_t device;      /* the device whose streams carry the collectives (required) */
     zo_launch_config launch; /* rank, world size, rendezvous; -1/NULL/0 from the launcher */
     double timeout_s;        /* a collective not done after this fails; 0: ZO_COMM_TIMEOUT or 300 */
     size_t exact_segment_bytes; /* pipeline segment of exact reductions; 0: 1 MiB */
@@ -56,8 +56,7 @@ typedef struct zo_comm_config {
 
 #define ZO_COMM_CONFIG_INIT                                                                        \
     {                                                                                              \
-        .struct_size = sizeof(zo_comm_config), .backend = "auto",                                  \
-        .launch = ZO_LAUNCH_CONFIG_INIT                                                            \
+        .struct_size = sizeof(zo_comm_config), .backend = "auto", .launch = ZO_LAUNCH_CONFIG_INIT  \
     }
 
 /* Whether this build has the backend ("self", "mpi", "nccl"). */
@@ -95,8 +94,8 @@ ZO_API zo_status zo_comm_reduce_scatter(zo_comm_t c, zo_stream_t s, const void *
 ZO_API zo_status zo_comm_all_gather(zo_comm_t c, zo_stream_t s, const void *send, void *recv,
                                     size_t send_count, zo_dtype dt);
 /* buf on every rank becomes buf on root. */
-ZO_API zo_status zo_comm_broadcast(zo_comm_t c, zo_stream_t s, void *buf, size_t count,
-                                   zo_dtype dt, int root);
+ZO_API zo_status zo_comm_broadcast(zo_comm_t c, zo_stream_t s, void *buf, size_t count, zo_dtype dt,
+                                   int root);
 /* Point to point, matched in issue order per pair of ranks. */
 ZO_API zo_status zo_comm_send(zo_comm_t c, zo_stream_t s, const void *buf, size_t count,
                               zo_dtype dt, int peer);

@@ -105,8 +105,8 @@ zo_status zo_comm_init(zo_comm_t *out, const zo_comm_config *cfg)
     c->dev = cfg->device;
     c->is_world = 1;
     c->ri = ri;
-    c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s
-                                      : zo_env_double("ZO_COMM_TIMEOUT", 300.0, 0.01, 1e6);
+    c->timeout_s =
+        cfg->timeout_s > 0 ? cfg->timeout_s : zo_env_double("ZO_COMM_TIMEOUT", 300.0, 0.01, 1e6);
     c->segment_bytes = cfg->exact_segment_bytes ? cfg->exact_segment_bytes : (1u << 20);
     zo_status st = be->init(c, &ri);
     if (st == ZO_OK && !c->world_ranks)
@@ -131,10 +131,10 @@ zo_status zo_comm_split(zo_comm_t c, int color, int key, zo_comm_t *out)
     if (!child)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, "comm", "out of memory");
     *child = (struct zo_comm){.be = c->be,
-                             .dev = c->dev,
-                             .timeout_s = c->timeout_s,
-                             .segment_bytes = c->segment_bytes,
-                             .ri = c->ri};
+                              .dev = c->dev,
+                              .timeout_s = c->timeout_s,
+                              .segment_bytes = c->segment_bytes,
+                              .ri = c->ri};
     zo_status st = c->be->split(c, color, key, child);
     if (st < 0 || color < 0) {
         free(child->world_ranks);
@@ -208,8 +208,9 @@ static zo_status check_dtype(const zo_coll *op)
     int summable = op->dt == ZO_DTYPE_F32 || op->dt == ZO_DTYPE_F64 || op->dt == ZO_DTYPE_BF16 ||
                    op->dt == ZO_DTYPE_F16;
     if (is_reduction(op->kind) && !summable)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "comm", "%s of %s: reductions take fp32, fp64, bf16 or fp16",
-                       zo_coll_name(op->kind), zo_dtype_name(op->dt));
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "comm",
+                       "%s of %s: reductions take fp32, fp64, bf16 or fp16", zo_coll_name(op->kind),
+                       zo_dtype_name(op->dt));
     if (is_reduction(op->kind) && op->mode != ZO_REDUCE_FAST && op->mode != ZO_REDUCE_EXACT)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "comm", "%s: mode %d is neither fast nor exact",
                        zo_coll_name(op->kind), (int)op->mode);
@@ -279,8 +280,8 @@ static zo_status submit(zo_comm_t c, zo_stream_t s, const zo_coll *op)
     return c->be->enqueue(c, s, op);
 }
 
-zo_status zo_comm_all_reduce(zo_comm_t c, zo_stream_t s, const void *send, void *recv,
-                             size_t count, zo_dtype dt, zo_reduce_mode mode)
+zo_status zo_comm_all_reduce(zo_comm_t c, zo_stream_t s, const void *send, void *recv, size_t count,
+                             zo_dtype dt, zo_reduce_mode mode)
 {
     zo_coll op = {ZO_COLL_ALL_REDUCE, mode, send, recv, count, dt, 0};
     return submit(c, s, &op);
@@ -366,8 +367,7 @@ void zo_comm_add(void *dst, const void *a, const void *b, size_t n, zo_dtype dt)
             d[i] = zo_f32_to_f16(zo_f16_to_f32(x[i]) + zo_f16_to_f32(y[i]));
         break;
     }
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -384,8 +384,7 @@ static zo_status run_copy(void *arg)
     return ZO_OK;
 }
 
-zo_status zo_comm_enqueue_copy(zo_comm_t c, zo_stream_t s, void *dst, const void *src,
-                               size_t bytes)
+zo_status zo_comm_enqueue_copy(zo_comm_t c, zo_stream_t s, void *dst, const void *src, size_t bytes)
 {
     if (dst == src || !bytes)
         return ZO_OK;

@@ -36,10 +36,8 @@ static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt)
 MPI_Datatype zo_mpi_type(zo_dtype dt)
 {
     switch (dt) {
-    case ZO_DTYPE_F32:
-        return MPI_FLOAT;
-    case ZO_DTYPE_F64:
-        return MPI_DOUBLE;
+    case ZO_DTYPE_F32: return MPI_FLOAT;
+    case ZO_DTYPE_F64: return MPI_DOUBLE;
     default: /* 16-bit floats reduce through their own ops; others only move */
         return zo_dtype_size(dt) == 2 ? MPI_UINT16_T : MPI_BYTE;
     }
@@ -101,22 +99,17 @@ static int start_native(mpi_op *o)
     case ZO_COLL_ALL_REDUCE:
         return MPI_Iallreduce(inplace_or(op->send, op->recv), op->recv, cnt, t, sum_op(op->dt),
                               mc->comm, &o->req);
-    case ZO_COLL_REDUCE_SCATTER:
-        return start_reduce_scatter(o, op, mc, n);
+    case ZO_COLL_REDUCE_SCATTER: return start_reduce_scatter(o, op, mc, n);
     case ZO_COLL_ALL_GATHER: {
         size_t bytes = op->count * zo_dtype_size(op->dt);
         const void *own = (const char *)op->recv + bytes * (size_t)o->c->rank;
         return MPI_Iallgather(op->send == own ? MPI_IN_PLACE : op->send, cnt, t, op->recv, cnt, t,
                               mc->comm, &o->req);
     }
-    case ZO_COLL_BROADCAST:
-        return MPI_Ibcast(op->recv, cnt, t, op->peer, mc->comm, &o->req);
-    case ZO_COLL_SEND:
-        return MPI_Isend(op->send, cnt, t, op->peer, 0, mc->comm, &o->req);
-    case ZO_COLL_RECV:
-        return MPI_Irecv(op->recv, cnt, t, op->peer, 0, mc->comm, &o->req);
-    case ZO_COLL_BARRIER:
-        return MPI_Ibarrier(mc->comm, &o->req);
+    case ZO_COLL_BROADCAST: return MPI_Ibcast(op->recv, cnt, t, op->peer, mc->comm, &o->req);
+    case ZO_COLL_SEND: return MPI_Isend(op->send, cnt, t, op->peer, 0, mc->comm, &o->req);
+    case ZO_COLL_RECV: return MPI_Irecv(op->recv, cnt, t, op->peer, 0, mc->comm, &o->req);
+    case ZO_COLL_BARRIER: return MPI_Ibarrier(mc->comm, &o->req);
     }
     return MPI_ERR_OTHER;
 }
@@ -141,8 +134,8 @@ static zo_status do_split(mpi_op *o)
     mpi_comm *mc = calloc(1, sizeof *mc);
     if (!mc)
         return o->st = ZO_ERR_NO_MEMORY;
-    int rc = MPI_Comm_split(o->mc->comm, o->color < 0 ? MPI_UNDEFINED : o->color, o->key,
-                            &mc->comm);
+    int rc =
+        MPI_Comm_split(o->mc->comm, o->color < 0 ? MPI_UNDEFINED : o->color, o->key, &mc->comm);
     if (rc == MPI_SUCCESS && mc->comm == MPI_COMM_NULL) {
         free(mc);
         return ZO_OK;
@@ -203,17 +196,13 @@ static int start_op(mpi_op *o)
         if (rc != MPI_SUCCESS)
             return zo_mpi_fail(o, rc, "all-gather (host)"), 1;
         return 0;
-    case OP_SPLIT:
-        do_split(o);
-        return 1;
+    case OP_SPLIT: do_split(o); return 1;
     case OP_NATIVE:
         o->st = o->fn(&o->mc->comm, o->arg);
         if (o->st < 0)
             snprintf(o->msg, sizeof o->msg, "%s", zo_last_error());
         return 1;
-    case OP_FREE:
-        free_mpi_comm(o->mc);
-        return 1;
+    case OP_FREE: free_mpi_comm(o->mc); return 1;
     }
     return 1;
 }

@@ -30,7 +30,7 @@ typedef struct mpi_exact {
     size_t esz, seg_elems, shard_elems, per_shard, nseg;
     char *slots[WINDOW];
     seg *segs;
-    size_t first_open;                        /* segments before it are done */
+    size_t first_open;                           /* segments before it are done */
     size_t n_chain_send, n_fin_recv, n_fin_send; /* segments past each point, in order */
     int tag_chain, tag_final;
 } mpi_exact;
@@ -74,8 +74,8 @@ static void free_exact(mpi_op *o)
 
 static int fail(mpi_op *o, int rc)
 {
-    zo_mpi_fail(o, rc, o->coll.kind == ZO_COLL_ALL_REDUCE ? "exact all-reduce"
-                                                          : "exact reduce-scatter");
+    zo_mpi_fail(o, rc,
+                o->coll.kind == ZO_COLL_ALL_REDUCE ? "exact all-reduce" : "exact reduce-scatter");
     return 1; /* the requests may still write into the slots: they are not freed */
 }
 
@@ -244,23 +244,16 @@ static int advance_seg(mpi_op *o, mpi_exact *x, size_t k)
     do { /* as far as it goes now */
         before = s->state;
         switch (s->state) {
-        case SEG_NEW:
-            rc = start_seg(o, x, k, s);
-            break;
-        case SEG_CHAIN_RECV:
-            rc = on_partial(o, x, k, s);
-            break;
+        case SEG_NEW: rc = start_seg(o, x, k, s); break;
+        case SEG_CHAIN_RECV: rc = on_partial(o, x, k, s); break;
         case SEG_CHAIN_SEND:
             done = 0;
             rc = MPI_Test(&s->chain_req, &done, MPI_STATUS_IGNORE);
             if (done)
                 s->state = SEG_FINAL;
             break;
-        case SEG_FINAL:
-            rc = on_final(o, x, k, s);
-            break;
-        case SEG_DONE:
-            break;
+        case SEG_FINAL: rc = on_final(o, x, k, s); break;
+        case SEG_DONE: break;
         }
     } while (rc == MPI_SUCCESS && s->state != before && s->state != SEG_DONE);
     return rc;

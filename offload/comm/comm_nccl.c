@@ -152,7 +152,8 @@ static void track(zo_comm_t c, cudaStream_t st, zo_coll_kind kind)
     pthread_mutex_lock(&nc->mu);
     int next = (nc->tail + 1) % PENDING_CAP;
     nccl_pending *p = &nc->pending[nc->tail];
-    if (next != nc->head && cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming) == cudaSuccess) {
+    if (next != nc->head &&
+        cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming) == cudaSuccess) {
         cudaEventRecord(p->ev, st);
         p->t_ns = zo_now_ns();
         p->kind = kind;
@@ -163,8 +164,7 @@ static void track(zo_comm_t c, cudaStream_t st, zo_coll_kind kind)
 
 /* ---- setup ---- */
 
-static zo_status get_unique_id(zo_comm_t c, const zo_rank_info *ri, nccl_comm *nc,
-                               ncclUniqueId *id)
+static zo_status get_unique_id(zo_comm_t c, const zo_rank_info *ri, nccl_comm *nc, ncclUniqueId *id)
 {
     ncclUniqueId mine;
     memset(&mine, 0, sizeof mine);
@@ -305,17 +305,11 @@ static zo_status nccl_split(zo_comm_t c, int color, int key, zo_comm_t child)
 static ncclDataType_t nccl_type(zo_dtype dt, size_t *count)
 {
     switch (dt) {
-    case ZO_DTYPE_F32:
-        return ncclFloat32;
-    case ZO_DTYPE_F64:
-        return ncclFloat64;
-    case ZO_DTYPE_F16:
-        return ncclFloat16;
-    case ZO_DTYPE_BF16:
-        return ncclBfloat16;
-    default:
-        *count *= zo_dtype_size(dt);
-        return ncclUint8;
+    case ZO_DTYPE_F32: return ncclFloat32;
+    case ZO_DTYPE_F64: return ncclFloat64;
+    case ZO_DTYPE_F16: return ncclFloat16;
+    case ZO_DTYPE_BF16: return ncclBfloat16;
+    default: *count *= zo_dtype_size(dt); return ncclUint8;
     }
 }
 
@@ -329,14 +323,11 @@ static ncclResult_t call_nccl(zo_comm_t c, const zo_coll *op, cudaStream_t st)
         return ncclAllReduce(op->send, op->recv, cnt, t, ncclSum, nc->comm, st);
     case ZO_COLL_REDUCE_SCATTER:
         return ncclReduceScatter(op->send, op->recv, cnt, t, ncclSum, nc->comm, st);
-    case ZO_COLL_ALL_GATHER:
-        return ncclAllGather(op->send, op->recv, cnt, t, nc->comm, st);
+    case ZO_COLL_ALL_GATHER: return ncclAllGather(op->send, op->recv, cnt, t, nc->comm, st);
     case ZO_COLL_BROADCAST:
         return ncclBroadcast(op->recv, op->recv, cnt, t, op->peer, nc->comm, st);
-    case ZO_COLL_SEND:
-        return ncclSend(op->send, cnt, t, op->peer, nc->comm, st);
-    case ZO_COLL_RECV:
-        return ncclRecv(op->recv, cnt, t, op->peer, nc->comm, st);
+    case ZO_COLL_SEND: return ncclSend(op->send, cnt, t, op->peer, nc->comm, st);
+    case ZO_COLL_RECV: return ncclRecv(op->recv, cnt, t, op->peer, nc->comm, st);
     case ZO_COLL_BARRIER:
         return ncclAllReduce(nc->scratch, nc->scratch, 1, ncclFloat32, ncclSum, nc->comm, st);
     }
@@ -373,8 +364,9 @@ static zo_status nccl_host_all_gather(zo_comm_t c, const void *mine, void *all, 
         rc = ZO_FAIL(ZO_ERR_CUDA, "comm", "nccl: staging copy failed");
     if (rc == ZO_OK)
         rc = check_call(c, ncclAllGather(own, buf, bytes, ncclUint8, nc->comm, st), "all-gather");
-    if (rc == ZO_OK && (cudaMemcpyAsync(all, buf, total, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
-                        cudaStreamSynchronize(st) != cudaSuccess))
+    if (rc == ZO_OK &&
+        (cudaMemcpyAsync(all, buf, total, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
+         cudaStreamSynchronize(st) != cudaSuccess))
         rc = ZO_FAIL(ZO_ERR_CUDA, "comm", "nccl: host all-gather failed");
     cudaStreamDestroy(st);
     cudaFree(buf);

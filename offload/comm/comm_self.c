@@ -26,9 +26,7 @@ static zo_status self_split(zo_comm_t c, int color, int key, zo_comm_t child)
     return ZO_OK;
 }
 
-static void self_fini(zo_comm_t c)
-{
-}
+static void self_fini(zo_comm_t c) {}
 
 static zo_status self_enqueue(zo_comm_t c, zo_stream_t s, const zo_coll *op)
 {
@@ -38,8 +36,7 @@ static zo_status self_enqueue(zo_comm_t c, zo_stream_t s, const zo_coll *op)
     case ZO_COLL_ALL_GATHER:
         return zo_comm_enqueue_copy(c, s, op->recv, op->send, zo_coll_recv_bytes(op, 1));
     case ZO_COLL_BROADCAST:
-    case ZO_COLL_BARRIER:
-        return ZO_OK;
+    case ZO_COLL_BARRIER: return ZO_OK;
     default: /* send and recv were refused: no other rank */
         return ZO_FAIL(ZO_ERR_INTERNAL, "comm", "self: %s reached the backend",
                        zo_coll_name(op->kind));

@@ -136,7 +136,8 @@ static zo_status accept_ranks(const rdv_ctx *x, int lfd, int *conns, void *all, 
     size_t len = 0;
     for (int r = 1; r < n && len < sizeof missing - 16; r++)
         if (conns[r] < 0)
-            len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d", len ? ", " : "", r);
+            len +=
+                (size_t)snprintf(missing + len, sizeof missing - len, "%s%d", len ? ", " : "", r);
     return ZO_FAIL(ZO_ERR_IO, "launch",
                    "rendezvous on %s:%d: rank(s) %s did not arrive within the timeout (%d of %d "
                    "ranks came)",
@@ -205,8 +206,9 @@ static zo_status join(const rdv_ctx *x, const void *mine, void *all, size_t byte
     if (st < 0) {
         char why[256];
         snprintf(why, sizeof why, "%s", zo_last_error());
-        return ZO_FAIL(st, "launch", "rank %d: rendezvous with rank 0 failed (see rank 0's log): %s",
-                       x->ri->rank, why);
+        return ZO_FAIL(st, "launch",
+                       "rank %d: rendezvous with rank 0 failed (see rank 0's log): %s", x->ri->rank,
+                       why);
     }
     return ZO_OK;
 }

@@ -50,14 +50,10 @@ static void fill(void *buf, zo_dtype dt, int r, size_t off, size_t count, uint64
 static double as_double(const void *buf, zo_dtype dt, size_t i)
 {
     switch (dt) {
-    case ZO_DTYPE_F32:
-        return ((const float *)buf)[i];
-    case ZO_DTYPE_F64:
-        return ((const double *)buf)[i];
-    case ZO_DTYPE_BF16:
-        return zo_bf16_to_f32(((const uint16_t *)buf)[i]);
-    default:
-        return zo_f16_to_f32(((const uint16_t *)buf)[i]);
+    case ZO_DTYPE_F32: return ((const float *)buf)[i];
+    case ZO_DTYPE_F64: return ((const double *)buf)[i];
+    case ZO_DTYPE_BF16: return zo_bf16_to_f32(((const uint16_t *)buf)[i]);
+    default: return zo_f16_to_f32(((const uint16_t *)buf)[i]);
     }
 }
 

@@ -15,10 +15,17 @@
 #include "zo_test.h"
 
 static const char *const all_vars[] = {
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-    "SLURM_PROCID",         "SLURM_NTASKS",         "SLURM_LOCALID",
-    "RANK",                 "WORLD_SIZE",           "LOCAL_RANK",
-    "MASTER_ADDR",          "MASTER_PORT",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
 };
 
 static int clear_env(void **state)
@@ -188,8 +195,8 @@ static void run_ranks(rank_thread *t, int n, int arrive, double timeout_s)
     int port = free_port();
     pthread_t th[8];
     for (int r = 0; r < arrive; r++) {
-        t[r] = (rank_thread){.ri = ZO_RANK_INFO_INIT, .mine = 1000u + (uint64_t)r * 7u,
-                             .timeout_s = timeout_s};
+        t[r] = (rank_thread){
+            .ri = ZO_RANK_INFO_INIT, .mine = 1000u + (uint64_t)r * 7u, .timeout_s = timeout_s};
         t[r].ri.rank = r;
         t[r].ri.world_size = n;
         snprintf(t[r].ri.master_addr, sizeof t[r].ri.master_addr, "127.0.0.1");

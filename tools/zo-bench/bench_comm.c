@@ -39,9 +39,8 @@ static float *alloc_floats(size_t n)
 
 typedef enum { OP_AR, OP_RS, OP_AG, OP_BC, OP_AR_EXACT, OP_RS_EXACT, N_OPS } comm_op;
 
-static const char *const op_names[] = {"all-reduce",       "reduce-scatter",
-                                       "all-gather",       "broadcast",
-                                       "all-reduce-exact", "reduce-scatter-exact"};
+static const char *const op_names[] = {"all-reduce", "reduce-scatter",   "all-gather",
+                                       "broadcast",  "all-reduce-exact", "reduce-scatter-exact"};
 static const char *const native_names[] = {"MPI_Allreduce", "MPI_Reduce_scatter_block",
                                            "MPI_Allgather", "MPI_Bcast",
                                            "MPI_Allreduce", "MPI_Reduce_scatter_block"};
@@ -62,18 +61,18 @@ typedef struct comm_run {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: mpirun -np N zo-bench comm [--min BYTES] [--max BYTES] [--factor F] [--reps R]\n"
-            "                                 [--ops LIST] [--backend mpi|self] [--json]\n"
-            "  --min, --max  sizes from min to max, times F each step (default 1M to 256M, F 2)\n"
-            "  --reps R      timed repetitions of each call, interleaved (default 5, median)\n"
-            "  --ops LIST    of all-reduce, reduce-scatter, all-gather, broadcast,\n"
-            "                all-reduce-exact, reduce-scatter-exact (default the first four)\n"
-            "  --json        one JSON object on stdout (rank 0)\n"
-            "Bus bandwidth as nccl-tests defines it (GB/s, 10^9 bytes/s) of zoffload's\n"
-            "collective (fp32 sums) and of the backend's own call on the same buffers;\n"
-            "ratio = zoffload's busbw / the backend's. The exact rows compare the rank-order\n"
-            "chain with the backend's own (unordered) reduction.\n");
+    fprintf(
+        f, "usage: mpirun -np N zo-bench comm [--min BYTES] [--max BYTES] [--factor F] [--reps R]\n"
+           "                                 [--ops LIST] [--backend mpi|self] [--json]\n"
+           "  --min, --max  sizes from min to max, times F each step (default 1M to 256M, F 2)\n"
+           "  --reps R      timed repetitions of each call, interleaved (default 5, median)\n"
+           "  --ops LIST    of all-reduce, reduce-scatter, all-gather, broadcast,\n"
+           "                all-reduce-exact, reduce-scatter-exact (default the first four)\n"
+           "  --json        one JSON object on stdout (rank 0)\n"
+           "Bus bandwidth as nccl-tests defines it (GB/s, 10^9 bytes/s) of zoffload's\n"
+           "collective (fp32 sums) and of the backend's own call on the same buffers;\n"
+           "ratio = zoffload's busbw / the backend's. The exact rows compare the rank-order\n"
+           "chain with the backend's own (unordered) reduction.\n");
 }
 
 static int parse_ops(const char *list, int *ops)
@@ -112,8 +111,7 @@ static int parse_int(const char *what, const char *s, int lo, int hi, int *out)
     char *end;
     long v = strtol(s, &end, 10);
     if (*end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "zo-bench comm: %s '%s' is not a number from %d to %d\n", what, s, lo,
-                hi);
+        fprintf(stderr, "zo-bench comm: %s '%s' is not a number from %d to %d\n", what, s, lo, hi);
         return -1;
     }
     *out = (int)v;
@@ -123,10 +121,14 @@ static int parse_int(const char *what, const char *s, int lo, int hi, int *out)
 static int parse_opts(int argc, char **argv, comm_opts *o)
 {
     static const struct option longs[] = {
-        {"min", required_argument, 0, 'a'},    {"max", required_argument, 0, 'b'},
-        {"factor", required_argument, 0, 'f'}, {"reps", required_argument, 0, 'r'},
-        {"ops", required_argument, 0, 'o'},    {"backend", required_argument, 0, 'k'},
-        {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
+        {"min", required_argument, 0, 'a'},
+        {"max", required_argument, 0, 'b'},
+        {"factor", required_argument, 0, 'f'},
+        {"reps", required_argument, 0, 'r'},
+        {"ops", required_argument, 0, 'o'},
+        {"backend", required_argument, 0, 'k'},
+        {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     *o = (comm_opts){1u << 20, 256u << 20, 2, 5, 0, {1, 1, 1, 1, 0, 0}, "mpi"};
@@ -134,33 +136,15 @@ static int parse_opts(int argc, char **argv, comm_opts *o)
     int c, rc = 0;
     while (rc == 0 && (c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
-        case 'a':
-            rc = parse_size("--min", optarg, &o->min);
-            break;
-        case 'b':
-            rc = parse_size("--max", optarg, &o->max);
-            break;
-        case 'f':
-            rc = parse_int("--factor", optarg, 2, 1024, &o->factor);
-            break;
-        case 'r':
-            rc = parse_int("--reps", optarg, 1, MAX_REPS, &o->reps);
-            break;
-        case 'o':
-            rc = parse_ops(optarg, o->ops);
-            break;
-        case 'k':
-            o->backend = optarg;
-            break;
-        case 'j':
-            o->json = 1;
-            break;
-        case 'h':
-            usage(stdout);
-            return 1;
-        default:
-            usage(stderr);
-            return -1;
+        case 'a': rc = parse_size("--min", optarg, &o->min); break;
+        case 'b': rc = parse_size("--max", optarg, &o->max); break;
+        case 'f': rc = parse_int("--factor", optarg, 2, 1024, &o->factor); break;
+        case 'r': rc = parse_int("--reps", optarg, 1, MAX_REPS, &o->reps); break;
+        case 'o': rc = parse_ops(optarg, o->ops); break;
+        case 'k': o->backend = optarg; break;
+        case 'j': o->json = 1; break;
+        case 'h': usage(stdout); return 1;
+        default: usage(stderr); return -1;
         }
     }
     if (rc == 0 && optind < argc) {
@@ -194,10 +178,8 @@ static zo_status run_zo(comm_run *r, comm_op op, size_t cnt)
     case OP_RS_EXACT:
         return zo_comm_reduce_scatter(c, r->s, r->send, r->recv, per, ZO_DTYPE_F32,
                                       op == OP_RS ? ZO_REDUCE_FAST : ZO_REDUCE_EXACT);
-    case OP_AG:
-        return zo_comm_all_gather(c, r->s, r->send, r->recv, per, ZO_DTYPE_F32);
-    default:
-        return zo_comm_broadcast(c, r->s, r->recv, cnt, ZO_DTYPE_F32, 0);
+    case OP_AG: return zo_comm_all_gather(c, r->s, r->send, r->recv, per, ZO_DTYPE_F32);
+    default: return zo_comm_broadcast(c, r->s, r->recv, cnt, ZO_DTYPE_F32, 0);
     }
 }
 
@@ -232,19 +214,13 @@ static zo_status run_native(void *native, void *arg)
     double t0 = MPI_Wtime();
     switch (nc->op) {
     case OP_AR:
-    case OP_AR_EXACT:
-        rc = MPI_Allreduce(r->send, r->recv, cnt, MPI_FLOAT, MPI_SUM, comm);
-        break;
+    case OP_AR_EXACT: rc = MPI_Allreduce(r->send, r->recv, cnt, MPI_FLOAT, MPI_SUM, comm); break;
     case OP_RS:
     case OP_RS_EXACT:
         rc = MPI_Reduce_scatter_block(r->send, r->recv, per, MPI_FLOAT, MPI_SUM, comm);
         break;
-    case OP_AG:
-        rc = MPI_Allgather(r->send, per, MPI_FLOAT, r->recv, per, MPI_FLOAT, comm);
-        break;
-    default:
-        rc = MPI_Bcast(r->recv, cnt, MPI_FLOAT, 0, comm);
-        break;
+    case OP_AG: rc = MPI_Allgather(r->send, per, MPI_FLOAT, r->recv, per, MPI_FLOAT, comm); break;
+    default: rc = MPI_Bcast(r->recv, cnt, MPI_FLOAT, 0, comm); break;
     }
     nc->sec = MPI_Wtime() - t0;
     return rc == MPI_SUCCESS ? ZO_OK : ZO_ERR_MPI;
@@ -304,14 +280,11 @@ static double bus_factor(comm_op op, int n)
 {
     switch (op) {
     case OP_AR:
-    case OP_AR_EXACT:
-        return 2.0 * (n - 1) / n;
+    case OP_AR_EXACT: return 2.0 * (n - 1) / n;
     case OP_RS:
     case OP_RS_EXACT:
-    case OP_AG:
-        return (double)(n - 1) / n;
-    default:
-        return 1.0;
+    case OP_AG: return (double)(n - 1) / n;
+    default: return 1.0;
     }
 }
 
@@ -366,10 +339,10 @@ static void print_json(const comm_run *r, const comm_opts *o, const comm_result 
     for (int i = 0; i < nres; i++) {
         double ratio = res[i].native_busbw > 0 ? res[i].zo_busbw / res[i].native_busbw : 0;
         json_array_append_new(
-            arr, json_pack("{s:s,s:I,s:f,s:f,s:f,s:f,s:f,s:s}", "op", op_names[res[i].op],
-                           "bytes", (json_int_t)res[i].bytes, "zo_seconds", res[i].zo_s,
-                           "zo_busbw_gbs", res[i].zo_busbw, "own_seconds", res[i].native_s,
-                           "own_busbw_gbs", res[i].native_busbw, "ratio", ratio, "own_call",
+            arr, json_pack("{s:s,s:I,s:f,s:f,s:f,s:f,s:f,s:s}", "op", op_names[res[i].op], "bytes",
+                           (json_int_t)res[i].bytes, "zo_seconds", res[i].zo_s, "zo_busbw_gbs",
+                           res[i].zo_busbw, "own_seconds", res[i].native_s, "own_busbw_gbs",
+                           res[i].native_busbw, "ratio", ratio, "own_call",
                            res[i].native_busbw > 0 ? native_names[res[i].op] : ""));
     }
     json_t *root = json_pack("{s:s,s:i,s:i,s:s,s:o}", "backend", zo_comm_backend(r->c), "ranks",
@@ -415,7 +388,8 @@ int zo_bench_comm_main(int argc, char **argv)
     comm_result res[N_OPS * 32];
     int nres = 0;
     zo_status st = setup(&r, &o, &dev);
-    for (uint64_t b = o.min; st == ZO_OK && b <= o.max && nres < N_OPS * 32; b *= (uint64_t)o.factor)
+    for (uint64_t b = o.min; st == ZO_OK && b <= o.max && nres < N_OPS * 32;
+         b *= (uint64_t)o.factor)
         for (int op = 0; op < N_OPS && st == ZO_OK; op++)
             if (o.ops[op])
                 st = measure(&r, &o, (comm_op)op, b, &res[nres++]);
