@@ -8,8 +8,12 @@
  * unique id travels through MPI when the job was started by mpirun, else
  * over the TCP rendezvous (zo_launch_rendezvous).
  *
- * Exact reductions are not built for nccl yet: they need the chain's
- * addition as a kernel (issue 17's ZeRO stages bring it). */
+ * Exact reductions are the chain of comm_mpi_exact.c in stream order:
+ * ncclRecv the partial sum from rank r-1, zo_op_add this rank's values,
+ * ncclSend it to r+1, segment by segment; the last rank broadcasts the result
+ * (all-reduce) or sends each block to its owner (reduce-scatter). They are
+ * not pipelined across segments yet, and only checked on one GPU: two ranks
+ * need two GPUs. */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <pthread.h>
@@ -19,6 +23,7 @@
 #include <unistd.h>
 
 #include "comm_impl.h"
+#include "zo/ops.h"
 
 enum { PENDING_CAP = 64 };
 
@@ -34,6 +39,8 @@ typedef struct nccl_comm {
     void *scratch; /* barrier's word, host all-gather's staging */
     size_t scratch_bytes;
     zo_comm_t boot; /* the mpi communicator that carried the unique id, if any */
+    void *tmp;      /* the exact chain's partial sums: two segments */
+    size_t tmp_bytes;
     pthread_t watchdog;
     pthread_mutex_t mu; /* guards the fields below */
     pthread_cond_t cv;
@@ -262,6 +269,8 @@ static void nccl_fini(zo_comm_t c)
         if (wait_ready(nc, c->timeout_s) == ncclSuccess)
             ncclCommDestroy(nc->comm);
     }
+    if (nc->tmp)
+        zo_device_mfree(c->dev, nc->tmp);
     zo_comm_free(nc->boot);
     free(nc);
     c->impl = NULL;
@@ -334,15 +343,109 @@ static ncclResult_t call_nccl(zo_comm_t c, const zo_coll *op, cudaStream_t st)
     return ncclInvalidArgument;
 }
 
+/* ---- exact reductions: the chain in stream order ---- */
+
+typedef struct exact_ctx {
+    zo_comm_t c;
+    const zo_coll *op;
+    cudaStream_t st;
+    ncclDataType_t t;
+    size_t esz, seg_elems;
+} exact_ctx;
+
+static zo_status chain_send(exact_ctx *x, const void *buf, size_t len, int peer)
+{
+    nccl_comm *nc = x->c->impl;
+    return check_call(x->c, ncclSend(buf, len, x->t, peer, nc->comm, x->st), "exact: ncclSend");
+}
+
+static zo_status chain_recv(exact_ctx *x, void *buf, size_t len, int peer)
+{
+    nccl_comm *nc = x->c->impl;
+    return check_call(x->c, ncclRecv(buf, len, x->t, peer, nc->comm, x->st), "exact: ncclRecv");
+}
+
+/* One segment of one block: [global, global + len) of the vector, at
+ * in_shard within block `owner` (reduce-scatter) or of the result. */
+static zo_status chain_segment(exact_ctx *x, zo_stream_t s, size_t global, size_t in_shard,
+                               size_t len, int owner, void *tmp)
+{
+    int r = x->c->rank, root = x->c->size - 1;
+    const char *mine = (const char *)x->op->send + global * x->esz;
+    char *result = (char *)x->op->recv + (owner >= 0 ? in_shard : global) * x->esz;
+    if (r == 0)
+        ZO_TRY(chain_send(x, mine, len, 1));
+    if (r > 0)
+        ZO_TRY(chain_recv(x, tmp, len, r - 1));
+    if (r > 0 && r < root) {
+        ZO_TRY(zo_op_add(s, tmp, tmp, mine, len, x->op->dt));
+        ZO_TRY(chain_send(x, tmp, len, r + 1));
+    }
+    if (r == root && owner < 0)
+        return zo_op_add(s, result, tmp, mine, len, x->op->dt);
+    if (r == root) {
+        ZO_TRY(zo_op_add(s, owner == root ? result : tmp, tmp, mine, len, x->op->dt));
+        return owner == root ? ZO_OK : chain_send(x, tmp, len, owner);
+    }
+    return owner == r ? chain_recv(x, result, len, root) : ZO_OK;
+}
+
+static zo_status exact_scratch(zo_comm_t c, size_t bytes)
+{
+    nccl_comm *nc = c->impl;
+    if (nc->tmp_bytes >= bytes)
+        return ZO_OK;
+    if (nc->tmp)
+        zo_device_mfree(c->dev, nc->tmp);
+    nc->tmp = NULL;
+    nc->tmp_bytes = 0;
+    ZO_TRY(zo_device_malloc(c->dev, bytes, &nc->tmp));
+    nc->tmp_bytes = bytes;
+    return ZO_OK;
+}
+
+static zo_status nccl_exact(zo_comm_t c, zo_stream_t s, const zo_coll *op)
+{
+    if (op->dt == ZO_DTYPE_F64)
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, "comm",
+                       "exact %s of fp64 on nccl: the chain adds fp32, bf16 or fp16",
+                       zo_coll_name(op->kind));
+    if (c->size == 1)
+        return zo_comm_enqueue_copy(c, s, op->recv, op->send, zo_coll_recv_bytes(op, 1));
+    size_t dummy = 0;
+    exact_ctx x = {c, op, zo_stream_native(s), nccl_type(op->dt, &dummy), zo_dtype_size(op->dt), 0};
+    x.seg_elems = c->segment_bytes / x.esz ? c->segment_bytes / x.esz : 1;
+    /* The previous exact op on this communicator may still use the scratch. */
+    if (((nccl_comm *)c->impl)->tmp_bytes < 2 * x.seg_elems * x.esz)
+        ZO_TRY(zo_stream_synchronize(s));
+    ZO_TRY(exact_scratch(c, 2 * x.seg_elems * x.esz));
+    char *tmp = ((nccl_comm *)c->impl)->tmp;
+    int rs = op->kind == ZO_COLL_REDUCE_SCATTER, nblocks = rs ? c->size : 1;
+    size_t k = 0;
+    for (int b = 0; b < nblocks; b++)
+        for (size_t off = 0; off < op->count; off += x.seg_elems, k++) {
+            size_t len = op->count - off < x.seg_elems ? op->count - off : x.seg_elems;
+            ZO_TRY(chain_segment(&x, s, (size_t)b * op->count + off, off, len, rs ? b : -1,
+                                 tmp + (k & 1) * x.seg_elems * x.esz));
+        }
+    if (!rs) {
+        nccl_comm *nc = c->impl;
+        ZO_TRY(check_call(
+            c, ncclBroadcast(op->recv, op->recv, op->count, x.t, c->size - 1, nc->comm, x.st),
+            "exact: ncclBroadcast"));
+    }
+    return ZO_OK;
+}
+
 static zo_status nccl_enqueue(zo_comm_t c, zo_stream_t s, const zo_coll *op)
 {
-    if ((op->kind == ZO_COLL_ALL_REDUCE || op->kind == ZO_COLL_REDUCE_SCATTER) &&
-        op->mode == ZO_REDUCE_EXACT)
-        return ZO_FAIL(ZO_ERR_UNSUPPORTED, "comm",
-                       "exact %s is not built for the nccl backend yet; use fast, or the mpi "
-                       "backend on host buffers",
-                       zo_coll_name(op->kind));
     ZO_TRY(aborted(c));
+    if ((op->kind == ZO_COLL_ALL_REDUCE || op->kind == ZO_COLL_REDUCE_SCATTER) &&
+        op->mode == ZO_REDUCE_EXACT) {
+        ZO_TRY(nccl_exact(c, s, op));
+        track(c, zo_stream_native(s), op->kind);
+        return ZO_OK;
+    }
     cudaStream_t st = zo_stream_native(s);
     ZO_TRY(check_call(c, call_nccl(c, op, st), zo_coll_name(op->kind)));
     track(c, st, op->kind);

@@ -1,7 +1,8 @@
 /* The nccl backend on one GPU (world size 1; two ranks need two GPUs):
  * init without a launcher (the unique id through the rendezvous), every
  * collective on device buffers against the one-rank reference, a split, the
- * configuration check through the device, and exact mode refused by name.
+ * configuration check through the device, and the exact chain (a copy on one
+ * rank; fp64 refused by name).
  * Exits 77 (skipped) without a CUDA GPU or without NCCL in the build. */
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,12 @@ static void collectives_on_device_buffers(void **state)
     ZO_ASSERT_OK(zo_memcpy_d2h_async(s, back, b, sizeof back));
     ZO_ASSERT_OK(zo_stream_synchronize(s));
     assert_memory_equal(host, back, sizeof host);
-    ZO_ASSERT_ST(zo_comm_all_reduce(world, s, a, b, N, ZO_DTYPE_F32, ZO_REDUCE_EXACT),
+    ZO_ASSERT_OK(zo_comm_reduce_scatter(world, s, a, b, N, ZO_DTYPE_F32, ZO_REDUCE_EXACT));
+    ZO_ASSERT_OK(zo_comm_all_reduce(world, s, b, b, N, ZO_DTYPE_F32, ZO_REDUCE_EXACT));
+    ZO_ASSERT_OK(zo_memcpy_d2h_async(s, back, b, sizeof back));
+    ZO_ASSERT_OK(zo_stream_synchronize(s));
+    assert_memory_equal(host, back, sizeof host);
+    ZO_ASSERT_ST(zo_comm_all_reduce(world, s, a, b, N / 2, ZO_DTYPE_F64, ZO_REDUCE_EXACT),
                  ZO_ERR_UNSUPPORTED);
     ZO_ASSERT_ST(zo_comm_all_reduce(world, s, host, b, N, ZO_DTYPE_F32, ZO_REDUCE_FAST),
                  ZO_ERR_INVALID_ARG);
