@@ -388,6 +388,16 @@ int zo_bench_comm_main(int argc, char **argv)
     comm_result res[N_OPS * 32];
     int nres = 0;
     zo_status st = setup(&r, &o, &dev);
+    if (st == ZO_OK && r.n < 2) {
+        fprintf(stderr, "zo-bench comm: one rank, so nothing crosses a link: run it under the "
+                        "launcher with two ranks or more (mpirun -np 4 zo-bench comm)\n");
+        zo_stream_destroy(r.s);
+        zo_comm_free(r.c);
+        zo_device_free(dev);
+        free(r.send);
+        free(r.recv);
+        return 2;
+    }
     for (uint64_t b = o.min; st == ZO_OK && b <= o.max && nres < N_OPS * 32;
          b *= (uint64_t)o.factor)
         for (int op = 0; op < N_OPS && st == ZO_OK; op++)
