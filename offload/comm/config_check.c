@@ -35,39 +35,57 @@ static zo_status report_mismatch(zo_comm_t c, const uint64_t *all, size_t n, siz
                    key, same, value, differ);
 }
 
+/* Every rank must check the same keys: their count and names hashed, all
+ * gathered first (a fixed size, whatever n is on each rank). */
+static zo_status check_same_keys(zo_comm_t c, const char *const *keys, size_t n)
+{
+    XXH64_state_t *h = XXH64_createState();
+    if (!h)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "comm", "out of memory");
+    XXH64_reset(h, n);
+    for (size_t k = 0; k < n; k++)
+        XXH64_update(h, keys[k], strlen(keys[k]) + 1);
+    uint64_t mine = XXH64_digest(h);
+    XXH64_freeState(h);
+    uint64_t *all = calloc((size_t)c->size, sizeof(uint64_t));
+    if (!all)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "comm", "out of memory");
+    zo_status st = c->be->host_all_gather(c, &mine, all, sizeof mine);
+    for (int r = 0; st == ZO_OK && r < c->size; r++)
+        if (all[r] != mine)
+            st = ZO_FAIL(ZO_ERR_CONFIG, "comm",
+                         "ranks %d and %d check different lists of configuration keys (%zu keys "
+                         "here): every rank must pass the same keys",
+                         zo_comm_world_rank(c, c->rank), zo_comm_world_rank(c, r), n);
+    free(all);
+    return st;
+}
+
 zo_status zo_comm_check_config(zo_comm_t c, const char *const *keys, const char *const *values,
                                size_t n)
 {
     if (!c || (n && (!keys || !values)))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "comm",
                        "zo_comm_check_config: a communicator and n keys and values");
-    /* One more word: the key count and names, so that ranks passing different
-     * keys are told so rather than compared key by key. */
-    uint64_t *mine = calloc(n + 1, sizeof(uint64_t));
-    uint64_t *all = calloc((n + 1) * (size_t)c->size, sizeof(uint64_t));
+    for (size_t k = 0; k < n; k++)
+        if (!keys[k])
+            return ZO_FAIL(ZO_ERR_INVALID_ARG, "comm", "zo_comm_check_config: key %zu is NULL", k);
+    ZO_TRY(check_same_keys(c, keys, n));
+    if (!n)
+        return ZO_OK;
+    uint64_t *mine = calloc(n, sizeof(uint64_t));
+    uint64_t *all = calloc(n * (size_t)c->size, sizeof(uint64_t));
     zo_status st = mine && all ? ZO_OK : ZO_FAIL(ZO_ERR_NO_MEMORY, "comm", "out of memory");
-    XXH64_state_t *keys_h = st == ZO_OK ? XXH64_createState() : NULL;
-    if (keys_h) {
-        XXH64_reset(keys_h, n);
-        for (size_t k = 0; k < n; k++) {
-            const char *v = values[k] ? values[k] : "";
-            mine[k] = XXH64(v, strlen(v), 0);
-            XXH64_update(keys_h, keys[k], strlen(keys[k]) + 1);
-        }
-        mine[n] = XXH64_digest(keys_h);
-        XXH64_freeState(keys_h);
-        st = c->be->host_all_gather(c, mine, all, (n + 1) * sizeof(uint64_t));
+    for (size_t k = 0; st == ZO_OK && k < n; k++) {
+        const char *v = values[k] ? values[k] : "";
+        mine[k] = XXH64(v, strlen(v), 0);
     }
-    for (int r = 0; st == ZO_OK && r < c->size; r++)
-        if (all[(size_t)r * (n + 1) + n] != mine[n])
-            st = ZO_FAIL(ZO_ERR_CONFIG, "comm",
-                         "ranks %d and %d check different lists of configuration keys (%zu keys "
-                         "here): every rank must pass the same keys",
-                         zo_comm_world_rank(c, c->rank), zo_comm_world_rank(c, r), n);
+    if (st == ZO_OK)
+        st = c->be->host_all_gather(c, mine, all, n * sizeof(uint64_t));
     for (size_t k = 0; st == ZO_OK && k < n; k++)
         for (int r = 0; r < c->size; r++)
-            if (all[(size_t)r * (n + 1) + k] != mine[k]) {
-                st = report_mismatch(c, all, n + 1, k, keys[k], values[k] ? values[k] : "");
+            if (all[(size_t)r * n + k] != mine[k]) {
+                st = report_mismatch(c, all, n, k, keys[k], values[k] ? values[k] : "");
                 break;
             }
     free(mine);

@@ -336,6 +336,9 @@ static void config_mismatch_names_the_key(void **state)
     snprintf(last, sizeof last, "%d", n - 1);
     if (!strstr(msg, "key 'zero_stage'") || !strstr(msg, last))
         fail_msg("rank %d: message does not name zero_stage and rank %d: %s", me, n - 1, msg);
+    /* Different lists of keys are told as such, not compared key by key. */
+    ZO_ASSERT_ST(zo_comm_check_config(world, keys, same, me == 0 ? 2 : 3), ZO_ERR_CONFIG);
+    assert_non_null(strstr(zo_last_error(), "different lists of configuration keys"));
 }
 
 static int free_port(void)
