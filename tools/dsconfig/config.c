@@ -110,6 +110,7 @@ static const char *const scheduler_names[] = {"WarmupLR", "WarmupDecayLR", "Warm
 static const char *const warmup_names[] = {"log", "linear", NULL};
 static const char *const mode_names[] = {"sync", "overlap", "dpu", NULL};
 static const char *const state_dtype_names[] = {"fp32", "bf16", NULL};
+static const char *const act_home_names[] = {"device", "host", NULL};
 
 static const key_spec optimizer_params_keys[] = {
     N("lr", optimizer.lr, F_AUTO, 0, HUGE_VAL),
@@ -276,6 +277,8 @@ static const key_spec zoffload_keys[] = {
     I("chunk_size", zoffload.chunk_size, F_UNITS, 0, NO_MAX),
     E("optimizer_mode", zoffload.optimizer_mode, 0, mode_names, ZO_OPTIM_SYNC),
     I("prefetch_lookahead", zoffload.prefetch_lookahead, 0, 0, 64),
+    I("micro_group", zoffload.micro_group, 0, 1, 1 << 20),
+    E("act_home", zoffload.act_home, 0, act_home_names, 0),
     {"nvme_paths", K_PATHLIST, 0, 0, 0, 0, NULL, 0, NULL},
     E("optimizer_state_dtype", zoffload.optimizer_state_dtype, 0, state_dtype_names, ZO_DTYPE_F32),
     {"placement", K_PLACEMENT, 0, 0, 0, 0, NULL, 0, &placement_sec},

@@ -233,6 +233,44 @@ zo_status zt_model_config_check(const zt_model_config *c)
     return ZO_OK;
 }
 
+zo_status zt_act_group_check(const zt_act_group *g)
+{
+    if (g && (g->micro_group < 0 || (g->act_home != ZT_ACT_DEVICE && g->act_home != ZT_ACT_HOST)))
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "micro-group %d (expected >= 0) and activation home %d (expected device "
+                       "or host)",
+                       g->micro_group, g->act_home);
+    return ZO_OK;
+}
+
+int zt_model_group(const zt_model_config *c, const zt_act_group *g)
+{
+    if (!g || g->micro_group <= 1 || c->n_micro <= 1)
+        return 1;
+    return g->micro_group < c->n_micro ? g->micro_group : c->n_micro;
+}
+
+/* The sets of layer inputs the arena holds: one per micro-batch of a group
+ * when they stay on the device, else one. */
+static int device_sets(const zt_model_config *c, const zt_act_group *g)
+{
+    return g && g->act_home == ZT_ACT_DEVICE ? zt_model_group(c, g) : 1;
+}
+
+static uint64_t ckpt_stride(const zt_model_config *c)
+{
+    uint64_t T = (uint64_t)c->micro_batch * c->seq;
+    return (T * c->shape.dim * zo_dtype_size(c->dt) + 255) / 256 * 256;
+}
+
+uint64_t zt_model_host_activation_bytes(const zt_model_config *c, const zt_act_group *g)
+{
+    int G = zt_model_group(c, g);
+    if (!g || g->act_home != ZT_ACT_HOST || G == 1)
+        return 0;
+    return (uint64_t)G * ((uint64_t)c->shape.n_layers + 2) * ckpt_stride(c);
+}
+
 /* ---- the arena: one region carved into named pieces ---- */
 
 /* Carving walks the arena with a cursor, each piece 256-byte aligned. */
@@ -273,6 +311,12 @@ static void carve_head(uint64_t *off, const zt_model_config *c, zt_head_offsets 
  * embedding gradient's, which are never live at the same time. */
 void zt_activation_layout_of(const zt_model_config *c, zt_activation_layout *out)
 {
+    zt_activation_layout_group(c, NULL, out);
+}
+
+void zt_activation_layout_group(const zt_model_config *c, const zt_act_group *g,
+                                zt_activation_layout *out)
+{
     const uint64_t T = (uint64_t)c->micro_batch * c->seq, d = c->shape.dim;
     const size_t es = zo_dtype_size(c->dt);
     zt_activation_layout *a = out;
@@ -281,10 +325,11 @@ void zt_activation_layout_of(const zt_model_config *c, zt_activation_layout *out
     a->tok_tgt = carve(&off, (uint64_t)c->n_micro * T * sizeof(int32_t));
     a->losses = carve(&off, (uint64_t)c->n_micro * sizeof(float));
     a->rope = carve(&off, (uint64_t)c->seq * (d / c->shape.n_heads) * sizeof(float));
-    uint64_t ck0 = off;
-    a->ckpt_stride = (T * d * es + 255) / 256 * 256;
-    a->ckpt = carve(&off, a->ckpt_stride * ((uint64_t)c->shape.n_layers + 1));
-    a->dres = carve(&off, T * d * es);
+    uint64_t ck0 = off, sets = (uint64_t)device_sets(c, g);
+    a->ckpt_stride = ckpt_stride(c);
+    /* set j's inputs at ckpt + j (L+1) strides, its residual gradient at dres + j strides */
+    a->ckpt = carve(&off, a->ckpt_stride * ((uint64_t)c->shape.n_layers + 1) * sets);
+    a->dres = carve(&off, a->ckpt_stride * (sets - 1) + T * d * es);
     uint64_t ws0 = off;
     carve_block(&off, c, &a->block, es);
     uint64_t end = off;
@@ -304,6 +349,21 @@ uint64_t zt_model_activation_bytes(const zt_model_config *c)
     zt_activation_layout a;
     zt_activation_layout_of(c, &a);
     return a.parts.total;
+}
+
+uint64_t zt_model_activation_bytes_group(const zt_model_config *c, const zt_act_group *g)
+{
+    zt_activation_layout a;
+    zt_activation_layout_group(c, g, &a);
+    return a.parts.total;
+}
+
+void zt_model_activation_parts_group(const zt_model_config *c, const zt_act_group *g,
+                                     zt_activation_parts *out)
+{
+    zt_activation_layout a;
+    zt_activation_layout_group(c, g, &a);
+    *out = a.parts;
 }
 
 void zt_model_activation_parts(const zt_model_config *c, zt_activation_parts *out)

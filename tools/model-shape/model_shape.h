@@ -85,6 +85,23 @@ typedef struct zt_model_config {
     zo_dtype dt;     /* parameter and activation dtype (bf16, fp16; fp32 for tests) */
 } zt_model_config;
 
+/* Layer-major micro-batches (zo-train's --micro-group, --act-home): the layer
+ * inputs the backward recomputes from (every block's input and the head's)
+ * and the residual gradient are kept per micro-batch of a group. NULL where
+ * a function takes one: micro-batch-major. */
+typedef struct zt_act_group {
+    int micro_group; /* micro-batches per group (0 or 1: none) */
+    int act_home;    /* where a group's are kept: ZT_ACT_DEVICE (in the arena) or ZT_ACT_HOST
+                        (pinned host memory, staged through the arena's one set) */
+} zt_act_group;
+
+enum { ZT_ACT_DEVICE = 0, ZT_ACT_HOST = 1 };
+
+/* Micro-batches per group: micro_group, at most n_micro; 1 without groups. */
+int zt_model_group(const zt_model_config *c, const zt_act_group *g);
+/* micro_group >= 0 and act_home device or host (g may be NULL). */
+zo_status zt_act_group_check(const zt_act_group *g);
+
 /* The shape, the batch and the dtype valid for the model. */
 zo_status zt_model_config_check(const zt_model_config *c);
 
@@ -124,6 +141,17 @@ typedef struct zt_activation_layout {
 void zt_activation_layout_of(const zt_model_config *c, zt_activation_layout *out);
 /* Device bytes of the arena (exact: what zo-train's zt_model_init allocates). */
 uint64_t zt_model_activation_bytes(const zt_model_config *c);
+/* The same with layer-major groups: with act_home device the arena holds a
+ * set of layer inputs and a residual gradient per micro-batch of a group (set
+ * j at ckpt + j (n_layers + 1) strides and dres + j strides). */
+void zt_activation_layout_group(const zt_model_config *c, const zt_act_group *g,
+                                zt_activation_layout *out);
+uint64_t zt_model_activation_bytes_group(const zt_model_config *c, const zt_act_group *g);
+void zt_model_activation_parts_group(const zt_model_config *c, const zt_act_group *g,
+                                     zt_activation_parts *out);
+/* Pinned host bytes of a group's layer inputs and residual gradients with
+ * act_home ZT_ACT_HOST (0 otherwise, or without groups). */
+uint64_t zt_model_host_activation_bytes(const zt_model_config *c, const zt_act_group *g);
 void zt_model_activation_parts(const zt_model_config *c, zt_activation_parts *out);
 
 #endif

@@ -153,6 +153,8 @@ static zo_status placement(zt_options *o, const zo_train_config *cfg)
         return zt_fail(ZO_ERR_CONFIG, "'zoffload.prefetch_lookahead' %lld is too large",
                        (long long)cfg->zoffload.prefetch_lookahead);
     o->lookahead = (int)cfg->zoffload.prefetch_lookahead;
+    o->micro_group = (int)cfg->zoffload.micro_group; /* within [1, 2^20]: the parser's range */
+    o->act_home = cfg->zoffload.act_home ? ZT_ACT_HOST : ZT_ACT_DEVICE;
     return ZO_OK;
 }
 

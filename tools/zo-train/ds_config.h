@@ -14,10 +14,11 @@
  *   zoffload.nvme_paths, else offload_optimizer.nvme_path and offload_param.nvme_path
  *                                                       -> --nvme-path
  *   aio.block_size, aio.queue_depth                     -> the NVMe request size and depth
- *   zoffload {device_mem, host_mem, chunk_size, optimizer_mode, prefetch_lookahead}
- *                                                       -> --device-mem, the pinned budget,
+ *   zoffload {device_mem, host_mem, chunk_size, optimizer_mode, prefetch_lookahead,
+ *             micro_group, act_home}                    -> --device-mem, the pinned budget,
  *                                                          --chunk-bytes, --optimizer-mode,
- *                                                          the prefetch depth
+ *                                                          the prefetch depth, --micro-group,
+ *                                                          --act-home
  * With neither fp16 nor bf16 enabled (DeepSpeed would train in fp32) zo-train
  * trains in bf16 and says so. The keys the parser stores but zo-train has no
  * use for (zero_optimization.stage3_*, sub_group_size, buffer counts and

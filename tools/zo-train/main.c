@@ -102,6 +102,12 @@ static void usage(FILE *f)
         "                         --param-device-bytes for the 16-bit parameters\n"
         "  --placement auto|homes auto: fill the host with states (then parameters) homed on\n"
         "                         NVMe up to --host-mem; homes: every chunk at its home\n"
+        "  --micro-group N        layer-major micro-batches: groups of N go through a layer\n"
+        "                         before the next (each layer fetched once per group and phase,\n"
+        "                         the group's gradients summed in fp32 on the device; default 1:\n"
+        "                         micro-batch-major; same losses either way)\n"
+        "  --act-home device|host where a group's layer inputs wait for its backward (default\n"
+        "                         device; host: pinned host memory, copied per layer)\n"
         "config:\n"
         "  --config FILE          a DeepSpeed-style JSON config (batch sizes, optimizer, "
         "scheduler,\n"
@@ -208,6 +214,8 @@ enum {
     OPT_OPTIM_HOST_BYTES,
     OPT_PARAM_DEVICE_BYTES,
     OPT_PARAM_HOST_BYTES,
+    OPT_MICRO_GROUP,
+    OPT_ACT_HOME,
     OPT_HELP
 };
 
@@ -255,6 +263,8 @@ static const struct option long_opts[] = {
     {"optim-host-bytes", required_argument, 0, OPT_OPTIM_HOST_BYTES},
     {"param-device-bytes", required_argument, 0, OPT_PARAM_DEVICE_BYTES},
     {"param-host-bytes", required_argument, 0, OPT_PARAM_HOST_BYTES},
+    {"micro-group", required_argument, 0, OPT_MICRO_GROUP},
+    {"act-home", required_argument, 0, OPT_ACT_HOME},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -287,6 +297,7 @@ static int parse_int_opt(int opt, const char *arg, cli *c)
     case OPT_SEQ: c->o.seq = (int)v; break;
     case OPT_MB: c->o.micro_batch = (int)v; break;
     case OPT_ACCUM: c->o.grad_accum = (int)v; break;
+    case OPT_MICRO_GROUP: c->o.micro_group = (int)v; break;
     case OPT_VAL: c->o.val_batches = (int)v; break;
     case OPT_LOG: c->log_every = (int)v; break;
     case OPT_SAVE_EVERY: c->save_every = (int)v; break;
@@ -366,6 +377,11 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
         if (parse_mode(arg, &c->o.mode) != 0)
             return bad_value(name, arg, "sync, overlap or dpu");
         return 0;
+    case OPT_ACT_HOME:
+        if (strcmp(arg, "device") && strcmp(arg, "host"))
+            return bad_value(name, arg, "device or host (NVMe is not supported)");
+        c->o.act_home = strcmp(arg, "host") == 0 ? ZT_ACT_HOST : ZT_ACT_DEVICE;
+        return 0;
     }
     return 0;
 }
@@ -413,6 +429,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_OFF_PARAM:
     case OPT_NVME:
     case OPT_MODE:
+    case OPT_ACT_HOME:
     case OPT_HOST_MEM: return parse_placement_opt(opt, arg, c);
     case OPT_PLACEMENT:
     case OPT_OPTIM_DEVICE_BYTES:

@@ -187,6 +187,7 @@ typedef struct head_ws {
 
 struct zt_model {
     zt_model_config c;
+    zt_act_group grp; /* layer-major groups (micro_group 0: none) */
     zo_device_t dev;
     zo_stream_t s;
     int T, hd; /* tokens per micro-batch, head dimension */
@@ -196,11 +197,18 @@ struct zt_model {
     int32_t *tok_in, *tok_tgt; /* n_micro * T each */
     float *losses;             /* n_micro */
     float *rope;               /* seq x head_dim/2 x {cos, sin} */
-    void **ckpt;     /* n_layers + 1 block inputs: ckpt[l] feeds block l+1, ckpt[L] the head */
-    void *dres;      /* the residual stream's gradient, carried layer to layer */
-    block_ws b;      /* the workspace, shared by... */
-    head_ws h;       /* ...the head's pieces and... */
-    float *emb_grad; /* ...the embedding gradient's fp32 accumulator */
+    void **ckpt; /* n_layers + 1 block inputs: ckpt[l] feeds block l+1, ckpt[L] the head */
+    void *dres;  /* the residual stream's gradient, carried layer to layer */
+    /* Layer-major groups: ckpt and dres point at the set of the group's
+     * micro-batch being computed; sets (device) of them in the arena, or one
+     * set staged to and from pinned host memory (act_home host). */
+    int G, sets;
+    void **ckpt_all, **dres_all; /* [set * (n_layers + 1) + l], [set] */
+    char *host_act;              /* act_home host: G x (n_layers + 2) strides, pinned */
+    uint64_t stride;
+    block_ws b;                  /* the workspace, shared by... */
+    head_ws h;                   /* ...the head's pieces and... */
+    float *emb_grad;             /* ...the embedding gradient's fp32 accumulator */
     int32_t *host_in, *host_tgt; /* staging for set_batch */
     zo_event_t staged;           /* the staging copies are done */
 };
@@ -209,16 +217,22 @@ struct zt_model {
 static void place(zt_model *m, char *base)
 {
     zt_activation_layout a;
-    zt_activation_layout_of(&m->c, &a);
+    zt_activation_layout_group(&m->c, &m->grp, &a);
     const zt_block_offsets *bo = &a.block;
     const zt_head_offsets *ho = &a.head;
     m->tok_in = (int32_t *)(base + a.tok_in);
     m->tok_tgt = (int32_t *)(base + a.tok_tgt);
     m->losses = (float *)(base + a.losses);
     m->rope = (float *)(base + a.rope);
-    for (int l = 0; l <= m->c.shape.n_layers; l++)
-        m->ckpt[l] = base + a.ckpt + (uint64_t)l * a.ckpt_stride;
-    m->dres = base + a.dres;
+    const int L1 = m->c.shape.n_layers + 1;
+    for (int j = 0; j < m->sets; j++) {
+        for (int l = 0; l < L1; l++)
+            m->ckpt_all[j * L1 + l] = base + a.ckpt + ((uint64_t)j * L1 + l) * a.ckpt_stride;
+        m->dres_all[j] = base + a.dres + (uint64_t)j * a.ckpt_stride;
+    }
+    m->ckpt = m->ckpt_all;
+    m->dres = m->dres_all[0];
+    m->stride = a.ckpt_stride;
 #define AT(off) ((void *)(base + (off)))
     m->b = (block_ws){.h1 = AT(bo->h1),
                       .q = AT(bo->q),
@@ -253,21 +267,51 @@ void zt_model_free(zt_model *m)
         zo_stream_synchronize(m->s);
     zo_event_destroy(m->staged);
     zo_device_mfree(m->dev, m->arena);
-    free(m->ckpt);
+    if (m->host_act && (zo_device_caps(m->dev) & ZO_DEVCAP_HOST_REGISTER))
+        zo_device_host_unregister(m->dev, m->host_act);
+    free(m->host_act);
+    free(m->ckpt_all);
+    free(m->dres_all);
     free(m->host_in);
     free(m->host_tgt);
     free(m);
 }
 
+/* act_home host: the group's layer inputs and residual gradients in host
+ * memory, pinned where the device can pin it. */
+static zo_status host_act_alloc(zt_model *m)
+{
+    uint64_t bytes = zt_model_host_activation_bytes(&m->c, &m->grp);
+    if (!bytes)
+        return ZO_OK;
+    m->host_act = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    if (!m->host_act)
+        return zt_fail(ZO_ERR_NO_MEMORY, "%llu bytes of host memory for the group's layer inputs",
+                       (unsigned long long)bytes);
+    if (zo_device_caps(m->dev) & ZO_DEVCAP_HOST_REGISTER) {
+        zo_status st = zo_device_host_register(m->dev, m->host_act, bytes);
+        if (st < 0) {
+            free(m->host_act);
+            m->host_act = NULL;
+            return zt_lib_fail(st, "pinning the group's layer inputs");
+        }
+    }
+    return ZO_OK;
+}
+
 static zo_status model_alloc(zt_model *m)
 {
     const zt_model_config *c = &m->c;
-    m->ckpt = calloc((size_t)c->shape.n_layers + 1, sizeof *m->ckpt);
+    m->G = zt_model_group(c, &m->grp);
+    m->sets = m->grp.act_home == ZT_ACT_DEVICE ? m->G : 1;
+    m->ckpt_all = calloc((size_t)m->sets * (c->shape.n_layers + 1), sizeof *m->ckpt_all);
+    m->dres_all = calloc((size_t)m->sets, sizeof *m->dres_all);
     m->host_in = malloc((size_t)c->n_micro * m->T * sizeof(int32_t));
     m->host_tgt = malloc((size_t)c->n_micro * m->T * sizeof(int32_t));
-    if (!m->ckpt || !m->host_in || !m->host_tgt)
+    if (!m->ckpt_all || !m->dres_all || !m->host_in || !m->host_tgt)
         return zt_fail(ZO_ERR_NO_MEMORY, "model host buffers");
-    m->arena_bytes = zt_model_activation_bytes(c);
+    ZT_TRY(host_act_alloc(m));
+    m->arena_bytes = zt_model_activation_bytes_group(c, &m->grp);
     ZT_LIB(zo_device_malloc(m->dev, m->arena_bytes, &m->arena));
     place(m, m->arena);
     ZT_LIB(zo_event_create(m->dev, &m->staged));
@@ -278,11 +322,20 @@ static zo_status model_alloc(zt_model *m)
 zo_status zt_model_init(zt_model **out, zo_device_t dev, zo_stream_t compute,
                         const zt_model_config *c)
 {
+    return zt_model_init_group(out, dev, compute, c, NULL);
+}
+
+zo_status zt_model_init_group(zt_model **out, zo_device_t dev, zo_stream_t compute,
+                              const zt_model_config *c, const zt_act_group *g)
+{
     ZT_TRY(zt_model_config_check(c));
+    ZT_TRY(zt_act_group_check(g));
     zt_model *m = calloc(1, sizeof *m);
     if (!m)
         return zt_fail(ZO_ERR_NO_MEMORY, "model");
     m->c = *c;
+    if (g)
+        m->grp = *g;
     m->dev = dev;
     m->s = compute;
     m->T = c->micro_batch * c->seq;
@@ -573,13 +626,97 @@ static zo_status forward_blocks(zt_model *m, const zt_param_source *src, int i)
 
 zo_status zt_model_train_micro(zt_model *m, const zt_param_source *src, int i, float grad_scale)
 {
-    ZT_TRY(check_micro(m, i));
+    return zt_model_train_group(m, src, i, 1, grad_scale);
+}
+
+/* ---- layer-major groups ---- */
+
+/* act_home host, a group of several: set j's inputs go through the arena's one set. */
+static int staged(const zt_model *m, int n)
+{
+    return m->host_act && n > 1;
+}
+
+static char *host_ckpt(const zt_model *m, int j, int l)
+{
+    return m->host_act + ((uint64_t)j * (m->c.shape.n_layers + 2) + l) * m->stride;
+}
+
+static char *host_dres(const zt_model *m, int j)
+{
+    return host_ckpt(m, j, m->c.shape.n_layers + 1);
+}
+
+/* Before micro-batch j of a group (of n) runs layer `layer` in `phase`: its
+ * set of layer inputs and residual gradient becomes the current one (on the
+ * device), or is copied into the arena's (act_home host). */
+static zo_status stage_in(zt_model *m, int j, int layer, zo_phase phase, int n)
+{
     const int L = m->c.shape.n_layers;
-    ZT_TRY(forward_blocks(m, src, i));
-    ZT_TRY(run_layer(m, src, L + 1, ZO_PHASE_BACKWARD, head_train_fn, i, grad_scale));
+    const size_t bytes = (size_t)m->T * m->c.shape.dim * m->es;
+    int set = m->sets > 1 ? j : 0;
+    m->ckpt = m->ckpt_all + (size_t)set * (L + 1);
+    m->dres = m->dres_all[set];
+    if (!staged(m, n))
+        return ZO_OK;
+    int input = layer == L + 1 ? L : layer - 1; /* the layer's input checkpoint */
+    if (input >= 0)
+        ZT_LIB(zo_memcpy_h2d_async(m->s, m->ckpt[input], host_ckpt(m, j, input), bytes));
+    if (phase == ZO_PHASE_BACKWARD && layer <= L) /* the gradient from the layer above */
+        ZT_LIB(zo_memcpy_h2d_async(m->s, m->dres, host_dres(m, j), bytes));
+    return ZO_OK;
+}
+
+/* After it: what it produced for the next layer goes back to the host. */
+static zo_status stage_out(zt_model *m, int j, int layer, zo_phase phase, int n)
+{
+    const size_t bytes = (size_t)m->T * m->c.shape.dim * m->es;
+    if (!staged(m, n))
+        return ZO_OK;
+    if (phase == ZO_PHASE_FORWARD)
+        ZT_LIB(zo_memcpy_d2h_async(m->s, host_ckpt(m, j, layer), m->ckpt[layer], bytes));
+    else if (layer > 0)
+        ZT_LIB(zo_memcpy_d2h_async(m->s, host_dres(m, j), m->dres, bytes));
+    return ZO_OK;
+}
+
+/* One fetch of the layer for micro-batches first..first+n-1, each in turn
+ * (grads_ready after each one's backward); release also follows a failure. */
+static zo_status run_group(zt_model *m, const zt_param_source *src, int layer, zo_phase phase,
+                           layer_fn fn, int first, int n, float scale)
+{
+    void *p[ZT_MAX_LAYER_TENSORS] = {0}, *g[ZT_MAX_LAYER_TENSORS] = {0};
+    ZT_TRY(src->fetch(src->ctx, layer, phase, m->s, p, g, ZT_MAX_LAYER_TENSORS));
+    zo_status st = ZO_OK;
+    for (int j = 0; st >= 0 && j < n; j++) {
+        st = stage_in(m, j, layer, phase, n);
+        if (st >= 0)
+            st = fn(m, layer, p, g, first + j, scale);
+        if (st >= 0 && phase == ZO_PHASE_BACKWARD)
+            st = src->grads_ready(src->ctx, layer, m->s);
+        if (st >= 0)
+            st = stage_out(m, j, layer, phase, n);
+    }
+    zo_status rst = src->release(src->ctx, layer, m->s);
+    return st < 0 ? st : rst;
+}
+
+zo_status zt_model_train_group(zt_model *m, const zt_param_source *src, int first, int n,
+                               float grad_scale)
+{
+    if (n < 1 || n > m->G || first < 0 || first + n > m->c.n_micro)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "a group of %d micro-batches from %d: the model holds groups of 1..%d "
+                       "within 0..%d",
+                       n, first, m->G, m->c.n_micro - 1);
+    const int L = m->c.shape.n_layers;
+    ZT_TRY(run_group(m, src, 0, ZO_PHASE_FORWARD, embed_fwd_fn, first, n, 0.0f));
+    for (int l = 1; l <= L; l++)
+        ZT_TRY(run_group(m, src, l, ZO_PHASE_FORWARD, block_fwd_fn, first, n, 0.0f));
+    ZT_TRY(run_group(m, src, L + 1, ZO_PHASE_BACKWARD, head_train_fn, first, n, grad_scale));
     for (int l = L; l >= 1; l--)
-        ZT_TRY(run_layer(m, src, l, ZO_PHASE_BACKWARD, block_bwd_fn, i, 0.0f));
-    return run_layer(m, src, 0, ZO_PHASE_BACKWARD, embed_bwd_fn, i, 0.0f);
+        ZT_TRY(run_group(m, src, l, ZO_PHASE_BACKWARD, block_bwd_fn, first, n, 0.0f));
+    return run_group(m, src, 0, ZO_PHASE_BACKWARD, embed_bwd_fn, first, n, 0.0f);
 }
 
 zo_status zt_model_eval_micro(zt_model *m, const zt_param_source *src, int i)

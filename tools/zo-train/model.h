@@ -65,6 +65,11 @@ typedef struct zt_model zt_model;
  * zt_model_activation_bytes, model_shape.h) computed on the compute stream. */
 zo_status zt_model_init(zt_model **out, zo_device_t dev, zo_stream_t compute,
                         const zt_model_config *c);
+/* The same with layer-major groups g (NULL: none; the arena is then
+ * zt_model_activation_bytes_group's, and with act_home host the group's
+ * layer inputs take zt_model_host_activation_bytes of pinned host memory). */
+zo_status zt_model_init_group(zt_model **out, zo_device_t dev, zo_stream_t compute,
+                              const zt_model_config *c, const zt_act_group *g);
 void zt_model_free(zt_model *m);
 
 /* Queue the copy of n_micro micro-batches of tokens (host arrays of
@@ -77,6 +82,13 @@ zo_status zt_model_set_batch(zt_model *m, const int32_t *inputs, const int32_t *
  * loss gradient is multiplied by grad_scale (the loss scale divided by the
  * number of micro-batches). Asynchronous on the compute stream. */
 zo_status zt_model_train_micro(zt_model *m, const zt_param_source *src, int i, float grad_scale);
+/* Micro-batches first..first+n-1 layer-major (n at most zt_model_group of
+ * the model's groups): each layer fetched once per phase for the group, each
+ * micro-batch's gradients handed over in turn under that fetch; the layer
+ * inputs the backward recomputes from and the residual gradients are kept
+ * per micro-batch (act_home). A group of 1 is zt_model_train_micro. */
+zo_status zt_model_train_group(zt_model *m, const zt_param_source *src, int first, int n,
+                               float grad_scale);
 /* Forward and loss only (validation). */
 zo_status zt_model_eval_micro(zt_model *m, const zt_param_source *src, int i);
 /* Wait for the compute stream and copy the losses of micro-batches 0..n-1

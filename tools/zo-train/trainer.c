@@ -188,6 +188,7 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
     c.nvme_paths = o->n_nvme_paths ? o->nvme_paths : NULL;
     c.n_nvme_paths = (size_t)o->n_nvme_paths;
     c.lookahead = o->lookahead;
+    c.micro_group = o->micro_group;
     c.mode = o->mode;
     c.grad_accum_steps = o->grad_accum;
     c.optim_threads = o->optim_threads;
@@ -270,12 +271,19 @@ static zt_model_config model_config(const zt_options *o)
     return mc;
 }
 
+static zt_act_group act_group(const zt_options *o)
+{
+    zt_act_group g = {o->micro_group, o->act_home};
+    return g;
+}
+
 /* The device budget: given, or (cpu device) the activations plus the
  * engine's minimum plus two layers of prefetch slots. */
 static zo_status choose_budget(zt_trainer *t, uint64_t *budget)
 {
     zt_model_config mc = model_config(&t->o);
-    t->setup.activation_bytes = zt_model_activation_bytes(&mc);
+    zt_act_group g = act_group(&t->o);
+    t->setup.activation_bytes = zt_model_activation_bytes_group(&mc, &g);
     *budget = t->o.device_mem;
     if (*budget || is_cuda(t))
         return ZO_OK;
@@ -378,7 +386,9 @@ static zo_status host_need(const zt_trainer *t, const zo_engine_config *c, uint6
     free(numel);
     free(layer);
     ZT_TRY(st);
-    part[0] = fp->pinned;
+    zt_model_config mc = model_config(&t->o);
+    zt_act_group g = act_group(&t->o);
+    part[0] = fp->pinned + zt_model_host_activation_bytes(&mc, &g);
     part[1] = fp->host;
     part[2] = fp->n_params * sizeof(float);
     part[3] = is_cuda(t) ? 0 : t->setup.device_budget;
@@ -493,7 +503,8 @@ static zo_status open_engine(zt_trainer *t)
     ZT_TRY(register_model(t->eng, &t->o, t->ids));
     /* The model's arena first: the engine then takes what it planned from the rest. */
     zt_model_config mc = model_config(&t->o);
-    ZT_TRY(zt_model_init(&t->m, t->dev, t->s, &mc));
+    zt_act_group g = act_group(&t->o);
+    ZT_TRY(zt_model_init_group(&t->m, t->dev, t->s, &mc, &g));
     ZT_LIB(zo_engine_finalize(t->eng));
     t->setup.footprint = (zo_engine_footprint)ZO_ENGINE_FOOTPRINT_INIT;
     ZT_LIB(zo_engine_footprint_get(t->eng, &t->setup.footprint));
@@ -524,6 +535,15 @@ zo_status zt_options_check(const zt_options *o)
         return zt_fail(ZO_ERR_INVALID_ARG, "--lr %g must be > 0", (double)o->lr);
     if (o->dtype != ZO_DTYPE_BF16 && o->dtype != ZO_DTYPE_F16)
         return zt_fail(ZO_ERR_INVALID_ARG, "parameter dtype must be bf16 or fp16");
+    if (o->micro_group < 0)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--micro-group %d: expected 0 or 1 (micro-batch-major) or the "
+                       "micro-batches per layer-major group (> 1)",
+                       o->micro_group);
+    if (o->act_home != ZT_ACT_DEVICE && o->act_home != ZT_ACT_HOST)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--act-home %d: expected device or host (NVMe is not supported)",
+                       o->act_home);
     return zt_schedule_check(&o->sched);
 }
 
@@ -629,8 +649,13 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
     ZT_TRY(zt_model_set_batch(t->m, t->in, t->tgt, n));
     /* The mean over micro-batches, times the loss scale (fp16). */
     float grad_scale = (float)(zo_engine_loss_scale(t->eng) / n);
-    for (int i = 0; i < n; i++)
-        ZT_TRY(zt_model_train_micro(t->m, &t->src, i, grad_scale));
+    /* layer-major: each group through a layer before the next (a group of 1:
+     * micro-batch-major); the engine sums the group's gradients on the device */
+    zt_model_config mc = model_config(&t->o);
+    zt_act_group g = act_group(&t->o);
+    const int G = zt_model_group(&mc, &g);
+    for (int i = 0; i < n; i += G)
+        ZT_TRY(zt_model_train_group(t->m, &t->src, i, n - i < G ? n - i : G, grad_scale));
     ZT_TRY(zt_model_read_losses(t->m, t->losses, n));
     memset(stats, 0, sizeof *stats);
     stats->struct_size = sizeof *stats;

@@ -52,9 +52,11 @@ typedef struct zt_options {
                               machine's, zt_host_limit) */
     uint32_t nvme_queue_depth, nvme_block_size; /* NVMe requests (0: the swap store's defaults) */
     int lookahead;                              /* engine prefetch depth */
-    int optim_threads;                          /* 0: the engine's default */
-    double val_fraction;                        /* held-out tail of the data */
-    int val_batches;                            /* validation micro-batches at most */
+    int micro_group;          /* layer-major groups of micro-batches (0 or 1: micro-batch-major) */
+    int act_home;             /* where a group's layer inputs wait: ZT_ACT_DEVICE or ZT_ACT_HOST */
+    int optim_threads;        /* 0: the engine's default */
+    double val_fraction;      /* held-out tail of the data */
+    int val_batches;          /* validation micro-batches at most */
     int resume_allow_changes; /* a checkpoint of other settings may be continued */
     const zo_swap_fault
         *nvme_faults; /* tests: armed when the swap stores open (zo_engine_set_swap_faults) */

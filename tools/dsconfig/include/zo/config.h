@@ -184,6 +184,8 @@ typedef struct zo_train_config {
         int64_t chunk_size;             /* bytes; 0 = planner decides */
         zo_optim_mode optimizer_mode;   /* sync */
         int64_t prefetch_lookahead;     /* 2 layers */
+        int64_t micro_group;            /* 1: micro-batch-major; N: layer-major groups of N */
+        int act_home;                   /* 0 device, 1 host: where a group's layer inputs wait */
         zo_dtype optimizer_state_dtype; /* fp32 */
         int64_t n_nvme_paths;           /* 0 */
         char nvme_paths[ZO_CONFIG_MAX_NVME_PATHS][ZO_CONFIG_PATH_CAP];
@@ -236,7 +238,7 @@ typedef struct zo_train_config {
                 .queue_depth = 8,                                                                  \
                 .intra_op_parallelism = 1,                                                         \
                 .overlap_events = 1},                                                              \
-        .zoffload = {.prefetch_lookahead = 2},                                                     \
+        .zoffload = {.prefetch_lookahead = 2, .micro_group = 1},                                   \
     }
 
 /* A config document being assembled: a file (or string), then command-line
