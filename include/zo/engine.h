@@ -164,9 +164,10 @@ typedef struct zo_engine_config {
  *            S = N for param_home device, else min(N, what the budget leaves), >= K
  *   pinned = N*C*P + [not grouped] N*C*G + [grouped] 2*N*C*G (fp32 group sums)
  *            + [optim_home nvme] 3*(6*C + [param_home nvme] C)
- *            + [param_home nvme] S*C (one staging twin per device slot)
+ *            + [param_home nvme] T*C (staging twins of the NVMe parameter loads)
  *            P = 0 (param_home nvme), 2 (optim_home nvme, or dpu), else 1 (host 16-bit copies)
  *            G = 2 for dpu, else 1 (host gradients, by step parity)
+ *            T = min(S, D), D = lookahead + 2 (the fetch served, the lookahead's, one more)
  *   host   = [optim_home host] 6*C*N + [overlap, optim_home host/device] 6*C*N (backups)
  *            + [grad_accum_steps > 1, not grouped] 2*C*N*G (fp32 accumulators)
  *   (grouped: micro_group > 1 and grad_accum_steps > 1)
@@ -174,7 +175,19 @@ typedef struct zo_engine_config {
  *            per chunk, current and alternate; the files add a 4 KiB header per extent)
  *            E = zo_engine_nvme_state_bytes(the fullest chunk's elements): the states'
  *            extents hold what the model's chunks hold, not the chunk size's worst case;
- *            P = the fullest chunk's 16-bit bytes rounded to 4 KiB */
+ *            P = the fullest chunk's 16-bit bytes rounded to 4 KiB
+ * Chunks whose 16-bit parameters are homed on NVMe keep no whole-model gradient
+ * mirror either (not grouped; grouped, their fp32 sums stay): their N*C*G pinned term becomes a
+ * ring of min(N, D) pinned chunk buffers the gradients come down into (pinned staging sized by the
+ * queue depth and the lookahead, not by the model). With grad_accum_steps 1
+ * the update needs them after the global norm, so each such chunk's G
+ * gradients wait in host memory (host += C*G per chunk) as long as host_bytes
+ * allows (all of them when it is 0), in chunk order, and the rest are spilled
+ * to checksummed NVMe extents (nvme += G*P per chunk: one per parity,
+ * rewritten every step) read back into the states' stages for the update
+ * (pinned += 3*C for their room, whether one spills or not). With more micro-batches the
+ * fp32 accumulators hold them and nothing waits in 16 bits. The grad_* and
+ * param_staging fields below break these terms out. */
 typedef struct zo_engine_footprint {
     size_t struct_size;
     uint64_t device, pinned, host, nvme;
@@ -182,6 +195,12 @@ typedef struct zo_engine_footprint {
     uint32_t n_chunks, max_chunks_per_layer;
     uint32_t device_param_slots, device_grad_slots;
     uint64_t n_params;
+    /* parts of the totals above: */
+    uint64_t param_staging; /* pinned: the staging twins of NVMe parameter loads (T*C) */
+    uint64_t grad_pinned;   /* pinned: 16-bit gradient mirrors and the gradient ring */
+    uint64_t grad_host;     /* host: 16-bit gradients waiting for the update in pageable memory */
+    uint64_t grad_nvme;     /* nvme: spilled 16-bit gradients' extent payload */
+    uint64_t grad_stage;    /* pinned: the stages' room for reading spilled gradients back */
 } zo_engine_footprint;
 
 #define ZO_ENGINE_FOOTPRINT_INIT                                                                   \
@@ -339,6 +358,8 @@ ZO_API int zo_engine_layer_tensors(zo_engine_t eng, int layer, int *ids, int cap
 ZO_API zo_swap_t zo_engine_nvme_store(zo_engine_t eng);
 /* The swap store holding the 16-bit parameters when param_home is nvme (else NULL). */
 ZO_API zo_swap_t zo_engine_nvme_param_store(zo_engine_t eng);
+/* The swap store holding the spilled 16-bit gradients (NULL when none spill). */
+ZO_API zo_swap_t zo_engine_nvme_grad_store(zo_engine_t eng);
 
 /* ---- checkpoints: the full optimizer state ----
  *
@@ -404,7 +425,8 @@ typedef enum zo_trace_track {
     ZO_TRACK_D2H = 1,          /* its device-to-host copy stream */
     ZO_TRACK_COMPUTE = 2,      /* the caller's compute stream while it waits for parameters */
     ZO_TRACK_NVME = 3,         /* an NVMe request queue, index 0 the optimizer states' store, 1
-                                  the parameters'; a span per request, from submission to
+                                  the parameters', 2 the spilled gradients'; a span per
+                                  request, from submission to
                                   completion, so spans overlap (requests in flight) */
     ZO_TRACK_HOST_JOBS = 4,    /* the engine's host job thread: gradient accumulation, norms,
                                   speculative updates (overlap mode) */

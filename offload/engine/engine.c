@@ -350,6 +350,8 @@ static eng_plan_in plan_in(const zo_engine_config *c, const eng_shape *sh, const
     in.max_chunk_elems = sh->max_chunk_elems;
     in.mode_p16_behind = mode_for(c->mode)->p16_behind;
     in.mode_backups = mode_for(c->mode)->backups;
+    in.grad_bufs = mode_for(c->mode)->grad_bufs;
+    in.grouped = eng_grouped(c);
     eng_plan_flags(&in);
     return in;
 }
@@ -362,6 +364,7 @@ static void place_homes(struct zo_engine *e, const eng_plan_in *in)
         k->pt = eng_param_tiers[eng_p16_home(in, c)];
         k->st = eng_state_tiers[eng_states_home(in, c)];
         k->p16_bufs = eng_p16_bufs(in, c);
+        k->g_staged = eng_grads_staged(in, c) && !in->grouped;
     }
 }
 
@@ -469,7 +472,7 @@ static uint64_t plan_pslots(const eng_plan_in *in, uint64_t budget, uint64_t fix
  * engine's own buffers here, each home's through its tier's accounting. */
 static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uint8_t *p16_home,
                        const uint8_t *states_home, uint64_t budget, zo_engine_footprint *fp,
-                       int *fits, char *msg, size_t cap)
+                       uint32_t g_split[2], int *fits, char *msg, size_t cap)
 {
     uint64_t cb = sh->chunk_bytes, ce = sh->chunk_elems, nc = sh->n_chunks;
     memset(fp, 0, sizeof *fp);
@@ -496,17 +499,19 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
     fp->device_grad_slots = sh->max_cpl;
     fp->device = in.pslots * cb + grads + t.device;
 
-    /* pinned: host 16-bit params and NVMe staging (tiers), host gradient buffers (the
-     * fp32 group sums when grouped) */
-    fp->pinned = t.pinned + nc * (uint64_t)g_bufs_for(c) * cb * (eng_grouped(c) ? 2 : 1);
-    if (*fits && c->pinned_bytes && fp->pinned > c->pinned_bytes)
-        *fits = shortfall(msg, cap, "pinned", fp->pinned, c->pinned_bytes,
-                          "16-bit parameter and gradient copies, NVMe staging");
-
-    /* host (pageable): optimizer states and overlap backups (tiers), fp32 accumulators */
+    /* pinned: host 16-bit params and NVMe staging (tiers); host (pageable): optimizer
+     * states and overlap backups (tiers), fp32 accumulators; nvme: two extents per chunk
+     * (current and alternate); then the 16-bit gradients within what the host has left */
+    fp->pinned = t.pinned;
+    fp->param_staging = t.param_staging;
     fp->host = t.host;
     if (c->grad_accum_steps > 1 && !eng_grouped(c))
         fp->host += nc * (uint64_t)g_bufs_for(c) * ce * sizeof(float);
+    fp->nvme = t.nvme;
+    eng_grads_account(&in, fp, &g_split[0], &g_split[1]);
+    if (*fits && c->pinned_bytes && fp->pinned > c->pinned_bytes)
+        *fits = shortfall(msg, cap, "pinned", fp->pinned, c->pinned_bytes,
+                          "16-bit parameter and gradient copies, NVMe staging");
 
     /* the host tier: pinned and pageable together, under one budget */
     if (*fits && c->host_bytes && fp->pinned + fp->host > c->host_bytes)
@@ -514,11 +519,9 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
                           "pinned + pageable: 16-bit copies, gradients, NVMe staging, optimizer "
                           "states, backups, accumulators");
 
-    /* nvme: two extents per chunk (current and alternate) */
-    fp->nvme = t.nvme;
     if (*fits && c->nvme_bytes && fp->nvme > c->nvme_bytes)
         *fits = shortfall(msg, cap, "nvme", fp->nvme, c->nvme_bytes,
-                          "optimizer states, two extents per chunk");
+                          "optimizer states, two extents per chunk, spilled gradients");
 }
 
 static zo_status compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int *fits, char *msg,
@@ -531,7 +534,11 @@ static zo_status compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int 
             sh.max_chunk_elems = e->chunks[i].n_elems;
     for (int i = 0; i < e->n_tensors; i++)
         sh.n_params += e->tensors[i].numel;
-    plan_tiers(&e->cfg, &sh, e->p16_home, e->states_home, device_budget(e), fp, fits, msg, cap);
+    uint32_t g_split[2];
+    plan_tiers(&e->cfg, &sh, e->p16_home, e->states_home, device_budget(e), fp, g_split, fits, msg,
+               cap);
+    e->g_kept_chunks = g_split[0];
+    e->g_spilled_chunks = g_split[1];
     return ZO_OK;
 }
 
@@ -616,8 +623,9 @@ zo_status zo_engine_footprint_for(const zo_engine_config *cfg, const zo_engine_l
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %u chunks' homes", sh.n_chunks);
     }
     choose_homes(cfg, &sh, p16, states);
-    plan_tiers(cfg, &sh, p16, states, cfg->device_bytes ? cfg->device_bytes : UINT64_MAX, fp, fits,
-               msg, cap);
+    uint32_t g_split[2];
+    plan_tiers(cfg, &sh, p16, states, cfg->device_bytes ? cfg->device_bytes : UINT64_MAX, fp,
+               g_split, fits, msg, cap);
     free(p16);
     free(states);
     return ZO_OK;
@@ -693,27 +701,12 @@ static zo_status alloc_device(struct zo_engine *e)
     return eng_group_alloc(e);
 }
 
-/* The engine's own pinned buffers: the host gradient copies (grouped: the
- * fp32 group sums, which take the accumulators' place). */
+/* The pinned pool the tiers and the gradients take their buffers from. */
 static zo_status alloc_pinned(struct zo_engine *e)
 {
-    int grouped = eng_grouped(&e->cfg);
     zo_hostpool_config pc = ZO_HOSTPOOL_CONFIG_INIT;
     pc.max_pinned_bytes = e->cfg.pinned_bytes ? e->cfg.pinned_bytes : e->fp.pinned;
-    ZO_TRY(zo_hostpool_init(&e->pool, e->dev, &pc));
-    size_t nc = e->n_chunks, n = nc * (size_t)e->g_bufs;
-    void **tmp = calloc(n ? n : 1, sizeof *tmp);
-    if (!tmp)
-        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
-    zo_status st = eng_take_pinned(e, e->chunk_bytes * (grouped ? 2 : 1), n, tmp);
-    for (size_t i = 0; st == ZO_OK && i < n; i++) {
-        if (grouped)
-            e->chunks[i % nc].acc[i / nc] = tmp[i];
-        else
-            e->chunks[i % nc].g16[i / nc] = tmp[i];
-    }
-    free(tmp);
-    return st;
+    return zo_hostpool_init(&e->pool, e->dev, &pc);
 }
 
 /* Every tier with chunks homed there reserves their storage: the states'
@@ -822,6 +815,7 @@ static void release_tiers(struct zo_engine *e)
         e->mode->settle(e);
     zo_optim_pool_free(e->opool);
     e->opool = NULL;
+    eng_grads_release(e);
     for (int t = 0; t < ENG_N_TIERS; t++)
         eng_param_tiers[t]->release(e);
     for (int t = 0; t < ENG_N_TIERS; t++)
@@ -863,6 +857,7 @@ static zo_status allocate_and_place(struct zo_engine *e)
     ZO_TRY(alloc_device(e));
     ZO_TRY(alloc_pinned(e));
     ZO_TRY(place_tiers(e));
+    ZO_TRY(eng_grads_place(e, eng_grouped(&e->cfg)));
     ZO_TRY(alloc_host(e));
     ZO_TRY(place_initial_states(e));
     ZO_TRY(zo_stream_synchronize(e->h2d));
@@ -935,6 +930,11 @@ zo_swap_t zo_engine_nvme_store(zo_engine_t e)
 zo_swap_t zo_engine_nvme_param_store(zo_engine_t e)
 {
     return e ? e->pswap : NULL;
+}
+
+zo_swap_t zo_engine_nvme_grad_store(zo_engine_t e)
+{
+    return e ? e->gswap : NULL;
 }
 
 zo_status zo_engine_set_lr(zo_engine_t e, float lr)
@@ -1012,6 +1012,7 @@ static zo_status abort_step(struct zo_engine *e, zo_status st)
     e->mode->settle(e); /* a failed delayed update is dropped; a good one stays pending */
     zo_stream_synchronize(e->h2d);
     zo_stream_synchronize(e->d2h);
+    eng_grads_abandon(e);
     reset_slots(e);
     eng_group_reset(e);
     for (int t = 0; t < ENG_N_TIERS; t++)
@@ -1175,6 +1176,7 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
             k->layer, k->n_ready);
     k->n_ready++;
     int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
+    ZO_TRY(eng_grads_stage(e, c, parity)); /* where the D2H lands */
     eng_gslot *g = &e->gslots[k->grad_slot];
     ZO_TRY(zo_event_record(k->computed, compute));
     ZO_TRY(zo_stream_wait_event(e->d2h, k->computed));
@@ -1315,6 +1317,7 @@ static void close_step(struct zo_engine *e)
 static zo_status finish_step(struct zo_engine *e, eng_verdict *v, int *rollbacks)
 {
     ZO_TRY(eng_wait_idle(e));
+    ZO_TRY(eng_grads_settle(e)); /* the spilled gradients are on NVMe */
     ZO_TRY(e->mode->settle(e));
     ZO_TRY(zo_stream_synchronize(e->h2d)); /* no copy still reads the host parameters */
     ZO_TRY(zo_stream_synchronize(e->d2h));

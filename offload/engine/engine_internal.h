@@ -13,6 +13,9 @@
  *   engine_tier.c              the tier tables' registry
  *   engine_tier_device.c -> engine_tier_host.c, engine_tier_nvme.c
  *                              the tiers (engine_tier.h)
+ *   engine_grads.c             the host side of the 16-bit gradients: pinned
+ *                              mirrors or the staging ring, kept in host
+ *                              memory or spilled to NVMe, read back
  *   engine_tier_common.c       what the tiers share
  *   engine_trace.c             timelines, stream timers, traced NVMe requests */
 #ifndef ZO_ENGINE_INTERNAL_H
@@ -58,7 +61,15 @@ typedef struct eng_chunk {
     size_t n_elems; /* elements in use (last tensor's end) */
     void *p16[2];   /* host 16-bit params (home host/device): current and next */
     int p16_cur;
-    void *g16[2];  /* host 16-bit gradients, by step parity (DPU uses both; not when grouped) */
+    void *g16[2];   /* host 16-bit gradients, by step parity (DPU uses both; not when grouped): the
+                       chunk's pinned   mirror, or where a staged chunk's are now (ring slot, gkeep,
+                       NVMe stage) */
+    int g_staged;   /* its gradients come down through the pinned ring (engine_grads.c) */
+    int g_kept;     /* ... and wait for the update in gkeep, else in gext on NVMe */
+    void *gkeep[2]; /* pageable copies, by step parity */
+    zo_swap_extent_t gext[2]; /* spilled: one extent per parity, rewritten every step */
+    uint64_t ggen[2];
+    int gring;     /* the ring slot its hand-over in flight holds, or -1 */
     float *acc[2]; /* fp32 accumulators (grad_accum_steps > 1), by step parity; grouped: the
                       pinned fp32 group sums (the running sum, the final gradient) */
     float *states; /* master | m | v (optim_home host or device) */
@@ -84,13 +95,35 @@ typedef struct eng_chunk {
 
 typedef struct eng_pslot {
     void *ptr;
-    int chunk;                /* -1 when free */
-    zo_event_t ready;         /* the H2D that filled it */
-    zo_event_t lastuse;       /* the compute work that last read it */
-    uint64_t tick;            /* when it was last fetched (LRU when no trace is followed) */
-    void *stage;              /* param_home nvme: pinned staging of the NVMe read before the H2D */
-    _Atomic(zo_swap_io_t) io; /* ... and the read's ticket until the h2d stream has waited it */
+    int chunk;          /* -1 when free */
+    zo_event_t ready;   /* the H2D that filled it */
+    zo_event_t lastuse; /* the compute work that last read it */
+    uint64_t tick;      /* when it was last fetched (LRU when no trace is followed) */
 } eng_pslot;
+
+/* param_home nvme: a pinned staging twin of the NVMe parameter loads (a
+ * ring of them, engine_tier_nvme.c): the NVMe read lands here, then the H2D. */
+typedef struct eng_twin {
+    void *ptr;
+    _Atomic(zo_swap_io_t) io; /* the read's ticket until the h2d stream has waited it */
+    int slot;                 /* the device slot its last H2D filled, or -1 */
+} eng_twin;
+
+/* A slot of the pinned gradient ring (engine_grads.c), under eng->mu. */
+typedef struct eng_gring {
+    void *ptr;
+    int busy;        /* held from a hand-over until its host job is done */
+    zo_swap_io_t io; /* a spill write from it still in flight */
+    int chunk;       /* ... of this chunk's gradients */
+} eng_gring;
+
+/* Chunk buffers of the pinned staging rings (gradients, NVMe parameter
+ * loads): the transfer being served, the lookahead's, and one more to
+ * overlap, whatever the model's size. */
+static inline uint32_t eng_staging_depth(const zo_engine_config *c)
+{
+    return (uint32_t)c->lookahead + 2u;
+}
 
 typedef struct eng_gslot {
     void *ptr;
@@ -195,6 +228,15 @@ struct zo_engine {
     zo_swap_t pswap; /* param_home nvme: the store of the 16-bit parameters */
     float *stage[ENG_NVME_STAGES];
     eng_spec_pipe spec;
+    eng_twin *twins; /* param_home nvme: the ring of staging twins */
+    uint32_t n_twins, next_twin;
+    /* the 16-bit gradients' host side (engine_grads.c) */
+    eng_gring *gring;
+    uint32_t n_gring;
+    uint32_t g_kept_chunks, g_spilled_chunks; /* staged chunks kept in host memory, spilled */
+    zo_swap_t gswap;                          /* the spilled gradients' store */
+    void *g_host;                             /* the kept gradients' pageable memory */
+    uint64_t g_extent;                        /* its extents: the fullest chunk's 16-bit bytes */
     zo_stream_t h2d, d2h;
     zo_stream_t compute; /* the last compute stream seen (to fence an aborted step) */
 
@@ -247,7 +289,7 @@ struct zo_engine {
         zo_swap_t store;
         uint64_t extent_bytes;
         zo_swap_stats at_open;
-    } stores[2];
+    } stores[3];
     int n_stores;
     uint64_t host_bytes, host_high;
 
@@ -314,6 +356,25 @@ zo_status eng_dpu_join(struct zo_engine *e);
 /* Commit the delayed update of the last step, when one is pending. */
 zo_status eng_dpu_commit_pending(struct zo_engine *e);
 
+/* engine_grads.c (plan side in engine_tier.h) */
+/* Before chunk c's D2H: a staged chunk takes a ring slot (its g16[parity]). */
+zo_status eng_grads_stage(struct zo_engine *e, uint32_t c, int parity);
+/* The host job is done with the hand-over in j: a staged chunk's final
+ * gradients are kept or spilled, its ring slot freed. */
+zo_status eng_grads_done(struct zo_engine *e, const eng_job *j);
+/* Before the update: every spill write has landed; the first failure. */
+zo_status eng_grads_settle(struct zo_engine *e);
+/* An abandoned step: spill writes waited for, ring slots freed. */
+void eng_grads_abandon(struct zo_engine *e);
+/* Start reading chunk c's spilled gradients of `parity` back into the
+ * stage's room (g16[parity] points there); *io stays NULL when they are not spilled. */
+zo_status eng_grads_read_back(struct zo_engine *e, uint32_t c, int parity, float *stage,
+                              zo_swap_io_t *io);
+/* Grouped (layer-major micro-batches): the pinned fp32 group sums of every
+ * chunk (acc) in place of the 16-bit mirrors, and no staging. */
+zo_status eng_grads_place(struct zo_engine *e, int grouped);
+void eng_grads_release(struct zo_engine *e);
+
 /* engine_trace.c */
 void eng_cast16(zo_dtype t, const float *src, void *dst, size_t n);
 /* A copy on the h2d (d2h = 0) or d2h stream, its duration added to the stream's busy time. */
@@ -323,7 +384,7 @@ zo_status eng_timed_copy(struct zo_engine *e, int d2h, uint32_t chunk, void *dst
 zo_status eng_compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t ev, uint32_t chunk);
 void eng_trace(struct zo_engine *e, zo_trace_track track, int index, const char *name, uint64_t t0,
                uint64_t t1, int chunk, uint64_t bytes);
-/* zo_swap_{write,read}_async on store 0 (states) or 1 (parameters), traced. */
+/* zo_swap_{write,read}_async on store 0 (states), 1 (parameters) or 2 (gradients), traced. */
 zo_status eng_swap_async(struct zo_engine *e, int write, int store, uint32_t chunk,
                          zo_swap_extent_t ext, void *buf, size_t len, uint64_t gen,
                          zo_swap_io_t *io);

@@ -128,11 +128,13 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
     if (accum && !eng_grouped(&e->cfg)) /* grouped: the device summed them */
         ZO_TRY(accumulate(e, k, j));
     if (!j->last)
-        return ZO_OK;
+        return eng_grads_done(e, j);
     const void *g = accum ? (const void *)k->acc[j->parity] : k->g16[j->parity];
     zo_dtype t = accum ? ZO_DTYPE_F32 : e->cfg.param_dtype;
     ZO_TRY(zo_optim_pool_grad_stats(e->opool, g, t, k->n_elems, &k->gstats));
-    return e->mode->speculates ? speculate(e, (uint32_t)j->chunk, j) : ZO_OK;
+    if (e->mode->speculates)
+        ZO_TRY(speculate(e, (uint32_t)j->chunk, j));
+    return eng_grads_done(e, j); /* kept or spilled for the update, the ring slot freed */
 }
 
 void eng_set_async_error(struct zo_engine *e, zo_status st)

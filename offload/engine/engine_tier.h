@@ -36,6 +36,8 @@ typedef struct eng_plan_in {
     uint64_t pslots;
     int mode_p16_behind; /* the mode writes 16-bit params behind the fetches */
     int mode_backups;    /* the mode backs resident states up before speculating */
+    int grad_bufs;       /* host 16-bit gradient buffers per chunk (the mode's, by parity) */
+    int grouped;         /* layer-major groups: pinned fp32 group sums per chunk, no staging */
     /* per-chunk homes (NULL: every chunk at cfg's param_home / optim_home) */
     const uint8_t *p16_home, *states_home;
     /* the tables' flags by home, from the registry (eng_plan_flags) */
@@ -144,6 +146,20 @@ zo_status eng_check_caps(const zo_engine_config *c);
  * at most max_chunk_elems elements. */
 uint64_t eng_p16_extent(uint64_t max_chunk_elems);
 
+/* engine_grads.c: the 16-bit gradients' host side in a plan. */
+/* Chunk c's gradients come down through the pinned ring (its 16-bit
+ * parameters are homed on NVMe: no whole-model mirror there), unless grouped. */
+int eng_grads_staged(const eng_plan_in *in, uint32_t c);
+/* Add the gradients' pinned, host and NVMe bytes to fp, which holds the
+ * rest of the plan's: mirrors, the ring, and, within cfg->host_bytes, the
+ * staged chunks' gradients kept in host memory (the first *kept of them),
+ * the others spilled (*spilled). */
+void eng_grads_account(const eng_plan_in *in, zo_engine_footprint *fp, uint32_t *kept,
+                       uint32_t *spilled);
+/* Bytes of a stage's room for a spilled chunk's gradients read back (at the
+ * stage's end, after the 16-bit parameters' room). */
+uint64_t eng_grads_stage_room(const struct zo_engine *e);
+
 /* engine_tier_common.c */
 zo_tier eng_p16_home(const eng_plan_in *in, uint32_t c);
 zo_tier eng_states_home(const eng_plan_in *in, uint32_t c);
@@ -163,6 +179,10 @@ uint32_t eng_chunks_at(const struct zo_engine *e, int kind, const void *table);
 void eng_store_opened(struct zo_engine *e, zo_swap_t store, uint64_t extent_bytes);
 /* n pinned slots of slot_bytes from the pool, as one set. */
 zo_status eng_take_pinned(struct zo_engine *e, size_t slot_bytes, size_t n, void **out);
+/* A swap store of n_extents extents of extent bytes, named cfg's nvme_name
+ * plus suffix, with the engine's NVMe settings and armed faults. */
+zo_status eng_open_store(struct zo_engine *e, uint64_t extent, uint64_t n_extents,
+                         const char *suffix, zo_swap_t *out);
 
 /* engine_tier_host.c: the resident operations the device tier shares */
 void eng_host_p16_account(const eng_plan_in *in, zo_tier t, zo_engine_footprint *fp);

@@ -3,6 +3,7 @@
  * allocations, timed NVMe waits. Below every tier file; calls only
  * engine_trace.c. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,4 +118,28 @@ void eng_store_opened(struct zo_engine *e, zo_swap_t store, uint64_t extent_byte
 {
     if (e->n_stores < (int)(sizeof e->stores / sizeof e->stores[0]))
         e->stores[e->n_stores++] = (struct eng_store){store, extent_bytes, ZO_SWAP_STATS_INIT};
+}
+
+zo_status eng_open_store(struct zo_engine *e, uint64_t extent, uint64_t n_extents,
+                         const char *suffix, zo_swap_t *out)
+{
+    zo_swap_config sc = ZO_SWAP_CONFIG_INIT;
+    char name[128];
+    snprintf(name, sizeof name, "%s%s", e->cfg.nvme_name, suffix);
+    sc.paths = e->cfg.nvme_paths;
+    sc.npaths = e->cfg.n_nvme_paths;
+    sc.capacity = n_extents * extent;
+    sc.extent_bytes = extent;
+    sc.engine = e->cfg.nvme_engine;
+    sc.name = name;
+    sc.faults = e->faults;
+    sc.nfaults = e->n_faults;
+    /* A file left by a run that was killed (its lock free, its header ours)
+     * is taken over: it must not block every later run on the directory. */
+    sc.reuse = ZO_SWAP_REUSE;
+    if (e->cfg.nvme_queue_depth)
+        sc.queue_depth = e->cfg.nvme_queue_depth;
+    if (e->cfg.nvme_block_size)
+        sc.block_size = e->cfg.nvme_block_size;
+    return zo_swap_open(&sc, out);
 }

@@ -17,31 +17,6 @@ static uint64_t state_io_bytes(const eng_chunk *k)
     return zo_engine_nvme_state_bytes(k->n_elems);
 }
 
-/* A swap store of two extents per chunk of `extent` bytes each. */
-static zo_status open_store(struct zo_engine *e, uint64_t extent, uint32_t n, const char *suffix,
-                            zo_swap_t *out)
-{
-    zo_swap_config sc = ZO_SWAP_CONFIG_INIT;
-    char name[128];
-    snprintf(name, sizeof name, "%s%s", e->cfg.nvme_name, suffix);
-    sc.paths = e->cfg.nvme_paths;
-    sc.npaths = e->cfg.n_nvme_paths;
-    sc.capacity = 2ull * n * extent;
-    sc.extent_bytes = extent;
-    sc.engine = e->cfg.nvme_engine;
-    sc.name = name;
-    sc.faults = e->faults;
-    sc.nfaults = e->n_faults;
-    /* A file left by a run that was killed (its lock free, its header ours)
-     * is taken over: it must not block every later run on the directory. */
-    sc.reuse = ZO_SWAP_REUSE;
-    if (e->cfg.nvme_queue_depth)
-        sc.queue_depth = e->cfg.nvme_queue_depth;
-    if (e->cfg.nvme_block_size)
-        sc.block_size = e->cfg.nvme_block_size;
-    return zo_swap_open(&sc, out);
-}
-
 static void states_unpack(const struct zo_engine *e, const eng_chunk *k, float *buf)
 {
     const size_t S = eng_state_stride(e, k), C = e->chunk_elems;
@@ -219,6 +194,7 @@ typedef struct nvme_pipe {
     const uint32_t *chunks; /* the i-th of the pipeline's chunks */
     const eng_update_args *u;
     zo_swap_io_t rd[ENG_NVME_STAGES], wr[ENG_NVME_STAGES], pwr[ENG_NVME_STAGES];
+    zo_swap_io_t grd[ENG_NVME_STAGES]; /* spilled gradients read back */
 } nvme_pipe;
 
 static zo_status pipe_wait(nvme_pipe *pp, zo_swap_io_t *io)
@@ -233,7 +209,8 @@ static zo_status pipe_wait(nvme_pipe *pp, zo_swap_io_t *io)
 static zo_status pipe_read(void *user, uint32_t c, unsigned s) /* c: the i-th */
 {
     nvme_pipe *pp = user;
-    return read_current(pp->e, pp->chunks[c], pp->e->stage[s], &pp->rd[s]);
+    ZO_TRY(read_current(pp->e, pp->chunks[c], pp->e->stage[s], &pp->rd[s]));
+    return eng_grads_read_back(pp->e, pp->chunks[c], pp->u->parity, pp->e->stage[s], &pp->grd[s]);
 }
 
 static zo_status pipe_update(void *user, uint32_t i, unsigned s)
@@ -242,6 +219,7 @@ static zo_status pipe_update(void *user, uint32_t i, unsigned s)
     struct zo_engine *e = pp->e;
     uint32_t c = pp->chunks[i];
     ZO_TRY(pipe_wait(pp, &pp->rd[s]));
+    ZO_TRY(pipe_wait(pp, &pp->grd[s]));
     zo_adam_params p;
     zo_adam_buffers b;
     eng_adam_args(e, &e->chunks[c], e->stage[s], pp->u, &p, &b);
@@ -256,14 +234,15 @@ static zo_status pipe_drain(void *user, unsigned s)
     zo_status a = pipe_wait(pp, &pp->rd[s]);
     zo_status b = pipe_wait(pp, &pp->wr[s]);
     zo_status c = pipe_wait(pp, &pp->pwr[s]);
-    return a < 0 ? a : b < 0 ? b : c;
+    zo_status g = pipe_wait(pp, &pp->grd[s]);
+    return a < 0 ? a : b < 0 ? b : c < 0 ? c : g;
 }
 
 static zo_status nvme_update(struct zo_engine *e, const uint32_t *chunks, uint32_t n,
                              const eng_update_args *u)
 {
     static const zo_swap_pipeline_ops ops = {pipe_read, pipe_update, pipe_drain};
-    nvme_pipe pp = {e, chunks, u, {0}, {0}, {0}};
+    nvme_pipe pp = {e, chunks, u, {0}, {0}, {0}, {0}};
     zo_status st = zo_swap_pipeline_run(n, ENG_NVME_STAGES, &ops, &pp);
     if (st < 0) {
         char why[512];
@@ -279,14 +258,14 @@ static zo_status nvme_update(struct zo_engine *e, const uint32_t *chunks, uint32
 
 typedef struct ticket_arg {
     struct zo_engine *e;
-    eng_pslot *p;
+    eng_twin *t;
 } ticket_arg;
 
 /* On the h2d stream: the NVMe read into the staging twin must land first. */
 static zo_status wait_ticket(void *arg)
 {
     ticket_arg *t = arg;
-    zo_swap_io_t io = atomic_exchange(&t->p->io, NULL);
+    zo_swap_io_t io = atomic_exchange(&t->t->io, NULL);
     if (!io)
         return ZO_OK;
     uint64_t t0 = zo_now_ns();
@@ -299,33 +278,42 @@ static zo_status wait_ticket(void *arg)
  * the h2d stream idle. */
 static void drop_tickets(struct zo_engine *e)
 {
-    for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++) {
-        zo_swap_io_t io = atomic_exchange(&e->pslots[s].io, NULL);
+    for (uint32_t i = 0; e->twins && i < e->n_twins; i++) {
+        zo_swap_io_t io = atomic_exchange(&e->twins[i].io, NULL);
         if (io)
             zo_swap_wait(io);
     }
 }
 
-/* NVMe -> the slot's pinned staging twin, then (on the h2d stream, once the
- * read has landed) the H2D. */
-static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, eng_pslot *p)
+/* NVMe -> the next pinned staging twin of the ring, then (on the h2d
+ * stream, once the read has landed) the H2D into slot s. */
+static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, uint32_t s, eng_twin **out)
 {
-    ZO_TRY(zo_event_synchronize(p->ready)); /* the twin's previous H2D is done */
-    zo_swap_io_t io = atomic_exchange(&p->io, NULL);
+    eng_twin *t = &e->twins[e->next_twin];
+    e->next_twin = (e->next_twin + 1) % e->n_twins;
+    /* the twin's previous H2D is done: the slot's ready event was recorded
+     * after it, or later on the same in-order stream */
+    if (t->slot >= 0)
+        ZO_TRY(zo_event_synchronize(e->pslots[t->slot].ready));
+    zo_swap_io_t io = atomic_exchange(&t->io, NULL);
     if (io)
         zo_swap_wait(io); /* its h2d task never ran: the failure was reported then */
     io = NULL;
-    ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[k->pext_cur], p->stage,
+    t->slot = -1;
+    ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[k->pext_cur], t->ptr,
                           e->p16_extent, k->pgen[k->pext_cur], &io));
-    atomic_store(&p->io, io);
-    ticket_arg t = {e, p};
-    zo_status st = zo_stream_enqueue(e->h2d, wait_ticket, &t, sizeof t);
+    atomic_store(&t->io, io);
+    ticket_arg ta = {e, t};
+    zo_status st = zo_stream_enqueue(e->h2d, wait_ticket, &ta, sizeof ta);
     if (st < 0) { /* never leave a ticket behind */
-        io = atomic_exchange(&p->io, NULL);
+        io = atomic_exchange(&t->io, NULL);
         if (io)
             zo_swap_wait(io);
+        return st;
     }
-    return st;
+    t->slot = (int)s;
+    *out = t;
+    return ZO_OK;
 }
 
 /* Store chunk c's states from st (master | m | v at the chunk's stride, a
@@ -365,54 +353,73 @@ uint64_t eng_p16_extent(uint64_t max_chunk_elems)
     return zo_round_up(max_chunk_elems * 2, ZO_SWAP_ALIGN);
 }
 
+/* A ring of staging twins: as many loads in flight as the staging depth
+ * (no more than there are slots to load into). */
+static uint64_t twins_for(uint64_t pslots, const zo_engine_config *c)
+{
+    uint64_t depth = eng_staging_depth(c);
+    return pslots < depth ? pslots : depth;
+}
+
 static void nvme_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
 {
     uint32_t n = p16_homed(in);
     if (!n)
         return;
-    fp->pinned += in->pslots * in->chunk_bytes; /* a staging twin per slot */
+    fp->param_staging = twins_for(in->pslots, in->cfg) * in->chunk_bytes;
+    fp->pinned += fp->param_staging;
     fp->nvme += 2ull * n * eng_p16_extent(in->max_chunk_elems);
 }
 
 static zo_status nvme_p16_place(struct zo_engine *e)
 {
     uint32_t n = eng_chunks_at(e, 0, &eng_param_tier_nvme);
-    void **tmp = calloc(e->n_pslots ? e->n_pslots : 1, sizeof *tmp);
-    if (!tmp)
-        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
-    zo_status st = eng_take_pinned(e, e->chunk_bytes, e->n_pslots, tmp);
+    e->n_twins = (uint32_t)twins_for(e->n_pslots, &e->cfg);
+    e->next_twin = 0;
+    e->twins = calloc(e->n_twins ? e->n_twins : 1, sizeof *e->twins);
+    void **tmp = calloc(e->n_twins ? e->n_twins : 1, sizeof *tmp);
+    zo_status st = e->twins && tmp ? eng_take_pinned(e, e->chunk_bytes, e->n_twins, tmp)
+                                   : ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the twins");
     /* reads fill a twin's first p16_extent bytes: the rest stays zero */
-    for (uint32_t s = 0; st == ZO_OK && s < e->n_pslots; s++) {
-        e->pslots[s].stage = tmp[s];
-        memset(tmp[s], 0, e->chunk_bytes);
+    for (uint32_t i = 0; st == ZO_OK && i < e->n_twins; i++) {
+        e->twins[i].ptr = tmp[i];
+        e->twins[i].slot = -1;
+        memset(tmp[i], 0, e->chunk_bytes);
     }
     free(tmp);
     ZO_TRY(st);
-    ZO_TRY(open_store(e, e->p16_extent, n, "-p16", &e->pswap));
+    ZO_TRY(eng_open_store(e, e->p16_extent, 2ull * n, "-p16", &e->pswap));
     eng_store_opened(e, e->pswap, e->p16_extent);
     for (uint32_t c = 0; c < e->n_chunks; c++)
         for (int i = 0; e->chunks[c].pt == &eng_param_tier_nvme && i < 2; i++)
             ZO_TRY(zo_swap_alloc_extent(e->pswap, 2ull * c + (uint64_t)i, &e->chunks[c].pext[i]));
     for (int i = 0; e->stage[0] && i < (int)ENG_NVME_STAGES; i++)
         ZO_TRY(zo_swap_register_buffer(e->pswap, e->stage[i], e->stage_bytes));
-    for (uint32_t s = 0; s < e->n_pslots; s++)
-        ZO_TRY(zo_swap_register_buffer(e->pswap, e->pslots[s].stage, e->chunk_bytes));
+    for (uint32_t i = 0; i < e->n_twins; i++)
+        ZO_TRY(zo_swap_register_buffer(e->pswap, e->twins[i].ptr, e->chunk_bytes));
     return ZO_OK;
 }
 
 static void nvme_p16_release(struct zo_engine *e)
 {
-    if (!e->pswap)
+    if (!e->pswap) {
+        free(e->twins);
+        e->twins = NULL;
+        e->n_twins = 0;
         return;
+    }
     drop_tickets(e);
     for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
         if (e->stage[i])
             zo_swap_unregister_buffer(e->pswap, e->stage[i]);
-    for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++)
-        if (e->pslots[s].stage)
-            zo_swap_unregister_buffer(e->pswap, e->pslots[s].stage);
+    for (uint32_t i = 0; e->twins && i < e->n_twins; i++)
+        if (e->twins[i].ptr)
+            zo_swap_unregister_buffer(e->pswap, e->twins[i].ptr);
     zo_swap_close(e->pswap);
     e->pswap = NULL;
+    free(e->twins);
+    e->twins = NULL;
+    e->n_twins = 0;
 }
 
 /* At placement, through the stage's spare room (the states' init left the
@@ -431,9 +438,9 @@ static zo_status nvme_p16_write(struct zo_engine *e, uint32_t c, const float *ma
 
 static zo_status nvme_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
 {
-    eng_pslot *p = &e->pslots[s];
-    ZO_TRY(stage_from_nvme(e, &e->chunks[c], p));
-    *src = p->stage;
+    eng_twin *t;
+    ZO_TRY(stage_from_nvme(e, &e->chunks[c], s, &t));
+    *src = t->ptr;
     return ZO_OK;
 }
 
@@ -500,15 +507,16 @@ static void nvme_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
 static zo_status nvme_states_place(struct zo_engine *e)
 {
     uint32_t n = eng_chunks_at(e, 1, &eng_state_tier_nvme);
-    e->stage_bytes =
-        e->state_extent_bytes + (eng_chunks_at(e, 0, &eng_param_tier_nvme) ? e->chunk_bytes : 0);
+    e->stage_bytes = e->state_extent_bytes +
+                     (eng_chunks_at(e, 0, &eng_param_tier_nvme) ? e->chunk_bytes : 0) +
+                     eng_grads_stage_room(e); /* spilled gradients read back */
     for (unsigned i = 0; i < ENG_NVME_STAGES; i++)
         e->spec.rd_chunk[i] = e->spec.wr_chunk[i] = -1;
     void *tmp[ENG_NVME_STAGES];
     ZO_TRY(eng_take_pinned(e, e->stage_bytes, ENG_NVME_STAGES, tmp));
     for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
         e->stage[i] = tmp[i];
-    ZO_TRY(open_store(e, e->nvme_state_extent, n, "", &e->swap));
+    ZO_TRY(eng_open_store(e, e->nvme_state_extent, 2ull * n, "", &e->swap));
     eng_store_opened(e, e->swap, e->nvme_state_extent);
     for (uint32_t c = 0; c < e->n_chunks; c++)
         for (int i = 0; e->chunks[c].st == &eng_state_tier_nvme && i < 2; i++)

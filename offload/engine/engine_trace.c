@@ -53,7 +53,7 @@ zo_status eng_swap_async(struct zo_engine *e, int write, int store, uint32_t chu
                          zo_swap_extent_t ext, void *buf, size_t len, uint64_t gen,
                          zo_swap_io_t *io)
 {
-    zo_swap_t s = store ? e->pswap : e->swap;
+    zo_swap_t s = store == 2 ? e->gswap : store ? e->pswap : e->swap;
     io_span *r = e->trace_fn ? malloc(sizeof *r) : NULL; /* without memory, untraced */
     if (r)
         *r = (io_span){e, store, write, chunk, len, zo_now_ns()};

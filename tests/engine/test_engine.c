@@ -6,6 +6,7 @@
  * fault in the middle of a step; trace-driven prefetch and Belady eviction. */
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -1813,6 +1814,189 @@ static void test_layer_major_fault_mid_group(void **state)
     }
 }
 
+/* ---- gradients kept within the host budget, spilled to NVMe beyond ---- */
+
+#define P16_EXTENT 8192ull /* the fullest chunk's 16-bit bytes, rounded to 4 KiB */
+
+/* The host budget that keeps the gradients of the first `kept` chunks in
+ * host memory and spills the others', from a footprint with none spilled:
+ * what the rest of the plan takes (the stages' room to read them back
+ * included), and their bytes by parity. */
+static uint64_t spill_budget(const zo_engine_footprint *fp, int kept, int g_bufs)
+{
+    assert_int_equal(fp->grad_stage, 3ull * CHUNK);
+    uint64_t rest = fp->pinned + fp->host - fp->grad_host;
+    return rest + (uint64_t)kept * (uint64_t)g_bufs * CHUNK;
+}
+
+static float median_norm(const run_out *o)
+{
+    double n[STEPS];
+    for (int s = 0; s < STEPS; s++)
+        n[s] = o->stats[s].grad_norm;
+    for (int i = 0; i < STEPS; i++)
+        for (int j = i + 1; j < STEPS; j++)
+            if (n[j] < n[i]) {
+                double t = n[i];
+                n[i] = n[j];
+                n[j] = t;
+            }
+    return (float)n[STEPS / 2];
+}
+
+/* With parameters and states on NVMe no whole-model gradient mirror is
+ * pinned: a ring of lookahead + 2 chunks is. Gradients kept in host memory
+ * up to the host budget and spilled to NVMe beyond it (half of them, all of
+ * them) train bitwise as with all kept, in sync, overlap (also with clipping,
+ * whose redo reads them back) and dpu modes; one byte below the smallest
+ * budget is refused naming the host tier. */
+static void test_spilled_gradients_train_bitwise(void **state)
+{
+    (void)state;
+    for (int m = 0; m < 4; m++) {
+        zo_optim_mode mode = m == 3 ? ZO_OPTIM_DPU : m ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC;
+        int g_bufs = mode == ZO_OPTIM_DPU ? 2 : 1;
+        run_cfg c = base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, mode);
+        run_out kept_all;
+        if (m == 2) {
+            run(&c, &kept_all);
+            c.max_norm = median_norm(&kept_all); /* about half the steps clip */
+            run_out_free(&kept_all);
+        }
+        run(&c, &kept_all);
+        assert_int_equal(kept_all.fp.grad_pinned, (2 + 2) * CHUNK); /* lookahead 2 */
+        assert_int_equal(kept_all.fp.grad_host, (uint64_t)N_CHUNKS * g_bufs * CHUNK);
+        assert_int_equal(kept_all.fp.grad_nvme, 0);
+        for (int kept = N_CHUNKS / 2; kept >= 0; kept -= N_CHUNKS / 2) {
+            run_out o;
+            c.host_bytes = spill_budget(&kept_all.fp, kept, g_bufs);
+            run(&c, &o);
+            assert_int_equal(o.fp.grad_host, (uint64_t)kept * g_bufs * CHUNK);
+            assert_int_equal(o.fp.grad_nvme, (uint64_t)(N_CHUNKS - kept) * g_bufs * P16_EXTENT);
+            assert_int_equal(o.fp.pinned + o.fp.host, c.host_bytes);
+            assert_same_weights(&kept_all, &o, STEPS);
+            int clipped = 0;
+            for (int s = 0; s < STEPS; s++)
+                clipped += o.stats[s].clipped;
+            assert_true(m != 2 || (clipped > 0 && o.stats[0].nvme_read_bytes > 0));
+            run_out_free(&o);
+        }
+        c.host_bytes = spill_budget(&kept_all.fp, 0, g_bufs) - 1;
+        expect_refusal(&c, ZO_ERR_BUDGET, "host tier");
+        run_out_free(&kept_all);
+    }
+}
+
+/* Flips a byte of every extent of the gradients' store once a gradient
+ * write lands (from the trace callback, on the store's I/O thread): the
+ * extents written so far this step fail their checksum when read back. */
+typedef struct corrupter {
+    _Atomic int armed;
+    int n;
+    char path[8][512];
+    uint64_t off[64];
+    int file[64];
+} corrupter;
+
+static void corrupt_on_write(void *ctx, const zo_trace_event *ev)
+{
+    corrupter *k = ctx;
+    if (ev->track != ZO_TRACK_NVME || ev->index != 2 || strcmp(ev->name, "nvme write") != 0 ||
+        !atomic_exchange(&k->armed, 0))
+        return;
+    for (int i = 0; i < k->n; i++) {
+        FILE *f = fopen(k->path[k->file[i]], "r+b");
+        assert_non_null(f);
+        assert_int_equal(fseek(f, (long)k->off[i], SEEK_SET), 0);
+        int b = fgetc(f);
+        assert_int_equal(fseek(f, (long)k->off[i], SEEK_SET), 0);
+        fputc(b ^ 0x5a, f);
+        fclose(f);
+    }
+}
+
+static void corrupter_locate(corrupter *k, zo_swap_t s)
+{
+    zo_swap_stats st = ZO_SWAP_STATS_INIT;
+    ZO_ASSERT_OK(zo_swap_get_stats(s, &st));
+    k->n = 0;
+    for (uint32_t x = 0; x < st.extents_total && k->n < 64; x++) {
+        const char *path;
+        uint64_t hdr, payload;
+        ZO_ASSERT_OK(zo_swap_extent_location(s, x, &path, &hdr, &payload));
+        snprintf(k->path[0], sizeof k->path[0], "%s", path); /* one directory: one file */
+        k->file[k->n] = 0;
+        k->off[k->n++] = payload;
+    }
+}
+
+/* Arm one EIO at requests of the gradients' store across a step (the
+ * first, the middle one and the last: writes, and in sync mode the reads
+ * back); each attempt fails the step and leaves the weights as they were. */
+static void fail_grad_step_at(harness *h, int s, uint64_t requests_per_step)
+{
+    zo_swap_t store = zo_engine_nvme_grad_store(h->eng);
+    const uint64_t ops[3] = {0, requests_per_step / 2, requests_per_step - 1};
+    for (int i = 0; i < 3; i++) {
+        float *before[TM_T];
+        read_masters(h, before);
+        zo_swap_fault f = {ZO_SWAP_FAULT_EIO, ops[i], 0};
+        ZO_ASSERT_OK(zo_swap_set_faults(store, &f, 1));
+        zo_status e = failing_step(h, s, before);
+        if (e != ZO_ERR_IO)
+            fail_msg("fault at request %d: step returned %d, expected ZO_ERR_IO: %s", (int)ops[i],
+                     (int)e, zo_last_error());
+        assert_non_null(strstr(zo_last_error(), "abandoned"));
+        ZO_ASSERT_OK(zo_swap_set_faults(store, NULL, 0));
+    }
+}
+
+/* Spilled gradients survive NVMe faults as the states do: a failed write or
+ * read, or an extent corrupted on disk, fails the step cleanly (abandoned,
+ * weights intact) and its retry trains as the run without faults. */
+static void test_spilled_gradient_faults(void **state)
+{
+    (void)state;
+    for (int m = 0; m < 2; m++) {
+        run_cfg c = base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, m ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC);
+        c.steps = 8;
+        run_out ref;
+        run(&c, &ref);
+        corrupter k = {0};
+        c.host_bytes = spill_budget(&ref.fp, N_CHUNKS / 2, 1);
+        c.trace = corrupt_on_write;
+        c.trace_ctx = &k;
+        harness h;
+        harness_open(&h, &c);
+        zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0};
+        ZO_ASSERT_OK(make_engine(&h, &never, 1));
+        zo_swap_t store = zo_engine_nvme_grad_store(h.eng);
+        assert_non_null(store);
+        corrupter_locate(&k, store);
+        double losses[8];
+        zo_step_stats st;
+        uint64_t per_step = 0;
+        for (int s = 0; s < c.steps; s++) {
+            if (s == 3)
+                fail_grad_step_at(&h, s, per_step);
+            if (s == 5 && !m) { /* only sync mode reads every spilled gradient back */
+                float *before[TM_T];
+                read_masters(&h, before);
+                atomic_store(&k.armed, 1);
+                ZO_ASSERT_ST(failing_step(&h, s, before), ZO_ERR_CORRUPT);
+                assert_int_equal(atomic_load(&k.armed), 0);
+            }
+            zo_swap_stats a = ZO_SWAP_STATS_INIT, b = ZO_SWAP_STATS_INIT;
+            ZO_ASSERT_OK(zo_swap_get_stats(store, &a));
+            ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
+            ZO_ASSERT_OK(zo_swap_get_stats(store, &b));
+            per_step = b.requests - a.requests;
+            assert_true(per_step > 0);
+        }
+        close_and_compare(&h, losses, &ref, c.steps);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1843,6 +2027,8 @@ int main(void)
         cmocka_unit_test(test_split_nvme_fault_during_step),
         cmocka_unit_test(test_split_caps_refused),
         cmocka_unit_test(test_host_budget),
+        cmocka_unit_test(test_spilled_gradients_train_bitwise),
+        cmocka_unit_test(test_spilled_gradient_faults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,6 +62,11 @@ static void expect_same_footprint(const zo_engine_footprint *a, const zo_engine_
     assert_int_equal(a->device_param_slots, b->device_param_slots);
     assert_int_equal(a->device_grad_slots, b->device_grad_slots);
     assert_int_equal(a->n_params, b->n_params);
+    assert_int_equal(a->param_staging, b->param_staging);
+    assert_int_equal(a->grad_pinned, b->grad_pinned);
+    assert_int_equal(a->grad_host, b->grad_host);
+    assert_int_equal(a->grad_nvme, b->grad_nvme);
+    assert_int_equal(a->grad_stage, b->grad_stage);
 }
 
 /* zo_engine_plan on an engine holding the model's tensors (zeros). */
@@ -110,6 +115,7 @@ static void test_footprint_for_equals_plan(void **state)
                 c.device_bytes = 1 + rnd() % (8u << 20);
                 c.pinned_bytes = rnd() % 4 == 0 ? rnd() % (4u << 20) : 0;
                 c.nvme_bytes = rnd() % 4 == 0 ? rnd() % (8u << 20) : 0;
+                c.host_bytes = rnd() % 4 == 0 ? rnd() % (16u << 20) : 0;
                 zo_engine_footprint a = ZO_ENGINE_FOOTPRINT_INIT, b = ZO_ENGINE_FOOTPRINT_INIT;
                 int fa = -1, fb = -1;
                 char ma[512], mb[512];
