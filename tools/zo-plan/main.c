@@ -818,9 +818,10 @@ static json_t *json_split(const zp_plan *p)
                         json_pack("{s:o,s:o,s:o}", "store", ju(p->grad_store), "host",
                                   ju(p->grad_store - p->grad_spill), "spilled", ju(p->grad_spill)));
     json_object_set_new(o, "traffic",
-                        json_pack("{s:o,s:o,s:o,s:o}", "h2d_params", ju(p->h2d_param_bytes),
-                                  "h2d_layer_inputs", ju(p->h2d_act_bytes), "d2h_grads",
-                                  ju(p->d2h_grad_bytes), "d2h_layer_inputs", ju(p->d2h_act_bytes)));
+                        json_pack("{s:o,s:o,s:o,s:o,s:o}", "h2d_params", ju(p->h2d_param_bytes),
+                                  "h2d_grad_sums", ju(p->h2d_grad_bytes), "h2d_layer_inputs",
+                                  ju(p->h2d_act_bytes), "d2h_grads", ju(p->d2h_grad_bytes),
+                                  "d2h_layer_inputs", ju(p->d2h_act_bytes)));
     json_object_set_new(o, "modelled",
                         json_pack("{s:I,s:I,s:I}", "device", (json_int_t)p->modelled.device,
                                   "pinned", (json_int_t)p->modelled.pinned, "host",

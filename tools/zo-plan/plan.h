@@ -173,7 +173,8 @@ typedef struct zp_plan {
     uint64_t spill_bytes; /* what the spilled gradients move each way (the chunks' used share) */
     uint64_t host_floor;  /* the least host memory a per-chunk plan of this job needs */
     uint64_t h2d_param_bytes, h2d_act_bytes, d2h_grad_bytes, d2h_act_bytes;
-    char reason[512]; /* why the planner chose this one */
+    uint64_t h2d_grad_bytes; /* fp32 group sums sent back up for the next group */
+    char reason[512];        /* why the planner chose this one */
 } zp_plan;
 
 /* FLOPs the device runs per token: the model's (zt_shape_flops_per_token)

@@ -69,21 +69,20 @@ typedef struct split_ctx {
 /* What a candidate needs besides the engine's footprint (plan.h: modelled):
  * the host tier's terms where homes are NVMe and the layer-major terms. */
 typedef struct extra {
-    int grads;            /* the gradient path is modelled (NVMe homes or groups > 1) */
-    int lm_grads;         /* gradients accumulated on the device over groups > 1 */
-    uint64_t dev;         /* device: the two below */
-    uint64_t dev_grads;   /* one layer's fp32 gradients, accumulated over the group */
-    uint64_t dev_inputs;  /* the layer inputs of the group's other micro-batches */
-    int64_t pinned;       /* staging in place of mirrors, and host layer inputs */
-    int64_t host;         /* the host's gradient store in place of the engine's */
-    uint64_t store;       /* the step's gradients the update needs */
-    int spillable;        /* the store may go to NVMe beyond the host's room */
-    uint64_t mirror;      /* the engine's 16-bit gradient mirror (pinned) */
-    uint64_t accum;       /* the engine's fp32 accumulators (host) */
-    uint64_t staging;     /* gradient staging in its place */
-    uint64_t p16_mirror;  /* host copies of device-resident parameters whose states are on NVMe */
-    uint64_t twins;       /* the engine's NVMe parameter staging, a twin per device slot */
-    uint64_t p16_staging; /* what replaces those two: lookahead-sized staging */
+    int grads;             /* the gradient path is modelled (NVMe homes or groups > 1) */
+    int grouped;           /* the engine sums the group's gradients on the device (G > 1, M > 1) */
+    uint64_t dev;          /* device: the two below */
+    uint64_t dev_inputs;   /* the layer inputs of the group's other micro-batches */
+    int64_t pinned;        /* staging in place of mirrors, and host layer inputs */
+    int64_t host;          /* the host's gradient store in place of the engine's */
+    uint64_t store;        /* the step's gradients the update needs */
+    int spillable;         /* the store may go to NVMe beyond the host's room */
+    uint64_t eng_pinned_g; /* the engine's pinned gradients: 16-bit copies, or fp32 group sums */
+    uint64_t eng_host_g;   /* the engine's fp32 accumulators (host; not grouped) */
+    uint64_t staging;      /* gradient staging in its place */
+    uint64_t p16_mirror;   /* host copies of device-resident parameters whose states are on NVMe */
+    uint64_t twins;        /* the engine's NVMe parameter staging, a twin per device slot */
+    uint64_t p16_staging;  /* what replaces those two: lookahead-sized staging */
 } extra;
 
 zo_engine_config zp_plan_engine_config(const zp_job *job, const zp_hardware *hw, const zp_plan *p)
@@ -100,6 +99,7 @@ zo_engine_config zp_plan_engine_config(const zp_job *job, const zp_hardware *hw,
     c.pinned_bytes = hw->pinned_max;
     c.mode = p->mode;
     c.grad_accum_steps = job->grad_accum;
+    c.micro_group = p->micro_group;
     return c;
 }
 
@@ -178,24 +178,25 @@ static void host_tier_terms(split_ctx *x, const zo_engine_footprint *fp, extra *
     e->pinned += (int64_t)e->p16_staging - (int64_t)e->p16_mirror - (int64_t)e->twins;
 }
 
-/* The gradients' path: the mirror becomes staging (fp32 with groups > 1),
- * and the store the update reads (fp32 accumulators, or 16-bit gradients
- * without accumulation) is kept in host memory up to the budget and, with one
- * group per step, spilled to NVMe beyond it. */
+/* The gradients' path where homes are NVMe: the engine's pinned copies
+ * (16-bit, or the fp32 group sums) become staging, and the store the update
+ * reads (fp32 sums or accumulators, or 16-bit gradients without
+ * accumulation) is kept in host memory up to the budget and, with one group
+ * per step, spilled to NVMe beyond it. */
 static void grad_terms(const split_ctx *x, const cand *c, const zo_engine_footprint *fp,
                        int has_nvme, extra *e)
 {
     const zp_job *job = x->job;
     uint64_t C = fp->chunk_bytes, N = fp->n_chunks, K = fp->max_chunks_per_layer;
-    uint64_t g_bufs = c->mode == ZO_OPTIM_DPU ? 2 : 1, per = e->lm_grads ? 2 * C : C;
+    uint64_t g_bufs = c->mode == ZO_OPTIM_DPU ? 2 : 1, per = e->grouped ? 2 * C : C;
     uint64_t n_groups = (uint64_t)(job->grad_accum + c->group - 1) / (uint64_t)c->group;
     e->staging = ZP_GRAD_STAGES * K * per;
-    e->pinned += (int64_t)e->staging - (int64_t)e->mirror;
-    e->store = e->lm_grads || job->grad_accum > 1 ? N * g_bufs * 2 * C : N * g_bufs * C;
+    e->pinned += (int64_t)e->staging - (int64_t)e->eng_pinned_g;
+    e->host -= (int64_t)e->eng_host_g;
+    e->store = e->grouped || job->grad_accum > 1 ? N * g_bufs * 2 * C : N * g_bufs * C;
     /* not the delayed update's second set, which the next step's backward
      * fills while the update reads the first */
     e->spillable = n_groups == 1 && c->mode != ZO_OPTIM_DPU && has_nvme;
-    e->host -= (int64_t)e->accum;
 }
 
 /* The terms the engine does not compute yet for candidate c under cfg. */
@@ -203,29 +204,28 @@ static void extra_terms(split_ctx *x, const cand *c, const zo_engine_config *cfg
                         const zo_engine_footprint *fp, int has_nvme, extra *e)
 {
     const zp_job *job = x->job;
-    uint64_t C = fp->chunk_bytes, N = fp->n_chunks, K = fp->max_chunks_per_layer;
+    uint64_t C = fp->chunk_bytes, N = fp->n_chunks;
     uint64_t g_bufs = c->mode == ZO_OPTIM_DPU ? 2 : 1;
     memset(e, 0, sizeof *e);
     place(x, cfg);
     int nvme_homes = 0;
     for (uint32_t k = 0; k < x->m.n_chunks; k++)
         nvme_homes |= x->states_home[k] == ZO_TIER_NVME || x->p16_home[k] == ZO_TIER_NVME;
-    e->mirror = N * g_bufs * C;
-    e->accum = job->grad_accum > 1 ? N * g_bufs * 2 * C : 0; /* fp32 per chunk element */
-    e->store = e->accum;
-    e->lm_grads = c->group > 1;
-    e->grads = e->lm_grads || nvme_homes;
-    if (nvme_homes)
+    /* the engine's own gradient buffers (engine.h's footprint) */
+    e->grouped = c->group > 1 && job->grad_accum > 1;
+    e->eng_pinned_g = N * g_bufs * C * (e->grouped ? 2 : 1);
+    e->eng_host_g = job->grad_accum > 1 && !e->grouped ? N * g_bufs * 2 * C : 0;
+    e->store = e->grouped ? e->eng_pinned_g : e->eng_host_g;
+    e->grads = nvme_homes;
+    if (nvme_homes) {
         host_tier_terms(x, fp, e);
-    if (e->grads)
         grad_terms(x, c, fp, has_nvme, e);
-    if (e->lm_grads)
-        e->dev_grads = K * 2 * C;
+    }
     if (c->act == ZP_ACT_DEVICE)
         e->dev_inputs = (uint64_t)(c->group - 1) * x->inputs_mb;
     else
         e->pinned += (int64_t)((uint64_t)c->group * x->inputs_mb);
-    e->dev = e->dev_grads + e->dev_inputs;
+    e->dev = e->dev_inputs;
 }
 
 static uint64_t host_need(const zo_engine_footprint *fp, const extra *e, uint64_t kept)
@@ -295,8 +295,9 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e, uint64_t kept)
     uint64_t C = fp->chunk_bytes, S = fp->device_param_slots, res = p->param_homes[ZO_TIER_DEVICE];
     p->device.params = res * C;
     p->device.param_slots = (S - res) * C;
-    p->device.grads = (uint64_t)fp->device_grad_slots * C + e->dev_grads;
-    p->device.states = fp->device - S * C - (uint64_t)fp->device_grad_slots * C;
+    /* the gradient slots, and their fp32 sums when grouped */
+    p->device.grads = (uint64_t)fp->device_grad_slots * C * (e->grouped ? 3 : 1);
+    p->device.states = fp->device - S * C - p->device.grads;
     p->device.inputs = x->act.inputs;
     p->device.checkpoints = x->act.checkpoints + e->dev_inputs;
     p->device.workspace = x->act.workspace;
@@ -305,14 +306,14 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e, uint64_t kept)
     int nvme_states = p->optim_homes[ZO_TIER_NVME] > 0, nvme_p16 = p->param_homes[ZO_TIER_NVME] > 0;
     uint64_t state_staging = nvme_states ? ZP_NVME_STAGES * (6 * C + (nvme_p16 ? C : 0)) : 0;
     uint64_t twins = nvme_p16 ? S * C : 0;
-    p->pinned.params = fp->pinned - state_staging - twins - e->mirror - e->p16_mirror;
+    p->pinned.params = fp->pinned - state_staging - twins - e->eng_pinned_g - e->p16_mirror;
     p->pinned.staging = state_staging + (nvme_p16 ? 0 : e->p16_staging);
     p->pinned.twins = nvme_p16 ? (e->twins ? e->p16_staging : twins) : 0;
-    p->pinned.grads = e->grads ? e->staging : e->mirror;
+    p->pinned.grads = e->grads ? e->staging : e->eng_pinned_g;
     p->pinned.total = (uint64_t)((int64_t)fp->pinned + e->pinned);
     p->host.states = (uint64_t)p->optim_homes[ZO_TIER_HOST] * 6 * C;
     p->host.backups = p->mode == ZO_OPTIM_OVERLAP ? p->host.states : 0;
-    p->host.accum = e->grads ? kept : e->accum;
+    p->host.accum = e->grads ? kept : e->eng_host_g;
     p->host.total = (uint64_t)((int64_t)fp->host + e->host + (int64_t)kept);
     p->modelled.device = (int64_t)e->dev;
     p->modelled.pinned = e->pinned;
@@ -320,7 +321,7 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e, uint64_t kept)
     p->grad_store = e->store;
     p->grad_spill = e->grads ? e->store - kept : 0;
     p->layer_inputs = (uint64_t)p->micro_group * x->inputs_mb;
-    p->peak_device = fp->device + e->dev_grads;
+    p->peak_device = fp->device;
     p->peak_pinned = p->pinned.total;
     p->peak_host = p->host.total;
 }
@@ -393,8 +394,10 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
     uint64_t M = (uint64_t)job->grad_accum;
     p->h2d_param_bytes = load_bytes;
     p->d2h_grad_bytes = p->micro_group > 1 ? (uint64_t)p->n_groups * used * 2 : M * used;
+    /* a later group's fp32 sums start from the running sum sent back up */
+    p->h2d_grad_bytes = p->micro_group > 1 ? (uint64_t)(p->n_groups - 1) * used * 2 : 0;
     p->h2d_act_bytes = p->d2h_act_bytes = p->act_home == ZP_ACT_HOST ? M * x->inputs_mb : 0;
-    p->h2d_bytes = load_bytes + p->h2d_act_bytes + publish;
+    p->h2d_bytes = load_bytes + p->h2d_act_bytes + p->h2d_grad_bytes + publish;
     p->d2h_bytes = p->d2h_grad_bytes + p->d2h_act_bytes;
     p->nvme_state_bytes = states;
     /* the NVMe-homed share of the loads, at the chunks' share of those paged */
@@ -491,6 +494,7 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
     cfg.pinned_bytes = hw->pinned_max;
     cfg.mode = c->mode;
     cfg.grad_accum_steps = job->grad_accum;
+    cfg.micro_group = c->group;
     ZT_TRY(zp_pack_model(&x->m, &cfg, zt_engine_layers(&job->shape)));
     /* the device: the arena, the reserve and the group's terms first */
     extra e;
@@ -560,6 +564,8 @@ static int better(const zp_plan *p, const zp_plan *q, const zp_hardware *hw)
         return overage(p, hw) < overage(q, hw);
     if (p->step_seconds != q->step_seconds)
         return p->step_seconds < q->step_seconds;
+    if (p->mode != q->mode) /* as fast: the reference mode, with no backups or rollbacks */
+        return p->mode == ZO_OPTIM_SYNC;
     return p->device.total + p->pinned.total + p->host.total <
            q->device.total + q->pinned.total + q->host.total;
 }
