@@ -55,33 +55,31 @@ static zo_status nccl_fail(ncclResult_t r, const char *what)
     return ZO_FAIL(ZO_ERR_NCCL, "comm", "%s: %s", what, ncclGetErrorString(r));
 }
 
-/* Polls a non-blocking communicator until its last call finished. */
-static ncclResult_t wait_ready(nccl_comm *nc, double timeout_s)
+static void abort_comm(nccl_comm *nc, const char *why);
+
+/* Polls a non-blocking communicator until its last call finished; aborts it
+ * (once, under the mutex the watchdog holds) after the timeout. */
+static ncclResult_t wait_ready(zo_comm_t c, const char *what)
 {
-    uint64_t deadline = zo_now_ns() + (uint64_t)(timeout_s * 1e9);
+    nccl_comm *nc = c->impl;
+    uint64_t deadline = zo_now_ns() + (uint64_t)(c->timeout_s * 1e9);
     ncclResult_t r;
     while (ncclCommGetAsyncError(nc->comm, &r) == ncclSuccess && r == ncclInProgress) {
         if (zo_now_ns() > deadline) {
-            ncclCommAbort(nc->comm);
-            nc->comm = NULL;
+            char why[512];
+            snprintf(why, sizeof why,
+                     "rank %d: %s did not finish within %.1f s: a rank was lost or hung (NCCL "
+                     "does not say which); communicator aborted",
+                     c->world_ranks ? c->world_ranks[c->rank] : c->rank, what, c->timeout_s);
+            pthread_mutex_lock(&nc->mu);
+            if (!nc->aborted)
+                abort_comm(nc, why);
+            pthread_mutex_unlock(&nc->mu);
             return ncclSystemError;
         }
         usleep(100);
     }
     return r;
-}
-
-static zo_status check_call(zo_comm_t c, ncclResult_t r, const char *what)
-{
-    nccl_comm *nc = c->impl;
-    if (r == ncclInProgress)
-        r = wait_ready(nc, c->timeout_s);
-    if (r != ncclSuccess && !nc->comm)
-        return ZO_FAIL(ZO_ERR_NCCL, "comm",
-                       "%s did not finish within %.1f s: the communicator was aborted (a rank was "
-                       "lost or hung; NCCL does not say which)",
-                       what, c->timeout_s);
-    return r == ncclSuccess ? ZO_OK : nccl_fail(r, what);
 }
 
 static zo_status aborted(zo_comm_t c)
@@ -93,6 +91,16 @@ static zo_status aborted(zo_comm_t c)
     snprintf(why, sizeof why, "%s", nc->why);
     pthread_mutex_unlock(&nc->mu);
     return a ? ZO_FAIL(ZO_ERR_NCCL, "comm", "%s", why) : ZO_OK;
+}
+
+static zo_status check_call(zo_comm_t c, ncclResult_t r, const char *what)
+{
+    if (r == ncclInProgress)
+        r = wait_ready(c, what);
+    if (r == ncclSuccess)
+        return ZO_OK;
+    ZO_TRY(aborted(c));
+    return nccl_fail(r, what);
 }
 
 /* ---- the watchdog ---- */
@@ -120,6 +128,8 @@ static void *watchdog_main(void *arg)
             ts.tv_nsec -= 1000000000;
         }
         pthread_cond_timedwait(&nc->cv, &nc->mu, &ts);
+        if (nc->stop || nc->aborted) /* an aborted communicator is gone */
+            break;
         ncclResult_t r = ncclSuccess;
         ncclCommGetAsyncError(nc->comm, &r);
         if (r != ncclSuccess && r != ncclInProgress) {
@@ -208,11 +218,20 @@ static zo_status start_comm(zo_comm_t c, nccl_comm *nc)
     if (cudaMalloc(&nc->scratch, nc->scratch_bytes) != cudaSuccess)
         return ZO_FAIL(ZO_ERR_CUDA, "comm", "nccl: cannot allocate %zu bytes of scratch",
                        nc->scratch_bytes);
-    pthread_mutex_init(&nc->mu, NULL);
-    pthread_cond_init(&nc->cv, NULL);
     if (pthread_create(&nc->watchdog, NULL, watchdog_main, c))
         return ZO_FAIL(ZO_ERR_SYSTEM, "comm", "nccl: cannot start the watchdog thread");
     return ZO_OK;
+}
+
+static nccl_comm *new_nccl_comm(int ordinal)
+{
+    nccl_comm *nc = calloc(1, sizeof *nc);
+    if (nc) {
+        nc->ordinal = ordinal;
+        pthread_mutex_init(&nc->mu, NULL);
+        pthread_cond_init(&nc->cv, NULL);
+    }
+    return nc;
 }
 
 static zo_status nccl_init(zo_comm_t c, const zo_rank_info *ri)
@@ -223,10 +242,9 @@ static zo_status nccl_init(zo_comm_t c, const zo_rank_info *ri)
         return ZO_FAIL(ZO_ERR_CONFIG, "comm",
                        "the nccl backend needs a cuda device, not '%s' (use mpi on the cpu device)",
                        info.backend);
-    nccl_comm *nc = calloc(1, sizeof *nc);
+    nccl_comm *nc = new_nccl_comm(info.ordinal);
     if (!nc)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, "comm", "out of memory");
-    nc->ordinal = info.ordinal;
     cudaSetDevice(nc->ordinal);
     ncclUniqueId id;
     zo_status st = get_unique_id(c, ri, nc, &id);
@@ -266,7 +284,7 @@ static void nccl_fini(zo_comm_t c)
     }
     if (nc->comm && !nc->aborted) {
         ncclCommFinalize(nc->comm);
-        if (wait_ready(nc, c->timeout_s) == ncclSuccess)
+        if (wait_ready(c, "ncclCommFinalize") == ncclSuccess)
             ncclCommDestroy(nc->comm);
     }
     if (nc->tmp)
@@ -280,12 +298,11 @@ static zo_status nccl_host_all_gather(zo_comm_t c, const void *mine, void *all, 
 
 static zo_status nccl_split(zo_comm_t c, int color, int key, zo_comm_t child)
 {
-    nccl_comm *parent = c->impl, *nc = calloc(1, sizeof *nc);
+    nccl_comm *parent = c->impl, *nc = new_nccl_comm(parent->ordinal);
     if (!nc)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, "comm", "out of memory");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    nc->ordinal = parent->ordinal;
     zo_status st = check_call(c,
                               ncclCommSplit(parent->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color,
                                             key, &nc->comm, &config),
@@ -295,6 +312,13 @@ static zo_status nccl_split(zo_comm_t c, int color, int key, zo_comm_t child)
         return st;
     }
     child->impl = nc;
+    /* Non-blocking: the new communicator finishes its own setup. */
+    st = check_call(child, ncclInProgress, "ncclCommSplit (the new communicator)");
+    if (st < 0) {
+        free(nc);
+        child->impl = NULL;
+        return st;
+    }
     ncclCommUserRank(nc->comm, &child->rank);
     ncclCommCount(nc->comm, &child->size);
     st = start_comm(child, nc);
