@@ -178,6 +178,11 @@ static void free_mpi_comm(mpi_comm *mc)
 static int start_op(mpi_op *o)
 {
     o->start_ns = zo_now_ns();
+    int collective =
+        o->type == OP_HOST_ALL_GATHER || o->type == OP_SPLIT ||
+        (o->type == OP_COLL && o->coll.kind != ZO_COLL_SEND && o->coll.kind != ZO_COLL_RECV);
+    if (collective)
+        o->coll_index = o->mc->colls++;
     int rc;
     switch (o->type) {
     case OP_COLL:
@@ -227,8 +232,10 @@ static int hb_start(void)
 {
     int n = engine.world_size;
     engine.hb_seen = calloc((size_t)n, sizeof(uint64_t));
+    engine.hb_colls = calloc((size_t)n, sizeof(uint64_t));
+    engine.hb_out = calloc((size_t)n, sizeof(uint64_t));
     engine.hb_send = calloc((size_t)n, sizeof(MPI_Request));
-    if (!engine.hb_seen || !engine.hb_send)
+    if (!engine.hb_seen || !engine.hb_colls || !engine.hb_out || !engine.hb_send)
         return MPI_ERR_NO_MEM;
     uint64_t now = zo_now_ns();
     for (int r = 0; r < n; r++) {
@@ -253,6 +260,7 @@ static void hb_tick(uint64_t now)
         if (MPI_Test(&engine.hb_recv, &got, &stat) != MPI_SUCCESS || !got)
             break;
         engine.hb_seen[stat.MPI_SOURCE] = now;
+        engine.hb_colls[stat.MPI_SOURCE] = engine.hb_in;
         MPI_Irecv(&engine.hb_in, 1, MPI_UINT64_T, MPI_ANY_SOURCE, 0, engine.hb_comm,
                   &engine.hb_recv);
     }
@@ -265,8 +273,10 @@ static void hb_tick(uint64_t now)
         int done = 1;
         if (engine.hb_send[r] != MPI_REQUEST_NULL)
             MPI_Test(&engine.hb_send[r], &done, MPI_STATUS_IGNORE);
-        if (done) /* never more than one heartbeat queued to a silent rank */
-            MPI_Isend(&engine.hb_out, 1, MPI_UINT64_T, r, 0, engine.hb_comm, &engine.hb_send[r]);
+        if (!done) /* never more than one heartbeat queued to a silent rank */
+            continue;
+        engine.hb_out[r] = engine.world->colls;
+        MPI_Isend(&engine.hb_out[r], 1, MPI_UINT64_T, r, 0, engine.hb_comm, &engine.hb_send[r]);
     }
 }
 
@@ -288,6 +298,23 @@ static int silent_ranks(const mpi_op *o, uint64_t now, char *buf, size_t cap, do
             *age = a > *age ? a : *age;
         }
     }
+    return found;
+}
+
+/* The world's ranks that, by their heartbeat, have not started world
+ * collective o yet: hung, or issuing collectives in another order. */
+static int late_ranks(const mpi_op *o, char *buf, size_t cap)
+{
+    size_t len = 0;
+    int found = 0;
+    buf[0] = 0;
+    if (o->mc != engine.world)
+        return 0;
+    for (int w = 0; w < engine.world_size && len + 16 < cap; w++)
+        if (w != engine.world_rank && engine.hb_colls[w] <= o->coll_index) {
+            len += (size_t)snprintf(buf + len, cap - len, "%s%d", found ? ", " : "", w);
+            found++;
+        }
     return found;
 }
 
@@ -318,6 +345,11 @@ static int watchdog(mpi_op *o, uint64_t now)
                  "rank %d: %s did not complete within %.1f s: lost rank(s) %s (no heartbeat "
                  "for %.1f s)",
                  engine.world_rank, what, o->c->timeout_s, ranks, silent);
+    else if (late_ranks(o, ranks, sizeof ranks))
+        snprintf(msg, sizeof msg,
+                 "rank %d: %s did not complete within %.1f s: rank(s) %s answer but have not "
+                 "entered it (hung, or issuing collectives in another order)",
+                 engine.world_rank, what, o->c->timeout_s, ranks);
     else
         snprintf(msg, sizeof msg,
                  "rank %d: %s did not complete within %.1f s, yet every rank answers: a rank "
@@ -413,6 +445,10 @@ static void shutdown_mpi(void)
         return;
     }
     MPI_Comm_free(&engine.hb_comm);
+    free(engine.hb_seen);
+    free(engine.hb_colls);
+    free(engine.hb_out);
+    free(engine.hb_send);
     free_mpi_comm(engine.world);
     engine.world = NULL;
     MPI_Op_free(&engine.op_bf16);

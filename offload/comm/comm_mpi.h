@@ -16,7 +16,8 @@ enum { ZO_COMM_MSG_CAP = 512 };
  * caller's send/recv, chain the exact reductions' messages. */
 typedef struct mpi_comm {
     MPI_Comm comm, chain;
-    uint64_t seq; /* exact reductions started (progress thread only): their tags */
+    uint64_t seq;   /* exact reductions started (progress thread only): their tags */
+    uint64_t colls; /* collectives started (progress thread only): the world's in heartbeats */
 } mpi_comm;
 
 typedef enum { OP_COLL, OP_HOST_ALL_GATHER, OP_SPLIT, OP_NATIVE, OP_FREE } mpi_op_type;
@@ -38,7 +39,7 @@ typedef struct mpi_op {
     /* the progress thread's state */
     MPI_Request req;
     void *scratch;
-    uint64_t start_ns, seq;
+    uint64_t start_ns, seq, coll_index;
     struct mpi_exact *exact;
     /* the result, published under the engine's mutex */
     int done;
@@ -64,7 +65,8 @@ typedef struct mpi_engine {
     /* the progress thread's own */
     MPI_Comm hb_comm;
     MPI_Request hb_recv, *hb_send;
-    uint64_t hb_in, hb_out, hb_last_sent, *hb_seen;
+    uint64_t hb_in, *hb_out, hb_last_sent, *hb_seen;
+    uint64_t *hb_colls; /* each rank's world collectives started, as its heartbeat said */
 } mpi_engine;
 
 MPI_Datatype zo_mpi_type(zo_dtype dt);

@@ -1,9 +1,9 @@
-/* A rank that dies mid-collective: the others fail within the watchdog's
- * bound with a message naming it, and never hang. Run without mpirun's
- * variables, this program is the driver: it starts itself under
- * `mpirun -np 3 --mca orte_abort_on_non_zero_status 0` (so that mpirun does
- * not kill the survivors first, as it does by default) and checks that both
- * survivors report "ok". */
+/* A rank that dies, or hangs, while the others are inside a collective:
+ * they fail within the watchdog's bound with a message naming it, and never
+ * hang. Run without mpirun's variables, this program is the driver: it
+ * starts itself under `mpirun -np 3 --mca orte_abort_on_non_zero_status 0`
+ * (so that mpirun does not kill the survivors first, as it does by default)
+ * once per scenario and checks that both survivors report "ok". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +15,10 @@
 
 enum { TIMEOUT_S = 2, BOUND_S = 3 * TIMEOUT_S + 5 };
 
-static int run_rank(void)
+static int run_rank(const char *scenario)
 {
+    int hang = !strcmp(scenario, "hang");
+    const char *want = hang ? "rank(s) 1 answer but have not entered it" : "lost rank(s) 1";
     zo_device_t dev;
     zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
     dc.backend = "cpu";
@@ -40,12 +42,12 @@ static int run_rank(void)
         return 1;
     }
     if (me == 1) {
-        /* Dies while the others are inside the next collective (dying
-         * within its own part of it could come too late: its part may be
-         * done before it dies). */
-        struct timespec ts = {0, 200000000};
+        /* Dies, or stops issuing collectives, while the others are inside
+         * the next one (dying within its own part of it could come too late:
+         * its part may be done before it dies). */
+        struct timespec ts = {hang ? 2 * TIMEOUT_S + 1 : 0, 200000000};
         nanosleep(&ts, NULL);
-        _exit(3);
+        _exit(hang ? 0 : 3);
     }
     uint64_t t0 = zo_now_ns();
     zo_comm_all_reduce(c, s, x, x, cnt, ZO_DTYPE_F32, ZO_REDUCE_EXACT);
@@ -54,8 +56,8 @@ static int run_rank(void)
     const char *msg = zo_last_error();
     if (st == ZO_OK)
         printf("rank %d: FAIL the collective succeeded without rank 1\n", me);
-    else if (!strstr(msg, "lost rank(s) 1 ") && !strstr(msg, "lost rank(s) 1, "))
-        printf("rank %d: FAIL the message does not name rank 1: %s\n", me, msg);
+    else if (!strstr(msg, want))
+        printf("rank %d: FAIL the message does not say '%s': %s\n", me, want, msg);
     else if (waited > BOUND_S)
         printf("rank %d: FAIL took %.1f s, more than %d s\n", me, waited, BOUND_S);
     else
@@ -67,13 +69,13 @@ static int run_rank(void)
     return 0;
 }
 
-static int drive(const char *mpiexec, const char *self)
+static int drive(const char *mpiexec, const char *self, const char *scenario)
 {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "timeout 120 %s --oversubscribe --mca orte_abort_on_non_zero_status 0 -np 3 %s "
+             "timeout 120 %s --oversubscribe --mca orte_abort_on_non_zero_status 0 -np 3 %s %s "
              "2>&1",
-             mpiexec, self);
+             mpiexec, self, scenario);
     FILE *p = popen(cmd, "r");
     if (!p) {
         perror("popen");
@@ -87,7 +89,7 @@ static int drive(const char *mpiexec, const char *self)
         bad += strstr(line, ": FAIL") != NULL;
     }
     pclose(p);
-    printf("test_comm_kill: %d of 2 survivors reported the lost rank in time, %d failures\n", ok,
+    printf("test_comm_kill %s: %d of 2 survivors named rank 1 in time, %d failures\n", scenario, ok,
            bad);
     return ok == 2 && !bad ? 0 : 1;
 }
@@ -95,10 +97,11 @@ static int drive(const char *mpiexec, const char *self)
 int main(int argc, char **argv)
 {
     if (getenv("OMPI_COMM_WORLD_RANK"))
-        return run_rank();
+        return run_rank(argc > 1 ? argv[1] : "die");
     if (argc < 2) {
         fprintf(stderr, "usage: test_comm_kill MPIEXEC\n");
         return 2;
     }
-    return drive(argv[1], argv[0]);
+    int died = drive(argv[1], argv[0], "die");
+    return drive(argv[1], argv[0], "hang") || died;
 }
