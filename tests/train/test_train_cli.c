@@ -373,6 +373,39 @@ static void expect_config_error(const char *json, const char *extra, const char 
     expect_usage_error(args, want);
 }
 
+/* Layer-major micro-batches: zoffload.micro_group and act_home set them,
+ * --micro-group and --act-home override; bad values are refused naming
+ * what would be right. */
+static void test_micro_group_config_and_flags(void **state)
+{
+    char args[1024], *err;
+    const char *path = write_config(
+        "group.json", "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": "
+                      "4, \"zoffload\": {\"micro_group\": 2, \"act_home\": \"host\"}}");
+    snprintf(args, sizeof args, "--config %s --steps 2 --json" TINY, path);
+    json_t *root = run_json(args, &err);
+    assert_int_equal(cfg_int(root, "micro_group"), 2);
+    assert_string_equal(cfg_str(root, "act_home"), "host");
+    json_t *losses = json_incref(json_object_get(root, "losses"));
+    json_decref(root);
+    free(err);
+    snprintf(args, sizeof args,
+             "--config %s --steps 2 --json --micro-group 1 --act-home device" TINY, path);
+    root = run_json(args, &err);
+    assert_int_equal(cfg_int(root, "micro_group"), 1);
+    assert_string_equal(cfg_str(root, "act_home"), "device");
+    assert_true(json_equal(losses, json_object_get(root, "losses"))); /* bitwise: same text */
+    json_decref(losses);
+    json_decref(root);
+    free(err);
+    expect_usage_error("--micro-group 0", "micro-group '0': expected an integer >= 1");
+    expect_usage_error("--act-home nvme", "expected device or host (NVMe is not supported)");
+    expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"act_home\": \"nvme\"}}", "",
+                        "'zoffload.act_home'");
+    expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"micro_group\": 0}}", "",
+                        "'zoffload.micro_group'");
+}
+
 /* A bad config fails before anything runs, with exit status 2 and the
  * parser's message naming the key. */
 static void test_config_errors(void **state)
@@ -730,6 +763,7 @@ int main(void)
         cmocka_unit_test(test_json_summary),
         cmocka_unit_test(test_human_summary),
         cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_micro_group_config_and_flags),
         cmocka_unit_test(test_run_failure_exits_1),
         cmocka_unit_test(test_host_limit_refuses_before_allocating),
         cmocka_unit_test(test_config_drives_the_run),

@@ -1022,6 +1022,10 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
         zt_home_name(su->param_home), "offload_optimizer", zt_home_name(su->optim_home),
         "optimizer_mode", zo_optim_mode_name(c->o.mode), "nvme_path", su->nvme_dir, "chunk_bytes",
         (json_int_t)su->footprint.chunk_bytes, "chunks", (json_int_t)su->footprint.n_chunks);
+    json_object_set_new(cfg, "micro_group",
+                        json_integer(c->o.micro_group > 1 ? c->o.micro_group : 1));
+    json_object_set_new(cfg, "act_home",
+                        json_string(c->o.act_home == ZT_ACT_HOST ? "host" : "device"));
     json_object_set_new(cfg, "placement",
                         json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "optimizer", "device",
                                   (json_int_t)su->optim_caps.device, "host",
