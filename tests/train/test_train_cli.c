@@ -294,6 +294,52 @@ static json_int_t cfg_int(json_t *root, const char *key)
     return json_integer_value(json_object_get(json_object_get(root, "config"), key));
 }
 
+/* The host limit is the engine's budget too: with the parameters and the
+ * optimizer on NVMe, the step's gradients wait in host memory as far as
+ * --host-mem allows and spill to NVMe beyond it (one chunk's, every
+ * chunk's), training as with all of them kept, the peaks within the limit;
+ * one byte below the smallest plan is refused before anything is allocated. */
+#define ON_NVME                                                                                    \
+    " --device cpu --dim 32 --layers 2 --heads 2 --ffn 64 --seq 16 --micro-batch 2 "               \
+    "--val-batches 2 --offload-param nvme --offload-optimizer nvme"
+
+static void test_host_mem_spills_gradients(void **state)
+{
+    (void)state;
+    char args[1024], *err;
+    snprintf(args, sizeof args, "--json --steps 3 --nvme-path %s" ON_NVME, g_dir);
+    json_t *all = run_json(args, &err);
+    free(err);
+    json_int_t pinned = int_at(all, "peak_bytes", "pinned"),
+               host = int_at(all, "peak_bytes", "host");
+    json_int_t chunk = cfg_int(all, "chunk_bytes"), chunks = cfg_int(all, "chunks");
+    assert_int_equal(host, chunks * chunk); /* every chunk's gradients kept */
+    json_int_t others = 4 * int_at(all, "model", "params") + int_at(all, "device", "budget");
+    json_int_t need = pinned + host + others;
+    for (json_int_t spilled = 1; spilled <= chunks; spilled += chunks - 1) {
+        json_int_t limit = need - spilled * chunk;
+        snprintf(args, sizeof args, "--json --steps 3 --host-mem %lld --nvme-path %s" ON_NVME,
+                 (long long)limit, g_dir);
+        json_t *o = run_json(args, &err);
+        free(err);
+        assert_true(json_equal(json_object_get(o, "losses"), json_object_get(all, "losses")));
+        assert_int_equal(int_at(o, "peak_bytes", "host"), host - spilled * chunk);
+        assert_int_equal(int_at(o, "peak_bytes", "pinned"), pinned);
+        assert_true(int_at(o, "peak_bytes", "pinned") + int_at(o, "peak_bytes", "host") + others <=
+                    limit);
+        assert_true(int_at(o, "peak_bytes", "nvme") > int_at(all, "peak_bytes", "nvme"));
+        json_decref(o);
+    }
+    snprintf(args, sizeof args, "--steps 1 --host-mem %lld --nvme-path %s" ON_NVME,
+             (long long)(need - chunks * chunk - 1), g_dir);
+    outputs r = run(args);
+    assert_int_equal(r.status, 1);
+    if (!strstr(r.err, "host memory: the plan needs") || !strstr(r.err, ": 1 B missing"))
+        fail_msg("stderr: %s", r.err);
+    outputs_free(&r);
+    json_decref(all);
+}
+
 static int count(const char *hay, const char *needle)
 {
     int n = 0;
@@ -766,6 +812,7 @@ int main(void)
         cmocka_unit_test(test_micro_group_config_and_flags),
         cmocka_unit_test(test_run_failure_exits_1),
         cmocka_unit_test(test_host_limit_refuses_before_allocating),
+        cmocka_unit_test(test_host_mem_spills_gradients),
         cmocka_unit_test(test_config_drives_the_run),
         cmocka_unit_test(test_flags_override_the_config),
         cmocka_unit_test(test_config_errors),
