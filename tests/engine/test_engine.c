@@ -1721,6 +1721,32 @@ static void test_layer_major_groups_equal_micro_batch_major(void **state)
         }
 }
 
+/* Groups with the parameters on NVMe through the smallest device budget
+ * (with the fp32 sums), and with the optimizer on the device (cpu device):
+ * bitwise the micro-batch-major runs. */
+static void test_layer_major_other_homes(void **state)
+{
+    (void)state;
+    const zo_tier homes[2][2] = {{ZO_TIER_NVME, ZO_TIER_NVME}, {ZO_TIER_HOST, ZO_TIER_DEVICE}};
+    for (int i = 0; i < 2; i++)
+        for (int m = 0; m < 3; m++) {
+            run_cfg c = base_cfg(homes[i][0], homes[i][1], (zo_optim_mode)m);
+            c.accum = 4;
+            c.steps = 8;
+            if (i == 0)
+                c.device_bytes = min_device_bytes();
+            run_out ref, o;
+            run(&c, &ref);
+            c.group = 4;
+            if (i == 0)
+                c.device_bytes = min_device_bytes() + 2 * 2 * CHUNK; /* and two fp32 sums */
+            run(&c, &o);
+            assert_same_weights(&o, &ref, c.steps);
+            run_out_free(&o);
+            run_out_free(&ref);
+        }
+}
+
 /* Grouped, the gradient slots gain fp32 sums on the device, the host's fp32
  * accumulators go, and the pinned 16-bit gradient copies become fp32 sums. */
 static void test_layer_major_footprint(void **state)
@@ -2018,6 +2044,7 @@ int main(void)
         cmocka_unit_test(test_stall_is_measured),
         cmocka_unit_test(test_trace_covers_every_track),
         cmocka_unit_test(test_layer_major_groups_equal_micro_batch_major),
+        cmocka_unit_test(test_layer_major_other_homes),
         cmocka_unit_test(test_layer_major_footprint),
         cmocka_unit_test(test_layer_major_moves_fewer_parameter_bytes),
         cmocka_unit_test(test_layer_major_fault_mid_group),
