@@ -148,6 +148,14 @@ static void test_h2d_falls_with_the_group(void **state)
     assert_int_equal(p1.d2h_grad_bytes, 4 * one.d2h_grad_bytes);
 }
 
+/* The pinned bytes a plan should total: the engine's, its modelled terms,
+ * and the layer inputs zo-train keeps in pinned host memory. */
+static uint64_t host_pinned(const zp_plan *p)
+{
+    return (uint64_t)((int64_t)p->fp.pinned + p->modelled.pinned) +
+           (p->act_home == ZP_ACT_HOST ? p->layer_inputs : 0);
+}
+
 static void expect_engine_footprint(const zp_job *j, const zp_hardware *hw, const zp_plan *p)
 {
     zo_engine_config cfg = zp_plan_engine_config(j, hw, p);
@@ -203,7 +211,7 @@ static void test_footprint_is_the_engines(void **state)
         fail_msg("%s", p.why);
     expect_engine_footprint(&j, &hw, &p);
     assert_true(p.optim_homes[ZO_TIER_HOST] > 0 && p.optim_homes[ZO_TIER_NVME] > 0);
-    assert_int_equal(p.pinned.total, (uint64_t)((int64_t)p.fp.pinned + p.modelled.pinned));
+    assert_int_equal(p.pinned.total, host_pinned(&p));
     assert_int_equal(p.host.total, (uint64_t)((int64_t)p.fp.host + p.modelled.host));
 
     /* nothing on NVMe, groups of one: the engine's footprint is the whole plan */
@@ -258,7 +266,7 @@ static void test_random_budgets_respected(void **state)
         assert_true(p.nvme.files <= hw.nvme_bytes);
         assert_true(p.param_caps.device <= (uint64_t)p.fp.n_chunks * p.fp.chunk_bytes);
         assert_true(p.optim_caps.host <= (uint64_t)p.fp.n_chunks * 6 * p.fp.chunk_bytes);
-        assert_int_equal(p.pinned.total, (uint64_t)((int64_t)p.fp.pinned + p.modelled.pinned));
+        assert_int_equal(p.pinned.total, host_pinned(&p));
         expect_engine_footprint(&j, &hw, &p);
     }
     /* the budgets drawn cover both outcomes */

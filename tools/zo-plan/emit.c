@@ -46,17 +46,9 @@ static zo_train_config make_config(const zp_emit *e)
     c.zoffload.placement.optimizer.host = (int64_t)e->optim_caps[1];
     c.zoffload.placement.params.device = (int64_t)e->param_caps[0];
     c.zoffload.placement.params.host = (int64_t)e->param_caps[1];
+    c.zoffload.micro_group = e->micro_group > 1 ? e->micro_group : 1;
+    c.zoffload.act_home = e->act_home == 2; /* the config's 0 device, 1 host */
     return c;
-}
-
-void zp_emit_left_out(const zp_emit *e, char *buf, size_t cap)
-{
-    buf[0] = 0;
-    if (e->micro_group > 1 || e->act_home == 2)
-        snprintf(buf, cap,
-                 "zoffload.micro_group %d and zoffload.act_home %s are not written: zo-train's "
-                 "config has no such keys yet",
-                 e->micro_group, e->act_home == 2 ? "host" : "device");
 }
 
 zo_status zp_emit_config(const zp_emit *e, const char *path)

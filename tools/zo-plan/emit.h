@@ -23,15 +23,10 @@ typedef struct zp_emit {
     int n_nvme_paths;
     /* the per-chunk plan (zeros for a fixed placement) */
     uint64_t optim_caps[2], param_caps[2]; /* device, host: zoffload.placement */
-    int micro_group;                       /* layer-major group (1: micro-batch-major) */
-    int act_home;                          /* zp_act_home: 1 device, 2 host */
+    int micro_group;                       /* zoffload.micro_group (1: micro-batch-major) */
+    int act_home;                          /* zp_act_home (1 device, 2 host): zoffload.act_home */
     uint64_t host_budget;                  /* the hard host limit planned against */
 } zp_emit;
-
-/* What a plan holds that the config has no key for yet ("" when nothing):
- * the layer-major group and the layer inputs' home until zo-train reads
- * them. */
-void zp_emit_left_out(const zp_emit *e, char *buf, size_t cap);
 
 /* Write the config to path and read it back with zo_train_config_load
  * (what zo-train does), so a file that zo-train would refuse is never left

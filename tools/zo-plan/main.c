@@ -392,18 +392,10 @@ typedef struct result {
     int rec;                            /* the recommendation: ZP_SPLIT when it is faster, or -1 */
     uint64_t work;
     char emitted[512];                  /* "" or the config's path */
-    char emit_note[256];                /* what the config could not hold ("" none) */
     int validated[ZP_N_STRATEGIES + 1]; /* 1: ran, -1: the trainer refused or failed (val_err) */
     zp_validation val[ZP_N_STRATEGIES + 1];
     char val_err[ZP_N_STRATEGIES + 1][512];
 } result;
-
-/* What the trainer cannot run of a plan yet (layer-major groups, layer
- * inputs on the host): --validate leaves it out and says so. */
-static int beyond_trainer(const zp_plan *p)
-{
-    return p->micro_group > 1 || p->act_home == ZP_ACT_HOST;
-}
 
 /* Progress of the long parts (--measure, --validate) on stderr. */
 static void say(const char *what)
@@ -446,7 +438,6 @@ static zo_status emit(const cli *c, result *r)
     for (int i = 0; i < c->req.n_nvme_paths; i++)
         e.nvme_paths[i] = c->req.nvme_paths[i];
     ZT_TRY(zp_emit_config(&e, c->emit_path));
-    zp_emit_left_out(&e, r->emit_note, sizeof r->emit_note);
     snprintf(r->emitted, sizeof r->emitted, "%s", c->emit_path);
     return ZO_OK;
 }
@@ -460,12 +451,8 @@ static void validate_all(const cli *c, result *r)
         if (!r->plans[s].fits)
             continue;
         char what[256];
-        snprintf(what, sizeof what, "trial run: %s, %d step(s) through zo-train's trainer%s",
-                 zp_strategy_name((zp_strategy)s), c->validate,
-                 beyond_trainer(&r->plans[s])
-                     ? " (micro-group 1, layer inputs on the device: the trainer has no "
-                       "--micro-group or --act-home yet)"
-                     : "");
+        snprintf(what, sizeof what, "trial run: %s, %d step(s) through zo-train's trainer",
+                 zp_strategy_name((zp_strategy)s), c->validate);
         say(what);
         zo_status st =
             zp_validate(&c->job, &r->hw, &r->plans[s], c->data, nvme, c->validate, &r->val[s]);
@@ -633,10 +620,10 @@ static void print_split_terms(const zp_plan *p)
            B(d, p->d2h_act_bytes), B(e, p->nvme_read_bytes), B((char[32]){0}, p->nvme_write_bytes));
     if (p->modelled.device || p->modelled.pinned || p->modelled.host)
         printf(
-            "    modelled by zo-plan until the engine computes them (layer-major groups): device "
-            "%+.2f GiB, pinned %+.2f GiB, host %+.2f GiB beside its footprint\n",
-            (double)p->modelled.device / (1 << 30), (double)p->modelled.pinned / (1 << 30),
-            (double)p->modelled.host / (1 << 30));
+            "    modelled by zo-plan until the engine computes them (staging in place of mirrors, "
+            "gradients kept or spilled, where homes are NVMe): pinned %+.2f GiB, host %+.2f GiB "
+            "beside its footprint\n",
+            (double)p->modelled.pinned / (1 << 30), (double)p->modelled.host / (1 << 30));
     if (p->host_floor)
         printf("    the least host memory a per-chunk plan of this job takes: %s\n",
                B(a, p->host_floor));
@@ -702,15 +689,14 @@ static void print_human(const cli *c, const result *r)
             zt_home_name(p->optim_home), (unsigned long long)p->fp.chunk_bytes,
             zo_optim_mode_name(p->mode));
         if (p->strategy == ZP_SPLIT)
-            printf(" --param-device-bytes %llu --optim-host-bytes %llu --host-mem %llu",
+            printf(" --param-device-bytes %llu --optim-host-bytes %llu --host-mem %llu "
+                   "--micro-group %d --act-home %s",
                    (unsigned long long)p->param_caps.device, (unsigned long long)p->optim_caps.host,
-                   (unsigned long long)p->host_budget);
+                   (unsigned long long)p->host_budget, p->micro_group,
+                   zp_act_home_name(p->act_home));
         printf("\n");
         if (p->strategy == ZP_SPLIT)
             printf("  why: %s\n", p->reason);
-        if (beyond_trainer(p))
-            printf("  not in zo-train yet: --micro-group %d --act-home %s (layer-major groups)\n",
-                   p->micro_group, zp_act_home_name(p->act_home));
     } else {
         printf("\nrecommended: none: no strategy fits (see the reasons above)\n");
     }
@@ -721,8 +707,6 @@ static void print_human(const cli *c, const result *r)
             "--heads %d --ffn %d%s\n",
             r->emitted, r->emitted, c->job.seq, sh->vocab, sh->dim, sh->n_layers, sh->n_heads,
             sh->ffn_dim, strcmp(r->hw.backend, "cpu") == 0 ? " --device cpu" : "");
-        if (r->emit_note[0])
-            printf("  %s\n", r->emit_note);
     }
     if (c->validate)
         print_validation(r);
@@ -831,8 +815,7 @@ static json_t *json_split(const zp_plan *p)
                                   ju(p->fp.pinned), "host", ju(p->fp.host), "nvme",
                                   ju(p->fp.nvme)));
     json_object_set_new(o, "reason", json_string(p->reason));
-    json_object_set_new(o, "not_in_trainer_yet",
-                        beyond_trainer(p) ? json_string("micro_group, act_home") : json_null());
+
     return o;
 }
 
@@ -912,8 +895,6 @@ static void print_json(const cli *c, const result *r)
                                      : json_null());
     json_object_set_new(root, "emitted_config",
                         r->emitted[0] ? json_string(r->emitted) : json_null());
-    json_object_set_new(root, "emitted_config_left_out",
-                        r->emit_note[0] ? json_string(r->emit_note) : json_null());
     json_object_set_new(root, "planner_work", ju(r->work));
     if (c->ds_estimate)
         json_object_set_new(root, "deepspeed_estimate", json_deepspeed(c));

@@ -57,8 +57,7 @@ typedef struct split_ctx {
     double tbw;
     uint64_t *work;
     model_layout m;
-    zt_activation_parts act;
-    uint64_t act_bytes; /* the arena zo-train allocates (one micro-batch's compute) */
+    zt_model_config mc; /* the activations' batch */
     uint64_t inputs_mb; /* the layer inputs of one micro-batch */
     uint8_t *p16_home;  /* per chunk, for the candidate being planned */
     uint8_t *states_home;
@@ -66,23 +65,21 @@ typedef struct split_ctx {
     uint64_t host_floor; /* the least host need seen over the candidates */
 } split_ctx;
 
-/* What a candidate needs besides the engine's footprint (plan.h: modelled):
- * the host tier's terms where homes are NVMe and the layer-major terms. */
+/* What a candidate needs besides the engine's footprint: zo-train's
+ * activations for the group, and the host tier's terms where homes are NVMe
+ * that the engine does not compute yet (plan.h: modelled). */
 typedef struct extra {
-    int grads;             /* the gradient path is modelled (NVMe homes or groups > 1) */
-    int grouped;           /* the engine sums the group's gradients on the device (G > 1, M > 1) */
-    uint64_t dev;          /* device: the two below */
-    uint64_t dev_inputs;   /* the layer inputs of the group's other micro-batches */
-    int64_t pinned;        /* staging in place of mirrors, and host layer inputs */
-    int64_t host;          /* the host's gradient store in place of the engine's */
-    uint64_t store;        /* the step's gradients the update needs */
-    int spillable;         /* the store may go to NVMe beyond the host's room */
-    uint64_t eng_pinned_g; /* the engine's pinned gradients: 16-bit copies, or fp32 group sums */
-    uint64_t eng_host_g;   /* the engine's fp32 accumulators (host; not grouped) */
-    uint64_t staging;      /* gradient staging in its place */
-    uint64_t p16_mirror;   /* host copies of device-resident parameters whose states are on NVMe */
-    uint64_t twins;        /* the engine's NVMe parameter staging, a twin per device slot */
-    uint64_t p16_staging;  /* what replaces those two: lookahead-sized staging */
+    int grads;   /* part of the step's gradients may wait outside pinned memory */
+    int grouped; /* the engine sums the group's gradients on the device (G > 1, M > 1) */
+    zt_activation_parts act; /* zo-train's arena for the group (device) */
+    uint64_t act_host;       /* the group's layer inputs in pinned host memory (zo-train's) */
+    int64_t pinned;          /* modelled: staging in place of the mirrors below */
+    int64_t host;            /* the engine's waiting gradients, taken out (kept is added back) */
+    uint64_t store;          /* the gradients that may wait in host memory or on NVMe */
+    int spillable;           /* the store may go to NVMe beyond the host's room */
+    uint64_t staging;        /* modelled: the fp32 sums' ring in place of the whole-model sums */
+    uint64_t p16_mirror;     /* modelled away: host copies of resident parameters, NVMe states */
+    uint64_t p16_staging;    /* modelled: what stages their new values instead */
 } extra;
 
 zo_engine_config zp_plan_engine_config(const zp_job *job, const zp_hardware *hw, const zp_plan *p)
@@ -160,77 +157,70 @@ static void count_homes(const split_ctx *x, zp_plan *p)
     }
 }
 
-/* The host tier where homes are NVMe: no whole-model 16-bit mirrors, staging
- * sized by the lookahead instead (the host helper's design, issue 15). */
-static void host_tier_terms(split_ctx *x, const zo_engine_footprint *fp, extra *e)
+/* The 16-bit host copies of device-resident parameters whose states are on
+ * NVMe (two: the update writes behind the fetches) grow with the model; the
+ * design (issue 15, deliverable 3) stages their new values through the
+ * update's NVMe stages instead. Not in the engine yet: modelled. */
+static void p16_mirror_terms(split_ctx *x, const zo_engine_footprint *fp, extra *e)
 {
-    uint64_t C = fp->chunk_bytes, K = fp->max_chunks_per_layer, n_mirrored = 0, n_p16_nvme = 0;
+    uint64_t C = fp->chunk_bytes, n_mirrored = 0, n_p16_nvme = 0;
     for (uint32_t k = 0; k < x->m.n_chunks; k++) {
         n_mirrored += x->p16_home[k] == ZO_TIER_DEVICE && x->states_home[k] == ZO_TIER_NVME;
         n_p16_nvme += x->p16_home[k] == ZO_TIER_NVME;
     }
-    e->p16_mirror = n_mirrored * 2 * C; /* current and next, as the update writes behind */
-    e->twins = n_p16_nvme ? (uint64_t)fp->device_param_slots * C : 0;
-    /* the new parameters of a resident chunk go up through its update's NVMe
-     * stage; paged ones through (lookahead + 1) layers of twins */
-    e->p16_staging = (n_mirrored && !n_p16_nvme ? ZP_NVME_STAGES * C : 0) +
-                     (n_p16_nvme ? (ZP_LOOKAHEAD + 1) * K * C : 0);
-    e->pinned += (int64_t)e->p16_staging - (int64_t)e->p16_mirror - (int64_t)e->twins;
+    e->p16_mirror = n_mirrored * 2 * C;
+    e->p16_staging = n_mirrored && !n_p16_nvme ? ZP_NVME_STAGES * C : 0;
+    e->pinned += (int64_t)e->p16_staging - (int64_t)e->p16_mirror;
 }
 
-/* The gradients' path where homes are NVMe: the engine's pinned copies
- * (16-bit, or the fp32 group sums) become staging, and the store the update
- * reads (fp32 sums or accumulators, or 16-bit gradients without
- * accumulation) is kept in host memory up to the budget and, with one group
- * per step, spilled to NVMe beyond it. */
+/* The step's gradients the update reads that may wait outside pinned memory:
+ * the engine's 16-bit ones (one micro-batch per step, parameters on NVMe:
+ * kept in host memory up to the budget, spilled beyond it; its grad_host
+ * counts them all when the engine is given no host budget, as here), and,
+ * modelled, the fp32 group sums of one group per step, which the engine
+ * keeps pinned today: a ring of lookahead + 2 chunks instead, the sums kept
+ * or spilled the same way (not in dpu mode, whose next backward fills a
+ * second set while the update reads the first). */
 static void grad_terms(const split_ctx *x, const cand *c, const zo_engine_footprint *fp,
                        int has_nvme, extra *e)
 {
     const zp_job *job = x->job;
-    uint64_t C = fp->chunk_bytes, N = fp->n_chunks, K = fp->max_chunks_per_layer;
-    uint64_t g_bufs = c->mode == ZO_OPTIM_DPU ? 2 : 1, per = e->grouped ? 2 * C : C;
+    uint64_t C = fp->chunk_bytes;
     uint64_t n_groups = (uint64_t)(job->grad_accum + c->group - 1) / (uint64_t)c->group;
-    e->staging = ZP_GRAD_STAGES * K * per;
-    e->pinned += (int64_t)e->staging - (int64_t)e->eng_pinned_g;
-    e->host -= (int64_t)e->eng_host_g;
-    e->store = e->grouped || job->grad_accum > 1 ? N * g_bufs * 2 * C : N * g_bufs * C;
-    /* not the delayed update's second set, which the next step's backward
-     * fills while the update reads the first */
-    e->spillable = n_groups == 1 && c->mode != ZO_OPTIM_DPU && has_nvme;
+    if (fp->grad_host) {
+        e->store = fp->grad_host;
+        e->host -= (int64_t)fp->grad_host;
+        e->spillable = has_nvme;
+        e->grads = 1;
+    } else if (e->grouped && n_groups == 1 && c->mode != ZO_OPTIM_DPU && has_nvme) {
+        e->store = fp->grad_pinned;
+        e->staging = (ZP_LOOKAHEAD + 2) * 2 * C;
+        e->pinned += (int64_t)e->staging - (int64_t)fp->grad_pinned;
+        e->spillable = 1;
+        e->grads = 1;
+    }
 }
 
-/* The terms the engine does not compute yet for candidate c under cfg. */
+/* What candidate c needs beyond the engine's footprint under cfg. */
 static void extra_terms(split_ctx *x, const cand *c, const zo_engine_config *cfg,
                         const zo_engine_footprint *fp, int has_nvme, extra *e)
 {
     const zp_job *job = x->job;
-    uint64_t C = fp->chunk_bytes, N = fp->n_chunks;
-    uint64_t g_bufs = c->mode == ZO_OPTIM_DPU ? 2 : 1;
     memset(e, 0, sizeof *e);
     place(x, cfg);
-    int nvme_homes = 0;
-    for (uint32_t k = 0; k < x->m.n_chunks; k++)
-        nvme_homes |= x->states_home[k] == ZO_TIER_NVME || x->p16_home[k] == ZO_TIER_NVME;
-    /* the engine's own gradient buffers (engine.h's footprint) */
     e->grouped = c->group > 1 && job->grad_accum > 1;
-    e->eng_pinned_g = N * g_bufs * C * (e->grouped ? 2 : 1);
-    e->eng_host_g = job->grad_accum > 1 && !e->grouped ? N * g_bufs * 2 * C : 0;
-    e->store = e->grouped ? e->eng_pinned_g : e->eng_host_g;
-    e->grads = nvme_homes;
-    if (nvme_homes) {
-        host_tier_terms(x, fp, e);
-        grad_terms(x, c, fp, has_nvme, e);
-    }
-    if (c->act == ZP_ACT_DEVICE)
-        e->dev_inputs = (uint64_t)(c->group - 1) * x->inputs_mb;
-    else
-        e->pinned += (int64_t)((uint64_t)c->group * x->inputs_mb);
-    e->dev = e->dev_inputs;
+    p16_mirror_terms(x, fp, e);
+    grad_terms(x, c, fp, has_nvme, e);
+    /* the layer inputs as zo-train keeps them (model_shape.h) */
+    zt_act_group g = {c->group, c->act == ZP_ACT_HOST ? ZT_ACT_HOST : ZT_ACT_DEVICE};
+    zt_model_activation_parts_group(&x->mc, &g, &e->act);
+    e->act_host = zt_model_host_activation_bytes(&x->mc, &g);
 }
 
 static uint64_t host_need(const zo_engine_footprint *fp, const extra *e, uint64_t kept)
 {
-    int64_t v = (int64_t)(fp->pinned + fp->host) + e->pinned + e->host + (int64_t)kept;
+    int64_t v =
+        (int64_t)(fp->pinned + fp->host + e->act_host) + e->pinned + e->host + (int64_t)kept;
     return v > 0 ? (uint64_t)v : 0;
 }
 
@@ -298,31 +288,32 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e, uint64_t kept)
     /* the gradient slots, and their fp32 sums when grouped */
     p->device.grads = (uint64_t)fp->device_grad_slots * C * (e->grouped ? 3 : 1);
     p->device.states = fp->device - S * C - p->device.grads;
-    p->device.inputs = x->act.inputs;
-    p->device.checkpoints = x->act.checkpoints + e->dev_inputs;
-    p->device.workspace = x->act.workspace;
+    p->device.inputs = e->act.inputs;
+    p->device.checkpoints = e->act.checkpoints;
+    p->device.workspace = e->act.workspace;
     p->device.reserve = x->hw->reserve_bytes;
-    p->device.total = fp->device + x->act_bytes + e->dev + x->hw->reserve_bytes;
+    p->device.total = fp->device + e->act.total + x->hw->reserve_bytes;
     int nvme_states = p->optim_homes[ZO_TIER_NVME] > 0, nvme_p16 = p->param_homes[ZO_TIER_NVME] > 0;
     uint64_t state_staging = nvme_states ? ZP_NVME_STAGES * (6 * C + (nvme_p16 ? C : 0)) : 0;
-    uint64_t twins = nvme_p16 ? S * C : 0;
-    p->pinned.params = fp->pinned - state_staging - twins - e->eng_pinned_g - e->p16_mirror;
-    p->pinned.staging = state_staging + (nvme_p16 ? 0 : e->p16_staging);
-    p->pinned.twins = nvme_p16 ? (e->twins ? e->p16_staging : twins) : 0;
-    p->pinned.grads = e->grads ? e->staging : e->eng_pinned_g;
-    p->pinned.total = (uint64_t)((int64_t)fp->pinned + e->pinned);
+    uint64_t grads = fp->grad_pinned + fp->grad_stage;
+    p->pinned.params = fp->pinned - state_staging - fp->param_staging - grads - e->p16_mirror;
+    p->pinned.staging = state_staging + e->p16_staging;
+    p->pinned.twins = fp->param_staging;
+    p->pinned.grads = e->staging ? grads - fp->grad_pinned + e->staging : grads;
+    p->pinned.total = (uint64_t)((int64_t)fp->pinned + e->pinned) + e->act_host;
     p->host.states = (uint64_t)p->optim_homes[ZO_TIER_HOST] * 6 * C;
     p->host.backups = p->mode == ZO_OPTIM_OVERLAP ? p->host.states : 0;
-    p->host.accum = e->grads ? kept : e->eng_host_g;
+    p->host.accum = fp->host - p->host.states - p->host.backups - (e->grads ? e->store : 0) + kept;
     p->host.total = (uint64_t)((int64_t)fp->host + e->host + (int64_t)kept);
-    p->modelled.device = (int64_t)e->dev;
+    p->modelled.device = 0;
     p->modelled.pinned = e->pinned;
     p->modelled.host = e->host + (int64_t)kept;
     p->grad_store = e->store;
     p->grad_spill = e->grads ? e->store - kept : 0;
-    p->layer_inputs = (uint64_t)p->micro_group * x->inputs_mb;
+    (void)nvme_p16;
+    p->layer_inputs = e->act_host ? e->act_host : e->act.checkpoints;
     p->peak_device = fp->device;
-    p->peak_pinned = p->pinned.total;
+    p->peak_pinned = p->pinned.total - e->act_host; /* the engine's pool */
     p->peak_host = p->host.total;
 }
 
@@ -336,11 +327,13 @@ static void nvme_breakdown(split_ctx *x, zp_plan *p)
     size_t paths = x->hw->n_nvme_paths > 0 ? (size_t)x->hw->n_nvme_paths : 1;
     p->nvme.params = 2ull * p->param_homes[ZO_TIER_NVME] * p16_extent;
     p->nvme.states = p->fp.nvme - p->nvme.params;
-    uint64_t spill_extents = (p->grad_spill + 2 * C - 1) / (2 * C);
-    p->nvme.payload = p->fp.nvme + spill_extents * 2 * C;
+    /* spilled gradients: fp32 group sums, or the engine's 16-bit ones */
+    uint64_t ext = p->micro_group > 1 && x->job->grad_accum > 1 ? 2 * C : C;
+    uint64_t spill_extents = (p->grad_spill + ext - 1) / ext;
+    p->nvme.payload = p->fp.nvme + spill_extents * ext;
     p->nvme.files = zo_swap_files_bytes(p->nvme.states, zp_packed_state_bytes(fullest), paths) +
                     zo_swap_files_bytes(p->nvme.params, p16_extent, paths) +
-                    zo_swap_files_bytes(spill_extents * 2 * C, 2 * C, paths);
+                    zo_swap_files_bytes(spill_extents * ext, ext, paths);
     p->peak_nvme = p->nvme.payload;
 }
 
@@ -505,7 +498,7 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
         ZT_TRY(footprint(x, &cfg, &probe, &ok, NULL, 0));
         extra_terms(x, c, &cfg, &probe, 0, &e);
     }
-    uint64_t need = x->act_bytes + hw->reserve_bytes + e.dev;
+    uint64_t need = e.act.total + hw->reserve_bytes;
     p->device.engine_budget = hw->device_bytes > need ? hw->device_bytes - need : 0;
     cfg.device_bytes = p->device.engine_budget ? p->device.engine_budget : 1;
     char msg[400] = "", a[32], b[32];
@@ -627,9 +620,7 @@ static zo_status ctx_init(split_ctx *x)
     x->resident = calloc(n, 1);
     if (!x->p16_home || !x->states_home || !x->resident)
         return zt_fail(ZO_ERR_NO_MEMORY, "the chunks' homes");
-    zt_model_config mc = zp_model_config(job);
-    zt_model_activation_parts(&mc, &x->act);
-    x->act_bytes = x->act.total;
+    x->mc = zp_model_config(job);
     x->inputs_mb = (uint64_t)(job->shape.n_layers + 1) * (uint64_t)job->seq *
                    (uint64_t)job->micro_batch * (uint64_t)job->shape.dim * 2;
     return ZO_OK;
