@@ -173,12 +173,21 @@ static void p16_mirror_terms(split_ctx *x, const zo_engine_footprint *fp, extra 
     e->pinned += (int64_t)e->p16_staging - (int64_t)e->p16_mirror;
 }
 
+/* Some chunk's parameters or states live on NVMe. */
+static int nvme_homes(const split_ctx *x)
+{
+    for (uint32_t k = 0; k < x->m.n_chunks; k++)
+        if (x->states_home[k] == ZO_TIER_NVME || x->p16_home[k] == ZO_TIER_NVME)
+            return 1;
+    return 0;
+}
+
 /* The step's gradients the update reads that may wait outside pinned memory:
  * the engine's 16-bit ones (one micro-batch per step, parameters on NVMe:
  * kept in host memory up to the budget, spilled beyond it; its grad_host
  * counts them all when the engine is given no host budget, as here), and,
- * modelled, the fp32 group sums of one group per step, which the engine
- * keeps pinned today: a ring of lookahead + 2 chunks instead, the sums kept
+ * modelled, where homes are NVMe, the fp32 group sums of one group per
+ * step, which the engine keeps pinned today: a ring of lookahead + 2 chunks instead, the sums kept
  * or spilled the same way (not in dpu mode, whose next backward fills a
  * second set while the update reads the first). */
 static void grad_terms(const split_ctx *x, const cand *c, const zo_engine_footprint *fp,
@@ -192,7 +201,8 @@ static void grad_terms(const split_ctx *x, const cand *c, const zo_engine_footpr
         e->host -= (int64_t)fp->grad_host;
         e->spillable = has_nvme;
         e->grads = 1;
-    } else if (e->grouped && n_groups == 1 && c->mode != ZO_OPTIM_DPU && has_nvme) {
+    } else if (e->grouped && n_groups == 1 && c->mode != ZO_OPTIM_DPU && has_nvme &&
+               nvme_homes(x)) {
         e->store = fp->grad_pinned;
         e->staging = (ZP_LOOKAHEAD + 2) * 2 * C;
         e->pinned += (int64_t)e->staging - (int64_t)fp->grad_pinned;
