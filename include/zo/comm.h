@@ -19,9 +19,10 @@
  *
  * Failures never hang: a collective that has not completed after the
  * communicator's timeout fails with a message naming the ranks that stopped
- * answering (the mpi backend's progress thread keeps a heartbeat with every
- * rank; nccl aborts the communicator). After such a failure the communicator
- * only returns that error; the process is expected to exit. */
+ * answering, or that answer but never entered it (the mpi backend's progress
+ * thread keeps a heartbeat with every rank, carrying how many collectives
+ * each has started; nccl aborts the communicator and cannot tell which). After such a failure the
+ * communicator only returns that error; the process is expected to exit. */
 #ifndef ZO_COMM_H
 #define ZO_COMM_H
 
