@@ -91,6 +91,10 @@ ZO_API zo_status zo_comm_all_reduce(zo_comm_t c, zo_stream_t s, const void *send
 /* send holds size * recv_count elements; rank r receives the sum of block r. */
 ZO_API zo_status zo_comm_reduce_scatter(zo_comm_t c, zo_stream_t s, const void *send, void *recv,
                                         size_t recv_count, zo_dtype dt, zo_reduce_mode mode);
+/* On root, recv[i] = sum over ranks of send[i] (the other ranks' recv is
+ * not used and may be NULL): the gradients reduced to their owner. */
+ZO_API zo_status zo_comm_reduce(zo_comm_t c, zo_stream_t s, const void *send, void *recv,
+                                size_t count, zo_dtype dt, int root, zo_reduce_mode mode);
 /* recv holds size * send_count elements: block r is rank r's send. */
 ZO_API zo_status zo_comm_all_gather(zo_comm_t c, zo_stream_t s, const void *send, void *recv,
                                     size_t send_count, zo_dtype dt);

@@ -179,7 +179,7 @@ const char *zo_comm_backend(zo_comm_t c)
 const char *zo_coll_name(zo_coll_kind k)
 {
     static const char *const names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
-                                        "send",       "recv",           "barrier"};
+                                        "send",       "recv",           "barrier",    "reduce"};
     return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
 }
 
@@ -197,7 +197,7 @@ size_t zo_coll_recv_bytes(const zo_coll *op, int n)
 
 static int is_reduction(zo_coll_kind k)
 {
-    return k == ZO_COLL_ALL_REDUCE || k == ZO_COLL_REDUCE_SCATTER;
+    return k == ZO_COLL_ALL_REDUCE || k == ZO_COLL_REDUCE_SCATTER || k == ZO_COLL_REDUCE;
 }
 
 static zo_status check_dtype(const zo_coll *op)
@@ -246,7 +246,7 @@ static zo_status check_buffer(zo_comm_t c, const zo_coll *op, const void *p, siz
 static zo_status check_peer(zo_comm_t c, const zo_coll *op)
 {
     int p2p = op->kind == ZO_COLL_SEND || op->kind == ZO_COLL_RECV;
-    if (op->kind != ZO_COLL_BROADCAST && !p2p)
+    if (op->kind != ZO_COLL_BROADCAST && op->kind != ZO_COLL_REDUCE && !p2p)
         return ZO_OK;
     if (op->peer < 0 || op->peer >= c->size || (p2p && op->peer == c->rank))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "comm", "%s: %s %d is not %s rank of this %d-rank group",
@@ -271,7 +271,8 @@ static zo_status submit(zo_comm_t c, zo_stream_t s, const zo_coll *op)
             return ZO_FAIL(ZO_ERR_INVALID_ARG, "comm", "%s: count %zu is too large",
                            zo_coll_name(op->kind), op->count);
         int sends = op->kind != ZO_COLL_RECV && op->kind != ZO_COLL_BROADCAST;
-        int recvs = op->kind != ZO_COLL_SEND;
+        /* a reduction's result lands on its root only */
+        int recvs = op->kind != ZO_COLL_SEND && (op->kind != ZO_COLL_REDUCE || c->rank == op->peer);
         if (sends)
             ZO_TRY(check_buffer(c, op, op->send, zo_coll_send_bytes(op, c->size), "send"));
         if (recvs)
@@ -291,6 +292,13 @@ zo_status zo_comm_reduce_scatter(zo_comm_t c, zo_stream_t s, const void *send, v
                                  size_t recv_count, zo_dtype dt, zo_reduce_mode mode)
 {
     zo_coll op = {ZO_COLL_REDUCE_SCATTER, mode, send, recv, recv_count, dt, 0};
+    return submit(c, s, &op);
+}
+
+zo_status zo_comm_reduce(zo_comm_t c, zo_stream_t s, const void *send, void *recv, size_t count,
+                         zo_dtype dt, int root, zo_reduce_mode mode)
+{
+    zo_coll op = {ZO_COLL_REDUCE, mode, send, recv, count, dt, root};
     return submit(c, s, &op);
 }
 

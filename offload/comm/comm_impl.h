@@ -18,11 +18,12 @@ typedef enum zo_coll_kind {
     ZO_COLL_SEND,
     ZO_COLL_RECV,
     ZO_COLL_BARRIER,
+    ZO_COLL_REDUCE,
 } zo_coll_kind;
 
 /* One collective as the caller asked for it. count is the caller's count
  * (all-reduce, broadcast, send/recv: the buffer; reduce-scatter: recv's;
- * all-gather: send's); peer is the root or the peer. */
+ * all-gather: send's; reduce: both); peer is the root or the peer. */
 typedef struct zo_coll {
     zo_coll_kind kind;
     zo_reduce_mode mode;

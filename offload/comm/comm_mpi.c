@@ -110,6 +110,11 @@ static int start_native(mpi_op *o)
     case ZO_COLL_SEND: return MPI_Isend(op->send, cnt, t, op->peer, 0, mc->comm, &o->req);
     case ZO_COLL_RECV: return MPI_Irecv(op->recv, cnt, t, op->peer, 0, mc->comm, &o->req);
     case ZO_COLL_BARRIER: return MPI_Ibarrier(mc->comm, &o->req);
+    case ZO_COLL_REDUCE: {
+        int root = o->c->rank == op->peer;
+        return MPI_Ireduce(root ? inplace_or(op->send, op->recv) : op->send, op->recv, cnt, t,
+                           sum_op(op->dt), op->peer, mc->comm, &o->req);
+    }
     }
     return MPI_ERR_OTHER;
 }
@@ -126,7 +131,8 @@ static void finish_native(mpi_op *o)
 static int is_exact(const mpi_op *o)
 {
     return o->type == OP_COLL && o->coll.mode == ZO_REDUCE_EXACT &&
-           (o->coll.kind == ZO_COLL_ALL_REDUCE || o->coll.kind == ZO_COLL_REDUCE_SCATTER);
+           (o->coll.kind == ZO_COLL_ALL_REDUCE || o->coll.kind == ZO_COLL_REDUCE_SCATTER ||
+            o->coll.kind == ZO_COLL_REDUCE);
 }
 
 static zo_status do_split(mpi_op *o)

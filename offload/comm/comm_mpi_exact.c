@@ -6,9 +6,11 @@
  * holds ((x0 + x1) + x2) + ... rounded at each step exactly as a sequential
  * loop over the ranks would: the same bits for every world size. The result
  * then travels on: for an all-reduce along the ring last -> 0 -> 1 -> ...,
- * for a reduce-scatter from the last rank to each block's owner. A window of
+ * for a reduce-scatter from the last rank to each block's owner, for a reduce
+ * to its root. A window of
  * segments is in flight at once, so the chain's links all carry data at the
  * same time. Runs on the progress thread (comm_mpi.c). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +27,8 @@ typedef struct seg {
 } seg;
 
 typedef struct mpi_exact {
-    int rs; /* a reduce-scatter, else an all-reduce */
+    int rs;     /* a reduce-scatter */
+    int target; /* a reduce: its root; else -1 */
     int r, n, root;
     size_t esz, seg_elems, shard_elems, per_shard, nseg;
     char *slots[WINDOW];
@@ -46,7 +49,14 @@ static seg_geom geom(const mpi_exact *x, size_t k)
 {
     size_t shard = k / x->per_shard, off = (k % x->per_shard) * x->seg_elems;
     size_t len = x->shard_elems - off < x->seg_elems ? x->shard_elems - off : x->seg_elems;
-    return (seg_geom){shard * x->shard_elems + off, off, len, x->rs ? (int)shard : -1};
+    return (seg_geom){shard * x->shard_elems + off, off, len, x->rs ? (int)shard : x->target};
+}
+
+/* Each segment has one rank that keeps it (reduce-scatter, reduce), rather
+ * than all of them (all-reduce). */
+static int owned(const mpi_exact *x)
+{
+    return x->rs || x->target >= 0;
 }
 
 static const char *send_at(const mpi_op *o, const mpi_exact *x, const seg_geom *g)
@@ -74,8 +84,9 @@ static void free_exact(mpi_op *o)
 
 static int fail(mpi_op *o, int rc)
 {
-    zo_mpi_fail(o, rc,
-                o->coll.kind == ZO_COLL_ALL_REDUCE ? "exact all-reduce" : "exact reduce-scatter");
+    char what[64];
+    snprintf(what, sizeof what, "exact %s", zo_coll_name(o->coll.kind));
+    zo_mpi_fail(o, rc, what);
     return 1; /* the requests may still write into the slots: they are not freed */
 }
 
@@ -92,6 +103,7 @@ int zo_mpi_exact_start(mpi_op *o, const mpi_engine *e)
         return o->st = ZO_ERR_NO_MEMORY, 1;
     o->exact = x;
     x->rs = op->kind == ZO_COLL_REDUCE_SCATTER;
+    x->target = op->kind == ZO_COLL_REDUCE ? op->peer : -1;
     x->r = o->c->rank;
     x->n = n;
     x->root = n - 1;
@@ -146,7 +158,7 @@ static int on_partial(mpi_op *o, mpi_exact *x, size_t k, seg *s)
     seg_geom g = geom(x, k);
     char *slot = x->slots[k % WINDOW];
     if (x->r == x->root) {
-        if (!x->rs) {
+        if (!owned(x)) {
             zo_comm_add(result_at(o, x, &g), slot, send_at(o, x, &g), g.len, o->coll.dt);
         } else {
             zo_comm_add(slot, slot, send_at(o, x, &g), g.len, o->coll.dt);
@@ -176,7 +188,7 @@ static void final_route(const mpi_op *o, const mpi_exact *x, size_t k, int *from
     seg_geom g = geom(x, k);
     *from = *to = -1;
     *src = NULL;
-    if (!x->rs) { /* the ring root -> 0 -> 1 -> ... -> root - 1 */
+    if (!owned(x)) { /* the ring root -> 0 -> 1 -> ... -> root - 1 */
         if (x->r != x->root)
             *from = x->r == 0 ? x->root : x->r - 1;
         int next = x->r == x->root ? 0 : x->r + 1;

@@ -363,6 +363,8 @@ static ncclResult_t call_nccl(zo_comm_t c, const zo_coll *op, cudaStream_t st)
     case ZO_COLL_RECV: return ncclRecv(op->recv, cnt, t, op->peer, nc->comm, st);
     case ZO_COLL_BARRIER:
         return ncclAllReduce(nc->scratch, nc->scratch, 1, ncclFloat32, ncclSum, nc->comm, st);
+    case ZO_COLL_REDUCE:
+        return ncclReduce(op->send, op->recv, cnt, t, ncclSum, op->peer, nc->comm, st);
     }
     return ncclInvalidArgument;
 }
@@ -396,7 +398,10 @@ static zo_status chain_segment(exact_ctx *x, zo_stream_t s, size_t global, size_
 {
     int r = x->c->rank, root = x->c->size - 1;
     const char *mine = (const char *)x->op->send + global * x->esz;
-    char *result = (char *)x->op->recv + (owner >= 0 ? in_shard : global) * x->esz;
+    /* recv may be NULL on the ranks that keep nothing (reduce) */
+    char *result = owner < 0 || owner == r
+                       ? (char *)x->op->recv + (owner >= 0 ? in_shard : global) * x->esz
+                       : NULL;
     if (r == 0)
         ZO_TRY(chain_send(x, mine, len, 1));
     if (r > 0)
@@ -445,14 +450,15 @@ static zo_status nccl_exact(zo_comm_t c, zo_stream_t s, const zo_coll *op)
     ZO_TRY(exact_scratch(c, 2 * x.seg_elems * x.esz));
     char *tmp = ((nccl_comm *)c->impl)->tmp;
     int rs = op->kind == ZO_COLL_REDUCE_SCATTER, nblocks = rs ? c->size : 1;
+    int target = op->kind == ZO_COLL_REDUCE ? op->peer : -1;
     size_t k = 0;
     for (int b = 0; b < nblocks; b++)
         for (size_t off = 0; off < op->count; off += x.seg_elems, k++) {
             size_t len = op->count - off < x.seg_elems ? op->count - off : x.seg_elems;
-            ZO_TRY(chain_segment(&x, s, (size_t)b * op->count + off, off, len, rs ? b : -1,
+            ZO_TRY(chain_segment(&x, s, (size_t)b * op->count + off, off, len, rs ? b : target,
                                  tmp + (k & 1) * x.seg_elems * x.esz));
         }
-    if (!rs) {
+    if (!rs && target < 0) {
         nccl_comm *nc = c->impl;
         ZO_TRY(check_call(
             c, ncclBroadcast(op->recv, op->recv, op->count, x.t, c->size - 1, nc->comm, x.st),
@@ -464,7 +470,8 @@ static zo_status nccl_exact(zo_comm_t c, zo_stream_t s, const zo_coll *op)
 static zo_status nccl_enqueue(zo_comm_t c, zo_stream_t s, const zo_coll *op)
 {
     ZO_TRY(aborted(c));
-    if ((op->kind == ZO_COLL_ALL_REDUCE || op->kind == ZO_COLL_REDUCE_SCATTER) &&
+    if ((op->kind == ZO_COLL_ALL_REDUCE || op->kind == ZO_COLL_REDUCE_SCATTER ||
+         op->kind == ZO_COLL_REDUCE) &&
         op->mode == ZO_REDUCE_EXACT) {
         ZO_TRY(nccl_exact(c, s, op));
         track(c, zo_stream_native(s), op->kind);

@@ -32,6 +32,7 @@ static zo_status self_enqueue(zo_comm_t c, zo_stream_t s, const zo_coll *op)
 {
     switch (op->kind) {
     case ZO_COLL_ALL_REDUCE:
+    case ZO_COLL_REDUCE:
     case ZO_COLL_REDUCE_SCATTER:
     case ZO_COLL_ALL_GATHER:
         return zo_comm_enqueue_copy(c, s, op->recv, op->send, zo_coll_recv_bytes(op, 1));

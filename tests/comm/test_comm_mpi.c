@@ -1,5 +1,5 @@
 /* The mpi backend on the cpu device, run by ctest under mpirun with 1, 2
- * and 4 ranks: every collective against a reference computed on every rank
+ * and 4 ranks: every collective (reduce included) against a reference computed on every rank
  * from every rank's data (which each rank can generate), exact reductions
  * bitwise equal to the sequential sum in rank order, fast ones within a
  * stated tolerance, sub-groups, stream order, the configuration check, and
@@ -193,6 +193,38 @@ static void reduce_scatter_matches_reference(void **state)
             for (int mode = 0; mode < 2; mode++)
                 reduce_scatter_one(world, ranks, counts[k], sum_types[t], (zo_reduce_mode)mode,
                                    k & 1, 100 + t * 10 + k);
+    free(ranks);
+}
+
+/* The sum lands on the root only; the others pass no recv buffer. */
+static void reduce_to_each_root(void **state)
+{
+    int *ranks = world_list();
+    const zo_dtype types[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16};
+    for (int root = 0; root < n; root++)
+        for (int t = 0; t < 2; t++)
+            for (int mode = 0; mode < 2; mode++) {
+                size_t count = 4099 + (size_t)root * 1000, esz = zo_dtype_size(types[t]);
+                int in_place = (root + mode) & 1;
+                char *send = malloc(count * esz), *want = malloc(count * esz);
+                char *recv = me != root ? NULL : in_place ? send : malloc(count * esz);
+                double *mag = malloc(count * sizeof(double));
+                uint64_t salt = 300u + (uint64_t)root * 4 + (uint64_t)t * 2 + (uint64_t)mode;
+                fill(send, types[t], me, 0, count, salt);
+                ZO_ASSERT_OK(zo_comm_reduce(world, s1, send, recv, count, types[t], root,
+                                            (zo_reduce_mode)mode));
+                ZO_ASSERT_OK(zo_stream_synchronize(s1));
+                if (me == root) {
+                    reference(want, mag, types[t], ranks, n, 0, count, salt);
+                    check_reduced(recv, want, mag, types[t], count, (zo_reduce_mode)mode, n,
+                                  "reduce");
+                }
+                if (recv && recv != send)
+                    free(recv);
+                free(send);
+                free(want);
+                free(mag);
+            }
     free(ranks);
 }
 
@@ -403,6 +435,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(all_reduce_matches_reference),
         cmocka_unit_test(reduce_scatter_matches_reference),
+        cmocka_unit_test(reduce_to_each_root),
         cmocka_unit_test(exact_sum_is_sequential),
         cmocka_unit_test(all_gather_matches_reference),
         cmocka_unit_test(broadcast_from_each_root),

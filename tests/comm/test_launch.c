@@ -251,6 +251,7 @@ static void self_backend_copies_in_stream_order(void **state)
     for (int i = 0; i < 64; i++)
         a[i] = (float)i * 0.5f;
     ZO_ASSERT_OK(zo_comm_all_reduce(c, s, a, b, 64, ZO_DTYPE_F32, ZO_REDUCE_EXACT));
+    ZO_ASSERT_OK(zo_comm_reduce(c, s, b, b, 64, ZO_DTYPE_F32, 0, ZO_REDUCE_FAST));
     ZO_ASSERT_OK(zo_comm_all_gather(c, s, b, g, 64, ZO_DTYPE_F32));
     ZO_ASSERT_OK(zo_comm_barrier(c, s));
     ZO_ASSERT_OK(zo_stream_synchronize(s));
