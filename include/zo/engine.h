@@ -90,8 +90,8 @@ ZO_API const char *zo_tier_name(zo_tier t);
  * the kind's home may hold (0: none). Chunks fill the fastest tier first, in
  * registration order (layer 0 first: its 16-bit parameters open the forward,
  * its update closes the backward), up to the cap; the home takes the rest. A
- * chunk counts chunk_bytes of 16-bit parameters (one copy) or 6 x chunk_bytes
- * of optimizer states (fp32 master, m, v at the chunk's size). */
+ * chunk counts chunk_bytes of 16-bit parameters (one copy) or Z bytes of
+ * optimizer states (fp32 master, m, v at the chunk's size; Z below). */
 typedef struct zo_engine_caps {
     uint64_t device, host;
 } zo_engine_caps;
@@ -143,6 +143,9 @@ typedef struct zo_engine_config {
     int micro_group;     /* micro-batches per layer-major group (0 or 1: micro-batch-major, the
                             protocol above; > 1 needs grad_accum_steps > 1 to matter, and a group
                             larger than grad_accum_steps is one group per step) */
+    zo_dtype state_dtype; /* Adam's m and v: ZO_DTYPE_F32 (default), ZO_DTYPE_BF16 (half the
+                             bytes) or ZO_DTYPE_I8 (8-bit blockwise with one fp32 scale per
+                             ZO_ADAM_Q8_BLOCK elements, zo/optim.h); the master stays fp32 */
 } zo_engine_config;
 
 #define ZO_ENGINE_CONFIG_INIT                                                                      \
@@ -160,15 +163,15 @@ typedef struct zo_engine_config {
  * its tier: N becomes their number there, the staging terms are there as soon
  * as one chunk's state is on NVMe):
  *   device = S*C + K*C (gradient slots) + [grouped] 2*K*C (their fp32 accumulators)
- *            + [optim_home device] 6*C*N
+ *            + [optim_home device] Z*N
  *            S = N for param_home device, else min(N, what the budget leaves), >= K
  *   pinned = N*C*P + [not grouped] N*C*G + [grouped] 2*N*C*G (fp32 group sums)
- *            + [optim_home nvme] 3*(6*C + [param_home nvme] C)
+ *            + [optim_home nvme] 3*(Z' + [param_home nvme] C)
  *            + [param_home nvme] T*C (staging twins of the NVMe parameter loads)
  *            P = 0 (param_home nvme), 2 (optim_home nvme, or dpu), else 1 (host 16-bit copies)
  *            G = 2 for dpu, else 1 (host gradients, by step parity)
  *            T = min(S, D), D = lookahead + 2 (the fetch served, the lookahead's, one more)
- *   host   = [optim_home host] 6*C*N + [overlap, optim_home host/device] 6*C*N (backups)
+ *   host   = [optim_home host] Z*N + [overlap, optim_home host/device] Z*N (backups)
  *            + [grad_accum_steps > 1, not grouped] 2*C*N*G (fp32 accumulators)
  *   (grouped: micro_group > 1 and grad_accum_steps > 1)
  *   nvme   = [optim_home nvme] 2*N*E + [param_home nvme] 2*N*P (payload of two extents
@@ -176,6 +179,10 @@ typedef struct zo_engine_config {
  *            E = zo_engine_nvme_state_bytes(the fullest chunk's elements): the states'
  *            extents hold what the model's chunks hold, not the chunk size's worst case;
  *            P = the fullest chunk's 16-bit bytes rounded to 4 KiB
+ *   Z = 2*C + 2*M, M = one moment of C/2 elements in state_dtype, rounded up to 64 bytes
+ *       but for fp32 (zo_adam_moment_bytes: 2*C fp32, C bf16, about C/2 int8): 6*C fp32,
+ *       4*C bf16, about 3*C int8; Z' = Z rounded up to 4 KiB
+ *   (with state_dtype other than fp32, E is zo_engine_nvme_state_bytes_as)
  * Chunks whose 16-bit parameters are homed on NVMe keep no whole-model gradient
  * mirror either (not grouped; grouped, their fp32 sums stay): their N*C*G pinned term becomes a
  * ring of min(N, D) pinned chunk buffers the gradients come down into (pinned staging sized by the
@@ -351,6 +358,10 @@ ZO_API zo_status zo_engine_chunks_for(const zo_engine_config *cfg, const zo_engi
  * elements, packed, each padded to 4 KiB (a chunk's extent keeps room for
  * the whole chunk; only what it holds moves). */
 ZO_API uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems);
+/* The same for m and v in state_dtype (zo_engine_config.state_dtype): the
+ * fp32 master and the moments in that format, packed, padded to 4 KiB as a
+ * whole; 0 for a type that is not a state format. */
+ZO_API uint64_t zo_engine_nvme_state_bytes_as(zo_dtype state_dtype, uint64_t n_elems);
 ZO_API int zo_engine_n_tensors(zo_engine_t eng);
 ZO_API int zo_engine_layer_tensors(zo_engine_t eng, int layer, int *ids, int cap);
 /* The swap store holding the optimizer states on NVMe (NULL when they are not
@@ -363,13 +374,13 @@ ZO_API zo_swap_t zo_engine_nvme_grad_store(zo_engine_t eng);
 
 /* ---- checkpoints: the full optimizer state ----
  *
- * A checkpoint holds, per tensor, the fp32 master weights and Adam's m and v,
- * plus the step state below; restoring them into an engine with the same
- * tensors and configuration makes its next steps bitwise identical to those
- * of the engine they were read from. The 16-bit parameters are not saved:
- * they are always the master weights rounded (the update writes both). Reads
- * and writes go tensor by tensor through whatever tier holds the states, so a
- * checkpoint never needs the whole model in memory at once.
+ * A checkpoint holds, per tensor, the fp32 master weights and Adam's m and v
+ * (as the engine stores them: zo_engine_read_state_raw; or as fp32, which
+ * converts from and to a compact state_dtype), plus the step state below; restoring them into an
+ * engine with the same tensors and configuration makes its next steps bitwise identical to those of
+ * the engine they were read from. The 16-bit parameters are not saved: they are always the master
+ * weights rounded (the update writes both). Reads and writes go tensor by tensor through whatever
+ * tier holds the states, so a checkpoint never needs the whole model in memory at once.
  *
  * All of these run between steps (not while a step is open: ZO_ERR_STATE). In
  * dpu mode the update of the last step is still pending: zo_engine_flush
@@ -379,7 +390,7 @@ ZO_API zo_swap_t zo_engine_nvme_grad_store(zo_engine_t eng);
 
 /* The latest master weights, m and v of tensor id (numel floats each; any
  * may be NULL); waits for pending updates (including a dpu update that is
- * not flushed yet). */
+ * not flushed yet). Compact moments (state_dtype bf16 or i8) are decoded. */
 ZO_API zo_status zo_engine_read_state(zo_engine_t eng, int id, float *master, float *m, float *v);
 /* Replace them (any may be NULL: kept). With new master weights the 16-bit
  * parameters are recomputed wherever they live (host copies, device slots,
@@ -389,6 +400,16 @@ ZO_API zo_status zo_engine_read_state(zo_engine_t eng, int id, float *master, fl
  * or with a dpu update pending. */
 ZO_API zo_status zo_engine_write_state(zo_engine_t eng, int id, const float *master, const float *m,
                                        const float *v);
+/* The same with m and v as the engine stores them, in its state_dtype:
+ * zo_adam_moment_bytes(state_dtype, numel) bytes each (i8: the numel codes,
+ * padded to 4 bytes, then the tensor's block scales, zo_adam_q8_scales), so
+ * a checkpoint of compact states restores them bit for bit. write_state
+ * encodes fp32 moments instead (bf16 rounding, or i8 blocks of the tensor). */
+ZO_API zo_status zo_engine_read_state_raw(zo_engine_t eng, int id, float *master, void *m, void *v);
+ZO_API zo_status zo_engine_write_state_raw(zo_engine_t eng, int id, const float *master,
+                                           const void *m, const void *v);
+/* The engine's state_dtype. */
+ZO_API zo_dtype zo_engine_state_dtype(zo_engine_t eng);
 /* dpu mode: wait for the pending delayed update and apply it (the next step
  * computes with its parameters). A no-op in the other modes. */
 ZO_API zo_status zo_engine_flush(zo_engine_t eng);

@@ -63,6 +63,11 @@ static zo_status check_plan_config(const zo_engine_config *c)
             ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
             "param_home=nvme needs optim_home=nvme (the update writes the new 16-bit "
             "parameters through the NVMe stages); set optim_home=nvme or param_home=host");
+    if (c->state_dtype != ZO_DTYPE_F32 && c->state_dtype != ZO_DTYPE_BF16 &&
+        c->state_dtype != ZO_DTYPE_I8)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "state_dtype %s: expected ZO_DTYPE_F32, ZO_DTYPE_BF16 or ZO_DTYPE_I8",
+                       zo_dtype_name(c->state_dtype));
     if ((unsigned)c->mode > ZO_OPTIM_DPU)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "mode must be sync, overlap or dpu");
     if (c->grad_accum_steps < 1)
@@ -275,12 +280,15 @@ static int g_bufs_for(const zo_engine_config *c)
 }
 
 /* The packing rule, shared by the engine and zo_engine_footprint_for:
- * tensors in registration order, each at a 256-byte aligned offset; a new
- * chunk starts at every layer and wherever the next tensor does not fit. */
+ * tensors in registration order, each at a 256-byte aligned offset (with
+ * 8-bit states, at a block of their scales, so no block spans two tensors
+ * and a checkpoint reads and writes each tensor's blocks whole); a new chunk
+ * starts at every layer and wherever the next tensor does not fit. */
 typedef struct eng_packer {
     size_t chunk_elems;
-    int layer;  /* layer of the open chunk, -1 before the first */
-    size_t off; /* elements used in the open chunk */
+    size_t align; /* tensor offsets, in elements: 256 bytes, or an I8 state block */
+    int layer;    /* layer of the open chunk, -1 before the first */
+    size_t off;   /* elements used in the open chunk */
     uint32_t n_chunks;
     uint32_t layer_chunks, max_cpl;
     size_t max_used; /* elements of the fullest chunk */
@@ -289,7 +297,7 @@ typedef struct eng_packer {
 /* Place a tensor; returns the chunk it goes to, its offset in *at. */
 static uint32_t packer_place(eng_packer *p, int layer, size_t numel, size_t *at)
 {
-    size_t pos = zo_round_up(p->off, ENG_TENSOR_ALIGN);
+    size_t pos = zo_round_up(p->off, p->align);
     if (p->n_chunks == 0 || layer != p->layer || pos + numel > p->chunk_elems) {
         p->layer_chunks = layer != p->layer ? 1 : p->layer_chunks + 1;
         if (p->layer_chunks > p->max_cpl)
@@ -318,9 +326,22 @@ uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems)
     return 3 * zo_round_up(n_elems * sizeof(float), ZO_SWAP_ALIGN);
 }
 
-static uint64_t state_extent_bytes_for(const eng_shape *sh)
+uint64_t zo_engine_nvme_state_bytes_as(zo_dtype state_dtype, uint64_t n_elems)
 {
-    return 3ull * sh->chunk_elems * sizeof(float);
+    if (state_dtype != ZO_DTYPE_F32 && state_dtype != ZO_DTYPE_BF16 && state_dtype != ZO_DTYPE_I8)
+        return 0;
+    return eng_states_io_bytes(state_dtype, zo_round_up(n_elems, ZO_SWAP_ALIGN / sizeof(float)));
+}
+
+static size_t tensor_align(const zo_engine_config *c)
+{
+    return c->state_dtype == ZO_DTYPE_I8 ? ZO_ADAM_Q8_BLOCK : ENG_TENSOR_ALIGN;
+}
+
+/* A buffer of one chunk's states at the chunk's stride. */
+static uint64_t state_extent_bytes_for(const zo_engine_config *c, const eng_shape *sh)
+{
+    return eng_states_io_bytes(c->state_dtype, sh->chunk_elems);
 }
 
 /* The placement: each chunk's home for its 16-bit parameters and for its
@@ -386,7 +407,7 @@ static zo_status pack(struct zo_engine *e)
     e->chunks = calloc((size_t)e->n_tensors, sizeof *e->chunks); /* at most one chunk per tensor */
     if (!e->chunks)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the chunk table");
-    eng_packer pk = {e->chunk_elems, -1, 0, 0, 0, 0, 0};
+    eng_packer pk = {e->chunk_elems, tensor_align(&e->cfg), -1, 0, 0, 0, 0, 0};
     for (int l = 0; l < e->n_layers; l++) { /* registration order: layers in order */
         eng_layer *L = &e->layers[l];
         L->first_chunk = pk.n_chunks;
@@ -402,8 +423,8 @@ static zo_status pack(struct zo_engine *e)
     e->max_cpl = pk.max_cpl;
     e->g_bufs = g_bufs_for(&e->cfg);
     eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0, pk.max_used};
-    e->state_extent_bytes = state_extent_bytes_for(&sh);
-    e->nvme_state_extent = zo_engine_nvme_state_bytes(pk.max_used);
+    e->state_extent_bytes = state_extent_bytes_for(&e->cfg, &sh);
+    e->nvme_state_extent = zo_engine_nvme_state_bytes_as(e->cfg.state_dtype, pk.max_used);
     e->p16_extent = eng_p16_extent(pk.max_used);
     free(e->p16_home);
     free(e->states_home);
@@ -593,7 +614,7 @@ static zo_status pack_layout(const zo_engine_config *cfg, const zo_engine_layout
     memset(sh, 0, sizeof *sh);
     sh->chunk_bytes = chunk_bytes_for(cfg, largest);
     sh->chunk_elems = sh->chunk_bytes / 2;
-    eng_packer pk = {sh->chunk_elems, -1, 0, 0, 0, 0, 0};
+    eng_packer pk = {sh->chunk_elems, tensor_align(cfg), -1, 0, 0, 0, 0, 0};
     for (size_t i = 0; i < layout->n_tensors; i++) {
         size_t at;
         uint32_t c = packer_place(&pk, layout->layer[i], layout->numel[i], &at);
@@ -754,7 +775,7 @@ static zo_status place_initial_states(struct zo_engine *e)
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
         float *st = k->st->init_buf(e, c);
-        memset(st, 0, 3 * e->chunk_elems * sizeof(float));
+        memset(st, 0, eng_states_bytes(e->cfg.state_dtype, e->chunk_elems));
         fill_master(e, c, st);
         ZO_TRY(k->st->init(e, c, st));
         ZO_TRY(k->pt->write(e, c, st, 1));

@@ -25,8 +25,9 @@ void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chun
                      uint8_t *p16_home, uint8_t *states_home)
 {
     uint64_t sused[2] = {0, 0}, pused[2] = {0, 0};
+    uint64_t states = eng_states_bytes(c->state_dtype, chunk_bytes / 2); /* 6 x for fp32 */
     for (uint32_t k = 0; k < n_chunks; k++)
-        states_home[k] = (uint8_t)fill(&c->optim_caps, c->optim_home, 6 * chunk_bytes, sused);
+        states_home[k] = (uint8_t)fill(&c->optim_caps, c->optim_home, states, sused);
     /* first the chunks that must keep their parameters off NVMe, then the rest in order */
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t k = 0; k < n_chunks; k++) {

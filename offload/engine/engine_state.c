@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine_tier.h"
+#include "zo/half.h"
 
 static zo_status between_steps(struct zo_engine *e, int id, const char *what)
 {
@@ -41,7 +42,77 @@ static zo_status settle(struct zo_engine *e)
     return e->mode->settle(e);
 }
 
-zo_status zo_engine_read_state(zo_engine_t e, int id, float *master, float *m, float *v)
+/* A tensor's moment (v: which = 1) in a chunk's states at the chunk's
+ * stride, converted to or from fp32 or copied as stored (raw). An I8
+ * tensor starts on a block (the packing aligns it), so its blocks are its own. */
+typedef struct moment_ref {
+    zo_dtype fmt;
+    char *base;    /* the moment's first element */
+    float *scales; /* I8: the tensor's first block scale */
+    size_t numel;
+    int is_signed; /* m */
+} moment_ref;
+
+static moment_ref moment_of(struct zo_engine *e, float *states, const eng_tensor *t, int which)
+{
+    zo_dtype fmt = e->cfg.state_dtype;
+    void *mom =
+        which ? eng_state_v(fmt, states, e->chunk_elems) : eng_state_m(fmt, states, e->chunk_elems);
+    moment_ref r = {fmt, (char *)mom + t->off * zo_dtype_size(fmt), NULL, t->numel, !which};
+    if (fmt == ZO_DTYPE_I8)
+        r.scales = zo_adam_q8_scales(mom, e->chunk_elems) + t->off / ZO_ADAM_Q8_BLOCK;
+    return r;
+}
+
+static zo_status moment_to_f32(const moment_ref *r, float *out)
+{
+    switch (r->fmt) {
+    case ZO_DTYPE_BF16:
+        for (size_t i = 0; i < r->numel; i++)
+            out[i] = zo_bf16_to_f32(((const uint16_t *)r->base)[i]);
+        return ZO_OK;
+    case ZO_DTYPE_I8:
+        return zo_adam_q8_dequantize((const uint8_t *)r->base, r->scales, r->numel, r->is_signed,
+                                     out);
+    default: memcpy(out, r->base, r->numel * sizeof(float)); return ZO_OK;
+    }
+}
+
+static zo_status moment_from_f32(const moment_ref *r, const float *in)
+{
+    switch (r->fmt) {
+    case ZO_DTYPE_BF16:
+        for (size_t i = 0; i < r->numel; i++)
+            ((uint16_t *)r->base)[i] = zo_f32_to_bf16(in[i]);
+        return ZO_OK;
+    case ZO_DTYPE_I8:
+        return zo_adam_q8_quantize(in, r->numel, r->is_signed, (uint8_t *)r->base, r->scales);
+    default: memcpy(r->base, in, r->numel * sizeof(float)); return ZO_OK;
+    }
+}
+
+/* raw: the layout of zo_adam_moment_bytes(fmt, numel); to_raw: out of the engine. */
+static void moment_copy_raw(const moment_ref *r, void *raw, int to_raw)
+{
+    size_t bytes = r->numel * zo_dtype_size(r->fmt);
+    if (to_raw)
+        memcpy(raw, r->base, bytes);
+    else
+        memcpy(r->base, raw, bytes);
+    if (r->fmt != ZO_DTYPE_I8)
+        return;
+    float *rs = zo_adam_q8_scales(raw, r->numel);
+    size_t sb = zo_adam_q8_blocks(r->numel) * sizeof(float);
+    if (to_raw)
+        memcpy(rs, r->scales, sb);
+    else
+        memcpy(r->scales, rs, sb);
+}
+
+/* What a read or write moves of a tensor's moments. */
+typedef enum state_io { STATE_F32, STATE_RAW } state_io;
+
+static zo_status read_state(zo_engine_t e, int id, float *master, void *m, void *v, state_io how)
 {
     ZO_TRY(between_steps(e, id, "read_state"));
     if (id < 0)
@@ -52,12 +123,35 @@ zo_status zo_engine_read_state(zo_engine_t e, int id, float *master, float *m, f
     if (!buf)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_state: allocating a buffer");
     zo_status st = e->chunks[t->chunk].st->read(e, t->chunk, buf);
-    float *dst[3] = {master, m, v};
-    for (int i = 0; st == ZO_OK && i < 3; i++)
-        if (dst[i])
-            memcpy(dst[i], buf + (size_t)i * e->chunk_elems + t->off, t->numel * sizeof(float));
+    if (st == ZO_OK && master)
+        memcpy(master, buf + t->off, t->numel * sizeof(float));
+    void *dst[2] = {m, v};
+    for (int i = 0; st == ZO_OK && i < 2; i++) {
+        if (!dst[i])
+            continue;
+        moment_ref r = moment_of(e, buf, t, i);
+        if (how == STATE_RAW)
+            moment_copy_raw(&r, dst[i], 1);
+        else
+            st = moment_to_f32(&r, dst[i]);
+    }
     free(buf);
     return st;
+}
+
+zo_status zo_engine_read_state(zo_engine_t e, int id, float *master, float *m, float *v)
+{
+    return read_state(e, id, master, m, v, STATE_F32);
+}
+
+zo_status zo_engine_read_state_raw(zo_engine_t e, int id, float *master, void *m, void *v)
+{
+    return read_state(e, id, master, m, v, STATE_RAW);
+}
+
+zo_dtype zo_engine_state_dtype(zo_engine_t e)
+{
+    return e ? e->cfg.state_dtype : ZO_DTYPE_NONE;
 }
 
 /* The 16-bit parameters of chunk c from its master weights: its home's
@@ -73,8 +167,8 @@ static zo_status refresh_p16(struct zo_engine *e, uint32_t c, const float *maste
     return k->pt->resident ? zo_stream_synchronize(e->h2d) : ZO_OK; /* the reload landed */
 }
 
-zo_status zo_engine_write_state(zo_engine_t e, int id, const float *master, const float *m,
-                                const float *v)
+static zo_status write_state(zo_engine_t e, int id, const float *master, const void *m,
+                             const void *v, state_io how)
 {
     ZO_TRY(between_steps(e, id, "write_state"));
     if (id < 0)
@@ -85,12 +179,34 @@ zo_status zo_engine_write_state(zo_engine_t e, int id, const float *master, cons
     eng_chunk *k = &e->chunks[t->chunk];
     float *st;
     ZO_TRY(k->st->write_begin(e, t->chunk, &st));
-    const float *src[3] = {master, m, v};
-    for (int i = 0; i < 3; i++)
-        if (src[i])
-            memcpy(st + (size_t)i * e->chunk_elems + t->off, src[i], t->numel * sizeof(float));
+    if (master)
+        memcpy(st + t->off, master, t->numel * sizeof(float));
+    const void *src[2] = {m, v};
+    zo_status s = ZO_OK;
+    for (int i = 0; s == ZO_OK && i < 2; i++) {
+        if (!src[i])
+            continue;
+        moment_ref r = moment_of(e, st, t, i);
+        if (how == STATE_RAW)
+            moment_copy_raw(&r, (void *)src[i], 0);
+        else
+            s = moment_from_f32(&r, src[i]);
+    }
+    ZO_TRY(s);
     ZO_TRY(k->st->write_end(e, t->chunk, st));
     return master ? refresh_p16(e, t->chunk, st) : ZO_OK;
+}
+
+zo_status zo_engine_write_state(zo_engine_t e, int id, const float *master, const float *m,
+                                const float *v)
+{
+    return write_state(e, id, master, m, v, STATE_F32);
+}
+
+zo_status zo_engine_write_state_raw(zo_engine_t e, int id, const float *master, const void *m,
+                                    const void *v)
+{
+    return write_state(e, id, master, m, v, STATE_RAW);
 }
 
 zo_status zo_engine_flush(zo_engine_t e)

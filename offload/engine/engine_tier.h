@@ -130,6 +130,34 @@ static inline size_t eng_state_stride(const struct zo_engine *e, const eng_chunk
     return k->st->packed ? zo_round_up(k->n_elems, ZO_SWAP_ALIGN / sizeof(float)) : e->chunk_elems;
 }
 
+/* A chunk's states at a stride of S elements in state format fmt (F32, BF16
+ * or I8, zo_engine_config.state_dtype): master (4*S bytes) | m | v, each
+ * moment zo_adam_moment_bytes (I8: its codes, then its block scales),
+ * rounded up to 64 bytes for the compact formats (fp32 keeps 12*S bytes). */
+static inline size_t eng_moment_bytes(zo_dtype fmt, size_t S)
+{
+    size_t b = zo_adam_moment_bytes(fmt, S);
+    return fmt == ZO_DTYPE_F32 ? b : zo_round_up(b, 64);
+}
+static inline size_t eng_states_bytes(zo_dtype fmt, size_t S)
+{
+    return 4 * S + 2 * eng_moment_bytes(fmt, S);
+}
+/* ... and what a stage or an extent gives them: whole 4 KiB blocks (what
+ * follows, the 16-bit parameters of an NVMe stage, starts there). */
+static inline size_t eng_states_io_bytes(zo_dtype fmt, size_t S)
+{
+    return zo_round_up(eng_states_bytes(fmt, S), ZO_SWAP_ALIGN);
+}
+static inline void *eng_state_m(zo_dtype fmt, float *st, size_t S)
+{
+    return (char *)st + 4 * S;
+}
+static inline void *eng_state_v(zo_dtype fmt, float *st, size_t S)
+{
+    return (char *)st + 4 * S + eng_moment_bytes(fmt, S);
+}
+
 /* engine_tier.c (the registry) */
 /* Every registered table is complete and of this version. */
 zo_status eng_tiers_check(void);
@@ -161,6 +189,10 @@ void eng_grads_account(const eng_plan_in *in, zo_engine_footprint *fp, uint32_t 
 uint64_t eng_grads_stage_room(const struct zo_engine *e);
 
 /* engine_tier_common.c */
+/* A chunk's states from stride `from` to stride `to` (in place in buf, which
+ * holds the larger of the two): the n elements' bytes moved, the rest zero
+ * up to eng_states_io_bytes(fmt, to). */
+void eng_states_restride(zo_dtype fmt, float *buf, size_t n, size_t from, size_t to);
 zo_tier eng_p16_home(const eng_plan_in *in, uint32_t c);
 zo_tier eng_states_home(const eng_plan_in *in, uint32_t c);
 /* Chunks homed at t, for 16-bit params (kind 0) or states (kind 1). */

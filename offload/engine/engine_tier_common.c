@@ -10,6 +10,54 @@
 #include "engine_tier.h"
 #include "zo/half.h"
 
+/* The byte ranges of n elements' states at stride S, in address order:
+ * master, then each moment (an I8 moment in two: codes and block scales). */
+typedef struct state_span {
+    size_t off, len;
+} state_span;
+
+static int moment_spans(zo_dtype fmt, size_t base, size_t n, size_t S, state_span *out)
+{
+    if (fmt != ZO_DTYPE_I8) {
+        out[0] = (state_span){base, n * zo_dtype_size(fmt)};
+        return 1;
+    }
+    out[0] = (state_span){base, n};
+    out[1] = (state_span){base + zo_round_up(S, 4), 4 * zo_adam_q8_blocks(n)};
+    return 2;
+}
+
+static int state_spans(zo_dtype fmt, size_t n, size_t S, state_span *out)
+{
+    int k = 0;
+    out[k++] = (state_span){0, 4 * n};
+    k += moment_spans(fmt, 4 * S, n, S, out + k);
+    k += moment_spans(fmt, 4 * S + eng_moment_bytes(fmt, S), n, S, out + k);
+    return k;
+}
+
+void eng_states_restride(zo_dtype fmt, float *buf, size_t n, size_t from, size_t to)
+{
+    if (from == to)
+        return;
+    state_span src[5], dst[5];
+    int ns = state_spans(fmt, n, from, src);
+    state_spans(fmt, n, to, dst);
+    char *b = (char *)buf;
+    /* growing, the last span first: each moves up past what is still to move;
+     * shrinking, the first first */
+    for (int i = 0; i < ns; i++) {
+        int j = to > from ? ns - 1 - i : i;
+        memmove(b + dst[j].off, b + src[j].off, src[j].len);
+    }
+    size_t end = 0; /* the gaps hold nothing */
+    for (int i = 0; i < ns; i++) {
+        memset(b + end, 0, dst[i].off - end);
+        end = dst[i].off + dst[i].len;
+    }
+    memset(b + end, 0, eng_states_io_bytes(fmt, to) - end);
+}
+
 zo_tier eng_p16_home(const eng_plan_in *in, uint32_t c)
 {
     return in->p16_home ? (zo_tier)in->p16_home[c] : in->cfg->param_home;
@@ -56,10 +104,17 @@ void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, const eng_updat
         b->grad_type = e->cfg.param_dtype;
     }
     const size_t stride = eng_state_stride(e, k); /* packed in an NVMe stage */
+    const zo_dtype fmt = e->cfg.state_dtype;
     b->master = st;
-    b->m = st + stride;
-    b->v = st + 2 * stride;
-    b->out = k->pt->update_out(e, (uint32_t)(k - e->chunks), st + 3 * stride);
+    b->m = eng_state_m(fmt, st, stride);
+    b->v = eng_state_v(fmt, st, stride);
+    b->state_type = fmt;
+    if (fmt == ZO_DTYPE_I8) {
+        b->m_absmax = zo_adam_q8_scales(b->m, stride);
+        b->v_absmax = zo_adam_q8_scales(b->v, stride);
+    }
+    b->out = k->pt->update_out(e, (uint32_t)(k - e->chunks),
+                               (char *)st + eng_states_io_bytes(fmt, stride));
     b->out_type = e->cfg.param_dtype;
 }
 

@@ -48,8 +48,8 @@ static void device_states_account(const eng_plan_in *in, zo_engine_footprint *fp
 static zo_status device_states_place(struct zo_engine *e)
 {
     uint64_t n = eng_chunks_at(e, 1, &eng_state_tier_device);
-    ZO_TRY(
-        zo_device_malloc(e->dev, (size_t)n * 3 * e->chunk_elems * sizeof(float), &e->dev_states));
+    ZO_TRY(zo_device_malloc(
+        e->dev, (size_t)n * eng_states_bytes(e->cfg.state_dtype, e->chunk_elems), &e->dev_states));
     return eng_resident_place(e, &eng_state_tier_device, e->dev_states, &e->dev_backup);
 }
 

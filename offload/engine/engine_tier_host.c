@@ -109,7 +109,7 @@ const eng_param_tier eng_param_tier_host = {
 
 uint64_t eng_resident_account(const eng_plan_in *in, zo_tier t, zo_engine_footprint *fp)
 {
-    uint64_t per = 3 * in->chunk_elems * sizeof(float), bytes = 0;
+    uint64_t per = eng_states_bytes(in->cfg->state_dtype, in->chunk_elems), bytes = 0;
     for (uint32_t c = 0; c < in->n_chunks; c++)
         if (eng_states_home(in, c) == t)
             bytes += per;
@@ -121,7 +121,7 @@ uint64_t eng_resident_account(const eng_plan_in *in, zo_tier t, zo_engine_footpr
 zo_status eng_resident_place(struct zo_engine *e, const eng_state_tier *self, float *base,
                              float **backups)
 {
-    uint64_t per = 3 * e->chunk_elems;
+    uint64_t per = eng_states_bytes(e->cfg.state_dtype, e->chunk_elems) / sizeof(float);
     uint64_t n = eng_chunks_at(e, 1, self);
     if (e->mode->backups)
         ZO_TRY(eng_host_alloc(e, n * per * sizeof(float), backups));
@@ -178,7 +178,7 @@ zo_status eng_resident_update(struct zo_engine *e, const uint32_t *chunks, uint3
 zo_status eng_resident_speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
 {
     eng_chunk *k = &e->chunks[c];
-    memcpy(k->backup, k->states, 3 * e->chunk_elems * sizeof(float));
+    memcpy(k->backup, k->states, eng_states_bytes(e->cfg.state_dtype, e->chunk_elems));
     eng_update_args u = {j->lr, j->factor, j->step, j->parity};
     zo_adam_params p;
     zo_adam_buffers b;
@@ -199,7 +199,7 @@ void eng_resident_rollback(struct zo_engine *e, uint32_t c)
     eng_chunk *k = &e->chunks[c];
     if (!k->spec_done || !k->backup)
         return;
-    memcpy(k->states, k->backup, 3 * e->chunk_elems * sizeof(float));
+    memcpy(k->states, k->backup, eng_states_bytes(e->cfg.state_dtype, e->chunk_elems));
     if (k->p16_bufs == 1) {
         uint16_t *p = k->p16[k->p16_cur];
         for (size_t i = 0; i < k->n_elems; i++)
@@ -221,7 +221,7 @@ int eng_resident_commit(struct zo_engine *e, uint32_t c)
 
 zo_status eng_resident_read(struct zo_engine *e, uint32_t c, float *out)
 {
-    memcpy(out, e->chunks[c].states, 3 * e->chunk_elems * sizeof(float));
+    memcpy(out, e->chunks[c].states, eng_states_bytes(e->cfg.state_dtype, e->chunk_elems));
     return ZO_OK;
 }
 
@@ -245,7 +245,8 @@ static void host_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
 static zo_status host_states_place(struct zo_engine *e)
 {
     uint64_t n = eng_chunks_at(e, 1, &eng_state_tier_host);
-    ZO_TRY(eng_host_alloc(e, n * 3 * e->chunk_elems * sizeof(float), &e->host_states));
+    ZO_TRY(eng_host_alloc(e, n * eng_states_bytes(e->cfg.state_dtype, e->chunk_elems),
+                          &e->host_states));
     return eng_resident_place(e, &eng_state_tier_host, e->host_states, &e->host_backup);
 }
 

@@ -12,35 +12,21 @@
 
 #include "engine_tier.h"
 
-static uint64_t state_io_bytes(const eng_chunk *k)
+static uint64_t state_io_bytes(const struct zo_engine *e, const eng_chunk *k)
 {
-    return zo_engine_nvme_state_bytes(k->n_elems);
+    return zo_engine_nvme_state_bytes_as(e->cfg.state_dtype, k->n_elems);
 }
 
 static void states_unpack(const struct zo_engine *e, const eng_chunk *k, float *buf)
 {
-    const size_t S = eng_state_stride(e, k), C = e->chunk_elems;
-    if (S == C)
-        return;
-    memmove(buf + 2 * C, buf + 2 * S, k->n_elems * sizeof(float)); /* v first: it moves furthest */
-    memmove(buf + C, buf + S, k->n_elems * sizeof(float));
-    memset(buf + k->n_elems, 0, (C - k->n_elems) * sizeof(float)); /* the gaps hold nothing */
-    memset(buf + C + k->n_elems, 0, (C - k->n_elems) * sizeof(float));
-    memset(buf + 2 * C + k->n_elems, 0, (C - k->n_elems) * sizeof(float));
+    eng_states_restride(e->cfg.state_dtype, buf, k->n_elems, eng_state_stride(e, k),
+                        e->chunk_elems);
 }
 
 static void states_pack(const struct zo_engine *e, const eng_chunk *k, float *buf)
 {
-    const size_t S = eng_state_stride(e, k), C = e->chunk_elems;
-    if (S == C)
-        return;
-    memmove(buf + S, buf + C,
-            k->n_elems * sizeof(float)); /* m first: it moves down into free space */
-    memmove(buf + 2 * S, buf + 2 * C, k->n_elems * sizeof(float));
-    memset(buf + k->n_elems, 0,
-           (S - k->n_elems) * sizeof(float)); /* the padding to each 4 KiB boundary */
-    memset(buf + S + k->n_elems, 0, (S - k->n_elems) * sizeof(float));
-    memset(buf + 2 * S + k->n_elems, 0, (S - k->n_elems) * sizeof(float));
+    eng_states_restride(e->cfg.state_dtype, buf, k->n_elems, e->chunk_elems,
+                        eng_state_stride(e, k));
 }
 
 /* The latest master | m | v of chunk c (including an update not committed
@@ -50,7 +36,7 @@ static zo_status nvme_read(struct zo_engine *e, uint32_t c, float *out)
 {
     eng_chunk *k = &e->chunks[c];
     int x = k->alt_valid ? 1 - k->ext_cur : k->ext_cur;
-    ZO_TRY(zo_swap_read(e->swap, k->ext[x], out, state_io_bytes(k), k->gen[x]));
+    ZO_TRY(zo_swap_read(e->swap, k->ext[x], out, state_io_bytes(e, k), k->gen[x]));
     states_unpack(e, k, out);
     return ZO_OK;
 }
@@ -58,7 +44,7 @@ static zo_status nvme_read(struct zo_engine *e, uint32_t c, float *out)
 static zo_status read_current(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io)
 {
     eng_chunk *k = &e->chunks[c];
-    return eng_swap_async(e, 0, 0, c, k->ext[k->ext_cur], buf, state_io_bytes(k),
+    return eng_swap_async(e, 0, 0, c, k->ext[k->ext_cur], buf, state_io_bytes(e, k),
                           k->gen[k->ext_cur], io);
 }
 
@@ -70,10 +56,11 @@ static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo
     eng_chunk *k = &e->chunks[c];
     int alt = 1 - k->ext_cur;
     k->gen[alt] = k->gen[k->ext_cur] + 1;
-    ZO_TRY(eng_swap_async(e, 1, 0, c, k->ext[alt], buf, state_io_bytes(k), k->gen[alt], io));
+    ZO_TRY(eng_swap_async(e, 1, 0, c, k->ext[alt], buf, state_io_bytes(e, k), k->gen[alt], io));
     if (!k->pt->store)
         return ZO_OK;
-    return k->pt->store(e, c, buf + 3 * eng_state_stride(e, k), pio);
+    return k->pt->store(
+        e, c, (char *)buf + eng_states_io_bytes(e->cfg.state_dtype, eng_state_stride(e, k)), pio);
 }
 
 /* ---- the speculative pipeline (overlap mode) ---- */
@@ -325,7 +312,7 @@ static zo_status nvme_write_end(struct zo_engine *e, uint32_t c, float *st)
     eng_chunk *k = &e->chunks[c];
     states_pack(e, k, st);
     if (k->pt->store) {
-        void *p16 = st + 3 * eng_state_stride(e, k);
+        void *p16 = (char *)st + eng_states_io_bytes(e->cfg.state_dtype, eng_state_stride(e, k));
         memset(p16, 0, e->chunk_bytes);
         eng_cast16(e->cfg.param_dtype, st, p16, k->n_elems);
     }
@@ -490,7 +477,8 @@ const eng_param_tier eng_param_tier_nvme = {
  * behind them when some chunk's live here too. */
 static uint64_t stage_bytes(const eng_plan_in *in)
 {
-    return 3ull * in->chunk_elems * sizeof(float) + (p16_homed(in) ? in->chunk_bytes : 0);
+    return eng_states_io_bytes(in->cfg->state_dtype, in->chunk_elems) +
+           (p16_homed(in) ? in->chunk_bytes : 0);
 }
 
 static void nvme_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
@@ -501,7 +489,7 @@ static void nvme_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
     fp->pinned += ENG_NVME_STAGES * stage_bytes(in);
     /* extents sized to the fullest chunk, not the chunk size: a small
      * model in large chunks reserves what it holds */
-    fp->nvme += 2ull * n * zo_engine_nvme_state_bytes(in->max_chunk_elems);
+    fp->nvme += 2ull * n * zo_engine_nvme_state_bytes_as(in->cfg->state_dtype, in->max_chunk_elems);
 }
 
 static zo_status nvme_states_place(struct zo_engine *e)
@@ -550,7 +538,7 @@ static zo_status nvme_init(struct zo_engine *e, uint32_t c, float *buf)
     eng_chunk *k = &e->chunks[c];
     k->gen[0] = 1;
     states_pack(e, k, buf);
-    return zo_swap_write(e->swap, k->ext[0], buf, state_io_bytes(k), k->gen[0]);
+    return zo_swap_write(e->swap, k->ext[0], buf, state_io_bytes(e, k), k->gen[0]);
 }
 
 static zo_status nvme_drain(struct zo_engine *e)

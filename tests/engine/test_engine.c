@@ -40,6 +40,10 @@ typedef struct run_cfg {
 
 #define TM_MAXGROUP 8
 
+/* The optimizer states' format of the engines the tests build: fp32 but
+ * in test_compact_states_everywhere. */
+static zo_dtype g_state_dtype = ZO_DTYPE_F32;
+
 static run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
     run_cfg c = {ph,     oh,    mode,    0,    0, 1, 2,    0.0f, ZO_DTYPE_BF16,
@@ -113,6 +117,7 @@ static zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nf
     c.optim_caps = h->rc.ocaps;
     c.host_bytes = h->rc.host_bytes;
     c.micro_group = h->rc.group;
+    c.state_dtype = g_state_dtype;
     ZO_TRY(zo_engine_init(&h->eng, &c));
     if (nfaults)
         ZO_TRY(zo_engine_set_swap_faults(h->eng, faults, nfaults));
@@ -957,6 +962,153 @@ static void test_state_round_trip_resumes_bitwise(void **state)
                 free(ref[k]);
             saved_state_free(&s);
         }
+}
+
+/* ---- compact optimizer states ---- */
+
+/* Sync and overlap runs of c, with the verdict's clipping and overflows,
+ * bitwise equal; then dpu on c's homes equal to dpu on the host. */
+static void compact_modes_equal(run_cfg c, const run_out *dpu_host)
+{
+    run_out sync, ovl, dpu;
+    c.mode = ZO_OPTIM_SYNC;
+    run(&c, &sync);
+    c.mode = ZO_OPTIM_OVERLAP;
+    run(&c, &ovl);
+    assert_same_weights(&sync, &ovl, STEPS);
+    c.mode = ZO_OPTIM_DPU;
+    c.max_norm = 0.0f;
+    c.poison_steps = 0;
+    run(&c, &dpu);
+    assert_same_weights(dpu_host, &dpu, STEPS);
+    run_out_free(&sync);
+    run_out_free(&ovl);
+    run_out_free(&dpu);
+}
+
+typedef struct raw_state {
+    float *master[TM_T];
+    void *mom[TM_T][2];
+    zo_engine_step_state ss;
+} raw_state;
+
+static void raw_save(harness *h, raw_state *r)
+{
+    for (int k = 0; k < TM_T; k++) {
+        r->master[k] = malloc(tm_numel(k) * sizeof(float));
+        for (int i = 0; i < 2; i++)
+            r->mom[k][i] = malloc(zo_adam_moment_bytes(g_state_dtype, tm_numel(k)));
+        ZO_ASSERT_OK(
+            zo_engine_read_state_raw(h->eng, h->ids[k], r->master[k], r->mom[k][0], r->mom[k][1]));
+    }
+    r->ss = (zo_engine_step_state)ZO_ENGINE_STEP_STATE_INIT;
+    ZO_ASSERT_OK(zo_engine_get_step_state(h->eng, &r->ss));
+}
+
+static void raw_free(raw_state *r)
+{
+    for (int k = 0; k < TM_T; k++) {
+        free(r->master[k]);
+        free(r->mom[k][0]);
+        free(r->mom[k][1]);
+    }
+}
+
+/* Saved as stored at step 6 on the host, restored on NVMe (parameters
+ * too, the smallest device budget): steps 6..11 equal the run that never
+ * stopped. Through fp32 (read_state/write_state) 8-bit moments would be
+ * requantized, so raw is what a checkpoint of them uses. */
+static void compact_checkpoint_resumes(void)
+{
+    const int half = 6;
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    assert_int_equal(zo_engine_state_dtype(h.eng), g_state_dtype);
+    double losses[TM_MAXSTEPS], got_losses[TM_MAXSTEPS];
+    train_range(&h, 0, half, losses);
+    raw_state r;
+    raw_save(&h, &r);
+    train_range(&h, half, 2 * half, losses);
+    float *ref[TM_T], *got[TM_T];
+    read_masters(&h, ref);
+    harness_close(&h);
+    run_cfg n = base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    n.device_bytes = min_device_bytes();
+    harness_open(&h, &n);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    for (int k = 0; k < TM_T; k++)
+        ZO_ASSERT_OK(
+            zo_engine_write_state_raw(h.eng, h.ids[k], r.master[k], r.mom[k][0], r.mom[k][1]));
+    ZO_ASSERT_OK(zo_engine_set_step_state(h.eng, &r.ss));
+    train_range(&h, half, 2 * half, got_losses);
+    read_masters(&h, got);
+    harness_close(&h);
+    assert_memory_equal(&got_losses[half], &losses[half], (size_t)half * sizeof(double));
+    for (int k = 0; k < TM_T; k++) {
+        assert_memory_equal(got[k], ref[k], tm_numel(k) * sizeof(float));
+        free(got[k]);
+        free(ref[k]);
+    }
+    raw_free(&r);
+}
+
+static int fp32_states_again(void **state)
+{
+    (void)state;
+    g_state_dtype = ZO_DTYPE_F32;
+    return 0;
+}
+
+/* bf16 and 8-bit moments: every placement and mode bitwise equal to each
+ * other, as fp32's are (sync on each placement; overlap with clipping and
+ * overflows equal to sync; dpu on NVMe equal to dpu on the host); their
+ * states take fewer bytes in every tier; the losses follow fp32's; a raw
+ * checkpoint resumes bitwise on another placement. */
+static void test_compact_states_everywhere(void **state)
+{
+    (void)state;
+    run_out f32;
+    run_cfg base = base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    run(&base, &f32);
+    static const zo_dtype fmts[] = {ZO_DTYPE_BF16, ZO_DTYPE_I8};
+    for (int f = 0; f < 2; f++) {
+        g_state_dtype = fmts[f];
+        run_out ref, dpu_host;
+        run(&base, &ref);
+        assert_true(ref.fp.nvme < f32.fp.nvme && ref.fp.pinned < f32.fp.pinned);
+        assert_true(fabs(ref.losses[STEPS - 1] - f32.losses[STEPS - 1]) <
+                    0.05 * fabs(f32.losses[STEPS - 1]));
+        assert_true(memcmp(ref.master[0], f32.master[0], tm_numel(0) * sizeof(float)) != 0);
+        const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE},
+                                    {ZO_TIER_HOST, ZO_TIER_HOST},
+                                    {ZO_TIER_DEVICE, ZO_TIER_NVME},
+                                    {ZO_TIER_NVME, ZO_TIER_NVME}};
+        for (int i = 0; i < 4; i++) {
+            run_out o;
+            run_cfg c = base_cfg(homes[i][0], homes[i][1], ZO_OPTIM_SYNC);
+            run(&c, &o);
+            assert_same_weights(&ref, &o, STEPS);
+            run_out_free(&o);
+        }
+        run_cfg d = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_DPU);
+        run(&d, &dpu_host);
+        for (int i = 0; i < 3; i++) {
+            run_cfg c = base_cfg(i == 2 ? ZO_TIER_NVME : ZO_TIER_HOST,
+                                 i ? ZO_TIER_NVME : ZO_TIER_HOST, ZO_OPTIM_SYNC);
+            c.dtype = ZO_DTYPE_BF16;
+            c.poison_steps = (1ull << 3) | (1ull << 11);
+            c.max_norm = 0.5f;
+            c.device_bytes = i ? min_device_bytes() : 0;
+            compact_modes_equal(c, &dpu_host);
+        }
+        compact_checkpoint_resumes();
+        run_out_free(&ref);
+        run_out_free(&dpu_host);
+    }
+    g_state_dtype = ZO_DTYPE_F32;
+    run_out_free(&f32);
 }
 
 /* The calls refuse what they cannot do, naming why; an NVMe write failing
@@ -2038,6 +2190,7 @@ int main(void)
         cmocka_unit_test(test_stream_task_fault_during_step),
         cmocka_unit_test(test_state_round_trip_resumes_bitwise),
         cmocka_unit_test(test_state_errors),
+        cmocka_unit_test_teardown(test_compact_states_everywhere, fp32_states_again),
         cmocka_unit_test(test_prefetch_and_belady_eviction),
         cmocka_unit_test(test_step_statistics),
         cmocka_unit_test(test_nvme_request_knobs),

@@ -228,6 +228,57 @@ static void test_nvme_extents_sized_to_the_model(void **state)
     assert_int_equal(fp.nvme, 2 * 2 * (zo_engine_nvme_state_bytes(8120) + 16384));
 }
 
+/* Compact states: NVMe extents of their format's bytes (the fp32 master
+ * and the moments, padded to 4 KiB as a whole), and every tier's count the
+ * same with and without an engine. */
+static void test_state_formats_counted(void **state)
+{
+    (void)state;
+    /* 8192 elements: bf16 4 + 2 + 2 bytes each; int8 4 + 1 + 1 and 2 x 32 block scales */
+    assert_int_equal(zo_engine_nvme_state_bytes_as(ZO_DTYPE_F32, 8120), 3 * 32768);
+    assert_int_equal(zo_engine_nvme_state_bytes_as(ZO_DTYPE_BF16, 8120), 65536);
+    assert_int_equal(zo_engine_nvme_state_bytes_as(ZO_DTYPE_I8, 8120),
+                     (32768 + 2 * (8192 + 128) + 4095) / 4096 * 4096);
+    assert_int_equal(zo_engine_nvme_state_bytes_as(ZO_DTYPE_F16, 8120), 0);
+    zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
+    dc.backend = "cpu";
+    dc.mem_budget = 64u << 20;
+    zo_device_t dev = NULL;
+    ZO_ASSERT_OK(zo_device_init(&dev, &dc));
+    model m = {3, {1000, 5000, 3000}, {0, 1, 1}};
+    zo_engine_layout ly = layout_of(&m);
+    static const zo_dtype fmts[] = {ZO_DTYPE_BF16, ZO_DTYPE_I8};
+    for (int f = 0; f < 2; f++)
+        for (int oh = ZO_TIER_DEVICE; oh <= ZO_TIER_NVME; oh++)
+            for (int mode = ZO_OPTIM_SYNC; mode <= ZO_OPTIM_DPU; mode++) {
+                zo_engine_config c = ZO_ENGINE_CONFIG_INIT, f32;
+                c.chunk_bytes = 256u << 10;
+                c.optim_home = (zo_tier)oh;
+                c.param_home = oh == ZO_TIER_DEVICE ? ZO_TIER_DEVICE : ZO_TIER_HOST;
+                c.mode = (zo_optim_mode)mode;
+                f32 = c;
+                c.state_dtype = fmts[f];
+                zo_engine_footprint a = ZO_ENGINE_FOOTPRINT_INIT, b = ZO_ENGINE_FOOTPRINT_INIT;
+                zo_engine_footprint w = ZO_ENGINE_FOOTPRINT_INIT;
+                int fa = -1, fb = -1;
+                char ma[512], mb[512];
+                plan_registered(dev, &c, &m, &a, &fa, ma, sizeof ma);
+                ZO_ASSERT_OK(zo_engine_footprint_for(&c, &ly, &b, &fb, mb, sizeof mb));
+                expect_same_footprint(&a, &b);
+                ZO_ASSERT_OK(zo_engine_footprint_for(&f32, &ly, &w, &fb, NULL, 0));
+                uint64_t sa = a.device + a.pinned + a.host + a.nvme;
+                assert_true(sa < w.device + w.pinned + w.host + w.nvme);
+                if (oh == ZO_TIER_NVME)
+                    assert_int_equal(a.nvme, 2 * 2 * zo_engine_nvme_state_bytes_as(fmts[f], 8120));
+            }
+    zo_engine_config bad = ZO_ENGINE_CONFIG_INIT;
+    bad.state_dtype = ZO_DTYPE_F16;
+    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+    int fits;
+    ZO_ASSERT_ST(zo_engine_footprint_for(&bad, &ly, &fp, &fits, NULL, 0), ZO_ERR_INVALID_ARG);
+    zo_device_free(dev);
+}
+
 /* The documented packing rule, written out plainly. */
 static uint32_t reference_pack(const model *m, uint64_t chunk_elems, zo_engine_chunk_info *out)
 {
@@ -327,6 +378,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_footprint_for_equals_plan),
+        cmocka_unit_test(test_state_formats_counted),
         cmocka_unit_test(test_unlimited_device),
         cmocka_unit_test(test_nvme_extents_sized_to_the_model),
         cmocka_unit_test(test_chunks_for_matches_reference),
