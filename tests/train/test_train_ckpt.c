@@ -421,6 +421,72 @@ static void test_init_weights(void **state)
     zt_trainer_free(t);
 }
 
+/* Compact optimizer states: saved in their format (bf16 tensors, or int8
+ * codes with their block scales) and resumed bitwise, on another placement
+ * too; a checkpoint of one format resumes in another (converted on load,
+ * so not bitwise: the run goes on with finite losses and the saved
+ * weights); --init-weights starts fresh states in every format. */
+static void test_compact_states_checkpoints(void **state)
+{
+    (void)state;
+    static const zo_dtype fmts[] = {ZO_DTYPE_BF16, ZO_DTYPE_I8};
+    for (int f = 0; f < 2; f++) {
+        zt_options o = base_options();
+        o.state_dtype = fmts[f];
+        o.param_home = ZO_TIER_HOST;
+        o.optim_home = ZO_TIER_NVME;
+        check_resume(&o, zo_dtype_name(fmts[f]));
+        zt_options r = o;
+        r.optim_home = ZO_TIER_HOST;
+        r.mode = ZO_OPTIM_OVERLAP;
+        check_resume_as(&o, &r, "compact states, resumed on the host in overlap mode");
+    }
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/formats", g_dir);
+    static const zo_dtype all[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_I8};
+    for (int f = 0; f < 3; f++)
+        for (int g = 0; g < 3; g++) {
+            if (f == g)
+                continue;
+            zt_options o = base_options(), r;
+            o.state_dtype = all[f];
+            r = o;
+            r.state_dtype = all[g];
+            rm_rf(dir);
+            zt_trainer *a = open_trainer(&o);
+            float losses[N];
+            steps(a, N, losses);
+            save_to(a, dir);
+            size_t n;
+            float *wa = all_weights(a, &o.shape, &n);
+            zt_trainer_free(a);
+            zt_trainer *b = open_trainer(&r);
+            load_from(b, dir);
+            float *wb = all_weights(b, &o.shape, &n);
+            assert_memory_equal(wa, wb, n * sizeof(float)); /* the master is fp32 in all */
+            steps(b, N, losses);
+            for (int i = 0; i < N; i++)
+                assert_true(isfinite(losses[i]));
+            zt_trainer_free(b);
+            free(wa);
+            free(wb);
+        }
+    char path[400];
+    snprintf(path, sizeof path, "%s/hf.safetensors", g_dir);
+    for (int f = 0; f < 3; f++) {
+        zt_options o = base_options();
+        o.state_dtype = all[f];
+        write_model_file(path, &o.shape, ZO_DTYPE_BF16, "", 0);
+        zt_trainer *t = open_trainer(&o);
+        if (zt_ckpt_init_weights(t, path) < 0)
+            fail_msg("init weights with %s states: %s", zo_dtype_name(all[f]), zt_last_error());
+        float loss;
+        steps(t, 1, &loss);
+        assert_true(isfinite(loss));
+        zt_trainer_free(t);
+    }
+}
+
 static int setup(void **state)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/zt-ckpt-XXXXXX");
@@ -441,6 +507,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_is_bitwise),
         cmocka_unit_test(test_resume_on_another_split),
+        cmocka_unit_test(test_compact_states_checkpoints),
         cmocka_unit_test(test_files_read_by_an_independent_reader),
         cmocka_unit_test(test_bad_checkpoints_are_refused),
         cmocka_unit_test(test_init_weights),

@@ -469,8 +469,8 @@ static void test_config_errors(void **state)
     expect_config_error("{\"train_batch_size\": 8}", " --set zoffload.devce_mem=1GiB",
                         "unknown key 'zoffload.devce_mem'; did you mean 'device_mem'?");
     expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"optimizer_state_dtype\": "
-                        "\"bf16\"}}",
-                        "", "the engine keeps fp32 optimizer states");
+                        "\"fp16\"}}",
+                        "", "expected one of fp32, bf16, int8");
     expect_config_error("{\"train_batch_size\": 8, \"gradient_clipping\": \"1.0\"}", "",
                         "'gradient_clipping': expected a number >= 0 or \"auto\", found string "
                         "\"1.0\"");

@@ -109,8 +109,24 @@ static const char *const optimizer_names[] = {"Adam", "AdamW", NULL};
 static const char *const scheduler_names[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", NULL};
 static const char *const warmup_names[] = {"log", "linear", NULL};
 static const char *const mode_names[] = {"sync", "overlap", "dpu", NULL};
-static const char *const state_dtype_names[] = {"fp32", "bf16", NULL};
+static const char *const state_dtype_names[] = {"fp32", "bf16", "int8", NULL};
 static const char *const act_home_names[] = {"device", "host", NULL};
+/* The one enum whose values are not base + index: zo_dtype's. */
+static const int state_dtype_values[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_I8};
+
+static int enum_value(const key_spec *k, int i)
+{
+    return k->names == state_dtype_names ? state_dtype_values[i] : k->base + i;
+}
+
+/* names' index of value v, or -1. */
+static int enum_index(const key_spec *k, int v)
+{
+    for (int i = 0; k->names[i]; i++)
+        if (enum_value(k, i) == v)
+            return i;
+    return -1;
+}
 
 static const key_spec optimizer_params_keys[] = {
     N("lr", optimizer.lr, F_AUTO, 0, HUGE_VAL),
@@ -583,7 +599,7 @@ static zo_status read_enum(pctx *c, const key_spec *k, const json_t *v)
         int eq =
             (k->flags & F_ICASE) ? strcasecmp(s, k->names[i]) == 0 : strcmp(s, k->names[i]) == 0;
         if (eq) {
-            int val = k->base + i;
+            int val = enum_value(k, i);
             memcpy(field(c, k), &val, sizeof val);
             return ZO_OK;
         }
@@ -1076,14 +1092,6 @@ zo_status zo_train_config_load(const char *path, int64_t world_size, zo_train_co
 
 static json_t *emit_section(const zo_train_config *cfg, const section *sec);
 
-static int enum_count(const key_spec *k)
-{
-    int n = 0;
-    while (k->names[n])
-        n++;
-    return n;
-}
-
 /* A caller-built struct may hold values no JSON name stands for. */
 static zo_status check_enums(pctx *c, const section *sec)
 {
@@ -1094,7 +1102,7 @@ static zo_status check_enums(pctx *c, const section *sec)
         if (k->kind == K_ENUM) {
             int v;
             memcpy(&v, field(c, k), sizeof v);
-            int ok = v >= k->base && v < k->base + enum_count(k);
+            int ok = enum_index(k, v) >= 0;
             if (k->sub == NULL && k->off == OFF(scheduler.type) && v == ZO_SCHEDULER_NONE)
                 ok = 1;
             if (!ok)
@@ -1137,7 +1145,7 @@ static json_t *emit_value(const zo_train_config *cfg, const key_spec *k)
     case K_BOOL: memcpy(&iv, f, sizeof iv); return json_boolean(iv);
     case K_INT: memcpy(&lv, f, sizeof lv); return json_integer(lv);
     case K_NUM: memcpy(&dv, f, sizeof dv); return json_real(dv);
-    case K_ENUM: memcpy(&iv, f, sizeof iv); return json_string(k->names[iv - k->base]);
+    case K_ENUM: memcpy(&iv, f, sizeof iv); return json_string(k->names[enum_index(k, iv)]);
     case K_PATH: return *(const char *)f ? json_string(f) : json_null();
     case K_BETAS: return json_pack("[ff]", cfg->optimizer.betas[0], cfg->optimizer.betas[1]);
     case K_PATHLIST: return emit_pathlist(cfg);

@@ -192,21 +192,62 @@ static zo_status writer_fail(zo_status st, const char *path)
     return zt_fail(st, "writing checkpoint file %s: %s", path, zt_lib_message());
 }
 
-static zo_status declare_all(writers *w, const tensor_ref *r, int n)
+/* ---- the moments' formats ----
+ * The optimizer file keeps m and v as the engine stores them: fp32 or bf16
+ * tensors of the weights' shape, or int8 states as u8 codes of that shape
+ * plus NAME.absmax, one fp32 scale per ZO_ADAM_Q8_BLOCK elements. Its
+ * metadata names the format ("optimizer_state_dtype"; none: fp32). */
+#define ZT_STATE_DTYPE_KEY "optimizer_state_dtype"
+
+/* The safetensors dtype of a moment stored in state format fmt. */
+static zo_dtype moment_file_dtype(zo_dtype fmt)
+{
+    return fmt == ZO_DTYPE_I8 ? ZO_DTYPE_U8 : fmt;
+}
+
+static void moment_name(char *nm, size_t cap, const char *tensor, int k, int scales)
+{
+    snprintf(nm, cap, "%s.%s%s", tensor, k ? "exp_avg_sq" : "exp_avg", scales ? ".absmax" : "");
+}
+
+static zo_status declare_all(writers *w, const tensor_ref *r, int n, zo_dtype fmt)
 {
     char nm[160];
+    zo_status st =
+        zo_st_writer_set_metadata(w->optim, ZT_STATE_DTYPE_KEY, zt_state_dtype_name(fmt));
+    if (st < 0)
+        return writer_fail(st, w->optim_path);
     for (int i = 0; i < n; i++) {
-        zo_status st =
-            zo_st_writer_declare(w->model, r[i].name, ZO_DTYPE_F32, r[i].ndim, r[i].shape);
-        if (st < 0)
+        if ((st = zo_st_writer_declare(w->model, r[i].name, ZO_DTYPE_F32, r[i].ndim, r[i].shape)) <
+            0)
             return writer_fail(st, w->model_path);
+        int64_t blocks = (int64_t)zo_adam_q8_blocks(r[i].numel);
         for (int k = 0; k < 2; k++) {
-            snprintf(nm, sizeof nm, "%s.%s", r[i].name, k ? "exp_avg_sq" : "exp_avg");
-            if ((st = zo_st_writer_declare(w->optim, nm, ZO_DTYPE_F32, r[i].ndim, r[i].shape)) < 0)
+            moment_name(nm, sizeof nm, r[i].name, k, 0);
+            if ((st = zo_st_writer_declare(w->optim, nm, moment_file_dtype(fmt), r[i].ndim,
+                                           r[i].shape)) < 0)
+                return writer_fail(st, w->optim_path);
+            moment_name(nm, sizeof nm, r[i].name, k, 1);
+            if (fmt == ZO_DTYPE_I8 &&
+                (st = zo_st_writer_declare(w->optim, nm, ZO_DTYPE_F32, 1, &blocks)) < 0)
                 return writer_fail(st, w->optim_path);
         }
     }
     return ZO_OK;
+}
+
+/* Moment k (m, v) of tensor x as stored (raw: zo_engine_read_state_raw's layout). */
+static zo_status write_moment(writers *w, const tensor_ref *x, int k, zo_dtype fmt, void *raw)
+{
+    char nm[160];
+    moment_name(nm, sizeof nm, x->name, k, 0);
+    zo_status st = zo_st_writer_write(w->optim, nm, raw, x->numel * zo_dtype_size(fmt));
+    if (st >= 0 && fmt == ZO_DTYPE_I8) {
+        moment_name(nm, sizeof nm, x->name, k, 1);
+        st = zo_st_writer_write(w->optim, nm, zo_adam_q8_scales(raw, x->numel),
+                                zo_adam_q8_blocks(x->numel) * sizeof(float));
+    }
+    return st < 0 ? writer_fail(st, w->optim_path) : ZO_OK;
 }
 
 /* The index of the first NaN or Inf in x[0..n), or n. */
@@ -227,13 +268,13 @@ static zo_status refuse_nonfinite(const char *name, const char *where, const flo
 /* One tensor at a time: master into the model file, m and v into the
  * optimizer's. Weights that are not finite are not saved: the save fails
  * before `latest` moves, so the last good checkpoint stays. */
-static zo_status stream_all(zt_trainer *t, writers *w, const tensor_ref *r, int n, float *buf)
+static zo_status stream_all(zt_trainer *t, writers *w, const tensor_ref *r, int n, float *buf,
+                            zo_dtype fmt)
 {
-    const size_t cap = largest(r, n);
+    const size_t cap = largest(r, n) + 2; /* see write_tensors */
     float *m = buf + cap, *v = buf + 2 * cap;
-    char nm[160];
     for (int i = 0; i < n; i++) {
-        ZT_LIB(zo_engine_read_state(zt_trainer_engine(t), r[i].id, buf, m, v));
+        ZT_LIB(zo_engine_read_state_raw(zt_trainer_engine(t), r[i].id, buf, m, v));
         size_t bad = first_nonfinite(buf, r[i].numel);
         if (bad < r[i].numel)
             return refuse_nonfinite(r[i].name, " (the weights to save)", buf, bad);
@@ -241,11 +282,8 @@ static zo_status stream_all(zt_trainer *t, writers *w, const tensor_ref *r, int 
         zo_status st = zo_st_writer_write(w->model, r[i].name, buf, bytes);
         if (st < 0)
             return writer_fail(st, w->model_path);
-        for (int k = 0; k < 2; k++) {
-            snprintf(nm, sizeof nm, "%s.%s", r[i].name, k ? "exp_avg_sq" : "exp_avg");
-            if ((st = zo_st_writer_write(w->optim, nm, k ? v : m, bytes)) < 0)
-                return writer_fail(st, w->optim_path);
-        }
+        for (int k = 0; k < 2; k++)
+            ZT_TRY(write_moment(w, &r[i], k, fmt, k ? v : m));
     }
     zo_status st = zo_st_writer_commit(w->model);
     if (st < 0)
@@ -261,7 +299,10 @@ static zo_status write_tensors(zt_trainer *t, const char *dir)
     int n = 0;
     ZT_TRY(model_tensors(t, &r, &n));
     writers w = {0};
-    float *buf = malloc(3 * largest(r, n) * sizeof *buf);
+    /* master, m, v: a moment as stored takes at most 4 bytes an element and
+     * 8 more (int8: codes padded to 4 bytes, then 4 bytes a block) */
+    float *buf = malloc(3 * (largest(r, n) + 2) * sizeof *buf);
+    zo_dtype fmt = zo_engine_state_dtype(zt_trainer_engine(t));
     zo_status st = buf ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "a tensor buffer");
     if (st >= 0 && (st = join(w.model_path, dir, ZT_CKPT_MODEL)) >= 0 &&
         (st = join(w.optim_path, dir, ZT_CKPT_OPTIM)) >= 0) {
@@ -273,9 +314,9 @@ static zo_status write_tensors(zt_trainer *t, const char *dir)
     if (st >= 0 && (st = zo_st_writer_set_metadata(w.model, "zoffload", "fp32 master weights")) < 0)
         writer_fail(st, w.model_path);
     if (st >= 0)
-        st = declare_all(&w, r, n);
+        st = declare_all(&w, r, n, fmt);
     if (st >= 0)
-        st = stream_all(t, &w, r, n, buf);
+        st = stream_all(t, &w, r, n, buf, fmt);
     zo_st_writer_free(w.model);
     zo_st_writer_free(w.optim);
     free(buf);
@@ -604,16 +645,74 @@ static zo_status check_count(zo_st_reader_t rd, const char *file, size_t want)
                    file, have, want);
 }
 
-/* Tensor i's master, m and v in the two files, checked by name, dtype and shape. */
-static zo_status find_states(zo_st_reader_t mr, zo_st_reader_t orr, const tensor_ref *x,
-                             zo_st_tensor_info info[3])
+/* The format the optimizer file's moments are in (see "the moments' formats"). */
+static zo_status file_state_dtype(zo_st_reader_t orr, zo_dtype *out)
+{
+    const char *name = zo_st_reader_metadata(orr, ZT_STATE_DTYPE_KEY);
+    *out = ZO_DTYPE_F32;
+    if (name && zt_parse_state_dtype(name, out) < 0)
+        return zt_fail(ZO_ERR_CORRUPT, "%s: metadata %s is '%s': expected fp32, bf16 or int8",
+                       ZT_CKPT_OPTIM, ZT_STATE_DTYPE_KEY, name);
+    return ZO_OK;
+}
+
+/* Tensor x's master and moments in the two files, checked by name, dtype
+ * and shape: info[0] the master, info[1 + k] moment k, info[3 + k] its
+ * int8 scales. */
+static zo_status find_states(zo_st_reader_t mr, zo_st_reader_t orr, zo_dtype fmt,
+                             const tensor_ref *x, zo_st_tensor_info info[5])
 {
     char nm[160];
     ZT_TRY(expect(mr, x->name, ZO_DTYPE_F32, x, &info[0]));
-    snprintf(nm, sizeof nm, "%s.exp_avg", x->name);
-    ZT_TRY(expect(orr, nm, ZO_DTYPE_F32, x, &info[1]));
-    snprintf(nm, sizeof nm, "%s.exp_avg_sq", x->name);
-    return expect(orr, nm, ZO_DTYPE_F32, x, &info[2]);
+    for (int k = 0; k < 2; k++) {
+        moment_name(nm, sizeof nm, x->name, k, 0);
+        ZT_TRY(expect(orr, nm, moment_file_dtype(fmt), x, &info[1 + k]));
+        if (fmt != ZO_DTYPE_I8)
+            continue;
+        int64_t blocks = (int64_t)zo_adam_q8_blocks(x->numel);
+        tensor_ref sc = *x;
+        sc.ndim = 1;
+        sc.shape[0] = blocks;
+        moment_name(nm, sizeof nm, x->name, k, 1);
+        ZT_TRY(expect(orr, nm, ZO_DTYPE_F32, &sc, &info[3 + k]));
+    }
+    return ZO_OK;
+}
+
+/* Moment k of x from the file into buf: as the engine stores it (raw) when
+ * the file has the engine's format, else decoded to fp32 (the engine then
+ * encodes it in its own). */
+static void moment_from_file(const zo_st_tensor_info info[5], int k, zo_dtype file_fmt, int raw,
+                             size_t numel, void *buf)
+{
+    const void *d = info[1 + k].data;
+    if (file_fmt == ZO_DTYPE_I8) {
+        if (raw) {
+            memcpy(buf, d, numel);
+            memcpy(zo_adam_q8_scales(buf, numel), info[3 + k].data,
+                   zo_adam_q8_blocks(numel) * sizeof(float));
+        } else {
+            zo_adam_q8_dequantize(d, info[3 + k].data, numel, !k, buf);
+        }
+    } else if (file_fmt == ZO_DTYPE_BF16 && !raw) {
+        for (size_t i = 0; i < numel; i++)
+            ((float *)buf)[i] = zo_bf16_to_f32(((const uint16_t *)d)[i]);
+    } else {
+        memcpy(buf, d, numel * zo_dtype_size(file_fmt));
+    }
+}
+
+/* Tensor x's states into the engine, converted when the formats differ. */
+static zo_status restore_tensor(zt_trainer *t, const tensor_ref *x, zo_dtype file_fmt,
+                                const zo_st_tensor_info info[5], float *m, float *v)
+{
+    zo_engine_t eng = zt_trainer_engine(t);
+    int raw = file_fmt == zo_engine_state_dtype(eng);
+    moment_from_file(info, 0, file_fmt, raw, x->numel, m);
+    moment_from_file(info, 1, file_fmt, raw, x->numel, v);
+    zo_status st = raw ? zo_engine_write_state_raw(eng, x->id, info[0].data, m, v)
+                       : zo_engine_write_state(eng, x->id, info[0].data, m, v);
+    return st < 0 ? zt_fail(st, "restoring %s: %s", x->name, zt_lib_message()) : ZO_OK;
 }
 
 /* Everything is checked before the engine is touched. */
@@ -623,21 +722,25 @@ static zo_status load_tensors(zt_trainer *t, const char *dir)
     int n = 0;
     ZT_TRY(model_tensors(t, &r, &n));
     zo_st_reader_t mr = NULL, orr = NULL;
-    zo_st_tensor_info info[3];
-    zo_status st = open_reader(&mr, dir, ZT_CKPT_MODEL);
+    zo_st_tensor_info info[5];
+    zo_dtype fmt = ZO_DTYPE_F32;
+    size_t cap = largest(r, n) + 2; /* as write_tensors' */
+    float *m = malloc(2 * cap * sizeof *m), *v = m + cap;
+    zo_status st = m ? open_reader(&mr, dir, ZT_CKPT_MODEL) : zt_fail(ZO_ERR_NO_MEMORY, "buffers");
     if (st >= 0)
         st = open_reader(&orr, dir, ZT_CKPT_OPTIM);
+    if (st >= 0)
+        st = file_state_dtype(orr, &fmt);
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; st >= 0 && i < n; i++)
-            if ((st = find_states(mr, orr, &r[i], info)) >= 0 && pass == 1 &&
-                (st = zo_engine_write_state(zt_trainer_engine(t), r[i].id, info[0].data,
-                                            info[1].data, info[2].data)) < 0)
-                zt_fail(st, "restoring %s: %s", r[i].name, zt_lib_message());
+            if ((st = find_states(mr, orr, fmt, &r[i], info)) >= 0 && pass == 1)
+                st = restore_tensor(t, &r[i], fmt, info, m, v);
         if (st >= 0 && pass == 0 && (st = check_count(mr, ZT_CKPT_MODEL, (size_t)n)) >= 0)
-            st = check_count(orr, ZT_CKPT_OPTIM, 2 * (size_t)n);
+            st = check_count(orr, ZT_CKPT_OPTIM, (fmt == ZO_DTYPE_I8 ? 4 : 2) * (size_t)n);
     }
     zo_st_reader_free(mr);
     zo_st_reader_free(orr);
+    free(m);
     free(r);
     return st;
 }

@@ -128,9 +128,7 @@ static void precision(zt_options *o, const zo_train_config *cfg)
 
 static zo_status placement(zt_options *o, const zo_train_config *cfg)
 {
-    if (cfg->zoffload.optimizer_state_dtype != ZO_DTYPE_F32)
-        return zt_fail(ZO_ERR_CONFIG, "'zoffload.optimizer_state_dtype' is bf16: the engine keeps "
-                                      "fp32 optimizer states; use fp32");
+    o->state_dtype = cfg->zoffload.optimizer_state_dtype;
     if (cfg->aio.block_size > UINT32_MAX || cfg->aio.queue_depth > UINT32_MAX)
         return zt_fail(ZO_ERR_CONFIG,
                        "'aio.block_size' %lld or 'aio.queue_depth' %lld is too large",

@@ -92,6 +92,10 @@ static void usage(FILE *f)
         "  --nvme-path DIR        a swap directory, one per drive (repeatable; default: a\n"
         "                         zo-train-swap directory next to the executable)\n"
         "  --optimizer-mode sync|overlap|dpu   (default sync)\n"
+        "  --state-dtype fp32|bf16|int8   Adam's m and v (the master stays fp32): fp32\n"
+        "                         (default), bf16, or int8 (8-bit blocks of 256 with a scale\n"
+        "                         each, as bitsandbytes' 8-bit Adam): 12, 8 or about 6 bytes\n"
+        "                         of states per parameter\n"
         "  --chunk-bytes BYTES    engine chunk size (default: the largest tensor)\n"
         "  --host-mem BYTES       the host memory the run may take (default: physical RAM\n"
         "                         less 10%%, or the cgroup's limit); checked before allocating\n"
@@ -216,6 +220,7 @@ enum {
     OPT_PARAM_HOST_BYTES,
     OPT_MICRO_GROUP,
     OPT_ACT_HOME,
+    OPT_STATE_DTYPE,
     OPT_HELP
 };
 
@@ -265,6 +270,7 @@ static const struct option long_opts[] = {
     {"param-host-bytes", required_argument, 0, OPT_PARAM_HOST_BYTES},
     {"micro-group", required_argument, 0, OPT_MICRO_GROUP},
     {"act-home", required_argument, 0, OPT_ACT_HOME},
+    {"state-dtype", required_argument, 0, OPT_STATE_DTYPE},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -382,6 +388,10 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
             return bad_value(name, arg, "device or host (NVMe is not supported)");
         c->o.act_home = strcmp(arg, "host") == 0 ? ZT_ACT_HOST : ZT_ACT_DEVICE;
         return 0;
+    case OPT_STATE_DTYPE:
+        if (zt_parse_state_dtype(arg, &c->o.state_dtype) != 0)
+            return bad_value(name, arg, "fp32, bf16 or int8");
+        return 0;
     }
     return 0;
 }
@@ -430,6 +440,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_NVME:
     case OPT_MODE:
     case OPT_ACT_HOME:
+    case OPT_STATE_DTYPE:
     case OPT_HOST_MEM: return parse_placement_opt(opt, arg, c);
     case OPT_PLACEMENT:
     case OPT_OPTIM_DEVICE_BYTES:
@@ -959,6 +970,9 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
            zo_fmt_bytes_prec(b, sizeof b, su->activation_bytes, 1),
            zo_fmt_bytes_prec(d, sizeof d, su->engine_device_bytes, 1), zt_home_name(su->param_home),
            zt_home_name(su->optim_home), zo_optim_mode_name(c->o.mode));
+    if (c->o.state_dtype != ZO_DTYPE_F32)
+        printf("  optimizer states: m and v in %s, master fp32\n",
+               zt_state_dtype_name(c->o.state_dtype));
     if (su->nvme_dir[0])
         printf("  swap directory %s\n", su->nvme_dir);
     print_caps(su);
@@ -1026,6 +1040,7 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
                         json_integer(c->o.micro_group > 1 ? c->o.micro_group : 1));
     json_object_set_new(cfg, "act_home",
                         json_string(c->o.act_home == ZT_ACT_HOST ? "host" : "device"));
+    json_object_set_new(cfg, "state_dtype", json_string(zt_state_dtype_name(c->o.state_dtype)));
     json_object_set_new(cfg, "placement",
                         json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "optimizer", "device",
                                   (json_int_t)su->optim_caps.device, "host",

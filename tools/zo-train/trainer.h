@@ -63,6 +63,7 @@ typedef struct zt_options {
     size_t n_nvme_faults;
     zo_trace_fn trace; /* optional: the engine's spans, and the compute stream's layers */
     void *trace_ctx;
+    zo_dtype state_dtype; /* Adam's m and v: ZO_DTYPE_F32 (0, the default), BF16 or I8 */
 } zt_options;
 
 /* Defaults: tiny preset values are filled by the caller (zt_preset). */
