@@ -157,9 +157,9 @@ static inline zv zv_bits(zi x)
 {
     return _mm256_castsi256_ps(x);
 }
-static inline zi zi_gt(zv a, zv b)
+static inline zi zi_inc_gt(zi d, zv a, zv b)
 {
-    return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GT_OQ));
+    return _mm256_sub_epi32(d, _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GT_OQ)));
 }
 static inline int32_t zi_hmax(zi x)
 {

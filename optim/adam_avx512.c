@@ -161,9 +161,9 @@ static inline zv zv_bits(zi x)
 {
     return _mm512_castsi512_ps(x);
 }
-static inline zi zi_gt(zv a, zv b)
+static inline zi zi_inc_gt(zi d, zv a, zv b)
 {
-    return _mm512_maskz_set1_epi32(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), -1);
+    return _mm512_mask_add_epi32(d, _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), d, _mm512_set1_epi32(1));
 }
 static inline int32_t zi_hmax(zi x)
 {

@@ -143,9 +143,9 @@ static inline zv zv_bits(zi x)
 {
     return vreinterpretq_f32_s32(x);
 }
-static inline zi zi_gt(zv a, zv b)
+static inline zi zi_inc_gt(zi d, zv a, zv b)
 {
-    return vreinterpretq_s32_u32(vcgtq_f32(a, b));
+    return vsubq_s32(d, vreinterpretq_s32_u32(vcgtq_f32(a, b)));
 }
 static inline int32_t zi_hmax(zi x)
 {

@@ -127,9 +127,9 @@ static inline zv zv_bits(zi x)
 {
     return zo_bits_f32((uint32_t)x);
 }
-static inline zi zi_gt(zv a, zv b)
+static inline zi zi_inc_gt(zi d, zv a, zv b)
 {
-    return a > b ? -1 : 0;
+    return a > b ? d + 1 : d;
 }
 static inline int32_t zi_hmax(zi x)
 {

@@ -6,8 +6,8 @@
  *   zacc (per-lane double sums): zacc_zero zacc_add(acc, x) -> acc + x*x, zacc_sum (lane order)
  *   zr32/zr16 (raw bits): zr_ld32 zr_st32 zr_ld16 zr_st16 zr_narrow (32 -> 16 bits), zr_opaque32/16
  *   zi (int32 lanes, for 8-bit moments): zi_set1 zi_add zi_sub zi_and zi_max zi_min
- *     (signed) zi_srli(x, imm) (logical) zi_bits/zv_bits (reinterpret) zi_gt(a, b) (-1 where
- *     a > b, ordered) zi_hmax (largest lane) zi_ld8/zi_st8 (bytes <-> lanes) zi_opaque
+ *     (signed) zi_srli(x, imm) (logical) zi_bits/zv_bits (reinterpret) zi_inc_gt(d, a, b) (d + 1
+ *     where a > b, ordered) zi_hmax (largest lane) zi_ld8/zi_st8 (bytes <-> lanes) zi_opaque
  *     zi_cvtt (as zs_cvtt, in-range values) zv_from_int zv_sub
  *     zv_lut16/zi_lut16(16-entry table, zi) zi_lut32(32-entry table, zi)
  * Elements past the last whole vector go through the scalar code. */
@@ -94,7 +94,7 @@ ZV_ALWAYS zi zv_q8_code(const zo_q8_map_tables *t, zv x, int is_signed)
     e = zi_min(zi_max(e, zi_set1(0)), zi_set1(ZO_Q8_NBINADES - 1));
     zi d = zi_lut32(t->lvl_of_binade, e);
     zv af = zv_bits(a);
-    d = zi_sub(d, zi_gt(af, zv_lut16(t->lvl_thr, d)));
+    d = zi_inc_gt(d, af, zv_lut16(t->lvl_thr, d));
     zi s = zi_set1(0);
     if (is_signed) {
         s = zi_srli(bits, 31);

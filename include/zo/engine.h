@@ -136,13 +136,13 @@ typedef struct zo_engine_config {
                                  the host cap first, whatever it is */
     zo_engine_caps optim_caps; /* optimizer states a faster tier than optim_home holds (device:
                                  the cpu device only) */
-    uint64_t host_bytes; /* the host tier's hard budget: pinned + pageable bytes of the plan (0:
-                            not limited). A plan whose footprint's pinned + host exceed it is
-                            refused naming the host tier and the shortfall; the measured peaks
-                            (peak_pinned + peak_host) stay within it */
-    int micro_group;     /* micro-batches per layer-major group (0 or 1: micro-batch-major, the
-                            protocol above; > 1 needs grad_accum_steps > 1 to matter, and a group
-                            larger than grad_accum_steps is one group per step) */
+    uint64_t host_bytes;  /* the host tier's hard budget: pinned + pageable bytes of the plan (0:
+                             not limited). A plan whose footprint's pinned + host exceed it is
+                             refused naming the host tier and the shortfall; the measured peaks
+                             (peak_pinned + peak_host) stay within it */
+    int micro_group;      /* micro-batches per layer-major group (0 or 1: micro-batch-major, the
+                             protocol above; > 1 needs grad_accum_steps > 1 to matter, and a group
+                             larger than grad_accum_steps is one group per step) */
     zo_dtype state_dtype; /* Adam's m and v: ZO_DTYPE_F32 (default), ZO_DTYPE_BF16 (half the
                              bytes) or ZO_DTYPE_I8 (8-bit blockwise with one fp32 scale per
                              ZO_ADAM_Q8_BLOCK elements, zo/optim.h); the master stays fp32 */
