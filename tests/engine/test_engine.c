@@ -1078,6 +1078,17 @@ static void test_compact_states_everywhere(void **state)
         run_out ref, dpu_host;
         run(&base, &ref);
         assert_true(ref.fp.nvme < f32.fp.nvme && ref.fp.pinned < f32.fp.pinned);
+        /* each step reads and writes every chunk's states in the format, packed: W's chunk
+         * and b's (CHUNK / 2 and TM_D elements) per layer */
+        uint64_t per_step = TM_L * (zo_engine_nvme_state_bytes_as(fmts[f], CHUNK / 2) +
+                                    zo_engine_nvme_state_bytes_as(fmts[f], TM_D));
+        for (int s = 0; s < STEPS; s++) {
+            assert_int_equal(ref.stats[s].nvme_read_bytes, per_step);
+            assert_int_equal(ref.stats[s].nvme_write_bytes, per_step);
+        }
+        /* 8 and about 6 bytes per element of W's chunk where fp32 takes 12 */
+        assert_true(zo_engine_nvme_state_bytes_as(fmts[f], CHUNK / 2) * 12 <=
+                    zo_engine_nvme_state_bytes(CHUNK / 2) * (f ? 7 : 8));
         assert_true(fabs(ref.losses[STEPS - 1] - f32.losses[STEPS - 1]) <
                     0.05 * fabs(f32.losses[STEPS - 1]));
         assert_true(memcmp(ref.master[0], f32.master[0], tm_numel(0) * sizeof(float)) != 0);
