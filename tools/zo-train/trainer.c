@@ -434,8 +434,8 @@ static zo_status fill_host(const zt_trainer *t, zo_engine_config *c, uint64_t *c
 
 /* --placement auto: the host limit's room goes to what is homed on NVMe,
  * optimizer states first (a chunk moved to the host saves reading and
- * writing its states every step, 12 bytes each way per parameter, for 12
- * bytes of memory), then the 16-bit parameters; layer 0's chunks first
+ * writing its states every step, 12 bytes each way per parameter in fp32,
+ * for as many bytes of memory), then the 16-bit parameters; layer 0's chunks first
  * (the engine's placement order). */
 static zo_status auto_placement(zt_trainer *t, zo_engine_config *c)
 {
@@ -445,8 +445,10 @@ static zo_status auto_placement(zt_trainer *t, zo_engine_config *c)
     ZT_TRY(host_need(t, c, part, &fp));
     if (!limit || part[0] + part[1] + part[2] + part[3] > limit)
         return ZO_OK; /* nothing to spare: check_host_memory says what is missing */
+    /* a chunk's states at the chunk's size in their format: 6 x chunk_bytes in fp32 */
+    uint64_t states = zo_engine_nvme_state_bytes_as(c->state_dtype, fp.chunk_bytes / 2);
     if (c->optim_home == ZO_TIER_NVME)
-        ZT_TRY(fill_host(t, c, &c->optim_caps.host, 6 * fp.chunk_bytes, fp.n_chunks, limit));
+        ZT_TRY(fill_host(t, c, &c->optim_caps.host, states, fp.n_chunks, limit));
     if (c->param_home == ZO_TIER_NVME)
         ZT_TRY(fill_host(t, c, &c->param_caps.host, fp.chunk_bytes, fp.n_chunks, limit));
     return ZO_OK;
