@@ -184,17 +184,20 @@ typedef struct zo_engine_config {
  *       4*C bf16, about 3*C int8; Z' = Z rounded up to 4 KiB
  *   (with state_dtype other than fp32, E is zo_engine_nvme_state_bytes_as)
  * Chunks whose 16-bit parameters are homed on NVMe keep no whole-model gradient
- * mirror either (not grouped; grouped, their fp32 sums stay): their N*C*G pinned term becomes a
- * ring of min(N, D) pinned chunk buffers the gradients come down into (pinned staging sized by the
+ * mirror either: their N*C*G pinned term becomes a ring of min(N, D) pinned
+ * chunk buffers the gradients come down into (pinned staging sized by the
  * queue depth and the lookahead, not by the model). With grad_accum_steps 1
  * the update needs them after the global norm, so each such chunk's G
  * gradients wait in host memory (host += C*G per chunk) as long as host_bytes
  * allows (all of them when it is 0), in chunk order, and the rest are spilled
  * to checksummed NVMe extents (nvme += G*P per chunk: one per parity,
  * rewritten every step) read back into the states' stages for the update
- * (pinned += 3*C for their room, whether one spills or not). With more micro-batches the
- * fp32 accumulators hold them and nothing waits in 16 bits. The grad_* and
- * param_staging fields below break these terms out. */
+ * (pinned += 3*C for their room, whether one spills or not). With more
+ * micro-batches the fp32 accumulators hold them, except grouped with one
+ * group per step (micro_group >= grad_accum_steps) outside dpu mode: then
+ * the fp32 sums are staged the same way, each term at 2*C a chunk (ring,
+ * kept copies, stage room; extents of the fullest chunk's fp32 bytes). The
+ * grad_* and param_staging fields below break these terms out. */
 typedef struct zo_engine_footprint {
     size_t struct_size;
     uint64_t device, pinned, host, nvme;

@@ -385,8 +385,9 @@ static void place_homes(struct zo_engine *e, const eng_plan_in *in)
         k->pt = eng_param_tiers[eng_p16_home(in, c)];
         k->st = eng_state_tiers[eng_states_home(in, c)];
         k->p16_bufs = eng_p16_bufs(in, c);
-        k->g_staged = eng_grads_staged(in, c) && !in->grouped;
+        k->g_staged = eng_grads_staged(in, c);
     }
+    e->g_grouped = in->grouped; /* what comes down (the stages' room needs it) */
 }
 
 /* Assign every tensor a chunk and an offset; chunks never span layers. */

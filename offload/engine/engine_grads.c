@@ -28,9 +28,46 @@
 
 /* ---- the plan ---- */
 
+/* Layer-major groups stage their fp32 sums only with one group per step
+ * (each chunk's sum comes down once, no running sum goes back up) and not
+ * in dpu mode (whose backward fills a second set while the update reads
+ * the first). */
+static int group_stages(const zo_engine_config *c)
+{
+    return c->micro_group >= c->grad_accum_steps && c->mode != ZO_OPTIM_DPU;
+}
+
 int eng_grads_staged(const eng_plan_in *in, uint32_t c)
 {
-    return eng_p16_home(in, c) == ZO_TIER_NVME;
+    return eng_p16_home(in, c) == ZO_TIER_NVME && (!in->grouped || group_stages(in->cfg));
+}
+
+/* The update reads the staged gradients after their host job (16-bit with
+ * one micro-batch per step, the fp32 sums when grouped); else the host's
+ * fp32 accumulators hold them. */
+static int plan_waits(const eng_plan_in *in)
+{
+    return in->grouped || in->cfg->grad_accum_steps == 1;
+}
+
+static int waits(const struct zo_engine *e)
+{
+    return e->g_grouped || e->cfg.grad_accum_steps == 1;
+}
+
+/* Bytes per element of the gradients that come down: 16-bit, grouped fp32. */
+static size_t elem_bytes(const struct zo_engine *e)
+{
+    return e->g_grouped ? sizeof(float) : e->e16;
+}
+
+/* Where the update finds chunk k's gradients of `parity`. */
+static void set_grads(struct zo_engine *e, eng_chunk *k, int parity, void *p)
+{
+    if (e->g_grouped)
+        k->acc[parity] = p;
+    else
+        k->g16[parity] = p;
 }
 
 /* Staged chunks' gradients kept in host memory within the host budget,
@@ -38,7 +75,8 @@ int eng_grads_staged(const eng_plan_in *in, uint32_t c)
  * read spilled ones back included) already take. */
 static uint32_t plan_kept(const eng_plan_in *in, const zo_engine_footprint *fp, uint32_t staged)
 {
-    uint64_t per = (uint64_t)in->grad_bufs * in->chunk_bytes, budget = in->cfg->host_bytes;
+    uint64_t gb = in->chunk_bytes * (in->grouped ? 2 : 1);
+    uint64_t per = (uint64_t)in->grad_bufs * gb, budget = in->cfg->host_bytes;
     uint64_t base = fp->pinned + fp->host;
     if (!budget || base + staged * per <= budget)
         return staged;
@@ -51,37 +89,37 @@ void eng_grads_account(const eng_plan_in *in, zo_engine_footprint *fp, uint32_t 
 {
     uint64_t C = in->chunk_bytes, G = (uint64_t)in->grad_bufs;
     uint32_t staged = 0;
-    for (uint32_t c = 0; c < in->n_chunks && !in->grouped; c++)
+    for (uint32_t c = 0; c < in->n_chunks; c++)
         staged += eng_grads_staged(in, c) != 0;
     uint32_t depth = eng_staging_depth(in->cfg), ring = staged < depth ? staged : depth;
-    uint64_t mirror = G * C * (in->grouped ? 2 : 1); /* grouped: the fp32 group sums */
-    fp->grad_pinned = (uint64_t)(in->n_chunks - staged) * mirror + (uint64_t)ring * C;
+    uint64_t gb = C * (in->grouped ? 2 : 1); /* a chunk's gradients: 16-bit, grouped fp32 sums */
+    fp->grad_pinned = (uint64_t)(in->n_chunks - staged) * G * gb + (uint64_t)ring * gb;
     fp->pinned += fp->grad_pinned;
     *kept = *spilled = 0;
-    if (!staged || in->cfg->grad_accum_steps > 1)
+    if (!staged || !plan_waits(in))
         return; /* the fp32 accumulators hold the step's gradients */
     /* the stages keep room for reading spilled gradients back whether any
      * spill or not: the pinned staging is the same under any host budget */
-    fp->grad_stage = ENG_NVME_STAGES * C;
+    fp->grad_stage = ENG_NVME_STAGES * gb;
     fp->pinned += fp->grad_stage;
     *kept = plan_kept(in, fp, staged);
     *spilled = staged - *kept;
-    fp->grad_host = (uint64_t)*kept * G * C;
+    fp->grad_host = (uint64_t)*kept * G * gb;
     fp->host += fp->grad_host;
-    fp->grad_nvme = (uint64_t)*spilled * G * eng_p16_extent(in->max_chunk_elems);
+    uint64_t extent = zo_round_up(in->max_chunk_elems * (in->grouped ? 4 : 2), ZO_SWAP_ALIGN);
+    fp->grad_nvme = (uint64_t)*spilled * G * extent;
     fp->nvme += fp->grad_nvme;
 }
 
 uint64_t eng_grads_stage_room(const struct zo_engine *e)
 {
-    return e->fp.grad_stage ? e->chunk_bytes : 0;
+    return e->fp.grad_stage ? e->chunk_bytes * (e->g_grouped ? 2 : 1) : 0;
 }
 
 /* ---- placement ---- */
 
-/* Pinned mirrors for the chunks that are not staged (grouped: the fp32
- * group sums of every chunk): one set, buffer by buffer and chunk by chunk
- * within. */
+/* Pinned mirrors for the chunks that are not staged (grouped: their fp32
+ * group sums): one set, buffer by buffer and chunk by chunk within. */
 static zo_status place_mirrors(struct zo_engine *e, int grouped)
 {
     size_t n = 0;
@@ -95,9 +133,11 @@ static zo_status place_mirrors(struct zo_engine *e, int grouped)
     for (int b = 0; st == ZO_OK && b < e->g_bufs; b++)
         for (uint32_t c = 0; c < e->n_chunks; c++) {
             eng_chunk *k = &e->chunks[c];
+            if (k->g_staged)
+                continue;
             if (grouped)
                 k->acc[b] = tmp[i++];
-            else if (!k->g_staged)
+            else
                 k->g16[b] = tmp[i++];
         }
     free(tmp);
@@ -112,7 +152,7 @@ static zo_status place_ring(struct zo_engine *e, uint32_t staged)
         return ZO_OK;
     e->gring = calloc(e->n_gring, sizeof *e->gring);
     void **tmp = calloc(e->n_gring, sizeof *tmp);
-    zo_status st = e->gring && tmp ? eng_take_pinned(e, e->chunk_bytes, e->n_gring, tmp)
+    zo_status st = e->gring && tmp ? eng_take_pinned(e, e->g_bytes, e->n_gring, tmp)
                                    : ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the ring");
     for (uint32_t s = 0; st == ZO_OK && s < e->n_gring; s++) {
         e->gring[s].ptr = tmp[s];
@@ -126,16 +166,20 @@ static zo_status place_ring(struct zo_engine *e, uint32_t staged)
  * through registered with their store. */
 static zo_status place_spill(struct zo_engine *e)
 {
-    uint64_t n = (uint64_t)e->g_spilled_chunks * (uint64_t)e->g_bufs;
-    ZO_TRY(eng_open_store(e, e->p16_extent, n, "-grad", &e->gswap));
-    eng_store_opened(e, e->gswap, e->p16_extent);
+    uint64_t n = (uint64_t)e->g_spilled_chunks * (uint64_t)e->g_bufs, fullest = 0;
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        if (e->chunks[c].n_elems > fullest)
+            fullest = e->chunks[c].n_elems;
+    e->g_extent = zo_round_up(fullest * elem_bytes(e), ZO_SWAP_ALIGN);
+    ZO_TRY(eng_open_store(e, e->g_extent, n, "-grad", &e->gswap));
+    eng_store_opened(e, e->gswap, e->g_extent);
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
         for (int b = 0; k->g_staged && !k->g_kept && b < e->g_bufs; b++)
             ZO_TRY(zo_swap_alloc_extent(e->gswap, 2ull * c + (uint64_t)b, &k->gext[b]));
     }
     for (uint32_t s = 0; s < e->n_gring; s++)
-        ZO_TRY(zo_swap_register_buffer(e->gswap, e->gring[s].ptr, e->chunk_bytes));
+        ZO_TRY(zo_swap_register_buffer(e->gswap, e->gring[s].ptr, e->g_bytes));
     for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
         ZO_TRY(zo_swap_register_buffer(e->gswap, e->stage[i], e->stage_bytes));
     return ZO_OK;
@@ -144,6 +188,7 @@ static zo_status place_spill(struct zo_engine *e)
 /* After the tiers placed (the stages the spilled gradients are read into). */
 zo_status eng_grads_place(struct zo_engine *e, int grouped)
 {
+    e->g_bytes = e->chunk_bytes * (grouped ? 2 : 1); /* g_grouped: set at packing */
     ZO_TRY(place_mirrors(e, grouped));
     uint32_t staged = 0;
     for (uint32_t c = 0; c < e->n_chunks; c++) {
@@ -153,7 +198,7 @@ zo_status eng_grads_place(struct zo_engine *e, int grouped)
             k->g_kept = staged++ < e->g_kept_chunks;
     }
     ZO_TRY(place_ring(e, staged));
-    uint64_t per = (uint64_t)e->g_bufs * e->chunk_bytes;
+    uint64_t per = (uint64_t)e->g_bufs * e->g_bytes;
     float *host = NULL;
     ZO_TRY(eng_host_alloc(e, e->g_kept_chunks * per, &host));
     e->g_host = host;
@@ -161,7 +206,7 @@ zo_status eng_grads_place(struct zo_engine *e, int grouped)
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
         for (int b = 0; k->g_staged && k->g_kept && b < e->g_bufs; b++)
-            k->gkeep[b] = (char *)e->g_host + (i++) * e->chunk_bytes;
+            k->gkeep[b] = (char *)e->g_host + (i++) * e->g_bytes;
     }
     return e->g_spilled_chunks ? place_spill(e) : ZO_OK; /* room in the stages: fp */
 }
@@ -248,7 +293,7 @@ zo_status eng_grads_stage(struct zo_engine *e, uint32_t c, int parity)
     pthread_mutex_unlock(&e->mu);
     ZO_TRY(st);
     k->gring = s;
-    k->g16[parity] = e->gring[s].ptr;
+    set_grads(e, k, parity, e->gring[s].ptr);
     return ZO_OK;
 }
 
@@ -259,14 +304,15 @@ static zo_status keep_or_spill(struct zo_engine *e, uint32_t c, int parity, eng_
 {
     eng_chunk *k = &e->chunks[c];
     if (k->g_kept) {
-        memcpy(k->gkeep[parity], r->ptr, k->n_elems * e->e16);
-        k->g16[parity] = k->gkeep[parity];
+        memcpy(k->gkeep[parity], r->ptr, k->n_elems * elem_bytes(e));
+        set_grads(e, k, parity, k->gkeep[parity]);
         return ZO_OK;
     }
-    k->g16[parity] = NULL; /* read back into a stage by the update */
+    set_grads(e, k, parity, NULL); /* read back into a stage by the update */
     k->ggen[parity]++;
     return eng_swap_async(e, 1, 2, c, k->gext[parity], r->ptr,
-                          zo_round_up(k->n_elems * e->e16, ZO_SWAP_ALIGN), k->ggen[parity], io);
+                          zo_round_up(k->n_elems * elem_bytes(e), ZO_SWAP_ALIGN), k->ggen[parity],
+                          io);
 }
 
 zo_status eng_grads_done(struct zo_engine *e, const eng_job *j)
@@ -277,7 +323,7 @@ zo_status eng_grads_done(struct zo_engine *e, const eng_job *j)
     eng_gring *r = &e->gring[k->gring];
     zo_swap_io_t io = NULL;
     zo_status st = ZO_OK;
-    if (j->last && e->cfg.grad_accum_steps == 1)
+    if (j->last && waits(e))
         st = keep_or_spill(e, (uint32_t)j->chunk, j->parity, r, &io);
     pthread_mutex_lock(&e->mu);
     r->io = io;
@@ -323,10 +369,11 @@ zo_status eng_grads_read_back(struct zo_engine *e, uint32_t c, int parity, float
 {
     eng_chunk *k = &e->chunks[c];
     *io = NULL;
-    if (!k->g_staged || k->g_kept || e->cfg.grad_accum_steps > 1)
+    if (!k->g_staged || k->g_kept || !waits(e))
         return ZO_OK;
     void *room = (char *)stage + e->stage_bytes - eng_grads_stage_room(e);
-    k->g16[parity] = room;
+    set_grads(e, k, parity, room);
     return eng_swap_async(e, 0, 2, c, k->gext[parity], room,
-                          zo_round_up(k->n_elems * e->e16, ZO_SWAP_ALIGN), k->ggen[parity], io);
+                          zo_round_up(k->n_elems * elem_bytes(e), ZO_SWAP_ALIGN), k->ggen[parity],
+                          io);
 }

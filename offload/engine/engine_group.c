@@ -73,7 +73,8 @@ static zo_status send_sum(struct zo_engine *e, uint32_t c, zo_stream_t compute)
     eng_chunk *k = &e->chunks[c];
     eng_gslot *g = &e->gslots[k->grad_slot];
     int parity = step_parity(e);
-    eng_wait_chunk_jobs(e, c); /* the previous job no longer reads the sum */
+    eng_wait_chunk_jobs(e, c);             /* the previous job no longer reads the sum */
+    ZO_TRY(eng_grads_stage(e, c, parity)); /* NVMe-homed: the sum lands in a ring slot */
     ZO_TRY(zo_event_record(k->computed, compute));
     ZO_TRY(zo_stream_wait_event(e->d2h, k->computed));
     ZO_TRY(eng_timed_copy(e, 1, c, k->acc[parity], g->acc, k->n_elems * sizeof(float)));

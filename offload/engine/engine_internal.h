@@ -236,7 +236,9 @@ struct zo_engine {
     uint32_t g_kept_chunks, g_spilled_chunks; /* staged chunks kept in host memory, spilled */
     zo_swap_t gswap;                          /* the spilled gradients' store */
     void *g_host;                             /* the kept gradients' pageable memory */
-    uint64_t g_extent;                        /* its extents: the fullest chunk's 16-bit bytes */
+    uint64_t g_extent; /* its extents: the fullest chunk's gradient bytes, rounded to 4 KiB */
+    int g_grouped;     /* layer-major groups: what comes down are the fp32 sums (acc) */
+    uint64_t g_bytes;  /* a chunk's gradients as they come down (ring slots, kept copies) */
     zo_stream_t h2d, d2h;
     zo_stream_t compute; /* the last compute stream seen (to fence an aborted step) */
 

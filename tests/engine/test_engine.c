@@ -2076,6 +2076,41 @@ static void test_spilled_gradients_train_bitwise(void **state)
     }
 }
 
+/* Grouped with one group per step, the fp32 sums of the NVMe-homed chunks
+ * are staged as the 16-bit gradients are: a ring of lookahead + 2 fp32
+ * chunks, kept in host memory up to the budget and spilled beyond it (half
+ * of them, all of them); sync and overlap train bitwise as micro-batch-major. */
+static void test_spilled_group_sums_train_bitwise(void **state)
+{
+    (void)state;
+    const uint64_t S = 2 * CHUNK; /* a chunk's fp32 sums */
+    for (int m = 0; m < 2; m++) {
+        run_cfg c = base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, m ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC);
+        c.accum = 4;
+        c.steps = 8;
+        run_out ref, kept_all;
+        run(&c, &ref);
+        c.group = 4;
+        run(&c, &kept_all);
+        assert_same_weights(&ref, &kept_all, c.steps);
+        assert_int_equal(kept_all.fp.grad_pinned, (2 + 2) * S); /* lookahead 2 */
+        assert_int_equal(kept_all.fp.grad_stage, 3 * S);
+        assert_int_equal(kept_all.fp.grad_host, N_CHUNKS * S);
+        uint64_t rest = kept_all.fp.pinned + kept_all.fp.host - kept_all.fp.grad_host;
+        for (int kept = N_CHUNKS / 2; kept >= 0; kept -= N_CHUNKS / 2) {
+            run_out o;
+            c.host_bytes = rest + (uint64_t)kept * S;
+            run(&c, &o);
+            assert_int_equal(o.fp.grad_host, (uint64_t)kept * S);
+            assert_int_equal(o.fp.grad_nvme, (uint64_t)(N_CHUNKS - kept) * 2 * P16_EXTENT);
+            assert_same_weights(&ref, &o, c.steps);
+            run_out_free(&o);
+        }
+        run_out_free(&ref);
+        run_out_free(&kept_all);
+    }
+}
+
 /* Flips a byte of every extent of the gradients' store once a gradient
  * write lands (from the trace callback, on the store's I/O thread): the
  * extents written so far this step fail their checksum when read back. */
@@ -2219,6 +2254,7 @@ int main(void)
         cmocka_unit_test(test_split_caps_refused),
         cmocka_unit_test(test_host_budget),
         cmocka_unit_test(test_spilled_gradients_train_bitwise),
+        cmocka_unit_test(test_spilled_group_sums_train_bitwise),
         cmocka_unit_test(test_spilled_gradient_faults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
