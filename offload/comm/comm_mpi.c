@@ -290,7 +290,8 @@ static void hb_tick(uint64_t now)
  * the longest silence in seconds. */
 static int silent_ranks(const mpi_op *o, uint64_t now, char *buf, size_t cap, double *age)
 {
-    uint64_t limit = 3 * engine.hb_interval_ns;
+    /* half the timeout: a loaded machine may starve a live rank that long */
+    uint64_t limit = 4 * engine.hb_interval_ns;
     size_t len = 0;
     int found = 0;
     buf[0] = 0;
