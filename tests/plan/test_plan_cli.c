@@ -579,6 +579,29 @@ static void test_emit_split_config(void **state)
     json_decref(j);
 }
 
+/* --validate runs the per-chunk plan with its group and layer inputs' home:
+ * with nothing on NVMe nothing is modelled, and the trainer measures the
+ * peaks and the device total the plan predicts. */
+static void test_validate_grouped_plan(void **state)
+{
+    (void)state;
+    json_t *j = run_json(TINY_CPU " --grad-accum 4 --micro-group 2 --act-home host --validate 1");
+    json_t *p = json_object_get(j, "plan"), *v = json_object_get(p, "validation");
+    assert_true(json_is_true(json_object_get(p, "fits")));
+    assert_int_equal((int)num(p, "micro_group"), 2);
+    if (json_object_get(v, "error"))
+        fail_msg("%s", json_string_value(json_object_get(v, "error")));
+    json_t *want = json_object_get(p, "peak_bytes"), *got = json_object_get(v, "peak_bytes");
+    const char *keys[] = {"device", "pinned", "host", "nvme"};
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(json_integer_value(json_object_get(want, keys[k])),
+                         json_integer_value(json_object_get(got, keys[k])));
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(p, "device_bytes"), "total")),
+        json_integer_value(json_object_get(v, "device_total")));
+    json_decref(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -597,6 +620,7 @@ int main(void)
         cmocka_unit_test(test_13b_workstation_plan),
         cmocka_unit_test(test_micro_group_and_act_home),
         cmocka_unit_test(test_emit_split_config),
+        cmocka_unit_test(test_validate_grouped_plan),
     };
     return cmocka_run_group_tests(tests, plan_test_make_dir, plan_test_remove_dir);
 }

@@ -506,6 +506,8 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
         int ok;
         cfg.device_bytes = 0;
         ZT_TRY(footprint(x, &cfg, &probe, &ok, NULL, 0));
+        cfg.chunk_bytes =
+            probe.chunk_bytes; /* as the engine raised and rounded it: caps count it */
         extra_terms(x, c, &cfg, &probe, 0, &e);
     }
     uint64_t need = e.act.total + hw->reserve_bytes;
@@ -516,6 +518,12 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
     ZT_TRY(fill_device(x, &cfg, &fits, msg, sizeof msg));
     if (p->optim_home == ZO_TIER_NVME)
         ZT_TRY(fill_host(x, &cfg, c, &e));
+    if (p->optim_home == ZO_TIER_NVME && c->param_home != ZO_TIER_NVME &&
+        cfg.optim_caps.host >= (uint64_t)x->m.n_chunks * 6 * cfg.chunk_bytes) {
+        /* every chunk's states fit in RAM: they are simply homed there */
+        cfg.optim_home = p->optim_home = ZO_TIER_HOST;
+        cfg.optim_caps.host = 0;
+    }
     p->param_caps = cfg.param_caps;
     p->optim_caps = cfg.optim_caps;
     if (fits)
