@@ -108,6 +108,31 @@ ZO_API zo_status zo_op_rmsnorm_bwd(zo_stream_t s, void *dx, void *dw, zo_dtype d
  * rope_bwd applies the inverse rotation to the gradient. out may equal in. */
 ZO_API zo_status zo_op_rope_table(zo_stream_t s, float *table, int seq, int head_dim, float theta,
                                   int pos0);
+
+/* RoPE frequency scaling (Hugging Face's rope_scaling). For pair i the
+ * frequency f = theta^(-2i/head_dim) becomes, in double:
+ *   LINEAR: f / factor
+ *   LLAMA3: with wavelength w = 2 pi / f, lo = original_max_pos / low_freq_factor,
+ *           hi = original_max_pos / high_freq_factor:
+ *           w < hi: f;  w > lo: f / factor;  otherwise, with
+ *           a = (original_max_pos / w - low_freq_factor) / (high_freq_factor - low_freq_factor),
+ *           (1 - a) f / factor + a f
+ * (as transformers' _compute_llama3_parameters). NONE is zo_op_rope_table. */
+typedef enum {
+    ZO_ROPE_SCALING_NONE = 0,
+    ZO_ROPE_SCALING_LINEAR,
+    ZO_ROPE_SCALING_LLAMA3
+} zo_rope_scaling_type;
+typedef struct zo_rope_scaling {
+    zo_rope_scaling_type type;
+    float factor;           /* > 0 (LINEAR, LLAMA3) */
+    float low_freq_factor;  /* LLAMA3: > 0 */
+    float high_freq_factor; /* LLAMA3: > low_freq_factor */
+    int original_max_pos;   /* LLAMA3: > 0 */
+} zo_rope_scaling;
+/* zo_op_rope_table with the frequencies scaled by sc (NULL: none). */
+ZO_API zo_status zo_op_rope_table_scaled(zo_stream_t s, float *table, int seq, int head_dim,
+                                         float theta, int pos0, const zo_rope_scaling *sc);
 ZO_API zo_status zo_op_rope_fwd(zo_stream_t s, void *out, const void *in, const float *table,
                                 int batch, int seq, int heads, int head_dim, zo_dtype dt);
 ZO_API zo_status zo_op_rope_bwd(zo_stream_t s, void *din, const void *dout, const float *table,
@@ -134,6 +159,26 @@ ZO_API zo_status zo_op_attention_bwd(zo_stream_t s, void *dq, void *dk, void *dv
                                      const void *dout, const void *att, const void *q,
                                      const void *k, const void *v, int batch, int seq, int heads,
                                      int head_dim, zo_dtype dt);
+
+/* ---- grouped-query attention: key/value heads shared by query heads ----
+ * x is rows x kv_heads x head_dim; out is rows x (kv_heads * group) x head_dim
+ * with query head h reading key/value head h / group (as transformers'
+ * repeat_kv). fwd: out[r, h, :] = x[r, h / group, :].
+ * bwd: dx[r, k, :] = sum over j = 0..group-1 of dout[r, k*group + j, :],
+ * summed in fp32 in ascending j and rounded once (written, not added). */
+ZO_API zo_status zo_op_repeat_kv_fwd(zo_stream_t s, void *out, const void *x, size_t rows,
+                                     int kv_heads, int group, int head_dim, zo_dtype dt);
+ZO_API zo_status zo_op_repeat_kv_bwd(zo_stream_t s, void *dx, const void *dout, size_t rows,
+                                     int kv_heads, int group, int head_dim, zo_dtype dt);
+
+/* ---- a bias over the rows of a rows x cols matrix (Qwen2's q/k/v biases) ----
+ * fwd: y[r, c] += bias[c].
+ * bwd: dbias[c] += sum_r dy[r, c], summed over rows in ascending order in fp32
+ * then added once (dbias has its own dtype), as RMSNorm's dw. */
+ZO_API zo_status zo_op_bias_fwd(zo_stream_t s, void *y, const void *bias, size_t rows, int cols,
+                                zo_dtype dt);
+ZO_API zo_status zo_op_bias_bwd(zo_stream_t s, void *dbias, zo_dtype dbias_dt, const void *dy,
+                                size_t rows, int cols, zo_dtype dt);
 
 /* ---- SwiGLU: out = silu(gate) * up, silu(g) = g / (1 + exp(-g)) ----
  * bwd: dgate = dout * up * silu'(gate), dup = dout * silu(gate); dgate may

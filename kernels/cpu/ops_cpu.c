@@ -302,7 +302,7 @@ static zo_status rope_table_run(const zo_rope_table_args *a, cpu_ctx *ctx)
     const int half = a->head_dim / 2;
     for (int p = 0; p < a->seq; p++)
         for (int i = 0; i < half; i++) {
-            double freq = pow((double)a->theta, -2.0 * i / a->head_dim);
+            double freq = zo_rope_freq(a, i);
             double ang = (double)(a->pos0 + p) * freq;
             a->table[((size_t)p * half + i) * 2] = (float)cos(ang);
             a->table[((size_t)p * half + i) * 2 + 1] = (float)sin(ang);
@@ -479,6 +479,52 @@ static zo_status sumsq_run(const zo_sumsq_args *a, cpu_ctx *ctx)
     return ZO_OK;
 }
 
+/* ---- grouped-query attention's key/value heads ---- */
+
+CPU_TASK(repeat_kv, zo_repeat_kv_args)
+static zo_status repeat_kv_run(const zo_repeat_kv_args *a, cpu_ctx *ctx)
+{
+    const size_t D = (size_t)a->head_dim, K = (size_t)a->kv_heads, G = (size_t)a->group;
+    for (size_t r = 0; r < a->rows; r++)
+        for (size_t k = 0; k < K; k++)
+            for (size_t i = 0; i < D; i++) {
+                size_t small = (r * K + k) * D + i, big0 = ((r * K + k) * G) * D + i;
+                if (!a->bwd) {
+                    float v = ld_el(a->in, a->dt, small);
+                    for (size_t j = 0; j < G; j++)
+                        st_el(a->out, a->dt, big0 + j * D, v);
+                    continue;
+                }
+                float sum = 0.0f; /* fp32, ascending j */
+                for (size_t j = 0; j < G; j++)
+                    sum += ld_el(a->in, a->dt, big0 + j * D);
+                st_el(a->out, a->dt, small, sum);
+            }
+    return ZO_OK;
+}
+
+/* ---- bias ---- */
+
+CPU_TASK(bias, zo_bias_args)
+static zo_status bias_run(const zo_bias_args *a, cpu_ctx *ctx)
+{
+    const size_t C = (size_t)a->cols;
+    if (!a->bwd) {
+        for (size_t r = 0; r < a->rows; r++)
+            for (size_t c = 0; c < C; c++)
+                st_el(a->out, a->dt, r * C + c,
+                      ld_el(a->out, a->dt, r * C + c) + ld_el(a->in, a->dt, c));
+        return ZO_OK;
+    }
+    for (size_t c = 0; c < C; c++) {
+        float sum = 0.0f; /* fp32 over rows in order, then added once */
+        for (size_t r = 0; r < a->rows; r++)
+            sum += ld_el(a->in, a->dt, r * C + c);
+        st_el(a->out, a->out_dt, c, ld_el(a->out, a->out_dt, c) + sum);
+    }
+    return ZO_OK;
+}
+
 const zo_ops_backend zo_ops_cpu = {
     .name = "cpu",
     .ctx_create = cpu_ctx_create,
@@ -496,4 +542,6 @@ const zo_ops_backend zo_ops_cpu = {
     .cross_entropy = xent_enqueue,
     .elementwise = ew_enqueue,
     .sumsq = sumsq_enqueue,
+    .repeat_kv = repeat_kv_enqueue,
+    .bias = bias_enqueue,
 };

@@ -101,4 +101,6 @@ const zo_ops_backend zo_ops_cuda = {
     .cross_entropy = zo_cuda_op_cross_entropy,
     .elementwise = zo_cuda_op_elementwise,
     .sumsq = cuda_sumsq,
+    .repeat_kv = zo_cuda_op_repeat_kv,
+    .bias = zo_cuda_op_bias,
 };

@@ -161,6 +161,51 @@ __global__ void rms_bwd_dw_kernel(zo_rmsnorm_args a)
     stv(a.dw, a.dw_dt, j, ldv(a.dw, a.dw_dt, j) + acc);
 }
 
+// ---- grouped-query attention's key/value heads: one thread per element of
+// the kv tensor; the backward sums its group in ascending order in fp32 ----
+
+__global__ void repeat_kv_kernel(zo_repeat_kv_args a)
+{
+    const size_t D = (size_t)a.head_dim, G = (size_t)a.group;
+    const size_t total = a.rows * (size_t)a.kv_heads * D;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = idx % D, rk = idx / D, big0 = rk * G * D + i;
+        if (!a.bwd) {
+            const float v = ldv(a.in, a.dt, idx);
+            for (size_t j = 0; j < G; j++)
+                stv(a.out, a.dt, big0 + j * D, v);
+            continue;
+        }
+        float sum = 0.0f;
+        for (size_t j = 0; j < G; j++)
+            sum += ldv(a.in, a.dt, big0 + j * D);
+        stv(a.out, a.dt, idx, sum);
+    }
+}
+
+// ---- bias: the forward per element; the backward one thread per column in
+// row order, as RMSNorm's dw ----
+
+__global__ void bias_fwd_kernel(zo_bias_args a)
+{
+    const size_t total = a.rows * (size_t)a.cols;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x)
+        stv(a.out, a.dt, idx, ldv(a.out, a.dt, idx) + ldv(a.in, a.dt, idx % (size_t)a.cols));
+}
+
+__global__ void bias_bwd_kernel(zo_bias_args a)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= a.cols)
+        return;
+    float sum = 0.0f;
+    for (size_t r = 0; r < a.rows; r++)
+        sum += ldv(a.in, a.dt, r * a.cols + c);
+    stv(a.out, a.out_dt, c, ldv(a.out, a.out_dt, c) + sum);
+}
+
 // ---- RoPE ----
 
 __global__ void rope_table_kernel(zo_rope_table_args a)
@@ -170,7 +215,7 @@ __global__ void rope_table_kernel(zo_rope_table_args a)
     if (idx >= (size_t)a.seq * half)
         return;
     const int p = (int)(idx / half), i = (int)(idx % half);
-    const double ang = (double)(a.pos0 + p) * pow((double)a.theta, -2.0 * i / a.head_dim);
+    const double ang = (double)(a.pos0 + p) * zo_rope_freq(&a, i);
     a.table[idx * 2] = (float)cos(ang);
     a.table[idx * 2 + 1] = (float)sin(ang);
 }
@@ -408,6 +453,25 @@ zo_status zo_cuda_op_cross_entropy(const zo_ops_exec *x, const zo_xent_args *a)
     xent_rows_kernel<<<(unsigned)a->rows, 512, 0, stream_of(x)>>>(*a);
     ZO_CUDA_CHECK_LAUNCH();
     mean_kernel<<<1, 1024, 0, stream_of(x)>>>(a->loss, a->row_loss, a->rows);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_op_repeat_kv(const zo_ops_exec *x, const zo_repeat_kv_args *a)
+{
+    const size_t n = a->rows * (size_t)a->kv_heads * a->head_dim;
+    repeat_kv_kernel<<<grid_for(n, kBlock), kBlock, 0, stream_of(x)>>>(*a);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_op_bias(const zo_ops_exec *x, const zo_bias_args *a)
+{
+    if (a->bwd)
+        bias_bwd_kernel<<<grid_for((size_t)a->cols, kBlock), kBlock, 0, stream_of(x)>>>(*a);
+    else
+        bias_fwd_kernel<<<grid_for(a->rows * (size_t)a->cols, kBlock), kBlock, 0, stream_of(x)>>>(
+            *a);
     ZO_CUDA_CHECK_LAUNCH();
     return ZO_OK;
 }

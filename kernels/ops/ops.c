@@ -247,6 +247,32 @@ static zo_status check_head_dim(int head_dim, const char *op)
 zo_status zo_op_rope_table(zo_stream_t s, float *table, int seq, int head_dim, float theta,
                            int pos0)
 {
+    return zo_op_rope_table_scaled(s, table, seq, head_dim, theta, pos0, NULL);
+}
+
+static zo_status check_rope_scaling(const zo_rope_scaling *sc, const char *op)
+{
+    if (sc->type != ZO_ROPE_SCALING_NONE && sc->type != ZO_ROPE_SCALING_LINEAR &&
+        sc->type != ZO_ROPE_SCALING_LLAMA3)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "%s: scaling type %d; expected none, linear or llama3", op, (int)sc->type);
+    if (sc->type != ZO_ROPE_SCALING_NONE && !(sc->factor > 0.0f))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: scaling factor %g must be > 0", op,
+                       (double)sc->factor);
+    if (sc->type == ZO_ROPE_SCALING_LLAMA3 &&
+        (!(sc->low_freq_factor > 0.0f) || !(sc->high_freq_factor > sc->low_freq_factor) ||
+         sc->original_max_pos <= 0))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "%s: llama3 scaling needs low_freq_factor %g > 0, high_freq_factor %g above "
+                       "it and original_max_position_embeddings %d > 0",
+                       op, (double)sc->low_freq_factor, (double)sc->high_freq_factor,
+                       sc->original_max_pos);
+    return ZO_OK;
+}
+
+zo_status zo_op_rope_table_scaled(zo_stream_t s, float *table, int seq, int head_dim, float theta,
+                                  int pos0, const zo_rope_scaling *sc)
+{
     static const char op[] = "rope_table";
     const zo_ops_backend *be;
     zo_ops_exec x;
@@ -257,7 +283,11 @@ zo_status zo_op_rope_table(zo_stream_t s, float *table, int seq, int head_dim, f
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: theta %g must be > 1 and pos0 %d >= 0", op,
                        (double)theta, pos0);
     ZO_TRY(check_operand(s, table, (size_t)seq * (size_t)head_dim * sizeof(float), op, "table"));
-    zo_rope_table_args a = {table, seq, head_dim, pos0, theta};
+    zo_rope_table_args a = {table, seq, head_dim, pos0, theta, {ZO_ROPE_SCALING_NONE, 0, 0, 0, 0}};
+    if (sc) {
+        ZO_TRY(check_rope_scaling(sc, op));
+        a.sc = *sc;
+    }
     return be->rope_table(&x, &a);
 }
 
@@ -444,6 +474,78 @@ zo_status zo_op_attention_bwd(zo_stream_t s, void *dq, void *dk, void *dv, void 
                          'h')); /* dK = s dS^T Q */
     }
     return ZO_OK;
+}
+
+/* ---- grouped-query attention's key/value heads ---- */
+
+static zo_status repeat_kv_common(zo_stream_t s, void *out, const void *in, size_t rows,
+                                  int kv_heads, int group, int head_dim, zo_dtype dt, int bwd)
+{
+    const char *op = bwd ? "repeat_kv_bwd" : "repeat_kv_fwd";
+    const zo_ops_backend *be;
+    zo_ops_exec x;
+    ZO_TRY(exec_for(s, &be, &x));
+    ZO_TRY(check_dtype(dt, op));
+    ZO_TRY(check_positive(kv_heads, op, "kv_heads"));
+    ZO_TRY(check_positive(group, op, "group"));
+    ZO_TRY(check_positive(head_dim, op, "head_dim"));
+    size_t small = rows * (size_t)kv_heads * (size_t)head_dim * zo_dtype_size(dt);
+    size_t big = small * (size_t)group;
+    ZO_TRY(check_operand(s, out, bwd ? small : big, op, bwd ? "dx" : "out"));
+    ZO_TRY(check_operand(s, in, bwd ? big : small, op, bwd ? "dout" : "x"));
+    if (rows == 0)
+        return ZO_OK;
+    zo_repeat_kv_args a = {out, in, rows, kv_heads, group, head_dim, bwd, dt};
+    return be->repeat_kv(&x, &a);
+}
+
+zo_status zo_op_repeat_kv_fwd(zo_stream_t s, void *out, const void *x, size_t rows, int kv_heads,
+                              int group, int head_dim, zo_dtype dt)
+{
+    return repeat_kv_common(s, out, x, rows, kv_heads, group, head_dim, dt, 0);
+}
+
+zo_status zo_op_repeat_kv_bwd(zo_stream_t s, void *dx, const void *dout, size_t rows, int kv_heads,
+                              int group, int head_dim, zo_dtype dt)
+{
+    return repeat_kv_common(s, dx, dout, rows, kv_heads, group, head_dim, dt, 1);
+}
+
+/* ---- bias ---- */
+
+zo_status zo_op_bias_fwd(zo_stream_t s, void *y, const void *bias, size_t rows, int cols,
+                         zo_dtype dt)
+{
+    static const char op[] = "bias_fwd";
+    const zo_ops_backend *be;
+    zo_ops_exec x;
+    ZO_TRY(exec_for(s, &be, &x));
+    ZO_TRY(check_dtype(dt, op));
+    ZO_TRY(check_positive(cols, op, "cols"));
+    ZO_TRY(check_operand(s, y, rows * (size_t)cols * zo_dtype_size(dt), op, "y"));
+    ZO_TRY(check_operand(s, bias, (size_t)cols * zo_dtype_size(dt), op, "bias"));
+    if (rows == 0)
+        return ZO_OK;
+    zo_bias_args a = {y, bias, rows, cols, 0, dt, dt};
+    return be->bias(&x, &a);
+}
+
+zo_status zo_op_bias_bwd(zo_stream_t s, void *dbias, zo_dtype dbias_dt, const void *dy, size_t rows,
+                         int cols, zo_dtype dt)
+{
+    static const char op[] = "bias_bwd";
+    const zo_ops_backend *be;
+    zo_ops_exec x;
+    ZO_TRY(exec_for(s, &be, &x));
+    ZO_TRY(check_dtype(dt, op));
+    ZO_TRY(check_dtype(dbias_dt, op));
+    ZO_TRY(check_positive(cols, op, "cols"));
+    ZO_TRY(check_operand(s, dy, rows * (size_t)cols * zo_dtype_size(dt), op, "dy"));
+    ZO_TRY(check_operand(s, dbias, (size_t)cols * zo_dtype_size(dbias_dt), op, "dbias"));
+    if (rows == 0)
+        return ZO_OK;
+    zo_bias_args a = {dbias, dy, rows, cols, 1, dt, dbias_dt};
+    return be->bias(&x, &a);
 }
 
 /* ---- SwiGLU ---- */

@@ -7,6 +7,8 @@
 #ifndef ZO_OPS_IMPL_H
 #define ZO_OPS_IMPL_H
 
+#include <math.h>
+
 #include "zo/device.h"
 #include "zo/ops.h"
 
@@ -47,7 +49,53 @@ typedef struct zo_rope_table_args {
     float *table;
     int seq, head_dim, pos0;
     float theta;
+    zo_rope_scaling sc; /* type NONE: unscaled */
 } zo_rope_table_args;
+
+/* Pair i's frequency, scaled (zo_op_rope_table_scaled); shared by the cpu
+ * and cuda kernels so both compute the same doubles. */
+#ifdef __CUDACC__
+#define ZO_HOST_DEVICE __host__ __device__
+#else
+#define ZO_HOST_DEVICE
+#endif
+static inline ZO_HOST_DEVICE double zo_rope_freq(const zo_rope_table_args *a, int i)
+{
+    double f = pow((double)a->theta, -2.0 * i / a->head_dim);
+    if (a->sc.type == ZO_ROPE_SCALING_LINEAR)
+        return f / a->sc.factor;
+    if (a->sc.type != ZO_ROPE_SCALING_LLAMA3)
+        return f;
+    const double pi = 3.14159265358979323846;
+    double w = 2.0 * pi / f, old = a->sc.original_max_pos;
+    double lo = old / a->sc.low_freq_factor, hi = old / a->sc.high_freq_factor;
+    if (w < hi)
+        return f;
+    if (w > lo)
+        return f / a->sc.factor;
+    double t = (old / w - a->sc.low_freq_factor) / (a->sc.high_freq_factor - a->sc.low_freq_factor);
+    return (1.0 - t) * f / a->sc.factor + t * f;
+}
+
+/* repeat_kv: x is rows x kv_heads x head_dim, out rows x kv_heads*group x head_dim. */
+typedef struct zo_repeat_kv_args {
+    void *out;      /* fwd: out, bwd: dx */
+    const void *in; /* fwd: x, bwd: dout */
+    size_t rows;
+    int kv_heads, group, head_dim;
+    int bwd;
+    zo_dtype dt;
+} zo_repeat_kv_args;
+
+/* bias: fwd y += bias per row; bwd dbias += column sums of dy. */
+typedef struct zo_bias_args {
+    void *out;      /* fwd: y, bwd: dbias */
+    const void *in; /* fwd: bias, bwd: dy */
+    size_t rows;
+    int cols;
+    int bwd;
+    zo_dtype dt, out_dt; /* bwd: out_dt is dbias's dtype */
+} zo_bias_args;
 
 typedef struct zo_rope_args {
     void *out;
@@ -124,6 +172,8 @@ typedef struct zo_ops_backend {
     zo_status (*cross_entropy)(const zo_ops_exec *x, const zo_xent_args *a);
     zo_status (*elementwise)(const zo_ops_exec *x, const zo_ew_args *a);
     zo_status (*sumsq)(const zo_ops_exec *x, const zo_sumsq_args *a);
+    zo_status (*repeat_kv)(const zo_ops_exec *x, const zo_repeat_kv_args *a);
+    zo_status (*bias)(const zo_ops_exec *x, const zo_bias_args *a);
 } zo_ops_backend;
 
 extern const zo_ops_backend zo_ops_cpu;

@@ -152,6 +152,45 @@ static void run_rope(zo_stream_t s, zo_dtype dt, const float *x, const float *dy
     *dx = dev_to_host(s, gd, n, dt);
 }
 
+/* ---- a scaled RoPE table ---- */
+
+static float *run_rope_table_scaled(zo_stream_t s, int T, int hd, float theta, int pos0,
+                                    const zo_rope_scaling *sc)
+{
+    float *tab = dev_zeros(s, (size_t)T * hd * sizeof(float));
+    ZO_ASSERT_OK(zo_op_rope_table_scaled(s, tab, T, hd, theta, pos0, sc));
+    return dev_to_host(s, tab, (size_t)T * hd, ZO_DTYPE_F32);
+}
+
+/* ---- grouped-query attention's key/value heads: fwd and bwd ---- */
+
+static void run_repeat_kv(zo_stream_t s, zo_dtype dt, const float *x, const float *dout,
+                          size_t rows, int kv, int group, int hd, float **y, float **dx)
+{
+    size_t small = rows * (size_t)kv * hd, big = small * (size_t)group;
+    void *xd = dev_from(s, x, small, dt), *yd = dev_zeros(s, big * zo_dtype_size(dt));
+    void *gd = dev_from(s, dout, big, dt), *dxd = dev_zeros(s, small * zo_dtype_size(dt));
+    ZO_ASSERT_OK(zo_op_repeat_kv_fwd(s, yd, xd, rows, kv, group, hd, dt));
+    ZO_ASSERT_OK(zo_op_repeat_kv_bwd(s, dxd, gd, rows, kv, group, hd, dt));
+    *y = dev_to_host(s, yd, big, dt);
+    *dx = dev_to_host(s, dxd, small, dt);
+}
+
+/* ---- bias: y0 + bias, and db0 + column sums of dy (db in gdt) ---- */
+
+static void run_bias(zo_stream_t s, zo_dtype dt, zo_dtype gdt, const float *y0, const float *b,
+                     const float *dy, const float *db0, size_t rows, int cols, float **y,
+                     float **db)
+{
+    size_t n = rows * (size_t)cols;
+    void *yd = dev_from(s, y0, n, dt), *bd = dev_from(s, b, (size_t)cols, dt);
+    void *gd = dev_from(s, dy, n, dt), *dbd = dev_from(s, db0, (size_t)cols, gdt);
+    ZO_ASSERT_OK(zo_op_bias_fwd(s, yd, bd, rows, cols, dt));
+    ZO_ASSERT_OK(zo_op_bias_bwd(s, dbd, gdt, gd, rows, cols, dt));
+    *y = dev_to_host(s, yd, n, dt);
+    *db = dev_to_host(s, dbd, (size_t)cols, gdt);
+}
+
 /* ---- causal softmax: fwd out of place, bwd in place ---- */
 
 static void run_softmax(zo_stream_t s, zo_dtype dt, const float *x, const float *dp, size_t nm,

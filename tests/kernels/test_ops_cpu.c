@@ -459,6 +459,131 @@ static void test_rope(void **state)
     free(x), free(dy), free(y), free(tab), free(fd), free(ctx.x), free(ctx.dy);
 }
 
+/* ---- RoPE scaling: the table against the formula in double ---- */
+
+/* Hugging Face's frequency for pair i (transformers' _compute_llama3_parameters
+ * and the linear type), written out independently of the kernels' helper. */
+static double ref_scaled_freq(const zo_rope_scaling *sc, double theta, int hd, int i, int *region)
+{
+    double f = 1.0 / pow(theta, (double)(2 * i) / hd);
+    *region = 0;
+    if (sc->type == ZO_ROPE_SCALING_LINEAR)
+        return f / sc->factor;
+    double wavelen = 2.0 * M_PI / f, old = sc->original_max_pos;
+    if (wavelen < old / sc->high_freq_factor)
+        return f;
+    *region = wavelen > old / sc->low_freq_factor ? 2 : 1;
+    if (*region == 2)
+        return f / sc->factor;
+    double smooth =
+        (old / wavelen - sc->low_freq_factor) / (sc->high_freq_factor - sc->low_freq_factor);
+    return (1.0 - smooth) * f / sc->factor + smooth * f;
+}
+
+static void check_scaled_table(const zo_rope_scaling *sc, int want_regions)
+{
+    const int T = 7, hd = 128, pos0 = 9000;
+    const double theta = 500000.0;
+    double *want = dcalloc((size_t)T * hd);
+    int seen = 0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hd / 2; i++) {
+            int region;
+            double ang = (double)(pos0 + t) * ref_scaled_freq(sc, theta, hd, i, &region);
+            seen |= 1 << region;
+            want[((size_t)t * hd / 2 + i) * 2] = cos(ang);
+            want[((size_t)t * hd / 2 + i) * 2 + 1] = sin(ang);
+        }
+    assert_int_equal(seen, want_regions); /* every branch of the formula is exercised */
+    float *got = run_rope_table_scaled(g_s, T, hd, (float)theta, pos0, sc);
+    ASSERT_CLOSE(got, want, (size_t)T * hd, 1e-7, "scaled rope table");
+    free(got), free(want);
+}
+
+static void test_rope_scaling(void **state)
+{
+    zo_rope_scaling llama3 = {ZO_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 8192}; /* Llama 3.1 */
+    zo_rope_scaling linear = {ZO_ROPE_SCALING_LINEAR, 4.0f, 0, 0, 0};
+    check_scaled_table(&llama3, 7);
+    check_scaled_table(&linear, 1);
+    /* no scaling is zo_op_rope_table bitwise */
+    zo_rope_scaling none = {ZO_ROPE_SCALING_NONE, 0, 0, 0, 0};
+    float *a = run_rope_table_scaled(g_s, 5, 16, 10000.0f, 3, &none);
+    float *b = run_rope_table_scaled(g_s, 5, 16, 10000.0f, 3, NULL);
+    assert_memory_equal(a, b, 5 * 16 * sizeof(float));
+    free(a), free(b);
+    float *tab = dev_zeros(g_s, 5 * 16 * sizeof(float));
+    zo_rope_scaling bad = {ZO_ROPE_SCALING_LLAMA3, 8.0f, 4.0f, 1.0f, 8192};
+    assert_int_equal(zo_op_rope_table_scaled(g_s, tab, 5, 16, 10000.0f, 0, &bad),
+                     ZO_ERR_INVALID_ARG);
+}
+
+/* ---- grouped-query attention's key/value heads ---- */
+
+static void test_repeat_kv(void **state)
+{
+    uint64_t seed = 57;
+    const size_t rows = 6;
+    const int kv = 2, hd = 4;
+    const int groups[] = {1, 3};
+    for (int gi = 0; gi < 2; gi++) {
+        const int G = groups[gi];
+        size_t small = rows * kv * hd, big = small * G;
+        float *x = rand_vec(&seed, small, 1, ZO_DTYPE_BF16),
+              *dout = rand_vec(&seed, big, 1, ZO_DTYPE_BF16);
+        double *want_dx = dcalloc(small);
+        for (size_t r = 0; r < rows; r++)
+            for (int k = 0; k < kv; k++)
+                for (int j = 0; j < G; j++)
+                    for (int i = 0; i < hd; i++)
+                        want_dx[(r * kv + k) * hd + i] += dout[((r * kv + k) * G + j) * hd + i];
+        for (size_t d = 0; d < 3; d++) {
+            zo_dtype dt = k_dtypes[d];
+            float *y, *dx;
+            run_repeat_kv(g_s, dt, x, dout, rows, kv, G, hd, &y, &dx);
+            for (size_t r = 0; r < rows; r++) /* a copy: exact */
+                for (int h = 0; h < kv * G; h++)
+                    assert_memory_equal(y + (r * kv * G + h) * hd, x + (r * kv + h / G) * hd,
+                                        hd * sizeof(float));
+            if (G == 1)
+                assert_memory_equal(dx, dout, small * sizeof(float));
+            ASSERT_CLOSE(dx, want_dx, small, tol_fwd(dt), "repeat_kv bwd");
+            free(y), free(dx);
+        }
+        free(x), free(dout), free(want_dx);
+    }
+}
+
+/* ---- bias ---- */
+
+static void test_bias(void **state)
+{
+    uint64_t seed = 58;
+    const size_t rows = 9;
+    const int cols = 7;
+    size_t n = rows * cols;
+    float *y0 = rand_vec(&seed, n, 1, ZO_DTYPE_BF16), *b = rand_vec(&seed, cols, 1, ZO_DTYPE_BF16);
+    float *dy = rand_vec(&seed, n, 1, ZO_DTYPE_BF16),
+          *db0 = rand_vec(&seed, cols, 1, ZO_DTYPE_BF16);
+    double *want_y = dcalloc(n), *want_db = dcalloc(cols);
+    for (size_t r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            want_y[r * cols + c] = (double)y0[r * cols + c] + b[c];
+            want_db[c] += dy[r * cols + c];
+        }
+    for (int c = 0; c < cols; c++)
+        want_db[c] += db0[c];
+    for (size_t d = 0; d < 3; d++) {
+        zo_dtype dt = k_dtypes[d];
+        float *y, *db;
+        run_bias(g_s, dt, ZO_DTYPE_F32, y0, b, dy, db0, rows, cols, &y, &db);
+        ASSERT_CLOSE(y, want_y, n, tol_fwd(dt), "bias fwd");
+        ASSERT_CLOSE(db, want_db, (size_t)cols, 1e-6, "bias bwd (f32 dbias)");
+        free(y), free(db);
+    }
+    free(y0), free(b), free(dy), free(db0), free(want_y), free(want_db);
+}
+
 /* ---- causal softmax ---- */
 
 typedef struct sm_fd {
@@ -924,6 +1049,9 @@ int main(void)
         cmocka_unit_test_teardown(test_embedding, free_buffers),
         cmocka_unit_test_teardown(test_rmsnorm, free_buffers),
         cmocka_unit_test_teardown(test_rope, free_buffers),
+        cmocka_unit_test_teardown(test_rope_scaling, free_buffers),
+        cmocka_unit_test_teardown(test_repeat_kv, free_buffers),
+        cmocka_unit_test_teardown(test_bias, free_buffers),
         cmocka_unit_test_teardown(test_causal_softmax, free_buffers),
         cmocka_unit_test_teardown(test_attention, free_buffers),
         cmocka_unit_test_teardown(test_swiglu, free_buffers),

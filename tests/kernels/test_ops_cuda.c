@@ -157,6 +157,60 @@ static void test_rope(void **state)
     free(x), free(dy);
 }
 
+static void test_rope_scaling(void **state)
+{
+    zo_rope_scaling llama3 = {ZO_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 8192};
+    zo_rope_scaling linear = {ZO_ROPE_SCALING_LINEAR, 4.0f, 0, 0, 0};
+    const zo_rope_scaling *scs[] = {&llama3, &linear};
+    for (int i = 0; i < 2; i++) {
+        float *ct = run_rope_table_scaled(g_cs, 9, 128, 500000.0f, 9000, scs[i]);
+        float *gt = run_rope_table_scaled(g_gs, 9, 128, 500000.0f, 9000, scs[i]);
+        close_to(gt, ct, (size_t)9 * 128, 1e-7, "scaled rope table", ZO_DTYPE_F32);
+        free(ct), free(gt);
+    }
+}
+
+static void test_repeat_kv(void **state)
+{
+    uint64_t seed = 105;
+    const size_t rows = 37;
+    const int kv = 4, G = 3, hd = 16;
+    size_t small = rows * kv * hd, big = small * G;
+    float *x = rand_vec(&seed, small, 1, ZO_DTYPE_BF16),
+          *dout = rand_vec(&seed, big, 1, ZO_DTYPE_BF16);
+    for (size_t d = 0; d < 3; d++) {
+        zo_dtype dt = k_dtypes[d];
+        float *cy, *cdx, *gy, *gdx;
+        run_repeat_kv(g_cs, dt, x, dout, rows, kv, G, hd, &cy, &cdx);
+        run_repeat_kv(g_gs, dt, x, dout, rows, kv, G, hd, &gy, &gdx);
+        assert_memory_equal(gy, cy, big * sizeof(float));     /* copies: exact */
+        assert_memory_equal(gdx, cdx, small * sizeof(float)); /* same fp32 order */
+        free(cy), free(cdx), free(gy), free(gdx);
+    }
+    free(x), free(dout);
+}
+
+static void test_bias(void **state)
+{
+    uint64_t seed = 106;
+    const size_t rows = 70;
+    const int cols = 300;
+    size_t n = rows * cols;
+    float *y0 = rand_vec(&seed, n, 1, ZO_DTYPE_BF16), *b = rand_vec(&seed, cols, 1, ZO_DTYPE_BF16);
+    float *dy = rand_vec(&seed, n, 1, ZO_DTYPE_BF16),
+          *db0 = rand_vec(&seed, cols, 1, ZO_DTYPE_BF16);
+    for (size_t d = 0; d < 3; d++) {
+        zo_dtype dt = k_dtypes[d];
+        float *cy, *cdb, *gy, *gdb;
+        run_bias(g_cs, dt, dt, y0, b, dy, db0, rows, cols, &cy, &cdb);
+        run_bias(g_gs, dt, dt, y0, b, dy, db0, rows, cols, &gy, &gdb);
+        close_to(gy, cy, n, tol(dt), "bias fwd", dt);
+        close_to(gdb, cdb, (size_t)cols, tol(dt), "bias bwd", dt);
+        free(cy), free(cdb), free(gy), free(gdb);
+    }
+    free(y0), free(b), free(dy), free(db0);
+}
+
 static void test_softmax(void **state)
 {
     uint64_t seed = 105;
@@ -297,6 +351,9 @@ int main(void)
         cmocka_unit_test_teardown(test_embedding, free_buffers),
         cmocka_unit_test_teardown(test_rmsnorm, free_buffers),
         cmocka_unit_test_teardown(test_rope, free_buffers),
+        cmocka_unit_test_teardown(test_rope_scaling, free_buffers),
+        cmocka_unit_test_teardown(test_repeat_kv, free_buffers),
+        cmocka_unit_test_teardown(test_bias, free_buffers),
         cmocka_unit_test_teardown(test_softmax, free_buffers),
         cmocka_unit_test_teardown(test_attention, free_buffers),
         cmocka_unit_test_teardown(test_swiglu, free_buffers),

@@ -35,7 +35,11 @@
 #define SEED     7u
 #define INIT_STD 0.25f
 
-static const zt_shape g_shape = {VOCAB, DIM, LAYERS, HEADS, FFN, 1e-5f, 10000.0f};
+#define WMAX 64 /* the widest q or k/v projection of the shapes tested */
+
+static const zt_shape k_llama2 = {VOCAB, DIM, LAYERS, HEADS, FFN, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}};
+/* The shape under test: the Llama-2 layout, or a Hugging Face variant. */
+static zt_shape g_shape = {VOCAB, DIM, LAYERS, HEADS, FFN, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}};
 
 /* ---- the double-precision reference model ---- */
 
@@ -67,59 +71,95 @@ static void linear(double *y, const double *x, const double *w, int rows, int in
         }
 }
 
-static void rope(double *x)
+/* Pair i's RoPE frequency with the shape's scaling (transformers' linear
+ * and llama3 rules, written from their definitions). */
+static double ref_freq(int i, int hd)
 {
-    const int half = HD / 2;
+    const zo_rope_scaling *sc = &g_shape.rope_scaling;
+    double f = pow((double)g_shape.rope_theta, -2.0 * i / hd);
+    if (sc->type == ZO_ROPE_SCALING_LINEAR)
+        return f / sc->factor;
+    if (sc->type != ZO_ROPE_SCALING_LLAMA3)
+        return f;
+    double wl = 2 * M_PI / f, old = sc->original_max_pos;
+    if (wl < old / sc->high_freq_factor)
+        return f;
+    if (wl > old / sc->low_freq_factor)
+        return f / sc->factor;
+    double a = (old / wl - sc->low_freq_factor) / (sc->high_freq_factor - sc->low_freq_factor);
+    return (1 - a) * f / sc->factor + a * f;
+}
+
+static void rope(double *x, int heads)
+{
+    const int hd = zt_head_dim(&g_shape), half = hd / 2, w = heads * hd;
     for (int t = 0; t < T; t++)
-        for (int h = 0; h < HEADS; h++)
+        for (int h = 0; h < heads; h++)
             for (int i = 0; i < half; i++) {
-                double ang = (double)(t % SEQ) * pow((double)g_shape.rope_theta, -2.0 * i / HD);
-                double *v = x + t * DIM + h * HD, a = v[i], b = v[i + half];
+                double ang = (double)(t % SEQ) * ref_freq(i, hd);
+                double *v = x + t * w + h * hd, a = v[i], b = v[i + half];
                 v[i] = a * cos(ang) - b * sin(ang);
                 v[i + half] = b * cos(ang) + a * sin(ang);
             }
 }
 
+/* Query head h reads key/value head h / (heads / kv heads). */
 static void attention(double *out, const double *q, const double *k, const double *v)
 {
+    const int hd = zt_head_dim(&g_shape), qd = zt_q_dim(&g_shape), kvd = zt_kv_dim(&g_shape);
+    const int group = HEADS / zt_kv_heads(&g_shape);
     double p[SEQ];
     for (int b = 0; b < MB; b++)
         for (int h = 0; h < HEADS; h++)
             for (int t = 0; t < SEQ; t++) {
-                const double *qt = q + (b * SEQ + t) * DIM + h * HD;
+                const double *qt = q + (b * SEQ + t) * qd + h * hd;
+                const int kh = h / group;
                 double mx = -INFINITY, sum = 0;
                 for (int j = 0; j <= t; j++) {
-                    const double *kj = k + (b * SEQ + j) * DIM + h * HD;
+                    const double *kj = k + (b * SEQ + j) * kvd + kh * hd;
                     double s = 0;
-                    for (int i = 0; i < HD; i++)
+                    for (int i = 0; i < hd; i++)
                         s += qt[i] * kj[i];
-                    p[j] = s / sqrt((double)HD);
+                    p[j] = s / sqrt((double)hd);
                     mx = fmax(mx, p[j]);
                 }
                 for (int j = 0; j <= t; j++)
                     sum += (p[j] = exp(p[j] - mx));
-                double *ot = out + (b * SEQ + t) * DIM + h * HD;
-                for (int i = 0; i < HD; i++) {
+                double *ot = out + (b * SEQ + t) * qd + h * hd;
+                for (int i = 0; i < hd; i++) {
                     double acc = 0;
                     for (int j = 0; j <= t; j++)
-                        acc += p[j] / sum * v[(b * SEQ + j) * DIM + h * HD + i];
+                        acc += p[j] / sum * v[(b * SEQ + j) * kvd + kh * hd + i];
                     ot[i] = acc;
                 }
             }
 }
 
+static void add_bias(double *y, const double *b, int width)
+{
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < width; i++)
+            y[t * width + i] += b[i];
+}
+
 static void ref_block(double *x, double *const *w)
 {
-    static double h[T * DIM], q[T * DIM], k[T * DIM], v[T * DIM], a[T * DIM], o[T * DIM];
+    static double h[T * DIM], q[T * WMAX], k[T * WMAX], v[T * WMAX], a[T * WMAX], o[T * DIM];
     static double g[T * FFN], u[T * FFN];
+    const int qd = zt_q_dim(&g_shape), kvd = zt_kv_dim(&g_shape);
     rmsnorm(h, x, w[ZT_ATTN_NORM], T, DIM);
-    linear(q, h, w[ZT_WQ], T, DIM, DIM);
-    linear(k, h, w[ZT_WK], T, DIM, DIM);
-    linear(v, h, w[ZT_WV], T, DIM, DIM);
-    rope(q);
-    rope(k);
+    linear(q, h, w[ZT_WQ], T, DIM, qd);
+    linear(k, h, w[ZT_WK], T, DIM, kvd);
+    linear(v, h, w[ZT_WV], T, DIM, kvd);
+    if (g_shape.attn_bias) {
+        add_bias(q, w[ZT_BQ], qd);
+        add_bias(k, w[ZT_BK], kvd);
+        add_bias(v, w[ZT_BV], kvd);
+    }
+    rope(q, HEADS);
+    rope(k, zt_kv_heads(&g_shape));
     attention(a, q, k, v);
-    linear(o, a, w[ZT_WO], T, DIM, DIM);
+    linear(o, a, w[ZT_WO], T, qd, DIM);
     for (int i = 0; i < T * DIM; i++)
         x[i] += o[i];
     rmsnorm(h, x, w[ZT_MLP_NORM], T, DIM);
@@ -277,7 +317,7 @@ static void check_tensor_grad(fixture *f, ref_params *p, int l, int i, uint64_t 
     free(g);
 }
 
-static void test_gradient_matches_finite_differences(void **state)
+static void check_gradient(void)
 {
     fixture f;
     fixture_open(&f, ZO_DTYPE_F32);
@@ -293,6 +333,93 @@ static void test_gradient_matches_finite_differences(void **state)
             check_tensor_grad(&f, &p, l, i, &rng);
     ref_free(&p);
     fixture_close(&f);
+}
+
+static void test_gradient_matches_finite_differences(void **state)
+{
+    g_shape = k_llama2;
+    check_gradient();
+}
+
+/* Biases start at 0 (zt_tensor_init); random ones make their use visible. */
+static void randomize_biases(fixture *f, ref_params *p)
+{
+    uint64_t rng = 31;
+    for (int l = 1; l <= LAYERS; l++)
+        for (int i = ZT_BQ; i <= ZT_BV; i++) {
+            size_t n = zt_tensor_numel(&g_shape, l, i);
+            float *b = malloc(n * sizeof *b);
+            assert_non_null(b);
+            for (size_t j = 0; j < n; j++)
+                p->t[l][i][j] = b[j] = (float)((double)(zo_test_rand(&rng) % 2001) / 1000.0 - 1.0);
+            ZO_ASSERT_OK(zt_resident_write(f->r, f->s, l, i, b));
+            free(b);
+        }
+}
+
+/* The Hugging Face variants against the reference: grouped-query attention
+ * (4 query heads on 2, then 1 key/value heads), a head_dim other than
+ * dim / heads, q/k/v biases, llama3 and linear RoPE scaling (an original
+ * length of 64 puts the 6 frequencies of head_dim 12 in all three of
+ * llama3's ranges). */
+static void check_variant(const zt_shape *s)
+{
+    g_shape = *s;
+    fixture f;
+    fixture_open(&f, ZO_DTYPE_F32);
+    ref_params p;
+    ref_init(&p);
+    if (g_shape.attn_bias)
+        randomize_biases(&f, &p);
+    float loss = train_once(&f);
+    double ref = ref_loss(&p, f.in, f.tgt);
+    if (!(fabs(loss - ref) <= 1e-5 * fabs(ref)))
+        fail_msg("loss %.9g, reference %.9g", (double)loss, ref);
+    uint64_t rng = 6;
+    for (int l = 0; l < LAYERS + 2; l++)
+        for (int i = 0; i < zt_layer_tensors(&g_shape, l); i++)
+            check_tensor_grad(&f, &p, l, i, &rng);
+    ref_free(&p);
+    fixture_close(&f);
+    g_shape = k_llama2;
+}
+
+static void test_variants_match_the_reference(void **state)
+{
+    zt_shape gqa = k_llama2;
+    gqa.n_kv_heads = 2;
+    gqa.head_dim = 12;
+    gqa.attn_bias = 1;
+    gqa.rope_scaling = (zo_rope_scaling){ZO_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 64};
+    check_variant(&gqa);
+    zt_shape mqa = k_llama2;
+    mqa.n_kv_heads = 1;
+    mqa.rope_scaling = (zo_rope_scaling){ZO_ROPE_SCALING_LINEAR, 2.0f, 0, 0, 0};
+    check_variant(&mqa);
+}
+
+/* key/value heads = heads and head_dim = dim / heads, given explicitly, is
+ * today's multi-head model bitwise: loss and every gradient. */
+static void test_explicit_mha_is_bitwise_llama2(void **state)
+{
+    fixture a, b;
+    g_shape = k_llama2;
+    fixture_open(&a, ZO_DTYPE_BF16);
+    float la = train_once(&a);
+    g_shape.n_kv_heads = HEADS;
+    g_shape.head_dim = HD;
+    fixture_open(&b, ZO_DTYPE_BF16);
+    float lb = train_once(&b);
+    assert_memory_equal(&la, &lb, sizeof la);
+    for (int l = 0; l < LAYERS + 2; l++)
+        for (int i = 0; i < zt_layer_tensors(&g_shape, l); i++) {
+            float *ga = read_tensor(&a, l, i, 1), *gb = read_tensor(&b, l, i, 1);
+            assert_memory_equal(ga, gb, zt_tensor_numel(&g_shape, l, i) * sizeof(float));
+            free(ga), free(gb);
+        }
+    fixture_close(&a);
+    fixture_close(&b);
+    g_shape = k_llama2;
 }
 
 /* The same loss from the eval path; two half-scaled micro-batches (the
@@ -385,6 +512,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradient_matches_finite_differences),
+        cmocka_unit_test(test_variants_match_the_reference),
+        cmocka_unit_test(test_explicit_mha_is_bitwise_llama2),
         cmocka_unit_test(test_eval_and_accumulation),
         cmocka_unit_test(test_bf16_gradient_follows_fp32),
         cmocka_unit_test(test_activation_bytes_are_what_init_allocates),

@@ -19,11 +19,12 @@ typedef struct preset {
 /* Llama-2 shapes for 7b and 13b; the smaller ones keep head_dim 64..128 and
  * an ffn of about 8/3 dim rounded to a multiple of 64 or 256, as LLaMA does. */
 static const preset presets[] = {
-    {"tiny", {256, 256, 4, 4, 768, 1e-5f, 10000.0f}},       /* 3.5M parameters, byte-level */
-    {"small", {32000, 640, 12, 10, 1728, 1e-5f, 10000.0f}}, /* 100M */
-    {"1b", {32000, 2048, 18, 16, 5632, 1e-5f, 10000.0f}},   /* 1.06B */
-    {"7b", {32000, 4096, 32, 32, 11008, 1e-5f, 10000.0f}},  /* 6.74B */
-    {"13b", {32000, 5120, 40, 40, 13824, 1e-5f, 10000.0f}}, /* 13.0B */
+    {"tiny",
+     {256, 256, 4, 4, 768, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}}}, /* 3.5M parameters, byte-level */
+    {"small", {32000, 640, 12, 10, 1728, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}}}, /* 100M */
+    {"1b", {32000, 2048, 18, 16, 5632, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}}},   /* 1.06B */
+    {"7b", {32000, 4096, 32, 32, 11008, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}}},  /* 6.74B */
+    {"13b", {32000, 5120, 40, 40, 13824, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}}}, /* 13.0B */
 };
 
 const char *zt_preset_names(void)
@@ -50,6 +51,52 @@ void zt_shape_override(zt_shape *s, const int dims[5])
             *dst[i] = dims[i];
 }
 
+int zt_kv_heads(const zt_shape *s)
+{
+    return s->n_kv_heads > 0 ? s->n_kv_heads : s->n_heads;
+}
+
+int zt_head_dim(const zt_shape *s)
+{
+    return s->head_dim > 0 ? s->head_dim : s->dim / s->n_heads;
+}
+
+int zt_q_dim(const zt_shape *s)
+{
+    return s->n_heads * zt_head_dim(s);
+}
+
+int zt_kv_dim(const zt_shape *s)
+{
+    return zt_kv_heads(s) * zt_head_dim(s);
+}
+
+/* The Hugging Face variants: kv heads, head_dim, RoPE scaling. */
+static zo_status check_variants(const zt_shape *s)
+{
+    if (s->n_kv_heads < 0 || s->n_kv_heads > s->n_heads || s->n_heads % zt_kv_heads(s))
+        return zt_fail(ZO_ERR_INVALID_ARG, "key/value heads %d must divide heads %d", s->n_kv_heads,
+                       s->n_heads);
+    if (s->head_dim < 0 || s->head_dim > 1 << 12 || s->head_dim % 2)
+        return zt_fail(ZO_ERR_INVALID_ARG, "head dim %d must be even, 2..4096 (RoPE pairs)",
+                       s->head_dim);
+    if ((int64_t)s->n_heads * zt_head_dim(s) > 1 << 17)
+        return zt_fail(ZO_ERR_INVALID_ARG, "heads %d x head dim %d is over %d", s->n_heads,
+                       zt_head_dim(s), 1 << 17);
+    const zo_rope_scaling *r = &s->rope_scaling;
+    if (r->type != ZO_ROPE_SCALING_NONE && !(r->factor > 0.0f))
+        return zt_fail(ZO_ERR_INVALID_ARG, "rope scaling factor %g must be > 0", (double)r->factor);
+    if (r->type == ZO_ROPE_SCALING_LLAMA3 &&
+        (!(r->low_freq_factor > 0.0f) || !(r->high_freq_factor > r->low_freq_factor) ||
+         r->original_max_pos <= 0))
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "llama3 rope scaling needs low_freq_factor %g > 0, high_freq_factor %g "
+                       "above it and original_max_position_embeddings %d > 0",
+                       (double)r->low_freq_factor, (double)r->high_freq_factor,
+                       r->original_max_pos);
+    return ZO_OK;
+}
+
 zo_status zt_shape_check(const zt_shape *s)
 {
     if (s->vocab <= 0 || s->dim <= 0 || s->n_layers <= 0 || s->n_heads <= 0 || s->ffn_dim <= 0)
@@ -68,37 +115,49 @@ zo_status zt_shape_check(const zt_shape *s)
             return zt_fail(ZO_ERR_INVALID_ARG,
                            "model shape %s %d is over %d: no real model has that many", what[i],
                            have[i], max[i]);
-    if (s->dim % s->n_heads || (s->dim / s->n_heads) % 2)
+    if (!s->head_dim && (s->dim % s->n_heads || (s->dim / s->n_heads) % 2))
         return zt_fail(
             ZO_ERR_INVALID_ARG,
             "dim %d must be a multiple of heads %d with an even head dimension (RoPE pairs)",
             s->dim, s->n_heads);
+    ZT_TRY(check_variants(s));
     if (!(s->norm_eps > 0.0f) || !(s->rope_theta > 1.0f))
         return zt_fail(ZO_ERR_INVALID_ARG, "norm eps %g must be > 0 and rope theta %g > 1",
                        (double)s->norm_eps, (double)s->rope_theta);
     return ZO_OK;
 }
 
+/* q and o: d x q_dim each; k and v: d x kv_dim each. */
+static uint64_t attn_matrix_params(const zt_shape *s)
+{
+    uint64_t d = (uint64_t)s->dim, q = (uint64_t)zt_q_dim(s), kv = (uint64_t)zt_kv_dim(s);
+    return 2 * d * q + 2 * d * kv;
+}
+
 static uint64_t block_params(const zt_shape *s)
 {
     uint64_t d = (uint64_t)s->dim, f = (uint64_t)s->ffn_dim;
-    return 4 * d * d + 3 * d * f + 2 * d;
+    uint64_t bias = s->attn_bias ? (uint64_t)zt_q_dim(s) + 2 * (uint64_t)zt_kv_dim(s) : 0;
+    return attn_matrix_params(s) + 3 * d * f + 2 * d + bias;
 }
 
+/* A tied head shares the embedding's matrix: counted once. */
 uint64_t zt_shape_n_params(const zt_shape *s)
 {
     uint64_t d = (uint64_t)s->dim, v = (uint64_t)s->vocab;
-    return v * d + (uint64_t)s->n_layers * block_params(s) + d + v * d;
+    return v * d + (uint64_t)s->n_layers * block_params(s) + d + (s->tied ? 0 : v * d);
 }
 
 double zt_shape_flops_per_token(const zt_shape *s, int seq)
 {
     double d = s->dim, f = s->ffn_dim, L = s->n_layers;
-    double matmul = L * (4 * d * d + 3 * d * f) + (double)s->vocab * d;
-    return 6.0 * matmul + 12.0 * L * (double)seq * d;
+    double matmul = L * ((double)attn_matrix_params(s) + 3 * d * f) + (double)s->vocab * d;
+    return 6.0 * matmul + 12.0 * L * (double)seq * zt_q_dim(s);
 }
 
 /* ---- parameter layout ---- */
+
+static int is_norm(const zt_shape *s, int layer, int idx);
 
 int zt_engine_layers(const zt_shape *s)
 {
@@ -119,7 +178,7 @@ int zt_layer_tensors(const zt_shape *s, int layer)
     if (layer == 0)
         return 1;
     if (is_block(s, layer))
-        return ZT_BLOCK_TENSORS;
+        return s->attn_bias ? ZT_BLOCK_TENSORS_BIAS : ZT_BLOCK_TENSORS;
     return layer == head_layer(s) ? 2 : 0;
 }
 
@@ -134,23 +193,53 @@ size_t zt_tensor_numel(const zt_shape *s, int layer, int idx)
     case ZT_ATTN_NORM:
     case ZT_MLP_NORM: return d;
     case ZT_WQ:
+    case ZT_WO: return d * (size_t)zt_q_dim(s);
     case ZT_WK:
-    case ZT_WV:
-    case ZT_WO: return d * d;
+    case ZT_WV: return d * (size_t)zt_kv_dim(s);
+    case ZT_BQ: return (size_t)zt_q_dim(s);
+    case ZT_BK:
+    case ZT_BV: return (size_t)zt_kv_dim(s);
     default: return d * f; /* gate, up, down */
     }
 }
 
 void zt_tensor_name(const zt_shape *s, int layer, int idx, char *name, size_t cap)
 {
-    static const char *const block_names[ZT_BLOCK_TENSORS] = {
-        "attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"};
+    static const char *const block_names[ZT_BLOCK_TENSORS_BIAS] = {
+        "attn_norm", "wq",   "wk",     "wv", "wo", "mlp_norm",
+        "w_gate",    "w_up", "w_down", "bq", "bk", "bv"};
     if (layer == 0)
         snprintf(name, cap, "tok_embedding");
     else if (layer == head_layer(s))
         snprintf(name, cap, "%s", idx == ZT_HEAD_NORM ? "final_norm" : "lm_head");
     else
         snprintf(name, cap, "blocks.%d.%s", layer - 1, block_names[idx]);
+}
+
+void zt_tensor_hf(const zt_shape *s, int layer, int idx, char *name, size_t cap, int *ndim,
+                  int64_t shape[2])
+{
+    static const char *const block[ZT_BLOCK_TENSORS_BIAS] = {
+        "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
+        "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias"};
+    int64_t d = s->dim, n = (int64_t)zt_tensor_numel(s, layer, idx);
+    if (layer == 0)
+        snprintf(name, cap, "model.embed_tokens.weight");
+    else if (layer == head_layer(s))
+        snprintf(name, cap, "%s", idx == ZT_HEAD_NORM ? "model.norm.weight" : "lm_head.weight");
+    else
+        snprintf(name, cap, "model.layers.%d.%s", layer - 1, block[idx]);
+    int vector = is_norm(s, layer, idx) || (is_block(s, layer) && idx >= ZT_BQ);
+    *ndim = vector ? 1 : 2;
+    /* [out, in]: in is d except for o_proj (q_dim) and down_proj (ffn) */
+    int64_t in = !is_block(s, layer) ? d
+                 : idx == ZT_WO      ? zt_q_dim(s)
+                 : idx == ZT_WDOWN   ? s->ffn_dim
+                                     : d;
+    shape[0] = vector ? n : n / in;
+    shape[1] = vector ? 0 : in;
 }
 
 static int is_norm(const zt_shape *s, int layer, int idx)
@@ -180,9 +269,10 @@ void zt_tensor_init(const zt_shape *s, int layer, int idx, uint64_t seed, float 
                     float *out)
 {
     size_t n = zt_tensor_numel(s, layer, idx);
-    if (is_norm(s, layer, idx)) {
+    if (is_norm(s, layer, idx) || (is_block(s, layer) && idx >= ZT_BQ)) {
+        float v = is_norm(s, layer, idx) ? 1.0f : 0.0f; /* norms 1, biases 0 */
         for (size_t i = 0; i < n; i++)
-            out[i] = 1.0f;
+            out[i] = v;
         return;
     }
     double std = init_std;
@@ -285,10 +375,22 @@ static void carve_block(uint64_t *off, const zt_model_config *c, zt_block_offset
 {
     const uint64_t T = (uint64_t)c->micro_batch * c->seq, d = c->shape.dim, f = c->shape.ffn_dim;
     const uint64_t att = (uint64_t)c->micro_batch * c->shape.n_heads * c->seq * c->seq * es;
+    const uint64_t q = (uint64_t)zt_q_dim(&c->shape), kv = (uint64_t)zt_kv_dim(&c->shape);
     uint64_t *td[] = {&b->h1, &b->q,  &b->k,  &b->v,  &b->attn_out,
                       &b->x2, &b->h2, &b->dq, &b->dk, &b->dv};
+    const uint64_t width[] = {d, q, q, q, q, d, d, q, q, q}; /* k, v: repeated to the heads */
     for (size_t i = 0; i < sizeof td / sizeof td[0]; i++)
-        *td[i] = carve(off, T * d * es);
+        *td[i] = carve(off, T * width[i] * es);
+    /* Grouped-query attention: the projections' key/value heads and their
+     * gradients, besides the repeated ones (without it they are k, v, dk, dv). */
+    if (kv != q) {
+        b->kc = carve(off, T * kv * es);
+        b->vc = carve(off, T * kv * es);
+        b->dkc = carve(off, T * kv * es);
+        b->dvc = carve(off, T * kv * es);
+    } else {
+        b->kc = b->k, b->vc = b->v, b->dkc = b->dk, b->dvc = b->dv;
+    }
     b->gate = carve(off, T * f * es);
     b->up = carve(off, T * f * es);
     b->act = carve(off, T * f * es);
@@ -324,7 +426,7 @@ void zt_activation_layout_group(const zt_model_config *c, const zt_act_group *g,
     a->tok_in = carve(&off, (uint64_t)c->n_micro * T * sizeof(int32_t));
     a->tok_tgt = carve(&off, (uint64_t)c->n_micro * T * sizeof(int32_t));
     a->losses = carve(&off, (uint64_t)c->n_micro * sizeof(float));
-    a->rope = carve(&off, (uint64_t)c->seq * (d / c->shape.n_heads) * sizeof(float));
+    a->rope = carve(&off, (uint64_t)c->seq * zt_head_dim(&c->shape) * sizeof(float));
     uint64_t ck0 = off, sets = (uint64_t)device_sets(c, g);
     a->ckpt_stride = ckpt_stride(c);
     /* set j's inputs at ckpt + j (L+1) strides, its residual gradient at dres + j strides */

@@ -25,7 +25,22 @@ typedef struct zt_shape {
     int ffn_dim;
     float norm_eps;   /* RMSNorm epsilon (1e-5 as Llama-2) */
     float rope_theta; /* 10000 */
+    /* The Hugging Face variants (Llama 3, Mistral, Qwen2); zero keeps the
+     * Llama-2 layout, so a preset is the Llama-2 model exactly. */
+    int n_kv_heads;               /* grouped-query attention: key/value heads (0: n_heads) */
+    int head_dim;                 /* 0: dim / n_heads */
+    int attn_bias;                /* q, k and v projections with biases (Qwen2) */
+    int tied;                     /* the head's weight is the embedding's (counted once in
+                                     zt_shape_n_params; zo-train trains it untied) */
+    zo_rope_scaling rope_scaling; /* type NONE: unscaled */
 } zt_shape;
+
+/* The effective key/value heads, head dimension, and the widths of the
+ * query (n_heads * head_dim) and key/value (n_kv_heads * head_dim) projections. */
+int zt_kv_heads(const zt_shape *s);
+int zt_head_dim(const zt_shape *s);
+int zt_q_dim(const zt_shape *s);
+int zt_kv_dim(const zt_shape *s);
 
 /* Fill *out with a preset: tiny, small, 1b, 7b, 13b. ZO_ERR_INVALID_ARG
  * (message lists the names) for another name. */
@@ -35,7 +50,8 @@ const char *zt_preset_names(void);
 /* The shape flags over a preset: vocab, dim, layers, heads, ffn in that
  * order; 0 keeps the preset's value. */
 void zt_shape_override(zt_shape *s, const int dims[5]);
-/* Every dimension positive, heads dividing dim, head_dim even. */
+/* Every dimension positive, heads dividing dim (or head_dim given), head_dim
+ * even, kv heads dividing heads, the RoPE scaling valid. */
 zo_status zt_shape_check(const zt_shape *s);
 uint64_t zt_shape_n_params(const zt_shape *s);
 /* Training FLOPs per token without the recompute (6 N_matmul + the attention
@@ -45,7 +61,9 @@ double zt_shape_flops_per_token(const zt_shape *s, int seq);
 
 /* ---- parameter tensors, per engine layer ---- */
 
-enum { ZT_BLOCK_TENSORS = 9, ZT_MAX_LAYER_TENSORS = ZT_BLOCK_TENSORS };
+/* A block has 9 tensors, 12 with attn_bias (the biases last, so the first
+ * nine keep their indices). */
+enum { ZT_BLOCK_TENSORS = 9, ZT_BLOCK_TENSORS_BIAS = 12, ZT_MAX_LAYER_TENSORS = 12 };
 enum { /* tensors of a block, in the order the forward uses them */
        ZT_ATTN_NORM = 0,
        ZT_WQ,
@@ -55,7 +73,10 @@ enum { /* tensors of a block, in the order the forward uses them */
        ZT_MLP_NORM,
        ZT_WGATE,
        ZT_WUP,
-       ZT_WDOWN
+       ZT_WDOWN,
+       ZT_BQ,
+       ZT_BK,
+       ZT_BV
 };
 enum { ZT_HEAD_NORM = 0, ZT_HEAD_OUT = 1 };
 
@@ -64,7 +85,11 @@ int zt_layer_tensors(const zt_shape *s, int layer);
 /* The tensor's name ("blocks.3.wq") into name, and its element count. */
 size_t zt_tensor_numel(const zt_shape *s, int layer, int idx);
 void zt_tensor_name(const zt_shape *s, int layer, int idx, char *name, size_t cap);
-/* Deterministic initial values from the seed: norms 1, every matrix
+/* The tensor's Hugging Face name (model.layers.3.self_attn.q_proj.weight,
+ * ...q_proj.bias, lm_head.weight) and shape ([out, in] or [n]; ndim 1 or 2). */
+void zt_tensor_hf(const zt_shape *s, int layer, int idx, char *name, size_t cap, int *ndim,
+                  int64_t shape[2]);
+/* Deterministic initial values from the seed: norms 1, biases 0, every matrix
  * N(0, init_std^2), the residual outputs (wo, wdown) scaled by
  * 1/sqrt(2 n_layers) as in GPT-2. The values depend only on (seed, layer,
  * idx), so any placement of the tensors sees the same model. */
@@ -120,6 +145,7 @@ typedef struct zt_block_offsets { /* one block's forward intermediates and backw
     uint64_t h1, q, k, v, att, attn_out, x2, h2, gate, up, act;
     uint64_t dq, dk, dv, datt;
     uint64_t rstd1, rstd2;
+    uint64_t kc, vc, dkc, dvc; /* the n_kv_heads projections (k, v, dk, dv without GQA) */
 } zt_block_offsets;
 
 typedef struct zt_head_offsets {

@@ -178,6 +178,7 @@ typedef struct block_ws { /* one block's forward intermediates and backward buff
     void *h1, *q, *k, *v, *att, *attn_out, *x2, *h2, *gate, *up, *act;
     void *dq, *dk, *dv, *datt;
     float *rstd1, *rstd2;
+    void *kc, *vc, *dkc, *dvc; /* the key/value heads (k, v, dk, dv without GQA) */
 } block_ws;
 
 typedef struct head_ws {
@@ -250,7 +251,11 @@ static void place(zt_model *m, char *base)
                       .dv = AT(bo->dv),
                       .datt = AT(bo->datt),
                       .rstd1 = AT(bo->rstd1),
-                      .rstd2 = AT(bo->rstd2)};
+                      .rstd2 = AT(bo->rstd2),
+                      .kc = AT(bo->kc),
+                      .vc = AT(bo->vc),
+                      .dkc = AT(bo->dkc),
+                      .dvc = AT(bo->dvc)};
     m->h = (head_ws){.hf = AT(ho->hf),
                      .logits = AT(ho->logits),
                      .rstd = AT(ho->rstd),
@@ -315,7 +320,8 @@ static zo_status model_alloc(zt_model *m)
     ZT_LIB(zo_device_malloc(m->dev, m->arena_bytes, &m->arena));
     place(m, m->arena);
     ZT_LIB(zo_event_create(m->dev, &m->staged));
-    ZT_LIB(zo_op_rope_table(m->s, m->rope, c->seq, m->hd, c->shape.rope_theta, 0));
+    ZT_LIB(zo_op_rope_table_scaled(m->s, m->rope, c->seq, m->hd, c->shape.rope_theta, 0,
+                                   &c->shape.rope_scaling));
     return ZO_OK;
 }
 
@@ -339,7 +345,7 @@ zo_status zt_model_init_group(zt_model **out, zo_device_t dev, zo_stream_t compu
     m->dev = dev;
     m->s = compute;
     m->T = c->micro_batch * c->seq;
-    m->hd = c->shape.dim / c->shape.n_heads;
+    m->hd = zt_head_dim(&c->shape);
     m->es = zo_dtype_size(c->dt);
     zo_status st = model_alloc(m);
     if (st < 0) {
@@ -435,6 +441,32 @@ static int32_t *tokens_of(const zt_model *m, int32_t *base, int i)
     return base + (size_t)i * m->T;
 }
 
+/* The attention's projections: q (n_heads), and the key/value heads kc, vc
+ * with their biases and RoPE, repeated to the query heads under GQA. */
+static zo_status attn_project(zt_model *m, void *const *p)
+{
+    const zt_shape *sh = &m->c.shape;
+    const int d = sh->dim, B = m->c.micro_batch, S = m->c.seq, H = sh->n_heads;
+    const int KV = zt_kv_heads(sh), qd = zt_q_dim(sh), kvd = zt_kv_dim(sh);
+    const zo_dtype dt = m->c.dt;
+    block_ws *b = &m->b;
+    ZT_TRY(linear_fwd(m, b->q, b->h1, p[ZT_WQ], d, qd));
+    ZT_TRY(linear_fwd(m, b->kc, b->h1, p[ZT_WK], d, kvd));
+    ZT_TRY(linear_fwd(m, b->vc, b->h1, p[ZT_WV], d, kvd));
+    if (sh->attn_bias) {
+        ZT_LIB(zo_op_bias_fwd(m->s, b->q, p[ZT_BQ], (size_t)m->T, qd, dt));
+        ZT_LIB(zo_op_bias_fwd(m->s, b->kc, p[ZT_BK], (size_t)m->T, kvd, dt));
+        ZT_LIB(zo_op_bias_fwd(m->s, b->vc, p[ZT_BV], (size_t)m->T, kvd, dt));
+    }
+    ZT_LIB(zo_op_rope_fwd(m->s, b->q, b->q, m->rope, B, S, H, m->hd, dt));
+    ZT_LIB(zo_op_rope_fwd(m->s, b->kc, b->kc, m->rope, B, S, KV, m->hd, dt));
+    if (KV != H) {
+        ZT_LIB(zo_op_repeat_kv_fwd(m->s, b->k, b->kc, (size_t)m->T, KV, H / KV, m->hd, dt));
+        ZT_LIB(zo_op_repeat_kv_fwd(m->s, b->v, b->vc, (size_t)m->T, KV, H / KV, m->hd, dt));
+    }
+    return ZO_OK;
+}
+
 /* The forward of a block from its input x, keeping what the backward needs
  * in the workspace; y (NULL in the recompute) receives the block's output. */
 static zo_status block_fwd(zt_model *m, void *const *p, const void *x, void *y)
@@ -445,13 +477,9 @@ static zo_status block_fwd(zt_model *m, void *const *p, const void *x, void *y)
     const zo_dtype dt = m->c.dt;
     block_ws *b = &m->b;
     ZT_LIB(zo_op_rmsnorm_fwd(m->s, b->h1, b->rstd1, x, p[ZT_ATTN_NORM], m->T, d, sh->norm_eps, dt));
-    ZT_TRY(linear_fwd(m, b->q, b->h1, p[ZT_WQ], d, d));
-    ZT_TRY(linear_fwd(m, b->k, b->h1, p[ZT_WK], d, d));
-    ZT_TRY(linear_fwd(m, b->v, b->h1, p[ZT_WV], d, d));
-    ZT_LIB(zo_op_rope_fwd(m->s, b->q, b->q, m->rope, B, S, H, m->hd, dt));
-    ZT_LIB(zo_op_rope_fwd(m->s, b->k, b->k, m->rope, B, S, H, m->hd, dt));
+    ZT_TRY(attn_project(m, p));
     ZT_LIB(zo_op_attention_fwd(m->s, b->attn_out, b->att, b->q, b->k, b->v, B, S, H, m->hd, dt));
-    ZT_TRY(linear_fwd(m, b->x2, b->attn_out, p[ZT_WO], d, d));
+    ZT_TRY(linear_fwd(m, b->x2, b->attn_out, p[ZT_WO], zt_q_dim(sh), d));
     ZT_LIB(zo_op_add(m->s, b->x2, b->x2, x, Td, dt));
     ZT_LIB(
         zo_op_rmsnorm_fwd(m->s, b->h2, b->rstd2, b->x2, p[ZT_MLP_NORM], m->T, d, sh->norm_eps, dt));
@@ -484,25 +512,48 @@ static zo_status block_bwd_mlp(zt_model *m, void *const *p, void *const *g)
     return ZO_OK;
 }
 
+/* From dq, dk, dv of the query heads to the key/value heads' gradients
+ * (summed over each group under GQA), through RoPE, with the biases'. */
+static zo_status attn_project_bwd(zt_model *m, void *const *g)
+{
+    const zt_shape *sh = &m->c.shape;
+    const int B = m->c.micro_batch, S = m->c.seq, H = sh->n_heads, KV = zt_kv_heads(sh);
+    const zo_dtype dt = m->c.dt;
+    block_ws *b = &m->b;
+    ZT_LIB(zo_op_rope_bwd(m->s, b->dq, b->dq, m->rope, B, S, H, m->hd, dt));
+    if (KV != H) {
+        ZT_LIB(zo_op_repeat_kv_bwd(m->s, b->dkc, b->dk, (size_t)m->T, KV, H / KV, m->hd, dt));
+        ZT_LIB(zo_op_repeat_kv_bwd(m->s, b->dvc, b->dv, (size_t)m->T, KV, H / KV, m->hd, dt));
+    }
+    ZT_LIB(zo_op_rope_bwd(m->s, b->dkc, b->dkc, m->rope, B, S, KV, m->hd, dt));
+    if (sh->attn_bias) {
+        const size_t T = (size_t)m->T;
+        ZT_LIB(zo_op_bias_bwd(m->s, g[ZT_BQ], dt, b->dq, T, zt_q_dim(sh), dt));
+        ZT_LIB(zo_op_bias_bwd(m->s, g[ZT_BK], dt, b->dkc, T, zt_kv_dim(sh), dt));
+        ZT_LIB(zo_op_bias_bwd(m->s, g[ZT_BV], dt, b->dvc, T, zt_kv_dim(sh), dt));
+    }
+    return ZO_OK;
+}
+
 /* The attention half's backward: dres holds d(x2) and becomes d(x). */
 static zo_status block_bwd_attn(zt_model *m, void *const *p, void *const *g, const void *x)
 {
     const zt_shape *sh = &m->c.shape;
     const int d = sh->dim, B = m->c.micro_batch, S = m->c.seq, H = sh->n_heads;
+    const int qd = zt_q_dim(sh), kvd = zt_kv_dim(sh);
     const zo_dtype dt = m->c.dt;
     block_ws *b = &m->b;
-    ZT_TRY(linear_bwd_weight(m, g[ZT_WO], m->dres, b->attn_out, d, d));
-    ZT_TRY(linear_bwd_data(m, b->attn_out, m->dres, p[ZT_WO], d, d, 0)); /* d(attn_out) */
+    ZT_TRY(linear_bwd_weight(m, g[ZT_WO], m->dres, b->attn_out, qd, d));
+    ZT_TRY(linear_bwd_data(m, b->attn_out, m->dres, p[ZT_WO], qd, d, 0)); /* d(attn_out) */
     ZT_LIB(zo_op_attention_bwd(m->s, b->dq, b->dk, b->dv, b->datt, b->attn_out, b->att, b->q, b->k,
                                b->v, B, S, H, m->hd, dt));
-    ZT_LIB(zo_op_rope_bwd(m->s, b->dq, b->dq, m->rope, B, S, H, m->hd, dt));
-    ZT_LIB(zo_op_rope_bwd(m->s, b->dk, b->dk, m->rope, B, S, H, m->hd, dt));
-    ZT_TRY(linear_bwd_weight(m, g[ZT_WQ], b->dq, b->h1, d, d));
-    ZT_TRY(linear_bwd_weight(m, g[ZT_WK], b->dk, b->h1, d, d));
-    ZT_TRY(linear_bwd_weight(m, g[ZT_WV], b->dv, b->h1, d, d));
-    ZT_TRY(linear_bwd_data(m, b->h1, b->dq, p[ZT_WQ], d, d, 0)); /* h1 now holds d(h1) */
-    ZT_TRY(linear_bwd_data(m, b->h1, b->dk, p[ZT_WK], d, d, 1));
-    ZT_TRY(linear_bwd_data(m, b->h1, b->dv, p[ZT_WV], d, d, 1));
+    ZT_TRY(attn_project_bwd(m, g));
+    ZT_TRY(linear_bwd_weight(m, g[ZT_WQ], b->dq, b->h1, d, qd));
+    ZT_TRY(linear_bwd_weight(m, g[ZT_WK], b->dkc, b->h1, d, kvd));
+    ZT_TRY(linear_bwd_weight(m, g[ZT_WV], b->dvc, b->h1, d, kvd));
+    ZT_TRY(linear_bwd_data(m, b->h1, b->dq, p[ZT_WQ], d, qd, 0)); /* h1 now holds d(h1) */
+    ZT_TRY(linear_bwd_data(m, b->h1, b->dkc, p[ZT_WK], d, kvd, 1));
+    ZT_TRY(linear_bwd_data(m, b->h1, b->dvc, p[ZT_WV], d, kvd, 1));
     ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_ATTN_NORM], dt, b->h1, x, p[ZT_ATTN_NORM],
                              b->rstd1, m->T, d, 1, dt));
     return ZO_OK;

@@ -5,11 +5,17 @@
  *   block:  x2 = x + Wo attn(rope(Wq n1), rope(Wk n1), Wv n1),  n1 = rmsnorm(x) * w_attn_norm
  *           y  = x2 + Wdown (silu(Wgate n2) * Wup n2),          n2 = rmsnorm(x2) * w_mlp_norm
  *
- * The output head is untied (its own vocab x dim matrix); tying it to the
- * embedding is left out because the engine hands each layer's gradients to
- * the optimizer at grads_ready, and a tied matrix would be written by two
- * layers. Multi-query / grouped-query attention is left out (Llama-2 7B and
- * 13B do not use it).
+ * Hugging Face variants (model_shape.h): grouped-query attention (the k and
+ * v projections have n_kv_heads heads, RoPE'd then repeated to the query
+ * heads with zo_op_repeat_kv_fwd; their gradients summed back per group in
+ * fp32, ascending query head), an explicit head_dim, q/k/v biases (added
+ * after the projections, before RoPE), RoPE scaling (linear, llama3). With
+ * none of them the model is the Llama-2 one op for op.
+ *
+ * The output head is untied (its own vocab x dim matrix): the engine hands
+ * each layer's gradients to the optimizer at grads_ready, and a tied matrix
+ * would be written by two layers; a tied Hugging Face model is trained untied
+ * (its head starts as a copy of the embedding).
  *
  * The shapes, the tensors of each engine layer and the activation arena's
  * layout are the shape part's (tools/model-shape/model_shape.h): zo-plan
