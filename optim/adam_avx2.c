@@ -200,9 +200,13 @@ static inline zi zi_lut16(const int32_t *t, zi idx)
 {
     return _mm256_castps_si256(zv_lut16((const float *)t, idx));
 }
+/* Four 8-entry permutes and two selections (bits 3 and 4): no gather. */
 static inline zi zi_lut32(const int32_t *t, zi idx)
 {
-    return _mm256_i32gather_epi32((const int *)t, idx, 4);
+    __m256 lo = _mm256_castsi256_ps(zi_lut16(t, idx)),
+           hi = _mm256_castsi256_ps(zi_lut16(t + 16, idx));
+    return _mm256_castps_si256(
+        _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 27))));
 }
 #define zi_opaque(x) __asm__ volatile("" : "+x"(x))
 
