@@ -527,6 +527,16 @@ static void test_round_trip(void **state)
     assert_non_null(strstr(s, "\"nvme_path\":null"));
     assert_null(strstr(s, "\"scheduler\""));
     free(s);
+    /* int8 states: ZO_DTYPE_I8 in the struct, "int8" in the JSON */
+    round_trip("{\"train_batch_size\": 8, \"zoffload\": {\"optimizer_state_dtype\": \"int8\"}}", 1);
+    c = (zo_train_config)ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": 8}", 1, &c, NULL));
+    const char *ov[] = {"zoffload.optimizer_state_dtype=int8", NULL};
+    ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": 8}", 1, &c, ov));
+    assert_int_equal(c.zoffload.optimizer_state_dtype, ZO_DTYPE_I8);
+    ZO_ASSERT_OK(zo_train_config_to_json(&c, 0, &s));
+    assert_non_null(strstr(s, "\"optimizer_state_dtype\":\"int8\""));
+    free(s);
 }
 
 /* ---- files and argument errors ---- */
