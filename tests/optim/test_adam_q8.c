@@ -220,19 +220,21 @@ typedef struct q8_state {
     size_t len;
 } q8_state;
 
-/* Everything the step writes, in one buffer, to restore and compare. */
+/* Everything the step writes, in one buffer, to restore and compare:
+ * master, the m and v scales, the m and v codes, out (the fp32 arrays
+ * first, so they stay aligned). */
 static q8_state q8_save(const q8_case *q)
 {
     size_t n = q->a.n, nb = zo_adam_q8_blocks(n);
     q8_state st = {NULL, 4 * n + 2 * n + 8 * nb + (q->a.out ? 2 * n : 0)};
     char *p = st.bytes = xcalloc(1, st.len);
     memcpy(p, q->a.master, 4 * n);
-    memcpy(p += 4 * n, q->a.m, n);
-    memcpy(p += n, q->a.v, n);
-    memcpy(p += n, q->ms, 4 * nb);
+    memcpy(p += 4 * n, q->ms, 4 * nb);
     memcpy(p += 4 * nb, q->vs, 4 * nb);
+    memcpy(p += 4 * nb, q->a.m, n);
+    memcpy(p += n, q->a.v, n);
     if (q->a.out)
-        memcpy(p + 4 * nb, q->a.out, 2 * n);
+        memcpy(p + n, q->a.out, 2 * n);
     return st;
 }
 
@@ -241,12 +243,12 @@ static void q8_restore(q8_case *q, const q8_state *st)
     size_t n = q->a.n, nb = zo_adam_q8_blocks(n);
     const char *p = st->bytes;
     memcpy(q->a.master, p, 4 * n);
-    memcpy(q->a.m, p += 4 * n, n);
-    memcpy(q->a.v, p += n, n);
-    memcpy(q->ms, p += n, 4 * nb);
+    memcpy(q->ms, p += 4 * n, 4 * nb);
     memcpy(q->vs, p += 4 * nb, 4 * nb);
+    memcpy(q->a.m, p += 4 * nb, n);
+    memcpy(q->a.v, p += n, n);
     if (q->a.out)
-        memcpy(q->a.out, p + 4 * nb, 2 * n);
+        memcpy(q->a.out, p + n, 2 * n);
 }
 
 /* The reference: decode in double, update in double, then per block the
@@ -257,8 +259,8 @@ static void check_step_against_reference(const q8_case *q, const q8_state *befor
     size_t n = q->a.n;
     const char *bp = before->bytes;
     const float *w0 = (const float *)bp;
-    const uint8_t *mc0 = (const uint8_t *)bp + 4 * n, *vc0 = mc0 + n;
-    const float *ms0 = (const float *)(vc0 + n), *vs0 = ms0 + zo_adam_q8_blocks(n);
+    const float *ms0 = w0 + n, *vs0 = ms0 + zo_adam_q8_blocks(n);
+    const uint8_t *mc0 = (const uint8_t *)(vs0 + zo_adam_q8_blocks(n)), *vc0 = mc0 + n;
     const float *smap = zo_adam_q8_map(1), *umap = zo_adam_q8_map(0);
     double b1 = p->beta1, b2 = p->beta2, lr = p->lr, wd = p->weight_decay;
     double bc1 = 1.0 - pow(b1, (double)p->step), bc2 = 1.0 - pow(b2, (double)p->step);
@@ -415,6 +417,7 @@ static void test_nonfinite_gradient_skipped_by_scaler(void **state)
     double scale = zo_loss_scaler_scale(&sc);
     ZO_ASSERT_OK(zo_loss_scaler_update(&sc, st.nonfinite));
     assert_true(zo_loss_scaler_scale(&sc) == scale / 2);
+    q8_free(&q);
 }
 
 static void test_roofline_and_arguments(void **state)
@@ -429,8 +432,9 @@ static void test_roofline_and_arguments(void **state)
             continue;
         ZO_ASSERT_OK(zo_adam_roofline(&q.a.b, (int)all_levels[k]));
         assert_memory_equal(q.a.master, before.bytes, 4 * q.a.n);
-        assert_memory_equal(q.a.m, (char *)before.bytes + 4 * q.a.n, q.a.n);
-        assert_memory_equal(q.a.v, (char *)before.bytes + 5 * q.a.n, q.a.n);
+        size_t codes_at = 4 * q.a.n + 8 * zo_adam_q8_blocks(q.a.n);
+        assert_memory_equal(q.a.m, (char *)before.bytes + codes_at, q.a.n);
+        assert_memory_equal(q.a.v, (char *)before.bytes + codes_at + q.a.n, q.a.n);
     }
     zo_adam_params p = q8_params(-1);
     zo_adam_buffers b = q.a.b;
