@@ -266,11 +266,13 @@ static void test_hf_config(void **state)
     assert_int_equal((int)num(m, "dim"), 512);
     assert_int_equal((int)num(m, "layers"), 3);
     assert_int_equal((int)num(m, "ffn"), 1376);
-    /* embedding, head, final norm, and per block 4 d^2 + 3 d f + 2 d */
-    double d = 512, f = 1376;
-    assert_int_equal((int64_t)num(m, "params"),
-                     (int64_t)(2 * 1000 * d + d + 3 * (4 * d * d + 3 * d * f + 2 * d)));
-    assert_non_null(strstr(json_string_value(json_object_get(m, "note")), "grouped-query"));
+    /* embedding, head, final norm, and per block 2 d^2 (q, o) + 2 d kv (k, v of 2 of the
+     * 8 heads: kv = d / 4) + 3 d f + 2 d: grouped-query attention counted exactly */
+    double d = 512, f = 1376, kv = d / 4;
+    assert_int_equal(
+        (int64_t)num(m, "params"),
+        (int64_t)(2 * 1000 * d + d + 3 * (2 * d * d + 2 * d * kv + 3 * d * f + 2 * d)));
+    assert_string_equal(json_string_value(json_object_get(m, "note")), "");
     json_decref(j);
     write_file(path, "{\"hidden_size\": 512}");
     outputs o = run(args);

@@ -1,4 +1,5 @@
-/* The keys of a LLaMA config.json that size the model (hf_config.h). */
+/* The keys of a Hugging Face LLaMA-family config.json that shape the model
+ * (hf_config.h). */
 #include "hf_config.h"
 
 #include <jansson.h>
@@ -16,18 +17,26 @@ static zo_status int_key(json_t *root, const char *path, const char *key, int *o
     return ZO_OK;
 }
 
+/* An optional positive integer: absent or null leaves *out. */
+static zo_status optional_int(json_t *root, const char *path, const char *key, int *out)
+{
+    json_t *v = json_object_get(root, key);
+    return v && !json_is_null(v) ? int_key(root, path, key, out) : ZO_OK;
+}
+
 /* Grouped-query attention shares each key/value head among heads / kv
  * heads query heads: kv heads must divide the heads. */
-static zo_status check_kv_heads(json_t *root, const char *path, int heads)
+static zo_status read_kv_heads(json_t *root, const char *path, zt_shape *s)
 {
     json_t *v = json_object_get(root, "num_key_value_heads");
     if (!v || json_is_null(v))
         return ZO_OK;
     json_int_t kv = json_is_integer(v) ? json_integer_value(v) : 0;
-    if (kv <= 0 || kv > heads || heads % kv)
+    if (kv <= 0 || kv > s->n_heads || s->n_heads % kv)
         return zt_fail(ZO_ERR_CONFIG,
                        "%s: 'num_key_value_heads' %lld must divide 'num_attention_heads' %d", path,
-                       (long long)kv, heads);
+                       (long long)kv, s->n_heads);
+    s->n_kv_heads = (int)kv == s->n_heads ? 0 : (int)kv;
     return ZO_OK;
 }
 
@@ -38,25 +47,130 @@ static void optional_real(json_t *root, const char *key, float *out)
         *out = (float)json_number_value(v);
 }
 
-static void describe_differences(json_t *root, const zt_shape *s, char *note, size_t cap)
+static int string_in(json_t *v, const char *const *names, int n)
 {
-    note[0] = 0;
-    json_t *kv = json_object_get(root, "num_key_value_heads");
-    int gqa =
-        json_is_integer(kv) && json_integer_value(kv) > 0 && json_integer_value(kv) < s->n_heads;
-    int tied = json_is_true(json_object_get(root, "tie_word_embeddings"));
-    if (gqa || tied)
-        snprintf(note, cap,
-                 "zo-train's model has %s: planned with %s (more parameters than the original)",
-                 gqa && tied ? "neither grouped-query attention nor a tied output head"
-                 : gqa       ? "no grouped-query attention"
-                             : "no tied output head",
-                 gqa && tied ? "full multi-head attention and an untied head"
-                 : gqa       ? "full multi-head attention"
-                             : "an untied head");
+    for (int i = 0; json_is_string(v) && i < n; i++)
+        if (strcmp(json_string_value(v), names[i]) == 0)
+            return 1;
+    return 0;
 }
 
-zo_status zt_read_hf_config(const char *path, zt_shape *out, char *note, size_t cap)
+/* The family: model_type and architectures, when present, must be ours. */
+static zo_status check_family(json_t *root, const char *path, int *qwen2)
+{
+    static const char *const types[] = {"llama", "mistral", "qwen2"};
+    static const char *const archs[] = {"LlamaForCausalLM", "MistralForCausalLM",
+                                        "Qwen2ForCausalLM"};
+    json_t *t = json_object_get(root, "model_type"), *a = json_object_get(root, "architectures");
+    if (t && !string_in(t, types, 3))
+        return zt_fail(ZO_ERR_CONFIG, "%s: 'model_type' %s is not one of llama, mistral, qwen2",
+                       path, json_is_string(t) ? json_string_value(t) : "(not a string)");
+    json_t *a0 = json_array_get(a, 0);
+    if (a && (json_array_size(a) != 1 || !string_in(a0, archs, 3)))
+        return zt_fail(ZO_ERR_CONFIG,
+                       "%s: 'architectures' must be one of LlamaForCausalLM, MistralForCausalLM, "
+                       "Qwen2ForCausalLM",
+                       path);
+    *qwen2 = (t && strcmp(json_string_value(t), "qwen2") == 0) ||
+             (a0 && strcmp(json_string_value(a0), "Qwen2ForCausalLM") == 0);
+    return ZO_OK;
+}
+
+/* Keys that would make another model than ours. */
+static zo_status check_refused(json_t *root, const char *path, int qwen2)
+{
+    json_t *act = json_object_get(root, "hidden_act");
+    if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0))
+        return zt_fail(ZO_ERR_CONFIG, "%s: 'hidden_act' must be silu (SwiGLU)", path);
+    if (json_is_true(json_object_get(root, "mlp_bias")))
+        return zt_fail(ZO_ERR_CONFIG, "%s: 'mlp_bias' true: MLP biases are not supported", path);
+    if (!qwen2 && json_is_true(json_object_get(root, "attention_bias")))
+        return zt_fail(ZO_ERR_CONFIG,
+                       "%s: 'attention_bias' true biases o_proj too in Llama: not supported (q/k/v "
+                       "biases are, as Qwen2's)",
+                       path);
+    json_t *prf = json_object_get(root, "partial_rotary_factor");
+    if (prf && !(json_is_number(prf) && json_number_value(prf) == 1.0))
+        return zt_fail(ZO_ERR_CONFIG, "%s: 'partial_rotary_factor' must be 1 (RoPE on every pair)",
+                       path);
+    return ZO_OK;
+}
+
+static zo_status real_in(json_t *obj, const char *path, const char *key, float *out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!json_is_number(v) || !(json_number_value(v) > 0))
+        return zt_fail(ZO_ERR_CONFIG, "%s: 'rope_scaling.%s' must be a positive number", path, key);
+    *out = (float)json_number_value(v);
+    return ZO_OK;
+}
+
+/* rope_scaling: null, or {"rope_type" (or "type"): "default", "linear" or "llama3", ...}. */
+static zo_status read_rope_scaling(json_t *root, const char *path, zo_rope_scaling *sc)
+{
+    json_t *r = json_object_get(root, "rope_scaling");
+    if (!r || json_is_null(r))
+        return ZO_OK;
+    json_t *t = json_object_get(r, "rope_type");
+    if (!t)
+        t = json_object_get(r, "type");
+    const char *type = json_is_string(t) ? json_string_value(t) : "";
+    if (strcmp(type, "default") == 0)
+        return ZO_OK;
+    if (strcmp(type, "linear") == 0) {
+        sc->type = ZO_ROPE_SCALING_LINEAR;
+        return real_in(r, path, "factor", &sc->factor);
+    }
+    if (strcmp(type, "llama3") != 0)
+        return zt_fail(ZO_ERR_CONFIG,
+                       "%s: 'rope_scaling' type '%s' is not supported; expected llama3 or linear",
+                       path, type);
+    sc->type = ZO_ROPE_SCALING_LLAMA3;
+    float omp = 0;
+    ZT_TRY(real_in(r, path, "factor", &sc->factor));
+    ZT_TRY(real_in(r, path, "low_freq_factor", &sc->low_freq_factor));
+    ZT_TRY(real_in(r, path, "high_freq_factor", &sc->high_freq_factor));
+    ZT_TRY(real_in(r, path, "original_max_position_embeddings", &omp));
+    sc->original_max_pos = (int)omp;
+    return ZO_OK;
+}
+
+/* Mistral's sliding_window, Qwen2's only with use_sliding_window. */
+static zo_status read_window(json_t *root, const char *path, int qwen2, int *window)
+{
+    *window = 0;
+    json_t *w = json_object_get(root, "sliding_window");
+    if (!w || json_is_null(w) ||
+        (qwen2 && !json_is_true(json_object_get(root, "use_sliding_window"))))
+        return ZO_OK;
+    return int_key(root, path, "sliding_window", window);
+}
+
+static zo_status read_shape(json_t *root, const char *path, zt_shape *s, int *window)
+{
+    int qwen2 = 0;
+    ZT_TRY(check_family(root, path, &qwen2));
+    ZT_TRY(check_refused(root, path, qwen2));
+    ZT_TRY(int_key(root, path, "hidden_size", &s->dim));
+    ZT_TRY(int_key(root, path, "num_hidden_layers", &s->n_layers));
+    ZT_TRY(int_key(root, path, "num_attention_heads", &s->n_heads));
+    ZT_TRY(int_key(root, path, "intermediate_size", &s->ffn_dim));
+    ZT_TRY(read_kv_heads(root, path, s));
+    ZT_TRY(int_key(root, path, "vocab_size", &s->vocab));
+    ZT_TRY(optional_int(root, path, "head_dim", &s->head_dim));
+    if (s->head_dim && s->head_dim * s->n_heads == s->dim)
+        s->head_dim = 0; /* the default: the Llama-2 layout */
+    ZT_TRY(read_rope_scaling(root, path, &s->rope_scaling));
+    ZT_TRY(read_window(root, path, qwen2, window));
+    optional_real(root, "rms_norm_eps", &s->norm_eps);
+    optional_real(root, "rope_theta", &s->rope_theta);
+    s->attn_bias = qwen2;
+    s->tied = json_is_true(json_object_get(root, "tie_word_embeddings"));
+    return ZO_OK;
+}
+
+zo_status zt_read_hf_config_window(const char *path, zt_shape *out, int *window, char *note,
+                                   size_t cap)
 {
     json_error_t err;
     json_t *root = json_load_file(path, 0, &err);
@@ -65,26 +179,26 @@ zo_status zt_read_hf_config(const char *path, zt_shape *out, char *note, size_t 
     zt_shape s = {0};
     s.norm_eps = 1e-5f;
     s.rope_theta = 10000.0f;
+    int w = 0;
     zo_status st =
         json_is_object(root) ? ZO_OK : zt_fail(ZO_ERR_CONFIG, "%s: not a JSON object", path);
     if (st >= 0)
-        st = int_key(root, path, "hidden_size", &s.dim);
-    if (st >= 0)
-        st = int_key(root, path, "num_hidden_layers", &s.n_layers);
-    if (st >= 0)
-        st = int_key(root, path, "num_attention_heads", &s.n_heads);
-    if (st >= 0)
-        st = int_key(root, path, "intermediate_size", &s.ffn_dim);
-    if (st >= 0)
-        st = check_kv_heads(root, path, s.n_heads);
-    if (st >= 0)
-        st = int_key(root, path, "vocab_size", &s.vocab);
+        st = read_shape(root, path, &s, &w);
     if (st >= 0) {
-        optional_real(root, "rms_norm_eps", &s.norm_eps);
-        optional_real(root, "rope_theta", &s.rope_theta);
-        describe_differences(root, &s, note, cap);
+        note[0] = 0;
+        if (s.tied)
+            snprintf(note, cap,
+                     "tied output head: counted once; zo-train trains it untied, from a copy of "
+                     "the embedding");
         *out = s;
+        if (window)
+            *window = w;
     }
     json_decref(root);
     return st;
+}
+
+zo_status zt_read_hf_config(const char *path, zt_shape *out, char *note, size_t cap)
+{
+    return zt_read_hf_config_window(path, out, NULL, note, cap);
 }

@@ -1,4 +1,5 @@
-/* A Hugging Face LLaMA config.json as the model's shape (zo-plan --hf-config). */
+/* A Hugging Face config.json as the model's shape (zo-plan --hf-config,
+ * zo-train --hf-model). */
 #ifndef ZT_HF_CONFIG_H
 #define ZT_HF_CONFIG_H
 
@@ -6,11 +7,19 @@
 
 #include "model_shape.h"
 
-/* hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
- * vocab_size (rms_norm_eps, rope_theta when present). What zo-train's model
- * does differently is said in note (empty when nothing): grouped-query
- * attention (num_key_value_heads below the heads) is planned as full
- * multi-head attention, a tied output head as an untied one. */
+/* LlamaForCausalLM and the LLaMA-shaped MistralForCausalLM and
+ * Qwen2ForCausalLM: hidden_size, num_hidden_layers, num_attention_heads,
+ * intermediate_size, vocab_size; when present num_key_value_heads, head_dim,
+ * rms_norm_eps, rope_theta, rope_scaling (llama3, linear), tie_word_embeddings,
+ * and the q/k/v biases of Qwen2. What would make another model (another
+ * model_type or architecture, hidden_act other than silu, mlp_bias, Llama's
+ * attention_bias, which also biases o_proj, another rope_scaling type,
+ * partial_rotary_factor) is refused naming the key. The sliding window
+ * (Mistral's sliding_window, Qwen2's with use_sliding_window) goes to
+ * *window (0: none; NULL: not wanted). What zo-train does differently is said
+ * in note (empty when nothing): a tied head is trained untied. */
 zo_status zt_read_hf_config(const char *path, zt_shape *out, char *note, size_t cap);
+zo_status zt_read_hf_config_window(const char *path, zt_shape *out, int *window, char *note,
+                                   size_t cap);
 
 #endif

@@ -1,0 +1,132 @@
+/* Hugging Face config.json as the model's shape: the published models'
+ * parameter counts exactly (Llama-2-70B 68,976,648,192; Llama-3-8B
+ * 8,030,261,248, from their config.json files), the variants' keys, and
+ * every refused key named in the error. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hf_config.h"
+#include "zt_error.h"
+#include "zo_test.h"
+
+static char g_path[256];
+
+static zo_status read_json(const char *json, zt_shape *s, int *window, char *note)
+{
+    FILE *f = fopen(g_path, "w");
+    assert_non_null(f);
+    fputs(json, f);
+    fclose(f);
+    return zt_read_hf_config_window(g_path, s, window, note, 256);
+}
+
+#define LLAMA2_70B                                                                                 \
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": "   \
+    "8192, \"intermediate_size\": 28672, \"num_attention_heads\": 64, \"num_hidden_layers\": 80, " \
+    "\"num_key_value_heads\": 8, \"vocab_size\": 32000, \"rms_norm_eps\": 1e-05, "               \
+    "\"hidden_act\": \"silu\", \"pretraining_tp\": 1, \"rope_scaling\": null, "                  \
+    "\"tie_word_embeddings\": false}"
+
+#define LLAMA31_8B                                                                                 \
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": "   \
+    "4096, \"intermediate_size\": 14336, \"num_attention_heads\": 32, \"num_hidden_layers\": 32, " \
+    "\"num_key_value_heads\": 8, \"vocab_size\": 128256, \"rms_norm_eps\": 1e-05, "              \
+    "\"rope_theta\": 500000.0, \"attention_bias\": false, \"mlp_bias\": false, "                 \
+    "\"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "  \
+    "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, "                   \
+    "\"tie_word_embeddings\": false}"
+
+static void test_published_counts(void **state)
+{
+    zt_shape s;
+    char note[256];
+    int w = -1;
+    ZO_ASSERT_OK(read_json(LLAMA2_70B, &s, &w, note));
+    ZO_ASSERT_OK(zt_shape_check(&s));
+    assert_int_equal(zt_shape_n_params(&s), 68976648192ull); /* 68.98B */
+    assert_int_equal(zt_kv_heads(&s), 8);
+    assert_int_equal(zt_kv_dim(&s), 1024);
+    assert_int_equal(w, 0);
+    assert_string_equal(note, "");
+    ZO_ASSERT_OK(read_json(LLAMA31_8B, &s, &w, note)); /* Llama 3 and 3.1 8B: the same count */
+    ZO_ASSERT_OK(zt_shape_check(&s));
+    assert_int_equal(zt_shape_n_params(&s), 8030261248ull); /* 8.03B */
+    assert_int_equal(s.rope_scaling.type, ZO_ROPE_SCALING_LLAMA3);
+    assert_true(s.rope_scaling.factor == 8.0f && s.rope_scaling.high_freq_factor == 4.0f);
+    assert_int_equal(s.rope_scaling.original_max_pos, 8192);
+    assert_true(s.rope_theta == 500000.0f);
+}
+
+/* Qwen2: q/k/v biases, tied head counted once, head_dim, the window only with
+ * use_sliding_window. */
+static void test_qwen2_and_tied(void **state)
+{
+    zt_shape s;
+    char note[256];
+    int w = -1;
+    ZO_ASSERT_OK(read_json("{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", "
+                           "\"hidden_size\": 896, \"intermediate_size\": 4864, "
+                           "\"num_attention_heads\": 14, \"num_hidden_layers\": 24, "
+                           "\"num_key_value_heads\": 2, \"vocab_size\": 151936, "
+                           "\"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, "
+                           "\"sliding_window\": 32768, \"use_sliding_window\": false, "
+                           "\"tie_word_embeddings\": true}",
+                           &s, &w, note));
+    ZO_ASSERT_OK(zt_shape_check(&s));
+    assert_true(s.attn_bias && s.tied);
+    assert_int_equal(w, 0);
+    /* Qwen2.5-0.5B: 494,032,768 parameters */
+    assert_int_equal(zt_shape_n_params(&s), 494032768ull);
+    assert_non_null(strstr(note, "tied"));
+    ZO_ASSERT_OK(read_json("{\"model_type\": \"mistral\", \"hidden_size\": 64, "
+                           "\"intermediate_size\": 96, \"num_attention_heads\": 4, "
+                           "\"num_hidden_layers\": 1, \"vocab_size\": 50, \"head_dim\": 32, "
+                           "\"sliding_window\": 4096}",
+                           &s, &w, note));
+    assert_int_equal(zt_head_dim(&s), 32);
+    assert_int_equal(zt_q_dim(&s), 128);
+    assert_int_equal(w, 4096);
+}
+
+static void expect_refused(const char *extra, const char *key)
+{
+    char json[1024], note[256];
+    snprintf(json, sizeof json,
+             "{\"hidden_size\": 64, \"intermediate_size\": 96, \"num_attention_heads\": 4, "
+             "\"num_hidden_layers\": 1, \"vocab_size\": 50, %s}",
+             extra);
+    zt_shape s;
+    assert_int_equal(read_json(json, &s, NULL, note), ZO_ERR_CONFIG);
+    if (!strstr(zt_last_error(), key))
+        fail_msg("refusing %s: the error '%s' does not name %s", extra, zt_last_error(), key);
+}
+
+static void test_refusals_name_the_key(void **state)
+{
+    expect_refused("\"model_type\": \"gpt2\"", "'model_type'");
+    expect_refused("\"architectures\": [\"GemmaForCausalLM\"]", "'architectures'");
+    expect_refused("\"hidden_act\": \"gelu\"", "'hidden_act'");
+    expect_refused("\"mlp_bias\": true", "'mlp_bias'");
+    expect_refused("\"attention_bias\": true", "'attention_bias'");
+    expect_refused("\"partial_rotary_factor\": 0.5", "'partial_rotary_factor'");
+    expect_refused("\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}", "'rope_scaling'");
+    expect_refused("\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8}",
+                   "'rope_scaling.low_freq_factor'");
+    expect_refused("\"num_key_value_heads\": 3", "'num_key_value_heads'");
+    expect_refused("\"head_dim\": -2", "'head_dim'");
+}
+
+int main(void)
+{
+    snprintf(g_path, sizeof g_path, "/tmp/zo_test_hf_config_%d.json", (int)getpid());
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_published_counts),
+        cmocka_unit_test(test_qwen2_and_tied),
+        cmocka_unit_test(test_refusals_name_the_key),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    unlink(g_path);
+    return rc;
+}
