@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "hf_config.h"
-#include "zt_error.h"
 #include "zo_test.h"
+#include "zt_error.h"
 
 static char g_path[256];
 
@@ -23,19 +23,19 @@ static zo_status read_json(const char *json, zt_shape *s, int *window, char *not
 }
 
 #define LLAMA2_70B                                                                                 \
-    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": "   \
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": "     \
     "8192, \"intermediate_size\": 28672, \"num_attention_heads\": 64, \"num_hidden_layers\": 80, " \
-    "\"num_key_value_heads\": 8, \"vocab_size\": 32000, \"rms_norm_eps\": 1e-05, "               \
-    "\"hidden_act\": \"silu\", \"pretraining_tp\": 1, \"rope_scaling\": null, "                  \
+    "\"num_key_value_heads\": 8, \"vocab_size\": 32000, \"rms_norm_eps\": 1e-05, "                 \
+    "\"hidden_act\": \"silu\", \"pretraining_tp\": 1, \"rope_scaling\": null, "                    \
     "\"tie_word_embeddings\": false}"
 
 #define LLAMA31_8B                                                                                 \
-    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": "   \
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": "     \
     "4096, \"intermediate_size\": 14336, \"num_attention_heads\": 32, \"num_hidden_layers\": 32, " \
-    "\"num_key_value_heads\": 8, \"vocab_size\": 128256, \"rms_norm_eps\": 1e-05, "              \
-    "\"rope_theta\": 500000.0, \"attention_bias\": false, \"mlp_bias\": false, "                 \
-    "\"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "  \
-    "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, "                   \
+    "\"num_key_value_heads\": 8, \"vocab_size\": 128256, \"rms_norm_eps\": 1e-05, "                \
+    "\"rope_theta\": 500000.0, \"attention_bias\": false, \"mlp_bias\": false, "                   \
+    "\"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "    \
+    "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, "                     \
     "\"tie_word_embeddings\": false}"
 
 static void test_published_counts(void **state)

@@ -27,32 +27,8 @@ enum { ZT_CKPT_VERSION = 1, ZT_PATH = 4096 };
 zo_status zt_ckpt_tensor(const zt_shape *s, int layer, int idx, char *name, size_t cap, int *ndim,
                          int64_t shape[2])
 {
-    static const zo_llama_role block[ZT_BLOCK_TENSORS] = {
-        ZO_LLAMA_INPUT_LAYERNORM, ZO_LLAMA_Q_PROJ,  ZO_LLAMA_K_PROJ,
-        ZO_LLAMA_V_PROJ,          ZO_LLAMA_O_PROJ,  ZO_LLAMA_POST_ATTENTION_LAYERNORM,
-        ZO_LLAMA_GATE_PROJ,       ZO_LLAMA_UP_PROJ, ZO_LLAMA_DOWN_PROJ};
-    zo_llama_role role;
-    if (layer == 0)
-        role = ZO_LLAMA_EMBED_TOKENS;
-    else if (layer <= s->n_layers)
-        role = block[idx];
-    else
-        role = idx == ZT_HEAD_NORM ? ZO_LLAMA_FINAL_NORM : ZO_LLAMA_LM_HEAD;
-    zo_llama_dims d = ZO_LLAMA_DIMS_INIT;
-    d.vocab_size = s->vocab;
-    d.hidden_size = s->dim;
-    d.intermediate_size = s->ffn_dim;
-    d.num_heads = d.num_kv_heads = s->n_heads;
-    d.num_layers = s->n_layers;
-    ZT_LIB(zo_llama_tensor_name(role, layer - 1, name, cap));
-    ZT_LIB(zo_llama_tensor_shape(&d, role, ndim, shape));
-    int64_t n = 1;
-    for (int i = 0; i < *ndim; i++)
-        n *= shape[i];
-    if ((uint64_t)n != zt_tensor_numel(s, layer, idx))
-        return zt_fail(ZO_ERR_INTERNAL,
-                       "%s: %lld elements in the Hugging Face layout, %zu in the model", name,
-                       (long long)n, zt_tensor_numel(s, layer, idx));
+    /* the shape part names them (GQA, head_dim and biases included) */
+    zt_tensor_hf(s, layer, idx, name, cap, ndim, shape);
     return ZO_OK;
 }
 

@@ -19,6 +19,7 @@
 
 #include "checkpoint.h"
 #include "ds_config.h"
+#include "hf_io.h"
 #include "report.h"
 #include "signals.h"
 #include "trainer.h"
@@ -45,6 +46,10 @@ typedef struct cli {
     int steps_given, nvme_given; /* flags that replace what the config said */
     zo_train_config ds;          /* the resolved config (its paths are pointed to) */
     const char *save_dir, *resume, *init_weights;
+    const char *hf_model;   /* --hf-model DIR: shape and weights of a Hugging Face model */
+    int hf_tied;            /* its head was tied to the embedding (trained untied) */
+    zo_dtype hf_save_dtype; /* the weights --save writes to DIR/hf-model (bf16, fp32) */
+    uint64_t hf_shard_bytes;
     int save_every;
     int start; /* steps done before this process (a resumed run) */
     char resumed_from[PATH_MAX], last_saved[PATH_MAX];
@@ -126,6 +131,10 @@ static void usage(FILE *f)
         "                         trainer_state.json; DIR/latest names the newest), at the end\n"
         "                         and every --save-every steps\n"
         "  --save-every N         also save every N steps (default: only at the end)\n"
+        "                         (each save also writes DIR/hf-model: config.json and the\n"
+        "                         weights, a directory transformers loads as is)\n"
+        "  --hf-save-dtype bf16|fp32  the weights in DIR/hf-model (default bf16)\n"
+        "  --hf-shard-size BYTES  shard DIR/hf-model's weights above this (default 5GB)\n"
         "  --resume PATH          continue from a checkpoint (a DIR given to --save, or one of "
         "its\n"
         "                         step-N directories); --steps is the total to reach\n"
@@ -133,6 +142,11 @@ static void usage(FILE *f)
         "                         --grad-accum, --dtype or --data (refused otherwise)\n"
         "  --init-weights FILE    start from the weights of a safetensors file with Hugging Face\n"
         "                         LLaMA names (F32, BF16 or F16), e.g. a model.safetensors\n"
+        "  --hf-model DIR         the model of a Hugging Face directory: config.json (Llama,\n"
+        "                         Mistral, Qwen2 layouts: GQA, head_dim, q/k/v biases, RoPE\n"
+        "                         scaling; a tied head is trained untied) and its weights\n"
+        "                         (model.safetensors or shards with the index), instead of "
+        "--preset\n"
         "output:\n"
         "  --log-every N          a progress line on stderr every N steps (default 10); on a\n"
         "                         terminal the line is updated in place every step\n"
@@ -207,6 +221,9 @@ enum {
     OPT_SAVE_EVERY,
     OPT_RESUME,
     OPT_INIT,
+    OPT_HF_MODEL,
+    OPT_HF_SAVE_DTYPE,
+    OPT_HF_SHARD,
     OPT_METRICS,
     OPT_TRACE,
     OPT_PROGRESS,
@@ -257,6 +274,9 @@ static const struct option long_opts[] = {
     {"save-every", required_argument, 0, OPT_SAVE_EVERY},
     {"resume", required_argument, 0, OPT_RESUME},
     {"init-weights", required_argument, 0, OPT_INIT},
+    {"hf-model", required_argument, 0, OPT_HF_MODEL},
+    {"hf-save-dtype", required_argument, 0, OPT_HF_SAVE_DTYPE},
+    {"hf-shard-size", required_argument, 0, OPT_HF_SHARD},
     {"metrics", required_argument, 0, OPT_METRICS},
     {"trace", required_argument, 0, OPT_TRACE},
     {"progress", required_argument, 0, OPT_PROGRESS},
@@ -408,6 +428,16 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_RESUME: c->resume = arg; return 0;
     case OPT_ALLOW_CHANGES: c->o.resume_allow_changes = 1; return 0;
     case OPT_INIT: c->init_weights = arg; return 0;
+    case OPT_HF_MODEL: c->hf_model = arg; return 0;
+    case OPT_HF_SAVE_DTYPE:
+        if (strcmp(arg, "bf16") && strcmp(arg, "fp32"))
+            return bad_value("--hf-save-dtype", arg, "bf16 or fp32");
+        c->hf_save_dtype = strcmp(arg, "bf16") == 0 ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
+        return 0;
+    case OPT_HF_SHARD:
+        if (zo_parse_bytes(arg, &c->hf_shard_bytes) != 0 || c->hf_shard_bytes == 0)
+            return bad_value("--hf-shard-size", arg, "a byte count such as 2GB or 500MiB");
+        return 0;
     case OPT_METRICS: c->metrics_path = arg; return 0;
     case OPT_TRACE: c->trace_path = arg; return 0;
     case OPT_PROGRESS:
@@ -548,6 +578,22 @@ static int apply_config(cli *c)
     return 0;
 }
 
+/* --hf-model: the shape is the directory's, not a preset's. */
+static zo_status hf_shape(cli *c)
+{
+    int flags = 0;
+    for (int i = 0; i < 5; i++)
+        flags |= c->shape_flags[i];
+    if (flags || strcmp(c->preset, "tiny") != 0)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--hf-model sets the model's shape: drop --preset and the shape flags");
+    if (c->init_weights || c->resume)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--hf-model sets the weights: drop --init-weights and --resume");
+    c->preset = "hf-model";
+    return zt_hf_read_shape(c->hf_model, c->o.seq, &c->o.shape, &c->hf_tied);
+}
+
 static int check_checkpoint_flags(const cli *c)
 {
     if (c->resume && c->init_weights) {
@@ -658,7 +704,7 @@ static int parse_args(int argc, char **argv, cli *c)
         fprintf(stderr, "zo-train: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
-    if (zt_preset(c->preset, &c->o.shape) < 0) {
+    if (c->hf_model ? hf_shape(c) < 0 : zt_preset(c->preset, &c->o.shape) < 0) {
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
         return 2;
     }
@@ -752,6 +798,16 @@ static int report_step(const cli *c, feedback *fb, const zt_step_figures *g)
     return 0;
 }
 
+/* A checkpoint, then DIR/hf-model from the same weights. */
+static zo_status save_checkpoint(zt_trainer *t, cli *c)
+{
+    ZT_TRY(zt_ckpt_save(t, c->save_dir, c->last_saved, sizeof c->last_saved));
+    char hf[4096];
+    if (snprintf(hf, sizeof hf, "%s/hf-model", c->save_dir) >= (int)sizeof hf)
+        return zt_fail(ZO_ERR_INVALID_ARG, "path too long: %s/hf-model", c->save_dir);
+    return zt_hf_save(t, hf, c->hf_save_dtype, c->hf_shard_bytes);
+}
+
 /* Save after step `done` when it is due (every --save-every steps and at
  * the end): 1 when it saved, 0 when none was due, -1 on failure. */
 static int maybe_save(zt_trainer *t, cli *c, int done)
@@ -759,7 +815,7 @@ static int maybe_save(zt_trainer *t, cli *c, int done)
     if (!c->save_dir || !((c->save_every && done % c->save_every == 0) || done == c->o.steps))
         return 0;
     zo_nvtx_push("checkpoint");
-    zo_status st = zt_ckpt_save(t, c->save_dir, c->last_saved, sizeof c->last_saved);
+    zo_status st = save_checkpoint(t, c);
     zo_nvtx_pop();
     return st < 0 ? -1 : 1;
 }
@@ -799,8 +855,7 @@ static int diverged(const cli *c, const feedback *fb, int step, float loss, cons
 static int stop_on_signal(zt_trainer *t, cli *c, const feedback *fb, int sig, int done, int saved)
 {
     zt_progress_end(stderr, fb->tty);
-    if (c->save_dir && !saved &&
-        zt_ckpt_save(t, c->save_dir, c->last_saved, sizeof c->last_saved) < 0)
+    if (c->save_dir && !saved && save_checkpoint(t, c) < 0)
         fprintf(stderr, "zo-train: %s: saving the checkpoint of step %d failed: %s\n",
                 zt_signal_name(sig), done, zt_last_error());
     fprintf(stderr, "zo-train: stopped by %s after step %d of %d; %s%s\n", zt_signal_name(sig),
@@ -901,6 +956,10 @@ static int close_feedback(feedback *fb, int rc)
 /* --init-weights or --resume, before the first step. */
 static int start_from_files(zt_trainer *t, cli *c)
 {
+    if (c->hf_model && zt_hf_load_weights(t, c->hf_model, c->hf_tied) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 1;
+    }
     if (c->init_weights && zt_ckpt_init_weights(t, c->init_weights) < 0) {
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
         return 1;
@@ -1168,6 +1227,8 @@ int main(int argc, char **argv)
     memset(&c, 0, sizeof c);
     c.o = (zt_options)ZT_OPTIONS_INIT;
     c.preset = "tiny";
+    c.hf_save_dtype = ZO_DTYPE_BF16;
+    c.hf_shard_bytes = 5000000000ull; /* transformers' default max_shard_size, 5GB */
     c.progress = -1;
     c.log_every = 10;
     c.max_skipped = 50;

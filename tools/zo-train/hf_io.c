@@ -1,0 +1,410 @@
+/* Hugging Face model directories (hf_io.h): config.json through the shape
+ * part, the weights through the library's safetensors reader. */
+#include "hf_io.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hf_config.h"
+#include "zo/half.h"
+#include "zo/safetensors.h"
+#include "zt_error.h"
+
+enum { HF_PATH = 4096, HF_MAX_SHARDS = 1024 };
+
+static zo_status join(char *out, const char *dir, const char *name)
+{
+    int n = snprintf(out, HF_PATH, "%s/%s", dir, name);
+    if (n < 0 || n >= HF_PATH)
+        return zt_fail(ZO_ERR_INVALID_ARG, "path too long: %s/%s", dir, name);
+    return ZO_OK;
+}
+
+zo_status zt_hf_read_shape(const char *dir, int seq, zt_shape *out, int *tied)
+{
+    char path[HF_PATH], note[256];
+    int window = 0;
+    ZT_TRY(join(path, dir, "config.json"));
+    ZT_TRY(zt_read_hf_config_window(path, out, &window, note, sizeof note));
+    if (window && window < seq)
+        return zt_fail(ZO_ERR_CONFIG,
+                       "%s: 'sliding_window' %d is shorter than the sequence %d: zo-train's "
+                       "attention is full causal; use --seq %d or less",
+                       path, window, seq, window);
+    *tied = out->tied;
+    out->tied = 0;
+    return zt_shape_check(out);
+}
+
+/* ---- the files holding the weights ---- */
+
+/* One file, or the shards of an index, opened as they are first needed. */
+typedef struct hf_files {
+    const char *dir;
+    json_t *map; /* the index's weight_map (NULL: one model.safetensors) */
+    int n;
+    char *names[HF_MAX_SHARDS];
+    zo_st_reader_t readers[HF_MAX_SHARDS];
+} hf_files;
+
+static void files_close(hf_files *f)
+{
+    for (int i = 0; i < f->n; i++) {
+        zo_st_reader_free(f->readers[i]);
+        free(f->names[i]);
+    }
+    json_decref(f->map);
+}
+
+static zo_status files_open(hf_files *f, const char *dir)
+{
+    char path[HF_PATH];
+    struct stat st;
+    memset(f, 0, sizeof *f);
+    f->dir = dir;
+    ZT_TRY(join(path, dir, "model.safetensors.index.json"));
+    if (stat(path, &st) != 0)
+        return ZO_OK;
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root)
+        return zt_fail(ZO_ERR_CORRUPT, "%s:%d: %s", path, err.line, err.text);
+    f->map = json_incref(json_object_get(root, "weight_map"));
+    json_decref(root);
+    if (!json_is_object(f->map))
+        return zt_fail(ZO_ERR_CORRUPT, "%s: no 'weight_map' object", path);
+    return ZO_OK;
+}
+
+/* The reader holding tensor name, or NULL (absent; *file names where it was looked for). */
+static zo_status files_find(hf_files *f, const char *name, zo_st_reader_t *out, const char **file)
+{
+    const char *shard = "model.safetensors";
+    if (f->map) {
+        json_t *v = json_object_get(f->map, name);
+        *file = "model.safetensors.index.json";
+        if (!v) {
+            *out = NULL;
+            return ZO_OK;
+        }
+        if (!json_is_string(v) || strchr(json_string_value(v), '/'))
+            return zt_fail(ZO_ERR_CORRUPT, "%s/%s: weight_map['%s'] is not a file name", f->dir,
+                           *file, name);
+        shard = json_string_value(v);
+    }
+    *file = shard;
+    for (int i = 0; i < f->n; i++)
+        if (strcmp(f->names[i], shard) == 0) {
+            *out = f->readers[i];
+            return ZO_OK;
+        }
+    if (f->n == HF_MAX_SHARDS)
+        return zt_fail(ZO_ERR_INVALID_ARG, "%s: more than %d shards", f->dir, HF_MAX_SHARDS);
+    char path[HF_PATH];
+    ZT_TRY(join(path, f->dir, shard));
+    zo_status st = zo_st_reader_open(&f->readers[f->n], path);
+    if (st < 0)
+        return zt_fail(st, "loading %s: %s", path, zt_lib_message());
+    if (!(f->names[f->n] = strdup(shard)))
+        return zt_fail(ZO_ERR_NO_MEMORY, "a shard name");
+    *out = f->readers[f->n++];
+    return ZO_OK;
+}
+
+/* ---- reading one tensor ---- */
+
+static void to_f32(const zo_st_tensor_info *in, float *out, size_t n)
+{
+    const unsigned char *p = in->data;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        if (in->dtype == ZO_DTYPE_F32) {
+            memcpy(&out[i], p + 4 * i, 4);
+            continue;
+        }
+        memcpy(&h, p + 2 * i, 2);
+        out[i] = in->dtype == ZO_DTYPE_BF16 ? zo_bf16_to_f32(h) : zo_f16_to_f32(h);
+    }
+}
+
+/* Tensor name (shape ndim/shape) into buf as fp32; *found 0 when absent. */
+static zo_status read_tensor(hf_files *f, const char *name, int ndim, const int64_t *shape,
+                             size_t numel, float *buf, int *found)
+{
+    zo_st_reader_t rd;
+    const char *file;
+    ZT_TRY(files_find(f, name, &rd, &file));
+    zo_st_tensor_info info = ZO_ST_TENSOR_INFO_INIT;
+    if (!rd || zo_st_reader_find(rd, name, &info) < 0) {
+        *found = 0;
+        return ZO_OK;
+    }
+    *found = 1;
+    if (info.dtype != ZO_DTYPE_F32 && info.dtype != ZO_DTYPE_BF16 && info.dtype != ZO_DTYPE_F16)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "tensor '%s' in %s/%s: expected dtype F32, BF16 or F16, found %s", name,
+                       f->dir, file, zo_st_dtype_name(info.dtype));
+    zo_status st = zo_st_reader_expect(rd, name, info.dtype, ndim, shape, &info);
+    if (st < 0)
+        return zt_fail(st, "%s/%s: %s", f->dir, file, zt_lib_message());
+    to_f32(&info, buf, numel);
+    for (size_t i = 0; i < numel; i++)
+        if (!isfinite(buf[i]))
+            return zt_fail(ZO_ERR_INVALID_ARG, "tensor '%s' in %s/%s has %s at index %zu", name,
+                           f->dir, file, isnan(buf[i]) ? "NaN" : "Inf", i);
+    return ZO_OK;
+}
+
+/* Tensor (layer, idx) from the files; the head of a tied model from the embedding. */
+static zo_status load_one(zt_trainer *t, hf_files *f, int layer, int idx, int tied, float *buf)
+{
+    const zt_shape *s = &zt_trainer_options(t)->shape;
+    char name[160];
+    int ndim, found = 0;
+    int64_t shape[2];
+    zt_tensor_hf(s, layer, idx, name, sizeof name, &ndim, shape);
+    size_t numel = zt_tensor_numel(s, layer, idx);
+    ZT_TRY(read_tensor(f, name, ndim, shape, numel, buf, &found));
+    if (!found && tied && layer == s->n_layers + 1 && idx == ZT_HEAD_OUT) {
+        char emb[160];
+        zt_tensor_hf(s, 0, 0, emb, sizeof emb, &ndim, shape);
+        ZT_TRY(read_tensor(f, emb, ndim, shape, numel, buf, &found));
+    }
+    if (!found)
+        return zt_fail(ZO_ERR_NOT_FOUND, "%s: no tensor '%s' in the model's weights", f->dir, name);
+    zo_status st = zo_engine_write_state(zt_trainer_engine(t), zt_trainer_tensor_id(t, layer, idx),
+                                         buf, NULL, NULL);
+    if (st < 0)
+        return zt_fail(st, "setting %s: %s", name, zt_lib_message());
+    return ZO_OK;
+}
+
+zo_status zt_hf_load_weights(zt_trainer *t, const char *dir, int tied)
+{
+    const zt_shape *s = &zt_trainer_options(t)->shape;
+    float *buf = malloc(zt_largest_tensor(s) * sizeof *buf);
+    if (!buf)
+        return zt_fail(ZO_ERR_NO_MEMORY, "a tensor buffer");
+    hf_files f;
+    zo_status st = files_open(&f, dir);
+    for (int l = 0; st >= 0 && l < zt_engine_layers(s); l++)
+        for (int i = 0; st >= 0 && i < zt_layer_tensors(s, l); i++)
+            st = load_one(t, &f, l, i, tied, buf);
+    files_close(&f);
+    free(buf);
+    return st;
+}
+
+/* ---- saving ---- */
+
+/* The shortest decimal that reads back as the same float (1e-05, not
+ * 9.99999975e-06). */
+static json_t *real_of(float v)
+{
+    char buf[32];
+    for (int p = 6; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)v);
+        if ((float)strtod(buf, NULL) == v)
+            break;
+    }
+    return json_real(strtod(buf, NULL));
+}
+
+static json_t *rope_scaling_json(const zo_rope_scaling *sc)
+{
+    if (sc->type == ZO_ROPE_SCALING_NONE)
+        return json_null();
+    if (sc->type == ZO_ROPE_SCALING_LINEAR)
+        return json_pack("{s:s,s:o}", "rope_type", "linear", "factor", real_of(sc->factor));
+    return json_pack("{s:s,s:o,s:o,s:o,s:i}", "rope_type", "llama3", "factor", real_of(sc->factor),
+                     "low_freq_factor", real_of(sc->low_freq_factor), "high_freq_factor",
+                     real_of(sc->high_freq_factor), "original_max_position_embeddings",
+                     sc->original_max_pos);
+}
+
+static zo_status write_config(const zt_trainer *t, const char *dir, zo_dtype dt)
+{
+    const zt_options *o = zt_trainer_options(t);
+    const zt_shape *s = &o->shape;
+    int qwen2 = s->attn_bias;
+    json_t *c = json_pack(
+        "{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:o,s:o,s:o,s:b,s:s,s:i,s:s,s:b}", "architectures",
+        qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", "model_type", qwen2 ? "qwen2" : "llama",
+        "hidden_size", s->dim, "intermediate_size", s->ffn_dim, "num_attention_heads", s->n_heads,
+        "num_hidden_layers", s->n_layers, "num_key_value_heads", zt_kv_heads(s), "head_dim",
+        zt_head_dim(s), "vocab_size", s->vocab, "rms_norm_eps", real_of(s->norm_eps), "rope_theta",
+        real_of(s->rope_theta), "rope_scaling", rope_scaling_json(&s->rope_scaling),
+        "tie_word_embeddings", 0, "hidden_act", "silu", "max_position_embeddings",
+        o->seq > 2048 ? o->seq : 2048, "torch_dtype", dt == ZO_DTYPE_F32 ? "float32" : "bfloat16",
+        qwen2 ? "use_sliding_window" : "attention_bias", 0);
+    if (!c)
+        return zt_fail(ZO_ERR_NO_MEMORY, "config.json");
+    char path[HF_PATH];
+    zo_status st = join(path, dir, "config.json");
+    if (st >= 0 && json_dump_file(c, path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) != 0)
+        st = zt_fail(ZO_ERR_IO, "writing %s", path);
+    json_decref(c);
+    return st;
+}
+
+typedef struct hf_tensor {
+    int layer, idx, ndim, shard;
+    int64_t shape[2];
+    size_t numel;
+    char name[160];
+} hf_tensor;
+
+/* Every tensor with its shard: in order, a new shard when the next would
+ * pass shard_bytes. Returns the number of shards. */
+static int assign_shards(const zt_shape *s, hf_tensor *x, int n, size_t es, uint64_t shard_bytes)
+{
+    int k = 0, shard = 0;
+    uint64_t used = 0;
+    for (int l = 0; l < zt_engine_layers(s); l++)
+        for (int i = 0; i < zt_layer_tensors(s, l); i++, k++) {
+            x[k] = (hf_tensor){.layer = l, .idx = i, .numel = zt_tensor_numel(s, l, i)};
+            zt_tensor_hf(s, l, i, x[k].name, sizeof x[k].name, &x[k].ndim, x[k].shape);
+            uint64_t b = x[k].numel * es;
+            if (used && used + b > shard_bytes)
+                shard++, used = 0;
+            x[k].shard = shard;
+            used += b;
+        }
+    return n ? shard + 1 : 0;
+}
+
+static void shard_name(char *out, size_t cap, int shard, int shards)
+{
+    if (shards == 1)
+        snprintf(out, cap, "model.safetensors");
+    else
+        snprintf(out, cap, "model-%05d-of-%05d.safetensors", shard + 1, shards);
+}
+
+static void from_f32(void *dst, zo_dtype dt, const float *src, size_t n)
+{
+    if (dt == ZO_DTYPE_F32) {
+        memcpy(dst, src, n * sizeof *src);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        ((uint16_t *)dst)[i] = zo_f32_to_bf16(src[i]);
+}
+
+static zo_status write_shard(zt_trainer *t, const char *dir, const hf_tensor *x, int n, int shard,
+                             int shards, zo_dtype dt, void *buf, float *f32)
+{
+    char name[64], path[HF_PATH];
+    shard_name(name, sizeof name, shard, shards);
+    ZT_TRY(join(path, dir, name));
+    zo_st_writer_t w = NULL;
+    zo_status st = zo_st_writer_init(&w, path);
+    for (int i = 0; st >= 0 && i < n; i++)
+        if (x[i].shard == shard)
+            st = zo_st_writer_declare(w, x[i].name, dt, x[i].ndim, x[i].shape);
+    for (int i = 0; st >= 0 && i < n; i++) {
+        if (x[i].shard != shard)
+            continue;
+        if ((st = zt_trainer_read_weights(t, x[i].layer, x[i].idx, f32)) < 0)
+            break;
+        from_f32(buf, dt, f32, x[i].numel);
+        st = zo_st_writer_write(w, x[i].name, buf, x[i].numel * zo_dtype_size(dt));
+    }
+    if (st >= 0)
+        st = zo_st_writer_commit(w);
+    zo_st_writer_free(w);
+    if (st < 0 && !strstr(zt_last_error(), path))
+        zt_fail(st, "writing %s: %s", path, zt_lib_message());
+    return st;
+}
+
+static zo_status write_index(const char *dir, const hf_tensor *x, int n, int shards, size_t es)
+{
+    json_t *map = json_object(), *root = NULL;
+    uint64_t total = 0;
+    for (int i = 0; map && i < n; i++) {
+        char name[64];
+        shard_name(name, sizeof name, x[i].shard, shards);
+        json_object_set_new(map, x[i].name, json_string(name));
+        total += x[i].numel * es;
+    }
+    if (map)
+        root = json_pack("{s:{s:I},s:o}", "metadata", "total_size", (json_int_t)total,
+                         "weight_map", map);
+    if (!root)
+        return zt_fail(ZO_ERR_NO_MEMORY, "the safetensors index");
+    char path[HF_PATH];
+    zo_status st = join(path, dir, "model.safetensors.index.json");
+    if (st >= 0 && json_dump_file(root, path, JSON_INDENT(2)) != 0)
+        st = zt_fail(ZO_ERR_IO, "writing %s", path);
+    json_decref(root);
+    return st;
+}
+
+static zo_status write_weights(zt_trainer *t, const char *dir, zo_dtype dt, uint64_t shard_bytes)
+{
+    const zt_shape *s = &zt_trainer_options(t)->shape;
+    int n = 0;
+    for (int l = 0; l < zt_engine_layers(s); l++)
+        n += zt_layer_tensors(s, l);
+    size_t es = zo_dtype_size(dt), big = zt_largest_tensor(s);
+    hf_tensor *x = calloc((size_t)n, sizeof *x);
+    float *f32 = malloc(big * sizeof *f32);
+    void *buf = malloc(big * es);
+    zo_status st = x && f32 && buf ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "the save buffers");
+    int shards = st >= 0 ? assign_shards(s, x, n, es, shard_bytes) : 0;
+    for (int k = 0; st >= 0 && k < shards; k++)
+        st = write_shard(t, dir, x, n, k, shards, dt, buf, f32);
+    if (st >= 0 && shards > 1)
+        st = write_index(dir, x, n, shards, es);
+    free(x);
+    free(f32);
+    free(buf);
+    return st;
+}
+
+static zo_status remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return ZO_OK;
+    struct dirent *e;
+    char path[HF_PATH];
+    zo_status st = ZO_OK;
+    while (st >= 0 && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+            (st = join(path, dir, e->d_name)) >= 0 && unlink(path) != 0)
+            st = zt_fail(ZO_ERR_IO, "removing %s: %s", path, strerror(errno));
+    closedir(d);
+    if (st >= 0 && rmdir(dir) != 0)
+        st = zt_fail(ZO_ERR_IO, "removing %s: %s", dir, strerror(errno));
+    return st;
+}
+
+zo_status zt_hf_save(zt_trainer *t, const char *dir, zo_dtype dt, uint64_t shard_bytes)
+{
+    if (dt != ZO_DTYPE_BF16 && dt != ZO_DTYPE_F32)
+        return zt_fail(ZO_ERR_INVALID_ARG, "Hugging Face weights in %s: expected bf16 or fp32",
+                       zo_dtype_name(dt));
+    if (shard_bytes == 0)
+        return zt_fail(ZO_ERR_INVALID_ARG, "a shard size of 0 bytes");
+    char tmp[HF_PATH];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", dir) >= (int)sizeof tmp)
+        return zt_fail(ZO_ERR_INVALID_ARG, "path too long: %s", dir);
+    ZT_TRY(remove_dir(tmp));
+    if (mkdir(tmp, 0777) != 0)
+        return zt_fail(ZO_ERR_IO, "creating %s: %s", tmp, strerror(errno));
+    ZT_TRY(write_config(t, tmp, dt));
+    ZT_TRY(write_weights(t, tmp, dt, shard_bytes));
+    ZT_TRY(remove_dir(dir));
+    if (rename(tmp, dir) != 0)
+        return zt_fail(ZO_ERR_IO, "renaming %s to %s: %s", tmp, dir, strerror(errno));
+    return ZO_OK;
+}

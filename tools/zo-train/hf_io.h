@@ -1,0 +1,33 @@
+/* Hugging Face model directories in and out of zo-train (--hf-model, and the
+ * directory --save writes beside the optimizer state): config.json and the
+ * weights as safetensors under transformers' names, one file or shards with
+ * model.safetensors.index.json. */
+#ifndef ZT_HF_IO_H
+#define ZT_HF_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trainer.h"
+
+/* DIR/config.json as the model's shape (hf_config.h); a sliding window
+ * shorter than seq is refused (the model attends to the whole sequence).
+ * A tied head is untied (*tied says it was): zo-train trains it separately,
+ * from a copy of the embedding. */
+zo_status zt_hf_read_shape(const char *dir, int seq, zt_shape *out, int *tied);
+
+/* The weights of DIR (model.safetensors, or the shards its
+ * model.safetensors.index.json names) into the trainer's master weights, F32,
+ * BF16 or F16 on disk, each checked by name, shape and finiteness. tied: the
+ * head is read from model.embed_tokens.weight when lm_head.weight is absent. */
+zo_status zt_hf_load_weights(zt_trainer *t, const char *dir, int tied);
+
+/* Write the trainer's model as a directory transformers loads as is
+ * (LlamaForCausalLM, or Qwen2ForCausalLM with q/k/v biases): config.json and
+ * the weights in dt (bf16 or fp32), one model.safetensors or, when they pass
+ * shard_bytes, model-0000i-of-0000n.safetensors with
+ * model.safetensors.index.json (a tensor larger than shard_bytes has a shard
+ * of its own). Written as dir.tmp then renamed to dir (an old dir is replaced). */
+zo_status zt_hf_save(zt_trainer *t, const char *dir, zo_dtype dt, uint64_t shard_bytes);
+
+#endif
