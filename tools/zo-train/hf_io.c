@@ -163,9 +163,9 @@ static zo_status read_tensor(hf_files *f, const char *name, int ndim, const int6
 }
 
 /* Tensor (layer, idx) from the files; the head of a tied model from the embedding. */
-static zo_status load_one(zt_trainer *t, hf_files *f, int layer, int idx, int tied, float *buf)
+static zo_status load_one(hf_files *f, const zt_shape *s, int layer, int idx, int tied, float *buf,
+                          zt_hf_put_fn put, void *ctx)
 {
-    const zt_shape *s = &zt_trainer_options(t)->shape;
     char name[160];
     int ndim, found = 0;
     int64_t shape[2];
@@ -179,16 +179,12 @@ static zo_status load_one(zt_trainer *t, hf_files *f, int layer, int idx, int ti
     }
     if (!found)
         return zt_fail(ZO_ERR_NOT_FOUND, "%s: no tensor '%s' in the model's weights", f->dir, name);
-    zo_status st = zo_engine_write_state(zt_trainer_engine(t), zt_trainer_tensor_id(t, layer, idx),
-                                         buf, NULL, NULL);
-    if (st < 0)
-        return zt_fail(st, "setting %s: %s", name, zt_lib_message());
-    return ZO_OK;
+    return put(ctx, layer, idx, name, buf);
 }
 
-zo_status zt_hf_load_weights(zt_trainer *t, const char *dir, int tied)
+zo_status zt_hf_read_weights(const char *dir, const zt_shape *s, int tied, zt_hf_put_fn put,
+                             void *ctx)
 {
-    const zt_shape *s = &zt_trainer_options(t)->shape;
     float *buf = malloc(zt_largest_tensor(s) * sizeof *buf);
     if (!buf)
         return zt_fail(ZO_ERR_NO_MEMORY, "a tensor buffer");
@@ -196,10 +192,25 @@ zo_status zt_hf_load_weights(zt_trainer *t, const char *dir, int tied)
     zo_status st = files_open(&f, dir);
     for (int l = 0; st >= 0 && l < zt_engine_layers(s); l++)
         for (int i = 0; st >= 0 && i < zt_layer_tensors(s, l); i++)
-            st = load_one(t, &f, l, i, tied, buf);
+            st = load_one(&f, s, l, i, tied, buf, put, ctx);
     files_close(&f);
     free(buf);
     return st;
+}
+
+static zo_status put_master(void *ctx, int layer, int idx, const char *name, const float *w)
+{
+    zt_trainer *t = ctx;
+    zo_status st = zo_engine_write_state(zt_trainer_engine(t), zt_trainer_tensor_id(t, layer, idx),
+                                         w, NULL, NULL);
+    if (st < 0)
+        return zt_fail(st, "setting %s: %s", name, zt_lib_message());
+    return ZO_OK;
+}
+
+zo_status zt_hf_load_weights(zt_trainer *t, const char *dir, int tied)
+{
+    return zt_hf_read_weights(dir, &zt_trainer_options(t)->shape, tied, put_master, t);
 }
 
 /* ---- saving ---- */
@@ -248,7 +259,8 @@ static zo_status write_config(const zt_trainer *t, const char *dir, zo_dtype dt)
         return zt_fail(ZO_ERR_NO_MEMORY, "config.json");
     char path[HF_PATH];
     zo_status st = join(path, dir, "config.json");
-    if (st >= 0 && json_dump_file(c, path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) != 0)
+    if (st >= 0 &&
+        json_dump_file(c, path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) != 0)
         st = zt_fail(ZO_ERR_IO, "writing %s", path);
     json_decref(c);
     return st;
@@ -336,8 +348,8 @@ static zo_status write_index(const char *dir, const hf_tensor *x, int n, int sha
         total += x[i].numel * es;
     }
     if (map)
-        root = json_pack("{s:{s:I},s:o}", "metadata", "total_size", (json_int_t)total,
-                         "weight_map", map);
+        root = json_pack("{s:{s:I},s:o}", "metadata", "total_size", (json_int_t)total, "weight_map",
+                         map);
     if (!root)
         return zt_fail(ZO_ERR_NO_MEMORY, "the safetensors index");
     char path[HF_PATH];

@@ -22,6 +22,12 @@ zo_status zt_hf_read_shape(const char *dir, int seq, zt_shape *out, int *tied);
  * head is read from model.embed_tokens.weight when lm_head.weight is absent. */
 zo_status zt_hf_load_weights(zt_trainer *t, const char *dir, int tied);
 
+/* The same reading for any destination: put(ctx, layer, idx, name, fp32
+ * values) for every tensor of shape s in registration order. */
+typedef zo_status (*zt_hf_put_fn)(void *ctx, int layer, int idx, const char *name, const float *w);
+zo_status zt_hf_read_weights(const char *dir, const zt_shape *s, int tied, zt_hf_put_fn put,
+                             void *ctx);
+
 /* Write the trainer's model as a directory transformers loads as is
  * (LlamaForCausalLM, or Qwen2ForCausalLM with q/k/v biases): config.json and
  * the weights in dt (bf16 or fp32), one model.safetensors or, when they pass
