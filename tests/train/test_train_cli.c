@@ -270,6 +270,28 @@ static const char *write_config(const char *name, const char *json)
     return path;
 }
 
+/* zoffload.host_mem is the host limit --host-mem sets (pinned + pageable),
+ * named when it refuses; the flag overrides it. */
+static void test_config_host_mem_is_the_host_limit(void **state)
+{
+    char args[1024];
+    const char *path =
+        write_config("host.json", "{\"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\": "
+                                  "true}, \"zoffload\": {\"host_mem\": \"512KiB\"}}");
+    snprintf(args, sizeof args, "--config %s --steps 1 --nvme-path %s" SMALL, path, g_dir);
+    outputs o = run(args);
+    assert_int_equal(o.status, 1);
+    if (!strstr(o.err, "but the host limit is 512.00 KiB (zoffload.host_mem)"))
+        fail_msg("stderr: %s", o.err);
+    outputs_free(&o);
+    snprintf(args, sizeof args, "--config %s --steps 1 --host-mem 2GiB --nvme-path %s" SMALL, path,
+             g_dir);
+    o = run(args);
+    if (o.status != 0)
+        fail_msg("--host-mem should override zoffload.host_mem: exit %d: %s", o.status, o.err);
+    outputs_free(&o);
+}
+
 static json_t *run_json(const char *args, char **err)
 {
     outputs o = run(args);
@@ -812,6 +834,7 @@ int main(void)
         cmocka_unit_test(test_micro_group_config_and_flags),
         cmocka_unit_test(test_run_failure_exits_1),
         cmocka_unit_test(test_host_limit_refuses_before_allocating),
+        cmocka_unit_test(test_config_host_mem_is_the_host_limit),
         cmocka_unit_test(test_host_mem_spills_gradients),
         cmocka_unit_test(test_config_drives_the_run),
         cmocka_unit_test(test_flags_override_the_config),

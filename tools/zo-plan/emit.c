@@ -39,7 +39,7 @@ static zo_train_config make_config(const zp_emit *e)
     c.bf16.enabled = !e->fp16;
     set_offload(e, &c);
     c.zoffload.device_mem = (int64_t)e->device_mem;
-    c.zoffload.host_mem = (int64_t)e->pinned_bytes;
+    c.zoffload.host_mem = (int64_t)e->host_budget; /* zo-train's --host-mem: pinned + pageable */
     c.zoffload.chunk_size = (int64_t)e->chunk_bytes;
     c.zoffload.optimizer_mode = (zo_optim_mode)e->mode;
     c.zoffload.placement.optimizer.device = (int64_t)e->optim_caps[0];

@@ -144,7 +144,9 @@ static zo_status placement(zt_options *o, const zo_train_config *cfg)
     o->nvme_block_size = (uint32_t)cfg->aio.block_size;
     o->nvme_queue_depth = (uint32_t)cfg->aio.queue_depth;
     o->device_mem = (uint64_t)cfg->zoffload.device_mem;
-    o->pinned_bytes = (uint64_t)cfg->zoffload.host_mem;
+    o->host_mem = (uint64_t)cfg->zoffload.host_mem; /* pinned + pageable, as --host-mem */
+    if (o->host_mem)
+        o->host_mem_from = "zoffload.host_mem";
     o->chunk_bytes = (uint64_t)cfg->zoffload.chunk_size;
     o->mode = cfg->zoffload.optimizer_mode;
     if (cfg->zoffload.prefetch_lookahead > INT_MAX)

@@ -15,7 +15,7 @@
  *                                                       -> --nvme-path
  *   aio.block_size, aio.queue_depth                     -> the NVMe request size and depth
  *   zoffload {device_mem, host_mem, chunk_size, optimizer_mode, prefetch_lookahead,
- *             micro_group, act_home}                    -> --device-mem, the pinned budget,
+ *             micro_group, act_home}                    -> --device-mem, --host-mem,
  *                                                          --chunk-bytes, --optimizer-mode,
  *                                                          the prefetch depth, --micro-group,
  *                                                          --act-home

@@ -384,6 +384,8 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
         *(opt == OPT_DEVMEM  ? &c->o.device_mem
           : opt == OPT_CHUNK ? &c->o.chunk_bytes
                              : &c->o.host_mem) = b;
+        if (opt == OPT_HOST_MEM)
+            c->o.host_mem_from = NULL; /* the flag overrides zoffload.host_mem */
         return 0;
     }
     case OPT_OFF_OPT:

@@ -363,7 +363,7 @@ static zo_status refuse_host_memory(const uint64_t part[4], uint64_t need, uint6
 /* The host limit: --host-mem, or what the machine can spare (why names it). */
 static uint64_t host_limit(const zt_trainer *t, char *why, size_t cap)
 {
-    snprintf(why, cap, "--host-mem");
+    snprintf(why, cap, "%s", t->o.host_mem_from ? t->o.host_mem_from : "--host-mem");
     return t->o.host_mem ? t->o.host_mem : zt_host_limit(why, cap);
 }
 

@@ -45,11 +45,12 @@ typedef struct zt_options {
     zo_optim_mode mode;
     zo_dtype dtype; /* ZO_DTYPE_BF16 or ZO_DTYPE_F16 */
     zo_loss_scaler_config
-        loss_scaler;       /* fp16 (DeepSpeed's fp16 section; static when loss_scale > 0) */
-    uint64_t chunk_bytes;  /* 0: the largest tensor's 16-bit bytes, 4 KiB multiple */
-    uint64_t pinned_bytes; /* the pinned host budget (0: what the plan needs) */
-    uint64_t host_mem;     /* the host memory limit the plan is checked against (0: the
-                              machine's, zt_host_limit) */
+        loss_scaler;           /* fp16 (DeepSpeed's fp16 section; static when loss_scale > 0) */
+    uint64_t chunk_bytes;      /* 0: the largest tensor's 16-bit bytes, 4 KiB multiple */
+    uint64_t pinned_bytes;     /* the pinned host budget (0: what the plan needs) */
+    uint64_t host_mem;         /* the host memory limit the plan is checked against (0: the
+                                  machine's, zt_host_limit) */
+    const char *host_mem_from; /* what set host_mem, for messages (NULL: --host-mem) */
     uint32_t nvme_queue_depth, nvme_block_size; /* NVMe requests (0: the swap store's defaults) */
     int lookahead;                              /* engine prefetch depth */
     int micro_group;          /* layer-major groups of micro-batches (0 or 1: micro-batch-major) */
