@@ -69,6 +69,7 @@
 #include <stdint.h>
 
 #include "zo/api.h"
+#include "zo/comm.h"
 #include "zo/device.h"
 #include "zo/optim.h"
 #include "zo/optim_mode.h"
@@ -99,7 +100,7 @@ typedef struct zo_engine_caps {
 typedef struct zo_engine_config {
     size_t struct_size;
     zo_device_t device;   /* must outlive the engine */
-    int rank, world_size; /* multi-rank modes partition states over ranks; only 0/1 today */
+    int rank, world_size; /* world_size > 1: ZeRO over the ranks of comm (zero_stage below) */
 
     zo_dtype param_dtype; /* ZO_DTYPE_BF16 (default) or ZO_DTYPE_F16 (p16 and g16) */
     size_t chunk_bytes;   /* bytes of 16-bit parameters per chunk (0: 4 MiB); raised to fit the
@@ -146,7 +147,34 @@ typedef struct zo_engine_config {
     zo_dtype state_dtype; /* Adam's m and v: ZO_DTYPE_F32 (default), ZO_DTYPE_BF16 (half the
                              bytes) or ZO_DTYPE_I8 (8-bit blockwise with one fp32 scale per
                              ZO_ADAM_Q8_BLOCK elements, zo/optim.h); the master stays fp32 */
+    int zero_stage;       /* world_size > 1: 1 or 2 (ZeRO, below); 0 with world_size 1 */
+    zo_comm_t comm;       /* world_size > 1: the ranks' communicator, of world_size ranks with rank
+                             its own (not needed for plans: zo_engine_plan, zo_engine_footprint_for) */
 } zo_engine_config;
+
+/* ZeRO (world_size > 1, sync mode; the ranks run the same steps, each on its
+ * own micro-batches). Chunks are the unit of ownership: rank r owns a
+ * contiguous range of them in chunk order (the n_chunks split as evenly as
+ * counts go, the first ranks taking one more), so each rank's NVMe and host
+ * traffic stays its own. A rank holds the optimizer states of its chunks only,
+ * in its own tiers (the footprint counts them: Z times its chunks). At the end
+ * of a step each chunk's gradient (the rank's fp32 sum of its micro-batches,
+ * from its 16-bit gradients when it has one) is reduced over the ranks in rank
+ * order, bitwise ((g0 + g1) + g2) + ..., the fp32 sum one rank with
+ * grad_accum_steps = world_size forms of the same micro-batches:
+ *   stage 1: an exact all-reduce: every rank holds every chunk's reduced fp32
+ *            gradient (host += 4*C/2 bytes per chunk) and computes the norm;
+ *   stage 2: an exact reduce onto the owner: a rank holds the reduced
+ *            gradients of its chunks only (host += 4*C/2 per owned chunk); the
+ *            owners' per-chunk fp64 norm partials and overflow flags are
+ *            all-gathered and summed in chunk order on every rank.
+ * Both add one chunk of fp32 scratch (host += 4*C/2). The owner updates its
+ * chunks and broadcasts their new 16-bit parameters; every rank then
+ * publishes them as one rank would. Needs param_home host or device (the
+ * 16-bit parameters are received into their host or device copies) and the
+ * sync mode; overlap and dpu are refused. zo_engine_read_master and the
+ * checkpoint calls read and write only the states of the rank's own chunks
+ * (zo_engine_tensor_owner says whose a tensor is). */
 
 #define ZO_ENGINE_CONFIG_INIT                                                                      \
     {                                                                                              \
@@ -431,6 +459,10 @@ typedef struct zo_engine_step_state {
     {                                                                                              \
         .struct_size = sizeof(zo_engine_step_state), .loss_scale = 1.0                             \
     }
+
+/* The rank whose optimizer states hold tensor id (its chunk's owner under
+ * ZeRO; 0 with one rank); -1 for a bad id or before zo_engine_finalize. */
+ZO_API int zo_engine_tensor_owner(zo_engine_t eng, int id);
 
 /* ZO_ERR_STATE with a dpu update pending (flush first) or a step open. */
 ZO_API zo_status zo_engine_get_step_state(zo_engine_t eng, zo_engine_step_state *out);

@@ -47,10 +47,7 @@ static zo_status check_plan_config(const zo_engine_config *c)
                        "zo_engine_config.struct_size is %zu, expected %zu: initialize it with "
                        "ZO_ENGINE_CONFIG_INIT",
                        c->struct_size, sizeof(zo_engine_config));
-    if (c->world_size != 1 || c->rank != 0)
-        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
-                       "rank %d of world size %d: only world_size 1 (rank 0) is supported so far",
-                       c->rank, c->world_size);
+    ZO_TRY(eng_zero_check_plan(c));
     if (c->param_dtype != ZO_DTYPE_BF16 && c->param_dtype != ZO_DTYPE_F16)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
                        "param_dtype must be ZO_DTYPE_BF16 or ZO_DTYPE_F16");
@@ -90,6 +87,7 @@ static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
     ZO_TRY(check_plan_config(c));
     if (!dev)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "config.device is NULL");
+    ZO_TRY(eng_zero_check(c));
     for (int t = c->optim_caps.device ? ZO_TIER_DEVICE : (int)c->optim_home;
          t <= (int)c->optim_home; t++) {
         const eng_state_tier *st = eng_state_tiers[t];
@@ -383,7 +381,9 @@ static void place_homes(struct zo_engine *e, const eng_plan_in *in)
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
         k->pt = eng_param_tiers[eng_p16_home(in, c)];
-        k->st = eng_state_tiers[eng_states_home(in, c)];
+        k->owner = eng_zero_owner(&e->cfg, e->n_chunks, c);
+        k->st = eng_states_home(in, c) == ENG_HOME_REMOTE ? &eng_state_tier_remote
+                                                          : eng_state_tiers[eng_states_home(in, c)];
         k->p16_bufs = eng_p16_bufs(in, c);
         k->g_staged = eng_grads_staged(in, c);
     }
@@ -529,6 +529,7 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
     fp->host = t.host;
     if (c->grad_accum_steps > 1 && !eng_grouped(c))
         fp->host += nc * (uint64_t)g_bufs_for(c) * ce * sizeof(float);
+    fp->host += eng_zero_host_bytes(c, (uint32_t)nc, ce);
     fp->nvme = t.nvme;
     eng_grads_account(&in, fp, &g_split[0], &g_split[1]);
     if (*fits && c->pinned_bytes && fp->pinned > c->pinned_bytes)
@@ -689,7 +690,7 @@ zo_status zo_engine_homes(zo_engine_t e, uint32_t params[3], uint32_t optim[3])
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         if (params)
             params[e->p16_home[c]]++;
-        if (optim)
+        if (optim && e->states_home[c] != ENG_HOME_REMOTE) /* ZeRO: another rank's */
             optim[e->states_home[c]]++;
     }
     return ZO_OK;
@@ -847,6 +848,7 @@ static void release_tiers(struct zo_engine *e)
     e->pool = NULL;
     free(e->host_acc);
     e->host_acc = NULL;
+    eng_zero_release(e);
     e->host_bytes = 0;
     for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++) {
         zo_event_destroy(e->pslots[s].ready);
@@ -881,6 +883,7 @@ static zo_status allocate_and_place(struct zo_engine *e)
     ZO_TRY(place_tiers(e));
     ZO_TRY(eng_grads_place(e, eng_grouped(&e->cfg)));
     ZO_TRY(alloc_host(e));
+    ZO_TRY(eng_zero_place(e));
     ZO_TRY(place_initial_states(e));
     ZO_TRY(zo_stream_synchronize(e->h2d));
     return start_optimizer(e);
@@ -1267,8 +1270,12 @@ static zo_status judge_gradients(struct zo_engine *e, eng_verdict *v)
         if (k->in_use > 0)
             return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "end_step: layer %d is still fetched",
                            k->layer);
-        v->sum_sq += k->gstats.sum_sq; /* chunk order: deterministic */
-        v->overflow |= k->gstats.nonfinite;
+    }
+    if (eng_zero_on(&e->cfg)) /* every rank then holds the same partials */
+        ZO_TRY(eng_zero_reduce(e));
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        v->sum_sq += e->chunks[c].gstats.sum_sq; /* chunk order: deterministic */
+        v->overflow |= e->chunks[c].gstats.nonfinite;
     }
     if (!isfinite(v->sum_sq))
         v->overflow = 1;

@@ -9,6 +9,9 @@
  *                              slots' fp32 sums on the device
  *   engine_optim.c             the host job thread, the update of every chunk,
  *                              commit and rollback
+ *   engine_zero.c              ZeRO: chunk owners, the reductions over the
+ *                              ranks, the owners' 16-bit broadcast, the table
+ *                              of the states other ranks own
  *   engine_sched.c             trace, residency, prefetch, eviction, publish
  *   engine_tier.c              the tier tables' registry
  *   engine_tier_device.c -> engine_tier_host.c, engine_tier_nvme.c
@@ -91,6 +94,8 @@ typedef struct eng_chunk {
     zo_event_t computed; /* the caller's work that produced the micro-batch's gradients (its job
                             checks it: a failure on the compute stream fails the step) */
     int spec_done;       /* overlap: the speculative update ran */
+    int owner;           /* the rank that owns its optimizer states (ZeRO; else this rank) */
+    float *zgrad;        /* ZeRO: its gradient reduced over the ranks (fp32), where kept */
 } eng_chunk;
 
 typedef struct eng_pslot {
@@ -295,6 +300,11 @@ struct zo_engine {
     int n_stores;
     uint64_t host_bytes, host_high;
 
+    /* ZeRO (engine_zero.c) */
+    float *zscratch;     /* one chunk's states: initial states of others' chunks, widened grads */
+    float *zgrads;       /* the reduced gradients this rank keeps */
+    zo_stream_t zstream; /* the stream carrying the collectives */
+
     /* timeline (zo_engine_set_trace) */
     zo_trace_fn trace_fn;
     void *trace_ctx;
@@ -352,6 +362,23 @@ void eng_discard_uncommitted(struct zo_engine *e);
 zo_status eng_spec_drain(struct zo_engine *e);
 /* Undo speculative updates (resident states from their backups). */
 void eng_restore_backups(struct zo_engine *e);
+
+/* engine_zero.c: ZeRO over the ranks of cfg.comm (engine.h) */
+int eng_zero_on(const zo_engine_config *c); /* world_size > 1 */
+/* The rank owning chunk `chunk` of n_chunks (this rank without ZeRO). */
+int eng_zero_owner(const zo_engine_config *c, uint32_t n_chunks, uint32_t chunk);
+/* The plan's ZeRO settings; the communicator's agreement with them. */
+zo_status eng_zero_check_plan(const zo_engine_config *c);
+zo_status eng_zero_check(const zo_engine_config *c);
+/* Host bytes of the reduced gradients kept and the scratch. */
+uint64_t eng_zero_host_bytes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chunk_elems);
+zo_status eng_zero_place(struct zo_engine *e);
+void eng_zero_release(struct zo_engine *e);
+/* The step's gradients reduced over the ranks, each chunk's norm partial
+ * and overflow flag the same on every rank (before the verdict). */
+zo_status eng_zero_reduce(struct zo_engine *e);
+/* After the update: every chunk's new 16-bit parameters from its owner. */
+zo_status eng_zero_share_params(struct zo_engine *e);
 
 /* engine_dpu.c */
 zo_status eng_dpu_join(struct zo_engine *e);

@@ -27,12 +27,15 @@ void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chun
     uint64_t sused[2] = {0, 0}, pused[2] = {0, 0};
     uint64_t states = eng_states_bytes(c->state_dtype, chunk_bytes / 2); /* 6 x for fp32 */
     for (uint32_t k = 0; k < n_chunks; k++)
-        states_home[k] = (uint8_t)fill(&c->optim_caps, c->optim_home, states, sused);
+        states_home[k] = eng_zero_owner(c, n_chunks, k) != c->rank
+                             ? ENG_HOME_REMOTE /* ZeRO: another rank's; it fills its own caps */
+                             : (uint8_t)fill(&c->optim_caps, c->optim_home, states, sused);
     /* first the chunks that must keep their parameters off NVMe, then the rest in order */
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t k = 0; k < n_chunks; k++) {
             int forced =
-                c->param_home == ZO_TIER_NVME && !eng_state_tiers[states_home[k]]->p16_stored;
+                c->param_home == ZO_TIER_NVME &&
+                (states_home[k] == ENG_HOME_REMOTE || !eng_state_tiers[states_home[k]]->p16_stored);
             if (forced != !pass)
                 continue;
             zo_tier t = fill(&c->param_caps, c->param_home, chunk_bytes, pused);

@@ -25,6 +25,9 @@
 
 #define ENG_TIER_OPS_VERSION 1u
 #define ENG_N_TIERS          3
+/* A chunk's states home when another rank owns them (ZeRO): not a tier,
+ * no storage here (engine_zero.c's table). */
+#define ENG_HOME_REMOTE 3
 
 /* What a tier's byte accounting sees: the packed model, the homes, the
  * parameter slots (set before the parameter tables are asked). */
@@ -118,6 +121,7 @@ extern const eng_param_tier *const eng_param_tiers[ENG_N_TIERS];
 extern const eng_state_tier *const eng_state_tiers[ENG_N_TIERS];
 extern const eng_param_tier eng_param_tier_device, eng_param_tier_host, eng_param_tier_nvme;
 extern const eng_state_tier eng_state_tier_device, eng_state_tier_host, eng_state_tier_nvme;
+extern const eng_state_tier eng_state_tier_remote; /* engine_zero.c, not in the registry */
 
 /* NVMe states are packed: master | m | v of a chunk's used elements, each
  * array starting on a 4 KiB boundary (the stride below), so a step moves

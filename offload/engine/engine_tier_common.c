@@ -82,6 +82,8 @@ int eng_p16_bufs(const eng_plan_in *in, uint32_t c)
 {
     if (!in->host_copies[eng_p16_home(in, c)])
         return 0;
+    if (eng_states_home(in, c) == ENG_HOME_REMOTE) /* written by the owner's broadcast */
+        return in->mode_p16_behind ? 2 : 1;
     return in->p16_behind[eng_states_home(in, c)] || in->mode_p16_behind ? 2 : 1;
 }
 
@@ -96,7 +98,10 @@ void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, const eng_updat
     zo_adam_buffers init = ZO_ADAM_BUFFERS_INIT;
     *b = init;
     b->n = k->n_elems;
-    if (e->cfg.grad_accum_steps > 1) {
+    if (k->zgrad) { /* ZeRO: reduced over the ranks */
+        b->grad = k->zgrad;
+        b->grad_type = ZO_DTYPE_F32;
+    } else if (e->cfg.grad_accum_steps > 1) {
         b->grad = k->acc[u->parity];
         b->grad_type = ZO_DTYPE_F32;
     } else {

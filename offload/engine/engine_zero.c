@@ -1,0 +1,336 @@
+/* ZeRO over the ranks of the configuration's communicator (engine.h: stages
+ * 1 and 2, sync mode): which rank owns a chunk, the "remote" state table of
+ * the chunks another rank owns (no storage: the rank never updates them),
+ * the end-of-step reduction of every chunk's gradient in rank order, the
+ * norm partials shared by the owners, and the owners' broadcast of the
+ * updated 16-bit parameters. The reductions use the communicator's exact
+ * chain, so N ranks equal one rank accumulating the same micro-batches. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_tier.h"
+#include "zo/half.h"
+
+int eng_zero_on(const zo_engine_config *c)
+{
+    return c->world_size > 1;
+}
+
+/* Contiguous ranges in chunk order, as even as counts go: the first
+ * n % W ranks own one chunk more. */
+int eng_zero_owner(const zo_engine_config *c, uint32_t n_chunks, uint32_t chunk)
+{
+    if (!eng_zero_on(c))
+        return c->rank;
+    uint32_t W = (uint32_t)c->world_size, base = n_chunks / W, extra = n_chunks % W;
+    uint32_t big = extra * (base + 1);
+    if (chunk < big)
+        return (int)(chunk / (base + 1));
+    return (int)(extra + (chunk - big) / base);
+}
+
+static uint32_t owned_chunks(const zo_engine_config *c, uint32_t n_chunks)
+{
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < n_chunks; k++)
+        n += eng_zero_owner(c, n_chunks, k) == c->rank;
+    return n;
+}
+
+zo_status eng_zero_check_plan(const zo_engine_config *c)
+{
+    if (c->world_size < 1 || c->rank < 0 || c->rank >= c->world_size)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "rank %d of world size %d: expected world_size >= 1 and 0 <= rank < "
+                       "world_size",
+                       c->rank, c->world_size);
+    if (c->zero_stage < 0 || c->zero_stage > 3)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "zero_stage is %d: expected 0, 1, 2 or 3",
+                       c->zero_stage);
+    if (c->zero_stage == 3)
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                       "zero_stage 3 (partitioned 16-bit parameters) is not supported yet: use "
+                       "zero_stage 1 or 2");
+    if (!eng_zero_on(c))
+        return ZO_OK;
+    if (c->zero_stage == 0)
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                       "world_size %d with zero_stage 0 (every rank a full copy of the states) "
+                       "is not supported: use zero_stage 1 or 2",
+                       c->world_size);
+    if (c->mode != ZO_OPTIM_SYNC)
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                       "ZeRO (world_size %d) runs in sync mode so far: mode %s is refused; "
+                       "mode sync works with zero_stage 1 and 2",
+                       c->world_size, zo_optim_mode_name(c->mode));
+    if (c->param_home == ZO_TIER_NVME || c->param_caps.device || c->param_caps.host)
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                       "ZeRO (world_size %d) needs param_home host or device without param_caps "
+                       "(the owners' 16-bit parameters are received into host copies); "
+                       "param_home nvme is not supported yet",
+                       c->world_size);
+    return ZO_OK;
+}
+
+zo_status eng_zero_check(const zo_engine_config *c)
+{
+    if (!eng_zero_on(c))
+        return ZO_OK;
+    if (!c->comm)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "world_size %d needs config.comm (zo_comm_init over the ranks)",
+                       c->world_size);
+    if (zo_comm_size(c->comm) != c->world_size || zo_comm_rank(c->comm) != c->rank)
+        return ZO_FAIL(ZO_ERR_CONFIG, ENG_SUBSYS,
+                       "config says rank %d of %d but the communicator is rank %d of %d", c->rank,
+                       c->world_size, zo_comm_rank(c->comm), zo_comm_size(c->comm));
+    return ZO_OK;
+}
+
+/* The reduced fp32 gradients a rank keeps, and the scratch: one chunk's
+ * states (the initial states of a chunk it does not own are built there to
+ * derive its 16-bit parameters; the 16-bit gradients are widened there). */
+uint64_t eng_zero_host_bytes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chunk_elems)
+{
+    if (!eng_zero_on(c))
+        return 0;
+    uint64_t kept = c->zero_stage == 1 ? n_chunks : owned_chunks(c, n_chunks);
+    return kept * chunk_elems * sizeof(float) + eng_states_bytes(c->state_dtype, chunk_elems);
+}
+
+static int keeps_grads(const struct zo_engine *e, uint32_t c)
+{
+    return e->cfg.zero_stage == 1 || e->chunks[c].owner == e->cfg.rank;
+}
+
+zo_status eng_zero_place(struct zo_engine *e)
+{
+    if (!eng_zero_on(&e->cfg))
+        return ZO_OK;
+    uint32_t kept = 0;
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        kept += keeps_grads(e, c);
+    uint64_t scratch = eng_states_bytes(e->cfg.state_dtype, e->chunk_elems);
+    ZO_TRY(eng_host_alloc(e, scratch, &e->zscratch));
+    if (kept)
+        ZO_TRY(eng_host_alloc(e, (uint64_t)kept * e->chunk_elems * sizeof(float), &e->zgrads));
+    uint64_t i = 0;
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        if (keeps_grads(e, c))
+            e->chunks[c].zgrad = e->zgrads + (i++) * e->chunk_elems;
+    return zo_stream_create(e->dev, &e->zstream);
+}
+
+void eng_zero_release(struct zo_engine *e)
+{
+    if (e->zstream)
+        zo_stream_synchronize(e->zstream);
+    zo_stream_destroy(e->zstream);
+    e->zstream = NULL;
+    free(e->zscratch);
+    free(e->zgrads);
+    e->zscratch = e->zgrads = NULL;
+    for (uint32_t c = 0; e->chunks && c < e->n_chunks; c++)
+        e->chunks[c].zgrad = NULL;
+}
+
+int zo_engine_tensor_owner(zo_engine_t e, int id)
+{
+    if (!e || !e->finalized || id < 0 || id >= e->n_tensors)
+        return -1;
+    return e->chunks[e->tensors[id].chunk].owner;
+}
+
+/* ---- the end of a step ---- */
+
+/* Chunk c's gradient of this rank as fp32: its accumulator, or its 16-bit
+ * gradients widened into the scratch. */
+static const float *local_grads(struct zo_engine *e, uint32_t c, int parity)
+{
+    eng_chunk *k = &e->chunks[c];
+    if (e->cfg.grad_accum_steps > 1)
+        return k->acc[parity];
+    const uint16_t *g = k->g16[parity];
+    for (size_t i = 0; i < k->n_elems; i++)
+        e->zscratch[i] =
+            e->cfg.param_dtype == ZO_DTYPE_F16 ? zo_f16_to_f32(g[i]) : zo_bf16_to_f32(g[i]);
+    return e->zscratch;
+}
+
+static zo_status reduce_chunk(struct zo_engine *e, uint32_t c, int parity)
+{
+    eng_chunk *k = &e->chunks[c];
+    const float *src = local_grads(e, c, parity);
+    if (e->cfg.zero_stage == 1)
+        ZO_TRY(zo_comm_all_reduce(e->cfg.comm, e->zstream, src, k->zgrad, k->n_elems, ZO_DTYPE_F32,
+                                  ZO_REDUCE_EXACT));
+    else
+        ZO_TRY(zo_comm_reduce(e->cfg.comm, e->zstream, src, k->zgrad, k->n_elems, ZO_DTYPE_F32,
+                              k->owner, ZO_REDUCE_EXACT));
+    /* the scratch is widened again for the next chunk */
+    return zo_stream_synchronize(e->zstream);
+}
+
+/* Stage 2: the owners' partials (sum of squares, overflow) to every rank,
+ * each chunk's from its owner, so every rank sums the same values in chunk
+ * order. */
+static zo_status share_partials(struct zo_engine *e)
+{
+    size_t n = (size_t)e->n_chunks * 2, W = (size_t)e->cfg.world_size;
+    double *mine = calloc(n, sizeof *mine), *all = calloc(n * W, sizeof *all);
+    zo_status st = mine && all ? ZO_OK : ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "norm partials");
+    for (uint32_t c = 0; st == ZO_OK && c < e->n_chunks; c++) {
+        mine[2 * c] = e->chunks[c].gstats.sum_sq;
+        mine[2 * c + 1] = e->chunks[c].gstats.nonfinite;
+    }
+    if (st == ZO_OK)
+        st = zo_comm_all_gather(e->cfg.comm, e->zstream, mine, all, n, ZO_DTYPE_F64);
+    if (st == ZO_OK)
+        st = zo_stream_synchronize(e->zstream);
+    for (uint32_t c = 0; st == ZO_OK && c < e->n_chunks; c++) {
+        const double *p = all + (size_t)e->chunks[c].owner * n + 2 * c;
+        e->chunks[c].gstats.sum_sq = p[0];
+        e->chunks[c].gstats.nonfinite = p[1] != 0.0;
+    }
+    free(mine);
+    free(all);
+    return st;
+}
+
+zo_status eng_zero_reduce(struct zo_engine *e)
+{
+    int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        ZO_TRY(reduce_chunk(e, c, parity));
+        if (k->zgrad)
+            ZO_TRY(
+                zo_optim_pool_grad_stats(e->opool, k->zgrad, ZO_DTYPE_F32, k->n_elems, &k->gstats));
+    }
+    return e->cfg.zero_stage == 1 ? ZO_OK : share_partials(e);
+}
+
+zo_status eng_zero_share_params(struct zo_engine *e)
+{
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        void *p16 = k->pt->update_out(e, c, NULL);
+        ZO_TRY(zo_comm_broadcast(e->cfg.comm, e->zstream, p16, k->n_elems, e->cfg.param_dtype,
+                                 k->owner));
+    }
+    return zo_stream_synchronize(e->zstream);
+}
+
+/* ---- the states of the chunks another rank owns ---- */
+
+static zo_status not_here(struct zo_engine *e, uint32_t c)
+{
+    return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                   "the optimizer states of chunk %u (layer %d) are owned by rank %d, not by "
+                   "this rank %d (ZeRO stage %d)",
+                   c, e->chunks[c].layer, e->chunks[c].owner, e->cfg.rank, e->cfg.zero_stage);
+}
+
+static void remote_account(const eng_plan_in *in, zo_engine_footprint *fp)
+{
+    (void)in;
+    (void)fp;
+}
+
+static zo_status remote_place(struct zo_engine *e)
+{
+    (void)e;
+    return ZO_OK;
+}
+
+static void remote_release(struct zo_engine *e)
+{
+    (void)e;
+}
+
+static float *remote_init_buf(struct zo_engine *e, uint32_t c)
+{
+    (void)c;
+    return e->zscratch;
+}
+
+static zo_status remote_init(struct zo_engine *e, uint32_t c, float *buf)
+{
+    (void)e;
+    (void)c;
+    (void)buf;
+    return ZO_OK;
+}
+
+static zo_status remote_update(struct zo_engine *e, const uint32_t *chunks, uint32_t n,
+                               const eng_update_args *u)
+{
+    (void)n;
+    (void)u;
+    return not_here(e, chunks[0]);
+}
+
+static zo_status remote_speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
+{
+    (void)j;
+    return not_here(e, c);
+}
+
+static zo_status remote_drain(struct zo_engine *e)
+{
+    (void)e;
+    return ZO_OK;
+}
+
+static void remote_forget(struct zo_engine *e, uint32_t c)
+{
+    (void)e;
+    (void)c;
+}
+
+static int remote_commit(struct zo_engine *e, uint32_t c)
+{
+    (void)e;
+    (void)c;
+    return 0;
+}
+
+static zo_status remote_read(struct zo_engine *e, uint32_t c, float *out)
+{
+    (void)out;
+    return not_here(e, c);
+}
+
+static zo_status remote_write_begin(struct zo_engine *e, uint32_t c, float **buf)
+{
+    (void)buf;
+    return not_here(e, c);
+}
+
+static zo_status remote_write_end(struct zo_engine *e, uint32_t c, float *buf)
+{
+    (void)buf;
+    return not_here(e, c);
+}
+
+/* Not in the registry (eng_state_tiers): the update, the placement and the
+ * accounting, which go through the registry, never see these chunks. */
+const eng_state_tier eng_state_tier_remote = {
+    .version = ENG_TIER_OPS_VERSION,
+    .tier = ZO_TIER_HOST,
+    .name = "remote",
+    .account = remote_account,
+    .place = remote_place,
+    .release = remote_release,
+    .init_buf = remote_init_buf,
+    .init = remote_init,
+    .update = remote_update,
+    .speculate = remote_speculate,
+    .drain = remote_drain,
+    .rollback = remote_forget,
+    .discard = remote_forget,
+    .commit = remote_commit,
+    .read = remote_read,
+    .write_begin = remote_write_begin,
+    .write_end = remote_write_end,
+};

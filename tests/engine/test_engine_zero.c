@@ -1,0 +1,323 @@
+/* ZeRO stages 1 and 2 on the cpu device, run by ctest under mpirun with 1, 2
+ * and 4 ranks (label mpi): N ranks, each training micro-batch r of every step
+ * with no accumulation, equal bitwise one rank with grad_accum_steps N over
+ * the same micro-batches (global losses, each owner's master weights), with
+ * the optimizer states on the host, on NVMe and on the device, with gradient
+ * clipping and an overflow injected on the last rank; each rank's footprint
+ * holds the states of its own chunks only; what ZeRO does not run yet is
+ * refused naming what works. */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "test_model.h"
+#include "zo/comm.h"
+#include "zo/device.h"
+#include "zo_internal.h"
+
+#define STEPS 4
+#define CHUNK (8u << 10)
+
+static zo_device_t dev;
+static zo_comm_t world;
+static int me, n_ranks;
+
+typedef struct zcfg {
+    zo_tier param_home, optim_home;
+    int stage;       /* 0: the one-rank reference (grad_accum_steps n_ranks) */
+    float max_norm;  /* > 0: clipping */
+    int poison_step; /* >= 0: an infinity in the last micro-batch's gradient at this step */
+} zcfg;
+
+typedef struct zrun {
+    zo_engine_t eng;
+    zo_stream_t compute;
+    tm_acts *a;
+    int ids[TM_T];
+    double losses[STEPS];
+    zo_engine_footprint fp;
+    zo_step_stats last;
+    char dir[64];
+} zrun;
+
+static zo_status build(zrun *r, const zcfg *z, zo_engine_config *c)
+{
+    c->device = dev;
+    c->chunk_bytes = CHUNK;
+    c->param_home = z->param_home;
+    c->optim_home = z->optim_home;
+    const char *paths[1] = {r->dir};
+    c->nvme_paths = paths;
+    c->n_nvme_paths = 1;
+    c->optim_threads = 2;
+    c->adam = (zo_adam_params)ZO_ADAM_PARAMS_INIT;
+    c->adam.lr = 1e-2f;
+    c->adam.weight_decay = 0.01f;
+    c->adam.simd_level = -1;
+    c->max_grad_norm = z->max_norm;
+    if (z->stage) {
+        c->rank = me;
+        c->world_size = n_ranks;
+        c->zero_stage = z->stage;
+        c->comm = world;
+    } else {
+        c->grad_accum_steps = n_ranks;
+    }
+    ZO_TRY(zo_engine_init(&r->eng, c));
+    float *init[TM_T];
+    for (int k = 0; k < TM_T; k++)
+        init[k] = malloc(tm_numel(k) * sizeof(float));
+    tm_init_params(init);
+    zo_status st = ZO_OK;
+    for (int k = 0; k < TM_T && st == ZO_OK; k++)
+        st = zo_engine_register(r->eng, k / 2, k % 2 ? "b" : "W", tm_numel(k), init[k], &r->ids[k]);
+    for (int k = 0; k < TM_T; k++)
+        free(init[k]);
+    ZO_TRY(st);
+    return zo_engine_finalize(r->eng);
+}
+
+static zo_status micro_batch(zrun *r, int step, int micro, int poison)
+{
+    tm_input_arg in = {r->a, step, micro};
+    ZO_TRY(zo_stream_enqueue(r->compute, tm_input, &in, sizeof in));
+    for (int l = 0; l < TM_L; l++) {
+        void *p[2];
+        ZO_TRY(zo_engine_fetch(r->eng, l, ZO_PHASE_FORWARD, r->compute, p, NULL, 2));
+        tm_fwd_arg f = {p[0], p[1], ZO_DTYPE_BF16, r->a->act[l], r->a->act[l + 1]};
+        ZO_TRY(zo_stream_enqueue(r->compute, tm_forward, &f, sizeof f));
+        ZO_TRY(zo_engine_release(r->eng, l, r->compute));
+    }
+    tm_loss_arg la = {r->a, 1.0f};
+    ZO_TRY(zo_stream_enqueue(r->compute, tm_loss, &la, sizeof la));
+    for (int l = TM_L - 1; l >= 0; l--) {
+        void *p[2], *g[2];
+        ZO_TRY(zo_engine_fetch(r->eng, l, ZO_PHASE_BACKWARD, r->compute, p, g, 2));
+        tm_bwd_arg b = {p[0],
+                        g[0],
+                        g[1],
+                        ZO_DTYPE_BF16,
+                        r->a->act[l],
+                        r->a->act[l + 1],
+                        r->a->gact[l + 1],
+                        r->a->gact[l],
+                        poison && l == 1};
+        ZO_TRY(zo_stream_enqueue(r->compute, tm_backward, &b, sizeof b));
+        ZO_TRY(zo_engine_grads_ready(r->eng, l, r->compute));
+        ZO_TRY(zo_engine_release(r->eng, l, r->compute));
+    }
+    return ZO_OK;
+}
+
+/* The global loss of a step: the ranks' losses summed in rank order, as one
+ * rank sums its micro-batches' in micro-batch order. */
+static double global_loss(zo_stream_t s, double mine)
+{
+    double all[64];
+    ZO_ASSERT_OK(zo_comm_all_gather(world, s, &mine, all, 1, ZO_DTYPE_F64));
+    ZO_ASSERT_OK(zo_stream_synchronize(s));
+    double sum = all[0];
+    for (int i = 1; i < n_ranks; i++)
+        sum += all[i];
+    return sum;
+}
+
+static void train(const zcfg *z, zrun *r)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->dir, sizeof r->dir, "/tmp/zo-zero-test-XXXXXX");
+    assert_non_null(mkdtemp(r->dir));
+    assert_non_null(r->a = calloc(1, sizeof *r->a));
+    ZO_ASSERT_OK(zo_stream_create(dev, &r->compute));
+    zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+    ZO_ASSERT_OK(build(r, z, &c));
+    r->fp.struct_size = sizeof r->fp;
+    ZO_ASSERT_OK(zo_engine_footprint_get(r->eng, &r->fp));
+    for (int s = 0; s < STEPS; s++) {
+        r->a->loss = 0.0;
+        int first = z->stage ? me : 0, n = z->stage ? 1 : n_ranks;
+        for (int m = first; m < first + n; m++)
+            ZO_ASSERT_OK(micro_batch(r, s, m, s == z->poison_step && m == n_ranks - 1));
+        r->last = (zo_step_stats)ZO_STEP_STATS_INIT;
+        ZO_ASSERT_OK(zo_engine_end_step(r->eng, &r->last));
+        ZO_ASSERT_OK(zo_stream_synchronize(r->compute));
+        r->losses[s] = z->stage ? global_loss(r->compute, r->a->loss) : r->a->loss;
+        assert_int_equal(r->last.overflow, s == z->poison_step);
+    }
+}
+
+static void close_run(zrun *r)
+{
+    zo_engine_free(r->eng);
+    zo_stream_destroy(r->compute);
+    free(r->a);
+    rmdir(r->dir);
+}
+
+/* Z: one chunk's fp32 master, m and v. */
+static uint64_t states_per_chunk(void)
+{
+    return 3ull * (CHUNK / 2) * sizeof(float);
+}
+
+static void expect_own_states(const zrun *r, int stage, zo_tier optim_home)
+{
+    uint32_t n = r->fp.n_chunks, owned = 0;
+    for (int k = 0; k < TM_T; k++) {
+        int o = zo_engine_tensor_owner(r->eng, r->ids[k]);
+        assert_true(o >= 0 && o < n_ranks);
+    }
+    /* contiguous ranges, the first n % N ranks one more */
+    owned = n / (uint32_t)n_ranks + ((uint32_t)me < n % (uint32_t)n_ranks);
+    uint64_t Z = states_per_chunk(), grads = (CHUNK / 2) * sizeof(float);
+    uint64_t kept = n_ranks == 1 ? 0 : stage == 1 ? n : owned;
+    uint64_t zero = n_ranks == 1 ? 0 : kept * grads + Z;
+    uint64_t states = optim_home == ZO_TIER_HOST ? owned * Z : 0;
+    assert_int_equal(r->fp.host, states + zero);
+    assert_int_equal(r->last.peak_host, r->fp.host);
+    if (optim_home == ZO_TIER_NVME)
+        assert_int_equal(r->fp.nvme, 2ull * owned * zo_engine_nvme_state_bytes(CHUNK / 2));
+    uint32_t optim[3];
+    ZO_ASSERT_OK(zo_engine_homes(r->eng, NULL, optim));
+    assert_int_equal(optim[0] + optim[1] + optim[2], owned);
+}
+
+/* N ranks against the one-rank reference, every rank checking the tensors it owns. */
+static void expect_exact(zo_tier ph, zo_tier oh, int stage, float max_norm, int poison_step)
+{
+    zcfg z = {ph, oh, stage, max_norm, poison_step};
+    zcfg ref = z;
+    ref.stage = 0;
+    zrun a, b;
+    train(&z, &a);
+    train(&ref, &b);
+    for (int s = 0; s < STEPS; s++)
+        if (memcmp(&a.losses[s], &b.losses[s], sizeof(double)) != 0)
+            fail_msg("stage %d, %s/%s, rank %d of %d: loss of step %d %.17g, one rank %.17g", stage,
+                     zo_tier_name(ph), zo_tier_name(oh), me, n_ranks, s, a.losses[s], b.losses[s]);
+    if (memcmp(&a.last.grad_norm, &b.last.grad_norm, sizeof(double)) != 0)
+        fail_msg("gradient norm %.17g, one rank %.17g", a.last.grad_norm, b.last.grad_norm);
+    int checked = 0;
+    for (int k = 0; k < TM_T; k++) {
+        size_t n = tm_numel(k);
+        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+        zo_status st = zo_engine_read_master(a.eng, a.ids[k], x);
+        if (zo_engine_tensor_owner(a.eng, a.ids[k]) != me) {
+            assert_int_equal(st, ZO_ERR_UNSUPPORTED); /* another rank's states */
+        } else {
+            ZO_ASSERT_OK(st);
+            ZO_ASSERT_OK(zo_engine_read_master(b.eng, b.ids[k], y));
+            if (memcmp(x, y, n * sizeof *x) != 0)
+                fail_msg("stage %d: master weights of tensor %d differ on rank %d", stage, k, me);
+            checked++;
+        }
+        free(x);
+        free(y);
+    }
+    int all[64];
+    ZO_ASSERT_OK(zo_comm_all_gather(world, a.compute, &checked, all, 1, ZO_DTYPE_I32));
+    ZO_ASSERT_OK(zo_stream_synchronize(a.compute));
+    int total = 0;
+    for (int i = 0; i < n_ranks; i++)
+        total += all[i];
+    assert_int_equal(total, TM_T); /* every tensor checked by its owner, once */
+    expect_own_states(&a, stage, oh);
+    close_run(&a);
+    close_run(&b);
+}
+
+static void stage1_host(void **state)
+{
+    (void)state;
+    expect_exact(ZO_TIER_HOST, ZO_TIER_HOST, 1, 0.0f, -1);
+}
+
+static void stage2_host(void **state)
+{
+    (void)state;
+    expect_exact(ZO_TIER_HOST, ZO_TIER_HOST, 2, 0.0f, -1);
+}
+
+static void stage1_nvme(void **state)
+{
+    (void)state;
+    expect_exact(ZO_TIER_HOST, ZO_TIER_NVME, 1, 0.0f, -1);
+}
+
+static void stage2_nvme(void **state)
+{
+    (void)state;
+    expect_exact(ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1);
+}
+
+static void stage2_device(void **state)
+{
+    (void)state;
+    expect_exact(ZO_TIER_DEVICE, ZO_TIER_DEVICE, 2, 0.0f, -1);
+}
+
+/* The norm from the owners' partials decides clipping on every rank alike;
+ * an infinity on the last rank skips the update everywhere. */
+static void stage2_clipping_and_overflow(void **state)
+{
+    (void)state;
+    expect_exact(ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.05f, 2);
+}
+
+static void refused(zo_optim_mode mode, int stage, zo_tier ph, zo_status want, const char *names)
+{
+    zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+    c.device = dev;
+    c.rank = me;
+    c.world_size = 2;
+    c.zero_stage = stage;
+    c.mode = mode;
+    c.param_home = ph;
+    c.optim_home = ph == ZO_TIER_NVME ? ZO_TIER_NVME : ZO_TIER_HOST;
+    c.comm = world;
+    zo_engine_t e = NULL;
+    assert_int_equal(zo_engine_init(&e, &c), want);
+    assert_null(e);
+    if (!strstr(zo_last_error(), names))
+        fail_msg("expected \"%s\" in: %s", names, zo_last_error());
+}
+
+static void what_is_not_run_is_refused(void **state)
+{
+    (void)state;
+    if (me > 1)
+        return; /* the configs say world size 2 */
+    refused(ZO_OPTIM_OVERLAP, 2, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "mode sync works");
+    refused(ZO_OPTIM_DPU, 1, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "mode sync works");
+    refused(ZO_OPTIM_SYNC, 3, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "use zero_stage 1 or 2");
+    refused(ZO_OPTIM_SYNC, 0, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "use zero_stage 1 or 2");
+    refused(ZO_OPTIM_SYNC, 2, ZO_TIER_NVME, ZO_ERR_UNSUPPORTED, "param_home host or device");
+}
+
+int main(void)
+{
+    zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
+    dc.backend = "cpu";
+    dc.mem_budget = 64u << 20;
+    zo_comm_config cc = ZO_COMM_CONFIG_INIT;
+    cc.backend = "mpi";
+    cc.timeout_s = 60;
+    if (zo_device_init(&dev, &dc) || (cc.device = dev, zo_comm_init(&world, &cc))) {
+        fprintf(stderr, "test_engine_zero: setup failed: %s\n", zo_last_error());
+        return 1;
+    }
+    me = zo_comm_rank(world);
+    n_ranks = zo_comm_size(world);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(stage1_host),
+        cmocka_unit_test(stage2_host),
+        cmocka_unit_test(stage1_nvme),
+        cmocka_unit_test(stage2_nvme),
+        cmocka_unit_test(stage2_device),
+        cmocka_unit_test(stage2_clipping_and_overflow),
+        cmocka_unit_test(what_is_not_run_is_refused),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    zo_comm_free(world);
+    zo_device_free(dev);
+    return failed ? 1 : 0;
+}
