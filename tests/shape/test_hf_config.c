@@ -90,6 +90,30 @@ static void test_qwen2_and_tied(void **state)
     assert_int_equal(w, 4096);
 }
 
+/* transformers 5 writes rope_parameters (rope_theta inside) instead of
+ * rope_theta and rope_scaling. */
+static void test_rope_parameters(void **state)
+{
+    zt_shape s;
+    char note[256];
+    ZO_ASSERT_OK(read_json("{\"hidden_size\": 64, \"intermediate_size\": 96, "
+                           "\"num_attention_heads\": 4, \"num_hidden_layers\": 1, "
+                           "\"vocab_size\": 50, \"rope_parameters\": {\"rope_type\": \"llama3\", "
+                           "\"rope_theta\": 500000.0, \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+                           "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 16}}",
+                           &s, NULL, note));
+    assert_true(s.rope_theta == 500000.0f);
+    assert_int_equal(s.rope_scaling.type, ZO_ROPE_SCALING_LLAMA3);
+    assert_int_equal(s.rope_scaling.original_max_pos, 16);
+    ZO_ASSERT_OK(read_json("{\"hidden_size\": 64, \"intermediate_size\": 96, "
+                           "\"num_attention_heads\": 4, \"num_hidden_layers\": 1, "
+                           "\"vocab_size\": 50, \"rope_parameters\": {\"rope_type\": \"default\", "
+                           "\"rope_theta\": 20000.0}}",
+                           &s, NULL, note));
+    assert_true(s.rope_theta == 20000.0f);
+    assert_int_equal(s.rope_scaling.type, ZO_ROPE_SCALING_NONE);
+}
+
 static void expect_refused(const char *extra, const char *key)
 {
     char json[1024], note[256];
@@ -124,6 +148,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_published_counts),
         cmocka_unit_test(test_qwen2_and_tied),
+        cmocka_unit_test(test_rope_parameters),
         cmocka_unit_test(test_refusals_name_the_key),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

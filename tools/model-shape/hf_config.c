@@ -105,10 +105,17 @@ static zo_status real_in(json_t *obj, const char *path, const char *key, float *
     return ZO_OK;
 }
 
-/* rope_scaling: null, or {"rope_type" (or "type"): "default", "linear" or "llama3", ...}. */
-static zo_status read_rope_scaling(json_t *root, const char *path, zo_rope_scaling *sc)
+/* rope_scaling: null, or {"rope_type" (or "type"): "default", "linear" or "llama3", ...};
+ * transformers 5 writes rope_parameters instead, the same keys with rope_theta. */
+static zo_status read_rope_scaling(json_t *root, const char *path, zo_rope_scaling *sc,
+                                   float *theta)
 {
     json_t *r = json_object_get(root, "rope_scaling");
+    json_t *params = json_object_get(root, "rope_parameters");
+    if ((!r || json_is_null(r)) && json_is_object(params)) {
+        r = params;
+        optional_real(params, "rope_theta", theta);
+    }
     if (!r || json_is_null(r))
         return ZO_OK;
     json_t *t = json_object_get(r, "rope_type");
@@ -160,10 +167,10 @@ static zo_status read_shape(json_t *root, const char *path, zt_shape *s, int *wi
     ZT_TRY(optional_int(root, path, "head_dim", &s->head_dim));
     if (s->head_dim && s->head_dim * s->n_heads == s->dim)
         s->head_dim = 0; /* the default: the Llama-2 layout */
-    ZT_TRY(read_rope_scaling(root, path, &s->rope_scaling));
-    ZT_TRY(read_window(root, path, qwen2, window));
     optional_real(root, "rms_norm_eps", &s->norm_eps);
     optional_real(root, "rope_theta", &s->rope_theta);
+    ZT_TRY(read_rope_scaling(root, path, &s->rope_scaling, &s->rope_theta));
+    ZT_TRY(read_window(root, path, qwen2, window));
     s->attn_bias = qwen2;
     s->tied = json_is_true(json_object_get(root, "tie_word_embeddings"));
     return ZO_OK;
