@@ -87,7 +87,6 @@ static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
     ZO_TRY(check_plan_config(c));
     if (!dev)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "config.device is NULL");
-    ZO_TRY(eng_zero_check(c));
     for (int t = c->optim_caps.device ? ZO_TIER_DEVICE : (int)c->optim_home;
          t <= (int)c->optim_home; t++) {
         const eng_state_tier *st = eng_state_tiers[t];
@@ -791,6 +790,20 @@ static zo_status place_initial_states(struct zo_engine *e)
     return ZO_OK;
 }
 
+/* Keeps the cores this process may run on (a launcher such as mpirun binds
+ * each rank to its own), in order; how many remain. */
+static int allowed_cores(int *cores, int n)
+{
+    cpu_set_t allowed;
+    if (zo_process_cpus(&allowed) != 0)
+        return n;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (cores[i] >= 0 && cores[i] < CPU_SETSIZE && CPU_ISSET(cores[i], &allowed))
+            cores[k++] = cores[i];
+    return k;
+}
+
 /* The optimizer's workers sit on the cores of the pinned pool's NUMA node
  * (the node nearest the GPU), one per core unless optim_threads says. */
 static zo_status start_pool(struct zo_engine *e)
@@ -799,7 +812,8 @@ static zo_status start_pool(struct zo_engine *e)
     zo_hostpool_placement pl = ZO_HOSTPOOL_PLACEMENT_INIT;
     int cores[1024], n = 0;
     if (zo_hostpool_get_placement(e->pool, &pl) == ZO_OK &&
-        zo_topo_node_cpu_list(pl.node, cores, 1024, &n) == ZO_OK && n > 0) {
+        zo_topo_node_cpu_list(pl.node, cores, 1024, &n) == ZO_OK && n > 0 &&
+        (n = allowed_cores(cores, n < 1024 ? n : 1024)) > 0) {
         oc.cores = cores;
         oc.ncores = n < 1024 ? n : 1024;
     } else {
@@ -895,6 +909,7 @@ zo_status zo_engine_finalize(zo_engine_t e)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL engine");
     if (e->finalized)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the engine is already finalized");
+    ZO_TRY(eng_zero_check(&e->cfg)); /* the communicator: plans go without it */
     int fits;
     char msg[512];
     ZO_TRY(compute_plan(e, &e->fp, &fits, msg, sizeof msg));

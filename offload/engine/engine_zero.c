@@ -47,12 +47,12 @@ zo_status eng_zero_check_plan(const zo_engine_config *c)
     if (c->zero_stage < 0 || c->zero_stage > 3)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "zero_stage is %d: expected 0, 1, 2 or 3",
                        c->zero_stage);
+    if (!eng_zero_on(c))
+        return ZO_OK; /* one rank: nothing to partition, whatever the stage */
     if (c->zero_stage == 3)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "zero_stage 3 (partitioned 16-bit parameters) is not supported yet: use "
                        "zero_stage 1 or 2");
-    if (!eng_zero_on(c))
-        return ZO_OK;
     if (c->zero_stage == 0)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "world_size %d with zero_stage 0 (every rank a full copy of the states) "
