@@ -129,6 +129,7 @@ static void precision(zt_options *o, const zo_train_config *cfg)
 static zo_status placement(zt_options *o, const zo_train_config *cfg)
 {
     o->state_dtype = cfg->zoffload.optimizer_state_dtype;
+    o->zero_stage = (int)cfg->zero_optimization.stage; /* [0, 3]: the parser's range */
     if (cfg->aio.block_size > UINT32_MAX || cfg->aio.queue_depth > UINT32_MAX)
         return zt_fail(ZO_ERR_CONFIG,
                        "'aio.block_size' %lld or 'aio.queue_depth' %lld is too large",

@@ -24,8 +24,10 @@
  * use for (zero_optimization.stage3_*, sub_group_size, buffer counts and
  * sizes, pin_memory, pipeline_read/write, aio.intra_op_parallelism,
  * single_submit, overlap_events) get one warning each when set to another
- * value than DeepSpeed's default; zero_optimization.stage is accepted
- * silently (one process: nothing to partition). */
+ * value than DeepSpeed's default. zero_optimization.stage -> --zero-stage:
+ * with one process it has nothing to partition and is accepted silently;
+ * across ranks 1 and 2 run (0 runs as 2: the same results in less memory), 3
+ * is refused. */
 #ifndef ZT_DS_CONFIG_H
 #define ZT_DS_CONFIG_H
 

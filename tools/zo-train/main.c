@@ -20,6 +20,7 @@
 #include "checkpoint.h"
 #include "ds_config.h"
 #include "hf_io.h"
+#include "ranks.h"
 #include "report.h"
 #include "signals.h"
 #include "trainer.h"
@@ -117,6 +118,15 @@ static void usage(FILE *f)
         "                         micro-batch-major; same losses either way)\n"
         "  --act-home device|host where a group's layer inputs wait for its backward (default\n"
         "                         device; host: pinned host memory, copied per layer)\n"
+        "ranks (mpirun -np N zo-train ..., srun, or torchrun's RANK/WORLD_SIZE):\n"
+        "  --zero-stage 1|2       ZeRO across the ranks (default 2 with several ranks): each\n"
+        "                         rank holds the optimizer states of its 1/N of the chunks\n"
+        "                         (2: and only their reduced gradients); step t's N x\n"
+        "                         --grad-accum micro-batches split in rank order, so N ranks\n"
+        "                         with --grad-accum 1 equal one rank with --grad-accum N bit\n"
+        "                         for bit; sync mode, --offload-param none|cpu; NVMe files in\n"
+        "                         DIR/rank-R; output and progress from rank 0, log lines\n"
+        "                         tagged with the rank; no checkpoints yet\n"
         "config:\n"
         "  --config FILE          a DeepSpeed-style JSON config (batch sizes, optimizer, "
         "scheduler,\n"
@@ -238,6 +248,7 @@ enum {
     OPT_MICRO_GROUP,
     OPT_ACT_HOME,
     OPT_STATE_DTYPE,
+    OPT_ZERO_STAGE,
     OPT_HELP
 };
 
@@ -291,6 +302,7 @@ static const struct option long_opts[] = {
     {"micro-group", required_argument, 0, OPT_MICRO_GROUP},
     {"act-home", required_argument, 0, OPT_ACT_HOME},
     {"state-dtype", required_argument, 0, OPT_STATE_DTYPE},
+    {"zero-stage", required_argument, 0, OPT_ZERO_STAGE},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -452,6 +464,13 @@ static int parse_opt(int opt, const char *arg, cli *c)
             return bad_value("dtype", arg, "bf16 or fp16");
         c->o.dtype = strcmp(arg, "bf16") == 0 ? ZO_DTYPE_BF16 : ZO_DTYPE_F16;
         return 0;
+    case OPT_ZERO_STAGE: {
+        long v;
+        if (parse_long(arg, 1, 3, &v) != 0)
+            return bad_value("--zero-stage", arg, "1, 2 or 3");
+        c->o.zero_stage = (int)v;
+        return 0;
+    }
     case OPT_SEED: {
         char *end;
         errno = 0;
@@ -616,6 +635,43 @@ static int check_checkpoint_flags(const cli *c)
     return 0;
 }
 
+/* Across ranks: the stage (2 unless given), what ZeRO does not do yet
+ * refused, output from rank 0 (the others' stdout, progress and files
+ * dropped), log lines tagged with the rank. */
+static int check_ranks(cli *c)
+{
+    if (c->o.world_size <= 1)
+        return 0;
+    if (!c->o.zero_stage)
+        c->o.zero_stage = 2;
+    const char *ckpt = c->save_dir       ? "--save"
+                       : c->resume       ? "--resume"
+                       : c->init_weights ? "--init-weights"
+                       : c->hf_model     ? "--hf-model"
+                                         : NULL;
+    if (ckpt) {
+        fprintf(stderr,
+                "zo-train: %s across %d ranks: checkpoints of partitioned states are not "
+                "supported yet (run with one rank to save or load)\n",
+                ckpt, c->o.world_size);
+        return 2;
+    }
+    if (zt_ranks_tag_stderr(c->o.rank) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 1;
+    }
+    if (c->o.rank > 0) {
+        if (!freopen("/dev/null", "w", stdout)) {
+            fprintf(stderr, "zo-train: cannot silence stdout on rank %d\n", c->o.rank);
+            return 1;
+        }
+        c->metrics_path = c->trace_path = NULL;
+        c->log_every = INT_MAX;
+        c->progress = 0;
+    }
+    return 0;
+}
+
 /* A file the run will read: a readable regular file (a FIFO would block
  * the open, a directory fails only when mapped). */
 static int check_input_file(const char *flag, const char *path)
@@ -717,10 +773,18 @@ static int parse_args(int argc, char **argv, cli *c)
         return 2;
     }
     int rc = check_checkpoint_flags(c);
+    if (rc == 0)
+        rc = check_ranks(c);
     return rc ? rc : check_up_front(c);
 }
 
 /* ---- running and reporting ---- */
+
+/* The ranks whose micro-batches make a step (tokens are counted over all). */
+static int ranks(const cli *c)
+{
+    return c->o.world_size > 1 ? c->o.world_size : 1;
+}
 
 typedef struct totals {
     uint64_t h2d, d2h, nvme_r, nvme_w;
@@ -756,7 +820,7 @@ typedef struct feedback {
 static void step_figures(const cli *c, const zo_step_stats *s, int done, float loss, double lr,
                          double train_s, double step_s, const feedback *fb, zt_step_figures *g)
 {
-    const double tok_step = (double)c->o.grad_accum * c->o.micro_batch * c->o.seq;
+    const double tok_step = (double)ranks(c) * c->o.grad_accum * c->o.micro_batch * c->o.seq;
     memset(g, 0, sizeof *g);
     g->step = done;
     g->total = c->o.steps;
@@ -788,8 +852,9 @@ static int report_step(const cli *c, feedback *fb, const zt_step_figures *g)
 {
     int first = g->step == c->start + 1, last = g->step == c->o.steps;
     double now = zo_now_s();
-    if (fb->tty ? first || last || now - fb->last_line >= 0.1
-                : first || last || g->step % c->log_every == 0) {
+    int line = fb->tty ? first || last || now - fb->last_line >= 0.1
+                       : first || last || g->step % c->log_every == 0;
+    if (line && c->o.rank == 0) { /* across ranks: rank 0's */
         zt_progress_line(stderr, fb->tty, g);
         fb->last_line = now;
     }
@@ -1019,7 +1084,7 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
 {
     char a[32], b[32], d[32], e[32], f[32];
     const int n = c->o.steps - c->start; /* the steps this process ran */
-    const double tokens = (double)n * c->o.grad_accum * c->o.micro_batch * c->o.seq;
+    const double tokens = (double)n * ranks(c) * c->o.grad_accum * c->o.micro_batch * c->o.seq;
     const double tps = tot->train_s > 0 ? tokens / tot->train_s : 0;
     printf("zo-train: %s preset, %.2fM parameters (dim %d, %d layers, %d heads, ffn %d, vocab %d), "
            "%s\n",
@@ -1043,7 +1108,7 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
     printf(
         "steps %d x %d tokens in %.1f s (wall %.1f s with set-up and validation): %.0f tokens/s, "
         "%.4f model TFLOPS\n",
-        n, c->o.grad_accum * c->o.micro_batch * c->o.seq, tot->train_s, out->wall_s, tps,
+        n, ranks(c) * c->o.grad_accum * c->o.micro_batch * c->o.seq, tot->train_s, out->wall_s, tps,
         tps * zt_shape_flops_per_token(&c->o.shape, c->o.seq) / 1e12);
     if (n)
         printf("loss: first step %.4f, last step %.4f (mean of the last 10: %.4f); validation %.4f "
@@ -1102,6 +1167,8 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
     json_object_set_new(cfg, "act_home",
                         json_string(c->o.act_home == ZT_ACT_HOST ? "host" : "device"));
     json_object_set_new(cfg, "state_dtype", json_string(zt_state_dtype_name(c->o.state_dtype)));
+    json_object_set_new(cfg, "world_size", json_integer(ranks(c)));
+    json_object_set_new(cfg, "zero_stage", json_integer(ranks(c) > 1 ? c->o.zero_stage : 0));
     json_object_set_new(cfg, "placement",
                         json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "optimizer", "device",
                                   (json_int_t)su->optim_caps.device, "host",
@@ -1131,7 +1198,7 @@ static void print_json(const cli *c, const zt_setup *su, const float *losses, co
                        const totals *tot, const outcome *out)
 {
     const int n = c->o.steps - c->start; /* the steps this process ran */
-    const double tokens = (double)n * c->o.grad_accum * c->o.micro_batch * c->o.seq;
+    const double tokens = (double)n * ranks(c) * c->o.grad_accum * c->o.micro_batch * c->o.seq;
     const double tps = tot->train_s > 0 ? tokens / tot->train_s : 0;
     json_t *root = json_setup(c, su, out);
     json_object_set_new(root, "first_step", json_integer(c->start + 1));
@@ -1234,6 +1301,10 @@ int main(int argc, char **argv)
     c.progress = -1;
     c.log_every = 10;
     c.max_skipped = 50;
+    if (zt_ranks_discover(&c.o) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 2;
+    }
     int rc = prescan(argc, argv, &c);
     if (rc == 0)
         rc = apply_config(&c);

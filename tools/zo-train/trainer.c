@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "host_limit.h"
+#include "ranks.h"
 #include "report.h"
 #include "zo/nvtx.h"
 #include "zo/testing.h"
@@ -38,7 +39,10 @@ struct zt_trainer {
     double lr;           /* the rate of the next step */
     double last_lr;      /* ... and of the last step run */
     zo_phase open_phase; /* the phase of the layer fetched last (its end mark) */
-    uint64_t mark_t0;    /* the compute stream's current layer began (trace) */
+    zo_comm_t comm;      /* ZeRO: the ranks' communicator, else NULL */
+    char rank_dirs[ZT_MAX_NVME_PATHS][512]; /* ZeRO: DIR/rank-R of each NVMe path */
+    float *all_losses;                      /* ZeRO: every rank's micro-batch losses of a step */
+    uint64_t mark_t0;                       /* the compute stream's current layer began (trace) */
 };
 
 /* ---- the engine as a parameter source ---- */
@@ -171,6 +175,14 @@ static zo_status resolve_nvme(zt_trainer *t)
         ZT_TRY(zt_make_dir(t->o.default_nvme_dir));
         t->o.nvme_paths[t->o.n_nvme_paths++] = t->o.default_nvme_dir;
     }
+    for (int i = 0; t->o.world_size > 1 && i < t->o.n_nvme_paths; i++) {
+        int n = snprintf(t->rank_dirs[i], sizeof t->rank_dirs[i], "%s/rank-%d", t->o.nvme_paths[i],
+                         t->o.rank);
+        if (n < 0 || (size_t)n >= sizeof t->rank_dirs[i])
+            return zt_fail(ZO_ERR_INVALID_ARG, "--nvme-path %s: too long", t->o.nvme_paths[i]);
+        ZT_TRY(zt_make_dir(t->rank_dirs[i]));
+        t->o.nvme_paths[i] = t->rank_dirs[i]; /* each rank its own swap files */
+    }
     snprintf(t->setup.nvme_dir, sizeof t->setup.nvme_dir, "%s", t->o.nvme_paths[0]);
     return ZO_OK;
 }
@@ -207,6 +219,12 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
     c.nvme_block_size = o->nvme_block_size;
     c.param_caps = o->param_caps;
     c.optim_caps = o->optim_caps;
+    if (o->world_size > 1) {
+        c.rank = o->rank;
+        c.world_size = o->world_size;
+        c.zero_stage = o->zero_stage;
+        c.comm = t->comm;
+    }
     return c;
 }
 
@@ -559,12 +577,14 @@ static zo_status open_data(zt_trainer *t)
                        "%s has a vocabulary of %d but the model's is %d: pass --vocab %d",
                        t->o.data_path, t->setup.data.vocab, t->o.shape.vocab, t->setup.data.vocab);
     size_t n = (size_t)t->o.grad_accum * t->o.micro_batch * t->o.seq;
-    t->in = malloc(n * sizeof *t->in);
-    t->tgt = malloc(n * sizeof *t->tgt);
+    size_t W = t->o.world_size > 1 ? (size_t)t->o.world_size : 1; /* the ranks' global batch */
+    t->in = malloc(W * n * sizeof *t->in);
+    t->tgt = malloc(W * n * sizeof *t->tgt);
     t->vin = malloc(n * sizeof *t->vin);
     t->vtgt = malloc(n * sizeof *t->vtgt);
     t->losses = malloc((size_t)t->o.grad_accum * sizeof *t->losses);
-    if (!t->in || !t->tgt || !t->vin || !t->vtgt || !t->losses)
+    t->all_losses = malloc(W * (size_t)t->o.grad_accum * sizeof *t->all_losses);
+    if (!t->in || !t->tgt || !t->vin || !t->vtgt || !t->losses || !t->all_losses)
         return zt_fail(ZO_ERR_NO_MEMORY, "token buffers");
     return ZO_OK;
 }
@@ -586,6 +606,8 @@ static zo_status trainer_open(zt_trainer *t)
     ZT_TRY(open_data(t));
     t->setup.n_params = zt_shape_n_params(&t->o.shape);
     ZT_TRY(open_device(t));
+    if (t->o.world_size > 1)
+        ZT_TRY(zt_ranks_open(&t->comm, t->dev, &t->o));
     return open_engine(t);
 }
 
@@ -615,6 +637,7 @@ void zt_trainer_free(zt_trainer *t)
     if (t->s)
         zo_stream_synchronize(t->s);
     zo_engine_free(t->eng);
+    zo_comm_free(t->comm);
     zt_model_free(t->m);
     zo_stream_destroy(t->s);
     zo_device_free(t->dev);
@@ -627,6 +650,7 @@ void zt_trainer_free(zt_trainer *t)
     free(t->vin);
     free(t->vtgt);
     free(t->losses);
+    free(t->all_losses);
     free(t);
 }
 
@@ -639,19 +663,40 @@ zo_engine_t zt_trainer_engine(zt_trainer *t)
     return t->eng;
 }
 
+/* The mean loss of the step's micro-batches: with ranks, of every rank's,
+ * summed in rank order as one rank sums its own. */
+static zo_status mean_loss(zt_trainer *t, float *loss)
+{
+    int n = t->o.grad_accum;
+    const float *l = t->losses;
+    if (t->comm) {
+        ZT_LIB(
+            zo_comm_all_gather(t->comm, t->s, t->losses, t->all_losses, (size_t)n, ZO_DTYPE_F32));
+        ZT_LIB(zo_stream_synchronize(t->s));
+        n *= t->o.world_size;
+        l = t->all_losses;
+    }
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += l[i];
+    *loss = (float)(sum / n);
+    return ZO_OK;
+}
+
 zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
 {
-    const int n = t->o.grad_accum;
+    const int n = t->o.grad_accum, W = t->comm ? t->o.world_size : 1;
+    const size_t mine = (size_t)t->o.rank * n * t->o.micro_batch * t->o.seq;
     if (t->retry)
         zo_stream_synchronize(
             t->s); /* let the abandoned step's queued work finish; its error is reported */
-    else
-        zt_data_next_train(t->data, t->in, t->tgt, n * t->o.micro_batch);
+    else           /* every rank reads the ranks' batch and trains on its own share */
+        zt_data_next_train(t->data, t->in, t->tgt, W * n * t->o.micro_batch);
     t->retry = 1;
     ZT_LIB(zo_engine_set_lr(t->eng, (float)t->lr));
-    ZT_TRY(zt_model_set_batch(t->m, t->in, t->tgt, n));
-    /* The mean over micro-batches, times the loss scale (fp16). */
-    float grad_scale = (float)(zo_engine_loss_scale(t->eng) / n);
+    ZT_TRY(zt_model_set_batch(t->m, t->in + (W > 1 ? mine : 0), t->tgt + (W > 1 ? mine : 0), n));
+    /* The mean over the ranks' micro-batches, times the loss scale (fp16). */
+    float grad_scale = (float)(zo_engine_loss_scale(t->eng) / ((double)n * W));
     /* layer-major: each group through a layer before the next (a group of 1:
      * micro-batch-major); the engine sums the group's gradients on the device */
     zt_model_config mc = model_config(&t->o);
@@ -668,11 +713,7 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
     t->last_lr = t->lr;
     if (!stats->overflow && t->o.sched.type != ZO_SCHEDULER_NONE)
         t->lr = zt_schedule_lr_at(&t->o.sched, t->o.lr, ++t->sched_it);
-    double sum = 0;
-    for (int i = 0; i < n; i++)
-        sum += t->losses[i];
-    *loss = (float)(sum / n);
-    return ZO_OK;
+    return mean_loss(t, loss);
 }
 
 zo_status zt_trainer_validate(zt_trainer *t, double *loss, uint64_t *n_tokens)

@@ -65,6 +65,13 @@ typedef struct zt_options {
     zo_trace_fn trace; /* optional: the engine's spans, and the compute stream's layers */
     void *trace_ctx;
     zo_dtype state_dtype; /* Adam's m and v: ZO_DTYPE_F32 (0, the default), BF16 or I8 */
+    /* ZeRO across ranks (world_size > 1, zt_ranks_discover): each step the ranks take
+     * world_size * grad_accum micro-batches of the data, rank r the r-th grad_accum of them
+     * (what one rank with grad_accum * world_size would take r-th), so the losses and weights
+     * equal that one rank's bitwise for grad_accum 1; each rank's NVMe files go to
+     * DIR/rank-R. */
+    int zero_stage;       /* 1 or 2 (engine.h); ignored with one rank */
+    int rank, world_size; /* 0 of 1 unless launched across ranks */
 } zt_options;
 
 /* Defaults: tiny preset values are filled by the caller (zt_preset). */
@@ -106,7 +113,8 @@ const zt_setup *zt_trainer_setup(const zt_trainer *t);
 zo_engine_t zt_trainer_engine(zt_trainer *t);
 
 /* One optimizer step over grad_accum micro-batches at the schedule's
- * learning rate: *loss is the mean of their losses (before the update),
+ * learning rate: *loss is the mean of their losses (before the update; across
+ * ranks, the mean over every rank's micro-batches, in rank order),
  * *stats the engine's statistics. When a
  * step fails (an NVMe error, say) the engine keeps the previous weights and
  * the next call retries the same step on the same batch, so a run with a

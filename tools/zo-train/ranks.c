@@ -1,0 +1,177 @@
+/* zo-train across ranks: rank discovery, rank-tagged stderr, the
+ * communicator and the options' check across the ranks (ranks.h). */
+#include "ranks.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "zo/launch.h"
+#include "zt_error.h"
+
+zo_status zt_ranks_discover(zt_options *o)
+{
+    zo_rank_info ri = ZO_RANK_INFO_INIT;
+    zo_status st = zo_launch_discover(NULL, &ri);
+    if (st < 0)
+        return zt_lib_fail(st, "zo_launch_discover");
+    o->rank = ri.rank;
+    o->world_size = ri.world_size;
+    return ZO_OK;
+}
+
+/* ---- stderr tagged with the rank ---- */
+
+typedef struct tagger {
+    int in, out; /* the pipe's read end, the real stderr */
+    char tag[32];
+} tagger;
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w <= 0)
+            return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Copies the pipe to the real stderr, the tag at the start of every line. */
+static void *tag_lines(void *arg)
+{
+    tagger *t = arg;
+    char buf[4096];
+    int at_start = 1;
+    ssize_t n;
+    while ((n = read(t->in, buf, sizeof buf)) > 0) {
+        size_t from = 0;
+        for (size_t i = 0; i < (size_t)n; i++) {
+            if (at_start) {
+                write_all(t->out, buf + from, i - from);
+                write_all(t->out, t->tag, strlen(t->tag));
+                from = i;
+                at_start = 0;
+            }
+            if (buf[i] == '\n' || buf[i] == '\r')
+                at_start = 1;
+        }
+        write_all(t->out, buf + from, (size_t)n - from);
+    }
+    return NULL;
+}
+
+static tagger tags; /* lives as long as the process: stderr is written to the end */
+static pthread_t tag_thread;
+
+/* At exit: stderr back on its own file, which closes the pipe; what is
+ * still in it is tagged and written before the process ends. */
+static void drain_tags(void)
+{
+    fflush(stderr);
+    dup2(tags.out, STDERR_FILENO);
+    pthread_join(tag_thread, NULL);
+}
+
+zo_status zt_ranks_tag_stderr(int rank)
+{
+    tagger *t = &tags;
+    int fds[2];
+    fflush(stderr);
+    t->out = dup(STDERR_FILENO);
+    if (t->out < 0 || pipe(fds) != 0)
+        return zt_fail(ZO_ERR_SYSTEM, "tagging stderr with the rank: no pipe");
+    t->in = fds[0];
+    snprintf(t->tag, sizeof t->tag, "[rank %d] ", rank);
+    if (dup2(fds[1], STDERR_FILENO) < 0)
+        return zt_fail(ZO_ERR_SYSTEM, "tagging stderr with the rank: dup2");
+    close(fds[1]);
+    setvbuf(stderr, NULL, _IOLBF, 0);
+    if (pthread_create(&tag_thread, NULL, tag_lines, t) != 0)
+        return zt_fail(ZO_ERR_SYSTEM, "tagging stderr with the rank: no thread");
+    atexit(drain_tags);
+    return ZO_OK;
+}
+
+/* ---- the communicator and the options' check ---- */
+
+enum { N_KEYS = 24, VALUE_BYTES = 96 };
+
+typedef struct keyset {
+    const char *keys[N_KEYS];
+    char values[N_KEYS][VALUE_BYTES];
+    size_t n;
+} keyset;
+
+static void put(keyset *k, const char *flag, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void put(keyset *k, const char *flag, const char *fmt, ...)
+{
+    if (k->n == N_KEYS)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(k->values[k->n], VALUE_BYTES, fmt, ap);
+    va_end(ap);
+    k->keys[k->n++] = flag;
+}
+
+/* The options that must agree across ranks, under their flags' names (what
+ * a rank may set its own way, such as --nvme-path, is not among them). */
+static void option_keys(const zt_options *o, keyset *k)
+{
+    const zt_shape *s = &o->shape;
+    put(k, "--zero-stage", "%d", o->zero_stage);
+    put(k, "--steps", "%d", o->steps);
+    put(k, "--seq", "%d", o->seq);
+    put(k, "--micro-batch", "%d", o->micro_batch);
+    put(k, "--grad-accum", "%d", o->grad_accum);
+    put(k, "--lr", "%a", (double)o->lr);
+    put(k, "--weight-decay", "%a", (double)o->weight_decay);
+    put(k, "--max-grad-norm", "%a", (double)o->max_grad_norm);
+    put(k, "--seed", "%llu", (unsigned long long)o->seed);
+    put(k, "--dtype", "%d", (int)o->dtype);
+    put(k, "--state-dtype", "%d", (int)o->state_dtype);
+    put(k, "--optimizer-mode", "%d", (int)o->mode);
+    put(k, "--offload-param", "%d", o->param_home);
+    put(k, "--offload-optimizer", "%d", o->optim_home);
+    put(k, "--chunk-bytes", "%llu", (unsigned long long)o->chunk_bytes);
+    put(k, "--micro-group", "%d", o->micro_group);
+    put(k, "--data", "%s", o->data_path ? o->data_path : "");
+    put(k, "--vocab", "%d", s->vocab);
+    put(k, "--dim", "%d", s->dim);
+    put(k, "--layers", "%d", s->n_layers);
+    put(k, "--heads", "%d", s->n_heads);
+    put(k, "--ffn", "%d", s->ffn_dim);
+    put(k, "model n_kv_heads", "%d", s->n_kv_heads);
+    put(k, "model head_dim", "%d", s->head_dim);
+}
+
+zo_status zt_ranks_open(zo_comm_t *out, zo_device_t dev, const zt_options *o)
+{
+    zo_comm_config cc = ZO_COMM_CONFIG_INIT;
+    cc.backend = "mpi";
+    cc.device = dev;
+    cc.launch.rank = o->rank;
+    cc.launch.world_size = o->world_size;
+    zo_status st = zo_comm_init(out, &cc);
+    if (st < 0)
+        return zt_fail(st,
+                       "joining %d ranks: %s (the engine reduces host buffers over the mpi "
+                       "backend: run under mpirun)",
+                       o->world_size, zo_last_error());
+    keyset k = {0};
+    option_keys(o, &k);
+    const char *values[N_KEYS];
+    for (size_t i = 0; i < k.n; i++)
+        values[i] = k.values[i];
+    st = zo_comm_check_config(*out, k.keys, values, k.n);
+    if (st < 0)
+        return zt_fail(st, "the ranks disagree: %s", zo_last_error());
+    return ZO_OK;
+}
