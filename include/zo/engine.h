@@ -149,7 +149,7 @@ typedef struct zo_engine_config {
                              ZO_ADAM_Q8_BLOCK elements, zo/optim.h); the master stays fp32 */
     int zero_stage;       /* world_size > 1: 1 or 2 (ZeRO, below); 0 with world_size 1 */
     zo_comm_t comm;       /* world_size > 1: the ranks' communicator, of world_size ranks with rank
-                             its own (not needed for plans: zo_engine_plan, zo_engine_footprint_for) */
+                             its own; checked at zo_engine_finalize (plans go without it) */
 } zo_engine_config;
 
 /* ZeRO (world_size > 1, sync mode; the ranks run the same steps, each on its
@@ -168,7 +168,10 @@ typedef struct zo_engine_config {
  *            gradients of its chunks only (host += 4*C/2 per owned chunk); the
  *            owners' per-chunk fp64 norm partials and overflow flags are
  *            all-gathered and summed in chunk order on every rank.
- * Both add one chunk of fp32 scratch (host += 4*C/2). The owner updates its
+ * With grad_accum_steps k > 1 each rank sums its k micro-batches first and
+ * the ranks' sums are then added in rank order, the same order in every
+ * placement: equal to one rank with k*N micro-batches within rounding, not
+ * bitwise. Both add one chunk's states of scratch (host += Z). The owner updates its
  * chunks and broadcasts their new 16-bit parameters; every rank then
  * publishes them as one rank would. Needs param_home host or device (the
  * 16-bit parameters are received into their host or device copies) and the
@@ -201,7 +204,10 @@ typedef struct zo_engine_config {
  *            T = min(S, D), D = lookahead + 2 (the fetch served, the lookahead's, one more)
  *   host   = [optim_home host] Z*N + [overlap, optim_home host/device] Z*N (backups)
  *            + [grad_accum_steps > 1, not grouped] 2*C*N*G (fp32 accumulators)
- *   (grouped: micro_group > 1 and grad_accum_steps > 1)
+ *            + [world_size > 1] 2*C*R + Z (reduced fp32 gradients, R = N at stage 1, the
+ *              rank's own chunks at stage 2; the scratch)
+ *   (grouped: micro_group > 1 and grad_accum_steps > 1; with world_size > 1 every N
+ *   counting optimizer states counts the rank's own chunks only)
  *   nvme   = [optim_home nvme] 2*N*E + [param_home nvme] 2*N*P (payload of two extents
  *            per chunk, current and alternate; the files add a 4 KiB header per extent)
  *            E = zo_engine_nvme_state_bytes(the fullest chunk's elements): the states'
