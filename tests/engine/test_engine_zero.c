@@ -3,7 +3,8 @@
  * with no accumulation, equal bitwise one rank with grad_accum_steps N over
  * the same micro-batches (global losses, each owner's master weights), with
  * the optimizer states on the host, on NVMe and on the device, with gradient
- * clipping and an overflow injected on the last rank; each rank's footprint
+ * clipping and an overflow injected on the last rank; ranks accumulating two
+ * micro-batches each agree with one rank within rounding; each rank's footprint
  * holds the states of its own chunks only; what ZeRO does not run yet is
  * refused naming what works. */
 #include <stdio.h>
@@ -26,6 +27,7 @@ typedef struct zcfg {
     int stage;       /* 0: the one-rank reference (grad_accum_steps n_ranks) */
     float max_norm;  /* > 0: clipping */
     int poison_step; /* >= 0: an infinity in the last micro-batch's gradient at this step */
+    int accum;       /* micro-batches per rank and step (the reference: accum x ranks) */
 } zcfg;
 
 typedef struct zrun {
@@ -59,8 +61,9 @@ static zo_status build(zrun *r, const zcfg *z, zo_engine_config *c)
         c->world_size = n_ranks;
         c->zero_stage = z->stage;
         c->comm = world;
+        c->grad_accum_steps = z->accum;
     } else {
-        c->grad_accum_steps = n_ranks;
+        c->grad_accum_steps = n_ranks * z->accum;
     }
     ZO_TRY(zo_engine_init(&r->eng, c));
     float *init[TM_T];
@@ -134,9 +137,9 @@ static void train(const zcfg *z, zrun *r)
     ZO_ASSERT_OK(zo_engine_footprint_get(r->eng, &r->fp));
     for (int s = 0; s < STEPS; s++) {
         r->a->loss = 0.0;
-        int first = z->stage ? me : 0, n = z->stage ? 1 : n_ranks;
+        int first = z->stage ? me * z->accum : 0, n = z->stage ? z->accum : n_ranks * z->accum;
         for (int m = first; m < first + n; m++)
-            ZO_ASSERT_OK(micro_batch(r, s, m, s == z->poison_step && m == n_ranks - 1));
+            ZO_ASSERT_OK(micro_batch(r, s, m, s == z->poison_step && m == n_ranks * z->accum - 1));
         r->last = (zo_step_stats)ZO_STEP_STATS_INIT;
         ZO_ASSERT_OK(zo_engine_end_step(r->eng, &r->last));
         ZO_ASSERT_OK(zo_stream_synchronize(r->compute));
@@ -184,7 +187,7 @@ static void expect_own_states(const zrun *r, int stage, zo_tier optim_home)
 /* N ranks against the one-rank reference, every rank checking the tensors it owns. */
 static void expect_exact(zo_tier ph, zo_tier oh, int stage, float max_norm, int poison_step)
 {
-    zcfg z = {ph, oh, stage, max_norm, poison_step};
+    zcfg z = {ph, oh, stage, max_norm, poison_step, 1};
     zcfg ref = z;
     ref.stage = 0;
     zrun a, b;
@@ -263,6 +266,37 @@ static void stage2_clipping_and_overflow(void **state)
     expect_exact(ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.05f, 2);
 }
 
+/* Two micro-batches on each rank: each rank's sum first, then the ranks' in
+ * rank order, against one rank summing all 2N in order: equal within
+ * rounding (the same order for every placement and stage). */
+static void accumulating_ranks_agree_within_rounding(void **state)
+{
+    (void)state;
+    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1, 2}, ref = z;
+    ref.stage = 0;
+    zrun a, b;
+    train(&z, &a);
+    train(&ref, &b);
+    for (int s = 0; s < STEPS; s++)
+        if (fabs(a.losses[s] - b.losses[s]) > 1e-6 * fabs(b.losses[s]))
+            fail_msg("loss of step %d: %.17g, one rank %.17g", s, a.losses[s], b.losses[s]);
+    for (int k = 0; k < TM_T; k++) {
+        if (zo_engine_tensor_owner(a.eng, a.ids[k]) != me)
+            continue;
+        size_t n = tm_numel(k);
+        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+        ZO_ASSERT_OK(zo_engine_read_master(a.eng, a.ids[k], x));
+        ZO_ASSERT_OK(zo_engine_read_master(b.eng, b.ids[k], y));
+        for (size_t i = 0; i < n; i++)
+            if (fabsf(x[i] - y[i]) > 1e-4f)
+                fail_msg("tensor %d element %zu: %.9g, one rank %.9g", k, i, x[i], y[i]);
+        free(x);
+        free(y);
+    }
+    close_run(&a);
+    close_run(&b);
+}
+
 static void refused(zo_optim_mode mode, int stage, zo_tier ph, zo_status want, const char *names)
 {
     zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
@@ -314,6 +348,7 @@ int main(void)
         cmocka_unit_test(stage2_nvme),
         cmocka_unit_test(stage2_device),
         cmocka_unit_test(stage2_clipping_and_overflow),
+        cmocka_unit_test(accumulating_ranks_agree_within_rounding),
         cmocka_unit_test(what_is_not_run_is_refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
