@@ -87,6 +87,14 @@ for stage in (1, 2):
         exact(2, stage, optim)
 exact(4, 2, "nvme")
 
+# DeepSpeed's zero_optimization.stage becomes the stage across ranks
+with tempfile.TemporaryDirectory() as d:
+    with open(d + "/ds.json", "w") as f:
+        json.dump({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}}, f)
+    ds = train(2, ["--config", d + "/ds.json"], d + "/swap")
+    check(ds is not None and ds["config"]["zero_stage"] == 1,
+          "zero_optimization.stage 1: the run says %r" % (ds and ds["config"]))
+
 with tempfile.TemporaryDirectory() as d:
     base = [EXE] + TINY + ["--nvme-path", d]
     refused(MPI + ["-np", "1"] + base + ["--lr", "1e-3", ":", "-np", "1"] + base + ["--lr", "2e-3"],
