@@ -217,8 +217,9 @@ typedef struct zo_engine_config {
  *       but for fp32 (zo_adam_moment_bytes: 2*C fp32, C bf16, about C/2 int8): 6*C fp32,
  *       4*C bf16, about 3*C int8; Z' = Z rounded up to 4 KiB
  *   (with state_dtype other than fp32, E is zo_engine_nvme_state_bytes_as)
- * Chunks whose 16-bit parameters are homed on NVMe keep no whole-model gradient
- * mirror either: their N*C*G pinned term becomes a ring of min(N, D) pinned
+ * Chunks whose 16-bit parameters or optimizer states are homed on NVMe keep
+ * no whole-model gradient mirror either (their update goes through the NVMe
+ * stages anyway): their N*C*G pinned term becomes a ring of min(N, D) pinned
  * chunk buffers the gradients come down into (pinned staging sized by the
  * queue depth and the lookahead, not by the model). With grad_accum_steps 1
  * the update needs them after the global norm, so each such chunk's G

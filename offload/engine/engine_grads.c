@@ -1,8 +1,8 @@
 /* The host side of the 16-bit gradients: where each chunk's gradients land
- * after their D2H and wait for the update. A chunk whose 16-bit parameters
- * are homed on the host or the device has a pinned mirror of them (two by
- * step parity in dpu mode), the D2H's target. A chunk homed on NVMe has no
- * whole-model mirror: its gradients come down into a ring of pinned chunk
+ * after their D2H and wait for the update. A chunk whose parameters and
+ * states are both off NVMe has a pinned mirror of them (two by step parity
+ * in dpu mode), the D2H's target. A chunk with its parameters or its states
+ * on NVMe has no whole-model mirror: its gradients come down into a ring of pinned chunk
  * buffers sized by the staging depth (eng_staging_depth), the host job reads
  * them there (accumulation, norms, the speculative update), and then, when
  * the update needs them in 16 bits (one micro-batch per step), they are kept
@@ -37,9 +37,13 @@ static int group_stages(const zo_engine_config *c)
     return c->micro_group >= c->grad_accum_steps && c->mode != ZO_OPTIM_DPU;
 }
 
+/* A chunk whose parameters or states are on NVMe: its update goes through
+ * the NVMe stages, which read spilled gradients back (parameters on NVMe
+ * take states there too, eng_place_homes). */
 int eng_grads_staged(const eng_plan_in *in, uint32_t c)
 {
-    return eng_p16_home(in, c) == ZO_TIER_NVME && (!in->grouped || group_stages(in->cfg));
+    int nvme = eng_p16_home(in, c) == ZO_TIER_NVME || eng_states_home(in, c) == ZO_TIER_NVME;
+    return nvme && (!in->grouped || group_stages(in->cfg));
 }
 
 /* The update reads the staged gradients after their host job (16-bit with

@@ -180,7 +180,8 @@ uint64_t eng_p16_extent(uint64_t max_chunk_elems);
 
 /* engine_grads.c: the 16-bit gradients' host side in a plan. */
 /* Chunk c's gradients come down through the pinned ring (its 16-bit
- * parameters are homed on NVMe: no whole-model mirror there), unless grouped. */
+ * parameters or its states are homed on NVMe: no whole-model mirror
+ * there), unless grouped with more than one group per step or in dpu mode. */
 int eng_grads_staged(const eng_plan_in *in, uint32_t c);
 /* Add the gradients' pinned, host and NVMe bytes to fp, which holds the
  * rest of the plan's: mirrors, the ring, and, within cfg->host_bytes, the

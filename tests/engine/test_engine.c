@@ -691,7 +691,10 @@ static void test_impossible_plans_are_refused_up_front(void **state)
     assert_int_equal(fp.n_chunks, 2 * TM_L);
     assert_int_equal(fp.max_chunks_per_layer, 2);
     assert_int_equal(fp.chunk_bytes, CHUNK);
-    assert_int_equal(fp.pinned, 2 * fp.n_chunks * CHUNK + fp.n_chunks * CHUNK + 3 * 6 * CHUNK);
+    /* two 16-bit copies, the gradient ring (lookahead 2 + 2), the stages and their room for
+     * gradients read back: states on NVMe keep no whole-model gradient mirror */
+    assert_int_equal(fp.pinned, 2 * fp.n_chunks * CHUNK + 4 * CHUNK + 3 * 6 * CHUNK + 3 * CHUNK);
+    assert_int_equal(fp.grad_host, fp.n_chunks * CHUNK);
     assert_int_equal(fp.nvme, 2ull * fp.n_chunks * 6 * CHUNK);
     c.pinned_bytes = fp.pinned - 1;
     expect_refusal(&c, ZO_ERR_BUDGET, "pinned tier");
@@ -1663,18 +1666,20 @@ static void test_split_footprint(void **state)
     run(&c, &o);
     c.ocaps.host = 0;
     run(&c, &all);
-    assert_int_equal(o.fp.host, 4 * STATES_PER_CHUNK);
+    assert_int_equal(o.fp.host - o.fp.grad_host, 4 * STATES_PER_CHUNK);
+    assert_int_equal(o.fp.grad_host, 4ull * CHUNK); /* the NVMe-homed states' gradients */
     assert_int_equal(o.fp.nvme * 2, all.fp.nvme);
     assert_int_equal(o.fp.nvme, 2ull * 4 * zo_engine_nvme_state_bytes(TM_D * TM_D));
     /* host states need one host copy of their parameters, NVMe ones two */
-    assert_int_equal(all.fp.pinned - o.fp.pinned, 4ull * CHUNK);
+    assert_int_equal((all.fp.pinned - all.fp.grad_pinned) - (o.fp.pinned - o.fp.grad_pinned),
+                     4ull * CHUNK);
     c.mode = ZO_OPTIM_OVERLAP; /* and backups of the host ones */
     run_out_free(&o);
     run(&c, &o);
     c.ocaps.host = 4 * STATES_PER_CHUNK;
     run_out ovl;
     run(&c, &ovl);
-    assert_int_equal(ovl.fp.host, 2 * 4 * STATES_PER_CHUNK);
+    assert_int_equal(ovl.fp.host - ovl.fp.grad_host, 2 * 4 * STATES_PER_CHUNK);
     run_out_free(&o);
     run_out_free(&all);
     run_out_free(&ovl);
@@ -1823,7 +1828,8 @@ static void test_host_budget(void **state)
         c.steps = 4;
         run_out free_run, at_budget;
         run(&c, &free_run);
-        uint64_t need = free_run.fp.pinned + free_run.fp.host;
+        /* the least: gradients staged for NVMe states all spilled */
+        uint64_t need = free_run.fp.pinned + free_run.fp.host - free_run.fp.grad_host;
         c.host_bytes = need - 1;
         expect_refusal(&c, ZO_ERR_BUDGET, "host tier");
         harness h;
@@ -2221,6 +2227,78 @@ static void test_spilled_gradient_faults(void **state)
     }
 }
 
+/* With only the states on NVMe (parameters on the device or the host) the
+ * gradients are staged too: no whole-model mirror, the ring, kept within
+ * the host budget and spilled beyond it. Against states on the host (the
+ * pinned mirrors, no staging): bitwise in sync, overlap and dpu modes with
+ * one micro-batch, and with one group per step (fp32 sums) in sync and
+ * overlap modes, whether all are kept or all spilled. */
+static void test_states_on_nvme_stage_gradients(void **state)
+{
+    (void)state;
+    for (int ph = 0; ph < 2; ph++)
+        for (int m = 0; m < 5; m++) {
+            int grouped = m >= 3;
+            zo_optim_mode mode = m == 2 ? ZO_OPTIM_DPU : m % 2 ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC;
+            uint64_t G = (mode == ZO_OPTIM_DPU ? 2 : 1) * (grouped ? 2 : 1) * CHUNK;
+            run_cfg c = base_cfg(ph ? ZO_TIER_HOST : ZO_TIER_DEVICE, ZO_TIER_HOST, mode);
+            c.steps = 8;
+            if (grouped) {
+                c.accum = 4;
+                c.group = 4;
+            }
+            run_out ref, all, none;
+            run(&c, &ref);
+            assert_int_equal(ref.fp.grad_host, 0);
+            c.optim_home = ZO_TIER_NVME;
+            run(&c, &all);
+            assert_int_equal(all.fp.grad_pinned, (2 + 2) * (grouped ? 2 : 1) * CHUNK);
+            assert_int_equal(all.fp.grad_host, (uint64_t)N_CHUNKS * G);
+            assert_same_weights(&ref, &all, c.steps);
+            c.host_bytes = all.fp.pinned + all.fp.host - all.fp.grad_host;
+            run(&c, &none);
+            assert_int_equal(none.fp.grad_host, 0);
+            assert_true(none.fp.grad_nvme > 0);
+            assert_same_weights(&ref, &none, c.steps);
+            run_out_free(&ref);
+            run_out_free(&all);
+            run_out_free(&none);
+        }
+}
+
+/* A fault on the spill of gradients staged because the states are on NVMe
+ * (parameters resident on the device): the step fails cleanly and its
+ * retry trains as the run without faults. */
+static void test_states_on_nvme_spill_fault(void **state)
+{
+    (void)state;
+    run_cfg c = base_cfg(ZO_TIER_DEVICE, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    c.steps = 6;
+    run_out ref;
+    run(&c, &ref);
+    c.host_bytes = spill_budget(&ref.fp, N_CHUNKS / 2, 1);
+    harness h;
+    harness_open(&h, &c);
+    zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0};
+    ZO_ASSERT_OK(make_engine(&h, &never, 1));
+    zo_swap_t store = zo_engine_nvme_grad_store(h.eng);
+    assert_non_null(store);
+    double losses[6];
+    zo_step_stats st;
+    uint64_t per_step = 0;
+    for (int s = 0; s < c.steps; s++) {
+        if (s == 3)
+            fail_grad_step_at(&h, s, per_step);
+        zo_swap_stats a = ZO_SWAP_STATS_INIT, b = ZO_SWAP_STATS_INIT;
+        ZO_ASSERT_OK(zo_swap_get_stats(store, &a));
+        ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
+        ZO_ASSERT_OK(zo_swap_get_stats(store, &b));
+        per_step = b.requests - a.requests;
+        assert_true(per_step > 0);
+    }
+    close_and_compare(&h, losses, &ref, c.steps);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2256,6 +2334,8 @@ int main(void)
         cmocka_unit_test(test_spilled_gradients_train_bitwise),
         cmocka_unit_test(test_spilled_group_sums_train_bitwise),
         cmocka_unit_test(test_spilled_gradient_faults),
+        cmocka_unit_test(test_states_on_nvme_stage_gradients),
+        cmocka_unit_test(test_states_on_nvme_spill_fault),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -175,7 +175,10 @@ static void expect_own_states(const zrun *r, int stage, zo_tier optim_home)
     uint64_t kept = n_ranks == 1 ? 0 : stage == 1 ? n : owned;
     uint64_t zero = n_ranks == 1 ? 0 : kept * grads + Z;
     uint64_t states = optim_home == ZO_TIER_HOST ? owned * Z : 0;
-    assert_int_equal(r->fp.host, states + zero);
+    /* NVMe-homed states: their gradients wait in host memory (grad_host) */
+    assert_int_equal(r->fp.host - r->fp.grad_host, states + zero);
+    if (optim_home == ZO_TIER_HOST)
+        assert_int_equal(r->fp.grad_host, 0);
     assert_int_equal(r->last.peak_host, r->fp.host);
     if (optim_home == ZO_TIER_NVME)
         assert_int_equal(r->fp.nvme, 2ull * owned * zo_engine_nvme_state_bytes(CHUNK / 2));
