@@ -37,8 +37,6 @@
 
 /* NVMe state staging slots of the engine (ENG_NVME_STAGES) */
 #define ZP_NVME_STAGES 3u
-/* fetches the engine prefetches ahead (zo_engine_config.lookahead's default) */
-#define ZP_LOOKAHEAD 2u
 /* layers of gradients in flight to the host */
 #define ZP_GRAD_STAGES 2u
 
@@ -77,7 +75,6 @@ typedef struct extra {
     int64_t host;            /* the engine's waiting gradients, taken out (kept is added back) */
     uint64_t store;          /* the gradients that may wait in host memory or on NVMe */
     int spillable;           /* the store may go to NVMe beyond the host's room */
-    uint64_t staging;        /* modelled: the fp32 sums' ring in place of the whole-model sums */
     uint64_t p16_mirror;     /* modelled away: host copies of resident parameters, NVMe states */
     uint64_t p16_staging;    /* modelled: what stages their new values instead */
 } extra;
@@ -173,42 +170,19 @@ static void p16_mirror_terms(split_ctx *x, const zo_engine_footprint *fp, extra 
     e->pinned += (int64_t)e->p16_staging - (int64_t)e->p16_mirror;
 }
 
-/* Some chunk's parameters or states live on NVMe. */
-static int nvme_homes(const split_ctx *x)
-{
-    for (uint32_t k = 0; k < x->m.n_chunks; k++)
-        if (x->states_home[k] == ZO_TIER_NVME || x->p16_home[k] == ZO_TIER_NVME)
-            return 1;
-    return 0;
-}
-
 /* The step's gradients the update reads that may wait outside pinned memory:
- * the engine's 16-bit ones (one micro-batch per step, parameters on NVMe:
- * kept in host memory up to the budget, spilled beyond it; its grad_host
- * counts them all when the engine is given no host budget, as here), and,
- * modelled, where homes are NVMe, the fp32 group sums of one group per
- * step, which the engine keeps pinned today: a ring of lookahead + 2 chunks instead, the sums kept
- * or spilled the same way (not in dpu mode, whose next backward fills a
- * second set while the update reads the first). */
-static void grad_terms(const split_ctx *x, const cand *c, const zo_engine_footprint *fp,
-                       int has_nvme, extra *e)
+ * the engine's (parameters or states on NVMe, one micro-batch per step or
+ * the fp32 sums of one group per step outside dpu mode: kept in host memory
+ * up to the budget, spilled beyond it); its grad_host counts them all when
+ * the engine is given no host budget, as here. */
+static void grad_terms(const zo_engine_footprint *fp, int has_nvme, extra *e)
 {
-    const zp_job *job = x->job;
-    uint64_t C = fp->chunk_bytes;
-    uint64_t n_groups = (uint64_t)(job->grad_accum + c->group - 1) / (uint64_t)c->group;
-    if (fp->grad_host) {
-        e->store = fp->grad_host;
-        e->host -= (int64_t)fp->grad_host;
-        e->spillable = has_nvme;
-        e->grads = 1;
-    } else if (e->grouped && n_groups == 1 && c->mode != ZO_OPTIM_DPU && has_nvme &&
-               nvme_homes(x)) {
-        e->store = fp->grad_pinned;
-        e->staging = (ZP_LOOKAHEAD + 2) * 2 * C;
-        e->pinned += (int64_t)e->staging - (int64_t)fp->grad_pinned;
-        e->spillable = 1;
-        e->grads = 1;
-    }
+    if (!fp->grad_host)
+        return;
+    e->store = fp->grad_host;
+    e->host -= (int64_t)fp->grad_host;
+    e->spillable = has_nvme;
+    e->grads = 1;
 }
 
 /* What candidate c needs beyond the engine's footprint under cfg. */
@@ -220,7 +194,7 @@ static void extra_terms(split_ctx *x, const cand *c, const zo_engine_config *cfg
     place(x, cfg);
     e->grouped = c->group > 1 && job->grad_accum > 1;
     p16_mirror_terms(x, fp, e);
-    grad_terms(x, c, fp, has_nvme, e);
+    grad_terms(fp, has_nvme, e);
     /* the layer inputs as zo-train keeps them (model_shape.h) */
     zt_act_group g = {c->group, c->act == ZP_ACT_HOST ? ZT_ACT_HOST : ZT_ACT_DEVICE};
     zt_model_activation_parts_group(&x->mc, &g, &e->act);
@@ -309,7 +283,7 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e, uint64_t kept)
     p->pinned.params = fp->pinned - state_staging - fp->param_staging - grads - e->p16_mirror;
     p->pinned.staging = state_staging + e->p16_staging;
     p->pinned.twins = fp->param_staging;
-    p->pinned.grads = e->staging ? grads - fp->grad_pinned + e->staging : grads;
+    p->pinned.grads = grads;
     p->pinned.total = (uint64_t)((int64_t)fp->pinned + e->pinned) + e->act_host;
     p->host.states = (uint64_t)p->optim_homes[ZO_TIER_HOST] * 6 * C;
     p->host.backups = p->mode == ZO_OPTIM_OVERLAP ? p->host.states : 0;
