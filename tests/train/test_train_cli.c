@@ -97,6 +97,9 @@ static void test_help_lists_every_flag(void **state)
                            "--save-every",
                            "--resume",
                            "--init-weights",
+                           "--hf-model",
+                           "--hf-save-dtype",
+                           "--hf-shard-size",
                            "--help",
                            "tiny, small, 1b, 7b, 13b"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
@@ -811,6 +814,47 @@ static void test_progress_on_a_terminal(void **state)
     assert_non_null(strstr(buf, "\r\033[Kstep 3/3")); /* ...and one after the last */
 }
 
+/* --save writes DIR/hf-model; --hf-model trains from it; with --resume
+ * its shape and the checkpoint's weights continue the run bitwise. */
+static void test_hf_model_save_load_resume(void **state)
+{
+    char args[1024], *err;
+    snprintf(args, sizeof args, SMALL " --steps 2 --json --save %s/hf-a", g_dir);
+    json_decref(run_json(args, &err));
+    free(err);
+    snprintf(args, sizeof args, SMALL " --steps 2 --json --hf-model %s/hf-a/hf-model", g_dir);
+    outputs o = run(args);
+    assert_int_equal(o.status, 2); /* the shape is the directory's */
+    assert_non_null(strstr(o.err, "--hf-model sets the model's shape"));
+    outputs_free(&o);
+#define HF_RUN                                                                                     \
+    " --device cpu --seq 16 --micro-batch 2 --val-batches 2 --offload-optimizer nvme --json"
+    snprintf(args, sizeof args, HF_RUN " --steps 4 --hf-model %s/hf-a/hf-model --save %s/hf-b",
+             g_dir, g_dir);
+    json_t *full = run_json(args, &err);
+    free(err);
+    snprintf(args, sizeof args, HF_RUN " --steps 2 --hf-model %s/hf-a/hf-model --save %s/hf-c",
+             g_dir, g_dir);
+    json_decref(run_json(args, &err));
+    free(err);
+    snprintf(args, sizeof args,
+             HF_RUN " --steps 4 --hf-model %s/hf-a/hf-model --resume %s/hf-c --save %s/hf-c", g_dir,
+             g_dir, g_dir);
+    json_t *resumed = run_json(args, &err);
+    free(err);
+#undef HF_RUN
+    json_t *a = json_object_get(full, "losses"), *b = json_object_get(resumed, "losses");
+    assert_int_equal(json_array_size(a), 4);
+    size_t nb = json_array_size(b);
+    assert_true(nb >= 2);
+    for (int i = 0; i < 2; i++) {
+        double la = json_number_value(json_array_get(a, 2 + i));
+        assert_true(la > 0 && la == json_number_value(json_array_get(b, nb - 2 + i)));
+    }
+    json_decref(full);
+    json_decref(resumed);
+}
+
 static int setup(void **state)
 {
     snprintf(g_dir, sizeof g_dir, "%s/zt-cli-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -828,6 +872,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help_lists_every_flag),
+        cmocka_unit_test(test_hf_model_save_load_resume),
         cmocka_unit_test(test_json_summary),
         cmocka_unit_test(test_human_summary),
         cmocka_unit_test(test_bad_flags),

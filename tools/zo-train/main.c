@@ -155,8 +155,9 @@ static void usage(FILE *f)
         "  --hf-model DIR         the model of a Hugging Face directory: config.json (Llama,\n"
         "                         Mistral, Qwen2 layouts: GQA, head_dim, q/k/v biases, RoPE\n"
         "                         scaling; a tied head is trained untied) and its weights\n"
-        "                         (model.safetensors or shards with the index), instead of "
-        "--preset\n"
+        "                         (model.safetensors or shards with the index), instead of\n"
+        "                         --preset; with --resume, DIR's shape and the checkpoint's "
+        "weights\n"
         "output:\n"
         "  --log-every N          a progress line on stderr every N steps (default 10); on a\n"
         "                         terminal the line is updated in place every step\n"
@@ -608,9 +609,8 @@ static zo_status hf_shape(cli *c)
     if (flags || strcmp(c->preset, "tiny") != 0)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "--hf-model sets the model's shape: drop --preset and the shape flags");
-    if (c->init_weights || c->resume)
-        return zt_fail(ZO_ERR_INVALID_ARG,
-                       "--hf-model sets the weights: drop --init-weights and --resume");
+    if (c->init_weights)
+        return zt_fail(ZO_ERR_INVALID_ARG, "--hf-model sets the weights: drop --init-weights");
     c->preset = "hf-model";
     return zt_hf_read_shape(c->hf_model, c->o.seq, &c->o.shape, &c->hf_tied);
 }
@@ -1023,7 +1023,8 @@ static int close_feedback(feedback *fb, int rc)
 /* --init-weights or --resume, before the first step. */
 static int start_from_files(zt_trainer *t, cli *c)
 {
-    if (c->hf_model && zt_hf_load_weights(t, c->hf_model, c->hf_tied) < 0) {
+    /* with --resume the checkpoint's weights replace the directory's */
+    if (c->hf_model && !c->resume && zt_hf_load_weights(t, c->hf_model, c->hf_tied) < 0) {
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
         return 1;
     }
