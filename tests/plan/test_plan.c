@@ -85,7 +85,7 @@ static zp_job job_of(const job_cfg *c)
 {
     zp_job j = {
         c->shape,    c->seq, c->micro_batch, c->grad_accum, ZO_DTYPE_BF16, ZO_OPTIM_SYNC, 0, 0,
-        ZP_ACT_AUTO, 0};
+        ZP_ACT_AUTO, 0,      ZO_DTYPE_F32};
     return j;
 }
 
@@ -95,7 +95,7 @@ static zp_hardware cpu_machine(uint64_t device_bytes)
     return hw;
 }
 
-static const zp_speeds unit_speeds = {1e9, 1e9, 1e9, 1e9, 1e9, 1e11, 1e11, 0};
+static const zp_speeds unit_speeds = {1e9, 1e9, 1e9, 1e9, 1e9, 1e11, 1e11, 0, 0, 0};
 
 static zp_plan plan(const job_cfg *c, zp_strategy s, uint64_t device_bytes, const zp_speeds *sp)
 {
@@ -343,9 +343,9 @@ static zp_hardware gpu_machine(void)
 
 static uint64_t plan_all_work(const zt_shape *s, zp_plan plans[ZP_N_STRATEGIES])
 {
-    zp_job j = {*s, 4096, 1, 1, ZO_DTYPE_BF16, ZO_OPTIM_SYNC, 0, 0, ZP_ACT_AUTO, 0};
+    zp_job j = {*s, 4096, 1, 1, ZO_DTYPE_BF16, ZO_OPTIM_SYNC, 0, 0, ZP_ACT_AUTO, 0, ZO_DTYPE_F32};
     zp_hardware hw = gpu_machine();
-    zp_speeds sp = {25e9, 25e9, 6e9, 5e9, 2e9, 900e12, 600e12, 0};
+    zp_speeds sp = {25e9, 25e9, 6e9, 5e9, 2e9, 900e12, 600e12, 0, 0, 0};
     uint64_t work = 0;
     for (int k = 0; k < ZP_N_STRATEGIES; k++)
         if (zp_plan_strategy(&j, &hw, &sp, (zp_strategy)k, 1200e12, &plans[k], &work) < 0)

@@ -26,7 +26,7 @@
 #define MiB (1ull << 20)
 
 /* The speeds of issue 15's target command. */
-static const zp_speeds workstation = {25e9, 25e9, 6e9, 5e9, 2e9, 165e12, 0, 0};
+static const zp_speeds workstation = {25e9, 25e9, 6e9, 5e9, 2e9, 165e12, 0, 0, 0, 0};
 
 static zp_job job_13b(void)
 {
@@ -110,7 +110,7 @@ static zp_hardware cpu_dev(uint64_t device, uint64_t host, uint64_t nvme)
     return hw;
 }
 
-static const zp_speeds unit = {1e9, 1e9, 1e9, 1e9, 1e9, 1e11, 1e11, 0};
+static const zp_speeds unit = {1e9, 1e9, 1e9, 1e9, 1e9, 1e11, 1e11, 0, 0, 0};
 
 static void test_h2d_falls_with_the_group(void **state)
 {

@@ -297,26 +297,28 @@ static int optimizer_threads(void)
     return n;
 }
 
-static zo_status measure_adam(zp_speeds *sp, zp_speed_sources *src)
+/* Parameters per second of the pool's Adam step with moments in fmt: fp32
+ * master, bf16 gradients in, bf16 weights out, as the engine runs it. */
+static zo_status time_adam(zo_optim_pool_t pool, zo_dtype fmt, double *rate)
 {
-    const size_t n = ADAM_PARAMS;
-    zo_optim_pool_config pc = ZO_OPTIM_POOL_CONFIG_INIT;
-    pc.nthreads = optimizer_threads();
-    zo_optim_pool_t pool = NULL;
-    float *w = calloc(n * 3, sizeof *w);
+    const size_t n = ADAM_PARAMS, mb = zo_adam_moment_bytes(fmt, n);
+    float *w = calloc(n, sizeof *w);
     uint16_t *g = calloc(n * 2, sizeof *g);
-    zo_status st = w && g ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "the Adam benchmark's buffers");
-    if (st >= 0 && (st = zo_optim_pool_init(&pool, &pc)) < 0)
-        st = zt_lib_fail(st, "zo_optim_pool_init");
+    char *mv = calloc(2, mb);
+    zo_status st = w && g && mv ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "the Adam benchmark's buffers");
     zo_adam_params p = ZO_ADAM_PARAMS_INIT;
-    /* fp32 master, m, v; bf16 gradients in, bf16 weights out: the engine's step */
     zo_adam_buffers b = ZO_ADAM_BUFFERS_INIT;
     b.n = n;
     b.grad = g;
     b.grad_type = ZO_DTYPE_BF16;
     b.master = w;
-    b.m = w + n;
-    b.v = w + 2 * n;
+    b.m = mv;
+    b.v = mv ? mv + mb : NULL;
+    b.state_type = fmt;
+    if (fmt == ZO_DTYPE_I8 && mv) {
+        b.m_absmax = zo_adam_q8_scales(b.m, n);
+        b.v_absmax = zo_adam_q8_scales(b.v, n);
+    }
     b.out = g + n;
     b.out_type = ZO_DTYPE_BF16;
     double best = 1e30;
@@ -327,11 +329,32 @@ static zo_status measure_adam(zp_speeds *sp, zp_speed_sources *src)
         if (rep > 0 && zo_now_s() - t0 < best)
             best = zo_now_s() - t0;
     }
-    zo_optim_pool_free(pool);
     free(w);
     free(g);
+    free(mv);
+    *rate = (double)n / best;
+    return st;
+}
+
+/* fp32's kernel, and the compact formats' so that zp_adam_rate uses their
+ * measured rates instead of the ratios. */
+static zo_status measure_adam(zp_speeds *sp, zp_speed_sources *src)
+{
+    zo_optim_pool_config pc = ZO_OPTIM_POOL_CONFIG_INIT;
+    pc.nthreads = optimizer_threads();
+    zo_optim_pool_t pool = NULL;
+    zo_status st = zo_optim_pool_init(&pool, &pc);
+    if (st < 0)
+        return zt_lib_fail(st, "zo_optim_pool_init");
+    double f32 = 0;
+    st = time_adam(pool, ZO_DTYPE_F32, &f32);
+    if (st >= 0)
+        st = time_adam(pool, ZO_DTYPE_BF16, &sp->adam_params_bf16);
+    if (st >= 0)
+        st = time_adam(pool, ZO_DTYPE_I8, &sp->adam_params_i8);
+    zo_optim_pool_free(pool);
     ZT_TRY(st);
-    record(sp, src, ZP_SPEED_ADAM, (double)n / best);
+    record(sp, src, ZP_SPEED_ADAM, f32);
     return ZO_OK;
 }
 

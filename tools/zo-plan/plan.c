@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "model_shape.h"
+#include "zo/optim.h"
 #include "zo/swap.h"
 #include "zo/units.h"
 #include "zt_error.h"
@@ -239,6 +240,7 @@ static zo_engine_config engine_config(const zp_job *job, const zp_hardware *hw, 
     c.pinned_bytes = hw->pinned_max;
     c.mode = job->mode;
     c.grad_accum_steps = job->grad_accum;
+    c.state_dtype = job->state_dtype;
     return c;
 }
 
@@ -286,7 +288,8 @@ static void device_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *h
 static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw, uint64_t fullest)
 {
     const zo_engine_footprint *fp = &p->fp;
-    uint64_t C = fp->chunk_bytes, N = fp->n_chunks, states = 6 * C * N;
+    uint64_t C = fp->chunk_bytes, N = fp->n_chunks,
+             states = zp_chunk_state_bytes(job->state_dtype, C) * N;
     int p_bufs = p->param_home == ZO_TIER_NVME                                  ? 0
                  : (p->optim_home == ZO_TIER_NVME || job->mode == ZO_OPTIM_DPU) ? 2
                                                                                 : 1;
@@ -306,9 +309,10 @@ static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw,
     p->nvme.payload = fp->nvme;
     int paths = hw->n_nvme_paths > 0 ? hw->n_nvme_paths : 1;
     /* the extents hold the fullest chunk, as the engine sizes them */
-    p->nvme.files = zo_swap_files_bytes(p->nvme.states, zo_engine_nvme_state_bytes(fullest / 2),
-                                        (size_t)paths) +
-                    zo_swap_files_bytes(p->nvme.params, p16_extent, (size_t)paths);
+    p->nvme.files =
+        zo_swap_files_bytes(p->nvme.states, zp_packed_state_bytes(job->state_dtype, fullest),
+                            (size_t)paths) +
+        zo_swap_files_bytes(p->nvme.params, p16_extent, (size_t)paths);
     p->peak_pinned = fp->pinned;
     p->peak_host = fp->host;
     p->peak_nvme = fp->nvme;
@@ -395,9 +399,29 @@ static double recompute_flops_per_token(const zt_shape *s, int seq)
 
 /* Bytes of one chunk's optimizer states as the engine moves them on NVMe,
  * from the 16-bit bytes it uses. */
-uint64_t zp_packed_state_bytes(uint64_t used_bytes16)
+uint64_t zp_packed_state_bytes(zo_dtype state_dtype, uint64_t used_bytes16)
 {
-    return zo_engine_nvme_state_bytes(used_bytes16 / 2);
+    return zo_engine_nvme_state_bytes_as(state_dtype, used_bytes16 / 2);
+}
+
+/* The engine's Z: fp32 master, then m and v, each compact moment rounded
+ * up to 64 bytes (zo/engine.h's footprint formula). */
+uint64_t zp_chunk_state_bytes(zo_dtype state_dtype, uint64_t chunk_bytes)
+{
+    size_t S = (size_t)(chunk_bytes / 2), m = zo_adam_moment_bytes(state_dtype, S);
+    if (state_dtype != ZO_DTYPE_F32)
+        m = (m + 63) / 64 * 64;
+    return 4 * (uint64_t)S + 2 * (uint64_t)m;
+}
+
+double zp_adam_rate(const zp_speeds *sp, zo_dtype state_dtype)
+{
+    if (state_dtype == ZO_DTYPE_BF16)
+        return sp->adam_params_bf16 > 0 ? sp->adam_params_bf16
+                                        : sp->adam_params * ZP_ADAM_BF16_RATIO;
+    if (state_dtype == ZO_DTYPE_I8)
+        return sp->adam_params_i8 > 0 ? sp->adam_params_i8 : sp->adam_params * ZP_ADAM_I8_RATIO;
+    return sp->adam_params;
 }
 
 zo_status zp_nvme_chunk_states(const zp_job *job, uint64_t **bytes, uint32_t *n_chunks)
@@ -414,7 +438,7 @@ zo_status zp_nvme_chunk_states(const zp_job *job, uint64_t **bytes, uint32_t *n_
     if (st >= 0 && !(*bytes = malloc((m.n_chunks ? m.n_chunks : 1) * sizeof **bytes)))
         st = zt_fail(ZO_ERR_NO_MEMORY, "the chunks' state sizes");
     for (uint32_t c = 0; st >= 0 && c < m.n_chunks; c++)
-        (*bytes)[c] = zp_packed_state_bytes(m.chunks[c].used_bytes);
+        (*bytes)[c] = zp_packed_state_bytes(job->state_dtype, m.chunks[c].used_bytes);
     if (st >= 0)
         *n_chunks = m.n_chunks;
     zp_layout_free(&m);
@@ -432,7 +456,7 @@ static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *
     uint64_t used = 0, states = 0;
     for (uint32_t c = 0; c < m.n_chunks; c++) {
         used += m.chunks[c].used_bytes;
-        states += zp_packed_state_bytes(m.chunks[c].used_bytes);
+        states += zp_packed_state_bytes(job->state_dtype, m.chunks[c].used_bytes);
     }
     uint64_t loads = 0, load_bytes = used;
     if (st >= 0 && p->param_home != ZO_TIER_DEVICE) {
@@ -489,7 +513,7 @@ static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, cons
     t[ZP_BN_H2D] = (double)p->h2d_bytes / sp->h2d;
     t[ZP_BN_D2H] = (double)p->d2h_bytes / sp->d2h;
     t[ZP_BN_NVME] = nvme_fetch + nvme_optim;
-    t[ZP_BN_OPTIM] = (double)p->fp.n_params / sp->adam_params;
+    t[ZP_BN_OPTIM] = (double)p->fp.n_params / zp_adam_rate(sp, job->state_dtype);
     /* the upload of device-resident parameters follows the update */
     double publish = p->param_home == ZO_TIER_DEVICE ? t[ZP_BN_H2D] : 0.0;
     double fetch_h2d = p->param_home == ZO_TIER_DEVICE ? 0.0 : t[ZP_BN_H2D];

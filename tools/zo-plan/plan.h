@@ -64,7 +64,8 @@ typedef struct zp_job {
     /* the per-chunk plan's choices (zp_plan_split); 0: it chooses */
     int micro_group; /* micro-batches per layer-major group, 1..grad_accum */
     zp_act_home act_home;
-    int mode_auto; /* 1: it chooses sync or overlap (both exact) instead of job->mode */
+    int mode_auto;        /* 1: it chooses sync or overlap (both exact) instead of job->mode */
+    zo_dtype state_dtype; /* Adam's m and v: ZO_DTYPE_F32 (0), BF16 or I8 (zo_engine_config's) */
 } zp_job;
 
 /* The machine: budgets of every tier. */
@@ -89,7 +90,25 @@ typedef struct zp_speeds {
      * (states read ahead, updated states written behind) at the job's
      * extent size; 0: derived from nvme_read and nvme_write */
     double nvme_update;
+    /* CPU Adam parameters per second with bf16 and 8-bit moments (--measure
+     * times their kernels; 0: adam_params times ZP_ADAM_BF16_RATIO or
+     * ZP_ADAM_I8_RATIO, zp_adam_rate) */
+    double adam_params_bf16, adam_params_i8;
 } zp_speeds;
+
+/* The compact kernels' rates against fp32's where they are not measured:
+ * zo-bench adam --states fp32|bf16|int8 on an AVX-512 workstation (bf16
+ * moves 8 bytes of states per parameter instead of 12 and stays
+ * memory-bound; int8 moves about 6 but its arithmetic quantization costs
+ * more than the bytes it saves). */
+#define ZP_ADAM_BF16_RATIO 1.3
+#define ZP_ADAM_I8_RATIO   0.75
+/* CPU Adam parameters per second for a state format. */
+double zp_adam_rate(const zp_speeds *sp, zo_dtype state_dtype);
+/* Bytes of one chunk's optimizer states (fp32 master, m and v in
+ * state_dtype) in host or device memory, as the engine lays them out
+ * (the Z of zo_engine_footprint_for): chunk_bytes of 16-bit parameters. */
+uint64_t zp_chunk_state_bytes(zo_dtype state_dtype, uint64_t chunk_bytes);
 
 typedef enum zp_bottleneck {
     ZP_BN_COMPUTE = 0,

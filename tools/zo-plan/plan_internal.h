@@ -34,7 +34,7 @@ zt_model_config zp_model_config(const zp_job *job);
 /* A chunk that holds a whole block, rounded to 4 KiB. */
 uint64_t zp_block_chunk_bytes(const zt_shape *s);
 /* Bytes of one chunk's optimizer states as the engine moves them on NVMe. */
-uint64_t zp_packed_state_bytes(uint64_t used_bytes16);
+uint64_t zp_packed_state_bytes(zo_dtype state_dtype, uint64_t used_bytes16);
 /* The optimizer update's NVMe reads and writes, overlapped as the pipeline runs them. */
 double zp_nvme_update_seconds(uint64_t rd_bytes, uint64_t wr_bytes, const zp_speeds *sp);
 /* The bottleneck, tokens/s, MFU and NVMe wear from p->seconds, p->step_seconds and the bytes. */

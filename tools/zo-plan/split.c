@@ -94,6 +94,7 @@ zo_engine_config zp_plan_engine_config(const zp_job *job, const zp_hardware *hw,
     c.mode = p->mode;
     c.grad_accum_steps = job->grad_accum;
     c.micro_group = p->micro_group;
+    c.state_dtype = job->state_dtype;
     return c;
 }
 
@@ -127,7 +128,8 @@ static void place(split_ctx *x, const zo_engine_config *c)
     uint64_t sused[2] = {0, 0}, pused[2] = {0, 0}, C = c->chunk_bytes;
     uint32_t n = x->m.n_chunks;
     for (uint32_t k = 0; k < n; k++)
-        x->states_home[k] = (uint8_t)fill(&c->optim_caps, c->optim_home, 6 * C, sused);
+        x->states_home[k] = (uint8_t)fill(&c->optim_caps, c->optim_home,
+                                          zp_chunk_state_bytes(c->state_dtype, C), sused);
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t k = 0; k < n; k++) {
             int forced = c->param_home == ZO_TIER_NVME && x->states_home[k] != ZO_TIER_NVME;
@@ -241,7 +243,8 @@ static zo_status fill_host(split_ctx *x, zo_engine_config *cfg, const cand *c, e
     zo_engine_footprint fp;
     int ok;
     uint32_t n = x->m.n_chunks;
-    cfg->optim_caps.host = (uint64_t)n * 6 * C;
+    const uint64_t Z = zp_chunk_state_bytes(cfg->state_dtype, C);
+    cfg->optim_caps.host = (uint64_t)n * Z;
     ZT_TRY(footprint(x, cfg, &fp, &ok, NULL, 0));
     extra_terms(x, c, cfg, &fp, 1, e);
     if (host_need(&fp, e, e->spillable ? 0 : e->store) <= H)
@@ -249,7 +252,7 @@ static zo_status fill_host(split_ctx *x, zo_engine_config *cfg, const cand *c, e
     uint32_t lo = 0, hi = n - 1;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo + 1) / 2;
-        cfg->optim_caps.host = (uint64_t)mid * 6 * C;
+        cfg->optim_caps.host = (uint64_t)mid * Z;
         ZT_TRY(footprint(x, cfg, &fp, &ok, NULL, 0));
         extra_terms(x, c, cfg, &fp, 1, e);
         if (host_need(&fp, e, e->spillable ? 0 : e->store) <= H)
@@ -257,7 +260,7 @@ static zo_status fill_host(split_ctx *x, zo_engine_config *cfg, const cand *c, e
         else
             hi = mid - 1;
     }
-    cfg->optim_caps.host = (uint64_t)lo * 6 * C;
+    cfg->optim_caps.host = (uint64_t)lo * Z;
     return ZO_OK;
 }
 
@@ -278,14 +281,15 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e, uint64_t kept)
     p->device.reserve = x->hw->reserve_bytes;
     p->device.total = fp->device + e->act.total + x->hw->reserve_bytes;
     int nvme_states = p->optim_homes[ZO_TIER_NVME] > 0, nvme_p16 = p->param_homes[ZO_TIER_NVME] > 0;
-    uint64_t state_staging = nvme_states ? ZP_NVME_STAGES * (6 * C + (nvme_p16 ? C : 0)) : 0;
+    uint64_t Z = zp_chunk_state_bytes(x->job->state_dtype, C), Zio = (Z + 4095) / 4096 * 4096;
+    uint64_t state_staging = nvme_states ? ZP_NVME_STAGES * (Zio + (nvme_p16 ? C : 0)) : 0;
     uint64_t grads = fp->grad_pinned + fp->grad_stage;
     p->pinned.params = fp->pinned - state_staging - fp->param_staging - grads - e->p16_mirror;
     p->pinned.staging = state_staging + e->p16_staging;
     p->pinned.twins = fp->param_staging;
     p->pinned.grads = grads;
     p->pinned.total = (uint64_t)((int64_t)fp->pinned + e->pinned) + e->act_host;
-    p->host.states = (uint64_t)p->optim_homes[ZO_TIER_HOST] * 6 * C;
+    p->host.states = (uint64_t)p->optim_homes[ZO_TIER_HOST] * Z;
     p->host.backups = p->mode == ZO_OPTIM_OVERLAP ? p->host.states : 0;
     p->host.accum = fp->host - p->host.states - p->host.backups - (e->grads ? e->store : 0) + kept;
     p->host.total = (uint64_t)((int64_t)fp->host + e->host + (int64_t)kept);
@@ -315,9 +319,11 @@ static void nvme_breakdown(split_ctx *x, zp_plan *p)
     uint64_t ext = p->micro_group > 1 && x->job->grad_accum > 1 ? 2 * C : C;
     uint64_t spill_extents = (p->grad_spill + ext - 1) / ext;
     p->nvme.payload = p->fp.nvme + spill_extents * ext;
-    p->nvme.files = zo_swap_files_bytes(p->nvme.states, zp_packed_state_bytes(fullest), paths) +
-                    zo_swap_files_bytes(p->nvme.params, p16_extent, paths) +
-                    zo_swap_files_bytes(spill_extents * ext, ext, paths);
+    p->nvme.files =
+        zo_swap_files_bytes(p->nvme.states, zp_packed_state_bytes(x->job->state_dtype, fullest),
+                            paths) +
+        zo_swap_files_bytes(p->nvme.params, p16_extent, paths) +
+        zo_swap_files_bytes(spill_extents * ext, ext, paths);
     p->peak_nvme = p->nvme.payload;
 }
 
@@ -359,7 +365,8 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
         uint64_t u = x->m.chunks[c].used_bytes;
         used += u;
         publish += x->resident[c] ? u : 0;
-        states += x->states_home[c] == ZO_TIER_NVME ? zp_packed_state_bytes(u) : 0;
+        states +=
+            x->states_home[c] == ZO_TIER_NVME ? zp_packed_state_bytes(job->state_dtype, u) : 0;
         paged += !x->resident[c];
         nvme_p16 += x->p16_home[c] == ZO_TIER_NVME;
     }
@@ -410,7 +417,7 @@ static void step_time(split_ctx *x, zp_plan *p, uint64_t publish_bytes)
                         (double)p->spill_bytes / sp->nvme_write;
     double nvme_optim = zp_nvme_update_seconds(upd_rd, upd_wr, sp);
     t[ZP_BN_NVME] = nvme_fetch + nvme_optim;
-    t[ZP_BN_OPTIM] = (double)p->fp.n_params / sp->adam_params;
+    t[ZP_BN_OPTIM] = (double)p->fp.n_params / zp_adam_rate(sp, job->state_dtype);
     double publish = (double)publish_bytes / sp->h2d;
     double fetch = t[ZP_BN_H2D] - publish;
     double optim_phase = fmax(t[ZP_BN_OPTIM], nvme_optim);
@@ -472,6 +479,7 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
     cfg.mode = c->mode;
     cfg.grad_accum_steps = job->grad_accum;
     cfg.micro_group = c->group;
+    cfg.state_dtype = job->state_dtype;
     ZT_TRY(zp_pack_model(&x->m, &cfg, zt_engine_layers(&job->shape)));
     /* the device: the arena, the reserve and the group's terms first */
     extra e;
@@ -493,7 +501,8 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
     if (p->optim_home == ZO_TIER_NVME)
         ZT_TRY(fill_host(x, &cfg, c, &e));
     if (p->optim_home == ZO_TIER_NVME && c->param_home != ZO_TIER_NVME &&
-        cfg.optim_caps.host >= (uint64_t)x->m.n_chunks * 6 * cfg.chunk_bytes) {
+        cfg.optim_caps.host >=
+            (uint64_t)x->m.n_chunks * zp_chunk_state_bytes(cfg.state_dtype, cfg.chunk_bytes)) {
         /* every chunk's states fit in RAM: they are simply homed there */
         cfg.optim_home = p->optim_home = ZO_TIER_HOST;
         cfg.optim_caps.host = 0;
