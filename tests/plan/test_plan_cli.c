@@ -464,7 +464,7 @@ static void test_bad_flags(void **state)
 {
     (void)state;
     const char *bad[][2] = {{"--gpu-mem lots", "--gpu-mem"},
-                            {"--state-dtype bf16", "fp32"},
+                            {"--state-dtype fp8", "fp32, bf16, int8 or auto"},
                             {"--dtype fp8", "bf16 or fp16"},
                             {"--optimizer-mode eager", "sync, overlap or dpu"},
                             {"--seq 0", "--seq"},
@@ -605,6 +605,78 @@ static void test_validate_grouped_plan(void **state)
     json_decref(j);
 }
 
+/* The state formats' comparison: the 13b workstation job is NVMe-bound in
+ * fp32, so auto picks a compact format, saying what it trades; with a GPU
+ * so slow that compute is the bottleneck, auto keeps fp32. Each format's
+ * NVMe bytes per step are at most fp32's. */
+static void test_state_dtype_auto(void **state)
+{
+    (void)state;
+    json_t *j = run_json(WORKSTATION_13B " --host-mem 64GiB --state-dtype auto --nvme-tbw 1200");
+    const char *chosen = json_string_value(json_object_get(j, "state_dtype"));
+    assert_non_null(chosen);
+    assert_true(strcmp(chosen, "bf16") == 0 || strcmp(chosen, "int8") == 0);
+    assert_true(json_is_true(json_object_get(j, "state_dtype_auto")));
+    assert_non_null(strstr(json_string_value(json_object_get(j, "state_dtype_reason")), "trades"));
+    json_t *f = json_object_get(j, "state_formats");
+    assert_int_equal(json_array_size(f), 3);
+    json_t *f32 = json_array_get(f, 0);
+    assert_string_equal(json_string_value(json_object_get(f32, "bottleneck")), "NVMe");
+    for (size_t i = 1; i < 3; i++) {
+        json_t *c = json_array_get(f, i);
+        assert_true(num(c, "nvme_state_bytes_per_step") < num(f32, "nvme_state_bytes_per_step"));
+        assert_true(num(c, "step_seconds") < num(f32, "step_seconds"));
+    }
+    json_decref(j);
+    j = run_json(WORKSTATION_13B " --host-mem 64GiB --state-dtype auto --gpu-tflops 5");
+    assert_string_equal(json_string_value(json_object_get(j, "state_dtype")), "fp32");
+    f32 = json_array_get(json_object_get(j, "state_formats"), 0);
+    assert_string_equal(json_string_value(json_object_get(f32, "bottleneck")), "GPU compute");
+    json_decref(j);
+}
+
+/* --state-dtype int8 --emit-config: the config names the format, and
+ * zo-train trains under it with the peaks the plan predicted for it. */
+static void test_emit_state_dtype(void **state)
+{
+    (void)state;
+    char path[300], args[700], cmd[1400], out_path[300];
+    snprintf(path, sizeof path, "%s/int8.json", g_dir);
+    snprintf(args, sizeof args,
+             TINY_CPU " --optimizer-mode sync --state-dtype int8 --nvme-path %s --emit-config %s",
+             g_dir, path);
+    json_t *j = run_json(args), *p, *rec = NULL;
+    assert_string_equal(json_string_value(json_object_get(j, "state_dtype")), "int8");
+    zo_train_config c = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(zo_train_config_load(path, 1, &c));
+    assert_int_equal(c.zoffload.optimizer_state_dtype, ZO_DTYPE_I8);
+    size_t i;
+    const char *best = json_string_value(json_object_get(j, "recommended"));
+    json_array_foreach(json_object_get(j, "strategies"), i,
+                       p) if (strcmp(json_string_value(json_object_get(p, "name")), best) == 0)
+        rec = p;
+    assert_non_null(rec);
+    snprintf(out_path, sizeof out_path, "%s/zo-train-int8.json", g_dir);
+    snprintf(
+        cmd, sizeof cmd,
+        "%s --config %s --device cpu --seq 64 --steps 1 --val-batches 1 --json >%s 2>/dev/null",
+        ZT_EXE, path, out_path);
+    assert_int_equal(system(cmd), 0);
+    char *text = plan_test_read(out_path);
+    json_error_t err;
+    json_t *t = json_loads(text, 0, &err);
+    if (!t)
+        fail_msg("zo-train --json: %s: %s", err.text, text);
+    free(text);
+    json_t *want = json_object_get(rec, "peak_bytes"), *got = json_object_get(t, "peak_bytes");
+    const char *keys[] = {"device", "pinned", "host", "nvme"};
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(json_integer_value(json_object_get(want, keys[k])),
+                         json_integer_value(json_object_get(got, keys[k])));
+    json_decref(t);
+    json_decref(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -624,6 +696,8 @@ int main(void)
         cmocka_unit_test(test_micro_group_and_act_home),
         cmocka_unit_test(test_emit_split_config),
         cmocka_unit_test(test_validate_grouped_plan),
+        cmocka_unit_test(test_state_dtype_auto),
+        cmocka_unit_test(test_emit_state_dtype),
     };
     return cmocka_run_group_tests(tests, plan_test_make_dir, plan_test_remove_dir);
 }
