@@ -160,6 +160,11 @@ static const float *local_grads(struct zo_engine *e, uint32_t c, int parity)
 static zo_status reduce_chunk(struct zo_engine *e, uint32_t c, int parity)
 {
     eng_chunk *k = &e->chunks[c];
+    zo_swap_io_t io = NULL;
+    if (e->stage[0]) /* gradients spilled to NVMe come back into the first stage's room */
+        ZO_TRY(eng_grads_read_back(e, c, parity, e->stage[0], &io));
+    if (io)
+        ZO_TRY(eng_timed_swap_wait(e, io));
     const float *src = local_grads(e, c, parity);
     if (e->cfg.zero_stage == 1)
         ZO_TRY(zo_comm_all_reduce(e->cfg.comm, e->zstream, src, k->zgrad, k->n_elems, ZO_DTYPE_F32,

@@ -24,10 +24,11 @@ static int me, n_ranks;
 
 typedef struct zcfg {
     zo_tier param_home, optim_home;
-    int stage;       /* 0: the one-rank reference (grad_accum_steps n_ranks) */
-    float max_norm;  /* > 0: clipping */
-    int poison_step; /* >= 0: an infinity in the last micro-batch's gradient at this step */
-    int accum;       /* micro-batches per rank and step (the reference: accum x ranks) */
+    int stage;           /* 0: the one-rank reference (grad_accum_steps n_ranks) */
+    float max_norm;      /* > 0: clipping */
+    int poison_step;     /* >= 0: an infinity in the last micro-batch's gradient at this step */
+    int accum;           /* micro-batches per rank and step (the reference: accum x ranks) */
+    uint64_t host_bytes; /* ranks only: the host budget (gradients beyond it spill to NVMe) */
 } zcfg;
 
 typedef struct zrun {
@@ -62,6 +63,7 @@ static zo_status build(zrun *r, const zcfg *z, zo_engine_config *c)
         c->zero_stage = z->stage;
         c->comm = world;
         c->grad_accum_steps = z->accum;
+        c->host_bytes = z->host_bytes;
     } else {
         c->grad_accum_steps = n_ranks * z->accum;
     }
@@ -181,16 +183,18 @@ static void expect_own_states(const zrun *r, int stage, zo_tier optim_home)
         assert_int_equal(r->fp.grad_host, 0);
     assert_int_equal(r->last.peak_host, r->fp.host);
     if (optim_home == ZO_TIER_NVME)
-        assert_int_equal(r->fp.nvme, 2ull * owned * zo_engine_nvme_state_bytes(CHUNK / 2));
+        assert_int_equal(r->fp.nvme - r->fp.grad_nvme,
+                         2ull * owned * zo_engine_nvme_state_bytes(CHUNK / 2));
     uint32_t optim[3];
     ZO_ASSERT_OK(zo_engine_homes(r->eng, NULL, optim));
     assert_int_equal(optim[0] + optim[1] + optim[2], owned);
 }
 
 /* N ranks against the one-rank reference, every rank checking the tensors it owns. */
-static void expect_exact(zo_tier ph, zo_tier oh, int stage, float max_norm, int poison_step)
+static void expect_exact_as(zcfg z)
 {
-    zcfg z = {ph, oh, stage, max_norm, poison_step, 1};
+    zo_tier ph = z.param_home, oh = z.optim_home;
+    int stage = z.stage;
     zcfg ref = z;
     ref.stage = 0;
     zrun a, b;
@@ -231,6 +235,12 @@ static void expect_exact(zo_tier ph, zo_tier oh, int stage, float max_norm, int 
     close_run(&b);
 }
 
+static void expect_exact(zo_tier ph, zo_tier oh, int stage, float max_norm, int poison_step)
+{
+    zcfg z = {ph, oh, stage, max_norm, poison_step, 1, 0};
+    expect_exact_as(z);
+}
+
 static void stage1_host(void **state)
 {
     (void)state;
@@ -269,13 +279,26 @@ static void stage2_clipping_and_overflow(void **state)
     expect_exact(ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.05f, 2);
 }
 
+/* A host budget that keeps none of the NVMe-homed chunks' gradients in host
+ * memory: they spill to NVMe and come back for the reduction. */
+static void stage2_spilled_gradients(void **state)
+{
+    (void)state;
+    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1, 1, 0};
+    zrun a;
+    train(&z, &a);
+    z.host_bytes = a.fp.pinned + a.fp.host - a.fp.grad_host;
+    close_run(&a);
+    expect_exact_as(z);
+}
+
 /* Two micro-batches on each rank: each rank's sum first, then the ranks' in
  * rank order, against one rank summing all 2N in order: equal within
  * rounding (the same order for every placement and stage). */
 static void accumulating_ranks_agree_within_rounding(void **state)
 {
     (void)state;
-    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1, 2}, ref = z;
+    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1, 2, 0}, ref = z;
     ref.stage = 0;
     zrun a, b;
     train(&z, &a);
@@ -351,6 +374,7 @@ int main(void)
         cmocka_unit_test(stage2_nvme),
         cmocka_unit_test(stage2_device),
         cmocka_unit_test(stage2_clipping_and_overflow),
+        cmocka_unit_test(stage2_spilled_gradients),
         cmocka_unit_test(accumulating_ranks_agree_within_rounding),
         cmocka_unit_test(what_is_not_run_is_refused),
     };
