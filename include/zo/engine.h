@@ -199,7 +199,8 @@ typedef struct zo_engine_config {
  *   pinned = N*C*P + [not grouped] N*C*G + [grouped] 2*N*C*G (fp32 group sums)
  *            + [optim_home nvme] 3*(Z' + [param_home nvme] C)
  *            + [param_home nvme] T*C (staging twins of the NVMe parameter loads)
- *            P = 0 (param_home nvme), 2 (optim_home nvme, or dpu), else 1 (host 16-bit copies)
+ *            P = 0 (param_home nvme), 2 (optim_home nvme with param_home host, or dpu), else 1
+ *            (host 16-bit copies; param_home device: one, reloaded only after an update)
  *            G = 2 for dpu, else 1 (host gradients, by step parity)
  *            T = min(S, D), D = lookahead + 2 (the fetch served, the lookahead's, one more)
  *   host   = [optim_home host] Z*N + [overlap, optim_home host/device] Z*N (backups)

@@ -61,7 +61,7 @@ zo_status eng_dpu_commit_pending(struct zo_engine *e)
     if (!e->dpu_skip)
         e->opt_step++;
     e->dpu_pending = 0;
-    return eng_publish(e);
+    return eng_publish(e, !e->dpu_skip);
 }
 
 static zo_status launch(struct zo_engine *e, const eng_verdict *v)

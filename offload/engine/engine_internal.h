@@ -316,7 +316,7 @@ void eng_trace_end_step(struct zo_engine *e);
 zo_status eng_make_resident(struct zo_engine *e, uint32_t c, int pos);
 void eng_prefetch(struct zo_engine *e);
 zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s);
-zo_status eng_publish(struct zo_engine *e);
+zo_status eng_publish(struct zo_engine *e, int updated);
 /* After a checkpoint wrote chunk c: the device sees the new 16-bit values. */
 zo_status eng_publish_chunk(struct zo_engine *e, uint32_t c);
 

@@ -68,7 +68,7 @@ zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbac
     eng_commit(e, !v->overflow);
     if (!v->overflow)
         e->opt_step++;
-    return eng_publish(e);
+    return eng_publish(e, !v->overflow);
 }
 
 /* ---- commit and rollback ---- */

@@ -199,9 +199,10 @@ zo_status eng_publish_chunk(struct zo_engine *e, uint32_t c)
     return ZO_OK;
 }
 
-zo_status eng_publish(struct zo_engine *e)
+zo_status eng_publish(struct zo_engine *e, int updated)
 {
     for (uint32_t c = 0; c < e->n_chunks; c++)
-        ZO_TRY(eng_publish_chunk(e, c));
+        if (updated || !e->chunks[c].pt->resident) /* a skipped update left the slot current */
+            ZO_TRY(eng_publish_chunk(e, c));
     return ZO_OK;
 }

@@ -82,6 +82,10 @@ int eng_p16_bufs(const eng_plan_in *in, uint32_t c)
 {
     if (!in->host_copies[eng_p16_home(in, c)])
         return 0;
+    /* device-resident: no fetch reads the copy, which reloads the slot only
+     * after an update (eng_publish), so the update writes it in place */
+    if (eng_p16_home(in, c) == ZO_TIER_DEVICE && !in->mode_p16_behind)
+        return 1;
     if (eng_states_home(in, c) == ENG_HOME_REMOTE) /* written by the owner's broadcast */
         return in->mode_p16_behind ? 2 : 1;
     return in->p16_behind[eng_states_home(in, c)] || in->mode_p16_behind ? 2 : 1;

@@ -2299,6 +2299,34 @@ static void test_states_on_nvme_spill_fault(void **state)
     close_and_compare(&h, losses, &ref, c.steps);
 }
 
+/* Device-resident parameters with states on NVMe keep one pinned 16-bit
+ * copy outside dpu mode (the update writes it in place; a skipped update
+ * does not reload the slot): bitwise as states on the host in sync and
+ * overlap modes, with overflows and with clipping. */
+static void test_resident_params_one_host_copy(void **state)
+{
+    (void)state;
+    for (int m = 0; m < 3; m++) {
+        run_cfg c = base_cfg(ZO_TIER_DEVICE, ZO_TIER_HOST, m ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC);
+        c.steps = 8;
+        c.dtype = ZO_DTYPE_F16;
+        c.poison_steps = (1u << 2) | (1u << 5);
+        c.max_norm = m == 2 ? 0.05f : 0.0f;
+        run_out ref, o;
+        run(&c, &ref);
+        c.optim_home = ZO_TIER_NVME;
+        run(&c, &o);
+        assert_same_weights(&ref, &o, c.steps);
+        for (int s = 0; s < c.steps; s++)
+            assert_true(ref.losses[s] == o.losses[s]);
+        /* one copy, the gradient ring and its read-back room, the stages */
+        assert_int_equal(o.fp.pinned,
+                         o.fp.n_chunks * CHUNK + 4 * CHUNK + 3 * CHUNK + 3 * 6 * CHUNK);
+        run_out_free(&ref);
+        run_out_free(&o);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2336,6 +2364,7 @@ int main(void)
         cmocka_unit_test(test_spilled_gradient_faults),
         cmocka_unit_test(test_states_on_nvme_stage_gradients),
         cmocka_unit_test(test_states_on_nvme_spill_fault),
+        cmocka_unit_test(test_resident_params_one_host_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

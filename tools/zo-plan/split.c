@@ -167,7 +167,7 @@ static void p16_mirror_terms(split_ctx *x, const zo_engine_footprint *fp, extra 
         n_mirrored += x->p16_home[k] == ZO_TIER_DEVICE && x->states_home[k] == ZO_TIER_NVME;
         n_p16_nvme += x->p16_home[k] == ZO_TIER_NVME;
     }
-    e->p16_mirror = n_mirrored * 2 * C;
+    e->p16_mirror = n_mirrored * C; /* the engine keeps one (two in dpu mode: modelled for one) */
     e->p16_staging = n_mirrored && !n_p16_nvme ? ZP_NVME_STAGES * C : 0;
     e->pinned += (int64_t)e->p16_staging - (int64_t)e->p16_mirror;
 }
