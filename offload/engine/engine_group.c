@@ -81,29 +81,7 @@ static zo_status send_sum(struct zo_engine *e, uint32_t c, zo_stream_t compute)
     ZO_TRY(zo_event_record(g->drained, e->d2h));
     g->busy = 0;
     k->grad_slot = -1;
-    eng_job tmpl = {0};
-    tmpl.chunk = (int)c;
-    tmpl.micro = k->n_ready;
-    tmpl.last = k->n_ready == e->cfg.grad_accum_steps;
-    tmpl.parity = parity;
-    tmpl.lr = e->step_lr;
-    tmpl.factor = zo_grad_scale_factor(0.0, (float)zo_engine_loss_scale(e), 0.0f);
-    tmpl.step = e->opt_step + 1;
-    eng_job *job = eng_job_new(&tmpl);
-    if (!job)
-        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a host job");
-    struct {
-        struct zo_engine *e;
-        eng_job *j;
-    } arg = {e, job};
-    /* the arrival is enqueued before the job is queued (see hand_over_chunk) */
-    zo_status st = zo_stream_enqueue(e->d2h, eng_arrival_fn, &arg, sizeof arg);
-    if (st < 0) {
-        free(job);
-        return st;
-    }
-    eng_job_push(e, job);
-    return ZO_OK;
+    return eng_queue_grads_job(e, c, parity);
 }
 
 zo_status eng_group_hand_over(struct zo_engine *e, uint32_t c, zo_stream_t compute)

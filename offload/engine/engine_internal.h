@@ -342,6 +342,8 @@ zo_status eng_thread_start(struct zo_engine *e);
 void eng_thread_stop(struct zo_engine *e);
 eng_job *eng_job_new(const eng_job *tmpl);
 void eng_job_push(struct zo_engine *e, eng_job *j);
+/* Queue the host job on chunk c's latest gradients behind the d2h stream's copy. */
+zo_status eng_queue_grads_job(struct zo_engine *e, uint32_t c, int parity);
 zo_status eng_wait_idle(struct zo_engine *e);
 void eng_wait_chunk_jobs(struct zo_engine *e, uint32_t c);
 zo_status eng_arrival_fn(void *arg);

@@ -309,3 +309,34 @@ void eng_wait_chunk_jobs(struct zo_engine *e, uint32_t c)
         pthread_cond_wait(&e->cv, &e->mu);
     pthread_mutex_unlock(&e->mu);
 }
+
+/* The host job on chunk c's gradients of its latest micro-batch (or group),
+ * queued behind the D2H already enqueued on the d2h stream: its arrival task
+ * is enqueued before the job is queued, so a job whose d2h stream is idle and
+ * which has not arrived was lost by a failed task. */
+zo_status eng_queue_grads_job(struct zo_engine *e, uint32_t c, int parity)
+{
+    const eng_chunk *k = &e->chunks[c];
+    eng_job tmpl = {0};
+    tmpl.chunk = (int)c;
+    tmpl.micro = k->n_ready;
+    tmpl.last = k->n_ready == e->cfg.grad_accum_steps;
+    tmpl.parity = parity;
+    tmpl.lr = e->step_lr;
+    tmpl.factor = zo_grad_scale_factor(0.0, (float)zo_engine_loss_scale(e), 0.0f);
+    tmpl.step = e->opt_step + 1;
+    eng_job *job = eng_job_new(&tmpl);
+    if (!job)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a host job");
+    struct {
+        struct zo_engine *e;
+        eng_job *j;
+    } arg = {e, job};
+    zo_status st = zo_stream_enqueue(e->d2h, eng_arrival_fn, &arg, sizeof arg);
+    if (st < 0) {
+        free(job);
+        return st;
+    }
+    eng_job_push(e, job);
+    return ZO_OK;
+}
