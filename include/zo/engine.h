@@ -157,11 +157,14 @@ typedef struct zo_engine_config {
  * contiguous range of them in chunk order (the n_chunks split as evenly as
  * counts go, the first ranks taking one more), so each rank's NVMe and host
  * traffic stays its own. A rank holds the optimizer states of its chunks only,
- * in its own tiers (the footprint counts them: Z times its chunks). At the end
- * of a step each chunk's gradient (the rank's fp32 sum of its micro-batches,
- * from its 16-bit gradients when it has one) is reduced over the ranks in rank
- * order, bitwise ((g0 + g1) + g2) + ..., the fp32 sum one rank with
- * grad_accum_steps = world_size forms of the same micro-batches:
+ * in its own tiers (the footprint counts them: Z times its chunks). As each
+ * chunk's final gradients of a step come down, its host job reduces them (the
+ * rank's fp32 sum of its micro-batches, from its 16-bit gradients when it has
+ * one) over the ranks in rank order, bitwise ((g0 + g1) + g2) + ..., the fp32
+ * sum one rank with grad_accum_steps = world_size forms of the same
+ * micro-batches; every chunk's 16-bit gradients therefore come down through
+ * the pinned ring (pinned += min(N, D)*C in place of N*C*G) and wait nowhere
+ * after it, owner or not:
  *   stage 1: an exact all-reduce: every rank holds every chunk's reduced fp32
  *            gradient (host += 4*C/2 bytes per chunk) and computes the norm;
  *   stage 2: an exact reduce onto the owner: a rank holds the reduced

@@ -1264,7 +1264,7 @@ static zo_status judge_gradients(struct zo_engine *e, eng_verdict *v)
                            k->layer);
     }
     if (eng_zero_on(&e->cfg)) /* every rank then holds the same partials */
-        ZO_TRY(eng_zero_reduce(e));
+        ZO_TRY(eng_zero_share_partials(e));
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         v->sum_sq += e->chunks[c].gstats.sum_sq; /* chunk order: deterministic */
         v->overflow |= e->chunks[c].gstats.nonfinite;

@@ -39,24 +39,27 @@ static int group_stages(const zo_engine_config *c)
 
 /* A chunk whose parameters or states are on NVMe: its update goes through
  * the NVMe stages, which read spilled gradients back (parameters on NVMe
- * take states there too, eng_place_homes). */
+ * take states there too, eng_place_homes). Under ZeRO every chunk: its host
+ * job reduces its final gradients over the ranks at once (engine_zero.c),
+ * so no rank needs a whole-model mirror, owner or not. */
 int eng_grads_staged(const eng_plan_in *in, uint32_t c)
 {
     int nvme = eng_p16_home(in, c) == ZO_TIER_NVME || eng_states_home(in, c) == ZO_TIER_NVME;
-    return nvme && (!in->grouped || group_stages(in->cfg));
+    return (nvme || eng_zero_on(in->cfg)) && (!in->grouped || group_stages(in->cfg));
 }
 
 /* The update reads the staged gradients after their host job (16-bit with
  * one micro-batch per step, the fp32 sums when grouped); else the host's
- * fp32 accumulators hold them. */
+ * fp32 accumulators hold them. Under ZeRO the update reads the reduced fp32
+ * gradients the host job left (zgrad): the staged ones wait nowhere. */
 static int plan_waits(const eng_plan_in *in)
 {
-    return in->grouped || in->cfg->grad_accum_steps == 1;
+    return !eng_zero_on(in->cfg) && (in->grouped || in->cfg->grad_accum_steps == 1);
 }
 
 static int waits(const struct zo_engine *e)
 {
-    return e->g_grouped || e->cfg.grad_accum_steps == 1;
+    return !eng_zero_on(&e->cfg) && (e->g_grouped || e->cfg.grad_accum_steps == 1);
 }
 
 /* Bytes per element of the gradients that come down: 16-bit, grouped fp32. */

@@ -304,6 +304,8 @@ struct zo_engine {
     float *zscratch;     /* one chunk's states: initial states of others' chunks, widened grads */
     float *zgrads;       /* the reduced gradients this rank keeps */
     zo_stream_t zstream; /* the stream carrying the collectives */
+    zo_comm_t zcomm;     /* the engine's own split of cfg.comm: its collectives never meet the
+                            caller's */
 
     /* timeline (zo_engine_set_trace) */
     zo_trace_fn trace_fn;
@@ -366,7 +368,11 @@ zo_status eng_spec_drain(struct zo_engine *e);
 void eng_restore_backups(struct zo_engine *e);
 
 /* engine_zero.c: ZeRO over the ranks of cfg.comm (engine.h) */
-int eng_zero_on(const zo_engine_config *c); /* world_size > 1 */
+/* world_size > 1 (inline: the tiers and the gradients' plan ask it too) */
+static inline int eng_zero_on(const zo_engine_config *c)
+{
+    return c->world_size > 1;
+}
 /* The rank owning chunk `chunk` of n_chunks (this rank without ZeRO). */
 int eng_zero_owner(const zo_engine_config *c, uint32_t n_chunks, uint32_t chunk);
 /* The plan's ZeRO settings; the communicator's agreement with them. */
@@ -376,9 +382,14 @@ zo_status eng_zero_check(const zo_engine_config *c);
 uint64_t eng_zero_host_bytes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chunk_elems);
 zo_status eng_zero_place(struct zo_engine *e);
 void eng_zero_release(struct zo_engine *e);
-/* The step's gradients reduced over the ranks, each chunk's norm partial
- * and overflow flag the same on every rank (before the verdict). */
-zo_status eng_zero_reduce(struct zo_engine *e);
+/* The host job on chunk c's final gradients of `parity`: reduced over the
+ * ranks at once (on the engine's own communicator, in the order every rank
+ * hands its chunks over), its norm partial from the reduced gradient where
+ * this rank keeps it; the rank's 16-bit copy is then free. */
+zo_status eng_zero_reduce_chunk(struct zo_engine *e, uint32_t c, int parity);
+/* Before the verdict: each chunk's norm partial and overflow flag the same
+ * on every rank (stage 2: from the owners). */
+zo_status eng_zero_share_partials(struct zo_engine *e);
 /* After the update: every chunk's new 16-bit parameters from its owner. */
 zo_status eng_zero_share_params(struct zo_engine *e);
 

@@ -129,6 +129,10 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
         ZO_TRY(accumulate(e, k, j));
     if (!j->last)
         return eng_grads_done(e, j);
+    if (eng_zero_on(&e->cfg)) { /* reduced to the owner now: the copy here is then free */
+        ZO_TRY(eng_zero_reduce_chunk(e, (uint32_t)j->chunk, j->parity));
+        return eng_grads_done(e, j);
+    }
     const void *g = accum ? (const void *)k->acc[j->parity] : k->g16[j->parity];
     zo_dtype t = accum ? ZO_DTYPE_F32 : e->cfg.param_dtype;
     ZO_TRY(zo_optim_pool_grad_stats(e->opool, g, t, k->n_elems, &k->gstats));

@@ -1,8 +1,9 @@
 /* ZeRO over the ranks of the configuration's communicator (engine.h: stages
  * 1 and 2, sync mode): which rank owns a chunk, the "remote" state table of
  * the chunks another rank owns (no storage: the rank never updates them),
- * the end-of-step reduction of every chunk's gradient in rank order, the
- * norm partials shared by the owners, and the owners' broadcast of the
+ * the reduction of each chunk's gradient in rank order as its host job takes
+ * it (so no rank keeps 16-bit gradients past it), the norm partials shared
+ * by the owners at the end of the step, and the owners' broadcast of the
  * updated 16-bit parameters. The reductions use the communicator's exact
  * chain, so N ranks equal one rank accumulating the same micro-batches. */
 #include <stdlib.h>
@@ -10,11 +11,6 @@
 
 #include "engine_tier.h"
 #include "zo/half.h"
-
-int eng_zero_on(const zo_engine_config *c)
-{
-    return c->world_size > 1;
-}
 
 /* Contiguous ranges in chunk order, as even as counts go: the first
  * n % W ranks own one chunk more. */
@@ -118,6 +114,7 @@ zo_status eng_zero_place(struct zo_engine *e)
     for (uint32_t c = 0; c < e->n_chunks; c++)
         if (keeps_grads(e, c))
             e->chunks[c].zgrad = e->zgrads + (i++) * e->chunk_elems;
+    ZO_TRY(zo_comm_split(e->cfg.comm, 0, e->cfg.rank, &e->zcomm));
     return zo_stream_create(e->dev, &e->zstream);
 }
 
@@ -127,6 +124,8 @@ void eng_zero_release(struct zo_engine *e)
         zo_stream_synchronize(e->zstream);
     zo_stream_destroy(e->zstream);
     e->zstream = NULL;
+    zo_comm_free(e->zcomm);
+    e->zcomm = NULL;
     free(e->zscratch);
     free(e->zgrads);
     e->zscratch = e->zgrads = NULL;
@@ -157,23 +156,22 @@ static const float *local_grads(struct zo_engine *e, uint32_t c, int parity)
     return e->zscratch;
 }
 
-static zo_status reduce_chunk(struct zo_engine *e, uint32_t c, int parity)
+zo_status eng_zero_reduce_chunk(struct zo_engine *e, uint32_t c, int parity)
 {
     eng_chunk *k = &e->chunks[c];
-    zo_swap_io_t io = NULL;
-    if (e->stage[0]) /* gradients spilled to NVMe come back into the first stage's room */
-        ZO_TRY(eng_grads_read_back(e, c, parity, e->stage[0], &io));
-    if (io)
-        ZO_TRY(eng_timed_swap_wait(e, io));
     const float *src = local_grads(e, c, parity);
     if (e->cfg.zero_stage == 1)
-        ZO_TRY(zo_comm_all_reduce(e->cfg.comm, e->zstream, src, k->zgrad, k->n_elems, ZO_DTYPE_F32,
+        ZO_TRY(zo_comm_all_reduce(e->zcomm, e->zstream, src, k->zgrad, k->n_elems, ZO_DTYPE_F32,
                                   ZO_REDUCE_EXACT));
     else
-        ZO_TRY(zo_comm_reduce(e->cfg.comm, e->zstream, src, k->zgrad, k->n_elems, ZO_DTYPE_F32,
+        ZO_TRY(zo_comm_reduce(e->zcomm, e->zstream, src, k->zgrad, k->n_elems, ZO_DTYPE_F32,
                               k->owner, ZO_REDUCE_EXACT));
     /* the scratch is widened again for the next chunk */
-    return zo_stream_synchronize(e->zstream);
+    ZO_TRY(zo_stream_synchronize(e->zstream));
+    memset(&k->gstats, 0, sizeof k->gstats); /* stage 2: the owner's come at the verdict */
+    if (!k->zgrad)
+        return ZO_OK;
+    return zo_optim_pool_grad_stats(e->opool, k->zgrad, ZO_DTYPE_F32, k->n_elems, &k->gstats);
 }
 
 /* Stage 2: the owners' partials (sum of squares, overflow) to every rank,
@@ -189,7 +187,7 @@ static zo_status share_partials(struct zo_engine *e)
         mine[2 * c + 1] = e->chunks[c].gstats.nonfinite;
     }
     if (st == ZO_OK)
-        st = zo_comm_all_gather(e->cfg.comm, e->zstream, mine, all, n, ZO_DTYPE_F64);
+        st = zo_comm_all_gather(e->zcomm, e->zstream, mine, all, n, ZO_DTYPE_F64);
     if (st == ZO_OK)
         st = zo_stream_synchronize(e->zstream);
     for (uint32_t c = 0; st == ZO_OK && c < e->n_chunks; c++) {
@@ -202,16 +200,8 @@ static zo_status share_partials(struct zo_engine *e)
     return st;
 }
 
-zo_status eng_zero_reduce(struct zo_engine *e)
+zo_status eng_zero_share_partials(struct zo_engine *e)
 {
-    int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
-    for (uint32_t c = 0; c < e->n_chunks; c++) {
-        eng_chunk *k = &e->chunks[c];
-        ZO_TRY(reduce_chunk(e, c, parity));
-        if (k->zgrad)
-            ZO_TRY(
-                zo_optim_pool_grad_stats(e->opool, k->zgrad, ZO_DTYPE_F32, k->n_elems, &k->gstats));
-    }
     return e->cfg.zero_stage == 1 ? ZO_OK : share_partials(e);
 }
 
@@ -220,8 +210,8 @@ zo_status eng_zero_share_params(struct zo_engine *e)
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
         void *p16 = k->pt->update_out(e, c, NULL);
-        ZO_TRY(zo_comm_broadcast(e->cfg.comm, e->zstream, p16, k->n_elems, e->cfg.param_dtype,
-                                 k->owner));
+        ZO_TRY(
+            zo_comm_broadcast(e->zcomm, e->zstream, p16, k->n_elems, e->cfg.param_dtype, k->owner));
     }
     return zo_stream_synchronize(e->zstream);
 }
