@@ -8,8 +8,10 @@
  *    first's and at least the first's less what the device slots hold
  *    (groups of 2, 4 and 8 of 8 micro-batches, which leave the device the
  *    same room: groups of one need no fp32 group gradients there);
- *  - the plan's footprint is zo_engine_footprint_for's for the chosen caps,
- *    and without layer-major or NVMe-homed terms its totals are exactly it;
+ *  - the plan's footprint is zo_engine_footprint_for's for the chosen caps
+ *    and the host budget the plan gives the engine, which spills the waiting
+ *    gradients it cannot keep (the 13b plan at 64 GiB), and without NVMe-homed
+ *    terms its totals are exactly it;
  *  - under random budgets (from a seed) a plan that fits never exceeds the
  *    device, host, pinned or NVMe budget, and its totals are the engine's
  *    footprint plus the modelled terms it reports. */
@@ -57,6 +59,56 @@ static zp_plan split(const zp_job *j, const zp_hardware *hw, const zp_speeds *sp
     return p;
 }
 
+/* The pinned bytes a plan should total: the engine's, its modelled terms,
+ * and the layer inputs zo-train keeps in pinned host memory. */
+static uint64_t host_pinned(const zp_plan *p)
+{
+    return (uint64_t)((int64_t)p->fp.pinned + p->modelled.pinned) +
+           (p->act_home == ZP_ACT_HOST ? p->layer_inputs : 0);
+}
+
+static void expect_engine_footprint(const zp_job *j, const zp_hardware *hw, const zp_plan *p)
+{
+    zo_engine_config cfg = zp_plan_engine_config(j, hw, p);
+    assert_int_equal(cfg.param_caps.device, p->param_caps.device);
+    assert_int_equal(cfg.optim_caps.host, p->optim_caps.host);
+    zt_shape s = j->shape;
+    int L = zt_engine_layers(&s);
+    size_t n = 0, k = 0;
+    for (int l = 0; l < L; l++)
+        n += (size_t)zt_layer_tensors(&s, l);
+    size_t *numel = calloc(n, sizeof *numel);
+    int *layer = calloc(n, sizeof *layer);
+    assert_non_null(numel);
+    assert_non_null(layer);
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < zt_layer_tensors(&s, l); i++, k++) {
+            numel[k] = zt_tensor_numel(&s, l, i);
+            layer[k] = l;
+        }
+    zo_engine_layout ly = ZO_ENGINE_LAYOUT_INIT;
+    ly.n_tensors = n;
+    ly.numel = numel;
+    ly.layer = layer;
+    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+    int fits = 0;
+    ZO_ASSERT_OK(zo_engine_footprint_for(&cfg, &ly, &fp, &fits, NULL, 0));
+    assert_int_equal(fits, 1);
+    assert_int_equal(fp.device, p->fp.device);
+    assert_int_equal(fp.pinned, p->fp.pinned);
+    assert_int_equal(fp.host, p->fp.host);
+    assert_int_equal(fp.nvme, p->fp.nvme);
+    assert_int_equal(fp.grad_host, p->fp.grad_host);
+    assert_int_equal(fp.grad_nvme, p->fp.grad_nvme);
+    assert_int_equal(cfg.host_bytes, p->engine_host_budget);
+    assert_int_equal(fp.n_chunks, p->fp.n_chunks);
+    assert_int_equal(fp.device_param_slots, p->fp.device_param_slots);
+    uint32_t homes = p->param_homes[0] + p->param_homes[1] + p->param_homes[2];
+    assert_int_equal(homes, fp.n_chunks);
+    free(numel);
+    free(layer);
+}
+
 static void test_13b_workstation(void **state)
 {
     (void)state;
@@ -71,6 +123,12 @@ static void test_13b_workstation(void **state)
     /* one group per step: no fp32 accumulators beyond what the budget keeps */
     assert_int_equal(p.micro_group, 32);
     assert_true(p.host_floor > 0 && p.host_floor <= 64 * GiB);
+    /* the engine, given the budget less what the plan keeps beside it, spills */
+    assert_true(p.engine_host_budget > 0 && p.engine_host_budget < 64 * GiB);
+    assert_true(p.grad_spill > 0 && p.fp.grad_nvme > 0);
+    assert_int_equal(p.fp.grad_host, p.grad_store - p.grad_spill);
+    assert_int_equal(p.host.total, p.fp.host);
+    expect_engine_footprint(&j, &hw, &p);
 
     /* below the least host memory the plan reports: refused, naming the host tier */
     hw.host_bytes = p.host_floor - 1;
@@ -148,53 +206,6 @@ static void test_h2d_falls_with_the_group(void **state)
     assert_int_equal(p1.d2h_grad_bytes, 4 * one.d2h_grad_bytes);
 }
 
-/* The pinned bytes a plan should total: the engine's, its modelled terms,
- * and the layer inputs zo-train keeps in pinned host memory. */
-static uint64_t host_pinned(const zp_plan *p)
-{
-    return (uint64_t)((int64_t)p->fp.pinned + p->modelled.pinned) +
-           (p->act_home == ZP_ACT_HOST ? p->layer_inputs : 0);
-}
-
-static void expect_engine_footprint(const zp_job *j, const zp_hardware *hw, const zp_plan *p)
-{
-    zo_engine_config cfg = zp_plan_engine_config(j, hw, p);
-    assert_int_equal(cfg.param_caps.device, p->param_caps.device);
-    assert_int_equal(cfg.optim_caps.host, p->optim_caps.host);
-    zt_shape s = j->shape;
-    int L = zt_engine_layers(&s);
-    size_t n = 0, k = 0;
-    for (int l = 0; l < L; l++)
-        n += (size_t)zt_layer_tensors(&s, l);
-    size_t *numel = calloc(n, sizeof *numel);
-    int *layer = calloc(n, sizeof *layer);
-    assert_non_null(numel);
-    assert_non_null(layer);
-    for (int l = 0; l < L; l++)
-        for (int i = 0; i < zt_layer_tensors(&s, l); i++, k++) {
-            numel[k] = zt_tensor_numel(&s, l, i);
-            layer[k] = l;
-        }
-    zo_engine_layout ly = ZO_ENGINE_LAYOUT_INIT;
-    ly.n_tensors = n;
-    ly.numel = numel;
-    ly.layer = layer;
-    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
-    int fits = 0;
-    ZO_ASSERT_OK(zo_engine_footprint_for(&cfg, &ly, &fp, &fits, NULL, 0));
-    assert_int_equal(fits, 1);
-    assert_int_equal(fp.device, p->fp.device);
-    assert_int_equal(fp.pinned, p->fp.pinned);
-    assert_int_equal(fp.host, p->fp.host);
-    assert_int_equal(fp.nvme, p->fp.nvme);
-    assert_int_equal(fp.n_chunks, p->fp.n_chunks);
-    assert_int_equal(fp.device_param_slots, p->fp.device_param_slots);
-    uint32_t homes = p->param_homes[0] + p->param_homes[1] + p->param_homes[2];
-    assert_int_equal(homes, fp.n_chunks);
-    free(numel);
-    free(layer);
-}
-
 static void test_footprint_is_the_engines(void **state)
 {
     (void)state;
@@ -212,7 +223,8 @@ static void test_footprint_is_the_engines(void **state)
     expect_engine_footprint(&j, &hw, &p);
     assert_true(p.optim_homes[ZO_TIER_HOST] > 0 && p.optim_homes[ZO_TIER_NVME] > 0);
     assert_int_equal(p.pinned.total, host_pinned(&p));
-    assert_int_equal(p.host.total, (uint64_t)((int64_t)p.fp.host + p.modelled.host));
+    assert_int_equal(p.host.total, p.fp.host);
+    assert_int_equal(p.fp.grad_host, p.grad_store - p.grad_spill);
 
     /* nothing on NVMe, groups of one: the engine's footprint is the whole plan */
     j.micro_group = 1;
@@ -224,7 +236,6 @@ static void test_footprint_is_the_engines(void **state)
     expect_engine_footprint(&j, &hw, &p);
     assert_int_equal(p.modelled.device, 0);
     assert_int_equal(p.modelled.pinned, 0);
-    assert_int_equal(p.modelled.host, 0);
     assert_int_equal(p.pinned.total, p.fp.pinned);
     assert_int_equal(p.host.total, p.fp.host);
     assert_int_equal(p.peak_device, p.fp.device);

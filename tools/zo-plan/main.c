@@ -713,21 +713,20 @@ static void print_split_terms(const zp_plan *p)
            B(b, p->param_caps.host), p->optim_homes[0], p->optim_homes[1], p->optim_homes[2],
            B(c, p->optim_caps.host));
     printf("    micro-group %d (%d group(s) per step), layer inputs on the %s: %s; optimizer mode "
-           "%s; host budget %s\n",
+           "%s; host budget %s (the engine's share %s)\n",
            p->micro_group, p->n_groups, p->act_home == ZP_ACT_HOST ? "pinned host" : "device",
-           B(a, p->layer_inputs), zo_optim_mode_name(p->mode), B(b, p->host_budget));
+           B(a, p->layer_inputs), zo_optim_mode_name(p->mode), B(b, p->host_budget),
+           B(c, p->engine_host_budget));
     printf("    gradients: %s for the update, %s of them kept in host memory, %s spilled to NVMe\n",
            B(a, p->grad_store), B(b, p->grad_store - p->grad_spill), B(c, p->grad_spill));
     printf("    per step: h2d %s of parameters + %s of layer inputs, d2h %s of gradients + %s of "
            "layer inputs, nvme %s read / %s written\n",
            B(a, p->h2d_param_bytes), B(b, p->h2d_act_bytes), B(c, p->d2h_grad_bytes),
            B(d, p->d2h_act_bytes), B(e, p->nvme_read_bytes), B((char[32]){0}, p->nvme_write_bytes));
-    if (p->modelled.device || p->modelled.pinned || p->modelled.host)
-        printf(
-            "    modelled by zo-plan until the engine computes them (staging in place of mirrors, "
-            "gradients kept or spilled, where homes are NVMe): pinned %+.2f GiB, host %+.2f GiB "
-            "beside its footprint\n",
-            (double)p->modelled.pinned / (1 << 30), (double)p->modelled.host / (1 << 30));
+    if (p->modelled.device || p->modelled.pinned)
+        printf("    modelled by zo-plan until the engine computes them (staging in place of "
+               "mirrors, where homes are NVMe): pinned %+.2f GiB beside its footprint\n",
+               (double)p->modelled.pinned / (1 << 30));
     if (p->host_floor)
         printf("    the least host memory a per-chunk plan of this job takes: %s\n",
                B(a, p->host_floor));
@@ -937,10 +936,10 @@ static json_t *json_split(const zp_plan *p)
                                   "h2d_grad_sums", ju(p->h2d_grad_bytes), "h2d_layer_inputs",
                                   ju(p->h2d_act_bytes), "d2h_grads", ju(p->d2h_grad_bytes),
                                   "d2h_layer_inputs", ju(p->d2h_act_bytes)));
+    json_object_set_new(o, "engine_host_budget", ju(p->engine_host_budget));
     json_object_set_new(o, "modelled",
-                        json_pack("{s:I,s:I,s:I}", "device", (json_int_t)p->modelled.device,
-                                  "pinned", (json_int_t)p->modelled.pinned, "host",
-                                  (json_int_t)p->modelled.host));
+                        json_pack("{s:I,s:I}", "device", (json_int_t)p->modelled.device, "pinned",
+                                  (json_int_t)p->modelled.pinned));
     json_object_set_new(o, "engine_footprint",
                         json_pack("{s:o,s:o,s:o,s:o}", "device", ju(p->fp.device), "pinned",
                                   ju(p->fp.pinned), "host", ju(p->fp.host), "nvme",

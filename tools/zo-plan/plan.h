@@ -175,20 +175,21 @@ typedef struct zp_plan {
     uint32_t param_homes[3], optim_homes[3]; /* chunks homed at each tier (by zo_tier) */
     int micro_group, n_groups;
     zp_act_home act_home;
-    uint64_t layer_inputs; /* the group's layer inputs: (layers + 1) x seq x micro-batch x dim
-                              x 2 bytes x micro_group */
-    uint64_t host_budget;  /* the hard host limit planned against (pinned + pageable) */
-    /* The terms of a layer-major plan (micro_group > 1, or layer inputs on
-     * the host) that the engine's footprint does not compute yet, added to
-     * (or, negative, taken from) its totals: the device's fp32 group
-     * gradients and extra layer inputs; pinned fp32 gradient staging in
-     * place of the 16-bit gradient mirror, and the layer inputs; the host's
-     * gradient store in place of the fp32 accumulators. */
+    uint64_t layer_inputs;       /* the group's layer inputs: (layers + 1) x seq x micro-batch x dim
+                                    x 2 bytes x micro_group */
+    uint64_t host_budget;        /* the hard host limit planned against (pinned + pageable) */
+    uint64_t engine_host_budget; /* the engine's share of it (zo_engine_config.host_bytes): the
+                                    budget less zo-train's pinned layer inputs and the modelled
+                                    terms; the engine keeps waiting gradients within it, spills
+                                    the rest (0: not limited, the fixed placements) */
+    /* The terms the engine's footprint does not compute yet, added to (or,
+     * negative, taken from) its totals: pinned staging in place of the
+     * 16-bit host copies of device-resident chunks whose states are on NVMe. */
     struct {
-        int64_t device, pinned, host;
+        int64_t device, pinned;
     } modelled;
-    uint64_t grad_store;  /* the step's fp32 gradients the host keeps for the update */
-    uint64_t grad_spill;  /* of those, what goes to NVMe extents (sync and overlap, one group) */
+    uint64_t grad_store;  /* the step's gradients waiting for the update outside pinned memory */
+    uint64_t grad_spill;  /* of those, what the engine spills to NVMe extents beyond its budget */
     uint64_t spill_bytes; /* what the spilled gradients move each way (the chunks' used share) */
     uint64_t host_floor;  /* the least host memory a per-chunk plan of this job needs */
     uint64_t h2d_param_bytes, h2d_act_bytes, d2h_grad_bytes, d2h_act_bytes;

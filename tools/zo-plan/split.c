@@ -4,8 +4,10 @@
  * inputs the backward recomputes from are kept.
  *
  * Memory is the engine's footprint for the chosen caps (zo_engine_footprint_for:
- * the code zo_engine_finalize runs) plus, for a layer-major plan, the terms
- * the engine does not compute yet (zp_plan.modelled, plan.h). Time is the
+ * the code zo_engine_finalize runs), given the host budget less what the plan
+ * keeps beside the engine, so that the engine itself keeps the waiting
+ * gradients up to it and spills the rest; plus zo-train's layer inputs and
+ * the terms the engine does not compute yet (zp_plan.modelled, plan.h). Time is the
  * bytes each link moves per step over the machine's speeds:
  *   compute  forward, recompute and backward FLOPs / the model's rate
  *   h2d      parameter loads (the engine's eviction simulated over one pass
@@ -64,17 +66,13 @@ typedef struct split_ctx {
 } split_ctx;
 
 /* What a candidate needs besides the engine's footprint: zo-train's
- * activations for the group, and the host tier's terms where homes are NVMe
- * that the engine does not compute yet (plan.h: modelled). */
+ * activations for the group, and the pinned terms where homes are NVMe that
+ * the engine does not compute yet (plan.h: modelled). */
 typedef struct extra {
-    int grads;   /* part of the step's gradients may wait outside pinned memory */
     int grouped; /* the engine sums the group's gradients on the device (G > 1, M > 1) */
     zt_activation_parts act; /* zo-train's arena for the group (device) */
     uint64_t act_host;       /* the group's layer inputs in pinned host memory (zo-train's) */
     int64_t pinned;          /* modelled: staging in place of the mirrors below */
-    int64_t host;            /* the engine's waiting gradients, taken out (kept is added back) */
-    uint64_t store;          /* the gradients that may wait in host memory or on NVMe */
-    int spillable;           /* the store may go to NVMe beyond the host's room */
     uint64_t p16_mirror;     /* modelled away: host copies of resident parameters, NVMe states */
     uint64_t p16_staging;    /* modelled: what stages their new values instead */
 } extra;
@@ -95,17 +93,28 @@ zo_engine_config zp_plan_engine_config(const zp_job *job, const zp_hardware *hw,
     c.grad_accum_steps = job->grad_accum;
     c.micro_group = p->micro_group;
     c.state_dtype = job->state_dtype;
+    c.host_bytes = p->engine_host_budget;
     return c;
 }
 
+/* The engine's footprint under cfg (its host_bytes included). The engine
+ * refusing the host tier alone is no refusal here: check_budgets judges the
+ * plan's host total, the engine's pinned and pageable bytes plus the terms
+ * beside them against the budget those terms were taken from (the same sum),
+ * and says so in the plan's words. */
 static zo_status footprint(split_ctx *x, const zo_engine_config *cfg, zo_engine_footprint *fp,
                            int *fits, char *msg, size_t cap)
 {
     zo_engine_layout ly = zp_engine_layout(&x->m);
+    char why[400] = "";
     *fp = (zo_engine_footprint)ZO_ENGINE_FOOTPRINT_INIT;
     if (x->work)
         *x->work += x->m.n;
-    ZT_LIB(zo_engine_footprint_for(cfg, &ly, fp, fits, msg, cap));
+    ZT_LIB(zo_engine_footprint_for(cfg, &ly, fp, fits, why, sizeof why));
+    if (!*fits && !strncmp(why, "host tier", 9))
+        *fits = 1;
+    if (msg && cap)
+        snprintf(msg, cap, "%s", *fits ? "" : why);
     return ZO_OK;
 }
 
@@ -160,9 +169,9 @@ static void count_homes(const split_ctx *x, zp_plan *p)
  * NVMe (two: the update writes behind the fetches) grow with the model; the
  * design (issue 15, deliverable 3) stages their new values through the
  * update's NVMe stages instead. Not in the engine yet: modelled. */
-static void p16_mirror_terms(split_ctx *x, const zo_engine_footprint *fp, extra *e)
+static void p16_mirror_terms(split_ctx *x, uint64_t C, extra *e)
 {
-    uint64_t C = fp->chunk_bytes, n_mirrored = 0, n_p16_nvme = 0;
+    uint64_t n_mirrored = 0, n_p16_nvme = 0;
     for (uint32_t k = 0; k < x->m.n_chunks; k++) {
         n_mirrored += x->p16_home[k] == ZO_TIER_DEVICE && x->states_home[k] == ZO_TIER_NVME;
         n_p16_nvme += x->p16_home[k] == ZO_TIER_NVME;
@@ -172,51 +181,57 @@ static void p16_mirror_terms(split_ctx *x, const zo_engine_footprint *fp, extra 
     e->pinned += (int64_t)e->p16_staging - (int64_t)e->p16_mirror;
 }
 
-/* The step's gradients the update reads that may wait outside pinned memory:
- * the engine's (parameters or states on NVMe, one micro-batch per step or
- * the fp32 sums of one group per step outside dpu mode: kept in host memory
- * up to the budget, spilled beyond it); its grad_host counts them all when
- * the engine is given no host budget, as here. */
-static void grad_terms(const zo_engine_footprint *fp, int has_nvme, extra *e)
-{
-    if (!fp->grad_host)
-        return;
-    e->store = fp->grad_host;
-    e->host -= (int64_t)fp->grad_host;
-    e->spillable = has_nvme;
-    e->grads = 1;
-}
-
 /* What candidate c needs beyond the engine's footprint under cfg. */
-static void extra_terms(split_ctx *x, const cand *c, const zo_engine_config *cfg,
-                        const zo_engine_footprint *fp, int has_nvme, extra *e)
+static void extra_terms(split_ctx *x, const cand *c, const zo_engine_config *cfg, extra *e)
 {
     const zp_job *job = x->job;
     memset(e, 0, sizeof *e);
     place(x, cfg);
     e->grouped = c->group > 1 && job->grad_accum > 1;
-    p16_mirror_terms(x, fp, e);
-    grad_terms(fp, has_nvme, e);
+    p16_mirror_terms(x, cfg->chunk_bytes, e);
     /* the layer inputs as zo-train keeps them (model_shape.h) */
     zt_act_group g = {c->group, c->act == ZP_ACT_HOST ? ZT_ACT_HOST : ZT_ACT_DEVICE};
     zt_model_activation_parts_group(&x->mc, &g, &e->act);
     e->act_host = zt_model_host_activation_bytes(&x->mc, &g);
 }
 
-static uint64_t host_need(const zo_engine_footprint *fp, const extra *e, uint64_t kept)
+/* The engine's share of the host budget (0: none): what the plan keeps
+ * beside its footprint (zo-train's pinned layer inputs, the modelled terms)
+ * taken out. Within it the engine keeps the step's waiting gradients, in
+ * chunk order, and spills the rest to NVMe. */
+static uint64_t engine_host_budget(const split_ctx *x, const extra *e)
 {
-    int64_t v =
-        (int64_t)(fp->pinned + fp->host + e->act_host) + e->pinned + e->host + (int64_t)kept;
+    int64_t v = (int64_t)x->hw->host_bytes - (int64_t)e->act_host - e->pinned;
+    if (!x->hw->host_bytes)
+        return 0;
+    return v > 0 ? (uint64_t)v : 1; /* 1, not 0 (unlimited): nothing left for gradients */
+}
+
+/* Candidate c's terms beside the engine into *e, and the engine's footprint
+ * under cfg with the host budget they leave it (cfg->host_bytes). */
+static zo_status cand_footprint(split_ctx *x, const cand *c, zo_engine_config *cfg, extra *e,
+                                zo_engine_footprint *fp, int *fits, char *msg, size_t cap)
+{
+    extra_terms(x, c, cfg, e);
+    cfg->host_bytes = engine_host_budget(x, e);
+    return footprint(x, cfg, fp, fits, msg, cap);
+}
+
+static uint64_t host_need(const zo_engine_footprint *fp, const extra *e)
+{
+    int64_t v = (int64_t)(fp->pinned + fp->host + e->act_host) + e->pinned;
     return v > 0 ? (uint64_t)v : 0;
 }
 
 /* The most parameter chunks the device keeps resident (0 when even one
  * layer's slots do not fit: *fits 0, msg says why). */
-static zo_status fill_device(split_ctx *x, zo_engine_config *cfg, int *fits, char *msg, size_t cap)
+static zo_status fill_device(split_ctx *x, const cand *c, zo_engine_config *cfg, int *fits,
+                             char *msg, size_t cap)
 {
     zo_engine_footprint fp;
+    extra e;
     cfg->param_caps.device = 0;
-    ZT_TRY(footprint(x, cfg, &fp, fits, msg, cap));
+    ZT_TRY(cand_footprint(x, c, cfg, &e, &fp, fits, msg, cap));
     if (!*fits)
         return ZO_OK;
     uint32_t lo = 0, hi = fp.n_chunks;
@@ -224,7 +239,7 @@ static zo_status fill_device(split_ctx *x, zo_engine_config *cfg, int *fits, cha
         uint32_t mid = lo + (hi - lo + 1) / 2;
         int ok = 0;
         cfg->param_caps.device = (uint64_t)mid * fp.chunk_bytes;
-        ZT_TRY(footprint(x, cfg, &fp, &ok, NULL, 0));
+        ZT_TRY(cand_footprint(x, c, cfg, &e, &fp, &ok, NULL, 0));
         if (ok)
             lo = mid;
         else
@@ -235,8 +250,9 @@ static zo_status fill_device(split_ctx *x, zo_engine_config *cfg, int *fits, cha
 }
 
 /* The most chunks whose optimizer states the host keeps (the rest on NVMe)
- * within the host budget, with the gradients the host must keep. All of
- * them drop the NVMe staging, so that case is tried on its own first. */
+ * within the host budget; the engine keeps the waiting gradients in what
+ * they leave. All of them drop the NVMe staging, so that case is tried on
+ * its own first. */
 static zo_status fill_host(split_ctx *x, zo_engine_config *cfg, const cand *c, extra *e)
 {
     uint64_t H = x->hw->host_bytes, C = cfg->chunk_bytes;
@@ -245,17 +261,15 @@ static zo_status fill_host(split_ctx *x, zo_engine_config *cfg, const cand *c, e
     uint32_t n = x->m.n_chunks;
     const uint64_t Z = zp_chunk_state_bytes(cfg->state_dtype, C);
     cfg->optim_caps.host = (uint64_t)n * Z;
-    ZT_TRY(footprint(x, cfg, &fp, &ok, NULL, 0));
-    extra_terms(x, c, cfg, &fp, 1, e);
-    if (host_need(&fp, e, e->spillable ? 0 : e->store) <= H)
+    ZT_TRY(cand_footprint(x, c, cfg, e, &fp, &ok, NULL, 0));
+    if (host_need(&fp, e) <= H)
         return ZO_OK;
     uint32_t lo = 0, hi = n - 1;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo + 1) / 2;
         cfg->optim_caps.host = (uint64_t)mid * Z;
-        ZT_TRY(footprint(x, cfg, &fp, &ok, NULL, 0));
-        extra_terms(x, c, cfg, &fp, 1, e);
-        if (host_need(&fp, e, e->spillable ? 0 : e->store) <= H)
+        ZT_TRY(cand_footprint(x, c, cfg, e, &fp, &ok, NULL, 0));
+        if (host_need(&fp, e) <= H)
             lo = mid;
         else
             hi = mid - 1;
@@ -266,7 +280,7 @@ static zo_status fill_host(split_ctx *x, zo_engine_config *cfg, const cand *c, e
 
 /* ---- memory of a candidate ---- */
 
-static void breakdown(split_ctx *x, zp_plan *p, const extra *e, uint64_t kept)
+static void breakdown(split_ctx *x, zp_plan *p, const extra *e)
 {
     const zo_engine_footprint *fp = &p->fp;
     uint64_t C = fp->chunk_bytes, S = fp->device_param_slots, res = p->param_homes[ZO_TIER_DEVICE];
@@ -291,13 +305,11 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e, uint64_t kept)
     p->pinned.total = (uint64_t)((int64_t)fp->pinned + e->pinned) + e->act_host;
     p->host.states = (uint64_t)p->optim_homes[ZO_TIER_HOST] * Z;
     p->host.backups = p->mode == ZO_OPTIM_OVERLAP ? p->host.states : 0;
-    p->host.accum = fp->host - p->host.states - p->host.backups - (e->grads ? e->store : 0) + kept;
-    p->host.total = (uint64_t)((int64_t)fp->host + e->host + (int64_t)kept);
+    /* the fp32 accumulators, or the waiting gradients the engine keeps */
+    p->host.accum = fp->host - p->host.states - p->host.backups;
+    p->host.total = fp->host;
     p->modelled.device = 0;
     p->modelled.pinned = e->pinned;
-    p->modelled.host = e->host + (int64_t)kept;
-    p->grad_store = e->store;
-    p->grad_spill = e->grads ? e->store - kept : 0;
     (void)nvme_p16;
     p->layer_inputs = e->act_host ? e->act_host : e->act.checkpoints;
     p->peak_device = fp->device;
@@ -307,23 +319,23 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e, uint64_t kept)
 
 static void nvme_breakdown(split_ctx *x, zp_plan *p)
 {
-    uint64_t fullest = 0, C = p->fp.chunk_bytes;
+    uint64_t fullest = 0;
     for (uint32_t c = 0; c < x->m.n_chunks; c++)
         if (x->m.chunks[c].used_bytes > fullest)
             fullest = x->m.chunks[c].used_bytes;
     uint64_t p16_extent = (fullest + 4095) / 4096 * 4096;
     size_t paths = x->hw->n_nvme_paths > 0 ? (size_t)x->hw->n_nvme_paths : 1;
     p->nvme.params = 2ull * p->param_homes[ZO_TIER_NVME] * p16_extent;
-    p->nvme.states = p->fp.nvme - p->nvme.params;
-    /* spilled gradients: fp32 group sums, or the engine's 16-bit ones */
-    uint64_t ext = p->micro_group > 1 && x->job->grad_accum > 1 ? 2 * C : C;
-    uint64_t spill_extents = (p->grad_spill + ext - 1) / ext;
-    p->nvme.payload = p->fp.nvme + spill_extents * ext;
+    p->nvme.states = p->fp.nvme - p->nvme.params - p->fp.grad_nvme;
+    /* the spilled gradients' extents: the fullest chunk's fp32 group sums, or 16-bit ones */
+    int grouped = p->micro_group > 1 && x->job->grad_accum > 1;
+    uint64_t grad_extent = (fullest * (grouped ? 2 : 1) + 4095) / 4096 * 4096;
+    p->nvme.payload = p->fp.nvme;
     p->nvme.files =
         zo_swap_files_bytes(p->nvme.states, zp_packed_state_bytes(x->job->state_dtype, fullest),
                             paths) +
         zo_swap_files_bytes(p->nvme.params, p16_extent, paths) +
-        zo_swap_files_bytes(spill_extents * ext, ext, paths);
+        zo_swap_files_bytes(p->fp.grad_nvme, grad_extent, paths);
     p->peak_nvme = p->nvme.payload;
 }
 
@@ -438,9 +450,24 @@ static void step_time(split_ctx *x, zp_plan *p, uint64_t publish_bytes)
 
 /* ---- one candidate ---- */
 
+/* The step's gradients the update reads that may wait outside pinned
+ * memory (the engine's footprint without a host budget keeps them all),
+ * and of those what the engine under the plan's budget spills to NVMe. */
+static zo_status grad_store(split_ctx *x, const zo_engine_config *cfg, zp_plan *p)
+{
+    zo_engine_config all = *cfg;
+    zo_engine_footprint fp;
+    int ok;
+    all.host_bytes = 0;
+    ZT_TRY(footprint(x, &all, &fp, &ok, NULL, 0));
+    p->grad_store = fp.grad_host;
+    p->grad_spill = fp.grad_host - p->fp.grad_host;
+    return ZO_OK;
+}
+
 /* The least host memory candidate c takes with the device filled as in cfg:
  * no optimizer state in RAM that NVMe could hold, every spillable gradient
- * on NVMe. */
+ * on NVMe (an engine host budget of one byte keeps none). */
 static zo_status note_host_floor(split_ctx *x, const cand *c, zo_engine_config cfg)
 {
     zo_engine_footprint fp;
@@ -448,9 +475,10 @@ static zo_status note_host_floor(split_ctx *x, const cand *c, zo_engine_config c
     extra e;
     if (cfg.optim_home == ZO_TIER_NVME)
         cfg.optim_caps.host = 0;
+    extra_terms(x, c, &cfg, &e);
+    cfg.host_bytes = 1;
     ZT_TRY(footprint(x, &cfg, &fp, &ok, NULL, 0));
-    extra_terms(x, c, &cfg, &fp, cfg.optim_home == ZO_TIER_NVME, &e);
-    uint64_t need = host_need(&fp, &e, e.spillable ? 0 : e.store);
+    uint64_t need = host_need(&fp, &e);
     if (!x->host_floor || need < x->host_floor)
         x->host_floor = need;
     return ZO_OK;
@@ -490,14 +518,14 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
         ZT_TRY(footprint(x, &cfg, &probe, &ok, NULL, 0));
         cfg.chunk_bytes =
             probe.chunk_bytes; /* as the engine raised and rounded it: caps count it */
-        extra_terms(x, c, &cfg, &probe, 0, &e);
+        extra_terms(x, c, &cfg, &e);
     }
     uint64_t need = e.act.total + hw->reserve_bytes;
     p->device.engine_budget = hw->device_bytes > need ? hw->device_bytes - need : 0;
     cfg.device_bytes = p->device.engine_budget ? p->device.engine_budget : 1;
     char msg[400] = "", a[32], b[32];
     int fits = 0;
-    ZT_TRY(fill_device(x, &cfg, &fits, msg, sizeof msg));
+    ZT_TRY(fill_device(x, c, &cfg, &fits, msg, sizeof msg));
     if (p->optim_home == ZO_TIER_NVME)
         ZT_TRY(fill_host(x, &cfg, c, &e));
     if (p->optim_home == ZO_TIER_NVME && c->param_home != ZO_TIER_NVME &&
@@ -511,13 +539,11 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
     p->optim_caps = cfg.optim_caps;
     if (fits)
         ZT_TRY(note_host_floor(x, c, cfg));
-    ZT_TRY(footprint(x, &cfg, &p->fp, &fits, msg, sizeof msg));
-    extra_terms(x, c, &cfg, &p->fp, p->optim_home == ZO_TIER_NVME, &e);
+    ZT_TRY(cand_footprint(x, c, &cfg, &e, &p->fp, &fits, msg, sizeof msg));
+    p->engine_host_budget = cfg.host_bytes;
     count_homes(x, p);
-    uint64_t base = host_need(&p->fp, &e, 0),
-             room = hw->host_bytes > base ? hw->host_bytes - base : 0;
-    uint64_t kept = e.grads ? (e.spillable && room < e.store ? room : e.store) : 0;
-    breakdown(x, p, &e, kept);
+    ZT_TRY(grad_store(x, &cfg, p));
+    breakdown(x, p, &e);
     nvme_breakdown(x, p);
     if (!p->device.engine_budget)
         zp_refuse(p, "device tier: the activations (%s)%s fill the %s budget",
