@@ -147,9 +147,13 @@ typedef struct zo_engine_config {
     zo_dtype state_dtype; /* Adam's m and v: ZO_DTYPE_F32 (default), ZO_DTYPE_BF16 (half the
                              bytes) or ZO_DTYPE_I8 (8-bit blockwise with one fp32 scale per
                              ZO_ADAM_Q8_BLOCK elements, zo/optim.h); the master stays fp32 */
-    int zero_stage;       /* world_size > 1: 1 or 2 (ZeRO, below); 0 with world_size 1 */
+    int zero_stage;       /* world_size > 1: 1, 2 or 3 (ZeRO, below); 0 with world_size 1 */
     zo_comm_t comm;       /* world_size > 1: the ranks' communicator, of world_size ranks with rank
                              its own; checked at zo_engine_finalize (plans go without it) */
+    uint64_t zero_persist_elems; /* stage 3: a chunk holding at most this many elements (small
+                                    tensors: norms, biases) stays whole on every rank, as in
+                                    stage 2, instead of being gathered at each use (0: none;
+                                    DeepSpeed's stage3_param_persistence_threshold) */
 } zo_engine_config;
 
 /* ZeRO (world_size > 1, sync mode; the ranks run the same steps, each on its
@@ -176,9 +180,26 @@ typedef struct zo_engine_config {
  * placement: equal to one rank with k*N micro-batches within rounding, not
  * bitwise. Both add one chunk's states of scratch (host += Z). The owner updates its
  * chunks and broadcasts their new 16-bit parameters; every rank then
- * publishes them as one rank would. Needs param_home host or device (the
- * 16-bit parameters are received into their host or device copies) and the
- * sync mode; overlap and dpu are refused. zo_engine_read_master and the
+ * publishes them as one rank would.
+ *   stage 3: gradients as stage 2, and the 16-bit parameters partitioned
+ *            too: a rank's tiers hold the chunks it owns only (param_home,
+ *            param_caps.device: its own caps over its own chunks; pinned
+ *            N*C*P and the device's resident chunks count those), and each
+ *            fetch gathers its layer's other chunks from their owners (a
+ *            broadcast on the h2d stream into a ring of 2*(lookahead+1)*K
+ *            pinned chunk buffers, pinned += that times C: param_gather),
+ *            with the next lookahead fetches of the recorded trace's, as
+ *            loads are prefetched; the device's non-resident slots are at
+ *            most (lookahead+1)*K, so a rank's device parameter bytes are its
+ *            own resident chunks plus those. Gathers follow the fetches and
+ *            the trace only, never a rank's slots, so every rank issues the
+ *            same ones; a step's gathers are dropped at its end (the owners
+ *            updated). Chunks of at most zero_persist_elems elements stay
+ *            whole on every rank as in stage 2.
+ * Needs param_home host or device (the 16-bit parameters are received into
+ * their host or device copies; param_caps.device at stage 3 only), a
+ * communicator that reaches host memory (mpi, self) and the sync mode;
+ * overlap and dpu are refused. zo_engine_read_master and the
  * checkpoint calls read and write only the states of the rank's own chunks
  * (zo_engine_tensor_owner says whose a tensor is). */
 
@@ -250,6 +271,7 @@ typedef struct zo_engine_footprint {
     uint64_t grad_host;     /* host: 16-bit gradients waiting for the update in pageable memory */
     uint64_t grad_nvme;     /* nvme: spilled 16-bit gradients' extent payload */
     uint64_t grad_stage;    /* pinned: the stages' room for reading spilled gradients back */
+    uint64_t param_gather;  /* pinned: ZeRO stage 3's ring of gather buffers */
 } zo_engine_footprint;
 
 #define ZO_ENGINE_FOOTPRINT_INIT                                                                   \

@@ -315,7 +315,8 @@ typedef struct eng_shape {
     uint64_t chunk_bytes, chunk_elems;
     uint32_t n_chunks, max_cpl;
     uint64_t n_params;
-    uint64_t max_chunk_elems; /* elements of the fullest chunk (sizes the swap extents) */
+    uint64_t max_chunk_elems;   /* elements of the fullest chunk (sizes the swap extents) */
+    const uint64_t *used_elems; /* each chunk's used elements, for the homes (NULL: all full) */
 } eng_shape;
 
 uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems)
@@ -349,7 +350,7 @@ static uint64_t state_extent_bytes_for(const zo_engine_config *c, const eng_shap
 static void choose_homes(const zo_engine_config *c, const eng_shape *sh, uint8_t *p16,
                          uint8_t *states)
 {
-    eng_place_homes(c, sh->n_chunks, sh->chunk_bytes, p16, states);
+    eng_place_homes(c, sh->n_chunks, sh->chunk_bytes, sh->used_elems, p16, states);
 }
 
 /* What the tiers' accounting sees of a packed model under configuration c
@@ -379,8 +380,11 @@ static void place_homes(struct zo_engine *e, const eng_plan_in *in)
 {
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
-        k->pt = eng_param_tiers[eng_p16_home(in, c)];
+        k->pt = eng_p16_home(in, c) == ENG_HOME_REMOTE ? &eng_param_tier_remote
+                                                       : eng_param_tiers[eng_p16_home(in, c)];
         k->owner = eng_zero_owner(&e->cfg, e->n_chunks, c);
+        k->zpart = eng_zero_p3(&e->cfg) && !eng_zero_persists(&e->cfg, k->n_elems);
+        k->zg_at = -1;
         k->st = eng_states_home(in, c) == ENG_HOME_REMOTE ? &eng_state_tier_remote
                                                           : eng_state_tiers[eng_states_home(in, c)];
         k->p16_bufs = eng_p16_bufs(in, c);
@@ -422,7 +426,7 @@ static zo_status pack(struct zo_engine *e)
     e->n_chunks = pk.n_chunks;
     e->max_cpl = pk.max_cpl;
     e->g_bufs = g_bufs_for(&e->cfg);
-    eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0, pk.max_used};
+    eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0, pk.max_used, NULL};
     e->state_extent_bytes = state_extent_bytes_for(&e->cfg, &sh);
     e->nvme_state_extent = zo_engine_nvme_state_bytes_as(e->cfg.state_dtype, pk.max_used);
     e->p16_extent = eng_p16_extent(pk.max_used);
@@ -430,9 +434,16 @@ static zo_status pack(struct zo_engine *e)
     free(e->states_home);
     e->p16_home = malloc(e->n_chunks);
     e->states_home = malloc(e->n_chunks);
-    if (!e->p16_home || !e->states_home)
+    uint64_t *used = malloc(e->n_chunks * sizeof *used);
+    if (!e->p16_home || !e->states_home || !used) {
+        free(used);
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the chunks' homes");
+    }
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        used[c] = e->chunks[c].n_elems;
+    sh.used_elems = used;
     choose_homes(&e->cfg, &sh, e->p16_home, e->states_home);
+    free(used);
     eng_plan_in in = plan_in(&e->cfg, &sh, e->p16_home, e->states_home);
     place_homes(e, &in);
     return ZO_OK;
@@ -472,7 +483,8 @@ static uint64_t plan_pslots(const eng_plan_in *in, uint64_t budget, uint64_t fix
 {
     uint64_t cb = in->chunk_bytes, nc = in->n_chunks, resident = 0;
     for (uint32_t c = 0; c < in->n_chunks; c++)
-        resident += eng_param_tiers[eng_p16_home(in, c)]->resident;
+        resident += eng_p16_home(in, c) != ENG_HOME_REMOTE &&
+                    eng_param_tiers[eng_p16_home(in, c)]->resident;
     uint64_t min_pslots = resident + (resident < nc ? in->max_cpl : 0);
     uint64_t need = min_pslots * cb + fixed;
     if (need > budget) {
@@ -484,8 +496,12 @@ static uint64_t plan_pslots(const eng_plan_in *in, uint64_t budget, uint64_t fix
     }
     if (resident == nc)
         return min_pslots;
-    uint64_t room = (budget - fixed) / cb;
-    return room < nc ? room : nc;
+    uint64_t room = (budget - fixed) / cb, most = nc;
+    if (eng_zero_p3(in->cfg) && resident + eng_zero_gather_slots(in->cfg, in->max_cpl) < most)
+        most = resident + eng_zero_gather_slots(in->cfg, in->max_cpl); /* no cache of others' */
+    if (most < min_pslots)
+        most = min_pslots;
+    return room < most ? room : most;
 }
 
 /* The exact bytes finalize allocates in each tier, as engine.h documents
@@ -523,7 +539,8 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
     /* pinned: host 16-bit params and NVMe staging (tiers); host (pageable): optimizer
      * states and overlap backups (tiers), fp32 accumulators; nvme: two extents per chunk
      * (current and alternate); then the 16-bit gradients within what the host has left */
-    fp->pinned = t.pinned;
+    fp->param_gather = eng_zero_gather_bytes(c, sh->max_cpl, cb);
+    fp->pinned = t.pinned + fp->param_gather;
     fp->param_staging = t.param_staging;
     fp->host = t.host;
     if (c->grad_accum_steps > 1 && !eng_grouped(c))
@@ -550,7 +567,7 @@ static zo_status compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int 
                               size_t cap)
 {
     ZO_TRY(pack(e));
-    eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0, 0};
+    eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0, 0, NULL};
     for (uint32_t i = 0; i < e->n_chunks; i++)
         if (e->chunks[i].n_elems > sh.max_chunk_elems)
             sh.max_chunk_elems = e->chunks[i].n_elems;
@@ -639,12 +656,23 @@ zo_status zo_engine_footprint_for(const zo_engine_config *cfg, const zo_engine_l
     eng_shape sh;
     ZO_TRY(pack_layout(cfg, layout, NULL, 0, &sh));
     uint8_t *p16 = malloc(sh.n_chunks), *states = malloc(sh.n_chunks);
-    if (!p16 || !states) {
+    zo_engine_chunk_info *info = calloc(sh.n_chunks, sizeof *info);
+    uint64_t *used = malloc(sh.n_chunks * sizeof *used);
+    if (!p16 || !states || !info || !used) {
         free(p16);
         free(states);
+        free(info);
+        free(used);
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %u chunks' homes", sh.n_chunks);
     }
+    ZO_TRY(pack_layout(cfg, layout, info, sh.n_chunks, &sh)); /* each chunk's used bytes */
+    for (uint32_t c = 0; c < sh.n_chunks; c++)
+        used[c] = info[c].used_bytes / 2;
+    free(info);
+    sh.used_elems = used;
     choose_homes(cfg, &sh, p16, states);
+    sh.used_elems = NULL;
+    free(used);
     uint32_t g_split[2];
     plan_tiers(cfg, &sh, p16, states, cfg->device_bytes ? cfg->device_bytes : UINT64_MAX, fp,
                g_split, fits, msg, cap);
@@ -688,8 +716,8 @@ zo_status zo_engine_homes(zo_engine_t e, uint32_t params[3], uint32_t optim[3])
     }
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         if (params)
-            params[e->p16_home[c]]++;
-        if (optim && e->states_home[c] != ENG_HOME_REMOTE) /* ZeRO: another rank's */
+            params[e->p16_home[c]] += e->p16_home[c] != ENG_HOME_REMOTE; /* stage 3 */
+        if (optim && e->states_home[c] != ENG_HOME_REMOTE)               /* ZeRO: another rank's */
             optim[e->states_home[c]]++;
     }
     return ZO_OK;
@@ -1038,6 +1066,7 @@ static void forget_step(struct zo_engine *e)
     e->deviated = 1; /* this step's fetches do not become the trace */
     e->n_cur = 0;
     e->step_open = 0;
+    eng_zero_forget_gathers(e);
 }
 
 /* Give up the current step after an error: drain the host jobs, fence the
@@ -1141,6 +1170,7 @@ static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_
     int pos = eng_trace_push(e, layer, phase);
     if (pos < -1)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "growing the trace");
+    ZO_TRY(eng_zero_gather(e, layer, pos)); /* stage 3: before the loads that read them */
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         uint32_t c = L->first_chunk + i;
         ZO_TRY(eng_make_resident(e, c, pos));
@@ -1333,6 +1363,7 @@ static void close_step(struct zo_engine *e)
     eng_trace_end_step(e);
     e->step_open = 0;
     e->steps++;
+    eng_zero_forget_gathers(e); /* the owners updated */
 }
 
 static zo_status finish_step(struct zo_engine *e, eng_verdict *v, int *rollbacks)

@@ -96,6 +96,9 @@ typedef struct eng_chunk {
     int spec_done;       /* overlap: the speculative update ran */
     int owner;           /* the rank that owns its optimizer states (ZeRO; else this rank) */
     float *zgrad;        /* ZeRO: its gradient reduced over the ranks (fp32), where kept */
+    int zpart;           /* ZeRO stage 3: its 16-bit parameters live on its owner only */
+    int64_t zg_at;       /* ... the gather (its number) that last brought them this step, or -1;
+                            a non-owner's gather buffer is then p16[0] */
 } eng_chunk;
 
 typedef struct eng_pslot {
@@ -306,6 +309,11 @@ struct zo_engine {
     zo_stream_t zstream; /* the stream carrying the collectives */
     zo_comm_t zcomm;     /* the engine's own split of cfg.comm: its collectives never meet the
                             caller's */
+    zo_comm_t zpcomm;    /* stage 3: another split, for the gathers (on the h2d stream, from the
+                            fetches, while the host job reduces on zcomm) */
+    void **zgbuf;        /* stage 3: the ring of pinned gather buffers */
+    uint32_t n_zg;
+    uint64_t zg_seq; /* gathers issued so far (the same count on every rank) */
 
     /* timeline (zo_engine_set_trace) */
     zo_trace_fn trace_fn;
@@ -373,6 +381,31 @@ static inline int eng_zero_on(const zo_engine_config *c)
 {
     return c->world_size > 1;
 }
+/* ZeRO stage 3: 16-bit parameters partitioned too. */
+static inline int eng_zero_p3(const zo_engine_config *c)
+{
+    return eng_zero_on(c) && c->zero_stage == 3;
+}
+/* Stage 3: a chunk of used_elems elements persists whole on every rank (its
+ * owner broadcasts its updates, as in stages 1 and 2) rather than being
+ * gathered at each use. */
+static inline int eng_zero_persists(const zo_engine_config *c, uint64_t used_elems)
+{
+    return used_elems <= c->zero_persist_elems;
+}
+/* Stage 3: pinned bytes of the gather ring for chunks of chunk_bytes, at
+ * most max_cpl per layer (0 otherwise). */
+uint64_t eng_zero_gather_bytes(const zo_engine_config *c, uint32_t max_cpl, uint64_t chunk_bytes);
+/* Stage 3: the device parameter slots beyond the resident ones that the
+ * gathers keep busy (lookahead + 1 layers): more would cache others' chunks. */
+uint64_t eng_zero_gather_slots(const zo_engine_config *c, uint32_t max_cpl);
+/* Stage 3, a fetch of `layer` (pos: its trace position when the step
+ * follows the trace, else -1): its chunks, then the next lookahead fetches'
+ * of the trace, gathered from their owners on the h2d stream, each rank
+ * issuing the same gathers whatever its device slots hold. */
+zo_status eng_zero_gather(struct zo_engine *e, int layer, int pos);
+/* The step is over (or abandoned): the gathered parameters are stale. */
+void eng_zero_forget_gathers(struct zo_engine *e);
 /* The rank owning chunk `chunk` of n_chunks (this rank without ZeRO). */
 int eng_zero_owner(const zo_engine_config *c, uint32_t n_chunks, uint32_t chunk);
 /* The plan's ZeRO settings; the communicator's agreement with them. */

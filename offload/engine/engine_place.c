@@ -6,7 +6,9 @@
  * forward (no earlier layer's compute to prefetch behind) and their update
  * is the last of the backward (overlap mode) or of the delayed update's
  * pipeline, so what waits on the slowest link is the middle of the model,
- * behind compute. Called by the plan (engine.c) with or without an engine. */
+ * behind compute. Under ZeRO a rank fills its caps with its own chunks'
+ * states (and at stage 3 their parameters too; others' are remote). Called
+ * by the plan (engine.c) with or without an engine. */
 #include "engine_tier.h"
 
 /* The tier for the next chunk: the fastest whose cap still has room. */
@@ -21,8 +23,16 @@ static zo_tier fill(const zo_engine_caps *caps, zo_tier home, uint64_t per, uint
     return home;
 }
 
+/* ZeRO stage 3: another rank's chunk, not small enough to persist here. */
+static int partitioned(const zo_engine_config *c, const uint8_t *states_home,
+                       const uint64_t *used_elems, uint64_t chunk_elems, uint32_t k)
+{
+    return eng_zero_p3(c) && states_home[k] == ENG_HOME_REMOTE &&
+           !eng_zero_persists(c, used_elems ? used_elems[k] : chunk_elems);
+}
+
 void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chunk_bytes,
-                     uint8_t *p16_home, uint8_t *states_home)
+                     const uint64_t *used_elems, uint8_t *p16_home, uint8_t *states_home)
 {
     uint64_t sused[2] = {0, 0}, pused[2] = {0, 0};
     uint64_t states = eng_states_bytes(c->state_dtype, chunk_bytes / 2); /* 6 x for fp32 */
@@ -33,6 +43,10 @@ void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chun
     /* first the chunks that must keep their parameters off NVMe, then the rest in order */
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t k = 0; k < n_chunks; k++) {
+            if (partitioned(c, states_home, used_elems, chunk_bytes / 2, k)) {
+                p16_home[k] = ENG_HOME_REMOTE; /* gathered from its owner at each use */
+                continue;
+            }
             int forced =
                 c->param_home == ZO_TIER_NVME &&
                 (states_home[k] == ENG_HOME_REMOTE || !eng_state_tiers[states_home[k]]->p16_stored);

@@ -25,8 +25,9 @@
 
 #define ENG_TIER_OPS_VERSION 1u
 #define ENG_N_TIERS          3
-/* A chunk's states home when another rank owns them (ZeRO): not a tier,
- * no storage here (engine_zero.c's table). */
+/* A chunk's states home when another rank owns them (ZeRO), and at stage 3
+ * its 16-bit parameters' too: not a tier, no storage here (engine_zero.c's
+ * tables). */
 #define ENG_HOME_REMOTE 3
 
 /* What a tier's byte accounting sees: the packed model, the homes, the
@@ -122,6 +123,7 @@ extern const eng_state_tier *const eng_state_tiers[ENG_N_TIERS];
 extern const eng_param_tier eng_param_tier_device, eng_param_tier_host, eng_param_tier_nvme;
 extern const eng_state_tier eng_state_tier_device, eng_state_tier_host, eng_state_tier_nvme;
 extern const eng_state_tier eng_state_tier_remote; /* engine_zero.c, not in the registry */
+extern const eng_param_tier eng_param_tier_remote; /* engine_zero.c, not in the registry */
 
 /* NVMe states are packed: master | m | v of a chunk's used elements, each
  * array starting on a 4 KiB boundary (the stride below), so a step moves
@@ -169,9 +171,11 @@ zo_status eng_tiers_check(void);
 void eng_plan_flags(eng_plan_in *in);
 
 /* engine_place.c: each chunk's homes under c's homes and caps (n_chunks
- * entries each, zo_tier values); c's caps name only tiers faster than the homes. */
+ * entries each, zo_tier values or ENG_HOME_REMOTE); c's caps name only tiers
+ * faster than the homes. used_elems: each chunk's used elements (NULL: all
+ * full), for stage 3's persistence. */
 void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chunk_bytes,
-                     uint8_t *p16_home, uint8_t *states_home);
+                     const uint64_t *used_elems, uint8_t *p16_home, uint8_t *states_home);
 zo_status eng_check_caps(const zo_engine_config *c);
 
 /* engine_tier_nvme.c: a swap extent of 16-bit parameters for chunks of

@@ -80,6 +80,8 @@ uint32_t eng_count_homed(const eng_plan_in *in, int kind, zo_tier t)
  * them behind the fetches (the states' tier or the mode says), else one. */
 int eng_p16_bufs(const eng_plan_in *in, uint32_t c)
 {
+    if (eng_p16_home(in, c) == ENG_HOME_REMOTE) /* ZeRO stage 3: gathered at each use */
+        return 0;
     if (!in->host_copies[eng_p16_home(in, c)])
         return 0;
     /* device-resident: no fetch reads the copy, which reloads the slot only

@@ -45,26 +45,28 @@ zo_status eng_zero_check_plan(const zo_engine_config *c)
                        c->zero_stage);
     if (!eng_zero_on(c))
         return ZO_OK; /* one rank: nothing to partition, whatever the stage */
-    if (c->zero_stage == 3)
-        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
-                       "zero_stage 3 (partitioned 16-bit parameters) is not supported yet: use "
-                       "zero_stage 1 or 2");
     if (c->zero_stage == 0)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "world_size %d with zero_stage 0 (every rank a full copy of the states) "
-                       "is not supported: use zero_stage 1 or 2",
+                       "is not supported: use zero_stage 1, 2 or 3",
                        c->world_size);
     if (c->mode != ZO_OPTIM_SYNC)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "ZeRO (world_size %d) runs in sync mode so far: mode %s is refused; "
-                       "mode sync works with zero_stage 1 and 2",
+                       "mode sync works with zero_stage 1, 2 and 3",
                        c->world_size, zo_optim_mode_name(c->mode));
-    if (c->param_home == ZO_TIER_NVME || c->param_caps.device || c->param_caps.host)
+    if (c->param_home == ZO_TIER_NVME)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
-                       "ZeRO (world_size %d) needs param_home host or device without param_caps "
-                       "(the owners' 16-bit parameters are received into host copies); "
+                       "ZeRO (world_size %d) needs param_home host or device (the owners' "
+                       "16-bit parameters are sent from and received into host copies); "
                        "param_home nvme is not supported yet",
                        c->world_size);
+    if (c->zero_stage < 3 && (c->param_caps.device || c->param_caps.host))
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                       "ZeRO stage %d (world_size %d) takes no param_caps (every rank holds "
+                       "every chunk's 16-bit parameters at param_home); param_caps.device "
+                       "works with zero_stage 3, over the rank's own chunks",
+                       c->zero_stage, c->world_size);
     return ZO_OK;
 }
 
@@ -94,6 +96,91 @@ uint64_t eng_zero_host_bytes(const zo_engine_config *c, uint32_t n_chunks, uint6
     return kept * chunk_elems * sizeof(float) + eng_states_bytes(c->state_dtype, chunk_elems);
 }
 
+/* ---- stage 3: the gathers ---- */
+
+/* The most gathers one fetch issues: its layer's chunks and the lookahead's. */
+static uint64_t gather_window(const zo_engine_config *c, uint32_t max_cpl)
+{
+    return (uint64_t)(c->lookahead + 1) * max_cpl;
+}
+
+uint64_t eng_zero_gather_slots(const zo_engine_config *c, uint32_t max_cpl)
+{
+    return eng_zero_p3(c) ? gather_window(c, max_cpl) : 0;
+}
+
+/* Twice the window: what one fetch gathers never overwrites what it found
+ * gathered (eng_zero_gather). */
+static uint64_t ring_chunks(const zo_engine_config *c, uint32_t max_cpl)
+{
+    return 2 * gather_window(c, max_cpl);
+}
+
+uint64_t eng_zero_gather_bytes(const zo_engine_config *c, uint32_t max_cpl, uint64_t chunk_bytes)
+{
+    return eng_zero_p3(c) ? ring_chunks(c, max_cpl) * chunk_bytes : 0;
+}
+
+static zo_status place_gathers(struct zo_engine *e)
+{
+    ZO_TRY(zo_comm_split(e->cfg.comm, 0, e->cfg.rank, &e->zpcomm));
+    e->n_zg = (uint32_t)ring_chunks(&e->cfg, e->max_cpl);
+    e->zgbuf = calloc(e->n_zg, sizeof *e->zgbuf);
+    if (!e->zgbuf)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the gather ring");
+    return eng_take_pinned(e, e->chunk_bytes, e->n_zg, e->zgbuf);
+}
+
+/* Chunk c's parameters were gathered this step, and recently enough that
+ * the gathers of one more fetch cannot overwrite them: ring counting only,
+ * the same on every rank. */
+static int gathered(const struct zo_engine *e, uint32_t c)
+{
+    int64_t at = e->chunks[c].zg_at;
+    return at >= 0 && e->zg_seq - (uint64_t)at <= e->n_zg - gather_window(&e->cfg, e->max_cpl);
+}
+
+/* The owner sends its current host copy; the others receive into the next
+ * buffer of the ring, behind the H2D copies that read it before. */
+static zo_status gather_chunk(struct zo_engine *e, uint32_t c)
+{
+    eng_chunk *k = &e->chunks[c];
+    void *buf = e->zgbuf[e->zg_seq % e->n_zg];
+    if (k->owner == e->cfg.rank)
+        buf = k->p16[k->p16_cur];
+    else
+        k->p16[0] = buf;
+    k->zg_at = (int64_t)e->zg_seq++;
+    return zo_comm_broadcast(e->zpcomm, e->h2d, buf, k->n_elems, e->cfg.param_dtype, k->owner);
+}
+
+static zo_status gather_layer(struct zo_engine *e, int layer)
+{
+    const eng_layer *L = &e->layers[layer];
+    for (uint32_t i = 0; i < L->n_chunks; i++) {
+        uint32_t c = L->first_chunk + i;
+        if (e->chunks[c].zpart && !gathered(e, c))
+            ZO_TRY(gather_chunk(e, c));
+    }
+    return ZO_OK;
+}
+
+zo_status eng_zero_gather(struct zo_engine *e, int layer, int pos)
+{
+    if (!eng_zero_p3(&e->cfg))
+        return ZO_OK;
+    ZO_TRY(gather_layer(e, layer));
+    for (int a = 1; pos >= 0 && a <= e->cfg.lookahead && pos + a < e->n_trace; a++)
+        ZO_TRY(gather_layer(e, e->trace[pos + a] / 2));
+    return ZO_OK;
+}
+
+void eng_zero_forget_gathers(struct zo_engine *e)
+{
+    for (uint32_t c = 0; e->chunks && c < e->n_chunks; c++)
+        e->chunks[c].zg_at = -1;
+}
+
 static int keeps_grads(const struct zo_engine *e, uint32_t c)
 {
     return e->cfg.zero_stage == 1 || e->chunks[c].owner == e->cfg.rank;
@@ -115,7 +202,8 @@ zo_status eng_zero_place(struct zo_engine *e)
         if (keeps_grads(e, c))
             e->chunks[c].zgrad = e->zgrads + (i++) * e->chunk_elems;
     ZO_TRY(zo_comm_split(e->cfg.comm, 0, e->cfg.rank, &e->zcomm));
-    return zo_stream_create(e->dev, &e->zstream);
+    ZO_TRY(zo_stream_create(e->dev, &e->zstream));
+    return eng_zero_p3(&e->cfg) ? place_gathers(e) : ZO_OK;
 }
 
 void eng_zero_release(struct zo_engine *e)
@@ -125,7 +213,11 @@ void eng_zero_release(struct zo_engine *e)
     zo_stream_destroy(e->zstream);
     e->zstream = NULL;
     zo_comm_free(e->zcomm);
-    e->zcomm = NULL;
+    zo_comm_free(e->zpcomm); /* the h2d stream that carried its gathers is idle */
+    e->zcomm = e->zpcomm = NULL;
+    free(e->zgbuf); /* the buffers go with the pinned pool */
+    e->zgbuf = NULL;
+    e->n_zg = 0;
     free(e->zscratch);
     free(e->zgrads);
     e->zscratch = e->zgrads = NULL;
@@ -209,6 +301,8 @@ zo_status eng_zero_share_params(struct zo_engine *e)
 {
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
+        if (k->zpart) /* stage 3: gathered from the owner at each use */
+            continue;
         void *p16 = k->pt->update_out(e, c, NULL);
         ZO_TRY(
             zo_comm_broadcast(e->zcomm, e->zstream, p16, k->n_elems, e->cfg.param_dtype, k->owner));
@@ -328,4 +422,61 @@ const eng_state_tier eng_state_tier_remote = {
     .read = remote_read,
     .write_begin = remote_write_begin,
     .write_end = remote_write_end,
+};
+
+/* ---- stage 3: the 16-bit parameters of the chunks another rank owns ---- */
+
+static void remote_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
+{
+    (void)in; /* the gather ring is the engine's (eng_zero_gather_bytes) */
+    (void)fp;
+}
+
+static zo_status remote_p16_write(struct zo_engine *e, uint32_t c, const float *master, int init)
+{
+    (void)e, (void)c, (void)master, (void)init; /* the owner holds them */
+    return ZO_OK;
+}
+
+/* The gather buffer its last gather filled: a fetch gathers before it loads. */
+static zo_status remote_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
+{
+    (void)s;
+    if (!gathered(e, c))
+        return ZO_FAIL(ZO_ERR_INTERNAL, ENG_SUBSYS,
+                       "chunk %u (layer %d, owned by rank %d) is loaded without a current "
+                       "gather",
+                       c, e->chunks[c].layer, e->chunks[c].owner);
+    *src = e->chunks[c].p16[0];
+    return ZO_OK;
+}
+
+static void *remote_p16_out(struct zo_engine *e, uint32_t c, void *tail)
+{
+    (void)e, (void)c, (void)tail; /* never updated here */
+    return NULL;
+}
+
+static void remote_p16_commit(struct zo_engine *e, uint32_t c, int updated, int stored)
+{
+    (void)e, (void)c, (void)updated, (void)stored;
+}
+
+/* Not in the registry (eng_param_tiers): placement and accounting never see
+ * these chunks; a fetch's gathers fill their buffer (p16[0]). */
+const eng_param_tier eng_param_tier_remote = {
+    .version = ENG_TIER_OPS_VERSION,
+    .tier = ZO_TIER_HOST,
+    .name = "remote",
+    .resident = 0,
+    .host_copies = 0,
+    .account = remote_p16_account,
+    .place = remote_place,
+    .release = remote_release,
+    .write = remote_p16_write,
+    .source = remote_p16_source,
+    .update_out = remote_p16_out,
+    .store = NULL,
+    .commit = remote_p16_commit,
+    .abandon = NULL,
 };

@@ -1,4 +1,4 @@
-/* ZeRO stages 1 and 2 on the cpu device, run by ctest under mpirun with 1, 2
+/* ZeRO stages 1, 2 and 3 on the cpu device, run by ctest under mpirun with 1, 2
  * and 4 ranks (label mpi): N ranks, each training micro-batch r of every step
  * with no accumulation, equal bitwise one rank with grad_accum_steps N over
  * the same micro-batches (global losses, each owner's master weights), with
@@ -30,6 +30,9 @@ typedef struct zcfg {
     int poison_step;     /* >= 0: an infinity in the last micro-batch's gradient at this step */
     int accum;           /* micro-batches per rank and step (the reference: accum x ranks) */
     uint64_t host_bytes; /* ranks only: the host budget (gradients beyond it spill to NVMe) */
+    uint64_t param_cap;  /* param_caps.device (stage 3: over each rank's own chunks) */
+    uint64_t persist;    /* zero_persist_elems */
+    int gather_only;     /* lookahead 0: each fetch gathers its own layer only */
 } zcfg;
 
 typedef struct zrun {
@@ -41,6 +44,9 @@ typedef struct zrun {
     zo_engine_footprint fp;
     zo_step_stats last;
     char dir[64];
+    int gather_only;
+    uint64_t persist;
+    uint64_t device_bytes; /* the device allocator's bytes the engine took at finalize */
 } zrun;
 
 static zo_status build(zrun *r, const zcfg *z, zo_engine_config *c)
@@ -58,6 +64,8 @@ static zo_status build(zrun *r, const zcfg *z, zo_engine_config *c)
     c->adam.weight_decay = 0.01f;
     c->adam.simd_level = -1;
     c->max_grad_norm = z->max_norm;
+    c->param_caps.device = z->param_cap;
+    c->lookahead = z->gather_only ? 0 : c->lookahead;
     if (z->stage) {
         c->rank = me;
         c->world_size = n_ranks;
@@ -65,6 +73,7 @@ static zo_status build(zrun *r, const zcfg *z, zo_engine_config *c)
         c->comm = world;
         c->grad_accum_steps = z->accum;
         c->host_bytes = z->host_bytes;
+        c->zero_persist_elems = z->persist;
     } else {
         c->grad_accum_steps = n_ranks * z->accum;
     }
@@ -135,7 +144,13 @@ static void train(const zcfg *z, zrun *r)
     assert_non_null(r->a = calloc(1, sizeof *r->a));
     ZO_ASSERT_OK(zo_stream_create(dev, &r->compute));
     zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+    r->gather_only = z->gather_only;
+    r->persist = z->persist;
+    zo_device_mem_stats m0, m1;
+    ZO_ASSERT_OK(zo_device_mem_get_stats(dev, &m0));
     ZO_ASSERT_OK(build(r, z, &c));
+    ZO_ASSERT_OK(zo_device_mem_get_stats(dev, &m1));
+    r->device_bytes = m1.in_use - m0.in_use;
     r->fp.struct_size = sizeof r->fp;
     ZO_ASSERT_OK(zo_engine_footprint_get(r->eng, &r->fp));
     for (int s = 0; s < STEPS; s++) {
@@ -188,16 +203,25 @@ static void expect_own_states(const zrun *r, int stage, zo_tier optim_home)
                          2ull * owned * zo_engine_nvme_state_bytes(CHUNK / 2));
     if (n_ranks > 1) {
         /* every chunk's 16-bit gradients come down through the pinned ring
-         * (lookahead 2: 4 chunk buffers) and are reduced to their owner by
-         * the host job: none wait in host memory or on NVMe, owner or not */
-        assert_int_equal(r->fp.grad_pinned, (n < 4 ? n : 4) * (uint64_t)CHUNK);
+         * (lookahead + 2 chunk buffers) and are reduced to their owner by the
+         * host job: none wait in host memory or on NVMe, owner or not */
+        uint32_t la = r->gather_only ? 0 : 2, depth = la + 2;
+        assert_int_equal(r->fp.grad_pinned, (n < depth ? n : depth) * (uint64_t)CHUNK);
         assert_int_equal(r->fp.grad_host, 0);
         assert_int_equal(r->fp.grad_nvme, 0);
         assert_int_equal(r->fp.grad_stage, 0);
+        /* stage 3: a ring of 2 x (lookahead + 1) layers' chunks (2 per layer here) */
+        assert_int_equal(r->fp.param_gather, stage == 3 ? 2ull * (la + 1) * 2 * CHUNK : 0);
     }
-    uint32_t optim[3];
-    ZO_ASSERT_OK(zo_engine_homes(r->eng, NULL, optim));
+    uint32_t optim[3], params[3], held = 0;
+    ZO_ASSERT_OK(zo_engine_homes(r->eng, params, optim));
     assert_int_equal(optim[0] + optim[1] + optim[2], owned);
+    /* stage 3: a rank's tiers hold the 16-bit parameters of its own chunks
+     * (tensor k is chunk k here) and of those small enough to persist */
+    for (int k = 0; k < TM_T; k++)
+        held += stage < 3 || n_ranks == 1 || zo_engine_tensor_owner(r->eng, r->ids[k]) == me ||
+                tm_numel(k) <= r->persist;
+    assert_int_equal(params[0] + params[1] + params[2], held);
 }
 
 /* N ranks against the one-rank reference, every rank checking the tensors it owns. */
@@ -247,7 +271,7 @@ static void expect_exact_as(zcfg z)
 
 static void expect_exact(zo_tier ph, zo_tier oh, int stage, float max_norm, int poison_step)
 {
-    zcfg z = {ph, oh, stage, max_norm, poison_step, 1, 0};
+    zcfg z = {ph, oh, stage, max_norm, poison_step, 1, 0, 0, 0, 0};
     expect_exact_as(z);
 }
 
@@ -295,7 +319,7 @@ static void stage2_clipping_and_overflow(void **state)
 static void stage2_tight_host_budget(void **state)
 {
     (void)state;
-    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1, 1, 0};
+    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1, 1, 0, 0, 0, 0};
     zrun a;
     train(&z, &a);
     z.host_bytes = a.fp.pinned + a.fp.host - a.fp.grad_host;
@@ -309,7 +333,7 @@ static void stage2_tight_host_budget(void **state)
 static void accumulating_ranks_agree_within_rounding(void **state)
 {
     (void)state;
-    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1, 2, 0}, ref = z;
+    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1, 2, 0, 0, 0, 0}, ref = z;
     ref.stage = 0;
     zrun a, b;
     train(&z, &a);
@@ -332,6 +356,75 @@ static void accumulating_ranks_agree_within_rounding(void **state)
     }
     close_run(&a);
     close_run(&b);
+}
+
+static void stage3_host(void **state)
+{
+    (void)state;
+    expect_exact(ZO_TIER_HOST, ZO_TIER_HOST, 3, 0.0f, -1);
+}
+
+static void stage3_nvme(void **state)
+{
+    (void)state;
+    expect_exact(ZO_TIER_HOST, ZO_TIER_NVME, 3, 0.0f, -1);
+}
+
+static void stage3_device(void **state)
+{
+    (void)state;
+    expect_exact(ZO_TIER_DEVICE, ZO_TIER_DEVICE, 3, 0.0f, -1);
+}
+
+/* param_caps.device over each rank's own chunks: its first three resident on
+ * the device, the rest of its own in host memory, the others' gathered. */
+static void stage3_device_cap_split(void **state)
+{
+    (void)state;
+    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 3, 0.0f, -1, 1, 0, 3 * CHUNK, 0, 0};
+    expect_exact_as(z);
+}
+
+static void stage3_clipping_and_overflow(void **state)
+{
+    (void)state;
+    expect_exact(ZO_TIER_HOST, ZO_TIER_NVME, 3, 0.05f, 2);
+}
+
+/* The biases' chunks (64 elements) persist whole on every rank, the owner
+ * broadcasting their updates; the weights' are gathered. Lookahead 0: each
+ * fetch gathers its own layer only. */
+static void stage3_small_chunks_persist(void **state)
+{
+    (void)state;
+    zcfg z = {ZO_TIER_HOST, ZO_TIER_HOST, 3, 0.05f, -1, 1, 0, 0, TM_D, 1};
+    expect_exact_as(z);
+}
+
+/* Stage 3 with param_home device: a rank's device holds its own chunks for
+ * good and, beyond them, slots for (lookahead + 1) layers of gathered ones:
+ * measured by the device's allocator, about 1/N of the model plus those
+ * (one rank: the whole model). */
+static void stage3_device_params_are_a_share(void **state)
+{
+    (void)state;
+    zcfg z = {ZO_TIER_DEVICE, ZO_TIER_HOST, 3, 0.0f, -1, 1, 0, 0, 0, 1};
+    zrun a;
+    train(&z, &a);
+    uint64_t n = a.fp.n_chunks, K = a.fp.max_chunks_per_layer;
+    uint64_t owned = n / (uint64_t)n_ranks + ((uint64_t)me < n % (uint64_t)n_ranks);
+    uint64_t params = a.device_bytes - K * CHUNK; /* less the gradient slots */
+    uint64_t want = n_ranks == 1 ? n : owned + K < n ? owned + K : n;
+    assert_int_equal(params, want * CHUNK);
+    assert_int_equal(a.fp.device_param_slots, want);
+    if (n_ranks > 1)
+        assert_true(params <= (n + n_ranks - 1) / n_ranks * CHUNK + K * CHUNK);
+    if (n_ranks == 4)
+        assert_true(params < n * CHUNK); /* 2 + 2 of 8 chunks */
+    uint32_t homes[3];
+    ZO_ASSERT_OK(zo_engine_homes(a.eng, homes, NULL));
+    assert_int_equal(homes[ZO_TIER_DEVICE], n_ranks == 1 ? n : owned);
+    close_run(&a);
 }
 
 static void refused(zo_optim_mode mode, int stage, zo_tier ph, zo_status want, const char *names)
@@ -359,9 +452,10 @@ static void what_is_not_run_is_refused(void **state)
         return; /* the configs say world size 2 */
     refused(ZO_OPTIM_OVERLAP, 2, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "mode sync works");
     refused(ZO_OPTIM_DPU, 1, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "mode sync works");
-    refused(ZO_OPTIM_SYNC, 3, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "use zero_stage 1 or 2");
-    refused(ZO_OPTIM_SYNC, 0, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "use zero_stage 1 or 2");
+    refused(ZO_OPTIM_SYNC, 0, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "use zero_stage 1, 2 or 3");
     refused(ZO_OPTIM_SYNC, 2, ZO_TIER_NVME, ZO_ERR_UNSUPPORTED, "param_home host or device");
+    refused(ZO_OPTIM_SYNC, 3, ZO_TIER_NVME, ZO_ERR_UNSUPPORTED, "param_home host or device");
+    refused(ZO_OPTIM_OVERLAP, 3, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "mode sync works");
 }
 
 int main(void)
@@ -387,6 +481,13 @@ int main(void)
         cmocka_unit_test(stage2_clipping_and_overflow),
         cmocka_unit_test(stage2_tight_host_budget),
         cmocka_unit_test(accumulating_ranks_agree_within_rounding),
+        cmocka_unit_test(stage3_host),
+        cmocka_unit_test(stage3_nvme),
+        cmocka_unit_test(stage3_device),
+        cmocka_unit_test(stage3_device_cap_split),
+        cmocka_unit_test(stage3_clipping_and_overflow),
+        cmocka_unit_test(stage3_small_chunks_persist),
+        cmocka_unit_test(stage3_device_params_are_a_share),
         cmocka_unit_test(what_is_not_run_is_refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
