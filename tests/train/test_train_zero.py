@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""zo-train across ranks (ZeRO stages 1 and 2) on the cpu device, under mpirun.
+"""zo-train across ranks (ZeRO stages 1, 2 and 3) on the cpu device, under mpirun.
 
 N ranks with --grad-accum 1 against one rank with --grad-accum N over the same
 data: the losses and the validation loss (which the final weights decide) are
-bitwise equal, for stages 1 and 2 with the optimizer states in host memory and
+bitwise equal, for stages 1, 2 and 3 with the optimizer states in host memory and
 on NVMe; each rank's NVMe bytes are its own chunks' share; a flag that differs
 on one rank is refused naming it; what ZeRO does not run yet is refused naming
 what works.
@@ -82,10 +82,11 @@ def refused(cmd, words):
         check(w in err, "%s: %r not in the error:\n%s" % (" ".join(cmd), w, err[-2000:]))
 
 
-for stage in (1, 2):
+for stage in (1, 2, 3):
     for optim in ("cpu", "nvme"):
         exact(2, stage, optim)
 exact(4, 2, "nvme")
+exact(4, 3, "cpu")
 
 # DeepSpeed's zero_optimization.stage becomes the stage across ranks
 with tempfile.TemporaryDirectory() as d:
@@ -94,13 +95,28 @@ with tempfile.TemporaryDirectory() as d:
     ds = train(2, ["--config", d + "/ds.json"], d + "/swap")
     check(ds is not None and ds["config"]["zero_stage"] == 1,
           "zero_optimization.stage 1: the run says %r" % (ds and ds["config"]))
+    # stage 3 with DeepSpeed's persistence threshold (elements): mapped, not warned about
+    with open(d + "/ds3.json", "w") as f:
+        json.dump({"train_micro_batch_size_per_gpu": 2,
+                   "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 4096}},
+                  f)
+    cmd = MPI + ["-np", "2", EXE] + TINY + ["--config", d + "/ds3.json", "--nvme-path", d + "/s3"]
+    rc, out, err = run(cmd)
+    ds3 = json.loads(out) if rc == 0 else None
+    check(ds3 is not None and ds3["config"]["zero_stage"] == 3 and
+          ds3["config"]["zero_persist_elems"] == 4096,
+          "zero_optimization.stage 3: exit %d, the run says %r\n%s" %
+          (rc, ds3 and ds3["config"], err[-2000:]))
+    check("stage3_param_persistence_threshold" not in err,
+          "stage3_param_persistence_threshold warned about:\n%s" % err[-2000:])
 
 with tempfile.TemporaryDirectory() as d:
     base = [EXE] + TINY + ["--nvme-path", d]
     refused(MPI + ["-np", "1"] + base + ["--lr", "1e-3", ":", "-np", "1"] + base + ["--lr", "2e-3"],
             ["--lr"])
     refused(MPI + ["-np", "2"] + base + ["--optimizer-mode", "overlap"], ["mode sync works"])
-    refused(MPI + ["-np", "2"] + base + ["--zero-stage", "3"], ["use zero_stage 1 or 2"])
+    refused(MPI + ["-np", "2"] + base + ["--zero-stage", "3", "--offload-param", "nvme"],
+            ["param_home host or device"])
     refused(MPI + ["-np", "2"] + base + ["--save", d + "/ckpt"], ["--save", "not supported yet"])
 
 for f in failures:

@@ -130,6 +130,8 @@ static zo_status placement(zt_options *o, const zo_train_config *cfg)
 {
     o->state_dtype = cfg->zoffload.optimizer_state_dtype;
     o->zero_stage = (int)cfg->zero_optimization.stage; /* [0, 3]: the parser's range */
+    /* >= 0: the parser's range; per chunk here, per tensor in DeepSpeed */
+    o->zero_persist = (uint64_t)cfg->zero_optimization.stage3_param_persistence_threshold;
     if (cfg->aio.block_size > UINT32_MAX || cfg->aio.queue_depth > UINT32_MAX)
         return zt_fail(ZO_ERR_CONFIG,
                        "'aio.block_size' %lld or 'aio.queue_depth' %lld is too large",
@@ -214,9 +216,6 @@ int zt_config_warn_unused(const zo_train_config *cfg, FILE *f)
         ZT_UNUSED(zero_optimization.stage3_max_reuse_distance,
                   "zero_optimization.stage3_max_reuse_distance",
                   "eviction follows the recorded access order"),
-        ZT_UNUSED(zero_optimization.stage3_param_persistence_threshold,
-                  "zero_optimization.stage3_param_persistence_threshold",
-                  "every tensor is paged by chunk"),
         ZT_UNUSED(zero_optimization.sub_group_size, "zero_optimization.sub_group_size",
                   "the optimizer works chunk by chunk (zoffload.chunk_size)"),
         ZT_UNUSED(aio.intra_op_parallelism, "aio.intra_op_parallelism",

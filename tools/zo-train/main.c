@@ -119,9 +119,13 @@ static void usage(FILE *f)
         "  --act-home device|host where a group's layer inputs wait for its backward (default\n"
         "                         device; host: pinned host memory, copied per layer)\n"
         "ranks (mpirun -np N zo-train ..., srun, or torchrun's RANK/WORLD_SIZE):\n"
-        "  --zero-stage 1|2       ZeRO across the ranks (default 2 with several ranks): each\n"
+        "  --zero-stage 1|2|3     ZeRO across the ranks (default 2 with several ranks): each\n"
         "                         rank holds the optimizer states of its 1/N of the chunks\n"
-        "                         (2: and only their reduced gradients); step t's N x\n"
+        "                         (2: and only their reduced gradients; 3: and only their\n"
+        "                         16-bit parameters, the others' gathered from their owners\n"
+        "                         as each layer is fetched; zero_optimization.\n"
+        "                         stage3_param_persistence_threshold: chunks that small stay\n"
+        "                         whole on every rank, 0 without --config); step t's N x\n"
         "                         --grad-accum micro-batches split in rank order, so N ranks\n"
         "                         with --grad-accum 1 equal one rank with --grad-accum N bit\n"
         "                         for bit; sync mode, --offload-param none|cpu; NVMe files in\n"
@@ -1170,6 +1174,7 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
     json_object_set_new(cfg, "state_dtype", json_string(zt_state_dtype_name(c->o.state_dtype)));
     json_object_set_new(cfg, "world_size", json_integer(ranks(c)));
     json_object_set_new(cfg, "zero_stage", json_integer(ranks(c) > 1 ? c->o.zero_stage : 0));
+    json_object_set_new(cfg, "zero_persist_elems", json_integer((json_int_t)c->o.zero_persist));
     json_object_set_new(cfg, "placement",
                         json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "optimizer", "device",
                                   (json_int_t)su->optim_caps.device, "host",

@@ -99,7 +99,7 @@ zo_status zt_ranks_tag_stderr(int rank)
 
 /* ---- the communicator and the options' check ---- */
 
-enum { N_KEYS = 24, VALUE_BYTES = 96 };
+enum { N_KEYS = 28, VALUE_BYTES = 96 };
 
 typedef struct keyset {
     const char *keys[N_KEYS];
@@ -142,6 +142,10 @@ static void option_keys(const zt_options *o, keyset *k)
     put(k, "--offload-optimizer", "%d", o->optim_home);
     put(k, "--chunk-bytes", "%llu", (unsigned long long)o->chunk_bytes);
     put(k, "--micro-group", "%d", o->micro_group);
+    /* stage 3: the gathers follow the lookahead and the persistence */
+    put(k, "zoffload.prefetch_lookahead", "%d", o->lookahead);
+    put(k, "zero_optimization.stage3_param_persistence_threshold", "%llu",
+        (unsigned long long)o->zero_persist);
     put(k, "--data", "%s", o->data_path ? o->data_path : "");
     put(k, "--vocab", "%d", s->vocab);
     put(k, "--dim", "%d", s->dim);

@@ -223,6 +223,7 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
         c.rank = o->rank;
         c.world_size = o->world_size;
         c.zero_stage = o->zero_stage;
+        c.zero_persist_elems = o->zero_persist;
         c.comm = t->comm;
     }
     return c;

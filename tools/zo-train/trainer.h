@@ -70,8 +70,11 @@ typedef struct zt_options {
      * (what one rank with grad_accum * world_size would take r-th), so the losses and weights
      * equal that one rank's bitwise for grad_accum 1; each rank's NVMe files go to
      * DIR/rank-R. */
-    int zero_stage;       /* 1 or 2 (engine.h); ignored with one rank */
-    int rank, world_size; /* 0 of 1 unless launched across ranks */
+    int zero_stage;        /* 1, 2 or 3 (engine.h); ignored with one rank */
+    uint64_t zero_persist; /* stage 3: chunks of at most this many elements stay whole on every
+                              rank (zero_persist_elems; DeepSpeed's
+                              stage3_param_persistence_threshold, 0 without a config) */
+    int rank, world_size;  /* 0 of 1 unless launched across ranks */
 } zt_options;
 
 /* Defaults: tiny preset values are filled by the caller (zt_preset). */
