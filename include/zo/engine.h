@@ -156,7 +156,7 @@ typedef struct zo_engine_config {
                                     DeepSpeed's stage3_param_persistence_threshold) */
 } zo_engine_config;
 
-/* ZeRO (world_size > 1, sync mode; the ranks run the same steps, each on its
+/* ZeRO (world_size > 1, sync or overlap mode; the ranks run the same steps, each on its
  * own micro-batches). Chunks are the unit of ownership: rank r owns a
  * contiguous range of them in chunk order (the n_chunks split as evenly as
  * counts go, the first ranks taking one more), so each rank's NVMe and host
@@ -198,8 +198,10 @@ typedef struct zo_engine_config {
  *            whole on every rank as in stage 2.
  * Needs param_home host or device (the 16-bit parameters are received into
  * their host or device copies; param_caps.device at stage 3 only), a
- * communicator that reaches host memory (mpi, self) and the sync mode;
- * overlap and dpu are refused. zo_engine_read_master and the
+ * communicator that reaches host memory (mpi, self) and the sync or overlap
+ * mode (overlap: each owner updates its chunks speculatively on their reduced
+ * gradients as they arrive, and validates as one rank does); dpu is refused.
+ * zo_engine_read_master and the
  * checkpoint calls read and write only the states of the rank's own chunks
  * (zo_engine_tensor_owner says whose a tensor is). */
 

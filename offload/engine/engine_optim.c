@@ -131,6 +131,8 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
         return eng_grads_done(e, j);
     if (eng_zero_on(&e->cfg)) { /* reduced to the owner now: the copy here is then free */
         ZO_TRY(eng_zero_reduce_chunk(e, (uint32_t)j->chunk, j->parity));
+        if (e->mode->speculates && k->owner == e->cfg.rank) /* on the reduced gradient */
+            ZO_TRY(speculate(e, (uint32_t)j->chunk, j));
         return eng_grads_done(e, j);
     }
     const void *g = accum ? (const void *)k->acc[j->parity] : k->g16[j->parity];

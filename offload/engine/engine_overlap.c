@@ -41,6 +41,14 @@ static zo_status validate(struct zo_engine *e, const eng_verdict *v, int *rollba
     return eng_update_all(e, e->step_lr, v->factor, e->opt_step + 1, parity);
 }
 
+/* ZeRO: the owners' updated chunks to the others (stages 1 and 2; at stage 3
+ * the partitioned ones are gathered at their next use), before the commit. */
+static zo_status validate_and_share(struct zo_engine *e, const eng_verdict *v, int *rollbacks)
+{
+    ZO_TRY(validate(e, v, rollbacks));
+    return eng_zero_on(&e->cfg) && !v->overflow ? eng_zero_share_params(e) : ZO_OK;
+}
+
 static const char *update_name(const eng_verdict *v, int rollbacks)
 {
     (void)v;
@@ -50,7 +58,7 @@ static const char *update_name(const eng_verdict *v, int rollbacks)
 static zo_status end_step(struct zo_engine *e, const eng_verdict *v, int *rollbacks,
                           const zo_loss_scaler *saved)
 {
-    return eng_update_now(e, v, rollbacks, saved, validate, update_name);
+    return eng_update_now(e, v, rollbacks, saved, validate_and_share, update_name);
 }
 
 static zo_status settle(struct zo_engine *e)

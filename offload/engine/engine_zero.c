@@ -1,6 +1,7 @@
 /* ZeRO over the ranks of the configuration's communicator (engine.h: stages
- * 1 and 2, sync mode): which rank owns a chunk, the "remote" state table of
- * the chunks another rank owns (no storage: the rank never updates them),
+ * 1, 2 and 3, sync and overlap modes): which rank owns a chunk, the "remote"
+ * state table of the chunks another rank owns (no storage: the rank never
+ * updates them) and at stage 3 their "remote" parameter table and gathers,
  * the reduction of each chunk's gradient in rank order as its host job takes
  * it (so no rank keeps 16-bit gradients past it), the norm partials shared
  * by the owners at the end of the step, and the owners' broadcast of the
@@ -50,10 +51,10 @@ zo_status eng_zero_check_plan(const zo_engine_config *c)
                        "world_size %d with zero_stage 0 (every rank a full copy of the states) "
                        "is not supported: use zero_stage 1, 2 or 3",
                        c->world_size);
-    if (c->mode != ZO_OPTIM_SYNC)
+    if (c->mode == ZO_OPTIM_DPU)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
-                       "ZeRO (world_size %d) runs in sync mode so far: mode %s is refused; "
-                       "mode sync works with zero_stage 1, 2 and 3",
+                       "ZeRO (world_size %d) runs in sync and overlap modes so far: mode %s is "
+                       "refused; modes sync and overlap work with zero_stage 1, 2 and 3",
                        c->world_size, zo_optim_mode_name(c->mode));
     if (c->param_home == ZO_TIER_NVME)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,

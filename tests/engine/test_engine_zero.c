@@ -33,6 +33,7 @@ typedef struct zcfg {
     uint64_t param_cap;  /* param_caps.device (stage 3: over each rank's own chunks) */
     uint64_t persist;    /* zero_persist_elems */
     int gather_only;     /* lookahead 0: each fetch gathers its own layer only */
+    zo_optim_mode mode;  /* of the ranks and of the reference alike */
 } zcfg;
 
 typedef struct zrun {
@@ -46,6 +47,7 @@ typedef struct zrun {
     char dir[64];
     int gather_only;
     uint64_t persist;
+    zo_optim_mode mode;
     uint64_t device_bytes; /* the device allocator's bytes the engine took at finalize */
 } zrun;
 
@@ -65,6 +67,7 @@ static zo_status build(zrun *r, const zcfg *z, zo_engine_config *c)
     c->adam.simd_level = -1;
     c->max_grad_norm = z->max_norm;
     c->param_caps.device = z->param_cap;
+    c->mode = z->mode;
     c->lookahead = z->gather_only ? 0 : c->lookahead;
     if (z->stage) {
         c->rank = me;
@@ -146,6 +149,7 @@ static void train(const zcfg *z, zrun *r)
     zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
     r->gather_only = z->gather_only;
     r->persist = z->persist;
+    r->mode = z->mode;
     zo_device_mem_stats m0, m1;
     ZO_ASSERT_OK(zo_device_mem_get_stats(dev, &m0));
     ZO_ASSERT_OK(build(r, z, &c));
@@ -193,6 +197,8 @@ static void expect_own_states(const zrun *r, int stage, zo_tier optim_home)
     uint64_t kept = n_ranks == 1 ? 0 : stage == 1 ? n : owned;
     uint64_t zero = n_ranks == 1 ? 0 : kept * grads + Z;
     uint64_t states = optim_home == ZO_TIER_HOST ? owned * Z : 0;
+    if (r->mode == ZO_OPTIM_OVERLAP) /* the backups of the resident states */
+        states *= 2;
     /* NVMe-homed states: their gradients wait in host memory (grad_host) */
     assert_int_equal(r->fp.host - r->fp.grad_host, states + zero);
     if (optim_home == ZO_TIER_HOST)
@@ -271,7 +277,7 @@ static void expect_exact_as(zcfg z)
 
 static void expect_exact(zo_tier ph, zo_tier oh, int stage, float max_norm, int poison_step)
 {
-    zcfg z = {ph, oh, stage, max_norm, poison_step, 1, 0, 0, 0, 0};
+    zcfg z = {ph, oh, stage, max_norm, poison_step, 1, 0, 0, 0, 0, ZO_OPTIM_SYNC};
     expect_exact_as(z);
 }
 
@@ -319,7 +325,7 @@ static void stage2_clipping_and_overflow(void **state)
 static void stage2_tight_host_budget(void **state)
 {
     (void)state;
-    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1, 1, 0, 0, 0, 0};
+    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1, 1, 0, 0, 0, 0, ZO_OPTIM_SYNC};
     zrun a;
     train(&z, &a);
     z.host_bytes = a.fp.pinned + a.fp.host - a.fp.grad_host;
@@ -333,7 +339,7 @@ static void stage2_tight_host_budget(void **state)
 static void accumulating_ranks_agree_within_rounding(void **state)
 {
     (void)state;
-    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1, 2, 0, 0, 0, 0}, ref = z;
+    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1, 2, 0, 0, 0, 0, ZO_OPTIM_SYNC}, ref = z;
     ref.stage = 0;
     zrun a, b;
     train(&z, &a);
@@ -381,7 +387,7 @@ static void stage3_device(void **state)
 static void stage3_device_cap_split(void **state)
 {
     (void)state;
-    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 3, 0.0f, -1, 1, 0, 3 * CHUNK, 0, 0};
+    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 3, 0.0f, -1, 1, 0, 3 * CHUNK, 0, 0, ZO_OPTIM_SYNC};
     expect_exact_as(z);
 }
 
@@ -397,7 +403,7 @@ static void stage3_clipping_and_overflow(void **state)
 static void stage3_small_chunks_persist(void **state)
 {
     (void)state;
-    zcfg z = {ZO_TIER_HOST, ZO_TIER_HOST, 3, 0.05f, -1, 1, 0, 0, TM_D, 1};
+    zcfg z = {ZO_TIER_HOST, ZO_TIER_HOST, 3, 0.05f, -1, 1, 0, 0, TM_D, 1, ZO_OPTIM_SYNC};
     expect_exact_as(z);
 }
 
@@ -408,7 +414,7 @@ static void stage3_small_chunks_persist(void **state)
 static void stage3_device_params_are_a_share(void **state)
 {
     (void)state;
-    zcfg z = {ZO_TIER_DEVICE, ZO_TIER_HOST, 3, 0.0f, -1, 1, 0, 0, 0, 1};
+    zcfg z = {ZO_TIER_DEVICE, ZO_TIER_HOST, 3, 0.0f, -1, 1, 0, 0, 0, 1, ZO_OPTIM_SYNC};
     zrun a;
     train(&z, &a);
     uint64_t n = a.fp.n_chunks, K = a.fp.max_chunks_per_layer;
@@ -425,6 +431,39 @@ static void stage3_device_params_are_a_share(void **state)
     ZO_ASSERT_OK(zo_engine_homes(a.eng, homes, NULL));
     assert_int_equal(homes[ZO_TIER_DEVICE], n_ranks == 1 ? n : owned);
     close_run(&a);
+}
+
+/* Overlap mode: each owner updates its chunks speculatively on their reduced
+ * gradients as they arrive; clipping and the overflow roll them back and
+ * redo them on every owner alike. */
+static void overlap_as(int stage, zo_tier oh, float max_norm, int poison_step)
+{
+    zcfg z = {ZO_TIER_HOST, oh, stage, max_norm, poison_step, 1, 0, 0, 0, 0, ZO_OPTIM_OVERLAP};
+    expect_exact_as(z);
+}
+
+static void overlap_stage1_host(void **state)
+{
+    (void)state;
+    overlap_as(1, ZO_TIER_HOST, 0.0f, -1);
+}
+
+static void overlap_stage2_clipping_and_overflow(void **state)
+{
+    (void)state;
+    overlap_as(2, ZO_TIER_NVME, 0.05f, 2);
+}
+
+static void overlap_stage3_host(void **state)
+{
+    (void)state;
+    overlap_as(3, ZO_TIER_HOST, 0.05f, 1);
+}
+
+static void overlap_stage3_nvme(void **state)
+{
+    (void)state;
+    overlap_as(3, ZO_TIER_NVME, 0.0f, -1);
 }
 
 static void refused(zo_optim_mode mode, int stage, zo_tier ph, zo_status want, const char *names)
@@ -450,12 +489,11 @@ static void what_is_not_run_is_refused(void **state)
     (void)state;
     if (me > 1)
         return; /* the configs say world size 2 */
-    refused(ZO_OPTIM_OVERLAP, 2, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "mode sync works");
-    refused(ZO_OPTIM_DPU, 1, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "mode sync works");
+    refused(ZO_OPTIM_DPU, 1, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "modes sync and overlap work");
+    refused(ZO_OPTIM_DPU, 3, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "modes sync and overlap work");
     refused(ZO_OPTIM_SYNC, 0, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "use zero_stage 1, 2 or 3");
     refused(ZO_OPTIM_SYNC, 2, ZO_TIER_NVME, ZO_ERR_UNSUPPORTED, "param_home host or device");
     refused(ZO_OPTIM_SYNC, 3, ZO_TIER_NVME, ZO_ERR_UNSUPPORTED, "param_home host or device");
-    refused(ZO_OPTIM_OVERLAP, 3, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "mode sync works");
 }
 
 int main(void)
@@ -488,6 +526,10 @@ int main(void)
         cmocka_unit_test(stage3_clipping_and_overflow),
         cmocka_unit_test(stage3_small_chunks_persist),
         cmocka_unit_test(stage3_device_params_are_a_share),
+        cmocka_unit_test(overlap_stage1_host),
+        cmocka_unit_test(overlap_stage2_clipping_and_overflow),
+        cmocka_unit_test(overlap_stage3_host),
+        cmocka_unit_test(overlap_stage3_nvme),
         cmocka_unit_test(what_is_not_run_is_refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

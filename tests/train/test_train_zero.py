@@ -48,13 +48,14 @@ def check(cond, what):
         failures.append(what)
 
 
-def exact(ranks, stage, optim):
+def exact(ranks, stage, optim, mode="sync"):
     with tempfile.TemporaryDirectory() as d:
-        one = train(1, ["--grad-accum", str(ranks), "--offload-optimizer", optim], d + "/one")
-        many = train(ranks, ["--zero-stage", str(stage), "--offload-optimizer", optim], d + "/z")
+        both = ["--offload-optimizer", optim, "--optimizer-mode", mode]
+        one = train(1, ["--grad-accum", str(ranks)] + both, d + "/one")
+        many = train(ranks, ["--zero-stage", str(stage)] + both, d + "/z")
         if one is None or many is None:
             return
-        what = "%d ranks, stage %d, optimizer %s" % (ranks, stage, optim)
+        what = "%d ranks, stage %d, optimizer %s, mode %s" % (ranks, stage, optim, mode)
         check(one["losses"] == many["losses"],
               "%s: losses %s, one rank %s" % (what, many["losses"], one["losses"]))
         check(one["val_loss"] == many["val_loss"],
@@ -87,6 +88,7 @@ for stage in (1, 2, 3):
         exact(2, stage, optim)
 exact(4, 2, "nvme")
 exact(4, 3, "cpu")
+exact(2, 3, "nvme", "overlap")
 
 # DeepSpeed's zero_optimization.stage becomes the stage across ranks
 with tempfile.TemporaryDirectory() as d:
@@ -114,7 +116,7 @@ with tempfile.TemporaryDirectory() as d:
     base = [EXE] + TINY + ["--nvme-path", d]
     refused(MPI + ["-np", "1"] + base + ["--lr", "1e-3", ":", "-np", "1"] + base + ["--lr", "2e-3"],
             ["--lr"])
-    refused(MPI + ["-np", "2"] + base + ["--optimizer-mode", "overlap"], ["mode sync works"])
+    refused(MPI + ["-np", "2"] + base + ["--optimizer-mode", "dpu"], ["modes sync and overlap work"])
     refused(MPI + ["-np", "2"] + base + ["--zero-stage", "3", "--offload-param", "nvme"],
             ["param_home host or device"])
     refused(MPI + ["-np", "2"] + base + ["--save", d + "/ckpt"], ["--save", "not supported yet"])
