@@ -156,7 +156,7 @@ typedef struct zo_engine_config {
                                     DeepSpeed's stage3_param_persistence_threshold) */
 } zo_engine_config;
 
-/* ZeRO (world_size > 1, sync or overlap mode; the ranks run the same steps, each on its
+/* ZeRO (world_size > 1, every mode; the ranks run the same steps, each on its
  * own micro-batches). Chunks are the unit of ownership: rank r owns a
  * contiguous range of them in chunk order (the n_chunks split as evenly as
  * counts go, the first ranks taking one more), so each rank's NVMe and host
@@ -198,9 +198,11 @@ typedef struct zo_engine_config {
  *            whole on every rank as in stage 2.
  * Needs param_home host or device (the 16-bit parameters are received into
  * their host or device copies; param_caps.device at stage 3 only), a
- * communicator that reaches host memory (mpi, self) and the sync or overlap
- * mode (overlap: each owner updates its chunks speculatively on their reduced
- * gradients as they arrive, and validates as one rank does); dpu is refused.
+ * communicator that reaches host memory (mpi, self). Overlap: each owner
+ * updates its chunks speculatively on their reduced gradients as they
+ * arrive and validates as one rank does. Dpu: the reduced gradients are kept
+ * by step parity (host += that twice) and the owners broadcast from the
+ * delayed update's thread, committed with it at the next step's end.
  * zo_engine_read_master and the
  * checkpoint calls read and write only the states of the rank's own chunks
  * (zo_engine_tensor_owner says whose a tensor is). */
@@ -231,8 +233,8 @@ typedef struct zo_engine_config {
  *            T = min(S, D), D = lookahead + 2 (the fetch served, the lookahead's, one more)
  *   host   = [optim_home host] Z*N + [overlap, optim_home host/device] Z*N (backups)
  *            + [grad_accum_steps > 1, not grouped] 2*C*N*G (fp32 accumulators)
- *            + [world_size > 1] 2*C*R + Z (reduced fp32 gradients, R = N at stage 1, the
- *              rank's own chunks at stage 2; the scratch)
+ *            + [world_size > 1] 2*C*R*G + Z (reduced fp32 gradients, R = N at stage 1, the
+ *              rank's own chunks at stages 2 and 3; the scratch)
  *   (grouped: micro_group > 1 and grad_accum_steps > 1; with world_size > 1 every N
  *   counting optimizer states counts the rank's own chunks only)
  *   nvme   = [optim_home nvme] 2*N*E + [param_home nvme] 2*N*P (payload of two extents

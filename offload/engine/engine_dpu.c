@@ -1,7 +1,9 @@
 /* The dpu mode: the delayed parameter update of ZeRO-Offload. The update of
  * a step's gradients runs on a thread of its own while the next step
  * computes on the parameters of the step before (one step stale); it is
- * committed and published when that next step ends. */
+ * committed and published when that next step ends. Under ZeRO the owners
+ * broadcast their updated chunks from that thread too, on a communicator of
+ * its own, and the reduced gradients are kept by step parity. */
 #include <stdio.h>
 
 #include "engine_internal.h"
@@ -13,6 +15,8 @@ static void *dpu_main(void *arg)
     uint64_t t0 = zo_now_ns();
     zo_nvtx_push("delayed update");
     e->dpu_st = eng_update_all(e, e->dpu_lr, e->dpu_factor, e->dpu_step, e->dpu_parity);
+    if (e->dpu_st >= 0 && eng_zero_on(&e->cfg)) /* the owners' updates, committed with them */
+        e->dpu_st = eng_zero_share_params(e);
     if (e->dpu_st < 0)
         snprintf(e->dpu_msg, sizeof e->dpu_msg, "%s", zo_last_error());
     zo_nvtx_pop();

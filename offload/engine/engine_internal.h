@@ -95,7 +95,8 @@ typedef struct eng_chunk {
                             checks it: a failure on the compute stream fails the step) */
     int spec_done;       /* overlap: the speculative update ran */
     int owner;           /* the rank that owns its optimizer states (ZeRO; else this rank) */
-    float *zgrad;        /* ZeRO: its gradient reduced over the ranks (fp32), where kept */
+    float *zgrad[2];     /* ZeRO: its gradient reduced over the ranks (fp32), where kept, by step
+                            parity (dpu: the delayed update reads one, the next step fills the other) */
     int zpart;           /* ZeRO stage 3: its 16-bit parameters live on its owner only */
     int64_t zg_at;       /* ... the gather (its number) that last brought them this step, or -1;
                             a non-owner's gather buffer is then p16[0] */
@@ -311,7 +312,10 @@ struct zo_engine {
                             caller's */
     zo_comm_t zpcomm;    /* stage 3: another split, for the gathers (on the h2d stream, from the
                             fetches, while the host job reduces on zcomm) */
-    void **zgbuf;        /* stage 3: the ring of pinned gather buffers */
+    zo_comm_t zdcomm;    /* dpu: a third, for the owners' broadcasts from the delayed update's
+                            thread while the next step runs */
+    zo_stream_t zdstream;
+    void **zgbuf; /* stage 3: the ring of pinned gather buffers */
     uint32_t n_zg;
     uint64_t zg_seq; /* gathers issued so far (the same count on every rank) */
 
@@ -423,7 +427,8 @@ zo_status eng_zero_reduce_chunk(struct zo_engine *e, uint32_t c, int parity);
 /* Before the verdict: each chunk's norm partial and overflow flag the same
  * on every rank (stage 2: from the owners). */
 zo_status eng_zero_share_partials(struct zo_engine *e);
-/* After the update: every chunk's new 16-bit parameters from its owner. */
+/* After the update: every chunk's new 16-bit parameters from its owner
+ * (dpu: from the delayed update's thread, on a communicator of its own). */
 zo_status eng_zero_share_params(struct zo_engine *e);
 
 /* engine_dpu.c */

@@ -104,8 +104,8 @@ void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, const eng_updat
     zo_adam_buffers init = ZO_ADAM_BUFFERS_INIT;
     *b = init;
     b->n = k->n_elems;
-    if (k->zgrad) { /* ZeRO: reduced over the ranks */
-        b->grad = k->zgrad;
+    if (k->zgrad[u->parity]) { /* ZeRO: reduced over the ranks */
+        b->grad = k->zgrad[u->parity];
         b->grad_type = ZO_DTYPE_F32;
     } else if (e->cfg.grad_accum_steps > 1) {
         b->grad = k->acc[u->parity];

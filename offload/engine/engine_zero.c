@@ -1,5 +1,5 @@
 /* ZeRO over the ranks of the configuration's communicator (engine.h: stages
- * 1, 2 and 3, sync and overlap modes): which rank owns a chunk, the "remote"
+ * 1, 2 and 3, every mode): which rank owns a chunk, the "remote"
  * state table of the chunks another rank owns (no storage: the rank never
  * updates them) and at stage 3 their "remote" parameter table and gathers,
  * the reduction of each chunk's gradient in rank order as its host job takes
@@ -51,11 +51,6 @@ zo_status eng_zero_check_plan(const zo_engine_config *c)
                        "world_size %d with zero_stage 0 (every rank a full copy of the states) "
                        "is not supported: use zero_stage 1, 2 or 3",
                        c->world_size);
-    if (c->mode == ZO_OPTIM_DPU)
-        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
-                       "ZeRO (world_size %d) runs in sync and overlap modes so far: mode %s is "
-                       "refused; modes sync and overlap work with zero_stage 1, 2 and 3",
-                       c->world_size, zo_optim_mode_name(c->mode));
     if (c->param_home == ZO_TIER_NVME)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "ZeRO (world_size %d) needs param_home host or device (the owners' "
@@ -86,6 +81,13 @@ zo_status eng_zero_check(const zo_engine_config *c)
     return ZO_OK;
 }
 
+/* Sets of reduced gradients: by step parity in dpu mode, as the mode's
+ * 16-bit ones are. */
+static uint64_t grad_sets(const zo_engine_config *c)
+{
+    return c->mode == ZO_OPTIM_DPU ? 2 : 1;
+}
+
 /* The reduced fp32 gradients a rank keeps, and the scratch: one chunk's
  * states (the initial states of a chunk it does not own are built there to
  * derive its 16-bit parameters; the 16-bit gradients are widened there). */
@@ -94,7 +96,8 @@ uint64_t eng_zero_host_bytes(const zo_engine_config *c, uint32_t n_chunks, uint6
     if (!eng_zero_on(c))
         return 0;
     uint64_t kept = c->zero_stage == 1 ? n_chunks : owned_chunks(c, n_chunks);
-    return kept * chunk_elems * sizeof(float) + eng_states_bytes(c->state_dtype, chunk_elems);
+    return kept * grad_sets(c) * chunk_elems * sizeof(float) +
+           eng_states_bytes(c->state_dtype, chunk_elems);
 }
 
 /* ---- stage 3: the gathers ---- */
@@ -196,14 +199,19 @@ zo_status eng_zero_place(struct zo_engine *e)
         kept += keeps_grads(e, c);
     uint64_t scratch = eng_states_bytes(e->cfg.state_dtype, e->chunk_elems);
     ZO_TRY(eng_host_alloc(e, scratch, &e->zscratch));
+    uint64_t sets = grad_sets(&e->cfg), i = 0;
     if (kept)
-        ZO_TRY(eng_host_alloc(e, (uint64_t)kept * e->chunk_elems * sizeof(float), &e->zgrads));
-    uint64_t i = 0;
-    for (uint32_t c = 0; c < e->n_chunks; c++)
-        if (keeps_grads(e, c))
-            e->chunks[c].zgrad = e->zgrads + (i++) * e->chunk_elems;
+        ZO_TRY(eng_host_alloc(e, sets * kept * e->chunk_elems * sizeof(float), &e->zgrads));
+    for (uint64_t b = 0; b < sets; b++)
+        for (uint32_t c = 0; c < e->n_chunks; c++)
+            if (keeps_grads(e, c))
+                e->chunks[c].zgrad[b] = e->zgrads + (i++) * e->chunk_elems;
     ZO_TRY(zo_comm_split(e->cfg.comm, 0, e->cfg.rank, &e->zcomm));
     ZO_TRY(zo_stream_create(e->dev, &e->zstream));
+    if (e->cfg.mode == ZO_OPTIM_DPU) {
+        ZO_TRY(zo_comm_split(e->cfg.comm, 0, e->cfg.rank, &e->zdcomm));
+        ZO_TRY(zo_stream_create(e->dev, &e->zdstream));
+    }
     return eng_zero_p3(&e->cfg) ? place_gathers(e) : ZO_OK;
 }
 
@@ -211,8 +219,13 @@ void eng_zero_release(struct zo_engine *e)
 {
     if (e->zstream)
         zo_stream_synchronize(e->zstream);
+    if (e->zdstream)
+        zo_stream_synchronize(e->zdstream);
     zo_stream_destroy(e->zstream);
-    e->zstream = NULL;
+    zo_stream_destroy(e->zdstream);
+    e->zstream = e->zdstream = NULL;
+    zo_comm_free(e->zdcomm);
+    e->zdcomm = NULL;
     zo_comm_free(e->zcomm);
     zo_comm_free(e->zpcomm); /* the h2d stream that carried its gathers is idle */
     e->zcomm = e->zpcomm = NULL;
@@ -223,7 +236,7 @@ void eng_zero_release(struct zo_engine *e)
     free(e->zgrads);
     e->zscratch = e->zgrads = NULL;
     for (uint32_t c = 0; e->chunks && c < e->n_chunks; c++)
-        e->chunks[c].zgrad = NULL;
+        e->chunks[c].zgrad[0] = e->chunks[c].zgrad[1] = NULL;
 }
 
 int zo_engine_tensor_owner(zo_engine_t e, int id)
@@ -253,18 +266,19 @@ zo_status eng_zero_reduce_chunk(struct zo_engine *e, uint32_t c, int parity)
 {
     eng_chunk *k = &e->chunks[c];
     const float *src = local_grads(e, c, parity);
+    float *out = k->zgrad[parity];
     if (e->cfg.zero_stage == 1)
-        ZO_TRY(zo_comm_all_reduce(e->zcomm, e->zstream, src, k->zgrad, k->n_elems, ZO_DTYPE_F32,
+        ZO_TRY(zo_comm_all_reduce(e->zcomm, e->zstream, src, out, k->n_elems, ZO_DTYPE_F32,
                                   ZO_REDUCE_EXACT));
     else
-        ZO_TRY(zo_comm_reduce(e->zcomm, e->zstream, src, k->zgrad, k->n_elems, ZO_DTYPE_F32,
-                              k->owner, ZO_REDUCE_EXACT));
+        ZO_TRY(zo_comm_reduce(e->zcomm, e->zstream, src, out, k->n_elems, ZO_DTYPE_F32, k->owner,
+                              ZO_REDUCE_EXACT));
     /* the scratch is widened again for the next chunk */
     ZO_TRY(zo_stream_synchronize(e->zstream));
     memset(&k->gstats, 0, sizeof k->gstats); /* stage 2: the owner's come at the verdict */
-    if (!k->zgrad)
+    if (!out)
         return ZO_OK;
-    return zo_optim_pool_grad_stats(e->opool, k->zgrad, ZO_DTYPE_F32, k->n_elems, &k->gstats);
+    return zo_optim_pool_grad_stats(e->opool, out, ZO_DTYPE_F32, k->n_elems, &k->gstats);
 }
 
 /* Stage 2: the owners' partials (sum of squares, overflow) to every rank,
@@ -300,15 +314,17 @@ zo_status eng_zero_share_partials(struct zo_engine *e)
 
 zo_status eng_zero_share_params(struct zo_engine *e)
 {
+    int dpu = e->cfg.mode == ZO_OPTIM_DPU; /* the job thread reduces on zcomm meanwhile */
+    zo_comm_t comm = dpu ? e->zdcomm : e->zcomm;
+    zo_stream_t s = dpu ? e->zdstream : e->zstream;
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
         if (k->zpart) /* stage 3: gathered from the owner at each use */
             continue;
-        void *p16 = k->pt->update_out(e, c, NULL);
-        ZO_TRY(
-            zo_comm_broadcast(e->zcomm, e->zstream, p16, k->n_elems, e->cfg.param_dtype, k->owner));
+        void *p16 = k->pt->update_out(e, c, NULL); /* behind the fetches' copy in dpu mode */
+        ZO_TRY(zo_comm_broadcast(comm, s, p16, k->n_elems, e->cfg.param_dtype, k->owner));
     }
-    return zo_stream_synchronize(e->zstream);
+    return zo_stream_synchronize(s);
 }
 
 /* ---- the states of the chunks another rank owns ---- */

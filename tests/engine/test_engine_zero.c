@@ -195,7 +195,8 @@ static void expect_own_states(const zrun *r, int stage, zo_tier optim_home)
     owned = n / (uint32_t)n_ranks + ((uint32_t)me < n % (uint32_t)n_ranks);
     uint64_t Z = states_per_chunk(), grads = (CHUNK / 2) * sizeof(float);
     uint64_t kept = n_ranks == 1 ? 0 : stage == 1 ? n : owned;
-    uint64_t zero = n_ranks == 1 ? 0 : kept * grads + Z;
+    uint64_t sets = r->mode == ZO_OPTIM_DPU ? 2 : 1; /* dpu: by step parity */
+    uint64_t zero = n_ranks == 1 ? 0 : sets * kept * grads + Z;
     uint64_t states = optim_home == ZO_TIER_HOST ? owned * Z : 0;
     if (r->mode == ZO_OPTIM_OVERLAP) /* the backups of the resident states */
         states *= 2;
@@ -466,6 +467,38 @@ static void overlap_stage3_nvme(void **state)
     overlap_as(3, ZO_TIER_NVME, 0.0f, -1);
 }
 
+/* dpu mode: each step's reduced gradients by parity, the delayed update on
+ * the owners, their broadcast from its thread while the next step runs. */
+static void dpu_as(int stage, zo_tier oh, float max_norm, int poison_step)
+{
+    zcfg z = {ZO_TIER_HOST, oh, stage, max_norm, poison_step, 1, 0, 0, 0, 0, ZO_OPTIM_DPU};
+    expect_exact_as(z);
+}
+
+static void dpu_stage1_host(void **state)
+{
+    (void)state;
+    dpu_as(1, ZO_TIER_HOST, 0.0f, -1);
+}
+
+static void dpu_stage2_clipping_and_overflow(void **state)
+{
+    (void)state;
+    dpu_as(2, ZO_TIER_NVME, 0.05f, 2);
+}
+
+static void dpu_stage3_host(void **state)
+{
+    (void)state;
+    dpu_as(3, ZO_TIER_HOST, 0.05f, 1);
+}
+
+static void dpu_stage3_nvme(void **state)
+{
+    (void)state;
+    dpu_as(3, ZO_TIER_NVME, 0.0f, -1);
+}
+
 static void refused(zo_optim_mode mode, int stage, zo_tier ph, zo_status want, const char *names)
 {
     zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
@@ -489,8 +522,6 @@ static void what_is_not_run_is_refused(void **state)
     (void)state;
     if (me > 1)
         return; /* the configs say world size 2 */
-    refused(ZO_OPTIM_DPU, 1, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "modes sync and overlap work");
-    refused(ZO_OPTIM_DPU, 3, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "modes sync and overlap work");
     refused(ZO_OPTIM_SYNC, 0, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "use zero_stage 1, 2 or 3");
     refused(ZO_OPTIM_SYNC, 2, ZO_TIER_NVME, ZO_ERR_UNSUPPORTED, "param_home host or device");
     refused(ZO_OPTIM_SYNC, 3, ZO_TIER_NVME, ZO_ERR_UNSUPPORTED, "param_home host or device");
@@ -530,6 +561,10 @@ int main(void)
         cmocka_unit_test(overlap_stage2_clipping_and_overflow),
         cmocka_unit_test(overlap_stage3_host),
         cmocka_unit_test(overlap_stage3_nvme),
+        cmocka_unit_test(dpu_stage1_host),
+        cmocka_unit_test(dpu_stage2_clipping_and_overflow),
+        cmocka_unit_test(dpu_stage3_host),
+        cmocka_unit_test(dpu_stage3_nvme),
         cmocka_unit_test(what_is_not_run_is_refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -89,6 +89,8 @@ for stage in (1, 2, 3):
 exact(4, 2, "nvme")
 exact(4, 3, "cpu")
 exact(2, 3, "nvme", "overlap")
+exact(2, 2, "nvme", "dpu")
+exact(2, 3, "cpu", "dpu")
 
 # DeepSpeed's zero_optimization.stage becomes the stage across ranks
 with tempfile.TemporaryDirectory() as d:
@@ -116,7 +118,6 @@ with tempfile.TemporaryDirectory() as d:
     base = [EXE] + TINY + ["--nvme-path", d]
     refused(MPI + ["-np", "1"] + base + ["--lr", "1e-3", ":", "-np", "1"] + base + ["--lr", "2e-3"],
             ["--lr"])
-    refused(MPI + ["-np", "2"] + base + ["--optimizer-mode", "dpu"], ["modes sync and overlap work"])
     refused(MPI + ["-np", "2"] + base + ["--zero-stage", "3", "--offload-param", "nvme"],
             ["param_home host or device"])
     refused(MPI + ["-np", "2"] + base + ["--save", d + "/ckpt"], ["--save", "not supported yet"])

@@ -128,7 +128,7 @@ static void usage(FILE *f)
         "                         whole on every rank, 0 without --config); step t's N x\n"
         "                         --grad-accum micro-batches split in rank order, so N ranks\n"
         "                         with --grad-accum 1 equal one rank with --grad-accum N bit\n"
-        "                         for bit; sync or overlap mode, --offload-param none|cpu;\n"
+        "                         for bit; every mode, --offload-param none|cpu;\n"
         "                         NVMe files in DIR/rank-R; output and progress from rank 0,\n"
         "                         log lines tagged with the rank; no checkpoints yet\n"
         "config:\n"
