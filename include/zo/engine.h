@@ -197,7 +197,8 @@ typedef struct zo_engine_config {
  *            updated). Chunks of at most zero_persist_elems elements stay
  *            whole on every rank as in stage 2.
  * Needs param_home host or device (the 16-bit parameters are received into
- * their host or device copies; param_caps.device at stage 3 only), a
+ * their host or device copies; param_caps.device: over every chunk at stages
+ * 1 and 2, over the rank's own at stage 3), a
  * communicator that reaches host memory (mpi, self). Overlap: each owner
  * updates its chunks speculatively on their reduced gradients as they
  * arrive and validates as one rank does. Dpu: the reduced gradients are kept

@@ -57,12 +57,6 @@ zo_status eng_zero_check_plan(const zo_engine_config *c)
                        "16-bit parameters are sent from and received into host copies); "
                        "param_home nvme is not supported yet",
                        c->world_size);
-    if (c->zero_stage < 3 && (c->param_caps.device || c->param_caps.host))
-        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
-                       "ZeRO stage %d (world_size %d) takes no param_caps (every rank holds "
-                       "every chunk's 16-bit parameters at param_home); param_caps.device "
-                       "works with zero_stage 3, over the rank's own chunks",
-                       c->zero_stage, c->world_size);
     return ZO_OK;
 }
 

@@ -392,6 +392,18 @@ static void stage3_device_cap_split(void **state)
     expect_exact_as(z);
 }
 
+/* Stages 1 and 2 with param_caps.device: every rank holds every chunk, the
+ * first three resident on its device, reloaded after the owners' broadcasts. */
+static void stage2_device_cap_split(void **state)
+{
+    (void)state;
+    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.05f, 2, 1, 0, 3 * CHUNK, 0, 0, ZO_OPTIM_SYNC};
+    expect_exact_as(z);
+    z.stage = 1;
+    z.mode = ZO_OPTIM_OVERLAP;
+    expect_exact_as(z);
+}
+
 static void stage3_clipping_and_overflow(void **state)
 {
     (void)state;
@@ -555,6 +567,7 @@ int main(void)
         cmocka_unit_test(stage3_device),
         cmocka_unit_test(stage3_device_cap_split),
         cmocka_unit_test(stage3_clipping_and_overflow),
+        cmocka_unit_test(stage2_device_cap_split),
         cmocka_unit_test(stage3_small_chunks_persist),
         cmocka_unit_test(stage3_device_params_are_a_share),
         cmocka_unit_test(overlap_stage1_host),
