@@ -186,8 +186,9 @@ typedef struct zo_engine_config {
  *            param_caps.device: its own caps over its own chunks; pinned
  *            N*C*P and the device's resident chunks count those), and each
  *            fetch gathers its layer's other chunks from their owners (a
- *            broadcast on the h2d stream into a ring of 2*(lookahead+1)*K
- *            pinned chunk buffers, pinned += that times C: param_gather),
+ *            broadcast on the h2d stream into (lookahead+1)*K pinned chunk
+ *            buffers, reused least recently used first, pinned += that
+ *            times C: param_gather),
  *            with the next lookahead fetches of the recorded trace's, as
  *            loads are prefetched; the device's non-resident slots are at
  *            most (lookahead+1)*K, so a rank's device parameter bytes are its

@@ -384,7 +384,7 @@ static void place_homes(struct zo_engine *e, const eng_plan_in *in)
                                                        : eng_param_tiers[eng_p16_home(in, c)];
         k->owner = eng_zero_owner(&e->cfg, e->n_chunks, c);
         k->zpart = eng_zero_p3(&e->cfg) && !eng_zero_persists(&e->cfg, k->n_elems);
-        k->zg_at = -1;
+        k->zg_slot = -1;
         k->st = eng_states_home(in, c) == ENG_HOME_REMOTE ? &eng_state_tier_remote
                                                           : eng_state_tiers[eng_states_home(in, c)];
         k->p16_bufs = eng_p16_bufs(in, c);

@@ -98,8 +98,8 @@ typedef struct eng_chunk {
     float *zgrad[2];     /* ZeRO: its gradient reduced over the ranks (fp32), where kept, by step
                             parity (dpu: the delayed update reads one, the next step fills the other) */
     int zpart;           /* ZeRO stage 3: its 16-bit parameters live on its owner only */
-    int64_t zg_at;       /* ... the gather (its number) that last brought them this step, or -1;
-                            a non-owner's gather buffer is then p16[0] */
+    int zg_slot;         /* ... the gather buffer its last gather of this step took (held while the
+                            buffer's chunk is still this one), or -1; a non-owner's is then p16[0] */
 } eng_chunk;
 
 typedef struct eng_pslot {
@@ -315,9 +315,13 @@ struct zo_engine {
     zo_comm_t zdcomm;    /* dpu: a third, for the owners' broadcasts from the delayed update's
                             thread while the next step runs */
     zo_stream_t zdstream;
-    void **zgbuf; /* stage 3: the ring of pinned gather buffers */
+    void **zgbuf; /* stage 3: the pinned gather buffers, one window's (eng_zero_gather) */
     uint32_t n_zg;
-    uint64_t zg_seq; /* gathers issued so far (the same count on every rank) */
+    int *zg_chunk;     /* ... the chunk each holds, or -1 */
+    uint64_t *zg_used; /* ... the fetch (tick) that last used it */
+    uint64_t zg_tick;  /* fetches that gathered so far */
+    uint64_t zg_seq;   /* gathers issued so far (the same count on every rank) */
+    uint32_t *zg_list; /* a fetch's window of chunks */
 
     /* timeline (zo_engine_set_trace) */
     zo_trace_fn trace_fn;

@@ -107,11 +107,10 @@ uint64_t eng_zero_gather_slots(const zo_engine_config *c, uint32_t max_cpl)
     return eng_zero_p3(c) ? gather_window(c, max_cpl) : 0;
 }
 
-/* Twice the window: what one fetch gathers never overwrites what it found
- * gathered (eng_zero_gather). */
+/* One window: a fetch's chunks all fit, those already there kept. */
 static uint64_t ring_chunks(const zo_engine_config *c, uint32_t max_cpl)
 {
-    return 2 * gather_window(c, max_cpl);
+    return gather_window(c, max_cpl);
 }
 
 uint64_t eng_zero_gather_bytes(const zo_engine_config *c, uint32_t max_cpl, uint64_t chunk_bytes)
@@ -124,59 +123,93 @@ static zo_status place_gathers(struct zo_engine *e)
     ZO_TRY(zo_comm_split(e->cfg.comm, 0, e->cfg.rank, &e->zpcomm));
     e->n_zg = (uint32_t)ring_chunks(&e->cfg, e->max_cpl);
     e->zgbuf = calloc(e->n_zg, sizeof *e->zgbuf);
-    if (!e->zgbuf)
+    e->zg_chunk = calloc(e->n_zg, sizeof *e->zg_chunk);
+    e->zg_used = calloc(e->n_zg, sizeof *e->zg_used);
+    e->zg_list = calloc(e->n_zg, sizeof *e->zg_list);
+    if (!e->zgbuf || !e->zg_chunk || !e->zg_used || !e->zg_list)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the gather ring");
+    eng_zero_forget_gathers(e);
     return eng_take_pinned(e, e->chunk_bytes, e->n_zg, e->zgbuf);
 }
 
-/* Chunk c's parameters were gathered this step, and recently enough that
- * the gathers of one more fetch cannot overwrite them: ring counting only,
- * the same on every rank. */
-static int gathered(const struct zo_engine *e, uint32_t c)
+/* Chunk c's parameters of this step are in its gather buffer. The buffers'
+ * bookkeeping follows the fetches and the trace only, the same on every
+ * rank (an owner keeps it too, without using the buffers). */
+static int held(const struct zo_engine *e, uint32_t c)
 {
-    int64_t at = e->chunks[c].zg_at;
-    return at >= 0 && e->zg_seq - (uint64_t)at <= e->n_zg - gather_window(&e->cfg, e->max_cpl);
+    int s = e->chunks[c].zg_slot;
+    return s >= 0 && e->zg_chunk[s] == (int)c;
 }
 
-/* The owner sends its current host copy; the others receive into the next
- * buffer of the ring, behind the H2D copies that read it before. */
+/* The buffer used longest ago outside this fetch's window (whose chunks were
+ * marked used now): one exists, the window being at most the ring. */
+static uint32_t lru_buffer(const struct zo_engine *e)
+{
+    uint32_t best = 0;
+    for (uint32_t s = 1; s < e->n_zg; s++)
+        if (e->zg_used[s] < e->zg_used[best])
+            best = s;
+    return best;
+}
+
+/* The owner sends its current host copy; the others receive into buffer s,
+ * behind the H2D copies that read it before (the same stream). */
 static zo_status gather_chunk(struct zo_engine *e, uint32_t c)
 {
     eng_chunk *k = &e->chunks[c];
-    void *buf = e->zgbuf[e->zg_seq % e->n_zg];
+    uint32_t s = lru_buffer(e);
+    void *buf = e->zgbuf[s];
     if (k->owner == e->cfg.rank)
         buf = k->p16[k->p16_cur];
     else
         k->p16[0] = buf;
-    k->zg_at = (int64_t)e->zg_seq++;
+    e->zg_chunk[s] = (int)c;
+    e->zg_used[s] = e->zg_tick;
+    k->zg_slot = (int)s;
+    e->zg_seq++;
     return zo_comm_broadcast(e->zpcomm, e->h2d, buf, k->n_elems, e->cfg.param_dtype, k->owner);
 }
 
-static zo_status gather_layer(struct zo_engine *e, int layer)
+/* Layer's partitioned chunks appended to the n in list, each once; those
+ * held are marked used by this fetch. */
+static uint32_t add_layer(struct zo_engine *e, int layer, uint32_t *list, uint32_t n)
 {
     const eng_layer *L = &e->layers[layer];
     for (uint32_t i = 0; i < L->n_chunks; i++) {
-        uint32_t c = L->first_chunk + i;
-        if (e->chunks[c].zpart && !gathered(e, c))
-            ZO_TRY(gather_chunk(e, c));
+        uint32_t c = L->first_chunk + i, j = 0;
+        while (j < n && list[j] != c)
+            j++;
+        if (!e->chunks[c].zpart || j < n)
+            continue;
+        list[n++] = c;
+        if (held(e, c))
+            e->zg_used[e->chunks[c].zg_slot] = e->zg_tick;
     }
-    return ZO_OK;
+    return n;
 }
 
 zo_status eng_zero_gather(struct zo_engine *e, int layer, int pos)
 {
     if (!eng_zero_p3(&e->cfg))
         return ZO_OK;
-    ZO_TRY(gather_layer(e, layer));
+    e->zg_tick++;
+    uint32_t n = add_layer(e, layer, e->zg_list, 0);
     for (int a = 1; pos >= 0 && a <= e->cfg.lookahead && pos + a < e->n_trace; a++)
-        ZO_TRY(gather_layer(e, e->trace[pos + a] / 2));
+        n = add_layer(e, e->trace[pos + a] / 2, e->zg_list, n);
+    for (uint32_t i = 0; i < n; i++)
+        if (!held(e, e->zg_list[i]))
+            ZO_TRY(gather_chunk(e, e->zg_list[i]));
     return ZO_OK;
 }
 
 void eng_zero_forget_gathers(struct zo_engine *e)
 {
     for (uint32_t c = 0; e->chunks && c < e->n_chunks; c++)
-        e->chunks[c].zg_at = -1;
+        e->chunks[c].zg_slot = -1;
+    for (uint32_t s = 0; s < e->n_zg; s++) {
+        e->zg_chunk[s] = -1;
+        e->zg_used[s] = 0;
+    }
 }
 
 static int keeps_grads(const struct zo_engine *e, uint32_t c)
@@ -224,7 +257,13 @@ void eng_zero_release(struct zo_engine *e)
     zo_comm_free(e->zpcomm); /* the h2d stream that carried its gathers is idle */
     e->zcomm = e->zpcomm = NULL;
     free(e->zgbuf); /* the buffers go with the pinned pool */
+    free(e->zg_list);
+    free(e->zg_chunk);
+    free(e->zg_used);
     e->zgbuf = NULL;
+    e->zg_list = NULL;
+    e->zg_chunk = NULL;
+    e->zg_used = NULL;
     e->n_zg = 0;
     free(e->zscratch);
     free(e->zgrads);
@@ -453,7 +492,7 @@ static zo_status remote_p16_write(struct zo_engine *e, uint32_t c, const float *
 static zo_status remote_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
 {
     (void)s;
-    if (!gathered(e, c))
+    if (!held(e, c))
         return ZO_FAIL(ZO_ERR_INTERNAL, ENG_SUBSYS,
                        "chunk %u (layer %d, owned by rank %d) is loaded without a current "
                        "gather",

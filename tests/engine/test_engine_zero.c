@@ -217,8 +217,8 @@ static void expect_own_states(const zrun *r, int stage, zo_tier optim_home)
         assert_int_equal(r->fp.grad_host, 0);
         assert_int_equal(r->fp.grad_nvme, 0);
         assert_int_equal(r->fp.grad_stage, 0);
-        /* stage 3: a ring of 2 x (lookahead + 1) layers' chunks (2 per layer here) */
-        assert_int_equal(r->fp.param_gather, stage == 3 ? 2ull * (la + 1) * 2 * CHUNK : 0);
+        /* stage 3: gather buffers for lookahead + 1 layers' chunks (2 per layer here) */
+        assert_int_equal(r->fp.param_gather, stage == 3 ? (la + 1) * 2ull * CHUNK : 0);
     }
     uint32_t optim[3], params[3], held = 0;
     ZO_ASSERT_OK(zo_engine_homes(r->eng, params, optim));
