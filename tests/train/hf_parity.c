@@ -1,10 +1,10 @@
 /* The parity test's zo-train side (tests/train/hf_parity.py runs it): the
- * model of a Hugging Face directory in fp32 on the cpu device, one forward
- * and backward of one sequence, written as safetensors: "loss" [1] and each
- * tensor's gradient under its Hugging Face name (a tied model's head gradient
- * as "lm_head.weight": the script adds it to the embedding's).
+ * model of a Hugging Face directory in fp32 (or bf16) on the cpu device, one
+ * forward and backward of one sequence, written as safetensors: "loss" [1]
+ * and each tensor's gradient under its Hugging Face name, in fp32 (a tied
+ * model has one matrix: its gradient is the head's and the embedding's).
  *
- *   hf_parity MODEL_DIR TOKENS OUT.safetensors
+ *   hf_parity MODEL_DIR TOKENS OUT.safetensors [fp32|bf16]
  *
  * TOKENS: seq + 1 little-endian int32 ids; inputs are the first seq, targets
  * the last seq. */
@@ -24,7 +24,8 @@ typedef struct parity {
     zt_resident *r;
     zt_model *m;
     zt_shape shape;
-    int seq, tied;
+    int seq;
+    zo_dtype dt; /* parameters, gradients and activations */
     int32_t *tok;
 } parity;
 
@@ -51,16 +52,16 @@ static zo_status read_tokens(parity *p, const char *path)
 
 static zo_status setup(parity *p, const char *dir)
 {
-    ZT_TRY(zt_hf_read_shape(dir, p->seq, &p->shape, &p->tied));
+    ZT_TRY(zt_hf_read_shape(dir, p->seq, &p->shape));
     zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
     dc.backend = "cpu";
     dc.mem_budget = 1u << 30;
     ZT_LIB(zo_device_init(&p->dev, &dc));
     ZT_LIB(zo_stream_create(p->dev, &p->s));
-    zt_model_config mc = {p->shape, p->seq, 1, 1, ZO_DTYPE_F32};
+    zt_model_config mc = {p->shape, p->seq, 1, 1, p->dt};
     ZT_TRY(zt_model_init(&p->m, p->dev, p->s, &mc));
-    ZT_TRY(zt_resident_init(&p->r, p->dev, p->s, &p->shape, ZO_DTYPE_F32, 1, 0.02f));
-    return zt_hf_read_weights(dir, &p->shape, p->tied, put_resident, p);
+    ZT_TRY(zt_resident_init(&p->r, p->dev, p->s, &p->shape, p->dt, 1, 0.02f));
+    return zt_hf_read_weights(dir, &p->shape, put_resident, p);
 }
 
 static zo_status write_grads(parity *p, const char *out, float loss)
@@ -109,11 +110,13 @@ static zo_status run(parity *p, const char *dir, const char *tokens, const char 
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: hf_parity MODEL_DIR TOKENS OUT.safetensors\n");
+    if ((argc != 4 && argc != 5) ||
+        (argc == 5 && strcmp(argv[4], "fp32") != 0 && strcmp(argv[4], "bf16") != 0)) {
+        fprintf(stderr, "usage: hf_parity MODEL_DIR TOKENS OUT.safetensors [fp32|bf16]\n");
         return 2;
     }
     parity p = {0};
+    p.dt = argc == 5 && strcmp(argv[4], "bf16") == 0 ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
     zo_status st = run(&p, argv[1], argv[2], argv[3]);
     if (st < 0)
         fprintf(stderr, "hf_parity: %s\n", zt_last_error());

@@ -3,8 +3,10 @@
  * is bitwise the same model (shape, every weight, the loss of the next step
  * on the same batch), in fp32 and bf16 (bf16: the weights rounded as the
  * engine's 16-bit parameters are, so the loss is still bitwise the same), in
- * one file and in shards with the index; a tied head is read from the
- * embedding; a missing tensor and a too-short sliding window are refused. */
+ * one file and in shards with the index, tied or not (a tied model is saved
+ * as transformers saves one: tie_word_embeddings true, no lm_head.weight);
+ * a tied config over weights that have lm_head.weight ignores it; a missing
+ * tensor and a too-short sliding window are refused. */
 #include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -82,23 +84,22 @@ static int count_files(const char *dir, const char *prefix)
 }
 
 /* Train a, save it, load b from the directory, compare, step both on the same batch. */
-static void round_trip(zo_dtype dt, uint64_t shard_bytes, int want_shards)
+static void round_trip(zo_dtype dt, uint64_t shard_bytes, int want_shards, int tied)
 {
     char hf[300];
     snprintf(hf, sizeof hf, "%s/hf-model", g_dir);
     zt_options o = variant_options(4);
+    o.shape.tied = tied;
     zt_trainer *a = trainer_of(&o);
     step(a);
     step(a);
     ZO_ASSERT_OK(zt_hf_save(a, hf, dt, shard_bytes));
     assert_int_equal(count_files(hf, "model"), want_shards + (want_shards > 1));
     zt_options ob = o;
-    int tied = -1;
-    ZO_ASSERT_OK(zt_hf_read_shape(hf, o.seq, &ob.shape, &tied));
-    assert_int_equal(tied, 0);
+    ZO_ASSERT_OK(zt_hf_read_shape(hf, o.seq, &ob.shape));
     assert_memory_equal(&ob.shape, &o.shape, sizeof o.shape);
     zt_trainer *b = trainer_of(&ob);
-    ZO_ASSERT_OK(zt_hf_load_weights(b, hf, 0));
+    ZO_ASSERT_OK(zt_hf_load_weights(b, hf));
     const zt_shape *s = &o.shape;
     for (int l = 0; l < zt_engine_layers(s); l++)
         for (int i = 0; i < zt_layer_tensors(s, l); i++) {
@@ -119,13 +120,34 @@ static void round_trip(zo_dtype dt, uint64_t shard_bytes, int want_shards)
 
 static void test_round_trip_fp32_one_file(void **state)
 {
-    round_trip(ZO_DTYPE_F32, 5000000000ull, 1);
+    round_trip(ZO_DTYPE_F32, 5000000000ull, 1, 0);
 }
 
 static void test_round_trip_bf16_shards(void **state)
 {
     /* 8 KiB shards: 9 of them (the 16 KiB embedding and head each alone) */
-    round_trip(ZO_DTYPE_BF16, 8192, 9);
+    round_trip(ZO_DTYPE_BF16, 8192, 9, 0);
+}
+
+/* A tied model: saved with tie_word_embeddings true and no lm_head.weight
+ * (8 shards: the head's is gone), read back tied, bitwise. */
+static void test_round_trip_tied(void **state)
+{
+    round_trip(ZO_DTYPE_BF16, 8192, 8, 1);
+    char p[400];
+    snprintf(p, sizeof p, "%s/hf-model/config.json", g_dir);
+    json_t *c = json_load_file(p, 0, NULL);
+    assert_non_null(c);
+    assert_true(json_is_true(json_object_get(c, "tie_word_embeddings")));
+    json_decref(c);
+    snprintf(p, sizeof p, "%s/hf-model/model.safetensors.index.json", g_dir);
+    json_t *index = json_load_file(p, 0, NULL);
+    assert_non_null(index);
+    json_t *map = json_object_get(index, "weight_map");
+    assert_non_null(json_object_get(map, "model.embed_tokens.weight"));
+    assert_non_null(json_object_get(map, "model.norm.weight"));
+    assert_null(json_object_get(map, "lm_head.weight"));
+    json_decref(index);
 }
 
 /* Edit config.json: key set to a raw JSON value. */
@@ -142,54 +164,38 @@ static void set_config(const char *hf, const char *key, json_t *v)
 
 static void test_tied_window_and_missing(void **state)
 {
-    char hf[300], p[400];
+    char hf[300];
     snprintf(hf, sizeof hf, "%s/hf-model", g_dir);
     zt_options o = zt_test_small_options(g_dir, 2);
     zt_trainer *a = trainer_of(&o);
     ZO_ASSERT_OK(zt_hf_save(a, hf, ZO_DTYPE_F32, 1u << 30));
-    /* tied: an index that maps every tensor but lm_head.weight; the head is
-     * then the embedding */
-    json_t *map = json_object();
-    const zt_shape *s = &o.shape;
-    for (int l = 0; l < zt_engine_layers(s); l++)
-        for (int i = 0; i < zt_layer_tensors(s, l); i++) {
-            char name[160];
-            int ndim;
-            int64_t shape[2];
-            zt_tensor_hf(s, l, i, name, sizeof name, &ndim, shape);
-            if (strcmp(name, "lm_head.weight") != 0)
-                json_object_set_new(map, name, json_string("model.safetensors"));
-        }
-    snprintf(p, sizeof p, "%s/model.safetensors.index.json", hf);
-    json_t *index = json_pack("{s:{},s:o}", "metadata", "weight_map", map);
-    assert_int_equal(json_dump_file(index, p, 0), 0);
-    json_decref(index);
+    /* tied over weights that have lm_head.weight: one tensor, the
+     * embedding's; the head's file tensor ignored, the final norm read */
     set_config(hf, "tie_word_embeddings", json_true());
     zt_options ob = o;
-    int tied = 0;
-    ZO_ASSERT_OK(zt_hf_read_shape(hf, o.seq, &ob.shape, &tied));
-    assert_int_equal(tied, 1);
-    assert_int_equal(ob.shape.tied, 0); /* trained untied */
+    const zt_shape *s = &o.shape;
+    ZO_ASSERT_OK(zt_hf_read_shape(hf, o.seq, &ob.shape));
+    assert_int_equal(ob.shape.tied, 1);
+    assert_int_equal(zt_engine_layers(&ob.shape), s->n_layers + 1);
     zt_trainer *b = trainer_of(&ob);
-    assert_int_equal(zt_hf_load_weights(b, hf, 0), ZO_ERR_NOT_FOUND);
-    assert_non_null(strstr(zt_last_error(), "'lm_head.weight'"));
-    ZO_ASSERT_OK(zt_hf_load_weights(b, hf, tied));
-    float *emb = weights(a, 0, 0), *head = weights(b, s->n_layers + 1, ZT_HEAD_OUT);
-    assert_memory_equal(emb, head, zt_tensor_numel(s, 0, 0) * sizeof *emb);
-    free(emb), free(head);
-    unlink(p);
+    ZO_ASSERT_OK(zt_hf_load_weights(b, hf));
+    float *emb = weights(a, 0, 0), *emb_b = weights(b, 0, ZT_EMBEDDING);
+    assert_memory_equal(emb, emb_b, zt_tensor_numel(s, 0, 0) * sizeof *emb);
+    float *norm = weights(a, s->n_layers + 1, ZT_HEAD_NORM), *norm_b = weights(b, 0, ZT_TIED_NORM);
+    assert_memory_equal(norm, norm_b, (size_t)s->dim * sizeof *norm);
+    free(emb), free(emb_b), free(norm), free(norm_b);
     /* a sliding window shorter than the sequence */
     set_config(hf, "model_type", json_string("mistral"));
     set_config(hf, "sliding_window", json_integer(8));
-    assert_int_equal(zt_hf_read_shape(hf, o.seq, &ob.shape, &tied), ZO_ERR_CONFIG);
+    assert_int_equal(zt_hf_read_shape(hf, o.seq, &ob.shape), ZO_ERR_CONFIG);
     assert_non_null(strstr(zt_last_error(), "'sliding_window' 8 is shorter than the sequence 16"));
     set_config(hf, "sliding_window", json_integer(16));
-    ZO_ASSERT_OK(zt_hf_read_shape(hf, o.seq, &ob.shape, &tied));
+    ZO_ASSERT_OK(zt_hf_read_shape(hf, o.seq, &ob.shape));
     /* a model file without a tensor the model needs */
     zt_options oc = o;
     oc.shape.attn_bias = 1;
     zt_trainer *c = trainer_of(&oc);
-    assert_int_equal(zt_hf_load_weights(c, hf, 0), ZO_ERR_NOT_FOUND);
+    assert_int_equal(zt_hf_load_weights(c, hf), ZO_ERR_NOT_FOUND);
     assert_non_null(strstr(zt_last_error(), "'model.layers.0.self_attn.q_proj.bias'"));
     zt_trainer_free(a);
     zt_trainer_free(b);
@@ -233,6 +239,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_fp32_one_file),
         cmocka_unit_test(test_round_trip_bf16_shards),
+        cmocka_unit_test(test_round_trip_tied),
         cmocka_unit_test(test_tied_window_and_missing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -161,22 +161,28 @@ static int is_norm(const zt_shape *s, int layer, int idx);
 
 int zt_engine_layers(const zt_shape *s)
 {
-    return s->n_layers + 2;
+    return s->n_layers + (s->tied ? 1 : 2);
 }
 
 static int is_block(const zt_shape *s, int layer)
 {
     return layer >= 1 && layer <= s->n_layers;
 }
+/* The head's own layer; none when tied (-1: no layer is it). */
 static int head_layer(const zt_shape *s)
 {
-    return s->n_layers + 1;
+    return s->tied ? -1 : s->n_layers + 1;
+}
+
+static int is_tied_norm(const zt_shape *s, int layer, int idx)
+{
+    return s->tied && layer == 0 && idx == ZT_TIED_NORM;
 }
 
 int zt_layer_tensors(const zt_shape *s, int layer)
 {
     if (layer == 0)
-        return 1;
+        return s->tied ? 2 : 1;
     if (is_block(s, layer))
         return s->attn_bias ? ZT_BLOCK_TENSORS_BIAS : ZT_BLOCK_TENSORS;
     return layer == head_layer(s) ? 2 : 0;
@@ -186,7 +192,7 @@ size_t zt_tensor_numel(const zt_shape *s, int layer, int idx)
 {
     size_t d = (size_t)s->dim, f = (size_t)s->ffn_dim, v = (size_t)s->vocab;
     if (layer == 0)
-        return v * d;
+        return is_tied_norm(s, layer, idx) ? d : v * d;
     if (layer == head_layer(s))
         return idx == ZT_HEAD_NORM ? d : v * d;
     switch (idx) {
@@ -208,7 +214,9 @@ void zt_tensor_name(const zt_shape *s, int layer, int idx, char *name, size_t ca
     static const char *const block_names[ZT_BLOCK_TENSORS_BIAS] = {
         "attn_norm", "wq",   "wk",     "wv", "wo", "mlp_norm",
         "w_gate",    "w_up", "w_down", "bq", "bk", "bv"};
-    if (layer == 0)
+    if (is_tied_norm(s, layer, idx))
+        snprintf(name, cap, "final_norm");
+    else if (layer == 0)
         snprintf(name, cap, "tok_embedding");
     else if (layer == head_layer(s))
         snprintf(name, cap, "%s", idx == ZT_HEAD_NORM ? "final_norm" : "lm_head");
@@ -225,7 +233,9 @@ void zt_tensor_hf(const zt_shape *s, int layer, int idx, char *name, size_t cap,
         "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
         "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias"};
     int64_t d = s->dim, n = (int64_t)zt_tensor_numel(s, layer, idx);
-    if (layer == 0)
+    if (is_tied_norm(s, layer, idx))
+        snprintf(name, cap, "model.norm.weight");
+    else if (layer == 0)
         snprintf(name, cap, "model.embed_tokens.weight");
     else if (layer == head_layer(s))
         snprintf(name, cap, "%s", idx == ZT_HEAD_NORM ? "model.norm.weight" : "lm_head.weight");
@@ -245,7 +255,7 @@ void zt_tensor_hf(const zt_shape *s, int layer, int idx, char *name, size_t cap,
 static int is_norm(const zt_shape *s, int layer, int idx)
 {
     if (layer == 0)
-        return 0;
+        return is_tied_norm(s, layer, idx);
     if (layer == head_layer(s))
         return idx == ZT_HEAD_NORM;
     return idx == ZT_ATTN_NORM || idx == ZT_MLP_NORM;
@@ -353,12 +363,21 @@ static uint64_t ckpt_stride(const zt_model_config *c)
     return (T * c->shape.dim * zo_dtype_size(c->dt) + 255) / 256 * 256;
 }
 
+uint64_t zt_head_grad_stride(const zt_model_config *c)
+{
+    if (!c->shape.tied)
+        return 0;
+    const uint64_t d = c->shape.dim, es = zo_dtype_size(c->dt);
+    return ((uint64_t)c->shape.vocab * d * es + 255) / 256 * 256 + (d * es + 255) / 256 * 256;
+}
+
 uint64_t zt_model_host_activation_bytes(const zt_model_config *c, const zt_act_group *g)
 {
     int G = zt_model_group(c, g);
     if (!g || g->act_home != ZT_ACT_HOST || G == 1)
         return 0;
-    return (uint64_t)G * ((uint64_t)c->shape.n_layers + 2) * ckpt_stride(c);
+    return (uint64_t)G *
+           (((uint64_t)c->shape.n_layers + 2) * ckpt_stride(c) + zt_head_grad_stride(c));
 }
 
 /* ---- the arena: one region carved into named pieces ---- */
@@ -432,6 +451,11 @@ void zt_activation_layout_group(const zt_model_config *c, const zt_act_group *g,
     /* set j's inputs at ckpt + j (L+1) strides, its residual gradient at dres + j strides */
     a->ckpt = carve(&off, a->ckpt_stride * ((uint64_t)c->shape.n_layers + 1) * sets);
     a->dres = carve(&off, a->ckpt_stride * (sets - 1) + T * d * es);
+    /* tied: the head's gradients wait for the embedding's backward, per set */
+    a->head_stride = zt_head_grad_stride(c);
+    a->head_grad = a->head_stride ? carve(&off, a->head_stride * sets) : 0;
+    a->head_norm_grad =
+        a->head_stride ? a->head_grad + ((uint64_t)c->shape.vocab * d * es + 255) / 256 * 256 : 0;
     uint64_t ws0 = off;
     carve_block(&off, c, &a->block, es);
     uint64_t end = off;

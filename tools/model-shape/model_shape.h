@@ -6,8 +6,11 @@
  * with it; zo-plan plans with it without linking the trainer's compute.
  *
  * Engine layers, in execution order: 0 = the embedding, 1..L = the blocks,
- * L+1 = the final norm and the head. Linear weights are stored [out, in]
- * (y = x W^T), as PyTorch and the Llama checkpoints store them. */
+ * L+1 = the final norm and the head. A tied model (tie_word_embeddings) has
+ * no layer L+1: its head is the embedding's matrix, one tensor, so layer 0
+ * holds the embedding and the final norm and the head computes under layer
+ * 0's fetch. Linear weights are stored [out, in] (y = x W^T), as PyTorch and
+ * the Llama checkpoints store them. */
 #ifndef ZT_MODEL_SHAPE_H
 #define ZT_MODEL_SHAPE_H
 
@@ -30,8 +33,8 @@ typedef struct zt_shape {
     int n_kv_heads;               /* grouped-query attention: key/value heads (0: n_heads) */
     int head_dim;                 /* 0: dim / n_heads */
     int attn_bias;                /* q, k and v projections with biases (Qwen2) */
-    int tied;                     /* the head's weight is the embedding's (counted once in
-                                     zt_shape_n_params; zo-train trains it untied) */
+    int tied;                     /* the head's weight is the embedding's: one tensor,
+                                     trained as one (layer 0 holds it and the final norm) */
     zo_rope_scaling rope_scaling; /* type NONE: unscaled */
 } zt_shape;
 
@@ -79,8 +82,10 @@ enum { /* tensors of a block, in the order the forward uses them */
        ZT_BV
 };
 enum { ZT_HEAD_NORM = 0, ZT_HEAD_OUT = 1 };
+/* Layer 0 of a tied model: the embedding (also the head's matrix), then the final norm. */
+enum { ZT_EMBEDDING = 0, ZT_TIED_NORM = 1 };
 
-int zt_engine_layers(const zt_shape *s); /* n_layers + 2 */
+int zt_engine_layers(const zt_shape *s); /* n_layers + 2; n_layers + 1 tied */
 int zt_layer_tensors(const zt_shape *s, int layer);
 /* The tensor's name ("blocks.3.wq") into name, and its element count. */
 size_t zt_tensor_numel(const zt_shape *s, int layer, int idx);
@@ -161,6 +166,10 @@ typedef struct zt_activation_layout {
     zt_block_offsets block;
     zt_head_offsets head;
     uint64_t emb_grad; /* the embedding gradient's fp32 accumulator */
+    /* Tied: the head's gradients of the embedding matrix and of the final norm
+     * (dt), kept from the head's backward to the embedding's, one pair per set
+     * of layer inputs (set j at head_grad + j * head_stride); 0 untied. */
+    uint64_t head_grad, head_stride, head_norm_grad;
     zt_activation_parts parts;
 } zt_activation_layout;
 
@@ -175,9 +184,13 @@ void zt_activation_layout_group(const zt_model_config *c, const zt_act_group *g,
 uint64_t zt_model_activation_bytes_group(const zt_model_config *c, const zt_act_group *g);
 void zt_model_activation_parts_group(const zt_model_config *c, const zt_act_group *g,
                                      zt_activation_parts *out);
-/* Pinned host bytes of a group's layer inputs and residual gradients with
+/* Pinned host bytes of a group's layer inputs and residual gradients (and a
+ * tied model's head gradients, zt_head_grad_stride each, after them) with
  * act_home ZT_ACT_HOST (0 otherwise, or without groups). */
 uint64_t zt_model_host_activation_bytes(const zt_model_config *c, const zt_act_group *g);
 void zt_model_activation_parts(const zt_model_config *c, zt_activation_parts *out);
+/* A tied model's head gradients of one micro-batch (the matrix's and the
+ * final norm's in dt, each 256-aligned): the bytes of one set; 0 untied. */
+uint64_t zt_head_grad_stride(const zt_model_config *c);
 
 #endif

@@ -27,7 +27,7 @@ static zo_status join(char *out, const char *dir, const char *name)
     return ZO_OK;
 }
 
-zo_status zt_hf_read_shape(const char *dir, int seq, zt_shape *out, int *tied)
+zo_status zt_hf_read_shape(const char *dir, int seq, zt_shape *out)
 {
     char path[HF_PATH], note[256];
     int window = 0;
@@ -38,8 +38,6 @@ zo_status zt_hf_read_shape(const char *dir, int seq, zt_shape *out, int *tied)
                        "%s: 'sliding_window' %d is shorter than the sequence %d: zo-train's "
                        "attention is full causal; use --seq %d or less",
                        path, window, seq, window);
-    *tied = out->tied;
-    out->tied = 0;
     return zt_shape_check(out);
 }
 
@@ -138,8 +136,8 @@ static void to_f32(const zo_st_tensor_info *in, float *out, size_t n)
 static zo_status read_tensor(hf_files *f, const char *name, int ndim, const int64_t *shape,
                              size_t numel, float *buf, int *found)
 {
-    zo_st_reader_t rd;
-    const char *file;
+    zo_st_reader_t rd = NULL;
+    const char *file = NULL;
     ZT_TRY(files_find(f, name, &rd, &file));
     zo_st_tensor_info info = ZO_ST_TENSOR_INFO_INIT;
     if (!rd || zo_st_reader_find(rd, name, &info) < 0) {
@@ -162,8 +160,8 @@ static zo_status read_tensor(hf_files *f, const char *name, int ndim, const int6
     return ZO_OK;
 }
 
-/* Tensor (layer, idx) from the files; the head of a tied model from the embedding. */
-static zo_status load_one(hf_files *f, const zt_shape *s, int layer, int idx, int tied, float *buf,
+/* Tensor (layer, idx) from the files. */
+static zo_status load_one(hf_files *f, const zt_shape *s, int layer, int idx, float *buf,
                           zt_hf_put_fn put, void *ctx)
 {
     char name[160];
@@ -172,18 +170,12 @@ static zo_status load_one(hf_files *f, const zt_shape *s, int layer, int idx, in
     zt_tensor_hf(s, layer, idx, name, sizeof name, &ndim, shape);
     size_t numel = zt_tensor_numel(s, layer, idx);
     ZT_TRY(read_tensor(f, name, ndim, shape, numel, buf, &found));
-    if (!found && tied && layer == s->n_layers + 1 && idx == ZT_HEAD_OUT) {
-        char emb[160];
-        zt_tensor_hf(s, 0, 0, emb, sizeof emb, &ndim, shape);
-        ZT_TRY(read_tensor(f, emb, ndim, shape, numel, buf, &found));
-    }
     if (!found)
         return zt_fail(ZO_ERR_NOT_FOUND, "%s: no tensor '%s' in the model's weights", f->dir, name);
     return put(ctx, layer, idx, name, buf);
 }
 
-zo_status zt_hf_read_weights(const char *dir, const zt_shape *s, int tied, zt_hf_put_fn put,
-                             void *ctx)
+zo_status zt_hf_read_weights(const char *dir, const zt_shape *s, zt_hf_put_fn put, void *ctx)
 {
     float *buf = malloc(zt_largest_tensor(s) * sizeof *buf);
     if (!buf)
@@ -192,7 +184,7 @@ zo_status zt_hf_read_weights(const char *dir, const zt_shape *s, int tied, zt_hf
     zo_status st = files_open(&f, dir);
     for (int l = 0; st >= 0 && l < zt_engine_layers(s); l++)
         for (int i = 0; st >= 0 && i < zt_layer_tensors(s, l); i++)
-            st = load_one(&f, s, l, i, tied, buf, put, ctx);
+            st = load_one(&f, s, l, i, buf, put, ctx);
     files_close(&f);
     free(buf);
     return st;
@@ -208,9 +200,9 @@ static zo_status put_master(void *ctx, int layer, int idx, const char *name, con
     return ZO_OK;
 }
 
-zo_status zt_hf_load_weights(zt_trainer *t, const char *dir, int tied)
+zo_status zt_hf_load_weights(zt_trainer *t, const char *dir)
 {
-    return zt_hf_read_weights(dir, &zt_trainer_options(t)->shape, tied, put_master, t);
+    return zt_hf_read_weights(dir, &zt_trainer_options(t)->shape, put_master, t);
 }
 
 /* ---- saving ---- */
@@ -252,7 +244,7 @@ static zo_status write_config(const zt_trainer *t, const char *dir, zo_dtype dt)
         "num_hidden_layers", s->n_layers, "num_key_value_heads", zt_kv_heads(s), "head_dim",
         zt_head_dim(s), "vocab_size", s->vocab, "rms_norm_eps", real_of(s->norm_eps), "rope_theta",
         real_of(s->rope_theta), "rope_scaling", rope_scaling_json(&s->rope_scaling),
-        "tie_word_embeddings", 0, "hidden_act", "silu", "max_position_embeddings",
+        "tie_word_embeddings", s->tied, "hidden_act", "silu", "max_position_embeddings",
         o->seq > 2048 ? o->seq : 2048, "torch_dtype", dt == ZO_DTYPE_F32 ? "float32" : "bfloat16",
         qwen2 ? "use_sliding_window" : "attention_bias", 0);
     if (!c)

@@ -12,24 +12,24 @@
 
 /* DIR/config.json as the model's shape (hf_config.h); a sliding window
  * shorter than seq is refused (the model attends to the whole sequence).
- * A tied head is untied (*tied says it was): zo-train trains it separately,
- * from a copy of the embedding. */
-zo_status zt_hf_read_shape(const char *dir, int seq, zt_shape *out, int *tied);
+ * A tied head (tie_word_embeddings) stays tied: out->tied, one tensor. */
+zo_status zt_hf_read_shape(const char *dir, int seq, zt_shape *out);
 
 /* The weights of DIR (model.safetensors, or the shards its
  * model.safetensors.index.json names) into the trainer's master weights, F32,
- * BF16 or F16 on disk, each checked by name, shape and finiteness. tied: the
- * head is read from model.embed_tokens.weight when lm_head.weight is absent. */
-zo_status zt_hf_load_weights(zt_trainer *t, const char *dir, int tied);
+ * BF16 or F16 on disk, each checked by name, shape and finiteness. A tied
+ * model reads no lm_head.weight (one that is there anyway is ignored, as
+ * transformers ignores it). */
+zo_status zt_hf_load_weights(zt_trainer *t, const char *dir);
 
 /* The same reading for any destination: put(ctx, layer, idx, name, fp32
  * values) for every tensor of shape s in registration order. */
 typedef zo_status (*zt_hf_put_fn)(void *ctx, int layer, int idx, const char *name, const float *w);
-zo_status zt_hf_read_weights(const char *dir, const zt_shape *s, int tied, zt_hf_put_fn put,
-                             void *ctx);
+zo_status zt_hf_read_weights(const char *dir, const zt_shape *s, zt_hf_put_fn put, void *ctx);
 
 /* Write the trainer's model as a directory transformers loads as is
- * (LlamaForCausalLM, or Qwen2ForCausalLM with q/k/v biases): config.json and
+ * (LlamaForCausalLM, or Qwen2ForCausalLM with q/k/v biases; a tied model
+ * with tie_word_embeddings true and no lm_head.weight): config.json and
  * the weights in dt (bf16 or fp32), one model.safetensors or, when they pass
  * shard_bytes, model-0000i-of-0000n.safetensors with
  * model.safetensors.index.json (a tensor larger than shard_bytes has a shard

@@ -48,7 +48,6 @@ typedef struct cli {
     zo_train_config ds;          /* the resolved config (its paths are pointed to) */
     const char *save_dir, *resume, *init_weights;
     const char *hf_model;   /* --hf-model DIR: shape and weights of a Hugging Face model */
-    int hf_tied;            /* its head was tied to the embedding (trained untied) */
     zo_dtype hf_save_dtype; /* the weights --save writes to DIR/hf-model (bf16, fp32) */
     uint64_t hf_shard_bytes;
     int save_every;
@@ -158,7 +157,7 @@ static void usage(FILE *f)
         "                         LLaMA names (F32, BF16 or F16), e.g. a model.safetensors\n"
         "  --hf-model DIR         the model of a Hugging Face directory: config.json (Llama,\n"
         "                         Mistral, Qwen2 layouts: GQA, head_dim, q/k/v biases, RoPE\n"
-        "                         scaling; a tied head is trained untied) and its weights\n"
+        "                         scaling; a tied head trained as the embedding) and its weights\n"
         "                         (model.safetensors or shards with the index), instead of\n"
         "                         --preset; with --resume, DIR's shape and the checkpoint's "
         "weights\n"
@@ -616,7 +615,7 @@ static zo_status hf_shape(cli *c)
     if (c->init_weights)
         return zt_fail(ZO_ERR_INVALID_ARG, "--hf-model sets the weights: drop --init-weights");
     c->preset = "hf-model";
-    return zt_hf_read_shape(c->hf_model, c->o.seq, &c->o.shape, &c->hf_tied);
+    return zt_hf_read_shape(c->hf_model, c->o.seq, &c->o.shape);
 }
 
 static int check_checkpoint_flags(const cli *c)
@@ -1028,7 +1027,7 @@ static int close_feedback(feedback *fb, int rc)
 static int start_from_files(zt_trainer *t, cli *c)
 {
     /* with --resume the checkpoint's weights replace the directory's */
-    if (c->hf_model && !c->resume && zt_hf_load_weights(t, c->hf_model, c->hf_tied) < 0) {
+    if (c->hf_model && !c->resume && zt_hf_load_weights(t, c->hf_model) < 0) {
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
         return 1;
     }

@@ -207,12 +207,26 @@ struct zt_model {
     void **ckpt_all, **dres_all; /* [set * (n_layers + 1) + l], [set] */
     char *host_act;              /* act_home host: G x (n_layers + 2) strides, pinned */
     uint64_t stride;
-    block_ws b;                  /* the workspace, shared by... */
-    head_ws h;                   /* ...the head's pieces and... */
-    float *emb_grad;             /* ...the embedding gradient's fp32 accumulator */
-    int32_t *host_in, *host_tgt; /* staging for set_batch */
-    zo_event_t staged;           /* the staging copies are done */
+    block_ws b;      /* the workspace, shared by... */
+    head_ws h;       /* ...the head's pieces and... */
+    float *emb_grad; /* ...the embedding gradient's fp32 accumulator */
+    /* Tied: the head's gradients of the embedding matrix and the final norm,
+     * from the head's backward to the embedding's; per set like ckpt. */
+    char *head_grad_all;
+    uint64_t head_stride, head_norm_off;
+    void *head_grad, *head_norm_grad; /* the current set's */
+    int32_t *host_in, *host_tgt;      /* staging for set_batch */
+    zo_event_t staged;                /* the staging copies are done */
 };
+
+/* Tied: set j's head gradients become the current ones. */
+static void select_head_grads(zt_model *m, int set)
+{
+    if (!m->head_grad_all)
+        return;
+    m->head_grad = m->head_grad_all + (uint64_t)set * m->head_stride;
+    m->head_norm_grad = (char *)m->head_grad + m->head_norm_off;
+}
 
 /* Point the model's pieces into its arena at the shape part's offsets. */
 static void place(zt_model *m, char *base)
@@ -262,6 +276,10 @@ static void place(zt_model *m, char *base)
                      .row_loss = AT(ho->row_loss)};
 #undef AT
     m->emb_grad = (float *)(base + a.emb_grad);
+    m->head_stride = a.head_stride;
+    m->head_norm_off = a.head_norm_grad - a.head_grad;
+    m->head_grad_all = a.head_stride ? base + a.head_grad : NULL;
+    select_head_grads(m, 0);
 }
 
 void zt_model_free(zt_model *m)
@@ -561,27 +579,58 @@ static zo_status block_bwd_attn(zt_model *m, void *const *p, void *const *g, con
 
 /* ---- the head: final norm, logits, loss ---- */
 
-static zo_status head_fwd_loss(zt_model *m, void *const *p, int i, void *dlogits, float grad_scale)
+/* The head's final norm and matrix and where their gradients go: the head
+ * layer's, or a tied model's layer 0 tensors with the gradients kept in the
+ * arena until the embedding's backward adds them to its own. */
+typedef struct head_params {
+    const void *norm, *w;
+    void *gnorm, *gw;
+} head_params;
+
+static head_params head_of(const zt_model *m, void *const *p, void *const *g)
+{
+    if (m->c.shape.tied)
+        return (head_params){p[ZT_TIED_NORM], p[ZT_EMBEDDING], m->head_norm_grad, m->head_grad};
+    return (head_params){p[ZT_HEAD_NORM], p[ZT_HEAD_OUT], g[ZT_HEAD_NORM], g[ZT_HEAD_OUT]};
+}
+
+static zo_status head_fwd_loss(zt_model *m, const head_params *hp, int i, void *dlogits,
+                               float grad_scale)
 {
     const zt_shape *sh = &m->c.shape;
     head_ws *h = &m->h;
-    ZT_LIB(zo_op_rmsnorm_fwd(m->s, h->hf, h->rstd, m->ckpt[sh->n_layers], p[ZT_HEAD_NORM], m->T,
-                             sh->dim, sh->norm_eps, m->c.dt));
-    ZT_TRY(linear_fwd(m, h->logits, h->hf, p[ZT_HEAD_OUT], sh->dim, sh->vocab));
+    ZT_LIB(zo_op_rmsnorm_fwd(m->s, h->hf, h->rstd, m->ckpt[sh->n_layers], hp->norm, m->T, sh->dim,
+                             sh->norm_eps, m->c.dt));
+    ZT_TRY(linear_fwd(m, h->logits, h->hf, hp->w, sh->dim, sh->vocab));
     ZT_LIB(zo_op_cross_entropy(m->s, m->losses + i, h->row_loss, dlogits, h->logits,
                                tokens_of(m, m->tok_tgt, i), (size_t)m->T, sh->vocab, grad_scale,
                                m->c.dt));
     return ZO_OK;
 }
 
-static zo_status head_bwd(zt_model *m, void *const *p, void *const *g)
+static zo_status head_bwd(zt_model *m, const head_params *hp)
 {
     const zt_shape *sh = &m->c.shape;
-    head_ws *h = &m->h; /* logits hold d(logits) */
-    ZT_TRY(linear_bwd_weight(m, g[ZT_HEAD_OUT], h->logits, h->hf, sh->dim, sh->vocab));
-    ZT_TRY(linear_bwd_data(m, h->hf, h->logits, p[ZT_HEAD_OUT], sh->dim, sh->vocab, 0)); /* d(hf) */
-    ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_HEAD_NORM], m->c.dt, h->hf, m->ckpt[sh->n_layers],
-                             p[ZT_HEAD_NORM], h->rstd, m->T, sh->dim, 0, m->c.dt));
+    head_ws *h = &m->h;  /* logits hold d(logits) */
+    if (m->c.shape.tied) /* the arena's buffers start from zero as a fetched gradient does */
+        ZT_LIB(zo_memset_async(m->s, m->head_grad, 0, m->head_stride));
+    ZT_TRY(linear_bwd_weight(m, hp->gw, h->logits, h->hf, sh->dim, sh->vocab));
+    ZT_TRY(linear_bwd_data(m, h->hf, h->logits, hp->w, sh->dim, sh->vocab, 0)); /* d(hf) */
+    ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, hp->gnorm, m->c.dt, h->hf, m->ckpt[sh->n_layers],
+                             hp->norm, h->rstd, m->T, sh->dim, 0, m->c.dt));
+    return ZO_OK;
+}
+
+/* A tied model's head gradients go into layer 0's first, as autograd sums a
+ * tied weight's uses in transformers: the head's contribution (computed
+ * first) plus the embedding's, added to it below. */
+static zo_status tied_head_grads(zt_model *m, void *const *g)
+{
+    const zt_shape *sh = &m->c.shape;
+    const zo_dtype dt = m->c.dt;
+    ZT_LIB(
+        zo_op_axpy(m->s, g[ZT_EMBEDDING], dt, 1.0f, m->head_grad, dt, (size_t)sh->vocab * sh->dim));
+    ZT_LIB(zo_op_axpy(m->s, g[ZT_TIED_NORM], dt, 1.0f, m->head_norm_grad, dt, (size_t)sh->dim));
     return ZO_OK;
 }
 
@@ -603,17 +652,31 @@ static zo_status embedding_bwd(zt_model *m, void *grad, int i)
 typedef zo_status (*layer_fn)(zt_model *m, int layer, void *const *p, void *const *g, int i,
                               float scale);
 
+/* The source's layer and phase a model layer runs under: a tied model's
+ * head (layer L+1) computes under layer 0's forward fetch, which holds its
+ * matrix and the final norm; its gradients wait in the arena for the
+ * embedding's backward. */
+static int source_layer(const zt_model *m, int layer, zo_phase *phase)
+{
+    if (!m->c.shape.tied || layer != m->c.shape.n_layers + 1)
+        return layer;
+    *phase = ZO_PHASE_FORWARD;
+    return 0;
+}
+
 /* fetch, compute, (grads_ready,) release; release also follows a failed
  * compute so the engine's bookkeeping stays balanced. */
 static zo_status run_layer(zt_model *m, const zt_param_source *src, int layer, zo_phase phase,
                            layer_fn fn, int i, float scale)
 {
     void *p[ZT_MAX_LAYER_TENSORS] = {0}, *g[ZT_MAX_LAYER_TENSORS] = {0};
-    ZT_TRY(src->fetch(src->ctx, layer, phase, m->s, p, g, ZT_MAX_LAYER_TENSORS));
+    zo_phase sp = phase;
+    int sl = source_layer(m, layer, &sp);
+    ZT_TRY(src->fetch(src->ctx, sl, sp, m->s, p, g, ZT_MAX_LAYER_TENSORS));
     zo_status st = fn(m, layer, p, g, i, scale);
-    if (st >= 0 && phase == ZO_PHASE_BACKWARD)
-        st = src->grads_ready(src->ctx, layer, m->s);
-    zo_status rst = src->release(src->ctx, layer, m->s);
+    if (st >= 0 && sp == ZO_PHASE_BACKWARD)
+        st = src->grads_ready(src->ctx, sl, m->s);
+    zo_status rst = src->release(src->ctx, sl, m->s);
     return st < 0 ? st : rst;
 }
 
@@ -635,14 +698,16 @@ static zo_status block_fwd_fn(zt_model *m, int layer, void *const *p, void *cons
 static zo_status head_eval_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
                               float scale)
 {
-    return head_fwd_loss(m, p, i, NULL, 0.0f);
+    head_params hp = head_of(m, p, g);
+    return head_fwd_loss(m, &hp, i, NULL, 0.0f);
 }
 
 static zo_status head_train_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
                                float scale)
 {
-    ZT_TRY(head_fwd_loss(m, p, i, m->h.logits, scale));
-    return head_bwd(m, p, g);
+    head_params hp = head_of(m, p, g);
+    ZT_TRY(head_fwd_loss(m, &hp, i, m->h.logits, scale));
+    return head_bwd(m, &hp);
 }
 
 static zo_status block_bwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
@@ -657,7 +722,9 @@ static zo_status block_bwd_fn(zt_model *m, int layer, void *const *p, void *cons
 static zo_status embed_bwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
                               float scale)
 {
-    return embedding_bwd(m, g[0], i);
+    if (m->c.shape.tied)
+        ZT_TRY(tied_head_grads(m, g));
+    return embedding_bwd(m, g[ZT_EMBEDDING], i);
 }
 
 static zo_status check_micro(const zt_model *m, int i)
@@ -698,6 +765,12 @@ static char *host_dres(const zt_model *m, int j)
     return host_ckpt(m, j, m->c.shape.n_layers + 1);
 }
 
+/* Tied: set j's head gradients, after the G sets of layer inputs. */
+static char *host_head_grad(const zt_model *m, int j)
+{
+    return host_ckpt(m, m->G, 0) + (uint64_t)j * m->head_stride;
+}
+
 /* Before micro-batch j of a group (of n) runs layer `layer` in `phase`: its
  * set of layer inputs and residual gradient becomes the current one (on the
  * device), or is copied into the arena's (act_home host). */
@@ -708,6 +781,7 @@ static zo_status stage_in(zt_model *m, int j, int layer, zo_phase phase, int n)
     int set = m->sets > 1 ? j : 0;
     m->ckpt = m->ckpt_all + (size_t)set * (L + 1);
     m->dres = m->dres_all[set];
+    select_head_grads(m, set);
     if (!staged(m, n))
         return ZO_OK;
     int input = layer == L + 1 ? L : layer - 1; /* the layer's input checkpoint */
@@ -715,6 +789,8 @@ static zo_status stage_in(zt_model *m, int j, int layer, zo_phase phase, int n)
         ZT_LIB(zo_memcpy_h2d_async(m->s, m->ckpt[input], host_ckpt(m, j, input), bytes));
     if (phase == ZO_PHASE_BACKWARD && layer <= L) /* the gradient from the layer above */
         ZT_LIB(zo_memcpy_h2d_async(m->s, m->dres, host_dres(m, j), bytes));
+    if (phase == ZO_PHASE_BACKWARD && layer == 0 && m->head_stride) /* tied: the head's */
+        ZT_LIB(zo_memcpy_h2d_async(m->s, m->head_grad, host_head_grad(m, j), m->head_stride));
     return ZO_OK;
 }
 
@@ -728,6 +804,8 @@ static zo_status stage_out(zt_model *m, int j, int layer, zo_phase phase, int n)
         ZT_LIB(zo_memcpy_d2h_async(m->s, host_ckpt(m, j, layer), m->ckpt[layer], bytes));
     else if (layer > 0)
         ZT_LIB(zo_memcpy_d2h_async(m->s, host_dres(m, j), m->dres, bytes));
+    if (phase == ZO_PHASE_BACKWARD && layer == m->c.shape.n_layers + 1 && m->head_stride)
+        ZT_LIB(zo_memcpy_d2h_async(m->s, host_head_grad(m, j), m->head_grad, m->head_stride));
     return ZO_OK;
 }
 
@@ -737,18 +815,20 @@ static zo_status run_group(zt_model *m, const zt_param_source *src, int layer, z
                            layer_fn fn, int first, int n, float scale)
 {
     void *p[ZT_MAX_LAYER_TENSORS] = {0}, *g[ZT_MAX_LAYER_TENSORS] = {0};
-    ZT_TRY(src->fetch(src->ctx, layer, phase, m->s, p, g, ZT_MAX_LAYER_TENSORS));
+    zo_phase sp = phase;
+    int sl = source_layer(m, layer, &sp);
+    ZT_TRY(src->fetch(src->ctx, sl, sp, m->s, p, g, ZT_MAX_LAYER_TENSORS));
     zo_status st = ZO_OK;
     for (int j = 0; st >= 0 && j < n; j++) {
         st = stage_in(m, j, layer, phase, n);
         if (st >= 0)
             st = fn(m, layer, p, g, first + j, scale);
-        if (st >= 0 && phase == ZO_PHASE_BACKWARD)
-            st = src->grads_ready(src->ctx, layer, m->s);
+        if (st >= 0 && sp == ZO_PHASE_BACKWARD)
+            st = src->grads_ready(src->ctx, sl, m->s);
         if (st >= 0)
             st = stage_out(m, j, layer, phase, n);
     }
-    zo_status rst = src->release(src->ctx, layer, m->s);
+    zo_status rst = src->release(src->ctx, sl, m->s);
     return st < 0 ? st : rst;
 }
 

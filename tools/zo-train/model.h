@@ -12,10 +12,14 @@
  * after the projections, before RoPE), RoPE scaling (linear, llama3). With
  * none of them the model is the Llama-2 one op for op.
  *
- * The output head is untied (its own vocab x dim matrix): the engine hands
- * each layer's gradients to the optimizer at grads_ready, and a tied matrix
- * would be written by two layers; a tied Hugging Face model is trained untied
- * (its head starts as a copy of the embedding).
+ * The output head is its own vocab x dim matrix, or the embedding's when
+ * tied (tie_word_embeddings): then one tensor in engine layer 0 beside the
+ * final norm, and the head computes under layer 0's forward fetch (the
+ * parameters the engine hands out stay those of the step until end_step).
+ * The engine hands a layer's gradients over at grads_ready, so the head's
+ * gradients of the matrix and the norm wait in the arena (per micro-batch
+ * of a group) until the embedding's backward, which adds them to layer 0's
+ * gradients before its own part: head + embedding, transformers' order.
  *
  * The shapes, the tensors of each engine layer and the activation arena's
  * layout are the shape part's (tools/model-shape/model_shape.h): zo-plan
