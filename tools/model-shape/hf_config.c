@@ -195,8 +195,8 @@ zo_status zt_read_hf_config_window(const char *path, zt_shape *out, int *window,
         note[0] = 0;
         if (s.tied)
             snprintf(note, cap,
-                     "tied output head: counted once; zo-train trains it untied, from a copy of "
-                     "the embedding");
+                     "tied output head: the embedding's matrix, one tensor, counted and trained "
+                     "once");
         *out = s;
         if (window)
             *window = w;

@@ -17,8 +17,9 @@
  * attention_bias, which also biases o_proj, another rope_scaling type,
  * partial_rotary_factor) is refused naming the key. The sliding window
  * (Mistral's sliding_window, Qwen2's with use_sliding_window) goes to
- * *window (0: none; NULL: not wanted). What zo-train does differently is said
- * in note (empty when nothing): a tied head is trained untied. */
+ * *window (0: none; NULL: not wanted). note says what the reader should know
+ * of the model (empty when nothing): a tied head is one tensor with the
+ * embedding's matrix. */
 zo_status zt_read_hf_config(const char *path, zt_shape *out, char *note, size_t cap);
 zo_status zt_read_hf_config_window(const char *path, zt_shape *out, int *window, char *note,
                                    size_t cap);

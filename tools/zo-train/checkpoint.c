@@ -309,7 +309,7 @@ static json_t *state_json(const zt_trainer *t, const zt_train_state *ts,
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)ts->data.seed);
     return json_pack(
         "{s:s,s:i,s:I,s:{s:I,s:I,s:f,s:I,s:I,s:i},s:{s:s,s:I,s:f},s:{s:s,s:I,s:I,s:i},"
-        "s:{s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:s},s:{s:i,s:i}}",
+        "s:{s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:s,s:b},s:{s:i,s:i}}",
         "format", ZT_CKPT_FORMAT, "version", ZT_CKPT_VERSION, "step", (json_int_t)ts->step,
         "engine", "updates", (json_int_t)es->updates, "steps", (json_int_t)es->steps, "loss_scale",
         es->loss_scale, "scaler_iter", (json_int_t)es->scaler_iter, "scaler_last_overflow_iter",
@@ -319,8 +319,8 @@ static json_t *state_json(const zt_trainer *t, const zt_train_state *ts,
         (json_int_t)ts->data.epoch, "cursor", (json_int_t)ts->data.cursor, "seq", o->seq, "model",
         "vocab", s->vocab, "dim", s->dim, "layers", s->n_layers, "heads", s->n_heads, "ffn",
         s->ffn_dim, "norm_eps", (double)s->norm_eps, "rope_theta", (double)s->rope_theta, "dtype",
-        zo_dtype_name(o->dtype), "batch", "micro_batch", o->micro_batch, "grad_accum",
-        o->grad_accum);
+        zo_dtype_name(o->dtype), "tied", s->tied, "batch", "micro_batch", o->micro_batch,
+        "grad_accum", o->grad_accum);
 }
 
 /* The data file (its absolute path and size), which a resumed run must
@@ -467,6 +467,14 @@ static zo_status check_model(const state_doc *d, const zt_shape *s)
                 "%s was saved from a model with %s %lld; this run's is %d (pass %s %lld)", d->file,
                 keys[i] + 6, (long long)v, mine[i], flags[i], (long long)v);
     }
+    /* a checkpoint from before tied heads were one tensor has no key: untied */
+    int tied = json_is_true(at(d->root, "model.tied"));
+    if (tied != (s->tied != 0))
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "%s was saved from a model whose head is %s; this run's is %s (the "
+                       "Hugging Face config's tie_word_embeddings)",
+                       d->file, tied ? "tied to the embedding" : "its own matrix",
+                       s->tied ? "tied" : "its own");
     return ZO_OK;
 }
 
