@@ -2,7 +2,8 @@
 """Parity of zo-train's model with transformers: for a GQA, a tied, a
 rope-scaled (llama3) and a biased (Qwen2) configuration with random weights
 (no network), the same weights and tokens give the same loss, per-tensor
-gradients and AdamW update signs in fp32.
+gradients and AdamW update signs, in fp32 and in bf16 (both sides computing
+in bf16).
 
     hf_parity.py HF_PARITY_EXE
 
@@ -10,8 +11,9 @@ Per configuration it prints the loss relative difference, the largest
 per-tensor gradient relative L2 difference, and the smallest per-tensor
 fraction of elements whose first AdamW update (lr * g / (|g| + eps), plus
 the weight decay both share) has the same sign; it fails above 1e-5, 1e-4
-and below 0.999.
+and below 0.999 in fp32, above 1e-3, 5e-2 and below 0.85 in bf16 (LIMITS).
 """
+import copy
 import os
 import subprocess
 import sys
@@ -43,7 +45,18 @@ def adamw_signs(ga, gb, eps=1e-8):
     return float(((torch.sign(ua) == torch.sign(ub)) | both_zero).double().mean())
 
 
-def check(name, exe, tmp):
+# What each compute dtype must meet: loss relative difference, the largest
+# per-tensor gradient relative L2 difference, the smallest AdamW sign agreement.
+# bf16: both sides round weights, activations and gradients to bf16, in their
+# own op orders (transformers computes the loss in fp32 from bf16 logits, as
+# zo-train does), so they agree to bf16's precision, not bitwise. Measured
+# (torch 2.x CPU): loss within 6e-5, gradients within 3.4e-2, signs >= 0.906;
+# the lowest are Qwen2's k_proj biases (32 elements), whose gradient is near
+# zero (a bias on every key barely moves the softmax) and so mostly rounding.
+LIMITS = {"fp32": (1e-5, 1e-4, 0.999), "bf16": (1e-3, 5e-2, 0.85)}
+
+
+def build(name, tmp):
     cfg_cls, model_cls, extra = CONFIGS[name]
     torch.manual_seed(1234)
     cfg = cfg_cls(**BASE, **extra)
@@ -57,32 +70,46 @@ def check(name, exe, tmp):
     ids = torch.randint(0, cfg.vocab_size, (SEQ + 1,), dtype=torch.int32)
     tok = os.path.join(tmp, name + ".tokens")
     ids.numpy().astype("<i4").tofile(tok)
-    out = os.path.join(tmp, name + ".grads.safetensors")
-    subprocess.run([exe, d, tok, out], check=True)
+    return cfg, model, d, ids, tok
+
+
+def check(name, exe, tmp, model_dir, model, ids, tok, dtype):
+    out = os.path.join(tmp, "%s.%s.grads.safetensors" % (name, dtype))
+    subprocess.run([exe, model_dir, tok, out, dtype], check=True)
     zo = load_file(out)
+    if dtype == "bf16":
+        model = copy.deepcopy(model).to(torch.bfloat16)
     model.zero_grad()
     x = ids.long().unsqueeze(0)
     loss = model(input_ids=x, labels=x).loss  # shifts: predicts ids[1:] from ids[:-1]
     loss.backward()
-    loss_rel = abs(float(zo["loss"][0]) - float(loss)) / abs(float(loss))
+    loss = float(loss.detach())
+    loss_rel = abs(float(zo["loss"][0]) - loss) / abs(loss)
     worst_l2, worst_sign = 0.0, 1.0
+    max_loss, max_l2, min_sign = LIMITS[dtype]
     for n, p in model.named_parameters():
-        g = zo[n]  # tied: one tensor, the head's and the embedding's uses summed by zo-train
-        rel = float((g - p.grad).norm() / p.grad.norm())
+        g, ref = zo[n], p.grad.float()  # tied: one tensor, both uses summed by zo-train
+        rel = float((g - ref).norm() / ref.norm())
         worst_l2 = max(worst_l2, rel)
-        worst_sign = min(worst_sign, adamw_signs(g, p.grad))
-        if rel > 1e-4:
-            print("  %s: %s gradient relative L2 %.3g" % (name, n, rel))
-    print("%-12s loss %.6f  rel diff %.2e  grad rel L2 max %.2e  AdamW sign agreement min %.5f"
-          % (name, float(loss), loss_rel, worst_l2, worst_sign))
-    return loss_rel <= 1e-5 and worst_l2 <= 1e-4 and worst_sign >= 0.999
+        worst_sign = min(worst_sign, adamw_signs(g, ref))
+        if os.environ.get("ZO_PARITY_DEBUG"):  # every tensor's figures
+            print("   %s %s %s numel %d l2 %.3g sign %.4f"
+                  % (name, dtype, n, g.numel(), rel, adamw_signs(g, ref)))
+        if rel > max_l2:
+            print("  %s %s: %s gradient relative L2 %.3g" % (name, dtype, n, rel))
+    print("%-12s %s loss %.6f  rel diff %.2e  grad rel L2 max %.2e  AdamW sign agreement min "
+          "%.5f" % (name, dtype, loss, loss_rel, worst_l2, worst_sign))
+    return loss_rel <= max_loss and worst_l2 <= max_l2 and worst_sign >= min_sign
 
 
 def main():
     exe = sys.argv[1]
     torch.set_default_dtype(torch.float32)
+    ok = []
     with tempfile.TemporaryDirectory() as tmp:
-        ok = [check(n, exe, tmp) for n in CONFIGS]
+        for n in CONFIGS:
+            cfg, model, d, ids, tok = build(n, tmp)
+            ok += [check(n, exe, tmp, d, model, ids, tok, dt) for dt in ("fp32", "bf16")]
     sys.exit(0 if all(ok) else 1)
 
 
