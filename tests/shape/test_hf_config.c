@@ -80,6 +80,29 @@ static void test_qwen2_and_tied(void **state)
     /* Qwen2.5-0.5B: 494,032,768 parameters */
     assert_int_equal(zt_shape_n_params(&s), 494032768ull);
     assert_non_null(strstr(note, "tied"));
+    /* the engine's tensors: the head is the embedding's, one tensor in layer 0
+     * beside the final norm; no layer of its own, no lm_head.weight; they add
+     * up to the count */
+    assert_int_equal(zt_engine_layers(&s), s.n_layers + 1);
+    assert_int_equal(zt_layer_tensors(&s, 0), 2);
+    uint64_t sum = 0;
+    for (int l = 0; l < zt_engine_layers(&s); l++)
+        for (int i = 0; i < zt_layer_tensors(&s, l); i++) {
+            char name[160];
+            int ndim;
+            int64_t shape[2];
+            zt_tensor_hf(&s, l, i, name, sizeof name, &ndim, shape);
+            assert_null(strstr(name, "lm_head"));
+            sum += zt_tensor_numel(&s, l, i);
+        }
+    assert_int_equal(sum, 494032768ull);
+    char name[160];
+    int ndim;
+    int64_t shape[2];
+    zt_tensor_hf(&s, 0, ZT_TIED_NORM, name, sizeof name, &ndim, shape);
+    assert_string_equal(name, "model.norm.weight");
+    assert_int_equal(ndim, 1);
+    assert_int_equal(shape[0], 896);
     ZO_ASSERT_OK(read_json("{\"model_type\": \"mistral\", \"hidden_size\": 64, "
                            "\"intermediate_size\": 96, \"num_attention_heads\": 4, "
                            "\"num_hidden_layers\": 1, \"vocab_size\": 50, \"head_dim\": 32, "
