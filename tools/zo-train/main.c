@@ -157,7 +157,7 @@ static void usage(FILE *f)
         "                         LLaMA names (F32, BF16 or F16), e.g. a model.safetensors\n"
         "  --hf-model DIR         the model of a Hugging Face directory: config.json (Llama,\n"
         "                         Mistral, Qwen2 layouts: GQA, head_dim, q/k/v biases, RoPE\n"
-        "                         scaling; a tied head trained as the embedding) and its weights\n"
+        "                         scaling; a tied head is the embedding) and its weights\n"
         "                         (model.safetensors or shards with the index), instead of\n"
         "                         --preset; with --resume, DIR's shape and the checkpoint's "
         "weights\n"
