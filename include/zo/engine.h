@@ -480,6 +480,10 @@ ZO_API zo_status zo_engine_write_state_raw(zo_engine_t eng, int id, const float 
                                            const void *m, const void *v);
 /* The engine's state_dtype. */
 ZO_API zo_dtype zo_engine_state_dtype(zo_engine_t eng);
+/* The format of tensor id's moments (the raw layout above): state_dtype,
+ * except ZO_DTYPE_F32 for a tensor below ZO_ADAM_Q8_MIN_NUMEL elements with
+ * I8 states (zo/optim.h); ZO_DTYPE_NONE for a bad engine or id. */
+ZO_API zo_dtype zo_engine_tensor_state_dtype(zo_engine_t eng, int id);
 /* dpu mode: wait for the pending delayed update and apply it (the next step
  * computes with its parameters). A no-op in the other modes. */
 ZO_API zo_status zo_engine_flush(zo_engine_t eng);

@@ -89,6 +89,28 @@ typedef struct zo_adam_buffers {
  * kernels start on a block (the pool's tiles are rounded up to blocks). */
 #define ZO_ADAM_Q8_BLOCK ((size_t)256)
 
+/* Tensors of fewer elements keep fp32 moments in the I8 format, as
+ * bitsandbytes' min_8bit_size (4096) does: norms and biases are few
+ * parameters whose moments quantize worst (one block holds the whole tensor,
+ * its outliers set every neighbour's resolution), and fp32 costs them little.
+ * The engine lays such a tensor's fp32 m and v out in its moments' code
+ * bytes: it reserves zo_adam_q8_small_room(numel) elements for it, four
+ * code bytes per element, so every tier, stage and extent keeps the I8
+ * layout (zo_engine_tensor_state_dtype names the tensor's format). */
+#define ZO_ADAM_Q8_MIN_NUMEL ((size_t)4096)
+
+static inline int zo_adam_q8_small(size_t numel)
+{
+    return numel < ZO_ADAM_Q8_MIN_NUMEL;
+}
+
+/* Elements a small tensor takes in an I8 chunk: room for 4 code bytes an
+ * element, whole blocks. */
+static inline size_t zo_adam_q8_small_room(size_t numel)
+{
+    return (4 * numel + ZO_ADAM_Q8_BLOCK - 1) / ZO_ADAM_Q8_BLOCK * ZO_ADAM_Q8_BLOCK;
+}
+
 static inline size_t zo_adam_q8_blocks(size_t n)
 {
     return (n + ZO_ADAM_Q8_BLOCK - 1) / ZO_ADAM_Q8_BLOCK;

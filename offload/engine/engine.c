@@ -289,12 +289,22 @@ typedef struct eng_packer {
     uint32_t n_chunks;
     uint32_t layer_chunks, max_cpl;
     size_t max_used; /* elements of the fullest chunk */
+    int q8;          /* I8 states: small tensors take the room of their fp32 moments */
 } eng_packer;
+
+/* The elements a tensor takes in its chunk: its own, or with I8 states
+ * below ZO_ADAM_Q8_MIN_NUMEL the room of its fp32 moments in the code bytes
+ * (zo/optim.h). */
+static size_t tensor_room(int q8, size_t numel)
+{
+    return q8 && zo_adam_q8_small(numel) ? zo_adam_q8_small_room(numel) : numel;
+}
 
 /* Place a tensor; returns the chunk it goes to, its offset in *at. */
 static uint32_t packer_place(eng_packer *p, int layer, size_t numel, size_t *at)
 {
     size_t pos = zo_round_up(p->off, p->align);
+    numel = tensor_room(p->q8, numel);
     if (p->n_chunks == 0 || layer != p->layer || pos + numel > p->chunk_elems) {
         p->layer_chunks = layer != p->layer ? 1 : p->layer_chunks + 1;
         if (p->layer_chunks > p->max_cpl)
@@ -393,25 +403,43 @@ static void place_homes(struct zo_engine *e, const eng_plan_in *in)
     e->g_grouped = in->grouped; /* what comes down (the stages' room needs it) */
 }
 
+/* With I8 states, a small tensor (fp32 moments) joins its chunk's list,
+ * in placement order: the update runs it apart (eng_adam_run). */
+static void add_small(struct zo_engine *e, const eng_tensor *t, int q8)
+{
+    if (!q8 || !zo_adam_q8_small(t->numel))
+        return;
+    eng_chunk *k = &e->chunks[t->chunk];
+    if (!k->n_small)
+        k->small_first = e->n_small;
+    e->small[e->n_small++] = (eng_span){t->off, t->numel};
+    k->n_small++;
+}
+
 /* Assign every tensor a chunk and an offset; chunks never span layers. */
 static zo_status pack(struct zo_engine *e)
 {
     if (e->n_tensors == 0)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "no tensors registered: register the model first");
     size_t largest = 0;
+    const int q8 = e->cfg.state_dtype == ZO_DTYPE_I8;
     for (int i = 0; i < e->n_tensors; i++)
-        if (e->tensors[i].numel > largest)
-            largest = e->tensors[i].numel;
+        if (tensor_room(q8, e->tensors[i].numel) > largest)
+            largest = tensor_room(q8, e->tensors[i].numel);
     e->chunk_bytes = chunk_bytes_for(&e->cfg, largest);
     if (largest * e->e16 > (e->cfg.chunk_bytes ? e->cfg.chunk_bytes : DEFAULT_CHUNK_BYTES))
         ZO_LOGI(ENG_SUBSYS, "chunk size raised to %zu bytes to fit the largest tensor",
                 e->chunk_bytes);
     e->chunk_elems = e->chunk_bytes / e->e16;
     free(e->chunks);
+    free(e->small);
     e->chunks = calloc((size_t)e->n_tensors, sizeof *e->chunks); /* at most one chunk per tensor */
-    if (!e->chunks)
+    e->small = calloc((size_t)e->n_tensors, sizeof *e->small);
+    e->n_small = 0;
+    if (!e->chunks || !e->small)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the chunk table");
-    eng_packer pk = {e->chunk_elems, tensor_align(&e->cfg), -1, 0, 0, 0, 0, 0};
+    eng_packer pk = {e->chunk_elems, tensor_align(&e->cfg), -1, 0, 0, 0, 0, 0, 0};
+    pk.q8 = e->cfg.state_dtype == ZO_DTYPE_I8;
     for (int l = 0; l < e->n_layers; l++) { /* registration order: layers in order */
         eng_layer *L = &e->layers[l];
         L->first_chunk = pk.n_chunks;
@@ -419,7 +447,8 @@ static zo_status pack(struct zo_engine *e)
             eng_tensor *t = &e->tensors[L->tensors[i]];
             t->chunk = packer_place(&pk, l, t->numel, &t->off);
             e->chunks[t->chunk].layer = l;
-            e->chunks[t->chunk].n_elems = t->off + t->numel;
+            e->chunks[t->chunk].n_elems = t->off + tensor_room(pk.q8, t->numel);
+            add_small(e, t, pk.q8);
         }
         L->n_chunks = pk.n_chunks - L->first_chunk;
     }
@@ -627,18 +656,19 @@ static zo_status pack_layout(const zo_engine_config *cfg, const zo_engine_layout
     ZO_TRY(check_layout(layout));
     size_t largest = 0;
     for (size_t i = 0; i < layout->n_tensors; i++)
-        if (layout->numel[i] > largest)
-            largest = layout->numel[i];
+        if (tensor_room(cfg->state_dtype == ZO_DTYPE_I8, layout->numel[i]) > largest)
+            largest = tensor_room(cfg->state_dtype == ZO_DTYPE_I8, layout->numel[i]);
     memset(sh, 0, sizeof *sh);
     sh->chunk_bytes = chunk_bytes_for(cfg, largest);
     sh->chunk_elems = sh->chunk_bytes / 2;
-    eng_packer pk = {sh->chunk_elems, tensor_align(cfg), -1, 0, 0, 0, 0, 0};
+    eng_packer pk = {sh->chunk_elems, tensor_align(cfg), -1, 0, 0, 0, 0, 0, 0};
+    pk.q8 = cfg->state_dtype == ZO_DTYPE_I8;
     for (size_t i = 0; i < layout->n_tensors; i++) {
         size_t at;
         uint32_t c = packer_place(&pk, layout->layer[i], layout->numel[i], &at);
         if (c < cap) {
             chunks[c].layer = layout->layer[i];
-            chunks[c].used_bytes = (uint64_t)(at + layout->numel[i]) * 2;
+            chunks[c].used_bytes = (uint64_t)(at + tensor_room(pk.q8, layout->numel[i])) * 2;
         }
         sh->n_params += layout->numel[i];
     }
@@ -980,6 +1010,7 @@ void zo_engine_free(zo_engine_t e)
     free(e->tensors);
     free(e->layers);
     free(e->chunks);
+    free(e->small);
     free(e->p16_home);
     free(e->states_home);
     free(e->trace);

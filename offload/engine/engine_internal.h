@@ -100,7 +100,13 @@ typedef struct eng_chunk {
     int zpart;           /* ZeRO stage 3: its 16-bit parameters live on its owner only */
     int zg_slot;         /* ... the gather buffer its last gather of this step took (held while the
                             buffer's chunk is still this one), or -1; a non-owner's is then p16[0] */
+    uint32_t small_first, n_small; /* I8 states: its tensors with fp32 moments (eng->small) */
 } eng_chunk;
+
+/* Elements [off, off + numel) of a chunk. */
+typedef struct eng_span {
+    size_t off, numel;
+} eng_span;
 
 typedef struct eng_pslot {
     void *ptr;
@@ -212,6 +218,8 @@ struct zo_engine {
     /* packing */
     size_t chunk_bytes, chunk_elems;
     eng_chunk *chunks;
+    eng_span *small; /* I8 states: the small tensors with fp32 moments, by chunk (eng_chunk) */
+    uint32_t n_small;
     uint8_t *p16_home, *states_home; /* each chunk's homes (zo_tier), chosen at packing */
     uint32_t n_chunks, max_cpl;
     int g_bufs;

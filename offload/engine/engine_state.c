@@ -53,13 +53,22 @@ typedef struct moment_ref {
     int is_signed; /* m */
 } moment_ref;
 
+/* A small tensor with I8 states keeps fp32 moments in its room's code
+ * bytes (zo/optim.h), which start at its offset. */
+static zo_dtype tensor_fmt(const struct zo_engine *e, const eng_tensor *t)
+{
+    zo_dtype fmt = e->cfg.state_dtype;
+    return fmt == ZO_DTYPE_I8 && zo_adam_q8_small(t->numel) ? ZO_DTYPE_F32 : fmt;
+}
+
 static moment_ref moment_of(struct zo_engine *e, float *states, const eng_tensor *t, int which)
 {
     zo_dtype fmt = e->cfg.state_dtype;
     void *mom =
         which ? eng_state_v(fmt, states, e->chunk_elems) : eng_state_m(fmt, states, e->chunk_elems);
-    moment_ref r = {fmt, (char *)mom + t->off * zo_dtype_size(fmt), NULL, t->numel, !which};
-    if (fmt == ZO_DTYPE_I8)
+    moment_ref r = {tensor_fmt(e, t), (char *)mom + t->off * zo_dtype_size(fmt), NULL, t->numel,
+                    !which};
+    if (r.fmt == ZO_DTYPE_I8)
         r.scales = zo_adam_q8_scales(mom, e->chunk_elems) + t->off / ZO_ADAM_Q8_BLOCK;
     return r;
 }
@@ -152,6 +161,13 @@ zo_status zo_engine_read_state_raw(zo_engine_t e, int id, float *master, void *m
 zo_dtype zo_engine_state_dtype(zo_engine_t e)
 {
     return e ? e->cfg.state_dtype : ZO_DTYPE_NONE;
+}
+
+zo_dtype zo_engine_tensor_state_dtype(zo_engine_t e, int id)
+{
+    if (!e || id < 0 || id >= e->n_tensors)
+        return ZO_DTYPE_NONE;
+    return tensor_fmt(e, &e->tensors[id]);
 }
 
 /* The 16-bit parameters of chunk c from its master weights: its home's

@@ -210,6 +210,16 @@ uint32_t eng_count_homed(const eng_plan_in *in, int kind, zo_tier t);
 int eng_p16_bufs(const eng_plan_in *in, uint32_t c);
 void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, const eng_update_args *u,
                    zo_adam_params *p, zo_adam_buffers *b);
+/* Chunk k's update over its states st as optimizer pool jobs: one, or with
+ * small tensors in I8 states (fp32 moments) one per range; jobs has room for
+ * eng_adam_jobs(k), *queued says how many were queued (wait for them
+ * whatever the status). eng_adam_wait waits for n and returns the first
+ * failure after st; eng_adam_run queues and waits. */
+uint32_t eng_adam_jobs(const eng_chunk *k);
+zo_status eng_adam_enqueue(struct zo_engine *e, eng_chunk *k, float *st, const eng_update_args *u,
+                           zo_optim_job_t *jobs, uint32_t *queued);
+zo_status eng_adam_wait(zo_optim_job_t *jobs, uint32_t n, zo_status st);
+zo_status eng_adam_run(struct zo_engine *e, eng_chunk *k, float *st, const eng_update_args *u);
 zo_status eng_timed_swap_wait(struct zo_engine *e, zo_swap_io_t io);
 uint16_t eng_from_f32(zo_dtype t, float f);
 /* Zeroed, 4 KiB aligned host memory, counted in the host's high-water mark. */

@@ -129,6 +129,93 @@ void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, const eng_updat
     b->out_type = e->cfg.param_dtype;
 }
 
+/* Elements [a, a + n) of the chunk's update in all, with fp32 moments in
+ * the I8 code bytes (f32) or as all's. Ranges start on an I8 block. */
+static zo_adam_buffers adam_range(const zo_adam_buffers *all, size_t a, size_t n, int f32)
+{
+    zo_adam_buffers b = *all;
+    b.n = n;
+    b.grad = (const char *)all->grad + a * zo_dtype_size(all->grad_type);
+    b.master = all->master + a;
+    if (all->out)
+        b.out = (char *)all->out + a * zo_dtype_size(all->out_type);
+    b.m = (char *)all->m + a * zo_dtype_size(all->state_type);
+    b.v = (char *)all->v + a * zo_dtype_size(all->state_type);
+    if (f32) {
+        b.state_type = ZO_DTYPE_F32;
+        b.m_absmax = b.v_absmax = NULL;
+    } else if (all->state_type == ZO_DTYPE_I8) {
+        b.m_absmax = all->m_absmax + a / ZO_ADAM_Q8_BLOCK;
+        b.v_absmax = all->v_absmax + a / ZO_ADAM_Q8_BLOCK;
+    }
+    return b;
+}
+
+static zo_status enqueue_range(struct zo_engine *e, const zo_adam_params *p,
+                               const zo_adam_buffers *all, size_t a, size_t n, int f32,
+                               zo_optim_job_t *jobs, uint32_t *queued)
+{
+    if (!n)
+        return ZO_OK;
+    zo_adam_buffers b = adam_range(all, a, n, f32);
+    ZO_TRY(zo_optim_pool_adam_enqueue(e->opool, p, &b, &jobs[*queued]));
+    (*queued)++;
+    return ZO_OK;
+}
+
+uint32_t eng_adam_jobs(const eng_chunk *k)
+{
+    return 2 * k->n_small + 1;
+}
+
+/* In element order: the I8 run before each small tensor, the tensor with
+ * its fp32 moments (the rest of its room, padding, is left alone: the 16-bit
+ * copy's is zeroed here, as the kernel would write the zero master), the
+ * run after the last. Elementwise and blockwise, so the same bits as one
+ * pass would give whatever the split. */
+zo_status eng_adam_enqueue(struct zo_engine *e, eng_chunk *k, float *st, const eng_update_args *u,
+                           zo_optim_job_t *jobs, uint32_t *queued)
+{
+    zo_adam_params p;
+    zo_adam_buffers all;
+    eng_adam_args(e, k, st, u, &p, &all);
+    *queued = 0;
+    size_t at = 0;
+    for (uint32_t i = 0; i < k->n_small; i++) {
+        eng_span sp = e->small[k->small_first + i];
+        size_t room = zo_adam_q8_small_room(sp.numel);
+        ZO_TRY(enqueue_range(e, &p, &all, at, sp.off - at, 0, jobs, queued));
+        ZO_TRY(enqueue_range(e, &p, &all, sp.off, sp.numel, 1, jobs, queued));
+        if (all.out)
+            memset((char *)all.out + (sp.off + sp.numel) * zo_dtype_size(all.out_type), 0,
+                   (room - sp.numel) * zo_dtype_size(all.out_type));
+        at = sp.off + room;
+    }
+    return enqueue_range(e, &p, &all, at, k->n_elems - at, 0, jobs, queued);
+}
+
+zo_status eng_adam_wait(zo_optim_job_t *jobs, uint32_t n, zo_status st)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        zo_status w = zo_optim_job_wait(jobs[i], NULL);
+        if (st == ZO_OK && w < 0)
+            st = w;
+    }
+    return st;
+}
+
+zo_status eng_adam_run(struct zo_engine *e, eng_chunk *k, float *states, const eng_update_args *u)
+{
+    zo_optim_job_t one, *jobs = k->n_small ? calloc(eng_adam_jobs(k), sizeof *jobs) : &one;
+    if (!jobs)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %u job handles", eng_adam_jobs(k));
+    uint32_t n = 0;
+    zo_status st = eng_adam_wait(jobs, n, eng_adam_enqueue(e, k, states, u, jobs, &n));
+    if (jobs != &one)
+        free(jobs);
+    return st;
+}
+
 zo_status eng_timed_swap_wait(struct zo_engine *e, zo_swap_io_t io)
 {
     uint64_t t0 = zo_now_ns();

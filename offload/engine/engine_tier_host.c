@@ -152,25 +152,21 @@ zo_status eng_resident_init(struct zo_engine *e, uint32_t c, float *buf)
 zo_status eng_resident_update(struct zo_engine *e, const uint32_t *chunks, uint32_t n,
                               const eng_update_args *u)
 {
-    zo_optim_job_t *jobs = calloc(n ? n : 1, sizeof *jobs);
+    size_t cap = 0;
+    for (uint32_t i = 0; i < n; i++)
+        cap += eng_adam_jobs(&e->chunks[chunks[i]]);
+    zo_optim_job_t *jobs = calloc(cap ? cap : 1, sizeof *jobs);
     if (!jobs)
-        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %u job handles", n);
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %zu job handles", cap);
     zo_status st = ZO_OK;
     uint32_t queued = 0;
-    for (; queued < n; queued++) {
-        eng_chunk *k = &e->chunks[chunks[queued]];
-        zo_adam_params p;
-        zo_adam_buffers b;
-        eng_adam_args(e, k, k->states, u, &p, &b);
-        st = zo_optim_pool_adam_enqueue(e->opool, &p, &b, &jobs[queued]);
-        if (st < 0)
-            break;
+    for (uint32_t i = 0; st == ZO_OK && i < n; i++) {
+        uint32_t q = 0;
+        eng_chunk *k = &e->chunks[chunks[i]];
+        st = eng_adam_enqueue(e, k, k->states, u, jobs + queued, &q);
+        queued += q;
     }
-    for (uint32_t i = 0; i < queued; i++) {
-        zo_status w = zo_optim_job_wait(jobs[i], NULL);
-        if (st == ZO_OK && w < 0)
-            st = w;
-    }
+    st = eng_adam_wait(jobs, queued, st);
     free(jobs);
     return st;
 }
@@ -180,10 +176,7 @@ zo_status eng_resident_speculate(struct zo_engine *e, uint32_t c, const eng_job 
     eng_chunk *k = &e->chunks[c];
     memcpy(k->backup, k->states, eng_states_bytes(e->cfg.state_dtype, e->chunk_elems));
     eng_update_args u = {j->lr, j->factor, j->step, j->parity};
-    zo_adam_params p;
-    zo_adam_buffers b;
-    eng_adam_args(e, k, k->states, &u, &p, &b);
-    return zo_optim_pool_adam_step(e->opool, &p, &b);
+    return eng_adam_run(e, k, k->states, &u);
 }
 
 zo_status eng_resident_drain(struct zo_engine *e)

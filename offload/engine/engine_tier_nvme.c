@@ -147,10 +147,7 @@ static zo_status nvme_speculate(struct zo_engine *e, uint32_t c, const eng_job *
     p->rd_chunk[s] = -1;
     ZO_TRY(st);
     eng_update_args u = {j->lr, j->factor, j->step, j->parity};
-    zo_adam_params ap;
-    zo_adam_buffers b;
-    eng_adam_args(e, &e->chunks[c], e->stage[s], &u, &ap, &b);
-    ZO_TRY(zo_optim_pool_adam_step(e->opool, &ap, &b));
+    ZO_TRY(eng_adam_run(e, &e->chunks[c], e->stage[s], &u));
     st = write_alternate(e, c, e->stage[s], &p->wr[s], &p->pwr[s]);
     p->wr_chunk[s] = (int)c;
     return st;
@@ -207,10 +204,7 @@ static zo_status pipe_update(void *user, uint32_t i, unsigned s)
     uint32_t c = pp->chunks[i];
     ZO_TRY(pipe_wait(pp, &pp->rd[s]));
     ZO_TRY(pipe_wait(pp, &pp->grd[s]));
-    zo_adam_params p;
-    zo_adam_buffers b;
-    eng_adam_args(e, &e->chunks[c], e->stage[s], pp->u, &p, &b);
-    ZO_TRY(zo_optim_pool_adam_step(e->opool, &p, &b));
+    ZO_TRY(eng_adam_run(e, &e->chunks[c], e->stage[s], pp->u));
     return write_alternate(e, c, e->stage[s], &pp->wr[s], &pp->pwr[s]);
 }
 

@@ -1000,7 +1000,8 @@ static void raw_save(harness *h, raw_state *r)
     for (int k = 0; k < TM_T; k++) {
         r->master[k] = malloc(tm_numel(k) * sizeof(float));
         for (int i = 0; i < 2; i++)
-            r->mom[k][i] = malloc(zo_adam_moment_bytes(g_state_dtype, tm_numel(k)));
+            r->mom[k][i] = malloc(
+                zo_adam_moment_bytes(zo_engine_tensor_state_dtype(h->eng, h->ids[k]), tm_numel(k)));
         ZO_ASSERT_OK(
             zo_engine_read_state_raw(h->eng, h->ids[k], r->master[k], r->mom[k][0], r->mom[k][1]));
     }
@@ -1123,6 +1124,48 @@ static void test_compact_states_everywhere(void **state)
     }
     g_state_dtype = ZO_DTYPE_F32;
     run_out_free(&f32);
+}
+
+/* One step's states of every tensor, as stored (raw), in format fmt. */
+static void one_step_states(zo_dtype fmt, zo_tier ph, zo_tier oh, raw_state *r)
+{
+    g_state_dtype = fmt;
+    run_cfg c = base_cfg(ph, oh, ZO_OPTIM_SYNC);
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    double losses[TM_MAXSTEPS];
+    train_range(&h, 0, 1, losses);
+    raw_save(&h, r);
+    for (int k = 0; k < TM_T; k++) /* W (D x D) quantized, b (D) below ZO_ADAM_Q8_MIN_NUMEL */
+        assert_int_equal(zo_engine_tensor_state_dtype(h.eng, h.ids[k]),
+                         fmt == ZO_DTYPE_I8 && k % 2 ? ZO_DTYPE_F32 : fmt);
+    assert_int_equal(zo_engine_tensor_state_dtype(h.eng, TM_T), ZO_DTYPE_NONE);
+    harness_close(&h);
+    g_state_dtype = ZO_DTYPE_F32;
+}
+
+/* With 8-bit states, tensors below ZO_ADAM_Q8_MIN_NUMEL elements keep fp32
+ * moments (bitsandbytes' min_8bit_size): after the first step (the same
+ * gradients in both runs, no clipping) the biases' master, m and v are those
+ * of an fp32-states run bit for bit, on the host and on NVMe; the weights'
+ * moments are 8-bit codes. */
+static void test_q8_small_tensors_keep_fp32_moments(void **state)
+{
+    (void)state;
+    raw_state f32, q8;
+    one_step_states(ZO_DTYPE_F32, ZO_TIER_HOST, ZO_TIER_HOST, &f32);
+    for (int i = 0; i < 2; i++) {
+        one_step_states(ZO_DTYPE_I8, ZO_TIER_HOST, i ? ZO_TIER_NVME : ZO_TIER_HOST, &q8);
+        for (int k = 1; k < TM_T; k += 2) {
+            assert_memory_equal(q8.master[k], f32.master[k], tm_numel(k) * sizeof(float));
+            assert_memory_equal(q8.mom[k][0], f32.mom[k][0], tm_numel(k) * sizeof(float));
+            assert_memory_equal(q8.mom[k][1], f32.mom[k][1], tm_numel(k) * sizeof(float));
+        }
+        assert_true(memcmp(q8.mom[0][0], f32.mom[0][0], tm_numel(0)) != 0);
+        raw_free(&q8);
+    }
+    raw_free(&f32);
 }
 
 /* The calls refuse what they cannot do, naming why; an NVMe write failing
@@ -2365,6 +2408,7 @@ int main(void)
         cmocka_unit_test(test_states_on_nvme_stage_gradients),
         cmocka_unit_test(test_states_on_nvme_spill_fault),
         cmocka_unit_test(test_resident_params_one_host_copy),
+        cmocka_unit_test(test_q8_small_tensors_keep_fp32_moments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

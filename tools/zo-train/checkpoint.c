@@ -171,9 +171,18 @@ static zo_status writer_fail(zo_status st, const char *path)
 /* ---- the moments' formats ----
  * The optimizer file keeps m and v as the engine stores them: fp32 or bf16
  * tensors of the weights' shape, or int8 states as u8 codes of that shape
- * plus NAME.absmax, one fp32 scale per ZO_ADAM_Q8_BLOCK elements. Its
+ * plus NAME.absmax, one fp32 scale per ZO_ADAM_Q8_BLOCK elements (fp32 for
+ * tensors below ZO_ADAM_Q8_MIN_NUMEL elements, as the engine keeps them). Its
  * metadata names the format ("optimizer_state_dtype"; none: fp32). */
 #define ZT_STATE_DTYPE_KEY "optimizer_state_dtype"
+
+/* A tensor's moments in a file of format fmt: int8 files keep the fp32
+ * moments of tensors below ZO_ADAM_Q8_MIN_NUMEL elements as the engine does
+ * (zo_engine_tensor_state_dtype), without scales. */
+static zo_dtype tensor_fmt(zo_dtype fmt, size_t numel)
+{
+    return fmt == ZO_DTYPE_I8 && zo_adam_q8_small(numel) ? ZO_DTYPE_F32 : fmt;
+}
 
 /* The safetensors dtype of a moment stored in state format fmt. */
 static zo_dtype moment_file_dtype(zo_dtype fmt)
@@ -198,13 +207,14 @@ static zo_status declare_all(writers *w, const tensor_ref *r, int n, zo_dtype fm
             0)
             return writer_fail(st, w->model_path);
         int64_t blocks = (int64_t)zo_adam_q8_blocks(r[i].numel);
+        zo_dtype tf = tensor_fmt(fmt, r[i].numel);
         for (int k = 0; k < 2; k++) {
             moment_name(nm, sizeof nm, r[i].name, k, 0);
-            if ((st = zo_st_writer_declare(w->optim, nm, moment_file_dtype(fmt), r[i].ndim,
+            if ((st = zo_st_writer_declare(w->optim, nm, moment_file_dtype(tf), r[i].ndim,
                                            r[i].shape)) < 0)
                 return writer_fail(st, w->optim_path);
             moment_name(nm, sizeof nm, r[i].name, k, 1);
-            if (fmt == ZO_DTYPE_I8 &&
+            if (tf == ZO_DTYPE_I8 &&
                 (st = zo_st_writer_declare(w->optim, nm, ZO_DTYPE_F32, 1, &blocks)) < 0)
                 return writer_fail(st, w->optim_path);
         }
@@ -259,7 +269,7 @@ static zo_status stream_all(zt_trainer *t, writers *w, const tensor_ref *r, int 
         if (st < 0)
             return writer_fail(st, w->model_path);
         for (int k = 0; k < 2; k++)
-            ZT_TRY(write_moment(w, &r[i], k, fmt, k ? v : m));
+            ZT_TRY(write_moment(w, &r[i], k, tensor_fmt(fmt, r[i].numel), k ? v : m));
     }
     zo_status st = zo_st_writer_commit(w->model);
     if (st < 0)
@@ -648,6 +658,7 @@ static zo_status find_states(zo_st_reader_t mr, zo_st_reader_t orr, zo_dtype fmt
 {
     char nm[160];
     ZT_TRY(expect(mr, x->name, ZO_DTYPE_F32, x, &info[0]));
+    fmt = tensor_fmt(fmt, x->numel);
     for (int k = 0; k < 2; k++) {
         moment_name(nm, sizeof nm, x->name, k, 0);
         ZT_TRY(expect(orr, nm, moment_file_dtype(fmt), x, &info[1 + k]));
@@ -691,12 +702,22 @@ static zo_status restore_tensor(zt_trainer *t, const tensor_ref *x, zo_dtype fil
                                 const zo_st_tensor_info info[5], float *m, float *v)
 {
     zo_engine_t eng = zt_trainer_engine(t);
-    int raw = file_fmt == zo_engine_state_dtype(eng);
+    file_fmt = tensor_fmt(file_fmt, x->numel);
+    int raw = file_fmt == zo_engine_tensor_state_dtype(eng, x->id);
     moment_from_file(info, 0, file_fmt, raw, x->numel, m);
     moment_from_file(info, 1, file_fmt, raw, x->numel, v);
     zo_status st = raw ? zo_engine_write_state_raw(eng, x->id, info[0].data, m, v)
                        : zo_engine_write_state(eng, x->id, info[0].data, m, v);
     return st < 0 ? zt_fail(st, "restoring %s: %s", x->name, zt_lib_message()) : ZO_OK;
+}
+
+/* The optimizer file's tensors: m and v of each, and their scales where int8. */
+static size_t optim_count(const tensor_ref *r, int n, zo_dtype fmt)
+{
+    size_t c = 0;
+    for (int i = 0; i < n; i++)
+        c += tensor_fmt(fmt, r[i].numel) == ZO_DTYPE_I8 ? 4 : 2;
+    return c;
 }
 
 /* Everything is checked before the engine is touched. */
@@ -720,7 +741,7 @@ static zo_status load_tensors(zt_trainer *t, const char *dir)
             if ((st = find_states(mr, orr, fmt, &r[i], info)) >= 0 && pass == 1)
                 st = restore_tensor(t, &r[i], fmt, info, m, v);
         if (st >= 0 && pass == 0 && (st = check_count(mr, ZT_CKPT_MODEL, (size_t)n)) >= 0)
-            st = check_count(orr, ZT_CKPT_OPTIM, (fmt == ZO_DTYPE_I8 ? 4 : 2) * (size_t)n);
+            st = check_count(orr, ZT_CKPT_OPTIM, optim_count(r, n, fmt));
     }
     zo_st_reader_free(mr);
     zo_st_reader_free(orr);
