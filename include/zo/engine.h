@@ -154,6 +154,14 @@ typedef struct zo_engine_config {
                                     tensors: norms, biases) stays whole on every rank, as in
                                     stage 2, instead of being gathered at each use (0: none;
                                     DeepSpeed's stage3_param_persistence_threshold) */
+    int master_split;     /* 1: an NVMe extent of states keeps the fp32 master as its low 16 bits
+                             and one bit an element, rebuilt exactly from the bf16 parameters the
+                             update reads and writes in host memory (zo_master_join, zo/half.h):
+                             2.125 bytes an element move where 4 did. bf16 parameters only (fp16
+                             is refused); chunks whose parameters live on NVMe, or whose master
+                             does not split exactly (a NaN, a flushed subnormal), keep the full
+                             master. Device-resident chunks then keep two pinned copies. Results
+                             are bitwise those without it; extents keep the full size. */
 } zo_engine_config;
 
 /* ZeRO (world_size > 1, every mode; the ranks run the same steps, each on its
@@ -432,6 +440,10 @@ ZO_API uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems);
  * fp32 master and the moments in that format, packed, padded to 4 KiB as a
  * whole; 0 for a type that is not a state format. */
 ZO_API uint64_t zo_engine_nvme_state_bytes_as(zo_dtype state_dtype, uint64_t n_elems);
+/* ... and what one way of a step moves for such a chunk with master_split
+ * (the extent's split layout: the master's low halves and bits, then m and
+ * v; 0 for a format that is not a state format). */
+ZO_API uint64_t zo_engine_nvme_split_state_bytes(zo_dtype state_dtype, uint64_t n_elems);
 ZO_API int zo_engine_n_tensors(zo_engine_t eng);
 ZO_API int zo_engine_layer_tensors(zo_engine_t eng, int layer, int *ids, int cap);
 /* The swap store holding the optimizer states on NVMe (NULL when they are not

@@ -45,6 +45,31 @@ static inline float zo_bf16_to_f32(uint16_t h)
     return zo_bits_f32((uint32_t)h << 16);
 }
 
+/* The split fp32 master (zo_engine_config.master_split): an fp32 value u
+ * whose bf16 rounding p is kept anyway is stored as its low 16 bits lo and
+ * one bit, up ("rounded up"), and rebuilt as (p - up) << 16 | lo. Rounding to
+ * nearest even adds 1 to the high half hi when lo > 0x8000, or lo == 0x8000
+ * (the tie) with hi odd, else keeps hi; the carry runs into the exponent
+ * (0x7f7f + 1 is the infinity 0x7f80) and never into the sign (hi = 0x7fff
+ * or 0xffff are NaNs), so for every value but a NaN p - hi (mod 2^16) is 0
+ * or 1. A NaN becomes hi | 0x40 (0 or 0x40 above hi), and a kernel that
+ * flushes subnormals to zero (AVX512-BF16) gives p = 0 for hi up to 0x7f:
+ * zo_master_split returns 0 for such an element, and the engine then stores
+ * that chunk's full master. tests/optim/test_master_split checks the claim
+ * over all 2^32 patterns, with this rounding and with the kernels'. */
+static inline int zo_master_split(uint32_t u, uint16_t p, uint16_t *lo, unsigned *up)
+{
+    uint16_t d = (uint16_t)(p - (uint16_t)(u >> 16));
+    *lo = (uint16_t)u;
+    *up = d;
+    return d <= 1u;
+}
+
+static inline uint32_t zo_master_join(uint16_t p, uint16_t lo, unsigned up)
+{
+    return (uint32_t)(uint16_t)(p - up) << 16 | lo;
+}
+
 /* fp32 -> IEEE binary16, rounding to nearest even, with subnormals,
  * overflow to infinity and NaN kept quiet (the x86 F16C convention: the top
  * ten payload bits are kept and the quiet bit set). */

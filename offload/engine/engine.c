@@ -67,6 +67,14 @@ static zo_status check_plan_config(const zo_engine_config *c)
                        zo_dtype_name(c->state_dtype));
     if ((unsigned)c->mode > ZO_OPTIM_DPU)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "mode must be sync, overlap or dpu");
+    if (c->master_split != 0 && c->master_split != 1)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "master_split is %d: expected 0 or 1",
+                       c->master_split);
+    if (c->master_split && c->param_dtype != ZO_DTYPE_BF16)
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                       "master_split needs bf16 parameters (param_dtype is %s: an fp16 value is "
+                       "not the fp32 master's high half); set master_split=0 or use bf16",
+                       zo_dtype_name(c->param_dtype));
     if (c->grad_accum_steps < 1)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "grad_accum_steps is %d, must be >= 1",
                        c->grad_accum_steps);
@@ -339,6 +347,12 @@ uint64_t zo_engine_nvme_state_bytes_as(zo_dtype state_dtype, uint64_t n_elems)
     if (state_dtype != ZO_DTYPE_F32 && state_dtype != ZO_DTYPE_BF16 && state_dtype != ZO_DTYPE_I8)
         return 0;
     return eng_states_io_bytes(state_dtype, zo_round_up(n_elems, ZO_SWAP_ALIGN / sizeof(float)));
+}
+
+uint64_t zo_engine_nvme_split_state_bytes(zo_dtype state_dtype, uint64_t n_elems)
+{
+    uint64_t full = zo_engine_nvme_state_bytes_as(state_dtype, n_elems);
+    return full ? full - eng_split_head(zo_round_up(n_elems, ZO_SWAP_ALIGN / sizeof(float))) : 0;
 }
 
 static size_t tensor_align(const zo_engine_config *c)

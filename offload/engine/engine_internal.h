@@ -83,6 +83,8 @@ typedef struct eng_chunk {
     int pext_cur;
     int palt_valid;
     uint64_t gen[2];
+    int split_ref[2]; /* master_split: the 16-bit copy (p16 index) an extent's master was split
+                         against, or -1: the full master */
     int ext_cur;
     int alt_valid;                   /* the alternate extent holds an update not yet committed */
     int slot;                        /* device param slot holding this chunk, or -1 */
@@ -244,6 +246,7 @@ struct zo_engine {
         stage_bytes; /* one NVMe stage: master | m | v (| 16-bit params when they live on NVMe) */
     zo_swap_t pswap; /* param_home nvme: the store of the 16-bit parameters */
     float *stage[ENG_NVME_STAGES];
+    uint8_t *split_bits[ENG_NVME_STAGES]; /* master_split: each stage's up bits in transit */
     eng_spec_pipe spec;
     eng_twin *twins; /* param_home nvme: the ring of staging twins */
     uint32_t n_twins, next_twin;

@@ -164,6 +164,17 @@ static inline void *eng_state_v(zo_dtype fmt, float *st, size_t S)
     return (char *)st + 4 * S + eng_moment_bytes(fmt, S);
 }
 
+/* The split master (cfg.master_split): an NVMe extent of states at stride S
+ * holds the master's up bits, its low halves (2*S bytes) and the moments,
+ * and is read into (written from) the stage at this offset, so that its
+ * moments meet the full layout's (4*S) and its low halves sit at 2*S, where
+ * the master is rebuilt in place front to back. The up bits (S/8 bytes) fit
+ * between the offset, a 4 KiB boundary, and 2*S. */
+static inline size_t eng_split_head(size_t S)
+{
+    return (2 * S - S / 8) / ZO_SWAP_ALIGN * ZO_SWAP_ALIGN;
+}
+
 /* engine_tier.c (the registry) */
 /* Every registered table is complete and of this version. */
 zo_status eng_tiers_check(void);

@@ -77,7 +77,9 @@ uint32_t eng_count_homed(const eng_plan_in *in, int kind, zo_tier t)
 }
 
 /* None without host copies; two (current and next) when the update writes
- * them behind the fetches (the states' tier or the mode says), else one. */
+ * them behind the fetches (the states' tier or the mode says), else one.
+ * A split master on NVMe is rebuilt from the committed copy, which an
+ * update in place would overwrite before its commit: two then. */
 int eng_p16_bufs(const eng_plan_in *in, uint32_t c)
 {
     if (eng_p16_home(in, c) == ENG_HOME_REMOTE) /* ZeRO stage 3: gathered at each use */
@@ -86,7 +88,8 @@ int eng_p16_bufs(const eng_plan_in *in, uint32_t c)
         return 0;
     /* device-resident: no fetch reads the copy, which reloads the slot only
      * after an update (eng_publish), so the update writes it in place */
-    if (eng_p16_home(in, c) == ZO_TIER_DEVICE && !in->mode_p16_behind)
+    if (eng_p16_home(in, c) == ZO_TIER_DEVICE && !in->mode_p16_behind &&
+        !(in->cfg->master_split && eng_states_home(in, c) == ZO_TIER_NVME))
         return 1;
     if (eng_states_home(in, c) == ENG_HOME_REMOTE) /* written by the owner's broadcast */
         return in->mode_p16_behind ? 2 : 1;

@@ -11,10 +11,88 @@
 #include <string.h>
 
 #include "engine_tier.h"
+#include "zo/half.h"
 
 static uint64_t state_io_bytes(const struct zo_engine *e, const eng_chunk *k)
 {
     return zo_engine_nvme_state_bytes_as(e->cfg.state_dtype, k->n_elems);
+}
+
+/* ---- the split master (cfg.master_split; layout: eng_split_head) ---- */
+
+/* Where extent x of chunk k starts in a stage, and its bytes. */
+static size_t extent_head(const struct zo_engine *e, const eng_chunk *k, int x)
+{
+    return k->split_ref[x] >= 0 ? eng_split_head(eng_state_stride(e, k)) : 0;
+}
+
+static uint64_t extent_bytes(const struct zo_engine *e, const eng_chunk *k, int x)
+{
+    return state_io_bytes(e, k) - extent_head(e, k, x);
+}
+
+/* The host copy an update of chunk k writes its 16-bit values to, by index,
+ * when the master may be split against it: a second copy, which stays
+ * untouched until the update after the next (eng_p16_bufs); else -1. */
+static int split_target(const struct zo_engine *e, const eng_chunk *k, const void *out)
+{
+    if (!e->cfg.master_split || k->p16_bufs != 2)
+        return -1;
+    return out == k->p16[0] ? 0 : out == k->p16[1] ? 1 : -1;
+}
+
+/* The master | m | v in st (stride S) into the split layout, in place: the
+ * up bits of every element first (none moved yet when one does not split:
+ * 0, the full master goes out), then the low halves back to front to 2*S
+ * (each overwrites masters already read), the bits at the head. */
+static int split_master(float *st, size_t S, size_t n, const uint16_t *p16, uint8_t *bits)
+{
+    char *b = (char *)st;
+    memset(bits, 0, (n + 7) / 8);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        uint16_t lo;
+        unsigned up;
+        memcpy(&u, b + 4 * i, 4);
+        if (!zo_master_split(u, p16[i], &lo, &up))
+            return 0;
+        bits[i >> 3] |= (uint8_t)(up << (i & 7));
+    }
+    for (size_t i = n; i-- > 0;) {
+        uint32_t u;
+        memcpy(&u, b + 4 * i, 4);
+        uint16_t lo = (uint16_t)u;
+        memcpy(b + 2 * S + 2 * i, &lo, 2);
+    }
+    memset(b + 2 * S + 2 * n, 0, 2 * (S - n));
+    size_t head = eng_split_head(S), nb = (n + 7) / 8;
+    memcpy(b + head, bits, nb);
+    memset(b + head + nb, 0, 2 * S - head - nb);
+    return 1;
+}
+
+/* Back to the full master, in place, front to back: master i (bytes 4i..)
+ * overwrites low halves of elements up to i only, read before. The bits go
+ * to scratch first (the masters overwrite them). */
+static void join_master(float *st, size_t S, size_t n, const uint16_t *p16, uint8_t *bits)
+{
+    char *b = (char *)st;
+    memcpy(bits, b + eng_split_head(S), (n + 7) / 8);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t lo;
+        memcpy(&lo, b + 2 * S + 2 * i, 2);
+        uint32_t u = zo_master_join(p16[i], lo, (bits[i >> 3] >> (i & 7)) & 1u);
+        memcpy(b + 4 * i, &u, 4);
+    }
+    memset(b + 4 * n, 0, 4 * (S - n));
+}
+
+/* After extent x of chunk c landed in st: the full master again. */
+static void states_join(struct zo_engine *e, uint32_t c, int x, float *st, uint8_t *bits)
+{
+    eng_chunk *k = &e->chunks[c];
+    if (k->split_ref[x] >= 0)
+        join_master(st, eng_state_stride(e, k), k->n_elems, k->p16[k->split_ref[x]], bits);
 }
 
 static void states_unpack(const struct zo_engine *e, const eng_chunk *k, float *buf)
@@ -36,27 +114,46 @@ static zo_status nvme_read(struct zo_engine *e, uint32_t c, float *out)
 {
     eng_chunk *k = &e->chunks[c];
     int x = k->alt_valid ? 1 - k->ext_cur : k->ext_cur;
-    ZO_TRY(zo_swap_read(e->swap, k->ext[x], out, state_io_bytes(e, k), k->gen[x]));
-    states_unpack(e, k, out);
-    return ZO_OK;
+    uint8_t *bits = k->split_ref[x] >= 0 ? malloc(k->n_elems / 8 + 1) : NULL;
+    if (k->split_ref[x] >= 0 && !bits)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a chunk's up bits");
+    zo_status st = zo_swap_read(e->swap, k->ext[x], (char *)out + extent_head(e, k, x),
+                                extent_bytes(e, k, x), k->gen[x]);
+    if (st == ZO_OK) {
+        states_join(e, c, x, out, bits);
+        states_unpack(e, k, out);
+    }
+    free(bits);
+    return st;
 }
 
 static zo_status read_current(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io)
 {
     eng_chunk *k = &e->chunks[c];
-    return eng_swap_async(e, 0, 0, c, k->ext[k->ext_cur], buf, state_io_bytes(e, k),
-                          k->gen[k->ext_cur], io);
+    int x = k->ext_cur;
+    return eng_swap_async(e, 0, 0, c, k->ext[x], (char *)buf + extent_head(e, k, x),
+                          extent_bytes(e, k, x), k->gen[x], io);
 }
 
 /* Write the updated states (and, when they live on NVMe, the new 16-bit
- * parameters from the stage's tail) to the alternate extents. */
-static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, zo_swap_io_t *io,
-                                 zo_swap_io_t *pio)
+ * parameters from the stage's tail) to the alternate extents; the master
+ * split against the update's 16-bit values when bits is given and it can. */
+static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, uint8_t *bits,
+                                 zo_swap_io_t *io, zo_swap_io_t *pio)
 {
     eng_chunk *k = &e->chunks[c];
     int alt = 1 - k->ext_cur;
     k->gen[alt] = k->gen[k->ext_cur] + 1;
-    ZO_TRY(eng_swap_async(e, 1, 0, c, k->ext[alt], buf, state_io_bytes(e, k), k->gen[alt], io));
+    k->split_ref[alt] = -1;
+    if (bits) {
+        size_t S = eng_state_stride(e, k);
+        void *out = k->pt->update_out(e, c, NULL);
+        int ref = split_target(e, k, out);
+        if (ref >= 0 && split_master(buf, S, k->n_elems, out, bits))
+            k->split_ref[alt] = ref;
+    }
+    ZO_TRY(eng_swap_async(e, 1, 0, c, k->ext[alt], (char *)buf + extent_head(e, k, alt),
+                          extent_bytes(e, k, alt), k->gen[alt], io));
     if (!k->pt->store)
         return ZO_OK;
     return k->pt->store(
@@ -146,9 +243,10 @@ static zo_status nvme_speculate(struct zo_engine *e, uint32_t c, const eng_job *
     p->rd[s] = NULL;
     p->rd_chunk[s] = -1;
     ZO_TRY(st);
+    states_join(e, c, e->chunks[c].ext_cur, e->stage[s], e->split_bits[s]);
     eng_update_args u = {j->lr, j->factor, j->step, j->parity};
     ZO_TRY(eng_adam_run(e, &e->chunks[c], e->stage[s], &u));
-    st = write_alternate(e, c, e->stage[s], &p->wr[s], &p->pwr[s]);
+    st = write_alternate(e, c, e->stage[s], e->split_bits[s], &p->wr[s], &p->pwr[s]);
     p->wr_chunk[s] = (int)c;
     return st;
 }
@@ -204,8 +302,9 @@ static zo_status pipe_update(void *user, uint32_t i, unsigned s)
     uint32_t c = pp->chunks[i];
     ZO_TRY(pipe_wait(pp, &pp->rd[s]));
     ZO_TRY(pipe_wait(pp, &pp->grd[s]));
+    states_join(e, c, e->chunks[c].ext_cur, e->stage[s], e->split_bits[s]);
     ZO_TRY(eng_adam_run(e, &e->chunks[c], e->stage[s], pp->u));
-    return write_alternate(e, c, e->stage[s], &pp->wr[s], &pp->pwr[s]);
+    return write_alternate(e, c, e->stage[s], e->split_bits[s], &pp->wr[s], &pp->pwr[s]);
 }
 
 /* Every ticket is waited for, whatever failed first. */
@@ -311,7 +410,7 @@ static zo_status nvme_write_end(struct zo_engine *e, uint32_t c, float *st)
         eng_cast16(e->cfg.param_dtype, st, p16, k->n_elems);
     }
     zo_swap_io_t io = NULL, pio = NULL;
-    zo_status s1 = write_alternate(e, c, st, &io, &pio);
+    zo_status s1 = write_alternate(e, c, st, NULL, &io, &pio); /* the full master */
     zo_status s2 = io ? zo_swap_wait(io) : ZO_OK;
     zo_status s3 = pio ? zo_swap_wait(pio) : ZO_OK;
     ZO_TRY(s1 < 0 ? s1 : s2 < 0 ? s2 : s3);
@@ -475,15 +574,39 @@ static uint64_t stage_bytes(const eng_plan_in *in)
            (p16_homed(in) ? in->chunk_bytes : 0);
 }
 
+/* A stage's up bits in transit (master_split): host memory. */
+static uint64_t split_bits_bytes(const zo_engine_config *c, uint64_t chunk_elems)
+{
+    return c->master_split ? zo_round_up(chunk_elems / 8 + 1, 64) : 0;
+}
+
 static void nvme_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
 {
     uint32_t n = eng_count_homed(in, 1, ZO_TIER_NVME);
     if (!n)
         return;
     fp->pinned += ENG_NVME_STAGES * stage_bytes(in);
+    fp->host += ENG_NVME_STAGES * split_bits_bytes(in->cfg, in->chunk_elems);
     /* extents sized to the fullest chunk, not the chunk size: a small
      * model in large chunks reserves what it holds */
     fp->nvme += 2ull * n * zo_engine_nvme_state_bytes_as(in->cfg->state_dtype, in->max_chunk_elems);
+}
+
+/* Which chunks keep the full master whatever their values, said once. */
+static void log_split(const struct zo_engine *e)
+{
+    uint32_t n = 0, full = 0;
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        if (e->chunks[c].st == &eng_state_tier_nvme) {
+            n++;
+            full += e->chunks[c].p16_bufs != 2;
+        }
+    if (e->cfg.master_split && full)
+        ZO_LOGI(ENG_SUBSYS,
+                "master_split: %u of the %u chunks with states on NVMe keep the full master "
+                "(their 16-bit parameters live on NVMe, where reading them costs what the split "
+                "saves)",
+                full, n);
 }
 
 static zo_status nvme_states_place(struct zo_engine *e)
@@ -498,8 +621,14 @@ static zo_status nvme_states_place(struct zo_engine *e)
     ZO_TRY(eng_take_pinned(e, e->stage_bytes, ENG_NVME_STAGES, tmp));
     for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
         e->stage[i] = tmp[i];
+    uint64_t bb = split_bits_bytes(&e->cfg, e->chunk_elems);
+    float *bits = NULL;
+    ZO_TRY(eng_host_alloc(e, ENG_NVME_STAGES * bb, &bits));
+    for (unsigned i = 0; bits && i < ENG_NVME_STAGES; i++)
+        e->split_bits[i] = (uint8_t *)bits + i * bb;
     ZO_TRY(eng_open_store(e, e->nvme_state_extent, 2ull * n, "", &e->swap));
     eng_store_opened(e, e->swap, e->nvme_state_extent);
+    log_split(e);
     for (uint32_t c = 0; c < e->n_chunks; c++)
         for (int i = 0; e->chunks[c].st == &eng_state_tier_nvme && i < 2; i++)
             ZO_TRY(zo_swap_alloc_extent(e->swap, 2ull * c + (uint64_t)i, &e->chunks[c].ext[i]));
@@ -510,6 +639,8 @@ static zo_status nvme_states_place(struct zo_engine *e)
 
 static void nvme_states_release(struct zo_engine *e)
 {
+    free(e->split_bits[0]);
+    memset(e->split_bits, 0, sizeof e->split_bits);
     if (e->swap) { /* the mode's settle drained the speculative pipeline */
         for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
             if (e->stage[i])
@@ -531,6 +662,7 @@ static zo_status nvme_init(struct zo_engine *e, uint32_t c, float *buf)
 {
     eng_chunk *k = &e->chunks[c];
     k->gen[0] = 1;
+    k->split_ref[0] = k->split_ref[1] = -1; /* the first update splits it */
     states_pack(e, k, buf);
     return zo_swap_write(e->swap, k->ext[0], buf, state_io_bytes(e, k), k->gen[0]);
 }
