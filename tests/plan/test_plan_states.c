@@ -173,6 +173,47 @@ static void test_13b_per_chunk_plan_per_format(void **state)
     assert_true(ext[2] < ext[1] && ext[1] < ext[0]);
 }
 
+/* The master split on NVMe (job.master_split): each chunk moves the engine's
+ * split layout (zo_engine_nvme_split_state_bytes) each way, the footprint is
+ * the engine's for the config (split on: the stages' up bits in host memory,
+ * a second pinned copy of device-resident chunks), the extents keep their
+ * size, and the bytes per step fall below 0.55 (bf16) and 0.40 (int8) of
+ * fp32's full master; with the parameters on NVMe too, nothing changes. */
+static void test_master_split_traffic(void **state)
+{
+    (void)state;
+    zp_hardware hw = gpu_24g(1ull << 40);
+    uint64_t full32 = 0;
+    for (int f = 0; f < 3; f++) {
+        zp_job j = job_of("small", 512, 1, formats[f]);
+        zp_plan whole = fixed(&j, &hw, ZP_OPTIM_NVME);
+        j.chunk_bytes = whole.fp.chunk_bytes;
+        whole = fixed(&j, &hw, ZP_OPTIM_NVME);
+        j.master_split = 1;
+        zp_plan p = fixed(&j, &hw, ZP_OPTIM_NVME);
+        zo_engine_config cfg = zp_plan_engine_config(&j, &hw, &p);
+        assert_int_equal(cfg.master_split, 1);
+        zo_engine_footprint fp = engine_footprint(&j, &hw, &p);
+        assert_int_equal(fp.nvme, p.fp.nvme);
+        assert_int_equal(fp.host, p.fp.host);
+        assert_int_equal(fp.pinned, p.fp.pinned);
+        assert_int_equal(p.fp.nvme, whole.fp.nvme);
+        j.master_split = 0;
+        assert_true(p.nvme_state_bytes < whole.nvme_state_bytes);
+        assert_int_equal(p.nvme_read_bytes, p.nvme_state_bytes);
+        assert_int_equal(p.nvme_write_bytes, p.nvme_state_bytes);
+        if (f == 0)
+            full32 = whole.nvme_state_bytes;
+        else
+            assert_true(p.nvme_state_bytes <= full32 * (f == 1 ? 0.55 : 0.40));
+        j.master_split = 1;
+        zp_plan both = fixed(&j, &hw, ZP_PARAMS_NVME);
+        j.master_split = 0;
+        zp_plan both_whole = fixed(&j, &hw, ZP_PARAMS_NVME);
+        assert_int_equal(both.nvme_state_bytes, both_whole.nvme_state_bytes);
+    }
+}
+
 static void test_adam_rate_per_format(void **state)
 {
     (void)state;
@@ -193,6 +234,7 @@ int main(void)
         cmocka_unit_test(test_nvme_bytes_per_step_are_the_engines),
         cmocka_unit_test(test_13b_per_chunk_plan_per_format),
         cmocka_unit_test(test_adam_rate_per_format),
+        cmocka_unit_test(test_master_split_traffic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -297,6 +297,7 @@ static const key_spec zoffload_keys[] = {
     E("act_home", zoffload.act_home, 0, act_home_names, 0),
     {"nvme_paths", K_PATHLIST, 0, 0, 0, 0, NULL, 0, NULL},
     E("optimizer_state_dtype", zoffload.optimizer_state_dtype, 0, state_dtype_names, ZO_DTYPE_F32),
+    B("master_split", zoffload.master_split),
     {"placement", K_PLACEMENT, 0, 0, 0, 0, NULL, 0, &placement_sec},
 };
 static const section zoffload_sec = SECTION(zoffload_keys);

@@ -69,6 +69,8 @@ static void usage(FILE *f)
         "  --state-dtype fp32|bf16|int8|auto   Adam's m and v (master fp32): bf16, or 8-bit\n"
         "                         blockwise; auto: a compact one when it makes the step faster\n"
         "                         (default fp32)\n"
+        "  --master-split on|off  the fp32 master split on NVMe (low halves and one bit,\n"
+        "                         rebuilt from the bf16 parameters: zo-train's; default off)\n"
         "  --optimizer-mode auto|sync|overlap|dpu   the fixed placements use sync for auto;\n"
         "                         the per-chunk plan picks sync or overlap (both exact)\n"
         "                         (default auto)\n"
@@ -119,6 +121,7 @@ enum {
     OPT_DTYPE,
     OPT_OPTIMIZER,
     OPT_STATE,
+    OPT_MASTER_SPLIT,
     OPT_MODE,
     OPT_CHUNK,
     OPT_DEVICE,
@@ -161,6 +164,7 @@ static const struct option long_opts[] = {
     {"dtype", required_argument, 0, OPT_DTYPE},
     {"optimizer", required_argument, 0, OPT_OPTIMIZER},
     {"state-dtype", required_argument, 0, OPT_STATE},
+    {"master-split", required_argument, 0, OPT_MASTER_SPLIT},
     {"optimizer-mode", required_argument, 0, OPT_MODE},
     {"chunk-bytes", required_argument, 0, OPT_CHUNK},
     {"device", required_argument, 0, OPT_DEVICE},
@@ -266,6 +270,11 @@ static int parse_choice_opt(int opt, const char *arg, cli *c)
         c->state_auto = strcmp(arg, "auto") == 0;
         if (!c->state_auto && zt_parse_state_dtype(arg, &c->job.state_dtype) < 0)
             return bad_value(opt, arg, "fp32, bf16, int8 or auto");
+        return 0;
+    case OPT_MASTER_SPLIT:
+        if (strcmp(arg, "on") && strcmp(arg, "off"))
+            return bad_value(opt, arg, "on or off");
+        c->job.master_split = strcmp(arg, "on") == 0;
         return 0;
     case OPT_MODE: {
         static const char *const modes[] = {"sync", "overlap", "dpu"};
@@ -618,7 +627,10 @@ static void print_header(const cli *c, const result *r)
         "optimizer mode %s\n",
         c->job.seq, c->job.micro_batch, c->job.grad_accum,
         c->job.seq * c->job.micro_batch * c->job.grad_accum,
-        zt_state_dtype_name(c->job.state_dtype), c->state_auto ? " (auto)" : "",
+        zt_state_dtype_name(c->job.state_dtype),
+        c->state_auto         ? " (auto)"
+        : c->job.master_split ? " (master split on NVMe)"
+                              : "",
         zo_optim_mode_name(c->job.mode));
     printf("  device: %s (%s), %s (%s)%s\n", r->hw.backend, r->hw.device_name,
            B(a, r->hw.device_bytes), r->facts.device_how,
@@ -1056,6 +1068,7 @@ static void print_json(const cli *c, const result *r)
     json_object_set_new(root, "planner_work", ju(r->work));
     json_object_set_new(root, "state_dtype", json_string(zt_state_dtype_name(c->job.state_dtype)));
     json_object_set_new(root, "state_dtype_auto", json_boolean(c->state_auto));
+    json_object_set_new(root, "master_split", json_boolean(c->job.master_split));
     json_object_set_new(root, "state_formats", json_formats(r));
     json_object_set_new(root, "state_dtype_reason", json_string(r->fmt_why));
     if (c->ds_estimate)

@@ -241,6 +241,7 @@ static zo_engine_config engine_config(const zp_job *job, const zp_hardware *hw, 
     c.mode = job->mode;
     c.grad_accum_steps = job->grad_accum;
     c.state_dtype = job->state_dtype;
+    c.master_split = job->master_split;
     return c;
 }
 
@@ -404,6 +405,13 @@ uint64_t zp_packed_state_bytes(zo_dtype state_dtype, uint64_t used_bytes16)
     return zo_engine_nvme_state_bytes_as(state_dtype, used_bytes16 / 2);
 }
 
+uint64_t zp_moved_state_bytes(const zp_job *job, uint64_t used_bytes16, int p16_on_nvme)
+{
+    if (job->master_split && !p16_on_nvme)
+        return zo_engine_nvme_split_state_bytes(job->state_dtype, used_bytes16 / 2);
+    return zp_packed_state_bytes(job->state_dtype, used_bytes16);
+}
+
 /* The engine's Z: fp32 master, then m and v, each compact moment rounded
  * up to 64 bytes (zo/engine.h's footprint formula). */
 uint64_t zp_chunk_state_bytes(zo_dtype state_dtype, uint64_t chunk_bytes)
@@ -456,7 +464,7 @@ static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *
     uint64_t used = 0, states = 0;
     for (uint32_t c = 0; c < m.n_chunks; c++) {
         used += m.chunks[c].used_bytes;
-        states += zp_packed_state_bytes(job->state_dtype, m.chunks[c].used_bytes);
+        states += zp_moved_state_bytes(job, m.chunks[c].used_bytes, p->param_home == ZO_TIER_NVME);
     }
     uint64_t loads = 0, load_bytes = used;
     if (st >= 0 && p->param_home != ZO_TIER_DEVICE) {

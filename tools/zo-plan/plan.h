@@ -66,6 +66,7 @@ typedef struct zp_job {
     zp_act_home act_home;
     int mode_auto;        /* 1: it chooses sync or overlap (both exact) instead of job->mode */
     zo_dtype state_dtype; /* Adam's m and v: ZO_DTYPE_F32 (0), BF16 or I8 (zo_engine_config's) */
+    int master_split;     /* zo_engine_config.master_split: the fp32 master split on NVMe */
 } zp_job;
 
 /* The machine: budgets of every tier. */
@@ -109,6 +110,10 @@ double zp_adam_rate(const zp_speeds *sp, zo_dtype state_dtype);
  * state_dtype) in host or device memory, as the engine lays them out
  * (the Z of zo_engine_footprint_for): chunk_bytes of 16-bit parameters. */
 uint64_t zp_chunk_state_bytes(zo_dtype state_dtype, uint64_t chunk_bytes);
+/* What one way of a step moves of a chunk's states on NVMe (used_bytes16 of
+ * 16-bit parameters): packed, with the master split (job->master_split)
+ * unless its parameters live on NVMe too. */
+uint64_t zp_moved_state_bytes(const zp_job *job, uint64_t used_bytes16, int p16_on_nvme);
 
 typedef enum zp_bottleneck {
     ZP_BN_COMPUTE = 0,

@@ -94,6 +94,7 @@ zo_engine_config zp_plan_engine_config(const zp_job *job, const zp_hardware *hw,
     c.micro_group = p->micro_group;
     c.state_dtype = job->state_dtype;
     c.host_bytes = p->engine_host_budget;
+    c.master_split = job->master_split;
     return c;
 }
 
@@ -377,8 +378,9 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
         uint64_t u = x->m.chunks[c].used_bytes;
         used += u;
         publish += x->resident[c] ? u : 0;
-        states +=
-            x->states_home[c] == ZO_TIER_NVME ? zp_packed_state_bytes(job->state_dtype, u) : 0;
+        states += x->states_home[c] == ZO_TIER_NVME
+                      ? zp_moved_state_bytes(job, u, x->p16_home[c] == ZO_TIER_NVME)
+                      : 0;
         paged += !x->resident[c];
         nvme_p16 += x->p16_home[c] == ZO_TIER_NVME;
     }
@@ -508,6 +510,7 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
     cfg.grad_accum_steps = job->grad_accum;
     cfg.micro_group = c->group;
     cfg.state_dtype = job->state_dtype;
+    cfg.master_split = job->master_split;
     ZT_TRY(zp_pack_model(&x->m, &cfg, zt_engine_layers(&job->shape)));
     /* the device: the arena, the reserve and the group's terms first */
     extra e;

@@ -101,6 +101,9 @@ static void usage(FILE *f)
         "                         (default), bf16, or int8 (8-bit blocks of 256 with a scale\n"
         "                         each, as bitsandbytes' 8-bit Adam): 12, 8 or about 6 bytes\n"
         "                         of states per parameter\n"
+        "  --master-split on|off  with states on NVMe and bf16 parameters, keep the fp32\n"
+        "                         master there as its low 16 bits and one bit (2.125 bytes,\n"
+        "                         not 4; rebuilt exactly from the bf16 parameters; default off)\n"
         "  --chunk-bytes BYTES    engine chunk size (default: the largest tensor)\n"
         "  --host-mem BYTES       the host memory the run may take (default: physical RAM\n"
         "                         less 10%%, or the cgroup's limit); checked before allocating\n"
@@ -252,6 +255,7 @@ enum {
     OPT_MICRO_GROUP,
     OPT_ACT_HOME,
     OPT_STATE_DTYPE,
+    OPT_MASTER_SPLIT,
     OPT_ZERO_STAGE,
     OPT_HELP
 };
@@ -306,6 +310,7 @@ static const struct option long_opts[] = {
     {"micro-group", required_argument, 0, OPT_MICRO_GROUP},
     {"act-home", required_argument, 0, OPT_ACT_HOME},
     {"state-dtype", required_argument, 0, OPT_STATE_DTYPE},
+    {"master-split", required_argument, 0, OPT_MASTER_SPLIT},
     {"zero-stage", required_argument, 0, OPT_ZERO_STAGE},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
@@ -430,6 +435,11 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
         if (zt_parse_state_dtype(arg, &c->o.state_dtype) != 0)
             return bad_value(name, arg, "fp32, bf16 or int8");
         return 0;
+    case OPT_MASTER_SPLIT:
+        if (strcmp(arg, "on") && strcmp(arg, "off"))
+            return bad_value(name, arg, "on or off");
+        c->o.master_split = strcmp(arg, "on") == 0;
+        return 0;
     }
     return 0;
 }
@@ -496,6 +506,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_MODE:
     case OPT_ACT_HOME:
     case OPT_STATE_DTYPE:
+    case OPT_MASTER_SPLIT:
     case OPT_HOST_MEM: return parse_placement_opt(opt, arg, c);
     case OPT_PLACEMENT:
     case OPT_OPTIM_DEVICE_BYTES:
@@ -1100,9 +1111,10 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
            zo_fmt_bytes_prec(b, sizeof b, su->activation_bytes, 1),
            zo_fmt_bytes_prec(d, sizeof d, su->engine_device_bytes, 1), zt_home_name(su->param_home),
            zt_home_name(su->optim_home), zo_optim_mode_name(c->o.mode));
-    if (c->o.state_dtype != ZO_DTYPE_F32)
-        printf("  optimizer states: m and v in %s, master fp32\n",
-               zt_state_dtype_name(c->o.state_dtype));
+    if (c->o.state_dtype != ZO_DTYPE_F32 || c->o.master_split)
+        printf("  optimizer states: m and v in %s, master fp32%s\n",
+               zt_state_dtype_name(c->o.state_dtype),
+               c->o.master_split ? " (split on NVMe: low halves and bits)" : "");
     if (su->nvme_dir[0])
         printf("  swap directory %s\n", su->nvme_dir);
     print_caps(su);
@@ -1171,6 +1183,7 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
     json_object_set_new(cfg, "act_home",
                         json_string(c->o.act_home == ZT_ACT_HOST ? "host" : "device"));
     json_object_set_new(cfg, "state_dtype", json_string(zt_state_dtype_name(c->o.state_dtype)));
+    json_object_set_new(cfg, "master_split", json_boolean(c->o.master_split));
     json_object_set_new(cfg, "world_size", json_integer(ranks(c)));
     json_object_set_new(cfg, "zero_stage", json_integer(ranks(c) > 1 ? c->o.zero_stage : 0));
     json_object_set_new(cfg, "zero_persist_elems", json_integer((json_int_t)c->o.zero_persist));

@@ -65,6 +65,7 @@ typedef struct zt_options {
     zo_trace_fn trace; /* optional: the engine's spans, and the compute stream's layers */
     void *trace_ctx;
     zo_dtype state_dtype; /* Adam's m and v: ZO_DTYPE_F32 (0, the default), BF16 or I8 */
+    int master_split;     /* zo_engine_config.master_split (zoffload.master_split) */
     /* ZeRO across ranks (world_size > 1, zt_ranks_discover): each step the ranks take
      * world_size * grad_accum micro-batches of the data, rank r the r-th grad_accum of them
      * (what one rank with grad_accum * world_size would take r-th), so the losses and weights

@@ -187,6 +187,7 @@ typedef struct zo_train_config {
         int64_t micro_group;            /* 1: micro-batch-major; N: layer-major groups of N */
         int act_home;                   /* 0 device, 1 host: where a group's layer inputs wait */
         zo_dtype optimizer_state_dtype; /* fp32 (ZO_DTYPE_F32), bf16, or int8 (ZO_DTYPE_I8) */
+        int master_split;               /* 0: the split fp32 master on NVMe (engine.h) */
         int64_t n_nvme_paths;           /* 0 */
         char nvme_paths[ZO_CONFIG_MAX_NVME_PATHS][ZO_CONFIG_PATH_CAP];
         /* Per-chunk homes: "auto" (the trainer splits by its host memory), or
