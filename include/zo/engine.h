@@ -256,6 +256,11 @@ typedef struct zo_engine_config {
  *       but for fp32 (zo_adam_moment_bytes: 2*C fp32, C bf16, about C/2 int8): 6*C fp32,
  *       4*C bf16, about 3*C int8; Z' = Z rounded up to 4 KiB
  *   (with state_dtype other than fp32, E is zo_engine_nvme_state_bytes_as)
+ *   master_split: host += [optim_home nvme] 3*B (each stage's up bits in transit, B = C/16 + 1
+ *   bytes rounded up to 64); P = 2 for param_home device with optim_home nvme (the
+ *   committed copy the master is rebuilt from stays untouched by the next update); nvme
+ *   unchanged (a chunk that does not split exactly is stored whole); a step moves
+ *   zo_engine_nvme_split_state_bytes of each chunk whose parameters are not on NVMe
  * Chunks whose 16-bit parameters or optimizer states are homed on NVMe keep
  * no whole-model gradient mirror either (their update goes through the NVMe
  * stages anyway): their N*C*G pinned term becomes a ring of min(N, D) pinned

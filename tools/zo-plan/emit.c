@@ -49,6 +49,7 @@ static zo_train_config make_config(const zp_emit *e)
     c.zoffload.micro_group = e->micro_group > 1 ? e->micro_group : 1;
     c.zoffload.act_home = e->act_home == 2; /* the config's 0 device, 1 host */
     c.zoffload.optimizer_state_dtype = (zo_dtype)e->state_dtype;
+    c.zoffload.master_split = e->master_split;
     return c;
 }
 

@@ -26,7 +26,8 @@ typedef struct zp_emit {
     int micro_group;                       /* zoffload.micro_group (1: micro-batch-major) */
     int act_home;                          /* zp_act_home (1 device, 2 host): zoffload.act_home */
     uint64_t host_budget;                  /* the hard host limit planned against */
-    int state_dtype; /* zo_dtype's number: F32, BF16 or I8 (zoffload.optimizer_state_dtype) */
+    int state_dtype;  /* zo_dtype's number: F32, BF16 or I8 (zoffload.optimizer_state_dtype) */
+    int master_split; /* zoffload.master_split */
 } zp_emit;
 
 /* Write the config to path and read it back with zo_train_config_load

@@ -478,7 +478,8 @@ static zo_status emit(const cli *c, result *r)
                  p->micro_group,
                  (int)p->act_home,
                  p->host_budget,
-                 (int)c->job.state_dtype};
+                 (int)c->job.state_dtype,
+                 c->job.master_split};
     for (int i = 0; i < c->req.n_nvme_paths; i++)
         e.nvme_paths[i] = c->req.nvme_paths[i];
     ZT_TRY(zp_emit_config(&e, c->emit_path));
