@@ -161,7 +161,8 @@ typedef struct zo_engine_config {
                              is refused); chunks whose parameters live on NVMe, or whose master
                              does not split exactly (a NaN, a flushed subnormal), keep the full
                              master. Device-resident chunks then keep two pinned copies. Results
-                             are bitwise those without it; extents keep the full size. */
+                             are bitwise those without it; extents keep the full size. Not
+                             with world_size > 1 yet (refused). */
 } zo_engine_config;
 
 /* ZeRO (world_size > 1, every mode; the ranks run the same steps, each on its

@@ -75,6 +75,11 @@ static zo_status check_plan_config(const zo_engine_config *c)
                        "master_split needs bf16 parameters (param_dtype is %s: an fp16 value is "
                        "not the fp32 master's high half); set master_split=0 or use bf16",
                        zo_dtype_name(c->param_dtype));
+    if (c->master_split && c->world_size > 1)
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                       "master_split is not tested under ZeRO yet (world_size %d): set "
+                       "master_split=0",
+                       c->world_size);
     if (c->grad_accum_steps < 1)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "grad_accum_steps is %d, must be >= 1",
                        c->grad_accum_steps);
