@@ -154,15 +154,15 @@ typedef struct zo_engine_config {
                                     tensors: norms, biases) stays whole on every rank, as in
                                     stage 2, instead of being gathered at each use (0: none;
                                     DeepSpeed's stage3_param_persistence_threshold) */
-    int master_split;     /* 1: an NVMe extent of states keeps the fp32 master as its low 16 bits
-                             and one bit an element, rebuilt exactly from the bf16 parameters the
-                             update reads and writes in host memory (zo_master_join, zo/half.h):
-                             2.125 bytes an element move where 4 did. bf16 parameters only (fp16
-                             is refused); chunks whose parameters live on NVMe, or whose master
-                             does not split exactly (a NaN, a flushed subnormal), keep the full
-                             master. Device-resident chunks then keep two pinned copies. Results
-                             are bitwise those without it; extents keep the full size. Not
-                             with world_size > 1 yet (refused). */
+    int master_split; /* 1: an NVMe extent of states keeps the fp32 master as its low 16 bits
+                         and one bit an element, rebuilt exactly from the bf16 parameters the
+                         update reads and writes in host memory (zo_master_join, zo/half.h):
+                         2.125 bytes an element move where 4 did. bf16 parameters only (fp16
+                         is refused); chunks whose parameters live on NVMe, or whose master
+                         does not split exactly (a NaN, a flushed subnormal), keep the full
+                         master. Device-resident chunks then keep two pinned copies. Results
+                         are bitwise those without it; extents keep the full size. Not
+                         with world_size > 1 yet (refused). */
 } zo_engine_config;
 
 /* ZeRO (world_size > 1, every mode; the ranks run the same steps, each on its
