@@ -2,11 +2,12 @@
 """zo-train across ranks (ZeRO stages 1, 2 and 3) on the cpu device, under mpirun.
 
 N ranks with --grad-accum 1 against one rank with --grad-accum N over the same
-data: the losses and the validation loss (which the final weights decide) are
-bitwise equal, for stages 1, 2 and 3 with the optimizer states in host memory and
-on NVMe; each rank's NVMe bytes are its own chunks' share; a flag that differs
-on one rank is refused naming it; what ZeRO does not run yet is refused naming
-what works.
+data: the losses, the validation loss and the final fp32 master weights (their
+--weights-digest, each tensor hashed by its owner) are bitwise equal, for
+stages 1, 2 and 3 with the optimizer states in host memory and on NVMe, in
+sync, overlap and dpu modes; each rank's NVMe bytes are its own chunks' share;
+a flag that differs on one rank is refused naming it; what ZeRO does not run
+yet is refused naming what works.
 
 usage: test_train_zero.py MPIEXEC ZO_TRAIN
 """
@@ -22,7 +23,7 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
            OMPI_MCA_rmaps_base_oversubscribe="1")
 MPI = [MPIEXEC, "--oversubscribe", "--bind-to", "none"]
 TINY = ["--steps", "3", "--micro-batch", "2", "--seq", "32", "--val-batches", "2",
-        "--offload-param", "cpu", "--json"]
+        "--offload-param", "cpu", "--json", "--weights-digest"]
 failures = []
 
 
@@ -60,6 +61,9 @@ def exact(ranks, stage, optim, mode="sync"):
               "%s: losses %s, one rank %s" % (what, many["losses"], one["losses"]))
         check(one["val_loss"] == many["val_loss"],
               "%s: val_loss %r, one rank %r" % (what, many["val_loss"], one["val_loss"]))
+        check(one["weights_digest"] == many["weights_digest"],
+              "%s: weights digest %s, one rank %s" %
+              (what, many["weights_digest"], one["weights_digest"]))
         check(many["config"]["world_size"] == ranks and many["config"]["zero_stage"] == stage,
               "%s: config says %r" % (what, many["config"]))
         n = many["config"]["chunks"]

@@ -39,6 +39,7 @@ typedef struct cli {
     const char *preset;
     int shape_flags[5]; /* vocab, dim, layers, heads, ffn: 0 = from the preset */
     int json;
+    int weights_digest; /* --weights-digest */
     int log_every;
     char data_buf[PATH_MAX], swap_buf[PATH_MAX];
     const char *config_path;       /* --config */
@@ -173,6 +174,9 @@ static void usage(FILE *f)
         "  --trace FILE           a Chrome trace-event JSON timeline (open in Perfetto): one\n"
         "                         track per stream, copy engine, NVMe queue, optimizer worker\n"
         "  --json                 print the summary as one JSON object\n"
+        "  --weights-digest       add a digest of the final fp32 master weights (xxh64 of each\n"
+        "                         tensor's, from its owner across ranks, then of those in\n"
+        "                         order): equal for runs whose weights are bitwise equal\n"
         "  --help                 this text\n",
         zt_preset_names());
 }
@@ -232,6 +236,7 @@ enum {
     OPT_CHUNK,
     OPT_LOG,
     OPT_JSON,
+    OPT_WEIGHTS_DIGEST,
     OPT_CONFIG,
     OPT_SET,
     OPT_SAVE,
@@ -287,6 +292,7 @@ static const struct option long_opts[] = {
     {"chunk-bytes", required_argument, 0, OPT_CHUNK},
     {"log-every", required_argument, 0, OPT_LOG},
     {"json", no_argument, 0, OPT_JSON},
+    {"weights-digest", no_argument, 0, OPT_WEIGHTS_DIGEST},
     {"config", required_argument, 0, OPT_CONFIG},
     {"set", required_argument, 0, OPT_SET},
     {"save", required_argument, 0, OPT_SAVE},
@@ -450,6 +456,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_PRESET: c->preset = arg; return 0;
     case OPT_DATA: c->o.data_path = arg; return 0;
     case OPT_JSON: c->json = 1; return 0;
+    case OPT_WEIGHTS_DIGEST: c->weights_digest = 1; return 0;
     case OPT_CONFIG:
     case OPT_SET: return 0; /* taken by prescan */
     case OPT_SAVE: c->save_dir = arg; return 0;
@@ -1064,6 +1071,8 @@ static int start_from_files(zt_trainer *t, cli *c)
 typedef struct outcome {
     double val_loss, wall_s;
     uint64_t val_tokens, device_high_water;
+    int has_digest;
+    uint64_t digest; /* --weights-digest */
 } outcome;
 
 static double mean_last(const float *l, int n, int k)
@@ -1132,6 +1141,8 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
                "tokens\n",
                (double)losses[0], (double)losses[n - 1], mean_last(losses, n, 10), out->val_loss,
                (unsigned long long)out->val_tokens);
+    if (out->has_digest)
+        printf("weights digest: %016llx\n", (unsigned long long)out->digest);
     printf("bytes moved: host->device %s, device->host %s, nvme read %s, nvme write %s\n",
            zo_fmt_bytes_prec(a, sizeof a, tot->h2d, 1), zo_fmt_bytes_prec(b, sizeof b, tot->d2h, 1),
            zo_fmt_bytes_prec(d, sizeof d, tot->nvme_r, 1),
@@ -1230,6 +1241,11 @@ static void print_json(const cli *c, const zt_setup *su, const float *losses, co
     json_object_set_new(root, "last_loss", json_num(n ? losses[n - 1] : NAN));
     json_object_set_new(root, "val_loss", json_num(out->val_loss));
     json_object_set_new(root, "val_tokens", json_integer((json_int_t)out->val_tokens));
+    if (out->has_digest) {
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)out->digest);
+        json_object_set_new(root, "weights_digest", json_string(hex));
+    }
     json_object_set_new(root, "tokens", json_integer((json_int_t)tokens));
     json_object_set_new(root, "train_s", json_real(tot->train_s));
     json_object_set_new(root, "wall_s", json_real(out->wall_s));
@@ -1293,6 +1309,13 @@ static int run(cli *c)
     if (rc == 0 && zt_trainer_validate(t, &out.val_loss, &out.val_tokens) < 0) {
         fprintf(stderr, "zo-train: validation failed: %s\n", zt_last_error());
         rc = 1;
+    }
+    if (rc == 0 && c->weights_digest) {
+        if (zt_trainer_weights_digest(t, &out.digest) < 0) {
+            fprintf(stderr, "zo-train: %s\n", zt_last_error());
+            rc = 1;
+        }
+        out.has_digest = 1;
     }
     if (rc == 0) {
         out.device_high_water = zt_trainer_device_high_water(t);

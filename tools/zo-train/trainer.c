@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 #include "host_limit.h"
 #include "ranks.h"
@@ -747,6 +748,61 @@ zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out)
         return zt_fail(ZO_ERR_INVALID_ARG, "no tensor %d in layer %d", idx, layer);
     ZT_LIB(zo_engine_read_master(t->eng, t->ids[layer][idx], out));
     return ZO_OK;
+}
+
+/* Each tensor's hash where this rank owns it, 0 elsewhere, in registration order. */
+static zo_status own_hashes(zt_trainer *t, uint64_t *h, int n)
+{
+    const zt_shape *s = &t->o.shape;
+    float *buf = NULL;
+    zo_status st = ZO_OK;
+    for (int l = 0, i = 0; st == ZO_OK && l < zt_engine_layers(s); l++)
+        for (int k = 0; st == ZO_OK && k < zt_layer_tensors(s, l) && i < n; k++, i++) {
+            size_t numel = zt_tensor_numel(s, l, k);
+            h[i] = 0;
+            if (zo_engine_tensor_owner(t->eng, t->ids[l][k]) != t->o.rank)
+                continue;
+            float *b = realloc(buf, numel * sizeof *b);
+            if (!b) {
+                st = zt_fail(ZO_ERR_NO_MEMORY, "weights digest: %zu floats", numel);
+                break;
+            }
+            buf = b;
+            if ((st = zt_trainer_read_weights(t, l, k, buf)) == ZO_OK)
+                h[i] = XXH64(buf, numel * sizeof *buf, 0);
+        }
+    free(buf);
+    return st;
+}
+
+/* Every tensor's hash from its owner, in place in h (all: n per rank). */
+static zo_status owners_hashes(zt_trainer *t, uint64_t *h, uint64_t *all, int n)
+{
+    const zt_shape *s = &t->o.shape;
+    ZT_LIB(zo_comm_all_gather(t->comm, t->s, h, all, (size_t)n, ZO_DTYPE_U64));
+    ZT_LIB(zo_stream_synchronize(t->s));
+    for (int l = 0, i = 0; l < zt_engine_layers(s); l++)
+        for (int k = 0; k < zt_layer_tensors(s, l) && i < n; k++, i++)
+            h[i] = all[(size_t)zo_engine_tensor_owner(t->eng, t->ids[l][k]) * n + i];
+    return ZO_OK;
+}
+
+zo_status zt_trainer_weights_digest(zt_trainer *t, uint64_t *out)
+{
+    const zt_shape *s = &t->o.shape;
+    int n = 0, W = t->comm ? t->o.world_size : 1;
+    for (int l = 0; l < zt_engine_layers(s); l++)
+        n += zt_layer_tensors(s, l);
+    uint64_t *h = calloc((size_t)n, sizeof *h), *all = calloc((size_t)n * W, sizeof *all);
+    zo_status st =
+        h && all ? own_hashes(t, h, n) : zt_fail(ZO_ERR_NO_MEMORY, "weights digest: %d tensors", n);
+    if (st == ZO_OK && t->comm)
+        st = owners_hashes(t, h, all, n);
+    if (st == ZO_OK)
+        *out = XXH64(h, (size_t)n * sizeof *h, 0);
+    free(h);
+    free(all);
+    return st;
 }
 
 void zt_trainer_get_state(const zt_trainer *t, zt_train_state *out)

@@ -130,6 +130,11 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats);
 zo_status zt_trainer_validate(zt_trainer *t, double *loss, uint64_t *n_tokens);
 /* The fp32 master weights of tensor idx of an engine layer. */
 zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out);
+/* A digest of the fp32 master weights: xxh64 of each tensor's (hashed by the
+ * rank that owns it under ZeRO, all-gathered), then xxh64 of those hashes in
+ * registration order; the same for any world size when the weights are.
+ * Collective across ranks. */
+zo_status zt_trainer_weights_digest(zt_trainer *t, uint64_t *out);
 
 /* Where training stands between steps, beside the engine's state: what a
  * checkpoint must hold to continue bitwise. */
