@@ -402,6 +402,12 @@ ZO_API zo_status zo_engine_grads_ready(zo_engine_t eng, int layer, zo_stream_t c
  * (a failed NVMe write, say) the previous weights stay intact and the step can
  * be retried once the cause is fixed. */
 ZO_API zo_status zo_engine_end_step(zo_engine_t eng, zo_step_stats *stats);
+/* The caller's own work for the open step failed (its inputs could not be
+ * read back, say): give the step up as after an engine error (gradients
+ * dropped, speculative updates undone, the committed weights as they were);
+ * the step may then be run again from its first fetch. The caller's compute
+ * stream must be idle. A no-op when no step is open. */
+ZO_API zo_status zo_engine_abandon_step(zo_engine_t eng);
 
 /* The current fp32 master weights of a tensor (numel floats), for tests and
  * checkpoints; waits for pending updates. */

@@ -1450,6 +1450,18 @@ zo_status zo_engine_end_step(zo_engine_t e, zo_step_stats *stats)
     return ZO_OK;
 }
 
+zo_status zo_engine_abandon_step(zo_engine_t e)
+{
+    if (!e)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL engine");
+    if (!e->finalized || !e->step_open)
+        return ZO_OK; /* nothing open: an engine error already gave the step up */
+    ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the caller gave up the step");
+    abort_step(e, ZO_ERR_STATE);
+    zo_clear_error();
+    return ZO_OK;
+}
+
 /* ---- reading states ---- */
 
 zo_status zo_engine_read_master(zo_engine_t e, int id, float *out)

@@ -470,8 +470,8 @@ static void test_micro_group_config_and_flags(void **state)
     json_decref(root);
     free(err);
     expect_usage_error("--micro-group 0", "micro-group '0': expected an integer >= 1");
-    expect_usage_error("--act-home nvme", "expected device or host (NVMe is not supported)");
-    expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"act_home\": \"nvme\"}}", "",
+    expect_usage_error("--act-home disk", "expected device, host or nvme");
+    expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"act_home\": \"disk\"}}", "",
                         "'zoffload.act_home'");
     expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"micro_group\": 0}}", "",
                         "'zoffload.micro_group'");

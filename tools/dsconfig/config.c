@@ -110,7 +110,7 @@ static const char *const scheduler_names[] = {"WarmupLR", "WarmupDecayLR", "Warm
 static const char *const warmup_names[] = {"log", "linear", NULL};
 static const char *const mode_names[] = {"sync", "overlap", "dpu", NULL};
 static const char *const state_dtype_names[] = {"fp32", "bf16", "int8", NULL};
-static const char *const act_home_names[] = {"device", "host", NULL};
+static const char *const act_home_names[] = {"device", "host", "nvme", NULL};
 /* The one enum whose values are not base + index: zo_dtype's. */
 static const int state_dtype_values[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_I8};
 

@@ -335,10 +335,11 @@ zo_status zt_model_config_check(const zt_model_config *c)
 
 zo_status zt_act_group_check(const zt_act_group *g)
 {
-    if (g && (g->micro_group < 0 || (g->act_home != ZT_ACT_DEVICE && g->act_home != ZT_ACT_HOST)))
+    if (g && (g->micro_group < 0 || (g->act_home != ZT_ACT_DEVICE && g->act_home != ZT_ACT_HOST &&
+                                     g->act_home != ZT_ACT_NVME)))
         return zt_fail(ZO_ERR_INVALID_ARG,
-                       "micro-group %d (expected >= 0) and activation home %d (expected device "
-                       "or host)",
+                       "micro-group %d (expected >= 0) and activation home %d (expected device, "
+                       "host or nvme)",
                        g->micro_group, g->act_home);
     return ZO_OK;
 }
@@ -371,13 +372,39 @@ uint64_t zt_head_grad_stride(const zt_model_config *c)
     return ((uint64_t)c->shape.vocab * d * es + 255) / 256 * 256 + (d * es + 255) / 256 * 256;
 }
 
+uint64_t zt_model_act_stride(const zt_model_config *c)
+{
+    return ckpt_stride(c);
+}
+
+/* A group's layer inputs leave the device (act_home host or nvme). */
+static int staged_group(const zt_model_config *c, const zt_act_group *g)
+{
+    return g && g->act_home != ZT_ACT_DEVICE && zt_model_group(c, g) > 1;
+}
+
 uint64_t zt_model_host_activation_bytes(const zt_model_config *c, const zt_act_group *g)
 {
-    int G = zt_model_group(c, g);
-    if (!g || g->act_home != ZT_ACT_HOST || G == 1)
+    if (!staged_group(c, g))
         return 0;
-    return (uint64_t)G *
+    if (g->act_home == ZT_ACT_NVME)
+        return ZT_ACT_RING_SLOTS * ((ckpt_stride(c) + 4095) / 4096 * 4096);
+    return (uint64_t)zt_model_group(c, g) *
            (((uint64_t)c->shape.n_layers + 2) * ckpt_stride(c) + zt_head_grad_stride(c));
+}
+
+uint64_t zt_model_act_carry_bytes(const zt_model_config *c, const zt_act_group *g)
+{
+    if (!staged_group(c, g) || g->act_home != ZT_ACT_NVME)
+        return 0;
+    return (uint64_t)zt_model_group(c, g) * ckpt_stride(c);
+}
+
+uint64_t zt_model_act_nvme_bytes(const zt_model_config *c, const zt_act_group *g)
+{
+    if (!staged_group(c, g) || g->act_home != ZT_ACT_NVME)
+        return 0;
+    return (uint64_t)zt_model_group(c, g) * (uint64_t)c->shape.n_layers * ckpt_stride(c);
 }
 
 /* ---- the arena: one region carved into named pieces ---- */
@@ -446,10 +473,14 @@ void zt_activation_layout_group(const zt_model_config *c, const zt_act_group *g,
     a->tok_tgt = carve(&off, (uint64_t)c->n_micro * T * sizeof(int32_t));
     a->losses = carve(&off, (uint64_t)c->n_micro * sizeof(float));
     a->rope = carve(&off, (uint64_t)c->seq * zt_head_dim(&c->shape) * sizeof(float));
-    uint64_t ck0 = off, sets = (uint64_t)device_sets(c, g);
+    uint64_t ck0 = off, sets = (uint64_t)device_sets(c, g), L1 = (uint64_t)c->shape.n_layers + 1;
     a->ckpt_stride = ckpt_stride(c);
+    /* a staged group computes on two pairs of slots taken from the one set
+     * (ckpt 0..2 and dres): one layer's worth of depth is not always enough */
+    if (staged_group(c, g) && L1 < 3)
+        L1 = 3;
     /* set j's inputs at ckpt + j (L+1) strides, its residual gradient at dres + j strides */
-    a->ckpt = carve(&off, a->ckpt_stride * ((uint64_t)c->shape.n_layers + 1) * sets);
+    a->ckpt = carve(&off, a->ckpt_stride * L1 * sets);
     a->dres = carve(&off, a->ckpt_stride * (sets - 1) + T * d * es);
     /* tied: the head's gradients wait for the embedding's backward, per set */
     a->head_stride = zt_head_grad_stride(c);

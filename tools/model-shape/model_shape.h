@@ -121,15 +121,22 @@ typedef struct zt_model_config {
  * a function takes one: micro-batch-major. */
 typedef struct zt_act_group {
     int micro_group; /* micro-batches per group (0 or 1: none) */
-    int act_home;    /* where a group's are kept: ZT_ACT_DEVICE (in the arena) or ZT_ACT_HOST
-                        (pinned host memory, staged through the arena's one set) */
+    int act_home;    /* where a group's are kept: ZT_ACT_DEVICE (in the arena), ZT_ACT_HOST
+                        (pinned host memory) or ZT_ACT_NVME (checksummed NVMe extents, with
+                        the residual stream carried in pageable host memory), staged through
+                        the arena's one set on the device's copy streams */
 } zt_act_group;
 
-enum { ZT_ACT_DEVICE = 0, ZT_ACT_HOST = 1 };
+enum { ZT_ACT_DEVICE = 0, ZT_ACT_HOST = 1, ZT_ACT_NVME = 2 };
+
+/* Pinned staging slots of layer inputs with act_home ZT_ACT_NVME: one per
+ * copy direction (each direction is one stream, so a slot is free again when
+ * its stream moves on); independent of the model's depth and the group. */
+enum { ZT_ACT_RING_SLOTS = 2 };
 
 /* Micro-batches per group: micro_group, at most n_micro; 1 without groups. */
 int zt_model_group(const zt_model_config *c, const zt_act_group *g);
-/* micro_group >= 0 and act_home device or host (g may be NULL). */
+/* micro_group >= 0 and act_home device, host or nvme (g may be NULL). */
 zo_status zt_act_group_check(const zt_act_group *g);
 
 /* The shape, the batch and the dtype valid for the model. */
@@ -184,10 +191,22 @@ void zt_activation_layout_group(const zt_model_config *c, const zt_act_group *g,
 uint64_t zt_model_activation_bytes_group(const zt_model_config *c, const zt_act_group *g);
 void zt_model_activation_parts_group(const zt_model_config *c, const zt_act_group *g,
                                      zt_activation_parts *out);
-/* Pinned host bytes of a group's layer inputs and residual gradients (and a
- * tied model's head gradients, zt_head_grad_stride each, after them) with
- * act_home ZT_ACT_HOST (0 otherwise, or without groups). */
+/* Pinned host bytes of a group's layer inputs and residual gradients: with
+ * act_home ZT_ACT_HOST all of them (and a tied model's head gradients,
+ * zt_head_grad_stride each, after them), with ZT_ACT_NVME the staging ring
+ * (ZT_ACT_RING_SLOTS strides, 4 KiB-rounded); 0 on the device or without
+ * groups. */
 uint64_t zt_model_host_activation_bytes(const zt_model_config *c, const zt_act_group *g);
+/* act_home ZT_ACT_NVME: the pageable host bytes that carry each micro-batch's
+ * residual stream from one layer to the next (a stride per micro-batch of a
+ * group), and the NVMe payload bytes of the layer inputs the backward reads
+ * back (n_layers strides per micro-batch: every block's input; the head's
+ * is the carried one). 0 otherwise. */
+uint64_t zt_model_act_carry_bytes(const zt_model_config *c, const zt_act_group *g);
+uint64_t zt_model_act_nvme_bytes(const zt_model_config *c, const zt_act_group *g);
+/* The stride of one layer input (bytes, 256-aligned) and the records on
+ * NVMe per micro-batch of a group (n_layers). */
+uint64_t zt_model_act_stride(const zt_model_config *c);
 void zt_model_activation_parts(const zt_model_config *c, zt_activation_parts *out);
 /* A tied model's head gradients of one micro-batch (the matrix's and the
  * final norm's in dt, each 256-aligned): the bytes of one set; 0 untied. */

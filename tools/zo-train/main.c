@@ -119,8 +119,11 @@ static void usage(FILE *f)
         "                         before the next (each layer fetched once per group and phase,\n"
         "                         the group's gradients summed in fp32 on the device; default 1:\n"
         "                         micro-batch-major; same losses either way)\n"
-        "  --act-home device|host where a group's layer inputs wait for its backward (default\n"
-        "                         device; host: pinned host memory, copied per layer)\n"
+        "  --act-home device|host|nvme\n"
+        "                         where a group's layer inputs wait for its backward (default\n"
+        "                         device; host: pinned host memory; nvme: checksummed extents\n"
+        "                         in the --nvme-path directory, through a two-slot pinned ring;\n"
+        "                         the copies run on copy streams beside the compute)\n"
         "ranks (mpirun -np N zo-train ..., srun, or torchrun's RANK/WORLD_SIZE):\n"
         "  --zero-stage 1|2|3     ZeRO across the ranks (default 2 with several ranks): each\n"
         "                         rank holds the optimizer states of its 1/N of the chunks\n"
@@ -433,9 +436,11 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
             return bad_value(name, arg, "sync, overlap or dpu");
         return 0;
     case OPT_ACT_HOME:
-        if (strcmp(arg, "device") && strcmp(arg, "host"))
-            return bad_value(name, arg, "device or host (NVMe is not supported)");
-        c->o.act_home = strcmp(arg, "host") == 0 ? ZT_ACT_HOST : ZT_ACT_DEVICE;
+        if (strcmp(arg, "device") && strcmp(arg, "host") && strcmp(arg, "nvme"))
+            return bad_value(name, arg, "device, host or nvme");
+        c->o.act_home = !strcmp(arg, "host")   ? ZT_ACT_HOST
+                        : !strcmp(arg, "nvme") ? ZT_ACT_NVME
+                                               : ZT_ACT_DEVICE;
         return 0;
     case OPT_STATE_DTYPE:
         if (zt_parse_state_dtype(arg, &c->o.state_dtype) != 0)
@@ -1191,8 +1196,8 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
         (json_int_t)su->footprint.chunk_bytes, "chunks", (json_int_t)su->footprint.n_chunks);
     json_object_set_new(cfg, "micro_group",
                         json_integer(c->o.micro_group > 1 ? c->o.micro_group : 1));
-    json_object_set_new(cfg, "act_home",
-                        json_string(c->o.act_home == ZT_ACT_HOST ? "host" : "device"));
+    static const char *const act_homes[] = {"device", "host", "nvme"};
+    json_object_set_new(cfg, "act_home", json_string(act_homes[c->o.act_home]));
     json_object_set_new(cfg, "state_dtype", json_string(zt_state_dtype_name(c->o.state_dtype)));
     json_object_set_new(cfg, "master_split", json_boolean(c->o.master_split));
     json_object_set_new(cfg, "world_size", json_integer(ranks(c)));

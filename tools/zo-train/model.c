@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "act_store.h"
 #include "zt_error.h"
 
 /* ---- parameter sources ---- */
@@ -201,11 +202,13 @@ struct zt_model {
     void **ckpt; /* n_layers + 1 block inputs: ckpt[l] feeds block l+1, ckpt[L] the head */
     void *dres;  /* the residual stream's gradient, carried layer to layer */
     /* Layer-major groups: ckpt and dres point at the set of the group's
-     * micro-batch being computed; sets (device) of them in the arena, or one
-     * set staged to and from pinned host memory (act_home host). */
+     * micro-batch being computed; sets (device) of them in the arena, or a
+     * pair of slots of the arena's one set, loaded and stored by the
+     * layer-input store (act_home host or nvme). */
     int G, sets;
     void **ckpt_all, **dres_all; /* [set * (n_layers + 1) + l], [set] */
-    char *host_act;              /* act_home host: G x (n_layers + 2) strides, pinned */
+    zt_act_store *act;           /* act_home host or nvme */
+    void **stage_ckpt;           /* ckpt as a staged unit sees it: its pair of slots */
     uint64_t stride;
     block_ws b;      /* the workspace, shared by... */
     head_ws h;       /* ...the head's pieces and... */
@@ -288,11 +291,10 @@ void zt_model_free(zt_model *m)
         return;
     if (m->s)
         zo_stream_synchronize(m->s);
+    zt_act_store_free(m->act);
     zo_event_destroy(m->staged);
     zo_device_mfree(m->dev, m->arena);
-    if (m->host_act && (zo_device_caps(m->dev) & ZO_DEVCAP_HOST_REGISTER))
-        zo_device_host_unregister(m->dev, m->host_act);
-    free(m->host_act);
+    free(m->stage_ckpt);
     free(m->ckpt_all);
     free(m->dres_all);
     free(m->host_in);
@@ -300,29 +302,22 @@ void zt_model_free(zt_model *m)
     free(m);
 }
 
-/* act_home host: the group's layer inputs and residual gradients in host
- * memory, pinned where the device can pin it. */
-static zo_status host_act_alloc(zt_model *m)
+/* act_home host or nvme with groups of several: the store, computing on a
+ * pair of slots of the arena's one set (ckpt 0..2 and dres; the layout gives
+ * a staged set at least three checkpoint strides). */
+static zo_status act_alloc(zt_model *m, const zt_act_nvme *nv)
 {
-    uint64_t bytes = zt_model_host_activation_bytes(&m->c, &m->grp);
-    if (!bytes)
+    if (m->grp.act_home == ZT_ACT_DEVICE || m->G == 1)
         return ZO_OK;
-    m->host_act = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-    if (!m->host_act)
-        return zt_fail(ZO_ERR_NO_MEMORY, "%llu bytes of host memory for the group's layer inputs",
-                       (unsigned long long)bytes);
-    if (zo_device_caps(m->dev) & ZO_DEVCAP_HOST_REGISTER) {
-        zo_status st = zo_device_host_register(m->dev, m->host_act, bytes);
-        if (st < 0) {
-            free(m->host_act);
-            m->host_act = NULL;
-            return zt_lib_fail(st, "pinning the group's layer inputs");
-        }
-    }
-    return ZO_OK;
+    m->stage_ckpt = calloc((size_t)m->c.shape.n_layers + 1, sizeof *m->stage_ckpt);
+    if (!m->stage_ckpt)
+        return zt_fail(ZO_ERR_NO_MEMORY, "model host buffers");
+    void *slot[4] = {m->ckpt_all[0], (char *)m->ckpt_all[0] + m->stride,
+                     (char *)m->ckpt_all[0] + 2 * m->stride, m->dres_all[0]};
+    return zt_act_store_init(&m->act, m->dev, m->s, &m->c, &m->grp, nv, slot);
 }
 
-static zo_status model_alloc(zt_model *m)
+static zo_status model_alloc(zt_model *m, const zt_act_nvme *nv)
 {
     const zt_model_config *c = &m->c;
     m->G = zt_model_group(c, &m->grp);
@@ -333,10 +328,10 @@ static zo_status model_alloc(zt_model *m)
     m->host_tgt = malloc((size_t)c->n_micro * m->T * sizeof(int32_t));
     if (!m->ckpt_all || !m->dres_all || !m->host_in || !m->host_tgt)
         return zt_fail(ZO_ERR_NO_MEMORY, "model host buffers");
-    ZT_TRY(host_act_alloc(m));
     m->arena_bytes = zt_model_activation_bytes_group(c, &m->grp);
     ZT_LIB(zo_device_malloc(m->dev, m->arena_bytes, &m->arena));
     place(m, m->arena);
+    ZT_TRY(act_alloc(m, nv));
     ZT_LIB(zo_event_create(m->dev, &m->staged));
     ZT_LIB(zo_op_rope_table_scaled(m->s, m->rope, c->seq, m->hd, c->shape.rope_theta, 0,
                                    &c->shape.rope_scaling));
@@ -352,6 +347,12 @@ zo_status zt_model_init(zt_model **out, zo_device_t dev, zo_stream_t compute,
 zo_status zt_model_init_group(zt_model **out, zo_device_t dev, zo_stream_t compute,
                               const zt_model_config *c, const zt_act_group *g)
 {
+    return zt_model_init_act(out, dev, compute, c, g, NULL);
+}
+
+zo_status zt_model_init_act(zt_model **out, zo_device_t dev, zo_stream_t compute,
+                            const zt_model_config *c, const zt_act_group *g, const zt_act_nvme *nv)
+{
     ZT_TRY(zt_model_config_check(c));
     ZT_TRY(zt_act_group_check(g));
     zt_model *m = calloc(1, sizeof *m);
@@ -365,13 +366,25 @@ zo_status zt_model_init_group(zt_model **out, zo_device_t dev, zo_stream_t compu
     m->T = c->micro_batch * c->seq;
     m->hd = zt_head_dim(&c->shape);
     m->es = zo_dtype_size(c->dt);
-    zo_status st = model_alloc(m);
+    zo_status st = model_alloc(m, nv);
     if (st < 0) {
         zt_model_free(m);
         return st;
     }
     *out = m;
     return ZO_OK;
+}
+
+void zt_model_settle(zt_model *m)
+{
+    zo_stream_synchronize(m->s);
+    if (m->act)
+        zt_act_sync(m->act);
+}
+
+zt_act_store *zt_model_act_store(zt_model *m)
+{
+    return m->act;
 }
 
 zo_status zt_model_set_batch(zt_model *m, const int32_t *inputs, const int32_t *targets,
@@ -396,7 +409,14 @@ zo_status zt_model_read_losses(zt_model *m, float *losses, int n)
         return zt_fail(ZO_ERR_INVALID_ARG, "read_losses of %d micro-batches; the model holds 1..%d",
                        n, m->c.n_micro);
     ZT_LIB(zo_memcpy_d2h_async(m->s, losses, m->losses, (size_t)n * sizeof(float)));
-    ZT_LIB(zo_stream_synchronize(m->s));
+    zo_status st = zo_stream_synchronize(m->s);
+    /* a failed load or store of layer inputs fails the step too (the gradients
+     * computed from them are garbage) */
+    zo_status ast = m->act ? zt_act_sync(m->act) : ZO_OK;
+    if (ast < 0)
+        return ast;
+    if (st < 0)
+        return zt_lib_fail(st, "zo_stream_synchronize");
     return ZO_OK;
 }
 
@@ -736,6 +756,8 @@ static zo_status check_micro(const zt_model *m, int i)
 
 static zo_status forward_blocks(zt_model *m, const zt_param_source *src, int i)
 {
+    m->ckpt = m->ckpt_all;
+    m->dres = m->dres_all[0];
     ZT_TRY(run_layer(m, src, 0, ZO_PHASE_FORWARD, embed_fwd_fn, i, 0.0f));
     for (int l = 1; l <= m->c.shape.n_layers; l++)
         ZT_TRY(run_layer(m, src, l, ZO_PHASE_FORWARD, block_fwd_fn, i, 0.0f));
@@ -749,64 +771,63 @@ zo_status zt_model_train_micro(zt_model *m, const zt_param_source *src, int i, f
 
 /* ---- layer-major groups ---- */
 
-/* act_home host, a group of several: set j's inputs go through the arena's one set. */
+/* act_home host or nvme, a group of several: each unit computes on a pair
+ * of slots the layer-input store loads and stores (act_store.h). */
 static int staged(const zt_model *m, int n)
 {
-    return m->host_act && n > 1;
-}
-
-static char *host_ckpt(const zt_model *m, int j, int l)
-{
-    return m->host_act + ((uint64_t)j * (m->c.shape.n_layers + 2) + l) * m->stride;
-}
-
-static char *host_dres(const zt_model *m, int j)
-{
-    return host_ckpt(m, j, m->c.shape.n_layers + 1);
-}
-
-/* Tied: set j's head gradients, after the G sets of layer inputs. */
-static char *host_head_grad(const zt_model *m, int j)
-{
-    return host_ckpt(m, m->G, 0) + (uint64_t)j * m->head_stride;
+    return m->act && n > 1;
 }
 
 /* Before micro-batch j of a group (of n) runs layer `layer` in `phase`: its
  * set of layer inputs and residual gradient becomes the current one (on the
- * device), or is copied into the arena's (act_home host). */
+ * device), or its inputs are loaded into a pair of slots that ckpt and dres
+ * then point at. */
 static zo_status stage_in(zt_model *m, int j, int layer, zo_phase phase, int n)
 {
     const int L = m->c.shape.n_layers;
-    const size_t bytes = (size_t)m->T * m->c.shape.dim * m->es;
-    int set = m->sets > 1 ? j : 0;
-    m->ckpt = m->ckpt_all + (size_t)set * (L + 1);
-    m->dres = m->dres_all[set];
-    select_head_grads(m, set);
-    if (!staged(m, n))
+    if (!staged(m, n)) {
+        int set = m->sets > 1 ? j : 0;
+        m->ckpt = m->ckpt_all + (size_t)set * (L + 1);
+        m->dres = m->dres_all[set];
+        select_head_grads(m, set);
         return ZO_OK;
-    int input = layer == L + 1 ? L : layer - 1; /* the layer's input checkpoint */
-    if (input >= 0)
-        ZT_LIB(zo_memcpy_h2d_async(m->s, m->ckpt[input], host_ckpt(m, j, input), bytes));
-    if (phase == ZO_PHASE_BACKWARD && layer <= L) /* the gradient from the layer above */
-        ZT_LIB(zo_memcpy_h2d_async(m->s, m->dres, host_dres(m, j), bytes));
+    }
+    void *x, *y;
+    ZT_TRY(zt_act_begin(m->act, j, layer, phase, &x, &y));
+    m->ckpt = m->stage_ckpt;
+    if (phase == ZO_PHASE_FORWARD) {
+        if (layer >= 1)
+            m->ckpt[layer - 1] = x;
+        m->ckpt[layer] = y;
+    } else {
+        m->ckpt[layer == L + 1 ? L : (layer >= 1 ? layer - 1 : 0)] = x;
+        m->dres = y;
+    }
+    select_head_grads(m, 0);
     if (phase == ZO_PHASE_BACKWARD && layer == 0 && m->head_stride) /* tied: the head's */
-        ZT_LIB(zo_memcpy_h2d_async(m->s, m->head_grad, host_head_grad(m, j), m->head_stride));
+        ZT_LIB(
+            zo_memcpy_h2d_async(m->s, m->head_grad, zt_act_head_grad(m->act, j), m->head_stride));
     return ZO_OK;
 }
 
-/* After it: what it produced for the next layer goes back to the host. */
+/* After it: what it produced goes to the store (a tied head's gradients on
+ * the compute stream, to the store's host memory: act_home host only). */
 static zo_status stage_out(zt_model *m, int j, int layer, zo_phase phase, int n)
 {
-    const size_t bytes = (size_t)m->T * m->c.shape.dim * m->es;
     if (!staged(m, n))
         return ZO_OK;
-    if (phase == ZO_PHASE_FORWARD)
-        ZT_LIB(zo_memcpy_d2h_async(m->s, host_ckpt(m, j, layer), m->ckpt[layer], bytes));
-    else if (layer > 0)
-        ZT_LIB(zo_memcpy_d2h_async(m->s, host_dres(m, j), m->dres, bytes));
     if (phase == ZO_PHASE_BACKWARD && layer == m->c.shape.n_layers + 1 && m->head_stride)
-        ZT_LIB(zo_memcpy_d2h_async(m->s, host_head_grad(m, j), m->head_grad, m->head_stride));
-    return ZO_OK;
+        ZT_LIB(
+            zo_memcpy_d2h_async(m->s, zt_act_head_grad(m->act, j), m->head_grad, m->head_stride));
+    return zt_act_end(m->act, j, layer, phase);
+}
+
+/* The arena's set changes hands between staged groups and direct use. */
+static zo_status switch_use(zt_model *m, int n)
+{
+    if (!m->act)
+        return ZO_OK;
+    return staged(m, n) ? zt_act_enter(m->act) : zt_act_fence(m->act);
 }
 
 /* One fetch of the layer for micro-batches first..first+n-1, each in turn
@@ -841,6 +862,7 @@ zo_status zt_model_train_group(zt_model *m, const zt_param_source *src, int firs
                        "within 0..%d",
                        n, first, m->G, m->c.n_micro - 1);
     const int L = m->c.shape.n_layers;
+    ZT_TRY(switch_use(m, n));
     ZT_TRY(run_group(m, src, 0, ZO_PHASE_FORWARD, embed_fwd_fn, first, n, 0.0f));
     for (int l = 1; l <= L; l++)
         ZT_TRY(run_group(m, src, l, ZO_PHASE_FORWARD, block_fwd_fn, first, n, 0.0f));
@@ -853,6 +875,8 @@ zo_status zt_model_train_group(zt_model *m, const zt_param_source *src, int firs
 zo_status zt_model_eval_micro(zt_model *m, const zt_param_source *src, int i)
 {
     ZT_TRY(check_micro(m, i));
+    ZT_TRY(switch_use(m, 1));
+    m->ckpt = m->ckpt_all;
     ZT_TRY(forward_blocks(m, src, i));
     return run_layer(m, src, m->c.shape.n_layers + 1, ZO_PHASE_FORWARD, head_eval_fn, i, 0.0f);
 }

@@ -38,6 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "act_store.h"
 #include "model_shape.h"
 #include "zo/device.h"
 #include "zo/engine.h"
@@ -76,11 +77,20 @@ typedef struct zt_model zt_model;
 zo_status zt_model_init(zt_model **out, zo_device_t dev, zo_stream_t compute,
                         const zt_model_config *c);
 /* The same with layer-major groups g (NULL: none; the arena is then
- * zt_model_activation_bytes_group's, and with act_home host the group's
- * layer inputs take zt_model_host_activation_bytes of pinned host memory). */
+ * zt_model_activation_bytes_group's, and with act_home host or nvme the
+ * group's layer inputs take zt_model_host_activation_bytes of pinned host
+ * memory, nvme adding zt_model_act_carry_bytes of pageable memory). */
 zo_status zt_model_init_group(zt_model **out, zo_device_t dev, zo_stream_t compute,
                               const zt_model_config *c, const zt_act_group *g);
+/* The same with act_home nvme's store on nv (NULL for other homes). */
+zo_status zt_model_init_act(zt_model **out, zo_device_t dev, zo_stream_t compute,
+                            const zt_model_config *c, const zt_act_group *g, const zt_act_nvme *nv);
 void zt_model_free(zt_model *m);
+/* Wait for the work queued on the compute and copy streams, dropping their
+ * errors (after a failed step, before it is run again). */
+void zt_model_settle(zt_model *m);
+/* The layer-input store (act_home host or nvme with groups; else NULL). */
+zt_act_store *zt_model_act_store(zt_model *m);
 
 /* Queue the copy of n_micro micro-batches of tokens (host arrays of
  * n_micro * micro_batch * seq ids; targets are the next tokens). The host
@@ -102,7 +112,8 @@ zo_status zt_model_train_group(zt_model *m, const zt_param_source *src, int firs
 /* Forward and loss only (validation). */
 zo_status zt_model_eval_micro(zt_model *m, const zt_param_source *src, int i);
 /* Wait for the compute stream and copy the losses of micro-batches 0..n-1
- * (mean cross-entropy of each, fp32). */
+ * (mean cross-entropy of each, fp32). A failed load or store of the step's
+ * layer inputs (act_home nvme: an NVMe error) is reported here. */
 zo_status zt_model_read_losses(zt_model *m, float *losses, int n);
 
 #endif

@@ -165,9 +165,15 @@ zo_status zt_make_dir(const char *dir)
     return ZO_OK;
 }
 
+/* Whether the layer inputs go to NVMe (act_home nvme with groups of several). */
+static int act_on_nvme(const zt_options *o)
+{
+    return o->act_home == ZT_ACT_NVME && o->micro_group > 1 && o->grad_accum > 1;
+}
+
 static zo_status resolve_nvme(zt_trainer *t)
 {
-    if (t->o.param_home != ZO_TIER_NVME && t->o.optim_home != ZO_TIER_NVME)
+    if (t->o.param_home != ZO_TIER_NVME && t->o.optim_home != ZO_TIER_NVME && !act_on_nvme(&t->o))
         return ZO_OK;
     if (t->o.n_nvme_paths == 0) {
         if (!t->o.default_nvme_dir)
@@ -411,7 +417,7 @@ static zo_status host_need(const zt_trainer *t, const zo_engine_config *c, uint6
     zt_model_config mc = model_config(&t->o);
     zt_act_group g = act_group(&t->o);
     part[0] = fp->pinned + zt_model_host_activation_bytes(&mc, &g);
-    part[1] = fp->host;
+    part[1] = fp->host + zt_model_act_carry_bytes(&mc, &g);
     part[2] = fp->n_params * sizeof(float);
     part[3] = is_cuda(t) ? 0 : t->setup.device_budget;
     return ZO_OK;
@@ -528,7 +534,13 @@ static zo_status open_engine(zt_trainer *t)
     /* The model's arena first: the engine then takes what it planned from the rest. */
     zt_model_config mc = model_config(&t->o);
     zt_act_group g = act_group(&t->o);
-    ZT_TRY(zt_model_init_group(&t->m, t->dev, t->s, &mc, &g));
+    zt_act_nvme nv = {(const char *const *)t->o.nvme_paths,
+                      (size_t)t->o.n_nvme_paths,
+                      t->o.nvme_queue_depth,
+                      t->o.nvme_block_size,
+                      t->o.nvme_faults,
+                      t->o.n_nvme_faults};
+    ZT_TRY(zt_model_init_act(&t->m, t->dev, t->s, &mc, &g, act_on_nvme(&t->o) ? &nv : NULL));
     ZT_LIB(zo_engine_finalize(t->eng));
     t->setup.footprint = (zo_engine_footprint)ZO_ENGINE_FOOTPRINT_INIT;
     ZT_LIB(zo_engine_footprint_get(t->eng, &t->setup.footprint));
@@ -564,9 +576,8 @@ zo_status zt_options_check(const zt_options *o)
                        "--micro-group %d: expected 0 or 1 (micro-batch-major) or the "
                        "micro-batches per layer-major group (> 1)",
                        o->micro_group);
-    if (o->act_home != ZT_ACT_DEVICE && o->act_home != ZT_ACT_HOST)
-        return zt_fail(ZO_ERR_INVALID_ARG,
-                       "--act-home %d: expected device or host (NVMe is not supported)",
+    if (o->act_home != ZT_ACT_DEVICE && o->act_home != ZT_ACT_HOST && o->act_home != ZT_ACT_NVME)
+        return zt_fail(ZO_ERR_INVALID_ARG, "--act-home %d: expected device, host or nvme",
                        o->act_home);
     return zt_schedule_check(&o->sched);
 }
@@ -686,6 +697,17 @@ static zo_status mean_loss(zt_trainer *t, float *loss)
     return ZO_OK;
 }
 
+/* A step the model failed: the engine gives it up as after its own errors
+ * (the committed weights stay; the next call retries the step). */
+static zo_status abandon_step(zt_trainer *t, zo_status st)
+{
+    char why[1024];
+    snprintf(why, sizeof why, "%s", zt_last_error());
+    zt_model_settle(t->m);
+    zo_engine_abandon_step(t->eng);
+    return zt_fail(st, "%s", why);
+}
+
 zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
 {
     const int n = t->o.grad_accum, W = t->comm ? t->o.world_size : 1;
@@ -705,9 +727,13 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
     zt_model_config mc = model_config(&t->o);
     zt_act_group g = act_group(&t->o);
     const int G = zt_model_group(&mc, &g);
-    for (int i = 0; i < n; i += G)
-        ZT_TRY(zt_model_train_group(t->m, &t->src, i, n - i < G ? n - i : G, grad_scale));
-    ZT_TRY(zt_model_read_losses(t->m, t->losses, n));
+    zo_status st = ZO_OK;
+    for (int i = 0; st >= 0 && i < n; i += G)
+        st = zt_model_train_group(t->m, &t->src, i, n - i < G ? n - i : G, grad_scale);
+    if (st >= 0)
+        st = zt_model_read_losses(t->m, t->losses, n);
+    if (st < 0) /* the model's own failure (its layer inputs, say): the engine drops the step */
+        return abandon_step(t, st);
     memset(stats, 0, sizeof *stats);
     stats->struct_size = sizeof *stats;
     ZT_LIB(zo_engine_end_step(t->eng, stats));

@@ -179,13 +179,13 @@ typedef struct zo_train_config {
     } aio;
 
     struct {
-        int64_t device_mem;             /* bytes; 0 = all free device memory */
-        int64_t host_mem;               /* pinned host bytes; 0 = planner decides */
-        int64_t chunk_size;             /* bytes; 0 = planner decides */
-        zo_optim_mode optimizer_mode;   /* sync */
-        int64_t prefetch_lookahead;     /* 2 layers */
-        int64_t micro_group;            /* 1: micro-batch-major; N: layer-major groups of N */
-        int act_home;                   /* 0 device, 1 host: where a group's layer inputs wait */
+        int64_t device_mem;           /* bytes; 0 = all free device memory */
+        int64_t host_mem;             /* pinned host bytes; 0 = planner decides */
+        int64_t chunk_size;           /* bytes; 0 = planner decides */
+        zo_optim_mode optimizer_mode; /* sync */
+        int64_t prefetch_lookahead;   /* 2 layers */
+        int64_t micro_group;          /* 1: micro-batch-major; N: layer-major groups of N */
+        int act_home; /* 0 device, 1 host, 2 nvme: where a group's layer inputs wait */
         zo_dtype optimizer_state_dtype; /* fp32 (ZO_DTYPE_F32), bf16, or int8 (ZO_DTYPE_I8) */
         int master_split;               /* 0: the split fp32 master on NVMe (engine.h) */
         int64_t n_nvme_paths;           /* 0 */
