@@ -4,14 +4,20 @@
  * - Bitwise equality: 20 optimizer steps of 4 micro-batches give the same
  *   per-step losses and final fp32 master weights in groups of 1, 2 and 4
  *   (and 3: a short last group) as micro-batch-major, in sync, overlap and
- *   dpu modes; with the group's layer inputs on the device and in pinned host
- *   memory.
+ *   dpu modes; with the group's layer inputs on the device, in pinned host
+ *   memory and on NVMe (act_home nvme: their extents really written and read).
+ * - The pinned memory of act_home nvme (the process's locked bytes, VmLck,
+ *   measured after every step) is the same for groups of 2, 4 and 8, where
+ *   act_home host's grows by the layer inputs of the added micro-batches.
  * - The parameter bytes: with 8 micro-batches, a group of 8 moves 8 times
  *   fewer bytes host-to-device per step than micro-batch-major, measured by
  *   the step's byte counters (the same losses).
  * - An NVMe error in the middle of a grouped step fails the step with the
- *   weights kept; the retried step continues the run bitwise. */
+ *   weights kept; the retried step continues the run bitwise. The same for
+ *   the layer inputs on NVMe: EIO on their write, on their read, and a byte
+ *   flipped on disk between the forward and the backward, in every mode. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +37,23 @@ typedef struct run_result {
     float **weights; /* [layer * ZT_MAX_LAYER_TENSORS + idx] */
     uint64_t h2d[STEPS];
     uint64_t device_high_water, device_budget, activation_bytes;
+    uint64_t locked_peak;           /* the most VmLck bytes measured after a step */
+    uint64_t act_written, act_read; /* act_home nvme: the layer-input store's payload bytes */
 } run_result;
+
+/* The process's locked (pinned) bytes now: VmLck of /proc/self/status. */
+static uint64_t locked_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    assert_non_null(f);
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmLck: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb << 10;
+}
 
 static zt_options group_options(int accum, int group, int act_home)
 {
@@ -101,6 +123,16 @@ static void train(const zt_options *o, int steps, int fail_at, run_result *r)
         if (zt_trainer_step(t, &r->losses[i], &st) < 0)
             fail_msg("step %d: %s", i, zt_last_error());
         r->h2d[i] = st.h2d_bytes;
+        uint64_t lk = locked_bytes();
+        if (lk > r->locked_peak)
+            r->locked_peak = lk;
+    }
+    zo_swap_t act = zt_act_swap(zt_trainer_act_store(t));
+    if (act) {
+        zo_swap_stats ss = ZO_SWAP_STATS_INIT;
+        ZO_ASSERT_OK(zo_swap_get_stats(act, &ss));
+        r->act_written = ss.bytes_written;
+        r->act_read = ss.bytes_read;
     }
     read_all_weights(t, &o->shape, r);
     r->device_high_water = zt_trainer_device_high_water(t);
@@ -127,8 +159,9 @@ static void test_layer_major_equals_micro_batch_major(void **state)
     (void)state;
     static const struct {
         int group, act_home;
-    } cases[] = {{1, ZT_ACT_DEVICE}, {2, ZT_ACT_DEVICE}, {4, ZT_ACT_DEVICE},
-                 {3, ZT_ACT_DEVICE}, {2, ZT_ACT_HOST},   {4, ZT_ACT_HOST}};
+    } cases[] = {{1, ZT_ACT_DEVICE}, {2, ZT_ACT_DEVICE}, {4, ZT_ACT_DEVICE}, {3, ZT_ACT_DEVICE},
+                 {2, ZT_ACT_HOST},   {4, ZT_ACT_HOST},   {2, ZT_ACT_NVME},   {4, ZT_ACT_NVME}};
+    static const char *const homes[] = {"device", "host", "nvme"};
     for (int m = 0; m < 3; m++) {
         zt_options base = group_options(4, 0, ZT_ACT_DEVICE);
         base.mode = (zo_optim_mode)m;
@@ -142,7 +175,7 @@ static void test_layer_major_equals_micro_batch_major(void **state)
             o.act_home = cases[c].act_home;
             char what[96];
             snprintf(what, sizeof what, "group %d, act-home %s (%s)", o.micro_group,
-                     o.act_home == ZT_ACT_HOST ? "host" : "device", zo_optim_mode_name(o.mode));
+                     homes[o.act_home], zo_optim_mode_name(o.mode));
             run_result r;
             train(&o, STEPS, -1, &r);
             assert_same_run(&ref, &r, STEPS, &o.shape, what);
@@ -152,6 +185,16 @@ static void test_layer_major_equals_micro_batch_major(void **state)
                 assert_true(r.activation_bytes > ref.activation_bytes);
             else
                 assert_int_equal(r.activation_bytes, ref.activation_bytes);
+            if (o.act_home == ZT_ACT_NVME) { /* every block input of every micro-batch, each step */
+                zt_model_config mc = {o.shape, o.seq, o.micro_batch, o.grad_accum, o.dtype};
+                uint64_t per_step = (uint64_t)o.grad_accum * o.shape.n_layers * o.micro_batch *
+                                    o.seq * o.shape.dim * 2;
+                assert_int_equal(r.act_written, STEPS * per_step);
+                assert_int_equal(r.act_read, STEPS * per_step);
+                assert_true(
+                    zt_model_act_stride(&mc) * o.shape.n_layers * o.micro_group ==
+                    zt_model_act_nvme_bytes(&mc, &(zt_act_group){o.micro_group, ZT_ACT_NVME}));
+            }
             run_free(&r, &o.shape);
         }
         run_free(&ref, &base.shape);
@@ -237,6 +280,133 @@ static void test_grouped_fault_then_retry_equals_clean_run(void **state)
     }
 }
 
+/* The pinned bytes of act_home nvme do not grow with the group; those of
+ * act_home host do, by the added micro-batches' layer inputs. */
+static void test_nvme_layer_inputs_pinned_independent_of_group(void **state)
+{
+    (void)state;
+    uint64_t peak[2][3];
+    static const int groups[3] = {2, 4, 8};
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 3; k++) {
+            zt_options o = group_options(8, groups[k], h ? ZT_ACT_NVME : ZT_ACT_HOST);
+            run_result r;
+            train(&o, 3, -1, &r);
+            peak[h][k] = r.locked_peak;
+            print_message("act-home %s, group %d: VmLck peak %llu bytes\n", h ? "nvme" : "host",
+                          groups[k], (unsigned long long)r.locked_peak);
+            run_free(&r, &o.shape);
+        }
+    assert_int_equal(peak[1][0], peak[1][1]);
+    assert_int_equal(peak[1][0], peak[1][2]);
+    zt_options o = group_options(8, 2, ZT_ACT_HOST);
+    zt_model_config mc = {o.shape, o.seq, o.micro_batch, o.grad_accum, o.dtype};
+    zt_act_group g2 = {2, ZT_ACT_HOST}, g8 = {8, ZT_ACT_HOST};
+    uint64_t grown =
+        zt_model_host_activation_bytes(&mc, &g8) - zt_model_host_activation_bytes(&mc, &g2);
+    assert_int_equal(peak[0][2] - peak[0][0], grown);
+}
+
+/* Flip one byte of micro-batch 0's stored input of block 1, on disk. */
+static void flip_a_byte(void *ctx, zt_act_store *a)
+{
+    (void)ctx;
+    const char *path = NULL;
+    uint64_t payload = 0;
+    ZO_ASSERT_OK(
+        zo_swap_extent_location(zt_act_swap(a), zt_act_extent(a, 0, 0), &path, NULL, &payload));
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    unsigned char b;
+    assert_int_equal(pread(fd, &b, 1, (off_t)payload + 100), 1);
+    b ^= 0x40;
+    assert_int_equal(pwrite(fd, &b, 1, (off_t)payload + 100), 1);
+    assert_int_equal(fsync(fd), 0);
+    close(fd);
+    zt_act_set_backward_hook(a, NULL, NULL); /* once */
+}
+
+static void assert_weights_equal(const run_result *a, const run_result *b, const zt_shape *s)
+{
+    for (int l = 0; l < zt_engine_layers(s); l++)
+        for (int j = 0; j < zt_layer_tensors(s, l); j++) {
+            size_t x = (size_t)l * ZT_MAX_LAYER_TENSORS + j;
+            assert_memory_equal(a->weights[x], b->weights[x],
+                                zt_tensor_numel(s, l, j) * sizeof(float));
+        }
+}
+
+/* One failing attempt of step i: the status and the message expected, the
+ * weights untouched. */
+static void expect_failed_step(zt_trainer *t, const zt_options *o, zo_status want,
+                               const char *words)
+{
+    run_result before, after;
+    read_all_weights(t, &o->shape, &before);
+    float loss;
+    zo_step_stats st;
+    zo_status got = zt_trainer_step(t, &loss, &st);
+    if (got != want || !strstr(zt_last_error(), words))
+        fail_msg("expected %s naming '%s'; got %s: %s", zo_status_str(want), words,
+                 zo_status_str(got), zt_last_error());
+    read_all_weights(t, &o->shape, &after);
+    assert_weights_equal(&before, &after, &o->shape);
+    run_free(&before, &o->shape);
+    run_free(&after, &o->shape);
+}
+
+/* Layer inputs on NVMe: EIO on a write (the forward's first), on a read
+ * (the backward's first: the group's writes take as many requests as its
+ * reads, two groups a step) and a flipped byte each fail step 3 with the
+ * weights kept; the retried step and the rest equal the clean run. */
+static void test_nvme_layer_input_faults_then_retry(void **state)
+{
+    (void)state;
+    const zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0}; /* arms the fault engine */
+    const int steps = 6, fail_at = 3;
+    for (int m = 0; m < 3; m++) {
+        zt_options o = group_options(4, 2, ZT_ACT_NVME);
+        o.mode = (zo_optim_mode)m;
+        run_result clean, faulty;
+        train(&o, steps, -1, &clean);
+        o.nvme_faults = &never;
+        o.n_nvme_faults = 1;
+        memset(&faulty, 0, sizeof faulty);
+        zt_trainer *t = NULL;
+        if (zt_trainer_init(&t, &o) < 0)
+            fail_msg("zt_trainer_init: %s", zt_last_error());
+        zo_swap_t act = zt_act_swap(zt_trainer_act_store(t));
+        assert_non_null(act);
+        uint64_t per_step = 0;
+        for (int i = 0; i < steps; i++) {
+            zo_step_stats st;
+            zo_swap_stats s0 = ZO_SWAP_STATS_INIT, s1 = ZO_SWAP_STATS_INIT;
+            ZO_ASSERT_OK(zo_swap_get_stats(act, &s0));
+            if (i == fail_at) {
+                zo_swap_fault f = {ZO_SWAP_FAULT_EIO, 0, 0};
+                ZO_ASSERT_OK(zo_swap_set_faults(act, &f, 1));
+                expect_failed_step(t, &o, ZO_ERR_IO, "writing micro-batch");
+                f.op_index = per_step / 4;
+                ZO_ASSERT_OK(zo_swap_set_faults(act, &f, 1));
+                expect_failed_step(t, &o, ZO_ERR_IO, "reading back micro-batch");
+                ZO_ASSERT_OK(zo_swap_set_faults(act, NULL, 0));
+                zt_act_set_backward_hook(zt_trainer_act_store(t), flip_a_byte, NULL);
+                expect_failed_step(t, &o, ZO_ERR_CORRUPT,
+                                   "reading back micro-batch 0's input of layer 1");
+            }
+            if (zt_trainer_step(t, &faulty.losses[i], &st) < 0)
+                fail_msg("step %d (%s): %s", i, zo_optim_mode_name(o.mode), zt_last_error());
+            ZO_ASSERT_OK(zo_swap_get_stats(act, &s1));
+            per_step = s1.requests - s0.requests;
+        }
+        read_all_weights(t, &o.shape, &faulty);
+        zt_trainer_free(t);
+        assert_same_run(&clean, &faulty, steps, &o.shape, "retried after layer-input faults");
+        run_free(&clean, &o.shape);
+        run_free(&faulty, &o.shape);
+    }
+}
+
 static void remove_dir(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -271,6 +441,8 @@ int main(void)
         cmocka_unit_test(test_layer_major_equals_micro_batch_major),
         cmocka_unit_test(test_group_of_8_moves_8x_fewer_parameter_bytes),
         cmocka_unit_test(test_grouped_fault_then_retry_equals_clean_run),
+        cmocka_unit_test(test_nvme_layer_inputs_pinned_independent_of_group),
+        cmocka_unit_test(test_nvme_layer_input_faults_then_retry),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

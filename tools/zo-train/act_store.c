@@ -31,6 +31,8 @@ struct zt_act_store {
     zo_swap_extent_t *ext; /* [j * L + l]: block l+1's input */
     uint64_t *gen;         /* the generation each extent was last written with */
     uint64_t next_gen;
+    zt_act_hook hook; /* tests */
+    void *hook_ctx;
     pthread_mutex_t mu;
     zo_status err; /* the first failure of a copy function since zt_act_sync */
     char msg[768];
@@ -162,6 +164,11 @@ zo_status zt_act_begin(zt_act_store *a, int j, int layer, zo_phase phase, void *
     if (j < 0 || j >= a->G || layer < 0 || layer > a->L + 1)
         return zt_fail(ZO_ERR_INVALID_ARG, "layer inputs of micro-batch %d (0..%d), layer %d", j,
                        a->G - 1, layer);
+    if (a->hook && phase == ZO_PHASE_BACKWARD && layer == a->L + 1 && j == 0) {
+        zt_act_hook fn = a->hook;
+        zo_stream_synchronize(a->store);
+        fn(a->hook_ctx, a);
+    }
     const int p = (int)(a->unit & 1);
     *x = a->slot[2 * p];
     *y = a->slot[2 * p + 1];
@@ -226,6 +233,12 @@ zo_status zt_act_sync(zt_act_store *a)
 void *zt_act_head_grad(zt_act_store *a, int j)
 {
     return a->host ? host_rec(a, a->G, 0) + (uint64_t)j * a->head_stride : NULL;
+}
+
+void zt_act_set_backward_hook(zt_act_store *a, zt_act_hook fn, void *ctx)
+{
+    a->hook = fn;
+    a->hook_ctx = ctx;
 }
 
 zo_swap_t zt_act_swap(zt_act_store *a)

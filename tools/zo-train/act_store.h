@@ -67,6 +67,11 @@ zo_status zt_act_sync(zt_act_store *a);
 /* act_home host, a tied model: micro-batch j's head gradients in the store's
  * pinned memory (zt_head_grad_stride bytes, after the layer inputs). */
 void *zt_act_head_grad(zt_act_store *a, int j);
+/* Tests: fn(ctx, a) runs once the forward's stores of a group have landed,
+ * before its backward loads the first layer input (NULL: none; the store
+ * waits for its copies there only while one is set). */
+typedef void (*zt_act_hook)(void *ctx, zt_act_store *a);
+void zt_act_set_backward_hook(zt_act_store *a, zt_act_hook fn, void *ctx);
 /* The swap store (act_home nvme; NULL otherwise), for tests. */
 zo_swap_t zt_act_swap(zt_act_store *a);
 /* The extent holding micro-batch j's input of block `layer` + 1 (tests). */

@@ -676,6 +676,10 @@ zo_engine_t zt_trainer_engine(zt_trainer *t)
 {
     return t->eng;
 }
+zt_act_store *zt_trainer_act_store(zt_trainer *t)
+{
+    return zt_model_act_store(t->m);
+}
 
 /* The mean loss of the step's micro-batches: with ranks, of every rank's,
  * summed in rank order as one rank sums its own. */

@@ -115,6 +115,8 @@ zo_status zt_trainer_init(zt_trainer **out, const zt_options *o);
 void zt_trainer_free(zt_trainer *t);
 const zt_setup *zt_trainer_setup(const zt_trainer *t);
 zo_engine_t zt_trainer_engine(zt_trainer *t);
+/* The model's layer-input store (act_home host or nvme with groups; else NULL). */
+zt_act_store *zt_trainer_act_store(zt_trainer *t);
 
 /* One optimizer step over grad_accum micro-batches at the schedule's
  * learning rate: *loss is the mean of their losses (before the update; across
