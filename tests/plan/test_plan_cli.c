@@ -530,6 +530,32 @@ static void test_13b_workstation_plan(void **state)
     json_decref(j);
 }
 
+/* 13b at 32 GiB of host memory: only with the layer inputs on NVMe (the
+ * planner's choice), whose bytes the plan counts on NVMe (every block's input
+ * of the 32 micro-batches, written and read back each step) and whose carry
+ * and pinned ring are all the host keeps of them; forced onto the host, the
+ * plan does not fit. */
+static void test_13b_at_32gib_puts_layer_inputs_on_nvme(void **state)
+{
+    (void)state;
+    json_t *j = run_json(WORKSTATION_13B " --host-mem 32GiB");
+    json_t *p = json_object_get(j, "plan");
+    if (!json_is_true(json_object_get(p, "fits")))
+        fail_msg("13b at 32 GiB: %s", json_string_value(json_object_get(p, "why")));
+    assert_string_equal(json_string_value(json_object_get(p, "act_home")), "nvme");
+    const double rec = 2048.0 * 5120 * 2, M = 32, L = 40; /* one block input, bf16 */
+    double G = num(p, "micro_group");
+    assert_true(num(json_object_get(p, "nvme_bytes"), "layer_inputs") == G * L * rec);
+    assert_true(num(json_object_get(p, "traffic"), "nvme_layer_inputs") == M * L * rec);
+    assert_true(num(p, "layer_input_bytes") == G * (L + 1) * rec); /* NVMe and the carry */
+    assert_true(num(p, "host_floor") < 32.0 * (1ull << 30));
+    assert_true(num(p, "mfu") >= 0.40);
+    json_decref(j);
+    j = run_json(WORKSTATION_13B " --host-mem 32GiB --act-home host");
+    assert_false(json_is_true(json_object_get(json_object_get(j, "plan"), "fits")));
+    json_decref(j);
+}
+
 /* The per-chunk plan's choices can be forced, and bad ones are refused. */
 static void test_micro_group_and_act_home(void **state)
 {
@@ -542,7 +568,7 @@ static void test_micro_group_and_act_home(void **state)
     json_decref(j);
     const char *bad[][2] = {{"--micro-group 0", "--micro-group"},
                             {"--micro-group 3", "at most --grad-accum"},
-                            {"--act-home nvme", "auto, device or host"}};
+                            {"--act-home disk", "auto, device, host or nvme"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         outputs o = run(bad[i][0]);
         if (o.status != 2 || !strstr(o.err, bad[i][1]))
@@ -577,18 +603,19 @@ static void test_emit_split_config(void **state)
         json_string_value(json_object_get(json_object_get(j, "plan"), "optimizer_mode")));
     json_t *plan = json_object_get(j, "plan");
     assert_int_equal(c.zoffload.micro_group, (int64_t)num(plan, "micro_group"));
-    assert_int_equal(c.zoffload.act_home,
-                     strcmp(json_string_value(json_object_get(plan, "act_home")), "host") == 0);
+    const char *home = json_string_value(json_object_get(plan, "act_home"));
+    assert_int_equal(c.zoffload.act_home, !strcmp(home, "host")   ? 1
+                                          : !strcmp(home, "nvme") ? 2
+                                                                  : 0);
     json_decref(j);
 }
 
 /* --validate runs the per-chunk plan with its group and layer inputs' home:
  * with nothing on NVMe nothing is modelled, and the trainer measures the
  * peaks and the device total the plan predicts. */
-static void test_validate_grouped_plan(void **state)
+static void validate_grouped_plan(const char *args)
 {
-    (void)state;
-    json_t *j = run_json(TINY_CPU " --grad-accum 4 --micro-group 2 --act-home host --validate 1");
+    json_t *j = run_json(args);
     json_t *p = json_object_get(j, "plan"), *v = json_object_get(p, "validation");
     assert_true(json_is_true(json_object_get(p, "fits")));
     assert_int_equal((int)num(p, "micro_group"), 2);
@@ -603,6 +630,18 @@ static void test_validate_grouped_plan(void **state)
         json_integer_value(json_object_get(json_object_get(p, "device_bytes"), "total")),
         json_integer_value(json_object_get(v, "device_total")));
     json_decref(j);
+}
+
+static void test_validate_grouped_plan(void **state)
+{
+    (void)state;
+    validate_grouped_plan(TINY_CPU " --grad-accum 4 --micro-group 2 --act-home host --validate 1");
+    /* the layer inputs on NVMe: the engine's peaks as planned beside them */
+    char args[600];
+    snprintf(args, sizeof args,
+             TINY_CPU " --grad-accum 4 --micro-group 2 --act-home nvme --nvme-path %s --validate 1",
+             g_dir);
+    validate_grouped_plan(args);
 }
 
 /* The state formats' comparison: the 13b workstation job is NVMe-bound in
@@ -694,6 +733,7 @@ int main(void)
         cmocka_unit_test(test_absurd_inputs_refused),
         cmocka_unit_test(test_13b_workstation_plan),
         cmocka_unit_test(test_micro_group_and_act_home),
+        cmocka_unit_test(test_13b_at_32gib_puts_layer_inputs_on_nvme),
         cmocka_unit_test(test_emit_split_config),
         cmocka_unit_test(test_validate_grouped_plan),
         cmocka_unit_test(test_state_dtype_auto),

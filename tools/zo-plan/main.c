@@ -288,13 +288,12 @@ static int parse_choice_opt(int opt, const char *arg, cli *c)
         return c->mode_given ? bad_value(opt, arg, "auto, sync, overlap or dpu") : 0;
     }
     case OPT_ACT_HOME: {
-        static const char *const homes[] = {"auto", "device", "host"};
-        for (int i = 0; i < 3; i++)
-            if (strcmp(arg, homes[i]) == 0) {
+        for (int i = 0; i <= ZP_ACT_NVME; i++)
+            if (strcmp(arg, zp_act_home_name((zp_act_home)i)) == 0) {
                 c->job.act_home = (zp_act_home)i;
                 return 0;
             }
-        return bad_value(opt, arg, "auto, device or host");
+        return bad_value(opt, arg, "auto, device, host or nvme");
     }
     case OPT_MICRO_GROUP: {
         char *end;
@@ -701,8 +700,9 @@ static void print_plan_bars(const result *r, const zp_plan *p)
     snprintf(det, sizeof det, "optimizer states %s, overlap backups %s, fp32 accumulators %s",
              B(a, p->host.states), B(b, p->host.backups), B(c, p->host.accum));
     bar("host", p->pinned.total + p->host.total, r->hw.host_bytes, det);
-    snprintf(det, sizeof det, "optimizer states %s, 16-bit params %s (payload; files with headers)",
-             B(a, p->nvme.states), B(b, p->nvme.params));
+    snprintf(det, sizeof det,
+             "optimizer states %s, 16-bit params %s, layer inputs %s (payload; files with headers)",
+             B(a, p->nvme.states), B(b, p->nvme.params), B(c, p->nvme.layer_inputs));
     bar("nvme", p->nvme.files, r->hw.nvme_bytes, det);
     printf("    step %.4g s = compute %.3g, h2d %.3g, d2h %.3g, nvme %.3g, optimizer %.3g s alone; "
            "bottleneck %s\n",
@@ -727,15 +727,17 @@ static void print_split_terms(const zp_plan *p)
            B(c, p->optim_caps.host));
     printf("    micro-group %d (%d group(s) per step), layer inputs on the %s: %s; optimizer mode "
            "%s; host budget %s (the engine's share %s)\n",
-           p->micro_group, p->n_groups, p->act_home == ZP_ACT_HOST ? "pinned host" : "device",
-           B(a, p->layer_inputs), zo_optim_mode_name(p->mode), B(b, p->host_budget),
-           B(c, p->engine_host_budget));
+           p->micro_group, p->n_groups, zp_act_where(p->act_home), B(a, p->layer_inputs),
+           zo_optim_mode_name(p->mode), B(b, p->host_budget), B(c, p->engine_host_budget));
     printf("    gradients: %s for the update, %s of them kept in host memory, %s spilled to NVMe\n",
            B(a, p->grad_store), B(b, p->grad_store - p->grad_spill), B(c, p->grad_spill));
     printf("    per step: h2d %s of parameters + %s of layer inputs, d2h %s of gradients + %s of "
            "layer inputs, nvme %s read / %s written\n",
            B(a, p->h2d_param_bytes), B(b, p->h2d_act_bytes), B(c, p->d2h_grad_bytes),
            B(d, p->d2h_act_bytes), B(e, p->nvme_read_bytes), B((char[32]){0}, p->nvme_write_bytes));
+    if (p->nvme_act_bytes)
+        printf("    of which layer inputs on NVMe: %s written and read back per step\n",
+               B(a, p->nvme_act_bytes));
     if (p->modelled.device || p->modelled.pinned)
         printf("    modelled by zo-plan until the engine computes them (staging in place of "
                "mirrors, where homes are NVMe): pinned %+.2f GiB beside its footprint\n",
@@ -898,8 +900,9 @@ static json_t *json_plan(const zp_plan *p)
                                   ju(p->host.backups), "accumulators", ju(p->host.accum), "total",
                                   ju(p->host.total)));
     json_object_set_new(o, "nvme_bytes",
-                        json_pack("{s:o,s:o,s:o,s:o}", "optimizer", ju(p->nvme.states), "params",
-                                  ju(p->nvme.params), "payload", ju(p->nvme.payload), "files",
+                        json_pack("{s:o,s:o,s:o,s:o,s:o}", "optimizer", ju(p->nvme.states),
+                                  "params", ju(p->nvme.params), "layer_inputs",
+                                  ju(p->nvme.layer_inputs), "payload", ju(p->nvme.payload), "files",
                                   ju(p->nvme.files)));
     json_object_set_new(o, "step_bytes",
                         json_pack("{s:o,s:o,s:o,s:o}", "h2d", ju(p->h2d_bytes), "d2h",
@@ -945,10 +948,11 @@ static json_t *json_split(const zp_plan *p)
                         json_pack("{s:o,s:o,s:o}", "store", ju(p->grad_store), "host",
                                   ju(p->grad_store - p->grad_spill), "spilled", ju(p->grad_spill)));
     json_object_set_new(o, "traffic",
-                        json_pack("{s:o,s:o,s:o,s:o,s:o}", "h2d_params", ju(p->h2d_param_bytes),
+                        json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "h2d_params", ju(p->h2d_param_bytes),
                                   "h2d_grad_sums", ju(p->h2d_grad_bytes), "h2d_layer_inputs",
                                   ju(p->h2d_act_bytes), "d2h_grads", ju(p->d2h_grad_bytes),
-                                  "d2h_layer_inputs", ju(p->d2h_act_bytes)));
+                                  "d2h_layer_inputs", ju(p->d2h_act_bytes), "nvme_layer_inputs",
+                                  ju(p->nvme_act_bytes)));
     json_object_set_new(o, "engine_host_budget", ju(p->engine_host_budget));
     json_object_set_new(o, "modelled",
                         json_pack("{s:I,s:I}", "device", (json_int_t)p->modelled.device, "pinned",

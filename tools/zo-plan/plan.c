@@ -35,8 +35,13 @@ const char *zp_strategy_name(zp_strategy s)
 
 const char *zp_act_home_name(zp_act_home a)
 {
-    static const char *const names[] = {"auto", "device", "host"};
-    return (unsigned)a <= ZP_ACT_HOST ? names[a] : "?";
+    static const char *const names[] = {"auto", "device", "host", "nvme"};
+    return (unsigned)a <= ZP_ACT_NVME ? names[a] : "?";
+}
+
+const char *zp_act_where(zp_act_home a)
+{
+    return a == ZP_ACT_HOST ? "pinned host" : a == ZP_ACT_NVME ? "NVMe" : "device";
 }
 
 void zp_strategy_homes(zp_strategy s, zo_tier *param_home, zo_tier *optim_home)

@@ -51,8 +51,9 @@ void zp_strategy_homes(zp_strategy s, zo_tier *param_home, zo_tier *optim_home);
 
 /* Where the per-chunk plan keeps the layer inputs the backward recomputes
  * from (every block's input and the head's, for each micro-batch of a group). */
-typedef enum zp_act_home { ZP_ACT_AUTO = 0, ZP_ACT_DEVICE, ZP_ACT_HOST } zp_act_home;
-const char *zp_act_home_name(zp_act_home a); /* "auto", "device", "host" */
+typedef enum zp_act_home { ZP_ACT_AUTO = 0, ZP_ACT_DEVICE, ZP_ACT_HOST, ZP_ACT_NVME } zp_act_home;
+const char *zp_act_home_name(zp_act_home a); /* "auto", "device", "host", "nvme" */
+const char *zp_act_where(zp_act_home a);     /* "device", "pinned host", "NVMe" (for prose) */
 
 /* The training job. */
 typedef struct zp_job {
@@ -154,7 +155,7 @@ typedef struct zp_plan {
         uint64_t states, backups, accum, total;
     } host;
     struct {
-        uint64_t states, params, payload, files;
+        uint64_t states, params, layer_inputs, payload, files;
     } nvme;
     /* The peaks zo-train --json reports in "peak_bytes": the engine's device
      * bytes, the pinned pool's, the pageable host bytes, the NVMe payload. */
@@ -181,12 +182,12 @@ typedef struct zp_plan {
     int micro_group, n_groups;
     zp_act_home act_home;
     uint64_t layer_inputs;       /* the group's layer inputs: (layers + 1) x seq x micro-batch x dim
-                                    x 2 bytes x micro_group */
+                                    x 2 bytes x micro_group (on NVMe: the extents and the carry) */
     uint64_t host_budget;        /* the hard host limit planned against (pinned + pageable) */
     uint64_t engine_host_budget; /* the engine's share of it (zo_engine_config.host_bytes): the
-                                    budget less zo-train's pinned layer inputs and the modelled
-                                    terms; the engine keeps waiting gradients within it, spills
-                                    the rest (0: not limited, the fixed placements) */
+                                    budget less zo-train's layer inputs in host memory and the
+                                    modelled terms; the engine keeps waiting gradients within it,
+                                    spills the rest (0: not limited, the fixed placements) */
     /* The terms the engine's footprint does not compute yet, added to (or,
      * negative, taken from) its totals: pinned staging in place of the
      * 16-bit host copies of device-resident chunks whose states are on NVMe. */
@@ -199,6 +200,7 @@ typedef struct zp_plan {
     uint64_t host_floor;  /* the least host memory a per-chunk plan of this job needs */
     uint64_t h2d_param_bytes, h2d_act_bytes, d2h_grad_bytes, d2h_act_bytes;
     uint64_t h2d_grad_bytes; /* fp32 group sums sent back up for the next group */
+    uint64_t nvme_act_bytes; /* layer inputs written to NVMe, and as many read back, per step */
     char reason[512];        /* why the planner chose this one */
 } zp_plan;
 

@@ -17,9 +17,11 @@
  *   d2h      gradients: 16-bit per micro-batch in groups of one, fp32 once
  *            per group otherwise; the layer inputs going to the host
  *   nvme     the optimizer states of the chunks homed there (packed, read and
- *            written by the update), 16-bit parameters homed there, and the
+ *            written by the update), 16-bit parameters homed there, the
  *            gradients the host cannot keep (written in the backward, read by
- *            the update in sync mode)
+ *            the update in sync mode), and the layer inputs homed there
+ *            (every block's input written in the forward, read back in the
+ *            backward, beside the compute)
  *   optim    CPU Adam over every parameter
  * On a GPU the links run beside the compute; the update follows the backward
  * (sync), runs under the last group's backward (overlap: each chunk as its
@@ -71,7 +73,10 @@ typedef struct split_ctx {
 typedef struct extra {
     int grouped; /* the engine sums the group's gradients on the device (G > 1, M > 1) */
     zt_activation_parts act; /* zo-train's arena for the group (device) */
-    uint64_t act_host;       /* the group's layer inputs in pinned host memory (zo-train's) */
+    uint64_t act_host;       /* the group's layer inputs in pinned host memory (zo-train's; on
+                                NVMe: their staging ring) */
+    uint64_t act_carry;      /* on NVMe: the residual streams carried in pageable memory */
+    uint64_t act_nvme;       /* on NVMe: the block inputs' extents */
     int64_t pinned;          /* modelled: staging in place of the mirrors below */
     uint64_t p16_mirror;     /* modelled away: host copies of resident parameters, NVMe states */
     uint64_t p16_staging;    /* modelled: what stages their new values instead */
@@ -191,9 +196,13 @@ static void extra_terms(split_ctx *x, const cand *c, const zo_engine_config *cfg
     e->grouped = c->group > 1 && job->grad_accum > 1;
     p16_mirror_terms(x, cfg->chunk_bytes, e);
     /* the layer inputs as zo-train keeps them (model_shape.h) */
-    zt_act_group g = {c->group, c->act == ZP_ACT_HOST ? ZT_ACT_HOST : ZT_ACT_DEVICE};
+    zt_act_group g = {c->group, c->act == ZP_ACT_HOST   ? ZT_ACT_HOST
+                                : c->act == ZP_ACT_NVME ? ZT_ACT_NVME
+                                                        : ZT_ACT_DEVICE};
     zt_model_activation_parts_group(&x->mc, &g, &e->act);
     e->act_host = zt_model_host_activation_bytes(&x->mc, &g);
+    e->act_carry = zt_model_act_carry_bytes(&x->mc, &g);
+    e->act_nvme = zt_model_act_nvme_bytes(&x->mc, &g);
 }
 
 /* The engine's share of the host budget (0: none): what the plan keeps
@@ -202,7 +211,7 @@ static void extra_terms(split_ctx *x, const cand *c, const zo_engine_config *cfg
  * chunk order, and spills the rest to NVMe. */
 static uint64_t engine_host_budget(const split_ctx *x, const extra *e)
 {
-    int64_t v = (int64_t)x->hw->host_bytes - (int64_t)e->act_host - e->pinned;
+    int64_t v = (int64_t)x->hw->host_bytes - (int64_t)(e->act_host + e->act_carry) - e->pinned;
     if (!x->hw->host_bytes)
         return 0;
     return v > 0 ? (uint64_t)v : 1; /* 1, not 0 (unlimited): nothing left for gradients */
@@ -220,7 +229,7 @@ static zo_status cand_footprint(split_ctx *x, const cand *c, zo_engine_config *c
 
 static uint64_t host_need(const zo_engine_footprint *fp, const extra *e)
 {
-    int64_t v = (int64_t)(fp->pinned + fp->host + e->act_host) + e->pinned;
+    int64_t v = (int64_t)(fp->pinned + fp->host + e->act_host + e->act_carry) + e->pinned;
     return v > 0 ? (uint64_t)v : 0;
 }
 
@@ -308,14 +317,18 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e)
     p->host.backups = p->mode == ZO_OPTIM_OVERLAP ? p->host.states : 0;
     /* the fp32 accumulators, or the waiting gradients the engine keeps */
     p->host.accum = fp->host - p->host.states - p->host.backups;
-    p->host.total = fp->host;
+    p->host.total = fp->host + e->act_carry;
     p->modelled.device = 0;
     p->modelled.pinned = e->pinned;
     (void)nvme_p16;
-    p->layer_inputs = e->act_host ? e->act_host : e->act.checkpoints;
+    p->layer_inputs = e->act_nvme   ? e->act_nvme + e->act_carry
+                      : e->act_host ? e->act_host
+                                    : e->act.checkpoints;
+    p->nvme.layer_inputs = e->act_nvme;
     p->peak_device = fp->device;
-    p->peak_pinned = p->pinned.total - e->act_host; /* the engine's pool */
-    p->peak_host = p->host.total;
+    /* the engine's: zo-train's layer inputs (pinned, carried, their NVMe store) aside */
+    p->peak_pinned = p->pinned.total - e->act_host;
+    p->peak_host = p->host.total - e->act_carry;
 }
 
 static void nvme_breakdown(split_ctx *x, zp_plan *p)
@@ -331,13 +344,15 @@ static void nvme_breakdown(split_ctx *x, zp_plan *p)
     /* the spilled gradients' extents: the fullest chunk's fp32 group sums, or 16-bit ones */
     int grouped = p->micro_group > 1 && x->job->grad_accum > 1;
     uint64_t grad_extent = (fullest * (grouped ? 2 : 1) + 4095) / 4096 * 4096;
-    p->nvme.payload = p->fp.nvme;
+    p->nvme.payload = p->fp.nvme + p->nvme.layer_inputs;
+    uint64_t act_extent = (zt_model_act_stride(&x->mc) + 4095) / 4096 * 4096;
     p->nvme.files =
+        zo_swap_files_bytes(p->nvme.layer_inputs, act_extent, paths) +
         zo_swap_files_bytes(p->nvme.states, zp_packed_state_bytes(x->job->state_dtype, fullest),
                             paths) +
         zo_swap_files_bytes(p->nvme.params, p16_extent, paths) +
         zo_swap_files_bytes(p->fp.grad_nvme, grad_extent, paths);
-    p->peak_nvme = p->nvme.payload;
+    p->peak_nvme = p->nvme.payload - p->nvme.layer_inputs;
 }
 
 static void check_budgets(split_ctx *x, zp_plan *p)
@@ -394,7 +409,12 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
     p->d2h_grad_bytes = p->micro_group > 1 ? (uint64_t)p->n_groups * used * 2 : M * used;
     /* a later group's fp32 sums start from the running sum sent back up */
     p->h2d_grad_bytes = p->micro_group > 1 ? (uint64_t)(p->n_groups - 1) * used * 2 : 0;
-    p->h2d_act_bytes = p->d2h_act_bytes = p->act_home == ZP_ACT_HOST ? M * x->inputs_mb : 0;
+    p->h2d_act_bytes = p->d2h_act_bytes = p->act_home >= ZP_ACT_HOST ? M * x->inputs_mb : 0;
+    /* on NVMe: every block's input, not the head's (it is carried) */
+    p->nvme_act_bytes =
+        p->nvme.layer_inputs
+            ? M * x->inputs_mb / (uint64_t)(job->shape.n_layers + 1) * (uint64_t)job->shape.n_layers
+            : 0;
     p->h2d_bytes = load_bytes + p->h2d_act_bytes + p->h2d_grad_bytes + publish;
     p->d2h_bytes = p->d2h_grad_bytes + p->d2h_act_bytes;
     p->nvme_state_bytes = states;
@@ -403,8 +423,9 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
     /* spilled gradients move what the chunks hold, not their padding */
     uint64_t cap16 = (uint64_t)x->m.n_chunks * C;
     p->spill_bytes = cap16 ? (uint64_t)((double)p->grad_spill * (double)used / (double)cap16) : 0;
-    p->nvme_read_bytes = states + p16_reads + (p->mode == ZO_OPTIM_SYNC ? p->spill_bytes : 0);
-    p->nvme_write_bytes = states + nvme_p16 * C + p->spill_bytes;
+    p->nvme_read_bytes =
+        states + p16_reads + (p->mode == ZO_OPTIM_SYNC ? p->spill_bytes : 0) + p->nvme_act_bytes;
+    p->nvme_write_bytes = states + nvme_p16 * C + p->spill_bytes + p->nvme_act_bytes;
     p->seconds[ZP_BN_H2D] = (double)p->h2d_bytes / x->sp->h2d;
     p->seconds[ZP_BN_D2H] = (double)p->d2h_bytes / x->sp->d2h;
     *publish_bytes = publish;
@@ -426,9 +447,10 @@ static void step_time(split_ctx *x, zp_plan *p, uint64_t publish_bytes)
     double t_bwd = t[ZP_BN_COMPUTE] * (1.0 - per_token / 3.0 / dev_per_token);
     uint64_t spill_rd = p->mode == ZO_OPTIM_SYNC ? p->spill_bytes : 0;
     uint64_t upd_rd = p->nvme_state_bytes + spill_rd;
-    uint64_t upd_wr = p->nvme_write_bytes - p->spill_bytes;
+    uint64_t upd_wr = p->nvme_write_bytes - p->spill_bytes - p->nvme_act_bytes;
+    /* beside the compute: parameter loads, spills, the layer inputs both ways */
     double nvme_fetch = (double)(p->nvme_read_bytes - upd_rd) / sp->nvme_read +
-                        (double)p->spill_bytes / sp->nvme_write;
+                        (double)(p->spill_bytes + p->nvme_act_bytes) / sp->nvme_write;
     double nvme_optim = zp_nvme_update_seconds(upd_rd, upd_wr, sp);
     t[ZP_BN_NVME] = nvme_fetch + nvme_optim;
     t[ZP_BN_OPTIM] = (double)p->fp.n_params / zp_adam_rate(sp, job->state_dtype);
@@ -614,8 +636,7 @@ static void describe(const split_ctx *x, zp_plan *p)
         n += snprintf(p->reason + n, cap - (size_t)n,
                       "; micro-group %d of %d: parameters fetched %d time(s) per phase per step; "
                       "layer inputs on the %s (%s); %s mode",
-                      p->micro_group, job->grad_accum, p->n_groups,
-                      p->act_home == ZP_ACT_HOST ? "pinned host" : "device",
+                      p->micro_group, job->grad_accum, p->n_groups, zp_act_where(p->act_home),
                       zo_fmt_bytes_prec(a, sizeof a, p->layer_inputs, 1),
                       zo_optim_mode_name(p->mode));
     if (n < (int)cap && p->mode == ZO_OPTIM_OVERLAP)
@@ -678,8 +699,8 @@ static zo_status search(split_ctx *x, zp_plan *out)
             groups[n_groups++] = g;
         groups[n_groups++] = job->grad_accum;
     }
-    zp_act_home acts[2] = {ZP_ACT_DEVICE, ZP_ACT_HOST};
-    int n_acts = 2;
+    zp_act_home acts[3] = {ZP_ACT_DEVICE, ZP_ACT_HOST, ZP_ACT_NVME};
+    int n_acts = x->hw->nvme_bytes ? 3 : 2;
     if (job->act_home) {
         acts[0] = job->act_home;
         n_acts = 1;
@@ -700,7 +721,7 @@ static zo_status search(split_ctx *x, zp_plan *out)
                 for (int ci = 0; ci < n_chunks; ci++)
                     for (int hi = 0; hi < n_homes && st >= 0; hi++) {
                         cand c = {modes[mi], groups[gi], acts[ai], chunks[ci], homes[hi]};
-                        if (c.act == ZP_ACT_HOST && c.group == 1 && !job->act_home)
+                        if (c.act != ZP_ACT_DEVICE && c.group == 1 && !job->act_home)
                             continue; /* nothing to gain: one micro-batch's inputs are the arena's
                                        */
                         st = plan_cand(x, &c, p);
