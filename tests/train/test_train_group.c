@@ -36,6 +36,7 @@ typedef struct run_result {
     float losses[STEPS];
     float **weights; /* [layer * ZT_MAX_LAYER_TENSORS + idx] */
     uint64_t h2d[STEPS];
+    uint64_t nvme_rw[STEPS][2]; /* the steps' NVMe bytes read, written */
     uint64_t device_high_water, device_budget, activation_bytes;
     uint64_t locked_peak;           /* the most VmLck bytes measured after a step */
     uint64_t act_written, act_read; /* act_home nvme: the layer-input store's payload bytes */
@@ -123,6 +124,8 @@ static void train(const zt_options *o, int steps, int fail_at, run_result *r)
         if (zt_trainer_step(t, &r->losses[i], &st) < 0)
             fail_msg("step %d: %s", i, zt_last_error());
         r->h2d[i] = st.h2d_bytes;
+        r->nvme_rw[i][0] = st.nvme_read_bytes;
+        r->nvme_rw[i][1] = st.nvme_write_bytes;
         uint64_t lk = locked_bytes();
         if (lk > r->locked_peak)
             r->locked_peak = lk;
@@ -192,8 +195,13 @@ static void test_layer_major_equals_micro_batch_major(void **state)
                 assert_int_equal(r.act_written, STEPS * per_step);
                 assert_int_equal(r.act_read, STEPS * per_step);
                 assert_true(
-                    zt_model_act_stride(&mc) * o.shape.n_layers * o.micro_group ==
+                    zt_model_act_extent(&mc) * o.shape.n_layers * o.micro_group ==
                     zt_model_act_nvme_bytes(&mc, &(zt_act_group){o.micro_group, ZT_ACT_NVME}));
+                /* nothing else is on NVMe: the steps' statistics count the layer inputs */
+                for (int i = 0; i < STEPS; i++) {
+                    assert_int_equal(r.nvme_rw[i][0], per_step);
+                    assert_int_equal(r.nvme_rw[i][1], per_step);
+                }
             }
             run_free(&r, &o.shape);
         }

@@ -377,6 +377,12 @@ uint64_t zt_model_act_stride(const zt_model_config *c)
     return ckpt_stride(c);
 }
 
+uint64_t zt_model_act_extent(const zt_model_config *c)
+{
+    uint64_t bytes = (uint64_t)c->micro_batch * c->seq * c->shape.dim * zo_dtype_size(c->dt);
+    return (bytes + 4095) / 4096 * 4096;
+}
+
 /* A group's layer inputs leave the device (act_home host or nvme). */
 static int staged_group(const zt_model_config *c, const zt_act_group *g)
 {
@@ -404,7 +410,7 @@ uint64_t zt_model_act_nvme_bytes(const zt_model_config *c, const zt_act_group *g
 {
     if (!staged_group(c, g) || g->act_home != ZT_ACT_NVME)
         return 0;
-    return (uint64_t)zt_model_group(c, g) * (uint64_t)c->shape.n_layers * ckpt_stride(c);
+    return (uint64_t)zt_model_group(c, g) * (uint64_t)c->shape.n_layers * zt_model_act_extent(c);
 }
 
 /* ---- the arena: one region carved into named pieces ---- */

@@ -200,13 +200,14 @@ uint64_t zt_model_host_activation_bytes(const zt_model_config *c, const zt_act_g
 /* act_home ZT_ACT_NVME: the pageable host bytes that carry each micro-batch's
  * residual stream from one layer to the next (a stride per micro-batch of a
  * group), and the NVMe payload bytes of the layer inputs the backward reads
- * back (n_layers strides per micro-batch: every block's input; the head's
+ * back (n_layers extents per micro-batch: every block's input; the head's
  * is the carried one). 0 otherwise. */
 uint64_t zt_model_act_carry_bytes(const zt_model_config *c, const zt_act_group *g);
 uint64_t zt_model_act_nvme_bytes(const zt_model_config *c, const zt_act_group *g);
-/* The stride of one layer input (bytes, 256-aligned) and the records on
- * NVMe per micro-batch of a group (n_layers). */
+/* The stride of one layer input (bytes, 256-aligned), and its NVMe extent
+ * (its bytes rounded to 4 KiB, as the swap store keeps them). */
 uint64_t zt_model_act_stride(const zt_model_config *c);
+uint64_t zt_model_act_extent(const zt_model_config *c);
 void zt_model_activation_parts(const zt_model_config *c, zt_activation_parts *out);
 /* A tied model's head gradients of one micro-batch (the matrix's and the
  * final norm's in dt, each 256-aligned): the bytes of one set; 0 untied. */

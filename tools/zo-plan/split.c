@@ -326,7 +326,7 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e)
                                     : e->act.checkpoints;
     p->nvme.layer_inputs = e->act_nvme;
     p->peak_device = fp->device;
-    /* the engine's: zo-train's layer inputs (pinned, carried, their NVMe store) aside */
+    /* the engine's: zo-train's layer inputs (pinned, carried) aside */
     p->peak_pinned = p->pinned.total - e->act_host;
     p->peak_host = p->host.total - e->act_carry;
 }
@@ -345,14 +345,14 @@ static void nvme_breakdown(split_ctx *x, zp_plan *p)
     int grouped = p->micro_group > 1 && x->job->grad_accum > 1;
     uint64_t grad_extent = (fullest * (grouped ? 2 : 1) + 4095) / 4096 * 4096;
     p->nvme.payload = p->fp.nvme + p->nvme.layer_inputs;
-    uint64_t act_extent = (zt_model_act_stride(&x->mc) + 4095) / 4096 * 4096;
+    uint64_t act_extent = zt_model_act_extent(&x->mc);
     p->nvme.files =
         zo_swap_files_bytes(p->nvme.layer_inputs, act_extent, paths) +
         zo_swap_files_bytes(p->nvme.states, zp_packed_state_bytes(x->job->state_dtype, fullest),
                             paths) +
         zo_swap_files_bytes(p->nvme.params, p16_extent, paths) +
         zo_swap_files_bytes(p->fp.grad_nvme, grad_extent, paths);
-    p->peak_nvme = p->nvme.payload - p->nvme.layer_inputs;
+    p->peak_nvme = p->nvme.payload; /* zo-train adds its layer inputs' store to the engine's */
 }
 
 static void check_budgets(split_ctx *x, zp_plan *p)

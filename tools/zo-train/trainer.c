@@ -701,6 +701,20 @@ static zo_status mean_loss(zt_trainer *t, float *loss)
     return ZO_OK;
 }
 
+/* The layer inputs' NVMe store (act_home nvme) in the step's statistics:
+ * its bytes moved since *at_open, its extents in the NVMe peak. */
+static void add_act_io(zt_trainer *t, const zo_swap_stats *at_open, zo_step_stats *stats)
+{
+    zo_swap_t act = zt_act_swap(zt_model_act_store(t->m));
+    zo_swap_stats now = ZO_SWAP_STATS_INIT;
+    if (!act || zo_swap_get_stats(act, &now) != ZO_OK)
+        return;
+    zt_model_config mc = model_config(&t->o);
+    stats->nvme_read_bytes += now.bytes_read - at_open->bytes_read;
+    stats->nvme_write_bytes += now.bytes_written - at_open->bytes_written;
+    stats->peak_nvme += (uint64_t)now.extents_used * zt_model_act_extent(&mc);
+}
+
 /* A step the model failed: the engine gives it up as after its own errors
  * (the committed weights stay; the next call retries the step). */
 static zo_status abandon_step(zt_trainer *t, zo_status st)
@@ -722,6 +736,10 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
     else           /* every rank reads the ranks' batch and trains on its own share */
         zt_data_next_train(t->data, t->in, t->tgt, W * n * t->o.micro_batch);
     t->retry = 1;
+    zo_swap_stats act0 = ZO_SWAP_STATS_INIT;
+    zo_swap_t act = zt_act_swap(zt_model_act_store(t->m));
+    if (act)
+        ZT_LIB(zo_swap_get_stats(act, &act0));
     ZT_LIB(zo_engine_set_lr(t->eng, (float)t->lr));
     ZT_TRY(zt_model_set_batch(t->m, t->in + (W > 1 ? mine : 0), t->tgt + (W > 1 ? mine : 0), n));
     /* The mean over the ranks' micro-batches, times the loss scale (fp16). */
@@ -741,6 +759,7 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
     memset(stats, 0, sizeof *stats);
     stats->struct_size = sizeof *stats;
     ZT_LIB(zo_engine_end_step(t->eng, stats));
+    add_act_io(t, &act0, stats);
     t->retry = 0;
     t->step++;
     t->last_lr = t->lr;
