@@ -655,6 +655,11 @@ static zo_status check_job(const zp_job *job, const zp_speeds *sp)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "micro-group %d: 1..grad-accum (%d), or 0 for the planner's choice",
                        job->micro_group, job->grad_accum);
+    if (job->act_home == ZP_ACT_NVME && job->shape.tied)
+        return zt_fail(
+            ZO_ERR_UNSUPPORTED,
+            "--act-home nvme with a tied head: zo-train keeps the head's gradients per "
+            "micro-batch on the device or the host; use --act-home host, device or auto");
     if (!(sp->h2d > 0 && sp->d2h > 0 && sp->nvme_read > 0 && sp->nvme_write > 0 &&
           sp->adam_params > 0 && sp->flops > 0))
         return zt_fail(ZO_ERR_INVALID_ARG, "every speed must be > 0");
@@ -721,6 +726,8 @@ static zo_status search(split_ctx *x, zp_plan *out)
                 for (int ci = 0; ci < n_chunks; ci++)
                     for (int hi = 0; hi < n_homes && st >= 0; hi++) {
                         cand c = {modes[mi], groups[gi], acts[ai], chunks[ci], homes[hi]};
+                        if (c.act == ZP_ACT_NVME && job->shape.tied)
+                            continue; /* zo-train keeps no tied head's gradients on NVMe */
                         if (c.act != ZP_ACT_DEVICE && c.group == 1 && !job->act_home)
                             continue; /* nothing to gain: one micro-batch's inputs are the arena's
                                        */
