@@ -208,6 +208,28 @@ static inline zi zi_lut32(const int32_t *t, zi idx)
     return _mm256_castps_si256(
         _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 27))));
 }
+static inline zv zv_lut32(const float *t, zi idx)
+{
+    return _mm256_castsi256_ps(zi_lut32((const int32_t *)t, idx));
+}
+static inline zi zi_subs_u16(zi a, zi b)
+{
+    return _mm256_subs_epu16(a, b);
+}
+static inline zi zi_or_if_neg(zi d, zi bits, int32_t x)
+{
+    return _mm256_or_si256(d, _mm256_and_si256(_mm256_srai_epi32(bits, 31), _mm256_set1_epi32(x)));
+}
+/* Four vectors of codes 0..255 (after zi_max with 0) to 32 bytes in lane
+ * order: two saturating packs interleave the 128-bit lanes, one permute
+ * puts them back. */
+static inline void zi_st8x4(uint8_t *p, zi a, zi b, zi c, zi d)
+{
+    __m256i w = _mm256_packs_epi32(a, b), x = _mm256_packs_epi32(c, d);
+    __m256i y = _mm256_packus_epi16(w, x);
+    _mm256_storeu_si256((__m256i *)p,
+                        _mm256_permutevar8x32_epi32(y, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
 #define zi_opaque(x) __asm__ volatile("" : "+x"(x))
 
 #define ZV_TABLE zo_optim_kernels_avx2

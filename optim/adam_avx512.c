@@ -1,5 +1,5 @@
-/* AVX-512 (F/BW/VL + F16C) variant of the optimizer kernels. Compiled with
- * -mavx512f -mavx512bw -mavx512vl -mfma -mf16c; with ZO_AVX512_NATIVE_BF16
+/* AVX-512 (F/BW/VL/CD + F16C) variant of the optimizer kernels. Compiled
+ * with -mavx512f -mavx512bw -mavx512vl -mavx512cd -mfma -mf16c; with ZO_AVX512_NATIVE_BF16
  * defined (adam_avx512_bf16.c) the bf16 rounding uses VCVTNEPS2BF16. */
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -200,6 +200,45 @@ static inline zi zi_lut16(const int32_t *t, zi idx)
 static inline zi zi_lut32(const int32_t *t, zi idx)
 {
     return _mm512_permutex2var_epi32(_mm512_loadu_si512(t), idx, _mm512_loadu_si512(t + 16));
+}
+static inline zv zv_lut32(const float *t, zi idx)
+{
+    return _mm512_permutex2var_ps(_mm512_loadu_ps(t), idx, _mm512_loadu_ps(t + 16));
+}
+static inline zi zi_subs_u16(zi a, zi b)
+{
+    return _mm512_subs_epu16(a, b);
+}
+static inline zi zi_or_if_neg(zi d, zi bits, int32_t x)
+{
+    __mmask16 neg = _mm512_cmplt_epi32_mask(bits, _mm512_setzero_si512());
+    return _mm512_mask_or_epi32(d, neg, d, _mm512_set1_epi32(x));
+}
+/* Four vectors of codes 0..255 (after zi_max with 0) to 64 bytes in lane
+ * order: two saturating packs interleave the 128-bit lanes, one permute
+ * puts them back. */
+static inline void zi_st8x4(uint8_t *p, zi a, zi b, zi c, zi d)
+{
+    __m512i w = _mm512_packs_epi32(a, b), x = _mm512_packs_epi32(c, d);
+    __m512i y = _mm512_packus_epi16(w, x);
+    _mm512_storeu_si512(
+        p, _mm512_permutexvar_epi32(
+               _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), y));
+}
+/* For the 8-bit decoder: a count of leading zeros per lane. */
+#define ZV_HAVE_LZCNT 1
+static inline zi zi_lzcnt(zi x)
+{
+    return _mm512_lzcnt_epi32(x);
+}
+static inline zi zi_srlv(zi x, zi n)
+{
+    return _mm512_srlv_epi32(x, n);
+}
+/* a ^ (b & c) */
+static inline zi zi_xor_and(zi a, zi b, zi c)
+{
+    return _mm512_ternarylogic_epi32(a, b, c, 0x78);
 }
 #define zi_opaque(x) __asm__ volatile("" : "+v"(x))
 

@@ -195,7 +195,25 @@ static inline zi zi_lut16(const int32_t *t, zi idx)
 }
 static inline zi zi_lut32(const int32_t *t, zi idx)
 {
-    return zi_lut16(t, idx);
+    return zi_lut16(t, vandq_s32(idx, vdupq_n_s32(31))); /* a permute's 5 index bits */
+}
+static inline zv zv_lut32(const float *t, zi idx)
+{
+    return vreinterpretq_f32_s32(zi_lut32((const int32_t *)t, idx));
+}
+static inline zi zi_subs_u16(zi a, zi b)
+{
+    return vreinterpretq_s32_u16(vqsubq_u16(vreinterpretq_u16_s32(a), vreinterpretq_u16_s32(b)));
+}
+static inline zi zi_or_if_neg(zi d, zi bits, int32_t x)
+{
+    return vorrq_s32(d, vandq_s32(vshrq_n_s32(bits, 31), vdupq_n_s32(x)));
+}
+static inline void zi_st8x4(uint8_t *p, zi a, zi b, zi c, zi d)
+{
+    int16x8_t w = vcombine_s16(vqmovn_s32(a), vqmovn_s32(b));
+    int16x8_t x = vcombine_s16(vqmovn_s32(c), vqmovn_s32(d));
+    vst1q_u8(p, vcombine_u8(vqmovun_s16(w), vqmovun_s16(x)));
 }
 #define zi_opaque(x) __asm__ volatile("" : "+w"(x))
 

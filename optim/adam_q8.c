@@ -40,6 +40,34 @@ static float level_value(const zo_q8_tables *q, int is_signed, int d, int top)
     return d == 0 ? 0.0f : zs_q8_unit(q, code, is_signed);
 }
 
+/* The decoder's entries again, indexed by t's leading zeros (see
+ * zo_q8_map_tables): level L >= 1 has 32 - L of them, level 0 (t = 0) 32;
+ * the unsigned map is read with 4-bit indices, the signed one with 5 and
+ * bit 4 flipped for the sign. */
+static void build_lz_decoder(zo_q8_map_tables *t, int is_signed)
+{
+    for (int s = 0; s <= is_signed; s++)
+        for (int lvl = 0; lvl < (is_signed ? 8 : 9); lvl++) {
+            int at = is_signed ? ((32 - lvl) & 31) ^ (s << 4) : (32 - lvl) & 15;
+            t->dec_lz_a[at] = t->dec_a[lvl + 8 * s];
+            t->dec_lz_b[at] = t->dec_b[lvl + 8 * s];
+        }
+}
+
+/* The encoder's entries for negative signed moments, at level + 16: the
+ * sign bit in the base (but -0 and the zero level encode as 0), and level
+ * 8 (there is no -1) as level 7. Unsigned: the same entries again. */
+static void build_negative_levels(zo_q8_map_tables *t, int is_signed)
+{
+    for (int d = 0; d < 16; d++) {
+        int from = is_signed && d == 8 ? 7 : d;
+        t->inv_b[d + 16] = t->inv_b[from];
+        t->round_c[d + 16] = t->round_c[from];
+        t->kmax[d + 16] = t->kmax[from];
+        t->code_base[d + 16] = t->code_base[from] + (is_signed && from > 0 ? 128 : 0);
+    }
+}
+
 static void build_map(zo_q8_tables *q, int is_signed)
 {
     zo_q8_map_tables *t = &q->t[is_signed];
@@ -56,12 +84,14 @@ static void build_map(zo_q8_tables *q, int is_signed)
         t->lvl_thr[d] = (float)(((double)lo + hi) / 2.0);
     }
     for (int e = 0; e < ZO_Q8_NBINADES; e++) {
-        float edge = ldexpf(1.0f, e - 24);
+        float edge = ldexpf(1.0f, e + ZO_Q8_EXP_FIRST - 127);
         int d = 0;
         while (t->lvl_thr[d] < edge) /* the +inf of level 8 stops it */
             d++;
         t->lvl_of_binade[e] = d;
     }
+    build_lz_decoder(t, is_signed);
+    build_negative_levels(t, is_signed);
     for (uint32_t c = 0; c < 256; c++)
         q->map[is_signed][c] = zs_q8_unit(q, c, is_signed);
 }

@@ -163,9 +163,33 @@ static inline zi zi_lut16(const int32_t *t, zi idx)
 {
     return t[idx];
 }
+/* As a vector permute: the index's low 5 bits. */
 static inline zi zi_lut32(const int32_t *t, zi idx)
 {
-    return t[idx];
+    return t[idx & 31];
+}
+static inline zv zv_lut32(const float *t, zi idx)
+{
+    return t[idx & 31];
+}
+/* Each 16-bit half minus b's, floored at 0. */
+static inline zi zi_subs_u16(zi a, zi b)
+{
+    uint32_t ua = (uint32_t)a, ub = (uint32_t)b;
+    uint32_t lo = (ua & 0xffffu) > (ub & 0xffffu) ? (ua & 0xffffu) - (ub & 0xffffu) : 0u;
+    uint32_t hi = (ua >> 16) > (ub >> 16) ? (ua >> 16) - (ub >> 16) : 0u;
+    return (zi)(lo | hi << 16);
+}
+static inline zi zi_or_if_neg(zi d, zi bits, int32_t x)
+{
+    return bits < 0 ? d | x : d;
+}
+static inline void zi_st8x4(uint8_t *p, zi a, zi b, zi c, zi d)
+{
+    p[0] = (uint8_t)a;
+    p[1] = (uint8_t)b;
+    p[2] = (uint8_t)c;
+    p[3] = (uint8_t)d;
 }
 #define zi_opaque(x) __asm__ volatile("" : "+r"(x))
 

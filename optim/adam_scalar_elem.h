@@ -83,17 +83,14 @@ static inline uint32_t zs_q8_code(const zo_q8_tables *q, float x, int is_signed)
 {
     const zo_q8_map_tables *t = &q->t[is_signed];
     uint32_t bits = zo_f32_bits(x), a = bits & 0x7fffffffu;
-    int32_t e = zs_min(zs_max((int32_t)(a >> 23) - ZO_Q8_BINADE_FIRST, 0), ZO_Q8_NBINADES - 1);
+    int32_t e = zs_max((int32_t)(a >> 23) - ZO_Q8_EXP_FIRST, 0) & (ZO_Q8_NBINADES - 1);
     int32_t d = t->lvl_of_binade[e];
     float af = zo_bits_f32(a);
     d += af > t->lvl_thr[d];
-    int32_t s = 0;
-    if (is_signed) {
-        s = (int32_t)(bits >> 31);
-        d = zs_min(d, 8 - s); /* no -1: the top negatives stay in the last decade */
-    }
+    if (is_signed)
+        d |= (int32_t)(bits >> 31) << 4; /* the negative entries */
     int32_t k = zs_min(zs_max(zs_cvtt(fmaf(af, t->inv_b[d], t->round_c[d])), 0), t->kmax[d]);
-    return (uint32_t)(t->code_base[d] + k + (zs_min(s, d) << 7)); /* -0 encodes as 0 */
+    return (uint32_t)(t->code_base[d] + k);
 }
 
 /* The value of a code times scale. */

@@ -85,29 +85,48 @@ ZV_ALWAYS void zv_adam_loop(const zo_adam_consts *c, const zo_adam_buffers *b, s
 
 /* ---- 8-bit moments ---- */
 
-/* zs_q8_code, ZV_W lanes at a time: table lookups of 16 or 32 entries,
- * which stay in registers, and no search. */
-ZV_ALWAYS zi zv_q8_code(const zo_q8_map_tables *t, zv x, int is_signed)
+/* zs_q8_code, ZV_W lanes at a time, before the clamp to kmax and the base:
+ * table lookups of 16 or 32 entries, which stay in registers, and no
+ * search. Returns k (not yet clamped) and the entry index. */
+ZV_ALWAYS zi zv_q8_index(const zo_q8_map_tables *t, zv x, int is_signed, zi *k)
 {
     zi bits = zi_bits(x), a = zi_and(bits, zi_set1(0x7fffffff));
-    zi e = zi_sub(zi_srli(a, 23), zi_set1(ZO_Q8_BINADE_FIRST));
-    e = zi_min(zi_max(e, zi_set1(0)), zi_set1(ZO_Q8_NBINADES - 1));
+    zi e = zi_subs_u16(zi_srli(a, 23), zi_set1(ZO_Q8_EXP_FIRST)); /* mod 32 in the lookup */
     zi d = zi_lut32(t->lvl_of_binade, e);
     zv af = zv_bits(a);
     d = zi_inc_gt(d, af, zv_lut16(t->lvl_thr, d));
-    zi s = zi_set1(0);
     if (is_signed) {
-        s = zi_srli(bits, 31);
-        d = zi_min(d, zi_sub(zi_set1(8), s));
+        d = zi_or_if_neg(d, bits, 16);
+        *k = zi_cvtt(zv_fma(af, zv_lut32(t->inv_b, d), zv_lut32(t->round_c, d)));
+    } else {
+        *k = zi_cvtt(zv_fma(af, zv_lut16(t->inv_b, d), zv_lut16(t->round_c, d)));
     }
-    zi k = zi_cvtt(zv_fma(af, zv_lut16(t->inv_b, d), zv_lut16(t->round_c, d)));
-    k = zi_min(zi_max(k, zi_set1(0)), zi_lut16(t->kmax, d));
-    zi code = zi_add(zi_lut16(t->code_base, d), k);
-    if (is_signed) /* the sign bit, but -0 is 0 */
-        code = zi_add(code, zi_and(zi_sub(zi_set1(0), zi_min(s, d)), zi_set1(128)));
-    return code;
+    return d;
 }
 
+ZV_ALWAYS zi zv_q8_code(const zo_q8_map_tables *t, zv x, int is_signed)
+{
+    zi k, d = zv_q8_index(t, x, is_signed, &k);
+    k = zi_max(k, zi_set1(0));
+    if (is_signed)
+        return zi_add(zi_min(k, zi_lut32(t->kmax, d)), zi_lut32(t->code_base, d));
+    return zi_add(zi_min(k, zi_lut16(t->kmax, d)), zi_lut16(t->code_base, d));
+}
+
+#ifdef ZV_HAVE_LZCNT
+/* zs_q8_unit, ZV_W lanes at a time, with the decoder's entries indexed by
+ * leading zeros (zo_q8_map_tables): k = t less its leading one. */
+ZV_ALWAYS zv zv_q8_unit(const zo_q8_map_tables *t, zi code, int is_signed)
+{
+    zi lz = zi_lzcnt(is_signed ? zi_and(code, zi_set1(127)) : code);
+    zv k = zv_from_int(zi_and(code, zi_srlv(zi_set1(0x7fffffff), lz)));
+    if (is_signed) {
+        zi idx = zi_xor_and(lz, zi_srli(code, 3), zi_set1(16));
+        return zv_fma(zv_lut32(t->dec_lz_b, idx), k, zv_lut32(t->dec_lz_a, idx));
+    }
+    return zv_fma(zv_lut16(t->dec_lz_b, lz), k, zv_lut16(t->dec_lz_a, lz));
+}
+#else
 /* zs_q8_unit, ZV_W lanes at a time. */
 ZV_ALWAYS zv zv_q8_unit(const zo_q8_map_tables *t, zi code, int is_signed)
 {
@@ -120,6 +139,7 @@ ZV_ALWAYS zv zv_q8_unit(const zo_q8_map_tables *t, zi code, int is_signed)
     zv k = zv_sub(tf, zv_bits(zi_and(fb, zi_set1((int32_t)0xff800000u))));
     return zv_fma(zv_lut16(t->dec_b, lvl), k, zv_lut16(t->dec_a, lvl));
 }
+#endif
 
 ZV_ALWAYS void zv_q8_encode(const zo_q8_tables *q, const float *buf, uint8_t *codes, size_t n,
                             float inv, int is_signed)
@@ -131,11 +151,94 @@ ZV_ALWAYS void zv_q8_encode(const zo_q8_tables *q, const float *buf, uint8_t *co
     zs_q8_encode_elems(q, buf, codes, i, n, inv, is_signed);
 }
 
-/* One block [b0, end): decode and update, the new fp32 moments kept in L1
- * while their absmax is found, then encoded with it. */
-ZV_ALWAYS void zv_adam_q8_block(const zo_adam_consts *c, const zv_adam_k *k,
-                                const zo_adam_buffers *b, size_t b0, size_t end, zo_dtype gt,
-                                zo_dtype ot)
+/* The new fp32 moments of one whole block, waiting for their codes. */
+typedef struct zv_q8_pending {
+    float m[ZO_ADAM_Q8_BLOCK] __attribute__((aligned(64)));
+    float v[ZO_ADAM_Q8_BLOCK] __attribute__((aligned(64)));
+    uint8_t *mc, *vc;
+    float minv, vinv;
+} zv_q8_pending;
+
+/* Codes of 4 vectors of one moment of a pending block from element i. */
+ZV_ALWAYS void zv_q8_encode4(const zo_q8_map_tables *t, const float *buf, uint8_t *codes, zv inv,
+                             size_t i, int is_signed)
+{
+    zi c0 = zv_q8_code(t, zv_mul(zv_ld32(buf + i), inv), is_signed);
+    zi c1 = zv_q8_code(t, zv_mul(zv_ld32(buf + i + ZV_W), inv), is_signed);
+    zi c2 = zv_q8_code(t, zv_mul(zv_ld32(buf + i + 2 * ZV_W), inv), is_signed);
+    zi c3 = zv_q8_code(t, zv_mul(zv_ld32(buf + i + 3 * ZV_W), inv), is_signed);
+    zi_st8x4(codes + i, c0, c1, c2, c3);
+}
+
+/* One vector of a whole block: decode, update, keep the new moments in
+ * *nb and fold their magnitudes into mmax, vmax. */
+ZV_ALWAYS void zv_q8_update_vec(const zo_q8_tables *q, const zv_adam_k *k, const zo_adam_buffers *b,
+                                size_t b0, size_t i, zv vms, zv vvs, zv_q8_pending *nb, zi *mmax,
+                                zi *vmax, zo_dtype gt, zo_dtype ot)
+{
+    const zi absmask = zi_set1(0x7fffffff);
+    zv p = zv_ld32(b->master + i), m, v;
+    zv m0 = zv_mul(zv_q8_unit(&q->t[1], zi_ld8((const uint8_t *)b->m + i), 1), vms);
+    zv v0 = zv_mul(zv_q8_unit(&q->t[0], zi_ld8((const uint8_t *)b->v + i), 0), vvs);
+    zv_adam_math(k, zv_load_as(b->grad, gt, i), m0, v0, &p, &m, &v);
+    zv_st32(b->master + i, p);
+    zv_store_as(b->out, ot, i, p);
+    zv_st32(nb->m + (i - b0), m);
+    zv_st32(nb->v + (i - b0), v);
+    *mmax = zi_max(*mmax, zi_and(zi_bits(m), absmask));
+    *vmax = zi_max(*vmax, zi_and(zi_bits(v), absmask));
+}
+
+/* A whole block [b0, b0 + ZO_ADAM_Q8_BLOCK): the update, and in the same
+ * loop the codes of the block before (*pb, if any), so that the encoder's
+ * integer work runs beside the update's divisions and square roots. The
+ * new moments wait in *nb with their scales. */
+ZV_ALWAYS void zv_adam_q8_whole(const zo_adam_consts *c, const zv_adam_k *k,
+                                const zo_adam_buffers *b, size_t b0, const zv_q8_pending *pb,
+                                zv_q8_pending *nb, zo_dtype gt, zo_dtype ot)
+{
+    const zo_q8_tables *q = c->q8;
+    size_t blk = b0 / ZO_ADAM_Q8_BLOCK;
+    const zv vms = zv_set1(b->m_absmax[blk]), vvs = zv_set1(b->v_absmax[blk]);
+    zi mmax = zi_set1(0), vmax = zi_set1(0);
+    if (pb) {
+        const zv pmi = zv_set1(pb->minv), pvi = zv_set1(pb->vinv);
+        for (size_t j = 0; j < ZO_ADAM_Q8_BLOCK; j += 4 * ZV_W) {
+            for (size_t u = 0; u < 4 * ZV_W; u += ZV_W)
+                zv_q8_update_vec(q, k, b, b0, b0 + j + u, vms, vvs, nb, &mmax, &vmax, gt, ot);
+            zv_q8_encode4(&q->t[1], pb->m, pb->mc, pmi, j, 1);
+            zv_q8_encode4(&q->t[0], pb->v, pb->vc, pvi, j, 0);
+        }
+    } else {
+        for (size_t i = b0; i < b0 + ZO_ADAM_Q8_BLOCK; i += ZV_W)
+            zv_q8_update_vec(q, k, b, b0, i, vms, vvs, nb, &mmax, &vmax, gt, ot);
+    }
+    float mnew = zs_q8_scale_of((uint32_t)zi_hmax(mmax)),
+          vnew = zs_q8_scale_of((uint32_t)zi_hmax(vmax));
+    b->m_absmax[blk] = mnew;
+    b->v_absmax[blk] = vnew;
+    nb->minv = zs_q8_inv(mnew);
+    nb->vinv = zs_q8_inv(vnew);
+    nb->mc = (uint8_t *)b->m + b0;
+    nb->vc = (uint8_t *)b->v + b0;
+}
+
+/* The codes of a pending block, alone (the last one). */
+ZV_ALWAYS void zv_q8_flush(const zo_q8_tables *q, const zv_q8_pending *pb)
+{
+    const zv pmi = zv_set1(pb->minv), pvi = zv_set1(pb->vinv);
+    for (size_t j = 0; j < ZO_ADAM_Q8_BLOCK; j += 4 * ZV_W) {
+        zv_q8_encode4(&q->t[1], pb->m, pb->mc, pmi, j, 1);
+        zv_q8_encode4(&q->t[0], pb->v, pb->vc, pvi, j, 0);
+    }
+}
+
+/* A partial block [b0, end) (the last of a range): decode and update, the
+ * new fp32 moments kept in L1 while their absmax is found, then encoded
+ * with it. */
+ZV_ALWAYS void zv_adam_q8_part(const zo_adam_consts *c, const zv_adam_k *k,
+                               const zo_adam_buffers *b, size_t b0, size_t end, zo_dtype gt,
+                               zo_dtype ot)
 {
     float mbuf[ZO_ADAM_Q8_BLOCK] __attribute__((aligned(64)));
     float vbuf[ZO_ADAM_Q8_BLOCK] __attribute__((aligned(64)));
@@ -168,14 +271,23 @@ ZV_ALWAYS void zv_adam_q8_block(const zo_adam_consts *c, const zv_adam_k *k,
     zv_q8_encode(q, vbuf, (uint8_t *)b->v + b0, end - b0, zs_q8_inv(vnew), 0);
 }
 
-/* begin is on a block; end on one or at n. */
+/* begin is on a block; end on one or at n. Whole blocks are pipelined:
+ * each one's codes are written during the next one's update. */
 ZV_ALWAYS void zv_adam_q8_loop(const zo_adam_consts *c, const zo_adam_buffers *b, size_t begin,
                                size_t end, zo_dtype gt, zo_dtype ot)
 {
     const zv_adam_k k = zv_adam_k_make(c);
-    for (size_t b0 = begin; b0 < end; b0 += ZO_ADAM_Q8_BLOCK)
-        zv_adam_q8_block(c, &k, b, b0, end - b0 < ZO_ADAM_Q8_BLOCK ? end : b0 + ZO_ADAM_Q8_BLOCK,
-                         gt, ot);
+    zv_q8_pending pend[2];
+    const zv_q8_pending *pb = NULL;
+    size_t b0 = begin;
+    for (int cur = 0; end - b0 >= ZO_ADAM_Q8_BLOCK; b0 += ZO_ADAM_Q8_BLOCK, cur ^= 1) {
+        zv_adam_q8_whole(c, &k, b, b0, pb, &pend[cur], gt, ot);
+        pb = &pend[cur];
+    }
+    if (pb)
+        zv_q8_flush(c->q8, pb);
+    if (b0 < end)
+        zv_adam_q8_part(c, &k, b, b0, end, gt, ot);
 }
 
 #define ZV_ADAM_INSTANCE(G, S, O)                                                                  \

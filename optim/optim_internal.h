@@ -16,23 +16,33 @@
  *   unsigned: 0 zero, 1 one, decade i at [2^(i+1), 2^(i+2)), 2^(i+1) values
  *   signed:   bit 7 the sign and t = the low 7 bits: t = 0 zero (sign 0) or
  *             one (sign 1: there is no -1), decade i at t in [2^i, 2^(i+1))
- * Decoding: t's leading one (the exponent of (float)t) gives the level,
- * t - 2^floor(log2 t) the index k in the decade, and the value is
- * fma(dec_b, k, dec_a) from the level's (and sign's) entry.
- * Encoding a magnitude a: its fp32 exponent picks a binade, whose lower
- * edge's level is lvl_of_binade (a binade is narrower than a decade, so it
- * holds at most one level threshold: one compare with lvl_thr finishes the
- * level); within the level k = the nearest index, fma(a, inv_b, round_c)
- * truncated and clamped to [0, kmax], and the code is code_base + k. */
-#define ZO_Q8_BINADE_FIRST (127 - 24) /* binade 0 is [2^-24, 2^-23) and all below */
-#define ZO_Q8_NBINADES     26         /* ... binade 25: [2, inf] and NaN */
+ * Decoding: t's leading one gives the level, t - 2^floor(log2 t) the index
+ * k in the decade, and the value is fma(dec_b, k, dec_a) from the level's
+ * (and sign's) entry; dec_lz_* hold the same entries indexed by t's count
+ * of leading zeros (32 for t = 0), bit 4 flipped for the sign, for
+ * variants with a vector lzcnt.
+ * Encoding a magnitude a: its fp32 exponent minus ZO_Q8_EXP_FIRST, floored
+ * at 0 (a saturating subtract) and taken mod 32 (the 5-bit index of a
+ * two-register permute), picks a binade, whose lower edge's level is
+ * lvl_of_binade (a binade is narrower than a decade, so it holds at most
+ * one level threshold: one compare with lvl_thr finishes the level). The
+ * encoding entries are indexed by the level plus 16 for a negative signed
+ * moment (whose level 8 is its level 7: there is no -1, and whose base
+ * carries the sign bit): k = the nearest index, fma(a, inv_b, round_c)
+ * truncated and clamped to [0, kmax], and the code is code_base + k.
+ * Binades wrap mod 32 only for magnitudes of 4 and more, which no encoded
+ * value reaches (a moment times 1 / its block's absmax is at most 1 plus
+ * rounding; NaN and inf land on level 8 as 1 and 2 do). */
+#define ZO_Q8_EXP_FIRST (127 - 30) /* binade 0 is [2^-30, 2^-29) and all below */
+#define ZO_Q8_NBINADES  32         /* ... binade 31: [2, 4) */
 
 typedef struct zo_q8_map_tables {
     float dec_a[16], dec_b[16]; /* by level (+ 8 for the signed map's sign bit) */
-    float lvl_thr[16];          /* the midpoint between level d's top and d+1's bottom */
-    float inv_b[16], round_c[16];
-    int32_t kmax[16], code_base[16];
-    int32_t lvl_of_binade[32];
+    float dec_lz_a[32], dec_lz_b[32];
+    float lvl_thr[16]; /* the midpoint between level d's top and d+1's bottom */
+    float inv_b[32], round_c[32];
+    int32_t kmax[32], code_base[32];
+    int32_t lvl_of_binade[ZO_Q8_NBINADES];
 } zo_q8_map_tables;
 
 typedef struct zo_q8_tables {

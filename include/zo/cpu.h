@@ -13,7 +13,7 @@ typedef enum zo_simd_level {
     ZO_SIMD_SCALAR = 0,
     ZO_SIMD_NEON = 1,        /* aarch64 Advanced SIMD */
     ZO_SIMD_AVX2 = 2,        /* AVX2 + FMA + F16C */
-    ZO_SIMD_AVX512 = 3,      /* AVX-512 F/BW/VL (+ F16C) */
+    ZO_SIMD_AVX512 = 3,      /* AVX-512 F/BW/VL/CD (+ F16C) */
     ZO_SIMD_AVX512_BF16 = 4, /* AVX-512 with native bf16 conversion */
 } zo_simd_level;
 

@@ -13,7 +13,7 @@ static zo_simd_level detect(void)
     __builtin_cpu_init();
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl");
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd");
     int bf16 = 0;
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
     bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
