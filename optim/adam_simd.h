@@ -277,11 +277,12 @@ ZV_ALWAYS void zv_adam_q8_loop(const zo_adam_consts *c, const zo_adam_buffers *b
                                size_t end, zo_dtype gt, zo_dtype ot)
 {
     const zv_adam_k k = zv_adam_k_make(c);
+    const zo_adam_buffers lb = *b; /* a copy no store can alias: its pointers stay in registers */
     zv_q8_pending pend[2];
     const zv_q8_pending *pb = NULL;
     size_t b0 = begin;
     for (int cur = 0; end - b0 >= ZO_ADAM_Q8_BLOCK; b0 += ZO_ADAM_Q8_BLOCK, cur ^= 1) {
-        zv_adam_q8_whole(c, &k, b, b0, pb, &pend[cur], gt, ot);
+        zv_adam_q8_whole(c, &k, &lb, b0, pb, &pend[cur], gt, ot);
         pb = &pend[cur];
     }
     if (pb)
