@@ -470,4 +470,18 @@ static void zv_roofline(const zo_adam_buffers *b, size_t begin, size_t end)
         zv_roofline_loop(b, begin, end, 0, 0, 0);
 }
 
-const zo_optim_kernels ZV_TABLE = {ZV_NAME, zv_adam, zv_sum_sq, zv_roofline};
+/* The step's encoder with a scale of 1 (x * 1 is x). */
+static void zv_q8_encode_units(const float *x, size_t n, int is_signed, uint8_t *codes)
+{
+    const zo_q8_tables *q = zo_q8_tables_get();
+    size_t i = 0;
+    for (; i + 4 * ZV_W <= n; i += 4 * ZV_W) {
+        if (is_signed)
+            zv_q8_encode4(&q->t[1], x, codes, zv_set1(1.0f), i, 1);
+        else
+            zv_q8_encode4(&q->t[0], x, codes, zv_set1(1.0f), i, 0);
+    }
+    zv_q8_encode(q, x + i, codes + i, n - i, 1.0f, is_signed != 0);
+}
+
+const zo_optim_kernels ZV_TABLE = {ZV_NAME, zv_adam, zv_sum_sq, zv_roofline, zv_q8_encode_units};

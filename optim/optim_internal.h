@@ -80,6 +80,9 @@ typedef struct zo_optim_kernels {
     double (*sum_sq)(const void *grad, zo_dtype type, size_t begin, size_t end);
     /* The roofline: the same loads and stores as adam, no arithmetic. */
     void (*roofline)(const zo_adam_buffers *b, size_t begin, size_t end);
+    /* The 8-bit encoder of the step, on n values already divided by their
+     * absmax (for tests: zo_test_adam_q8_encode). */
+    void (*q8_encode)(const float *x, size_t n, int is_signed, uint8_t *codes);
 } zo_optim_kernels;
 
 extern const zo_optim_kernels zo_optim_kernels_scalar;

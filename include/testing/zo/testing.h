@@ -30,6 +30,12 @@ zo_status zo_device_inject_fault(zo_device_t dev, zo_device_fault kind, int coun
  * zo_engine_init and zo_engine_finalize; the array is copied. */
 zo_status zo_engine_set_swap_faults(zo_engine_t e, const zo_swap_fault *faults, size_t n);
 
+/* The 8-bit Adam step's encoder of SIMD level simd_level (-1: the
+ * library's) on n values already divided by their block's absmax: the codes
+ * the step would store (zo/optim.h's maps; is_signed: m's). */
+zo_status zo_test_adam_q8_encode(int simd_level, const float *x, size_t n, int is_signed,
+                                 uint8_t *codes);
+
 #ifdef __cplusplus
 }
 #endif

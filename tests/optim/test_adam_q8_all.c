@@ -1,0 +1,127 @@
+/* Every float the 8-bit Adam step can encode (all of [-1.0078125, 1.0078125]
+ * for m's signed map, [0, 1.0078125] for v's unsigned one: a moment times
+ * 1/absmax is at most 1 plus rounding), through each SIMD level's encoder
+ * of the step: the same code as the scalar level, bit for bit, and a
+ * nearest map value (as test_adam_q8's brute force, with its 2^-22 of
+ * slack). Each value's two neighbours in the sorted map come from a pointer
+ * that walks with the values, so the whole range costs a few seconds per
+ * level. Non-finite values are checked as well (level 8, like one). */
+#include "adam_ref.h"
+#include "zo/cpu.h"
+#include "zo/testing.h"
+
+static const zo_simd_level all_levels[] = {ZO_SIMD_SCALAR, ZO_SIMD_AVX2, ZO_SIMD_AVX512,
+                                           ZO_SIMD_AVX512_BF16, ZO_SIMD_NEON};
+#define NLEVELS ((int)(sizeof all_levels / sizeof *all_levels))
+#define CHUNK   ((size_t)1 << 20)
+#define TOP     0x3f810000u /* 1.0078125 */
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct walk {
+    float sorted[256];
+    int j; /* sorted[j] <= x < sorted[j + 1], within the map's range */
+} walk;
+
+static double walk_nearest_dist(walk *w, double x)
+{
+    while (w->j < 255 && x >= w->sorted[w->j + 1])
+        w->j++;
+    while (w->j > 0 && x < w->sorted[w->j])
+        w->j--;
+    double d = fabs(x - w->sorted[w->j]);
+    return w->j < 255 ? fmin(d, fabs(x - w->sorted[w->j + 1])) : d;
+}
+
+/* Codes of x[0..n) at every level this CPU runs: all equal to the scalar
+ * ones, which are a nearest map value. */
+static void check_chunk(const float *x, size_t n, int is_signed, walk *w, uint8_t *want,
+                        uint8_t *got)
+{
+    const float *map = zo_adam_q8_map(is_signed);
+    ZO_ASSERT_OK(zo_test_adam_q8_encode(ZO_SIMD_SCALAR, x, n, is_signed, want));
+    for (int k = 1; k < NLEVELS; k++) {
+        if (!zo_cpu_simd_supported(all_levels[k]))
+            continue;
+        ZO_ASSERT_OK(zo_test_adam_q8_encode((int)all_levels[k], x, n, is_signed, got));
+        for (size_t i = 0; i < n; i++)
+            if (got[i] != want[i])
+                fail_msg("%s %s: %a encoded as %u, scalar %u", zo_simd_level_name(all_levels[k]),
+                         is_signed ? "signed" : "unsigned", (double)x[i], got[i], want[i]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)x[i] - map[want[i]]), best = walk_nearest_dist(w, x[i]);
+        if (!(d <= best + 0x1p-22 * fmax(fabs((double)x[i]), 1e-30)))
+            fail_msg("%s: %a encoded as %u (%.9g), nearest is %.3g away",
+                     is_signed ? "signed" : "unsigned", (double)x[i], want[i], map[want[i]], best);
+    }
+}
+
+/* The floats with bits [0, TOP] (or their negatives), in order. */
+static void check_range(int is_signed, int negative)
+{
+    walk w = {.j = 0};
+    memcpy(w.sorted, zo_adam_q8_map(is_signed), sizeof w.sorted);
+    qsort(w.sorted, 256, sizeof(float), cmp_float);
+    float *x = xcalloc(CHUNK, sizeof *x);
+    uint8_t *want = xcalloc(CHUNK, 1), *got = xcalloc(CHUNK, 1);
+    for (uint64_t b0 = 0; b0 <= TOP; b0 += CHUNK) {
+        size_t n = 0;
+        for (uint64_t b = b0; b <= TOP && b < b0 + CHUNK; b++) {
+            uint32_t bits = (uint32_t)b | (negative ? 0x80000000u : 0u);
+            memcpy(&x[n++], &bits, sizeof bits);
+        }
+        check_chunk(x, n, is_signed, &w, want, got);
+    }
+    free(x);
+    free(want);
+    free(got);
+}
+
+static void test_all_floats_unsigned(void **state)
+{
+    check_range(0, 0);
+}
+
+static void test_all_floats_signed(void **state)
+{
+    check_range(1, 0);
+    check_range(1, 1);
+}
+
+/* inf and NaNs: whatever the scalar level gives, every level gives. */
+static void test_nonfinite(void **state)
+{
+    const uint32_t pats[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u,
+                             0x7f800001u, 0xffffffffu, 0x7fffffffu, 0x7fa00000u};
+    enum { N = 64 };
+    float x[N];
+    for (int i = 0; i < N; i++)
+        memcpy(&x[i], &pats[i % 8], sizeof x[i]);
+    for (int is_signed = 0; is_signed < 2; is_signed++) {
+        uint8_t want[N], got[N];
+        ZO_ASSERT_OK(zo_test_adam_q8_encode(ZO_SIMD_SCALAR, x, N, is_signed, want));
+        for (int k = 1; k < NLEVELS; k++) {
+            if (!zo_cpu_simd_supported(all_levels[k]))
+                continue;
+            ZO_ASSERT_OK(zo_test_adam_q8_encode((int)all_levels[k], x, N, is_signed, got));
+            assert_memory_equal(got, want, N);
+        }
+        assert_int_equal(want[0], is_signed ? 128 : 1); /* inf: as one */
+        assert_int_equal(want[2], is_signed ? 128 : 1); /* NaN: as one */
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nonfinite),
+        cmocka_unit_test(test_all_floats_unsigned),
+        cmocka_unit_test(test_all_floats_signed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
