@@ -208,17 +208,16 @@ static inline zi zi_lut32(const int32_t *t, zi idx)
     return _mm256_castps_si256(
         _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 27))));
 }
-static inline zv zv_lut32(const float *t, zi idx)
-{
-    return _mm256_castsi256_ps(zi_lut32((const int32_t *)t, idx));
-}
 static inline zi zi_subs_u16(zi a, zi b)
 {
     return _mm256_subs_epu16(a, b);
 }
-static inline zi zi_or_if_neg(zi d, zi bits, int32_t x)
+/* d + x where bits is negative and d is not 0 (d >= 0). */
+static inline zi zi_add_if_neg_nz(zi d, zi bits, int32_t x)
 {
-    return _mm256_or_si256(d, _mm256_and_si256(_mm256_srai_epi32(bits, 31), _mm256_set1_epi32(x)));
+    __m256i m = _mm256_and_si256(_mm256_srai_epi32(bits, 31),
+                                 _mm256_cmpgt_epi32(d, _mm256_setzero_si256()));
+    return _mm256_add_epi32(d, _mm256_and_si256(m, _mm256_set1_epi32(x)));
 }
 /* Four vectors of codes 0..255 (after zi_max with 0) to 32 bytes in lane
  * order: two saturating packs interleave the 128-bit lanes, one permute

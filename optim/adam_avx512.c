@@ -209,6 +209,9 @@ static inline zi zi_subs_u16(zi a, zi b)
 {
     return _mm512_subs_epu16(a, b);
 }
+/* 32-entry lookups are single permutes here: the 8-bit encoder indexes a
+ * negative moment's entries by level + 16 (zo_q8_map_tables). */
+#define ZV_HAVE_LUT32 1
 static inline zi zi_or_if_neg(zi d, zi bits, int32_t x)
 {
     __mmask16 neg = _mm512_cmplt_epi32_mask(bits, _mm512_setzero_si512());

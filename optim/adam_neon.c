@@ -197,17 +197,16 @@ static inline zi zi_lut32(const int32_t *t, zi idx)
 {
     return zi_lut16(t, vandq_s32(idx, vdupq_n_s32(31))); /* a permute's 5 index bits */
 }
-static inline zv zv_lut32(const float *t, zi idx)
-{
-    return vreinterpretq_f32_s32(zi_lut32((const int32_t *)t, idx));
-}
 static inline zi zi_subs_u16(zi a, zi b)
 {
     return vreinterpretq_s32_u16(vqsubq_u16(vreinterpretq_u16_s32(a), vreinterpretq_u16_s32(b)));
 }
-static inline zi zi_or_if_neg(zi d, zi bits, int32_t x)
+/* d + x where bits is negative and d is not 0 (d >= 0). */
+static inline zi zi_add_if_neg_nz(zi d, zi bits, int32_t x)
 {
-    return vorrq_s32(d, vandq_s32(vshrq_n_s32(bits, 31), vdupq_n_s32(x)));
+    int32x4_t m =
+        vandq_s32(vshrq_n_s32(bits, 31), vreinterpretq_s32_u32(vcgtq_s32(d, vdupq_n_s32(0))));
+    return vaddq_s32(d, vandq_s32(m, vdupq_n_s32(x)));
 }
 static inline void zi_st8x4(uint8_t *p, zi a, zi b, zi c, zi d)
 {

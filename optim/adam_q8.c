@@ -54,18 +54,25 @@ static void build_lz_decoder(zo_q8_map_tables *t, int is_signed)
         }
 }
 
-/* The encoder's entries for negative signed moments, at level + 16: the
- * sign bit in the base (but -0 and the zero level encode as 0), and level
- * 8 (there is no -1) as level 7. Unsigned: the same entries again. */
-static void build_negative_levels(zo_q8_map_tables *t, int is_signed)
+/* One negative signed level's entry at `at`: the sign bit in the base
+ * (but level 0 encodes as 0), level 8 (there is no -1) as level 7. */
+static void set_negative_level(zo_q8_map_tables *t, int at, int d)
 {
-    for (int d = 0; d < 16; d++) {
-        int from = is_signed && d == 8 ? 7 : d;
-        t->inv_b[d + 16] = t->inv_b[from];
-        t->round_c[d + 16] = t->round_c[from];
-        t->kmax[d + 16] = t->kmax[from];
-        t->code_base[d + 16] = t->code_base[from] + (is_signed && from > 0 ? 128 : 0);
-    }
+    int from = d == 8 ? 7 : d;
+    t->inv_b[at] = t->inv_b[from];
+    t->round_c[at] = t->round_c[from];
+    t->kmax[at] = t->kmax[from];
+    t->code_base[at] = t->code_base[from] + (from > 0 ? 128 : 0);
+}
+
+/* The encoder's entries for negative signed moments: at level + 16 (levels
+ * 0..8) and at level + 8 (levels 1..7; 8 + 8 is read as 15). */
+static void build_negative_levels(zo_q8_map_tables *t)
+{
+    for (int d = 0; d < 9; d++)
+        set_negative_level(t, d + 16, d);
+    for (int d = 1; d < 8; d++)
+        set_negative_level(t, d + 8, d);
 }
 
 static void build_map(zo_q8_tables *q, int is_signed)
@@ -91,7 +98,8 @@ static void build_map(zo_q8_tables *q, int is_signed)
         t->lvl_of_binade[e] = d;
     }
     build_lz_decoder(t, is_signed);
-    build_negative_levels(t, is_signed);
+    if (is_signed)
+        build_negative_levels(t);
     for (uint32_t c = 0; c < 256; c++)
         q->map[is_signed][c] = zs_q8_unit(q, c, is_signed);
 }

@@ -168,10 +168,6 @@ static inline zi zi_lut32(const int32_t *t, zi idx)
 {
     return t[idx & 31];
 }
-static inline zv zv_lut32(const float *t, zi idx)
-{
-    return t[idx & 31];
-}
 /* Each 16-bit half minus b's, floored at 0. */
 static inline zi zi_subs_u16(zi a, zi b)
 {
@@ -180,9 +176,9 @@ static inline zi zi_subs_u16(zi a, zi b)
     uint32_t hi = (ua >> 16) > (ub >> 16) ? (ua >> 16) - (ub >> 16) : 0u;
     return (zi)(lo | hi << 16);
 }
-static inline zi zi_or_if_neg(zi d, zi bits, int32_t x)
+static inline zi zi_add_if_neg_nz(zi d, zi bits, int32_t x)
 {
-    return bits < 0 ? d | x : d;
+    return bits < 0 && d != 0 ? d + x : d;
 }
 static inline void zi_st8x4(uint8_t *p, zi a, zi b, zi c, zi d)
 {

@@ -87,8 +87,8 @@ static inline uint32_t zs_q8_code(const zo_q8_tables *q, float x, int is_signed)
     int32_t d = t->lvl_of_binade[e];
     float af = zo_bits_f32(a);
     d += af > t->lvl_thr[d];
-    if (is_signed)
-        d |= (int32_t)(bits >> 31) << 4; /* the negative entries */
+    if (is_signed && (bits >> 31) && d > 0)
+        d = zs_min(d + 8, 15); /* a negative level's entries; level 8 is 7 */
     int32_t k = zs_min(zs_max(zs_cvtt(fmaf(af, t->inv_b[d], t->round_c[d])), 0), t->kmax[d]);
     return (uint32_t)(t->code_base[d] + k);
 }

@@ -95,12 +95,17 @@ ZV_ALWAYS zi zv_q8_index(const zo_q8_map_tables *t, zv x, int is_signed, zi *k)
     zi d = zi_lut32(t->lvl_of_binade, e);
     zv af = zv_bits(a);
     d = zi_inc_gt(d, af, zv_lut16(t->lvl_thr, d));
-    if (is_signed) {
+#ifdef ZV_HAVE_LUT32
+    if (is_signed) { /* two-register permutes cost what one-register ones do */
         d = zi_or_if_neg(d, bits, 16);
         *k = zi_cvtt(zv_fma(af, zv_lut32(t->inv_b, d), zv_lut32(t->round_c, d)));
-    } else {
-        *k = zi_cvtt(zv_fma(af, zv_lut16(t->inv_b, d), zv_lut16(t->round_c, d)));
+        return d;
     }
+#else
+    if (is_signed)
+        d = zi_min(zi_add_if_neg_nz(d, bits, 8), zi_set1(15));
+#endif
+    *k = zi_cvtt(zv_fma(af, zv_lut16(t->inv_b, d), zv_lut16(t->round_c, d)));
     return d;
 }
 
@@ -108,8 +113,10 @@ ZV_ALWAYS zi zv_q8_code(const zo_q8_map_tables *t, zv x, int is_signed)
 {
     zi k, d = zv_q8_index(t, x, is_signed, &k);
     k = zi_max(k, zi_set1(0));
+#ifdef ZV_HAVE_LUT32
     if (is_signed)
         return zi_add(zi_min(k, zi_lut32(t->kmax, d)), zi_lut32(t->code_base, d));
+#endif
     return zi_add(zi_min(k, zi_lut16(t->kmax, d)), zi_lut16(t->code_base, d));
 }
 

@@ -26,10 +26,12 @@
  * two-register permute), picks a binade, whose lower edge's level is
  * lvl_of_binade (a binade is narrower than a decade, so it holds at most
  * one level threshold: one compare with lvl_thr finishes the level). The
- * encoding entries are indexed by the level plus 16 for a negative signed
- * moment (whose level 8 is its level 7: there is no -1, and whose base
- * carries the sign bit): k = the nearest index, fma(a, inv_b, round_c)
- * truncated and clamped to [0, kmax], and the code is code_base + k.
+ * encoding entries are indexed by the level; a negative signed moment's
+ * (whose bases carry the sign bit, whose level 8 is its level 7: there is
+ * no -1, and whose level 0 encodes as 0) are both at level + 16 (for 5-bit
+ * lookups) and, levels 1..8 only, at min(level + 8, 15) (for 4-bit ones):
+ * k = the nearest index, fma(a, inv_b, round_c) truncated and clamped to
+ * [0, kmax], and the code is code_base + k.
  * Binades wrap mod 32 only for magnitudes of 4 and more, which no encoded
  * value reaches (a moment times 1 / its block's absmax is at most 1 plus
  * rounding; NaN and inf land on level 8 as 1 and 2 do). */
