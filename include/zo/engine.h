@@ -531,6 +531,15 @@ typedef struct zo_engine_step_state {
  * ZeRO; 0 with one rank); -1 for a bad id or before zo_engine_finalize. */
 ZO_API int zo_engine_tensor_owner(zo_engine_t eng, int id);
 
+/* ZeRO stages 1 and 2 (every rank keeps every chunk's 16-bit parameters):
+ * after the owners wrote their tensors' master weights (zo_engine_write_state
+ * and _raw, as a checkpoint's load does, each rank its own tensors), every
+ * rank's 16-bit copy of every chunk from its owner, bitwise. Collective: every
+ * rank calls it, between steps. A no-op with one rank (write_state already
+ * refreshed them) and at stage 3 (partitioned parameters live with their
+ * owner only). */
+ZO_API zo_status zo_engine_share_params(zo_engine_t eng);
+
 /* ZO_ERR_STATE with a dpu update pending (flush first) or a step open. */
 ZO_API zo_status zo_engine_get_step_state(zo_engine_t eng, zo_engine_step_state *out);
 /* Values out of range (negative counts, updates > steps, a scale not finite

@@ -225,6 +225,27 @@ zo_status zo_engine_write_state_raw(zo_engine_t e, int id, const float *master, 
     return write_state(e, id, master, m, v, STATE_RAW);
 }
 
+/* The owner's current 16-bit copy of each chunk to every rank (its single
+ * buffer on the ranks that do not own it), then device slots reloaded. */
+zo_status zo_engine_share_params(zo_engine_t e)
+{
+    ZO_TRY(between_steps(e, -1, "share_params"));
+    if (!eng_zero_on(&e->cfg) || e->cfg.zero_stage >= 3)
+        return ZO_OK;
+    ZO_TRY(no_pending_update(e, "share_params"));
+    ZO_TRY(settle(e));
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        ZO_TRY(zo_comm_broadcast(e->cfg.comm, e->zstream, k->p16[k->p16_cur], k->n_elems,
+                                 e->cfg.param_dtype, k->owner));
+    }
+    ZO_TRY(zo_stream_synchronize(e->zstream));
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        if (e->chunks[c].owner != e->cfg.rank)
+            ZO_TRY(eng_publish_chunk(e, c));
+    return zo_stream_synchronize(e->h2d);
+}
+
 zo_status zo_engine_flush(zo_engine_t e)
 {
     ZO_TRY(between_steps(e, -1, "flush"));
