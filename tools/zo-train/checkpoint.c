@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hf_io.h"
+#include "ranks.h"
 #include "zo/atomic_file.h"
 #include "zo/half.h"
 #include "zo/safetensors.h"
@@ -84,6 +86,19 @@ static zo_status join(char *out, const char *dir, const char *name)
     if (n < 0 || n >= ZT_PATH)
         return zt_fail(ZO_ERR_INVALID_ARG, "path too long: %s/%s", dir, name);
     return ZO_OK;
+}
+
+/* This process's rank and the run's ranks (0 of 1 without ZeRO). */
+static int rank_of(const zt_trainer *t)
+{
+    const zt_options *o = zt_trainer_options(t);
+    return o->world_size > 1 ? o->rank : 0;
+}
+
+static int ranks_of(const zt_trainer *t)
+{
+    const zt_options *o = zt_trainer_options(t);
+    return o->world_size > 1 ? o->world_size : 1;
 }
 
 static int exists(const char *path)
@@ -279,19 +294,35 @@ static zo_status stream_all(zt_trainer *t, writers *w, const tensor_ref *r, int 
     return ZO_OK;
 }
 
-static zo_status write_tensors(zt_trainer *t, const char *dir)
+/* The tensors rank `rank` owns (every tensor with one rank), compacted in place. */
+static int owned_only(zt_trainer *t, tensor_ref *r, int n, int rank)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (zo_engine_tensor_owner(zt_trainer_engine(t), r[i].id) == rank)
+            r[k++] = r[i];
+    return k;
+}
+
+/* This rank's tensors into DIR/model and DIR/optimizer (.safetensors with
+ * one rank, else the rank's shard -0000{rank+1}-of-0000{ranks}). */
+static zo_status write_tensors(zt_trainer *t, const char *dir, int rank, int ranks)
 {
     tensor_ref *r = NULL;
     int n = 0;
     ZT_TRY(model_tensors(t, &r, &n));
+    n = owned_only(t, r, n, rank);
     writers w = {0};
+    char model[128], optim[128];
+    zt_st_shard_name(model, sizeof model, ZT_CKPT_MODEL_BASE, rank, ranks);
+    zt_st_shard_name(optim, sizeof optim, ZT_CKPT_OPTIM_BASE, rank, ranks);
     /* master, m, v: a moment as stored takes at most 4 bytes an element and
      * 8 more (int8: codes padded to 4 bytes, then 4 bytes a block) */
     float *buf = malloc(3 * (largest(r, n) + 2) * sizeof *buf);
     zo_dtype fmt = zo_engine_state_dtype(zt_trainer_engine(t));
     zo_status st = buf ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "a tensor buffer");
-    if (st >= 0 && (st = join(w.model_path, dir, ZT_CKPT_MODEL)) >= 0 &&
-        (st = join(w.optim_path, dir, ZT_CKPT_OPTIM)) >= 0) {
+    if (st >= 0 && (st = join(w.model_path, dir, model)) >= 0 &&
+        (st = join(w.optim_path, dir, optim)) >= 0) {
         if ((st = zo_st_writer_init(&w.model, w.model_path)) < 0)
             writer_fail(st, w.model_path);
         else if ((st = zo_st_writer_init(&w.optim, w.optim_path)) < 0)
@@ -306,6 +337,92 @@ static zo_status write_tensors(zt_trainer *t, const char *dir)
     zo_st_writer_free(w.model);
     zo_st_writer_free(w.optim);
     free(buf);
+    free(r);
+    return st;
+}
+
+/* ---- the indices of a sharded checkpoint (rank 0) ---- */
+
+typedef struct index_list {
+    const char **names;
+    char (*store)[160];
+    int *shard;
+    size_t n;
+    uint64_t bytes;
+} index_list;
+
+static void index_add(index_list *x, const char *name, int shard, uint64_t bytes)
+{
+    snprintf(x->store[x->n], sizeof x->store[x->n], "%s", name);
+    x->names[x->n] = x->store[x->n];
+    x->shard[x->n++] = shard;
+    x->bytes += bytes;
+}
+
+static zo_status index_alloc(index_list *x, size_t cap)
+{
+    memset(x, 0, sizeof *x);
+    x->names = calloc(cap, sizeof *x->names);
+    x->store = calloc(cap, sizeof *x->store);
+    x->shard = calloc(cap, sizeof *x->shard);
+    if (!x->names || !x->store || !x->shard)
+        return zt_fail(ZO_ERR_NO_MEMORY, "a checkpoint index");
+    return ZO_OK;
+}
+
+static void index_free(index_list *x)
+{
+    free(x->names);
+    free(x->store);
+    free(x->shard);
+}
+
+/* Every tensor under its owner's shard: the weights' index and the
+ * optimizer's (its metadata naming the moments' format). */
+static zo_status fill_indices(zt_trainer *t, const tensor_ref *r, int n, index_list *mi,
+                              index_list *oi)
+{
+    zo_dtype fmt = zo_engine_state_dtype(zt_trainer_engine(t));
+    char nm[160];
+    for (int i = 0; i < n; i++) {
+        int owner = zo_engine_tensor_owner(zt_trainer_engine(t), r[i].id);
+        index_add(mi, r[i].name, owner, r[i].numel * sizeof(float));
+        zo_dtype tf = tensor_fmt(fmt, r[i].numel);
+        for (int k = 0; k < 2; k++) {
+            moment_name(nm, sizeof nm, r[i].name, k, 0);
+            index_add(oi, nm, owner, r[i].numel * zo_dtype_size(tf));
+            moment_name(nm, sizeof nm, r[i].name, k, 1);
+            if (tf == ZO_DTYPE_I8)
+                index_add(oi, nm, owner, zo_adam_q8_blocks(r[i].numel) * sizeof(float));
+        }
+    }
+    return ZO_OK;
+}
+
+static zo_status write_indices(zt_trainer *t, const char *dir, int ranks)
+{
+    tensor_ref *r = NULL;
+    int n = 0;
+    ZT_TRY(model_tensors(t, &r, &n));
+    index_list mi, oi;
+    char p[ZT_PATH];
+    zo_dtype fmt = zo_engine_state_dtype(zt_trainer_engine(t));
+    zo_status st = index_alloc(&mi, (size_t)n);
+    if (st >= 0)
+        st = index_alloc(&oi, 4 * (size_t)n);
+    if (st >= 0)
+        st = fill_indices(t, r, n, &mi, &oi);
+    if (st >= 0 && (st = join(p, dir, ZT_CKPT_MODEL_INDEX)) >= 0)
+        st = zt_st_write_index(p, json_pack("{s:I}", "total_size", (json_int_t)mi.bytes), mi.names,
+                               mi.shard, mi.n, ZT_CKPT_MODEL_BASE, ranks);
+    if (st >= 0 && (st = join(p, dir, ZT_CKPT_OPTIM_INDEX)) >= 0)
+        st = zt_st_write_index(p,
+                               json_pack("{s:I,s:s,s:i}", "total_size", (json_int_t)oi.bytes,
+                                         ZT_STATE_DTYPE_KEY, zt_state_dtype_name(fmt), "world_size",
+                                         ranks),
+                               oi.names, oi.shard, oi.n, ZT_CKPT_OPTIM_BASE, ranks);
+    index_free(&mi);
+    index_free(&oi);
     free(r);
     return st;
 }
@@ -351,8 +468,11 @@ static zo_status write_state_file(zt_trainer *t, const char *dir, const zt_train
     zo_engine_step_state es = ZO_ENGINE_STEP_STATE_INIT;
     ZT_LIB(zo_engine_get_step_state(zt_trainer_engine(t), &es));
     json_t *root = state_json(t, ts, &es);
-    if (root)
+    if (root) {
         add_data_identity(root, zt_trainer_options(t)->data_path);
+        json_object_set_new(json_object_get(root, "batch"), "world_size",
+                            json_integer(ranks_of(t)));
+    }
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(root);
     if (!text)
@@ -365,39 +485,102 @@ static zo_status write_state_file(zt_trainer *t, const char *dir, const zt_train
     return st;
 }
 
+typedef struct save_names {
+    char name[64], final[ZT_PATH], tmp[ZT_PATH], latest[ZT_PATH];
+} save_names;
+
+static zo_status name_save(const char *dir, int64_t step, save_names *n)
+{
+    char tmp_name[80];
+    snprintf(n->name, sizeof n->name, "step-%08lld", (long long)step);
+    snprintf(tmp_name, sizeof tmp_name, "%s.tmp", n->name);
+    ZT_TRY(join(n->final, dir, n->name));
+    ZT_TRY(join(n->tmp, dir, tmp_name));
+    return join(n->latest, dir, ZT_CKPT_LATEST);
+}
+
+/* DIR/step-N.tmp, empty, and what a crash left cleared away. */
+static zo_status begin_save(const char *dir, const save_names *n)
+{
+    char latest[256];
+    ZT_TRY(zt_make_dir(dir));
+    ZT_TRY(read_latest(dir, latest, sizeof latest));
+    if (strcmp(latest, n->name) == 0)
+        return zt_fail(ZO_ERR_STATE, "%s/%s already names %s: not replacing the latest checkpoint",
+                       dir, ZT_CKPT_LATEST, n->name);
+    ZT_TRY(remove_stale_tmps(dir));
+    ZT_TRY(
+        remove_tree(n->final)); /* a checkpoint latest never named (a crash, or an abandoned run) */
+    if (mkdir(n->tmp, 0755) != 0)
+        return zt_fail(ZO_ERR_SYSTEM, "cannot create %s: %s", n->tmp, strerror(errno));
+    return ZO_OK;
+}
+
+/* The complete DIR/step-N.tmp becomes DIR/step-N, then latest names it. */
+static zo_status end_save(const save_names *n)
+{
+    if (rename(n->tmp, n->final) != 0)
+        return zt_fail(ZO_ERR_SYSTEM, "cannot rename %s to %s: %s", n->tmp, n->final,
+                       strerror(errno));
+    ZT_LIB(zo_fsync_parent_dir(n->final));
+    char text[80];
+    int len = snprintf(text, sizeof text, "%s\n", n->name);
+    zo_status st = zo_atomic_write_file(n->latest, text, (size_t)len);
+    return st < 0 ? writer_fail(st, n->latest) : ZO_OK;
+}
+
+/* Rank 0's part after the shards: the indices and the training state. */
+static zo_status finish_shards(zt_trainer *t, const save_names *n, const zt_train_state *ts)
+{
+    if (ranks_of(t) > 1)
+        ZT_TRY(write_indices(t, n->tmp, ranks_of(t)));
+    ZT_TRY(write_state_file(t, n->tmp, ts));
+    return end_save(n);
+}
+
+/* Across ranks every stage ends with the ranks agreeing (zt_ranks_agree):
+ * rank 0 prepares the directory, every rank writes its shard, rank 0 writes
+ * the indices and the state and moves latest; one rank failing fails all. */
 zo_status zt_ckpt_save(zt_trainer *t, const char *dir, char *path, size_t cap)
 {
     ZT_LIB(zo_engine_flush(zt_trainer_engine(t)));
-    ZT_TRY(zt_make_dir(dir));
+    zo_comm_t comm = zt_trainer_comm(t);
+    zo_stream_t s = zt_trainer_stream(t);
+    const int rank = rank_of(t), ranks = ranks_of(t);
     zt_train_state ts;
     zt_trainer_get_state(t, &ts);
-    char name[64], latest[256], tmp_name[72], final[ZT_PATH], tmp[ZT_PATH], lp[ZT_PATH];
-    snprintf(name, sizeof name, "step-%08lld", (long long)ts.step);
-    snprintf(tmp_name, sizeof tmp_name, "%s.tmp", name);
-    ZT_TRY(read_latest(dir, latest, sizeof latest));
-    if (strcmp(latest, name) == 0)
-        return zt_fail(ZO_ERR_STATE, "%s/%s already names %s: not replacing the latest checkpoint",
-                       dir, ZT_CKPT_LATEST, name);
-    ZT_TRY(join(final, dir, name));
-    ZT_TRY(join(tmp, dir, tmp_name));
-    ZT_TRY(join(lp, dir, ZT_CKPT_LATEST));
-    ZT_TRY(remove_stale_tmps(dir));
-    ZT_TRY(remove_tree(final)); /* a checkpoint latest never named (a crash, or an abandoned run) */
-    if (mkdir(tmp, 0755) != 0)
-        return zt_fail(ZO_ERR_SYSTEM, "cannot create %s: %s", tmp, strerror(errno));
-    ZT_TRY(write_tensors(t, tmp));
-    ZT_TRY(write_state_file(t, tmp, &ts));
-    if (rename(tmp, final) != 0)
-        return zt_fail(ZO_ERR_SYSTEM, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
-    ZT_LIB(zo_fsync_parent_dir(final));
-    char text[80];
-    int n = snprintf(text, sizeof text, "%s\n", name);
-    zo_status st = zo_atomic_write_file(lp, text, (size_t)n);
-    if (st < 0)
-        return writer_fail(st, lp);
+    save_names n;
+    zo_status st = name_save(dir, ts.step, &n);
+    if (st >= 0 && rank == 0)
+        st = begin_save(dir, &n);
+    ZT_TRY(zt_ranks_agree(comm, s, st, "preparing the checkpoint directory"));
+    st = write_tensors(t, n.tmp, rank, ranks);
+    ZT_TRY(zt_ranks_agree(comm, s, st, "writing the checkpoint's shards"));
+    st = rank == 0 ? finish_shards(t, &n, &ts) : ZO_OK;
+    ZT_TRY(zt_ranks_agree(comm, s, st, "completing the checkpoint"));
     if (path)
-        snprintf(path, cap, "%s", final);
+        snprintf(path, cap, "%s", n.final);
     return ZO_OK;
+}
+
+zo_status zt_ckpt_save_hf(zt_trainer *t, const char *dir, zo_dtype dt, uint64_t shard_bytes)
+{
+    zo_comm_t comm = zt_trainer_comm(t);
+    if (!comm)
+        return zt_hf_save(t, dir, dt, shard_bytes);
+    zo_stream_t s = zt_trainer_stream(t);
+    const int rank = rank_of(t), ranks = ranks_of(t);
+    char tmp[ZT_PATH];
+    zo_status st = snprintf(tmp, sizeof tmp, "%s.tmp", dir) < (int)sizeof tmp
+                       ? ZO_OK
+                       : zt_fail(ZO_ERR_INVALID_ARG, "path too long: %s", dir);
+    if (st >= 0 && rank == 0)
+        st = zt_hf_save_begin(dir, tmp, sizeof tmp);
+    ZT_TRY(zt_ranks_agree(comm, s, st, "preparing the Hugging Face directory"));
+    st = zt_hf_save_shard(t, tmp, dt, rank, ranks);
+    ZT_TRY(zt_ranks_agree(comm, s, st, "writing the Hugging Face shards"));
+    st = rank == 0 ? zt_hf_save_end(t, tmp, dir, dt, ranks) : ZO_OK;
+    return zt_ranks_agree(comm, s, st, "completing the Hugging Face directory");
 }
 
 /* ---- loading ---- */
@@ -506,6 +689,32 @@ static void saved_value(const state_doc *d, const char *path, char *out, size_t 
         out[0] = 0;
 }
 
+/* The micro-batches of a step over all ranks: a run resumed at another world
+ * size keeps the global batch (4 ranks with --grad-accum 1 continue as 1 rank
+ * with --grad-accum 4). Named --grad-accum when neither run had ranks. */
+static void global_batch(const state_doc *d, const zt_options *o, setting *set)
+{
+    json_t *w = at(d->root, "batch.world_size");
+    json_t *ga = at(d->root, "batch.grad_accum");
+    long long saved_w = json_is_integer(w) ? (long long)json_integer_value(w) : 1;
+    long long mine_w = o->world_size > 1 ? o->world_size : 1;
+    if (!json_is_integer(ga))
+        return; /* not recorded: not compared */
+    long long saved_ga = (long long)json_integer_value(ga);
+    if (saved_w == 1 && mine_w == 1) {
+        snprintf(set->mine, sizeof set->mine, "%d", o->grad_accum);
+        return;
+    }
+    set->flag = "--grad-accum x ranks";
+    snprintf(set->saved, sizeof set->saved, "%lld (%lld x %lld)", saved_ga * saved_w, saved_ga,
+             saved_w);
+    if (saved_ga * saved_w == (long long)o->grad_accum * mine_w)
+        snprintf(set->mine, sizeof set->mine, "%s", set->saved); /* the same global batch */
+    else
+        snprintf(set->mine, sizeof set->mine, "%lld (%d x %lld)", (long long)o->grad_accum * mine_w,
+                 o->grad_accum, mine_w);
+}
+
 static int settings_of(const state_doc *d, const zt_options *o, setting *set)
 {
     char real[PATH_MAX];
@@ -521,7 +730,7 @@ static int settings_of(const state_doc *d, const zt_options *o, setting *set)
     }
     snprintf(set[0].mine, sizeof set[0].mine, "%d", o->seq);
     snprintf(set[1].mine, sizeof set[1].mine, "%d", o->micro_batch);
-    snprintf(set[2].mine, sizeof set[2].mine, "%d", o->grad_accum);
+    global_batch(d, o, &set[2]);
     snprintf(set[3].mine, sizeof set[3].mine, "%s", zo_dtype_name(o->dtype));
     snprintf(set[4].mine, sizeof set[4].mine, "%s", have_data ? real : o->data_path);
     snprintf(set[5].mine, sizeof set[5].mine, "%lld", have_data ? (long long)sb.st_size : -1ll);
@@ -607,18 +816,15 @@ static zo_status read_train_state(const state_doc *d, zt_train_state *ts)
     return ZO_OK;
 }
 
-static zo_status open_reader(zo_st_reader_t *r, const char *dir, const char *name)
+static zo_status open_files(zt_st_files **f, const char *dir, const char *base, const char *index)
 {
-    char p[ZT_PATH];
-    ZT_TRY(join(p, dir, name));
-    zo_status st = zo_st_reader_open(r, p);
-    if (st < 0)
-        return zt_fail(st, "loading %s: %s", p, zt_lib_message());
-    return ZO_OK;
+    char single[128];
+    zt_st_shard_name(single, sizeof single, base, 0, 1);
+    return zt_st_files_open(f, dir, single, index);
 }
 
-static zo_status expect(zo_st_reader_t rd, const char *name, zo_dtype dt, const tensor_ref *x,
-                        zo_st_tensor_info *info)
+static zo_status expect_in(zo_st_reader_t rd, const char *name, zo_dtype dt, const tensor_ref *x,
+                           zo_st_tensor_info *info)
 {
     *info = (zo_st_tensor_info)ZO_ST_TENSOR_INFO_INIT;
     zo_status st = zo_st_reader_expect(rd, name, dt, x->ndim, x->shape, info);
@@ -627,22 +833,36 @@ static zo_status expect(zo_st_reader_t rd, const char *name, zo_dtype dt, const 
     return ZO_OK;
 }
 
-/* A file holding other tensors than the model's is another model's. */
-static zo_status check_count(zo_st_reader_t rd, const char *file, size_t want)
+/* Tensor `name` (x's shape, dtype dt) from whichever file of f holds it. */
+static zo_status expect(zt_st_files *f, const char *name, zo_dtype dt, const tensor_ref *x,
+                        zo_st_tensor_info *info)
 {
-    size_t have = zo_st_reader_count(rd);
+    zo_st_reader_t rd = NULL;
+    const char *file = NULL;
+    ZT_TRY(zt_st_files_find(f, name, &rd, &file));
+    if (!rd)
+        return zt_fail(ZO_ERR_NOT_FOUND, "no tensor '%s' in %s", name, file);
+    return expect_in(rd, name, dt, x, info);
+}
+
+/* A file holding other tensors than the model's is another model's. */
+static zo_status check_count(zt_st_files *f, const char *file, size_t want)
+{
+    size_t have = 0;
+    ZT_TRY(zt_st_files_count(f, &have));
     if (have == want)
         return ZO_OK;
     return zt_fail(ZO_ERR_INVALID_ARG,
-                   "%s holds %zu tensors, more than the %zu of this model's checkpoint: it is "
+                   "%s holds %zu tensors, not the %zu of this model's checkpoint: it is "
                    "another model's",
                    file, have, want);
 }
 
 /* The format the optimizer file's moments are in (see "the moments' formats"). */
-static zo_status file_state_dtype(zo_st_reader_t orr, zo_dtype *out)
+static zo_status file_state_dtype(zt_st_files *orr, zo_dtype *out)
 {
-    const char *name = zo_st_reader_metadata(orr, ZT_STATE_DTYPE_KEY);
+    const char *name = NULL;
+    ZT_TRY(zt_st_files_metadata(orr, ZT_STATE_DTYPE_KEY, &name));
     *out = ZO_DTYPE_F32;
     if (name && zt_parse_state_dtype(name, out) < 0)
         return zt_fail(ZO_ERR_CORRUPT, "%s: metadata %s is '%s': expected fp32, bf16 or int8",
@@ -650,11 +870,11 @@ static zo_status file_state_dtype(zo_st_reader_t orr, zo_dtype *out)
     return ZO_OK;
 }
 
-/* Tensor x's master and moments in the two files, checked by name, dtype
+/* Tensor x's master and moments in the two file sets, checked by name, dtype
  * and shape: info[0] the master, info[1 + k] moment k, info[3 + k] its
  * int8 scales. */
-static zo_status find_states(zo_st_reader_t mr, zo_st_reader_t orr, zo_dtype fmt,
-                             const tensor_ref *x, zo_st_tensor_info info[5])
+static zo_status find_states(zt_st_files *mr, zt_st_files *orr, zo_dtype fmt, const tensor_ref *x,
+                             zo_st_tensor_info info[5])
 {
     char nm[160];
     ZT_TRY(expect(mr, x->name, ZO_DTYPE_F32, x, &info[0]));
@@ -720,34 +940,53 @@ static size_t optim_count(const tensor_ref *r, int n, zo_dtype fmt)
     return c;
 }
 
-/* Everything is checked before the engine is touched. */
+/* Everything is checked before the engine is touched; each rank reads the
+ * tensors it owns (all of them with one rank). */
 static zo_status load_tensors(zt_trainer *t, const char *dir)
 {
     tensor_ref *r = NULL;
     int n = 0;
     ZT_TRY(model_tensors(t, &r, &n));
-    zo_st_reader_t mr = NULL, orr = NULL;
+    const int all = n;
+    zt_st_files *mr = NULL, *orr = NULL;
     zo_st_tensor_info info[5];
     zo_dtype fmt = ZO_DTYPE_F32;
     size_t cap = largest(r, n) + 2; /* as write_tensors' */
     float *m = malloc(2 * cap * sizeof *m), *v = m + cap;
-    zo_status st = m ? open_reader(&mr, dir, ZT_CKPT_MODEL) : zt_fail(ZO_ERR_NO_MEMORY, "buffers");
+    zo_status st = m ? open_files(&mr, dir, ZT_CKPT_MODEL_BASE, ZT_CKPT_MODEL_INDEX)
+                     : zt_fail(ZO_ERR_NO_MEMORY, "buffers");
     if (st >= 0)
-        st = open_reader(&orr, dir, ZT_CKPT_OPTIM);
+        st = open_files(&orr, dir, ZT_CKPT_OPTIM_BASE, ZT_CKPT_OPTIM_INDEX);
     if (st >= 0)
         st = file_state_dtype(orr, &fmt);
+    const size_t optim_all = optim_count(r, all, fmt); /* every rank's, as the files hold */
+    n = owned_only(t, r, n, rank_of(t));
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; st >= 0 && i < n; i++)
             if ((st = find_states(mr, orr, fmt, &r[i], info)) >= 0 && pass == 1)
                 st = restore_tensor(t, &r[i], fmt, info, m, v);
-        if (st >= 0 && pass == 0 && (st = check_count(mr, ZT_CKPT_MODEL, (size_t)n)) >= 0)
-            st = check_count(orr, ZT_CKPT_OPTIM, optim_count(r, n, fmt));
+        if (st >= 0 && pass == 0 &&
+            (st = check_count(mr, zt_st_files_sharded(mr) ? ZT_CKPT_MODEL_INDEX : ZT_CKPT_MODEL,
+                              (size_t)all)) >= 0)
+            st = check_count(orr, zt_st_files_sharded(orr) ? ZT_CKPT_OPTIM_INDEX : ZT_CKPT_OPTIM,
+                             optim_all);
     }
-    zo_st_reader_free(mr);
-    zo_st_reader_free(orr);
+    zt_st_files_free(mr);
+    zt_st_files_free(orr);
     free(m);
     free(r);
     return st;
+}
+
+/* Across ranks: every rank's tensors loaded (or all fail), then every rank
+ * takes the 16-bit parameters of the chunks others own from them. */
+static zo_status load_all_ranks(zt_trainer *t, const char *dir)
+{
+    zo_status st = load_tensors(t, dir);
+    ZT_TRY(zt_ranks_agree(zt_trainer_comm(t), zt_trainer_stream(t), st, "loading the checkpoint"));
+    if (zt_trainer_comm(t))
+        ZT_LIB(zo_engine_share_params(zt_trainer_engine(t)));
+    return ZO_OK;
 }
 
 static zo_status restore_steps(zt_trainer *t, const state_doc *d)
@@ -791,8 +1030,9 @@ zo_status zt_ckpt_load(zt_trainer *t, const char *ckpt_dir)
         st = check_model(&d, &zt_trainer_options(t)->shape);
     if (st >= 0)
         st = check_settings(&d, zt_trainer_options(t));
+    /* across ranks every rank reaches the load: a refusal above is every rank's */
     if (st >= 0)
-        st = load_tensors(t, ckpt_dir);
+        st = load_all_ranks(t, ckpt_dir);
     if (st >= 0)
         st = restore_steps(t, &d);
     json_decref(d.root);
@@ -831,7 +1071,7 @@ static zo_status init_one(zt_trainer *t, zo_st_reader_t rd, const char *file, co
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "tensor '%s' in '%s': expected dtype F32, BF16 or F16, found %s", x->name,
                        file, zo_st_dtype_name(info.dtype));
-    ZT_TRY(expect(rd, x->name, info.dtype, x, &info));
+    ZT_TRY(expect_in(rd, x->name, info.dtype, x, &info));
     to_f32(&info, buf, x->numel);
     size_t bad = first_nonfinite(buf, x->numel);
     if (bad < x->numel)
@@ -848,19 +1088,24 @@ zo_status zt_ckpt_init_weights(zt_trainer *t, const char *file)
     tensor_ref *r = NULL;
     int n = 0;
     ZT_TRY(model_tensors(t, &r, &n));
+    const int all = n;
+    n = owned_only(t, r, n, rank_of(t)); /* across ranks each its own, then shared */
     zo_st_reader_t rd = NULL;
-    float *buf = malloc(largest(r, n) * sizeof *buf);
+    float *buf = malloc((largest(r, n) + 1) * sizeof *buf);
     zo_status st =
         buf ? zo_st_reader_open(&rd, file) : zt_fail(ZO_ERR_NO_MEMORY, "a tensor buffer");
     if (buf && st < 0)
         zt_fail(st, "--init-weights: %s", zt_lib_message());
     for (int i = 0; st >= 0 && i < n; i++)
         st = init_one(t, rd, file, &r[i], buf);
-    if (st >= 0 && zo_st_reader_count(rd) > (size_t)n)
+    if (st >= 0 && rank_of(t) == 0 && zo_st_reader_count(rd) > (size_t)all)
         fprintf(stderr, "zo-train: %s holds %zu tensors; the model uses %d of them\n", file,
-                zo_st_reader_count(rd), n);
+                zo_st_reader_count(rd), all);
     zo_st_reader_free(rd);
     free(buf);
     free(r);
-    return st;
+    ZT_TRY(zt_ranks_agree(zt_trainer_comm(t), zt_trainer_stream(t), st, "--init-weights"));
+    if (zt_trainer_comm(t))
+        ZT_LIB(zo_engine_share_params(zt_trainer_engine(t)));
+    return ZO_OK;
 }

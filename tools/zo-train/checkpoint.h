@@ -26,7 +26,31 @@
  * leaves latest naming a complete checkpoint (or no latest at all before the
  * first); leftovers (step-*.tmp, a step-N that latest does not name yet) are
  * removed by the next save. Tensors are streamed one at a time from the
- * engine into both files: no copy of the whole model is held in memory. */
+ * engine into both files: no copy of the whole model is held in memory.
+ *
+ * Across ranks (ZeRO, world size N > 1) each rank writes the tensors it owns
+ * (zo_engine_tensor_owner), in parallel, as shards under transformers' names:
+ *
+ *   DIR/step-N/model-0000{R+1}-of-0000{N}.safetensors      rank R's master weights
+ *   DIR/step-N/model.safetensors.index.json                 {"metadata": {"total_size"},
+ *                                                            "weight_map": {name: shard}}
+ *   DIR/step-N/optimizer-0000{R+1}-of-0000{N}.safetensors  rank R's moments, in the
+ *                                                            run's state format
+ *   DIR/step-N/optimizer.safetensors.index.json             the same for the moments; its
+ *                                                            metadata names the format and N
+ *   DIR/step-N/trainer_state.json                           as above, batch.world_size N
+ *
+ * Rank 0 creates step-N.tmp, the ranks write their shards, and once every
+ * rank has succeeded (the ranks agree after each stage: one failing fails
+ * all, naming it) rank 0 writes the indices and the state and renames: the
+ * same crash safety as one rank's. The directories must be one file system
+ * that every rank sees (one node, or a shared file system).
+ *
+ * A checkpoint loads at any world size, single files or shards alike: each
+ * rank reads the tensors it owns at the new world size from whichever shard
+ * holds them, then the ranks share the 16-bit parameters
+ * (zo_engine_share_params). The data position is the same on every rank (each
+ * reads the global batch and trains on its share), so rank 0's is the run's. */
 #ifndef ZT_CHECKPOINT_H
 #define ZT_CHECKPOINT_H
 
@@ -34,16 +58,24 @@
 
 #include "trainer.h"
 
-#define ZT_CKPT_LATEST "latest"
-#define ZT_CKPT_MODEL  "model.safetensors"
-#define ZT_CKPT_OPTIM  "optimizer.safetensors"
-#define ZT_CKPT_STATE  "trainer_state.json"
+#define ZT_CKPT_LATEST      "latest"
+#define ZT_CKPT_MODEL       "model.safetensors"
+#define ZT_CKPT_OPTIM       "optimizer.safetensors"
+#define ZT_CKPT_STATE       "trainer_state.json"
+#define ZT_CKPT_MODEL_BASE  "model"     /* shards: model-0000R-of-0000N.safetensors */
+#define ZT_CKPT_OPTIM_BASE  "optimizer" /* shards: optimizer-0000R-of-0000N.safetensors */
+#define ZT_CKPT_MODEL_INDEX "model.safetensors.index.json"
+#define ZT_CKPT_OPTIM_INDEX "optimizer.safetensors.index.json"
 
 /* Save the trainer (between steps) as DIR/step-<step>, created with DIR as
  * needed, and point DIR/latest at it; the checkpoint's directory into path
  * (may be NULL). In dpu mode the pending update is applied first
  * (zo_engine_flush). */
 zo_status zt_ckpt_save(zt_trainer *t, const char *dir, char *path, size_t cap);
+
+/* DIR/hf-model beside a checkpoint (zt_hf_save; across ranks each rank
+ * writes its own tensors' shard, zt_hf_save_shard). */
+zo_status zt_ckpt_save_hf(zt_trainer *t, const char *dir, zo_dtype dt, uint64_t shard_bytes);
 
 /* A checkpoint directory (holding trainer_state.json), or a save directory
  * (holding latest): the checkpoint's directory into out. */

@@ -13,11 +13,13 @@
 #include <unistd.h>
 
 #include "hf_config.h"
+#include "ranks.h"
+#include "zo/atomic_file.h"
 #include "zo/half.h"
 #include "zo/safetensors.h"
 #include "zt_error.h"
 
-enum { HF_PATH = 4096, HF_MAX_SHARDS = 1024 };
+enum { HF_PATH = 4096, HF_NAME = 4096, HF_MAX_SHARDS = 1024 };
 
 static zo_status join(char *out, const char *dir, const char *name)
 {
@@ -44,12 +46,14 @@ zo_status zt_hf_read_shape(const char *dir, int seq, zt_shape *out)
 /* ---- the files holding the weights ---- */
 
 /* One file, or the shards of an index, opened as they are first needed. */
-typedef struct hf_files {
-    const char *dir;
-    json_t *map; /* the index's weight_map (NULL: one model.safetensors) */
+typedef struct zt_st_files {
+    const char *dir, *single, *index; /* the directory, the one file's name, the index's */
+    json_t *map;                      /* the index's weight_map (NULL: the one file) */
+    json_t *meta;                     /* the index's metadata object, or NULL */
     int n;
     char *names[HF_MAX_SHARDS];
     zo_st_reader_t readers[HF_MAX_SHARDS];
+    char names_buf[3][HF_NAME]; /* zt_st_files_open's copies of single, index, dir */
 } hf_files;
 
 static void files_close(hf_files *f)
@@ -59,15 +63,19 @@ static void files_close(hf_files *f)
         free(f->names[i]);
     }
     json_decref(f->map);
+    json_decref(f->meta);
 }
 
-static zo_status files_open(hf_files *f, const char *dir)
+static zo_status files_open_as(hf_files *f, const char *dir, const char *single, const char *index)
 {
     char path[HF_PATH];
     struct stat st;
-    memset(f, 0, sizeof *f);
+    f->map = f->meta = NULL; /* the rest is read up to n */
+    f->n = 0;
     f->dir = dir;
-    ZT_TRY(join(path, dir, "model.safetensors.index.json"));
+    f->single = single;
+    f->index = index;
+    ZT_TRY(join(path, dir, index));
     if (stat(path, &st) != 0)
         return ZO_OK;
     json_error_t err;
@@ -75,19 +83,25 @@ static zo_status files_open(hf_files *f, const char *dir)
     if (!root)
         return zt_fail(ZO_ERR_CORRUPT, "%s:%d: %s", path, err.line, err.text);
     f->map = json_incref(json_object_get(root, "weight_map"));
+    f->meta = json_incref(json_object_get(root, "metadata"));
     json_decref(root);
     if (!json_is_object(f->map))
         return zt_fail(ZO_ERR_CORRUPT, "%s: no 'weight_map' object", path);
     return ZO_OK;
 }
 
+static zo_status files_open(hf_files *f, const char *dir)
+{
+    return files_open_as(f, dir, "model.safetensors", "model.safetensors.index.json");
+}
+
 /* The reader holding tensor name, or NULL (absent; *file names where it was looked for). */
 static zo_status files_find(hf_files *f, const char *name, zo_st_reader_t *out, const char **file)
 {
-    const char *shard = "model.safetensors";
+    const char *shard = f->single;
     if (f->map) {
         json_t *v = json_object_get(f->map, name);
-        *file = "model.safetensors.index.json";
+        *file = f->index;
         if (!v) {
             *out = NULL;
             return ZO_OK;
@@ -113,6 +127,109 @@ static zo_status files_find(hf_files *f, const char *name, zo_st_reader_t *out, 
     if (!(f->names[f->n] = strdup(shard)))
         return zt_fail(ZO_ERR_NO_MEMORY, "a shard name");
     *out = f->readers[f->n++];
+    return ZO_OK;
+}
+
+/* ---- the same for other callers (checkpoints) ---- */
+
+zo_status zt_st_files_open(zt_st_files **out, const char *dir, const char *single,
+                           const char *index)
+{
+    hf_files *f = calloc(1, sizeof *f);
+    if (!f)
+        return zt_fail(ZO_ERR_NO_MEMORY, "a safetensors file set");
+    zo_status st = ZO_OK;
+    if (snprintf(f->names_buf[0], sizeof f->names_buf[0], "%s", single) >= HF_NAME ||
+        snprintf(f->names_buf[1], sizeof f->names_buf[1], "%s", index) >= HF_NAME ||
+        snprintf(f->names_buf[2], sizeof f->names_buf[2], "%s", dir) >= HF_NAME)
+        st = zt_fail(ZO_ERR_INVALID_ARG, "a name too long: %s/%s", dir, index);
+    if (st >= 0)
+        st = files_open_as(f, f->names_buf[2], f->names_buf[0], f->names_buf[1]);
+    if (st < 0) {
+        files_close(f);
+        free(f);
+        return st;
+    }
+    *out = f;
+    return ZO_OK;
+}
+
+zo_status zt_st_files_find(zt_st_files *f, const char *name, zo_st_reader_t *rd, const char **file)
+{
+    return files_find(f, name, rd, file);
+}
+
+int zt_st_files_sharded(const zt_st_files *f)
+{
+    return f->map != NULL;
+}
+
+zo_status zt_st_files_count(zt_st_files *f, size_t *n)
+{
+    if (f->map) {
+        *n = json_object_size(f->map);
+        return ZO_OK;
+    }
+    zo_st_reader_t rd;
+    const char *file;
+    ZT_TRY(files_find(f, "", &rd, &file));
+    *n = zo_st_reader_count(rd);
+    return ZO_OK;
+}
+
+zo_status zt_st_files_metadata(zt_st_files *f, const char *key, const char **value)
+{
+    *value = NULL;
+    if (f->map) {
+        *value = json_string_value(json_object_get(f->meta, key));
+        return ZO_OK;
+    }
+    zo_st_reader_t rd;
+    const char *file;
+    ZT_TRY(files_find(f, "", &rd, &file));
+    *value = zo_st_reader_metadata(rd, key);
+    return ZO_OK;
+}
+
+void zt_st_files_free(zt_st_files *f)
+{
+    if (!f)
+        return;
+    files_close(f);
+    free(f);
+}
+
+void zt_st_shard_name(char *out, size_t cap, const char *base, int shard, int shards)
+{
+    if (shards == 1)
+        snprintf(out, cap, "%s.safetensors", base);
+    else
+        snprintf(out, cap, "%s-%05d-of-%05d.safetensors", base, shard + 1, shards);
+}
+
+zo_status zt_st_write_index(const char *path, json_t *metadata, const char *const *names,
+                            const int *shard, size_t n, const char *base, int shards)
+{
+    json_t *map = json_object(), *root = NULL;
+    for (size_t i = 0; map && i < n; i++) {
+        char file[128];
+        zt_st_shard_name(file, sizeof file, base, shard[i], shards);
+        json_object_set_new(map, names[i], json_string(file));
+    }
+    if (map && metadata)
+        root = json_pack("{s:o,s:o}", "metadata", metadata, "weight_map", map);
+    else {
+        json_decref(map);
+        json_decref(metadata);
+    }
+    char *text = root ? json_dumps(root, JSON_INDENT(2)) : NULL;
+    json_decref(root);
+    if (!text)
+        return zt_fail(ZO_ERR_NO_MEMORY, "the safetensors index %s", path);
+    zo_status st = zo_atomic_write_file(path, text, strlen(text));
+    free(text);
+    if (st < 0)
+        return zt_fail(st, "writing %s: %s", path, zt_lib_message());
     return ZO_OK;
 }
 
@@ -190,11 +307,16 @@ zo_status zt_hf_read_weights(const char *dir, const zt_shape *s, zt_hf_put_fn pu
     return st;
 }
 
+/* Across ranks each rank sets the tensors it owns (the others' come from
+ * their owners: zo_engine_share_params). */
 static zo_status put_master(void *ctx, int layer, int idx, const char *name, const float *w)
 {
     zt_trainer *t = ctx;
-    zo_status st = zo_engine_write_state(zt_trainer_engine(t), zt_trainer_tensor_id(t, layer, idx),
-                                         w, NULL, NULL);
+    const zt_options *o = zt_trainer_options(t);
+    int id = zt_trainer_tensor_id(t, layer, idx);
+    if (zo_engine_tensor_owner(zt_trainer_engine(t), id) != (o->world_size > 1 ? o->rank : 0))
+        return ZO_OK;
+    zo_status st = zo_engine_write_state(zt_trainer_engine(t), id, w, NULL, NULL);
     if (st < 0)
         return zt_fail(st, "setting %s: %s", name, zt_lib_message());
     return ZO_OK;
@@ -202,7 +324,11 @@ static zo_status put_master(void *ctx, int layer, int idx, const char *name, con
 
 zo_status zt_hf_load_weights(zt_trainer *t, const char *dir)
 {
-    return zt_hf_read_weights(dir, &zt_trainer_options(t)->shape, put_master, t);
+    zo_status st = zt_hf_read_weights(dir, &zt_trainer_options(t)->shape, put_master, t);
+    ZT_TRY(zt_ranks_agree(zt_trainer_comm(t), zt_trainer_stream(t), st, "--hf-model"));
+    if (zt_trainer_comm(t))
+        ZT_LIB(zo_engine_share_params(zt_trainer_engine(t)));
+    return ZO_OK;
 }
 
 /* ---- saving ---- */
@@ -286,10 +412,7 @@ static int assign_shards(const zt_shape *s, hf_tensor *x, int n, size_t es, uint
 
 static void shard_name(char *out, size_t cap, int shard, int shards)
 {
-    if (shards == 1)
-        snprintf(out, cap, "model.safetensors");
-    else
-        snprintf(out, cap, "model-%05d-of-%05d.safetensors", shard + 1, shards);
+    zt_st_shard_name(out, cap, "model", shard, shards);
 }
 
 static void from_f32(void *dst, zo_dtype dt, const float *src, size_t n)
@@ -392,23 +515,89 @@ static zo_status remove_dir(const char *dir)
     return st;
 }
 
-zo_status zt_hf_save(zt_trainer *t, const char *dir, zo_dtype dt, uint64_t shard_bytes)
+static zo_status check_dtype(zo_dtype dt)
 {
     if (dt != ZO_DTYPE_BF16 && dt != ZO_DTYPE_F32)
         return zt_fail(ZO_ERR_INVALID_ARG, "Hugging Face weights in %s: expected bf16 or fp32",
                        zo_dtype_name(dt));
-    if (shard_bytes == 0)
-        return zt_fail(ZO_ERR_INVALID_ARG, "a shard size of 0 bytes");
-    char tmp[HF_PATH];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", dir) >= (int)sizeof tmp)
+    return ZO_OK;
+}
+
+zo_status zt_hf_save_begin(const char *dir, char *tmp, size_t cap)
+{
+    if (snprintf(tmp, cap, "%s.tmp", dir) >= (int)cap)
         return zt_fail(ZO_ERR_INVALID_ARG, "path too long: %s", dir);
     ZT_TRY(remove_dir(tmp));
     if (mkdir(tmp, 0777) != 0)
         return zt_fail(ZO_ERR_IO, "creating %s: %s", tmp, strerror(errno));
-    ZT_TRY(write_config(t, tmp, dt));
-    ZT_TRY(write_weights(t, tmp, dt, shard_bytes));
+    return ZO_OK;
+}
+
+static zo_status save_end(const char *tmp, const char *dir)
+{
     ZT_TRY(remove_dir(dir));
     if (rename(tmp, dir) != 0)
         return zt_fail(ZO_ERR_IO, "renaming %s to %s: %s", tmp, dir, strerror(errno));
     return ZO_OK;
+}
+
+/* Every tensor with its owner's shard (one shard a rank). */
+static zo_status owner_shards(zt_trainer *t, hf_tensor **out, int *n)
+{
+    const zt_shape *s = &zt_trainer_options(t)->shape;
+    int total = 0;
+    for (int l = 0; l < zt_engine_layers(s); l++)
+        total += zt_layer_tensors(s, l);
+    hf_tensor *x = calloc((size_t)total, sizeof *x);
+    if (!x)
+        return zt_fail(ZO_ERR_NO_MEMORY, "the tensor list");
+    assign_shards(s, x, total, 1, UINT64_MAX);
+    for (int k = 0; k < total; k++)
+        x[k].shard = zo_engine_tensor_owner(zt_trainer_engine(t),
+                                            zt_trainer_tensor_id(t, x[k].layer, x[k].idx));
+    *out = x;
+    *n = total;
+    return ZO_OK;
+}
+
+zo_status zt_hf_save_shard(zt_trainer *t, const char *tmp, zo_dtype dt, int rank, int ranks)
+{
+    ZT_TRY(check_dtype(dt));
+    const zt_shape *s = &zt_trainer_options(t)->shape;
+    size_t big = zt_largest_tensor(s);
+    hf_tensor *x = NULL;
+    int n = 0;
+    ZT_TRY(owner_shards(t, &x, &n));
+    float *f32 = malloc(big * sizeof *f32);
+    void *buf = malloc(big * zo_dtype_size(dt));
+    zo_status st = f32 && buf ? write_shard(t, tmp, x, n, rank, ranks, dt, buf, f32)
+                              : zt_fail(ZO_ERR_NO_MEMORY, "the save buffers");
+    free(x);
+    free(f32);
+    free(buf);
+    return st;
+}
+
+zo_status zt_hf_save_end(zt_trainer *t, const char *tmp, const char *dir, zo_dtype dt, int ranks)
+{
+    hf_tensor *x = NULL;
+    int n = 0;
+    ZT_TRY(owner_shards(t, &x, &n));
+    zo_status st = write_config(t, tmp, dt);
+    if (st >= 0 && ranks > 1)
+        st = write_index(tmp, x, n, ranks, zo_dtype_size(dt));
+    free(x);
+    return st < 0 ? st : save_end(tmp, dir);
+}
+
+zo_status zt_hf_save(zt_trainer *t, const char *dir, zo_dtype dt, uint64_t shard_bytes)
+{
+    ZT_TRY(check_dtype(dt));
+    if (shard_bytes == 0)
+        return zt_fail(ZO_ERR_INVALID_ARG, "a shard size of 0 bytes");
+    char tmp[HF_PATH];
+    ZT_TRY(zt_hf_save_begin(dir, tmp, sizeof tmp));
+    ZT_TRY(write_config(t, tmp, dt));
+    ZT_TRY(write_weights(t, tmp, dt, shard_bytes));
+    return save_end(tmp, dir);
 }

@@ -8,7 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "trainer.h"
+#include "zo/safetensors.h"
 
 /* DIR/config.json as the model's shape (hf_config.h); a sliding window
  * shorter than seq is refused (the model attends to the whole sequence).
@@ -35,5 +38,41 @@ zo_status zt_hf_read_weights(const char *dir, const zt_shape *s, zt_hf_put_fn pu
  * model.safetensors.index.json (a tensor larger than shard_bytes has a shard
  * of its own). Written as dir.tmp then renamed to dir (an old dir is replaced). */
 zo_status zt_hf_save(zt_trainer *t, const char *dir, zo_dtype dt, uint64_t shard_bytes);
+
+/* The same directory written by the ranks of a ZeRO run, each its own
+ * tensors (those zo_engine_tensor_owner gives it) as
+ * model-0000{rank+1}-of-0000{ranks}.safetensors: rank 0 begins (dir.tmp,
+ * empty, its path into tmp), every rank writes its shard, then rank 0 ends
+ * (config.json, model.safetensors.index.json, the rename). The caller keeps
+ * the ranks in step between the three. */
+zo_status zt_hf_save_begin(const char *dir, char *tmp, size_t cap);
+zo_status zt_hf_save_shard(zt_trainer *t, const char *tmp, zo_dtype dt, int rank, int ranks);
+zo_status zt_hf_save_end(zt_trainer *t, const char *tmp, const char *dir, zo_dtype dt, int ranks);
+
+/* ---- safetensors file sets (checkpoints use them too) ---- */
+
+/* One file (DIR/single) or the shards DIR/index names in its weight_map, as
+ * transformers writes them; shards are opened when first needed. */
+typedef struct zt_st_files zt_st_files;
+zo_status zt_st_files_open(zt_st_files **out, const char *dir, const char *single,
+                           const char *index);
+/* The reader holding tensor name (NULL when an index does not name it);
+ * *file the file it is in, or the index that does not name it. */
+zo_status zt_st_files_find(zt_st_files *f, const char *name, zo_st_reader_t *rd, const char **file);
+/* 1 when the set is an index's shards. */
+int zt_st_files_sharded(const zt_st_files *f);
+/* The tensors of the set: the index's weight_map entries, or the file's. */
+zo_status zt_st_files_count(zt_st_files *f, size_t *n);
+/* A string of the index's "metadata" object, or of the one file's header
+ * metadata (NULL when absent). */
+zo_status zt_st_files_metadata(zt_st_files *f, const char *key, const char **value);
+void zt_st_files_free(zt_st_files *f);
+
+/* BASE.safetensors for one shard, else BASE-0000{shard+1}-of-0000{shards}.safetensors. */
+void zt_st_shard_name(char *out, size_t cap, const char *base, int shard, int shards);
+/* PATH (atomically): {"metadata": metadata (taken), "weight_map": {names[i]:
+ * the file of shard[i]}}, as transformers writes model.safetensors.index.json. */
+zo_status zt_st_write_index(const char *path, json_t *metadata, const char *const *names,
+                            const int *shard, size_t n, const char *base, int shards);
 
 #endif

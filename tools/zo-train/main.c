@@ -136,7 +136,8 @@ static void usage(FILE *f)
         "                         with --grad-accum 1 equal one rank with --grad-accum N bit\n"
         "                         for bit; every mode, --offload-param none|cpu;\n"
         "                         NVMe files in DIR/rank-R; output and progress from rank 0,\n"
-        "                         log lines tagged with the rank; no checkpoints yet\n"
+        "                         log lines tagged with the rank; checkpoints sharded by\n"
+        "                         rank, resumable at any number of ranks\n"
         "config:\n"
         "  --config FILE          a DeepSpeed-style JSON config (batch sizes, optimizer, "
         "scheduler,\n"
@@ -661,27 +662,14 @@ static int check_checkpoint_flags(const cli *c)
     return 0;
 }
 
-/* Across ranks: the stage (2 unless given), what ZeRO does not do yet
- * refused, output from rank 0 (the others' stdout, progress and files
- * dropped), log lines tagged with the rank. */
+/* Across ranks: the stage (2 unless given), output from rank 0 (the others' stdout, progress and
+ * files dropped), log lines tagged with the rank. */
 static int check_ranks(cli *c)
 {
     if (c->o.world_size <= 1)
         return 0;
     if (!c->o.zero_stage)
         c->o.zero_stage = 2;
-    const char *ckpt = c->save_dir       ? "--save"
-                       : c->resume       ? "--resume"
-                       : c->init_weights ? "--init-weights"
-                       : c->hf_model     ? "--hf-model"
-                                         : NULL;
-    if (ckpt) {
-        fprintf(stderr,
-                "zo-train: %s across %d ranks: checkpoints of partitioned states are not "
-                "supported yet (run with one rank to save or load)\n",
-                ckpt, c->o.world_size);
-        return 2;
-    }
     if (zt_ranks_tag_stderr(c->o.rank) < 0) {
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
         return 1;
@@ -898,7 +886,7 @@ static zo_status save_checkpoint(zt_trainer *t, cli *c)
     char hf[4096];
     if (snprintf(hf, sizeof hf, "%s/hf-model", c->save_dir) >= (int)sizeof hf)
         return zt_fail(ZO_ERR_INVALID_ARG, "path too long: %s/hf-model", c->save_dir);
-    return zt_hf_save(t, hf, c->hf_save_dtype, c->hf_shard_bytes);
+    return zt_ckpt_save_hf(t, hf, c->hf_save_dtype, c->hf_shard_bytes);
 }
 
 /* Save after step `done` when it is due (every --save-every steps and at

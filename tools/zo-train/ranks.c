@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,4 +180,29 @@ zo_status zt_ranks_open(zo_comm_t *out, zo_device_t dev, const zt_options *o)
     if (st < 0)
         return zt_fail(st, "the ranks disagree: %s", zo_last_error());
     return ZO_OK;
+}
+
+/* ---- agreeing on an outcome ---- */
+
+zo_status zt_ranks_agree(zo_comm_t c, zo_stream_t s, zo_status st, const char *what)
+{
+    if (!c)
+        return st;
+    int n = zo_comm_size(c);
+    int32_t mine = st, *all = calloc((size_t)n, sizeof *all);
+    if (!all)
+        return zt_fail(ZO_ERR_NO_MEMORY, "%s: the ranks' outcomes", what);
+    zo_status cs = zo_comm_all_gather(c, s, &mine, all, 1, ZO_DTYPE_I32);
+    if (cs >= 0)
+        cs = zo_stream_synchronize(s);
+    int bad = -1;
+    for (int r = 0; cs >= 0 && r < n && bad < 0; r++)
+        bad = all[r] < 0 ? r : -1;
+    zo_status other = bad >= 0 ? (zo_status)all[bad] : ZO_OK;
+    free(all);
+    if (cs < 0)
+        return zt_fail(cs, "%s: the ranks could not agree: %s", what, zt_lib_message());
+    if (st < 0 || bad < 0)
+        return st; /* this rank's own failure keeps its message */
+    return zt_fail(other, "%s failed on rank %d (its log says why)", what, bad);
 }

@@ -21,4 +21,10 @@ zo_status zt_ranks_tag_stderr(int rank);
  * the first flag whose value differs on some rank. */
 zo_status zt_ranks_open(zo_comm_t *out, zo_device_t dev, const zt_options *o);
 
+/* Every rank's outcome of a collective piece of work (one status each,
+ * all-gathered): st when this rank failed, else the first failing rank's
+ * status with an error naming it and `what`; ZO_OK when all succeeded. c
+ * NULL (one rank): st. */
+zo_status zt_ranks_agree(zo_comm_t c, zo_stream_t s, zo_status st, const char *what);
+
 #endif

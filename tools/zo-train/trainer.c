@@ -680,6 +680,14 @@ zt_act_store *zt_trainer_act_store(zt_trainer *t)
 {
     return zt_model_act_store(t->m);
 }
+zo_comm_t zt_trainer_comm(zt_trainer *t)
+{
+    return t->comm;
+}
+zo_stream_t zt_trainer_stream(zt_trainer *t)
+{
+    return t->s;
+}
 
 /* The mean loss of the step's micro-batches: with ranks, of every rank's,
  * summed in rank order as one rank sums its own. */

@@ -117,6 +117,10 @@ const zt_setup *zt_trainer_setup(const zt_trainer *t);
 zo_engine_t zt_trainer_engine(zt_trainer *t);
 /* The model's layer-input store (act_home host or nvme with groups; else NULL). */
 zt_act_store *zt_trainer_act_store(zt_trainer *t);
+/* ZeRO: the ranks' communicator (NULL with one rank), and the stream its
+ * collectives are ordered on. */
+zo_comm_t zt_trainer_comm(zt_trainer *t);
+zo_stream_t zt_trainer_stream(zt_trainer *t);
 
 /* One optimizer step over grad_accum micro-batches at the schedule's
  * learning rate: *loss is the mean of their losses (before the update; across
