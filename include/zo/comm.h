@@ -21,7 +21,9 @@
  * communicator's timeout fails with a message naming the ranks that stopped
  * answering, or that answer but never entered it (the mpi backend's progress
  * thread keeps a heartbeat with every rank, carrying how many collectives
- * each has started; nccl aborts the communicator and cannot tell which). After such a failure the
+ * each has started; nccl aborts the communicator and cannot tell which). With mpi a collective
+ * waiting on a rank whose heartbeat stopped (dead, or stopped by SIGSTOP) fails sooner: once the
+ * silence lasts half the timeout, at most 30 s. After such a failure the
  * communicator only returns that error; the process is expected to exit. */
 #ifndef ZO_COMM_H
 #define ZO_COMM_H

@@ -290,8 +290,8 @@ static void hb_tick(uint64_t now)
  * the longest silence in seconds. */
 static int silent_ranks(const mpi_op *o, uint64_t now, char *buf, size_t cap, double *age)
 {
-    /* half the timeout: a loaded machine may starve a live rank that long */
-    uint64_t limit = 4 * engine.hb_interval_ns;
+    /* half the timeout (at most 30 s): a loaded machine may starve a live rank that long */
+    uint64_t limit = engine.lost_ns;
     size_t len = 0;
     int found = 0;
     buf[0] = 0;
@@ -335,19 +335,27 @@ static void fail_engine(const char *msg)
     pthread_mutex_unlock(&engine.mu);
 }
 
-/* Fails o when it outlived the timeout; the engine is failed with it, since
+/* Fails o when it outlived the timeout, or as soon as a rank of its group
+ * has been silent for lost_ns (dead or stopped: waiting out a long timeout
+ * for it would only delay the error); the engine is failed with it, since
  * MPI cannot cancel a collective. Returns 1 when it did. */
 static int watchdog(mpi_op *o, uint64_t now)
 {
     double age = (double)(now - o->start_ns) * 1e-9;
     if (o->type != OP_COLL && o->type != OP_HOST_ALL_GATHER)
         return 0;
-    if (age < o->c->timeout_s)
-        return 0;
     char ranks[256], msg[ZO_COMM_MSG_CAP];
     const char *what = o->type == OP_COLL ? zo_coll_name(o->coll.kind) : "configuration check";
     double silent;
-    if (silent_ranks(o, now, ranks, sizeof ranks, &silent))
+    int lost = silent_ranks(o, now, ranks, sizeof ranks, &silent);
+    if (age < o->c->timeout_s && !lost)
+        return 0;
+    if (lost && age < o->c->timeout_s)
+        snprintf(msg, sizeof msg,
+                 "rank %d: %s failed after %.1f s: lost rank(s) %s (no heartbeat for %.1f s: "
+                 "dead, stopped or cut off)",
+                 engine.world_rank, what, age, ranks, silent);
+    else if (lost)
         snprintf(msg, sizeof msg,
                  "rank %d: %s did not complete within %.1f s: lost rank(s) %s (no heartbeat "
                  "for %.1f s)",
@@ -599,6 +607,10 @@ static zo_status engine_acquire(double timeout_s)
         engine.timeout_s = timeout_s;
         uint64_t iv = (uint64_t)(timeout_s * 1e9 / 8);
         engine.hb_interval_ns = iv < 5000000u ? 5000000u : iv > 1000000000u ? 1000000000u : iv;
+        uint64_t half = (uint64_t)(timeout_s * 1e9 / 2);
+        engine.lost_ns = half > 30000000000u ? 30000000000u : half;
+        if (engine.lost_ns < 4 * engine.hb_interval_ns)
+            engine.lost_ns = 4 * engine.hb_interval_ns;
         if (pthread_create(&engine.thread, NULL, progress_main, NULL)) {
             engine.refs = 0;
             pthread_mutex_unlock(&engine.mu);

@@ -58,6 +58,7 @@ typedef struct mpi_engine {
     mpi_op *queue, *queue_tail;
     double timeout_s;
     uint64_t hb_interval_ns;
+    uint64_t lost_ns; /* a rank silent this long is lost: half the timeout, at most 30 s */
     /* set by the progress thread before init_done, then read-only */
     int world_rank, world_size, tag_ub, we_initialized;
     mpi_comm *world;
