@@ -138,6 +138,9 @@ static void usage(FILE *f)
         "                         NVMe files in DIR/rank-R; output and progress from rank 0,\n"
         "                         log lines tagged with the rank; checkpoints sharded by\n"
         "                         rank, resumable at any number of ranks\n"
+        "  --comm-timeout S       a collective not done after S seconds fails the run (default\n"
+        "                         ZO_COMM_TIMEOUT or 300); a rank that stops answering (killed,\n"
+        "                         stopped) fails the others after half of it, at most 30 s\n"
         "config:\n"
         "  --config FILE          a DeepSpeed-style JSON config (batch sizes, optimizer, "
         "scheduler,\n"
@@ -266,6 +269,7 @@ enum {
     OPT_STATE_DTYPE,
     OPT_MASTER_SPLIT,
     OPT_ZERO_STAGE,
+    OPT_COMM_TIMEOUT,
     OPT_HELP
 };
 
@@ -322,6 +326,7 @@ static const struct option long_opts[] = {
     {"state-dtype", required_argument, 0, OPT_STATE_DTYPE},
     {"master-split", required_argument, 0, OPT_MASTER_SPLIT},
     {"zero-stage", required_argument, 0, OPT_ZERO_STAGE},
+    {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -374,6 +379,10 @@ static int parse_float_opt(int opt, const char *arg, cli *c)
         c->o.weight_decay = v;
     if (opt == OPT_CLIP)
         c->o.max_grad_norm = v;
+    if (opt == OPT_COMM_TIMEOUT && v == 0)
+        return bad_value("comm-timeout", arg, "seconds > 0");
+    if (opt == OPT_COMM_TIMEOUT)
+        c->o.comm_timeout_s = v;
     return 0;
 }
 
@@ -509,7 +518,8 @@ static int parse_opt(int opt, const char *arg, cli *c)
     }
     case OPT_LR:
     case OPT_WD:
-    case OPT_CLIP: return parse_float_opt(opt, arg, c);
+    case OPT_CLIP:
+    case OPT_COMM_TIMEOUT: return parse_float_opt(opt, arg, c);
     case OPT_DEVICE:
     case OPT_DEVMEM:
     case OPT_CHUNK:

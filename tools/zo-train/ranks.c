@@ -165,6 +165,7 @@ zo_status zt_ranks_open(zo_comm_t *out, zo_device_t dev, const zt_options *o)
     cc.device = dev;
     cc.launch.rank = o->rank;
     cc.launch.world_size = o->world_size;
+    cc.timeout_s = o->comm_timeout_s;
     zo_status st = zo_comm_init(out, &cc);
     if (st < 0)
         return zt_fail(st,

@@ -76,6 +76,7 @@ typedef struct zt_options {
                               rank (zero_persist_elems; DeepSpeed's
                               stage3_param_persistence_threshold, 0 without a config) */
     int rank, world_size;  /* 0 of 1 unless launched across ranks */
+    double comm_timeout_s; /* --comm-timeout: 0 for ZO_COMM_TIMEOUT or the library's 300 s */
 } zt_options;
 
 /* Defaults: tiny preset values are filled by the caller (zt_preset). */
