@@ -163,6 +163,9 @@ typedef struct zo_engine_config {
                          master. Device-resident chunks then keep two pinned copies. Results
                          are bitwise those without it; extents keep the full size. Not
                          with world_size > 1 yet (refused). */
+    int host_node;    /* NUMA node of the pinned pool and of the optimizer's worker threads
+                         (-1: the node nearest the device, or on the cpu device the calling
+                         thread's); ranks sharing a node pick each their own */
 } zo_engine_config;
 
 /* ZeRO (world_size > 1, every mode; the ranks run the same steps, each on its
@@ -223,7 +226,7 @@ typedef struct zo_engine_config {
         .struct_size = sizeof(zo_engine_config), .world_size = 1, .param_dtype = ZO_DTYPE_BF16,    \
         .param_home = ZO_TIER_HOST, .optim_home = ZO_TIER_HOST, .nvme_engine = "auto",             \
         .lookahead = 2, .mode = ZO_OPTIM_SYNC, .grad_accum_steps = 1, .adam = ZO_ADAM_PARAMS_INIT, \
-        .loss_scaler = ZO_LOSS_SCALER_CONFIG_INIT                                                  \
+        .loss_scaler = ZO_LOSS_SCALER_CONFIG_INIT, .host_node = -1                                 \
     }
 
 /* Bytes the plan needs in each tier, computed by zo_engine_finalize (and by

@@ -805,6 +805,7 @@ static zo_status alloc_pinned(struct zo_engine *e)
 {
     zo_hostpool_config pc = ZO_HOSTPOOL_CONFIG_INIT;
     pc.max_pinned_bytes = e->cfg.pinned_bytes ? e->cfg.pinned_bytes : e->fp.pinned;
+    pc.node = e->cfg.host_node; /* the optimizer's workers follow it (start_pool) */
     return zo_hostpool_init(&e->pool, e->dev, &pc);
 }
 
