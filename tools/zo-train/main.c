@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "report.h"
 #include "signals.h"
 #include "trainer.h"
+#include "zo/log.h"
 #include "zo/nvtx.h"
 #include "zo/units.h"
 #include "zt_error.h"
@@ -138,6 +140,8 @@ static void usage(FILE *f)
         "                         NVMe files in DIR/rank-R; output and progress from rank 0,\n"
         "                         log lines tagged with the rank; checkpoints sharded by\n"
         "                         rank, resumable at any number of ranks\n"
+        "  -v, --verbose          per-rank resources (host share, NUMA node) and the library's\n"
+        "                         info lines on stderr\n"
         "  --comm-timeout S       a collective not done after S seconds fails the run (default\n"
         "                         ZO_COMM_TIMEOUT or 300); a rank that stops answering (killed,\n"
         "                         stopped) fails the others after half of it, at most 30 s\n"
@@ -270,6 +274,7 @@ enum {
     OPT_MASTER_SPLIT,
     OPT_ZERO_STAGE,
     OPT_COMM_TIMEOUT,
+    OPT_VERBOSE,
     OPT_HELP
 };
 
@@ -327,6 +332,7 @@ static const struct option long_opts[] = {
     {"master-split", required_argument, 0, OPT_MASTER_SPLIT},
     {"zero-stage", required_argument, 0, OPT_ZERO_STAGE},
     {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
+    {"verbose", no_argument, 0, OPT_VERBOSE},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -477,6 +483,10 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_SAVE: c->save_dir = arg; return 0;
     case OPT_RESUME: c->resume = arg; return 0;
     case OPT_ALLOW_CHANGES: c->o.resume_allow_changes = 1; return 0;
+    case OPT_VERBOSE:
+        c->o.verbose = 1;
+        zo_log_set_level(ZO_LOG_INFO); /* the library's info lines too */
+        return 0;
     case OPT_INIT: c->init_weights = arg; return 0;
     case OPT_HF_MODEL: c->hf_model = arg; return 0;
     case OPT_HF_SAVE_DTYPE:
@@ -580,7 +590,9 @@ static void default_paths(cli *c)
 static int next_flag(int argc, char **argv)
 {
     opterr = 0;
-    int opt = getopt_long(argc, argv, "", long_opts, NULL);
+    int opt = getopt_long(argc, argv, "v", long_opts, NULL);
+    if (opt == 'v')
+        opt = OPT_VERBOSE;
     if (opt == OPT_HELP)
         usage(stdout);
     return opt;
@@ -1278,6 +1290,23 @@ static void print_json(const cli *c, const zt_setup *su, const float *losses, co
     json_decref(root);
 }
 
+/* -v: this rank's measured host peaks against its share of the node's host
+ * memory (the engine's pinned and pageable high-water marks; the process's
+ * resident peak, which also holds the cpu device and the libraries, for
+ * reference). */
+static void log_rank_peaks(const cli *c, const zt_setup *su, const totals *tot)
+{
+    struct rusage ru;
+    long rss_kb = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
+    uint64_t engine = tot->last.peak_pinned + tot->last.peak_host;
+    fprintf(stderr,
+            "zo-train: host peak of rank %d: engine %llu bytes (pinned %llu, host %llu) of its "
+            "share %llu; process resident peak %llu bytes\n",
+            c->o.rank, (unsigned long long)engine, (unsigned long long)tot->last.peak_pinned,
+            (unsigned long long)tot->last.peak_host, (unsigned long long)su->host_share,
+            (unsigned long long)rss_kb * 1024ull);
+}
+
 static int run(cli *c)
 {
     double t0 = zo_now_s();
@@ -1320,6 +1349,8 @@ static int run(cli *c)
         }
         out.has_digest = 1;
     }
+    if (rc == 0 && c->o.verbose)
+        log_rank_peaks(c, su, &tot);
     if (rc == 0) {
         out.device_high_water = zt_trainer_device_high_water(t);
         out.wall_s = zo_now_s() - t0;

@@ -3,6 +3,7 @@
 #include "ranks.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,7 +12,61 @@
 #include <unistd.h>
 
 #include "zo/launch.h"
+#include "zo/topo.h"
 #include "zt_error.h"
+
+/* A positive integer from the environment, or 0. */
+static int env_count(const char *name)
+{
+    const char *v = getenv(name);
+    char *end = NULL;
+    long n = v ? strtol(v, &end, 10) : 0;
+    return v && end != v && *end == 0 && n > 0 && n < (1 << 24) ? (int)n : 0;
+}
+
+/* Slurm's tasks on node `node` from a list such as "4(x2),3": 0 when it
+ * cannot be read. */
+static int slurm_tasks_on(const char *list, int node)
+{
+    for (const char *p = list; p && *p;) {
+        char *end;
+        long n = strtol(p, &end, 10), times = 1;
+        if (end == p || n <= 0)
+            return 0;
+        if (strncmp(end, "(x", 2) == 0) {
+            times = strtol(end + 2, &end, 10);
+            if (times <= 0 || *end++ != ')')
+                return 0;
+        }
+        if (node < times)
+            return (int)n;
+        node -= (int)times;
+        p = *end == ',' ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+/* The ranks on this node: mpirun's, torchrun's, or Slurm's count; without
+ * any, every rank is taken to be local (one node). */
+static int local_size(int world_size, const char **from)
+{
+    int n = env_count("OMPI_COMM_WORLD_LOCAL_SIZE");
+    *from = "OMPI_COMM_WORLD_LOCAL_SIZE";
+    if (!n) {
+        n = env_count("LOCAL_WORLD_SIZE");
+        *from = "LOCAL_WORLD_SIZE";
+    }
+    if (!n && getenv("SLURM_NODEID")) {
+        const char *list = getenv("SLURM_STEP_TASKS_PER_NODE");
+        n = slurm_tasks_on(list ? list : getenv("SLURM_TASKS_PER_NODE"), env_count("SLURM_NODEID"));
+        *from = "SLURM_STEP_TASKS_PER_NODE";
+    }
+    if (!n) {
+        n = world_size;
+        *from = "no launcher variable: every rank on this node";
+    }
+    return n;
+}
 
 zo_status zt_ranks_discover(zt_options *o)
 {
@@ -21,7 +76,24 @@ zo_status zt_ranks_discover(zt_options *o)
         return zt_lib_fail(st, "zo_launch_discover");
     o->rank = ri.rank;
     o->world_size = ri.world_size;
+    o->local_size = 1;
+    o->local_rank = 0;
+    if (ri.world_size <= 1)
+        return ZO_OK;
+    o->local_size = local_size(ri.world_size, &o->local_from);
+    o->local_rank = ri.local_rank >= 0 ? ri.local_rank : ri.rank % o->local_size;
+    if (o->local_rank >= o->local_size)
+        return zt_fail(ZO_ERR_CONFIG, "local rank %d but %d ranks on this node (%s)", o->local_rank,
+                       o->local_size, o->local_from);
     return ZO_OK;
+}
+
+uint64_t zt_ranks_share(uint64_t total, int local_rank, int local_size)
+{
+    if (local_size <= 1)
+        return total;
+    uint64_t n = (uint64_t)local_size, r = (uint64_t)local_rank;
+    return total / n + (r < total % n); /* the first ranks one byte more: the shares sum to total */
 }
 
 /* ---- stderr tagged with the rank ---- */
@@ -206,4 +278,52 @@ zo_status zt_ranks_agree(zo_comm_t c, zo_stream_t s, zo_status st, const char *w
     if (st < 0 || bad < 0)
         return st; /* this rank's own failure keeps its message */
     return zt_fail(other, "%s failed on rank %d (its log says why)", what, bad);
+}
+
+/* ---- the NUMA node of a rank's optimizer threads ---- */
+
+/* The OS node holding cpu, or -1. */
+static int node_of_cpu(int cpu)
+{
+    int cpus[1024], n = 0;
+    for (int i = 0; i < zo_topo_numa_node_count(); i++) {
+        zo_topo_node nd = ZO_TOPO_NODE_INIT;
+        if (zo_topo_get_node(i, &nd) != ZO_OK ||
+            zo_topo_node_cpu_list(nd.node, cpus, 1024, &n) != ZO_OK)
+            continue;
+        for (int k = 0; k < n && k < 1024; k++)
+            if (cpus[k] == cpu)
+                return nd.node;
+    }
+    return -1;
+}
+
+int zt_ranks_host_node(const zt_options *o, int cuda, char *why, size_t cap)
+{
+    if (o->local_size <= 1) {
+        snprintf(why, cap, "one rank on this node: the engine's default node");
+        return -1;
+    }
+    if (cuda) {
+        snprintf(why, cap, "the NUMA node nearest this rank's GPU (the engine's default)");
+        return -1;
+    }
+    if (zo_topo_numa_node_count() <= 1) {
+        snprintf(why, cap, "one NUMA node on this machine: nothing to bind");
+        return -1;
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) == 0) {
+        snprintf(why, cap, "the process's cores are unknown: the engine's default node");
+        return -1;
+    }
+    int n = CPU_COUNT(&set), want = (int)((int64_t)o->local_rank * n / o->local_size), cpu = -1;
+    for (int c = 0, k = 0; c < CPU_SETSIZE && cpu < 0; c++)
+        if (CPU_ISSET(c, &set) && k++ == want)
+            cpu = c;
+    int node = node_of_cpu(cpu);
+    snprintf(why, cap, "the node of core %d, the first of local rank %d's share (1/%d) of %d cores",
+             cpu, o->local_rank, o->local_size, n);
+    return node;
 }

@@ -44,6 +44,7 @@ struct zt_trainer {
     char rank_dirs[ZT_MAX_NVME_PATHS][512]; /* ZeRO: DIR/rank-R of each NVMe path */
     float *all_losses;                      /* ZeRO: every rank's micro-batch losses of a step */
     uint64_t mark_t0;                       /* the compute stream's current layer began (trace) */
+    int host_node;                          /* the engine's host_node (zt_ranks_host_node) */
 };
 
 /* ---- the engine as a parameter source ---- */
@@ -222,7 +223,8 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
     c.adam.bias_correction = o->bias_correction;
     c.max_grad_norm = o->max_grad_norm;
     c.loss_scaler = o->loss_scaler;
-    c.pinned_bytes = o->pinned_bytes;
+    c.pinned_bytes = zt_ranks_share(o->pinned_bytes, o->local_rank, o->local_size);
+    c.host_node = t->host_node;
     c.nvme_queue_depth = o->nvme_queue_depth;
     c.nvme_block_size = o->nvme_block_size;
     c.param_caps = o->param_caps;
@@ -387,11 +389,20 @@ static zo_status refuse_host_memory(const uint64_t part[4], uint64_t need, uint6
                    zo_fmt_bytes(b[6], 32, need - limit), names[top]);
 }
 
-/* The host limit: --host-mem, or what the machine can spare (why names it). */
+/* The host limit: --host-mem, or what the machine can spare (why names it);
+ * with several ranks on this node, this rank's share of it. */
 static uint64_t host_limit(const zt_trainer *t, char *why, size_t cap)
 {
     snprintf(why, cap, "%s", t->o.host_mem_from ? t->o.host_mem_from : "--host-mem");
-    return t->o.host_mem ? t->o.host_mem : zt_host_limit(why, cap);
+    uint64_t node = t->o.host_mem ? t->o.host_mem : zt_host_limit(why, cap);
+    if (t->o.local_size <= 1 || !node)
+        return node;
+    uint64_t share = zt_ranks_share(node, t->o.local_rank, t->o.local_size);
+    char whole[32], tail[160];
+    snprintf(tail, sizeof tail, "%s", why);
+    snprintf(why, cap, "local rank %d's share, 1/%d of the node's %s (%s; %s)", t->o.local_rank,
+             t->o.local_size, zo_fmt_bytes(whole, sizeof whole, node), tail, t->o.local_from);
+    return share;
 }
 
 /* The host memory the run will take under c, part by part: the plan's pinned
@@ -428,7 +439,7 @@ static zo_status host_need(const zt_trainer *t, const zo_engine_config *c, uint6
  * killed it). */
 static zo_status check_host_memory(zt_trainer *t, const zo_engine_config *c)
 {
-    char why[160];
+    char why[256];
     uint64_t limit = host_limit(t, why, sizeof why), part[4];
     if (!limit)
         return ZO_OK;
@@ -466,7 +477,7 @@ static zo_status fill_host(const zt_trainer *t, zo_engine_config *c, uint64_t *c
  * (the engine's placement order). */
 static zo_status auto_placement(zt_trainer *t, zo_engine_config *c)
 {
-    char why[160];
+    char why[256];
     uint64_t limit = host_limit(t, why, sizeof why), part[4];
     zo_engine_footprint fp;
     ZT_TRY(host_need(t, c, part, &fp));
@@ -487,7 +498,7 @@ static zo_status auto_placement(zt_trainer *t, zo_engine_config *c)
  * check_host_memory then refuses). */
 static zo_status engine_host_budget(const zt_trainer *t, zo_engine_config *c)
 {
-    char why[160];
+    char why[256];
     uint64_t limit = host_limit(t, why, sizeof why), part[4];
     zo_engine_footprint fp;
     c->host_bytes = 0;
@@ -497,6 +508,22 @@ static zo_status engine_host_budget(const zt_trainer *t, zo_engine_config *c)
     if (limit > part[2] + part[3])
         c->host_bytes = limit - part[2] - part[3];
     return ZO_OK;
+}
+
+/* -v: what this rank takes of the node (its host share, the engine's part of
+ * it, its NUMA node), one line a rank. */
+static void log_resources(const zt_trainer *t, const zo_engine_config *c, const char *node_why)
+{
+    char why[256], b[3][32];
+    uint64_t limit = host_limit(t, why, sizeof why);
+    fprintf(stderr,
+            "zo-train: resources of rank %d (local rank %d of %d): host share %s (%llu bytes; "
+            "%s), engine host budget %s, pinned pool %s; optimizer threads: NUMA node %d (%s)\n",
+            t->o.rank, t->o.local_rank, t->o.local_size, zo_fmt_bytes(b[0], 32, limit),
+            (unsigned long long)limit, limit ? why : "not limited",
+            zo_fmt_bytes(b[1], 32, c->host_bytes),
+            c->pinned_bytes ? zo_fmt_bytes(b[2], 32, c->pinned_bytes) : "the plan's need",
+            t->host_node, node_why);
 }
 
 static zo_status open_engine(zt_trainer *t)
@@ -511,6 +538,8 @@ static zo_status open_engine(zt_trainer *t)
             (unsigned long long)t->setup.activation_bytes, t->o.micro_batch, t->o.seq,
             reserve ? " plus a 512 MiB CUDA reserve" : "");
     t->setup.engine_device_bytes = t->setup.device_budget - need;
+    char why[256], node_why[256];
+    t->host_node = zt_ranks_host_node(&t->o, is_cuda(t), node_why, sizeof node_why);
     zo_engine_config c = engine_config(t, t->dev, t->setup.engine_device_bytes);
     ZT_TRY(engine_host_budget(t, &c));
     if (t->o.placement_auto)
@@ -518,6 +547,9 @@ static zo_status open_engine(zt_trainer *t)
     t->setup.param_caps = c.param_caps;
     t->setup.optim_caps = c.optim_caps;
     ZT_TRY(check_host_memory(t, &c));
+    t->setup.host_share = host_limit(t, why, sizeof why);
+    if (t->o.verbose)
+        log_resources(t, &c, node_why);
     ZT_LIB(zo_engine_init(&t->eng, &c));
     if (t->o.n_nvme_faults)
         ZT_LIB(zo_engine_set_swap_faults(t->eng, t->o.nvme_faults, t->o.n_nvme_faults));

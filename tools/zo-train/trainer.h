@@ -77,6 +77,13 @@ typedef struct zt_options {
                               stage3_param_persistence_threshold, 0 without a config) */
     int rank, world_size;  /* 0 of 1 unless launched across ranks */
     double comm_timeout_s; /* --comm-timeout: 0 for ZO_COMM_TIMEOUT or the library's 300 s */
+    /* The ranks on this node share its host memory (--host-mem, or what the machine can
+     * spare) and pinned pool (--pinned-mem): each gets 1/local_size (zt_ranks_share), and
+     * on the cpu device its optimizer threads the NUMA node of its local_rank-th share of
+     * the cores (the engine's default on a GPU: the node nearest it). */
+    int local_rank, local_size; /* 0 of 1 with one rank */
+    const char *local_from;     /* where local_size came from, for messages */
+    int verbose;                /* -v: per-rank resources and the engine's info lines */
 } zt_options;
 
 /* Defaults: tiny preset values are filled by the caller (zt_preset). */
@@ -105,6 +112,7 @@ typedef struct zt_setup {
     zt_data_info data;
     uint64_t n_params;
     double init_seconds;
+    uint64_t host_share; /* this rank's host limit: its share of the node's (0: not limited) */
 } zt_setup;
 
 typedef struct zt_trainer zt_trainer;
