@@ -684,6 +684,19 @@ static int source_layer(const zt_model *m, int layer, zo_phase *phase)
     return 0;
 }
 
+/* Release after the layer's work: st, the work's outcome, wins. After a
+ * failure release may fail too (the engine abandoned the step); that is a
+ * consequence, and its message must not replace the cause's. */
+static zo_status release_after(const zt_param_source *src, int layer, zo_stream_t s, zo_status st)
+{
+    if (st >= 0)
+        return src->release(src->ctx, layer, s);
+    char cause[1024];
+    snprintf(cause, sizeof cause, "%s", zt_last_error());
+    src->release(src->ctx, layer, s);
+    return zt_fail(st, "%s", cause);
+}
+
 /* fetch, compute, (grads_ready,) release; release also follows a failed
  * compute so the engine's bookkeeping stays balanced. */
 static zo_status run_layer(zt_model *m, const zt_param_source *src, int layer, zo_phase phase,
@@ -696,8 +709,7 @@ static zo_status run_layer(zt_model *m, const zt_param_source *src, int layer, z
     zo_status st = fn(m, layer, p, g, i, scale);
     if (st >= 0 && sp == ZO_PHASE_BACKWARD)
         st = src->grads_ready(src->ctx, sl, m->s);
-    zo_status rst = src->release(src->ctx, sl, m->s);
-    return st < 0 ? st : rst;
+    return release_after(src, sl, m->s, st);
 }
 
 static zo_status embed_fwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
@@ -849,8 +861,7 @@ static zo_status run_group(zt_model *m, const zt_param_source *src, int layer, z
         if (st >= 0)
             st = stage_out(m, j, layer, phase, n);
     }
-    zo_status rst = src->release(src->ctx, sl, m->s);
-    return st < 0 ? st : rst;
+    return release_after(src, sl, m->s, st);
 }
 
 zo_status zt_model_train_group(zt_model *m, const zt_param_source *src, int first, int n,
