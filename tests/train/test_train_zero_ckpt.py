@@ -203,6 +203,13 @@ with tempfile.TemporaryDirectory() as d:
         print("4 -> 2 -> 1 ranks: %d of %d master tensors differ bitwise, relative %.3g at most" %
               (sum(a[n] != b[n] for n in b), len(b), worst))
         check(worst <= 1e-3, "%s: the master weights differ by %g relative" % (what, worst))
+        # another global batch is another run: refused, naming it
+        cmd = MPI + ["-np", "2", EXE] + TINY + opts + ["--nvme-path", d + "/s-x", "--steps", "8",
+                                                      "--resume", d + "/ck"]
+        p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+        check(p.returncode != 0 and "--grad-accum x ranks 4 (4 x 1), now 2 (1 x 2)" in p.stderr,
+              "resuming with half the global batch: exit %d\n%s" % (p.returncode,
+                                                                    p.stderr[-2000:]))
         with open(os.path.join(latest(d + "/ck"), "trainer_state.json")) as f:
             state = json.load(f)
         check(state["step"] == 6 and state["batch"]["world_size"] == 1,
