@@ -155,6 +155,15 @@ def bitwise_reshard(d, first, second, ga, opts, what):
     check(b["val_loss"] == ref["val_loss"],
           "%s: val_loss %r, uninterrupted %r" % (what, b["val_loss"], ref["val_loss"]))
     same_weights(latest(d + "/ck"), latest(d + "/ref"), what)
+    # DIR/hf-model as the last part's ranks wrote it (one shard a rank, with
+    # the index and config.json) holds the uninterrupted run's bf16 weights
+    mine, theirs = read_set(d + "/ck/hf-model", "model"), read_set(d + "/ref/hf-model", "model")
+    check(mine == theirs and os.path.exists(d + "/ck/hf-model/config.json"),
+          "%s: hf-model differs from the uninterrupted run's (%d vs %d tensors)" %
+          (what, len(mine), len(theirs)))
+    if second > 1:
+        check(os.path.exists(d + "/ck/hf-model/model.safetensors.index.json"),
+              "%s: hf-model of %d ranks has no index" % (what, second))
 
 
 with tempfile.TemporaryDirectory() as d:
