@@ -6,7 +6,8 @@ with model.safetensors.index.json (and the optimizer's moments with their own
 index); a checkpoint resumes at another world size, each rank reading what it
 owns there. Against one uninterrupted run with the same global batch (one rank
 with --grad-accum 4 or 2 over the same micro-batches):
-  - 4 ranks -> 1 rank and 1 rank -> 2 ranks: losses, validation loss and the
+  - 4 ranks -> 1 rank, 1 rank -> 2 ranks and 2 ranks -> 1 rank (stages 2, 1
+    and 3): losses, validation loss and the
     final master weights bitwise equal (N ranks with --grad-accum 1 reduce in
     the order one rank with --grad-accum N accumulates);
   - 4 ranks -> 2 ranks -> 1 rank: the 2-rank part runs --grad-accum 2, where
@@ -172,6 +173,10 @@ with tempfile.TemporaryDirectory() as d:
 with tempfile.TemporaryDirectory() as d:
     bitwise_reshard(d, 1, 2, 2, ["--offload-optimizer", "cpu", "--zero-stage", "1"],
                     "1 rank -> 2 ranks (stage 1, states in RAM)")
+with tempfile.TemporaryDirectory() as d:
+    bitwise_reshard(d, 2, 1, 2, ["--offload-optimizer", "cpu", "--zero-stage", "3",
+                                 "--optimizer-mode", "overlap"],
+                    "2 ranks (stage 3, overlap) -> 1 rank")
 
 # 4 -> 2 -> 1 ranks, k = 2 steps each, the global batch 4 micro-batches throughout
 with tempfile.TemporaryDirectory() as d:
