@@ -127,8 +127,8 @@ def check_layout(ckpt, ranks, fmt):
           all(t[0] == "F32" for t in model.values()), "%s: not the fp32 model by HF names" % ckpt)
     if fmt == "int8":
         opt = read_set(ckpt, "optimizer")
-        check(any(n.endswith(".exp_avg.absmax") for n in opt) and
-              all(t[0] == "U8" for n, t in opt.items() if n.endswith(".exp_avg")),
+        coded = [n[:-len(".absmax")] for n in opt if n.endswith(".exp_avg.absmax")]
+        check(coded and all(opt[n][0] == "U8" for n in coded),
               "%s: int8 moments are not u8 codes with absmax" % ckpt)
     with open(os.path.join(ckpt, "trainer_state.json")) as f:
         state = json.load(f)
