@@ -677,8 +677,10 @@ static zo_status ctx_init(split_ctx *x)
     if (!x->p16_home || !x->states_home || !x->resident)
         return zt_fail(ZO_ERR_NO_MEMORY, "the chunks' homes");
     x->mc = zp_model_config(job);
+    /* and a tied head's gradients, down after the head, up for the embedding's backward */
     x->inputs_mb = (uint64_t)(job->shape.n_layers + 1) * (uint64_t)job->seq *
-                   (uint64_t)job->micro_batch * (uint64_t)job->shape.dim * 2;
+                       (uint64_t)job->micro_batch * (uint64_t)job->shape.dim * 2 +
+                   zt_head_grad_stride(&x->mc);
     return ZO_OK;
 }
 
