@@ -83,18 +83,14 @@ static job_cfg small_full_cfg(void)
 
 static zp_job job_of(const job_cfg *c)
 {
-    zp_job j = {c->shape,
-                c->seq,
-                c->micro_batch,
-                c->grad_accum,
-                ZO_DTYPE_BF16,
-                ZO_OPTIM_SYNC,
-                0,
-                0,
-                ZP_ACT_AUTO,
-                0,
-                ZO_DTYPE_F32,
-                0};
+    zp_job j = {.shape = c->shape,
+                .seq = c->seq,
+                .micro_batch = c->micro_batch,
+                .grad_accum = c->grad_accum,
+                .dtype = ZO_DTYPE_BF16,
+                .mode = ZO_OPTIM_SYNC,
+                .act_home = ZP_ACT_AUTO,
+                .state_dtype = ZO_DTYPE_F32};
     return j;
 }
 
@@ -352,8 +348,14 @@ static zp_hardware gpu_machine(void)
 
 static uint64_t plan_all_work(const zt_shape *s, zp_plan plans[ZP_N_STRATEGIES])
 {
-    zp_job j = {*s, 4096, 1,           1, ZO_DTYPE_BF16, ZO_OPTIM_SYNC,
-                0,  0,    ZP_ACT_AUTO, 0, ZO_DTYPE_F32,  0};
+    zp_job j = {.shape = *s,
+                .seq = 4096,
+                .micro_batch = 1,
+                .grad_accum = 1,
+                .dtype = ZO_DTYPE_BF16,
+                .mode = ZO_OPTIM_SYNC,
+                .act_home = ZP_ACT_AUTO,
+                .state_dtype = ZO_DTYPE_F32};
     zp_hardware hw = gpu_machine();
     zp_speeds sp = {25e9, 25e9, 6e9, 5e9, 2e9, 900e12, 600e12, 0, 0, 0};
     uint64_t work = 0;

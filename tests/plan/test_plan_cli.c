@@ -475,6 +475,9 @@ static void test_bad_flags(void **state)
                             {"--gpu-tflops 0", "--gpu-tflops"},
                             {"--nvme-update-gbps -2", "--nvme-update-gbps"},
                             {"--validate x", "--validate"},
+                            {"--world-size 0", "--world-size"},
+                            {"--gpus-per-node many", "--gpus-per-node"},
+                            {"--link-gbps -3", "--link-gbps"},
                             {"--frobnicate", "unknown option"},
                             {"stray", "unexpected argument"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -716,6 +719,44 @@ static void test_emit_state_dtype(void **state)
     json_decref(j);
 }
 
+/* --world-size: rank 0's plans of ZeRO stages 1-3 against its share of the
+ * node, the link's source, the recommendation's command; none without it. */
+static void test_world_size(void **state)
+{
+    (void)state;
+    json_t *one = run_json(TINY_CPU " --host-mem 8GiB");
+    assert_null(json_object_get(one, "zero"));
+    json_decref(one);
+    json_t *j = run_json(TINY_CPU " --host-mem 8GiB --world-size 4 --gpus-per-node 2");
+    json_t *z = json_object_get(j, "zero");
+    assert_non_null(z);
+    assert_int_equal(json_integer_value(json_object_get(z, "world_size")), 4);
+    assert_int_equal(json_integer_value(json_object_get(z, "gpus_per_node")), 2);
+    assert_string_equal(json_string_value(json_object_get(z, "link_source")), "assumed");
+    json_t *share = json_object_get(z, "rank_share");
+    assert_int_equal(json_integer_value(json_object_get(share, "host_bytes")), 4ll << 30);
+    json_t *plans = json_object_get(z, "plans");
+    assert_int_equal(json_array_size(plans), 12);
+    for (size_t i = 0; i < json_array_size(plans); i++) {
+        json_t *p = json_array_get(plans, i);
+        assert_int_equal(json_integer_value(json_object_get(p, "stage")), (json_int_t)(i / 4 + 1));
+        if (!json_is_true(json_object_get(p, "fits")))
+            continue;
+        json_t *b = json_object_get(p, "per_rank_bytes");
+        assert_true(json_integer_value(json_object_get(b, "host")) +
+                        json_integer_value(json_object_get(b, "pinned")) <=
+                    4ll << 30);
+    }
+    json_t *rec = json_object_get(z, "recommended");
+    assert_non_null(strstr(json_string_value(json_object_get(rec, "command")), "--zero-stage"));
+    json_decref(j);
+    outputs o = run(TINY_CPU " --host-mem 8GiB --world-size 2 --link-gbps 50");
+    assert_int_equal(o.status, 0);
+    assert_non_null(strstr(o.out, "ZeRO over 2 ranks, 2 per node, link 50 GB/s (--link-gbps)"));
+    assert_non_null(strstr(o.out, "recommended over 2 ranks: stage"));
+    outputs_free(&o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -738,6 +779,7 @@ int main(void)
         cmocka_unit_test(test_validate_grouped_plan),
         cmocka_unit_test(test_state_dtype_auto),
         cmocka_unit_test(test_emit_state_dtype),
+        cmocka_unit_test(test_world_size),
     };
     return cmocka_run_group_tests(tests, plan_test_make_dir, plan_test_remove_dir);
 }

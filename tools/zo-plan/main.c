@@ -21,6 +21,7 @@
 #include "model_shape.h"
 #include "plan.h"
 #include "validate.h"
+#include "world.h"
 #include "zo/units.h"
 #include "zt_error.h"
 #include "zt_tiers.h"
@@ -46,6 +47,7 @@ typedef struct cli {
     int state_auto;   /* --state-dtype auto: the planner picks the format */
     const char *data; /* its tokens */
     char model_note[256];
+    zp_world world; /* --world-size N > 1: ZeRO plans over N ranks too (world.h) */
 } cli;
 
 static void usage(FILE *f)
@@ -79,6 +81,13 @@ static void usage(FILE *f)
         "                         (1..grad-accum; auto: the planner's choice)\n"
         "  --act-home auto|device|host   where the per-chunk plan keeps the layer inputs the\n"
         "                         backward recomputes from (host: pinned)\n"
+        "ranks (ZeRO, zo-train --zero-stage under mpirun/srun/torchrun):\n"
+        "  --world-size N         also plan ZeRO stages 1, 2, 3 over N ranks, each with the\n"
+        "                         job's micro-batch and grad-accum (default 1: one rank)\n"
+        "  --gpus-per-node G      ranks sharing a node's host memory, NVMe and cores\n"
+        "                         (default: all N on one node)\n"
+        "  --link-gbps G          GB/s of the slowest link between two ranks (default 25 on\n"
+        "                         a GPU: PCIe 4.0 x16; 10 on the cpu device)\n"
         "hardware (detected unless given):\n"
         "  --device auto|cpu|cuda the device (auto: cuda when a GPU is present)\n"
         "  --gpu-mem BYTES        device memory (cpu device: its capacity, default 1 GiB)\n"
@@ -147,6 +156,9 @@ enum {
     OPT_DATA,
     OPT_MICRO_GROUP,
     OPT_ACT_HOME,
+    OPT_WORLD,
+    OPT_GPUS_NODE,
+    OPT_LINK,
     OPT_HELP
 };
 
@@ -190,6 +202,9 @@ static const struct option long_opts[] = {
     {"data", required_argument, 0, OPT_DATA},
     {"micro-group", required_argument, 0, OPT_MICRO_GROUP},
     {"act-home", required_argument, 0, OPT_ACT_HOME},
+    {"world-size", required_argument, 0, OPT_WORLD},
+    {"gpus-per-node", required_argument, 0, OPT_GPUS_NODE},
+    {"link-gbps", required_argument, 0, OPT_LINK},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -313,6 +328,26 @@ static int parse_choice_opt(int opt, const char *arg, cli *c)
     return 0;
 }
 
+/* --world-size, --gpus-per-node: counts >= 1; --link-gbps: GB/s > 0. */
+static int parse_world_opt(int opt, const char *arg, cli *c)
+{
+    char *end;
+    errno = 0;
+    if (opt == OPT_LINK) {
+        double v = strtod(arg, &end);
+        if (errno || end == arg || *end || !(v > 0) || !isfinite(v))
+            return bad_value(opt, arg, "a number of GB/s > 0");
+        c->world.link = v * 1e9;
+        snprintf(c->world.link_source, sizeof c->world.link_source, "--link-gbps");
+        return 0;
+    }
+    long v = strtol(arg, &end, 10);
+    if (errno || end == arg || *end || v < 1 || v > 65536)
+        return bad_value(opt, arg, "a count from 1 to 65536");
+    *(opt == OPT_WORLD ? &c->world.world_size : &c->world.gpus_per_node) = (int)v;
+    return 0;
+}
+
 static int parse_opt(int opt, const char *arg, cli *c)
 {
     switch (opt) {
@@ -343,6 +378,8 @@ static int parse_opt(int opt, const char *arg, cli *c)
         c->bench_json[c->n_bench_json++] = arg;
         return 0;
     }
+    if (opt >= OPT_WORLD && opt <= OPT_LINK)
+        return parse_world_opt(opt, arg, c);
     if (opt >= OPT_VOCAB && opt <= OPT_ACCUM)
         return parse_int_opt(opt, arg, c);
     if (opt == OPT_CHUNK || (opt >= OPT_GPU_MEM && opt <= OPT_PINNED) || opt == OPT_NVME_BYTES)
@@ -437,6 +474,8 @@ typedef struct result {
     char val_err[ZP_N_STRATEGIES + 1][512];
     fmt_row fmts[ZP_N_STATE_FORMATS]; /* the recommendation under each state format */
     char fmt_why[512];                /* why the job's format (auto: the chosen one) */
+    zp_world_plan world[ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES]; /* --world-size > 1 */
+    int world_best;                                             /* the fastest that fits, or -1 */
 } result;
 
 /* Progress of the long parts (--measure, --validate) on stderr. */
@@ -574,6 +613,20 @@ static void explain_format(const cli *c, result *r)
                  zp_bottleneck_name(f32->bottleneck), state_trade(me->t));
 }
 
+/* ZeRO over --world-size ranks, the node's share and the link filled in. */
+static zo_status plan_world(cli *c, result *r)
+{
+    zp_world *w = &c->world;
+    if (!w->gpus_per_node || w->gpus_per_node > w->world_size)
+        w->gpus_per_node = w->world_size;
+    if (!(w->link > 0)) {
+        w->link = strcmp(r->hw.backend, "cuda") == 0 ? ZP_LINK_CUDA_BPS : ZP_LINK_CPU_BPS;
+        snprintf(w->link_source, sizeof w->link_source, "assumed");
+    }
+    return zp_plan_world(&c->job, &r->hw, &r->sp, w, c->nvme_tbw, r->world, &r->world_best,
+                         &r->work);
+}
+
 static zo_status plan_all(cli *c, result *r)
 {
     ZT_TRY(zp_detect_hardware(&c->req, &r->hw, &r->facts));
@@ -587,6 +640,8 @@ static zo_status plan_all(cli *c, result *r)
     c->job.state_dtype = c->state_auto ? choose_format(r) : want;
     ZT_TRY(plan_job(c, r));
     explain_format(c, r);
+    if (c->world.world_size > 1)
+        ZT_TRY(plan_world(c, r));
     if (c->validate)
         validate_all(c, r);
     if (c->emit_path && r->rec < 0)
@@ -776,6 +831,58 @@ static void print_validation(const result *r)
     }
 }
 
+/* What zo-train is told to run plan w (stage and homes). */
+static void world_command(const cli *c, const zp_world_plan *w, char *buf, size_t cap)
+{
+    const zp_plan *p = &w->plan;
+    snprintf(buf, cap,
+             "mpirun -np %d zo-train --zero-stage %d --offload-param %s --offload-optimizer %s "
+             "--chunk-bytes %llu --optimizer-mode %s --state-dtype %s",
+             c->world.world_size, w->stage, zt_home_name(p->param_home),
+             zt_home_name(p->optim_home), (unsigned long long)p->fp.chunk_bytes,
+             zo_optim_mode_name(p->mode), zt_state_dtype_name(c->job.state_dtype));
+}
+
+static void print_world(const cli *c, const result *r)
+{
+    const zp_world *w = &c->world;
+    zp_hardware hw;
+    zp_speeds sp;
+    zp_world_rank_share(w, &r->hw, &r->sp, &hw, &sp);
+    char a[32], b[32], d[32], e[32];
+    printf("\nZeRO over %d ranks, %d per node, link %.3g GB/s (%s): each rank plans against its "
+           "share of the node: host %s, nvme %s, nvme read %.3g / write %.3g GB/s, CPU Adam "
+           "%.3g Gparams/s; %d tokens per step over all ranks\n",
+           w->world_size, w->gpus_per_node, w->link / 1e9, w->link_source, B(a, hw.host_bytes),
+           B(b, hw.nvme_bytes), sp.nvme_read / 1e9, sp.nvme_write / 1e9, sp.adam_params / 1e9,
+           c->job.seq * c->job.micro_batch * c->job.grad_accum * w->world_size);
+    printf("%-5s %-22s %-4s %10s %10s %10s %10s %9s %9s %10s %6s  %s\n", "stage", "placement",
+           "fits", "device", "pinned", "host", "nvme", "step s", "link s", "tokens/s", "MFU",
+           "bottleneck");
+    for (int i = 0; i < ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES; i++) {
+        const zp_world_plan *o = &r->world[i];
+        const zp_plan *p = &o->plan;
+        printf("%-5d %-22s %-4s %10s %10s %10s %10s %9.3g %9.3g %10.4g %5.1f%%  %s\n", o->stage,
+               zp_strategy_name(p->strategy), p->fits ? "yes" : "no", B(a, p->device.total),
+               B(b, p->pinned.total), B(d, p->host.total), B(e, p->nvme.files), o->step_seconds,
+               o->link_seconds, o->tokens_per_s, 100 * o->mfu,
+               o->link_bound ? "links between ranks" : zp_bottleneck_name(p->bottleneck));
+        if (!p->fits)
+            printf("      %s\n", p->why);
+    }
+    if (r->world_best < 0) {
+        printf("recommended over %d ranks: none fits (see the reasons above)\n", w->world_size);
+        return;
+    }
+    const zp_world_plan *o = &r->world[r->world_best];
+    char cmd[512];
+    world_command(c, o, cmd, sizeof cmd);
+    printf("recommended over %d ranks: stage %d, %s: %.4g s per step, %.4g tokens/s, MFU %.1f%%; "
+           "%s\n",
+           w->world_size, o->stage, zp_strategy_name(o->plan.strategy), o->step_seconds,
+           o->tokens_per_s, 100 * o->mfu, cmd);
+}
+
 static void print_deepspeed(const cli *c)
 {
     zp_ds_row rows[ZP_DS_ROWS];
@@ -855,6 +962,8 @@ static void print_human(const cli *c, const result *r)
     }
     if (c->validate)
         print_validation(r);
+    if (c->world.world_size > 1)
+        print_world(c, r);
     if (c->ds_estimate)
         print_deepspeed(c);
 }
@@ -1048,6 +1157,58 @@ static json_t *json_formats(const result *r)
     return a;
 }
 
+static json_t *json_world(const cli *c, const result *r)
+{
+    const zp_world *w = &c->world;
+    zp_hardware hw;
+    zp_speeds sp;
+    zp_world_rank_share(w, &r->hw, &r->sp, &hw, &sp);
+    json_t *plans = json_array();
+    for (int i = 0; i < ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES; i++) {
+        const zp_world_plan *o = &r->world[i];
+        const zp_plan *p = &o->plan;
+        json_t *j = json_pack("{s:i,s:s,s:b,s:s}", "stage", o->stage, "placement",
+                              zp_strategy_name(p->strategy), "fits", p->fits, "why", p->why);
+        json_object_set_new(j, "per_rank_bytes",
+                            json_pack("{s:o,s:o,s:o,s:o}", "device", ju(p->device.total), "pinned",
+                                      ju(p->pinned.total), "host", ju(p->host.total), "nvme",
+                                      ju(p->nvme.files)));
+        json_object_set_new(j, "link_bytes_per_step",
+                            json_pack("{s:o,s:o,s:o}", "gradients", ju(o->grad_link_bytes),
+                                      "updates", ju(o->update_link_bytes), "gathers",
+                                      ju(o->gather_link_bytes)));
+        json_object_set_new(j, "link_seconds", json_real(o->link_seconds));
+        json_object_set_new(j, "rank_step_seconds", json_real(p->step_seconds));
+        json_object_set_new(j, "step_seconds", json_real(o->step_seconds));
+        json_object_set_new(j, "tokens_per_s", json_real(o->tokens_per_s));
+        json_object_set_new(j, "mfu", json_real(o->mfu));
+        json_object_set_new(
+            j, "bottleneck",
+            json_string(o->link_bound ? "links between ranks" : zp_bottleneck_name(p->bottleneck)));
+        json_array_append_new(plans, j);
+    }
+    json_t *z =
+        json_pack("{s:i,s:i,s:f,s:s}", "world_size", w->world_size, "gpus_per_node",
+                  w->gpus_per_node, "link_bytes_per_s", w->link, "link_source", w->link_source);
+    json_object_set_new(z, "rank_share",
+                        json_pack("{s:o,s:o,s:o,s:f,s:f,s:f}", "host_bytes", ju(hw.host_bytes),
+                                  "pinned_max", ju(hw.pinned_max), "nvme_bytes", ju(hw.nvme_bytes),
+                                  "nvme_read_bytes_per_s", sp.nvme_read, "nvme_write_bytes_per_s",
+                                  sp.nvme_write, "adam_params_per_s", sp.adam_params));
+    json_object_set_new(z, "plans", plans);
+    if (r->world_best >= 0) {
+        const zp_world_plan *o = &r->world[r->world_best];
+        char cmd[512];
+        world_command(c, o, cmd, sizeof cmd);
+        json_object_set_new(z, "recommended",
+                            json_pack("{s:i,s:s,s:s}", "stage", o->stage, "placement",
+                                      zp_strategy_name(o->plan.strategy), "command", cmd));
+    } else {
+        json_object_set_new(z, "recommended", json_null());
+    }
+    return z;
+}
+
 static void print_json(const cli *c, const result *r)
 {
     json_t *root = json_inputs(c, r), *plans = json_array();
@@ -1078,6 +1239,8 @@ static void print_json(const cli *c, const result *r)
     json_object_set_new(root, "state_dtype_reason", json_string(r->fmt_why));
     if (c->ds_estimate)
         json_object_set_new(root, "deepspeed_estimate", json_deepspeed(c));
+    if (c->world.world_size > 1)
+        json_object_set_new(root, "zero", json_world(c, r));
     char *s = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     if (s)
         puts(s);

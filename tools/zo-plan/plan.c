@@ -247,6 +247,10 @@ static zo_engine_config engine_config(const zp_job *job, const zp_hardware *hw, 
     c.grad_accum_steps = job->grad_accum;
     c.state_dtype = job->state_dtype;
     c.master_split = job->master_split;
+    if (job->world_size > 1) { /* rank 0: the largest share */
+        c.world_size = job->world_size;
+        c.zero_stage = job->zero_stage;
+    }
     return c;
 }
 
@@ -294,16 +298,20 @@ static void device_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *h
 static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw, uint64_t fullest)
 {
     const zo_engine_footprint *fp = &p->fp;
-    uint64_t C = fp->chunk_bytes, N = fp->n_chunks,
-             states = zp_chunk_state_bytes(job->state_dtype, C) * N;
-    int p_bufs = p->param_home == ZO_TIER_NVME                                  ? 0
-                 : (p->optim_home == ZO_TIER_NVME || job->mode == ZO_OPTIM_DPU) ? 2
-                                                                                : 1;
-    int g_bufs = job->mode == ZO_OPTIM_DPU ? 2 : 1;
-    p->pinned.params = (uint64_t)p_bufs * N * C;
-    p->pinned.grads = (uint64_t)g_bufs * N * C;
-    p->pinned.twins = p->param_home == ZO_TIER_NVME ? (uint64_t)fp->device_param_slots * C : 0;
-    p->pinned.staging = fp->pinned - p->pinned.params - p->pinned.grads - p->pinned.twins;
+    uint64_t C = fp->chunk_bytes, N = fp->n_chunks, W = job->world_size > 1 ? job->world_size : 1;
+    uint64_t own = (N + W - 1) / W; /* rank 0's chunks under ZeRO: their states */
+    uint64_t states = zp_chunk_state_bytes(job->state_dtype, C) * own;
+    /* the update's NVMe stages (engine.h), and stage 3's gather ring */
+    uint64_t Zio = (zp_chunk_state_bytes(job->state_dtype, C) + 4095) / 4096 * 4096;
+    uint64_t stages = p->optim_home == ZO_TIER_NVME
+                          ? ZP_NVME_STAGES * (Zio + (p->param_home == ZO_TIER_NVME ? C : 0))
+                          : 0;
+    p->pinned.grads = fp->grad_pinned + fp->grad_stage; /* mirrors or the ring, and room */
+    p->pinned.twins = fp->param_staging;
+    p->pinned.staging = stages + fp->param_gather;
+    /* the 16-bit host copies: what is left */
+    uint64_t other = p->pinned.grads + p->pinned.twins + p->pinned.staging;
+    p->pinned.params = fp->pinned > other ? fp->pinned - other : 0;
     p->pinned.total = fp->pinned;
     p->host.states = p->optim_home == ZO_TIER_HOST ? states : 0;
     p->host.backups = job->mode == ZO_OPTIM_OVERLAP && p->optim_home != ZO_TIER_NVME ? states : 0;
@@ -458,6 +466,14 @@ zo_status zp_nvme_chunk_states(const zp_job *job, uint64_t **bytes, uint32_t *n_
     return st;
 }
 
+/* Under ZeRO, rank 0 owns the first ceil(n/W) chunks (engine.h: contiguous
+ * runs in chunk order, the first n % W ranks one more). */
+static int rank0_owns(const zp_job *job, uint32_t n_chunks, uint32_t c)
+{
+    uint32_t W = job->world_size > 1 ? (uint32_t)job->world_size : 1;
+    return c < (n_chunks + W - 1) / W;
+}
+
 static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *hw, uint64_t chunk,
                               uint64_t *work)
 {
@@ -466,19 +482,30 @@ static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *
     int E = zt_engine_layers(&job->shape);
     zo_engine_config cfg = engine_config(job, hw, p->strategy, chunk, 0);
     zo_status st = zp_pack_model(&m, &cfg, E);
-    uint64_t used = 0, states = 0;
+    uint64_t used = 0, states = 0, own_used = 0;
     for (uint32_t c = 0; c < m.n_chunks; c++) {
         used += m.chunks[c].used_bytes;
+        if (!rank0_owns(job, m.n_chunks, c))
+            continue; /* another rank updates it */
+        own_used += m.chunks[c].used_bytes;
         states += zp_moved_state_bytes(job, m.chunks[c].used_bytes, p->param_home == ZO_TIER_NVME);
     }
+    int gathers = job->world_size > 1 && job->zero_stage == 3;
     uint64_t loads = 0, load_bytes = used;
-    if (st >= 0 && p->param_home != ZO_TIER_DEVICE) {
+    if (st >= 0 && (p->param_home != ZO_TIER_DEVICE || gathers)) {
         uint32_t slots = p->fp.device_param_slots ? p->fp.device_param_slots : 1;
         st = zp_step_loads(&m, E, slots, job->grad_accum, NULL, &loads, &load_bytes, work);
     }
     zp_layout_free(&m);
     ZT_TRY(st);
     const uint64_t C = p->fp.chunk_bytes, N = p->fp.n_chunks;
+    p->optim_params = job->world_size > 1 ? own_used / 2 : p->fp.n_params;
+    if (gathers) { /* the other ranks' share of the loads comes from their owners (world.h) */
+        uint64_t W = (uint64_t)job->world_size;
+        p->gather_bytes = load_bytes / W * (W - 1);
+        if (p->param_home == ZO_TIER_DEVICE) /* its own stay resident: the new ones go up */
+            load_bytes = p->gather_bytes + own_used;
+    }
     p->h2d_bytes = load_bytes; /* device-resident parameters: the upload of the new ones */
     p->d2h_bytes = (uint64_t)job->grad_accum * used;
     if (p->optim_home == ZO_TIER_NVME)
@@ -526,17 +553,21 @@ static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, cons
     t[ZP_BN_H2D] = (double)p->h2d_bytes / sp->h2d;
     t[ZP_BN_D2H] = (double)p->d2h_bytes / sp->d2h;
     t[ZP_BN_NVME] = nvme_fetch + nvme_optim;
-    t[ZP_BN_OPTIM] = (double)p->fp.n_params / zp_adam_rate(sp, job->state_dtype);
+    t[ZP_BN_OPTIM] = (double)p->optim_params / zp_adam_rate(sp, job->state_dtype);
     /* the upload of device-resident parameters follows the update */
-    double publish = p->param_home == ZO_TIER_DEVICE ? t[ZP_BN_H2D] : 0.0;
-    double fetch_h2d = p->param_home == ZO_TIER_DEVICE ? 0.0 : t[ZP_BN_H2D];
+    double publish = p->param_home == ZO_TIER_DEVICE
+                         ? (double)(p->h2d_bytes - p->gather_bytes) / sp->h2d
+                         : 0.0; /* ZeRO stage 3: gathered chunks are fetched, own ones uploaded */
+    double fetch_h2d = t[ZP_BN_H2D] - publish;
     double optim_phase = fmax(t[ZP_BN_OPTIM], nvme_optim);
     if (strcmp(hw->backend, "cuda") != 0) {
         /* the emulated GPU, its copies and the optimizer share the host's cores */
         double fb = fmax(t[ZP_BN_COMPUTE] + fetch_h2d + t[ZP_BN_D2H], nvme_fetch);
+        p->fb_seconds = fb;
         p->step_seconds = fb + optim_phase + publish;
     } else {
         double fb = fmax(fmax(t[ZP_BN_COMPUTE], fetch_h2d), fmax(t[ZP_BN_D2H], nvme_fetch));
+        p->fb_seconds = fb;
         if (job->mode == ZO_OPTIM_SYNC)
             p->step_seconds = fb + optim_phase + publish;
         else /* the update runs under the backward (overlap) or the next step (dpu) */

@@ -68,6 +68,9 @@ typedef struct zp_job {
     int mode_auto;        /* 1: it chooses sync or overlap (both exact) instead of job->mode */
     zo_dtype state_dtype; /* Adam's m and v: ZO_DTYPE_F32 (0), BF16 or I8 (zo_engine_config's) */
     int master_split;     /* zo_engine_config.master_split: the fp32 master split on NVMe */
+    /* ZeRO (world.h): 0 or 1 = one rank; > 1 plans rank 0 of world_size at
+     * zero_stage (1..3), whose share of the chunks is the largest */
+    int world_size, zero_stage;
 } zp_job;
 
 /* The machine: budgets of every tier. */
@@ -169,6 +172,7 @@ typedef struct zp_plan {
     double model_flops;        /* 6N + attention per token, without the recompute (for MFU) */
     double seconds[ZP_N_BOTTLENECKS]; /* each resource alone */
     double step_seconds;
+    double fb_seconds; /* of it, the forward and backward: what runs under the compute */
     zp_bottleneck bottleneck;
     double tokens_per_s, mfu;
     double nvme_write_per_day; /* bytes */
@@ -201,6 +205,8 @@ typedef struct zp_plan {
     uint64_t h2d_param_bytes, h2d_act_bytes, d2h_grad_bytes, d2h_act_bytes;
     uint64_t h2d_grad_bytes; /* fp32 group sums sent back up for the next group */
     uint64_t nvme_act_bytes; /* layer inputs written to NVMe, and as many read back, per step */
+    uint64_t optim_params;   /* parameters this rank updates (all; under ZeRO its own chunks') */
+    uint64_t gather_bytes;   /* ZeRO stage 3: 16-bit parameters gathered from other ranks */
     char reason[512];        /* why the planner chose this one */
 } zp_plan;
 

@@ -100,6 +100,10 @@ zo_engine_config zp_plan_engine_config(const zp_job *job, const zp_hardware *hw,
     c.state_dtype = job->state_dtype;
     c.host_bytes = p->engine_host_budget;
     c.master_split = job->master_split;
+    if (job->world_size > 1) { /* rank 0 of a ZeRO plan (world.h) */
+        c.world_size = job->world_size;
+        c.zero_stage = job->zero_stage;
+    }
     return c;
 }
 

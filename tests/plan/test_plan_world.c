@@ -1,0 +1,247 @@
+/* zo-plan over several ranks (world.h) on the model's shapes alone:
+ *  - rank 0's memory is the engine's footprint for its ZeRO configuration
+ *    (zo_engine_footprint_for with world_size and zero_stage);
+ *  - its optimizer states are its own chunks' only: 1/N of the model's,
+ *    rounded up to whole chunks; stage 3 holds fewer device parameter bytes
+ *    than stage 1 with parameters on the device;
+ *  - the node's host budget is shared by its ranks: a plan that fits one
+ *    rank per node is refused naming the host tier with 2 per node;
+ *  - the link bytes of each stage are the formulas of world.h (stage 1 an
+ *    all-reduce of fp32 gradients, stages 2 and 3 a reduce, stages 1 and 2
+ *    the owners' 16-bit broadcast, stage 3 gathers in their place), and on
+ *    the cpu device the step adds their time;
+ *  - more ranks never make a rank's states larger. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "world.h"
+#include "zo_test.h"
+#include "zt_error.h"
+
+#define GiB (1ull << 30)
+#define MiB (1ull << 20)
+
+static const zp_speeds speeds = {25e9, 25e9, 6e9, 5e9, 2e9, 165e12, 0, 0, 0, 0};
+
+static zp_job job_small(int grad_accum)
+{
+    zp_job j;
+    memset(&j, 0, sizeof j);
+    ZO_ASSERT_OK(zt_preset("small", &j.shape));
+    j.seq = 128;
+    j.micro_batch = 2;
+    j.grad_accum = grad_accum;
+    j.dtype = ZO_DTYPE_BF16;
+    j.mode = ZO_OPTIM_SYNC;
+    return j;
+}
+
+static zp_hardware cpu_node(uint64_t host_bytes)
+{
+    zp_hardware hw = {"cpu", "the cpu device", 4 * GiB, 0, host_bytes, 0, 100 * GiB, 1};
+    return hw;
+}
+
+static zp_world world(int n, int per_node)
+{
+    zp_world w = {n, per_node, 10e9, "test"};
+    return w;
+}
+
+/* The plans of w: out[(stage-1)*ZP_WORLD_STRATEGIES + k]. */
+static void plan(const zp_job *j, const zp_hardware *hw, const zp_world *w, zp_world_plan *out,
+                 int *best)
+{
+    if (zp_plan_world(j, hw, &speeds, w, 0, out, best, NULL) < 0)
+        fail_msg("zp_plan_world: %s", zt_last_error());
+}
+
+static zp_world_plan *find(zp_world_plan *out, int stage, zp_strategy s)
+{
+    for (int i = 0; i < ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES; i++)
+        if (out[i].stage == stage && out[i].plan.strategy == s)
+            return &out[i];
+    fail_msg("no plan for stage %d, %s", stage, zp_strategy_name(s));
+    return NULL;
+}
+
+/* The model's tensors as the engine registers them. */
+typedef struct layout {
+    size_t *numel;
+    int *layer;
+    zo_engine_layout ly;
+} layout;
+
+static layout layout_of(const zt_shape *s)
+{
+    layout l;
+    int L = zt_engine_layers(s);
+    size_t n = 0, k = 0;
+    for (int i = 0; i < L; i++)
+        n += (size_t)zt_layer_tensors(s, i);
+    l.numel = calloc(n, sizeof *l.numel);
+    l.layer = calloc(n, sizeof *l.layer);
+    assert_non_null(l.numel);
+    assert_non_null(l.layer);
+    for (int i = 0; i < L; i++)
+        for (int t = 0; t < zt_layer_tensors(s, i); t++, k++) {
+            l.numel[k] = zt_tensor_numel(s, i, t);
+            l.layer[k] = i;
+        }
+    l.ly = (zo_engine_layout)ZO_ENGINE_LAYOUT_INIT;
+    l.ly.n_tensors = n;
+    l.ly.numel = l.numel;
+    l.ly.layer = l.layer;
+    return l;
+}
+
+static void test_rank_footprint_is_the_engines(void **state)
+{
+    (void)state;
+    zp_job j = job_small(2);
+    zp_hardware hw = cpu_node(64 * GiB);
+    zp_world w = world(4, 4), out_w = w;
+    zp_world_plan out[ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES];
+    int best;
+    plan(&j, &hw, &w, out, &best);
+    assert_true(best >= 0);
+    layout l = layout_of(&j.shape);
+    zp_hardware rank_hw;
+    zp_speeds rank_sp;
+    zp_world_rank_share(&out_w, &hw, &speeds, &rank_hw, &rank_sp);
+    assert_int_equal(rank_hw.host_bytes, hw.host_bytes / 4);
+    for (int i = 0; i < ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES; i++) {
+        const zp_plan *p = &out[i].plan;
+        zp_job rj = j;
+        rj.world_size = 4;
+        rj.zero_stage = out[i].stage;
+        zo_engine_config cfg = zp_plan_engine_config(&rj, &rank_hw, p);
+        assert_int_equal(cfg.world_size, 4);
+        assert_int_equal(cfg.zero_stage, out[i].stage);
+        zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+        int fits = 0;
+        ZO_ASSERT_OK(zo_engine_footprint_for(&cfg, &l.ly, &fp, &fits, NULL, 0));
+        assert_int_equal(fp.device, p->fp.device);
+        assert_int_equal(fp.pinned, p->fp.pinned);
+        assert_int_equal(fp.host, p->fp.host);
+        assert_int_equal(fp.nvme, p->fp.nvme);
+        /* the breakdown by use adds up without wrapping */
+        assert_true(p->pinned.params + p->pinned.grads + p->pinned.twins + p->pinned.staging ==
+                    p->pinned.total);
+        assert_true(p->pinned.staging <= p->pinned.total && p->host.accum <= p->host.total);
+        assert_true(p->host.states + p->host.backups <= p->host.total);
+    }
+    free(l.numel);
+    free(l.layer);
+}
+
+static void test_states_are_the_ranks_share(void **state)
+{
+    (void)state;
+    zp_job j = job_small(1);
+    zp_hardware hw = cpu_node(64 * GiB);
+    zp_world_plan one[ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES],
+        four[ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES];
+    int best;
+    zp_world w1 = world(1, 1), w4 = world(4, 1);
+    plan(&j, &hw, &w1, one, &best);
+    plan(&j, &hw, &w4, four, &best);
+    for (int st = 1; st <= 3; st++) {
+        const zp_plan *a = &find(one, st, ZP_OPTIM_HOST)->plan,
+                      *b = &find(four, st, ZP_OPTIM_HOST)->plan;
+        uint32_t n = a->fp.n_chunks, own = (n + 3) / 4;
+        assert_int_equal(b->fp.n_chunks, n);
+        /* whole chunks' states, the rank's ceil(n/4) of them */
+        assert_int_equal(b->host.states * n, a->host.states * own);
+        assert_true(b->optim_params < a->optim_params);
+        assert_true(b->optim_params * 4 >= a->optim_params);
+        assert_true(b->seconds[ZP_BN_OPTIM] < a->seconds[ZP_BN_OPTIM]);
+        const zp_plan *nv = &find(four, st, ZP_OPTIM_NVME)->plan;
+        const zp_plan *nv1 = &find(one, st, ZP_OPTIM_NVME)->plan;
+        assert_true(nv->nvme_state_bytes < nv1->nvme_state_bytes);
+        assert_true(nv->nvme_state_bytes * 4 >= nv1->nvme_state_bytes);
+    }
+    /* stage 3 partitions the 16-bit parameters kept on the device */
+    const zp_plan *s1 = &find(four, 1, ZP_NO_OFFLOAD)->plan,
+                  *s3 = &find(four, 3, ZP_NO_OFFLOAD)->plan;
+    assert_true(s3->device.params < s1->device.params);
+    assert_true(s3->gather_bytes > 0);
+    assert_int_equal(s1->gather_bytes, 0);
+}
+
+static void test_node_host_is_shared(void **state)
+{
+    (void)state;
+    zp_job j = job_small(1);
+    zp_world_plan out[ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES];
+    int best;
+    /* enough for one rank's optimizer-host plan at stage 2, not for two */
+    zp_hardware hw = cpu_node(64 * GiB);
+    zp_world alone = world(2, 1);
+    plan(&j, &hw, &alone, out, &best);
+    const zp_plan *p = &find(out, 2, ZP_OPTIM_HOST)->plan;
+    assert_int_equal(p->fits, 1);
+    uint64_t need = p->pinned.total + p->host.total;
+    hw.host_bytes = need * 2 - 2; /* a rank's share: one byte short */
+    zp_world shared = world(2, 2);
+    plan(&j, &hw, &shared, out, &best);
+    p = &find(out, 2, ZP_OPTIM_HOST)->plan;
+    assert_int_equal(p->fits, 0);
+    assert_non_null(strstr(p->why, "host tier"));
+    hw.host_bytes = need * 2;
+    plan(&j, &hw, &shared, out, &best);
+    assert_int_equal(find(out, 2, ZP_OPTIM_HOST)->plan.fits, 1);
+}
+
+static void test_link_bytes_and_time(void **state)
+{
+    (void)state;
+    zp_job j = job_small(1);
+    zp_hardware hw = cpu_node(64 * GiB);
+    zp_world w = world(2, 2);
+    zp_world_plan out[ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES];
+    int best;
+    plan(&j, &hw, &w, out, &best);
+    uint64_t n = find(out, 1, ZP_OPTIM_HOST)->plan.d2h_bytes / 2; /* parameters in use */
+    for (int i = 0; i < ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES; i++) {
+        const zp_world_plan *o = &out[i];
+        assert_int_equal(o->grad_link_bytes, (o->stage == 1 ? 8 : 4) * n);
+        assert_int_equal(o->update_link_bytes, o->stage == 3 ? 0 : 2 * n);
+        assert_int_equal(o->gather_link_bytes, o->plan.gather_bytes);
+        assert_true((o->stage == 3) == (o->gather_link_bytes > 0));
+        double link =
+            (double)(o->grad_link_bytes + o->update_link_bytes + o->gather_link_bytes) / w.link;
+        assert_true(fabs(o->link_seconds - link) <= 1e-12 * link);
+        /* the cpu device's cores move them: they add to the rank's step */
+        assert_true(fabs(o->step_seconds - (o->plan.step_seconds + link)) <=
+                    1e-9 * o->step_seconds);
+        assert_true(fabs(o->tokens_per_s - 2.0 * (double)o->plan.tokens / o->step_seconds) <=
+                    1e-9 * o->tokens_per_s);
+    }
+}
+
+static void test_bad_world_refused(void **state)
+{
+    (void)state;
+    zp_job j = job_small(1);
+    zp_hardware hw = cpu_node(64 * GiB);
+    zp_world w = world(0, 1);
+    zp_world_plan out[ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES];
+    int best;
+    assert_true(zp_plan_world(&j, &hw, &speeds, &w, 0, out, &best, NULL) < 0);
+    assert_non_null(strstr(zt_last_error(), "world size 0"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rank_footprint_is_the_engines),
+        cmocka_unit_test(test_states_are_the_ranks_share),
+        cmocka_unit_test(test_node_host_is_shared),
+        cmocka_unit_test(test_link_bytes_and_time),
+        cmocka_unit_test(test_bad_world_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
