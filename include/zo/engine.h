@@ -241,8 +241,9 @@ typedef struct zo_engine_config {
  *   pinned = N*C*P + [not grouped] N*C*G + [grouped] 2*N*C*G (fp32 group sums)
  *            + [optim_home nvme] 3*(Z' + [param_home nvme] C)
  *            + [param_home nvme] T*C (staging twins of the NVMe parameter loads)
- *            P = 0 (param_home nvme), 2 (optim_home nvme with param_home host, or dpu), else 1
- *            (host 16-bit copies; param_home device: one, reloaded only after an update)
+ *            P = 0 (param_home nvme; param_home device with optim_home nvme), 2 (optim_home
+ *            nvme with param_home host, or dpu), else 1 (host 16-bit copies; param_home
+ *            device: one, reloaded only after an update)
  *            G = 2 for dpu, else 1 (host gradients, by step parity)
  *            T = min(S, D), D = lookahead + 2 (the fetch served, the lookahead's, one more)
  *   host   = [optim_home host] Z*N + [overlap, optim_home host/device] Z*N (backups)
@@ -265,6 +266,12 @@ typedef struct zo_engine_config {
  *   committed copy the master is rebuilt from stays untouched by the next update); nvme
  *   unchanged (a chunk that does not split exactly is stored whole); a step moves
  *   zo_engine_nvme_split_state_bytes of each chunk whose parameters are not on NVMe
+ * Device-resident chunks whose optimizer states are on NVMe (without ZeRO or master_split)
+ * count as param_home nvme in every term above but the device slots: their
+ * committed 16-bit copy is an NVMe extent pair beside the states' (written
+ * from the stages' room by the update, switched at commit, read through the
+ * twins into the slot at its next fetch), so their pinned memory is the
+ * staging only, whatever the model's size.
  * Chunks whose 16-bit parameters or optimizer states are homed on NVMe keep
  * no whole-model gradient mirror either (their update goes through the NVMe
  * stages anyway): their N*C*G pinned term becomes a ring of min(N, D) pinned

@@ -410,6 +410,7 @@ static void place_homes(struct zo_engine *e, const eng_plan_in *in)
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
         k->pt = eng_p16_home(in, c) == ENG_HOME_REMOTE ? &eng_param_tier_remote
+                : eng_p16_nvme_backed(in, c)           ? &eng_param_tier_device_nvme
                                                        : eng_param_tiers[eng_p16_home(in, c)];
         k->owner = eng_zero_owner(&e->cfg, e->n_chunks, c);
         k->zpart = eng_zero_p3(&e->cfg) && !eng_zero_persists(&e->cfg, k->n_elems);
@@ -816,8 +817,8 @@ static zo_status place_tiers(struct zo_engine *e)
     for (int t = 0; t < ENG_N_TIERS; t++)
         if (eng_chunks_at(e, 1, eng_state_tiers[t]))
             ZO_TRY(eng_state_tiers[t]->place(e));
-    for (int t = 0; t < ENG_N_TIERS; t++)
-        if (eng_chunks_at(e, 0, eng_param_tiers[t]))
+    for (int t = 0; t < ENG_N_TIERS; t++) /* NVMe also keeps the backed chunks' copies */
+        if (t == ZO_TIER_NVME ? eng_p16_on_nvme(e) : eng_chunks_at(e, 0, eng_param_tiers[t]))
             ZO_TRY(eng_param_tiers[t]->place(e));
     return ZO_OK;
 }
@@ -1084,7 +1085,8 @@ double zo_engine_loss_scale(zo_engine_t e)
 /* Make the device slots safe to reuse after an abandoned step: the caller's
  * stream is fenced for slots still fetched, and events recorded after a
  * failed copy (which keep reporting it) are recorded anew on the now clean
- * copy streams; chunks whose load failed are forgotten. */
+ * copy streams; chunks whose load failed are forgotten, or reloaded at
+ * their next fetch when they keep their slot. */
 static void reset_slots(struct zo_engine *e)
 {
     for (uint32_t s = 0; s < e->n_pslots; s++) {
@@ -1095,6 +1097,9 @@ static void reset_slots(struct zo_engine *e)
             e->chunks[p->chunk].slot = -1;
             p->chunk = -1;
         }
+        /* a resident slot whose copy from NVMe failed: from the master next time */
+        if (p->chunk >= 0 && e->chunks[p->chunk].pt->lazy && zo_event_query(p->ready) < 0)
+            e->chunks[p->chunk].reload = ENG_RELOAD_MASTER;
         zo_event_record(p->ready, e->h2d);
     }
     for (uint32_t s = 0; s < e->n_gslots; s++) {

@@ -37,6 +37,9 @@
 #define ENG_TENSOR_ALIGN 128u
 /* NVMe state staging slots: read chunk i+2 while updating i+1 and writing i. */
 #define ENG_NVME_STAGES 3u
+/* eng_chunk.reload: from the home's 16-bit copy, or from the committed master */
+#define ENG_RELOAD_HOME   1
+#define ENG_RELOAD_MASTER 2
 
 typedef struct eng_tensor {
     int layer;
@@ -86,11 +89,14 @@ typedef struct eng_chunk {
     int split_ref[2]; /* master_split: the 16-bit copy (p16 index) an extent's master was split
                          against, or -1: the full master */
     int ext_cur;
-    int alt_valid;                   /* the alternate extent holds an update not yet committed */
-    int slot;                        /* device param slot holding this chunk, or -1 */
-    int in_use;                      /* fetched and not released */
-    int grad_slot;                   /* device grad slot handed out in the backward, or -1 */
-    int n_ready;                     /* grads_ready calls this step (micro-batches) */
+    int alt_valid; /* the alternate extent holds an update not yet committed */
+    int slot;      /* device param slot holding this chunk, or -1 */
+    int reload;    /* resident, lazy table (engine_tier.h): the slot is older than the committed
+                      values, the next fetch (or prefetch) reloads it; ENG_RELOAD_MASTER: from
+                      the committed master, since a load of its 16-bit copy failed */
+    int in_use;    /* fetched and not released */
+    int grad_slot; /* device grad slot handed out in the backward, or -1 */
+    int n_ready;   /* grads_ready calls this step (micro-batches) */
     uint64_t jobs_queued, jobs_done; /* host jobs (under eng->mu) */
     zo_grad_stats gstats;            /* of the step's final gradients */
     zo_event_t computed; /* the caller's work that produced the micro-batch's gradients (its job

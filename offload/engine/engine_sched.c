@@ -139,10 +139,21 @@ static zo_status load_into(struct zo_engine *e, uint32_t c, int s)
     return st;
 }
 
+/* A resident slot older than its chunk's committed values, loaded again. */
+static zo_status reload_slot(struct zo_engine *e, uint32_t c)
+{
+    eng_chunk *k = &e->chunks[c];
+    ZO_TRY(eng_load_slot(e, c, (uint32_t)k->slot));
+    k->reload = 0;
+    return ZO_OK;
+}
+
 zo_status eng_make_resident(struct zo_engine *e, uint32_t c, int pos)
 {
     eng_chunk *k = &e->chunks[c];
     if (k->slot >= 0) {
+        if (k->reload)
+            ZO_TRY(reload_slot(e, c));
         e->hits++;
     } else {
         int s = pick_slot(e, pos, -1);
@@ -172,8 +183,11 @@ void eng_prefetch(struct zo_engine *e)
         eng_layer *L = &e->layers[e->trace[j] / 2];
         for (uint32_t i = 0; i < L->n_chunks; i++) {
             uint32_t c = L->first_chunk + i;
-            if (e->chunks[c].slot >= 0)
+            if (e->chunks[c].slot >= 0) { /* a failed reload is retried by the fetch */
+                if (e->chunks[c].reload && reload_slot(e, c) == ZO_OK)
+                    e->prefetches++;
                 continue;
+            }
             int s = pick_slot(e, pos, j);
             if (s < 0)
                 return;
@@ -185,13 +199,18 @@ void eng_prefetch(struct zo_engine *e)
 }
 
 /* Chunk c's committed 16-bit parameters to the device: reloaded into its
- * slot when its home keeps it there, else the slot is dropped (the next
- * fetch loads the new values). */
+ * slot when its home keeps it there (at its next fetch when the copy is
+ * read from NVMe: nothing after a commit may fail), else the slot is
+ * dropped (the next fetch loads the new values). */
 zo_status eng_publish_chunk(struct zo_engine *e, uint32_t c)
 {
     eng_chunk *k = &e->chunks[c];
     if (k->slot < 0)
         return ZO_OK;
+    if (k->pt->lazy) {
+        k->reload = ENG_RELOAD_HOME;
+        return ZO_OK;
+    }
     if (k->pt->resident)
         return eng_load_slot(e, c, (uint32_t)k->slot);
     e->pslots[k->slot].chunk = -1;

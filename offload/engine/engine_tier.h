@@ -63,6 +63,10 @@ typedef struct eng_param_tier {
     int resident;
     /* Its chunks have pinned host copies (two when the update writes behind the fetches). */
     int host_copies;
+    /* Resident, its copy read from NVMe: a publish marks the slot for reload
+     * at the next fetch (eng_chunk.reload) instead of loading it, so that a
+     * failed read fails the step that needs it, not one already committed. */
+    int lazy;
     /* Add the bytes of the chunks homed here, and their staging, to fp. */
     void (*account)(const eng_plan_in *in, zo_engine_footprint *fp);
     /* Reserve the home storage of every chunk homed here (after the state tiers placed). */
@@ -121,6 +125,9 @@ typedef struct eng_state_tier {
 extern const eng_param_tier *const eng_param_tiers[ENG_N_TIERS];
 extern const eng_state_tier *const eng_state_tiers[ENG_N_TIERS];
 extern const eng_param_tier eng_param_tier_device, eng_param_tier_host, eng_param_tier_nvme;
+/* Device-resident 16-bit parameters whose states are on NVMe (engine_tier_nvme.c,
+ * not in the registry: the chunks' home is the device, eng_p16_nvme_backed says which). */
+extern const eng_param_tier eng_param_tier_device_nvme;
 extern const eng_state_tier eng_state_tier_device, eng_state_tier_host, eng_state_tier_nvme;
 extern const eng_state_tier eng_state_tier_remote; /* engine_zero.c, not in the registry */
 extern const eng_param_tier eng_param_tier_remote; /* engine_zero.c, not in the registry */
@@ -192,6 +199,8 @@ zo_status eng_check_caps(const zo_engine_config *c);
 /* engine_tier_nvme.c: a swap extent of 16-bit parameters for chunks of
  * at most max_chunk_elems elements. */
 uint64_t eng_p16_extent(uint64_t max_chunk_elems);
+/* Chunks whose 16-bit parameters have extents on NVMe (homed there or backed). */
+uint32_t eng_p16_on_nvme(const struct zo_engine *e);
 
 /* engine_grads.c: the 16-bit gradients' host side in a plan. */
 /* Chunk c's gradients come down through the pinned ring (its 16-bit
@@ -219,6 +228,9 @@ zo_tier eng_states_home(const eng_plan_in *in, uint32_t c);
 uint32_t eng_count_homed(const eng_plan_in *in, int kind, zo_tier t);
 /* Pinned host copies of chunk c's 16-bit parameters. */
 int eng_p16_bufs(const eng_plan_in *in, uint32_t c);
+/* Chunk c's 16-bit parameters are device-resident with their committed copy
+ * on NVMe beside its states (eng_param_tier_device_nvme), not pinned. */
+int eng_p16_nvme_backed(const eng_plan_in *in, uint32_t c);
 void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, const eng_update_args *u,
                    zo_adam_params *p, zo_adam_buffers *b);
 /* Chunk k's update over its states st as optimizer pool jobs: one, or with

@@ -84,7 +84,7 @@ int eng_p16_bufs(const eng_plan_in *in, uint32_t c)
 {
     if (eng_p16_home(in, c) == ENG_HOME_REMOTE) /* ZeRO stage 3: gathered at each use */
         return 0;
-    if (!in->host_copies[eng_p16_home(in, c)])
+    if (!in->host_copies[eng_p16_home(in, c)] || eng_p16_nvme_backed(in, c))
         return 0;
     /* device-resident: no fetch reads the copy, which reloads the slot only
      * after an update (eng_publish), so the update writes it in place */
@@ -94,6 +94,14 @@ int eng_p16_bufs(const eng_plan_in *in, uint32_t c)
     if (eng_states_home(in, c) == ENG_HOME_REMOTE) /* written by the owner's broadcast */
         return in->mode_p16_behind ? 2 : 1;
     return in->p16_behind[eng_states_home(in, c)] || in->mode_p16_behind ? 2 : 1;
+}
+
+/* Not with ZeRO (the owners' broadcast lands in the host copies) nor with
+ * a split master (rebuilt from the committed host copy). */
+int eng_p16_nvme_backed(const eng_plan_in *in, uint32_t c)
+{
+    return eng_p16_home(in, c) == ZO_TIER_DEVICE && eng_states_home(in, c) == ZO_TIER_NVME &&
+           in->cfg->world_size <= 1 && !in->cfg->master_split;
 }
 
 void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, const eng_update_args *u,

@@ -4,7 +4,20 @@
  * to at commit). Pinned staging sized by the chunks homed here: three stages
  * for the update pipeline (read chunk i+2 while updating i+1 and writing i),
  * a twin per device slot for parameter loads. In overlap mode the
- * speculative updates run through the stages as the gradients arrive. */
+ * speculative updates run through the stages as the gradients arrive.
+ *
+ * Device-resident 16-bit parameters whose states are here keep their
+ * committed copy here too (eng_param_tier_device_nvme), not in pinned
+ * memory: the update writes the new values into its stage's spare room and
+ * from there to the alternate extent beside the states', the pair switched
+ * together at commit, and the slot is reloaded through the twins at its
+ * next fetch. Why not straight from the stage into the slot: until the
+ * verdict (overflow: skipped; clipping: redone) and until every chunk's
+ * writes have landed (a failed one abandons the step), the slot must keep
+ * the committed values, and the device has no room for a second copy; the
+ * extent beside the states is the one place that holds the uncommitted
+ * values in sync, overlap and dpu modes alike, checksummed, whatever the
+ * model's size, for 2 bytes a parameter written and read per step. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,19 +380,27 @@ static void drop_tickets(struct zo_engine *e)
 
 /* NVMe -> the next pinned staging twin of the ring, then (on the h2d
  * stream, once the read has landed) the H2D into slot s. */
-static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, uint32_t s, eng_twin **out)
+/* The next twin of the ring, free: its previous H2D is done (the slot's
+ * ready event was recorded after it, or later on the same in-order stream). */
+static zo_status take_twin(struct zo_engine *e, eng_twin **out)
 {
     eng_twin *t = &e->twins[e->next_twin];
     e->next_twin = (e->next_twin + 1) % e->n_twins;
-    /* the twin's previous H2D is done: the slot's ready event was recorded
-     * after it, or later on the same in-order stream */
     if (t->slot >= 0)
         ZO_TRY(zo_event_synchronize(e->pslots[t->slot].ready));
     zo_swap_io_t io = atomic_exchange(&t->io, NULL);
     if (io)
         zo_swap_wait(io); /* its h2d task never ran: the failure was reported then */
-    io = NULL;
     t->slot = -1;
+    *out = t;
+    return ZO_OK;
+}
+
+static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, uint32_t s, eng_twin **out)
+{
+    eng_twin *t;
+    ZO_TRY(take_twin(e, &t));
+    zo_swap_io_t io = NULL;
     ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[k->pext_cur], t->ptr,
                           e->p16_extent, k->pgen[k->pext_cur], &io));
     atomic_store(&t->io, io);
@@ -421,10 +442,25 @@ static zo_status nvme_write_end(struct zo_engine *e, uint32_t c, float *st)
 
 /* ---- 16-bit parameters ---- */
 
-/* Whether any chunk homed in the plan keeps its 16-bit parameters here. */
+/* Chunks of the plan whose 16-bit parameters have extents here: homed
+ * here, or device-resident with their copy here. */
 static uint32_t p16_homed(const eng_plan_in *in)
 {
-    return eng_count_homed(in, 0, ZO_TIER_NVME);
+    uint32_t n = eng_count_homed(in, 0, ZO_TIER_NVME);
+    for (uint32_t c = 0; c < in->n_chunks; c++)
+        n += (uint32_t)eng_p16_nvme_backed(in, c);
+    return n;
+}
+
+static int p16_here(const eng_chunk *k)
+{
+    return k->pt == &eng_param_tier_nvme || k->pt == &eng_param_tier_device_nvme;
+}
+
+uint32_t eng_p16_on_nvme(const struct zo_engine *e)
+{
+    return eng_chunks_at(e, 0, &eng_param_tier_nvme) +
+           eng_chunks_at(e, 0, &eng_param_tier_device_nvme);
 }
 
 /* A swap extent of 16-bit parameters: the fullest chunk's, 4 KiB-aligned. */
@@ -453,7 +489,7 @@ static void nvme_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
 
 static zo_status nvme_p16_place(struct zo_engine *e)
 {
-    uint32_t n = eng_chunks_at(e, 0, &eng_param_tier_nvme);
+    uint32_t n = eng_p16_on_nvme(e);
     e->n_twins = (uint32_t)twins_for(e->n_pslots, &e->cfg);
     e->next_twin = 0;
     e->twins = calloc(e->n_twins ? e->n_twins : 1, sizeof *e->twins);
@@ -471,7 +507,7 @@ static zo_status nvme_p16_place(struct zo_engine *e)
     ZO_TRY(eng_open_store(e, e->p16_extent, 2ull * n, "-p16", &e->pswap));
     eng_store_opened(e, e->pswap, e->p16_extent);
     for (uint32_t c = 0; c < e->n_chunks; c++)
-        for (int i = 0; e->chunks[c].pt == &eng_param_tier_nvme && i < 2; i++)
+        for (int i = 0; p16_here(&e->chunks[c]) && i < 2; i++)
             ZO_TRY(zo_swap_alloc_extent(e->pswap, 2ull * c + (uint64_t)i, &e->chunks[c].pext[i]));
     for (int i = 0; e->stage[0] && i < (int)ENG_NVME_STAGES; i++)
         ZO_TRY(zo_swap_register_buffer(e->pswap, e->stage[i], e->stage_bytes));
@@ -547,6 +583,75 @@ static void nvme_p16_commit(struct zo_engine *e, uint32_t c, int updated, int st
         e->chunks[c].pext_cur = 1 - e->chunks[c].pext_cur;
 }
 
+/* ---- device-resident 16-bit parameters with their copy here ---- */
+
+/* Counted by the NVMe tables: the slots with the device's, the extents, the
+ * twins and the stages' room with those of the chunks homed here. */
+static void backed_account(const eng_plan_in *in, zo_engine_footprint *fp)
+{
+    (void)in, (void)fp;
+}
+
+/* Placed and released with the NVMe 16-bit parameters (nvme_p16_place). */
+static zo_status backed_place(struct zo_engine *e)
+{
+    (void)e;
+    return ZO_OK;
+}
+
+static void backed_release(struct zo_engine *e)
+{
+    (void)e;
+}
+
+/* The committed master of chunk c rounded to 16 bits (what its copy holds)
+ * into a twin for slot s, after a load of the copy failed: a corrupted
+ * extent fails every read again, the states it was rounded from do not.
+ * Their buffer is pageable memory, taken only then. */
+static zo_status p16_from_master(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
+{
+    eng_chunk *k = &e->chunks[c];
+    eng_twin *t;
+    ZO_TRY(take_twin(e, &t));
+    float *buf = aligned_alloc(ZO_SWAP_ALIGN, e->state_extent_bytes);
+    if (!buf)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a chunk's states to reload it");
+    zo_status st =
+        zo_swap_read(e->swap, k->ext[k->ext_cur], buf, state_io_bytes(e, k), k->gen[k->ext_cur]);
+    if (st == ZO_OK) /* the master leads the packed states */
+        eng_cast16(e->cfg.param_dtype, buf, t->ptr, k->n_elems);
+    free(buf);
+    ZO_TRY(st);
+    t->slot = (int)s;
+    *src = t->ptr;
+    return ZO_OK;
+}
+
+static zo_status backed_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
+{
+    if (e->chunks[c].reload == ENG_RELOAD_MASTER)
+        return p16_from_master(e, c, s, src);
+    return nvme_p16_source(e, c, s, src);
+}
+
+const eng_param_tier eng_param_tier_device_nvme = {
+    .version = ENG_TIER_OPS_VERSION,
+    .tier = ZO_TIER_DEVICE,
+    .name = "device (copy on NVMe)",
+    .resident = 1,
+    .host_copies = 0,
+    .lazy = 1,
+    .account = backed_account,
+    .place = backed_place,
+    .release = backed_release,
+    .write = nvme_p16_write,
+    .source = backed_source,
+    .update_out = nvme_p16_out,
+    .store = nvme_p16_store,
+    .commit = nvme_p16_commit,
+    .abandon = NULL, /* the NVMe table's drops the twins' tickets */
+};
+
 const eng_param_tier eng_param_tier_nvme = {
     .version = ENG_TIER_OPS_VERSION,
     .tier = ZO_TIER_NVME,
@@ -612,8 +717,7 @@ static void log_split(const struct zo_engine *e)
 static zo_status nvme_states_place(struct zo_engine *e)
 {
     uint32_t n = eng_chunks_at(e, 1, &eng_state_tier_nvme);
-    e->stage_bytes = e->state_extent_bytes +
-                     (eng_chunks_at(e, 0, &eng_param_tier_nvme) ? e->chunk_bytes : 0) +
+    e->stage_bytes = e->state_extent_bytes + (eng_p16_on_nvme(e) ? e->chunk_bytes : 0) +
                      eng_grads_stage_room(e); /* spilled gradients read back */
     for (unsigned i = 0; i < ENG_NVME_STAGES; i++)
         e->spec.rd_chunk[i] = e->spec.wr_chunk[i] = -1;

@@ -1640,7 +1640,8 @@ static split random_split(uint32_t seed)
 /* Splits of both kinds of state over the tiers: states half on the host;
  * parameters on the host and NVMe (the chunks with host states keep theirs
  * off NVMe); every tier for both (cpu device); states on device and host
- * over host parameters; and a random one. */
+ * over host parameters; a random one; device-resident parameters over
+ * states on NVMe, with other homes. */
 static int make_splits(split *out, uint32_t seed)
 {
     const uint64_t S = STATES_PER_CHUNK, P = CHUNK;
@@ -1650,6 +1651,10 @@ static int make_splits(split *out, uint32_t seed)
     out[n++] = (split){ZO_TIER_NVME, ZO_TIER_NVME, {P, P}, {S, 2 * S + S / 2}, 0};
     out[n++] = (split){ZO_TIER_HOST, ZO_TIER_HOST, {3 * P, 0}, {3 * S, 0}, 0};
     out[n++] = random_split(seed);
+    /* device-resident parameters over NVMe states (their copy on NVMe),
+     * beside host and NVMe homes */
+    out[n++] = (split){ZO_TIER_NVME, ZO_TIER_NVME, {4 * P, P}, {0, 2 * S}, 0};
+    out[n++] = (split){ZO_TIER_DEVICE, ZO_TIER_NVME, {0, 0}, {S, 3 * S}, 0};
     return n;
 }
 
@@ -1730,8 +1735,9 @@ static void test_split_footprint(void **state)
     run_out_free(&ovl);
 }
 
-/* A checkpoint saved under one split resumes bitwise under another (and
- * under all-host), in every mode. */
+/* A checkpoint saved under one split resumes bitwise under another (under
+ * all-host, and with device-resident parameters over NVMe states), in
+ * every mode. */
 static void test_split_checkpoint_resumes_on_another(void **state)
 {
     (void)state;
@@ -1754,8 +1760,9 @@ static void test_split_checkpoint_resumes_on_another(void **state)
         harness_close(&h);
         run_cfg others[] = {split_cfg(&sp[2], (zo_optim_mode)mode),
                             split_cfg(&sp[4], (zo_optim_mode)mode),
-                            base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, (zo_optim_mode)mode)};
-        for (int i = 0; i < 3; i++)
+                            base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, (zo_optim_mode)mode),
+                            split_cfg(&sp[6], (zo_optim_mode)mode)};
+        for (int i = 0; i < 4; i++)
             if (!resumed_equals(&others[i], &s, 7, half, losses, ref))
                 fail_msg("mode %d: resumed on placement %d, the run differs", mode, i);
         for (int k = 0; k < TM_T; k++)
@@ -2167,6 +2174,7 @@ static void test_spilled_group_sums_train_bitwise(void **state)
  * extents written so far this step fail their checksum when read back. */
 typedef struct corrupter {
     _Atomic int armed;
+    int store; /* the traced store it corrupts: 1 16-bit parameters, 2 gradients */
     int n;
     char path[8][512];
     uint64_t off[64];
@@ -2176,8 +2184,8 @@ typedef struct corrupter {
 static void corrupt_on_write(void *ctx, const zo_trace_event *ev)
 {
     corrupter *k = ctx;
-    if (ev->track != ZO_TRACK_NVME || ev->index != 2 || strcmp(ev->name, "nvme write") != 0 ||
-        !atomic_exchange(&k->armed, 0))
+    if (ev->track != ZO_TRACK_NVME || ev->index != k->store ||
+        strcmp(ev->name, "nvme write") != 0 || !atomic_exchange(&k->armed, 0))
         return;
     for (int i = 0; i < k->n; i++) {
         FILE *f = fopen(k->path[k->file[i]], "r+b");
@@ -2205,25 +2213,30 @@ static void corrupter_locate(corrupter *k, zo_swap_t s)
     }
 }
 
+/* Arm one EIO at request `op` of a store: step s fails and leaves the
+ * weights as they were. */
+static void fail_request(harness *h, zo_swap_t store, int s, uint64_t op)
+{
+    float *before[TM_T];
+    read_masters(h, before);
+    zo_swap_fault f = {ZO_SWAP_FAULT_EIO, op, 0};
+    ZO_ASSERT_OK(zo_swap_set_faults(store, &f, 1));
+    zo_status e = failing_step(h, s, before);
+    if (e != ZO_ERR_IO)
+        fail_msg("fault at request %d: step returned %d, expected ZO_ERR_IO: %s", (int)op, (int)e,
+                 zo_last_error());
+    assert_non_null(strstr(zo_last_error(), "abandoned"));
+    ZO_ASSERT_OK(zo_swap_set_faults(store, NULL, 0));
+}
+
 /* Arm one EIO at requests of the gradients' store across a step (the
  * first, the middle one and the last: writes, and in sync mode the reads
  * back); each attempt fails the step and leaves the weights as they were. */
 static void fail_grad_step_at(harness *h, int s, uint64_t requests_per_step)
 {
-    zo_swap_t store = zo_engine_nvme_grad_store(h->eng);
     const uint64_t ops[3] = {0, requests_per_step / 2, requests_per_step - 1};
-    for (int i = 0; i < 3; i++) {
-        float *before[TM_T];
-        read_masters(h, before);
-        zo_swap_fault f = {ZO_SWAP_FAULT_EIO, ops[i], 0};
-        ZO_ASSERT_OK(zo_swap_set_faults(store, &f, 1));
-        zo_status e = failing_step(h, s, before);
-        if (e != ZO_ERR_IO)
-            fail_msg("fault at request %d: step returned %d, expected ZO_ERR_IO: %s", (int)ops[i],
-                     (int)e, zo_last_error());
-        assert_non_null(strstr(zo_last_error(), "abandoned"));
-        ZO_ASSERT_OK(zo_swap_set_faults(store, NULL, 0));
-    }
+    for (int i = 0; i < 3; i++)
+        fail_request(h, zo_engine_nvme_grad_store(h->eng), s, ops[i]);
 }
 
 /* Spilled gradients survive NVMe faults as the states do: a failed write or
@@ -2238,6 +2251,7 @@ static void test_spilled_gradient_faults(void **state)
         run_out ref;
         run(&c, &ref);
         corrupter k = {0};
+        k.store = 2;
         c.host_bytes = spill_budget(&ref.fp, N_CHUNKS / 2, 1);
         c.trace = corrupt_on_write;
         c.trace_ctx = &k;
@@ -2344,15 +2358,18 @@ static void test_states_on_nvme_spill_fault(void **state)
     close_and_compare(&h, losses, &ref, c.steps);
 }
 
-/* Device-resident parameters with states on NVMe keep one pinned 16-bit
- * copy outside dpu mode (the update writes it in place; a skipped update
- * does not reload the slot): bitwise as states on the host in sync and
- * overlap modes, with overflows and with clipping. */
-static void test_resident_params_one_host_copy(void **state)
+/* Device-resident parameters with states on NVMe keep no pinned 16-bit
+ * copy: the update writes the new values beside the states on NVMe, the
+ * slot is reloaded from there at its next fetch. Bitwise as states on the
+ * host in sync, overlap (with overflows, and with clipping) and dpu modes;
+ * pinned memory is the staging only: the gradient ring and its read-back
+ * room, the stages (states and the 16-bit values' room), the twins. */
+static void test_resident_params_copy_on_nvme(void **state)
 {
     (void)state;
-    for (int m = 0; m < 3; m++) {
-        run_cfg c = base_cfg(ZO_TIER_DEVICE, ZO_TIER_HOST, m ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC);
+    for (int m = 0; m < 4; m++) {
+        zo_optim_mode mode = m == 3 ? ZO_OPTIM_DPU : m ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC;
+        run_cfg c = base_cfg(ZO_TIER_DEVICE, ZO_TIER_HOST, mode);
         c.steps = 8;
         c.dtype = ZO_DTYPE_F16;
         c.poison_steps = (1u << 2) | (1u << 5);
@@ -2364,11 +2381,66 @@ static void test_resident_params_one_host_copy(void **state)
         assert_same_weights(&ref, &o, c.steps);
         for (int s = 0; s < c.steps; s++)
             assert_true(ref.losses[s] == o.losses[s]);
-        /* one copy, the gradient ring and its read-back room, the stages */
+        assert_int_equal(o.fp.param_staging, 4 * CHUNK); /* lookahead 2: 4 twins */
         assert_int_equal(o.fp.pinned,
-                         o.fp.n_chunks * CHUNK + 4 * CHUNK + 3 * CHUNK + 3 * 6 * CHUNK);
+                         o.fp.grad_pinned + o.fp.grad_stage + 3 * (6 * CHUNK + CHUNK) + 4 * CHUNK);
+        assert_int_equal(o.fp.nvme, 2ull * N_CHUNKS * zo_engine_nvme_state_bytes(TM_D * TM_D) +
+                                        2ull * N_CHUNKS * P16_EXTENT);
         run_out_free(&ref);
         run_out_free(&o);
+    }
+}
+
+/* NVMe faults on that path: an EIO on the 16-bit store (a reload at a
+ * fetch, a write of the update) or on the states' store fails the step with
+ * the weights intact; a flipped byte in a committed 16-bit copy fails the
+ * next step's reload, whose retry reloads from the master; every retry
+ * trains as the run without faults, in sync and overlap modes. */
+static void test_resident_params_nvme_faults(void **state)
+{
+    (void)state;
+    for (int m = 0; m < 2; m++) {
+        run_cfg c = base_cfg(ZO_TIER_DEVICE, ZO_TIER_NVME, m ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC);
+        c.steps = 8;
+        run_out ref;
+        run(&c, &ref);
+        corrupter k = {0};
+        k.store = 1;
+        c.trace = corrupt_on_write;
+        c.trace_ctx = &k;
+        harness h;
+        harness_open(&h, &c);
+        zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0};
+        ZO_ASSERT_OK(make_engine(&h, &never, 1));
+        zo_swap_t store = zo_engine_nvme_param_store(h.eng);
+        assert_non_null(store);
+        corrupter_locate(&k, store);
+        double losses[8];
+        zo_step_stats st;
+        uint64_t per_step = 0;
+        for (int s = 0; s < c.steps; s++) {
+            if (s == 2) /* the update's last write of a 16-bit copy (step 1 was clean) */
+                fail_request(&h, store, s, per_step - 1);
+            if (s == 3) /* a reload at the first fetch: the retry reloads from the master */
+                fail_request(&h, store, s, 0);
+            if (s == 4)
+                fail_step_at(&h, zo_engine_nvme_store(h.eng), s);
+            if (s == 5)
+                atomic_store(&k.armed, 1); /* this step's update writes a copy, then it flips */
+            if (s == 6) {
+                assert_int_equal(atomic_load(&k.armed), 0);
+                float *before[TM_T];
+                read_masters(&h, before);
+                ZO_ASSERT_ST(failing_step(&h, s, before), ZO_ERR_CORRUPT);
+            }
+            zo_swap_stats a = ZO_SWAP_STATS_INIT, b = ZO_SWAP_STATS_INIT;
+            ZO_ASSERT_OK(zo_swap_get_stats(store, &a));
+            ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
+            ZO_ASSERT_OK(zo_swap_get_stats(store, &b));
+            per_step = b.requests - a.requests;
+            assert_true(per_step > 0);
+        }
+        close_and_compare(&h, losses, &ref, c.steps);
     }
 }
 
@@ -2550,7 +2622,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_spilled_gradient_faults),
         cmocka_unit_test(test_states_on_nvme_stage_gradients),
         cmocka_unit_test(test_states_on_nvme_spill_fault),
-        cmocka_unit_test(test_resident_params_one_host_copy),
+        cmocka_unit_test(test_resident_params_copy_on_nvme),
+        cmocka_unit_test(test_resident_params_nvme_faults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,8 +1,9 @@
 /* The engine's plan of the 1b, 7b and 13b presets' layouts (zoshape) with
  * their 16-bit parameters and optimizer states on NVMe: the pinned staging
  * is the same size for all three (it does not grow with the model), in
- * every mode, with or without a host budget that spills gradients. Planned
- * with zo_engine_footprint_for: nothing is allocated. */
+ * every mode, with or without a host budget that spills gradients, and with
+ * part of the parameters resident on the device. Planned with
+ * zo_engine_footprint_for: nothing is allocated. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -85,10 +86,50 @@ static void test_nvme_plans_pin_the_same_staging(void **state)
         }
 }
 
+/* The same plans with part of the 16-bit parameters resident on the
+ * device (8 GiB of them: every chunk of 1b, about a third of 13b) over
+ * their states on NVMe: those chunks keep their copy on NVMe, not pinned, so
+ * the pinned memory is the all-NVMe plan's staging, the same for the three,
+ * in every mode. */
+static void test_resident_chunks_pin_no_copy(void **state)
+{
+    (void)state;
+    static const char *const presets[3] = {"1b", "7b", "13b"};
+    zt_shape big;
+    ZO_ASSERT_OK(zt_preset("13b", &big));
+    for (int mode = ZO_OPTIM_SYNC; mode <= ZO_OPTIM_DPU; mode++) {
+        zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+        c.param_home = ZO_TIER_NVME;
+        c.optim_home = ZO_TIER_NVME;
+        c.mode = (zo_optim_mode)mode;
+        c.chunk_bytes = zt_default_chunk_bytes(&big);
+        c.device_bytes = 24 * GiB;
+        c.host_bytes = 64 * GiB;
+        zo_engine_footprint all_nvme = plan_preset("13b", &c);
+        c.param_caps.device = 8 * GiB;
+        for (int i = 0; i < 3; i++) {
+            zo_engine_footprint fp = plan_preset(presets[i], &c);
+            uint64_t resident = c.param_caps.device / c.chunk_bytes;
+            if (resident > fp.n_chunks)
+                resident = fp.n_chunks;
+            print_message("%s %s, 24 GiB GPU, 64 GiB host, %llu of %u chunks resident: pinned "
+                          "%llu (parameter staging %llu), NVMe %llu\n",
+                          presets[i], zo_optim_mode_name(c.mode), (unsigned long long)resident,
+                          fp.n_chunks, (unsigned long long)fp.pinned,
+                          (unsigned long long)fp.param_staging, (unsigned long long)fp.nvme);
+            assert_true(resident > 0);
+            assert_true(fp.device_param_slots >= resident);
+            assert_int_equal(fp.pinned, all_nvme.pinned);
+            assert_true(fp.pinned + fp.host <= c.host_bytes);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nvme_plans_pin_the_same_staging),
+        cmocka_unit_test(test_resident_chunks_pin_no_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
