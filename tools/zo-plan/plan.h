@@ -189,12 +189,12 @@ typedef struct zp_plan {
                                     x 2 bytes x micro_group (on NVMe: the extents and the carry) */
     uint64_t host_budget;        /* the hard host limit planned against (pinned + pageable) */
     uint64_t engine_host_budget; /* the engine's share of it (zo_engine_config.host_bytes): the
-                                    budget less zo-train's layer inputs in host memory and the
-                                    modelled terms; the engine keeps waiting gradients within it,
-                                    spills the rest (0: not limited, the fixed placements) */
-    /* The terms the engine's footprint does not compute yet, added to (or,
-     * negative, taken from) its totals: pinned staging in place of the
-     * 16-bit host copies of device-resident chunks whose states are on NVMe. */
+                                    budget less zo-train's layer inputs in host memory; the
+                                    engine keeps waiting gradients within it, spills the rest
+                                    (0: not limited, the fixed placements) */
+    /* The terms the engine's footprint does not compute, added to its
+     * totals: none now (the 16-bit copies of device-resident chunks whose
+     * states are on NVMe, once modelled here, live on NVMe in the engine). */
     struct {
         int64_t device, pinned;
     } modelled;

@@ -6,8 +6,9 @@
  * Memory is the engine's footprint for the chosen caps (zo_engine_footprint_for:
  * the code zo_engine_finalize runs), given the host budget less what the plan
  * keeps beside the engine, so that the engine itself keeps the waiting
- * gradients up to it and spills the rest; plus zo-train's layer inputs and
- * the terms the engine does not compute yet (zp_plan.modelled, plan.h). Time is the
+ * gradients up to it and spills the rest; plus zo-train's layer inputs
+ * (zp_plan.modelled, plan.h, is what the engine would not compute: nothing
+ * now). Time is the
  * bytes each link moves per step over the machine's speeds:
  *   compute  forward, recompute and backward FLOPs / the model's rate
  *   h2d      parameter loads (the engine's eviction simulated over one pass
@@ -18,10 +19,12 @@
  *            per group otherwise; the layer inputs going to the host
  *   nvme     the optimizer states of the chunks homed there (packed, read and
  *            written by the update), 16-bit parameters homed there, the
- *            gradients the host cannot keep (written in the backward, read by
- *            the update in sync mode), and the layer inputs homed there
- *            (every block's input written in the forward, read back in the
- *            backward, beside the compute)
+ *            copies of device-resident ones whose states are there (written
+ *            by the update, read back at the next fetch), the gradients the
+ *            host cannot keep (written in the backward, read by the update in
+ *            sync mode), and the layer inputs homed there (every block's input
+ *            written in the forward, read back in the backward, beside the
+ *            compute)
  *   optim    CPU Adam over every parameter
  * On a GPU the links run beside the compute; the update follows the backward
  * (sync), runs under the last group's backward (overlap: each chunk as its
@@ -68,8 +71,7 @@ typedef struct split_ctx {
 } split_ctx;
 
 /* What a candidate needs besides the engine's footprint: zo-train's
- * activations for the group, and the pinned terms where homes are NVMe that
- * the engine does not compute yet (plan.h: modelled). */
+ * activations for the group. */
 typedef struct extra {
     int grouped; /* the engine sums the group's gradients on the device (G > 1, M > 1) */
     zt_activation_parts act; /* zo-train's arena for the group (device) */
@@ -77,9 +79,6 @@ typedef struct extra {
                                 NVMe: their staging ring) */
     uint64_t act_carry;      /* on NVMe: the residual streams carried in pageable memory */
     uint64_t act_nvme;       /* on NVMe: the block inputs' extents */
-    int64_t pinned;          /* modelled: staging in place of the mirrors below */
-    uint64_t p16_mirror;     /* modelled away: host copies of resident parameters, NVMe states */
-    uint64_t p16_staging;    /* modelled: what stages their new values instead */
 } extra;
 
 zo_engine_config zp_plan_engine_config(const zp_job *job, const zp_hardware *hw, const zp_plan *p)
@@ -175,20 +174,22 @@ static void count_homes(const split_ctx *x, zp_plan *p)
     }
 }
 
-/* The 16-bit host copies of device-resident parameters whose states are on
- * NVMe (two: the update writes behind the fetches) grow with the model; the
- * design (issue 15, deliverable 3) stages their new values through the
- * update's NVMe stages instead. Not in the engine yet: modelled. */
-static void p16_mirror_terms(split_ctx *x, uint64_t C, extra *e)
+/* Device-resident chunks whose states are on NVMe: their 16-bit copy is on
+ * NVMe beside the states (the engine's eng_param_tier_device_nvme), but
+ * with a split master (rebuilt from pinned host copies). */
+static int p16_backed(const split_ctx *x, uint32_t k)
 {
-    uint64_t n_mirrored = 0, n_p16_nvme = 0;
-    for (uint32_t k = 0; k < x->m.n_chunks; k++) {
-        n_mirrored += x->p16_home[k] == ZO_TIER_DEVICE && x->states_home[k] == ZO_TIER_NVME;
-        n_p16_nvme += x->p16_home[k] == ZO_TIER_NVME;
-    }
-    e->p16_mirror = n_mirrored * C; /* the engine keeps one (two in dpu mode: modelled for one) */
-    e->p16_staging = n_mirrored && !n_p16_nvme ? ZP_NVME_STAGES * C : 0;
-    e->pinned += (int64_t)e->p16_staging - (int64_t)e->p16_mirror;
+    return x->p16_home[k] == ZO_TIER_DEVICE && x->states_home[k] == ZO_TIER_NVME &&
+           !x->job->master_split;
+}
+
+/* Chunks whose 16-bit parameters have NVMe extents: homed there, or backed. */
+static uint32_t p16_on_nvme(const split_ctx *x)
+{
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < x->m.n_chunks; k++)
+        n += x->p16_home[k] == ZO_TIER_NVME || p16_backed(x, k);
+    return n;
 }
 
 /* What candidate c needs beyond the engine's footprint under cfg. */
@@ -198,7 +199,6 @@ static void extra_terms(split_ctx *x, const cand *c, const zo_engine_config *cfg
     memset(e, 0, sizeof *e);
     place(x, cfg);
     e->grouped = c->group > 1 && job->grad_accum > 1;
-    p16_mirror_terms(x, cfg->chunk_bytes, e);
     /* the layer inputs as zo-train keeps them (model_shape.h) */
     zt_act_group g = {c->group, c->act == ZP_ACT_HOST   ? ZT_ACT_HOST
                                 : c->act == ZP_ACT_NVME ? ZT_ACT_NVME
@@ -210,12 +210,11 @@ static void extra_terms(split_ctx *x, const cand *c, const zo_engine_config *cfg
 }
 
 /* The engine's share of the host budget (0: none): what the plan keeps
- * beside its footprint (zo-train's pinned layer inputs, the modelled terms)
- * taken out. Within it the engine keeps the step's waiting gradients, in
- * chunk order, and spills the rest to NVMe. */
+ * beside its footprint (zo-train's pinned layer inputs) taken out. Within it the engine keeps the
+ * step's waiting gradients, in chunk order, and spills the rest to NVMe. */
 static uint64_t engine_host_budget(const split_ctx *x, const extra *e)
 {
-    int64_t v = (int64_t)x->hw->host_bytes - (int64_t)(e->act_host + e->act_carry) - e->pinned;
+    int64_t v = (int64_t)x->hw->host_bytes - (int64_t)(e->act_host + e->act_carry);
     if (!x->hw->host_bytes)
         return 0;
     return v > 0 ? (uint64_t)v : 1; /* 1, not 0 (unlimited): nothing left for gradients */
@@ -233,8 +232,7 @@ static zo_status cand_footprint(split_ctx *x, const cand *c, zo_engine_config *c
 
 static uint64_t host_need(const zo_engine_footprint *fp, const extra *e)
 {
-    int64_t v = (int64_t)(fp->pinned + fp->host + e->act_host + e->act_carry) + e->pinned;
-    return v > 0 ? (uint64_t)v : 0;
+    return fp->pinned + fp->host + e->act_host + e->act_carry;
 }
 
 /* The most parameter chunks the device keeps resident (0 when even one
@@ -308,23 +306,22 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e)
     p->device.workspace = e->act.workspace;
     p->device.reserve = x->hw->reserve_bytes;
     p->device.total = fp->device + e->act.total + x->hw->reserve_bytes;
-    int nvme_states = p->optim_homes[ZO_TIER_NVME] > 0, nvme_p16 = p->param_homes[ZO_TIER_NVME] > 0;
+    int nvme_states = p->optim_homes[ZO_TIER_NVME] > 0, nvme_p16 = p16_on_nvme(x) > 0;
     uint64_t Z = zp_chunk_state_bytes(x->job->state_dtype, C), Zio = (Z + 4095) / 4096 * 4096;
     uint64_t state_staging = nvme_states ? ZP_NVME_STAGES * (Zio + (nvme_p16 ? C : 0)) : 0;
     uint64_t grads = fp->grad_pinned + fp->grad_stage;
-    p->pinned.params = fp->pinned - state_staging - fp->param_staging - grads - e->p16_mirror;
-    p->pinned.staging = state_staging + e->p16_staging;
+    p->pinned.params = fp->pinned - state_staging - fp->param_staging - grads;
+    p->pinned.staging = state_staging;
     p->pinned.twins = fp->param_staging;
     p->pinned.grads = grads;
-    p->pinned.total = (uint64_t)((int64_t)fp->pinned + e->pinned) + e->act_host;
+    p->pinned.total = fp->pinned + e->act_host;
     p->host.states = (uint64_t)p->optim_homes[ZO_TIER_HOST] * Z;
     p->host.backups = p->mode == ZO_OPTIM_OVERLAP ? p->host.states : 0;
     /* the fp32 accumulators, or the waiting gradients the engine keeps */
     p->host.accum = fp->host - p->host.states - p->host.backups;
     p->host.total = fp->host + e->act_carry;
     p->modelled.device = 0;
-    p->modelled.pinned = e->pinned;
-    (void)nvme_p16;
+    p->modelled.pinned = 0; /* the engine's footprint counts the staging */
     p->layer_inputs = e->act_nvme   ? e->act_nvme + e->act_carry
                       : e->act_host ? e->act_host
                                     : e->act.checkpoints;
@@ -343,7 +340,7 @@ static void nvme_breakdown(split_ctx *x, zp_plan *p)
             fullest = x->m.chunks[c].used_bytes;
     uint64_t p16_extent = (fullest + 4095) / 4096 * 4096;
     size_t paths = x->hw->n_nvme_paths > 0 ? (size_t)x->hw->n_nvme_paths : 1;
-    p->nvme.params = 2ull * p->param_homes[ZO_TIER_NVME] * p16_extent;
+    p->nvme.params = 2ull * p16_on_nvme(x) * p16_extent;
     p->nvme.states = p->fp.nvme - p->nvme.params - p->fp.grad_nvme;
     /* the spilled gradients' extents: the fullest chunk's fp32 group sums, or 16-bit ones */
     int grouped = p->micro_group > 1 && x->job->grad_accum > 1;
@@ -393,6 +390,7 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
     const zp_job *job = x->job;
     int E = zt_engine_layers(&job->shape);
     uint64_t C = p->fp.chunk_bytes, used = 0, publish = 0, states = 0, paged = 0, nvme_p16 = 0;
+    uint64_t backed = 0; /* written by the update, read back at the next fetch */
     for (uint32_t c = 0; c < x->m.n_chunks; c++) {
         uint64_t u = x->m.chunks[c].used_bytes;
         used += u;
@@ -402,6 +400,7 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
                       : 0;
         paged += !x->resident[c];
         nvme_p16 += x->p16_home[c] == ZO_TIER_NVME;
+        backed += (uint64_t)p16_backed(x, c);
     }
     uint64_t loads = 0, load_bytes = 0;
     uint32_t slots = p->fp.device_param_slots - p->param_homes[ZO_TIER_DEVICE];
@@ -427,9 +426,9 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
     /* spilled gradients move what the chunks hold, not their padding */
     uint64_t cap16 = (uint64_t)x->m.n_chunks * C;
     p->spill_bytes = cap16 ? (uint64_t)((double)p->grad_spill * (double)used / (double)cap16) : 0;
-    p->nvme_read_bytes =
-        states + p16_reads + (p->mode == ZO_OPTIM_SYNC ? p->spill_bytes : 0) + p->nvme_act_bytes;
-    p->nvme_write_bytes = states + nvme_p16 * C + p->spill_bytes + p->nvme_act_bytes;
+    p->nvme_read_bytes = states + p16_reads + backed * C +
+                         (p->mode == ZO_OPTIM_SYNC ? p->spill_bytes : 0) + p->nvme_act_bytes;
+    p->nvme_write_bytes = states + (nvme_p16 + backed) * C + p->spill_bytes + p->nvme_act_bytes;
     p->seconds[ZP_BN_H2D] = (double)p->h2d_bytes / x->sp->h2d;
     p->seconds[ZP_BN_D2H] = (double)p->d2h_bytes / x->sp->d2h;
     *publish_bytes = publish;
