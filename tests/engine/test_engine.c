@@ -2489,12 +2489,16 @@ static void test_master_split_bitwise(void **state)
                     if (full.stats[s].overflow)
                         continue;
                     uint64_t want = p == 2 ? whole : split_step_bytes(fmts[f]);
+                    /* without the split, device-resident chunks keep their 16-bit
+                     * copies on NVMe: written by the update, reloaded after a commit */
+                    uint64_t copies = p == 1 ? N_CHUNKS * P16_EXTENT : 0;
+                    uint64_t reloads = full.stats[s - 1].overflow ? 0 : copies;
                     assert_int_equal(full.stats[s].nvme_read_bytes -
                                          halves.stats[s].nvme_read_bytes,
-                                     whole - want);
+                                     whole - want + reloads);
                     assert_int_equal(full.stats[s].nvme_write_bytes -
                                          halves.stats[s].nvme_write_bytes,
-                                     whole - want);
+                                     whole - want + copies);
                 }
                 run_out_free(&full);
                 run_out_free(&halves);
@@ -2546,6 +2550,7 @@ static void test_master_split_faults(void **state)
         ev.name = "nvme write";
         for (int where = 0; where < 2; where++) { /* the up bits, then a low half */
             corrupter k = {0};
+            k.store = 2;
             corrupter_locate(&k, zo_engine_nvme_store(h.eng));
             for (int i = 0; i < k.n; i++)
                 k.off[i] += where ? 4096 + 2 : 0; /* W's extents: bits at 0, low halves at 4 KiB */

@@ -303,9 +303,14 @@ static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw,
     uint64_t states = zp_chunk_state_bytes(job->state_dtype, C) * own;
     /* the update's NVMe stages (engine.h), and stage 3's gather ring */
     uint64_t Zio = (zp_chunk_state_bytes(job->state_dtype, C) + 4095) / 4096 * 4096;
-    uint64_t stages = p->optim_home == ZO_TIER_NVME
-                          ? ZP_NVME_STAGES * (Zio + (p->param_home == ZO_TIER_NVME ? C : 0))
-                          : 0;
+    /* device-resident over NVMe states: the 16-bit copies live on NVMe too, through the stages
+       (one rank, full master) */
+    int backed = p->param_home == ZO_TIER_DEVICE && p->optim_home == ZO_TIER_NVME &&
+                 !job->master_split && W == 1;
+    uint64_t stages =
+        p->optim_home == ZO_TIER_NVME
+            ? ZP_NVME_STAGES * (Zio + (p->param_home == ZO_TIER_NVME || backed ? C : 0))
+            : 0;
     p->pinned.grads = fp->grad_pinned + fp->grad_stage; /* mirrors or the ring, and room */
     p->pinned.twins = fp->param_staging;
     p->pinned.staging = stages + fp->param_gather;
@@ -318,7 +323,7 @@ static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw,
     p->host.accum = fp->host - p->host.states - p->host.backups;
     p->host.total = fp->host;
     uint64_t p16_extent = (fullest + 4095) / 4096 * 4096;
-    p->nvme.params = p->param_home == ZO_TIER_NVME ? 2 * N * p16_extent : 0;
+    p->nvme.params = p->param_home == ZO_TIER_NVME || backed ? 2 * N * p16_extent : 0;
     p->nvme.states = fp->nvme - p->nvme.params;
     p->nvme.payload = fp->nvme;
     int paths = hw->n_nvme_paths > 0 ? hw->n_nvme_paths : 1;
