@@ -372,6 +372,16 @@ ZO_API void zo_engine_free(zo_engine_t eng);
  * zo_engine_finalize. */
 ZO_API zo_status zo_engine_register(zo_engine_t eng, int layer, const char *name, size_t numel,
                                     const float *init, int *id);
+/* Writes tensor id's numel initial fp32 values into dst (ctx: as registered). */
+typedef zo_status (*zo_engine_fill_fn)(void *ctx, int id, float *dst);
+/* zo_engine_register without holding the initial values: the engine asks
+ * fill for them where it places them, straight into each chunk's initial
+ * states as zo_engine_finalize goes through the chunks (and for
+ * zo_engine_read_master before it), so that registering a model takes no
+ * host memory that grows with it. fill and ctx must stay valid until
+ * zo_engine_finalize returns; a fill that fails fails finalize. */
+ZO_API zo_status zo_engine_register_fill(zo_engine_t eng, int layer, const char *name, size_t numel,
+                                         zo_engine_fill_fn fill, void *ctx, int *id);
 
 /* The footprint of the registered model under the configuration, without
  * allocating; fits is 0 and msg names the tier and shortfall when it cannot. */

@@ -221,11 +221,10 @@ static zo_status grow(void **p, int *cap, int need, size_t elem)
     return ZO_OK;
 }
 
-zo_status zo_engine_register(zo_engine_t e, int layer, const char *name, size_t numel,
-                             const float *init, int *id)
+/* A new tensor of `layer` in registration order, its initial values still unset. */
+static zo_status add_tensor(struct zo_engine *e, int layer, const char *name, size_t numel,
+                            eng_tensor **out, int *id)
 {
-    if (!e || !init || numel == 0)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "register: NULL engine/init or numel 0");
     if (e->finalized)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "register '%s': the engine is already finalized",
                        name ? name : "");
@@ -238,22 +237,64 @@ zo_status zo_engine_register(zo_engine_t e, int layer, const char *name, size_t 
     ZO_TRY(grow((void **)&e->layers, &e->cap_layers, layer + 1, sizeof *e->layers));
     eng_layer *L = &e->layers[layer];
     ZO_TRY(grow((void **)&L->tensors, &L->cap, L->n_tensors + 1, sizeof *L->tensors));
-    float *copy = malloc(numel * sizeof *copy);
-    if (!copy)
-        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "copying %zu initial values", numel);
-    memcpy(copy, init, numel * sizeof *copy);
     eng_tensor *t = &e->tensors[e->n_tensors];
     memset(t, 0, sizeof *t);
     t->layer = layer;
     snprintf(t->name, sizeof t->name, "%s", name ? name : "");
     t->numel = numel;
-    t->init = copy;
     L->tensors[L->n_tensors++] = e->n_tensors;
     if (layer == e->n_layers)
         e->n_layers++;
     if (id)
         *id = e->n_tensors;
     e->n_tensors++;
+    *out = t;
+    return ZO_OK;
+}
+
+zo_status zo_engine_register(zo_engine_t e, int layer, const char *name, size_t numel,
+                             const float *init, int *id)
+{
+    if (!e || !init || numel == 0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "register: NULL engine/init or numel 0");
+    float *copy = malloc(numel * sizeof *copy);
+    if (!copy)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "copying %zu initial values", numel);
+    eng_tensor *t;
+    zo_status st = add_tensor(e, layer, name, numel, &t, id);
+    if (st < 0) {
+        free(copy);
+        return st;
+    }
+    memcpy(copy, init, numel * sizeof *copy);
+    t->init = copy;
+    return ZO_OK;
+}
+
+zo_status zo_engine_register_fill(zo_engine_t e, int layer, const char *name, size_t numel,
+                                  zo_engine_fill_fn fill, void *ctx, int *id)
+{
+    if (!e || !fill || numel == 0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "register_fill: NULL engine/fill or numel 0");
+    eng_tensor *t;
+    ZO_TRY(add_tensor(e, layer, name, numel, &t, id));
+    t->fill = fill;
+    t->fill_ctx = ctx;
+    return ZO_OK;
+}
+
+/* Tensor id's initial values into dst: its copy, or what its fill writes. */
+static zo_status initial_values(struct zo_engine *e, int id, float *dst)
+{
+    eng_tensor *t = &e->tensors[id];
+    if (t->init) {
+        memcpy(dst, t->init, t->numel * sizeof(float));
+        return ZO_OK;
+    }
+    zo_status st = t->fill(t->fill_ctx, id, dst);
+    if (st < 0)
+        return ZO_FAIL(st, ENG_SUBSYS, "the initial values of '%s': %s", t->name, zo_last_error());
     return ZO_OK;
 }
 
@@ -837,15 +878,16 @@ static zo_status alloc_host(struct zo_engine *e)
 }
 
 /* The initial master weights of chunk c (gaps zero) into dst (chunk_elems floats). */
-static void fill_master(struct zo_engine *e, uint32_t c, float *dst)
+static zo_status fill_master(struct zo_engine *e, uint32_t c, float *dst)
 {
     memset(dst, 0, e->chunk_elems * sizeof(float));
     eng_layer *L = &e->layers[e->chunks[c].layer];
     for (int i = 0; i < L->n_tensors; i++) {
         eng_tensor *t = &e->tensors[L->tensors[i]];
         if (t->chunk == c)
-            memcpy(dst + t->off, t->init, t->numel * sizeof(float));
+            ZO_TRY(initial_values(e, L->tensors[i], dst + t->off));
     }
+    return ZO_OK;
 }
 
 /* Each chunk's initial states and 16-bit parameters, through its homes;
@@ -856,7 +898,7 @@ static zo_status place_initial_states(struct zo_engine *e)
         eng_chunk *k = &e->chunks[c];
         float *st = k->st->init_buf(e, c);
         memset(st, 0, eng_states_bytes(e->cfg.state_dtype, e->chunk_elems));
-        fill_master(e, c, st);
+        ZO_TRY(fill_master(e, c, st));
         ZO_TRY(k->st->init(e, c, st));
         ZO_TRY(k->pt->write(e, c, st, 1));
         k->slot = -1;
@@ -1476,10 +1518,8 @@ zo_status zo_engine_read_master(zo_engine_t e, int id, float *out)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "read_master: bad engine, id %d or NULL out",
                        id);
     eng_tensor *t = &e->tensors[id];
-    if (!e->finalized) {
-        memcpy(out, t->init, t->numel * sizeof(float));
-        return ZO_OK;
-    }
+    if (!e->finalized)
+        return initial_values(e, id, out);
     ZO_TRY(eng_wait_idle(e));
     ZO_TRY(e->mode->settle(e)); /* speculative writes in flight have landed */
     float *buf = aligned_alloc(4096, e->state_extent_bytes);

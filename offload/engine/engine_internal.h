@@ -45,7 +45,9 @@ typedef struct eng_tensor {
     int layer;
     char name[64];
     size_t numel;
-    float *init; /* copy of the initial values until finalize */
+    float *init;            /* copy of the initial values until finalize (or NULL: fill) */
+    zo_engine_fill_fn fill; /* writes the initial values where they are placed */
+    void *fill_ctx;
     uint32_t chunk;
     size_t off; /* element offset inside the chunk */
 } eng_tensor;

@@ -37,6 +37,7 @@ typedef struct run_cfg {
     uint64_t host_bytes;         /* the host tier's budget (0: not limited) */
     int group;                   /* micro_group: > 1 runs the step layer-major in such groups */
     int master_split;            /* zo_engine_config.master_split */
+    int fill;                    /* register with zo_engine_register_fill rather than with copies */
 } run_cfg;
 
 #define TM_MAXGROUP 8
@@ -49,7 +50,7 @@ static run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
     run_cfg c = {ph,     oh,    mode,    0,    0, 1, 2,    0.0f, ZO_DTYPE_BF16,
                  0,      STEPS, INT_MAX, NULL, 0, 0, NULL, NULL, {0, 0},
-                 {0, 0}, 0,     0,       0};
+                 {0, 0}, 0,     0,       0,    0};
     return c;
 }
 
@@ -68,6 +69,23 @@ static void run_out_free(run_out *o)
 
 /* ---- driving the engine ---- */
 
+/* The initial values zo_engine_register_fill asks for, and its calls. */
+typedef struct fill_src {
+    float *init[TM_T];
+    int calls[TM_T];
+    int fail_id; /* >= 0: this tensor's fill fails */
+} fill_src;
+
+static zo_status fill_from(void *ctx, int id, float *dst)
+{
+    fill_src *f = ctx;
+    f->calls[id]++;
+    if (id == f->fail_id)
+        return ZO_FAIL(ZO_ERR_IO, "test", "reading tensor %d's initial values", id);
+    memcpy(dst, f->init[id], tm_numel(id) * sizeof(float));
+    return ZO_OK;
+}
+
 typedef struct harness {
     zo_device_t dev;
     zo_stream_t compute;
@@ -78,6 +96,7 @@ typedef struct harness {
     int ids[TM_T];
     int fault_layer; /* >= 0: a device stream task fails right after this layer's backward */
     tm_acts *ga[TM_MAXGROUP]; /* layer-major: the activations of each micro-batch of a group */
+    fill_src fill;
 } harness;
 
 static zo_adam_params test_adam(void)
@@ -125,15 +144,17 @@ static zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nf
         ZO_TRY(zo_engine_set_swap_faults(h->eng, faults, nfaults));
     if (h->rc.trace)
         ZO_TRY(zo_engine_set_trace(h->eng, h->rc.trace, h->rc.trace_ctx));
-    float *init[TM_T];
+    float **init = h->fill.init; /* freed by harness_close: a fill reads them in finalize */
     for (int k = 0; k < TM_T; k++)
         init[k] = malloc(tm_numel(k) * sizeof(float));
     tm_init_params(init);
     zo_status st = ZO_OK;
-    for (int k = 0; k < TM_T && st == ZO_OK; k++)
-        st = zo_engine_register(h->eng, k / 2, k % 2 ? "b" : "W", tm_numel(k), init[k], &h->ids[k]);
-    for (int k = 0; k < TM_T; k++)
-        free(init[k]);
+    for (int k = 0; k < TM_T && st == ZO_OK; k++) {
+        const char *name = k % 2 ? "b" : "W";
+        st = h->rc.fill ? zo_engine_register_fill(h->eng, k / 2, name, tm_numel(k), fill_from,
+                                                  &h->fill, &h->ids[k])
+                        : zo_engine_register(h->eng, k / 2, name, tm_numel(k), init[k], &h->ids[k]);
+    }
     ZO_TRY(st);
     return finalize ? zo_engine_finalize(h->eng) : ZO_OK;
 }
@@ -157,6 +178,7 @@ static void harness_open(harness *h, const run_cfg *rc)
     for (int j = 0; j < TM_MAXGROUP && j < rc->group; j++)
         assert_non_null(h->ga[j] = calloc(1, sizeof *h->ga[j]));
     h->fault_layer = -1;
+    h->fill.fail_id = -1;
     snprintf(h->dir, sizeof h->dir, "/tmp/zo-engine-test-XXXXXX");
     assert_non_null(mkdtemp(h->dir));
 }
@@ -170,6 +192,8 @@ static void harness_close(harness *h)
     free(h->a);
     for (int j = 0; j < TM_MAXGROUP; j++)
         free(h->ga[j]);
+    for (int k = 0; k < TM_T; k++)
+        free(h->fill.init[k]);
 }
 
 static zo_status enqueue(harness *h, zo_stream_fn fn, const void *arg, size_t n)
@@ -1676,6 +1700,70 @@ static uint32_t test_seed(void)
     return seed;
 }
 
+/* Registered by fill, the initial values written straight into each
+ * chunk's initial states by finalize, a model trains bitwise as registered
+ * with copies: all host, all NVMe, a split over every tier, every mode. */
+static void test_registered_by_fill_trains_bitwise(void **state)
+{
+    (void)state;
+    split sp[8];
+    make_splits(sp, 1);
+    for (int mode = ZO_OPTIM_SYNC; mode <= ZO_OPTIM_DPU; mode++)
+        for (int i = 0; i < 3; i++) {
+            run_cfg c = i == 0   ? base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, (zo_optim_mode)mode)
+                        : i == 1 ? base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, (zo_optim_mode)mode)
+                                 : split_cfg(&sp[2], (zo_optim_mode)mode);
+            run_out copied, filled;
+            run(&c, &copied);
+            c.fill = 1;
+            run(&c, &filled);
+            assert_same_weights(&copied, &filled, STEPS);
+            run_out_free(&copied);
+            run_out_free(&filled);
+        }
+}
+
+/* The fill is asked for a tensor's values only where they are placed:
+ * not at registration, once per tensor in finalize, and by read_master
+ * before it; a fill that fails fails finalize naming the tensor, and the
+ * engine is freed cleanly. */
+static void test_fill_runs_at_finalize(void **state)
+{
+    (void)state;
+    run_cfg c = base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    c.fill = 1;
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(build_engine(&h, NULL, 0, 0));
+    for (int k = 0; k < TM_T; k++)
+        assert_int_equal(h.fill.calls[k], 0);
+    float *w = malloc(tm_numel(2) * sizeof *w);
+    assert_non_null(w);
+    ZO_ASSERT_OK(zo_engine_read_master(h.eng, h.ids[2], w));
+    assert_memory_equal(w, h.fill.init[2], tm_numel(2) * sizeof *w);
+    assert_int_equal(h.fill.calls[2], 1);
+    ZO_ASSERT_OK(zo_engine_finalize(h.eng));
+    for (int k = 0; k < TM_T; k++)
+        assert_int_equal(h.fill.calls[k], k == 2 ? 2 : 1);
+    ZO_ASSERT_OK(zo_engine_read_master(h.eng, h.ids[2], w));
+    assert_memory_equal(w, h.fill.init[2], tm_numel(2) * sizeof *w);
+    assert_int_equal(h.fill.calls[2], 2);
+    free(w);
+    int id;
+    ZO_ASSERT_ST(zo_engine_register_fill(h.eng, TM_L, "late", 4, fill_from, &h.fill, &id),
+                 ZO_ERR_STATE);
+    harness_close(&h);
+
+    harness_open(&h, &c);
+    h.fill.fail_id = 5;
+    ZO_ASSERT_ST(zo_engine_register_fill(NULL, 0, "x", 4, fill_from, &h.fill, &id),
+                 ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(build_engine(&h, NULL, 0, 1), ZO_ERR_IO);
+    if (!strstr(zo_last_error(), "initial values of 'b'"))
+        fail_msg("%s", zo_last_error());
+    harness_close(&h);
+}
+
 /* Splits of the states and parameters over device, host and NVMe train
  * bitwise like all-host and all-NVMe in sync, overlap and dpu modes; each
  * run's measured peaks equal its footprint (run checks every step). */
@@ -2617,6 +2705,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_layer_major_moves_fewer_parameter_bytes),
         cmocka_unit_test(test_layer_major_fault_mid_group),
         cmocka_unit_test(test_split_homes_equal_all_host_and_all_nvme),
+        cmocka_unit_test(test_registered_by_fill_trains_bitwise),
+        cmocka_unit_test(test_fill_runs_at_finalize),
         cmocka_unit_test(test_split_footprint),
         cmocka_unit_test(test_split_checkpoint_resumes_on_another),
         cmocka_unit_test(test_split_nvme_fault_during_step),
