@@ -1227,6 +1227,9 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
     json_object_set_new(cfg, "config_file",
                         c->config_path ? json_string(c->config_path) : json_null());
     json_object_set_new(cfg, "scheduler", json_string(zo_scheduler_type_name(c->o.sched.type)));
+    json_object_set_new(cfg, "host_limit", json_integer((json_int_t)su->host_limit));
+    json_object_set_new(cfg, "tensor_buffer_bytes",
+                        json_integer((json_int_t)su->tensor_buffer_bytes));
     return json_pack("{s:o,s:o,s:o}", "model", model, "device", dev, "config", cfg);
 }
 

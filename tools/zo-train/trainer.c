@@ -18,9 +18,6 @@
 #include "zo/units.h"
 #include "zt_error.h"
 
-/* Largest model whose default cpu-device budget is planned by a probe engine. */
-#define ZT_PROBE_MAX_PARAMS (256ull << 20)
-
 struct zt_trainer {
     zt_options o;
     zt_setup setup;
@@ -239,29 +236,43 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
     return c;
 }
 
-/* Register every tensor of the model with its initial values; the engine
- * ids go to ids (NULL: a planning probe, registered with zeros). */
-static zo_status register_model(zo_engine_t eng, const zt_options *o, int **ids)
+/* Where the model's initial values come from: the seed (zt_tensor_init),
+ * or zeros for a planning probe. The engine asks for a tensor's values as it
+ * places its chunk (zo_engine_register_fill), so registering holds none. */
+typedef struct init_src {
+    const zt_options *o;
+    int zeros;
+} init_src;
+
+static zo_status fill_initial(void *ctx, int id, float *dst)
 {
-    const zt_shape *s = &o->shape;
-    float *buf = malloc(zt_largest_tensor(s) * sizeof *buf);
-    if (!buf)
-        return zt_fail(ZO_ERR_NO_MEMORY, "initial values of the largest tensor");
-    if (!ids)
-        memset(buf, 0, zt_largest_tensor(s) * sizeof *buf);
+    const init_src *src = ctx;
+    const zt_shape *s = &src->o->shape;
+    int l = 0;
+    while (id >= zt_layer_tensors(s, l))
+        id -= zt_layer_tensors(s, l++);
+    if (src->zeros)
+        memset(dst, 0, zt_tensor_numel(s, l, id) * sizeof *dst);
+    else
+        zt_tensor_init(s, l, id, src->o->seed, src->o->init_std, dst);
+    return ZO_OK;
+}
+
+/* Register every tensor of the model, its initial values from src (which
+ * must outlive zo_engine_finalize); the engine ids go to ids (NULL: a
+ * planning probe). */
+static zo_status register_model(zo_engine_t eng, const zt_shape *s, init_src *src, int **ids)
+{
     zo_status st = ZO_OK;
     for (int l = 0; st >= 0 && l < zt_engine_layers(s); l++)
         for (int i = 0; st >= 0 && i < zt_layer_tensors(s, l); i++) {
             char name[64];
             zt_tensor_name(s, l, i, name, sizeof name);
-            if (ids)
-                zt_tensor_init(s, l, i, o->seed, o->init_std, buf);
-            st = zo_engine_register(eng, l, name, zt_tensor_numel(s, l, i), buf,
-                                    ids ? &ids[l][i] : NULL);
+            st = zo_engine_register_fill(eng, l, name, zt_tensor_numel(s, l, i), fill_initial, src,
+                                         ids ? &ids[l][i] : NULL);
             if (st < 0)
-                zt_lib_fail(st, "zo_engine_register");
+                zt_lib_fail(st, "zo_engine_register_fill");
         }
-    free(buf);
     return st;
 }
 
@@ -281,8 +292,9 @@ static zo_status engine_min_device(const zt_trainer *t, uint64_t *min_bytes,
     zo_status st = zo_engine_init(&eng, &c);
     if (st < 0)
         zt_lib_fail(st, "zo_engine_init (planning probe)");
+    init_src zeros = {&t->o, 1};
     if (st >= 0)
-        st = register_model(eng, &t->o, NULL);
+        st = register_model(eng, &t->o.shape, &zeros, NULL);
     zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
     int fits = 0;
     if (st >= 0 && (st = zo_engine_plan(eng, &fp, &fits, NULL, 0)) < 0)
@@ -317,13 +329,6 @@ static zo_status choose_budget(zt_trainer *t, uint64_t *budget)
     *budget = t->o.device_mem;
     if (*budget || is_cuda(t))
         return ZO_OK;
-    /* The probe registers every tensor (the engine copies its fp32 values). */
-    if (t->setup.n_params > ZT_PROBE_MAX_PARAMS)
-        return zt_fail(
-            ZO_ERR_INVALID_ARG,
-            "the cpu device's default budget is planned only for models up to %llu parameters "
-            "(this one has %llu): pass --device-mem BYTES",
-            (unsigned long long)ZT_PROBE_MAX_PARAMS, (unsigned long long)t->setup.n_params);
     uint64_t min_bytes = 0, layer_bytes = 0;
     ZT_TRY(engine_min_device(t, &min_bytes, &layer_bytes));
     *budget = t->setup.activation_bytes + min_bytes +
@@ -371,7 +376,7 @@ static zo_status refuse_host_memory(const uint64_t part[4], uint64_t need, uint6
 {
     static const char *const names[4] = {"pinned (16-bit copies, gradients, NVMe staging)",
                                          "host (optimizer states, backups, accumulators)",
-                                         "initial values being registered",
+                                         "tensor buffers for loading and saving",
                                          "the cpu device (emulated in host memory)"};
     int top = 0;
     for (int i = 1; i < 4; i++)
@@ -379,7 +384,7 @@ static zo_status refuse_host_memory(const uint64_t part[4], uint64_t need, uint6
             top = i;
     char b[7][32];
     return zt_fail(ZO_ERR_BUDGET,
-                   "host memory: the plan needs %s (pinned %s, host %s, initial values %s, cpu "
+                   "host memory: the plan needs %s (pinned %s, host %s, tensor buffers %s, cpu "
                    "device %s) but the host limit is %s (%s): %s missing, most of it %s; lower "
                    "--chunk-bytes, put the optimizer on NVMe (--offload-optimizer nvme), or set "
                    "--host-mem",
@@ -405,9 +410,21 @@ static uint64_t host_limit(const zt_trainer *t, char *why, size_t cap)
     return share;
 }
 
+/* Host bytes zo-train takes beside the engine while it loads or saves
+ * weights and states (registration takes none: the engine asks for each
+ * tensor's initial values where it places them): a tensor's master, m and
+ * v as a checkpoint moves them, and the engine's buffer of one chunk's
+ * states that reads and writes of them go through. They grow with the
+ * largest tensor and the chunk, not with the number of layers. */
+uint64_t zt_tensor_buffer_bytes(const zt_shape *s, zo_dtype state_dtype, uint64_t chunk_bytes)
+{
+    return 3 * (zt_largest_tensor(s) + 2) * sizeof(float) +
+           zo_engine_nvme_state_bytes_as(state_dtype, chunk_bytes / 2);
+}
+
 /* The host memory the run will take under c, part by part: the plan's pinned
- * and pageable bytes, the initial values registration copies, and on the cpu
- * device its budget. */
+ * and pageable bytes (the engine's and the layer inputs zo-train pins), the
+ * tensor buffers of loading and saving, and on the cpu device its budget. */
 static zo_status host_need(const zt_trainer *t, const zo_engine_config *c, uint64_t part[4],
                            zo_engine_footprint *fp)
 {
@@ -429,7 +446,7 @@ static zo_status host_need(const zt_trainer *t, const zo_engine_config *c, uint6
     zt_act_group g = act_group(&t->o);
     part[0] = fp->pinned + zt_model_host_activation_bytes(&mc, &g);
     part[1] = fp->host + zt_model_act_carry_bytes(&mc, &g);
-    part[2] = fp->n_params * sizeof(float);
+    part[2] = zt_tensor_buffer_bytes(&t->o.shape, c->state_dtype, fp->chunk_bytes);
     part[3] = is_cuda(t) ? 0 : t->setup.device_budget;
     return ZO_OK;
 }
@@ -493,20 +510,21 @@ static zo_status auto_placement(zt_trainer *t, zo_engine_config *c)
 }
 
 /* The engine's share of the host limit, its hard budget for pinned and
- * pageable bytes: what the limit leaves beside the initial values being
- * registered and the cpu device (0: no limit, or none left, which
- * check_host_memory then refuses). */
-static zo_status engine_host_budget(const zt_trainer *t, zo_engine_config *c)
+ * pageable bytes: what the limit leaves beside the layer inputs zo-train
+ * pins, the tensor buffers and the cpu device (0: no limit, or none left,
+ * which check_host_memory then refuses). */
+static zo_status engine_host_budget(zt_trainer *t, zo_engine_config *c)
 {
     char why[256];
     uint64_t limit = host_limit(t, why, sizeof why), part[4];
     zo_engine_footprint fp;
     c->host_bytes = 0;
-    if (!limit)
-        return ZO_OK;
     ZT_TRY(host_need(t, c, part, &fp));
-    if (limit > part[2] + part[3])
-        c->host_bytes = limit - part[2] - part[3];
+    t->setup.host_limit = limit;
+    t->setup.tensor_buffer_bytes = part[2];
+    uint64_t beside = part[0] - fp.pinned + part[1] - fp.host + part[2] + part[3];
+    if (limit > beside)
+        c->host_bytes = limit - beside;
     return ZO_OK;
 }
 
@@ -562,7 +580,8 @@ static zo_status open_engine(zt_trainer *t)
     for (int l = 0; l < n_layers; l++)
         if (!(t->ids[l] = calloc(ZT_MAX_LAYER_TENSORS, sizeof **t->ids)))
             return zt_fail(ZO_ERR_NO_MEMORY, "tensor id table");
-    ZT_TRY(register_model(t->eng, &t->o, t->ids));
+    init_src seeded = {&t->o, 0}; /* read by zo_engine_finalize below */
+    ZT_TRY(register_model(t->eng, &t->o.shape, &seeded, t->ids));
     /* The model's arena first: the engine then takes what it planned from the rest. */
     zt_model_config mc = model_config(&t->o);
     zt_act_group g = act_group(&t->o);

@@ -113,6 +113,9 @@ typedef struct zt_setup {
     uint64_t n_params;
     double init_seconds;
     uint64_t host_share; /* this rank's host limit: its share of the node's (0: not limited) */
+    uint64_t host_limit;          /* the whole run's host limit (0: none) */
+    uint64_t tensor_buffer_bytes; /* of it, zo-train's buffers for loading and saving tensors
+                                     (zt_tensor_buffer_bytes) */
 } zt_setup;
 
 typedef struct zt_trainer zt_trainer;
@@ -120,6 +123,9 @@ typedef struct zt_trainer zt_trainer;
 /* The options a user gives (shape, sizes, rate, dtype, placement,
  * schedule) are consistent; zt_trainer_init checks them first. */
 zo_status zt_options_check(const zt_options *o);
+/* Host bytes zo-train's loading and saving take beside the engine: they
+ * grow with the largest tensor and the chunk, not with the layers. */
+uint64_t zt_tensor_buffer_bytes(const zt_shape *s, zo_dtype state_dtype, uint64_t chunk_bytes);
 zo_status zt_trainer_init(zt_trainer **out, const zt_options *o);
 void zt_trainer_free(zt_trainer *t);
 const zt_setup *zt_trainer_setup(const zt_trainer *t);
