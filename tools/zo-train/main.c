@@ -1317,6 +1317,7 @@ static int run(cli *c)
     feedback fb;
     if (open_feedback(c, &fb))
         return close_feedback(&fb, 1);
+    c->o.moves_tensors = c->resume || c->init_weights || c->hf_model || c->save_dir;
     if (zt_trainer_init(&t, &c->o) < 0) {
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
         return close_feedback(&fb, 1);

@@ -424,7 +424,8 @@ uint64_t zt_tensor_buffer_bytes(const zt_shape *s, zo_dtype state_dtype, uint64_
 
 /* The host memory the run will take under c, part by part: the plan's pinned
  * and pageable bytes (the engine's and the layer inputs zo-train pins), the
- * tensor buffers of loading and saving, and on the cpu device its budget. */
+ * tensor buffers of a run that loads or saves, and on the cpu device its
+ * budget. */
 static zo_status host_need(const zt_trainer *t, const zo_engine_config *c, uint64_t part[4],
                            zo_engine_footprint *fp)
 {
@@ -446,7 +447,9 @@ static zo_status host_need(const zt_trainer *t, const zo_engine_config *c, uint6
     zt_act_group g = act_group(&t->o);
     part[0] = fp->pinned + zt_model_host_activation_bytes(&mc, &g);
     part[1] = fp->host + zt_model_act_carry_bytes(&mc, &g);
-    part[2] = zt_tensor_buffer_bytes(&t->o.shape, c->state_dtype, fp->chunk_bytes);
+    part[2] = t->o.moves_tensors
+                  ? zt_tensor_buffer_bytes(&t->o.shape, c->state_dtype, fp->chunk_bytes)
+                  : 0;
     part[3] = is_cuda(t) ? 0 : t->setup.device_budget;
     return ZO_OK;
 }

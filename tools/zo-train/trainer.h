@@ -59,6 +59,8 @@ typedef struct zt_options {
     double val_fraction;      /* held-out tail of the data */
     int val_batches;          /* validation micro-batches at most */
     int resume_allow_changes; /* a checkpoint of other settings may be continued */
+    int moves_tensors;        /* the run loads or saves weights or states (--resume, --init-weights,
+                                 --hf-model, --save): the host check counts the tensor buffers */
     const zo_swap_fault
         *nvme_faults; /* tests: armed when the swap stores open (zo_engine_set_swap_faults) */
     size_t n_nvme_faults;
