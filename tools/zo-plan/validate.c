@@ -40,6 +40,14 @@ zt_options zp_trainer_options(const zp_job *job, const zp_hardware *hw, const zp
     o.optim_home = (int)p->optim_home;
     o.chunk_bytes = p->fp.chunk_bytes;
     o.val_batches = 1;
+    if (p->engine_host_budget) {
+        /* zo-train gives the engine what its host limit leaves beside the
+         * layer inputs it pins and the cpu device: the plan's share, so
+         * that the engine keeps and spills the gradients the plan does */
+        o.host_mem = p->engine_host_budget + (p->act_home == ZP_ACT_HOST ? p->layer_inputs : 0) +
+                     (strcmp(hw->backend, "cpu") == 0 ? hw->device_bytes : 0);
+        o.host_mem_from = "zo-plan's host budget";
+    }
     if (nvme_dir) {
         o.nvme_paths[0] = nvme_dir;
         o.n_nvme_paths = 1;
