@@ -227,6 +227,8 @@ static void test_footprint_is_the_engines(void **state)
         fail_msg("%s", p.why);
     expect_engine_footprint(&j, &hw, &p);
     assert_true(p.optim_homes[ZO_TIER_HOST] > 0 && p.optim_homes[ZO_TIER_NVME] > 0);
+    /* the update waits for the longer of Adam and its states' NVMe reads and writes */
+    assert_true(p.update_seconds >= p.seconds[ZP_BN_OPTIM] && p.update_seconds <= p.step_seconds);
     assert_int_equal(p.pinned.total, host_pinned(&p));
     assert_int_equal(p.host.total, p.fp.host);
     assert_int_equal(p.fp.grad_host, p.grad_store - p.grad_spill);
@@ -244,6 +246,8 @@ static void test_footprint_is_the_engines(void **state)
     assert_int_equal(p.pinned.total, p.fp.pinned);
     assert_int_equal(p.host.total, p.fp.host);
     assert_int_equal(p.peak_device, p.fp.device);
+    /* no NVMe: the update is CPU Adam alone */
+    assert_true(p.update_seconds == p.seconds[ZP_BN_OPTIM] && p.update_seconds > 0);
 }
 
 static uint64_t rnd(uint64_t *s)

@@ -823,11 +823,10 @@ static void print_validation(const result *r)
                     v->last.peak_host == p->peak_host && v->last.peak_nvme == p->peak_nvme
                 ? " (as planned)"
                 : " (the plan differs)");
-        printf("  %-22s   of its last step: optimizer busy %.4g s (predicted %.4g), waiting on "
-               "NVMe %.4g s "
-               "(predicted NVMe %.4g)\n",
-               "", v->last.optim_seconds, p->seconds[ZP_BN_OPTIM], v->last.nvme_seconds,
-               p->seconds[ZP_BN_NVME]);
+        printf("  %-22s   of its last step: optimizer busy %.4g s (predicted update %.4g: Adam "
+               "%.4g, beside its NVMe), waiting on NVMe %.4g s (predicted NVMe %.4g)\n",
+               "", v->last.optim_seconds, p->update_seconds, p->seconds[ZP_BN_OPTIM],
+               v->last.nvme_seconds, p->seconds[ZP_BN_NVME]);
     }
 }
 
@@ -1083,8 +1082,9 @@ static json_t *json_validation(const result *r, int s)
         return json_pack("{s:s}", "error", r->val_err[s]);
     const zo_step_stats *l = &r->val[s].last;
     double m = r->val[s].step_seconds;
-    return json_pack("{s:f,s:f,s:f,s:f,s:{s:o,s:o,s:o,s:o},s:o}", "step_seconds", m, "step_error",
-                     (r->plans[s].step_seconds - m) / m, "optimizer_busy_seconds", l->optim_seconds,
+    return json_pack("{s:f,s:f,s:f,s:f,s:f,s:{s:o,s:o,s:o,s:o},s:o}", "step_seconds", m,
+                     "step_error", (r->plans[s].step_seconds - m) / m, "predicted_update_seconds",
+                     r->plans[s].update_seconds, "optimizer_busy_seconds", l->optim_seconds,
                      "nvme_wait_seconds", l->nvme_seconds, "peak_bytes", "device",
                      ju(l->peak_device), "pinned", ju(l->peak_pinned), "host", ju(l->peak_host),
                      "nvme", ju(l->peak_nvme), "device_total", ju(r->val[s].device_high_water));

@@ -565,6 +565,7 @@ static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, cons
                          : 0.0; /* ZeRO stage 3: gathered chunks are fetched, own ones uploaded */
     double fetch_h2d = t[ZP_BN_H2D] - publish;
     double optim_phase = fmax(t[ZP_BN_OPTIM], nvme_optim);
+    p->update_seconds = optim_phase;
     if (strcmp(hw->backend, "cuda") != 0) {
         /* the emulated GPU, its copies and the optimizer share the host's cores */
         double fb = fmax(t[ZP_BN_COMPUTE] + fetch_h2d + t[ZP_BN_D2H], nvme_fetch);

@@ -173,6 +173,9 @@ typedef struct zp_plan {
     double seconds[ZP_N_BOTTLENECKS]; /* each resource alone */
     double step_seconds;
     double fb_seconds; /* of it, the forward and backward: what runs under the compute */
+    double update_seconds; /* the update: CPU Adam beside its NVMe reads and writes (the longer);
+                              what the engine's optimizer busy time measures, with the
+                              gradients' host jobs */
     zp_bottleneck bottleneck;
     double tokens_per_s, mfu;
     double nvme_write_per_day; /* bytes */

@@ -460,6 +460,7 @@ static void step_time(split_ctx *x, zp_plan *p, uint64_t publish_bytes)
     double publish = (double)publish_bytes / sp->h2d;
     double fetch = t[ZP_BN_H2D] - publish;
     double optim_phase = fmax(t[ZP_BN_OPTIM], nvme_optim);
+    p->update_seconds = optim_phase;
     if (strcmp(x->hw->backend, "cuda") != 0) {
         double fb = fmax(t[ZP_BN_COMPUTE] + fetch + t[ZP_BN_D2H], nvme_fetch);
         p->step_seconds = fb + optim_phase + publish;
