@@ -42,9 +42,13 @@ zt_options zp_trainer_options(const zp_job *job, const zp_hardware *hw, const zp
     o.val_batches = 1;
     if (p->engine_host_budget) {
         /* zo-train gives the engine what its host limit leaves beside the
-         * layer inputs it pins and the cpu device: the plan's share, so
-         * that the engine keeps and spills the gradients the plan does */
-        o.host_mem = p->engine_host_budget + (p->act_home == ZP_ACT_HOST ? p->layer_inputs : 0) +
+         * layer inputs it keeps (pinned, or carried for NVMe) and the cpu
+         * device: the plan's share, so that the engine keeps and spills the
+         * gradients the plan does. Beside the engine the plan keeps its
+         * totals less the engine's footprint and the modelled terms. */
+        int64_t beside = (int64_t)(p->pinned.total + p->host.total) -
+                         (int64_t)(p->fp.pinned + p->fp.host) - p->modelled.pinned;
+        o.host_mem = (uint64_t)((int64_t)p->engine_host_budget + (beside > 0 ? beside : 0)) +
                      (strcmp(hw->backend, "cpu") == 0 ? hw->device_bytes : 0);
         o.host_mem_from = "zo-plan's host budget";
     }
