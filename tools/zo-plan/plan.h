@@ -172,7 +172,7 @@ typedef struct zp_plan {
     double model_flops;        /* 6N + attention per token, without the recompute (for MFU) */
     double seconds[ZP_N_BOTTLENECKS]; /* each resource alone */
     double step_seconds;
-    double fb_seconds; /* of it, the forward and backward: what runs under the compute */
+    double fb_seconds;     /* of it, the forward and backward: what runs under the compute */
     double update_seconds; /* the update: CPU Adam beside its NVMe reads and writes (the longer);
                               what the engine's optimizer busy time measures, with the
                               gradients' host jobs */

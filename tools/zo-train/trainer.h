@@ -115,7 +115,7 @@ typedef struct zt_setup {
     uint64_t n_params;
     double init_seconds;
     uint64_t host_share; /* this rank's host limit: its share of the node's (0: not limited) */
-    uint64_t host_limit;          /* the whole run's host limit (0: none) */
+    uint64_t host_limit; /* the whole run's host limit (0: none) */
     uint64_t tensor_buffer_bytes; /* of it, zo-train's buffers for loading and saving tensors
                                      (zt_tensor_buffer_bytes) */
 } zt_setup;
