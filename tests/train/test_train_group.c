@@ -293,6 +293,12 @@ static void test_grouped_fault_then_retry_equals_clean_run(void **state)
 static void test_nvme_layer_inputs_pinned_independent_of_group(void **state)
 {
     (void)state;
+#if defined(__SANITIZE_ADDRESS__)
+    /* AddressSanitizer intercepts mlock and makes it a no-op, so VmLck
+     * reads 0 whatever is pinned: the plain build measures this. */
+    print_message("skipped under AddressSanitizer: mlock is a no-op there, VmLck stays 0\n");
+    skip();
+#endif
     uint64_t peak[2][3];
     static const int groups[3] = {2, 4, 8};
     for (int h = 0; h < 2; h++)
