@@ -114,27 +114,30 @@ static void write_all(int fd, const char *p, size_t n)
     }
 }
 
-/* Copies the pipe to the real stderr, the tag at the start of every line. */
+/* Copies the pipe to the real stderr, the tag at the start of every line.
+ * Each line goes out in one write with its tag in front: the ranks' stderr
+ * meet in one stream (mpirun forwards them), and a tag written apart from
+ * its line can land in front of another rank's line. A line longer than the
+ * buffer goes out in pieces; one cut short by the end is written at the end. */
 static void *tag_lines(void *arg)
 {
     tagger *t = arg;
-    char buf[4096];
-    int at_start = 1;
+    char in[4096], line[8192];
+    size_t tag = strlen(t->tag), len = 0;
     ssize_t n;
-    while ((n = read(t->in, buf, sizeof buf)) > 0) {
-        size_t from = 0;
-        for (size_t i = 0; i < (size_t)n; i++) {
-            if (at_start) {
-                write_all(t->out, buf + from, i - from);
-                write_all(t->out, t->tag, strlen(t->tag));
-                from = i;
-                at_start = 0;
+    while ((n = read(t->in, in, sizeof in)) > 0)
+        for (ssize_t i = 0; i < n; i++) {
+            if (len == 0) {
+                memcpy(line, t->tag, tag);
+                len = tag;
             }
-            if (buf[i] == '\n' || buf[i] == '\r')
-                at_start = 1;
+            line[len++] = in[i];
+            if (in[i] == '\n' || in[i] == '\r' || len == sizeof line) {
+                write_all(t->out, line, len);
+                len = 0;
+            }
         }
-        write_all(t->out, buf + from, (size_t)n - from);
-    }
+    write_all(t->out, line, len);
     return NULL;
 }
 
