@@ -613,6 +613,34 @@ static void test_emit_split_config(void **state)
     json_decref(j);
 }
 
+/* On the cpu device zo-plan's host budget leaves the emulated device out
+ * while zo-train counts it against --host-mem: the emitted config and the
+ * printed command carry the budget plus the device, so zo-train runs the
+ * per-chunk plan under exactly what zo-plan was given. */
+static void test_cpu_device_host_mem_counts_the_device(void **state)
+{
+    (void)state;
+    char path[300], args[700], cmd[1400];
+    snprintf(path, sizeof path, "%s/cpu-host.json", g_dir);
+    snprintf(args, sizeof args, TINY_CPU " --host-mem 32MiB --nvme-path %s --emit-config %s", g_dir,
+             path);
+    json_t *j = run_json(args);
+    assert_string_equal(json_string_value(json_object_get(j, "recommendation")), "per-chunk");
+    zo_train_config c = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(zo_train_config_load(path, 1, &c));
+    assert_int_equal(c.zoffload.host_mem, (32 << 20) + (24 << 20));
+    snprintf(cmd, sizeof cmd,
+             "%s --config %s --device cpu --seq 64 --steps 1 --val-batches 1 >/dev/null 2>&1",
+             ZT_EXE, path);
+    assert_int_equal(system(cmd), 0);
+    outputs o = run(TINY_CPU " --host-mem 32MiB");
+    assert_int_equal(o.status, 0);
+    if (!strstr(o.out, "--host-mem 58720256 "))
+        fail_msg("the recommended command lacks --host-mem 125829120: %s", o.out);
+    outputs_free(&o);
+    json_decref(j);
+}
+
 /* --validate runs the per-chunk plan with its group and layer inputs' home:
  * with nothing on NVMe nothing is modelled, and the trainer measures the
  * peaks and the device total the plan predicts. */
@@ -776,6 +804,7 @@ int main(void)
         cmocka_unit_test(test_micro_group_and_act_home),
         cmocka_unit_test(test_13b_at_32gib_puts_layer_inputs_on_nvme),
         cmocka_unit_test(test_emit_split_config),
+        cmocka_unit_test(test_cpu_device_host_mem_counts_the_device),
         cmocka_unit_test(test_validate_grouped_plan),
         cmocka_unit_test(test_state_dtype_auto),
         cmocka_unit_test(test_emit_state_dtype),

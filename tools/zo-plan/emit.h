@@ -25,7 +25,7 @@ typedef struct zp_emit {
     uint64_t optim_caps[2], param_caps[2]; /* device, host: zoffload.placement */
     int micro_group;                       /* zoffload.micro_group (1: micro-batch-major) */
     int act_home;         /* zp_act_home (1 device, 2 host, 3 nvme): zoffload.act_home */
-    uint64_t host_budget; /* the hard host limit planned against */
+    uint64_t host_budget; /* zo-train's --host-mem (zp_trainer_host_mem) */
     int state_dtype;      /* zo_dtype's number: F32, BF16 or I8 (zoffload.optimizer_state_dtype) */
     int master_split;     /* zoffload.master_split */
 } zp_emit;

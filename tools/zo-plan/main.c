@@ -92,6 +92,8 @@ static void usage(FILE *f)
         "  --device auto|cpu|cuda the device (auto: cuda when a GPU is present)\n"
         "  --gpu-mem BYTES        device memory (cpu device: its capacity, default 1 GiB)\n"
         "  --host-mem BYTES       host memory for pinned and pageable tiers: a hard budget\n"
+        "                         (cpu device: beside its capacity; the zo-train command\n"
+        "                         printed adds the capacity, as zo-train counts it)\n"
         "  --pinned-max BYTES     a cap on pinned host memory\n"
         "  --nvme-path DIR        a swap directory, one per drive (repeatable; free space by\n"
         "                         statvfs)\n"
@@ -515,7 +517,7 @@ static zo_status emit(const cli *c, result *r)
                  {p->param_caps.device, p->param_caps.host},
                  p->micro_group,
                  (int)p->act_home,
-                 p->host_budget,
+                 zp_trainer_host_mem(&r->hw, p),
                  (int)c->job.state_dtype,
                  c->job.master_split};
     for (int i = 0; i < c->req.n_nvme_paths; i++)
@@ -943,7 +945,7 @@ static void print_human(const cli *c, const result *r)
             printf(" --param-device-bytes %llu --optim-host-bytes %llu --host-mem %llu "
                    "--micro-group %d --act-home %s",
                    (unsigned long long)p->param_caps.device, (unsigned long long)p->optim_caps.host,
-                   (unsigned long long)p->host_budget, p->micro_group,
+                   (unsigned long long)zp_trainer_host_mem(&r->hw, p), p->micro_group,
                    zp_act_home_name(p->act_home));
         printf("\n");
         if (p->strategy == ZP_SPLIT)

@@ -22,6 +22,11 @@
  * reports their total, the breakdown needs it split. */
 #define ZP_NVME_STAGES 3u
 
+uint64_t zp_trainer_host_mem(const zp_hardware *hw, const zp_plan *p)
+{
+    return p->host_budget + (strcmp(hw->backend, "cpu") == 0 ? hw->device_bytes : 0);
+}
+
 const char *zp_strategy_name(zp_strategy s)
 {
     static const char *const names[ZP_N_STRATEGIES + 1] = {"no-offload",

@@ -249,6 +249,11 @@ int zp_recommend(const zp_plan *plans, int n);
 zo_status zp_plan_split(const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
                         double nvme_tbw, zp_plan *out, uint64_t *work);
 
+/* zo-train's --host-mem for a plan: its host budget, and on the cpu device
+ * the emulated device's memory too, which zo-train counts against its host
+ * limit while zo-plan's host budget (given or detected) leaves it out. */
+uint64_t zp_trainer_host_mem(const zp_hardware *hw, const zp_plan *p);
+
 /* The engine configuration a plan runs under (homes, caps, chunk, mode, the
  * engine's device budget): what zo_engine_footprint_for sees for p->fp. */
 zo_engine_config zp_plan_engine_config(const zp_job *job, const zp_hardware *hw, const zp_plan *p);
