@@ -78,15 +78,44 @@ void zp_layout_free(model_layout *m)
     memset(m, 0, sizeof *m);
 }
 
-zo_status zp_layout_init(model_layout *m, const zt_shape *s)
+void zp_job_layers(const zp_job *job, int *first, int *end)
+{
+    *first = job->stage_end ? job->stage_first : 0;
+    *end = job->stage_end ? job->stage_end : zt_engine_layers(&job->shape);
+}
+
+/* A tied model's last stage without layer 0 keeps a copy of it as its head. */
+static int tied_head_copy(const zp_job *job)
+{
+    int a, b;
+    zp_job_layers(job, &a, &b);
+    return job->shape.tied && a > 0 && b == zt_engine_layers(&job->shape);
+}
+
+/* Model layer of the job's local layer l. */
+static int model_layer(const zp_job *job, int l)
+{
+    int a, b;
+    zp_job_layers(job, &a, &b);
+    return a + l < b ? a + l : 0; /* past the range: the tied head's copy */
+}
+
+zo_status zp_layout_init(model_layout *m, const zp_job *job)
 {
     memset(m, 0, sizeof *m);
-    int L = zt_engine_layers(s);
+    const zt_shape *s = &job->shape;
+    int a, b;
+    zp_job_layers(job, &a, &b);
+    int L = b - a + tied_head_copy(job);
+    m->n_layers = L;
+    /* the head's forward runs under its backward's fetch; a stage that sends
+       its output on fetches its last layer in the forward too */
+    m->fwd_layers = b == zt_engine_layers(s) ? L - 1 : L;
     for (int l = 0; l < L; l++)
-        m->n += (size_t)zt_layer_tensors(s, l);
-    m->numel = calloc(m->n, sizeof *m->numel);
-    m->layer = calloc(m->n, sizeof *m->layer);
-    m->chunks = calloc(m->n, sizeof *m->chunks);
+        m->n += (size_t)zt_layer_tensors(s, model_layer(job, l));
+    m->numel = calloc(m->n ? m->n : 1, sizeof *m->numel);
+    m->layer = calloc(m->n ? m->n : 1, sizeof *m->layer);
+    m->chunks = calloc(m->n ? m->n : 1, sizeof *m->chunks);
     m->first = calloc((size_t)L + 1, sizeof *m->first);
     if (!m->numel || !m->layer || !m->chunks || !m->first) {
         size_t n = m->n;
@@ -96,8 +125,8 @@ zo_status zp_layout_init(model_layout *m, const zt_shape *s)
     }
     size_t k = 0;
     for (int l = 0; l < L; l++)
-        for (int i = 0; i < zt_layer_tensors(s, l); i++, k++) {
-            m->numel[k] = zt_tensor_numel(s, l, i);
+        for (int i = 0; i < zt_layer_tensors(s, model_layer(job, l)); i++, k++) {
+            m->numel[k] = zt_tensor_numel(s, model_layer(job, l), i);
             m->layer[k] = l;
         }
     return ZO_OK;
@@ -134,21 +163,22 @@ zo_status zp_pack_model(model_layout *m, const zo_engine_config *cfg, int n_laye
 
 typedef struct fetch_order {
     int E;     /* engine layers */
-    long T;    /* fetches per micro-batch: 2E - 1 */
+    int F;     /* of them fetched in the forward: E - 1 with the head, else E */
+    long T;    /* fetches per micro-batch: F + E */
     int accum; /* micro-batches per step */
 } fetch_order;
 
 static int layer_at(const fetch_order *o, long pos)
 {
     long r = pos % o->T;
-    return r < o->E - 1 ? (int)r : (int)(2 * o->E - 2 - r);
+    return r < o->F ? (int)r : (int)(o->F + o->E - 1 - r);
 }
 
 /* The position of layer l's next fetch after pos (LONG_MAX: not in this step). */
 static long next_use(const fetch_order *o, int l, long pos)
 {
     long m = pos / o->T, r = pos % o->T;
-    long fwd = l < o->E - 1 ? l : -1, bwd = 2 * o->E - 2 - l;
+    long fwd = l < o->F ? l : -1, bwd = o->F + o->E - 1 - l;
     if (fwd > r)
         return m * o->T + fwd;
     if (bwd > r)
@@ -214,7 +244,10 @@ static void simulate(slot_sim *s, long from, long to, uint64_t *loads, uint64_t 
 zo_status zp_step_loads(const model_layout *m, int n_layers, uint32_t n_slots, int accum,
                         const uint8_t *resident, uint64_t *loads, uint64_t *bytes, uint64_t *work)
 {
-    slot_sim s = {m, {n_layers, 2L * n_layers - 1, accum}, NULL, NULL, n_slots, resident, work};
+    slot_sim s = {m,       {n_layers, m->fwd_layers, (long)m->fwd_layers + n_layers, accum},
+                  NULL,    NULL,
+                  n_slots, resident,
+                  work};
     s.slot_chunk = malloc(n_slots * sizeof *s.slot_chunk);
     s.chunk_slot = malloc(m->n_chunks * sizeof *s.chunk_slot);
     if (!s.slot_chunk || !s.chunk_slot) {
@@ -259,9 +292,29 @@ static zo_engine_config engine_config(const zp_job *job, const zp_hardware *hw, 
     return c;
 }
 
+/* Blocks among the job's layers. */
+static int job_blocks(const zp_job *job)
+{
+    int a, b, n = 0;
+    zp_job_layers(job, &a, &b);
+    for (int l = a; l < b; l++)
+        n += l >= 1 && l <= job->shape.n_layers;
+    return n;
+}
+
+/* A stage's arena: its blocks' layer inputs; the logits and the embedding
+ * gradient only where the head or the embedding is (a stage between them
+ * has a vocabulary of one in the arena's terms). */
 zt_model_config zp_model_config(const zp_job *job)
 {
     zt_model_config mc = {job->shape, job->seq, job->micro_batch, job->grad_accum, job->dtype};
+    if (!job->stage_end)
+        return mc;
+    int a, b;
+    zp_job_layers(job, &a, &b);
+    mc.shape.n_layers = job_blocks(job);
+    if (a > 0 && b < zt_engine_layers(&job->shape))
+        mc.shape.vocab = 1;
     return mc;
 }
 
@@ -377,7 +430,7 @@ static zo_status plan_memory(zp_plan *p, const zp_job *job, const zp_hardware *h
     zo_engine_config cfg =
         engine_config(job, hw, p->strategy, chunk, engine_budget ? engine_budget : 1);
     model_layout m;
-    ZT_TRY(zp_layout_init(&m, &job->shape));
+    ZT_TRY(zp_layout_init(&m, job));
     zo_engine_layout ly = zp_engine_layout(&m);
     p->fp = (zo_engine_footprint)ZO_ENGINE_FOOTPRINT_INIT;
     int fits = 0;
@@ -460,12 +513,12 @@ zo_status zp_nvme_chunk_states(const zp_job *job, uint64_t **bytes, uint32_t *n_
     *bytes = NULL;
     *n_chunks = 0;
     model_layout m;
-    ZT_TRY(zp_layout_init(&m, &job->shape));
+    ZT_TRY(zp_layout_init(&m, job));
     zp_hardware none;
     memset(&none, 0, sizeof none);
     uint64_t chunk = job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape);
     zo_engine_config cfg = engine_config(job, &none, ZP_OPTIM_NVME, chunk, 0);
-    zo_status st = zp_pack_model(&m, &cfg, zt_engine_layers(&job->shape));
+    zo_status st = zp_pack_model(&m, &cfg, m.n_layers);
     if (st >= 0 && !(*bytes = malloc((m.n_chunks ? m.n_chunks : 1) * sizeof **bytes)))
         st = zt_fail(ZO_ERR_NO_MEMORY, "the chunks' state sizes");
     for (uint32_t c = 0; st >= 0 && c < m.n_chunks; c++)
@@ -488,8 +541,8 @@ static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *
                               uint64_t *work)
 {
     model_layout m;
-    ZT_TRY(zp_layout_init(&m, &job->shape));
-    int E = zt_engine_layers(&job->shape);
+    ZT_TRY(zp_layout_init(&m, job));
+    int E = m.n_layers;
     zo_engine_config cfg = engine_config(job, hw, p->strategy, chunk, 0);
     zo_status st = zp_pack_model(&m, &cfg, E);
     uint64_t used = 0, states = 0, own_used = 0;
@@ -540,18 +593,50 @@ double zp_nvme_update_seconds(uint64_t rd_bytes, uint64_t wr_bytes, const zp_spe
     return fmax(fmax(rd, wr), (double)(rd_bytes + wr_bytes) / fmax(sp->nvme_read, sp->nvme_write));
 }
 
+void zp_layer_flops_per_token(const zp_job *job, int layer, double *model, double *device)
+{
+    const zt_shape *s = &job->shape;
+    double head = 6.0 * (double)s->vocab * s->dim;
+    double blocks = zt_shape_flops_per_token(s, job->seq) - head;
+    double L = s->n_layers, last = zt_engine_layers(s) - 1;
+    int is_block = layer >= 1 && layer <= s->n_layers;
+    *model = (is_block ? blocks / L : 0) + (layer == last ? head : 0);
+    *device = *model + (is_block ? recompute_flops_per_token(s, job->seq) / L : 0);
+}
+
+/* The job's layers' FLOPs per token: the model's, or with the recompute. */
+static double job_flops(const zp_job *job, int device)
+{
+    int a, b;
+    zp_job_layers(job, &a, &b);
+    double sum = 0, m, d;
+    for (int l = a; l < b; l++) {
+        zp_layer_flops_per_token(job, l, &m, &d);
+        sum += device ? d : m;
+    }
+    return sum;
+}
+
+double zp_model_flops_per_token(const zp_job *job)
+{
+    if (!job->stage_end)
+        return zt_shape_flops_per_token(&job->shape, job->seq);
+    return job_flops(job, 0);
+}
+
 double zp_device_flops_per_token(const zp_job *job)
 {
-    return zt_shape_flops_per_token(&job->shape, job->seq) +
-           recompute_flops_per_token(&job->shape, job->seq);
+    if (!job->stage_end)
+        return zt_shape_flops_per_token(&job->shape, job->seq) +
+               recompute_flops_per_token(&job->shape, job->seq);
+    return job_flops(job, 1);
 }
 
 static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
                       double nvme_tbw)
 {
-    const zt_shape *s = &job->shape;
     p->tokens = (uint64_t)job->grad_accum * job->micro_batch * job->seq;
-    double per_token = zt_shape_flops_per_token(s, job->seq);
+    double per_token = zp_model_flops_per_token(job);
     p->model_flops = (double)p->tokens * per_token;
     double device_flops = (double)p->tokens * zp_device_flops_per_token(job);
     double rate = sp->model_flops > 0 ? sp->model_flops : sp->flops;

@@ -71,6 +71,14 @@ typedef struct zp_job {
     /* ZeRO (world.h): 0 or 1 = one rank; > 1 plans rank 0 of world_size at
      * zero_stage (1..3), whose share of the chunks is the largest */
     int world_size, zero_stage;
+    /* A pipeline stage (pipeline.h): the engine layers [stage_first,
+     * stage_end) of the model, numbered as zo-train numbers them (0 the
+     * embedding, 1..L the blocks, L+1 the head); stage_end 0: the whole
+     * model. The last stage of a tied model keeps a copy of layer 0's
+     * tensors as its head. act_sets: the micro-batches whose layer inputs
+     * the stage holds at once (1F1B keeps S - s in flight on stage s;
+     * 0 or 1: one). */
+    int stage_first, stage_end, act_sets;
 } zp_job;
 
 /* The machine: budgets of every tier. */
@@ -216,6 +224,15 @@ typedef struct zp_plan {
 /* FLOPs the device runs per token: the model's (zt_shape_flops_per_token)
  * and the backward's recompute of every block's forward. */
 double zp_device_flops_per_token(const zp_job *job);
+/* The model's FLOPs per token (zt_shape_flops_per_token) of the job's
+ * layers: a stage's share, the whole model's otherwise. */
+double zp_model_flops_per_token(const zp_job *job);
+/* One engine layer's share of the two (a tied model's head counts in its
+ * last layer, where a pipeline's last stage computes it): the sums over the
+ * layers are the whole model's. */
+void zp_layer_flops_per_token(const zp_job *job, int layer, double *model, double *device);
+/* The job's engine layers: [*first, *end) of the model's. */
+void zp_job_layers(const zp_job *job, int *first, int *end);
 
 /* Plan one strategy. With job->chunk_bytes 0 the chunk size is the better of
  * zo-train's default (the largest tensor) and one block per chunk: one that

@@ -15,16 +15,21 @@ typedef struct model_layout {
     zo_engine_chunk_info *chunks; /* n entries: enough for any packing */
     uint32_t n_chunks;
     uint32_t *first; /* per engine layer: its first chunk; first[L] = n_chunks */
+    int n_layers;    /* the job's engine layers, numbered from 0 (a stage's own) */
+    int fwd_layers;  /* of them, those fetched in the forward: all but a last head */
 } model_layout;
 
-zo_status zp_layout_init(model_layout *m, const zt_shape *s);
+/* The job's tensors (a stage's layers, plan.h) as the engine registers them. */
+zo_status zp_layout_init(model_layout *m, const zp_job *job);
 void zp_layout_free(model_layout *m);
 zo_engine_layout zp_engine_layout(const model_layout *m);
 /* Pack under cfg and index the chunks by layer. */
 zo_status zp_pack_model(model_layout *m, const zo_engine_config *cfg, int n_layers);
 
 /* The parameter loads (chunks, 16-bit bytes) of a step of `accum` passes
- * of the fetch order (forward 0..E-2, backward E-1..0) through n_slots
+ * of the fetch order (forward 0..F-1, backward E-1..0; F = m->fwd_layers:
+ * E-1 when the last layer is the head, E on a stage that sends its output
+ * on) through n_slots
  * device slots under the engine's farthest-next-use eviction; chunks
  * flagged in resident (optional) stay on the device and are never loaded. */
 zo_status zp_step_loads(const model_layout *m, int n_layers, uint32_t n_slots, int accum,

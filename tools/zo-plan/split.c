@@ -200,9 +200,11 @@ static void extra_terms(split_ctx *x, const cand *c, const zo_engine_config *cfg
     place(x, cfg);
     e->grouped = c->group > 1 && job->grad_accum > 1;
     /* the layer inputs as zo-train keeps them (model_shape.h) */
-    zt_act_group g = {c->group, c->act == ZP_ACT_HOST   ? ZT_ACT_HOST
-                                : c->act == ZP_ACT_NVME ? ZT_ACT_NVME
-                                                        : ZT_ACT_DEVICE};
+    /* a pipeline stage holds the inputs of its micro-batches in flight */
+    int sets = job->act_sets > c->group ? job->act_sets : c->group;
+    zt_act_group g = {sets, c->act == ZP_ACT_HOST   ? ZT_ACT_HOST
+                            : c->act == ZP_ACT_NVME ? ZT_ACT_NVME
+                                                    : ZT_ACT_DEVICE};
     zt_model_activation_parts_group(&x->mc, &g, &e->act);
     e->act_host = zt_model_host_activation_bytes(&x->mc, &g);
     e->act_carry = zt_model_act_carry_bytes(&x->mc, &g);
@@ -388,7 +390,7 @@ static void check_budgets(split_ctx *x, zp_plan *p)
 static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
 {
     const zp_job *job = x->job;
-    int E = zt_engine_layers(&job->shape);
+    int E = x->m.n_layers;
     uint64_t C = p->fp.chunk_bytes, used = 0, publish = 0, states = 0, paged = 0, nvme_p16 = 0;
     uint64_t backed = 0; /* written by the update, read back at the next fetch */
     for (uint32_t c = 0; c < x->m.n_chunks; c++) {
@@ -414,10 +416,10 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
     p->h2d_grad_bytes = p->micro_group > 1 ? (uint64_t)(p->n_groups - 1) * used * 2 : 0;
     p->h2d_act_bytes = p->d2h_act_bytes = p->act_home >= ZP_ACT_HOST ? M * x->inputs_mb : 0;
     /* on NVMe: every block's input, not the head's (it is carried) */
-    p->nvme_act_bytes =
-        p->nvme.layer_inputs
-            ? M * x->inputs_mb / (uint64_t)(job->shape.n_layers + 1) * (uint64_t)job->shape.n_layers
-            : 0;
+    p->nvme_act_bytes = p->nvme.layer_inputs
+                            ? M * x->inputs_mb / (uint64_t)(x->mc.shape.n_layers + 1) *
+                                  (uint64_t)x->mc.shape.n_layers
+                            : 0;
     p->h2d_bytes = load_bytes + p->h2d_act_bytes + p->h2d_grad_bytes + publish;
     p->d2h_bytes = p->d2h_grad_bytes + p->d2h_act_bytes;
     p->nvme_state_bytes = states;
@@ -440,7 +442,7 @@ static void step_time(split_ctx *x, zp_plan *p, uint64_t publish_bytes)
     const zp_job *job = x->job;
     const zp_speeds *sp = x->sp;
     p->tokens = (uint64_t)job->grad_accum * job->micro_batch * job->seq;
-    double per_token = zt_shape_flops_per_token(&job->shape, job->seq);
+    double per_token = zp_model_flops_per_token(job);
     p->model_flops = (double)p->tokens * per_token;
     double dev_per_token = zp_device_flops_per_token(job);
     double rate = sp->model_flops > 0 ? sp->model_flops : sp->flops;
@@ -463,9 +465,11 @@ static void step_time(split_ctx *x, zp_plan *p, uint64_t publish_bytes)
     p->update_seconds = optim_phase;
     if (strcmp(x->hw->backend, "cuda") != 0) {
         double fb = fmax(t[ZP_BN_COMPUTE] + fetch + t[ZP_BN_D2H], nvme_fetch);
+        p->fb_seconds = fb;
         p->step_seconds = fb + optim_phase + publish;
     } else {
         double fb = fmax(fmax(t[ZP_BN_COMPUTE], fetch), fmax(t[ZP_BN_D2H], nvme_fetch));
+        p->fb_seconds = fb;
         if (p->mode == ZO_OPTIM_SYNC)
             p->step_seconds = fb + optim_phase + publish;
         else if (p->mode == ZO_OPTIM_OVERLAP) /* under the last group's backward */
@@ -537,7 +541,7 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
     cfg.micro_group = c->group;
     cfg.state_dtype = job->state_dtype;
     cfg.master_split = job->master_split;
-    ZT_TRY(zp_pack_model(&x->m, &cfg, zt_engine_layers(&job->shape)));
+    ZT_TRY(zp_pack_model(&x->m, &cfg, x->m.n_layers));
     /* the device: the arena, the reserve and the group's terms first */
     extra e;
     {
@@ -673,7 +677,7 @@ static zo_status check_job(const zp_job *job, const zp_speeds *sp)
 static zo_status ctx_init(split_ctx *x)
 {
     const zp_job *job = x->job;
-    ZT_TRY(zp_layout_init(&x->m, &job->shape));
+    ZT_TRY(zp_layout_init(&x->m, job));
     size_t n = x->m.n ? x->m.n : 1;
     x->p16_home = calloc(n, 1);
     x->states_home = calloc(n, 1);
@@ -682,7 +686,7 @@ static zo_status ctx_init(split_ctx *x)
         return zt_fail(ZO_ERR_NO_MEMORY, "the chunks' homes");
     x->mc = zp_model_config(job);
     /* and a tied head's gradients, down after the head, up for the embedding's backward */
-    x->inputs_mb = (uint64_t)(job->shape.n_layers + 1) * (uint64_t)job->seq *
+    x->inputs_mb = (uint64_t)(x->mc.shape.n_layers + 1) * (uint64_t)job->seq *
                        (uint64_t)job->micro_batch * (uint64_t)job->shape.dim * 2 +
                    zt_head_grad_stride(&x->mc);
     return ZO_OK;
