@@ -19,6 +19,8 @@
 #include "hf_config.h"
 #include "hw.h"
 #include "model_shape.h"
+#include "pipeline.h"
+#include "pipeline_out.h"
 #include "plan.h"
 #include "validate.h"
 #include "world.h"
@@ -47,7 +49,11 @@ typedef struct cli {
     int state_auto;   /* --state-dtype auto: the planner picks the format */
     const char *data; /* its tokens */
     char model_note[256];
-    zp_world world; /* --world-size N > 1: ZeRO plans over N ranks too (world.h) */
+    zp_world world;  /* --world-size N > 1: ZeRO plans over N ranks too (world.h) */
+    int pipe_stages; /* --pipeline-stages: 0 none, -1 auto (pipeline.h) */
+    int pipe_split[ZP_PIPE_MAX_STAGES]; /* --pipeline-split: first layers of stages 1..S-1 */
+    int n_pipe_split;
+    zp_world pipe_world; /* the pipeline's ranks: --world-size, or one per stage */
 } cli;
 
 static void usage(FILE *f)
@@ -88,6 +94,16 @@ static void usage(FILE *f)
         "                         (default: all N on one node)\n"
         "  --link-gbps G          GB/s of the slowest link between two ranks (default 25 on\n"
         "                         a GPU: PCIe 4.0 x16; 10 on the cpu device)\n"
+        "pipeline (zo-train --pipeline-stages under mpirun):\n"
+        "  --pipeline-stages S|auto   split the engine layers into S contiguous stages (1F1B\n"
+        "                         over --grad-accum micro-batches), balanced by each layer's\n"
+        "                         time; each stage planned like one GPU with its own layers;\n"
+        "                         with --world-size N, N/S data-parallel ranks per stage\n"
+        "                         (ZeRO stage 1). auto: the S that fits with the most\n"
+        "                         tokens/s among the divisors of --world-size\n"
+        "  --pipeline-split L1,...  the first engine layer of stages 1..S-1 (0 the\n"
+        "                         embedding, 1..L the blocks, L+1 the head) instead of the\n"
+        "                         balanced split\n"
         "hardware (detected unless given):\n"
         "  --device auto|cpu|cuda the device (auto: cuda when a GPU is present)\n"
         "  --gpu-mem BYTES        device memory (cpu device: its capacity, default 1 GiB)\n"
@@ -161,6 +177,8 @@ enum {
     OPT_WORLD,
     OPT_GPUS_NODE,
     OPT_LINK,
+    OPT_PIPE_STAGES,
+    OPT_PIPE_SPLIT,
     OPT_HELP
 };
 
@@ -207,6 +225,8 @@ static const struct option long_opts[] = {
     {"world-size", required_argument, 0, OPT_WORLD},
     {"gpus-per-node", required_argument, 0, OPT_GPUS_NODE},
     {"link-gbps", required_argument, 0, OPT_LINK},
+    {"pipeline-stages", required_argument, 0, OPT_PIPE_STAGES},
+    {"pipeline-split", required_argument, 0, OPT_PIPE_SPLIT},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -350,6 +370,35 @@ static int parse_world_opt(int opt, const char *arg, cli *c)
     return 0;
 }
 
+/* --pipeline-stages S|auto, --pipeline-split L1,L2,... */
+static int parse_pipe_opt(int opt, const char *arg, cli *c)
+{
+    char *end;
+    const char *at = arg;
+    if (opt == OPT_PIPE_STAGES) {
+        errno = 0;
+        long v = strcmp(arg, "auto") == 0 ? -1 : strtol(arg, &end, 10);
+        if (v != -1 && (errno || end == arg || *end || v < 1 || v > ZP_PIPE_MAX_STAGES))
+            return bad_value(opt, arg, "auto or a number of stages from 1 to 256");
+        c->pipe_stages = (int)v;
+        return 0;
+    }
+    c->n_pipe_split = 0;
+    for (;;) {
+        errno = 0;
+        long v = strtol(at, &end, 10);
+        if (errno || end == at || (*end && *end != ',') || v < 1 || v > 1 << 20 ||
+            c->n_pipe_split == ZP_PIPE_MAX_STAGES - 1)
+            return bad_value(opt, arg,
+                             "the first engine layers of stages 1..S-1, increasing, comma-"
+                             "separated (such as 9,17,25)");
+        c->pipe_split[c->n_pipe_split++] = (int)v;
+        if (!*end)
+            return 0;
+        at = end + 1;
+    }
+}
+
 static int parse_opt(int opt, const char *arg, cli *c)
 {
     switch (opt) {
@@ -382,6 +431,8 @@ static int parse_opt(int opt, const char *arg, cli *c)
     }
     if (opt >= OPT_WORLD && opt <= OPT_LINK)
         return parse_world_opt(opt, arg, c);
+    if (opt == OPT_PIPE_STAGES || opt == OPT_PIPE_SPLIT)
+        return parse_pipe_opt(opt, arg, c);
     if (opt >= OPT_VOCAB && opt <= OPT_ACCUM)
         return parse_int_opt(opt, arg, c);
     if (opt == OPT_CHUNK || (opt >= OPT_GPU_MEM && opt <= OPT_PINNED) || opt == OPT_NVME_BYTES)
@@ -478,6 +529,8 @@ typedef struct result {
     char fmt_why[512];                /* why the job's format (auto: the chosen one) */
     zp_world_plan world[ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES]; /* --world-size > 1 */
     int world_best;                                             /* the fastest that fits, or -1 */
+    zp_pipeline_plan pipe[ZP_PIPE_MAX_STAGES]; /* --pipeline-stages: one per stage count */
+    int n_pipe, pipe_best;                     /* the most tokens/s that fits, or -1 */
 } result;
 
 /* Progress of the long parts (--measure, --validate) on stderr. */
@@ -615,18 +668,82 @@ static void explain_format(const cli *c, result *r)
                  zp_bottleneck_name(f32->bottleneck), state_trade(me->t));
 }
 
-/* ZeRO over --world-size ranks, the node's share and the link filled in. */
-static zo_status plan_world(cli *c, result *r)
+/* The ranks per node and the link where not given. */
+static void fill_world(zp_world *w, const result *r)
 {
-    zp_world *w = &c->world;
     if (!w->gpus_per_node || w->gpus_per_node > w->world_size)
         w->gpus_per_node = w->world_size;
     if (!(w->link > 0)) {
         w->link = strcmp(r->hw.backend, "cuda") == 0 ? ZP_LINK_CUDA_BPS : ZP_LINK_CPU_BPS;
         snprintf(w->link_source, sizeof w->link_source, "assumed");
     }
+}
+
+/* ZeRO over --world-size ranks, the node's share and the link filled in. */
+static zo_status plan_world(cli *c, result *r)
+{
+    zp_world *w = &c->world;
+    fill_world(w, r);
     return zp_plan_world(&c->job, &r->hw, &r->sp, w, c->nvme_tbw, r->world, &r->world_best,
                          &r->work);
+}
+
+/* The stage counts planned: the one given, or auto's divisors of the
+ * world size (none above the engine layers). */
+static zo_status pipe_counts(const cli *c, int *counts, int *n)
+{
+    int N = c->world.world_size, E = zt_engine_layers(&c->job.shape);
+    *n = 0;
+    if (c->pipe_stages > 0) {
+        counts[(*n)++] = c->pipe_stages;
+        return ZO_OK;
+    }
+    if (N < 2)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--pipeline-stages auto chooses among the divisors of --world-size: give "
+                       "--world-size N (the GPUs), N >= 2");
+    for (int S = 1; S <= N && S <= E && *n < ZP_PIPE_MAX_STAGES; S++)
+        if (N % S == 0)
+            counts[(*n)++] = S;
+    return ZO_OK;
+}
+
+/* --pipeline-stages: each stage count's plan and the fastest that fits (the
+ * most tokens per second: at one world size fewer stages mean more
+ * data-parallel ranks and more tokens per step). */
+static zo_status plan_pipe(cli *c, result *r)
+{
+    if (c->n_pipe_split && c->pipe_stages <= 0)
+        c->pipe_stages = c->n_pipe_split + 1;
+    if (c->n_pipe_split && c->n_pipe_split != c->pipe_stages - 1)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--pipeline-split names %d first layers but --pipeline-stages %d needs "
+                       "%d (stages 1..S-1)",
+                       c->n_pipe_split, c->pipe_stages, c->pipe_stages - 1);
+    c->pipe_world = c->world;
+    if (c->pipe_world.world_size < 2 && c->pipe_stages > 0)
+        c->pipe_world.world_size = c->pipe_stages; /* one rank per stage */
+    fill_world(&c->pipe_world, r);
+    int counts[ZP_PIPE_MAX_STAGES], n;
+    ZT_TRY(pipe_counts(c, counts, &n));
+    r->pipe_best = -1;
+    for (int i = 0; i < n; i++) {
+        ZT_TRY(zp_plan_pipeline(&c->job, &r->hw, &r->sp, &c->pipe_world, counts[i],
+                                c->n_pipe_split ? c->pipe_split : NULL, c->nvme_tbw, &r->pipe[i],
+                                &r->work));
+        r->n_pipe = i + 1;
+        const zp_pipeline_plan *p = &r->pipe[i];
+        if (p->fits && (r->pipe_best < 0 || p->tokens_per_s > r->pipe[r->pipe_best].tokens_per_s))
+            r->pipe_best = i;
+    }
+    return ZO_OK;
+}
+
+static zp_pipe_report pipe_report(const cli *c, const result *r)
+{
+    zp_pipe_report p = {r->pipe, r->n_pipe,      r->pipe_best, c->pipe_stages < 0,
+                        &c->job, &c->pipe_world, &r->hw,       &r->sp};
+    return p;
 }
 
 static zo_status plan_all(cli *c, result *r)
@@ -642,6 +759,8 @@ static zo_status plan_all(cli *c, result *r)
     c->job.state_dtype = c->state_auto ? choose_format(r) : want;
     ZT_TRY(plan_job(c, r));
     explain_format(c, r);
+    if (c->pipe_stages || c->n_pipe_split)
+        ZT_TRY(plan_pipe(c, r));
     if (c->world.world_size > 1)
         ZT_TRY(plan_world(c, r));
     if (c->validate)
@@ -965,6 +1084,10 @@ static void print_human(const cli *c, const result *r)
         print_validation(r);
     if (c->world.world_size > 1)
         print_world(c, r);
+    if (c->pipe_stages) {
+        zp_pipe_report p = pipe_report(c, r);
+        zp_print_pipeline(&p);
+    }
     if (c->ds_estimate)
         print_deepspeed(c);
 }
@@ -1243,6 +1366,10 @@ static void print_json(const cli *c, const result *r)
         json_object_set_new(root, "deepspeed_estimate", json_deepspeed(c));
     if (c->world.world_size > 1)
         json_object_set_new(root, "zero", json_world(c, r));
+    if (c->pipe_stages) {
+        zp_pipe_report p = pipe_report(c, r);
+        json_object_set_new(root, "pipeline", zp_json_pipeline(&p));
+    }
     char *s = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     if (s)
         puts(s);
@@ -1279,5 +1406,7 @@ int main(int argc, char **argv)
         print_json(&c, &r);
     else
         print_human(&c, &r);
+    for (int i = 0; i < r.n_pipe; i++)
+        zp_pipeline_free(&r.pipe[i]);
     return 0;
 }

@@ -531,7 +531,7 @@ zo_status zp_nvme_chunk_states(const zp_job *job, uint64_t **bytes, uint32_t *n_
 
 /* Under ZeRO, rank 0 owns the first ceil(n/W) chunks (engine.h: contiguous
  * runs in chunk order, the first n % W ranks one more). */
-static int rank0_owns(const zp_job *job, uint32_t n_chunks, uint32_t c)
+int zp_rank0_owns(const zp_job *job, uint32_t n_chunks, uint32_t c)
 {
     uint32_t W = job->world_size > 1 ? (uint32_t)job->world_size : 1;
     return c < (n_chunks + W - 1) / W;
@@ -548,7 +548,7 @@ static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *
     uint64_t used = 0, states = 0, own_used = 0;
     for (uint32_t c = 0; c < m.n_chunks; c++) {
         used += m.chunks[c].used_bytes;
-        if (!rank0_owns(job, m.n_chunks, c))
+        if (!zp_rank0_owns(job, m.n_chunks, c))
             continue; /* another rank updates it */
         own_used += m.chunks[c].used_bytes;
         states += zp_moved_state_bytes(job, m.chunks[c].used_bytes, p->param_home == ZO_TIER_NVME);

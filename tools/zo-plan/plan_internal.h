@@ -44,6 +44,8 @@ uint64_t zp_packed_state_bytes(zo_dtype state_dtype, uint64_t used_bytes16);
 double zp_nvme_update_seconds(uint64_t rd_bytes, uint64_t wr_bytes, const zp_speeds *sp);
 /* The bottleneck, tokens/s, MFU and NVMe wear from p->seconds, p->step_seconds and the bytes. */
 void zp_finish_time(zp_plan *p, const zp_speeds *sp, double nvme_tbw);
+/* Under ZeRO (job->world_size > 1) rank 0 updates chunk c of n_chunks. */
+int zp_rank0_owns(const zp_job *job, uint32_t n_chunks, uint32_t c);
 /* Record why p does not fit (the first reason stands); returns 0. */
 int zp_refuse(zp_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -393,11 +393,14 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
     int E = x->m.n_layers;
     uint64_t C = p->fp.chunk_bytes, used = 0, publish = 0, states = 0, paged = 0, nvme_p16 = 0;
     uint64_t backed = 0; /* written by the update, read back at the next fetch */
+    uint64_t own = 0;    /* under ZeRO (a pipeline stage's data-parallel group) rank 0's chunks */
     for (uint32_t c = 0; c < x->m.n_chunks; c++) {
         uint64_t u = x->m.chunks[c].used_bytes;
+        int mine = zp_rank0_owns(job, x->m.n_chunks, c);
         used += u;
+        own += mine ? u : 0;
         publish += x->resident[c] ? u : 0;
-        states += x->states_home[c] == ZO_TIER_NVME
+        states += x->states_home[c] == ZO_TIER_NVME && mine
                       ? zp_moved_state_bytes(job, u, x->p16_home[c] == ZO_TIER_NVME)
                       : 0;
         paged += !x->resident[c];
@@ -433,6 +436,7 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
     p->nvme_write_bytes = states + (nvme_p16 + backed) * C + p->spill_bytes + p->nvme_act_bytes;
     p->seconds[ZP_BN_H2D] = (double)p->h2d_bytes / x->sp->h2d;
     p->seconds[ZP_BN_D2H] = (double)p->d2h_bytes / x->sp->d2h;
+    p->optim_params = job->world_size > 1 ? own / 2 : p->fp.n_params;
     *publish_bytes = publish;
     return ZO_OK;
 }
@@ -458,7 +462,7 @@ static void step_time(split_ctx *x, zp_plan *p, uint64_t publish_bytes)
                         (double)(p->spill_bytes + p->nvme_act_bytes) / sp->nvme_write;
     double nvme_optim = zp_nvme_update_seconds(upd_rd, upd_wr, sp);
     t[ZP_BN_NVME] = nvme_fetch + nvme_optim;
-    t[ZP_BN_OPTIM] = (double)p->fp.n_params / zp_adam_rate(sp, job->state_dtype);
+    t[ZP_BN_OPTIM] = (double)p->optim_params / zp_adam_rate(sp, job->state_dtype);
     double publish = (double)publish_bytes / sp->h2d;
     double fetch = t[ZP_BN_H2D] - publish;
     double optim_phase = fmax(t[ZP_BN_OPTIM], nvme_optim);
