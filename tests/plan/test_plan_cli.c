@@ -93,7 +93,9 @@ static void test_help(void **state)
                            "--bench-json",
                            "--json",
                            "--deepspeed-estimate",
-                           "--emit-config"};
+                           "--emit-config",
+                           "--pipeline-stages",
+                           "--pipeline-split"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strstr(o.out, flags[i]))
             fail_msg("--help does not mention %s", flags[i]);
@@ -785,6 +787,94 @@ static void test_world_size(void **state)
     outputs_free(&o);
 }
 
+/* --pipeline-stages: the "pipeline" object, its split covering the engine
+ * layers, the bubble's formula, the zo-train command; auto over the world
+ * size's divisors; S above the engine layers refused naming both. */
+static void test_pipeline(void **state)
+{
+    (void)state;
+    json_t *j = run_json(TINY_CPU " --host-mem 8GiB --grad-accum 6 --pipeline-stages 3");
+    assert_null(json_object_get(j, "zero")); /* the pipeline's ranks are its own */
+    json_t *pl = json_object_get(j, "pipeline");
+    assert_non_null(pl);
+    assert_int_equal(json_integer_value(json_object_get(pl, "world_size")), 3);
+    json_t *p = json_array_get(json_object_get(pl, "plans"), 0);
+    assert_int_equal(json_integer_value(json_object_get(p, "stages")), 3);
+    assert_int_equal(json_integer_value(json_object_get(p, "data_parallel")), 1);
+    assert_true(fabs(num(p, "bubble") - 2.0 / 8.0) < 1e-12);
+    json_t *split = json_object_get(p, "split"), *stages = json_object_get(p, "stage_plans");
+    assert_int_equal(json_array_size(split), 2);
+    assert_int_equal(json_array_size(stages), 3);
+    int next = 0; /* tiny: 6 engine layers, every one in one stage */
+    for (size_t s = 0; s < 3; s++) {
+        json_t *st = json_array_get(stages, s);
+        assert_int_equal(json_integer_value(json_object_get(st, "first_layer")), next);
+        if (s > 0)
+            assert_int_equal(json_integer_value(json_array_get(split, s - 1)), next);
+        next = (int)json_integer_value(json_object_get(st, "last_layer")) + 1;
+        assert_true(next > (int)json_integer_value(json_object_get(st, "first_layer")));
+        assert_non_null(json_object_get(json_object_get(st, "bytes"), "nvme"));
+    }
+    assert_int_equal(next, 6);
+    json_t *p2p = json_object_get(p, "p2p");
+    assert_int_equal(json_integer_value(json_object_get(p2p, "step_bytes")),
+                     2 * 2 * 6 * 4 * 64 * 256 *
+                         2); /* both ways x 2 boundaries x M x mb x seq x dim x 2 */
+    char want[128];
+    snprintf(want, sizeof want, "mpirun -np 3 zo-train --pipeline-stages 3 --pipeline-split %d,%d",
+             (int)json_integer_value(json_array_get(split, 0)),
+             (int)json_integer_value(json_array_get(split, 1)));
+    const char *cmd = json_string_value(json_object_get(p, "command"));
+    if (!strstr(cmd, want))
+        fail_msg("command '%s' lacks '%s'", cmd, want);
+    assert_non_null(json_object_get(pl, "recommended"));
+    json_decref(j);
+
+    j = run_json(TINY_CPU " --host-mem 8GiB --grad-accum 4 --world-size 4 --pipeline-stages auto");
+    json_t *plans = json_object_get(json_object_get(j, "pipeline"), "plans");
+    assert_int_equal(json_array_size(plans), 3); /* 1, 2 and 4 stages */
+    double best = 0;
+    int best_s = 0;
+    for (size_t i = 0; i < 3; i++) {
+        json_t *q = json_array_get(plans, i);
+        int S = (int)json_integer_value(json_object_get(q, "stages"));
+        assert_int_equal(json_integer_value(json_object_get(q, "data_parallel")), 4 / S);
+        if (json_is_true(json_object_get(q, "fits")) && num(q, "tokens_per_s") > best) {
+            best = num(q, "tokens_per_s");
+            best_s = S;
+        }
+    }
+    json_t *rec = json_object_get(json_object_get(j, "pipeline"), "recommended");
+    assert_int_equal(json_integer_value(json_object_get(rec, "stages")), best_s);
+    json_decref(j);
+
+    outputs o = run(TINY_CPU " --host-mem 8GiB --pipeline-stages 2 --pipeline-split 5");
+    assert_int_equal(o.status, 0);
+    assert_non_null(strstr(o.out, "bubble"));
+    assert_non_null(strstr(o.out, "--pipeline-split 5 "));
+    assert_non_null(strstr(o.out, "recommended pipeline"));
+    outputs_free(&o);
+    o = run(TINY_CPU " --pipeline-stages 7");
+    assert_int_equal(o.status, 1);
+    assert_non_null(strstr(o.err, "--pipeline-stages 7"));
+    assert_non_null(strstr(o.err, "6 engine layers"));
+    outputs_free(&o);
+    const char *bad[] = {"--pipeline-stages 0",
+                         "--pipeline-split 3,2",
+                         "--pipeline-split 2,x",
+                         "--pipeline-stages auto",
+                         "--pipeline-stages 3 --world-size 4",
+                         "--pipeline-stages 3 --pipeline-split 2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, TINY_CPU " %s", bad[i]);
+        o = run(args);
+        if (o.status == 0 || !strstr(o.err, "pipeline"))
+            fail_msg("zo-plan %s: exit %d, stderr '%s'", bad[i], o.status, o.err);
+        outputs_free(&o);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -809,6 +899,7 @@ int main(void)
         cmocka_unit_test(test_state_dtype_auto),
         cmocka_unit_test(test_emit_state_dtype),
         cmocka_unit_test(test_world_size),
+        cmocka_unit_test(test_pipeline),
     };
     return cmocka_run_group_tests(tests, plan_test_make_dir, plan_test_remove_dir);
 }

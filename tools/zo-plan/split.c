@@ -545,6 +545,10 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
     cfg.micro_group = c->group;
     cfg.state_dtype = job->state_dtype;
     cfg.master_split = job->master_split;
+    if (job->world_size > 1) { /* rank 0 of a ZeRO group (a pipeline stage's data-parallel ranks) */
+        cfg.world_size = job->world_size;
+        cfg.zero_stage = job->zero_stage;
+    }
     ZT_TRY(zp_pack_model(&x->m, &cfg, x->m.n_layers));
     /* the device: the arena, the reserve and the group's terms first */
     extra e;
@@ -728,7 +732,8 @@ static zo_status search(split_ctx *x, zp_plan *out)
                           zp_block_chunk_bytes(&job->shape)};
     int n_chunks = job->chunk_bytes || chunks[1] <= chunks[0] ? 1 : 2;
     zo_tier homes[2] = {ZO_TIER_HOST, ZO_TIER_NVME};
-    int n_homes = x->hw->nvme_bytes ? 2 : 1;
+    /* the engine's ZeRO keeps 16-bit parameters on the device or the host */
+    int n_homes = x->hw->nvme_bytes && job->world_size <= 1 ? 2 : 1;
     int have = 0;
     zp_plan *p = malloc(sizeof *p);
     if (!p)
