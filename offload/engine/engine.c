@@ -55,7 +55,9 @@ static zo_status check_plan_config(const zo_engine_config *c)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_home/optim_home must be a zo_tier");
     ZO_TRY(eng_tiers_check());
     ZO_TRY(eng_check_caps(c));
-    if (eng_param_tiers[c->param_home]->store && !eng_state_tiers[c->optim_home]->p16_stored)
+    /* under ZeRO the others' chunks may live on NVMe beside a rank's own in host memory */
+    if (eng_param_tiers[c->param_home]->store && !eng_state_tiers[c->optim_home]->p16_stored &&
+        c->world_size <= 1)
         return ZO_FAIL(
             ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
             "param_home=nvme needs optim_home=nvme (the update writes the new 16-bit "

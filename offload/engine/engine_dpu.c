@@ -15,8 +15,8 @@ static void *dpu_main(void *arg)
     uint64_t t0 = zo_now_ns();
     zo_nvtx_push("delayed update");
     e->dpu_st = eng_update_all(e, e->dpu_lr, e->dpu_factor, e->dpu_step, e->dpu_parity);
-    if (e->dpu_st >= 0 && eng_zero_on(&e->cfg)) /* the owners' updates, committed with them */
-        e->dpu_st = eng_zero_share_params(e);
+    if (eng_zero_on(&e->cfg)) /* the owners' updates, committed with them */
+        e->dpu_st = eng_zero_share_params(e, e->dpu_st);
     if (e->dpu_st < 0)
         snprintf(e->dpu_msg, sizeof e->dpu_msg, "%s", zo_last_error());
     zo_nvtx_pop();

@@ -341,6 +341,17 @@ struct zo_engine {
     uint64_t zg_tick;  /* fetches that gathered so far */
     uint64_t zg_seq;   /* gathers issued so far (the same count on every rank) */
     uint32_t *zg_list; /* a fetch's window of chunks */
+    /* a rank's NVMe failure in a step (a parameter read at a load or a gather)
+     * kept until the ranks agree on the step (eng_zero_share_partials) rather
+     * than failing it here alone, which would leave the others waiting in its
+     * collectives; under mu */
+    zo_status zdefer_st;
+    char zdefer_msg[256];
+    int zdefer_slots;  /* ... and a device slot was loaded from what the read left */
+    int zdefer_repair; /* ... another rank's chunk whose copy here failed its checksum, or -1 */
+#define ENG_ZERO_SHARE_BUFS 2
+    void *zpbuf[ENG_ZERO_SHARE_BUFS]; /* 16-bit parameters on NVMe: the pinned buffers of the
+                                         owners' broadcasts (read back, received, written) */
 
     /* timeline (zo_engine_set_trace) */
     zo_trace_fn trace_fn;
@@ -431,6 +442,10 @@ uint64_t eng_zero_gather_slots(const zo_engine_config *c, uint32_t max_cpl);
  * of the trace, gathered from their owners on the h2d stream, each rank
  * issuing the same gathers whatever its device slots hold. */
 zo_status eng_zero_gather(struct zo_engine *e, int layer, int pos);
+/* Stage 3: the gather buffer holding chunk c's parameters of this step, or
+ * NULL (an owner loads its own chunk homed on NVMe from there: the gather
+ * read it already, and a second read of the extent may not overlap it). */
+const void *eng_zero_gathered(const struct zo_engine *e, uint32_t c);
 /* The step is over (or abandoned): the gathered parameters are stale. */
 void eng_zero_forget_gathers(struct zo_engine *e);
 /* The rank owning chunk `chunk` of n_chunks (this rank without ZeRO). */
@@ -450,9 +465,18 @@ zo_status eng_zero_reduce_chunk(struct zo_engine *e, uint32_t c, int parity);
 /* Before the verdict: each chunk's norm partial and overflow flag the same
  * on every rank (stage 2: from the owners). */
 zo_status eng_zero_share_partials(struct zo_engine *e);
-/* After the update: every chunk's new 16-bit parameters from its owner
- * (dpu: from the delayed update's thread, on a communicator of its own). */
-zo_status eng_zero_share_params(struct zo_engine *e);
+/* After the update (mine: how it went here): every chunk's new 16-bit
+ * parameters from its owner (dpu: from the delayed update's thread, on a
+ * communicator of its own);
+ * chunks homed on NVMe go through pinned buffers to their alternate
+ * extents. Every rank's outcome is then shared: a failure on one fails the
+ * update on all, naming the rank. */
+zo_status eng_zero_share_params(struct zo_engine *e, zo_status mine);
+/* Under ZeRO, keep st (with the thread's last error) as this rank's
+ * failure of the step, to be agreed on at its end; returns ZO_OK so that the
+ * rank keeps issuing the step's collectives. chunk: the chunk whose load
+ * into a device slot failed, or -1. One rank: returns st. */
+zo_status eng_zero_defer(struct zo_engine *e, zo_status st, int chunk);
 
 /* engine_dpu.c */
 zo_status eng_dpu_join(struct zo_engine *e);

@@ -45,8 +45,8 @@ static zo_status validate(struct zo_engine *e, const eng_verdict *v, int *rollba
  * the partitioned ones are gathered at their next use), before the commit. */
 static zo_status validate_and_share(struct zo_engine *e, const eng_verdict *v, int *rollbacks)
 {
-    ZO_TRY(validate(e, v, rollbacks));
-    return eng_zero_on(&e->cfg) && !v->overflow ? eng_zero_share_params(e) : ZO_OK;
+    zo_status st = validate(e, v, rollbacks);
+    return eng_zero_on(&e->cfg) && !v->overflow ? eng_zero_share_params(e, st) : st;
 }
 
 static const char *update_name(const eng_verdict *v, int rollbacks)

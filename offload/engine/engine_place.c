@@ -47,9 +47,10 @@ void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chun
                 p16_home[k] = ENG_HOME_REMOTE; /* gathered from its owner at each use */
                 continue;
             }
-            int forced =
-                c->param_home == ZO_TIER_NVME &&
-                (states_home[k] == ENG_HOME_REMOTE || !eng_state_tiers[states_home[k]]->p16_stored);
+            /* another rank's chunk (ZeRO) may live on NVMe: the owner's broadcast is
+             * written to its extents here (engine_zero.c) */
+            int forced = c->param_home == ZO_TIER_NVME && states_home[k] != ENG_HOME_REMOTE &&
+                         !eng_state_tiers[states_home[k]]->p16_stored;
             if (forced != !pass)
                 continue;
             zo_tier t = fill(&c->param_caps, c->param_home, chunk_bytes, pused);

@@ -8,8 +8,8 @@ static zo_status apply(struct zo_engine *e, const eng_verdict *v, int *rollbacks
     if (v->overflow)
         return ZO_OK;
     int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
-    ZO_TRY(eng_update_all(e, e->step_lr, v->factor, e->opt_step + 1, parity));
-    return eng_zero_on(&e->cfg) ? eng_zero_share_params(e) : ZO_OK; /* the owners' updates */
+    zo_status st = eng_update_all(e, e->step_lr, v->factor, e->opt_step + 1, parity);
+    return eng_zero_on(&e->cfg) ? eng_zero_share_params(e, st) : st; /* the owners' updates */
 }
 
 static const char *update_name(const eng_verdict *v, int rollbacks)

@@ -202,6 +202,16 @@ uint64_t eng_p16_extent(uint64_t max_chunk_elems);
 /* Chunks whose 16-bit parameters have extents on NVMe (homed there or backed). */
 uint32_t eng_p16_on_nvme(const struct zo_engine *e);
 
+/* ZeRO (engine_zero.c) with chunks' 16-bit parameters homed on NVMe: */
+/* Chunk k's are homed on NVMe (eng_param_tier_nvme). */
+int eng_p16_nvme(const eng_chunk *k);
+/* Its committed values (latest: the alternate an update just wrote) into
+ * buf (e->p16_extent bytes, pinned), checksummed. */
+zo_status eng_p16_nvme_read(struct zo_engine *e, uint32_t c, int latest, void *buf);
+/* The owner's broadcast in buf to the alternate extent; the caller sets
+ * palt_valid once *io landed, and the commit switches to it. */
+zo_status eng_p16_nvme_receive(struct zo_engine *e, uint32_t c, void *buf, zo_swap_io_t *io);
+
 /* engine_grads.c: the 16-bit gradients' host side in a plan. */
 /* Chunk c's gradients come down through the pinned ring (its 16-bit
  * parameters or its states are homed on NVMe: no whole-model mirror

@@ -352,6 +352,7 @@ static zo_status nvme_update(struct zo_engine *e, const uint32_t *chunks, uint32
 typedef struct ticket_arg {
     struct zo_engine *e;
     eng_twin *t;
+    int chunk; /* the chunk read */
 } ticket_arg;
 
 /* On the h2d stream: the NVMe read into the staging twin must land first. */
@@ -364,7 +365,7 @@ static zo_status wait_ticket(void *arg)
     uint64_t t0 = zo_now_ns();
     zo_status st = zo_swap_wait(io);
     atomic_fetch_add(&t->e->nvme_ns, zo_now_ns() - t0);
-    return st;
+    return eng_zero_defer(t->e, st, t->chunk); /* ZeRO: failed with the others at the step's end */
 }
 
 /* Wait for reads whose h2d task never ran (a failed stream task); only with
@@ -404,7 +405,7 @@ static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, uint32_t s, 
     ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[k->pext_cur], t->ptr,
                           e->p16_extent, k->pgen[k->pext_cur], &io));
     atomic_store(&t->io, io);
-    ticket_arg ta = {e, t};
+    ticket_arg ta = {e, t, (int)(k - e->chunks)};
     zo_status st = zo_stream_enqueue(e->h2d, wait_ticket, &ta, sizeof ta);
     if (st < 0) { /* never leave a ticket behind */
         io = atomic_exchange(&t->io, NULL);
@@ -477,14 +478,28 @@ static uint64_t twins_for(uint64_t pslots, const zo_engine_config *c)
     return pslots < depth ? pslots : depth;
 }
 
+/* ZeRO: the pinned buffers the owners' broadcasts of chunks homed here go
+ * through (engine_zero.c: read back by the owner, written by the others). */
+static uint64_t share_bufs(const zo_engine_config *c, uint32_t n_nvme)
+{
+    return eng_zero_on(c) && n_nvme ? ENG_ZERO_SHARE_BUFS : 0;
+}
+
 static void nvme_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
 {
     uint32_t n = p16_homed(in);
     if (!n)
         return;
-    fp->param_staging = twins_for(in->pslots, in->cfg) * in->chunk_bytes;
+    fp->param_staging = (twins_for(in->pslots, in->cfg) + share_bufs(in->cfg, n)) * in->chunk_bytes;
     fp->pinned += fp->param_staging;
     fp->nvme += 2ull * n * eng_p16_extent(in->max_chunk_elems);
+}
+
+static zo_status place_share_bufs(struct zo_engine *e, uint32_t n)
+{
+    if (!share_bufs(&e->cfg, n))
+        return ZO_OK;
+    return eng_take_pinned(e, e->chunk_bytes, ENG_ZERO_SHARE_BUFS, e->zpbuf);
 }
 
 static zo_status nvme_p16_place(struct zo_engine *e)
@@ -504,6 +519,7 @@ static zo_status nvme_p16_place(struct zo_engine *e)
     }
     free(tmp);
     ZO_TRY(st);
+    ZO_TRY(place_share_bufs(e, n));
     ZO_TRY(eng_open_store(e, e->p16_extent, 2ull * n, "-p16", &e->pswap));
     eng_store_opened(e, e->pswap, e->p16_extent);
     for (uint32_t c = 0; c < e->n_chunks; c++)
@@ -513,6 +529,8 @@ static zo_status nvme_p16_place(struct zo_engine *e)
         ZO_TRY(zo_swap_register_buffer(e->pswap, e->stage[i], e->stage_bytes));
     for (uint32_t i = 0; i < e->n_twins; i++)
         ZO_TRY(zo_swap_register_buffer(e->pswap, e->twins[i].ptr, e->chunk_bytes));
+    for (uint32_t i = 0; e->zpbuf[0] && i < ENG_ZERO_SHARE_BUFS; i++)
+        ZO_TRY(zo_swap_register_buffer(e->pswap, e->zpbuf[i], e->chunk_bytes));
     return ZO_OK;
 }
 
@@ -531,6 +549,9 @@ static void nvme_p16_release(struct zo_engine *e)
     for (uint32_t i = 0; e->twins && i < e->n_twins; i++)
         if (e->twins[i].ptr)
             zo_swap_unregister_buffer(e->pswap, e->twins[i].ptr);
+    for (uint32_t i = 0; e->zpbuf[0] && i < ENG_ZERO_SHARE_BUFS; i++)
+        zo_swap_unregister_buffer(e->pswap, e->zpbuf[i]);
+    memset(e->zpbuf, 0, sizeof e->zpbuf); /* they go with the pinned pool */
     zo_swap_close(e->pswap);
     e->pswap = NULL;
     free(e->twins);
@@ -539,13 +560,15 @@ static void nvme_p16_release(struct zo_engine *e)
 }
 
 /* At placement, through the stage's spare room (the states' init left the
- * master there); after a checkpoint, the states' store wrote them. */
+ * master there) or, when this rank has no NVMe states (ZeRO: another rank's
+ * chunk), a twin (no load is in flight yet); after a checkpoint, the
+ * states' store wrote them. */
 static zo_status nvme_p16_write(struct zo_engine *e, uint32_t c, const float *master, int init)
 {
     if (!init)
         return ZO_OK;
     eng_chunk *k = &e->chunks[c];
-    void *p16 = (char *)e->stage[0] + e->state_extent_bytes;
+    void *p16 = e->stage[0] ? (char *)e->stage[0] + e->state_extent_bytes : e->twins[0].ptr;
     memset(p16, 0, e->chunk_bytes);
     eng_cast16(e->cfg.param_dtype, master, p16, k->n_elems);
     k->pgen[0] = 1;
@@ -554,6 +577,8 @@ static zo_status nvme_p16_write(struct zo_engine *e, uint32_t c, const float *ma
 
 static zo_status nvme_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
 {
+    if ((*src = eng_zero_gathered(e, c)) != NULL)
+        return ZO_OK; /* ZeRO stage 3, its owner: read for the gather, behind it on the stream */
     eng_twin *t;
     ZO_TRY(stage_from_nvme(e, &e->chunks[c], s, &t));
     *src = t->ptr;
@@ -575,12 +600,39 @@ static zo_status nvme_p16_store(struct zo_engine *e, uint32_t c, void *src, zo_s
     return eng_swap_async(e, 1, 1, c, k->pext[palt], src, e->p16_extent, k->pgen[palt], io);
 }
 
-/* Written together with the states: switched when they are. */
+/* Written together with the states: switched when they are; another
+ * rank's chunk (ZeRO) when its owner's broadcast landed in the alternate. */
 static void nvme_p16_commit(struct zo_engine *e, uint32_t c, int updated, int stored)
 {
-    (void)updated;
-    if (stored)
-        e->chunks[c].pext_cur = 1 - e->chunks[c].pext_cur;
+    eng_chunk *k = &e->chunks[c];
+    if (stored || (updated && k->palt_valid))
+        k->pext_cur = 1 - k->pext_cur;
+    k->palt_valid = 0;
+}
+
+/* ---- ZeRO: the owners' broadcasts (engine_zero.c) ---- */
+
+int eng_p16_nvme(const eng_chunk *k)
+{
+    return k->pt == &eng_param_tier_nvme;
+}
+
+zo_status eng_p16_nvme_read(struct zo_engine *e, uint32_t c, int latest, void *buf)
+{
+    eng_chunk *k = &e->chunks[c];
+    int x = latest ? 1 - k->pext_cur : k->pext_cur;
+    zo_swap_io_t io = NULL;
+    ZO_TRY(eng_swap_async(e, 0, 1, c, k->pext[x], buf, e->p16_extent, k->pgen[x], &io));
+    return eng_timed_swap_wait(e, io);
+}
+
+zo_status eng_p16_nvme_receive(struct zo_engine *e, uint32_t c, void *buf, zo_swap_io_t *io)
+{
+    eng_chunk *k = &e->chunks[c];
+    int alt = 1 - k->pext_cur;
+    k->palt_valid = 0;
+    k->pgen[alt] = k->pgen[k->pext_cur] + 1;
+    return eng_swap_async(e, 1, 1, c, k->pext[alt], buf, e->p16_extent, k->pgen[alt], io);
 }
 
 /* ---- device-resident 16-bit parameters with their copy here ---- */

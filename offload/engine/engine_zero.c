@@ -7,6 +7,7 @@
  * by the owners at the end of the step, and the owners' broadcast of the
  * updated 16-bit parameters. The reductions use the communicator's exact
  * chain, so N ranks equal one rank accumulating the same micro-batches. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,12 +51,6 @@ zo_status eng_zero_check_plan(const zo_engine_config *c)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "world_size %d with zero_stage 0 (every rank a full copy of the states) "
                        "is not supported: use zero_stage 1, 2 or 3",
-                       c->world_size);
-    if (c->param_home == ZO_TIER_NVME)
-        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
-                       "ZeRO (world_size %d) needs param_home host or device (the owners' "
-                       "16-bit parameters are sent from and received into host copies); "
-                       "param_home nvme is not supported yet",
                        c->world_size);
     return ZO_OK;
 }
@@ -129,7 +124,26 @@ static zo_status place_gathers(struct zo_engine *e)
     if (!e->zgbuf || !e->zg_chunk || !e->zg_used || !e->zg_list)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the gather ring");
     eng_zero_forget_gathers(e);
-    return eng_take_pinned(e, e->chunk_bytes, e->n_zg, e->zgbuf);
+    ZO_TRY(eng_take_pinned(e, e->chunk_bytes, e->n_zg, e->zgbuf));
+    for (uint32_t s = 0; e->pswap && s < e->n_zg; s++) /* its own chunks read from NVMe */
+        ZO_TRY(zo_swap_register_buffer(e->pswap, e->zgbuf[s], e->chunk_bytes));
+    return ZO_OK;
+}
+
+/* On the h2d stream, before the owner's broadcast from buf: its chunk's
+ * committed values from its NVMe. A failure is kept for the step's
+ * agreement and the broadcast goes ahead: the others wait for it. */
+typedef struct gather_read {
+    struct zo_engine *e;
+    uint32_t c;
+    void *buf;
+} gather_read;
+
+static zo_status read_for_gather(void *arg)
+{
+    gather_read *g = arg;
+    zo_status st = eng_p16_nvme_read(g->e, g->c, 0, g->buf);
+    return st < 0 ? eng_zero_defer(g->e, st, -1) : ZO_OK;
 }
 
 /* Chunk c's parameters of this step are in its gather buffer. The buffers'
@@ -139,6 +153,11 @@ static int held(const struct zo_engine *e, uint32_t c)
 {
     int s = e->chunks[c].zg_slot;
     return s >= 0 && e->zg_chunk[s] == (int)c;
+}
+
+const void *eng_zero_gathered(const struct zo_engine *e, uint32_t c)
+{
+    return eng_zero_p3(&e->cfg) && held(e, c) ? e->zgbuf[e->chunks[c].zg_slot] : NULL;
 }
 
 /* The buffer used longest ago outside this fetch's window (whose chunks were
@@ -159,10 +178,14 @@ static zo_status gather_chunk(struct zo_engine *e, uint32_t c)
     eng_chunk *k = &e->chunks[c];
     uint32_t s = lru_buffer(e);
     void *buf = e->zgbuf[s];
-    if (k->owner == e->cfg.rank)
+    if (k->owner == e->cfg.rank && eng_p16_nvme(k)) {
+        gather_read g = {e, c, buf}; /* the buffer's earlier sends are ahead on the stream */
+        ZO_TRY(zo_stream_enqueue(e->h2d, read_for_gather, &g, sizeof g));
+    } else if (k->owner == e->cfg.rank) {
         buf = k->p16[k->p16_cur];
-    else
+    } else {
         k->p16[0] = buf;
+    }
     e->zg_chunk[s] = (int)c;
     e->zg_used[s] = e->zg_tick;
     k->zg_slot = (int)s;
@@ -202,8 +225,30 @@ zo_status eng_zero_gather(struct zo_engine *e, int layer, int pos)
     return ZO_OK;
 }
 
+/* After a step the ranks failed together: a slot loaded from what a failed
+ * read (here or, gathered, on its owner) left is dropped, as is every slot
+ * of a chunk not resident (the next fetch loads it again). A failure kept
+ * for an agreement that never came (the step failed before) goes too. */
+static void drop_loaded_slots(struct zo_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    int drop = e->zdefer_slots;
+    e->zdefer_slots = 0;
+    e->zdefer_st = ZO_OK; /* agreed on, or the step failed before that on this rank alone */
+    e->zdefer_repair = -1;
+    pthread_mutex_unlock(&e->mu);
+    for (uint32_t s = 0; drop && s < e->n_pslots; s++) {
+        eng_pslot *p = &e->pslots[s];
+        if (p->chunk >= 0 && !e->chunks[p->chunk].pt->resident) {
+            e->chunks[p->chunk].slot = -1;
+            p->chunk = -1;
+        }
+    }
+}
+
 void eng_zero_forget_gathers(struct zo_engine *e)
 {
+    drop_loaded_slots(e);
     for (uint32_t c = 0; e->chunks && c < e->n_chunks; c++)
         e->chunks[c].zg_slot = -1;
     for (uint32_t s = 0; s < e->n_zg; s++) {
@@ -221,6 +266,7 @@ zo_status eng_zero_place(struct zo_engine *e)
 {
     if (!eng_zero_on(&e->cfg))
         return ZO_OK;
+    e->zdefer_repair = -1;
     uint32_t kept = 0;
     for (uint32_t c = 0; c < e->n_chunks; c++)
         kept += keeps_grads(e, c);
@@ -340,24 +386,210 @@ static zo_status share_partials(struct zo_engine *e)
     return st;
 }
 
+/* ---- a rank's failure fails the step on every rank ---- */
+
+zo_status eng_zero_defer(struct zo_engine *e, zo_status st, int chunk)
+{
+    if (!eng_zero_on(&e->cfg) || st >= 0)
+        return st;
+    pthread_mutex_lock(&e->mu);
+    if (e->zdefer_st >= 0) {
+        e->zdefer_st = st;
+        snprintf(e->zdefer_msg, sizeof e->zdefer_msg, "%s", zo_last_error());
+    }
+    e->zdefer_slots |= chunk >= 0;
+    /* another rank's chunk whose copy here fails its checksum: the owner
+     * sends it again (repair), else every retry would fail as this step */
+    if (chunk >= 0 && st == ZO_ERR_CORRUPT && e->chunks[chunk].owner != e->cfg.rank)
+        e->zdefer_repair = chunk;
+    pthread_mutex_unlock(&e->mu);
+    return ZO_OK;
+}
+
+/* A rank's outcome as the ranks exchange it: 64 int32 words. */
+typedef struct outcome {
+    int32_t st;
+    int32_t repair; /* a chunk its copy of failed the checksum, or -1 */
+    char msg[248];
+} outcome;
+
+/* Chunk c, whose copy on rank r failed its checksum, from its owner's
+ * committed values (its host copy or its NVMe) through the scratch,
+ * rewritten in place on r (the extent was unreadable anyway) so that the
+ * step can be run again. Every rank takes part in the broadcast. */
+static zo_status repair(struct zo_engine *e, int r, uint32_t c)
+{
+    eng_chunk *k = &e->chunks[c];
+    void *buf = e->zscratch;
+    zo_status st = ZO_OK;
+    if (k->owner == e->cfg.rank && eng_p16_nvme(k))
+        st = eng_p16_nvme_read(e, c, 0, buf);
+    else if (k->owner == e->cfg.rank)
+        buf = k->p16[k->p16_cur];
+    ZO_TRY(zo_comm_broadcast(e->zcomm, e->zstream, buf, k->n_elems, e->cfg.param_dtype, k->owner));
+    ZO_TRY(zo_stream_synchronize(e->zstream));
+    if (r != e->cfg.rank || !eng_p16_nvme(k))
+        return st;
+    size_t used = k->n_elems * e->e16;
+    memset((char *)buf + used, 0, e->p16_extent - used);
+    return zo_swap_write(e->pswap, k->pext[k->pext_cur], buf, e->p16_extent, k->pgen[k->pext_cur]);
+}
+
+static zo_status repair_all(struct zo_engine *e, const outcome *all)
+{
+    zo_status st = ZO_OK;
+    for (int r = 0; r < e->cfg.world_size; r++) {
+        int32_t c = all[r].repair;
+        if (c < 0 || (uint32_t)c >= e->n_chunks)
+            continue;
+        zo_status s1 = repair(e, r, (uint32_t)c);
+        if (st == ZO_OK && s1 < 0)
+            st = s1;
+    }
+    return st;
+}
+
+/* Every rank's outcome (mine, why) all-gathered: ZO_OK when all succeeded,
+ * else the first failed rank's status and message, on every rank. */
+static zo_status agree(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, zo_status mine,
+                       int repair_chunk, const char *why)
+{
+    int W = e->cfg.world_size;
+    outcome o = {mine, repair_chunk, ""}, *all = calloc((size_t)W, sizeof *all);
+    if (!all)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "the ranks' outcomes");
+    snprintf(o.msg, sizeof o.msg, "%s", mine < 0 ? why : "");
+    zo_status st = zo_comm_all_gather(comm, s, &o, all, sizeof o / 4, ZO_DTYPE_I32);
+    if (st == ZO_OK)
+        st = zo_stream_synchronize(s);
+    int bad = -1;
+    for (int r = 0; st == ZO_OK && r < W && bad < 0; r++)
+        bad = all[r].st < 0 ? r : -1;
+    if (bad >= 0 && comm == e->zcomm && repair_all(e, all) < 0)
+        ZO_LOGW(ENG_SUBSYS, "repairing a 16-bit parameter copy failed: %s", zo_last_error());
+    if (bad >= 0) {
+        all[bad].msg[sizeof all[bad].msg - 1] = 0;
+        st = ZO_FAIL((zo_status)all[bad].st, ENG_SUBSYS, "rank %d of %d failed the step: %s", bad,
+                     W, all[bad].msg);
+        pthread_mutex_lock(&e->mu);
+        e->zdefer_slots = 1; /* slots may hold what a failed read left, here or gathered */
+        pthread_mutex_unlock(&e->mu);
+    }
+    free(all);
+    return st;
+}
+
+/* The failures kept during the step (eng_zero_defer), agreed on. */
+static zo_status agree_on_step(struct zo_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    zo_status mine = e->zdefer_st;
+    char why[sizeof e->zdefer_msg];
+    snprintf(why, sizeof why, "%s", e->zdefer_msg);
+    int c = e->zdefer_repair;
+    e->zdefer_st = ZO_OK;
+    e->zdefer_repair = -1;
+    pthread_mutex_unlock(&e->mu);
+    return agree(e, e->zcomm, e->zstream, mine, c, why);
+}
+
 zo_status eng_zero_share_partials(struct zo_engine *e)
 {
+    ZO_TRY(agree_on_step(e));
     return e->cfg.zero_stage == 1 ? ZO_OK : share_partials(e);
 }
 
-zo_status eng_zero_share_params(struct zo_engine *e)
+/* ---- the owners' broadcast of their updated chunks ---- */
+
+/* Chunks homed on NVMe go through the pinned buffers in turn: a chunk's
+ * write to its alternate extent goes out while the next is broadcast. */
+typedef struct share_ring {
+    zo_swap_io_t io[ENG_ZERO_SHARE_BUFS];
+    int chunk[ENG_ZERO_SHARE_BUFS];
+    unsigned turn;
+    zo_status st; /* this rank's first failure */
+    char why[252];
+} share_ring;
+
+static void ring_keep(share_ring *r, zo_status st)
 {
-    int dpu = e->cfg.mode == ZO_OPTIM_DPU; /* the job thread reduces on zcomm meanwhile */
-    zo_comm_t comm = dpu ? e->zdcomm : e->zcomm;
-    zo_stream_t s = dpu ? e->zdstream : e->zstream;
+    if (st >= 0 || r->st < 0)
+        return;
+    r->st = st;
+    snprintf(r->why, sizeof r->why, "%s", zo_last_error());
+}
+
+/* Buffer b's write landed: its chunk's alternate holds the owner's values. */
+static void ring_land(struct zo_engine *e, share_ring *r, unsigned b)
+{
+    if (r->chunk[b] < 0)
+        return;
+    zo_status st = eng_timed_swap_wait(e, r->io[b]);
+    if (st == ZO_OK)
+        e->chunks[r->chunk[b]].palt_valid = 1;
+    ring_keep(r, st);
+    r->io[b] = NULL;
+    r->chunk[b] = -1;
+}
+
+/* The owner reads back what its update wrote to the alternate extent and
+ * sends it, even after a failure (the others wait for it); the others write
+ * it to their alternate extent, the tail past the chunk's elements zero. */
+static zo_status share_nvme(struct zo_engine *e, uint32_t c, zo_comm_t comm, zo_stream_t s,
+                            share_ring *r)
+{
+    eng_chunk *k = &e->chunks[c];
+    unsigned b = r->turn++ % ENG_ZERO_SHARE_BUFS;
+    ring_land(e, r, b);
+    void *buf = e->zpbuf[b];
+    int mine = k->owner == e->cfg.rank;
+    if (mine && r->st >= 0)
+        ring_keep(r, eng_p16_nvme_read(e, c, 1, buf));
+    ZO_TRY(zo_comm_broadcast(comm, s, buf, k->n_elems, e->cfg.param_dtype, k->owner));
+    ZO_TRY(zo_stream_synchronize(s));
+    if (mine || r->st < 0)
+        return ZO_OK;
+    size_t used = k->n_elems * e->e16;
+    memset((char *)buf + used, 0, e->p16_extent - used);
+    zo_status st = eng_p16_nvme_receive(e, c, buf, &r->io[b]);
+    ring_keep(r, st);
+    if (st == ZO_OK)
+        r->chunk[b] = (int)c;
+    return ZO_OK;
+}
+
+static zo_status share_all(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, share_ring *r)
+{
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
+        k->palt_valid = 0;
         if (k->zpart) /* stage 3: gathered from the owner at each use */
             continue;
+        if (eng_p16_nvme(k)) {
+            ZO_TRY(share_nvme(e, c, comm, s, r));
+            continue;
+        }
         void *p16 = k->pt->update_out(e, c, NULL); /* behind the fetches' copy in dpu mode */
         ZO_TRY(zo_comm_broadcast(comm, s, p16, k->n_elems, e->cfg.param_dtype, k->owner));
     }
     return zo_stream_synchronize(s);
+}
+
+zo_status eng_zero_share_params(struct zo_engine *e, zo_status mine)
+{
+    int dpu = e->cfg.mode == ZO_OPTIM_DPU; /* the job thread reduces on zcomm meanwhile */
+    zo_comm_t comm = dpu ? e->zdcomm : e->zcomm;
+    zo_stream_t s = dpu ? e->zdstream : e->zstream;
+    share_ring r = {{NULL}, {-1, -1}, 0, ZO_OK, ""};
+    ring_keep(&r, mine); /* the update failed here: the others still wait for its chunks */
+    zo_status st = share_all(e, comm, s, &r);
+    for (unsigned b = 0; b < ENG_ZERO_SHARE_BUFS; b++)
+        ring_land(e, &r, b);
+    ZO_TRY(st); /* the communicator failed: it only returns that error now */
+    st = agree(e, comm, s, r.st, -1, r.why);
+    if (st < 0) /* another rank's failure: this rank's updates stored beside go too */
+        eng_discard_uncommitted(e);
+    return st;
 }
 
 /* ---- the states of the chunks another rank owns ---- */
