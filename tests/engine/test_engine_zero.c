@@ -227,6 +227,7 @@ static void expect_own_states(const zrun *r, int stage, zo_tier optim_home)
     if (optim_home == ZO_TIER_HOST)
         assert_int_equal(r->fp.grad_host, 0);
     assert_int_equal(r->last.peak_host, r->fp.host);
+    assert_int_equal(r->last.peak_pinned, r->fp.pinned); /* the footprint counts every buffer */
     /* two extents of a chunk's 16-bit bytes for each chunk homed on NVMe and,
      * one rank (no ZeRO), each device-resident chunk over NVMe states */
     uint64_t backed = n_ranks == 1 ? r->param_cap / CHUNK : 0;
