@@ -1,8 +1,9 @@
 /* zo-plan over a pipeline (pipeline.h) on the model's shapes alone:
  *  - each stage's memory is the engine's footprint for that stage's layers
  *    (zo_engine_footprint_for over a layout built here from the model's
- *    tensors, with the tied head's copy on a tied model's last stage, and
- *    ZeRO stage 1 over the stage's data-parallel group);
+ *    tensors, with ZeRO stage 1 over the stage's data-parallel group), and
+ *    zo-train's arena: the model's with zt_pipe_sets sets of layer inputs,
+ *    and on a tied model's last stage its device copy of layer 0;
  *  - the split covers every engine layer once, contiguous, no stage empty,
  *    for every stage count up to the layers (uneven counts included), and
  *    a given split is kept or refused with the stage that breaks it;
@@ -61,8 +62,7 @@ static void plan(const zp_job *j, const zp_hardware *hw, const zp_world *w, int 
 }
 
 /* The tensors of engine layers [a, b) as a stage's engine registers them
- * (its layers from 0), with layer 0's copy last on a tied model's last
- * stage. */
+ * (its layers from 0). */
 typedef struct layout {
     size_t *numel;
     int *layer;
@@ -71,12 +71,9 @@ typedef struct layout {
 
 static layout stage_layout(const zt_shape *s, int a, int b)
 {
-    int E = zt_engine_layers(s), copy = s->tied && a > 0 && b == E;
     int model[512], L = 0;
     for (int l = a; l < b; l++)
         model[L++] = l;
-    if (copy)
-        model[L++] = 0;
     size_t n = 0, k = 0;
     for (int i = 0; i < L; i++)
         n += (size_t)zt_layer_tensors(s, model[i]);
@@ -128,6 +125,23 @@ static void check_stage_footprint(const zp_job *job, const zp_hardware *node, co
     free(l.layer);
 }
 
+/* Stage s's activations and extra device bytes against zo-train's. */
+static void check_stage_arena(const zp_job *job, const zp_pipeline_plan *p, int s)
+{
+    const zp_stage_plan *st = &p->stage[s];
+    const zp_plan *q = &st->plan;
+    zt_model_config mc = {job->shape, job->seq, job->micro_batch, job->grad_accum, job->dtype};
+    zt_act_group g = {st->in_flight, ZT_ACT_DEVICE};
+    assert_int_equal(q->device.inputs + q->device.checkpoints + q->device.workspace,
+                     zt_model_activation_bytes_group(&mc, &g));
+    uint64_t copy = 0;
+    if (job->shape.tied && s == p->stages - 1)
+        copy = 2 * ((uint64_t)job->shape.vocab * job->shape.dim + job->shape.dim);
+    assert_int_equal(st->tied_copy_bytes, copy);
+    assert_int_equal(q->device.total, q->fp.device + zt_model_activation_bytes_group(&mc, &g) +
+                                          q->device.reserve + copy);
+}
+
 static void test_stage_footprints_are_the_engines(void **state)
 {
     (void)state;
@@ -147,7 +161,10 @@ static void test_stage_footprints_are_the_engines(void **state)
             print_message("%s stage %d: layers %d-%d, fits %d %s\n", names[t], s, p.stage[s].first,
                           p.stage[s].end - 1, p.stage[s].plan.fits, p.stage[s].plan.why);
             check_stage_footprint(&j, &hw, &w, &p, s);
-            assert_int_equal(p.stage[s].in_flight, 3 - s); /* 1F1B: S - s in flight (M = 4) */
+            /* zo-train's zt_pipe_sets: min(min(S-s-1, M) + 2, M) at M = 4 */
+            const int sets[3] = {4, 3, 2};
+            assert_int_equal(p.stage[s].in_flight, sets[s]);
+            check_stage_arena(&j, &p, s);
         }
         assert_true(p.fits);
         if (t == 2)

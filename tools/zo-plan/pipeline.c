@@ -159,7 +159,9 @@ static zo_status plan_stage(const pipe_ctx *x, const zp_pipeline_plan *o, int s,
     int M = j.grad_accum, S = o->stages, D = o->data_parallel;
     j.stage_first = o->first[s];
     j.stage_end = o->first[s + 1];
-    j.act_sets = S - s < M ? S - s : M;
+    /* zo-train's zt_pipe_sets: its warm-up forwards and the one in hand, and one more */
+    int warm = S - s - 1 < M ? S - s - 1 : M;
+    j.act_sets = warm + 2 < M ? warm + 2 : M;
     if (S > 1) { /* 1F1B runs micro-batch by micro-batch; one stage is the engine's own run */
         j.micro_group = 1;
         j.act_home = ZP_ACT_DEVICE;
@@ -173,7 +175,20 @@ static zo_status plan_stage(const pipe_ctx *x, const zp_pipeline_plan *o, int s,
     st->first = j.stage_first;
     st->end = j.stage_end;
     st->in_flight = j.act_sets;
-    return zp_plan_split(&j, &x->hw, &x->sp, x->tbw, &st->plan, x->work);
+    /* a tied model's last stage computes the head with a device copy of
+       layer 0 (zo-train's, beside its engine and arena) */
+    zp_hardware hw = x->hw;
+    if (S > 1 && s == S - 1 && j.shape.tied) {
+        for (int i = 0; i < zt_layer_tensors(&j.shape, 0); i++)
+            st->tied_copy_bytes +=
+                (uint64_t)zt_tensor_numel(&j.shape, 0, i) * zo_dtype_size(j.dtype);
+        hw.device_bytes =
+            hw.device_bytes > st->tied_copy_bytes ? hw.device_bytes - st->tied_copy_bytes : 0;
+    }
+    ZT_TRY(zp_plan_split(&j, &hw, &x->sp, x->tbw, &st->plan, x->work));
+    st->plan.modelled.device += (int64_t)st->tied_copy_bytes;
+    st->plan.device.total += st->tied_copy_bytes;
+    return ZO_OK;
 }
 
 /* Stage st's micro-batch and tail, its sends and its group's collectives. */

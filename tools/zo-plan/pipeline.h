@@ -2,14 +2,16 @@
  * engine layers split into S contiguous stages, each stage planned like one
  * GPU with its own layers (zp_plan_split over the stage's layer range,
  * plan.h's zp_job.stage_first/stage_end: per-chunk homes, the engine's
- * footprint of the stage's tensors), under a 1F1B schedule of M =
+ * footprint of the stage's tensors; zo-train's activation arena, the whole
+ * model's with the stage's sets of layer inputs), under a 1F1B schedule of M =
  * grad-accum micro-batches per step.
  *
  * The split: zo-train's --pipeline-split L1,...,L(S-1) names the first
  * engine layer of stages 1..S-1, engine layers numbered as zo-train numbers
  * them (model_shape.h: 0 the embedding, 1..L the blocks, L+1 the head; a
- * tied model has no layer L+1 and its last stage keeps a copy of layer 0 as
- * its head). Stage s holds [L(s), L(s+1)) with L0 = 0 and LS = the engine
+ * tied model has no layer L+1 and its last stage computes the head with a
+ * device copy of layer 0 beside its engine, counted in its device bytes).
+ * Stage s holds [L(s), L(s+1)) with L0 = 0 and LS = the engine
  * layers: every layer once, contiguous, no stage empty.
  *
  * The balance: each layer's forward, recompute and backward FLOPs per token
@@ -52,13 +54,14 @@ zo_status zp_pipe_check_split(const int *given, int S, int n, int *first);
 
 /* One stage. */
 typedef struct zp_stage_plan {
-    int first, end;         /* engine layers [first, end) */
-    int in_flight;          /* micro-batches whose layer inputs it holds: min(S - s, M) */
-    zp_plan plan;           /* its rank's memory and its own step (plan.h) */
-    uint64_t send_bytes;    /* p2p it sends per micro-batch: activations on, gradients back */
-    double mb_seconds;      /* one micro-batch's forward and backward with its sends */
-    double tail_seconds;    /* its plan's step after the forward and backward */
-    double dp_link_seconds; /* ZeRO 1 in its data-parallel group: the collectives */
+    int first, end; /* engine layers [first, end) */
+    int in_flight;  /* sets of layer inputs it holds: zo-train's min(min(S-s-1, M) + 2, M) */
+    uint64_t tied_copy_bytes; /* a tied model's last stage: its device copy of layer 0 */
+    zp_plan plan;             /* its rank's memory and its own step (plan.h) */
+    uint64_t send_bytes;      /* p2p it sends per micro-batch: activations on, gradients back */
+    double mb_seconds;        /* one micro-batch's forward and backward with its sends */
+    double tail_seconds;      /* its plan's step after the forward and backward */
+    double dp_link_seconds;   /* ZeRO 1 in its data-parallel group: the collectives */
 } zp_stage_plan;
 
 typedef struct zp_pipeline_plan {

@@ -48,7 +48,8 @@ static void shared_flags(const zp_pipeline_plan *p, const zp_job *job, zo_tier *
     }
 }
 
-void zp_pipe_command(const zp_pipeline_plan *p, const zp_job *job, char *buf, size_t cap)
+void zp_pipe_command(const zp_pipeline_plan *p, const zp_job *job, const zp_hardware *hw, char *buf,
+                     size_t cap)
 {
     zo_tier ph, oh;
     uint64_t pd, oc;
@@ -69,7 +70,8 @@ void zp_pipe_command(const zp_pipeline_plan *p, const zp_job *job, char *buf, si
                  job->micro_batch, job->grad_accum, job->seq, zt_home_name(ph), zt_home_name(oh),
                  (unsigned long long)p->chunk_bytes, zo_optim_mode_name(p->mode),
                  zt_state_dtype_name(job->state_dtype), (unsigned long long)pd,
-                 (unsigned long long)oc, (unsigned long long)p->stage[0].plan.host_budget,
+                 (unsigned long long)oc,
+                 (unsigned long long)zp_trainer_host_mem(hw, &p->stage[0].plan),
                  p->stage[0].plan.micro_group, zp_act_home_name(p->stage[0].plan.act_home));
 }
 
@@ -147,7 +149,7 @@ void zp_print_pipeline(const zp_pipe_report *r)
            B(a, p->act_bytes), p->p2p_mb_seconds, B(b, p->p2p_boundary_bytes),
            B((char[32]){0}, p->p2p_step_bytes), p->stages - 1);
     char cmd[1024];
-    zp_pipe_command(p, r->job, cmd, sizeof cmd);
+    zp_pipe_command(p, r->job, r->node, cmd, sizeof cmd);
     printf("recommended pipeline%s: %d stages, %.4g s per step, %.4g tokens/s, MFU %.1f%%; %s\n",
            r->auto_stages ? " (auto: the stage count that fits with the most tokens/s)" : "",
            p->stages, p->step_seconds, p->tokens_per_s, 100 * p->mfu, cmd);
@@ -169,6 +171,7 @@ static json_t *json_stage(const zp_stage_plan *st)
                                   ju(q->fp.pinned), "host", ju(q->fp.host), "nvme",
                                   ju(q->fp.nvme)));
     json_object_set_new(o, "chunks", ju(q->fp.n_chunks));
+    json_object_set_new(o, "tied_copy_bytes", ju(st->tied_copy_bytes));
     json_object_set_new(o, "placement",
                         json_pack("{s:o,s:o}", "param_device", ju(q->param_caps.device),
                                   "optim_host", ju(q->optim_caps.host)));
@@ -183,7 +186,7 @@ static json_t *json_stage(const zp_stage_plan *st)
     return o;
 }
 
-static json_t *json_one(const zp_pipeline_plan *p, const zp_job *job)
+static json_t *json_one(const zp_pipeline_plan *p, const zp_job *job, const zp_hardware *hw)
 {
     json_t *o =
         json_pack("{s:i,s:i,s:i,s:i,s:b,s:o}", "stages", p->stages, "data_parallel",
@@ -212,7 +215,7 @@ static json_t *json_one(const zp_pipeline_plan *p, const zp_job *job)
     json_object_set_new(o, "tokens_per_s", json_real(p->tokens_per_s));
     json_object_set_new(o, "mfu", json_real(p->mfu));
     char cmd[1024];
-    zp_pipe_command(p, job, cmd, sizeof cmd);
+    zp_pipe_command(p, job, hw, cmd, sizeof cmd);
     json_object_set_new(o, "command", json_string(cmd));
     return o;
 }
@@ -221,7 +224,7 @@ json_t *zp_json_pipeline(const zp_pipe_report *r)
 {
     json_t *plans = json_array();
     for (int i = 0; i < r->n; i++)
-        json_array_append_new(plans, json_one(&r->plans[i], r->job));
+        json_array_append_new(plans, json_one(&r->plans[i], r->job, r->node));
     json_t *o = json_pack("{s:i,s:i,s:f,s:s,s:b}", "world_size", r->w->world_size, "gpus_per_node",
                           r->w->gpus_per_node, "link_bytes_per_s", r->w->link, "link_source",
                           r->w->link_source, "auto", r->auto_stages);
@@ -229,7 +232,7 @@ json_t *zp_json_pipeline(const zp_pipe_report *r)
     if (r->best >= 0) {
         const zp_pipeline_plan *p = &r->plans[r->best];
         char cmd[1024];
-        zp_pipe_command(p, r->job, cmd, sizeof cmd);
+        zp_pipe_command(p, r->job, r->node, cmd, sizeof cmd);
         json_object_set_new(o, "recommended",
                             json_pack("{s:i,s:s}", "stages", p->stages, "command", cmd));
     } else {

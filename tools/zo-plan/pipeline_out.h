@@ -23,7 +23,8 @@ typedef struct zp_pipe_report {
 /* mpirun -np N zo-train --pipeline-stages S --pipeline-split ... for plan p:
  * the flags every rank shares (zo-train takes one set), the per-chunk caps
  * the smallest any stage planned (each stage then needs at most its plan). */
-void zp_pipe_command(const zp_pipeline_plan *p, const zp_job *job, char *buf, size_t cap);
+void zp_pipe_command(const zp_pipeline_plan *p, const zp_job *job, const zp_hardware *hw, char *buf,
+                     size_t cap);
 
 void zp_print_pipeline(const zp_pipe_report *r);
 json_t *zp_json_pipeline(const zp_pipe_report *r);

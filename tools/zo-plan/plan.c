@@ -84,35 +84,19 @@ void zp_job_layers(const zp_job *job, int *first, int *end)
     *end = job->stage_end ? job->stage_end : zt_engine_layers(&job->shape);
 }
 
-/* A tied model's last stage without layer 0 keeps a copy of it as its head. */
-static int tied_head_copy(const zp_job *job)
-{
-    int a, b;
-    zp_job_layers(job, &a, &b);
-    return job->shape.tied && a > 0 && b == zt_engine_layers(&job->shape);
-}
-
-/* Model layer of the job's local layer l. */
-static int model_layer(const zp_job *job, int l)
-{
-    int a, b;
-    zp_job_layers(job, &a, &b);
-    return a + l < b ? a + l : 0; /* past the range: the tied head's copy */
-}
-
 zo_status zp_layout_init(model_layout *m, const zp_job *job)
 {
     memset(m, 0, sizeof *m);
     const zt_shape *s = &job->shape;
     int a, b;
     zp_job_layers(job, &a, &b);
-    int L = b - a + tied_head_copy(job);
+    int L = b - a; /* a tied last stage's copy of layer 0 is zo-train's, not the engine's */
     m->n_layers = L;
     /* the head's forward runs under its backward's fetch; a stage that sends
        its output on fetches its last layer in the forward too */
     m->fwd_layers = b == zt_engine_layers(s) ? L - 1 : L;
     for (int l = 0; l < L; l++)
-        m->n += (size_t)zt_layer_tensors(s, model_layer(job, l));
+        m->n += (size_t)zt_layer_tensors(s, a + l);
     m->numel = calloc(m->n ? m->n : 1, sizeof *m->numel);
     m->layer = calloc(m->n ? m->n : 1, sizeof *m->layer);
     m->chunks = calloc(m->n ? m->n : 1, sizeof *m->chunks);
@@ -125,8 +109,8 @@ zo_status zp_layout_init(model_layout *m, const zp_job *job)
     }
     size_t k = 0;
     for (int l = 0; l < L; l++)
-        for (int i = 0; i < zt_layer_tensors(s, model_layer(job, l)); i++, k++) {
-            m->numel[k] = zt_tensor_numel(s, model_layer(job, l), i);
+        for (int i = 0; i < zt_layer_tensors(s, a + l); i++, k++) {
+            m->numel[k] = zt_tensor_numel(s, a + l, i);
             m->layer[k] = l;
         }
     return ZO_OK;
@@ -292,29 +276,12 @@ static zo_engine_config engine_config(const zp_job *job, const zp_hardware *hw, 
     return c;
 }
 
-/* Blocks among the job's layers. */
-static int job_blocks(const zp_job *job)
-{
-    int a, b, n = 0;
-    zp_job_layers(job, &a, &b);
-    for (int l = a; l < b; l++)
-        n += l >= 1 && l <= job->shape.n_layers;
-    return n;
-}
-
-/* A stage's arena: its blocks' layer inputs; the logits and the embedding
- * gradient only where the head or the embedding is (a stage between them
- * has a vocabulary of one in the arena's terms). */
+/* The activation arena: the whole model's, also on a pipeline stage (zo-train
+ * allocates the model's arena on every stage, with zp_job.act_sets sets of
+ * layer inputs). */
 zt_model_config zp_model_config(const zp_job *job)
 {
     zt_model_config mc = {job->shape, job->seq, job->micro_batch, job->grad_accum, job->dtype};
-    if (!job->stage_end)
-        return mc;
-    int a, b;
-    zp_job_layers(job, &a, &b);
-    mc.shape.n_layers = job_blocks(job);
-    if (a > 0 && b < zt_engine_layers(&job->shape))
-        mc.shape.vocab = 1;
     return mc;
 }
 

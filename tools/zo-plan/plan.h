@@ -74,9 +74,8 @@ typedef struct zp_job {
     /* A pipeline stage (pipeline.h): the engine layers [stage_first,
      * stage_end) of the model, numbered as zo-train numbers them (0 the
      * embedding, 1..L the blocks, L+1 the head); stage_end 0: the whole
-     * model. The last stage of a tied model keeps a copy of layer 0's
-     * tensors as its head. act_sets: the micro-batches whose layer inputs
-     * the stage holds at once (1F1B keeps S - s in flight on stage s;
+     * model. act_sets: the sets of layer inputs the stage's arena holds
+     * (zo-train's zt_pipe_sets: its micro-batches in flight and one more;
      * 0 or 1: one). */
     int stage_first, stage_end, act_sets;
 } zp_job;
