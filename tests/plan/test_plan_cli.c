@@ -827,6 +827,10 @@ static void test_pipeline(void **state)
     const char *cmd = json_string_value(json_object_get(p, "command"));
     if (!strstr(cmd, want))
         fail_msg("command '%s' lacks '%s'", cmd, want);
+    /* the node's --host-mem: 3 ranks' shares, each with the cpu device's 24 MiB beside it */
+    snprintf(want, sizeof want, "--host-mem %llu", 3 * ((8ull << 30) / 3 + (24ull << 20)));
+    if (!strstr(cmd, want))
+        fail_msg("command '%s' lacks '%s'", cmd, want);
     assert_non_null(json_object_get(pl, "recommended"));
     json_decref(j);
 

@@ -349,6 +349,7 @@ zo_status zp_plan_pipeline(const zp_job *job, const zp_hardware *node, const zp_
     out->stages = S;
     out->world_size = w->world_size;
     out->data_parallel = w->world_size / S;
+    out->ranks_per_node = w->gpus_per_node < w->world_size ? w->gpus_per_node : w->world_size;
     out->micro_batches = job->grad_accum;
     out->act_bytes =
         (uint64_t)job->micro_batch * job->seq * job->shape.dim * zo_dtype_size(job->dtype);

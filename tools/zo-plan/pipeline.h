@@ -66,6 +66,7 @@ typedef struct zp_stage_plan {
 
 typedef struct zp_pipeline_plan {
     int stages, data_parallel, world_size, micro_batches;
+    int ranks_per_node;                /* sharing a node's host, NVMe and cores */
     int first[ZP_PIPE_MAX_STAGES + 1]; /* stage s: [first[s], first[s+1]) */
     zp_stage_plan *stage;              /* stages entries (zp_pipeline_free) */
     int fits;                          /* every stage fits */

@@ -18,23 +18,13 @@ static json_t *ju(uint64_t v)
     return json_integer((json_int_t)v);
 }
 
-/* The host bytes of optimizer states a stage keeps in RAM (caps, or all
- * its chunks' when they are homed there). */
-static uint64_t host_state_cap(const zp_plan *p, const zp_job *job)
-{
-    if (p->optim_home == ZO_TIER_HOST)
-        return (uint64_t)p->optim_homes[ZO_TIER_HOST] *
-               zp_chunk_state_bytes(job->state_dtype, p->fp.chunk_bytes);
-    return p->optim_caps.host;
-}
-
-/* The homes and caps every stage can run under: the farthest homes, the
- * smallest caps. */
-static void shared_flags(const zp_pipeline_plan *p, const zp_job *job, zo_tier *param_home,
-                         zo_tier *optim_home, uint64_t *param_dev, uint64_t *optim_host)
+/* The homes every stage can run under (the farthest any stage planned) and
+ * the device's resident parameters (the fewest any stage planned). */
+static void shared_flags(const zp_pipeline_plan *p, zo_tier *param_home, zo_tier *optim_home,
+                         uint64_t *param_dev)
 {
     *param_home = *optim_home = ZO_TIER_HOST;
-    *param_dev = *optim_host = UINT64_MAX;
+    *param_dev = UINT64_MAX;
     for (int s = 0; s < p->stages; s++) {
         const zp_plan *q = &p->stage[s].plan;
         if (q->param_home > *param_home)
@@ -43,8 +33,6 @@ static void shared_flags(const zp_pipeline_plan *p, const zp_job *job, zo_tier *
             *optim_home = q->optim_home;
         if (q->param_caps.device < *param_dev)
             *param_dev = q->param_caps.device;
-        if (host_state_cap(q, job) < *optim_host)
-            *optim_host = host_state_cap(q, job);
     }
 }
 
@@ -52,8 +40,10 @@ void zp_pipe_command(const zp_pipeline_plan *p, const zp_job *job, const zp_hard
                      size_t cap)
 {
     zo_tier ph, oh;
-    uint64_t pd, oc;
-    shared_flags(p, job, &ph, &oh, &pd, &oc);
+    uint64_t pd;
+    shared_flags(p, &ph, &oh, &pd);
+    /* zo-train's --host-mem is the node's, each local rank taking its share */
+    uint64_t node_host = (uint64_t)p->ranks_per_node * zp_trainer_host_mem(hw, &p->stage[0].plan);
     int n =
         snprintf(buf, cap, "mpirun -np %d zo-train --pipeline-stages %d", p->world_size, p->stages);
     for (int s = 1; s < p->stages && n > 0 && (size_t)n < cap; s++)
@@ -62,16 +52,19 @@ void zp_pipe_command(const zp_pipeline_plan *p, const zp_job *job, const zp_hard
     if (n > 0 && (size_t)n < cap && p->data_parallel > 1)
         n += snprintf(buf + n, cap - (size_t)n, " --zero-stage 1");
     if (n > 0 && (size_t)n < cap)
-        snprintf(buf + n, cap - (size_t)n,
-                 " --micro-batch %d --grad-accum %d --seq %d --offload-param %s "
-                 "--offload-optimizer %s --chunk-bytes %llu --optimizer-mode %s --state-dtype %s "
-                 "--param-device-bytes %llu --optim-host-bytes %llu --host-mem %llu "
-                 "--micro-group %d --act-home %s",
-                 job->micro_batch, job->grad_accum, job->seq, zt_home_name(ph), zt_home_name(oh),
-                 (unsigned long long)p->chunk_bytes, zo_optim_mode_name(p->mode),
-                 zt_state_dtype_name(job->state_dtype), (unsigned long long)pd,
-                 (unsigned long long)oc,
-                 (unsigned long long)zp_trainer_host_mem(hw, &p->stage[0].plan),
+        n += snprintf(buf + n, cap - (size_t)n,
+                      " --micro-batch %d --grad-accum %d --seq %d --offload-param %s "
+                      "--offload-optimizer %s --chunk-bytes %llu --optimizer-mode %s "
+                      "--state-dtype %s --param-device-bytes %llu --host-mem %llu",
+                      job->micro_batch, job->grad_accum, job->seq, zt_home_name(ph),
+                      zt_home_name(oh), (unsigned long long)p->chunk_bytes,
+                      zo_optim_mode_name(p->mode), zt_state_dtype_name(job->state_dtype),
+                      (unsigned long long)pd, (unsigned long long)node_host);
+    /* each stage's engine fills its own host with the states homed on NVMe, as its plan does */
+    if (n > 0 && (size_t)n < cap && oh == ZO_TIER_NVME)
+        n += snprintf(buf + n, cap - (size_t)n, " --placement auto");
+    if (n > 0 && (size_t)n < cap && p->stages == 1)
+        snprintf(buf + n, cap - (size_t)n, " --micro-group %d --act-home %s",
                  p->stage[0].plan.micro_group, zp_act_home_name(p->stage[0].plan.act_home));
 }
 

@@ -21,8 +21,10 @@ typedef struct zp_pipe_report {
 } zp_pipe_report;
 
 /* mpirun -np N zo-train --pipeline-stages S --pipeline-split ... for plan p:
- * the flags every rank shares (zo-train takes one set), the per-chunk caps
- * the smallest any stage planned (each stage then needs at most its plan). */
+ * the flags every rank shares (zo-train takes one set): the farthest homes
+ * any stage planned, the fewest resident parameters, the node's host memory
+ * (each rank takes its share) and --placement auto, with which each
+ * stage's engine fills its own host with its states as its plan does. */
 void zp_pipe_command(const zp_pipeline_plan *p, const zp_job *job, const zp_hardware *hw, char *buf,
                      size_t cap);
 
