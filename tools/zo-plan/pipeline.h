@@ -70,6 +70,7 @@ typedef struct zp_pipeline_plan {
     int first[ZP_PIPE_MAX_STAGES + 1]; /* stage s: [first[s], first[s+1]) */
     zp_stage_plan *stage;              /* stages entries (zp_pipeline_free) */
     int fits;                          /* every stage fits */
+    uint64_t short_bytes;              /* what the stages need beyond their budgets, summed */
     char why[600];                     /* the first stage that does not, and why */
     int slowest;                       /* the stage whose micro-batch sets the pace */
     uint64_t chunk_bytes;              /* every stage's (one zo-train flag) */

@@ -192,6 +192,7 @@ static json_t *json_one(const zp_pipeline_plan *p, const zp_job *job, const zp_h
         json_array_append_new(stages, json_stage(&p->stage[s]));
     json_object_set_new(o, "split", split);
     json_object_set_new(o, "stage_plans", stages);
+    json_object_set_new(o, "short_bytes", ju(p->short_bytes));
     json_object_set_new(o, "chunk_bytes", ju(p->chunk_bytes));
     json_object_set_new(o, "optimizer_mode", json_string(zo_optim_mode_name(p->mode)));
     json_object_set_new(o, "slowest_stage", json_integer(p->slowest));
