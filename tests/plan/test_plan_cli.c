@@ -766,10 +766,10 @@ static void test_world_size(void **state)
     json_t *share = json_object_get(z, "rank_share");
     assert_int_equal(json_integer_value(json_object_get(share, "host_bytes")), 4ll << 30);
     json_t *plans = json_object_get(z, "plans");
-    assert_int_equal(json_array_size(plans), 12);
+    assert_int_equal(json_array_size(plans), 15); /* 3 stages x 5 placements */
     for (size_t i = 0; i < json_array_size(plans); i++) {
         json_t *p = json_array_get(plans, i);
-        assert_int_equal(json_integer_value(json_object_get(p, "stage")), (json_int_t)(i / 4 + 1));
+        assert_int_equal(json_integer_value(json_object_get(p, "stage")), (json_int_t)(i / 5 + 1));
         if (!json_is_true(json_object_get(p, "fits")))
             continue;
         json_t *b = json_object_get(p, "per_rank_bytes");

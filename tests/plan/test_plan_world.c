@@ -222,6 +222,35 @@ static void test_link_bytes_and_time(void **state)
     }
 }
 
+/* 16-bit parameters on NVMe under ZeRO: each rank's files hold every
+ * chunk's two extents at stages 1 and 2 (the owners' broadcasts written
+ * there), its own chunks' at stage 3; no pinned 16-bit copies (the
+ * broadcasts' buffers are staging); stage 3 writes only its own. */
+static void test_params_on_nvme(void **state)
+{
+    (void)state;
+    zp_job j = job_small(1);
+    zp_hardware hw = cpu_node(64 * GiB);
+    zp_world w = world(4, 1);
+    zp_world_plan out[ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES];
+    int best;
+    plan(&j, &hw, &w, out, &best);
+    uint64_t writes[4] = {0};
+    for (int st = 1; st <= 3; st++) {
+        const zp_plan *p = &find(out, st, ZP_PARAMS_NVME)->plan;
+        uint64_t n = p->fp.n_chunks, own = (n + 3) / 4, held = st == 3 ? own : n;
+        assert_true(p->nvme.params > 0);
+        assert_int_equal(p->nvme.params % (2 * held), 0);
+        assert_int_equal(p->nvme.params / (2 * held) % 4096, 0); /* whole 4 KiB extents */
+        assert_true(p->nvme.params / (2 * held) <= p->fp.chunk_bytes);
+        assert_int_equal(p->pinned.params, 0);
+        assert_int_equal(p->nvme_write_bytes - p->nvme_state_bytes,
+                         held * p->fp.chunk_bytes); /* the new 16-bit values */
+        writes[st] = p->nvme_write_bytes;
+    }
+    assert_true(writes[3] < writes[2] && writes[2] == writes[1]);
+}
+
 static void test_bad_world_refused(void **state)
 {
     (void)state;
@@ -241,6 +270,7 @@ int main(void)
         cmocka_unit_test(test_states_are_the_ranks_share),
         cmocka_unit_test(test_node_host_is_shared),
         cmocka_unit_test(test_link_bytes_and_time),
+        cmocka_unit_test(test_params_on_nvme),
         cmocka_unit_test(test_bad_world_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -348,7 +348,9 @@ static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw,
     p->host.accum = fp->host - p->host.states - p->host.backups;
     p->host.total = fp->host;
     uint64_t p16_extent = (fullest + 4095) / 4096 * 4096;
-    p->nvme.params = p->param_home == ZO_TIER_NVME || backed ? 2 * N * p16_extent : 0;
+    /* ZeRO stage 3: a rank's files hold its own chunks (stages 1-2: every chunk) */
+    uint64_t p16_chunks = W > 1 && job->zero_stage == 3 ? own : N;
+    p->nvme.params = p->param_home == ZO_TIER_NVME || backed ? 2 * p16_chunks * p16_extent : 0;
     p->nvme.states = fp->nvme - p->nvme.params;
     p->nvme.payload = fp->nvme;
     int paths = hw->n_nvme_paths > 0 ? hw->n_nvme_paths : 1;
@@ -541,8 +543,14 @@ static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *
     if (p->optim_home == ZO_TIER_NVME)
         p->nvme_read_bytes = p->nvme_write_bytes = p->nvme_state_bytes = states;
     if (p->param_home == ZO_TIER_NVME) {
-        p->nvme_read_bytes += loads * C; /* whole chunks into the staging twins */
-        p->nvme_write_bytes += N * C;    /* the update's new 16-bit parameters */
+        uint64_t W = job->world_size > 1 ? (uint64_t)job->world_size : 1, own = (N + W - 1) / W;
+        if (gathers) { /* its own chunks, read for their gathers; the new ones written */
+            p->nvme_read_bytes += loads * C / N * own;
+            p->nvme_write_bytes += own * C;
+        } else { /* whole chunks into the staging twins; every chunk's new values written */
+            p->nvme_read_bytes += loads * C + (W > 1 ? own * C : 0); /* the owner's read back */
+            p->nvme_write_bytes += N * C;
+        }
     }
     return ZO_OK;
 }

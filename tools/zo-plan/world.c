@@ -8,9 +8,11 @@
 
 #include "zt_error.h"
 
-/* The placements whose 16-bit parameters the engine's ZeRO can hold. */
-static const zp_strategy world_strategies[ZP_WORLD_STRATEGIES] = {ZP_NO_OFFLOAD, ZP_OPTIM_HOST,
-                                                                  ZP_OPTIM_NVME, ZP_PARAMS_HOST};
+/* The placements planned under ZeRO: all but the per-chunk splits. With
+ * the 16-bit parameters on NVMe each rank's files hold every chunk at
+ * stages 1 and 2 (the owners' broadcasts written there), its own at stage 3. */
+static const zp_strategy world_strategies[ZP_WORLD_STRATEGIES] = {
+    ZP_NO_OFFLOAD, ZP_OPTIM_HOST, ZP_OPTIM_NVME, ZP_PARAMS_HOST, ZP_PARAMS_NVME};
 
 static int ranks_per_node(const zp_world *w)
 {

@@ -46,9 +46,8 @@ typedef struct zp_world {
 #define ZP_LINK_CUDA_BPS 25e9
 #define ZP_LINK_CPU_BPS  10e9
 
-/* The placements planned under ZeRO (the engine's ZeRO needs 16-bit
- * parameters at home on the device or the host). */
-enum { ZP_WORLD_STRATEGIES = 4, ZP_WORLD_STAGES = 3 };
+/* The placements planned under ZeRO (world.c). */
+enum { ZP_WORLD_STRATEGIES = 5, ZP_WORLD_STAGES = 3 };
 
 /* One stage and placement, for rank 0. */
 typedef struct zp_world_plan {
