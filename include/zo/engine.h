@@ -209,10 +209,24 @@ typedef struct zo_engine_config {
  *            same ones; a step's gathers are dropped at its end (the owners
  *            updated). Chunks of at most zero_persist_elems elements stay
  *            whole on every rank as in stage 2.
- * Needs param_home host or device (the 16-bit parameters are received into
- * their host or device copies; param_caps.device: over every chunk at stages
- * 1 and 2, over the rank's own at stage 3), a
- * communicator that reaches host memory (mpi, self). Overlap: each owner
+ * param_home nvme: at stages 1 and 2 every rank keeps every chunk's 16-bit
+ * parameters in its own swap files (the owner reads back what its update
+ * wrote, broadcasts it through two pinned chunk buffers, param_staging += 2
+ * C; the others write it to their alternate extent, checksummed, switched
+ * at the commit; nvme += 2 extents per chunk), but with its states in host
+ * memory a rank keeps its own chunks there beside them; at stage 3 a rank's
+ * files hold its own chunks, read on the h2d stream into the gather buffer
+ * its broadcast goes from. param_caps place chunks per chunk as on one rank
+ * (device: over every chunk at stages 1 and 2, over the rank's own at stage
+ * 3). A rank's failure fails the step on every rank, naming it: NVMe reads
+ * of 16-bit parameters that fail during a step are kept until its end, and
+ * the ranks agree on the step (before the verdict) and on the update (after
+ * the broadcasts), discarding what was stored beside the committed states;
+ * a copy of another rank's chunk that fails its checksum is sent again by
+ * its owner, so that the step can be run again. (In sync mode the states of
+ * an in-place tier, host or device, are already updated when another rank's
+ * broadcast fails.) Needs a communicator that reaches host memory (mpi,
+ * self). Overlap: each owner
  * updates its chunks speculatively on their reduced gradients as they
  * arrive and validates as one rank does. Dpu: the reduced gradients are kept
  * by step parity (host += that twice) and the owners broadcast from the
