@@ -732,8 +732,7 @@ static zo_status search(split_ctx *x, zp_plan *out)
                           zp_block_chunk_bytes(&job->shape)};
     int n_chunks = job->chunk_bytes || chunks[1] <= chunks[0] ? 1 : 2;
     zo_tier homes[2] = {ZO_TIER_HOST, ZO_TIER_NVME};
-    /* the engine's ZeRO keeps 16-bit parameters on the device or the host */
-    int n_homes = x->hw->nvme_bytes && job->world_size <= 1 ? 2 : 1;
+    int n_homes = x->hw->nvme_bytes ? 2 : 1;
     int have = 0;
     zp_plan *p = malloc(sizeof *p);
     if (!p)
