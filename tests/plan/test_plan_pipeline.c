@@ -145,12 +145,15 @@ static void check_stage_arena(const zp_job *job, const zp_pipeline_plan *p, int 
 static void test_stage_footprints_are_the_engines(void **state)
 {
     (void)state;
-    const char *names[] = {"small", "tied", "small, states on NVMe"};
-    for (int t = 0; t < 3; t++) {
+    const char *names[] = {"small", "tied", "small, states on NVMe",
+                           "small, ZeRO 1 with parameters on NVMe"};
+    for (int t = 0; t < 4; t++) {
         zp_job j = job_of("small", 0, 4);
         j.shape.tied = t == 1;
         /* a node per rank; at 2 GiB of host some optimizer states go to NVMe */
-        zp_hardware hw = cpu_node(t == 2 ? 2 * GiB : 64 * GiB);
+        zp_hardware hw = cpu_node(t >= 2 ? 2 * GiB : 64 * GiB);
+        if (t == 3) /* a small device: parameters paged, the first stages' homed on NVMe */
+            hw.device_bytes = 192 << 20;
         /* 3 stages x 2 data-parallel ranks, ZeRO 1 in each; one rank per stage with NVMe */
         zp_world w = world(t == 2 ? 3 : 6, 1);
         zp_pipeline_plan p;
@@ -165,6 +168,11 @@ static void test_stage_footprints_are_the_engines(void **state)
             const int sets[3] = {4, 3, 2};
             assert_int_equal(p.stage[s].in_flight, sets[s]);
             check_stage_arena(&j, &p, s);
+        }
+        if (t == 3) { /* it does not fit the host; its footprints are the engine's all the same */
+            assert_int_equal(p.stage[0].plan.param_home, ZO_TIER_NVME);
+            zp_pipeline_free(&p);
+            continue;
         }
         assert_true(p.fits);
         if (t == 2)
