@@ -326,12 +326,14 @@ typedef struct zo_engine_footprint {
 /* A model described only by its tensors' sizes, for planning without an
  * engine (nothing registered, nothing allocated): numel[i] and layer[i] of
  * the i-th tensor in registration order (layers from 0; each tensor's layer
- * is the previous tensor's or the next one). */
+ * is the previous tensor's or the next one); keep_f32[i] nonzero for a
+ * tensor the run marks with zo_engine_keep_f32_states (NULL: none). */
 typedef struct zo_engine_layout {
     size_t struct_size;
     size_t n_tensors;
     const size_t *numel;
     const int *layer;
+    const unsigned char *keep_f32;
 } zo_engine_layout;
 
 #define ZO_ENGINE_LAYOUT_INIT                                                                      \
@@ -396,6 +398,19 @@ typedef zo_status (*zo_engine_fill_fn)(void *ctx, int id, float *dst);
  * zo_engine_finalize returns; a fill that fails fails finalize. */
 ZO_API zo_status zo_engine_register_fill(zo_engine_t eng, int layer, const char *name, size_t numel,
                                          zo_engine_fill_fn fill, void *ctx, int *id);
+
+/* Tensor id keeps fp32 m and v under I8 states, as a tensor below
+ * ZO_ADAM_Q8_MIN_NUMEL does (zo/optim.h: laid out in its moments' code
+ * bytes, 4 per element, so its chunk's 16-bit and gradient buffers take 4x
+ * its elements too; checkpoints and zo_engine_tensor_state_dtype say F32).
+ * bitsandbytes' practice for the token embedding
+ * (GlobalOptimManager.override_config(weight, 'optim_bits', 32), which its
+ * StableEmbedding and transformers' Trainer apply to every nn.Embedding
+ * under 8-bit Adam): a row's gradient is zero in every step its token is
+ * absent, so its moments decay between rare updates and share a block's
+ * scale with rows of frequent tokens, which 8-bit codes resolve worst. With
+ * F32 or BF16 states it changes nothing. Only before zo_engine_finalize. */
+ZO_API zo_status zo_engine_keep_f32_states(zo_engine_t eng, int id);
 
 /* The footprint of the registered model under the configuration, without
  * allocating; fits is 0 and msg names the tier and shortfall when it cannot. */
@@ -539,8 +554,9 @@ ZO_API zo_status zo_engine_write_state_raw(zo_engine_t eng, int id, const float 
 /* The engine's state_dtype. */
 ZO_API zo_dtype zo_engine_state_dtype(zo_engine_t eng);
 /* The format of tensor id's moments (the raw layout above): state_dtype,
- * except ZO_DTYPE_F32 for a tensor below ZO_ADAM_Q8_MIN_NUMEL elements with
- * I8 states (zo/optim.h); ZO_DTYPE_NONE for a bad engine or id. */
+ * except ZO_DTYPE_F32 with I8 states for a tensor below
+ * ZO_ADAM_Q8_MIN_NUMEL elements (zo/optim.h) or marked by
+ * zo_engine_keep_f32_states; ZO_DTYPE_NONE for a bad engine or id. */
 ZO_API zo_dtype zo_engine_tensor_state_dtype(zo_engine_t eng, int id);
 /* dpu mode: wait for the pending delayed update and apply it (the next step
  * computes with its parameters). A no-op in the other modes. */

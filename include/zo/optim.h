@@ -104,8 +104,9 @@ static inline int zo_adam_q8_small(size_t numel)
     return numel < ZO_ADAM_Q8_MIN_NUMEL;
 }
 
-/* Elements a small tensor takes in an I8 chunk: room for 4 code bytes an
- * element, whole blocks. */
+/* Elements a tensor with fp32 moments (a small one, or one the engine keeps
+ * in fp32: zo_engine_keep_f32_states) takes in an I8 chunk: room for 4 code
+ * bytes an element, whole blocks. */
 static inline size_t zo_adam_q8_small_room(size_t numel)
 {
     return (4 * numel + ZO_ADAM_Q8_BLOCK - 1) / ZO_ADAM_Q8_BLOCK * ZO_ADAM_Q8_BLOCK;

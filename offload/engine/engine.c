@@ -286,6 +286,20 @@ zo_status zo_engine_register_fill(zo_engine_t e, int layer, const char *name, si
     return ZO_OK;
 }
 
+zo_status zo_engine_keep_f32_states(zo_engine_t e, int id)
+{
+    if (!e || id < 0 || id >= e->n_tensors)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "keep_f32_states: no tensor %d (%d registered)", id, e ? e->n_tensors : 0);
+    if (e->finalized)
+        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
+                       "keep_f32_states '%s': the engine is already finalized (mark tensors "
+                       "between zo_engine_register and zo_engine_finalize)",
+                       e->tensors[id].name);
+    e->tensors[id].keep_f32 = 1;
+    return ZO_OK;
+}
+
 /* Tensor id's initial values into dst: its copy, or what its fill writes. */
 static zo_status initial_values(struct zo_engine *e, int id, float *dst)
 {
@@ -344,23 +358,27 @@ typedef struct eng_packer {
     size_t off;   /* elements used in the open chunk */
     uint32_t n_chunks;
     uint32_t layer_chunks, max_cpl;
-    size_t max_used; /* elements of the fullest chunk */
-    int q8;          /* I8 states: small tensors take the room of their fp32 moments */
+    size_t max_used;      /* elements of the fullest chunk */
+    zo_dtype state_dtype; /* I8: tensors with fp32 moments take their room (tensor_room) */
 } eng_packer;
 
-/* The elements a tensor takes in its chunk: its own, or with I8 states
- * below ZO_ADAM_Q8_MIN_NUMEL the room of its fp32 moments in the code bytes
- * (zo/optim.h). */
-static size_t tensor_room(int q8, size_t numel)
+int eng_keeps_f32(zo_dtype state_dtype, size_t numel, int keep)
 {
-    return q8 && zo_adam_q8_small(numel) ? zo_adam_q8_small_room(numel) : numel;
+    return state_dtype == ZO_DTYPE_I8 && (zo_adam_q8_small(numel) || keep);
+}
+
+/* The elements a tensor takes in its chunk: its own, or when it keeps fp32
+ * moments (eng_keeps_f32) the room of them in the code bytes (zo/optim.h). */
+static size_t tensor_room(zo_dtype state_dtype, size_t numel, int keep)
+{
+    return eng_keeps_f32(state_dtype, numel, keep) ? zo_adam_q8_small_room(numel) : numel;
 }
 
 /* Place a tensor; returns the chunk it goes to, its offset in *at. */
-static uint32_t packer_place(eng_packer *p, int layer, size_t numel, size_t *at)
+static uint32_t packer_place(eng_packer *p, int layer, size_t numel, int keep, size_t *at)
 {
     size_t pos = zo_round_up(p->off, p->align);
-    numel = tensor_room(p->q8, numel);
+    numel = tensor_room(p->state_dtype, numel, keep);
     if (p->n_chunks == 0 || layer != p->layer || pos + numel > p->chunk_elems) {
         p->layer_chunks = layer != p->layer ? 1 : p->layer_chunks + 1;
         if (p->layer_chunks > p->max_cpl)
@@ -466,11 +484,11 @@ static void place_homes(struct zo_engine *e, const eng_plan_in *in)
     e->g_grouped = in->grouped; /* what comes down (the stages' room needs it) */
 }
 
-/* With I8 states, a small tensor (fp32 moments) joins its chunk's list,
- * in placement order: the update runs it apart (eng_adam_run). */
-static void add_small(struct zo_engine *e, const eng_tensor *t, int q8)
+/* With I8 states, a tensor with fp32 moments joins its chunk's list, in
+ * placement order: the update runs it apart (eng_adam_run). */
+static void add_small(struct zo_engine *e, const eng_tensor *t)
 {
-    if (!q8 || !zo_adam_q8_small(t->numel))
+    if (!eng_keeps_f32(e->cfg.state_dtype, t->numel, t->keep_f32))
         return;
     eng_chunk *k = &e->chunks[t->chunk];
     if (!k->n_small)
@@ -485,10 +503,12 @@ static zo_status pack(struct zo_engine *e)
     if (e->n_tensors == 0)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "no tensors registered: register the model first");
     size_t largest = 0;
-    const int q8 = e->cfg.state_dtype == ZO_DTYPE_I8;
-    for (int i = 0; i < e->n_tensors; i++)
-        if (tensor_room(q8, e->tensors[i].numel) > largest)
-            largest = tensor_room(q8, e->tensors[i].numel);
+    const zo_dtype sd = e->cfg.state_dtype;
+    for (int i = 0; i < e->n_tensors; i++) {
+        const eng_tensor *t = &e->tensors[i];
+        if (tensor_room(sd, t->numel, t->keep_f32) > largest)
+            largest = tensor_room(sd, t->numel, t->keep_f32);
+    }
     e->chunk_bytes = chunk_bytes_for(&e->cfg, largest);
     if (largest * e->e16 > (e->cfg.chunk_bytes ? e->cfg.chunk_bytes : DEFAULT_CHUNK_BYTES))
         ZO_LOGI(ENG_SUBSYS, "chunk size raised to %zu bytes to fit the largest tensor",
@@ -501,17 +521,16 @@ static zo_status pack(struct zo_engine *e)
     e->n_small = 0;
     if (!e->chunks || !e->small)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the chunk table");
-    eng_packer pk = {e->chunk_elems, tensor_align(&e->cfg), -1, 0, 0, 0, 0, 0, 0};
-    pk.q8 = e->cfg.state_dtype == ZO_DTYPE_I8;
+    eng_packer pk = {e->chunk_elems, tensor_align(&e->cfg), -1, 0, 0, 0, 0, 0, sd};
     for (int l = 0; l < e->n_layers; l++) { /* registration order: layers in order */
         eng_layer *L = &e->layers[l];
         L->first_chunk = pk.n_chunks;
         for (int i = 0; i < L->n_tensors; i++) {
             eng_tensor *t = &e->tensors[L->tensors[i]];
-            t->chunk = packer_place(&pk, l, t->numel, &t->off);
+            t->chunk = packer_place(&pk, l, t->numel, t->keep_f32, &t->off);
             e->chunks[t->chunk].layer = l;
-            e->chunks[t->chunk].n_elems = t->off + tensor_room(pk.q8, t->numel);
-            add_small(e, t, pk.q8);
+            e->chunks[t->chunk].n_elems = t->off + tensor_room(sd, t->numel, t->keep_f32);
+            add_small(e, t);
         }
         L->n_chunks = pk.n_chunks - L->first_chunk;
     }
@@ -710,6 +729,12 @@ static zo_status check_layout(const zo_engine_layout *ly)
     return ZO_OK;
 }
 
+/* Whether the layout's tensor i was marked to keep fp32 moments. */
+static int layout_keeps_f32(const zo_engine_layout *ly, size_t i)
+{
+    return ly->keep_f32 && ly->keep_f32[i];
+}
+
 /* Pack a layout as the engine would; chunk c's layer and used bytes go to
  * chunks[c] for c < cap. */
 static zo_status pack_layout(const zo_engine_config *cfg, const zo_engine_layout *layout,
@@ -718,20 +743,21 @@ static zo_status pack_layout(const zo_engine_config *cfg, const zo_engine_layout
     ZO_TRY(check_plan_config(cfg));
     ZO_TRY(check_layout(layout));
     size_t largest = 0;
+    const zo_dtype sd = cfg->state_dtype;
     for (size_t i = 0; i < layout->n_tensors; i++)
-        if (tensor_room(cfg->state_dtype == ZO_DTYPE_I8, layout->numel[i]) > largest)
-            largest = tensor_room(cfg->state_dtype == ZO_DTYPE_I8, layout->numel[i]);
+        if (tensor_room(sd, layout->numel[i], layout_keeps_f32(layout, i)) > largest)
+            largest = tensor_room(sd, layout->numel[i], layout_keeps_f32(layout, i));
     memset(sh, 0, sizeof *sh);
     sh->chunk_bytes = chunk_bytes_for(cfg, largest);
     sh->chunk_elems = sh->chunk_bytes / 2;
-    eng_packer pk = {sh->chunk_elems, tensor_align(cfg), -1, 0, 0, 0, 0, 0, 0};
-    pk.q8 = cfg->state_dtype == ZO_DTYPE_I8;
+    eng_packer pk = {sh->chunk_elems, tensor_align(cfg), -1, 0, 0, 0, 0, 0, sd};
     for (size_t i = 0; i < layout->n_tensors; i++) {
         size_t at;
-        uint32_t c = packer_place(&pk, layout->layer[i], layout->numel[i], &at);
+        int keep = layout_keeps_f32(layout, i);
+        uint32_t c = packer_place(&pk, layout->layer[i], layout->numel[i], keep, &at);
         if (c < cap) {
             chunks[c].layer = layout->layer[i];
-            chunks[c].used_bytes = (uint64_t)(at + tensor_room(pk.q8, layout->numel[i])) * 2;
+            chunks[c].used_bytes = (uint64_t)(at + tensor_room(sd, layout->numel[i], keep)) * 2;
         }
         sh->n_params += layout->numel[i];
     }

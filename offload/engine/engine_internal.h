@@ -49,7 +49,8 @@ typedef struct eng_tensor {
     zo_engine_fill_fn fill; /* writes the initial values where they are placed */
     void *fill_ctx;
     uint32_t chunk;
-    size_t off; /* element offset inside the chunk */
+    size_t off;   /* element offset inside the chunk */
+    int keep_f32; /* zo_engine_keep_f32_states: fp32 moments under I8 states */
 } eng_tensor;
 
 typedef struct eng_layer {
@@ -228,7 +229,7 @@ struct zo_engine {
     /* packing */
     size_t chunk_bytes, chunk_elems;
     eng_chunk *chunks;
-    eng_span *small; /* I8 states: the small tensors with fp32 moments, by chunk (eng_chunk) */
+    eng_span *small; /* I8 states: the tensors with fp32 moments, by chunk (eng_chunk) */
     uint32_t n_small;
     uint8_t *p16_home, *states_home; /* each chunk's homes (zo_tier), chosen at packing */
     uint32_t n_chunks, max_cpl;
@@ -367,6 +368,10 @@ zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s);
 zo_status eng_publish(struct zo_engine *e, int updated);
 /* After a checkpoint wrote chunk c: the device sees the new 16-bit values. */
 zo_status eng_publish_chunk(struct zo_engine *e, uint32_t c);
+
+/* engine.c: whether a tensor keeps fp32 moments: with I8 states, one below
+ * ZO_ADAM_Q8_MIN_NUMEL or named by zo_engine_keep_f32_states (keep). */
+int eng_keeps_f32(zo_dtype state_dtype, size_t numel, int keep);
 
 /* engine_group.c: layer-major micro-batch groups (micro_group > 1 with
  * grad_accum_steps > 1: "grouped") */

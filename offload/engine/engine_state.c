@@ -53,12 +53,12 @@ typedef struct moment_ref {
     int is_signed; /* m */
 } moment_ref;
 
-/* A small tensor with I8 states keeps fp32 moments in its room's code
- * bytes (zo/optim.h), which start at its offset. */
+/* A tensor that keeps fp32 moments under I8 states (eng_keeps_f32) has
+ * them in its room's code bytes (zo/optim.h), which start at its offset. */
 static zo_dtype tensor_fmt(const struct zo_engine *e, const eng_tensor *t)
 {
     zo_dtype fmt = e->cfg.state_dtype;
-    return fmt == ZO_DTYPE_I8 && zo_adam_q8_small(t->numel) ? ZO_DTYPE_F32 : fmt;
+    return eng_keeps_f32(fmt, t->numel, t->keep_f32) ? ZO_DTYPE_F32 : fmt;
 }
 
 static moment_ref moment_of(struct zo_engine *e, float *states, const eng_tensor *t, int which)

@@ -45,6 +45,7 @@ typedef struct run_cfg {
 /* The optimizer states' format of the engines the tests build: fp32 but
  * in test_compact_states_everywhere. */
 static zo_dtype g_state_dtype = ZO_DTYPE_F32;
+static int g_keep_f32 = -1; /* a tensor (k) marked by zo_engine_keep_f32_states, or -1 */
 
 static run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
@@ -156,6 +157,8 @@ static zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nf
                         : zo_engine_register(h->eng, k / 2, name, tm_numel(k), init[k], &h->ids[k]);
     }
     ZO_TRY(st);
+    if (g_keep_f32 >= 0)
+        ZO_TRY(zo_engine_keep_f32_states(h->eng, h->ids[g_keep_f32]));
     return finalize ? zo_engine_finalize(h->eng) : ZO_OK;
 }
 
@@ -405,7 +408,9 @@ static void assert_matches_reference(const run_out *o, const tm_ref *r, int step
 /* The smallest device budget: one layer's parameter and gradient chunks. */
 static uint64_t min_device_bytes(void)
 {
-    return 2ull * 2 * CHUNK;
+    /* with 8-bit states a W kept in fp32 takes 4 x its elements: the chunk grows to them */
+    int kept = g_keep_f32 >= 0 && g_state_dtype == ZO_DTYPE_I8;
+    return 2ull * 2 * CHUNK * (kept ? 4 : 1);
 }
 
 /* ---- tests ---- */
@@ -1165,7 +1170,7 @@ static void one_step_states(zo_dtype fmt, zo_tier ph, zo_tier oh, raw_state *r)
     raw_save(&h, r);
     for (int k = 0; k < TM_T; k++) /* W (D x D) quantized, b (D) below ZO_ADAM_Q8_MIN_NUMEL */
         assert_int_equal(zo_engine_tensor_state_dtype(h.eng, h.ids[k]),
-                         fmt == ZO_DTYPE_I8 && k % 2 ? ZO_DTYPE_F32 : fmt);
+                         fmt == ZO_DTYPE_I8 && (k % 2 || k == g_keep_f32) ? ZO_DTYPE_F32 : fmt);
     assert_int_equal(zo_engine_tensor_state_dtype(h.eng, TM_T), ZO_DTYPE_NONE);
     harness_close(&h);
     g_state_dtype = ZO_DTYPE_F32;
@@ -1192,6 +1197,58 @@ static void test_q8_small_tensors_keep_fp32_moments(void **state)
         raw_free(&q8);
     }
     raw_free(&f32);
+}
+
+/* zo_engine_keep_f32_states, as zo-train marks the token embedding: with
+ * 8-bit states the marked weight (layer 0's W, 4096 elements, quantized
+ * otherwise) keeps fp32 moments. After the first step (the same gradients in
+ * both runs) its master, m and v are an fp32-states run's bit for bit on the
+ * host and on NVMe, as the biases' are, while the other weights' moments stay
+ * 8-bit codes; a raw checkpoint of it resumes bitwise on another placement;
+ * with fp32 states the mark changes no bit; marking after finalize or a
+ * tensor that does not exist is refused. */
+static void test_q8_kept_tensor_keeps_fp32_moments(void **state)
+{
+    (void)state;
+    raw_state f32, q8, marked;
+    one_step_states(ZO_DTYPE_F32, ZO_TIER_HOST, ZO_TIER_HOST, &f32);
+    g_keep_f32 = 0;
+    one_step_states(ZO_DTYPE_F32, ZO_TIER_HOST, ZO_TIER_HOST, &marked);
+    for (int k = 0; k < TM_T; k++)
+        assert_memory_equal(marked.mom[k][1], f32.mom[k][1], tm_numel(k) * sizeof(float));
+    raw_free(&marked);
+    for (int i = 0; i < 2; i++) {
+        one_step_states(ZO_DTYPE_I8, ZO_TIER_HOST, i ? ZO_TIER_NVME : ZO_TIER_HOST, &q8);
+        for (int k = 0; k < TM_T; k += k ? 2 : 1) { /* W0 and the biases */
+            assert_memory_equal(q8.master[k], f32.master[k], tm_numel(k) * sizeof(float));
+            assert_memory_equal(q8.mom[k][0], f32.mom[k][0], tm_numel(k) * sizeof(float));
+            assert_memory_equal(q8.mom[k][1], f32.mom[k][1], tm_numel(k) * sizeof(float));
+        }
+        assert_true(memcmp(q8.mom[2][0], f32.mom[2][0], tm_numel(2)) != 0);
+        raw_free(&q8);
+    }
+    raw_free(&f32);
+    g_state_dtype = ZO_DTYPE_I8;
+    compact_checkpoint_resumes();
+    g_state_dtype = ZO_DTYPE_F32;
+    g_keep_f32 = -1;
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    ZO_ASSERT_ST(zo_engine_keep_f32_states(h.eng, h.ids[0]), ZO_ERR_STATE);
+    assert_non_null(strstr(zo_last_error(), "already finalized"));
+    ZO_ASSERT_ST(zo_engine_keep_f32_states(h.eng, TM_T), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_engine_keep_f32_states(NULL, 0), ZO_ERR_INVALID_ARG);
+    harness_close(&h);
+}
+
+static int keep_none_again(void **state)
+{
+    (void)state;
+    g_keep_f32 = -1;
+    g_state_dtype = ZO_DTYPE_F32;
+    return 0;
 }
 
 /* The calls refuse what they cannot do, naming why; an NVMe write failing
@@ -2675,6 +2732,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest states[] = {
         cmocka_unit_test_teardown(test_compact_states_everywhere, fp32_states_again),
         cmocka_unit_test(test_q8_small_tensors_keep_fp32_moments),
+        cmocka_unit_test_teardown(test_q8_kept_tensor_keeps_fp32_moments, keep_none_again),
         cmocka_unit_test(test_master_split_bitwise),
         cmocka_unit_test(test_master_split_refuses_fp16),
         cmocka_unit_test(test_master_split_faults),

@@ -22,13 +22,14 @@ typedef struct model {
     size_t n;
     size_t numel[MAX_T];
     int layer[MAX_T];
+    unsigned char keep[MAX_T]; /* zo_engine_keep_f32_states */
 } model;
 
 /* A random model: 1..6 layers of 1..5 tensors of 1..40000 elements, with
  * now and then a tensor larger than the chunk (the chunk grows to fit it). */
 static void random_model(model *m)
 {
-    m->n = 0;
+    memset(m, 0, sizeof *m);
     int layers = 1 + (int)(rnd() % 6);
     for (int l = 0; l < layers; l++) {
         int k = 1 + (int)(rnd() % 5);
@@ -47,6 +48,7 @@ static zo_engine_layout layout_of(const model *m)
     ly.n_tensors = m->n;
     ly.numel = m->numel;
     ly.layer = m->layer;
+    ly.keep_f32 = m->keep;
     return ly;
 }
 
@@ -81,8 +83,12 @@ static void plan_registered(zo_device_t dev, const zo_engine_config *cfg, const 
     c.n_nvme_paths = 1;
     zo_engine_t e = NULL;
     ZO_ASSERT_OK(zo_engine_init(&e, &c));
-    for (size_t i = 0; i < m->n; i++)
-        ZO_ASSERT_OK(zo_engine_register(e, m->layer[i], "t", m->numel[i], zeros, NULL));
+    for (size_t i = 0; i < m->n; i++) {
+        int id;
+        ZO_ASSERT_OK(zo_engine_register(e, m->layer[i], "t", m->numel[i], zeros, &id));
+        if (m->keep[i])
+            ZO_ASSERT_OK(zo_engine_keep_f32_states(e, id));
+    }
     ZO_ASSERT_OK(zo_engine_plan(e, fp, fits, msg, cap));
     zo_engine_free(e);
 }
@@ -189,7 +195,7 @@ static void test_split_footprint_for_equals_plan(void **state)
 static void test_unlimited_device(void **state)
 {
     (void)state;
-    model m = {3, {1000, 5000, 70000}, {0, 1, 1}};
+    model m = {3, {1000, 5000, 70000}, {0, 1, 1}, {0}};
     zo_engine_layout ly = layout_of(&m);
     zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
     c.chunk_bytes = 100000; /* raised to 140000, rounded to 143360 */
@@ -210,7 +216,7 @@ static void test_unlimited_device(void **state)
 static void test_nvme_extents_sized_to_the_model(void **state)
 {
     (void)state;
-    model m = {3, {1000, 5000, 3000}, {0, 1, 1}};
+    model m = {3, {1000, 5000, 3000}, {0, 1, 1}, {0}};
     zo_engine_layout ly = layout_of(&m);
     zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
     c.chunk_bytes = 256u << 20;
@@ -245,7 +251,7 @@ static void test_state_formats_counted(void **state)
     dc.mem_budget = 64u << 20;
     zo_device_t dev = NULL;
     ZO_ASSERT_OK(zo_device_init(&dev, &dc));
-    model m = {3, {1000, 5000, 3000}, {0, 1, 1}};
+    model m = {3, {1000, 5000, 3000}, {0, 1, 1}, {0}};
     zo_engine_layout ly = layout_of(&m);
     static const zo_dtype fmts[] = {ZO_DTYPE_BF16, ZO_DTYPE_I8};
     for (int f = 0; f < 2; f++)
@@ -280,6 +286,51 @@ static void test_state_formats_counted(void **state)
     zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
     int fits;
     ZO_ASSERT_ST(zo_engine_footprint_for(&bad, &ly, &fp, &fits, NULL, 0), ZO_ERR_INVALID_ARG);
+    zo_device_free(dev);
+}
+
+/* A tensor marked by zo_engine_keep_f32_states (the embedding's fp32
+ * moments) is counted as the engine lays it out: with int8 states the room
+ * of its fp32 moments, 4 code bytes an element, in every tier, the same with
+ * and without an engine; with fp32 or bf16 states the mark changes nothing. */
+static void test_kept_f32_tensor_counted(void **state)
+{
+    (void)state;
+    zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
+    dc.backend = "cpu";
+    dc.mem_budget = 64u << 20;
+    zo_device_t dev = NULL;
+    ZO_ASSERT_OK(zo_device_init(&dev, &dc));
+    model m = {3, {6000, 5000, 3000}, {0, 1, 1}, {1, 0, 0}}, plain = m;
+    plain.keep[0] = 0;
+    static const zo_dtype fmts[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_I8};
+    for (int f = 0; f < 3; f++)
+        for (int oh = ZO_TIER_DEVICE; oh <= ZO_TIER_NVME; oh++) {
+            zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+            c.chunk_bytes = 32u << 10;
+            c.optim_home = (zo_tier)oh;
+            c.param_home = oh == ZO_TIER_DEVICE ? ZO_TIER_DEVICE : ZO_TIER_HOST;
+            c.state_dtype = fmts[f];
+            zo_engine_footprint a = ZO_ENGINE_FOOTPRINT_INIT, b = ZO_ENGINE_FOOTPRINT_INIT;
+            zo_engine_footprint p = ZO_ENGINE_FOOTPRINT_INIT;
+            int fa = -1, fb = -1;
+            plan_registered(dev, &c, &m, &a, &fa, NULL, 0);
+            zo_engine_layout ly = layout_of(&m), pl = layout_of(&plain);
+            ZO_ASSERT_OK(zo_engine_footprint_for(&c, &ly, &b, &fb, NULL, 0));
+            expect_same_footprint(&a, &b);
+            ZO_ASSERT_OK(zo_engine_footprint_for(&c, &pl, &p, &fb, NULL, 0));
+            if (fmts[f] != ZO_DTYPE_I8) {
+                expect_same_footprint(&a, &p);
+                continue;
+            }
+            /* the 6000-element tensor takes 24064 elements: the chunk grows to them */
+            assert_int_equal(p.chunk_bytes, 32u << 10);
+            assert_true(a.chunk_bytes >= 2 * zo_adam_q8_small_room(6000));
+            if (oh == ZO_TIER_NVME) /* layer 0's chunk is the fullest */
+                assert_int_equal(a.nvme, 2 * 2 *
+                                             zo_engine_nvme_state_bytes_as(
+                                                 ZO_DTYPE_I8, zo_adam_q8_small_room(6000)));
+        }
     zo_device_free(dev);
 }
 
@@ -346,7 +397,7 @@ static void test_bad_layouts_are_refused(void **state)
 {
     (void)state;
     zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
-    model m = {3, {10, 20, 30}, {0, 1, 1}};
+    model m = {3, {10, 20, 30}, {0, 1, 1}, {0}};
     zo_engine_layout ly = layout_of(&m);
     ly.struct_size = 8;
     expect_refused(&c, &ly, "struct_size");
@@ -383,6 +434,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_footprint_for_equals_plan),
         cmocka_unit_test(test_state_formats_counted),
+        cmocka_unit_test(test_kept_f32_tensor_counted),
         cmocka_unit_test(test_unlimited_device),
         cmocka_unit_test(test_nvme_extents_sized_to_the_model),
         cmocka_unit_test(test_chunks_for_matches_reference),
