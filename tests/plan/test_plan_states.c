@@ -9,7 +9,9 @@
  *    footprint for its caps (the format reaches every config the planner
  *    builds), and bf16/int8 move fewer NVMe bytes per step than fp32;
  *  - the CPU Adam rate of a format not measured is fp32's times the
- *    documented ratio, and a measured one is used as given. */
+ *    documented ratio, and a measured one is used as given;
+ *  - with --embedding-f32-states on, int8 plans count the embedding's fp32
+ *    moments as the engine lays them out (4 code bytes an element). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,22 +60,27 @@ static zo_engine_footprint engine_footprint(const zp_job *j, const zp_hardware *
         n += (size_t)zt_layer_tensors(&s, l);
     size_t *numel = calloc(n, sizeof *numel);
     int *layer = calloc(n, sizeof *layer);
+    unsigned char *keep = calloc(n, 1);
     assert_non_null(numel);
     assert_non_null(layer);
+    assert_non_null(keep);
     for (int l = 0; l < L; l++)
         for (int i = 0; i < zt_layer_tensors(&s, l); i++, k++) {
             numel[k] = zt_tensor_numel(&s, l, i);
             layer[k] = l;
         }
+    keep[0] = (unsigned char)j->embedding_f32; /* the embedding is the first tensor */
     zo_engine_layout ly = ZO_ENGINE_LAYOUT_INIT;
     ly.n_tensors = n;
     ly.numel = numel;
     ly.layer = layer;
+    ly.keep_f32 = keep;
     zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
     int fits = 0;
     ZO_ASSERT_OK(zo_engine_footprint_for(&cfg, &ly, &fp, &fits, NULL, 0));
     free(numel);
     free(layer);
+    free(keep);
     return fp;
 }
 
@@ -229,6 +236,34 @@ static void test_adam_rate_per_format(void **state)
     assert_true(zp_adam_rate(&sp, ZO_DTYPE_I8) == 1e9);
 }
 
+/* int8 states with the embedding's moments in fp32: the plan's host states
+ * and NVMe bytes per step are the engine's footprint with the embedding
+ * marked; its room (4 x 32000 x 640 elements) sets the chunk, so every
+ * chunk's host states grow with it; fp32 states are not changed by it. */
+static void test_embedding_f32_states_counted(void **state)
+{
+    (void)state;
+    zp_hardware hw = gpu_24g(1ull << 40);
+    for (int f = 0; f < 3; f += 2) {
+        zp_job j = job_of("small", 512, 1, formats[f]), plain = j;
+        j.embedding_f32 = 1;
+        zp_plan p = fixed(&j, &hw, ZP_OPTIM_HOST), q = fixed(&plain, &hw, ZP_OPTIM_HOST);
+        zo_engine_footprint fp = engine_footprint(&j, &hw, &p);
+        assert_int_equal(p.host.states, fp.host);
+        if (formats[f] == ZO_DTYPE_F32) {
+            assert_int_equal(p.host.states, q.host.states);
+            assert_int_equal(p.fp.chunk_bytes, q.fp.chunk_bytes);
+            continue;
+        }
+        assert_true(p.fp.chunk_bytes >= 2 * zo_adam_q8_small_room(32000 * 640));
+        assert_true(p.fp.chunk_bytes > q.fp.chunk_bytes);
+        assert_true(p.host.states > q.host.states);
+        p = fixed(&j, &hw, ZP_OPTIM_NVME);
+        fp = engine_footprint(&j, &hw, &p);
+        assert_int_equal(fp.nvme, p.fp.nvme);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -237,6 +272,7 @@ int main(void)
         cmocka_unit_test(test_13b_per_chunk_plan_per_format),
         cmocka_unit_test(test_adam_rate_per_format),
         cmocka_unit_test(test_master_split_traffic),
+        cmocka_unit_test(test_embedding_f32_states_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -487,6 +487,66 @@ static void test_compact_states_checkpoints(void **state)
     }
 }
 
+/* The dtype the optimizer file of dir's step-N holds tensor `name` in ("" when absent). */
+static const char *optim_dtype(const char *dir, int step, const char *name, char *out, size_t cap)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/step-%08d/%s", dir, step, ZT_CKPT_OPTIM);
+    mini_st m;
+    mini_open(&m, path);
+    json_t *t = json_object_get(m.header, name);
+    snprintf(out, cap, "%s", t ? json_string_value(json_object_get(t, "dtype")) : "");
+    mini_close(&m);
+    return out;
+}
+
+/* int8 states with the token embedding's moments fp32
+ * (zoffload.embedding_f32_states): the checkpoint stores them as F32
+ * tensors without scales while the untied head's are U8 codes with their
+ * scales, and resumes bitwise; a checkpoint with the embedding's moments in
+ * int8 (the rule off) resumes under the rule and the other way round
+ * (converted: the weights as saved, finite losses after). */
+static void test_int8_embedding_keeps_fp32_in_checkpoints(void **state)
+{
+    (void)state;
+    zt_options on = base_options(), off;
+    on.state_dtype = ZO_DTYPE_I8;
+    off = on;
+    on.embedding_f32 = 1;
+    check_resume(&on, "int8 states, fp32 embedding moments");
+    char dir[400], dt[32];
+    snprintf(dir, sizeof dir, "%s/embedding", g_dir);
+    const zt_options *cases[2][2] = {{&on, &off}, {&off, &on}};
+    for (int c = 0; c < 2; c++) {
+        const zt_options *o = cases[c][0], *r = cases[c][1];
+        rm_rf(dir);
+        zt_trainer *a = open_trainer(o);
+        float losses[N];
+        steps(a, N, losses);
+        save_to(a, dir);
+        size_t n;
+        float *wa = all_weights(a, &o->shape, &n);
+        zt_trainer_free(a);
+        const char *emb = o->embedding_f32 ? "F32" : "U8";
+        assert_string_equal(optim_dtype(dir, N, "model.embed_tokens.weight.exp_avg", dt, sizeof dt),
+                            emb);
+        assert_string_equal(
+            optim_dtype(dir, N, "model.embed_tokens.weight.exp_avg_sq.absmax", dt, sizeof dt),
+            o->embedding_f32 ? "" : "F32");
+        assert_string_equal(optim_dtype(dir, N, "lm_head.weight.exp_avg", dt, sizeof dt), "U8");
+        zt_trainer *b = open_trainer(r);
+        load_from(b, dir);
+        float *wb = all_weights(b, &o->shape, &n);
+        assert_memory_equal(wa, wb, n * sizeof(float));
+        steps(b, N, losses);
+        for (int i = 0; i < N; i++)
+            assert_true(isfinite(losses[i]));
+        zt_trainer_free(b);
+        free(wa);
+        free(wb);
+    }
+}
+
 static int setup(void **state)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/zt-ckpt-XXXXXX");
@@ -508,6 +568,7 @@ int main(void)
         cmocka_unit_test(test_resume_is_bitwise),
         cmocka_unit_test(test_resume_on_another_split),
         cmocka_unit_test(test_compact_states_checkpoints),
+        cmocka_unit_test(test_int8_embedding_keeps_fp32_in_checkpoints),
         cmocka_unit_test(test_files_read_by_an_independent_reader),
         cmocka_unit_test(test_bad_checkpoints_are_refused),
         cmocka_unit_test(test_init_weights),

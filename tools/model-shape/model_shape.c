@@ -188,6 +188,12 @@ int zt_layer_tensors(const zt_shape *s, int layer)
     return layer == head_layer(s) ? 2 : 0;
 }
 
+int zt_tensor_embedding(const zt_shape *s, int layer, int idx)
+{
+    (void)s; /* layer 0 starts with it, tied or not */
+    return layer == 0 && idx == ZT_EMBEDDING;
+}
+
 size_t zt_tensor_numel(const zt_shape *s, int layer, int idx)
 {
     size_t d = (size_t)s->dim, f = (size_t)s->ffn_dim, v = (size_t)s->vocab;

@@ -90,6 +90,11 @@ int zt_layer_tensors(const zt_shape *s, int layer);
 /* The tensor's name ("blocks.3.wq") into name, and its element count. */
 size_t zt_tensor_numel(const zt_shape *s, int layer, int idx);
 void zt_tensor_name(const zt_shape *s, int layer, int idx, char *name, size_t cap);
+/* Whether the tensor keeps fp32 Adam moments under int8 states when the
+ * run asks (zo_engine_keep_f32_states): the token embedding, tied or not,
+ * as bitsandbytes' and transformers' 8-bit Adam keep every nn.Embedding's;
+ * an untied head is a linear layer and stays 8-bit, as theirs. */
+int zt_tensor_embedding(const zt_shape *s, int layer, int idx);
 /* The tensor's Hugging Face name (model.layers.3.self_attn.q_proj.weight,
  * ...q_proj.bias, lm_head.weight) and shape ([out, in] or [n]; ndim 1 or 2). */
 void zt_tensor_hf(const zt_shape *s, int layer, int idx, char *name, size_t cap, int *ndim,

@@ -51,6 +51,7 @@ static zo_train_config make_config(const zp_emit *e)
     c.zoffload.act_home = e->act_home == 2 ? 1 : e->act_home == 3 ? 2 : 0;
     c.zoffload.optimizer_state_dtype = (zo_dtype)e->state_dtype;
     c.zoffload.master_split = e->master_split;
+    c.zoffload.embedding_f32_states = e->embedding_f32;
     return c;
 }
 

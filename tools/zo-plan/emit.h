@@ -28,6 +28,7 @@ typedef struct zp_emit {
     uint64_t host_budget; /* zo-train's --host-mem (zp_trainer_host_mem) */
     int state_dtype;      /* zo_dtype's number: F32, BF16 or I8 (zoffload.optimizer_state_dtype) */
     int master_split;     /* zoffload.master_split */
+    int embedding_f32;    /* zoffload.embedding_f32_states */
 } zp_emit;
 
 /* Write the config to path and read it back with zo_train_config_load

@@ -79,6 +79,8 @@ static void usage(FILE *f)
         "                         (default fp32)\n"
         "  --master-split on|off  the fp32 master split on NVMe (low halves and one bit,\n"
         "                         rebuilt from the bf16 parameters: zo-train's; default off)\n"
+        "  --embedding-f32-states on|off   int8 states: the token embedding keeps fp32 m and v\n"
+        "                         (zo-train's; its chunk takes 4x its elements; default off)\n"
         "  --optimizer-mode auto|sync|overlap|dpu   the fixed placements use sync for auto;\n"
         "                         the per-chunk plan picks sync or overlap (both exact)\n"
         "                         (default auto)\n"
@@ -149,6 +151,7 @@ enum {
     OPT_OPTIMIZER,
     OPT_STATE,
     OPT_MASTER_SPLIT,
+    OPT_EMBED_F32,
     OPT_MODE,
     OPT_CHUNK,
     OPT_DEVICE,
@@ -197,6 +200,7 @@ static const struct option long_opts[] = {
     {"optimizer", required_argument, 0, OPT_OPTIMIZER},
     {"state-dtype", required_argument, 0, OPT_STATE},
     {"master-split", required_argument, 0, OPT_MASTER_SPLIT},
+    {"embedding-f32-states", required_argument, 0, OPT_EMBED_F32},
     {"optimizer-mode", required_argument, 0, OPT_MODE},
     {"chunk-bytes", required_argument, 0, OPT_CHUNK},
     {"device", required_argument, 0, OPT_DEVICE},
@@ -312,6 +316,11 @@ static int parse_choice_opt(int opt, const char *arg, cli *c)
         if (strcmp(arg, "on") && strcmp(arg, "off"))
             return bad_value(opt, arg, "on or off");
         c->job.master_split = strcmp(arg, "on") == 0;
+        return 0;
+    case OPT_EMBED_F32:
+        if (strcmp(arg, "on") && strcmp(arg, "off"))
+            return bad_value(opt, arg, "on or off");
+        c->job.embedding_f32 = strcmp(arg, "on") == 0;
         return 0;
     case OPT_MODE: {
         static const char *const modes[] = {"sync", "overlap", "dpu"};
@@ -572,7 +581,8 @@ static zo_status emit(const cli *c, result *r)
                  (int)p->act_home,
                  zp_trainer_host_mem(&r->hw, p),
                  (int)c->job.state_dtype,
-                 c->job.master_split};
+                 c->job.master_split,
+                 c->job.embedding_f32};
     for (int i = 0; i < c->req.n_nvme_paths; i++)
         e.nvme_paths[i] = c->req.nvme_paths[i];
     ZT_TRY(zp_emit_config(&e, c->emit_path));
@@ -1359,6 +1369,7 @@ static void print_json(const cli *c, const result *r)
     json_object_set_new(root, "planner_work", ju(r->work));
     json_object_set_new(root, "state_dtype", json_string(zt_state_dtype_name(c->job.state_dtype)));
     json_object_set_new(root, "state_dtype_auto", json_boolean(c->state_auto));
+    json_object_set_new(root, "embedding_f32_states", json_boolean(c->job.embedding_f32));
     json_object_set_new(root, "master_split", json_boolean(c->job.master_split));
     json_object_set_new(root, "state_formats", json_formats(r));
     json_object_set_new(root, "state_dtype_reason", json_string(r->fmt_why));

@@ -73,6 +73,7 @@ void zp_layout_free(model_layout *m)
 {
     free(m->numel);
     free(m->layer);
+    free(m->keep_f32);
     free(m->chunks);
     free(m->first);
     memset(m, 0, sizeof *m);
@@ -99,9 +100,10 @@ zo_status zp_layout_init(model_layout *m, const zp_job *job)
         m->n += (size_t)zt_layer_tensors(s, a + l);
     m->numel = calloc(m->n ? m->n : 1, sizeof *m->numel);
     m->layer = calloc(m->n ? m->n : 1, sizeof *m->layer);
+    m->keep_f32 = calloc(m->n ? m->n : 1, sizeof *m->keep_f32);
     m->chunks = calloc(m->n ? m->n : 1, sizeof *m->chunks);
     m->first = calloc((size_t)L + 1, sizeof *m->first);
-    if (!m->numel || !m->layer || !m->chunks || !m->first) {
+    if (!m->numel || !m->layer || !m->keep_f32 || !m->chunks || !m->first) {
         size_t n = m->n;
         zp_layout_free(m);
         return zt_fail(ZO_ERR_NO_MEMORY, "out of memory for the sizes of the model's %zu tensors",
@@ -112,6 +114,8 @@ zo_status zp_layout_init(model_layout *m, const zp_job *job)
         for (int i = 0; i < zt_layer_tensors(s, a + l); i++, k++) {
             m->numel[k] = zt_tensor_numel(s, a + l, i);
             m->layer[k] = l;
+            m->keep_f32[k] =
+                (unsigned char)(job->embedding_f32 && zt_tensor_embedding(s, a + l, i));
         }
     return ZO_OK;
 }
@@ -122,6 +126,7 @@ zo_engine_layout zp_engine_layout(const model_layout *m)
     ly.n_tensors = m->n;
     ly.numel = m->numel;
     ly.layer = m->layer;
+    ly.keep_f32 = m->keep_f32;
     return ly;
 }
 

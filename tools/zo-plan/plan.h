@@ -68,6 +68,8 @@ typedef struct zp_job {
     int mode_auto;        /* 1: it chooses sync or overlap (both exact) instead of job->mode */
     zo_dtype state_dtype; /* Adam's m and v: ZO_DTYPE_F32 (0), BF16 or I8 (zo_engine_config's) */
     int master_split;     /* zo_engine_config.master_split: the fp32 master split on NVMe */
+    int embedding_f32;    /* int8 states: the token embedding keeps fp32 moments (zo-train's
+                             --embedding-f32-states; its chunk takes 4x its elements) */
     /* ZeRO (world.h): 0 or 1 = one rank; > 1 plans rank 0 of world_size at
      * zero_stage (1..3), whose share of the chunks is the largest */
     int world_size, zero_stage;

@@ -12,6 +12,7 @@ typedef struct model_layout {
     size_t n;
     size_t *numel;
     int *layer;
+    unsigned char *keep_f32;      /* job->embedding_f32: the embedding (zt_tensor_embedding) */
     zo_engine_chunk_info *chunks; /* n entries: enough for any packing */
     uint32_t n_chunks;
     uint32_t *first; /* per engine layer: its first chunk; first[L] = n_chunks */

@@ -186,17 +186,16 @@ static zo_status writer_fail(zo_status st, const char *path)
 /* ---- the moments' formats ----
  * The optimizer file keeps m and v as the engine stores them: fp32 or bf16
  * tensors of the weights' shape, or int8 states as u8 codes of that shape
- * plus NAME.absmax, one fp32 scale per ZO_ADAM_Q8_BLOCK elements (fp32 for
- * tensors below ZO_ADAM_Q8_MIN_NUMEL elements, as the engine keeps them). Its
- * metadata names the format ("optimizer_state_dtype"; none: fp32). */
+ * plus NAME.absmax, one fp32 scale per ZO_ADAM_Q8_BLOCK elements (fp32, no
+ * scales, for the tensors the engine keeps in fp32: those below
+ * ZO_ADAM_Q8_MIN_NUMEL elements and the embedding, zo_engine_tensor_state_dtype).
+ * Its metadata names the format ("optimizer_state_dtype"; none: fp32). */
 #define ZT_STATE_DTYPE_KEY "optimizer_state_dtype"
 
-/* A tensor's moments in a file of format fmt: int8 files keep the fp32
- * moments of tensors below ZO_ADAM_Q8_MIN_NUMEL elements as the engine does
- * (zo_engine_tensor_state_dtype), without scales. */
-static zo_dtype tensor_fmt(zo_dtype fmt, size_t numel)
+/* A tensor's moments as this run's engine keeps them. */
+static zo_dtype tensor_fmt(zt_trainer *t, const tensor_ref *x)
 {
-    return fmt == ZO_DTYPE_I8 && zo_adam_q8_small(numel) ? ZO_DTYPE_F32 : fmt;
+    return zo_engine_tensor_state_dtype(zt_trainer_engine(t), x->id);
 }
 
 /* The safetensors dtype of a moment stored in state format fmt. */
@@ -210,7 +209,7 @@ static void moment_name(char *nm, size_t cap, const char *tensor, int k, int sca
     snprintf(nm, cap, "%s.%s%s", tensor, k ? "exp_avg_sq" : "exp_avg", scales ? ".absmax" : "");
 }
 
-static zo_status declare_all(writers *w, const tensor_ref *r, int n, zo_dtype fmt)
+static zo_status declare_all(zt_trainer *t, writers *w, const tensor_ref *r, int n, zo_dtype fmt)
 {
     char nm[160];
     zo_status st =
@@ -222,7 +221,7 @@ static zo_status declare_all(writers *w, const tensor_ref *r, int n, zo_dtype fm
             0)
             return writer_fail(st, w->model_path);
         int64_t blocks = (int64_t)zo_adam_q8_blocks(r[i].numel);
-        zo_dtype tf = tensor_fmt(fmt, r[i].numel);
+        zo_dtype tf = tensor_fmt(t, &r[i]);
         for (int k = 0; k < 2; k++) {
             moment_name(nm, sizeof nm, r[i].name, k, 0);
             if ((st = zo_st_writer_declare(w->optim, nm, moment_file_dtype(tf), r[i].ndim,
@@ -284,7 +283,7 @@ static zo_status stream_all(zt_trainer *t, writers *w, const tensor_ref *r, int 
         if (st < 0)
             return writer_fail(st, w->model_path);
         for (int k = 0; k < 2; k++)
-            ZT_TRY(write_moment(w, &r[i], k, tensor_fmt(fmt, r[i].numel), k ? v : m));
+            ZT_TRY(write_moment(w, &r[i], k, tensor_fmt(t, &r[i]), k ? v : m));
     }
     zo_status st = zo_st_writer_commit(w->model);
     if (st < 0)
@@ -331,7 +330,7 @@ static zo_status write_tensors(zt_trainer *t, const char *dir, int rank, int ran
     if (st >= 0 && (st = zo_st_writer_set_metadata(w.model, "zoffload", "fp32 master weights")) < 0)
         writer_fail(st, w.model_path);
     if (st >= 0)
-        st = declare_all(&w, r, n, fmt);
+        st = declare_all(t, &w, r, n, fmt);
     if (st >= 0)
         st = stream_all(t, &w, r, n, buf, fmt);
     zo_st_writer_free(w.model);
@@ -382,12 +381,11 @@ static void index_free(index_list *x)
 static zo_status fill_indices(zt_trainer *t, const tensor_ref *r, int n, index_list *mi,
                               index_list *oi)
 {
-    zo_dtype fmt = zo_engine_state_dtype(zt_trainer_engine(t));
     char nm[160];
     for (int i = 0; i < n; i++) {
         int owner = zo_engine_tensor_owner(zt_trainer_engine(t), r[i].id);
         index_add(mi, r[i].name, owner, r[i].numel * sizeof(float));
-        zo_dtype tf = tensor_fmt(fmt, r[i].numel);
+        zo_dtype tf = tensor_fmt(t, &r[i]);
         for (int k = 0; k < 2; k++) {
             moment_name(nm, sizeof nm, r[i].name, k, 0);
             index_add(oi, nm, owner, r[i].numel * zo_dtype_size(tf));
@@ -870,6 +868,24 @@ static zo_status file_state_dtype(zt_st_files *orr, zo_dtype *out)
     return ZO_OK;
 }
 
+/* A tensor's moments in a file of format fmt: an int8 file holds them as u8
+ * codes with scales (NAME.exp_avg.absmax) or, where the saving engine kept
+ * them fp32 (zo_engine_tensor_state_dtype), as fp32 without scales. */
+static zo_status file_tensor_fmt(zt_st_files *orr, zo_dtype fmt, const tensor_ref *x, zo_dtype *out)
+{
+    *out = fmt;
+    if (fmt != ZO_DTYPE_I8)
+        return ZO_OK;
+    char nm[160];
+    zo_st_reader_t rd = NULL;
+    const char *file = NULL;
+    zo_st_tensor_info info = ZO_ST_TENSOR_INFO_INIT;
+    moment_name(nm, sizeof nm, x->name, 0, 1);
+    ZT_TRY(zt_st_files_find(orr, nm, &rd, &file));
+    *out = rd && zo_st_reader_find(rd, nm, &info) >= 0 ? ZO_DTYPE_I8 : ZO_DTYPE_F32;
+    return ZO_OK;
+}
+
 /* Tensor x's master and moments in the two file sets, checked by name, dtype
  * and shape: info[0] the master, info[1 + k] moment k, info[3 + k] its
  * int8 scales. */
@@ -878,7 +894,7 @@ static zo_status find_states(zt_st_files *mr, zt_st_files *orr, zo_dtype fmt, co
 {
     char nm[160];
     ZT_TRY(expect(mr, x->name, ZO_DTYPE_F32, x, &info[0]));
-    fmt = tensor_fmt(fmt, x->numel);
+    ZT_TRY(file_tensor_fmt(orr, fmt, x, &fmt));
     for (int k = 0; k < 2; k++) {
         moment_name(nm, sizeof nm, x->name, k, 0);
         ZT_TRY(expect(orr, nm, moment_file_dtype(fmt), x, &info[1 + k]));
@@ -918,12 +934,13 @@ static void moment_from_file(const zo_st_tensor_info info[5], int k, zo_dtype fi
 }
 
 /* Tensor x's states into the engine, converted when the formats differ. */
-static zo_status restore_tensor(zt_trainer *t, const tensor_ref *x, zo_dtype file_fmt,
-                                const zo_st_tensor_info info[5], float *m, float *v)
+static zo_status restore_tensor(zt_trainer *t, zt_st_files *orr, const tensor_ref *x,
+                                zo_dtype file_fmt, const zo_st_tensor_info info[5], float *m,
+                                float *v)
 {
     zo_engine_t eng = zt_trainer_engine(t);
-    file_fmt = tensor_fmt(file_fmt, x->numel);
-    int raw = file_fmt == zo_engine_tensor_state_dtype(eng, x->id);
+    ZT_TRY(file_tensor_fmt(orr, file_fmt, x, &file_fmt));
+    int raw = file_fmt == tensor_fmt(t, x);
     moment_from_file(info, 0, file_fmt, raw, x->numel, m);
     moment_from_file(info, 1, file_fmt, raw, x->numel, v);
     zo_status st = raw ? zo_engine_write_state_raw(eng, x->id, info[0].data, m, v)
@@ -932,12 +949,16 @@ static zo_status restore_tensor(zt_trainer *t, const tensor_ref *x, zo_dtype fil
 }
 
 /* The optimizer file's tensors: m and v of each, and their scales where int8. */
-static size_t optim_count(const tensor_ref *r, int n, zo_dtype fmt)
+static zo_status optim_count(zt_st_files *orr, const tensor_ref *r, int n, zo_dtype fmt,
+                             size_t *count)
 {
-    size_t c = 0;
-    for (int i = 0; i < n; i++)
-        c += tensor_fmt(fmt, r[i].numel) == ZO_DTYPE_I8 ? 4 : 2;
-    return c;
+    *count = 0;
+    for (int i = 0; i < n; i++) {
+        zo_dtype tf;
+        ZT_TRY(file_tensor_fmt(orr, fmt, &r[i], &tf));
+        *count += tf == ZO_DTYPE_I8 ? 4 : 2;
+    }
+    return ZO_OK;
 }
 
 /* Everything is checked before the engine is touched; each rank reads the
@@ -959,12 +980,14 @@ static zo_status load_tensors(zt_trainer *t, const char *dir)
         st = open_files(&orr, dir, ZT_CKPT_OPTIM_BASE, ZT_CKPT_OPTIM_INDEX);
     if (st >= 0)
         st = file_state_dtype(orr, &fmt);
-    const size_t optim_all = optim_count(r, all, fmt); /* every rank's, as the files hold */
+    size_t optim_all = 0; /* every rank's, as the files hold */
+    if (st >= 0)
+        st = optim_count(orr, r, all, fmt, &optim_all);
     n = owned_only(t, r, n, rank_of(t));
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; st >= 0 && i < n; i++)
             if ((st = find_states(mr, orr, fmt, &r[i], info)) >= 0 && pass == 1)
-                st = restore_tensor(t, &r[i], fmt, info, m, v);
+                st = restore_tensor(t, orr, &r[i], fmt, info, m, v);
         if (st >= 0 && pass == 0 &&
             (st = check_count(mr, zt_st_files_sharded(mr) ? ZT_CKPT_MODEL_INDEX : ZT_CKPT_MODEL,
                               (size_t)all)) >= 0)

@@ -107,6 +107,10 @@ static void usage(FILE *f)
         "  --master-split on|off  with states on NVMe and bf16 parameters, keep the fp32\n"
         "                         master there as its low 16 bits and one bit (2.125 bytes,\n"
         "                         not 4; rebuilt exactly from the bf16 parameters; default off)\n"
+        "  --embedding-f32-states on|off   with int8 states, the token embedding keeps fp32\n"
+        "                         m and v, as bitsandbytes' 8-bit Adam keeps an embedding's;\n"
+        "                         its chunk takes 4x its elements (default off; tensors under\n"
+        "                         4096 elements always keep fp32 moments)\n"
         "  --chunk-bytes BYTES    engine chunk size (default: the largest tensor)\n"
         "  --host-mem BYTES       the host memory the run may take (default: physical RAM\n"
         "                         less 10%%, or the cgroup's limit); checked before allocating\n"
@@ -272,6 +276,7 @@ enum {
     OPT_ACT_HOME,
     OPT_STATE_DTYPE,
     OPT_MASTER_SPLIT,
+    OPT_EMBED_F32,
     OPT_ZERO_STAGE,
     OPT_COMM_TIMEOUT,
     OPT_VERBOSE,
@@ -330,6 +335,7 @@ static const struct option long_opts[] = {
     {"act-home", required_argument, 0, OPT_ACT_HOME},
     {"state-dtype", required_argument, 0, OPT_STATE_DTYPE},
     {"master-split", required_argument, 0, OPT_MASTER_SPLIT},
+    {"embedding-f32-states", required_argument, 0, OPT_EMBED_F32},
     {"zero-stage", required_argument, 0, OPT_ZERO_STAGE},
     {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
     {"verbose", no_argument, 0, OPT_VERBOSE},
@@ -467,6 +473,11 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
             return bad_value(name, arg, "on or off");
         c->o.master_split = strcmp(arg, "on") == 0;
         return 0;
+    case OPT_EMBED_F32:
+        if (strcmp(arg, "on") && strcmp(arg, "off"))
+            return bad_value(name, arg, "on or off");
+        c->o.embedding_f32 = strcmp(arg, "on") == 0;
+        return 0;
     }
     return 0;
 }
@@ -540,6 +551,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_ACT_HOME:
     case OPT_STATE_DTYPE:
     case OPT_MASTER_SPLIT:
+    case OPT_EMBED_F32:
     case OPT_HOST_MEM: return parse_placement_opt(opt, arg, c);
     case OPT_PLACEMENT:
     case OPT_OPTIM_DEVICE_BYTES:
@@ -1136,8 +1148,10 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
            zo_fmt_bytes_prec(d, sizeof d, su->engine_device_bytes, 1), zt_home_name(su->param_home),
            zt_home_name(su->optim_home), zo_optim_mode_name(c->o.mode));
     if (c->o.state_dtype != ZO_DTYPE_F32 || c->o.master_split)
-        printf("  optimizer states: m and v in %s, master fp32%s\n",
+        printf("  optimizer states: m and v in %s%s, master fp32%s\n",
                zt_state_dtype_name(c->o.state_dtype),
+               c->o.state_dtype == ZO_DTYPE_I8 && c->o.embedding_f32 ? " (the embedding's fp32)"
+                                                                     : "",
                c->o.master_split ? " (split on NVMe: low halves and bits)" : "");
     if (su->nvme_dir[0])
         printf("  swap directory %s\n", su->nvme_dir);
@@ -1210,6 +1224,7 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
     json_object_set_new(cfg, "act_home", json_string(act_homes[c->o.act_home]));
     json_object_set_new(cfg, "state_dtype", json_string(zt_state_dtype_name(c->o.state_dtype)));
     json_object_set_new(cfg, "master_split", json_boolean(c->o.master_split));
+    json_object_set_new(cfg, "embedding_f32_states", json_boolean(c->o.embedding_f32));
     json_object_set_new(cfg, "world_size", json_integer(ranks(c)));
     json_object_set_new(cfg, "zero_stage", json_integer(ranks(c) > 1 ? c->o.zero_stage : 0));
     json_object_set_new(cfg, "zero_persist_elems", json_integer((json_int_t)c->o.zero_persist));

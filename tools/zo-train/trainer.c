@@ -258,20 +258,33 @@ static zo_status fill_initial(void *ctx, int id, float *dst)
     return ZO_OK;
 }
 
-/* Register every tensor of the model, its initial values from src (which
- * must outlive zo_engine_finalize); the engine ids go to ids (NULL: a
- * planning probe). */
-static zo_status register_model(zo_engine_t eng, const zt_shape *s, init_src *src, int **ids)
+/* Whether tensor (l, i) keeps fp32 moments under int8 states by the run's
+ * choice (the engine adds the small tensors itself). */
+static int keeps_f32(const zt_options *o, int l, int i)
 {
+    return o->embedding_f32 && zt_tensor_embedding(&o->shape, l, i);
+}
+
+/* Register every tensor of the model, its initial values from src (which
+ * must outlive zo_engine_finalize), the embedding's fp32 moments marked; the
+ * engine ids go to ids (NULL: a planning probe). */
+static zo_status register_model(zo_engine_t eng, const zt_options *o, init_src *src, int **ids)
+{
+    const zt_shape *s = &o->shape;
     zo_status st = ZO_OK;
     for (int l = 0; st >= 0 && l < zt_engine_layers(s); l++)
         for (int i = 0; st >= 0 && i < zt_layer_tensors(s, l); i++) {
             char name[64];
+            int id = -1;
             zt_tensor_name(s, l, i, name, sizeof name);
             st = zo_engine_register_fill(eng, l, name, zt_tensor_numel(s, l, i), fill_initial, src,
-                                         ids ? &ids[l][i] : NULL);
+                                         &id);
             if (st < 0)
                 zt_lib_fail(st, "zo_engine_register_fill");
+            if (st >= 0 && keeps_f32(o, l, i) && (st = zo_engine_keep_f32_states(eng, id)) < 0)
+                zt_lib_fail(st, "zo_engine_keep_f32_states");
+            if (ids)
+                ids[l][i] = id;
         }
     return st;
 }
@@ -294,7 +307,7 @@ static zo_status engine_min_device(const zt_trainer *t, uint64_t *min_bytes,
         zt_lib_fail(st, "zo_engine_init (planning probe)");
     init_src zeros = {&t->o, 1};
     if (st >= 0)
-        st = register_model(eng, &t->o.shape, &zeros, NULL);
+        st = register_model(eng, &t->o, &zeros, NULL);
     zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
     int fits = 0;
     if (st >= 0 && (st = zo_engine_plan(eng, &fp, &fits, NULL, 0)) < 0)
@@ -353,20 +366,24 @@ static zo_status open_device(zt_trainer *t)
 }
 
 /* The model's tensors as the engine registers them (sizes only). */
-static zo_status model_layout(const zt_shape *s, size_t **numel, int **layer, size_t *n)
+static zo_status model_layout(const zt_options *o, size_t **numel, int **layer,
+                              unsigned char **keep, size_t *n)
 {
+    const zt_shape *s = &o->shape;
     *n = 0;
     for (int l = 0; l < zt_engine_layers(s); l++)
         *n += (size_t)zt_layer_tensors(s, l);
     *numel = malloc(*n * sizeof **numel);
     *layer = malloc(*n * sizeof **layer);
-    if (!*numel || !*layer)
+    *keep = malloc(*n);
+    if (!*numel || !*layer || !*keep)
         return zt_fail(ZO_ERR_NO_MEMORY, "the model's layout");
     size_t k = 0;
     for (int l = 0; l < zt_engine_layers(s); l++)
         for (int i = 0; i < zt_layer_tensors(s, l); i++, k++) {
             (*numel)[k] = zt_tensor_numel(s, l, i);
             (*layer)[k] = l;
+            (*keep)[k] = (unsigned char)keeps_f32(o, l, i);
         }
     return ZO_OK;
 }
@@ -431,17 +448,20 @@ static zo_status host_need(const zt_trainer *t, const zo_engine_config *c, uint6
 {
     size_t *numel = NULL, n = 0;
     int *layer = NULL;
-    zo_status st = model_layout(&t->o.shape, &numel, &layer, &n);
+    unsigned char *keep = NULL;
+    zo_status st = model_layout(&t->o, &numel, &layer, &keep, &n);
     zo_engine_layout ly = ZO_ENGINE_LAYOUT_INIT;
     ly.n_tensors = n;
     ly.numel = numel;
     ly.layer = layer;
+    ly.keep_f32 = keep;
     *fp = (zo_engine_footprint)ZO_ENGINE_FOOTPRINT_INIT;
     int fits = 0;
     if (st >= 0 && (st = zo_engine_footprint_for(c, &ly, fp, &fits, NULL, 0)) < 0)
         zt_lib_fail(st, "zo_engine_footprint_for");
     free(numel);
     free(layer);
+    free(keep);
     ZT_TRY(st);
     zt_model_config mc = model_config(&t->o);
     zt_act_group g = act_group(&t->o);
@@ -584,7 +604,7 @@ static zo_status open_engine(zt_trainer *t)
         if (!(t->ids[l] = calloc(ZT_MAX_LAYER_TENSORS, sizeof **t->ids)))
             return zt_fail(ZO_ERR_NO_MEMORY, "tensor id table");
     init_src seeded = {&t->o, 0}; /* read by zo_engine_finalize below */
-    ZT_TRY(register_model(t->eng, &t->o.shape, &seeded, t->ids));
+    ZT_TRY(register_model(t->eng, &t->o, &seeded, t->ids));
     /* The model's arena first: the engine then takes what it planned from the rest. */
     zt_model_config mc = model_config(&t->o);
     zt_act_group g = act_group(&t->o);

@@ -68,6 +68,9 @@ typedef struct zt_options {
     void *trace_ctx;
     zo_dtype state_dtype; /* Adam's m and v: ZO_DTYPE_F32 (0, the default), BF16 or I8 */
     int master_split;     /* zo_engine_config.master_split (zoffload.master_split) */
+    int embedding_f32;    /* int8 states: the token embedding keeps fp32 moments
+                             (zoffload.embedding_f32_states; zt_tensor_embedding,
+                             zo_engine_keep_f32_states); 0, the default: 8-bit as the rest */
     /* ZeRO across ranks (world_size > 1, zt_ranks_discover): each step the ranks take
      * world_size * grad_accum micro-batches of the data, rank r the r-th grad_accum of them
      * (what one rank with grad_accum * world_size would take r-th), so the losses and weights
