@@ -194,6 +194,7 @@ static void test_bad_flags(void **state)
     expect_usage_error("--device-mem 12XB", "expected a byte count");
     expect_usage_error("--steps -1", "an integer >= 0");
     expect_usage_error("--optimizer-mode fast", "sync, overlap or dpu");
+    expect_usage_error("--embedding-f32-states yes", "expected on or off");
     expect_usage_error("--frobnicate", "unknown option");
     expect_usage_error("extra", "unexpected argument 'extra'");
 }
@@ -497,6 +498,9 @@ static void test_config_errors(void **state)
     expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"optimizer_state_dtype\": "
                         "\"fp16\"}}",
                         "", "expected one of fp32, bf16, int8");
+    expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"embedding_f32_states\": "
+                        "\"on\"}}",
+                        "", "'zoffload.embedding_f32_states'");
     expect_config_error("{\"train_batch_size\": 8, \"gradient_clipping\": \"1.0\"}", "",
                         "'gradient_clipping': expected a number >= 0 or \"auto\", found string "
                         "\"1.0\"");
