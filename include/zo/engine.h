@@ -154,18 +154,25 @@ typedef struct zo_engine_config {
                                     tensors: norms, biases) stays whole on every rank, as in
                                     stage 2, instead of being gathered at each use (0: none;
                                     DeepSpeed's stage3_param_persistence_threshold) */
-    int master_split; /* 1: an NVMe extent of states keeps the fp32 master as its low 16 bits
-                         and one bit an element, rebuilt exactly from the bf16 parameters the
-                         update reads and writes in host memory (zo_master_join, zo/half.h):
-                         2.125 bytes an element move where 4 did. bf16 parameters only (fp16
-                         is refused); chunks whose parameters live on NVMe, or whose master
-                         does not split exactly (a NaN, a flushed subnormal), keep the full
-                         master. Device-resident chunks then keep two pinned copies. Results
-                         are bitwise those without it; extents keep the full size. Not
-                         with world_size > 1 yet (refused). */
-    int host_node;    /* NUMA node of the pinned pool and of the optimizer's worker threads
-                         (-1: the node nearest the device, or on the cpu device the calling
-                         thread's); ranks sharing a node pick each their own */
+    int master_split;    /* 1: an NVMe extent of states keeps the fp32 master as its low 16 bits
+                            and one bit an element, rebuilt exactly from the bf16 parameters the
+                            update reads and writes in host memory (zo_master_join, zo/half.h):
+                            2.125 bytes an element move where 4 did. bf16 parameters only (fp16
+                            is refused); chunks whose parameters live on NVMe, or whose master
+                            does not split exactly (a NaN, a flushed subnormal), keep the full
+                            master. Device-resident chunks then keep two pinned copies. Results
+                            are bitwise those without it; extents keep the full size. Not
+                            with world_size > 1 yet (refused). */
+    int host_node;       /* NUMA node of the pinned pool and of the optimizer's worker threads
+                            (-1: the node nearest the device, or on the cpu device the calling
+                            thread's); ranks sharing a node pick each their own */
+    zo_comm_t pipe_comm; /* pipeline stages (NULL or one rank: none): this rank's pipeline
+                            group, a rank per stage in stage order, each engine holding the
+                            contiguous layers of its stage. The global gradient norm and the
+                            overflow check combine every stage's per-chunk partials in stage
+                            order (collective over the group at each end_step), so clipping
+                            and loss scaling decide as one engine holding every layer,
+                            bitwise. With ZeRO, comm is the stage's data-parallel group. */
 } zo_engine_config;
 
 /* ZeRO (world_size > 1, every mode; the ranks run the same steps, each on its

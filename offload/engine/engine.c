@@ -1012,6 +1012,7 @@ static void release_tiers(struct zo_engine *e)
     free(e->host_acc);
     e->host_acc = NULL;
     eng_zero_release(e);
+    eng_pipe_release(e);
     e->host_bytes = 0;
     for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++) {
         zo_event_destroy(e->pslots[s].ready);
@@ -1047,6 +1048,7 @@ static zo_status allocate_and_place(struct zo_engine *e)
     ZO_TRY(eng_grads_place(e, eng_grouped(&e->cfg)));
     ZO_TRY(alloc_host(e));
     ZO_TRY(eng_zero_place(e));
+    ZO_TRY(eng_pipe_place(e));
     ZO_TRY(place_initial_states(e));
     ZO_TRY(zo_stream_synchronize(e->h2d));
     return start_optimizer(e);
@@ -1421,7 +1423,9 @@ static zo_status judge_gradients(struct zo_engine *e, eng_verdict *v)
     }
     if (eng_zero_on(&e->cfg)) /* every rank then holds the same partials */
         ZO_TRY(eng_zero_share_partials(e));
-    for (uint32_t c = 0; c < e->n_chunks; c++) {
+    if (eng_pipe_on(&e->cfg)) /* every stage then sums every stage's */
+        ZO_TRY(eng_pipe_judge(e, v));
+    for (uint32_t c = 0; !eng_pipe_on(&e->cfg) && c < e->n_chunks; c++) {
         v->sum_sq += e->chunks[c].gstats.sum_sq; /* chunk order: deterministic */
         v->overflow |= e->chunks[c].gstats.nonfinite;
     }

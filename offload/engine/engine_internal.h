@@ -354,6 +354,12 @@ struct zo_engine {
     void *zpbuf[ENG_ZERO_SHARE_BUFS]; /* 16-bit parameters on NVMe: the pinned buffers of the
                                          owners' broadcasts (read back, received, written) */
 
+    /* pipeline stages (engine_pipe.c) */
+    zo_comm_t pcomm; /* the engine's own split of cfg.pipe_comm */
+    zo_stream_t pstream;
+    uint64_t *pcounts; /* every stage's chunk count */
+    uint64_t pmax;     /* ... the largest */
+
     /* timeline (zo_engine_set_trace) */
     zo_trace_fn trace_fn;
     void *trace_ctx;
@@ -482,6 +488,17 @@ zo_status eng_zero_share_params(struct zo_engine *e, zo_status mine);
  * rank keeps issuing the step's collectives. chunk: the chunk whose load
  * into a device slot failed, or -1. One rank: returns st. */
 zo_status eng_zero_defer(struct zo_engine *e, zo_status st, int chunk);
+
+/* engine_pipe.c: pipeline stages */
+static inline int eng_pipe_on(const zo_engine_config *c)
+{
+    return c->pipe_comm && zo_comm_size(c->pipe_comm) > 1;
+}
+zo_status eng_pipe_place(struct zo_engine *e);
+void eng_pipe_release(struct zo_engine *e);
+/* The verdict's norm and overflow over every stage's chunks, in stage and
+ * chunk order (collective over the stages, at every end of step). */
+zo_status eng_pipe_judge(struct zo_engine *e, eng_verdict *v);
 
 /* engine_dpu.c */
 zo_status eng_dpu_join(struct zo_engine *e);
