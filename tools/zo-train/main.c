@@ -57,8 +57,9 @@ typedef struct cli {
     int start; /* steps done before this process (a resumed run) */
     char resumed_from[PATH_MAX], last_saved[PATH_MAX];
     const char *metrics_path, *trace_path;
-    int progress;    /* -1 auto (in place on a terminal), 0 log lines, 1 in place */
-    int max_skipped; /* fp16: overflowing steps in a row before the run stops */
+    char rank_trace[PATH_MAX]; /* --pipeline-stages: FILE.rank-R, each stage's timeline */
+    int progress;              /* -1 auto (in place on a terminal), 0 log lines, 1 in place */
+    int max_skipped;           /* fp16: overflowing steps in a row before the run stops */
 } cli;
 
 static void usage(FILE *f)
@@ -144,6 +145,15 @@ static void usage(FILE *f)
         "                         NVMe files in DIR/rank-R; output and progress from rank 0,\n"
         "                         log lines tagged with the rank; checkpoints sharded by\n"
         "                         rank, resumable at any number of ranks\n"
+        "  --pipeline-stages S    pipeline parallelism: the layers (embedding, blocks, head)\n"
+        "                         split into S contiguous stages, one per rank, each rank's\n"
+        "                         engine tiering its own stage's parameters and states; the\n"
+        "                         --grad-accum M micro-batches run in 1F1B order, bitwise equal\n"
+        "                         to one rank; N = S x D ranks: D data-parallel (ZeRO) ranks\n"
+        "                         per stage, rank r stage r / D; the timeline (--trace FILE)\n"
+        "                         of rank r > 0 goes to FILE.rank-R\n"
+        "  --pipeline-split L1,L2,...  the first engine layer of stages 1..S-1 (0 is the\n"
+        "                         embedding; default: balanced by parameter count)\n"
         "  -v, --verbose          per-rank resources (host share, NUMA node) and the library's\n"
         "                         info lines on stderr\n"
         "  --comm-timeout S       a collective not done after S seconds fails the run (default\n"
@@ -279,6 +289,8 @@ enum {
     OPT_EMBED_F32,
     OPT_ZERO_STAGE,
     OPT_COMM_TIMEOUT,
+    OPT_PIPELINE_STAGES,
+    OPT_PIPELINE_SPLIT,
     OPT_VERBOSE,
     OPT_HELP
 };
@@ -338,6 +350,8 @@ static const struct option long_opts[] = {
     {"embedding-f32-states", required_argument, 0, OPT_EMBED_F32},
     {"zero-stage", required_argument, 0, OPT_ZERO_STAGE},
     {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
+    {"pipeline-stages", required_argument, 0, OPT_PIPELINE_STAGES},
+    {"pipeline-split", required_argument, 0, OPT_PIPELINE_SPLIT},
     {"verbose", no_argument, 0, OPT_VERBOSE},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
@@ -521,6 +535,14 @@ static int parse_opt(int opt, const char *arg, cli *c)
             return bad_value("dtype", arg, "bf16 or fp16");
         c->o.dtype = strcmp(arg, "bf16") == 0 ? ZO_DTYPE_BF16 : ZO_DTYPE_F16;
         return 0;
+    case OPT_PIPELINE_STAGES: {
+        long v;
+        if (parse_long(arg, 1, 64, &v) != 0)
+            return bad_value("--pipeline-stages", arg, "1..64");
+        c->o.pipeline_stages = (int)v;
+        return 0;
+    }
+    case OPT_PIPELINE_SPLIT: c->o.pipeline_split = arg; return 0;
     case OPT_ZERO_STAGE: {
         long v;
         if (parse_long(arg, 1, 3, &v) != 0)
@@ -713,7 +735,10 @@ static int check_ranks(cli *c)
             fprintf(stderr, "zo-train: cannot silence stdout on rank %d\n", c->o.rank);
             return 1;
         }
-        c->metrics_path = c->trace_path = NULL;
+        if (c->o.pipeline_stages > 1 && c->trace_path) /* every stage's timeline */
+            snprintf(c->rank_trace, sizeof c->rank_trace, "%s.rank-%d", c->trace_path, c->o.rank);
+        c->metrics_path = NULL;
+        c->trace_path = c->rank_trace[0] ? c->rank_trace : NULL;
         c->log_every = INT_MAX;
         c->progress = 0;
     }
@@ -1228,6 +1253,9 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
     json_object_set_new(cfg, "world_size", json_integer(ranks(c)));
     json_object_set_new(cfg, "zero_stage", json_integer(ranks(c) > 1 ? c->o.zero_stage : 0));
     json_object_set_new(cfg, "zero_persist_elems", json_integer((json_int_t)c->o.zero_persist));
+    json_object_set_new(cfg, "pipeline_stages",
+                        json_integer(c->o.pipeline_stages > 1 ? c->o.pipeline_stages : 1));
+    json_object_set_new(cfg, "pipeline_split", json_string(su->pipeline_split));
     json_object_set_new(cfg, "placement",
                         json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "optimizer", "device",
                                   (json_int_t)su->optim_caps.device, "host",

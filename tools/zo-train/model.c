@@ -891,3 +891,80 @@ zo_status zt_model_eval_micro(zt_model *m, const zt_param_source *src, int i)
     ZT_TRY(forward_blocks(m, src, i));
     return run_layer(m, src, m->c.shape.n_layers + 1, ZO_PHASE_FORWARD, head_eval_fn, i, 0.0f);
 }
+
+/* ---- pipeline stages: engine layers first..last of one micro-batch ---- */
+
+static zo_status check_stage(const zt_model *m, int first, int last, int i, int set)
+{
+    const int top = m->c.shape.n_layers + 1;
+    if (first < 0 || last < first || last > top || set < 0 || set >= m->sets || m->c.shape.tied)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "a stage of layers %d..%d on set %d: expected 0 <= first <= last <= %d, a "
+                       "set below %d and an untied model",
+                       first, last, set, top, m->sets);
+    return check_micro(m, i);
+}
+
+static void select_set(zt_model *m, int set)
+{
+    const int L1 = m->c.shape.n_layers + 1;
+    m->ckpt = m->ckpt_all + (size_t)set * L1;
+    m->dres = m->dres_all[set];
+}
+
+size_t zt_model_stage_elems(const zt_model *m)
+{
+    return (size_t)m->T * m->c.shape.dim;
+}
+
+void *zt_model_stage_input(zt_model *m, int set, int first)
+{
+    return first >= 1 ? m->ckpt_all[(size_t)set * (m->c.shape.n_layers + 1) + first - 1] : NULL;
+}
+
+void *zt_model_stage_output(zt_model *m, int set, int last)
+{
+    return last <= m->c.shape.n_layers ? m->ckpt_all[(size_t)set * (m->c.shape.n_layers + 1) + last]
+                                       : NULL;
+}
+
+void *zt_model_stage_grad(zt_model *m, int set)
+{
+    return m->dres_all[set];
+}
+
+zo_status zt_model_stage_forward(zt_model *m, const zt_param_source *src, int first, int last,
+                                 int i, int set)
+{
+    ZT_TRY(check_stage(m, first, last, i, set));
+    select_set(m, set);
+    const int top = last <= m->c.shape.n_layers ? last : m->c.shape.n_layers;
+    for (int l = first; l <= top; l++)
+        ZT_TRY(
+            run_layer(m, src, l, ZO_PHASE_FORWARD, l == 0 ? embed_fwd_fn : block_fwd_fn, i, 0.0f));
+    return ZO_OK;
+}
+
+zo_status zt_model_stage_backward(zt_model *m, const zt_param_source *src, int first, int last,
+                                  int i, int set, float grad_scale)
+{
+    ZT_TRY(check_stage(m, first, last, i, set));
+    select_set(m, set);
+    const int L = m->c.shape.n_layers;
+    if (last == L + 1) /* the head: its forward, the loss and its backward under one fetch */
+        ZT_TRY(run_layer(m, src, L + 1, ZO_PHASE_BACKWARD, head_train_fn, i, grad_scale));
+    for (int l = last <= L ? last : L; l >= 1 && l >= first; l--)
+        ZT_TRY(run_layer(m, src, l, ZO_PHASE_BACKWARD, block_bwd_fn, i, 0.0f));
+    if (first == 0)
+        ZT_TRY(run_layer(m, src, 0, ZO_PHASE_BACKWARD, embed_bwd_fn, i, 0.0f));
+    return ZO_OK;
+}
+
+zo_status zt_model_stage_eval(zt_model *m, const zt_param_source *src, int first, int last, int i,
+                              int set)
+{
+    ZT_TRY(zt_model_stage_forward(m, src, first, last, i, set));
+    if (last != m->c.shape.n_layers + 1)
+        return ZO_OK;
+    return run_layer(m, src, last, ZO_PHASE_FORWARD, head_eval_fn, i, 0.0f);
+}

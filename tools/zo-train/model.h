@@ -116,4 +116,30 @@ zo_status zt_model_eval_micro(zt_model *m, const zt_param_source *src, int i);
  * layer inputs (act_home nvme: an NVMe error) is reported here. */
 zo_status zt_model_read_losses(zt_model *m, float *losses, int n);
 
+/* ---- pipeline stages (pipeline.h) ----
+ * A stage computes engine layers first..last (0: the embedding, 1..L the
+ * blocks, L+1 the head) of one micro-batch on set `set` of the arena's
+ * layer inputs (a model made with a group of K sets on the device holds K
+ * micro-batches in flight). The stage's input is the block input of layer
+ * first (received from the previous stage), its output the block input of
+ * layer last + 1 (sent to the next); its gradients travel in the set's
+ * residual gradient: received before the backward, the input's gradient
+ * after it. Each op is the one the whole model runs, in the same order, so
+ * stages compute bitwise what one rank computes. Untied models only. */
+size_t zt_model_stage_elems(const zt_model *m); /* elements of an input, an output, a gradient */
+void *zt_model_stage_input(zt_model *m, int set, int first); /* NULL for the first stage */
+void *zt_model_stage_output(zt_model *m, int set, int last); /* NULL for the last stage */
+void *zt_model_stage_grad(zt_model *m, int set);
+/* The forward of layers first..min(last, L) (the head runs in the backward). */
+zo_status zt_model_stage_forward(zt_model *m, const zt_param_source *src, int first, int last,
+                                 int i, int set);
+/* The head's forward, loss and backward when last is L+1, then the
+ * backward of the blocks down to first (recomputing each from its input),
+ * then the embedding's when first is 0. */
+zo_status zt_model_stage_backward(zt_model *m, const zt_param_source *src, int first, int last,
+                                  int i, int set, float grad_scale);
+/* Forward only, and the loss when the stage holds the head (validation). */
+zo_status zt_model_stage_eval(zt_model *m, const zt_param_source *src, int first, int last, int i,
+                              int set);
+
 #endif

@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "host_limit.h"
+#include "pipeline.h"
 #include "ranks.h"
 #include "report.h"
 #include "zo/nvtx.h"
@@ -42,7 +43,36 @@ struct zt_trainer {
     float *all_losses;                      /* ZeRO: every rank's micro-batch losses of a step */
     uint64_t mark_t0;                       /* the compute stream's current layer began (trace) */
     int host_node;                          /* the engine's host_node (zt_ranks_host_node) */
+    /* pipeline stages: the stage's engine layers first..last (0..all without stages), the
+     * data-parallel group the engine reduces over (comm itself without stages) and the
+     * pipeline group the activations travel in */
+    int first, last;
+    zt_pipe_split split;
+    zo_comm_t dp_comm, pipe_comm;
+    zt_pipe *pipe;
 };
+
+/* ---- ranks: pipeline stages x data-parallel ranks ---- */
+
+static int stages(const zt_options *o)
+{
+    return o->pipeline_stages > 1 ? o->pipeline_stages : 1;
+}
+
+static int dp_size(const zt_options *o)
+{
+    return o->world_size > 1 ? o->world_size / stages(o) : 1;
+}
+
+static int dp_rank(const zt_options *o)
+{
+    return o->world_size > 1 ? o->rank % dp_size(o) : 0;
+}
+
+static int stage_of(const zt_options *o)
+{
+    return o->world_size > 1 ? o->rank / dp_size(o) : 0;
+}
 
 /* ---- the engine as a parameter source ---- */
 
@@ -89,7 +119,7 @@ static zo_status eng_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, 
                            int n)
 {
     zt_trainer *t = ctx;
-    ZT_LIB(zo_engine_fetch(t->eng, layer, phase, s, p, g, n));
+    ZT_LIB(zo_engine_fetch(t->eng, layer - t->first, phase, s, p, g, n));
     t->open_phase = phase;
     char name[32];
     snprintf(name, sizeof name, "%s L%d", phase == ZO_PHASE_BACKWARD ? "backward" : "forward",
@@ -103,13 +133,14 @@ static zo_status eng_release(void *ctx, int layer, zo_stream_t s)
     zt_trainer *t = ctx;
     zo_nvtx_pop();
     zo_status st = mark(t, layer, t->open_phase, s, 1);
-    ZT_LIB(zo_engine_release(t->eng, layer, s));
+    ZT_LIB(zo_engine_release(t->eng, layer - t->first, s));
     return st;
 }
 
 static zo_status eng_grads_ready(void *ctx, int layer, zo_stream_t s)
 {
-    ZT_LIB(zo_engine_grads_ready(((zt_trainer *)ctx)->eng, layer, s));
+    zt_trainer *t = ctx;
+    ZT_LIB(zo_engine_grads_ready(t->eng, layer - t->first, s));
     return ZO_OK;
 }
 
@@ -226,13 +257,14 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
     c.nvme_block_size = o->nvme_block_size;
     c.param_caps = o->param_caps;
     c.optim_caps = o->optim_caps;
-    if (o->world_size > 1) {
-        c.rank = o->rank;
-        c.world_size = o->world_size;
+    if (dp_size(o) > 1) {
+        c.rank = dp_rank(o);
+        c.world_size = dp_size(o);
         c.zero_stage = o->zero_stage;
         c.zero_persist_elems = o->zero_persist;
-        c.comm = t->comm;
+        c.comm = t->dp_comm;
     }
+    c.pipe_comm = t->pipe_comm;
     return c;
 }
 
@@ -242,13 +274,14 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
 typedef struct init_src {
     const zt_options *o;
     int zeros;
+    int first, last; /* the engine layers registered (a pipeline stage's) */
 } init_src;
 
 static zo_status fill_initial(void *ctx, int id, float *dst)
 {
     const init_src *src = ctx;
     const zt_shape *s = &src->o->shape;
-    int l = 0;
+    int l = src->first; /* the engine's ids start at the stage's first layer */
     while (id >= zt_layer_tensors(s, l))
         id -= zt_layer_tensors(s, l++);
     if (src->zeros)
@@ -265,20 +298,21 @@ static int keeps_f32(const zt_options *o, int l, int i)
     return o->embedding_f32 && zt_tensor_embedding(&o->shape, l, i);
 }
 
-/* Register every tensor of the model, its initial values from src (which
- * must outlive zo_engine_finalize), the embedding's fp32 moments marked; the
- * engine ids go to ids (NULL: a planning probe). */
+/* Register every tensor of the stage's layers src->first..last (the whole
+ * model without stages) as engine layers from 0, their initial values from
+ * src (which must outlive zo_engine_finalize), the embedding's fp32 moments
+ * marked; the engine ids go to ids (NULL: a planning probe). */
 static zo_status register_model(zo_engine_t eng, const zt_options *o, init_src *src, int **ids)
 {
     const zt_shape *s = &o->shape;
     zo_status st = ZO_OK;
-    for (int l = 0; st >= 0 && l < zt_engine_layers(s); l++)
+    for (int l = src->first; st >= 0 && l <= src->last; l++)
         for (int i = 0; st >= 0 && i < zt_layer_tensors(s, l); i++) {
             char name[64];
             int id = -1;
             zt_tensor_name(s, l, i, name, sizeof name);
-            st = zo_engine_register_fill(eng, l, name, zt_tensor_numel(s, l, i), fill_initial, src,
-                                         &id);
+            st = zo_engine_register_fill(eng, l - src->first, name, zt_tensor_numel(s, l, i),
+                                         fill_initial, src, &id);
             if (st < 0)
                 zt_lib_fail(st, "zo_engine_register_fill");
             if (st >= 0 && keeps_f32(o, l, i) && (st = zo_engine_keep_f32_states(eng, id)) < 0)
@@ -305,7 +339,7 @@ static zo_status engine_min_device(const zt_trainer *t, uint64_t *min_bytes,
     zo_status st = zo_engine_init(&eng, &c);
     if (st < 0)
         zt_lib_fail(st, "zo_engine_init (planning probe)");
-    init_src zeros = {&t->o, 1};
+    init_src zeros = {&t->o, 1, t->first, t->last};
     if (st >= 0)
         st = register_model(eng, &t->o, &zeros, NULL);
     zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
@@ -326,9 +360,13 @@ static zt_model_config model_config(const zt_options *o)
     return mc;
 }
 
+/* The model's groups: a pipeline stage keeps its micro-batches in flight
+ * in sets on the device (the engine still sees micro-batch-major steps). */
 static zt_act_group act_group(const zt_options *o)
 {
     zt_act_group g = {o->micro_group, o->act_home};
+    if (stages(o) > 1)
+        g = (zt_act_group){zt_pipe_sets(stages(o), stage_of(o), o->grad_accum), ZT_ACT_DEVICE};
     return g;
 }
 
@@ -365,13 +403,15 @@ static zo_status open_device(zt_trainer *t)
     return ZO_OK;
 }
 
-/* The model's tensors as the engine registers them (sizes only). */
-static zo_status model_layout(const zt_options *o, size_t **numel, int **layer,
+/* The stage's tensors (the model's without stages) as the engine registers
+ * them (sizes only). */
+static zo_status model_layout(const zt_trainer *t, size_t **numel, int **layer,
                               unsigned char **keep, size_t *n)
 {
+    const zt_options *o = &t->o;
     const zt_shape *s = &o->shape;
     *n = 0;
-    for (int l = 0; l < zt_engine_layers(s); l++)
+    for (int l = t->first; l <= t->last; l++)
         *n += (size_t)zt_layer_tensors(s, l);
     *numel = malloc(*n * sizeof **numel);
     *layer = malloc(*n * sizeof **layer);
@@ -379,10 +419,10 @@ static zo_status model_layout(const zt_options *o, size_t **numel, int **layer,
     if (!*numel || !*layer || !*keep)
         return zt_fail(ZO_ERR_NO_MEMORY, "the model's layout");
     size_t k = 0;
-    for (int l = 0; l < zt_engine_layers(s); l++)
+    for (int l = t->first; l <= t->last; l++)
         for (int i = 0; i < zt_layer_tensors(s, l); i++, k++) {
             (*numel)[k] = zt_tensor_numel(s, l, i);
-            (*layer)[k] = l;
+            (*layer)[k] = l - t->first;
             (*keep)[k] = (unsigned char)keeps_f32(o, l, i);
         }
     return ZO_OK;
@@ -449,7 +489,7 @@ static zo_status host_need(const zt_trainer *t, const zo_engine_config *c, uint6
     size_t *numel = NULL, n = 0;
     int *layer = NULL;
     unsigned char *keep = NULL;
-    zo_status st = model_layout(&t->o, &numel, &layer, &keep, &n);
+    zo_status st = model_layout(t, &numel, &layer, &keep, &n);
     zo_engine_layout ly = ZO_ENGINE_LAYOUT_INIT;
     ly.n_tensors = n;
     ly.numel = numel;
@@ -567,6 +607,15 @@ static void log_resources(const zt_trainer *t, const zo_engine_config *c, const 
             t->host_node, node_why);
 }
 
+/* The stage's schedule and transfers over the pipeline group. */
+static zo_status open_pipe(zt_trainer *t)
+{
+    zt_pipe_config pc = {t->dev,     t->s,          t->pipe_comm,    t->m,
+                         t->first,   t->last,       t->o.grad_accum, t->o.dtype,
+                         t->o.trace, t->o.trace_ctx};
+    return zt_pipe_init(&t->pipe, &pc);
+}
+
 static zo_status open_engine(zt_trainer *t)
 {
     uint64_t reserve = is_cuda(t) ? ZT_CUDA_RESERVE : 0, need = t->setup.activation_bytes + reserve;
@@ -603,7 +652,7 @@ static zo_status open_engine(zt_trainer *t)
     for (int l = 0; l < n_layers; l++)
         if (!(t->ids[l] = calloc(ZT_MAX_LAYER_TENSORS, sizeof **t->ids)))
             return zt_fail(ZO_ERR_NO_MEMORY, "tensor id table");
-    init_src seeded = {&t->o, 0}; /* read by zo_engine_finalize below */
+    init_src seeded = {&t->o, 0, t->first, t->last}; /* read by zo_engine_finalize below */
     ZT_TRY(register_model(t->eng, &t->o, &seeded, t->ids));
     /* The model's arena first: the engine then takes what it planned from the rest. */
     zt_model_config mc = model_config(&t->o);
@@ -621,6 +670,31 @@ static zo_status open_engine(zt_trainer *t)
     ZT_LIB(zo_engine_homes(t->eng, t->setup.param_homes, t->setup.optim_homes));
     zt_param_source src = {t, eng_fetch, eng_release, eng_grads_ready};
     t->src = src;
+    return t->pipe_comm ? open_pipe(t) : ZO_OK;
+}
+
+/* Pipeline stages need their ranks, and what the stages do not split yet
+ * is refused by name. */
+static zo_status check_stages(const zt_options *o)
+{
+    const int S = stages(o), W = o->world_size > 1 ? o->world_size : 1;
+    if (S == 1)
+        return ZO_OK;
+    if (W % S != 0)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--pipeline-stages %d needs a multiple of %d ranks (stages x data-parallel "
+                       "ranks), but the run has %d: launch with mpirun -np %d (or %d, ...)",
+                       S, S, W, S, 2 * S);
+    if (o->micro_group > 1)
+        return zt_fail(ZO_ERR_UNSUPPORTED,
+                       "--micro-group %d with --pipeline-stages: a stage runs its micro-batches "
+                       "one by one in 1F1B order (leave --micro-group out)",
+                       o->micro_group);
+    if (o->moves_tensors)
+        return zt_fail(ZO_ERR_UNSUPPORTED,
+                       "--save, --resume, --init-weights and --hf-model with --pipeline-stages "
+                       "are not supported yet: each stage's engine holds its own layers only, "
+                       "and checkpoints are written per data-parallel rank of a whole model");
     return ZO_OK;
 }
 
@@ -653,6 +727,7 @@ zo_status zt_options_check(const zt_options *o)
     if (o->act_home != ZT_ACT_DEVICE && o->act_home != ZT_ACT_HOST && o->act_home != ZT_ACT_NVME)
         return zt_fail(ZO_ERR_INVALID_ARG, "--act-home %d: expected device, host or nvme",
                        o->act_home);
+    ZT_TRY(check_stages(o));
     return zt_schedule_check(&o->sched);
 }
 
@@ -665,7 +740,7 @@ static zo_status open_data(zt_trainer *t)
                        "%s has a vocabulary of %d but the model's is %d: pass --vocab %d",
                        t->o.data_path, t->setup.data.vocab, t->o.shape.vocab, t->setup.data.vocab);
     size_t n = (size_t)t->o.grad_accum * t->o.micro_batch * t->o.seq;
-    size_t W = t->o.world_size > 1 ? (size_t)t->o.world_size : 1; /* the ranks' global batch */
+    size_t W = (size_t)dp_size(&t->o); /* the data-parallel ranks' global batch */
     t->in = malloc(W * n * sizeof *t->in);
     t->tgt = malloc(W * n * sizeof *t->tgt);
     t->vin = malloc(n * sizeof *t->vin);
@@ -674,6 +749,39 @@ static zo_status open_data(zt_trainer *t)
     t->all_losses = malloc(W * (size_t)t->o.grad_accum * sizeof *t->all_losses);
     if (!t->in || !t->tgt || !t->vin || !t->vtgt || !t->losses || !t->all_losses)
         return zt_fail(ZO_ERR_NO_MEMORY, "token buffers");
+    return ZO_OK;
+}
+
+/* This rank's stage and its engine layers (all of them without stages). */
+static zo_status choose_stage(zt_trainer *t)
+{
+    const zt_options *o = &t->o;
+    t->first = 0;
+    t->last = zt_engine_layers(&o->shape) - 1;
+    t->setup.stage = stage_of(o);
+    if (stages(o) > 1) {
+        ZT_TRY(zt_pipe_split_make(&o->shape, stages(o), o->pipeline_split, &t->split));
+        t->first = t->split.first[t->setup.stage];
+        t->last = t->split.first[t->setup.stage + 1] - 1;
+        zt_pipe_split_format(&t->split, t->setup.pipeline_split, sizeof t->setup.pipeline_split);
+    }
+    t->setup.first_layer = t->first;
+    t->setup.last_layer = t->last;
+    return ZO_OK;
+}
+
+/* The world split into pipeline groups (the ranks of one data-parallel
+ * index, in stage order) and data-parallel groups (the ranks of one
+ * stage); without stages the data-parallel group is the world. */
+static zo_status split_ranks(zt_trainer *t)
+{
+    if (stages(&t->o) == 1) {
+        t->dp_comm = t->comm;
+        return ZO_OK;
+    }
+    ZT_LIB(zo_comm_split(t->comm, dp_rank(&t->o), stage_of(&t->o), &t->pipe_comm));
+    if (dp_size(&t->o) > 1)
+        ZT_LIB(zo_comm_split(t->comm, stage_of(&t->o), dp_rank(&t->o), &t->dp_comm));
     return ZO_OK;
 }
 
@@ -691,11 +799,13 @@ static zo_status trainer_open(zt_trainer *t)
                        "device offers so far: use --offload-optimizer cpu or nvme on a GPU");
     resolve_homes(t);
     ZT_TRY(resolve_nvme(t));
+    ZT_TRY(choose_stage(t));
     ZT_TRY(open_data(t));
     t->setup.n_params = zt_shape_n_params(&t->o.shape);
     ZT_TRY(open_device(t));
     if (t->o.world_size > 1)
         ZT_TRY(zt_ranks_open(&t->comm, t->dev, &t->o));
+    ZT_TRY(split_ranks(t));
     return open_engine(t);
 }
 
@@ -724,7 +834,11 @@ void zt_trainer_free(zt_trainer *t)
         return;
     if (t->s)
         zo_stream_synchronize(t->s);
+    zt_pipe_free(t->pipe);
     zo_engine_free(t->eng);
+    if (t->dp_comm != t->comm)
+        zo_comm_free(t->dp_comm);
+    zo_comm_free(t->pipe_comm);
     zo_comm_free(t->comm);
     zt_model_free(t->m);
     zo_stream_destroy(t->s);
@@ -769,11 +883,13 @@ static zo_status mean_loss(zt_trainer *t, float *loss)
 {
     int n = t->o.grad_accum;
     const float *l = t->losses;
-    if (t->comm) {
-        ZT_LIB(
-            zo_comm_all_gather(t->comm, t->s, t->losses, t->all_losses, (size_t)n, ZO_DTYPE_F32));
+    if (t->pipe) /* the last stage's */
+        ZT_TRY(zt_pipe_share_losses(t->pipe, t->losses, n));
+    if (t->dp_comm) {
+        ZT_LIB(zo_comm_all_gather(t->dp_comm, t->s, t->losses, t->all_losses, (size_t)n,
+                                  ZO_DTYPE_F32));
         ZT_LIB(zo_stream_synchronize(t->s));
-        n *= t->o.world_size;
+        n *= dp_size(&t->o);
         l = t->all_losses;
     }
     double sum = 0;
@@ -804,14 +920,16 @@ static zo_status abandon_step(zt_trainer *t, zo_status st)
     char why[1024];
     snprintf(why, sizeof why, "%s", zt_last_error());
     zt_model_settle(t->m);
+    if (t->pipe)
+        zt_pipe_settle(t->pipe);
     zo_engine_abandon_step(t->eng);
     return zt_fail(st, "%s", why);
 }
 
 zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
 {
-    const int n = t->o.grad_accum, W = t->comm ? t->o.world_size : 1;
-    const size_t mine = (size_t)t->o.rank * n * t->o.micro_batch * t->o.seq;
+    const int n = t->o.grad_accum, W = dp_size(&t->o);
+    const size_t mine = (size_t)dp_rank(&t->o) * n * t->o.micro_batch * t->o.seq;
     if (t->retry)
         zo_stream_synchronize(
             t->s); /* let the abandoned step's queued work finish; its error is reported */
@@ -832,7 +950,9 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
     zt_act_group g = act_group(&t->o);
     const int G = zt_model_group(&mc, &g);
     zo_status st = ZO_OK;
-    for (int i = 0; st >= 0 && i < n; i += G)
+    if (t->pipe)
+        st = zt_pipe_train(t->pipe, &t->src, grad_scale);
+    for (int i = 0; !t->pipe && st >= 0 && i < n; i += G)
         st = zt_model_train_group(t->m, &t->src, i, n - i < G ? n - i : G, grad_scale);
     if (st >= 0)
         st = zt_model_read_losses(t->m, t->losses, n);
@@ -860,9 +980,13 @@ zo_status zt_trainer_validate(zt_trainer *t, double *loss, uint64_t *n_tokens)
         int k = total - done < hold ? total - done : hold;
         zt_data_val(t->data, (uint64_t)done * mb, t->vin, t->vtgt, k * mb);
         ZT_TRY(zt_model_set_batch(t->m, t->vin, t->vtgt, k));
-        for (int i = 0; i < k; i++)
+        if (t->pipe)
+            ZT_TRY(zt_pipe_eval(t->pipe, &t->src, k));
+        for (int i = 0; !t->pipe && i < k; i++)
             ZT_TRY(zt_model_eval_micro(t->m, &t->src, i));
         ZT_TRY(zt_model_read_losses(t->m, t->losses, k));
+        if (t->pipe)
+            ZT_TRY(zt_pipe_share_losses(t->pipe, t->losses, k));
         for (int i = 0; i < k; i++)
             sum += t->losses[i];
         done += k;
@@ -877,11 +1001,24 @@ zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out)
     if (layer < 0 || layer >= zt_engine_layers(&t->o.shape) || idx < 0 ||
         idx >= zt_layer_tensors(&t->o.shape, layer))
         return zt_fail(ZO_ERR_INVALID_ARG, "no tensor %d in layer %d", idx, layer);
+    if (layer < t->first || layer > t->last)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "layer %d is held by another pipeline stage (this stage %d holds %d..%d)",
+                       layer, t->setup.stage, t->first, t->last);
     ZT_LIB(zo_engine_read_master(t->eng, t->ids[layer][idx], out));
     return ZO_OK;
 }
 
-/* Each tensor's hash where this rank owns it, 0 elsewhere, in registration order. */
+/* Whether this rank hashes a tensor: its stage holds it and, under ZeRO,
+ * this data-parallel rank owns its states. */
+static int owns_tensor(zt_trainer *t, int l, int k)
+{
+    return l >= t->first && l <= t->last &&
+           zo_engine_tensor_owner(t->eng, t->ids[l][k]) == dp_rank(&t->o);
+}
+
+/* Each tensor's (owned, hash) pair in registration order: (1, its hash)
+ * where this rank owns it, (0, 0) elsewhere. */
 static zo_status own_hashes(zt_trainer *t, uint64_t *h, int n)
 {
     const zt_shape *s = &t->o.shape;
@@ -890,8 +1027,8 @@ static zo_status own_hashes(zt_trainer *t, uint64_t *h, int n)
     for (int l = 0, i = 0; st == ZO_OK && l < zt_engine_layers(s); l++)
         for (int k = 0; st == ZO_OK && k < zt_layer_tensors(s, l) && i < n; k++, i++) {
             size_t numel = zt_tensor_numel(s, l, k);
-            h[i] = 0;
-            if (zo_engine_tensor_owner(t->eng, t->ids[l][k]) != t->o.rank)
+            h[2 * i] = h[2 * i + 1] = 0;
+            if (!owns_tensor(t, l, k))
                 continue;
             float *b = realloc(buf, numel * sizeof *b);
             if (!b) {
@@ -900,21 +1037,25 @@ static zo_status own_hashes(zt_trainer *t, uint64_t *h, int n)
             }
             buf = b;
             if ((st = zt_trainer_read_weights(t, l, k, buf)) == ZO_OK)
-                h[i] = XXH64(buf, numel * sizeof *buf, 0);
+                h[2 * i] = 1, h[2 * i + 1] = XXH64(buf, numel * sizeof *buf, 0);
         }
     free(buf);
     return st;
 }
 
-/* Every tensor's hash from its owner, in place in h (all: n per rank). */
+/* Every tensor's pair from the rank that owns it, in place in h (all: 2n
+ * per rank). */
 static zo_status owners_hashes(zt_trainer *t, uint64_t *h, uint64_t *all, int n)
 {
-    const zt_shape *s = &t->o.shape;
-    ZT_LIB(zo_comm_all_gather(t->comm, t->s, h, all, (size_t)n, ZO_DTYPE_U64));
+    const int W = t->o.world_size;
+    ZT_LIB(zo_comm_all_gather(t->comm, t->s, h, all, 2 * (size_t)n, ZO_DTYPE_U64));
     ZT_LIB(zo_stream_synchronize(t->s));
-    for (int l = 0, i = 0; l < zt_engine_layers(s); l++)
-        for (int k = 0; k < zt_layer_tensors(s, l) && i < n; k++, i++)
-            h[i] = all[(size_t)zo_engine_tensor_owner(t->eng, t->ids[l][k]) * n + i];
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < W; r++)
+            if (all[(size_t)r * 2 * n + 2 * i]) {
+                h[2 * i + 1] = all[(size_t)r * 2 * n + 2 * i + 1];
+                break;
+            }
     return ZO_OK;
 }
 
@@ -924,11 +1065,13 @@ zo_status zt_trainer_weights_digest(zt_trainer *t, uint64_t *out)
     int n = 0, W = t->comm ? t->o.world_size : 1;
     for (int l = 0; l < zt_engine_layers(s); l++)
         n += zt_layer_tensors(s, l);
-    uint64_t *h = calloc((size_t)n, sizeof *h), *all = calloc((size_t)n * W, sizeof *all);
+    uint64_t *h = calloc(2 * (size_t)n, sizeof *h), *all = calloc(2 * (size_t)n * W, sizeof *all);
     zo_status st =
         h && all ? own_hashes(t, h, n) : zt_fail(ZO_ERR_NO_MEMORY, "weights digest: %d tensors", n);
     if (st == ZO_OK && t->comm)
         st = owners_hashes(t, h, all, n);
+    for (int i = 0; st == ZO_OK && i < n; i++)
+        h[i] = h[2 * i + 1]; /* the hashes alone, as they always were */
     if (st == ZO_OK)
         *out = XXH64(h, (size_t)n * sizeof *h, 0);
     free(h);

@@ -89,6 +89,13 @@ typedef struct zt_options {
     int local_rank, local_size; /* 0 of 1 with one rank */
     const char *local_from;     /* where local_size came from, for messages */
     int verbose;                /* -v: per-rank resources and the engine's info lines */
+    /* Pipeline stages (pipeline.h): world_size = stages x data-parallel ranks; rank
+     * r is stage r / D of data-parallel rank r % D (D = world_size / stages), so the
+     * ranks of a stage form its data-parallel (ZeRO) group and the ranks of one
+     * data-parallel index a pipeline. */
+    int pipeline_stages;        /* 0 or 1: none */
+    const char *pipeline_split; /* the first engine layer of stages 1..S-1 ("4,9"); NULL:
+                                   balanced by parameter count */
 } zt_options;
 
 /* Defaults: tiny preset values are filled by the caller (zt_preset). */
@@ -119,8 +126,10 @@ typedef struct zt_setup {
     double init_seconds;
     uint64_t host_share; /* this rank's host limit: its share of the node's (0: not limited) */
     uint64_t host_limit; /* the whole run's host limit (0: none) */
-    uint64_t tensor_buffer_bytes; /* of it, zo-train's buffers for loading and saving tensors
-                                     (zt_tensor_buffer_bytes) */
+    uint64_t tensor_buffer_bytes;       /* of it, zo-train's buffers for loading and saving tensors
+                                           (zt_tensor_buffer_bytes) */
+    int stage, first_layer, last_layer; /* this rank's pipeline stage and its engine layers */
+    char pipeline_split[256];           /* every stage's layers ("0-3,4-7"); "" without stages */
 } zt_setup;
 
 typedef struct zt_trainer zt_trainer;
