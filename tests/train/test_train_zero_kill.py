@@ -12,7 +12,9 @@ left with a rank that never finalized, does not end by itself and is ended
 here once the survivors are gone). The SIGKILL case runs with the default timeout (300 s:
 lost after 30 s of silence), the SIGSTOP case with --comm-timeout 20.
 
-usage: test_train_zero_kill.py MPIEXEC ZO_TRAIN
+usage: test_train_zero_kill.py MPIEXEC ZO_TRAIN [FLAG...]
+(the flags are added to every rank's command: test_train_pipe_kill passes
+--pipeline-stages 3, so rank 1 is the middle stage of a pipeline)
 """
 import os
 import re
@@ -24,7 +26,7 @@ import threading
 import time
 import uuid
 
-MPIEXEC, EXE = sys.argv[1], sys.argv[2]
+MPIEXEC, EXE, EXTRA = sys.argv[1], sys.argv[2], sys.argv[3:]
 BOUND_S = 60
 failures = []
 
@@ -71,7 +73,7 @@ def scenario(sig, extra):
                "orte_abort_on_non_zero_status", "0", "-x", "ZT_KILL_TAG", "-np", "3",
                EXE, "--steps", "100000", "--micro-batch", "2", "--seq", "32", "--offload-param",
                "cpu", "--offload-optimizer", "cpu", "--nvme-path", d, "--log-every", "1",
-               "--progress", "log"] + extra
+               "--progress", "log"] + EXTRA + extra
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              text=True)
         lines, started = [], threading.Event()
@@ -123,5 +125,6 @@ scenario(signal.SIGKILL, [])
 scenario(signal.SIGSTOP, ["--comm-timeout", "20"])
 for f in failures:
     print("FAIL:", f)
-print("test_train_zero_kill: %d failure(s)" % len(failures))
+print("%s: %d failure(s)" % ("test_train_pipe_kill" if EXTRA else "test_train_zero_kill",
+                            len(failures)))
 sys.exit(1 if failures else 0)

@@ -101,8 +101,8 @@ void zt_pipe_split_format(const zt_pipe_split *p, char *buf, size_t cap)
     size_t at = 0;
     buf[0] = 0;
     for (int k = 0; k < p->stages && at < cap; k++) {
-        int n = snprintf(buf + at, cap - at, "%s%d-%d", k ? "," : "", p->first[k],
-                         p->first[k + 1] - 1);
+        int n =
+            snprintf(buf + at, cap - at, "%s%d-%d", k ? "," : "", p->first[k], p->first[k + 1] - 1);
         at += n > 0 ? (size_t)n : 0;
     }
 }
@@ -187,8 +187,8 @@ static zo_status mark_span(void *arg)
         return ZO_OK;
     }
     const char *name = m->micro < TRACE_NAMES ? span_names[m->kind][m->micro]
-                       : m->kind == OP_FWD     ? "forward"
-                                               : "backward";
+                       : m->kind == OP_FWD    ? "forward"
+                                              : "backward";
     zo_trace_event ev = {ZO_TRACK_COMPUTE, 0, name, m->p->span_t0, now, -1, -1, 0};
     m->p->c.trace(m->p->c.trace_ctx, &ev);
     return ZO_OK;

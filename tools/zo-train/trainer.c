@@ -680,6 +680,8 @@ static zo_status check_stages(const zt_options *o)
     const int S = stages(o), W = o->world_size > 1 ? o->world_size : 1;
     if (S == 1)
         return ZO_OK;
+    zt_pipe_split split; /* the layers and a given split first: they hold for any launch */
+    ZT_TRY(zt_pipe_split_make(&o->shape, S, o->pipeline_split, &split));
     if (W % S != 0)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "--pipeline-stages %d needs a multiple of %d ranks (stages x data-parallel "

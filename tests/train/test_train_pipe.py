@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""zo-train's pipeline stages (--pipeline-stages) on the cpu device, under mpirun.
+
+S stages over M = 4 micro-batches against one rank with --grad-accum 4: the
+losses, the validation loss and the final fp32 master weights (their
+--weights-digest, each tensor hashed by the stage holding it) are bitwise
+equal, for S = 2 and S = 4 (the tiny model's 6 engine layers split unevenly),
+with the optimizer states on NVMe and the parameters in host memory, in sync,
+overlap and dpu modes, with parameters on the device, and with a split given
+by --pipeline-split; 2 stages x 2 data-parallel ranks (ZeRO 1 and 2 in each
+stage's group) equal 2 data-parallel ranks at the same M; the trace shows each
+stage's forwards and backwards per micro-batch in 1F1B order; S above the
+layer count, ranks not a multiple of S and checkpoints are refused by name.
+
+usage: test_train_pipe.py MPIEXEC ZO_TRAIN
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+MPIEXEC, EXE = sys.argv[1], sys.argv[2]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+MPI = [MPIEXEC, "--oversubscribe", "--bind-to", "none"]
+TINY = ["--steps", "3", "--micro-batch", "2", "--seq", "32", "--val-batches", "2", "--json",
+        "--weights-digest"]
+failures = []
+
+
+def run(cmd):
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=240)
+    return p.returncode, p.stdout, p.stderr
+
+
+def command(ranks, extra, swap):
+    os.makedirs(swap, exist_ok=True)
+    cmd = [EXE] + TINY + ["--nvme-path", swap] + extra
+    return MPI + ["-np", str(ranks)] + cmd if ranks > 1 else cmd
+
+
+def train(ranks, extra, swap):
+    cmd = command(ranks, extra, swap)
+    rc, out, err = run(cmd)
+    if rc != 0:
+        failures.append("%s: exit %d\n%s" % (" ".join(cmd), rc, err[-2000:]))
+        return None
+    return json.loads(out)
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def same(what, ref, got):
+    for key in ("losses", "val_loss", "weights_digest"):
+        check(ref[key] == got[key], "%s: %s %r, reference %r" % (what, key, got[key], ref[key]))
+
+
+def exact(stages, flags, split=None, ref_cache={}):
+    """S stages against one rank with --grad-accum 4, both with flags."""
+    with tempfile.TemporaryDirectory() as d:
+        key = tuple(flags)
+        if key not in ref_cache:
+            ref_cache[key] = train(1, ["--grad-accum", "4"] + flags, d + "/one")
+        pipe = ["--pipeline-stages", str(stages)] + (["--pipeline-split", split] if split else [])
+        got = train(stages, ["--grad-accum", "4"] + flags + pipe, d + "/p")
+        ref = ref_cache[key]
+        if ref is None or got is None:
+            return None
+        what = "%d stages%s, %s" % (stages, " split " + split if split else "", " ".join(flags))
+        same(what, ref, got)
+        check(got["config"]["pipeline_stages"] == stages,
+              "%s: config says %r" % (what, got["config"]))
+        print("%s: %s, losses %s" % (what, got["config"]["pipeline_split"], got["losses"]))
+        return got
+
+
+def three_d(stage):
+    """2 stages x 2 data-parallel ranks against 2 data-parallel ranks, M = 2."""
+    with tempfile.TemporaryDirectory() as d:
+        flags = ["--grad-accum", "2", "--zero-stage", str(stage), "--offload-param", "cpu",
+                 "--offload-optimizer", "nvme"]
+        ref = train(2, flags, d + "/dp")
+        got = train(4, flags + ["--pipeline-stages", "2"], d + "/pp")
+        if ref is not None and got is not None:
+            same("2 x 2 ranks, ZeRO %d" % stage, ref, got)
+            check(got["config"]["world_size"] == 4, "2 x 2: config %r" % got["config"])
+
+
+def refused(ranks, extra, words):
+    with tempfile.TemporaryDirectory() as d:
+        cmd = command(ranks, extra, d)
+        rc, out, err = run(cmd)
+        check(rc != 0 and all(w in err for w in words),
+              "%s: exit %d, expected a refusal naming %r:\n%s" % (" ".join(cmd), rc, words,
+                                                                   err[-1500:]))
+
+
+def spans(path):
+    """The trace's per-micro-batch spans (F0, B0, ...) in start order."""
+    with open(path) as f:
+        events = json.load(f)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    names = [(e["ts"], e["name"]) for e in events
+             if e.get("ph") == "X" and e["name"][:1] in "FB" and e["name"][1:].isdigit()]
+    return [n for _, n in sorted(names)]
+
+
+def trace_1f1b():
+    with tempfile.TemporaryDirectory() as d:
+        path = d + "/trace.json"
+        got = train(2, ["--grad-accum", "4", "--pipeline-stages", "2", "--steps", "1",
+                        "--trace", path], d + "/p")
+        if got is None:
+            return
+        want = {path: ["F0", "F1", "B0", "F2", "B1", "F3", "B2", "B3"],
+                path + ".rank-1": ["F0", "B0", "F1", "B1", "F2", "B2", "F3", "B3"]}
+        for p, order in want.items():
+            if not os.path.exists(p):
+                failures.append("trace: no %s" % p)
+                continue
+            s = spans(p)
+            check(s == order, "trace %s: spans %s, 1F1B is %s" % (os.path.basename(p), s, order))
+
+
+HOST_NVME = ["--offload-param", "cpu", "--offload-optimizer", "nvme"]
+exact(2, HOST_NVME)
+exact(4, HOST_NVME)  # 6 engine layers in 4 stages
+exact(2, HOST_NVME + ["--optimizer-mode", "overlap"])
+exact(4, HOST_NVME + ["--optimizer-mode", "overlap"])
+exact(2, HOST_NVME + ["--optimizer-mode", "dpu"])
+exact(2, ["--offload-param", "none", "--offload-optimizer", "cpu"])
+exact(2, HOST_NVME, split="1")  # the embedding alone, then 5 layers
+exact(3, HOST_NVME, split="2,5")
+three_d(1)
+three_d(2)
+trace_1f1b()
+refused(4, ["--pipeline-stages", "7"], ["--pipeline-stages 7", "6 layers", "at most 6"])
+refused(3, ["--pipeline-stages", "2"], ["--pipeline-stages 2", "multiple of 2", "has 3"])
+refused(2, ["--pipeline-stages", "2", "--pipeline-split", "9"], ["--pipeline-split '9'"])
+with tempfile.TemporaryDirectory() as save:
+    refused(2, ["--pipeline-stages", "2", "--save", save], ["--save", "not supported yet"])
+for f in failures:
+    print("FAIL:", f)
+print("test_train_pipe: %d failure(s)" % len(failures))
+sys.exit(1 if failures else 0)
