@@ -298,7 +298,7 @@ static int owned_only(zt_trainer *t, tensor_ref *r, int n, int rank)
 {
     int k = 0;
     for (int i = 0; i < n; i++)
-        if (zo_engine_tensor_owner(zt_trainer_engine(t), r[i].id) == rank)
+        if (zt_trainer_tensor_owner(t, r[i].layer, r[i].idx) == rank)
             r[k++] = r[i];
     return k;
 }
@@ -383,7 +383,7 @@ static zo_status fill_indices(zt_trainer *t, const tensor_ref *r, int n, index_l
 {
     char nm[160];
     for (int i = 0; i < n; i++) {
-        int owner = zo_engine_tensor_owner(zt_trainer_engine(t), r[i].id);
+        int owner = zt_trainer_tensor_owner(t, r[i].layer, r[i].idx);
         index_add(mi, r[i].name, owner, r[i].numel * sizeof(float));
         zo_dtype tf = tensor_fmt(t, &r[i]);
         for (int k = 0; k < 2; k++) {
@@ -468,8 +468,8 @@ static zo_status write_state_file(zt_trainer *t, const char *dir, const zt_train
     json_t *root = state_json(t, ts, &es);
     if (root) {
         add_data_identity(root, zt_trainer_options(t)->data_path);
-        json_object_set_new(json_object_get(root, "batch"), "world_size",
-                            json_integer(ranks_of(t)));
+        json_object_set_new(json_object_get(root, "batch"), "world_size", /* the batch's ranks */
+                            json_integer(zt_options_dp_size(zt_trainer_options(t))));
     }
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(root);
@@ -695,7 +695,7 @@ static void global_batch(const state_doc *d, const zt_options *o, setting *set)
     json_t *w = at(d->root, "batch.world_size");
     json_t *ga = at(d->root, "batch.grad_accum");
     long long saved_w = json_is_integer(w) ? (long long)json_integer_value(w) : 1;
-    long long mine_w = o->world_size > 1 ? o->world_size : 1;
+    long long mine_w = zt_options_dp_size(o);
     if (!json_is_integer(ga))
         return; /* not recorded: not compared */
     long long saved_ga = (long long)json_integer_value(ga);

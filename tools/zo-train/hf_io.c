@@ -314,7 +314,7 @@ static zo_status put_master(void *ctx, int layer, int idx, const char *name, con
     zt_trainer *t = ctx;
     const zt_options *o = zt_trainer_options(t);
     int id = zt_trainer_tensor_id(t, layer, idx);
-    if (zo_engine_tensor_owner(zt_trainer_engine(t), id) != (o->world_size > 1 ? o->rank : 0))
+    if (zt_trainer_tensor_owner(t, layer, idx) != (o->world_size > 1 ? o->rank : 0))
         return ZO_OK;
     zo_status st = zo_engine_write_state(zt_trainer_engine(t), id, w, NULL, NULL);
     if (st < 0)
@@ -553,8 +553,7 @@ static zo_status owner_shards(zt_trainer *t, hf_tensor **out, int *n)
         return zt_fail(ZO_ERR_NO_MEMORY, "the tensor list");
     assign_shards(s, x, total, 1, UINT64_MAX);
     for (int k = 0; k < total; k++)
-        x[k].shard = zo_engine_tensor_owner(zt_trainer_engine(t),
-                                            zt_trainer_tensor_id(t, x[k].layer, x[k].idx));
+        x[k].shard = zt_trainer_tensor_owner(t, x[k].layer, x[k].idx);
     *out = x;
     *n = total;
     return ZO_OK;

@@ -50,6 +50,7 @@ struct zt_trainer {
     zt_pipe_split split;
     zo_comm_t dp_comm, pipe_comm;
     zt_pipe *pipe;
+    int *owner; /* [global tensor] the world rank holding its states (zt_trainer_tensor_owner) */
 };
 
 /* ---- ranks: pipeline stages x data-parallel ranks ---- */
@@ -72,6 +73,11 @@ static int dp_rank(const zt_options *o)
 static int stage_of(const zt_options *o)
 {
     return o->world_size > 1 ? o->rank / dp_size(o) : 0;
+}
+
+int zt_options_dp_size(const zt_options *o)
+{
+    return dp_size(o);
 }
 
 /* ---- the engine as a parameter source ---- */
@@ -607,6 +613,55 @@ static void log_resources(const zt_trainer *t, const zo_engine_config *c, const 
             t->host_node, node_why);
 }
 
+static int owns_tensor(zt_trainer *t, int l, int k);
+
+/* Each tensor's world rank: with stages, every rank's flags all-gathered
+ * (a stage knows its own tensors' owners only), so checkpoints and the
+ * Hugging Face files put every tensor in its holder's shard. */
+static zo_status find_owners(zt_trainer *t)
+{
+    const zt_shape *s = &t->o.shape;
+    const int W = t->o.world_size > 1 ? t->o.world_size : 1;
+    int n = 0;
+    for (int l = 0; l < zt_engine_layers(s); l++)
+        n += zt_layer_tensors(s, l);
+    uint8_t *mine = calloc((size_t)n, 1), *all = calloc((size_t)n * W, 1);
+    t->owner = calloc((size_t)n, sizeof *t->owner);
+    zo_status st = ZO_OK;
+    if (!mine || !all || !t->owner) {
+        free(mine);
+        free(all);
+        return zt_fail(ZO_ERR_NO_MEMORY, "tensor owners");
+    }
+    for (int l = 0, i = 0; l < zt_engine_layers(s); l++)
+        for (int k = 0; k < zt_layer_tensors(s, l); k++, i++) {
+            mine[i] = (uint8_t)owns_tensor(t, l, k);
+            t->owner[i] = l >= t->first && l <= t->last
+                              ? zo_engine_tensor_owner(t->eng, t->ids[l][k])
+                              : 0; /* without stages the ZeRO rank is the world's */
+        }
+    if (t->pipe_comm &&
+        (st = zo_comm_all_gather(t->comm, t->s, mine, all, (size_t)n, ZO_DTYPE_U8)) >= 0)
+        st = zo_stream_synchronize(t->s);
+    if (st < 0)
+        zt_lib_fail(st, "gathering the tensors' owners");
+    for (int i = 0; st >= 0 && t->pipe_comm && i < n; i++)
+        for (int r = 0; r < W; r++)
+            if (all[(size_t)r * n + i])
+                t->owner[i] = r;
+    free(mine);
+    free(all);
+    return st;
+}
+
+int zt_trainer_tensor_owner(const zt_trainer *t, int layer, int idx)
+{
+    int i = idx;
+    for (int l = 0; l < layer; l++)
+        i += zt_layer_tensors(&t->o.shape, l);
+    return t->owner[i];
+}
+
 /* The stage's schedule and transfers over the pipeline group. */
 static zo_status open_pipe(zt_trainer *t)
 {
@@ -670,6 +725,7 @@ static zo_status open_engine(zt_trainer *t)
     ZT_LIB(zo_engine_homes(t->eng, t->setup.param_homes, t->setup.optim_homes));
     zt_param_source src = {t, eng_fetch, eng_release, eng_grads_ready};
     t->src = src;
+    ZT_TRY(find_owners(t));
     return t->pipe_comm ? open_pipe(t) : ZO_OK;
 }
 
@@ -692,11 +748,6 @@ static zo_status check_stages(const zt_options *o)
                        "--micro-group %d with --pipeline-stages: a stage runs its micro-batches "
                        "one by one in 1F1B order (leave --micro-group out)",
                        o->micro_group);
-    if (o->moves_tensors)
-        return zt_fail(ZO_ERR_UNSUPPORTED,
-                       "--save, --resume, --init-weights and --hf-model with --pipeline-stages "
-                       "are not supported yet: each stage's engine holds its own layers only, "
-                       "and checkpoints are written per data-parallel rank of a whole model");
     return ZO_OK;
 }
 
@@ -849,6 +900,7 @@ void zt_trainer_free(zt_trainer *t)
     for (int l = 0; t->ids && l < zt_engine_layers(&t->o.shape); l++)
         free(t->ids[l]);
     free(t->ids);
+    free(t->owner);
     free(t->in);
     free(t->tgt);
     free(t->vin);

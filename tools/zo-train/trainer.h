@@ -182,8 +182,16 @@ typedef struct zt_train_state {
 
 void zt_trainer_get_state(const zt_trainer *t, zt_train_state *out);
 zo_status zt_trainer_set_state(zt_trainer *t, const zt_train_state *in);
-/* The engine id of tensor idx of engine layer `layer`. */
+/* The engine id of tensor idx of engine layer `layer` (its stage's engine:
+ * valid on the ranks that hold the layer). */
 int zt_trainer_tensor_id(const zt_trainer *t, int layer, int idx);
+/* The world rank that holds the tensor's states (its stage's, and its
+ * chunk's owner in the stage's data-parallel group): the rank that reads,
+ * writes and hashes it; 0 with one rank. */
+int zt_trainer_tensor_owner(const zt_trainer *t, int layer, int idx);
+/* The data-parallel ranks: world_size / pipeline stages (1 with one rank):
+ * the global batch is theirs times grad_accum micro-batches. */
+int zt_options_dp_size(const zt_options *o);
 const zt_options *zt_trainer_options(const zt_trainer *t);
 
 /* The learning rate of the last step run (or of the next, before any). */
