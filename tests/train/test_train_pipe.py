@@ -12,7 +12,8 @@ stage's group) equal 2 data-parallel ranks at the same M; the trace shows each
 stage's forwards and backwards per micro-batch in 1F1B order; a pipeline's
 checkpoint (each stage's tensors in its own shard, under Hugging Face names)
 resumes bitwise as one rank and as the pipeline again, and its hf-model holds
-one rank's tensors bit for bit; S above the layer count and ranks not a
+one rank's tensors bit for bit; DeepSpeed's pipeline.stages and
+pipeline.partition ("uniform") set the stages; S above the layer count and ranks not a
 multiple of S are refused by name.
 
 usage: test_train_pipe.py MPIEXEC ZO_TRAIN
@@ -176,6 +177,22 @@ def checkpoint():
               [k for k in ref if mine.get(k) != ref[k]][:5])
 
 
+def from_config():
+    """DeepSpeed's pipeline keys: stages and partition "uniform"."""
+    with tempfile.TemporaryDirectory() as d:
+        base = {"gradient_accumulation_steps": 4, "train_micro_batch_size_per_gpu": 2}
+        with open(d + "/one.json", "w") as f:
+            json.dump(base, f)
+        with open(d + "/pipe.json", "w") as f:
+            json.dump(dict(base, pipeline={"stages": 4, "partition": "uniform"}), f)
+        ref = train(1, ["--config", d + "/one.json"], d + "/one")
+        got = train(4, ["--config", d + "/pipe.json"], d + "/p")
+        if ref is not None and got is not None:
+            same("pipeline.stages 4, partition uniform", ref, got)
+            check(got["config"]["pipeline_split"] == "0-1,2-3,4-4,5-5",
+                  "partition uniform: split %s" % got["config"]["pipeline_split"])
+
+
 HOST_NVME = ["--offload-param", "cpu", "--offload-optimizer", "nvme"]
 exact(2, HOST_NVME)
 exact(4, HOST_NVME)  # 6 engine layers in 4 stages
@@ -189,6 +206,7 @@ three_d(1)
 three_d(2)
 trace_1f1b()
 checkpoint()
+from_config()
 refused(4, ["--pipeline-stages", "7"], ["--pipeline-stages 7", "6 layers", "at most 6"])
 refused(3, ["--pipeline-stages", "2"], ["--pipeline-stages 2", "multiple of 2", "has 3"])
 refused(2, ["--pipeline-stages", "2", "--pipeline-split", "9"], ["--pipeline-split '9'"])

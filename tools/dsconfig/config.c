@@ -258,6 +258,20 @@ static const key_spec zero_keys[] = {
 };
 static const section zero_sec = SECTION(zero_keys);
 
+static const char *const partition_names[] = {"parameters", "uniform", NULL};
+
+/* DeepSpeed's pipeline section (its PipelineModule's partition_method as
+ * "partition"; "type:REGEX" has no layer types to match here). */
+static const key_spec pipeline_keys[] = {
+    I("stages", pipeline.stages, F_AUTO, 1, 64),
+    E("partition", pipeline.partition, F_ICASE, partition_names, 0),
+    X("seed_layers"),
+    X("activation_checkpoint_interval"),
+    X("pipe_partitioned"),
+    X("grad_partitioned"),
+};
+static const section pipeline_sec = SECTION(pipeline_keys);
+
 static const key_spec aio_keys[] = {
     I("block_size", aio.block_size, 0, 1, NO_MAX),
     I("queue_depth", aio.queue_depth, 0, 1, 65536),
@@ -316,6 +330,7 @@ static const key_spec root_keys[] = {
     {"bfloat16", K_SECTION, 0, F_ALIAS, 0, 0, NULL, 0, &bf16_sec},
     S("zero_optimization", zero_sec),
     S("aio", aio_sec),
+    S("pipeline", pipeline_sec),
     S("zoffload", zoffload_sec),
     /* DeepSpeed features that do not apply to zoffload. */
     X("wall_clock_breakdown"),
@@ -344,7 +359,6 @@ static const key_spec root_keys[] = {
     X("curriculum_learning"),
     X("checkpoint"),
     X("data_types"),
-    X("pipeline"),
     X("progressive_layer_drop"),
     X("eigenvalue"),
     X("quantize_training"),

@@ -19,6 +19,8 @@
  *                                                          --chunk-bytes, --optimizer-mode,
  *                                                          the prefetch depth, --micro-group,
  *                                                          --act-home
+ *   pipeline {stages, partition}                        -> --pipeline-stages, --pipeline-split
+ *                                                          (parameters or uniform)
  * With neither fp16 nor bf16 enabled (DeepSpeed would train in fp32) zo-train
  * trains in bf16 and says so. The keys the parser stores but zo-train has no
  * use for (zero_optimization.stage3_*, sub_group_size, buffer counts and

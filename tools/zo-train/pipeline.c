@@ -29,9 +29,9 @@ static zo_status parse_split(const char *spec, int S, int n, zt_pipe_split *out)
         if (end == p || (k < S - 1 && *end != ',') || (k == S - 1 && *end != 0) ||
             v <= out->first[k - 1] || v >= n)
             return zt_fail(ZO_ERR_INVALID_ARG,
-                           "--pipeline-split '%s': expected %d increasing engine layers in 1..%d "
-                           "separated by commas (the first layer of stages 1..%d; layer 0 is the "
-                           "embedding, %d the head)",
+                           "--pipeline-split '%s': expected parameters, uniform or %d increasing "
+                           "engine layers in 1..%d separated by commas (the first layer of stages "
+                           "1..%d; layer 0 is the embedding, %d the head)",
                            spec, S - 1, n - 1, S - 1, n - 1);
         out->first[k] = (int)v;
         p = end + 1;
@@ -75,6 +75,15 @@ static zo_status balance_split(const zt_shape *s, int S, int n, zt_pipe_split *o
     return ZO_OK;
 }
 
+/* As many layers a stage as counts go, the first n % S stages one more
+ * (DeepSpeed's partition_method "uniform"). */
+static zo_status uniform_split(int S, int n, zt_pipe_split *out)
+{
+    for (int k = 0; k <= S; k++)
+        out->first[k] = k * (n / S) + (k < n % S ? k : n % S);
+    return ZO_OK;
+}
+
 zo_status zt_pipe_split_make(const zt_shape *s, int S, const char *spec, zt_pipe_split *out)
 {
     const int n = zt_engine_layers(s);
@@ -93,7 +102,11 @@ zo_status zt_pipe_split_make(const zt_shape *s, int S, const char *spec, zt_pipe
                        "supported yet (untie them or run without --pipeline-stages)",
                        S);
     out->stages = S;
-    return spec ? parse_split(spec, S, n, out) : balance_split(s, S, n, out);
+    if (!spec || strcmp(spec, "parameters") == 0)
+        return balance_split(s, S, n, out);
+    if (strcmp(spec, "uniform") == 0)
+        return uniform_split(S, n, out);
+    return parse_split(spec, S, n, out);
 }
 
 void zt_pipe_split_format(const zt_pipe_split *p, char *buf, size_t cap)

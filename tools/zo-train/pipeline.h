@@ -26,10 +26,11 @@ typedef struct zt_pipe_split {
     int first[ZT_MAX_STAGES + 1];
 } zt_pipe_split;
 
-/* The split of the model's engine layers into S stages: spec (the first
- * engine layer of stages 1..S-1, "4,9,13"), or NULL for the split that
- * balances the stages' parameter counts (the largest stage as small as
- * contiguous stages allow). Refuses S above the layer count naming both. */
+/* The split of the model's engine layers into S stages: spec the first
+ * engine layer of stages 1..S-1 ("4,9,13"), "uniform" (layer counts as even
+ * as they go), or "parameters" or NULL: the split that balances the stages'
+ * parameter counts (the largest stage as small as contiguous stages allow).
+ * Refuses S above the layer count naming both, and tied embeddings. */
 zo_status zt_pipe_split_make(const zt_shape *s, int S, const char *spec, zt_pipe_split *out);
 /* "0-3,4-7": each stage's layers, for messages and --json. */
 void zt_pipe_split_format(const zt_pipe_split *p, char *buf, size_t cap);

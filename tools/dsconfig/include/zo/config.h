@@ -171,6 +171,11 @@ typedef struct zo_train_config {
     } zero_optimization;
 
     struct {
+        int64_t stages; /* 0: "auto" or not given (no pipeline) */
+        int partition;  /* 0 "parameters" (balanced parameter counts), 1 "uniform" (layers) */
+    } pipeline;
+
+    struct {
         int64_t block_size;           /* 1 MiB */
         int64_t queue_depth;          /* 8 */
         int64_t intra_op_parallelism; /* 1 (old name: thread_count) */
