@@ -7,8 +7,8 @@ losses, the validation loss and the final fp32 master weights (their
 equal, for S = 2 and S = 4 (the tiny model's 6 engine layers split unevenly),
 with the optimizer states on NVMe and the parameters in host memory, in sync,
 overlap and dpu modes, with parameters on the device, and with a split given
-by --pipeline-split; 2 stages x 2 data-parallel ranks (ZeRO 1 and 2 in each
-stage's group) equal 2 data-parallel ranks at the same M; the trace shows each
+by --pipeline-split; 2 stages x 2 data-parallel ranks (ZeRO 1, 2 and 3 in
+each stage's group) equal 2 data-parallel ranks at the same M; the trace shows each
 stage's forwards and backwards per micro-batch in 1F1B order; a pipeline's
 checkpoint (each stage's tensors in its own shard, under Hugging Face names)
 resumes bitwise as one rank and as the pipeline again, and its hf-model holds
@@ -78,6 +78,13 @@ def exact(stages, flags, split=None, ref_cache={}):
         same(what, ref, got)
         check(got["config"]["pipeline_stages"] == stages,
               "%s: config says %r" % (what, got["config"]))
+        # rank 0's engine holds the first stage's chunks only, and tiers only them
+        check(got["config"]["chunks"] < ref["config"]["chunks"] and
+              (got["peak_bytes"]["nvme"] < ref["peak_bytes"]["nvme"] or
+               ref["peak_bytes"]["nvme"] == 0),
+              "%s: stage 0 holds %d chunks, %d NVMe bytes; one rank %d, %d" %
+              (what, got["config"]["chunks"], got["peak_bytes"]["nvme"], ref["config"]["chunks"],
+               ref["peak_bytes"]["nvme"]))
         print("%s: %s, losses %s" % (what, got["config"]["pipeline_split"], got["losses"]))
         return got
 
@@ -204,6 +211,7 @@ exact(2, HOST_NVME, split="1")  # the embedding alone, then 5 layers
 exact(3, HOST_NVME, split="2,5")
 three_d(1)
 three_d(2)
+three_d(3)
 trace_1f1b()
 checkpoint()
 from_config()
