@@ -14,7 +14,8 @@ checkpoint (each stage's tensors in its own shard, under Hugging Face names)
 resumes bitwise as one rank and as the pipeline again, and its hf-model holds
 one rank's tensors bit for bit; DeepSpeed's pipeline.stages and
 pipeline.partition ("uniform") set the stages; S above the layer count and ranks not a
-multiple of S are refused by name.
+multiple of S are refused by name; a tied model (its head on the last stage,
+the embedding on the first) is bitwise one rank too.
 
 usage: test_train_pipe.py MPIEXEC ZO_TRAIN
 """
@@ -200,6 +201,53 @@ def from_config():
                   "partition uniform: split %s" % got["config"]["pipeline_split"])
 
 
+def tied_model(d):
+    """A tied Hugging Face model directory: one rank's saved one, with
+    tie_word_embeddings and without lm_head.weight."""
+    if train(1, ["--steps", "1", "--save", d + "/init"], d + "/init-swap") is None:
+        return None
+    src, dst = d + "/init/hf-model", d + "/tied"
+    os.makedirs(dst)
+    with open(src + "/config.json") as f:
+        cfg = json.load(f)
+    cfg["tie_word_embeddings"] = True
+    with open(dst + "/config.json", "w") as f:
+        json.dump(cfg, f)
+    t = {k: v for k, v in tensors(src).items() if k != "lm_head.weight"}
+    header, blob = {}, b""
+    for k in sorted(t):
+        header[k] = {"dtype": t[k][0], "shape": t[k][1],
+                     "data_offsets": [len(blob), len(blob) + len(t[k][2])]}
+        blob += t[k][2]
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(dst + "/model.safetensors", "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h + blob)
+    return dst
+
+
+def tied():
+    """A tied model's head on the last stage: layer 0 copied there, the head's
+    gradients summed into the first stage's embedding gradient first, as one
+    rank sums them; 2 x 2 ranks as 2 data-parallel ones."""
+    with tempfile.TemporaryDirectory() as d:
+        model = tied_model(d)
+        if model is None:
+            return
+        hf = ["--hf-model", model] + HOST_NVME
+        for stages, mode in ((2, "sync"), (3, "overlap"), (2, "dpu")):
+            flags = hf + ["--grad-accum", "4", "--optimizer-mode", mode]
+            ref = train(1, flags, d + "/one-" + mode)
+            got = train(stages, flags + ["--pipeline-stages", str(stages)], d + "/p")
+            if ref is not None and got is not None:
+                same("tied, %d stages, %s" % (stages, mode), ref, got)
+        flags = hf + ["--grad-accum", "2", "--zero-stage", "1"]
+        ref = train(2, flags, d + "/dp")
+        got = train(4, flags + ["--pipeline-stages", "2"], d + "/pp")
+        if ref is not None and got is not None:
+            same("tied, 2 x 2 ranks", ref, got)
+
+
 HOST_NVME = ["--offload-param", "cpu", "--offload-optimizer", "nvme"]
 exact(2, HOST_NVME)
 exact(4, HOST_NVME)  # 6 engine layers in 4 stages
@@ -215,6 +263,7 @@ three_d(3)
 trace_1f1b()
 checkpoint()
 from_config()
+tied()
 refused(4, ["--pipeline-stages", "7"], ["--pipeline-stages 7", "6 layers", "at most 6"])
 refused(3, ["--pipeline-stages", "2"], ["--pipeline-stages 2", "multiple of 2", "has 3"])
 refused(2, ["--pipeline-stages", "2", "--pipeline-split", "9"], ["--pipeline-split '9'"])

@@ -896,13 +896,20 @@ zo_status zt_model_eval_micro(zt_model *m, const zt_param_source *src, int i)
 
 static zo_status check_stage(const zt_model *m, int first, int last, int i, int set)
 {
-    const int top = m->c.shape.n_layers + 1;
-    if (first < 0 || last < first || last > top || set < 0 || set >= m->sets || m->c.shape.tied)
+    const int top = zt_engine_layers(&m->c.shape) - 1;
+    if (first < 0 || last < first || last > top || set < 0 || set >= m->sets)
         return zt_fail(ZO_ERR_INVALID_ARG,
-                       "a stage of layers %d..%d on set %d: expected 0 <= first <= last <= %d, a "
-                       "set below %d and an untied model",
+                       "a stage of layers %d..%d on set %d: expected 0 <= first <= last <= %d and "
+                       "a set below %d",
                        first, last, set, top, m->sets);
     return check_micro(m, i);
+}
+
+/* The last engine layer's stage computes the head (a tied model's too:
+ * under layer 0's parameters, which its source hands out). */
+static int holds_head(const zt_model *m, int last)
+{
+    return last == zt_engine_layers(&m->c.shape) - 1;
 }
 
 static void select_set(zt_model *m, int set)
@@ -910,6 +917,17 @@ static void select_set(zt_model *m, int set)
     const int L1 = m->c.shape.n_layers + 1;
     m->ckpt = m->ckpt_all + (size_t)set * L1;
     m->dres = m->dres_all[set];
+    select_head_grads(m, set);
+}
+
+uint64_t zt_model_stage_head_bytes(const zt_model *m)
+{
+    return m->head_stride;
+}
+
+void *zt_model_stage_head_grads(zt_model *m, int set)
+{
+    return m->head_grad_all ? m->head_grad_all + (uint64_t)set * m->head_stride : NULL;
 }
 
 size_t zt_model_stage_elems(const zt_model *m)
@@ -951,7 +969,7 @@ zo_status zt_model_stage_backward(zt_model *m, const zt_param_source *src, int f
     ZT_TRY(check_stage(m, first, last, i, set));
     select_set(m, set);
     const int L = m->c.shape.n_layers;
-    if (last == L + 1) /* the head: its forward, the loss and its backward under one fetch */
+    if (holds_head(m, last)) /* the head: its forward, the loss and its backward, one fetch */
         ZT_TRY(run_layer(m, src, L + 1, ZO_PHASE_BACKWARD, head_train_fn, i, grad_scale));
     for (int l = last <= L ? last : L; l >= 1 && l >= first; l--)
         ZT_TRY(run_layer(m, src, l, ZO_PHASE_BACKWARD, block_bwd_fn, i, 0.0f));
@@ -964,7 +982,7 @@ zo_status zt_model_stage_eval(zt_model *m, const zt_param_source *src, int first
                               int set)
 {
     ZT_TRY(zt_model_stage_forward(m, src, first, last, i, set));
-    if (last != m->c.shape.n_layers + 1)
+    if (!holds_head(m, last))
         return ZO_OK;
-    return run_layer(m, src, last, ZO_PHASE_FORWARD, head_eval_fn, i, 0.0f);
+    return run_layer(m, src, m->c.shape.n_layers + 1, ZO_PHASE_FORWARD, head_eval_fn, i, 0.0f);
 }

@@ -125,11 +125,19 @@ zo_status zt_model_read_losses(zt_model *m, float *losses, int n);
  * layer last + 1 (sent to the next); its gradients travel in the set's
  * residual gradient: received before the backward, the input's gradient
  * after it. Each op is the one the whole model runs, in the same order, so
- * stages compute bitwise what one rank computes. Untied models only. */
+ * stages compute bitwise what one rank computes. The stage of the last
+ * engine layer computes the head; a tied model's head there fetches layer
+ * 0 (the embedding and the final norm: its source must hand out a copy)
+ * and leaves its gradients in the set's head gradients, which the first
+ * stage's embedding backward adds first, as one rank does (the pipeline
+ * moves them). */
 size_t zt_model_stage_elems(const zt_model *m); /* elements of an input, an output, a gradient */
 void *zt_model_stage_input(zt_model *m, int set, int first); /* NULL for the first stage */
 void *zt_model_stage_output(zt_model *m, int set, int last); /* NULL for the last stage */
 void *zt_model_stage_grad(zt_model *m, int set);
+/* Tied: a set's head gradients (matrix and final norm) and their bytes; NULL and 0 untied. */
+uint64_t zt_model_stage_head_bytes(const zt_model *m);
+void *zt_model_stage_head_grads(zt_model *m, int set);
 /* The forward of layers first..min(last, L) (the head runs in the backward). */
 zo_status zt_model_stage_forward(zt_model *m, const zt_param_source *src, int first, int last,
                                  int i, int set);

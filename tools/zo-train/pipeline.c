@@ -93,14 +93,9 @@ zo_status zt_pipe_split_make(const zt_shape *s, int S, const char *spec, zt_pipe
     if (S > n)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "--pipeline-stages %d: the model has %d layers to split (the embedding, %d "
-                       "blocks and the head), so at most %d stages",
-                       S, n, s->n_layers, n);
-    if (s->tied && S > 1)
-        return zt_fail(ZO_ERR_UNSUPPORTED,
-                       "--pipeline-stages %d with tied embeddings: the head on the last stage "
-                       "needs the embedding of the first; pipelining tied models is not "
-                       "supported yet (untie them or run without --pipeline-stages)",
-                       S);
+                       "blocks%s), so at most %d stages",
+                       S, n, s->n_layers,
+                       s->tied ? "; its tied head is the embedding" : " and the head", n);
     out->stages = S;
     if (!spec || strcmp(spec, "parameters") == 0)
         return balance_split(s, S, n, out);
@@ -132,7 +127,18 @@ int zt_pipe_sets(int S, int r, int M)
 /* Per set of layer inputs: a micro-batch's input received, its output-side
  * gradient received, its forward done, its output sent, its backward done,
  * its input's gradient sent. */
-enum { EV_GOT_ACT, EV_GOT_GRAD, EV_FWD_DONE, EV_SENT_ACT, EV_BWD_DONE, EV_SENT_GRAD, N_EV };
+enum {
+    EV_GOT_ACT,
+    EV_GOT_GRAD,
+    EV_FWD_DONE,
+    EV_SENT_ACT,
+    EV_BWD_DONE,
+    EV_SENT_GRAD,
+    EV_GOT_HEAD,  /* tied: the head's gradients received (first stage) */
+    EV_SENT_HEAD, /* ... sent (last stage) */
+    N_EV
+};
+enum { N_STREAMS = 6 };
 
 enum { OP_FWD = 0, OP_BWD = 1, TRACE_NAMES = 512 };
 
@@ -142,9 +148,17 @@ struct zt_pipe {
     int n_ops;     /* 2M */
     int *op_kind;  /* OP_FWD or OP_BWD ... */
     int *op_micro; /* ... of which micro-batch, in this stage's 1F1B order */
-    zo_stream_t recv_act, recv_grad, send_act, send_grad;
+    zo_stream_t recv_act, recv_grad, send_act, send_grad, recv_head, send_head;
     zo_event_t *ev[N_EV]; /* K each */
     uint64_t span_t0;     /* the compute stream's current micro-batch began (trace) */
+    /* Tied embeddings: layer 0's parameters copied to the last stage for its
+     * head, the head's gradients sent back, on a communicator of their own
+     * (with 2 stages the same pair of ranks carries the residual gradients) */
+    zo_comm_t tcomm;
+    int n_tied; /* layer 0's tensors */
+    size_t tied_numel[ZT_MAX_LAYER_TENSORS];
+    void *tied_copy[ZT_MAX_LAYER_TENSORS]; /* last stage: device buffers */
+    zt_param_source inner, src;            /* the caller's source, and the one the model sees */
 };
 
 /* Static names for the trace's spans ("F3", "B3"): the callback keeps the
@@ -258,6 +272,113 @@ static zo_status recv_grad(zt_pipe *p, int j)
     return ZO_OK;
 }
 
+/* ---- tied embeddings ---- */
+
+static int tied(const zt_pipe *p)
+{
+    return p->tcomm != NULL;
+}
+
+/* The last stage's source: layer 0 (its head's matrix and norm) is the
+ * copy; the rest the caller's. */
+static zo_status wrap_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, void **params,
+                            void **grads, int n)
+{
+    zt_pipe *p = ctx;
+    if (layer >= p->c.first)
+        return p->inner.fetch(p->inner.ctx, layer, phase, s, params, grads, n);
+    for (int i = 0; i < p->n_tied && i < n; i++) {
+        params[i] = p->tied_copy[i];
+        if (grads)
+            grads[i] = NULL;
+    }
+    return ZO_OK;
+}
+
+static zo_status wrap_release(void *ctx, int layer, zo_stream_t s)
+{
+    zt_pipe *p = ctx;
+    return layer >= p->c.first ? p->inner.release(p->inner.ctx, layer, s) : ZO_OK;
+}
+
+static zo_status wrap_grads_ready(void *ctx, int layer, zo_stream_t s)
+{
+    zt_pipe *p = ctx;
+    return p->inner.grads_ready(p->inner.ctx, layer, s);
+}
+
+/* The source the model sees this step: the caller's, or the last stage's
+ * wrapper of it when tied. */
+static void use_source(zt_pipe *p, const zt_param_source *src)
+{
+    p->inner = *src;
+    p->src = *src;
+    if (tied(p) && last_stage(p))
+        p->src = (zt_param_source){p, wrap_fetch, wrap_release, wrap_grads_ready};
+}
+
+/* Layer 0's parameters of this step (or validation) from the first stage
+ * to the last, in compute order on both. */
+static zo_status share_tied(zt_pipe *p)
+{
+    if (!tied(p) || (!first_stage(p) && !last_stage(p)))
+        return ZO_OK;
+    zo_stream_t s = p->c.compute;
+    if (last_stage(p)) {
+        for (int i = 0; i < p->n_tied; i++)
+            ZT_LIB(zo_comm_recv(p->tcomm, s, p->tied_copy[i], p->tied_numel[i], p->c.act_dtype, 0));
+        return ZO_OK;
+    }
+    void *params[ZT_MAX_LAYER_TENSORS] = {0}, *grads[ZT_MAX_LAYER_TENSORS] = {0};
+    ZT_TRY(
+        p->inner.fetch(p->inner.ctx, 0, ZO_PHASE_FORWARD, s, params, grads, ZT_MAX_LAYER_TENSORS));
+    zo_status st = ZO_OK;
+    for (int i = 0; st >= 0 && i < p->n_tied; i++)
+        if ((st = zo_comm_send(p->tcomm, s, params[i], p->tied_numel[i], p->c.act_dtype,
+                               p->S - 1)) < 0)
+            zt_lib_fail(st, "zo_comm_send of the tied embedding");
+    zo_status rst = p->inner.release(p->inner.ctx, 0, s);
+    return st < 0 ? st : rst;
+}
+
+/* First stage: micro-batch j's head gradients, into its set's once
+ * micro-batch j-K's embedding backward (their reader) is done. */
+static zo_status recv_head(zt_pipe *p, int j)
+{
+    const int s = j % p->K;
+    if (j >= p->K)
+        ZT_TRY(wait_for(p->recv_head, p->ev[EV_BWD_DONE][s]));
+    ZT_LIB(zo_comm_recv(p->tcomm, p->recv_head, zt_model_stage_head_grads(p->c.model, s),
+                        zt_model_stage_head_bytes(p->c.model), ZO_DTYPE_U8, p->S - 1));
+    ZT_LIB(zo_event_record(p->ev[EV_GOT_HEAD][s], p->recv_head));
+    return ZO_OK;
+}
+
+/* Last stage: micro-batch j's head gradients to the first stage. */
+static zo_status send_head(zt_pipe *p, int j)
+{
+    const int s = j % p->K;
+    ZT_LIB(zo_stream_wait_event(p->send_head, p->ev[EV_BWD_DONE][s]));
+    ZT_LIB(zo_comm_send(p->tcomm, p->send_head, zt_model_stage_head_grads(p->c.model, s),
+                        zt_model_stage_head_bytes(p->c.model), ZO_DTYPE_U8, 0));
+    ZT_LIB(zo_event_record(p->ev[EV_SENT_HEAD][s], p->send_head));
+    return ZO_OK;
+}
+
+/* Before micro-batch j's backward: its head gradients here (first stage),
+ * or the set's last ones gone (last stage). */
+static zo_status wait_head(zt_pipe *p, int j)
+{
+    const int s = j % p->K;
+    if (!tied(p))
+        return ZO_OK;
+    if (first_stage(p))
+        return wait_for(p->c.compute, p->ev[EV_GOT_HEAD][s]);
+    if (last_stage(p) && j >= p->K)
+        return wait_for(p->c.compute, p->ev[EV_SENT_HEAD][s]);
+    return ZO_OK;
+}
+
 /* What op k needs from the neighbours, asked for one op ahead so the
  * transfer runs beside the op before it. */
 static zo_status post_recv(zt_pipe *p, int k)
@@ -266,6 +387,8 @@ static zo_status post_recv(zt_pipe *p, int k)
         return ZO_OK;
     if (p->op_kind[k] == OP_FWD)
         return first_stage(p) ? ZO_OK : recv_act(p, p->op_micro[k]);
+    if (tied(p) && first_stage(p))
+        ZT_TRY(recv_head(p, p->op_micro[k]));
     return last_stage(p) ? ZO_OK : recv_grad(p, p->op_micro[k]);
 }
 
@@ -311,19 +434,23 @@ static zo_status run_backward(zt_pipe *p, const zt_param_source *src, int j, flo
         ZT_TRY(wait_for(p->c.compute, p->ev[EV_GOT_GRAD][s]));
     else if (!first_stage(p) && j >= p->K) /* the head writes the gradient the last send read */
         ZT_TRY(wait_for(p->c.compute, p->ev[EV_SENT_GRAD][s]));
+    ZT_TRY(wait_head(p, j));
     ZT_TRY(mark(p, OP_BWD, j, 0));
     ZT_TRY(zt_model_stage_backward(p->c.model, src, p->c.first, p->c.last, j, s, scale));
     ZT_TRY(mark(p, OP_BWD, j, 1));
     ZT_LIB(zo_event_record(p->ev[EV_BWD_DONE][s], p->c.compute));
+    if (tied(p) && last_stage(p))
+        ZT_TRY(send_head(p, j));
     return first_stage(p) ? ZO_OK : send_grad(p, j);
 }
 
 /* Every transfer of the step done; the first error among them. */
 static zo_status drain(zt_pipe *p)
 {
-    zo_stream_t s[4] = {p->recv_act, p->recv_grad, p->send_act, p->send_grad};
+    zo_stream_t s[N_STREAMS] = {p->recv_act,  p->recv_grad, p->send_act,
+                                p->send_grad, p->recv_head, p->send_head};
     zo_status first = ZO_OK;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < N_STREAMS; i++) {
         zo_status st = zo_stream_synchronize(s[i]);
         if (st < 0 && first == ZO_OK)
             first = zt_lib_fail(st, "a pipeline transfer");
@@ -331,9 +458,13 @@ static zo_status drain(zt_pipe *p)
     return first;
 }
 
-zo_status zt_pipe_train(zt_pipe *p, const zt_param_source *src, float grad_scale)
+zo_status zt_pipe_train(zt_pipe *p, const zt_param_source *caller, float grad_scale)
 {
-    zo_status st = post_recv(p, 0);
+    use_source(p, caller);
+    const zt_param_source *src = &p->src;
+    zo_status st = share_tied(p);
+    if (st >= 0)
+        st = post_recv(p, 0);
     for (int k = 0; st >= 0 && k < p->n_ops; k++) {
         int j = p->op_micro[k];
         st = p->op_kind[k] == OP_FWD ? run_forward(p, src, j) : run_backward(p, src, j, grad_scale);
@@ -345,10 +476,13 @@ zo_status zt_pipe_train(zt_pipe *p, const zt_param_source *src, float grad_scale
     return drain(p);
 }
 
-zo_status zt_pipe_eval(zt_pipe *p, const zt_param_source *src, int n)
+zo_status zt_pipe_eval(zt_pipe *p, const zt_param_source *caller, int n)
 {
     zo_stream_t s = p->c.compute; /* forward only: every transfer in order on the compute stream */
     size_t elems = zt_model_stage_elems(p->c.model);
+    use_source(p, caller);
+    const zt_param_source *src = &p->src;
+    ZT_TRY(share_tied(p));
     for (int i = 0; i < n; i++) {
         if (!first_stage(p))
             ZT_LIB(zo_comm_recv(p->c.comm, s, zt_model_stage_input(p->c.model, 0, p->c.first),
@@ -370,8 +504,9 @@ zo_status zt_pipe_share_losses(zt_pipe *p, float *losses, int n)
 
 void zt_pipe_settle(zt_pipe *p)
 {
-    zo_stream_t s[4] = {p->recv_act, p->recv_grad, p->send_act, p->send_grad};
-    for (int i = 0; i < 4; i++)
+    zo_stream_t s[N_STREAMS] = {p->recv_act,  p->recv_grad, p->send_act,
+                                p->send_grad, p->recv_head, p->send_head};
+    for (int i = 0; i < N_STREAMS; i++)
         zo_stream_synchronize(s[i]);
 }
 
@@ -398,14 +533,33 @@ static zo_status check_shapes(zt_pipe *p)
 
 static zo_status open_streams(zt_pipe *p)
 {
-    zo_stream_t *s[4] = {&p->recv_act, &p->recv_grad, &p->send_act, &p->send_grad};
-    for (int i = 0; i < 4; i++)
+    zo_stream_t *s[N_STREAMS] = {&p->recv_act,  &p->recv_grad, &p->send_act,
+                                 &p->send_grad, &p->recv_head, &p->send_head};
+    for (int i = 0; i < N_STREAMS; i++)
         ZT_LIB(zo_stream_create(p->c.dev, s[i]));
     for (int e = 0; e < N_EV; e++) {
         if (!(p->ev[e] = calloc((size_t)p->K, sizeof *p->ev[e])))
             return zt_fail(ZO_ERR_NO_MEMORY, "pipeline events");
         for (int k = 0; k < p->K; k++)
             ZT_LIB(zo_event_create(p->c.dev, &p->ev[e][k]));
+    }
+    return ZO_OK;
+}
+
+/* Tied: the communicator of layer 0's copy and the head's gradients, and
+ * the last stage's copy. Collective over the pipeline group. */
+static zo_status open_tied(zt_pipe *p)
+{
+    const zt_shape *sh = p->c.shape;
+    if (!sh->tied)
+        return ZO_OK;
+    ZT_LIB(zo_comm_split(p->c.comm, 0, p->r, &p->tcomm));
+    p->n_tied = zt_layer_tensors(sh, 0);
+    for (int i = 0; i < p->n_tied; i++) {
+        p->tied_numel[i] = zt_tensor_numel(sh, 0, i);
+        if (last_stage(p))
+            ZT_LIB(zo_device_malloc(p->c.dev, p->tied_numel[i] * zo_dtype_size(p->c.act_dtype),
+                                    &p->tied_copy[i]));
     }
     return ZO_OK;
 }
@@ -424,6 +578,7 @@ static zo_status pipe_open(zt_pipe *p)
     if (p->c.trace)
         name_spans();
     ZT_TRY(open_streams(p));
+    ZT_TRY(open_tied(p));
     return check_shapes(p);
 }
 
@@ -446,8 +601,9 @@ void zt_pipe_free(zt_pipe *p)
 {
     if (!p)
         return;
-    zo_stream_t s[4] = {p->recv_act, p->recv_grad, p->send_act, p->send_grad};
-    for (int i = 0; i < 4; i++)
+    zo_stream_t s[N_STREAMS] = {p->recv_act,  p->recv_grad, p->send_act,
+                                p->send_grad, p->recv_head, p->send_head};
+    for (int i = 0; i < N_STREAMS; i++)
         if (s[i])
             zo_stream_synchronize(s[i]);
     for (int e = 0; e < N_EV; e++)
@@ -455,8 +611,11 @@ void zt_pipe_free(zt_pipe *p)
             zo_event_destroy(p->ev[e][k]);
     for (int e = 0; e < N_EV; e++)
         free(p->ev[e]);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < N_STREAMS; i++)
         zo_stream_destroy(s[i]);
+    for (int i = 0; i < p->n_tied; i++)
+        zo_device_mfree(p->c.dev, p->tied_copy[i]);
+    zo_comm_free(p->tcomm);
     free(p->op_kind);
     free(p->op_micro);
     free(p);

@@ -11,7 +11,10 @@
  * accumulates its layers' gradients in micro-batch order 0..M-1 as one rank
  * does, and the engine's verdict combines the stages' norm partials
  * (zo_engine_config.pipe_comm): S stages compute bitwise what one rank with
- * grad-accum M computes. */
+ * grad-accum M computes. Tied embeddings: the first stage sends layer 0's
+ * parameters to the last for its head at the start of each step, and the
+ * head's gradients of each micro-batch come back to be added to the
+ * embedding's first, as one rank adds them. */
 #ifndef ZT_PIPELINE_H
 #define ZT_PIPELINE_H
 
@@ -44,13 +47,14 @@ typedef struct zt_pipe zt_pipe;
 
 typedef struct zt_pipe_config {
     zo_device_t dev;
-    zo_stream_t compute; /* the model's */
-    zo_comm_t comm;      /* the pipeline group: rank r is stage r */
-    zt_model *model;     /* made with zt_pipe_sets sets of layer inputs on the device */
-    int first, last;     /* this stage's engine layers */
-    int n_micro;         /* M */
-    zo_dtype act_dtype;  /* the activations' */
-    zo_trace_fn trace;   /* optional: each micro-batch's forward and backward */
+    zo_stream_t compute;   /* the model's */
+    zo_comm_t comm;        /* the pipeline group: rank r is stage r */
+    zt_model *model;       /* made with zt_pipe_sets sets of layer inputs on the device */
+    int first, last;       /* this stage's engine layers */
+    int n_micro;           /* M */
+    zo_dtype act_dtype;    /* the activations' (and parameters') */
+    const zt_shape *shape; /* the model's (tied: layer 0 travels to the last stage) */
+    zo_trace_fn trace;     /* optional: each micro-batch's forward and backward */
     void *trace_ctx;
 } zt_pipe_config;
 

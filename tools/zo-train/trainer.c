@@ -665,9 +665,17 @@ int zt_trainer_tensor_owner(const zt_trainer *t, int layer, int idx)
 /* The stage's schedule and transfers over the pipeline group. */
 static zo_status open_pipe(zt_trainer *t)
 {
-    zt_pipe_config pc = {t->dev,     t->s,          t->pipe_comm,    t->m,
-                         t->first,   t->last,       t->o.grad_accum, t->o.dtype,
-                         t->o.trace, t->o.trace_ctx};
+    zt_pipe_config pc = {.dev = t->dev,
+                         .compute = t->s,
+                         .comm = t->pipe_comm,
+                         .model = t->m,
+                         .first = t->first,
+                         .last = t->last,
+                         .n_micro = t->o.grad_accum,
+                         .act_dtype = t->o.dtype,
+                         .shape = &t->o.shape,
+                         .trace = t->o.trace,
+                         .trace_ctx = t->o.trace_ctx};
     return zt_pipe_init(&t->pipe, &pc);
 }
 
