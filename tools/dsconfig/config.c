@@ -263,7 +263,7 @@ static const char *const partition_names[] = {"parameters", "uniform", NULL};
 /* DeepSpeed's pipeline section (its PipelineModule's partition_method as
  * "partition"; "type:REGEX" has no layer types to match here). */
 static const key_spec pipeline_keys[] = {
-    I("stages", pipeline.stages, F_AUTO, 1, 64),
+    I("stages", pipeline.stages, F_AUTO, 0, 64), /* 0 (as "auto"): no stages */
     E("partition", pipeline.partition, F_ICASE, partition_names, 0),
     X("seed_layers"),
     X("activation_checkpoint_interval"),

@@ -159,7 +159,7 @@ static zo_status placement(zt_options *o, const zo_train_config *cfg)
                        (long long)cfg->zoffload.prefetch_lookahead);
     o->lookahead = (int)cfg->zoffload.prefetch_lookahead;
     o->micro_group = (int)cfg->zoffload.micro_group; /* within [1, 2^20]: the parser's range */
-    o->pipeline_stages = (int)cfg->pipeline.stages;  /* [1, 64] or 0: the parser's range */
+    o->pipeline_stages = (int)cfg->pipeline.stages;  /* [0, 64]: the parser's range */
     o->pipeline_split = cfg->pipeline.partition ? "uniform" : NULL;
     o->act_home = cfg->zoffload.act_home; /* the config's 0 device, 1 host, 2 nvme */
     return ZO_OK;
