@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """zo-train's pipeline stages (--pipeline-stages) on the cpu device, under mpirun.
 
-S stages over M = 4 micro-batches against one rank with --grad-accum 4: the
+S stages over M = 4 (and 2) micro-batches against one rank with --grad-accum M: the
 losses, the validation loss and the final fp32 master weights (their
 --weights-digest, each tensor hashed by the stage holding it) are bitwise
 equal, for S = 2 and S = 4 (the tiny model's 6 engine layers split unevenly),
@@ -64,18 +64,20 @@ def same(what, ref, got):
         check(ref[key] == got[key], "%s: %s %r, reference %r" % (what, key, got[key], ref[key]))
 
 
-def exact(stages, flags, split=None, ref_cache={}):
-    """S stages against one rank with --grad-accum 4, both with flags."""
+def exact(stages, flags, split=None, micro=4, ref_cache={}):
+    """S stages against one rank with --grad-accum M, both with flags."""
     with tempfile.TemporaryDirectory() as d:
-        key = tuple(flags)
+        ga = ["--grad-accum", str(micro)]
+        key = tuple(flags + ga)
         if key not in ref_cache:
-            ref_cache[key] = train(1, ["--grad-accum", "4"] + flags, d + "/one")
+            ref_cache[key] = train(1, ga + flags, d + "/one")
         pipe = ["--pipeline-stages", str(stages)] + (["--pipeline-split", split] if split else [])
-        got = train(stages, ["--grad-accum", "4"] + flags + pipe, d + "/p")
+        got = train(stages, ga + flags + pipe, d + "/p")
         ref = ref_cache[key]
         if ref is None or got is None:
             return None
-        what = "%d stages%s, %s" % (stages, " split " + split if split else "", " ".join(flags))
+        what = "%d stages%s, M %d, %s" % (stages, " split " + split if split else "", micro,
+                                          " ".join(flags))
         same(what, ref, got)
         check(got["config"]["pipeline_stages"] == stages,
               "%s: config says %r" % (what, got["config"]))
@@ -257,6 +259,7 @@ exact(2, HOST_NVME + ["--optimizer-mode", "dpu"])
 exact(2, ["--offload-param", "none", "--offload-optimizer", "cpu"])
 exact(2, HOST_NVME, split="1")  # the embedding alone, then 5 layers
 exact(3, HOST_NVME, split="2,5")
+exact(4, HOST_NVME, micro=2)  # fewer micro-batches than stages
 three_d(1)
 three_d(2)
 three_d(3)
