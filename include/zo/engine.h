@@ -227,13 +227,18 @@ typedef struct zo_engine_config {
  * (device: over every chunk at stages 1 and 2, over the rank's own at stage
  * 3). A rank's failure fails the step on every rank, naming it: NVMe reads
  * of 16-bit parameters that fail during a step are kept until its end, and
- * the ranks agree on the step (before the verdict) and on the update (after
- * the broadcasts), discarding what was stored beside the committed states;
- * a copy of another rank's chunk that fails its checksum is sent again by
- * its owner, so that the step can be run again. (In sync mode the states of
- * an in-place tier, host or device, are already updated when another rank's
- * broadcast fails.) Needs a communicator that reaches host memory (mpi,
- * self). Overlap: each owner
+ * the ranks agree on the step (before the verdict) and on the owners'
+ * updates (after the broadcasts), discarding what was stored beside the
+ * committed states; a copy of another rank's chunk that fails its checksum
+ * is sent again by its owner, so that the step can be run again. A rank's
+ * failed write of another rank's chunk (its copy, not the update) fails no
+ * step (outside dpu mode): once the ranks agreed, the owner sends it again
+ * into the alternate extent, so the states of an in-place tier (host,
+ * device), already updated in sync mode, are the committed ones on every
+ * rank; if that write fails too, the copy is marked stale, the next step's
+ * load of it fails that step on every rank (before its update) and its
+ * owner sends it once more at that step's end. Needs a communicator that
+ * reaches host memory (mpi, self). Overlap: each owner
  * updates its chunks speculatively on their reduced gradients as they
  * arrive and validates as one rank does. Dpu: the reduced gradients are kept
  * by step parity (host += that twice) and the owners broadcast from the

@@ -40,6 +40,9 @@
 /* eng_chunk.reload: from the home's 16-bit copy, or from the committed master */
 #define ENG_RELOAD_HOME   1
 #define ENG_RELOAD_MASTER 2
+/* eng_chunk.pstale (ZeRO, engine_zero.c) */
+#define ENG_P16_MISSED 1
+#define ENG_P16_STALE  2
 
 typedef struct eng_tensor {
     int layer;
@@ -88,6 +91,10 @@ typedef struct eng_chunk {
     uint64_t pgen[2];
     int pext_cur;
     int palt_valid;
+    atomic_int pstale; /* ZeRO, another rank's chunk on NVMe here: ENG_P16_MISSED, its owner's
+                          broadcast of this step failed to land in the alternate extent (sent
+                          again before the commit); ENG_P16_STALE, the current extent is older
+                          than the committed values (loads fail until its owner sends them) */
     uint64_t gen[2];
     int split_ref[2]; /* master_split: the 16-bit copy (p16 index) an extent's master was split
                          against, or -1: the full master */
@@ -480,14 +487,19 @@ zo_status eng_zero_share_partials(struct zo_engine *e);
  * parameters from its owner (dpu: from the delayed update's thread, on a
  * communicator of its own);
  * chunks homed on NVMe go through pinned buffers to their alternate
- * extents. Every rank's outcome is then shared: a failure on one fails the
- * update on all, naming the rank. */
+ * extents. Every rank's outcome is then shared: an owner's failure fails
+ * the update on all, naming the rank. A copy that failed to land on another
+ * rank (outside dpu mode) is no failure of the step: its owner sends it
+ * again before the commit and, should that fail too, once more at the next
+ * step's end, whose loads of it fail meanwhile (ENG_P16_STALE). */
 zo_status eng_zero_share_params(struct zo_engine *e, zo_status mine);
 /* Under ZeRO, keep st (with the thread's last error) as this rank's
  * failure of the step, to be agreed on at its end; returns ZO_OK so that the
  * rank keeps issuing the step's collectives. chunk: the chunk whose load
  * into a device slot failed, or -1. One rank: returns st. */
 zo_status eng_zero_defer(struct zo_engine *e, zo_status st, int chunk);
+/* A load of chunk c's copy here: a failure when it is stale (eng_chunk.pstale). */
+zo_status eng_zero_check_copy(const struct zo_engine *e, uint32_t c);
 
 /* engine_pipe.c: pipeline stages */
 static inline int eng_pipe_on(const zo_engine_config *c)

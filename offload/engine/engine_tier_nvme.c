@@ -365,6 +365,8 @@ static zo_status wait_ticket(void *arg)
     uint64_t t0 = zo_now_ns();
     zo_status st = zo_swap_wait(io);
     atomic_fetch_add(&t->e->nvme_ns, zo_now_ns() - t0);
+    if (st == ZO_OK && eng_zero_on(&t->e->cfg)) /* another rank's chunk, its writes failed */
+        st = eng_zero_check_copy(t->e, (uint32_t)t->chunk);
     return eng_zero_defer(t->e, st, t->chunk); /* ZeRO: failed with the others at the step's end */
 }
 

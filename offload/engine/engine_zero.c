@@ -406,68 +406,155 @@ zo_status eng_zero_defer(struct zo_engine *e, zo_status st, int chunk)
     return ZO_OK;
 }
 
+zo_status eng_zero_check_copy(const struct zo_engine *e, uint32_t c)
+{
+    const eng_chunk *k = &e->chunks[c];
+    if (atomic_load(&k->pstale) != ENG_P16_STALE)
+        return ZO_OK;
+    return ZO_FAIL(ZO_ERR_IO, ENG_SUBSYS,
+                   "rank %d's copy of chunk %u (layer %d, rank %d's) is stale (writing its owner's "
+                   "values here failed): its owner sends it again at this step's end",
+                   e->cfg.rank, c, k->layer, k->owner);
+}
+
 /* A rank's outcome as the ranks exchange it: 64 int32 words. */
 typedef struct outcome {
     int32_t st;
     int32_t repair; /* a chunk its copy of failed the checksum, or -1 */
-    char msg[248];
+    int32_t stale;  /* its copies of other ranks' chunks that missed an update */
+    char msg[244];
 } outcome;
 
-/* Chunk c, whose copy on rank r failed its checksum, from its owner's
- * committed values (its host copy or its NVMe) through the scratch,
- * rewritten in place on r (the extent was unreadable anyway) so that the
- * step can be run again. Every rank takes part in the broadcast. */
-static zo_status repair(struct zo_engine *e, int r, uint32_t c)
+/* This rank's copies in state `want` (ENG_P16_MISSED or ENG_P16_STALE). */
+static int32_t count_stale(const struct zo_engine *e, int want)
+{
+    int32_t n = 0;
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        n += atomic_load(&e->chunks[c].pstale) == want;
+    return n;
+}
+
+/* Chunk c's 16-bit values for rank r from its owner: the update just shared
+ * (latest: written to r's alternate extent, switched to at the commit) or
+ * the committed ones (rewritten in place on r: its extent failed its
+ * checksum or missed an update), through a share buffer or the scratch.
+ * Every rank takes part; the owner's flag says whether what it sent is
+ * good. A failure on r leaves the copy stale (ENG_P16_STALE: its loads fail
+ * until it is sent again); only the communicator's failures return. */
+static zo_status resend(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, int r, uint32_t c,
+                        int latest)
 {
     eng_chunk *k = &e->chunks[c];
-    void *buf = e->zscratch;
-    zo_status st = ZO_OK;
+    void *buf = e->zpbuf[0] ? e->zpbuf[0] : (void *)e->zscratch;
+    int32_t good = 1;
     if (k->owner == e->cfg.rank && eng_p16_nvme(k))
-        st = eng_p16_nvme_read(e, c, 0, buf);
+        good = eng_p16_nvme_read(e, c, latest, buf) == ZO_OK;
     else if (k->owner == e->cfg.rank)
-        buf = k->p16[k->p16_cur];
-    ZO_TRY(zo_comm_broadcast(e->zcomm, e->zstream, buf, k->n_elems, e->cfg.param_dtype, k->owner));
-    ZO_TRY(zo_stream_synchronize(e->zstream));
+        buf = latest ? k->pt->update_out(e, c, NULL) : k->p16[k->p16_cur];
+    if (!good)
+        ZO_LOGW(ENG_SUBSYS, "reading chunk %u to send it to rank %d failed: %s", c, r,
+                zo_last_error());
+    ZO_TRY(zo_comm_broadcast(comm, s, buf, k->n_elems, e->cfg.param_dtype, k->owner));
+    ZO_TRY(zo_comm_broadcast(comm, s, &good, 1, ZO_DTYPE_I32, k->owner));
+    ZO_TRY(zo_stream_synchronize(s));
     if (r != e->cfg.rank || !eng_p16_nvme(k))
-        return st;
+        return ZO_OK;
     size_t used = k->n_elems * e->e16;
     memset((char *)buf + used, 0, e->p16_extent - used);
-    return zo_swap_write(e->pswap, k->pext[k->pext_cur], buf, e->p16_extent, k->pgen[k->pext_cur]);
+    zo_status st = good ? ZO_OK : ZO_FAIL(ZO_ERR_IO, ENG_SUBSYS, "its owner could not read it");
+    zo_swap_io_t io = NULL;
+    if (st == ZO_OK && latest)
+        st = eng_p16_nvme_receive(e, c, buf, &io);
+    if (st == ZO_OK && latest)
+        st = eng_timed_swap_wait(e, io);
+    else if (st == ZO_OK)
+        st =
+            zo_swap_write(e->pswap, k->pext[k->pext_cur], buf, e->p16_extent, k->pgen[k->pext_cur]);
+    k->palt_valid = latest && st == ZO_OK;
+    atomic_store(&k->pstale, st == ZO_OK ? 0 : ENG_P16_STALE);
+    if (st < 0)
+        ZO_LOGW(ENG_SUBSYS,
+                "rank %d's copy of chunk %u (layer %d, rank %d's) stays stale: %s; its loads "
+                "fail the step until its owner sends it again at that step's end",
+                r, c, k->layer, k->owner, zo_last_error());
+    return ZO_OK;
+}
+
+/* Every rank's copies in state `want` sent again by their owners, in chunk
+ * and rank order (the same on every rank). */
+static zo_status resend_all(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, int want)
+{
+    size_t n = e->n_chunks, W = (size_t)e->cfg.world_size, nw = n * W;
+    int32_t *mine = calloc(n ? n : 1, sizeof *mine), *all = calloc(nw ? nw : 1, sizeof *all);
+    zo_status st = mine && all ? ZO_OK : ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "stale copies");
+    for (uint32_t c = 0; st == ZO_OK && c < n; c++)
+        mine[c] = atomic_load(&e->chunks[c].pstale) == want;
+    if (st == ZO_OK)
+        st = zo_comm_all_gather(comm, s, mine, all, n, ZO_DTYPE_I32);
+    if (st == ZO_OK)
+        st = zo_stream_synchronize(s);
+    for (uint32_t c = 0; st == ZO_OK && c < n; c++)
+        for (size_t r = 0; st == ZO_OK && r < W; r++)
+            if (all[r * n + c])
+                st = resend(e, comm, s, (int)r, c, want == ENG_P16_MISSED);
+    free(mine);
+    free(all);
+    return st;
 }
 
 static zo_status repair_all(struct zo_engine *e, const outcome *all)
 {
-    zo_status st = ZO_OK;
     for (int r = 0; r < e->cfg.world_size; r++) {
         int32_t c = all[r].repair;
         if (c < 0 || (uint32_t)c >= e->n_chunks)
             continue;
-        zo_status s1 = repair(e, r, (uint32_t)c);
-        if (st == ZO_OK && s1 < 0)
-            st = s1;
+        ZO_TRY(resend(e, e->zcomm, e->zstream, r, (uint32_t)c, 0));
     }
-    return st;
+    return ZO_OK;
 }
 
-/* Every rank's outcome (mine, why) all-gathered: ZO_OK when all succeeded,
- * else the first failed rank's status and message, on every rank. */
+/* Copies of other ranks' chunks in state `want` once the ranks agreed (n
+ * of them over the ranks; failed: the step failed on some rank): the
+ * update just shared that missed its alternate extent is sent again,
+ * unless the step failed (the current extent is the committed one, what
+ * the commit keeps); stale copies get the committed values again. */
+static zo_status settle_copies(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, int want, int n,
+                               int failed)
+{
+    if (want == ENG_P16_MISSED && failed) {
+        for (uint32_t c = 0; c < e->n_chunks; c++)
+            if (atomic_load(&e->chunks[c].pstale) == ENG_P16_MISSED)
+                atomic_store(&e->chunks[c].pstale, 0);
+        return ZO_OK;
+    }
+    return n ? resend_all(e, comm, s, want) : ZO_OK;
+}
+
+/* Every rank's outcome (mine, why; its copies in state `want`)
+ * all-gathered: ZO_OK when all succeeded, else the first failed rank's
+ * status and message, on every rank. */
 static zo_status agree(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, zo_status mine,
-                       int repair_chunk, const char *why)
+                       int repair_chunk, int want, const char *why)
 {
     int W = e->cfg.world_size;
-    outcome o = {mine, repair_chunk, ""}, *all = calloc((size_t)W, sizeof *all);
+    outcome o = {mine, repair_chunk, count_stale(e, want), ""};
+    outcome *all = calloc((size_t)W, sizeof *all);
     if (!all)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "the ranks' outcomes");
     snprintf(o.msg, sizeof o.msg, "%s", mine < 0 ? why : "");
     zo_status st = zo_comm_all_gather(comm, s, &o, all, sizeof o / 4, ZO_DTYPE_I32);
     if (st == ZO_OK)
         st = zo_stream_synchronize(s);
-    int bad = -1;
-    for (int r = 0; st == ZO_OK && r < W && bad < 0; r++)
-        bad = all[r].st < 0 ? r : -1;
+    int bad = -1, stale = 0;
+    for (int r = 0; st == ZO_OK && r < W; r++) {
+        bad = bad < 0 && all[r].st < 0 ? r : bad;
+        stale += all[r].stale;
+    }
     if (bad >= 0 && comm == e->zcomm && repair_all(e, all) < 0)
         ZO_LOGW(ENG_SUBSYS, "repairing a 16-bit parameter copy failed: %s", zo_last_error());
-    if (bad >= 0) {
+    if (st == ZO_OK)
+        st = settle_copies(e, comm, s, want, stale, bad >= 0);
+    if (st == ZO_OK && bad >= 0) {
         all[bad].msg[sizeof all[bad].msg - 1] = 0;
         st = ZO_FAIL((zo_status)all[bad].st, ENG_SUBSYS, "rank %d of %d failed the step: %s", bad,
                      W, all[bad].msg);
@@ -490,7 +577,7 @@ static zo_status agree_on_step(struct zo_engine *e)
     e->zdefer_st = ZO_OK;
     e->zdefer_repair = -1;
     pthread_mutex_unlock(&e->mu);
-    return agree(e, e->zcomm, e->zstream, mine, c, why);
+    return agree(e, e->zcomm, e->zstream, mine, c, ENG_P16_STALE, why);
 }
 
 zo_status eng_zero_share_partials(struct zo_engine *e)
@@ -519,6 +606,22 @@ static void ring_keep(share_ring *r, zo_status st)
     snprintf(r->why, sizeof r->why, "%s", zo_last_error());
 }
 
+/* This rank's write of another rank's chunk c failed: no failure of the
+ * step (the owners' updates stand), the owner sends it again once the ranks
+ * agreed (agree); in dpu mode, whose commit comes a step later, a failure. */
+static void missed(struct zo_engine *e, share_ring *r, uint32_t c, zo_status st)
+{
+    if (st >= 0)
+        return;
+    if (e->cfg.mode == ZO_OPTIM_DPU) {
+        ring_keep(r, st);
+        return;
+    }
+    ZO_LOGW(ENG_SUBSYS, "writing chunk %u (layer %d) from rank %d failed: %s; it is sent again", c,
+            e->chunks[c].layer, e->chunks[c].owner, zo_last_error());
+    atomic_store(&e->chunks[c].pstale, ENG_P16_MISSED);
+}
+
 /* Buffer b's write landed: its chunk's alternate holds the owner's values. */
 static void ring_land(struct zo_engine *e, share_ring *r, unsigned b)
 {
@@ -527,7 +630,7 @@ static void ring_land(struct zo_engine *e, share_ring *r, unsigned b)
     zo_status st = eng_timed_swap_wait(e, r->io[b]);
     if (st == ZO_OK)
         e->chunks[r->chunk[b]].palt_valid = 1;
-    ring_keep(r, st);
+    missed(e, r, (uint32_t)r->chunk[b], st);
     r->io[b] = NULL;
     r->chunk[b] = -1;
 }
@@ -552,7 +655,7 @@ static zo_status share_nvme(struct zo_engine *e, uint32_t c, zo_comm_t comm, zo_
     size_t used = k->n_elems * e->e16;
     memset((char *)buf + used, 0, e->p16_extent - used);
     zo_status st = eng_p16_nvme_receive(e, c, buf, &r->io[b]);
-    ring_keep(r, st);
+    missed(e, r, c, st);
     if (st == ZO_OK)
         r->chunk[b] = (int)c;
     return ZO_OK;
@@ -586,7 +689,7 @@ zo_status eng_zero_share_params(struct zo_engine *e, zo_status mine)
     for (unsigned b = 0; b < ENG_ZERO_SHARE_BUFS; b++)
         ring_land(e, &r, b);
     ZO_TRY(st); /* the communicator failed: it only returns that error now */
-    st = agree(e, comm, s, r.st, -1, r.why);
+    st = agree(e, comm, s, r.st, -1, ENG_P16_MISSED, r.why);
     if (st < 0) /* another rank's failure: this rank's updates stored beside go too */
         eng_discard_uncommitted(e);
     return st;

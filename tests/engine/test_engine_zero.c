@@ -665,7 +665,7 @@ static void failing_step(zrun *r, int s, int bad, int before, int corrupt)
             fputc(b ^ 0x5a, fp);
             fclose(fp);
         }
-    if (me == bad && before && !corrupt)
+    if (me == bad && before > 0 && !corrupt) /* before < 0: nothing armed */
         ZO_ASSERT_OK(zo_swap_set_faults(store, &f, 1));
     r->a->loss = 0.0;
     ZO_ASSERT_OK(micro_batch(r, s, me, 0)); /* a failed read does not stop this rank alone */
@@ -740,6 +740,98 @@ static void p16_nvme_faults(void **state)
     }
 }
 
+/* Step s with rank `bad`'s parameter store failing its first n requests
+ * from the update on: the owners' updates stand, the failed writes (of
+ * other ranks' chunks) are sent again; the step succeeds on every rank.
+ * The global loss. */
+static double repaired_step(zrun *r, int s, int bad, uint64_t n)
+{
+    zo_swap_t store = zo_engine_nvme_param_store(r->eng);
+    zo_swap_fault f[64];
+    for (uint64_t i = 0; i < n && i < 64; i++)
+        f[i] = (zo_swap_fault){ZO_SWAP_FAULT_EIO, i, 0};
+    zo_swap_stats s0 = {.struct_size = sizeof s0}, s1 = s0;
+    ZO_ASSERT_OK(zo_swap_get_stats(store, &s0));
+    r->a->loss = 0.0;
+    ZO_ASSERT_OK(micro_batch(r, s, me, 0));
+    ZO_ASSERT_OK(zo_stream_synchronize(r->compute));
+    if (me == bad && n)
+        ZO_ASSERT_OK(zo_swap_set_faults(store, f, n < 64 ? n : 64));
+    ZO_ASSERT_OK(zo_engine_end_step(r->eng, NULL));
+    ZO_ASSERT_OK(zo_stream_synchronize(r->compute));
+    ZO_ASSERT_OK(zo_swap_set_faults(store, NULL, 0));
+    ZO_ASSERT_OK(zo_swap_get_stats(store, &s1));
+    if (me == bad) /* the faults fired: a write (n > 1: and its second try) failed */
+        assert_true(s1.errors - s0.errors >= (n > 1 ? 2u : n));
+    return global_loss(r->compute, r->a->loss);
+}
+
+/* Sync mode with the states in host memory (updated in place, so nothing
+ * after the update may fail the step): stages 1 and 2 keep the other ranks'
+ * chunks on NVMe (host_cap: the first of them in host memory, written in
+ * place by the broadcasts). On the last rank: one write of another rank's
+ * chunk fails (sent again at once, the step succeeds), every write fails
+ * (its copies go stale: the next step's loads of them fail it on every rank
+ * naming the rank, the masters kept, and the owners send them again), a
+ * received chunk's extent corrupted (the step fails before its update).
+ * The run equals one rank's without faults bitwise. Stage 3 keeps a rank's
+ * own chunks beside its states: nothing on NVMe, nothing to fail. */
+static void faults_host_states_as(int stage, uint64_t host_cap)
+{
+    zcfg z = {ZO_TIER_NVME,  ZO_TIER_HOST, stage, 0.0f, -1, 1, 0, 0, 0, 0,
+              ZO_OPTIM_SYNC, host_cap,     1};
+    zcfg ref = z;
+    ref.stage = 0;
+    ref.host_cap = 0;
+    ref.faults = 0;
+    zrun a, b;
+    train(&ref, &b);
+    open_run(&z, &a);
+    zo_swap_t store = zo_engine_nvme_param_store(a.eng);
+    if (stage == 3) {
+        assert_null(store);
+        close_run(&a);
+        close_run(&b);
+        return;
+    }
+    assert_non_null(store);
+    int bad = n_ranks - 1;
+    for (int s = 0; s < STEPS; s++) {
+        if (s == 3)
+            failing_step(&a, s, bad, -1, 0); /* the stale copies' loads */
+        if (s == 3 && !host_cap)
+            failing_step(&a, s, bad, 1, 1); /* chunk 0 (rank 0's) corrupted */
+        double loss = repaired_step(&a, s, bad, s == 1 ? 1 : s == 2 ? 64 : 0);
+        if (memcmp(&loss, &b.losses[s], sizeof loss) != 0)
+            fail_msg("stage %d, step %d: loss %.17g, one rank %.17g", stage, s, loss, b.losses[s]);
+    }
+    float *m[TM_T];
+    own_masters(&a, m);
+    for (int k = 0; k < TM_T; k++) {
+        if (!m[k])
+            continue;
+        float *y = malloc(tm_numel(k) * sizeof *y);
+        ZO_ASSERT_OK(zo_engine_read_master(b.eng, b.ids[k], y));
+        if (memcmp(m[k], y, tm_numel(k) * sizeof *y) != 0)
+            fail_msg("stage %d: tensor %d differs from one rank after the faults", stage, k);
+        free(y);
+        free(m[k]);
+    }
+    close_run(&a);
+    close_run(&b);
+}
+
+static void p16_nvme_faults_states_host(void **state)
+{
+    (void)state;
+    if (n_ranks == 1)
+        return;
+    for (int stage = 1; stage <= 3; stage++)
+        faults_host_states_as(stage, 0);
+    faults_host_states_as(1, 6 * CHUNK);
+    faults_host_states_as(2, 6 * CHUNK);
+}
+
 static void refused(zo_optim_mode mode, int stage, zo_tier ph, zo_status want, const char *names)
 {
     zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
@@ -811,6 +903,7 @@ int main(void)
         cmocka_unit_test(p16_nvme_dpu),
         cmocka_unit_test(p16_nvme_split),
         cmocka_unit_test(p16_nvme_faults),
+        cmocka_unit_test(p16_nvme_faults_states_host),
         cmocka_unit_test(what_is_not_run_is_refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
