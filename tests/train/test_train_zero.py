@@ -6,7 +6,8 @@ data: the losses, the validation loss and the final fp32 master weights (their
 --weights-digest, each tensor hashed by its owner) are bitwise equal, for
 stages 1, 2 and 3 with the optimizer states in host memory and on NVMe, in
 sync, overlap and dpu modes, and with the 16-bit parameters on NVMe (--offload-param
-nvme: every chunk in each rank's files at stages 1 and 2, its own at stage 3); each
+nvme: every chunk in each rank's files at stages 1 and 2, its own at stage 3; with
+--offload-optimizer cpu the other ranks' chunks at stages 1 and 2, stage 3 refused); each
 rank's NVMe bytes are its own chunks' share; a flag that differs on one rank is
 refused naming it.
 
@@ -106,6 +107,26 @@ for stage in (1, 2, 3):
     exact(2, stage, "nvme", param="nvme")
 exact(2, 3, "nvme", "overlap", param="nvme")
 exact(2, 2, "nvme", "dpu", param="nvme")
+
+# 16-bit parameters on NVMe with the optimizer states in host memory: each rank keeps its own
+# chunks beside their states and the other ranks' on NVMe (stages 1-2); one rank keeps all of
+# them beside the states, so the reference runs with --offload-param cpu
+for stage in (1, 2):
+    with tempfile.TemporaryDirectory() as d:
+        one = train(1, ["--grad-accum", "2", "--offload-optimizer", "cpu"], d + "/one")
+        many = train(2, ["--zero-stage", str(stage), "--offload-optimizer", "cpu",
+                         "--offload-param", "nvme"], d + "/z")
+        what = "2 ranks, stage %d, --offload-param nvme --offload-optimizer cpu" % stage
+        if one is not None and many is not None:
+            for key in ("losses", "val_loss", "weights_digest"):
+                check(one[key] == many[key],
+                      "%s: %s %r, one rank %r" % (what, key, many[key], one[key]))
+            check(many["peak_bytes"]["nvme"] > 0, "%s: no NVMe bytes on rank 0" % what)
+with tempfile.TemporaryDirectory() as d:  # stage 3: a rank's own chunks only, none on NVMe
+    refused(MPI + ["-np", "2", EXE] + TINY + ["--nvme-path", d, "--zero-stage", "3",
+                                              "--offload-optimizer", "cpu", "--offload-param",
+                                              "nvme"],
+            ["--offload-param nvme needs --offload-optimizer nvme at --zero-stage 3"])
 
 # DeepSpeed's zero_optimization.stage becomes the stage across ranks
 with tempfile.TemporaryDirectory() as d:

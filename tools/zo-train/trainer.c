@@ -762,11 +762,18 @@ static zo_status check_stages(const zt_options *o)
 zo_status zt_options_check(const zt_options *o)
 {
     ZT_TRY(zt_shape_check(&o->shape));
+    /* with the states elsewhere a rank keeps its own chunks' 16-bit parameters
+     * beside them: only ZeRO stages 1 and 2 leave the other ranks' on NVMe */
+    int stage = o->zero_stage ? o->zero_stage : 2;
     if (o->param_home == ZO_TIER_NVME && o->optim_home != ZO_TIER_NVME &&
-        o->optim_home != ZT_HOME_DEFAULT)
+        o->optim_home != ZT_HOME_DEFAULT && (o->world_size <= 1 || stage == 3))
         return zt_fail(ZO_ERR_INVALID_ARG,
-                       "--offload-param nvme needs --offload-optimizer nvme (the update writes the "
-                       "new 16-bit parameters through the optimizer's NVMe stages)");
+                       "--offload-param nvme needs --offload-optimizer nvme %s (the update writes "
+                       "the new 16-bit parameters through the optimizer's NVMe stages; with "
+                       "--offload-optimizer %s only --zero-stage 1 or 2 across ranks keeps the "
+                       "other ranks' chunks on NVMe)",
+                       o->world_size <= 1 ? "on one rank" : "at --zero-stage 3",
+                       o->optim_home == ZO_TIER_DEVICE ? "none" : "cpu");
     if (o->chunk_bytes && o->chunk_bytes < 4096)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "--chunk-bytes %llu: a chunk holds at least 4 KiB (leave it out for the "
