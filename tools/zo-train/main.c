@@ -141,7 +141,7 @@ static void usage(FILE *f)
         "                         whole on every rank, 0 without --config); step t's N x\n"
         "                         --grad-accum micro-batches split in rank order, so N ranks\n"
         "                         with --grad-accum 1 equal one rank with --grad-accum N bit\n"
-        "                         for bit; every mode, --offload-param none|cpu;\n"
+        "                         for bit; every mode and --offload-param;\n"
         "                         NVMe files in DIR/rank-R; output and progress from rank 0,\n"
         "                         log lines tagged with the rank; checkpoints sharded by\n"
         "                         rank, resumable at any number of ranks\n"
