@@ -418,10 +418,9 @@ ZO_API zo_status zo_engine_register_fill(zo_engine_t eng, int layer, const char 
  * bitsandbytes' practice for the token embedding
  * (GlobalOptimManager.override_config(weight, 'optim_bits', 32), which its
  * StableEmbedding and transformers' Trainer apply to every nn.Embedding
- * under 8-bit Adam): a row's gradient is zero in every step its token is
- * absent, so its moments decay between rare updates and share a block's
- * scale with rows of frequent tokens, which 8-bit codes resolve worst. With
- * F32 or BF16 states it changes nothing. Only before zo_engine_finalize. */
+ * under 8-bit Adam; their argument: a row's gradient is zero whenever its
+ * token is absent, so its moments decay between rare updates). With F32 or
+ * BF16 states it changes nothing. Only before zo_engine_finalize. */
 ZO_API zo_status zo_engine_keep_f32_states(zo_engine_t eng, int id);
 
 /* The footprint of the registered model under the configuration, without

@@ -79,7 +79,11 @@ typedef struct zo_adam_buffers {
  * maps too). A block's absmax below FLT_MIN (all values subnormal or zero)
  * is stored as 0: such moments are below anything Adam's eps lets through.
  * The kernels find the nearest code arithmetically (the map's decades and
- * 16-entry tables in registers), not by searching 256 values.
+ * 16-entry tables in registers), not by searching 256 values. Otherwise as
+ * bitsandbytes' kOptimizerStatic8bit2StateBlockwise (no percentile clipping
+ * or max_unorm: its Adam8bit defaults), except one step: it moves a negative
+ * m whose nearest code is zero to the smallest negative code; here it stays
+ * the nearest, zero, as a positive one does in both.
  *
  * The block is 256 elements, bitsandbytes' GPU choice rather than its 2048 on
  * CPU: an outlier then costs the resolution of 256 neighbours, not 2048 (the
