@@ -97,6 +97,16 @@ typedef struct zo_engine_caps {
     uint64_t device, host;
 } zo_engine_caps;
 
+/* ZeRO with grad_accum_steps k > 1: the order each chunk's gradient sums the
+ * step's micro-batches of all ranks in (engine.h, ZeRO below). */
+typedef enum zo_reduce_order {
+    ZO_REDUCE_ORDER_GLOBAL = 0, /* global micro-batch order: rank r's j-th micro-batch is the
+                                   step's (j*N + r)-th, and round j of the chain adds the N of
+                                   them onto the running sum: bitwise one rank with k*N */
+    ZO_REDUCE_ORDER_RANK = 1,   /* each rank sums its own k first, then the ranks' sums in
+                                   rank order: one chain a step, within rounding of one rank */
+} zo_reduce_order;
+
 typedef struct zo_engine_config {
     size_t struct_size;
     zo_device_t device;   /* must outlive the engine */
@@ -173,6 +183,8 @@ typedef struct zo_engine_config {
                             order (collective over the group at each end_step), so clipping
                             and loss scaling decide as one engine holding every layer,
                             bitwise. With ZeRO, comm is the stage's data-parallel group. */
+    zo_reduce_order reduce_order; /* world_size > 1 with grad_accum_steps > 1 (ZeRO, below);
+                                     default global */
 } zo_engine_config;
 
 /* ZeRO (world_size > 1, every mode; the ranks run the same steps, each on its
@@ -194,10 +206,27 @@ typedef struct zo_engine_config {
  *            gradients of its chunks only (host += 4*C/2 per owned chunk); the
  *            owners' per-chunk fp64 norm partials and overflow flags are
  *            all-gathered and summed in chunk order on every rank.
- * With grad_accum_steps k > 1 each rank sums its k micro-batches first and
- * the ranks' sums are then added in rank order, the same order in every
- * placement: equal to one rank with k*N micro-batches within rounding, not
- * bitwise. Both add one chunk's states of scratch (host += Z). The owner updates its
+ * With grad_accum_steps k > 1 the order is reduce_order's, the same in every
+ * stage, placement and mode:
+ *   global (default): the caller gives rank r the step's micro-batches
+ *            j*N + r, j = 0..k-1 (in that order), and each chunk's host job
+ *            reduces every micro-batch's gradient as it comes down: round j
+ *            is the chain above, its rank 0 adding its gradient onto the
+ *            running sum of rounds 0..j-1, which rests at the chunk's owner
+ *            between rounds (sent to rank 0 when the owner is another rank).
+ *            Bitwise ((g0 + g1) + g2) + ... over the N*k micro-batches, the
+ *            sum one rank with grad_accum_steps = N*k forms, whatever N and
+ *            k; no fp32 accumulators (the owners' reduced gradients hold the
+ *            sums). The link carries k chains a step, plus up to two hops a
+ *            round between the owner and the chain's ends. Refused with
+ *            layer-major groups (micro_group > 1), which sum a group's
+ *            micro-batches on the device first.
+ *   rank:    each rank gives its k micro-batches a contiguous range
+ *            (r*k .. r*k+k-1), sums them in its fp32 accumulators, and the
+ *            ranks' sums are added in rank order by one chain a step:
+ *            equal to one rank with k*N micro-batches within rounding, not
+ *            bitwise. Works with layer-major groups.
+ * Both add one chunk's states of scratch (host += Z). The owner updates its
  * chunks and broadcasts their new 16-bit parameters; every rank then
  * publishes them as one rank would.
  *   stage 3: gradients as stage 2, and the 16-bit parameters partitioned
@@ -273,7 +302,8 @@ typedef struct zo_engine_config {
  *            G = 2 for dpu, else 1 (host gradients, by step parity)
  *            T = min(S, D), D = lookahead + 2 (the fetch served, the lookahead's, one more)
  *   host   = [optim_home host] Z*N + [overlap, optim_home host/device] Z*N (backups)
- *            + [grad_accum_steps > 1, not grouped] 2*C*N*G (fp32 accumulators)
+ *            + [grad_accum_steps > 1, not grouped, not ZeRO's global order] 2*C*N*G
+ *              (fp32 accumulators)
  *            + [world_size > 1] 2*C*R*G + Z (reduced fp32 gradients, R = N at stage 1, the
  *              rank's own chunks at stages 2 and 3; the scratch)
  *   (grouped: micro_group > 1 and grad_accum_steps > 1; with world_size > 1 every N

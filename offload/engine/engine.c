@@ -654,7 +654,7 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
     fp->pinned = t.pinned + fp->param_gather;
     fp->param_staging = t.param_staging;
     fp->host = t.host;
-    if (c->grad_accum_steps > 1 && !eng_grouped(c))
+    if (eng_host_accumulates(c))
         fp->host += nc * (uint64_t)g_bufs_for(c) * ce * sizeof(float);
     fp->host += eng_zero_host_bytes(c, (uint32_t)nc, ce);
     fp->nvme = t.nvme;
@@ -892,11 +892,11 @@ static zo_status place_tiers(struct zo_engine *e)
     return ZO_OK;
 }
 
-/* The fp32 gradient accumulators (grad_accum_steps > 1, not grouped). */
+/* The fp32 gradient accumulators (eng_host_accumulates). */
 static zo_status alloc_host(struct zo_engine *e)
 {
     uint64_t nc = e->n_chunks;
-    if (e->cfg.grad_accum_steps > 1 && !eng_grouped(&e->cfg))
+    if (eng_host_accumulates(&e->cfg))
         ZO_TRY(eng_host_alloc(e, nc * (uint64_t)e->g_bufs * e->chunk_elems * sizeof(float),
                               &e->host_acc));
     for (uint32_t c = 0; c < nc; c++)

@@ -437,6 +437,20 @@ static inline int eng_zero_on(const zo_engine_config *c)
 {
     return c->world_size > 1;
 }
+/* ZeRO in the global reduction order: each micro-batch's gradients are
+ * reduced over the ranks as they come down, onto the running sum at the
+ * owner, so no rank keeps fp32 accumulators. */
+static inline int eng_zero_rounds(const zo_engine_config *c)
+{
+    return eng_zero_on(c) && c->reduce_order == ZO_REDUCE_ORDER_GLOBAL;
+}
+/* The host's fp32 accumulators sum a rank's micro-batches (grad_accum_steps
+ * > 1, not summed on the device by layer-major groups, not reduced round by
+ * round). */
+static inline int eng_host_accumulates(const zo_engine_config *c)
+{
+    return c->grad_accum_steps > 1 && !eng_grouped(c) && !eng_zero_rounds(c);
+}
 /* ZeRO stage 3: 16-bit parameters partitioned too. */
 static inline int eng_zero_p3(const zo_engine_config *c)
 {
@@ -475,11 +489,12 @@ zo_status eng_zero_check(const zo_engine_config *c);
 uint64_t eng_zero_host_bytes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chunk_elems);
 zo_status eng_zero_place(struct zo_engine *e);
 void eng_zero_release(struct zo_engine *e);
-/* The host job on chunk c's final gradients of `parity`: reduced over the
- * ranks at once (on the engine's own communicator, in the order every rank
- * hands its chunks over), its norm partial from the reduced gradient where
- * this rank keeps it; the rank's 16-bit copy is then free. */
-zo_status eng_zero_reduce_chunk(struct zo_engine *e, uint32_t c, int parity);
+/* The host job on chunk c's gradients of job j: reduced over the ranks at
+ * once (on the engine's own communicator, in the order every rank hands its
+ * chunks over): in the global order every micro-batch's (eng_zero_rounds),
+ * else the rank's final sum; after the last, its norm partial from the
+ * reduced gradient where this rank keeps it. The rank's copy is then free. */
+zo_status eng_zero_reduce_chunk(struct zo_engine *e, uint32_t c, const eng_job *j);
 /* Before the verdict: each chunk's norm partial and overflow flag the same
  * on every rank (stage 2: from the owners). */
 zo_status eng_zero_share_partials(struct zo_engine *e);

@@ -125,12 +125,15 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
                        "the gradients of layer %d failed on the compute stream: %s", k->layer,
                        zo_last_error());
     int accum = e->cfg.grad_accum_steps > 1;
-    if (accum && !eng_grouped(&e->cfg)) /* grouped: the device summed them */
+    if (eng_host_accumulates(&e->cfg)) /* grouped: the device summed them */
         ZO_TRY(accumulate(e, k, j));
+    if (eng_zero_rounds(&e->cfg)) /* each micro-batch onto the running sum at the owner */
+        ZO_TRY(eng_zero_reduce_chunk(e, (uint32_t)j->chunk, j));
     if (!j->last)
         return eng_grads_done(e, j);
     if (eng_zero_on(&e->cfg)) { /* reduced to the owner now: the copy here is then free */
-        ZO_TRY(eng_zero_reduce_chunk(e, (uint32_t)j->chunk, j->parity));
+        if (!eng_zero_rounds(&e->cfg))
+            ZO_TRY(eng_zero_reduce_chunk(e, (uint32_t)j->chunk, j));
         if (e->mode->speculates && k->owner == e->cfg.rank) /* on the reduced gradient */
             ZO_TRY(speculate(e, (uint32_t)j->chunk, j));
         return eng_grads_done(e, j);

@@ -2,11 +2,12 @@
  * 1, 2 and 3, every mode): which rank owns a chunk, the "remote"
  * state table of the chunks another rank owns (no storage: the rank never
  * updates them) and at stage 3 their "remote" parameter table and gathers,
- * the reduction of each chunk's gradient in rank order as its host job takes
- * it (so no rank keeps 16-bit gradients past it), the norm partials shared
- * by the owners at the end of the step, and the owners' broadcast of the
- * updated 16-bit parameters. The reductions use the communicator's exact
- * chain, so N ranks equal one rank accumulating the same micro-batches. */
+ * the reduction of each chunk's gradient as its host job takes it (so no
+ * rank keeps 16-bit gradients past it) in reduce_order's order, the norm
+ * partials shared by the owners at the end of the step, and the owners'
+ * broadcast of the updated 16-bit parameters. The reductions use the
+ * communicator's exact chain, so N ranks equal one rank accumulating the
+ * same micro-batches: bitwise in the global order, whatever the split. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +46,22 @@ zo_status eng_zero_check_plan(const zo_engine_config *c)
     if (c->zero_stage < 0 || c->zero_stage > 3)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "zero_stage is %d: expected 0, 1, 2 or 3",
                        c->zero_stage);
+    if ((unsigned)c->reduce_order > ZO_REDUCE_ORDER_RANK)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "reduce_order is %d: expected ZO_REDUCE_ORDER_GLOBAL or "
+                       "ZO_REDUCE_ORDER_RANK",
+                       (int)c->reduce_order);
     if (!eng_zero_on(c))
         return ZO_OK; /* one rank: nothing to partition, whatever the stage */
+    if (eng_zero_rounds(c) && eng_grouped(c))
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                       "ZeRO's global reduction order (reduce_order global) reduces each "
+                       "micro-batch's gradients over the ranks as they come down, but "
+                       "layer-major groups (micro_group %d, grad_accum_steps %d) sum a group's "
+                       "micro-batches on the device first: use micro_group 1 (bitwise across "
+                       "world sizes), or reduce_order rank to keep the groups (within rounding "
+                       "of one rank)",
+                       c->micro_group, c->grad_accum_steps);
     if (c->zero_stage == 0)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "world_size %d with zero_stage 0 (every rank a full copy of the states) "
@@ -327,26 +342,67 @@ int zo_engine_tensor_owner(zo_engine_t e, int id)
 
 /* ---- the end of a step ---- */
 
-/* Chunk c's gradient of this rank as fp32: its accumulator, or its 16-bit
- * gradients widened into the scratch. */
-static const float *local_grads(struct zo_engine *e, uint32_t c, int parity)
+/* out = chunk k's 16-bit gradients of `parity` widened to fp32, added onto
+ * base where there is one (base + g, as one rank's accumulator adds). */
+static void widen(const struct zo_engine *e, const eng_chunk *k, int parity, const float *base,
+                  float *out)
+{
+    const uint16_t *g = k->g16[parity];
+    int f16 = e->cfg.param_dtype == ZO_DTYPE_F16;
+    if (base)
+        for (size_t i = 0; i < k->n_elems; i++)
+            out[i] = base[i] + (f16 ? zo_f16_to_f32(g[i]) : zo_bf16_to_f32(g[i]));
+    else
+        for (size_t i = 0; i < k->n_elems; i++)
+            out[i] = f16 ? zo_f16_to_f32(g[i]) : zo_bf16_to_f32(g[i]);
+}
+
+/* The rank order: chunk c's gradient of this rank as fp32, its accumulator
+ * (or a layer-major group's sums), or its 16-bit gradients widened into the
+ * scratch. */
+static const float *rank_sum(struct zo_engine *e, uint32_t c, int parity)
 {
     eng_chunk *k = &e->chunks[c];
     if (e->cfg.grad_accum_steps > 1)
         return k->acc[parity];
-    const uint16_t *g = k->g16[parity];
-    for (size_t i = 0; i < k->n_elems; i++)
-        e->zscratch[i] =
-            e->cfg.param_dtype == ZO_DTYPE_F16 ? zo_f16_to_f32(g[i]) : zo_bf16_to_f32(g[i]);
+    widen(e, k, parity, NULL, e->zscratch);
     return e->zscratch;
 }
 
-zo_status eng_zero_reduce_chunk(struct zo_engine *e, uint32_t c, int parity)
+/* The global order, round j->micro - 1: this rank's part of the round's
+ * chain, its micro-batch's gradient widened into the scratch; rank 0's after
+ * the first round onto the running sum of the rounds before, which rests at
+ * the owner (its reduced gradient) and comes to rank 0 from another owner. */
+static zo_status round_part(struct zo_engine *e, uint32_t c, const eng_job *j)
 {
     eng_chunk *k = &e->chunks[c];
-    const float *src = local_grads(e, c, parity);
-    float *out = k->zgrad[parity];
-    if (e->cfg.zero_stage == 1)
+    const float *sum = NULL;
+    int r = e->cfg.rank, carry = j->micro > 1;
+    if (carry && k->owner != 0 && r == k->owner) /* ahead of the chain that overwrites it */
+        ZO_TRY(
+            zo_comm_send(e->zcomm, e->zstream, k->zgrad[j->parity], k->n_elems, ZO_DTYPE_F32, 0));
+    if (carry && k->owner != 0 && r == 0) {
+        ZO_TRY(zo_comm_recv(e->zcomm, e->zstream, e->zscratch, k->n_elems, ZO_DTYPE_F32, k->owner));
+        ZO_TRY(zo_stream_synchronize(e->zstream));
+        sum = e->zscratch;
+    } else if (carry && r == 0) {
+        sum = k->zgrad[j->parity];
+    }
+    widen(e, k, j->parity, sum, e->zscratch);
+    return ZO_OK;
+}
+
+zo_status eng_zero_reduce_chunk(struct zo_engine *e, uint32_t c, const eng_job *j)
+{
+    eng_chunk *k = &e->chunks[c];
+    const float *src = e->zscratch;
+    if (eng_zero_rounds(&e->cfg))
+        ZO_TRY(round_part(e, c, j));
+    else
+        src = rank_sum(e, c, j->parity);
+    float *out = k->zgrad[j->parity];
+    /* stage 1: every rank gets the final sum; a round before it rests at the owner */
+    if (e->cfg.zero_stage == 1 && j->last)
         ZO_TRY(zo_comm_all_reduce(e->zcomm, e->zstream, src, out, k->n_elems, ZO_DTYPE_F32,
                                   ZO_REDUCE_EXACT));
     else
@@ -354,6 +410,8 @@ zo_status eng_zero_reduce_chunk(struct zo_engine *e, uint32_t c, int parity)
                               ZO_REDUCE_EXACT));
     /* the scratch is widened again for the next chunk */
     ZO_TRY(zo_stream_synchronize(e->zstream));
+    if (!j->last)
+        return ZO_OK;
     memset(&k->gstats, 0, sizeof k->gstats); /* stage 2: the owner's come at the verdict */
     if (!out)
         return ZO_OK;

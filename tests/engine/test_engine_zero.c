@@ -4,8 +4,11 @@
  * the same micro-batches (global losses, each owner's master weights), with
  * the optimizer states on the host, on NVMe and on the device, with gradient
  * clipping and an overflow injected on the last rank; no rank keeps 16-bit
- * gradients beyond the pinned ring; ranks accumulating two
- * micro-batches each agree with one rank within rounding; each rank's footprint
+ * gradients beyond the pinned ring; ranks accumulating two micro-batches
+ * each (rank r the step's micro-batches r and N + r) equal one rank with 2N
+ * bitwise in the global reduction order, in every stage, placement and mode
+ * (no fp32 accumulators), and within rounding in the rank order (rank r the
+ * micro-batches 2r and 2r + 1); each rank's footprint
  * holds the states of its own chunks only; what ZeRO does not run yet is
  * refused naming what works. */
 #include <stdio.h>
@@ -26,17 +29,18 @@ static int me, n_ranks;
 
 typedef struct zcfg {
     zo_tier param_home, optim_home;
-    int stage;           /* 0: the one-rank reference (grad_accum_steps n_ranks) */
-    float max_norm;      /* > 0: clipping */
-    int poison_step;     /* >= 0: an infinity in the last micro-batch's gradient at this step */
-    int accum;           /* micro-batches per rank and step (the reference: accum x ranks) */
-    uint64_t host_bytes; /* ranks only: the host budget (gradients beyond it spill to NVMe) */
-    uint64_t param_cap;  /* param_caps.device (stage 3: over each rank's own chunks) */
-    uint64_t persist;    /* zero_persist_elems */
-    int gather_only;     /* lookahead 0: each fetch gathers its own layer only */
-    zo_optim_mode mode;  /* of the ranks and of the reference alike */
-    uint64_t host_cap;   /* param_caps.host (param_home nvme: the rest of the chunks there) */
-    int faults;          /* arm the NVMe stores' fault injection (none due) */
+    int stage;             /* 0: the one-rank reference (grad_accum_steps n_ranks) */
+    float max_norm;        /* > 0: clipping */
+    int poison_step;       /* >= 0: an infinity in the last micro-batch's gradient at this step */
+    int accum;             /* micro-batches per rank and step (the reference: accum x ranks) */
+    uint64_t host_bytes;   /* ranks only: the host budget (gradients beyond it spill to NVMe) */
+    uint64_t param_cap;    /* param_caps.device (stage 3: over each rank's own chunks) */
+    uint64_t persist;      /* zero_persist_elems */
+    int gather_only;       /* lookahead 0: each fetch gathers its own layer only */
+    zo_optim_mode mode;    /* of the ranks and of the reference alike */
+    uint64_t host_cap;     /* param_caps.host (param_home nvme: the rest of the chunks there) */
+    int faults;            /* arm the NVMe stores' fault injection (none due) */
+    zo_reduce_order order; /* the ranks' (global by default) and their data split */
 } zcfg;
 
 typedef struct zrun {
@@ -45,6 +49,7 @@ typedef struct zrun {
     tm_acts *a;
     int ids[TM_T];
     double losses[STEPS];
+    double micro_loss[64]; /* this rank's micro-batches' losses of the current step */
     zo_engine_footprint fp;
     zo_step_stats last;
     char dir[64];
@@ -53,6 +58,7 @@ typedef struct zrun {
     zo_optim_mode mode;
     uint64_t device_bytes; /* the device allocator's bytes the engine took at finalize */
     uint64_t param_cap;    /* param_caps.device */
+    int accum;             /* micro-batches a step on this rank */
 } zrun;
 
 static zo_status build(zrun *r, const zcfg *z, zo_engine_config *c)
@@ -82,6 +88,7 @@ static zo_status build(zrun *r, const zcfg *z, zo_engine_config *c)
         c->grad_accum_steps = z->accum;
         c->host_bytes = z->host_bytes;
         c->zero_persist_elems = z->persist;
+        c->reduce_order = z->order;
     } else {
         c->grad_accum_steps = n_ranks * z->accum;
     }
@@ -153,6 +160,49 @@ static double global_loss(zo_stream_t s, double mine)
     return sum;
 }
 
+typedef struct take_arg {
+    tm_acts *a;
+    double *dst;
+} take_arg;
+
+/* On the compute stream after a micro-batch's loss: keep it apart. */
+static zo_status take_loss(void *p)
+{
+    take_arg *x = p;
+    *x->dst = x->a->loss;
+    x->a->loss = 0.0;
+    return ZO_OK;
+}
+
+/* The step's global micro-batch that is this rank's i-th (the reference:
+ * the i-th): rank r trains j*N + r in round j (global order), or the
+ * contiguous r*k .. r*k + k - 1 (rank order). */
+static int global_micro(const zcfg *z, int rank, int i)
+{
+    if (!z->stage)
+        return i;
+    return z->order == ZO_REDUCE_ORDER_RANK ? rank * z->accum + i : i * n_ranks + rank;
+}
+
+/* The loss of a step: every micro-batch's loss summed in global micro-batch
+ * order, as one rank sums its own. */
+static double step_loss(const zcfg *z, zrun *r)
+{
+    double all[64 * 4];
+    int n = z->stage ? z->accum : n_ranks * z->accum, W = z->stage ? n_ranks : 1;
+    ZO_ASSERT_OK(
+        zo_comm_all_gather(world, r->compute, r->micro_loss, all, (size_t)n, ZO_DTYPE_F64));
+    ZO_ASSERT_OK(zo_stream_synchronize(r->compute));
+    double by_index[64 * 4];
+    for (int q = 0; q < W; q++)
+        for (int i = 0; i < n; i++)
+            by_index[global_micro(z, z->stage ? q : 0, i)] = all[(z->stage ? q : 0) * n + i];
+    double sum = by_index[0];
+    for (int m = 1; m < W * n; m++)
+        sum += by_index[m];
+    return sum;
+}
+
 static void open_run(const zcfg *z, zrun *r)
 {
     memset(r, 0, sizeof *r);
@@ -165,6 +215,7 @@ static void open_run(const zcfg *z, zrun *r)
     r->persist = z->persist;
     r->mode = z->mode;
     r->param_cap = z->param_cap;
+    r->accum = z->accum;
     zo_device_mem_stats m0, m1;
     ZO_ASSERT_OK(zo_device_mem_get_stats(dev, &m0));
     ZO_ASSERT_OK(build(r, z, &c));
@@ -179,13 +230,17 @@ static void train(const zcfg *z, zrun *r)
     open_run(z, r);
     for (int s = 0; s < STEPS; s++) {
         r->a->loss = 0.0;
-        int first = z->stage ? me * z->accum : 0, n = z->stage ? z->accum : n_ranks * z->accum;
-        for (int m = first; m < first + n; m++)
+        int n = z->stage ? z->accum : n_ranks * z->accum;
+        for (int i = 0; i < n; i++) {
+            int m = global_micro(z, me, i);
             ZO_ASSERT_OK(micro_batch(r, s, m, s == z->poison_step && m == n_ranks * z->accum - 1));
+            take_arg t = {r->a, &r->micro_loss[i]};
+            ZO_ASSERT_OK(zo_stream_enqueue(r->compute, take_loss, &t, sizeof t));
+        }
         r->last = (zo_step_stats)ZO_STEP_STATS_INIT;
         ZO_ASSERT_OK(zo_engine_end_step(r->eng, &r->last));
         ZO_ASSERT_OK(zo_stream_synchronize(r->compute));
-        r->losses[s] = z->stage ? global_loss(r->compute, r->a->loss) : r->a->loss;
+        r->losses[s] = step_loss(z, r);
         assert_int_equal(r->last.overflow, s == z->poison_step);
     }
 }
@@ -217,6 +272,9 @@ static void expect_own_states(const zrun *r, int stage, zo_tier optim_home)
     uint64_t kept = n_ranks == 1 ? 0 : stage == 1 ? n : owned;
     uint64_t sets = r->mode == ZO_OPTIM_DPU ? 2 : 1; /* dpu: by step parity */
     uint64_t zero = n_ranks == 1 ? 0 : sets * kept * grads + Z;
+    if (n_ranks == 1 && r->accum > 1) /* one rank's fp32 accumulators; ZeRO's global order has
+                                         none (the owners' reduced gradients hold the sums) */
+        zero = sets * n * grads;
     uint32_t optim[3], params[3], held = 0;
     ZO_ASSERT_OK(zo_engine_homes(r->eng, params, optim));
     uint64_t states = optim_home == ZO_TIER_HOST ? owned * Z : 0;
@@ -303,7 +361,8 @@ static void expect_exact_as(zcfg z)
 
 static void expect_exact(zo_tier ph, zo_tier oh, int stage, float max_norm, int poison_step)
 {
-    zcfg z = {ph, oh, stage, max_norm, poison_step, 1, 0, 0, 0, 0, ZO_OPTIM_SYNC, 0, 0};
+    zcfg z = {ph, oh, stage, max_norm,      poison_step, 1, 0,
+              0,  0,  0,     ZO_OPTIM_SYNC, 0,           0, ZO_REDUCE_ORDER_GLOBAL};
     expect_exact_as(z);
 }
 
@@ -351,7 +410,8 @@ static void stage2_clipping_and_overflow(void **state)
 static void stage2_tight_host_budget(void **state)
 {
     (void)state;
-    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1, 1, 0, 0, 0, 0, ZO_OPTIM_SYNC, 0, 0};
+    zcfg z = {ZO_TIER_HOST,          ZO_TIER_NVME, 2, 0.0f, -1, 1, 0, 0, 0, 0, ZO_OPTIM_SYNC, 0, 0,
+              ZO_REDUCE_ORDER_GLOBAL};
     zrun a;
     train(&z, &a);
     z.host_bytes = a.fp.pinned + a.fp.host - a.fp.grad_host;
@@ -359,13 +419,53 @@ static void stage2_tight_host_budget(void **state)
     expect_exact_as(z);
 }
 
-/* Two micro-batches on each rank: each rank's sum first, then the ranks' in
- * rank order, against one rank summing all 2N in order: equal within
- * rounding (the same order for every placement and stage). */
+/* Two micro-batches on each rank in the global order: round j's chain adds
+ * the N ranks' j-th onto the running sum at the owner, bitwise one rank
+ * summing all 2N in order, in every stage, placement and mode. */
+static void accumulating_as(int stage, zo_tier ph, zo_tier oh, float max_norm, int poison_step,
+                            zo_optim_mode mode)
+{
+    zcfg z = {ph, oh, stage, max_norm, poison_step, 2, 0,
+              0,  0,  0,     mode,     0,           0, ZO_REDUCE_ORDER_GLOBAL};
+    expect_exact_as(z);
+}
+
+static void accumulating_stages_host(void **state)
+{
+    (void)state;
+    accumulating_as(1, ZO_TIER_HOST, ZO_TIER_HOST, 0.0f, -1, ZO_OPTIM_SYNC);
+    accumulating_as(2, ZO_TIER_HOST, ZO_TIER_HOST, 0.0f, -1, ZO_OPTIM_SYNC);
+    accumulating_as(3, ZO_TIER_HOST, ZO_TIER_HOST, 0.0f, -1, ZO_OPTIM_SYNC);
+}
+
+static void accumulating_nvme_device_clipping(void **state)
+{
+    (void)state;
+    accumulating_as(2, ZO_TIER_HOST, ZO_TIER_NVME, 0.05f, 2, ZO_OPTIM_SYNC);
+    accumulating_as(3, ZO_TIER_HOST, ZO_TIER_NVME, 0.0f, -1, ZO_OPTIM_SYNC);
+    accumulating_as(2, ZO_TIER_DEVICE, ZO_TIER_DEVICE, 0.0f, -1, ZO_OPTIM_SYNC);
+    if (n_ranks > 1) /* 16-bit parameters on NVMe (one rank keeps them in host memory) */
+        accumulating_as(3, ZO_TIER_NVME, ZO_TIER_NVME, 0.0f, -1, ZO_OPTIM_SYNC);
+}
+
+static void accumulating_overlap_dpu(void **state)
+{
+    (void)state;
+    accumulating_as(1, ZO_TIER_HOST, ZO_TIER_HOST, 0.05f, 1, ZO_OPTIM_OVERLAP);
+    accumulating_as(3, ZO_TIER_HOST, ZO_TIER_NVME, 0.05f, 2, ZO_OPTIM_OVERLAP);
+    accumulating_as(2, ZO_TIER_HOST, ZO_TIER_NVME, 0.05f, 2, ZO_OPTIM_DPU);
+    accumulating_as(3, ZO_TIER_HOST, ZO_TIER_HOST, 0.0f, -1, ZO_OPTIM_DPU);
+}
+
+/* Two micro-batches on each rank in the rank order: each rank's sum first,
+ * then the ranks' in rank order, against one rank summing all 2N in order:
+ * equal within rounding (the same order for every placement and stage). */
 static void accumulating_ranks_agree_within_rounding(void **state)
 {
     (void)state;
-    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.0f, -1, 2, 0, 0, 0, 0, ZO_OPTIM_SYNC, 0, 0}, ref = z;
+    zcfg z = {ZO_TIER_HOST,        ZO_TIER_NVME, 2, 0.0f, -1, 2, 0, 0, 0, 0, ZO_OPTIM_SYNC, 0, 0,
+              ZO_REDUCE_ORDER_RANK},
+         ref = z;
     ref.stage = 0;
     zrun a, b;
     train(&z, &a);
@@ -413,7 +513,20 @@ static void stage3_device(void **state)
 static void stage3_device_cap_split(void **state)
 {
     (void)state;
-    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 3, 0.0f, -1, 1, 0, 3 * CHUNK, 0, 0, ZO_OPTIM_SYNC, 0, 0};
+    zcfg z = {ZO_TIER_HOST,
+              ZO_TIER_NVME,
+              3,
+              0.0f,
+              -1,
+              1,
+              0,
+              3 * CHUNK,
+              0,
+              0,
+              ZO_OPTIM_SYNC,
+              0,
+              0,
+              ZO_REDUCE_ORDER_GLOBAL};
     expect_exact_as(z);
 }
 
@@ -422,7 +535,20 @@ static void stage3_device_cap_split(void **state)
 static void stage2_device_cap_split(void **state)
 {
     (void)state;
-    zcfg z = {ZO_TIER_HOST, ZO_TIER_NVME, 2, 0.05f, 2, 1, 0, 3 * CHUNK, 0, 0, ZO_OPTIM_SYNC, 0, 0};
+    zcfg z = {ZO_TIER_HOST,
+              ZO_TIER_NVME,
+              2,
+              0.05f,
+              2,
+              1,
+              0,
+              3 * CHUNK,
+              0,
+              0,
+              ZO_OPTIM_SYNC,
+              0,
+              0,
+              ZO_REDUCE_ORDER_GLOBAL};
     expect_exact_as(z);
     z.stage = 1;
     z.mode = ZO_OPTIM_OVERLAP;
@@ -441,7 +567,9 @@ static void stage3_clipping_and_overflow(void **state)
 static void stage3_small_chunks_persist(void **state)
 {
     (void)state;
-    zcfg z = {ZO_TIER_HOST, ZO_TIER_HOST, 3, 0.05f, -1, 1, 0, 0, TM_D, 1, ZO_OPTIM_SYNC, 0, 0};
+    zcfg z = {
+        ZO_TIER_HOST,          ZO_TIER_HOST, 3, 0.05f, -1, 1, 0, 0, TM_D, 1, ZO_OPTIM_SYNC, 0, 0,
+        ZO_REDUCE_ORDER_GLOBAL};
     expect_exact_as(z);
 }
 
@@ -452,7 +580,8 @@ static void stage3_small_chunks_persist(void **state)
 static void stage3_device_params_are_a_share(void **state)
 {
     (void)state;
-    zcfg z = {ZO_TIER_DEVICE, ZO_TIER_HOST, 3, 0.0f, -1, 1, 0, 0, 0, 1, ZO_OPTIM_SYNC, 0, 0};
+    zcfg z = {ZO_TIER_DEVICE,        ZO_TIER_HOST, 3, 0.0f, -1, 1, 0, 0, 0, 1, ZO_OPTIM_SYNC, 0, 0,
+              ZO_REDUCE_ORDER_GLOBAL};
     zrun a;
     train(&z, &a);
     uint64_t n = a.fp.n_chunks, K = a.fp.max_chunks_per_layer;
@@ -476,8 +605,20 @@ static void stage3_device_params_are_a_share(void **state)
  * redo them on every owner alike. */
 static void overlap_as(int stage, zo_tier oh, float max_norm, int poison_step)
 {
-    zcfg z = {ZO_TIER_HOST,     oh, stage, max_norm, poison_step, 1, 0, 0, 0, 0,
-              ZO_OPTIM_OVERLAP, 0,  0};
+    zcfg z = {ZO_TIER_HOST,
+              oh,
+              stage,
+              max_norm,
+              poison_step,
+              1,
+              0,
+              0,
+              0,
+              0,
+              ZO_OPTIM_OVERLAP,
+              0,
+              0,
+              ZO_REDUCE_ORDER_GLOBAL};
     expect_exact_as(z);
 }
 
@@ -509,7 +650,9 @@ static void overlap_stage3_nvme(void **state)
  * the owners, their broadcast from its thread while the next step runs. */
 static void dpu_as(int stage, zo_tier oh, float max_norm, int poison_step)
 {
-    zcfg z = {ZO_TIER_HOST, oh, stage, max_norm, poison_step, 1, 0, 0, 0, 0, ZO_OPTIM_DPU, 0, 0};
+    zcfg z = {
+        ZO_TIER_HOST,          oh, stage, max_norm, poison_step, 1, 0, 0, 0, 0, ZO_OPTIM_DPU, 0, 0,
+        ZO_REDUCE_ORDER_GLOBAL};
     expect_exact_as(z);
 }
 
@@ -568,7 +711,8 @@ static void expect_p16_on_nvme(const zcfg *z)
 
 static void p16_nvme_as(int stage, zo_tier oh, zo_optim_mode mode, float max_norm, int poison)
 {
-    zcfg z = {ZO_TIER_NVME, oh, stage, max_norm, poison, 1, 0, 0, 0, 0, mode, 0, 0};
+    zcfg z = {ZO_TIER_NVME,          oh, stage, max_norm, poison, 1, 0, 0, 0, 0, mode, 0, 0,
+              ZO_REDUCE_ORDER_GLOBAL};
     expect_p16_on_nvme(&z);
 }
 
@@ -611,8 +755,20 @@ static void p16_nvme_split(void **state)
 {
     (void)state;
     for (int stage = 1; stage <= 3; stage++) {
-        zcfg z = {ZO_TIER_NVME,  ZO_TIER_NVME, stage, 0.0f, -1, 1, 0, 2 * CHUNK, 0, 0,
-                  ZO_OPTIM_SYNC, 2 * CHUNK,    0};
+        zcfg z = {ZO_TIER_NVME,
+                  ZO_TIER_NVME,
+                  stage,
+                  0.0f,
+                  -1,
+                  1,
+                  0,
+                  2 * CHUNK,
+                  0,
+                  0,
+                  ZO_OPTIM_SYNC,
+                  2 * CHUNK,
+                  0,
+                  ZO_REDUCE_ORDER_GLOBAL};
         zrun a;
         train(&z, &a);
         uint32_t params[3];
@@ -700,7 +856,20 @@ static void p16_nvme_faults(void **state)
     if (n_ranks == 1)
         return; /* one rank's NVMe faults: test_engine */
     for (int stage = 2; stage <= 3; stage++) {
-        zcfg z = {ZO_TIER_NVME, ZO_TIER_NVME, stage, 0.0f, -1, 1, 0, 0, 0, 0, ZO_OPTIM_SYNC, 0, 1};
+        zcfg z = {ZO_TIER_NVME,
+                  ZO_TIER_NVME,
+                  stage,
+                  0.0f,
+                  -1,
+                  1,
+                  0,
+                  0,
+                  0,
+                  0,
+                  ZO_OPTIM_SYNC,
+                  0,
+                  1,
+                  ZO_REDUCE_ORDER_GLOBAL};
         zcfg ref = z;
         ref.stage = 0;
         zrun a, b;
@@ -856,6 +1025,26 @@ static void what_is_not_run_is_refused(void **state)
     if (me > 1)
         return; /* the configs say world size 2 */
     refused(ZO_OPTIM_SYNC, 0, ZO_TIER_HOST, ZO_ERR_UNSUPPORTED, "use zero_stage 1, 2 or 3");
+    /* the global order with layer-major groups, which sum on the device */
+    zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+    c.device = dev;
+    c.rank = me;
+    c.world_size = 2;
+    c.zero_stage = 2;
+    c.comm = world;
+    c.grad_accum_steps = 4;
+    c.micro_group = 2;
+    zo_engine_t e = NULL;
+    assert_int_equal(zo_engine_init(&e, &c), ZO_ERR_UNSUPPORTED);
+    assert_null(e);
+    assert_non_null(strstr(zo_last_error(), "use micro_group 1"));
+    assert_non_null(strstr(zo_last_error(), "reduce_order rank"));
+    c.reduce_order = ZO_REDUCE_ORDER_RANK; /* the rank order keeps the groups */
+    ZO_ASSERT_OK(zo_engine_init(&e, &c));
+    zo_engine_free(e);
+    c.reduce_order = (zo_reduce_order)7;
+    assert_int_equal(zo_engine_init(&e, &c), ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "reduce_order is 7"));
 }
 
 int main(void)
@@ -881,6 +1070,9 @@ int main(void)
         cmocka_unit_test(stage2_clipping_and_overflow),
         cmocka_unit_test(stage2_tight_host_budget),
         cmocka_unit_test(accumulating_ranks_agree_within_rounding),
+        cmocka_unit_test(accumulating_stages_host),
+        cmocka_unit_test(accumulating_nvme_device_clipping),
+        cmocka_unit_test(accumulating_overlap_dpu),
         cmocka_unit_test(stage3_host),
         cmocka_unit_test(stage3_nvme),
         cmocka_unit_test(stage3_device),
