@@ -9,7 +9,8 @@ sync, overlap and dpu modes, and with the 16-bit parameters on NVMe (--offload-p
 nvme: every chunk in each rank's files at stages 1 and 2, its own at stage 3; with
 --offload-optimizer cpu the other ranks' chunks at stages 1 and 2, stage 3 refused); each
 rank's NVMe bytes are its own chunks' share; a flag that differs on one rank is
-refused naming it.
+refused naming it; layer-major groups in the global reduction order are refused
+naming what works.
 
 usage: test_train_zero.py MPIEXEC ZO_TRAIN
 """
@@ -154,6 +155,9 @@ with tempfile.TemporaryDirectory() as d:
     base = [EXE] + TINY + ["--nvme-path", d]
     refused(MPI + ["-np", "1"] + base + ["--lr", "1e-3", ":", "-np", "1"] + base + ["--lr", "2e-3"],
             ["--lr"])
+    # layer-major groups sum on the device: the global reduction order cannot take them
+    refused(MPI + ["-np", "2"] + base + ["--grad-accum", "4", "--micro-group", "2"],
+            ["--micro-group 1", "--reduce-order rank"])
 
 for f in failures:
     print("FAIL:", f)

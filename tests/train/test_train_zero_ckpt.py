@@ -10,11 +10,16 @@ with --grad-accum 4 or 2 over the same micro-batches):
     and 3): losses, validation loss and the
     final master weights bitwise equal (N ranks with --grad-accum 1 reduce in
     the order one rank with --grad-accum N accumulates);
-  - 4 ranks -> 2 ranks -> 1 rank: the 2-rank part runs --grad-accum 2, where
-    each rank sums its two micro-batches before the ranks' sums are added
-    (zo/engine.h): (g0+g1)+(g2+g3) against ((g0+g1)+g2)+g3, equal within
-    rounding only, so the losses after it are compared within 1e-4 (the
-    4-rank part and the reshard itself are bitwise, checked above);
+  - 1 rank x --grad-accum 4, 2 ranks x 2 and 4 ranks x 1 (stages 1, 2, 3;
+    states in RAM and on NVMe; sync, overlap with clipping, dpu): losses,
+    validation loss and --weights-digest bitwise equal, the global reduction
+    order (zo/engine.h) summing in the step's micro-batch order;
+  - 4 ranks -> 2 ranks -> 1 rank, the 2-rank part with --grad-accum 2:
+    bitwise in the global order; in the rank order (zoffload.reduce_order
+    "rank") each rank sums its two micro-batches before the ranks' sums are
+    added, (g0+g1)+(g2+g3) against ((g0+g1)+g2)+g3, so there the losses are
+    compared within 1e-4; a --reduce-order differing on one rank is refused
+    naming it;
   - the data position and the training state carry over (step, schedule);
   - --init-weights and --hf-model across ranks equal one rank's;
   - a save that fails on one rank fails on every rank and leaves the previous
@@ -178,10 +183,48 @@ with tempfile.TemporaryDirectory() as d:
                                  "--optimizer-mode", "overlap"],
                     "2 ranks (stage 3, overlap) -> 1 rank")
 
-# 4 -> 2 -> 1 ranks, k = 2 steps each, the global batch 4 micro-batches throughout
+def global_batch_of_4(d, opts, what):
+    """1 rank x --grad-accum 4, 2 ranks x 2 and 4 ranks x 1: the global
+    reduction order sums every chunk's gradients in the step's micro-batch
+    order whatever the split, so all three are bitwise equal."""
+    runs = [train(ranks, opts + ["--steps", "3", "--grad-accum", str(4 // ranks),
+                                 "--weights-digest"], "%s/g-%d" % (d, ranks))
+            for ranks in (1, 2, 4)]
+    if None in runs:
+        return
+    one = runs[0]
+    for ranks, r in zip((2, 4), runs[1:]):
+        w = "%s, %d ranks x %d" % (what, ranks, 4 // ranks)
+        check(r["losses"] == one["losses"] and r["val_loss"] == one["val_loss"],
+              "%s: losses %r val %r, one rank x 4 %r val %r" %
+              (w, r["losses"], r["val_loss"], one["losses"], one["val_loss"]))
+        check(r["weights_digest"] == one["weights_digest"],
+              "%s: weights digest %s, one rank x 4 %s" %
+              (w, r["weights_digest"], one["weights_digest"]))
+        check(r["config"]["reduce_order"] == "global", "%s: config %r" % (w, r["config"]))
+
+
 with tempfile.TemporaryDirectory() as d:
+    global_batch_of_4(d, ["--offload-optimizer", "cpu", "--zero-stage", "2"],
+                      "stage 2, states in RAM")
+with tempfile.TemporaryDirectory() as d:
+    global_batch_of_4(d, ["--offload-optimizer", "nvme", "--zero-stage", "3",
+                          "--optimizer-mode", "overlap", "--max-grad-norm", "0.5"],
+                      "stage 3, states on NVMe, overlap, clipping")
+with tempfile.TemporaryDirectory() as d:
+    global_batch_of_4(d, ["--offload-optimizer", "cpu", "--zero-stage", "1",
+                          "--optimizer-mode", "dpu"], "stage 1, dpu")
+
+
+def resume_4_2_1(d, order):
+    """4 -> 2 -> 1 ranks, 2 steps each, the global batch 4 micro-batches
+    throughout (the 2-rank part with --grad-accum 2), against one rank with
+    --grad-accum 4: bitwise in the global order; in the rank order each rank
+    of the 2-rank part sums its two micro-batches before the ranks' sums are
+    added, (g0+g1)+(g2+g3) against ((g0+g1)+g2)+g3, equal within rounding."""
     with open(d + "/ds.json", "w") as f:  # a learning rate that changes at every step
         json.dump({"train_micro_batch_size_per_gpu": 2,
+                   "zoffload": {"reduce_order": order},
                    "scheduler": {"type": "WarmupLR", "params": {
                        "warmup_min_lr": 5e-4, "warmup_max_lr": 2e-3, "warmup_num_steps": 8}}}, f)
     opts = ["--offload-optimizer", "cpu", "--config", d + "/ds.json"]
@@ -193,42 +236,64 @@ with tempfile.TemporaryDirectory() as d:
         out = train(ranks, opts + extra + ["--steps", str(upto), "--grad-accum", str(4 // ranks),
                                            "--save", d + "/ck"], d + "/s-%d" % ranks)
         parts.append(out)
-    if ref is not None and None not in parts:
-        got = parts[0]["losses"] + parts[1]["losses"] + parts[2]["losses"]
-        what = "4 -> 2 -> 1 ranks"
-        check(got[:2] == ref["losses"][:2], "%s: 4 ranks' losses %r, one rank %r" %
-              (what, got[:2], ref["losses"][:2]))
-        print("4 -> 2 -> 1 ranks: losses %r, uninterrupted %r (bitwise: %s)" %
-              (got, ref["losses"], got == ref["losses"]))
+    if ref is None or None in parts:
+        return
+    got = parts[0]["losses"] + parts[1]["losses"] + parts[2]["losses"]
+    what = "4 -> 2 -> 1 ranks, %s order" % order
+    check(parts[1]["config"]["reduce_order"] == order, "%s: the 2-rank part says %r" %
+          (what, parts[1]["config"]))
+    check(got[:2] == ref["losses"][:2], "%s: 4 ranks' losses %r, one rank %r" %
+          (what, got[:2], ref["losses"][:2]))
+    check([p["lrs"] for p in parts] == [ref["lrs"][0:2], ref["lrs"][2:4], ref["lrs"][4:6]]
+          and len(set(ref["lrs"])) >= 4,
+          "%s: learning rates %r, uninterrupted %r" % (what, [p["lrs"] for p in parts],
+                                                      ref["lrs"]))
+    a, b = read_set(latest(d + "/ck"), "model"), read_set(latest(d + "/ref"), "model")
+    worst = max(max(abs(x - y) / max(abs(y), 1e-30) for x, y in
+                    zip(struct.unpack("<%df" % (len(a[n][2]) // 4), a[n][2]),
+                        struct.unpack("<%df" % (len(b[n][2]) // 4), b[n][2])))
+                for n in b)
+    print("%s: losses %r, uninterrupted %r; %d of %d master tensors differ bitwise, relative "
+          "%.3g at most" % (what, got, ref["losses"], sum(a[n] != b[n] for n in b), len(b), worst))
+    if order == "global":
+        check(got == ref["losses"], "%s: losses %r, uninterrupted %r" % (what, got,
+                                                                        ref["losses"]))
+        check(parts[2]["val_loss"] == ref["val_loss"], "%s: val_loss %r, uninterrupted %r" %
+              (what, parts[2]["val_loss"], ref["val_loss"]))
+        same_weights(latest(d + "/ck"), latest(d + "/ref"), what)
+    else:
         close = all(abs(x - y) <= 1e-4 * abs(y) for x, y in zip(got, ref["losses"]))
         check(len(got) == 6 and close, "%s: losses %r, uninterrupted %r" % (what, got,
                                                                            ref["losses"]))
         check(abs(parts[2]["val_loss"] - ref["val_loss"]) <= 1e-4 * ref["val_loss"],
-              "%s: val_loss %r, uninterrupted %r" % (what, parts[2]["val_loss"], ref["val_loss"]))
-        check([p["lrs"] for p in parts] == [ref["lrs"][0:2], ref["lrs"][2:4], ref["lrs"][4:6]]
-              and len(set(ref["lrs"])) >= 4,
-              "%s: learning rates %r, uninterrupted %r" % (what, [p["lrs"] for p in parts],
-                                                          ref["lrs"]))
-        a, b = read_set(latest(d + "/ck"), "model"), read_set(latest(d + "/ref"), "model")
-        worst = max(max(abs(x - y) / max(abs(y), 1e-30) for x, y in
-                        zip(struct.unpack("<%df" % (len(a[n][2]) // 4), a[n][2]),
-                            struct.unpack("<%df" % (len(b[n][2]) // 4), b[n][2])))
-                    for n in b)
-        print("4 -> 2 -> 1 ranks: %d of %d master tensors differ bitwise, relative %.3g at most" %
-              (sum(a[n] != b[n] for n in b), len(b), worst))
+              "%s: val_loss %r, uninterrupted %r" % (what, parts[2]["val_loss"],
+                                                      ref["val_loss"]))
         check(worst <= 1e-3, "%s: the master weights differ by %g relative" % (what, worst))
-        # another global batch is another run: refused, naming it
-        cmd = MPI + ["-np", "2", EXE] + TINY + opts + ["--nvme-path", d + "/s-x", "--steps", "8",
-                                                      "--resume", d + "/ck"]
-        p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
-        check(p.returncode != 0 and "--grad-accum x ranks 4 (4 x 1), now 2 (1 x 2)" in p.stderr,
-              "resuming with half the global batch: exit %d\n%s" % (p.returncode,
-                                                                    p.stderr[-2000:]))
-        with open(os.path.join(latest(d + "/ck"), "trainer_state.json")) as f:
-            state = json.load(f)
-        check(state["step"] == 6 and state["batch"]["world_size"] == 1,
-              "%s: the last checkpoint says step %r, batch %r" % (what, state["step"],
-                                                                  state["batch"]))
+    # another global batch is another run: refused, naming it
+    cmd = MPI + ["-np", "2", EXE] + TINY + opts + ["--nvme-path", d + "/s-x", "--steps", "8",
+                                                  "--resume", d + "/ck"]
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    check(p.returncode != 0 and "--grad-accum x ranks 4 (4 x 1), now 2 (1 x 2)" in p.stderr,
+          "resuming with half the global batch: exit %d\n%s" % (p.returncode, p.stderr[-2000:]))
+    with open(os.path.join(latest(d + "/ck"), "trainer_state.json")) as f:
+        state = json.load(f)
+    check(state["step"] == 6 and state["batch"]["world_size"] == 1,
+          "%s: the last checkpoint says step %r, batch %r" % (what, state["step"],
+                                                              state["batch"]))
+
+
+for order in ("global", "rank"):
+    with tempfile.TemporaryDirectory() as d:
+        resume_4_2_1(d, order)
+
+# the order differing on one rank is refused by the ranks' config check, naming it
+with tempfile.TemporaryDirectory() as d:
+    base = [EXE] + TINY + ["--nvme-path", d, "--grad-accum", "2", "--steps", "1"]
+    p = subprocess.run(MPI + ["-np", "1"] + base + [":", "-np", "1"] + base +
+                       ["--reduce-order", "rank"], env=ENV, capture_output=True, text=True,
+                       timeout=300)
+    check(p.returncode != 0 and "--reduce-order" in p.stderr,
+          "--reduce-order rank on rank 1 only: exit %d\n%s" % (p.returncode, p.stderr[-2000:]))
 
 # --init-weights and --hf-model across ranks: each rank sets its own tensors
 with tempfile.TemporaryDirectory() as d:

@@ -111,6 +111,7 @@ static const char *const warmup_names[] = {"log", "linear", NULL};
 static const char *const mode_names[] = {"sync", "overlap", "dpu", NULL};
 static const char *const state_dtype_names[] = {"fp32", "bf16", "int8", NULL};
 static const char *const act_home_names[] = {"device", "host", "nvme", NULL};
+static const char *const reduce_order_names[] = {"global", "rank", NULL};
 /* The one enum whose values are not base + index: zo_dtype's. */
 static const int state_dtype_values[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_I8};
 
@@ -313,6 +314,7 @@ static const key_spec zoffload_keys[] = {
     E("optimizer_state_dtype", zoffload.optimizer_state_dtype, 0, state_dtype_names, ZO_DTYPE_F32),
     B("master_split", zoffload.master_split),
     B("embedding_f32_states", zoffload.embedding_f32_states),
+    E("reduce_order", zoffload.reduce_order, 0, reduce_order_names, 0),
     {"placement", K_PLACEMENT, 0, 0, 0, 0, NULL, 0, &placement_sec},
 };
 static const section zoffload_sec = SECTION(zoffload_keys);

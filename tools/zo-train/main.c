@@ -138,10 +138,8 @@ static void usage(FILE *f)
         "                         16-bit parameters, the others' gathered from their owners\n"
         "                         as each layer is fetched; zero_optimization.\n"
         "                         stage3_param_persistence_threshold: chunks that small stay\n"
-        "                         whole on every rank, 0 without --config); step t's N x\n"
-        "                         --grad-accum micro-batches split in rank order, so N ranks\n"
-        "                         with --grad-accum 1 equal one rank with --grad-accum N bit\n"
-        "                         for bit; every mode and --offload-param;\n"
+        "                         whole on every rank, 0 without --config); every mode and\n"
+        "                         --offload-param;\n"
         "                         NVMe files in DIR/rank-R; output and progress from rank 0,\n"
         "                         log lines tagged with the rank; checkpoints sharded by\n"
         "                         rank, resumable at any number of ranks\n"
@@ -157,6 +155,15 @@ static void usage(FILE *f)
         "                         default), as even layer counts, or the first engine layer\n"
         "                         of stages 1..S-1 (0 is the embedding; pipeline.stages and\n"
         "                         pipeline.partition in a --config)\n"
+        "  --reduce-order global|rank\n"
+        "                         with --grad-accum k > 1 (zoffload.reduce_order): global\n"
+        "                         (default): rank r trains micro-batches j x N + r of the\n"
+        "                         step's N x k, j = 0..k-1, each reduced over the ranks as it\n"
+        "                         comes down onto the running sum at its owner, so N ranks\n"
+        "                         equal one rank with --grad-accum N x k bit for bit, for any\n"
+        "                         N and k (k chains a step on the link); rank: rank r trains\n"
+        "                         the r-th k of them and sums them first, one chain a step,\n"
+        "                         within rounding of one rank (allows --micro-group > 1)\n"
         "  -v, --verbose          per-rank resources (host share, NUMA node) and the library's\n"
         "                         info lines on stderr\n"
         "  --comm-timeout S       a collective not done after S seconds fails the run (default\n"
@@ -291,6 +298,7 @@ enum {
     OPT_MASTER_SPLIT,
     OPT_EMBED_F32,
     OPT_ZERO_STAGE,
+    OPT_REDUCE_ORDER,
     OPT_COMM_TIMEOUT,
     OPT_PIPELINE_STAGES,
     OPT_PIPELINE_SPLIT,
@@ -352,6 +360,7 @@ static const struct option long_opts[] = {
     {"master-split", required_argument, 0, OPT_MASTER_SPLIT},
     {"embedding-f32-states", required_argument, 0, OPT_EMBED_F32},
     {"zero-stage", required_argument, 0, OPT_ZERO_STAGE},
+    {"reduce-order", required_argument, 0, OPT_REDUCE_ORDER},
     {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
     {"pipeline-stages", required_argument, 0, OPT_PIPELINE_STAGES},
     {"pipeline-split", required_argument, 0, OPT_PIPELINE_SPLIT},
@@ -495,6 +504,12 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
             return bad_value(name, arg, "on or off");
         c->o.embedding_f32 = strcmp(arg, "on") == 0;
         return 0;
+    case OPT_REDUCE_ORDER:
+        if (strcmp(arg, "global") && strcmp(arg, "rank"))
+            return bad_value(name, arg, "global or rank");
+        c->o.reduce_order =
+            strcmp(arg, "rank") == 0 ? ZO_REDUCE_ORDER_RANK : ZO_REDUCE_ORDER_GLOBAL;
+        return 0;
     }
     return 0;
 }
@@ -577,6 +592,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_STATE_DTYPE:
     case OPT_MASTER_SPLIT:
     case OPT_EMBED_F32:
+    case OPT_REDUCE_ORDER:
     case OPT_HOST_MEM: return parse_placement_opt(opt, arg, c);
     case OPT_PLACEMENT:
     case OPT_OPTIM_DEVICE_BYTES:
@@ -1259,6 +1275,8 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
     json_object_set_new(cfg, "pipeline_stages",
                         json_integer(c->o.pipeline_stages > 1 ? c->o.pipeline_stages : 1));
     json_object_set_new(cfg, "pipeline_split", json_string(su->pipeline_split));
+    json_object_set_new(cfg, "reduce_order",
+                        json_string(c->o.reduce_order == ZO_REDUCE_ORDER_RANK ? "rank" : "global"));
     json_object_set_new(cfg, "placement",
                         json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "optimizer", "device",
                                   (json_int_t)su->optim_caps.device, "host",

@@ -215,6 +215,7 @@ static void option_keys(const zt_options *o, keyset *k)
     put(k, "--state-dtype", "%d", (int)o->state_dtype);
     put(k, "--master-split", "%d", o->master_split);
     put(k, "--embedding-f32-states", "%d", o->embedding_f32);
+    put(k, "--reduce-order", "%s", o->reduce_order == ZO_REDUCE_ORDER_RANK ? "rank" : "global");
     put(k, "--optimizer-mode", "%d", (int)o->mode);
     put(k, "--offload-param", "%d", o->param_home);
     put(k, "--offload-optimizer", "%d", o->optim_home);

@@ -29,7 +29,8 @@ struct zt_trainer {
     zt_data *data;
     zt_param_source src;
     int **ids;           /* [layer][idx] -> engine tensor id */
-    int32_t *in, *tgt;   /* one step's tokens */
+    int32_t *in, *tgt;   /* one step's tokens (with ranks, every rank's) */
+    int32_t *min, *mtgt; /* ranks in the global order: this rank's micro-batches of them */
     int32_t *vin, *vtgt; /* validation tokens (a failed step keeps its own for the retry) */
     float *losses;
     int retry;           /* the last step failed: run it again on the same tokens */
@@ -268,6 +269,7 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
         c.world_size = dp_size(o);
         c.zero_stage = o->zero_stage;
         c.zero_persist_elems = o->zero_persist;
+        c.reduce_order = (zo_reduce_order)o->reduce_order;
         c.comm = t->dp_comm;
     }
     c.pipe_comm = t->pipe_comm;
@@ -795,6 +797,15 @@ zo_status zt_options_check(const zt_options *o)
     if (o->act_home != ZT_ACT_DEVICE && o->act_home != ZT_ACT_HOST && o->act_home != ZT_ACT_NVME)
         return zt_fail(ZO_ERR_INVALID_ARG, "--act-home %d: expected device, host or nvme",
                        o->act_home);
+    if (dp_size(o) > 1 && o->grad_accum > 1 && o->micro_group > 1 &&
+        o->reduce_order == ZO_REDUCE_ORDER_GLOBAL)
+        return zt_fail(ZO_ERR_UNSUPPORTED,
+                       "--micro-group %d with %d ranks: the global reduction order reduces each "
+                       "micro-batch over the ranks as it comes down, but a layer-major group "
+                       "sums its micro-batches on the device first: use --micro-group 1 "
+                       "(bitwise equal to one rank), or --reduce-order rank to keep the groups "
+                       "(within rounding of one rank)",
+                       o->micro_group, dp_size(o));
     ZT_TRY(check_stages(o));
     return zt_schedule_check(&o->sched);
 }
@@ -815,7 +826,10 @@ static zo_status open_data(zt_trainer *t)
     t->vtgt = malloc(n * sizeof *t->vtgt);
     t->losses = malloc((size_t)t->o.grad_accum * sizeof *t->losses);
     t->all_losses = malloc(W * (size_t)t->o.grad_accum * sizeof *t->all_losses);
-    if (!t->in || !t->tgt || !t->vin || !t->vtgt || !t->losses || !t->all_losses)
+    t->min = malloc(n * sizeof *t->min);
+    t->mtgt = malloc(n * sizeof *t->mtgt);
+    if (!t->in || !t->tgt || !t->vin || !t->vtgt || !t->losses || !t->all_losses || !t->min ||
+        !t->mtgt)
         return zt_fail(ZO_ERR_NO_MEMORY, "token buffers");
     return ZO_OK;
 }
@@ -925,6 +939,8 @@ void zt_trainer_free(zt_trainer *t)
     free(t->owner);
     free(t->in);
     free(t->tgt);
+    free(t->min);
+    free(t->mtgt);
     free(t->vin);
     free(t->vtgt);
     free(t->losses);
@@ -953,11 +969,41 @@ zo_stream_t zt_trainer_stream(zt_trainer *t)
     return t->s;
 }
 
+/* The data-parallel ranks' split (N = dp_size): in the global reduce order
+ * rank r's i-th micro-batch is the step's (i*N + r)-th; else (the rank
+ * order, one rank) the (r*k + i)-th. */
+static int global_micro(const zt_trainer *t, int rank, int i)
+{
+    int N = dp_size(&t->o), k = t->o.grad_accum;
+    if (N > 1 && t->o.reduce_order == ZO_REDUCE_ORDER_GLOBAL)
+        return i * N + rank;
+    return (N > 1 ? rank : 0) * k + i;
+}
+
+/* This rank's micro-batches of the ranks' batch, in its own order: a
+ * contiguous range, or (global order) gathered every N-th. */
+static void rank_batch(zt_trainer *t, const int32_t **in, const int32_t **tgt)
+{
+    size_t per = (size_t)t->o.micro_batch * t->o.seq;
+    int k = t->o.grad_accum, r = dp_rank(&t->o);
+    *in = t->in + (size_t)global_micro(t, r, 0) * per;
+    *tgt = t->tgt + (size_t)global_micro(t, r, 0) * per;
+    if (k == 1 || global_micro(t, r, 1) == global_micro(t, r, 0) + 1)
+        return;
+    for (int i = 0; i < k; i++) {
+        size_t from = (size_t)global_micro(t, r, i) * per;
+        memcpy(t->min + (size_t)i * per, t->in + from, per * sizeof *t->in);
+        memcpy(t->mtgt + (size_t)i * per, t->tgt + from, per * sizeof *t->tgt);
+    }
+    *in = t->min;
+    *tgt = t->mtgt;
+}
+
 /* The mean loss of the step's micro-batches: with ranks, of every rank's,
- * summed in rank order as one rank sums its own. */
+ * summed in the step's micro-batch order as one rank sums its own. */
 static zo_status mean_loss(zt_trainer *t, float *loss)
 {
-    int n = t->o.grad_accum;
+    int n = t->o.grad_accum, W = 1;
     const float *l = t->losses;
     if (t->pipe) /* the last stage's */
         ZT_TRY(zt_pipe_share_losses(t->pipe, t->losses, n));
@@ -965,13 +1011,16 @@ static zo_status mean_loss(zt_trainer *t, float *loss)
         ZT_LIB(zo_comm_all_gather(t->dp_comm, t->s, t->losses, t->all_losses, (size_t)n,
                                   ZO_DTYPE_F32));
         ZT_LIB(zo_stream_synchronize(t->s));
-        n *= dp_size(&t->o);
+        W = dp_size(&t->o);
         l = t->all_losses;
     }
     double sum = 0;
-    for (int i = 0; i < n; i++)
-        sum += l[i];
-    *loss = (float)(sum / n);
+    for (int m = 0; m < n * W; m++) /* global micro-batch m: rank m % W's or m / n's */
+        for (int r = 0; r < W; r++)
+            for (int i = 0; i < n; i++)
+                if (global_micro(t, r, i) == m)
+                    sum += l[r * n + i];
+    *loss = (float)(sum / (n * W));
     return ZO_OK;
 }
 
@@ -1005,7 +1054,6 @@ static zo_status abandon_step(zt_trainer *t, zo_status st)
 zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
 {
     const int n = t->o.grad_accum, W = dp_size(&t->o);
-    const size_t mine = (size_t)dp_rank(&t->o) * n * t->o.micro_batch * t->o.seq;
     if (t->retry)
         zo_stream_synchronize(
             t->s); /* let the abandoned step's queued work finish; its error is reported */
@@ -1017,7 +1065,9 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
     if (act)
         ZT_LIB(zo_swap_get_stats(act, &act0));
     ZT_LIB(zo_engine_set_lr(t->eng, (float)t->lr));
-    ZT_TRY(zt_model_set_batch(t->m, t->in + (W > 1 ? mine : 0), t->tgt + (W > 1 ? mine : 0), n));
+    const int32_t *in, *tgt;
+    rank_batch(t, &in, &tgt);
+    ZT_TRY(zt_model_set_batch(t->m, in, tgt, n));
     /* The mean over the ranks' micro-batches, times the loss scale (fp16). */
     float grad_scale = (float)(zo_engine_loss_scale(t->eng) / ((double)n * W));
     /* layer-major: each group through a layer before the next (a group of 1:

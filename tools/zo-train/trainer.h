@@ -72,10 +72,12 @@ typedef struct zt_options {
                              (zoffload.embedding_f32_states; zt_tensor_embedding,
                              zo_engine_keep_f32_states); 0, the default: 8-bit as the rest */
     /* ZeRO across ranks (world_size > 1, zt_ranks_discover): each step the ranks take
-     * world_size * grad_accum micro-batches of the data, rank r the r-th grad_accum of them
-     * (what one rank with grad_accum * world_size would take r-th), so the losses and weights
-     * equal that one rank's bitwise for grad_accum 1; each rank's NVMe files go to
-     * DIR/rank-R. */
+     * N = world_size times grad_accum micro-batches of the data, rank r in the global
+     * reduce_order (ZO_REDUCE_ORDER_GLOBAL) the micro-batches j*N + r of them, j = 0 ..
+     * grad_accum - 1, which the engine reduces in that global order, so the losses and weights
+     * equal one rank's with grad_accum * N bitwise; in the rank order the r-th grad_accum of
+     * them (bitwise for grad_accum 1 only). Each rank's NVMe files go to DIR/rank-R. */
+    int reduce_order;      /* zo_reduce_order: 0 global (default), 1 rank (--reduce-order) */
     int zero_stage;        /* 1, 2 or 3 (engine.h); ignored with one rank */
     uint64_t zero_persist; /* stage 3: chunks of at most this many elements stay whole on every
                               rank (zero_persist_elems; DeepSpeed's
