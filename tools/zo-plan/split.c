@@ -717,6 +717,8 @@ static zo_status search(split_ctx *x, zp_plan *out)
     int groups[34], n_groups = 0;
     if (job->micro_group)
         groups[n_groups++] = job->micro_group;
+    else if (job->world_size > 1) /* ZeRO's global reduction order takes no layer-major groups */
+        groups[n_groups++] = 1;
     else {
         for (int g = 1; g < job->grad_accum && n_groups < 32; g *= 2)
             groups[n_groups++] = g;
