@@ -947,8 +947,20 @@ static double repaired_step(zrun *r, int s, int bad, uint64_t n)
  * own chunks beside its states: nothing on NVMe, nothing to fail. */
 static void faults_host_states_as(int stage, uint64_t host_cap)
 {
-    zcfg z = {ZO_TIER_NVME,  ZO_TIER_HOST, stage, 0.0f, -1, 1, 0, 0, 0, 0,
-              ZO_OPTIM_SYNC, host_cap,     1};
+    zcfg z = {ZO_TIER_NVME,
+              ZO_TIER_HOST,
+              stage,
+              0.0f,
+              -1,
+              1,
+              0,
+              0,
+              0,
+              0,
+              ZO_OPTIM_SYNC,
+              host_cap,
+              1,
+              ZO_REDUCE_ORDER_GLOBAL};
     zcfg ref = z;
     ref.stage = 0;
     ref.host_cap = 0;
