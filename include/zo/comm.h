@@ -80,6 +80,11 @@ ZO_API int zo_comm_size(zo_comm_t c);
 /* The world rank of rank r of c (for messages). */
 ZO_API int zo_comm_world_rank(zo_comm_t c, int r);
 ZO_API const char *zo_comm_backend(zo_comm_t c);
+/* 1 when c's sends, receives and collectives take its device's memory
+ * (nccl; mpi and self on a host-addressable device such as cpu), 0 when
+ * they need host-addressable buffers, so device data must be staged
+ * through (pinned) host memory. */
+ZO_API int zo_comm_takes_device_memory(zo_comm_t c);
 
 /* ---- stream-ordered collectives ----
  * Counts are elements of dt. Reductions take ZO_DTYPE_F32, F64, BF16 and F16;

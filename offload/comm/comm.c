@@ -174,6 +174,14 @@ const char *zo_comm_backend(zo_comm_t c)
     return c ? c->be->name : "";
 }
 
+int zo_comm_takes_device_memory(zo_comm_t c)
+{
+    if (!c)
+        return 0;
+    return c->be->buffers != ZO_COMM_BUF_HOST ||
+           (zo_device_caps(c->dev) & ZO_DEVCAP_HOST_ADDRESSABLE) != 0;
+}
+
 /* ---- checks shared by every collective ---- */
 
 const char *zo_coll_name(zo_coll_kind k)
