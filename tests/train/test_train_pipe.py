@@ -32,10 +32,11 @@ MPI = [MPIEXEC, "--oversubscribe", "--bind-to", "none"]
 TINY = ["--steps", "3", "--micro-batch", "2", "--seq", "32", "--val-batches", "2", "--json",
         "--weights-digest"]
 failures = []
+STAGED = {}  # ZT_TEST_PIPE_STAGED=1 while staged() runs: transfers through pinned buffers
 
 
 def run(cmd):
-    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=240)
+    p = subprocess.run(cmd, env=dict(ENV, **STAGED), capture_output=True, text=True, timeout=240)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -81,6 +82,9 @@ def exact(stages, flags, split=None, micro=4, ref_cache={}):
         same(what, ref, got)
         check(got["config"]["pipeline_stages"] == stages,
               "%s: config says %r" % (what, got["config"]))
+        check((got["config"]["pipeline_pinned_bytes"] > 0) == bool(STAGED),
+              "%s%s: %d pinned staging bytes" % (what, " staged" if STAGED else "",
+                                                 got["config"]["pipeline_pinned_bytes"]))
         # rank 0's engine holds the first stage's chunks only, and tiers only them
         check(got["config"]["chunks"] < ref["config"]["chunks"] and
               (got["peak_bytes"]["nvme"] < ref["peak_bytes"]["nvme"] or
@@ -250,6 +254,27 @@ def tied():
             same("tied, 2 x 2 ranks", ref, got)
 
 
+def staged():
+    """The staged path a CUDA device's mpi group takes (device -> pinned -> send, recv ->
+    pinned -> device), forced on the cpu device: as bitwise as the direct path, tied too."""
+    STAGED["ZT_TEST_PIPE_STAGED"] = "1"
+    try:
+        exact(2, HOST_NVME)
+        exact(4, HOST_NVME)
+        with tempfile.TemporaryDirectory() as d:
+            model = tied_model(d)
+            if model is None:
+                return
+            flags = ["--hf-model", model, "--grad-accum", "4"] + HOST_NVME
+            ref = train(1, flags, d + "/one")
+            got = train(2, flags + ["--pipeline-stages", "2"], d + "/p")
+            if ref and got:
+                same("tied, 2 stages, staged", ref, got)
+                check(got["config"]["pipeline_pinned_bytes"] > 0, "tied staged: nothing pinned")
+    finally:
+        STAGED.clear()
+
+
 HOST_NVME = ["--offload-param", "cpu", "--offload-optimizer", "nvme"]
 exact(2, HOST_NVME)
 exact(4, HOST_NVME)  # 6 engine layers in 4 stages
@@ -267,6 +292,7 @@ trace_1f1b()
 checkpoint()
 from_config()
 tied()
+staged()
 refused(4, ["--pipeline-stages", "7"], ["--pipeline-stages 7", "6 layers", "at most 6"])
 refused(3, ["--pipeline-stages", "2"], ["--pipeline-stages 2", "multiple of 2", "has 3"])
 refused(2, ["--pipeline-stages", "2", "--pipeline-split", "9"], ["--pipeline-split '9'"])

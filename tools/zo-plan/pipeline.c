@@ -153,6 +153,32 @@ typedef struct pipe_ctx {
     uint64_t *work;
 } pipe_ctx;
 
+static uint64_t page_round(uint64_t b)
+{
+    return (b + 4095) / 4096 * 4096;
+}
+
+/* zo-train's pipeline group is mpi, which takes host buffers: on a cuda
+ * device each stage stages its transfers through pinned buffers
+ * (tools/zo-train/pipeline.c), one per transfer stream: four of an
+ * activation, one on the compute stream (validation; a tied stage's layer 0
+ * tensors), and a tied first and last stage's two of the head's fp32
+ * gradients. */
+static uint64_t staging_bytes(const pipe_ctx *x, const zp_pipeline_plan *o, int s)
+{
+    const zp_job *j = x->job;
+    int S = o->stages, ends = j->shape.tied && (s == 0 || s == S - 1);
+    if (S < 2 || strcmp(x->hw.backend, "cuda") != 0)
+        return 0;
+    uint64_t compute = o->act_bytes, head = 0;
+    for (int i = 0; ends && i < zt_layer_tensors(&j->shape, 0); i++) {
+        uint64_t n = zt_tensor_numel(&j->shape, 0, i);
+        compute = n * zo_dtype_size(j->dtype) > compute ? n * zo_dtype_size(j->dtype) : compute;
+        head += n * sizeof(float);
+    }
+    return 4 * page_round(o->act_bytes) + page_round(compute) + 2 * page_round(head);
+}
+
 static zo_status plan_stage(const pipe_ctx *x, const zp_pipeline_plan *o, int s, zp_stage_plan *st)
 {
     zp_job j = *x->job;
@@ -188,6 +214,9 @@ static zo_status plan_stage(const pipe_ctx *x, const zp_pipeline_plan *o, int s,
     ZT_TRY(zp_plan_split(&j, &hw, &x->sp, x->tbw, &st->plan, x->work));
     st->plan.modelled.device += (int64_t)st->tied_copy_bytes;
     st->plan.device.total += st->tied_copy_bytes;
+    st->staging_bytes = staging_bytes(x, o, s);
+    st->plan.modelled.pinned += (int64_t)st->staging_bytes;
+    st->plan.pinned.total += st->staging_bytes;
     return ZO_OK;
 }
 

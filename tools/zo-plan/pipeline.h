@@ -57,6 +57,7 @@ typedef struct zp_stage_plan {
     int first, end; /* engine layers [first, end) */
     int in_flight;  /* sets of layer inputs it holds: zo-train's min(min(S-s-1, M) + 2, M) */
     uint64_t tied_copy_bytes; /* a tied model's last stage: its device copy of layer 0 */
+    uint64_t staging_bytes;   /* cuda: zo-train's pinned buffers staging the mpi transfers */
     zp_plan plan;             /* its rank's memory and its own step (plan.h) */
     uint64_t send_bytes;      /* p2p it sends per micro-batch: activations on, gradients back */
     double mb_seconds;        /* one micro-batch's forward and backward with its sends */

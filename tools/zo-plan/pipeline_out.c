@@ -165,6 +165,7 @@ static json_t *json_stage(const zp_stage_plan *st)
                                   ju(q->fp.nvme)));
     json_object_set_new(o, "chunks", ju(q->fp.n_chunks));
     json_object_set_new(o, "tied_copy_bytes", ju(st->tied_copy_bytes));
+    json_object_set_new(o, "staging_bytes", ju(st->staging_bytes));
     json_object_set_new(o, "placement",
                         json_pack("{s:o,s:o}", "param_device", ju(q->param_caps.device),
                                   "optim_host", ju(q->optim_caps.host)));

@@ -1277,6 +1277,8 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
     json_object_set_new(cfg, "pipeline_split", json_string(su->pipeline_split));
     json_object_set_new(cfg, "reduce_order",
                         json_string(c->o.reduce_order == ZO_REDUCE_ORDER_RANK ? "rank" : "global"));
+    json_object_set_new(cfg, "pipeline_pinned_bytes",
+                        json_integer((json_int_t)su->pipe_pinned_bytes));
     json_object_set_new(cfg, "placement",
                         json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "optimizer", "device",
                                   (json_int_t)su->optim_caps.device, "host",

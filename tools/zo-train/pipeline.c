@@ -159,6 +159,14 @@ struct zt_pipe {
     size_t tied_numel[ZT_MAX_LAYER_TENSORS];
     void *tied_copy[ZT_MAX_LAYER_TENSORS]; /* last stage: device buffers */
     zt_param_source inner, src;            /* the caller's source, and the one the model sees */
+    /* Staged (the communicator needs host buffers, or ZT_TEST_PIPE_STAGED):
+     * one pinned buffer per transfer stream and one for the compute
+     * stream, each as large as the stream's largest message; a stream's copy, send
+     * or receive and copy run in its order, so its buffer is reused only
+     * once the transfer before is done. */
+    int staged;
+    size_t pin_bytes; /* all of them */
+    void *pin[N_STREAMS + 1];
 };
 
 /* Static names for the trace's spans ("F3", "B3"): the callback keeps the
@@ -232,6 +240,42 @@ static zo_status mark(zt_pipe *p, int kind, int micro, int end)
 
 /* ---- transfers ---- */
 
+/* The pinned buffer of stream s: each transfer stream's, else the
+ * compute stream's. */
+static void *pinned_of(const zt_pipe *p, zo_stream_t s)
+{
+    const zo_stream_t t[N_STREAMS] = {p->recv_act,  p->recv_grad, p->send_act,
+                                      p->send_grad, p->recv_head, p->send_head};
+    for (int i = 0; i < N_STREAMS; i++)
+        if (t[i] == s)
+            return p->pin[i];
+    return p->pin[N_STREAMS];
+}
+
+/* A send of device data: direct, or copied to the stream's pinned buffer
+ * first, in the stream's order. */
+static zo_status pipe_send(zt_pipe *p, zo_comm_t comm, zo_stream_t s, const void *buf, size_t n,
+                           zo_dtype dt, int peer)
+{
+    if (!p->staged)
+        return zo_comm_send(comm, s, buf, n, dt, peer);
+    void *pin = pinned_of(p, s);
+    zo_status st = zo_memcpy_d2h_async(s, pin, buf, n * zo_dtype_size(dt));
+    return st < 0 ? st : zo_comm_send(comm, s, pin, n, dt, peer);
+}
+
+/* A receive into device memory: direct, or into the stream's pinned
+ * buffer and copied on from it, in the stream's order. */
+static zo_status pipe_recv(zt_pipe *p, zo_comm_t comm, zo_stream_t s, void *buf, size_t n,
+                           zo_dtype dt, int peer)
+{
+    if (!p->staged)
+        return zo_comm_recv(comm, s, buf, n, dt, peer);
+    void *pin = pinned_of(p, s);
+    zo_status st = zo_comm_recv(comm, s, pin, n, dt, peer);
+    return st < 0 ? st : zo_memcpy_h2d_async(s, buf, pin, n * zo_dtype_size(dt));
+}
+
 static zo_status after(zo_stream_t s, zo_event_t ev, zo_stream_t from)
 {
     ZT_LIB(zo_event_record(ev, from));
@@ -253,8 +297,8 @@ static zo_status recv_act(zt_pipe *p, int j)
     if (j >= p->K)
         ZT_TRY(wait_for(p->recv_act, p->ev[EV_BWD_DONE][s]));
     void *buf = zt_model_stage_input(p->c.model, s, p->c.first);
-    ZT_LIB(zo_comm_recv(p->c.comm, p->recv_act, buf, zt_model_stage_elems(p->c.model),
-                        p->c.act_dtype, p->r - 1));
+    ZT_LIB(pipe_recv(p, p->c.comm, p->recv_act, buf, zt_model_stage_elems(p->c.model),
+                     p->c.act_dtype, p->r - 1));
     ZT_LIB(zo_event_record(p->ev[EV_GOT_ACT][s], p->recv_act));
     return ZO_OK;
 }
@@ -266,8 +310,8 @@ static zo_status recv_grad(zt_pipe *p, int j)
     const int s = j % p->K;
     if (j >= p->K)
         ZT_TRY(wait_for(p->recv_grad, p->ev[first_stage(p) ? EV_BWD_DONE : EV_SENT_GRAD][s]));
-    ZT_LIB(zo_comm_recv(p->c.comm, p->recv_grad, zt_model_stage_grad(p->c.model, s),
-                        zt_model_stage_elems(p->c.model), p->c.act_dtype, p->r + 1));
+    ZT_LIB(pipe_recv(p, p->c.comm, p->recv_grad, zt_model_stage_grad(p->c.model, s),
+                     zt_model_stage_elems(p->c.model), p->c.act_dtype, p->r + 1));
     ZT_LIB(zo_event_record(p->ev[EV_GOT_GRAD][s], p->recv_grad));
     return ZO_OK;
 }
@@ -326,7 +370,7 @@ static zo_status share_tied(zt_pipe *p)
     zo_stream_t s = p->c.compute;
     if (last_stage(p)) {
         for (int i = 0; i < p->n_tied; i++)
-            ZT_LIB(zo_comm_recv(p->tcomm, s, p->tied_copy[i], p->tied_numel[i], p->c.act_dtype, 0));
+            ZT_LIB(pipe_recv(p, p->tcomm, s, p->tied_copy[i], p->tied_numel[i], p->c.act_dtype, 0));
         return ZO_OK;
     }
     void *params[ZT_MAX_LAYER_TENSORS] = {0}, *grads[ZT_MAX_LAYER_TENSORS] = {0};
@@ -334,8 +378,8 @@ static zo_status share_tied(zt_pipe *p)
         p->inner.fetch(p->inner.ctx, 0, ZO_PHASE_FORWARD, s, params, grads, ZT_MAX_LAYER_TENSORS));
     zo_status st = ZO_OK;
     for (int i = 0; st >= 0 && i < p->n_tied; i++)
-        if ((st = zo_comm_send(p->tcomm, s, params[i], p->tied_numel[i], p->c.act_dtype,
-                               p->S - 1)) < 0)
+        if ((st = pipe_send(p, p->tcomm, s, params[i], p->tied_numel[i], p->c.act_dtype,
+                            p->S - 1)) < 0)
             zt_lib_fail(st, "zo_comm_send of the tied embedding");
     zo_status rst = p->inner.release(p->inner.ctx, 0, s);
     return st < 0 ? st : rst;
@@ -348,8 +392,8 @@ static zo_status recv_head(zt_pipe *p, int j)
     const int s = j % p->K;
     if (j >= p->K)
         ZT_TRY(wait_for(p->recv_head, p->ev[EV_BWD_DONE][s]));
-    ZT_LIB(zo_comm_recv(p->tcomm, p->recv_head, zt_model_stage_head_grads(p->c.model, s),
-                        zt_model_stage_head_bytes(p->c.model), ZO_DTYPE_U8, p->S - 1));
+    ZT_LIB(pipe_recv(p, p->tcomm, p->recv_head, zt_model_stage_head_grads(p->c.model, s),
+                     zt_model_stage_head_bytes(p->c.model), ZO_DTYPE_U8, p->S - 1));
     ZT_LIB(zo_event_record(p->ev[EV_GOT_HEAD][s], p->recv_head));
     return ZO_OK;
 }
@@ -359,8 +403,8 @@ static zo_status send_head(zt_pipe *p, int j)
 {
     const int s = j % p->K;
     ZT_LIB(zo_stream_wait_event(p->send_head, p->ev[EV_BWD_DONE][s]));
-    ZT_LIB(zo_comm_send(p->tcomm, p->send_head, zt_model_stage_head_grads(p->c.model, s),
-                        zt_model_stage_head_bytes(p->c.model), ZO_DTYPE_U8, 0));
+    ZT_LIB(pipe_send(p, p->tcomm, p->send_head, zt_model_stage_head_grads(p->c.model, s),
+                     zt_model_stage_head_bytes(p->c.model), ZO_DTYPE_U8, 0));
     ZT_LIB(zo_event_record(p->ev[EV_SENT_HEAD][s], p->send_head));
     return ZO_OK;
 }
@@ -396,8 +440,8 @@ static zo_status send_act(zt_pipe *p, int j)
 {
     const int s = j % p->K;
     ZT_TRY(after(p->send_act, p->ev[EV_FWD_DONE][s], p->c.compute));
-    ZT_LIB(zo_comm_send(p->c.comm, p->send_act, zt_model_stage_output(p->c.model, s, p->c.last),
-                        zt_model_stage_elems(p->c.model), p->c.act_dtype, p->r + 1));
+    ZT_LIB(pipe_send(p, p->c.comm, p->send_act, zt_model_stage_output(p->c.model, s, p->c.last),
+                     zt_model_stage_elems(p->c.model), p->c.act_dtype, p->r + 1));
     ZT_LIB(zo_event_record(p->ev[EV_SENT_ACT][s], p->send_act));
     return ZO_OK;
 }
@@ -406,8 +450,8 @@ static zo_status send_grad(zt_pipe *p, int j)
 {
     const int s = j % p->K;
     ZT_LIB(zo_stream_wait_event(p->send_grad, p->ev[EV_BWD_DONE][s]));
-    ZT_LIB(zo_comm_send(p->c.comm, p->send_grad, zt_model_stage_grad(p->c.model, s),
-                        zt_model_stage_elems(p->c.model), p->c.act_dtype, p->r - 1));
+    ZT_LIB(pipe_send(p, p->c.comm, p->send_grad, zt_model_stage_grad(p->c.model, s),
+                     zt_model_stage_elems(p->c.model), p->c.act_dtype, p->r - 1));
     ZT_LIB(zo_event_record(p->ev[EV_SENT_GRAD][s], p->send_grad));
     return ZO_OK;
 }
@@ -485,12 +529,12 @@ zo_status zt_pipe_eval(zt_pipe *p, const zt_param_source *caller, int n)
     ZT_TRY(share_tied(p));
     for (int i = 0; i < n; i++) {
         if (!first_stage(p))
-            ZT_LIB(zo_comm_recv(p->c.comm, s, zt_model_stage_input(p->c.model, 0, p->c.first),
-                                elems, p->c.act_dtype, p->r - 1));
+            ZT_LIB(pipe_recv(p, p->c.comm, s, zt_model_stage_input(p->c.model, 0, p->c.first),
+                             elems, p->c.act_dtype, p->r - 1));
         ZT_TRY(zt_model_stage_eval(p->c.model, src, p->c.first, p->c.last, i, 0));
         if (!last_stage(p))
-            ZT_LIB(zo_comm_send(p->c.comm, s, zt_model_stage_output(p->c.model, 0, p->c.last),
-                                elems, p->c.act_dtype, p->r + 1));
+            ZT_LIB(pipe_send(p, p->c.comm, s, zt_model_stage_output(p->c.model, 0, p->c.last),
+                             elems, p->c.act_dtype, p->r + 1));
     }
     return ZO_OK;
 }
@@ -564,6 +608,56 @@ static zo_status open_tied(zt_pipe *p)
     return ZO_OK;
 }
 
+/* The bytes stream i of the staged path carries at most (0: none): the
+ * activation streams an activation or its gradient, the head streams the
+ * head's gradients (tied, first and last stage), the compute stream
+ * (index N_STREAMS) validation's activations and layer 0's tensors. */
+static size_t staged_message(const zt_pipe *p, int i)
+{
+    const size_t act = zt_model_stage_elems(p->c.model) * zo_dtype_size(p->c.act_dtype);
+    if (i < 4)
+        return act;
+    if (i < N_STREAMS)
+        return tied(p) && (first_stage(p) || last_stage(p))
+                   ? (size_t)zt_model_stage_head_bytes(p->c.model)
+                   : 0;
+    size_t m = act;
+    for (int k = 0; tied(p) && (first_stage(p) || last_stage(p)) && k < p->n_tied; k++) {
+        size_t b = p->tied_numel[k] * zo_dtype_size(p->c.act_dtype);
+        m = b > m ? b : m;
+    }
+    return m;
+}
+
+/* The pinned buffers of the staged path, sized from the shapes the
+ * neighbours agreed on. */
+static zo_status open_staging(zt_pipe *p)
+{
+    const char *force = getenv("ZT_TEST_PIPE_STAGED");
+    p->staged = !zo_comm_takes_device_memory(p->c.comm) || (force && strcmp(force, "1") == 0);
+    for (int i = 0; p->staged && i <= N_STREAMS; i++) {
+        size_t bytes = (staged_message(p, i) + 4095) / 4096 * 4096;
+        if (!bytes)
+            continue;
+        if (!(p->pin[i] = aligned_alloc(4096, bytes)))
+            return zt_fail(ZO_ERR_NO_MEMORY, "the pipeline's pinned staging buffer of %zu bytes",
+                           bytes);
+        zo_status st = zo_device_host_register(p->c.dev, p->pin[i], bytes);
+        if (st < 0) {
+            free(p->pin[i]);
+            p->pin[i] = NULL;
+            return zt_lib_fail(st, "pinning the pipeline's staging buffers");
+        }
+        p->pin_bytes += bytes;
+    }
+    return ZO_OK;
+}
+
+size_t zt_pipe_pinned_bytes(const zt_pipe *p)
+{
+    return p ? p->pin_bytes : 0;
+}
+
 static zo_status pipe_open(zt_pipe *p)
 {
     p->S = zo_comm_size(p->c.comm);
@@ -579,7 +673,8 @@ static zo_status pipe_open(zt_pipe *p)
         name_spans();
     ZT_TRY(open_streams(p));
     ZT_TRY(open_tied(p));
-    return check_shapes(p);
+    ZT_TRY(check_shapes(p));
+    return open_staging(p);
 }
 
 zo_status zt_pipe_init(zt_pipe **out, const zt_pipe_config *c)
@@ -616,6 +711,11 @@ void zt_pipe_free(zt_pipe *p)
     for (int i = 0; i < p->n_tied; i++)
         zo_device_mfree(p->c.dev, p->tied_copy[i]);
     zo_comm_free(p->tcomm);
+    for (int i = 0; i <= N_STREAMS; i++)
+        if (p->pin[i]) {
+            zo_device_host_unregister(p->c.dev, p->pin[i]);
+            free(p->pin[i]);
+        }
     free(p->op_kind);
     free(p->op_micro);
     free(p);

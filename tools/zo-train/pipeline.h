@@ -71,6 +71,14 @@ zo_status zt_pipe_train(zt_pipe *p, const zt_param_source *src, float grad_scale
 zo_status zt_pipe_eval(zt_pipe *p, const zt_param_source *src, int n);
 /* The last stage's losses of micro-batches 0..n-1 to every stage. */
 zo_status zt_pipe_share_losses(zt_pipe *p, float *losses, int n);
+/* Host bytes pinned for staging: when the pipeline communicator takes
+ * only host buffers (mpi with a CUDA device; zo_comm_takes_device_memory),
+ * every activation, gradient and tied tensor goes device -> pinned -> send
+ * and recv -> pinned -> device on its transfer stream, in the order the
+ * direct path keeps. ZT_TEST_PIPE_STAGED=1 forces that path on any device
+ * (for tests: the cpu device's communicator takes its memory directly).
+ * 0 when direct. */
+size_t zt_pipe_pinned_bytes(const zt_pipe *p);
 /* Let the queued transfers finish, dropping their errors (a failed step). */
 void zt_pipe_settle(zt_pipe *p);
 

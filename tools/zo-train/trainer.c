@@ -678,7 +678,9 @@ static zo_status open_pipe(zt_trainer *t)
                          .shape = &t->o.shape,
                          .trace = t->o.trace,
                          .trace_ctx = t->o.trace_ctx};
-    return zt_pipe_init(&t->pipe, &pc);
+    ZT_TRY(zt_pipe_init(&t->pipe, &pc));
+    t->setup.pipe_pinned_bytes = zt_pipe_pinned_bytes(t->pipe);
+    return ZO_OK;
 }
 
 static zo_status open_engine(zt_trainer *t)
@@ -841,13 +843,6 @@ static zo_status choose_stage(zt_trainer *t)
     t->first = 0;
     t->last = zt_engine_layers(&o->shape) - 1;
     t->setup.stage = stage_of(o);
-    if (stages(o) > 1 && is_cuda(t))
-        return zt_fail(ZO_ERR_UNSUPPORTED,
-                       "--pipeline-stages %d on a CUDA device: the activations live in device "
-                       "memory and zo-train's communicator is mpi (host buffers); an nccl "
-                       "pipeline group or staging through pinned memory is not built yet: run "
-                       "the stages with --device cpu",
-                       stages(o));
     if (stages(o) > 1) {
         ZT_TRY(zt_pipe_split_make(&o->shape, stages(o), o->pipeline_split, &t->split));
         t->first = t->split.first[t->setup.stage];

@@ -132,6 +132,7 @@ typedef struct zt_setup {
                                            (zt_tensor_buffer_bytes) */
     int stage, first_layer, last_layer; /* this rank's pipeline stage and its engine layers */
     char pipeline_split[256];           /* every stage's layers ("0-3,4-7"); "" without stages */
+    uint64_t pipe_pinned_bytes;         /* host pinned to stage the stage's transfers (0: direct) */
 } zt_setup;
 
 typedef struct zt_trainer zt_trainer;
