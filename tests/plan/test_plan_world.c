@@ -195,19 +195,21 @@ static void test_node_host_is_shared(void **state)
     assert_int_equal(find(out, 2, ZP_OPTIM_HOST)->plan.fits, 1);
 }
 
-static void test_link_bytes_and_time(void **state)
+static void link_bytes_and_time(int grad_accum, double stage1_factor, double stage23_factor)
 {
-    (void)state;
-    zp_job j = job_small(1);
+    zp_job j = job_small(grad_accum);
     zp_hardware hw = cpu_node(64 * GiB);
     zp_world w = world(2, 2);
     zp_world_plan out[ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES];
     int best;
     plan(&j, &hw, &w, out, &best);
-    uint64_t n = find(out, 1, ZP_OPTIM_HOST)->plan.d2h_bytes / 2; /* parameters in use */
+    /* parameters in use: each micro-batch's gradients go down once */
+    uint64_t n = find(out, 1, ZP_OPTIM_HOST)->plan.d2h_bytes / 2 / (uint64_t)grad_accum;
     for (int i = 0; i < ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES; i++) {
         const zp_world_plan *o = &out[i];
-        assert_int_equal(o->grad_link_bytes, (o->stage == 1 ? 8 : 4) * n);
+        double factor = o->stage == 1 ? stage1_factor : stage23_factor;
+        assert_int_equal(o->grad_link_bytes,
+                         (uint64_t)((double)((o->stage == 1 ? 8 : 4) * n) * factor));
         assert_int_equal(o->update_link_bytes, o->stage == 3 ? 0 : 2 * n);
         assert_int_equal(o->gather_link_bytes, o->plan.gather_bytes);
         assert_true((o->stage == 3) == (o->gather_link_bytes > 0));
@@ -220,6 +222,17 @@ static void test_link_bytes_and_time(void **state)
         assert_true(fabs(o->tokens_per_s - 2.0 * (double)o->plan.tokens / o->step_seconds) <=
                     1e-9 * o->tokens_per_s);
     }
+}
+
+/* One micro-batch per rank: one chain a step (stage 1 an all-reduce of
+ * fp32 gradients, 8 B/param; stages 2 and 3 a reduce, 4). Four per rank, 2
+ * ranks, in the global order: four rounds and three carries, k + (k-1)/(N+1)
+ * = 5 chains' bytes at stages 2 and 3, ((k-1)(1+2/N)+2)/2 = 4 at stage 1. */
+static void test_link_bytes_and_time(void **state)
+{
+    (void)state;
+    link_bytes_and_time(1, 1.0, 1.0);
+    link_bytes_and_time(4, 4.0, 5.0);
 }
 
 /* 16-bit parameters on NVMe under ZeRO: each rank's files hold every

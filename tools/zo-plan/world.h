@@ -59,6 +59,11 @@ typedef struct zp_world_plan {
     int link_bound; /* the collectives, not the rank's own work, set the step */
 } zp_world_plan;
 
+/* The gradient chains' bytes of ZeRO's global reduction order (zo-train's
+ * default --reduce-order) over one chain's, at a stage, N ranks and k
+ * micro-batches per rank per step. */
+double zp_global_order_factor(int stage, int world_size, int grad_accum);
+
 /* The node's budgets and speeds one of its ranks plans against. */
 void zp_world_rank_share(const zp_world *w, const zp_hardware *node, const zp_speeds *node_sp,
                          zp_hardware *rank, zp_speeds *rank_sp);
