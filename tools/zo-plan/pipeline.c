@@ -274,16 +274,6 @@ static void pipeline_time(const pipe_ctx *x, zp_pipeline_plan *o)
              (x->sp.flops * o->world_size);
 }
 
-/* Bytes stage plan q needs beyond the rank's budgets, over the tiers. */
-static uint64_t short_bytes(const zp_plan *q, const zp_hardware *hw)
-{
-    uint64_t host = q->pinned.total + q->host.total, o = 0;
-    o += q->device.total > hw->device_bytes ? q->device.total - hw->device_bytes : 0;
-    o += host > hw->host_bytes ? host - hw->host_bytes : 0;
-    o += q->nvme.files > hw->nvme_bytes ? q->nvme.files - hw->nvme_bytes : 0;
-    return o;
-}
-
 /* Every stage at o's chunk and mode; fits and why. */
 static zo_status plan_stages(const pipe_ctx *x, zp_pipeline_plan *o)
 {
@@ -293,7 +283,7 @@ static zo_status plan_stages(const pipe_ctx *x, zp_pipeline_plan *o)
     for (int s = 0; s < o->stages; s++) {
         zp_stage_plan *st = &o->stage[s];
         ZT_TRY(plan_stage(x, o, s, st));
-        o->short_bytes += short_bytes(&st->plan, &x->hw);
+        o->short_bytes += zp_plan_overage(&st->plan, &x->hw);
         if (!st->plan.fits && o->fits) {
             o->fits = 0;
             snprintf(o->why, sizeof o->why, "stage %d (layers %d-%d): %s", s, st->first,

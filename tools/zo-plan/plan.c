@@ -22,6 +22,15 @@
  * reports their total, the breakdown needs it split. */
 #define ZP_NVME_STAGES 3u
 
+uint64_t zp_plan_overage(const zp_plan *p, const zp_hardware *hw)
+{
+    uint64_t host = p->pinned.total + p->host.total, o = 0;
+    o += p->device.total > hw->device_bytes ? p->device.total - hw->device_bytes : 0;
+    o += host > hw->host_bytes ? host - hw->host_bytes : 0;
+    o += p->nvme.files > hw->nvme_bytes ? p->nvme.files - hw->nvme_bytes : 0;
+    return o;
+}
+
 uint64_t zp_trainer_host_mem(const zp_hardware *hw, const zp_plan *p)
 {
     return p->host_budget + (strcmp(hw->backend, "cpu") == 0 ? hw->device_bytes : 0);

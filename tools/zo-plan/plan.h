@@ -267,6 +267,11 @@ int zp_recommend(const zp_plan *plans, int n);
 zo_status zp_plan_split(const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
                         double nvme_tbw, zp_plan *out, uint64_t *work);
 
+/* The bytes plan p needs beyond hw's budgets, summed over the device, host
+ * (pinned + pageable) and NVMe tiers: how close a plan that does not fit
+ * comes to fitting. */
+uint64_t zp_plan_overage(const zp_plan *p, const zp_hardware *hw);
+
 /* zo-train's --host-mem for a plan: its host budget, and on the cpu device
  * the emulated device's memory too, which zo-train counts against its host
  * limit while zo-plan's host budget (given or detected) leaves it out. */

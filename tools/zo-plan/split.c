@@ -601,16 +601,6 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
     return ZO_OK;
 }
 
-/* Bytes over the budgets, summed over the tiers. */
-static uint64_t overage(const zp_plan *p, const zp_hardware *hw)
-{
-    uint64_t host = p->pinned.total + p->host.total, o = 0;
-    o += p->device.total > hw->device_bytes ? p->device.total - hw->device_bytes : 0;
-    o += host > hw->host_bytes ? host - hw->host_bytes : 0;
-    o += p->nvme.files > hw->nvme_bytes ? p->nvme.files - hw->nvme_bytes : 0;
-    return o;
-}
-
 /* p better than q: fits, then faster, then the smaller host and device need;
  * of two that do not fit, the one closer to fitting. */
 static int better(const zp_plan *p, const zp_plan *q, const zp_hardware *hw)
@@ -621,8 +611,8 @@ static int better(const zp_plan *p, const zp_plan *q, const zp_hardware *hw)
     int pd = strncmp(p->why, "device", 6) != 0, qd = strncmp(q->why, "device", 6) != 0;
     if (!p->fits && pd != qd)
         return pd > qd;
-    if (!p->fits && overage(p, hw) != overage(q, hw))
-        return overage(p, hw) < overage(q, hw);
+    if (!p->fits && zp_plan_overage(p, hw) != zp_plan_overage(q, hw))
+        return zp_plan_overage(p, hw) < zp_plan_overage(q, hw);
     if (p->step_seconds != q->step_seconds)
         return p->step_seconds < q->step_seconds;
     if (p->mode != q->mode) /* as fast: the reference mode, with no backups or rollbacks */
