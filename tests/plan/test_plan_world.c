@@ -16,38 +16,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan_world_test_util.h"
 #include "world.h"
 #include "zo_test.h"
 #include "zt_error.h"
 
-#define GiB (1ull << 30)
 #define MiB (1ull << 20)
 
 static const zp_speeds speeds = {25e9, 25e9, 6e9, 5e9, 2e9, 165e12, 0, 0, 0, 0};
 
 static zp_job job_small(int grad_accum)
 {
-    zp_job j;
-    memset(&j, 0, sizeof j);
-    ZO_ASSERT_OK(zt_preset("small", &j.shape));
-    j.seq = 128;
-    j.micro_batch = 2;
-    j.grad_accum = grad_accum;
-    j.dtype = ZO_DTYPE_BF16;
-    j.mode = ZO_OPTIM_SYNC;
-    return j;
-}
-
-static zp_hardware cpu_node(uint64_t host_bytes)
-{
-    zp_hardware hw = {"cpu", "the cpu device", 4 * GiB, 0, host_bytes, 0, 100 * GiB, 1};
-    return hw;
-}
-
-static zp_world world(int n, int per_node)
-{
-    zp_world w = {n, per_node, 10e9, "test"};
-    return w;
+    return plan_test_job("small", 0, grad_accum);
 }
 
 /* The plans of w: out[(stage-1)*ZP_WORLD_STRATEGIES + k]. */
