@@ -25,13 +25,12 @@ import subprocess
 import sys
 import tempfile
 
+from mpi_test_util import ENV, check, failures, finish, mpi
+
 MPIEXEC, EXE = sys.argv[1], sys.argv[2]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
-MPI = [MPIEXEC, "--oversubscribe", "--bind-to", "none"]
+MPI = mpi(MPIEXEC)
 TINY = ["--steps", "3", "--micro-batch", "2", "--seq", "32", "--val-batches", "2", "--json",
         "--weights-digest"]
-failures = []
 STAGED = {}  # ZT_TEST_PIPE_STAGED=1 while staged() runs: transfers through pinned buffers
 
 
@@ -53,11 +52,6 @@ def train(ranks, extra, swap):
         failures.append("%s: exit %d\n%s" % (" ".join(cmd), rc, err[-2000:]))
         return None
     return json.loads(out)
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
 
 
 def same(what, ref, got):
@@ -296,7 +290,4 @@ staged()
 refused(4, ["--pipeline-stages", "7"], ["--pipeline-stages 7", "6 layers", "at most 6"])
 refused(3, ["--pipeline-stages", "2"], ["--pipeline-stages 2", "multiple of 2", "has 3"])
 refused(2, ["--pipeline-stages", "2", "--pipeline-split", "9"], ["--pipeline-split '9'"])
-for f in failures:
-    print("FAIL:", f)
-print("test_train_pipe: %d failure(s)" % len(failures))
-sys.exit(1 if failures else 0)
+finish("test_train_pipe")

@@ -21,13 +21,12 @@ import subprocess
 import sys
 import tempfile
 
+from mpi_test_util import ENV, check, failures, finish, mpi
+
 MPIEXEC, EXE = sys.argv[1], sys.argv[2]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
-MPI = [MPIEXEC, "--oversubscribe", "--bind-to", "none"]
+MPI = mpi(MPIEXEC)
 TINY = ["--steps", "3", "--micro-batch", "2", "--seq", "32", "--val-batches", "2",
         "--offload-param", "cpu", "--json", "--weights-digest"]
-failures = []
 
 
 def run(cmd):
@@ -45,11 +44,6 @@ def train(ranks, extra, swap):
         failures.append("%s: exit %d\n%s" % (" ".join(cmd), rc, err[-2000:]))
         return None
     return json.loads(out)
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
 
 
 def exact(ranks, stage, optim, mode="sync", param="cpu"):
@@ -159,7 +153,4 @@ with tempfile.TemporaryDirectory() as d:
     refused(MPI + ["-np", "2"] + base + ["--grad-accum", "4", "--micro-group", "2"],
             ["--micro-group 1", "--reduce-order rank"])
 
-for f in failures:
-    print("FAIL:", f)
-print("test_train_zero: %d failure(s)" % len(failures))
-sys.exit(1 if failures else 0)
+finish("test_train_zero")

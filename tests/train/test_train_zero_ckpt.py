@@ -34,18 +34,12 @@ import subprocess
 import sys
 import tempfile
 
+from mpi_test_util import ENV, check, failures, finish, mpi
+
 MPIEXEC, EXE = sys.argv[1], sys.argv[2]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
-MPI = [MPIEXEC, "--oversubscribe", "--bind-to", "none"]
+MPI = mpi(MPIEXEC)
 TINY = ["--micro-batch", "2", "--seq", "32", "--val-batches", "2", "--offload-param", "cpu",
         "--json"]
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
 
 
 def train(ranks, args, swap):
@@ -349,7 +343,4 @@ for trap in (True, False):
                   not any(n.endswith(".tmp") for n in os.listdir(d + "/ck")),
                   "%s: the next save did not clear the half-written one" % what)
 
-for f in failures:
-    print("FAIL:", f)
-print("test_train_zero_ckpt: %d failure(s)" % len(failures))
-sys.exit(1 if failures else 0)
+finish("test_train_zero_ckpt")

@@ -26,14 +26,10 @@ import threading
 import time
 import uuid
 
+from mpi_test_util import check, failures
+
 MPIEXEC, EXE, EXTRA = sys.argv[1], sys.argv[2], sys.argv[3:]
 BOUND_S = 60
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
 
 
 def rank_pids(tag):

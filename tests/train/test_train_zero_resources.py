@@ -17,19 +17,13 @@ import subprocess
 import sys
 import tempfile
 
+from mpi_test_util import ENV, check, failures, finish, mpi
+
 MPIEXEC, EXE = sys.argv[1], sys.argv[2]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
-MPI = [MPIEXEC, "--oversubscribe", "--bind-to", "none", "-np", "4"]
+MPI = mpi(MPIEXEC) + ["-np", "4"]
 TINY = ["--steps", "2", "--micro-batch", "2", "--seq", "32", "--val-batches", "1",
         "--offload-param", "cpu", "--offload-optimizer", "cpu", "--json", "-v"]
 MIB = 1 << 20
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
 
 
 def run(budget, swap):
@@ -82,7 +76,4 @@ with tempfile.TemporaryDirectory() as d:
                         r"100\.00 MiB \(--host-mem; OMPI_COMM_WORLD_LOCAL_SIZE\)\)", err)
     check(len(refusals) >= 1, "no rank's refusal names its share:\n%s" % err[-3000:])
 
-for f in failures:
-    print("FAIL:", f)
-print("test_train_zero_resources: %d failure(s)" % len(failures))
-sys.exit(1 if failures else 0)
+finish("test_train_zero_resources")
