@@ -795,6 +795,24 @@ static void own_masters(const zrun *r, float *out[TM_T])
     }
 }
 
+/* Each tensor r owns: its master equals the one-rank run ref's bit for bit
+ * (after: what r went through, for the message). */
+static void assert_own_masters_equal(const zrun *r, const zrun *ref, int stage, const char *after)
+{
+    float *m[TM_T];
+    own_masters(r, m);
+    for (int k = 0; k < TM_T; k++) {
+        if (!m[k])
+            continue;
+        float *y = malloc(tm_numel(k) * sizeof *y);
+        ZO_ASSERT_OK(zo_engine_read_master(ref->eng, ref->ids[k], y));
+        if (memcmp(m[k], y, tm_numel(k) * sizeof *y) != 0)
+            fail_msg("stage %d: tensor %d differs from one rank after %s", stage, k, after);
+        free(y);
+        free(m[k]);
+    }
+}
+
 /* Step s on every rank, rank `bad` arming an EIO at its parameter store's
  * first request, before the step (a load's read) or before its end (a
  * write of the update or of a received chunk); or, corrupt, having flipped
@@ -892,18 +910,7 @@ static void p16_nvme_faults(void **state)
                 fail_msg("stage %d, step %d: loss %.17g, one rank %.17g", stage, s, loss,
                          b.losses[s]);
         }
-        float *m[TM_T];
-        own_masters(&a, m);
-        for (int k = 0; k < TM_T; k++) {
-            if (!m[k])
-                continue;
-            float *y = malloc(tm_numel(k) * sizeof *y);
-            ZO_ASSERT_OK(zo_engine_read_master(b.eng, b.ids[k], y));
-            if (memcmp(m[k], y, tm_numel(k) * sizeof *y) != 0)
-                fail_msg("stage %d: tensor %d differs from one rank after the retries", stage, k);
-            free(y);
-            free(m[k]);
-        }
+        assert_own_masters_equal(&a, &b, stage, "the retries");
         close_run(&a);
         close_run(&b);
     }
@@ -986,18 +993,7 @@ static void faults_host_states_as(int stage, uint64_t host_cap)
         if (memcmp(&loss, &b.losses[s], sizeof loss) != 0)
             fail_msg("stage %d, step %d: loss %.17g, one rank %.17g", stage, s, loss, b.losses[s]);
     }
-    float *m[TM_T];
-    own_masters(&a, m);
-    for (int k = 0; k < TM_T; k++) {
-        if (!m[k])
-            continue;
-        float *y = malloc(tm_numel(k) * sizeof *y);
-        ZO_ASSERT_OK(zo_engine_read_master(b.eng, b.ids[k], y));
-        if (memcmp(m[k], y, tm_numel(k) * sizeof *y) != 0)
-            fail_msg("stage %d: tensor %d differs from one rank after the faults", stage, k);
-        free(y);
-        free(m[k]);
-    }
+    assert_own_masters_equal(&a, &b, stage, "the faults");
     close_run(&a);
     close_run(&b);
 }
