@@ -98,8 +98,17 @@ static void build_map(zo_q8_tables *q, int is_signed)
         t->lvl_of_binade[e] = d;
     }
     build_lz_decoder(t, is_signed);
-    if (is_signed)
+    if (is_signed) {
         build_negative_levels(t);
+        /* one's k, clamped to kmax: 0 for +1 at level 8, 63 for -1 at
+         * level 8 + 16 (the top of negative level 7), which lets the 5-bit
+         * encoder take k from the magnitude's level alone (zv_q8_index) */
+        t->round_c[8] = (float)t->kmax[7] + 0.5f;
+    }
+    for (int d = 0; d < 32; d++) {
+        t->kmax_w[d] = (int16_t)t->kmax[d];
+        t->code_base_w[d] = (int16_t)t->code_base[d];
+    }
     for (uint32_t c = 0; c < 256; c++)
         q->map[is_signed][c] = zs_q8_unit(q, c, is_signed);
 }

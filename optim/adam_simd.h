@@ -96,17 +96,18 @@ ZV_ALWAYS zi zv_q8_index(const zo_q8_map_tables *t, zv x, int is_signed, zi *k)
     zv af = zv_bits(a);
     d = zi_inc_gt(d, af, zv_lut16(t->lvl_thr, d));
 #ifdef ZV_HAVE_LUT32
-    if (is_signed) { /* two-register permutes cost what one-register ones do */
-        d = zi_or_if_neg(d, bits, 16);
-        *k = zi_cvtt(zv_fma(af, zv_lut32(t->inv_b, d), zv_lut32(t->round_c, d)));
-        return d;
-    }
+    /* k from the magnitude's level, the sign only in the returned index:
+     * a negative level d's k is the positive one's, and level 8's (one;
+     * round_c = 63.5, see build_map) clamps to 0 (+1) or 63 (-1's code,
+     * the top of negative level 7) through kmax; NaN's k is 0 both ways */
+    *k = zi_cvtt(zv_fma(af, zv_lut16(t->inv_b, d), zv_lut16(t->round_c, d)));
+    return is_signed ? zi_or_if_neg(d, bits, 16) : d;
 #else
     if (is_signed)
         d = zi_min(zi_add_if_neg_nz(d, bits, 8), zi_set1(15));
-#endif
     *k = zi_cvtt(zv_fma(af, zv_lut16(t->inv_b, d), zv_lut16(t->round_c, d)));
     return d;
+#endif
 }
 
 ZV_ALWAYS zi zv_q8_code(const zo_q8_map_tables *t, zv x, int is_signed)
@@ -167,6 +168,19 @@ typedef struct zv_q8_pending {
 } zv_q8_pending;
 
 /* Codes of 4 vectors of one moment of a pending block from element i. */
+#ifdef ZV_HAVE_Q8_W16
+ZV_ALWAYS void zv_q8_encode4(const zo_q8_map_tables *t, const float *buf, uint8_t *codes, zv inv,
+                             size_t i, int is_signed)
+{
+    zi k0, k1, k2, k3;
+    zi d0 = zv_q8_index(t, zv_mul(zv_ld32(buf + i), inv), is_signed, &k0);
+    zi d1 = zv_q8_index(t, zv_mul(zv_ld32(buf + i + ZV_W), inv), is_signed, &k1);
+    zi d2 = zv_q8_index(t, zv_mul(zv_ld32(buf + i + 2 * ZV_W), inv), is_signed, &k2);
+    zi d3 = zv_q8_index(t, zv_mul(zv_ld32(buf + i + 3 * ZV_W), inv), is_signed, &k3);
+    zi_st8x4w(codes + i, zi_q8_finish2(t->kmax_w, t->code_base_w, k0, d0, k1, d1),
+              zi_q8_finish2(t->kmax_w, t->code_base_w, k2, d2, k3, d3));
+}
+#else
 ZV_ALWAYS void zv_q8_encode4(const zo_q8_map_tables *t, const float *buf, uint8_t *codes, zv inv,
                              size_t i, int is_signed)
 {
@@ -176,6 +190,7 @@ ZV_ALWAYS void zv_q8_encode4(const zo_q8_map_tables *t, const float *buf, uint8_
     zi c3 = zv_q8_code(t, zv_mul(zv_ld32(buf + i + 3 * ZV_W), inv), is_signed);
     zi_st8x4(codes + i, c0, c1, c2, c3);
 }
+#endif
 
 /* One vector of a whole block: decode, update, keep the new moments in
  * *nb and fold their magnitudes into mmax, vmax. */

@@ -44,6 +44,7 @@ typedef struct zo_q8_map_tables {
     float lvl_thr[16]; /* the midpoint between level d's top and d+1's bottom */
     float inv_b[32], round_c[32];
     int32_t kmax[32], code_base[32];
+    int16_t kmax_w[32], code_base_w[32]; /* the same, for 16-bit lanes */
     int32_t lvl_of_binade[ZO_Q8_NBINADES];
 } zo_q8_map_tables;
 
