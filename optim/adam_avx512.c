@@ -268,6 +268,45 @@ static inline zi zi_xor_and(zi a, zi b, zi c)
 #define zi_opaque(x) __asm__ volatile("" : "+v"(x))
 
 #ifdef ZO_AVX512_NATIVE_BF16
+/* The 8-bit decoder, 64 codes at a time, with VBMI's byte permutes: each
+ * of a value's four bytes is a 256-entry byte table (zo_q8_tables'
+ * map_bytes), looked up as two 128-entry halves (VPERMI2B) chosen by the
+ * code's top bit; two rounds of unpacks put the bytes together. Unpacks
+ * work within 128-bit lanes, so the codes are first put in the order that
+ * leaves values in element order: byte 16L + 4g + r is code 16g + 4L + r.
+ * The values are exactly the map's, as zv_q8_unit's are. */
+#define ZV_HAVE_Q8_UNIT64 1
+static const uint8_t zv_q8_unit64_order[64] __attribute__((aligned(64))) = {
+    0,  1,  2,  3,  16, 17, 18, 19, 32, 33, 34, 35, 48, 49, 50, 51, 4,  5,  6,  7,  20, 21,
+    22, 23, 36, 37, 38, 39, 52, 53, 54, 55, 8,  9,  10, 11, 24, 25, 26, 27, 40, 41, 42, 43,
+    56, 57, 58, 59, 12, 13, 14, 15, 28, 29, 30, 31, 44, 45, 46, 47, 60, 61, 62, 63};
+
+static inline __m512i zv_q8_byte_plane(const uint8_t *plane, __m512i codes, __mmask64 upper)
+{
+    __m512i lo =
+        _mm512_permutex2var_epi8(_mm512_load_si512(plane), codes, _mm512_load_si512(plane + 64));
+    __m512i hi = _mm512_permutex2var_epi8(_mm512_load_si512(plane + 128), codes,
+                                          _mm512_load_si512(plane + 192));
+    return _mm512_mask_blend_epi8(upper, lo, hi);
+}
+
+static inline void zv_q8_unit64(const uint8_t planes[4][256], const uint8_t *codes, zv out[4])
+{
+    __m512i c =
+        _mm512_permutexvar_epi8(_mm512_load_si512(zv_q8_unit64_order), _mm512_loadu_si512(codes));
+    __mmask64 upper = _mm512_movepi8_mask(c);
+    __m512i b0 = zv_q8_byte_plane(planes[0], c, upper), b1 = zv_q8_byte_plane(planes[1], c, upper);
+    __m512i b2 = zv_q8_byte_plane(planes[2], c, upper), b3 = zv_q8_byte_plane(planes[3], c, upper);
+    __m512i l01 = _mm512_unpacklo_epi8(b0, b1), h01 = _mm512_unpackhi_epi8(b0, b1);
+    __m512i l23 = _mm512_unpacklo_epi8(b2, b3), h23 = _mm512_unpackhi_epi8(b2, b3);
+    out[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(l01, l23));
+    out[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(l01, l23));
+    out[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(h01, h23));
+    out[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(h01, h23));
+}
+#endif
+
+#ifdef ZO_AVX512_NATIVE_BF16
 #define ZV_TABLE zo_optim_kernels_avx512_bf16
 #define ZV_NAME  "avx512_bf16"
 #else

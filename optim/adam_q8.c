@@ -109,8 +109,11 @@ static void build_map(zo_q8_tables *q, int is_signed)
         t->kmax_w[d] = (int16_t)t->kmax[d];
         t->code_base_w[d] = (int16_t)t->code_base[d];
     }
-    for (uint32_t c = 0; c < 256; c++)
+    for (uint32_t c = 0; c < 256; c++) {
         q->map[is_signed][c] = zs_q8_unit(q, c, is_signed);
+        for (int p = 0; p < 4; p++)
+            q->map_bytes[is_signed][p][c] = (uint8_t)(zo_f32_bits(q->map[is_signed][c]) >> 8 * p);
+    }
 }
 
 static void build_tables(void)

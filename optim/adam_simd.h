@@ -192,16 +192,38 @@ ZV_ALWAYS void zv_q8_encode4(const zo_q8_map_tables *t, const float *buf, uint8_
 }
 #endif
 
-/* One vector of a whole block: decode, update, keep the new moments in
- * *nb and fold their magnitudes into mmax, vmax. */
-ZV_ALWAYS void zv_q8_update_vec(const zo_q8_tables *q, const zv_adam_k *k, const zo_adam_buffers *b,
-                                size_t b0, size_t i, zv vms, zv vvs, zv_q8_pending *nb, zi *mmax,
-                                zi *vmax, zo_dtype gt, zo_dtype ot)
+/* The decoded moments (times 1, not yet the scale) of 4 vectors from
+ * element i. */
+ZV_ALWAYS void zv_q8_units4(const zo_q8_tables *q, const zo_adam_buffers *b, size_t i, zv mu[4],
+                            zv vu[4])
+{
+#if defined(ZV_HAVE_Q8_UNIT64) && defined(HACK1)
+    zi dm = _mm512_loadu_si512((const uint8_t *)b->m + i),
+       dv = _mm512_loadu_si512((const uint8_t *)b->v + i);
+    for (int u = 0; u < 4; u++) {
+        mu[u] = zv_q8_unit(&q->t[1], zi_and(_mm512_srli_epi32(dm, 8 * u), zi_set1(255)), 1);
+        vu[u] = zv_q8_unit(&q->t[0], zi_and(_mm512_srli_epi32(dv, 8 * u), zi_set1(255)), 0);
+    }
+#elif defined(ZV_HAVE_Q8_UNIT64)
+    zv_q8_unit64(q->map_bytes[1], (const uint8_t *)b->m + i, mu);
+    zv_q8_unit64(q->map_bytes[0], (const uint8_t *)b->v + i, vu);
+#else
+    for (int u = 0; u < 4; u++) {
+        mu[u] = zv_q8_unit(&q->t[1], zi_ld8((const uint8_t *)b->m + i + u * ZV_W), 1);
+        vu[u] = zv_q8_unit(&q->t[0], zi_ld8((const uint8_t *)b->v + i + u * ZV_W), 0);
+    }
+#endif
+}
+
+/* One vector of a whole block from its decoded moments: update, keep the
+ * new moments in *nb and fold their magnitudes into mmax, vmax. */
+ZV_ALWAYS void zv_q8_update_vec(const zv_adam_k *k, const zo_adam_buffers *b, size_t b0, size_t i,
+                                zv mu, zv vu, zv vms, zv vvs, zv_q8_pending *nb, zi *mmax, zi *vmax,
+                                zo_dtype gt, zo_dtype ot)
 {
     const zi absmask = zi_set1(0x7fffffff);
     zv p = zv_ld32(b->master + i), m, v;
-    zv m0 = zv_mul(zv_q8_unit(&q->t[1], zi_ld8((const uint8_t *)b->m + i), 1), vms);
-    zv v0 = zv_mul(zv_q8_unit(&q->t[0], zi_ld8((const uint8_t *)b->v + i), 0), vvs);
+    zv m0 = zv_mul(mu, vms), v0 = zv_mul(vu, vvs);
     zv_adam_math(k, zv_load_as(b->grad, gt, i), m0, v0, &p, &m, &v);
     zv_st32(b->master + i, p);
     zv_store_as(b->out, ot, i, p);
@@ -223,17 +245,20 @@ ZV_ALWAYS void zv_adam_q8_whole(const zo_adam_consts *c, const zv_adam_k *k,
     size_t blk = b0 / ZO_ADAM_Q8_BLOCK;
     const zv vms = zv_set1(b->m_absmax[blk]), vvs = zv_set1(b->v_absmax[blk]);
     zi mmax = zi_set1(0), vmax = zi_set1(0);
-    if (pb) {
-        const zv pmi = zv_set1(pb->minv), pvi = zv_set1(pb->vinv);
-        for (size_t j = 0; j < ZO_ADAM_Q8_BLOCK; j += 4 * ZV_W) {
-            for (size_t u = 0; u < 4 * ZV_W; u += ZV_W)
-                zv_q8_update_vec(q, k, b, b0, b0 + j + u, vms, vvs, nb, &mmax, &vmax, gt, ot);
+    const zv pmi = zv_set1(pb ? pb->minv : 0.0f), pvi = zv_set1(pb ? pb->vinv : 0.0f);
+    for (size_t j = 0; j < ZO_ADAM_Q8_BLOCK; j += 4 * ZV_W) {
+        zv mu[4], vu[4];
+        zv_q8_units4(q, b, b0 + j, mu, vu);
+        zv_q8_update_vec(k, b, b0, b0 + j, mu[0], vu[0], vms, vvs, nb, &mmax, &vmax, gt, ot);
+        zv_q8_update_vec(k, b, b0, b0 + j + ZV_W, mu[1], vu[1], vms, vvs, nb, &mmax, &vmax, gt, ot);
+        zv_q8_update_vec(k, b, b0, b0 + j + 2 * ZV_W, mu[2], vu[2], vms, vvs, nb, &mmax, &vmax, gt,
+                         ot);
+        zv_q8_update_vec(k, b, b0, b0 + j + 3 * ZV_W, mu[3], vu[3], vms, vvs, nb, &mmax, &vmax, gt,
+                         ot);
+        if (pb) {
             zv_q8_encode4(&q->t[1], pb->m, pb->mc, pmi, j, 1);
             zv_q8_encode4(&q->t[0], pb->v, pb->vc, pvi, j, 0);
         }
-    } else {
-        for (size_t i = b0; i < b0 + ZO_ADAM_Q8_BLOCK; i += ZV_W)
-            zv_q8_update_vec(q, k, b, b0, i, vms, vvs, nb, &mmax, &vmax, gt, ot);
     }
     float mnew = zs_q8_scale_of((uint32_t)zi_hmax(mmax)),
           vnew = zs_q8_scale_of((uint32_t)zi_hmax(vmax));

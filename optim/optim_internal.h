@@ -51,6 +51,9 @@ typedef struct zo_q8_map_tables {
 typedef struct zo_q8_tables {
     zo_q8_map_tables t[2]; /* [is_signed] */
     float map[2][256];     /* [is_signed][code]: the decoded values */
+    /* [is_signed][p][code]: byte p (little-endian) of map's value, for
+     * variants with byte permutes, which look up 64 codes at once */
+    uint8_t map_bytes[2][4][256] __attribute__((aligned(64)));
 } zo_q8_tables;
 
 /* Built once, on first use; thread-safe. */

@@ -14,7 +14,7 @@ typedef enum zo_simd_level {
     ZO_SIMD_NEON = 1,        /* aarch64 Advanced SIMD */
     ZO_SIMD_AVX2 = 2,        /* AVX2 + FMA + F16C */
     ZO_SIMD_AVX512 = 3,      /* AVX-512 F/BW/VL/CD (+ F16C) */
-    ZO_SIMD_AVX512_BF16 = 4, /* AVX-512 with native bf16 conversion */
+    ZO_SIMD_AVX512_BF16 = 4, /* AVX-512 with native bf16 conversion and VBMI */
 } zo_simd_level;
 
 /* What this CPU and OS support. */

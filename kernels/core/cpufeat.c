@@ -16,7 +16,10 @@ static zo_simd_level detect(void)
                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd");
     int bf16 = 0;
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
-    bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+    /* the level's 8-bit decoder also uses VBMI's byte permutes: every CPU
+     * with both (Zen 4 on, Sapphire Rapids on) but Cooper Lake's, which
+     * runs the avx512 level */
+    bf16 = avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
 #endif
     if (bf16)
         return ZO_SIMD_AVX512_BF16;

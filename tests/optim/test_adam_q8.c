@@ -325,6 +325,31 @@ static void test_step_matches_reference(void **state)
     }
 }
 
+/* Each SIMD level's step from q's state, against the scalar level's bytes
+ * (the scalar state is returned, for the caller's own checks). */
+static q8_state step_at_every_level(q8_case *q, const char *what)
+{
+    q8_state before = q8_save(q), scalar = {NULL, 0};
+    for (int k = 0; k < NLEVELS; k++) {
+        if (!zo_cpu_simd_supported(all_levels[k]))
+            continue;
+        q8_restore(q, &before);
+        zo_adam_params p = q8_params((int)all_levels[k]);
+        ZO_ASSERT_OK(zo_adam_step(&p, &q->a.b));
+        q8_state got = q8_save(q);
+        if (!scalar.bytes) {
+            scalar = got;
+            continue;
+        }
+        if (memcmp(got.bytes, scalar.bytes, got.len))
+            fail_msg("%s %s: differs from scalar", zo_simd_level_name(all_levels[k]), what);
+        free(got.bytes);
+    }
+    q8_restore(q, &scalar);
+    free(before.bytes);
+    return scalar;
+}
+
 /* Each variant from the same inputs, against the scalar one's bytes; the
  * first blocks get an inf and a NaN gradient, which poison only their own
  * blocks. */
@@ -340,31 +365,41 @@ static void test_variants_equal_scalar(void **state)
             q8_fill(&q, &s);
             case_store(q.a.grad, q.a.gt, 3, INFINITY);
             case_store(q.a.grad, q.a.gt, QB + 7, NAN);
-            q8_state before = q8_save(&q), scalar = {NULL, 0};
-            for (int k = 0; k < NLEVELS; k++) {
-                if (!zo_cpu_simd_supported(all_levels[k]))
-                    continue;
-                q8_restore(&q, &before);
-                zo_adam_params p = q8_params((int)all_levels[k]);
-                ZO_ASSERT_OK(zo_adam_step(&p, &q.a.b));
-                q8_state got = q8_save(&q);
-                if (!scalar.bytes) {
-                    scalar = got;
-                    assert_true(isnan(q.ms[0]) || isinf(q.ms[0]));
-                    assert_true(isnan(q.ms[1]));
-                    assert_true(isfinite(q.ms[2]) && isfinite(q.vs[2]));
-                    continue;
-                }
-                if (memcmp(got.bytes, scalar.bytes, got.len))
-                    fail_msg("%s grad %s out %s: differs from scalar",
-                             zo_simd_level_name(all_levels[k]), zo_dtype_name(gts[gi]),
-                             zo_dtype_name(ots[oi]));
-                free(got.bytes);
-            }
-            free(before.bytes);
+            char what[64];
+            snprintf(what, sizeof what, "grad %s out %s", zo_dtype_name(gts[gi]),
+                     zo_dtype_name(ots[oi]));
+            q8_state scalar = step_at_every_level(&q, what);
+            assert_true(isnan(q.ms[0]) || isinf(q.ms[0]));
+            assert_true(isnan(q.ms[1]));
+            assert_true(isfinite(q.ms[2]) && isfinite(q.vs[2]));
             free(scalar.bytes);
             q8_free(&q);
         }
+}
+
+/* Every code of both maps at every position of a 64-element group (the
+ * widest decoder reads 64 codes at once), with scales of varied size:
+ * each level's step equals the scalar one's, bit for bit. Code (p + j)
+ * mod 256 sits at position p of group j, so each position sees all 256. */
+static void test_every_code_at_every_lane(void **state)
+{
+    enum { N = 256 * 64 };
+    q8_case q;
+    q8_alloc(&q, N, ZO_DTYPE_BF16, ZO_DTYPE_BF16);
+    uint64_t s = 77;
+    for (size_t i = 0; i < N; i++) {
+        q.a.master[i] = rand_value(&s, -10, 10);
+        ((uint8_t *)q.a.b.m)[i] = (uint8_t)(i % 64 + i / 64);
+        ((uint8_t *)q.a.b.v)[i] = (uint8_t)(i % 64 + 3 * (i / 64));
+        case_store(q.a.grad, q.a.gt, i, 0.0f);
+    }
+    for (size_t b = 0; b < zo_adam_q8_blocks(N); b++) {
+        q.ms[b] = (float)ldexp(1.0, (int)(b % 9) * 3 - 12);
+        q.vs[b] = (float)ldexp(1.0, (int)(b % 7) * 5 - 20);
+    }
+    q8_state scalar = step_at_every_level(&q, "every code");
+    free(scalar.bytes);
+    q8_free(&q);
 }
 
 /* The pool rounds its tiles up to whole blocks: any tile size, any thread
@@ -455,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_special_blocks),
         cmocka_unit_test(test_step_matches_reference),
         cmocka_unit_test(test_variants_equal_scalar),
+        cmocka_unit_test(test_every_code_at_every_lane),
         cmocka_unit_test(test_pool_tiles_keep_blocks),
         cmocka_unit_test(test_nonfinite_gradient_skipped_by_scaler),
         cmocka_unit_test(test_roofline_and_arguments),
