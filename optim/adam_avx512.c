@@ -281,6 +281,16 @@ static const uint8_t zv_q8_unit64_order[64] __attribute__((aligned(64))) = {
     22, 23, 36, 37, 38, 39, 52, 53, 54, 55, 8,  9,  10, 11, 24, 25, 26, 27, 40, 41, 42, 43,
     56, 57, 58, 59, 12, 13, 14, 15, 28, 29, 30, 31, 44, 45, 46, 47, 60, 61, 62, 63};
 
+/* The level of the lower edge of a magnitude's pair of binades, from its
+ * top byte (a 128-entry byte table: index bytes 1-3 are 0 and read entry
+ * 0, level 0, so each lane holds the level). */
+#define ZV_HAVE_Q8_BIBINADE 1
+static inline zi zi_q8_bibinade_level(const uint8_t *tbl, zi a)
+{
+    return _mm512_permutex2var_epi8(_mm512_load_si512(tbl), _mm512_srli_epi32(a, 24),
+                                    _mm512_load_si512(tbl + 64));
+}
+
 static inline __m512i zv_q8_byte_plane(const uint8_t *plane, __m512i codes, __mmask64 upper)
 {
     __m512i lo =

@@ -97,6 +97,13 @@ static void build_map(zo_q8_tables *q, int is_signed)
             d++;
         t->lvl_of_binade[e] = d;
     }
+    for (int j = 0; j < 128; j++) {
+        float edge = j ? ldexpf(1.0f, 2 * j - 127) : 0.0f;
+        int d = 0;
+        while (t->lvl_thr[d] < edge)
+            d++;
+        t->lvl_of_bibinade[j] = (uint8_t)d;
+    }
     build_lz_decoder(t, is_signed);
     if (is_signed) {
         build_negative_levels(t);

@@ -91,8 +91,12 @@ ZV_ALWAYS void zv_adam_loop(const zo_adam_consts *c, const zo_adam_buffers *b, s
 ZV_ALWAYS zi zv_q8_index(const zo_q8_map_tables *t, zv x, int is_signed, zi *k)
 {
     zi bits = zi_bits(x), a = zi_and(bits, zi_set1(0x7fffffff));
+#ifdef ZV_HAVE_Q8_BIBINADE
+    zi d = zi_q8_bibinade_level(t->lvl_of_bibinade, a);
+#else
     zi e = zi_subs_u16(zi_srli(a, 23), zi_set1(ZO_Q8_EXP_FIRST)); /* mod 32 in the lookup */
     zi d = zi_lut32(t->lvl_of_binade, e);
+#endif
     zv af = zv_bits(a);
     d = zi_inc_gt(d, af, zv_lut16(t->lvl_thr, d));
 #ifdef ZV_HAVE_LUT32

@@ -46,6 +46,11 @@ typedef struct zo_q8_map_tables {
     int32_t kmax[32], code_base[32];
     int16_t kmax_w[32], code_base_w[32]; /* the same, for 16-bit lanes */
     int32_t lvl_of_binade[ZO_Q8_NBINADES];
+    /* by a magnitude's top byte (its exponent over 2): the level of the
+     * lower edge of [2^(2j-127), 2^(2j-125)), which holds at most one
+     * level threshold too (decades are wider than 4x), for variants with
+     * byte permutes; no wrap, 0 and NaN included */
+    uint8_t lvl_of_bibinade[128] __attribute__((aligned(64)));
 } zo_q8_map_tables;
 
 typedef struct zo_q8_tables {
