@@ -1031,7 +1031,7 @@ static void print_formats(const result *r)
     char a[32], b[32], d[32], e[32];
     printf("\nstate formats (the recommended plan under each; CPU Adam %s):\n",
            r->sp.adam_params_bf16 > 0 ? "measured per format"
-                                      : "bf16 1.3x and int8 0.75x fp32's rate, zo-bench's "
+                                      : "bf16 1.3x and int8 1.5x fp32's rate, zo-bench's "
                                         "ratios on AVX-512");
     printf("  %-5s %-22s %10s %10s %10s %10s %9s %9s %10s %6s  %s\n", "dtype", "strategy",
            "host st.", "nvme st.", "nvme rd", "nvme wr", "TB/day", "Gparam/s", "step s", "MFU",
