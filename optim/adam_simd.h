@@ -201,14 +201,7 @@ ZV_ALWAYS void zv_q8_encode4(const zo_q8_map_tables *t, const float *buf, uint8_
 ZV_ALWAYS void zv_q8_units4(const zo_q8_tables *q, const zo_adam_buffers *b, size_t i, zv mu[4],
                             zv vu[4])
 {
-#if defined(ZV_HAVE_Q8_UNIT64) && defined(HACK1)
-    zi dm = _mm512_loadu_si512((const uint8_t *)b->m + i),
-       dv = _mm512_loadu_si512((const uint8_t *)b->v + i);
-    for (int u = 0; u < 4; u++) {
-        mu[u] = zv_q8_unit(&q->t[1], zi_and(_mm512_srli_epi32(dm, 8 * u), zi_set1(255)), 1);
-        vu[u] = zv_q8_unit(&q->t[0], zi_and(_mm512_srli_epi32(dv, 8 * u), zi_set1(255)), 0);
-    }
-#elif defined(ZV_HAVE_Q8_UNIT64)
+#ifdef ZV_HAVE_Q8_UNIT64
     zv_q8_unit64(q->map_bytes[1], (const uint8_t *)b->m + i, mu);
     zv_q8_unit64(q->map_bytes[0], (const uint8_t *)b->v + i, vu);
 #else
