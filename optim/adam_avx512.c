@@ -217,12 +217,11 @@ static inline zi zi_or_if_neg(zi d, zi bits, int32_t x)
     __mmask16 neg = _mm512_cmplt_epi32_mask(bits, _mm512_setzero_si512());
     return _mm512_mask_or_epi32(d, neg, d, _mm512_set1_epi32(x));
 }
-/* Four vectors of codes 0..255 (after zi_max with 0) to 64 bytes in lane
- * order: two saturating packs interleave the 128-bit lanes, one permute
- * puts them back. */
-static inline void zi_st8x4(uint8_t *p, zi a, zi b, zi c, zi d)
+/* Codes 0..255 in 16-bit lanes, two packed vectors (in the packs' order,
+ * which interleaves 128-bit lanes) to 64 bytes in lane order: one more
+ * saturating pack, one permute puts the lanes back. */
+static inline void zi_st8x4w(uint8_t *p, __m512i w, __m512i x)
 {
-    __m512i w = _mm512_packs_epi32(a, b), x = _mm512_packs_epi32(c, d);
     __m512i y = _mm512_packus_epi16(w, x);
     _mm512_storeu_si512(
         p, _mm512_permutexvar_epi32(
@@ -231,8 +230,8 @@ static inline void zi_st8x4(uint8_t *p, zi a, zi b, zi c, zi d)
 /* The end of the 8-bit encoder for two vectors at once, in 16-bit lanes
  * (k and the entry index d of each, saturated to 16 bits by a pack: NaN's
  * INT_MIN becomes -32768, floored at 0 as before): the clamp to kmax and
- * the base from 32-entry word tables, one register each. The lanes are in
- * the packs' order, which zi_st8x4w undoes. */
+ * the base from 32-entry word tables, one register each, in the packs'
+ * order for zi_st8x4w. */
 #define ZV_HAVE_Q8_W16 1
 static inline __m512i zi_q8_finish2(const int16_t *kmax, const int16_t *base, zi k0, zi d0, zi k1,
                                     zi d1)
@@ -241,14 +240,6 @@ static inline __m512i zi_q8_finish2(const int16_t *kmax, const int16_t *base, zi
     __m512i d = _mm512_packs_epi32(d0, d1);
     k = _mm512_min_epi16(k, _mm512_permutexvar_epi16(d, _mm512_loadu_si512(kmax)));
     return _mm512_add_epi16(k, _mm512_permutexvar_epi16(d, _mm512_loadu_si512(base)));
-}
-/* zi_st8x4's end, from two zi_q8_finish2 results. */
-static inline void zi_st8x4w(uint8_t *p, __m512i w, __m512i x)
-{
-    __m512i y = _mm512_packus_epi16(w, x);
-    _mm512_storeu_si512(
-        p, _mm512_permutexvar_epi32(
-               _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), y));
 }
 /* For the 8-bit decoder: a count of leading zeros per lane. */
 #define ZV_HAVE_LZCNT 1
