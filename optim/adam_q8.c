@@ -55,12 +55,16 @@ static void build_lz_decoder(zo_q8_map_tables *t, int is_signed)
 }
 
 /* One negative signed level's entry at `at`: the sign bit in the base
- * (but level 0 encodes as 0), level 8 (there is no -1) as level 7. */
+ * (but level 0 encodes as 0), level 8 (there is no -1) as level 7. The
+ * 5-bit entries (at >= 16) hold only kmax and the base: those lookups take
+ * k from the magnitude's own level (zv_q8_index). */
 static void set_negative_level(zo_q8_map_tables *t, int at, int d)
 {
     int from = d == 8 ? 7 : d;
-    t->inv_b[at] = t->inv_b[from];
-    t->round_c[at] = t->round_c[from];
+    if (at < 16) {
+        t->inv_b[at] = t->inv_b[from];
+        t->round_c[at] = t->round_c[from];
+    }
     t->kmax[at] = t->kmax[from];
     t->code_base[at] = t->code_base[from] + (from > 0 ? 128 : 0);
 }
@@ -73,6 +77,16 @@ static void build_negative_levels(zo_q8_map_tables *t)
         set_negative_level(t, d + 16, d);
     for (int d = 1; d < 8; d++)
         set_negative_level(t, d + 8, d);
+}
+
+/* The level of a magnitude: the count of level thresholds below it (the
+ * +inf of level 8 stops the count). */
+static int level_at(const zo_q8_map_tables *t, float a)
+{
+    int d = 0;
+    while (t->lvl_thr[d] < a)
+        d++;
+    return d;
 }
 
 static void build_map(zo_q8_tables *q, int is_signed)
@@ -90,20 +104,10 @@ static void build_map(zo_q8_tables *q, int is_signed)
         float lo = level_value(q, is_signed, d, 1), hi = level_value(q, is_signed, d + 1, 0);
         t->lvl_thr[d] = (float)(((double)lo + hi) / 2.0);
     }
-    for (int e = 0; e < ZO_Q8_NBINADES; e++) {
-        float edge = ldexpf(1.0f, e + ZO_Q8_EXP_FIRST - 127);
-        int d = 0;
-        while (t->lvl_thr[d] < edge) /* the +inf of level 8 stops it */
-            d++;
-        t->lvl_of_binade[e] = d;
-    }
-    for (int j = 0; j < 128; j++) {
-        float edge = j ? ldexpf(1.0f, 2 * j - 127) : 0.0f;
-        int d = 0;
-        while (t->lvl_thr[d] < edge)
-            d++;
-        t->lvl_of_bibinade[j] = (uint8_t)d;
-    }
+    for (int e = 0; e < ZO_Q8_NBINADES; e++)
+        t->lvl_of_binade[e] = level_at(t, ldexpf(1.0f, e + ZO_Q8_EXP_FIRST - 127));
+    for (int j = 0; j < 128; j++)
+        t->lvl_of_bibinade[j] = (uint8_t)level_at(t, j ? ldexpf(1.0f, 2 * j - 127) : 0.0f);
     build_lz_decoder(t, is_signed);
     if (is_signed) {
         build_negative_levels(t);

@@ -28,8 +28,11 @@
  * one level threshold: one compare with lvl_thr finishes the level). The
  * encoding entries are indexed by the level; a negative signed moment's
  * (whose bases carry the sign bit, whose level 8 is its level 7: there is
- * no -1, and whose level 0 encodes as 0) are both at level + 16 (for 5-bit
- * lookups) and, levels 1..8 only, at min(level + 8, 15) (for 4-bit ones):
+ * no -1, and whose level 0 encodes as 0) are at min(level + 8, 15) for
+ * 4-bit lookups (levels 1..8 only), and kmax and code_base also at level
+ * + 16 for 5-bit ones, which take inv_b and round_c by the magnitude's
+ * level alone (the signed map's level 8 has round_c = kmax[7] + 0.5, so
+ * that -1 clamps to negative level 7's top through kmax[24]):
  * k = the nearest index, fma(a, inv_b, round_c) truncated and clamped to
  * [0, kmax], and the code is code_base + k.
  * Binades wrap mod 32 only for magnitudes of 4 and more, which no encoded
@@ -42,7 +45,7 @@ typedef struct zo_q8_map_tables {
     float dec_a[16], dec_b[16]; /* by level (+ 8 for the signed map's sign bit) */
     float dec_lz_a[32], dec_lz_b[32];
     float lvl_thr[16]; /* the midpoint between level d's top and d+1's bottom */
-    float inv_b[32], round_c[32];
+    float inv_b[16], round_c[16];
     int32_t kmax[32], code_base[32];
     int16_t kmax_w[32], code_base_w[32]; /* the same, for 16-bit lanes */
     int32_t lvl_of_binade[ZO_Q8_NBINADES];
