@@ -1,0 +1,118 @@
+"""DeepSpeed's monitor sections (tensorboard, csv_monitor, wandb) for the front end.
+
+Each step's figures go to every enabled monitor on rank 0, under DeepSpeed's names where it
+has them (Train/Samples/train_loss is the caller's: record_loss), plus zoffload's own:
+gradient norm, loss scale, tokens/s, bytes moved per link and the tiers' peaks. The config's
+monitor sections are validated by the C parser (unknown keys refused); here they are read
+from the config as given, since the parser's resolved form leaves out what zo-train ignores.
+"""
+from __future__ import annotations
+
+import csv
+import os
+from typing import Dict, List, Optional
+
+from .errors import ZoConfigError
+
+
+def _section(raw: dict, name: str) -> Optional[dict]:
+    sec = raw.get(name) if isinstance(raw, dict) else None
+    if not isinstance(sec, dict) or not sec.get("enabled", False):
+        return None
+    return sec
+
+
+class _Csv:
+    def __init__(self, sec: dict):
+        root = os.path.join(sec.get("output_path") or "csv_monitor", sec.get("job_name") or
+                            "DeepSpeedJobName")
+        os.makedirs(root, exist_ok=True)
+        self.root = root
+        self.files: Dict[str, str] = {}
+
+    def write(self, events: List[tuple]) -> None:
+        for name, value, step in events:
+            path = os.path.join(self.root, name.replace("/", "_") + ".csv")
+            new = not os.path.exists(path)
+            with open(path, "a", newline="") as f:
+                w = csv.writer(f)
+                if new:
+                    w.writerow(["step", name])
+                w.writerow([step, value])
+
+
+class _TensorBoard:
+    def __init__(self, sec: dict):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as e:
+            raise ZoConfigError(f"'tensorboard.enabled' is true but TensorBoard's writer cannot "
+                                f"be imported ({e}): pip install tensorboard, or disable it")
+        path = os.path.join(sec.get("output_path") or "runs", sec.get("job_name") or
+                            "DeepSpeedJobName")
+        self.w = SummaryWriter(log_dir=path)
+
+    def write(self, events: List[tuple]) -> None:
+        for name, value, step in events:
+            self.w.add_scalar(name, value, step)
+        self.w.flush()
+
+
+class _Wandb:
+    def __init__(self, sec: dict):
+        try:
+            import wandb
+        except ImportError as e:
+            raise ZoConfigError(f"'wandb.enabled' is true but wandb cannot be imported ({e}): "
+                                f"pip install wandb, or disable it")
+        self.run = wandb.init(project=sec.get("project"), group=sec.get("group"),
+                              entity=sec.get("team"))
+
+    def write(self, events: List[tuple]) -> None:
+        for name, value, step in events:
+            self.run.log({name: value}, step=step)
+
+
+class Monitors:
+    """The enabled monitors (none off rank 0)."""
+
+    def __init__(self, raw: dict, rank: int):
+        self.sinks = []
+        self.loss: Optional[float] = None
+        if rank != 0:
+            return
+        for name, cls in (("csv_monitor", _Csv), ("tensorboard", _TensorBoard),
+                          ("wandb", _Wandb)):
+            sec = _section(raw, name)
+            if sec is not None:
+                self.sinks.append(cls(sec))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.sinks)
+
+    def record_loss(self, loss: float) -> None:
+        self.loss = float(loss)
+
+    def log_step(self, eng, stats, seconds: float) -> None:
+        if not self.sinks:
+            return
+        step = eng.global_samples
+        tokens = getattr(eng, "tokens_in_step", 0)
+        ev = [("Train/Samples/lr", eng.get_lr()[0], step),
+              ("Train/Samples/grad_norm", stats.grad_norm, step),
+              ("Train/Samples/loss_scale", stats.loss_scale, step),
+              ("Train/Samples/h2d_bytes", stats.h2d_bytes, step),
+              ("Train/Samples/d2h_bytes", stats.d2h_bytes, step),
+              ("Train/Samples/nvme_read_bytes", stats.nvme_read_bytes, step),
+              ("Train/Samples/nvme_write_bytes", stats.nvme_write_bytes, step),
+              ("Train/Samples/peak_device_bytes", stats.peak_device, step),
+              ("Train/Samples/peak_pinned_bytes", stats.peak_pinned, step),
+              ("Train/Samples/peak_host_bytes", stats.peak_host, step),
+              ("Train/Samples/peak_nvme_bytes", stats.peak_nvme, step)]
+        if self.loss is not None:
+            ev.append(("Train/Samples/train_loss", self.loss, step))
+        if tokens and stats.step_seconds > 0:
+            ev.append(("Train/Samples/tokens_per_second", tokens / stats.step_seconds, step))
+        for s in self.sinks:
+            s.write(ev)
