@@ -206,6 +206,7 @@ class ZoEngine:
             N.check(N.lib().zo_engine_finalize(self._eng), "zo_engine_finalize")
             self._read_plan()
             self._adopt_model()
+            self._no_cache_when_recomputing()
         except BaseException:
             self._free_native()
             raise
@@ -371,6 +372,13 @@ class ZoEngine:
         if self.direct:
             for ep in self.params:
                 self._hooks.append(ep.param.register_post_accumulate_grad_hook(self._grad_hook))
+
+    def _no_cache_when_recomputing(self) -> None:
+        """A recomputed forward must not add to a key/value cache a second time: turn a
+        transformers model's use_cache off, as its own gradient checkpointing does."""
+        cfg = getattr(self.module, "config", None)
+        if not self.direct and getattr(cfg, "use_cache", False):
+            cfg.use_cache = False
 
     # ---- fetching ----
     def _fetch_layer(self, layer: int, phase: int):

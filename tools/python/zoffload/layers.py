@@ -70,24 +70,25 @@ def _count(m: nn.Module) -> int:
 def find_units(model: nn.Module, max_unit_params: Optional[int] = None) -> List[tuple]:
     """(name, module) of each unit, in module order: a module is a unit when it holds
     trainable parameters of its own (they can only be fetched around its forward), has no
-    child holding any, or holds at most max_unit_params (default: a 16th of the model, so a
-    transformer block is one unit and the embedding another)."""
+    child holding any, or holds at most max_unit_params (default: a 16th of the model, so the
+    embedding is one unit); an element of a ModuleList (a transformer's block) is one unit up
+    to four times that, so that its residual stream and attention stay together."""
     total = _count(model)
     limit = max_unit_params if max_unit_params else max(1, total // 16)
     units: List[tuple] = []
 
-    def visit(m: nn.Module, name: str) -> None:
+    def visit(m: nn.Module, name: str, in_list: bool) -> None:
         n = _count(m)
         if n == 0:
             return
         kids = [(k, c) for k, c in m.named_children() if _count(c) > 0]
-        if _trainable(m, False) or not kids or n <= limit:
+        if _trainable(m, False) or not kids or n <= (4 * limit if in_list else limit):
             units.append((name, m))
             return
         for k, c in kids:
-            visit(c, f"{name}.{k}" if name else k)
+            visit(c, f"{name}.{k}" if name else k, isinstance(m, nn.ModuleList))
 
-    visit(model, "")
+    visit(model, "", False)
     return units
 
 

@@ -1,0 +1,68 @@
+"""Placements are exact: the same GPT-2 run with its parameters on the device, the host or
+NVMe, its optimizer states on the host or NVMe, sync and overlap modes, resident (direct) or
+paged through a small device budget (recompute), gives bitwise the same losses and weights;
+gradient accumulation and clipping included. And the budget holds: parameters 4x the device
+budget train, and the device's high-water mark stays within it."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from test_models import config, train_zoffload
+
+CHUNK = 64 << 10
+SMALL = 6 * CHUNK  # device bytes: a few parameter slots and the gradient slots
+
+
+def placed(tmp_path, params, optim, mode, budget=0):
+    zo = {"chunk_size": CHUNK, "optimizer_mode": mode}
+    if budget:
+        zo["device_mem"] = budget
+    cfg = config("bf16", accum=2, clip=0.3, **zo)
+    z = cfg["zero_optimization"]
+    z["offload_param"] = {"device": params}
+    z["offload_optimizer"] = {"device": optim}
+    for part in ("offload_param", "offload_optimizer"):
+        if z[part]["device"] == "nvme":
+            z[part]["nvme_path"] = str(tmp_path)
+    return cfg
+
+
+CASES = [("none", "cpu", "sync", 0), ("cpu", "cpu", "sync", SMALL), ("cpu", "cpu", "overlap", SMALL),
+         ("cpu", "nvme", "overlap", 0), ("nvme", "nvme", "sync", SMALL),
+         ("cpu", "nvme", "sync", SMALL)]
+
+
+def test_every_placement_trains_bitwise_alike(tmp_path):
+    runs = []
+    for i, (p, o, mode, budget) in enumerate(CASES):
+        d = tmp_path / f"run{i}"
+        d.mkdir()
+        losses, weights, info = train_zoffload("gpt2", placed(d, p, o, mode, budget), steps=6,
+                                               accum=2)
+        runs.append(((p, o, mode, budget), losses, weights, info))
+    modes = {info["direct"] for *_, info in runs}
+    assert modes == {True, False}, "both the direct and the recompute paths ran"
+    (case0, l0, w0, _) = runs[0]
+    for case, losses, weights, _ in runs[1:]:
+        assert losses == l0, f"{case} vs {case0}: losses differ"
+        for name in w0:
+            assert torch.equal(weights[name], w0[name]), f"{case}: {name} differs"
+
+
+def test_parameters_four_times_the_device_budget_train():
+    from models import MAKERS, gpt2
+    MAKERS["gpt2_deep"] = lambda: gpt2(layers=24, width=32)
+    try:
+        model = MAKERS["gpt2_deep"]()
+        n16 = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()) * 2
+        budget = n16 // 4
+        cfg = config("bf16", chunk_size=8 << 10, device_mem=budget)
+        cfg["zero_optimization"]["offload_param"] = {"device": "cpu"}
+        losses, _, info = train_zoffload("gpt2_deep", cfg, steps=8)
+    finally:
+        del MAKERS["gpt2_deep"]
+    assert not info["direct"]
+    assert info["budget"] == budget
+    assert 0 < info["device"]["high_water"] <= budget
+    assert sum(losses[-3:]) < sum(losses[:3])
