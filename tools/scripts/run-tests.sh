@@ -44,6 +44,25 @@ build "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CUDA_ARCHITECTURE
 grep -E "zoffload: CUDA backend" "$logdir/build-configure.log" || true
 run_ctest all "$root/build" -LE timing
 
+echo "== the PyTorch front end: pytest tests/python"
+run_pytest() {
+  local py rc=0 line
+  py=$(bash tools/scripts/python-env.sh | tail -1)
+  ZOFFLOAD_BUILD_DIR=$root/build "$py" -m pytest -q -rs tests/python 2>&1 |
+    tee "$logdir/pytest.log" || rc=$?
+  line=$(grep -E "^[0-9]+ (passed|failed|skipped)|^=+ .*(passed|failed).* in " "$logdir/pytest.log" | tail -1 || true)
+  local np nf ns
+  np=$(grep -oE "[0-9]+ passed" <<<"$line" | grep -oE "[0-9]+" || echo 0)
+  nf=0
+  for n in $(grep -oE "[0-9]+ (failed|errors?)" <<<"$line" | grep -oE "^[0-9]+" || true); do
+    nf=$((nf + n))
+  done
+  ns=$(grep -oE "[0-9]+ skipped" <<<"$line" | grep -oE "[0-9]+" || echo 0)
+  if [ -z "$line" ] || { [ "$rc" -ne 0 ] && [ "${nf:-0}" -eq 0 ]; }; then nf=$((${nf:-0} + 1)); fi
+  passed=$((passed + ${np:-0})); failed=$((failed + ${nf:-0})); skipped=$((skipped + ${ns:-0}))
+}
+run_pytest
+
 echo "== build with ASan+UBSan"
 build "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug -DZO_ENABLE_CUDA=OFF -DZO_SANITIZE=address,undefined
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
