@@ -11,6 +11,7 @@
 #include "zo/engine.h"
 #include "zo/launch.h"
 #include "zo/optim.h"
+#include "zo/safetensors.h"
 
 static int first_struct = 1, first_field;
 
@@ -38,6 +39,10 @@ static void field(const char *name, size_t off)
 int main(void)
 {
     printf("{");
+    STRUCT(zo_st_tensor_info, F(zo_st_tensor_info, struct_size), F(zo_st_tensor_info, name),
+           F(zo_st_tensor_info, dtype), F(zo_st_tensor_info, ndim), F(zo_st_tensor_info, shape),
+           F(zo_st_tensor_info, nbytes), F(zo_st_tensor_info, file_offset),
+           F(zo_st_tensor_info, data));
     STRUCT(zo_device_config, F(zo_device_config, struct_size), F(zo_device_config, backend),
            F(zo_device_config, ordinal), F(zo_device_config, mem_budget),
            F(zo_device_config, cpu_copy_threads));

@@ -30,7 +30,7 @@ _CONFIG_LIB_NAME = "libzoffload_dsconfig.so"
 
 # ---- enums (zo/dtype.h, zo/engine.h, zo/optim_mode.h, zo/status.h) ----
 DTYPE_F32, DTYPE_BF16, DTYPE_F16, DTYPE_NONE = 0, 1, 2, 3
-DTYPE_I8 = 9
+DTYPE_U8, DTYPE_I8 = 8, 9
 TIER_DEVICE, TIER_HOST, TIER_NVME = 0, 1, 2
 TIER_NAMES = ("device", "host", "nvme")
 PHASE_FORWARD, PHASE_BACKWARD = 0, 1
@@ -138,7 +138,13 @@ class CommConfig(Structure):  # zo_comm_config, zo/comm.h
                 ("exact_segment_bytes", c_size_t)]
 
 
-MIRRORED = {"zo_device_config": DeviceConfig, "zo_device_info": DeviceInfo,
+class StTensorInfo(Structure):  # zo_st_tensor_info, zo/safetensors.h
+    _fields_ = [("struct_size", c_size_t), ("name", c_char_p), ("dtype", c_int), ("ndim", c_int),
+                ("shape", c_int64 * 8), ("nbytes", c_uint64), ("file_offset", c_uint64),
+                ("data", c_void_p)]
+
+
+MIRRORED = {"zo_st_tensor_info": StTensorInfo, "zo_device_config": DeviceConfig, "zo_device_info": DeviceInfo,
             "zo_device_mem_stats": DeviceMemStats, "zo_adam_params": AdamParams,
             "zo_loss_scaler_config": LossScalerConfig, "zo_engine_caps": EngineCaps,
             "zo_engine_config": EngineConfig, "zo_engine_footprint": EngineFootprint,
@@ -229,6 +235,20 @@ _SIGNATURES = {
     "zo_comm_size": (c_int, [_P]),
     "zo_comm_backend": (c_char_p, [_P]),
     "zo_comm_barrier": (c_int, [_P, _P]),
+    "zo_st_writer_init": (c_int, [POINTER(_P), c_char_p]),
+    "zo_st_writer_set_metadata": (c_int, [_P, c_char_p, c_char_p]),
+    "zo_st_writer_declare": (c_int, [_P, c_char_p, c_int, c_int, POINTER(c_int64)]),
+    "zo_st_writer_write": (c_int, [_P, c_char_p, _P, c_size_t]),
+    "zo_st_writer_commit": (c_int, [_P]),
+    "zo_st_writer_free": (None, [_P]),
+    "zo_st_reader_open": (c_int, [POINTER(_P), c_char_p]),
+    "zo_st_reader_free": (None, [_P]),
+    "zo_st_reader_count": (c_size_t, [_P]),
+    "zo_st_reader_at": (c_int, [_P, c_size_t, POINTER(StTensorInfo)]),
+    "zo_st_reader_find": (c_int, [_P, c_char_p, POINTER(StTensorInfo)]),
+    "zo_st_reader_metadata": (c_char_p, [_P, c_char_p]),
+    "zo_atomic_write_file": (c_int, [c_char_p, _P, c_size_t]),
+    "zo_fsync_parent_dir": (c_int, [c_char_p]),
 }
 # Present only in builds that have them (checked with hasattr before use).
 _OPTIONAL = {

@@ -261,7 +261,7 @@ class ZoEngine:
         c = N.engine_config_init()
         c.device = self.device.handle
         c.param_dtype = self.param_dtype
-        c.chunk_bytes = int(zo["chunk_size"])
+        c.chunk_bytes = int(zo["chunk_size"]) or self._default_chunk_bytes()
         c.param_home = _HOMES[z["offload_param"]["device"]]
         c.optim_home = _HOMES[z["offload_optimizer"]["device"]]
         if c.optim_home == N.TIER_DEVICE and self.device.cuda:
@@ -316,6 +316,13 @@ class ZoEngine:
             c.reduce_order = (N.REDUCE_ORDER_RANK if zo["reduce_order"] == "rank"
                               else N.REDUCE_ORDER_GLOBAL)
         return c
+
+    def _default_chunk_bytes(self) -> int:
+        """The engine's 4 MiB, or the largest layer when every layer is smaller: a small
+        model then pins and moves what it holds, not 4 MiB a layer (4 KiB granularity)."""
+        size = torch.empty(0, dtype=self.torch_dtype).element_size()
+        largest = max(sum(ep.numel for ep in layer) for layer in self.layers) * size
+        return min(4 << 20, (largest + 4095) // 4096 * 4096)
 
     def _make_engine(self) -> None:
         self._cfg = self._engine_config()

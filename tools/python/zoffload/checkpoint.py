@@ -1,0 +1,312 @@
+"""Checkpoints in zo-train's format, so that each trainer reads the other's:
+
+    DIR/TAG/model.safetensors       fp32 master weights under the module's parameter names
+    DIR/TAG/optimizer.safetensors   NAME.exp_avg, NAME.exp_avg_sq in the engine's state format
+                                    (fp32, bf16, or int8 codes with NAME.exp_avg.absmax scales),
+                                    metadata optimizer_state_dtype
+    DIR/TAG/trainer_state.json      format, version, step, the engine's step state, the
+                                    schedule, the model, the batch, the caller's client_state
+    DIR/latest                      the newest complete TAG (written last, atomically)
+
+A save builds DIR/TAG.tmp and renames it only when complete, so a crash leaves the previous
+checkpoint and `latest` as they were. Tensors stream one at a time through the C safetensors
+writer: saving never holds the whole model in host memory. Loading checks every name, dtype
+and shape and refuses another model's checkpoint by name."""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+from typing import Optional
+
+import torch
+
+from . import _native as N
+from .errors import ZoArgumentError, ZoIOError, ZoStateError
+
+FORMAT, VERSION = "zoffload-checkpoint", 1
+STATE_KEY = "optimizer_state_dtype"
+_STATE_NAMES = {N.DTYPE_F32: "fp32", N.DTYPE_BF16: "bf16", N.DTYPE_I8: "int8"}
+_STATE_OF_NAME = {v: k for k, v in _STATE_NAMES.items()}
+_ELEM = {N.DTYPE_F32: 4, N.DTYPE_BF16: 2, N.DTYPE_U8: 1, N.DTYPE_I8: 1}
+Q8_BLOCK = 256
+
+
+def _moment_bytes(fmt: int, numel: int) -> int:
+    """zo_adam_moment_bytes: the raw layout read_state_raw fills."""
+    if fmt == N.DTYPE_I8:
+        return ((numel + 3) & ~3) + _q8_blocks(numel) * 4
+    return numel * _ELEM[fmt]
+
+
+def _q8_blocks(numel: int) -> int:
+    return (numel + Q8_BLOCK - 1) // Q8_BLOCK
+
+
+def _file_dtype(fmt: int) -> int:
+    return N.DTYPE_U8 if fmt == N.DTYPE_I8 else fmt
+
+
+class _Writer:
+    def __init__(self, path: str):
+        self.path = path
+        self.h = ctypes.c_void_p()
+        N.check(N.lib().zo_st_writer_init(ctypes.byref(self.h), path.encode()), path)
+
+    def meta(self, k: str, v: str) -> None:
+        N.check(N.lib().zo_st_writer_set_metadata(self.h, k.encode(), v.encode()), self.path)
+
+    def declare(self, name: str, dtype: int, shape) -> None:
+        dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+        N.check(N.lib().zo_st_writer_declare(self.h, name.encode(), dtype, len(shape), dims),
+                f"{self.path}: {name}")
+
+    def write(self, name: str, ptr: int, n: int) -> None:
+        N.check(N.lib().zo_st_writer_write(self.h, name.encode(), ctypes.c_void_p(ptr), n),
+                f"{self.path}: {name}")
+
+    def commit(self) -> None:
+        N.check(N.lib().zo_st_writer_commit(self.h), self.path)
+
+    def close(self) -> None:
+        N.lib().zo_st_writer_free(self.h)
+        self.h = ctypes.c_void_p()
+
+
+class _Reader:
+    def __init__(self, path: str):
+        if not os.path.exists(path):
+            raise ZoIOError(f"{path} does not exist: not a zoffload checkpoint directory")
+        self.path = path
+        self.h = ctypes.c_void_p()
+        N.check(N.lib().zo_st_reader_open(ctypes.byref(self.h), path.encode()), path)
+
+    def count(self) -> int:
+        return N.lib().zo_st_reader_count(self.h)
+
+    def meta(self, k: str) -> Optional[str]:
+        v = N.lib().zo_st_reader_metadata(self.h, k.encode())
+        return v.decode() if v else None
+
+    def find(self, name: str) -> Optional[N.StTensorInfo]:
+        info = N.sized(N.StTensorInfo)
+        st = N.lib().zo_st_reader_find(self.h, name.encode(), ctypes.byref(info))
+        if st < 0:
+            N.lib().zo_clear_error()
+            return None
+        return info
+
+    def expect(self, name: str, dtype: int, shape) -> N.StTensorInfo:
+        info = self.find(name)
+        if info is None:
+            raise ZoArgumentError(f"{self.path} has no tensor {name!r}: the checkpoint is "
+                                  f"another model's")
+        got = tuple(info.shape[i] for i in range(info.ndim))
+        if info.dtype != dtype or got != tuple(shape):
+            raise ZoArgumentError(f"{self.path}: {name!r} is dtype {info.dtype} shape {got}, the "
+                                  f"model needs dtype {dtype} shape {tuple(shape)}: the checkpoint "
+                                  f"is another model's")
+        return info
+
+    def close(self) -> None:
+        N.lib().zo_st_reader_free(self.h)
+        self.h = ctypes.c_void_p()
+
+
+def _buffers(eng, ep, fmt):
+    master = torch.empty(ep.numel, dtype=torch.float32)
+    nb = _moment_bytes(fmt, ep.numel)
+    return master, torch.empty(nb, dtype=torch.uint8), torch.empty(nb, dtype=torch.uint8)
+
+
+def _write_tensors(eng, tmp: str) -> None:
+    lib = N.lib()
+    fmt = lib.zo_engine_state_dtype(eng._eng)
+    mw = _Writer(os.path.join(tmp, "model.safetensors"))
+    ow = _Writer(os.path.join(tmp, "optimizer.safetensors"))
+    try:
+        mw.meta("zoffload", "fp32 master weights")
+        ow.meta(STATE_KEY, _STATE_NAMES[fmt])
+        fmts = {}
+        for ep in eng.params:
+            tf = lib.zo_engine_tensor_state_dtype(eng._eng, ep.id)
+            fmts[ep.id] = tf
+            mw.declare(ep.name, N.DTYPE_F32, ep.shape)
+            for k in ("exp_avg", "exp_avg_sq"):
+                ow.declare(f"{ep.name}.{k}", _file_dtype(tf), ep.shape)
+                if tf == N.DTYPE_I8:
+                    ow.declare(f"{ep.name}.{k}.absmax", N.DTYPE_F32, (_q8_blocks(ep.numel),))
+        for ep in eng.params:
+            tf = fmts[ep.id]
+            master, m, v = _buffers(eng, ep, tf)
+            N.check(lib.zo_engine_read_state_raw(eng._eng, ep.id, ctypes.c_void_p(master.data_ptr()),
+                                                 ctypes.c_void_p(m.data_ptr()),
+                                                 ctypes.c_void_p(v.data_ptr())),
+                    f"reading {ep.name}'s states")
+            if not torch.isfinite(master).all():
+                raise ZoStateError(f"{ep.name}'s master weights hold NaN or Inf: not saving a "
+                                   f"diverged model over good checkpoints")
+            mw.write(ep.name, master.data_ptr(), ep.numel * 4)
+            for k, raw in (("exp_avg", m), ("exp_avg_sq", v)):
+                codes = ep.numel * _ELEM[tf]
+                ow.write(f"{ep.name}.{k}", raw.data_ptr(), codes)
+                if tf == N.DTYPE_I8:
+                    ow.write(f"{ep.name}.{k}.absmax", raw.data_ptr() + ((ep.numel + 3) & ~3),
+                             _q8_blocks(ep.numel) * 4)
+        mw.commit()
+        ow.commit()
+    finally:
+        mw.close()
+        ow.close()
+
+
+def _state(eng, client_state: dict) -> dict:
+    lib = N.lib()
+    es = N.sized(N.EngineStepState)
+    N.check(lib.zo_engine_get_step_state(eng._eng, ctypes.byref(es)), "step state")
+    sched = eng.lr_scheduler
+    return {"format": FORMAT, "version": VERSION, "step": eng.global_steps,
+            "engine": {"updates": es.updates, "steps": es.steps, "loss_scale": es.loss_scale,
+                       "scaler_iter": es.scaler_iter,
+                       "scaler_last_overflow_iter": es.scaler_last_overflow_iter,
+                       "scaler_hysteresis": es.scaler_hysteresis},
+            "scheduler": {"type": sched.kind if sched else "none",
+                          "last_batch_iteration": sched.last_batch_iteration if sched else -1,
+                          "lr": eng.get_lr()[0]},
+            "model": {"class": type(eng.module).__name__, "tensors": len(eng.params),
+                      "n_params": sum(ep.numel for ep in eng.params),
+                      "dtype": {N.DTYPE_BF16: "bf16", N.DTYPE_F16: "fp16",
+                                N.DTYPE_F32: "fp32"}[eng.param_dtype]},
+            "batch": {"micro_batch": eng.micro_batch_size,
+                      "grad_accum": eng.gradient_accumulation_steps_,
+                      "world_size": eng.world_size},
+            "counters": {"global_steps": eng.global_steps, "global_samples": eng.global_samples,
+                         "micro_steps": eng.micro_steps, "skipped_steps": eng.skipped_steps},
+            "client_state": client_state}
+
+
+def save(eng, save_dir, tag, client_state: dict, save_latest: bool) -> str:
+    eng._check_open()
+    if eng.world_size > 1:
+        raise ZoStateError("save_checkpoint with several ranks is not supported by the front end "
+                           "yet: each rank holds its own states (zo-train saves ZeRO shards)")
+    if eng._micro_in_step:
+        raise ZoStateError("save_checkpoint in the middle of gradient accumulation: call it "
+                           "after the step() that ends the accumulation")
+    try:
+        json.dumps(client_state)
+    except TypeError as e:
+        raise ZoArgumentError(f"client_state must be JSON-serializable: {e}") from None
+    N.check(N.lib().zo_engine_flush(eng._eng), "flushing the delayed update")
+    save_dir = os.fspath(save_dir)
+    tag = str(tag) if tag is not None else f"step-{eng.global_steps:08d}"
+    if "/" in tag or tag in ("", ".", "..") or tag.endswith(".tmp"):
+        raise ZoArgumentError(f"tag {tag!r} must be a plain directory name")
+    os.makedirs(save_dir, exist_ok=True)
+    final = os.path.join(save_dir, tag)
+    tmp = final + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.mkdir(tmp)
+    try:
+        _write_tensors(eng, tmp)
+        text = json.dumps(_state(eng, client_state), indent=2).encode()
+        N.check(N.lib().zo_atomic_write_file(os.path.join(tmp, "trainer_state.json").encode(),
+                                             text, len(text)), "trainer_state.json")
+        if os.path.exists(final):
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        N.check(N.lib().zo_fsync_parent_dir(final.encode()), final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if save_latest:
+        line = f"{tag}\n".encode()
+        N.check(N.lib().zo_atomic_write_file(os.path.join(save_dir, "latest").encode(), line,
+                                             len(line)), "latest")
+    return final
+
+
+def _resolve(load_dir: str, tag) -> str:
+    if tag is None:
+        latest = os.path.join(load_dir, "latest")
+        if not os.path.exists(latest):
+            raise ZoIOError(f"{load_dir} has no 'latest' file: pass tag=, or a directory written "
+                            f"by save_checkpoint or zo-train --save")
+        with open(latest) as f:
+            tag = f.read().strip()
+    path = os.path.join(load_dir, str(tag))
+    if not os.path.isdir(path):
+        raise ZoIOError(f"checkpoint {path} does not exist")
+    return path
+
+
+def load(eng, load_dir, tag, load_optimizer: bool, load_schedule: bool):
+    """Restore the masters (and, asked, the moments, step state and schedule). Returns
+    (path, client_state) as DeepSpeed's load_checkpoint does."""
+    eng._check_open()
+    if eng.world_size > 1:
+        raise ZoStateError("load_checkpoint with several ranks is not supported by the front end "
+                           "yet")
+    lib = N.lib()
+    path = _resolve(os.fspath(load_dir), tag)
+    with open(os.path.join(path, "trainer_state.json")) as f:
+        state = json.load(f)
+    if state.get("format") != FORMAT or state.get("version") != VERSION:
+        raise ZoArgumentError(f"{path}/trainer_state.json is format {state.get('format')!r} "
+                              f"version {state.get('version')!r}, not {FORMAT!r} {VERSION}")
+    mr = _Reader(os.path.join(path, "model.safetensors"))
+    orr = _Reader(os.path.join(path, "optimizer.safetensors")) if load_optimizer else None
+    try:
+        if mr.count() != len(eng.params):
+            raise ZoArgumentError(f"{mr.path} holds {mr.count()} tensors, this model "
+                                  f"{len(eng.params)}: the checkpoint is another model's")
+        fmt = _STATE_OF_NAME.get(orr.meta(STATE_KEY) or "fp32") if orr else None
+        if orr is not None and fmt != lib.zo_engine_state_dtype(eng._eng):
+            raise ZoArgumentError(f"{orr.path} holds {orr.meta(STATE_KEY)} optimizer states, the "
+                                  f"engine {_STATE_NAMES.get(lib.zo_engine_state_dtype(eng._eng))}"
+                                  f": set zoffload.optimizer_state_dtype to match")
+        for ep in eng.params:  # every name, dtype and shape first: all or nothing
+            mr.expect(ep.name, N.DTYPE_F32, ep.shape)
+        for ep in eng.params:
+            info = mr.expect(ep.name, N.DTYPE_F32, ep.shape)
+            if orr is None:
+                N.check(lib.zo_engine_write_state(eng._eng, ep.id, info.data, None, None),
+                        f"restoring {ep.name}")
+                continue
+            tf = lib.zo_engine_tensor_state_dtype(eng._eng, ep.id)
+            raw = [_moment_raw(orr, ep, k, tf) for k in ("exp_avg", "exp_avg_sq")]
+            N.check(lib.zo_engine_write_state_raw(eng._eng, ep.id, info.data,
+                                                  ctypes.c_void_p(raw[0].data_ptr()),
+                                                  ctypes.c_void_p(raw[1].data_ptr())),
+                    f"restoring {ep.name}")
+    finally:
+        mr.close()
+        if orr is not None:
+            orr.close()
+    if load_optimizer:
+        e = state["engine"]
+        es = N.sized(N.EngineStepState, updates=e["updates"], steps=e["steps"],
+                     loss_scale=e["loss_scale"], scaler_iter=e["scaler_iter"],
+                     scaler_last_overflow_iter=e["scaler_last_overflow_iter"],
+                     scaler_hysteresis=e["scaler_hysteresis"])
+        N.check(lib.zo_engine_set_step_state(eng._eng, ctypes.byref(es)), "step state")
+        c = state.get("counters", {})
+        eng.global_steps = int(c.get("global_steps", state.get("step", 0)))
+        eng.global_samples = int(c.get("global_samples", 0))
+        eng.micro_steps = int(c.get("micro_steps", 0))
+        eng.skipped_steps = int(c.get("skipped_steps", 0))
+    if load_schedule and eng.lr_scheduler is not None and state["scheduler"]["type"] != "none":
+        eng.lr_scheduler.last_batch_iteration = int(state["scheduler"]["last_batch_iteration"])
+        eng._set_engine_lr()
+    return path, state.get("client_state", {})
+
+
+def _moment_raw(orr: _Reader, ep, k: str, tf: int) -> torch.Tensor:
+    info = orr.expect(f"{ep.name}.{k}", _file_dtype(tf), ep.shape)
+    raw = torch.empty(_moment_bytes(tf, ep.numel), dtype=torch.uint8)
+    ctypes.memmove(raw.data_ptr(), info.data, ep.numel * _ELEM[tf])
+    if tf == N.DTYPE_I8:
+        sc = orr.expect(f"{ep.name}.{k}.absmax", N.DTYPE_F32, (_q8_blocks(ep.numel),))
+        ctypes.memmove(raw.data_ptr() + ((ep.numel + 3) & ~3), sc.data, _q8_blocks(ep.numel) * 4)
+    return raw
