@@ -1,0 +1,137 @@
+"""python -m zoffload.bench: tokens/s of a GPT-2-shaped model trained through zoffload beside
+plain PyTorch on the same machine in the same run (ratios, since these machines are noisy).
+
+  resident  zoffload, every parameter in device memory, optimizer states on the host
+  offload   zoffload, parameters and optimizer states on NVMe, device budget 1/4 of the
+            16-bit parameters (the "practicality" DeepSpeed quotes: offloaded / resident)
+  torch     plain PyTorch: fp32 parameters, bf16 autocast, torch.optim.AdamW(fused=True)
+
+Runs alternate (torch, resident, offload, torch, ...) and each figure is the median over its
+rounds; the first steps of every run are warm-up and not timed."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+
+def gpt2(layers, width, heads, vocab, seq):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=seq, n_embd=width,
+                                      n_layer=layers, n_head=heads, resid_pdrop=0.0,
+                                      embd_pdrop=0.0, attn_pdrop=0.0))
+
+
+def batch(a):
+    import torch
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, a.vocab, (a.micro_batch, a.seq), generator=g)
+    return {"input_ids": ids, "labels": ids}
+
+
+def run_torch(a) -> float:
+    import torch
+    model = gpt2(a.layers, a.width, a.heads, a.vocab, a.seq)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    b = batch(a)
+    times = []
+    for i in range(a.warmup + a.steps):
+        t = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(**b).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i >= a.warmup:
+            times.append(time.perf_counter() - t)
+    return a.micro_batch * a.seq / statistics.median(times)
+
+
+def run_zoffload(a, offload: bool) -> float:
+    import torch
+    import zoffload
+    model = gpt2(a.layers, a.width, a.heads, a.vocab, a.seq)
+    n16 = sum(p.numel() for p in model.parameters()) * 2
+    cfg = {"train_micro_batch_size_per_gpu": a.micro_batch, "bf16": {"enabled": True},
+           "gradient_clipping": 1.0,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+           "zero_optimization": {"offload_optimizer": {"device": "cpu"}},
+           "zoffload": {"optimizer_mode": a.mode}}
+    swap = None
+    if offload:
+        swap = tempfile.mkdtemp(prefix="zo-bench-", dir=a.nvme_path)
+        cfg["zero_optimization"] = {"offload_param": {"device": "nvme", "nvme_path": swap},
+                                    "offload_optimizer": {"device": "nvme", "nvme_path": swap}}
+        cfg["zoffload"]["device_mem"] = n16 // 4
+        cfg["zoffload"]["chunk_size"] = 2 << 20
+    eng, *_ = zoffload.initialize(model=model, config=cfg)
+    b = batch(a)
+    times = []
+    for i in range(a.warmup + a.steps):
+        t = time.perf_counter()
+        loss = eng(**b).loss
+        eng.backward(loss)
+        eng.step()
+        if i >= a.warmup:
+            times.append(time.perf_counter() - t)
+    eng.destroy()
+    if swap:
+        import shutil
+        shutil.rmtree(swap, ignore_errors=True)
+    return a.micro_batch * a.seq / statistics.median(times)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m zoffload.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--width", type=int, default=768)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--vocab", type=int, default=50257)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--micro-batch", type=int, default=4)
+    p.add_argument("--steps", type=int, default=3, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=2, help="alternating rounds of the three runs")
+    p.add_argument("--mode", default="overlap", choices=["sync", "overlap", "dpu"])
+    p.add_argument("--nvme-path", default=None, help="directory for the offload run's swap")
+    p.add_argument("--runs", default="torch,resident,offload")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    a = p.parse_args(argv)
+    import torch
+    res = {k: [] for k in a.runs.split(",")}
+    for r in range(a.rounds):
+        for k in res:
+            f = {"torch": lambda: run_torch(a), "resident": lambda: run_zoffload(a, False),
+                 "offload": lambda: run_zoffload(a, True)}[k]()
+            res[k].append(f)
+            if not a.json:
+                print(f"round {r + 1}/{a.rounds}: {k:8s} {f:8.1f} tokens/s", file=sys.stderr)
+    med = {k: statistics.median(v) for k, v in res.items()}
+    out = {"model": f"GPT-2 {a.layers}x{a.width}, vocab {a.vocab}", "seq": a.seq,
+           "micro_batch": a.micro_batch, "threads": torch.get_num_threads(), "mode": a.mode,
+           "tokens_per_s": med, "rounds": res}
+    if "torch" in med and "resident" in med:
+        out["resident_vs_torch"] = med["resident"] / med["torch"]
+    if "offload" in med and "resident" in med:
+        out["offload_vs_resident"] = med["offload"] / med["resident"]
+    if a.json:
+        print(json.dumps(out))
+    else:
+        for k, v in med.items():
+            print(f"{k:9s} {v:9.1f} tokens/s (median of {len(res[k])})")
+        for k in ("resident_vs_torch", "offload_vs_resident"):
+            if k in out:
+                print(f"{k}: {out[k]:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
