@@ -43,6 +43,8 @@ int main(void)
            F(zo_st_tensor_info, dtype), F(zo_st_tensor_info, ndim), F(zo_st_tensor_info, shape),
            F(zo_st_tensor_info, nbytes), F(zo_st_tensor_info, file_offset),
            F(zo_st_tensor_info, data));
+    STRUCT(zo_engine_layout, F(zo_engine_layout, struct_size), F(zo_engine_layout, n_tensors),
+           F(zo_engine_layout, numel), F(zo_engine_layout, layer), F(zo_engine_layout, keep_f32));
     STRUCT(zo_device_config, F(zo_device_config, struct_size), F(zo_device_config, backend),
            F(zo_device_config, ordinal), F(zo_device_config, mem_budget),
            F(zo_device_config, cpu_copy_threads));

@@ -138,13 +138,18 @@ class CommConfig(Structure):  # zo_comm_config, zo/comm.h
                 ("exact_segment_bytes", c_size_t)]
 
 
+class EngineLayout(Structure):  # zo_engine_layout, zo/engine.h
+    _fields_ = [("struct_size", c_size_t), ("n_tensors", c_size_t), ("numel", POINTER(c_size_t)),
+                ("layer", POINTER(c_int)), ("keep_f32", POINTER(ctypes.c_ubyte))]
+
+
 class StTensorInfo(Structure):  # zo_st_tensor_info, zo/safetensors.h
     _fields_ = [("struct_size", c_size_t), ("name", c_char_p), ("dtype", c_int), ("ndim", c_int),
                 ("shape", c_int64 * 8), ("nbytes", c_uint64), ("file_offset", c_uint64),
                 ("data", c_void_p)]
 
 
-MIRRORED = {"zo_st_tensor_info": StTensorInfo, "zo_device_config": DeviceConfig, "zo_device_info": DeviceInfo,
+MIRRORED = {"zo_st_tensor_info": StTensorInfo, "zo_engine_layout": EngineLayout, "zo_device_config": DeviceConfig, "zo_device_info": DeviceInfo,
             "zo_device_mem_stats": DeviceMemStats, "zo_adam_params": AdamParams,
             "zo_loss_scaler_config": LossScalerConfig, "zo_engine_caps": EngineCaps,
             "zo_engine_config": EngineConfig, "zo_engine_footprint": EngineFootprint,
@@ -205,6 +210,9 @@ _SIGNATURES = {
     "zo_engine_keep_f32_states": (c_int, [_P, c_int]),
     "zo_engine_plan": (c_int, [_P, POINTER(EngineFootprint), POINTER(c_int), c_char_p, c_size_t]),
     "zo_engine_finalize": (c_int, [_P]),
+    "zo_engine_footprint_for": (c_int, [POINTER(EngineConfig), POINTER(EngineLayout),
+                                        POINTER(EngineFootprint), POINTER(c_int), c_char_p,
+                                        c_size_t]),
     "zo_engine_fetch": (c_int, [_P, c_int, c_int, _P, POINTER(_P), POINTER(_P), c_int]),
     "zo_engine_release": (c_int, [_P, c_int, _P]),
     "zo_engine_grads_ready": (c_int, [_P, c_int, _P]),
@@ -235,6 +243,7 @@ _SIGNATURES = {
     "zo_comm_size": (c_int, [_P]),
     "zo_comm_backend": (c_char_p, [_P]),
     "zo_comm_barrier": (c_int, [_P, _P]),
+    "zo_comm_broadcast": (c_int, [_P, _P, _P, c_size_t, c_int, c_int]),
     "zo_st_writer_init": (c_int, [POINTER(_P), c_char_p]),
     "zo_st_writer_set_metadata": (c_int, [_P, c_char_p, c_char_p]),
     "zo_st_writer_declare": (c_int, [_P, c_char_p, c_int, c_int, POINTER(c_int64)]),

@@ -54,6 +54,27 @@ def run_torch(a) -> float:
     return a.micro_batch * a.seq / statistics.median(times)
 
 
+def _initialize(model, cfg, n16: int):
+    """The engine; with n16 (16-bit parameter bytes) the device budget is a quarter of them,
+    or the least above that the plan accepts (a chunk holds the largest tensor whole, so a
+    model with a big embedding needs more), recorded in BUDGET."""
+    import zoffload
+    if not n16:
+        return zoffload.initialize(model=model, config=cfg)[0]
+    budget = n16 // 4
+    while True:
+        cfg["zoffload"]["device_mem"] = budget
+        try:
+            eng = zoffload.initialize(model=model, config=cfg)[0]
+            BUDGET["fraction"] = budget / n16
+            return eng
+        except zoffload.ZoOutOfMemoryError:
+            budget = budget * 5 // 4
+
+
+BUDGET = {}
+
+
 def run_zoffload(a, offload: bool) -> float:
     import torch
     import zoffload
@@ -69,9 +90,7 @@ def run_zoffload(a, offload: bool) -> float:
         swap = tempfile.mkdtemp(prefix="zo-bench-", dir=a.nvme_path)
         cfg["zero_optimization"] = {"offload_param": {"device": "nvme", "nvme_path": swap},
                                     "offload_optimizer": {"device": "nvme", "nvme_path": swap}}
-        cfg["zoffload"]["device_mem"] = n16 // 4
-        cfg["zoffload"]["chunk_size"] = 2 << 20
-    eng, *_ = zoffload.initialize(model=model, config=cfg)
+    eng = _initialize(model, cfg, n16 if offload else 0)
     b = batch(a)
     times = []
     for i in range(a.warmup + a.steps):
@@ -122,12 +141,13 @@ def main(argv=None) -> int:
         out["resident_vs_torch"] = med["resident"] / med["torch"]
     if "offload" in med and "resident" in med:
         out["offload_vs_resident"] = med["offload"] / med["resident"]
+        out["offload_device_budget_vs_params"] = BUDGET.get("fraction")
     if a.json:
         print(json.dumps(out))
     else:
         for k, v in med.items():
             print(f"{k:9s} {v:9.1f} tokens/s (median of {len(res[k])})")
-        for k in ("resident_vs_torch", "offload_vs_resident"):
+        for k in ("resident_vs_torch", "offload_vs_resident", "offload_device_budget_vs_params"):
             if k in out:
                 print(f"{k}: {out[k]:.3f}")
     return 0

@@ -248,23 +248,35 @@ class ZoEngine:
         return sum(ep.numel for ep in self.params) * torch.empty(0, dtype=self.torch_dtype).element_size()
 
     def _device_capacity(self, backend: str) -> int:
-        """The cpu device's capacity: zoffload.device_mem, else room for every parameter, its
-        gradient slots and the chunk rounding (resident, as a large GPU would be)."""
+        """The cpu device's capacity: zoffload.device_mem, else exactly what the plan needs with
+        every parameter chunk resident (as on a GPU large enough for it): computed by the
+        engine's own accounting (zo_engine_footprint_for), before any allocation."""
         want = int(self.config["zoffload"]["device_mem"])
         if want or backend == "cuda":
             return want
-        return 2 * self._param_bytes() + (256 << 20)
+        cfg = self._engine_config(probe=True)
+        n = len(self.params)
+        numel = (ctypes.c_size_t * n)(*[ep.numel for ep in self.params])
+        layer = (ctypes.c_int * n)(*[ep.layer for ep in self.params])
+        ly = N.sized(N.EngineLayout, n_tensors=n, numel=numel, layer=layer)
+        fp, fits = N.sized(N.EngineFootprint), ctypes.c_int()
+        N.check(N.lib().zo_engine_footprint_for(ctypes.byref(cfg), ctypes.byref(ly),
+                                                ctypes.byref(fp), ctypes.byref(fits), None, 0),
+                "planning the device")
+        return int(fp.device)
 
-    def _engine_config(self) -> N.EngineConfig:
+    def _engine_config(self, probe: bool = False) -> N.EngineConfig:
+        """The engine's configuration from the DeepSpeed config (probe: for planning before the
+        device exists, without a device or a communicator)."""
         cfg, z = self.config, self.config["zero_optimization"]
         zo = cfg["zoffload"]
         c = N.engine_config_init()
-        c.device = self.device.handle
+        c.device = None if probe else self.device.handle
         c.param_dtype = self.param_dtype
         c.chunk_bytes = int(zo["chunk_size"]) or self._default_chunk_bytes()
         c.param_home = _HOMES[z["offload_param"]["device"]]
         c.optim_home = _HOMES[z["offload_optimizer"]["device"]]
-        if c.optim_home == N.TIER_DEVICE and self.device.cuda:
+        if c.optim_home == N.TIER_DEVICE and not probe and self.device.cuda:
             raise ZoConfigError("'zero_optimization.offload_optimizer.device' is 'none' (Adam on "
                                 "the GPU): zoffload's Adam runs on the CPU; set it to 'cpu' or "
                                 "'nvme'")
@@ -311,7 +323,7 @@ class ZoEngine:
         if self.world_size > 1:
             c.rank, c.world_size = self.rank, self.world_size
             c.zero_stage = int(z["stage"]) or 1
-            c.comm = self.world.comm
+            c.comm = None if probe else self.world.comm
             c.zero_persist_elems = int(z["stage3_param_persistence_threshold"])
             c.reduce_order = (N.REDUCE_ORDER_RANK if zo["reduce_order"] == "rank"
                               else N.REDUCE_ORDER_GLOBAL)
@@ -348,7 +360,9 @@ class ZoEngine:
         N.check(lib.zo_engine_homes(self._eng, ph, oh), "homes")
         self.param_homes, self.optim_homes = list(ph), list(oh)
         # Every chunk with a slot of its own: slots never move, autograd may keep its tensors.
-        self.direct = fp.device_param_slots >= fp.n_chunks and self.world_size == 1
+        # (ZeRO stage 3 gathers other ranks' chunks into reused buffers: always recompute.)
+        stage3 = self.world_size > 1 and int(self.config["zero_optimization"]["stage"]) >= 3
+        self.direct = fp.device_param_slots >= fp.n_chunks and not stage3
         self._fetched = [0] * len(self.layers)
 
     def _adopt_model(self) -> None:
@@ -704,11 +718,23 @@ class ZoEngine:
 
     # ---- weights ----
     def master_weight(self, name_or_param) -> torch.Tensor:
-        """The fp32 master weights of one parameter (by name or object), as a new tensor."""
+        """The fp32 master weights of one parameter (by name or object), as a new tensor. With
+        several ranks it is collective (every rank asks for the same tensors in the same order):
+        the tensor's owner reads it and broadcasts it to the others."""
         ep = self._find(name_or_param)
+        lib = N.lib()
+        owner = lib.zo_engine_tensor_owner(self._eng, ep.id) if self.world_size > 1 else 0
         out = torch.empty(ep.shape, dtype=torch.float32)
-        N.check(N.lib().zo_engine_read_master(self._eng, ep.id, ctypes.c_void_p(out.data_ptr())),
-                f"reading {ep.name}")
+        if owner == self.rank:
+            N.check(lib.zo_engine_read_master(self._eng, ep.id, ctypes.c_void_p(out.data_ptr())),
+                    f"reading {ep.name}")
+        if self.world_size > 1:
+            buf = out.to("cuda") if self.device.cuda else out
+            N.check(lib.zo_comm_broadcast(self.world.comm, self.device.stream,
+                                          ctypes.c_void_p(buf.data_ptr()), ep.numel, N.DTYPE_F32,
+                                          owner), f"broadcasting {ep.name} from rank {owner}")
+            N.check(lib.zo_stream_synchronize(self.device.stream), f"broadcast of {ep.name}")
+            out = buf.cpu() if self.device.cuda else buf
         return out
 
     def _find(self, key):

@@ -96,7 +96,9 @@ def assign(model: nn.Module, units: Sequence[tuple]) -> tuple:
     """(units, layers, params): owners, layers and the engine tensors for the given units.
     Refuses a unit list that leaves a trainable parameter outside every unit, or nests one
     unit inside another."""
-    names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+    names: Dict[int, str] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), n)  # a tied parameter goes by its first name (HF's)
     mods = [m for _, m in units]
     for i, a in enumerate(mods):
         for b in mods[i + 1:]:
