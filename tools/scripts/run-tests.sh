@@ -39,6 +39,11 @@ build() { # dir cmake-args...
   cmake --build "$dir" -j "$jobs"
 }
 
+# The Python environment (torch, transformers, pytest), made once per machine: the
+# front end's tests use it, and so does hf_parity (zo-train beside transformers).
+venv_python=$(bash tools/scripts/python-env.sh | tail -1)
+export ZO_PARITY_VENV=${ZO_PARITY_VENV:-$(dirname "$(dirname "$venv_python")")}
+
 echo "== build (CUDA when nvcc is present, archs $archs)"
 build "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CUDA_ARCHITECTURES=$archs"
 grep -E "zoffload: CUDA backend" "$logdir/build-configure.log" || true
@@ -46,9 +51,8 @@ run_ctest all "$root/build" -LE timing
 
 echo "== the PyTorch front end: pytest tests/python"
 run_pytest() {
-  local py rc=0 line
-  py=$(bash tools/scripts/python-env.sh | tail -1)
-  ZOFFLOAD_BUILD_DIR=$root/build "$py" -m pytest -q -rs tests/python 2>&1 |
+  local rc=0 line
+  ZOFFLOAD_BUILD_DIR=$root/build "$venv_python" -m pytest -q -rs tests/python 2>&1 |
     tee "$logdir/pytest.log" || rc=$?
   line=$(grep -E "^[0-9]+ (passed|failed|skipped)|^=+ .*(passed|failed).* in " "$logdir/pytest.log" | tail -1 || true)
   local np nf ns
