@@ -319,6 +319,21 @@ static const key_spec zoffload_keys[] = {
 };
 static const section zoffload_sec = SECTION(zoffload_keys);
 
+/* DeepSpeed's monitor sections that zo-train writes (config.h). */
+static const key_spec tensorboard_keys[] = {
+    B("enabled", tensorboard.enabled),
+    P("output_path", tensorboard.output_path),
+    P("job_name", tensorboard.job_name),
+};
+static const section tensorboard_sec = SECTION(tensorboard_keys);
+
+static const key_spec csv_monitor_keys[] = {
+    B("enabled", csv_monitor.enabled),
+    P("output_path", csv_monitor.output_path),
+    P("job_name", csv_monitor.job_name),
+};
+static const section csv_monitor_sec = SECTION(csv_monitor_keys);
+
 static const key_spec root_keys[] = {
     I("train_batch_size", train_batch_size, F_AUTO | F_NULL, 1, NO_MAX),
     I("train_micro_batch_size_per_gpu", train_micro_batch_size_per_gpu, F_AUTO | F_NULL, 1, NO_MAX),
@@ -349,9 +364,9 @@ static const key_spec root_keys[] = {
     X("amp"),
     X("activation_checkpointing"),
     X("flops_profiler"),
-    X("tensorboard"),
+    S("tensorboard", tensorboard_sec),
     X("wandb"),
-    X("csv_monitor"),
+    S("csv_monitor", csv_monitor_sec),
     X("comet"),
     X("comms_logger"),
     X("elasticity"),

@@ -21,6 +21,7 @@
 #include "checkpoint.h"
 #include "ds_config.h"
 #include "hf_io.h"
+#include "monitor.h"
 #include "ranks.h"
 #include "report.h"
 #include "signals.h"
@@ -905,6 +906,7 @@ static void add_stats(totals *t, const zo_step_stats *s)
 typedef struct feedback {
     int tty; /* the progress line is updated in place */
     FILE *metrics;
+    zt_monitor *monitor; /* the config's csv_monitor and tensorboard sections */
     zt_trace *trace;
     double t0, sum_step_s, last_line;
 } feedback;
@@ -951,6 +953,11 @@ static int report_step(const cli *c, feedback *fb, const zt_step_figures *g)
         fb->last_line = now;
     }
     if (fb->metrics && zt_metrics_line(fb->metrics, g) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 1;
+    }
+    int64_t samples = (int64_t)g->step * ranks(c) * c->o.grad_accum * c->o.micro_batch;
+    if (zt_monitor_step(fb->monitor, g, samples) < 0) {
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
         return 1;
     }
@@ -1087,6 +1094,10 @@ static int open_feedback(cli *c, feedback *fb)
                 strerror(errno));
         return 1;
     }
+    if (zt_monitor_open(&fb->monitor, &c->ds, c->o.rank, c->resume != NULL) < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
+        return 1;
+    }
     if (c->trace_path && zt_trace_open(&fb->trace, c->trace_path) < 0) {
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
         return 1;
@@ -1103,6 +1114,10 @@ static int close_feedback(feedback *fb, int rc)
 {
     if (fb->metrics && fclose(fb->metrics) != 0 && rc == 0) {
         fprintf(stderr, "zo-train: writing the metrics file: %s\n", strerror(errno));
+        rc = 1;
+    }
+    if (zt_monitor_close(fb->monitor) < 0 && rc == 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_last_error());
         rc = 1;
     }
     if (zt_trace_close(fb->trace) < 0 && rc == 0) {

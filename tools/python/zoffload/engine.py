@@ -222,7 +222,7 @@ class ZoEngine:
         self._set_engine_lr()
         setattr(model, _ENGINES_OF_MODEL, self)
         from .monitor import Monitors
-        self.monitor = Monitors(raw_config, self.rank)
+        self.monitor = Monitors(config, raw_config, self.rank)
 
     # ---- set-up ----
     def _partition(self, layers, max_unit_params) -> None:

@@ -1,10 +1,12 @@
-"""DeepSpeed's monitor sections (tensorboard, csv_monitor, wandb) for the front end.
+"""DeepSpeed's monitor sections (tensorboard, csv_monitor, wandb) for the front end, with the
+figure names and file layout zo-train's monitors use (tools/zo-train/monitor.c).
 
 Each step's figures go to every enabled monitor on rank 0, under DeepSpeed's names where it
 has them (Train/Samples/train_loss is the caller's: record_loss), plus zoffload's own:
 gradient norm, loss scale, tokens/s, bytes moved per link and the tiers' peaks. The config's
-monitor sections are validated by the C parser (unknown keys refused); here they are read
-from the config as given, since the parser's resolved form leaves out what zo-train ignores.
+monitor sections are validated by the C parser (unknown keys refused); csv_monitor and
+tensorboard come from its resolved form, wandb (which zo-train ignores) from the config as
+given.
 """
 from __future__ import annotations
 
@@ -76,14 +78,15 @@ class _Wandb:
 class Monitors:
     """The enabled monitors (none off rank 0)."""
 
-    def __init__(self, raw: dict, rank: int):
+    def __init__(self, resolved: dict, raw: dict, rank: int):
         self.sinks = []
         self.loss: Optional[float] = None
         if rank != 0:
             return
-        for name, cls in (("csv_monitor", _Csv), ("tensorboard", _TensorBoard),
-                          ("wandb", _Wandb)):
-            sec = _section(raw, name)
+        for name, cls, src in (("csv_monitor", _Csv, resolved), ("tensorboard", _TensorBoard,
+                                                                  resolved),
+                               ("wandb", _Wandb, raw)):
+            sec = _section(src, name)
             if sec is not None:
                 self.sinks.append(cls(sec))
 

@@ -209,6 +209,16 @@ typedef struct zo_train_config {
         } placement;
     } zoffload;
 
+    /* DeepSpeed's monitors that zo-train writes: TensorBoard event files and
+     * CSV files under output_path/job_name (defaults "runs" and "csv_monitor",
+     * job "DeepSpeedJobName", as DeepSpeed's). wandb and comet are accepted
+     * and ignored (zo-train has no Python; the PyTorch front end logs to wandb). */
+    struct {
+        int enabled;                          /* 0 */
+        char output_path[ZO_CONFIG_PATH_CAP]; /* "" when not given */
+        char job_name[ZO_CONFIG_PATH_CAP];    /* "" when not given */
+    } tensorboard, csv_monitor;
+
     /* Keys accepted for DeepSpeed compatibility that have no effect, as JSON
      * paths, section by section (one warning each was logged). */
     int64_t n_ignored;
