@@ -11,7 +11,7 @@ import torch
 from test_models import config, train_zoffload
 
 CHUNK = 64 << 10
-SMALL = 6 * CHUNK  # device bytes: a few parameter slots and the gradient slots
+SMALL = 3 * CHUNK  # device bytes: two parameter slots and a gradient slot
 
 
 def placed(tmp_path, params, optim, mode, budget=0):

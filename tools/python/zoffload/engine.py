@@ -240,9 +240,25 @@ class ZoEngine:
                 units.append((names[id(m)], m))
         else:
             units = find_units(model, max_unit_params)
-        self.units, self.layers, self.params = assign(model, units)
+        size = torch.empty(0, dtype=self.torch_dtype).element_size()
+        self.units, self.layers, self.params = assign(model, units, self._layer_bytes(size),
+                                                      size)
         self._by_param = {id(ep.param): ep for ep in self.params}
-        self._units_of_layer = {u.layer: u.name for u in self.units if u.layer is not None}
+        self._units_of_layer: Dict[int, str] = {}
+        self._n_units = [0] * len(self.layers)
+        for u in self.units:
+            if u.layer is not None:
+                prev = self._units_of_layer.get(u.layer)
+                self._units_of_layer[u.layer] = u.name if prev is None else f"{prev}+{u.name}"
+                self._n_units[u.layer] += 1
+
+    def _layer_bytes(self, size: int) -> int:
+        """What one engine layer may hold: the chunk (zoffload.chunk_size, else the engine's
+        4 MiB, raised to the largest tensor as the engine raises it), so that consecutive small
+        units share chunks instead of each padding one."""
+        largest = max(p.numel() for p in self.module.parameters() if p.requires_grad) * size
+        chunk = int(self.config["zoffload"]["chunk_size"]) or (4 << 20)
+        return max(chunk, (largest + 4095) // 4096 * 4096)
 
     def _param_bytes(self) -> int:
         return sum(ep.numel for ep in self.params) * torch.empty(0, dtype=self.torch_dtype).element_size()
@@ -334,7 +350,8 @@ class ZoEngine:
         model then pins and moves what it holds, not 4 MiB a layer (4 KiB granularity)."""
         size = torch.empty(0, dtype=self.torch_dtype).element_size()
         largest = max(sum(ep.numel for ep in layer) for layer in self.layers) * size
-        return min(4 << 20, (largest + 4095) // 4096 * 4096)
+        tensor = max(ep.numel for ep in self.params) * size
+        return max(min(4 << 20, (largest + 4095) // 4096 * 4096), (tensor + 4095) // 4096 * 4096)
 
     def _make_engine(self) -> None:
         self._cfg = self._engine_config()
@@ -417,34 +434,51 @@ class ZoEngine:
     @contextmanager
     def _fetched_for(self, unit, phase: int):
         """The unit's layers fetched (its own for phase, borrowed ones for the forward) and its
-        parameters pointed at their slots, for the body; in the backward phase the gradients
-        written meanwhile (_take_unit_grads) are handed over after it."""
-        lib = N.lib()
+        parameters pointed at their slots, for the body. In the backward phase its own layer
+        stays fetched while the other units sharing it run their backward (a backward fetch
+        zeroes the gradient buffers): the layer is handed over after the last of them."""
         done = []
-        self._grad_ptrs = None
         try:
             for layer in unit.needs:
                 ph = phase if layer == unit.layer else N.PHASE_FORWARD
+                if ph == N.PHASE_BACKWARD and self._bwd_open.get(layer) is not None:
+                    continue  # open for an earlier unit of this backward: slots stay put
                 ptrs, gptrs = self._fetch_layer(layer, ph)
-                done.append(layer)
                 self._fetched[layer] += 1
                 self._point_params(layer, ptrs)
                 if ph == N.PHASE_BACKWARD:
-                    self._grad_ptrs = gptrs
+                    self._bwd_open[layer] = [gptrs, 0]
+                else:
+                    done.append(layer)
+            if phase == N.PHASE_BACKWARD and unit.layer is not None:
+                self._grad_ptrs = self._bwd_open[unit.layer][0]
             self.device.sync()
             yield
             if phase == N.PHASE_BACKWARD and unit.layer is not None:
-                N.check(lib.zo_engine_grads_ready(self._eng, unit.layer, self.device.stream),
-                        f"handing over layer {unit.layer}'s gradients")
-                self._handed[unit.layer] = True
+                self._bwd_open[unit.layer][1] += 1
+                if self._bwd_open[unit.layer][1] == self._n_units[unit.layer]:
+                    self._close_backward(unit.layer)
         finally:
             for layer in done:
-                self._fetched[layer] -= 1
-                st = lib.zo_engine_release(self._eng, layer, self.device.stream)
-                if not self.direct and self._fetched[layer] == 0:
-                    for ep in self.layers[layer]:
-                        ep.param.data = self._placeholder
-                N.check(st, f"releasing layer {layer}")
+                self._release(layer)
+
+    def _release(self, layer: int) -> None:
+        self._fetched[layer] -= 1
+        st = N.lib().zo_engine_release(self._eng, layer, self.device.stream)
+        if not self.direct and self._fetched[layer] == 0:
+            for ep in self.layers[layer]:
+                ep.param.data = self._placeholder
+        N.check(st, f"releasing layer {layer}")
+
+    def _close_backward(self, layer: int) -> None:
+        """Hand an open backward layer's gradients over and release it."""
+        self._bwd_open.pop(layer)
+        try:
+            N.check(N.lib().zo_engine_grads_ready(self._eng, layer, self.device.stream),
+                    f"handing over layer {layer}'s gradients")
+            self._handed[layer] = True
+        finally:
+            self._release(layer)
 
     # ---- direct mode ----
     def _direct_pre(self, unit):
@@ -613,17 +647,23 @@ class ZoEngine:
         return loss
 
     def _hand_over_untouched(self) -> None:
-        """Recompute mode: layers whose backward never ran (no gradient reached them) hand
-        over zeros, so the step counts every micro-batch for every layer."""
+        """Recompute mode, after the backward: layers still open (a unit sharing them got no
+        gradient) are handed over, and layers whose backward never ran hand over zeros (plus
+        what borrowers left), so the step counts every micro-batch for every layer."""
         for layer in range(len(self.layers) - 1, -1, -1):
-            if not self._handed[layer]:
-                unit = next(u for u in self.units if u.layer == layer)
-                with self._fetched_for(unit, N.PHASE_BACKWARD):
-                    for ep in self.layers[layer]:
-                        g = self._borrowed_grads.pop(id(ep.param), None)
-                        if g is not None:
-                            self.views(self._grad_ptrs[ep.index], ep.numel,
-                                       self.torch_dtype).copy_(g.reshape(-1))
+            if layer in self._bwd_open:
+                self._close_backward(layer)
+            if self._handed[layer]:
+                continue
+            ptrs, gptrs = self._fetch_layer(layer, N.PHASE_BACKWARD)
+            self._fetched[layer] += 1
+            self._bwd_open[layer] = [gptrs, 0]
+            self.device.sync()
+            for ep in self.layers[layer]:
+                g = self._borrowed_grads.pop(id(ep.param), None)
+                if g is not None:
+                    self.views(gptrs[ep.index], ep.numel, self.torch_dtype).copy_(g.reshape(-1))
+            self._close_backward(layer)
 
     def _begin_micro(self) -> None:
         n = len(self.layers)
@@ -632,6 +672,7 @@ class ZoEngine:
         self._handed = [False] * n
         self._next_hand = n - 1
         self._borrowed_grads = {}
+        self._bwd_open: Dict[int, list] = {}  # layer -> [gradient pointers, units done]
 
     def is_gradient_accumulation_boundary(self) -> bool:
         return self._micro_in_step == self.gradient_accumulation_steps_
@@ -668,6 +709,7 @@ class ZoEngine:
 
     def _abandon(self) -> None:
         N.lib().zo_engine_abandon_step(self._eng)
+        self._bwd_open = {}
         self._micro_in_step = 0
         self._backward_done = False
         self._fetched = [0] * len(self.layers)

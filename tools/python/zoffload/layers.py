@@ -92,10 +92,14 @@ def find_units(model: nn.Module, max_unit_params: Optional[int] = None) -> List[
     return units
 
 
-def assign(model: nn.Module, units: Sequence[tuple]) -> tuple:
+def assign(model: nn.Module, units: Sequence[tuple], layer_bytes: int = 0,
+           elem_size: int = 2) -> tuple:
     """(units, layers, params): owners, layers and the engine tensors for the given units.
-    Refuses a unit list that leaves a trainable parameter outside every unit, or nests one
-    unit inside another."""
+    Consecutive units share one engine layer while their parameters fit layer_bytes together
+    (0: a layer per unit): the engine packs a layer into whole chunks of at least the largest
+    tensor's size, so a layer per transformer block beside a large embedding would leave most
+    of every chunk empty. Refuses a unit list that leaves a trainable parameter outside every
+    unit, or nests one unit inside another."""
     names: Dict[int, str] = {}
     for n, p in model.named_parameters(remove_duplicate=False):
         names.setdefault(id(p), n)  # a tied parameter goes by its first name (HF's)
@@ -109,22 +113,31 @@ def assign(model: nn.Module, units: Sequence[tuple]) -> tuple:
     owner: Dict[int, EngineParam] = {}
     out: List[Unit] = []
     layers: List[List[EngineParam]] = []
+    fill = 0  # bytes in the newest layer
     for name, m in units:
         u = Unit(module=m, name=name or type(m).__name__, layer=None)
+        mine = []
         for p in _trainable(m, True):
             if id(p) in owner:
-                if owner[id(p)].layer != u.layer and all(q.param is not p for q in u.borrowed):
+                if all(q.param is not p for q in u.borrowed):
                     u.borrowed.append(owner[id(p)])
-                continue
-            if u.layer is None:
-                u.layer = len(layers)
+            elif all(q is not p for q in mine):
+                mine.append(p)
+        if mine:
+            size = sum(p.numel() for p in mine) * elem_size
+            if not layers or not layer_bytes or fill + size > layer_bytes:
                 layers.append([])
-            ep = EngineParam(param=p, name=names.get(id(p), "?"), layer=u.layer,
-                             numel=p.numel(), shape=tuple(p.shape),
-                             index=len(layers[u.layer]))
-            owner[id(p)] = ep
-            layers[u.layer].append(ep)
-            u.owned.append(ep)
+                fill = 0
+            u.layer = len(layers) - 1
+            fill += size
+            for p in mine:
+                ep = EngineParam(param=p, name=names.get(id(p), "?"), layer=u.layer,
+                                 numel=p.numel(), shape=tuple(p.shape),
+                                 index=len(layers[u.layer]))
+                owner[id(p)] = ep
+                layers[u.layer].append(ep)
+                u.owned.append(ep)
+        u.borrowed = [q for q in u.borrowed if q.layer != u.layer]
         u.needs = ([u.layer] if u.layer is not None else []) + \
             sorted({q.layer for q in u.borrowed} - {u.layer})
         out.append(u)
