@@ -1,0 +1,293 @@
+/* The optimizer modes on every placement (device, host, NVMe; the smallest
+ * device budget): sync bitwise against the plain-C reference, with and
+ * without gradient accumulation; overlap bitwise equal to sync, also when
+ * clipping or an fp16 overflow rolls its speculative update back; dpu
+ * against its one-step-stale reference; a learning rate per step. */
+
+#include "engine_harness.h"
+
+static void test_sync_matches_reference_everywhere(void **state)
+{
+    (void)state;
+    tm_ref r;
+    tm_ref_init(&r, ZO_DTYPE_BF16);
+    zo_adam_params hp = test_adam();
+    tm_ref_train(&r, &hp, STEPS, 1, 0);
+    const run_cfg cfgs[] = {
+        base_cfg(ZO_TIER_DEVICE, ZO_TIER_DEVICE, ZO_OPTIM_SYNC),
+        base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC),
+        base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_SYNC),
+        base_cfg(ZO_TIER_DEVICE, ZO_TIER_NVME, ZO_OPTIM_SYNC),
+        base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_SYNC),
+    };
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        run_out o;
+        run(&cfgs[i], &o);
+        assert_matches_reference(&o, &r, STEPS);
+        run_out_free(&o);
+    }
+    /* the smallest device budget: states on the host, on NVMe, and parameters on NVMe too */
+    for (int nv = 0; nv < 3; nv++) {
+        run_cfg c = base_cfg(nv == 2 ? ZO_TIER_NVME : ZO_TIER_HOST,
+                             nv ? ZO_TIER_NVME : ZO_TIER_HOST, ZO_OPTIM_SYNC);
+        c.device_bytes = min_device_bytes();
+        run_out o;
+        run(&c, &o);
+        assert_int_equal(o.fp.device_param_slots, 2);
+        assert_matches_reference(&o, &r, STEPS);
+        run_out_free(&o);
+    }
+    tm_ref_free(&r);
+}
+
+static void test_overlap_equals_sync(void **state)
+{
+    (void)state;
+    const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE},
+                                {ZO_TIER_HOST, ZO_TIER_HOST},
+                                {ZO_TIER_HOST, ZO_TIER_NVME},
+                                {ZO_TIER_NVME, ZO_TIER_NVME}};
+    for (size_t i = 0; i < 4; i++) {
+        for (int small = 0; small < 2; small++) {
+            if (small && homes[i][0] == ZO_TIER_DEVICE)
+                continue;
+            run_cfg c = base_cfg(homes[i][0], homes[i][1], ZO_OPTIM_SYNC);
+            if (small)
+                c.device_bytes = min_device_bytes();
+            run_out sync, ovl;
+            run(&c, &sync);
+            c.mode = ZO_OPTIM_OVERLAP;
+            run(&c, &ovl);
+            assert_same_weights(&sync, &ovl, STEPS);
+            for (int s = 0; s < STEPS; s++)
+                assert_int_equal(ovl.stats[s].rollbacks, 0);
+            run_out_free(&sync);
+            run_out_free(&ovl);
+        }
+    }
+}
+
+static void test_grad_accumulation(void **state)
+{
+    (void)state;
+    tm_ref r;
+    tm_ref_init(&r, ZO_DTYPE_BF16);
+    zo_adam_params hp = test_adam();
+    tm_ref_train(&r, &hp, 10, 3, 0);
+    for (int m = 0; m < 2; m++) {
+        run_cfg c = base_cfg(ZO_TIER_HOST, m ? ZO_TIER_NVME : ZO_TIER_HOST, ZO_OPTIM_SYNC);
+        c.accum = 3;
+        c.steps = 10;
+        c.mode = m ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC;
+        run_out o;
+        run(&c, &o);
+        assert_matches_reference(&o, &r, 10);
+        run_out_free(&o);
+    }
+    tm_ref_free(&r);
+}
+
+static void test_overlap_with_clipping_equals_sync(void **state)
+{
+    (void)state;
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    run_out plain;
+    run(&c, &plain);
+    /* clip at the median norm: about half the steps clip */
+    double norms[STEPS];
+    for (int s = 0; s < STEPS; s++)
+        norms[s] = plain.stats[s].grad_norm;
+    for (int i = 0; i < STEPS; i++)
+        for (int j = i + 1; j < STEPS; j++)
+            if (norms[j] < norms[i]) {
+                double t = norms[i];
+                norms[i] = norms[j];
+                norms[j] = t;
+            }
+    run_out_free(&plain);
+    c.max_norm = (float)norms[STEPS / 2];
+    for (int nv = 0; nv < 2; nv++) {
+        c.optim_home = nv ? ZO_TIER_NVME : ZO_TIER_HOST;
+        c.mode = ZO_OPTIM_SYNC;
+        run_out sync, ovl;
+        run(&c, &sync);
+        c.mode = ZO_OPTIM_OVERLAP;
+        run(&c, &ovl);
+        assert_same_weights(&sync, &ovl, STEPS);
+        int clipped = 0;
+        for (int s = 0; s < STEPS; s++) {
+            assert_int_equal(sync.stats[s].clipped, ovl.stats[s].clipped);
+            clipped += ovl.stats[s].clipped;
+            /* a clipped step rolls back every chunk; others none */
+            assert_int_equal(ovl.stats[s].rollbacks,
+                             ovl.stats[s].clipped ? (int)ovl.fp.n_chunks : 0);
+        }
+        assert_true(clipped > 0 && clipped < STEPS);
+        run_out_free(&sync);
+        run_out_free(&ovl);
+    }
+}
+
+static void test_overlap_with_overflow_equals_sync(void **state)
+{
+    (void)state;
+    for (int nv = 0; nv < 3; nv++) {
+        run_cfg c = base_cfg(nv == 2 ? ZO_TIER_NVME : ZO_TIER_HOST,
+                             nv ? ZO_TIER_NVME : ZO_TIER_HOST, ZO_OPTIM_SYNC);
+        c.dtype = ZO_DTYPE_F16;
+        c.poison_steps = (1ull << 3) | (1ull << 4) | (1ull << 11);
+        c.max_norm = 1.0f;
+        run_out sync, ovl;
+        run(&c, &sync);
+        c.mode = ZO_OPTIM_OVERLAP;
+        run(&c, &ovl);
+        assert_same_weights(&sync, &ovl, STEPS);
+        for (int s = 0; s < STEPS; s++) {
+            int poisoned = (int)((c.poison_steps >> s) & 1);
+            if (poisoned) {
+                assert_int_equal(sync.stats[s].overflow, 1);
+                assert_int_equal(ovl.stats[s].overflow, 1);
+                assert_int_equal(ovl.stats[s].rollbacks, (int)ovl.fp.n_chunks);
+            }
+            assert_true(sync.stats[s].loss_scale == ovl.stats[s].loss_scale);
+        }
+        /* dynamic loss scaling halved the scale after the overflows */
+        assert_true(sync.stats[5].loss_scale < sync.stats[0].loss_scale);
+        /* skipped steps do not count as optimizer steps */
+        assert_int_equal(sync.stats[STEPS - 1].step, STEPS - 3);
+        run_out_free(&sync);
+        run_out_free(&ovl);
+    }
+}
+
+static void test_dpu_matches_stale_reference(void **state)
+{
+    (void)state;
+    tm_ref r;
+    tm_ref_init(&r, ZO_DTYPE_BF16);
+    zo_adam_params hp = test_adam();
+    tm_ref_train(&r, &hp, STEPS, 1, 1);
+    const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE},
+                                {ZO_TIER_HOST, ZO_TIER_HOST},
+                                {ZO_TIER_HOST, ZO_TIER_NVME},
+                                {ZO_TIER_NVME, ZO_TIER_NVME}};
+    for (int i = 0; i < 4; i++) {
+        run_cfg c = base_cfg(homes[i][0], homes[i][1], ZO_OPTIM_DPU);
+        run_out o;
+        run(&c, &o);
+        assert_matches_reference(&o, &r, STEPS);
+        run_out_free(&o);
+    }
+    /* with gradient accumulation (fp32 accumulators double-buffered by step parity) */
+    tm_ref ra;
+    tm_ref_init(&ra, ZO_DTYPE_BF16);
+    tm_ref_train(&ra, &hp, 10, 2, 1);
+    for (int i = 1; i < 4; i += 2) {
+        run_cfg c = base_cfg(homes[i][0], homes[i][1], ZO_OPTIM_DPU);
+        c.accum = 2;
+        c.steps = 10;
+        run_out o;
+        run(&c, &o);
+        assert_matches_reference(&o, &ra, 10);
+        run_out_free(&o);
+    }
+    tm_ref_free(&ra);
+    /* and it is not the synchronous result */
+    tm_ref s;
+    tm_ref_init(&s, ZO_DTYPE_BF16);
+    tm_ref_train(&s, &hp, STEPS, 1, 0);
+    assert_true(memcmp(s.master[0], r.master[0], tm_numel(0) * sizeof(float)) != 0);
+    tm_ref_free(&s);
+    tm_ref_free(&r);
+}
+
+/* A learning rate per step (a schedule, with a zero rate on the first step
+ * as DeepSpeed's WarmupCosineLR gives) in every mode and placement, against
+ * the reference updated with the same rates; a rate set in the middle of a
+ * step applies from the next one. */
+static void test_learning_rate_per_step(void **state)
+{
+    (void)state;
+    float lrs[STEPS];
+    for (int s = 0; s < STEPS; s++)
+        lrs[s] = s == 0 ? 0.0f : 2e-2f / (float)(1 + s % 7);
+    const zo_tier homes[][2] = {{ZO_TIER_DEVICE, ZO_TIER_DEVICE},
+                                {ZO_TIER_HOST, ZO_TIER_HOST},
+                                {ZO_TIER_HOST, ZO_TIER_NVME},
+                                {ZO_TIER_NVME, ZO_TIER_NVME}};
+    zo_adam_params hp = test_adam();
+    for (int dpu = 0; dpu < 2; dpu++) {
+        tm_ref r;
+        tm_ref_init(&r, ZO_DTYPE_BF16);
+        tm_ref_train_lrs(&r, &hp, STEPS, 1, dpu, lrs);
+        for (int i = 0; i < 4; i++)
+            for (int mode = 0; mode < (dpu ? 1 : 2); mode++) {
+                run_cfg c = base_cfg(homes[i][0], homes[i][1],
+                                     dpu    ? ZO_OPTIM_DPU
+                                     : mode ? ZO_OPTIM_OVERLAP
+                                            : ZO_OPTIM_SYNC);
+                c.lrs = lrs;
+                run_out o;
+                run(&c, &o);
+                assert_matches_reference(&o, &r, STEPS);
+                run_out_free(&o);
+            }
+        tm_ref_free(&r);
+    }
+    /* a constant rate differs from the schedule (the rates are used) */
+    tm_ref k;
+    tm_ref_init(&k, ZO_DTYPE_BF16);
+    tm_ref_train(&k, &hp, STEPS, 1, 0);
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    c.lrs = lrs;
+    run_out o;
+    run(&c, &o);
+    assert_true(memcmp(o.master[0], k.master[0], tm_numel(0) * sizeof(float)) != 0);
+    run_out_free(&o);
+    tm_ref_free(&k);
+    /* mid-step: the open step keeps its rate */
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    assert_true(zo_engine_lr(h.eng) == hp.lr);
+    ZO_ASSERT_OK(zo_engine_set_lr(h.eng, 0.0f)); /* step 0 runs at 0: the weights stay */
+    float *before[TM_T], *after[TM_T];
+    read_masters(&h, before);
+    ZO_ASSERT_OK(enqueue(&h, tm_input, &(tm_input_arg){h.a, 0, 0}, sizeof(tm_input_arg)));
+    ZO_ASSERT_OK(forward_layer(&h, 0));
+    ZO_ASSERT_OK(zo_engine_set_lr(h.eng, 1.0f)); /* for step 1 */
+    for (int l = 1; l < TM_L; l++)
+        ZO_ASSERT_OK(forward_layer(&h, l));
+    ZO_ASSERT_OK(enqueue(&h, tm_loss, &(tm_loss_arg){h.a, 1.0f}, sizeof(tm_loss_arg)));
+    for (int l = TM_L - 1; l >= 0; l--)
+        ZO_ASSERT_OK(backward_layer(&h, l, 0, 0));
+    zo_step_stats st = ZO_STEP_STATS_INIT;
+    ZO_ASSERT_OK(zo_engine_end_step(h.eng, &st));
+    read_masters(&h, after);
+    for (int k2 = 0; k2 < TM_T; k2++) {
+        /* AdamW at lr 0 neither moves nor decays the weights */
+        assert_memory_equal(before[k2], after[k2], tm_numel(k2) * sizeof(float));
+        free(before[k2]);
+        free(after[k2]);
+    }
+    assert_true(zo_engine_lr(h.eng) == 1.0f);
+    ZO_ASSERT_ST(zo_engine_set_lr(h.eng, -1.0f), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_engine_set_lr(h.eng, NAN), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_engine_set_lr(NULL, 1.0f), ZO_ERR_INVALID_ARG);
+    assert_true(zo_engine_lr(h.eng) == 1.0f);
+    harness_close(&h);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sync_matches_reference_everywhere),
+        cmocka_unit_test(test_overlap_equals_sync),
+        cmocka_unit_test(test_grad_accumulation),
+        cmocka_unit_test(test_overlap_with_clipping_equals_sync),
+        cmocka_unit_test(test_overlap_with_overflow_equals_sync),
+        cmocka_unit_test(test_dpu_matches_stale_reference),
+        cmocka_unit_test(test_learning_rate_per_step),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
