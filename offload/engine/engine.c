@@ -362,11 +362,6 @@ typedef struct eng_packer {
     zo_dtype state_dtype; /* I8: tensors with fp32 moments take their room (tensor_room) */
 } eng_packer;
 
-int eng_keeps_f32(zo_dtype state_dtype, size_t numel, int keep)
-{
-    return state_dtype == ZO_DTYPE_I8 && (zo_adam_q8_small(numel) || keep);
-}
-
 /* The elements a tensor takes in its chunk: its own, or when it keeps fp32
  * moments (eng_keeps_f32) the room of them in the code bytes (zo/optim.h). */
 static size_t tensor_room(zo_dtype state_dtype, size_t numel, int keep)

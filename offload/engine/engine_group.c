@@ -11,11 +11,6 @@
 #include "engine_internal.h"
 #include "zo/ops.h"
 
-int eng_grouped(const zo_engine_config *c)
-{
-    return c->micro_group > 1 && c->grad_accum_steps > 1;
-}
-
 int eng_group_size(const zo_engine_config *c)
 {
     if (!eng_grouped(c))

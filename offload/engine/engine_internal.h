@@ -382,13 +382,21 @@ zo_status eng_publish(struct zo_engine *e, int updated);
 /* After a checkpoint wrote chunk c: the device sees the new 16-bit values. */
 zo_status eng_publish_chunk(struct zo_engine *e, uint32_t c);
 
-/* engine.c: whether a tensor keeps fp32 moments: with I8 states, one below
- * ZO_ADAM_Q8_MIN_NUMEL or named by zo_engine_keep_f32_states (keep). */
-int eng_keeps_f32(zo_dtype state_dtype, size_t numel, int keep);
+/* Whether a tensor keeps fp32 moments: with I8 states, one below
+ * ZO_ADAM_Q8_MIN_NUMEL or named by zo_engine_keep_f32_states (keep).
+ * (inline: the packing in engine.c and the checkpoints ask it) */
+static inline int eng_keeps_f32(zo_dtype state_dtype, size_t numel, int keep)
+{
+    return state_dtype == ZO_DTYPE_I8 && (zo_adam_q8_small(numel) || keep);
+}
 
 /* engine_group.c: layer-major micro-batch groups (micro_group > 1 with
- * grad_accum_steps > 1: "grouped") */
-int eng_grouped(const zo_engine_config *c);
+ * grad_accum_steps > 1: "grouped"; inline: ZeRO's plan and the host jobs
+ * ask it too) */
+static inline int eng_grouped(const zo_engine_config *c)
+{
+    return c->micro_group > 1 && c->grad_accum_steps > 1;
+}
 /* Micro-batches per group: micro_group, at most grad_accum_steps; 1 when not grouped. */
 int eng_group_size(const zo_engine_config *c);
 /* The device fp32 accumulators of the gradient slots (after they are allocated). */
