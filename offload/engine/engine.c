@@ -1142,9 +1142,7 @@ float zo_engine_lr(zo_engine_t e)
 
 double zo_engine_loss_scale(zo_engine_t e)
 {
-    if (!e)
-        return 1.0;
-    return e->cfg.param_dtype == ZO_DTYPE_F16 ? zo_loss_scaler_scale(&e->scaler) : 1.0;
+    return e ? eng_loss_scale(e) : 1.0;
 }
 
 /* ---- the step protocol ---- */

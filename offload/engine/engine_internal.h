@@ -412,6 +412,12 @@ zo_status eng_group_hand_over(struct zo_engine *e, uint32_t c, zo_stream_t compu
 void eng_group_reset(struct zo_engine *e);
 
 /* engine_optim.c */
+/* The scale the gradients carry: the loss scaler's under fp16, else 1
+ * (inline: the host jobs read it below zo_engine_loss_scale's engine.c). */
+static inline double eng_loss_scale(const struct zo_engine *e)
+{
+    return e->cfg.param_dtype == ZO_DTYPE_F16 ? zo_loss_scaler_scale(&e->scaler) : 1.0;
+}
 zo_status eng_thread_start(struct zo_engine *e);
 void eng_thread_stop(struct zo_engine *e);
 eng_job *eng_job_new(const eng_job *tmpl);

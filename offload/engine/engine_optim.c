@@ -332,7 +332,7 @@ zo_status eng_queue_grads_job(struct zo_engine *e, uint32_t c, int parity)
     tmpl.last = k->n_ready == e->cfg.grad_accum_steps;
     tmpl.parity = parity;
     tmpl.lr = e->step_lr;
-    tmpl.factor = zo_grad_scale_factor(0.0, (float)zo_engine_loss_scale(e), 0.0f);
+    tmpl.factor = zo_grad_scale_factor(0.0, (float)eng_loss_scale(e), 0.0f);
     tmpl.step = e->opt_step + 1;
     eng_job *job = eng_job_new(&tmpl);
     if (!job)
