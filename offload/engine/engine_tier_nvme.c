@@ -26,6 +26,26 @@
 #include "engine_tier.h"
 #include "zo/half.h"
 
+/* ---- the extents' sizes (zo/engine.h: the planner's too) ---- */
+
+uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems)
+{
+    return 3 * zo_round_up(n_elems * sizeof(float), ZO_SWAP_ALIGN);
+}
+
+uint64_t zo_engine_nvme_state_bytes_as(zo_dtype state_dtype, uint64_t n_elems)
+{
+    if (state_dtype != ZO_DTYPE_F32 && state_dtype != ZO_DTYPE_BF16 && state_dtype != ZO_DTYPE_I8)
+        return 0;
+    return eng_states_io_bytes(state_dtype, zo_round_up(n_elems, ZO_SWAP_ALIGN / sizeof(float)));
+}
+
+uint64_t zo_engine_nvme_split_state_bytes(zo_dtype state_dtype, uint64_t n_elems)
+{
+    uint64_t full = zo_engine_nvme_state_bytes_as(state_dtype, n_elems);
+    return full ? full - eng_split_head(zo_round_up(n_elems, ZO_SWAP_ALIGN / sizeof(float))) : 0;
+}
+
 static uint64_t state_io_bytes(const struct zo_engine *e, const eng_chunk *k)
 {
     return zo_engine_nvme_state_bytes_as(e->cfg.state_dtype, k->n_elems);
