@@ -17,16 +17,6 @@
 
 #define DEFAULT_CHUNK_BYTES (4u << 20)
 
-const char *zo_tier_name(zo_tier t)
-{
-    switch (t) {
-    case ZO_TIER_DEVICE: return "device";
-    case ZO_TIER_HOST: return "host";
-    case ZO_TIER_NVME: return "nvme";
-    }
-    return "?";
-}
-
 /* ---- configuration ---- */
 
 static const eng_mode_ops *mode_for(zo_optim_mode m)

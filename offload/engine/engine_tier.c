@@ -1,6 +1,17 @@
-/* The tier tables' registry (by zo_tier), their check, and the flags a plan
- * asks of them across kinds. Above the tier files (engine_tier_*.c). */
+/* The tier tables' registry (by zo_tier), their check, the flags a plan
+ * asks of them across kinds, and the tiers' names (zo/engine.h). Above the
+ * tier files (engine_tier_*.c). */
 #include "engine_tier.h"
+
+const char *zo_tier_name(zo_tier t)
+{
+    switch (t) {
+    case ZO_TIER_DEVICE: return "device";
+    case ZO_TIER_HOST: return "host";
+    case ZO_TIER_NVME: return "nvme";
+    }
+    return "?";
+}
 
 const eng_param_tier *const eng_param_tiers[ENG_N_TIERS] = {
     [ZO_TIER_DEVICE] = &eng_param_tier_device,
