@@ -437,13 +437,17 @@ zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbac
                          const zo_loss_scaler *saved,
                          zo_status (*apply)(struct zo_engine *, const eng_verdict *, int *),
                          const char *(*name)(const eng_verdict *, int));
-void eng_commit(struct zo_engine *e, int updated);
-void eng_discard_uncommitted(struct zo_engine *e);
 
 /* Wait for speculative updates still in flight in every tier; the first failure. */
 zo_status eng_spec_drain(struct zo_engine *e);
 /* Undo speculative updates (resident states from their backups). */
 void eng_restore_backups(struct zo_engine *e);
+
+/* engine_tier.c: the step's update made the current state through every
+ * chunk's tiers (updated: it was not skipped), or the updates stored beside
+ * the committed states forgotten */
+void eng_commit(struct zo_engine *e, int updated);
+void eng_discard_uncommitted(struct zo_engine *e);
 
 /* engine_zero.c: ZeRO over the ranks of cfg.comm (engine.h) */
 /* world_size > 1 (inline: the tiers and the gradients' plan ask it too) */

@@ -1,8 +1,8 @@
 /* The optimizer side of the engine: a host job thread that takes each
  * chunk's gradients once their D2H lands (fp32 accumulation, gradient
  * statistics, the speculative update when the mode speculates), and the update of all chunks
- * (each tier updates the chunks homed there), commit, rollback. The modes themselves are in
- * engine_sync.c, engine_overlap.c and engine_dpu.c. */
+ * (each tier updates the chunks homed there; engine_tier.c commits or discards it). The modes
+ * themselves are in engine_sync.c, engine_overlap.c and engine_dpu.c. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,27 +69,6 @@ zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbac
     if (!v->overflow)
         e->opt_step++;
     return eng_publish(e, !v->overflow);
-}
-
-/* ---- commit and rollback ---- */
-
-/* Make the step's update the current state: flip NVMe extents and
- * double-buffered 16-bit parameters (not when the update was skipped: the
- * next buffers then hold nothing new). */
-void eng_commit(struct zo_engine *e, int updated)
-{
-    for (uint32_t c = 0; c < e->n_chunks; c++) {
-        eng_chunk *k = &e->chunks[c];
-        int stored = k->st->commit(e, c);
-        k->pt->commit(e, c, updated, stored); /* written together with the states */
-    }
-}
-
-/* Forget updates stored beside the committed states (which are intact). */
-void eng_discard_uncommitted(struct zo_engine *e)
-{
-    for (uint32_t c = 0; c < e->n_chunks; c++)
-        e->chunks[c].st->discard(e, c);
 }
 
 /* ---- the host job thread ---- */

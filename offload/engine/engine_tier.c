@@ -1,6 +1,8 @@
 /* The tier tables' registry (by zo_tier), their check, the flags a plan
- * asks of them across kinds, and the tiers' names (zo/engine.h). Above the
- * tier files (engine_tier_*.c). */
+ * asks of them across kinds, the tiers' names (zo/engine.h), and the commit
+ * or discard of a step's update through every chunk's tiers (the update and
+ * ZeRO's broadcast, above, end a step with them). Above the tier files
+ * (engine_tier_*.c). */
 #include "engine_tier.h"
 
 const char *zo_tier_name(zo_tier t)
@@ -69,4 +71,25 @@ void eng_plan_flags(eng_plan_in *in)
         in->host_copies[t] = eng_param_tiers[t]->host_copies;
         in->p16_behind[t] = eng_state_tiers[t]->p16_behind;
     }
+}
+
+/* ---- commit and discard ---- */
+
+/* Make the step's update the current state: flip NVMe extents and
+ * double-buffered 16-bit parameters (not when the update was skipped: the
+ * next buffers then hold nothing new). */
+void eng_commit(struct zo_engine *e, int updated)
+{
+    for (uint32_t c = 0; c < e->n_chunks; c++) {
+        eng_chunk *k = &e->chunks[c];
+        int stored = k->st->commit(e, c);
+        k->pt->commit(e, c, updated, stored); /* written together with the states */
+    }
+}
+
+/* Forget updates stored beside the committed states (which are intact). */
+void eng_discard_uncommitted(struct zo_engine *e)
+{
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        e->chunks[c].st->discard(e, c);
 }
