@@ -492,10 +492,6 @@ uint64_t eng_zero_gather_slots(const zo_engine_config *c, uint32_t max_cpl);
  * of the trace, gathered from their owners on the h2d stream, each rank
  * issuing the same gathers whatever its device slots hold. */
 zo_status eng_zero_gather(struct zo_engine *e, int layer, int pos);
-/* Stage 3: the gather buffer holding chunk c's parameters of this step, or
- * NULL (an owner loads its own chunk homed on NVMe from there: the gather
- * read it already, and a second read of the extent may not overlap it). */
-const void *eng_zero_gathered(const struct zo_engine *e, uint32_t c);
 /* The step is over (or abandoned): the gathered parameters are stale. */
 void eng_zero_forget_gathers(struct zo_engine *e);
 /* The rank owning chunk `chunk` of n_chunks (this rank without ZeRO). */
@@ -526,6 +522,14 @@ zo_status eng_zero_share_partials(struct zo_engine *e);
  * again before the commit and, should that fail too, once more at the next
  * step's end, whose loads of it fail meanwhile (ENG_P16_STALE). */
 zo_status eng_zero_share_params(struct zo_engine *e, zo_status mine);
+
+/* engine_zero_loads.c: ZeRO as a chunk's load sees it */
+/* Chunk c's parameters of this step are in its gather buffer (stage 3). */
+int eng_zero_held(const struct zo_engine *e, uint32_t c);
+/* Stage 3: the gather buffer holding chunk c's parameters of this step, or
+ * NULL (an owner loads its own chunk homed on NVMe from there: the gather
+ * read it already, and a second read of the extent may not overlap it). */
+const void *eng_zero_gathered(const struct zo_engine *e, uint32_t c);
 /* Under ZeRO, keep st (with the thread's last error) as this rank's
  * failure of the step, to be agreed on at its end; returns ZO_OK so that the
  * rank keeps issuing the step's collectives. chunk: the chunk whose load

@@ -161,20 +161,6 @@ static zo_status read_for_gather(void *arg)
     return st < 0 ? eng_zero_defer(g->e, st, -1) : ZO_OK;
 }
 
-/* Chunk c's parameters of this step are in its gather buffer. The buffers'
- * bookkeeping follows the fetches and the trace only, the same on every
- * rank (an owner keeps it too, without using the buffers). */
-static int held(const struct zo_engine *e, uint32_t c)
-{
-    int s = e->chunks[c].zg_slot;
-    return s >= 0 && e->zg_chunk[s] == (int)c;
-}
-
-const void *eng_zero_gathered(const struct zo_engine *e, uint32_t c)
-{
-    return eng_zero_p3(&e->cfg) && held(e, c) ? e->zgbuf[e->chunks[c].zg_slot] : NULL;
-}
-
 /* The buffer used longest ago outside this fetch's window (whose chunks were
  * marked used now): one exists, the window being at most the ring. */
 static uint32_t lru_buffer(const struct zo_engine *e)
@@ -220,7 +206,7 @@ static uint32_t add_layer(struct zo_engine *e, int layer, uint32_t *list, uint32
         if (!e->chunks[c].zpart || j < n)
             continue;
         list[n++] = c;
-        if (held(e, c))
+        if (eng_zero_held(e, c))
             e->zg_used[e->chunks[c].zg_slot] = e->zg_tick;
     }
     return n;
@@ -235,7 +221,7 @@ zo_status eng_zero_gather(struct zo_engine *e, int layer, int pos)
     for (int a = 1; pos >= 0 && a <= e->cfg.lookahead && pos + a < e->n_trace; a++)
         n = add_layer(e, e->trace[pos + a] / 2, e->zg_list, n);
     for (uint32_t i = 0; i < n; i++)
-        if (!held(e, e->zg_list[i]))
+        if (!eng_zero_held(e, e->zg_list[i]))
             ZO_TRY(gather_chunk(e, e->zg_list[i]));
     return ZO_OK;
 }
@@ -445,35 +431,6 @@ static zo_status share_partials(struct zo_engine *e)
 }
 
 /* ---- a rank's failure fails the step on every rank ---- */
-
-zo_status eng_zero_defer(struct zo_engine *e, zo_status st, int chunk)
-{
-    if (!eng_zero_on(&e->cfg) || st >= 0)
-        return st;
-    pthread_mutex_lock(&e->mu);
-    if (e->zdefer_st >= 0) {
-        e->zdefer_st = st;
-        snprintf(e->zdefer_msg, sizeof e->zdefer_msg, "%s", zo_last_error());
-    }
-    e->zdefer_slots |= chunk >= 0;
-    /* another rank's chunk whose copy here fails its checksum: the owner
-     * sends it again (repair), else every retry would fail as this step */
-    if (chunk >= 0 && st == ZO_ERR_CORRUPT && e->chunks[chunk].owner != e->cfg.rank)
-        e->zdefer_repair = chunk;
-    pthread_mutex_unlock(&e->mu);
-    return ZO_OK;
-}
-
-zo_status eng_zero_check_copy(const struct zo_engine *e, uint32_t c)
-{
-    const eng_chunk *k = &e->chunks[c];
-    if (atomic_load(&k->pstale) != ENG_P16_STALE)
-        return ZO_OK;
-    return ZO_FAIL(ZO_ERR_IO, ENG_SUBSYS,
-                   "rank %d's copy of chunk %u (layer %d, rank %d's) is stale (writing its owner's "
-                   "values here failed): its owner sends it again at this step's end",
-                   e->cfg.rank, c, k->layer, k->owner);
-}
 
 /* A rank's outcome as the ranks exchange it: 64 int32 words. */
 typedef struct outcome {
@@ -885,7 +842,7 @@ static zo_status remote_p16_write(struct zo_engine *e, uint32_t c, const float *
 static zo_status remote_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
 {
     (void)s;
-    if (!held(e, c))
+    if (!eng_zero_held(e, c))
         return ZO_FAIL(ZO_ERR_INTERNAL, ENG_SUBSYS,
                        "chunk %u (layer %d, owned by rank %d) is loaded without a current "
                        "gather",
