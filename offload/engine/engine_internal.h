@@ -1,21 +1,31 @@
 /* Internal state of the offload engine, shared by its files. Calls between
- * them go one way, a DAG: a file calls only files listed below it, directly
- * or through the mode and tier tables (engine_tier.h); nothing calls up:
+ * them go one way: a file calls only the files on the lines below its own
+ * (not those beside it), directly or through the mode and tier tables
+ * (engine_tier.h); nothing calls up, so no files call each other around.
+ * The ctest check_engine_order reads this list and holds the objects' calls
+ * to it (tools/scripts/check-engine-order.py):
  *   engine.c, engine_state.c   the public API: registration, plan, placement,
  *                              the step protocol; checkpoints
+ *   engine_place.c             per-chunk homes: the fastest tier first, up to
+ *                              its cap
  *   engine_sync.c, engine_overlap.c, engine_dpu.c
  *                              the optimizer modes (eng_mode_ops)
  *   engine_group.c             layer-major micro-batch groups: the gradient
  *                              slots' fp32 sums on the device
- *   engine_optim.c             the host job thread, the update of every chunk,
- *                              commit and rollback
+ *   engine_optim.c             the host job thread, the update of every chunk
  *   engine_zero.c              ZeRO: chunk owners, the reductions over the
  *                              ranks, the owners' 16-bit broadcast, the table
  *                              of the states other ranks own
+ *   engine_pipe.c              pipeline stages: the verdict over every stage's
+ *                              chunks
  *   engine_sched.c             trace, residency, prefetch, eviction, publish
- *   engine_tier.c              the tier tables' registry
- *   engine_tier_device.c -> engine_tier_host.c, engine_tier_nvme.c
- *                              the tiers (engine_tier.h)
+ *   engine_tier.c              the tier tables' registry; a step's update
+ *                              committed or discarded through them
+ *   engine_tier_device.c       the tiers (engine_tier.h); the device's keeps
+ *                              the host tier's copies behind its slots
+ *   engine_tier_host.c, engine_tier_nvme.c
+ *   engine_zero_loads.c        ZeRO as a chunk's load sees it: gathered,
+ *                              stale copies, failed loads kept
  *   engine_grads.c             the host side of the 16-bit gradients: pinned
  *                              mirrors or the staging ring, kept in host
  *                              memory or spilled to NVMe, read back
