@@ -4,8 +4,12 @@
  * (engine_tier.h); nothing calls up, so no files call each other around.
  * The ctest check_engine_order reads this list and holds the objects' calls
  * to it (tools/scripts/check-engine-order.py):
- *   engine.c, engine_state.c   the public API: registration, plan, placement,
+ *   engine.c, engine_state.c   the public API: configuration, registration,
  *                              the step protocol; checkpoints
+ *   engine_finalize.c          finalize: every tier allocated as planned, the
+ *                              initial states placed
+ *   engine_plan.c              packing, the homes and the footprint (the
+ *                              planner's too)
  *   engine_place.c             per-chunk homes: the fastest tier first, up to
  *                              its cap
  *   engine_sync.c, engine_overlap.c, engine_dpu.c
@@ -381,6 +385,24 @@ struct zo_engine {
     zo_trace_fn trace_fn;
     void *trace_ctx;
 };
+
+/* engine_plan.c: packing, the homes and the footprint */
+/* The optimizer mode's table for m (sync for an unknown one, which
+ * eng_check_plan_config refuses first). */
+const eng_mode_ops *eng_mode_for(zo_optim_mode m);
+/* What a plan depends on: the homes, the mode, the dtype (no device or paths needed). */
+zo_status eng_check_plan_config(const zo_engine_config *c);
+/* Pack the registered tensors into chunks, choose their homes and count every
+ * tier into *fp; *fits 0 with msg naming the tier when a budget is short. */
+zo_status eng_compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int *fits, char *msg,
+                           size_t cap);
+
+/* engine_finalize.c: the plan made real */
+/* Tensor id's initial values into dst: its copy, or what its fill writes. */
+zo_status eng_initial_values(struct zo_engine *e, int id, float *dst);
+/* Free what finalize allocated, after the streams and the job thread are idle
+ * (a partial finalize too). */
+void eng_release_tiers(struct zo_engine *e);
 
 /* engine_sched.c */
 int eng_trace_push(struct zo_engine *e, int layer, zo_phase phase);
