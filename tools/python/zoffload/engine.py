@@ -264,12 +264,16 @@ class ZoEngine:
         return sum(ep.numel for ep in self.params) * torch.empty(0, dtype=self.torch_dtype).element_size()
 
     def _device_capacity(self, backend: str) -> int:
-        """The cpu device's capacity: zoffload.device_mem, else exactly what the plan needs with
-        every parameter chunk resident (as on a GPU large enough for it): computed by the
-        engine's own accounting (zo_engine_footprint_for), before any allocation."""
+        """The cpu device's capacity: zoffload.device_mem, else what the plan needs with every
+        parameter chunk resident (as on a GPU large enough for it). CUDA: the GPU's own."""
         want = int(self.config["zoffload"]["device_mem"])
         if want or backend == "cuda":
             return want
+        return self._resident_need()
+
+    def _resident_need(self) -> int:
+        """Device bytes of the plan with every parameter chunk resident, from the engine's own
+        accounting (zo_engine_footprint_for), before anything is allocated."""
         cfg = self._engine_config(probe=True)
         n = len(self.params)
         numel = (ctypes.c_size_t * n)(*[ep.numel for ep in self.params])
@@ -280,6 +284,12 @@ class ZoEngine:
                                                 ctypes.byref(fp), ctypes.byref(fits), None, 0),
                 "planning the device")
         return int(fp.device)
+
+    def _cuda_share(self) -> int:
+        """On CUDA without zoffload.device_mem: the resident plan when it leaves PyTorch 40% of
+        the free memory for activations, else 60% of the free memory (the engine pages)."""
+        free, _ = torch.cuda.mem_get_info()
+        return min(self._resident_need(), int(free * 0.6))
 
     def _engine_config(self, probe: bool = False) -> N.EngineConfig:
         """The engine's configuration from the DeepSpeed config (probe: for planning before the
@@ -297,6 +307,8 @@ class ZoEngine:
                                 "the GPU): zoffload's Adam runs on the CPU; set it to 'cpu' or "
                                 "'nvme'")
         c.device_bytes = int(zo["device_mem"])
+        if not c.device_bytes and not probe and self.device.cuda:
+            c.device_bytes = self._cuda_share()
         c.host_bytes = int(zo["host_mem"])
         self._paths = _nvme_paths(cfg)
         self._paths_c = (ctypes.c_char_p * max(1, len(self._paths)))(
