@@ -3,6 +3,7 @@
 import ctypes
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -43,3 +44,24 @@ def test_a_bad_library_path_is_named(monkeypatch, tmp_path):
     monkeypatch.setenv("ZOFFLOAD_LIBRARY", str(bogus))
     with pytest.raises(N.ZoError, match="ZOFFLOAD_LIBRARY=.*cannot be loaded"):
         N._locate("libzoffload.so", "ZOFFLOAD_LIBRARY")
+
+
+def test_pip_install_carries_the_built_library(tmp_path):
+    """pip install ./tools/python from a built checkout: the installed package loads the
+    libraries it carries, not the checkout's."""
+    import sys
+    build = os.environ.get("ZOFFLOAD_BUILD_DIR") or str(ROOT / "build")
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                        "--no-build-isolation", "--target", str(tmp_path / "site"),
+                        str(ROOT / "tools" / "python")], capture_output=True, text=True,
+                       env={**os.environ, "ZOFFLOAD_BUILD_DIR": build})
+    assert r.returncode == 0, r.stderr
+    for leftover in ("build", "zoffload.egg-info"):  # pip's scratch stays out of the checkout
+        shutil.rmtree(ROOT / "tools" / "python" / leftover, ignore_errors=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZOFFLOAD_")}
+    env["PYTHONPATH"] = str(tmp_path / "site")
+    out = subprocess.run([sys.executable, "-m", "zoffload", "--json"], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, check=True).stdout
+    info = json.loads(out)
+    assert info["library"].startswith(str(tmp_path / "site" / "zoffload" / "lib"))
+    assert info["found_by"] == "installed prefix"
