@@ -31,24 +31,32 @@ def gpt2(layers, width, heads, vocab, seq):
 def batch(a):
     import torch
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, a.vocab, (a.micro_batch, a.seq), generator=g)
+    ids = torch.randint(0, a.vocab, (a.micro_batch, a.seq), generator=g).to(a.device)
     return {"input_ids": ids, "labels": ids}
+
+
+def sync(a):
+    import torch
+    if a.device == "cuda":
+        torch.cuda.synchronize()
 
 
 def run_torch(a) -> float:
     import torch
-    model = gpt2(a.layers, a.width, a.heads, a.vocab, a.seq)
+    model = gpt2(a.layers, a.width, a.heads, a.vocab, a.seq).to(a.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     b = batch(a)
     times = []
     for i in range(a.warmup + a.steps):
+        sync(a)
         t = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(a.device, dtype=torch.bfloat16):
             loss = model(**b).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        sync(a)
         if i >= a.warmup:
             times.append(time.perf_counter() - t)
     return a.micro_batch * a.seq / statistics.median(times)
@@ -78,7 +86,7 @@ BUDGET = {}
 def run_zoffload(a, offload: bool) -> float:
     import torch
     import zoffload
-    model = gpt2(a.layers, a.width, a.heads, a.vocab, a.seq)
+    model = gpt2(a.layers, a.width, a.heads, a.vocab, a.seq).to(a.device)
     n16 = sum(p.numel() for p in model.parameters()) * 2
     cfg = {"train_micro_batch_size_per_gpu": a.micro_batch, "bf16": {"enabled": True},
            "gradient_clipping": 1.0,
@@ -94,10 +102,12 @@ def run_zoffload(a, offload: bool) -> float:
     b = batch(a)
     times = []
     for i in range(a.warmup + a.steps):
+        sync(a)
         t = time.perf_counter()
         loss = eng(**b).loss
         eng.backward(loss)
         eng.step()
+        sync(a)
         if i >= a.warmup:
             times.append(time.perf_counter() - t)
     eng.destroy()
@@ -122,6 +132,8 @@ def main(argv=None) -> int:
     p.add_argument("--mode", default="overlap", choices=["sync", "overlap", "dpu"])
     p.add_argument("--nvme-path", default=None, help="directory for the offload run's swap")
     p.add_argument("--runs", default="torch,resident,offload")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="cpu: zoffload's emulated device beside PyTorch on the CPU; cuda: a GPU")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     a = p.parse_args(argv)
     import torch
@@ -134,7 +146,8 @@ def main(argv=None) -> int:
             if not a.json:
                 print(f"round {r + 1}/{a.rounds}: {k:8s} {f:8.1f} tokens/s", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in res.items()}
-    out = {"model": f"GPT-2 {a.layers}x{a.width}, vocab {a.vocab}", "seq": a.seq,
+    out = {"model": f"GPT-2 {a.layers}x{a.width}, vocab {a.vocab}", "device": a.device,
+           "seq": a.seq,
            "micro_batch": a.micro_batch, "threads": torch.get_num_threads(), "mode": a.mode,
            "tokens_per_s": med, "rounds": res}
     if "torch" in med and "resident" in med:
