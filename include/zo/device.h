@@ -123,7 +123,16 @@ ZO_API zo_status zo_device_host_unregister(zo_device_t dev, void *ptr);
 /* ---- streams and events ---- */
 
 ZO_API zo_status zo_stream_create(zo_device_t dev, zo_stream_t *out);
-/* Waits for the stream's work, then frees it. NULL is accepted. */
+/* A zoffload stream over a native stream the caller owns (cuda: a
+ * cudaStream_t, so the engine can compute on PyTorch's current stream).
+ * Events, waits, copies, ops and enqueued functions work on it as on any
+ * stream; zo_stream_destroy waits for it and frees the wrapper only, leaving
+ * the native stream to its owner, who must keep it alive until then. The cpu
+ * device refuses with ZO_ERR_UNSUPPORTED: its streams are its own worker
+ * threads (use zo_stream_create). */
+ZO_API zo_status zo_stream_wrap(zo_device_t dev, void *native, zo_stream_t *out);
+/* Waits for the stream's work, then frees it (a wrapped stream's native
+ * stream is left alive). NULL is accepted. */
 ZO_API zo_status zo_stream_destroy(zo_stream_t s);
 /* Wait for all work queued so far; returns (and clears) the first async
  * error raised on the stream since the last wait. */

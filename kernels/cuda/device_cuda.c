@@ -116,6 +116,17 @@ static zo_status cuda_stream_create(zo_stream_t s)
     return ZO_OK;
 }
 
+/* Adopt the caller's stream. Asking its flags refuses a handle that is no
+ * stream now, at wrap time, rather than at the first copy queued on it. */
+static zo_status cuda_stream_wrap(zo_stream_t s, void *native)
+{
+    ZO_TRY(use_device(s->dev));
+    unsigned flags = 0;
+    ZO_CUDA_CHECK(cudaStreamGetFlags((cudaStream_t)native, &flags));
+    s->impl = native;
+    return ZO_OK;
+}
+
 static void cuda_stream_destroy(zo_stream_t s)
 {
     if (cudaStreamDestroy((cudaStream_t)s->impl) != cudaSuccess)
@@ -224,6 +235,7 @@ const zo_backend_ops zo_cuda_backend = {
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,
     .stream_create = cuda_stream_create,
+    .stream_wrap = cuda_stream_wrap,
     .stream_destroy = cuda_stream_destroy,
     .stream_sync = cuda_stream_sync,
     .stream_query = cuda_stream_query,

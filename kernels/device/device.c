@@ -426,27 +426,61 @@ static void list_unlink(void **head, void *node, size_t next_off, size_t prev_of
 #define LIST_UNLINK(head, node, T)                                                                 \
     list_unlink((void **)(head), (node), offsetof(struct T, next), offsetof(struct T, prev))
 
-zo_status zo_stream_create(zo_device_t dev, zo_stream_t *out)
+/* A stream object the backend then opens (create) or adopts (wrap). */
+static zo_status stream_new(zo_device_t dev, zo_stream_t *s)
 {
-    if (!dev || !out)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
-    *out = NULL;
-    zo_stream_t s = calloc(1, sizeof *s);
-    if (!s)
+    *s = calloc(1, sizeof **s);
+    if (!*s)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating a stream");
-    s->dev = dev;
-    pthread_mutex_init(&s->err_mu, NULL);
-    zo_status st = dev->be->stream_create(s);
+    (*s)->dev = dev;
+    pthread_mutex_init(&(*s)->err_mu, NULL);
+    return ZO_OK;
+}
+
+/* The backend refused the stream: free it. Otherwise list it on its device. */
+static zo_status stream_publish(zo_stream_t s, zo_status st, zo_stream_t *out)
+{
     if (st != ZO_OK) {
         pthread_mutex_destroy(&s->err_mu);
         free(s);
         return st;
     }
-    pthread_mutex_lock(&dev->obj_mu);
-    LIST_PUSH(&dev->streams, s, zo_stream);
-    pthread_mutex_unlock(&dev->obj_mu);
+    pthread_mutex_lock(&s->dev->obj_mu);
+    LIST_PUSH(&s->dev->streams, s, zo_stream);
+    pthread_mutex_unlock(&s->dev->obj_mu);
     *out = s;
     return ZO_OK;
+}
+
+zo_status zo_stream_create(zo_device_t dev, zo_stream_t *out)
+{
+    if (!dev || !out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
+    *out = NULL;
+    zo_stream_t s;
+    ZO_TRY(stream_new(dev, &s));
+    return stream_publish(s, dev->be->stream_create(s), out);
+}
+
+zo_status zo_stream_wrap(zo_device_t dev, void *native, zo_stream_t *out)
+{
+    if (!dev || !out)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device or out is NULL");
+    *out = NULL;
+    if (!dev->be->stream_wrap)
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, SUBSYS,
+                       "the %s device has no native stream to wrap (the cpu device's streams "
+                       "are its own worker threads): use zo_stream_create",
+                       dev->be->name);
+    if (!native)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "native stream is NULL: pass the %s stream to wrap (the legacy default "
+                       "stream cannot be wrapped; use zo_stream_create)",
+                       dev->be->name);
+    zo_stream_t s;
+    ZO_TRY(stream_new(dev, &s));
+    s->wrapped = 1;
+    return stream_publish(s, dev->be->stream_wrap(s, native), out);
 }
 
 /* Hand a kept async error to the caller's thread and clear it. */
@@ -474,7 +508,8 @@ zo_status zo_stream_destroy(zo_stream_t s)
     zo_stream_ops_ctx *ctx = atomic_exchange(&s->ops_ctx, NULL);
     if (ctx)
         ctx->free_fn(ctx);
-    dev->be->stream_destroy(s);
+    if (!s->wrapped)
+        dev->be->stream_destroy(s);
     pthread_mutex_lock(&dev->obj_mu);
     LIST_UNLINK(&dev->streams, s, zo_stream);
     pthread_mutex_unlock(&dev->obj_mu);

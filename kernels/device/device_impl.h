@@ -35,7 +35,10 @@ typedef struct zo_backend_ops {
     zo_status (*host_register)(zo_device_t dev, void *ptr, size_t bytes);
     void (*host_unregister)(zo_device_t dev, void *ptr, size_t bytes);
     zo_status (*stream_create)(zo_stream_t s);
-    void (*stream_destroy)(zo_stream_t s); /* called after a synchronize */
+    /* (optional) Adopt the caller's native stream; NULL: the front end refuses. */
+    zo_status (*stream_wrap)(zo_stream_t s, void *native);
+    /* Called after a synchronize; never for a wrapped stream, whose owner destroys it. */
+    void (*stream_destroy)(zo_stream_t s);
     zo_status (*stream_sync)(zo_stream_t s);
     zo_status (*stream_query)(zo_stream_t s);
     zo_status (*event_create)(zo_event_t ev);
@@ -96,6 +99,7 @@ struct zo_stream {
     pthread_mutex_t err_mu;
     zo_status err; /* first async error since the last wait */
     char err_msg[ZO_ASYNC_MSG_CAP];
+    int wrapped;           /* over the caller's native stream (zo_stream_wrap) */
     _Atomic int has_tasks; /* a task was ever enqueued: records must snapshot errors */
     _Atomic(zo_stream_ops_ctx *) ops_ctx; /* NULL until the first compute op */
 };

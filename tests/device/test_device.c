@@ -512,6 +512,27 @@ static void test_info(void **state)
     zo_device_free(dev);
 }
 
+/* The cpu device's streams are worker threads it owns: there is no native
+ * stream to adopt, and the refusal says what to call instead. */
+static void test_stream_wrap_refused_on_cpu(void **state)
+{
+    (void)state;
+    if (!is_cpu()) {
+        print_message("skipped on %s: wrapping is tested by test_stream_wrap_cuda\n", g_backend);
+        skip();
+    }
+    zo_device_t dev = open_dev(1 << 20);
+    int native = 0;
+    zo_stream_t s = (zo_stream_t)0x1;
+    ZO_ASSERT_ST(zo_stream_wrap(dev, &native, &s), ZO_ERR_UNSUPPORTED);
+    assert_null(s);
+    assert_non_null(strstr(zo_last_error(), "worker threads"));
+    assert_non_null(strstr(zo_last_error(), "zo_stream_create"));
+    ZO_ASSERT_ST(zo_stream_wrap(NULL, &native, &s), ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_stream_wrap(dev, &native, NULL), ZO_ERR_INVALID_ARG);
+    zo_device_free(dev);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -535,6 +556,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_error_paths),
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_info),
+        cmocka_unit_test(test_stream_wrap_refused_on_cpu),
     };
     return cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
 }
