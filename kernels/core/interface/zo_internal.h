@@ -74,6 +74,22 @@ void *zo_huge_alloc(size_t bytes);
  * cpuset) are joined as well. 0, or -1 with errno. */
 int zo_process_cpus(cpu_set_t *set);
 
+/* Plug-in tables (device backends, compute ops, I/O engines, communicators)
+ * open with {name, version, caps}; each kind has a registry whose checker
+ * describes a table's required operations as slots for zo_table_check. */
+typedef struct zo_table_slot {
+    const char *name; /* the operation's field name */
+    int filled;       /* the table sets it */
+} zo_table_slot;
+
+/* ZO_OK when the table is of version want and fills every slot; otherwise
+ * ZO_ERR_INTERNAL with a message naming the kind, the table and the slot. */
+zo_status zo_table_check(const char *kind, const char *name, unsigned version, unsigned want,
+                         const zo_table_slot *slots, size_t nslots);
+
+/* Write "a, b or c" from n names into buf (truncated to cap); returns buf. */
+char *zo_table_names(char *buf, size_t cap, const char *const *names, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
