@@ -180,22 +180,12 @@ static void fault_destroy(zo_io_engine *e)
     free(f);
 }
 
-static const zo_io_engine_ops fault_ops = {
-    "fault",
-    fault_register_files,
-    fault_start,
-    fault_register_buffer,
-    fault_unregister_buffer,
-    fault_submit,
-    fault_flush,
-    fault_reap,
-    fault_wake,
-    fault_destroy,
-};
-
-zo_status zo_io_fault_create(zo_io_engine *inner, zo_io_engine **out)
+static zo_status fault_create(const zo_io_engine_args *a, zo_io_engine **out)
 {
+    zo_io_engine *inner = a->inner;
     *out = NULL;
+    if (!inner)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "fault engine: no engine to wrap");
     fault_engine *f = calloc(1, sizeof *f);
     zo_io_req **fake = calloc(inner->queue_depth + 1, sizeof *fake);
     if (!f || !fake) {
@@ -204,7 +194,7 @@ zo_status zo_io_fault_create(zo_io_engine *inner, zo_io_engine **out)
         inner->ops->destroy(inner);
         return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "fault engine: out of memory");
     }
-    f->base.ops = &fault_ops;
+    f->base.ops = &zo_io_fault_ops;
     f->base.queue_depth = inner->queue_depth;
     snprintf(f->base.name, sizeof f->base.name, "fault+%.48s", inner->name);
     f->inner = inner;
@@ -214,9 +204,25 @@ zo_status zo_io_fault_create(zo_io_engine *inner, zo_io_engine **out)
     return ZO_OK;
 }
 
+const zo_io_engine_ops zo_io_fault_ops = {
+    .name = "fault",
+    .version = ZO_IO_ENGINE_OPS_VERSION,
+    .caps = ZO_IO_CAP_WRAPPER,
+    .create = fault_create,
+    .register_files = fault_register_files,
+    .start = fault_start,
+    .register_buffer = fault_register_buffer,
+    .unregister_buffer = fault_unregister_buffer,
+    .submit = fault_submit,
+    .flush = fault_flush,
+    .reap = fault_reap,
+    .wake = fault_wake,
+    .destroy = fault_destroy,
+};
+
 int zo_io_engine_is_fault(const zo_io_engine *e)
 {
-    return e && e->ops == &fault_ops;
+    return e && e->ops == &zo_io_fault_ops;
 }
 
 zo_status zo_io_fault_arm(zo_io_engine *e, const zo_swap_fault *faults, size_t n)

@@ -162,26 +162,14 @@ static void sync_destroy(zo_io_engine *e)
     free(s);
 }
 
-static const zo_io_engine_ops sync_ops = {
-    "sync",
-    sync_register_files,
-    sync_start,
-    sync_register_buffer,
-    sync_unregister_buffer,
-    sync_submit,
-    sync_flush,
-    sync_reap,
-    sync_wake,
-    sync_destroy,
-};
-
-zo_status zo_io_sync_create(uint32_t queue_depth, zo_io_engine **out)
+static zo_status sync_create(const zo_io_engine_args *a, zo_io_engine **out)
 {
+    uint32_t queue_depth = a->queue_depth;
     *out = NULL;
     sync_engine *s = calloc(1, sizeof *s);
     if (!s)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "sync engine: out of memory");
-    s->base.ops = &sync_ops;
+    s->base.ops = &zo_io_sync_ops;
     s->base.queue_depth = queue_depth;
     snprintf(s->base.name, sizeof s->base.name, "sync");
     s->todo.cap = s->done.cap = queue_depth;
@@ -209,3 +197,19 @@ zo_status zo_io_sync_create(uint32_t queue_depth, zo_io_engine **out)
     *out = &s->base;
     return ZO_OK;
 }
+
+const zo_io_engine_ops zo_io_sync_ops = {
+    .name = "sync",
+    .version = ZO_IO_ENGINE_OPS_VERSION,
+    .caps = ZO_IO_CAP_AUTO,
+    .create = sync_create,
+    .register_files = sync_register_files,
+    .start = sync_start,
+    .register_buffer = sync_register_buffer,
+    .unregister_buffer = sync_unregister_buffer,
+    .submit = sync_submit,
+    .flush = sync_flush,
+    .reap = sync_reap,
+    .wake = sync_wake,
+    .destroy = sync_destroy,
+};

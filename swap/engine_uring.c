@@ -241,21 +241,11 @@ static void uring_destroy(zo_io_engine *e)
     free(u);
 }
 
-static const zo_io_engine_ops uring_ops = {
-    "io_uring",
-    uring_register_files,
-    uring_start,
-    uring_register_buffer,
-    uring_unregister_buffer,
-    uring_submit,
-    uring_flush,
-    uring_reap,
-    uring_wake,
-    uring_destroy,
-};
-
-zo_status zo_io_uring_create(uint32_t queue_depth, zo_io_engine **out, char *why, size_t cap)
+static zo_status uring_create(const zo_io_engine_args *a, zo_io_engine **out)
 {
+    uint32_t queue_depth = a->queue_depth;
+    char *why = a->why;
+    size_t cap = a->why_cap;
     *out = NULL;
     if (zo_swap_force_sync()) {
         snprintf(why, cap, "ZO_SWAP_FORCE_SYNC=1 makes io_uring setup fail");
@@ -293,9 +283,25 @@ zo_status zo_io_uring_create(uint32_t queue_depth, zo_io_engine **out, char *why
         free(u);
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, "swap", "io_uring: %s", why);
     }
-    u->base.ops = &uring_ops;
+    u->base.ops = &zo_io_uring_ops;
     u->base.queue_depth = queue_depth;
     snprintf(u->base.name, sizeof u->base.name, "io_uring");
     *out = &u->base;
     return ZO_OK;
 }
+
+const zo_io_engine_ops zo_io_uring_ops = {
+    .name = "io_uring",
+    .version = ZO_IO_ENGINE_OPS_VERSION,
+    .caps = ZO_IO_CAP_AUTO | ZO_IO_CAP_FIXED_BUFS,
+    .create = uring_create,
+    .register_files = uring_register_files,
+    .start = uring_start,
+    .register_buffer = uring_register_buffer,
+    .unregister_buffer = uring_unregister_buffer,
+    .submit = uring_submit,
+    .flush = uring_flush,
+    .reap = uring_reap,
+    .wake = uring_wake,
+    .destroy = uring_destroy,
+};

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,6 +21,29 @@
 int zo_swap_force_sync(void)
 {
     return zo_env_bool("ZO_SWAP_FORCE_SYNC", 0);
+}
+
+static const char *g_env_engine = "auto";
+
+static void read_env_engine(void)
+{
+    const char *v = zo_env_str("ZO_SWAP_ENGINE", "auto");
+    if (zo_io_engine_check_name(v) != ZO_OK) {
+        zo_clear_error();
+        char list[256];
+        ZO_LOGW("swap",
+                "ZO_SWAP_ENGINE=%s is not an engine a store can use (expected %s); using auto", v,
+                zo_io_engine_choices(list, sizeof list));
+        v = "auto";
+    }
+    g_env_engine = v;
+}
+
+const char *zo_swap_env_engine(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, read_env_engine);
+    return g_env_engine;
 }
 
 static zo_status validate_config(const zo_swap_config *c)
@@ -55,10 +79,7 @@ static zo_status validate_config(const zo_swap_config *c)
     if (c->reuse != ZO_SWAP_REFUSE && c->reuse != ZO_SWAP_REUSE)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
                        "reuse %d: expected ZO_SWAP_REFUSE or ZO_SWAP_REUSE", (int)c->reuse);
-    const char *e = c->engine ? c->engine : "auto";
-    if (strcmp(e, "auto") && strcmp(e, "io_uring") && strcmp(e, "sync"))
-        return ZO_FAIL(ZO_ERR_CONFIG, "swap",
-                       "engine '%s' is unknown: expected auto, io_uring or sync", e);
+    ZO_TRY(zo_io_engine_check_name(c->engine ? c->engine : "auto"));
     if (c->name && (!*c->name || strchr(c->name, '/')))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap",
                        "name '%s': expected a file name prefix without '/'", c->name);
@@ -397,29 +418,61 @@ static zo_status open_files(zo_swap_t s)
     return ZO_OK;
 }
 
-static zo_status create_engine(zo_swap_t s)
+static zo_io_engine_args engine_args(zo_swap_t s, char *why, size_t cap)
+{
+    return (zo_io_engine_args){.queue_depth = s->cfg.queue_depth, .why = why, .why_cap = cap};
+}
+
+/* "auto": the first engine marked for it that sets up here, the fallback
+ * said once (io_uring is refused by old kernels and seccomp profiles). */
+static zo_status create_auto(zo_swap_t s, zo_io_engine **out)
 {
     static atomic_int fallback_logged;
-    const char *want = s->cfg.engine ? s->cfg.engine : "auto";
-    zo_io_engine *e = NULL;
-    if (strcmp(want, "sync") != 0) {
-        char why[256] = "";
-        zo_status st = zo_io_uring_create(s->cfg.queue_depth, &e, why, sizeof why);
-        if (st != ZO_OK && !strcmp(want, "io_uring"))
-            return st;
-        if (st != ZO_OK) {
-            zo_clear_error();
-            if (atomic_exchange(&fallback_logged, 1) == 0)
-                ZO_LOGW(
-                    "swap",
-                    "io_uring is unavailable (%s): using the sync engine (pread/pwrite workers)",
-                    why);
+    const zo_io_engine_ops *const *tab;
+    size_t n = zo_io_engines(&tab);
+    const char *failed = NULL;
+    char why[256] = "";
+    zo_status st = ZO_ERR_UNSUPPORTED;
+    for (size_t i = 0; i < n; i++) {
+        if (!(tab[i]->caps & ZO_IO_CAP_AUTO))
+            continue;
+        if (failed)
+            zo_clear_error(); /* the engine tried before is superseded */
+        zo_io_engine_args a = engine_args(s, why, sizeof why);
+        st = zo_io_engine_create(tab[i], &a, out);
+        if (st == ZO_OK) {
+            if (failed && atomic_exchange(&fallback_logged, 1) == 0)
+                ZO_LOGW("swap", "%s is unavailable (%s): using the %s engine", failed, why,
+                        tab[i]->name);
+            return ZO_OK;
         }
+        failed = failed ? failed : tab[i]->name;
     }
-    if (!e)
-        ZO_TRY(zo_io_sync_create(s->cfg.queue_depth, &e));
+    if (!failed)
+        return ZO_FAIL(ZO_ERR_INTERNAL, "swap", "no I/O engine is marked for \"auto\"");
+    return st;
+}
+
+/* The engine the store was configured with; "auto" follows ZO_SWAP_ENGINE. */
+static zo_status create_named(zo_swap_t s, zo_io_engine **out)
+{
+    const char *want = s->cfg.engine ? s->cfg.engine : "auto";
+    if (!strcmp(want, "auto"))
+        want = zo_swap_env_engine();
+    if (!strcmp(want, "auto"))
+        return create_auto(s, out);
+    char why[256] = "";
+    zo_io_engine_args a = engine_args(s, why, sizeof why);
+    return zo_io_engine_create(zo_io_engine_find(want), &a, out);
+}
+
+static zo_status create_engine(zo_swap_t s)
+{
+    zo_io_engine *e = NULL;
+    ZO_TRY(create_named(s, &e));
     if (s->cfg.nfaults) {
-        ZO_TRY(zo_io_fault_create(e, &e));
+        zo_io_engine_args a = {.queue_depth = s->cfg.queue_depth, .inner = e};
+        ZO_TRY(zo_io_engine_create(&zo_io_fault_ops, &a, &e));
         s->engine = e;
         ZO_TRY(zo_io_fault_arm(e, s->cfg.faults, s->cfg.nfaults));
     }

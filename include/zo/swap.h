@@ -73,8 +73,11 @@ typedef struct zo_swap_config {
     uint64_t capacity;     /* payload bytes the store must hold, summed over files */
     uint64_t extent_bytes; /* largest payload of one extent (a chunk); rounded up to 4 KiB */
     /* "auto" (default): io_uring, or sync when io_uring cannot be set up
-     * (logged once; ZO_SWAP_FORCE_SYNC=1 forces that failure); "io_uring"
-     * (fails with ZO_ERR_UNSUPPORTED instead of falling back); "sync". */
+     * (logged once; ZO_SWAP_FORCE_SYNC=1 forces that failure), or the engine
+     * ZO_SWAP_ENGINE names; "io_uring" (fails with ZO_ERR_UNSUPPORTED instead
+     * of falling back); "sync"; "null" (no disk I/O: extents are kept in
+     * memory for the store's life, so checksums verify; for tests and for
+     * measuring the store's own cost). */
     const char *engine;
     uint32_t queue_depth;        /* engine requests in flight (default 32) */
     uint32_t block_size;         /* bytes per engine request, multiple of 4096 (default 1 MiB) */

@@ -138,12 +138,31 @@ static inline zo_swap_config swap_test_config(const swap_test_dirs *d, size_t np
     return c;
 }
 
-/* When the run forces io_uring to fail, the store must be on sync. */
+/* The engine this run opens "auto" stores on (ZO_SWAP_ENGINE), or NULL. */
+static inline const char *swap_test_env_engine(void)
+{
+    const char *e = getenv("ZO_SWAP_ENGINE");
+    return e && *e && strcmp(e, "auto") ? e : NULL;
+}
+
+/* Whether the engine writes to the files: the null engine keeps the bytes
+ * in memory, so checks that read or damage the files directly do not apply. */
+static inline int swap_test_engine_uses_disk(void)
+{
+    const char *e = swap_test_env_engine();
+    return !e || strcmp(e, "null") != 0;
+}
+
+/* When the run forces io_uring to fail, the store must be on sync; when it
+ * names an engine, on that one. */
 static inline void swap_test_check_engine_name(const char *name)
 {
     const char *force = getenv("ZO_SWAP_FORCE_SYNC");
     if (force && !strcmp(force, "1") && !strstr(name, "sync"))
         fail_msg("ZO_SWAP_FORCE_SYNC=1 but the store uses engine '%s'", name);
+    const char *want = swap_test_env_engine();
+    if (want && !strstr(name, want))
+        fail_msg("ZO_SWAP_ENGINE=%s but the store uses engine '%s'", want, name);
 }
 
 static inline void swap_test_check_engine(zo_swap_t s)

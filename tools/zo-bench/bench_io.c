@@ -42,7 +42,7 @@ static void io_usage(FILE *out)
     fprintf(
         out,
         "usage: zo-bench io --path DIR --size BYTES --bs BYTES --qd N --rw read|write|update\n"
-        "                   [--engine io_uring|sync] [--extent BYTES] [--passes N] [--idle "
+        "                   [--engine io_uring|sync|null] [--extent BYTES] [--passes N] [--idle "
         "SECONDS]\n"
         "                   [--json]\n"
         "Reads or writes SIZE bytes in DIR through the swap store with O_DIRECT and prints GB/s\n"
