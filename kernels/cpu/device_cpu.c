@@ -417,8 +417,17 @@ static zo_status cpu_enqueue(zo_stream_t s, zo_stream_task *t)
     return push_op(s, op);
 }
 
+/* The emulated GPU is always there. */
+static int cpu_device_count(void)
+{
+    return 1;
+}
+
 const zo_backend_ops zo_cpu_backend = {
     .name = "cpu",
+    .version = ZO_BACKEND_OPS_VERSION,
+    .caps = 0, /* its streams are worker threads: no native handle, nothing to wrap */
+    .device_count = cpu_device_count,
     .init = cpu_init,
     .fini = cpu_fini,
     .mem_alloc = cpu_mem_alloc,

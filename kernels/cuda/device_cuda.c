@@ -14,7 +14,7 @@ typedef struct cuda_dev {
     int ordinal;
 } cuda_dev;
 
-int zo_cuda_device_count(void)
+static int cuda_device_count(void)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -34,7 +34,7 @@ static zo_status use_device(zo_device_t dev)
 
 static zo_status cuda_init(zo_device_t dev, const zo_device_config *cfg)
 {
-    int n = zo_cuda_device_count();
+    int n = cuda_device_count();
     if (cfg->ordinal >= n)
         return ZO_FAIL(ZO_ERR_NO_DEVICE, SUBSYS, "GPU %d requested but %d CUDA GPU(s) are visible",
                        cfg->ordinal, n);
@@ -228,6 +228,9 @@ static zo_status cuda_enqueue(zo_stream_t s, zo_stream_task *t)
 
 const zo_backend_ops zo_cuda_backend = {
     .name = "cuda",
+    .version = ZO_BACKEND_OPS_VERSION,
+    .caps = ZO_BACKEND_CAP_NATIVE_STREAMS,
+    .device_count = cuda_device_count,
     .init = cuda_init,
     .fini = cuda_fini,
     .mem_alloc = cuda_mem_alloc,

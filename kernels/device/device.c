@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "device_impl.h"
 #include "zo/testing.h"
@@ -80,56 +79,13 @@ static size_t range_remove(zo_range_set *rs, uintptr_t p)
 
 int zo_device_cuda_built(void)
 {
-#ifdef ZO_HAVE_CUDA
-    return 1;
-#else
-    return 0;
-#endif
+    return zo_device_backend_find("cuda") != NULL;
 }
 
 int zo_device_cuda_count(void)
 {
-#ifdef ZO_HAVE_CUDA
-    return zo_cuda_device_count();
-#else
-    return 0;
-#endif
-}
-
-static zo_status pick_backend(const char *name, const zo_backend_ops **out)
-{
-    if (!name || !*name)
-        name = "auto";
-    if (strcasecmp(name, "cpu") == 0) {
-        *out = &zo_cpu_backend;
-        return ZO_OK;
-    }
-    if (strcasecmp(name, "cuda") == 0) {
-#ifdef ZO_HAVE_CUDA
-        if (zo_cuda_device_count() <= 0)
-            return ZO_FAIL(
-                ZO_ERR_NO_DEVICE, SUBSYS,
-                "backend 'cuda' requested but no CUDA GPU is visible; use 'cpu' or 'auto'");
-        *out = &zo_cuda_backend;
-        return ZO_OK;
-#else
-        return ZO_FAIL(ZO_ERR_UNSUPPORTED, SUBSYS,
-                       "backend 'cuda' requested but this build has no CUDA support (nvcc was not "
-                       "found at configure time); use 'cpu' or 'auto'");
-#endif
-    }
-    if (strcasecmp(name, "auto") == 0) {
-#ifdef ZO_HAVE_CUDA
-        if (zo_cuda_device_count() > 0) {
-            *out = &zo_cuda_backend;
-            return ZO_OK;
-        }
-#endif
-        *out = &zo_cpu_backend;
-        return ZO_OK;
-    }
-    return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
-                   "unknown device backend '%s'; expected auto, cuda or cpu", name);
+    const zo_backend_ops *cuda = zo_device_backend_find("cuda");
+    return cuda ? cuda->device_count() : 0;
 }
 
 zo_status zo_device_init(zo_device_t *out, const zo_device_config *cfg)
@@ -148,7 +104,7 @@ zo_status zo_device_init(zo_device_t *out, const zo_device_config *cfg)
     if (cfg->ordinal < 0)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "device ordinal %d is negative", cfg->ordinal);
     const zo_backend_ops *be = NULL;
-    ZO_TRY(pick_backend(cfg->backend, &be));
+    ZO_TRY(zo_device_backend_pick(cfg->backend, &be));
 
     zo_device_t dev = calloc(1, sizeof *dev);
     if (!dev)
@@ -540,12 +496,7 @@ zo_device_t zo_stream_device(zo_stream_t s)
 
 void *zo_stream_native(zo_stream_t s)
 {
-#ifdef ZO_HAVE_CUDA
-    if (s && s->dev->be == &zo_cuda_backend)
-        return s->impl;
-#endif
-    (void)s;
-    return NULL;
+    return s && (s->dev->be->caps & ZO_BACKEND_CAP_NATIVE_STREAMS) ? s->impl : NULL;
 }
 
 /* ---- events ---- */

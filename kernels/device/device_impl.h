@@ -25,8 +25,22 @@ void zo_stream_task_run(zo_stream_task *t);
 
 typedef enum { ZO_COPY_H2D, ZO_COPY_D2H, ZO_COPY_D2D } zo_copy_kind;
 
+/* Bumped when a slot is added, removed or changes meaning. */
+#define ZO_BACKEND_OPS_VERSION 1u
+
+/* Capability flags of a backend table (zo_backend_ops.caps); what one
+ * device can do is in zo_device_info.caps, filled by init. */
+enum {
+    ZO_BACKEND_CAP_NATIVE_STREAMS = 1u << 0, /* a stream's impl is its native handle */
+};
+
+/* Every slot is required unless marked (optional). */
 typedef struct zo_backend_ops {
     const char *name;
+    unsigned version; /* ZO_BACKEND_OPS_VERSION */
+    unsigned caps;    /* ZO_BACKEND_CAP_* */
+    /* Devices of this backend usable now; "auto" takes the first backend with one. */
+    int (*device_count)(void);
     zo_status (*init)(zo_device_t dev,
                       const zo_device_config *cfg); /* fills dev->info, dev->impl */
     void (*fini)(zo_device_t dev);
@@ -116,8 +130,18 @@ struct zo_event {
 extern const zo_backend_ops zo_cpu_backend;
 #ifdef ZO_HAVE_CUDA
 extern const zo_backend_ops zo_cuda_backend;
-int zo_cuda_device_count(void);
 #endif
+
+/* ---- the registry (backends.c) ---- */
+
+/* The backends this build has, in the order "auto" tries them; returns the count. */
+size_t zo_device_backends(const zo_backend_ops *const **out);
+/* The backend named name (in any case) if this build has it, or NULL. */
+const zo_backend_ops *zo_device_backend_find(const char *name);
+/* ZO_OK when be is of this version and fills every required slot. */
+zo_status zo_backend_ops_check(const zo_backend_ops *be);
+/* The checked backend a device config names ("auto", or a name in any case). */
+zo_status zo_device_backend_pick(const char *name, const zo_backend_ops **out);
 
 /* Internal fault injection for tests (see zo/testing.h). */
 int zo_device_take_fault(zo_device_t dev, int kind);
