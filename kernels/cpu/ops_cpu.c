@@ -527,6 +527,8 @@ static zo_status bias_run(const zo_bias_args *a, cpu_ctx *ctx)
 
 const zo_ops_backend zo_ops_cpu = {
     .name = "cpu",
+    .version = ZO_OPS_BACKEND_VERSION,
+    .caps = ZO_OPS_CAP_DETERMINISTIC, /* each op runs on one thread, in one order */
     .ctx_create = cpu_ctx_create,
     .gemm = gemm_enqueue,
     .embedding_fwd = embed_fwd_enqueue,

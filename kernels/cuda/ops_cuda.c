@@ -86,6 +86,8 @@ static zo_status cuda_sumsq(const zo_ops_exec *x, const zo_sumsq_args *a)
 
 const zo_ops_backend zo_ops_cuda = {
     .name = "cuda",
+    .version = ZO_OPS_BACKEND_VERSION,
+    .caps = ZO_OPS_CAP_DETERMINISTIC, /* no atomics in reductions (ops_cuda.cu) */
     .ctx_create = cuda_ctx_create,
     .gemm = cuda_gemm,
     .embedding_fwd = zo_cuda_op_embedding_fwd,

@@ -104,6 +104,7 @@ enum { ZO_ASYNC_MSG_CAP = 512 };
  * header first; zo_stream_destroy calls free_fn once the stream is idle. */
 typedef struct zo_stream_ops_ctx {
     void (*free_fn)(struct zo_stream_ops_ctx *ctx);
+    const struct zo_ops_backend *ops; /* the table that made it (set by ops.c) */
 } zo_stream_ops_ctx;
 
 struct zo_stream {

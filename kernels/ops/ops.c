@@ -1,6 +1,7 @@
-/* The compute ops' front end: argument and operand-range checks, the choice
- * of backend by the stream's device, and attention composed from GEMMs and
- * the causal softmax (so both backends run the same schedule). */
+/* The compute ops' front end: argument and operand-range checks, the ops
+ * table the registry gives for the stream's device, and attention composed
+ * from GEMMs and the causal softmax (so both backends run the same
+ * schedule). */
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -10,26 +11,21 @@
 
 #define SUBSYS "ops"
 
-static const zo_ops_backend *backend_of(zo_stream_t s)
-{
-#ifdef ZO_HAVE_CUDA
-    if (s->dev->be == &zo_cuda_backend)
-        return &zo_ops_cuda;
-#endif
-    return &zo_ops_cpu;
-}
-
-/* Resolve where an op runs, creating the stream's ops context on first use.
- * Two threads racing here both create one; the loser frees its own. */
+/* Resolve where an op runs, creating the stream's ops context on first use
+ * with the table the registry gives for the stream's device; the context
+ * keeps it, so later ops skip the lookup. Two threads racing here both
+ * create one; the loser frees its own. */
 static zo_status exec_for(zo_stream_t s, const zo_ops_backend **be, zo_ops_exec *x)
 {
     if (!s)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "stream is NULL");
-    *be = backend_of(s);
     zo_stream_ops_ctx *ctx = atomic_load(&s->ops_ctx);
     if (!ctx) {
+        const zo_ops_backend *ops;
+        ZO_TRY(zo_ops_backend_for(s->dev->be->name, &ops));
         void *fresh = NULL;
-        ZO_TRY((*be)->ctx_create(s, &fresh));
+        ZO_TRY(ops->ctx_create(s, &fresh));
+        ((zo_stream_ops_ctx *)fresh)->ops = ops;
         zo_stream_ops_ctx *expected = NULL;
         if (atomic_compare_exchange_strong(&s->ops_ctx, &expected, (zo_stream_ops_ctx *)fresh)) {
             ctx = fresh;
@@ -38,6 +34,7 @@ static zo_status exec_for(zo_stream_t s, const zo_ops_backend **be, zo_ops_exec 
             ctx = expected;
         }
     }
+    *be = ctx->ops;
     x->s = s;
     x->native = zo_stream_native(s);
     x->ctx = ctx;

@@ -154,8 +154,19 @@ typedef struct zo_sumsq_args {
     int accumulate;
 } zo_sumsq_args;
 
+/* Bumped when a slot is added, removed or changes meaning. */
+#define ZO_OPS_BACKEND_VERSION 1u
+
+/* Capability flags (zo_ops_backend.caps). */
+enum {
+    ZO_OPS_CAP_DETERMINISTIC = 1u << 0, /* the same inputs give the same bits, run after run */
+};
+
+/* Every slot is required. */
 typedef struct zo_ops_backend {
-    const char *name;
+    const char *name; /* the device backend whose streams it runs on */
+    unsigned version; /* ZO_OPS_BACKEND_VERSION */
+    unsigned caps;    /* ZO_OPS_CAP_* */
     /* Create the stream's context (called once per stream, on first use). */
     zo_status (*ctx_create)(zo_stream_t s, void **out);
     zo_status (*gemm)(const zo_ops_exec *x, const zo_gemm_desc *g);
@@ -180,6 +191,15 @@ extern const zo_ops_backend zo_ops_cpu;
 #ifdef ZO_HAVE_CUDA
 extern const zo_ops_backend zo_ops_cuda;
 #endif
+
+/* ---- the registry (ops_backends.c) ---- */
+
+/* The ops tables this build has, one per device backend; returns the count. */
+size_t zo_ops_backends(const zo_ops_backend *const **out);
+/* ZO_OK when o is of this version and fills every slot. */
+zo_status zo_ops_backend_check(const zo_ops_backend *o);
+/* The checked ops table for streams of the device backend named device_backend. */
+zo_status zo_ops_backend_for(const char *device_backend, const zo_ops_backend **out);
 
 #ifdef __cplusplus
 }

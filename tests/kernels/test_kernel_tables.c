@@ -1,11 +1,13 @@
 /* The kernels' plug-in registries: the device backends' lists exactly the
- * backends this build has and finds them by name in any case; its checker
- * refuses a table of another version or one missing a required operation
- * (fault injection on copies of the real tables), naming the table and
- * the slot, and accepts one without the optional stream_wrap. */
+ * backends this build has and finds them by name in any case, the compute
+ * ops' has one table per device backend; each checker refuses a table of
+ * another version or one missing a required operation (fault injection on
+ * copies of the real tables), naming the table and the slot, and the
+ * device's accepts a table without the optional stream_wrap. */
 #include <string.h>
 
 #include "device_impl.h"
+#include "ops_impl.h"
 #include "zo_internal.h"
 #include "zo_test.h"
 
@@ -73,6 +75,40 @@ static void test_device_names_resolved_through_the_registry(void **state)
     }
 }
 
+static void test_ops_registry_has_one_table_per_device_backend(void **state)
+{
+    (void)state;
+    const zo_backend_ops *const *dev;
+    const zo_ops_backend *const *ops;
+    size_t n = zo_device_backends(&dev);
+    assert_int_equal(zo_ops_backends(&ops), n);
+    for (size_t i = 0; i < n; i++) {
+        const zo_ops_backend *o = NULL;
+        ZO_ASSERT_OK(zo_ops_backend_for(dev[i]->name, &o));
+        assert_ptr_equal(o, ops[i]);
+        assert_string_equal(o->name, dev[i]->name);
+        assert_true(o->caps & ZO_OPS_CAP_DETERMINISTIC);
+    }
+    const zo_ops_backend *none = NULL;
+    ZO_ASSERT_ST(zo_ops_backend_for("tpu", &none), ZO_ERR_UNSUPPORTED);
+    assert_null(none);
+}
+
+static void test_ops_checker_refuses_bad_tables(void **state)
+{
+    (void)state;
+    zo_ops_backend bad = zo_ops_cpu;
+    bad.version = 0;
+    ZO_ASSERT_ST(zo_ops_backend_check(&bad), ZO_ERR_INTERNAL);
+    assert_non_null(strstr(zo_last_error(), "compute ops table 'cpu'"));
+    assert_non_null(strstr(zo_last_error(), "version 0"));
+    bad = zo_ops_cpu;
+    bad.swiglu_bwd = NULL;
+    ZO_ASSERT_ST(zo_ops_backend_check(&bad), ZO_ERR_INTERNAL);
+    assert_non_null(strstr(zo_last_error(), "'swiglu_bwd'"));
+    ZO_ASSERT_ST(zo_ops_backend_check(NULL), ZO_ERR_INTERNAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -80,6 +116,8 @@ int main(void)
         cmocka_unit_test(test_device_checker_refuses_another_version),
         cmocka_unit_test(test_device_checker_refuses_a_missing_operation),
         cmocka_unit_test(test_device_names_resolved_through_the_registry),
+        cmocka_unit_test(test_ops_registry_has_one_table_per_device_backend),
+        cmocka_unit_test(test_ops_checker_refuses_bad_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
