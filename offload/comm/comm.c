@@ -19,6 +19,46 @@ static const zo_comm_ops *const backends[] = {
 };
 enum { N_BACKENDS = sizeof backends / sizeof backends[0] };
 
+/* Backends the project has that this build left out, and how to get them,
+ * so asking for one says so rather than that it does not exist. before: the
+ * backend it precedes in the registry, so the names a message lists keep
+ * one order whatever the build has. */
+typedef struct left_out {
+    const char *name, *before, *why, *fix;
+} left_out;
+
+static const left_out k_left_out[] = {
+#ifndef ZO_HAVE_MPI
+    {"mpi", "nccl", "MPI was not found", "libopenmpi-dev installed"},
+#endif
+#ifndef ZO_HAVE_NCCL
+    {"nccl", NULL, "NCCL or CUDA was not found", "CUDA and NCCL"},
+#endif
+    {NULL, NULL, NULL, NULL},
+};
+
+size_t zo_comm_backends(const zo_comm_ops *const **out)
+{
+    *out = backends;
+    return N_BACKENDS;
+}
+
+zo_status zo_comm_ops_check(const zo_comm_ops *o)
+{
+    if (!o)
+        return ZO_FAIL(ZO_ERR_INTERNAL, "comm", "a communicator backend table is missing");
+    const zo_table_slot slots[] = {
+        {"init", o->init != NULL},
+        {"split", o->split != NULL},
+        {"fini", o->fini != NULL},
+        {"enqueue", o->enqueue != NULL},
+        {"host_all_gather", o->host_all_gather != NULL},
+        {"run_native", o->run_native != NULL},
+    };
+    return zo_table_check("communicator backend", o->name, o->version, ZO_COMM_OPS_VERSION, slots,
+                          sizeof slots / sizeof slots[0]);
+}
+
 static const zo_comm_ops *find_backend(const char *name)
 {
     for (int i = 0; i < N_BACKENDS; i++)
@@ -41,22 +81,40 @@ static const char *auto_backend(zo_device_t dev, const zo_rank_info *ri)
     return "mpi";
 }
 
+/* "auto, self, mpi or nccl": every name a config may give, built or not. */
+static char *backend_choices(char *buf, size_t cap)
+{
+    const char *names[N_BACKENDS + sizeof k_left_out / sizeof k_left_out[0]] = {"auto"};
+    size_t n = 1;
+    for (int i = 0; i < N_BACKENDS; i++) {
+        for (int j = 0; k_left_out[j].name; j++)
+            if (k_left_out[j].before && !strcmp(k_left_out[j].before, backends[i]->name))
+                names[n++] = k_left_out[j].name;
+        names[n++] = backends[i]->name;
+    }
+    for (int j = 0; k_left_out[j].name; j++)
+        if (!k_left_out[j].before || !find_backend(k_left_out[j].before))
+            names[n++] = k_left_out[j].name;
+    return zo_table_names(buf, cap, names, n);
+}
+
 static zo_status pick_backend(const zo_comm_config *cfg, const zo_rank_info *ri,
                               const zo_comm_ops **out)
 {
+    char list[128];
     const char *name = cfg->backend ? cfg->backend : "auto";
     if (!strcmp(name, "auto"))
         name = auto_backend(cfg->device, ri);
     *out = find_backend(name);
     if (*out)
-        return ZO_OK;
-    if (!strcmp(name, "mpi") || !strcmp(name, "nccl"))
-        return ZO_FAIL(ZO_ERR_UNSUPPORTED, "comm",
-                       "the '%s' backend is not in this build (%s); rebuild with %s", name,
-                       !strcmp(name, "mpi") ? "MPI was not found" : "NCCL or CUDA was not found",
-                       !strcmp(name, "mpi") ? "libopenmpi-dev installed" : "CUDA and NCCL");
-    return ZO_FAIL(ZO_ERR_CONFIG, "comm", "unknown backend '%s': use auto, self, mpi or nccl",
-                   name);
+        return zo_comm_ops_check(*out);
+    for (int i = 0; k_left_out[i].name; i++)
+        if (!strcmp(name, k_left_out[i].name))
+            return ZO_FAIL(ZO_ERR_UNSUPPORTED, "comm",
+                           "the '%s' backend is not in this build (%s); rebuild with %s", name,
+                           k_left_out[i].why, k_left_out[i].fix);
+    return ZO_FAIL(ZO_ERR_CONFIG, "comm", "unknown backend '%s': use %s", name,
+                   backend_choices(list, sizeof list));
 }
 
 static zo_status check_config(const zo_comm_config *cfg)
@@ -93,7 +151,7 @@ zo_status zo_comm_init(zo_comm_t *out, const zo_comm_config *cfg)
     ZO_TRY(zo_launch_discover(&cfg->launch, &ri));
     const zo_comm_ops *be;
     ZO_TRY(pick_backend(cfg, &ri, &be));
-    if (!strcmp(be->name, "self") && ri.world_size != 1)
+    if ((be->caps & ZO_COMM_CAP_ONE_RANK) && ri.world_size != 1)
         return ZO_FAIL(ZO_ERR_CONFIG, "comm",
                        "the self backend is one rank, but the %s says world size %d: use mpi or "
                        "nccl",
@@ -178,7 +236,7 @@ int zo_comm_takes_device_memory(zo_comm_t c)
 {
     if (!c)
         return 0;
-    return c->be->buffers != ZO_COMM_BUF_HOST ||
+    return (c->be->caps & ZO_COMM_CAP_DEVICE_BUFFERS) ||
            (zo_device_caps(c->dev) & ZO_DEVCAP_HOST_ADDRESSABLE) != 0;
 }
 
@@ -230,20 +288,22 @@ static zo_status check_dtype(const zo_coll *op)
 static zo_status check_buffer(zo_comm_t c, const zo_coll *op, const void *p, size_t bytes,
                               const char *which)
 {
+    const unsigned both = ZO_COMM_CAP_HOST_BUFFERS | ZO_COMM_CAP_DEVICE_BUFFERS;
+    unsigned reach = c->be->caps & both;
     if (!bytes)
         return ZO_OK;
-    if (p && c->be->buffers == ZO_COMM_BUF_ANY)
+    if (p && reach == both)
         return ZO_OK;
     if (!p)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "comm", "%s: %s buffer is NULL", zo_coll_name(op->kind),
                        which);
     int host_dev = (zo_device_caps(c->dev) & ZO_DEVCAP_HOST_ADDRESSABLE) != 0;
-    if (c->be->buffers == ZO_COMM_BUF_HOST && !host_dev && zo_device_owns(c->dev, p, bytes))
+    if (reach == ZO_COMM_CAP_HOST_BUFFERS && !host_dev && zo_device_owns(c->dev, p, bytes))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "comm",
                        "%s: the %s backend needs host-addressable buffers, but the %s buffer is "
                        "%s device memory (use nccl, or stage through the host)",
                        zo_coll_name(op->kind), c->be->name, which, zo_device_backend(c->dev));
-    if (c->be->buffers == ZO_COMM_BUF_DEVICE && !zo_device_owns(c->dev, p, bytes))
+    if (reach == ZO_COMM_CAP_DEVICE_BUFFERS && !zo_device_owns(c->dev, p, bytes))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "comm",
                        "%s: the %s backend needs device buffers, but the %s buffer (%zu bytes) is "
                        "not inside one device allocation",

@@ -1,7 +1,7 @@
 /* The communicator's backend table (not installed). The front end (comm.c)
- * checks arguments and buffers and names ranks in messages; a backend moves
- * the data: self (comm_self.c), mpi (comm_mpi.c, its progress thread) and
- * nccl (comm_nccl.c). */
+ * holds the registry, checks each table and the arguments and buffers, and
+ * names ranks in messages; a backend moves the data: self (comm_self.c), mpi
+ * (comm_mpi.c, its progress thread) and nccl (comm_nccl.c). */
 #ifndef ZO_COMM_IMPL_H
 #define ZO_COMM_IMPL_H
 
@@ -36,11 +36,23 @@ typedef struct zo_coll {
 
 struct zo_comm;
 
+/* Bumped when a slot is added, removed or changes meaning. */
+#define ZO_COMM_OPS_VERSION 1u
+
+/* Capability flags (zo_comm_ops.caps). The buffers a backend reaches:
+ * host-addressable ones (the cpu device's memory, host memory), device
+ * allocations, or both. */
+enum {
+    ZO_COMM_CAP_HOST_BUFFERS = 1u << 0,
+    ZO_COMM_CAP_DEVICE_BUFFERS = 1u << 1,
+    ZO_COMM_CAP_ONE_RANK = 1u << 2, /* a world of one rank only (self) */
+};
+
+/* Every slot is required. */
 typedef struct zo_comm_ops {
     const char *name;
-    /* Which buffers it reaches: host-addressable ones (the cpu device's
-     * memory, host memory), device allocations, or either. */
-    enum { ZO_COMM_BUF_HOST, ZO_COMM_BUF_DEVICE, ZO_COMM_BUF_ANY } buffers;
+    unsigned version; /* ZO_COMM_OPS_VERSION */
+    unsigned caps;    /* ZO_COMM_CAP_* */
     /* The world: fills c->rank and c->size (ri says what the launcher said). */
     zo_status (*init)(struct zo_comm *c, const zo_rank_info *ri);
     /* child->impl for c split by (color >= 0, key); fills child's rank, size
@@ -73,6 +85,11 @@ extern const zo_comm_ops zo_comm_mpi_backend;
 #ifdef ZO_HAVE_NCCL
 extern const zo_comm_ops zo_comm_nccl_backend;
 #endif
+
+/* The backends this build has (comm.c's registry); returns the count. */
+size_t zo_comm_backends(const zo_comm_ops *const **out);
+/* ZO_OK when o is of this version and fills every slot. */
+zo_status zo_comm_ops_check(const zo_comm_ops *o);
 
 /* "all-reduce", "reduce-scatter", ... */
 const char *zo_coll_name(zo_coll_kind k);

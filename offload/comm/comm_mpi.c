@@ -725,7 +725,8 @@ static zo_status mpi_run_native(zo_comm_t c, zo_comm_native_fn fn, void *arg)
 
 const zo_comm_ops zo_comm_mpi_backend = {
     .name = "mpi",
-    .buffers = ZO_COMM_BUF_HOST,
+    .version = ZO_COMM_OPS_VERSION,
+    .caps = ZO_COMM_CAP_HOST_BUFFERS,
     .init = mpi_init,
     .split = mpi_split,
     .fini = mpi_fini,

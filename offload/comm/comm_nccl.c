@@ -515,7 +515,8 @@ static zo_status nccl_run_native(zo_comm_t c, zo_comm_native_fn fn, void *arg)
 
 const zo_comm_ops zo_comm_nccl_backend = {
     .name = "nccl",
-    .buffers = ZO_COMM_BUF_DEVICE,
+    .version = ZO_COMM_OPS_VERSION,
+    .caps = ZO_COMM_CAP_DEVICE_BUFFERS,
     .init = nccl_init,
     .split = nccl_split,
     .fini = nccl_fini,

@@ -57,7 +57,8 @@ static zo_status self_run_native(zo_comm_t c, zo_comm_native_fn fn, void *arg)
 
 const zo_comm_ops zo_comm_self_backend = {
     .name = "self",
-    .buffers = ZO_COMM_BUF_ANY,
+    .version = ZO_COMM_OPS_VERSION,
+    .caps = ZO_COMM_CAP_HOST_BUFFERS | ZO_COMM_CAP_DEVICE_BUFFERS | ZO_COMM_CAP_ONE_RANK,
     .init = self_init,
     .split = self_split,
     .fini = self_fini,
