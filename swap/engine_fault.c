@@ -43,17 +43,17 @@ static zo_status fault_register_files(zo_io_engine *e, const int *fds, int n)
 
 static zo_status fault_start(zo_io_engine *e)
 {
-    return as_fault(e)->inner->ops->start(as_fault(e)->inner);
+    return zo_io_engine_start(as_fault(e)->inner);
 }
 
 static zo_status fault_register_buffer(zo_io_engine *e, void *buf, size_t len, int *index)
 {
-    return as_fault(e)->inner->ops->register_buffer(as_fault(e)->inner, buf, len, index);
+    return zo_io_engine_register_buffer(as_fault(e)->inner, buf, len, index);
 }
 
 static void fault_unregister_buffer(zo_io_engine *e, int index)
 {
-    as_fault(e)->inner->ops->unregister_buffer(as_fault(e)->inner, index);
+    zo_io_engine_unregister_buffer(as_fault(e)->inner, index);
 }
 
 /* The fault armed for this request index, or NULL; consumes the index. */
@@ -124,7 +124,7 @@ static zo_status fault_submit(zo_io_engine *e, zo_io_req *r)
 
 static zo_status fault_flush(zo_io_engine *e)
 {
-    return as_fault(e)->inner->ops->flush(as_fault(e)->inner);
+    return zo_io_engine_flush(as_fault(e)->inner);
 }
 
 /* Map a shortened copy back to the request the store submitted. */

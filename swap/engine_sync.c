@@ -86,19 +86,6 @@ static zo_status sync_register_files(zo_io_engine *e, const int *fds, int n)
     return ZO_OK;
 }
 
-static zo_status sync_start(zo_io_engine *e)
-{
-    return ZO_OK;
-}
-
-static zo_status sync_register_buffer(zo_io_engine *e, void *buf, size_t len, int *index)
-{
-    *index = -1; /* pread/pwrite have no fixed buffers */
-    return ZO_OK;
-}
-
-static void sync_unregister_buffer(zo_io_engine *e, int index) {}
-
 static zo_status sync_submit(zo_io_engine *e, zo_io_req *r)
 {
     sync_engine *s = as_sync(e);
@@ -111,11 +98,6 @@ static zo_status sync_submit(zo_io_engine *e, zo_io_req *r)
     fifo_push(&s->todo, r);
     pthread_cond_signal(&s->work_cv);
     pthread_mutex_unlock(&s->mu);
-    return ZO_OK;
-}
-
-static zo_status sync_flush(zo_io_engine *e)
-{
     return ZO_OK;
 }
 
@@ -204,11 +186,7 @@ const zo_io_engine_ops zo_io_sync_ops = {
     .caps = ZO_IO_CAP_AUTO,
     .create = sync_create,
     .register_files = sync_register_files,
-    .start = sync_start,
-    .register_buffer = sync_register_buffer,
-    .unregister_buffer = sync_unregister_buffer,
-    .submit = sync_submit,
-    .flush = sync_flush,
+    .submit = sync_submit, /* a worker starts it at once; pread/pwrite have no fixed buffers */
     .reap = sync_reap,
     .wake = sync_wake,
     .destroy = sync_destroy,

@@ -57,14 +57,16 @@ typedef struct zo_io_engine_ops {
     zo_status (*create)(const zo_io_engine_args *a, zo_io_engine **out);
     /* Files are registered once; fds stay open for the engine's life. */
     zo_status (*register_files)(zo_io_engine *e, const int *fds, int n);
-    /* Called first on the I/O thread. */
+    /* (optional) Called first on the I/O thread; NULL: nothing to set up there. */
     zo_status (*start)(zo_io_engine *e);
-    /* Register a fixed buffer; *index is -1 when the engine has none. */
+    /* (optional) Register a fixed buffer; *index is -1 when the engine has
+     * none. NULL: no fixed buffers, every index is -1. */
     zo_status (*register_buffer)(zo_io_engine *e, void *buf, size_t len, int *index);
+    /* (optional) Required with register_buffer. */
     void (*unregister_buffer)(zo_io_engine *e, int index);
     /* Queue one request (at most queue_depth outstanding). */
     zo_status (*submit)(zo_io_engine *e, zo_io_req *req);
-    /* Start the queued requests. */
+    /* (optional) Start the queued requests; NULL: submit already started them. */
     zo_status (*flush)(zo_io_engine *e);
     /* Collect up to max completed requests; with wait, block until at least
      * one completes or wake() is called. Returns the count or a negative status. */
@@ -84,7 +86,7 @@ extern const zo_io_engine_ops zo_io_uring_ops, zo_io_sync_ops, zo_io_null_ops, z
 
 /* ---- the registry (swap_engines.c) ---- */
 
-/* ZO_OK when ops is of this version and fills every slot (all are required). */
+/* ZO_OK when ops is of this version and fills every required slot. */
 zo_status zo_io_engine_ops_check(const zo_io_engine_ops *ops);
 /* Every registered table, in the order "auto" tries them; returns the count. */
 size_t zo_io_engines(const zo_io_engine_ops *const **out);
@@ -98,6 +100,12 @@ zo_status zo_io_engine_check_name(const char *name);
 /* Check ops, then create an engine from it. */
 zo_status zo_io_engine_create(const zo_io_engine_ops *ops, const zo_io_engine_args *a,
                               zo_io_engine **out);
+
+/* The optional slots through their fallbacks: what the store and wrappers call. */
+zo_status zo_io_engine_start(zo_io_engine *e);
+zo_status zo_io_engine_register_buffer(zo_io_engine *e, void *buf, size_t len, int *index);
+void zo_io_engine_unregister_buffer(zo_io_engine *e, int index);
+zo_status zo_io_engine_flush(zo_io_engine *e);
 
 zo_status zo_io_fault_arm(zo_io_engine *e, const zo_swap_fault *faults, size_t n);
 int zo_io_engine_is_fault(const zo_io_engine *e);

@@ -23,11 +23,8 @@ zo_status zo_io_engine_ops_check(const zo_io_engine_ops *o)
     const zo_table_slot slots[] = {
         {"create", o->create != NULL},
         {"register_files", o->register_files != NULL},
-        {"start", o->start != NULL},
-        {"register_buffer", o->register_buffer != NULL},
-        {"unregister_buffer", o->unregister_buffer != NULL},
+        {"unregister_buffer (with register_buffer)", !o->register_buffer || o->unregister_buffer},
         {"submit", o->submit != NULL},
-        {"flush", o->flush != NULL},
         {"reap", o->reap != NULL},
         {"wake", o->wake != NULL},
         {"destroy", o->destroy != NULL},
@@ -87,4 +84,26 @@ zo_status zo_io_engine_create(const zo_io_engine_ops *ops, const zo_io_engine_ar
         return st;
     }
     return ops->create(a, out);
+}
+
+zo_status zo_io_engine_start(zo_io_engine *e)
+{
+    return e->ops->start ? e->ops->start(e) : ZO_OK;
+}
+
+zo_status zo_io_engine_register_buffer(zo_io_engine *e, void *buf, size_t len, int *index)
+{
+    *index = -1;
+    return e->ops->register_buffer ? e->ops->register_buffer(e, buf, len, index) : ZO_OK;
+}
+
+void zo_io_engine_unregister_buffer(zo_io_engine *e, int index)
+{
+    if (e->ops->unregister_buffer)
+        e->ops->unregister_buffer(e, index);
+}
+
+zo_status zo_io_engine_flush(zo_io_engine *e)
+{
+    return e->ops->flush ? e->ops->flush(e) : ZO_OK;
 }

@@ -353,7 +353,7 @@ static zo_status submit_ready(zo_swap_t s)
             start_req(s, r);
         }
     }
-    return s->engine->ops->flush(s->engine);
+    return zo_io_engine_flush(s->engine);
 }
 
 static zo_status errno_status(int err)
@@ -577,9 +577,9 @@ static void run_controls(zo_swap_t s)
     for (swap_ctl *c = list; c; c = c->next) {
         c->st = ZO_OK;
         if (c->unregister)
-            s->engine->ops->unregister_buffer(s->engine, c->index);
+            zo_io_engine_unregister_buffer(s->engine, c->index);
         else
-            c->st = s->engine->ops->register_buffer(s->engine, c->buf, c->len, &c->index);
+            c->st = zo_io_engine_register_buffer(s->engine, c->buf, c->len, &c->index);
         if (c->st != ZO_OK)
             snprintf(c->msg, sizeof c->msg, "%s", zo_last_error());
     }
@@ -596,7 +596,7 @@ static void run_controls(zo_swap_t s)
 /* Engine start on this thread; the opener waits for its outcome. */
 static int io_thread_start(zo_swap_t s)
 {
-    zo_status st = s->engine->ops->start(s->engine);
+    zo_status st = zo_io_engine_start(s->engine);
     pthread_mutex_lock(&s->mu);
     s->start_st = st;
     if (st != ZO_OK)

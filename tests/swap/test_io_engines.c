@@ -1,7 +1,8 @@
 /* The I/O engines' registry: it lists exactly the engines this build has,
  * finds them by name, and its checker refuses a table of another version or
  * one missing a required operation (fault injection on a copy of a real
- * table), naming the table and the slot. Then the null engine on its own:
+ * table), naming the table and the slot, and accepts one without the
+ * optional slots. Then the null engine on its own:
  * reads return what was written, never-written bytes read as zeros, and
  * the file's end behaves as a file's. */
 #include <fcntl.h>
@@ -74,6 +75,26 @@ static void test_checker_refuses_a_missing_operation(void **state)
     bad.name = NULL;
     ZO_ASSERT_ST(zo_io_engine_ops_check(&bad), ZO_ERR_INTERNAL);
     ZO_ASSERT_ST(zo_io_engine_ops_check(NULL), ZO_ERR_INTERNAL);
+    /* Fixed buffers registered need a way to unregister them. */
+    bad = zo_io_uring_ops;
+    bad.unregister_buffer = NULL;
+    ZO_ASSERT_ST(zo_io_engine_ops_check(&bad), ZO_ERR_INTERNAL);
+    assert_non_null(strstr(zo_last_error(), "'unregister_buffer (with register_buffer)'"));
+}
+
+/* start, flush and the buffer slots are optional: the front end's
+ * fallbacks stand in (the sync and null engines leave them out). */
+static void test_checker_accepts_missing_optional_slots(void **state)
+{
+    (void)state;
+    zo_io_engine_ops lean = zo_io_uring_ops;
+    lean.start = NULL;
+    lean.flush = NULL;
+    lean.register_buffer = NULL;
+    lean.unregister_buffer = NULL;
+    ZO_ASSERT_OK(zo_io_engine_ops_check(&lean));
+    assert_null(zo_io_sync_ops.flush);
+    assert_null(zo_io_null_ops.register_buffer);
 }
 
 /* Submit one request and reap it (the null engine completes at submit). */
@@ -81,7 +102,7 @@ static int64_t null_io(zo_io_engine *e, zo_io_dir dir, void *buf, size_t len, ui
 {
     zo_io_req r = {.dir = dir, .file = 0, .buf = buf, .len = len, .off = off, .buf_index = -1};
     ZO_ASSERT_OK(e->ops->submit(e, &r));
-    ZO_ASSERT_OK(e->ops->flush(e));
+    ZO_ASSERT_OK(zo_io_engine_flush(e));
     zo_io_req *done[2];
     assert_int_equal(e->ops->reap(e, done, 2, 1), 1);
     assert_ptr_equal(done[0], &r);
@@ -101,11 +122,12 @@ static void test_null_engine_keeps_what_was_written(void **state)
     ZO_ASSERT_OK(zo_io_engine_create(&zo_io_null_ops, &a, &e));
     assert_string_equal(e->name, "null");
     ZO_ASSERT_OK(e->ops->register_files(e, &fd, 1));
-    ZO_ASSERT_OK(e->ops->start(e));
+    ZO_ASSERT_OK(zo_io_engine_start(e));
     int index = 7;
     uint8_t *w = swap_test_alloc(8192), *r = swap_test_alloc(8192);
-    ZO_ASSERT_OK(e->ops->register_buffer(e, w, 8192, &index));
-    assert_int_equal(index, -1);
+    ZO_ASSERT_OK(zo_io_engine_register_buffer(e, w, 8192, &index));
+    assert_int_equal(index, -1); /* the fallback of an engine without fixed buffers */
+    zo_io_engine_unregister_buffer(e, index);
     swap_test_fill(w, 8192, 5);
     assert_int_equal(null_io(e, ZO_IO_WRITE, w, 8192, 4096), 8192);
     assert_int_equal(null_io(e, ZO_IO_READ, r, 8192, 4096), 8192);
@@ -139,6 +161,7 @@ int main(void)
         cmocka_unit_test(test_names_checked_against_the_registry),
         cmocka_unit_test(test_checker_refuses_another_version),
         cmocka_unit_test(test_checker_refuses_a_missing_operation),
+        cmocka_unit_test(test_checker_accepts_missing_optional_slots),
         cmocka_unit_test(test_null_engine_keeps_what_was_written),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
