@@ -111,8 +111,9 @@ zo_status zo_adam_buffers_check(const zo_adam_buffers *b)
         b->state_type != ZO_DTYPE_I8)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "state type %s is not fp32, bf16 or i8",
                        zo_dtype_name(b->state_type));
-    if (b->out_type != ZO_DTYPE_NONE && b->out_type != ZO_DTYPE_BF16 && b->out_type != ZO_DTYPE_F16)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "out type %s is not bf16, fp16 or none",
+    if (b->out_type != ZO_DTYPE_NONE && b->out_type != ZO_DTYPE_BF16 &&
+        b->out_type != ZO_DTYPE_F16 && b->out_type != ZO_DTYPE_F32)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "out type %s is not bf16, fp16, fp32 or none",
                        zo_dtype_name(b->out_type));
     if ((b->out_type == ZO_DTYPE_NONE) != (b->out == NULL))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim",

@@ -185,7 +185,9 @@ static inline void zs_roofline_elems(const zo_adam_buffers *b, size_t begin, siz
         zs_move_bits(b->master, 4, i);
         zs_move_bits(b->m, ss, i);
         zs_move_bits(b->v, ss, i);
-        if (b->out)
+        if (b->out_type == ZO_DTYPE_F32) /* fp32 parameters: the master's bits */
+            ((volatile uint32_t *)b->out)[i] = ((const volatile uint32_t *)b->master)[i];
+        else if (b->out)
             ((volatile uint16_t *)b->out)[i] = (uint16_t)g;
     }
 }

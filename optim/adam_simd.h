@@ -348,9 +348,11 @@ ZV_ALWAYS void zv_adam_q8_loop(const zo_adam_consts *c, const zo_adam_buffers *b
         zv_adam_q8_loop(c, b, begin, end, ZO_DTYPE_##G, ZO_DTYPE_##O);                             \
     }
 #define ZV_ADAM_BY_OUT(G, S)                                                                       \
-    ZV_ADAM_INSTANCE(G, S, NONE) ZV_ADAM_INSTANCE(G, S, BF16) ZV_ADAM_INSTANCE(G, S, F16)
+    ZV_ADAM_INSTANCE(G, S, NONE)                                                                   \
+    ZV_ADAM_INSTANCE(G, S, BF16) ZV_ADAM_INSTANCE(G, S, F16) ZV_ADAM_INSTANCE(G, S, F32)
 #define ZV_ADAM_Q8_BY_OUT(G)                                                                       \
-    ZV_ADAM_Q8_INSTANCE(G, NONE) ZV_ADAM_Q8_INSTANCE(G, BF16) ZV_ADAM_Q8_INSTANCE(G, F16)
+    ZV_ADAM_Q8_INSTANCE(G, NONE)                                                                   \
+    ZV_ADAM_Q8_INSTANCE(G, BF16) ZV_ADAM_Q8_INSTANCE(G, F16) ZV_ADAM_Q8_INSTANCE(G, F32)
 #define ZV_ADAM_BY_STATE(G) ZV_ADAM_BY_OUT(G, F32) ZV_ADAM_BY_OUT(G, BF16) ZV_ADAM_Q8_BY_OUT(G)
 ZV_ADAM_BY_STATE(F32)
 ZV_ADAM_BY_STATE(F16)
@@ -360,10 +362,12 @@ typedef void (*zv_adam_fn)(const zo_adam_consts *, const zo_adam_buffers *, size
 
 #define ZV_ROW(G, S)                                                                               \
     {                                                                                              \
-        zv_adam_##G##_##S##_NONE, zv_adam_##G##_##S##_BF16, zv_adam_##G##_##S##_F16                \
+        zv_adam_##G##_##S##_NONE, zv_adam_##G##_##S##_BF16, zv_adam_##G##_##S##_F16,               \
+            zv_adam_##G##_##S##_F32                                                                \
     }
-/* [grad][state][out] (grad: F32, F16, BF16; state: F32, BF16, I8; out: NONE, BF16, F16). */
-static const zv_adam_fn zv_adam_table[3][3][3] = {
+/* [grad][state][out] (grad: F32, F16, BF16; state: F32, BF16, I8; out: NONE, BF16, F16, F32:
+ * fp32 parameters, the master's own bits). */
+static const zv_adam_fn zv_adam_table[3][3][4] = {
     {ZV_ROW(F32, F32), ZV_ROW(F32, BF16), ZV_ROW(F32, I8)},
     {ZV_ROW(F16, F32), ZV_ROW(F16, BF16), ZV_ROW(F16, I8)},
     {ZV_ROW(BF16, F32), ZV_ROW(BF16, BF16), ZV_ROW(BF16, I8)},
@@ -371,7 +375,10 @@ static const zv_adam_fn zv_adam_table[3][3][3] = {
 
 static void zv_adam(const zo_adam_consts *c, const zo_adam_buffers *b, size_t begin, size_t end)
 {
-    int oi = b->out_type == ZO_DTYPE_NONE ? 0 : b->out_type == ZO_DTYPE_BF16 ? 1 : 2;
+    int oi = b->out_type == ZO_DTYPE_NONE   ? 0
+             : b->out_type == ZO_DTYPE_BF16 ? 1
+             : b->out_type == ZO_DTYPE_F16  ? 2
+                                            : 3;
     int gi = b->grad_type == ZO_DTYPE_F32 ? 0 : b->grad_type == ZO_DTYPE_F16 ? 1 : 2;
     int si = b->state_type == ZO_DTYPE_F32 ? 0 : b->state_type == ZO_DTYPE_BF16 ? 1 : 2;
     zv_adam_table[gi][si][oi](c, b, begin, end);
@@ -411,21 +418,40 @@ ZV_ALWAYS void zv_move16(void *base, size_t i)
     zr_st16((uint16_t *)base + i, x);
 }
 
+/* The master's bits moved; with fp32 parameters (out 2) stored to out too,
+ * as the step writes them twice. */
+ZV_ALWAYS void zv_move_master(const zo_adam_buffers *b, size_t i, int out)
+{
+    zr32 x = zr_ld32((const uint32_t *)b->master + i);
+    zr_opaque32(x);
+    zr_st32((uint32_t *)b->master + i, x);
+    if (out == 2)
+        zr_st32((uint32_t *)b->out + i, x);
+}
+
+/* The gradient's bits loaded (narrowed to 16 when fp32: what a 16-bit out gets). */
+ZV_ALWAYS zr16 zv_touch_grad(const zo_adam_buffers *b, size_t i, int g32)
+{
+    zr16 g16;
+    if (g32) {
+        zr32 g = zr_ld32((const uint32_t *)b->grad + i);
+        zr_opaque32(g);
+        g16 = zr_narrow(g);
+    } else {
+        g16 = zr_ld16((const uint16_t *)b->grad + i);
+        zr_opaque16(g16);
+    }
+    return g16;
+}
+
+/* out: 0 none, 1 16-bit (the gradient's bits), 2 fp32 (the master's). */
 ZV_ALWAYS void zv_roofline_loop(const zo_adam_buffers *b, size_t begin, size_t end, int g32,
                                 int s32, int out)
 {
     size_t i = begin;
     for (; i + ZV_W <= end; i += ZV_W) {
-        zr16 g16;
-        if (g32) {
-            zr32 g = zr_ld32((const uint32_t *)b->grad + i);
-            zr_opaque32(g);
-            g16 = zr_narrow(g);
-        } else {
-            g16 = zr_ld16((const uint16_t *)b->grad + i);
-            zr_opaque16(g16);
-        }
-        zv_move32(b->master, i);
+        zr16 g16 = zv_touch_grad(b, i, g32);
+        zv_move_master(b, i, out);
         if (s32) {
             zv_move32(b->m, i);
             zv_move32(b->v, i);
@@ -433,7 +459,7 @@ ZV_ALWAYS void zv_roofline_loop(const zo_adam_buffers *b, size_t begin, size_t e
             zv_move16(b->m, i);
             zv_move16(b->v, i);
         }
-        if (out)
+        if (out == 1)
             zr_st16((uint16_t *)b->out + i, g16);
     }
     zs_roofline_elems(b, i, end);
@@ -455,63 +481,58 @@ ZV_ALWAYS void zv_roofline_q8_loop(const zo_adam_buffers *b, size_t begin, size_
         zs_move_bits(b->m_absmax, 4, b0 / ZO_ADAM_Q8_BLOCK);
         zs_move_bits(b->v_absmax, 4, b0 / ZO_ADAM_Q8_BLOCK);
         for (; i + ZV_W <= e; i += ZV_W) {
-            zr16 g16;
-            if (g32) {
-                zr32 g = zr_ld32((const uint32_t *)b->grad + i);
-                zr_opaque32(g);
-                g16 = zr_narrow(g);
-            } else {
-                g16 = zr_ld16((const uint16_t *)b->grad + i);
-                zr_opaque16(g16);
-            }
-            zv_move32(b->master, i);
+            zr16 g16 = zv_touch_grad(b, i, g32);
+            zv_move_master(b, i, out);
             zv_move8(b->m, i);
             zv_move8(b->v, i);
-            if (out)
+            if (out == 1)
                 zr_st16((uint16_t *)b->out + i, g16);
         }
         zs_roofline_elems(b, i, e);
     }
 }
 
-static void zv_roofline_q8(const zo_adam_buffers *b, size_t begin, size_t end)
+/* Spelled out so each case is its own constant-folded loop: the state
+ * (s32; -1 for 8-bit moments) and grad types are constants at each call,
+ * out one of the three here. */
+ZV_ALWAYS void zv_roofline_by_out(const zo_adam_buffers *b, size_t begin, size_t end, int g32,
+                                  int s32, int out)
 {
-    int g32 = b->grad_type == ZO_DTYPE_F32, out = b->out_type != ZO_DTYPE_NONE;
-    if (g32 && out)
-        zv_roofline_q8_loop(b, begin, end, 1, 1);
-    else if (g32)
-        zv_roofline_q8_loop(b, begin, end, 1, 0);
-    else if (out)
-        zv_roofline_q8_loop(b, begin, end, 0, 1);
-    else
-        zv_roofline_q8_loop(b, begin, end, 0, 0);
+    if (s32 < 0) {
+        if (out == 2)
+            zv_roofline_q8_loop(b, begin, end, g32, 2);
+        else if (out)
+            zv_roofline_q8_loop(b, begin, end, g32, 1);
+        else
+            zv_roofline_q8_loop(b, begin, end, g32, 0);
+    } else if (out == 2) {
+        zv_roofline_loop(b, begin, end, g32, s32, 2);
+    } else if (out) {
+        zv_roofline_loop(b, begin, end, g32, s32, 1);
+    } else {
+        zv_roofline_loop(b, begin, end, g32, s32, 0);
+    }
 }
 
 static void zv_roofline(const zo_adam_buffers *b, size_t begin, size_t end)
 {
-    int g32 = b->grad_type == ZO_DTYPE_F32, s32 = b->state_type == ZO_DTYPE_F32;
-    int out = b->out_type != ZO_DTYPE_NONE;
+    int g32 = b->grad_type == ZO_DTYPE_F32;
+    int out = b->out_type == ZO_DTYPE_NONE ? 0 : b->out_type == ZO_DTYPE_F32 ? 2 : 1;
     if (b->state_type == ZO_DTYPE_I8) {
-        zv_roofline_q8(b, begin, end);
-        return;
+        if (g32)
+            zv_roofline_by_out(b, begin, end, 1, -1, out);
+        else
+            zv_roofline_by_out(b, begin, end, 0, -1, out);
+    } else if (b->state_type == ZO_DTYPE_F32) {
+        if (g32)
+            zv_roofline_by_out(b, begin, end, 1, 1, out);
+        else
+            zv_roofline_by_out(b, begin, end, 0, 1, out);
+    } else if (g32) {
+        zv_roofline_by_out(b, begin, end, 1, 0, out);
+    } else {
+        zv_roofline_by_out(b, begin, end, 0, 0, out);
     }
-    /* Spelled out so each case is its own constant-folded loop. */
-    if (g32 && s32 && out)
-        zv_roofline_loop(b, begin, end, 1, 1, 1);
-    else if (g32 && s32)
-        zv_roofline_loop(b, begin, end, 1, 1, 0);
-    else if (g32 && out)
-        zv_roofline_loop(b, begin, end, 1, 0, 1);
-    else if (g32)
-        zv_roofline_loop(b, begin, end, 1, 0, 0);
-    else if (s32 && out)
-        zv_roofline_loop(b, begin, end, 0, 1, 1);
-    else if (s32)
-        zv_roofline_loop(b, begin, end, 0, 1, 0);
-    else if (out)
-        zv_roofline_loop(b, begin, end, 0, 0, 1);
-    else
-        zv_roofline_loop(b, begin, end, 0, 0, 0);
 }
 
 /* The step's encoder with a scale of 1 (x * 1 is x). */

@@ -43,7 +43,8 @@ typedef struct zo_adam_params {
     }
 
 /* The buffers of one step: n elements each. master, m and v are updated in
- * place; out receives the updated weights rounded to 16 bits (or nothing).
+ * place; out receives the updated weights rounded to 16 bits, or as they are
+ * (F32: fp32 parameters, the master's bits), or nothing.
  * With state_type I8, m and v hold one 8-bit code per element and
  * m_absmax, v_absmax one fp32 scale per ZO_ADAM_Q8_BLOCK elements (below). */
 typedef struct zo_adam_buffers {
@@ -57,7 +58,7 @@ typedef struct zo_adam_buffers {
     zo_dtype state_type; /* F32 (default); BF16 to halve the moments' memory and traffic; I8
                             for 8-bit blockwise moments (a quarter) */
     void *out;
-    zo_dtype out_type; /* BF16, F16, or NONE (out must then be NULL) */
+    zo_dtype out_type; /* BF16, F16, F32, or NONE (out must then be NULL) */
     float *m_absmax;   /* I8 only: zo_adam_q8_blocks(n) scales each, updated in place */
     float *v_absmax;
 } zo_adam_buffers;

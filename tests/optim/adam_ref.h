@@ -76,7 +76,7 @@ static inline void case_alloc(adam_case *c, size_t n, zo_dtype gt, zo_dtype st, 
     c->master = xcalloc(n, sizeof(float));
     c->m = xcalloc(n, zo_dtype_size(st));
     c->v = xcalloc(n, zo_dtype_size(st));
-    c->out = ot == ZO_DTYPE_NONE ? NULL : xcalloc(n, 2);
+    c->out = ot == ZO_DTYPE_NONE ? NULL : xcalloc(n, zo_dtype_size(ot));
     c->rp = xcalloc(n, sizeof(double));
     c->rm = xcalloc(n, sizeof(double));
     c->rv = xcalloc(n, sizeof(double));

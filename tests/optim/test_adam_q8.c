@@ -226,7 +226,8 @@ typedef struct q8_state {
 static q8_state q8_save(const q8_case *q)
 {
     size_t n = q->a.n, nb = zo_adam_q8_blocks(n);
-    q8_state st = {NULL, 4 * n + 2 * n + 8 * nb + (q->a.out ? 2 * n : 0)};
+    size_t ob = q->a.out ? zo_dtype_size(q->a.ot) * n : 0;
+    q8_state st = {NULL, 4 * n + 2 * n + 8 * nb + ob};
     char *p = st.bytes = xcalloc(1, st.len);
     memcpy(p, q->a.master, 4 * n);
     memcpy(p += 4 * n, q->ms, 4 * nb);
@@ -234,7 +235,7 @@ static q8_state q8_save(const q8_case *q)
     memcpy(p += 4 * nb, q->a.m, n);
     memcpy(p += n, q->a.v, n);
     if (q->a.out)
-        memcpy(p + n, q->a.out, 2 * n);
+        memcpy(p + n, q->a.out, ob);
     return st;
 }
 
@@ -248,7 +249,7 @@ static void q8_restore(q8_case *q, const q8_state *st)
     memcpy(q->a.m, p += 4 * nb, n);
     memcpy(q->a.v, p += n, n);
     if (q->a.out)
-        memcpy(q->a.out, p + n, 2 * n);
+        memcpy(q->a.out, p + n, zo_dtype_size(q->a.ot) * n);
 }
 
 /* The reference: decode in double, update in double, then per block the
@@ -356,12 +357,12 @@ static q8_state step_at_every_level(q8_case *q, const char *what)
 static void test_variants_equal_scalar(void **state)
 {
     static const zo_dtype gts[] = {ZO_DTYPE_F32, ZO_DTYPE_F16, ZO_DTYPE_BF16};
-    static const zo_dtype ots[] = {ZO_DTYPE_NONE, ZO_DTYPE_BF16, ZO_DTYPE_F16};
+    static const zo_dtype ots[] = {ZO_DTYPE_NONE, ZO_DTYPE_BF16, ZO_DTYPE_F16, ZO_DTYPE_F32};
     for (int gi = 0; gi < 3; gi++)
-        for (int oi = 0; oi < 3; oi++) {
+        for (int oi = 0; oi < 4; oi++) {
             q8_case q;
             q8_alloc(&q, 7 * QB + 13, gts[gi], ots[oi]);
-            uint64_t s = 300 + (uint64_t)(gi * 3 + oi);
+            uint64_t s = 300 + (uint64_t)(gi * 4 + oi);
             q8_fill(&q, &s);
             case_store(q.a.grad, q.a.gt, 3, INFINITY);
             case_store(q.a.grad, q.a.gt, QB + 7, NAN);
@@ -372,6 +373,8 @@ static void test_variants_equal_scalar(void **state)
             assert_true(isnan(q.ms[0]) || isinf(q.ms[0]));
             assert_true(isnan(q.ms[1]));
             assert_true(isfinite(q.ms[2]) && isfinite(q.vs[2]));
+            if (ots[oi] == ZO_DTYPE_F32) /* fp32 parameters: the master's own bits */
+                assert_memory_equal(q.a.out, q.a.master, 4 * q.a.n);
             free(scalar.bytes);
             q8_free(&q);
         }
