@@ -11,6 +11,10 @@
  *   master  fp32 master weights      \
  *   m, v    Adam's moments (fp32)     } the optimizer states
  *
+ * With param_dtype ZO_DTYPE_F32 (training in fp32) p16 and g16 hold fp32
+ * values: p16 is then the master weights bit for bit (the update writes
+ * both), and "16-bit" below stands for param_dtype's elements throughout.
+ *
  * Each state has a home tier: the device, the host (p16 in the pinned pool;
  * optimizer states in pageable host memory) or NVMe (the swap store, read and
  * written through pinned staging slots). Budgets are hard limits: a plan that
@@ -112,9 +116,12 @@ typedef struct zo_engine_config {
     zo_device_t device;   /* must outlive the engine */
     int rank, world_size; /* world_size > 1: ZeRO over the ranks of comm (zero_stage below) */
 
-    zo_dtype param_dtype; /* ZO_DTYPE_BF16 (default) or ZO_DTYPE_F16 (p16 and g16) */
-    size_t chunk_bytes;   /* bytes of 16-bit parameters per chunk (0: 4 MiB); raised to fit the
-                             largest tensor, rounded to 4 KiB */
+    zo_dtype param_dtype; /* ZO_DTYPE_BF16 (default), ZO_DTYPE_F16 or ZO_DTYPE_F32 (p16 and
+                             g16; fp32: the master's own bits, no loss scaling, no
+                             master_split) */
+    size_t chunk_bytes;   /* bytes of parameters per chunk in param_dtype (0: 4 MiB): C/2
+                             elements for bf16 and fp16, C/4 for fp32; raised to fit the largest
+                             tensor, rounded to 4 KiB */
     zo_tier param_home;   /* where p16 lives between uses: device, host or nvme (nvme needs
                              optim_home nvme: the update writes p16 through the NVMe stages) */
     zo_tier optim_home;   /* master, m, v: device (cpu device only), host or nvme */
@@ -201,9 +208,9 @@ typedef struct zo_engine_config {
  * the pinned ring (pinned += min(N, D)*C in place of N*C*G) and wait nowhere
  * after it, owner or not:
  *   stage 1: an exact all-reduce: every rank holds every chunk's reduced fp32
- *            gradient (host += 4*C/2 bytes per chunk) and computes the norm;
+ *            gradient (host += F bytes per chunk, below) and computes the norm;
  *   stage 2: an exact reduce onto the owner: a rank holds the reduced
- *            gradients of its chunks only (host += 4*C/2 per owned chunk); the
+ *            gradients of its chunks only (host += F per owned chunk); the
  *            owners' per-chunk fp64 norm partials and overflow flags are
  *            all-gathered and summed in chunk order on every rank.
  * With grad_accum_steps k > 1 the order is reduce_order's, the same in every
@@ -286,14 +293,16 @@ typedef struct zo_engine_config {
 
 /* Bytes the plan needs in each tier, computed by zo_engine_finalize (and by
  * zo_engine_plan without allocating anything). Exactly, with C = chunk_bytes,
+ * w = bytes of a param_dtype element (2, or 4 for fp32), F = 4*C/w (a chunk's
+ * elements in fp32: 2*C with 16-bit parameters, C with fp32 ones),
  * N = n_chunks, S = device_param_slots, K = max_chunks_per_layer, and every
  * chunk at the homes below (with caps, each term counts the chunks homed at
  * its tier: N becomes their number there, the staging terms are there as soon
  * as one chunk's state is on NVMe):
- *   device = S*C + K*C (gradient slots) + [grouped] 2*K*C (their fp32 accumulators)
+ *   device = S*C + K*C (gradient slots) + [grouped] K*F (their fp32 accumulators)
  *            + [optim_home device] Z*N
  *            S = N for param_home device, else min(N, what the budget leaves), >= K
- *   pinned = N*C*P + [not grouped] N*C*G + [grouped] 2*N*C*G (fp32 group sums)
+ *   pinned = N*C*P + [not grouped] N*C*G + [grouped] N*F*G (fp32 group sums)
  *            + [optim_home nvme] 3*(Z' + [param_home nvme] C)
  *            + [param_home nvme] T*C (staging twins of the NVMe parameter loads)
  *            P = 0 (param_home nvme; param_home device with optim_home nvme), 2 (optim_home
@@ -302,9 +311,9 @@ typedef struct zo_engine_config {
  *            G = 2 for dpu, else 1 (host gradients, by step parity)
  *            T = min(S, D), D = lookahead + 2 (the fetch served, the lookahead's, one more)
  *   host   = [optim_home host] Z*N + [overlap, optim_home host/device] Z*N (backups)
- *            + [grad_accum_steps > 1, not grouped, not ZeRO's global order] 2*C*N*G
+ *            + [grad_accum_steps > 1, not grouped, not ZeRO's global order] F*N*G
  *              (fp32 accumulators)
- *            + [world_size > 1] 2*C*R*G + Z (reduced fp32 gradients, R = N at stage 1, the
+ *            + [world_size > 1] F*R*G + Z (reduced fp32 gradients, R = N at stage 1, the
  *              rank's own chunks at stages 2 and 3; the scratch)
  *   (grouped: micro_group > 1 and grad_accum_steps > 1; with world_size > 1 every N
  *   counting optimizer states counts the rank's own chunks only)
@@ -312,10 +321,11 @@ typedef struct zo_engine_config {
  *            per chunk, current and alternate; the files add a 4 KiB header per extent)
  *            E = zo_engine_nvme_state_bytes(the fullest chunk's elements): the states'
  *            extents hold what the model's chunks hold, not the chunk size's worst case;
- *            P = the fullest chunk's 16-bit bytes rounded to 4 KiB
- *   Z = 2*C + 2*M, M = one moment of C/2 elements in state_dtype, rounded up to 64 bytes
- *       but for fp32 (zo_adam_moment_bytes: 2*C fp32, C bf16, about C/2 int8): 6*C fp32,
- *       4*C bf16, about 3*C int8; Z' = Z rounded up to 4 KiB
+ *            P = the fullest chunk's param_dtype bytes rounded to 4 KiB
+ *   Z = F + 2*M, M = one moment of C/w elements in state_dtype, rounded up to 64 bytes
+ *       but for fp32 (zo_adam_moment_bytes: F fp32, F/2 bf16, about F/4 int8): 3*F fp32,
+ *       2*F bf16, about 1.5*F int8 (6*C, 4*C, 3*C with 16-bit parameters); Z' = Z rounded
+ *       up to 4 KiB
  *   (with state_dtype other than fp32, E is zo_engine_nvme_state_bytes_as)
  *   master_split: host += [optim_home nvme] 3*B (each stage's up bits in transit, B = C/16 + 1
  *   bytes rounded up to 64); P = 2 for param_home device with optim_home nvme (the
@@ -341,7 +351,7 @@ typedef struct zo_engine_config {
  * (pinned += 3*C for their room, whether one spills or not). With more
  * micro-batches the fp32 accumulators hold them, except grouped with one
  * group per step (micro_group >= grad_accum_steps) outside dpu mode: then
- * the fp32 sums are staged the same way, each term at 2*C a chunk (ring,
+ * the fp32 sums are staged the same way, each term at F a chunk (ring,
  * kept copies, stage room; extents of the fullest chunk's fp32 bytes). The
  * grad_* and param_staging fields below break these terms out. */
 typedef struct zo_engine_footprint {
@@ -383,7 +393,7 @@ typedef struct zo_engine_layout {
         .struct_size = sizeof(zo_engine_layout)                                                    \
     }
 
-/* One chunk of a packed layout: its layer, and the 16-bit bytes in use
+/* One chunk of a packed layout: its layer, and the param_dtype bytes in use
  * (what a load of the chunk moves). */
 typedef struct zo_engine_chunk_info {
     int layer;
@@ -465,7 +475,7 @@ ZO_API zo_status zo_engine_finalize(zo_engine_t eng);
 
 /* Make layer's parameters resident on the device for `phase` and return their
  * device pointers (params[i] for the layer's i-th tensor; grads[i] in the
- * backward phase: 16-bit buffers, zeroed at every backward fetch, that the
+ * backward phase: param_dtype buffers, zeroed at every backward fetch, that the
  * caller writes (or adds) the micro-batch's gradient into; micro-batches are
  * accumulated in fp32 on the host, or on the device with micro_group > 1,
  * where grads_ready zeroes them again for the group's next micro-batch).

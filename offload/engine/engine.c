@@ -113,7 +113,7 @@ zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg)
     e->dev = cfg->device;
     e->mode = eng_mode_for(cfg->mode);
     e->cuda = (zo_device_caps(e->dev) & ZO_DEVCAP_REAL_GPU) != 0;
-    e->e16 = 2;
+    e->pel = eng_param_bytes(cfg);
     if (copy_config_refs(e, cfg) < 0) {
         free_config_refs(e);
         free(e);
@@ -423,7 +423,7 @@ static zo_status take_grad_slot(struct zo_engine *e, uint32_t c, zo_stream_t com
         k->grad_slot = (int)s;
         /* the slot's previous gradients must have left before it is zeroed */
         ZO_TRY(zo_stream_wait_event(compute, g->drained));
-        ZO_TRY(zo_memset_async(compute, g->ptr, 0, k->n_elems * e->e16));
+        ZO_TRY(zo_memset_async(compute, g->ptr, 0, k->n_elems * e->pel));
         return eng_group_take(e, c, compute);
     }
     return ZO_FAIL(
@@ -455,9 +455,9 @@ static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_
     for (int i = 0; i < L->n_tensors; i++) {
         eng_tensor *t = &e->tensors[L->tensors[i]];
         eng_chunk *k = &e->chunks[t->chunk];
-        params[i] = (char *)e->pslots[k->slot].ptr + t->off * e->e16;
+        params[i] = (char *)e->pslots[k->slot].ptr + t->off * e->pel;
         if (phase == ZO_PHASE_BACKWARD)
-            grads[i] = (char *)e->gslots[k->grad_slot].ptr + t->off * e->e16;
+            grads[i] = (char *)e->gslots[k->grad_slot].ptr + t->off * e->pel;
     }
     eng_prefetch(e);
     return ZO_OK;
@@ -520,7 +520,7 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
     eng_gslot *g = &e->gslots[k->grad_slot];
     ZO_TRY(zo_event_record(k->computed, compute));
     ZO_TRY(zo_stream_wait_event(e->d2h, k->computed));
-    ZO_TRY(eng_timed_copy(e, 1, c, k->g16[parity], g->ptr, k->n_elems * e->e16));
+    ZO_TRY(eng_timed_copy(e, 1, c, k->g16[parity], g->ptr, k->n_elems * e->pel));
     ZO_TRY(zo_event_record(g->drained, e->d2h));
     g->busy = 0;
     k->grad_slot = -1;

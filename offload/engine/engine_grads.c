@@ -62,10 +62,16 @@ static int waits(const struct zo_engine *e)
     return !eng_zero_on(&e->cfg) && (e->g_grouped || e->cfg.grad_accum_steps == 1);
 }
 
+/* A chunk's gradients as they come down: in param_dtype, grouped the fp32 sums. */
+static uint64_t grad_chunk_bytes(const zo_engine_config *c, uint64_t chunk_bytes, int grouped)
+{
+    return grouped ? eng_f32_chunk_bytes(c, chunk_bytes) : chunk_bytes;
+}
+
 /* Bytes per element of the gradients that come down: 16-bit, grouped fp32. */
 static size_t elem_bytes(const struct zo_engine *e)
 {
-    return e->g_grouped ? sizeof(float) : e->e16;
+    return e->g_grouped ? sizeof(float) : e->pel;
 }
 
 /* Where the update finds chunk k's gradients of `parity`. */
@@ -82,7 +88,7 @@ static void set_grads(struct zo_engine *e, eng_chunk *k, int parity, void *p)
  * read spilled ones back included) already take. */
 static uint32_t plan_kept(const eng_plan_in *in, const zo_engine_footprint *fp, uint32_t staged)
 {
-    uint64_t gb = in->chunk_bytes * (in->grouped ? 2 : 1);
+    uint64_t gb = grad_chunk_bytes(in->cfg, in->chunk_bytes, in->grouped);
     uint64_t per = (uint64_t)in->grad_bufs * gb, budget = in->cfg->host_bytes;
     uint64_t base = fp->pinned + fp->host;
     if (!budget || base + staged * per <= budget)
@@ -99,7 +105,7 @@ void eng_grads_account(const eng_plan_in *in, zo_engine_footprint *fp, uint32_t 
     for (uint32_t c = 0; c < in->n_chunks; c++)
         staged += eng_grads_staged(in, c) != 0;
     uint32_t depth = eng_staging_depth(in->cfg), ring = staged < depth ? staged : depth;
-    uint64_t gb = C * (in->grouped ? 2 : 1); /* a chunk's gradients: 16-bit, grouped fp32 sums */
+    uint64_t gb = grad_chunk_bytes(in->cfg, C, in->grouped);
     fp->grad_pinned = (uint64_t)(in->n_chunks - staged) * G * gb + (uint64_t)ring * gb;
     fp->pinned += fp->grad_pinned;
     *kept = *spilled = 0;
@@ -113,14 +119,16 @@ void eng_grads_account(const eng_plan_in *in, zo_engine_footprint *fp, uint32_t 
     *spilled = staged - *kept;
     fp->grad_host = (uint64_t)*kept * G * gb;
     fp->host += fp->grad_host;
-    uint64_t extent = zo_round_up(in->max_chunk_elems * (in->grouped ? 4 : 2), ZO_SWAP_ALIGN);
+    uint64_t extent =
+        zo_round_up(in->max_chunk_elems * (in->grouped ? sizeof(float) : eng_param_bytes(in->cfg)),
+                    ZO_SWAP_ALIGN);
     fp->grad_nvme = (uint64_t)*spilled * G * extent;
     fp->nvme += fp->grad_nvme;
 }
 
 uint64_t eng_grads_stage_room(const struct zo_engine *e)
 {
-    return e->fp.grad_stage ? e->chunk_bytes * (e->g_grouped ? 2 : 1) : 0;
+    return e->fp.grad_stage ? grad_chunk_bytes(&e->cfg, e->chunk_bytes, e->g_grouped) : 0;
 }
 
 /* ---- placement ---- */
@@ -135,7 +143,7 @@ static zo_status place_mirrors(struct zo_engine *e, int grouped)
     void **tmp = calloc(n ? n : 1, sizeof *tmp);
     if (!tmp)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
-    zo_status st = eng_take_pinned(e, e->chunk_bytes * (grouped ? 2 : 1), n, tmp);
+    zo_status st = eng_take_pinned(e, grad_chunk_bytes(&e->cfg, e->chunk_bytes, grouped), n, tmp);
     size_t i = 0;
     for (int b = 0; st == ZO_OK && b < e->g_bufs; b++)
         for (uint32_t c = 0; c < e->n_chunks; c++) {
@@ -195,7 +203,7 @@ static zo_status place_spill(struct zo_engine *e)
 /* After the tiers placed (the stages the spilled gradients are read into). */
 zo_status eng_grads_place(struct zo_engine *e, int grouped)
 {
-    e->g_bytes = e->chunk_bytes * (grouped ? 2 : 1); /* g_grouped: set at packing */
+    e->g_bytes = grad_chunk_bytes(&e->cfg, e->chunk_bytes, grouped); /* g_grouped: at packing */
     ZO_TRY(place_mirrors(e, grouped));
     uint32_t staged = 0;
     for (uint32_t c = 0; c < e->n_chunks; c++) {

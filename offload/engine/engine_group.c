@@ -97,7 +97,7 @@ zo_status eng_group_hand_over(struct zo_engine *e, uint32_t c, zo_stream_t compu
         ZO_TRY(zo_op_axpy(compute, g->acc, ZO_DTYPE_F32, 1.0f, g->ptr, dt, n));
     k->n_ready++;
     if (k->n_ready % G != 0 && k->n_ready != M) /* the group's next micro-batch adds anew */
-        return zo_memset_async(compute, g->ptr, 0, n * e->e16);
+        return zo_memset_async(compute, g->ptr, 0, n * e->pel);
     return send_sum(e, c, compute);
 }
 

@@ -164,6 +164,21 @@ typedef struct eng_gring {
     int chunk;       /* ... of this chunk's gradients */
 } eng_gring;
 
+/* Bytes per element of what the slots hold, the parameters and their
+ * gradients ("16-bit" throughout, for the common case): 2 for bf16 and
+ * fp16, 4 for fp32 parameters, which are the master weights themselves. */
+static inline size_t eng_param_bytes(const zo_engine_config *c)
+{
+    return c->param_dtype == ZO_DTYPE_F32 ? 4 : 2;
+}
+
+/* Bytes of a chunk's elements in fp32 (accumulators, group sums, reduced
+ * gradients): 2 x chunk_bytes with 16-bit parameters, chunk_bytes with fp32. */
+static inline uint64_t eng_f32_chunk_bytes(const zo_engine_config *c, uint64_t chunk_bytes)
+{
+    return chunk_bytes / eng_param_bytes(c) * sizeof(float);
+}
+
 /* Chunk buffers of the pinned staging rings (gradients, NVMe parameter
  * loads): the transfer being served, the lookahead's, and one more to
  * overlap, whatever the model's size. */
@@ -239,7 +254,7 @@ struct zo_engine {
     const eng_mode_ops *mode;
     int finalized;
     int cuda;
-    size_t e16; /* bytes per 16-bit element (2) */
+    size_t pel; /* bytes per element of the parameter and gradient slots (eng_param_bytes) */
 
     /* registration */
     eng_tensor *tensors;
@@ -606,7 +621,11 @@ zo_status eng_grads_place(struct zo_engine *e, int grouped);
 void eng_grads_release(struct zo_engine *e);
 
 /* engine_trace.c */
-void eng_cast16(zo_dtype t, const float *src, void *dst, size_t n);
+/* n fp32 values as parameters of type t (bf16, fp16: rounded; fp32: copied). */
+void eng_cast_params(zo_dtype t, const float *src, void *dst, size_t n);
+/* out = n parameters (or gradients) of type t widened to fp32, added onto
+ * base where there is one (base + x, as an accumulator adds); out may be base. */
+void eng_widen_params(zo_dtype t, const void *src, const float *base, float *out, size_t n);
 /* A copy on the h2d (d2h = 0) or d2h stream, its duration added to the stream's busy time. */
 zo_status eng_timed_copy(struct zo_engine *e, int d2h, uint32_t chunk, void *dst, const void *src,
                          size_t n);

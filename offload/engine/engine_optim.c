@@ -15,11 +15,6 @@
 
 /* ---- helpers over one chunk ---- */
 
-static float to_f32(zo_dtype t, uint16_t h)
-{
-    return t == ZO_DTYPE_F16 ? zo_f16_to_f32(h) : zo_bf16_to_f32(h);
-}
-
 /* ---- the update of every chunk ---- */
 
 /* Each tier updates the chunks homed there, tier by tier: first the tiers
@@ -75,15 +70,9 @@ zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbac
 
 static zo_status accumulate(struct zo_engine *e, eng_chunk *k, const eng_job *j)
 {
-    const uint16_t *g = k->g16[j->parity];
     float *acc = k->acc[j->parity];
-    zo_dtype t = e->cfg.param_dtype;
-    if (j->micro == 1)
-        for (size_t i = 0; i < k->n_elems; i++)
-            acc[i] = to_f32(t, g[i]);
-    else
-        for (size_t i = 0; i < k->n_elems; i++)
-            acc[i] += to_f32(t, g[i]);
+    eng_widen_params(e->cfg.param_dtype, k->g16[j->parity], j->micro == 1 ? NULL : acc, acc,
+                     k->n_elems);
     return ZO_OK;
 }
 

@@ -35,7 +35,9 @@ void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chun
                      const uint64_t *used_elems, uint8_t *p16_home, uint8_t *states_home)
 {
     uint64_t sused[2] = {0, 0}, pused[2] = {0, 0};
-    uint64_t states = eng_states_bytes(c->state_dtype, chunk_bytes / 2); /* 6 x for fp32 */
+    uint64_t chunk_elems = chunk_bytes / eng_param_bytes(c);
+    /* fp32 states: 6 x C with 16-bit parameters, 3 x C with fp32 ones */
+    uint64_t states = eng_states_bytes(c->state_dtype, chunk_elems);
     for (uint32_t k = 0; k < n_chunks; k++)
         states_home[k] = eng_zero_owner(c, n_chunks, k) != c->rank
                              ? ENG_HOME_REMOTE /* ZeRO: another rank's; it fills its own caps */
@@ -43,7 +45,7 @@ void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chun
     /* first the chunks that must keep their parameters off NVMe, then the rest in order */
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t k = 0; k < n_chunks; k++) {
-            if (partitioned(c, states_home, used_elems, chunk_bytes / 2, k)) {
+            if (partitioned(c, states_home, used_elems, chunk_elems, k)) {
                 p16_home[k] = ENG_HOME_REMOTE; /* gathered from its owner at each use */
                 continue;
             }

@@ -36,9 +36,11 @@ zo_status eng_check_plan_config(const zo_engine_config *c)
                        "ZO_ENGINE_CONFIG_INIT",
                        c->struct_size, sizeof(zo_engine_config));
     ZO_TRY(eng_zero_check_plan(c));
-    if (c->param_dtype != ZO_DTYPE_BF16 && c->param_dtype != ZO_DTYPE_F16)
+    if (c->param_dtype != ZO_DTYPE_BF16 && c->param_dtype != ZO_DTYPE_F16 &&
+        c->param_dtype != ZO_DTYPE_F32)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
-                       "param_dtype must be ZO_DTYPE_BF16 or ZO_DTYPE_F16");
+                       "param_dtype is %s: expected ZO_DTYPE_BF16, ZO_DTYPE_F16 or ZO_DTYPE_F32",
+                       zo_dtype_name(c->param_dtype));
     if ((unsigned)c->param_home > ZO_TIER_NVME || (unsigned)c->optim_home > ZO_TIER_NVME)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_home/optim_home must be a zo_tier");
     ZO_TRY(eng_tiers_check());
@@ -62,9 +64,12 @@ zo_status eng_check_plan_config(const zo_engine_config *c)
                        c->master_split);
     if (c->master_split && c->param_dtype != ZO_DTYPE_BF16)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
-                       "master_split needs bf16 parameters (param_dtype is %s: an fp16 value is "
-                       "not the fp32 master's high half); set master_split=0 or use bf16",
-                       zo_dtype_name(c->param_dtype));
+                       "master_split needs bf16 parameters (param_dtype is %s: %s); set "
+                       "master_split=0 or use bf16",
+                       zo_dtype_name(c->param_dtype),
+                       c->param_dtype == ZO_DTYPE_F32
+                           ? "fp32 parameters are the master itself, nothing to split"
+                           : "an fp16 value is not the fp32 master's high half");
     if (c->master_split && c->world_size > 1)
         return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
                        "master_split is not tested under ZeRO yet (world_size %d): set "
@@ -87,11 +92,11 @@ zo_status eng_check_plan_config(const zo_engine_config *c)
 /* ---- packing and the plan ---- */
 
 /* The chunk size: the configured one (0: 4 MiB) raised to the largest
- * tensor's 16-bit bytes, rounded to 4 KiB. */
+ * tensor's bytes in param_dtype, rounded to 4 KiB. */
 static size_t chunk_bytes_for(const zo_engine_config *c, size_t largest_numel)
 {
     size_t cb = c->chunk_bytes ? c->chunk_bytes : DEFAULT_CHUNK_BYTES;
-    size_t largest = largest_numel * 2;
+    size_t largest = largest_numel * eng_param_bytes(c);
     return zo_round_up(largest > cb ? largest : cb, 4096);
 }
 
@@ -242,10 +247,10 @@ static zo_status pack(struct zo_engine *e)
             largest = tensor_room(sd, t->numel, t->keep_f32);
     }
     e->chunk_bytes = chunk_bytes_for(&e->cfg, largest);
-    if (largest * e->e16 > (e->cfg.chunk_bytes ? e->cfg.chunk_bytes : DEFAULT_CHUNK_BYTES))
+    if (largest * e->pel > (e->cfg.chunk_bytes ? e->cfg.chunk_bytes : DEFAULT_CHUNK_BYTES))
         ZO_LOGI(ENG_SUBSYS, "chunk size raised to %zu bytes to fit the largest tensor",
                 e->chunk_bytes);
-    e->chunk_elems = e->chunk_bytes / e->e16;
+    e->chunk_elems = e->chunk_bytes / e->pel;
     free(e->chunks);
     free(e->small);
     e->chunks = calloc((size_t)e->n_tensors, sizeof *e->chunks); /* at most one chunk per tensor */
@@ -272,7 +277,7 @@ static zo_status pack(struct zo_engine *e)
     eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0, pk.max_used, NULL};
     e->state_extent_bytes = state_extent_bytes_for(&e->cfg, &sh);
     e->nvme_state_extent = zo_engine_nvme_state_bytes_as(e->cfg.state_dtype, pk.max_used);
-    e->p16_extent = eng_p16_extent(pk.max_used);
+    e->p16_extent = eng_p16_extent(&e->cfg, pk.max_used);
     free(e->p16_home);
     free(e->states_home);
     e->p16_home = malloc(e->n_chunks);
@@ -371,7 +376,7 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
     for (int i = 0; i < ENG_N_TIERS; i++)
         eng_state_tiers[i]->account(&in, &t);
     /* gradient slots, and their fp32 sums when grouped */
-    uint64_t grads = sh->max_cpl * cb * (eng_grouped(c) ? 3 : 1);
+    uint64_t grads = sh->max_cpl * (cb + (eng_grouped(c) ? eng_f32_chunk_bytes(c, cb) : 0));
     in.pslots = plan_pslots(&in, budget, grads + t.device, fits, msg, cap);
     for (int i = 0; i < ENG_N_TIERS; i++)
         eng_param_tiers[i]->account(&in, &t);
@@ -481,7 +486,8 @@ static zo_status pack_layout(const zo_engine_config *cfg, const zo_engine_layout
             largest = tensor_room(sd, layout->numel[i], layout_keeps_f32(layout, i));
     memset(sh, 0, sizeof *sh);
     sh->chunk_bytes = chunk_bytes_for(cfg, largest);
-    sh->chunk_elems = sh->chunk_bytes / 2;
+    const size_t pel = eng_param_bytes(cfg);
+    sh->chunk_elems = sh->chunk_bytes / pel;
     eng_packer pk = {sh->chunk_elems, tensor_align(cfg), -1, 0, 0, 0, 0, 0, sd};
     for (size_t i = 0; i < layout->n_tensors; i++) {
         size_t at;
@@ -489,7 +495,7 @@ static zo_status pack_layout(const zo_engine_config *cfg, const zo_engine_layout
         uint32_t c = packer_place(&pk, layout->layer[i], layout->numel[i], keep, &at);
         if (c < cap) {
             chunks[c].layer = layout->layer[i];
-            chunks[c].used_bytes = (uint64_t)(at + tensor_room(sd, layout->numel[i], keep)) * 2;
+            chunks[c].used_bytes = (uint64_t)(at + tensor_room(sd, layout->numel[i], keep)) * pel;
         }
         sh->n_params += layout->numel[i];
     }
@@ -518,7 +524,7 @@ zo_status zo_engine_footprint_for(const zo_engine_config *cfg, const zo_engine_l
     }
     ZO_TRY(pack_layout(cfg, layout, info, sh.n_chunks, &sh)); /* each chunk's used bytes */
     for (uint32_t c = 0; c < sh.n_chunks; c++)
-        used[c] = info[c].used_bytes / 2;
+        used[c] = info[c].used_bytes / eng_param_bytes(cfg);
     free(info);
     sh.used_elems = used;
     choose_homes(cfg, &sh, p16, states);

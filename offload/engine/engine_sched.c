@@ -119,7 +119,7 @@ zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s)
     const void *src;
     ZO_TRY(k->pt->source(e, c, s, &src));
     ZO_TRY(zo_stream_wait_event(e->h2d, p->lastuse));
-    ZO_TRY(eng_timed_copy(e, 0, c, p->ptr, src, k->n_elems * e->e16));
+    ZO_TRY(eng_timed_copy(e, 0, c, p->ptr, src, k->n_elems * e->pel));
     ZO_TRY(zo_event_record(p->ready, e->h2d));
     p->chunk = (int)c;
     k->slot = (int)s;

@@ -196,9 +196,9 @@ void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chun
                      const uint64_t *used_elems, uint8_t *p16_home, uint8_t *states_home);
 zo_status eng_check_caps(const zo_engine_config *c);
 
-/* engine_tier_nvme.c: a swap extent of 16-bit parameters for chunks of
- * at most max_chunk_elems elements. */
-uint64_t eng_p16_extent(uint64_t max_chunk_elems);
+/* engine_tier_nvme.c: a swap extent of 16-bit (c's param_dtype) parameters
+ * for chunks of at most max_chunk_elems elements. */
+uint64_t eng_p16_extent(const zo_engine_config *c, uint64_t max_chunk_elems);
 /* Chunks whose 16-bit parameters have extents on NVMe (homed there or backed). */
 uint32_t eng_p16_on_nvme(const struct zo_engine *e);
 
@@ -254,7 +254,6 @@ zo_status eng_adam_enqueue(struct zo_engine *e, eng_chunk *k, float *st, const e
 zo_status eng_adam_wait(zo_optim_job_t *jobs, uint32_t n, zo_status st);
 zo_status eng_adam_run(struct zo_engine *e, eng_chunk *k, float *st, const eng_update_args *u);
 zo_status eng_timed_swap_wait(struct zo_engine *e, zo_swap_io_t io);
-uint16_t eng_from_f32(zo_dtype t, float f);
 /* Zeroed, 4 KiB aligned host memory, counted in the host's high-water mark. */
 zo_status eng_host_alloc(struct zo_engine *e, uint64_t bytes, float **out);
 /* Chunks whose 16-bit parameters (kind 0) or states (kind 1) table is at. */

@@ -235,11 +235,6 @@ zo_status eng_timed_swap_wait(struct zo_engine *e, zo_swap_io_t io)
     return st;
 }
 
-uint16_t eng_from_f32(zo_dtype t, float f)
-{
-    return t == ZO_DTYPE_F16 ? zo_f32_to_f16(f) : zo_f32_to_bf16(f);
-}
-
 zo_status eng_host_alloc(struct zo_engine *e, uint64_t bytes, float **out)
 {
     *out = NULL;

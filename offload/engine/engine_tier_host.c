@@ -43,7 +43,7 @@ zo_status eng_host_p16_write(struct zo_engine *e, uint32_t c, const float *maste
     for (int b = 0; b < k->p16_bufs; b++) {
         if (init)
             memset(k->p16[b], 0, e->chunk_bytes);
-        eng_cast16(e->cfg.param_dtype, master, k->p16[b], k->n_elems);
+        eng_cast_params(e->cfg.param_dtype, master, k->p16[b], k->n_elems);
     }
     return ZO_OK;
 }
@@ -193,11 +193,8 @@ void eng_resident_rollback(struct zo_engine *e, uint32_t c)
     if (!k->spec_done || !k->backup)
         return;
     memcpy(k->states, k->backup, eng_states_bytes(e->cfg.state_dtype, e->chunk_elems));
-    if (k->p16_bufs == 1) {
-        uint16_t *p = k->p16[k->p16_cur];
-        for (size_t i = 0; i < k->n_elems; i++)
-            p[i] = eng_from_f32(e->cfg.param_dtype, k->states[i]);
-    }
+    if (k->p16_bufs == 1)
+        eng_cast_params(e->cfg.param_dtype, k->states, k->p16[k->p16_cur], k->n_elems);
     k->spec_done = 0;
 }
 

@@ -451,7 +451,7 @@ static zo_status nvme_write_end(struct zo_engine *e, uint32_t c, float *st)
     if (k->pt->store) {
         void *p16 = (char *)st + eng_states_io_bytes(e->cfg.state_dtype, eng_state_stride(e, k));
         memset(p16, 0, e->chunk_bytes);
-        eng_cast16(e->cfg.param_dtype, st, p16, k->n_elems);
+        eng_cast_params(e->cfg.param_dtype, st, p16, k->n_elems);
     }
     zo_swap_io_t io = NULL, pio = NULL;
     zo_status s1 = write_alternate(e, c, st, NULL, &io, &pio); /* the full master */
@@ -487,9 +487,9 @@ uint32_t eng_p16_on_nvme(const struct zo_engine *e)
 }
 
 /* A swap extent of 16-bit parameters: the fullest chunk's, 4 KiB-aligned. */
-uint64_t eng_p16_extent(uint64_t max_chunk_elems)
+uint64_t eng_p16_extent(const zo_engine_config *c, uint64_t max_chunk_elems)
 {
-    return zo_round_up(max_chunk_elems * 2, ZO_SWAP_ALIGN);
+    return zo_round_up(max_chunk_elems * eng_param_bytes(c), ZO_SWAP_ALIGN);
 }
 
 /* A ring of staging twins: as many loads in flight as the staging depth
@@ -514,7 +514,7 @@ static void nvme_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
         return;
     fp->param_staging = (twins_for(in->pslots, in->cfg) + share_bufs(in->cfg, n)) * in->chunk_bytes;
     fp->pinned += fp->param_staging;
-    fp->nvme += 2ull * n * eng_p16_extent(in->max_chunk_elems);
+    fp->nvme += 2ull * n * eng_p16_extent(in->cfg, in->max_chunk_elems);
 }
 
 static zo_status place_share_bufs(struct zo_engine *e, uint32_t n)
@@ -592,7 +592,7 @@ static zo_status nvme_p16_write(struct zo_engine *e, uint32_t c, const float *ma
     eng_chunk *k = &e->chunks[c];
     void *p16 = e->stage[0] ? (char *)e->stage[0] + e->state_extent_bytes : e->twins[0].ptr;
     memset(p16, 0, e->chunk_bytes);
-    eng_cast16(e->cfg.param_dtype, master, p16, k->n_elems);
+    eng_cast_params(e->cfg.param_dtype, master, p16, k->n_elems);
     k->pgen[0] = 1;
     return zo_swap_write(e->pswap, k->pext[0], p16, e->p16_extent, k->pgen[0]);
 }
@@ -693,7 +693,7 @@ static zo_status p16_from_master(struct zo_engine *e, uint32_t c, uint32_t s, co
     zo_status st =
         zo_swap_read(e->swap, k->ext[k->ext_cur], buf, state_io_bytes(e, k), k->gen[k->ext_cur]);
     if (st == ZO_OK) /* the master leads the packed states */
-        eng_cast16(e->cfg.param_dtype, buf, t->ptr, k->n_elems);
+        eng_cast_params(e->cfg.param_dtype, buf, t->ptr, k->n_elems);
     free(buf);
     ZO_TRY(st);
     t->slot = (int)s;

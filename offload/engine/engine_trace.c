@@ -3,6 +3,7 @@
  * and stall seconds, traced NVMe requests, and the 16-bit cast. The bottom of
  * the engine's files: it calls none of them. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine_internal.h"
 #include "zo/half.h"
@@ -78,11 +79,33 @@ void eng_trace_pool(struct zo_engine *e, zo_optim_pool_config *oc)
     oc->trace_ctx = e;
 }
 
-void eng_cast16(zo_dtype t, const float *src, void *dst, size_t n)
+void eng_cast_params(zo_dtype t, const float *src, void *dst, size_t n)
 {
     uint16_t *d = dst;
-    for (size_t i = 0; i < n; i++)
-        d[i] = t == ZO_DTYPE_F16 ? zo_f32_to_f16(src[i]) : zo_f32_to_bf16(src[i]);
+    if (t == ZO_DTYPE_F32)
+        memmove(dst, src, n * sizeof(float));
+    else
+        for (size_t i = 0; i < n; i++)
+            d[i] = t == ZO_DTYPE_F16 ? zo_f32_to_f16(src[i]) : zo_f32_to_bf16(src[i]);
+}
+
+static float widen_one(zo_dtype t, const void *src, size_t i)
+{
+    switch (t) {
+    case ZO_DTYPE_F32: return ((const float *)src)[i];
+    case ZO_DTYPE_F16: return zo_f16_to_f32(((const uint16_t *)src)[i]);
+    default: return zo_bf16_to_f32(((const uint16_t *)src)[i]);
+    }
+}
+
+void eng_widen_params(zo_dtype t, const void *src, const float *base, float *out, size_t n)
+{
+    if (base)
+        for (size_t i = 0; i < n; i++)
+            out[i] = base[i] + widen_one(t, src, i);
+    else
+        for (size_t i = 0; i < n; i++)
+            out[i] = widen_one(t, src, i);
 }
 
 typedef struct busy_arg {

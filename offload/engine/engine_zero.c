@@ -333,14 +333,7 @@ int zo_engine_tensor_owner(zo_engine_t e, int id)
 static void widen(const struct zo_engine *e, const eng_chunk *k, int parity, const float *base,
                   float *out)
 {
-    const uint16_t *g = k->g16[parity];
-    int f16 = e->cfg.param_dtype == ZO_DTYPE_F16;
-    if (base)
-        for (size_t i = 0; i < k->n_elems; i++)
-            out[i] = base[i] + (f16 ? zo_f16_to_f32(g[i]) : zo_bf16_to_f32(g[i]));
-    else
-        for (size_t i = 0; i < k->n_elems; i++)
-            out[i] = f16 ? zo_f16_to_f32(g[i]) : zo_bf16_to_f32(g[i]);
+    eng_widen_params(e->cfg.param_dtype, k->g16[parity], base, out, k->n_elems);
 }
 
 /* The rank order: chunk c's gradient of this rank as fp32, its accumulator
@@ -474,7 +467,7 @@ static zo_status resend(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, int 
     ZO_TRY(zo_stream_synchronize(s));
     if (r != e->cfg.rank || !eng_p16_nvme(k))
         return ZO_OK;
-    size_t used = k->n_elems * e->e16;
+    size_t used = k->n_elems * e->pel;
     memset((char *)buf + used, 0, e->p16_extent - used);
     zo_status st = good ? ZO_OK : ZO_FAIL(ZO_ERR_IO, ENG_SUBSYS, "its owner could not read it");
     zo_swap_io_t io = NULL;
@@ -667,7 +660,7 @@ static zo_status share_nvme(struct zo_engine *e, uint32_t c, zo_comm_t comm, zo_
     ZO_TRY(zo_stream_synchronize(s));
     if (mine || r->st < 0)
         return ZO_OK;
-    size_t used = k->n_elems * e->e16;
+    size_t used = k->n_elems * e->pel;
     memset((char *)buf + used, 0, e->p16_extent - used);
     zo_status st = eng_p16_nvme_receive(e, c, buf, &r->io[b]);
     missed(e, r, c, st);

@@ -2,7 +2,8 @@
  * described only by its tensor sizes equals zo_engine_plan of the same
  * tensors registered on an engine, field by field, under every placement,
  * mode, accumulation and device budget; the packing matches a plain
- * reference of the documented rule; malformed layouts are refused. */
+ * reference of the documented rule; malformed layouts are refused. fp32
+ * parameters (param_dtype ZO_DTYPE_F32) are planned beside bf16 ones. */
 #include <stdio.h>
 #include <string.h>
 
@@ -93,6 +94,22 @@ static void plan_registered(zo_device_t dev, const zo_engine_config *cfg, const 
     zo_engine_free(e);
 }
 
+/* The footprint of an engine holding the model and of the planner without
+ * one are the same, refusal message and all (into *a); 1 when it fits. */
+static int compare_plans(zo_device_t dev, const zo_engine_config *c, const model *m,
+                         const zo_engine_layout *ly, zo_engine_footprint *a)
+{
+    zo_engine_footprint b = ZO_ENGINE_FOOTPRINT_INIT;
+    int fa = -1, fb = -1;
+    char ma[512], mb[512];
+    plan_registered(dev, c, m, a, &fa, ma, sizeof ma);
+    ZO_ASSERT_OK(zo_engine_footprint_for(c, ly, &b, &fb, mb, sizeof mb));
+    expect_same_footprint(a, &b);
+    assert_int_equal(fa, fb);
+    assert_string_equal(ma, mb);
+    return fa;
+}
+
 static void test_footprint_for_equals_plan(void **state)
 {
     (void)state;
@@ -122,15 +139,12 @@ static void test_footprint_for_equals_plan(void **state)
                 c.pinned_bytes = rnd() % 4 == 0 ? rnd() % (4u << 20) : 0;
                 c.nvme_bytes = rnd() % 4 == 0 ? rnd() % (8u << 20) : 0;
                 c.host_bytes = rnd() % 4 == 0 ? rnd() % (16u << 20) : 0;
-                zo_engine_footprint a = ZO_ENGINE_FOOTPRINT_INIT, b = ZO_ENGINE_FOOTPRINT_INIT;
-                int fa = -1, fb = -1;
-                char ma[512], mb[512];
-                plan_registered(dev, &c, &m, &a, &fa, ma, sizeof ma);
-                ZO_ASSERT_OK(zo_engine_footprint_for(&c, &ly, &b, &fb, mb, sizeof mb));
-                expect_same_footprint(&a, &b);
-                assert_int_equal(fa, fb);
-                assert_string_equal(ma, mb);
-                fa ? n_fit++ : n_refused++;
+                /* the same configuration with 16-bit, then fp32 parameters */
+                for (int d = 0; d < 2; d++) {
+                    c.param_dtype = d ? ZO_DTYPE_F32 : ZO_DTYPE_BF16;
+                    zo_engine_footprint a = ZO_ENGINE_FOOTPRINT_INIT;
+                    compare_plans(dev, &c, &m, &ly, &a) ? n_fit++ : n_refused++;
+                }
             }
     }
     assert_true(n_fit > 50 && n_refused > 50); /* both outcomes were compared */
@@ -173,13 +187,11 @@ static void test_split_footprint_for_equals_plan(void **state)
                 if (c.optim_home > ZO_TIER_HOST)
                     c.optim_caps.host = rnd() % (3u << 20);
                 zo_engine_footprint a = ZO_ENGINE_FOOTPRINT_INIT, b = ZO_ENGINE_FOOTPRINT_INIT;
-                int fa = -1, fb = -1;
-                char ma[512], mb[512];
-                plan_registered(dev, &c, &m, &a, &fa, ma, sizeof ma);
-                ZO_ASSERT_OK(zo_engine_footprint_for(&c, &ly, &b, &fb, mb, sizeof mb));
-                expect_same_footprint(&a, &b);
-                assert_int_equal(fa, fb);
-                assert_string_equal(ma, mb);
+                int fb = -1;
+                c.param_dtype = ZO_DTYPE_F32; /* fp32 parameters: 4-byte slots and copies */
+                compare_plans(dev, &c, &m, &ly, &a);
+                c.param_dtype = ZO_DTYPE_BF16;
+                compare_plans(dev, &c, &m, &ly, &a);
                 if (c.optim_home != ZO_TIER_NVME)
                     continue;
                 zo_engine_config more = c; /* one more chunk's states on the host */
@@ -189,6 +201,52 @@ static void test_split_footprint_for_equals_plan(void **state)
             }
     }
     zo_device_free(dev);
+}
+
+/* fp32 parameters: chunk_bytes C holds C/4 of them, and the fp32 terms of
+ * engine.h's formulas take F = C bytes a chunk where 16-bit ones take 2*C
+ * (3 layers of 1000 elements, host homes, 2 micro-batches: S = N = 3, K = 1,
+ * Z = 3*F, accumulators F*N). */
+static void test_fp32_terms_follow_the_formulas(void **state)
+{
+    (void)state;
+    size_t numel[3] = {1000, 1000, 1000};
+    int layer[3] = {0, 1, 2};
+    zo_engine_layout ly = ZO_ENGINE_LAYOUT_INIT;
+    ly.n_tensors = 3;
+    ly.numel = numel;
+    ly.layer = layer;
+    const uint64_t C = 8192;
+    for (int d = 0; d < 2; d++) {
+        zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+        c.param_dtype = d ? ZO_DTYPE_F32 : ZO_DTYPE_BF16;
+        c.chunk_bytes = C;
+        c.grad_accum_steps = 2;
+        zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+        int fits = 0;
+        ZO_ASSERT_OK(zo_engine_footprint_for(&c, &ly, &fp, &fits, NULL, 0));
+        uint64_t F = d ? C : 2 * C;
+        assert_true(fits);
+        assert_int_equal(fp.chunk_bytes, C);
+        assert_int_equal(fp.n_chunks, 3);
+        assert_int_equal(fp.device, 3 * C + C);
+        assert_int_equal(fp.pinned, 3 * C + 3 * C);
+        assert_int_equal(fp.host, 3 * (3 * F) + 3 * F);
+        assert_int_equal(fp.nvme, 0);
+        zo_engine_chunk_info info[3];
+        uint32_t n = 0;
+        ZO_ASSERT_OK(zo_engine_chunks_for(&c, &ly, info, 3, &n));
+        assert_int_equal(info[0].used_bytes, 1000 * (d ? 4 : 2));
+    }
+    /* a tensor of 3000 fp32 elements does not fit 8 KiB: the chunk grows to its bytes */
+    numel[1] = 3000;
+    zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+    c.param_dtype = ZO_DTYPE_F32;
+    c.chunk_bytes = C;
+    zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
+    int fits = 0;
+    ZO_ASSERT_OK(zo_engine_footprint_for(&c, &ly, &fp, &fits, NULL, 0));
+    assert_int_equal(fp.chunk_bytes, 12288);
 }
 
 /* device_bytes 0: no limit, every parameter chunk gets a slot. */
@@ -436,6 +494,7 @@ int main(void)
         cmocka_unit_test(test_state_formats_counted),
         cmocka_unit_test(test_kept_f32_tensor_counted),
         cmocka_unit_test(test_unlimited_device),
+        cmocka_unit_test(test_fp32_terms_follow_the_formulas),
         cmocka_unit_test(test_nvme_extents_sized_to_the_model),
         cmocka_unit_test(test_chunks_for_matches_reference),
         cmocka_unit_test(test_bad_layouts_are_refused),
