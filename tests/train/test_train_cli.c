@@ -194,6 +194,7 @@ static void test_bad_flags(void **state)
     expect_usage_error("--device-mem 12XB", "expected a byte count");
     expect_usage_error("--steps -1", "an integer >= 0");
     expect_usage_error("--optimizer-mode fast", "sync, overlap or dpu");
+    expect_usage_error("--dtype fp8", "expected bf16, fp16 or fp32");
     expect_usage_error("--embedding-f32-states yes", "expected on or off");
     expect_usage_error("--frobnicate", "unknown option");
     expect_usage_error("extra", "unexpected argument 'extra'");
@@ -413,6 +414,42 @@ static void test_config_drives_the_run(void **state)
                      1);
     json_decref(root);
     free(err);
+}
+
+/* DeepSpeed's precision: fp16.enabled or bf16.enabled picks 16 bits; with
+ * neither the run trains in fp32 (the engine holds fp32 parameters), as
+ * DeepSpeed does, and --dtype overrides the config. */
+static void test_config_precision_picks_the_dtype(void **state)
+{
+    static const struct {
+        const char *json, *flags, *dtype;
+    } cases[] = {
+        {"{\"train_micro_batch_size_per_gpu\": 2}", "", "fp32"},
+        {"{\"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\": false}, "
+         "\"fp16\": {\"enabled\": false}}",
+         "", "fp32"},
+        {"{\"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\": true}}", "", "bf16"},
+        {"{\"train_micro_batch_size_per_gpu\": 2, \"fp16\": {\"enabled\": true}}", "", "fp16"},
+        {"{\"train_micro_batch_size_per_gpu\": 2, \"bf16\": {\"enabled\": true}}", " --dtype fp32",
+         "fp32"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[1024], *err;
+        snprintf(args, sizeof args, "--config %s --steps 2 --json%s" TINY,
+                 write_config("precision.json", cases[i].json), cases[i].flags);
+        json_t *root = run_json(args, &err);
+        const char *got =
+            json_string_value(json_object_get(json_object_get(root, "model"), "dtype"));
+        if (!got || strcmp(got, cases[i].dtype) != 0)
+            fail_msg("'%s' with %s: dtype %s, expected %s", cases[i].json, cases[i].flags,
+                     got ? got : "(none)", cases[i].dtype);
+        assert_null(strstr(err, "16 bits only")); /* no warning: fp32 is trained, not bf16 */
+        json_t *losses = json_object_get(root, "losses");
+        for (size_t k = 0; k < json_array_size(losses); k++)
+            assert_true(isfinite(json_number_value(json_array_get(losses, k))));
+        json_decref(root);
+        free(err);
+    }
 }
 
 /* Flags given with --config override it; what they leave alone stays. */
@@ -890,6 +927,7 @@ int main(void)
         cmocka_unit_test(test_host_mem_spills_gradients),
         cmocka_unit_test(test_config_drives_the_run),
         cmocka_unit_test(test_flags_override_the_config),
+        cmocka_unit_test(test_config_precision_picks_the_dtype),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_checkpoint_flags),
         cmocka_unit_test(test_metrics_and_trace),

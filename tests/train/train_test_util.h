@@ -29,4 +29,24 @@ static inline zt_options zt_test_small_options(const char *swap_dir, int steps)
     return o;
 }
 
+/* The smallest device budget zt_trainer_init accepts for o (the activations,
+ * one layer of parameter and gradient chunks, what the placement adds),
+ * found by the engine's plan refusing one byte less. */
+static inline uint64_t zt_test_smallest_budget(zt_options o)
+{
+    uint64_t lo = 1, hi = 64u << 20;
+    while (lo < hi) { /* binary search on "init succeeds" */
+        uint64_t mid = lo + (hi - lo) / 2;
+        o.device_mem = mid;
+        zt_trainer *t = NULL;
+        if (zt_trainer_init(&t, &o) == ZO_OK) {
+            zt_trainer_free(t);
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    return lo;
+}
+
 #endif

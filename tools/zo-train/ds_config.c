@@ -112,10 +112,8 @@ static void optimizer(zt_options *o, const zo_train_config *cfg)
 
 static void precision(zt_options *o, const zo_train_config *cfg)
 {
-    o->dtype = cfg->fp16.enabled ? ZO_DTYPE_F16 : ZO_DTYPE_BF16;
-    if (!cfg->fp16.enabled && !cfg->bf16.enabled)
-        fprintf(stderr, "zo-train: neither 'fp16.enabled' nor 'bf16.enabled' is true; zo-train "
-                        "computes in 16 bits only: training in bf16\n");
+    /* neither: fp32 training, as DeepSpeed does (the engine's slots hold the fp32 master) */
+    o->dtype = cfg->fp16.enabled ? ZO_DTYPE_F16 : cfg->bf16.enabled ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
     zo_loss_scaler_config ls = ZO_LOSS_SCALER_CONFIG_INIT;
     ls.loss_scale = cfg->fp16.loss_scale;
     ls.initial_scale_power = (int)cfg->fp16.initial_scale_power;

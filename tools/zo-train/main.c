@@ -74,8 +74,8 @@ static void usage(FILE *f)
         "model:\n"
         "  --preset NAME          %s (default tiny)\n"
         "  --vocab N --dim N --layers N --heads N --ffn N   override the preset's shape\n"
-        "  --dtype bf16|fp16      16-bit parameter and activation type (default bf16; fp16 uses\n"
-        "                         dynamic loss scaling)\n"
+        "  --dtype bf16|fp16|fp32  parameter and activation type (default bf16; fp16 uses\n"
+        "                         dynamic loss scaling; fp32 computes with the master weights)\n"
         "data and schedule:\n"
         "  --data FILE            text (byte-level, vocabulary 256) or a ZOTOKENS token file\n"
         "                         (default: the shipped Shakespeare corpus)\n"
@@ -550,9 +550,11 @@ static int parse_opt(int opt, const char *arg, cli *c)
         c->progress = strcmp(arg, "auto") == 0 ? -1 : strcmp(arg, "line") == 0;
         return 0;
     case OPT_DTYPE:
-        if (strcmp(arg, "bf16") && strcmp(arg, "fp16"))
-            return bad_value("dtype", arg, "bf16 or fp16");
-        c->o.dtype = strcmp(arg, "bf16") == 0 ? ZO_DTYPE_BF16 : ZO_DTYPE_F16;
+        if (strcmp(arg, "bf16") && strcmp(arg, "fp16") && strcmp(arg, "fp32"))
+            return bad_value("dtype", arg, "bf16, fp16 or fp32");
+        c->o.dtype = strcmp(arg, "bf16") == 0   ? ZO_DTYPE_BF16
+                     : strcmp(arg, "fp16") == 0 ? ZO_DTYPE_F16
+                                                : ZO_DTYPE_F32;
         return 0;
     case OPT_PIPELINE_STAGES: {
         long v;

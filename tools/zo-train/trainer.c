@@ -481,10 +481,10 @@ static uint64_t host_limit(const zt_trainer *t, char *why, size_t cap)
  * v as a checkpoint moves them, and the engine's buffer of one chunk's
  * states that reads and writes of them go through. They grow with the
  * largest tensor and the chunk, not with the number of layers. */
-uint64_t zt_tensor_buffer_bytes(const zt_shape *s, zo_dtype state_dtype, uint64_t chunk_bytes)
+uint64_t zt_tensor_buffer_bytes(const zt_shape *s, zo_dtype state_dtype, uint64_t chunk_elems)
 {
     return 3 * (zt_largest_tensor(s) + 2) * sizeof(float) +
-           zo_engine_nvme_state_bytes_as(state_dtype, chunk_bytes / 2);
+           zo_engine_nvme_state_bytes_as(state_dtype, chunk_elems);
 }
 
 /* The host memory the run will take under c, part by part: the plan's pinned
@@ -516,7 +516,8 @@ static zo_status host_need(const zt_trainer *t, const zo_engine_config *c, uint6
     part[0] = fp->pinned + zt_model_host_activation_bytes(&mc, &g);
     part[1] = fp->host + zt_model_act_carry_bytes(&mc, &g);
     part[2] = t->o.moves_tensors
-                  ? zt_tensor_buffer_bytes(&t->o.shape, c->state_dtype, fp->chunk_bytes)
+                  ? zt_tensor_buffer_bytes(&t->o.shape, c->state_dtype,
+                                           fp->chunk_bytes / zo_dtype_size(c->param_dtype))
                   : 0;
     part[3] = is_cuda(t) ? 0 : t->setup.device_budget;
     return ZO_OK;
@@ -571,8 +572,10 @@ static zo_status auto_placement(zt_trainer *t, zo_engine_config *c)
     ZT_TRY(host_need(t, c, part, &fp));
     if (!limit || part[0] + part[1] + part[2] + part[3] > limit)
         return ZO_OK; /* nothing to spare: check_host_memory says what is missing */
-    /* a chunk's states at the chunk's size in their format: 6 x chunk_bytes in fp32 */
-    uint64_t states = zo_engine_nvme_state_bytes_as(c->state_dtype, fp.chunk_bytes / 2);
+    /* a chunk's states at the chunk's size in their format: 6 x chunk_bytes in fp32 (3 x
+     * with fp32 parameters, whose chunks hold half as many) */
+    uint64_t states = zo_engine_nvme_state_bytes_as(c->state_dtype,
+                                                    fp.chunk_bytes / zo_dtype_size(c->param_dtype));
     if (c->optim_home == ZO_TIER_NVME)
         ZT_TRY(fill_host(t, c, &c->optim_caps.host, states, fp.n_chunks, limit));
     if (c->param_home == ZO_TIER_NVME)
@@ -789,8 +792,13 @@ zo_status zt_options_check(const zt_options *o)
                        o->seq, o->micro_batch, o->grad_accum);
     if (!(o->lr > 0.0f) || !isfinite(o->lr))
         return zt_fail(ZO_ERR_INVALID_ARG, "--lr %g must be > 0", (double)o->lr);
-    if (o->dtype != ZO_DTYPE_BF16 && o->dtype != ZO_DTYPE_F16)
-        return zt_fail(ZO_ERR_INVALID_ARG, "parameter dtype must be bf16 or fp16");
+    if (o->dtype != ZO_DTYPE_BF16 && o->dtype != ZO_DTYPE_F16 && o->dtype != ZO_DTYPE_F32)
+        return zt_fail(ZO_ERR_INVALID_ARG, "parameter dtype %s: expected bf16, fp16 or fp32",
+                       zo_dtype_name(o->dtype));
+    if (o->dtype == ZO_DTYPE_F32 && o->master_split)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--master-split on with --dtype fp32: fp32 parameters are the master "
+                       "itself, nothing to split; leave --master-split off or train in bf16");
     if (o->micro_group < 0)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "--micro-group %d: expected 0 or 1 (micro-batch-major) or the "

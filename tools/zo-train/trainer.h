@@ -142,7 +142,7 @@ typedef struct zt_trainer zt_trainer;
 zo_status zt_options_check(const zt_options *o);
 /* Host bytes zo-train's loading and saving take beside the engine: they
  * grow with the largest tensor and the chunk, not with the layers. */
-uint64_t zt_tensor_buffer_bytes(const zt_shape *s, zo_dtype state_dtype, uint64_t chunk_bytes);
+uint64_t zt_tensor_buffer_bytes(const zt_shape *s, zo_dtype state_dtype, uint64_t chunk_elems);
 zo_status zt_trainer_init(zt_trainer **out, const zt_options *o);
 void zt_trainer_free(zt_trainer *t);
 const zt_setup *zt_trainer_setup(const zt_trainer *t);
