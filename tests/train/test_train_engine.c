@@ -128,26 +128,6 @@ static void assert_same_run(const run_result *a, const run_result *b, const zt_s
         }
 }
 
-/* The smallest device budget that fits: the activations plus one layer of
- * parameter chunks plus one layer of gradient chunks, found by the engine's
- * plan refusing one byte less. */
-static uint64_t smallest_budget(zt_options o)
-{
-    uint64_t lo = 1, hi = 64u << 20;
-    while (lo < hi) { /* binary search on "init succeeds" */
-        uint64_t mid = lo + (hi - lo) / 2;
-        o.device_mem = mid;
-        zt_trainer *t = NULL;
-        if (zt_trainer_init(&t, &o) == ZO_OK) {
-            zt_trainer_free(t);
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    return lo;
-}
-
 static void test_placements_are_bitwise_identical(void **state)
 {
     const zo_optim_mode modes[] = {ZO_OPTIM_SYNC, ZO_OPTIM_OVERLAP};
@@ -177,7 +157,7 @@ static void test_placements_are_bitwise_identical(void **state)
             o.param_home = cases[c].param;
             o.optim_home = cases[c].optim;
             if (cases[c].smallest)
-                o.device_mem = smallest_budget(o);
+                o.device_mem = zt_test_smallest_budget(o);
             char what[160];
             snprintf(what, sizeof what, "%s (%s)", cases[c].name, zo_optim_mode_name(o.mode));
             run_result r;
@@ -349,7 +329,7 @@ static void test_budget_below_the_activations_is_refused(void **state)
     assert_int_equal(zt_trainer_init(&t, &o), ZO_ERR_OUT_OF_DEVICE_MEMORY);
     assert_null(t);
     assert_non_null(strstr(zt_last_error(), "activations"));
-    o.device_mem = smallest_budget(o) - 1; /* the engine's plan refuses one byte less */
+    o.device_mem = zt_test_smallest_budget(o) - 1; /* the engine's plan refuses one byte less */
     assert_true(zt_trainer_init(&t, &o) < 0);
     assert_non_null(strstr(zt_last_error(), "short by 1 bytes"));
 }

@@ -209,26 +209,6 @@ static void test_layer_major_equals_micro_batch_major(void **state)
     }
 }
 
-/* The smallest device budget that fits (the activations, one layer of
- * parameter and gradient chunks, the gradients' fp32 sums when grouped),
- * found by the engine's plan refusing one byte less. */
-static uint64_t smallest_budget(zt_options o)
-{
-    uint64_t lo = 1, hi = 64u << 20;
-    while (lo < hi) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        o.device_mem = mid;
-        zt_trainer *t = NULL;
-        if (zt_trainer_init(&t, &o) == ZO_OK) {
-            zt_trainer_free(t);
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    return lo;
-}
-
 /* 8 micro-batches per step, parameters paged from the host through the
  * smallest device budget, a chunk per layer (every fetch of another layer
  * loads it): a group of 8 fetches each layer once per phase, micro-batch-
@@ -243,11 +223,11 @@ static void test_group_of_8_moves_8x_fewer_parameter_bytes(void **state)
     const int steps = 4;
     zt_options o = group_options(8, 1, ZT_ACT_DEVICE);
     o.chunk_bytes = 64u << 10; /* each layer in one chunk */
-    o.device_mem = smallest_budget(o);
+    o.device_mem = zt_test_smallest_budget(o);
     run_result one, eight;
     train(&o, steps, -1, &one);
     o.micro_group = 8;
-    o.device_mem = smallest_budget(o);
+    o.device_mem = zt_test_smallest_budget(o);
     train(&o, steps, -1, &eight);
     assert_same_run(&one, &eight, steps, &o.shape, "group 8");
     const zt_shape *s = &o.shape;

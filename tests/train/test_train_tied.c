@@ -205,24 +205,6 @@ static void assert_same_run(const run_result *a, const run_result *b, const zt_s
         }
 }
 
-/* The smallest device budget the trainer accepts (binary search on init). */
-static uint64_t smallest_budget(zt_options o)
-{
-    uint64_t lo = 1, hi = 64u << 20;
-    while (lo < hi) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        o.device_mem = mid;
-        zt_trainer *t = NULL;
-        if (zt_trainer_init(&t, &o) == ZO_OK) {
-            zt_trainer_free(t);
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    return lo;
-}
-
 typedef struct place_case {
     const char *name;
     zo_tier param, optim;
@@ -264,7 +246,7 @@ static void test_placements_and_modes_are_bitwise_identical(void **state)
         o.micro_group = cases[c].micro_group;
         o.act_home = cases[c].act_home;
         if (cases[c].smallest)
-            o.device_mem = smallest_budget(o);
+            o.device_mem = zt_test_smallest_budget(o);
         run_result r;
         train_run(&o, &r);
         assert_same_run(&ref, &r, &o.shape, cases[c].name);
