@@ -6,8 +6,8 @@ losses, the validation loss and the final fp32 master weights (their
 --weights-digest, each tensor hashed by the stage holding it) are bitwise
 equal, for S = 2 and S = 4 (the tiny model's 6 engine layers split unevenly),
 with the optimizer states on NVMe and the parameters in host memory, in sync,
-overlap and dpu modes, with parameters on the device, and with a split given
-by --pipeline-split; 2 stages x 2 data-parallel ranks (ZeRO 1, 2 and 3 in
+overlap and dpu modes, with parameters on the device, with a split given
+by --pipeline-split, and in fp32 (--dtype fp32: 4-byte activations between stages); 2 stages x 2 data-parallel ranks (ZeRO 1, 2 and 3 in
 each stage's group) equal 2 data-parallel ranks at the same M; the trace shows each
 stage's forwards and backwards per micro-batch in 1F1B order; a pipeline's
 checkpoint (each stage's tensors in its own shard, under Hugging Face names)
@@ -279,6 +279,8 @@ exact(2, ["--offload-param", "none", "--offload-optimizer", "cpu"])
 exact(2, HOST_NVME, split="1")  # the embedding alone, then 5 layers
 exact(3, HOST_NVME, split="2,5")
 exact(4, HOST_NVME, micro=2)  # fewer micro-batches than stages
+exact(2, HOST_NVME + ["--dtype", "fp32"])  # fp32 activations and parameters between stages
+exact(3, HOST_NVME + ["--dtype", "fp32", "--optimizer-mode", "overlap"], split="2,5")
 three_d(1)
 three_d(2)
 three_d(3)

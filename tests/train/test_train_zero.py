@@ -5,9 +5,9 @@ N ranks with --grad-accum 1 against one rank with --grad-accum N over the same
 data: the losses, the validation loss and the final fp32 master weights (their
 --weights-digest, each tensor hashed by its owner) are bitwise equal, for
 stages 1, 2 and 3 with the optimizer states in host memory and on NVMe, in
-sync, overlap and dpu modes, and with the 16-bit parameters on NVMe (--offload-param
-nvme: every chunk in each rank's files at stages 1 and 2, its own at stage 3; with
---offload-optimizer cpu the other ranks' chunks at stages 1 and 2, stage 3 refused); each
+sync, overlap and dpu modes, with fp32 parameters too (--dtype fp32), and with
+the 16-bit parameters on NVMe (--offload-param nvme: every chunk in each rank's
+files at stages 1 and 2, its own at stage 3; with --offload-optimizer cpu the other ranks' chunks at stages 1 and 2, stage 3 refused); each
 rank's NVMe bytes are its own chunks' share; a flag that differs on one rank is
 refused naming it; layer-major groups in the global reduction order are refused
 naming what works.
@@ -46,15 +46,16 @@ def train(ranks, extra, swap):
     return json.loads(out)
 
 
-def exact(ranks, stage, optim, mode="sync", param="cpu"):
+def exact(ranks, stage, optim, mode="sync", param="cpu", dtype="bf16"):
     with tempfile.TemporaryDirectory() as d:
-        both = ["--offload-optimizer", optim, "--optimizer-mode", mode, "--offload-param", param]
+        both = ["--offload-optimizer", optim, "--optimizer-mode", mode, "--offload-param", param,
+                "--dtype", dtype]
         one = train(1, ["--grad-accum", str(ranks)] + both, d + "/one")
         many = train(ranks, ["--zero-stage", str(stage)] + both, d + "/z")
         if one is None or many is None:
             return
-        what = "%d ranks, stage %d, optimizer %s, mode %s, param %s" % (ranks, stage, optim, mode,
-                                                                       param)
+        what = "%d ranks, stage %d, optimizer %s, mode %s, param %s, %s" % (ranks, stage, optim,
+                                                                           mode, param, dtype)
         check(one["losses"] == many["losses"],
               "%s: losses %s, one rank %s" % (what, many["losses"], one["losses"]))
         check(one["val_loss"] == many["val_loss"],
@@ -102,6 +103,12 @@ for stage in (1, 2, 3):
     exact(2, stage, "nvme", param="nvme")
 exact(2, 3, "nvme", "overlap", param="nvme")
 exact(2, 2, "nvme", "dpu", param="nvme")
+# fp32 parameters (--dtype fp32): 4-byte broadcasts, gathers and widened gradients
+for stage in (1, 2, 3):
+    exact(2, stage, "nvme", dtype="fp32")
+exact(2, 3, "cpu", "overlap", dtype="fp32")
+exact(2, 2, "nvme", "dpu", param="nvme", dtype="fp32")
+exact(2, 3, "nvme", param="nvme", dtype="fp32")
 
 # 16-bit parameters on NVMe with the optimizer states in host memory: each rank keeps its own
 # chunks beside their states and the other ranks' on NVMe (stages 1-2); one rank keeps all of
