@@ -6,7 +6,7 @@
  *    through zp_validate, zo-plan --validate's trainer run); a budget one
  *    byte short of the plan is refused by the trainer too; the small preset
  *    itself ("test_plan small", label slow) at its roomy and smallest
- *    budgets;
+ *    budgets; tiny with fp32 parameters too;
  *  - a 70B model is planned without allocating in proportion to its size:
  *    the work units stay within a bound set by the layers and chunks, and
  *    the plan succeeds in a child whose address space is capped at 512 MiB
@@ -81,13 +81,16 @@ static job_cfg small_full_cfg(void)
     return (job_cfg){"small", s, 64, 4, 1};
 }
 
+/* The parameters' type of the jobs planned: bf16 but in test_memory_tiny_fp32. */
+static zo_dtype g_dtype = ZO_DTYPE_BF16;
+
 static zp_job job_of(const job_cfg *c)
 {
     zp_job j = {.shape = c->shape,
                 .seq = c->seq,
                 .micro_batch = c->micro_batch,
                 .grad_accum = c->grad_accum,
-                .dtype = ZO_DTYPE_BF16,
+                .dtype = g_dtype,
                 .mode = ZO_OPTIM_SYNC,
                 .act_home = ZP_ACT_AUTO,
                 .state_dtype = ZO_DTYPE_F32};
@@ -208,6 +211,21 @@ static void test_memory_tiny(void **state)
     c = tiny_cfg(2); /* fp32 accumulators on the host */
     check_memory(&c, ZP_PARAMS_HOST, 256u << 20);
     check_memory(&c, ZP_OPTIM_NVME, 256u << 20);
+}
+
+/* fp32 parameters (zo-train --dtype fp32): 4-byte slots, copies and
+ * extents, fp32 activations; every strategy and budget as in bf16, and with
+ * host accumulators and layer-major groups. */
+static void test_memory_tiny_fp32(void **state)
+{
+    (void)state;
+    g_dtype = ZO_DTYPE_F32;
+    job_cfg c = tiny_cfg(1);
+    check_job_memory(&c);
+    c = tiny_cfg(2);
+    check_memory(&c, ZP_PARAMS_HOST, 256u << 20);
+    check_memory(&c, ZP_OPTIM_NVME, 256u << 20);
+    g_dtype = ZO_DTYPE_BF16;
 }
 
 static void test_memory_small(void **state)
@@ -429,6 +447,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest memory[] = {
         cmocka_unit_test(test_memory_tiny),
+        cmocka_unit_test(test_memory_tiny_fp32),
         cmocka_unit_test(test_memory_small),
         cmocka_unit_test(test_update_rate_drives_nvme_time),
         cmocka_unit_test(test_70b_work_does_not_grow_with_size),

@@ -467,7 +467,7 @@ static void test_bad_flags(void **state)
     (void)state;
     const char *bad[][2] = {{"--gpu-mem lots", "--gpu-mem"},
                             {"--state-dtype fp8", "fp32, bf16, int8 or auto"},
-                            {"--dtype fp8", "bf16 or fp16"},
+                            {"--dtype fp8", "bf16, fp16 or fp32"},
                             {"--optimizer-mode eager", "sync, overlap or dpu"},
                             {"--seq 0", "--seq"},
                             {"--preset huge", "unknown preset"},

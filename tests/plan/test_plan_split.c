@@ -14,7 +14,8 @@
  *    terms its totals are exactly it;
  *  - under random budgets (from a seed) a plan that fits never exceeds the
  *    device, host, pinned or NVMe budget, and its totals are the engine's
- *    footprint plus the modelled terms it reports. */
+ *    footprint plus the modelled terms it reports, with bf16 and with fp32
+ *    parameters. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,21 +274,24 @@ static void test_random_budgets_respected(void **state)
             cpu_dev((24 + rnd(&seed) % 200) * MiB, (16 + rnd(&seed) % 400) * MiB, nvme);
         if (rnd(&seed) % 4 == 0)
             hw.pinned_max = (8 + rnd(&seed) % 200) * MiB;
-        zp_plan p = split(&j, &hw, &unit);
-        if (!p.fits) {
-            assert_true(strstr(p.why, "tier") != NULL);
-            refused++;
-            continue;
+        for (int d = 0; d < 2; d++) { /* the same job and machine in bf16, then fp32 */
+            j.dtype = d ? ZO_DTYPE_F32 : ZO_DTYPE_BF16;
+            zp_plan p = split(&j, &hw, &unit);
+            if (!p.fits) {
+                assert_true(strstr(p.why, "tier") != NULL);
+                refused++;
+                continue;
+            }
+            fitted++;
+            assert_true(p.device.total <= hw.device_bytes);
+            assert_true(p.pinned.total + p.host.total <= hw.host_bytes);
+            assert_true(!hw.pinned_max || p.pinned.total <= hw.pinned_max);
+            assert_true(p.nvme.files <= hw.nvme_bytes);
+            assert_true(p.param_caps.device <= (uint64_t)p.fp.n_chunks * p.fp.chunk_bytes);
+            assert_true(p.optim_caps.host <= (uint64_t)p.fp.n_chunks * 6 * p.fp.chunk_bytes);
+            assert_int_equal(p.pinned.total, host_pinned(&p));
+            expect_engine_footprint(&j, &hw, &p);
         }
-        fitted++;
-        assert_true(p.device.total <= hw.device_bytes);
-        assert_true(p.pinned.total + p.host.total <= hw.host_bytes);
-        assert_true(!hw.pinned_max || p.pinned.total <= hw.pinned_max);
-        assert_true(p.nvme.files <= hw.nvme_bytes);
-        assert_true(p.param_caps.device <= (uint64_t)p.fp.n_chunks * p.fp.chunk_bytes);
-        assert_true(p.optim_caps.host <= (uint64_t)p.fp.n_chunks * 6 * p.fp.chunk_bytes);
-        assert_int_equal(p.pinned.total, host_pinned(&p));
-        expect_engine_footprint(&j, &hw, &p);
     }
     /* the budgets drawn cover both outcomes */
     assert_true(fitted > 5 && refused > 5);

@@ -106,7 +106,7 @@ static void test_host_state_bytes_are_the_engines(void **state)
         assert_int_equal(fp.host, p.fp.host);
         assert_int_equal(p.host.states, fp.host);
         assert_int_equal(p.host.states, (uint64_t)p.fp.n_chunks *
-                                            zp_chunk_state_bytes(formats[f], p.fp.chunk_bytes));
+                                            zp_chunk_state_bytes(formats[f], p.fp.chunk_bytes / 2));
         bytes[f] = p.host.states;
     }
     /* master 4 + m, v: 8 (fp32), 4 (bf16), about 2 (int8) bytes per parameter */

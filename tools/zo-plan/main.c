@@ -72,7 +72,8 @@ static void usage(FILE *f)
         "  --hf-config FILE       a Hugging Face LLaMA config.json instead of a preset\n"
         "job:\n"
         "  --seq N --micro-batch N --grad-accum N   (defaults 128, 8, 1: zo-train's)\n"
-        "  --dtype bf16|fp16      16-bit parameters and activations (default bf16)\n"
+        "  --dtype bf16|fp16|fp32  parameters and activations (default bf16; fp32: the engine's\n"
+        "                         slots hold the fp32 master)\n"
         "  --optimizer adam|adamw Adam's memory is the same either way (default adamw)\n"
         "  --state-dtype fp32|bf16|int8|auto   Adam's m and v (master fp32): bf16, or 8-bit\n"
         "                         blockwise; auto: a compact one when it makes the step faster\n"
@@ -121,7 +122,7 @@ static void usage(FILE *f)
         "  --measure              short micro-benchmarks on this machine (seconds)\n"
         "  --h2d-gbps G --d2h-gbps G --nvme-read-gbps G --nvme-write-gbps G   GB/s\n"
         "  --adam-gparams G       CPU Adam, billions of parameters per second\n"
-        "  --gpu-tflops T         the device's dense 16-bit TFLOPS\n"
+        "  --gpu-tflops T         the device's dense TFLOPS in --dtype (16-bit; fp32's for fp32)\n"
         "  --nvme-update-gbps G   GB/s read and written together by the optimizer's NVMe\n"
         "                         pipeline (default: --measure's, else from read and write)\n"
         "  --bench-json FILE      zo-bench io/adam/engine --json output (repeatable)\n"
@@ -300,9 +301,11 @@ static int parse_choice_opt(int opt, const char *arg, cli *c)
 {
     switch (opt) {
     case OPT_DTYPE:
-        if (strcmp(arg, "bf16") && strcmp(arg, "fp16"))
-            return bad_value(opt, arg, "bf16 or fp16");
-        c->job.dtype = arg[0] == 'b' ? ZO_DTYPE_BF16 : ZO_DTYPE_F16;
+        if (strcmp(arg, "bf16") && strcmp(arg, "fp16") && strcmp(arg, "fp32"))
+            return bad_value(opt, arg, "bf16, fp16 or fp32");
+        c->job.dtype = strcmp(arg, "bf16") == 0   ? ZO_DTYPE_BF16
+                       : strcmp(arg, "fp16") == 0 ? ZO_DTYPE_F16
+                                                  : ZO_DTYPE_F32;
         return 0;
     case OPT_OPTIMIZER:
         return strcmp(arg, "adam") && strcmp(arg, "adamw") ? bad_value(opt, arg, "adam or adamw")

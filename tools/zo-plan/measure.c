@@ -354,7 +354,8 @@ static zo_status adam_bench_init(adam_bench *a, const zp_job *job, zo_dtype fmt)
     uint64_t n = zt_shape_n_params(&job->shape);
     memset(a, 0, sizeof *a);
     a->n = (size_t)(n < ADAM_MAX_PARAMS ? n : ADAM_MAX_PARAMS);
-    a->chunk = (size_t)(cb / 2 < a->n ? cb / 2 : a->n);
+    uint64_t ce = cb / zo_dtype_size(job->dtype); /* a chunk's parameters */
+    a->chunk = (size_t)(ce < a->n ? ce : a->n);
     a->chunk = a->chunk ? a->chunk : 1;
     a->fmt = fmt;
     a->p16 = job->dtype;
@@ -364,7 +365,7 @@ static zo_status adam_bench_init(adam_bench *a, const zp_job *job, zo_dtype fmt)
     a->master = huge_alloc(a->n * sizeof(float));
     a->mv = huge_alloc(chunks * 2 * a->moment);
     a->grad = huge_alloc(a->n * ge);
-    a->out = huge_alloc(a->n * 2);
+    a->out = huge_alloc(a->n * zo_dtype_size(a->p16));
     if (!a->master || !a->mv || !a->grad || !a->out) {
         adam_bench_free(a);
         return zt_fail(ZO_ERR_NO_MEMORY, "the Adam benchmark's buffers (%zu parameters)", a->n);
@@ -402,7 +403,7 @@ static zo_status adam_pass(zo_optim_pool_t pool, adam_bench *a, int64_t step, do
             b.m_absmax = zo_adam_q8_scales(b.m, a->chunk);
             b.v_absmax = zo_adam_q8_scales(b.v, a->chunk);
         }
-        b.out = (uint16_t *)a->out + off;
+        b.out = (char *)a->out + off * zo_dtype_size(a->p16);
         b.out_type = a->p16;
         zo_status st = zo_optim_pool_adam_step(pool, &p, &b);
         if (st < 0)

@@ -331,7 +331,7 @@ static int shared_choices(const zp_job *job, uint64_t chunks[2], zo_optim_mode m
                           int *n_modes)
 {
     chunks[0] = job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape);
-    chunks[1] = zp_block_chunk_bytes(&job->shape);
+    chunks[1] = zp_block_chunk_bytes(job);
     modes[0] = job->mode;
     modes[1] = ZO_OPTIM_OVERLAP;
     *n_modes = job->mode_auto && job->mode != ZO_OPTIM_OVERLAP ? 2 : 1;

@@ -93,7 +93,8 @@ static void print_candidates(const zp_pipe_report *r)
     }
 }
 
-static void print_stages(const zp_pipeline_plan *p)
+/* pb: bytes of a parameter (zp_param_bytes), what the params column counts. */
+static void print_stages(const zp_pipeline_plan *p, uint64_t pb)
 {
     char a[32], b[32], c[32], d[32], e[32];
     printf("%-5s %-9s %9s %6s %10s %10s %10s %10s %9s %9s %-4s\n", "stage", "layers", "params",
@@ -104,7 +105,7 @@ static void print_stages(const zp_pipeline_plan *p)
         char layers[24];
         snprintf(layers, sizeof layers, "%d-%d", st->first, st->end - 1);
         printf("%-5d %-9s %9s %6d %10s %10s %10s %10s %9.3g %9.3g %-4s\n", s, layers,
-               B(a, q->fp.n_params * 2), st->in_flight, B(b, q->device.total),
+               B(a, q->fp.n_params * pb), st->in_flight, B(b, q->device.total),
                B(c, q->pinned.total), B(d, q->host.total), B(e, q->nvme.files), st->mb_seconds,
                st->tail_seconds, q->fits ? "yes" : "no");
         printf("      %s\n", q->fits ? q->reason : q->why);
@@ -117,14 +118,14 @@ void zp_print_pipeline(const zp_pipe_report *r)
     char a[32], b[32];
     printf("\npipeline over %d ranks, %d per node, link %.3g GB/s (%s); %d micro-batches per "
            "step (1F1B); stages split by each layer's forward+backward time "
-           "(params in bytes of 16-bit parameters; flight: micro-batches whose layer inputs a "
+           "(params in bytes of the parameters' dtype; flight: micro-batches whose layer inputs a "
            "stage holds):\n",
            w->world_size, w->gpus_per_node, w->link / 1e9, w->link_source, r->job->grad_accum);
     print_candidates(r);
     if (r->best < 0) {
         printf("recommended pipeline: none fits (see the reasons above)\n");
         if (r->n == 1)
-            print_stages(&r->plans[0]);
+            print_stages(&r->plans[0], zp_param_bytes(r->job));
         return;
     }
     const zp_pipeline_plan *p = &r->plans[r->best];
@@ -132,7 +133,7 @@ void zp_print_pipeline(const zp_pipe_report *r)
            p->data_parallel,
            p->data_parallel > 1 ? " (ZeRO stage 1 inside each stage's group)" : "",
            B(a, p->chunk_bytes), zo_optim_mode_name(p->mode));
-    print_stages(p);
+    print_stages(p, zp_param_bytes(r->job));
     printf("  step %.4g s = (%d + %d - 1) x %.4g s (stage %d's micro-batch) + %.4g s after the "
            "backward; bubble %.1f%% = (S-1)/(M+S-1)\n",
            p->step_seconds, p->micro_batches, p->stages, p->mb_seconds, p->slowest, p->tail_seconds,

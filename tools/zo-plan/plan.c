@@ -339,9 +339,10 @@ static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw,
     const zo_engine_footprint *fp = &p->fp;
     uint64_t C = fp->chunk_bytes, N = fp->n_chunks, W = job->world_size > 1 ? job->world_size : 1;
     uint64_t own = (N + W - 1) / W; /* rank 0's chunks under ZeRO: their states */
-    uint64_t states = zp_chunk_state_bytes(job->state_dtype, C) * own;
+    const uint64_t Z = zp_chunk_state_bytes(job->state_dtype, C / zp_param_bytes(job));
+    uint64_t states = Z * own;
     /* the update's NVMe stages (engine.h), and stage 3's gather ring */
-    uint64_t Zio = (zp_chunk_state_bytes(job->state_dtype, C) + 4095) / 4096 * 4096;
+    uint64_t Zio = (Z + 4095) / 4096 * 4096;
     /* device-resident over NVMe states: the 16-bit copies live on NVMe too, through the stages
        (one rank, full master) */
     int backed = p->param_home == ZO_TIER_DEVICE && p->optim_home == ZO_TIER_NVME &&
@@ -370,8 +371,7 @@ static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw,
     int paths = hw->n_nvme_paths > 0 ? hw->n_nvme_paths : 1;
     /* the extents hold the fullest chunk, as the engine sizes them */
     p->nvme.files =
-        zo_swap_files_bytes(p->nvme.states, zp_packed_state_bytes(job->state_dtype, fullest),
-                            (size_t)paths) +
+        zo_swap_files_bytes(p->nvme.states, zp_packed_state_bytes(job, fullest), (size_t)paths) +
         zo_swap_files_bytes(p->nvme.params, p16_extent, (size_t)paths);
     p->peak_pinned = fp->pinned;
     p->peak_host = fp->host;
@@ -457,25 +457,28 @@ static double recompute_flops_per_token(const zt_shape *s, int seq)
     return 2.0 * L * (4 * d * d + 2 * d * f) + 4.0 * L * (double)seq * d;
 }
 
-/* Bytes of one chunk's optimizer states as the engine moves them on NVMe,
- * from the 16-bit bytes it uses. */
-uint64_t zp_packed_state_bytes(zo_dtype state_dtype, uint64_t used_bytes16)
+uint64_t zp_param_bytes(const zp_job *job)
 {
-    return zo_engine_nvme_state_bytes_as(state_dtype, used_bytes16 / 2);
+    return zo_dtype_size(job->dtype);
 }
 
-uint64_t zp_moved_state_bytes(const zp_job *job, uint64_t used_bytes16, int p16_on_nvme)
+uint64_t zp_packed_state_bytes(const zp_job *job, uint64_t used_bytes)
+{
+    return zo_engine_nvme_state_bytes_as(job->state_dtype, used_bytes / zp_param_bytes(job));
+}
+
+uint64_t zp_moved_state_bytes(const zp_job *job, uint64_t used_bytes, int p16_on_nvme)
 {
     if (job->master_split && !p16_on_nvme)
-        return zo_engine_nvme_split_state_bytes(job->state_dtype, used_bytes16 / 2);
-    return zp_packed_state_bytes(job->state_dtype, used_bytes16);
+        return zo_engine_nvme_split_state_bytes(job->state_dtype, used_bytes / zp_param_bytes(job));
+    return zp_packed_state_bytes(job, used_bytes);
 }
 
 /* The engine's Z: fp32 master, then m and v, each compact moment rounded
  * up to 64 bytes (zo/engine.h's footprint formula). */
-uint64_t zp_chunk_state_bytes(zo_dtype state_dtype, uint64_t chunk_bytes)
+uint64_t zp_chunk_state_bytes(zo_dtype state_dtype, uint64_t chunk_elems)
 {
-    size_t S = (size_t)(chunk_bytes / 2), m = zo_adam_moment_bytes(state_dtype, S);
+    size_t S = (size_t)chunk_elems, m = zo_adam_moment_bytes(state_dtype, S);
     if (state_dtype != ZO_DTYPE_F32)
         m = (m + 63) / 64 * 64;
     return 4 * (uint64_t)S + 2 * (uint64_t)m;
@@ -505,7 +508,7 @@ zo_status zp_nvme_chunk_states(const zp_job *job, uint64_t **bytes, uint32_t *n_
     if (st >= 0 && !(*bytes = malloc((m.n_chunks ? m.n_chunks : 1) * sizeof **bytes)))
         st = zt_fail(ZO_ERR_NO_MEMORY, "the chunks' state sizes");
     for (uint32_t c = 0; st >= 0 && c < m.n_chunks; c++)
-        (*bytes)[c] = zp_packed_state_bytes(job->state_dtype, m.chunks[c].used_bytes);
+        (*bytes)[c] = zp_packed_state_bytes(job, m.chunks[c].used_bytes);
     if (st >= 0)
         *n_chunks = m.n_chunks;
     zp_layout_free(&m);
@@ -545,7 +548,7 @@ static zo_status plan_traffic(zp_plan *p, const zp_job *job, const zp_hardware *
     zp_layout_free(&m);
     ZT_TRY(st);
     const uint64_t C = p->fp.chunk_bytes, N = p->fp.n_chunks;
-    p->optim_params = job->world_size > 1 ? own_used / 2 : p->fp.n_params;
+    p->optim_params = job->world_size > 1 ? own_used / zp_param_bytes(job) : p->fp.n_params;
     if (gathers) { /* the other ranks' share of the loads comes from their owners (world.h) */
         uint64_t W = (uint64_t)job->world_size;
         p->gather_bytes = load_bytes / W * (W - 1);
@@ -714,11 +717,12 @@ static zo_status plan_with_chunk(const zp_job *job, const zp_hardware *hw, const
 
 /* A chunk that holds a whole block (its tensors at the engine's 256-byte
  * alignment), rounded to 4 KiB. */
-uint64_t zp_block_chunk_bytes(const zt_shape *s)
+uint64_t zp_block_chunk_bytes(const zp_job *job)
 {
+    const zt_shape *s = &job->shape;
     uint64_t b = 0;
     for (int i = 0; i < zt_layer_tensors(s, 1); i++)
-        b += (zt_tensor_numel(s, 1, i) * 2 + 255) / 256 * 256;
+        b += (zt_tensor_numel(s, 1, i) * zp_param_bytes(job) + 255) / 256 * 256;
     return (b + 4095) / 4096 * 4096;
 }
 
@@ -747,7 +751,7 @@ zo_status zp_plan_strategy(const zp_job *job, const zp_hardware *hw, const zp_sp
           sp->adam_params > 0 && sp->flops > 0))
         return zt_fail(ZO_ERR_INVALID_ARG, "every speed must be > 0");
     uint64_t chunks[2] = {job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape),
-                          zp_block_chunk_bytes(&job->shape)};
+                          zp_block_chunk_bytes(job)};
     int n = job->chunk_bytes || chunks[1] <= chunks[0] ? 1 : 2;
     ZT_TRY(plan_with_chunk(job, hw, sp, s, nvme_tbw, chunks[0], out, work));
     if (n == 2) {

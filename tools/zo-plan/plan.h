@@ -59,7 +59,7 @@ const char *zp_act_where(zp_act_home a);     /* "device", "pinned host", "NVMe" 
 typedef struct zp_job {
     zt_shape shape;
     int seq, micro_batch, grad_accum;
-    zo_dtype dtype; /* 16-bit parameters and activations: bf16 or fp16 */
+    zo_dtype dtype; /* parameters and activations: bf16, fp16 or fp32 */
     zo_optim_mode mode;
     uint64_t chunk_bytes; /* 0: the planner picks per strategy */
     /* the per-chunk plan's choices (zp_plan_split); 0: it chooses */
@@ -120,14 +120,17 @@ typedef struct zp_speeds {
 #define ZP_ADAM_I8_RATIO   1.5
 /* CPU Adam parameters per second for a state format. */
 double zp_adam_rate(const zp_speeds *sp, zo_dtype state_dtype);
+/* Bytes of one parameter in the engine's slots: job->dtype's (2, or 4 for fp32). */
+uint64_t zp_param_bytes(const zp_job *job);
 /* Bytes of one chunk's optimizer states (fp32 master, m and v in
  * state_dtype) in host or device memory, as the engine lays them out
- * (the Z of zo_engine_footprint_for): chunk_bytes of 16-bit parameters. */
-uint64_t zp_chunk_state_bytes(zo_dtype state_dtype, uint64_t chunk_bytes);
-/* What one way of a step moves of a chunk's states on NVMe (used_bytes16 of
- * 16-bit parameters): packed, with the master split (job->master_split)
- * unless its parameters live on NVMe too. */
-uint64_t zp_moved_state_bytes(const zp_job *job, uint64_t used_bytes16, int p16_on_nvme);
+ * (the Z of zo_engine_footprint_for): a chunk of chunk_elems parameters
+ * (its chunk_bytes over zp_param_bytes). */
+uint64_t zp_chunk_state_bytes(zo_dtype state_dtype, uint64_t chunk_elems);
+/* What one way of a step moves of a chunk's states on NVMe (used_bytes of
+ * parameters in job->dtype): packed, with the master split
+ * (job->master_split) unless its parameters live on NVMe too. */
+uint64_t zp_moved_state_bytes(const zp_job *job, uint64_t used_bytes, int p16_on_nvme);
 
 typedef enum zp_bottleneck {
     ZP_BN_COMPUTE = 0,

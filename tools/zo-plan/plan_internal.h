@@ -37,10 +37,11 @@ zo_status zp_step_loads(const model_layout *m, int n_layers, uint32_t n_slots, i
                         const uint8_t *resident, uint64_t *loads, uint64_t *bytes, uint64_t *work);
 
 zt_model_config zp_model_config(const zp_job *job);
-/* A chunk that holds a whole block, rounded to 4 KiB. */
-uint64_t zp_block_chunk_bytes(const zt_shape *s);
-/* Bytes of one chunk's optimizer states as the engine moves them on NVMe. */
-uint64_t zp_packed_state_bytes(zo_dtype state_dtype, uint64_t used_bytes16);
+/* A chunk that holds a whole block of the job's parameters, rounded to 4 KiB. */
+uint64_t zp_block_chunk_bytes(const zp_job *job);
+/* Bytes of one chunk's optimizer states as the engine moves them on NVMe,
+ * from the parameter bytes (job->dtype) it uses. */
+uint64_t zp_packed_state_bytes(const zp_job *job, uint64_t used_bytes);
 /* The optimizer update's NVMe reads and writes, overlapped as the pipeline runs them. */
 double zp_nvme_update_seconds(uint64_t rd_bytes, uint64_t wr_bytes, const zp_speeds *sp);
 /* The bottleneck, tokens/s, MFU and NVMe wear from p->seconds, p->step_seconds and the bytes. */

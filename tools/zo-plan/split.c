@@ -59,6 +59,7 @@ typedef struct split_ctx {
     const zp_job *job;
     const zp_hardware *hw;
     const zp_speeds *sp;
+    uint64_t pb; /* bytes of a parameter in the slots (zp_param_bytes) */
     double tbw;
     uint64_t *work;
     model_layout m;
@@ -147,7 +148,7 @@ static void place(split_ctx *x, const zo_engine_config *c)
     uint32_t n = x->m.n_chunks;
     for (uint32_t k = 0; k < n; k++)
         x->states_home[k] = (uint8_t)fill(&c->optim_caps, c->optim_home,
-                                          zp_chunk_state_bytes(c->state_dtype, C), sused);
+                                          zp_chunk_state_bytes(c->state_dtype, C / x->pb), sused);
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t k = 0; k < n; k++) {
             int forced = c->param_home == ZO_TIER_NVME && x->states_home[k] != ZO_TIER_NVME;
@@ -273,7 +274,7 @@ static zo_status fill_host(split_ctx *x, zo_engine_config *cfg, const cand *c, e
     zo_engine_footprint fp;
     int ok;
     uint32_t n = x->m.n_chunks;
-    const uint64_t Z = zp_chunk_state_bytes(cfg->state_dtype, C);
+    const uint64_t Z = zp_chunk_state_bytes(cfg->state_dtype, C / x->pb);
     cfg->optim_caps.host = (uint64_t)n * Z;
     ZT_TRY(cand_footprint(x, c, cfg, e, &fp, &ok, NULL, 0));
     if (host_need(&fp, e) <= H)
@@ -309,7 +310,8 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e)
     p->device.reserve = x->hw->reserve_bytes;
     p->device.total = fp->device + e->act.total + x->hw->reserve_bytes;
     int nvme_states = p->optim_homes[ZO_TIER_NVME] > 0, nvme_p16 = p16_on_nvme(x) > 0;
-    uint64_t Z = zp_chunk_state_bytes(x->job->state_dtype, C), Zio = (Z + 4095) / 4096 * 4096;
+    uint64_t Z = zp_chunk_state_bytes(x->job->state_dtype, C / x->pb);
+    uint64_t Zio = (Z + 4095) / 4096 * 4096;
     uint64_t state_staging = nvme_states ? ZP_NVME_STAGES * (Zio + (nvme_p16 ? C : 0)) : 0;
     uint64_t grads = fp->grad_pinned + fp->grad_stage;
     p->pinned.params = fp->pinned - state_staging - fp->param_staging - grads;
@@ -346,13 +348,12 @@ static void nvme_breakdown(split_ctx *x, zp_plan *p)
     p->nvme.states = p->fp.nvme - p->nvme.params - p->fp.grad_nvme;
     /* the spilled gradients' extents: the fullest chunk's fp32 group sums, or 16-bit ones */
     int grouped = p->micro_group > 1 && x->job->grad_accum > 1;
-    uint64_t grad_extent = (fullest * (grouped ? 2 : 1) + 4095) / 4096 * 4096;
+    uint64_t grad_extent = ((grouped ? fullest / x->pb * 4 : fullest) + 4095) / 4096 * 4096;
     p->nvme.payload = p->fp.nvme + p->nvme.layer_inputs;
     uint64_t act_extent = zt_model_act_extent(&x->mc);
     p->nvme.files =
         zo_swap_files_bytes(p->nvme.layer_inputs, act_extent, paths) +
-        zo_swap_files_bytes(p->nvme.states, zp_packed_state_bytes(x->job->state_dtype, fullest),
-                            paths) +
+        zo_swap_files_bytes(p->nvme.states, zp_packed_state_bytes(x->job, fullest), paths) +
         zo_swap_files_bytes(p->nvme.params, p16_extent, paths) +
         zo_swap_files_bytes(p->fp.grad_nvme, grad_extent, paths);
     p->peak_nvme = p->nvme.payload; /* zo-train adds its layer inputs' store to the engine's */
@@ -414,9 +415,10 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
                              &load_bytes, x->work));
     uint64_t M = (uint64_t)job->grad_accum;
     p->h2d_param_bytes = load_bytes;
-    p->d2h_grad_bytes = p->micro_group > 1 ? (uint64_t)p->n_groups * used * 2 : M * used;
+    const uint64_t used32 = used / x->pb * 4; /* the fp32 sums of the used elements */
+    p->d2h_grad_bytes = p->micro_group > 1 ? (uint64_t)p->n_groups * used32 : M * used;
     /* a later group's fp32 sums start from the running sum sent back up */
-    p->h2d_grad_bytes = p->micro_group > 1 ? (uint64_t)(p->n_groups - 1) * used * 2 : 0;
+    p->h2d_grad_bytes = p->micro_group > 1 ? (uint64_t)(p->n_groups - 1) * used32 : 0;
     p->h2d_act_bytes = p->d2h_act_bytes = p->act_home >= ZP_ACT_HOST ? M * x->inputs_mb : 0;
     /* on NVMe: every block's input, not the head's (it is carried) */
     p->nvme_act_bytes = p->nvme.layer_inputs
@@ -436,7 +438,7 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
     p->nvme_write_bytes = states + (nvme_p16 + backed) * C + p->spill_bytes + p->nvme_act_bytes;
     p->seconds[ZP_BN_H2D] = (double)p->h2d_bytes / x->sp->h2d;
     p->seconds[ZP_BN_D2H] = (double)p->d2h_bytes / x->sp->d2h;
-    p->optim_params = job->world_size > 1 ? own / 2 : p->fp.n_params;
+    p->optim_params = job->world_size > 1 ? own / x->pb : p->fp.n_params;
     *publish_bytes = publish;
     return ZO_OK;
 }
@@ -570,8 +572,8 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
     if (p->optim_home == ZO_TIER_NVME)
         ZT_TRY(fill_host(x, &cfg, c, &e));
     if (p->optim_home == ZO_TIER_NVME && c->param_home != ZO_TIER_NVME &&
-        cfg.optim_caps.host >=
-            (uint64_t)x->m.n_chunks * zp_chunk_state_bytes(cfg.state_dtype, cfg.chunk_bytes)) {
+        cfg.optim_caps.host >= (uint64_t)x->m.n_chunks *
+                                   zp_chunk_state_bytes(cfg.state_dtype, cfg.chunk_bytes / x->pb)) {
         /* every chunk's states fit in RAM: they are simply homed there */
         cfg.optim_home = p->optim_home = ZO_TIER_HOST;
         cfg.optim_caps.host = 0;
@@ -683,9 +685,11 @@ static zo_status ctx_init(split_ctx *x)
     if (!x->p16_home || !x->states_home || !x->resident)
         return zt_fail(ZO_ERR_NO_MEMORY, "the chunks' homes");
     x->mc = zp_model_config(job);
+    x->pb = zp_param_bytes(job);
     /* and a tied head's gradients, down after the head, up for the embedding's backward */
     x->inputs_mb = (uint64_t)(x->mc.shape.n_layers + 1) * (uint64_t)job->seq *
-                       (uint64_t)job->micro_batch * (uint64_t)job->shape.dim * 2 +
+                       (uint64_t)job->micro_batch * (uint64_t)job->shape.dim *
+                       zo_dtype_size(job->dtype) +
                    zt_head_grad_stride(&x->mc);
     return ZO_OK;
 }
@@ -721,7 +725,7 @@ static zo_status search(split_ctx *x, zp_plan *out)
         n_acts = 1;
     }
     uint64_t chunks[2] = {job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape),
-                          zp_block_chunk_bytes(&job->shape)};
+                          zp_block_chunk_bytes(job)};
     int n_chunks = job->chunk_bytes || chunks[1] <= chunks[0] ? 1 : 2;
     zo_tier homes[2] = {ZO_TIER_HOST, ZO_TIER_NVME};
     int n_homes = x->hw->nvme_bytes ? 2 : 1;

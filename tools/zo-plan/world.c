@@ -37,11 +37,11 @@ void zp_world_rank_share(const zp_world *w, const zp_hardware *node, const zp_sp
     rank_sp->adam_params_i8 = node_sp->adam_params_i8 / (double)R;
 }
 
-/* The 16-bit parameters in use, from the d2h traffic every rank has (one
- * micro-batch's gradients per micro-batch). */
+/* The parameters in use, from the d2h traffic every rank has (one
+ * micro-batch's gradients per micro-batch, in job->dtype). */
 static uint64_t used_params(const zp_job *job, const zp_plan *p)
 {
-    return p->d2h_bytes / (uint64_t)job->grad_accum / 2;
+    return p->d2h_bytes / (uint64_t)job->grad_accum / zp_param_bytes(job);
 }
 
 /* The collectives of stage `stage` for rank 0's plan p (world.h). */
