@@ -96,11 +96,24 @@ def _fp32_supported():
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "mlp"])
 def test_fp32_training_equals_pytorch_reference(kind):
+    """Losses and every weight tensor within 1e-6 relative; except a tensor on which two correct
+    references already differ by more (a bias that starts at zero has a tiny norm to be
+    relative to; GPT-2's attention key bias has an exact gradient of zero, since a constant
+    added to every key of a query cancels in the softmax, so Adam turns rounding noise into
+    steps of the learning rate's size): it must stay within twice the distance between the
+    fp32 and fp64 references on that tensor, measured in the same run."""
     ok, why = _fp32_supported()
     if not ok:
         pytest.skip(f"the engine does not hold fp32 parameters in this build: {why}")
     accum, clip = 2, 0.5
     zl, zw, _ = train_zoffload(kind, config("fp32", accum, clip), accum=accum)
     rl, rw = train_reference(kind, torch.float32, torch.float32, accum, clip)
+    _, rw64 = train_reference(kind, torch.float32, torch.float64, accum, clip)
     assert rel_err(zl, rl) <= 1e-6
-    assert rel_err(zw, rw) <= 1e-6
+    noisy = []
+    for name in rw:
+        bound = max(1e-6, 2 * rel_err(rw[name], rw64[name]))
+        if bound > 1e-6:
+            noisy.append(name)
+        assert rel_err(zw[name], rw64[name]) <= bound, name
+    print(f"{kind}: tensors held to their reference spread: {noisy or 'none'}")
