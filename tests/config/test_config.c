@@ -153,22 +153,27 @@ static const bad_case bad_cases[] = {
      "gradient_accumulation_steps 8, world_size 1)"},
 };
 
-static void test_invalid_configs(void **state)
+static void expect_bad_cases(const bad_case *cases, size_t n)
 {
-    (void)state;
-    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+    for (size_t i = 0; i < n; i++) {
         zo_train_config cfg = ZO_TRAIN_CONFIG_INIT;
         zo_train_config before = cfg;
-        zo_status st = resolve_text(bad_cases[i].json, 1, &cfg, NULL);
+        zo_status st = resolve_text(cases[i].json, 1, &cfg, NULL);
         if (st != ZO_ERR_CONFIG)
-            fail_msg("case %zu (%s): status %d, expected ZO_ERR_CONFIG: %s", i, bad_cases[i].json,
-                     st, zo_last_error());
-        if (strcmp(error_text(), bad_cases[i].message) != 0)
-            fail_msg("case %zu (%s):\n  got      '%s'\n  expected '%s'", i, bad_cases[i].json,
-                     error_text(), bad_cases[i].message);
+            fail_msg("case %zu (%s): status %d, expected ZO_ERR_CONFIG: %s", i, cases[i].json, st,
+                     zo_last_error());
+        if (strcmp(error_text(), cases[i].message) != 0)
+            fail_msg("case %zu (%s):\n  got      '%s'\n  expected '%s'", i, cases[i].json,
+                     error_text(), cases[i].message);
         /* A failed resolve leaves the output untouched. */
         assert_memory_equal(&cfg, &before, sizeof cfg);
     }
+}
+
+static void test_invalid_configs(void **state)
+{
+    (void)state;
+    expect_bad_cases(bad_cases, sizeof bad_cases / sizeof bad_cases[0]);
 }
 
 /* ---- valid configs ---- */
@@ -279,16 +284,27 @@ static void test_full_config_and_ignored_keys(void **state)
     ZO_ASSERT_OK(resolve_text(full_config, 1, &cfg, NULL));
     zo_log_set_callback(NULL, NULL);
     check_full(&cfg, 1);
-    /* One warning per ignored key, and the same keys listed in the result. */
-    assert_int_equal(cfg.n_ignored, 4);
+    /* Keys with no effect that ask for nothing (false, or DeepSpeed's
+     * default true) are accepted silently. */
+    assert_int_equal(cfg.n_ignored, 0);
+    assert_int_equal(w.n, 0);
+    /* One warning per ignored key that asks for something, and the same keys
+     * listed in the result. */
+    const char *const on[] = {"zero_optimization.reduce_bucket_size=5e8",
+                              "wall_clock_breakdown=true", "flops_profiler={\"enabled\": true}",
+                              "qqq_note=1", NULL};
+    zo_log_set_callback(capture_warnings, &w);
+    zo_train_config c3 = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(resolve_text(full_config, 1, &c3, on));
+    zo_log_set_callback(NULL, NULL);
+    assert_int_equal(c3.n_ignored, 4);
     assert_int_equal(w.n, 4);
-    assert_string_equal(cfg.ignored[0], "optimizer.params.torch_adam");
-    assert_string_equal(cfg.ignored[1], "zero_optimization.overlap_comm");
-    assert_string_equal(cfg.ignored[2], "zero_optimization.contiguous_gradients");
-    assert_string_equal(cfg.ignored[3], "wall_clock_breakdown");
+    assert_string_equal(c3.ignored[0], "qqq_note"); /* unknown, no near-miss */
+    assert_string_equal(c3.ignored[1], "zero_optimization.reduce_bucket_size");
+    assert_string_equal(c3.ignored[2], "wall_clock_breakdown");
+    assert_string_equal(c3.ignored[3], "flops_profiler");
     assert_string_equal(
-        w.last,
-        "'wall_clock_breakdown' is a DeepSpeed option that has no effect in zoffload; ignored");
+        w.last, "'flops_profiler' is a DeepSpeed option that has no effect in zoffload; ignored");
 
     zo_train_config cfg2 = ZO_TRAIN_CONFIG_INIT;
     ZO_ASSERT_OK(resolve_text(full_config, 2, &cfg2, NULL));
@@ -354,6 +370,189 @@ static void test_defaults_and_variants(void **state)
     assert_true(h.scheduler.warmup_max_lr == 1e-3);
     assert_int_equal(h.scheduler.total_num_steps, 100);
     assert_int_equal(h.zero_optimization.stage3_prefetch_bucket_size, 50000000);
+}
+
+/* DeepSpeedZeroConfig's field names and their stage3_ aliases, its value
+ * ranges, "auto" on any zero_optimization key, the deprecated cpu_offload
+ * keys as DeepSpeed maps them. */
+static void test_deepspeed_names_and_aliases(void **state)
+{
+    (void)state;
+    zo_train_config c = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(resolve_text(
+        "{\"train_batch_size\": 8, \"torch_autocast\": {\"enabled\": false}, "
+        "\"bf16\": {\"enabled\": true, \"check_grad_overflow\": false}, "
+        "\"zero_optimization\": {\"stage\": 3, \"max_live_parameters\": 7, "
+        "\"stage3_max_reuse_distance\": 9, \"prefetch_bucket_size\": 11, "
+        "\"param_persistence_threshold\": 13, \"stage3_model_persistence_threshold\": 1, "
+        "\"sub_group_size\": 0, \"module_granularity_threshold\": 0, "
+        "\"allgather_sequential\": false, \"stage3_use_all_reduce_for_fetch_params\": false, "
+        "\"enable_sanity_checks\": false, \"zeropp_loco_param\": null, "
+        "\"offload_param\": {\"device\": \"cpu\", \"buffer_size\": \"auto\", "
+        "\"buffer_count\": 0}, \"offload_optimizer\": {\"device\": \"cpu\", "
+        "\"super_offload\": false, \"pin_memory\": \"auto\"}, \"reduce_bucket_size\": \"auto\"}}",
+        1, &c, NULL));
+    assert_int_equal(c.zero_optimization.stage3_max_live_parameters, 7);
+    assert_int_equal(c.zero_optimization.stage3_max_reuse_distance, 9);
+    assert_int_equal(c.zero_optimization.stage3_prefetch_bucket_size, 11);
+    assert_int_equal(c.zero_optimization.stage3_param_persistence_threshold, 13);
+    assert_int_equal(c.zero_optimization.sub_group_size, 0);
+    assert_int_equal(c.zero_optimization.offload_param.buffer_size, 100000000);
+    assert_int_equal(c.zero_optimization.offload_param.buffer_count, 0);
+    assert_int_equal(c.n_auto, 3);
+    assert_string_equal(c.auto_keys[0], "zero_optimization.offload_optimizer.pin_memory");
+    assert_string_equal(c.auto_keys[1], "zero_optimization.offload_param.buffer_size");
+    assert_string_equal(c.auto_keys[2], "zero_optimization.reduce_bucket_size");
+
+    /* cpu_offload: the optimizer on the host; cpu_offload_param: the params. */
+    const char *const deprecated[] = {"\"cpu_offload\": true",
+                                      "\"cpu_offload_param\": true, \"cpu_offload\": false"};
+    for (int i = 0; i < 2; i++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, %s}}",
+                 deprecated[i]);
+        zo_train_config o = ZO_TRAIN_CONFIG_INIT;
+        ZO_ASSERT_OK(resolve_text(json, 1, &o, NULL));
+        assert_int_equal(o.zero_optimization.offload_optimizer.device,
+                         i == 0 ? ZO_OFFLOAD_CPU : ZO_OFFLOAD_NONE);
+        assert_int_equal(o.zero_optimization.offload_param.device,
+                         i == 1 ? ZO_OFFLOAD_CPU : ZO_OFFLOAD_NONE);
+    }
+
+    static const bad_case bad[] = {
+        {"{\"train_batch_size\": 8, \"zero_optimization\": {\"max_live_parameters\": 1, "
+         "\"stage3_max_live_parameters\": 2}}",
+         "'zero_optimization.max_live_parameters' and 'stage3_max_live_parameters' name the "
+         "same setting; give only one"},
+        {"{\"train_batch_size\": 8, \"zero_optimization\": {\"cpu_offload\": true, "
+         "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/x\"}}}",
+         "'zero_optimization.cpu_offload' (deprecated) and 'zero_optimization.offload_optimizer' "
+         "are both given; give only 'zero_optimization.offload_optimizer'"},
+        {"{\"train_batch_size\": 8, \"zero_optimization\": {\"cpu_offload_params\": true}}",
+         "unknown key 'zero_optimization.cpu_offload_params'; did you mean 'cpu_offload_param'?"},
+        {"{\"train_batch_size\": 8, \"zero_optimization\": {\"sub_group_size\": -1}}",
+         "'zero_optimization.sub_group_size': expected an integer >= 0, found -1"},
+    };
+    expect_bad_cases(bad, sizeof bad / sizeof bad[0]);
+}
+
+/* Features zoffload lacks: refused by name when on, with the nearest
+ * alternative; silent when off; trained without when the user says so. */
+static void test_unsupported_features(void **state)
+{
+    (void)state;
+    static const bad_case bad[] = {
+        {"{\"train_batch_size\": 8, \"tensor_parallel\": {\"autotp_size\": 4}}",
+         "'tensor_parallel' is on, but tensor parallelism (AutoTP) is not supported by zoffload; "
+         "the nearest it has is data parallelism over ranks with 'zero_optimization.stage'; "
+         "remove it or turn it off, or set 'zoffload.ignore_unsupported' to true to train "
+         "without it"},
+        {"{\"train_batch_size\": 8, \"sequence_parallel_size\": 2}",
+         "'sequence_parallel_size' is on, but sequence parallelism (Ulysses) is not supported by "
+         "zoffload; the nearest it has is a longer --seq on one rank (attention memory grows "
+         "linearly); remove it or turn it off, or set 'zoffload.ignore_unsupported' to true to "
+         "train without it"},
+        {"{\"train_batch_size\": 8, \"zero_optimization\": {\"zenflow\": {\"topk_ratio\": 0.1}}}",
+         "'zero_optimization.zenflow' is on, but ZenFlow's stall-free offloading that updates "
+         "only the top-k gradients per step is not supported by zoffload; the nearest it has is "
+         "'zoffload.optimizer_mode': \"overlap\" (exact) or \"dpu\"; remove it or turn it off, or "
+         "set 'zoffload.ignore_unsupported' to true to train without it"},
+        {"{\"train_batch_size\": 8, \"bf16\": {\"enabled\": true, "
+         "\"bf16_master_weights_and_grads\": true}}",
+         "'bf16.bf16_master_weights_and_grads' is on, but bf16 master weights and gradients is "
+         "not supported by zoffload; the nearest it has is zoffload's fp32 master weights (the "
+         "default); remove it or turn it off, or set 'zoffload.ignore_unsupported' to true to "
+         "train without it"},
+        {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+         "{\"max_grad_norm\": 1.0}}}",
+         "'optimizer.params.max_grad_norm' is not supported by zoffload (DeepSpeed refuses it as "
+         "an optimizer parameter too); use 'gradient_clipping'"},
+        {"{\"train_batch_size\": 8, \"compression_training\": {\"weight_quantization\": "
+         "{\"shared_parameters\": {\"enabled\": true}}}}",
+         "'compression_training' is on, but quantization-aware training, pruning and layer "
+         "reduction is not supported by zoffload; remove it or turn it off, or set "
+         "'zoffload.ignore_unsupported' to true to train without it"},
+        {"{\"train_batch_size\": 8, \"sparse_attention\": {\"mode\": \"fixed\"}}",
+         "'sparse_attention' is on, but block-sparse attention is not supported by zoffload; the "
+         "nearest it has is zoffload's fused attention (its sequence memory grows linearly); "
+         "remove it or turn it off, or set 'zoffload.ignore_unsupported' to true to train "
+         "without it"},
+    };
+    expect_bad_cases(bad, sizeof bad / sizeof bad[0]);
+    /* Off: accepted without a word. */
+    warn_log w = {0};
+    zo_log_set_callback(capture_warnings, &w);
+    zo_train_config off = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(resolve_text(
+        "{\"train_batch_size\": 8, \"tensor_parallel\": {\"autotp_size\": 1}, "
+        "\"sequence_parallel_size\": 1, \"progressive_layer_drop\": {\"enabled\": false, "
+        "\"theta\": 0.5}, \"compression_training\": {\"weight_quantization\": "
+        "{\"shared_parameters\": {\"enabled\": false}, \"different_groups\": {\"wq1\": "
+        "{\"params\": {\"start_bits\": 8}}}}}, \"torch_autocast\": {\"enabled\": false}, "
+        "\"amp\": {\"enabled\": false}, \"bf16\": {\"bf16_master_weights_and_grads\": false}}",
+        1, &off, NULL));
+    assert_int_equal(w.n, 0);
+    assert_int_equal(off.n_ignored, 0);
+    /* zoffload.ignore_unsupported: trained without, warned, listed. */
+    zo_train_config ig = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": 8, \"sequence_parallel_size\": 4, "
+                              "\"zoffload\": {\"ignore_unsupported\": true}}",
+                              1, &ig, NULL));
+    zo_log_set_callback(NULL, NULL);
+    assert_int_equal(ig.zoffload.ignore_unsupported, 1);
+    assert_int_equal(ig.n_ignored, 1);
+    assert_string_equal(ig.ignored[0], "sequence_parallel_size");
+    assert_int_equal(w.n, 1);
+    assert_string_equal(w.last, "'sequence_parallel_size' (sequence parallelism (Ulysses)) is not "
+                                "supported by zoffload; training without it, as "
+                                "'zoffload.ignore_unsupported' asks");
+}
+
+/* Unknown top-level keys: a warning when they are no near-miss of a real
+ * key (DeepSpeed ignores them), an error when they look like a typo. */
+static void test_unknown_top_level_keys(void **state)
+{
+    (void)state;
+    warn_log w = {0};
+    zo_log_set_callback(capture_warnings, &w);
+    zo_train_config c = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": 8, \"_comment\": \"x\", "
+                              "\"cuda_visible_devices\": \"0,1\"}",
+                              1, &c, NULL));
+    zo_log_set_callback(NULL, NULL);
+    assert_int_equal(c.n_ignored, 2);
+    assert_string_equal(c.ignored[0], "_comment");
+    assert_string_equal(c.ignored[1], "cuda_visible_devices");
+    assert_int_equal(w.n, 2);
+    assert_string_equal(w.last, "unknown top-level key 'cuda_visible_devices' ignored (it is no "
+                                "DeepSpeed key zoffload knows)");
+    zo_train_config t = ZO_TRAIN_CONFIG_INIT;
+    assert_int_equal(
+        resolve_text("{\"train_batch_size\": 8, \"gradient_cliping\": 1}", 1, &t, NULL),
+        ZO_ERR_CONFIG);
+    assert_string_equal(error_text(),
+                        "unknown key 'gradient_cliping'; did you mean 'gradient_clipping'?");
+}
+
+/* DeepSpeed's WarmupLR and WarmupDecayLR rise to the optimizer's lr when
+ * warmup_max_lr is absent or "auto" (Hugging Face fills the same lr). */
+static void test_warmup_max_lr_is_the_optimizer_lr(void **state)
+{
+    (void)state;
+    const char *fmt = "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", "
+                      "\"params\": {\"lr\": 5e-5}}, \"scheduler\": {\"type\": \"WarmupLR\", "
+                      "\"params\": {%s}}}";
+    const char *params[] = {"", "\"warmup_max_lr\": \"auto\"", "\"warmup_max_lr\": 0.002"};
+    const double want[] = {5e-5, 5e-5, 0.002};
+    for (int i = 0; i < 3; i++) {
+        char json[512];
+        snprintf(json, sizeof json, fmt, params[i]);
+        zo_train_config c = ZO_TRAIN_CONFIG_INIT;
+        ZO_ASSERT_OK(resolve_text(json, 1, &c, NULL));
+        assert_true(c.scheduler.warmup_max_lr == want[i]);
+        assert_int_equal(c.n_auto, i == 1);
+    }
 }
 
 /* ---- batch-size arithmetic, as DeepSpeed does it ---- */
@@ -636,6 +835,10 @@ int main(void)
         cmocka_unit_test(test_invalid_configs),
         cmocka_unit_test(test_full_config_and_ignored_keys),
         cmocka_unit_test(test_defaults_and_variants),
+        cmocka_unit_test(test_deepspeed_names_and_aliases),
+        cmocka_unit_test(test_unsupported_features),
+        cmocka_unit_test(test_unknown_top_level_keys),
+        cmocka_unit_test(test_warmup_max_lr_is_the_optimizer_lr),
         cmocka_unit_test(test_batch_arithmetic),
         cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_round_trip),

@@ -32,7 +32,9 @@ typedef enum key_kind {
     K_PATHLIST,     /* zoffload.nvme_paths */
     K_FALSE_ONLY,   /* a DeepSpeed bool whose true is not supported here */
     K_SCHED_PARAMS, /* scheduler.params: keys depend on scheduler.type */
-    K_PLACEMENT     /* zoffload.placement: "auto" or its section */
+    K_PLACEMENT,    /* zoffload.placement: "auto" or its section */
+    K_UNSUPPORTED,  /* a DeepSpeed feature zoffload lacks: refused when enabled */
+    K_CPU_OFFLOAD   /* deprecated zero_optimization.cpu_offload(_param): a device */
 } key_kind;
 
 enum {
@@ -44,11 +46,26 @@ enum {
     F_ICASE = 1u << 5,    /* enum names compared case-insensitively */
     F_ALIAS = 1u << 6,    /* another name for the previous key: not serialized */
     F_REQUIRED = 1u << 7, /* must be present in its section */
+    F_TRUE_DEF = 1u << 8, /* K_IGNORED whose DeepSpeed default is true: silent when true */
 };
 
 #define NO_MAX 9.2e18 /* "unbounded" for integer ranges */
 
 typedef struct section section;
+
+/* How a key's value says its feature is off; DeepSpeed reads each its own way. */
+typedef enum off_rule {
+    OFF_ENABLED, /* false, null, 0, {} or objects whose "enabled" keys are all false */
+    OFF_SIZE,    /* sizes <= 1 (sequence_parallel_size, tensor_parallel.autotp_size) */
+    OFF_NEVER,   /* any value: a name DeepSpeed itself refuses */
+} off_rule;
+
+/* A DeepSpeed feature that zoffload lacks (K_UNSUPPORTED). */
+typedef struct feature {
+    const char *what;    /* what it does in DeepSpeed */
+    const char *instead; /* the nearest supported alternative, or NULL */
+    off_rule off;
+} feature;
 
 typedef struct key_spec {
     const char *name;
@@ -56,52 +73,76 @@ typedef struct key_spec {
     size_t off; /* offset in zo_train_config */
     unsigned flags;
     double min, max;
-    const char *const *names; /* K_ENUM */
-    int base;                 /* K_ENUM: value of names[0] */
-    const section *sub;       /* K_SECTION */
+    const char *const *names;   /* K_ENUM */
+    int base;                   /* K_ENUM: value of names[0] */
+    const section *sub;         /* K_SECTION */
+    const struct feature *feat; /* K_UNSUPPORTED */
 } key_spec;
 
 struct section {
     const key_spec *keys;
     size_t n;
+    int auto_any; /* "auto" on any key means its default, as DeepSpeed's pydantic models drop
+                     "auto" values (DeepSpeedConfigModel.__init__) */
 };
 
 #define OFF(field) offsetof(zo_train_config, field)
 #define B(n, f)                                                                                    \
     {                                                                                              \
-        n, K_BOOL, OFF(f), 0, 0, 1, NULL, 0, NULL                                                  \
+        n, K_BOOL, OFF(f), 0, 0, 1, NULL, 0, NULL, NULL                                            \
     }
 #define I(n, f, fl, lo, hi)                                                                        \
     {                                                                                              \
-        n, K_INT, OFF(f), fl, lo, hi, NULL, 0, NULL                                                \
+        n, K_INT, OFF(f), fl, lo, hi, NULL, 0, NULL, NULL                                          \
     }
 #define N(n, f, fl, lo, hi)                                                                        \
     {                                                                                              \
-        n, K_NUM, OFF(f), fl, lo, hi, NULL, 0, NULL                                                \
+        n, K_NUM, OFF(f), fl, lo, hi, NULL, 0, NULL, NULL                                          \
     }
 #define E(n, f, fl, names, base)                                                                   \
     {                                                                                              \
-        n, K_ENUM, OFF(f), fl, 0, 0, names, base, NULL                                             \
+        n, K_ENUM, OFF(f), fl, 0, 0, names, base, NULL, NULL                                       \
     }
 #define P(n, f)                                                                                    \
     {                                                                                              \
-        n, K_PATH, OFF(f), F_NULL, 0, 0, NULL, 0, NULL                                             \
+        n, K_PATH, OFF(f), F_NULL, 0, 0, NULL, 0, NULL, NULL                                       \
     }
 #define S(n, sec)                                                                                  \
     {                                                                                              \
-        n, K_SECTION, 0, 0, 0, 0, NULL, 0, &sec                                                    \
+        n, K_SECTION, 0, 0, 0, 0, NULL, 0, &sec, NULL                                              \
     }
 #define X(n)                                                                                       \
     {                                                                                              \
-        n, K_IGNORED, 0, 0, 0, 0, NULL, 0, NULL                                                    \
+        n, K_IGNORED, 0, 0, 0, 0, NULL, 0, NULL, NULL                                              \
+    }
+/* DeepSpeed keys with no effect here whose default is true. */
+#define XT(n)                                                                                      \
+    {                                                                                              \
+        n, K_IGNORED, 0, F_TRUE_DEF, 0, 0, NULL, 0, NULL, NULL                                     \
+    }
+#define U(n, what, instead, off)                                                                   \
+    {                                                                                              \
+        n, K_UNSUPPORTED, 0, 0, 0, 0, NULL, 0, NULL, &(const feature)                              \
+        {                                                                                          \
+            what, instead, off                                                                     \
+        }                                                                                          \
+    }
+/* An alias of the previous key (DeepSpeed's pydantic Field alias). */
+#define IA(n, f, fl, lo, hi)                                                                       \
+    {                                                                                              \
+        n, K_INT, OFF(f), (fl) | F_ALIAS, lo, hi, NULL, 0, NULL, NULL                              \
     }
 #define FALSE_ONLY(n)                                                                              \
     {                                                                                              \
-        n, K_FALSE_ONLY, 0, 0, 0, 0, NULL, 0, NULL                                                 \
+        n, K_FALSE_ONLY, 0, 0, 0, 0, NULL, 0, NULL, NULL                                           \
     }
 #define SECTION(arr)                                                                               \
     {                                                                                              \
-        arr, sizeof arr / sizeof arr[0]                                                            \
+        arr, sizeof arr / sizeof arr[0], 0                                                         \
+    }
+#define SECTION_AUTO(arr)                                                                          \
+    {                                                                                              \
+        arr, sizeof arr / sizeof arr[0], 1                                                         \
     }
 
 static const char *const device_names[] = {"none", "cpu", "nvme", NULL};
@@ -131,13 +172,15 @@ static int enum_index(const key_spec *k, int v)
 
 static const key_spec optimizer_params_keys[] = {
     N("lr", optimizer.lr, F_AUTO, 0, HUGE_VAL),
-    {"betas", K_BETAS, OFF(optimizer.betas), F_AUTO, 0, 1, NULL, 0, NULL},
+    {"betas", K_BETAS, OFF(optimizer.betas), F_AUTO, 0, 1, NULL, 0, NULL, NULL},
     N("eps", optimizer.eps, F_AUTO, 0, HUGE_VAL),
     N("weight_decay", optimizer.weight_decay, F_AUTO, 0, HUGE_VAL),
     B("adam_w_mode", optimizer.adam_w_mode),
     B("bias_correction", optimizer.bias_correction),
     FALSE_ONLY("amsgrad"),
     X("torch_adam"),
+    U("max_grad_norm", "DeepSpeed refuses it as an optimizer parameter too", "'gradient_clipping'",
+      OFF_NEVER),
 };
 static const section optimizer_params_sec = SECTION(optimizer_params_keys);
 
@@ -169,12 +212,12 @@ static const section sched_params_secs[] = {SECTION(warmup_lr_keys), SECTION(war
 
 static const key_spec scheduler_keys[] = {
     E("type", scheduler.type, F_REQUIRED, scheduler_names, ZO_SCHEDULER_WARMUP_LR),
-    {"params", K_SCHED_PARAMS, 0, 0, 0, 0, NULL, 0, NULL},
+    {"params", K_SCHED_PARAMS, 0, 0, 0, 0, NULL, 0, NULL, NULL},
 };
 static const section scheduler_sec = SECTION(scheduler_keys);
 
 static const key_spec fp16_keys[] = {
-    {"enabled", K_BOOL, OFF(fp16.enabled), F_AUTO, 0, 1, NULL, 0, NULL},
+    {"enabled", K_BOOL, OFF(fp16.enabled), F_AUTO, 0, 1, NULL, 0, NULL, NULL},
     N("loss_scale", fp16.loss_scale, 0, 0, HUGE_VAL),
     I("initial_scale_power", fp16.initial_scale_power, 0, 0, 64),
     I("loss_scale_window", fp16.loss_scale_window, 0, 1, NO_MAX),
@@ -182,13 +225,19 @@ static const key_spec fp16_keys[] = {
     B("consecutive_hysteresis", fp16.consecutive_hysteresis),
     N("min_loss_scale", fp16.min_loss_scale, F_MIN_EXCL, 0, HUGE_VAL),
     X("auto_cast"),
-    X("fp16_master_weights_and_grads"),
+    U("fp16_master_weights_and_grads", "fp16 master weights and gradients",
+      "zoffload's fp32 master weights (the default)", OFF_ENABLED),
 };
 static const section fp16_sec = SECTION(fp16_keys);
 
 static const key_spec bf16_keys[] = {
-    {"enabled", K_BOOL, OFF(bf16.enabled), F_AUTO, 0, 1, NULL, 0, NULL},
+    {"enabled", K_BOOL, OFF(bf16.enabled), F_AUTO, 0, 1, NULL, 0, NULL, NULL},
     X("immediate_grad_update"),
+    XT("check_grad_overflow"),
+    U("bf16_master_weights_and_grads", "bf16 master weights and gradients",
+      "zoffload's fp32 master weights (the default)", OFF_ENABLED),
+    U("bf16_optimizer_states", "bf16 optimizer states with bf16 master weights",
+      "'zoffload.optimizer_state_dtype': \"bf16\"", OFF_ENABLED),
 };
 static const section bf16_sec = SECTION(bf16_keys);
 
@@ -196,68 +245,93 @@ static const key_spec offload_optimizer_keys[] = {
     E("device", zero_optimization.offload_optimizer.device, 0, device_names, ZO_OFFLOAD_NONE),
     P("nvme_path", zero_optimization.offload_optimizer.nvme_path),
     B("pin_memory", zero_optimization.offload_optimizer.pin_memory),
-    I("buffer_count", zero_optimization.offload_optimizer.buffer_count, 0, 1, NO_MAX),
+    I("buffer_count", zero_optimization.offload_optimizer.buffer_count, 0, 0, NO_MAX),
     B("pipeline_read", zero_optimization.offload_optimizer.pipeline_read),
     B("pipeline_write", zero_optimization.offload_optimizer.pipeline_write),
     B("fast_init", zero_optimization.offload_optimizer.fast_init),
     X("ratio"),
+    X("super_offload"),
+    X("cpuadam_cores_perc"),
 };
-static const section offload_optimizer_sec = SECTION(offload_optimizer_keys);
+static const section offload_optimizer_sec = SECTION_AUTO(offload_optimizer_keys);
 
 static const key_spec offload_param_keys[] = {
     E("device", zero_optimization.offload_param.device, 0, device_names, ZO_OFFLOAD_NONE),
     P("nvme_path", zero_optimization.offload_param.nvme_path),
     B("pin_memory", zero_optimization.offload_param.pin_memory),
-    I("buffer_count", zero_optimization.offload_param.buffer_count, 0, 1, NO_MAX),
-    I("buffer_size", zero_optimization.offload_param.buffer_size, 0, 1, NO_MAX),
+    I("buffer_count", zero_optimization.offload_param.buffer_count, 0, 0, NO_MAX),
+    I("buffer_size", zero_optimization.offload_param.buffer_size, 0, 0, NO_MAX),
     I("max_in_cpu", zero_optimization.offload_param.max_in_cpu, 0, 0, NO_MAX),
 };
-static const section offload_param_sec = SECTION(offload_param_keys);
+static const section offload_param_sec = SECTION_AUTO(offload_param_keys);
 
+/* DeepSpeedZeroConfig (deepspeed/runtime/zero/config.py): its field names
+ * and their stage3_ aliases, both accepted. */
 static const key_spec zero_keys[] = {
     I("stage", zero_optimization.stage, 0, 0, 3),
     S("offload_optimizer", offload_optimizer_sec),
     S("offload_param", offload_param_sec),
-    I("stage3_prefetch_bucket_size", zero_optimization.stage3_prefetch_bucket_size, F_AUTO, 0,
-      NO_MAX),
-    I("stage3_max_live_parameters", zero_optimization.stage3_max_live_parameters, F_AUTO, 0,
-      NO_MAX),
-    I("stage3_max_reuse_distance", zero_optimization.stage3_max_reuse_distance, F_AUTO, 0, NO_MAX),
-    I("stage3_param_persistence_threshold", zero_optimization.stage3_param_persistence_threshold,
-      F_AUTO, 0, NO_MAX),
-    I("sub_group_size", zero_optimization.sub_group_size, F_AUTO, 1, NO_MAX),
-    /* DeepSpeed keys for multi-GPU communication and features zoffload does
-     * not have (yet): accepted with a warning. */
+    I("stage3_prefetch_bucket_size", zero_optimization.stage3_prefetch_bucket_size, 0, 0, NO_MAX),
+    IA("prefetch_bucket_size", zero_optimization.stage3_prefetch_bucket_size, 0, 0, NO_MAX),
+    I("stage3_max_live_parameters", zero_optimization.stage3_max_live_parameters, 0, 0, NO_MAX),
+    IA("max_live_parameters", zero_optimization.stage3_max_live_parameters, 0, 0, NO_MAX),
+    I("stage3_max_reuse_distance", zero_optimization.stage3_max_reuse_distance, 0, 0, NO_MAX),
+    IA("max_reuse_distance", zero_optimization.stage3_max_reuse_distance, 0, 0, NO_MAX),
+    I("stage3_param_persistence_threshold", zero_optimization.stage3_param_persistence_threshold, 0,
+      0, NO_MAX),
+    IA("param_persistence_threshold", zero_optimization.stage3_param_persistence_threshold, 0, 0,
+       NO_MAX),
+    I("sub_group_size", zero_optimization.sub_group_size, 0, 0, NO_MAX),
+    /* Deprecated names of the offload sections, as DeepSpeed maps them. */
+    {"cpu_offload", K_CPU_OFFLOAD, OFF(zero_optimization.offload_optimizer.device), 0, 0, 0, NULL,
+     0, NULL, NULL},
+    {"cpu_offload_param", K_CPU_OFFLOAD, OFF(zero_optimization.offload_param.device), 0, 0, 0, NULL,
+     0, NULL, NULL},
+    X("cpu_offload_use_pin_memory"),
+    U("zenflow", "ZenFlow's stall-free offloading that updates only the top-k gradients per step",
+      "'zoffload.optimizer_mode': \"overlap\" (exact) or \"dpu\"", OFF_ENABLED),
+    /* DeepSpeed keys for multi-GPU communication and partitioning details
+     * zoffload decides itself: accepted, with a warning when not at their
+     * default or off. */
     X("reduce_bucket_size"),
     X("allgather_bucket_size"),
-    X("overlap_comm"),
-    X("contiguous_gradients"),
-    X("reduce_scatter"),
-    X("allgather_partitions"),
+    XT("overlap_comm"),
+    XT("contiguous_gradients"),
+    XT("reduce_scatter"),
+    XT("allgather_partitions"),
+    XT("use_multi_rank_bucket_allreduce"),
     X("round_robin_gradients"),
     X("elastic_checkpoint"),
-    X("ignore_unused_parameters"),
-    X("load_from_fp32_weights"),
+    XT("ignore_unused_parameters"),
+    XT("load_from_fp32_weights"),
     X("stage3_gather_16bit_weights_on_model_save"),
-    X("stage3_gather_fp16_weights_on_model_save"),
     X("gather_16bit_weights_on_model_save"),
+    X("stage3_gather_fp16_weights_on_model_save"),
+    X("model_persistence_threshold"),
+    X("stage3_model_persistence_threshold"),
+    X("module_granularity_threshold"),
+    X("stage3_module_granularity_threshold"),
+    X("use_all_reduce_for_fetch_params"),
+    X("stage3_use_all_reduce_for_fetch_params"),
+    X("allgather_sequential"),
+    X("stage3_allgather_sequential"),
     X("legacy_stage1"),
-    X("cpu_offload"),
-    X("cpu_offload_params"),
-    X("cpu_offload_use_pin_memory"),
     X("zero_hpz_partition_size"),
     X("zero_quantized_weights"),
     X("zero_quantized_nontrainable_weights"),
     X("zero_quantized_gradients"),
+    X("zeropp_loco_param"),
     X("mics_shard_size"),
     X("mics_hierarchical_params_gather"),
-    X("memory_efficient_linear"),
+    XT("memory_efficient_linear"),
     X("pipeline_loading_checkpoint"),
-    X("override_module_apply"),
-    X("use_multi_rank_bucket_allreduce"),
+    XT("override_module_apply"),
     X("log_trace_cache_warnings"),
+    X("enable_sanity_checks"),
+    X("save_muon_momentum_buffer_in_memory"),
+    X("leaf_module"),
 };
-static const section zero_sec = SECTION(zero_keys);
+static const section zero_sec = SECTION_AUTO(zero_keys);
 
 static const char *const partition_names[] = {"parameters", "uniform", NULL};
 
@@ -310,12 +384,13 @@ static const key_spec zoffload_keys[] = {
     I("prefetch_lookahead", zoffload.prefetch_lookahead, 0, 0, 64),
     I("micro_group", zoffload.micro_group, 0, 1, 1 << 20),
     E("act_home", zoffload.act_home, 0, act_home_names, 0),
-    {"nvme_paths", K_PATHLIST, 0, 0, 0, 0, NULL, 0, NULL},
+    {"nvme_paths", K_PATHLIST, 0, 0, 0, 0, NULL, 0, NULL, NULL},
     E("optimizer_state_dtype", zoffload.optimizer_state_dtype, 0, state_dtype_names, ZO_DTYPE_F32),
     B("master_split", zoffload.master_split),
     B("embedding_f32_states", zoffload.embedding_f32_states),
     E("reduce_order", zoffload.reduce_order, 0, reduce_order_names, 0),
-    {"placement", K_PLACEMENT, 0, 0, 0, 0, NULL, 0, &placement_sec},
+    {"placement", K_PLACEMENT, 0, 0, 0, 0, NULL, 0, &placement_sec, NULL},
+    B("ignore_unsupported", zoffload.ignore_unsupported),
 };
 static const section zoffload_sec = SECTION(zoffload_keys);
 
@@ -344,24 +419,26 @@ static const key_spec root_keys[] = {
     S("scheduler", scheduler_sec),
     S("fp16", fp16_sec),
     S("bf16", bf16_sec),
-    {"bfloat16", K_SECTION, 0, F_ALIAS, 0, 0, NULL, 0, &bf16_sec},
+    {"bfloat16", K_SECTION, 0, F_ALIAS, 0, 0, NULL, 0, &bf16_sec, NULL},
     S("zero_optimization", zero_sec),
     S("aio", aio_sec),
     S("pipeline", pipeline_sec),
     S("zoffload", zoffload_sec),
-    /* DeepSpeed features that do not apply to zoffload. */
+    /* DeepSpeed features that do not apply to zoffload or that it does its
+     * own way: accepted, with a warning when on. */
     X("wall_clock_breakdown"),
     X("memory_breakdown"),
     X("dump_state"),
     X("prescale_gradients"),
     X("gradient_predivide_factor"),
+    X("gradient_allreduce_op"),
     X("sparse_gradients"),
     X("zero_allow_untested_optimizer"),
     X("zero_force_ds_cpu_optimizer"),
     X("communication_data_type"),
     X("seq_parallel_communication_data_type"),
     X("disable_allgather"),
-    X("amp"),
+    X("managed_gradient_accumulation"),
     X("activation_checkpointing"),
     X("flops_profiler"),
     S("tensorboard", tensorboard_sec),
@@ -371,16 +448,10 @@ static const key_spec root_keys[] = {
     X("comms_logger"),
     X("elasticity"),
     X("autotuning"),
-    X("compression_training"),
-    X("data_efficiency"),
-    X("curriculum_learning"),
     X("checkpoint"),
     X("data_types"),
-    X("progressive_layer_drop"),
-    X("eigenvalue"),
-    X("quantize_training"),
-    X("sparse_attention"),
     X("nebula"),
+    X("datastates"),
     X("hybrid_engine"),
     X("load_universal_checkpoint"),
     X("use_node_local_storage"),
@@ -389,6 +460,28 @@ static const key_spec root_keys[] = {
     X("timers"),
     X("dataloader_drop_last"),
     X("weight_quantization"),
+    X("log_level"),
+    X("use_data_before_expert_parallelism"),
+    X("data_parallel_size"),
+    /* Features that change what training computes: refused when on, unless
+     * zoffload.ignore_unsupported says to train without them. */
+    U("amp", "NVIDIA Apex mixed precision", "'bf16' or 'fp16'", OFF_ENABLED),
+    U("torch_autocast", "torch.autocast mixed precision", "'bf16' or 'fp16'", OFF_ENABLED),
+    U("tensor_parallel", "tensor parallelism (AutoTP)",
+      "data parallelism over ranks with 'zero_optimization.stage'", OFF_SIZE),
+    U("sequence_parallel_size", "sequence parallelism (Ulysses)",
+      "a longer --seq on one rank (attention memory grows linearly)", OFF_SIZE),
+    U("expert_parallel", "expert parallelism for mixture-of-experts models", NULL, OFF_ENABLED),
+    U("compression_training", "quantization-aware training, pruning and layer reduction", NULL,
+      OFF_ENABLED),
+    U("data_efficiency", "curriculum learning and random-LTD", NULL, OFF_ENABLED),
+    U("curriculum_learning", "curriculum learning (legacy)", NULL, OFF_ENABLED),
+    U("progressive_layer_drop", "progressive layer dropping", NULL, OFF_ENABLED),
+    U("quantize_training", "MoQ quantized training", "'zoffload.optimizer_state_dtype'",
+      OFF_ENABLED),
+    U("eigenvalue", "Hessian eigenvalue computation for MoQ", NULL, OFF_ENABLED),
+    U("sparse_attention", "block-sparse attention",
+      "zoffload's fused attention (its sequence memory grows linearly)", OFF_ENABLED),
 };
 static const section root_sec = SECTION(root_keys);
 
@@ -397,6 +490,9 @@ static const section root_sec = SECTION(root_keys);
 typedef struct pctx {
     zo_train_config *cfg;
     char path[ZO_CONFIG_KEY_CAP * 2]; /* dotted path of the value being read */
+    const json_t *obj;                /* the object holding it */
+    int sec_auto;                     /* its section takes "auto" on every key */
+    int ignore_unsupported;           /* zoffload.ignore_unsupported, read first */
 } pctx;
 
 static size_t path_push(pctx *c, const char *name)
@@ -505,8 +601,10 @@ static void describe_expected(const key_spec *k, char *buf, size_t cap)
         n = (size_t)snprintf(buf, cap, "an array of at most %d path strings",
                              ZO_CONFIG_MAX_NVME_PATHS);
         break;
+    case K_CPU_OFFLOAD: n = (size_t)snprintf(buf, cap, "true or false"); break;
     case K_SECTION:
     case K_SCHED_PARAMS:
+    case K_UNSUPPORTED:
     case K_IGNORED: n = (size_t)snprintf(buf, cap, "an object"); break;
     case K_PLACEMENT:
         n = (size_t)snprintf(buf, cap,
@@ -550,13 +648,130 @@ static zo_status unknown_key(pctx *c, const section *sec, const char *key)
     return st;
 }
 
+static void remember(char (*list)[ZO_CONFIG_KEY_CAP], int64_t *n, const char *path)
+{
+    if (*n < ZO_CONFIG_MAX_IGNORED)
+        snprintf(list[(*n)++], ZO_CONFIG_KEY_CAP, "%.*s", (int)ZO_CONFIG_KEY_CAP - 1, path);
+}
+
 static void note_ignored(pctx *c)
 {
-    zo_train_config *cfg = c->cfg;
     ZO_LOGW(SUBSYS, "'%s' is a DeepSpeed option that has no effect in zoffload; ignored", c->path);
-    if (cfg->n_ignored < ZO_CONFIG_MAX_IGNORED)
-        snprintf(cfg->ignored[cfg->n_ignored++], ZO_CONFIG_KEY_CAP, "%.*s",
-                 (int)ZO_CONFIG_KEY_CAP - 1, c->path);
+    remember(c->cfg->ignored, &c->cfg->n_ignored, c->path);
+}
+
+/* -1: no "enabled" key inside v; else whether any of them is true. */
+static int nested_enabled(const json_t *v)
+{
+    if (!json_is_object(v))
+        return -1;
+    const json_t *e = json_object_get(v, "enabled");
+    if (e)
+        return json_is_true(e);
+    int found = -1;
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)v, key, val)
+    {
+        int r = nested_enabled(val);
+        if (r == 1)
+            return 1;
+        if (r == 0)
+            found = 0;
+    }
+    return found;
+}
+
+/* Sizes above 1 anywhere in v (the parallel degrees). */
+static int size_active(const json_t *v)
+{
+    if (json_is_number(v))
+        return json_number_value(v) > 1;
+    if (!json_is_object(v))
+        return 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)v, key, val)
+    {
+        if (size_active(val))
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether v turns its feature on: off values are accepted silently. */
+static int is_active(const json_t *v, off_rule r)
+{
+    if (r == OFF_NEVER)
+        return 1;
+    if (r == OFF_SIZE)
+        return size_active(v);
+    if (json_is_object(v)) {
+        int e = nested_enabled(v);
+        return e < 0 ? json_object_size(v) > 0 : e;
+    }
+    if (json_is_number(v))
+        return json_number_value(v) != 0;
+    if (json_is_array(v))
+        return json_array_size(v) > 0;
+    return !json_is_false(v) && !json_is_null(v);
+}
+
+/* A key with no effect here: silent when it asks for nothing, or for
+ * DeepSpeed's default true. */
+static void read_ignored(pctx *c, const key_spec *k, const json_t *v)
+{
+    if ((k->flags & F_TRUE_DEF) && json_is_true(v))
+        return;
+    if (is_active(v, OFF_ENABLED))
+        note_ignored(c);
+}
+
+static zo_status read_unsupported(pctx *c, const key_spec *k, const json_t *v)
+{
+    const feature *f = k->feat;
+    if (!is_active(v, f->off))
+        return ZO_OK;
+    if (f->off == OFF_NEVER)
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "'%s' is not supported by zoffload (%s); use %s",
+                       c->path, f->what, f->instead);
+    if (c->ignore_unsupported) {
+        ZO_LOGW(SUBSYS,
+                "'%s' (%s) is not supported by zoffload; training without it, as "
+                "'zoffload.ignore_unsupported' asks",
+                c->path, f->what);
+        remember(c->cfg->ignored, &c->cfg->n_ignored, c->path);
+        return ZO_OK;
+    }
+    return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                   "'%s' is on, but %s is not supported by zoffload%s%s; remove it or turn it "
+                   "off, or set 'zoffload.ignore_unsupported' to true to train without it",
+                   c->path, f->what, f->instead ? "; the nearest it has is " : "",
+                   f->instead ? f->instead : "");
+}
+
+/* DeepSpeed's deprecated cpu_offload / cpu_offload_param: true means the
+ * section's device "cpu" (optimizer states and the optimizer step on the
+ * host), and giving it with the section it replaces is an error there too. */
+static zo_status read_cpu_offload(pctx *c, const key_spec *k, const json_t *v)
+{
+    const char *sec = k->off == OFF(zero_optimization.offload_optimizer.device)
+                          ? "offload_optimizer"
+                          : "offload_param";
+    if (json_is_null(v) || json_is_false(v))
+        return ZO_OK;
+    if (!json_is_true(v))
+        return type_error(c, k, v);
+    if (json_object_get(c->obj, sec))
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "'%s' (deprecated) and 'zero_optimization.%s' are both given; give only "
+                       "'zero_optimization.%s'",
+                       c->path, sec, sec);
+    ZO_LOGW(SUBSYS, "'%s' is deprecated: it means 'zero_optimization.%s.device' \"cpu\"", c->path,
+            sec);
+    zo_offload_device d = ZO_OFFLOAD_CPU;
+    memcpy(field(c, k), &d, sizeof d);
+    return ZO_OK;
 }
 
 /* ---- scalar readers ---- */
@@ -682,7 +897,7 @@ static zo_status read_betas(pctx *c, const key_spec *k, const json_t *v)
 
 static zo_status read_pathlist(pctx *c, const key_spec *k, const json_t *v)
 {
-    static const key_spec elem = {"", K_PATH, 0, 0, 0, 0, NULL, 0, NULL};
+    static const key_spec elem = {"", K_PATH, 0, 0, 0, 0, NULL, 0, NULL, NULL};
     size_t n = json_array_size(v);
     if (!json_is_array(v) || n > ZO_CONFIG_MAX_NVME_PATHS)
         return type_error(c, k, v);
@@ -735,7 +950,7 @@ static zo_status parse_sched_params(pctx *c, const json_t *v)
 {
     const section *sec = &sched_params_secs[c->cfg->scheduler.type - ZO_SCHEDULER_WARMUP_LR];
     if (!json_is_object(v)) {
-        static const key_spec obj = {"params", K_SCHED_PARAMS, 0, 0, 0, 0, NULL, 0, NULL};
+        static const key_spec obj = {"params", K_SCHED_PARAMS, 0, 0, 0, 0, NULL, 0, NULL, NULL};
         return type_error(c, &obj, v);
     }
     const char *key;
@@ -753,12 +968,14 @@ static zo_status parse_sched_params(pctx *c, const json_t *v)
 
 static zo_status parse_value(pctx *c, const key_spec *k, const json_t *v)
 {
-    if (k->kind == K_IGNORED) {
-        note_ignored(c);
+    if (((k->flags & F_AUTO) || c->sec_auto) && is_auto(v)) {
+        remember(c->cfg->auto_keys, &c->cfg->n_auto, c->path);
         return ZO_OK;
     }
-    if ((k->flags & F_AUTO) && is_auto(v)) {
-        ZO_LOGI(SUBSYS, "'%s' is \"auto\": using the default or derived value", c->path);
+    if (k->kind == K_UNSUPPORTED)
+        return read_unsupported(c, k, v);
+    if (k->kind == K_IGNORED) {
+        read_ignored(c, k, v);
         return ZO_OK;
     }
     if ((k->flags & F_NULL) && json_is_null(v))
@@ -772,6 +989,7 @@ static zo_status parse_value(pctx *c, const key_spec *k, const json_t *v)
     case K_BETAS: return read_betas(c, k, v);
     case K_PATHLIST: return read_pathlist(c, k, v);
     case K_FALSE_ONLY: return read_false_only(c, k, v);
+    case K_CPU_OFFLOAD: return read_cpu_offload(c, k, v);
     case K_SCHED_PARAMS: return parse_sched_params(c, v);
     case K_SECTION:
         if (!json_is_object(v))
@@ -784,7 +1002,8 @@ static zo_status parse_value(pctx *c, const key_spec *k, const json_t *v)
         if (!json_is_object(v))
             return type_error(c, k, v);
         return parse_section(c, k->sub, v);
-    case K_IGNORED: break;
+    case K_IGNORED:
+    case K_UNSUPPORTED: break;
     }
     return ZO_OK;
 }
@@ -799,19 +1018,68 @@ static zo_status parse_key(pctx *c, const key_spec *k, const json_t *v)
 
 /* Unknown keys first (in file order), then the values in schema order, so
  * that "type" is known before the "params" that depend on it. */
+static zo_status parse_keys(pctx *c, const section *sec, const json_t *obj);
+
 static zo_status parse_section(pctx *c, const section *sec, const json_t *obj)
+{
+    const json_t *outer = c->obj;
+    int outer_auto = c->sec_auto;
+    c->obj = obj;
+    c->sec_auto = sec->auto_any;
+    zo_status st = parse_keys(c, sec, obj);
+    c->obj = outer;
+    c->sec_auto = outer_auto;
+    return st;
+}
+
+/* DeepSpeed reads the top level key by key and ignores the rest, so a key
+ * there that is no near-miss of a real one (a "_comment", another tool's
+ * setting) is only warned about; a likely typo is still an error. */
+static int unknown_top_key_is_harmless(pctx *c, const section *sec, const char *key)
+{
+    if (sec != &root_sec)
+        return 0;
+    const char *cands[128];
+    size_t n = 0, d = 0;
+    for (size_t i = 0; i < sec->n && n < 128; i++)
+        cands[n++] = sec->keys[i].name;
+    if (zo_strdist_nearest(key, cands, n, &d) >= 0 && zo_strdist_is_close(key, d))
+        return 0;
+    ZO_LOGW(SUBSYS, "unknown top-level key '%s' ignored (it is no DeepSpeed key zoffload knows)",
+            key);
+    remember(c->cfg->ignored, &c->cfg->n_ignored, key);
+    return 1;
+}
+
+/* An alias given with the key it names would leave the value ambiguous. */
+static zo_status check_alias_pair(pctx *c, const section *sec, size_t i, const json_t *obj)
+{
+    const key_spec *k = &sec->keys[i];
+    if (!(k->flags & F_ALIAS) || i == 0 || k->kind == K_SECTION ||
+        !json_object_get(obj, sec->keys[i - 1].name))
+        return ZO_OK;
+    size_t len = path_push(c, k->name);
+    zo_status st =
+        ZO_FAIL(ZO_ERR_CONFIG, SUBSYS, "'%s' and '%s' name the same setting; give only one",
+                c->path, sec->keys[i - 1].name);
+    path_pop(c, len);
+    return st;
+}
+
+static zo_status parse_keys(pctx *c, const section *sec, const json_t *obj)
 {
     const char *key;
     const json_t *val;
     json_object_foreach((json_t *)obj, key, val)
     {
-        if (!find_key(sec, key))
+        if (!find_key(sec, key) && !unknown_top_key_is_harmless(c, sec, key))
             return unknown_key(c, sec, key);
     }
     for (size_t i = 0; i < sec->n; i++) {
         const key_spec *k = &sec->keys[i];
         const json_t *v = json_object_get(obj, k->name);
         if (v) {
+            ZO_TRY(check_alias_pair(c, sec, i, obj));
             ZO_TRY(parse_key(c, k, v));
         } else if (k->flags & F_REQUIRED) {
             size_t len = path_push(c, k->name);
@@ -914,6 +1182,17 @@ static zo_status check_rules(zo_train_config *cfg)
     cfg->optimizer.decoupled_weight_decay =
         cfg->optimizer.type == ZO_OPTIMIZER_ADAMW || cfg->optimizer.adam_w_mode;
     return derive_batch_sizes(cfg);
+}
+
+/* DeepSpeed's WarmupLR and WarmupDecayLR rise to the optimizer's lr when
+ * warmup_max_lr is absent (lr_schedules.py), and Hugging Face fills its
+ * "auto" with the same learning rate. */
+static void default_max_lr(zo_train_config *cfg, const json_t *doc)
+{
+    const json_t *v = json_object_get(json_object_get(json_object_get(doc, "scheduler"), "params"),
+                                      "warmup_max_lr");
+    if (!json_is_number(v))
+        cfg->scheduler.warmup_max_lr = cfg->optimizer.lr;
 }
 
 /* ---- the document object ---- */
@@ -1099,8 +1378,12 @@ zo_status zo_config_resolve(zo_config_t c, int64_t world_size, zo_train_config *
     cfg->world_size = world_size;
     pctx ctx = {.cfg = cfg};
     zo_status st = apply_overrides(c, doc);
+    ctx.ignore_unsupported =
+        json_is_true(json_object_get(json_object_get(doc, "zoffload"), "ignore_unsupported"));
     if (st == ZO_OK)
         st = parse_section(&ctx, &root_sec, doc);
+    if (st == ZO_OK)
+        default_max_lr(cfg, doc);
     if (st == ZO_OK)
         st = check_rules(cfg);
     if (st == ZO_OK)
@@ -1188,7 +1471,9 @@ static json_t *emit_value(const zo_train_config *cfg, const key_spec *k)
     case K_SCHED_PARAMS:
         return emit_section(cfg, &sched_params_secs[cfg->scheduler.type - ZO_SCHEDULER_WARMUP_LR]);
     case K_FALSE_ONLY: return json_false();
-    case K_IGNORED: break;
+    case K_IGNORED:
+    case K_UNSUPPORTED:
+    case K_CPU_OFFLOAD: break;
     }
     return NULL;
 }
@@ -1198,7 +1483,8 @@ static json_t *emit_section(const zo_train_config *cfg, const section *sec)
     json_t *obj = json_object();
     for (size_t i = 0; obj && i < sec->n; i++) {
         const key_spec *k = &sec->keys[i];
-        if (k->kind == K_IGNORED || k->kind == K_FALSE_ONLY || (k->flags & F_ALIAS))
+        if (k->kind == K_IGNORED || k->kind == K_FALSE_ONLY || k->kind == K_UNSUPPORTED ||
+            k->kind == K_CPU_OFFLOAD || (k->flags & F_ALIAS))
             continue;
         if (k->kind == K_SECTION && k->sub == &scheduler_sec &&
             cfg->scheduler.type == ZO_SCHEDULER_NONE)

@@ -16,11 +16,23 @@
  *    key. Byte sizes in the "zoffload" section also accept unit strings
  *    ("24GiB", "512MiB", "1.5GB"), since they are ours.
  *  - "auto" (written by Hugging Face Trainer configs) is accepted where the
- *    Trainer accepts it: the batch sizes (then derived as DeepSpeed does), the
- *    optimizer params, the scheduler params, fp16/bf16.enabled,
- *    gradient_clipping and the zero_optimization sizes. It means "not given":
- *    the default applies, or the value is derived, or (total_num_steps) it
- *    must come from a command-line override.
+ *    Trainer fills it in: the batch sizes (then derived as DeepSpeed does),
+ *    the optimizer params, the scheduler params, fp16/bf16.enabled and
+ *    gradient_clipping; and on every key of zero_optimization and its offload
+ *    sections, whose "auto" DeepSpeed itself drops. It means "not given": the
+ *    default applies, or the value is derived. A caller with values of its
+ *    own (zo-train's flags, as the Trainer's arguments) sets them first with
+ *    zo_config_set; the keys left "auto" are listed in auto_keys. An absent
+ *    or "auto" scheduler warmup_max_lr is the optimizer's lr, as DeepSpeed's
+ *    WarmupLR takes it.
+ *  - DeepSpeed features zoffload lacks (tensor_parallel, sparse_attention,
+ *    compression_training, bf16.bf16_master_weights_and_grads...) are refused
+ *    when on, by name, with the nearest alternative, unless
+ *    zoffload.ignore_unsupported is true (then warned about and listed in
+ *    ignored); set to false or off they are accepted silently, as are the
+ *    keys with no effect here. Unknown top-level keys that are no near-miss of
+ *    a real key are warned about and listed in ignored (DeepSpeed ignores
+ *    them); nested unknown keys and near-misses are errors.
  *  - Duplicate keys are errors, as in DeepSpeed.
  *
  * Error messages (the text after zo_last_error()'s "file:line: configuration
@@ -196,7 +208,8 @@ typedef struct zo_train_config {
         int embedding_f32_states;       /* 0: int8 states keep the token embedding's moments fp32 */
         int reduce_order;               /* 0 global, 1 rank: ZeRO's order with gradient accumulation
                                            (zo_reduce_order, engine.h) */
-        int64_t n_nvme_paths;           /* 0 */
+        int ignore_unsupported; /* 0: enabled DeepSpeed features zoffload lacks are errors */
+        int64_t n_nvme_paths;   /* 0 */
         char nvme_paths[ZO_CONFIG_MAX_NVME_PATHS][ZO_CONFIG_PATH_CAP];
         /* Per-chunk homes: "auto" (the trainer splits by its host memory), or
          * the bytes of each state that a tier faster than its home may hold
@@ -223,6 +236,11 @@ typedef struct zo_train_config {
      * paths, section by section (one warning each was logged). */
     int64_t n_ignored;
     char ignored[ZO_CONFIG_MAX_IGNORED][ZO_CONFIG_KEY_CAP];
+
+    /* Keys written "auto", as JSON paths: each took its default or derived
+     * value (the caller fills its own values in first, zo_config_set). */
+    int64_t n_auto;
+    char auto_keys[ZO_CONFIG_MAX_IGNORED][ZO_CONFIG_KEY_CAP];
 } zo_train_config;
 
 /* DeepSpeed's defaults (batch sizes 0 = not given). */
