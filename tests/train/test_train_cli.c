@@ -474,6 +474,160 @@ static void test_flags_override_the_config(void **state)
     free(err);
 }
 
+/* ---- Hugging Face "auto" and the flags merged into the config ---- */
+
+static void expect_config_error(const char *json, const char *extra, const char *msg);
+
+/* transformers' tests/deepspeed/ds_config_zero2.json, "auto" everywhere. */
+static const char *k_hf_auto =
+    "{\"fp16\": {\"enabled\": \"auto\", \"loss_scale\": 0, \"initial_scale_power\": 16},\n"
+    " \"bf16\": {\"enabled\": \"auto\"},\n"
+    " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\", \"betas\": \"auto\",\n"
+    "   \"eps\": \"auto\", \"weight_decay\": \"auto\"}},\n"
+    " \"scheduler\": {\"type\": \"%s\", \"params\": {\"warmup_min_lr\": \"auto\",\n"
+    "   \"warmup_max_lr\": \"auto\", \"warmup_num_steps\": \"auto\"%s}},\n"
+    " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\",\n"
+    "   \"pin_memory\": true}, \"overlap_comm\": true, \"reduce_bucket_size\": \"auto\"},\n"
+    " \"gradient_accumulation_steps\": \"auto\", \"gradient_clipping\": \"auto\",\n"
+    " \"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": \"auto\",\n"
+    " \"wall_clock_breakdown\": false}\n";
+
+/* DeepSpeed's lr_schedules.py, WarmupLR and WarmupDecayLR (log warmup): the
+ * rate at state it, W = max(2, warmup_num_steps). */
+static double ds_warmup_lr(int decay, double min_lr, double max_lr, double warmup, double total,
+                           double it)
+{
+    double w = warmup > 2 ? warmup : 2;
+    if (it < 0)
+        return min_lr;
+    if (it < w)
+        return min_lr + (max_lr - min_lr) * log(it + 1) / log(w);
+    if (!decay)
+        return max_lr;
+    return min_lr + (max_lr - min_lr) * fmax(0.0, (total - it) / fmax(1.0, total - w));
+}
+
+/* Hugging Face fills "auto" from the Trainer's arguments; zo-train from its
+ * flags: --lr is the schedule's peak, no warmup, total_num_steps the run's
+ * steps, gradient_clipping --max-grad-norm (1), the batch keys --micro-batch
+ * and --grad-accum. The rates are DeepSpeed's formulas (alpaca's offload
+ * config with --lr 5e-5 --steps 5: [0, 0, 5e-5, 5e-5, 3.3e-5]). */
+static void test_hf_auto_follows_the_flags(void **state)
+{
+    const char *types[] = {"WarmupLR", "WarmupDecayLR"};
+    for (int decay = 0; decay < 2; decay++) {
+        char json[2048], args[1024], *err;
+        snprintf(json, sizeof json, k_hf_auto, types[decay],
+                 decay ? ", \"total_num_steps\": \"auto\"" : "");
+        snprintf(args, sizeof args,
+                 "--config %s --steps 5 --json --lr 5e-5 --micro-batch 2 --grad-accum 3" TINY,
+                 write_config("hf.json", json));
+        json_t *root = run_json(args, &err);
+        json_t *cfg = json_object_get(root, "config");
+        assert_int_equal(cfg_int(root, "micro_batch"), 2);
+        assert_int_equal(cfg_int(root, "grad_accum"), 3);
+        assert_true(json_real_value(json_object_get(cfg, "max_grad_norm")) == 1.0);
+        assert_true(json_integer_value(json_object_get(root, "clipped_steps")) >= 1);
+        assert_true(json_real_value(json_object_get(json_object_get(cfg, "optimizer"), "lr")) ==
+                    5e-5);
+        json_t *lrs = json_object_get(root, "lrs");
+        for (int i = 0; i < 5; i++) {
+            double want = ds_warmup_lr(decay, 0, 5e-5, 0, 5, i - 1);
+            double got = json_number_value(json_array_get(lrs, (size_t)i));
+            if (fabs(got - want) > 1e-12)
+                fail_msg("%s lr of step %d: %.9g, expected %.9g", types[decay], i + 1, got, want);
+        }
+        json_t *autos = json_object_get(cfg, "auto");
+        assert_string_equal(json_string_value(json_object_get(autos, "gradient_clipping")),
+                            "1 (--max-grad-norm's default)");
+        assert_string_equal(json_string_value(json_object_get(autos, "optimizer.params.lr")),
+                            "5e-5 (--lr)");
+        assert_string_equal(
+            json_string_value(json_object_get(autos, "scheduler.params.warmup_max_lr")),
+            "5e-5 (the optimizer's lr)");
+        assert_string_equal(json_string_value(json_object_get(autos, "bf16.enabled")),
+                            "true (--dtype's default)");
+        /* printed once per key */
+        assert_int_equal(count(err, "'gradient_clipping' -> 1 (--max-grad-norm's default)"), 1);
+        assert_int_equal(count(err, "wall_clock_breakdown"), 0); /* false: nothing to say */
+        json_decref(root);
+        free(err);
+    }
+}
+
+/* --micro-batch and --grad-accum satisfy absent batch keys; against concrete
+ * ones they win, with one warning naming the global batch: the file's
+ * train_batch_size is kept when it left the other key to be derived, and is
+ * replaced when the file fixes both. */
+static void test_batch_flags_and_the_file(void **state)
+{
+    static const struct {
+        const char *json, *flags;
+        int micro, accum;
+        const char *warning; /* NULL: none */
+    } cases[] = {
+        {"{\"bf16\": {\"enabled\": true}}", "--micro-batch 2 --grad-accum 3", 2, 3, NULL},
+        {"{\"bf16\": {\"enabled\": true}}", "", 8, 1, NULL},
+        {"{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 1}", "--micro-batch 2", 2,
+         16, "the global batch is 32 sequences (micro-batch 2 x 16 accumulated)\n"},
+        {"{\"train_batch_size\": 6, \"train_micro_batch_size_per_gpu\": 3, "
+         "\"gradient_accumulation_steps\": 2}",
+         "--micro-batch 1", 1, 2,
+         "the global batch is 2 sequences (micro-batch 1 x 2 accumulated), not the file's "
+         "train_batch_size 6\n"},
+        {"{\"train_batch_size\": 6, \"gradient_accumulation_steps\": 2}", "--micro-batch 3", 3, 2,
+         NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[1024], *err;
+        snprintf(args, sizeof args, "--config %s --steps 1 --json %s" TINY,
+                 write_config("batch.json", cases[i].json), cases[i].flags);
+        json_t *root = run_json(args, &err);
+        if (cfg_int(root, "micro_batch") != cases[i].micro ||
+            cfg_int(root, "grad_accum") != cases[i].accum)
+            fail_msg("case %zu: micro %d accum %d", i, (int)cfg_int(root, "micro_batch"),
+                     (int)cfg_int(root, "grad_accum"));
+        assert_int_equal(count(err, "global batch"), cases[i].warning ? 1 : 0);
+        if (cases[i].warning && !strstr(err, cases[i].warning))
+            fail_msg("case %zu: stderr lacks '%s': %s", i, cases[i].warning, err);
+        json_decref(root);
+        free(err);
+    }
+    expect_config_error("{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 1}",
+                        " --micro-batch 3",
+                        "zo-train: configuration error in %s: --micro-batch 3 does not divide the "
+                        "file's train_batch_size 32; pass both --micro-batch and --grad-accum");
+}
+
+/* No optimizer section: zo-train's own AdamW (lr 2e-3), not DeepSpeed's
+ * 1e-3; the deprecated cpu_offload puts the optimizer on the host; --lr
+ * against a concrete lr wins and says so. */
+static void test_optimizer_defaults_and_cpu_offload(void **state)
+{
+    char args[1024], *err;
+    snprintf(args, sizeof args, "--config %s --steps 1 --json" TINY,
+             write_config("opt.json",
+                          "{\"train_micro_batch_size_per_gpu\": 2, "
+                          "\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true}}"));
+    json_t *root = run_json(args, &err);
+    json_t *opt = json_object_get(json_object_get(root, "config"), "optimizer");
+    assert_true(json_real_value(json_object_get(opt, "lr")) == 2e-3);
+    assert_true(json_real_value(json_array_get(json_object_get(opt, "betas"), 1)) == 0.95);
+    assert_string_equal(cfg_str(root, "offload_optimizer"), "cpu");
+    json_decref(root);
+    free(err);
+    snprintf(args, sizeof args, "--config %s --steps 1 --json --lr 5e-5" TINY,
+             write_config("opt.json", "{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": "
+                                      "{\"type\": \"Adam\", \"params\": {\"lr\": 1e-4}}}"));
+    root = run_json(args, &err);
+    opt = json_object_get(json_object_get(root, "config"), "optimizer");
+    assert_true(json_real_value(json_object_get(opt, "lr")) == 5e-5);
+    if (!strstr(err, "--lr 5e-5 replaces 'optimizer.params.lr' 0.0001 from"))
+        fail_msg("stderr: %s", err);
+    json_decref(root);
+    free(err);
+}
+
 static void expect_config_error(const char *json, const char *extra, const char *msg)
 {
     char args[1024], want[1024];
@@ -928,6 +1082,9 @@ int main(void)
         cmocka_unit_test(test_config_drives_the_run),
         cmocka_unit_test(test_flags_override_the_config),
         cmocka_unit_test(test_config_precision_picks_the_dtype),
+        cmocka_unit_test(test_hf_auto_follows_the_flags),
+        cmocka_unit_test(test_batch_flags_and_the_file),
+        cmocka_unit_test(test_optimizer_defaults_and_cpu_offload),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_checkpoint_flags),
         cmocka_unit_test(test_metrics_and_trace),

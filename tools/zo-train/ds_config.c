@@ -17,40 +17,29 @@ static zo_status config_fail(zo_status st, const char *path)
     return zt_fail(st, "configuration error in %s: %s", path, msg);
 }
 
-/* Whether the schedule needs total_num_steps and the file leaves it out
- * (absent or "auto") and no override gives it. */
-static int needs_total_steps(const char *path, const char *const *sets, int n_sets)
-{
-    const char *key = "scheduler.params.total_num_steps=";
-    for (int i = 0; i < n_sets; i++)
-        if (strncmp(sets[i], key, strlen(key)) == 0)
-            return 0;
-    json_t *doc = json_load_file(path, JSON_DECODE_ANY, NULL);
-    json_t *sched = json_object_get(doc, "scheduler");
-    const char *type = json_string_value(json_object_get(sched, "type"));
-    json_t *total = json_object_get(json_object_get(sched, "params"), "total_num_steps");
-    int needs = type && strcasecmp(type, "WarmupLR") != 0 && !json_is_number(total);
-    json_decref(doc);
-    return needs;
-}
-
-zo_status zt_config_load(const char *path, const char *const *sets, int n_sets, int steps,
-                         zo_train_config *out)
+zo_status zt_config_load(const char *path, const char *const *sets, int n_sets,
+                         const zt_config_flags *flags, const zt_options *defaults,
+                         zo_train_config *out, zt_config_report *rep)
 {
     zo_config_t c = NULL;
+    json_t *doc = NULL;
     zo_status st = zo_config_init(&c);
     if (st >= 0)
         st = zo_config_load_file(c, path);
+    if (st < 0) {
+        config_fail(st, path);
+        zo_config_free(c);
+        return st;
+    }
+    doc = json_load_file(path, JSON_DECODE_ANY, NULL);              /* it parsed once already */
+    st = zt_config_merge_flags(c, doc, path, flags, defaults, rep); /* names the file */
+    json_decref(doc);
+    int merged = st >= 0;
     for (int i = 0; st >= 0 && i < n_sets; i++)
         st = zo_config_set_arg(c, sets[i]);
-    if (st >= 0 && needs_total_steps(path, sets, n_sets)) {
-        char v[32];
-        snprintf(v, sizeof v, "%d", steps);
-        st = zo_config_set(c, "scheduler.params.total_num_steps", v);
-    }
     if (st >= 0)
         st = zo_config_resolve(c, 1, out);
-    if (st < 0)
+    if (st < 0 && merged)
         config_fail(st, path);
     zo_config_free(c);
     return st;

@@ -35,16 +35,18 @@
 
 #include <stdio.h>
 
+#include "ds_merge.h"
 #include "trainer.h"
 #include "zo/config.h"
 
-/* Read the config file, apply the KEY=VALUE overrides (zo_config_set_arg)
- * and resolve it for one process. A WarmupDecayLR or WarmupCosineLR schedule
- * whose total_num_steps is absent or "auto" gets steps (the run's length, as
- * Hugging Face's Trainer fills it). Messages are the parser's, after
- * "configuration error in FILE: ". */
-zo_status zt_config_load(const char *path, const char *const *sets, int n_sets, int steps,
-                         zo_train_config *out);
+/* Read the config file, merge the flags into it (ds_merge.h: they fill
+ * "auto", satisfy absent batch keys and win over the file's values), apply
+ * the KEY=VALUE overrides (zo_config_set_arg) and resolve it for one
+ * process; rep says what each "auto" became. Messages are the parser's,
+ * after "configuration error in FILE: ". */
+zo_status zt_config_load(const char *path, const char *const *sets, int n_sets,
+                         const zt_config_flags *flags, const zt_options *defaults,
+                         zo_train_config *out, zt_config_report *rep);
 
 /* Set the options the config speaks for; *log_every from steps_per_print.
  * The NVMe path strings point into cfg, which must outlive o. Fails (naming

@@ -50,6 +50,8 @@ typedef struct cli {
     int n_sets;
     int steps_given, nvme_given; /* flags that replace what the config said */
     zo_train_config ds;          /* the resolved config (its paths are pointed to) */
+    zt_config_flags ds_flags;    /* the flags merged into the config (ds_merge.h) */
+    zt_config_report ds_report;  /* what its "auto" keys became */
     const char *save_dir, *resume, *init_weights;
     const char *hf_model;   /* --hf-model DIR: shape and weights of a Hugging Face model */
     zo_dtype hf_save_dtype; /* the weights --save writes to DIR/hf-model (bf16, fp32) */
@@ -654,8 +656,28 @@ static int next_flag(int argc, char **argv)
     return opt;
 }
 
-/* The flags that decide how the config is read (--config, --set, --steps),
- * before the others override it; errors are left to parse_args. */
+/* The flags that fill the config's "auto" keys and win over its values
+ * (ds_merge.h), read before it; bad values are left to parse_args. */
+static void prescan_config_flag(int opt, const char *arg, zt_config_flags *f)
+{
+    long v;
+    float x;
+    if ((opt == OPT_MB || opt == OPT_ACCUM) && parse_long(arg, 1, INT_MAX, &v) == 0)
+        *(opt == OPT_MB ? &f->micro_batch : &f->grad_accum) = (int)v;
+    if ((opt == OPT_LR || opt == OPT_CLIP || opt == OPT_WD) && parse_float(arg, &x) == 0 && x >= 0)
+        *(opt == OPT_LR ? &f->lr : opt == OPT_CLIP ? &f->max_grad_norm : &f->weight_decay) = arg;
+    if (opt == OPT_DTYPE &&
+        (!strcmp(arg, "bf16") || !strcmp(arg, "fp16") || !strcmp(arg, "fp32"))) {
+        f->dtype_given = 1;
+        f->dtype = !strcmp(arg, "bf16")   ? ZO_DTYPE_BF16
+                   : !strcmp(arg, "fp16") ? ZO_DTYPE_F16
+                                          : ZO_DTYPE_F32;
+    }
+}
+
+/* The flags that decide how the config is read (--config, --set, --steps,
+ * and those merged into it), before the others override it; errors are left
+ * to parse_args. */
 static int prescan(int argc, char **argv, cli *c)
 {
     int opt;
@@ -671,6 +693,7 @@ static int prescan(int argc, char **argv, cli *c)
         }
         if (opt == OPT_STEPS && parse_int_opt(opt, optarg, c) == 0)
             c->steps_given = 1;
+        prescan_config_flag(opt, optarg, &c->ds_flags);
     }
     optind = 0; /* getopt starts over for parse_args */
     return 0;
@@ -688,11 +711,15 @@ static int apply_config(cli *c)
         return 2;
     }
     c->ds = (zo_train_config)ZO_TRAIN_CONFIG_INIT;
-    if (zt_config_load(c->config_path, c->sets, c->n_sets, c->o.steps, &c->ds) < 0 ||
+    c->ds_flags.steps = c->o.steps;
+    const zt_options defaults = c->o; /* before the config: the flags' defaults */
+    if (zt_config_load(c->config_path, c->sets, c->n_sets, &c->ds_flags, &defaults, &c->ds,
+                       &c->ds_report) < 0 ||
         zt_options_from_config(&c->o, &c->ds, &c->log_every) < 0) {
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
         return 2;
     }
+    zt_config_report_finish(&c->ds_report, &c->ds, stderr);
     if (!c->steps_given && c->ds.scheduler.total_num_steps > 0) {
         if (c->ds.scheduler.total_num_steps > INT_MAX) {
             fprintf(stderr, "zo-train: 'scheduler.params.total_num_steps' %lld is too large\n",
@@ -1260,6 +1287,48 @@ static json_t *json_num(double v)
     return isfinite(v) ? json_real(v) : json_null();
 }
 
+/* The effective optimizer, clipping, loss scaling and schedule, what each
+ * "auto" became and the config keys with no effect: what the run trains
+ * with, whatever the config said. */
+/* A float option as the decimal it was given as (0.002, not 0.00200000009). */
+static double float_as_given(float v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.7g", (double)v);
+    return strtod(buf, NULL);
+}
+
+static void json_effective(const cli *c, json_t *cfg)
+{
+    const zt_options *o = &c->o;
+    const zt_schedule *s = &o->sched;
+    json_object_set_new(
+        cfg, "optimizer",
+        json_pack("{s:s,s:f,s:[f,f],s:f,s:f,s:b}", "type", o->adamw ? "AdamW" : "Adam", "lr",
+                  float_as_given(o->lr), "betas", float_as_given(o->beta1),
+                  float_as_given(o->beta2), "eps", float_as_given(o->eps), "weight_decay",
+                  float_as_given(o->weight_decay), "bias_correction", o->bias_correction));
+    json_object_set_new(cfg, "max_grad_norm", json_real(float_as_given(o->max_grad_norm)));
+    json_object_set_new(cfg, "loss_scale",
+                        o->dtype != ZO_DTYPE_F16 ? json_null()
+                        : o->loss_scaler.loss_scale > 0
+                            ? json_real(o->loss_scaler.loss_scale)
+                            : json_pack("{s:s,s:i}", "dynamic_from", "2^initial_scale_power",
+                                        "initial_scale_power", o->loss_scaler.initial_scale_power));
+    json_object_set_new(cfg, "schedule",
+                        json_pack("{s:s,s:f,s:f,s:I,s:I,s:s}", "type",
+                                  zo_scheduler_type_name(s->type), "warmup_min_lr",
+                                  s->warmup_min_lr, "warmup_max_lr", s->warmup_max_lr,
+                                  "warmup_num_steps", (json_int_t)s->warmup_num_steps,
+                                  "total_num_steps", (json_int_t)s->total_num_steps, "warmup_type",
+                                  s->warmup_type == ZO_WARMUP_LINEAR ? "linear" : "log"));
+    json_object_set_new(cfg, "auto", zt_config_report_json(&c->ds_report));
+    json_t *ignored = json_array();
+    for (int64_t i = 0; ignored && i < c->ds.n_ignored; i++)
+        json_array_append_new(ignored, json_string(c->ds.ignored[i]));
+    json_object_set_new(cfg, "ignored", ignored);
+}
+
 static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
 {
     json_t *model =
@@ -1310,6 +1379,7 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
     json_object_set_new(cfg, "config_file",
                         c->config_path ? json_string(c->config_path) : json_null());
     json_object_set_new(cfg, "scheduler", json_string(zo_scheduler_type_name(c->o.sched.type)));
+    json_effective(c, cfg);
     json_object_set_new(cfg, "host_limit", json_integer((json_int_t)su->host_limit));
     json_object_set_new(cfg, "tensor_buffer_bytes",
                         json_integer((json_int_t)su->tensor_buffer_bytes));

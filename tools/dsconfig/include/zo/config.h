@@ -107,7 +107,7 @@ typedef enum zo_warmup_type {
 typedef struct zo_offload_optimizer_config {
     zo_offload_device device;           /* none */
     char nvme_path[ZO_CONFIG_PATH_CAP]; /* "" when not given */
-    int pin_memory;                     /* 0 */
+    int pin_memory;                     /* 1 (DeepSpeed's default) */
     int64_t buffer_count;               /* 4 */
     int pipeline_read;                  /* 0 */
     int pipeline_write;                 /* 0 */
@@ -117,7 +117,7 @@ typedef struct zo_offload_optimizer_config {
 typedef struct zo_offload_param_config {
     zo_offload_device device;           /* none */
     char nvme_path[ZO_CONFIG_PATH_CAP]; /* "" when not given */
-    int pin_memory;                     /* 0 */
+    int pin_memory;                     /* 1 */
     int64_t buffer_count;               /* 5 */
     int64_t buffer_size;                /* 1e8 (elements, as in DeepSpeed) */
     int64_t max_in_cpu;                 /* 1e9 (elements) */
@@ -262,8 +262,9 @@ typedef struct zo_train_config {
                  .loss_scale_window = 1000,                                                        \
                  .hysteresis = 2,                                                                  \
                  .min_loss_scale = 1.0},                                                           \
-        .zero_optimization = {.offload_optimizer = {.buffer_count = 4},                            \
-                              .offload_param = {.buffer_count = 5,                                 \
+        .zero_optimization = {.offload_optimizer = {.pin_memory = 1, .buffer_count = 4},           \
+                              .offload_param = {.pin_memory = 1,                                   \
+                                                .buffer_count = 5,                                 \
                                                 .buffer_size = 100000000,                          \
                                                 .max_in_cpu = 1000000000},                         \
                               .stage3_prefetch_bucket_size = 50000000,                             \
