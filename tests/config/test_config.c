@@ -62,8 +62,8 @@ static const bad_case bad_cases[] = {
     {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": "
      "\"1e-4\"}}}",
      "'optimizer.params.lr': expected a number >= 0 or \"auto\", found string \"1e-4\""},
-    {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Lamb\"}}",
-     "'optimizer.type': expected one of Adam, AdamW, found string \"Lamb\""},
+    {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adamm\"}}",
+     "'optimizer.type': expected one of Adam, AdamW, found string \"Adamm\""},
     {"{\"train_batch_size\": 8, \"optimizer\": {\"params\": {}}}",
      "'optimizer.type' is required: one of Adam, AdamW"},
     {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [0.9, "
@@ -107,9 +107,9 @@ static const bad_case bad_cases[] = {
      "'scheduler.params.total_num_steps' is required by WarmupDecayLR (set it in the file or on "
      "the "
      "command line)"},
-    {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"OneCycle\"}}",
+    {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLRR\"}}",
      "'scheduler.type': expected one of WarmupLR, WarmupDecayLR, WarmupCosineLR, found string "
-     "\"OneCycle\""},
+     "\"WarmupLRR\""},
     {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
      "{\"warmup_type\": \"cos\"}}}",
      "'scheduler.params.warmup_type': expected one of log, linear, found string \"cos\""},
@@ -473,6 +473,12 @@ static void test_unsupported_features(void **state)
          "'compression_training' is on, but quantization-aware training, pruning and layer "
          "reduction is not supported by zoffload; remove it or turn it off, or set "
          "'zoffload.ignore_unsupported' to true to train without it"},
+        {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"OneBitAdam\"}}",
+         "'optimizer.type' \"OneBitAdam\" is not supported by zoffload, which trains with Adam and "
+         "AdamW (its CPU Adam); use \"AdamW\""},
+        {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"OneCycle\"}}",
+         "'scheduler.type' \"OneCycle\" is not supported by zoffload; its schedules are WarmupLR, "
+         "WarmupDecayLR and WarmupCosineLR"},
         {"{\"train_batch_size\": 8, \"sparse_attention\": {\"mode\": \"fixed\"}}",
          "'sparse_attention' is on, but block-sparse attention is not supported by zoffload; the "
          "nearest it has is zoffload's fused attention (its sequence memory grows linearly); "

@@ -838,6 +838,29 @@ static zo_status read_bool(pctx *c, const key_spec *k, const json_t *v)
     return ZO_OK;
 }
 
+/* An optimizer or schedule DeepSpeed has and zoffload does not (OneBitAdam,
+ * Lamb, OneCycle...) is named as such; a near-miss of a name it has is
+ * left to the type error, which lists them. */
+static zo_status unsupported_type(pctx *c, const key_spec *k, const json_t *v)
+{
+    const char *s = json_string_value(v);
+    size_t n = 0, d = 0;
+    while (k->names[n])
+        n++;
+    if (!s || (k->names != optimizer_names && k->names != scheduler_names) ||
+        (zo_strdist_nearest(s, k->names, n, &d) >= 0 && zo_strdist_is_close(s, d)))
+        return type_error(c, k, v);
+    if (k->names == optimizer_names)
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "'%s' \"%.64s\" is not supported by zoffload, which trains with Adam and "
+                       "AdamW (its CPU Adam); use \"AdamW\"",
+                       c->path, s);
+    return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                   "'%s' \"%.64s\" is not supported by zoffload; its schedules are WarmupLR, "
+                   "WarmupDecayLR and WarmupCosineLR",
+                   c->path, s);
+}
+
 static zo_status read_enum(pctx *c, const key_spec *k, const json_t *v)
 {
     if (!json_is_string(v))
@@ -852,7 +875,7 @@ static zo_status read_enum(pctx *c, const key_spec *k, const json_t *v)
             return ZO_OK;
         }
     }
-    return type_error(c, k, v);
+    return unsupported_type(c, k, v);
 }
 
 static zo_status copy_path(pctx *c, const key_spec *k, const json_t *v, char *dst)
