@@ -568,6 +568,8 @@ static void test_batch_flags_and_the_file(void **state)
     } cases[] = {
         {"{\"bf16\": {\"enabled\": true}}", "--micro-batch 2 --grad-accum 3", 2, 3, NULL},
         {"{\"bf16\": {\"enabled\": true}}", "", 8, 1, NULL},
+        {"{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": \"auto\"}", "", 8, 4,
+         NULL},
         {"{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 1}", "--micro-batch 2", 2,
          16, "the global batch is 32 sequences (micro-batch 2 x 16 accumulated)\n"},
         {"{\"train_batch_size\": 6, \"train_micro_batch_size_per_gpu\": 3, "

@@ -124,6 +124,20 @@ static zo_status check_divides(const merge *m, int64_t tb, int64_t known, const 
                    m->path, flag, (long long)known, (long long)tb);
 }
 
+/* Nothing says the micro-batch, or "auto" does: zo-train's default, as the
+ * Trainer fills its per-device batch size. An "auto" accumulation beside a
+ * train_batch_size is left for DeepSpeed's derivation. */
+static zo_status batch_defaults(merge *m, int64_t tb, int64_t *m2, int64_t *a2)
+{
+    const char *const kM = "train_micro_batch_size_per_gpu", *const kA =
+                                                                 "gradient_accumulation_steps";
+    if (!*m2 && (!tb || is_auto(value_at(m->doc, kM))))
+        ZT_TRY(set_int(m, kM, *m2 = m->d->micro_batch, "--micro-batch's default"));
+    if (!tb && !*a2 && is_auto(value_at(m->doc, kA)))
+        ZT_TRY(set_int(m, kA, *a2 = m->d->grad_accum, "--grad-accum's default"));
+    return ZO_OK;
+}
+
 static zo_status merge_batch(merge *m)
 {
     const char *const kT = "train_batch_size", *const kM = "train_micro_batch_size_per_gpu",
@@ -136,10 +150,7 @@ static zo_status merge_batch(merge *m)
         ZT_TRY(set_int(m, kM, fm, "--micro-batch"));
     if (fa)
         ZT_TRY(set_int(m, kA, fa, "--grad-accum"));
-    if (!tb && !m2) /* nothing says the micro-batch: zo-train's default */
-        ZT_TRY(set_int(m, kM, m2 = m->d->micro_batch, "--micro-batch's default"));
-    if (!tb && !a2 && is_auto(value_at(m->doc, kA)))
-        ZT_TRY(set_int(m, kA, a2 = m->d->grad_accum, "--grad-accum's default"));
+    ZT_TRY(batch_defaults(m, tb, &m2, &a2));
     if (!fm && !fa) /* the file's own batch keys: the parser checks them */
         return ZO_OK;
     if (tb && m2 && !a2)
