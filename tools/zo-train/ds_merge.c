@@ -2,6 +2,7 @@
  * resolved, as Hugging Face's Trainer fills "auto" (see ds_merge.h). */
 #include "ds_merge.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,11 +84,13 @@ static zo_status flag_wins(merge *m, const char *key, const char *value, const c
 
 /* ---- batch sizes ---- */
 
-/* The file's concrete value of a batch key; 0 when absent, "auto" or null. */
+/* The file's concrete value of a batch key; 0 when absent, "auto", null or
+ * no count zo-train can run (the parser then names what is wrong). */
 static int64_t file_int(const merge *m, const char *key)
 {
     const json_t *v = value_at(m->doc, key);
-    return json_is_number(v) ? (int64_t)json_number_value(v) : 0;
+    double x = json_is_number(v) ? json_number_value(v) : 0;
+    return x >= 1 && x <= INT_MAX && x == floor(x) ? (int64_t)x : 0;
 }
 
 static zo_status set_int(merge *m, const char *key, int64_t v, const char *from)
