@@ -7,7 +7,7 @@
  * the current set: the next pass reads what the last one wrote, as the
  * engine's next step does (on virtual disks whose host caches recent
  * writes, that is faster than reading older data). Not installed: the tools
- * get it from the zoffload_testing target (the functions are in the static
+ * get it from the zoffload_bench target (the functions are in the static
  * swap part; libzoffload.so does not export them). */
 #ifndef ZO_SWAP_BENCH_H
 #define ZO_SWAP_BENCH_H
