@@ -61,6 +61,27 @@ function(zo_part_internal_for_tests test part)
   set_property(GLOBAL APPEND PROPERTY ZO_PARTS_MANIFEST "test ${CMAKE_CURRENT_SOURCE_DIR} ${part}")
 endfunction()
 
+# A part's test hooks: <part>_testing, a static library of its own that only
+# test programs link (through zoffload_testing), so neither libzoffload nor
+# the tools hold them. Its sources sit in the part's folder under DIR and may
+# use the part's private headers; DIR holds the header the tests include
+# (DIR/zo/<name>_testing.h). The part itself keeps no more than the point
+# where a hook attaches.
+#
+# zo_add_part_testing(<part> DIR <folder> SOURCES <files>...)
+function(zo_add_part_testing part)
+  cmake_parse_arguments(T "" "DIR" "SOURCES" ${ARGN})
+  set(t ${part}_testing)
+  add_library(${t} STATIC ${T_SOURCES})
+  get_target_property(dirs ${part} ZO_PART_PRIVATE_DIRS)
+  target_include_directories(${t} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/${T_DIR} PRIVATE ${dirs})
+  target_link_libraries(${t} PRIVATE ${part} zo_core)
+  if(ZO_HAVE_CUDA)
+    target_compile_definitions(${t} PRIVATE ZO_HAVE_CUDA=1)
+  endif()
+  target_link_libraries(zoffload_testing INTERFACE ${t})
+endfunction()
+
 # Writes the parts and the tests' exceptions for check-walls.sh; call it last.
 function(zo_write_parts_manifest file)
   get_property(lines GLOBAL PROPERTY ZO_PARTS_MANIFEST)

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "device_impl.h"
-#include "zo/testing.h"
 
 #define SUBSYS "device"
 
@@ -148,6 +147,8 @@ void zo_device_free(zo_device_t dev)
     free(dev->allocs.v);
     pthread_mutex_unlock(&dev->mem_mu);
     dev->be->fini(dev);
+    if (dev->drill.release)
+        dev->drill.release(dev->drill.ctx);
     pthread_mutex_destroy(&dev->mem_mu);
     pthread_mutex_destroy(&dev->obj_mu);
     free(dev);
@@ -213,23 +214,17 @@ zo_status zo_device_synchronize(zo_device_t dev)
     return first;
 }
 
-zo_status zo_device_inject_fault(zo_device_t dev, zo_device_fault kind, int count)
+/* Whether the attached fault drill fails the next operation of kind; call
+ * with mem_mu held. */
+static int drill_fails(zo_device_t dev, int kind)
 {
-    if (!dev || (int)kind < 0 || kind >= ZO_FAULT_COUNT_ || count < 0)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
-                       "bad fault injection request (kind %d, count %d)", (int)kind, count);
-    pthread_mutex_lock(&dev->mem_mu);
-    dev->inject[kind] = count;
-    pthread_mutex_unlock(&dev->mem_mu);
-    return ZO_OK;
+    return dev->drill.fails && dev->drill.fails(dev->drill.ctx, kind);
 }
 
-int zo_device_take_fault(zo_device_t dev, int kind)
+static int drill_take(zo_device_t dev, int kind)
 {
     pthread_mutex_lock(&dev->mem_mu);
-    int hit = dev->inject[kind] > 0;
-    if (hit)
-        dev->inject[kind]--;
+    int hit = drill_fails(dev, kind);
     pthread_mutex_unlock(&dev->mem_mu);
     return hit;
 }
@@ -244,9 +239,7 @@ zo_status zo_device_malloc(zo_device_t dev, size_t bytes, void **out)
     if (bytes == 0)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zero-byte device allocation");
     pthread_mutex_lock(&dev->mem_mu);
-    int injected = dev->inject[ZO_FAULT_DEVICE_MALLOC] > 0;
-    if (injected)
-        dev->inject[ZO_FAULT_DEVICE_MALLOC]--;
+    int injected = drill_fails(dev, ZO_DRILL_DEVICE_MALLOC);
     if (injected || bytes > dev->budget - dev->in_use) {
         dev->n_failed++;
         uint64_t in_use = dev->in_use, budget = dev->budget;
@@ -316,7 +309,7 @@ zo_status zo_device_host_register(zo_device_t dev, void *ptr, size_t bytes)
     if (!dev || !ptr || !bytes)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
                        "host_register needs a device, a pointer and a size");
-    if (zo_device_take_fault(dev, ZO_FAULT_HOST_REGISTER))
+    if (drill_take(dev, ZO_DRILL_HOST_REGISTER))
         return ZO_FAIL(ZO_ERR_PIN, SUBSYS, "pinning %zu bytes at %p failed (injected fault)", bytes,
                        ptr);
     pthread_mutex_lock(&dev->mem_mu);
@@ -737,7 +730,7 @@ void zo_stream_task_run(zo_stream_task *t)
         ev->err = st;
         memcpy(ev->err_msg, msg, sizeof msg);
         pthread_mutex_unlock(&ev->err_mu);
-    } else if (zo_device_take_fault(s->dev, ZO_FAULT_STREAM_TASK)) {
+    } else if (drill_take(s->dev, ZO_DRILL_STREAM_TASK)) {
         keep_stream_error(s, ZO_ERR_INTERNAL, "stream task failed (injected fault)");
     } else {
         zo_clear_error();

@@ -78,6 +78,19 @@ typedef struct zo_range_set {
     size_t n, cap;
 } zo_range_set;
 
+/* The operations a fault drill can make fail. */
+enum { ZO_DRILL_DEVICE_MALLOC, ZO_DRILL_HOST_REGISTER, ZO_DRILL_STREAM_TASK, ZO_DRILL_COUNT };
+
+/* A fault drill: the tests' hooks (testing/device_testing.c, linked only
+ * into test programs) attach one so that chosen operations fail as they
+ * would on a real machine. The front end only asks it, under mem_mu, and
+ * releases it with the device; shipped programs never attach one. */
+typedef struct zo_device_drill {
+    int (*fails)(void *ctx, int kind); /* 1: the next operation of kind fails */
+    void (*release)(void *ctx);
+    void *ctx;
+} zo_device_drill;
+
 struct zo_device {
     const zo_backend_ops *be;
     void *impl;
@@ -88,7 +101,7 @@ struct zo_device {
     zo_range_set allocs;
     zo_range_set pinned;
     uint64_t in_use, high_water, n_failed;
-    int inject[8]; /* zo_device_fault counters */
+    zo_device_drill drill; /* a fault drill the tests attach; none in shipped use */
 
     pthread_mutex_t obj_mu; /* guards the stream and event lists */
     zo_stream_t streams;
@@ -143,8 +156,5 @@ const zo_backend_ops *zo_device_backend_find(const char *name);
 zo_status zo_backend_ops_check(const zo_backend_ops *be);
 /* The checked backend a device config names ("auto", or a name in any case). */
 zo_status zo_device_backend_pick(const char *name, const zo_backend_ops **out);
-
-/* Internal fault injection for tests (see zo/testing.h). */
-int zo_device_take_fault(zo_device_t dev, int kind);
 
 #endif

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "zo/device.h"
-#include "zo/testing.h"
+#include "zo/device_testing.h"
 #include "zo_internal.h"
 #include "zo_test.h"
 

@@ -9,6 +9,7 @@
 
 #include "test_model.h"
 #include "zo/device.h"
+#include "zo/device_testing.h"
 #include "zo/swap.h"
 #include "zo/testing.h"
 #include "zo_internal.h"

@@ -15,9 +15,9 @@
 
 #include "hostpool_internal.h"
 #include "zo/device.h"
+#include "zo/device_testing.h"
 #include "zo/hostpool.h"
 #include "zo/log.h"
-#include "zo/testing.h"
 #include "zo/topo.h"
 #include "zo_test.h"
 

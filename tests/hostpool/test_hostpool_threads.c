@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "zo/device.h"
+#include "zo/device_testing.h"
 #include "zo/hostpool.h"
-#include "zo/testing.h"
 #include "zo/topo.h"
 #include "zo_test.h"
 

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "ops_suite.h"
-#include "zo/testing.h"
+#include "zo/device_testing.h"
 
 static zo_device_t g_dev;
 static zo_stream_t g_s;
