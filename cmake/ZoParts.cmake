@@ -30,7 +30,7 @@ function(zo_add_part name)
   endforeach()
   target_include_directories(${name}
     PUBLIC ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/include
-    PRIVATE ${private_dirs} ${PROJECT_SOURCE_DIR}/include/testing)
+    PRIVATE ${private_dirs})
   if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/interface)
     target_include_directories(${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/interface)
   endif()

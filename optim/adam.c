@@ -3,7 +3,6 @@
 #include <math.h>
 
 #include "optim_internal.h"
-#include "zo/testing.h"
 #include "zo_internal.h"
 
 zo_status zo_optim_kernels_get(int simd_level, const zo_optim_kernels **out)
@@ -176,16 +175,4 @@ float zo_grad_scale_factor(double total_norm, float loss_scale, float max_norm)
             combined = clip * loss_scale;
     }
     return (float)(1.0 / combined);
-}
-
-zo_status zo_test_adam_q8_encode(int simd_level, const float *x, size_t n, int is_signed,
-                                 uint8_t *codes)
-{
-    const zo_optim_kernels *k;
-    ZO_TRY(zo_optim_kernels_get(simd_level, &k));
-    if (n && (!x || !codes))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "zo_test_adam_q8_encode: %s is NULL",
-                       !x ? "x" : "codes");
-    k->q8_encode(x, n, is_signed != 0, codes);
-    return ZO_OK;
 }

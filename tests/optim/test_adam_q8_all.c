@@ -8,7 +8,7 @@
  * level. Non-finite values are checked as well (level 8, like one). */
 #include "adam_ref.h"
 #include "zo/cpu.h"
-#include "zo/testing.h"
+#include "zo/optim_testing.h"
 
 static const zo_simd_level all_levels[] = {ZO_SIMD_SCALAR, ZO_SIMD_AVX2, ZO_SIMD_AVX512,
                                            ZO_SIMD_AVX512_BF16, ZO_SIMD_NEON};
