@@ -24,6 +24,7 @@
 
 #include "train_test_util.h"
 #include "trainer.h"
+#include "zo/testing.h"
 #include "zo_test.h"
 #include "zt_error.h"
 
@@ -262,6 +263,7 @@ static void test_nvme_fault_then_retry_equals_clean_run(void **state)
         train_run(&o, &clean);
         o.nvme_faults = &never;
         o.n_nvme_faults = 1;
+        o.arm_engine_faults = zo_engine_set_swap_faults;
         train_with_faults(&o, 5, &faulty);
         assert_same_run(&clean, &faulty, &o.shape,
                         m ? "retried after faults (overlap)" : "retried after faults (sync)");

@@ -25,6 +25,7 @@
 
 #include "train_test_util.h"
 #include "trainer.h"
+#include "zo/testing.h"
 #include "zo_test.h"
 #include "zt_error.h"
 
@@ -261,6 +262,7 @@ static void test_grouped_fault_then_retry_equals_clean_run(void **state)
         train(&o, 8, -1, &clean);
         o.nvme_faults = &never;
         o.n_nvme_faults = 1;
+        o.arm_engine_faults = zo_engine_set_swap_faults;
         train(&o, 8, 5, &faulty);
         assert_same_run(&clean, &faulty, 8, &o.shape, "retried after faults");
         run_free(&clean, &o.shape);
@@ -365,6 +367,7 @@ static void test_nvme_layer_input_faults_then_retry(void **state)
         train(&o, steps, -1, &clean);
         o.nvme_faults = &never;
         o.n_nvme_faults = 1;
+        o.arm_engine_faults = zo_engine_set_swap_faults;
         memset(&faulty, 0, sizeof faulty);
         zt_trainer *t = NULL;
         if (zt_trainer_init(&t, &o) < 0)

@@ -15,7 +15,6 @@
 #include "ranks.h"
 #include "report.h"
 #include "zo/nvtx.h"
-#include "zo/testing.h"
 #include "zo/units.h"
 #include "zt_error.h"
 
@@ -711,8 +710,10 @@ static zo_status open_engine(zt_trainer *t)
     if (t->o.verbose)
         log_resources(t, &c, node_why);
     ZT_LIB(zo_engine_init(&t->eng, &c));
+    if (t->o.n_nvme_faults && !t->o.arm_engine_faults)
+        return zt_fail(ZO_ERR_INVALID_ARG, "nvme_faults needs arm_engine_faults (set by tests)");
     if (t->o.n_nvme_faults)
-        ZT_LIB(zo_engine_set_swap_faults(t->eng, t->o.nvme_faults, t->o.n_nvme_faults));
+        ZT_LIB(t->o.arm_engine_faults(t->eng, t->o.nvme_faults, t->o.n_nvme_faults));
     if (t->o.trace)
         ZT_LIB(zo_engine_set_trace(t->eng, t->o.trace, t->o.trace_ctx));
     int n_layers = zt_engine_layers(&t->o.shape);

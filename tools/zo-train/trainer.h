@@ -61,9 +61,11 @@ typedef struct zt_options {
     int resume_allow_changes; /* a checkpoint of other settings may be continued */
     int moves_tensors;        /* the run loads or saves weights or states (--resume, --init-weights,
                                  --hf-model, --save): the host check counts the tensor buffers */
-    const zo_swap_fault
-        *nvme_faults; /* tests: armed when the swap stores open (zo_engine_set_swap_faults) */
+    const zo_swap_fault *nvme_faults; /* tests: armed when the swap stores open */
     size_t n_nvme_faults;
+    /* tests: arms nvme_faults on the engine's stores (zo_engine_set_swap_faults,
+     * from the tests' zo/testing.h): zo-train links no test hook of its own. */
+    zo_status (*arm_engine_faults)(zo_engine_t e, const zo_swap_fault *faults, size_t n);
     zo_trace_fn trace; /* optional: the engine's spans, and the compute stream's layers */
     void *trace_ctx;
     zo_dtype state_dtype; /* Adam's m and v: ZO_DTYPE_F32 (0, the default), BF16 or I8 */
