@@ -2,13 +2,17 @@
 """The exported API is the public headers: fails when libzoffload.so exports
 a function or object that no installed header declares, or when an installed
 header declares one that the library does not export (a missing ZO_API, a
-missing definition).
+missing definition), and when the library holds a test hook at all, exported
+or not (the parts' testing headers: their functions live in the parts'
+*_testing targets, which only test programs link).
 
-Usage: check-exports.py LIB HEADER... [--optional HEADER...]
-  LIB       the shared library (nm -D --defined-only reads its exports)
+Usage: check-exports.py LIB HEADER... [--optional HEADER...] [--hooks HEADER...]
+  LIB       the shared library (nm -D --defined-only reads its exports,
+            nm --defined-only every symbol it defines)
   HEADER    the installed headers
   optional  installed headers whose functions this build may lack (the CUDA
             kernels in a build without CUDA)
+  hooks     testing headers: none of their functions may be in the library
 """
 import re
 import subprocess
@@ -70,25 +74,47 @@ def declarations(text):
     return decls
 
 
-def exports(lib):
-    out = subprocess.run(['nm', '-D', '--defined-only', lib], check=True, capture_output=True, text=True).stdout
+def defined(lib, dynamic):
+    """The symbols lib defines: its exports (dynamic) or all, local ones too."""
+    cmd = ['nm', '-D', '--defined-only', lib] if dynamic else ['nm', '--defined-only', lib]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     names = {}
     for line in out.splitlines():
         parts = line.split()
-        if len(parts) == 3 and parts[1] in 'TDBRVWGSi' and parts[2] not in LINKER_SYMBOLS:
+        if len(parts) == 3 and parts[1] in ('TDBRVWGSi' if dynamic else 'TDBRVWGSitdbrs') \
+                and parts[2] not in LINKER_SYMBOLS:
             names[parts[2].split('@')[0]] = parts[1]
     return names
+
+
+def exports(lib):
+    return defined(lib, True)
+
+
+def split_args(rest):
+    """The headers, the optional ones and the hooks' headers of the arguments."""
+    groups, key = {'': [], '--optional': [], '--hooks': []}, ''
+    for a in rest:
+        if a in groups:
+            key = a
+        else:
+            groups[key].append(a)
+    return groups[''], groups['--optional'], groups['--hooks']
+
+
+def hooks_held(lib, hook_headers):
+    """(name, header) of each test hook the library defines, exported or not."""
+    held = defined(lib, False)
+    return sorted((name, h) for h in hook_headers for name, kind, _ in declarations(open(h).read())
+                  if name in held)
 
 
 def main(argv):
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
         return 2
-    lib, rest = argv[1], argv[2:]
-    headers, optional = rest, []
-    if '--optional' in rest:
-        i = rest.index('--optional')
-        headers, optional = rest[:i], rest[i + 1:]
+    lib = argv[1]
+    headers, optional, hook_headers = split_args(argv[2:])
     declared, maybe = {}, set()
     for h in headers + optional:
         for name, kind, _ in declarations(open(h).read()):
@@ -102,9 +128,14 @@ def main(argv):
         print('exported but in no installed header: %s (nm type %s)' % (n, exported[n]))
     for n in missing:
         print('declared in %s but not exported: %s' % (declared[n], n))
-    print('check-exports: %d exported, %d declared in %d installed headers; %d not declared, %d not exported'
-          % (len(exported), len(declared), len(headers) + len(optional), len(extra), len(missing)))
-    return 1 if extra or missing else 0
+    hooks = hooks_held(lib, hook_headers)
+    for n, h in hooks:
+        print('a test hook in the library: %s (declared in %s; it belongs in the part\'s _testing target)' % (n, h))
+    print('check-exports: %d exported, %d declared in %d installed headers; %d not declared, %d not exported; '
+          '%d test hooks held (%d testing headers)'
+          % (len(exported), len(declared), len(headers) + len(optional), len(extra), len(missing), len(hooks),
+             len(hook_headers)))
+    return 1 if extra or missing or hooks else 0
 
 
 if __name__ == '__main__':
