@@ -17,7 +17,9 @@ pipeline.partition ("uniform") set the stages; S above the layer count and ranks
 multiple of S are refused by name; a tied model (its head on the last stage,
 the embedding on the first) is bitwise one rank too.
 
-usage: test_train_pipe.py MPIEXEC ZO_TRAIN
+usage: test_train_pipe.py MPIEXEC ZO_TRAIN ZO_TRAIN_TEST
+  ZO_TRAIN_TEST: zo-train built with the tests' hook (tests/train/pipe_staged.c),
+  which runs the staged path's cases
 """
 import json
 import os
@@ -27,7 +29,7 @@ import tempfile
 
 from mpi_test_util import ENV, check, failures, finish, mpi
 
-MPIEXEC, EXE = sys.argv[1], sys.argv[2]
+MPIEXEC, EXE, TEST_EXE = sys.argv[1], sys.argv[2], sys.argv[3]
 MPI = mpi(MPIEXEC)
 TINY = ["--steps", "3", "--micro-batch", "2", "--seq", "32", "--val-batches", "2", "--json",
         "--weights-digest"]
@@ -41,7 +43,7 @@ def run(cmd):
 
 def command(ranks, extra, swap):
     os.makedirs(swap, exist_ok=True)
-    cmd = [EXE] + TINY + ["--nvme-path", swap] + extra
+    cmd = [TEST_EXE if STAGED else EXE] + TINY + ["--nvme-path", swap] + extra
     return MPI + ["-np", str(ranks)] + cmd if ranks > 1 else cmd
 
 

@@ -159,7 +159,7 @@ struct zt_pipe {
     size_t tied_numel[ZT_MAX_LAYER_TENSORS];
     void *tied_copy[ZT_MAX_LAYER_TENSORS]; /* last stage: device buffers */
     zt_param_source inner, src;            /* the caller's source, and the one the model sees */
-    /* Staged (the communicator needs host buffers, or ZT_TEST_PIPE_STAGED):
+    /* Staged (the communicator needs host buffers, or zt_pipe_test_staged):
      * one pinned buffer per transfer stream and one for the compute
      * stream, each as large as the stream's largest message; a stream's copy, send
      * or receive and copy run in its order, so its buffer is reused only
@@ -633,8 +633,8 @@ static size_t staged_message(const zt_pipe *p, int i)
  * neighbours agreed on. */
 static zo_status open_staging(zt_pipe *p)
 {
-    const char *force = getenv("ZT_TEST_PIPE_STAGED");
-    p->staged = !zo_comm_takes_device_memory(p->c.comm) || (force && strcmp(force, "1") == 0);
+    p->staged =
+        !zo_comm_takes_device_memory(p->c.comm) || (zt_pipe_test_staged && zt_pipe_test_staged());
     for (int i = 0; p->staged && i <= N_STREAMS; i++) {
         size_t bytes = (staged_message(p, i) + 4095) / 4096 * 4096;
         if (!bytes)

@@ -75,10 +75,15 @@ zo_status zt_pipe_share_losses(zt_pipe *p, float *losses, int n);
  * only host buffers (mpi with a CUDA device; zo_comm_takes_device_memory),
  * every activation, gradient and tied tensor goes device -> pinned -> send
  * and recv -> pinned -> device on its transfer stream, in the order the
- * direct path keeps. ZT_TEST_PIPE_STAGED=1 forces that path on any device
- * (for tests: the cpu device's communicator takes its memory directly).
+ * direct path keeps. zt_pipe_test_staged forces that path on any device.
  * 0 when direct. */
 size_t zt_pipe_pinned_bytes(const zt_pipe *p);
+/* A test hook, defined only in the tests' own build of zo-train
+ * (tests/train/pipe_staged.c: 1 when ZT_TEST_PIPE_STAGED=1), where it forces
+ * the staged path on the cpu device, whose communicator takes device memory
+ * directly. zo-train defines none (a weak reference, NULL), so the shipped
+ * program reads no test variable. */
+int zt_pipe_test_staged(void) __attribute__((weak));
 /* Let the queued transfers finish, dropping their errors (a failed step). */
 void zt_pipe_settle(zt_pipe *p);
 
