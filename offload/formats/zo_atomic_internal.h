@@ -1,9 +1,9 @@
-/* Internal fault drills for zo_atomic_file (tests include this). */
+/* Where a fault drill attaches to zo_atomic_file (the tests' hooks in
+ * testing/formats_testing.c set it). */
 #ifndef ZO_ATOMIC_INTERNAL_H
 #define ZO_ATOMIC_INTERNAL_H
 
-/* After `skip` more fsync calls of zo_atomic_file succeed, make the next
- * `count` fail with EIO (count 0 disarms). */
-void zo_atomic_inject_fsync_faults(int skip, int count);
+/* 1 when the fsync about to run fails with EIO; NULL: none does. */
+extern int (*zo_atomic_fsync_drill)(void);
 
 #endif

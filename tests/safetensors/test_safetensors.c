@@ -16,8 +16,8 @@
 #include "zo_test.h"
 
 #include "zo/atomic_file.h"
+#include "zo/formats_testing.h"
 #include "zo/safetensors.h"
-#include "zo_atomic_internal.h"
 
 static char dir[64];
 
