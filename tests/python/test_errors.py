@@ -94,3 +94,17 @@ def test_a_device_budget_below_one_layer_names_the_shortfall():
     with pytest.raises(zoffload.ZoOutOfMemoryError, match="device tier.*short by"):
         zoffload.initialize(model=model, config=cfg)
     assert all(p.numel() > 0 for p in model.parameters())  # the model keeps its weights
+
+
+def test_the_engine_reports_what_it_trains_with():
+    cfg = config("bf16", accum=2, clip=0.5)
+    cfg["optimizer"]["params"]["betas"] = [0.8, 0.95]
+    eng, *_ = zoffload.initialize(model=small(), config=cfg)
+    e = eng.effective_config()
+    assert e["optimizer"]["type"] == "AdamW" and e["optimizer"]["betas"] == [0.8, 0.95]
+    assert e["gradient_clipping"] == 0.5 and e["dtype"] == "bf16" and e["loss_scale"] is None
+    assert e["batch"] == {"train_batch_size": 4, "micro_batch": 2,
+                          "gradient_accumulation_steps": 2, "world_size": 1}
+    assert e["offload_optimizer"] == "cpu" and e["zero_stage"] == 0
+    assert eng.zoffload_config()["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    eng.destroy()

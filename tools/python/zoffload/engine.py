@@ -857,6 +857,44 @@ class ZoEngine:
                 f"{self.optim_homes}; {'direct' if self.direct else 'recompute'} mode on the "
                 f"{self.device.backend} device")
 
+    def effective_config(self) -> Dict[str, Any]:
+        """What this engine trains with, as resolved from the config (and a client optimizer):
+        the optimizer and its hyper-parameters, clipping, precision and loss scaling, the
+        schedule, batch sizes, ZeRO stage and where each state lives. zoffload_config() gives
+        the parser's whole resolved config."""
+        cfg = self.config
+        f16 = cfg["fp16"]
+        sched = cfg.get("scheduler")
+        return {
+            "optimizer": {"type": "AdamW" if self._adam["adamw"] else "Adam", **{
+                k: self._adam[k] for k in ("lr", "betas", "eps", "weight_decay",
+                                           "bias_correction")}},
+            "gradient_clipping": cfg["gradient_clipping"],
+            "dtype": {N.DTYPE_BF16: "bf16", N.DTYPE_F16: "fp16", N.DTYPE_F32: "fp32"}[
+                self.param_dtype],
+            "loss_scale": (None if not f16["enabled"] else
+                           {"dynamic": f16["loss_scale"] == 0,
+                            "initial": self.loss_scale,
+                            "window": f16["loss_scale_window"],
+                            "hysteresis": f16["hysteresis"],
+                            "min": f16["min_loss_scale"]}),
+            "scheduler": sched,
+            "batch": {"train_batch_size": self.train_batch_size_,
+                      "micro_batch": self.micro_batch_size,
+                      "gradient_accumulation_steps": self.gradient_accumulation_steps_,
+                      "world_size": self.world_size},
+            "zero_stage": int(cfg["zero_optimization"]["stage"]),
+            "offload_param": cfg["zero_optimization"]["offload_param"]["device"],
+            "offload_optimizer": cfg["zero_optimization"]["offload_optimizer"]["device"],
+            "optimizer_mode": cfg["zoffload"]["optimizer_mode"],
+            "optimizer_state_dtype": cfg["zoffload"]["optimizer_state_dtype"],
+            "layers": len(self.layers), "mode": "direct" if self.direct else "recompute",
+        }
+
+    def zoffload_config(self) -> Dict[str, Any]:
+        """The parser's resolved config (every key, derived values filled in)."""
+        return json.loads(json.dumps(self.config))
+
     # ---- teardown ----
     def _check_open(self) -> None:
         if self._closed:
