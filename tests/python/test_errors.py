@@ -108,3 +108,14 @@ def test_the_engine_reports_what_it_trains_with():
     assert e["offload_optimizer"] == "cpu" and e["zero_stage"] == 0
     assert eng.zoffload_config()["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     eng.destroy()
+
+
+def test_parameter_groups_with_their_own_weight_decay_are_refused():
+    model = small()
+    groups = [{"params": [model[0].weight, model[2].weight], "weight_decay": 0.01},
+              {"params": [model[0].bias, model[2].bias], "weight_decay": 0.0}]
+    with pytest.raises(zoffload.ZoArgumentError, match="group 1 sets weight_decay=0.0"):
+        zoffload.initialize(model=model, model_parameters=groups, config=config("bf16"))
+    same = [{"params": [model[0].weight, model[2].weight], "weight_decay": 0.01},
+            {"params": [model[0].bias, model[2].bias]}]
+    zoffload.initialize(model=model, model_parameters=same, config=config("bf16"))[0].destroy()

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Optional
 from . import _native
 from ._native import library_path
 from .config import resolve_config
-from .engine import ZoEngine
+from .engine import ZoEngine, _adam_of
 from .errors import (ZoArgumentError, ZoConfigError, ZoError, ZoIOError, ZoOutOfMemoryError,
                      ZoStateError)
 
@@ -148,15 +148,34 @@ def _client_adam(optimizer, config: dict) -> Optional[dict]:
             "bias_correction": True, "adamw": kind is torch.optim.AdamW}
 
 
-def _check_model_parameters(model, model_parameters) -> None:
+_GROUP_KEYS = ("lr", "betas", "eps", "weight_decay")
+
+
+def _differs(a, b) -> bool:
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return [float(x) for x in a] != [float(x) for x in b]
+    return float(a) != float(b)
+
+
+def _check_model_parameters(model, model_parameters, adam: dict) -> None:
     """DeepSpeed's model_parameters: the engine trains every trainable parameter of the model,
-    so a list that leaves some out must say so by freezing them."""
+    so a list that leaves some out must say so by freezing them; parameter groups must not
+    ask for hyper-parameters other than the optimizer's (the engine applies one setting to
+    every tensor: a group's own weight_decay would be silently ignored otherwise)."""
     if model_parameters is None:
         return
     given = set()
-    for x in model_parameters:
+    for i, x in enumerate(model_parameters):
         if isinstance(x, dict):
             given.update(id(p) for p in x.get("params", []))
+            for k in _GROUP_KEYS:
+                if k in x and _differs(x[k], adam[k]):
+                    raise ZoArgumentError(
+                        f"model_parameters group {i} sets {k}={x[k]!r} but the optimizer's is "
+                        f"{adam[k]!r}: the engine's Adam applies one setting to every parameter "
+                        f"(per-group hyper-parameters, such as no weight decay on biases and "
+                        f"norms, are not supported yet); pass model.parameters() or groups "
+                        f"without their own {k}")
         else:
             given.add(id(x))
     left = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in given]
@@ -196,7 +215,7 @@ def initialize(args: Optional[argparse.Namespace] = None, model=None, optimizer=
     resolved = resolve_config(cfg, world.size, config_overrides)
     resolved["_optimizer_given"] = "optimizer" in raw
     adam = _client_adam(optimizer, resolved)
-    _check_model_parameters(model, model_parameters)
+    _check_model_parameters(model, model_parameters, adam or _adam_of(resolved))
     eng = _make_engine(model, resolved, raw, layers, adam, world, device, max_layer_params)
     opt = ZoOptimizer(eng, adam or eng._adam)
     loader = None
