@@ -69,7 +69,12 @@ run_pytest
 
 echo "== build with ASan+UBSan"
 build "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug -DZO_ENABLE_CUDA=OFF -DZO_SANITIZE=address,undefined
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+# intercept_tls_get_addr=0: GCC 12's LeakSanitizer misreads glibc 2.36's dynamic TLS
+# table when it tracks it through __tls_get_addr, and its tracer then crashes at exit
+# ("Tracer caught signal 11", "DTLS ... at 0x22d-0x40000132f"; zo-train runs that load a
+# library using dynamic TLS). Static TLS, stacks and the heap are still scanned.
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_ctest asan "$root/build-asan" -L unit -LE slow
 
 echo "== build with TSan"
