@@ -11,8 +11,9 @@ given.
 from __future__ import annotations
 
 import csv
+import importlib
 import os
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from .errors import ZoConfigError
 
@@ -24,13 +25,24 @@ def _section(raw: dict, name: str) -> Optional[dict]:
     return sec
 
 
+def _job_dir(sec: dict, default_path: str) -> str:
+    """output_path/job_name, with DeepSpeed's defaults (as zo-train's monitors use them)."""
+    return os.path.join(sec.get("output_path") or default_path,
+                        sec.get("job_name") or "DeepSpeedJobName")
+
+
+def _import(module: str, section: str, package: str):
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ZoConfigError(f"'{section}.enabled' is true but {module} cannot be imported ({e}): "
+                            f"pip install {package}, or disable it") from None
+
+
 class _Csv:
     def __init__(self, sec: dict):
-        root = os.path.join(sec.get("output_path") or "csv_monitor", sec.get("job_name") or
-                            "DeepSpeedJobName")
-        os.makedirs(root, exist_ok=True)
-        self.root = root
-        self.files: Dict[str, str] = {}
+        self.root = _job_dir(sec, "csv_monitor")
+        os.makedirs(self.root, exist_ok=True)
 
     def write(self, events: List[tuple]) -> None:
         for name, value, step in events:
@@ -45,14 +57,8 @@ class _Csv:
 
 class _TensorBoard:
     def __init__(self, sec: dict):
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError as e:
-            raise ZoConfigError(f"'tensorboard.enabled' is true but TensorBoard's writer cannot "
-                                f"be imported ({e}): pip install tensorboard, or disable it")
-        path = os.path.join(sec.get("output_path") or "runs", sec.get("job_name") or
-                            "DeepSpeedJobName")
-        self.w = SummaryWriter(log_dir=path)
+        tb = _import("torch.utils.tensorboard", "tensorboard", "tensorboard")
+        self.w = tb.SummaryWriter(log_dir=_job_dir(sec, "runs"))
 
     def write(self, events: List[tuple]) -> None:
         for name, value, step in events:
@@ -62,11 +68,7 @@ class _TensorBoard:
 
 class _Wandb:
     def __init__(self, sec: dict):
-        try:
-            import wandb
-        except ImportError as e:
-            raise ZoConfigError(f"'wandb.enabled' is true but wandb cannot be imported ({e}): "
-                                f"pip install wandb, or disable it")
+        wandb = _import("wandb", "wandb", "wandb")
         self.run = wandb.init(project=sec.get("project"), group=sec.get("group"),
                               entity=sec.get("team"))
 
