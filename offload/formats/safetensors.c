@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "zo/atomic_file.h"
+#include "zo/file.h"
 #include "zo_internal.h"
 #include "zo_strdist.h"
 
@@ -378,16 +379,12 @@ static zo_status corrupt(zo_st_reader_t r, const char *fmt, ...)
 
 static zo_status map_file(zo_st_reader_t r)
 {
-    int fd = open(r->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        return ZO_FAIL(e == ENOENT ? ZO_ERR_NOT_FOUND : ZO_ERR_SYSTEM, SUBSYS,
-                       "cannot open '%s': %s", r->path, strerror(e));
-    }
+    int fd;
+    ZO_TRY(zo_file_open_read(r->path, &fd));
     struct stat sb;
     zo_status st = ZO_OK;
-    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
-        st = ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "'%s' is not a regular file", r->path);
+    if (fstat(fd, &sb) < 0)
+        st = ZO_FAIL(ZO_ERR_SYSTEM, SUBSYS, "cannot stat '%s': %s", r->path, strerror(errno));
     else if (sb.st_size < 8)
         st = ZO_FAIL(
             ZO_ERR_CORRUPT, SUBSYS,

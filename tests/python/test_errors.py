@@ -1,5 +1,7 @@
 """Bad input gets a clear Python exception naming what is wrong and what would be right, and
 the model is left as it was."""
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -119,3 +121,24 @@ def test_parameter_groups_with_their_own_weight_decay_are_refused():
     same = [{"params": [model[0].weight, model[2].weight], "weight_decay": 0.01},
             {"params": [model[0].bias, model[2].bias]}]
     zoffload.initialize(model=model, model_parameters=same, config=config("bf16"))[0].destroy()
+
+
+def test_files_the_package_reads_refuse_fifos(tmp_path):
+    """A config file or a checkpoint's trainer_state.json that is a FIFO is refused by name at
+    once (the open used to block until a writer came); so is a directory."""
+    fifo = tmp_path / "ds_config.json"
+    os.mkfifo(fifo)
+    with pytest.raises(zoffload.ZoConfigError, match="is a FIFO: expected a regular file"):
+        zoffload.initialize(model=small(), config=str(fifo))
+    with pytest.raises(zoffload.ZoConfigError, match="is a directory: expected a regular file"):
+        zoffload.initialize(model=small(), config=str(tmp_path))
+    eng = zoffload.initialize(model=small(), config=config("bf16"))[0]
+    try:
+        eng.save_checkpoint(str(tmp_path / "ck"), tag="t")
+        state = tmp_path / "ck" / "t" / "trainer_state.json"
+        state.unlink()
+        os.mkfifo(state)
+        with pytest.raises(zoffload.ZoError, match="trainer_state.json' is a FIFO"):
+            eng.load_checkpoint(str(tmp_path / "ck"), tag="t")
+    finally:
+        eng.destroy()

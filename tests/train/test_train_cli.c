@@ -698,7 +698,7 @@ static void test_config_errors(void **state)
                         "'gradient_clipping': expected a number >= 0 or \"auto\", found string "
                         "\"1.0\"");
     expect_usage_error("--set fp16.enabled=true", "overrides apply to a config file");
-    expect_usage_error("--config /nonexistent/ds.json", "cannot read config");
+    expect_usage_error("--config /nonexistent/ds.json", "/nonexistent/ds.json' does not exist");
 }
 
 /* ---- checkpoints from the command line ---- */
@@ -753,7 +753,7 @@ static void test_up_front_checks(void **state)
     snprintf(args, sizeof args, "--steps 1 --data %s" TINY, g_dir);
     expect_usage_error(args, "is a directory: expected a regular file");
     snprintf(args, sizeof args, "--steps 1 --data %s/none" TINY, g_dir);
-    expect_usage_error(args, "No such file or directory");
+    expect_usage_error(args, "does not exist: expected a regular file");
     expect_usage_error("--steps 2 --save /proc/self" TINY, "--save /proc/self is not writable");
     snprintf(args, sizeof args, "--steps 2 --init-weights %s" TINY, g_dir);
     expect_usage_error(args, "--init-weights");

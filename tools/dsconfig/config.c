@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
+#include "zo/file.h"
 #include "zo/units.h"
 #include "zo_internal.h"
 #include "zo_strdist.h"
@@ -1282,8 +1284,11 @@ zo_status zo_config_load_file(zo_config_t c, const char *path)
 {
     if (!c || !path)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_load_file: NULL argument");
+    int fd;
+    ZO_TRY(zo_file_open_read(path, &fd)); /* a FIFO or a directory refused by name */
     json_error_t err;
-    json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    json_t *doc = json_loadfd(fd, JSON_REJECT_DUPLICATES, &err);
+    close(fd);
     return adopt_doc(c, doc, &err, path);
 }
 

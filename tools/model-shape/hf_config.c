@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "zt_error.h"
+#include "zt_json.h"
 
 static zo_status int_key(json_t *root, const char *path, const char *key, int *out)
 {
@@ -179,10 +180,8 @@ static zo_status read_shape(json_t *root, const char *path, zt_shape *s, int *wi
 zo_status zt_read_hf_config_window(const char *path, zt_shape *out, int *window, char *note,
                                    size_t cap)
 {
-    json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
-    if (!root)
-        return zt_fail(ZO_ERR_CONFIG, "%s:%d:%d: %s", path, err.line, err.column, err.text);
+    json_t *root;
+    ZT_TRY(zt_json_read(path, 0, &root));
     zt_shape s = {0};
     s.norm_eps = 1e-5f;
     s.rope_theta = 10000.0f;

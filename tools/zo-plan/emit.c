@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "zo/config.h"
+#include "zo/file.h"
 #include "zt_error.h"
 
 static void set_offload(const zp_emit *e, zo_train_config *c)
@@ -63,10 +64,10 @@ zo_status zp_emit_config(const zp_emit *e, const char *path)
     zo_train_config c = make_config(e);
     char *text = NULL;
     ZT_LIB(zo_train_config_to_json(&c, 2, &text));
-    FILE *f = fopen(path, "w");
-    if (!f) {
+    FILE *f = NULL;
+    if (zo_file_fopen_write(path, 0, &f) < 0) {
         free(text);
-        return zt_fail(ZO_ERR_IO, "--emit-config %s: cannot create it", path);
+        return zt_lib_fail(zo_last_error_status(), "--emit-config");
     }
     int bad = fputs(text, f) < 0 || fputc('\n', f) == EOF;
     bad |= fclose(f) != 0;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "zo/device.h"
+#include "zo/file.h"
 #include "zo/swap.h"
 #include "zo/topo.h"
 #include "zt_error.h"
@@ -200,9 +201,9 @@ static void bench_object(json_t *o, zp_speeds *sp, zp_speed_sources *src, const 
 
 zo_status zp_read_bench_json(const char *path, zp_speeds *sp, zp_speed_sources *src)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return zt_fail(ZO_ERR_IO, "--bench-json %s: cannot open it", path);
+    FILE *f = NULL;
+    if (zo_file_fopen_read(path, &f) < 0)
+        return zt_lib_fail(zo_last_error_status(), "--bench-json");
     char line[8192];
     int n = 0, lineno = 0;
     while (fgets(line, sizeof line, f)) {

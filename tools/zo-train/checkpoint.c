@@ -17,9 +17,11 @@
 #include "hf_io.h"
 #include "ranks.h"
 #include "zo/atomic_file.h"
+#include "zo/file.h"
 #include "zo/half.h"
 #include "zo/safetensors.h"
 #include "zt_error.h"
+#include "zt_json.h"
 
 #define ZT_CKPT_FORMAT "zoffload-checkpoint"
 enum { ZT_CKPT_VERSION = 1, ZT_PATH = 4096 };
@@ -153,10 +155,10 @@ static zo_status read_latest(const char *dir, char *name, size_t cap)
     char p[ZT_PATH];
     ZT_TRY(join(p, dir, ZT_CKPT_LATEST));
     name[0] = 0;
-    FILE *f = fopen(p, "r");
-    if (!f)
-        return errno == ENOENT ? ZO_OK
-                               : zt_fail(ZO_ERR_IO, "cannot read %s: %s", p, strerror(errno));
+    FILE *f = NULL;
+    zo_status st = zo_file_fopen_read(p, &f);
+    if (st < 0)
+        return st == ZO_ERR_NOT_FOUND ? ZO_OK : zt_lib_fail(st, "the checkpoint's 'latest'");
     int ok = fgets(name, (int)cap, f) != NULL;
     fclose(f);
     name[strcspn(name, "\r\n")] = 0;
@@ -773,10 +775,8 @@ zo_status zt_ckpt_check_settings(const char *ckpt_dir, const zt_options *o)
 {
     char p[ZT_PATH];
     ZT_TRY(join(p, ckpt_dir, ZT_CKPT_STATE));
-    json_error_t jerr;
-    state_doc d = {json_load_file(p, 0, &jerr), p};
-    if (!d.root)
-        return zt_fail(ZO_ERR_CORRUPT, "%s: %s (line %d)", p, jerr.text, jerr.line);
+    state_doc d = {NULL, p};
+    ZT_TRY(zt_json_read(p, 0, &d.root));
     zo_status st = check_settings(&d, o);
     json_decref(d.root);
     return st;
@@ -1038,10 +1038,8 @@ zo_status zt_ckpt_load(zt_trainer *t, const char *ckpt_dir)
 {
     char p[ZT_PATH];
     ZT_TRY(join(p, ckpt_dir, ZT_CKPT_STATE));
-    json_error_t jerr;
-    state_doc d = {json_load_file(p, 0, &jerr), p};
-    if (!d.root)
-        return zt_fail(ZO_ERR_CORRUPT, "%s: %s (line %d)", p, jerr.text, jerr.line);
+    state_doc d = {NULL, p};
+    ZT_TRY(zt_json_read(p, 0, &d.root));
     const char *fmt = json_string_value(at(d.root, "format"));
     int64_t version = 0;
     zo_status st = ZO_OK;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "zo/file.h"
 #include "zt_error.h"
 
 struct zt_data {
@@ -117,9 +118,9 @@ static zo_status check_ids(const zt_data *d, const char *path)
 
 static zo_status map_file(zt_data *d, const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return zt_fail(ZO_ERR_NOT_FOUND, "cannot open data file %s: %s", path, strerror(errno));
+    int fd;
+    if (zo_file_open_read(path, &fd) < 0)
+        return zt_lib_fail(zo_last_error_status(), "the data file");
     struct stat sb;
     zo_status st = ZO_OK;
     if (fstat(fd, &sb) != 0)

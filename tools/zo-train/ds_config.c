@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "zt_error.h"
+#include "zt_json.h"
 
 /* The parser's message without its source location, naming the file. */
 static zo_status config_fail(zo_status st, const char *path)
@@ -31,7 +32,8 @@ zo_status zt_config_load(const char *path, const char *const *sets, int n_sets,
         zo_config_free(c);
         return st;
     }
-    doc = json_load_file(path, JSON_DECODE_ANY, NULL);              /* it parsed once already */
+    if (zt_json_read(path, JSON_DECODE_ANY, &doc) < 0) /* it parsed once already */
+        doc = NULL;
     st = zt_config_merge_flags(c, doc, path, flags, defaults, rep); /* names the file */
     json_decref(doc);
     int merged = st >= 0;

@@ -18,6 +18,7 @@
 #include "zo/half.h"
 #include "zo/safetensors.h"
 #include "zt_error.h"
+#include "zt_json.h"
 
 enum { HF_PATH = 4096, HF_NAME = 4096, HF_MAX_SHARDS = 1024 };
 
@@ -78,10 +79,8 @@ static zo_status files_open_as(hf_files *f, const char *dir, const char *single,
     ZT_TRY(join(path, dir, index));
     if (stat(path, &st) != 0)
         return ZO_OK;
-    json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
-    if (!root)
-        return zt_fail(ZO_ERR_CORRUPT, "%s:%d: %s", path, err.line, err.text);
+    json_t *root;
+    ZT_TRY(zt_json_read(path, 0, &root));
     f->map = json_incref(json_object_get(root, "weight_map"));
     f->meta = json_incref(json_object_get(root, "metadata"));
     json_decref(root);

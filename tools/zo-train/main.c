@@ -26,6 +26,7 @@
 #include "report.h"
 #include "signals.h"
 #include "trainer.h"
+#include "zo/file.h"
 #include "zo/log.h"
 #include "zo/nvtx.h"
 #include "zo/units.h"
@@ -794,25 +795,24 @@ static int check_ranks(cli *c)
     return 0;
 }
 
-/* A file the run will read: a readable regular file (a FIFO would block
- * the open, a directory fails only when mapped). */
+/* A file the run will read, opened the one way (zo/file.h): a readable
+ * regular file, found wrong now rather than when it is first read. */
 static int check_input_file(const char *flag, const char *path)
 {
-    struct stat sb;
-    if (stat(path, &sb) != 0) {
-        fprintf(stderr, "zo-train: %s %s: %s\n", flag, path, strerror(errno));
+    int fd;
+    if (zo_file_open_read(path, &fd) < 0) {
+        fprintf(stderr, "zo-train: %s: %s\n", flag, zt_lib_message());
         return 2;
     }
-    const char *what = S_ISDIR(sb.st_mode)    ? "a directory"
-                       : S_ISFIFO(sb.st_mode) ? "a FIFO"
-                       : S_ISREG(sb.st_mode)  ? NULL
-                                              : "not a regular file";
-    if (what) {
-        fprintf(stderr, "zo-train: %s %s is %s: expected a regular file\n", flag, path, what);
-        return 2;
-    }
-    if (access(path, R_OK) != 0) {
-        fprintf(stderr, "zo-train: %s %s is not readable: %s\n", flag, path, strerror(errno));
+    close(fd);
+    return 0;
+}
+
+/* --hf-model: a directory (its config.json is read before anything else). */
+static int check_input_dir(const char *flag, const char *path)
+{
+    if (path && zo_file_check_dir(path) < 0) {
+        fprintf(stderr, "zo-train: %s: %s\n", flag, zt_lib_message());
         return 2;
     }
     return 0;
@@ -884,6 +884,8 @@ static int parse_args(int argc, char **argv, cli *c)
         fprintf(stderr, "zo-train: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
+    if (check_input_dir("--hf-model", c->hf_model))
+        return 2;
     if (c->hf_model ? hf_shape(c) < 0 : zt_preset(c->preset, &c->o.shape) < 0) {
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
         return 2;
@@ -1118,9 +1120,9 @@ static int open_feedback(cli *c, feedback *fb)
     memset(fb, 0, sizeof *fb);
     fb->tty = c->progress < 0 ? isatty(STDERR_FILENO) : c->progress;
     fb->t0 = zo_now_s();
-    if (c->metrics_path && !(fb->metrics = fopen(c->metrics_path, c->resume ? "a" : "w"))) {
-        fprintf(stderr, "zo-train: cannot create the metrics file %s: %s\n", c->metrics_path,
-                strerror(errno));
+    if (c->metrics_path &&
+        zo_file_fopen_write(c->metrics_path, c->resume != NULL, &fb->metrics) < 0) {
+        fprintf(stderr, "zo-train: --metrics: %s\n", zt_lib_message());
         return 1;
     }
     if (zt_monitor_open(&fb->monitor, &c->ds, c->o.rank, c->resume != NULL) < 0) {

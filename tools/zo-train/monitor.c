@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "trainer.h"
+#include "zo/file.h"
 #include "zt_error.h"
 
 enum { N_FIGURES = 14, REC_CAP = 4096 };
@@ -174,8 +175,8 @@ static zo_status open_csv(zt_monitor *m, const char *dir, int append)
         if ((size_t)snprintf(path, sizeof path, "%s/%s.csv", dir, file) >= sizeof path)
             return zt_fail(ZO_ERR_INVALID_ARG, "the CSV directory %s is too long", dir);
         int fresh = !append || access(path, F_OK) != 0;
-        if (!(m->csv[i] = fopen(path, fresh ? "w" : "a")))
-            return zt_fail(ZO_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+        if (zo_file_fopen_write(path, !fresh, &m->csv[i]) < 0)
+            return zt_lib_fail(zo_last_error_status(), "csv_monitor");
         if (fresh)
             fprintf(m->csv[i], "step,%s\n", figure_names[i]);
     }
@@ -190,8 +191,8 @@ static zo_status open_tb(zt_monitor *m, const char *dir)
                          "%s/events.out.tfevents.%lld.%s.%d.zo-train", dir, (long long)time(NULL),
                          host, (int)getpid()) >= sizeof m->tb_path)
         return zt_fail(ZO_ERR_INVALID_ARG, "the TensorBoard directory %s is too long", dir);
-    if (!(m->tb = fopen(m->tb_path, "wb")))
-        return zt_fail(ZO_ERR_IO, "cannot create %s: %s", m->tb_path, strerror(errno));
+    if (zo_file_fopen_write(m->tb_path, 0, &m->tb) < 0)
+        return zt_lib_fail(zo_last_error_status(), "tensorboard");
     pb rec = {.n = 0};
     pb_event_head(&rec, 0);
     pb_bytes(&rec, 3, "brain.Event:2", 13);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "trainer.h"
+#include "zo/file.h"
 #include "zo/units.h"
 #include "zt_error.h"
 
@@ -136,10 +137,9 @@ zo_status zt_trace_open(zt_trace **out, const char *path)
     zt_trace *t = calloc(1, sizeof *t);
     if (!t)
         return zt_fail(ZO_ERR_NO_MEMORY, "the trace writer");
-    t->f = fopen(path, "w");
-    if (!t->f) {
+    if (zo_file_fopen_write(path, 0, &t->f) < 0) {
         free(t);
-        return zt_fail(ZO_ERR_IO, "cannot create the trace file %s: %s", path, strerror(errno));
+        return zt_lib_fail(zo_last_error_status(), "--trace");
     }
     snprintf(t->path, sizeof t->path, "%s", path);
     pthread_mutex_init(&t->mu, NULL);

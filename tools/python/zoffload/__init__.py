@@ -111,8 +111,11 @@ def _raw_dict(cfg) -> dict:
         return cfg
     text = cfg if isinstance(cfg, str) and cfg.lstrip().startswith("{") else None
     if text is None:
-        with open(os.fspath(cfg), encoding="utf-8") as f:
-            text = f.read()
+        try:
+            with _native.open_input(os.fspath(cfg), "config file") as f:
+                text = f.read()
+        except ZoError as e:
+            raise ZoConfigError(f"{e}; pass a DeepSpeed JSON file, a dict or JSON text") from None
     return json.loads(text)
 
 

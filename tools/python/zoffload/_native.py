@@ -191,6 +191,7 @@ _SIGNATURES = {
     "zo_status_str": (c_char_p, [c_int]),
     "zo_last_error": (c_char_p, []),
     "zo_clear_error": (None, []),
+    "zo_file_open_read": (c_int, [c_char_p, POINTER(c_int)]),
     "zo_device_cuda_count": (c_int, []),
     "zo_device_cuda_built": (c_int, []),
     "zo_device_init": (c_int, [POINTER(_P), POINTER(DeviceConfig)]),
@@ -415,6 +416,14 @@ def check(status: int, what: str) -> int:
     name = name.decode() if name else str(status)
     l.zo_clear_error()
     raise error_for_status(status, f"{what}: {_cause(text) or name}", name, text)
+
+
+def open_input(path, what: str, binary: bool = False):
+    """Open a file the package reads the library's one way (zo/file.h): a FIFO, a device, a
+    socket or a directory is refused by name before a byte is read (a FIFO would block)."""
+    fd = c_int(-1)
+    check(lib().zo_file_open_read(os.fsencode(path), ctypes.byref(fd)), what)
+    return os.fdopen(fd.value, "rb" if binary else "r", encoding=None if binary else "utf-8")
 
 
 def _cause(text: str) -> str:

@@ -233,7 +233,7 @@ def _resolve(load_dir: str, tag) -> str:
         if not os.path.exists(latest):
             raise ZoIOError(f"{load_dir} has no 'latest' file: pass tag=, or a directory written "
                             f"by save_checkpoint or zo-train --save")
-        with open(latest) as f:
+        with N.open_input(latest, "the checkpoint's 'latest'") as f:
             tag = f.read().strip()
     path = os.path.join(load_dir, str(tag))
     if not os.path.isdir(path):
@@ -250,7 +250,7 @@ def load(eng, load_dir, tag, load_optimizer: bool, load_schedule: bool):
                            "yet")
     lib = N.lib()
     path = _resolve(os.fspath(load_dir), tag)
-    with open(os.path.join(path, "trainer_state.json")) as f:
+    with N.open_input(os.path.join(path, "trainer_state.json"), "trainer_state.json") as f:
         state = json.load(f)
     if state.get("format") != FORMAT or state.get("version") != VERSION:
         raise ZoArgumentError(f"{path}/trainer_state.json is format {state.get('format')!r} "

@@ -14,7 +14,7 @@ import os
 from typing import Any, Iterable, Mapping, Union
 
 from . import _native
-from .errors import ZoConfigError
+from .errors import ZoConfigError, ZoError
 
 ConfigLike = Union[str, os.PathLike, Mapping[str, Any]]
 
@@ -30,8 +30,10 @@ def _text_of(config: ConfigLike) -> tuple[str, str]:
                                            and not config.lstrip().startswith("{")):
         path = os.fspath(config)
         try:
-            with open(path, encoding="utf-8") as f:
+            with _native.open_input(path, "config file") as f:
                 return f.read(), path
+        except ZoError as e:
+            raise ZoConfigError(f"{e}; pass a DeepSpeed JSON file, a dict or JSON text") from None
         except OSError as e:
             raise ZoConfigError(f"config file {path!r} cannot be read: {e.strerror}; pass a "
                                 f"DeepSpeed JSON file, a dict or JSON text") from None

@@ -24,7 +24,8 @@ MAGIC = b"ZOTOKENS"
 def read_tokens(path: str):
     """The ids of a ZOTOKENS file (tools/zo-train/README.md), checked as zo-train checks them."""
     import numpy as np
-    with open(path, "rb") as f:
+    from zoffload import _native
+    with _native.open_input(path, "--data", binary=True) as f:
         head = f.read(32)
         if len(head) != 32 or head[:8] != MAGIC:
             raise SystemExit(f"{path}: not a ZOTOKENS file (make one with "
