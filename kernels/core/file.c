@@ -109,8 +109,8 @@ zo_status zo_file_fopen_write(const char *path, int append, FILE **out)
 {
     if (!path || !out)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_file_fopen_write: NULL argument");
-    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : 0),
-                  0644);
+    int fd =
+        open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : 0), 0644);
     if (fd < 0 && errno == ENXIO)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
                        "'%s' is a FIFO that nobody reads: expected a regular file to write (or "

@@ -87,7 +87,17 @@ def test_fifos_are_refused(tmp):
             "is a character device: expected a regular file")
 
 
-TESTS = [test_fifos_are_refused]
+def test_failed_output_exits_nonzero(tmp):
+    """Results written to a full device: the tool says so and exits 1 (it used to exit 0)."""
+    with open("/dev/full", "w") as full:
+        for argv in ([TRAIN, "--steps", "1", "--json"] + TINY, [PLAN, "--json"], [PLAN],
+                     [REPORT, "--json"], [REPORT], [BENCH, "--help"]):
+            p = run(argv, stdout=full)
+            assert p.returncode == 1, f"{argv} > /dev/full: exit {p.returncode}\n{p.stderr}"
+            assert "cannot write the output to stdout" in p.stderr, p.stderr
+
+
+TESTS = [test_fifos_are_refused, test_failed_output_exits_nonzero]
 
 if __name__ == "__main__":
     only = os.environ.get("ZO_TEST_ONLY")

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "zo_bench.h"
+#include "zt_output.h"
 
 typedef struct bench_cmd {
     const char *name;
@@ -29,6 +30,7 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    zt_output_check_at_exit("zo-bench");
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -26,6 +26,7 @@
 #include "world.h"
 #include "zo/units.h"
 #include "zt_error.h"
+#include "zt_output.h"
 #include "zt_tiers.h"
 
 #ifndef ZP_DEFAULT_DATA
@@ -1402,6 +1403,7 @@ int main(int argc, char **argv)
 {
     static cli c;
     static result r;
+    zt_output_check_at_exit("zo-plan");
     c.preset = "tiny";
     c.job.seq = 128; /* zo-train's defaults */
     c.job.micro_batch = 8;

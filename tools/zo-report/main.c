@@ -13,6 +13,7 @@
 #include "zo/swap.h"
 #include "zo/sysinfo.h"
 #include "zo/topo.h"
+#include "zt_output.h"
 
 #define MAX_DIRS 16
 
@@ -266,6 +267,7 @@ static void print_human(json_t *r)
 
 int main(int argc, char **argv)
 {
+    zt_output_check_at_exit("zo-report");
     static const struct option opts[] = {{"swap-dir", required_argument, NULL, 's'},
                                          {"json", no_argument, NULL, 'j'},
                                          {"help", no_argument, NULL, 'h'},

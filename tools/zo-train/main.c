@@ -31,6 +31,7 @@
 #include "zo/nvtx.h"
 #include "zo/units.h"
 #include "zt_error.h"
+#include "zt_output.h"
 
 #ifndef ZT_DEFAULT_DATA
 #define ZT_DEFAULT_DATA "tools/zo-train/data/shakespeare.txt"
@@ -1527,6 +1528,7 @@ static int run(cli *c)
 int main(int argc, char **argv)
 {
     cli c;
+    zt_output_check_at_exit("zo-train");
     memset(&c, 0, sizeof c);
     c.o = (zt_options)ZT_OPTIONS_INIT;
     c.preset = "tiny";
