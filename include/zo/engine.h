@@ -121,7 +121,7 @@ typedef struct zo_engine_config {
                              master_split) */
     size_t chunk_bytes;   /* bytes of parameters per chunk in param_dtype (0: 4 MiB): C/2
                              elements for bf16 and fp16, C/4 for fp32; raised to fit the largest
-                             tensor, rounded to 4 KiB */
+                             tensor, rounded to 4 KiB; at most ZO_MAX_CHUNK_BYTES, 1 TiB) */
     zo_tier param_home;   /* where p16 lives between uses: device, host or nvme (nvme needs
                              optim_home nvme: the update writes p16 through the NVMe stages) */
     zo_tier optim_home;   /* master, m, v: device (cpu device only), host or nvme */

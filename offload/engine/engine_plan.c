@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine_tier.h"
+#include "zo/checked.h"
 
 #define DEFAULT_CHUNK_BYTES (4u << 20)
 
@@ -75,6 +76,10 @@ zo_status eng_check_plan_config(const zo_engine_config *c)
                        "master_split is not tested under ZeRO yet (world_size %d): set "
                        "master_split=0",
                        c->world_size);
+    if (c->chunk_bytes > ZO_MAX_CHUNK_BYTES)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "chunk_bytes is %llu: at most %llu (1 TiB; tens of MiB is typical)",
+                       (unsigned long long)c->chunk_bytes, (unsigned long long)ZO_MAX_CHUNK_BYTES);
     if (c->grad_accum_steps < 1)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "grad_accum_steps is %d, must be >= 1",
                        c->grad_accum_steps);

@@ -4,9 +4,11 @@
  * mode, accumulation and device budget; the packing matches a plain
  * reference of the documented rule; malformed layouts are refused. fp32
  * parameters (param_dtype ZO_DTYPE_F32) are planned beside bf16 ones. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "zo/checked.h"
 #include "zo/device.h"
 #include "zo/engine.h"
 #include "zo_test.h"
@@ -484,6 +486,14 @@ static void test_bad_layouts_are_refused(void **state)
     ZO_ASSERT_ST(zo_engine_footprint_for(&c, &ly, &fp, &fits, NULL, 0), ZO_ERR_INVALID_ARG);
     c = (zo_engine_config)ZO_ENGINE_CONFIG_INIT;
     ZO_ASSERT_ST(zo_engine_footprint_for(&c, &ly, NULL, &fits, NULL, 0), ZO_ERR_INVALID_ARG);
+    /* a chunk of 2^64 - 1 bytes rounded to 4 KiB wrapped to 0 and divided by
+     * it (SIGFPE); 2^62 wrapped the tiers' sums */
+    const size_t huge[] = {SIZE_MAX, (size_t)1 << 62, ZO_MAX_CHUNK_BYTES + 1};
+    for (int i = 0; i < 3; i++) {
+        c.chunk_bytes = huge[i];
+        ZO_ASSERT_ST(zo_engine_footprint_for(&c, &ly, &fp, &fits, NULL, 0), ZO_ERR_INVALID_ARG);
+        assert_non_null(strstr(zo_last_error(), "chunk_bytes is"));
+    }
     ZO_ASSERT_ST(zo_engine_chunks_for(&c, &ly, NULL, 2, &(uint32_t){0}), ZO_ERR_INVALID_ARG);
 }
 

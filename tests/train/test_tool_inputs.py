@@ -97,7 +97,27 @@ def test_failed_output_exits_nonzero(tmp):
             assert "cannot write the output to stdout" in p.stderr, p.stderr
 
 
-TESTS = [test_fifos_are_refused, test_failed_output_exits_nonzero]
+def test_sizes_are_checked(tmp):
+    """Sizes from flags in checked arithmetic: a chunk of 2^64 - 1 bytes killed zo-train and
+    zo-plan with SIGFPE, 2^62 wrapped; three large batch factors printed negative bytes."""
+    for big in ("18446744073709551615", str(1 << 62), "2TiB"):
+        refused([TRAIN, "--steps", "1", "--chunk-bytes", big] + TINY,
+                "--chunk-bytes", "4 KiB to 1 TiB", status=2)
+        refused([PLAN, "--chunk-bytes", big], "--chunk-bytes", "4KiB to 1TiB", status=2)
+    huge = ["--seq", "100000000", "--micro-batch", "100000000", "--grad-accum", "100000000"]
+    for argv in ([PLAN] + huge, [PLAN, "--json"] + huge, [TRAIN, "--steps", "1"] + huge):
+        p = refused(argv, "--seq 100000000 x --micro-batch 100000000", status=2)
+        assert p.stdout == "", p.stdout
+    for argv in ([PLAN, "--grad-accum", "100000000"], [PLAN, "--grad-accum", "20000000",
+                                                      "--world-size", "16"],
+                 [TRAIN, "--steps", "1", "--grad-accum", "100000000"] + TINY):
+        refused(argv, "--grad-accum", "tokens per step", status=2)
+    # the largest job that fits the limits plans with no negative byte count
+    p = ok([PLAN, "--grad-accum", "2000000"])
+    assert " -" not in p.stdout.replace(" --", ""), p.stdout
+
+
+TESTS = [test_fifos_are_refused, test_failed_output_exits_nonzero, test_sizes_are_checked]
 
 if __name__ == "__main__":
     only = os.environ.get("ZO_TEST_ONLY")

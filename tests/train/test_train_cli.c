@@ -211,7 +211,7 @@ static void test_flag_errors_exit_2(void **state)
     expect_usage_error("--offload-param nvme --offload-optimizer cpu",
                        "--offload-param nvme needs --offload-optimizer nvme");
     expect_usage_error("--seed -1", "expected an unsigned integer");
-    expect_usage_error("--chunk-bytes 1", "--chunk-bytes 1: a chunk holds at least 4 KiB");
+    expect_usage_error("--chunk-bytes 1", "--chunk-bytes 1: a chunk holds 4 KiB to 1 TiB");
     char args[1200];
     const char *cfg = "{\"train_micro_batch_size_per_gpu\": 2, \"scheduler\": {\"type\": "
                       "\"WarmupCosineLR\", \"params\": {\"total_num_steps\": 4, "

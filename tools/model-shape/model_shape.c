@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "zo/checked.h"
 #include "zt_error.h"
 
 /* ---- presets ---- */
@@ -322,6 +323,35 @@ uint64_t zt_default_chunk_bytes(const zt_shape *s)
 
 /* ---- the activation arena of a batch ---- */
 
+zo_status zt_job_sizes_check(const zt_shape *s, int seq, int micro_batch, int grad_accum, int ranks)
+{
+    if (seq <= 0 || micro_batch <= 0 || grad_accum <= 0 || ranks <= 0)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--seq %d, --micro-batch %d, --grad-accum %d and ranks %d must be > 0", seq,
+                       micro_batch, grad_accum, ranks);
+    uint64_t wide = (uint64_t)(s->vocab > s->ffn_dim ? s->vocab : s->ffn_dim), micro, step, inputs;
+    if (!zo_mul_u64((uint64_t)seq, (uint64_t)micro_batch, &micro) ||
+        micro > (uint64_t)INT32_MAX / wide)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--seq %d x --micro-batch %d tokens is too many for one GEMM: at most %llu "
+                       "tokens per micro-batch with a %llu-wide operand; lower --micro-batch or "
+                       "--seq (raise --grad-accum for a larger batch)",
+                       seq, micro_batch, (unsigned long long)(INT32_MAX / wide),
+                       (unsigned long long)wide);
+    if (!zo_mul4_u64(micro, (uint64_t)grad_accum, (uint64_t)ranks, 1, &step) || step > INT32_MAX)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--seq %d x --micro-batch %d x --grad-accum %d x %d ranks is more than %d "
+                       "tokens per step; lower --grad-accum",
+                       seq, micro_batch, grad_accum, ranks, INT32_MAX);
+    if (!zo_mul4_u64(step, (uint64_t)s->dim, (uint64_t)s->n_layers + 1, 4, &inputs) ||
+        inputs > 1ull << 62)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--grad-accum %d: a step's layer inputs (%llu tokens x dim %d x %d layers) "
+                       "overflow a byte count; lower --grad-accum or --micro-batch",
+                       grad_accum, (unsigned long long)step, s->dim, s->n_layers + 1);
+    return ZO_OK;
+}
+
 zo_status zt_model_config_check(const zt_model_config *c)
 {
     ZT_TRY(zt_shape_check(&c->shape));
@@ -329,11 +359,7 @@ zo_status zt_model_config_check(const zt_model_config *c)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "seq %d, micro-batch %d and micro-batches %d must be > 0", c->seq,
                        c->micro_batch, c->n_micro);
-    if ((int64_t)c->micro_batch * c->seq >
-        INT32_MAX / (c->shape.vocab > c->shape.ffn_dim ? c->shape.vocab : c->shape.ffn_dim))
-        return zt_fail(ZO_ERR_INVALID_ARG,
-                       "micro-batch %d x seq %d tokens is too many for one GEMM", c->micro_batch,
-                       c->seq);
+    ZT_TRY(zt_job_sizes_check(&c->shape, c->seq, c->micro_batch, 1, 1));
     if (c->dt != ZO_DTYPE_F32 && c->dt != ZO_DTYPE_BF16 && c->dt != ZO_DTYPE_F16)
         return zt_fail(ZO_ERR_INVALID_ARG, "unknown activation dtype %d", (int)c->dt);
     return ZO_OK;

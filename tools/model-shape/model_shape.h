@@ -146,6 +146,14 @@ zo_status zt_act_group_check(const zt_act_group *g);
 
 /* The shape, the batch and the dtype valid for the model. */
 zo_status zt_model_config_check(const zt_model_config *c);
+/* A job's sizes against the shape, in checked arithmetic (zo/checked.h),
+ * refused naming --seq, --micro-batch, --grad-accum (and the ranks): a
+ * micro-batch's tokens times the widest GEMM operand within 32 bits (the
+ * GEMMs index with int), the tokens of a step over all ranks within
+ * INT32_MAX, and a step's layer inputs (tokens x dim x (layers + 1) x 4
+ * bytes) within 2^62, so that no byte count derived from them wraps. */
+zo_status zt_job_sizes_check(const zt_shape *s, int seq, int micro_batch, int grad_accum,
+                             int ranks);
 
 /* The arena by what uses it (for the planner): the tokens, losses and RoPE
  * table; the checkpoints (every block's input and the head's, with the

@@ -24,6 +24,7 @@
 #include "plan.h"
 #include "validate.h"
 #include "world.h"
+#include "zo/checked.h"
 #include "zo/units.h"
 #include "zt_error.h"
 #include "zt_output.h"
@@ -270,6 +271,8 @@ static int parse_bytes_opt(int opt, const char *arg, cli *c)
     uint64_t b;
     if (zo_parse_bytes(arg, &b) != 0 || b == 0)
         return bad_value(opt, arg, "a byte count such as 512MiB or 24GiB");
+    if (opt == OPT_CHUNK && (b < 4096 || b > ZO_MAX_CHUNK_BYTES))
+        return bad_value(opt, arg, "a chunk of 4KiB to 1TiB (tens of MiB is typical)");
     uint64_t *dst[] = {&c->job.chunk_bytes, NULL, &c->req.gpu_mem,   &c->req.host_mem,
                        &c->req.pinned_max,  NULL, &c->req.nvme_bytes};
     *dst[opt - OPT_CHUNK] = b;
@@ -466,6 +469,11 @@ static int resolve_model(cli *c)
         zt_shape_override(sh, c->shape_flags);
         st = zt_shape_check(sh);
     }
+    int ranks = c->world.world_size > c->pipe_world.world_size ? c->world.world_size
+                                                               : c->pipe_world.world_size;
+    if (st >= 0)
+        st = zt_job_sizes_check(sh, c->job.seq, c->job.micro_batch, c->job.grad_accum,
+                                ranks > 1 ? ranks : 1);
     if (st >= 0)
         return 0;
     fprintf(stderr, "zo-plan: %s\n", zt_last_error());

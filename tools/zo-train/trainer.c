@@ -14,6 +14,7 @@
 #include "pipeline.h"
 #include "ranks.h"
 #include "report.h"
+#include "zo/checked.h"
 #include "zo/nvtx.h"
 #include "zo/units.h"
 #include "zt_error.h"
@@ -770,6 +771,8 @@ static zo_status check_stages(const zt_options *o)
 zo_status zt_options_check(const zt_options *o)
 {
     ZT_TRY(zt_shape_check(&o->shape));
+    ZT_TRY(zt_job_sizes_check(&o->shape, o->seq, o->micro_batch, o->grad_accum,
+                              o->world_size > 1 ? o->world_size : 1));
     /* with the states elsewhere a rank keeps its own chunks' 16-bit parameters
      * beside them: only ZeRO stages 1 and 2 leave the other ranks' on NVMe */
     int stage = o->zero_stage ? o->zero_stage : 2;
@@ -782,9 +785,9 @@ zo_status zt_options_check(const zt_options *o)
                        "other ranks' chunks on NVMe)",
                        o->world_size <= 1 ? "on one rank" : "at --zero-stage 3",
                        o->optim_home == ZO_TIER_DEVICE ? "none" : "cpu");
-    if (o->chunk_bytes && o->chunk_bytes < 4096)
+    if (o->chunk_bytes && (o->chunk_bytes < 4096 || o->chunk_bytes > ZO_MAX_CHUNK_BYTES))
         return zt_fail(ZO_ERR_INVALID_ARG,
-                       "--chunk-bytes %llu: a chunk holds at least 4 KiB (leave it out for the "
+                       "--chunk-bytes %llu: a chunk holds 4 KiB to 1 TiB (leave it out for the "
                        "largest tensor's size)",
                        (unsigned long long)o->chunk_bytes);
     if (o->steps < 0 || o->seq <= 0 || o->micro_batch <= 0 || o->grad_accum <= 0)
