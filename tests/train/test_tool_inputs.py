@@ -117,7 +117,44 @@ def test_sizes_are_checked(tmp):
     assert " -" not in p.stdout.replace(" --", ""), p.stdout
 
 
-TESTS = [test_fifos_are_refused, test_failed_output_exits_nonzero, test_sizes_are_checked]
+def test_bad_hf_config_values_are_refused(tmp):
+    """An invalid rms_norm_eps or rope_theta is refused naming the field, the value and what is
+    valid (it trained exactly like the unmodified model, and the saved config.json rewrote it);
+    a valid one is kept in the saved config.json."""
+    import json
+    ck = os.path.join(tmp, "ck")
+    ok([TRAIN, "--steps", "1", "--save", ck] + TINY)
+    with open(os.path.join(ck, "hf-model", "config.json")) as f:
+        base = json.load(f)
+    bad = os.path.join(tmp, "hf")
+    shutil.copytree(os.path.join(ck, "hf-model"), bad)
+    cases = [("rms_norm_eps", -1, "'rms_norm_eps' is -1: expected a number > 0 and < 1"),
+             ("rms_norm_eps", "abc", "'rms_norm_eps' is \"abc\": expected a number > 0"),
+             ("rms_norm_eps", 0, "'rms_norm_eps' is 0: expected"),
+             ("rope_theta", 0, "'rope_theta' is 0: expected a number > 1"),
+             ("rope_theta", 1e300, "'rope_theta' is 1.0000000000000001e300: expected a number > 1"),
+             ("tie_word_embeddings", "yes", "'tie_word_embeddings' must be true or false")]
+    for key, value, needle in cases:
+        cfg = dict(base, **{key: value})
+        with open(os.path.join(bad, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        refused([TRAIN, "--steps", "1", "--hf-model", bad, "--seq", "16", "--device", "cpu"],
+                needle, status=2)
+        refused([PLAN, "--hf-config", os.path.join(bad, "config.json")], needle, status=2)
+    cfg = dict(base, rms_norm_eps=1e-6, rope_theta=500000.0)
+    with open(os.path.join(bad, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    out = os.path.join(tmp, "out")
+    ok([TRAIN, "--steps", "1", "--hf-model", bad, "--seq", "16", "--device", "cpu", "--save",
+        out])
+    with open(os.path.join(out, "hf-model", "config.json")) as f:
+        saved = json.load(f)
+    assert abs(saved["rms_norm_eps"] - 1e-6) < 1e-12, saved["rms_norm_eps"]
+    assert saved["rope_theta"] == 500000.0, saved["rope_theta"]
+
+
+TESTS = [test_fifos_are_refused, test_failed_output_exits_nonzero, test_sizes_are_checked,
+         test_bad_hf_config_values_are_refused]
 
 if __name__ == "__main__":
     only = os.environ.get("ZO_TEST_ONLY")

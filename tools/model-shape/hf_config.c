@@ -3,7 +3,9 @@
 #include "hf_config.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "zt_error.h"
@@ -41,12 +43,39 @@ static zo_status read_kv_heads(json_t *root, const char *path, zt_shape *s)
     return ZO_OK;
 }
 
-static void optional_real(json_t *root, const char *key, float *out)
+/* An optional real number in (lo, hi): absent or null leaves *out (the
+ * model's default); anything else present must be valid, never replaced by
+ * the default in silence (a bad eps trained like the unmodified model). */
+static zo_status optional_real(json_t *root, const char *path, const char *key, double lo,
+                               double hi, const char *valid, float *out)
 {
     json_t *v = json_object_get(root, key);
-    if (json_is_number(v) && json_number_value(v) > 0)
-        *out = (float)json_number_value(v);
+    if (!v || json_is_null(v))
+        return ZO_OK;
+    double x = json_is_number(v) ? json_number_value(v) : NAN;
+    if (isfinite(x) && x > lo && x < hi && isfinite((float)x) && (float)x > 0) {
+        *out = (float)x;
+        return ZO_OK;
+    }
+    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    zo_status st = zt_fail(ZO_ERR_CONFIG, "%s: '%s' is %.64s: expected %s", path, key,
+                           text ? text : "(unprintable)", valid);
+    free(text);
+    return st;
 }
+
+/* An optional boolean: absent or null is false; anything but true or false
+ * is refused ("yes" used to mean false). */
+static zo_status optional_bool(json_t *root, const char *path, const char *key)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v) || json_is_boolean(v))
+        return ZO_OK;
+    return zt_fail(ZO_ERR_CONFIG, "%s: '%s' must be true or false", path, key);
+}
+
+#define EPS_VALID   "a number > 0 and < 1 (1e-5 or 1e-6 in Llama models)"
+#define THETA_VALID "a number > 1 (10000 in Llama 2, 500000 in Llama 3)"
 
 static int string_in(json_t *v, const char *const *names, int n)
 {
@@ -115,7 +144,7 @@ static zo_status read_rope_scaling(json_t *root, const char *path, zo_rope_scali
     json_t *params = json_object_get(root, "rope_parameters");
     if ((!r || json_is_null(r)) && json_is_object(params)) {
         r = params;
-        optional_real(params, "rope_theta", theta);
+        ZT_TRY(optional_real(params, path, "rope_theta", 1, 1e30, THETA_VALID, theta));
     }
     if (!r || json_is_null(r))
         return ZO_OK;
@@ -168,8 +197,12 @@ static zo_status read_shape(json_t *root, const char *path, zt_shape *s, int *wi
     ZT_TRY(optional_int(root, path, "head_dim", &s->head_dim));
     if (s->head_dim && s->head_dim * s->n_heads == s->dim)
         s->head_dim = 0; /* the default: the Llama-2 layout */
-    optional_real(root, "rms_norm_eps", &s->norm_eps);
-    optional_real(root, "rope_theta", &s->rope_theta);
+    ZT_TRY(optional_real(root, path, "rms_norm_eps", 0, 1, EPS_VALID, &s->norm_eps));
+    ZT_TRY(optional_real(root, path, "rope_theta", 1, 1e30, THETA_VALID, &s->rope_theta));
+    static const char *const flags[] = {"tie_word_embeddings", "use_sliding_window", "mlp_bias",
+                                        "attention_bias"};
+    for (int i = 0; i < 4; i++)
+        ZT_TRY(optional_bool(root, path, flags[i]));
     ZT_TRY(read_rope_scaling(root, path, &s->rope_scaling, &s->rope_theta));
     ZT_TRY(read_window(root, path, qwen2, window));
     s->attn_bias = qwen2;
