@@ -153,7 +153,42 @@ def test_bad_hf_config_values_are_refused(tmp):
     assert saved["rope_theta"] == 500000.0, saved["rope_theta"]
 
 
-TESTS = [test_fifos_are_refused, test_failed_output_exits_nonzero, test_sizes_are_checked,
+def peak_rss(argv):
+    """The peak resident bytes of one run of argv (its own rusage, not the test's)."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    out, err = p.stdout.read(), p.stderr.read()
+    assert p.returncode == 0, f"{argv}: exit {p.returncode}\n{err.decode()}"
+    return ru.ru_maxrss * 1024, out
+
+
+def test_data_memory_is_bounded(tmp):
+    """The data's memory does not grow with the file: a 64 MiB text file in windows of 8 took
+    a 64 MiB table of the shuffled order (8 bytes a window, outside --host-mem: 6 GB of text
+    reached 1.71 GB with --host-mem 600MiB); now the same run's peak is within 16 MiB of a run
+    on 64 KiB, and what the data takes (its batches) is reported (config.data_bytes)."""
+    import json
+    small, big = os.path.join(tmp, "small.txt"), os.path.join(tmp, "big.txt")
+    line = b"the quick brown fox jumps over the lazy dog, again and again. "
+    with open(small, "wb") as f:
+        f.write(line * (65536 // len(line) + 1))
+    with open(big, "wb") as f:
+        block = line * (1048576 // len(line) + 1)
+        for _ in range(64):
+            f.write(block[:1048576])
+    args = ["--steps", "2", "--seq", "8", "--micro-batch", "2", "--json", "--host-mem", "600MiB",
+            "--device", "cpu", "--dim", "32", "--layers", "2", "--heads", "2", "--ffn", "64",
+            "--val-batches", "1"]
+    rss_small, _ = peak_rss([TRAIN, "--data", small] + args)
+    rss_big, out = peak_rss([TRAIN, "--data", big] + args)
+    grew = rss_big - rss_small
+    assert grew < 16 << 20, f"64 MiB of text took {grew >> 20} MiB more than 64 KiB"
+    cfg = json.loads(out)["config"]
+    assert cfg["data_bytes"] == (2 + 2) * 2 * 8 * 4, cfg["data_bytes"]
+
+
+TESTS = [test_fifos_are_refused, test_data_memory_is_bounded, test_failed_output_exits_nonzero, test_sizes_are_checked,
          test_bad_hf_config_values_are_refused]
 
 if __name__ == "__main__":

@@ -171,6 +171,91 @@ static void test_bad_token_files_are_refused(void **state)
     expect_corrupt("header.tok", 0, "Z", 1, 20, "shorter than its 32-byte header");
 }
 
+/* The order of every epoch is a permutation of the windows for window counts
+ * around powers of 4 (the permutation's domain), different per epoch. */
+static void test_order_is_a_permutation_of_any_size(void **state)
+{
+    char path[300];
+    path_in_dir(path, sizeof path, "sizes.txt");
+    const int counts[] = {1, 2, 3, 4, 5, 15, 16, 17, 63, 64, 65, 1000, 4097};
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+        int W = counts[k], seq = 2;
+        size_t bytes = (size_t)W * seq + 1;
+        unsigned char *text = malloc(bytes);
+        for (size_t i = 0; i < bytes; i++)
+            text[i] = (unsigned char)('a' + i % 26);
+        write_file(path, text, bytes);
+        free(text);
+        zt_data *d = NULL;
+        ZO_ASSERT_OK(zt_data_open(&d, path, seq, 0.0, 7));
+        zt_data_info in;
+        zt_data_get_info(d, &in);
+        assert_int_equal(in.train_windows, (uint64_t)W);
+        char *seen = calloc((size_t)W, 1);
+        for (int epoch = 0; epoch < 2; epoch++) {
+            memset(seen, 0, (size_t)W);
+            for (int j = 0; j < W; j++) {
+                int32_t x[2], y[2];
+                zt_data_next_train(d, x, y, 1);
+                /* windows alike in the text (w and w + 13) are interchangeable */
+                int found = -1;
+                for (int w = 0; w < W && found < 0; w++)
+                    if (x[0] == 'a' + (w * seq) % 26 && x[1] == 'a' + (w * seq + 1) % 26 &&
+                        !seen[w])
+                        found = w;
+                assert_true(found >= 0);
+                seen[found] = 1;
+            }
+        }
+        free(seen);
+        zt_data_free(d);
+    }
+    unlink(path);
+}
+
+static int g_stop_calls, g_progress_calls;
+static uint64_t g_progress_done, g_progress_total;
+
+static int stop_after_a_second(void *ctx)
+{
+    if (g_stop_calls++ == 0)
+        usleep(1100 * 1000); /* the next slice reports progress */
+    return *(int *)ctx;
+}
+
+static void count_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    g_progress_calls++;
+    g_progress_done = done;
+    g_progress_total = total;
+}
+
+/* The token file's id check reports progress and ends on a stop request
+ * (a stop signal used to wait for the whole file). */
+static void test_id_check_reports_progress_and_stops(void **state)
+{
+    char path[300];
+    path_in_dir(path, sizeof path, "hooks.tok");
+    uint32_t ids[100];
+    for (int i = 0; i < 100; i++)
+        ids[i] = (uint32_t)i;
+    ZO_ASSERT_OK(zt_data_write_tokens(path, ids, 100, 2, 100));
+    int stop = 0;
+    zt_data_hooks h = {count_progress, stop_after_a_second, &stop};
+    zt_data *d = NULL;
+    ZO_ASSERT_OK(zt_data_open_with(&d, path, 4, 0.1, 1, &h));
+    assert_int_equal(g_progress_calls, 1);
+    assert_int_equal(g_progress_done, 100);
+    assert_int_equal(g_progress_total, 100);
+    zt_data_free(d);
+    stop = 1;
+    d = NULL;
+    assert_int_equal(zt_data_open_with(&d, path, 4, 0.1, 1, &h), ZO_ERR_STATE);
+    assert_null(d);
+    assert_non_null(strstr(zt_last_error(), "stopped while checking its ids"));
+    unlink(path);
+}
+
 static void test_too_short_or_missing(void **state)
 {
     char path[300];
@@ -211,6 +296,8 @@ int main(void)
         cmocka_unit_test(test_uint16_token_file_round_trip),
         cmocka_unit_test(test_bad_token_files_are_refused),
         cmocka_unit_test(test_too_short_or_missing),
+        cmocka_unit_test(test_order_is_a_permutation_of_any_size),
+        cmocka_unit_test(test_id_check_reports_progress_and_stops),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

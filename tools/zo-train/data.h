@@ -17,8 +17,9 @@
  *
  * The last val_fraction of the stream is the validation split. Training
  * samples are the windows of seq+1 tokens starting at multiples of seq in the
- * training split, visited in an order shuffled per epoch from the seed
- * (Fisher-Yates on a splitmix64 stream): the same seed gives the same batches.
+ * training split, visited in an order shuffled per epoch from the seed (a
+ * Feistel permutation keyed by splitmix64, computed per window): the same
+ * seed gives the same batches.
  * Validation windows are taken in order from the start of the split. */
 #ifndef ZT_DATA_H
 #define ZT_DATA_H
@@ -44,9 +45,25 @@ typedef struct zt_data_info {
 
 /* Open path (mapped, not copied) for windows of seq+1 tokens. Fails, naming
  * the file, when it cannot be read, a token file's header or ids are wrong,
- * or a split is too short for one window. */
+ * or a split is too short for one window. The memory it takes does not grow
+ * with the file: the file is mapped (its pages are the page cache's), and the
+ * shuffled order is computed per window. */
 zo_status zt_data_open(zt_data **out, const char *path, int seq, double val_fraction,
                        uint64_t seed);
+
+/* What a caller learns of the one long part of opening, a token file's check
+ * of every id (seconds for a file of gigabytes): progress, called about once
+ * a second with the ids checked and their number, and stop, asked between
+ * slices: non-zero ends the check (ZO_ERR_STATE, "stopped" in the message).
+ * Either may be NULL. */
+typedef struct zt_data_hooks {
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    int (*stop)(void *ctx);
+    void *ctx;
+} zt_data_hooks;
+
+zo_status zt_data_open_with(zt_data **out, const char *path, int seq, double val_fraction,
+                            uint64_t seed, const zt_data_hooks *hooks);
 void zt_data_free(zt_data *d);
 void zt_data_get_info(const zt_data *d, zt_data_info *out);
 

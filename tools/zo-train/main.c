@@ -1386,6 +1386,7 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
     json_object_set_new(cfg, "host_limit", json_integer((json_int_t)su->host_limit));
     json_object_set_new(cfg, "tensor_buffer_bytes",
                         json_integer((json_int_t)su->tensor_buffer_bytes));
+    json_object_set_new(cfg, "data_bytes", json_integer((json_int_t)su->data_bytes));
     return json_pack("{s:o,s:o,s:o}", "model", model, "device", dev, "config", cfg);
 }
 

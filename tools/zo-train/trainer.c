@@ -14,6 +14,7 @@
 #include "pipeline.h"
 #include "ranks.h"
 #include "report.h"
+#include "signals.h"
 #include "zo/checked.h"
 #include "zo/nvtx.h"
 #include "zo/units.h"
@@ -487,6 +488,17 @@ uint64_t zt_tensor_buffer_bytes(const zt_shape *s, zo_dtype state_dtype, uint64_
            zo_engine_nvme_state_bytes_as(state_dtype, chunk_elems);
 }
 
+/* The data's host memory: a step's inputs and targets for every data-parallel
+ * rank (each rank cuts its own from the global batch) and one set for
+ * validation. The file is mapped and its order computed, so nothing else
+ * grows with it. Reported, not in the host need: zo-plan's exact accounting
+ * of the engine's host budget would have to count it too. */
+static uint64_t data_bytes(const zt_options *o)
+{
+    uint64_t n = (uint64_t)o->grad_accum * (uint64_t)o->micro_batch * (uint64_t)o->seq;
+    return (2 * (uint64_t)dp_size(o) + 2) * n * sizeof(int32_t);
+}
+
 /* The host memory the run will take under c, part by part: the plan's pinned
  * and pageable bytes (the engine's and the layer inputs zo-train pins), the
  * tensor buffers of a run that loads or saves, and on the cpu device its
@@ -596,6 +608,7 @@ static zo_status engine_host_budget(zt_trainer *t, zo_engine_config *c)
     ZT_TRY(host_need(t, c, part, &fp));
     t->setup.host_limit = limit;
     t->setup.tensor_buffer_bytes = part[2];
+    t->setup.data_bytes = data_bytes(&t->o);
     uint64_t beside = part[0] - fp.pinned + part[1] - fp.host + part[2] + part[3];
     if (limit > beside)
         c->host_bytes = limit - beside;
@@ -824,9 +837,27 @@ zo_status zt_options_check(const zt_options *o)
     return zt_schedule_check(&o->sched);
 }
 
+/* A token file's id check of many gigabytes: a line a second on rank 0. */
+static void data_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    const zt_trainer *t = ctx;
+    if (t->o.rank == 0)
+        fprintf(stderr, "zo-train: checking the ids of %s: %.0f%% (%llu of %llu)\n", t->o.data_path,
+                100.0 * (double)done / (double)total, (unsigned long long)done,
+                (unsigned long long)total);
+}
+
+static int data_stop(void *ctx)
+{
+    (void)ctx;
+    return zt_signal_pending() != 0;
+}
+
 static zo_status open_data(zt_trainer *t)
 {
-    ZT_TRY(zt_data_open(&t->data, t->o.data_path, t->o.seq, t->o.val_fraction, t->o.seed));
+    const zt_data_hooks hooks = {data_progress, data_stop, t};
+    ZT_TRY(zt_data_open_with(&t->data, t->o.data_path, t->o.seq, t->o.val_fraction, t->o.seed,
+                             &hooks));
     zt_data_get_info(t->data, &t->setup.data);
     if (t->setup.data.vocab > t->o.shape.vocab)
         return zt_fail(ZO_ERR_INVALID_ARG,

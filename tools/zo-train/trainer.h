@@ -130,8 +130,10 @@ typedef struct zt_setup {
     double init_seconds;
     uint64_t host_share; /* this rank's host limit: its share of the node's (0: not limited) */
     uint64_t host_limit; /* the whole run's host limit (0: none) */
-    uint64_t tensor_buffer_bytes;       /* of it, zo-train's buffers for loading and saving tensors
-                                           (zt_tensor_buffer_bytes) */
+    uint64_t tensor_buffer_bytes; /* of it, zo-train's buffers for loading and saving tensors
+                                     (zt_tensor_buffer_bytes) */
+    uint64_t data_bytes; /* the data's host bytes: the step's batches (the file is mapped, its
+                            order computed: neither grows with the file) */
     int stage, first_layer, last_layer; /* this rank's pipeline stage and its engine layers */
     char pipeline_split[256];           /* every stage's layers ("0-3,4-7"); "" without stages */
     uint64_t pipe_pinned_bytes;         /* host pinned to stage the stage's transfers (0: direct) */
