@@ -169,6 +169,9 @@ static void test_bad_token_files_are_refused(void **state)
     expect_corrupt("vocab.tok", 24, vocab0, 4, 0, "vocabulary size 0");
     expect_corrupt("id.tok", ZT_TOKENS_HEADER_BYTES + 2 * 10, big_id, 2, 0, "id 64 at position 10");
     expect_corrupt("header.tok", 0, "Z", 1, 20, "shorter than its 32-byte header");
+    /* a damaged magic was trained as text, the header's bytes as tokens */
+    expect_corrupt("magic.tok", 7, "X", 1, 0, "damaged magic ('ZOTOKENX', expected 'ZOTOKENS')");
+    expect_corrupt("magic2.tok", 0, "\x01\x02\x03", 3, 0, "damaged magic");
 }
 
 /* The order of every epoch is a permutation of the windows for window counts

@@ -201,6 +201,39 @@ static zo_status split(zt_data *d, const char *path, double val_fraction)
     return ZO_OK;
 }
 
+/* A text file that starts like a token file whose magic was damaged: the
+ * magic within two bytes of ZOTOKENS, or a valid header behind another magic.
+ * Trained as bytes it would give a model of the file's binary, silently. */
+static int damaged_magic(const zt_data *d)
+{
+    if (d->map_bytes < ZT_TOKENS_HEADER_BYTES)
+        return 0;
+    int differ = 0;
+    for (int i = 0; i < 8; i++)
+        differ += d->map[i] != (unsigned char)ZT_TOKENS_MAGIC[i];
+    const unsigned char *h = d->map;
+    uint64_t width = rd_le(h + 12, 4), n = rd_le(h + 16, 8);
+    int header = rd_le(h + 8, 4) == ZT_TOKENS_VERSION && (width == 2 || width == 4) &&
+                 n == (d->map_bytes - ZT_TOKENS_HEADER_BYTES) / width;
+    return differ <= 2 || header;
+}
+
+static zo_status refuse_damaged(const zt_data *d, const char *path)
+{
+    char seen[8 * 4 + 1];
+    size_t at = 0;
+    for (int i = 0; i < 8; i++) {
+        unsigned char c = d->map[i];
+        at += (size_t)snprintf(seen + at, sizeof seen - at,
+                               c >= 32 && c < 127 && c != '\\' ? "%c" : "\\x%02x", c);
+    }
+    return zt_fail(ZO_ERR_CORRUPT,
+                   "%s starts like a token file with a damaged magic ('%s', expected '%s'): "
+                   "refused rather than trained as text; rewrite it with "
+                   "tools/data/prepare_tokens.py",
+                   path, seen, ZT_TOKENS_MAGIC);
+}
+
 static zo_status data_load(zt_data *d, const char *path, double val_fraction,
                            const zt_data_hooks *h)
 {
@@ -209,6 +242,8 @@ static zo_status data_load(zt_data *d, const char *path, double val_fraction,
         ZT_TRY(parse_header(d, path));
         madvise((void *)d->map, d->map_bytes, MADV_SEQUENTIAL);
         ZT_TRY(check_ids(d, path, h));
+    } else if (damaged_magic(d)) {
+        return refuse_damaged(d, path);
     } else {
         d->info =
             (zt_data_info){.binary = 0, .id_bytes = 1, .vocab = 256, .n_tokens = d->map_bytes};
