@@ -143,6 +143,11 @@ static zo_status placement(zt_options *o, const zo_train_config *cfg)
     if (o->host_mem)
         o->host_mem_from = "zoffload.host_mem";
     o->chunk_bytes = (uint64_t)cfg->zoffload.chunk_size;
+    if (cfg->zoffload.tile_size)
+        return zt_fail(ZO_ERR_CONFIG,
+                       "'zoffload.tile_size' cuts a PyTorch model's large weights into row tiles "
+                       "(the Python front end); zo-train's model pages its weights whole: leave "
+                       "it out");
     o->mode = cfg->zoffload.optimizer_mode;
     if (cfg->zoffload.prefetch_lookahead > INT_MAX)
         return zt_fail(ZO_ERR_CONFIG, "'zoffload.prefetch_lookahead' %lld is too large",

@@ -120,6 +120,85 @@ def _buffers(eng, ep, fmt):
     return master, torch.empty(nb, dtype=torch.uint8), torch.empty(nb, dtype=torch.uint8)
 
 
+def _tensor_state_dtype(eng, t) -> int:
+    """The state format of a (possibly tiled) tensor: every tile's, which must agree."""
+    lib = N.lib()
+    fmts = {lib.zo_engine_tensor_state_dtype(eng._eng, ep.id) for ep in t.parts}
+    if len(fmts) != 1:
+        raise ZoStateError(f"{t.name}'s tiles keep their optimizer states in different formats: "
+                           f"not one tensor in a checkpoint")
+    return fmts.pop()
+
+
+def _joined(t):
+    """For each tile of t: (elements before it, int8 blocks before it); tiles.py keeps every
+    tile but the last a whole number of blocks, so a tiled tensor's codes and scales are the
+    untiled tensor's, in the same places."""
+    at, blocks = 0, 0
+    for ep in t.parts:
+        yield ep, at, blocks
+        at += ep.numel
+        blocks += _q8_blocks(ep.numel)
+
+
+def _read_states(eng, t, fmt):
+    """(master, m, v) of a tensor in the raw layout of one engine tensor of t.numel."""
+    lib = N.lib()
+    master, m, v = _buffers(eng, t, fmt)
+    joined = (m, v)
+    for ep, at, blocks in _joined(t):
+        pm, pa, pb = (_buffers(eng, ep, fmt) if len(t.parts) > 1 else (master, m, v))
+        N.check(lib.zo_engine_read_state_raw(eng._eng, ep.id, ctypes.c_void_p(pm.data_ptr()),
+                                             ctypes.c_void_p(pa.data_ptr()),
+                                             ctypes.c_void_p(pb.data_ptr())),
+                f"reading {ep.name}'s states")
+        if len(t.parts) > 1:
+            master[at:at + ep.numel] = pm
+            for dst, src in zip(joined, (pa, pb)):
+                _copy_moment(dst, t.numel, at, blocks, src, ep.numel, fmt)
+    return master, m, v
+
+
+def _copy_moment(dst, n_dst, at, blocks, src, n_src, fmt) -> None:
+    """A tile's raw moments (codes, then int8 scales) into a whole tensor's at its place."""
+    e = _ELEM[fmt]
+    dst[at * e:(at + n_src) * e] = src[:n_src * e]
+    if fmt == N.DTYPE_I8:
+        d0, s0 = (n_dst + 3) & ~3, (n_src + 3) & ~3
+        nb = _q8_blocks(n_src) * 4
+        dst[d0 + blocks * 4:d0 + blocks * 4 + nb] = src[s0:s0 + nb]
+
+
+def _write_states(eng, t, fmt, master_ptr: int, raws) -> None:
+    """Restore a tensor's master (and raw moments, when raws) tile by tile."""
+    lib = N.lib()
+    for ep, at, blocks in _joined(t):
+        mp = ctypes.c_void_p(master_ptr + at * 4)
+        if raws is None:
+            N.check(lib.zo_engine_write_state(eng._eng, ep.id, mp, None, None),
+                    f"restoring {ep.name}")
+            continue
+        parts = raws
+        if len(t.parts) > 1:
+            parts = [torch.empty(_moment_bytes(fmt, ep.numel), dtype=torch.uint8) for _ in raws]
+            for dst, src in zip(parts, raws):
+                _take_moment(dst, ep.numel, src, t.numel, at, blocks, fmt)
+        N.check(lib.zo_engine_write_state_raw(eng._eng, ep.id, mp,
+                                              ctypes.c_void_p(parts[0].data_ptr()),
+                                              ctypes.c_void_p(parts[1].data_ptr())),
+                f"restoring {ep.name}")
+
+
+def _take_moment(dst, n_dst, src, n_src, at, blocks, fmt) -> None:
+    """The inverse of _copy_moment: a tile's raw moments out of a whole tensor's."""
+    e = _ELEM[fmt]
+    dst[:n_dst * e] = src[at * e:(at + n_dst) * e]
+    if fmt == N.DTYPE_I8:
+        d0, s0 = (n_dst + 3) & ~3, (n_src + 3) & ~3
+        nb = _q8_blocks(n_dst) * 4
+        dst[d0:d0 + nb] = src[s0 + blocks * 4:s0 + blocks * 4 + nb]
+
+
 def _write_tensors(eng, tmp: str) -> None:
     lib = N.lib()
     fmt = lib.zo_engine_state_dtype(eng._eng)
@@ -129,21 +208,17 @@ def _write_tensors(eng, tmp: str) -> None:
         mw.meta("zoffload", "fp32 master weights")
         ow.meta(STATE_KEY, _STATE_NAMES[fmt])
         fmts = {}
-        for ep in eng.params:
-            tf = lib.zo_engine_tensor_state_dtype(eng._eng, ep.id)
-            fmts[ep.id] = tf
+        for ep in eng.tensors:
+            tf = _tensor_state_dtype(eng, ep)
+            fmts[ep.name] = tf
             mw.declare(ep.name, N.DTYPE_F32, ep.shape)
             for k in ("exp_avg", "exp_avg_sq"):
                 ow.declare(f"{ep.name}.{k}", _file_dtype(tf), ep.shape)
                 if tf == N.DTYPE_I8:
                     ow.declare(f"{ep.name}.{k}.absmax", N.DTYPE_F32, (_q8_blocks(ep.numel),))
-        for ep in eng.params:
-            tf = fmts[ep.id]
-            master, m, v = _buffers(eng, ep, tf)
-            N.check(lib.zo_engine_read_state_raw(eng._eng, ep.id, ctypes.c_void_p(master.data_ptr()),
-                                                 ctypes.c_void_p(m.data_ptr()),
-                                                 ctypes.c_void_p(v.data_ptr())),
-                    f"reading {ep.name}'s states")
+        for ep in eng.tensors:
+            tf = fmts[ep.name]
+            master, m, v = _read_states(eng, ep, tf)
             if not torch.isfinite(master).all():
                 raise ZoStateError(f"{ep.name}'s master weights hold NaN or Inf: not saving a "
                                    f"diverged model over good checkpoints")
@@ -174,8 +249,8 @@ def _state(eng, client_state: dict) -> dict:
             "scheduler": {"type": sched.kind if sched else "none",
                           "last_batch_iteration": sched.last_batch_iteration if sched else -1,
                           "lr": eng.get_lr()[0]},
-            "model": {"class": type(eng.module).__name__, "tensors": len(eng.params),
-                      "n_params": sum(ep.numel for ep in eng.params),
+            "model": {"class": type(eng.module).__name__, "tensors": len(eng.tensors),
+                      "n_params": sum(t.numel for t in eng.tensors),
                       "dtype": {N.DTYPE_BF16: "bf16", N.DTYPE_F16: "fp16",
                                 N.DTYPE_F32: "fp32"}[eng.param_dtype]},
             "batch": {"micro_batch": eng.micro_batch_size,
@@ -258,28 +333,25 @@ def load(eng, load_dir, tag, load_optimizer: bool, load_schedule: bool):
     mr = _Reader(os.path.join(path, "model.safetensors"))
     orr = _Reader(os.path.join(path, "optimizer.safetensors")) if load_optimizer else None
     try:
-        if mr.count() != len(eng.params):
+        if mr.count() != len(eng.tensors):
             raise ZoArgumentError(f"{mr.path} holds {mr.count()} tensors, this model "
-                                  f"{len(eng.params)}: the checkpoint is another model's")
+                                  f"{len(eng.tensors)}: the checkpoint is another model's")
         fmt = _STATE_OF_NAME.get(orr.meta(STATE_KEY) or "fp32") if orr else None
         if orr is not None and fmt != lib.zo_engine_state_dtype(eng._eng):
             raise ZoArgumentError(f"{orr.path} holds {orr.meta(STATE_KEY)} optimizer states, the "
                                   f"engine {_STATE_NAMES.get(lib.zo_engine_state_dtype(eng._eng))}"
                                   f": set zoffload.optimizer_state_dtype to match")
-        for ep in eng.params:  # every name, dtype and shape first: all or nothing
+        for ep in eng.tensors:  # every name, dtype and shape first: all or nothing
             mr.expect(ep.name, N.DTYPE_F32, ep.shape)
-        for ep in eng.params:
+        for ep in eng.tensors:
             info = mr.expect(ep.name, N.DTYPE_F32, ep.shape)
+            ptr = info.data
             if orr is None:
-                N.check(lib.zo_engine_write_state(eng._eng, ep.id, info.data, None, None),
-                        f"restoring {ep.name}")
+                _write_states(eng, ep, None, ptr, None)
                 continue
-            tf = lib.zo_engine_tensor_state_dtype(eng._eng, ep.id)
+            tf = _tensor_state_dtype(eng, ep)
             raw = [_moment_raw(orr, ep, k, tf) for k in ("exp_avg", "exp_avg_sq")]
-            N.check(lib.zo_engine_write_state_raw(eng._eng, ep.id, info.data,
-                                                  ctypes.c_void_p(raw[0].data_ptr()),
-                                                  ctypes.c_void_p(raw[1].data_ptr())),
-                    f"restoring {ep.name}")
+            _write_states(eng, ep, tf, ptr, raw)
     finally:
         mr.close()
         if orr is not None:

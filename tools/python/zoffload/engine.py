@@ -30,7 +30,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import _native as N
 from .errors import ZoArgumentError, ZoConfigError, ZoStateError
-from .layers import UnitRun, assign, find_units, join_tensors, outputs_and_grads, split_tensors
+from . import tiles as T
+from .layers import (EngineParam, UnitRun, assign, find_units, join_tensors, outputs_and_grads,
+                     split_tensors, tile_bounds)
 
 _TORCH_DTYPE = {N.DTYPE_BF16: torch.bfloat16, N.DTYPE_F16: torch.float16,
                 N.DTYPE_F32: torch.float32}
@@ -42,6 +44,17 @@ _ENGINES_OF_MODEL = "_zoffload_engine"
 
 def _mib(x: float) -> str:
     return f"{x / 2**20:.1f} MiB"
+
+
+class _Tensor:
+    """A trainable parameter as the model and checkpoints see it: one engine tensor, or the
+    row tiles (tiles.py) that hold it, in row order."""
+
+    def __init__(self, parts: List[EngineParam]):
+        self.parts = parts
+        self.param, self.name = parts[0].param, parts[0].param_name
+        self.shape = tuple(parts[0].param.shape)
+        self.numel = sum(ep.numel for ep in parts)
 
 
 class _Device:
@@ -241,9 +254,29 @@ class ZoEngine:
         else:
             units = find_units(model, max_unit_params)
         size = torch.empty(0, dtype=self.torch_dtype).element_size()
-        self.units, self.layers, self.params = assign(model, units, self._layer_bytes(size),
-                                                      size)
-        self._by_param = {id(ep.param): ep for ep in self.params}
+        self._unit_list = units
+        self._cut(units, {}, size)
+        rows = self._tile_plan(units, size)
+        if rows:
+            self._cut(units, rows, size)
+
+    def _cut(self, units, tile_rows, size) -> None:
+        self.tile_rows = tile_rows
+        self.units, self.layers, self.params = assign(self.module, units,
+                                                      self._layer_bytes(size), size, tile_rows)
+        self._by_param = {id(ep.param): ep for ep in self.params if ep.rows is None}
+        self.tensors: List[_Tensor] = []
+        seen: Dict[int, _Tensor] = {}
+        for ep in self.params:
+            if id(ep.param) in seen:
+                seen[id(ep.param)].parts.append(ep)
+            else:
+                seen[id(ep.param)] = _Tensor([ep])
+                self.tensors.append(seen[id(ep.param)])
+        for t in self.tensors:
+            t.parts.sort(key=lambda ep: ep.rows or (0, 0))
+            t.numel = sum(ep.numel for ep in t.parts)
+        self._tensor_of = {id(t.param): t for t in self.tensors}
         self._units_of_layer: Dict[int, str] = {}
         self._n_units = [0] * len(self.layers)
         for u in self.units:
@@ -251,14 +284,49 @@ class ZoEngine:
                 prev = self._units_of_layer.get(u.layer)
                 self._units_of_layer[u.layer] = u.name if prev is None else f"{prev}+{u.name}"
                 self._n_units[u.layer] += 1
+            if u.tile_owner:
+                for ep in u.tiles:
+                    self._units_of_layer[ep.layer] = f"{u.name} rows {ep.rows[0]}:{ep.rows[1]}"
+                    self._n_units[ep.layer] = 1
+
+    def _tile_plan(self, units, size: int) -> Dict[int, int]:
+        """Which weights to cut into row tiles (tiles.py), and how many rows a tile holds:
+        zoffload.tile_size > 0 tiles every tileable weight above it; 0 (auto) tiles those above
+        the chunk (zoffload.chunk_size, else the engine's 4 MiB), and only when the device
+        budget cannot hold the untiled plan (a resident run keeps its weights whole: tiling
+        costs a loop, not memory)."""
+        want = int(self.config["zoffload"]["tile_size"])
+        if want == 0:
+            if not int(self.config["zoffload"]["device_mem"]) or self._fits_device():
+                return {}
+            want = int(self.config["zoffload"]["chunk_size"]) or 4 << 20
+        return T.plan(units, want, size, self.config["zoffload"]["optimizer_state_dtype"] == "int8")
+
+    def _fits_device(self) -> bool:
+        """Whether the engine's plan of the current layout fits zoffload.device_mem."""
+        fp, fits = self._footprint_for(self._engine_config(probe=True))
+        return bool(fits)
 
     def _layer_bytes(self, size: int) -> int:
         """What one engine layer may hold: the chunk (zoffload.chunk_size, else the engine's
         4 MiB, raised to the largest tensor as the engine raises it), so that consecutive small
         units share chunks instead of each padding one."""
-        largest = max(p.numel() for p in self.module.parameters() if p.requires_grad) * size
+        largest = max(self._tensor_sizes()) * size
         chunk = int(self.config["zoffload"]["chunk_size"]) or (4 << 20)
         return max(chunk, (largest + 4095) // 4096 * 4096)
+
+    def _tensor_sizes(self) -> List[int]:
+        """The engine tensors' elements: a tiled weight's largest tile, else the parameter."""
+        rows = getattr(self, "tile_rows", {})
+        out = []
+        for p in self.module.parameters():
+            if p.requires_grad and id(p) in rows:
+                width = p.numel() // p.shape[0]
+                out.append(max(hi - lo for lo, hi in tile_bounds(p.shape[0], width,
+                                                                 *rows[id(p)])) * width)
+            elif p.requires_grad:
+                out.append(p.numel())
+        return out
 
     def _param_bytes(self) -> int:
         return sum(ep.numel for ep in self.params) * torch.empty(0, dtype=self.torch_dtype).element_size()
@@ -275,6 +343,11 @@ class ZoEngine:
         """Device bytes of the plan with every parameter chunk resident, from the engine's own
         accounting (zo_engine_footprint_for), before anything is allocated."""
         cfg = self._engine_config(probe=True)
+        cfg.device_bytes = 0
+        return int(self._footprint_for(cfg)[0].device)
+
+    def _footprint_for(self, cfg: N.EngineConfig):
+        """(footprint, fits) of the engine's plan of the current layout under cfg."""
         n = len(self.params)
         numel = (ctypes.c_size_t * n)(*[ep.numel for ep in self.params])
         layer = (ctypes.c_int * n)(*[ep.layer for ep in self.params])
@@ -283,7 +356,7 @@ class ZoEngine:
         N.check(N.lib().zo_engine_footprint_for(ctypes.byref(cfg), ctypes.byref(ly),
                                                 ctypes.byref(fp), ctypes.byref(fits), None, 0),
                 "planning the device")
-        return int(fp.device)
+        return fp, fits.value
 
     def _cuda_share(self) -> int:
         """On CUDA without zoffload.device_mem: the resident plan when it leaves PyTorch 40% of
@@ -373,7 +446,10 @@ class ZoEngine:
     def _register(self) -> None:
         lib = N.lib()
         for ep in self.params:
-            init = ep.param.detach().to(device="cpu", dtype=torch.float32).contiguous()
+            init = ep.param.detach()
+            if ep.rows is not None:
+                init = init[ep.rows[0]:ep.rows[1]]
+            init = init.to(device="cpu", dtype=torch.float32).contiguous()
             tid = ctypes.c_int()
             N.check(lib.zo_engine_register(self._eng, ep.layer, ep.name.encode(), ep.numel,
                                            ctypes.c_void_p(init.data_ptr()), ctypes.byref(tid)),
@@ -398,7 +474,7 @@ class ZoEngine:
         """Buffers and frozen parameters go where the compute is (cast as DeepSpeed casts
         the module); trainable parameters give up their memory: the engine holds them."""
         target = "cuda" if self.device.cuda else "cpu"
-        owned = set(self._by_param)
+        owned = set(self._tensor_of)
         for m in self.module.modules():
             for k, b in list(m._buffers.items()):
                 if b is not None:
@@ -414,14 +490,18 @@ class ZoEngine:
             ep.param.grad = None
         self._hooks = []
         for u in self.units:
-            if self.direct:
+            if u.tiles:
+                self._wrap_tiled(u)
+            elif self.direct:
                 self._hooks.append(u.module.register_forward_pre_hook(self._direct_pre(u)))
                 self._hooks.append(u.module.register_forward_hook(self._direct_post(u)))
             else:
                 self._wrap_forward(u)
         if self.direct:
             for ep in self.params:
-                self._hooks.append(ep.param.register_post_accumulate_grad_hook(self._grad_hook))
+                if ep.rows is None:
+                    self._hooks.append(
+                        ep.param.register_post_accumulate_grad_hook(self._grad_hook))
 
     def _no_cache_when_recomputing(self) -> None:
         """A recomputed forward must not add to a key/value cache a second time: turn a
@@ -441,7 +521,8 @@ class ZoEngine:
 
     def _point_params(self, layer: int, ptrs) -> None:
         for ep, p in zip(self.layers[layer], ptrs):
-            ep.param.data = self.views(p, ep.numel, self.torch_dtype).view(ep.shape)
+            if ep.rows is None:  # a tile is read through its view, never as the parameter
+                ep.param.data = self.views(p, ep.numel, self.torch_dtype).view(ep.shape)
 
     @contextmanager
     def _fetched_for(self, unit, phase: int):
@@ -479,7 +560,8 @@ class ZoEngine:
         st = N.lib().zo_engine_release(self._eng, layer, self.device.stream)
         if not self.direct and self._fetched[layer] == 0:
             for ep in self.layers[layer]:
-                ep.param.data = self._placeholder
+                if ep.rows is None:
+                    ep.param.data = self._placeholder
         N.check(st, f"releasing layer {layer}")
 
     def _close_backward(self, layer: int) -> None:
@@ -546,6 +628,8 @@ class ZoEngine:
                                    f"report it)")
             self.device.sync()
             for ep, g, gp in zip(self.layers[layer], self._pending[layer], gptrs):
+                if g is None:  # a tile whose owner got no gradient: what borrowers left
+                    g = self._borrowed_grads.pop((ep.layer, ep.index), None)
                 if g is not None:
                     self.views(gp, ep.numel, self.torch_dtype).copy_(g.reshape(-1))
             N.check(lib.zo_engine_grads_ready(self._eng, layer, self.device.stream),
@@ -595,7 +679,7 @@ class ZoEngine:
         params = unit.owned + unit.borrowed
         for ep, g in zip(params, grads):
             if ep.layer == unit.layer:
-                waiting = self._borrowed_grads.pop(id(ep.param), None)
+                waiting = self._borrowed_grads.pop((ep.layer, ep.index), None)
                 if waiting is not None:
                     g = waiting if g is None else g + waiting
                 if g is not None:
@@ -607,8 +691,74 @@ class ZoEngine:
                         f"parameter {ep.name!r} (layer {ep.layer}) got a gradient from module "
                         f"{unit.name!r} after its own layer's backward: its first user must run "
                         f"its backward last; pass initialize(layers=...) in execution order")
-                prev = self._borrowed_grads.get(id(ep.param))
-                self._borrowed_grads[id(ep.param)] = g if prev is None else prev + g
+                self._leave_for_owner(ep, g)
+
+    def _leave_for_owner(self, ep: EngineParam, g: torch.Tensor) -> None:
+        key = (ep.layer, ep.index)
+        prev = self._borrowed_grads.get(key)
+        self._borrowed_grads[key] = g if prev is None else prev + g
+
+    # ---- tiled units (tiles.py) ----
+    def _wrap_tiled(self, unit) -> None:
+        module = unit.module
+        op = T.TiledOp(self, unit)
+        eng = self
+
+        def tiled(x):
+            if not torch.is_grad_enabled():
+                return op.forward(x)
+            return T.TiledRun.apply(op, eng._anchor, x)
+
+        module.forward = tiled
+        self._wrapped.append((module, module.__class__.forward))
+
+    @contextmanager
+    def _tile_use(self, ep: EngineParam, backward_owner: bool):
+        """The tile's layer fetched for the body: (its weight, its gradient slot). The
+        gradient slot comes only with the owner's backward in recompute mode (a backward
+        fetch); the body then hands the gradient over with _tile_grad and the tile's layer is
+        released after it. Direct mode's slots never move: its gradients wait in _pending."""
+        layer = ep.layer
+        phase = N.PHASE_BACKWARD if backward_owner and not self.direct else N.PHASE_FORWARD
+        ptrs, gptrs = self._fetch_layer(layer, phase)
+        self._fetched[layer] += 1
+        if phase == N.PHASE_BACKWARD:
+            self._bwd_open[layer] = [gptrs, 0]
+        try:
+            self.device.sync()
+            w = self.views(ptrs[ep.index], ep.numel, self.torch_dtype).view(ep.shape)
+            slot = (self.views(gptrs[ep.index], ep.numel, self.torch_dtype)
+                    if phase == N.PHASE_BACKWARD else None)
+            yield w, slot
+        finally:
+            if phase == N.PHASE_BACKWARD:
+                self._close_backward(layer)
+            else:
+                self._release(layer)
+
+    def _tile_grad(self, ep: EngineParam, g: Optional[torch.Tensor], owner: bool,
+                   slot: Optional[torch.Tensor]) -> None:
+        """A tile's gradient from one of its users: a borrower's waits for the owner; the
+        owner's (with what waits) goes to the engine: into its slot (recompute mode, handed
+        over as the tile's layer is released) or _pending (direct mode, handed in order)."""
+        if not owner:
+            if self._handed[ep.layer]:
+                raise ZoStateError(f"{ep.name} got a gradient after its own layer's backward: "
+                                   f"its first user must run its backward last")
+            if g is not None:
+                self._leave_for_owner(ep, g)
+            return
+        waiting = self._borrowed_grads.pop((ep.layer, ep.index), None)
+        if waiting is not None:
+            g = waiting if g is None else g + waiting
+        if self.direct:
+            self._pending[ep.layer][ep.index] = g
+            self._arrived[ep.layer] += 1
+            self._hand_over_ready(final=False)
+        elif g is not None:
+            slot.copy_(g.reshape(-1))
+        else:
+            slot.zero_()
 
     # ---- DeepSpeed's engine interface ----
     def __call__(self, *args, **kwargs):
@@ -672,7 +822,7 @@ class ZoEngine:
             self._bwd_open[layer] = [gptrs, 0]
             self.device.sync()
             for ep in self.layers[layer]:
-                g = self._borrowed_grads.pop(id(ep.param), None)
+                g = self._borrowed_grads.pop((ep.layer, ep.index), None)
                 if g is not None:
                     self.views(gptrs[ep.index], ep.numel, self.torch_dtype).copy_(g.reshape(-1))
             self._close_backward(layer)
@@ -775,10 +925,19 @@ class ZoEngine:
         """The fp32 master weights of one parameter (by name or object), as a new tensor. With
         several ranks it is collective (every rank asks for the same tensors in the same order):
         the tensor's owner reads it and broadcasts it to the others."""
-        ep = self._find(name_or_param)
+        t = self._find(name_or_param)
+        out = torch.empty(t.shape, dtype=torch.float32)
+        flat = out.view(-1)
+        at = 0
+        for ep in t.parts:
+            flat[at:at + ep.numel] = self._read_master(ep)
+            at += ep.numel
+        return out
+
+    def _read_master(self, ep: EngineParam) -> torch.Tensor:
         lib = N.lib()
         owner = lib.zo_engine_tensor_owner(self._eng, ep.id) if self.world_size > 1 else 0
-        out = torch.empty(ep.shape, dtype=torch.float32)
+        out = torch.empty(ep.numel, dtype=torch.float32)
         if owner == self.rank:
             N.check(lib.zo_engine_read_master(self._eng, ep.id, ctypes.c_void_p(out.data_ptr())),
                     f"reading {ep.name}")
@@ -791,27 +950,26 @@ class ZoEngine:
             out = buf.cpu() if self.device.cuda else buf
         return out
 
-    def _find(self, key):
+    def _find(self, key) -> _Tensor:
         if isinstance(key, nn.Parameter):
-            ep = self._by_param.get(id(key))
+            t = self._tensor_of.get(id(key))
         else:
-            ep = next((e for e in self.params if e.name == key), None)
-            if ep is None:
+            t = next((e for e in self.tensors if e.name == key), None)
+            if t is None:
                 names = dict(self.module.named_parameters(remove_duplicate=False))
                 if key in names:
-                    ep = self._by_param.get(id(names[key]))
-        if ep is None:
+                    t = self._tensor_of.get(id(names[key]))
+        if t is None:
             raise ZoArgumentError(f"{key!r} is not a trainable parameter of the model")
-        return ep
+        return t
 
     def module_state_dict(self, exclude_frozen_parameters: bool = False) -> Dict[str, torch.Tensor]:
         """The trained weights under the module's own names: fp32 masters for the engine's
         parameters (every name of a tied one), PyTorch's values for buffers and frozen ones."""
         out = {}
         for name, t in self.module.state_dict(keep_vars=True).items():
-            ep = self._by_param.get(id(t))
-            if ep is not None:
-                out[name] = self.master_weight(ep.param)
+            if id(t) in self._tensor_of:
+                out[name] = self.master_weight(t)
             elif not (exclude_frozen_parameters and isinstance(t, nn.Parameter)):
                 out[name] = t.detach().clone()
         return out
@@ -850,7 +1008,9 @@ class ZoEngine:
 
     def plan_summary(self) -> str:
         fp = self.footprint
-        return (f"zoffload: {len(self.layers)} layers, {len(self.params)} tensors, "
+        n_tiles = sum(len(t.parts) for t in self.tensors if len(t.parts) > 1)
+        tiled = f" ({len(self.tile_rows)} weights in {n_tiles} row tiles)" if n_tiles else ""
+        return (f"zoffload: {len(self.layers)} layers, {len(self.params)} tensors{tiled}, "
                 f"{fp.n_chunks} chunks of {_mib(fp.chunk_bytes)}; device {_mib(fp.device)}, "
                 f"pinned {_mib(fp.pinned)}, host {_mib(fp.host)}, nvme {_mib(fp.nvme)}; "
                 f"params homed device/host/nvme {self.param_homes}, optimizer "
@@ -911,8 +1071,8 @@ class ZoEngine:
         for module, forward in getattr(self, "_wrapped_list", []):
             if module.__dict__.get("forward") is not None:
                 del module.__dict__["forward"]
-        for ep in self.params:
-            ep.param.data = self.master_weight(ep.param).to(
+        for t in self.tensors:
+            t.param.data = self.master_weight(t.param).to(
                 device="cuda" if self.device.cuda else "cpu")
         self._free_native()
         setattr(self.module, _ENGINES_OF_MODEL, None)

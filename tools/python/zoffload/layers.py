@@ -23,7 +23,7 @@ Two ways of running a unit, chosen per engine:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -42,6 +42,12 @@ class EngineParam:
     numel: int = 0
     shape: tuple = ()
     index: int = 0       # its position within its layer (the fetch arrays' index)
+    rows: Optional[Tuple[int, int]] = None  # a tile: rows [lo, hi) of param (tiles.py)
+
+    @property
+    def param_name(self) -> str:
+        """The parameter's name (a tile's name adds its rows: "wte.weight[0:2048]")."""
+        return self.name if self.rows is None else self.name.rsplit("[", 1)[0]
 
 
 @dataclass
@@ -52,6 +58,8 @@ class Unit:
     owned: List[EngineParam] = field(default_factory=list)
     borrowed: List[EngineParam] = field(default_factory=list)
     needs: List[int] = field(default_factory=list)  # layers fetched around it, own first
+    tiles: List[EngineParam] = field(default_factory=list)  # a tiled unit's weight tiles
+    tile_owner: bool = False                   # ... and whether it owns them (else borrows)
 
 
 def _trainable(m: nn.Module, recurse: bool) -> List[nn.Parameter]:
@@ -93,13 +101,17 @@ def find_units(model: nn.Module, max_unit_params: Optional[int] = None) -> List[
 
 
 def assign(model: nn.Module, units: Sequence[tuple], layer_bytes: int = 0,
-           elem_size: int = 2) -> tuple:
+           elem_size: int = 2, tile_rows: Optional[Dict[int, int]] = None) -> tuple:
     """(units, layers, params): owners, layers and the engine tensors for the given units.
     Consecutive units share one engine layer while their parameters fit layer_bytes together
     (0: a layer per unit): the engine packs a layer into whole chunks of at least the largest
     tensor's size, so a layer per transformer block beside a large embedding would leave most
-    of every chunk empty. Refuses a unit list that leaves a trainable parameter outside every
-    unit, or nests one unit inside another."""
+    of every chunk empty. A parameter in tile_rows (id -> (rows per tile, least elements of
+    a tile), from tiles.plan) is
+    cut into row tiles, each an engine tensor in a layer of its own, where its first user
+    stands. Refuses a unit list that leaves a trainable parameter outside every unit, or nests
+    one unit inside another."""
+    tile_rows = tile_rows or {}
     names: Dict[int, str] = {}
     for n, p in model.named_parameters(remove_duplicate=False):
         names.setdefault(id(p), n)  # a tied parameter goes by its first name (HF's)
@@ -111,25 +123,34 @@ def assign(model: nn.Module, units: Sequence[tuple], layer_bytes: int = 0,
                                       f"{units[mods.index(b)][0]!r} nest: give modules whose "
                                       f"subtrees do not overlap")
     owner: Dict[int, EngineParam] = {}
+    tiled: Dict[int, List[EngineParam]] = {}
     out: List[Unit] = []
     layers: List[List[EngineParam]] = []
     fill = 0  # bytes in the newest layer
+    solo = _beside_tiles(units, tile_rows)
     for name, m in units:
         u = Unit(module=m, name=name or type(m).__name__, layer=None)
         mine = []
         for p in _trainable(m, True):
-            if id(p) in owner:
+            if id(p) in tile_rows:
+                if id(p) not in tiled:
+                    tiled[id(p)] = _tile_layers(p, names.get(id(p), "?"), tile_rows[id(p)],
+                                                layers)
+                    u.tile_owner = True
+                    fill = layer_bytes  # the next unit starts a layer of its own
+                u.tiles = tiled[id(p)]
+            elif id(p) in owner:
                 if all(q.param is not p for q in u.borrowed):
                     u.borrowed.append(owner[id(p)])
             elif all(q is not p for q in mine):
                 mine.append(p)
         if mine:
             size = sum(p.numel() for p in mine) * elem_size
-            if not layers or not layer_bytes or fill + size > layer_bytes:
+            if not layers or not layer_bytes or fill + size > layer_bytes or name in solo:
                 layers.append([])
                 fill = 0
             u.layer = len(layers) - 1
-            fill += size
+            fill += layer_bytes if name in solo else size
             for p in mine:
                 ep = EngineParam(param=p, name=names.get(id(p), "?"), layer=u.layer,
                                  numel=p.numel(), shape=tuple(p.shape),
@@ -141,7 +162,8 @@ def assign(model: nn.Module, units: Sequence[tuple], layer_bytes: int = 0,
         u.needs = ([u.layer] if u.layer is not None else []) + \
             sorted({q.layer for q in u.borrowed} - {u.layer})
         out.append(u)
-    missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in owner]
+    missing = [n for n, p in model.named_parameters()
+               if p.requires_grad and id(p) not in owner and id(p) not in tiled]
     if missing:
         raise ZoArgumentError(f"parameter {missing[0]!r} is in no layer"
                               f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}"
@@ -150,6 +172,45 @@ def assign(model: nn.Module, units: Sequence[tuple], layer_bytes: int = 0,
                               f"choose them)")
     params = [ep for layer in layers for ep in layer]
     return out, layers, params
+
+
+def _beside_tiles(units: Sequence[tuple], tile_rows: Dict[int, int]) -> set:
+    """Names of the units whose parent module also holds a tiled unit somewhere below it.
+    They get a layer each: module order is not execution order among siblings (a LLaMA block
+    lists its projections before its norms), and a layer shared across a tiled unit would
+    stay open for its backward while the tiles are fetched."""
+    above = set()
+    for name, m in units:
+        if any(id(p) in tile_rows for p in _trainable(m, True)):
+            parts = name.split(".")
+            above.update(".".join(parts[:i]) for i in range(len(parts)))
+    return {name for name, _ in units if name.rpartition(".")[0] in above}
+
+
+def tile_bounds(n_rows: int, width: int, rows: int, min_numel: int) -> List[Tuple[int, int]]:
+    """Row ranges of `rows` rows; a rest below min_numel elements joins the tile before it."""
+    out = []
+    for lo in range(0, n_rows, rows):
+        hi = min(lo + rows, n_rows)
+        if out and (hi - lo) * width < min_numel:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _tile_layers(p: nn.Parameter, name: str, how: Tuple[int, int],
+                 layers: List[List[EngineParam]]) -> List[EngineParam]:
+    """p's row tiles (how: rows per tile, least elements of a tile), each a new layer."""
+    out = []
+    width = p.numel() // p.shape[0]
+    for lo, hi in tile_bounds(p.shape[0], width, how[0], how[1]):
+        ep = EngineParam(param=p, name=f"{name}[{lo}:{hi}]", layer=len(layers),
+                         numel=(hi - lo) * width, shape=(hi - lo,) + tuple(p.shape[1:]),
+                         rows=(lo, hi))
+        layers.append([ep])
+        out.append(ep)
+    return out
 
 
 class RngState:

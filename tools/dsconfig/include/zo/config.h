@@ -199,6 +199,8 @@ typedef struct zo_train_config {
         int64_t device_mem;           /* bytes; 0 = all free device memory */
         int64_t host_mem;             /* pinned host bytes; 0 = planner decides */
         int64_t chunk_size;           /* bytes; 0 = planner decides */
+        int64_t tile_size;            /* bytes; 0 = auto: the PyTorch front end's row tiles of large
+                                         Embedding/Linear weights (zo-train keeps its weights whole) */
         zo_optim_mode optimizer_mode; /* sync */
         int64_t prefetch_lookahead;   /* 2 layers */
         int64_t micro_group;          /* 1: micro-batch-major; N: layer-major groups of N */
