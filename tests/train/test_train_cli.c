@@ -670,6 +670,9 @@ static void test_micro_group_config_and_flags(void **state)
                         "'zoffload.act_home'");
     expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"micro_group\": 0}}", "",
                         "'zoffload.micro_group'");
+    /* The front end's row tiles: zo-train's model pages its weights whole. */
+    expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"tile_size\": 4096}}", "",
+                        "'zoffload.tile_size'");
 }
 
 /* A bad config fails before anything runs, with exit status 2 and the
