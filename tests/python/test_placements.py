@@ -14,8 +14,8 @@ CHUNK = 64 << 10
 SMALL = 3 * CHUNK  # device bytes: two parameter slots and a gradient slot
 
 
-def placed(tmp_path, params, optim, mode, budget=0):
-    zo = {"chunk_size": CHUNK, "optimizer_mode": mode}
+def placed(tmp_path, params, optim, mode, budget=0, **extra):
+    zo = {"chunk_size": CHUNK, "optimizer_mode": mode, **extra}
     if budget:
         zo["device_mem"] = budget
     cfg = config("bf16", accum=2, clip=0.3, **zo)

@@ -11,6 +11,7 @@ import torch
 import zoffload
 from models import batches, gpt2, loss_of
 from test_models import config, rel_err, train_reference, train_zoffload
+from test_placements import placed
 
 # Tiles of 4 KiB: in bf16 the GPT-2 test model's wte (96 x 64, 12 KiB) in 32-row tiles, and the
 # tiny LLaMA's every projection (8 KiB: each is a unit of its own at this size) as well; in fp32
@@ -47,20 +48,6 @@ def test_tiled_training_equals_pytorch_reference(kind, dtype):
     assert err_w <= max(2 * spread_w, 1e-6 if dtype == "bf16" else FP32_SPLIT)
 
 
-def placed(tmp_path, params, optim, mode, budget):
-    zo = {"chunk_size": 64 << 10, "optimizer_mode": mode}
-    if budget:
-        zo["device_mem"] = budget
-    cfg = tiled_config("bf16", accum=2, clip=0.3, **zo)
-    z = cfg["zero_optimization"]
-    z["offload_param"] = {"device": params}
-    z["offload_optimizer"] = {"device": optim}
-    for part in ("offload_param", "offload_optimizer"):
-        if z[part]["device"] == "nvme":
-            z[part]["nvme_path"] = str(tmp_path)
-    return cfg
-
-
 def test_tiled_placements_train_bitwise_alike(tmp_path):
     cases = [("none", "cpu", "sync", 0), ("cpu", "cpu", "overlap", 3 << 16),
              ("nvme", "nvme", "sync", 3 << 16), ("cpu", "nvme", "overlap", 0)]
@@ -68,8 +55,8 @@ def test_tiled_placements_train_bitwise_alike(tmp_path):
     for i, (p, o, mode, budget) in enumerate(cases):
         d = tmp_path / f"run{i}"
         d.mkdir()
-        runs.append(((p, o, mode, budget),) + train_zoffload("gpt2", placed(d, p, o, mode, budget),
-                                                             steps=4, accum=2))
+        cfg = placed(d, p, o, mode, budget, tile_size=TILE["bf16"])
+        runs.append(((p, o, mode, budget),) + train_zoffload("gpt2", cfg, steps=4, accum=2))
     assert {info["direct"] for *_, info in runs} == {True, False}
     case0, l0, w0, _ = runs[0]
     for case, losses, weights, info in runs[1:]:
