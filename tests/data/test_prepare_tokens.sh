@@ -39,3 +39,43 @@ grep -q "id 4 at position 2 is not below the vocabulary size 4" "$dir/err.txt" |
   { echo "FAIL: the refusal does not name the id:"; cat "$dir/err.txt"; exit 1; }
 [ ! -e "$dir/bad.tokens" ] || { echo "FAIL: a refused file was written"; exit 1; }
 echo "ok: prepare_tokens.py wrote the expected ZOTOKENS file and refused an id above the vocabulary"
+
+# bad inputs and outputs: a message naming what is wrong, no traceback, no .tmp left behind
+expect_refused() { # needle, then the arguments
+  local needle=$1
+  shift
+  if "$py" "$script" --tokenizer "$dir/model" "$@" >"$dir/out.txt" 2>"$dir/err.txt"; then
+    echo "FAIL: $* was accepted"; exit 1
+  fi
+  grep -qF -- "$needle" "$dir/err.txt" || { echo "FAIL: $* does not say '$needle':"; cat "$dir/err.txt"; exit 1; }
+  if grep -q Traceback "$dir/err.txt"; then echo "FAIL: $* gave a traceback"; cat "$dir/err.txt"; exit 1; fi
+}
+printf 'the cat \xff\xfe sat\n' >"$dir/latin.txt"
+expect_refused "byte offset 8 (0xff) is not UTF-8" --input "$dir/latin.txt" --out "$dir/l.tokens"
+[ ! -e "$dir/l.tokens" ] || { echo "FAIL: a refused input was written"; exit 1; }
+printf '{"text": "the cat"}\n{"text": "\xc3 sat"}\n' >"$dir/latin.jsonl"
+expect_refused "byte offset 30 (0xc3) is not UTF-8" --input "$dir/latin.jsonl" --out "$dir/l.tokens"
+"$py" "$script" --tokenizer "$dir/model" --input "$dir/latin.txt" --out "$dir/l.tokens" \
+  --encoding-errors replace >/dev/null
+[ -s "$dir/l.tokens" ] || { echo "FAIL: --encoding-errors replace wrote nothing"; exit 1; }
+mkdir "$dir/outdir"
+expect_refused "--out $dir/outdir is a directory: expected a file path" --input "$dir/in.jsonl" \
+  --out "$dir/outdir"
+expect_refused "the directory $dir/none does not exist" --input "$dir/in.jsonl" --out "$dir/none/x.tokens"
+mkfifo "$dir/fifo"
+expect_refused "is a FIFO: expected a regular file" --input "$dir/fifo" --out "$dir/f.tokens"
+expect_refused "is a directory: expected a regular file" --input "$dir/outdir" --out "$dir/f.tokens"
+if [ "$(id -u)" != 0 ]; then
+  mkdir "$dir/ro" && chmod 500 "$dir/ro"
+  expect_refused "is not writable" --input "$dir/in.jsonl" --out "$dir/ro/x.tokens"
+fi
+# the write itself failing (a file size limit: EFBIG): the message, and no temporary file left
+# (stderr goes through a pipe: the limit applies to files the subshell writes)
+set +o pipefail
+(ulimit -f 0 && "$py" "$script" --tokenizer "$dir/model" --input "$dir/in.jsonl" \
+  --out "$dir/big.tokens" 2>&1 >/dev/null && echo accepted || echo "exit $?") | cat >"$dir/err.txt"
+set -o pipefail
+grep -q "cannot write --out $dir/big.tokens" "$dir/err.txt" && grep -q "exit 1" "$dir/err.txt" ||
+  { echo "FAIL: the failed write is not named:"; cat "$dir/err.txt"; exit 1; }
+if ls "$dir"/*.tmp* >/dev/null 2>&1; then echo "FAIL: temporary files left: $(ls "$dir"/*.tmp*)"; exit 1; fi
+echo "ok: prepare_tokens.py refused bad inputs and outputs with messages, leaving no .tmp files"

@@ -24,6 +24,7 @@ inside it.
 import argparse
 import json
 import os
+import stat
 import struct
 import subprocess
 import sys
@@ -95,10 +96,41 @@ def eos_id(tok, model_dir, choice):
              "config.json eos_token_id): pass --eos TOKEN or --eos none")
 
 
-def documents(path, field, split_lines):
-    if path.endswith(".jsonl") or path.endswith(".json"):
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
+def open_input(path):
+    """The input as a binary file: a regular file only (a FIFO would block the open, a
+    directory fails later), refused with a message, never a traceback."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        sys.exit("prepare_tokens: --input %s: %s" % (path, e.strerror))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+            "not a regular file"
+        sys.exit("prepare_tokens: --input %s is %s: expected a regular file" % (path, what))
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def decode(raw, path, offset, errors):
+    """UTF-8 text of raw (bytes at offset in path): invalid bytes are refused naming their
+    offset, or replaced by U+FFFD with --encoding-errors replace."""
+    try:
+        return raw.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as e:
+        sys.exit("prepare_tokens: %s: byte offset %d (0x%02x) is not UTF-8: convert the file to "
+                 "UTF-8, or pass --encoding-errors replace to read such bytes as U+FFFD"
+                 % (path, offset + e.start, raw[e.start]))
+
+
+def documents(path, field, split_lines, errors="strict"):
+    with open_input(path) as f:
+        if path.endswith(".jsonl") or path.endswith(".json"):
+            offset = 0
+            for n, raw in enumerate(f, 1):
+                line = decode(raw, path, offset, errors)
+                offset += len(raw)
                 if not line.strip():
                     continue
                 try:
@@ -108,14 +140,26 @@ def documents(path, field, split_lines):
                 if not isinstance(doc, dict) or not isinstance(doc.get(field), str):
                     sys.exit("prepare_tokens: %s:%d: no string field %r" % (path, n, field))
                 yield doc[field]
-        return
-    with open(path, encoding="utf-8") as f:
-        if split_lines:
-            for line in f:
+        elif split_lines:
+            offset = 0
+            for raw in f:
+                line = decode(raw, path, offset, errors)
+                offset += len(raw)
                 if line.strip():
                     yield line.rstrip("\n")
         else:
-            yield f.read()
+            yield decode(f.read(), path, 0, errors)
+
+
+def check_out(path):
+    """--out must be a file path whose directory can take it (checked before the work)."""
+    if os.path.isdir(path):
+        sys.exit("prepare_tokens: --out %s is a directory: expected a file path" % path)
+    d = os.path.dirname(path) or "."
+    if not os.path.isdir(d):
+        sys.exit("prepare_tokens: --out %s: the directory %s does not exist" % (path, d))
+    if not os.access(d, os.W_OK | os.X_OK):
+        sys.exit("prepare_tokens: --out %s: the directory %s is not writable" % (path, d))
 
 
 def write_tokens(path, ids, vocab):
@@ -124,12 +168,18 @@ def write_tokens(path, ids, vocab):
         if i >= vocab:
             sys.exit("prepare_tokens: id %d at position %d is not below the vocabulary size %d"
                      % (i, pos, vocab))
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(MAGIC + struct.pack("<IIQI", VERSION, width, len(ids), vocab) + b"\0" * 4)
-        fmt = "<%d%s" % (len(ids), "H" if width == 2 else "I")
-        f.write(struct.pack(fmt, *ids))
-    os.replace(tmp, path)
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(MAGIC + struct.pack("<IIQI", VERSION, width, len(ids), vocab) + b"\0" * 4)
+            fmt = "<%d%s" % (len(ids), "H" if width == 2 else "I")
+            f.write(struct.pack(fmt, *ids))
+        os.replace(tmp, path)
+    except OSError as e:
+        sys.exit("prepare_tokens: cannot write --out %s: %s" % (path, e.strerror))
+    finally:  # a failed or interrupted write leaves no temporary file behind
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
     return width
 
 
@@ -143,7 +193,11 @@ def main():
     ap.add_argument("--eos", help="the token after each document (default: the model's; none: no token)")
     ap.add_argument("--vocab", type=int, help="the vocabulary size to write (default: config.json's)")
     ap.add_argument("--venv", default=DEFAULT_VENV, help="where to install tokenizers if needed")
+    ap.add_argument("--encoding-errors", choices=("strict", "replace"), default="strict",
+                    help="input bytes that are not UTF-8: strict refuses them naming the byte "
+                         "offset (default); replace reads each as U+FFFD")
     a = ap.parse_args()
+    check_out(a.out)
     ensure_tokenizers(a.venv)
     from tokenizers import Tokenizer
 
@@ -153,7 +207,7 @@ def main():
     vocab = a.vocab or cfg.get("vocab_size") or tok.get_vocab_size(with_added_tokens=True)
     eos = eos_id(tok, model_dir, a.eos)
     ids, docs = [], 0
-    for text in documents(a.input, a.field, a.split_lines):
+    for text in documents(a.input, a.field, a.split_lines, a.encoding_errors):
         ids.extend(tok.encode(text, add_special_tokens=False).ids)
         if eos is not None:
             ids.append(eos)
