@@ -188,7 +188,21 @@ def test_data_memory_is_bounded(tmp):
     assert cfg["data_bytes"] == (2 + 2) * 2 * 8 * 4, cfg["data_bytes"]
 
 
-TESTS = [test_fifos_are_refused, test_data_memory_is_bounded, test_failed_output_exits_nonzero, test_sizes_are_checked,
+def test_nvme_path_is_created(tmp):
+    """A missing --nvme-path is created, as DeepSpeed creates its swap folder (it was refused);
+    one that cannot be created, or is a file, is refused naming it."""
+    new = os.path.join(tmp, "swap", "deeper")
+    ok([TRAIN, "--steps", "1", "--nvme-path", new, "--offload-optimizer", "nvme"] + TINY)
+    assert os.path.isdir(new)
+    refused([TRAIN, "--steps", "1", "--nvme-path", "/proc/none/swap"] + TINY,
+            "--nvme-path /proc/none/swap cannot be created", status=2)
+    f = os.path.join(tmp, "file")
+    open(f, "w").close()
+    refused([TRAIN, "--steps", "1", "--nvme-path", f] + TINY,
+            "is a regular file: expected a directory", status=2)
+
+
+TESTS = [test_fifos_are_refused, test_nvme_path_is_created, test_data_memory_is_bounded, test_failed_output_exits_nonzero, test_sizes_are_checked,
          test_bad_hf_config_values_are_refused]
 
 if __name__ == "__main__":

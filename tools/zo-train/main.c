@@ -853,10 +853,28 @@ static int check_resume(cli *c)
     return 0;
 }
 
+/* Each --nvme-path: created when missing, as DeepSpeed creates its swap
+ * folder; refused only when it cannot be, or is not a directory. */
+static int make_nvme_paths(const cli *c)
+{
+    for (int i = 0; i < c->o.n_nvme_paths; i++) {
+        const char *p = c->o.nvme_paths[i];
+        if (access(p, F_OK) != 0 && zt_make_dir(p) < 0) {
+            fprintf(stderr, "zo-train: --nvme-path %s cannot be created: %s\n", p, zt_last_error());
+            return 2;
+        }
+        if (check_input_dir("--nvme-path", p))
+            return 2;
+    }
+    return 0;
+}
+
 /* Everything the run will need, checked before anything is allocated. */
 static int check_up_front(cli *c)
 {
     int rc = check_input_file("--data", c->o.data_path);
+    if (rc == 0)
+        rc = make_nvme_paths(c);
     if (rc == 0 && c->init_weights)
         rc = check_input_file("--init-weights", c->init_weights);
     if (rc == 0 && c->save_dir)
