@@ -202,7 +202,17 @@ def test_nvme_path_is_created(tmp):
             "is a regular file: expected a directory", status=2)
 
 
-TESTS = [test_fifos_are_refused, test_nvme_path_is_created, test_data_memory_is_bounded, test_failed_output_exits_nonzero, test_sizes_are_checked,
+def test_report_fails_for_a_bad_swap_dir(tmp):
+    """zo-report --swap-dir of a missing directory or a file exits 1 naming it (it exited 0)."""
+    for d, needle in ((os.path.join(tmp, "none"), "does not exist: expected a directory"),
+                      ("/etc/passwd", "is a regular file: expected a directory")):
+        for extra in ([], ["--json"]):
+            p = refused([REPORT, "--swap-dir", d] + extra, f"--swap-dir {d}", needle, status=1)
+            assert p.stdout, "the report is still printed"
+    ok([REPORT, "--swap-dir", tmp])
+
+
+TESTS = [test_fifos_are_refused, test_nvme_path_is_created, test_report_fails_for_a_bad_swap_dir, test_data_memory_is_bounded, test_failed_output_exits_nonzero, test_sizes_are_checked,
          test_bad_hf_config_values_are_refused]
 
 if __name__ == "__main__":

@@ -9,10 +9,12 @@
 
 #include "zo/cpu.h"
 #include "zo/device.h"
+#include "zo/file.h"
 #include "zo/hostpool.h"
 #include "zo/swap.h"
 #include "zo/sysinfo.h"
 #include "zo/topo.h"
+#include "zt_error.h"
 #include "zt_output.h"
 
 #define MAX_DIRS 16
@@ -27,7 +29,8 @@ static void usage(FILE *f)
             "io_uring works, the host pool's node choice and the memlock limit, and for each\n"
             "--swap-dir whether it accepts O_DIRECT and how much space it has.\n"
             "\n"
-            "  --swap-dir DIR  check a directory meant for NVMe swap files (repeatable)\n"
+            "  --swap-dir DIR  check a directory meant for NVMe swap files (repeatable; exit\n"
+            "                  status 1 when one cannot hold them)\n"
             "  --json          print one JSON object instead of text\n"
             "  --help          this text\n");
 }
@@ -131,17 +134,23 @@ static json_t *io_uring_json(void)
     return json_pack("{s:b, s:s}", "available", ok, "detail", ok ? "ok" : why);
 }
 
-static json_t *swap_dirs_json(char **dirs, int n)
+/* Each --swap-dir's check; *failed counts the ones that cannot hold swap
+ * files (missing, not a directory, unreadable), which fail the program. */
+static json_t *swap_dirs_json(char **dirs, int n, int *failed)
 {
     json_t *arr = json_array();
     for (int i = 0; i < n; i++) {
         int odirect = 0;
         uint64_t free_b = 0;
         char why[256] = "";
-        zo_status st = zo_swap_probe_dir(dirs[i], &odirect, &free_b, why, sizeof why);
+        zo_status st = zo_file_check_dir(dirs[i]);
+        if (st == ZO_OK)
+            st = zo_swap_probe_dir(dirs[i], &odirect, &free_b, why, sizeof why);
         json_t *d = json_pack("{s:s}", "path", dirs[i]);
         if (st != ZO_OK) {
-            json_object_set_new(d, "error", json_string(zo_last_error()));
+            json_object_set_new(d, "error", json_string(zt_lib_message()));
+            fprintf(stderr, "zo-report: --swap-dir %s: %s\n", dirs[i], zt_lib_message());
+            ++*failed;
         } else {
             json_object_set_new(d, "o_direct", json_boolean(odirect));
             if (!odirect)
@@ -301,7 +310,8 @@ int main(int argc, char **argv)
     json_object_set_new(r, "gpus", gpus_json(&cpu_device));
     json_object_set_new(r, "cpu_device", cpu_device ? cpu_device : json_null());
     json_object_set_new(r, "io_uring", io_uring_json());
-    json_object_set_new(r, "swap_dirs", swap_dirs_json(dirs, ndirs));
+    int failed = 0;
+    json_object_set_new(r, "swap_dirs", swap_dirs_json(dirs, ndirs, &failed));
     if (as_json) {
         char *s = json_dumps(r, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         puts(s);
@@ -310,5 +320,5 @@ int main(int argc, char **argv)
         print_human(r);
     }
     json_decref(r);
-    return 0;
+    return failed ? 1 : 0;
 }
