@@ -212,7 +212,23 @@ def test_report_fails_for_a_bad_swap_dir(tmp):
     ok([REPORT, "--swap-dir", tmp])
 
 
-TESTS = [test_fifos_are_refused, test_nvme_path_is_created, test_report_fails_for_a_bad_swap_dir, test_data_memory_is_bounded, test_failed_output_exits_nonzero, test_sizes_are_checked,
+def test_errors_put_the_cause_first(tmp):
+    """A library failure is reported by its cause and a fix; the internal frames
+    (zo_engine_finalize: engine_finalize.c:259: ... swap_io.c:231:) only with -v."""
+    env = dict(os.environ, ZO_SWAP_FAULTS="eio@30")
+    argv = [TRAIN, "--steps", "3", "--offload-optimizer", "nvme", "--nvme-path", tmp] + TINY
+    for verbose in (False, True):
+        p = subprocess.run(argv + (["-v"] if verbose else []), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+        assert p.returncode == 1, p.stderr
+        line = [l for l in p.stderr.splitlines() if l.startswith("zo-train: ")][-1]
+        assert "write of extent" in line and "failed: I/O error" not in line, line
+        assert "Input/output error; the drive reported an error" in line, line
+        assert ".c:" not in line and "zo_engine" not in line, line
+        assert ("  where: " in p.stderr and "swap_io.c:" in p.stderr) == verbose, p.stderr
+
+
+TESTS = [test_fifos_are_refused, test_errors_put_the_cause_first, test_nvme_path_is_created, test_report_fails_for_a_bad_swap_dir, test_data_memory_is_bounded, test_failed_output_exits_nonzero, test_sizes_are_checked,
          test_bad_hf_config_values_are_refused]
 
 if __name__ == "__main__":

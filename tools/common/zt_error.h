@@ -12,9 +12,13 @@ zo_status zt_fail(zo_status st, const char *fmt, ...) __attribute__((format(prin
 /* Record zo_last_error() (the failing library call's message) with a prefix
  * naming what the tool was doing; returns st. */
 zo_status zt_lib_fail(zo_status st, const char *what);
-/* zo_last_error() without its "file.c:LINE: status: " prefix: the text a
- * user needs. */
+/* The cause in zo_last_error(): the text after its innermost "file.c:LINE:
+ * status: " frame, what a user needs first. */
 const char *zt_lib_message(void);
+/* -v: zt_lib_fail's messages also carry the whole chain of frames on a
+ * second line ("  where: zo_engine_finalize: engine_finalize.c:259: ...").
+ * Set once, before threads start. */
+void zt_error_show_frames(int on);
 /* The last error recorded by either. */
 const char *zt_last_error(void);
 

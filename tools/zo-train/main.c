@@ -533,6 +533,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case OPT_ALLOW_CHANGES: c->o.resume_allow_changes = 1; return 0;
     case OPT_VERBOSE:
         c->o.verbose = 1;
+        zt_error_show_frames(1);
         zo_log_set_level(ZO_LOG_INFO); /* the library's info lines too */
         return 0;
     case OPT_INIT: c->init_weights = arg; return 0;

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import re
 import sys
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int, c_int64,
                     c_size_t, c_uint, c_uint32, c_uint64, c_void_p)
@@ -426,9 +427,19 @@ def open_input(path, what: str, binary: bool = False):
     return os.fdopen(fd.value, "rb" if binary else "r", encoding=None if binary else "utf-8")
 
 
+_FRAME = re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9_-]+\.[A-Za-z]{1,3}:[0-9]+: ")
+
+
 def _cause(text: str) -> str:
-    """The library's message without its 'file:line: ' prefix (kept in ZoError.detail)."""
-    head, sep, rest = text.partition(": ")
-    if sep and ":" in head and head.split(":")[-1].isdigit():
-        return rest
-    return text
+    """The cause in the library's message: the text after its innermost 'file.c:LINE: status: '
+    frame (each layer that passed the error on added one; all are kept in ZoError.detail)."""
+    frames = list(_FRAME.finditer(text))
+    if not frames:
+        return text
+    rest = text[frames[-1].end():]
+    head, sep, tail = rest.partition(": ")
+    known = {"invalid argument", "out of host memory", "out of device memory", "budget exceeded",
+             "I/O error", "no space left on device", "data corruption detected", "not supported",
+             "configuration error", "invalid state", "not found", "already exists",
+             "system error", "internal error", "numeric overflow", "pinning host memory failed"}
+    return tail if sep and head in known else rest
