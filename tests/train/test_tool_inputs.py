@@ -10,8 +10,11 @@ import sys
 import tempfile
 
 TRAIN, PLAN, REPORT, BENCH = sys.argv[1:5]
+# each test's runs swap in its own directory (the last item, set per test): the default one
+# beside zo-train is locked by whichever run holds it, ctest -j runs several
+SWAP = ["--nvme-path", None]
 TINY = ["--device", "cpu", "--dim", "32", "--layers", "2", "--heads", "2", "--ffn", "64",
-        "--seq", "16", "--val-batches", "2"]
+        "--seq", "16", "--val-batches", "2"] + SWAP
 
 
 def run(argv, timeout=120, stdout=subprocess.PIPE):
@@ -146,7 +149,7 @@ def test_bad_hf_config_values_are_refused(tmp):
         json.dump(cfg, f)
     out = os.path.join(tmp, "out")
     ok([TRAIN, "--steps", "1", "--hf-model", bad, "--seq", "16", "--device", "cpu", "--save",
-        out])
+        out] + SWAP)
     with open(os.path.join(out, "hf-model", "config.json")) as f:
         saved = json.load(f)
     assert abs(saved["rms_norm_eps"] - 1e-6) < 1e-12, saved["rms_norm_eps"]
@@ -179,7 +182,7 @@ def test_data_memory_is_bounded(tmp):
             f.write(block[:1048576])
     args = ["--steps", "2", "--seq", "8", "--micro-batch", "2", "--json", "--host-mem", "600MiB",
             "--device", "cpu", "--dim", "32", "--layers", "2", "--heads", "2", "--ffn", "64",
-            "--val-batches", "1"]
+            "--val-batches", "1"] + SWAP
     rss_small, _ = peak_rss([TRAIN, "--data", small] + args)
     rss_big, out = peak_rss([TRAIN, "--data", big] + args)
     grew = rss_big - rss_small
@@ -216,7 +219,7 @@ def test_errors_put_the_cause_first(tmp):
     """A library failure is reported by its cause and a fix; the internal frames
     (zo_engine_finalize: engine_finalize.c:259: ... swap_io.c:231:) only with -v."""
     env = dict(os.environ, ZO_SWAP_FAULTS="eio@30")
-    argv = [TRAIN, "--steps", "3", "--offload-optimizer", "nvme", "--nvme-path", tmp] + TINY
+    argv = [TRAIN, "--steps", "3", "--offload-optimizer", "nvme"] + TINY
     for verbose in (False, True):
         p = subprocess.run(argv + (["-v"] if verbose else []), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, env=env, timeout=300)
@@ -237,6 +240,7 @@ if __name__ == "__main__":
         if only and only not in t.__name__:
             continue
         d = tempfile.mkdtemp(prefix="zo-inputs-")
+        SWAP[1] = TINY[-1] = os.path.join(d, "swap")
         try:
             t(d)
             print(f"ok {t.__name__}", flush=True)
