@@ -156,6 +156,15 @@ with tempfile.TemporaryDirectory() as d:
     base = [EXE] + TINY + ["--nvme-path", d]
     refused(MPI + ["-np", "1"] + base + ["--lr", "1e-3", ":", "-np", "1"] + base + ["--lr", "2e-3"],
             ["--lr"])
+    # the values as a user writes them (they were hex floats and enum numbers)
+    for flag, a, b in (("--lr", "1e-3", "2e-3"), ("--dtype", "fp16", "bf16"),
+                       ("--offload-optimizer", "nvme", "cpu")):
+        rc, out, err = run(MPI + ["-np", "1"] + base + [flag, a, ":", "-np", "1"] + base +
+                           [flag, b])
+        shown = {"1e-3": "'0.001'", "2e-3": "'0.002'"}
+        check(rc != 0 and ("have %s" % shown.get(a, "'%s'" % a) in err or
+                           "have %s" % shown.get(b, "'%s'" % b) in err) and "0x1." not in err,
+              "%s %s vs %s: the values are not shown as given:\n%s" % (flag, a, b, err[-2000:]))
     # layer-major groups sum on the device: the global reduction order cannot take them
     refused(MPI + ["-np", "2"] + base + ["--grad-accum", "4", "--micro-group", "2"],
             ["--micro-group 1", "--reduce-order rank"])

@@ -12,8 +12,10 @@
 #include <unistd.h>
 
 #include "zo/launch.h"
+#include "zo/optim_mode.h"
 #include "zo/topo.h"
 #include "zt_error.h"
+#include "zt_tiers.h"
 
 /* A positive integer from the environment, or 0. */
 static int env_count(const char *name)
@@ -186,6 +188,24 @@ typedef struct keyset {
 static void put(keyset *k, const char *flag, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+static void put_float(keyset *k, const char *flag, float v)
+{
+    char text[32];
+    for (int digits = 1; digits <= 9; digits++) { /* 9 digits always round-trip a float */
+        snprintf(text, sizeof text, "%.*g", digits, (double)v);
+        if (strtof(text, NULL) == v || digits == 9 || v != v)
+            break;
+    }
+    put(k, flag, "%s", text);
+}
+
+/* --offload-param/--offload-optimizer's words: none (device), cpu, nvme, or
+ * the default (not given). */
+static const char *home_name(int home)
+{
+    return home == ZT_HOME_DEFAULT ? "default" : zt_home_name((zo_tier)home);
+}
+
 static void put(keyset *k, const char *flag, const char *fmt, ...)
 {
     if (k->n == N_KEYS)
@@ -198,7 +218,10 @@ static void put(keyset *k, const char *flag, const char *fmt, ...)
 }
 
 /* The options that must agree across ranks, under their flags' names (what
- * a rank may set its own way, such as --nvme-path, is not among them). */
+ * a rank may set its own way, such as --nvme-path, is not among them), as a
+ * user writes them: floats in the fewest digits that read back as the same
+ * float (so equal text is equal value: 0.001, not 0x1.0624dep-10), enums by
+ * name. */
 static void option_keys(const zt_options *o, keyset *k)
 {
     const zt_shape *s = &o->shape;
@@ -207,18 +230,18 @@ static void option_keys(const zt_options *o, keyset *k)
     put(k, "--seq", "%d", o->seq);
     put(k, "--micro-batch", "%d", o->micro_batch);
     put(k, "--grad-accum", "%d", o->grad_accum);
-    put(k, "--lr", "%a", (double)o->lr);
-    put(k, "--weight-decay", "%a", (double)o->weight_decay);
-    put(k, "--max-grad-norm", "%a", (double)o->max_grad_norm);
+    put_float(k, "--lr", o->lr);
+    put_float(k, "--weight-decay", o->weight_decay);
+    put_float(k, "--max-grad-norm", o->max_grad_norm);
     put(k, "--seed", "%llu", (unsigned long long)o->seed);
-    put(k, "--dtype", "%d", (int)o->dtype);
-    put(k, "--state-dtype", "%d", (int)o->state_dtype);
+    put(k, "--dtype", "%s", zo_dtype_name(o->dtype));
+    put(k, "--state-dtype", "%s", zt_state_dtype_name(o->state_dtype));
     put(k, "--master-split", "%d", o->master_split);
     put(k, "--embedding-f32-states", "%d", o->embedding_f32);
     put(k, "--reduce-order", "%s", o->reduce_order == ZO_REDUCE_ORDER_RANK ? "rank" : "global");
-    put(k, "--optimizer-mode", "%d", (int)o->mode);
-    put(k, "--offload-param", "%d", o->param_home);
-    put(k, "--offload-optimizer", "%d", o->optim_home);
+    put(k, "--optimizer-mode", "%s", zo_optim_mode_name(o->mode));
+    put(k, "--offload-param", "%s", home_name(o->param_home));
+    put(k, "--offload-optimizer", "%s", home_name(o->optim_home));
     put(k, "--chunk-bytes", "%llu", (unsigned long long)o->chunk_bytes);
     put(k, "--micro-group", "%d", o->micro_group);
     /* stage 3: the gathers follow the lookahead and the persistence */
@@ -248,7 +271,7 @@ zo_status zt_ranks_open(zo_comm_t *out, zo_device_t dev, const zt_options *o)
         return zt_fail(st,
                        "joining %d ranks: %s (the engine reduces host buffers over the mpi "
                        "backend: run under mpirun)",
-                       o->world_size, zo_last_error());
+                       o->world_size, zt_lib_message());
     keyset k = {0};
     option_keys(o, &k);
     const char *values[N_KEYS];
@@ -256,7 +279,7 @@ zo_status zt_ranks_open(zo_comm_t *out, zo_device_t dev, const zt_options *o)
         values[i] = k.values[i];
     st = zo_comm_check_config(*out, k.keys, values, k.n);
     if (st < 0)
-        return zt_fail(st, "the ranks disagree: %s", zo_last_error());
+        return zt_fail(st, "the ranks disagree: %s", zt_lib_message());
     return ZO_OK;
 }
 
