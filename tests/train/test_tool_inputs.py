@@ -231,7 +231,21 @@ def test_errors_put_the_cause_first(tmp):
         assert ("  where: " in p.stderr and "swap_io.c:" in p.stderr) == verbose, p.stderr
 
 
-TESTS = [test_fifos_are_refused, test_errors_put_the_cause_first, test_nvme_path_is_created, test_report_fails_for_a_bad_swap_dir, test_data_memory_is_bounded, test_failed_output_exits_nonzero, test_sizes_are_checked,
+def test_plan_recommends_a_fitting_per_chunk_plan(tmp):
+    """zo-plan --json said "recommended": null while its per-chunk plan fitted (only the fixed
+    placements were considered for it); null now means that nothing fits."""
+    import json
+    p = ok([PLAN, "--device", "cpu", "--gpu-mem", "20MiB", "--host-mem", "20MiB", "--nvme-path",
+            tmp, "--json"])
+    j = json.loads(p.stdout)
+    assert j["plan"]["fits"], j["plan"]
+    assert not any(s["fits"] for s in j["strategies"]), "a fixed placement fits: not the case"
+    assert j["recommended"] == "per-chunk" == j["recommendation"], j["recommended"]
+    j = json.loads(ok([PLAN, "--device", "cpu", "--gpu-mem", "1MiB", "--json"]).stdout)
+    assert j["recommended"] is None and not j["plan"]["fits"]
+
+
+TESTS = [test_fifos_are_refused, test_plan_recommends_a_fitting_per_chunk_plan, test_errors_put_the_cause_first, test_nvme_path_is_created, test_report_fails_for_a_bad_swap_dir, test_data_memory_is_bounded, test_failed_output_exits_nonzero, test_sizes_are_checked,
          test_bad_hf_config_values_are_refused]
 
 if __name__ == "__main__":

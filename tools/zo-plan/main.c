@@ -1380,9 +1380,13 @@ static void print_json(const cli *c, const result *r)
     json_object_set_new(root, "recommendation",
                         r->rec >= 0 ? json_string(zp_strategy_name(r->plans[r->rec].strategy))
                                     : json_null());
+    /* the fastest fixed placement that fits, as before; when none does but the
+     * per-chunk plan fits, that one (null read as "nothing fits") */
+    int recommended = r->best >= 0 ? r->best : r->rec;
     json_object_set_new(root, "recommended",
-                        r->best >= 0 ? json_string(zp_strategy_name(r->plans[r->best].strategy))
-                                     : json_null());
+                        recommended >= 0
+                            ? json_string(zp_strategy_name(r->plans[recommended].strategy))
+                            : json_null());
     json_object_set_new(root, "emitted_config",
                         r->emitted[0] ? json_string(r->emitted) : json_null());
     json_object_set_new(root, "planner_work", ju(r->work));
