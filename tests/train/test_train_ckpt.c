@@ -8,7 +8,13 @@
  *   every Hugging Face LLaMA name with the trainer's weights;
  * - a checkpoint with a missing tensor, a wrong shape or a wrong dtype, or
  *   from another model shape, fails naming it;
- * - --init-weights takes F32, BF16 and F16 tensors and refuses others. */
+ * - --init-weights takes F32, BF16 and F16 tensors and refuses others;
+ * - every tensor of a checkpoint carries its xxh64 (checksums.json): one
+ *   flipped bit is refused naming the file and the tensor, on load and by
+ *   --init-weights of the checkpoint's model file; values a run cannot make
+ *   (NaN, a negative second moment, an int8 block scale of 1e30) are refused
+ *   even where the checksum was rewritten to match; a checkpoint without
+ *   checksums (an old one) still loads. */
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
@@ -16,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "checkpoint.h"
 #include "train_fs_util.h"
@@ -547,6 +554,133 @@ static void test_int8_embedding_keeps_fp32_in_checkpoints(void **state)
     }
 }
 
+/* ---- checksums and value checks ---- */
+
+/* Tensor `name` of DIR/step-N/file: its bytes' offset in the file and size. */
+static void locate(const char *path, const char *name, uint64_t *at, uint64_t *bytes)
+{
+    zo_st_reader_t rd = NULL;
+    zo_st_tensor_info info = ZO_ST_TENSOR_INFO_INIT;
+    ZO_ASSERT_OK(zo_st_reader_open(&rd, path));
+    ZO_ASSERT_OK(zo_st_reader_find(rd, name, &info));
+    *at = info.file_offset;
+    *bytes = info.nbytes;
+    zo_st_reader_free(rd);
+}
+
+/* Overwrite n bytes at element idx (of size es) of tensor name in path; when
+ * resum, record the tensor's new xxh64 in the checksums beside it (a file
+ * whose checksum matches: what the value checks alone must catch). */
+static void poke(const char *path, const char *name, size_t idx, const void *v, size_t es,
+                 int resum)
+{
+    uint64_t at, bytes;
+    locate(path, name, &at, &bytes);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, (long)(at + idx * es), SEEK_SET), 0);
+    assert_int_equal(fwrite(v, 1, es, f), es);
+    fclose(f);
+    if (!resum)
+        return;
+    size_t n;
+    char *all = slurp(path, &n), sums[600], hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH64(all + at, bytes, 0));
+    free(all);
+    snprintf(sums, sizeof sums, "%.*s/checksums.json", (int)(strrchr(path, '/') - path), path);
+    json_t *root = json_load_file(sums, 0, NULL);
+    assert_non_null(root);
+    json_t *files = json_object_get(root, "files");
+    json_object_set_new(json_object_get(files, strrchr(path, '/') + 1), name, json_string(hex));
+    assert_int_equal(json_dump_file(root, sums, 0), 0);
+    json_decref(root);
+}
+
+/* Save N steps of o into dir (fresh). */
+static void save_fresh(const zt_options *o, const char *dir)
+{
+    rm_rf(dir);
+    zt_trainer *a = open_trainer(o);
+    float losses[N];
+    steps(a, N, losses);
+    save_to(a, dir);
+    zt_trainer_free(a);
+}
+
+/* A fresh trainer of o refuses to load dir with a message holding want. */
+static void refused(const zt_options *o, const char *dir, const char *want)
+{
+    zt_trainer *t = open_trainer(o);
+    expect_load_error(t, dir, want);
+    zt_trainer_free(t);
+}
+
+static void test_corrupted_checkpoints_are_refused(void **state)
+{
+    (void)state;
+    zt_options o = base_options();
+    char dir[400], model[500], optim[500], want[700];
+    snprintf(dir, sizeof dir, "%s/corrupt", g_dir);
+    snprintf(model, sizeof model, "%s/step-%08d/%s", dir, N, ZT_CKPT_MODEL);
+    snprintf(optim, sizeof optim, "%s/step-%08d/%s", dir, N, ZT_CKPT_OPTIM);
+    const char *q = "model.layers.1.self_attn.q_proj.weight";
+    /* one flipped exponent bit: refused on load and by --init-weights */
+    save_fresh(&o, dir);
+    unsigned char byte;
+    uint64_t at, bytes;
+    locate(model, q, &at, &bytes);
+    FILE *f = fopen(model, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, (long)at + 3, SEEK_SET), 0);
+    assert_int_equal(fread(&byte, 1, 1, f), 1);
+    byte ^= 0x40;
+    assert_int_equal(fseek(f, (long)at + 3, SEEK_SET), 0);
+    assert_int_equal(fwrite(&byte, 1, 1, f), 1);
+    fclose(f);
+    snprintf(want, sizeof want, "%s/step-%08d/%s: tensor '%s' does not match its checksum", dir, N,
+             ZT_CKPT_MODEL, q);
+    refused(&o, dir, want);
+    zt_trainer *t = open_trainer(&o);
+    assert_true(zt_ckpt_init_weights(t, model) < 0);
+    if (!strstr(zt_last_error(), want))
+        fail_msg("--init-weights: '%s' lacks '%s'", zt_last_error(), want);
+    zt_trainer_free(t);
+    /* values no run makes, their checksums rewritten to match */
+    static const struct {
+        int optim, int8; /* the file (0 the model's), int8 states */
+        const char *tensor;
+        size_t index;
+        float value;
+        const char *want;
+    } bad[] = {
+        {1, 0, "model.norm.weight.exp_avg_sq", 3, NAN,
+         "tensor 'model.norm.weight.exp_avg_sq' in optimizer.safetensors has nan at index 3 "
+         "(not finite)"},
+        {1, 0, "model.norm.weight.exp_avg_sq", 2, -1.0f,
+         "has -1 at index 2 (second moments are squares, never negative)"},
+        {0, 0, "model.layers.1.self_attn.q_proj.weight", 5, NAN,
+         "tensor 'model.layers.1.self_attn.q_proj.weight' in model.safetensors has nan at index "
+         "5"},
+        {1, 1, "lm_head.weight.exp_avg.absmax", 0, 1e30f,
+         "tensor 'lm_head.weight.exp_avg.absmax' in optimizer.safetensors has 1e+30 at index 0 "
+         "(beyond +-1e10)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        o.state_dtype = bad[i].int8 ? ZO_DTYPE_I8 : ZO_DTYPE_F32;
+        save_fresh(&o, dir);
+        poke(bad[i].optim ? optim : model, bad[i].tensor, bad[i].index, &bad[i].value, 4, 1);
+        refused(&o, dir, bad[i].want);
+    }
+    /* an old checkpoint without checksums loads (with a warning) */
+    save_fresh(&o, dir);
+    char sums[600];
+    snprintf(sums, sizeof sums, "%s/step-%08d/checksums.json", dir, N);
+    assert_int_equal(unlink(sums), 0);
+    t = open_trainer(&o);
+    load_from(t, dir);
+    zt_trainer_free(t);
+}
+
 static int setup(void **state)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/zt-ckpt-XXXXXX");
@@ -572,6 +706,7 @@ int main(void)
         cmocka_unit_test(test_files_read_by_an_independent_reader),
         cmocka_unit_test(test_bad_checkpoints_are_refused),
         cmocka_unit_test(test_init_weights),
+        cmocka_unit_test(test_corrupted_checkpoints_are_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt_sums.h"
 #include "hf_io.h"
 #include "ranks.h"
 #include "zo/atomic_file.h"
@@ -178,11 +179,23 @@ int zt_ckpt_has_latest(const char *dir)
 typedef struct writers {
     zo_st_writer_t model, optim;
     char model_path[ZT_PATH], optim_path[ZT_PATH];
+    char model_name[128], optim_name[128]; /* the files' base names */
+    zt_sums *sums;                         /* what was written, hashed */
 } writers;
 
 static zo_status writer_fail(zo_status st, const char *path)
 {
     return zt_fail(st, "writing checkpoint file %s: %s", path, zt_lib_message());
+}
+
+/* A whole tensor into the model file (optim 0) or the optimizer's, its
+ * checksum recorded. */
+static zo_status put_tensor(writers *w, int optim, const char *name, const void *data, size_t n)
+{
+    zo_status st = zo_st_writer_write(optim ? w->optim : w->model, name, data, n);
+    if (st < 0)
+        return writer_fail(st, optim ? w->optim_path : w->model_path);
+    return zt_sums_add(w->sums, optim ? w->optim_name : w->model_name, name, data, n);
 }
 
 /* ---- the moments' formats ----
@@ -243,13 +256,12 @@ static zo_status write_moment(writers *w, const tensor_ref *x, int k, zo_dtype f
 {
     char nm[160];
     moment_name(nm, sizeof nm, x->name, k, 0);
-    zo_status st = zo_st_writer_write(w->optim, nm, raw, x->numel * zo_dtype_size(fmt));
-    if (st >= 0 && fmt == ZO_DTYPE_I8) {
-        moment_name(nm, sizeof nm, x->name, k, 1);
-        st = zo_st_writer_write(w->optim, nm, zo_adam_q8_scales(raw, x->numel),
-                                zo_adam_q8_blocks(x->numel) * sizeof(float));
-    }
-    return st < 0 ? writer_fail(st, w->optim_path) : ZO_OK;
+    ZT_TRY(put_tensor(w, 1, nm, raw, x->numel * zo_dtype_size(fmt)));
+    if (fmt != ZO_DTYPE_I8)
+        return ZO_OK;
+    moment_name(nm, sizeof nm, x->name, k, 1);
+    return put_tensor(w, 1, nm, zo_adam_q8_scales(raw, x->numel),
+                      zo_adam_q8_blocks(x->numel) * sizeof(float));
 }
 
 /* The index of the first NaN or Inf in x[0..n), or n. */
@@ -280,10 +292,7 @@ static zo_status stream_all(zt_trainer *t, writers *w, const tensor_ref *r, int 
         size_t bad = first_nonfinite(buf, r[i].numel);
         if (bad < r[i].numel)
             return refuse_nonfinite(r[i].name, " (the weights to save)", buf, bad);
-        size_t bytes = r[i].numel * sizeof(float);
-        zo_status st = zo_st_writer_write(w->model, r[i].name, buf, bytes);
-        if (st < 0)
-            return writer_fail(st, w->model_path);
+        ZT_TRY(put_tensor(w, 0, r[i].name, buf, r[i].numel * sizeof(float)));
         for (int k = 0; k < 2; k++)
             ZT_TRY(write_moment(w, &r[i], k, tensor_fmt(t, &r[i]), k ? v : m));
     }
@@ -306,7 +315,8 @@ static int owned_only(zt_trainer *t, tensor_ref *r, int n, int rank)
 }
 
 /* This rank's tensors into DIR/model and DIR/optimizer (.safetensors with
- * one rank, else the rank's shard -0000{rank+1}-of-0000{ranks}). */
+ * one rank, else the rank's shard -0000{rank+1}-of-0000{ranks}), and their
+ * checksums into DIR/checksums (the same naming, ckpt_sums.h). */
 static zo_status write_tensors(zt_trainer *t, const char *dir, int rank, int ranks)
 {
     tensor_ref *r = NULL;
@@ -314,14 +324,14 @@ static zo_status write_tensors(zt_trainer *t, const char *dir, int rank, int ran
     ZT_TRY(model_tensors(t, &r, &n));
     n = owned_only(t, r, n, rank);
     writers w = {0};
-    char model[128], optim[128];
-    zt_st_shard_name(model, sizeof model, ZT_CKPT_MODEL_BASE, rank, ranks);
-    zt_st_shard_name(optim, sizeof optim, ZT_CKPT_OPTIM_BASE, rank, ranks);
+    char *model = w.model_name, *optim = w.optim_name;
+    zt_st_shard_name(model, sizeof w.model_name, ZT_CKPT_MODEL_BASE, rank, ranks);
+    zt_st_shard_name(optim, sizeof w.optim_name, ZT_CKPT_OPTIM_BASE, rank, ranks);
     /* master, m, v: a moment as stored takes at most 4 bytes an element and
      * 8 more (int8: codes padded to 4 bytes, then 4 bytes a block) */
     float *buf = malloc(3 * (largest(r, n) + 2) * sizeof *buf);
     zo_dtype fmt = zo_engine_state_dtype(zt_trainer_engine(t));
-    zo_status st = buf ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "a tensor buffer");
+    zo_status st = buf ? zt_sums_new(&w.sums) : zt_fail(ZO_ERR_NO_MEMORY, "a tensor buffer");
     if (st >= 0 && (st = join(w.model_path, dir, model)) >= 0 &&
         (st = join(w.optim_path, dir, optim)) >= 0) {
         if ((st = zo_st_writer_init(&w.model, w.model_path)) < 0)
@@ -335,6 +345,9 @@ static zo_status write_tensors(zt_trainer *t, const char *dir, int rank, int ran
         st = declare_all(t, &w, r, n, fmt);
     if (st >= 0)
         st = stream_all(t, &w, r, n, buf, fmt);
+    if (st >= 0)
+        st = zt_sums_write(w.sums, dir, rank, ranks);
+    zt_sums_free(w.sums);
     zo_st_writer_free(w.model);
     zo_st_writer_free(w.optim);
     free(buf);
@@ -948,6 +961,94 @@ static zo_status restore_tensor(zt_trainer *t, zt_st_files *orr, const tensor_re
     return st < 0 ? zt_fail(st, "restoring %s: %s", x->name, zt_lib_message()) : ZO_OK;
 }
 
+/* ---- what a loaded tensor must be ---- */
+
+/* The largest moments a training run makes: m averages the gradients and v
+ * their squares, so a gradient of 1e10 (long past divergence) bounds them.
+ * Larger is a corrupted file, not a state to continue from. */
+static const double moment_limit[2] = {1e10, 1e20};
+
+static zo_status bad_value(const char *dir, const char *file, const char *name, size_t i, double v,
+                           const char *why)
+{
+    return zt_fail(ZO_ERR_CORRUPT,
+                   "checkpoint %s: tensor '%s' in %s has %g at index %zu (%s): the checkpoint is "
+                   "corrupted or was saved from a diverged run; resume from another checkpoint",
+                   dir, name, file, v, i, why);
+}
+
+/* Values of one tensor (n fp32 values, or bf16 when bf16): finite, and for
+ * moment k (-1: weights) within its limit, v not negative. */
+static zo_status check_range(const char *dir, const char *file, const char *name, const void *data,
+                             size_t n, int bf16, int k)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x;
+        if (bf16)
+            x = zo_bf16_to_f32(((const uint16_t *)data)[i]);
+        else
+            memcpy(&x, (const char *)data + 4 * i, 4);
+        if (!isfinite(x))
+            return bad_value(dir, file, name, i, x, "not finite");
+        if (k == 1 && x < 0)
+            return bad_value(dir, file, name, i, x, "second moments are squares, never negative");
+        if (k >= 0 && fabs(x) > moment_limit[k])
+            return bad_value(dir, file, name, i, x, k ? "above 1e20" : "beyond +-1e10");
+    }
+    return ZO_OK;
+}
+
+/* One stored tensor of file set f: its checksum (a corrupted file is named
+ * as such before its values are judged), then its n values (see
+ * check_range). */
+static zo_status check_one(const char *dir, const zt_sums *sums, zt_st_files *f, const char *name,
+                           const zo_st_tensor_info *info, size_t n, int bf16, int k)
+{
+    zo_st_reader_t rd = NULL;
+    const char *file = NULL;
+    ZT_TRY(zt_st_files_find(f, name, &rd, &file));
+    if (sums)
+        ZT_TRY(zt_sums_verify(sums, dir, file, name, info->data, (size_t)info->nbytes));
+    return check_range(dir, file, name, info->data, n, bf16, k);
+}
+
+/* Tensor x's states as found (find_states' info, in file format fmt):
+ * checksums first (a corrupted file is named as such), then values. */
+static zo_status check_states(const char *dir, const zt_sums *sums, zt_st_files *mr,
+                              zt_st_files *orr, zo_dtype fmt, const tensor_ref *x,
+                              const zo_st_tensor_info info[5])
+{
+    char nm[160];
+    ZT_TRY(file_tensor_fmt(orr, fmt, x, &fmt));
+    ZT_TRY(check_one(dir, sums, mr, x->name, &info[0], x->numel, 0, -1));
+    for (int k = 0; k < 2; k++) {
+        moment_name(nm, sizeof nm, x->name, k, 0);
+        if (fmt != ZO_DTYPE_I8) {
+            ZT_TRY(check_one(dir, sums, orr, nm, &info[1 + k], x->numel, fmt == ZO_DTYPE_BF16, k));
+            continue;
+        }
+        /* u8 codes: any byte is a value; a block's scale is its largest
+         * magnitude, held to the moment's limit */
+        ZT_TRY(check_one(dir, sums, orr, nm, &info[1 + k], 0, 0, k));
+        moment_name(nm, sizeof nm, x->name, k, 1);
+        ZT_TRY(check_one(dir, sums, orr, nm, &info[3 + k], zo_adam_q8_blocks(x->numel), 0, k));
+    }
+    return ZO_OK;
+}
+
+/* The checkpoint's checksum lists (NULL, with a warning, for a checkpoint
+ * saved before there were any). */
+static zo_status read_sums(const zt_trainer *t, const char *dir, zt_sums **sums)
+{
+    ZT_TRY(zt_sums_read(dir, sums));
+    if (!*sums && rank_of(t) == 0)
+        fprintf(stderr,
+                "zo-train: warning: %s has no %s.json (saved before checkpoints carried "
+                "checksums): loading it unverified\n",
+                dir, ZT_SUMS_BASE);
+    return ZO_OK;
+}
+
 /* The optimizer file's tensors: m and v of each, and their scales where int8. */
 static zo_status optim_count(zt_st_files *orr, const tensor_ref *r, int n, zo_dtype fmt,
                              size_t *count)
@@ -961,8 +1062,9 @@ static zo_status optim_count(zt_st_files *orr, const tensor_ref *r, int n, zo_dt
     return ZO_OK;
 }
 
-/* Everything is checked before the engine is touched; each rank reads the
- * tensors it owns (all of them with one rank). */
+/* Everything is checked before the engine is touched (the structure, then
+ * the checksums and values); each rank reads the tensors it owns (all of
+ * them with one rank). */
 static zo_status load_tensors(zt_trainer *t, const char *dir)
 {
     tensor_ref *r = NULL;
@@ -970,12 +1072,14 @@ static zo_status load_tensors(zt_trainer *t, const char *dir)
     ZT_TRY(model_tensors(t, &r, &n));
     const int all = n;
     zt_st_files *mr = NULL, *orr = NULL;
+    zt_sums *sums = NULL;
     zo_st_tensor_info info[5];
     zo_dtype fmt = ZO_DTYPE_F32;
     size_t cap = largest(r, n) + 2; /* as write_tensors' */
     float *m = malloc(2 * cap * sizeof *m), *v = m + cap;
-    zo_status st = m ? open_files(&mr, dir, ZT_CKPT_MODEL_BASE, ZT_CKPT_MODEL_INDEX)
-                     : zt_fail(ZO_ERR_NO_MEMORY, "buffers");
+    zo_status st = m ? read_sums(t, dir, &sums) : zt_fail(ZO_ERR_NO_MEMORY, "buffers");
+    if (st >= 0)
+        st = open_files(&mr, dir, ZT_CKPT_MODEL_BASE, ZT_CKPT_MODEL_INDEX);
     if (st >= 0)
         st = open_files(&orr, dir, ZT_CKPT_OPTIM_BASE, ZT_CKPT_OPTIM_INDEX);
     if (st >= 0)
@@ -984,10 +1088,12 @@ static zo_status load_tensors(zt_trainer *t, const char *dir)
     if (st >= 0)
         st = optim_count(orr, r, all, fmt, &optim_all);
     n = owned_only(t, r, n, rank_of(t));
-    for (int pass = 0; pass < 2; pass++) {
+    /* names, dtypes and shapes; then checksums and values; then the engine */
+    for (int pass = 0; pass < 3; pass++) {
         for (int i = 0; st >= 0 && i < n; i++)
-            if ((st = find_states(mr, orr, fmt, &r[i], info)) >= 0 && pass == 1)
-                st = restore_tensor(t, orr, &r[i], fmt, info, m, v);
+            if ((st = find_states(mr, orr, fmt, &r[i], info)) >= 0 && pass > 0)
+                st = pass == 1 ? check_states(dir, sums, mr, orr, fmt, &r[i], info)
+                               : restore_tensor(t, orr, &r[i], fmt, info, m, v);
         if (st >= 0 && pass == 0 &&
             (st = check_count(mr, zt_st_files_sharded(mr) ? ZT_CKPT_MODEL_INDEX : ZT_CKPT_MODEL,
                               (size_t)all)) >= 0)
@@ -996,6 +1102,7 @@ static zo_status load_tensors(zt_trainer *t, const char *dir)
     }
     zt_st_files_free(mr);
     zt_st_files_free(orr);
+    zt_sums_free(sums);
     free(m);
     free(r);
     return st;
@@ -1081,13 +1188,41 @@ static void to_f32(const zo_st_tensor_info *in, float *out, size_t n)
     }
 }
 
+/* --init-weights of a file of our own checkpoints: its checksums, from the
+ * lists beside it (NULL for any other file). */
+typedef struct init_sums {
+    zt_sums *sums;
+    char dir[ZT_PATH];
+    const char *base;
+} init_sums;
+
+static zo_status init_sums_read(const char *file, init_sums *is)
+{
+    const char *slash = strrchr(file, '/');
+    is->sums = NULL;
+    is->base = slash ? slash + 1 : file;
+    if (!slash)
+        snprintf(is->dir, sizeof is->dir, ".");
+    else
+        snprintf(is->dir, sizeof is->dir, "%.*s", slash == file ? 1 : (int)(slash - file), file);
+    ZT_TRY(zt_sums_read(is->dir, &is->sums));
+    if (!zt_sums_has_file(is->sums, is->base)) {
+        zt_sums_free(is->sums);
+        is->sums = NULL;
+    }
+    return ZO_OK;
+}
+
 static zo_status init_one(zt_trainer *t, zo_st_reader_t rd, const char *file, const tensor_ref *x,
-                          float *buf)
+                          float *buf, const init_sums *is)
 {
     zo_st_tensor_info info = ZO_ST_TENSOR_INFO_INIT;
     zo_status st = zo_st_reader_find(rd, x->name, &info);
     if (st < 0)
         return zt_fail(st, "%s", zt_lib_message());
+    if (is->sums)
+        ZT_TRY(
+            zt_sums_verify(is->sums, is->dir, is->base, x->name, info.data, (size_t)info.nbytes));
     if (info.dtype != ZO_DTYPE_F32 && info.dtype != ZO_DTYPE_BF16 && info.dtype != ZO_DTYPE_F16)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "tensor '%s' in '%s': expected dtype F32, BF16 or F16, found %s", x->name,
@@ -1112,13 +1247,17 @@ zo_status zt_ckpt_init_weights(zt_trainer *t, const char *file)
     const int all = n;
     n = owned_only(t, r, n, rank_of(t)); /* across ranks each its own, then shared */
     zo_st_reader_t rd = NULL;
+    init_sums is = {0};
     float *buf = malloc((largest(r, n) + 1) * sizeof *buf);
     zo_status st =
         buf ? zo_st_reader_open(&rd, file) : zt_fail(ZO_ERR_NO_MEMORY, "a tensor buffer");
     if (buf && st < 0)
         zt_fail(st, "--init-weights: %s", zt_lib_message());
+    if (st >= 0)
+        st = init_sums_read(file, &is);
     for (int i = 0; st >= 0 && i < n; i++)
-        st = init_one(t, rd, file, &r[i], buf);
+        st = init_one(t, rd, file, &r[i], buf, &is);
+    zt_sums_free(is.sums);
     if (st >= 0 && rank_of(t) == 0 && zo_st_reader_count(rd) > (size_t)all)
         fprintf(stderr, "zo-train: %s holds %zu tensors; the model uses %d of them\n", file,
                 zo_st_reader_count(rd), all);

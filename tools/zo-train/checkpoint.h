@@ -13,6 +13,9 @@
  *   DIR/step-00000120/trainer_state.json     step, update count, loss scaler, learning-rate
  *                                            schedule, data position (seed, epoch, window),
  *                                            model shape, batch sizes
+ *   DIR/step-00000120/checksums.json         every tensor's xxh64 (ckpt_sums.h), verified
+ *                                            with its values' ranges before a load touches
+ *                                            the engine
  *
  * The weights are stored in fp32 because they are the master copy the
  * optimizer continues from (the 16-bit parameters are always those rounded);
