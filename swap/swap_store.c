@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "swap_internal.h"
+#include "zo_flock.h"
 #include "zo_internal.h"
 
 int zo_swap_force_sync(void)
@@ -220,32 +221,18 @@ static zo_status check_stale(zo_swap_t s, swap_file *f, uint64_t *reusable)
     return ZO_OK;
 }
 
-/* Whether the header names a process of this host that is gone. */
-static int owner_is_gone(const swap_file_header *h)
+/* The holder a swap file's header records (zo_flock_take's question). */
+static int header_owner(int fd, zo_lock_owner *o)
 {
-    char host[sizeof h->hostname] = "";
-    gethostname(host, sizeof host - 1);
-    return h->magic == ZO_SWAP_FILE_MAGIC && h->pid > 0 && !strcmp(host, h->hostname) &&
-           kill((pid_t)h->pid, 0) != 0 && errno == ESRCH;
-}
-
-/* Lock fd. A process that died with an io_uring open keeps its files, and
- * their locks, until the kernel tears the ring down, a moment after the
- * exit: a lock held by a process that is gone is waited for (up to 5 s). */
-static int lock_file(int fd)
-{
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-        return 1;
     swap_file_header h;
-    if (read_file_header(fd, &h) < 0 || !owner_is_gone(&h))
+    memset(o, 0, sizeof *o);
+    if (read_file_header(fd, &h) < 0 || h.magic != ZO_SWAP_FILE_MAGIC)
         return 0;
-    for (int i = 0; i < 500; i++) {
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-            return 1;
-    }
-    return 0;
+    o->pid = h.pid;
+    memcpy(o->host, h.hostname,
+           sizeof o->host < sizeof h.hostname ? sizeof o->host : sizeof h.hostname);
+    o->host[sizeof o->host - 1] = 0;
+    return 1;
 }
 
 static zo_status open_failed(const char *path)
@@ -276,7 +263,7 @@ static zo_status acquire_file(zo_swap_t s, swap_file *f, uint64_t *reusable)
         if (fd < 0)
             return open_failed(f->path);
         pause_at(created ? "created" : "opened", f->path);
-        if (!lock_file(fd)) {
+        if (!zo_flock_take(fd, header_owner)) {
             swap_file_header h;
             read_file_header(fd, &h);
             close(fd);

@@ -26,6 +26,7 @@
 #include "report.h"
 #include "signals.h"
 #include "trainer.h"
+#include "zo/dir_lock.h"
 #include "zo/file.h"
 #include "zo/log.h"
 #include "zo/nvtx.h"
@@ -59,7 +60,8 @@ typedef struct cli {
     zo_dtype hf_save_dtype; /* the weights --save writes to DIR/hf-model (bf16, fp32) */
     uint64_t hf_shard_bytes;
     int save_every;
-    int start; /* steps done before this process (a resumed run) */
+    zo_dir_lock_t save_lock; /* --save DIR, held by rank 0 for the whole run */
+    int start;               /* steps done before this process (a resumed run) */
     char resumed_from[PATH_MAX], last_saved[PATH_MAX];
     const char *metrics_path, *trace_path;
     char rank_trace[PATH_MAX]; /* --pipeline-stages: FILE.rank-R, each stage's timeline */
@@ -760,13 +762,6 @@ static int check_checkpoint_flags(const cli *c)
         fprintf(stderr, "zo-train: --save-every needs --save DIR\n");
         return 2;
     }
-    if (c->save_dir && !c->resume && zt_ckpt_has_latest(c->save_dir)) {
-        fprintf(stderr,
-                "zo-train: %s already holds checkpoints (%s/%s): pass --resume %s to continue "
-                "them, or save elsewhere\n",
-                c->save_dir, c->save_dir, ZT_CKPT_LATEST, c->save_dir);
-        return 2;
-    }
     return 0;
 }
 
@@ -821,9 +816,12 @@ static int check_input_dir(const char *flag, const char *path)
 }
 
 /* The --save directory, created now and written to once: found unwritable
- * before the training it would have kept, not at the first save. */
-static int check_save_dir(const char *dir)
+ * before the training it would have kept, not at the first save. Rank 0
+ * locks it for the run (zo/dir_lock.h): a second run given it refuses,
+ * naming the first, instead of mixing their checkpoints. */
+static int check_save_dir(cli *c)
 {
+    const char *dir = c->save_dir;
     char probe[PATH_MAX + 64];
     if (zt_make_dir(dir) < 0) {
         fprintf(stderr, "zo-train: --save %s: %s\n", dir, zt_last_error());
@@ -837,6 +835,17 @@ static int check_save_dir(const char *dir)
     }
     close(fd);
     unlink(probe);
+    if (c->o.rank == 0 && zo_dir_lock(&c->save_lock, dir, "--save directory") < 0) {
+        fprintf(stderr, "zo-train: %s\n", zt_lib_message());
+        return 1;
+    }
+    if (!c->resume && zt_ckpt_has_latest(dir)) { /* after the lock: a run in it is named first */
+        fprintf(stderr,
+                "zo-train: %s already holds checkpoints (%s/%s): pass --resume %s to continue "
+                "them, or save elsewhere\n",
+                dir, dir, ZT_CKPT_LATEST, dir);
+        return 2;
+    }
     return 0;
 }
 
@@ -879,7 +888,7 @@ static int check_up_front(cli *c)
     if (rc == 0 && c->init_weights)
         rc = check_input_file("--init-weights", c->init_weights);
     if (rc == 0 && c->save_dir)
-        rc = check_save_dir(c->save_dir);
+        rc = check_save_dir(c);
     if (rc == 0 && c->resume)
         rc = check_resume(c);
     return rc;
@@ -1566,11 +1575,12 @@ int main(int argc, char **argv)
         rc = apply_config(&c);
     if (rc == 0)
         rc = parse_args(argc, argv, &c);
-    if (rc)
-        return rc < 0 ? 0 : rc;
-    if (zt_signals_start() < 0) {
+    if (rc == 0 && zt_signals_start() < 0) {
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
-        return 1;
+        rc = 1;
     }
-    return run(&c);
+    if (rc == 0)
+        rc = run(&c);
+    zo_dir_unlock(c.save_lock);
+    return rc < 0 ? 0 : rc;
 }
