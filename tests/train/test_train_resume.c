@@ -1,8 +1,17 @@
 /* zo-train's save directories and resumed runs, the real program:
  * - a --save directory is locked by the run writing it: a second run given
  *   it refuses, naming the first's pid and host, and leaves the first's
- *   checkpoints alone; once the first is gone the directory is free. */
+ *   checkpoints alone; once the first is gone the directory is free;
+ * - trainer_state.json is cross-checked: a step that is not its directory's,
+ *   one beyond any run, a data position the steps do not lead to are
+ *   refused, as is --steps below the checkpoint's step;
+ * - --lr and the other hyper-parameters given on resume apply, each change
+ *   named ("lr 0.002 → 0.0001");
+ * - a checkpoint of a Hugging Face model resumed without --hf-model is told
+ *   to pass it. */
 #include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,13 +42,13 @@ typedef struct outputs {
     int status;
 } outputs;
 
-/* zo-train ARGS (with RUN), to its end: stdout, stderr, exit status. */
-static outputs run(const char *args)
+/* zo-train ARGS (after base), to its end: stdout, stderr, exit status. */
+static outputs run_as(const char *base, const char *args)
 {
     char cmd[4096], out_path[300], err_path[300];
     snprintf(out_path, sizeof out_path, "%s/stdout.txt", g_dir);
     snprintf(err_path, sizeof err_path, "%s/stderr.txt", g_dir);
-    snprintf(cmd, sizeof cmd, "%s" RUN " %s >%s 2>%s", ZT_EXE, args, out_path, err_path);
+    snprintf(cmd, sizeof cmd, "%s %s %s >%s 2>%s", ZT_EXE, base, args, out_path, err_path);
     int st = system(cmd);
     outputs o;
     size_t n;
@@ -47,6 +56,12 @@ static outputs run(const char *args)
     o.out = slurp(out_path, &n);
     o.err = slurp(err_path, &n);
     return o;
+}
+
+/* zo-train ARGS with RUN. */
+static outputs run(const char *args)
+{
+    return run_as(RUN, args);
 }
 
 static void outputs_free(outputs *o)
@@ -123,8 +138,9 @@ static void test_second_run_refuses_a_locked_save_dir(void **state)
     snprintf(save, sizeof save, "%s/locked", g_dir);
     snprintf(metrics, sizeof metrics, "%s/locked-metrics", g_dir);
     snprintf(err, sizeof err, "%s/locked-err", g_dir);
-    snprintf(args, sizeof args, "--steps 100000 --save %s --save-every 2 --metrics %s --nvme-path %s",
-             save, metrics, g_dir);
+    snprintf(args, sizeof args,
+             "--steps 100000 --save %s --save-every 2 --metrics %s --nvme-path %s", save, metrics,
+             g_dir);
     pid_t first = spawn(args, err);
     wait_for_steps(first, metrics, 3); /* step-00000002 saved */
     snprintf(args, sizeof args, "--steps 4 --seed 9 --save %s --save-every 2 --nvme-path %s/b",
@@ -162,6 +178,138 @@ static void test_second_run_refuses_a_locked_save_dir(void **state)
     outputs_free(&o);
 }
 
+/* ---- resume cross-checks ---- */
+
+/* A fresh run of `steps` steps saving into dir (its swap files in g_dir). */
+static void save_run(const char *dir, int steps)
+{
+    char args[1024];
+    rm_rf(dir);
+    snprintf(args, sizeof args, "--steps %d --save %s --nvme-path %s", steps, dir, g_dir);
+    outputs o = run(args);
+    if (o.status != 0)
+        fail_msg("the run saving %s: exit %d\n%s", dir, o.status, o.err);
+    outputs_free(&o);
+}
+
+/* Set KEY (dotted: "data.cursor") of DIR/step-N/trainer_state.json to v. */
+static void edit_state(const char *dir, int step, const char *key, json_t *v)
+{
+    char path[600], obj[64];
+    snprintf(path, sizeof path, "%s/step-%08d/%s", dir, step, ZT_CKPT_STATE);
+    json_t *root = json_load_file(path, 0, NULL);
+    assert_non_null(root);
+    const char *dot = strchr(key, '.');
+    json_t *at = root;
+    if (dot) {
+        snprintf(obj, sizeof obj, "%.*s", (int)(dot - key), key);
+        at = json_object_get(root, obj);
+        key = dot + 1;
+    }
+    assert_non_null(at);
+    json_object_set_new(at, key, v);
+    assert_int_equal(json_dump_file(root, path, JSON_INDENT(2)), 0);
+    json_decref(root);
+}
+
+/* --resume dir --steps steps (plus extra) exits `status` saying want. */
+static void expect_resume(const char *dir, int steps, const char *extra, int status,
+                          const char *want)
+{
+    char args[1024];
+    snprintf(args, sizeof args, "--steps %d --resume %s --nvme-path %s %s", steps, dir, g_dir,
+             extra);
+    outputs o = run(args);
+    if (o.status != status)
+        fail_msg("--resume %s: exit %d, expected %d\n%s", dir, o.status, status, o.err);
+    expect_in(&o, want);
+    outputs_free(&o);
+}
+
+static void test_resume_cross_checks_the_state(void **state)
+{
+    (void)state;
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/cross", g_dir);
+    save_run(dir, 4);
+    expect_resume(dir, 3, "", 2, "--steps 3 is below the checkpoint's step 4");
+    edit_state(dir, 4, "step", json_integer(2));
+    expect_resume(dir, 8, "", 2, "says step 2, but its directory is step 4's");
+    edit_state(dir, 4, "step", json_integer(99999999999ll));
+    expect_resume(dir, 8, "", 2, "'step' is 99999999999: expected a step count");
+    edit_state(dir, 4, "step", json_integer(4));
+    edit_state(dir, 4, "engine.steps", json_integer(3));
+    expect_resume(dir, 8, "", 2, "its engine counters say 3 steps");
+    edit_state(dir, 4, "engine.steps", json_integer(4));
+    edit_state(dir, 4, "data.cursor", json_integer(3));
+    expect_resume(dir, 8, "", 1, "the data position (epoch 0, window 3 of ");
+    edit_state(dir, 4, "data.cursor", json_integer(8)); /* 4 steps of 2 windows: as saved */
+    expect_resume(dir, 6, "", 0, "resumed from ");
+}
+
+static double json_lr(json_t *root, size_t i)
+{
+    return json_number_value(json_array_get(json_object_get(root, "lrs"), i));
+}
+
+static void test_resume_applies_changed_hyper_parameters(void **state)
+{
+    (void)state;
+    char dir[300], args[1024];
+    snprintf(dir, sizeof dir, "%s/lr", g_dir);
+    save_run(dir, 2);
+    snprintf(args, sizeof args,
+             "--steps 4 --resume %s --nvme-path %s --lr 0.0001 --weight-decay 0.1 --json", dir,
+             g_dir);
+    outputs o = run(args);
+    if (o.status != 0)
+        fail_msg("resume with --lr: exit %d\n%s", o.status, o.err);
+    expect_in(&o, "resuming with changed hyper-parameters (they apply): lr 0.002 \u2192 0.0001, "
+                  "weight_decay 0 \u2192 0.1");
+    json_t *root = json_loads(o.out, 0, NULL);
+    assert_non_null(root);
+    assert_int_equal(json_array_size(json_object_get(root, "lrs")), 2);
+    for (size_t i = 0; i < 2; i++)
+        if (fabs(json_lr(root, i) - 1e-4) > 1e-10)
+            fail_msg("resumed step %zu ran at lr %g, not --lr 0.0001", i + 3, json_lr(root, i));
+    json_decref(root);
+    outputs_free(&o);
+    /* unchanged: not a word */
+    snprintf(args, sizeof args, "--steps 3 --resume %s --nvme-path %s", dir, g_dir);
+    o = run(args);
+    assert_int_equal(o.status, 0);
+    assert_null(strstr(o.err, "changed hyper-parameters"));
+    outputs_free(&o);
+}
+
+#define HF_RUN                                                                                     \
+    " --device cpu --data " ZT_TEST_DATA " --seq 16 --micro-batch 2 --val-batches 1"               \
+    " --offload-optimizer nvme"
+
+static void test_hf_checkpoint_resumed_without_hf_model(void **state)
+{
+    (void)state;
+    char src[300], dir[300], args[1024], want[700];
+    snprintf(src, sizeof src, "%s/hf-src", g_dir);
+    snprintf(dir, sizeof dir, "%s/hf-ckpt", g_dir);
+    save_run(src, 1); /* src/hf-model: a Hugging Face model directory */
+    snprintf(args, sizeof args, "--steps 2 --hf-model %s/hf-model --save %s --nvme-path %s", src,
+             dir, g_dir);
+    outputs o = run_as(HF_RUN, args);
+    if (o.status != 0)
+        fail_msg("the --hf-model run: exit %d\n%s", o.status, o.err);
+    outputs_free(&o);
+    snprintf(args, sizeof args, "--steps 4 --resume %s --nvme-path %s", dir, g_dir);
+    o = run_as(HF_RUN, args);
+    assert_int_equal(o.status, 2);
+    snprintf(want, sizeof want,
+             "was saved from a run of the Hugging Face model in %s/hf-model: "
+             "pass --hf-model %s/hf-model",
+             src, src);
+    expect_in(&o, want);
+    outputs_free(&o);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -185,6 +333,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_second_run_refuses_a_locked_save_dir),
+        cmocka_unit_test(test_resume_cross_checks_the_state),
+        cmocka_unit_test(test_resume_applies_changed_hyper_parameters),
+        cmocka_unit_test(test_hf_checkpoint_resumed_without_hf_model),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

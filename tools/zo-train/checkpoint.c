@@ -476,12 +476,40 @@ static void add_data_identity(json_t *root, const char *data_path)
     json_object_set_new(data, "bytes", json_integer((json_int_t)sb.st_size));
 }
 
+/* The windows a step reads over all ranks. */
+static int64_t batch_windows(const zt_options *o)
+{
+    return (int64_t)o->micro_batch * o->grad_accum * zt_options_dp_size(o);
+}
+
+/* What a resumed run cross-checks (the data position against the steps)
+ * and names when it changes (the optimizer's hyper-parameters). */
+static void add_cross_checks(json_t *root, const zt_options *o, const zt_train_state *ts)
+{
+    json_t *data = json_object_get(root, "data");
+    json_t *opt =
+        json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:s}", "lr", (double)o->lr, "beta1", (double)o->beta1,
+                  "beta2", (double)o->beta2, "eps", (double)o->eps, "weight_decay",
+                  (double)o->weight_decay, "max_grad_norm", (double)o->max_grad_norm, "state_dtype",
+                  zt_state_dtype_name(o->state_dtype));
+    if (data) {
+        json_object_set_new(data, "batch_windows", json_integer((json_int_t)batch_windows(o)));
+        json_object_set_new(data, "origin_step", json_integer((json_int_t)ts->origin_step));
+        json_object_set_new(data, "origin_windows", json_integer((json_int_t)ts->origin_windows));
+    }
+    if (opt)
+        json_object_set_new(root, "optimizer", opt);
+    if (o->hf_model)
+        json_object_set_new(json_object_get(root, "model"), "hf_model", json_string(o->hf_model));
+}
+
 static zo_status write_state_file(zt_trainer *t, const char *dir, const zt_train_state *ts)
 {
     zo_engine_step_state es = ZO_ENGINE_STEP_STATE_INIT;
     ZT_LIB(zo_engine_get_step_state(zt_trainer_engine(t), &es));
     json_t *root = state_json(t, ts, &es);
     if (root) {
+        add_cross_checks(root, zt_trainer_options(t), ts);
         add_data_identity(root, zt_trainer_options(t)->data_path);
         json_object_set_new(json_object_get(root, "batch"), "world_size", /* the batch's ranks */
                             json_integer(zt_options_dp_size(zt_trainer_options(t))));
@@ -658,29 +686,90 @@ static zo_status get_num(const state_doc *d, const char *path, double *out)
     return ZO_OK;
 }
 
-/* The model the checkpoint was saved from must be this run's. */
-static zo_status check_model(const state_doc *d, const zt_shape *s)
+/* The model the checkpoint was saved from must be this run's: every
+ * difference named at once, and a checkpoint of a Hugging Face model
+ * resumed without --hf-model told to pass it. */
+static zo_status check_model(const state_doc *d, const zt_options *o)
 {
+    const zt_shape *s = &o->shape;
     const char *keys[5] = {"model.vocab", "model.dim", "model.layers", "model.heads", "model.ffn"};
     const char *flags[5] = {"--vocab", "--dim", "--layers", "--heads", "--ffn"};
     const int mine[5] = {s->vocab, s->dim, s->n_layers, s->n_heads, s->ffn_dim};
+    char diff[1024] = "";
+    size_t len = 0;
     for (int i = 0; i < 5; i++) {
         int64_t v;
         ZT_TRY(get_int(d, keys[i], &v));
-        if (v != mine[i])
-            return zt_fail(
-                ZO_ERR_INVALID_ARG,
-                "%s was saved from a model with %s %lld; this run's is %d (pass %s %lld)", d->file,
-                keys[i] + 6, (long long)v, mine[i], flags[i], (long long)v);
+        if (v != mine[i] && len < sizeof diff)
+            len += (size_t)snprintf(diff + len, sizeof diff - len,
+                                    "%s%s %lld; this run's is %d (pass %s %lld)", len ? "; " : "",
+                                    keys[i] + 6, (long long)v, mine[i], flags[i], (long long)v);
     }
     /* a checkpoint from before tied heads were one tensor has no key: untied */
     int tied = json_is_true(at(d->root, "model.tied"));
-    if (tied != (s->tied != 0))
+    if (tied != (s->tied != 0) && len < sizeof diff)
+        snprintf(diff + len, sizeof diff - len,
+                 "%sa head %s; this run's is %s (the Hugging Face config's tie_word_embeddings)",
+                 len ? "; " : "", tied ? "tied to the embedding" : "of its own",
+                 s->tied ? "tied" : "its own");
+    if (!diff[0])
+        return ZO_OK;
+    const char *hf = json_string_value(at(d->root, "model.hf_model"));
+    if (hf && !o->hf_model)
         return zt_fail(ZO_ERR_INVALID_ARG,
-                       "%s was saved from a model whose head is %s; this run's is %s (the "
-                       "Hugging Face config's tie_word_embeddings)",
-                       d->file, tied ? "tied to the embedding" : "its own matrix",
-                       s->tied ? "tied" : "its own");
+                       "%s was saved from a run of the Hugging Face model in %s: pass --hf-model "
+                       "%s (its shape is the checkpoint's; this run's differs: %s)",
+                       d->file, hf, hf, diff);
+    return zt_fail(ZO_ERR_INVALID_ARG, "%s was saved from a model with %s", d->file, diff);
+}
+
+/* "step-00000120" as 120; -1 for any other name. */
+static int64_t step_of_name(const char *ckpt_dir)
+{
+    char name[ZT_PATH];
+    snprintf(name, sizeof name, "%s", ckpt_dir);
+    size_t n = strlen(name);
+    while (n > 1 && name[n - 1] == '/')
+        name[--n] = 0;
+    const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+    char *end = NULL;
+    if (strncmp(base, "step-", 5) != 0 || !base[5])
+        return -1;
+    errno = 0;
+    long long v = strtoll(base + 5, &end, 10);
+    return errno || *end || v < 0 ? -1 : (int64_t)v;
+}
+
+/* trainer_state.json's step agrees with its directory's name and the
+ * engine's counters (an edited or misplaced state is refused), and this
+ * run's --steps reaches it. */
+static zo_status check_step(const state_doc *d, const char *ckpt_dir, const zt_options *o)
+{
+    int64_t step, steps, updates;
+    ZT_TRY(get_int(d, "step", &step));
+    ZT_TRY(get_int(d, "engine.steps", &steps));
+    ZT_TRY(get_int(d, "engine.updates", &updates));
+    if (step < 0 || step > INT_MAX)
+        return zt_fail(ZO_ERR_CORRUPT, "%s: 'step' is %lld: expected a step count, 0 to %d",
+                       d->file, (long long)step, INT_MAX);
+    int64_t named = step_of_name(ckpt_dir);
+    if (named >= 0 && named != step)
+        return zt_fail(ZO_ERR_CORRUPT,
+                       "%s says step %lld, but its directory is step %lld's: the state was edited "
+                       "or moved from another checkpoint; resume from another checkpoint",
+                       d->file, (long long)step, (long long)named);
+    if (steps != step || updates < 0 || updates > steps)
+        return zt_fail(ZO_ERR_CORRUPT,
+                       "%s says step %lld, but its engine counters say %lld steps and %lld "
+                       "updates (expected %lld steps, at most as many updates): the state was "
+                       "edited or is corrupted; resume from another checkpoint",
+                       d->file, (long long)step, (long long)steps, (long long)updates,
+                       (long long)step);
+    if (o->steps < step)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--steps %d is below the checkpoint's step %lld (%s): --steps counts every "
+                       "step since the first run began; pass --steps above %lld to train on",
+                       o->steps, (long long)step, d->file, (long long)step);
     return ZO_OK;
 }
 
@@ -790,7 +879,11 @@ zo_status zt_ckpt_check_settings(const char *ckpt_dir, const zt_options *o)
     ZT_TRY(join(p, ckpt_dir, ZT_CKPT_STATE));
     state_doc d = {NULL, p};
     ZT_TRY(zt_json_read(p, 0, &d.root));
-    zo_status st = check_settings(&d, o);
+    zo_status st = check_model(&d, o);
+    if (st >= 0)
+        st = check_step(&d, ckpt_dir, o);
+    if (st >= 0)
+        st = check_settings(&d, o);
     json_decref(d.root);
     return st;
 }
@@ -1119,6 +1212,92 @@ static zo_status load_all_ranks(zt_trainer *t, const char *dir)
     return ZO_OK;
 }
 
+/* The data position must be where the steps leave it: the windows read
+ * since the global batch's origin (data.origin_step, origin_windows,
+ * batch_windows; a checkpoint without them is not checked). This run's
+ * origin is the checkpoint's, or the checkpoint itself when this run's
+ * batch differs (or the data may: --resume-allow-changes). */
+static zo_status check_position(const state_doc *d, zt_trainer *t, zt_train_state *ts)
+{
+    const zt_options *o = zt_trainer_options(t);
+    uint64_t tw = zt_trainer_setup(t)->data.train_windows, have, span, want;
+    json_t *b = at(d->root, "data.batch_windows"), *s0 = at(d->root, "data.origin_step"),
+           *w0 = at(d->root, "data.origin_windows");
+    int known = json_is_integer(b) && json_is_integer(s0) && json_is_integer(w0);
+    if (__builtin_mul_overflow(ts->data.epoch, tw, &have) ||
+        __builtin_add_overflow(have, ts->data.cursor, &have))
+        return zt_fail(ZO_ERR_CORRUPT, "%s: data epoch %llu is not one a run reaches", d->file,
+                       (unsigned long long)ts->data.epoch);
+    ts->origin_step = ts->step;
+    ts->origin_windows = have;
+    if (!known || o->resume_allow_changes)
+        return ZO_OK;
+    int64_t bw = json_integer_value(b), os = json_integer_value(s0), ow = json_integer_value(w0);
+    if (bw <= 0 || os < 0 || os > ts->step || ow < 0 ||
+        __builtin_mul_overflow((uint64_t)(ts->step - os), (uint64_t)bw, &span) ||
+        __builtin_add_overflow(span, (uint64_t)ow, &want) || want != have)
+        return zt_fail(ZO_ERR_CORRUPT,
+                       "%s: the data position (epoch %llu, window %llu of %llu) is not where "
+                       "step %lld leaves the run (%lld windows a step since step %lld at window "
+                       "%lld): the state was edited; resume from another checkpoint",
+                       d->file, (unsigned long long)ts->data.epoch,
+                       (unsigned long long)ts->data.cursor, (unsigned long long)tw,
+                       (long long)ts->step, (long long)bw, (long long)os, (long long)ow);
+    if (bw == batch_windows(o)) {
+        ts->origin_step = os;
+        ts->origin_windows = (uint64_t)ow;
+    }
+    return ZO_OK;
+}
+
+/* The rate of this run's next step at the checkpoint's schedule state:
+ * this run's --lr and schedule apply on resume. */
+static double next_rate(const zt_options *o, int64_t sched_it)
+{
+    if (sched_it == o->sched.last_batch_iteration) /* no update applied yet */
+        return zt_schedule_first_lr(&o->sched, o->lr);
+    return zt_schedule_lr_at(&o->sched, o->lr, sched_it);
+}
+
+/* One hyper-parameter as saved and as this run has it: "name a → b". */
+static void note_change(char *out, size_t cap, size_t *len, const char *name, const char *was,
+                        const char *now)
+{
+    if (!strcmp(was, now) || *len >= cap)
+        return;
+    int w = snprintf(out + *len, cap - *len, "%s%s %s \u2192 %s", *len ? ", " : "", name, was, now);
+    *len += w > 0 ? (size_t)w : 0;
+}
+
+/* The hyper-parameters this run changes (they apply), named on rank 0. */
+static void report_changes(const state_doc *d, const zt_trainer *t, double saved_lr, double lr)
+{
+    const zt_options *o = zt_trainer_options(t);
+    const char *keys[5] = {"beta1", "beta2", "eps", "weight_decay", "max_grad_norm"};
+    const double mine[5] = {o->beta1, o->beta2, o->eps, o->weight_decay, o->max_grad_norm};
+    char out[1024] = "", was[64], now[64];
+    size_t len = 0;
+    snprintf(was, sizeof was, "%g", saved_lr);
+    snprintf(now, sizeof now, "%g", lr);
+    if (saved_lr != lr)
+        note_change(out, sizeof out, &len, "lr", was, now);
+    for (int i = 0; i < 5; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "optimizer.%s", keys[i]);
+        json_t *v = at(d->root, path);
+        if (!json_is_number(v))
+            continue;
+        snprintf(was, sizeof was, "%g", (double)(float)json_number_value(v));
+        snprintf(now, sizeof now, "%g", mine[i]);
+        note_change(out, sizeof out, &len, keys[i], was, now);
+    }
+    const char *fmt = json_string_value(at(d->root, "optimizer.state_dtype"));
+    if (fmt)
+        note_change(out, sizeof out, &len, "state_dtype", fmt, zt_state_dtype_name(o->state_dtype));
+    if (out[0] && rank_of(t) == 0)
+        fprintf(stderr, "zo-train: resuming with changed hyper-parameters (they apply): %s\n", out);
+}
+
 static zo_status restore_steps(zt_trainer *t, const state_doc *d)
 {
     zo_engine_step_state es = ZO_ENGINE_STEP_STATE_INIT, now = ZO_ENGINE_STEP_STATE_INIT;
@@ -1138,6 +1317,10 @@ static zo_status restore_steps(zt_trainer *t, const state_doc *d)
         return zt_fail(st, "%s: %s", d->file, zt_lib_message());
     zt_train_state ts;
     ZT_TRY(read_train_state(d, &ts));
+    ZT_TRY(check_position(d, t, &ts));
+    double saved_lr = ts.lr;
+    ts.lr = next_rate(zt_trainer_options(t), ts.sched_it);
+    report_changes(d, t, saved_lr, ts.lr);
     return zt_trainer_set_state(t, &ts);
 }
 
@@ -1155,7 +1338,9 @@ zo_status zt_ckpt_load(zt_trainer *t, const char *ckpt_dir)
         st = zt_fail(ZO_ERR_CORRUPT, "%s is not a %s version %d file", p, ZT_CKPT_FORMAT,
                      ZT_CKPT_VERSION);
     if (st >= 0)
-        st = check_model(&d, &zt_trainer_options(t)->shape);
+        st = check_model(&d, zt_trainer_options(t));
+    if (st >= 0)
+        st = check_step(&d, ckpt_dir, zt_trainer_options(t));
     if (st >= 0)
         st = check_settings(&d, zt_trainer_options(t));
     /* across ranks every rank reaches the load: a refusal above is every rank's */

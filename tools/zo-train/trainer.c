@@ -39,8 +39,10 @@ struct zt_trainer {
     int64_t step;        /* steps done */
     double lr;           /* the rate of the next step */
     double last_lr;      /* ... and of the last step run */
-    zo_phase open_phase; /* the phase of the layer fetched last (its end mark) */
-    zo_comm_t comm;      /* ZeRO: the ranks' communicator, else NULL */
+    int64_t origin_step; /* zt_train_state's origin of the global batch */
+    uint64_t origin_windows;
+    zo_phase open_phase;                    /* the phase of the layer fetched last (its end mark) */
+    zo_comm_t comm;                         /* ZeRO: the ranks' communicator, else NULL */
     char rank_dirs[ZT_MAX_NVME_PATHS][512]; /* ZeRO: DIR/rank-R of each NVMe path */
     float *all_losses;                      /* ZeRO: every rank's micro-batch losses of a step */
     uint64_t mark_t0;                       /* the compute stream's current layer began (trace) */
@@ -1249,6 +1251,8 @@ void zt_trainer_get_state(const zt_trainer *t, zt_train_state *out)
     out->sched_it = t->sched_it;
     out->lr = t->lr;
     zt_data_get_position(t->data, &out->data);
+    out->origin_step = t->origin_step;
+    out->origin_windows = t->origin_windows;
 }
 
 zo_status zt_trainer_set_state(zt_trainer *t, const zt_train_state *in)
@@ -1260,6 +1264,8 @@ zo_status zt_trainer_set_state(zt_trainer *t, const zt_train_state *in)
     t->step = in->step;
     t->sched_it = in->sched_it;
     t->lr = t->last_lr = in->lr;
+    t->origin_step = in->origin_step;
+    t->origin_windows = in->origin_windows;
     t->retry = 0;
     return ZO_OK;
 }

@@ -93,6 +93,8 @@ typedef struct zt_options {
     int local_rank, local_size; /* 0 of 1 with one rank */
     const char *local_from;     /* where local_size came from, for messages */
     int verbose;                /* -v: per-rank resources and the engine's info lines */
+    const char *hf_model;       /* --hf-model DIR, or NULL: recorded in checkpoints, so that
+                                   --resume without it says so */
     /* Pipeline stages (pipeline.h): world_size = stages x data-parallel ranks; rank
      * r is stage r / D of data-parallel rank r % D (D = world_size / stages), so the
      * ranks of a stage form its data-parallel (ZeRO) group and the ranks of one
@@ -185,6 +187,12 @@ typedef struct zt_train_state {
     int64_t sched_it; /* the schedule's last_batch_iteration */
     double lr;        /* the rate of the next step */
     zt_data_position data;
+    /* Where the run's global batch began (0, 0: at the start; a resumed run
+     * with another batch, at its checkpoint): the windows read by step s are
+     * origin_windows + (s - origin_step) x the global batch's windows, which
+     * a resumed run checks the data position against. */
+    int64_t origin_step;
+    uint64_t origin_windows;
 } zt_train_state;
 
 void zt_trainer_get_state(const zt_trainer *t, zt_train_state *out);
