@@ -8,7 +8,10 @@
  * - --lr and the other hyper-parameters given on resume apply, each change
  *   named ("lr 0.002 → 0.0001");
  * - a checkpoint of a Hugging Face model resumed without --hf-model is told
- *   to pass it. */
+ *   to pass it;
+ * - a step an injected NVMe I/O error failed runs again and the run ends as
+ *   one without the error; with no retries left the run saves its committed
+ *   steps first, says where, and --resume ends as the uninterrupted run. */
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
@@ -42,13 +45,14 @@ typedef struct outputs {
     int status;
 } outputs;
 
-/* zo-train ARGS (after base), to its end: stdout, stderr, exit status. */
-static outputs run_as(const char *base, const char *args)
+/* zo-train ARGS (after base) under the environment settings env, to its
+ * end: stdout, stderr, exit status. */
+static outputs run_env(const char *env, const char *base, const char *args)
 {
     char cmd[4096], out_path[300], err_path[300];
     snprintf(out_path, sizeof out_path, "%s/stdout.txt", g_dir);
     snprintf(err_path, sizeof err_path, "%s/stderr.txt", g_dir);
-    snprintf(cmd, sizeof cmd, "%s %s %s >%s 2>%s", ZT_EXE, base, args, out_path, err_path);
+    snprintf(cmd, sizeof cmd, "%s %s %s %s >%s 2>%s", env, ZT_EXE, base, args, out_path, err_path);
     int st = system(cmd);
     outputs o;
     size_t n;
@@ -56,6 +60,11 @@ static outputs run_as(const char *base, const char *args)
     o.out = slurp(out_path, &n);
     o.err = slurp(err_path, &n);
     return o;
+}
+
+static outputs run_as(const char *base, const char *args)
+{
+    return run_env("", base, args);
 }
 
 /* zo-train ARGS with RUN. */
@@ -76,12 +85,6 @@ static void expect_in(const outputs *o, const char *needle)
         fail_msg("zo-train's stderr lacks '%s':\n%s", needle, o->err);
 }
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, ms % 1000 * 1000000};
-    nanosleep(&ts, NULL);
-}
-
 /* zo-train ARGS (with RUN) in the background, its stderr into err. */
 static pid_t spawn(const char *args, const char *err)
 {
@@ -94,39 +97,6 @@ static pid_t spawn(const char *args, const char *err)
         _exit(127);
     }
     return pid;
-}
-
-static int count_lines(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    int n = 0, ch;
-    while (f && (ch = fgetc(f)) != EOF)
-        n += ch == '\n';
-    if (f)
-        fclose(f);
-    return n;
-}
-
-/* Wait (at most 60 s) until the run has logged `steps` steps to metrics. */
-static void wait_for_steps(pid_t pid, const char *metrics, int steps)
-{
-    for (int i = 0; i < 6000 && count_lines(metrics) < steps; i++) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            fail_msg("zo-train exited (status %d) before step %d", st, steps);
-        sleep_ms(10);
-    }
-    if (count_lines(metrics) < steps)
-        fail_msg("zo-train did not reach step %d in 60 s", steps);
-}
-
-static int exit_code(pid_t pid)
-{
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    g_child = -1;
-    assert_true(WIFEXITED(st));
-    return WEXITSTATUS(st);
 }
 
 /* ---- the save directory's lock ---- */
@@ -162,6 +132,7 @@ static void test_second_run_refuses_a_locked_save_dir(void **state)
     expect_in(&o, want);
     outputs_free(&o);
     kill(first, SIGTERM);
+    g_child = -1;
     assert_int_equal(exit_code(first), 128 + SIGTERM);
     /* the first is gone: its directory continues */
     char latest[400];
@@ -310,6 +281,72 @@ static void test_hf_checkpoint_resumed_without_hf_model(void **state)
     outputs_free(&o);
 }
 
+/* ---- a failed step ---- */
+
+#define FAULTY " --steps 6 --json" /* one NVMe store: each counts its own faults */
+
+static json_t *summary(const outputs *o)
+{
+    json_t *root = json_loads(o->out, 0, NULL);
+    if (!root)
+        fail_msg("no JSON summary (exit %d)\n%s", o->status, o->err);
+    return root;
+}
+
+/* The step the stderr says failed. */
+static int failed_step(const outputs *o)
+{
+    const char *at = strstr(o->err, "zo-train: step ");
+    assert_non_null(at);
+    return atoi(at + strlen("zo-train: step "));
+}
+
+static void test_failed_step_is_retried_then_saved(void **state)
+{
+    (void)state;
+    char dir[300], args[1024], want[600];
+    snprintf(dir, sizeof dir, "%s/faulty", g_dir);
+    snprintf(args, sizeof args, FAULTY " --nvme-path %s", g_dir);
+    outputs o = run(args);
+    assert_int_equal(o.status, 0);
+    json_t *ref = summary(&o);
+    outputs_free(&o);
+    /* one transient error: the step runs again, the run equals the reference */
+    snprintf(args, sizeof args, FAULTY " --nvme-path %s --save %s", g_dir, dir);
+    rm_rf(dir);
+    o = run_env("ZO_SWAP_FAULTS=eio@100", RUN, args);
+    if (o.status != 0)
+        fail_msg("a transient error: exit %d\n%s", o.status, o.err);
+    expect_in(&o, "Input/output error");
+    expect_in(&o, "; running it again (1 of 3)");
+    json_t *got = summary(&o);
+    assert_losses_continue(got, json_object_get(ref, "losses"), 6);
+    json_decref(got);
+    outputs_free(&o);
+    /* no retries: the run stops, saving its committed steps first */
+    rm_rf(dir);
+    snprintf(args, sizeof args, FAULTY " --nvme-path %s --save %s --step-retries 0", g_dir, dir);
+    o = run_env("ZO_SWAP_FAULTS=eio@100", RUN, args);
+    assert_int_equal(o.status, 1);
+    int failed = failed_step(&o);
+    assert_true(failed > 1);
+    snprintf(want, sizeof want, "the committed steps are kept in %s/step-%08d (step %d)", dir,
+             failed - 1, failed - 1);
+    expect_in(&o, want);
+    outputs_free(&o);
+    /* which resume where they stopped, as if never stopped */
+    snprintf(args, sizeof args, FAULTY " --nvme-path %s --save %s --resume %s", g_dir, dir, dir);
+    o = run(args);
+    if (o.status != 0)
+        fail_msg("resuming after the failure: exit %d\n%s", o.status, o.err);
+    got = summary(&o);
+    assert_int_equal(json_integer_value(json_object_get(got, "first_step")), failed);
+    assert_losses_continue(got, json_object_get(ref, "losses"), 6);
+    json_decref(got);
+    json_decref(ref);
+    outputs_free(&o);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -336,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_resume_cross_checks_the_state),
         cmocka_unit_test(test_resume_applies_changed_hyper_parameters),
         cmocka_unit_test(test_hf_checkpoint_resumed_without_hf_model),
+        cmocka_unit_test(test_failed_step_is_retried_then_saved),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

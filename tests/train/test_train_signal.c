@@ -25,12 +25,6 @@
 
 static char g_dir[256];
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, ms % 1000 * 1000000};
-    nanosleep(&ts, NULL);
-}
-
 /* A run of many steps that saves only when stopped (or at its end). */
 static pid_t spawn(const char *save, const char *swap, const char *metrics, int steps, int resume)
 {
@@ -87,39 +81,6 @@ static pid_t spawn(const char *save, const char *swap, const char *metrics, int 
         _exit(127);
     }
     return pid;
-}
-
-static int count_lines(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    int n = 0, ch;
-    while (f && (ch = fgetc(f)) != EOF)
-        n += ch == '\n';
-    if (f)
-        fclose(f);
-    return n;
-}
-
-/* Wait (at most 60 s) until the run has logged `steps` steps. */
-static void wait_for_steps(pid_t pid, const char *metrics, int steps)
-{
-    for (int i = 0; i < 6000 && count_lines(metrics) < steps; i++) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            fail_msg("zo-train exited (status %d) before step %d", st, steps);
-        sleep_ms(10);
-    }
-    if (count_lines(metrics) < steps)
-        fail_msg("zo-train did not reach step %d in 60 s", steps);
-}
-
-static int exit_code(pid_t pid)
-{
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    if (!WIFEXITED(st))
-        fail_msg("zo-train did not exit (killed by signal %d)", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-    return WEXITSTATUS(st);
 }
 
 static int dir_entries(const char *path)

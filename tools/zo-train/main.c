@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -67,6 +68,7 @@ typedef struct cli {
     char rank_trace[PATH_MAX]; /* --pipeline-stages: FILE.rank-R, each stage's timeline */
     int progress;              /* -1 auto (in place on a terminal), 0 log lines, 1 in place */
     int max_skipped;           /* fp16: overflowing steps in a row before the run stops */
+    int step_retries;          /* tries again of a step an I/O error failed */
 } cli;
 
 static void usage(FILE *f)
@@ -94,6 +96,8 @@ static void usage(FILE *f)
         "  --max-grad-norm X      clip the global gradient norm (default 1; 0: off)\n"
         "  --max-skipped-steps N  fp16: stop after N overflowing (skipped) steps in a row\n"
         "                         (default 50); bf16 stops at the first NaN/Inf\n"
+        "  --step-retries N       run a step an NVMe I/O error failed again, up to N times\n"
+        "                         (default 3; one rank); a run that must stop saves first\n"
         "  --seed S               initial weights and data order (default 1)\n"
         "  --val-batches N        validation micro-batches at the end (default 8)\n"
         "placement:\n"
@@ -293,6 +297,7 @@ enum {
     OPT_PROGRESS,
     OPT_ALLOW_CHANGES,
     OPT_MAX_SKIPPED,
+    OPT_STEP_RETRIES,
     OPT_HOST_MEM,
     OPT_PLACEMENT,
     OPT_OPTIM_DEVICE_BYTES,
@@ -355,6 +360,7 @@ static const struct option long_opts[] = {
     {"progress", required_argument, 0, OPT_PROGRESS},
     {"resume-allow-changes", no_argument, 0, OPT_ALLOW_CHANGES},
     {"max-skipped-steps", required_argument, 0, OPT_MAX_SKIPPED},
+    {"step-retries", required_argument, 0, OPT_STEP_RETRIES},
     {"host-mem", required_argument, 0, OPT_HOST_MEM},
     {"placement", required_argument, 0, OPT_PLACEMENT},
     {"optim-device-bytes", required_argument, 0, OPT_OPTIM_DEVICE_BYTES},
@@ -390,7 +396,7 @@ static int parse_mode(const char *s, zo_optim_mode *out)
 static int parse_int_opt(int opt, const char *arg, cli *c)
 {
     long v;
-    long lo = opt == OPT_STEPS ? 0 : 1;
+    long lo = opt == OPT_STEPS || opt == OPT_STEP_RETRIES ? 0 : 1;
     if (parse_long(arg, lo, INT_MAX, &v) != 0)
         return bad_value(long_opts[opt - OPT_PRESET].name, arg,
                          lo ? "an integer >= 1" : "an integer >= 0");
@@ -409,6 +415,7 @@ static int parse_int_opt(int opt, const char *arg, cli *c)
     case OPT_LOG: c->log_every = (int)v; break;
     case OPT_SAVE_EVERY: c->save_every = (int)v; break;
     case OPT_MAX_SKIPPED: c->max_skipped = (int)v; break;
+    case OPT_STEP_RETRIES: c->step_retries = (int)v; break;
     }
     return 0;
 }
@@ -1036,13 +1043,25 @@ static zo_status save_checkpoint(zt_trainer *t, cli *c)
 }
 
 /* Save after step `done` when it is due (every --save-every steps and at
- * the end): 1 when it saved, 0 when none was due, -1 on failure. */
-static int maybe_save(zt_trainer *t, cli *c, int done)
+ * the end): 1 when it saved, 0 when none was due, -1 on failure. A save an
+ * NVMe I/O error failed (reading the states) is written again, as a step
+ * is run again (run_step): the next try starts from a fresh step-N.tmp. */
+static int maybe_save(zt_trainer *t, cli *c, const feedback *fb, int done)
 {
     if (!c->save_dir || !((c->save_every && done % c->save_every == 0) || done == c->o.steps))
         return 0;
     zo_nvtx_push("checkpoint");
     zo_status st = save_checkpoint(t, c);
+    for (int k = 1; st == ZO_ERR_IO && ranks(c) == 1 && k <= c->step_retries; k++) {
+        zt_progress_end(stderr, fb->tty);
+        fprintf(stderr,
+                "zo-train: saving the checkpoint of step %d failed: %s; writing it again "
+                "(%d of %d)\n",
+                done, zt_last_error(), k, c->step_retries);
+        struct timespec pause = {0, 100000000L * k};
+        nanosleep(&pause, NULL);
+        st = save_checkpoint(t, c);
+    }
     zo_nvtx_pop();
     return st < 0 ? -1 : 1;
 }
@@ -1094,6 +1113,55 @@ static int stop_on_signal(zt_trainer *t, cli *c, const feedback *fb, int sig, in
     return 128 + sig;
 }
 
+/* An NVMe I/O error may be transient (a reset link, a busy device): the
+ * engine keeps the committed weights and zt_trainer_step runs the step
+ * again from its first fetch, on the same tokens, so a retried step equals
+ * one that never failed. One rank only: across ranks the others would
+ * have to retry with it. */
+static zo_status run_step(zt_trainer *t, const cli *c, const feedback *fb, int step, float *loss,
+                          zo_step_stats *s)
+{
+    zo_status st = zt_trainer_step(t, loss, s);
+    for (int k = 1; st == ZO_ERR_IO && ranks(c) == 1 && k <= c->step_retries; k++) {
+        if (zt_signal_pending())
+            break;
+        zt_progress_end(stderr, fb->tty);
+        fprintf(stderr, "zo-train: step %d failed: %s; running it again (%d of %d)\n", step,
+                zt_last_error(), k, c->step_retries);
+        struct timespec pause = {0, 100000000L * k}; /* a moment for the device */
+        nanosleep(&pause, NULL);
+        st = zt_trainer_step(t, loss, s);
+    }
+    return st;
+}
+
+/* A step failed for good: the steps before it are committed and kept, as a
+ * stop signal keeps them (saved with --save, one rank), and the run says
+ * where they are. */
+static int stop_on_failure(zt_trainer *t, cli *c, const feedback *fb, int step, int saved)
+{
+    zt_progress_end(stderr, fb->tty);
+    fprintf(stderr, "zo-train: step %d failed: %s\n", step, zt_last_error());
+    if (c->save_dir && !saved && ranks(c) == 1) {
+        saved = save_checkpoint(t, c) >= 0;
+        if (!saved)
+            fprintf(stderr, "zo-train: saving the checkpoint of step %d failed: %s\n", step - 1,
+                    zt_last_error());
+    }
+    const char *kept = c->last_saved[0] ? c->last_saved : c->resumed_from;
+    if (kept[0] && saved)
+        fprintf(stderr,
+                "zo-train: the committed steps are kept in %s (step %d): --resume continues "
+                "from there\n",
+                kept, step - 1);
+    else if (kept[0])
+        fprintf(stderr, "zo-train: the last checkpoint is %s\n", kept);
+    else
+        fprintf(stderr, "zo-train: %s\n",
+                c->save_dir ? "no checkpoint written" : "no --save: nothing kept");
+    return 1;
+}
+
 static int train(zt_trainer *t, cli *c, feedback *fb, float *losses, double *lrs, totals *tot)
 {
     int saved = 1; /* nothing new to save before the first step */
@@ -1107,18 +1175,15 @@ static int train(zt_trainer *t, cli *c, feedback *fb, float *losses, double *lrs
         char name[32];
         snprintf(name, sizeof name, "step %d", i + 1);
         zo_nvtx_push(name);
-        zo_status st = zt_trainer_step(t, &losses[k], &s);
+        zo_status st = run_step(t, c, fb, i + 1, &losses[k], &s);
         zo_nvtx_pop();
-        if (st < 0) {
-            zt_progress_end(stderr, fb->tty);
-            fprintf(stderr, "zo-train: step %d failed: %s\n", i + 1, zt_last_error());
-            return 1;
-        }
+        if (st < 0)
+            return stop_on_failure(t, c, fb, i + 1, saved);
         if (diverged(c, fb, i + 1, losses[k], &s, &skips))
             return 1;
         uint64_t t1 = zo_now_ns();
         zt_trace_main(fb->trace, "step", i + 1, t0, t1);
-        saved = maybe_save(t, c, i + 1);
+        saved = maybe_save(t, c, fb, i + 1);
         if (saved < 0) {
             zt_progress_end(stderr, fb->tty);
             fprintf(stderr, "zo-train: saving the checkpoint of step %d failed: %s\n", i + 1,
@@ -1567,6 +1632,7 @@ int main(int argc, char **argv)
     c.progress = -1;
     c.log_every = 10;
     c.max_skipped = 50;
+    c.step_retries = 3;
     if (zt_ranks_discover(&c.o) < 0) {
         fprintf(stderr, "zo-train: %s\n", zt_last_error());
         return 2;

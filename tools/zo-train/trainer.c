@@ -34,12 +34,13 @@ struct zt_trainer {
     int32_t *min, *mtgt; /* ranks in the global order: this rank's micro-batches of them */
     int32_t *vin, *vtgt; /* validation tokens (a failed step keeps its own for the retry) */
     float *losses;
-    int retry;           /* the last step failed: run it again on the same tokens */
-    int64_t sched_it;    /* the schedule's last_batch_iteration */
-    int64_t step;        /* steps done */
-    double lr;           /* the rate of the next step */
-    double last_lr;      /* ... and of the last step run */
-    int64_t origin_step; /* zt_train_state's origin of the global batch */
+    int retry;               /* the last step failed: run it again on the same tokens */
+    zt_data_position before; /* the data position before the failed step's tokens */
+    int64_t sched_it;        /* the schedule's last_batch_iteration */
+    int64_t step;            /* steps done */
+    double lr;               /* the rate of the next step */
+    double last_lr;          /* ... and of the last step run */
+    int64_t origin_step;     /* zt_train_state's origin of the global batch */
     uint64_t origin_windows;
     zo_phase open_phase;                    /* the phase of the layer fetched last (its end mark) */
     zo_comm_t comm;                         /* ZeRO: the ranks' communicator, else NULL */
@@ -1097,8 +1098,10 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats)
     if (t->retry)
         zo_stream_synchronize(
             t->s); /* let the abandoned step's queued work finish; its error is reported */
-    else           /* every rank reads the ranks' batch and trains on its own share */
+    else {         /* every rank reads the ranks' batch and trains on its own share */
+        zt_data_get_position(t->data, &t->before);
         zt_data_next_train(t->data, t->in, t->tgt, W * n * t->o.micro_batch);
+    }
     t->retry = 1;
     zo_swap_stats act0 = ZO_SWAP_STATS_INIT;
     zo_swap_t act = zt_act_swap(zt_model_act_store(t->m));
@@ -1251,6 +1254,8 @@ void zt_trainer_get_state(const zt_trainer *t, zt_train_state *out)
     out->sched_it = t->sched_it;
     out->lr = t->lr;
     zt_data_get_position(t->data, &out->data);
+    if (t->retry) /* a failed step's tokens are not read yet: the committed state's position */
+        out->data = t->before;
     out->origin_step = t->origin_step;
     out->origin_windows = t->origin_windows;
 }
