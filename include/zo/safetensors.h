@@ -99,6 +99,11 @@ ZO_API zo_status zo_st_reader_expect(zo_st_reader_t r, const char *name, zo_dtyp
 /* A __metadata__ value, or NULL. */
 ZO_API const char *zo_st_reader_metadata(zo_st_reader_t r, const char *key);
 
+/* The checksum zoffload's checkpoints record for each tensor's bytes (as
+ * stored in the file): xxh64 with seed 0, the hash the swap extents carry.
+ * For readers that have no xxHash of their own (the Python front end). */
+ZO_API uint64_t zo_st_checksum(const void *data, size_t n);
+
 /* ---- Hugging Face LLaMA tensor names ---- */
 
 typedef enum zo_llama_role {

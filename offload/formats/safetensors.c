@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "zo/atomic_file.h"
 #include "zo/file.h"
@@ -850,4 +851,9 @@ zo_status zo_llama_tensor_shape(const zo_llama_dims *d, zo_llama_role role, int 
     shape[0] = rows;
     shape[1] = cols;
     return ZO_OK;
+}
+
+uint64_t zo_st_checksum(const void *data, size_t n)
+{
+    return (uint64_t)XXH64(data, n, 0);
 }

@@ -1,10 +1,14 @@
 """Checkpoints: a run saved, loaded into a fresh process and continued equals the run that
 never stopped, bit for bit (schedule, accumulation, clipping, NVMe states included); a
-checkpoint of another model is refused by name; the files are zo-train's format."""
+checkpoint of another model is refused by name; the files are zo-train's format; a flipped bit
+is refused by its checksum naming the file and tensor, a NaN or a negative second moment by the
+value checks, and a checkpoint without checksums loads with a warning."""
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -85,7 +89,7 @@ def test_save_load_in_a_fresh_process_continues_bitwise(tmp_path, state):
     st = json.loads((ckpt / tag / "trainer_state.json").read_text())
     assert st["format"] == "zoffload-checkpoint" and st["step"] == SPLIT
     assert sorted(p.name for p in (ckpt / tag).iterdir()) == [
-        "model.safetensors", "optimizer.safetensors", "trainer_state.json"]
+        "checksums.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json"]
 
 
 def test_another_models_checkpoint_is_refused(tmp_path):
@@ -99,6 +103,65 @@ def test_another_models_checkpoint_is_refused(tmp_path):
     after = weights(other)
     assert all(torch.equal(before[k], after[k]) for k in before)  # nothing half-loaded
     other.destroy()
+
+
+def tensor_at(path: Path, name: str):
+    """(offset in the file, bytes) of tensor name in a safetensors file."""
+    raw = path.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    begin, end = json.loads(raw[8:8 + n])[name]["data_offsets"]
+    return 8 + n + begin, end - begin
+
+
+def poke(path: Path, name: str, index: int, value: bytes, resum: bool) -> None:
+    """Overwrite element index of tensor name; with resum, record its new checksum so that
+    only the value checks can catch it."""
+    at, nbytes = tensor_at(path, name)
+    raw = bytearray(path.read_bytes())
+    raw[at + index * len(value):at + (index + 1) * len(value)] = value
+    path.write_bytes(bytes(raw))
+    if resum:
+        from zoffload import checkpoint
+        sums_path = path.parent / "checksums.json"
+        doc = json.loads(sums_path.read_text())
+        buf = (ctypes.c_uint8 * nbytes).from_buffer(raw, at)
+        doc["files"][path.name][name] = checkpoint._checksum(ctypes.addressof(buf), nbytes)
+        del buf
+        sums_path.write_text(json.dumps(doc))
+
+
+def test_corrupted_checkpoints_are_refused(tmp_path):
+    eng, *_ = zoffload.initialize(model=MAKERS["gpt2"](), config=config("bf16"))
+    train(eng, 0, 1)
+    before = weights(eng)
+    tags = {}
+    for tag in ("flip", "nan", "neg", "old"):
+        eng.save_checkpoint(tmp_path, tag=tag)
+        tags[tag] = tmp_path / tag
+    name = eng.params[1].name
+    at, _ = tensor_at(tags["flip"] / "model.safetensors", name)
+    raw = bytearray((tags["flip"] / "model.safetensors").read_bytes())
+    raw[at + 3] ^= 0x40
+    (tags["flip"] / "model.safetensors").write_bytes(bytes(raw))
+    poke(tags["nan"] / "optimizer.safetensors", f"{name}.exp_avg", 2,
+         struct.pack("<f", float("nan")), True)
+    poke(tags["neg"] / "optimizer.safetensors", f"{name}.exp_avg_sq", 1, struct.pack("<f", -1.0),
+         True)
+    (tags["old"] / "checksums.json").unlink()
+    with pytest.raises(zoffload.ZoIOError, match=f"model.safetensors: tensor '{name}' does not "
+                       "match its checksum"):
+        eng.load_checkpoint(tmp_path, tag="flip")
+    with pytest.raises(zoffload.ZoIOError, match=r"exp_avg' in optimizer.safetensors has nan at "
+                       r"index 2 \(not finite\)"):
+        eng.load_checkpoint(tmp_path, tag="nan")
+    with pytest.raises(zoffload.ZoIOError, match="has -1 at index 1 \\(second moments are "
+                       "squares"):
+        eng.load_checkpoint(tmp_path, tag="neg")
+    after = weights(eng)
+    assert all(torch.equal(before[k], after[k]) for k in before)  # nothing half-loaded
+    with pytest.warns(UserWarning, match="has no checksums.json"):
+        eng.load_checkpoint(tmp_path, tag="old")
+    eng.destroy()
 
 
 if __name__ == "__main__":

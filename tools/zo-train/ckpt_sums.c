@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <xxhash.h>
 
 #include "hf_io.h"
 #include "zo/atomic_file.h"
+#include "zo/safetensors.h"
 #include "zt_error.h"
 
 #define ZT_SUMS_FORMAT "zoffload-checksums"
@@ -25,7 +25,7 @@ struct zt_sums {
 
 static void hex_of(const void *data, size_t n, char out[17])
 {
-    snprintf(out, 17, "%016" PRIx64, (uint64_t)XXH64(data, n, 0));
+    snprintf(out, 17, "%016" PRIx64, zo_st_checksum(data, n));
 }
 
 zo_status zt_sums_new(zt_sums **out)

@@ -6,18 +6,23 @@
                                     metadata optimizer_state_dtype
     DIR/TAG/trainer_state.json      format, version, step, the engine's step state, the
                                     schedule, the model, the batch, the caller's client_state
+    DIR/TAG/checksums.json          every tensor's xxh64 per file (zo_st_checksum, the C
+                                    library's: Python's stdlib has no xxHash)
     DIR/latest                      the newest complete TAG (written last, atomically)
 
 A save builds DIR/TAG.tmp and renames it only when complete, so a crash leaves the previous
 checkpoint and `latest` as they were. Tensors stream one at a time through the C safetensors
 writer: saving never holds the whole model in host memory. Loading checks every name, dtype
-and shape and refuses another model's checkpoint by name."""
+and shape and refuses another model's checkpoint by name, then every tensor's checksum and
+values (NaN/Inf, a negative second moment, moments no gradient makes) before the engine is
+touched; a checkpoint saved before checksums existed loads with a warning."""
 from __future__ import annotations
 
 import ctypes
 import json
 import os
 import shutil
+import warnings
 from typing import Optional
 
 import torch
@@ -31,6 +36,21 @@ _STATE_NAMES = {N.DTYPE_F32: "fp32", N.DTYPE_BF16: "bf16", N.DTYPE_I8: "int8"}
 _STATE_OF_NAME = {v: k for k, v in _STATE_NAMES.items()}
 _ELEM = {N.DTYPE_F32: 4, N.DTYPE_BF16: 2, N.DTYPE_U8: 1, N.DTYPE_I8: 1}
 Q8_BLOCK = 256
+SUMS = "checksums.json"
+SUMS_FORMAT, SUMS_ALGO = "zoffload-checksums", "xxh64"
+# zo-train's limits (checkpoint.c): a gradient of 1e10 bounds m, its square v.
+MOMENT_LIMIT = {"exp_avg": 1e10, "exp_avg_sq": 1e20}
+
+
+def _checksum(ptr: int, n: int) -> str:
+    return f"{N.lib().zo_st_checksum(ctypes.c_void_p(ptr), n):016x}"
+
+
+def _view(ptr: int, nbytes: int, dtype: torch.dtype) -> torch.Tensor:
+    """The bytes at ptr as a tensor (no copy; valid while the reader is open)."""
+    if nbytes == 0:
+        return torch.empty(0, dtype=dtype)
+    return torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(ptr), dtype=dtype)
 
 
 def _moment_bytes(fmt: int, numel: int) -> int:
@@ -51,6 +71,7 @@ def _file_dtype(fmt: int) -> int:
 class _Writer:
     def __init__(self, path: str):
         self.path = path
+        self.sums = {}
         self.h = ctypes.c_void_p()
         N.check(N.lib().zo_st_writer_init(ctypes.byref(self.h), path.encode()), path)
 
@@ -65,6 +86,7 @@ class _Writer:
     def write(self, name: str, ptr: int, n: int) -> None:
         N.check(N.lib().zo_st_writer_write(self.h, name.encode(), ctypes.c_void_p(ptr), n),
                 f"{self.path}: {name}")
+        self.sums[name] = _checksum(ptr, n)
 
     def commit(self) -> None:
         N.check(N.lib().zo_st_writer_commit(self.h), self.path)
@@ -112,6 +134,70 @@ class _Reader:
     def close(self) -> None:
         N.lib().zo_st_reader_free(self.h)
         self.h = ctypes.c_void_p()
+
+
+def _read_sums(path: str) -> Optional[dict]:
+    """checksums.json's files, or None (with a warning) for a checkpoint saved before."""
+    p = os.path.join(path, SUMS)
+    if not os.path.exists(p):
+        warnings.warn(f"{path} has no {SUMS} (saved before checkpoints carried checksums): "
+                      f"loading it unverified", stacklevel=3)
+        return None
+    try:
+        with open(p) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ZoIOError(f"checkpoint file {p}: {e}") from None
+    if (not isinstance(doc, dict) or doc.get("format") != SUMS_FORMAT or
+            doc.get("algorithm") != SUMS_ALGO or not isinstance(doc.get("files"), dict)):
+        raise ZoIOError(f"checkpoint file {p} is not a {SUMS_FORMAT} list (expected \"format\": "
+                        f"\"{SUMS_FORMAT}\", \"algorithm\": \"{SUMS_ALGO}\" and a \"files\" "
+                        f"object)")
+    return doc["files"]
+
+
+def _verify(sums: Optional[dict], rd: _Reader, name: str, info, dtype: torch.dtype,
+            limit: Optional[float] = None, nonneg: bool = False) -> None:
+    """Tensor name of rd: its checksum (a corrupted file is named first), then its values."""
+    file = os.path.basename(rd.path)
+    if sums is not None:
+        want = sums.get(file, {}).get(name) if isinstance(sums.get(file), dict) else None
+        if want is None:
+            raise ZoIOError(f"checkpoint file {rd.path}: no checksum recorded for tensor "
+                            f"{name!r} ({SUMS} is incomplete): load another checkpoint")
+        have = _checksum(info.data, info.nbytes)
+        if have != want:
+            raise ZoIOError(f"checkpoint file {rd.path}: tensor {name!r} does not match its "
+                            f"checksum (xxh64 {want} recorded, {have} now): the file is "
+                            f"corrupted; load another checkpoint")
+    if dtype is None:
+        return
+    x = _view(info.data, info.nbytes, dtype).float()
+    bad = ~torch.isfinite(x)
+    why = "not finite"
+    if nonneg and not bad.any():
+        bad, why = x < 0, "second moments are squares, never negative"
+    if limit is not None and not bad.any():
+        bad, why = x.abs() > limit, f"beyond {limit:g}"
+    if bad.any():
+        i = int(bad.nonzero()[0, 0])
+        raise ZoIOError(f"checkpoint {os.path.dirname(rd.path)}: tensor {name!r} in {file} has "
+                        f"{x[i].item():g} at index {i} ({why}): the checkpoint is corrupted or "
+                        f"was saved from a diverged run; load another checkpoint")
+
+
+def _check_moments(sums, orr: _Reader, ep, tf: int) -> None:
+    for k in ("exp_avg", "exp_avg_sq"):
+        info = orr.expect(f"{ep.name}.{k}", _file_dtype(tf), ep.shape)
+        if tf == N.DTYPE_I8:  # any code is a value; a block's scale bounds its magnitudes
+            _verify(sums, orr, f"{ep.name}.{k}", info, None)
+            sc = orr.expect(f"{ep.name}.{k}.absmax", N.DTYPE_F32, (_q8_blocks(ep.numel),))
+            _verify(sums, orr, f"{ep.name}.{k}.absmax", sc, torch.float32, MOMENT_LIMIT[k],
+                    True)
+        else:
+            _verify(sums, orr, f"{ep.name}.{k}", info,
+                    torch.bfloat16 if tf == N.DTYPE_BF16 else torch.float32, MOMENT_LIMIT[k],
+                    k == "exp_avg_sq")
 
 
 def _buffers(eng, ep, fmt):
@@ -231,6 +317,12 @@ def _write_tensors(eng, tmp: str) -> None:
                              _q8_blocks(ep.numel) * 4)
         mw.commit()
         ow.commit()
+        text = json.dumps({"format": SUMS_FORMAT, "algorithm": SUMS_ALGO,
+                           "files": {"model.safetensors": mw.sums,
+                                     "optimizer.safetensors": ow.sums}},
+                          indent=1, sort_keys=True).encode()
+        N.check(N.lib().zo_atomic_write_file(os.path.join(tmp, SUMS).encode(), text, len(text)),
+                SUMS)
     finally:
         mw.close()
         ow.close()
@@ -330,6 +422,7 @@ def load(eng, load_dir, tag, load_optimizer: bool, load_schedule: bool):
     if state.get("format") != FORMAT or state.get("version") != VERSION:
         raise ZoArgumentError(f"{path}/trainer_state.json is format {state.get('format')!r} "
                               f"version {state.get('version')!r}, not {FORMAT!r} {VERSION}")
+    sums = _read_sums(path)
     mr = _Reader(os.path.join(path, "model.safetensors"))
     orr = _Reader(os.path.join(path, "optimizer.safetensors")) if load_optimizer else None
     try:
@@ -343,6 +436,10 @@ def load(eng, load_dir, tag, load_optimizer: bool, load_schedule: bool):
                                   f": set zoffload.optimizer_state_dtype to match")
         for ep in eng.tensors:  # every name, dtype and shape first: all or nothing
             mr.expect(ep.name, N.DTYPE_F32, ep.shape)
+        for ep in eng.tensors:  # then every checksum and value
+            _verify(sums, mr, ep.name, mr.expect(ep.name, N.DTYPE_F32, ep.shape), torch.float32)
+            if orr is not None:
+                _check_moments(sums, orr, ep, _tensor_state_dtype(eng, ep))
         for ep in eng.tensors:
             info = mr.expect(ep.name, N.DTYPE_F32, ep.shape)
             ptr = info.data
