@@ -8,12 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "hf_io.h"
 #include "zo/atomic_file.h"
 #include "zo/safetensors.h"
 #include "zt_error.h"
+#include "zt_json.h"
 
 #define ZT_SUMS_FORMAT "zoffload-checksums"
 #define ZT_SUMS_ALGO   "xxh64"
@@ -94,14 +94,8 @@ static int is_sums_name(const char *n)
 /* One list's files merged into s. */
 static zo_status merge_list(zt_sums *s, const char *path)
 {
-    struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
-        return zt_fail(ZO_ERR_CORRUPT, "checkpoint file %s is not a regular file", path);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root)
-        return zt_fail(ZO_ERR_CORRUPT, "checkpoint file %s: %s (line %d)", path, jerr.text,
-                       jerr.line);
+    json_t *root = NULL;
+    ZT_TRY(zt_json_read(path, 0, &root));
     const char *fmt = json_string_value(json_object_get(root, "format"));
     const char *algo = json_string_value(json_object_get(root, "algorithm"));
     json_t *files = json_object_get(root, "files");
