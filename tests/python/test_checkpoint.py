@@ -164,6 +164,21 @@ def test_corrupted_checkpoints_are_refused(tmp_path):
     eng.destroy()
 
 
+def test_a_save_directory_is_held_by_its_engine(tmp_path):
+    """A second engine (another process in practice: the lock is an flock, per open file) saving
+    into a directory the first saved into is refused, naming the holder; after destroy it may."""
+    a, *_ = zoffload.initialize(model=MAKERS["gpt2"](), config=config("bf16"))
+    b, *_ = zoffload.initialize(model=MAKERS["gpt2"](), config=config("bf16"))
+    a.save_checkpoint(tmp_path)
+    with pytest.raises(zoffload.ZoError, match=f"save_checkpoint directory {tmp_path} is in use "
+                       f"by another run \\(pid {os.getpid()} on "):
+        b.save_checkpoint(tmp_path, tag="other")
+    assert not (tmp_path / "other").exists()
+    a.destroy()
+    b.save_checkpoint(tmp_path, tag="other")
+    b.destroy()
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     worker(*sys.argv[1:6])

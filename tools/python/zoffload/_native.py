@@ -259,6 +259,8 @@ _SIGNATURES = {
     "zo_st_reader_find": (c_int, [_P, c_char_p, POINTER(StTensorInfo)]),
     "zo_st_reader_metadata": (c_char_p, [_P, c_char_p]),
     "zo_st_checksum": (c_uint64, [_P, c_size_t]),
+    "zo_dir_lock": (c_int, [POINTER(_P), c_char_p, c_char_p]),
+    "zo_dir_unlock": (None, [_P]),
     "zo_atomic_write_file": (c_int, [c_char_p, _P, c_size_t]),
     "zo_fsync_parent_dir": (c_int, [c_char_p]),
 }

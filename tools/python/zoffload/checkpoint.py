@@ -353,6 +353,19 @@ def _state(eng, client_state: dict) -> dict:
             "client_state": client_state}
 
 
+def _lock(eng, save_dir: str) -> None:
+    """Hold save_dir for this engine until destroy (zo/dir_lock.h, zo-train's lock): another
+    process saving there is refused, naming it, instead of mixing its checkpoints in."""
+    locks = eng.__dict__.setdefault("_save_locks", {})
+    key = os.path.realpath(save_dir)
+    if key in locks:
+        return
+    h = ctypes.c_void_p()
+    N.check(N.lib().zo_dir_lock(ctypes.byref(h), save_dir.encode(), b"save_checkpoint directory"),
+            save_dir)
+    locks[key] = h
+
+
 def save(eng, save_dir, tag, client_state: dict, save_latest: bool) -> str:
     eng._check_open()
     if eng.world_size > 1:
@@ -371,6 +384,7 @@ def save(eng, save_dir, tag, client_state: dict, save_latest: bool) -> str:
     if "/" in tag or tag in ("", ".", "..") or tag.endswith(".tmp"):
         raise ZoArgumentError(f"tag {tag!r} must be a plain directory name")
     os.makedirs(save_dir, exist_ok=True)
+    _lock(eng, save_dir)
     final = os.path.join(save_dir, tag)
     tmp = final + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -1080,6 +1080,9 @@ class ZoEngine:
 
     def _free_native(self) -> None:
         lib = N.lib()
+        for lock in getattr(self, "_save_locks", {}).values():
+            lib.zo_dir_unlock(lock)
+        self._save_locks = {}
         if self._eng:
             lib.zo_engine_free(self._eng)
             self._eng = ctypes.c_void_p()
