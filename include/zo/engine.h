@@ -463,6 +463,14 @@ ZO_API zo_status zo_engine_register_fill(zo_engine_t eng, int layer, const char 
  * BF16 states it changes nothing. Only before zo_engine_finalize. */
 ZO_API zo_status zo_engine_keep_f32_states(zo_engine_t eng, int id);
 
+/* Tensor id's updates use weight_decay instead of config.adam.weight_decay
+ * (finite, >= 0): per-tensor decay, as PyTorch's parameter groups give it
+ * (Hugging Face's Trainer decays no bias and no norm weight). Between
+ * zo_engine_register and zo_engine_finalize. The chunk's update runs the
+ * tensor's elements as a job of their own, elementwise the same bits as one
+ * pass with that decay. */
+ZO_API zo_status zo_engine_set_weight_decay(zo_engine_t eng, int id, float weight_decay);
+
 /* The footprint of the registered model under the configuration, without
  * allocating; fits is 0 and msg names the tier and shortfall when it cannot. */
 ZO_API zo_status zo_engine_plan(zo_engine_t eng, zo_engine_footprint *fp, int *fits, char *msg,

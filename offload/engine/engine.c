@@ -220,6 +220,25 @@ zo_status zo_engine_keep_f32_states(zo_engine_t e, int id)
     return ZO_OK;
 }
 
+zo_status zo_engine_set_weight_decay(zo_engine_t e, int id, float weight_decay)
+{
+    if (!e || id < 0 || id >= e->n_tensors)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "set_weight_decay: no tensor %d (%d registered)", id, e ? e->n_tensors : 0);
+    if (!isfinite(weight_decay) || weight_decay < 0.0f)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "set_weight_decay '%s': %g must be finite and >= 0", e->tensors[id].name,
+                       (double)weight_decay);
+    if (e->finalized)
+        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
+                       "set_weight_decay '%s': the engine is already finalized (set it between "
+                       "zo_engine_register and zo_engine_finalize)",
+                       e->tensors[id].name);
+    e->tensors[id].own_decay = 1;
+    e->tensors[id].decay = weight_decay;
+    return ZO_OK;
+}
+
 int zo_engine_n_tensors(zo_engine_t e)
 {
     return e ? e->n_tensors : 0;

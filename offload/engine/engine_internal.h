@@ -66,8 +66,10 @@ typedef struct eng_tensor {
     zo_engine_fill_fn fill; /* writes the initial values where they are placed */
     void *fill_ctx;
     uint32_t chunk;
-    size_t off;   /* element offset inside the chunk */
-    int keep_f32; /* zo_engine_keep_f32_states: fp32 moments under I8 states */
+    size_t off;    /* element offset inside the chunk */
+    int keep_f32;  /* zo_engine_keep_f32_states: fp32 moments under I8 states */
+    int own_decay; /* zo_engine_set_weight_decay: decay instead of the config's */
+    float decay;
 } eng_tensor;
 
 typedef struct eng_layer {
@@ -132,13 +134,22 @@ typedef struct eng_chunk {
     int zpart;           /* ZeRO stage 3: its 16-bit parameters live on its owner only */
     int zg_slot;         /* ... the gather buffer its last gather of this step took (held while the
                             buffer's chunk is still this one), or -1; a non-owner's is then p16[0] */
-    uint32_t small_first, n_small; /* I8 states: its tensors with fp32 moments (eng->small) */
+    uint32_t small_first, n_small; /* its tensors updated apart (eng->small, eng_apart) */
 } eng_chunk;
 
 /* Elements [off, off + numel) of a chunk. */
 typedef struct eng_span {
     size_t off, numel;
 } eng_span;
+
+/* A tensor whose update runs apart from its chunk's (eng_adam_enqueue): with
+ * fp32 moments under I8 states, or its own weight decay. */
+typedef struct eng_apart {
+    size_t off, numel;
+    int f32;       /* fp32 moments in the I8 code bytes (its room: zo_adam_q8_small_room) */
+    int own_decay; /* decay instead of the config's */
+    float decay;
+} eng_apart;
 
 typedef struct eng_pslot {
     void *ptr;
@@ -265,7 +276,7 @@ struct zo_engine {
     /* packing */
     size_t chunk_bytes, chunk_elems;
     eng_chunk *chunks;
-    eng_span *small; /* I8 states: the tensors with fp32 moments, by chunk (eng_chunk) */
+    eng_apart *small; /* the tensors updated apart, by chunk (eng_chunk) */
     uint32_t n_small;
     uint8_t *p16_home, *states_home; /* each chunk's homes (zo_tier), chosen at packing */
     uint32_t n_chunks, max_cpl;

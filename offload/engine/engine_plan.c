@@ -226,16 +226,18 @@ static void place_homes(struct zo_engine *e, const eng_plan_in *in)
     e->g_grouped = in->grouped; /* what comes down (the stages' room needs it) */
 }
 
-/* With I8 states, a tensor with fp32 moments joins its chunk's list, in
- * placement order: the update runs it apart (eng_adam_run). */
+/* A tensor with fp32 moments under I8 states, or with its own weight decay,
+ * joins its chunk's list, in placement order: the update runs it apart
+ * (eng_adam_run). */
 static void add_small(struct zo_engine *e, const eng_tensor *t)
 {
-    if (!eng_keeps_f32(e->cfg.state_dtype, t->numel, t->keep_f32))
+    const int f32 = eng_keeps_f32(e->cfg.state_dtype, t->numel, t->keep_f32);
+    if (!f32 && !t->own_decay)
         return;
     eng_chunk *k = &e->chunks[t->chunk];
     if (!k->n_small)
         k->small_first = e->n_small;
-    e->small[e->n_small++] = (eng_span){t->off, t->numel};
+    e->small[e->n_small++] = (eng_apart){t->off, t->numel, f32, t->own_decay, t->decay};
     k->n_small++;
 }
 

@@ -179,11 +179,12 @@ uint32_t eng_adam_jobs(const eng_chunk *k)
     return 2 * k->n_small + 1;
 }
 
-/* In element order: the I8 run before each small tensor, the tensor with
- * its fp32 moments (the rest of its room, padding, is left alone: the 16-bit
- * copy's is zeroed here, as the kernel would write the zero master), the
- * run after the last. Elementwise and blockwise, so the same bits as one
- * pass would give whatever the split. */
+/* In element order: the run before each tensor updated apart, the tensor
+ * (with its own decay; with fp32 moments under I8 states, the rest of its
+ * room, padding, left alone: the 16-bit copy's is zeroed here, as the kernel
+ * would write the zero master), the run after the last. Elementwise and
+ * blockwise (tensors start on an I8 block), so the same bits as one pass
+ * would give whatever the split. */
 zo_status eng_adam_enqueue(struct zo_engine *e, eng_chunk *k, float *st, const eng_update_args *u,
                            zo_optim_job_t *jobs, uint32_t *queued)
 {
@@ -193,14 +194,17 @@ zo_status eng_adam_enqueue(struct zo_engine *e, eng_chunk *k, float *st, const e
     *queued = 0;
     size_t at = 0;
     for (uint32_t i = 0; i < k->n_small; i++) {
-        eng_span sp = e->small[k->small_first + i];
-        size_t room = zo_adam_q8_small_room(sp.numel);
-        ZO_TRY(enqueue_range(e, &p, &all, at, sp.off - at, 0, jobs, queued));
-        ZO_TRY(enqueue_range(e, &p, &all, sp.off, sp.numel, 1, jobs, queued));
-        if (all.out)
-            memset((char *)all.out + (sp.off + sp.numel) * zo_dtype_size(all.out_type), 0,
-                   (room - sp.numel) * zo_dtype_size(all.out_type));
-        at = sp.off + room;
+        const eng_apart *sp = &e->small[k->small_first + i];
+        size_t room = sp->f32 ? zo_adam_q8_small_room(sp->numel) : sp->numel;
+        zo_adam_params own = p;
+        if (sp->own_decay)
+            own.weight_decay = sp->decay;
+        ZO_TRY(enqueue_range(e, &p, &all, at, sp->off - at, 0, jobs, queued));
+        ZO_TRY(enqueue_range(e, &own, &all, sp->off, sp->numel, sp->f32, jobs, queued));
+        if (all.out && room > sp->numel)
+            memset((char *)all.out + (sp->off + sp->numel) * zo_dtype_size(all.out_type), 0,
+                   (room - sp->numel) * zo_dtype_size(all.out_type));
+        at = sp->off + room;
     }
     return enqueue_range(e, &p, &all, at, k->n_elems - at, 0, jobs, queued);
 }

@@ -11,6 +11,8 @@
 
 zo_dtype g_state_dtype = ZO_DTYPE_F32;
 int g_keep_f32 = -1;
+unsigned char g_own_decay[TM_T];
+float g_decay[TM_T];
 
 run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
@@ -97,6 +99,9 @@ zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nfaults, 
     ZO_TRY(st);
     if (g_keep_f32 >= 0)
         ZO_TRY(zo_engine_keep_f32_states(h->eng, h->ids[g_keep_f32]));
+    for (int k = 0; k < TM_T; k++)
+        if (g_own_decay[k])
+            ZO_TRY(zo_engine_set_weight_decay(h->eng, h->ids[k], g_decay[k]));
     return finalize ? zo_engine_finalize(h->eng) : ZO_OK;
 }
 

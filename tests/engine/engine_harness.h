@@ -48,6 +48,9 @@ typedef struct run_cfg {
  * in the format tests. */
 extern zo_dtype g_state_dtype;
 extern int g_keep_f32; /* a tensor (k) marked by zo_engine_keep_f32_states, or -1 */
+/* Tensors (k) given their own weight decay by zo_engine_set_weight_decay. */
+extern unsigned char g_own_decay[TM_T];
+extern float g_decay[TM_T];
 
 typedef struct run_out {
     float *master[TM_T];

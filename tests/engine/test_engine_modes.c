@@ -278,6 +278,53 @@ static void test_learning_rate_per_step(void **state)
     harness_close(&h);
 }
 
+/* Per-tensor weight decay (parameter groups: no decay on the biases, a
+ * stronger one on W1) equals the reference that decays each tensor so, in
+ * sync and overlap modes, states on the host and on NVMe; setting it is
+ * refused after finalize, negative or for no tensor. */
+static void test_per_tensor_weight_decay(void **state)
+{
+    (void)state;
+    zo_adam_params hp = test_adam(); /* the engines' decay, 0.01 */
+    tm_ref r, uniform;
+    tm_ref_init(&r, ZO_DTYPE_BF16);
+    tm_ref_init(&uniform, ZO_DTYPE_BF16);
+    for (int k = 0; k < TM_T; k++) {
+        g_own_decay[k] = r.own_decay[k] = k % 2 || k == 2;
+        g_decay[k] = r.decay[k] = k == 2 ? 0.5f : 0.0f;
+    }
+    tm_ref_train(&r, &hp, STEPS, 1, 0);
+    tm_ref_train(&uniform, &hp, STEPS, 1, 0);
+    assert_true(memcmp(r.master[1], uniform.master[1], tm_numel(1) * sizeof(float)) != 0);
+    for (int m = 0; m < 3; m++)
+        for (int nvme = 0; nvme < 2; nvme++) {
+            if (m == ZO_OPTIM_DPU)
+                continue; /* its reference is the stale one (test_dpu_matches_stale_reference) */
+            run_cfg c =
+                base_cfg(ZO_TIER_HOST, nvme ? ZO_TIER_NVME : ZO_TIER_HOST, (zo_optim_mode)m);
+            run_out o;
+            run(&c, &o);
+            assert_matches_reference(&o, &r, STEPS);
+            run_out_free(&o);
+        }
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+    ZO_ASSERT_ST(zo_engine_set_weight_decay(h.eng, h.ids[0], 0.0f), ZO_ERR_STATE);
+    assert_non_null(strstr(zo_last_error(), "already finalized"));
+    ZO_ASSERT_ST(zo_engine_set_weight_decay(h.eng, TM_T, 0.0f), ZO_ERR_INVALID_ARG);
+    harness_close(&h);
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(build_engine(&h, NULL, 0, 0));
+    ZO_ASSERT_ST(zo_engine_set_weight_decay(h.eng, h.ids[0], -1.0f), ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "finite and >= 0"));
+    harness_close(&h);
+    memset(g_own_decay, 0, sizeof g_own_decay);
+    tm_ref_free(&r);
+    tm_ref_free(&uniform);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -288,6 +335,7 @@ int main(void)
         cmocka_unit_test(test_overlap_with_overflow_equals_sync),
         cmocka_unit_test(test_dpu_matches_stale_reference),
         cmocka_unit_test(test_learning_rate_per_step),
+        cmocka_unit_test(test_per_tensor_weight_decay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

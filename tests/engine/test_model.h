@@ -158,6 +158,8 @@ typedef struct tm_ref {
     uint16_t *p16[TM_T], *pub[TM_T], *g16[TM_T];
     tm_acts a;
     double losses[TM_MAXSTEPS];
+    unsigned char own_decay[TM_T]; /* tensor k decays by decay[k], not hp->weight_decay */
+    float decay[TM_T];
 } tm_ref;
 
 static inline void tm_ref_init(tm_ref *r, zo_dtype t)
@@ -240,6 +242,8 @@ static inline void tm_ref_train_lrs(tm_ref *r, const zo_adam_params *hp, int ste
             p.grad_scale = 1.0f;
             if (lrs)
                 p.lr = lrs[s];
+            if (r->own_decay[k])
+                p.weight_decay = r->decay[k];
             zo_adam_buffers b = ZO_ADAM_BUFFERS_INIT;
             b.n = tm_numel(k);
             b.grad = accum > 1 ? (const void *)r->acc[k] : r->g16[k];
