@@ -112,11 +112,12 @@ def test_the_engine_reports_what_it_trains_with():
     eng.destroy()
 
 
-def test_parameter_groups_with_their_own_weight_decay_are_refused():
+def test_parameter_groups_with_their_own_betas_are_refused():
+    """A group may set its own weight_decay (test_groups.py), not its own betas, eps or lr."""
     model = small()
     groups = [{"params": [model[0].weight, model[2].weight], "weight_decay": 0.01},
-              {"params": [model[0].bias, model[2].bias], "weight_decay": 0.0}]
-    with pytest.raises(zoffload.ZoArgumentError, match="group 1 sets weight_decay=0.0"):
+              {"params": [model[0].bias, model[2].bias], "betas": (0.5, 0.9)}]
+    with pytest.raises(zoffload.ZoArgumentError, match=r"group 1 sets betas=\(0.5, 0.9\)"):
         zoffload.initialize(model=model, model_parameters=groups, config=config("bf16"))
     same = [{"params": [model[0].weight, model[2].weight], "weight_decay": 0.01},
             {"params": [model[0].bias, model[2].bias]}]

@@ -73,10 +73,18 @@ class ZoOptimizer:
 
     @property
     def param_groups(self):
-        g = dict(self.adam)
-        g["lr"] = self.engine.get_lr()[0]
-        g["params"] = [ep.param for ep in self.engine.params]
-        return [g]
+        """One group per weight decay in use (the engine's only per-tensor setting)."""
+        groups: dict = {}
+        for t in self.engine.tensors:
+            wd = self.engine.decay_of.get(id(t.param), self.adam["weight_decay"])
+            if wd not in groups:
+                g = dict(self.adam)
+                g["lr"] = self.engine.get_lr()[0]
+                g["weight_decay"] = wd
+                g["params"] = []
+                groups[wd] = g
+            groups[wd]["params"].append(t.param)
+        return list(groups.values())
 
     @property
     def loss_scale(self) -> float:
@@ -120,7 +128,8 @@ def _raw_dict(cfg) -> dict:
 
 
 def _client_adam(optimizer, config: dict) -> Optional[dict]:
-    """A torch Adam/AdamW given as the client optimizer, as the engine's Adam settings."""
+    """A torch Adam/AdamW given as the client optimizer, as the engine's Adam settings (the
+    first group's; the others may differ in weight_decay only: _decays reads theirs)."""
     if optimizer is None:
         return None
     if callable(optimizer) and not hasattr(optimizer, "param_groups"):
@@ -137,13 +146,13 @@ def _client_adam(optimizer, config: dict) -> Optional[dict]:
                               f"runs Adam and AdamW (its C CPU Adam); pass torch.optim.Adam or "
                               f"AdamW, or set the config's 'optimizer' section")
     groups = optimizer.param_groups
-    keys = ("lr", "betas", "eps", "weight_decay")
-    first = {k: groups[0][k] for k in keys}
+    keys = ("lr", "betas", "eps")
+    first = {k: groups[0][k] for k in keys + ("weight_decay",)}
     for g in groups[1:]:
-        if any(g[k] != first[k] for k in keys):
-            raise ZoArgumentError("the optimizer's parameter groups differ in lr, betas, eps or "
-                                  "weight_decay: the engine applies one setting to every "
-                                  "parameter; use one group")
+        if any(_differs(g[k], first[k]) for k in keys):
+            raise ZoArgumentError("the optimizer's parameter groups differ in lr, betas or eps: "
+                                  "the engine applies one setting to every parameter (a group "
+                                  "may set its own weight_decay); use one group")
     if groups[0].get("amsgrad"):
         raise ZoArgumentError("amsgrad is not supported by the engine's Adam")
     return {"lr": float(first["lr"]), "betas": [float(b) for b in first["betas"]],
@@ -151,7 +160,7 @@ def _client_adam(optimizer, config: dict) -> Optional[dict]:
             "bias_correction": True, "adamw": kind is torch.optim.AdamW}
 
 
-_GROUP_KEYS = ("lr", "betas", "eps", "weight_decay")
+_GROUP_KEYS = ("lr", "betas", "eps")
 
 
 def _differs(a, b) -> bool:
@@ -160,25 +169,40 @@ def _differs(a, b) -> bool:
     return float(a) != float(b)
 
 
-def _check_model_parameters(model, model_parameters, adam: dict) -> None:
+def _decays(groups, adam: dict) -> dict:
+    """id(parameter) -> weight_decay for the parameters of groups that set their own."""
+    out = {}
+    for g in groups:
+        if isinstance(g, dict) and "weight_decay" in g and _differs(g["weight_decay"],
+                                                                   adam["weight_decay"]):
+            wd = float(g["weight_decay"])
+            if not wd >= 0.0 or wd == float("inf"):
+                raise ZoArgumentError(f"a parameter group's weight_decay {wd!r} must be finite "
+                                      f"and >= 0")
+            out.update((id(p), wd) for p in g.get("params", []))
+    return out
+
+
+def _check_model_parameters(model, model_parameters, adam: dict) -> list:
     """DeepSpeed's model_parameters: the engine trains every trainable parameter of the model,
-    so a list that leaves some out must say so by freezing them; parameter groups must not
-    ask for hyper-parameters other than the optimizer's (the engine applies one setting to
-    every tensor: a group's own weight_decay would be silently ignored otherwise)."""
+    so a list that leaves some out must say so by freezing them; parameter groups may set
+    their own weight_decay (the engine decays per tensor: Hugging Face's Trainer exempts
+    biases and norms), but not their own lr, betas or eps. Returns the list, consumed."""
     if model_parameters is None:
-        return
+        return []
     given = set()
-    for i, x in enumerate(model_parameters):
+    items = list(model_parameters)
+    for i, x in enumerate(items):
         if isinstance(x, dict):
-            given.update(id(p) for p in x.get("params", []))
+            x["params"] = list(x.get("params", []))
+            given.update(id(p) for p in x["params"])
             for k in _GROUP_KEYS:
                 if k in x and _differs(x[k], adam[k]):
                     raise ZoArgumentError(
                         f"model_parameters group {i} sets {k}={x[k]!r} but the optimizer's is "
-                        f"{adam[k]!r}: the engine's Adam applies one setting to every parameter "
-                        f"(per-group hyper-parameters, such as no weight decay on biases and "
-                        f"norms, are not supported yet); pass model.parameters() or groups "
-                        f"without their own {k}")
+                        f"{adam[k]!r}: the engine's Adam applies one {k} to every parameter "
+                        f"(a group may set its own weight_decay only); pass groups without "
+                        f"their own {k}")
         else:
             given.add(id(x))
     left = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in given]
@@ -187,6 +211,7 @@ def _check_model_parameters(model, model_parameters, adam: dict) -> None:
                               f"of the model (first {left[0]!r}): the engine trains every "
                               f"parameter with requires_grad; set requires_grad=False on those "
                               f"it must not train")
+    return items
 
 
 def initialize(args: Optional[argparse.Namespace] = None, model=None, optimizer=None,
@@ -218,8 +243,12 @@ def initialize(args: Optional[argparse.Namespace] = None, model=None, optimizer=
     resolved = resolve_config(cfg, world.size, config_overrides)
     resolved["_optimizer_given"] = "optimizer" in raw
     adam = _client_adam(optimizer, resolved)
-    _check_model_parameters(model, model_parameters, adam or _adam_of(resolved))
-    eng = _make_engine(model, resolved, raw, layers, adam, world, device, max_layer_params)
+    groups = _check_model_parameters(model, model_parameters, adam or _adam_of(resolved))
+    if optimizer is not None:
+        groups = list(optimizer.param_groups)
+    decays = _decays(groups, adam or _adam_of(resolved))
+    eng = _make_engine(model, resolved, raw, layers, adam, world, device, max_layer_params,
+                       decays)
     opt = ZoOptimizer(eng, adam or eng._adam)
     loader = None
     if training_data is not None:
@@ -232,21 +261,23 @@ def initialize(args: Optional[argparse.Namespace] = None, model=None, optimizer=
     return eng, opt, loader, eng.lr_scheduler
 
 
-def _make_engine(model, resolved, raw, layers, adam, world, device, max_layer_params):
+def _make_engine(model, resolved, raw, layers, adam, world, device, max_layer_params, decays):
     if world.size > 1:
         # The communicator rides on the engine's device: made once the device exists.
-        return _RankedEngine(model, resolved, raw, layers, adam, world, device, max_layer_params)
+        return _RankedEngine(model, resolved, raw, layers, adam, world, device, max_layer_params,
+                             decays)
     return ZoEngine(model, resolved, raw, layers=layers, client_adam=adam, world=None,
-                    device=device, max_unit_params=max_layer_params)
+                    device=device, max_unit_params=max_layer_params, decays=decays)
 
 
 class _RankedEngine(ZoEngine):
     """A ZoEngine whose communicator opens over its device before the engine is made."""
 
-    def __init__(self, model, resolved, raw, layers, adam, world, device, max_layer_params):
+    def __init__(self, model, resolved, raw, layers, adam, world, device, max_layer_params,
+                 decays):
         self._world_pending = world
         super().__init__(model, resolved, raw, layers=layers, client_adam=adam, world=world,
-                         device=device, max_unit_params=max_layer_params)
+                         device=device, max_unit_params=max_layer_params, decays=decays)
 
     def _make_engine(self):
         self._world_pending.open(self.device)

@@ -189,7 +189,7 @@ class ZoEngine:
 
     def __init__(self, model: nn.Module, config: dict, raw_config: dict, layers=None,
                  client_adam: Optional[dict] = None, world=None, device: Optional[str] = None,
-                 max_unit_params: Optional[int] = None):
+                 max_unit_params: Optional[int] = None, decays: Optional[dict] = None):
         if getattr(model, _ENGINES_OF_MODEL, None) is not None:
             raise ZoStateError("zoffload.initialize was already called on this model: its "
                                "parameters live in that engine now; keep using the engine it "
@@ -207,6 +207,7 @@ class ZoEngine:
                             N.DTYPE_BF16 if config["bf16"]["enabled"] else N.DTYPE_F32)
         self.torch_dtype = _TORCH_DTYPE[self.param_dtype]
         self._adam = client_adam or _adam_of(config)
+        self.decay_of = dict(decays or {})  # id(parameter) -> its group's own weight decay
         self._units_given = layers
         self._partition(layers, max_unit_params)
         backend = device or _device_backend(model)
@@ -455,6 +456,10 @@ class ZoEngine:
                                            ctypes.c_void_p(init.data_ptr()), ctypes.byref(tid)),
                     f"registering {ep.name}")
             ep.id = tid.value
+            if id(ep.param) in self.decay_of:
+                N.check(lib.zo_engine_set_weight_decay(self._eng, ep.id,
+                                                       self.decay_of[id(ep.param)]),
+                        f"{ep.name}'s weight decay")
 
     def _read_plan(self) -> None:
         lib = N.lib()
@@ -1028,7 +1033,9 @@ class ZoEngine:
         return {
             "optimizer": {"type": "AdamW" if self._adam["adamw"] else "Adam", **{
                 k: self._adam[k] for k in ("lr", "betas", "eps", "weight_decay",
-                                           "bias_correction")}},
+                                           "bias_correction")},
+                "own_weight_decay": {t.name: self.decay_of[id(t.param)] for t in self.tensors
+                                     if id(t.param) in self.decay_of}},
             "gradient_clipping": cfg["gradient_clipping"],
             "dtype": {N.DTYPE_BF16: "bf16", N.DTYPE_F16: "fp16", N.DTYPE_F32: "fp32"}[
                 self.param_dtype],
