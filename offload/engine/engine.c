@@ -206,34 +206,34 @@ zo_status zo_engine_register_fill(zo_engine_t e, int layer, const char *name, si
     return ZO_OK;
 }
 
-zo_status zo_engine_keep_f32_states(zo_engine_t e, int id)
+/* Tensor id of an engine not finalized yet, for a per-tensor setting (what). */
+static zo_status settable_tensor(const struct zo_engine *e, int id, const char *what)
 {
     if (!e || id < 0 || id >= e->n_tensors)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
-                       "keep_f32_states: no tensor %d (%d registered)", id, e ? e->n_tensors : 0);
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "%s: no tensor %d (%d registered)", what, id,
+                       e ? e->n_tensors : 0);
     if (e->finalized)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
-                       "keep_f32_states '%s': the engine is already finalized (mark tensors "
-                       "between zo_engine_register and zo_engine_finalize)",
-                       e->tensors[id].name);
+                       "%s '%s': the engine is already finalized (set it between "
+                       "zo_engine_register and zo_engine_finalize)",
+                       what, e->tensors[id].name);
+    return ZO_OK;
+}
+
+zo_status zo_engine_keep_f32_states(zo_engine_t e, int id)
+{
+    ZO_TRY(settable_tensor(e, id, "keep_f32_states"));
     e->tensors[id].keep_f32 = 1;
     return ZO_OK;
 }
 
 zo_status zo_engine_set_weight_decay(zo_engine_t e, int id, float weight_decay)
 {
-    if (!e || id < 0 || id >= e->n_tensors)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
-                       "set_weight_decay: no tensor %d (%d registered)", id, e ? e->n_tensors : 0);
+    ZO_TRY(settable_tensor(e, id, "set_weight_decay"));
     if (!isfinite(weight_decay) || weight_decay < 0.0f)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
                        "set_weight_decay '%s': %g must be finite and >= 0", e->tensors[id].name,
                        (double)weight_decay);
-    if (e->finalized)
-        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
-                       "set_weight_decay '%s': the engine is already finalized (set it between "
-                       "zo_engine_register and zo_engine_finalize)",
-                       e->tensors[id].name);
     e->tensors[id].own_decay = 1;
     e->tensors[id].decay = weight_decay;
     return ZO_OK;
