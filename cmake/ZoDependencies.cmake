@@ -20,6 +20,14 @@ zo_require_pc(HWLOC hwloc libhwloc-dev)
 zo_require_pc(JANSSON jansson libjansson-dev)
 zo_require_pc(XXHASH libxxhash libxxhash-dev)
 zo_require_pc(OPENBLAS openblas libopenblas-dev)
+# oneDNN (no pkg-config file): the cpu device's bf16 GEMMs. Debian builds it
+# on libgomp, whose per-thread thread count the cpu GEMM sets to one.
+find_path(DNNL_INCLUDE_DIR dnnl.h)
+find_library(DNNL_LIBRARY dnnl)
+if(NOT DNNL_INCLUDE_DIR OR NOT DNNL_LIBRARY)
+  message(FATAL_ERROR "zoffload: required dependency 'oneDNN' not found: install the Debian package 'libdnnl-dev'")
+endif()
+list(APPEND ZO_DEP_TARGETS ${DNNL_LIBRARY} gomp)
 find_package(Threads REQUIRED)
 list(APPEND ZO_DEP_TARGETS Threads::Threads m)
 

@@ -4,14 +4,15 @@
  * order, on the stream's worker thread.
  *
  * Determinism: every loop runs in a fixed order; reductions accumulate in
- * double; GEMM is OpenBLAS sgemm pinned to one thread (see blas_init), so a
- * result is bitwise the same run to run whatever else runs concurrently. */
-#include <cblas.h>
+ * double; GEMMs are split over the compute pool into parts fixed by the shape
+ * and the thread count (gemm_cpu.c), so a result is bitwise the same run to
+ * run at one thread count whatever else runs concurrently. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_gemm.h"
 #include "device_impl.h"
 #include "ops_impl.h"
 #include "zo_dtype_conv.h"
@@ -100,18 +101,6 @@ static inline void st_el(void *p, zo_dtype dt, size_t i, float v)
 
 /* ---- GEMM ---- */
 
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-
-/* Each stream is already a thread, and concurrent streams would oversubscribe
- * the cores if sgemm spawned its own; one thread per sgemm also makes the
- * result independent of OPENBLAS_NUM_THREADS. This sets OpenBLAS's
- * process-wide thread count. */
-static void blas_init(void)
-{
-    openblas_set_num_threads(1);
-    ZO_LOGD(SUBSYS, "OpenBLAS sgemm pinned to one thread per call for deterministic cpu ops");
-}
-
 /* Row conversions with one loop per dtype, simple enough for the compiler to
  * vectorize (the conversions are exact or round to nearest even, so the
  * vector and scalar forms give the same bits). */
@@ -164,7 +153,8 @@ static void from_f32_dense(void *dst, zo_dtype dt, const float *src, int rows, i
 CPU_TASK(gemm, zo_gemm_desc)
 static zo_status gemm_run(const zo_gemm_desc *g, cpu_ctx *ctx)
 {
-    pthread_once(&blas_once, blas_init);
+    if (zo_cpu_gemm_uses_onednn(g))
+        return zo_cpu_gemm_onednn(g);
     const int ar = g->trans_a ? g->k : g->m, ac = g->trans_a ? g->m : g->k;
     const int br = g->trans_b ? g->n : g->k, bc = g->trans_b ? g->k : g->n;
     const int conv_ab = g->a_type != ZO_DTYPE_F32, conv_c = g->c_type != ZO_DTYPE_F32;
@@ -195,9 +185,8 @@ static zo_status gemm_run(const zo_gemm_desc *g, cpu_ctx *ctx)
                 to_f32_dense(fc, C, g->c_type, g->m, g->n, g->ldc);
             ldc = g->n;
         }
-        cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-                    g->trans_b ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, g->alpha, fa,
-                    (int)lda, fb, (int)ldb, g->beta, fc, (int)ldc);
+        zo_cpu_sgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, fa, lda, fb, ldb, g->beta,
+                     fc, ldc);
         if (conv_c)
             from_f32_dense(C, g->c_type, fc, g->m, g->n, g->ldc);
     }

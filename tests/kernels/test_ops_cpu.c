@@ -906,6 +906,32 @@ static void queue_background_gemms(zo_stream_t s, uint64_t *seed)
     free(h);
 }
 
+/* GEMMs large enough for the compute pool to split them along m, along n and
+ * along the batch: each matches the reference, and a second run gives the
+ * same bits (ctest runs this file at several ZO_CPU_THREADS and with both
+ * ZO_CPU_GEMM paths). */
+static void test_gemm_split_same_bits(void **state)
+{
+    static const int shapes[][4] = {{131, 40, 70, 1}, {37, 150, 66, 1}, {24, 20, 18, 7}};
+    uint64_t seed = 5;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int ta = 0; ta < 2; ta++) {
+            const int *sh = shapes[i];
+            gemm_case c = gemm_case_make(&seed, ta, !ta, sh[0], sh[1], sh[2], sh[3], 0.5f, 1.0f);
+            double *want = ref_gemm(&c);
+            for (int cbf = 0; cbf < 2; cbf++) {
+                zo_dtype cdt = cbf ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
+                float *a = run_gemm(g_s, &c, ZO_DTYPE_BF16, cdt);
+                float *b = run_gemm(g_s, &c, ZO_DTYPE_BF16, cdt);
+                ASSERT_CLOSE(a, want, c.nC, cbf ? tol_fwd(cdt) : 2e-6, "split gemm");
+                assert_memory_equal(a, b, c.nC * sizeof(float));
+                free(a), free(b);
+            }
+            free(want);
+            gemm_case_free(&c);
+        }
+}
+
 static void test_deterministic(void **state)
 {
     zo_stream_t s2;
@@ -1058,6 +1084,7 @@ int main(void)
         cmocka_unit_test_teardown(test_cross_entropy, free_buffers),
         cmocka_unit_test_teardown(test_elementwise, free_buffers),
         cmocka_unit_test_teardown(test_deterministic, free_buffers),
+        cmocka_unit_test_teardown(test_gemm_split_same_bits, free_buffers),
         cmocka_unit_test_teardown(test_context_race, free_buffers),
         cmocka_unit_test_teardown(test_errors, free_buffers),
     };
