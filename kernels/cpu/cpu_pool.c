@@ -82,8 +82,7 @@ static void pool_start(void)
         int rc = pthread_create(&t, &at, worker_main, NULL);
         pthread_attr_destroy(&at);
         if (rc != 0) {
-            ZO_LOGW(SUBSYS, "started %d of %d compute threads (pthread_create failed)", started,
-                    n);
+            ZO_LOGW(SUBSYS, "started %d of %d compute threads (pthread_create failed)", started, n);
             break;
         }
         started++;

@@ -17,7 +17,7 @@
 #include "cpu_pool.h"
 #include "zo_internal.h"
 
-#define SUBSYS "ops"
+#define SUBSYS     "ops"
 #define PART_ALIGN 16 /* a part's rows or columns: whole AVX-512 vectors of fp32 */
 
 /* ---- how a problem is split ---- */
@@ -99,8 +99,8 @@ void zo_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, co
                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     pthread_once(&blas_once, blas_single_threaded);
-    sgemm_job j = {trans_a, trans_b, m, n, k, alpha, beta, a, b, c, lda, ldb, ldc,
-                   split_for(1, m, n)};
+    sgemm_job j = {trans_a, trans_b, m, n,   k,   alpha, beta,
+                   a,       b,       c, lda, ldb, ldc,   split_for(1, m, n)};
     zo_cpu_pool_run(j.sp.parts, sgemm_part, &j);
 }
 
@@ -127,7 +127,8 @@ static void dnnl_start(void)
         dnnl_for_bf16 = 1;
     } else {
         if (*pick)
-            ZO_LOGW(SUBSYS, "ZO_CPU_GEMM is '%s'; expected 'onednn' or 'openblas' (using the default)",
+            ZO_LOGW(SUBSYS,
+                    "ZO_CPU_GEMM is '%s'; expected 'onednn' or 'openblas' (using the default)",
                     pick);
         dnnl_for_bf16 = dnnl_default();
     }
@@ -161,16 +162,14 @@ typedef struct operand {
     dnnl_memory_t mem;
 } operand;
 
-static dnnl_status_t operand_init(operand *o, int batch, int64_t rows, int64_t cols,
-                                  int64_t stride, int64_t rs, int64_t cs, dnnl_data_type_t dt,
-                                  const void *base)
+static dnnl_status_t operand_init(operand *o, int batch, int64_t rows, int64_t cols, int64_t stride,
+                                  int64_t rs, int64_t cs, dnnl_data_type_t dt, const void *base)
 {
     o->mem = NULL;
     dnnl_dims_t dims3 = {batch, rows, cols}, strides3 = {stride, rs, cs};
     dnnl_dims_t dims2 = {rows, cols}, strides2 = {rs, cs};
-    dnnl_status_t st = batch > 1
-                           ? dnnl_memory_desc_init_by_strides(&o->md, 3, dims3, dt, strides3)
-                           : dnnl_memory_desc_init_by_strides(&o->md, 2, dims2, dt, strides2);
+    dnnl_status_t st = batch > 1 ? dnnl_memory_desc_init_by_strides(&o->md, 3, dims3, dt, strides3)
+                                 : dnnl_memory_desc_init_by_strides(&o->md, 2, dims2, dt, strides2);
     if (st == dnnl_success)
         st = dnnl_memory_create(&o->mem, &o->md, dnnl_eng, (void *)base);
     return st;
@@ -203,8 +202,8 @@ static dnnl_status_t matmul_block(const zo_gemm_desc *g, int b0, int nb, int m0,
     const int64_t la = g->lda, lb = g->ldb;
     const char *A = (const char *)g->a + ((size_t)b0 * g->stride_a) * 2;
     const char *B = (const char *)g->b + ((size_t)b0 * g->stride_b) * 2;
-    char *C = (char *)g->c + ((size_t)b0 * g->stride_c + (size_t)m0 * g->ldc + n0) *
-                                 zo_dtype_size(g->c_type);
+    char *C = (char *)g->c +
+              ((size_t)b0 * g->stride_c + (size_t)m0 * g->ldc + n0) * zo_dtype_size(g->c_type);
     A += (size_t)(g->trans_a ? m0 : m0 * la) * 2;
     B += (size_t)(g->trans_b ? n0 * lb : n0) * 2;
     operand a, b, c;
@@ -256,8 +255,7 @@ static void dnnl_part(void *arg, size_t p)
     const zo_gemm_desc *g = j->g;
     onednn_single_threaded();
     size_t lo, hi;
-    zo_cpu_part(j->sp.extent, j->sp.parts, j->sp.axis == SPLIT_BATCH ? 1 : PART_ALIGN, p, &lo,
-                &hi);
+    zo_cpu_part(j->sp.extent, j->sp.parts, j->sp.axis == SPLIT_BATCH ? 1 : PART_ALIGN, p, &lo, &hi);
     int b0 = 0, nb = g->batch, m0 = 0, m = g->m, n0 = 0, n = g->n;
     if (j->sp.axis == SPLIT_BATCH)
         b0 = (int)lo, nb = (int)(hi - lo);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cpu_gemm.h"
+#include "cpu_pool.h"
 #include "device_impl.h"
 #include "ops_impl.h"
 #include "zo_dtype_conv.h"
@@ -80,6 +81,48 @@ static inline void st_el(void *p, zo_dtype dt, size_t i, float v)
     default: ((float *)p)[i] = v; break;
     }
 }
+
+/* ---- row-parallel ops over the compute pool ----
+ * An op whose rows (or elements) are independent runs body(args, lo, hi) on
+ * contiguous ranges, one per pool thread: each output is computed by the same
+ * code in the same order whichever thread runs it, so the split never changes
+ * the bits. Ranges shorter than min_per_part are not worth a thread. */
+typedef void (*range_fn)(const void *args, size_t lo, size_t hi, size_t part);
+
+typedef struct range_job {
+    range_fn fn;
+    const void *args;
+    size_t n, parts, align;
+} range_job;
+
+static void range_part(void *p, size_t i)
+{
+    const range_job *j = p;
+    size_t lo, hi;
+    zo_cpu_part(j->n, j->parts, j->align, i, &lo, &hi);
+    j->fn(j->args, lo, hi, i);
+}
+
+/* The number of parts run_ranges uses for n items (for per-part scratch). */
+static size_t range_parts(size_t n, size_t min_per_part, size_t align)
+{
+    size_t threads = (size_t)zo_cpu_pool_threads(), want = n / (min_per_part ? min_per_part : 1);
+    if (want > threads)
+        want = threads;
+    return zo_cpu_split(n, want ? want : 1, align);
+}
+
+static void run_ranges(size_t n, size_t min_per_part, size_t align, range_fn fn, const void *args)
+{
+    range_job j = {fn, args, n, range_parts(n, min_per_part, align), align};
+    zo_cpu_pool_run(j.parts, range_part, &j);
+}
+
+/* Rows of a few hundred elements or more are worth a thread each pair. */
+#define MIN_ROWS 2
+/* Elementwise ranges: whole cache lines of any dtype, at least 16 Ki elements. */
+#define EW_ALIGN 64
+#define EW_MIN   ((size_t)16 << 10)
 
 /* Enqueue fn with a copy of the op's arguments and the stream's context. */
 #define CPU_TASK(name, argtype)                                                                    \
@@ -230,11 +273,11 @@ static zo_status embed_bwd_run(const zo_embed_args *a, cpu_ctx *ctx)
 
 /* ---- RMSNorm ---- */
 
-CPU_TASK(rms_fwd, zo_rmsnorm_args)
-static zo_status rms_fwd_run(const zo_rmsnorm_args *a, cpu_ctx *ctx)
+static void rms_fwd_rows(const void *p, size_t lo, size_t hi, size_t part)
 {
+    const zo_rmsnorm_args *a = p;
     const size_t D = (size_t)a->dim;
-    for (size_t r = 0; r < a->rows; r++) {
+    for (size_t r = lo; r < hi; r++) {
         double ss = 0.0;
         for (size_t j = 0; j < D; j++) {
             double v = ld_el(a->x, a->dt, r * D + j);
@@ -246,19 +289,29 @@ static zo_status rms_fwd_run(const zo_rmsnorm_args *a, cpu_ctx *ctx)
             st_el(a->y_or_dx, a->dt, r * D + j,
                   ld_el(a->x, a->dt, r * D + j) * rs * ld_el(a->w, a->dt, j));
     }
+}
+
+CPU_TASK(rms_fwd, zo_rmsnorm_args)
+static zo_status rms_fwd_run(const zo_rmsnorm_args *a, cpu_ctx *ctx)
+{
+    run_ranges(a->rows, MIN_ROWS, 1, rms_fwd_rows, a);
     return ZO_OK;
 }
 
-CPU_TASK(rms_bwd, zo_rmsnorm_args)
-static zo_status rms_bwd_run(const zo_rmsnorm_args *a, cpu_ctx *ctx)
+/* dw is a sum over rows: each part accumulates its rows into its own double
+ * partial (dw_parts + part * dim), added in part order afterwards. */
+typedef struct rms_bwd_job {
+    const zo_rmsnorm_args *a;
+    double *dw_parts;
+} rms_bwd_job;
+
+static void rms_bwd_rows(const void *p, size_t lo, size_t hi, size_t part)
 {
+    const rms_bwd_job *job = p;
+    const zo_rmsnorm_args *a = job->a;
     const size_t D = (size_t)a->dim;
-    double *dw_acc = NULL;
-    if (a->dw) {
-        ZO_TRY(scratch_get(ctx, D * sizeof *dw_acc, (void **)&dw_acc));
-        memset(dw_acc, 0, D * sizeof *dw_acc);
-    }
-    for (size_t r = 0; r < a->rows; r++) {
+    double *dw_acc = job->dw_parts ? job->dw_parts + part * D : NULL;
+    for (size_t r = lo; r < hi; r++) {
         const float rs = a->rstd[r];
         double dot = 0.0;
         for (size_t j = 0; j < D; j++) {
@@ -277,58 +330,93 @@ static zo_status rms_bwd_run(const zo_rmsnorm_args *a, cpu_ctx *ctx)
             st_el(a->y_or_dx, a->dt, r * D + j, dx);
         }
     }
-    if (dw_acc)
+}
+
+CPU_TASK(rms_bwd, zo_rmsnorm_args)
+static zo_status rms_bwd_run(const zo_rmsnorm_args *a, cpu_ctx *ctx)
+{
+    const size_t D = (size_t)a->dim, parts = range_parts(a->rows, MIN_ROWS, 1);
+    rms_bwd_job job = {a, NULL};
+    if (a->dw) {
+        ZO_TRY(scratch_get(ctx, parts * D * sizeof(double), (void **)&job.dw_parts));
+        memset(job.dw_parts, 0, parts * D * sizeof(double));
+    }
+    run_ranges(a->rows, MIN_ROWS, 1, rms_bwd_rows, &job);
+    if (!a->dw)
+        return ZO_OK;
+    for (size_t p = 1; p < parts; p++)
         for (size_t j = 0; j < D; j++)
-            st_el(a->dw, a->dw_dt, j, ld_el(a->dw, a->dw_dt, j) + (float)dw_acc[j]);
+            job.dw_parts[j] += job.dw_parts[p * D + j];
+    for (size_t j = 0; j < D; j++)
+        st_el(a->dw, a->dw_dt, j, ld_el(a->dw, a->dw_dt, j) + (float)job.dw_parts[j]);
     return ZO_OK;
 }
 
 /* ---- RoPE ---- */
 
-CPU_TASK(rope_table, zo_rope_table_args)
-static zo_status rope_table_run(const zo_rope_table_args *a, cpu_ctx *ctx)
+static void rope_table_rows(const void *args, size_t lo, size_t hi, size_t part)
 {
+    const zo_rope_table_args *a = args;
     const int half = a->head_dim / 2;
-    for (int p = 0; p < a->seq; p++)
+    for (int p = (int)lo; p < (int)hi; p++)
         for (int i = 0; i < half; i++) {
             double freq = zo_rope_freq(a, i);
             double ang = (double)(a->pos0 + p) * freq;
             a->table[((size_t)p * half + i) * 2] = (float)cos(ang);
             a->table[((size_t)p * half + i) * 2 + 1] = (float)sin(ang);
         }
+}
+
+CPU_TASK(rope_table, zo_rope_table_args)
+static zo_status rope_table_run(const zo_rope_table_args *a, cpu_ctx *ctx)
+{
+    run_ranges((size_t)a->seq, MIN_ROWS, 1, rope_table_rows, a);
     return ZO_OK;
+}
+
+/* Rows are (batch, position) pairs. */
+static void rope_rows(const void *args, size_t lo, size_t hi, size_t part)
+{
+    const zo_rope_args *a = args;
+    const size_t half = (size_t)a->head_dim / 2;
+    const float sgn = a->inverse ? -1.0f : 1.0f;
+    for (size_t bt = lo; bt < hi; bt++) {
+        const int t = (int)(bt % (size_t)a->seq);
+        for (int h = 0; h < a->heads; h++) {
+            size_t base = (bt * a->heads + h) * a->head_dim;
+            const float *cs = a->table + (size_t)t * half * 2;
+            for (size_t i = 0; i < half; i++) {
+                float c = cs[2 * i], sn = sgn * cs[2 * i + 1];
+                float x1 = ld_el(a->in, a->dt, base + i), x2 = ld_el(a->in, a->dt, base + i + half);
+                st_el(a->out, a->dt, base + i, x1 * c - x2 * sn);
+                st_el(a->out, a->dt, base + i + half, x2 * c + x1 * sn);
+            }
+        }
+    }
 }
 
 CPU_TASK(rope, zo_rope_args)
 static zo_status rope_run(const zo_rope_args *a, cpu_ctx *ctx)
 {
-    const size_t half = (size_t)a->head_dim / 2;
-    const float sgn = a->inverse ? -1.0f : 1.0f;
-    for (int b = 0; b < a->batch; b++)
-        for (int t = 0; t < a->seq; t++)
-            for (int h = 0; h < a->heads; h++) {
-                size_t base = (((size_t)b * a->seq + t) * a->heads + h) * a->head_dim;
-                const float *cs = a->table + (size_t)t * half * 2;
-                for (size_t i = 0; i < half; i++) {
-                    float c = cs[2 * i], sn = sgn * cs[2 * i + 1];
-                    float x1 = ld_el(a->in, a->dt, base + i),
-                          x2 = ld_el(a->in, a->dt, base + i + half);
-                    st_el(a->out, a->dt, base + i, x1 * c - x2 * sn);
-                    st_el(a->out, a->dt, base + i + half, x2 * c + x1 * sn);
-                }
-            }
+    run_ranges((size_t)a->batch * a->seq, MIN_ROWS, 1, rope_rows, a);
     return ZO_OK;
 }
 
 /* ---- causal softmax ---- */
 
-CPU_TASK(softmax_fwd, zo_softmax_args)
-static zo_status softmax_fwd_run(const zo_softmax_args *a, cpu_ctx *ctx)
+/* Each part's exponentials live in its own slice of the scratch. */
+typedef struct softmax_job {
+    const zo_softmax_args *a;
+    float *e_parts;
+} softmax_job;
+
+static void softmax_fwd_rows(const void *p, size_t lo, size_t hi, size_t part)
 {
+    const softmax_job *job = p;
+    const zo_softmax_args *a = job->a;
     const size_t T = (size_t)a->seq;
-    float *e = NULL;
-    ZO_TRY(scratch_get(ctx, T * sizeof *e, (void **)&e));
-    for (size_t r = 0; r < a->n_mats * T; r++) {
+    float *e = job->e_parts + part * T;
+    for (size_t r = lo; r < hi; r++) {
         const size_t t = r % T, off = r * T;
         float mx = -INFINITY;
         for (size_t j = 0; j <= t; j++)
@@ -344,14 +432,23 @@ static zo_status softmax_fwd_run(const zo_softmax_args *a, cpu_ctx *ctx)
         for (size_t j = t + 1; j < T; j++)
             st_el(a->out, a->dt, off + j, 0.0f);
     }
+}
+
+CPU_TASK(softmax_fwd, zo_softmax_args)
+static zo_status softmax_fwd_run(const zo_softmax_args *a, cpu_ctx *ctx)
+{
+    const size_t rows = a->n_mats * (size_t)a->seq, parts = range_parts(rows, MIN_ROWS, 1);
+    softmax_job job = {a, NULL};
+    ZO_TRY(scratch_get(ctx, parts * (size_t)a->seq * sizeof(float), (void **)&job.e_parts));
+    run_ranges(rows, MIN_ROWS, 1, softmax_fwd_rows, &job);
     return ZO_OK;
 }
 
-CPU_TASK(softmax_bwd, zo_softmax_args)
-static zo_status softmax_bwd_run(const zo_softmax_args *a, cpu_ctx *ctx)
+static void softmax_bwd_rows(const void *p, size_t lo, size_t hi, size_t part)
 {
+    const zo_softmax_args *a = p;
     const size_t T = (size_t)a->seq;
-    for (size_t r = 0; r < a->n_mats * T; r++) {
+    for (size_t r = lo; r < hi; r++) {
         const size_t t = r % T, off = r * T;
         double dot = 0.0;
         for (size_t j = 0; j <= t; j++)
@@ -363,26 +460,38 @@ static zo_status softmax_bwd_run(const zo_softmax_args *a, cpu_ctx *ctx)
         for (size_t j = t + 1; j < T; j++)
             st_el(a->out, a->dt, off + j, 0.0f);
     }
+}
+
+CPU_TASK(softmax_bwd, zo_softmax_args)
+static zo_status softmax_bwd_run(const zo_softmax_args *a, cpu_ctx *ctx)
+{
+    run_ranges(a->n_mats * (size_t)a->seq, MIN_ROWS, 1, softmax_bwd_rows, a);
     return ZO_OK;
 }
 
 /* ---- SwiGLU ---- */
 
-CPU_TASK(swiglu_fwd, zo_swiglu_args)
-static zo_status swiglu_fwd_run(const zo_swiglu_args *a, cpu_ctx *ctx)
+static void swiglu_fwd_range(const void *p, size_t lo, size_t hi, size_t part)
 {
-    for (size_t i = 0; i < a->n; i++) {
+    const zo_swiglu_args *a = p;
+    for (size_t i = lo; i < hi; i++) {
         float g = ld_el(a->gate, a->dt, i), u = ld_el(a->up, a->dt, i);
         float sig = 1.0f / (1.0f + expf(-g));
         st_el(a->out, a->dt, i, g * sig * u);
     }
+}
+
+CPU_TASK(swiglu_fwd, zo_swiglu_args)
+static zo_status swiglu_fwd_run(const zo_swiglu_args *a, cpu_ctx *ctx)
+{
+    run_ranges(a->n, EW_MIN, EW_ALIGN, swiglu_fwd_range, a);
     return ZO_OK;
 }
 
-CPU_TASK(swiglu_bwd, zo_swiglu_args)
-static zo_status swiglu_bwd_run(const zo_swiglu_args *a, cpu_ctx *ctx)
+static void swiglu_bwd_range(const void *p, size_t lo, size_t hi, size_t part)
 {
-    for (size_t i = 0; i < a->n; i++) {
+    const zo_swiglu_args *a = p;
+    for (size_t i = lo; i < hi; i++) {
         float g = ld_el(a->gate, a->dt, i), u = ld_el(a->up, a->dt, i),
               d = ld_el(a->dout, a->dt, i);
         float sig = 1.0f / (1.0f + expf(-g));
@@ -390,19 +499,23 @@ static zo_status swiglu_bwd_run(const zo_swiglu_args *a, cpu_ctx *ctx)
         st_el(a->out, a->dt, i, d * u * dsilu);
         st_el(a->dup, a->dt, i, d * g * sig);
     }
+}
+
+CPU_TASK(swiglu_bwd, zo_swiglu_args)
+static zo_status swiglu_bwd_run(const zo_swiglu_args *a, cpu_ctx *ctx)
+{
+    run_ranges(a->n, EW_MIN, EW_ALIGN, swiglu_bwd_range, a);
     return ZO_OK;
 }
 
 /* ---- cross-entropy ---- */
 
-CPU_TASK(xent, zo_xent_args)
-static zo_status xent_run(const zo_xent_args *a, cpu_ctx *ctx)
+static void xent_rows(const void *args, size_t lo, size_t hi, size_t part)
 {
-    ZO_TRY(check_tokens(a->targets, a->rows, a->vocab, "cross_entropy (targets)"));
+    const zo_xent_args *a = args;
     const size_t V = (size_t)a->vocab;
     const float gscale = a->grad_scale / (float)a->rows;
-    double total = 0.0;
-    for (size_t r = 0; r < a->rows; r++) {
+    for (size_t r = lo; r < hi; r++) {
         const size_t off = r * V;
         float mx = -INFINITY;
         for (size_t j = 0; j < V; j++)
@@ -413,7 +526,6 @@ static zo_status xent_run(const zo_xent_args *a, cpu_ctx *ctx)
         const float lse = mx + (float)log(sum);
         const int tgt = a->targets[r];
         a->row_loss[r] = lse - ld_el(a->logits, a->dt, off + (size_t)tgt);
-        total += a->row_loss[r];
         if (!a->dlogits)
             continue;
         for (size_t j = 0; j < V; j++) {
@@ -421,38 +533,55 @@ static zo_status xent_run(const zo_xent_args *a, cpu_ctx *ctx)
             st_el(a->dlogits, a->dt, off + j, gscale * (p - (j == (size_t)tgt ? 1.0f : 0.0f)));
         }
     }
+}
+
+CPU_TASK(xent, zo_xent_args)
+static zo_status xent_run(const zo_xent_args *a, cpu_ctx *ctx)
+{
+    ZO_TRY(check_tokens(a->targets, a->rows, a->vocab, "cross_entropy (targets)"));
+    run_ranges(a->rows, MIN_ROWS, 1, xent_rows, a);
+    double total = 0.0; /* in row order, whatever the split */
+    for (size_t r = 0; r < a->rows; r++)
+        total += a->row_loss[r];
     *a->loss = (float)(total / (double)a->rows);
     return ZO_OK;
 }
 
 /* ---- elementwise and sum of squares ---- */
 
-CPU_TASK(ew, zo_ew_args)
-static zo_status ew_run(const zo_ew_args *a, cpu_ctx *ctx)
+static void ew_range(const void *p, size_t lo, size_t hi, size_t part)
 {
+    const zo_ew_args *a = p;
     switch (a->kind) {
     case ZO_EW_ADD:
-        for (size_t i = 0; i < a->n; i++)
+        for (size_t i = lo; i < hi; i++)
             st_el(a->y, a->y_dt, i, ld_el(a->a, a->a_dt, i) + ld_el(a->b, a->a_dt, i));
         break;
     case ZO_EW_CAST:
         if (a->y_dt == a->a_dt) { /* bit copy: keeps NaN payloads */
+            size_t es = zo_dtype_size(a->y_dt);
             if (a->y != a->a)
-                memcpy(a->y, a->a, a->n * zo_dtype_size(a->y_dt));
+                memcpy((char *)a->y + lo * es, (const char *)a->a + lo * es, (hi - lo) * es);
             break;
         }
-        for (size_t i = 0; i < a->n; i++)
+        for (size_t i = lo; i < hi; i++)
             st_el(a->y, a->y_dt, i, ld_el(a->a, a->a_dt, i));
         break;
     case ZO_EW_SCALE:
-        for (size_t i = 0; i < a->n; i++)
+        for (size_t i = lo; i < hi; i++)
             st_el(a->y, a->y_dt, i, ld_el(a->y, a->y_dt, i) * a->alpha);
         break;
     case ZO_EW_AXPY:
-        for (size_t i = 0; i < a->n; i++)
+        for (size_t i = lo; i < hi; i++)
             st_el(a->y, a->y_dt, i, ld_el(a->y, a->y_dt, i) + a->alpha * ld_el(a->a, a->a_dt, i));
         break;
     }
+}
+
+CPU_TASK(ew, zo_ew_args)
+static zo_status ew_run(const zo_ew_args *a, cpu_ctx *ctx)
+{
+    run_ranges(a->n, EW_MIN, EW_ALIGN, ew_range, a);
     return ZO_OK;
 }
 
@@ -517,7 +646,7 @@ static zo_status bias_run(const zo_bias_args *a, cpu_ctx *ctx)
 const zo_ops_backend zo_ops_cpu = {
     .name = "cpu",
     .version = ZO_OPS_BACKEND_VERSION,
-    .caps = ZO_OPS_CAP_DETERMINISTIC, /* each op runs on one thread, in one order */
+    .caps = ZO_OPS_CAP_DETERMINISTIC, /* splits fixed by shape and thread count */
     .ctx_create = cpu_ctx_create,
     .gemm = gemm_enqueue,
     .embedding_fwd = embed_fwd_enqueue,
