@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkgconf git
       libnuma-dev liburing-dev libhwloc-dev hwloc libjansson-dev libxxhash-dev
-      libopenblas-dev libcmocka-dev libopenmpi-dev openmpi-bin fio clang libclang-rt-14-dev clang-format python3
+      libopenblas-dev libdnnl-dev libcmocka-dev libopenmpi-dev openmpi-bin fio clang libclang-rt-14-dev clang-format python3
       python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
