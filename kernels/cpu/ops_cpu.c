@@ -124,6 +124,13 @@ static void run_ranges(size_t n, size_t min_per_part, size_t align, range_fn fn,
 #define EW_ALIGN 64
 #define EW_MIN   ((size_t)16 << 10)
 
+/* An op's arguments and its per-part scratch (part p's slice at p * the
+ * slice size), for ops whose parts need room of their own. */
+typedef struct parts_job {
+    const void *args;
+    void *scratch;
+} parts_job;
+
 /* Enqueue fn with a copy of the op's arguments and the stream's context. */
 #define CPU_TASK(name, argtype)                                                                    \
     typedef struct name##_task {                                                                   \
@@ -299,18 +306,13 @@ static zo_status rms_fwd_run(const zo_rmsnorm_args *a, cpu_ctx *ctx)
 }
 
 /* dw is a sum over rows: each part accumulates its rows into its own double
- * partial (dw_parts + part * dim), added in part order afterwards. */
-typedef struct rms_bwd_job {
-    const zo_rmsnorm_args *a;
-    double *dw_parts;
-} rms_bwd_job;
-
+ * partial (the scratch, dim doubles a part), added in part order afterwards. */
 static void rms_bwd_rows(const void *p, size_t lo, size_t hi, size_t part)
 {
-    const rms_bwd_job *job = p;
-    const zo_rmsnorm_args *a = job->a;
+    const parts_job *job = p;
+    const zo_rmsnorm_args *a = job->args;
     const size_t D = (size_t)a->dim;
-    double *dw_acc = job->dw_parts ? job->dw_parts + part * D : NULL;
+    double *dw_acc = job->scratch ? (double *)job->scratch + part * D : NULL;
     for (size_t r = lo; r < hi; r++) {
         const float rs = a->rstd[r];
         double dot = 0.0;
@@ -336,19 +338,21 @@ CPU_TASK(rms_bwd, zo_rmsnorm_args)
 static zo_status rms_bwd_run(const zo_rmsnorm_args *a, cpu_ctx *ctx)
 {
     const size_t D = (size_t)a->dim, parts = range_parts(a->rows, MIN_ROWS, 1);
-    rms_bwd_job job = {a, NULL};
+    parts_job job = {a, NULL};
+    double *dw = NULL;
     if (a->dw) {
-        ZO_TRY(scratch_get(ctx, parts * D * sizeof(double), (void **)&job.dw_parts));
-        memset(job.dw_parts, 0, parts * D * sizeof(double));
+        ZO_TRY(scratch_get(ctx, parts * D * sizeof(double), (void **)&dw));
+        memset(dw, 0, parts * D * sizeof(double));
+        job.scratch = dw;
     }
     run_ranges(a->rows, MIN_ROWS, 1, rms_bwd_rows, &job);
     if (!a->dw)
         return ZO_OK;
     for (size_t p = 1; p < parts; p++)
         for (size_t j = 0; j < D; j++)
-            job.dw_parts[j] += job.dw_parts[p * D + j];
+            dw[j] += dw[p * D + j];
     for (size_t j = 0; j < D; j++)
-        st_el(a->dw, a->dw_dt, j, ld_el(a->dw, a->dw_dt, j) + (float)job.dw_parts[j]);
+        st_el(a->dw, a->dw_dt, j, ld_el(a->dw, a->dw_dt, j) + (float)dw[j]);
     return ZO_OK;
 }
 
@@ -405,17 +409,12 @@ static zo_status rope_run(const zo_rope_args *a, cpu_ctx *ctx)
 /* ---- causal softmax ---- */
 
 /* Each part's exponentials live in its own slice of the scratch. */
-typedef struct softmax_job {
-    const zo_softmax_args *a;
-    float *e_parts;
-} softmax_job;
-
 static void softmax_fwd_rows(const void *p, size_t lo, size_t hi, size_t part)
 {
-    const softmax_job *job = p;
-    const zo_softmax_args *a = job->a;
+    const parts_job *job = p;
+    const zo_softmax_args *a = job->args;
     const size_t T = (size_t)a->seq;
-    float *e = job->e_parts + part * T;
+    float *e = (float *)job->scratch + part * T;
     for (size_t r = lo; r < hi; r++) {
         const size_t t = r % T, off = r * T;
         float mx = -INFINITY;
@@ -438,8 +437,8 @@ CPU_TASK(softmax_fwd, zo_softmax_args)
 static zo_status softmax_fwd_run(const zo_softmax_args *a, cpu_ctx *ctx)
 {
     const size_t rows = a->n_mats * (size_t)a->seq, parts = range_parts(rows, MIN_ROWS, 1);
-    softmax_job job = {a, NULL};
-    ZO_TRY(scratch_get(ctx, parts * (size_t)a->seq * sizeof(float), (void **)&job.e_parts));
+    parts_job job = {a, NULL};
+    ZO_TRY(scratch_get(ctx, parts * (size_t)a->seq * sizeof(float), &job.scratch));
     run_ranges(rows, MIN_ROWS, 1, softmax_fwd_rows, &job);
     return ZO_OK;
 }
