@@ -102,6 +102,25 @@ static void test_help(void **state)
     outputs_free(&o);
 }
 
+/* An assumed speed says why it is assumed: without --measure it suggests
+ * --measure; with --measure (which measures NVMe only in a directory) the
+ * NVMe figures say --nvme-path is missing, and nothing suggests --measure. */
+static void test_assumed_speeds_say_why(void **state)
+{
+    (void)state;
+    outputs o = run(TINY_CPU);
+    assert_int_equal(o.status, 0);
+    assert_non_null(strstr(o.out, "assumed for the cpu device (pass --measure)"));
+    outputs_free(&o);
+    o = run(TINY_CPU " --measure");
+    assert_int_equal(o.status, 0);
+    assert_null(strstr(o.out, "pass --measure"));
+    assert_non_null(strstr(o.out, "nvme read 0.50, write 0.40 GB/s (assumed for the cpu device "
+                                  "(--measure needs --nvme-path to measure it))"));
+    assert_non_null(strstr(o.out, "CPU Adam"));
+    outputs_free(&o);
+}
+
 /* Every strategy reported with the keys zo-train --json uses; the
  * recommendation is the fastest of those that fit. */
 static void test_json_and_recommendation(void **state)
@@ -883,6 +902,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
+        cmocka_unit_test(test_assumed_speeds_say_why),
         cmocka_unit_test(test_json_and_recommendation),
         cmocka_unit_test(test_emit_config),
         cmocka_unit_test(test_emitted_config_runs_in_zo_train),

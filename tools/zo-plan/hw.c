@@ -130,7 +130,18 @@ const char *zp_speed_name(int which)
     return (unsigned)which < ZP_N_SPEEDS ? names[which] : "?";
 }
 
-void zp_assume_speeds(const char *backend, zp_speeds *sp, zp_speed_sources *src)
+/* Why a cpu-device figure is assumed, truthfully: --measure measures every
+ * speed except NVMe's, which needs a directory to measure. */
+static const char *cpu_assumed_why(int which, int measured)
+{
+    if (!measured)
+        return "assumed for the cpu device (pass --measure)";
+    if (which == ZP_SPEED_NVME_READ || which == ZP_SPEED_NVME_WRITE)
+        return "assumed for the cpu device (--measure needs --nvme-path to measure it)";
+    return "assumed for the cpu device (not measured)";
+}
+
+void zp_assume_speeds(const char *backend, int measured, zp_speeds *sp, zp_speed_sources *src)
 {
     int gpu = strcmp(backend, "cuda") == 0;
     /* a GPU host: PCIe Gen4 x16 as achieved with pinned memory, one Gen4
@@ -147,7 +158,7 @@ void zp_assume_speeds(const char *backend, zp_speeds *sp, zp_speed_sources *src)
             continue;
         *f = gpu ? on_gpu[i] : on_cpu[i];
         snprintf(src->what[i], sizeof src->what[i], "%s",
-                 gpu ? why_gpu[i] : "assumed for the cpu device (pass --measure)");
+                 gpu ? why_gpu[i] : cpu_assumed_why(i, measured));
     }
     /* without a measurement of the layers, they run at the matmul rate */
     if (!(sp->model_flops > 0)) {

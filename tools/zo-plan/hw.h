@@ -47,8 +47,10 @@ const char *zp_speed_name(int which); /* "h2d", "d2h", "nvme_read", ... */
 
 /* Fill every speed still 0 with an assumption for the backend (PCIe Gen4
  * x16, one Gen4 NVMe drive, a data-center GPU's 16-bit TFLOPS; on the cpu
- * device figures of a small host), naming it in src. */
-void zp_assume_speeds(const char *backend, zp_speeds *sp, zp_speed_sources *src);
+ * device figures of a small host), naming it in src. measured: --measure
+ * ran, so an assumed figure says why it was not measured rather than
+ * suggesting --measure. */
+void zp_assume_speeds(const char *backend, int measured, zp_speeds *sp, zp_speed_sources *src);
 
 /* Read `zo-bench ... --json` output (one JSON object per line: io, adam,
  * engine) into the speeds it measures; speeds already set stay. */

@@ -576,7 +576,7 @@ static zo_status gather_speeds(cli *c, result *r)
     if (c->measure)
         ZT_TRY(zp_measure(&r->hw, &c->job, c->req.n_nvme_paths ? c->req.nvme_paths[0] : NULL,
                           &r->sp, &c->src, say));
-    zp_assume_speeds(r->hw.backend, &r->sp, &c->src);
+    zp_assume_speeds(r->hw.backend, c->measure, &r->sp, &c->src);
     return ZO_OK;
 }
 
