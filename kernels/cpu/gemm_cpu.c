@@ -136,6 +136,12 @@ static void dnnl_start(void)
         dnnl_for_bf16 = 0;
         ZO_LOGW(SUBSYS, "oneDNN's cpu engine did not start: bf16 GEMMs use OpenBLAS sgemm");
     }
+    /* Build oneDNN's primitive cache (and its lock) here, under the once:
+     * built lazily by whichever pool thread came first, its publication is
+     * invisible to ThreadSanitizer (libdnnl is not instrumented). */
+    int cap;
+    if (dnnl_for_bf16)
+        (void)dnnl_get_primitive_cache_capacity(&cap);
     ZO_LOGI(SUBSYS, "bf16 GEMMs on the cpu device: %s", dnnl_for_bf16 ? "oneDNN" : "OpenBLAS");
 }
 
@@ -193,6 +199,24 @@ static dnnl_status_t attr_for(const zo_gemm_desc *g, dnnl_primitive_attr_t *attr
     return st;
 }
 
+/* Primitives are created one at a time. oneDNN's primitive cache is safe to
+ * share, but its lock-free publication of a new entry happens inside libdnnl,
+ * which ThreadSanitizer cannot see; under this mutex every entry is published
+ * before another pool thread looks it up. Creation is a cache hit after a
+ * shape's first call (microseconds), so nothing waits for long. */
+static pthread_mutex_t dnnl_create_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static dnnl_status_t create_matmul(const dnnl_matmul_desc_t *md, dnnl_primitive_attr_t attr,
+                                   dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim)
+{
+    pthread_mutex_lock(&dnnl_create_mu);
+    dnnl_status_t st = dnnl_primitive_desc_create(pd, md, attr, dnnl_eng, NULL);
+    if (st == dnnl_success)
+        st = dnnl_primitive_create(prim, *pd);
+    pthread_mutex_unlock(&dnnl_create_mu);
+    return st;
+}
+
 /* Run problems [b0, b0+nb) restricted to rows [m0, m0+m) and columns
  * [n0, n0+n) of C. The primitive comes from oneDNN's primitive cache after
  * the first call of a shape. */
@@ -227,9 +251,7 @@ static dnnl_status_t matmul_block(const zo_gemm_desc *g, int b0, int nb, int m0,
     if (st == dnnl_success)
         st = attr_for(g, &attr);
     if (st == dnnl_success)
-        st = dnnl_primitive_desc_create(&pd, &md, attr, dnnl_eng, NULL);
-    if (st == dnnl_success)
-        st = dnnl_primitive_create(&prim, pd);
+        st = create_matmul(&md, attr, &pd, &prim);
     if (st == dnnl_success)
         st = dnnl_stream_create(&strm, dnnl_eng, dnnl_stream_default_flags);
     if (st == dnnl_success && (*what = "running the matmul", 1)) {
