@@ -3,9 +3,9 @@
  * bf16 x bf16 runs oneDNN's matmul, whose avx512_bf16 kernels multiply bf16
  * directly (about 3.5x OpenBLAS's sgemm on converted inputs); fp32 and fp16
  * run OpenBLAS sgemm (fp16 converted to fp32 first). Either way the work is
- * split over the compute pool (cpu_pool.h) into parts fixed by the shape and
- * the pool's thread count, each part a single-threaded library call, so the
- * result is the same bits run to run at one thread count. */
+ * split over the compute pool (cpu_pool.h) into parts fixed by the shape
+ * alone, each part a single-threaded library call, so the result is the same
+ * bits run to run and at any thread count. */
 #ifndef ZO_CPU_GEMM_H
 #define ZO_CPU_GEMM_H
 

@@ -1,9 +1,10 @@
 /* The cpu device's compute pool: the cores the process is given, shared by
  * every compute op of every stream (not installed).
  *
- * An op splits its work into tasks whose boundaries depend only on the op's
- * shape and the pool's thread count, never on timing, so a result is the same
- * bits run to run at one thread count. The stream thread that submits a job
+ * An op splits its work into at most ZO_CPU_PARTS tasks whose boundaries
+ * depend only on the op's shape, never on the thread count or on timing, so a
+ * result is the same bits run to run and at any thread count (ZO_CPU_THREADS,
+ * an affinity mask, an MPI rank's binding). The stream thread that submits a job
  * works on it too; while one job runs, another stream's job runs on its own
  * stream thread alone (same tasks, same bits), so two compute streams never
  * oversubscribe the cores. */
@@ -11,6 +12,10 @@
 #define ZO_CPU_POOL_H
 
 #include <stddef.h>
+
+/* The most parts an op is split into: enough to keep 8 cores busy; past
+ * that the pool's other threads serve other streams' ops. */
+#define ZO_CPU_PARTS 8
 
 /* Run one task of a job: task is in [0, n_tasks). */
 typedef void (*zo_cpu_task_fn)(void *arg, size_t task);

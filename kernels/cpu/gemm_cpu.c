@@ -1,11 +1,10 @@
 /* The cpu device's GEMMs over the compute pool (see cpu_gemm.h).
  *
- * A problem is split along the larger of m and n (or along the batch when it
- * has enough problems to keep every thread busy); each part is one
+ * A problem is split along the larger of m and n (or along its batch); each
+ * part is one
  * single-threaded OpenBLAS or oneDNN call on a contiguous block of C. Every
  * element of C is computed by exactly one call, whose summation order does
- * not depend on which thread runs it, so the bits depend on the shape and the
- * thread count only. */
+ * not depend on which thread runs it, so the bits depend on the shape only. */
 #include <cblas.h>
 #include <dnnl.h>
 #include <dnnl_debug.h>
@@ -29,19 +28,25 @@ typedef struct gemm_split {
     size_t extent, parts;
 } gemm_split;
 
+#define PART_MIN 128 /* rows or columns: smaller GEMMs lose more to packing than they gain */
+
+/* The split depends on the shape alone, never on the thread count, so the
+ * bits do not either: ranks or processes given different cores (mpirun binds
+ * ranks) compute the same GEMM identically. */
 static gemm_split split_for(int batch, int m, int n)
 {
-    size_t threads = (size_t)zo_cpu_pool_threads();
     gemm_split s;
-    if (batch > 1 && (size_t)batch >= threads) {
+    if (batch > 1) {
         s.axis = SPLIT_BATCH;
         s.extent = (size_t)batch;
-        s.parts = zo_cpu_split(s.extent, threads, 1);
+        s.parts = zo_cpu_split(s.extent, ZO_CPU_PARTS, 1);
         return s;
     }
     s.axis = m >= n ? SPLIT_M : SPLIT_N;
     s.extent = (size_t)(m >= n ? m : n);
-    s.parts = zo_cpu_split(s.extent, threads, PART_ALIGN);
+    size_t parts = s.extent / PART_MIN;
+    parts = parts < 1 ? 1 : parts > ZO_CPU_PARTS ? ZO_CPU_PARTS : parts;
+    s.parts = zo_cpu_split(s.extent, parts, PART_ALIGN);
     return s;
 }
 
@@ -79,6 +84,8 @@ static void sgemm_part(void *arg, size_t p)
     const sgemm_job *j = arg;
     size_t lo, hi;
     zo_cpu_part(j->sp.extent, j->sp.parts, PART_ALIGN, p, &lo, &hi);
+    if (lo == hi)
+        return;
     const float *a = j->a, *b = j->b;
     float *c = j->c;
     int m = j->m, n = j->n;
@@ -157,8 +164,8 @@ int zo_cpu_gemm_uses_onednn(const zo_gemm_desc *g)
 typedef struct dnnl_job {
     const zo_gemm_desc *g;
     gemm_split sp;
-    dnnl_status_t st[1024]; /* per part; the pool has at most 1024 threads */
-    const char *what[1024];
+    dnnl_status_t st[ZO_CPU_PARTS]; /* per part */
+    const char *what[ZO_CPU_PARTS];
 } dnnl_job;
 
 /* One matrix operand of a part: `batch` problems of rows x cols, element
@@ -278,6 +285,9 @@ static void dnnl_part(void *arg, size_t p)
     onednn_single_threaded();
     size_t lo, hi;
     zo_cpu_part(j->sp.extent, j->sp.parts, j->sp.axis == SPLIT_BATCH ? 1 : PART_ALIGN, p, &lo, &hi);
+    j->st[p] = dnnl_success;
+    if (lo == hi)
+        return;
     int b0 = 0, nb = g->batch, m0 = 0, m = g->m, n0 = 0, n = g->n;
     if (j->sp.axis == SPLIT_BATCH)
         b0 = (int)lo, nb = (int)(hi - lo);

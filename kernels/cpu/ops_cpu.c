@@ -5,8 +5,8 @@
  *
  * Determinism: every loop runs in a fixed order; reductions accumulate in
  * double; GEMMs are split over the compute pool into parts fixed by the shape
- * and the thread count (gemm_cpu.c), so a result is bitwise the same run to
- * run at one thread count whatever else runs concurrently. */
+ * alone (gemm_cpu.c), so a result is bitwise the same run to run, at any
+ * thread count, whatever else runs concurrently. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -103,12 +103,14 @@ static void range_part(void *p, size_t i)
     j->fn(j->args, lo, hi, i);
 }
 
-/* The number of parts run_ranges uses for n items (for per-part scratch). */
+/* The number of parts run_ranges uses for n items (for per-part scratch):
+ * from n alone, so that sums over parts (RMSNorm's dw) are the same bits at
+ * any thread count. */
 static size_t range_parts(size_t n, size_t min_per_part, size_t align)
 {
-    size_t threads = (size_t)zo_cpu_pool_threads(), want = n / (min_per_part ? min_per_part : 1);
-    if (want > threads)
-        want = threads;
+    size_t want = n / (min_per_part ? min_per_part : 1);
+    if (want > ZO_CPU_PARTS)
+        want = ZO_CPU_PARTS;
     return zo_cpu_split(n, want ? want : 1, align);
 }
 
@@ -645,7 +647,7 @@ static zo_status bias_run(const zo_bias_args *a, cpu_ctx *ctx)
 const zo_ops_backend zo_ops_cpu = {
     .name = "cpu",
     .version = ZO_OPS_BACKEND_VERSION,
-    .caps = ZO_OPS_CAP_DETERMINISTIC, /* splits fixed by shape and thread count */
+    .caps = ZO_OPS_CAP_DETERMINISTIC, /* splits fixed by the shape alone */
     .ctx_create = cpu_ctx_create,
     .gemm = gemm_enqueue,
     .embedding_fwd = embed_fwd_enqueue,

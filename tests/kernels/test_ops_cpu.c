@@ -12,6 +12,7 @@
  *   the next GEMM: bf16 5e-2, f16 8e-3. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -908,12 +909,17 @@ static void queue_background_gemms(zo_stream_t s, uint64_t *seed)
 
 /* GEMMs large enough for the compute pool to split them along m, along n and
  * along the batch: each matches the reference, and a second run gives the
- * same bits (ctest runs this file at several ZO_CPU_THREADS and with both
- * ZO_CPU_GEMM paths). */
+ * same bits. With ZO_OPS_DUMP=FILE the results are also written to FILE, so
+ * that ctest (test_ops_cpu_threads_same_bits) can compare runs at different
+ * ZO_CPU_THREADS: the split, and so the bits, must not depend on them. */
 static void test_gemm_split_same_bits(void **state)
 {
-    static const int shapes[][4] = {{131, 40, 70, 1}, {37, 150, 66, 1}, {24, 20, 18, 7}};
+    static const int shapes[][4] = {{300, 40, 70, 1}, {37, 400, 66, 1}, {24, 20, 18, 7}};
     uint64_t seed = 5;
+    const char *dump_path = getenv("ZO_OPS_DUMP");
+    FILE *dump = dump_path ? fopen(dump_path, "wb") : NULL;
+    if (dump_path)
+        assert_non_null(dump);
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int ta = 0; ta < 2; ta++) {
             const int *sh = shapes[i];
@@ -925,11 +931,15 @@ static void test_gemm_split_same_bits(void **state)
                 float *b = run_gemm(g_s, &c, ZO_DTYPE_BF16, cdt);
                 ASSERT_CLOSE(a, want, c.nC, cbf ? tol_fwd(cdt) : 2e-6, "split gemm");
                 assert_memory_equal(a, b, c.nC * sizeof(float));
+                if (dump)
+                    assert_int_equal(fwrite(a, sizeof(float), c.nC, dump), c.nC);
                 free(a), free(b);
             }
             free(want);
             gemm_case_free(&c);
         }
+    if (dump)
+        assert_int_equal(fclose(dump), 0);
 }
 
 static void test_deterministic(void **state)
