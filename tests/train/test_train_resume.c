@@ -355,13 +355,22 @@ static int setup(void **state)
     return mkdtemp(g_dir) ? 0 : -1;
 }
 
-static int teardown(void **state)
+/* A background run a failed test left (its swap files would be in the
+ * next test's way). */
+static int stop_child(void **state)
 {
     (void)state;
     if (g_child > 0) {
         kill(g_child, SIGKILL);
         waitpid(g_child, NULL, 0);
+        g_child = -1;
     }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    stop_child(state);
     rm_rf(g_dir);
     return 0;
 }
@@ -369,7 +378,7 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_second_run_refuses_a_locked_save_dir),
+        cmocka_unit_test_teardown(test_second_run_refuses_a_locked_save_dir, stop_child),
         cmocka_unit_test(test_resume_cross_checks_the_state),
         cmocka_unit_test(test_resume_applies_changed_hyper_parameters),
         cmocka_unit_test(test_hf_checkpoint_resumed_without_hf_model),
