@@ -18,12 +18,19 @@ static const zo_simd_level all_levels[] = {ZO_SIMD_SCALAR, ZO_SIMD_AVX2, ZO_SIMD
 #define NLEVELS ((int)(sizeof all_levels / sizeof *all_levels))
 #define QB      ZO_ADAM_Q8_BLOCK
 
-/* The smallest distance from x to a map value, in double. */
+/* The smallest distance from x to a map value, in double. A compare, not
+ * fmin: GCC 12's aarch64 vectorizer crashes on an fmin reduction over
+ * widened floats ("internal compiler error in vect_transform_reduction" at
+ * -O2); the result is the same, as no distance is NaN unless x is, and
+ * then both keep INFINITY. */
 static double nearest_dist(const float *map, double x)
 {
     double best = INFINITY;
-    for (int c = 0; c < 256; c++)
-        best = fmin(best, fabs(x - map[c]));
+    for (int c = 0; c < 256; c++) {
+        double d = fabs(x - map[c]);
+        if (d < best)
+            best = d;
+    }
     return best;
 }
 
