@@ -164,11 +164,13 @@ static inline void zi_st8(uint8_t *p, zi x)
     uint32_t w = vget_lane_u32(vreinterpret_u32_u8(vmovn_u16(vcombine_u16(h, h))), 0);
     memcpy(p, &w, sizeof w);
 }
-/* vcvtq saturates where x86 gives INT32_MIN: the kernels only convert
- * in-range values or clamp the result to [0, kmax], so codes agree. */
+/* As zs_cvtt (x86's CVTTPS2DQ): INT32_MIN for NaN and |x| >= 2^31. FCVTZS
+ * alone saturates (+inf gives INT32_MAX, NaN 0), which the encoder's clamp
+ * would turn into kmax instead of 0, so out-of-range lanes are replaced. */
 static inline zi zi_cvtt(zv x)
 {
-    return vcvtq_s32_f32(x);
+    uint32x4_t in_range = vcaltq_f32(x, vdupq_n_f32(2147483648.0f)); /* |x| < 2^31, not NaN */
+    return vbslq_s32(in_range, vcvtq_s32_f32(x), vdupq_n_s32(INT32_MIN));
 }
 static inline zv zv_from_int(zi x)
 {

@@ -61,8 +61,9 @@ static inline void zs_adam_elems(const zo_adam_consts *c, const zo_adam_buffers 
 /* ---- 8-bit moments: the scalar forms of the vector code in adam_simd.h ---- */
 
 /* fp32 -> int32 as x86's CVTTPS2DQ: truncation, INT32_MIN when out of
- * range or NaN (the kernels clamp the result, so other ISAs' saturation
- * gives the same codes). */
+ * range or NaN. Every variant's zi_cvtt gives the same (NEON's conversion
+ * saturates instead, so adam_neon.c replaces those lanes): the encoder's
+ * clamp turns INT32_MIN into 0, saturation into kmax. */
 static inline int32_t zs_cvtt(float x)
 {
     return x > -2147483648.0f && x < 2147483648.0f ? (int32_t)x : INT32_MIN;

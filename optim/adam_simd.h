@@ -8,7 +8,7 @@
  *   zi (int32 lanes, for 8-bit moments): zi_set1 zi_add zi_sub zi_and zi_max zi_min
  *     (signed) zi_srli(x, imm) (logical) zi_bits/zv_bits (reinterpret) zi_inc_gt(d, a, b) (d + 1
  *     where a > b, ordered) zi_hmax (largest lane) zi_ld8/zi_st8 (bytes <-> lanes) zi_opaque
- *     zi_cvtt (as zs_cvtt, in-range values) zv_from_int zv_sub
+ *     zi_cvtt (as zs_cvtt: INT32_MIN for NaN and |x| >= 2^31) zv_from_int zv_sub
  *     zv_lut16/zi_lut16(16-entry table, zi) zi_lut32(32-entry table, zi)
  * Elements past the last whole vector go through the scalar code. */
 #include "adam_scalar_elem.h"

@@ -12,6 +12,8 @@
  * normalized moment, up to 2^-22 of slack (the fp32 thresholds and the fp32
  * moment both round). */
 #include "adam_ref.h"
+#include "zo/cpu.h"
+#include "zo/optim_testing.h"
 
 static const zo_simd_level all_levels[] = {ZO_SIMD_SCALAR, ZO_SIMD_AVX2, ZO_SIMD_AVX512,
                                            ZO_SIMD_AVX512_BF16, ZO_SIMD_NEON};
@@ -492,6 +494,81 @@ static void test_roofline_and_arguments(void **state)
     q8_free(&q);
 }
 
+/* Codes of x[0..n) at each level in levels (those this CPU runs) equal
+ * the scalar level's; returns the scalar's in want. */
+static void codes_equal_scalar(const float *x, size_t n, int is_signed, const zo_simd_level *levels,
+                               int nlevels, uint8_t *want)
+{
+    uint8_t *got = xcalloc(n, 1);
+    ZO_ASSERT_OK(zo_test_adam_q8_encode(ZO_SIMD_SCALAR, x, n, is_signed, want));
+    for (int k = 0; k < nlevels; k++) {
+        if (!zo_cpu_simd_supported(levels[k]))
+            continue;
+        ZO_ASSERT_OK(zo_test_adam_q8_encode((int)levels[k], x, n, is_signed, got));
+        for (size_t i = 0; i < n; i++)
+            if (got[i] != want[i])
+                fail_msg("%s %s: %a encoded as %u, scalar %u", zo_simd_level_name(levels[k]),
+                         is_signed ? "signed" : "unsigned", (double)x[i], got[i], want[i]);
+    }
+    free(got);
+}
+
+/* inf and NaNs of several payloads, each at every lane of a 16-wide
+ * vector: every level's codes are the scalar's (NEON's conversion of inf
+ * saturated where x86's and the scalar's give INT32_MIN, making -inf the
+ * code of -0.993 instead of -0.107), and inf and NaN encode as one. */
+static void test_nonfinite_codes_equal_scalar(void **state)
+{
+    static const uint32_t pats[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u, 0x7f800001u,
+                                    0xffffffffu, 0x7fffffffu, 0x7fa00000u, 0xff800001u};
+    enum { NPATS = sizeof pats / sizeof *pats, N = 16 * NPATS }; /* NPATS odd: all lanes */
+    float x[N];
+    uint8_t want[N];
+    for (int i = 0; i < N; i++)
+        memcpy(&x[i], &pats[i % NPATS], sizeof x[i]);
+    for (int is_signed = 0; is_signed < 2; is_signed++) {
+        codes_equal_scalar(x, N, is_signed, all_levels + 1, NLEVELS - 1, want);
+        assert_int_equal(want[0], is_signed ? 128 : 1); /* +inf: as one */
+        assert_int_equal(want[2], is_signed ? 128 : 1); /* NaN: as one */
+    }
+}
+
+/* Finite values beyond both maps (above 1.0078125, which the step never
+ * encodes: a moment over its block's absmax), 64 in every binade up to
+ * FLT_MAX and 2^31 -+ 1 ulp, each at every lane. The levels that find a
+ * value's entry as the scalar level does (AVX2, NEON) give its codes;
+ * there the conversion's argument leaves int32's range from about 2^9 on,
+ * so this pins NEON's zi_cvtt to x86's. The AVX-512 levels find entries
+ * through other tables (ZV_HAVE_LUT32, ZV_HAVE_Q8_BIBINADE) that agree
+ * only within the maps (-2^31: AVX-512 255, scalar 192). */
+static void test_out_of_range_codes_equal_scalar(void **state)
+{
+    static const zo_simd_level same_lookup[] = {ZO_SIMD_AVX2, ZO_SIMD_NEON};
+    enum { MAX = 4 + 2 * 128 * 64 };
+    float *one = xcalloc(MAX, 4);
+    size_t len = 0;
+    static const uint32_t edges[] = {0x4effffffu, 0xceffffffu, 0x4f000001u, 0xcf000001u};
+    for (size_t k = 0; k < 4; k++) /* 2^31 -+ 1 ulp; 2^31 itself is in the binade loop */
+        memcpy(&one[len++], &edges[k], 4);
+    for (uint32_t sign = 0; sign < 2; sign++)
+        for (uint32_t e = 127; e < 255; e++)
+            for (uint32_t j = 0; j < 64; j++) {
+                uint32_t bits = sign << 31 | e << 23 | (j == 63 ? 0x7fffffu : j * 0x20001u);
+                if ((bits & 0x7fffffffu) > 0x3f810000u)
+                    memcpy(&one[len++], &bits, 4);
+            }
+    len -= !(len & 1); /* odd, so each repetition moves every value one lane on */
+    float *x = xcalloc(16 * len, 4);
+    uint8_t *want = xcalloc(16 * len, 1);
+    for (size_t r = 0; r < 16; r++)
+        memcpy(x + r * len, one, len * 4);
+    for (int is_signed = 0; is_signed < 2; is_signed++)
+        codes_equal_scalar(x, 16 * len, is_signed, same_lookup, 2, want);
+    free(one);
+    free(x);
+    free(want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -504,6 +581,8 @@ int main(void)
         cmocka_unit_test(test_pool_tiles_keep_blocks),
         cmocka_unit_test(test_nonfinite_gradient_skipped_by_scaler),
         cmocka_unit_test(test_roofline_and_arguments),
+        cmocka_unit_test(test_nonfinite_codes_equal_scalar),
+        cmocka_unit_test(test_out_of_range_codes_equal_scalar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
