@@ -32,12 +32,17 @@ static inline void zs_store(void *base, zo_dtype t, size_t i, float x)
 
 /* The update of one element in fp32, from its gradient as stored and its
  * moments as decoded; every variant's loop performs these operations in
- * this order. */
+ * this order. Without an L2 term (AdamW, or Adam without weight decay) g
+ * is left alone rather than given 0 * w, which is NaN for an infinite
+ * weight: AdamW then keeps w = inf (decay and step leave it inf) as
+ * PyTorch and the double reference do, and its moments stay finite, so
+ * an 8-bit block's scale is not poisoned by one weight. */
 static inline void zs_adam_math(const zo_adam_consts *c, float graw, float m0, float v0, float *p,
                                 float *m, float *v)
 {
     float g = graw * c->grad_scale;
-    g = fmaf(c->l2, *p, g);
+    if (c->l2 != 0.0f)
+        g = fmaf(c->l2, *p, g);
     *m = fmaf(c->beta1, m0, c->one_minus_beta1 * g);
     *v = fmaf(c->beta2, v0, (c->one_minus_beta2 * g) * g);
     float denom = fmaf(sqrtf(*v), c->inv_sqrt_bc2, c->eps);

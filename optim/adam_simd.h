@@ -34,9 +34,10 @@ ZV_ALWAYS void zv_store_as(void *base, zo_dtype t, size_t i, zv x)
     }
 }
 
-/* The step's constants as vectors. */
+/* The step's constants as vectors; has_l2 as zs_adam_math's test. */
 typedef struct zv_adam_k {
     zv beta1, beta2, omb1, omb2, neg_step, inv_sqrt_bc2, eps, decay, l2, gscale;
+    int has_l2;
 } zv_adam_k;
 
 ZV_ALWAYS zv_adam_k zv_adam_k_make(const zo_adam_consts *c)
@@ -50,14 +51,16 @@ ZV_ALWAYS zv_adam_k zv_adam_k_make(const zo_adam_consts *c)
                        zv_set1(c->eps),
                        zv_set1(c->decay),
                        zv_set1(c->l2),
-                       zv_set1(c->grad_scale)};
+                       zv_set1(c->grad_scale),
+                       c->l2 != 0.0f};
 }
 
 /* zs_adam_math, ZV_W lanes at a time. */
 ZV_ALWAYS void zv_adam_math(const zv_adam_k *k, zv graw, zv m0, zv v0, zv *p, zv *m, zv *v)
 {
     zv g = zv_mul(graw, k->gscale);
-    g = zv_fma(k->l2, *p, g);
+    if (k->has_l2)
+        g = zv_fma(k->l2, *p, g);
     *m = zv_fma(k->beta1, m0, zv_mul(k->omb1, g));
     *v = zv_fma(k->beta2, v0, zv_mul(zv_mul(k->omb2, g), g));
     zv denom = zv_fma(zv_sqrt(*v), k->inv_sqrt_bc2, k->eps);

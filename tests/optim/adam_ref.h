@@ -135,7 +135,7 @@ static inline void ref_adam_step(adam_case *c, const zo_adam_params *p)
     for (size_t i = 0; i < c->n; i++) {
         double g = ref_load(c->grad, c->gt, i) * (double)p->grad_scale;
         double w = c->rp[i];
-        if (!p->adamw)
+        if (!p->adamw && wd != 0.0) /* as PyTorch: no 0 * w, NaN for w = inf */
             g += wd * w;
         double m = b1 * c->rm[i] + (1.0 - b1) * g;
         double v = b2 * c->rv[i] + (1.0 - b2) * g * g;

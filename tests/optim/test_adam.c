@@ -123,9 +123,10 @@ static void check_against_reference(const adam_case *c, const snapshot *before,
         double w0 = ((const float *)before->master)[i];
         double m0 = ref_load(before->m, c->st, i),
                g = ref_load(before->grad, c->gt, i) * (double)p->grad_scale;
-        if (!p->adamw)
+        int l2 = !p->adamw && wd != 0.0; /* as the reference: no 0 * w */
+        if (l2)
             g += wd * w0;
-        double sm = fabs(b1 * m0) + fabs((1.0 - b1) * g) + (p->adamw ? 0.0 : fabs(wd * w0));
+        double sm = fabs(b1 * m0) + fabs((1.0 - b1) * g) + (l2 ? fabs(wd * w0) : 0.0);
         double denom = sqrt(c->rv[i]) / sqrt(bc2) + (double)p->eps;
         double sw = fabs(w0 * decay) + lr / bc1 * sm / denom;
         check_close(ref_load(c->m, c->st, i), c->rm[i], sm, extra, atol, "m", i, label);
@@ -311,6 +312,61 @@ static void test_nonfinite_gradients(void **state)
         snap_free(&before);
         case_free(&c);
     }
+}
+
+/* An infinite master weight (a diverged run, or one set by hand), every
+ * level, fp32 and bf16 moments: AdamW and Adam without weight decay keep
+ * it infinite and its moments finite, as PyTorch and the reference do (no
+ * 0 * inf); Adam with an L2 term makes it NaN (its moments inf, inf/inf).
+ * The other elements are updated as usual. */
+static void test_infinite_master_weight(void **state)
+{
+    static const zo_dtype sts[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16};
+    static const struct {
+        int adamw;
+        float wd;
+    } modes[] = {{1, 0.1f}, {1, 0.0f}, {0, 0.0f}, {0, 0.1f}};
+    static const size_t bad[] = {0, 17, 500, 998};
+    for (int si = 0; si < 2; si++)
+        for (int mi = 0; mi < 4; mi++) {
+            adam_case c;
+            case_alloc(&c, 999, ZO_DTYPE_F32, sts[si], ZO_DTYPE_BF16);
+            uint64_t s = 21 + (uint64_t)(si * 4 + mi);
+            case_fill_grads(&c, &s);
+            case_fill_state(&c, &s);
+            for (size_t k = 0; k < 4; k++)
+                c.master[bad[k]] = c.rp[bad[k]] = k & 1 ? -INFINITY : INFINITY;
+            snapshot before = snap_take(&c);
+            zo_adam_params p = ZO_ADAM_PARAMS_INIT;
+            p.adamw = modes[mi].adamw;
+            p.weight_decay = modes[mi].wd;
+            ref_adam_step(&c, &p);
+            int l2 = !p.adamw && p.weight_decay != 0.0f;
+            for (int k = 0; k < NLEVELS; k++) {
+                zo_simd_level l = all_levels[k];
+                if (!zo_cpu_simd_supported(l))
+                    continue;
+                char label[96];
+                snprintf(label, sizeof label, "%s state %s %s wd %g", zo_simd_level_name(l),
+                         zo_dtype_name(sts[si]), p.adamw ? "adamw" : "adam", p.weight_decay);
+                snap_restore(&before, &c);
+                p.simd_level = (int)l;
+                ZO_ASSERT_OK(zo_adam_step(&p, &c.b));
+                for (size_t j = 0; j < 4; j++) {
+                    float w = c.master[bad[j]];
+                    if (l2 ? !isnan(w) : w != c.rp[bad[j]])
+                        fail_msg("%s: master[%zu] = %g, want %s", label, bad[j], w,
+                                 l2      ? "NaN"
+                                 : j & 1 ? "-inf"
+                                         : "inf");
+                    assert_true(l2 || isfinite(ref_load(c.m, c.st, bad[j])));
+                    assert_true(l2 || isfinite(ref_load(c.v, c.st, bad[j])));
+                }
+                check_against_reference(&c, &before, &p, l, label);
+            }
+            snap_free(&before);
+            case_free(&c);
+        }
 }
 
 static void test_grad_stats(void **state)
@@ -511,6 +567,7 @@ int main(void)
         cmocka_unit_test(test_every_variant_and_precision),
         cmocka_unit_test(test_plain_settings),
         cmocka_unit_test(test_nonfinite_gradients),
+        cmocka_unit_test(test_infinite_master_weight),
         cmocka_unit_test(test_grad_stats),
         cmocka_unit_test(test_trajectory),
         cmocka_unit_test(test_invalid_arguments),

@@ -389,6 +389,25 @@ static void test_variants_equal_scalar(void **state)
         }
 }
 
+/* An infinite master weight under AdamW leaves its block's moments and
+ * scales finite (no 0 * inf in the update), the weight stays infinite, and
+ * every level equals the scalar one. */
+static void test_infinite_weight_keeps_block_scales(void **state)
+{
+    q8_case q;
+    q8_alloc(&q, 3 * QB + 9, ZO_DTYPE_BF16, ZO_DTYPE_BF16);
+    uint64_t s = 41;
+    q8_fill(&q, &s);
+    q.a.master[QB + 5] = INFINITY;
+    q.a.master[3 * QB + 2] = -INFINITY; /* in the partial last block */
+    q8_state scalar = step_at_every_level(&q, "infinite weight");
+    assert_true(q.a.master[QB + 5] == INFINITY && q.a.master[3 * QB + 2] == -INFINITY);
+    for (size_t b = 0; b < zo_adam_q8_blocks(q.a.n); b++)
+        assert_true(isfinite(q.ms[b]) && isfinite(q.vs[b]));
+    free(scalar.bytes);
+    q8_free(&q);
+}
+
 /* Every code of both maps at every position of a 64-element group (the
  * widest decoder reads 64 codes at once), with scales of varied size:
  * each level's step equals the scalar one's, bit for bit. Code (p + j)
@@ -578,6 +597,7 @@ int main(void)
         cmocka_unit_test(test_step_matches_reference),
         cmocka_unit_test(test_variants_equal_scalar),
         cmocka_unit_test(test_every_code_at_every_lane),
+        cmocka_unit_test(test_infinite_weight_keeps_block_scales),
         cmocka_unit_test(test_pool_tiles_keep_blocks),
         cmocka_unit_test(test_nonfinite_gradient_skipped_by_scaler),
         cmocka_unit_test(test_roofline_and_arguments),
