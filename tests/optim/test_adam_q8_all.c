@@ -62,22 +62,70 @@ static void check_chunk(const float *x, size_t n, int is_signed, walk *w, uint8_
     }
 }
 
+/* With the argument "edges" (for emulators, where all floats take too
+ * long), only the floats within EDGE_ULPS of an edge, where a code can
+ * change (a midpoint of two neighbouring map values, a binade's start), and
+ * every SPARSE_STRIDE-th float between: the same range, every decision the
+ * encoder makes, not every input. */
+#define EDGE_ULPS     2048u
+#define SPARSE_STRIDE 4099u
+static int edges_only;
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The magnitudes' bits where a code of the map may change, sorted. */
+static size_t edges_of(const float *sorted, uint32_t *edges)
+{
+    size_t n = 0;
+    for (int c = 0; c + 1 < 256; c++) {
+        float mid = fabsf((float)(((double)sorted[c] + sorted[c + 1]) / 2));
+        memcpy(&edges[n++], &mid, 4);
+    }
+    for (uint32_t e = 0; e <= TOP >> 23; e++)
+        edges[n++] = e << 23;
+    qsort(edges, n, sizeof *edges, cmp_u32);
+    return n;
+}
+
+/* The first b' >= b that is checked; *k walks the sorted edges as b grows. */
+static uint64_t next_checked(uint64_t b, const uint32_t *edges, size_t nedges, size_t *k)
+{
+    if (!edges_only)
+        return b;
+    while (*k < nedges && edges[*k] + (uint64_t)EDGE_ULPS < b)
+        ++*k;
+    uint64_t sparse = (b + SPARSE_STRIDE - 1) / SPARSE_STRIDE * SPARSE_STRIDE;
+    if (*k == nedges)
+        return sparse;
+    uint64_t window = edges[*k] > EDGE_ULPS ? edges[*k] - EDGE_ULPS : 0;
+    return b >= window ? b : window < sparse ? window : sparse;
+}
+
 /* The floats with bits [0, TOP] (or their negatives), in order. */
 static void check_range(int is_signed, int negative)
 {
     walk w = {.j = 0};
     memcpy(w.sorted, zo_adam_q8_map(is_signed), sizeof w.sorted);
     qsort(w.sorted, 256, sizeof(float), cmp_float);
+    uint32_t edges[256 + 128];
+    size_t nedges = edges_of(w.sorted, edges), k = 0;
     float *x = xcalloc(CHUNK, sizeof *x);
     uint8_t *want = xcalloc(CHUNK, 1), *got = xcalloc(CHUNK, 1);
-    for (uint64_t b0 = 0; b0 <= TOP; b0 += CHUNK) {
-        size_t n = 0;
-        for (uint64_t b = b0; b <= TOP && b < b0 + CHUNK; b++) {
-            uint32_t bits = (uint32_t)b | (negative ? 0x80000000u : 0u);
-            memcpy(&x[n++], &bits, sizeof bits);
+    size_t n = 0;
+    for (uint64_t b = next_checked(0, edges, nedges, &k); b <= TOP;
+         b = next_checked(b + 1, edges, nedges, &k)) {
+        uint32_t bits = (uint32_t)b | (negative ? 0x80000000u : 0u);
+        memcpy(&x[n++], &bits, sizeof bits);
+        if (n == CHUNK) {
+            check_chunk(x, n, is_signed, &w, want, got);
+            n = 0;
         }
-        check_chunk(x, n, is_signed, &w, want, got);
     }
+    check_chunk(x, n, is_signed, &w, want, got);
     free(x);
     free(want);
     free(got);
@@ -94,8 +142,16 @@ static void test_all_floats_signed(void **state)
     check_range(1, 1);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 2 || (argc == 2 && strcmp(argv[1], "edges") != 0)) {
+        fprintf(stderr,
+                "usage: %s [edges]   (edges: only the floats near where a code changes, "
+                "and a sparse sample between)\n",
+                argv[0]);
+        return 2;
+    }
+    edges_only = argc == 2;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_floats_unsigned),
         cmocka_unit_test(test_all_floats_signed),
