@@ -12,8 +12,7 @@
  * normalized moment, up to 2^-22 of slack (the fp32 thresholds and the fp32
  * moment both round). */
 #include "adam_ref.h"
-#include "zo/cpu.h"
-#include "zo/optim_testing.h"
+#include "q8_codes.h"
 
 static const zo_simd_level all_levels[] = {ZO_SIMD_SCALAR, ZO_SIMD_AVX2, ZO_SIMD_AVX512,
                                            ZO_SIMD_AVX512_BF16, ZO_SIMD_NEON};
@@ -511,25 +510,6 @@ static void test_roofline_and_arguments(void **state)
     assert_int_equal(zo_adam_moment_bytes(ZO_DTYPE_F16, 257), 0);
     free(before.bytes);
     q8_free(&q);
-}
-
-/* Codes of x[0..n) at each level in levels (those this CPU runs) equal
- * the scalar level's; returns the scalar's in want. */
-static void codes_equal_scalar(const float *x, size_t n, int is_signed, const zo_simd_level *levels,
-                               int nlevels, uint8_t *want)
-{
-    uint8_t *got = xcalloc(n, 1);
-    ZO_ASSERT_OK(zo_test_adam_q8_encode(ZO_SIMD_SCALAR, x, n, is_signed, want));
-    for (int k = 0; k < nlevels; k++) {
-        if (!zo_cpu_simd_supported(levels[k]))
-            continue;
-        ZO_ASSERT_OK(zo_test_adam_q8_encode((int)levels[k], x, n, is_signed, got));
-        for (size_t i = 0; i < n; i++)
-            if (got[i] != want[i])
-                fail_msg("%s %s: %a encoded as %u, scalar %u", zo_simd_level_name(levels[k]),
-                         is_signed ? "signed" : "unsigned", (double)x[i], got[i], want[i]);
-    }
-    free(got);
 }
 
 /* inf and NaNs of several payloads, each at every lane of a 16-wide

@@ -8,8 +8,7 @@
  * level. Values beyond the maps (inf, NaN, |x| > 1.0078125) are
  * test_adam_q8's test_out_of_range_codes_equal_scalar. */
 #include "adam_ref.h"
-#include "zo/cpu.h"
-#include "zo/optim_testing.h"
+#include "q8_codes.h"
 
 static const zo_simd_level all_levels[] = {ZO_SIMD_SCALAR, ZO_SIMD_AVX2, ZO_SIMD_AVX512,
                                            ZO_SIMD_AVX512_BF16, ZO_SIMD_NEON};
@@ -40,20 +39,10 @@ static double walk_nearest_dist(walk *w, double x)
 
 /* Codes of x[0..n) at every level this CPU runs: all equal to the scalar
  * ones, which are a nearest map value. */
-static void check_chunk(const float *x, size_t n, int is_signed, walk *w, uint8_t *want,
-                        uint8_t *got)
+static void check_chunk(const float *x, size_t n, int is_signed, walk *w, uint8_t *want)
 {
     const float *map = zo_adam_q8_map(is_signed);
-    ZO_ASSERT_OK(zo_test_adam_q8_encode(ZO_SIMD_SCALAR, x, n, is_signed, want));
-    for (int k = 1; k < NLEVELS; k++) {
-        if (!zo_cpu_simd_supported(all_levels[k]))
-            continue;
-        ZO_ASSERT_OK(zo_test_adam_q8_encode((int)all_levels[k], x, n, is_signed, got));
-        for (size_t i = 0; i < n; i++)
-            if (got[i] != want[i])
-                fail_msg("%s %s: %a encoded as %u, scalar %u", zo_simd_level_name(all_levels[k]),
-                         is_signed ? "signed" : "unsigned", (double)x[i], got[i], want[i]);
-    }
+    codes_equal_scalar(x, n, is_signed, all_levels + 1, NLEVELS - 1, want);
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)x[i] - map[want[i]]), best = walk_nearest_dist(w, x[i]);
         if (!(d <= best + 0x1p-22 * fmax(fabs((double)x[i]), 1e-30)))
@@ -114,21 +103,20 @@ static void check_range(int is_signed, int negative)
     uint32_t edges[256 + 128];
     size_t nedges = edges_of(w.sorted, edges), k = 0;
     float *x = xcalloc(CHUNK, sizeof *x);
-    uint8_t *want = xcalloc(CHUNK, 1), *got = xcalloc(CHUNK, 1);
+    uint8_t *want = xcalloc(CHUNK, 1);
     size_t n = 0;
     for (uint64_t b = next_checked(0, edges, nedges, &k); b <= TOP;
          b = next_checked(b + 1, edges, nedges, &k)) {
         uint32_t bits = (uint32_t)b | (negative ? 0x80000000u : 0u);
         memcpy(&x[n++], &bits, sizeof bits);
         if (n == CHUNK) {
-            check_chunk(x, n, is_signed, &w, want, got);
+            check_chunk(x, n, is_signed, &w, want);
             n = 0;
         }
     }
-    check_chunk(x, n, is_signed, &w, want, got);
+    check_chunk(x, n, is_signed, &w, want);
     free(x);
     free(want);
-    free(got);
 }
 
 static void test_all_floats_unsigned(void **state)
