@@ -12,6 +12,7 @@
  * is a first byte and a valid file (ZT_FUZZ_SEEDS=DIR writes the safetensors
  * seeds there from the start-up checkpoints). */
 #include <errno.h>
+#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,20 @@ static void write_seeds(void)
         }
 }
 
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* The start-up checkpoints and the work directory go when the fuzzer exits. */
+static void remove_dir(void)
+{
+    zt_trainer_free(g_t);
+    g_t = NULL;
+    nftw(g_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
@@ -116,6 +131,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     snprintf(g_dir, sizeof g_dir, "/tmp/zt-fuzz-ckpt-XXXXXX");
     if (!mkdtemp(g_dir))
         abort();
+    atexit(remove_dir);
     const zo_dtype states[KINDS] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_I8};
     for (int k = 0; k < KINDS; k++) {
         snprintf(g_base[k], sizeof g_base[k], "%s/base-%d", g_dir, k);
@@ -185,7 +201,6 @@ int main(int argc, char **argv)
         if (d)
             closedir(d);
     }
-    zt_trainer_free(g_t);
     printf("fuzz_checkpoint: %d inputs replayed\n", runs);
     return runs > 0 ? 0 : 1;
 }
