@@ -52,16 +52,17 @@ def run_torch(a, autocast: bool = True) -> float:
     for i in range(a.warmup + a.steps):
         sync(a)
         t = time.perf_counter()
-        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=autocast):
-            loss = model(**b).loss
-        loss.backward()
+        for _ in range(a.grad_accum):
+            with torch.autocast(a.device, dtype=torch.bfloat16, enabled=autocast):
+                loss = model(**b).loss
+            (loss / a.grad_accum).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         sync(a)
         if i >= a.warmup:
             times.append(time.perf_counter() - t)
-    return a.micro_batch * a.seq / statistics.median(times)
+    return a.micro_batch * a.seq * a.grad_accum / statistics.median(times)
 
 
 def _initialize(model, cfg, n16: int):
@@ -91,6 +92,7 @@ def run_zoffload(a, offload: bool) -> float:
     model = gpt2(a.layers, a.width, a.heads, a.vocab, a.seq).to(a.device)
     n16 = sum(p.numel() for p in model.parameters()) * 2
     cfg = {"train_micro_batch_size_per_gpu": a.micro_batch, "bf16": {"enabled": True},
+           "gradient_accumulation_steps": a.grad_accum,
            "gradient_clipping": 1.0,
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
            "zero_optimization": {"offload_optimizer": {"device": "cpu"}},
@@ -106,9 +108,10 @@ def run_zoffload(a, offload: bool) -> float:
     for i in range(a.warmup + a.steps):
         sync(a)
         t = time.perf_counter()
-        loss = eng(**b).loss
-        eng.backward(loss)
-        eng.step()
+        for _ in range(a.grad_accum):
+            loss = eng(**b).loss
+            eng.backward(loss)
+            eng.step()
         sync(a)
         if i >= a.warmup:
             times.append(time.perf_counter() - t)
@@ -116,7 +119,7 @@ def run_zoffload(a, offload: bool) -> float:
     if swap:
         import shutil
         shutil.rmtree(swap, ignore_errors=True)
-    return a.micro_batch * a.seq / statistics.median(times)
+    return a.micro_batch * a.seq * a.grad_accum / statistics.median(times)
 
 
 def main(argv=None) -> int:
@@ -129,6 +132,8 @@ def main(argv=None) -> int:
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--micro-batch", type=int, default=4)
     p.add_argument("--steps", type=int, default=3, help="timed steps per run")
+    p.add_argument("--grad-accum", type=int, default=1,
+                   help="micro-batches per optimizer step (each run the same)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds of the three runs")
     p.add_argument("--mode", default="overlap", choices=["sync", "overlap", "dpu"])
@@ -151,7 +156,8 @@ def main(argv=None) -> int:
     med = {k: statistics.median(v) for k, v in res.items()}
     out = {"model": f"GPT-2 {a.layers}x{a.width}, vocab {a.vocab}", "device": a.device,
            "seq": a.seq,
-           "micro_batch": a.micro_batch, "threads": torch.get_num_threads(), "mode": a.mode,
+           "micro_batch": a.micro_batch, "grad_accum": a.grad_accum,
+           "threads": torch.get_num_threads(), "mode": a.mode,
            "tokens_per_s": med, "rounds": res}
     peers = [med[k] for k in ("torch", "torch32") if k in med]
     if peers and "resident" in med:
