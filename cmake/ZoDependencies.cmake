@@ -21,13 +21,23 @@ zo_require_pc(JANSSON jansson libjansson-dev)
 zo_require_pc(XXHASH libxxhash libxxhash-dev)
 zo_require_pc(OPENBLAS openblas libopenblas-dev)
 # oneDNN (no pkg-config file): the cpu device's bf16 GEMMs. Debian builds it
-# on libgomp, whose per-thread thread count the cpu GEMM sets to one.
-find_path(DNNL_INCLUDE_DIR dnnl.h)
-find_library(DNNL_LIBRARY dnnl)
-if(NOT DNNL_INCLUDE_DIR OR NOT DNNL_LIBRARY)
-  message(FATAL_ERROR "zoffload: required dependency 'oneDNN' not found: install the Debian package 'libdnnl-dev'")
+# on libgomp, whose per-thread thread count the cpu GEMM sets to one. ZO_ONEDNN
+# OFF builds without it (bf16 GEMMs through OpenBLAS sgemm, as ZO_CPU_GEMM=
+# openblas picks at run time): the aarch64 cross build, whose multiarch
+# libdnnl-dev:arm64 cannot be installed beside the amd64 one (both ship
+# oneapi/dnnl/dnnl_config.h, different).
+option(ZO_ONEDNN "bf16 GEMMs of the cpu device on oneDNN (libdnnl-dev)" ON)
+if(ZO_ONEDNN)
+  find_path(DNNL_INCLUDE_DIR dnnl.h)
+  find_library(DNNL_LIBRARY dnnl)
+  if(NOT DNNL_INCLUDE_DIR OR NOT DNNL_LIBRARY)
+    message(FATAL_ERROR "zoffload: required dependency 'oneDNN' not found: install the Debian package 'libdnnl-dev' (or configure with -DZO_ONEDNN=OFF: bf16 GEMMs through OpenBLAS)")
+  endif()
+  list(APPEND ZO_DEP_TARGETS ${DNNL_LIBRARY} gomp)
+  set(ZO_PC_DNNL "-ldnnl -lgomp ")
+else()
+  set(ZO_PC_DNNL "")
 endif()
-list(APPEND ZO_DEP_TARGETS ${DNNL_LIBRARY} gomp)
 find_package(Threads REQUIRED)
 list(APPEND ZO_DEP_TARGETS Threads::Threads m)
 

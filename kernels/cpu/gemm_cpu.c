@@ -6,9 +6,6 @@
  * element of C is computed by exactly one call, whose summation order does
  * not depend on which thread runs it, so the bits depend on the shape only. */
 #include <cblas.h>
-#include <dnnl.h>
-#include <dnnl_debug.h>
-#include <omp.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -59,15 +56,6 @@ static void blas_single_threaded(void)
     openblas_set_num_threads(1);
 }
 
-static _Thread_local int omp_single;
-static void onednn_single_threaded(void)
-{
-    if (!omp_single) {
-        omp_set_num_threads(1);
-        omp_single = 1;
-    }
-}
-
 /* ---- fp32 through OpenBLAS ---- */
 
 typedef struct sgemm_job {
@@ -112,6 +100,20 @@ void zo_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, co
 }
 
 /* ---- bf16 through oneDNN ---- */
+
+#ifdef ZO_HAVE_ONEDNN
+#include <dnnl.h>
+#include <dnnl_debug.h>
+#include <omp.h>
+
+static _Thread_local int omp_single;
+static void onednn_single_threaded(void)
+{
+    if (!omp_single) {
+        omp_set_num_threads(1);
+        omp_single = 1;
+    }
+}
 
 static pthread_once_t dnnl_once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t dnnl_eng;
@@ -313,3 +315,19 @@ zo_status zo_cpu_gemm_onednn(const zo_gemm_desc *g)
                            g->m, g->n, g->k, g->batch, j.what[p], dnnl_status2str(j.st[p]));
     return ZO_OK;
 }
+
+#else /* built with ZO_ONEDNN OFF: bf16 GEMMs through OpenBLAS sgemm */
+
+int zo_cpu_gemm_uses_onednn(const zo_gemm_desc *g)
+{
+    (void)g;
+    return 0;
+}
+
+zo_status zo_cpu_gemm_onednn(const zo_gemm_desc *g)
+{
+    return ZO_FAIL(ZO_ERR_UNSUPPORTED, SUBSYS,
+                   "gemm %dx%dx%d: this build has no oneDNN (configured with ZO_ONEDNN OFF)", g->m,
+                   g->n, g->k);
+}
+#endif

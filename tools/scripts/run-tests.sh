@@ -91,7 +91,7 @@ if [ "${ZO_ARM64:-1}" != 0 ]; then
   echo "== aarch64: cross build, tests under qemu-aarch64 -cpu cortex-a53"
   if bash tools/scripts/install-deps-arm64.sh; then
     build "$root/build-arm64" --toolchain "$root/cmake/aarch64-linux-gnu.cmake" \
-      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZO_ENABLE_CUDA=OFF \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZO_ENABLE_CUDA=OFF -DZO_ONEDNN=OFF \
       "-DZO_TEST_DIRS=${ZO_ARM64_TEST_DIRS:-optim;device;kernels;swap;comm}"
     run_ctest arm64 "$root/build-arm64" -j "$jobs" -L unit -LE "slow|lint"
   else
