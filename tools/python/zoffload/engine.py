@@ -54,7 +54,10 @@ class _Tensor:
         self.parts = parts
         self.param, self.name = parts[0].param, parts[0].param_name
         self.shape = tuple(parts[0].param.shape)
-        self.numel = sum(ep.numel for ep in parts)
+
+    @property
+    def numel(self) -> int:
+        return sum(ep.numel for ep in self.parts)
 
 
 class _Device:
@@ -255,7 +258,6 @@ class ZoEngine:
         else:
             units = find_units(model, max_unit_params)
         size = torch.empty(0, dtype=self.torch_dtype).element_size()
-        self._unit_list = units
         self._cut(units, {}, size)
         rows = self._tile_plan(units, size)
         if rows:
@@ -276,7 +278,6 @@ class ZoEngine:
                 self.tensors.append(seen[id(ep.param)])
         for t in self.tensors:
             t.parts.sort(key=lambda ep: ep.rows or (0, 0))
-            t.numel = sum(ep.numel for ep in t.parts)
         self._tensor_of = {id(t.param): t for t in self.tensors}
         self._units_of_layer: Dict[int, str] = {}
         self._n_units = [0] * len(self.layers)
@@ -305,8 +306,7 @@ class ZoEngine:
 
     def _fits_device(self) -> bool:
         """Whether the engine's plan of the current layout fits zoffload.device_mem."""
-        fp, fits = self._footprint_for(self._engine_config(probe=True))
-        return bool(fits)
+        return bool(self._footprint_for(self._engine_config(probe=True))[1])
 
     def _layer_bytes(self, size: int) -> int:
         """What one engine layer may hold: the chunk (zoffload.chunk_size, else the engine's
