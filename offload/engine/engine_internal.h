@@ -331,6 +331,8 @@ struct zo_engine {
     float lr_next;    /* zo_engine_set_lr's value, taken by the next step to open */
     float step_lr;    /* the open step's learning rate (every update of its gradients uses it) */
     int step_open;
+    int spec_paused; /* overlap: this step updates after the verdict, not ahead of it
+                        (the last step clipped: a speculation would be rolled back) */
     int dpu_pending; /* a DPU update was launched and not yet published */
     int dpu_skip;    /* ... and it was skipped (overflow) */
     /* the delayed update runs on a thread of its own, beside the job thread
@@ -488,13 +490,17 @@ zo_status eng_arrival_fn(void *arg);
 void eng_set_async_error(struct zo_engine *e, zo_status st);
 zo_status eng_take_async_error(struct zo_engine *e);
 zo_status eng_update_all(struct zo_engine *e, float lr, float factor, int64_t step, int parity);
+/* Whether this step's chunks are updated ahead of the verdict (overlap mode,
+ * unless paused: zo_engine.spec_paused). */
+int eng_speculates_now(const struct zo_engine *e);
 /* The update of every chunk now, timed and traced as `name(v, *rollbacks)`
  * says, then commit and publish (sync and overlap); the loss scaler goes back
  * to *saved when the update fails. */
 zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbacks,
                          const zo_loss_scaler *saved,
                          zo_status (*apply)(struct zo_engine *, const eng_verdict *, int *),
-                         const char *(*name)(const eng_verdict *, int));
+                         const char *(*name)(const struct zo_engine *, const eng_verdict *,
+                                                             int));
 
 /* Wait for speculative updates still in flight in every tier; the first failure. */
 zo_status eng_spec_drain(struct zo_engine *e);

@@ -47,7 +47,7 @@ zo_status eng_update_all(struct zo_engine *e, float lr, float factor, int64_t st
 zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbacks,
                          const zo_loss_scaler *saved,
                          zo_status (*apply)(struct zo_engine *, const eng_verdict *, int *),
-                         const char *(*name)(const eng_verdict *, int))
+                         const char *(*name)(const struct zo_engine *, const eng_verdict *, int))
 {
     uint64_t t0 = zo_now_ns();
     zo_nvtx_push("optimizer update");
@@ -55,7 +55,7 @@ zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbac
     zo_nvtx_pop();
     uint64_t t1 = zo_now_ns();
     atomic_fetch_add(&e->optim_ns, t1 - t0);
-    eng_trace(e, ZO_TRACK_UPDATE, 0, name(v, *rollbacks), t0, t1, -1, 0);
+    eng_trace(e, ZO_TRACK_UPDATE, 0, name(e, v, *rollbacks), t0, t1, -1, 0);
     if (st < 0) {
         e->scaler = *saved; /* not committed: the step never happened */
         return st;
@@ -74,6 +74,17 @@ static zo_status accumulate(struct zo_engine *e, eng_chunk *k, const eng_job *j)
     eng_widen_params(e->cfg.param_dtype, k->g16[j->parity], j->micro == 1 ? NULL : acc, acc,
                      k->n_elems);
     return ZO_OK;
+}
+
+/* Whether this step's chunks are updated ahead of the verdict: in a mode that
+ * speculates, unless the last step clipped. A run that clips at every step
+ * (a max norm below its gradients' norm, common early in fine-tuning) would
+ * otherwise read, update and write every chunk's states twice per step, the
+ * second time after a rollback: for NVMe states that doubles the step's I/O.
+ * Either way the results are sync mode's bits. */
+int eng_speculates_now(const struct zo_engine *e)
+{
+    return e->mode->speculates && !e->spec_paused;
 }
 
 /* Update chunk c ahead of the verdict, through its states' tier. */
@@ -102,14 +113,14 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
     if (eng_zero_on(&e->cfg)) { /* reduced to the owner now: the copy here is then free */
         if (!eng_zero_rounds(&e->cfg))
             ZO_TRY(eng_zero_reduce_chunk(e, (uint32_t)j->chunk, j));
-        if (e->mode->speculates && k->owner == e->cfg.rank) /* on the reduced gradient */
+        if (eng_speculates_now(e) && k->owner == e->cfg.rank) /* on the reduced gradient */
             ZO_TRY(speculate(e, (uint32_t)j->chunk, j));
         return eng_grads_done(e, j);
     }
     const void *g = accum ? (const void *)k->acc[j->parity] : k->g16[j->parity];
     zo_dtype t = accum ? ZO_DTYPE_F32 : e->cfg.param_dtype;
     ZO_TRY(zo_optim_pool_grad_stats(e->opool, g, t, k->n_elems, &k->gstats));
-    if (e->mode->speculates)
+    if (eng_speculates_now(e))
         ZO_TRY(speculate(e, (uint32_t)j->chunk, j));
     return eng_grads_done(e, j); /* kept or spilled for the update, the ring slot freed */
 }

@@ -2,8 +2,9 @@
  * gradients reach the host (through its states' tier: resident states are
  * backed up first, NVMe states are written beside the committed ones), and at
  * the end of the step the speculation is validated: when clipping or an
- * overflow makes it wrong it is rolled back and the update redone. Results
- * equal sync mode's. */
+ * overflow makes it wrong it is rolled back and the update redone. A step
+ * after one that clipped does not speculate (the next one likely clips too):
+ * it updates after the verdict, as sync mode does. Results equal sync mode's. */
 #include "engine_tier.h"
 
 /* Wait for what the tiers' speculative updates left in flight; the first
@@ -30,7 +31,7 @@ static zo_status validate(struct zo_engine *e, const eng_verdict *v, int *rollba
 {
     int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
     *rollbacks = 0;
-    if (!v->overflow && v->factor == v->plain)
+    if (!e->spec_paused && !v->overflow && v->factor == v->plain)
         return ZO_OK; /* the speculation was right */
     for (uint32_t c = 0; c < e->n_chunks; c++)
         *rollbacks += e->chunks[c].spec_done;
@@ -49,16 +50,22 @@ static zo_status validate_and_share(struct zo_engine *e, const eng_verdict *v, i
     return eng_zero_on(&e->cfg) && !v->overflow ? eng_zero_share_params(e, st) : st;
 }
 
-static const char *update_name(const eng_verdict *v, int rollbacks)
+static const char *update_name(const struct zo_engine *e, const eng_verdict *v, int rollbacks)
 {
-    (void)v;
-    return rollbacks ? "rollback and update" : "validate speculative update";
+    if (rollbacks)
+        return "rollback and update";
+    if (e->spec_paused)
+        return v->overflow ? "skip update (overflow)" : "update (not speculated: the last step clipped)";
+    return "validate speculative update";
 }
 
 static zo_status end_step(struct zo_engine *e, const eng_verdict *v, int *rollbacks,
                           const zo_loss_scaler *saved)
 {
-    return eng_update_now(e, v, rollbacks, saved, validate_and_share, update_name);
+    zo_status st = eng_update_now(e, v, rollbacks, saved, validate_and_share, update_name);
+    if (!v->overflow) /* an overflow says nothing of the next step's norm */
+        e->spec_paused = v->factor != v->plain;
+    return st;
 }
 
 static zo_status settle(struct zo_engine *e)

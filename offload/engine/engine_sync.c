@@ -12,8 +12,9 @@ static zo_status apply(struct zo_engine *e, const eng_verdict *v, int *rollbacks
     return eng_zero_on(&e->cfg) ? eng_zero_share_params(e, st) : st; /* the owners' updates */
 }
 
-static const char *update_name(const eng_verdict *v, int rollbacks)
+static const char *update_name(const struct zo_engine *e, const eng_verdict *v, int rollbacks)
 {
+    (void)e;
     (void)rollbacks;
     return v->overflow ? "skip update (overflow)" : "update";
 }
