@@ -499,8 +499,7 @@ int eng_speculates_now(const struct zo_engine *e);
 zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbacks,
                          const zo_loss_scaler *saved,
                          zo_status (*apply)(struct zo_engine *, const eng_verdict *, int *),
-                         const char *(*name)(const struct zo_engine *, const eng_verdict *,
-                                                             int));
+                         const char *(*name)(const struct zo_engine *, const eng_verdict *, int));
 
 /* Wait for speculative updates still in flight in every tier; the first failure. */
 zo_status eng_spec_drain(struct zo_engine *e);

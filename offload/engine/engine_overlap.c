@@ -55,7 +55,8 @@ static const char *update_name(const struct zo_engine *e, const eng_verdict *v, 
     if (rollbacks)
         return "rollback and update";
     if (e->spec_paused)
-        return v->overflow ? "skip update (overflow)" : "update (not speculated: the last step clipped)";
+        return v->overflow ? "skip update (overflow)"
+                           : "update (not speculated: the last step clipped)";
     return "validate speculative update";
 }
 

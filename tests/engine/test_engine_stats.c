@@ -172,9 +172,9 @@ static void test_trace_covers_every_track(void **state)
         count_events(&log, ZO_TRACK_HOST_JOBS, 0, "gradient norm + speculative update"),
         c.steps * (int)traced.fp.n_chunks);
     assert_int_equal(count_events(&log, ZO_TRACK_UPDATE, 0, "rollback and update"), 1);
-    assert_int_equal(count_events(&log, ZO_TRACK_UPDATE, 0,
-                                  "update (not speculated: the last step clipped)"),
-                     c.steps - 1);
+    assert_int_equal(
+        count_events(&log, ZO_TRACK_UPDATE, 0, "update (not speculated: the last step clipped)"),
+        c.steps - 1);
     int workers = count_events(&log, ZO_TRACK_OPTIM_WORKER, 0, NULL) +
                   count_events(&log, ZO_TRACK_OPTIM_WORKER, 1, NULL);
     assert_true(workers > 0);
