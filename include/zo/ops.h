@@ -117,18 +117,33 @@ ZO_API zo_status zo_op_rope_table(zo_stream_t s, float *table, int seq, int head
  *           w < hi: f;  w > lo: f / factor;  otherwise, with
  *           a = (original_max_pos / w - low_freq_factor) / (high_freq_factor - low_freq_factor),
  *           (1 - a) f / factor + a f
- * (as transformers' _compute_llama3_parameters). NONE is zo_op_rope_table. */
+ *   YARN:   with d(r) = head_dim ln(original_max_pos / (2 pi r)) / (2 ln theta),
+ *           lo = max(floor(d(beta_fast)), 0), hi = min(ceil(d(beta_slow)), head_dim - 1)
+ *           (no rounding with no_truncate; hi = lo + 0.001 where equal) and the
+ *           ramp r = clamp((i - lo) / (hi - lo), 0, 1): r f / factor + (1 - r) f;
+ *           cos and sin are multiplied by attention_factor
+ *   DYNAMIC: the table's length n = max(pos0 + seq, original_max_pos) (here
+ *           max_position_embeddings) makes theta
+ *           theta (factor n / original_max_pos - factor + 1)^(head_dim / (head_dim - 2))
+ * (as transformers' _compute_llama3_parameters, _compute_yarn_parameters and
+ * _compute_dynamic_ntk_parameters with dynamic_rope_update). NONE is zo_op_rope_table. */
 typedef enum {
     ZO_ROPE_SCALING_NONE = 0,
     ZO_ROPE_SCALING_LINEAR,
-    ZO_ROPE_SCALING_LLAMA3
+    ZO_ROPE_SCALING_LLAMA3,
+    ZO_ROPE_SCALING_YARN,
+    ZO_ROPE_SCALING_DYNAMIC
 } zo_rope_scaling_type;
 typedef struct zo_rope_scaling {
     zo_rope_scaling_type type;
-    float factor;           /* > 0 (LINEAR, LLAMA3) */
-    float low_freq_factor;  /* LLAMA3: > 0 */
-    float high_freq_factor; /* LLAMA3: > low_freq_factor */
-    int original_max_pos;   /* LLAMA3: > 0 */
+    float factor;               /* > 0 (LINEAR, LLAMA3, YARN, DYNAMIC) */
+    float low_freq_factor;      /* LLAMA3: > 0 */
+    float high_freq_factor;     /* LLAMA3: > low_freq_factor */
+    int original_max_pos;       /* LLAMA3, YARN: > 0, the pretraining length; DYNAMIC: the
+                                   max_position_embeddings beyond which theta grows */
+    float beta_fast, beta_slow; /* YARN: the ramp's rotation bounds (32, 1), > 0 */
+    float attention_factor;     /* YARN: > 0, 0.1 ln(factor) + 1 by default */
+    int no_truncate;            /* YARN: 1 keeps the ramp's bounds unrounded */
 } zo_rope_scaling;
 /* zo_op_rope_table with the frequencies scaled by sc (NULL: none). */
 ZO_API zo_status zo_op_rope_table_scaled(zo_stream_t s, float *table, int seq, int head_dim,

@@ -364,12 +364,13 @@ static void rope_table_rows(const void *args, size_t lo, size_t hi, size_t part)
 {
     const zo_rope_table_args *a = args;
     const int half = a->head_dim / 2;
+    const double m = zo_rope_magnitude(a);
     for (int p = (int)lo; p < (int)hi; p++)
         for (int i = 0; i < half; i++) {
             double freq = zo_rope_freq(a, i);
             double ang = (double)(a->pos0 + p) * freq;
-            a->table[((size_t)p * half + i) * 2] = (float)cos(ang);
-            a->table[((size_t)p * half + i) * 2 + 1] = (float)sin(ang);
+            a->table[((size_t)p * half + i) * 2] = (float)(m * cos(ang));
+            a->table[((size_t)p * half + i) * 2 + 1] = (float)(m * sin(ang));
         }
 }
 

@@ -215,9 +215,9 @@ __global__ void rope_table_kernel(zo_rope_table_args a)
     if (idx >= (size_t)a.seq * half)
         return;
     const int p = (int)(idx / half), i = (int)(idx % half);
-    const double ang = (double)(a.pos0 + p) * zo_rope_freq(&a, i);
-    a.table[idx * 2] = (float)cos(ang);
-    a.table[idx * 2 + 1] = (float)sin(ang);
+    const double ang = (double)(a.pos0 + p) * zo_rope_freq(&a, i), m = zo_rope_magnitude(&a);
+    a.table[idx * 2] = (float)(m * cos(ang));
+    a.table[idx * 2 + 1] = (float)(m * sin(ang));
 }
 
 __global__ void rope_kernel(zo_rope_args a)

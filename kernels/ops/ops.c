@@ -247,12 +247,24 @@ zo_status zo_op_rope_table(zo_stream_t s, float *table, int seq, int head_dim, f
     return zo_op_rope_table_scaled(s, table, seq, head_dim, theta, pos0, NULL);
 }
 
+static zo_status check_rope_yarn(const zo_rope_scaling *sc, const char *op)
+{
+    if (sc->original_max_pos <= 0 || !(sc->beta_fast > 0.0f) || !(sc->beta_slow > 0.0f) ||
+        !(sc->attention_factor > 0.0f))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "%s: yarn scaling needs original_max_position_embeddings %d > 0, beta_fast "
+                       "%g and beta_slow %g > 0 (32 and 1 by default) and attention_factor %g > 0",
+                       op, sc->original_max_pos, (double)sc->beta_fast, (double)sc->beta_slow,
+                       (double)sc->attention_factor);
+    return ZO_OK;
+}
+
 static zo_status check_rope_scaling(const zo_rope_scaling *sc, const char *op)
 {
-    if (sc->type != ZO_ROPE_SCALING_NONE && sc->type != ZO_ROPE_SCALING_LINEAR &&
-        sc->type != ZO_ROPE_SCALING_LLAMA3)
+    if (sc->type < ZO_ROPE_SCALING_NONE || sc->type > ZO_ROPE_SCALING_DYNAMIC)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
-                       "%s: scaling type %d; expected none, linear or llama3", op, (int)sc->type);
+                       "%s: scaling type %d; expected none, linear, llama3, yarn or dynamic", op,
+                       (int)sc->type);
     if (sc->type != ZO_ROPE_SCALING_NONE && !(sc->factor > 0.0f))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: scaling factor %g must be > 0", op,
                        (double)sc->factor);
@@ -263,6 +275,12 @@ static zo_status check_rope_scaling(const zo_rope_scaling *sc, const char *op)
                        "%s: llama3 scaling needs low_freq_factor %g > 0, high_freq_factor %g above "
                        "it and original_max_position_embeddings %d > 0",
                        op, (double)sc->low_freq_factor, (double)sc->high_freq_factor,
+                       sc->original_max_pos);
+    if (sc->type == ZO_ROPE_SCALING_YARN)
+        return check_rope_yarn(sc, op);
+    if (sc->type == ZO_ROPE_SCALING_DYNAMIC && sc->original_max_pos <= 0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "%s: dynamic scaling needs max_position_embeddings %d > 0", op,
                        sc->original_max_pos);
     return ZO_OK;
 }
@@ -280,9 +298,12 @@ zo_status zo_op_rope_table_scaled(zo_stream_t s, float *table, int seq, int head
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: theta %g must be > 1 and pos0 %d >= 0", op,
                        (double)theta, pos0);
     ZO_TRY(check_operand(s, table, (size_t)seq * (size_t)head_dim * sizeof(float), op, "table"));
-    zo_rope_table_args a = {table, seq, head_dim, pos0, theta, {ZO_ROPE_SCALING_NONE, 0, 0, 0, 0}};
+    zo_rope_table_args a = {table, seq, head_dim, pos0, theta, {.type = ZO_ROPE_SCALING_NONE}};
     if (sc) {
         ZO_TRY(check_rope_scaling(sc, op));
+        if (sc->type == ZO_ROPE_SCALING_DYNAMIC && head_dim <= 2)
+            return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: dynamic scaling needs head_dim %d > 2",
+                           op, head_dim);
         a.sc = *sc;
     }
     return be->rope_table(&x, &a);

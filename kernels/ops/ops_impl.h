@@ -59,22 +59,66 @@ typedef struct zo_rope_table_args {
 #else
 #define ZO_HOST_DEVICE
 #endif
-static inline ZO_HOST_DEVICE double zo_rope_freq(const zo_rope_table_args *a, int i)
+static inline ZO_HOST_DEVICE double zo_rope_llama3(const zo_rope_scaling *sc, double f)
 {
-    double f = pow((double)a->theta, -2.0 * i / a->head_dim);
-    if (a->sc.type == ZO_ROPE_SCALING_LINEAR)
-        return f / a->sc.factor;
-    if (a->sc.type != ZO_ROPE_SCALING_LLAMA3)
-        return f;
     const double pi = 3.14159265358979323846;
-    double w = 2.0 * pi / f, old = a->sc.original_max_pos;
-    double lo = old / a->sc.low_freq_factor, hi = old / a->sc.high_freq_factor;
+    double w = 2.0 * pi / f, old = sc->original_max_pos;
+    double lo = old / sc->low_freq_factor, hi = old / sc->high_freq_factor;
     if (w < hi)
         return f;
     if (w > lo)
-        return f / a->sc.factor;
-    double t = (old / w - a->sc.low_freq_factor) / (a->sc.high_freq_factor - a->sc.low_freq_factor);
-    return (1.0 - t) * f / a->sc.factor + t * f;
+        return f / sc->factor;
+    double t = (old / w - sc->low_freq_factor) / (sc->high_freq_factor - sc->low_freq_factor);
+    return (1.0 - t) * f / sc->factor + t * f;
+}
+
+/* YaRN's correction dimension for r rotations over the pretraining length. */
+static inline ZO_HOST_DEVICE double zo_rope_yarn_dim(const zo_rope_table_args *a, double r)
+{
+    const double pi = 3.14159265358979323846;
+    return a->head_dim * log(a->sc.original_max_pos / (r * 2.0 * pi)) /
+           (2.0 * log((double)a->theta));
+}
+
+static inline ZO_HOST_DEVICE double zo_rope_yarn(const zo_rope_table_args *a, double f, int i)
+{
+    double lo = zo_rope_yarn_dim(a, a->sc.beta_fast), hi = zo_rope_yarn_dim(a, a->sc.beta_slow);
+    if (!a->sc.no_truncate)
+        lo = floor(lo), hi = ceil(hi);
+    lo = lo > 0.0 ? lo : 0.0;
+    hi = hi < a->head_dim - 1 ? hi : a->head_dim - 1;
+    if (lo == hi)
+        hi += 0.001; /* transformers' guard against a zero-width ramp */
+    double r = (i - lo) / (hi - lo);
+    r = r < 0.0 ? 0.0 : r > 1.0 ? 1.0 : r;
+    return r * f / a->sc.factor + (1.0 - r) * f;
+}
+
+/* Dynamic NTK: theta grows with the table's length past max_position_embeddings. */
+static inline ZO_HOST_DEVICE double zo_rope_dynamic_theta(const zo_rope_table_args *a)
+{
+    double n = (double)a->pos0 + a->seq, max = a->sc.original_max_pos;
+    n = n > max ? n : max;
+    double k = a->sc.factor;
+    return a->theta * pow(k * n / max - (k - 1.0), (double)a->head_dim / (a->head_dim - 2));
+}
+
+static inline ZO_HOST_DEVICE double zo_rope_freq(const zo_rope_table_args *a, int i)
+{
+    double theta = a->sc.type == ZO_ROPE_SCALING_DYNAMIC ? zo_rope_dynamic_theta(a) : a->theta;
+    double f = pow(theta, -2.0 * i / a->head_dim);
+    switch (a->sc.type) {
+    case ZO_ROPE_SCALING_LINEAR: return f / a->sc.factor;
+    case ZO_ROPE_SCALING_LLAMA3: return zo_rope_llama3(&a->sc, f);
+    case ZO_ROPE_SCALING_YARN: return zo_rope_yarn(a, f, i);
+    default: return f;
+    }
+}
+
+/* What cos and sin are multiplied by: YaRN's attention factor, else 1. */
+static inline ZO_HOST_DEVICE double zo_rope_magnitude(const zo_rope_table_args *a)
+{
+    return a->sc.type == ZO_ROPE_SCALING_YARN ? a->sc.attention_factor : 1.0;
 }
 
 /* repeat_kv: x is rows x kv_heads x head_dim, out rows x kv_heads*group x head_dim. */

@@ -503,20 +503,115 @@ static void check_scaled_table(const zo_rope_scaling *sc, int want_regions)
 
 static void test_rope_scaling(void **state)
 {
-    zo_rope_scaling llama3 = {ZO_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 8192}; /* Llama 3.1 */
-    zo_rope_scaling linear = {ZO_ROPE_SCALING_LINEAR, 4.0f, 0, 0, 0};
+    zo_rope_scaling llama3 = {.type = ZO_ROPE_SCALING_LLAMA3,
+                              .factor = 8.0f,
+                              .low_freq_factor = 1.0f,
+                              .high_freq_factor = 4.0f,
+                              .original_max_pos = 8192}; /* Llama 3.1 */
+    zo_rope_scaling linear = {.type = ZO_ROPE_SCALING_LINEAR, .factor = 4.0f};
     check_scaled_table(&llama3, 7);
     check_scaled_table(&linear, 1);
     /* no scaling is zo_op_rope_table bitwise */
-    zo_rope_scaling none = {ZO_ROPE_SCALING_NONE, 0, 0, 0, 0};
+    zo_rope_scaling none = {.type = ZO_ROPE_SCALING_NONE};
     float *a = run_rope_table_scaled(g_s, 5, 16, 10000.0f, 3, &none);
     float *b = run_rope_table_scaled(g_s, 5, 16, 10000.0f, 3, NULL);
     assert_memory_equal(a, b, 5 * 16 * sizeof(float));
     free(a), free(b);
     float *tab = dev_zeros(g_s, 5 * 16 * sizeof(float));
-    zo_rope_scaling bad = {ZO_ROPE_SCALING_LLAMA3, 8.0f, 4.0f, 1.0f, 8192};
+    zo_rope_scaling bad = {.type = ZO_ROPE_SCALING_LLAMA3,
+                           .factor = 8.0f,
+                           .low_freq_factor = 4.0f,
+                           .high_freq_factor = 1.0f,
+                           .original_max_pos = 8192};
     assert_int_equal(zo_op_rope_table_scaled(g_s, tab, 5, 16, 10000.0f, 0, &bad),
                      ZO_ERR_INVALID_ARG);
+}
+
+/* ---- YaRN and dynamic NTK: the tables against transformers' formulas ---- */
+
+/* transformers' _compute_yarn_parameters, written out: the ramp between the
+ * correction dimensions of beta_fast and beta_slow rotations. */
+static double ref_yarn_freq(const zo_rope_scaling *sc, double theta, int hd, int i, int *region)
+{
+    double f = 1.0 / pow(theta, (double)(2 * i) / hd);
+    double lo =
+        floor(hd * log(sc->original_max_pos / (sc->beta_fast * 2 * M_PI)) / (2 * log(theta)));
+    double hi =
+        ceil(hd * log(sc->original_max_pos / (sc->beta_slow * 2 * M_PI)) / (2 * log(theta)));
+    lo = fmax(lo, 0), hi = fmin(hi, hd - 1);
+    double ramp = fmin(fmax((i - lo) / (hi - lo), 0), 1);
+    *region = ramp == 0 ? 0 : ramp == 1 ? 2 : 1;
+    double extrapolation = 1 - ramp;
+    return f / sc->factor * (1 - extrapolation) + f * extrapolation;
+}
+
+static void check_yarn_table(const zo_rope_scaling *sc)
+{
+    const int T = 5, hd = 128, pos0 = 40000; /* past Qwen2.5's 32768 */
+    const double theta = 1000000.0;
+    double *want = dcalloc((size_t)T * hd);
+    int seen = 0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hd / 2; i++) {
+            int region;
+            double ang = (double)(pos0 + t) * ref_yarn_freq(sc, theta, hd, i, &region);
+            seen |= 1 << region;
+            want[((size_t)t * hd / 2 + i) * 2] = sc->attention_factor * cos(ang);
+            want[((size_t)t * hd / 2 + i) * 2 + 1] = sc->attention_factor * sin(ang);
+        }
+    assert_int_equal(seen, 7); /* unscaled, ramped and fully scaled pairs */
+    float *got = run_rope_table_scaled(g_s, T, hd, (float)theta, pos0, sc);
+    ASSERT_CLOSE(got, want, (size_t)T * hd, 1e-7, "yarn rope table");
+    free(got), free(want);
+}
+
+/* transformers' _compute_dynamic_ntk_parameters at seq_len pos0 + T. */
+static void check_dynamic_table(const zo_rope_scaling *sc, int T, int pos0)
+{
+    const int hd = 64;
+    const double theta = 10000.0, max = sc->original_max_pos;
+    double n = fmax(pos0 + T, max);
+    double base = theta * pow(sc->factor * n / max - (sc->factor - 1), (double)hd / (hd - 2));
+    double *want = dcalloc((size_t)T * hd);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hd / 2; i++) {
+            double ang = (double)(pos0 + t) / pow(base, (double)(2 * i) / hd);
+            want[((size_t)t * hd / 2 + i) * 2] = cos(ang);
+            want[((size_t)t * hd / 2 + i) * 2 + 1] = sin(ang);
+        }
+    float *got = run_rope_table_scaled(g_s, T, hd, (float)theta, pos0, sc);
+    ASSERT_CLOSE(got, want, (size_t)T * hd, 1e-7, "dynamic rope table");
+    free(got), free(want);
+}
+
+static void test_rope_yarn_and_dynamic(void **state)
+{
+    /* Qwen2.5's long-context setting: factor 4 over 32768 positions */
+    zo_rope_scaling yarn = {.type = ZO_ROPE_SCALING_YARN,
+                            .factor = 4.0f,
+                            .original_max_pos = 32768,
+                            .beta_fast = 32.0f,
+                            .beta_slow = 1.0f,
+                            .attention_factor = (float)(0.1 * log(4.0) + 1.0)};
+    check_yarn_table(&yarn);
+    zo_rope_scaling dyn = {.type = ZO_ROPE_SCALING_DYNAMIC, .factor = 2.0f, .original_max_pos = 16};
+    check_dynamic_table(&dyn, 7, 20); /* 27 positions: theta grows */
+    /* within max_position_embeddings dynamic is the unscaled table bitwise */
+    float *a = run_rope_table_scaled(g_s, 16, 64, 10000.0f, 0, &dyn);
+    float *b = run_rope_table_scaled(g_s, 16, 64, 10000.0f, 0, NULL);
+    assert_memory_equal(a, b, 16 * 64 * sizeof(float));
+    free(a), free(b);
+    float *tab = dev_zeros(g_s, 5 * 16 * sizeof(float));
+    zo_rope_scaling bad = yarn;
+    bad.attention_factor = 0;
+    assert_int_equal(zo_op_rope_table_scaled(g_s, tab, 5, 16, 10000.0f, 0, &bad),
+                     ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "attention_factor"));
+    bad = dyn;
+    bad.original_max_pos = 0;
+    assert_int_equal(zo_op_rope_table_scaled(g_s, tab, 5, 16, 10000.0f, 0, &bad),
+                     ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "max_position_embeddings"));
 }
 
 /* ---- grouped-query attention's key/value heads ---- */
@@ -1086,6 +1181,7 @@ int main(void)
         cmocka_unit_test_teardown(test_rmsnorm, free_buffers),
         cmocka_unit_test_teardown(test_rope, free_buffers),
         cmocka_unit_test_teardown(test_rope_scaling, free_buffers),
+        cmocka_unit_test_teardown(test_rope_yarn_and_dynamic, free_buffers),
         cmocka_unit_test_teardown(test_repeat_kv, free_buffers),
         cmocka_unit_test_teardown(test_bias, free_buffers),
         cmocka_unit_test_teardown(test_causal_softmax, free_buffers),

@@ -159,8 +159,12 @@ static void test_rope(void **state)
 
 static void test_rope_scaling(void **state)
 {
-    zo_rope_scaling llama3 = {ZO_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 8192};
-    zo_rope_scaling linear = {ZO_ROPE_SCALING_LINEAR, 4.0f, 0, 0, 0};
+    zo_rope_scaling llama3 = {.type = ZO_ROPE_SCALING_LLAMA3,
+                              .factor = 8.0f,
+                              .low_freq_factor = 1.0f,
+                              .high_freq_factor = 4.0f,
+                              .original_max_pos = 8192};
+    zo_rope_scaling linear = {.type = ZO_ROPE_SCALING_LINEAR, .factor = 4.0f};
     const zo_rope_scaling *scs[] = {&llama3, &linear};
     for (int i = 0; i < 2; i++) {
         float *ct = run_rope_table_scaled(g_cs, 9, 128, 500000.0f, 9000, scs[i]);

@@ -390,11 +390,15 @@ static void test_variants_match_the_reference(void **state)
     gqa.n_kv_heads = 2;
     gqa.head_dim = 12;
     gqa.attn_bias = 1;
-    gqa.rope_scaling = (zo_rope_scaling){ZO_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 64};
+    gqa.rope_scaling = (zo_rope_scaling){.type = ZO_ROPE_SCALING_LLAMA3,
+                                         .factor = 8.0f,
+                                         .low_freq_factor = 1.0f,
+                                         .high_freq_factor = 4.0f,
+                                         .original_max_pos = 64};
     check_variant(&gqa);
     zt_shape mqa = k_llama2;
     mqa.n_kv_heads = 1;
-    mqa.rope_scaling = (zo_rope_scaling){ZO_ROPE_SCALING_LINEAR, 2.0f, 0, 0, 0};
+    mqa.rope_scaling = (zo_rope_scaling){.type = ZO_ROPE_SCALING_LINEAR, .factor = 2.0f};
     check_variant(&mqa);
 }
 
