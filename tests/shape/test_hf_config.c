@@ -2,6 +2,7 @@
  * parameter counts exactly (Llama-2-70B 68,976,648,192; Llama-3-8B
  * 8,030,261,248, from their config.json files), the variants' keys, and
  * every refused key named in the error. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,53 @@ static void test_rope_parameters(void **state)
     assert_int_equal(s.rope_scaling.type, ZO_ROPE_SCALING_NONE);
 }
 
+/* Qwen2.5's long-context setting (its README's rope_scaling, the old "type"
+ * key) and DeepSeek-style mscale: the values transformers' YaRN derives. */
+static void test_yarn_and_dynamic(void **state)
+{
+    zt_shape s;
+    char note[256];
+    ZO_ASSERT_OK(read_json("{\"model_type\": \"qwen2\", \"hidden_size\": 64, "
+                           "\"intermediate_size\": 96, \"num_attention_heads\": 4, "
+                           "\"num_hidden_layers\": 1, \"vocab_size\": 50, \"rope_theta\": "
+                           "1000000.0, \"max_position_embeddings\": 32768, \"rope_scaling\": "
+                           "{\"factor\": 4.0, \"original_max_position_embeddings\": 32768, "
+                           "\"type\": \"yarn\"}}",
+                           &s, NULL, note));
+    const zo_rope_scaling *sc = &s.rope_scaling;
+    assert_int_equal(sc->type, ZO_ROPE_SCALING_YARN);
+    assert_true(sc->factor == 4.0f && sc->original_max_pos == 32768);
+    assert_true(sc->beta_fast == 32.0f && sc->beta_slow == 1.0f && !sc->no_truncate);
+    assert_true(sc->attention_factor == (float)(0.1 * log(4.0) + 1.0));
+    ZO_ASSERT_OK(zt_shape_check(&s));
+    ZO_ASSERT_OK(read_json("{\"hidden_size\": 64, \"intermediate_size\": 96, "
+                           "\"num_attention_heads\": 4, \"num_hidden_layers\": 1, "
+                           "\"vocab_size\": 50, \"max_position_embeddings\": 4096, "
+                           "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 40, "
+                           "\"mscale\": 1.0, \"mscale_all_dim\": 0.5, \"beta_fast\": 16, "
+                           "\"truncate\": false, \"original_max_position_embeddings\": 1024}}",
+                           &s, NULL, note));
+    assert_true(sc->attention_factor ==
+                (float)((0.1 * log(40.0) + 1.0) / (0.1 * 0.5 * log(40.0) + 1.0)));
+    assert_true(sc->beta_fast == 16.0f && sc->no_truncate == 1 && sc->original_max_pos == 1024);
+    /* no factor: max_position_embeddings over the pretraining length */
+    ZO_ASSERT_OK(read_json("{\"hidden_size\": 64, \"intermediate_size\": 96, "
+                           "\"num_attention_heads\": 4, \"num_hidden_layers\": 1, "
+                           "\"vocab_size\": 50, \"max_position_embeddings\": 4096, "
+                           "\"rope_scaling\": {\"rope_type\": \"yarn\", "
+                           "\"original_max_position_embeddings\": 1024}}",
+                           &s, NULL, note));
+    assert_true(sc->factor == 4.0f);
+    ZO_ASSERT_OK(read_json("{\"hidden_size\": 64, \"intermediate_size\": 96, "
+                           "\"num_attention_heads\": 4, \"num_hidden_layers\": 1, "
+                           "\"vocab_size\": 50, \"max_position_embeddings\": 2048, "
+                           "\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}}",
+                           &s, NULL, note));
+    assert_int_equal(sc->type, ZO_ROPE_SCALING_DYNAMIC);
+    assert_true(sc->factor == 2.0f && sc->original_max_pos == 2048);
+    ZO_ASSERT_OK(zt_shape_check(&s));
+}
+
 static void expect_refused(const char *extra, const char *key)
 {
     char json[1024], note[256];
@@ -158,7 +206,15 @@ static void test_refusals_name_the_key(void **state)
     expect_refused("\"mlp_bias\": true", "'mlp_bias'");
     expect_refused("\"attention_bias\": true", "'attention_bias'");
     expect_refused("\"partial_rotary_factor\": 0.5", "'partial_rotary_factor'");
-    expect_refused("\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}", "'rope_scaling'");
+    expect_refused("\"rope_scaling\": {\"rope_type\": \"longrope\", \"factor\": 4}",
+                   "'rope_scaling' type 'longrope'");
+    expect_refused("\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}",
+                   "'max_position_embeddings'"); /* no pretraining length anywhere */
+    expect_refused("\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2}",
+                   "'max_position_embeddings'");
+    expect_refused("\"max_position_embeddings\": 64, \"rope_scaling\": {\"rope_type\": "
+                   "\"yarn\", \"factor\": 4, \"truncate\": 1}",
+                   "'rope_scaling.truncate'");
     expect_refused("\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8}",
                    "'rope_scaling.low_freq_factor'");
     expect_refused("\"num_key_value_heads\": 3", "'num_key_value_heads'");
@@ -169,9 +225,8 @@ int main(void)
 {
     snprintf(g_path, sizeof g_path, "/tmp/zo_test_hf_config_%d.json", (int)getpid());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_published_counts),
-        cmocka_unit_test(test_qwen2_and_tied),
-        cmocka_unit_test(test_rope_parameters),
+        cmocka_unit_test(test_published_counts),      cmocka_unit_test(test_qwen2_and_tied),
+        cmocka_unit_test(test_rope_parameters),       cmocka_unit_test(test_yarn_and_dynamic),
         cmocka_unit_test(test_refusals_name_the_key),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

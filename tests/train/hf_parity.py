@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Parity of zo-train's model with transformers: for a GQA, a tied, a
-rope-scaled (llama3) and a biased (Qwen2) configuration with random weights
+rope-scaled (llama3, YaRN, dynamic) and a biased (Qwen2) configuration with random weights
 (no network), the same weights and tokens give the same loss, per-tensor
 gradients and AdamW update signs, in fp32 and in bf16 (both sides computing
 in bf16).
@@ -36,6 +36,15 @@ CONFIGS = {
                           high_freq_factor=4.0, original_max_position_embeddings=16))),
     "bias-qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(num_key_value_heads=2,
                                                        tie_word_embeddings=False)),
+    # Qwen2.5's long-context setting, scaled down: the sequence past the
+    # pretraining length, so the ramp and the attention factor both matter
+    "rope-yarn": (LlamaConfig, LlamaForCausalLM, dict(
+        num_key_value_heads=2, rope_theta=1000000.0, max_position_embeddings=32,
+        rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8))),
+    # dynamic NTK: theta grows with the sequence (24) past max_position_embeddings (16)
+    "rope-dynamic": (LlamaConfig, LlamaForCausalLM, dict(
+        num_key_value_heads=4, max_position_embeddings=16,
+        rope_scaling=dict(rope_type="dynamic", factor=2.0))),
 }
 
 
@@ -59,7 +68,7 @@ LIMITS = {"fp32": (1e-5, 1e-4, 0.999), "bf16": (1e-3, 5e-2, 0.85)}
 def build(name, tmp):
     cfg_cls, model_cls, extra = CONFIGS[name]
     torch.manual_seed(1234)
-    cfg = cfg_cls(**BASE, **extra)
+    cfg = cfg_cls(**{**BASE, **extra})
     model = model_cls(cfg).float()
     with torch.no_grad():  # non-zero biases and norms, so their gradients matter
         for n, p in model.named_parameters():
@@ -81,7 +90,11 @@ def check(name, exe, tmp, model_dir, model, ids, tok, dtype):
         model = copy.deepcopy(model).to(torch.bfloat16)
     model.zero_grad()
     x = ids.long().unsqueeze(0)
-    loss = model(input_ids=x, labels=x).loss  # shifts: predicts ids[1:] from ids[:-1]
+    # predicts ids[1:] from ids[:-1] as zo-train does: the model sees SEQ
+    # tokens, not SEQ + 1 (dynamic RoPE's theta depends on the length); the
+    # loss in fp32 from the logits, as transformers' ForCausalLMLoss
+    logits = model(input_ids=x[:, :-1]).logits[0].float()
+    loss = torch.nn.functional.cross_entropy(logits, x[0, 1:])
     loss.backward()
     loss = float(loss.detach())
     loss_rel = abs(float(zo["loss"][0]) - loss) / abs(loss)

@@ -45,7 +45,11 @@ static zt_options variant_options(int steps)
     o.shape.n_kv_heads = 2;
     o.shape.head_dim = 12;
     o.shape.attn_bias = 1;
-    o.shape.rope_scaling = (zo_rope_scaling){ZO_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 64};
+    o.shape.rope_scaling = (zo_rope_scaling){.type = ZO_ROPE_SCALING_LLAMA3,
+                                             .factor = 8.0f,
+                                             .low_freq_factor = 1.0f,
+                                             .high_freq_factor = 4.0f,
+                                             .original_max_pos = 64};
     return o;
 }
 
@@ -202,6 +206,102 @@ static void test_tied_window_and_missing(void **state)
     zt_trainer_free(c);
 }
 
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* A model read from --hf-model comes back from --save with its config.json
+ * as it was (the architecture, the sliding window, the positions, the token
+ * ids, a real of 15 digits: every key but the dtype) and its
+ * generation_config.json and tokenizer files copied byte for byte. */
+static void test_save_carries_the_input_config(void **state)
+{
+    char hf[300], out[300], p[400], q[400];
+    snprintf(hf, sizeof hf, "%s/hf-model", g_dir);
+    snprintf(out, sizeof out, "%s/hf-saved", g_dir);
+    zt_options o = zt_test_small_options(g_dir, 2);
+    zt_trainer *a = trainer_of(&o);
+    ZO_ASSERT_OK(zt_hf_save(a, hf, ZO_DTYPE_F32, 1u << 30));
+    set_config(hf, "model_type", json_string("mistral"));
+    set_config(hf, "architectures", json_pack("[s]", "MistralForCausalLM"));
+    set_config(hf, "sliding_window", json_integer(4096));
+    set_config(hf, "max_position_embeddings", json_integer(32768));
+    set_config(hf, "bos_token_id", json_integer(1));
+    set_config(hf, "eos_token_id", json_pack("[i,i]", 2, 7));
+    set_config(hf, "initializer_range", json_real(0.123456789012345));
+    snprintf(p, sizeof p, "%s/generation_config.json", hf);
+    write_text(p, "{\"bos_token_id\": 1, \"eos_token_id\": [2, 7], \"temperature\": 0.7}\n");
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", hf);
+    write_text(p, "{\"model_max_length\": 32768}\n");
+    zt_options ob = o;
+    ob.hf_model = hf;
+    ZO_ASSERT_OK(zt_hf_read_shape(hf, o.seq, &ob.shape));
+    zt_trainer *b = trainer_of(&ob);
+    ZO_ASSERT_OK(zt_hf_load_weights(b, hf));
+    step(b);
+    ZO_ASSERT_OK(zt_hf_save(b, out, ZO_DTYPE_BF16, 1u << 30));
+    snprintf(p, sizeof p, "%s/config.json", hf);
+    snprintf(q, sizeof q, "%s/config.json", out);
+    json_t *in = json_load_file(p, 0, NULL), *saved = json_load_file(q, 0, NULL);
+    assert_non_null(in);
+    assert_non_null(saved);
+    assert_string_equal(json_string_value(json_object_get(saved, "torch_dtype")), "bfloat16");
+    json_object_set_new(in, "torch_dtype", json_string("bfloat16"));
+    assert_true(json_equal(in, saved));
+    json_decref(in), json_decref(saved);
+    const char *copied[] = {"generation_config.json", "tokenizer_config.json"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", hf, copied[i]);
+        snprintf(q, sizeof q, "%s/%s", out, copied[i]);
+        char *want = strdup(read_text(p));
+        assert_string_equal(read_text(q), want);
+        free(want);
+    }
+    zt_trainer_free(a);
+    zt_trainer_free(b);
+}
+
+/* YaRN and dynamic scaling saved from the shape read back as the same shape. */
+static void test_round_trip_yarn_and_dynamic(void **state)
+{
+    char hf[300];
+    snprintf(hf, sizeof hf, "%s/hf-model", g_dir);
+    const zo_rope_scaling scs[] = {
+        {.type = ZO_ROPE_SCALING_YARN,
+         .factor = 4.0f,
+         .original_max_pos = 8,
+         .beta_fast = 32.0f,
+         .beta_slow = 1.0f,
+         .attention_factor = 1.25f,
+         .no_truncate = 1},
+        {.type = ZO_ROPE_SCALING_DYNAMIC, .factor = 2.0f, .original_max_pos = 8}};
+    for (int i = 0; i < 2; i++) {
+        zt_options o = zt_test_small_options(g_dir, 2);
+        o.shape.rope_scaling = scs[i];
+        zt_trainer *a = trainer_of(&o);
+        ZO_ASSERT_OK(zt_hf_save(a, hf, ZO_DTYPE_F32, 1u << 30));
+        zt_shape back;
+        ZO_ASSERT_OK(zt_hf_read_shape(hf, o.seq, &back));
+        assert_memory_equal(&back, &o.shape, sizeof back);
+        zt_trainer_free(a);
+    }
+}
+
 static void remove_tree(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -241,6 +341,8 @@ int main(void)
         cmocka_unit_test(test_round_trip_bf16_shards),
         cmocka_unit_test(test_round_trip_tied),
         cmocka_unit_test(test_tied_window_and_missing),
+        cmocka_unit_test(test_save_carries_the_input_config),
+        cmocka_unit_test(test_round_trip_yarn_and_dynamic),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -135,8 +135,80 @@ static zo_status real_in(json_t *obj, const char *path, const char *key, float *
     return ZO_OK;
 }
 
-/* rope_scaling: null, or {"rope_type" (or "type"): "default", "linear" or "llama3", ...};
- * transformers 5 writes rope_parameters instead, the same keys with rope_theta. */
+/* An optional positive number in the rope_scaling object: absent, null or 0
+ * leaves *out (transformers reads beta_fast and beta_slow with `or`). */
+static zo_status optional_real_in(json_t *obj, const char *path, const char *key, float *out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v) || (json_is_number(v) && json_number_value(v) == 0))
+        return ZO_OK;
+    return real_in(obj, path, key, out);
+}
+
+/* The model's max_position_embeddings, which dynamic scaling grows theta
+ * past and YaRN falls back on. */
+static zo_status max_positions(json_t *root, const char *path, const char *type, int *out)
+{
+    json_t *v = json_object_get(root, "max_position_embeddings");
+    if (json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) <= 1 << 30) {
+        *out = (int)json_integer_value(v);
+        return ZO_OK;
+    }
+    return zt_fail(ZO_ERR_CONFIG,
+                   "%s: 'rope_scaling' type '%s' needs 'max_position_embeddings', a positive "
+                   "integer",
+                   path, type);
+}
+
+/* transformers' get_mscale: 0.1 m ln(scale) + 1 above scale 1. */
+static double yarn_mscale(double scale, double m)
+{
+    return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0;
+}
+
+/* YaRN as transformers' _compute_yarn_parameters reads it: the pretraining
+ * length from rope_scaling (else the model's top-level
+ * original_max_position_embeddings, as Phi-3 keeps it, else
+ * max_position_embeddings), factor from it or their ratio, the attention
+ * factor given or from factor, mscale and mscale_all_dim. */
+static zo_status read_yarn(json_t *root, json_t *r, const char *path, zo_rope_scaling *sc)
+{
+    sc->type = ZO_ROPE_SCALING_YARN;
+    int max = 0;
+    float omp = 0, mscale = 0, mscale_all = 0;
+    json_t *top = json_object_get(root, "original_max_position_embeddings");
+    if (json_object_get(r, "original_max_position_embeddings"))
+        ZT_TRY(real_in(r, path, "original_max_position_embeddings", &omp));
+    else if (json_is_integer(top) && json_integer_value(top) > 0)
+        omp = (float)json_integer_value(top);
+    if (!(omp > 0) || !json_object_get(r, "factor"))
+        ZT_TRY(max_positions(root, path, "yarn", &max));
+    sc->original_max_pos = omp > 0 ? (int)omp : max;
+    if (json_object_get(r, "factor"))
+        ZT_TRY(real_in(r, path, "factor", &sc->factor));
+    else
+        sc->factor = (float)max / (float)sc->original_max_pos;
+    sc->beta_fast = 32.0f, sc->beta_slow = 1.0f;
+    ZT_TRY(optional_real_in(r, path, "beta_fast", &sc->beta_fast));
+    ZT_TRY(optional_real_in(r, path, "beta_slow", &sc->beta_slow));
+    ZT_TRY(optional_real_in(r, path, "mscale", &mscale));
+    ZT_TRY(optional_real_in(r, path, "mscale_all_dim", &mscale_all));
+    sc->attention_factor =
+        mscale > 0 && mscale_all > 0
+            ? (float)(yarn_mscale(sc->factor, mscale) / yarn_mscale(sc->factor, mscale_all))
+            : (float)yarn_mscale(sc->factor, 1.0);
+    json_t *af = json_object_get(r, "attention_factor");
+    if (af && !json_is_null(af))
+        ZT_TRY(real_in(r, path, "attention_factor", &sc->attention_factor));
+    json_t *tr = json_object_get(r, "truncate");
+    if (tr && !json_is_boolean(tr))
+        return zt_fail(ZO_ERR_CONFIG, "%s: 'rope_scaling.truncate' must be true or false", path);
+    sc->no_truncate = json_is_false(tr);
+    return ZO_OK;
+}
+
+/* rope_scaling: null, or {"rope_type" (or "type"): "default", "linear", "llama3", "yarn" or
+ * "dynamic", ...}; transformers 5 writes rope_parameters instead, the same keys with rope_theta. */
 static zo_status read_rope_scaling(json_t *root, const char *path, zo_rope_scaling *sc,
                                    float *theta)
 {
@@ -158,9 +230,17 @@ static zo_status read_rope_scaling(json_t *root, const char *path, zo_rope_scali
         sc->type = ZO_ROPE_SCALING_LINEAR;
         return real_in(r, path, "factor", &sc->factor);
     }
+    if (strcmp(type, "yarn") == 0)
+        return read_yarn(root, r, path, sc);
+    if (strcmp(type, "dynamic") == 0) {
+        sc->type = ZO_ROPE_SCALING_DYNAMIC;
+        ZT_TRY(max_positions(root, path, type, &sc->original_max_pos));
+        return real_in(r, path, "factor", &sc->factor);
+    }
     if (strcmp(type, "llama3") != 0)
         return zt_fail(ZO_ERR_CONFIG,
-                       "%s: 'rope_scaling' type '%s' is not supported; expected llama3 or linear",
+                       "%s: 'rope_scaling' type '%s' is not supported; expected llama3, yarn, "
+                       "dynamic or linear",
                        path, type);
     sc->type = ZO_ROPE_SCALING_LLAMA3;
     float omp = 0;

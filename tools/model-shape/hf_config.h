@@ -10,7 +10,7 @@
 /* LlamaForCausalLM and the LLaMA-shaped MistralForCausalLM and
  * Qwen2ForCausalLM: hidden_size, num_hidden_layers, num_attention_heads,
  * intermediate_size, vocab_size; when present num_key_value_heads, head_dim,
- * rms_norm_eps, rope_theta, rope_scaling (llama3, linear; or transformers 5's
+ * rms_norm_eps, rope_theta, rope_scaling (llama3, yarn, dynamic, linear; or transformers 5's
  * rope_parameters, rope_theta inside), tie_word_embeddings,
  * and the q/k/v biases of Qwen2. What would make another model (another
  * model_type or architecture, hidden_act other than silu, mlp_bias, Llama's

@@ -95,6 +95,22 @@ static zo_status check_variants(const zt_shape *s)
                        "above it and original_max_position_embeddings %d > 0",
                        (double)r->low_freq_factor, (double)r->high_freq_factor,
                        r->original_max_pos);
+    if ((r->type == ZO_ROPE_SCALING_YARN || r->type == ZO_ROPE_SCALING_DYNAMIC) &&
+        r->original_max_pos <= 0)
+        return zt_fail(ZO_ERR_INVALID_ARG, "%s rope scaling needs %s %d > 0",
+                       r->type == ZO_ROPE_SCALING_YARN ? "yarn" : "dynamic",
+                       r->type == ZO_ROPE_SCALING_YARN ? "original_max_position_embeddings"
+                                                       : "max_position_embeddings",
+                       r->original_max_pos);
+    if (r->type == ZO_ROPE_SCALING_YARN &&
+        !(r->beta_fast > 0.0f && r->beta_slow > 0.0f && r->attention_factor > 0.0f))
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "yarn rope scaling needs beta_fast %g, beta_slow %g and attention_factor "
+                       "%g > 0",
+                       (double)r->beta_fast, (double)r->beta_slow, (double)r->attention_factor);
+    if (r->type == ZO_ROPE_SCALING_DYNAMIC && zt_head_dim(s) <= 2)
+        return zt_fail(ZO_ERR_INVALID_ARG, "dynamic rope scaling needs head dim %d > 2",
+                       zt_head_dim(s));
     return ZO_OK;
 }
 

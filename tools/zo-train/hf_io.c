@@ -347,39 +347,167 @@ static json_t *real_of(float v)
 
 static json_t *rope_scaling_json(const zo_rope_scaling *sc)
 {
-    if (sc->type == ZO_ROPE_SCALING_NONE)
-        return json_null();
-    if (sc->type == ZO_ROPE_SCALING_LINEAR)
-        return json_pack("{s:s,s:o}", "rope_type", "linear", "factor", real_of(sc->factor));
-    return json_pack("{s:s,s:o,s:o,s:o,s:i}", "rope_type", "llama3", "factor", real_of(sc->factor),
-                     "low_freq_factor", real_of(sc->low_freq_factor), "high_freq_factor",
-                     real_of(sc->high_freq_factor), "original_max_position_embeddings",
-                     sc->original_max_pos);
+    switch (sc->type) {
+    case ZO_ROPE_SCALING_NONE: return json_null();
+    case ZO_ROPE_SCALING_LINEAR:
+    case ZO_ROPE_SCALING_DYNAMIC:
+        return json_pack("{s:s,s:o}", "rope_type",
+                         sc->type == ZO_ROPE_SCALING_LINEAR ? "linear" : "dynamic", "factor",
+                         real_of(sc->factor));
+    case ZO_ROPE_SCALING_YARN:
+        return json_pack("{s:s,s:o,s:i,s:o,s:o,s:o,s:b}", "rope_type", "yarn", "factor",
+                         real_of(sc->factor), "original_max_position_embeddings",
+                         sc->original_max_pos, "beta_fast", real_of(sc->beta_fast), "beta_slow",
+                         real_of(sc->beta_slow), "attention_factor", real_of(sc->attention_factor),
+                         "truncate", !sc->no_truncate);
+    default:
+        return json_pack("{s:s,s:o,s:o,s:o,s:i}", "rope_type", "llama3", "factor",
+                         real_of(sc->factor), "low_freq_factor", real_of(sc->low_freq_factor),
+                         "high_freq_factor", real_of(sc->high_freq_factor),
+                         "original_max_position_embeddings", sc->original_max_pos);
+    }
 }
 
-static zo_status write_config(const zt_trainer *t, const char *dir, zo_dtype dt)
+/* A model made here (a preset): every key written from the shape. Dynamic
+ * scaling's max_position_embeddings is the one its theta grows past. */
+static json_t *config_of_shape(const zt_options *o, zo_dtype dt)
 {
-    const zt_options *o = zt_trainer_options(t);
     const zt_shape *s = &o->shape;
     int qwen2 = s->attn_bias;
-    json_t *c = json_pack(
+    int max_pos = s->rope_scaling.type == ZO_ROPE_SCALING_DYNAMIC ? s->rope_scaling.original_max_pos
+                  : o->seq > 2048                                 ? o->seq
+                                                                  : 2048;
+    return json_pack(
         "{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:o,s:o,s:o,s:b,s:s,s:i,s:s,s:b}", "architectures",
         qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", "model_type", qwen2 ? "qwen2" : "llama",
         "hidden_size", s->dim, "intermediate_size", s->ffn_dim, "num_attention_heads", s->n_heads,
         "num_hidden_layers", s->n_layers, "num_key_value_heads", zt_kv_heads(s), "head_dim",
         zt_head_dim(s), "vocab_size", s->vocab, "rms_norm_eps", real_of(s->norm_eps), "rope_theta",
         real_of(s->rope_theta), "rope_scaling", rope_scaling_json(&s->rope_scaling),
-        "tie_word_embeddings", s->tied, "hidden_act", "silu", "max_position_embeddings",
-        o->seq > 2048 ? o->seq : 2048, "torch_dtype", dt == ZO_DTYPE_F32 ? "float32" : "bfloat16",
+        "tie_word_embeddings", s->tied, "hidden_act", "silu", "max_position_embeddings", max_pos,
+        "torch_dtype", dt == ZO_DTYPE_F32 ? "float32" : "bfloat16",
         qwen2 ? "use_sliding_window" : "attention_bias", 0);
+}
+
+/* A model read from --hf-model: its config.json as it was, every key kept
+ * (architecture, positions, token ids, sliding window, RoPE scaling as
+ * written), since the shape was read from it and training changes only the
+ * weights; only the dtype of the saved weights is set ("dtype" where
+ * transformers 5 wrote it, else "torch_dtype"). */
+static zo_status config_carried(const char *hf_model, zo_dtype dt, json_t **out)
+{
+    char path[HF_PATH];
+    ZT_TRY(join(path, hf_model, "config.json"));
+    json_t *c;
+    ZT_TRY(zt_json_read(path, 0, &c));
+    if (!json_is_object(c)) {
+        json_decref(c);
+        return zt_fail(ZO_ERR_CONFIG, "%s: not a JSON object", path);
+    }
+    const char *key = json_object_get(c, "dtype") ? "dtype" : "torch_dtype";
+    json_object_set_new(c, key, json_string(dt == ZO_DTYPE_F32 ? "float32" : "bfloat16"));
+    *out = c;
+    return ZO_OK;
+}
+
+/* The files of a Hugging Face directory beside the weights that training
+ * leaves as they were: copied so that the saved directory loads (and
+ * generates, and tokenizes) as the input did. */
+static const char *const side_files[] = {"generation_config.json",
+                                         "tokenizer.json",
+                                         "tokenizer_config.json",
+                                         "tokenizer.model",
+                                         "special_tokens_map.json",
+                                         "vocab.json",
+                                         "merges.txt",
+                                         "added_tokens.json"};
+
+static zo_status read_whole(const char *path, char **buf, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return zt_fail(ZO_ERR_IO, "reading %s: %s", path, strerror(errno));
+    zo_status st = ZO_OK;
+    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    *buf = len >= 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)len + 1) : NULL;
+    if (!*buf || fread(*buf, 1, (size_t)len, f) != (size_t)len)
+        st = zt_fail(ZO_ERR_IO, "reading %s", path);
+    fclose(f);
+    *n = (size_t)len;
+    return st;
+}
+
+static zo_status copy_side_files(const char *hf_model, const char *dir)
+{
+    for (size_t i = 0; i < sizeof side_files / sizeof *side_files; i++) {
+        char from[HF_PATH], to[HF_PATH], *buf = NULL;
+        size_t n = 0;
+        struct stat st;
+        ZT_TRY(join(from, hf_model, side_files[i]));
+        ZT_TRY(join(to, dir, side_files[i]));
+        if (stat(from, &st) != 0)
+            continue;
+        zo_status rc = read_whole(from, &buf, &n);
+        if (rc >= 0 && (rc = zo_atomic_write_file(to, buf, n)) < 0)
+            zt_fail(rc, "writing %s: %s", to, zt_lib_message());
+        free(buf);
+        ZT_TRY(rc);
+    }
+    return ZO_OK;
+}
+
+/* The fewest significant digits that read every real of v back as itself:
+ * 0.1 stays 0.1 (jansson's default of 17 writes 0.10000000000000001) and no
+ * value the input wrote is rounded (a fixed 9 would cut 0.123456789012). */
+static int real_digits(json_t *v)
+{
+    int p = 1;
+    if (json_is_real(v)) {
+        char buf[40];
+        double x = json_real_value(v);
+        for (p = 1; p < 17; p++) {
+            snprintf(buf, sizeof buf, "%.*g", p, x);
+            if (strtod(buf, NULL) == x)
+                break;
+        }
+    }
+    const char *key;
+    json_t *e;
+    size_t i;
+    if (json_is_object(v))
+        json_object_foreach(v, key, e)
+        {
+            int q = real_digits(e);
+            p = q > p ? q : p;
+        }
+    if (json_is_array(v))
+        json_array_foreach(v, i, e)
+        {
+            int q = real_digits(e);
+            p = q > p ? q : p;
+        }
+    return p;
+}
+
+static zo_status write_config(const zt_trainer *t, const char *dir, zo_dtype dt)
+{
+    const zt_options *o = zt_trainer_options(t);
+    json_t *c = NULL;
+    if (o->hf_model)
+        ZT_TRY(config_carried(o->hf_model, dt, &c));
+    else
+        c = config_of_shape(o, dt);
     if (!c)
         return zt_fail(ZO_ERR_NO_MEMORY, "config.json");
     char path[HF_PATH];
     zo_status st = join(path, dir, "config.json");
+    int digits = real_digits(c);
     if (st >= 0 &&
-        json_dump_file(c, path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) != 0)
+        json_dump_file(c, path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(digits)) != 0)
         st = zt_fail(ZO_ERR_IO, "writing %s", path);
     json_decref(c);
+    if (st >= 0 && o->hf_model)
+        st = copy_side_files(o->hf_model, dir);
     return st;
 }
 
