@@ -26,6 +26,7 @@
 #include "world.h"
 #include "zo/checked.h"
 #include "zo/units.h"
+#include "zt_cli.h"
 #include "zt_error.h"
 #include "zt_output.h"
 #include "zt_tiers.h"
@@ -35,6 +36,7 @@
 #endif
 
 typedef struct cli {
+    zt_cli args; /* the shared option table, as zo-plan offers it */
     const char *preset, *hf_config;
     int shape_flags[5]; /* vocab, dim, layers, heads, ffn: 0 = from the preset */
     zp_job job;
@@ -58,308 +60,148 @@ typedef struct cli {
     zp_world pipe_world; /* the pipeline's ranks: --world-size, or one per stage */
 } cli;
 
-static void usage(FILE *f)
+static void usage(const cli *c, FILE *f)
 {
-    fprintf(
-        f,
-        "usage: zo-plan [options]\n"
-        "Plan a zo-train job before running it: for each placement (no offload; optimizer on\n"
-        "host; optimizer on NVMe; parameters and optimizer on host; both on NVMe) the bytes of\n"
-        "every tier by use, whether it fits, the step time and its bottleneck, tokens/s, MFU\n"
-        "and NVMe wear; the fastest plan that fits is recommended.\n"
-        "\n"
-        "model:\n"
-        "  --preset NAME          %s (default tiny)\n"
-        "  --vocab N --dim N --layers N --heads N --ffn N   override the preset's shape\n"
-        "  --hf-config FILE       a Hugging Face LLaMA config.json instead of a preset\n"
-        "job:\n"
-        "  --seq N --micro-batch N --grad-accum N   (defaults 128, 8, 1: zo-train's)\n"
-        "  --dtype bf16|fp16|fp32  parameters and activations (default bf16; fp32: the engine's\n"
-        "                         slots hold the fp32 master)\n"
-        "  --optimizer adam|adamw Adam's memory is the same either way (default adamw)\n"
-        "  --state-dtype fp32|bf16|int8|auto   Adam's m and v (master fp32): bf16, or 8-bit\n"
-        "                         blockwise; auto: a compact one when it makes the step faster\n"
-        "                         (default fp32)\n"
-        "  --master-split on|off  the fp32 master split on NVMe (low halves and one bit,\n"
-        "                         rebuilt from the bf16 parameters: zo-train's; default off)\n"
-        "  --embedding-f32-states on|off   int8 states: the token embedding keeps fp32 m and v\n"
-        "                         (zo-train's; its chunk takes 4x its elements; default off)\n"
-        "  --optimizer-mode auto|sync|overlap|dpu   the fixed placements use sync for auto;\n"
-        "                         the per-chunk plan picks sync or overlap (both exact)\n"
-        "                         (default auto)\n"
-        "  --chunk-bytes BYTES    the engine's chunk (default: chosen per strategy)\n"
-        "  --micro-group N|auto   micro-batches per layer-major group of the per-chunk plan\n"
-        "                         (1..grad-accum; auto: the planner's choice)\n"
-        "  --act-home auto|device|host   where the per-chunk plan keeps the layer inputs the\n"
-        "                         backward recomputes from (host: pinned)\n"
-        "ranks (ZeRO, zo-train --zero-stage under mpirun/srun/torchrun):\n"
-        "  --world-size N         also plan ZeRO stages 1, 2, 3 over N ranks, each with the\n"
-        "                         job's micro-batch and grad-accum (default 1: one rank)\n"
-        "  --gpus-per-node G      ranks sharing a node's host memory, NVMe and cores\n"
-        "                         (default: all N on one node)\n"
-        "  --link-gbps G          GB/s of the slowest link between two ranks (default 25 on\n"
-        "                         a GPU: PCIe 4.0 x16; 10 on the cpu device)\n"
-        "pipeline (zo-train --pipeline-stages under mpirun):\n"
-        "  --pipeline-stages S|auto   split the engine layers into S contiguous stages (1F1B\n"
-        "                         over --grad-accum micro-batches), balanced by each layer's\n"
-        "                         time; each stage planned like one GPU with its own layers;\n"
-        "                         with --world-size N, N/S data-parallel ranks per stage\n"
-        "                         (ZeRO stage 1). auto: the S that fits with the most\n"
-        "                         tokens/s among the divisors of --world-size\n"
-        "  --pipeline-split L1,...  the first engine layer of stages 1..S-1 (0 the\n"
-        "                         embedding, 1..L the blocks, L+1 the head) instead of the\n"
-        "                         balanced split\n"
-        "hardware (detected unless given):\n"
-        "  --device auto|cpu|cuda the device (auto: cuda when a GPU is present)\n"
-        "  --gpu-mem BYTES        device memory (cpu device: its capacity, default 1 GiB)\n"
-        "  --host-mem BYTES       host memory for pinned and pageable tiers: a hard budget\n"
-        "                         (cpu device: beside its capacity; the zo-train command\n"
-        "                         printed adds the capacity, as zo-train counts it)\n"
-        "  --pinned-max BYTES     a cap on pinned host memory\n"
-        "  --nvme-path DIR        a swap directory, one per drive (repeatable; free space by\n"
-        "                         statvfs)\n"
-        "  --nvme-bytes BYTES     NVMe space instead of the paths' free space\n"
-        "  --nvme-tbw TB          the drives' rated endurance, terabytes written\n"
-        "speeds (measured with --measure, given, read from zo-bench, else assumed):\n"
-        "  --measure              short micro-benchmarks on this machine (seconds)\n"
-        "  --h2d-gbps G --d2h-gbps G --nvme-read-gbps G --nvme-write-gbps G   GB/s\n"
-        "  --adam-gparams G       CPU Adam, billions of parameters per second\n"
-        "  --gpu-tflops T         the device's dense TFLOPS in --dtype (16-bit; fp32's for fp32)\n"
-        "  --nvme-update-gbps G   GB/s read and written together by the optimizer's NVMe\n"
-        "                         pipeline (default: --measure's, else from read and write)\n"
-        "  --bench-json FILE      zo-bench io/adam/engine --json output (repeatable)\n"
-        "output:\n"
-        "  --json                 one JSON object\n"
-        "  --deepspeed-estimate   also what DeepSpeed's ZeRO-2/3 estimators would say\n"
-        "  --emit-config FILE     write the recommended plan as a zo-train config\n"
-        "  --validate N           run N steps of every plan that fits through zo-train's trainer\n"
-        "                         here and report measured peaks and step time beside the plan\n"
-        "  --data FILE            the trial run's tokens (default: zo-train's shipped corpus)\n"
-        "  --help                 this text\n",
-        zt_preset_names());
+    zt_cli_usage(&c->args, f, zt_preset_names());
 }
 
-enum {
-    OPT_PRESET = 256,
-    OPT_VOCAB,
-    OPT_DIM,
-    OPT_LAYERS,
-    OPT_HEADS,
-    OPT_FFN,
-    OPT_SEQ,
-    OPT_MB,
-    OPT_ACCUM,
-    OPT_HF,
-    OPT_DTYPE,
-    OPT_OPTIMIZER,
-    OPT_STATE,
-    OPT_MASTER_SPLIT,
-    OPT_EMBED_F32,
-    OPT_MODE,
-    OPT_CHUNK,
-    OPT_DEVICE,
-    OPT_GPU_MEM,
-    OPT_HOST_MEM,
-    OPT_PINNED,
-    OPT_NVME_PATH,
-    OPT_NVME_BYTES,
-    OPT_TBW,
-    OPT_MEASURE,
-    OPT_H2D,
-    OPT_D2H,
-    OPT_NVME_R,
-    OPT_NVME_W,
-    OPT_ADAM,
-    OPT_TFLOPS,
-    OPT_NVME_U,
-    OPT_BENCH,
-    OPT_JSON,
-    OPT_DS,
-    OPT_EMIT,
-    OPT_VALIDATE,
-    OPT_DATA,
-    OPT_MICRO_GROUP,
-    OPT_ACT_HOME,
-    OPT_WORLD,
-    OPT_GPUS_NODE,
-    OPT_LINK,
-    OPT_PIPE_STAGES,
-    OPT_PIPE_SPLIT,
-    OPT_HELP
-};
-
-static const struct option long_opts[] = {
-    {"preset", required_argument, 0, OPT_PRESET},
-    {"vocab", required_argument, 0, OPT_VOCAB},
-    {"dim", required_argument, 0, OPT_DIM},
-    {"layers", required_argument, 0, OPT_LAYERS},
-    {"heads", required_argument, 0, OPT_HEADS},
-    {"ffn", required_argument, 0, OPT_FFN},
-    {"seq", required_argument, 0, OPT_SEQ},
-    {"micro-batch", required_argument, 0, OPT_MB},
-    {"grad-accum", required_argument, 0, OPT_ACCUM},
-    {"hf-config", required_argument, 0, OPT_HF},
-    {"dtype", required_argument, 0, OPT_DTYPE},
-    {"optimizer", required_argument, 0, OPT_OPTIMIZER},
-    {"state-dtype", required_argument, 0, OPT_STATE},
-    {"master-split", required_argument, 0, OPT_MASTER_SPLIT},
-    {"embedding-f32-states", required_argument, 0, OPT_EMBED_F32},
-    {"optimizer-mode", required_argument, 0, OPT_MODE},
-    {"chunk-bytes", required_argument, 0, OPT_CHUNK},
-    {"device", required_argument, 0, OPT_DEVICE},
-    {"gpu-mem", required_argument, 0, OPT_GPU_MEM},
-    {"host-mem", required_argument, 0, OPT_HOST_MEM},
-    {"pinned-max", required_argument, 0, OPT_PINNED},
-    {"nvme-path", required_argument, 0, OPT_NVME_PATH},
-    {"nvme-bytes", required_argument, 0, OPT_NVME_BYTES},
-    {"nvme-tbw", required_argument, 0, OPT_TBW},
-    {"measure", no_argument, 0, OPT_MEASURE},
-    {"h2d-gbps", required_argument, 0, OPT_H2D},
-    {"d2h-gbps", required_argument, 0, OPT_D2H},
-    {"nvme-read-gbps", required_argument, 0, OPT_NVME_R},
-    {"nvme-write-gbps", required_argument, 0, OPT_NVME_W},
-    {"nvme-update-gbps", required_argument, 0, OPT_NVME_U},
-    {"adam-gparams", required_argument, 0, OPT_ADAM},
-    {"gpu-tflops", required_argument, 0, OPT_TFLOPS},
-    {"bench-json", required_argument, 0, OPT_BENCH},
-    {"json", no_argument, 0, OPT_JSON},
-    {"deepspeed-estimate", no_argument, 0, OPT_DS},
-    {"emit-config", required_argument, 0, OPT_EMIT},
-    {"validate", required_argument, 0, OPT_VALIDATE},
-    {"data", required_argument, 0, OPT_DATA},
-    {"micro-group", required_argument, 0, OPT_MICRO_GROUP},
-    {"act-home", required_argument, 0, OPT_ACT_HOME},
-    {"world-size", required_argument, 0, OPT_WORLD},
-    {"gpus-per-node", required_argument, 0, OPT_GPUS_NODE},
-    {"link-gbps", required_argument, 0, OPT_LINK},
-    {"pipeline-stages", required_argument, 0, OPT_PIPE_STAGES},
-    {"pipeline-split", required_argument, 0, OPT_PIPE_SPLIT},
-    {"help", no_argument, 0, OPT_HELP},
-    {0, 0, 0, 0},
-};
-
-/* Looked up, not indexed: the table's order need not follow the enum's. */
-static const char *opt_name(int opt)
+static int bad_value(const cli *c, int opt, const char *value, const char *expected)
 {
-    for (const struct option *o = long_opts; o->name; o++)
-        if (o->val == opt)
-            return o->name;
-    return "?";
+    return zt_cli_bad_value(&c->args, opt, value, expected);
 }
 
-static int bad_value(int opt, const char *value, const char *expected)
+/* The shape flags and the job's sizes: integers >= 1. */
+static int *int_field(int opt, cli *c)
 {
-    fprintf(stderr, "zo-plan: --%s '%s': expected %s\n", opt_name(opt), value, expected);
-    return 2;
+    switch (opt) {
+    case ZT_OPT_VOCAB: return &c->shape_flags[0];
+    case ZT_OPT_DIM: return &c->shape_flags[1];
+    case ZT_OPT_LAYERS: return &c->shape_flags[2];
+    case ZT_OPT_HEADS: return &c->shape_flags[3];
+    case ZT_OPT_FFN: return &c->shape_flags[4];
+    case ZT_OPT_SEQ: return &c->job.seq;
+    case ZT_OPT_MICRO_BATCH: return &c->job.micro_batch;
+    case ZT_OPT_GRAD_ACCUM: return &c->job.grad_accum;
+    }
+    return NULL;
 }
 
 static int parse_int_opt(int opt, const char *arg, cli *c)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(arg, &end, 10);
-    if (errno || end == arg || *end || v < 1 || v > INT_MAX)
-        return bad_value(opt, arg, "an integer >= 1");
-    int *dst[] = {&c->shape_flags[0], &c->shape_flags[1], &c->shape_flags[2],  &c->shape_flags[3],
-                  &c->shape_flags[4], &c->job.seq,        &c->job.micro_batch, &c->job.grad_accum};
-    *dst[opt - OPT_VOCAB] = (int)v;
+    long v;
+    if (zt_cli_long(arg, 1, INT_MAX, &v) != 0)
+        return bad_value(c, opt, arg, "an integer >= 1");
+    *int_field(opt, c) = (int)v;
     return 0;
+}
+
+static uint64_t *bytes_field(int opt, cli *c)
+{
+    switch (opt) {
+    case ZT_OPT_CHUNK_BYTES: return &c->job.chunk_bytes;
+    case ZT_OPT_GPU_MEM: return &c->req.gpu_mem;
+    case ZT_OPT_HOST_MEM: return &c->req.host_mem;
+    case ZT_OPT_PINNED_MAX: return &c->req.pinned_max;
+    case ZT_OPT_NVME_BYTES: return &c->req.nvme_bytes;
+    }
+    return NULL;
 }
 
 static int parse_bytes_opt(int opt, const char *arg, cli *c)
 {
     uint64_t b;
     if (zo_parse_bytes(arg, &b) != 0 || b == 0)
-        return bad_value(opt, arg, "a byte count such as 512MiB or 24GiB");
-    if (opt == OPT_CHUNK && (b < 4096 || b > ZO_MAX_CHUNK_BYTES))
-        return bad_value(opt, arg, "a chunk of 4KiB to 1TiB (tens of MiB is typical)");
-    uint64_t *dst[] = {&c->job.chunk_bytes, NULL, &c->req.gpu_mem,   &c->req.host_mem,
-                       &c->req.pinned_max,  NULL, &c->req.nvme_bytes};
-    *dst[opt - OPT_CHUNK] = b;
+        return bad_value(c, opt, arg, "a byte count such as 512MiB or 24GiB");
+    if (opt == ZT_OPT_CHUNK_BYTES && (b < 4096 || b > ZO_MAX_CHUNK_BYTES))
+        return bad_value(c, opt, arg, "a chunk of 4KiB to 1TiB (tens of MiB is typical)");
+    *bytes_field(opt, c) = b;
     return 0;
+}
+
+/* The speed a flag gives and its unit; -1 for a flag that gives none. */
+static int speed_of(int opt, double *unit)
+{
+    static const struct {
+        int opt, speed;
+        double unit;
+    } speeds[] = {{ZT_OPT_H2D_GBPS, ZP_SPEED_H2D, 1e9},
+                  {ZT_OPT_D2H_GBPS, ZP_SPEED_D2H, 1e9},
+                  {ZT_OPT_NVME_READ_GBPS, ZP_SPEED_NVME_READ, 1e9},
+                  {ZT_OPT_NVME_WRITE_GBPS, ZP_SPEED_NVME_WRITE, 1e9},
+                  {ZT_OPT_ADAM_GPARAMS, ZP_SPEED_ADAM, 1e9},
+                  {ZT_OPT_GPU_TFLOPS, ZP_SPEED_FLOPS, 1e12},
+                  {ZT_OPT_NVME_UPDATE_GBPS, ZP_SPEED_NVME_UPDATE, 1e9}};
+    for (size_t i = 0; i < sizeof speeds / sizeof speeds[0]; i++)
+        if (speeds[i].opt == opt) {
+            *unit = speeds[i].unit;
+            return speeds[i].speed;
+        }
+    return -1;
 }
 
 /* Speeds in GB/s, Gparams/s and TFLOPS; TB for the endurance. */
 static int parse_rate_opt(int opt, const char *arg, cli *c)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(arg, &end);
-    if (errno || end == arg || *end || !(v > 0) || !isfinite(v))
-        return bad_value(opt, arg, "a number > 0");
-    if (opt == OPT_TBW) {
+    double v, unit = 0;
+    if (zt_cli_double(arg, &v) != 0 || !(v > 0))
+        return bad_value(c, opt, arg, "a number > 0");
+    if (opt == ZT_OPT_NVME_TBW) {
         c->nvme_tbw = v * 1e12;
         return 0;
     }
-    static const int which[] = {ZP_SPEED_H2D,        ZP_SPEED_D2H,  ZP_SPEED_NVME_READ,
-                                ZP_SPEED_NVME_WRITE, ZP_SPEED_ADAM, ZP_SPEED_FLOPS,
-                                ZP_SPEED_NVME_UPDATE};
-    static const double unit[] = {1e9, 1e9, 1e9, 1e9, 1e9, 1e12, 1e9};
-    int k = opt - OPT_H2D;
-    *zp_speed_field(&c->speeds, which[k]) = v * unit[k];
-    snprintf(c->src.what[which[k]], sizeof c->src.what[0], "--%s", opt_name(opt));
+    int which = speed_of(opt, &unit);
+    *zp_speed_field(&c->speeds, which) = v * unit;
+    snprintf(c->src.what[which], sizeof c->src.what[0], "--%s", zt_cli_name(opt));
     return 0;
 }
 
 static int parse_choice_opt(int opt, const char *arg, cli *c)
 {
+    static const char *const optimizers[] = {"adam", "adamw", NULL};
     switch (opt) {
-    case OPT_DTYPE:
-        if (strcmp(arg, "bf16") && strcmp(arg, "fp16") && strcmp(arg, "fp32"))
-            return bad_value(opt, arg, "bf16, fp16 or fp32");
-        c->job.dtype = strcmp(arg, "bf16") == 0   ? ZO_DTYPE_BF16
-                       : strcmp(arg, "fp16") == 0 ? ZO_DTYPE_F16
-                                                  : ZO_DTYPE_F32;
+    case ZT_OPT_DTYPE:
+        if (zt_cli_dtype(arg, &c->job.dtype) != 0)
+            return bad_value(c, opt, arg, "bf16, fp16 or fp32");
         return 0;
-    case OPT_OPTIMIZER:
-        return strcmp(arg, "adam") && strcmp(arg, "adamw") ? bad_value(opt, arg, "adam or adamw")
-                                                           : 0;
-    case OPT_STATE:
+    case ZT_OPT_OPTIMIZER:
+        return zt_cli_choice(arg, optimizers) < 0 ? bad_value(c, opt, arg, "adam or adamw") : 0;
+    case ZT_OPT_STATE_DTYPE:
         c->state_auto = strcmp(arg, "auto") == 0;
         if (!c->state_auto && zt_parse_state_dtype(arg, &c->job.state_dtype) < 0)
-            return bad_value(opt, arg, "fp32, bf16, int8 or auto");
+            return bad_value(c, opt, arg, "fp32, bf16, int8 or auto");
         return 0;
-    case OPT_MASTER_SPLIT:
-        if (strcmp(arg, "on") && strcmp(arg, "off"))
-            return bad_value(opt, arg, "on or off");
-        c->job.master_split = strcmp(arg, "on") == 0;
+    case ZT_OPT_MASTER_SPLIT:
+        if (zt_cli_on_off(arg, &c->job.master_split) != 0)
+            return bad_value(c, opt, arg, "on or off");
         return 0;
-    case OPT_EMBED_F32:
-        if (strcmp(arg, "on") && strcmp(arg, "off"))
-            return bad_value(opt, arg, "on or off");
-        c->job.embedding_f32 = strcmp(arg, "on") == 0;
+    case ZT_OPT_EMBEDDING_F32_STATES:
+        if (zt_cli_on_off(arg, &c->job.embedding_f32) != 0)
+            return bad_value(c, opt, arg, "on or off");
         return 0;
-    case OPT_MODE: {
-        static const char *const modes[] = {"sync", "overlap", "dpu"};
+    case ZT_OPT_OPTIMIZER_MODE:
         c->mode_given = strcmp(arg, "auto") != 0;
         c->job.mode = ZO_OPTIM_SYNC;
-        for (int i = 0; i < 3 && c->mode_given; i++)
-            if (strcmp(arg, modes[i]) == 0) {
-                c->job.mode = (zo_optim_mode)i;
-                return 0;
-            }
-        return c->mode_given ? bad_value(opt, arg, "auto, sync, overlap or dpu") : 0;
-    }
-    case OPT_ACT_HOME: {
+        if (c->mode_given && zt_cli_optim_mode(arg, &c->job.mode) != 0)
+            return bad_value(c, opt, arg, "auto, sync, overlap or dpu");
+        return 0;
+    case ZT_OPT_ACT_HOME: {
         for (int i = 0; i <= ZP_ACT_NVME; i++)
             if (strcmp(arg, zp_act_home_name((zp_act_home)i)) == 0) {
                 c->job.act_home = (zp_act_home)i;
                 return 0;
             }
-        return bad_value(opt, arg, "auto, device, host or nvme");
+        return bad_value(c, opt, arg, "auto, device, host or nvme");
     }
-    case OPT_MICRO_GROUP: {
-        char *end;
-        errno = 0;
-        long v = strcmp(arg, "auto") == 0 ? 0 : strtol(arg, &end, 10);
-        if (strcmp(arg, "auto") != 0 && (errno || end == arg || *end || v < 1 || v > INT_MAX))
-            return bad_value(opt, arg, "auto or a number of micro-batches >= 1");
+    case ZT_OPT_MICRO_GROUP: {
+        long v = 0;
+        if (strcmp(arg, "auto") != 0 && zt_cli_long(arg, 1, INT_MAX, &v) != 0)
+            return bad_value(c, opt, arg, "auto or a number of micro-batches >= 1");
         c->job.micro_group = (int)v;
         return 0;
     }
-    case OPT_DEVICE:
+    case ZT_OPT_DEVICE:
         if (strcmp(arg, "auto") && strcmp(arg, "cpu") && strcmp(arg, "cuda"))
-            return bad_value(opt, arg, "auto, cpu or cuda");
+            return bad_value(c, opt, arg, "auto, cpu or cuda");
         c->req.device = arg;
         return 0;
     }
@@ -371,18 +213,18 @@ static int parse_world_opt(int opt, const char *arg, cli *c)
 {
     char *end;
     errno = 0;
-    if (opt == OPT_LINK) {
+    if (opt == ZT_OPT_LINK_GBPS) {
         double v = strtod(arg, &end);
         if (errno || end == arg || *end || !(v > 0) || !isfinite(v))
-            return bad_value(opt, arg, "a number of GB/s > 0");
+            return bad_value(c, opt, arg, "a number of GB/s > 0");
         c->world.link = v * 1e9;
         snprintf(c->world.link_source, sizeof c->world.link_source, "--link-gbps");
         return 0;
     }
     long v = strtol(arg, &end, 10);
     if (errno || end == arg || *end || v < 1 || v > 65536)
-        return bad_value(opt, arg, "a count from 1 to 65536");
-    *(opt == OPT_WORLD ? &c->world.world_size : &c->world.gpus_per_node) = (int)v;
+        return bad_value(c, opt, arg, "a count from 1 to 65536");
+    *(opt == ZT_OPT_WORLD_SIZE ? &c->world.world_size : &c->world.gpus_per_node) = (int)v;
     return 0;
 }
 
@@ -391,11 +233,11 @@ static int parse_pipe_opt(int opt, const char *arg, cli *c)
 {
     char *end;
     const char *at = arg;
-    if (opt == OPT_PIPE_STAGES) {
+    if (opt == ZT_OPT_PIPELINE_STAGES) {
         errno = 0;
         long v = strcmp(arg, "auto") == 0 ? -1 : strtol(arg, &end, 10);
         if (v != -1 && (errno || end == arg || *end || v < 1 || v > ZP_PIPE_MAX_STAGES))
-            return bad_value(opt, arg, "auto or a number of stages from 1 to 256");
+            return bad_value(c, opt, arg, "auto or a number of stages from 1 to 256");
         c->pipe_stages = (int)v;
         return 0;
     }
@@ -405,7 +247,7 @@ static int parse_pipe_opt(int opt, const char *arg, cli *c)
         long v = strtol(at, &end, 10);
         if (errno || end == at || (*end && *end != ',') || v < 1 || v > 1 << 20 ||
             c->n_pipe_split == ZP_PIPE_MAX_STAGES - 1)
-            return bad_value(opt, arg,
+            return bad_value(c, opt, arg,
                              "the first engine layers of stages 1..S-1, increasing, comma-"
                              "separated (such as 9,17,25)");
         c->pipe_split[c->n_pipe_split++] = (int)v;
@@ -418,42 +260,43 @@ static int parse_pipe_opt(int opt, const char *arg, cli *c)
 static int parse_opt(int opt, const char *arg, cli *c)
 {
     switch (opt) {
-    case OPT_PRESET: c->preset = arg; return 0;
-    case OPT_HF: c->hf_config = arg; return 0;
-    case OPT_MEASURE: c->measure = 1; return 0;
-    case OPT_JSON: c->json = 1; return 0;
-    case OPT_DS: c->ds_estimate = 1; return 0;
-    case OPT_EMIT: c->emit_path = arg; return 0;
-    case OPT_DATA: c->data = arg; return 0;
-    case OPT_VALIDATE: {
+    case ZT_OPT_PRESET: c->preset = arg; return 0;
+    case ZT_OPT_HF_CONFIG: c->hf_config = arg; return 0;
+    case ZT_OPT_MEASURE: c->measure = 1; return 0;
+    case ZT_OPT_JSON: c->json = 1; return 0;
+    case ZT_OPT_DEEPSPEED_ESTIMATE: c->ds_estimate = 1; return 0;
+    case ZT_OPT_EMIT_CONFIG: c->emit_path = arg; return 0;
+    case ZT_OPT_DATA: c->data = arg; return 0;
+    case ZT_OPT_VALIDATE: {
         char *end;
         errno = 0;
         long v = strtol(arg, &end, 10);
         if (errno || end == arg || *end || v < 1 || v > 100000)
-            return bad_value(opt, arg, "a number of steps >= 1");
+            return bad_value(c, opt, arg, "a number of steps >= 1");
         c->validate = (int)v;
         return 0;
     }
-    case OPT_NVME_PATH:
+    case ZT_OPT_NVME_PATH:
         if (c->req.n_nvme_paths == ZP_MAX_NVME_PATHS)
-            return bad_value(opt, arg, "at most 16 paths");
+            return bad_value(c, opt, arg, "at most 16 paths");
         c->req.nvme_paths[c->req.n_nvme_paths++] = arg;
         return 0;
-    case OPT_BENCH:
+    case ZT_OPT_BENCH_JSON:
         if (c->n_bench_json == 8)
-            return bad_value(opt, arg, "at most 8 files");
+            return bad_value(c, opt, arg, "at most 8 files");
         c->bench_json[c->n_bench_json++] = arg;
         return 0;
     }
-    if (opt >= OPT_WORLD && opt <= OPT_LINK)
+    double unit;
+    if (opt == ZT_OPT_WORLD_SIZE || opt == ZT_OPT_GPUS_PER_NODE || opt == ZT_OPT_LINK_GBPS)
         return parse_world_opt(opt, arg, c);
-    if (opt == OPT_PIPE_STAGES || opt == OPT_PIPE_SPLIT)
+    if (opt == ZT_OPT_PIPELINE_STAGES || opt == ZT_OPT_PIPELINE_SPLIT)
         return parse_pipe_opt(opt, arg, c);
-    if (opt >= OPT_VOCAB && opt <= OPT_ACCUM)
+    if (int_field(opt, c))
         return parse_int_opt(opt, arg, c);
-    if (opt == OPT_CHUNK || (opt >= OPT_GPU_MEM && opt <= OPT_PINNED) || opt == OPT_NVME_BYTES)
+    if (bytes_field(opt, c))
         return parse_bytes_opt(opt, arg, c);
-    if (opt == OPT_TBW || (opt >= OPT_H2D && opt <= OPT_NVME_U))
+    if (opt == ZT_OPT_NVME_TBW || speed_of(opt, &unit) >= 0)
         return parse_rate_opt(opt, arg, c);
     return parse_choice_opt(opt, arg, c);
 }
@@ -483,20 +326,19 @@ static int resolve_model(cli *c)
 /* 0: go on; -1: --help was printed; 2: a usage error (printed). */
 static int parse_args(int argc, char **argv, cli *c)
 {
-    opterr = 0;
     for (;;) {
-        int opt = getopt_long(argc, argv, "", long_opts, NULL), rc = 0;
+        int opt = zt_cli_next(&c->args, argc, argv), rc = 0;
         if (opt == -1)
             break;
-        if (opt == OPT_HELP)
-            usage(stdout);
+        if (opt == ZT_OPT_HELP)
+            usage(c, stdout);
         else if (opt == '?' || opt == ':')
             fprintf(stderr, "zo-plan: unknown option or missing value: %s (see --help)\n",
                     argv[optind - 1]);
         else
             rc = parse_opt(opt, optarg, c);
-        if (opt == OPT_HELP || opt == '?' || opt == ':' || rc)
-            return opt == OPT_HELP ? -1 : 2;
+        if (opt == ZT_OPT_HELP || opt == '?' || opt == ':' || rc)
+            return opt == ZT_OPT_HELP ? -1 : 2;
     }
     if (optind == argc)
         return resolve_model(c);
@@ -1416,6 +1258,7 @@ int main(int argc, char **argv)
     static cli c;
     static result r;
     zt_output_check_at_exit("zo-plan");
+    zt_cli_init(&c.args, ZT_TOOL_PLAN, "zo-plan");
     c.preset = "tiny";
     c.job.seq = 128; /* zo-train's defaults */
     c.job.micro_batch = 8;

@@ -32,6 +32,7 @@
 #include "zo/log.h"
 #include "zo/nvtx.h"
 #include "zo/units.h"
+#include "zt_cli.h"
 #include "zt_error.h"
 #include "zt_output.h"
 
@@ -42,6 +43,7 @@
 enum { ZT_MAX_SETS = 64 };
 
 typedef struct cli {
+    zt_cli args; /* the shared option table, as zo-train offers it */
     zt_options o;
     const char *preset;
     int shape_flags[5]; /* vocab, dim, layers, heads, ffn: 0 = from the preset */
@@ -71,351 +73,47 @@ typedef struct cli {
     int step_retries;          /* tries again of a step an I/O error failed */
 } cli;
 
-static void usage(FILE *f)
+static void usage(const cli *c, FILE *f)
 {
-    fprintf(
-        f,
-        "usage: zo-train [options]\n"
-        "Train a LLaMA-style decoder through the zoffload engine (parameters, gradients and\n"
-        "optimizer states paged between device memory, pinned host memory and NVMe).\n"
-        "\n"
-        "model:\n"
-        "  --preset NAME          %s (default tiny)\n"
-        "  --vocab N --dim N --layers N --heads N --ffn N   override the preset's shape\n"
-        "  --dtype bf16|fp16|fp32  parameter and activation type (default bf16; fp16 uses\n"
-        "                         dynamic loss scaling; fp32 computes with the master weights)\n"
-        "data and schedule:\n"
-        "  --data FILE            text (byte-level, vocabulary 256) or a ZOTOKENS token file\n"
-        "                         (default: the shipped Shakespeare corpus)\n"
-        "  --steps N              optimizer steps (default 120)\n"
-        "  --seq N                tokens per sequence (default 128)\n"
-        "  --micro-batch N        sequences per micro-batch (default 8)\n"
-        "  --grad-accum N         micro-batches per optimizer step (default 1)\n"
-        "  --lr X                 Adam learning rate, constant (default 2e-3)\n"
-        "  --weight-decay X       AdamW decoupled weight decay (default 0)\n"
-        "  --max-grad-norm X      clip the global gradient norm (default 1; 0: off)\n"
-        "  --max-skipped-steps N  fp16: stop after N overflowing (skipped) steps in a row\n"
-        "                         (default 50); bf16 stops at the first NaN/Inf\n"
-        "  --step-retries N       run a step an NVMe I/O error failed again, up to N times\n"
-        "                         (default 3; one rank); a run that must stop saves first\n"
-        "  --seed S               initial weights and data order (default 1)\n"
-        "  --val-batches N        validation micro-batches at the end (default 8)\n"
-        "placement:\n"
-        "  --device auto|cpu|cuda the device (default auto: cuda when a GPU is present)\n"
-        "  --device-mem BYTES     the device budget, e.g. 24GiB (cpu device: its capacity;\n"
-        "                         default: all free GPU memory, or on the cpu device the\n"
-        "                         activations plus three layers of parameters)\n"
-        "  --offload-optimizer none|cpu|nvme   where Adam's states live (default: cpu on a\n"
-        "                         GPU, nvme on the cpu device)\n"
-        "  --offload-param none|cpu|nvme       where the 16-bit parameters live between uses\n"
-        "                         (default: none on a GPU, cpu on the cpu device)\n"
-        "  --nvme-path DIR        a swap directory, one per drive (repeatable; default: a\n"
-        "                         zo-train-swap directory next to the executable)\n"
-        "  --optimizer-mode sync|overlap|dpu   (default sync)\n"
-        "  --state-dtype fp32|bf16|int8   Adam's m and v (the master stays fp32): fp32\n"
-        "                         (default), bf16, or int8 (8-bit blocks of 256 with a scale\n"
-        "                         each, as bitsandbytes' 8-bit Adam): 12, 8 or about 6 bytes\n"
-        "                         of states per parameter\n"
-        "  --master-split on|off  with states on NVMe and bf16 parameters, keep the fp32\n"
-        "                         master there as its low 16 bits and one bit (2.125 bytes,\n"
-        "                         not 4; rebuilt exactly from the bf16 parameters; default off)\n"
-        "  --embedding-f32-states on|off   with int8 states, the token embedding keeps fp32\n"
-        "                         m and v, as bitsandbytes' 8-bit Adam keeps an embedding's;\n"
-        "                         its chunk takes 4x its elements (default off; tensors under\n"
-        "                         4096 elements always keep fp32 moments)\n"
-        "  --chunk-bytes BYTES    engine chunk size (default: the largest tensor)\n"
-        "  --host-mem BYTES       the host memory the run may take (default: physical RAM\n"
-        "                         less 10%%, or the cgroup's limit); checked before allocating\n"
-        "  --optim-host-bytes BYTES   per-chunk homes: Adam's states of this many bytes stay in\n"
-        "                         host memory, the rest on NVMe (layer 0's chunks first; sets\n"
-        "                         --offload-optimizer nvme unless given); also\n"
-        "                         --optim-device-bytes (cpu device), --param-host-bytes,\n"
-        "                         --param-device-bytes for the 16-bit parameters\n"
-        "  --placement auto|homes auto: fill the host with states (then parameters) homed on\n"
-        "                         NVMe up to --host-mem; homes: every chunk at its home\n"
-        "  --micro-group N        layer-major micro-batches: groups of N go through a layer\n"
-        "                         before the next (each layer fetched once per group and phase,\n"
-        "                         the group's gradients summed in fp32 on the device; default 1:\n"
-        "                         micro-batch-major; same losses either way)\n"
-        "  --act-home device|host|nvme\n"
-        "                         where a group's layer inputs wait for its backward (default\n"
-        "                         device; host: pinned host memory; nvme: checksummed extents\n"
-        "                         in the --nvme-path directory, through a two-slot pinned ring;\n"
-        "                         the copies run on copy streams beside the compute)\n"
-        "ranks (mpirun -np N zo-train ..., srun, or torchrun's RANK/WORLD_SIZE):\n"
-        "  --zero-stage 1|2|3     ZeRO across the ranks (default 2 with several ranks): each\n"
-        "                         rank holds the optimizer states of its 1/N of the chunks\n"
-        "                         (2: and only their reduced gradients; 3: and only their\n"
-        "                         16-bit parameters, the others' gathered from their owners\n"
-        "                         as each layer is fetched; zero_optimization.\n"
-        "                         stage3_param_persistence_threshold: chunks that small stay\n"
-        "                         whole on every rank, 0 without --config); every mode and\n"
-        "                         --offload-param;\n"
-        "                         NVMe files in DIR/rank-R; output and progress from rank 0,\n"
-        "                         log lines tagged with the rank; checkpoints sharded by\n"
-        "                         rank, resumable at any number of ranks\n"
-        "  --pipeline-stages S    pipeline parallelism: the layers (embedding, blocks, head)\n"
-        "                         split into S contiguous stages, one per rank, each rank's\n"
-        "                         engine tiering its own stage's parameters and states; the\n"
-        "                         --grad-accum M micro-batches run in 1F1B order, bitwise equal\n"
-        "                         to one rank; N = S x D ranks: D data-parallel (ZeRO) ranks\n"
-        "                         per stage, rank r stage r / D; the timeline (--trace FILE)\n"
-        "                         of rank r > 0 goes to FILE.rank-R\n"
-        "  --pipeline-split parameters|uniform|L1,L2,...\n"
-        "                         the stages' layers: balanced by parameter count (the\n"
-        "                         default), as even layer counts, or the first engine layer\n"
-        "                         of stages 1..S-1 (0 is the embedding; pipeline.stages and\n"
-        "                         pipeline.partition in a --config)\n"
-        "  --reduce-order global|rank\n"
-        "                         with --grad-accum k > 1 (zoffload.reduce_order): global\n"
-        "                         (default): rank r trains micro-batches j x N + r of the\n"
-        "                         step's N x k, j = 0..k-1, each reduced over the ranks as it\n"
-        "                         comes down onto the running sum at its owner, so N ranks\n"
-        "                         equal one rank with --grad-accum N x k bit for bit, for any\n"
-        "                         N and k (k chains a step on the link); rank: rank r trains\n"
-        "                         the r-th k of them and sums them first, one chain a step,\n"
-        "                         within rounding of one rank (allows --micro-group > 1)\n"
-        "  -v, --verbose          per-rank resources (host share, NUMA node) and the library's\n"
-        "                         info lines on stderr\n"
-        "  --comm-timeout S       a collective not done after S seconds fails the run (default\n"
-        "                         ZO_COMM_TIMEOUT or 300); a rank that stops answering (killed,\n"
-        "                         stopped) fails the others after half of it, at most 30 s\n"
-        "config:\n"
-        "  --config FILE          a DeepSpeed-style JSON config (batch sizes, optimizer, "
-        "scheduler,\n"
-        "                         fp16/bf16, gradient_clipping, zero_optimization offload, aio, "
-        "and\n"
-        "                         a zoffload section); flags given as well override it\n"
-        "  --set KEY=VALUE        override one config key, e.g. --set scheduler.type=WarmupLR\n"
-        "                         (repeatable; needs --config)\n"
-        "checkpoints:\n"
-        "  --save DIR             save checkpoints in DIR (DIR/step-N: model.safetensors with\n"
-        "                         Hugging Face LLaMA names, optimizer.safetensors,\n"
-        "                         trainer_state.json; DIR/latest names the newest), at the end\n"
-        "                         and every --save-every steps\n"
-        "  --save-every N         also save every N steps (default: only at the end)\n"
-        "                         (each save also writes DIR/hf-model: config.json and the\n"
-        "                         weights, a directory transformers loads as is)\n"
-        "  --hf-save-dtype bf16|fp32  the weights in DIR/hf-model (default bf16)\n"
-        "  --hf-shard-size BYTES  shard DIR/hf-model's weights above this (default 5GB)\n"
-        "  --resume PATH          continue from a checkpoint (a DIR given to --save, or one of "
-        "its\n"
-        "                         step-N directories); --steps is the total to reach\n"
-        "  --resume-allow-changes continue a checkpoint with another --seq, --micro-batch,\n"
-        "                         --grad-accum, --dtype or --data (refused otherwise)\n"
-        "  --init-weights FILE    start from the weights of a safetensors file with Hugging Face\n"
-        "                         LLaMA names (F32, BF16 or F16), e.g. a model.safetensors\n"
-        "  --hf-model DIR         the model of a Hugging Face directory: config.json (Llama,\n"
-        "                         Mistral, Qwen2 layouts: GQA, head_dim, q/k/v biases, RoPE\n"
-        "                         scaling; a tied head is the embedding) and its weights\n"
-        "                         (model.safetensors or shards with the index), instead of\n"
-        "                         --preset; with --resume, DIR's shape and the checkpoint's "
-        "weights\n"
-        "output:\n"
-        "  --log-every N          a progress line on stderr every N steps (default 10); on a\n"
-        "                         terminal the line is updated in place every step\n"
-        "  --progress auto|line|log  in place (line), log lines (log), or line on a terminal\n"
-        "  --metrics FILE         one JSON line per step (loss, lr, tokens/s, TFLOPS, ETA, bytes\n"
-        "                         in use per tier, NVMe GB/s, stall %%, ...)\n"
-        "  --trace FILE           a Chrome trace-event JSON timeline (open in Perfetto): one\n"
-        "                         track per stream, copy engine, NVMe queue, optimizer worker\n"
-        "  --json                 print the summary as one JSON object\n"
-        "  --weights-digest       add a digest of the final fp32 master weights (xxh64 of each\n"
-        "                         tensor's, from its owner across ranks, then of those in\n"
-        "                         order): equal for runs whose weights are bitwise equal\n"
-        "  --help                 this text\n",
-        zt_preset_names());
-}
-
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
+    zt_cli_usage(&c->args, f, zt_preset_names());
 }
 
 static int parse_float(const char *s, float *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v))
+    double v;
+    if (zt_cli_double(s, &v) != 0)
         return -1;
     *out = (float)v;
     return 0;
 }
 
-static int bad_value(const char *flag, const char *value, const char *expected)
+static int bad_value(const cli *c, int opt, const char *value, const char *expected)
 {
-    fprintf(stderr, "zo-train: %s '%s': expected %s\n", flag, value, expected);
-    return 2;
-}
-
-enum {
-    OPT_PRESET = 256,
-    OPT_VOCAB,
-    OPT_DIM,
-    OPT_LAYERS,
-    OPT_HEADS,
-    OPT_FFN,
-    OPT_DTYPE,
-    OPT_DATA,
-    OPT_STEPS,
-    OPT_SEQ,
-    OPT_MB,
-    OPT_ACCUM,
-    OPT_LR,
-    OPT_WD,
-    OPT_CLIP,
-    OPT_SEED,
-    OPT_VAL,
-    OPT_DEVICE,
-    OPT_DEVMEM,
-    OPT_OFF_OPT,
-    OPT_OFF_PARAM,
-    OPT_NVME,
-    OPT_MODE,
-    OPT_CHUNK,
-    OPT_LOG,
-    OPT_JSON,
-    OPT_WEIGHTS_DIGEST,
-    OPT_CONFIG,
-    OPT_SET,
-    OPT_SAVE,
-    OPT_SAVE_EVERY,
-    OPT_RESUME,
-    OPT_INIT,
-    OPT_HF_MODEL,
-    OPT_HF_SAVE_DTYPE,
-    OPT_HF_SHARD,
-    OPT_METRICS,
-    OPT_TRACE,
-    OPT_PROGRESS,
-    OPT_ALLOW_CHANGES,
-    OPT_MAX_SKIPPED,
-    OPT_STEP_RETRIES,
-    OPT_HOST_MEM,
-    OPT_PLACEMENT,
-    OPT_OPTIM_DEVICE_BYTES,
-    OPT_OPTIM_HOST_BYTES,
-    OPT_PARAM_DEVICE_BYTES,
-    OPT_PARAM_HOST_BYTES,
-    OPT_MICRO_GROUP,
-    OPT_ACT_HOME,
-    OPT_STATE_DTYPE,
-    OPT_MASTER_SPLIT,
-    OPT_EMBED_F32,
-    OPT_ZERO_STAGE,
-    OPT_REDUCE_ORDER,
-    OPT_COMM_TIMEOUT,
-    OPT_PIPELINE_STAGES,
-    OPT_PIPELINE_SPLIT,
-    OPT_VERBOSE,
-    OPT_HELP
-};
-
-static const struct option long_opts[] = {
-    {"preset", required_argument, 0, OPT_PRESET},
-    {"vocab", required_argument, 0, OPT_VOCAB},
-    {"dim", required_argument, 0, OPT_DIM},
-    {"layers", required_argument, 0, OPT_LAYERS},
-    {"heads", required_argument, 0, OPT_HEADS},
-    {"ffn", required_argument, 0, OPT_FFN},
-    {"dtype", required_argument, 0, OPT_DTYPE},
-    {"data", required_argument, 0, OPT_DATA},
-    {"steps", required_argument, 0, OPT_STEPS},
-    {"seq", required_argument, 0, OPT_SEQ},
-    {"micro-batch", required_argument, 0, OPT_MB},
-    {"grad-accum", required_argument, 0, OPT_ACCUM},
-    {"lr", required_argument, 0, OPT_LR},
-    {"weight-decay", required_argument, 0, OPT_WD},
-    {"max-grad-norm", required_argument, 0, OPT_CLIP},
-    {"seed", required_argument, 0, OPT_SEED},
-    {"val-batches", required_argument, 0, OPT_VAL},
-    {"device", required_argument, 0, OPT_DEVICE},
-    {"device-mem", required_argument, 0, OPT_DEVMEM},
-    {"offload-optimizer", required_argument, 0, OPT_OFF_OPT},
-    {"offload-param", required_argument, 0, OPT_OFF_PARAM},
-    {"nvme-path", required_argument, 0, OPT_NVME},
-    {"optimizer-mode", required_argument, 0, OPT_MODE},
-    {"chunk-bytes", required_argument, 0, OPT_CHUNK},
-    {"log-every", required_argument, 0, OPT_LOG},
-    {"json", no_argument, 0, OPT_JSON},
-    {"weights-digest", no_argument, 0, OPT_WEIGHTS_DIGEST},
-    {"config", required_argument, 0, OPT_CONFIG},
-    {"set", required_argument, 0, OPT_SET},
-    {"save", required_argument, 0, OPT_SAVE},
-    {"save-every", required_argument, 0, OPT_SAVE_EVERY},
-    {"resume", required_argument, 0, OPT_RESUME},
-    {"init-weights", required_argument, 0, OPT_INIT},
-    {"hf-model", required_argument, 0, OPT_HF_MODEL},
-    {"hf-save-dtype", required_argument, 0, OPT_HF_SAVE_DTYPE},
-    {"hf-shard-size", required_argument, 0, OPT_HF_SHARD},
-    {"metrics", required_argument, 0, OPT_METRICS},
-    {"trace", required_argument, 0, OPT_TRACE},
-    {"progress", required_argument, 0, OPT_PROGRESS},
-    {"resume-allow-changes", no_argument, 0, OPT_ALLOW_CHANGES},
-    {"max-skipped-steps", required_argument, 0, OPT_MAX_SKIPPED},
-    {"step-retries", required_argument, 0, OPT_STEP_RETRIES},
-    {"host-mem", required_argument, 0, OPT_HOST_MEM},
-    {"placement", required_argument, 0, OPT_PLACEMENT},
-    {"optim-device-bytes", required_argument, 0, OPT_OPTIM_DEVICE_BYTES},
-    {"optim-host-bytes", required_argument, 0, OPT_OPTIM_HOST_BYTES},
-    {"param-device-bytes", required_argument, 0, OPT_PARAM_DEVICE_BYTES},
-    {"param-host-bytes", required_argument, 0, OPT_PARAM_HOST_BYTES},
-    {"micro-group", required_argument, 0, OPT_MICRO_GROUP},
-    {"act-home", required_argument, 0, OPT_ACT_HOME},
-    {"state-dtype", required_argument, 0, OPT_STATE_DTYPE},
-    {"master-split", required_argument, 0, OPT_MASTER_SPLIT},
-    {"embedding-f32-states", required_argument, 0, OPT_EMBED_F32},
-    {"zero-stage", required_argument, 0, OPT_ZERO_STAGE},
-    {"reduce-order", required_argument, 0, OPT_REDUCE_ORDER},
-    {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
-    {"pipeline-stages", required_argument, 0, OPT_PIPELINE_STAGES},
-    {"pipeline-split", required_argument, 0, OPT_PIPELINE_SPLIT},
-    {"verbose", no_argument, 0, OPT_VERBOSE},
-    {"help", no_argument, 0, OPT_HELP},
-    {0, 0, 0, 0},
-};
-
-static int parse_mode(const char *s, zo_optim_mode *out)
-{
-    static const char *const names[] = {"sync", "overlap", "dpu"};
-    for (int i = 0; i < 3; i++)
-        if (strcmp(s, names[i]) == 0) {
-            *out = (zo_optim_mode)i;
-            return 0;
-        }
-    return -1;
+    return zt_cli_bad_value(&c->args, opt, value, expected);
 }
 
 static int parse_int_opt(int opt, const char *arg, cli *c)
 {
     long v;
-    long lo = opt == OPT_STEPS || opt == OPT_STEP_RETRIES ? 0 : 1;
-    if (parse_long(arg, lo, INT_MAX, &v) != 0)
-        return bad_value(long_opts[opt - OPT_PRESET].name, arg,
-                         lo ? "an integer >= 1" : "an integer >= 0");
+    long lo = opt == ZT_OPT_STEPS || opt == ZT_OPT_STEP_RETRIES ? 0 : 1;
+    if (zt_cli_long(arg, lo, INT_MAX, &v) != 0)
+        return bad_value(c, opt, arg, lo ? "an integer >= 1" : "an integer >= 0");
     switch (opt) {
-    case OPT_VOCAB: c->shape_flags[0] = (int)v; break;
-    case OPT_DIM: c->shape_flags[1] = (int)v; break;
-    case OPT_LAYERS: c->shape_flags[2] = (int)v; break;
-    case OPT_HEADS: c->shape_flags[3] = (int)v; break;
-    case OPT_FFN: c->shape_flags[4] = (int)v; break;
-    case OPT_STEPS: c->o.steps = (int)v; break;
-    case OPT_SEQ: c->o.seq = (int)v; break;
-    case OPT_MB: c->o.micro_batch = (int)v; break;
-    case OPT_ACCUM: c->o.grad_accum = (int)v; break;
-    case OPT_MICRO_GROUP: c->o.micro_group = (int)v; break;
-    case OPT_VAL: c->o.val_batches = (int)v; break;
-    case OPT_LOG: c->log_every = (int)v; break;
-    case OPT_SAVE_EVERY: c->save_every = (int)v; break;
-    case OPT_MAX_SKIPPED: c->max_skipped = (int)v; break;
-    case OPT_STEP_RETRIES: c->step_retries = (int)v; break;
+    case ZT_OPT_VOCAB: c->shape_flags[0] = (int)v; break;
+    case ZT_OPT_DIM: c->shape_flags[1] = (int)v; break;
+    case ZT_OPT_LAYERS: c->shape_flags[2] = (int)v; break;
+    case ZT_OPT_HEADS: c->shape_flags[3] = (int)v; break;
+    case ZT_OPT_FFN: c->shape_flags[4] = (int)v; break;
+    case ZT_OPT_STEPS: c->o.steps = (int)v; break;
+    case ZT_OPT_SEQ: c->o.seq = (int)v; break;
+    case ZT_OPT_MICRO_BATCH: c->o.micro_batch = (int)v; break;
+    case ZT_OPT_GRAD_ACCUM: c->o.grad_accum = (int)v; break;
+    case ZT_OPT_MICRO_GROUP: c->o.micro_group = (int)v; break;
+    case ZT_OPT_VAL_BATCHES: c->o.val_batches = (int)v; break;
+    case ZT_OPT_LOG_EVERY: c->log_every = (int)v; break;
+    case ZT_OPT_SAVE_EVERY: c->save_every = (int)v; break;
+    case ZT_OPT_MAX_SKIPPED_STEPS: c->max_skipped = (int)v; break;
+    case ZT_OPT_STEP_RETRIES: c->step_retries = (int)v; break;
     }
     return 0;
 }
@@ -424,16 +122,16 @@ static int parse_float_opt(int opt, const char *arg, cli *c)
 {
     float v;
     if (parse_float(arg, &v) != 0 || v < 0)
-        return bad_value(long_opts[opt - OPT_PRESET].name, arg, "a number >= 0");
-    if (opt == OPT_LR)
+        return bad_value(c, opt, arg, "a number >= 0");
+    if (opt == ZT_OPT_LR)
         c->o.lr = v;
-    if (opt == OPT_WD)
+    if (opt == ZT_OPT_WEIGHT_DECAY)
         c->o.weight_decay = v;
-    if (opt == OPT_CLIP)
+    if (opt == ZT_OPT_MAX_GRAD_NORM)
         c->o.max_grad_norm = v;
-    if (opt == OPT_COMM_TIMEOUT && v == 0)
-        return bad_value("comm-timeout", arg, "seconds > 0");
-    if (opt == OPT_COMM_TIMEOUT)
+    if (opt == ZT_OPT_COMM_TIMEOUT && v == 0)
+        return bad_value(c, opt, arg, "seconds > 0");
+    if (opt == ZT_OPT_COMM_TIMEOUT)
         c->o.comm_timeout_s = v;
     return 0;
 }
@@ -441,86 +139,83 @@ static int parse_float_opt(int opt, const char *arg, cli *c)
 /* Per-chunk homes: "auto", "homes" (every chunk at its home), or the caps. */
 static int parse_caps_opt(int opt, const char *arg, cli *c)
 {
-    const char *name = long_opts[opt - OPT_PRESET].name;
-    if (opt == OPT_PLACEMENT) {
+    if (opt == ZT_OPT_PLACEMENT) {
         if (strcmp(arg, "auto") && strcmp(arg, "homes"))
-            return bad_value(name, arg, "auto or homes");
+            return bad_value(c, opt, arg, "auto or homes");
         c->o.placement_auto = strcmp(arg, "auto") == 0;
         return 0;
     }
     uint64_t b;
     if (zo_parse_bytes(arg, &b) != 0)
-        return bad_value(name, arg, "a byte count such as 512MiB or 8GiB (0: none)");
-    *(opt == OPT_OPTIM_DEVICE_BYTES   ? &c->o.optim_caps.device
-      : opt == OPT_OPTIM_HOST_BYTES   ? &c->o.optim_caps.host
-      : opt == OPT_PARAM_DEVICE_BYTES ? &c->o.param_caps.device
-                                      : &c->o.param_caps.host) = b;
+        return bad_value(c, opt, arg, "a byte count such as 512MiB or 8GiB (0: none)");
+    *(opt == ZT_OPT_OPTIM_DEVICE_BYTES   ? &c->o.optim_caps.device
+      : opt == ZT_OPT_OPTIM_HOST_BYTES   ? &c->o.optim_caps.host
+      : opt == ZT_OPT_PARAM_DEVICE_BYTES ? &c->o.param_caps.device
+                                         : &c->o.param_caps.host) = b;
     return 0;
 }
 
 static int parse_placement_opt(int opt, const char *arg, cli *c)
 {
-    const char *name = long_opts[opt - OPT_PRESET].name;
     switch (opt) {
-    case OPT_DEVICE:
+    case ZT_OPT_DEVICE:
         if (strcmp(arg, "auto") && strcmp(arg, "cpu") && strcmp(arg, "cuda"))
-            return bad_value(name, arg, "auto, cpu or cuda");
+            return bad_value(c, opt, arg, "auto, cpu or cuda");
         c->o.device = arg;
         return 0;
-    case OPT_DEVMEM:
-    case OPT_CHUNK:
-    case OPT_HOST_MEM: {
+    case ZT_OPT_DEVICE_MEM:
+    case ZT_OPT_CHUNK_BYTES:
+    case ZT_OPT_HOST_MEM: {
         uint64_t b;
         if (zo_parse_bytes(arg, &b) != 0 || b == 0)
-            return bad_value(name, arg, "a byte count such as 512MiB or 24GiB");
-        *(opt == OPT_DEVMEM  ? &c->o.device_mem
-          : opt == OPT_CHUNK ? &c->o.chunk_bytes
-                             : &c->o.host_mem) = b;
-        if (opt == OPT_HOST_MEM)
+            return bad_value(c, opt, arg, "a byte count such as 512MiB or 24GiB");
+        *(opt == ZT_OPT_DEVICE_MEM    ? &c->o.device_mem
+          : opt == ZT_OPT_CHUNK_BYTES ? &c->o.chunk_bytes
+                                      : &c->o.host_mem) = b;
+        if (opt == ZT_OPT_HOST_MEM)
             c->o.host_mem_from = NULL; /* the flag overrides zoffload.host_mem */
         return 0;
     }
-    case OPT_OFF_OPT:
-    case OPT_OFF_PARAM:
-        if (zt_parse_home(arg, opt == OPT_OFF_OPT ? &c->o.optim_home : &c->o.param_home) < 0)
-            return bad_value(name, arg, "none, cpu or nvme");
+    case ZT_OPT_OFFLOAD_OPTIMIZER:
+    case ZT_OPT_OFFLOAD_PARAM:
+        if (zt_parse_home(arg, opt == ZT_OPT_OFFLOAD_OPTIMIZER ? &c->o.optim_home
+                                                               : &c->o.param_home) < 0)
+            return bad_value(c, opt, arg, "none, cpu or nvme");
         return 0;
-    case OPT_NVME:
+    case ZT_OPT_NVME_PATH:
         if (!c->nvme_given) /* the flags replace the config's paths */
             c->o.n_nvme_paths = 0;
         c->nvme_given = 1;
         if (c->o.n_nvme_paths == ZT_MAX_NVME_PATHS)
-            return bad_value(name, arg, "at most 16 paths");
+            return bad_value(c, opt, arg, "at most 16 paths");
         c->o.nvme_paths[c->o.n_nvme_paths++] = arg;
         return 0;
-    case OPT_MODE:
-        if (parse_mode(arg, &c->o.mode) != 0)
-            return bad_value(name, arg, "sync, overlap or dpu");
+    case ZT_OPT_OPTIMIZER_MODE:
+        if (zt_cli_optim_mode(arg, &c->o.mode) != 0)
+            return bad_value(c, opt, arg, "sync, overlap or dpu");
         return 0;
-    case OPT_ACT_HOME:
+    case ZT_OPT_ACT_HOME:
         if (strcmp(arg, "device") && strcmp(arg, "host") && strcmp(arg, "nvme"))
-            return bad_value(name, arg, "device, host or nvme");
+            return bad_value(c, opt, arg, "device, host or nvme");
         c->o.act_home = !strcmp(arg, "host")   ? ZT_ACT_HOST
                         : !strcmp(arg, "nvme") ? ZT_ACT_NVME
                                                : ZT_ACT_DEVICE;
         return 0;
-    case OPT_STATE_DTYPE:
+    case ZT_OPT_STATE_DTYPE:
         if (zt_parse_state_dtype(arg, &c->o.state_dtype) != 0)
-            return bad_value(name, arg, "fp32, bf16 or int8");
+            return bad_value(c, opt, arg, "fp32, bf16 or int8");
         return 0;
-    case OPT_MASTER_SPLIT:
-        if (strcmp(arg, "on") && strcmp(arg, "off"))
-            return bad_value(name, arg, "on or off");
-        c->o.master_split = strcmp(arg, "on") == 0;
+    case ZT_OPT_MASTER_SPLIT:
+        if (zt_cli_on_off(arg, &c->o.master_split) != 0)
+            return bad_value(c, opt, arg, "on or off");
         return 0;
-    case OPT_EMBED_F32:
-        if (strcmp(arg, "on") && strcmp(arg, "off"))
-            return bad_value(name, arg, "on or off");
-        c->o.embedding_f32 = strcmp(arg, "on") == 0;
+    case ZT_OPT_EMBEDDING_F32_STATES:
+        if (zt_cli_on_off(arg, &c->o.embedding_f32) != 0)
+            return bad_value(c, opt, arg, "on or off");
         return 0;
-    case OPT_REDUCE_ORDER:
+    case ZT_OPT_REDUCE_ORDER:
         if (strcmp(arg, "global") && strcmp(arg, "rank"))
-            return bad_value(name, arg, "global or rank");
+            return bad_value(c, opt, arg, "global or rank");
         c->o.reduce_order =
             strcmp(arg, "rank") == 0 ? ZO_REDUCE_ORDER_RANK : ZO_REDUCE_ORDER_GLOBAL;
         return 0;
@@ -531,91 +226,88 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
 static int parse_opt(int opt, const char *arg, cli *c)
 {
     switch (opt) {
-    case OPT_PRESET: c->preset = arg; return 0;
-    case OPT_DATA: c->o.data_path = arg; return 0;
-    case OPT_JSON: c->json = 1; return 0;
-    case OPT_WEIGHTS_DIGEST: c->weights_digest = 1; return 0;
-    case OPT_CONFIG:
-    case OPT_SET: return 0; /* taken by prescan */
-    case OPT_SAVE: c->save_dir = arg; return 0;
-    case OPT_RESUME: c->resume = arg; return 0;
-    case OPT_ALLOW_CHANGES: c->o.resume_allow_changes = 1; return 0;
-    case OPT_VERBOSE:
+    case ZT_OPT_PRESET: c->preset = arg; return 0;
+    case ZT_OPT_DATA: c->o.data_path = arg; return 0;
+    case ZT_OPT_JSON: c->json = 1; return 0;
+    case ZT_OPT_WEIGHTS_DIGEST: c->weights_digest = 1; return 0;
+    case ZT_OPT_CONFIG:
+    case ZT_OPT_SET: return 0; /* taken by prescan */
+    case ZT_OPT_SAVE: c->save_dir = arg; return 0;
+    case ZT_OPT_RESUME: c->resume = arg; return 0;
+    case ZT_OPT_RESUME_ALLOW_CHANGES: c->o.resume_allow_changes = 1; return 0;
+    case ZT_OPT_VERBOSE:
         c->o.verbose = 1;
         zt_error_show_frames(1);
         zo_log_set_level(ZO_LOG_INFO); /* the library's info lines too */
         return 0;
-    case OPT_INIT: c->init_weights = arg; return 0;
-    case OPT_HF_MODEL: c->hf_model = arg; return 0;
-    case OPT_HF_SAVE_DTYPE:
+    case ZT_OPT_INIT_WEIGHTS: c->init_weights = arg; return 0;
+    case ZT_OPT_HF_MODEL: c->hf_model = arg; return 0;
+    case ZT_OPT_HF_SAVE_DTYPE:
         if (strcmp(arg, "bf16") && strcmp(arg, "fp32"))
-            return bad_value("--hf-save-dtype", arg, "bf16 or fp32");
+            return bad_value(c, opt, arg, "bf16 or fp32");
         c->hf_save_dtype = strcmp(arg, "bf16") == 0 ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
         return 0;
-    case OPT_HF_SHARD:
+    case ZT_OPT_HF_SHARD_SIZE:
         if (zo_parse_bytes(arg, &c->hf_shard_bytes) != 0 || c->hf_shard_bytes == 0)
-            return bad_value("--hf-shard-size", arg, "a byte count such as 2GB or 500MiB");
+            return bad_value(c, opt, arg, "a byte count such as 2GB or 500MiB");
         return 0;
-    case OPT_METRICS: c->metrics_path = arg; return 0;
-    case OPT_TRACE: c->trace_path = arg; return 0;
-    case OPT_PROGRESS:
+    case ZT_OPT_METRICS: c->metrics_path = arg; return 0;
+    case ZT_OPT_TRACE: c->trace_path = arg; return 0;
+    case ZT_OPT_PROGRESS:
         if (strcmp(arg, "auto") && strcmp(arg, "line") && strcmp(arg, "log"))
-            return bad_value("--progress", arg, "auto, line or log");
+            return bad_value(c, opt, arg, "auto, line or log");
         c->progress = strcmp(arg, "auto") == 0 ? -1 : strcmp(arg, "line") == 0;
         return 0;
-    case OPT_DTYPE:
-        if (strcmp(arg, "bf16") && strcmp(arg, "fp16") && strcmp(arg, "fp32"))
-            return bad_value("dtype", arg, "bf16, fp16 or fp32");
-        c->o.dtype = strcmp(arg, "bf16") == 0   ? ZO_DTYPE_BF16
-                     : strcmp(arg, "fp16") == 0 ? ZO_DTYPE_F16
-                                                : ZO_DTYPE_F32;
+    case ZT_OPT_DTYPE:
+        if (zt_cli_dtype(arg, &c->o.dtype) != 0)
+            return bad_value(c, opt, arg, "bf16, fp16 or fp32");
         return 0;
-    case OPT_PIPELINE_STAGES: {
+    case ZT_OPT_PIPELINE_STAGES: {
         long v;
-        if (parse_long(arg, 1, 64, &v) != 0)
-            return bad_value("--pipeline-stages", arg, "1..64");
+        if (zt_cli_long(arg, 1, 64, &v) != 0)
+            return bad_value(c, opt, arg, "1..64");
         c->o.pipeline_stages = (int)v;
         return 0;
     }
-    case OPT_PIPELINE_SPLIT: c->o.pipeline_split = arg; return 0;
-    case OPT_ZERO_STAGE: {
+    case ZT_OPT_PIPELINE_SPLIT: c->o.pipeline_split = arg; return 0;
+    case ZT_OPT_ZERO_STAGE: {
         long v;
-        if (parse_long(arg, 1, 3, &v) != 0)
-            return bad_value("--zero-stage", arg, "1, 2 or 3");
+        if (zt_cli_long(arg, 1, 3, &v) != 0)
+            return bad_value(c, opt, arg, "1, 2 or 3");
         c->o.zero_stage = (int)v;
         return 0;
     }
-    case OPT_SEED: {
+    case ZT_OPT_SEED: {
         char *end;
         errno = 0;
         unsigned long long v = strtoull(arg, &end, 0);
         if (errno || end == arg || *end || strchr(arg, '-'))
-            return bad_value("seed", arg, "an unsigned integer");
+            return bad_value(c, opt, arg, "an unsigned integer");
         c->o.seed = v;
         return 0;
     }
-    case OPT_LR:
-    case OPT_WD:
-    case OPT_CLIP:
-    case OPT_COMM_TIMEOUT: return parse_float_opt(opt, arg, c);
-    case OPT_DEVICE:
-    case OPT_DEVMEM:
-    case OPT_CHUNK:
-    case OPT_OFF_OPT:
-    case OPT_OFF_PARAM:
-    case OPT_NVME:
-    case OPT_MODE:
-    case OPT_ACT_HOME:
-    case OPT_STATE_DTYPE:
-    case OPT_MASTER_SPLIT:
-    case OPT_EMBED_F32:
-    case OPT_REDUCE_ORDER:
-    case OPT_HOST_MEM: return parse_placement_opt(opt, arg, c);
-    case OPT_PLACEMENT:
-    case OPT_OPTIM_DEVICE_BYTES:
-    case OPT_OPTIM_HOST_BYTES:
-    case OPT_PARAM_DEVICE_BYTES:
-    case OPT_PARAM_HOST_BYTES: return parse_caps_opt(opt, arg, c);
+    case ZT_OPT_LR:
+    case ZT_OPT_WEIGHT_DECAY:
+    case ZT_OPT_MAX_GRAD_NORM:
+    case ZT_OPT_COMM_TIMEOUT: return parse_float_opt(opt, arg, c);
+    case ZT_OPT_DEVICE:
+    case ZT_OPT_DEVICE_MEM:
+    case ZT_OPT_CHUNK_BYTES:
+    case ZT_OPT_OFFLOAD_OPTIMIZER:
+    case ZT_OPT_OFFLOAD_PARAM:
+    case ZT_OPT_NVME_PATH:
+    case ZT_OPT_OPTIMIZER_MODE:
+    case ZT_OPT_ACT_HOME:
+    case ZT_OPT_STATE_DTYPE:
+    case ZT_OPT_MASTER_SPLIT:
+    case ZT_OPT_EMBEDDING_F32_STATES:
+    case ZT_OPT_REDUCE_ORDER:
+    case ZT_OPT_HOST_MEM: return parse_placement_opt(opt, arg, c);
+    case ZT_OPT_PLACEMENT:
+    case ZT_OPT_OPTIM_DEVICE_BYTES:
+    case ZT_OPT_OPTIM_HOST_BYTES:
+    case ZT_OPT_PARAM_DEVICE_BYTES:
+    case ZT_OPT_PARAM_HOST_BYTES: return parse_caps_opt(opt, arg, c);
     default: return parse_int_opt(opt, arg, c);
     }
 }
@@ -657,14 +349,11 @@ static void default_paths(cli *c)
 }
 
 /* The next flag; --help prints the usage (the caller then stops). */
-static int next_flag(int argc, char **argv)
+static int next_flag(const cli *c, int argc, char **argv)
 {
-    opterr = 0;
-    int opt = getopt_long(argc, argv, "v", long_opts, NULL);
-    if (opt == 'v')
-        opt = OPT_VERBOSE;
-    if (opt == OPT_HELP)
-        usage(stdout);
+    int opt = zt_cli_next(&c->args, argc, argv);
+    if (opt == ZT_OPT_HELP)
+        usage(c, stdout);
     return opt;
 }
 
@@ -674,17 +363,16 @@ static void prescan_config_flag(int opt, const char *arg, zt_config_flags *f)
 {
     long v;
     float x;
-    if ((opt == OPT_MB || opt == OPT_ACCUM) && parse_long(arg, 1, INT_MAX, &v) == 0)
-        *(opt == OPT_MB ? &f->micro_batch : &f->grad_accum) = (int)v;
-    if ((opt == OPT_LR || opt == OPT_CLIP || opt == OPT_WD) && parse_float(arg, &x) == 0 && x >= 0)
-        *(opt == OPT_LR ? &f->lr : opt == OPT_CLIP ? &f->max_grad_norm : &f->weight_decay) = arg;
-    if (opt == OPT_DTYPE &&
-        (!strcmp(arg, "bf16") || !strcmp(arg, "fp16") || !strcmp(arg, "fp32"))) {
+    if ((opt == ZT_OPT_MICRO_BATCH || opt == ZT_OPT_GRAD_ACCUM) &&
+        zt_cli_long(arg, 1, INT_MAX, &v) == 0)
+        *(opt == ZT_OPT_MICRO_BATCH ? &f->micro_batch : &f->grad_accum) = (int)v;
+    if ((opt == ZT_OPT_LR || opt == ZT_OPT_MAX_GRAD_NORM || opt == ZT_OPT_WEIGHT_DECAY) &&
+        parse_float(arg, &x) == 0 && x >= 0)
+        *(opt == ZT_OPT_LR              ? &f->lr
+          : opt == ZT_OPT_MAX_GRAD_NORM ? &f->max_grad_norm
+                                        : &f->weight_decay) = arg;
+    if (opt == ZT_OPT_DTYPE && zt_cli_dtype(arg, &f->dtype) == 0)
         f->dtype_given = 1;
-        f->dtype = !strcmp(arg, "bf16")   ? ZO_DTYPE_BF16
-                   : !strcmp(arg, "fp16") ? ZO_DTYPE_F16
-                                          : ZO_DTYPE_F32;
-    }
 }
 
 /* The flags that decide how the config is read (--config, --set, --steps,
@@ -693,17 +381,17 @@ static void prescan_config_flag(int opt, const char *arg, zt_config_flags *f)
 static int prescan(int argc, char **argv, cli *c)
 {
     int opt;
-    while ((opt = next_flag(argc, argv)) != -1) {
-        if (opt == OPT_HELP)
+    while ((opt = next_flag(c, argc, argv)) != -1) {
+        if (opt == ZT_OPT_HELP)
             return -1;
-        if (opt == OPT_CONFIG)
+        if (opt == ZT_OPT_CONFIG)
             c->config_path = optarg;
-        if (opt == OPT_SET) {
+        if (opt == ZT_OPT_SET) {
             if (c->n_sets == ZT_MAX_SETS)
-                return bad_value("--set", optarg, "at most 64 overrides");
+                return bad_value(c, ZT_OPT_SET, optarg, "at most 64 overrides");
             c->sets[c->n_sets++] = optarg;
         }
-        if (opt == OPT_STEPS && parse_int_opt(opt, optarg, c) == 0)
+        if (opt == ZT_OPT_STEPS && parse_int_opt(opt, optarg, c) == 0)
             c->steps_given = 1;
         prescan_config_flag(opt, optarg, &c->ds_flags);
     }
@@ -905,8 +593,8 @@ static int check_up_front(cli *c)
 static int parse_args(int argc, char **argv, cli *c)
 {
     int opt;
-    while ((opt = next_flag(argc, argv)) != -1) {
-        if (opt == OPT_HELP)
+    while ((opt = next_flag(c, argc, argv)) != -1) {
+        if (opt == ZT_OPT_HELP)
             return -1;
         if (opt == '?' || opt == ':') {
             fprintf(stderr, "zo-train: unknown option or missing value: %s (see --help)\n",
@@ -1625,6 +1313,7 @@ int main(int argc, char **argv)
     cli c;
     zt_output_check_at_exit("zo-train");
     memset(&c, 0, sizeof c);
+    zt_cli_init(&c.args, ZT_TOOL_TRAIN, "zo-train");
     c.o = (zt_options)ZT_OPTIONS_INIT;
     c.preset = "tiny";
     c.hf_save_dtype = ZO_DTYPE_BF16;
