@@ -20,12 +20,12 @@ def mpirun():
     return exe
 
 
-def run(n, stage, accum, out, params="cpu"):
+def run(n, stage, accum, out, params="cpu", extra=()):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
            "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
     cmd = [sys.executable, str(HERE / "zero_worker.py"), str(stage), str(STEPS), str(accum),
-           str(out), params]
+           str(out), params, *map(str, extra)]
     if n > 1:
         cmd = [mpirun(), "--oversubscribe", "-np", str(n)] + cmd
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -52,4 +52,28 @@ def test_ranks_equal_one_rank_bitwise(tmp_path, one_rank, stage, params):
         assert many_losses[r] == mine
     assert set(many_w) == set(one_w)
     for name, w in one_w.items():
+        assert torch.equal(many_w[name], w), name
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_checkpoint_resumes_bitwise_at_any_world_size(tmp_path, stage):
+    """N ranks save after step 1 and go on; N ranks, and one rank accumulating N times the
+    micro-batches, resume from the checkpoint (sharded: each rank wrote its own tensors) and
+    end with the same weights bit for bit; one rank's checkpoint resumes at N ranks too."""
+    ckpt = tmp_path / "ckpt"
+    _, full_w = run(N, stage, ACCUM, tmp_path / "full", extra=("save", 1, ckpt))
+    latest = ckpt / (ckpt / "latest").read_text().strip()
+    assert (latest / "model.safetensors.index.json").exists()
+    assert sorted(p.name for p in latest.glob("checksums-*.json")) == \
+        [f"checksums-{r + 1:05d}-of-{N:05d}.json" for r in range(N)]
+    _, back_w = run(N, stage, ACCUM, tmp_path / "back", extra=("resume", ckpt))
+    _, one_w = run(1, 0, ACCUM * N, tmp_path / "one", extra=("resume", ckpt))
+    for name, w in full_w.items():
+        assert torch.equal(back_w[name], w), name
+        assert torch.equal(one_w[name], w), name
+    # and back: one rank's (unsharded) checkpoint at N ranks
+    ckpt1 = tmp_path / "ckpt1"
+    run(1, 0, ACCUM * N, tmp_path / "one-save", extra=("save", 1, ckpt1))
+    _, many_w = run(N, stage, ACCUM, tmp_path / "many", extra=("resume", ckpt1))
+    for name, w in full_w.items():
         assert torch.equal(many_w[name], w), name

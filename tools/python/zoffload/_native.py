@@ -247,6 +247,7 @@ _SIGNATURES = {
     "zo_comm_backend": (c_char_p, [_P]),
     "zo_comm_barrier": (c_int, [_P, _P]),
     "zo_comm_broadcast": (c_int, [_P, _P, _P, c_size_t, c_int, c_int]),
+    "zo_comm_all_reduce": (c_int, [_P, _P, _P, _P, c_size_t, c_int, c_int]),
     "zo_st_writer_init": (c_int, [POINTER(_P), c_char_p]),
     "zo_st_writer_set_metadata": (c_int, [_P, c_char_p, c_char_p]),
     "zo_st_writer_declare": (c_int, [_P, c_char_p, c_int, c_int, POINTER(c_int64)]),
