@@ -144,6 +144,17 @@ static void test_yarn_and_dynamic(void **state)
 {
     zt_shape s;
     char note[256];
+    /* Llama's attention_bias: q, k, v and o_proj biases, 4 x 64 + 64 parameters a block */
+    ZO_ASSERT_OK(
+        read_json("{\"model_type\": \"llama\", \"hidden_size\": 64, "
+                  "\"intermediate_size\": 96, \"num_attention_heads\": 4, "
+                  "\"num_hidden_layers\": 1, \"vocab_size\": 50, \"attention_bias\": true}",
+                  &s, NULL, note));
+    assert_true(s.attn_bias && s.o_bias);
+    assert_int_equal(zt_layer_tensors(&s, 1), ZT_BLOCK_TENSORS_O_BIAS);
+    zt_shape plain = s;
+    plain.attn_bias = plain.o_bias = 0;
+    assert_int_equal(zt_shape_n_params(&s) - zt_shape_n_params(&plain), 4 * 64);
     ZO_ASSERT_OK(read_json("{\"model_type\": \"qwen2\", \"hidden_size\": 64, "
                            "\"intermediate_size\": 96, \"num_attention_heads\": 4, "
                            "\"num_hidden_layers\": 1, \"vocab_size\": 50, \"rope_theta\": "
@@ -204,7 +215,7 @@ static void test_refusals_name_the_key(void **state)
     expect_refused("\"architectures\": [\"GemmaForCausalLM\"]", "'architectures'");
     expect_refused("\"hidden_act\": \"gelu\"", "'hidden_act'");
     expect_refused("\"mlp_bias\": true", "'mlp_bias'");
-    expect_refused("\"attention_bias\": true", "'attention_bias'");
+    expect_refused("\"model_type\": \"mistral\", \"attention_bias\": true", "'attention_bias'");
     expect_refused("\"partial_rotary_factor\": 0.5", "'partial_rotary_factor'");
     expect_refused("\"rope_scaling\": {\"rope_type\": \"longrope\", \"factor\": 4}",
                    "'rope_scaling' type 'longrope'");

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Parity of zo-train's model with transformers: for a GQA, a tied, a
-rope-scaled (llama3, YaRN, dynamic) and a biased (Qwen2) configuration with random weights
+rope-scaled (llama3, YaRN, dynamic) and a biased (Qwen2, Llama's attention_bias)
+configuration with random weights
 (no network), the same weights and tokens give the same loss, per-tensor
 gradients and AdamW update signs, in fp32 and in bf16 (both sides computing
 in bf16).
@@ -36,6 +37,9 @@ CONFIGS = {
                           high_freq_factor=4.0, original_max_position_embeddings=16))),
     "bias-qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(num_key_value_heads=2,
                                                        tie_word_embeddings=False)),
+    # Llama's attention_bias: q, k, v and o_proj biases
+    "bias-llama": (LlamaConfig, LlamaForCausalLM, dict(num_key_value_heads=2,
+                                                       attention_bias=True)),
     # Qwen2.5's long-context setting, scaled down: the sequence past the
     # pretraining length, so the ramp and the attention factor both matter
     "rope-yarn": (LlamaConfig, LlamaForCausalLM, dict(
@@ -58,10 +62,10 @@ def adamw_signs(ga, gb, eps=1e-8):
 # per-tensor gradient relative L2 difference, the smallest AdamW sign agreement.
 # bf16: both sides round weights, activations and gradients to bf16, in their
 # own op orders (transformers computes the loss in fp32 from bf16 logits, as
-# zo-train does), so they agree to bf16's precision, not bitwise. Measured
-# (torch 2.x CPU): loss within 6e-5, gradients within 3.4e-2, signs >= 0.906;
-# the lowest are Qwen2's k_proj biases (32 elements), whose gradient is near
-# zero (a bias on every key barely moves the softmax) and so mostly rounding.
+# zo-train does), so they agree to bf16's precision, not bitwise. The k_proj
+# biases' gradient is zero but for rounding (a bias on every key does not move
+# the softmax): it is compared on the scale of v_proj's bias gradient, not its
+# own, and its signs are noise.
 LIMITS = {"fp32": (1e-5, 1e-4, 0.999), "bf16": (1e-3, 5e-2, 0.85)}
 
 
@@ -100,8 +104,19 @@ def check(name, exe, tmp, model_dir, model, ids, tok, dtype):
     loss_rel = abs(float(zo["loss"][0]) - loss) / abs(loss)
     worst_l2, worst_sign = 0.0, 1.0
     max_loss, max_l2, min_sign = LIMITS[dtype]
-    for n, p in model.named_parameters():
-        g, ref = zo[n], p.grad.float()  # tied: one tensor, both uses summed by zo-train
+    grads = {n: p.grad.float() for n, p in model.named_parameters()}
+    for n, ref in grads.items():
+        g = zo[n]  # tied: one tensor, both uses summed by zo-train
+        if n.endswith("k_proj.bias"):
+            # a bias on every key shifts all of a query's scores alike, which
+            # softmax ignores: its gradient is 0 but for rounding, so it is
+            # measured against the layer's v_proj bias gradient instead
+            scale = grads[n.replace("k_proj", "v_proj")].norm()
+            rel = float((g - ref).norm() / scale)
+            worst_l2 = max(worst_l2, rel)
+            if rel > max_l2:
+                print("  %s %s: %s gradient L2 %.3g of v_proj's" % (name, dtype, n, rel))
+            continue
         rel = float((g - ref).norm() / ref.norm())
         worst_l2 = max(worst_l2, rel)
         worst_sign = min(worst_sign, adamw_signs(g, ref))

@@ -37,9 +37,10 @@
 
 #define WMAX 64 /* the widest q or k/v projection of the shapes tested */
 
-static const zt_shape k_llama2 = {VOCAB, DIM, LAYERS, HEADS, FFN, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}};
+static const zt_shape k_llama2 = {VOCAB, DIM, LAYERS, HEADS, FFN, 1e-5f, 10000.0f,
+                                  0,     0,   0,      0,     {0}, 0};
 /* The shape under test: the Llama-2 layout, or a Hugging Face variant. */
-static zt_shape g_shape = {VOCAB, DIM, LAYERS, HEADS, FFN, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}};
+static zt_shape g_shape = {VOCAB, DIM, LAYERS, HEADS, FFN, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0};
 
 /* ---- the double-precision reference model ---- */
 
@@ -160,6 +161,8 @@ static void ref_block(double *x, double *const *w)
     rope(k, zt_kv_heads(&g_shape));
     attention(a, q, k, v);
     linear(o, a, w[ZT_WO], T, qd, DIM);
+    if (g_shape.o_bias)
+        add_bias(o, w[ZT_BO], DIM);
     for (int i = 0; i < T * DIM; i++)
         x[i] += o[i];
     rmsnorm(h, x, w[ZT_MLP_NORM], T, DIM);
@@ -346,7 +349,7 @@ static void randomize_biases(fixture *f, ref_params *p)
 {
     uint64_t rng = 31;
     for (int l = 1; l <= LAYERS; l++)
-        for (int i = ZT_BQ; i <= ZT_BV; i++) {
+        for (int i = ZT_BQ; i < zt_layer_tensors(&g_shape, l); i++) {
             size_t n = zt_tensor_numel(&g_shape, l, i);
             float *b = malloc(n * sizeof *b);
             assert_non_null(b);
@@ -359,7 +362,7 @@ static void randomize_biases(fixture *f, ref_params *p)
 
 /* The Hugging Face variants against the reference: grouped-query attention
  * (4 query heads on 2, then 1 key/value heads), a head_dim other than
- * dim / heads, q/k/v biases, llama3 and linear RoPE scaling (an original
+ * dim / heads, q/k/v biases (and o_proj's), llama3 and linear RoPE scaling (an original
  * length of 64 puts the 6 frequencies of head_dim 12 in all three of
  * llama3's ranges). */
 static void check_variant(const zt_shape *s)
@@ -400,6 +403,9 @@ static void test_variants_match_the_reference(void **state)
     mqa.n_kv_heads = 1;
     mqa.rope_scaling = (zo_rope_scaling){.type = ZO_ROPE_SCALING_LINEAR, .factor = 2.0f};
     check_variant(&mqa);
+    zt_shape o_bias = k_llama2; /* Llama's attention_bias: q, k, v and o_proj */
+    o_bias.attn_bias = o_bias.o_bias = 1;
+    check_variant(&o_bias);
 }
 
 /* key/value heads = heads and head_dim = dim / heads, given explicitly, is

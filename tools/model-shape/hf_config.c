@@ -85,8 +85,9 @@ static int string_in(json_t *v, const char *const *names, int n)
     return 0;
 }
 
-/* The family: model_type and architectures, when present, must be ours. */
-static zo_status check_family(json_t *root, const char *path, int *qwen2)
+/* The family: model_type and architectures, when present, must be ours;
+ * *llama when they say Llama or nothing. */
+static zo_status check_family(json_t *root, const char *path, int *qwen2, int *llama)
 {
     static const char *const types[] = {"llama", "mistral", "qwen2"};
     static const char *const archs[] = {"LlamaForCausalLM", "MistralForCausalLM",
@@ -103,21 +104,23 @@ static zo_status check_family(json_t *root, const char *path, int *qwen2)
                        path);
     *qwen2 = (t && strcmp(json_string_value(t), "qwen2") == 0) ||
              (a0 && strcmp(json_string_value(a0), "Qwen2ForCausalLM") == 0);
+    *llama = (!t || strcmp(json_string_value(t), "llama") == 0) &&
+             (!a0 || strcmp(json_string_value(a0), "LlamaForCausalLM") == 0);
     return ZO_OK;
 }
 
 /* Keys that would make another model than ours. */
-static zo_status check_refused(json_t *root, const char *path, int qwen2)
+static zo_status check_refused(json_t *root, const char *path, int qwen2, int llama)
 {
     json_t *act = json_object_get(root, "hidden_act");
     if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0))
         return zt_fail(ZO_ERR_CONFIG, "%s: 'hidden_act' must be silu (SwiGLU)", path);
     if (json_is_true(json_object_get(root, "mlp_bias")))
         return zt_fail(ZO_ERR_CONFIG, "%s: 'mlp_bias' true: MLP biases are not supported", path);
-    if (!qwen2 && json_is_true(json_object_get(root, "attention_bias")))
+    if (!qwen2 && !llama && json_is_true(json_object_get(root, "attention_bias")))
         return zt_fail(ZO_ERR_CONFIG,
-                       "%s: 'attention_bias' true biases o_proj too in Llama: not supported (q/k/v "
-                       "biases are, as Qwen2's)",
+                       "%s: 'attention_bias' true is Llama's (q, k, v and o_proj biases); this "
+                       "model_type has none: remove it or use model_type llama",
                        path);
     json_t *prf = json_object_get(root, "partial_rotary_factor");
     if (prf && !(json_is_number(prf) && json_number_value(prf) == 1.0))
@@ -265,9 +268,9 @@ static zo_status read_window(json_t *root, const char *path, int qwen2, int *win
 
 static zo_status read_shape(json_t *root, const char *path, zt_shape *s, int *window)
 {
-    int qwen2 = 0;
-    ZT_TRY(check_family(root, path, &qwen2));
-    ZT_TRY(check_refused(root, path, qwen2));
+    int qwen2 = 0, llama = 0;
+    ZT_TRY(check_family(root, path, &qwen2, &llama));
+    ZT_TRY(check_refused(root, path, qwen2, llama));
     ZT_TRY(int_key(root, path, "hidden_size", &s->dim));
     ZT_TRY(int_key(root, path, "num_hidden_layers", &s->n_layers));
     ZT_TRY(int_key(root, path, "num_attention_heads", &s->n_heads));
@@ -285,7 +288,9 @@ static zo_status read_shape(json_t *root, const char *path, zt_shape *s, int *wi
         ZT_TRY(optional_bool(root, path, flags[i]));
     ZT_TRY(read_rope_scaling(root, path, &s->rope_scaling, &s->rope_theta));
     ZT_TRY(read_window(root, path, qwen2, window));
-    s->attn_bias = qwen2;
+    /* Qwen2: q, k and v biases; Llama's attention_bias: o_proj's too */
+    s->o_bias = !qwen2 && json_is_true(json_object_get(root, "attention_bias"));
+    s->attn_bias = qwen2 || s->o_bias;
     s->tied = json_is_true(json_object_get(root, "tie_word_embeddings"));
     return ZO_OK;
 }

@@ -12,9 +12,9 @@
  * intermediate_size, vocab_size; when present num_key_value_heads, head_dim,
  * rms_norm_eps, rope_theta, rope_scaling (llama3, yarn, dynamic, linear; or transformers 5's
  * rope_parameters, rope_theta inside), tie_word_embeddings,
- * and the q/k/v biases of Qwen2. What would make another model (another
- * model_type or architecture, hidden_act other than silu, mlp_bias, Llama's
- * attention_bias, which also biases o_proj, another rope_scaling type,
+ * and the q/k/v biases of Qwen2 and Llama's attention_bias (q, k, v and o_proj).
+ * What would make another model (another model_type or architecture, hidden_act
+ * other than silu, mlp_bias, attention_bias outside Llama, another rope_scaling type,
  * partial_rotary_factor) is refused naming the key. The sliding window
  * (Mistral's sliding_window, Qwen2's with use_sliding_window) goes to
  * *window (0: none; NULL: not wanted). note says what the reader should know

@@ -21,11 +21,11 @@ typedef struct preset {
  * an ffn of about 8/3 dim rounded to a multiple of 64 or 256, as LLaMA does. */
 static const preset presets[] = {
     {"tiny",
-     {256, 256, 4, 4, 768, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}}}, /* 3.5M parameters, byte-level */
-    {"small", {32000, 640, 12, 10, 1728, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}}}, /* 100M */
-    {"1b", {32000, 2048, 18, 16, 5632, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}}},   /* 1.06B */
-    {"7b", {32000, 4096, 32, 32, 11008, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}}},  /* 6.74B */
-    {"13b", {32000, 5120, 40, 40, 13824, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}}}, /* 13.0B */
+     {256, 256, 4, 4, 768, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0}}, /* 3.5M parameters, byte-level */
+    {"small", {32000, 640, 12, 10, 1728, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0}}, /* 100M */
+    {"1b", {32000, 2048, 18, 16, 5632, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0}},   /* 1.06B */
+    {"7b", {32000, 4096, 32, 32, 11008, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0}},  /* 6.74B */
+    {"13b", {32000, 5120, 40, 40, 13824, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0}}, /* 13.0B */
 };
 
 const char *zt_preset_names(void)
@@ -75,6 +75,9 @@ int zt_kv_dim(const zt_shape *s)
 /* The Hugging Face variants: kv heads, head_dim, RoPE scaling. */
 static zo_status check_variants(const zt_shape *s)
 {
+    if (s->o_bias && !s->attn_bias)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "an o_proj bias without q/k/v biases: Llama's attention_bias has all four");
     if (s->n_kv_heads < 0 || s->n_kv_heads > s->n_heads || s->n_heads % zt_kv_heads(s))
         return zt_fail(ZO_ERR_INVALID_ARG, "key/value heads %d must divide heads %d", s->n_kv_heads,
                        s->n_heads);
@@ -155,6 +158,7 @@ static uint64_t block_params(const zt_shape *s)
 {
     uint64_t d = (uint64_t)s->dim, f = (uint64_t)s->ffn_dim;
     uint64_t bias = s->attn_bias ? (uint64_t)zt_q_dim(s) + 2 * (uint64_t)zt_kv_dim(s) : 0;
+    bias += s->o_bias ? d : 0;
     return attn_matrix_params(s) + 3 * d * f + 2 * d + bias;
 }
 
@@ -201,7 +205,9 @@ int zt_layer_tensors(const zt_shape *s, int layer)
     if (layer == 0)
         return s->tied ? 2 : 1;
     if (is_block(s, layer))
-        return s->attn_bias ? ZT_BLOCK_TENSORS_BIAS : ZT_BLOCK_TENSORS;
+        return s->o_bias      ? ZT_BLOCK_TENSORS_O_BIAS
+               : s->attn_bias ? ZT_BLOCK_TENSORS_BIAS
+                              : ZT_BLOCK_TENSORS;
     return layer == head_layer(s) ? 2 : 0;
 }
 
@@ -220,7 +226,8 @@ size_t zt_tensor_numel(const zt_shape *s, int layer, int idx)
         return idx == ZT_HEAD_NORM ? d : v * d;
     switch (idx) {
     case ZT_ATTN_NORM:
-    case ZT_MLP_NORM: return d;
+    case ZT_MLP_NORM:
+    case ZT_BO: return d;
     case ZT_WQ:
     case ZT_WO: return d * (size_t)zt_q_dim(s);
     case ZT_WK:
@@ -234,9 +241,9 @@ size_t zt_tensor_numel(const zt_shape *s, int layer, int idx)
 
 void zt_tensor_name(const zt_shape *s, int layer, int idx, char *name, size_t cap)
 {
-    static const char *const block_names[ZT_BLOCK_TENSORS_BIAS] = {
-        "attn_norm", "wq",   "wk",     "wv", "wo", "mlp_norm",
-        "w_gate",    "w_up", "w_down", "bq", "bk", "bv"};
+    static const char *const block_names[ZT_BLOCK_TENSORS_O_BIAS] = {
+        "attn_norm", "wq",     "wk", "wv", "wo", "mlp_norm", "w_gate",
+        "w_up",      "w_down", "bq", "bk", "bv", "bo"};
     if (is_tied_norm(s, layer, idx))
         snprintf(name, cap, "final_norm");
     else if (layer == 0)
@@ -250,11 +257,12 @@ void zt_tensor_name(const zt_shape *s, int layer, int idx, char *name, size_t ca
 void zt_tensor_hf(const zt_shape *s, int layer, int idx, char *name, size_t cap, int *ndim,
                   int64_t shape[2])
 {
-    static const char *const block[ZT_BLOCK_TENSORS_BIAS] = {
+    static const char *const block[ZT_BLOCK_TENSORS_O_BIAS] = {
         "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
         "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
         "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
-        "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias"};
+        "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
+        "self_attn.o_proj.bias"};
     int64_t d = s->dim, n = (int64_t)zt_tensor_numel(s, layer, idx);
     if (is_tied_norm(s, layer, idx))
         snprintf(name, cap, "model.norm.weight");

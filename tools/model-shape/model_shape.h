@@ -36,6 +36,7 @@ typedef struct zt_shape {
     int tied;                     /* the head's weight is the embedding's: one tensor,
                                      trained as one (layer 0 holds it and the final norm) */
     zo_rope_scaling rope_scaling; /* type NONE: unscaled */
+    int o_bias; /* o_proj with a bias too (Llama's attention_bias; needs attn_bias) */
 } zt_shape;
 
 /* The effective key/value heads, head dimension, and the widths of the
@@ -64,9 +65,14 @@ double zt_shape_flops_per_token(const zt_shape *s, int seq);
 
 /* ---- parameter tensors, per engine layer ---- */
 
-/* A block has 9 tensors, 12 with attn_bias (the biases last, so the first
- * nine keep their indices). */
-enum { ZT_BLOCK_TENSORS = 9, ZT_BLOCK_TENSORS_BIAS = 12, ZT_MAX_LAYER_TENSORS = 12 };
+/* A block has 9 tensors, 12 with attn_bias, 13 with o_bias too (the biases
+ * last, so the first nine keep their indices). */
+enum {
+    ZT_BLOCK_TENSORS = 9,
+    ZT_BLOCK_TENSORS_BIAS = 12,
+    ZT_BLOCK_TENSORS_O_BIAS = 13,
+    ZT_MAX_LAYER_TENSORS = 13
+};
 enum { /* tensors of a block, in the order the forward uses them */
        ZT_ATTN_NORM = 0,
        ZT_WQ,
@@ -79,7 +85,8 @@ enum { /* tensors of a block, in the order the forward uses them */
        ZT_WDOWN,
        ZT_BQ,
        ZT_BK,
-       ZT_BV
+       ZT_BV,
+       ZT_BO
 };
 enum { ZT_HEAD_NORM = 0, ZT_HEAD_OUT = 1 };
 /* Layer 0 of a tied model: the embedding (also the head's matrix), then the final norm. */

@@ -373,7 +373,7 @@ static json_t *rope_scaling_json(const zo_rope_scaling *sc)
 static json_t *config_of_shape(const zt_options *o, zo_dtype dt)
 {
     const zt_shape *s = &o->shape;
-    int qwen2 = s->attn_bias;
+    int qwen2 = s->attn_bias && !s->o_bias;
     int max_pos = s->rope_scaling.type == ZO_ROPE_SCALING_DYNAMIC ? s->rope_scaling.original_max_pos
                   : o->seq > 2048                                 ? o->seq
                                                                   : 2048;
@@ -386,7 +386,7 @@ static json_t *config_of_shape(const zt_options *o, zo_dtype dt)
         real_of(s->rope_theta), "rope_scaling", rope_scaling_json(&s->rope_scaling),
         "tie_word_embeddings", s->tied, "hidden_act", "silu", "max_position_embeddings", max_pos,
         "torch_dtype", dt == ZO_DTYPE_F32 ? "float32" : "bfloat16",
-        qwen2 ? "use_sliding_window" : "attention_bias", 0);
+        qwen2 ? "use_sliding_window" : "attention_bias", qwen2 ? 0 : s->o_bias);
 }
 
 /* A model read from --hf-model: its config.json as it was, every key kept

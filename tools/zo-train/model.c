@@ -518,6 +518,8 @@ static zo_status block_fwd(zt_model *m, void *const *p, const void *x, void *y)
     ZT_TRY(attn_project(m, p));
     ZT_LIB(zo_op_attention_fwd(m->s, b->attn_out, b->att, b->q, b->k, b->v, B, S, H, m->hd, dt));
     ZT_TRY(linear_fwd(m, b->x2, b->attn_out, p[ZT_WO], zt_q_dim(sh), d));
+    if (sh->o_bias)
+        ZT_LIB(zo_op_bias_fwd(m->s, b->x2, p[ZT_BO], (size_t)m->T, d, dt));
     ZT_LIB(zo_op_add(m->s, b->x2, b->x2, x, Td, dt));
     ZT_LIB(
         zo_op_rmsnorm_fwd(m->s, b->h2, b->rstd2, b->x2, p[ZT_MLP_NORM], m->T, d, sh->norm_eps, dt));
@@ -581,6 +583,8 @@ static zo_status block_bwd_attn(zt_model *m, void *const *p, void *const *g, con
     const int qd = zt_q_dim(sh), kvd = zt_kv_dim(sh);
     const zo_dtype dt = m->c.dt;
     block_ws *b = &m->b;
+    if (sh->o_bias)
+        ZT_LIB(zo_op_bias_bwd(m->s, g[ZT_BO], dt, m->dres, (size_t)m->T, d, dt));
     ZT_TRY(linear_bwd_weight(m, g[ZT_WO], m->dres, b->attn_out, qd, d));
     ZT_TRY(linear_bwd_data(m, b->attn_out, m->dres, p[ZT_WO], qd, d, 0)); /* d(attn_out) */
     ZT_LIB(zo_op_attention_bwd(m->s, b->dq, b->dk, b->dv, b->datt, b->attn_out, b->att, b->q, b->k,
