@@ -461,11 +461,11 @@ static zo_status copy_side_files(const char *hf_model, const char *dir)
  * value the input wrote is rounded (a fixed 9 would cut 0.123456789012). */
 static int real_digits(json_t *v)
 {
-    int p = 1;
+    int p = 6; /* at least: 10000.0, not 1e4 */
     if (json_is_real(v)) {
         char buf[40];
         double x = json_real_value(v);
-        for (p = 1; p < 17; p++) {
+        for (; p < 17; p++) {
             snprintf(buf, sizeof buf, "%.*g", p, x);
             if (strtod(buf, NULL) == x)
                 break;
