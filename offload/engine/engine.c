@@ -12,7 +12,6 @@
 #include "engine_tier.h"
 #include "zo/half.h"
 #include "zo/nvtx.h"
-#include "zo/testing.h"
 
 /* ---- configuration ---- */
 
@@ -79,23 +78,6 @@ static int copy_config_refs(struct zo_engine *e, const zo_engine_config *c)
     e->cfg.nvme_engine = e->engine_name;
     e->cfg.nvme_name = e->file_name;
     return bad ? -1 : 0;
-}
-
-zo_status zo_engine_set_swap_faults(zo_engine_t e, const zo_swap_fault *faults, size_t n)
-{
-    if (!e || (n && !faults))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
-    if (e->finalized)
-        return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "swap faults: the engine is already finalized");
-    zo_swap_fault *copy = n ? malloc(n * sizeof *copy) : NULL;
-    if (n && !copy)
-        return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "copying %zu swap faults", n);
-    if (n)
-        memcpy(copy, faults, n * sizeof *copy);
-    free(e->faults);
-    e->faults = copy;
-    e->n_faults = n;
-    return ZO_OK;
 }
 
 zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg)

@@ -259,7 +259,7 @@ extern const eng_mode_ops eng_mode_sync, eng_mode_overlap, eng_mode_dpu;
 struct zo_engine {
     zo_engine_config cfg; /* its strings and arrays point into owned copies below */
     char **paths, *engine_name, *file_name;
-    zo_swap_fault *faults; /* armed when the swap stores open (zo/testing.h, tests) */
+    zo_swap_fault *faults; /* armed when the swap stores open (zo/engine_testing.h, tests) */
     size_t n_faults;
     zo_device_t dev;
     const eng_mode_ops *mode;

@@ -10,8 +10,8 @@
 #include "test_model.h"
 #include "zo/device.h"
 #include "zo/device_testing.h"
+#include "zo/engine_testing.h"
 #include "zo/swap.h"
-#include "zo/testing.h"
 #include "zo_internal.h"
 
 #define STEPS 20

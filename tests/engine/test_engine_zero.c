@@ -17,7 +17,7 @@
 #include "test_model.h"
 #include "zo/comm.h"
 #include "zo/device.h"
-#include "zo/testing.h"
+#include "zo/engine_testing.h"
 #include "zo_internal.h"
 
 #define STEPS 4

@@ -25,7 +25,7 @@
 
 #include "train_test_util.h"
 #include "trainer.h"
-#include "zo/testing.h"
+#include "zo/engine_testing.h"
 #include "zo_test.h"
 #include "zt_error.h"
 

@@ -64,7 +64,7 @@ typedef struct zt_options {
     const zo_swap_fault *nvme_faults; /* tests: armed when the swap stores open */
     size_t n_nvme_faults;
     /* tests: arms nvme_faults on the engine's stores (zo_engine_set_swap_faults,
-     * from the tests' zo/testing.h): zo-train links no test hook of its own. */
+     * from the tests' zo/engine_testing.h): zo-train links no test hook of its own. */
     zo_status (*arm_engine_faults)(zo_engine_t e, const zo_swap_fault *faults, size_t n);
     zo_trace_fn trace; /* optional: the engine's spans, and the compute stream's layers */
     void *trace_ctx;

@@ -1,12 +1,11 @@
 /* zoffload: the engine's hook for tests and fault drills: NVMe faults armed
  * when the engine opens its swap stores, so that every error path of the
- * NVMe tier can be exercised through the engine. Not installed: test
- * programs get it from the zoffload_testing target. The other parts keep
- * their hooks in headers of their own (zo/device_testing.h in
- * kernels/device/testing, zo/optim_testing.h in optim/testing); this one
- * joins the engine's folder when the engine's files are next rearranged. */
-#ifndef ZO_TESTING_H
-#define ZO_TESTING_H
+ * NVMe tier can be exercised through the engine. Not installed, and not in
+ * libzoffload: test programs get it from the zo_engine_testing target
+ * (offload/engine/CMakeLists.txt); the engine keeps only the faults it is
+ * given (struct zo_engine's faults), which no shipped caller sets. */
+#ifndef ZO_ENGINE_TESTING_H
+#define ZO_ENGINE_TESTING_H
 
 #include "zo/engine.h"
 #include "zo/swap.h"
