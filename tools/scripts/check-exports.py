@@ -4,15 +4,18 @@ a function or object that no installed header declares, or when an installed
 header declares one that the library does not export (a missing ZO_API, a
 missing definition), and when the library holds a test hook at all, exported
 or not (the parts' testing headers: their functions live in the parts'
-*_testing targets, which only test programs link).
+*_testing targets, which only test programs link), or when a shipped program
+(the tools, which link the static parts) holds one.
 
 Usage: check-exports.py LIB HEADER... [--optional HEADER...] [--hooks HEADER...]
+                        [--programs PROGRAM...]
   LIB       the shared library (nm -D --defined-only reads its exports,
             nm --defined-only every symbol it defines)
   HEADER    the installed headers
   optional  installed headers whose functions this build may lack (the CUDA
             kernels in a build without CUDA)
   hooks     testing headers: none of their functions may be in the library
+  programs  shipped executables: none of the hooks may be in them either
 """
 import re
 import subprocess
@@ -93,13 +96,13 @@ def exports(lib):
 
 def split_args(rest):
     """The headers, the optional ones and the hooks' headers of the arguments."""
-    groups, key = {'': [], '--optional': [], '--hooks': []}, ''
+    groups, key = {'': [], '--optional': [], '--hooks': [], '--programs': []}, ''
     for a in rest:
         if a in groups:
             key = a
         else:
             groups[key].append(a)
-    return groups[''], groups['--optional'], groups['--hooks']
+    return groups[''], groups['--optional'], groups['--hooks'], groups['--programs']
 
 
 def hooks_held(lib, hook_headers):
@@ -114,7 +117,7 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     lib = argv[1]
-    headers, optional, hook_headers = split_args(argv[2:])
+    headers, optional, hook_headers, programs = split_args(argv[2:])
     declared, maybe = {}, set()
     for h in headers + optional:
         for name, kind, _ in declarations(open(h).read()):
@@ -131,10 +134,15 @@ def main(argv):
     hooks = hooks_held(lib, hook_headers)
     for n, h in hooks:
         print('a test hook in the library: %s (declared in %s; it belongs in the part\'s _testing target)' % (n, h))
+    for prog in programs:
+        held = hooks_held(prog, hook_headers)
+        for n, h in held:
+            print('a test hook in %s: %s (declared in %s; a shipped program links no _testing target)' % (prog, n, h))
+        hooks += held
     print('check-exports: %d exported, %d declared in %d installed headers; %d not declared, %d not exported; '
-          '%d test hooks held (%d testing headers)'
+          '%d test hooks held (%d testing headers, the library and %d programs)'
           % (len(exported), len(declared), len(headers) + len(optional), len(extra), len(missing), len(hooks),
-             len(hook_headers)))
+             len(hook_headers), len(programs)))
     return 1 if extra or missing or hooks else 0
 
 
