@@ -770,6 +770,42 @@ static void test_emit_state_dtype(void **state)
 
 /* --world-size: rank 0's plans of ZeRO stages 1-3 against its share of the
  * node, the link's source, the recommendation's command; none without it. */
+/* --max-seq: the length it names fits (a recommendation at --seq N) and one
+ * token more does not (none), with the reason; the plans shown are at N. A
+ * budget nothing fits in at all is refused naming --micro-batch. */
+static void test_max_seq(void **state)
+{
+    const char *job = "--device cpu --gpu-mem 64MiB --micro-batch 1";
+    char args[512];
+    snprintf(args, sizeof args, "%s --max-seq", job);
+    json_t *j = run_json(args);
+    json_t *m = json_object_get(j, "max_seq");
+    int n = (int)json_integer_value(json_object_get(m, "seq"));
+    assert_true(n > 128);
+    assert_int_equal(json_integer_value(json_object_get(m, "micro_batch")), 1);
+    assert_non_null(strstr(json_string_value(json_object_get(m, "longer_refused")), "budget"));
+    assert_false(json_is_null(json_object_get(j, "recommendation")));
+    json_decref(j);
+    snprintf(args, sizeof args, "%s --seq %d", job, n);
+    j = run_json(args);
+    assert_false(json_is_null(json_object_get(j, "recommendation")));
+    json_decref(j);
+    snprintf(args, sizeof args, "%s --seq %d", job, n + 1);
+    j = run_json(args);
+    assert_true(json_is_null(json_object_get(j, "recommendation")));
+    json_decref(j);
+    outputs o = run("--device cpu --gpu-mem 64MiB --micro-batch 1 --max-seq");
+    assert_int_equal(o.status, 0);
+    char want[64];
+    snprintf(want, sizeof want, "longest sequence: %d tokens", n);
+    assert_non_null(strstr(o.out, want));
+    outputs_free(&o);
+    o = run("--device cpu --gpu-mem 1MiB --max-seq");
+    assert_int_equal(o.status, 1);
+    assert_non_null(strstr(o.err, "--max-seq: not even --seq 1 fits at --micro-batch 8"));
+    outputs_free(&o);
+}
+
 static void test_world_size(void **state)
 {
     (void)state;
@@ -902,6 +938,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
+        cmocka_unit_test(test_max_seq),
         cmocka_unit_test(test_assumed_speeds_say_why),
         cmocka_unit_test(test_json_and_recommendation),
         cmocka_unit_test(test_emit_config),

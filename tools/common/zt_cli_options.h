@@ -49,6 +49,11 @@
     X(GRAD_ACCUM, "grad-accum", 0,                                                                 \
       ZT_IN(DATA, "N", "micro-batches per optimizer step (default 1)"),                            \
       ZT_IN(JOB, "N", "(defaults 128, 8, 1: zo-train's)"))                                         \
+    X(MAX_SEQ, "max-seq", 0, ZT_NO,                                                                \
+      ZT_IN(JOB, NULL,                                                                             \
+            "the longest --seq this model trains at on this device and host\n"                     \
+            "(some plan fits) at the job's micro-batch; the plans shown are\n"                      \
+            "at that length"))                                                                     \
     X(LR, "lr", 0, ZT_IN(DATA, "X", "Adam learning rate, constant (default 2e-3)"), ZT_NO)         \
     X(WEIGHT_DECAY, "weight-decay", 0,                                                             \
       ZT_IN(DATA, "X", "AdamW decoupled weight decay (default 0)"), ZT_NO)                         \

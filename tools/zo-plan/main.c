@@ -49,6 +49,7 @@ typedef struct cli {
     double nvme_tbw; /* bytes */
     const char *emit_path;
     int validate;     /* steps of a trial run per fitting strategy (0: none) */
+    int max_seq;      /* --max-seq: search the longest --seq that fits */
     int mode_given;   /* --optimizer-mode sync|overlap|dpu: the per-chunk plan keeps it */
     int state_auto;   /* --state-dtype auto: the planner picks the format */
     const char *data; /* its tokens */
@@ -263,6 +264,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case ZT_OPT_PRESET: c->preset = arg; return 0;
     case ZT_OPT_HF_CONFIG: c->hf_config = arg; return 0;
     case ZT_OPT_MEASURE: c->measure = 1; return 0;
+    case ZT_OPT_MAX_SEQ: c->max_seq = 1; return 0;
     case ZT_OPT_JSON: c->json = 1; return 0;
     case ZT_OPT_DEEPSPEED_ESTIMATE: c->ds_estimate = 1; return 0;
     case ZT_OPT_EMIT_CONFIG: c->emit_path = arg; return 0;
@@ -401,6 +403,8 @@ typedef struct result {
     int world_best;                                             /* the fastest that fits, or -1 */
     zp_pipeline_plan pipe[ZP_PIPE_MAX_STAGES]; /* --pipeline-stages: one per stage count */
     int n_pipe, pipe_best;                     /* the most tokens/s that fits, or -1 */
+    int max_seq;                               /* --max-seq: the longest that fits */
+    char max_seq_why[512];                     /* why one token more does not */
 } result;
 
 /* Progress of the long parts (--measure, --validate) on stderr. */
@@ -617,10 +621,66 @@ static zp_pipe_report pipe_report(const cli *c, const result *r)
     return p;
 }
 
+/* Whether some plan of c->job fits: a fixed placement or the per-chunk
+ * plan, under the job's state format or, with --state-dtype auto, any. A
+ * length the planner refuses outright (beyond the trainer's sizes) does not. */
+static int job_fits(cli *c, result *r)
+{
+    zo_dtype want = c->job.state_dtype;
+    int fits = 0;
+    for (int i = 0; !fits && i < ZP_N_STATE_FORMATS; i++) {
+        if (c->state_auto)
+            c->job.state_dtype = state_formats[i];
+        fits = plan_job(c, r) >= 0 && r->rec >= 0;
+        if (!c->state_auto)
+            break;
+    }
+    c->job.state_dtype = want;
+    return fits;
+}
+
+/* Why c->job does not fit: the per-chunk plan's reason (the most flexible
+ * placement), else the planner's refusal. */
+static void why_not(cli *c, result *r, char *out, size_t cap)
+{
+    if (plan_job(c, r) < 0)
+        snprintf(out, cap, "%s", zt_last_error());
+    else
+        snprintf(out, cap, "%s", r->plans[ZP_SPLIT].why);
+}
+
+/* --max-seq: the longest --seq that fits, by doubling then bisection (the
+ * memory of every tier grows with the length, so fitting is monotone);
+ * c->job.seq becomes it. */
+enum { ZP_MAX_SEQ_LIMIT = 1 << 24 };
+static zo_status find_max_seq(cli *c, result *r)
+{
+    int lo = 0, hi = 1;
+    while (hi <= ZP_MAX_SEQ_LIMIT && (c->job.seq = hi, job_fits(c, r)))
+        lo = hi, hi *= 2;
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        c->job.seq = mid;
+        if (job_fits(c, r))
+            lo = mid;
+        else
+            hi = mid;
+    }
+    c->job.seq = lo + 1;
+    why_not(c, r, r->max_seq_why, sizeof r->max_seq_why);
+    if (!lo)
+        return zt_fail(ZO_ERR_BUDGET, "--max-seq: not even --seq 1 fits at --micro-batch %d: %s",
+                       c->job.micro_batch, r->max_seq_why);
+    c->job.seq = r->max_seq = lo;
+    return ZO_OK;
+}
+
 static zo_status plan_all(cli *c, result *r)
 {
     ZT_TRY(zp_detect_hardware(&c->req, &r->hw, &r->facts));
     ZT_TRY(gather_speeds(c, r));
+    if (c->max_seq)
+        ZT_TRY(find_max_seq(c, r));
     zo_dtype want = c->job.state_dtype;
     for (int i = 0; i < ZP_N_STATE_FORMATS; i++) {
         c->job.state_dtype = state_formats[i];
@@ -943,6 +1003,10 @@ static void print_human(const cli *c, const result *r)
     } else {
         printf("\nrecommended: none: no strategy fits (see the reasons above)\n");
     }
+    if (c->max_seq)
+        printf("longest sequence: %d tokens at --micro-batch %d (the plans above); %d does not "
+               "fit: %s\n",
+               r->max_seq, c->job.micro_batch, r->max_seq + 1, r->max_seq_why);
     if (r->emitted[0]) {
         const zt_shape *sh = &c->job.shape;
         printf(
@@ -1232,6 +1296,10 @@ static void print_json(const cli *c, const result *r)
     json_object_set_new(root, "emitted_config",
                         r->emitted[0] ? json_string(r->emitted) : json_null());
     json_object_set_new(root, "planner_work", ju(r->work));
+    if (c->max_seq)
+        json_object_set_new(root, "max_seq",
+                            json_pack("{s:i,s:i,s:s}", "seq", r->max_seq, "micro_batch",
+                                      c->job.micro_batch, "longer_refused", r->max_seq_why));
     json_object_set_new(root, "state_dtype", json_string(zt_state_dtype_name(c->job.state_dtype)));
     json_object_set_new(root, "state_dtype_auto", json_boolean(c->state_auto));
     json_object_set_new(root, "embedding_f32_states", json_boolean(c->job.embedding_f32));
