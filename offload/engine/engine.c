@@ -44,12 +44,12 @@ static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
 
 static void free_config_refs(struct zo_engine *e)
 {
-    for (size_t i = 0; e->paths && i < e->cfg.n_nvme_paths; i++)
-        free(e->paths[i]);
-    free(e->paths);
-    free(e->engine_name);
-    free(e->file_name);
-    free(e->faults);
+    for (size_t i = 0; e->own.paths && i < e->cfg.n_nvme_paths; i++)
+        free(e->own.paths[i]);
+    free(e->own.paths);
+    free(e->own.engine_name);
+    free(e->own.file_name);
+    free(e->own.faults);
 }
 
 static char *dup_str(const char *s, int *bad)
@@ -66,17 +66,17 @@ static int copy_config_refs(struct zo_engine *e, const zo_engine_config *c)
 {
     int bad = 0;
     if (c->n_nvme_paths) {
-        e->paths = calloc(c->n_nvme_paths, sizeof *e->paths);
-        if (!e->paths)
+        e->own.paths = calloc(c->n_nvme_paths, sizeof *e->own.paths);
+        if (!e->own.paths)
             return -1;
         for (size_t i = 0; i < c->n_nvme_paths; i++)
-            e->paths[i] = dup_str(c->nvme_paths[i], &bad);
+            e->own.paths[i] = dup_str(c->nvme_paths[i], &bad);
     }
-    e->engine_name = dup_str(c->nvme_engine ? c->nvme_engine : "auto", &bad);
-    e->file_name = dup_str(c->nvme_name ? c->nvme_name : "zoffload", &bad);
-    e->cfg.nvme_paths = (const char *const *)e->paths;
-    e->cfg.nvme_engine = e->engine_name;
-    e->cfg.nvme_name = e->file_name;
+    e->own.engine_name = dup_str(c->nvme_engine ? c->nvme_engine : "auto", &bad);
+    e->own.file_name = dup_str(c->nvme_name ? c->nvme_name : "zoffload", &bad);
+    e->cfg.nvme_paths = (const char *const *)e->own.paths;
+    e->cfg.nvme_engine = e->own.engine_name;
+    e->cfg.nvme_name = e->own.file_name;
     return bad ? -1 : 0;
 }
 
@@ -90,8 +90,8 @@ zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg)
     if (!e)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the engine");
     e->cfg = *cfg;
-    e->lr_next = e->step_lr = cfg->adam.lr;
-    e->dpu_lr = cfg->adam.lr;
+    e->step.lr_next = e->step.lr = cfg->adam.lr;
+    e->dpu.lr = cfg->adam.lr;
     e->dev = cfg->device;
     e->mode = eng_mode_for(cfg->mode);
     e->cuda = (zo_device_caps(e->dev) & ZO_DEVCAP_REAL_GPU) != 0;
@@ -101,8 +101,8 @@ zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg)
         free(e);
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "copying the configuration's paths");
     }
-    pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->cv, NULL);
+    pthread_mutex_init(&e->jobs.mu, NULL);
+    pthread_cond_init(&e->jobs.cv, NULL);
     *out = e;
     return ZO_OK;
 }
@@ -132,26 +132,28 @@ static zo_status add_tensor(struct zo_engine *e, int layer, const char *name, si
     if (e->finalized)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "register '%s': the engine is already finalized",
                        name ? name : "");
-    if (layer < 0 || layer < e->n_layers - 1 || layer > e->n_layers)
+    if (layer < 0 || layer < e->reg.n_layers - 1 || layer > e->reg.n_layers)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
                        "register '%s': layer %d out of order (layers are registered in execution "
                        "order; the next is %d or %d)",
-                       name ? name : "", layer, e->n_layers > 0 ? e->n_layers - 1 : 0, e->n_layers);
-    ZO_TRY(grow((void **)&e->tensors, &e->cap_tensors, e->n_tensors + 1, sizeof *e->tensors));
-    ZO_TRY(grow((void **)&e->layers, &e->cap_layers, layer + 1, sizeof *e->layers));
-    eng_layer *L = &e->layers[layer];
+                       name ? name : "", layer, e->reg.n_layers > 0 ? e->reg.n_layers - 1 : 0,
+                       e->reg.n_layers);
+    ZO_TRY(grow((void **)&e->reg.tensors, &e->reg.cap_tensors, e->reg.n_tensors + 1,
+                sizeof *e->reg.tensors));
+    ZO_TRY(grow((void **)&e->reg.layers, &e->reg.cap_layers, layer + 1, sizeof *e->reg.layers));
+    eng_layer *L = &e->reg.layers[layer];
     ZO_TRY(grow((void **)&L->tensors, &L->cap, L->n_tensors + 1, sizeof *L->tensors));
-    eng_tensor *t = &e->tensors[e->n_tensors];
+    eng_tensor *t = &e->reg.tensors[e->reg.n_tensors];
     memset(t, 0, sizeof *t);
     t->layer = layer;
     snprintf(t->name, sizeof t->name, "%s", name ? name : "");
     t->numel = numel;
-    L->tensors[L->n_tensors++] = e->n_tensors;
-    if (layer == e->n_layers)
-        e->n_layers++;
+    L->tensors[L->n_tensors++] = e->reg.n_tensors;
+    if (layer == e->reg.n_layers)
+        e->reg.n_layers++;
     if (id)
-        *id = e->n_tensors;
-    e->n_tensors++;
+        *id = e->reg.n_tensors;
+    e->reg.n_tensors++;
     *out = t;
     return ZO_OK;
 }
@@ -191,21 +193,21 @@ zo_status zo_engine_register_fill(zo_engine_t e, int layer, const char *name, si
 /* Tensor id of an engine not finalized yet, for a per-tensor setting (what). */
 static zo_status settable_tensor(const struct zo_engine *e, int id, const char *what)
 {
-    if (!e || id < 0 || id >= e->n_tensors)
+    if (!e || id < 0 || id >= e->reg.n_tensors)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "%s: no tensor %d (%d registered)", what, id,
-                       e ? e->n_tensors : 0);
+                       e ? e->reg.n_tensors : 0);
     if (e->finalized)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
                        "%s '%s': the engine is already finalized (set it between "
                        "zo_engine_register and zo_engine_finalize)",
-                       what, e->tensors[id].name);
+                       what, e->reg.tensors[id].name);
     return ZO_OK;
 }
 
 zo_status zo_engine_keep_f32_states(zo_engine_t e, int id)
 {
     ZO_TRY(settable_tensor(e, id, "keep_f32_states"));
-    e->tensors[id].keep_f32 = 1;
+    e->reg.tensors[id].keep_f32 = 1;
     return ZO_OK;
 }
 
@@ -214,23 +216,23 @@ zo_status zo_engine_set_weight_decay(zo_engine_t e, int id, float weight_decay)
     ZO_TRY(settable_tensor(e, id, "set_weight_decay"));
     if (!isfinite(weight_decay) || weight_decay < 0.0f)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
-                       "set_weight_decay '%s': %g must be finite and >= 0", e->tensors[id].name,
+                       "set_weight_decay '%s': %g must be finite and >= 0", e->reg.tensors[id].name,
                        (double)weight_decay);
-    e->tensors[id].own_decay = 1;
-    e->tensors[id].decay = weight_decay;
+    e->reg.tensors[id].own_decay = 1;
+    e->reg.tensors[id].decay = weight_decay;
     return ZO_OK;
 }
 
 int zo_engine_n_tensors(zo_engine_t e)
 {
-    return e ? e->n_tensors : 0;
+    return e ? e->reg.n_tensors : 0;
 }
 
 int zo_engine_layer_tensors(zo_engine_t e, int layer, int *ids, int cap)
 {
-    if (!e || layer < 0 || layer >= e->n_layers)
+    if (!e || layer < 0 || layer >= e->reg.n_layers)
         return 0;
-    eng_layer *L = &e->layers[layer];
+    eng_layer *L = &e->reg.layers[layer];
     for (int i = 0; i < L->n_tensors && i < cap; i++)
         ids[i] = L->tensors[i];
     return L->n_tensors;
@@ -241,37 +243,37 @@ void zo_engine_free(zo_engine_t e)
     if (!e)
         return;
     eng_release_tiers(e);
-    for (int i = 0; i < e->n_tensors; i++)
-        free(e->tensors[i].init);
-    for (int l = 0; l < e->n_layers; l++)
-        free(e->layers[l].tensors);
-    free(e->tensors);
-    free(e->layers);
+    for (int i = 0; i < e->reg.n_tensors; i++)
+        free(e->reg.tensors[i].init);
+    for (int l = 0; l < e->reg.n_layers; l++)
+        free(e->reg.layers[l].tensors);
+    free(e->reg.tensors);
+    free(e->reg.layers);
     free(e->chunks);
     free(e->small);
     free(e->p16_home);
     free(e->states_home);
-    free(e->trace);
-    free(e->cur);
-    pthread_mutex_destroy(&e->mu);
-    pthread_cond_destroy(&e->cv);
+    free(e->sched.trace);
+    free(e->sched.cur);
+    pthread_mutex_destroy(&e->jobs.mu);
+    pthread_cond_destroy(&e->jobs.cv);
     free_config_refs(e);
     free(e);
 }
 
 zo_swap_t zo_engine_nvme_store(zo_engine_t e)
 {
-    return e ? e->swap : NULL;
+    return e ? e->nvme.swap : NULL;
 }
 
 zo_swap_t zo_engine_nvme_param_store(zo_engine_t e)
 {
-    return e ? e->pswap : NULL;
+    return e ? e->nvme.pswap : NULL;
 }
 
 zo_swap_t zo_engine_nvme_grad_store(zo_engine_t e)
 {
-    return e ? e->gswap : NULL;
+    return e ? e->grads.swap : NULL;
 }
 
 zo_status zo_engine_set_lr(zo_engine_t e, float lr)
@@ -281,13 +283,13 @@ zo_status zo_engine_set_lr(zo_engine_t e, float lr)
     if (!isfinite(lr) || lr < 0.0f)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
                        "set_lr: learning rate %g must be finite and >= 0", (double)lr);
-    e->lr_next = lr;
+    e->step.lr_next = lr;
     return ZO_OK;
 }
 
 float zo_engine_lr(zo_engine_t e)
 {
-    return e ? e->lr_next : 0.0f;
+    return e ? e->step.lr_next : 0.0f;
 }
 
 double zo_engine_loss_scale(zo_engine_t e)
@@ -304,8 +306,8 @@ double zo_engine_loss_scale(zo_engine_t e)
  * their next fetch when they keep their slot. */
 static void reset_slots(struct zo_engine *e)
 {
-    for (uint32_t s = 0; s < e->n_pslots; s++) {
-        eng_pslot *p = &e->pslots[s];
+    for (uint32_t s = 0; s < e->device.n_pslots; s++) {
+        eng_pslot *p = &e->device.pslots[s];
         if (p->chunk >= 0 && e->chunks[p->chunk].in_use > 0 && e->compute)
             zo_event_record(p->lastuse, e->compute);
         if (p->chunk >= 0 && !e->chunks[p->chunk].pt->resident && zo_event_query(p->ready) < 0) {
@@ -317,9 +319,9 @@ static void reset_slots(struct zo_engine *e)
             e->chunks[p->chunk].reload = ENG_RELOAD_MASTER;
         zo_event_record(p->ready, e->h2d);
     }
-    for (uint32_t s = 0; s < e->n_gslots; s++) {
-        e->gslots[s].busy = 0;
-        zo_event_record(e->gslots[s].drained, e->d2h);
+    for (uint32_t s = 0; s < e->device.n_gslots; s++) {
+        e->device.gslots[s].busy = 0;
+        zo_event_record(e->device.gslots[s].drained, e->d2h);
     }
     zo_stream_synchronize(e->h2d);
     zo_stream_synchronize(e->d2h);
@@ -334,9 +336,9 @@ static void forget_step(struct zo_engine *e)
         k->n_ready = 0;
         k->spec_done = 0;
     }
-    e->deviated = 1; /* this step's fetches do not become the trace */
-    e->n_cur = 0;
-    e->step_open = 0;
+    e->sched.deviated = 1; /* this step's fetches do not become the trace */
+    e->sched.n_cur = 0;
+    e->step.open = 0;
     eng_zero_forget_gathers(e);
 }
 
@@ -367,10 +369,10 @@ static zo_status abort_step(struct zo_engine *e, zo_status st)
 static zo_status check_async(struct zo_engine *e)
 {
     char why[512];
-    pthread_mutex_lock(&e->mu);
-    zo_status st = e->async_st;
-    snprintf(why, sizeof why, "%s", e->async_msg);
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&e->jobs.mu);
+    zo_status st = e->jobs.async_st;
+    snprintf(why, sizeof why, "%s", e->jobs.async_msg);
+    pthread_mutex_unlock(&e->jobs.mu);
     if (st >= 0)
         return ZO_OK;
     ZO_FAIL(st, ENG_SUBSYS, "asynchronous failure: %s", why);
@@ -383,32 +385,32 @@ static zo_status check_layer(struct zo_engine *e, int layer)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL engine");
     if (!e->finalized)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "call zo_engine_finalize first");
-    if (layer < 0 || layer >= e->n_layers)
+    if (layer < 0 || layer >= e->reg.n_layers)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "layer %d out of range [0, %d)", layer,
-                       e->n_layers);
+                       e->reg.n_layers);
     return ZO_OK;
 }
 
 static void open_step(struct zo_engine *e)
 {
-    if (e->step_open)
+    if (e->step.open)
         return;
-    e->step_open = 1;
-    e->step_lr = e->lr_next;
-    e->step_t0 = zo_now_ns();
-    zo_device_copy_get_stats(e->dev, &e->copy0);
-    for (int i = 0; i < e->n_stores; i++) {
-        e->stores[i].at_open.struct_size = sizeof e->stores[i].at_open;
-        zo_swap_get_stats(e->stores[i].store, &e->stores[i].at_open);
+    e->step.open = 1;
+    e->step.lr = e->step.lr_next;
+    e->stats.step_t0 = zo_now_ns();
+    zo_device_copy_get_stats(e->dev, &e->stats.copy0);
+    for (int i = 0; i < e->stats.n_stores; i++) {
+        e->stats.stores[i].at_open.struct_size = sizeof e->stats.stores[i].at_open;
+        zo_swap_get_stats(e->stats.stores[i].store, &e->stats.stores[i].at_open);
     }
     /* the counters run on; a step reports what they gained while it was open
      * (a DPU update running across two steps counts where its time falls) */
-    e->at_open[0] = atomic_load(&e->busy_ns[2]);
-    e->at_open[1] = atomic_load(&e->optim_ns);
-    e->at_open[2] = atomic_load(&e->nvme_ns);
-    e->at_open[3] = atomic_load(&e->busy_ns[0]);
-    e->at_open[4] = atomic_load(&e->busy_ns[1]);
-    e->hits = e->misses = e->evictions = e->prefetches = 0;
+    e->stats.at_open[0] = atomic_load(&e->stats.busy_ns[2]);
+    e->stats.at_open[1] = atomic_load(&e->stats.optim_ns);
+    e->stats.at_open[2] = atomic_load(&e->stats.nvme_ns);
+    e->stats.at_open[3] = atomic_load(&e->stats.busy_ns[0]);
+    e->stats.at_open[4] = atomic_load(&e->stats.busy_ns[1]);
+    e->sched.hits = e->sched.misses = e->sched.evictions = e->sched.prefetches = 0;
 }
 
 static zo_status take_grad_slot(struct zo_engine *e, uint32_t c, zo_stream_t compute)
@@ -416,8 +418,8 @@ static zo_status take_grad_slot(struct zo_engine *e, uint32_t c, zo_stream_t com
     eng_chunk *k = &e->chunks[c];
     if (k->grad_slot >= 0)
         return ZO_OK;
-    for (uint32_t s = 0; s < e->n_gslots; s++) {
-        eng_gslot *g = &e->gslots[s];
+    for (uint32_t s = 0; s < e->device.n_gslots; s++) {
+        eng_gslot *g = &e->device.gslots[s];
         if (g->busy)
             continue;
         g->busy = 1;
@@ -431,13 +433,13 @@ static zo_status take_grad_slot(struct zo_engine *e, uint32_t c, zo_stream_t com
         ZO_ERR_OUT_OF_DEVICE_MEMORY, ENG_SUBSYS,
         "fetch: all %u device gradient slots are held by layers whose gradients were not "
         "handed over yet: call zo_engine_grads_ready first",
-        e->n_gslots);
+        e->device.n_gslots);
 }
 
 static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_stream_t compute,
                              void **params, void **grads)
 {
-    eng_layer *L = &e->layers[layer];
+    eng_layer *L = &e->reg.layers[layer];
     int pos = eng_trace_push(e, layer, phase);
     if (pos < -1)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "growing the trace");
@@ -449,16 +451,16 @@ static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_
     }
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         eng_chunk *k = &e->chunks[L->first_chunk + i];
-        ZO_TRY(eng_compute_wait(e, compute, e->pslots[k->slot].ready, L->first_chunk + i));
+        ZO_TRY(eng_compute_wait(e, compute, e->device.pslots[k->slot].ready, L->first_chunk + i));
         if (phase == ZO_PHASE_BACKWARD)
             ZO_TRY(take_grad_slot(e, L->first_chunk + i, compute));
     }
     for (int i = 0; i < L->n_tensors; i++) {
-        eng_tensor *t = &e->tensors[L->tensors[i]];
+        eng_tensor *t = &e->reg.tensors[L->tensors[i]];
         eng_chunk *k = &e->chunks[t->chunk];
-        params[i] = (char *)e->pslots[k->slot].ptr + t->off * e->pel;
+        params[i] = (char *)e->device.pslots[k->slot].ptr + t->off * e->pel;
         if (phase == ZO_PHASE_BACKWARD)
-            grads[i] = (char *)e->gslots[k->grad_slot].ptr + t->off * e->pel;
+            grads[i] = (char *)e->device.gslots[k->grad_slot].ptr + t->off * e->pel;
     }
     eng_prefetch(e);
     return ZO_OK;
@@ -473,10 +475,10 @@ zo_status zo_engine_fetch(zo_engine_t e, int layer, zo_phase phase, zo_stream_t 
                        "fetch: NULL compute stream or pointer array");
     if (phase != ZO_PHASE_FORWARD && phase != ZO_PHASE_BACKWARD)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "fetch: phase must be FORWARD or BACKWARD");
-    if (n < e->layers[layer].n_tensors)
+    if (n < e->reg.layers[layer].n_tensors)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
                        "fetch: layer %d has %d tensors, arrays hold %d", layer,
-                       e->layers[layer].n_tensors, n);
+                       e->reg.layers[layer].n_tensors, n);
     ZO_TRY(check_async(e));
     open_step(e);
     e->compute = compute;
@@ -491,13 +493,13 @@ zo_status zo_engine_release(zo_engine_t e, int layer, zo_stream_t compute)
     ZO_TRY(check_layer(e, layer));
     if (!compute)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "release: NULL compute stream");
-    eng_layer *L = &e->layers[layer];
+    eng_layer *L = &e->reg.layers[layer];
     for (uint32_t i = 0; i < L->n_chunks; i++)
         if (e->chunks[L->first_chunk + i].in_use <= 0)
             return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "release: layer %d is not fetched", layer);
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         eng_chunk *k = &e->chunks[L->first_chunk + i];
-        zo_status st = zo_event_record(e->pslots[k->slot].lastuse, compute);
+        zo_status st = zo_event_record(e->device.pslots[k->slot].lastuse, compute);
         if (st < 0)
             return abort_step(e, st);
         k->in_use--;
@@ -516,9 +518,9 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
             "grads_ready: layer %d already handed over %d micro-batches (grad_accum_steps)",
             k->layer, k->n_ready);
     k->n_ready++;
-    int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
+    int parity = e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
     ZO_TRY(eng_grads_stage(e, c, parity)); /* where the D2H lands */
-    eng_gslot *g = &e->gslots[k->grad_slot];
+    eng_gslot *g = &e->device.gslots[k->grad_slot];
     ZO_TRY(zo_event_record(k->computed, compute));
     ZO_TRY(zo_stream_wait_event(e->d2h, k->computed));
     ZO_TRY(eng_timed_copy(e, 1, c, k->g16[parity], g->ptr, k->n_elems * e->pel));
@@ -534,7 +536,7 @@ zo_status zo_engine_grads_ready(zo_engine_t e, int layer, zo_stream_t compute)
     if (!compute)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "grads_ready: NULL compute stream");
     ZO_TRY(check_async(e));
-    eng_layer *L = &e->layers[layer];
+    eng_layer *L = &e->reg.layers[layer];
     for (uint32_t i = 0; i < L->n_chunks; i++)
         if (e->chunks[L->first_chunk + i].grad_slot < 0)
             return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
@@ -591,7 +593,7 @@ static void fill_stats(struct zo_engine *e, const eng_verdict *v, int rollbacks,
     }
     memset(s, 0, sizeof *s);
     s->struct_size = sizeof *s;
-    s->step = e->opt_step;
+    s->step = e->step.opt_step;
     s->grad_norm = sqrt(v->sum_sq) / v->loss_scale;
     s->overflow = v->overflow;
     s->clipped = !v->overflow && v->factor != v->plain;
@@ -599,32 +601,32 @@ static void fill_stats(struct zo_engine *e, const eng_verdict *v, int rollbacks,
     s->rollbacks = rollbacks;
     zo_device_copy_stats cs;
     if (zo_device_copy_get_stats(e->dev, &cs) == ZO_OK) {
-        s->h2d_bytes = cs.h2d_bytes - e->copy0.h2d_bytes;
-        s->d2h_bytes = cs.d2h_bytes - e->copy0.d2h_bytes;
+        s->h2d_bytes = cs.h2d_bytes - e->stats.copy0.h2d_bytes;
+        s->d2h_bytes = cs.d2h_bytes - e->stats.copy0.d2h_bytes;
     }
-    for (int i = 0; i < e->n_stores; i++) {
+    for (int i = 0; i < e->stats.n_stores; i++) {
         zo_swap_stats ss = ZO_SWAP_STATS_INIT;
-        if (zo_swap_get_stats(e->stores[i].store, &ss) != ZO_OK)
+        if (zo_swap_get_stats(e->stats.stores[i].store, &ss) != ZO_OK)
             continue;
-        s->nvme_read_bytes += ss.bytes_read - e->stores[i].at_open.bytes_read;
-        s->nvme_write_bytes += ss.bytes_written - e->stores[i].at_open.bytes_written;
-        s->peak_nvme += (uint64_t)ss.extents_used * e->stores[i].extent_bytes;
+        s->nvme_read_bytes += ss.bytes_read - e->stats.stores[i].at_open.bytes_read;
+        s->nvme_write_bytes += ss.bytes_written - e->stats.stores[i].at_open.bytes_written;
+        s->peak_nvme += (uint64_t)ss.extents_used * e->stats.stores[i].extent_bytes;
     }
-    s->step_seconds = (double)(zo_now_ns() - e->step_t0) * 1e-9;
-    s->stall_seconds = (double)(atomic_load(&e->busy_ns[2]) - e->at_open[0]) * 1e-9;
-    s->optim_seconds = (double)(atomic_load(&e->optim_ns) - e->at_open[1]) * 1e-9;
-    s->nvme_seconds = (double)(atomic_load(&e->nvme_ns) - e->at_open[2]) * 1e-9;
-    s->h2d_seconds = (double)(atomic_load(&e->busy_ns[0]) - e->at_open[3]) * 1e-9;
-    s->d2h_seconds = (double)(atomic_load(&e->busy_ns[1]) - e->at_open[4]) * 1e-9;
+    s->step_seconds = (double)(zo_now_ns() - e->stats.step_t0) * 1e-9;
+    s->stall_seconds = (double)(atomic_load(&e->stats.busy_ns[2]) - e->stats.at_open[0]) * 1e-9;
+    s->optim_seconds = (double)(atomic_load(&e->stats.optim_ns) - e->stats.at_open[1]) * 1e-9;
+    s->nvme_seconds = (double)(atomic_load(&e->stats.nvme_ns) - e->stats.at_open[2]) * 1e-9;
+    s->h2d_seconds = (double)(atomic_load(&e->stats.busy_ns[0]) - e->stats.at_open[3]) * 1e-9;
+    s->d2h_seconds = (double)(atomic_load(&e->stats.busy_ns[1]) - e->stats.at_open[4]) * 1e-9;
     s->peak_device = e->fp.device;
     zo_hostpool_stats hs = ZO_HOSTPOOL_STATS_INIT;
-    if (zo_hostpool_get_stats(e->pool, &hs) == ZO_OK)
+    if (zo_hostpool_get_stats(e->host.pool, &hs) == ZO_OK)
         s->peak_pinned = hs.reserved_high_water;
-    s->peak_host = e->host_high;
-    s->fetch_hits = e->hits;
-    s->fetch_misses = e->misses;
-    s->evictions = e->evictions;
-    s->prefetches = e->prefetches;
+    s->peak_host = e->host.high;
+    s->fetch_hits = e->sched.hits;
+    s->fetch_misses = e->sched.misses;
+    s->evictions = e->sched.evictions;
+    s->prefetches = e->sched.prefetches;
 }
 
 static void close_step(struct zo_engine *e)
@@ -634,8 +636,8 @@ static void close_step(struct zo_engine *e)
         e->chunks[c].spec_done = 0;
     }
     eng_trace_end_step(e);
-    e->step_open = 0;
-    e->steps++;
+    e->step.open = 0;
+    e->step.steps++;
     eng_zero_forget_gathers(e); /* the owners updated */
 }
 
@@ -677,7 +679,7 @@ zo_status zo_engine_abandon_step(zo_engine_t e)
 {
     if (!e)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL engine");
-    if (!e->finalized || !e->step_open)
+    if (!e->finalized || !e->step.open)
         return ZO_OK; /* nothing open: an engine error already gave the step up */
     ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the caller gave up the step");
     abort_step(e, ZO_ERR_STATE);
@@ -689,15 +691,15 @@ zo_status zo_engine_abandon_step(zo_engine_t e)
 
 zo_status zo_engine_read_master(zo_engine_t e, int id, float *out)
 {
-    if (!e || !out || id < 0 || id >= e->n_tensors)
+    if (!e || !out || id < 0 || id >= e->reg.n_tensors)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "read_master: bad engine, id %d or NULL out",
                        id);
-    eng_tensor *t = &e->tensors[id];
+    eng_tensor *t = &e->reg.tensors[id];
     if (!e->finalized)
         return eng_initial_values(e, id, out);
     ZO_TRY(eng_wait_idle(e));
     ZO_TRY(e->mode->settle(e)); /* speculative writes in flight have landed */
-    float *buf = aligned_alloc(4096, e->state_extent_bytes);
+    float *buf = aligned_alloc(4096, e->nvme.state_extent_bytes);
     if (!buf)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_master: allocating a buffer");
     zo_status st = e->chunks[t->chunk].st->read(e, t->chunk, buf);

@@ -14,30 +14,30 @@ static void *dpu_main(void *arg)
     struct zo_engine *e = arg;
     uint64_t t0 = zo_now_ns();
     zo_nvtx_push("delayed update");
-    e->dpu_st = eng_update_all(e, e->dpu_lr, e->dpu_factor, e->dpu_step, e->dpu_parity);
+    e->dpu.st = eng_update_all(e, e->dpu.lr, e->dpu.factor, e->dpu.step, e->dpu.parity);
     if (eng_zero_on(&e->cfg)) /* the owners' updates, committed with them */
-        e->dpu_st = eng_zero_share_params(e, e->dpu_st);
-    if (e->dpu_st < 0)
-        snprintf(e->dpu_msg, sizeof e->dpu_msg, "%s", zo_last_error());
+        e->dpu.st = eng_zero_share_params(e, e->dpu.st);
+    if (e->dpu.st < 0)
+        snprintf(e->dpu.msg, sizeof e->dpu.msg, "%s", zo_last_error());
     zo_nvtx_pop();
     uint64_t t1 = zo_now_ns();
-    atomic_fetch_add(&e->optim_ns, t1 - t0);
+    atomic_fetch_add(&e->stats.optim_ns, t1 - t0);
     eng_trace(e, ZO_TRACK_UPDATE, 0, "delayed update", t0, t1, -1, 0);
     return NULL;
 }
 
 static zo_status dpu_launch(struct zo_engine *e, float lr, float factor, int64_t step, int parity)
 {
-    e->dpu_lr = lr;
-    e->dpu_factor = factor;
-    e->dpu_step = step;
-    e->dpu_parity = parity;
-    e->dpu_st = ZO_OK;
-    int rc = pthread_create(&e->dpu_thread, NULL, dpu_main, e);
+    e->dpu.lr = lr;
+    e->dpu.factor = factor;
+    e->dpu.step = step;
+    e->dpu.parity = parity;
+    e->dpu.st = ZO_OK;
+    int rc = pthread_create(&e->dpu.thread, NULL, dpu_main, e);
     if (rc != 0)
         return ZO_FAIL(ZO_ERR_SYSTEM, ENG_SUBSYS, "starting the delayed update's thread: error %d",
                        rc);
-    e->dpu_running = 1;
+    e->dpu.running = 1;
     return ZO_OK;
 }
 
@@ -45,38 +45,39 @@ static zo_status dpu_launch(struct zo_engine *e, float lr, float factor, int64_t
  * states were never committed) and its failure returned. */
 zo_status eng_dpu_join(struct zo_engine *e)
 {
-    if (!e->dpu_running)
+    if (!e->dpu.running)
         return ZO_OK;
-    pthread_join(e->dpu_thread, NULL);
-    e->dpu_running = 0;
-    if (e->dpu_st >= 0)
+    pthread_join(e->dpu.thread, NULL);
+    e->dpu.running = 0;
+    if (e->dpu.st >= 0)
         return ZO_OK;
-    e->dpu_pending = 0;
+    e->dpu.pending = 0;
     eng_discard_uncommitted(e);
-    return ZO_FAIL(e->dpu_st, ENG_SUBSYS,
-                   "the delayed update of the previous step failed (dropped): %s", e->dpu_msg);
+    return ZO_FAIL(e->dpu.st, ENG_SUBSYS,
+                   "the delayed update of the previous step failed (dropped): %s", e->dpu.msg);
 }
 
 zo_status eng_dpu_commit_pending(struct zo_engine *e)
 {
-    if (!e->dpu_pending)
+    if (!e->dpu.pending)
         return ZO_OK;
-    eng_commit(e, !e->dpu_skip);
-    if (!e->dpu_skip)
-        e->opt_step++;
-    e->dpu_pending = 0;
-    return eng_publish(e, !e->dpu_skip);
+    eng_commit(e, !e->dpu.skip);
+    if (!e->dpu.skip)
+        e->step.opt_step++;
+    e->dpu.pending = 0;
+    return eng_publish(e, !e->dpu.skip);
 }
 
 static zo_status launch(struct zo_engine *e, const eng_verdict *v)
 {
-    e->dpu_pending = 1;
-    e->dpu_skip = v->overflow;
+    e->dpu.pending = 1;
+    e->dpu.skip = v->overflow;
     if (v->overflow)
         return ZO_OK;
-    zo_status st = dpu_launch(e, e->step_lr, v->factor, e->opt_step + 1, (int)(e->steps & 1));
+    zo_status st =
+        dpu_launch(e, e->step.lr, v->factor, e->step.opt_step + 1, (int)(e->step.steps & 1));
     if (st < 0)
-        e->dpu_pending = 0;
+        e->dpu.pending = 0;
     return st;
 }
 

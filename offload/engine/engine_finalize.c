@@ -14,7 +14,7 @@
 /* Tensor id's initial values into dst: its copy, or what its fill writes. */
 zo_status eng_initial_values(struct zo_engine *e, int id, float *dst)
 {
-    eng_tensor *t = &e->tensors[id];
+    eng_tensor *t = &e->reg.tensors[id];
     if (t->init) {
         memcpy(dst, t->init, t->numel * sizeof(float));
         return ZO_OK;
@@ -30,25 +30,25 @@ zo_status eng_initial_values(struct zo_engine *e, int id, float *dst)
 static zo_status alloc_device(struct zo_engine *e)
 {
     uint64_t cb = e->chunk_bytes;
-    e->n_pslots = e->fp.device_param_slots;
-    e->n_gslots = e->fp.device_grad_slots;
-    ZO_TRY(zo_device_malloc(e->dev, e->n_pslots * cb, &e->dev_params));
-    ZO_TRY(zo_device_malloc(e->dev, e->n_gslots * cb, &e->dev_grads));
-    e->pslots = calloc(e->n_pslots, sizeof *e->pslots);
-    e->gslots = calloc(e->n_gslots, sizeof *e->gslots);
-    if (!e->pslots || !e->gslots)
+    e->device.n_pslots = e->fp.device_param_slots;
+    e->device.n_gslots = e->fp.device_grad_slots;
+    ZO_TRY(zo_device_malloc(e->dev, e->device.n_pslots * cb, &e->device.dev_params));
+    ZO_TRY(zo_device_malloc(e->dev, e->device.n_gslots * cb, &e->device.dev_grads));
+    e->device.pslots = calloc(e->device.n_pslots, sizeof *e->device.pslots);
+    e->device.gslots = calloc(e->device.n_gslots, sizeof *e->device.gslots);
+    if (!e->device.pslots || !e->device.gslots)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating slot tables");
-    for (uint32_t s = 0; s < e->n_pslots; s++) {
-        e->pslots[s].ptr = (char *)e->dev_params + s * cb;
-        e->pslots[s].chunk = -1;
-        ZO_TRY(zo_event_create(e->dev, &e->pslots[s].ready));
-        ZO_TRY(zo_event_create(e->dev, &e->pslots[s].lastuse));
+    for (uint32_t s = 0; s < e->device.n_pslots; s++) {
+        e->device.pslots[s].ptr = (char *)e->device.dev_params + s * cb;
+        e->device.pslots[s].chunk = -1;
+        ZO_TRY(zo_event_create(e->dev, &e->device.pslots[s].ready));
+        ZO_TRY(zo_event_create(e->dev, &e->device.pslots[s].lastuse));
     }
     for (uint32_t c = 0; c < e->n_chunks; c++)
         ZO_TRY(zo_event_create(e->dev, &e->chunks[c].computed));
-    for (uint32_t s = 0; s < e->n_gslots; s++) {
-        e->gslots[s].ptr = (char *)e->dev_grads + s * cb;
-        ZO_TRY(zo_event_create(e->dev, &e->gslots[s].drained));
+    for (uint32_t s = 0; s < e->device.n_gslots; s++) {
+        e->device.gslots[s].ptr = (char *)e->device.dev_grads + s * cb;
+        ZO_TRY(zo_event_create(e->dev, &e->device.gslots[s].drained));
     }
     return eng_group_alloc(e);
 }
@@ -59,7 +59,7 @@ static zo_status alloc_pinned(struct zo_engine *e)
     zo_hostpool_config pc = ZO_HOSTPOOL_CONFIG_INIT;
     pc.max_pinned_bytes = e->cfg.pinned_bytes ? e->cfg.pinned_bytes : e->fp.pinned;
     pc.node = e->cfg.host_node; /* the optimizer's workers follow it (start_pool) */
-    return zo_hostpool_init(&e->pool, e->dev, &pc);
+    return zo_hostpool_init(&e->host.pool, e->dev, &pc);
 }
 
 /* Every tier with chunks homed there reserves their storage: the states'
@@ -80,11 +80,11 @@ static zo_status alloc_host(struct zo_engine *e)
 {
     uint64_t nc = e->n_chunks;
     if (eng_host_accumulates(&e->cfg))
-        ZO_TRY(eng_host_alloc(e, nc * (uint64_t)e->g_bufs * e->chunk_elems * sizeof(float),
-                              &e->host_acc));
+        ZO_TRY(eng_host_alloc(e, nc * (uint64_t)e->grads.bufs * e->chunk_elems * sizeof(float),
+                              &e->host.acc));
     for (uint32_t c = 0; c < nc; c++)
-        for (int b = 0; e->host_acc && b < e->g_bufs; b++)
-            e->chunks[c].acc[b] = e->host_acc + ((uint64_t)b * nc + c) * e->chunk_elems;
+        for (int b = 0; e->host.acc && b < e->grads.bufs; b++)
+            e->chunks[c].acc[b] = e->host.acc + ((uint64_t)b * nc + c) * e->chunk_elems;
     return ZO_OK;
 }
 
@@ -92,9 +92,9 @@ static zo_status alloc_host(struct zo_engine *e)
 static zo_status fill_master(struct zo_engine *e, uint32_t c, float *dst)
 {
     memset(dst, 0, e->chunk_elems * sizeof(float));
-    eng_layer *L = &e->layers[e->chunks[c].layer];
+    eng_layer *L = &e->reg.layers[e->chunks[c].layer];
     for (int i = 0; i < L->n_tensors; i++) {
-        eng_tensor *t = &e->tensors[L->tensors[i]];
+        eng_tensor *t = &e->reg.tensors[L->tensors[i]];
         if (t->chunk == c)
             ZO_TRY(eng_initial_values(e, L->tensors[i], dst + t->off));
     }
@@ -143,7 +143,7 @@ static zo_status start_pool(struct zo_engine *e)
     zo_optim_pool_config oc = ZO_OPTIM_POOL_CONFIG_INIT;
     zo_hostpool_placement pl = ZO_HOSTPOOL_PLACEMENT_INIT;
     int cores[1024], n = 0;
-    if (zo_hostpool_get_placement(e->pool, &pl) == ZO_OK &&
+    if (zo_hostpool_get_placement(e->host.pool, &pl) == ZO_OK &&
         zo_topo_node_cpu_list(pl.node, cores, 1024, &n) == ZO_OK && n > 0 &&
         (n = allowed_cores(cores, n < 1024 ? n : 1024)) > 0) {
         oc.cores = cores;
@@ -189,33 +189,33 @@ void eng_release_tiers(struct zo_engine *e)
         eng_param_tiers[t]->release(e);
     for (int t = 0; t < ENG_N_TIERS; t++)
         eng_state_tiers[t]->release(e);
-    e->n_stores = 0;
-    zo_hostpool_free(e->pool);
-    e->pool = NULL;
-    free(e->host_acc);
-    e->host_acc = NULL;
+    e->stats.n_stores = 0;
+    zo_hostpool_free(e->host.pool);
+    e->host.pool = NULL;
+    free(e->host.acc);
+    e->host.acc = NULL;
     eng_zero_release(e);
     eng_pipe_release(e);
-    e->host_bytes = 0;
-    for (uint32_t s = 0; e->pslots && s < e->n_pslots; s++) {
-        zo_event_destroy(e->pslots[s].ready);
-        zo_event_destroy(e->pslots[s].lastuse);
+    e->host.bytes = 0;
+    for (uint32_t s = 0; e->device.pslots && s < e->device.n_pslots; s++) {
+        zo_event_destroy(e->device.pslots[s].ready);
+        zo_event_destroy(e->device.pslots[s].lastuse);
     }
     eng_group_release(e);
-    for (uint32_t s = 0; e->gslots && s < e->n_gslots; s++) {
-        zo_event_destroy(e->gslots[s].drained);
+    for (uint32_t s = 0; e->device.gslots && s < e->device.n_gslots; s++) {
+        zo_event_destroy(e->device.gslots[s].drained);
     }
     for (uint32_t c = 0; e->chunks && c < e->n_chunks; c++) {
         zo_event_destroy(e->chunks[c].computed);
         e->chunks[c].computed = NULL;
     }
-    free(e->pslots);
-    free(e->gslots);
-    e->pslots = NULL;
-    e->gslots = NULL;
-    zo_device_mfree(e->dev, e->dev_params);
-    zo_device_mfree(e->dev, e->dev_grads);
-    e->dev_params = e->dev_grads = NULL;
+    free(e->device.pslots);
+    free(e->device.gslots);
+    e->device.pslots = NULL;
+    e->device.gslots = NULL;
+    zo_device_mfree(e->dev, e->device.dev_params);
+    zo_device_mfree(e->dev, e->device.dev_grads);
+    e->device.dev_params = e->device.dev_grads = NULL;
     zo_stream_destroy(e->h2d);
     zo_stream_destroy(e->d2h);
     e->h2d = e->d2h = NULL;
@@ -258,9 +258,9 @@ zo_status zo_engine_finalize(zo_engine_t e)
         eng_release_tiers(e);
         return ZO_FAIL(st, ENG_SUBSYS, "finalize: %s", why);
     }
-    for (int i = 0; i < e->n_tensors; i++) {
-        free(e->tensors[i].init);
-        e->tensors[i].init = NULL;
+    for (int i = 0; i < e->reg.n_tensors; i++) {
+        free(e->reg.tensors[i].init);
+        e->reg.tensors[i].init = NULL;
     }
     e->finalized = 1;
     char a[32], b[32], c2[32], d[32];
@@ -268,7 +268,7 @@ zo_status zo_engine_finalize(zo_engine_t e)
             "%u chunks of %zu bytes (%u per layer at most); device %s (%u param + %u grad slots), "
             "pinned %s, host %s, nvme %s; mode %s",
             e->n_chunks, e->chunk_bytes, e->max_cpl, zo_fmt_bytes(a, sizeof a, e->fp.device),
-            e->n_pslots, e->n_gslots, zo_fmt_bytes(b, sizeof b, e->fp.pinned),
+            e->device.n_pslots, e->device.n_gslots, zo_fmt_bytes(b, sizeof b, e->fp.pinned),
             zo_fmt_bytes(c2, sizeof c2, e->fp.host), zo_fmt_bytes(d, sizeof d, e->fp.nvme),
             zo_optim_mode_name(e->cfg.mode));
     return ZO_OK;

@@ -59,7 +59,7 @@ static int plan_waits(const eng_plan_in *in)
 
 static int waits(const struct zo_engine *e)
 {
-    return !eng_zero_on(&e->cfg) && (e->g_grouped || e->cfg.grad_accum_steps == 1);
+    return !eng_zero_on(&e->cfg) && (e->grads.grouped || e->cfg.grad_accum_steps == 1);
 }
 
 /* A chunk's gradients as they come down: in param_dtype, grouped the fp32 sums. */
@@ -71,13 +71,13 @@ static uint64_t grad_chunk_bytes(const zo_engine_config *c, uint64_t chunk_bytes
 /* Bytes per element of the gradients that come down: 16-bit, grouped fp32. */
 static size_t elem_bytes(const struct zo_engine *e)
 {
-    return e->g_grouped ? sizeof(float) : e->pel;
+    return e->grads.grouped ? sizeof(float) : e->pel;
 }
 
 /* Where the update finds chunk k's gradients of `parity`. */
 static void set_grads(struct zo_engine *e, eng_chunk *k, int parity, void *p)
 {
-    if (e->g_grouped)
+    if (e->grads.grouped)
         k->acc[parity] = p;
     else
         k->g16[parity] = p;
@@ -128,7 +128,7 @@ void eng_grads_account(const eng_plan_in *in, zo_engine_footprint *fp, uint32_t 
 
 uint64_t eng_grads_stage_room(const struct zo_engine *e)
 {
-    return e->fp.grad_stage ? grad_chunk_bytes(&e->cfg, e->chunk_bytes, e->g_grouped) : 0;
+    return e->fp.grad_stage ? grad_chunk_bytes(&e->cfg, e->chunk_bytes, e->grads.grouped) : 0;
 }
 
 /* ---- placement ---- */
@@ -139,13 +139,13 @@ static zo_status place_mirrors(struct zo_engine *e, int grouped)
 {
     size_t n = 0;
     for (uint32_t c = 0; c < e->n_chunks; c++)
-        n += e->chunks[c].g_staged ? 0 : (size_t)e->g_bufs;
+        n += e->chunks[c].g_staged ? 0 : (size_t)e->grads.bufs;
     void **tmp = calloc(n ? n : 1, sizeof *tmp);
     if (!tmp)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a pointer table");
     zo_status st = eng_take_pinned(e, grad_chunk_bytes(&e->cfg, e->chunk_bytes, grouped), n, tmp);
     size_t i = 0;
-    for (int b = 0; st == ZO_OK && b < e->g_bufs; b++)
+    for (int b = 0; st == ZO_OK && b < e->grads.bufs; b++)
         for (uint32_t c = 0; c < e->n_chunks; c++) {
             eng_chunk *k = &e->chunks[c];
             if (k->g_staged)
@@ -162,16 +162,17 @@ static zo_status place_mirrors(struct zo_engine *e, int grouped)
 static zo_status place_ring(struct zo_engine *e, uint32_t staged)
 {
     uint32_t depth = eng_staging_depth(&e->cfg);
-    e->n_gring = staged < depth ? staged : depth;
-    if (!e->n_gring)
+    e->grads.n_ring = staged < depth ? staged : depth;
+    if (!e->grads.n_ring)
         return ZO_OK;
-    e->gring = calloc(e->n_gring, sizeof *e->gring);
-    void **tmp = calloc(e->n_gring, sizeof *tmp);
-    zo_status st = e->gring && tmp ? eng_take_pinned(e, e->g_bytes, e->n_gring, tmp)
-                                   : ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the ring");
-    for (uint32_t s = 0; st == ZO_OK && s < e->n_gring; s++) {
-        e->gring[s].ptr = tmp[s];
-        e->gring[s].chunk = -1;
+    e->grads.ring = calloc(e->grads.n_ring, sizeof *e->grads.ring);
+    void **tmp = calloc(e->grads.n_ring, sizeof *tmp);
+    zo_status st = e->grads.ring && tmp
+                       ? eng_take_pinned(e, e->grads.bytes, e->grads.n_ring, tmp)
+                       : ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the ring");
+    for (uint32_t s = 0; st == ZO_OK && s < e->grads.n_ring; s++) {
+        e->grads.ring[s].ptr = tmp[s];
+        e->grads.ring[s].chunk = -1;
     }
     free(tmp);
     return st;
@@ -181,74 +182,74 @@ static zo_status place_ring(struct zo_engine *e, uint32_t staged)
  * through registered with their store. */
 static zo_status place_spill(struct zo_engine *e)
 {
-    uint64_t n = (uint64_t)e->g_spilled_chunks * (uint64_t)e->g_bufs, fullest = 0;
+    uint64_t n = (uint64_t)e->grads.spilled_chunks * (uint64_t)e->grads.bufs, fullest = 0;
     for (uint32_t c = 0; c < e->n_chunks; c++)
         if (e->chunks[c].n_elems > fullest)
             fullest = e->chunks[c].n_elems;
-    e->g_extent = zo_round_up(fullest * elem_bytes(e), ZO_SWAP_ALIGN);
-    ZO_TRY(eng_open_store(e, e->g_extent, n, "-grad", &e->gswap));
-    eng_store_opened(e, e->gswap, e->g_extent);
+    e->grads.extent = zo_round_up(fullest * elem_bytes(e), ZO_SWAP_ALIGN);
+    ZO_TRY(eng_open_store(e, e->grads.extent, n, "-grad", &e->grads.swap));
+    eng_store_opened(e, e->grads.swap, e->grads.extent);
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
-        for (int b = 0; k->g_staged && !k->g_kept && b < e->g_bufs; b++)
-            ZO_TRY(zo_swap_alloc_extent(e->gswap, 2ull * c + (uint64_t)b, &k->gext[b]));
+        for (int b = 0; k->g_staged && !k->g_kept && b < e->grads.bufs; b++)
+            ZO_TRY(zo_swap_alloc_extent(e->grads.swap, 2ull * c + (uint64_t)b, &k->gext[b]));
     }
-    for (uint32_t s = 0; s < e->n_gring; s++)
-        ZO_TRY(zo_swap_register_buffer(e->gswap, e->gring[s].ptr, e->g_bytes));
+    for (uint32_t s = 0; s < e->grads.n_ring; s++)
+        ZO_TRY(zo_swap_register_buffer(e->grads.swap, e->grads.ring[s].ptr, e->grads.bytes));
     for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-        ZO_TRY(zo_swap_register_buffer(e->gswap, e->stage[i], e->stage_bytes));
+        ZO_TRY(zo_swap_register_buffer(e->grads.swap, e->nvme.stage[i], e->nvme.stage_bytes));
     return ZO_OK;
 }
 
 /* After the tiers placed (the stages the spilled gradients are read into). */
 zo_status eng_grads_place(struct zo_engine *e, int grouped)
 {
-    e->g_bytes = grad_chunk_bytes(&e->cfg, e->chunk_bytes, grouped); /* g_grouped: at packing */
+    e->grads.bytes = grad_chunk_bytes(&e->cfg, e->chunk_bytes, grouped); /* g_grouped: at packing */
     ZO_TRY(place_mirrors(e, grouped));
     uint32_t staged = 0;
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
         k->gring = -1;
         if (k->g_staged)
-            k->g_kept = staged++ < e->g_kept_chunks;
+            k->g_kept = staged++ < e->grads.kept_chunks;
     }
     ZO_TRY(place_ring(e, staged));
-    uint64_t per = (uint64_t)e->g_bufs * e->g_bytes;
+    uint64_t per = (uint64_t)e->grads.bufs * e->grads.bytes;
     float *host = NULL;
-    ZO_TRY(eng_host_alloc(e, e->g_kept_chunks * per, &host));
-    e->g_host = host;
+    ZO_TRY(eng_host_alloc(e, e->grads.kept_chunks * per, &host));
+    e->grads.host = host;
     uint64_t i = 0;
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
-        for (int b = 0; k->g_staged && k->g_kept && b < e->g_bufs; b++)
-            k->gkeep[b] = (char *)e->g_host + (i++) * e->g_bytes;
+        for (int b = 0; k->g_staged && k->g_kept && b < e->grads.bufs; b++)
+            k->gkeep[b] = (char *)e->grads.host + (i++) * e->grads.bytes;
     }
-    return e->g_spilled_chunks ? place_spill(e) : ZO_OK; /* room in the stages: fp */
+    return e->grads.spilled_chunks ? place_spill(e) : ZO_OK; /* room in the stages: fp */
 }
 
 void eng_grads_release(struct zo_engine *e)
 {
-    if (e->gring)
+    if (e->grads.ring)
         eng_grads_abandon(e);
-    if (e->gswap) {
-        for (uint32_t s = 0; s < e->n_gring; s++)
-            zo_swap_unregister_buffer(e->gswap, e->gring[s].ptr);
+    if (e->grads.swap) {
+        for (uint32_t s = 0; s < e->grads.n_ring; s++)
+            zo_swap_unregister_buffer(e->grads.swap, e->grads.ring[s].ptr);
         for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-            if (e->stage[i])
-                zo_swap_unregister_buffer(e->gswap, e->stage[i]);
-        zo_swap_close(e->gswap);
-        e->gswap = NULL;
+            if (e->nvme.stage[i])
+                zo_swap_unregister_buffer(e->grads.swap, e->nvme.stage[i]);
+        zo_swap_close(e->grads.swap);
+        e->grads.swap = NULL;
     }
-    free(e->gring);
-    e->gring = NULL;
-    e->n_gring = 0;
-    free(e->g_host);
-    e->g_host = NULL;
+    free(e->grads.ring);
+    e->grads.ring = NULL;
+    e->grads.n_ring = 0;
+    free(e->grads.host);
+    e->grads.host = NULL;
 }
 
 /* ---- a step ---- */
 
-/* Wait for the spill write from ring slot s (taken out under e->mu). */
+/* Wait for the spill write from ring slot s (taken out under e->jobs.mu). */
 static zo_status finish_spill(struct zo_engine *e, zo_swap_io_t io, int chunk)
 {
     zo_status st = eng_timed_swap_wait(e, io);
@@ -258,38 +259,38 @@ static zo_status finish_spill(struct zo_engine *e, zo_swap_io_t io, int chunk)
     return ZO_OK;
 }
 
-/* A free ring slot, under e->mu: one neither held nor writing, else the
+/* A free ring slot, under e->jobs.mu: one neither held nor writing, else the
  * first writing one once its write landed, else wait for a job to free
  * one. -1 with the failure when the step is failing. */
 static int take_slot(struct zo_engine *e, zo_status *st)
 {
     for (;;) {
-        if (e->async_st < 0) {
-            *st = ZO_FAIL(e->async_st, ENG_SUBSYS, "%s", e->async_msg);
+        if (e->jobs.async_st < 0) {
+            *st = ZO_FAIL(e->jobs.async_st, ENG_SUBSYS, "%s", e->jobs.async_msg);
             return -1;
         }
         int writing = -1;
-        for (uint32_t s = 0; s < e->n_gring; s++) {
-            eng_gring *r = &e->gring[s];
+        for (uint32_t s = 0; s < e->grads.n_ring; s++) {
+            eng_gring *r = &e->grads.ring[s];
             if (!r->busy && !r->io)
                 return (int)s;
             if (!r->busy && writing < 0)
                 writing = (int)s;
         }
         if (writing >= 0) {
-            eng_gring *r = &e->gring[writing];
+            eng_gring *r = &e->grads.ring[writing];
             zo_swap_io_t io = r->io;
             r->io = NULL;
             r->busy = 1; /* ours while its write is waited for */
-            pthread_mutex_unlock(&e->mu);
+            pthread_mutex_unlock(&e->jobs.mu);
             *st = finish_spill(e, io, r->chunk);
-            pthread_mutex_lock(&e->mu);
+            pthread_mutex_lock(&e->jobs.mu);
             r->busy = 0;
             if (*st < 0)
                 return -1;
             return writing;
         }
-        pthread_cond_wait(&e->cv, &e->mu);
+        pthread_cond_wait(&e->jobs.cv, &e->jobs.mu);
     }
 }
 
@@ -299,16 +300,16 @@ zo_status eng_grads_stage(struct zo_engine *e, uint32_t c, int parity)
     if (!k->g_staged)
         return ZO_OK;
     zo_status st = ZO_OK;
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->jobs.mu);
     int s = take_slot(e, &st);
     if (s >= 0) {
-        e->gring[s].busy = 1;
-        e->gring[s].chunk = (int)c;
+        e->grads.ring[s].busy = 1;
+        e->grads.ring[s].chunk = (int)c;
     }
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->jobs.mu);
     ZO_TRY(st);
     k->gring = s;
-    set_grads(e, k, parity, e->gring[s].ptr);
+    set_grads(e, k, parity, e->grads.ring[s].ptr);
     return ZO_OK;
 }
 
@@ -335,29 +336,29 @@ zo_status eng_grads_done(struct zo_engine *e, const eng_job *j)
     eng_chunk *k = &e->chunks[j->chunk];
     if (!k->g_staged)
         return ZO_OK;
-    eng_gring *r = &e->gring[k->gring];
+    eng_gring *r = &e->grads.ring[k->gring];
     zo_swap_io_t io = NULL;
     zo_status st = ZO_OK;
     if (j->last && waits(e))
         st = keep_or_spill(e, (uint32_t)j->chunk, j->parity, r, &io);
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->jobs.mu);
     r->io = io;
     r->busy = 0;
     k->gring = -1;
-    pthread_cond_broadcast(&e->cv);
-    pthread_mutex_unlock(&e->mu);
+    pthread_cond_broadcast(&e->jobs.cv);
+    pthread_mutex_unlock(&e->jobs.mu);
     return st;
 }
 
 zo_status eng_grads_settle(struct zo_engine *e)
 {
     zo_status first = ZO_OK;
-    for (uint32_t s = 0; s < e->n_gring; s++) {
-        eng_gring *r = &e->gring[s];
-        pthread_mutex_lock(&e->mu);
+    for (uint32_t s = 0; s < e->grads.n_ring; s++) {
+        eng_gring *r = &e->grads.ring[s];
+        pthread_mutex_lock(&e->jobs.mu);
         zo_swap_io_t io = r->io;
         r->io = NULL;
-        pthread_mutex_unlock(&e->mu);
+        pthread_mutex_unlock(&e->jobs.mu);
         zo_status st = io ? finish_spill(e, io, r->chunk) : ZO_OK;
         if (first == ZO_OK && st < 0)
             first = st;
@@ -367,8 +368,8 @@ zo_status eng_grads_settle(struct zo_engine *e)
 
 void eng_grads_abandon(struct zo_engine *e)
 {
-    for (uint32_t s = 0; s < e->n_gring; s++) {
-        eng_gring *r = &e->gring[s];
+    for (uint32_t s = 0; s < e->grads.n_ring; s++) {
+        eng_gring *r = &e->grads.ring[s];
         if (r->io)
             zo_swap_wait(r->io); /* its failure, if any, was the step's */
         r->io = NULL;
@@ -386,7 +387,7 @@ zo_status eng_grads_read_back(struct zo_engine *e, uint32_t c, int parity, float
     *io = NULL;
     if (!k->g_staged || k->g_kept || !waits(e))
         return ZO_OK;
-    void *room = (char *)stage + e->stage_bytes - eng_grads_stage_room(e);
+    void *room = (char *)stage + e->nvme.stage_bytes - eng_grads_stage_room(e);
     set_grads(e, k, parity, room);
     return eng_swap_async(e, 0, 2, c, k->gext[parity], room,
                           zo_round_up(k->n_elems * elem_bytes(e), ZO_SWAP_ALIGN), k->ggen[parity],

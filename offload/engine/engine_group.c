@@ -23,30 +23,30 @@ zo_status eng_group_alloc(struct zo_engine *e)
     if (!eng_grouped(&e->cfg))
         return ZO_OK;
     size_t per = e->chunk_elems * sizeof(float);
-    ZO_TRY(zo_device_malloc(e->dev, e->n_gslots * per, &e->dev_gacc));
-    for (uint32_t s = 0; s < e->n_gslots; s++) {
-        e->gslots[s].acc = (float *)((char *)e->dev_gacc + s * per);
-        ZO_TRY(zo_event_create(e->dev, &e->gslots[s].loaded));
+    ZO_TRY(zo_device_malloc(e->dev, e->device.n_gslots * per, &e->device.gacc));
+    for (uint32_t s = 0; s < e->device.n_gslots; s++) {
+        e->device.gslots[s].acc = (float *)((char *)e->device.gacc + s * per);
+        ZO_TRY(zo_event_create(e->dev, &e->device.gslots[s].loaded));
     }
     return ZO_OK;
 }
 
 void eng_group_release(struct zo_engine *e)
 {
-    for (uint32_t s = 0; e->gslots && s < e->n_gslots; s++) {
-        zo_event_destroy(e->gslots[s].loaded);
-        e->gslots[s].loaded = NULL;
-        e->gslots[s].acc = NULL;
+    for (uint32_t s = 0; e->device.gslots && s < e->device.n_gslots; s++) {
+        zo_event_destroy(e->device.gslots[s].loaded);
+        e->device.gslots[s].loaded = NULL;
+        e->device.gslots[s].acc = NULL;
     }
-    if (e->dev_gacc)
-        zo_device_mfree(e->dev, e->dev_gacc);
-    e->dev_gacc = NULL;
+    if (e->device.gacc)
+        zo_device_mfree(e->dev, e->device.gacc);
+    e->device.gacc = NULL;
 }
 
 /* The host gradient buffers of the step (by parity in dpu mode). */
 static int step_parity(const struct zo_engine *e)
 {
-    return e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
+    return e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
 }
 
 zo_status eng_group_take(struct zo_engine *e, uint32_t c, zo_stream_t compute)
@@ -54,7 +54,7 @@ zo_status eng_group_take(struct zo_engine *e, uint32_t c, zo_stream_t compute)
     eng_chunk *k = &e->chunks[c];
     if (!eng_grouped(&e->cfg) || k->n_ready == 0)
         return ZO_OK; /* the step's first micro-batch converts into the sum */
-    eng_gslot *g = &e->gslots[k->grad_slot];
+    eng_gslot *g = &e->device.gslots[k->grad_slot];
     /* On the d2h stream: after the previous group's sum landed in acc[] (and
      * after the slot's last sum left), with no wait on the parameters' stream. */
     ZO_TRY(zo_memcpy_h2d_async(e->d2h, g->acc, k->acc[step_parity(e)], k->n_elems * sizeof(float)));
@@ -66,7 +66,7 @@ zo_status eng_group_take(struct zo_engine *e, uint32_t c, zo_stream_t compute)
 static zo_status send_sum(struct zo_engine *e, uint32_t c, zo_stream_t compute)
 {
     eng_chunk *k = &e->chunks[c];
-    eng_gslot *g = &e->gslots[k->grad_slot];
+    eng_gslot *g = &e->device.gslots[k->grad_slot];
     int parity = step_parity(e);
     eng_wait_chunk_jobs(e, c);             /* the previous job no longer reads the sum */
     ZO_TRY(eng_grads_stage(e, c, parity)); /* NVMe-homed: the sum lands in a ring slot */
@@ -88,7 +88,7 @@ zo_status eng_group_hand_over(struct zo_engine *e, uint32_t c, zo_stream_t compu
             ZO_ERR_STATE, ENG_SUBSYS,
             "grads_ready: layer %d already handed over %d micro-batches (grad_accum_steps)",
             k->layer, k->n_ready);
-    eng_gslot *g = &e->gslots[k->grad_slot];
+    eng_gslot *g = &e->device.gslots[k->grad_slot];
     size_t n = k->n_elems;
     zo_dtype dt = e->cfg.param_dtype;
     if (k->n_ready == 0) /* acc = g1, as the host's first micro-batch */
@@ -103,6 +103,6 @@ zo_status eng_group_hand_over(struct zo_engine *e, uint32_t c, zo_stream_t compu
 
 void eng_group_reset(struct zo_engine *e)
 {
-    for (uint32_t s = 0; eng_grouped(&e->cfg) && s < e->n_gslots; s++)
-        zo_event_record(e->gslots[s].loaded, e->d2h);
+    for (uint32_t s = 0; eng_grouped(&e->cfg) && s < e->device.n_gslots; s++)
+        zo_event_record(e->device.gslots[s].loaded, e->d2h);
 }

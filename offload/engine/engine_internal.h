@@ -123,7 +123,7 @@ typedef struct eng_chunk {
     int in_use;    /* fetched and not released */
     int grad_slot; /* device grad slot handed out in the backward, or -1 */
     int n_ready;   /* grads_ready calls this step (micro-batches) */
-    uint64_t jobs_queued, jobs_done; /* host jobs (under eng->mu) */
+    uint64_t jobs_queued, jobs_done; /* host jobs (under e->jobs.mu) */
     zo_grad_stats gstats;            /* of the step's final gradients */
     zo_event_t computed; /* the caller's work that produced the micro-batch's gradients (its job
                             checks it: a failure on the compute stream fails the step) */
@@ -134,7 +134,7 @@ typedef struct eng_chunk {
     int zpart;           /* ZeRO stage 3: its 16-bit parameters live on its owner only */
     int zg_slot;         /* ... the gather buffer its last gather of this step took (held while the
                             buffer's chunk is still this one), or -1; a non-owner's is then p16[0] */
-    uint32_t small_first, n_small; /* its tensors updated apart (eng->small, eng_apart) */
+    uint32_t small_first, n_small; /* its tensors updated apart (e->small, eng_apart) */
 } eng_chunk;
 
 /* Elements [off, off + numel) of a chunk. */
@@ -167,7 +167,7 @@ typedef struct eng_twin {
     int slot;                 /* the device slot its last H2D filled, or -1 */
 } eng_twin;
 
-/* A slot of the pinned gradient ring (engine_grads.c), under eng->mu. */
+/* A slot of the pinned gradient ring (engine_grads.c), under e->jobs.mu. */
 typedef struct eng_gring {
     void *ptr;
     int busy;        /* held from a hand-over until its host job is done */
@@ -256,98 +256,111 @@ typedef struct eng_mode_ops {
 
 extern const eng_mode_ops eng_mode_sync, eng_mode_overlap, eng_mode_dpu;
 
-struct zo_engine {
-    zo_engine_config cfg; /* its strings and arrays point into owned copies below */
+/* The engine's state, one struct per part that owns it: a part's files
+ * reach the others' only through their functions (the order above), except
+ * for the packing (chunks, homes) every part reads. */
+
+/* Owned copies of the configuration's strings and arrays (engine.c). */
+typedef struct eng_owned {
     char **paths, *engine_name, *file_name;
     zo_swap_fault *faults; /* armed when the swap stores open (zo/engine_testing.h, tests) */
     size_t n_faults;
-    zo_device_t dev;
-    const eng_mode_ops *mode;
-    int finalized;
-    int cuda;
-    size_t pel; /* bytes per element of the parameter and gradient slots (eng_param_bytes) */
+} eng_owned;
 
-    /* registration */
+/* The registered tensors and layers (engine.c). */
+typedef struct eng_registry {
     eng_tensor *tensors;
     int n_tensors, cap_tensors;
     eng_layer *layers;
     int n_layers, cap_layers;
+} eng_registry;
 
-    /* packing */
-    size_t chunk_bytes, chunk_elems;
-    eng_chunk *chunks;
-    eng_apart *small; /* the tensors updated apart, by chunk (eng_chunk) */
-    uint32_t n_small;
-    uint8_t *p16_home, *states_home; /* each chunk's homes (zo_tier), chosen at packing */
-    uint32_t n_chunks, max_cpl;
-    int g_bufs;
-    zo_engine_footprint fp;
-
-    /* tiers */
+/* The device tier (engine_finalize.c, engine_tier_device.c, engine_group.c):
+ * the parameter and gradient slots and the states it holds. */
+typedef struct eng_device_tier {
     void *dev_params, *dev_grads;
-    void *dev_gacc;    /* grouped: the gradient slots' fp32 accumulators */
-    void *dev_states;  /* the device tier's optimizer states */
-    float *dev_backup; /* ... and their overlap backups (host memory) */
+    void *gacc;    /* grouped: the gradient slots' fp32 accumulators */
+    void *states;  /* the device tier's optimizer states */
+    float *backup; /* ... and their overlap backups (host memory) */
     eng_pslot *pslots;
     uint32_t n_pslots;
     eng_gslot *gslots;
     uint32_t n_gslots;
+} eng_device_tier;
+
+/* The host tier (engine_tier_host.c) and the pinned pool every tier draws on. */
+typedef struct eng_host_tier {
     zo_hostpool_t pool;
-    float *host_states, *host_backup, *host_acc;
+    float *states, *backup, *acc;
+    uint64_t bytes, high; /* host memory taken beside the pool, and its high-water mark */
+} eng_host_tier;
+
+/* The NVMe tier (engine_tier_nvme.c). */
+typedef struct eng_nvme_tier {
     zo_swap_t swap;
     uint64_t state_extent_bytes;
     uint64_t nvme_state_extent; /* a swap extent of states: the fullest chunk's, packed */
     uint64_t p16_extent;        /* a swap extent of 16-bit parameters: the fullest chunk's */
-    uint64_t
-        stage_bytes; /* one NVMe stage: master | m | v (| 16-bit params when they live on NVMe) */
-    zo_swap_t pswap; /* param_home nvme: the store of the 16-bit parameters */
+    uint64_t stage_bytes; /* one stage: master | m | v (| 16-bit params when they live on NVMe) */
+    zo_swap_t pswap;      /* param_home nvme: the store of the 16-bit parameters */
     float *stage[ENG_NVME_STAGES];
     uint8_t *split_bits[ENG_NVME_STAGES]; /* master_split: each stage's up bits in transit */
     eng_spec_pipe spec;
     eng_twin *twins; /* param_home nvme: the ring of staging twins */
     uint32_t n_twins, next_twin;
-    /* the 16-bit gradients' host side (engine_grads.c) */
-    eng_gring *gring;
-    uint32_t n_gring;
-    uint32_t g_kept_chunks, g_spilled_chunks; /* staged chunks kept in host memory, spilled */
-    zo_swap_t gswap;                          /* the spilled gradients' store */
-    void *g_host;                             /* the kept gradients' pageable memory */
-    uint64_t g_extent; /* its extents: the fullest chunk's gradient bytes, rounded to 4 KiB */
-    int g_grouped;     /* layer-major groups: what comes down are the fp32 sums (acc) */
-    uint64_t g_bytes;  /* a chunk's gradients as they come down (ring slots, kept copies) */
-    zo_stream_t h2d, d2h;
-    zo_stream_t compute; /* the last compute stream seen (to fence an aborted step) */
+} eng_nvme_tier;
 
-    /* trace */
+/* The 16-bit gradients' host side (engine_grads.c). */
+typedef struct eng_grads {
+    eng_gring *ring;
+    uint32_t n_ring;
+    uint32_t kept_chunks, spilled_chunks; /* staged chunks kept in host memory, spilled */
+    zo_swap_t swap;                       /* the spilled gradients' store */
+    void *host;                           /* the kept gradients' pageable memory */
+    uint64_t extent; /* its extents: the fullest chunk's gradient bytes, rounded to 4 KiB */
+    int grouped;     /* layer-major groups: what comes down are the fp32 sums (acc) */
+    uint64_t bytes;  /* a chunk's gradients as they come down (ring slots, kept copies) */
+    int bufs;        /* host gradient buffers per chunk (the mode's, by parity) */
+} eng_grads;
+
+/* The fetch trace and the residency counters (engine_sched.c). */
+typedef struct eng_sched {
     int *trace, n_trace, cap_trace; /* layer * 2 + phase of each fetch of the recorded step */
     int *cur, n_cur, cap_cur;       /* this step's fetches */
     int trace_valid, deviated;
+    uint64_t hits, misses, evictions, prefetches, lru_tick;
+} eng_sched;
 
-    /* optimizer */
-    zo_optim_pool_t opool;
-    zo_loss_scaler scaler;
+/* The step protocol's counters (engine.c). */
+typedef struct eng_step {
     int64_t opt_step; /* updates applied (Adam's step count) */
     int64_t steps;    /* end_step calls that succeeded */
     float lr_next;    /* zo_engine_set_lr's value, taken by the next step to open */
-    float step_lr;    /* the open step's learning rate (every update of its gradients uses it) */
-    int step_open;
+    float lr;         /* the open step's learning rate (every update of its gradients uses it) */
+    int open;
     int spec_paused; /* overlap: this step updates after the verdict, not ahead of it
                         (the last step clipped: a speculation would be rolled back) */
-    int dpu_pending; /* a DPU update was launched and not yet published */
-    int dpu_skip;    /* ... and it was skipped (overflow) */
-    /* the delayed update runs on a thread of its own, beside the job thread
-     * (which keeps taking the next step's gradients: other buffers by parity) */
-    pthread_t dpu_thread;
-    int dpu_running;
-    float dpu_lr, dpu_factor;
-    int64_t dpu_step;
-    int dpu_parity;
-    zo_status dpu_st;
-    char dpu_msg[512];
+} eng_step;
 
-    /* host job thread */
+/* The delayed update (engine_dpu.c): it runs on a thread of its own, beside
+ * the job thread (which keeps taking the next step's gradients: other
+ * buffers by parity). */
+typedef struct eng_dpu {
+    int pending; /* a DPU update was launched and not yet published */
+    int skip;    /* ... and it was skipped (overflow) */
     pthread_t thread;
-    int thread_started;
+    int running;
+    float lr, factor;
+    int64_t step;
+    int parity;
+    zo_status st;
+    char msg[512];
+} eng_dpu;
+
+/* The host job thread (engine_optim.c). */
+typedef struct eng_jobs {
+    pthread_t thread;
+    int started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     eng_job *qhead, *qtail;
@@ -355,63 +368,113 @@ struct zo_engine {
     int running;        /* a job is being run */
     zo_status async_st; /* first asynchronous failure, with its message */
     char async_msg[512];
+} eng_jobs;
 
-    /* statistics */
+/* A swap store a tier opened (eng_store_opened), for the step's I/O statistics. */
+typedef struct eng_store {
+    zo_swap_t store;
+    uint64_t extent_bytes;
+    zo_swap_stats at_open;
+} eng_store;
+
+/* The step's statistics (engine.c, engine_trace.c). */
+typedef struct eng_stats {
     _Atomic uint64_t optim_ns, nvme_ns;
     /* stream timers, run by tasks on the stream: 0 h2d busy, 1 d2h busy, 2 compute stalled */
     _Atomic uint64_t busy_t0[3], busy_ns[3];
     uint64_t at_open[5]; /* stall, optim, nvme, h2d, d2h counters when the step opened */
     uint64_t step_t0;
-    uint64_t hits, misses, evictions, prefetches, lru_tick;
     zo_device_copy_stats copy0;
-    /* the swap stores the tiers opened (eng_store_opened), for the step's I/O statistics */
-    struct eng_store {
-        zo_swap_t store;
-        uint64_t extent_bytes;
-        zo_swap_stats at_open;
-    } stores[3];
+    eng_store stores[3];
     int n_stores;
-    uint64_t host_bytes, host_high;
+} eng_stats;
 
-    /* ZeRO (engine_zero.c) */
-    float *zscratch;     /* one chunk's states: initial states of others' chunks, widened grads */
-    float *zgrads;       /* the reduced gradients this rank keeps */
-    zo_stream_t zstream; /* the stream carrying the collectives */
-    zo_comm_t zcomm;     /* the engine's own split of cfg.comm: its collectives never meet the
-                            caller's */
-    zo_comm_t zpcomm;    /* stage 3: another split, for the gathers (on the h2d stream, from the
-                            fetches, while the host job reduces on zcomm) */
-    zo_comm_t zdcomm;    /* dpu: a third, for the owners' broadcasts from the delayed update's
-                            thread while the next step runs */
-    zo_stream_t zdstream;
-    void **zgbuf; /* stage 3: the pinned gather buffers, one window's (eng_zero_gather) */
-    uint32_t n_zg;
-    int *zg_chunk;     /* ... the chunk each holds, or -1 */
-    uint64_t *zg_used; /* ... the fetch (tick) that last used it */
-    uint64_t zg_tick;  /* fetches that gathered so far */
-    uint64_t zg_seq;   /* gathers issued so far (the same count on every rank) */
-    uint32_t *zg_list; /* a fetch's window of chunks */
+/* ZeRO (engine_zero.c, engine_zero_loads.c). */
+typedef struct eng_zero {
+    float *scratch;     /* one chunk's states: initial states of others' chunks, widened grads */
+    float *grads;       /* the reduced gradients this rank keeps */
+    zo_stream_t stream; /* the stream carrying the collectives */
+    zo_comm_t comm;     /* the engine's own split of cfg.comm: its collectives never meet the
+                           caller's */
+    zo_comm_t pcomm;    /* stage 3: another split, for the gathers (on the h2d stream, from the
+                           fetches, while the host job reduces on comm) */
+    zo_comm_t dcomm;    /* dpu: a third, for the owners' broadcasts from the delayed update's
+                           thread while the next step runs */
+    zo_stream_t dstream;
+    void **gbuf; /* stage 3: the pinned gather buffers, one window's (eng_zero_gather) */
+    uint32_t n_g;
+    int *g_chunk;     /* ... the chunk each holds, or -1 */
+    uint64_t *g_used; /* ... the fetch (tick) that last used it */
+    uint64_t g_tick;  /* fetches that gathered so far */
+    uint64_t g_seq;   /* gathers issued so far (the same count on every rank) */
+    uint32_t *g_list; /* a fetch's window of chunks */
     /* a rank's NVMe failure in a step (a parameter read at a load or a gather)
      * kept until the ranks agree on the step (eng_zero_share_partials) rather
      * than failing it here alone, which would leave the others waiting in its
-     * collectives; under mu */
-    zo_status zdefer_st;
-    char zdefer_msg[256];
-    int zdefer_slots;  /* ... and a device slot was loaded from what the read left */
-    int zdefer_repair; /* ... another rank's chunk whose copy here failed its checksum, or -1 */
+     * collectives; under jobs.mu */
+    zo_status defer_st;
+    char defer_msg[256];
+    int defer_slots;  /* ... and a device slot was loaded from what the read left */
+    int defer_repair; /* ... another rank's chunk whose copy here failed its checksum, or -1 */
 #define ENG_ZERO_SHARE_BUFS 2
-    void *zpbuf[ENG_ZERO_SHARE_BUFS]; /* 16-bit parameters on NVMe: the pinned buffers of the
-                                         owners' broadcasts (read back, received, written) */
+    void *pbuf[ENG_ZERO_SHARE_BUFS]; /* 16-bit parameters on NVMe: the pinned buffers of the
+                                        owners' broadcasts (read back, received, written) */
+} eng_zero;
 
-    /* pipeline stages (engine_pipe.c) */
-    zo_comm_t pcomm; /* the engine's own split of cfg.pipe_comm */
-    zo_stream_t pstream;
-    uint64_t *pcounts; /* every stage's chunk count */
-    uint64_t pmax;     /* ... the largest */
+/* Pipeline stages (engine_pipe.c). */
+typedef struct eng_pipe {
+    zo_comm_t comm; /* the engine's own split of cfg.pipe_comm */
+    zo_stream_t stream;
+    uint64_t *counts; /* every stage's chunk count */
+    uint64_t max;     /* ... the largest */
+} eng_pipe;
 
-    /* timeline (zo_engine_set_trace) */
-    zo_trace_fn trace_fn;
-    void *trace_ctx;
+/* The timeline's callback (zo_engine_set_trace, engine_trace.c). */
+typedef struct eng_timeline {
+    zo_trace_fn fn;
+    void *ctx;
+} eng_timeline;
+
+struct zo_engine {
+    zo_engine_config cfg; /* its strings and arrays point into own */
+    eng_owned own;
+    zo_device_t dev;
+    const eng_mode_ops *mode;
+    int finalized;
+    int cuda;
+    size_t pel; /* bytes per element of the parameter and gradient slots (eng_param_bytes) */
+    eng_registry reg;
+
+    /* packing (engine_plan.c), read by every part */
+    size_t chunk_bytes, chunk_elems;
+    eng_chunk *chunks;
+    eng_apart *small; /* the tensors updated apart, by chunk (eng_chunk) */
+    uint32_t n_small;
+    uint8_t *p16_home, *states_home; /* each chunk's homes (zo_tier), chosen at packing */
+    uint32_t n_chunks, max_cpl;
+    zo_engine_footprint fp;
+
+    /* the tiers and the gradients' way down */
+    eng_device_tier device;
+    eng_host_tier host;
+    eng_nvme_tier nvme;
+    eng_grads grads;
+    zo_stream_t h2d, d2h;
+    zo_stream_t compute; /* the last compute stream seen (to fence an aborted step) */
+
+    eng_sched sched;
+
+    /* optimizer */
+    zo_optim_pool_t opool;
+    zo_loss_scaler scaler;
+    eng_step step;
+    eng_dpu dpu;
+    eng_jobs jobs;
+
+    eng_stats stats;
+    eng_zero zero;
+    eng_pipe pipe;
+    eng_timeline timeline;
 };
 
 /* engine_plan.c: packing, the homes and the footprint */
@@ -491,7 +554,7 @@ void eng_set_async_error(struct zo_engine *e, zo_status st);
 zo_status eng_take_async_error(struct zo_engine *e);
 zo_status eng_update_all(struct zo_engine *e, float lr, float factor, int64_t step, int parity);
 /* Whether this step's chunks are updated ahead of the verdict (overlap mode,
- * unless paused: zo_engine.spec_paused). */
+ * unless paused: e->step.spec_paused). */
 int eng_speculates_now(const struct zo_engine *e);
 /* The update of every chunk now, timed and traced as `name(v, *rollbacks)`
  * says, then commit and publish (sync and overlap); the loss scaler goes back

@@ -54,7 +54,7 @@ zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbac
     zo_status st = apply(e, v, rollbacks);
     zo_nvtx_pop();
     uint64_t t1 = zo_now_ns();
-    atomic_fetch_add(&e->optim_ns, t1 - t0);
+    atomic_fetch_add(&e->stats.optim_ns, t1 - t0);
     eng_trace(e, ZO_TRACK_UPDATE, 0, name(e, v, *rollbacks), t0, t1, -1, 0);
     if (st < 0) {
         e->scaler = *saved; /* not committed: the step never happened */
@@ -62,7 +62,7 @@ zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbac
     }
     eng_commit(e, !v->overflow);
     if (!v->overflow)
-        e->opt_step++;
+        e->step.opt_step++;
     return eng_publish(e, !v->overflow);
 }
 
@@ -84,7 +84,7 @@ static zo_status accumulate(struct zo_engine *e, eng_chunk *k, const eng_job *j)
  * Either way the results are sync mode's bits. */
 int eng_speculates_now(const struct zo_engine *e)
 {
-    return e->mode->speculates && !e->spec_paused;
+    return e->mode->speculates && !e->step.spec_paused;
 }
 
 /* Update chunk c ahead of the verdict, through its states' tier. */
@@ -127,25 +127,25 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
 
 void eng_set_async_error(struct zo_engine *e, zo_status st)
 {
-    pthread_mutex_lock(&e->mu);
-    if (e->async_st >= 0 && st < 0) {
-        e->async_st = st;
-        snprintf(e->async_msg, sizeof e->async_msg, "%s", zo_last_error());
+    pthread_mutex_lock(&e->jobs.mu);
+    if (e->jobs.async_st >= 0 && st < 0) {
+        e->jobs.async_st = st;
+        snprintf(e->jobs.async_msg, sizeof e->jobs.async_msg, "%s", zo_last_error());
     }
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->jobs.mu);
 }
 
 zo_status eng_take_async_error(struct zo_engine *e)
 {
-    pthread_mutex_lock(&e->mu);
-    zo_status st = e->async_st;
-    e->async_st = ZO_OK;
-    e->async_msg[0] = 0;
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&e->jobs.mu);
+    zo_status st = e->jobs.async_st;
+    e->jobs.async_st = ZO_OK;
+    e->jobs.async_msg[0] = 0;
+    pthread_mutex_unlock(&e->jobs.mu);
     return st;
 }
 
-/* Wait (under e->mu) for the job's gradients to land; 1 when they never will:
+/* Wait (under e->jobs.mu) for the job's gradients to land; 1 when they never will:
  * the d2h stream went idle without running the job's arrival task. */
 static int wait_arrival(struct zo_engine *e, eng_job *j)
 {
@@ -157,7 +157,7 @@ static int wait_arrival(struct zo_engine *e, eng_job *j)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000;
         }
-        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        pthread_cond_timedwait(&e->jobs.cv, &e->jobs.mu, &ts);
         if (!j->arrived && zo_stream_query(e->d2h) == ZO_OK)
             return 1;
     }
@@ -172,20 +172,20 @@ static const char *job_name(const struct zo_engine *e, const eng_job *j)
 static void *thread_main(void *arg)
 {
     struct zo_engine *e = arg;
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->jobs.mu);
     for (;;) {
-        while (!e->qhead && !e->stop)
-            pthread_cond_wait(&e->cv, &e->mu);
-        eng_job *j = e->qhead;
+        while (!e->jobs.qhead && !e->jobs.stop)
+            pthread_cond_wait(&e->jobs.cv, &e->jobs.mu);
+        eng_job *j = e->jobs.qhead;
         if (!j)
             break;
-        e->qhead = j->next;
-        if (!e->qhead)
-            e->qtail = NULL;
-        e->running = 1;
+        e->jobs.qhead = j->next;
+        if (!e->jobs.qhead)
+            e->jobs.qtail = NULL;
+        e->jobs.running = 1;
         int lost = wait_arrival(e, j);
-        int skip = e->async_st < 0; /* the step is being abandoned */
-        pthread_mutex_unlock(&e->mu);
+        int skip = e->jobs.async_st < 0; /* the step is being abandoned */
+        pthread_mutex_unlock(&e->jobs.mu);
         zo_status st = ZO_OK;
         if (lost && !skip)
             st = ZO_FAIL(
@@ -199,42 +199,42 @@ static void *thread_main(void *arg)
             st = run_grad_job(e, j);
             zo_nvtx_pop();
             uint64_t t1 = zo_now_ns();
-            atomic_fetch_add(&e->optim_ns, t1 - t0);
+            atomic_fetch_add(&e->stats.optim_ns, t1 - t0);
             eng_trace(e, ZO_TRACK_HOST_JOBS, 0, job_name(e, j), t0, t1, j->chunk, 0);
         }
         if (st < 0)
             eng_set_async_error(e, st);
-        pthread_mutex_lock(&e->mu);
+        pthread_mutex_lock(&e->jobs.mu);
         e->chunks[j->chunk].jobs_done++;
-        e->running = 0;
+        e->jobs.running = 0;
         free(j);
-        pthread_cond_broadcast(&e->cv);
+        pthread_cond_broadcast(&e->jobs.cv);
     }
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->jobs.mu);
     return NULL;
 }
 
 zo_status eng_thread_start(struct zo_engine *e)
 {
-    int rc = pthread_create(&e->thread, NULL, thread_main, e);
+    int rc = pthread_create(&e->jobs.thread, NULL, thread_main, e);
     if (rc != 0)
         return ZO_FAIL(ZO_ERR_SYSTEM, ENG_SUBSYS,
                        "starting the engine's optimizer thread: error %d", rc);
-    e->thread_started = 1;
+    e->jobs.started = 1;
     return ZO_OK;
 }
 
 void eng_thread_stop(struct zo_engine *e)
 {
-    if (!e->thread_started)
+    if (!e->jobs.started)
         return;
-    pthread_mutex_lock(&e->mu);
-    e->stop = 1;
-    pthread_cond_broadcast(&e->cv);
-    pthread_mutex_unlock(&e->mu);
-    pthread_join(e->thread, NULL);
-    e->thread_started = 0;
-    e->stop = 0;
+    pthread_mutex_lock(&e->jobs.mu);
+    e->jobs.stop = 1;
+    pthread_cond_broadcast(&e->jobs.cv);
+    pthread_mutex_unlock(&e->jobs.mu);
+    pthread_join(e->jobs.thread, NULL);
+    e->jobs.started = 0;
+    e->jobs.stop = 0;
 }
 
 eng_job *eng_job_new(const eng_job *tmpl)
@@ -249,15 +249,15 @@ eng_job *eng_job_new(const eng_job *tmpl)
 
 void eng_job_push(struct zo_engine *e, eng_job *j)
 {
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->jobs.mu);
     e->chunks[j->chunk].jobs_queued++;
-    if (e->qtail)
-        e->qtail->next = j;
+    if (e->jobs.qtail)
+        e->jobs.qtail->next = j;
     else
-        e->qhead = j;
-    e->qtail = j;
-    pthread_cond_broadcast(&e->cv);
-    pthread_mutex_unlock(&e->mu);
+        e->jobs.qhead = j;
+    e->jobs.qtail = j;
+    pthread_cond_broadcast(&e->jobs.cv);
+    pthread_mutex_unlock(&e->jobs.mu);
 }
 
 zo_status eng_arrival_fn(void *arg)
@@ -267,23 +267,23 @@ zo_status eng_arrival_fn(void *arg)
         eng_job *j;
     } *a = arg;
     struct zo_engine *e = a->e;
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->jobs.mu);
     a->j->arrived = 1; /* the job is freed only after this, by the thread that waits for it */
-    pthread_cond_broadcast(&e->cv);
-    pthread_mutex_unlock(&e->mu);
+    pthread_cond_broadcast(&e->jobs.cv);
+    pthread_mutex_unlock(&e->jobs.mu);
     return ZO_OK;
 }
 
 /* Wait until every queued host job has run; returns the first failure. */
 zo_status eng_wait_idle(struct zo_engine *e)
 {
-    pthread_mutex_lock(&e->mu);
-    while (e->qhead || e->running)
-        pthread_cond_wait(&e->cv, &e->mu);
-    zo_status st = e->async_st;
+    pthread_mutex_lock(&e->jobs.mu);
+    while (e->jobs.qhead || e->jobs.running)
+        pthread_cond_wait(&e->jobs.cv, &e->jobs.mu);
+    zo_status st = e->jobs.async_st;
     char why[512];
-    snprintf(why, sizeof why, "%s", e->async_msg);
-    pthread_mutex_unlock(&e->mu);
+    snprintf(why, sizeof why, "%s", e->jobs.async_msg);
+    pthread_mutex_unlock(&e->jobs.mu);
     if (st < 0)
         return ZO_FAIL(st, ENG_SUBSYS, "%s", why);
     return ZO_OK;
@@ -292,10 +292,10 @@ zo_status eng_wait_idle(struct zo_engine *e)
 /* Wait until chunk c's host jobs have run (its host gradient buffer is free). */
 void eng_wait_chunk_jobs(struct zo_engine *e, uint32_t c)
 {
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->jobs.mu);
     while (e->chunks[c].jobs_done < e->chunks[c].jobs_queued)
-        pthread_cond_wait(&e->cv, &e->mu);
-    pthread_mutex_unlock(&e->mu);
+        pthread_cond_wait(&e->jobs.cv, &e->jobs.mu);
+    pthread_mutex_unlock(&e->jobs.mu);
 }
 
 /* The host job on chunk c's gradients of its latest micro-batch (or group),
@@ -310,9 +310,9 @@ zo_status eng_queue_grads_job(struct zo_engine *e, uint32_t c, int parity)
     tmpl.micro = k->n_ready;
     tmpl.last = k->n_ready == e->cfg.grad_accum_steps;
     tmpl.parity = parity;
-    tmpl.lr = e->step_lr;
+    tmpl.lr = e->step.lr;
     tmpl.factor = zo_grad_scale_factor(0.0, (float)eng_loss_scale(e), 0.0f);
-    tmpl.step = e->opt_step + 1;
+    tmpl.step = e->step.opt_step + 1;
     eng_job *job = eng_job_new(&tmpl);
     if (!job)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a host job");

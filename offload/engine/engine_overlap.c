@@ -29,9 +29,9 @@ void eng_restore_backups(struct zo_engine *e)
 /* Keep the speculation when it was right, else roll back and update anew. */
 static zo_status validate(struct zo_engine *e, const eng_verdict *v, int *rollbacks)
 {
-    int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
+    int parity = e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
     *rollbacks = 0;
-    if (!e->spec_paused && !v->overflow && v->factor == v->plain)
+    if (!e->step.spec_paused && !v->overflow && v->factor == v->plain)
         return ZO_OK; /* the speculation was right */
     for (uint32_t c = 0; c < e->n_chunks; c++)
         *rollbacks += e->chunks[c].spec_done;
@@ -39,7 +39,7 @@ static zo_status validate(struct zo_engine *e, const eng_verdict *v, int *rollba
     eng_discard_uncommitted(e);
     if (v->overflow)
         return ZO_OK;
-    return eng_update_all(e, e->step_lr, v->factor, e->opt_step + 1, parity);
+    return eng_update_all(e, e->step.lr, v->factor, e->step.opt_step + 1, parity);
 }
 
 /* ZeRO: the owners' updated chunks to the others (stages 1 and 2; at stage 3
@@ -54,7 +54,7 @@ static const char *update_name(const struct zo_engine *e, const eng_verdict *v, 
 {
     if (rollbacks)
         return "rollback and update";
-    if (e->spec_paused)
+    if (e->step.spec_paused)
         return v->overflow ? "skip update (overflow)"
                            : "update (not speculated: the last step clipped)";
     return "validate speculative update";
@@ -65,7 +65,7 @@ static zo_status end_step(struct zo_engine *e, const eng_verdict *v, int *rollba
 {
     zo_status st = eng_update_now(e, v, rollbacks, saved, validate_and_share, update_name);
     if (!v->overflow) /* an overflow says nothing of the next step's norm */
-        e->spec_paused = v->factor != v->plain;
+        e->step.spec_paused = v->factor != v->plain;
     return st;
 }
 

@@ -223,7 +223,7 @@ static void place_homes(struct zo_engine *e, const eng_plan_in *in)
         k->p16_bufs = eng_p16_bufs(in, c);
         k->g_staged = eng_grads_staged(in, c);
     }
-    e->g_grouped = in->grouped; /* what comes down (the stages' room needs it) */
+    e->grads.grouped = in->grouped; /* what comes down (the stages' room needs it) */
 }
 
 /* A tensor with fp32 moments under I8 states, or with its own weight decay,
@@ -244,12 +244,12 @@ static void add_small(struct zo_engine *e, const eng_tensor *t)
 /* Assign every tensor a chunk and an offset; chunks never span layers. */
 static zo_status pack(struct zo_engine *e)
 {
-    if (e->n_tensors == 0)
+    if (e->reg.n_tensors == 0)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "no tensors registered: register the model first");
     size_t largest = 0;
     const zo_dtype sd = e->cfg.state_dtype;
-    for (int i = 0; i < e->n_tensors; i++) {
-        const eng_tensor *t = &e->tensors[i];
+    for (int i = 0; i < e->reg.n_tensors; i++) {
+        const eng_tensor *t = &e->reg.tensors[i];
         if (tensor_room(sd, t->numel, t->keep_f32) > largest)
             largest = tensor_room(sd, t->numel, t->keep_f32);
     }
@@ -260,17 +260,18 @@ static zo_status pack(struct zo_engine *e)
     e->chunk_elems = e->chunk_bytes / e->pel;
     free(e->chunks);
     free(e->small);
-    e->chunks = calloc((size_t)e->n_tensors, sizeof *e->chunks); /* at most one chunk per tensor */
-    e->small = calloc((size_t)e->n_tensors, sizeof *e->small);
+    e->chunks =
+        calloc((size_t)e->reg.n_tensors, sizeof *e->chunks); /* at most one chunk per tensor */
+    e->small = calloc((size_t)e->reg.n_tensors, sizeof *e->small);
     e->n_small = 0;
     if (!e->chunks || !e->small)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the chunk table");
     eng_packer pk = {e->chunk_elems, tensor_align(&e->cfg), -1, 0, 0, 0, 0, 0, sd};
-    for (int l = 0; l < e->n_layers; l++) { /* registration order: layers in order */
-        eng_layer *L = &e->layers[l];
+    for (int l = 0; l < e->reg.n_layers; l++) { /* registration order: layers in order */
+        eng_layer *L = &e->reg.layers[l];
         L->first_chunk = pk.n_chunks;
         for (int i = 0; i < L->n_tensors; i++) {
-            eng_tensor *t = &e->tensors[L->tensors[i]];
+            eng_tensor *t = &e->reg.tensors[L->tensors[i]];
             t->chunk = packer_place(&pk, l, t->numel, t->keep_f32, &t->off);
             e->chunks[t->chunk].layer = l;
             e->chunks[t->chunk].n_elems = t->off + tensor_room(sd, t->numel, t->keep_f32);
@@ -280,11 +281,11 @@ static zo_status pack(struct zo_engine *e)
     }
     e->n_chunks = pk.n_chunks;
     e->max_cpl = pk.max_cpl;
-    e->g_bufs = g_bufs_for(&e->cfg);
+    e->grads.bufs = g_bufs_for(&e->cfg);
     eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0, pk.max_used, NULL};
-    e->state_extent_bytes = state_extent_bytes_for(&e->cfg, &sh);
-    e->nvme_state_extent = zo_engine_nvme_state_bytes_as(e->cfg.state_dtype, pk.max_used);
-    e->p16_extent = eng_p16_extent(&e->cfg, pk.max_used);
+    e->nvme.state_extent_bytes = state_extent_bytes_for(&e->cfg, &sh);
+    e->nvme.nvme_state_extent = zo_engine_nvme_state_bytes_as(e->cfg.state_dtype, pk.max_used);
+    e->nvme.p16_extent = eng_p16_extent(&e->cfg, pk.max_used);
     free(e->p16_home);
     free(e->states_home);
     e->p16_home = malloc(e->n_chunks);
@@ -426,13 +427,13 @@ zo_status eng_compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int *fi
     for (uint32_t i = 0; i < e->n_chunks; i++)
         if (e->chunks[i].n_elems > sh.max_chunk_elems)
             sh.max_chunk_elems = e->chunks[i].n_elems;
-    for (int i = 0; i < e->n_tensors; i++)
-        sh.n_params += e->tensors[i].numel;
+    for (int i = 0; i < e->reg.n_tensors; i++)
+        sh.n_params += e->reg.tensors[i].numel;
     uint32_t g_split[2];
     plan_tiers(&e->cfg, &sh, e->p16_home, e->states_home, device_budget(e), fp, g_split, fits, msg,
                cap);
-    e->g_kept_chunks = g_split[0];
-    e->g_spilled_chunks = g_split[1];
+    e->grads.kept_chunks = g_split[0];
+    e->grads.spilled_chunks = g_split[1];
     return ZO_OK;
 }
 

@@ -14,21 +14,21 @@
  * allocation failure. */
 int eng_trace_push(struct zo_engine *e, int layer, zo_phase phase)
 {
-    if (e->n_cur == e->cap_cur) {
-        int n = e->cap_cur ? 2 * e->cap_cur : 64;
-        int *p = realloc(e->cur, (size_t)n * sizeof *p);
+    if (e->sched.n_cur == e->sched.cap_cur) {
+        int n = e->sched.cap_cur ? 2 * e->sched.cap_cur : 64;
+        int *p = realloc(e->sched.cur, (size_t)n * sizeof *p);
         if (!p)
             return -2;
-        e->cur = p;
-        e->cap_cur = n;
+        e->sched.cur = p;
+        e->sched.cap_cur = n;
     }
     int code = layer * 2 + (int)phase;
-    int pos = e->n_cur;
-    e->cur[e->n_cur++] = code;
-    if (!e->trace_valid || e->deviated)
+    int pos = e->sched.n_cur;
+    e->sched.cur[e->sched.n_cur++] = code;
+    if (!e->sched.trace_valid || e->sched.deviated)
         return -1;
-    if (pos >= e->n_trace || e->trace[pos] != code) {
-        e->deviated = 1;
+    if (pos >= e->sched.n_trace || e->sched.trace[pos] != code) {
+        e->sched.deviated = 1;
         ZO_LOGD(ENG_SUBSYS,
                 "fetch %d (layer %d) leaves the recorded trace: prefetch off until re-recorded",
                 pos, layer);
@@ -41,41 +41,42 @@ int eng_trace_push(struct zo_engine *e, int layer, zo_phase phase)
  * deviated from it. */
 void eng_trace_end_step(struct zo_engine *e)
 {
-    if (e->n_cur > 0 && (!e->trace_valid || e->deviated || e->n_cur != e->n_trace)) {
-        if (e->cap_trace < e->n_cur) {
-            int *p = realloc(e->trace, (size_t)e->n_cur * sizeof *p);
+    if (e->sched.n_cur > 0 &&
+        (!e->sched.trace_valid || e->sched.deviated || e->sched.n_cur != e->sched.n_trace)) {
+        if (e->sched.cap_trace < e->sched.n_cur) {
+            int *p = realloc(e->sched.trace, (size_t)e->sched.n_cur * sizeof *p);
             if (!p) {
-                e->trace_valid = 0;
-                e->n_cur = 0;
+                e->sched.trace_valid = 0;
+                e->sched.n_cur = 0;
                 return;
             }
-            e->trace = p;
-            e->cap_trace = e->n_cur;
+            e->sched.trace = p;
+            e->sched.cap_trace = e->sched.n_cur;
         }
-        memcpy(e->trace, e->cur, (size_t)e->n_cur * sizeof *e->trace);
-        e->n_trace = e->n_cur;
-        e->trace_valid = 1;
+        memcpy(e->sched.trace, e->sched.cur, (size_t)e->sched.n_cur * sizeof *e->sched.trace);
+        e->sched.n_trace = e->sched.n_cur;
+        e->sched.trace_valid = 1;
     }
-    e->deviated = 0;
-    e->n_cur = 0;
+    e->sched.deviated = 0;
+    e->sched.n_cur = 0;
 }
 
 /* Trace position of the next fetch of layer at or after `from`; uses in the
  * next step count from n_trace on. */
 static int next_use(const struct zo_engine *e, int layer, int from)
 {
-    for (int j = from; j < e->n_trace; j++)
-        if (e->trace[j] / 2 == layer)
+    for (int j = from; j < e->sched.n_trace; j++)
+        if (e->sched.trace[j] / 2 == layer)
             return j;
-    for (int j = 0; j < e->n_trace && j < from; j++)
-        if (e->trace[j] / 2 == layer)
-            return e->n_trace + j;
+    for (int j = 0; j < e->sched.n_trace && j < from; j++)
+        if (e->sched.trace[j] / 2 == layer)
+            return e->sched.n_trace + j;
     return INT_MAX;
 }
 
 static int following(const struct zo_engine *e)
 {
-    return e->trace_valid && !e->deviated;
+    return e->sched.trace_valid && !e->sched.deviated;
 }
 
 /* The slot to reuse: a free one, else the evictable chunk used farthest in
@@ -86,8 +87,8 @@ static int pick_slot(struct zo_engine *e, int pos, int sooner)
 {
     int best = -1;
     long best_key = LONG_MIN;
-    for (uint32_t s = 0; s < e->n_pslots; s++) {
-        int c = e->pslots[s].chunk;
+    for (uint32_t s = 0; s < e->device.n_pslots; s++) {
+        int c = e->device.pslots[s].chunk;
         if (c < 0)
             return (int)s;
         if (e->chunks[c].in_use > 0 || e->chunks[c].pt->resident)
@@ -99,7 +100,7 @@ static int pick_slot(struct zo_engine *e, int pos, int sooner)
                 continue;
             key = nu;
         } else {
-            key = -(long)e->pslots[s].tick;
+            key = -(long)e->device.pslots[s].tick;
         }
         if (key > best_key) {
             best_key = key;
@@ -115,7 +116,7 @@ static int pick_slot(struct zo_engine *e, int pos, int sooner)
 zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s)
 {
     eng_chunk *k = &e->chunks[c];
-    eng_pslot *p = &e->pslots[s];
+    eng_pslot *p = &e->device.pslots[s];
     const void *src;
     ZO_TRY(k->pt->source(e, c, s, &src));
     ZO_TRY(zo_stream_wait_event(e->h2d, p->lastuse));
@@ -128,14 +129,14 @@ zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s)
 
 static zo_status load_into(struct zo_engine *e, uint32_t c, int s)
 {
-    int old = e->pslots[s].chunk;
+    int old = e->device.pslots[s].chunk;
     if (old >= 0) {
         e->chunks[old].slot = -1;
-        e->evictions++;
+        e->sched.evictions++;
     }
     zo_status st = eng_load_slot(e, c, (uint32_t)s);
     if (st < 0)
-        e->pslots[s].chunk = -1; /* contents unknown: a free slot */
+        e->device.pslots[s].chunk = -1; /* contents unknown: a free slot */
     return st;
 }
 
@@ -154,18 +155,18 @@ zo_status eng_make_resident(struct zo_engine *e, uint32_t c, int pos)
     if (k->slot >= 0) {
         if (k->reload)
             ZO_TRY(reload_slot(e, c));
-        e->hits++;
+        e->sched.hits++;
     } else {
         int s = pick_slot(e, pos, -1);
         if (s < 0)
             return ZO_FAIL(ZO_ERR_OUT_OF_DEVICE_MEMORY, ENG_SUBSYS,
                            "fetch of layer %d: all %u device parameter slots hold chunks of layers "
                            "still fetched; release a layer first or raise device_bytes",
-                           k->layer, e->n_pslots);
+                           k->layer, e->device.n_pslots);
         ZO_TRY(load_into(e, c, s));
-        e->misses++;
+        e->sched.misses++;
     }
-    e->pslots[k->slot].tick = ++e->lru_tick;
+    e->device.pslots[k->slot].tick = ++e->sched.lru_tick;
     return ZO_OK;
 }
 
@@ -175,17 +176,17 @@ void eng_prefetch(struct zo_engine *e)
 {
     if (!following(e))
         return; /* chunks homed on the device are always in their slots */
-    int pos = e->n_cur - 1;
+    int pos = e->sched.n_cur - 1;
     for (int a = 1; a <= e->cfg.lookahead; a++) {
         int j = pos + a;
-        if (j >= e->n_trace)
+        if (j >= e->sched.n_trace)
             return;
-        eng_layer *L = &e->layers[e->trace[j] / 2];
+        eng_layer *L = &e->reg.layers[e->sched.trace[j] / 2];
         for (uint32_t i = 0; i < L->n_chunks; i++) {
             uint32_t c = L->first_chunk + i;
             if (e->chunks[c].slot >= 0) { /* a failed reload is retried by the fetch */
                 if (e->chunks[c].reload && reload_slot(e, c) == ZO_OK)
-                    e->prefetches++;
+                    e->sched.prefetches++;
                 continue;
             }
             int s = pick_slot(e, pos, j);
@@ -193,7 +194,7 @@ void eng_prefetch(struct zo_engine *e)
                 return;
             if (load_into(e, c, s) < 0)
                 return; /* a failed copy surfaces at the fetch that needs it */
-            e->prefetches++;
+            e->sched.prefetches++;
         }
     }
 }
@@ -213,7 +214,7 @@ zo_status eng_publish_chunk(struct zo_engine *e, uint32_t c)
     }
     if (k->pt->resident)
         return eng_load_slot(e, c, (uint32_t)k->slot);
-    e->pslots[k->slot].chunk = -1;
+    e->device.pslots[k->slot].chunk = -1;
     k->slot = -1;
     return ZO_OK;
 }

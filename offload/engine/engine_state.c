@@ -12,22 +12,22 @@ static zo_status between_steps(struct zo_engine *e, int id, const char *what)
 {
     if (!e)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "%s: NULL engine", what);
-    if (id < -1 || id >= e->n_tensors)
+    if (id < -1 || id >= e->reg.n_tensors)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "%s: no tensor %d (the engine has %d)", what,
-                       id, e->n_tensors);
+                       id, e->reg.n_tensors);
     if (!e->finalized)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
                        "%s: call zo_engine_finalize first (before it, "
                        "zo_engine_register takes the initial values)",
                        what);
-    if (e->step_open)
+    if (e->step.open)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "%s: a step is open; call it between steps", what);
     return ZO_OK;
 }
 
 static zo_status no_pending_update(struct zo_engine *e, const char *what)
 {
-    if (!e->dpu_pending)
+    if (!e->dpu.pending)
         return ZO_OK;
     return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
                    "%s: the delayed update of the last step is pending: call zo_engine_flush first",
@@ -127,8 +127,8 @@ static zo_status read_state(zo_engine_t e, int id, float *master, void *m, void 
     if (id < 0)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "read_state: no tensor %d", id);
     ZO_TRY(settle(e));
-    eng_tensor *t = &e->tensors[id];
-    float *buf = aligned_alloc(4096, e->state_extent_bytes);
+    eng_tensor *t = &e->reg.tensors[id];
+    float *buf = aligned_alloc(4096, e->nvme.state_extent_bytes);
     if (!buf)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_state: allocating a buffer");
     zo_status st = e->chunks[t->chunk].st->read(e, t->chunk, buf);
@@ -165,9 +165,9 @@ zo_dtype zo_engine_state_dtype(zo_engine_t e)
 
 zo_dtype zo_engine_tensor_state_dtype(zo_engine_t e, int id)
 {
-    if (!e || id < 0 || id >= e->n_tensors)
+    if (!e || id < 0 || id >= e->reg.n_tensors)
         return ZO_DTYPE_NONE;
-    return tensor_fmt(e, &e->tensors[id]);
+    return tensor_fmt(e, &e->reg.tensors[id]);
 }
 
 /* The 16-bit parameters of chunk c from its master weights: its home's
@@ -191,7 +191,7 @@ static zo_status write_state(zo_engine_t e, int id, const float *master, const v
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "write_state: no tensor %d", id);
     ZO_TRY(no_pending_update(e, "write_state"));
     ZO_TRY(settle(e));
-    eng_tensor *t = &e->tensors[id];
+    eng_tensor *t = &e->reg.tensors[id];
     eng_chunk *k = &e->chunks[t->chunk];
     float *st;
     ZO_TRY(k->st->write_begin(e, t->chunk, &st));
@@ -236,10 +236,10 @@ zo_status zo_engine_share_params(zo_engine_t e)
     ZO_TRY(settle(e));
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
-        ZO_TRY(zo_comm_broadcast(e->cfg.comm, e->zstream, k->p16[k->p16_cur], k->n_elems,
+        ZO_TRY(zo_comm_broadcast(e->cfg.comm, e->zero.stream, k->p16[k->p16_cur], k->n_elems,
                                  e->cfg.param_dtype, k->owner));
     }
-    ZO_TRY(zo_stream_synchronize(e->zstream));
+    ZO_TRY(zo_stream_synchronize(e->zero.stream));
     for (uint32_t c = 0; c < e->n_chunks; c++)
         if (e->chunks[c].owner != e->cfg.rank)
             ZO_TRY(eng_publish_chunk(e, c));
@@ -262,8 +262,8 @@ zo_status zo_engine_get_step_state(zo_engine_t e, zo_engine_step_state *out)
             "get_step_state: out is NULL or its struct_size is not sizeof(zo_engine_step_state): "
             "initialize it with ZO_ENGINE_STEP_STATE_INIT");
     ZO_TRY(no_pending_update(e, "get_step_state"));
-    out->updates = e->opt_step;
-    out->steps = e->steps;
+    out->updates = e->step.opt_step;
+    out->steps = e->step.steps;
     out->loss_scale = e->scaler.cur_scale;
     out->scaler_iter = e->scaler.cur_iter;
     out->scaler_last_overflow_iter = e->scaler.last_overflow_iter;
@@ -291,8 +291,8 @@ zo_status zo_engine_set_step_state(zo_engine_t e, const zo_engine_step_state *in
             "set_step_state: loss scale %g (finite, > 0) or hysteresis %d (>= 0) out of range",
             in->loss_scale, in->scaler_hysteresis);
     ZO_TRY(settle(e));
-    e->opt_step = in->updates;
-    e->steps = in->steps;
+    e->step.opt_step = in->updates;
+    e->step.steps = in->steps;
     if (e->scaler.dynamic) {
         e->scaler.cur_scale = in->loss_scale;
         e->scaler.cur_iter = in->scaler_iter;

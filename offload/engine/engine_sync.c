@@ -7,8 +7,8 @@ static zo_status apply(struct zo_engine *e, const eng_verdict *v, int *rollbacks
     *rollbacks = 0;
     if (v->overflow)
         return ZO_OK;
-    int parity = e->g_bufs == 2 ? (int)(e->steps & 1) : 0;
-    zo_status st = eng_update_all(e, e->step_lr, v->factor, e->opt_step + 1, parity);
+    int parity = e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
+    zo_status st = eng_update_all(e, e->step.lr, v->factor, e->step.opt_step + 1, parity);
     return eng_zero_on(&e->cfg) ? eng_zero_share_params(e, st) : st; /* the owners' updates */
 }
 

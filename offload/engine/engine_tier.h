@@ -206,7 +206,7 @@ uint32_t eng_p16_on_nvme(const struct zo_engine *e);
 /* Chunk k's are homed on NVMe (eng_param_tier_nvme). */
 int eng_p16_nvme(const eng_chunk *k);
 /* Its committed values (latest: the alternate an update just wrote) into
- * buf (e->p16_extent bytes, pinned), checksummed. */
+ * buf (e->nvme.p16_extent bytes, pinned), checksummed. */
 zo_status eng_p16_nvme_read(struct zo_engine *e, uint32_t c, int latest, void *buf);
 /* The owner's broadcast in buf to the alternate extent; the caller sets
  * palt_valid once *io landed, and the commit switches to it. */

@@ -235,7 +235,7 @@ zo_status eng_timed_swap_wait(struct zo_engine *e, zo_swap_io_t io)
 {
     uint64_t t0 = zo_now_ns();
     zo_status st = zo_swap_wait(io);
-    atomic_fetch_add(&e->nvme_ns, zo_now_ns() - t0);
+    atomic_fetch_add(&e->stats.nvme_ns, zo_now_ns() - t0);
     return st;
 }
 
@@ -251,9 +251,9 @@ zo_status eng_host_alloc(struct zo_engine *e, uint64_t bytes, float **out)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %" PRIu64 " bytes of host memory",
                        bytes);
     memset(p, 0, bytes);
-    e->host_bytes += bytes;
-    if (e->host_bytes > e->host_high)
-        e->host_high = e->host_bytes;
+    e->host.bytes += bytes;
+    if (e->host.bytes > e->host.high)
+        e->host.high = e->host.bytes;
     *out = p;
     return ZO_OK;
 }
@@ -263,9 +263,9 @@ zo_status eng_take_pinned(struct zo_engine *e, size_t slot_bytes, size_t n, void
     if (!n)
         return ZO_OK;
     int set;
-    ZO_TRY(zo_hostpool_add_slots(e->pool, slot_bytes, n, &set));
+    ZO_TRY(zo_hostpool_add_slots(e->host.pool, slot_bytes, n, &set));
     for (size_t i = 0; i < n; i++)
-        ZO_TRY(zo_hostpool_slot_alloc(e->pool, set, &out[i]));
+        ZO_TRY(zo_hostpool_slot_alloc(e->host.pool, set, &out[i]));
     return ZO_OK;
 }
 
@@ -279,8 +279,9 @@ uint32_t eng_chunks_at(const struct zo_engine *e, int kind, const void *table)
 
 void eng_store_opened(struct zo_engine *e, zo_swap_t store, uint64_t extent_bytes)
 {
-    if (e->n_stores < (int)(sizeof e->stores / sizeof e->stores[0]))
-        e->stores[e->n_stores++] = (struct eng_store){store, extent_bytes, ZO_SWAP_STATS_INIT};
+    if (e->stats.n_stores < (int)(sizeof e->stats.stores / sizeof e->stats.stores[0]))
+        e->stats.stores[e->stats.n_stores++] =
+            (struct eng_store){store, extent_bytes, ZO_SWAP_STATS_INIT};
 }
 
 zo_status eng_open_store(struct zo_engine *e, uint64_t extent, uint64_t n_extents,
@@ -295,8 +296,8 @@ zo_status eng_open_store(struct zo_engine *e, uint64_t extent, uint64_t n_extent
     sc.extent_bytes = extent;
     sc.engine = e->cfg.nvme_engine;
     sc.name = name;
-    sc.faults = e->faults;
-    sc.nfaults = e->n_faults;
+    sc.faults = e->own.faults;
+    sc.nfaults = e->own.n_faults;
     /* A file left by a run that was killed (its lock free, its header ours)
      * is taken over: it must not block every later run on the directory. */
     sc.reuse = ZO_SWAP_REUSE;

@@ -48,17 +48,18 @@ static void device_states_account(const eng_plan_in *in, zo_engine_footprint *fp
 static zo_status device_states_place(struct zo_engine *e)
 {
     uint64_t n = eng_chunks_at(e, 1, &eng_state_tier_device);
-    ZO_TRY(zo_device_malloc(
-        e->dev, (size_t)n * eng_states_bytes(e->cfg.state_dtype, e->chunk_elems), &e->dev_states));
-    return eng_resident_place(e, &eng_state_tier_device, e->dev_states, &e->dev_backup);
+    ZO_TRY(zo_device_malloc(e->dev,
+                            (size_t)n * eng_states_bytes(e->cfg.state_dtype, e->chunk_elems),
+                            &e->device.states));
+    return eng_resident_place(e, &eng_state_tier_device, e->device.states, &e->device.backup);
 }
 
 static void device_states_release(struct zo_engine *e)
 {
-    zo_device_mfree(e->dev, e->dev_states);
-    free(e->dev_backup);
-    e->dev_states = NULL;
-    e->dev_backup = NULL;
+    zo_device_mfree(e->dev, e->device.states);
+    free(e->device.backup);
+    e->device.states = NULL;
+    e->device.backup = NULL;
 }
 
 const eng_state_tier eng_state_tier_device = {

@@ -236,15 +236,15 @@ static zo_status host_states_place(struct zo_engine *e)
 {
     uint64_t n = eng_chunks_at(e, 1, &eng_state_tier_host);
     ZO_TRY(eng_host_alloc(e, n * eng_states_bytes(e->cfg.state_dtype, e->chunk_elems),
-                          &e->host_states));
-    return eng_resident_place(e, &eng_state_tier_host, e->host_states, &e->host_backup);
+                          &e->host.states));
+    return eng_resident_place(e, &eng_state_tier_host, e->host.states, &e->host.backup);
 }
 
 static void host_states_release(struct zo_engine *e)
 {
-    free(e->host_states);
-    free(e->host_backup);
-    e->host_states = e->host_backup = NULL;
+    free(e->host.states);
+    free(e->host.backup);
+    e->host.states = e->host.backup = NULL;
 }
 
 const eng_state_tier eng_state_tier_host = {

@@ -150,7 +150,7 @@ static zo_status nvme_read(struct zo_engine *e, uint32_t c, float *out)
     uint8_t *bits = k->split_ref[x] >= 0 ? malloc(k->n_elems / 8 + 1) : NULL;
     if (k->split_ref[x] >= 0 && !bits)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a chunk's up bits");
-    zo_status st = zo_swap_read(e->swap, k->ext[x], (char *)out + extent_head(e, k, x),
+    zo_status st = zo_swap_read(e->nvme.swap, k->ext[x], (char *)out + extent_head(e, k, x),
                                 extent_bytes(e, k, x), k->gen[x]);
     if (st == ZO_OK) {
         states_join(e, c, x, out, bits);
@@ -199,7 +199,7 @@ static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, ui
  * written only once both landed. */
 static zo_status spec_finish_write(struct zo_engine *e, unsigned s)
 {
-    eng_spec_pipe *p = &e->spec;
+    eng_spec_pipe *p = &e->nvme.spec;
     if (p->wr_chunk[s] < 0)
         return ZO_OK;
     zo_status st = eng_timed_swap_wait(e, p->wr[s]);
@@ -213,21 +213,21 @@ static zo_status spec_finish_write(struct zo_engine *e, unsigned s)
 
 static void spec_drop_read(struct zo_engine *e, unsigned s)
 {
-    if (e->spec.rd_chunk[s] < 0)
+    if (e->nvme.spec.rd_chunk[s] < 0)
         return;
-    zo_swap_wait(e->spec.rd[s]); /* a read ahead nobody used */
-    e->spec.rd[s] = NULL;
-    e->spec.rd_chunk[s] = -1;
+    zo_swap_wait(e->nvme.spec.rd[s]); /* a read ahead nobody used */
+    e->nvme.spec.rd[s] = NULL;
+    e->nvme.spec.rd_chunk[s] = -1;
 }
 
 static zo_status spec_start_read(struct zo_engine *e, uint32_t c, unsigned *out)
 {
-    eng_spec_pipe *p = &e->spec;
+    eng_spec_pipe *p = &e->nvme.spec;
     unsigned s = p->next;
     p->next = (p->next + 1) % ENG_NVME_STAGES;
     ZO_TRY(spec_finish_write(e, s));
     spec_drop_read(e, s);
-    ZO_TRY(read_current(e, c, e->stage[s], &p->rd[s]));
+    ZO_TRY(read_current(e, c, e->nvme.stage[s], &p->rd[s]));
     p->rd_chunk[s] = (int)c;
     *out = s;
     return ZO_OK;
@@ -236,7 +236,7 @@ static zo_status spec_start_read(struct zo_engine *e, uint32_t c, unsigned *out)
 static int spec_stage_of(struct zo_engine *e, uint32_t c)
 {
     for (unsigned s = 0; s < ENG_NVME_STAGES; s++)
-        if (e->spec.rd_chunk[s] == (int)c)
+        if (e->nvme.spec.rd_chunk[s] == (int)c)
             return (int)s;
     return -1;
 }
@@ -245,13 +245,13 @@ static int spec_stage_of(struct zo_engine *e, uint32_t c)
 static int next_spec_chunk(struct zo_engine *e)
 {
     int c = -1;
-    pthread_mutex_lock(&e->mu);
-    for (eng_job *j = e->qhead; j; j = j->next)
+    pthread_mutex_lock(&e->jobs.mu);
+    for (eng_job *j = e->jobs.qhead; j; j = j->next)
         if (j->last && e->chunks[j->chunk].st == &eng_state_tier_nvme) {
             c = j->chunk;
             break;
         }
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->jobs.mu);
     return c;
 }
 
@@ -271,15 +271,15 @@ static zo_status nvme_speculate(struct zo_engine *e, uint32_t c, const eng_job *
         unsigned u;
         ZO_TRY(spec_start_read(e, (uint32_t)c2, &u));
     }
-    eng_spec_pipe *p = &e->spec;
+    eng_spec_pipe *p = &e->nvme.spec;
     zo_status st = eng_timed_swap_wait(e, p->rd[s]);
     p->rd[s] = NULL;
     p->rd_chunk[s] = -1;
     ZO_TRY(st);
-    states_join(e, c, e->chunks[c].ext_cur, e->stage[s], e->split_bits[s]);
+    states_join(e, c, e->chunks[c].ext_cur, e->nvme.stage[s], e->nvme.split_bits[s]);
     eng_update_args u = {j->lr, j->factor, j->step, j->parity};
-    ZO_TRY(eng_adam_run(e, &e->chunks[c], e->stage[s], &u));
-    st = write_alternate(e, c, e->stage[s], e->split_bits[s], &p->wr[s], &p->pwr[s]);
+    ZO_TRY(eng_adam_run(e, &e->chunks[c], e->nvme.stage[s], &u));
+    st = write_alternate(e, c, e->nvme.stage[s], e->nvme.split_bits[s], &p->wr[s], &p->pwr[s]);
     p->wr_chunk[s] = (int)c;
     return st;
 }
@@ -295,7 +295,7 @@ static zo_status spec_drain(struct zo_engine *e)
         if (st == ZO_OK && w < 0)
             st = w;
     }
-    e->spec.next = 0;
+    e->nvme.spec.next = 0;
     return st;
 }
 
@@ -324,8 +324,9 @@ static zo_status pipe_wait(nvme_pipe *pp, zo_swap_io_t *io)
 static zo_status pipe_read(void *user, uint32_t c, unsigned s) /* c: the i-th */
 {
     nvme_pipe *pp = user;
-    ZO_TRY(read_current(pp->e, pp->chunks[c], pp->e->stage[s], &pp->rd[s]));
-    return eng_grads_read_back(pp->e, pp->chunks[c], pp->u->parity, pp->e->stage[s], &pp->grd[s]);
+    ZO_TRY(read_current(pp->e, pp->chunks[c], pp->e->nvme.stage[s], &pp->rd[s]));
+    return eng_grads_read_back(pp->e, pp->chunks[c], pp->u->parity, pp->e->nvme.stage[s],
+                               &pp->grd[s]);
 }
 
 static zo_status pipe_update(void *user, uint32_t i, unsigned s)
@@ -335,9 +336,9 @@ static zo_status pipe_update(void *user, uint32_t i, unsigned s)
     uint32_t c = pp->chunks[i];
     ZO_TRY(pipe_wait(pp, &pp->rd[s]));
     ZO_TRY(pipe_wait(pp, &pp->grd[s]));
-    states_join(e, c, e->chunks[c].ext_cur, e->stage[s], e->split_bits[s]);
-    ZO_TRY(eng_adam_run(e, &e->chunks[c], e->stage[s], pp->u));
-    return write_alternate(e, c, e->stage[s], e->split_bits[s], &pp->wr[s], &pp->pwr[s]);
+    states_join(e, c, e->chunks[c].ext_cur, e->nvme.stage[s], e->nvme.split_bits[s]);
+    ZO_TRY(eng_adam_run(e, &e->chunks[c], e->nvme.stage[s], pp->u));
+    return write_alternate(e, c, e->nvme.stage[s], e->nvme.split_bits[s], &pp->wr[s], &pp->pwr[s]);
 }
 
 /* Every ticket is waited for, whatever failed first. */
@@ -384,7 +385,7 @@ static zo_status wait_ticket(void *arg)
         return ZO_OK;
     uint64_t t0 = zo_now_ns();
     zo_status st = zo_swap_wait(io);
-    atomic_fetch_add(&t->e->nvme_ns, zo_now_ns() - t0);
+    atomic_fetch_add(&t->e->stats.nvme_ns, zo_now_ns() - t0);
     if (st == ZO_OK && eng_zero_on(&t->e->cfg)) /* another rank's chunk, its writes failed */
         st = eng_zero_check_copy(t->e, (uint32_t)t->chunk);
     return eng_zero_defer(t->e, st, t->chunk); /* ZeRO: failed with the others at the step's end */
@@ -394,8 +395,8 @@ static zo_status wait_ticket(void *arg)
  * the h2d stream idle. */
 static void drop_tickets(struct zo_engine *e)
 {
-    for (uint32_t i = 0; e->twins && i < e->n_twins; i++) {
-        zo_swap_io_t io = atomic_exchange(&e->twins[i].io, NULL);
+    for (uint32_t i = 0; e->nvme.twins && i < e->nvme.n_twins; i++) {
+        zo_swap_io_t io = atomic_exchange(&e->nvme.twins[i].io, NULL);
         if (io)
             zo_swap_wait(io);
     }
@@ -407,10 +408,10 @@ static void drop_tickets(struct zo_engine *e)
  * ready event was recorded after it, or later on the same in-order stream). */
 static zo_status take_twin(struct zo_engine *e, eng_twin **out)
 {
-    eng_twin *t = &e->twins[e->next_twin];
-    e->next_twin = (e->next_twin + 1) % e->n_twins;
+    eng_twin *t = &e->nvme.twins[e->nvme.next_twin];
+    e->nvme.next_twin = (e->nvme.next_twin + 1) % e->nvme.n_twins;
     if (t->slot >= 0)
-        ZO_TRY(zo_event_synchronize(e->pslots[t->slot].ready));
+        ZO_TRY(zo_event_synchronize(e->device.pslots[t->slot].ready));
     zo_swap_io_t io = atomic_exchange(&t->io, NULL);
     if (io)
         zo_swap_wait(io); /* its h2d task never ran: the failure was reported then */
@@ -425,7 +426,7 @@ static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, uint32_t s, 
     ZO_TRY(take_twin(e, &t));
     zo_swap_io_t io = NULL;
     ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[k->pext_cur], t->ptr,
-                          e->p16_extent, k->pgen[k->pext_cur], &io));
+                          e->nvme.p16_extent, k->pgen[k->pext_cur], &io));
     atomic_store(&t->io, io);
     ticket_arg ta = {e, t, (int)(k - e->chunks)};
     zo_status st = zo_stream_enqueue(e->h2d, wait_ticket, &ta, sizeof ta);
@@ -521,64 +522,66 @@ static zo_status place_share_bufs(struct zo_engine *e, uint32_t n)
 {
     if (!share_bufs(&e->cfg, n))
         return ZO_OK;
-    return eng_take_pinned(e, e->chunk_bytes, ENG_ZERO_SHARE_BUFS, e->zpbuf);
+    return eng_take_pinned(e, e->chunk_bytes, ENG_ZERO_SHARE_BUFS, e->zero.pbuf);
 }
 
 static zo_status nvme_p16_place(struct zo_engine *e)
 {
     uint32_t n = eng_p16_on_nvme(e);
-    e->n_twins = (uint32_t)twins_for(e->n_pslots, &e->cfg);
-    e->next_twin = 0;
-    e->twins = calloc(e->n_twins ? e->n_twins : 1, sizeof *e->twins);
-    void **tmp = calloc(e->n_twins ? e->n_twins : 1, sizeof *tmp);
-    zo_status st = e->twins && tmp ? eng_take_pinned(e, e->chunk_bytes, e->n_twins, tmp)
-                                   : ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the twins");
+    e->nvme.n_twins = (uint32_t)twins_for(e->device.n_pslots, &e->cfg);
+    e->nvme.next_twin = 0;
+    e->nvme.twins = calloc(e->nvme.n_twins ? e->nvme.n_twins : 1, sizeof *e->nvme.twins);
+    void **tmp = calloc(e->nvme.n_twins ? e->nvme.n_twins : 1, sizeof *tmp);
+    zo_status st = e->nvme.twins && tmp
+                       ? eng_take_pinned(e, e->chunk_bytes, e->nvme.n_twins, tmp)
+                       : ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the twins");
     /* reads fill a twin's first p16_extent bytes: the rest stays zero */
-    for (uint32_t i = 0; st == ZO_OK && i < e->n_twins; i++) {
-        e->twins[i].ptr = tmp[i];
-        e->twins[i].slot = -1;
+    for (uint32_t i = 0; st == ZO_OK && i < e->nvme.n_twins; i++) {
+        e->nvme.twins[i].ptr = tmp[i];
+        e->nvme.twins[i].slot = -1;
         memset(tmp[i], 0, e->chunk_bytes);
     }
     free(tmp);
     ZO_TRY(st);
     ZO_TRY(place_share_bufs(e, n));
-    ZO_TRY(eng_open_store(e, e->p16_extent, 2ull * n, "-p16", &e->pswap));
-    eng_store_opened(e, e->pswap, e->p16_extent);
+    ZO_TRY(eng_open_store(e, e->nvme.p16_extent, 2ull * n, "-p16", &e->nvme.pswap));
+    eng_store_opened(e, e->nvme.pswap, e->nvme.p16_extent);
     for (uint32_t c = 0; c < e->n_chunks; c++)
         for (int i = 0; p16_here(&e->chunks[c]) && i < 2; i++)
-            ZO_TRY(zo_swap_alloc_extent(e->pswap, 2ull * c + (uint64_t)i, &e->chunks[c].pext[i]));
-    for (int i = 0; e->stage[0] && i < (int)ENG_NVME_STAGES; i++)
-        ZO_TRY(zo_swap_register_buffer(e->pswap, e->stage[i], e->stage_bytes));
-    for (uint32_t i = 0; i < e->n_twins; i++)
-        ZO_TRY(zo_swap_register_buffer(e->pswap, e->twins[i].ptr, e->chunk_bytes));
-    for (uint32_t i = 0; e->zpbuf[0] && i < ENG_ZERO_SHARE_BUFS; i++)
-        ZO_TRY(zo_swap_register_buffer(e->pswap, e->zpbuf[i], e->chunk_bytes));
+            ZO_TRY(
+                zo_swap_alloc_extent(e->nvme.pswap, 2ull * c + (uint64_t)i, &e->chunks[c].pext[i]));
+    for (int i = 0; e->nvme.stage[0] && i < (int)ENG_NVME_STAGES; i++)
+        ZO_TRY(zo_swap_register_buffer(e->nvme.pswap, e->nvme.stage[i], e->nvme.stage_bytes));
+    for (uint32_t i = 0; i < e->nvme.n_twins; i++)
+        ZO_TRY(zo_swap_register_buffer(e->nvme.pswap, e->nvme.twins[i].ptr, e->chunk_bytes));
+    for (uint32_t i = 0; e->zero.pbuf[0] && i < ENG_ZERO_SHARE_BUFS; i++)
+        ZO_TRY(zo_swap_register_buffer(e->nvme.pswap, e->zero.pbuf[i], e->chunk_bytes));
     return ZO_OK;
 }
 
 static void nvme_p16_release(struct zo_engine *e)
 {
-    if (!e->pswap) {
-        free(e->twins);
-        e->twins = NULL;
-        e->n_twins = 0;
+    if (!e->nvme.pswap) {
+        free(e->nvme.twins);
+        e->nvme.twins = NULL;
+        e->nvme.n_twins = 0;
         return;
     }
     drop_tickets(e);
     for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-        if (e->stage[i])
-            zo_swap_unregister_buffer(e->pswap, e->stage[i]);
-    for (uint32_t i = 0; e->twins && i < e->n_twins; i++)
-        if (e->twins[i].ptr)
-            zo_swap_unregister_buffer(e->pswap, e->twins[i].ptr);
-    for (uint32_t i = 0; e->zpbuf[0] && i < ENG_ZERO_SHARE_BUFS; i++)
-        zo_swap_unregister_buffer(e->pswap, e->zpbuf[i]);
-    memset(e->zpbuf, 0, sizeof e->zpbuf); /* they go with the pinned pool */
-    zo_swap_close(e->pswap);
-    e->pswap = NULL;
-    free(e->twins);
-    e->twins = NULL;
-    e->n_twins = 0;
+        if (e->nvme.stage[i])
+            zo_swap_unregister_buffer(e->nvme.pswap, e->nvme.stage[i]);
+    for (uint32_t i = 0; e->nvme.twins && i < e->nvme.n_twins; i++)
+        if (e->nvme.twins[i].ptr)
+            zo_swap_unregister_buffer(e->nvme.pswap, e->nvme.twins[i].ptr);
+    for (uint32_t i = 0; e->zero.pbuf[0] && i < ENG_ZERO_SHARE_BUFS; i++)
+        zo_swap_unregister_buffer(e->nvme.pswap, e->zero.pbuf[i]);
+    memset(e->zero.pbuf, 0, sizeof e->zero.pbuf); /* they go with the pinned pool */
+    zo_swap_close(e->nvme.pswap);
+    e->nvme.pswap = NULL;
+    free(e->nvme.twins);
+    e->nvme.twins = NULL;
+    e->nvme.n_twins = 0;
 }
 
 /* At placement, through the stage's spare room (the states' init left the
@@ -590,11 +593,12 @@ static zo_status nvme_p16_write(struct zo_engine *e, uint32_t c, const float *ma
     if (!init)
         return ZO_OK;
     eng_chunk *k = &e->chunks[c];
-    void *p16 = e->stage[0] ? (char *)e->stage[0] + e->state_extent_bytes : e->twins[0].ptr;
+    void *p16 = e->nvme.stage[0] ? (char *)e->nvme.stage[0] + e->nvme.state_extent_bytes
+                                 : e->nvme.twins[0].ptr;
     memset(p16, 0, e->chunk_bytes);
     eng_cast_params(e->cfg.param_dtype, master, p16, k->n_elems);
     k->pgen[0] = 1;
-    return zo_swap_write(e->pswap, k->pext[0], p16, e->p16_extent, k->pgen[0]);
+    return zo_swap_write(e->nvme.pswap, k->pext[0], p16, e->nvme.p16_extent, k->pgen[0]);
 }
 
 static zo_status nvme_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
@@ -619,7 +623,7 @@ static zo_status nvme_p16_store(struct zo_engine *e, uint32_t c, void *src, zo_s
     eng_chunk *k = &e->chunks[c];
     int palt = 1 - k->pext_cur;
     k->pgen[palt] = k->pgen[k->pext_cur] + 1;
-    return eng_swap_async(e, 1, 1, c, k->pext[palt], src, e->p16_extent, k->pgen[palt], io);
+    return eng_swap_async(e, 1, 1, c, k->pext[palt], src, e->nvme.p16_extent, k->pgen[palt], io);
 }
 
 /* Written together with the states: switched when they are; another
@@ -644,7 +648,7 @@ zo_status eng_p16_nvme_read(struct zo_engine *e, uint32_t c, int latest, void *b
     eng_chunk *k = &e->chunks[c];
     int x = latest ? 1 - k->pext_cur : k->pext_cur;
     zo_swap_io_t io = NULL;
-    ZO_TRY(eng_swap_async(e, 0, 1, c, k->pext[x], buf, e->p16_extent, k->pgen[x], &io));
+    ZO_TRY(eng_swap_async(e, 0, 1, c, k->pext[x], buf, e->nvme.p16_extent, k->pgen[x], &io));
     return eng_timed_swap_wait(e, io);
 }
 
@@ -654,7 +658,7 @@ zo_status eng_p16_nvme_receive(struct zo_engine *e, uint32_t c, void *buf, zo_sw
     int alt = 1 - k->pext_cur;
     k->palt_valid = 0;
     k->pgen[alt] = k->pgen[k->pext_cur] + 1;
-    return eng_swap_async(e, 1, 1, c, k->pext[alt], buf, e->p16_extent, k->pgen[alt], io);
+    return eng_swap_async(e, 1, 1, c, k->pext[alt], buf, e->nvme.p16_extent, k->pgen[alt], io);
 }
 
 /* ---- device-resident 16-bit parameters with their copy here ---- */
@@ -687,11 +691,11 @@ static zo_status p16_from_master(struct zo_engine *e, uint32_t c, uint32_t s, co
     eng_chunk *k = &e->chunks[c];
     eng_twin *t;
     ZO_TRY(take_twin(e, &t));
-    float *buf = aligned_alloc(ZO_SWAP_ALIGN, e->state_extent_bytes);
+    float *buf = aligned_alloc(ZO_SWAP_ALIGN, e->nvme.state_extent_bytes);
     if (!buf)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a chunk's states to reload it");
-    zo_status st =
-        zo_swap_read(e->swap, k->ext[k->ext_cur], buf, state_io_bytes(e, k), k->gen[k->ext_cur]);
+    zo_status st = zo_swap_read(e->nvme.swap, k->ext[k->ext_cur], buf, state_io_bytes(e, k),
+                                k->gen[k->ext_cur]);
     if (st == ZO_OK) /* the master leads the packed states */
         eng_cast_params(e->cfg.param_dtype, buf, t->ptr, k->n_elems);
     free(buf);
@@ -791,48 +795,49 @@ static void log_split(const struct zo_engine *e)
 static zo_status nvme_states_place(struct zo_engine *e)
 {
     uint32_t n = eng_chunks_at(e, 1, &eng_state_tier_nvme);
-    e->stage_bytes = e->state_extent_bytes + (eng_p16_on_nvme(e) ? e->chunk_bytes : 0) +
-                     eng_grads_stage_room(e); /* spilled gradients read back */
+    e->nvme.stage_bytes = e->nvme.state_extent_bytes + (eng_p16_on_nvme(e) ? e->chunk_bytes : 0) +
+                          eng_grads_stage_room(e); /* spilled gradients read back */
     for (unsigned i = 0; i < ENG_NVME_STAGES; i++)
-        e->spec.rd_chunk[i] = e->spec.wr_chunk[i] = -1;
+        e->nvme.spec.rd_chunk[i] = e->nvme.spec.wr_chunk[i] = -1;
     void *tmp[ENG_NVME_STAGES];
-    ZO_TRY(eng_take_pinned(e, e->stage_bytes, ENG_NVME_STAGES, tmp));
+    ZO_TRY(eng_take_pinned(e, e->nvme.stage_bytes, ENG_NVME_STAGES, tmp));
     for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-        e->stage[i] = tmp[i];
+        e->nvme.stage[i] = tmp[i];
     uint64_t bb = split_bits_bytes(&e->cfg, e->chunk_elems);
     float *bits = NULL;
     ZO_TRY(eng_host_alloc(e, ENG_NVME_STAGES * bb, &bits));
     for (unsigned i = 0; bits && i < ENG_NVME_STAGES; i++)
-        e->split_bits[i] = (uint8_t *)bits + i * bb;
-    ZO_TRY(eng_open_store(e, e->nvme_state_extent, 2ull * n, "", &e->swap));
-    eng_store_opened(e, e->swap, e->nvme_state_extent);
+        e->nvme.split_bits[i] = (uint8_t *)bits + i * bb;
+    ZO_TRY(eng_open_store(e, e->nvme.nvme_state_extent, 2ull * n, "", &e->nvme.swap));
+    eng_store_opened(e, e->nvme.swap, e->nvme.nvme_state_extent);
     log_split(e);
     for (uint32_t c = 0; c < e->n_chunks; c++)
         for (int i = 0; e->chunks[c].st == &eng_state_tier_nvme && i < 2; i++)
-            ZO_TRY(zo_swap_alloc_extent(e->swap, 2ull * c + (uint64_t)i, &e->chunks[c].ext[i]));
+            ZO_TRY(
+                zo_swap_alloc_extent(e->nvme.swap, 2ull * c + (uint64_t)i, &e->chunks[c].ext[i]));
     for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-        ZO_TRY(zo_swap_register_buffer(e->swap, e->stage[i], e->stage_bytes));
+        ZO_TRY(zo_swap_register_buffer(e->nvme.swap, e->nvme.stage[i], e->nvme.stage_bytes));
     return ZO_OK;
 }
 
 static void nvme_states_release(struct zo_engine *e)
 {
-    free(e->split_bits[0]);
-    memset(e->split_bits, 0, sizeof e->split_bits);
-    if (e->swap) { /* the mode's settle drained the speculative pipeline */
+    free(e->nvme.split_bits[0]);
+    memset(e->nvme.split_bits, 0, sizeof e->nvme.split_bits);
+    if (e->nvme.swap) { /* the mode's settle drained the speculative pipeline */
         for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-            if (e->stage[i])
-                zo_swap_unregister_buffer(e->swap, e->stage[i]);
-        zo_swap_close(e->swap);
-        e->swap = NULL;
+            if (e->nvme.stage[i])
+                zo_swap_unregister_buffer(e->nvme.swap, e->nvme.stage[i]);
+        zo_swap_close(e->nvme.swap);
+        e->nvme.swap = NULL;
     }
-    memset(e->stage, 0, sizeof e->stage);
+    memset(e->nvme.stage, 0, sizeof e->nvme.stage);
 }
 
 static float *nvme_init_buf(struct zo_engine *e, uint32_t c)
 {
     (void)c;
-    return e->stage[0];
+    return e->nvme.stage[0];
 }
 
 /* master only: m and v start at zero */
@@ -842,12 +847,12 @@ static zo_status nvme_init(struct zo_engine *e, uint32_t c, float *buf)
     k->gen[0] = 1;
     k->split_ref[0] = k->split_ref[1] = -1; /* the first update splits it */
     states_pack(e, k, buf);
-    return zo_swap_write(e->swap, k->ext[0], buf, state_io_bytes(e, k), k->gen[0]);
+    return zo_swap_write(e->nvme.swap, k->ext[0], buf, state_io_bytes(e, k), k->gen[0]);
 }
 
 static zo_status nvme_drain(struct zo_engine *e)
 {
-    return e->swap ? spec_drain(e) : ZO_OK;
+    return e->nvme.swap ? spec_drain(e) : ZO_OK;
 }
 
 static void nvme_rollback(struct zo_engine *e, uint32_t c)
@@ -873,7 +878,7 @@ static int nvme_commit(struct zo_engine *e, uint32_t c)
 /* The stages are idle between steps. */
 static zo_status nvme_write_begin(struct zo_engine *e, uint32_t c, float **buf)
 {
-    *buf = e->stage[0];
+    *buf = e->nvme.stage[0];
     return nvme_read(e, c, *buf);
 }
 

@@ -16,20 +16,20 @@ zo_status zo_engine_set_trace(zo_engine_t e, zo_trace_fn fn, void *ctx)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS,
                        "set_trace: call it before zo_engine_finalize "
                        "(the optimizer's workers start there)");
-    e->trace_fn = fn;
-    e->trace_ctx = ctx;
+    e->timeline.fn = fn;
+    e->timeline.ctx = ctx;
     return ZO_OK;
 }
 
 void eng_trace(struct zo_engine *e, zo_trace_track track, int index, const char *name, uint64_t t0,
                uint64_t t1, int chunk, uint64_t bytes)
 {
-    if (!e->trace_fn)
+    if (!e->timeline.fn)
         return;
     zo_trace_event ev = {track, index, name, t0, t1, -1, chunk, bytes};
     if (chunk >= 0 && (uint32_t)chunk < e->n_chunks)
         ev.layer = e->chunks[chunk].layer;
-    e->trace_fn(e->trace_ctx, &ev);
+    e->timeline.fn(e->timeline.ctx, &ev);
 }
 
 /* One NVMe request in flight: its span ends in the store's completion callback. */
@@ -54,8 +54,8 @@ zo_status eng_swap_async(struct zo_engine *e, int write, int store, uint32_t chu
                          zo_swap_extent_t ext, void *buf, size_t len, uint64_t gen,
                          zo_swap_io_t *io)
 {
-    zo_swap_t s = store == 2 ? e->gswap : store ? e->pswap : e->swap;
-    io_span *r = e->trace_fn ? malloc(sizeof *r) : NULL; /* without memory, untraced */
+    zo_swap_t s = store == 2 ? e->grads.swap : store ? e->nvme.pswap : e->nvme.swap;
+    io_span *r = e->timeline.fn ? malloc(sizeof *r) : NULL; /* without memory, untraced */
     if (r)
         *r = (io_span){e, store, write, chunk, len, zo_now_ns()};
     zo_swap_done_fn done = r ? io_done : NULL;
@@ -73,7 +73,7 @@ static void pool_span(void *ctx, const zo_optim_trace_span *sp)
 
 void eng_trace_pool(struct zo_engine *e, zo_optim_pool_config *oc)
 {
-    if (!e->trace_fn)
+    if (!e->timeline.fn)
         return;
     oc->trace = pool_span;
     oc->trace_ctx = e;
@@ -118,7 +118,7 @@ typedef struct busy_arg {
 static zo_status busy_begin(void *arg)
 {
     busy_arg *b = arg;
-    atomic_store(&b->e->busy_t0[b->which], zo_now_ns());
+    atomic_store(&b->e->stats.busy_t0[b->which], zo_now_ns());
     return ZO_OK;
 }
 
@@ -127,8 +127,8 @@ static zo_status busy_end(void *arg)
     static const char *const names[3] = {"h2d", "d2h", "wait for parameters"};
     static const zo_trace_track tracks[3] = {ZO_TRACK_H2D, ZO_TRACK_D2H, ZO_TRACK_COMPUTE};
     busy_arg *b = arg;
-    uint64_t t1 = zo_now_ns(), t0 = atomic_load(&b->e->busy_t0[b->which]);
-    atomic_fetch_add(&b->e->busy_ns[b->which], t1 - t0);
+    uint64_t t1 = zo_now_ns(), t0 = atomic_load(&b->e->stats.busy_t0[b->which]);
+    atomic_fetch_add(&b->e->stats.busy_ns[b->which], t1 - t0);
     eng_trace(b->e, tracks[b->which], 0, names[b->which], t0, t1, b->chunk, b->bytes);
     return ZO_OK;
 }

@@ -130,18 +130,18 @@ uint64_t eng_zero_gather_bytes(const zo_engine_config *c, uint32_t max_cpl, uint
 
 static zo_status place_gathers(struct zo_engine *e)
 {
-    ZO_TRY(zo_comm_split(e->cfg.comm, 0, e->cfg.rank, &e->zpcomm));
-    e->n_zg = (uint32_t)ring_chunks(&e->cfg, e->max_cpl);
-    e->zgbuf = calloc(e->n_zg, sizeof *e->zgbuf);
-    e->zg_chunk = calloc(e->n_zg, sizeof *e->zg_chunk);
-    e->zg_used = calloc(e->n_zg, sizeof *e->zg_used);
-    e->zg_list = calloc(e->n_zg, sizeof *e->zg_list);
-    if (!e->zgbuf || !e->zg_chunk || !e->zg_used || !e->zg_list)
+    ZO_TRY(zo_comm_split(e->cfg.comm, 0, e->cfg.rank, &e->zero.pcomm));
+    e->zero.n_g = (uint32_t)ring_chunks(&e->cfg, e->max_cpl);
+    e->zero.gbuf = calloc(e->zero.n_g, sizeof *e->zero.gbuf);
+    e->zero.g_chunk = calloc(e->zero.n_g, sizeof *e->zero.g_chunk);
+    e->zero.g_used = calloc(e->zero.n_g, sizeof *e->zero.g_used);
+    e->zero.g_list = calloc(e->zero.n_g, sizeof *e->zero.g_list);
+    if (!e->zero.gbuf || !e->zero.g_chunk || !e->zero.g_used || !e->zero.g_list)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the gather ring");
     eng_zero_forget_gathers(e);
-    ZO_TRY(eng_take_pinned(e, e->chunk_bytes, e->n_zg, e->zgbuf));
-    for (uint32_t s = 0; e->pswap && s < e->n_zg; s++) /* its own chunks read from NVMe */
-        ZO_TRY(zo_swap_register_buffer(e->pswap, e->zgbuf[s], e->chunk_bytes));
+    ZO_TRY(eng_take_pinned(e, e->chunk_bytes, e->zero.n_g, e->zero.gbuf));
+    for (uint32_t s = 0; e->nvme.pswap && s < e->zero.n_g; s++) /* its own chunks read from NVMe */
+        ZO_TRY(zo_swap_register_buffer(e->nvme.pswap, e->zero.gbuf[s], e->chunk_bytes));
     return ZO_OK;
 }
 
@@ -166,8 +166,8 @@ static zo_status read_for_gather(void *arg)
 static uint32_t lru_buffer(const struct zo_engine *e)
 {
     uint32_t best = 0;
-    for (uint32_t s = 1; s < e->n_zg; s++)
-        if (e->zg_used[s] < e->zg_used[best])
+    for (uint32_t s = 1; s < e->zero.n_g; s++)
+        if (e->zero.g_used[s] < e->zero.g_used[best])
             best = s;
     return best;
 }
@@ -178,7 +178,7 @@ static zo_status gather_chunk(struct zo_engine *e, uint32_t c)
 {
     eng_chunk *k = &e->chunks[c];
     uint32_t s = lru_buffer(e);
-    void *buf = e->zgbuf[s];
+    void *buf = e->zero.gbuf[s];
     if (k->owner == e->cfg.rank && eng_p16_nvme(k)) {
         gather_read g = {e, c, buf}; /* the buffer's earlier sends are ahead on the stream */
         ZO_TRY(zo_stream_enqueue(e->h2d, read_for_gather, &g, sizeof g));
@@ -187,18 +187,18 @@ static zo_status gather_chunk(struct zo_engine *e, uint32_t c)
     } else {
         k->p16[0] = buf;
     }
-    e->zg_chunk[s] = (int)c;
-    e->zg_used[s] = e->zg_tick;
+    e->zero.g_chunk[s] = (int)c;
+    e->zero.g_used[s] = e->zero.g_tick;
     k->zg_slot = (int)s;
-    e->zg_seq++;
-    return zo_comm_broadcast(e->zpcomm, e->h2d, buf, k->n_elems, e->cfg.param_dtype, k->owner);
+    e->zero.g_seq++;
+    return zo_comm_broadcast(e->zero.pcomm, e->h2d, buf, k->n_elems, e->cfg.param_dtype, k->owner);
 }
 
 /* Layer's partitioned chunks appended to the n in list, each once; those
  * held are marked used by this fetch. */
 static uint32_t add_layer(struct zo_engine *e, int layer, uint32_t *list, uint32_t n)
 {
-    const eng_layer *L = &e->layers[layer];
+    const eng_layer *L = &e->reg.layers[layer];
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         uint32_t c = L->first_chunk + i, j = 0;
         while (j < n && list[j] != c)
@@ -207,7 +207,7 @@ static uint32_t add_layer(struct zo_engine *e, int layer, uint32_t *list, uint32
             continue;
         list[n++] = c;
         if (eng_zero_held(e, c))
-            e->zg_used[e->chunks[c].zg_slot] = e->zg_tick;
+            e->zero.g_used[e->chunks[c].zg_slot] = e->zero.g_tick;
     }
     return n;
 }
@@ -216,13 +216,13 @@ zo_status eng_zero_gather(struct zo_engine *e, int layer, int pos)
 {
     if (!eng_zero_p3(&e->cfg))
         return ZO_OK;
-    e->zg_tick++;
-    uint32_t n = add_layer(e, layer, e->zg_list, 0);
-    for (int a = 1; pos >= 0 && a <= e->cfg.lookahead && pos + a < e->n_trace; a++)
-        n = add_layer(e, e->trace[pos + a] / 2, e->zg_list, n);
+    e->zero.g_tick++;
+    uint32_t n = add_layer(e, layer, e->zero.g_list, 0);
+    for (int a = 1; pos >= 0 && a <= e->cfg.lookahead && pos + a < e->sched.n_trace; a++)
+        n = add_layer(e, e->sched.trace[pos + a] / 2, e->zero.g_list, n);
     for (uint32_t i = 0; i < n; i++)
-        if (!eng_zero_held(e, e->zg_list[i]))
-            ZO_TRY(gather_chunk(e, e->zg_list[i]));
+        if (!eng_zero_held(e, e->zero.g_list[i]))
+            ZO_TRY(gather_chunk(e, e->zero.g_list[i]));
     return ZO_OK;
 }
 
@@ -232,14 +232,14 @@ zo_status eng_zero_gather(struct zo_engine *e, int layer, int pos)
  * for an agreement that never came (the step failed before) goes too. */
 static void drop_loaded_slots(struct zo_engine *e)
 {
-    pthread_mutex_lock(&e->mu);
-    int drop = e->zdefer_slots;
-    e->zdefer_slots = 0;
-    e->zdefer_st = ZO_OK; /* agreed on, or the step failed before that on this rank alone */
-    e->zdefer_repair = -1;
-    pthread_mutex_unlock(&e->mu);
-    for (uint32_t s = 0; drop && s < e->n_pslots; s++) {
-        eng_pslot *p = &e->pslots[s];
+    pthread_mutex_lock(&e->jobs.mu);
+    int drop = e->zero.defer_slots;
+    e->zero.defer_slots = 0;
+    e->zero.defer_st = ZO_OK; /* agreed on, or the step failed before that on this rank alone */
+    e->zero.defer_repair = -1;
+    pthread_mutex_unlock(&e->jobs.mu);
+    for (uint32_t s = 0; drop && s < e->device.n_pslots; s++) {
+        eng_pslot *p = &e->device.pslots[s];
         if (p->chunk >= 0 && !e->chunks[p->chunk].pt->resident) {
             e->chunks[p->chunk].slot = -1;
             p->chunk = -1;
@@ -252,9 +252,9 @@ void eng_zero_forget_gathers(struct zo_engine *e)
     drop_loaded_slots(e);
     for (uint32_t c = 0; e->chunks && c < e->n_chunks; c++)
         e->chunks[c].zg_slot = -1;
-    for (uint32_t s = 0; s < e->n_zg; s++) {
-        e->zg_chunk[s] = -1;
-        e->zg_used[s] = 0;
+    for (uint32_t s = 0; s < e->zero.n_g; s++) {
+        e->zero.g_chunk[s] = -1;
+        e->zero.g_used[s] = 0;
     }
 }
 
@@ -267,63 +267,63 @@ zo_status eng_zero_place(struct zo_engine *e)
 {
     if (!eng_zero_on(&e->cfg))
         return ZO_OK;
-    e->zdefer_repair = -1;
+    e->zero.defer_repair = -1;
     uint32_t kept = 0;
     for (uint32_t c = 0; c < e->n_chunks; c++)
         kept += keeps_grads(e, c);
     uint64_t scratch = eng_states_bytes(e->cfg.state_dtype, e->chunk_elems);
-    ZO_TRY(eng_host_alloc(e, scratch, &e->zscratch));
+    ZO_TRY(eng_host_alloc(e, scratch, &e->zero.scratch));
     uint64_t sets = grad_sets(&e->cfg), i = 0;
     if (kept)
-        ZO_TRY(eng_host_alloc(e, sets * kept * e->chunk_elems * sizeof(float), &e->zgrads));
+        ZO_TRY(eng_host_alloc(e, sets * kept * e->chunk_elems * sizeof(float), &e->zero.grads));
     for (uint64_t b = 0; b < sets; b++)
         for (uint32_t c = 0; c < e->n_chunks; c++)
             if (keeps_grads(e, c))
-                e->chunks[c].zgrad[b] = e->zgrads + (i++) * e->chunk_elems;
-    ZO_TRY(zo_comm_split(e->cfg.comm, 0, e->cfg.rank, &e->zcomm));
-    ZO_TRY(zo_stream_create(e->dev, &e->zstream));
+                e->chunks[c].zgrad[b] = e->zero.grads + (i++) * e->chunk_elems;
+    ZO_TRY(zo_comm_split(e->cfg.comm, 0, e->cfg.rank, &e->zero.comm));
+    ZO_TRY(zo_stream_create(e->dev, &e->zero.stream));
     if (e->cfg.mode == ZO_OPTIM_DPU) {
-        ZO_TRY(zo_comm_split(e->cfg.comm, 0, e->cfg.rank, &e->zdcomm));
-        ZO_TRY(zo_stream_create(e->dev, &e->zdstream));
+        ZO_TRY(zo_comm_split(e->cfg.comm, 0, e->cfg.rank, &e->zero.dcomm));
+        ZO_TRY(zo_stream_create(e->dev, &e->zero.dstream));
     }
     return eng_zero_p3(&e->cfg) ? place_gathers(e) : ZO_OK;
 }
 
 void eng_zero_release(struct zo_engine *e)
 {
-    if (e->zstream)
-        zo_stream_synchronize(e->zstream);
-    if (e->zdstream)
-        zo_stream_synchronize(e->zdstream);
-    zo_stream_destroy(e->zstream);
-    zo_stream_destroy(e->zdstream);
-    e->zstream = e->zdstream = NULL;
-    zo_comm_free(e->zdcomm);
-    e->zdcomm = NULL;
-    zo_comm_free(e->zcomm);
-    zo_comm_free(e->zpcomm); /* the h2d stream that carried its gathers is idle */
-    e->zcomm = e->zpcomm = NULL;
-    free(e->zgbuf); /* the buffers go with the pinned pool */
-    free(e->zg_list);
-    free(e->zg_chunk);
-    free(e->zg_used);
-    e->zgbuf = NULL;
-    e->zg_list = NULL;
-    e->zg_chunk = NULL;
-    e->zg_used = NULL;
-    e->n_zg = 0;
-    free(e->zscratch);
-    free(e->zgrads);
-    e->zscratch = e->zgrads = NULL;
+    if (e->zero.stream)
+        zo_stream_synchronize(e->zero.stream);
+    if (e->zero.dstream)
+        zo_stream_synchronize(e->zero.dstream);
+    zo_stream_destroy(e->zero.stream);
+    zo_stream_destroy(e->zero.dstream);
+    e->zero.stream = e->zero.dstream = NULL;
+    zo_comm_free(e->zero.dcomm);
+    e->zero.dcomm = NULL;
+    zo_comm_free(e->zero.comm);
+    zo_comm_free(e->zero.pcomm); /* the h2d stream that carried its gathers is idle */
+    e->zero.comm = e->zero.pcomm = NULL;
+    free(e->zero.gbuf); /* the buffers go with the pinned pool */
+    free(e->zero.g_list);
+    free(e->zero.g_chunk);
+    free(e->zero.g_used);
+    e->zero.gbuf = NULL;
+    e->zero.g_list = NULL;
+    e->zero.g_chunk = NULL;
+    e->zero.g_used = NULL;
+    e->zero.n_g = 0;
+    free(e->zero.scratch);
+    free(e->zero.grads);
+    e->zero.scratch = e->zero.grads = NULL;
     for (uint32_t c = 0; e->chunks && c < e->n_chunks; c++)
         e->chunks[c].zgrad[0] = e->chunks[c].zgrad[1] = NULL;
 }
 
 int zo_engine_tensor_owner(zo_engine_t e, int id)
 {
-    if (!e || !e->finalized || id < 0 || id >= e->n_tensors)
+    if (!e || !e->finalized || id < 0 || id >= e->reg.n_tensors)
         return -1;
-    return e->chunks[e->tensors[id].chunk].owner;
+    return e->chunks[e->reg.tensors[id].chunk].owner;
 }
 
 /* ---- the end of a step ---- */
@@ -344,8 +344,8 @@ static const float *rank_sum(struct zo_engine *e, uint32_t c, int parity)
     eng_chunk *k = &e->chunks[c];
     if (e->cfg.grad_accum_steps > 1)
         return k->acc[parity];
-    widen(e, k, parity, NULL, e->zscratch);
-    return e->zscratch;
+    widen(e, k, parity, NULL, e->zero.scratch);
+    return e->zero.scratch;
 }
 
 /* The global order, round j->micro - 1: this rank's part of the round's
@@ -358,23 +358,24 @@ static zo_status round_part(struct zo_engine *e, uint32_t c, const eng_job *j)
     const float *sum = NULL;
     int r = e->cfg.rank, carry = j->micro > 1;
     if (carry && k->owner != 0 && r == k->owner) /* ahead of the chain that overwrites it */
-        ZO_TRY(
-            zo_comm_send(e->zcomm, e->zstream, k->zgrad[j->parity], k->n_elems, ZO_DTYPE_F32, 0));
+        ZO_TRY(zo_comm_send(e->zero.comm, e->zero.stream, k->zgrad[j->parity], k->n_elems,
+                            ZO_DTYPE_F32, 0));
     if (carry && k->owner != 0 && r == 0) {
-        ZO_TRY(zo_comm_recv(e->zcomm, e->zstream, e->zscratch, k->n_elems, ZO_DTYPE_F32, k->owner));
-        ZO_TRY(zo_stream_synchronize(e->zstream));
-        sum = e->zscratch;
+        ZO_TRY(zo_comm_recv(e->zero.comm, e->zero.stream, e->zero.scratch, k->n_elems, ZO_DTYPE_F32,
+                            k->owner));
+        ZO_TRY(zo_stream_synchronize(e->zero.stream));
+        sum = e->zero.scratch;
     } else if (carry && r == 0) {
         sum = k->zgrad[j->parity];
     }
-    widen(e, k, j->parity, sum, e->zscratch);
+    widen(e, k, j->parity, sum, e->zero.scratch);
     return ZO_OK;
 }
 
 zo_status eng_zero_reduce_chunk(struct zo_engine *e, uint32_t c, const eng_job *j)
 {
     eng_chunk *k = &e->chunks[c];
-    const float *src = e->zscratch;
+    const float *src = e->zero.scratch;
     if (eng_zero_rounds(&e->cfg))
         ZO_TRY(round_part(e, c, j));
     else
@@ -382,13 +383,13 @@ zo_status eng_zero_reduce_chunk(struct zo_engine *e, uint32_t c, const eng_job *
     float *out = k->zgrad[j->parity];
     /* stage 1: every rank gets the final sum; a round before it rests at the owner */
     if (e->cfg.zero_stage == 1 && j->last)
-        ZO_TRY(zo_comm_all_reduce(e->zcomm, e->zstream, src, out, k->n_elems, ZO_DTYPE_F32,
+        ZO_TRY(zo_comm_all_reduce(e->zero.comm, e->zero.stream, src, out, k->n_elems, ZO_DTYPE_F32,
                                   ZO_REDUCE_EXACT));
     else
-        ZO_TRY(zo_comm_reduce(e->zcomm, e->zstream, src, out, k->n_elems, ZO_DTYPE_F32, k->owner,
-                              ZO_REDUCE_EXACT));
+        ZO_TRY(zo_comm_reduce(e->zero.comm, e->zero.stream, src, out, k->n_elems, ZO_DTYPE_F32,
+                              k->owner, ZO_REDUCE_EXACT));
     /* the scratch is widened again for the next chunk */
-    ZO_TRY(zo_stream_synchronize(e->zstream));
+    ZO_TRY(zo_stream_synchronize(e->zero.stream));
     if (!j->last)
         return ZO_OK;
     memset(&k->gstats, 0, sizeof k->gstats); /* stage 2: the owner's come at the verdict */
@@ -410,9 +411,9 @@ static zo_status share_partials(struct zo_engine *e)
         mine[2 * c + 1] = e->chunks[c].gstats.nonfinite;
     }
     if (st == ZO_OK)
-        st = zo_comm_all_gather(e->zcomm, e->zstream, mine, all, n, ZO_DTYPE_F64);
+        st = zo_comm_all_gather(e->zero.comm, e->zero.stream, mine, all, n, ZO_DTYPE_F64);
     if (st == ZO_OK)
-        st = zo_stream_synchronize(e->zstream);
+        st = zo_stream_synchronize(e->zero.stream);
     for (uint32_t c = 0; st == ZO_OK && c < e->n_chunks; c++) {
         const double *p = all + (size_t)e->chunks[c].owner * n + 2 * c;
         e->chunks[c].gstats.sum_sq = p[0];
@@ -453,7 +454,7 @@ static zo_status resend(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, int 
                         int latest)
 {
     eng_chunk *k = &e->chunks[c];
-    void *buf = e->zpbuf[0] ? e->zpbuf[0] : (void *)e->zscratch;
+    void *buf = e->zero.pbuf[0] ? e->zero.pbuf[0] : (void *)e->zero.scratch;
     int32_t good = 1;
     if (k->owner == e->cfg.rank && eng_p16_nvme(k))
         good = eng_p16_nvme_read(e, c, latest, buf) == ZO_OK;
@@ -468,7 +469,7 @@ static zo_status resend(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, int 
     if (r != e->cfg.rank || !eng_p16_nvme(k))
         return ZO_OK;
     size_t used = k->n_elems * e->pel;
-    memset((char *)buf + used, 0, e->p16_extent - used);
+    memset((char *)buf + used, 0, e->nvme.p16_extent - used);
     zo_status st = good ? ZO_OK : ZO_FAIL(ZO_ERR_IO, ENG_SUBSYS, "its owner could not read it");
     zo_swap_io_t io = NULL;
     if (st == ZO_OK && latest)
@@ -476,8 +477,8 @@ static zo_status resend(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, int 
     if (st == ZO_OK && latest)
         st = eng_timed_swap_wait(e, io);
     else if (st == ZO_OK)
-        st =
-            zo_swap_write(e->pswap, k->pext[k->pext_cur], buf, e->p16_extent, k->pgen[k->pext_cur]);
+        st = zo_swap_write(e->nvme.pswap, k->pext[k->pext_cur], buf, e->nvme.p16_extent,
+                           k->pgen[k->pext_cur]);
     k->palt_valid = latest && st == ZO_OK;
     atomic_store(&k->pstale, st == ZO_OK ? 0 : ENG_P16_STALE);
     if (st < 0)
@@ -516,7 +517,7 @@ static zo_status repair_all(struct zo_engine *e, const outcome *all)
         int32_t c = all[r].repair;
         if (c < 0 || (uint32_t)c >= e->n_chunks)
             continue;
-        ZO_TRY(resend(e, e->zcomm, e->zstream, r, (uint32_t)c, 0));
+        ZO_TRY(resend(e, e->zero.comm, e->zero.stream, r, (uint32_t)c, 0));
     }
     return ZO_OK;
 }
@@ -558,7 +559,7 @@ static zo_status agree(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, zo_st
         bad = bad < 0 && all[r].st < 0 ? r : bad;
         stale += all[r].stale;
     }
-    if (bad >= 0 && comm == e->zcomm && repair_all(e, all) < 0)
+    if (bad >= 0 && comm == e->zero.comm && repair_all(e, all) < 0)
         ZO_LOGW(ENG_SUBSYS, "repairing a 16-bit parameter copy failed: %s", zo_last_error());
     if (st == ZO_OK)
         st = settle_copies(e, comm, s, want, stale, bad >= 0);
@@ -566,9 +567,9 @@ static zo_status agree(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, zo_st
         all[bad].msg[sizeof all[bad].msg - 1] = 0;
         st = ZO_FAIL((zo_status)all[bad].st, ENG_SUBSYS, "rank %d of %d failed the step: %s", bad,
                      W, all[bad].msg);
-        pthread_mutex_lock(&e->mu);
-        e->zdefer_slots = 1; /* slots may hold what a failed read left, here or gathered */
-        pthread_mutex_unlock(&e->mu);
+        pthread_mutex_lock(&e->jobs.mu);
+        e->zero.defer_slots = 1; /* slots may hold what a failed read left, here or gathered */
+        pthread_mutex_unlock(&e->jobs.mu);
     }
     free(all);
     return st;
@@ -577,15 +578,15 @@ static zo_status agree(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, zo_st
 /* The failures kept during the step (eng_zero_defer), agreed on. */
 static zo_status agree_on_step(struct zo_engine *e)
 {
-    pthread_mutex_lock(&e->mu);
-    zo_status mine = e->zdefer_st;
-    char why[sizeof e->zdefer_msg];
-    snprintf(why, sizeof why, "%s", e->zdefer_msg);
-    int c = e->zdefer_repair;
-    e->zdefer_st = ZO_OK;
-    e->zdefer_repair = -1;
-    pthread_mutex_unlock(&e->mu);
-    return agree(e, e->zcomm, e->zstream, mine, c, ENG_P16_STALE, why);
+    pthread_mutex_lock(&e->jobs.mu);
+    zo_status mine = e->zero.defer_st;
+    char why[sizeof e->zero.defer_msg];
+    snprintf(why, sizeof why, "%s", e->zero.defer_msg);
+    int c = e->zero.defer_repair;
+    e->zero.defer_st = ZO_OK;
+    e->zero.defer_repair = -1;
+    pthread_mutex_unlock(&e->jobs.mu);
+    return agree(e, e->zero.comm, e->zero.stream, mine, c, ENG_P16_STALE, why);
 }
 
 zo_status eng_zero_share_partials(struct zo_engine *e)
@@ -652,7 +653,7 @@ static zo_status share_nvme(struct zo_engine *e, uint32_t c, zo_comm_t comm, zo_
     eng_chunk *k = &e->chunks[c];
     unsigned b = r->turn++ % ENG_ZERO_SHARE_BUFS;
     ring_land(e, r, b);
-    void *buf = e->zpbuf[b];
+    void *buf = e->zero.pbuf[b];
     int mine = k->owner == e->cfg.rank;
     if (mine && r->st >= 0)
         ring_keep(r, eng_p16_nvme_read(e, c, 1, buf));
@@ -661,7 +662,7 @@ static zo_status share_nvme(struct zo_engine *e, uint32_t c, zo_comm_t comm, zo_
     if (mine || r->st < 0)
         return ZO_OK;
     size_t used = k->n_elems * e->pel;
-    memset((char *)buf + used, 0, e->p16_extent - used);
+    memset((char *)buf + used, 0, e->nvme.p16_extent - used);
     zo_status st = eng_p16_nvme_receive(e, c, buf, &r->io[b]);
     missed(e, r, c, st);
     if (st == ZO_OK)
@@ -689,8 +690,8 @@ static zo_status share_all(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, s
 zo_status eng_zero_share_params(struct zo_engine *e, zo_status mine)
 {
     int dpu = e->cfg.mode == ZO_OPTIM_DPU; /* the job thread reduces on zcomm meanwhile */
-    zo_comm_t comm = dpu ? e->zdcomm : e->zcomm;
-    zo_stream_t s = dpu ? e->zdstream : e->zstream;
+    zo_comm_t comm = dpu ? e->zero.dcomm : e->zero.comm;
+    zo_stream_t s = dpu ? e->zero.dstream : e->zero.stream;
     share_ring r = {{NULL}, {-1, -1}, 0, ZO_OK, ""};
     ring_keep(&r, mine); /* the update failed here: the others still wait for its chunks */
     zo_status st = share_all(e, comm, s, &r);
@@ -733,7 +734,7 @@ static void remote_release(struct zo_engine *e)
 static float *remote_init_buf(struct zo_engine *e, uint32_t c)
 {
     (void)c;
-    return e->zscratch;
+    return e->zero.scratch;
 }
 
 static zo_status remote_init(struct zo_engine *e, uint32_t c, float *buf)

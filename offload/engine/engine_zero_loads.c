@@ -13,12 +13,12 @@
 int eng_zero_held(const struct zo_engine *e, uint32_t c)
 {
     int s = e->chunks[c].zg_slot;
-    return s >= 0 && e->zg_chunk[s] == (int)c;
+    return s >= 0 && e->zero.g_chunk[s] == (int)c;
 }
 
 const void *eng_zero_gathered(const struct zo_engine *e, uint32_t c)
 {
-    return eng_zero_p3(&e->cfg) && eng_zero_held(e, c) ? e->zgbuf[e->chunks[c].zg_slot] : NULL;
+    return eng_zero_p3(&e->cfg) && eng_zero_held(e, c) ? e->zero.gbuf[e->chunks[c].zg_slot] : NULL;
 }
 
 /* ---- a rank's failure fails the step on every rank ---- */
@@ -27,17 +27,17 @@ zo_status eng_zero_defer(struct zo_engine *e, zo_status st, int chunk)
 {
     if (!eng_zero_on(&e->cfg) || st >= 0)
         return st;
-    pthread_mutex_lock(&e->mu);
-    if (e->zdefer_st >= 0) {
-        e->zdefer_st = st;
-        snprintf(e->zdefer_msg, sizeof e->zdefer_msg, "%s", zo_last_error());
+    pthread_mutex_lock(&e->jobs.mu);
+    if (e->zero.defer_st >= 0) {
+        e->zero.defer_st = st;
+        snprintf(e->zero.defer_msg, sizeof e->zero.defer_msg, "%s", zo_last_error());
     }
-    e->zdefer_slots |= chunk >= 0;
+    e->zero.defer_slots |= chunk >= 0;
     /* another rank's chunk whose copy here fails its checksum: the owner
      * sends it again (repair), else every retry would fail as this step */
     if (chunk >= 0 && st == ZO_ERR_CORRUPT && e->chunks[chunk].owner != e->cfg.rank)
-        e->zdefer_repair = chunk;
-    pthread_mutex_unlock(&e->mu);
+        e->zero.defer_repair = chunk;
+    pthread_mutex_unlock(&e->jobs.mu);
     return ZO_OK;
 }
 

@@ -18,8 +18,8 @@ zo_status zo_engine_set_swap_faults(zo_engine_t e, const zo_swap_fault *faults, 
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "copying %zu swap faults", n);
     if (n)
         memcpy(copy, faults, n * sizeof *copy);
-    free(e->faults);
-    e->faults = copy;
-    e->n_faults = n;
+    free(e->own.faults);
+    e->own.faults = copy;
+    e->own.n_faults = n;
     return ZO_OK;
 }
