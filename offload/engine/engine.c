@@ -94,6 +94,7 @@ zo_status zo_engine_init(zo_engine_t *out, const zo_engine_config *cfg)
     e->dpu.lr = cfg->adam.lr;
     e->dev = cfg->device;
     e->mode = eng_mode_for(cfg->mode);
+    eng_reducers_for(cfg, &e->reducers);
     e->cuda = (zo_device_caps(e->dev) & ZO_DEVCAP_REAL_GPU) != 0;
     e->pel = eng_param_bytes(cfg);
     if (copy_config_refs(e, cfg) < 0) {
@@ -339,7 +340,7 @@ static void forget_step(struct zo_engine *e)
     e->sched.deviated = 1; /* this step's fetches do not become the trace */
     e->sched.n_cur = 0;
     e->step.open = 0;
-    eng_zero_forget_gathers(e);
+    eng_reduce_forget(e);
 }
 
 /* Give up the current step after an error: drain the host jobs, fence the
@@ -443,7 +444,7 @@ static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_
     int pos = eng_trace_push(e, layer, phase);
     if (pos < -1)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "growing the trace");
-    ZO_TRY(eng_zero_gather(e, layer, pos)); /* stage 3: before the loads that read them */
+    ZO_TRY(eng_reduce_gather(e, layer, pos)); /* stage 3: before the loads that read them */
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         uint32_t c = L->first_chunk + i;
         ZO_TRY(eng_make_resident(e, c, pos));
@@ -566,14 +567,7 @@ static zo_status judge_gradients(struct zo_engine *e, eng_verdict *v)
             return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "end_step: layer %d is still fetched",
                            k->layer);
     }
-    if (eng_zero_on(&e->cfg)) /* every rank then holds the same partials */
-        ZO_TRY(eng_zero_share_partials(e));
-    if (eng_pipe_on(&e->cfg)) /* every stage then sums every stage's */
-        ZO_TRY(eng_pipe_judge(e, v));
-    for (uint32_t c = 0; !eng_pipe_on(&e->cfg) && c < e->n_chunks; c++) {
-        v->sum_sq += e->chunks[c].gstats.sum_sq; /* chunk order: deterministic */
-        v->overflow |= e->chunks[c].gstats.nonfinite;
-    }
+    ZO_TRY(eng_reduce_judge(e, v)); /* ZeRO's shared partials, summed by stage or here */
     if (!isfinite(v->sum_sq))
         v->overflow = 1;
     v->loss_scale = zo_engine_loss_scale(e);
@@ -638,7 +632,7 @@ static void close_step(struct zo_engine *e)
     eng_trace_end_step(e);
     e->step.open = 0;
     e->step.steps++;
-    eng_zero_forget_gathers(e); /* the owners updated */
+    eng_reduce_forget(e); /* the owners updated */
 }
 
 static zo_status finish_step(struct zo_engine *e, eng_verdict *v, int *rollbacks)

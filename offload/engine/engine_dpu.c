@@ -15,8 +15,7 @@ static void *dpu_main(void *arg)
     uint64_t t0 = zo_now_ns();
     zo_nvtx_push("delayed update");
     e->dpu.st = eng_update_all(e, e->dpu.lr, e->dpu.factor, e->dpu.step, e->dpu.parity);
-    if (eng_zero_on(&e->cfg)) /* the owners' updates, committed with them */
-        e->dpu.st = eng_zero_share_params(e, e->dpu.st);
+    e->dpu.st = eng_reduce_share(e, e->dpu.st); /* the owners' updates, committed with them */
     if (e->dpu.st < 0)
         snprintf(e->dpu.msg, sizeof e->dpu.msg, "%s", zo_last_error());
     zo_nvtx_pop();

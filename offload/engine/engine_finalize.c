@@ -194,8 +194,7 @@ void eng_release_tiers(struct zo_engine *e)
     e->host.pool = NULL;
     free(e->host.acc);
     e->host.acc = NULL;
-    eng_zero_release(e);
-    eng_pipe_release(e);
+    eng_reducers_release(e);
     e->host.bytes = 0;
     for (uint32_t s = 0; e->device.pslots && s < e->device.n_pslots; s++) {
         zo_event_destroy(e->device.pslots[s].ready);
@@ -230,8 +229,7 @@ static zo_status allocate_and_place(struct zo_engine *e)
     ZO_TRY(place_tiers(e));
     ZO_TRY(eng_grads_place(e, eng_grouped(&e->cfg)));
     ZO_TRY(alloc_host(e));
-    ZO_TRY(eng_zero_place(e));
-    ZO_TRY(eng_pipe_place(e));
+    ZO_TRY(eng_reducers_place(e));
     ZO_TRY(place_initial_states(e));
     ZO_TRY(zo_stream_synchronize(e->h2d));
     return start_optimizer(e);
@@ -243,7 +241,7 @@ zo_status zo_engine_finalize(zo_engine_t e)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL engine");
     if (e->finalized)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the engine is already finalized");
-    ZO_TRY(eng_zero_check(&e->cfg)); /* the communicator: plans go without it */
+    ZO_TRY(eng_reducers_check(&e->reducers, &e->cfg)); /* the communicator: plans go without it */
     int fits;
     char msg[512];
     ZO_TRY(eng_compute_plan(e, &e->fp, &fits, msg, sizeof msg));

@@ -1,6 +1,6 @@
 /* Internal state of the offload engine, shared by its files. Calls between
  * them go one way: a file calls only the files on the lines below its own
- * (not those beside it), directly or through the mode and tier tables
+ * (not those beside it), directly or through the mode, reducer and tier tables
  * (engine_tier.h); nothing calls up, so no files call each other around.
  * The ctest check_engine_order reads this list and holds the objects' calls
  * to it (tools/scripts/check-engine-order.py):
@@ -17,11 +17,14 @@
  *   engine_group.c             layer-major micro-batch groups: the gradient
  *                              slots' fp32 sums on the device
  *   engine_optim.c             the host job thread, the update of every chunk
+ *   engine_reduce.c            the gradient path's reducers (eng_reducer_ops):
+ *                              the chain, its front end, the local reducer
  *   engine_zero.c              ZeRO: chunk owners, the reductions over the
- *                              ranks, the owners' 16-bit broadcast, the table
- *                              of the states other ranks own
+ *                              ranks, the owners' 16-bit broadcast (ZeRO's
+ *                              reducer), the table of the states other ranks
+ *                              own
  *   engine_pipe.c              pipeline stages: the verdict over every stage's
- *                              chunks
+ *                              chunks (the pipeline's reducer)
  *   engine_sched.c             trace, residency, prefetch, eviction, publish
  *   engine_tier.c              the tier tables' registry; a step's update
  *                              committed or discarded through them
@@ -256,6 +259,43 @@ typedef struct eng_mode_ops {
 
 extern const eng_mode_ops eng_mode_sync, eng_mode_overlap, eng_mode_dpu;
 
+/* A reducer (engine_reduce.c): how a chunk's gradients meet the other ranks'
+ * on their way to the update, and how the step's verdict and the updated
+ * 16-bit parameters are agreed. The engine calls the chain its configuration
+ * turns on (eng_reducers_for): ZeRO's, then the pipeline's or the local one.
+ * Each reducer's state is its own part of the engine (e->zero, e->pipe).
+ * Slots marked (optional) may be NULL. */
+#define ENG_REDUCER_OPS_VERSION 1u
+typedef struct eng_reducer_ops {
+    const char *name;
+    unsigned version; /* ENG_REDUCER_OPS_VERSION */
+    /* (optional) What finalize needs beyond the plan (the communicator). */
+    zo_status (*check)(const zo_engine_config *c);
+    /* (optional) Its buffers, streams and communicators, after the tiers; release frees them. */
+    zo_status (*place)(struct zo_engine *e);
+    void (*release)(struct zo_engine *e);
+    /* (optional) Before a fetch's loads of layer (at trace position pos). */
+    zo_status (*gather)(struct zo_engine *e, int layer, int pos);
+    /* (optional) The step closed or was abandoned: what it gathered is stale. */
+    void (*forget)(struct zo_engine *e);
+    /* (optional) A hand-over of chunk c's gradients (host job j); *taken 1
+     * when it took the step's final gradients (they are then the owner's). */
+    zo_status (*hand_over)(struct zo_engine *e, uint32_t c, const eng_job *j, int *taken);
+    /* Its share of the step's verdict, in chain order. */
+    zo_status (*judge)(struct zo_engine *e, eng_verdict *v);
+    /* (optional) After the update (mine: its status): the updated 16-bit
+     * parameters where the ranks need them; the step's status. */
+    zo_status (*share)(struct zo_engine *e, zo_status mine);
+} eng_reducer_ops;
+
+#define ENG_MAX_REDUCERS 2
+typedef struct eng_reducers {
+    const eng_reducer_ops *ops[ENG_MAX_REDUCERS];
+    int n;
+} eng_reducers;
+
+extern const eng_reducer_ops eng_reducer_local, eng_reducer_zero, eng_reducer_pipe;
+
 /* The engine's state, one struct per part that owns it: a part's files
  * reach the others' only through their functions (the order above), except
  * for the packing (chunks, homes) every part reads. */
@@ -440,6 +480,7 @@ struct zo_engine {
     eng_owned own;
     zo_device_t dev;
     const eng_mode_ops *mode;
+    eng_reducers reducers; /* the gradient path's chain (engine_reduce.c) */
     int finalized;
     int cuda;
     size_t pel; /* bytes per element of the parameter and gradient slots (eng_param_bytes) */
@@ -568,6 +609,18 @@ zo_status eng_update_now(struct zo_engine *e, const eng_verdict *v, int *rollbac
 zo_status eng_spec_drain(struct zo_engine *e);
 /* Undo speculative updates (resident states from their backups). */
 void eng_restore_backups(struct zo_engine *e);
+
+/* engine_reduce.c: the reducers' chain for c, checked; the front end
+ * that walks e->reducers */
+void eng_reducers_for(const zo_engine_config *c, eng_reducers *out);
+zo_status eng_reducers_check(const eng_reducers *r, const zo_engine_config *c);
+zo_status eng_reducers_place(struct zo_engine *e);
+void eng_reducers_release(struct zo_engine *e);
+zo_status eng_reduce_gather(struct zo_engine *e, int layer, int pos);
+void eng_reduce_forget(struct zo_engine *e);
+zo_status eng_reduce_hand_over(struct zo_engine *e, uint32_t c, const eng_job *j, int *taken);
+zo_status eng_reduce_judge(struct zo_engine *e, eng_verdict *v);
+zo_status eng_reduce_share(struct zo_engine *e, zo_status mine);
 
 /* engine_tier.c: the step's update made the current state through every
  * chunk's tiers (updated: it was not skipped), or the updates stored beside

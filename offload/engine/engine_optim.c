@@ -106,13 +106,11 @@ static zo_status run_grad_job(struct zo_engine *e, const eng_job *j)
     int accum = e->cfg.grad_accum_steps > 1;
     if (eng_host_accumulates(&e->cfg)) /* grouped: the device summed them */
         ZO_TRY(accumulate(e, k, j));
-    if (eng_zero_rounds(&e->cfg)) /* each micro-batch onto the running sum at the owner */
-        ZO_TRY(eng_zero_reduce_chunk(e, (uint32_t)j->chunk, j));
+    int taken; /* reduced to the owner now: the copy here is then free */
+    ZO_TRY(eng_reduce_hand_over(e, (uint32_t)j->chunk, j, &taken));
     if (!j->last)
         return eng_grads_done(e, j);
-    if (eng_zero_on(&e->cfg)) { /* reduced to the owner now: the copy here is then free */
-        if (!eng_zero_rounds(&e->cfg))
-            ZO_TRY(eng_zero_reduce_chunk(e, (uint32_t)j->chunk, j));
+    if (taken) {
         if (eng_speculates_now(e) && k->owner == e->cfg.rank) /* on the reduced gradient */
             ZO_TRY(speculate(e, (uint32_t)j->chunk, j));
         return eng_grads_done(e, j);

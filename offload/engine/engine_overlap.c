@@ -47,7 +47,7 @@ static zo_status validate(struct zo_engine *e, const eng_verdict *v, int *rollba
 static zo_status validate_and_share(struct zo_engine *e, const eng_verdict *v, int *rollbacks)
 {
     zo_status st = validate(e, v, rollbacks);
-    return eng_zero_on(&e->cfg) && !v->overflow ? eng_zero_share_params(e, st) : st;
+    return !v->overflow ? eng_reduce_share(e, st) : st;
 }
 
 static const char *update_name(const struct zo_engine *e, const eng_verdict *v, int rollbacks)

@@ -76,3 +76,11 @@ zo_status eng_pipe_judge(struct zo_engine *e, eng_verdict *v)
     free(all);
     return st;
 }
+
+const eng_reducer_ops eng_reducer_pipe = {
+    .name = "pipeline",
+    .version = ENG_REDUCER_OPS_VERSION,
+    .place = eng_pipe_place,
+    .release = eng_pipe_release,
+    .judge = eng_pipe_judge,
+};

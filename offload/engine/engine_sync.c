@@ -9,7 +9,7 @@ static zo_status apply(struct zo_engine *e, const eng_verdict *v, int *rollbacks
         return ZO_OK;
     int parity = e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
     zo_status st = eng_update_all(e, e->step.lr, v->factor, e->step.opt_step + 1, parity);
-    return eng_zero_on(&e->cfg) ? eng_zero_share_params(e, st) : st; /* the owners' updates */
+    return eng_reduce_share(e, st); /* the owners' updates */
 }
 
 static const char *update_name(const struct zo_engine *e, const eng_verdict *v, int rollbacks)

@@ -874,3 +874,35 @@ const eng_param_tier eng_param_tier_remote = {
     .commit = remote_p16_commit,
     .abandon = NULL,
 };
+
+/* A hand-over: each micro-batch onto the running sum at the owner in the
+ * global order (eng_zero_rounds), else the rank's final sum; the final
+ * gradients are then the owner's. */
+static zo_status zero_hand_over(struct zo_engine *e, uint32_t c, const eng_job *j, int *taken)
+{
+    if (eng_zero_rounds(&e->cfg) || j->last)
+        ZO_TRY(eng_zero_reduce_chunk(e, c, j));
+    *taken = j->last;
+    return ZO_OK;
+}
+
+/* The verdict's share: the partials the same on every rank; the next
+ * reducer of the chain sums them. */
+static zo_status zero_judge(struct zo_engine *e, eng_verdict *v)
+{
+    (void)v;
+    return eng_zero_share_partials(e);
+}
+
+const eng_reducer_ops eng_reducer_zero = {
+    .name = "zero",
+    .version = ENG_REDUCER_OPS_VERSION,
+    .check = eng_zero_check,
+    .place = eng_zero_place,
+    .release = eng_zero_release,
+    .gather = eng_zero_gather,
+    .forget = eng_zero_forget_gathers,
+    .hand_over = zero_hand_over,
+    .judge = zero_judge,
+    .share = eng_zero_share_params,
+};
