@@ -183,6 +183,9 @@ static void test_value_parsers_take_what_the_help_says(void **state)
     assert_int_equal(zt_cli_optim_mode("Sync", &mode), -1);
     assert_int_equal(mode, ZO_OPTIM_DPU);
 
+    assert_int_equal(zt_cli_choice("auto", zt_cli_devices), 0);
+    assert_int_equal(zt_cli_choice("cuda", zt_cli_devices), 2);
+    assert_int_equal(zt_cli_choice("gpu", zt_cli_devices), -1);
     const char *const choices[] = {"global", "rank", NULL};
     assert_int_equal(zt_cli_choice("rank", choices), 1);
     assert_int_equal(zt_cli_choice("ranks", choices), -1);

@@ -226,6 +226,8 @@ int zt_cli_on_off(const char *s, int *out)
     return 0;
 }
 
+const char *const zt_cli_devices[] = {"auto", "cpu", "cuda", NULL};
+
 int zt_cli_dtype(const char *s, zo_dtype *out)
 {
     static const char *const names[] = {"bf16", "fp16", "fp32", NULL};

@@ -201,7 +201,7 @@ static int parse_choice_opt(int opt, const char *arg, cli *c)
         return 0;
     }
     case ZT_OPT_DEVICE:
-        if (strcmp(arg, "auto") && strcmp(arg, "cpu") && strcmp(arg, "cuda"))
+        if (zt_cli_choice(arg, zt_cli_devices) < 0)
             return bad_value(c, opt, arg, "auto, cpu or cuda");
         c->req.device = arg;
         return 0;

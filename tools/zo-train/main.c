@@ -159,7 +159,7 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
 {
     switch (opt) {
     case ZT_OPT_DEVICE:
-        if (strcmp(arg, "auto") && strcmp(arg, "cpu") && strcmp(arg, "cuda"))
+        if (zt_cli_choice(arg, zt_cli_devices) < 0)
             return bad_value(c, opt, arg, "auto, cpu or cuda");
         c->o.device = arg;
         return 0;
