@@ -175,6 +175,96 @@ ZO_API zo_status zo_op_attention_bwd(zo_stream_t s, void *dq, void *dk, void *dv
                                      const void *k, const void *v, int batch, int seq, int heads,
                                      int head_dim, zo_dtype dt);
 
+/* ---- fused attention (FlashAttention-2): nothing seq x seq anywhere ----
+ * q, dq, out, dout: batch x seq x heads x head_dim; k, v, dk, dv: batch x seq x
+ * kv_heads x head_dim, query head h reading key/value head h / (heads /
+ * kv_heads) in place (grouped-query attention without repeat_kv's copy).
+ * Query i attends key j when every rule the descriptor sets allows it:
+ *   causal:      j <= i
+ *   window > 0:  i - j < window (Mistral's and Qwen2's sliding_window, exact)
+ *   block_mask:  block_mask[(i / mask_block) * nb + j / mask_block] != 0, with
+ *                nb = ceil(seq / mask_block) (zo_attn_layout_build makes one)
+ * A query that attends no key gets out = 0 and lse = -inf.
+ * Forward: queries and keys go in tiles (mask_block with a mask, else 64);
+ * each query tile keeps a running max and sum in fp32 over its key tiles and
+ * rescales its fp32 accumulator; out is rounded once and lse[b, h, i] (fp32,
+ * batch x heads x seq) = log sum_j exp(scale q_i . k_j) is saved. A tile
+ * pair the rules disallow entirely is skipped, not computed and zeroed, so
+ * work falls with the layout's density.
+ * Backward: delta[b, h, i] = dout_i . out_i (fp32 workspace, batch x heads x
+ * seq, overwritten) and then the probabilities are recomputed tile by tile
+ * from lse. It is deterministic without atomics: dk and dv of a key tile are
+ * summed by one task over the group's query heads in ascending order and,
+ * within each, over query tiles in ascending order; dq of a query tile by one
+ * task over key tiles in ascending order (the scores are recomputed for it).
+ * dq, dk, dv are written, not added. Scores, probabilities and accumulators
+ * stay in fp32 (the materialized op rounds scores and probabilities to dt). */
+typedef struct zo_flash_attn_desc {
+    size_t struct_size;                        /* sizeof(zo_flash_attn_desc) */
+    int batch, seq, heads, kv_heads, head_dim; /* heads a multiple of kv_heads */
+    int causal;                                /* 1: j <= i */
+    int window;                                /* > 0: i - j < window; 0: none */
+    float scale;                               /* 0: 1 / sqrt(head_dim) */
+    const uint8_t *block_mask;                 /* device bytes, nb x nb; NULL: none */
+    int mask_block;                            /* with block_mask: 16..512, a multiple of 16 */
+    zo_dtype dt;
+} zo_flash_attn_desc;
+
+#define ZO_FLASH_ATTN_DESC_INIT                                                                    \
+    {                                                                                              \
+        .struct_size = sizeof(zo_flash_attn_desc), .causal = 1, .dt = ZO_DTYPE_F32                 \
+    }
+
+ZO_API zo_status zo_op_flash_attention_fwd(zo_stream_t s, const zo_flash_attn_desc *d, void *out,
+                                           float *lse, const void *q, const void *k, const void *v);
+ZO_API zo_status zo_op_flash_attention_bwd(zo_stream_t s, const zo_flash_attn_desc *d, void *dq,
+                                           void *dk, void *dv, float *delta, const void *dout,
+                                           const void *out, const float *lse, const void *q,
+                                           const void *k, const void *v);
+
+/* ---- block-sparse attention layouts (host) ----
+ * A layout fills the block mask of zo_flash_attn_desc: nb x nb bytes for
+ * nb = ceil(seq / block), 1 where query block r may attend key block c.
+ *   DENSE:          every block (with causal, the lower triangle is what runs)
+ *   SLIDING_WINDOW: r - window_blocks < c <= r + (causal ? 0 : window_blocks - 1)
+ *   FIXED:          DeepSpeed's fixed layout: local stripes of window_blocks
+ *                   blocks (c in r's stripe) plus the last global_blocks
+ *                   blocks of every stripe as summary columns all rows read
+ *   BIGBIRD:        window_blocks around the diagonal (|r - c| < window_blocks
+ *                   on both sides, halved), the first global_blocks rows and
+ *                   columns, and random_blocks random columns per row drawn
+ *                   from seed (the same seed, the same mask)
+ * Causal layouts keep only c <= r. */
+typedef enum {
+    ZO_ATTN_LAYOUT_DENSE = 0,
+    ZO_ATTN_LAYOUT_SLIDING_WINDOW,
+    ZO_ATTN_LAYOUT_FIXED,
+    ZO_ATTN_LAYOUT_BIGBIRD
+} zo_attn_layout_kind;
+
+typedef struct zo_attn_layout {
+    size_t struct_size; /* sizeof(zo_attn_layout) */
+    zo_attn_layout_kind kind;
+    int block;         /* tokens per block: 16..512, a multiple of 16 */
+    int causal;        /* 1: keep c <= r */
+    int window_blocks; /* SLIDING_WINDOW, BIGBIRD: >= 1; FIXED: the stripe, >= 1 */
+    int global_blocks; /* FIXED: 1..window_blocks; BIGBIRD: >= 0 */
+    int random_blocks; /* BIGBIRD: >= 0 */
+    uint64_t seed;     /* BIGBIRD */
+} zo_attn_layout;
+
+#define ZO_ATTN_LAYOUT_INIT                                                                        \
+    {                                                                                              \
+        .struct_size = sizeof(zo_attn_layout), .block = 64, .causal = 1, .window_blocks = 1        \
+    }
+
+/* nb = ceil(seq / l->block) in *n_blocks; with mask != NULL fills mask (cap
+ * bytes, at least nb * nb). *density (may be NULL) is the fraction of the
+ * blocks a causal or full sweep runs: kept blocks / (causal ? nb (nb + 1) / 2
+ * : nb^2). */
+ZO_API zo_status zo_attn_layout_build(const zo_attn_layout *l, int seq, uint8_t *mask, size_t cap,
+                                      int *n_blocks, double *density);
+
 /* ---- grouped-query attention: key/value heads shared by query heads ----
  * x is rows x kv_heads x head_dim; out is rows x (kv_heads * group) x head_dim
  * with query head h reading key/value head h / group (as transformers'

@@ -23,4 +23,9 @@ zo_status zo_cpu_gemm_onednn(const zo_gemm_desc *g);
 void zo_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* The same on the calling thread alone (a pool task's own small GEMM, as the
+ * fused attention's tiles). */
+void zo_cpu_sgemm_here(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+                       int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
 #endif

@@ -99,6 +99,15 @@ void zo_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, co
     zo_cpu_pool_run(j.sp.parts, sgemm_part, &j);
 }
 
+void zo_cpu_sgemm_here(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+                       int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    pthread_once(&blas_once, blas_single_threaded);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, (int)lda, b, (int)ldb, beta,
+                c, (int)ldc);
+}
+
 /* ---- bf16 through oneDNN ---- */
 
 #ifdef ZO_HAVE_ONEDNN

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_flash.h"
 #include "cpu_gemm.h"
 #include "cpu_pool.h"
 #include "device_impl.h"
@@ -666,4 +667,6 @@ const zo_ops_backend zo_ops_cpu = {
     .sumsq = sumsq_enqueue,
     .repeat_kv = repeat_kv_enqueue,
     .bias = bias_enqueue,
+    .flash_fwd = zo_cpu_flash_fwd,
+    .flash_bwd = zo_cpu_flash_bwd,
 };

@@ -494,6 +494,110 @@ zo_status zo_op_attention_bwd(zo_stream_t s, void *dq, void *dk, void *dv, void 
     return ZO_OK;
 }
 
+/* ---- fused attention ---- */
+
+static zo_status check_flash_shape(const zo_flash_attn_desc *d, const char *op)
+{
+    if (!d || d->struct_size != sizeof *d)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "%s: the descriptor is NULL or its struct_size is not "
+                       "sizeof(zo_flash_attn_desc) (use ZO_FLASH_ATTN_DESC_INIT)",
+                       op);
+    ZO_TRY(check_dtype(d->dt, op));
+    ZO_TRY(check_positive(d->batch, op, "batch"));
+    ZO_TRY(check_positive(d->seq, op, "seq"));
+    ZO_TRY(check_positive(d->heads, op, "heads"));
+    ZO_TRY(check_positive(d->kv_heads, op, "kv_heads"));
+    ZO_TRY(check_positive(d->head_dim, op, "head_dim"));
+    if (d->heads % d->kv_heads)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "%s: heads %d is not a multiple of kv_heads %d (each key/value head "
+                       "serves heads / kv_heads query heads)",
+                       op, d->heads, d->kv_heads);
+    if (d->head_dim > 512)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "%s: head_dim %d is above 512, the most the "
+                       "fused attention's tiles hold",
+                       op, d->head_dim);
+    if (d->window < 0 || !(d->scale >= 0.0f) || !isfinite(d->scale))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "%s: window %d must be >= 0 (0: none) and scale %g finite and >= 0 "
+                       "(0: 1/sqrt(head_dim))",
+                       op, d->window, (double)d->scale);
+    if (d->block_mask && (d->mask_block < 16 || d->mask_block > 512 || d->mask_block % 16))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "%s: mask_block %d must be a multiple of 16 in 16..512", op, d->mask_block);
+    return ZO_OK;
+}
+
+/* Checks the descriptor and the operands shared by both directions and fills
+ * the backend's arguments. */
+static zo_status flash_prepare(zo_stream_t s, const zo_flash_attn_desc *d, const char *op,
+                               zo_flash_args *a)
+{
+    ZO_TRY(check_flash_shape(d, op));
+    size_t es = zo_dtype_size(d->dt), rows = (size_t)d->batch * d->seq;
+    size_t qb = rows * d->heads * d->head_dim * es, kb = rows * d->kv_heads * d->head_dim * es;
+    size_t lb = rows * d->heads * sizeof(float);
+    const void *ptrs[] = {a->o, a->q, a->k, a->v, a->lse};
+    const char *fwd_names[] = {"out", "q", "k", "v", "lse"};
+    const char *bwd_names[] = {"dq", "q", "k", "v", "lse"};
+    const size_t bytes[] = {qb, qb, kb, kb, lb};
+    for (int i = 0; i < 5; i++)
+        ZO_TRY(check_operand(s, ptrs[i], bytes[i], op, (a->dk ? bwd_names : fwd_names)[i]));
+    if (a->dk) {
+        const void *bp[] = {a->dk, a->dv, a->delta, a->out, a->dout};
+        const char *bn[] = {"dk", "dv", "delta", "out", "dout"};
+        const size_t bb[] = {kb, kb, lb, qb, qb};
+        for (int i = 0; i < 5; i++)
+            ZO_TRY(check_operand(s, bp[i], bb[i], op, bn[i]));
+    }
+    if (d->block_mask) {
+        size_t nb = ((size_t)d->seq + d->mask_block - 1) / d->mask_block;
+        ZO_TRY(check_operand(s, d->block_mask, nb * nb, op, "block_mask"));
+    }
+    a->d = *d;
+    if (a->d.scale == 0.0f)
+        a->d.scale = (float)(1.0 / sqrt((double)d->head_dim));
+    return ZO_OK;
+}
+
+zo_status zo_op_flash_attention_fwd(zo_stream_t s, const zo_flash_attn_desc *d, void *out,
+                                    float *lse, const void *q, const void *k, const void *v)
+{
+    static const char op[] = "flash_attention_fwd";
+    const zo_ops_backend *be;
+    zo_ops_exec x;
+    ZO_TRY(exec_for(s, &be, &x));
+    zo_flash_args a = {.o = out, .lse = lse, .q = q, .k = k, .v = v};
+    ZO_TRY(flash_prepare(s, d, op, &a));
+    return be->flash_fwd(&x, &a);
+}
+
+zo_status zo_op_flash_attention_bwd(zo_stream_t s, const zo_flash_attn_desc *d, void *dq, void *dk,
+                                    void *dv, float *delta, const void *dout, const void *out,
+                                    const float *lse, const void *q, const void *k, const void *v)
+{
+    static const char op[] = "flash_attention_bwd";
+    const zo_ops_backend *be;
+    zo_ops_exec x;
+    ZO_TRY(exec_for(s, &be, &x));
+    if (!dk)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: dk is NULL", op);
+    zo_flash_args a = {.o = dq,
+                       .dk = dk,
+                       .dv = dv,
+                       .lse = (float *)lse,
+                       .delta = delta,
+                       .q = q,
+                       .k = k,
+                       .v = v,
+                       .out = out,
+                       .dout = dout};
+    ZO_TRY(flash_prepare(s, d, op, &a));
+    return be->flash_bwd(&x, &a);
+}
+
 /* ---- grouped-query attention's key/value heads ---- */
 
 static zo_status repeat_kv_common(zo_stream_t s, void *out, const void *in, size_t rows,

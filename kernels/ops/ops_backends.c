@@ -43,6 +43,8 @@ zo_status zo_ops_backend_check(const zo_ops_backend *o)
         {"sumsq", o->sumsq != NULL},
         {"repeat_kv", o->repeat_kv != NULL},
         {"bias", o->bias != NULL},
+        {"flash_fwd", o->flash_fwd != NULL},
+        {"flash_bwd", o->flash_bwd != NULL},
     };
     return zo_table_check("compute ops", o->name, o->version, ZO_OPS_BACKEND_VERSION, slots,
                           sizeof slots / sizeof slots[0]);

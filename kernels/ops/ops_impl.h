@@ -198,8 +198,23 @@ typedef struct zo_sumsq_args {
     int accumulate;
 } zo_sumsq_args;
 
+/* The fused attention op (zo_op_flash_attention_fwd/bwd), validated. fwd
+ * writes out (o) and lse; bwd writes dq (o), dk, dv and delta. */
+typedef struct zo_flash_args {
+    zo_flash_attn_desc d; /* scale resolved (> 0) */
+    void *o, *dk, *dv;
+    float *lse, *delta;
+    const void *q, *k, *v, *out, *dout;
+} zo_flash_args;
+
+/* The tile of the fused attention: the mask's block, else 64 rows. */
+static inline int zo_flash_tile(const zo_flash_attn_desc *d)
+{
+    return d->block_mask ? d->mask_block : 64;
+}
+
 /* Bumped when a slot is added, removed or changes meaning. */
-#define ZO_OPS_BACKEND_VERSION 1u
+#define ZO_OPS_BACKEND_VERSION 2u
 
 /* Capability flags (zo_ops_backend.caps). */
 enum {
@@ -229,6 +244,8 @@ typedef struct zo_ops_backend {
     zo_status (*sumsq)(const zo_ops_exec *x, const zo_sumsq_args *a);
     zo_status (*repeat_kv)(const zo_ops_exec *x, const zo_repeat_kv_args *a);
     zo_status (*bias)(const zo_ops_exec *x, const zo_bias_args *a);
+    zo_status (*flash_fwd)(const zo_ops_exec *x, const zo_flash_args *a);
+    zo_status (*flash_bwd)(const zo_ops_exec *x, const zo_flash_args *a);
 } zo_ops_backend;
 
 extern const zo_ops_backend zo_ops_cpu;
