@@ -105,4 +105,6 @@ const zo_ops_backend zo_ops_cuda = {
     .sumsq = cuda_sumsq,
     .repeat_kv = zo_cuda_op_repeat_kv,
     .bias = zo_cuda_op_bias,
+    .flash_fwd = zo_cuda_op_flash_fwd,
+    .flash_bwd = zo_cuda_op_flash_bwd,
 };

@@ -26,6 +26,9 @@ zo_status zo_cuda_op_cross_entropy(const zo_ops_exec *x, const zo_xent_args *a);
 zo_status zo_cuda_op_elementwise(const zo_ops_exec *x, const zo_ew_args *a);
 zo_status zo_cuda_op_repeat_kv(const zo_ops_exec *x, const zo_repeat_kv_args *a);
 zo_status zo_cuda_op_bias(const zo_ops_exec *x, const zo_bias_args *a);
+/* The fused attention (flash_cuda.cu). */
+zo_status zo_cuda_op_flash_fwd(const zo_ops_exec *x, const zo_flash_args *a);
+zo_status zo_cuda_op_flash_bwd(const zo_ops_exec *x, const zo_flash_args *a);
 /* partials: ZO_CUDA_SUMSQ_PARTIALS floats of device memory owned by the stream. */
 zo_status zo_cuda_sumsq(void *stream, float *partials, const zo_sumsq_args *a);
 

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops_test_util.h"
+#include "flash_suite.h"
 
 static zo_device_t g_dev;
 static zo_stream_t g_s;
@@ -53,38 +53,6 @@ static int free_buffers(void **state)
     (void)state;
     dev_free_all();
     return 0;
-}
-
-/* ---- one problem: shape, mask, host inputs ---- */
-
-typedef struct flash_case {
-    int B, T, H, KV, D;
-    int causal, window, mask_block;
-    const uint8_t *mask; /* host copy of the block mask, or NULL */
-    float *q, *k, *v, *dout;
-} flash_case;
-
-static size_t nq_of(const flash_case *c)
-{
-    return (size_t)c->B * c->T * c->H * c->D;
-}
-
-static size_t nk_of(const flash_case *c)
-{
-    return (size_t)c->B * c->T * c->KV * c->D;
-}
-
-static void case_inputs(flash_case *c, uint64_t seed)
-{
-    c->q = rand_vec(&seed, nq_of(c), 2.0f, ZO_DTYPE_BF16);
-    c->k = rand_vec(&seed, nk_of(c), 2.0f, ZO_DTYPE_BF16);
-    c->v = rand_vec(&seed, nk_of(c), 1.0f, ZO_DTYPE_BF16);
-    c->dout = rand_vec(&seed, nq_of(c), 1.0f, ZO_DTYPE_BF16);
-}
-
-static void case_free(flash_case *c)
-{
-    free(c->q), free(c->k), free(c->v), free(c->dout);
 }
 
 static int ref_allowed(const flash_case *c, int i, int j)
@@ -188,45 +156,6 @@ static void ref_free(flash_ref *r)
     free(r->out), free(r->lse), free(r->dq), free(r->dk), free(r->dv);
 }
 
-/* ---- the op under test ---- */
-
-typedef struct flash_got {
-    float *out, *lse, *dq, *dk, *dv;
-} flash_got;
-
-static flash_got run_flash(const flash_case *c, zo_dtype dt)
-{
-    size_t nq = nq_of(c), nk = nk_of(c), nl = (size_t)c->B * c->H * c->T,
-           es = zo_dtype_size(dt);
-    void *q = dev_from(g_s, c->q, nq, dt), *k = dev_from(g_s, c->k, nk, dt);
-    void *v = dev_from(g_s, c->v, nk, dt), *dout = dev_from(g_s, c->dout, nq, dt);
-    void *out = dev_zeros(g_s, nq * es), *dq = dev_zeros(g_s, nq * es);
-    void *dk = dev_zeros(g_s, nk * es), *dv = dev_zeros(g_s, nk * es);
-    float *lse = dev_zeros(g_s, nl * sizeof(float)), *delta = dev_zeros(g_s, nl * sizeof(float));
-    zo_flash_attn_desc d = ZO_FLASH_ATTN_DESC_INIT;
-    d.batch = c->B, d.seq = c->T, d.heads = c->H, d.kv_heads = c->KV, d.head_dim = c->D;
-    d.causal = c->causal, d.window = c->window, d.dt = dt;
-    if (c->mask) {
-        int nb = (c->T + c->mask_block - 1) / c->mask_block;
-        uint8_t *m = dev_zeros(g_s, (size_t)nb * nb);
-        ZO_ASSERT_OK(zo_memcpy_h2d_async(g_s, m, c->mask, (size_t)nb * nb));
-        d.block_mask = m;
-        d.mask_block = c->mask_block;
-    }
-    ZO_ASSERT_OK(zo_op_flash_attention_fwd(g_s, &d, out, lse, q, k, v));
-    ZO_ASSERT_OK(zo_op_flash_attention_bwd(g_s, &d, dq, dk, dv, delta, dout, out, lse, q, k, v));
-    flash_got o = {dev_to_host(g_s, out, nq, dt), dev_to_host(g_s, lse, nl, ZO_DTYPE_F32),
-                   dev_to_host(g_s, dq, nq, dt), dev_to_host(g_s, dk, nk, dt),
-                   dev_to_host(g_s, dv, nk, dt)};
-    dev_free_all();
-    return o;
-}
-
-static void got_free(flash_got *o)
-{
-    free(o->out), free(o->lse), free(o->dq), free(o->dk), free(o->dv);
-}
-
 /* lse is compared where finite; -inf must be -inf exactly. */
 static void assert_lse(const float *got, const double *want, size_t n, double tol)
 {
@@ -245,7 +174,7 @@ static void assert_lse(const float *got, const double *want, size_t n, double to
 static void check_against_ref(const flash_case *c, const flash_ref *r, zo_dtype dt,
                               const char *what)
 {
-    flash_got o = run_flash(c, dt);
+    flash_got o = run_flash(g_s, c, dt);
     char msg[160];
     const char *dn = zo_dtype_name(dt);
     snprintf(msg, sizeof msg, "%s %s out", what, dn);
@@ -270,8 +199,9 @@ static void test_flash_matches_double_reference(void **state)
     const int shapes[][5] = {
         {2, 100, 2, 2, 64}, {1, 70, 4, 2, 80}, {1, 130, 3, 1, 96}, {1, 65, 4, 1, 128}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        flash_case c = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4],
-                        1, 0, 0, NULL, NULL, NULL, NULL, NULL};
+        flash_case c = {
+            shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4], 1, 0, 0,
+            NULL,         NULL,         NULL,         NULL,         NULL};
         case_inputs(&c, 100 + s);
         flash_ref r = ref_flash(&c);
         char what[64];
@@ -312,7 +242,8 @@ static void test_flash_matches_materialized(void **state)
         void *datt = dev_zeros(g_s, na * es), *dq = dev_zeros(g_s, nq * es);
         void *dk = dev_zeros(g_s, nq * es), *dv = dev_zeros(g_s, nq * es);
         ZO_ASSERT_OK(zo_op_attention_fwd(g_s, out, att, q, k, v, B, T, H, D, dt));
-        ZO_ASSERT_OK(zo_op_attention_bwd(g_s, dq, dk, dv, datt, dout, att, q, k, v, B, T, H, D, dt));
+        ZO_ASSERT_OK(
+            zo_op_attention_bwd(g_s, dq, dk, dv, datt, dout, att, q, k, v, B, T, H, D, dt));
         float *mo = dev_to_host(g_s, out, nq, dt), *mdq = dev_to_host(g_s, dq, nq, dt);
         float *mdk = dev_to_host(g_s, dk, nq, dt), *mdv = dev_to_host(g_s, dv, nq, dt);
         dev_free_all();
@@ -326,7 +257,7 @@ static void test_flash_matches_materialized(void **state)
                         m.dk[KI(&c, b, t, h / G) + d] += mdk[QI(&c, b, t, h) + d];
                         m.dv[KI(&c, b, t, h / G) + d] += mdv[QI(&c, b, t, h) + d];
                     }
-        flash_got o = run_flash(&c, dt);
+        flash_got o = run_flash(g_s, &c, dt);
         double tol = dt == ZO_DTYPE_F32 ? 1e-4 : dt == ZO_DTYPE_F16 ? 8e-3 : 5e-2;
         ASSERT_CLOSE(o.out, m.out, nq, tol, "flash vs materialized out");
         ASSERT_CLOSE(o.dq, m.dq, nq, tol, "flash vs materialized dq");
@@ -406,7 +337,7 @@ static void test_flash_never_reads_masked_blocks(void **state)
                 size_t i = KI(&c, 0, t, h) + d;
                 c.v[i] = c.k[i] = NAN;
             }
-    flash_got o = run_flash(&c, ZO_DTYPE_F32);
+    flash_got o = run_flash(g_s, &c, ZO_DTYPE_F32);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < 2; h++)
             for (int d = 0; d < 64; d++) {
@@ -428,7 +359,7 @@ static void test_flash_same_bits(void **state)
     (void)state;
     flash_case c = {2, 200, 4, 2, 64, 1, 0, 0, NULL, NULL, NULL, NULL, NULL};
     case_inputs(&c, 600);
-    flash_got a = run_flash(&c, ZO_DTYPE_BF16), b = run_flash(&c, ZO_DTYPE_BF16);
+    flash_got a = run_flash(g_s, &c, ZO_DTYPE_BF16), b = run_flash(g_s, &c, ZO_DTYPE_BF16);
     float *pa[] = {a.out, a.lse, a.dq, a.dk, a.dv}, *pb[] = {b.out, b.lse, b.dq, b.dk, b.dv};
     size_t n[] = {nq_of(&c), (size_t)c.B * c.H * c.T, nq_of(&c), nk_of(&c), nk_of(&c)};
     const char *path = getenv("ZO_FLASH_DUMP");
@@ -499,9 +430,9 @@ static void test_flash_errors(void **state)
     ZO_ASSERT_ST(zo_op_flash_attention_fwd(g_s, &d, buf, buf, buf, buf, buf), ZO_ERR_INVALID_ARG);
     assert_non_null(strstr(zo_last_error(), "flash_attention_fwd: out"));
     d.seq = 8;
-    ZO_ASSERT_ST(zo_op_flash_attention_bwd(g_s, &d, buf, NULL, buf, buf, buf, buf, buf, buf, buf,
-                                           buf),
-                 ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(
+        zo_op_flash_attention_bwd(g_s, &d, buf, NULL, buf, buf, buf, buf, buf, buf, buf, buf),
+        ZO_ERR_INVALID_ARG);
     d.struct_size = 8;
     ZO_ASSERT_ST(zo_op_flash_attention_fwd(g_s, &d, buf, buf, buf, buf, buf), ZO_ERR_INVALID_ARG);
     assert_non_null(strstr(zo_last_error(), "ZO_FLASH_ATTN_DESC_INIT"));

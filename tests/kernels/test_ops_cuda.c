@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "flash_suite.h"
 #include "ops_suite.h"
 
 static zo_device_t g_cpu, g_gpu;
@@ -320,6 +321,45 @@ static void test_elementwise(void **state)
     free(a), free(b);
 }
 
+/* The fused attention against the cpu's, MHA and GQA, head dims 64 to 128,
+ * a sequence off the tile, a block layout and an exact window; and the same
+ * bits twice on the GPU (the kernels sum without atomics). */
+static void test_flash_attention(void **state)
+{
+    const int shapes[][6] = {/* B, T, H, KV, D, window */
+                             {2, 100, 2, 2, 64, 0},
+                             {1, 130, 4, 2, 80, 0},
+                             {1, 70, 3, 1, 96, 23},
+                             {1, 65, 4, 1, 128, 0}};
+    zo_attn_layout l = ZO_ATTN_LAYOUT_INIT;
+    l.kind = ZO_ATTN_LAYOUT_BIGBIRD, l.block = 16, l.window_blocks = 3, l.global_blocks = 1;
+    l.random_blocks = 1, l.seed = 3;
+    uint8_t mask[81];
+    ZO_ASSERT_OK(zo_attn_layout_build(&l, 130, mask, sizeof mask, NULL, NULL));
+    for (size_t si = 0; si < 4; si++) {
+        const int *sh = shapes[si];
+        flash_case c = {sh[0], sh[1], sh[2], sh[3], sh[4], 1,   sh[5],
+                        0,     NULL,  NULL,  NULL,  NULL,  NULL};
+        if (si == 1)
+            c.mask = mask, c.mask_block = 16;
+        case_inputs(&c, 120 + si);
+        for (size_t i = 0; i < 3; i++) {
+            zo_dtype dt = k_dtypes[i];
+            flash_got cg = run_flash(g_cs, &c, dt), gg = run_flash(g_gs, &c, dt);
+            close_to(gg.out, cg.out, nq_of(&c), tol(dt), "flash out", dt);
+            close_to(gg.lse, cg.lse, (size_t)c.B * c.H * c.T, 2e-5, "flash lse", ZO_DTYPE_F32);
+            close_to(gg.dq, cg.dq, nq_of(&c), tol(dt), "flash dq", dt);
+            close_to(gg.dk, cg.dk, nk_of(&c), tol(dt), "flash dk", dt);
+            close_to(gg.dv, cg.dv, nk_of(&c), tol(dt), "flash dv", dt);
+            flash_got again = run_flash(g_gs, &c, dt);
+            assert_memory_equal(again.dk, gg.dk, nk_of(&c) * sizeof(float));
+            assert_memory_equal(again.dq, gg.dq, nq_of(&c) * sizeof(float));
+            got_free(&cg), got_free(&gg), got_free(&again);
+        }
+        case_free(&c);
+    }
+}
+
 /* The same ops twice on the GPU give the same bits. */
 static void test_repeatable(void **state)
 {
@@ -364,6 +404,7 @@ int main(void)
         cmocka_unit_test_teardown(test_cross_entropy, free_buffers),
         cmocka_unit_test_teardown(test_elementwise, free_buffers),
         cmocka_unit_test_teardown(test_repeatable, free_buffers),
+        cmocka_unit_test_teardown(test_flash_attention, free_buffers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,315 @@
+// The fused attention op on the cuda backend (zo_op_flash_attention_fwd/bwd
+// in zo/ops.h): a simple, correct tiled kernel, not yet a tensor-core one.
+// One warp owns one row: a query row in the forward and the dq pass, a key
+// row in the dk/dv pass. Its lanes hold the row's head_dim elements (up to
+// 16 each), dot products are warp reductions in a fixed tree, and the keys
+// (or queries) are visited tile by tile in ascending order, tiles the mask
+// disallows skipped whole, exactly as the cpu reference visits them. So the
+// result is the same bits run to run, with no atomics: dk and dv of a key
+// row are summed by its own warp over the group's query heads ascending, then
+// queries ascending. The order of the sums within a tile differs from the cpu
+// kernel's sgemm, so cuda and cpu agree within fp32 rounding, not bitwise.
+// The scores, probabilities and accumulators are fp32; outputs are rounded
+// once. Memory: O(seq) per head (lse and delta), nothing seq x seq.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "ops_cuda.h"
+#include "zo_cuda_check.h"
+
+#define SUBSYS "ops"
+
+namespace
+{
+
+constexpr int kWarps = 4;    // rows per block
+constexpr int kPerLane = 16; // head_dim <= 512 = 32 lanes x 16
+
+__device__ __forceinline__ float fl_ld(const void *p, int dt, size_t i)
+{
+    if (dt == ZO_DTYPE_BF16)
+        return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == ZO_DTYPE_F16)
+        return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ __forceinline__ void fl_st(void *p, int dt, size_t i, float v)
+{
+    if (dt == ZO_DTYPE_BF16)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (dt == ZO_DTYPE_F16)
+        ((__half *)p)[i] = __float2half_rn(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+__device__ __forceinline__ float fl_warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// A row of head_dim elements spread over the lanes: element lane + 32 e.
+struct lane_row {
+    float x[kPerLane];
+};
+
+__device__ __forceinline__ void row_load(lane_row &r, const void *p, int dt, size_t base, int D)
+{
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int e = 0; e < kPerLane; e++) {
+        const int d = lane + 32 * e;
+        r.x[e] = d < D ? fl_ld(p, dt, base + d) : 0.0f;
+    }
+}
+
+__device__ __forceinline__ void row_store(const lane_row &r, void *p, int dt, size_t base, int D,
+                                          float mul)
+{
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int e = 0; e < kPerLane; e++) {
+        const int d = lane + 32 * e;
+        if (d < D)
+            fl_st(p, dt, base + d, r.x[e] * mul);
+    }
+}
+
+__device__ __forceinline__ float row_dot(const lane_row &r, const void *p, int dt, size_t base,
+                                         int D)
+{
+    const int lane = threadIdx.x & 31;
+    float s = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kPerLane; e++) {
+        const int d = lane + 32 * e;
+        if (d < D)
+            s += r.x[e] * fl_ld(p, dt, base + d);
+    }
+    return fl_warp_sum(s);
+}
+
+__device__ __forceinline__ void row_axpy(lane_row &r, float a, const void *p, int dt, size_t base,
+                                         int D)
+{
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int e = 0; e < kPerLane; e++) {
+        const int d = lane + 32 * e;
+        if (d < D)
+            r.x[e] += a * fl_ld(p, dt, base + d);
+    }
+}
+
+__device__ __forceinline__ void row_zero(lane_row &r)
+{
+#pragma unroll
+    for (int e = 0; e < kPerLane; e++)
+        r.x[e] = 0.0f;
+}
+
+// The geometry, as the cpu kernel's (flash_cpu.c).
+struct fgeom {
+    int B, T, H, KV, D, G, bt, nt;
+};
+
+__device__ __forceinline__ size_t q_at(const fgeom &g, int b, int t, int h)
+{
+    return (((size_t)b * g.T + t) * g.H + h) * g.D;
+}
+
+__device__ __forceinline__ size_t k_at(const fgeom &g, int b, int t, int kvh)
+{
+    return (((size_t)b * g.T + t) * g.KV + kvh) * g.D;
+}
+
+enum { kSkip = 0, kFull, kPartial };
+
+__device__ int tile_state(const zo_flash_args &a, const fgeom &g, int qt, int kt)
+{
+    const int i0 = qt * g.bt, i1 = min(i0 + g.bt, g.T), j0 = kt * g.bt, j1 = min(j0 + g.bt, g.T);
+    if (a.d.block_mask && !a.d.block_mask[(size_t)qt * g.nt + kt])
+        return kSkip;
+    int full = 1;
+    if (a.d.causal) {
+        if (j0 > i1 - 1)
+            return kSkip;
+        full &= j1 - 1 <= i0;
+    }
+    if (a.d.window > 0) {
+        if (i0 - (j1 - 1) >= a.d.window)
+            return kSkip;
+        full &= (i1 - 1) - j0 < a.d.window;
+    }
+    return full ? kFull : kPartial;
+}
+
+__device__ __forceinline__ bool pair_allowed(const zo_flash_args &a, int i, int j)
+{
+    return (!a.d.causal || j <= i) && (a.d.window <= 0 || i - j < a.d.window);
+}
+
+// The warp's row: rows are numbered (b, head, t) with t fastest, so
+// neighbouring warps read the same keys.
+__device__ __forceinline__ bool warp_row(size_t n_rows, int T, int heads, int &b, int &h, int &t)
+{
+    const size_t r = (size_t)blockIdx.x * kWarps + threadIdx.x / 32;
+    if (r >= n_rows)
+        return false;
+    t = (int)(r % (size_t)T);
+    h = (int)(r / (size_t)T % (size_t)heads);
+    b = (int)(r / ((size_t)T * heads));
+    return true;
+}
+
+__global__ void flash_fwd_kernel(zo_flash_args a, fgeom g)
+{
+    int b, h, i;
+    if (!warp_row((size_t)g.B * g.H * g.T, g.T, g.H, b, h, i))
+        return;
+    const int dt = a.d.dt, kvh = h / g.G, qt = i / g.bt;
+    lane_row q, acc;
+    row_load(q, a.q, dt, q_at(g, b, i, h), g.D);
+    row_zero(acc);
+    float m = -INFINITY, l = 0.0f;
+    for (int kt = 0; kt < g.nt; kt++) {
+        const int state = tile_state(a, g, qt, kt);
+        if (state == kSkip)
+            continue;
+        for (int j = kt * g.bt; j < min((kt + 1) * g.bt, g.T); j++) {
+            if (state == kPartial && !pair_allowed(a, i, j))
+                continue;
+            const float s = a.d.scale * row_dot(q, a.k, dt, k_at(g, b, j, kvh), g.D);
+            if (s > m) { // a new maximum: rescale what was summed so far
+                const float alpha = m == -INFINITY ? 0.0f : expf(m - s);
+                l *= alpha;
+#pragma unroll
+                for (int e = 0; e < kPerLane; e++)
+                    acc.x[e] *= alpha;
+                m = s;
+            }
+            const float p = expf(s - m);
+            l += p;
+            row_axpy(acc, p, a.v, dt, k_at(g, b, j, kvh), g.D);
+        }
+    }
+    row_store(acc, a.o, dt, q_at(g, b, i, h), g.D, l > 0.0f ? 1.0f / l : 0.0f);
+    if ((threadIdx.x & 31) == 0)
+        a.lse[((size_t)b * g.H + h) * g.T + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+}
+
+__global__ void flash_delta_kernel(zo_flash_args a, fgeom g)
+{
+    int b, h, i;
+    if (!warp_row((size_t)g.B * g.H * g.T, g.T, g.H, b, h, i))
+        return;
+    lane_row o;
+    row_load(o, a.out, a.d.dt, q_at(g, b, i, h), g.D);
+    const float s = row_dot(o, a.dout, a.d.dt, q_at(g, b, i, h), g.D);
+    if ((threadIdx.x & 31) == 0)
+        a.delta[((size_t)b * g.H + h) * g.T + i] = s;
+}
+
+__global__ void flash_dq_kernel(zo_flash_args a, fgeom g)
+{
+    int b, h, i;
+    if (!warp_row((size_t)g.B * g.H * g.T, g.T, g.H, b, h, i))
+        return;
+    const int dt = a.d.dt, kvh = h / g.G, qt = i / g.bt;
+    const size_t row = ((size_t)b * g.H + h) * g.T + i;
+    const float lse = a.lse[row], delta = a.delta[row];
+    lane_row q, dout, dq;
+    row_load(q, a.q, dt, q_at(g, b, i, h), g.D);
+    row_load(dout, a.dout, dt, q_at(g, b, i, h), g.D);
+    row_zero(dq);
+    for (int kt = 0; kt < g.nt && lse != -INFINITY; kt++) {
+        const int state = tile_state(a, g, qt, kt);
+        if (state == kSkip)
+            continue;
+        for (int j = kt * g.bt; j < min((kt + 1) * g.bt, g.T); j++) {
+            if (state == kPartial && !pair_allowed(a, i, j))
+                continue;
+            const float s = a.d.scale * row_dot(q, a.k, dt, k_at(g, b, j, kvh), g.D);
+            const float p = expf(s - lse);
+            const float dp = row_dot(dout, a.v, dt, k_at(g, b, j, kvh), g.D);
+            row_axpy(dq, a.d.scale * p * (dp - delta), a.k, dt, k_at(g, b, j, kvh), g.D);
+        }
+    }
+    row_store(dq, a.o, dt, q_at(g, b, i, h), g.D, 1.0f);
+}
+
+__global__ void flash_dkdv_kernel(zo_flash_args a, fgeom g)
+{
+    int b, kvh, j;
+    if (!warp_row((size_t)g.B * g.KV * g.T, g.T, g.KV, b, kvh, j))
+        return;
+    const int dt = a.d.dt, kt = j / g.bt;
+    lane_row k, v, dk, dv;
+    row_load(k, a.k, dt, k_at(g, b, j, kvh), g.D);
+    row_load(v, a.v, dt, k_at(g, b, j, kvh), g.D);
+    row_zero(dk);
+    row_zero(dv);
+    for (int h = kvh * g.G; h < (kvh + 1) * g.G; h++)
+        for (int qt = 0; qt < g.nt; qt++) {
+            const int state = tile_state(a, g, qt, kt);
+            if (state == kSkip)
+                continue;
+            for (int i = qt * g.bt; i < min((qt + 1) * g.bt, g.T); i++) {
+                const size_t row = ((size_t)b * g.H + h) * g.T + i;
+                const float lse = a.lse[row];
+                if ((state == kPartial && !pair_allowed(a, i, j)) || lse == -INFINITY)
+                    continue;
+                const float s = a.d.scale * row_dot(k, a.q, dt, q_at(g, b, i, h), g.D);
+                const float p = expf(s - lse);
+                const float dp = row_dot(v, a.dout, dt, q_at(g, b, i, h), g.D);
+                row_axpy(dv, p, a.dout, dt, q_at(g, b, i, h), g.D);
+                row_axpy(dk, a.d.scale * p * (dp - a.delta[row]), a.q, dt, q_at(g, b, i, h), g.D);
+            }
+        }
+    row_store(dk, a.dk, dt, k_at(g, b, j, kvh), g.D, 1.0f);
+    row_store(dv, a.dv, dt, k_at(g, b, j, kvh), g.D, 1.0f);
+}
+
+fgeom geom_of(const zo_flash_args *a)
+{
+    fgeom g;
+    g.B = a->d.batch, g.T = a->d.seq, g.H = a->d.heads, g.KV = a->d.kv_heads;
+    g.D = a->d.head_dim, g.G = g.H / g.KV, g.bt = zo_flash_tile(&a->d);
+    g.nt = (g.T + g.bt - 1) / g.bt;
+    return g;
+}
+
+unsigned blocks_for(size_t rows)
+{
+    return (unsigned)((rows + kWarps - 1) / kWarps);
+}
+
+} // namespace
+
+zo_status zo_cuda_op_flash_fwd(const zo_ops_exec *x, const zo_flash_args *a)
+{
+    const fgeom g = geom_of(a);
+    cudaStream_t st = (cudaStream_t)x->native;
+    flash_fwd_kernel<<<blocks_for((size_t)g.B * g.H * g.T), kWarps * 32, 0, st>>>(*a, g);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
+
+zo_status zo_cuda_op_flash_bwd(const zo_ops_exec *x, const zo_flash_args *a)
+{
+    const fgeom g = geom_of(a);
+    cudaStream_t st = (cudaStream_t)x->native;
+    const unsigned qb = blocks_for((size_t)g.B * g.H * g.T);
+    flash_delta_kernel<<<qb, kWarps * 32, 0, st>>>(*a, g);
+    ZO_CUDA_CHECK_LAUNCH();
+    flash_dkdv_kernel<<<blocks_for((size_t)g.B * g.KV * g.T), kWarps * 32, 0, st>>>(*a, g);
+    ZO_CUDA_CHECK_LAUNCH();
+    flash_dq_kernel<<<qb, kWarps * 32, 0, st>>>(*a, g);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
+}
