@@ -213,6 +213,14 @@
             "with --world-size N, N/S data-parallel ranks per stage\n"                             \
             "(ZeRO stage 1). auto: the S that fits with the most\n"                                \
             "tokens/s among the divisors of --world-size"))                                        \
+    X(TENSOR_PARALLEL, "tensor-parallel", 0,                                                       \
+      ZT_IN(RANKS, "T",                                                                            \
+            "tensor parallelism (Megatron-LM's): each block's heads and\n"                          \
+            "FFN split over T consecutive ranks, the o_proj and down_proj\n"                        \
+            "outputs all-reduced; every tier holds 1/T of each tensor;\n"                           \
+            "N = S x D x T ranks, rank r tensor rank r % T\n"                                       \
+            "(tensor_parallel.tp_size in a --config)"),                                            \
+      ZT_NO)                                                                                       \
     X(PIPELINE_SPLIT, "pipeline-split", 0,                                                         \
       ZT_IN(RANKS, "parameters|uniform|L1,L2,...",                                                 \
             "the stages' layers: balanced by parameter count (the\n"                               \

@@ -92,6 +92,16 @@ static int bad_value(const cli *c, int opt, const char *value, const char *expec
     return zt_cli_bad_value(&c->args, opt, value, expected);
 }
 
+/* A size of the process grid (pipeline stages, tensor-parallel ranks): 1..64. */
+static int parse_grid_axis(const cli *c, int opt, const char *arg, int *out)
+{
+    long v;
+    if (zt_cli_long(arg, 1, 64, &v) != 0)
+        return bad_value(c, opt, arg, "1..64");
+    *out = (int)v;
+    return 0;
+}
+
 static int parse_int_opt(int opt, const char *arg, cli *c)
 {
     long v;
@@ -262,14 +272,9 @@ static int parse_opt(int opt, const char *arg, cli *c)
         if (zt_cli_dtype(arg, &c->o.dtype) != 0)
             return bad_value(c, opt, arg, "bf16, fp16 or fp32");
         return 0;
-    case ZT_OPT_PIPELINE_STAGES: {
-        long v;
-        if (zt_cli_long(arg, 1, 64, &v) != 0)
-            return bad_value(c, opt, arg, "1..64");
-        c->o.pipeline_stages = (int)v;
-        return 0;
-    }
+    case ZT_OPT_PIPELINE_STAGES: return parse_grid_axis(c, opt, arg, &c->o.pipeline_stages);
     case ZT_OPT_PIPELINE_SPLIT: c->o.pipeline_split = arg; return 0;
+    case ZT_OPT_TENSOR_PARALLEL: return parse_grid_axis(c, opt, arg, &c->o.tensor_parallel);
     case ZT_OPT_ZERO_STAGE: {
         long v;
         if (zt_cli_long(arg, 1, 3, &v) != 0)
@@ -456,6 +461,17 @@ static int check_checkpoint_flags(const cli *c)
     }
     if (c->save_every && !c->save_dir) {
         fprintf(stderr, "zo-train: --save-every needs --save DIR\n");
+        return 2;
+    }
+    if (c->o.tensor_parallel > 1 && (c->save_dir || c->resume || c->init_weights || c->hf_model)) {
+        fprintf(stderr,
+                "zo-train: --tensor-parallel %d with %s: checkpoints and weights are not "
+                "split or merged across tensor-parallel ranks yet; train without them\n",
+                c->o.tensor_parallel,
+                c->save_dir       ? "--save"
+                : c->resume       ? "--resume"
+                : c->init_weights ? "--init-weights"
+                                  : "--hf-model");
         return 2;
     }
     return 0;
@@ -1145,6 +1161,8 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
     json_object_set_new(cfg, "zero_persist_elems", json_integer((json_int_t)c->o.zero_persist));
     json_object_set_new(cfg, "pipeline_stages",
                         json_integer(c->o.pipeline_stages > 1 ? c->o.pipeline_stages : 1));
+    json_object_set_new(cfg, "tensor_parallel",
+                        json_integer(c->o.tensor_parallel > 1 ? c->o.tensor_parallel : 1));
     json_object_set_new(cfg, "pipeline_split", json_string(su->pipeline_split));
     json_object_set_new(cfg, "reduce_order",
                         json_string(c->o.reduce_order == ZO_REDUCE_ORDER_RANK ? "rank" : "global"));

@@ -219,6 +219,7 @@ struct zt_model {
     uint64_t head_stride, head_norm_off;
     void *head_grad, *head_norm_grad; /* the current set's */
     int32_t *host_in, *host_tgt;      /* staging for set_batch */
+    zo_comm_t tp;                     /* the tensor-parallel group (NULL: none) */
     zo_event_t staged;                /* the staging copies are done */
 };
 
@@ -474,6 +475,22 @@ static zo_status linear_bwd_weight(const zt_model *m, void *dw, const void *dy, 
 
 /* ---- a block ---- */
 
+void zt_model_set_tp(zt_model *m, zo_comm_t tp)
+{
+    m->tp = tp;
+}
+
+/* With tensor parallelism, x (n elements) becomes its sum over the group:
+ * the row-parallel layers' partial outputs, the column-parallel layers'
+ * partial input gradients. The exact chain sums in rank order, so every
+ * placement and mode at a given T computes the same bits. */
+static zo_status tp_sum(const zt_model *m, void *x, size_t n)
+{
+    if (m->tp)
+        ZT_LIB(zo_comm_all_reduce(m->tp, m->s, x, x, n, m->c.dt, ZO_REDUCE_EXACT));
+    return ZO_OK;
+}
+
 static int32_t *tokens_of(const zt_model *m, int32_t *base, int i)
 {
     return base + (size_t)i * m->T;
@@ -518,6 +535,7 @@ static zo_status block_fwd(zt_model *m, void *const *p, const void *x, void *y)
     ZT_TRY(attn_project(m, p));
     ZT_LIB(zo_op_attention_fwd(m->s, b->attn_out, b->att, b->q, b->k, b->v, B, S, H, m->hd, dt));
     ZT_TRY(linear_fwd(m, b->x2, b->attn_out, p[ZT_WO], zt_q_dim(sh), d));
+    ZT_TRY(tp_sum(m, b->x2, Td)); /* o_proj is row-parallel: its bias once, after the sum */
     if (sh->o_bias)
         ZT_LIB(zo_op_bias_fwd(m->s, b->x2, p[ZT_BO], (size_t)m->T, d, dt));
     ZT_LIB(zo_op_add(m->s, b->x2, b->x2, x, Td, dt));
@@ -529,6 +547,7 @@ static zo_status block_fwd(zt_model *m, void *const *p, const void *x, void *y)
     if (!y)
         return ZO_OK;
     ZT_TRY(linear_fwd(m, y, b->act, p[ZT_WDOWN], f, d));
+    ZT_TRY(tp_sum(m, y, Td)); /* down_proj is row-parallel */
     ZT_LIB(zo_op_add(m->s, y, y, b->x2, Td, dt));
     return ZO_OK;
 }
@@ -547,6 +566,7 @@ static zo_status block_bwd_mlp(zt_model *m, void *const *p, void *const *g)
     ZT_TRY(linear_bwd_weight(m, g[ZT_WUP], b->up, b->h2, d, f));
     ZT_TRY(linear_bwd_data(m, b->h2, b->gate, p[ZT_WGATE], d, f, 0)); /* h2 now holds d(h2) */
     ZT_TRY(linear_bwd_data(m, b->h2, b->up, p[ZT_WUP], d, f, 1));
+    ZT_TRY(tp_sum(m, b->h2, (size_t)m->T * d)); /* gate and up are column-parallel */
     ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_MLP_NORM], m->c.dt, b->h2, b->x2, p[ZT_MLP_NORM],
                              b->rstd2, m->T, d, 1, m->c.dt));
     return ZO_OK;
@@ -596,6 +616,7 @@ static zo_status block_bwd_attn(zt_model *m, void *const *p, void *const *g, con
     ZT_TRY(linear_bwd_data(m, b->h1, b->dq, p[ZT_WQ], d, qd, 0)); /* h1 now holds d(h1) */
     ZT_TRY(linear_bwd_data(m, b->h1, b->dkc, p[ZT_WK], d, kvd, 1));
     ZT_TRY(linear_bwd_data(m, b->h1, b->dvc, p[ZT_WV], d, kvd, 1));
+    ZT_TRY(tp_sum(m, b->h1, (size_t)m->T * d)); /* q, k and v are column-parallel */
     ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_ATTN_NORM], dt, b->h1, x, p[ZT_ATTN_NORM],
                              b->rstd1, m->T, d, 1, dt));
     return ZO_OK;

@@ -40,6 +40,7 @@
 
 #include "act_store.h"
 #include "model_shape.h"
+#include "zo/comm.h"
 #include "zo/device.h"
 #include "zo/engine.h"
 #include "zo/ops.h"
@@ -115,6 +116,13 @@ zo_status zt_model_eval_micro(zt_model *m, const zt_param_source *src, int i);
  * (mean cross-entropy of each, fp32). A failed load or store of the step's
  * layer inputs (act_home nvme: an NVMe error) is reported here. */
 zo_status zt_model_read_losses(zt_model *m, float *losses, int n);
+
+/* Tensor parallelism (tensor_parallel.h): the model was made with a rank's
+ * local shape (zt_tp_local_shape); tp, its group, sums the row-parallel
+ * outputs in the forward and the column-parallel input gradients in the
+ * backward (collectives on the compute stream: every rank of tp must run
+ * the same micro-batches). NULL: none. */
+void zt_model_set_tp(zt_model *m, zo_comm_t tp);
 
 /* ---- pipeline stages (pipeline.h) ----
  * A stage computes engine layers first..last (0: the embedding, 1..L the

@@ -15,6 +15,7 @@
 #include "ranks.h"
 #include "report.h"
 #include "signals.h"
+#include "tensor_parallel.h"
 #include "zo/checked.h"
 #include "zo/nvtx.h"
 #include "zo/units.h"
@@ -55,29 +56,44 @@ struct zt_trainer {
     zt_pipe_split split;
     zo_comm_t dp_comm, pipe_comm;
     zt_pipe *pipe;
+    /* tensor parallelism: the tensor-parallel group, the model-parallel group (the ranks of
+     * one data-parallel index, stage-major: the engine's verdict sums over it; pipe_comm
+     * itself without tensor parallelism) and the rank's view of the engine's parts */
+    zo_comm_t tp_comm, mp_comm;
+    zt_tp *tp;
     int *owner; /* [global tensor] the world rank holding its states (zt_trainer_tensor_owner) */
 };
 
-/* ---- ranks: pipeline stages x data-parallel ranks ---- */
+/* ---- ranks: pipeline stages x data-parallel ranks x tensor-parallel ranks ---- */
 
 static int stages(const zt_options *o)
 {
     return o->pipeline_stages > 1 ? o->pipeline_stages : 1;
 }
 
+static int tp_size(const zt_options *o)
+{
+    return o->tensor_parallel > 1 ? o->tensor_parallel : 1;
+}
+
+static int tp_rank(const zt_options *o)
+{
+    return o->world_size > 1 ? o->rank % tp_size(o) : 0;
+}
+
 static int dp_size(const zt_options *o)
 {
-    return o->world_size > 1 ? o->world_size / stages(o) : 1;
+    return o->world_size > 1 ? o->world_size / (stages(o) * tp_size(o)) : 1;
 }
 
 static int dp_rank(const zt_options *o)
 {
-    return o->world_size > 1 ? o->rank % dp_size(o) : 0;
+    return o->world_size > 1 ? o->rank / tp_size(o) % dp_size(o) : 0;
 }
 
 static int stage_of(const zt_options *o)
 {
-    return o->world_size > 1 ? o->rank / dp_size(o) : 0;
+    return o->world_size > 1 ? o->rank / (dp_size(o) * tp_size(o)) : 0;
 }
 
 int zt_options_dp_size(const zt_options *o)
@@ -240,7 +256,8 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
     zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
     c.device = dev;
     c.param_dtype = o->dtype;
-    c.chunk_bytes = o->chunk_bytes ? o->chunk_bytes : zt_default_chunk_bytes(&o->shape);
+    c.chunk_bytes =
+        o->chunk_bytes ? o->chunk_bytes : zt_tp_default_chunk_bytes(&o->shape, tp_size(o));
     c.param_home = (zo_tier)o->param_home;
     c.optim_home = (zo_tier)o->optim_home;
     c.device_bytes = device_bytes;
@@ -276,7 +293,7 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
         c.reduce_order = (zo_reduce_order)o->reduce_order;
         c.comm = t->dp_comm;
     }
-    c.pipe_comm = t->pipe_comm;
+    c.pipe_comm = t->mp_comm;
     return c;
 }
 
@@ -296,10 +313,23 @@ static zo_status fill_initial(void *ctx, int id, float *dst)
     int l = src->first; /* the engine's ids start at the stage's first layer */
     while (id >= zt_layer_tensors(s, l))
         id -= zt_layer_tensors(s, l++);
-    if (src->zeros)
-        memset(dst, 0, zt_tensor_numel(s, l, id) * sizeof *dst);
-    else
+    const int T = tp_size(src->o);
+    if (src->zeros) {
+        memset(dst, 0, zt_tp_numel(s, T, l, id) * sizeof *dst);
+        return ZO_OK;
+    }
+    if (T == 1) {
         zt_tensor_init(s, l, id, src->o->seed, src->o->init_std, dst);
+        return ZO_OK;
+    }
+    /* the whole tensor's values, then this rank's part: every T trains the same model */
+    float *whole = malloc(zt_tensor_numel(s, l, id) * sizeof *whole);
+    if (!whole)
+        return zt_fail(ZO_ERR_NO_MEMORY, "the initial values of a %zu-element tensor",
+                       zt_tensor_numel(s, l, id));
+    zt_tensor_init(s, l, id, src->o->seed, src->o->init_std, whole);
+    zt_tp_slice(s, T, tp_rank(src->o), l, id, whole, dst);
+    free(whole);
     return ZO_OK;
 }
 
@@ -323,8 +353,8 @@ static zo_status register_model(zo_engine_t eng, const zt_options *o, init_src *
             char name[64];
             int id = -1;
             zt_tensor_name(s, l, i, name, sizeof name);
-            st = zo_engine_register_fill(eng, l - src->first, name, zt_tensor_numel(s, l, i),
-                                         fill_initial, src, &id);
+            st = zo_engine_register_fill(eng, l - src->first, name,
+                                         zt_tp_numel(s, tp_size(o), l, i), fill_initial, src, &id);
             if (st < 0)
                 zt_lib_fail(st, "zo_engine_register_fill");
             if (st >= 0 && keeps_f32(o, l, i) && (st = zo_engine_keep_f32_states(eng, id)) < 0)
@@ -368,7 +398,8 @@ static zo_status engine_min_device(const zt_trainer *t, uint64_t *min_bytes,
 
 static zt_model_config model_config(const zt_options *o)
 {
-    zt_model_config mc = {o->shape, o->seq, o->micro_batch, o->grad_accum, o->dtype};
+    zt_model_config mc = {zt_tp_local_shape(&o->shape, tp_size(o)), o->seq, o->micro_batch,
+                          o->grad_accum, o->dtype};
     return mc;
 }
 
@@ -388,7 +419,8 @@ static zo_status choose_budget(zt_trainer *t, uint64_t *budget)
 {
     zt_model_config mc = model_config(&t->o);
     zt_act_group g = act_group(&t->o);
-    t->setup.activation_bytes = zt_model_activation_bytes_group(&mc, &g);
+    t->setup.activation_bytes = zt_model_activation_bytes_group(&mc, &g) +
+                                zt_tp_device_bytes(&t->o.shape, tp_size(&t->o), t->o.dtype);
     *budget = t->o.device_mem;
     if (*budget || is_cuda(t))
         return ZO_OK;
@@ -758,6 +790,11 @@ static zo_status open_engine(zt_trainer *t)
     ZT_LIB(zo_engine_homes(t->eng, t->setup.param_homes, t->setup.optim_homes));
     zt_param_source src = {t, eng_fetch, eng_release, eng_grads_ready};
     t->src = src;
+    if (t->tp_comm) { /* the model sees whole replicated tensors; the engine its parts */
+        ZT_TRY(zt_tp_init(&t->tp, t->dev, t->tp_comm, &t->o.shape, t->o.dtype, &src));
+        t->src = zt_tp_source(t->tp);
+        zt_model_set_tp(t->m, t->tp_comm);
+    }
     ZT_TRY(find_owners(t));
     return t->pipe_comm ? open_pipe(t) : ZO_OK;
 }
@@ -784,11 +821,36 @@ static zo_status check_stages(const zt_options *o)
     return ZO_OK;
 }
 
+/* Tensor parallelism needs its ranks and a shape that splits; what it does
+ * not do yet is refused by name. */
+static zo_status check_tensor_parallel(const zt_options *o)
+{
+    const int T = tp_size(o), W = o->world_size > 1 ? o->world_size : 1, S = stages(o);
+    if (T == 1)
+        return ZO_OK;
+    ZT_TRY(zt_tp_check(&o->shape, T));
+    if (W % (S * T) != 0)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--tensor-parallel %d with %d pipeline stage%s needs a multiple of %d ranks "
+                       "(stages x data-parallel x tensor-parallel ranks), but the run has %d: "
+                       "launch with mpirun -np %d (or %d, ...)",
+                       T, S, S > 1 ? "s" : "", S * T, W, S * T, 2 * S * T);
+    if (o->micro_group > 1)
+        return zt_fail(ZO_ERR_UNSUPPORTED,
+                       "--micro-group %d with --tensor-parallel: a tensor-parallel rank runs its "
+                       "micro-batches one by one (leave --micro-group out)",
+                       o->micro_group);
+    if (o->dtype == ZO_DTYPE_F16)
+        return zt_fail(ZO_ERR_UNSUPPORTED,
+                       "--dtype fp16 with --tensor-parallel: the dynamic loss scale is not "
+                       "combined over the tensor-parallel ranks yet; train in bf16 or fp32");
+    return ZO_OK;
+}
+
 zo_status zt_options_check(const zt_options *o)
 {
     ZT_TRY(zt_shape_check(&o->shape));
-    ZT_TRY(zt_job_sizes_check(&o->shape, o->seq, o->micro_batch, o->grad_accum,
-                              o->world_size > 1 ? o->world_size : 1));
+    ZT_TRY(zt_job_sizes_check(&o->shape, o->seq, o->micro_batch, o->grad_accum, dp_size(o)));
     /* with the states elsewhere a rank keeps its own chunks' 16-bit parameters
      * beside them: only ZeRO stages 1 and 2 leave the other ranks' on NVMe */
     int stage = o->zero_stage ? o->zero_stage : 2;
@@ -837,6 +899,7 @@ zo_status zt_options_check(const zt_options *o)
                        "(within rounding of one rank)",
                        o->micro_group, dp_size(o));
     ZT_TRY(check_stages(o));
+    ZT_TRY(check_tensor_parallel(o));
     return zt_schedule_check(&o->sched);
 }
 
@@ -905,13 +968,22 @@ static zo_status choose_stage(zt_trainer *t)
  * stage); without stages the data-parallel group is the world. */
 static zo_status split_ranks(zt_trainer *t)
 {
-    if (stages(&t->o) == 1) {
+    const zt_options *o = &t->o;
+    const int T = tp_size(o), tr = tp_rank(o), dr = dp_rank(o), sr = stage_of(o);
+    if (stages(o) == 1 && T == 1) {
         t->dp_comm = t->comm;
         return ZO_OK;
     }
-    ZT_LIB(zo_comm_split(t->comm, dp_rank(&t->o), stage_of(&t->o), &t->pipe_comm));
-    if (dp_size(&t->o) > 1)
-        ZT_LIB(zo_comm_split(t->comm, stage_of(&t->o), dp_rank(&t->o), &t->dp_comm));
+    if (stages(o) > 1)
+        ZT_LIB(zo_comm_split(t->comm, dr * T + tr, sr, &t->pipe_comm));
+    if (dp_size(o) > 1)
+        ZT_LIB(zo_comm_split(t->comm, sr * T + tr, dr, &t->dp_comm));
+    if (T == 1) {
+        t->mp_comm = t->pipe_comm;
+        return ZO_OK;
+    }
+    ZT_LIB(zo_comm_split(t->comm, sr * dp_size(o) + dr, tr, &t->tp_comm));
+    ZT_LIB(zo_comm_split(t->comm, dr, sr * T + tr, &t->mp_comm));
     return ZO_OK;
 }
 
@@ -966,8 +1038,12 @@ void zt_trainer_free(zt_trainer *t)
         zo_stream_synchronize(t->s);
     zt_pipe_free(t->pipe);
     zo_engine_free(t->eng);
+    zt_tp_free(t->tp);
     if (t->dp_comm != t->comm)
         zo_comm_free(t->dp_comm);
+    if (t->mp_comm != t->pipe_comm)
+        zo_comm_free(t->mp_comm);
+    zo_comm_free(t->tp_comm);
     zo_comm_free(t->pipe_comm);
     zo_comm_free(t->comm);
     zt_model_free(t->m);

@@ -102,6 +102,11 @@ typedef struct zt_options {
     int pipeline_stages;        /* 0 or 1: none */
     const char *pipeline_split; /* the first engine layer of stages 1..S-1 ("4,9"); NULL:
                                    balanced by parameter count */
+    /* Tensor parallelism (tensor_parallel.h): world_size = stages x D x T, rank r
+     * tensor rank r % T of data-parallel rank (r / T) % D of stage r / (D T), so a
+     * tensor-parallel group is T consecutive ranks (one node, as Megatron places
+     * them), a data-parallel (ZeRO) group the ranks of one stage and tensor rank. */
+    int tensor_parallel; /* 0 or 1: none */
 } zt_options;
 
 /* Defaults: tiny preset values are filled by the caller (zt_preset). */

@@ -1,0 +1,56 @@
+/* zo-train's tensor parallelism (--tensor-parallel T, Megatron-LM's scheme):
+ * which slice of each tensor a tensor-parallel rank holds, and a parameter
+ * source that hands the model a rank's view of a layer.
+ *
+ * Column-parallel: q, k, v (and their biases) by heads, gate and up by the
+ * FFN's rows: rank r holds rows [r n/T, (r+1) n/T) of each. Row-parallel:
+ * o_proj and down_proj by their input columns, the same ranges; the model
+ * all-reduces their partial outputs over the group in the forward and the
+ * column-parallel layers' input gradients in the backward (model.c). A rank
+ * then computes a block with the local shape: n_heads/T query heads,
+ * n_kv_heads/T key/value heads, ffn_dim/T.
+ *
+ * Replicated tensors (the norms, the embedding and the head) are computed
+ * whole on every rank, but each rank's engine holds a contiguous 1/T of
+ * their elements: a fetch all-gathers them, and the gradient the model
+ * computes whole (the same on every rank, from all-reduced inputs) gives
+ * the engine only the rank's part. So every tier holds 1/T of every tensor,
+ * Adam updates each element once across the group, and the engine's global
+ * norm over the model-parallel group (zo_engine_config.pipe_comm) sums each
+ * element's gradient once, as one rank does. */
+#ifndef ZT_TENSOR_PARALLEL_H
+#define ZT_TENSOR_PARALLEL_H
+
+#include <stddef.h>
+
+#include "model.h"
+#include "zo/comm.h"
+
+/* What T ranks cannot split, refused by name: heads, key/value heads, the
+ * FFN, the dimension and the vocabulary must each divide by T. */
+zo_status zt_tp_check(const zt_shape *full, int T);
+/* The shape one rank computes a block with (T = 1: full itself). */
+zt_shape zt_tp_local_shape(const zt_shape *full, int T);
+/* Whether tensor (layer, idx) is replicated (norms, embedding, head). */
+int zt_tp_replicated(const zt_shape *full, int layer, int idx);
+/* The elements a rank holds of tensor (layer, idx). */
+size_t zt_tp_numel(const zt_shape *full, int T, int layer, int idx);
+/* The default chunk: a rank's largest part in 16 bits, rounded to 4 KiB
+ * (zt_default_chunk_bytes at T = 1). */
+uint64_t zt_tp_default_chunk_bytes(const zt_shape *full, int T);
+/* Rank r's part of the full tensor's values src into dst (zt_tp_numel). */
+void zt_tp_slice(const zt_shape *full, int T, int r, int layer, int idx, const float *src,
+                 float *dst);
+/* Device bytes of the whole copies a fetch gathers (parameters and gradients). */
+uint64_t zt_tp_device_bytes(const zt_shape *full, int T, zo_dtype dt);
+
+typedef struct zt_tp zt_tp;
+
+/* The rank's view over inner (the engine: the rank's parts) for the
+ * tensor-parallel group comm; the gathers run on the compute stream. */
+zo_status zt_tp_init(zt_tp **out, zo_device_t dev, zo_comm_t comm, const zt_shape *full,
+                     zo_dtype dt, const zt_param_source *inner);
+void zt_tp_free(zt_tp *tp);
+zt_param_source zt_tp_source(zt_tp *tp);
+
+#endif
