@@ -313,6 +313,8 @@ static zo_status put_master(void *ctx, int layer, int idx, const char *name, con
     zt_trainer *t = ctx;
     const zt_options *o = zt_trainer_options(t);
     int id = zt_trainer_tensor_id(t, layer, idx);
+    if (o->tensor_parallel > 1) /* each rank its part */
+        return zt_trainer_write_tp_master(t, layer, idx, w);
     if (zt_trainer_tensor_owner(t, layer, idx) != (o->world_size > 1 ? o->rank : 0))
         return ZO_OK;
     zo_status st = zo_engine_write_state(zt_trainer_engine(t), id, w, NULL, NULL);

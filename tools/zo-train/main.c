@@ -463,15 +463,21 @@ static int check_checkpoint_flags(const cli *c)
         fprintf(stderr, "zo-train: --save-every needs --save DIR\n");
         return 2;
     }
-    if (c->o.tensor_parallel > 1 && (c->save_dir || c->resume || c->init_weights || c->hf_model)) {
+    if (c->o.tensor_parallel > 1 && c->weights_digest) {
         fprintf(stderr,
-                "zo-train: --tensor-parallel %d with %s: checkpoints and weights are not "
-                "split or merged across tensor-parallel ranks yet; train without them\n",
+                "zo-train: --weights-digest with --tensor-parallel %d: the digest hashes "
+                "whole tensors, which no rank holds; leave it out\n",
+                c->o.tensor_parallel);
+        return 2;
+    }
+    if (c->o.tensor_parallel > 1 && (c->save_dir || c->resume || c->init_weights)) {
+        fprintf(stderr,
+                "zo-train: --tensor-parallel %d with %s: checkpoints are not merged or "
+                "split across tensor-parallel ranks yet (--hf-model is); train without it\n",
                 c->o.tensor_parallel,
-                c->save_dir       ? "--save"
-                : c->resume       ? "--resume"
-                : c->init_weights ? "--init-weights"
-                                  : "--hf-model");
+                c->save_dir ? "--save"
+                : c->resume ? "--resume"
+                            : "--init-weights");
         return 2;
     }
     return 0;

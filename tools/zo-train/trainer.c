@@ -790,6 +790,12 @@ static zo_status open_engine(zt_trainer *t)
     ZT_LIB(zo_engine_homes(t->eng, t->setup.param_homes, t->setup.optim_homes));
     zt_param_source src = {t, eng_fetch, eng_release, eng_grads_ready};
     t->src = src;
+    if (t->tp_comm && !zo_comm_takes_device_memory(t->tp_comm))
+        return zt_fail(ZO_ERR_UNSUPPORTED,
+                       "--tensor-parallel on a %s device: the ranks' communicator (%s) takes host "
+                       "buffers only, and the tensor-parallel all-reduces of activations are not "
+                       "staged through host memory yet; use the cpu device",
+                       t->setup.backend, zo_comm_backend(t->tp_comm));
     if (t->tp_comm) { /* the model sees whole replicated tensors; the engine its parts */
         ZT_TRY(zt_tp_init(&t->tp, t->dev, t->tp_comm, &t->o.shape, t->o.dtype, &src));
         t->src = zt_tp_source(t->tp);
@@ -850,7 +856,8 @@ static zo_status check_tensor_parallel(const zt_options *o)
 zo_status zt_options_check(const zt_options *o)
 {
     ZT_TRY(zt_shape_check(&o->shape));
-    ZT_TRY(zt_job_sizes_check(&o->shape, o->seq, o->micro_batch, o->grad_accum, dp_size(o)));
+    ZT_TRY(zt_job_sizes_check(&o->shape, o->seq, o->micro_batch, o->grad_accum,
+                              o->world_size > 1 ? o->world_size : 1));
     /* with the states elsewhere a rank keeps its own chunks' 16-bit parameters
      * beside them: only ZeRO stages 1 and 2 leave the other ranks' on NVMe */
     int stage = o->zero_stage ? o->zero_stage : 2;
@@ -1349,6 +1356,24 @@ zo_status zt_trainer_set_state(zt_trainer *t, const zt_train_state *in)
     t->origin_windows = in->origin_windows;
     t->retry = 0;
     return ZO_OK;
+}
+
+zo_status zt_trainer_write_tp_master(zt_trainer *t, int layer, int idx, const float *w)
+{
+    const zt_options *o = &t->o;
+    if (layer < t->first || layer > t->last)
+        return ZO_OK; /* another stage's */
+    int id = t->ids[layer][idx];
+    if (zo_engine_tensor_owner(t->eng, id) != (dp_size(o) > 1 ? dp_rank(o) : 0))
+        return ZO_OK; /* another data-parallel rank's states (zo_engine_share_params) */
+    size_t n = zt_tp_numel(&o->shape, tp_size(o), layer, idx);
+    float *part = malloc(n * sizeof *part);
+    if (!part)
+        return zt_fail(ZO_ERR_NO_MEMORY, "a tensor-parallel part of %zu elements", n);
+    zt_tp_slice(&o->shape, tp_size(o), tp_rank(o), layer, idx, w, part);
+    zo_status st = zo_engine_write_state(t->eng, id, part, NULL, NULL);
+    free(part);
+    return st < 0 ? zt_lib_fail(st, "zo_engine_write_state") : ZO_OK;
 }
 
 int zt_trainer_tensor_id(const zt_trainer *t, int layer, int idx)

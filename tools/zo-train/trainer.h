@@ -209,6 +209,9 @@ int zt_trainer_tensor_id(const zt_trainer *t, int layer, int idx);
  * chunk's owner in the stage's data-parallel group): the rank that reads,
  * writes and hashes it; 0 with one rank. */
 int zt_trainer_tensor_owner(const zt_trainer *t, int layer, int idx);
+/* With --tensor-parallel: the whole tensor's master weights w (one rank's
+ * values) written as this rank's part, where this rank holds its states. */
+zo_status zt_trainer_write_tp_master(zt_trainer *t, int layer, int idx, const float *w);
 /* The data-parallel ranks: world_size / pipeline stages (1 with one rank):
  * the global batch is theirs times grad_accum micro-batches. */
 int zt_options_dp_size(const zt_options *o);
