@@ -14,13 +14,18 @@ same bits (the all-reduces are exact chains: no order depends on timing), and
 every tier's per-rank peak (device, pinned, host, NVMe) is 1/T of one rank's.
 Pipeline stages and data-parallel ranks combine with T: 2 stages x T 2 (4
 ranks) and 2 x 2 x 2 (8 ranks) against T 2 alone at the same global batch.
-What cannot split is refused by name: ranks not a multiple of S x T, heads not
-dividing by T, and checkpoints or weights across T (not done yet).
+--hf-model loads and splits (grouped-query attention with 2 key/value heads at
+T = 2, Llama's attention_bias). What cannot split is refused by name: ranks not a
+multiple of S x T, heads not dividing by T, fewer key/value heads than T (not
+replicated yet), and checkpoints across T (not done yet).
 
 usage: test_train_tp.py MPIEXEC ZO_TRAIN
 """
+import array
 import json
 import os
+import random
+import struct
 import subprocess
 import sys
 import tempfile
@@ -112,11 +117,75 @@ def grids(d):
           train(8, base + ["--grad-accum", "2", "--pipeline-stages", "2"], d + "/g3"), FP32_REL)
 
 
+def llama_dir(d, kv_heads, attention_bias):
+    """A Llama model directory (config.json, model.safetensors in fp32) with kv_heads
+    key/value heads of 4 query heads and random weights, written here without torch."""
+    dim, ffn, vocab, layers = 128, 256, 256, 2
+    kvd = dim // 4 * kv_heads
+    rnd = random.Random(kv_heads * 2 + attention_bias)
+    shapes = [("model.embed_tokens.weight", [vocab, dim])]
+    for l in range(layers):
+        p = "model.layers.%d." % l
+        shapes += [(p + "input_layernorm.weight", [dim]),
+                   (p + "self_attn.q_proj.weight", [dim, dim]),
+                   (p + "self_attn.k_proj.weight", [kvd, dim]),
+                   (p + "self_attn.v_proj.weight", [kvd, dim]),
+                   (p + "self_attn.o_proj.weight", [dim, dim]),
+                   (p + "post_attention_layernorm.weight", [dim]),
+                   (p + "mlp.gate_proj.weight", [ffn, dim]),
+                   (p + "mlp.up_proj.weight", [ffn, dim]),
+                   (p + "mlp.down_proj.weight", [dim, ffn])]
+        if attention_bias:
+            shapes += [(p + "self_attn.%s_proj.bias" % k, [n]) for k, n in
+                       (("q", dim), ("k", kvd), ("v", kvd), ("o", dim))]
+    shapes += [("model.norm.weight", [dim]), ("lm_head.weight", [vocab, dim])]
+    header, blobs, off = {}, [], 0
+    for name, shape in shapes:
+        n = shape[0] * (shape[1] if len(shape) > 1 else 1)
+        norm = name.endswith("layernorm.weight") or name == "model.norm.weight"
+        vals = array.array("f", [1.0 + rnd.gauss(0, 0.1) if norm else rnd.gauss(0, 0.05)
+                                 for _ in range(n)])
+        blob = vals.tobytes()
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(blob)]}
+        blobs.append(blob)
+        off += len(blob)
+    os.makedirs(d, exist_ok=True)
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(d + "/model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
+    with open(d + "/config.json", "w") as f:
+        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                   "hidden_size": dim, "intermediate_size": ffn, "num_hidden_layers": layers,
+                   "num_attention_heads": 4, "num_key_value_heads": kv_heads,
+                   "vocab_size": vocab, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                   "hidden_act": "silu", "tie_word_embeddings": False,
+                   "attention_bias": attention_bias, "torch_dtype": "float32"}, f)
+    return d
+
+
+def hf_models(d):
+    """--hf-model split over T: grouped-query attention (2 key/value heads of 4) and
+    Llama's attention_bias (o_proj's bias added once, after the sum) within the fp32
+    bound of T = 1; 2 key/value heads over 4 ranks refused by name."""
+    flags = ["--grad-accum", "2", "--dtype", "fp32"]
+    for kv, bias in ((2, False), (4, True)):
+        m = ["--hf-model", llama_dir(d + "/hf-%d-%d" % (kv, bias), kv, bias)]  # hf-2-0, hf-4-1
+        one = train(1, flags + m, d + "/h1")
+        close("--hf-model %d kv heads%s, T 2" % (kv, " with biases" if bias else ""), one,
+              train(2, flags + m + ["--tensor-parallel", "2"], d + "/h2"), FP32_REL)
+    m = ["--hf-model", d + "/hf-2-0"]
+    cmd, rc, out, err = run(4, flags + m + ["--tensor-parallel", "4"], d + "/h4")
+    check(rc != 0 and "2 key/value heads" in err,
+          "%s: exit %d, want the key/value heads named in\n%s" % (" ".join(cmd), rc, err[-1500:]))
+
+
 def refused(d):
     cases = ((3, ["--tensor-parallel", "2"], "needs a multiple of 2 ranks"),
              (3, ["--tensor-parallel", "3"], "4 is not a multiple of 3"),
-             (2, ["--tensor-parallel", "2", "--save", d + "/ck"], "checkpoints and weights"),
-             (2, ["--tensor-parallel", "2", "--dtype", "fp16"], "loss scale"))
+             (2, ["--tensor-parallel", "2", "--save", d + "/ck"], "checkpoints are not merged"),
+             (2, ["--tensor-parallel", "2", "--dtype", "fp16"], "loss scale"),
+             (2, ["--tensor-parallel", "2", "--weights-digest"], "which no rank holds"))
     for ranks, extra, want in cases:
         cmd, rc, out, err = run(ranks, extra, d + "/r")
         check(rc != 0 and want in err, "%s: exit %d, want '%s' in\n%s" %
@@ -127,5 +196,6 @@ with tempfile.TemporaryDirectory() as tmp:
     against_one_rank(tmp)
     placements(tmp)
     grids(tmp)
+    hf_models(tmp)
     refused(tmp)
 finish("test_train_tp")
