@@ -43,7 +43,8 @@ def train_zoffload(kind, cfg, steps=STEPS, accum=1, overrides=(), **kw):
         eng.backward(loss)
         eng.step()
     weights = {n: eng.master_weight(n) for n in names}
-    info = {"direct": eng.direct, "device": eng.device_memory(), "stats": eng.last_stats,
+    info = {"direct": eng.direct, "mode": eng.layer_mode, "device": eng.device_memory(),
+            "stats": eng.last_stats,
             "budget": eng.device.mem_stats().budget,
             "tiles": len(eng.params) - len(eng.tensors)}
     eng.destroy()

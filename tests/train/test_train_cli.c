@@ -673,6 +673,8 @@ static void test_micro_group_config_and_flags(void **state)
     /* The front end's row tiles: zo-train's model pages its weights whole. */
     expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"tile_size\": 4096}}", "",
                         "'zoffload.tile_size'");
+    expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"recompute\": true}}", "",
+                        "'zoffload.recompute'");
 }
 
 /* A bad config fails before anything runs, with exit status 2 and the

@@ -383,6 +383,7 @@ static const key_spec zoffload_keys[] = {
     I("host_mem", zoffload.host_mem, F_UNITS, 0, NO_MAX),
     I("chunk_size", zoffload.chunk_size, F_UNITS, 0, NO_MAX),
     I("tile_size", zoffload.tile_size, F_UNITS, 0, NO_MAX),
+    B("recompute", zoffload.recompute),
     E("optimizer_mode", zoffload.optimizer_mode, 0, mode_names, ZO_OPTIM_SYNC),
     I("prefetch_lookahead", zoffload.prefetch_lookahead, 0, 0, 64),
     I("micro_group", zoffload.micro_group, 0, 1, 1 << 20),

@@ -148,6 +148,11 @@ static zo_status placement(zt_options *o, const zo_train_config *cfg)
                        "'zoffload.tile_size' cuts a PyTorch model's large weights into row tiles "
                        "(the Python front end); zo-train's model pages its weights whole: leave "
                        "it out");
+    if (cfg->zoffload.recompute)
+        return zt_fail(ZO_ERR_CONFIG,
+                       "'zoffload.recompute' picks how the PyTorch front end runs a layer's "
+                       "backward; zo-train's model always recomputes each block's forward there: "
+                       "leave it out");
     o->mode = cfg->zoffload.optimizer_mode;
     if (cfg->zoffload.prefetch_lookahead > INT_MAX)
         return zt_fail(ZO_ERR_CONFIG, "'zoffload.prefetch_lookahead' %lld is too large",

@@ -20,7 +20,8 @@ import json
 import os
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -102,6 +103,16 @@ class _Device:
         if self.handle:
             lib.zo_device_free(self.handle)
             self.handle = ctypes.c_void_p()
+
+
+@dataclass(frozen=True)
+class _SlotRef:
+    """What autograd keeps of a saved tensor over a parameter's slot (refetch mode): the
+    tensor and the view of it, to be made again over wherever the backward fetch puts it."""
+    ep: EngineParam
+    shape: tuple
+    stride: tuple
+    offset: int
 
 
 class _HostView:
@@ -473,7 +484,19 @@ class ZoEngine:
         # (ZeRO stage 3 gathers other ranks' chunks into reused buffers: always recompute.)
         stage3 = self.world_size > 1 and int(self.config["zero_optimization"]["stage"]) >= 3
         self.direct = fp.device_param_slots >= fp.n_chunks and not stage3
+        # Below that, autograd's saved parameters are fetched again in the backward (refetch)
+        # unless a unit uses another's untiled parameter (a tied layer would stay open from
+        # the first backward use to the last) or recompute is asked for: then each unit's
+        # backward recomputes its forward (layers.py).
+        self.refetch = (not self.direct and not stage3 and
+                        not self.config["zoffload"]["recompute"] and
+                        not any(u.borrowed for u in self.units if not u.tiles))
         self._fetched = [0] * len(self.layers)
+
+    @property
+    def layer_mode(self) -> str:
+        """How layers run: direct, refetch or recompute (layers.py)."""
+        return "direct" if self.direct else "refetch" if self.refetch else "recompute"
 
     def _adopt_model(self) -> None:
         """Buffers and frozen parameters go where the compute is (cast as DeepSpeed casts
@@ -490,19 +513,20 @@ class ZoEngine:
                     p.data = p.data.to(device=target, dtype=self.torch_dtype
                                        if p.is_floating_point() else p.dtype)
         self._placeholder = torch.empty(0, dtype=self.torch_dtype, device=target)
+        self._zero = torch.zeros(1, dtype=self.torch_dtype, device=target)
         for ep in self.params:
-            ep.param.data = self._placeholder
+            ep.param.data = self._away(ep)
             ep.param.grad = None
         self._hooks = []
         for u in self.units:
             if u.tiles:
                 self._wrap_tiled(u)
-            elif self.direct:
+            elif self.direct or self.refetch:
                 self._hooks.append(u.module.register_forward_pre_hook(self._direct_pre(u)))
                 self._hooks.append(u.module.register_forward_hook(self._direct_post(u)))
             else:
                 self._wrap_forward(u)
-        if self.direct:
+        if self.direct or self.refetch:
             for ep in self.params:
                 if ep.rows is None:
                     self._hooks.append(
@@ -512,7 +536,7 @@ class ZoEngine:
         """A recomputed forward must not add to a key/value cache a second time: turn a
         transformers model's use_cache off, as its own gradient checkpointing does."""
         cfg = getattr(self.module, "config", None)
-        if not self.direct and getattr(cfg, "use_cache", False):
+        if not self.direct and not self.refetch and getattr(cfg, "use_cache", False):
             cfg.use_cache = False
 
     # ---- fetching ----
@@ -566,8 +590,16 @@ class ZoEngine:
         if not self.direct and self._fetched[layer] == 0:
             for ep in self.layers[layer]:
                 if ep.rows is None:
-                    ep.param.data = self._placeholder
+                    ep.param.data = self._away(ep)
         N.check(st, f"releasing layer {layer}")
+
+    def _away(self, ep: EngineParam) -> torch.Tensor:
+        """What a parameter's .data is while its layer is not fetched: nothing; in refetch
+        mode a read-only zero view of its shape, since autograd accumulates its gradient
+        (shaped as .data) whenever the backward gets there, fetched or not."""
+        if self.refetch:
+            return self._zero.expand(ep.shape)
+        return self._placeholder
 
     def _close_backward(self, layer: int) -> None:
         """Hand an open backward layer's gradients over and release it."""
@@ -596,14 +628,56 @@ class ZoEngine:
             self._fetched[layer] += 1
             self._point_params(layer, ptrs)
             self._fwd_ptrs[layer] = [p for p in ptrs]
+            if self.refetch:  # what autograd saves from these slots is a reference to them
+                for ep, p in zip(self.layers[layer], ptrs):
+                    if ep.rows is None:
+                        self._slot_of[p] = ep
         self.device.sync()
 
     def _leave_direct(self, unit) -> None:
         lib = N.lib()
         for layer in unit.needs:
+            if self.refetch:
+                self._release(layer)
+                continue
             self._fetched[layer] -= 1
             N.check(lib.zo_engine_release(self._eng, layer, self.device.stream),
                     f"releasing layer {layer}")
+
+    # ---- refetch mode: autograd's saved parameters as references to their slots ----
+    def _pack_saved(self, t: torch.Tensor):
+        """A tensor autograd saves: one over a fetched parameter slot becomes a reference
+        (the slot is reused once the layer is released); anything else is kept."""
+        try:
+            ep = self._slot_of.get(t.untyped_storage().data_ptr())
+        except (RuntimeError, NotImplementedError):  # a tensor without storage
+            return t
+        if ep is None or t.dtype != self.torch_dtype:
+            return t
+        return _SlotRef(ep, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+    def _unpack_saved(self, packed):
+        """In the backward: the reference's layer fetched again (once per backward) and the
+        same view of its slot there."""
+        if not isinstance(packed, _SlotRef):
+            return packed
+        ep = packed.ep
+        ptrs, _ = self._open_backward(ep.layer)
+        base = self.views(ptrs[ep.index], ep.numel, self.torch_dtype)
+        return base.as_strided(packed.shape, packed.stride, packed.offset)
+
+    def _open_backward(self, layer: int):
+        """Layer fetched again for its backward's saved parameters (its slots, not yet its
+        gradient buffers: layers merged from several modules finish their backward out of
+        order, and the gradient slots are few) until its gradients are handed over."""
+        ptrs = self._refetched.get(layer)
+        if ptrs is None:
+            ptrs, _ = self._fetch_layer(layer, N.PHASE_FORWARD)
+            self._fetched[layer] += 1
+            self._point_params(layer, ptrs)
+            self.device.sync()
+            self._refetched[layer] = ptrs
+        return ptrs, None
 
     def _grad_hook(self, p: torch.Tensor) -> None:
         ep = self._by_param[id(p)]
@@ -611,6 +685,8 @@ class ZoEngine:
         p.grad = None
         self._arrived[ep.layer] += 1
         if self._arrived[ep.layer] == len(self.layers[ep.layer]):
+            if self._refetched.pop(ep.layer, None) is not None:
+                self._release(ep.layer)  # every use of its saved parameters has run
             self._hand_over_ready(final=False)
 
     def _hand_over_ready(self, final: bool) -> None:
@@ -618,6 +694,9 @@ class ZoEngine:
         at the end of the backward, whatever came: a parameter without a gradient adds zero)."""
         while self._next_hand >= 0:
             layer = self._next_hand
+            if self._handed[layer]:  # a tile's layer, handed over by its owner's backward
+                self._next_hand -= 1
+                continue
             if not final and self._arrived[layer] < len(self.layers[layer]):
                 return
             self._hand_over_direct(layer)
@@ -625,18 +704,17 @@ class ZoEngine:
 
     def _hand_over_direct(self, layer: int) -> None:
         lib = N.lib()
+        reopened = self.refetch and self._refetched.pop(layer, None) is not None
         ptrs, gptrs = self._fetch_layer(layer, N.PHASE_BACKWARD)
+        if reopened:  # the saved parameters' fetch: the backward has used them
+            self._release(layer)
         try:
-            if layer in self._fwd_ptrs and [p for p in ptrs] != self._fwd_ptrs[layer]:
+            if (not self.refetch and layer in self._fwd_ptrs and
+                    [p for p in ptrs] != self._fwd_ptrs[layer]):
                 raise ZoStateError(f"layer {layer}'s device slot moved between its forward and "
                                    f"backward although every chunk has a slot (a bug: please "
                                    f"report it)")
-            self.device.sync()
-            for ep, g, gp in zip(self.layers[layer], self._pending[layer], gptrs):
-                if g is None:  # a tile whose owner got no gradient: what borrowers left
-                    g = self._borrowed_grads.pop((ep.layer, ep.index), None)
-                if g is not None:
-                    self.views(gp, ep.numel, self.torch_dtype).copy_(g.reshape(-1))
+            self._copy_pending(layer, gptrs)
             N.check(lib.zo_engine_grads_ready(self._eng, layer, self.device.stream),
                     f"handing over layer {layer}'s gradients")
         finally:
@@ -644,6 +722,14 @@ class ZoEngine:
                     f"releasing layer {layer}")
         self._pending[layer] = [None] * len(self.layers[layer])
         self._handed[layer] = True
+
+    def _copy_pending(self, layer: int, gptrs) -> None:
+        self.device.sync()
+        for ep, g, gp in zip(self.layers[layer], self._pending[layer], gptrs):
+            if g is None:  # a tile whose owner got no gradient: what borrowers left
+                g = self._borrowed_grads.pop((ep.layer, ep.index), None)
+            if g is not None:
+                self.views(gp, ep.numel, self.torch_dtype).copy_(g.reshape(-1))
 
     # ---- recompute mode ----
     def _wrap_forward(self, unit) -> None:
@@ -773,11 +859,18 @@ class ZoEngine:
         self._check_open()
         if self.lr_scheduler is not None and not self._step_lr_set:
             self._set_engine_lr()
-        if not self._checked_first_forward:
-            self._checked_first_forward = True
-            with _UseCheck(self):
-                return self.module(*args, **kwargs)
-        return self.module(*args, **kwargs)
+        with self._saving():
+            if not self._checked_first_forward:
+                self._checked_first_forward = True
+                with _UseCheck(self):
+                    return self.module(*args, **kwargs)
+            return self.module(*args, **kwargs)
+
+    def _saving(self):
+        """Refetch mode: autograd's saved tensors through _pack_saved/_unpack_saved."""
+        if not self.refetch or not torch.is_grad_enabled():
+            return nullcontext()
+        return torch.autograd.graph.saved_tensors_hooks(self._pack_saved, self._unpack_saved)
 
     def backward(self, loss: torch.Tensor, retain_graph: bool = False, scale_wrt_gas: bool = True):
         """loss.backward() with the loss scaled by 1/gradient_accumulation_steps (and the fp16
@@ -802,7 +895,7 @@ class ZoEngine:
         scaled = loss * factor if factor != 1.0 else loss
         try:
             scaled.backward(retain_graph=retain_graph)
-            if self.direct:
+            if self.direct or self.refetch:
                 self._hand_over_ready(final=True)
             else:
                 self._hand_over_untouched()
@@ -840,6 +933,8 @@ class ZoEngine:
         self._next_hand = n - 1
         self._borrowed_grads = {}
         self._bwd_open: Dict[int, list] = {}  # layer -> [gradient pointers, units done]
+        self._refetched: Dict[int, tuple] = {}  # refetch mode: layer -> (slots, grad buffers)
+        self._slot_of: Dict[int, EngineParam] = {}  # refetch mode: slot address -> tensor
 
     def is_gradient_accumulation_boundary(self) -> bool:
         return self._micro_in_step == self.gradient_accumulation_steps_
@@ -877,6 +972,7 @@ class ZoEngine:
     def _abandon(self) -> None:
         N.lib().zo_engine_abandon_step(self._eng)
         self._bwd_open = {}
+        self._refetched = {}
         self._micro_in_step = 0
         self._backward_done = False
         self._fetched = [0] * len(self.layers)
@@ -1019,7 +1115,7 @@ class ZoEngine:
                 f"{fp.n_chunks} chunks of {_mib(fp.chunk_bytes)}; device {_mib(fp.device)}, "
                 f"pinned {_mib(fp.pinned)}, host {_mib(fp.host)}, nvme {_mib(fp.nvme)}; "
                 f"params homed device/host/nvme {self.param_homes}, optimizer "
-                f"{self.optim_homes}; {'direct' if self.direct else 'recompute'} mode on the "
+                f"{self.optim_homes}; {self.layer_mode} mode on the "
                 f"{self.device.backend} device")
 
     def effective_config(self) -> Dict[str, Any]:
@@ -1055,7 +1151,7 @@ class ZoEngine:
             "offload_optimizer": cfg["zero_optimization"]["offload_optimizer"]["device"],
             "optimizer_mode": cfg["zoffload"]["optimizer_mode"],
             "optimizer_state_dtype": cfg["zoffload"]["optimizer_state_dtype"],
-            "layers": len(self.layers), "mode": "direct" if self.direct else "recompute",
+            "layers": len(self.layers), "mode": self.layer_mode,
         }
 
     def zoffload_config(self) -> Dict[str, Any]:

@@ -8,12 +8,20 @@ owns parameters is one engine layer, in that order. A unit that uses a parameter
 own (GPT-2's lm_head uses wte's weight) fetches the owner's layer too: a tied parameter is
 one engine tensor.
 
-Two ways of running a unit, chosen per engine:
+Three ways of running a unit, chosen per engine:
   direct     every parameter chunk has a device slot of its own (the plan's resident case):
              slots never move, so autograd's saved tensors stay valid and the unit runs as
              PyTorch runs it; gradients arrive through post-accumulate-grad hooks and are
              handed to the engine layer by layer, in reverse layer order.
-  recompute  slots are reused (a device budget below the model): the unit's forward runs
+  refetch    slots are reused (a device budget below the model), and no unit uses another
+             layer's untiled parameter: units run as in direct mode, but what autograd saves
+             from a parameter's slot is kept as a reference (saved-tensor hooks), and the
+             backward's first use fetches the layer again and makes the same view of its slot
+             there; the layer is released once all of its parameters' gradients are in, and
+             handed over as in direct mode. Activations are kept as PyTorch keeps them (as
+             DeepSpeed's ZeRO-3 does without activation checkpointing); nothing is recomputed.
+  recompute  slots are reused, and refetch does not apply (a tied untiled parameter, or
+             `zoffload.recompute`): the unit's forward runs
              without saving activations (only its inputs), and its backward fetches the layer
              again, recomputes the forward with autograd on, and writes the parameters'
              gradients straight into the engine's gradient buffers: per-layer activation

@@ -208,8 +208,10 @@ typedef struct zo_train_config {
         zo_dtype optimizer_state_dtype; /* fp32 (ZO_DTYPE_F32), bf16, or int8 (ZO_DTYPE_I8) */
         int master_split;               /* 0: the split fp32 master on NVMe (engine.h) */
         int embedding_f32_states;       /* 0: int8 states keep the token embedding's moments fp32 */
-        int reduce_order;               /* 0 global, 1 rank: ZeRO's order with gradient accumulation
-                                           (zo_reduce_order, engine.h) */
+        int recompute; /* 0: the PyTorch front end below a resident budget fetches autograd's saved
+                          parameters again in the backward; 1: each layer recomputes its forward */
+        int reduce_order;       /* 0 global, 1 rank: ZeRO's order with gradient accumulation
+                                   (zo_reduce_order, engine.h) */
         int ignore_unsupported; /* 0: enabled DeepSpeed features zoffload lacks are errors */
         int64_t n_nvme_paths;   /* 0 */
         char nvme_paths[ZO_CONFIG_MAX_NVME_PATHS][ZO_CONFIG_PATH_CAP];
