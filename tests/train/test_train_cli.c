@@ -186,6 +186,19 @@ static void expect_usage_error(const char *args, const char *needle)
     outputs_free(&o);
 }
 
+/* --steps is read before the config and again after it: its error once. */
+static void test_bad_steps_reported_once(void **state)
+{
+    (void)state;
+    outputs o = run("--steps -1");
+    assert_int_equal(o.status, 2);
+    const char *first = strstr(o.err, "--steps '-1'");
+    assert_non_null(first);
+    if (strstr(first + 1, "--steps '-1'"))
+        fail_msg("the error is printed twice: '%s'", o.err);
+    outputs_free(&o);
+}
+
 static void test_bad_flags(void **state)
 {
     expect_usage_error("--preset huge",
@@ -1084,6 +1097,7 @@ int main(void)
         cmocka_unit_test(test_json_summary),
         cmocka_unit_test(test_human_summary),
         cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_bad_steps_reported_once),
         cmocka_unit_test(test_micro_group_config_and_flags),
         cmocka_unit_test(test_run_failure_exits_1),
         cmocka_unit_test(test_host_limit_refuses_before_allocating),

@@ -396,8 +396,11 @@ static int prescan(int argc, char **argv, cli *c)
                 return bad_value(c, ZT_OPT_SET, optarg, "at most 64 overrides");
             c->sets[c->n_sets++] = optarg;
         }
-        if (opt == ZT_OPT_STEPS && parse_int_opt(opt, optarg, c) == 0)
+        long steps; /* a bad value is parse_args' to report, once */
+        if (opt == ZT_OPT_STEPS && zt_cli_long(optarg, 0, INT_MAX, &steps) == 0) {
+            c->o.steps = (int)steps;
             c->steps_given = 1;
+        }
         prescan_config_flag(opt, optarg, &c->ds_flags);
     }
     optind = 0; /* getopt starts over for parse_args */
