@@ -445,7 +445,8 @@ static void test_unsupported_features(void **state)
     static const bad_case bad[] = {
         {"{\"train_batch_size\": 8, \"tensor_parallel\": {\"autotp_size\": 4}}",
          "'tensor_parallel' is on, but tensor parallelism (AutoTP) is not supported by zoffload; "
-         "the nearest it has is data parallelism over ranks with 'zero_optimization.stage'; "
+         "the nearest it has is zo-train's --tensor-parallel T (Megatron's column- and "
+         "row-parallel blocks; a config does not set it yet); "
          "remove it or turn it off, or set 'zoffload.ignore_unsupported' to true to train "
          "without it"},
         {"{\"train_batch_size\": 8, \"sequence_parallel_size\": 2}",

@@ -472,7 +472,9 @@ static const key_spec root_keys[] = {
     U("amp", "NVIDIA Apex mixed precision", "'bf16' or 'fp16'", OFF_ENABLED),
     U("torch_autocast", "torch.autocast mixed precision", "'bf16' or 'fp16'", OFF_ENABLED),
     U("tensor_parallel", "tensor parallelism (AutoTP)",
-      "data parallelism over ranks with 'zero_optimization.stage'", OFF_SIZE),
+      "zo-train's --tensor-parallel T (Megatron's column- and row-parallel blocks; a config "
+      "does not set it yet)",
+      OFF_SIZE),
     U("sequence_parallel_size", "sequence parallelism (Ulysses)",
       "a longer --seq on one rank (attention memory grows linearly)", OFF_SIZE),
     U("expert_parallel", "expert parallelism for mixture-of-experts models", NULL, OFF_ENABLED),
