@@ -302,6 +302,17 @@ ZO_API zo_status zo_op_swiglu_bwd(zo_stream_t s, void *dgate, void *dup, const v
 ZO_API zo_status zo_op_cross_entropy(zo_stream_t s, float *loss, float *row_loss, void *dlogits,
                                      const void *logits, const int32_t *targets, size_t rows,
                                      int vocab, float grad_scale, zo_dtype dt);
+/* The same for rows r0 .. r0 + rows - 1 of a batch of total rows, so that the
+ * logits of a long sequence are made and consumed a chunk at a time (never
+ * total x vocab): row_loss, dlogits, logits and targets point at the chunk's
+ * first row; dlogits = grad_scale / total * (softmax - onehot); loss, when
+ * not NULL (give it with the last chunk), the mean of the batch's row_loss
+ * (from row_loss - r0), in row order. Row for row the bits of zo_op_cross_entropy
+ * over the whole batch, loss included. */
+ZO_API zo_status zo_op_cross_entropy_chunk(zo_stream_t s, float *loss, float *row_loss,
+                                           void *dlogits, const void *logits,
+                                           const int32_t *targets, size_t rows, int vocab,
+                                           float grad_scale, zo_dtype dt, size_t r0, size_t total);
 
 /* ---- elementwise and reductions ---- */
 /* y = a + b (y may equal a or b). */

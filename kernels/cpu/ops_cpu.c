@@ -517,7 +517,7 @@ static void xent_rows(const void *args, size_t lo, size_t hi, size_t part)
 {
     const zo_xent_args *a = args;
     const size_t V = (size_t)a->vocab;
-    const float gscale = a->grad_scale / (float)a->rows;
+    const float gscale = a->grad_scale / (float)a->total;
     for (size_t r = lo; r < hi; r++) {
         const size_t off = r * V;
         float mx = -INFINITY;
@@ -543,10 +543,13 @@ static zo_status xent_run(const zo_xent_args *a, cpu_ctx *ctx)
 {
     ZO_TRY(check_tokens(a->targets, a->rows, a->vocab, "cross_entropy (targets)"));
     run_ranges(a->rows, MIN_ROWS, 1, xent_rows, a);
-    double total = 0.0; /* in row order, whatever the split */
-    for (size_t r = 0; r < a->rows; r++)
-        total += a->row_loss[r];
-    *a->loss = (float)(total / (double)a->rows);
+    if (!a->loss)
+        return ZO_OK;
+    const float *batch = a->row_loss - a->r0;
+    double total = 0.0; /* in row order, whatever the split or the chunks */
+    for (size_t r = 0; r < a->total; r++)
+        total += batch[r];
+    *a->loss = (float)(total / (double)a->total);
     return ZO_OK;
 }
 

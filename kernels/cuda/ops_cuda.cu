@@ -310,7 +310,7 @@ __global__ void xent_rows_kernel(zo_xent_args a)
     __syncthreads();
     if (!a.dlogits)
         return;
-    const float scale = a.grad_scale / (float)a.rows;
+    const float scale = a.grad_scale / (float)a.total;
     for (size_t j = threadIdx.x; j < V; j += blockDim.x) {
         const float p = expf(ldv(a.logits, a.dt, off + j) - lse);
         stv(a.dlogits, a.dt, off + j, ok ? scale * (p - (j == (size_t)tgt ? 1.0f : 0.0f)) : 0.0f);
@@ -452,7 +452,9 @@ zo_status zo_cuda_op_cross_entropy(const zo_ops_exec *x, const zo_xent_args *a)
 {
     xent_rows_kernel<<<(unsigned)a->rows, 512, 0, stream_of(x)>>>(*a);
     ZO_CUDA_CHECK_LAUNCH();
-    mean_kernel<<<1, 1024, 0, stream_of(x)>>>(a->loss, a->row_loss, a->rows);
+    if (!a->loss)
+        return ZO_OK;
+    mean_kernel<<<1, 1024, 0, stream_of(x)>>>(a->loss, a->row_loss - a->r0, a->total);
     ZO_CUDA_CHECK_LAUNCH();
     return ZO_OK;
 }

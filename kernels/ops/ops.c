@@ -716,6 +716,16 @@ zo_status zo_op_cross_entropy(zo_stream_t s, float *loss, float *row_loss, void 
                               const void *logits, const int32_t *targets, size_t rows, int vocab,
                               float grad_scale, zo_dtype dt)
 {
+    ZO_TRY(check_operand(s, loss, sizeof(float), "cross_entropy", "loss"));
+    return zo_op_cross_entropy_chunk(s, loss, row_loss, dlogits, logits, targets, rows, vocab,
+                                     grad_scale, dt, 0, rows);
+}
+
+zo_status zo_op_cross_entropy_chunk(zo_stream_t s, float *loss, float *row_loss, void *dlogits,
+                                    const void *logits, const int32_t *targets, size_t rows,
+                                    int vocab, float grad_scale, zo_dtype dt, size_t r0,
+                                    size_t total)
+{
     static const char op[] = "cross_entropy";
     const zo_ops_backend *be;
     zo_ops_exec x;
@@ -726,14 +736,22 @@ zo_status zo_op_cross_entropy(zo_stream_t s, float *loss, float *row_loss, void 
     if (!isfinite(grad_scale))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: grad_scale %g is not finite", op,
                        (double)grad_scale);
+    if (r0 > total || rows > total - r0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "%s: rows %zu from row %zu pass the batch's %zu rows", op, rows, r0, total);
     size_t bytes = rows * (size_t)vocab * zo_dtype_size(dt);
-    ZO_TRY(check_operand(s, loss, sizeof(float), op, "loss"));
+    if (loss) {
+        ZO_TRY(check_operand(s, loss, sizeof(float), op, "loss"));
+        ZO_TRY(
+            check_operand(s, row_loss - r0, total * sizeof(float), op, "row_loss (the batch's)"));
+    }
     ZO_TRY(check_operand(s, row_loss, rows * sizeof(float), op, "row_loss"));
     if (dlogits)
         ZO_TRY(check_operand(s, dlogits, bytes, op, "dlogits"));
     ZO_TRY(check_operand(s, logits, bytes, op, "logits"));
     ZO_TRY(check_operand(s, targets, rows * sizeof *targets, op, "targets"));
-    zo_xent_args a = {loss, row_loss, dlogits, logits, targets, rows, vocab, grad_scale, dt};
+    zo_xent_args a = {loss,  row_loss,   dlogits, logits, targets, rows,
+                      vocab, grad_scale, dt,      r0,     total};
     return be->cross_entropy(&x, &a);
 }
 

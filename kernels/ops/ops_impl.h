@@ -175,6 +175,11 @@ typedef struct zo_xent_args {
     int vocab;
     float grad_scale;
     zo_dtype dt;
+    /* A chunk of a longer batch (zo_op_cross_entropy_chunk): these rows start
+     * at row r0 of total; dlogits scale by grad_scale / total and loss (NULL:
+     * not this call) is the mean of row_loss[-r0 .. total - r0). r0 0 and total
+     * rows: the whole batch. */
+    size_t r0, total;
 } zo_xent_args;
 
 typedef enum { ZO_EW_ADD, ZO_EW_CAST, ZO_EW_SCALE, ZO_EW_AXPY } zo_ew_kind;

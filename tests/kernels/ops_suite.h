@@ -275,6 +275,32 @@ static void run_xent(zo_stream_t s, zo_dtype dt, const float *logits, const int3
     *dlogits = dev_to_host(s, ld, n, dt);
 }
 
+/* The same fused pass in chunks of rows (zo_op_cross_entropy_chunk), each
+ * over its rows of one logits buffer, the loss with the last. */
+static void run_xent_chunked(zo_stream_t s, zo_dtype dt, const float *logits, const int32_t *tgt,
+                             size_t rows, int V, float grad_scale, size_t chunk, float *loss,
+                             float **row_loss, float **dlogits)
+{
+    size_t n = rows * (size_t)V, es = zo_dtype_size(dt);
+    char *ld = dev_from(s, logits, n, dt);
+    float *l = dev_zeros(s, sizeof(float)), *rl = dev_zeros(s, rows * sizeof(float));
+    int32_t *td = NULL;
+    ZO_ASSERT_OK(zo_device_malloc(zo_stream_device(s), rows * sizeof *tgt, (void **)&td));
+    track(zo_stream_device(s), td);
+    ZO_ASSERT_OK(zo_memcpy_h2d_async(s, td, tgt, rows * sizeof *tgt));
+    for (size_t r0 = 0; r0 < rows; r0 += chunk) {
+        size_t k = chunk < rows - r0 ? chunk : rows - r0;
+        char *at = ld + r0 * (size_t)V * es;
+        ZO_ASSERT_OK(zo_op_cross_entropy_chunk(s, r0 + k == rows ? l : NULL, rl + r0, at, at,
+                                               td + r0, k, V, grad_scale, dt, r0, rows));
+    }
+    float *h = dev_to_host(s, l, 1, ZO_DTYPE_F32);
+    *loss = h[0];
+    free(h);
+    *row_loss = dev_to_host(s, rl, rows, ZO_DTYPE_F32);
+    *dlogits = dev_to_host(s, ld, n, dt);
+}
+
 /* ---- elementwise: add, scale (in place), axpy into f32, casts, sumsq ---- */
 
 typedef struct ew_out {

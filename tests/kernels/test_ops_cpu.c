@@ -911,7 +911,13 @@ static void test_cross_entropy(void **state)
         assert_true(l == lf); /* the fused gradient does not change the loss */
         ASSERT_CLOSE(grl, rl, rows, 1e-5, "cross-entropy row loss");
         ASSERT_CLOSE(gdl, fd, rows * V, tol_bwd(dt), "cross-entropy dlogits (in place)");
-        free(grl), free(gdl);
+        /* in chunks of 4 rows (the last 2): the same bits, loss included */
+        float cl, *crl, *cdl;
+        run_xent_chunked(g_s, dt, x, tgt, rows, V, gscale, 4, &cl, &crl, &cdl);
+        assert_memory_equal(&cl, &l, sizeof l);
+        assert_memory_equal(crl, grl, rows * sizeof *grl);
+        assert_memory_equal(cdl, gdl, rows * V * sizeof *gdl);
+        free(grl), free(gdl), free(crl), free(cdl);
     }
     free(x), free(rl), free(fd), free(ctx.x);
 }

@@ -294,6 +294,13 @@ static void test_cross_entropy(void **state)
         close_to(&glf, &clf, 1, 1e-5, "cross-entropy loss (forward only)", dt);
         close_to(grl, crl, rows, 1e-5, "cross-entropy row loss", dt);
         close_to(gdl, cdl, rows * V, tol(dt), "cross-entropy dlogits", dt);
+        /* in chunks of 4 rows on the GPU: its own whole-batch bits */
+        float kl, *krl, *kdl;
+        run_xent_chunked(g_gs, dt, x, tgt, rows, V, 0.25f, 4, &kl, &krl, &kdl);
+        assert_memory_equal(&kl, &gl, sizeof gl);
+        assert_memory_equal(krl, grl, rows * sizeof *grl);
+        assert_memory_equal(kdl, gdl, rows * V * sizeof *gdl);
+        free(krl), free(kdl);
         free(crl), free(cdl), free(grl), free(gdl);
     }
     free(x);

@@ -16,6 +16,7 @@
  * bitwise, and the bf16 model's gradient points the same way (cosine >= 0.99
  * per tensor). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -432,6 +433,51 @@ static void test_explicit_mha_is_bitwise_llama2(void **state)
     g_shape = k_llama2;
 }
 
+/* The head and loss in chunks of 3 rows (ZO_HEAD_CHUNK_BYTES; the last of
+ * the 32 rows 2): the loss keeps its bits, in training and in eval (each
+ * row's logits and loss are its own, the mean in row order); the gradients
+ * are within 1e-6 (relative L2, fp32) of the one-chunk ones: the head
+ * matrix's is summed chunk by chunk, and d(hf) of 3 rows is a GEMM of
+ * another shape, whose sums the cpu device may split otherwise. */
+static void test_head_chunks_keep_the_loss(void **state)
+{
+    fixture a, b;
+    g_shape = k_llama2;
+    fixture_open(&a, ZO_DTYPE_F32);
+    float la = train_once(&a), ea, eb;
+    char bytes[32];
+    snprintf(bytes, sizeof bytes, "%d", 3 * VOCAB * 4);
+    setenv("ZO_HEAD_CHUNK_BYTES", bytes, 1);
+    zt_model_config mc = {g_shape, SEQ, MB, 2, ZO_DTYPE_F32};
+    assert_int_equal(zt_head_chunk_rows(&mc), 3);
+    fixture_open(&b, ZO_DTYPE_F32);
+    unsetenv("ZO_HEAD_CHUNK_BYTES");
+    float lb = train_once(&b);
+    assert_memory_equal(&la, &lb, sizeof la);
+    for (int l = 0; l < LAYERS + 2; l++)
+        for (int i = 0; i < zt_layer_tensors(&g_shape, l); i++) {
+            size_t n = zt_tensor_numel(&g_shape, l, i);
+            float *ga = read_tensor(&a, l, i, 1), *gb = read_tensor(&b, l, i, 1);
+            double diff = 0, norm = 0;
+            for (size_t j = 0; j < n; j++)
+                diff += ((double)ga[j] - gb[j]) * ((double)ga[j] - gb[j]),
+                    norm += (double)ga[j] * ga[j];
+            if (!(sqrt(diff) <= 1e-6 * sqrt(norm)))
+                fail_msg("layer %d tensor %d: gradient relative L2 %.3g", l, i, sqrt(diff / norm));
+            free(ga), free(gb);
+        }
+    ZO_ASSERT_OK(zt_model_eval_micro(a.m, &a.src, 1));
+    ZO_ASSERT_OK(zt_model_eval_micro(b.m, &b.src, 1));
+    float losses[2];
+    ZO_ASSERT_OK(zt_model_read_losses(a.m, losses, 2));
+    ea = losses[1];
+    ZO_ASSERT_OK(zt_model_read_losses(b.m, losses, 2));
+    eb = losses[1];
+    assert_memory_equal(&ea, &eb, sizeof ea);
+    fixture_close(&a);
+    fixture_close(&b);
+}
+
 /* The same loss from the eval path; two half-scaled micro-batches (the
  * same tokens) accumulate exactly the one-pass gradient. */
 static void test_eval_and_accumulation(void **state)
@@ -525,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_variants_match_the_reference),
         cmocka_unit_test(test_explicit_mha_is_bitwise_llama2),
         cmocka_unit_test(test_eval_and_accumulation),
+        cmocka_unit_test(test_head_chunks_keep_the_loss),
         cmocka_unit_test(test_bf16_gradient_follows_fp32),
         cmocka_unit_test(test_activation_bytes_are_what_init_allocates),
     };

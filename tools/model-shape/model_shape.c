@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "zo/checked.h"
@@ -508,11 +509,28 @@ static void carve_block(uint64_t *off, const zt_model_config *c, zt_block_offset
     b->rstd2 = carve(off, T * sizeof(float));
 }
 
+uint64_t zt_head_chunk_bytes(void)
+{
+    const char *v = getenv("ZO_HEAD_CHUNK_BYTES");
+    char *end;
+    unsigned long long b = v ? strtoull(v, &end, 10) : 0;
+    return v && *v && !*end && b > 0 ? (uint64_t)b : ZT_HEAD_CHUNK_BYTES;
+}
+
+uint64_t zt_head_chunk_rows(const zt_model_config *c)
+{
+    const uint64_t T = (uint64_t)c->micro_batch * c->seq;
+    const uint64_t row = (uint64_t)c->shape.vocab * zo_dtype_size(c->dt);
+    uint64_t rows = zt_head_chunk_bytes() / row;
+    rows = rows ? rows : 1;
+    return rows < T ? rows : T;
+}
+
 static void carve_head(uint64_t *off, const zt_model_config *c, zt_head_offsets *h, size_t es)
 {
     const uint64_t T = (uint64_t)c->micro_batch * c->seq;
     h->hf = carve(off, T * c->shape.dim * es);
-    h->logits = carve(off, T * c->shape.vocab * es);
+    h->logits = carve(off, zt_head_chunk_rows(c) * c->shape.vocab * es);
     h->rstd = carve(off, T * sizeof(float));
     h->row_loss = carve(off, T * sizeof(float));
 }

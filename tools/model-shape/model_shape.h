@@ -201,6 +201,13 @@ typedef struct zt_activation_layout {
 } zt_activation_layout;
 
 void zt_activation_layout_of(const zt_model_config *c, zt_activation_layout *out);
+/* The head's logits and loss run in chunks of rows (tokens) whose logits
+ * take at most ZO_HEAD_CHUNK_BYTES (the environment, bytes; default
+ * ZT_HEAD_CHUNK_BYTES): nothing is tokens x vocab. The rows of one chunk,
+ * 1 to the micro-batch's tokens (all of them: one chunk, today's head). */
+enum { ZT_HEAD_CHUNK_BYTES = 64 << 20 };
+uint64_t zt_head_chunk_bytes(void);
+uint64_t zt_head_chunk_rows(const zt_model_config *c);
 /* Device bytes of the arena (exact: what zo-train's zt_model_init allocates). */
 uint64_t zt_model_activation_bytes(const zt_model_config *c);
 /* The same with layer-major groups: with act_home device the arena holds a

@@ -192,8 +192,9 @@ struct zt_model {
     zt_act_group grp; /* layer-major groups (micro_group 0: none) */
     zo_device_t dev;
     zo_stream_t s;
-    int T, hd; /* tokens per micro-batch, head dimension */
-    size_t es; /* activation element size */
+    int T, hd;     /* tokens per micro-batch, head dimension */
+    int head_rows; /* the head's chunk (zt_head_chunk_rows, as the arena was carved) */
+    size_t es;     /* activation element size */
     void *arena;
     uint64_t arena_bytes;
     int32_t *tok_in, *tok_tgt; /* n_micro * T each */
@@ -365,6 +366,7 @@ zo_status zt_model_init_act(zt_model **out, zo_device_t dev, zo_stream_t compute
     m->dev = dev;
     m->s = compute;
     m->T = c->micro_batch * c->seq;
+    m->head_rows = (int)zt_head_chunk_rows(c);
     m->hd = zt_head_dim(&c->shape);
     m->es = zo_dtype_size(c->dt);
     zo_status st = model_alloc(m, nv);
@@ -430,13 +432,13 @@ static zo_gemm_desc gemm_desc(const zt_model *m)
     return g;
 }
 
-/* y[T, out] = x[T, in] W^T */
-static zo_status linear_fwd(const zt_model *m, void *y, const void *x, const void *w, int in,
-                            int out)
+/* y[rows, out] = x[rows, in] W^T */
+static zo_status linear_fwd_rows(const zt_model *m, int rows, void *y, const void *x, const void *w,
+                                 int in, int out)
 {
     zo_gemm_desc g = gemm_desc(m);
     g.trans_b = 1;
-    g.m = m->T, g.n = out, g.k = in;
+    g.m = rows, g.n = out, g.k = in;
     g.a = x, g.lda = in;
     g.b = w, g.ldb = in;
     g.c = y, g.ldc = out;
@@ -444,12 +446,18 @@ static zo_status linear_fwd(const zt_model *m, void *y, const void *x, const voi
     return ZO_OK;
 }
 
-/* dx[T, in] = (accumulate ? dx : 0) + dy[T, out] W */
-static zo_status linear_bwd_data(const zt_model *m, void *dx, const void *dy, const void *w, int in,
-                                 int out, int accumulate)
+static zo_status linear_fwd(const zt_model *m, void *y, const void *x, const void *w, int in,
+                            int out)
+{
+    return linear_fwd_rows(m, m->T, y, x, w, in, out);
+}
+
+/* dx[rows, in] = (accumulate ? dx : 0) + dy[rows, out] W */
+static zo_status linear_bwd_data_rows(const zt_model *m, int rows, void *dx, const void *dy,
+                                      const void *w, int in, int out, int accumulate)
 {
     zo_gemm_desc g = gemm_desc(m);
-    g.m = m->T, g.n = in, g.k = out;
+    g.m = rows, g.n = in, g.k = out;
     g.beta = accumulate ? 1.0f : 0.0f;
     g.a = dy, g.lda = out;
     g.b = w, g.ldb = in;
@@ -458,19 +466,31 @@ static zo_status linear_bwd_data(const zt_model *m, void *dx, const void *dy, co
     return ZO_OK;
 }
 
-/* dW[out, in] += dy^T x */
-static zo_status linear_bwd_weight(const zt_model *m, void *dw, const void *dy, const void *x,
-                                   int in, int out)
+static zo_status linear_bwd_data(const zt_model *m, void *dx, const void *dy, const void *w, int in,
+                                 int out, int accumulate)
+{
+    return linear_bwd_data_rows(m, m->T, dx, dy, w, in, out, accumulate);
+}
+
+/* dW[out, in] += dy^T x over rows */
+static zo_status linear_bwd_weight_rows(const zt_model *m, int rows, void *dw, const void *dy,
+                                        const void *x, int in, int out)
 {
     zo_gemm_desc g = gemm_desc(m);
     g.trans_a = 1;
-    g.m = out, g.n = in, g.k = m->T;
+    g.m = out, g.n = in, g.k = rows;
     g.beta = 1.0f;
     g.a = dy, g.lda = out;
     g.b = x, g.ldb = in;
     g.c = dw, g.ldc = in;
     ZT_LIB(zo_op_gemm(m->s, &g));
     return ZO_OK;
+}
+
+static zo_status linear_bwd_weight(const zt_model *m, void *dw, const void *dy, const void *x,
+                                   int in, int out)
+{
+    return linear_bwd_weight_rows(m, m->T, dw, dy, x, in, out);
 }
 
 /* ---- a block ---- */
@@ -639,28 +659,55 @@ static head_params head_of(const zt_model *m, void *const *p, void *const *g)
     return (head_params){p[ZT_HEAD_NORM], p[ZT_HEAD_OUT], g[ZT_HEAD_NORM], g[ZT_HEAD_OUT]};
 }
 
-static zo_status head_fwd_loss(zt_model *m, const head_params *hp, int i, void *dlogits,
+/* The head's logits and loss a chunk of rows at a time (zt_head_chunk_rows:
+ * every row at once unless the logits of them all pass ZO_HEAD_CHUNK_BYTES),
+ * so that no buffer is tokens x vocab. Training, each chunk's backward runs
+ * before the next chunk's logits overwrite it: the weight's gradient summed
+ * chunk by chunk, the chunk's d(hf) over its rows of hf. With one chunk this
+ * is the unchunked head op for op; with more, the loss and d(hf) keep their
+ * bits (each row's logits, loss and gradient are its own) and only the
+ * head matrix's gradient is summed in another order. */
+static zo_status head_chunks(zt_model *m, const head_params *hp, int i, int train, float grad_scale)
+{
+    const zt_shape *sh = &m->c.shape;
+    head_ws *h = &m->h;
+    const int d = sh->dim, V = sh->vocab, T = m->T;
+    const int C = m->head_rows;
+    const size_t row_bytes = (size_t)d * zo_dtype_size(m->c.dt);
+    const int32_t *tgt = tokens_of(m, m->tok_tgt, i);
+    for (int r0 = 0; r0 < T; r0 += C) {
+        const int n = C < T - r0 ? C : T - r0;
+        char *hf = (char *)h->hf + (size_t)r0 * row_bytes;
+        ZT_TRY(linear_fwd_rows(m, n, h->logits, hf, hp->w, d, V));
+        ZT_LIB(zo_op_cross_entropy_chunk(m->s, r0 + n == T ? m->losses + i : NULL, h->row_loss + r0,
+                                         train ? h->logits : NULL, h->logits, tgt + r0, (size_t)n,
+                                         V, grad_scale, m->c.dt, (size_t)r0, (size_t)T));
+        if (!train)
+            continue;
+        ZT_TRY(linear_bwd_weight_rows(m, n, hp->gw, h->logits, hf, d, V));
+        ZT_TRY(linear_bwd_data_rows(m, n, hf, h->logits, hp->w, d, V, 0)); /* d(hf) */
+    }
+    return ZO_OK;
+}
+
+static zo_status head_fwd_loss(zt_model *m, const head_params *hp, int i, int train,
                                float grad_scale)
 {
     const zt_shape *sh = &m->c.shape;
     head_ws *h = &m->h;
     ZT_LIB(zo_op_rmsnorm_fwd(m->s, h->hf, h->rstd, m->ckpt[sh->n_layers], hp->norm, m->T, sh->dim,
                              sh->norm_eps, m->c.dt));
-    ZT_TRY(linear_fwd(m, h->logits, h->hf, hp->w, sh->dim, sh->vocab));
-    ZT_LIB(zo_op_cross_entropy(m->s, m->losses + i, h->row_loss, dlogits, h->logits,
-                               tokens_of(m, m->tok_tgt, i), (size_t)m->T, sh->vocab, grad_scale,
-                               m->c.dt));
-    return ZO_OK;
+    if (train &&
+        m->c.shape.tied) /* the arena's buffers start from zero as a fetched gradient does */
+        ZT_LIB(zo_memset_async(m->s, m->head_grad, 0, m->head_stride));
+    return head_chunks(m, hp, i, train, grad_scale);
 }
 
+/* After head_fwd_loss with train: hf holds d(hf). */
 static zo_status head_bwd(zt_model *m, const head_params *hp)
 {
     const zt_shape *sh = &m->c.shape;
-    head_ws *h = &m->h;  /* logits hold d(logits) */
-    if (m->c.shape.tied) /* the arena's buffers start from zero as a fetched gradient does */
-        ZT_LIB(zo_memset_async(m->s, m->head_grad, 0, m->head_stride));
-    ZT_TRY(linear_bwd_weight(m, hp->gw, h->logits, h->hf, sh->dim, sh->vocab));
-    ZT_TRY(linear_bwd_data(m, h->hf, h->logits, hp->w, sh->dim, sh->vocab, 0)); /* d(hf) */
+    head_ws *h = &m->h;
     ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, hp->gnorm, m->c.dt, h->hf, m->ckpt[sh->n_layers],
                              hp->norm, h->rstd, m->T, sh->dim, 0, m->c.dt));
     return ZO_OK;
@@ -756,14 +803,14 @@ static zo_status head_eval_fn(zt_model *m, int layer, void *const *p, void *cons
                               float scale)
 {
     head_params hp = head_of(m, p, g);
-    return head_fwd_loss(m, &hp, i, NULL, 0.0f);
+    return head_fwd_loss(m, &hp, i, 0, 0.0f);
 }
 
 static zo_status head_train_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
                                float scale)
 {
     head_params hp = head_of(m, p, g);
-    ZT_TRY(head_fwd_loss(m, &hp, i, m->h.logits, scale));
+    ZT_TRY(head_fwd_loss(m, &hp, i, 1, scale));
     return head_bwd(m, &hp);
 }
 
