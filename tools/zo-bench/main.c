@@ -18,6 +18,7 @@ static const bench_cmd commands[] = {
     {"adam", zo_bench_adam_main, "fused CPU Adam step vs the memory roofline of the same bytes"},
     {"engine", zo_bench_engine_main, "training-step time vs the limit of perfect overlap"},
     {"comm", zo_bench_comm_main, "collectives' bus bandwidth vs the backend's own calls"},
+    {"attention", zo_bench_attention_main, "fused attention vs materialized; a window vs dense"},
 };
 
 static void usage(FILE *out)

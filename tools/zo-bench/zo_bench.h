@@ -6,5 +6,6 @@ int zo_bench_io_main(int argc, char **argv);
 int zo_bench_adam_main(int argc, char **argv);
 int zo_bench_engine_main(int argc, char **argv);
 int zo_bench_comm_main(int argc, char **argv);
+int zo_bench_attention_main(int argc, char **argv);
 
 #endif
