@@ -240,7 +240,7 @@ static void fixture_open(fixture *f, zo_dtype dt)
     dc.mem_budget = 64u << 20;
     ZO_ASSERT_OK(zo_device_init(&f->dev, &dc));
     ZO_ASSERT_OK(zo_stream_create(f->dev, &f->s));
-    zt_model_config mc = {g_shape, SEQ, MB, 2, dt};
+    zt_model_config mc = {g_shape, SEQ, MB, 2, dt, 0};
     ZO_ASSERT_OK(zt_model_init(&f->m, f->dev, f->s, &mc));
     ZO_ASSERT_OK(zt_resident_init(&f->r, f->dev, f->s, &g_shape, dt, SEED, INIT_STD));
     f->src = zt_resident_source(f->r);
@@ -448,7 +448,7 @@ static void test_head_chunks_keep_the_loss(void **state)
     char bytes[32];
     snprintf(bytes, sizeof bytes, "%d", 3 * VOCAB * 4);
     setenv("ZO_HEAD_CHUNK_BYTES", bytes, 1);
-    zt_model_config mc = {g_shape, SEQ, MB, 2, ZO_DTYPE_F32};
+    zt_model_config mc = {g_shape, SEQ, MB, 2, ZO_DTYPE_F32, 0};
     assert_int_equal(zt_head_chunk_rows(&mc), 3);
     fixture_open(&b, ZO_DTYPE_F32);
     unsetenv("ZO_HEAD_CHUNK_BYTES");
@@ -542,7 +542,7 @@ static void test_activation_bytes_are_what_init_allocates(void **state)
     fixture_open(&f, ZO_DTYPE_BF16);
     zo_device_mem_stats before, after;
     ZO_ASSERT_OK(zo_device_mem_get_stats(f.dev, &before));
-    zt_model_config mc = {g_shape, SEQ, MB, 3, ZO_DTYPE_BF16};
+    zt_model_config mc = {g_shape, SEQ, MB, 3, ZO_DTYPE_BF16, 0};
     zt_model *m2 = NULL;
     ZO_ASSERT_OK(zt_model_init(&m2, f.dev, f.s, &mc));
     ZO_ASSERT_OK(zo_device_mem_get_stats(f.dev, &after));

@@ -239,6 +239,16 @@ int zt_cli_dtype(const char *s, zo_dtype *out)
     return 0;
 }
 
+int zt_cli_attention(const char *s, int *flash)
+{
+    static const char *const names[] = {"dense", "flash", NULL};
+    int i = zt_cli_choice(s, names);
+    if (i < 0)
+        return -1;
+    *flash = i;
+    return 0;
+}
+
 /* The names are the core's (zo_optim_mode_name), so JSON and flags agree. */
 int zt_cli_optim_mode(const char *s, zo_optim_mode *out)
 {

@@ -94,6 +94,7 @@ int zt_cli_double(const char *s, double *out);               /* finite */
 int zt_cli_choice(const char *s, const char *const *names);  /* NULL-ended: the index */
 int zt_cli_on_off(const char *s, int *out);                  /* on: 1, off: 0 */
 int zt_cli_dtype(const char *s, zo_dtype *out);              /* bf16, fp16, fp32 */
+int zt_cli_attention(const char *s, int *flash);             /* dense (0), flash (1) */
 int zt_cli_optim_mode(const char *s, zo_optim_mode *out);
 /* --device's values, NULL-ended: auto (cuda when a GPU is present), cpu, cuda. */
 extern const char *const zt_cli_devices[]; /* sync, overlap, dpu */

@@ -37,6 +37,11 @@
       ZT_IN(JOB, "bf16|fp16|fp32",                                                                 \
             "parameters and activations (default bf16; fp32: the engine's\n"                       \
             "slots hold the fp32 master)"))                                                        \
+    X(ATTENTION, "attention", 0,                                                                   \
+      ZT_IN(MODEL, "dense|flash",                                                                  \
+            "attention op (default dense): flash is the fused op, memory\n"                       \
+            "O(seq) per head instead of seq x seq"),                                               \
+      ZT_IN(JOB, "dense|flash", "the attention op zo-train runs (default dense)"))                 \
     X(DATA, "data", 0,                                                                             \
       ZT_IN(DATA, "FILE",                                                                          \
             "text (byte-level, vocabulary 256) or a ZOTOKENS token file\n"                         \

@@ -483,7 +483,10 @@ static uint64_t carve(uint64_t *off, uint64_t bytes)
 static void carve_block(uint64_t *off, const zt_model_config *c, zt_block_offsets *b, size_t es)
 {
     const uint64_t T = (uint64_t)c->micro_batch * c->seq, d = c->shape.dim, f = c->shape.ffn_dim;
-    const uint64_t att = (uint64_t)c->micro_batch * c->shape.n_heads * c->seq * c->seq * es;
+    /* The materialized op's probabilities (seq x seq per head), or the fused
+     * op's log-sum-exp and delta (fp32, seq per head). */
+    const uint64_t rows = (uint64_t)c->micro_batch * c->shape.n_heads * c->seq;
+    const uint64_t att = c->flash ? rows * sizeof(float) : rows * c->seq * es;
     const uint64_t q = (uint64_t)zt_q_dim(&c->shape), kv = (uint64_t)zt_kv_dim(&c->shape);
     uint64_t *td[] = {&b->h1, &b->q,  &b->k,  &b->v,  &b->attn_out,
                       &b->x2, &b->h2, &b->dq, &b->dk, &b->dv};
@@ -505,6 +508,7 @@ static void carve_block(uint64_t *off, const zt_model_config *c, zt_block_offset
     b->act = carve(off, T * f * es);
     b->att = carve(off, att);
     b->datt = carve(off, att);
+    b->dattn = c->flash ? carve(off, T * q * es) : 0;
     b->rstd1 = carve(off, T * sizeof(float));
     b->rstd2 = carve(off, T * sizeof(float));
 }

@@ -125,6 +125,8 @@ typedef struct zt_model_config {
     int micro_batch; /* sequences per micro-batch */
     int n_micro;     /* micro-batches whose tokens are held at once (the gradient accumulation) */
     zo_dtype dt;     /* parameter and activation dtype (bf16, fp16; fp32 for tests) */
+    int flash;       /* 1: the fused attention op (--attention flash): att and datt
+                        hold lse and delta (O(seq)), GQA reads the key/value heads in place */
 } zt_model_config;
 
 /* Layer-major micro-batches (zo-train's --micro-group, --act-home): the layer
@@ -178,6 +180,7 @@ typedef struct zt_block_offsets { /* one block's forward intermediates and backw
     uint64_t dq, dk, dv, datt;
     uint64_t rstd1, rstd2;
     uint64_t kc, vc, dkc, dvc; /* the n_kv_heads projections (k, v, dk, dv without GQA) */
+    uint64_t dattn;            /* flash: d(attn_out), beside attn_out (the backward reads both) */
 } zt_block_offsets;
 
 typedef struct zt_head_offsets {

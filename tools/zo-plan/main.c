@@ -164,6 +164,10 @@ static int parse_choice_opt(int opt, const char *arg, cli *c)
         if (zt_cli_dtype(arg, &c->job.dtype) != 0)
             return bad_value(c, opt, arg, "bf16, fp16 or fp32");
         return 0;
+    case ZT_OPT_ATTENTION:
+        if (zt_cli_attention(arg, &c->job.flash_attention) != 0)
+            return bad_value(c, opt, arg, "dense or flash");
+        return 0;
     case ZT_OPT_OPTIMIZER:
         return zt_cli_choice(arg, optimizers) < 0 ? bad_value(c, opt, arg, "adam or adamw") : 0;
     case ZT_OPT_STATE_DTYPE:

@@ -59,7 +59,8 @@ const char *zp_act_where(zp_act_home a);     /* "device", "pinned host", "NVMe" 
 typedef struct zp_job {
     zt_shape shape;
     int seq, micro_batch, grad_accum;
-    zo_dtype dtype; /* parameters and activations: bf16, fp16 or fp32 */
+    zo_dtype dtype;      /* parameters and activations: bf16, fp16 or fp32 */
+    int flash_attention; /* --attention flash: attention memory O(seq), not seq x seq */
     zo_optim_mode mode;
     uint64_t chunk_bytes; /* 0: the planner picks per strategy */
     /* the per-chunk plan's choices (zp_plan_split); 0: it chooses */

@@ -272,6 +272,10 @@ static int parse_opt(int opt, const char *arg, cli *c)
         if (zt_cli_dtype(arg, &c->o.dtype) != 0)
             return bad_value(c, opt, arg, "bf16, fp16 or fp32");
         return 0;
+    case ZT_OPT_ATTENTION:
+        if (zt_cli_attention(arg, &c->o.flash_attention) != 0)
+            return bad_value(c, opt, arg, "dense or flash");
+        return 0;
     case ZT_OPT_PIPELINE_STAGES: return parse_grid_axis(c, opt, arg, &c->o.pipeline_stages);
     case ZT_OPT_PIPELINE_SPLIT: c->o.pipeline_split = arg; return 0;
     case ZT_OPT_TENSOR_PARALLEL: return parse_grid_axis(c, opt, arg, &c->o.tensor_parallel);

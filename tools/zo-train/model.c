@@ -180,6 +180,7 @@ typedef struct block_ws { /* one block's forward intermediates and backward buff
     void *dq, *dk, *dv, *datt;
     float *rstd1, *rstd2;
     void *kc, *vc, *dkc, *dvc; /* the key/value heads (k, v, dk, dv without GQA) */
+    void *dattn;               /* flash: d(attn_out) (att: lse, datt: delta) */
 } block_ws;
 
 typedef struct head_ws {
@@ -274,7 +275,8 @@ static void place(zt_model *m, char *base)
                       .kc = AT(bo->kc),
                       .vc = AT(bo->vc),
                       .dkc = AT(bo->dkc),
-                      .dvc = AT(bo->dvc)};
+                      .dvc = AT(bo->dvc),
+                      .dattn = m->c.flash ? AT(bo->dattn) : NULL};
     m->h = (head_ws){.hf = AT(ho->hf),
                      .logits = AT(ho->logits),
                      .rstd = AT(ho->rstd),
@@ -535,10 +537,33 @@ static zo_status attn_project(zt_model *m, void *const *p)
     }
     ZT_LIB(zo_op_rope_fwd(m->s, b->q, b->q, m->rope, B, S, H, m->hd, dt));
     ZT_LIB(zo_op_rope_fwd(m->s, b->kc, b->kc, m->rope, B, S, KV, m->hd, dt));
-    if (KV != H) {
+    if (KV != H && !m->c.flash) { /* the fused op reads the key/value heads in place */
         ZT_LIB(zo_op_repeat_kv_fwd(m->s, b->k, b->kc, (size_t)m->T, KV, H / KV, m->hd, dt));
         ZT_LIB(zo_op_repeat_kv_fwd(m->s, b->v, b->vc, (size_t)m->T, KV, H / KV, m->hd, dt));
     }
+    return ZO_OK;
+}
+
+/* The fused attention's descriptor for this model: causal, GQA in place. */
+static zo_flash_attn_desc flash_desc(const zt_model *m)
+{
+    zo_flash_attn_desc d = ZO_FLASH_ATTN_DESC_INIT;
+    d.batch = m->c.micro_batch, d.seq = m->c.seq, d.heads = m->c.shape.n_heads;
+    d.kv_heads = zt_kv_heads(&m->c.shape), d.head_dim = m->hd, d.dt = m->c.dt;
+    return d;
+}
+
+/* attn_out from q and the key/value heads: fused (lse in att) or materialized. */
+static zo_status attn_core_fwd(zt_model *m)
+{
+    block_ws *b = &m->b;
+    if (m->c.flash) {
+        zo_flash_attn_desc d = flash_desc(m);
+        ZT_LIB(zo_op_flash_attention_fwd(m->s, &d, b->attn_out, b->att, b->q, b->kc, b->vc));
+        return ZO_OK;
+    }
+    ZT_LIB(zo_op_attention_fwd(m->s, b->attn_out, b->att, b->q, b->k, b->v, m->c.micro_batch,
+                               m->c.seq, m->c.shape.n_heads, m->hd, m->c.dt));
     return ZO_OK;
 }
 
@@ -547,13 +572,13 @@ static zo_status attn_project(zt_model *m, void *const *p)
 static zo_status block_fwd(zt_model *m, void *const *p, const void *x, void *y)
 {
     const zt_shape *sh = &m->c.shape;
-    const int d = sh->dim, f = sh->ffn_dim, B = m->c.micro_batch, S = m->c.seq, H = sh->n_heads;
+    const int d = sh->dim, f = sh->ffn_dim;
     const size_t Td = (size_t)m->T * d, Tf = (size_t)m->T * f;
     const zo_dtype dt = m->c.dt;
     block_ws *b = &m->b;
     ZT_LIB(zo_op_rmsnorm_fwd(m->s, b->h1, b->rstd1, x, p[ZT_ATTN_NORM], m->T, d, sh->norm_eps, dt));
     ZT_TRY(attn_project(m, p));
-    ZT_LIB(zo_op_attention_fwd(m->s, b->attn_out, b->att, b->q, b->k, b->v, B, S, H, m->hd, dt));
+    ZT_TRY(attn_core_fwd(m));
     ZT_TRY(linear_fwd(m, b->x2, b->attn_out, p[ZT_WO], zt_q_dim(sh), d));
     ZT_TRY(tp_sum(m, b->x2, Td)); /* o_proj is row-parallel: its bias once, after the sum */
     if (sh->o_bias)
@@ -601,7 +626,7 @@ static zo_status attn_project_bwd(zt_model *m, void *const *g)
     const zo_dtype dt = m->c.dt;
     block_ws *b = &m->b;
     ZT_LIB(zo_op_rope_bwd(m->s, b->dq, b->dq, m->rope, B, S, H, m->hd, dt));
-    if (KV != H) {
+    if (KV != H && !m->c.flash) {
         ZT_LIB(zo_op_repeat_kv_bwd(m->s, b->dkc, b->dk, (size_t)m->T, KV, H / KV, m->hd, dt));
         ZT_LIB(zo_op_repeat_kv_bwd(m->s, b->dvc, b->dv, (size_t)m->T, KV, H / KV, m->hd, dt));
     }
@@ -626,9 +651,16 @@ static zo_status block_bwd_attn(zt_model *m, void *const *p, void *const *g, con
     if (sh->o_bias)
         ZT_LIB(zo_op_bias_bwd(m->s, g[ZT_BO], dt, m->dres, (size_t)m->T, d, dt));
     ZT_TRY(linear_bwd_weight(m, g[ZT_WO], m->dres, b->attn_out, qd, d));
-    ZT_TRY(linear_bwd_data(m, b->attn_out, m->dres, p[ZT_WO], qd, d, 0)); /* d(attn_out) */
-    ZT_LIB(zo_op_attention_bwd(m->s, b->dq, b->dk, b->dv, b->datt, b->attn_out, b->att, b->q, b->k,
-                               b->v, B, S, H, m->hd, dt));
+    if (m->c.flash) { /* d(attn_out) beside attn_out: the fused backward reads both */
+        zo_flash_attn_desc fd = flash_desc(m);
+        ZT_TRY(linear_bwd_data(m, b->dattn, m->dres, p[ZT_WO], qd, d, 0));
+        ZT_LIB(zo_op_flash_attention_bwd(m->s, &fd, b->dq, b->dkc, b->dvc, b->datt, b->dattn,
+                                         b->attn_out, b->att, b->q, b->kc, b->vc));
+    } else {
+        ZT_TRY(linear_bwd_data(m, b->attn_out, m->dres, p[ZT_WO], qd, d, 0)); /* d(attn_out) */
+        ZT_LIB(zo_op_attention_bwd(m->s, b->dq, b->dk, b->dv, b->datt, b->attn_out, b->att, b->q,
+                                   b->k, b->v, B, S, H, m->hd, dt));
+    }
     ZT_TRY(attn_project_bwd(m, g));
     ZT_TRY(linear_bwd_weight(m, g[ZT_WQ], b->dq, b->h1, d, qd));
     ZT_TRY(linear_bwd_weight(m, g[ZT_WK], b->dkc, b->h1, d, kvd));

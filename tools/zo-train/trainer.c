@@ -398,8 +398,12 @@ static zo_status engine_min_device(const zt_trainer *t, uint64_t *min_bytes,
 
 static zt_model_config model_config(const zt_options *o)
 {
-    zt_model_config mc = {zt_tp_local_shape(&o->shape, tp_size(o)), o->seq, o->micro_batch,
-                          o->grad_accum, o->dtype};
+    zt_model_config mc = {zt_tp_local_shape(&o->shape, tp_size(o)),
+                          o->seq,
+                          o->micro_batch,
+                          o->grad_accum,
+                          o->dtype,
+                          o->flash_attention};
     return mc;
 }
 

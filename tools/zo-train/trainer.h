@@ -43,7 +43,8 @@ typedef struct zt_options {
     int n_nvme_paths;
     const char *default_nvme_dir; /* used when a home is nvme and no path is given */
     zo_optim_mode mode;
-    zo_dtype dtype; /* ZO_DTYPE_BF16 or ZO_DTYPE_F16 */
+    zo_dtype dtype;      /* ZO_DTYPE_BF16 or ZO_DTYPE_F16 */
+    int flash_attention; /* --attention flash: the fused op (zt_model_config.flash) */
     zo_loss_scaler_config
         loss_scaler;           /* fp16 (DeepSpeed's fp16 section; static when loss_scale > 0) */
     uint64_t chunk_bytes;      /* 0: the largest tensor's 16-bit bytes, 4 KiB multiple */
