@@ -67,8 +67,9 @@ static inline void zs_adam_elems(const zo_adam_consts *c, const zo_adam_buffers 
 
 /* fp32 -> int32 as x86's CVTTPS2DQ: truncation, INT32_MIN when out of
  * range or NaN. Every variant's zi_cvtt gives the same (NEON's conversion
- * saturates instead, so adam_neon.c replaces those lanes): the encoder's
- * clamp turns INT32_MIN into 0, saturation into kmax. */
+ * saturates instead, so adam_neon.c replaces those lanes). The encoder's
+ * argument stays in range since magnitudes above one are taken as one
+ * (zs_q8_code); the agreement keeps it so should that change. */
 static inline int32_t zs_cvtt(float x)
 {
     return x > -2147483648.0f && x < 2147483648.0f ? (int32_t)x : INT32_MIN;
@@ -84,11 +85,17 @@ static inline int32_t zs_max(int32_t a, int32_t b)
 }
 
 /* The code of x (a moment already multiplied by 1/absmax); see
- * zo_q8_map_tables. The same steps as the vector code. */
+ * zo_q8_map_tables. The same steps as the vector code. A magnitude beyond
+ * the map's end (above one, inf and NaN included: their bits are larger
+ * as integers) is taken as one, so it encodes as the map's end of its
+ * sign (zo_q8_map_tables): every level gives the same code for every
+ * input, whatever its tables would make of values they were not built
+ * for, and no conversion leaves int32's range. */
 static inline uint32_t zs_q8_code(const zo_q8_tables *q, float x, int is_signed)
 {
     const zo_q8_map_tables *t = &q->t[is_signed];
     uint32_t bits = zo_f32_bits(x), a = bits & 0x7fffffffu;
+    a = a < ZO_Q8_ONE_BITS ? a : ZO_Q8_ONE_BITS;
     int32_t e = zs_max((int32_t)(a >> 23) - ZO_Q8_EXP_FIRST, 0) & (ZO_Q8_NBINADES - 1);
     int32_t d = t->lvl_of_binade[e];
     float af = zo_bits_f32(a);

@@ -94,6 +94,7 @@ ZV_ALWAYS void zv_adam_loop(const zo_adam_consts *c, const zo_adam_buffers *b, s
 ZV_ALWAYS zi zv_q8_index(const zo_q8_map_tables *t, zv x, int is_signed, zi *k)
 {
     zi bits = zi_bits(x), a = zi_and(bits, zi_set1(0x7fffffff));
+    a = zi_min(a, zi_set1(ZO_Q8_ONE_BITS)); /* beyond the map: its end (zs_q8_code) */
 #ifdef ZV_HAVE_Q8_BIBINADE
     zi d = zi_q8_bibinade_level(t->lvl_of_bibinade, a);
 #else

@@ -35,10 +35,16 @@
  * that -1 clamps to negative level 7's top through kmax[24]):
  * k = the nearest index, fma(a, inv_b, round_c) truncated and clamped to
  * [0, kmax], and the code is code_base + k.
- * Binades wrap mod 32 only for magnitudes of 4 and more, which no encoded
- * value reaches (a moment times 1 / its block's absmax is at most 1 plus
- * rounding; NaN and inf land on level 8 as 1 and 2 do). */
+ * Every level first takes a magnitude above one (inf and NaN included) as
+ * one: beyond the map, a value encodes as the map's end of its sign (the
+ * code of 1, or of -0.993 in the signed map, which has no -1). A moment
+ * times 1 / its block's absmax is at most 1 plus rounding, so a step
+ * never meets the clamp unless a moment is not finite; it makes the
+ * levels agree on every input, where their tables (binades that wrap mod
+ * 32 from 4 on, bibinades that do not) would otherwise each make
+ * something else of values they were not built for. */
 #define ZO_Q8_EXP_FIRST (127 - 30) /* binade 0 is [2^-30, 2^-29) and all below */
+#define ZO_Q8_ONE_BITS  0x3f800000 /* 1.0f: the largest magnitude encoded as itself */
 #define ZO_Q8_NBINADES  32         /* ... binade 31: [2, 4) */
 
 typedef struct zo_q8_map_tables {

@@ -512,37 +512,50 @@ static void test_roofline_and_arguments(void **state)
     q8_free(&q);
 }
 
+/* The code of the map's end of x's sign: one, or -0.993 in the signed map
+ * (which has no -1). */
+static uint8_t map_end_code(float x, int is_signed)
+{
+    return !is_signed ? 1 : signbit(x) ? 255 : 128;
+}
+
 /* inf and NaNs of several payloads, each at every lane of a 16-wide
  * vector: every level's codes are the scalar's (NEON's conversion of inf
  * saturated where x86's and the scalar's give INT32_MIN, making -inf the
- * code of -0.993 instead of -0.107), and inf and NaN encode as one. */
+ * code of -0.993 instead of -0.107), and each encodes as the map's end of
+ * its sign. */
 static void test_nonfinite_codes_equal_scalar(void **state)
 {
     static const uint32_t pats[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u, 0x7f800001u,
                                     0xffffffffu, 0x7fffffffu, 0x7fa00000u, 0xff800001u};
-    enum { NPATS = sizeof pats / sizeof *pats, N = 16 * NPATS }; /* NPATS odd: all lanes */
+    /* NPATS odd: all lanes; then 15 more, which every level but the
+     * scalar one encodes in its scalar tail (zs_q8_code) */
+    enum { NPATS = sizeof pats / sizeof *pats, N = 16 * NPATS + 15 };
     float x[N];
     uint8_t want[N];
     for (int i = 0; i < N; i++)
         memcpy(&x[i], &pats[i % NPATS], sizeof x[i]);
     for (int is_signed = 0; is_signed < 2; is_signed++) {
         codes_equal_scalar(x, N, is_signed, all_levels + 1, NLEVELS - 1, want);
-        assert_int_equal(want[0], is_signed ? 128 : 1); /* +inf: as one */
-        assert_int_equal(want[2], is_signed ? 128 : 1); /* NaN: as one */
+        for (int i = 0; i < N; i++)
+            if (want[i] != map_end_code(x[i], is_signed))
+                fail_msg("%s %08x encoded as %u, the map's end is %u",
+                         is_signed ? "signed" : "unsigned", pats[i % NPATS], want[i],
+                         map_end_code(x[i], is_signed));
     }
 }
 
 /* Finite values beyond both maps (above 1.0078125, which the step never
  * encodes: a moment over its block's absmax), 64 in every binade up to
- * FLT_MAX and 2^31 -+ 1 ulp, each at every lane. The levels that find a
- * value's entry as the scalar level does (AVX2, NEON) give its codes;
- * there the conversion's argument leaves int32's range from about 2^9 on,
- * so this pins NEON's zi_cvtt to x86's. The AVX-512 levels find entries
- * through other tables (ZV_HAVE_LUT32, ZV_HAVE_Q8_BIBINADE) that agree
- * only within the maps (-2^31: AVX-512 255, scalar 192). */
+ * FLT_MAX and 2^31 -+ 1 ulp, each at every lane: every level (the
+ * AVX-512 ones find a value's entry through other tables than the scalar
+ * level's, which agree only within the maps) gives the scalar level's
+ * code, the map's end of the value's sign. Before the encoders took
+ * magnitudes above one as one, the scalar level's binades wrapped from 4
+ * on (-2^31: AVX-512 255, scalar 192) and NEON's conversion saturated
+ * from about 2^9 on. */
 static void test_out_of_range_codes_equal_scalar(void **state)
 {
-    static const zo_simd_level same_lookup[] = {ZO_SIMD_AVX2, ZO_SIMD_NEON};
     enum { MAX = 4 + 2 * 128 * 64 };
     float *one = xcalloc(MAX, 4);
     size_t len = 0;
@@ -556,13 +569,20 @@ static void test_out_of_range_codes_equal_scalar(void **state)
                 if ((bits & 0x7fffffffu) > 0x3f810000u)
                     memcpy(&one[len++], &bits, 4);
             }
-    len -= !(len & 1); /* odd, so each repetition moves every value one lane on */
-    float *x = xcalloc(16 * len, 4);
-    uint8_t *want = xcalloc(16 * len, 1);
-    for (size_t r = 0; r < 16; r++)
-        memcpy(x + r * len, one, len * 4);
-    for (int is_signed = 0; is_signed < 2; is_signed++)
-        codes_equal_scalar(x, 16 * len, is_signed, same_lookup, 2, want);
+    len -= !(len & 1);        /* odd, so each repetition moves every value one lane on */
+    size_t n = 16 * len + 15; /* the last 15 through the levels' scalar tails */
+    float *x = xcalloc(n, 4);
+    uint8_t *want = xcalloc(n, 1);
+    for (size_t i = 0; i < n; i++)
+        x[i] = one[i % len];
+    for (int is_signed = 0; is_signed < 2; is_signed++) {
+        codes_equal_scalar(x, n, is_signed, all_levels + 1, NLEVELS - 1, want);
+        for (size_t i = 0; i < n; i++)
+            if (want[i] != map_end_code(x[i], is_signed))
+                fail_msg("%s %a encoded as %u, the map's end is %u",
+                         is_signed ? "signed" : "unsigned", (double)x[i], want[i],
+                         map_end_code(x[i], is_signed));
+    }
     free(one);
     free(x);
     free(want);
