@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/utsname.h>
 
 #include "zo/cpu.h"
 #include "zo/optim.h"
@@ -51,7 +52,8 @@ static void usage(FILE *f)
         "  --cores LIST  bind the workers to these cores, e.g. 0,1\n"
         "  --reps R      timed repetitions of each kernel, interleaved (default 5)\n"
         "  --json        one JSON object on stdout\n"
-        "The SIMD variant is the library's (ZO_SIMD=scalar|avx2|avx512|avx512_bf16 lowers it).\n");
+        "The SIMD variant is the library's (ZO_SIMD=scalar|neon|avx2|avx512|avx512_bf16\n"
+        "lowers it). Under an emulator (qemu-user) it says so: its timings are the emulator's.\n");
 }
 
 /* --params: a count with the byte suffixes ("4M"), 1 up to 2^40. */
@@ -498,6 +500,25 @@ static const char *states_name(zo_dtype t)
     return t == ZO_DTYPE_I8 ? "int8" : zo_dtype_name(t);
 }
 
+/* Whether this program runs on another architecture's kernel, as under
+ * qemu-user (qemu answers uname() with the program's architecture, but
+ * not the kernel's own /proc/sys/kernel/arch, Linux 6.1 on): then its
+ * timings are the emulator's and say nothing of the CPU it was built for.
+ * The kernel's architecture goes to kernel_arch. */
+static int runs_emulated(char *kernel_arch, size_t len)
+{
+    struct utsname u;
+    FILE *f = fopen("/proc/sys/kernel/arch", "r");
+    if (!f)
+        return 0;
+    int got = fgets(kernel_arch, (int)len, f) != NULL;
+    fclose(f);
+    if (!got || uname(&u) != 0)
+        return 0;
+    kernel_arch[strcspn(kernel_arch, "\n")] = '\0';
+    return strcmp(kernel_arch, u.machine) != 0;
+}
+
 static void report_json(const adam_opts *o, const timings *t, double bytes_per_param,
                         const kernel_stats *ks, double *const per_rep[NKERNELS])
 {
@@ -510,6 +531,8 @@ static void report_json(const adam_opts *o, const timings *t, double bytes_per_p
     json_object_set_new(j, "threads", json_integer(o->threads));
     json_object_set_new(j, "simd", json_string(zo_simd_level_name(zo_cpu_simd_level())));
     json_object_set_new(j, "bytes_per_param", json_real(bytes_per_param));
+    char arch[64];
+    json_object_set_new(j, "emulated", json_boolean(runs_emulated(arch, sizeof arch)));
     json_kernel(j, "", "step_seconds", NULL, &ks[K_STEP], t->secs[K_STEP], NULL, o->reps);
     /* "roofline": the contiguous one, the machine's; "pool_roofline": the
      * same kernel through the pool. */
@@ -528,6 +551,13 @@ static void report_human(const adam_opts *o, const timings *t, double bytes_per_
     printf("adam step: %zu params, grad %s, out %s, states %s, %d threads, simd %s, %.2f B/param\n",
            o->params, zo_dtype_name(o->grad), zo_dtype_name(o->out), states_name(o->states),
            o->threads, zo_simd_level_name(zo_cpu_simd_level()), bytes_per_param);
+    char arch[64];
+    struct utsname u;
+    if (runs_emulated(arch, sizeof arch) && uname(&u) == 0)
+        printf(
+            "  emulated: %s code on a %s kernel (qemu-user?): these timings are the emulator's,\n"
+            "  they say nothing of how fast a real %s CPU is\n",
+            u.machine, arch, u.machine);
     static const char *names[NKERNELS] = {"fused step", "roofline, pool", "roofline, contiguous"};
     for (int k = 0; k < NKERNELS; k++)
         printf("  %-21s %7.3f Gparams/s %7.2f GB/s  (best of %d, %.1f ms)\n", names[k],
