@@ -225,7 +225,11 @@ zo_status eng_adam_run(struct zo_engine *e, eng_chunk *k, float *states, const e
     if (!jobs)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %u job handles", eng_adam_jobs(k));
     uint32_t n = 0;
-    zo_status st = eng_adam_wait(jobs, n, eng_adam_enqueue(e, k, states, u, jobs, &n));
+    /* Two statements: as arguments of one call, n could be read before the
+     * enqueue set it (the order is unspecified; GCC for aarch64 reads it
+     * first, and the wait returned while the jobs still ran). */
+    zo_status st = eng_adam_enqueue(e, k, states, u, jobs, &n);
+    st = eng_adam_wait(jobs, n, st);
     if (jobs != &one)
         free(jobs);
     return st;
