@@ -1,10 +1,10 @@
 /* zo-bench io: sequential read or write bandwidth of the swap store (its
  * engine, O_DIRECT, checksummed extents) on one directory, or the rate of
  * the engine's optimizer-update pipeline (--rw update: each extent read two
- * ahead, written back to an alternate extent behind), to be compared with
- * fio on the same directory:
- *   fio --name=zo --directory=DIR --size=SIZE --bs=BS --iodepth=QD --rw=read|write
- *       --ioengine=io_uring --direct=1 --numjobs=1 --group_reporting */
+ * ahead, written back to an alternate extent behind). Read and write
+ * passes are interleaved with fio's on the same directory in its best
+ * configuration (bench_fio.c) when fio is installed, and the ratio of the
+ * medians printed. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_fio.h"
 #include "zo/swap.h"
 #include "zo/swap_bench.h"
 #include "zo/units.h"
@@ -25,6 +26,7 @@ typedef struct io_opts {
     double idle; /* seconds the disk rests before each timed pass */
     int passes;  /* timed passes; the median is reported */
     int json;
+    int fio; /* run fio beside read and write passes */
 } io_opts;
 
 #define IO_MAX_PASSES 100
@@ -35,6 +37,10 @@ typedef struct io_result {
     uint64_t bytes;
     zo_swap_stats stats;
     char engine[64];
+    /* fio's passes: fio_runs of them, on huge pages or not; or why none */
+    double fio_gbps[IO_MAX_PASSES];
+    int fio_runs, fio_huge;
+    char fio_note[512];
 } io_result;
 
 static void io_usage(FILE *out)
@@ -44,7 +50,7 @@ static void io_usage(FILE *out)
         "usage: zo-bench io --path DIR --size BYTES --bs BYTES --qd N --rw read|write|update\n"
         "                   [--engine io_uring|sync|null] [--extent BYTES] [--passes N] [--idle "
         "SECONDS]\n"
-        "                   [--json]\n"
+        "                   [--no-fio] [--json]\n"
         "Reads or writes SIZE bytes in DIR through the swap store with O_DIRECT and prints GB/s\n"
         "(10^9 bytes/s). Sizes take K, M, G, T suffixes (powers of 1024). Extents of --extent "
         "bytes\n"
@@ -56,23 +62,32 @@ static void io_usage(FILE *out)
         "to an alternate extent (behind), reads and writes counted together; the next pass reads\n"
         "what the last one wrote, as the engine's next step does. --passes N times N passes and\n"
         "reports their median (default 1); --idle S rests the disk S seconds before each, as\n"
-        "the engine's update follows a forward and backward that leave the disk idle. Compare "
-        "with:\n"
-        "  fio --name=zo --directory=DIR --size=SIZE --bs=BS --iodepth=QD --rw=read|write \\\n"
-        "      --ioengine=io_uring --direct=1\n");
+        "the engine's update follows a forward and backward that leave the disk idle.\n"
+        "With fio on PATH, each read or write pass is followed (or, every other pass, preceded)\n"
+        "by fio on the same directory with the same size, bs, qd and direction, in its best\n"
+        "configuration: --ioengine=io_uring --direct=1 --mem=shmhuge --fixedbufs --registerfiles\n"
+        "(shmhuge needs vm.nr_hugepages; without them fio runs with --mem=malloc and says so),\n"
+        "and the ratio of the medians is printed; --no-fio leaves it out.\n");
 }
 
 static int parse_opts(int argc, char **argv, io_opts *o)
 {
     static const struct option longs[] = {
-        {"path", required_argument, 0, 'p'},   {"size", required_argument, 0, 's'},
-        {"bs", required_argument, 0, 'b'},     {"qd", required_argument, 0, 'q'},
-        {"rw", required_argument, 0, 'r'},     {"engine", required_argument, 0, 'e'},
-        {"extent", required_argument, 0, 'x'}, {"json", no_argument, 0, 'j'},
-        {"passes", required_argument, 0, 'n'}, {"idle", required_argument, 0, 'i'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+        {"path", required_argument, 0, 'p'},
+        {"size", required_argument, 0, 's'},
+        {"bs", required_argument, 0, 'b'},
+        {"qd", required_argument, 0, 'q'},
+        {"rw", required_argument, 0, 'r'},
+        {"engine", required_argument, 0, 'e'},
+        {"extent", required_argument, 0, 'x'},
+        {"json", no_argument, 0, 'j'},
+        {"passes", required_argument, 0, 'n'},
+        {"idle", required_argument, 0, 'i'},
+        {"help", no_argument, 0, 'h'},
+        {"no-fio", no_argument, 0, 'f'},
+        {0, 0, 0, 0},
     };
-    *o = (io_opts){NULL, NULL, "auto", 0, 1u << 20, 32, 64u << 20, 0.0, 1, 0};
+    *o = (io_opts){NULL, NULL, "auto", 0, 1u << 20, 32, 64u << 20, 0.0, 1, 0, 1};
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -98,6 +113,8 @@ static int parse_opts(int argc, char **argv, io_opts *o)
             o->engine = optarg;
         else if (c == 'j')
             o->json = 1;
+        else if (c == 'f')
+            o->fio = 0;
         else if (c == 'n' || c == 'i') {
             char *end = NULL;
             double v = strtod(optarg, &end);
@@ -160,6 +177,47 @@ static double median_seconds(const double *v, int n)
     return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
+/* One fio pass beside the store's pass: on huge pages until that fails,
+ * then (once, saying why) on malloc'd buffers; none after a failure there. */
+static void fio_pass(const io_opts *o, io_result *res)
+{
+    if (res->fio_runs < 0)
+        return;
+    bench_fio_job j = {o->path, o->size, o->bs, o->qd, !strcmp(o->rw, "write")};
+    char why[400];
+    double gbps;
+    if (res->fio_huge && bench_fio_run(&j, 1, &gbps, why, sizeof why) == 0) {
+        res->fio_gbps[res->fio_runs++] = gbps;
+        return;
+    }
+    if (res->fio_huge)
+        snprintf(res->fio_note, sizeof res->fio_note,
+                 "on huge pages it failed (%s), so it ran with "
+                 "--mem=malloc",
+                 why);
+    res->fio_huge = 0;
+    if (bench_fio_run(&j, 0, &gbps, why, sizeof why) == 0) {
+        res->fio_gbps[res->fio_runs++] = gbps;
+        return;
+    }
+    snprintf(res->fio_note, sizeof res->fio_note, "fio failed: %s", why);
+    res->fio_runs = -1;
+}
+
+/* Whether fio runs beside this benchmark; if not, why not in the note. */
+static int fio_wanted(const io_opts *o, io_result *res)
+{
+    const char *why = !o->fio                    ? "left out (--no-fio)"
+                      : !strcmp(o->rw, "update") ? "fio has no update pipeline to compare"
+                      : !bench_fio_found()       ? "not installed (no fio on PATH): no peer figure"
+                                                 : NULL;
+    if (why)
+        snprintf(res->fio_note, sizeof res->fio_note, "%s", why);
+    res->fio_huge = 1;
+    res->fio_runs = why ? -1 : 0;
+    return !why;
+}
+
 /* The benchmark store (zo/swap_bench.h) runs the passes: untimed ones
  * first, the data written (as fio lays out its file); a read run reads it
  * once more before the timed pass, since a first read right after writing
@@ -192,10 +250,17 @@ static zo_status bench(const io_opts *o, io_result *res)
         st = zo_swap_bench_run(b, ZO_SWAP_BENCH_WRITE, NULL);
     if (st == ZO_OK && !write)
         st = zo_swap_bench_run(b, timed, NULL);
+    int fio = fio_wanted(o, res);
     for (int k = 0; k < o->passes && st == ZO_OK; k++) {
+        if (fio && k % 2) /* every other pass fio first: a trend hits both alike */
+            fio_pass(o, res);
         rest(o->idle);
         st = zo_swap_bench_run(b, timed, &res->pass_seconds[k]);
+        if (fio && k % 2 == 0)
+            fio_pass(o, res);
     }
+    if (fio)
+        bench_fio_remove_file(o->path);
     res->seconds = median_seconds(res->pass_seconds, o->passes);
     res->bytes = zo_swap_bench_pass_bytes(b, timed);
     res->stats = (zo_swap_stats)ZO_SWAP_STATS_INIT;
@@ -207,6 +272,33 @@ static zo_status bench(const io_opts *o, io_result *res)
     }
     zo_swap_bench_close(b);
     return st;
+}
+
+/* fio's median GB/s, or 0 when it did not run. */
+static double fio_median(const io_result *r)
+{
+    if (r->fio_runs <= 0)
+        return 0.0;
+    double s[IO_MAX_PASSES];
+    for (int k = 0; k < r->fio_runs; k++)
+        s[k] = 1.0 / r->fio_gbps[k]; /* as seconds, so the median is the same kind */
+    return 1.0 / median_seconds(s, r->fio_runs);
+}
+
+static void json_fio(json_t *j, const io_result *r, double gbps)
+{
+    double fio = fio_median(r);
+    if (fio > 0) {
+        json_t *runs = json_array();
+        for (int k = 0; k < r->fio_runs; k++)
+            json_array_append_new(runs, json_real(r->fio_gbps[k]));
+        json_object_set_new(j, "fio_gbps", json_real(fio));
+        json_object_set_new(j, "fio_passes_gbps", runs);
+        json_object_set_new(j, "fio_config", json_string(bench_fio_config(r->fio_huge)));
+        json_object_set_new(j, "ratio_fio", json_real(gbps / fio));
+    }
+    if (r->fio_note[0])
+        json_object_set_new(j, "fio_note", json_string(r->fio_note));
 }
 
 static void print_json(const io_opts *o, const io_result *r, double gbps)
@@ -224,6 +316,7 @@ static void print_json(const io_opts *o, const io_result *r, double gbps)
     if (j) {
         json_object_set_new(j, "passes", runs);
         json_object_set_new(j, "idle_seconds", json_real(o->idle));
+        json_fio(j, r, gbps);
     } else {
         json_decref(runs);
     }
@@ -232,6 +325,20 @@ static void print_json(const io_opts *o, const io_result *r, double gbps)
         puts(txt);
     free(txt);
     json_decref(j);
+}
+
+static void print_fio(const io_result *r, double gbps)
+{
+    double fio = fio_median(r);
+    if (fio > 0) {
+        printf("  fio %.3f GB/s (%s; median of %d:", fio, bench_fio_config(r->fio_huge),
+               r->fio_runs);
+        for (int k = 0; k < r->fio_runs; k++)
+            printf(" %.3f", r->fio_gbps[k]);
+        printf(")\n  zo-bench / fio: %.3f\n", gbps / fio);
+    }
+    if (r->fio_note[0])
+        printf("  fio: %s\n", r->fio_note);
 }
 
 int zo_bench_io_main(int argc, char **argv)
@@ -261,6 +368,7 @@ int zo_bench_io_main(int argc, char **argv)
                 printf(" %.3f", (double)r.bytes / r.pass_seconds[k] / 1e9);
             printf(" GB/s%s)\n", o.idle > 0 ? ", each after the idle rest" : "");
         }
+        print_fio(&r, gbps);
     }
     return 0;
 }
