@@ -106,10 +106,14 @@ zo_status zo_adam_buffers_check(const zo_adam_buffers *b)
                        "zo_adam_buffers is NULL or its struct_size is wrong; "
                        "initialize it with ZO_ADAM_BUFFERS_INIT");
     ZO_TRY(zo_grad_check(b->grad, b->grad_type, b->n));
-    if (b->state_type != ZO_DTYPE_F32 && b->state_type != ZO_DTYPE_BF16 &&
-        b->state_type != ZO_DTYPE_I8)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "state type %s is not fp32, bf16 or i8",
-                       zo_dtype_name(b->state_type));
+    const zo_state_format *f = zo_state_format_of(b->state_type);
+    if (!f) {
+        char names[128];
+        zo_state_format_names(names, sizeof names, ", ");
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim",
+                       "state type %s is no moment format: expected the dtype of %s",
+                       zo_dtype_name(b->state_type), names);
+    }
     if (b->out_type != ZO_DTYPE_NONE && b->out_type != ZO_DTYPE_BF16 &&
         b->out_type != ZO_DTYPE_F16 && b->out_type != ZO_DTYPE_F32)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "optim", "out type %s is not bf16, fp16, fp32 or none",
@@ -121,8 +125,8 @@ zo_status zo_adam_buffers_check(const zo_adam_buffers *b)
     ZO_TRY(check_array(b->master, ZO_DTYPE_F32, b->n, "master"));
     ZO_TRY(check_array(b->m, b->state_type, b->n, "m"));
     ZO_TRY(check_array(b->v, b->state_type, b->n, "v"));
-    if (b->state_type == ZO_DTYPE_I8) {
-        size_t nb = zo_adam_q8_blocks(b->n);
+    if (f->block) {
+        size_t nb = (b->n + f->block - 1) / f->block;
         ZO_TRY(check_array(b->m_absmax, ZO_DTYPE_F32, nb, "m_absmax (the I8 moments' scales)"));
         ZO_TRY(check_array(b->v_absmax, ZO_DTYPE_F32, nb, "v_absmax (the I8 moments' scales)"));
     }
@@ -138,7 +142,7 @@ zo_status zo_adam_step(const zo_adam_params *p, const zo_adam_buffers *b)
     ZO_TRY(zo_adam_consts_make(p, &c));
     ZO_TRY(zo_adam_buffers_check(b));
     ZO_TRY(zo_optim_kernels_get(p->simd_level, &k));
-    k->adam(&c, b, 0, b->n);
+    zo_adam_run(k, &c, b, 0, b->n);
     return ZO_OK;
 }
 
@@ -147,6 +151,7 @@ zo_status zo_adam_roofline(const zo_adam_buffers *b, int simd_level)
     const zo_optim_kernels *k;
     ZO_TRY(zo_adam_buffers_check(b));
     ZO_TRY(zo_optim_kernels_get(simd_level, &k));
+    ZO_TRY(zo_adam_roofline_check(b));
     k->roofline(b, 0, b->n);
     return ZO_OK;
 }

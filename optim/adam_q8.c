@@ -1,6 +1,6 @@
 /* The 8-bit moments' dynamic maps and their lookup tables, built once; the
  * public quantize/dequantize of whole moments (the kernels' own encoding,
- * element by element) and the bytes of a moment in each state format. */
+ * element by element). */
 #include <math.h>
 #include <pthread.h>
 
@@ -180,14 +180,4 @@ zo_status zo_adam_q8_dequantize(const uint8_t *codes, const float *absmax, size_
     for (size_t i = 0; i < n; i++)
         x[i] = zs_q8_decode(q, codes[i], is_signed != 0, absmax[i / ZO_ADAM_Q8_BLOCK]);
     return ZO_OK;
-}
-
-size_t zo_adam_moment_bytes(zo_dtype state_type, size_t n)
-{
-    switch (state_type) {
-    case ZO_DTYPE_F32: return 4 * n;
-    case ZO_DTYPE_BF16: return 2 * n;
-    case ZO_DTYPE_I8: return ((n + 3) & ~(size_t)3) + 4 * zo_adam_q8_blocks(n);
-    default: return 0;
-    }
 }

@@ -105,6 +105,16 @@ typedef struct zo_optim_kernels {
     void (*q8_encode)(const float *x, size_t n, int is_signed, uint8_t *codes);
 } zo_optim_kernels;
 
+/* Elements [begin, end) of b updated by k: in place for a fused state
+ * format, else block by block through the format's codec (state_format.c). */
+void zo_adam_run(const zo_optim_kernels *k, const zo_adam_consts *c, const zo_adam_buffers *b,
+                 size_t begin, size_t end);
+/* ... the second way for any format (the tests hold it to the fused kernels). */
+void zo_adam_run_unfused(const zo_optim_kernels *k, const zo_adam_consts *c,
+                         const zo_adam_buffers *b, size_t begin, size_t end);
+/* The roofline has the fused formats' loads and stores only: refused for another. */
+zo_status zo_adam_roofline_check(const zo_adam_buffers *b);
+
 extern const zo_optim_kernels zo_optim_kernels_scalar;
 #if defined(__x86_64__)
 extern const zo_optim_kernels zo_optim_kernels_avx2;

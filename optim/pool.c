@@ -107,7 +107,7 @@ static void run_tile(struct zo_optim_job *j, size_t t)
 {
     size_t begin = t * j->tile, end = begin + tile_elems_of(j, t);
     switch (j->kind) {
-    case JOB_ADAM: j->k->adam(&j->c, &j->b, begin, end); break;
+    case JOB_ADAM: zo_adam_run(j->k, &j->c, &j->b, begin, end); break;
     case JOB_ROOFLINE: j->k->roofline(&j->b, begin, end); break;
     case JOB_GRAD_STATS: sum_sq_blocks(j, begin, end); break;
     }
@@ -446,7 +446,8 @@ static zo_status check_pool_job(zo_optim_pool_t pool, zo_optim_job_t *job)
 
 static size_t state_align(const zo_adam_buffers *b)
 {
-    return b->state_type == ZO_DTYPE_I8 ? ZO_ADAM_Q8_BLOCK : 1;
+    const zo_state_format *f = zo_state_format_of(b->state_type);
+    return f && f->block ? f->block : 1; /* a part's first scale its own */
 }
 
 zo_status zo_optim_pool_adam_enqueue(zo_optim_pool_t pool, const zo_adam_params *p,
@@ -474,6 +475,7 @@ zo_status zo_optim_pool_roofline_enqueue(zo_optim_pool_t pool, const zo_adam_buf
     const zo_optim_kernels *k;
     ZO_TRY(check_pool_job(pool, job));
     ZO_TRY(zo_adam_buffers_check(b));
+    ZO_TRY(zo_adam_roofline_check(b));
     ZO_TRY(zo_optim_kernels_get(simd_level, &k));
     struct zo_optim_job *j;
     ZO_TRY(job_new(pool, JOB_ROOFLINE, b->n, state_align(b), &j));

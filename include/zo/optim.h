@@ -147,6 +147,66 @@ static inline float *zo_adam_q8_scales(void *moment, size_t n)
     return (float *)((char *)moment + ((n + 3) & ~(size_t)3));
 }
 
+/* ---- Adam's moment formats, one table ----
+ * Each format zo_engine_config.state_dtype can name, with what the engine,
+ * the planner, the tools and checkpoints need of it; they ask the table
+ * rather than branch on a dtype. A format's fused update, per ISA, is the
+ * kernels' (zo_adam_step); its codec here is the scalar one, for
+ * checkpoints and conversions. */
+typedef struct zo_state_format {
+    const char *name;    /* its spelling on command lines and in JSON: "fp32", "bf16", "int8" */
+    zo_dtype dtype;      /* zo_engine_config.state_dtype's value for it */
+    zo_dtype code_dtype; /* a moment's elements as checkpointed (int8's: U8 codes) */
+    unsigned code_bits;  /* bits of one element's code in memory */
+    size_t block;        /* elements per fp32 scale, stored after a moment's codes (0: none) */
+    size_t min_numel;    /* tensors of fewer elements keep fp32 moments (0: none do) */
+    int fused;           /* the kernels update it in place, per ISA; else zo_adam_step goes
+                            block by block through its codec and the fp32 kernel */
+    const char *summary; /* one line for usage texts and plans */
+    /* Bytes of one moment of n elements: its codes, then its scales. */
+    size_t (*moment_bytes)(size_t n);
+    /* n fp32 values to codes (and scales: one per block, NULL without), and back. */
+    zo_status (*encode)(const float *x, size_t n, int is_signed, void *codes, float *scales);
+    zo_status (*decode)(const void *codes, const float *scales, size_t n, int is_signed, float *x);
+} zo_state_format;
+
+/* The format of a state dtype, of a name, the i-th (NULL past the last or for no format). */
+ZO_API const zo_state_format *zo_state_format_of(zo_dtype dtype);
+ZO_API const zo_state_format *zo_state_format_named(const char *name);
+ZO_API const zo_state_format *zo_state_format_at(size_t i);
+/* Every format's name, sep between them, into buf (snprintf's contract: the
+ * length it needs is returned). */
+ZO_API size_t zo_state_format_names(char *buf, size_t cap, const char *sep);
+
+/* Bytes of the codes of n elements in format f (a tensor's offset in a
+ * moment, for n its first element: tensors start on a block). */
+static inline size_t zo_state_format_code_bytes(const zo_state_format *f, size_t n)
+{
+    return (n * f->code_bits + 7) / 8;
+}
+
+/* The scales of a moment of n elements in format f (NULL when it has none). */
+static inline float *zo_state_format_scales(const zo_state_format *f, void *moment, size_t n)
+{
+    size_t codes = zo_state_format_code_bytes(f, n);
+    return f->block ? (float *)((char *)moment + ((codes + 3) & ~(size_t)3)) : NULL;
+}
+
+/* Elements a tensor keeping fp32 moments takes in a chunk of format f (its
+ * fp32 m and v laid out in the code bytes: whole blocks). */
+static inline size_t zo_state_format_f32_room(const zo_state_format *f, size_t numel)
+{
+    size_t per = 32 / f->code_bits, b = f->block ? f->block : 1;
+    return (per * numel + b - 1) / b * b;
+}
+
+/* A tensor of numel elements keeps fp32 moments in format f: below its
+ * min_numel, or asked to (keep) where the format has that rule. */
+static inline int zo_state_format_keeps_f32(const zo_state_format *f, size_t numel, int keep)
+{
+    return f && f->min_numel && (numel < f->min_numel || keep);
+}
+
 /* One fused pass on the calling thread. Per element, in fp32:
  *   g = grad * grad_scale (+ weight_decay * w in Adam/L2 mode)
  *   m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2

@@ -546,12 +546,12 @@ zo_status eng_publish(struct zo_engine *e, int updated);
 /* After a checkpoint wrote chunk c: the device sees the new 16-bit values. */
 zo_status eng_publish_chunk(struct zo_engine *e, uint32_t c);
 
-/* Whether a tensor keeps fp32 moments: with I8 states, one below
- * ZO_ADAM_Q8_MIN_NUMEL or named by zo_engine_keep_f32_states (keep).
- * (inline: the packing in engine.c and the checkpoints ask it) */
+/* Whether a tensor keeps fp32 moments: one below its state format's
+ * min_numel or named by zo_engine_keep_f32_states (keep), in a format with
+ * that rule (zo_state_format). (inline: the packing and the checkpoints ask it) */
 static inline int eng_keeps_f32(zo_dtype state_dtype, size_t numel, int keep)
 {
-    return state_dtype == ZO_DTYPE_I8 && (zo_adam_q8_small(numel) || keep);
+    return zo_state_format_keeps_f32(zo_state_format_of(state_dtype), numel, keep);
 }
 
 /* engine_group.c: layer-major micro-batch groups (micro_group > 1 with

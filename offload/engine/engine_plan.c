@@ -53,11 +53,14 @@ zo_status eng_check_plan_config(const zo_engine_config *c)
             ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
             "param_home=nvme needs optim_home=nvme (the update writes the new 16-bit "
             "parameters through the NVMe stages); set optim_home=nvme or param_home=host");
-    if (c->state_dtype != ZO_DTYPE_F32 && c->state_dtype != ZO_DTYPE_BF16 &&
-        c->state_dtype != ZO_DTYPE_I8)
+    if (!zo_state_format_of(c->state_dtype)) {
+        char names[128];
+        zo_state_format_names(names, sizeof names, ", ");
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
-                       "state_dtype %s: expected ZO_DTYPE_F32, ZO_DTYPE_BF16 or ZO_DTYPE_I8",
-                       zo_dtype_name(c->state_dtype));
+                       "state_dtype %s is no moment format: expected the dtype of one of %s "
+                       "(zo_state_format_named)",
+                       zo_dtype_name(c->state_dtype), names);
+    }
     if ((unsigned)c->mode > ZO_OPTIM_DPU)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "mode must be sync, overlap or dpu");
     if (c->master_split != 0 && c->master_split != 1)
@@ -131,7 +134,9 @@ typedef struct eng_packer {
  * moments (eng_keeps_f32) the room of them in the code bytes (zo/optim.h). */
 static size_t tensor_room(zo_dtype state_dtype, size_t numel, int keep)
 {
-    return eng_keeps_f32(state_dtype, numel, keep) ? zo_adam_q8_small_room(numel) : numel;
+    return eng_keeps_f32(state_dtype, numel, keep)
+               ? zo_state_format_f32_room(zo_state_format_of(state_dtype), numel)
+               : numel;
 }
 
 /* Place a tensor; returns the chunk it goes to, its offset in *at. */
@@ -165,7 +170,8 @@ typedef struct eng_shape {
 
 static size_t tensor_align(const zo_engine_config *c)
 {
-    return c->state_dtype == ZO_DTYPE_I8 ? ZO_ADAM_Q8_BLOCK : ENG_TENSOR_ALIGN;
+    size_t block = zo_state_format_of(c->state_dtype)->block; /* a tensor's first scale its own */
+    return block > ENG_TENSOR_ALIGN ? block : ENG_TENSOR_ALIGN;
 }
 
 /* A buffer of one chunk's states at the chunk's stride. */

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "engine_tier.h"
-#include "zo/half.h"
 
 static zo_status between_steps(struct zo_engine *e, int id, const char *what)
 {
@@ -43,18 +42,19 @@ static zo_status settle(struct zo_engine *e)
 }
 
 /* A tensor's moment (v: which = 1) in a chunk's states at the chunk's
- * stride, converted to or from fp32 or copied as stored (raw). An I8
- * tensor starts on a block (the packing aligns it), so its blocks are its own. */
+ * stride, converted to or from fp32 or copied as stored (raw), in its state
+ * format (zo_state_format). A tensor of a block-scaled format starts on a
+ * block (the packing aligns it), so its blocks are its own. */
 typedef struct moment_ref {
-    zo_dtype fmt;
+    const zo_state_format *f;
     char *base;    /* the moment's first element */
-    float *scales; /* I8: the tensor's first block scale */
+    float *scales; /* block-scaled: the tensor's first block scale, else NULL */
     size_t numel;
     int is_signed; /* m */
 } moment_ref;
 
-/* A tensor that keeps fp32 moments under I8 states (eng_keeps_f32) has
- * them in its room's code bytes (zo/optim.h), which start at its offset. */
+/* A tensor that keeps fp32 moments (eng_keeps_f32) has them in its room's
+ * code bytes (zo/optim.h), which start at its offset. */
 static zo_dtype tensor_fmt(const struct zo_engine *e, const eng_tensor *t)
 {
     zo_dtype fmt = e->cfg.state_dtype;
@@ -64,54 +64,39 @@ static zo_dtype tensor_fmt(const struct zo_engine *e, const eng_tensor *t)
 static moment_ref moment_of(struct zo_engine *e, float *states, const eng_tensor *t, int which)
 {
     zo_dtype fmt = e->cfg.state_dtype;
+    const zo_state_format *chunk_f = zo_state_format_of(fmt);
     void *mom =
         which ? eng_state_v(fmt, states, e->chunk_elems) : eng_state_m(fmt, states, e->chunk_elems);
-    moment_ref r = {tensor_fmt(e, t), (char *)mom + t->off * zo_dtype_size(fmt), NULL, t->numel,
+    moment_ref r = {zo_state_format_of(tensor_fmt(e, t)),
+                    (char *)mom + zo_state_format_code_bytes(chunk_f, t->off), NULL, t->numel,
                     !which};
-    if (r.fmt == ZO_DTYPE_I8)
-        r.scales = zo_adam_q8_scales(mom, e->chunk_elems) + t->off / ZO_ADAM_Q8_BLOCK;
+    if (r.f->block)
+        r.scales = zo_state_format_scales(r.f, mom, e->chunk_elems) + t->off / r.f->block;
     return r;
 }
 
 static zo_status moment_to_f32(const moment_ref *r, float *out)
 {
-    switch (r->fmt) {
-    case ZO_DTYPE_BF16:
-        for (size_t i = 0; i < r->numel; i++)
-            out[i] = zo_bf16_to_f32(((const uint16_t *)r->base)[i]);
-        return ZO_OK;
-    case ZO_DTYPE_I8:
-        return zo_adam_q8_dequantize((const uint8_t *)r->base, r->scales, r->numel, r->is_signed,
-                                     out);
-    default: memcpy(out, r->base, r->numel * sizeof(float)); return ZO_OK;
-    }
+    return r->f->decode(r->base, r->scales, r->numel, r->is_signed, out);
 }
 
 static zo_status moment_from_f32(const moment_ref *r, const float *in)
 {
-    switch (r->fmt) {
-    case ZO_DTYPE_BF16:
-        for (size_t i = 0; i < r->numel; i++)
-            ((uint16_t *)r->base)[i] = zo_f32_to_bf16(in[i]);
-        return ZO_OK;
-    case ZO_DTYPE_I8:
-        return zo_adam_q8_quantize(in, r->numel, r->is_signed, (uint8_t *)r->base, r->scales);
-    default: memcpy(r->base, in, r->numel * sizeof(float)); return ZO_OK;
-    }
+    return r->f->encode(in, r->numel, r->is_signed, r->base, r->scales);
 }
 
-/* raw: the layout of zo_adam_moment_bytes(fmt, numel); to_raw: out of the engine. */
+/* raw: the layout of the format's moment_bytes(numel); to_raw: out of the engine. */
 static void moment_copy_raw(const moment_ref *r, void *raw, int to_raw)
 {
-    size_t bytes = r->numel * zo_dtype_size(r->fmt);
+    size_t bytes = zo_state_format_code_bytes(r->f, r->numel);
     if (to_raw)
         memcpy(raw, r->base, bytes);
     else
         memcpy(r->base, raw, bytes);
-    if (r->fmt != ZO_DTYPE_I8)
+    if (!r->f->block)
         return;
-    float *rs = zo_adam_q8_scales(raw, r->numel);
-    size_t sb = zo_adam_q8_blocks(r->numel) * sizeof(float);
+    float *rs = zo_state_format_scales(r->f, raw, r->numel);
+    size_t sb = (r->numel + r->f->block - 1) / r->f->block * sizeof(float);
     if (to_raw)
         memcpy(rs, r->scales, sb);
     else

@@ -18,12 +18,12 @@ typedef struct state_span {
 
 static int moment_spans(zo_dtype fmt, size_t base, size_t n, size_t S, state_span *out)
 {
-    if (fmt != ZO_DTYPE_I8) {
-        out[0] = (state_span){base, n * zo_dtype_size(fmt)};
+    const zo_state_format *f = zo_state_format_of(fmt);
+    out[0] = (state_span){base, zo_state_format_code_bytes(f, n)};
+    if (!f->block)
         return 1;
-    }
-    out[0] = (state_span){base, n};
-    out[1] = (state_span){base + zo_round_up(S, 4), 4 * zo_adam_q8_blocks(n)};
+    out[1] = (state_span){base + zo_round_up(zo_state_format_code_bytes(f, S), 4),
+                          4 * ((n + f->block - 1) / f->block)};
     return 2;
 }
 
@@ -131,10 +131,9 @@ void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, const eng_updat
     b->m = eng_state_m(fmt, st, stride);
     b->v = eng_state_v(fmt, st, stride);
     b->state_type = fmt;
-    if (fmt == ZO_DTYPE_I8) {
-        b->m_absmax = zo_adam_q8_scales(b->m, stride);
-        b->v_absmax = zo_adam_q8_scales(b->v, stride);
-    }
+    const zo_state_format *f = zo_state_format_of(fmt);
+    b->m_absmax = zo_state_format_scales(f, b->m, stride); /* NULL without scales */
+    b->v_absmax = zo_state_format_scales(f, b->v, stride);
     b->out = k->pt->update_out(e, (uint32_t)(k - e->chunks),
                                (char *)st + eng_states_io_bytes(fmt, stride));
     b->out_type = e->cfg.param_dtype;
@@ -150,14 +149,15 @@ static zo_adam_buffers adam_range(const zo_adam_buffers *all, size_t a, size_t n
     b.master = all->master + a;
     if (all->out)
         b.out = (char *)all->out + a * zo_dtype_size(all->out_type);
-    b.m = (char *)all->m + a * zo_dtype_size(all->state_type);
-    b.v = (char *)all->v + a * zo_dtype_size(all->state_type);
+    const zo_state_format *f = zo_state_format_of(all->state_type);
+    b.m = (char *)all->m + zo_state_format_code_bytes(f, a);
+    b.v = (char *)all->v + zo_state_format_code_bytes(f, a);
     if (f32) {
         b.state_type = ZO_DTYPE_F32;
         b.m_absmax = b.v_absmax = NULL;
-    } else if (all->state_type == ZO_DTYPE_I8) {
-        b.m_absmax = all->m_absmax + a / ZO_ADAM_Q8_BLOCK;
-        b.v_absmax = all->v_absmax + a / ZO_ADAM_Q8_BLOCK;
+    } else if (all->m_absmax) { /* a block-scaled format: ranges start on a block */
+        b.m_absmax = all->m_absmax + a / f->block;
+        b.v_absmax = all->v_absmax + a / f->block;
     }
     return b;
 }
@@ -195,7 +195,9 @@ zo_status eng_adam_enqueue(struct zo_engine *e, eng_chunk *k, float *st, const e
     size_t at = 0;
     for (uint32_t i = 0; i < k->n_small; i++) {
         const eng_apart *sp = &e->small[k->small_first + i];
-        size_t room = sp->f32 ? zo_adam_q8_small_room(sp->numel) : sp->numel;
+        size_t room = sp->f32
+                          ? zo_state_format_f32_room(zo_state_format_of(all.state_type), sp->numel)
+                          : sp->numel;
         zo_adam_params own = p;
         if (sp->own_decay)
             own.weight_decay = sp->decay;

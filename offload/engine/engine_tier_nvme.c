@@ -35,7 +35,7 @@ uint64_t zo_engine_nvme_state_bytes(uint64_t n_elems)
 
 uint64_t zo_engine_nvme_state_bytes_as(zo_dtype state_dtype, uint64_t n_elems)
 {
-    if (state_dtype != ZO_DTYPE_F32 && state_dtype != ZO_DTYPE_BF16 && state_dtype != ZO_DTYPE_I8)
+    if (!zo_state_format_of(state_dtype))
         return 0;
     return eng_states_io_bytes(state_dtype, zo_round_up(n_elems, ZO_SWAP_ALIGN / sizeof(float)));
 }

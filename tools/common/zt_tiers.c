@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "zo/optim.h"
 #include "zt_error.h"
 
 zo_status zt_parse_home(const char *s, int *out)
@@ -30,26 +31,21 @@ const char *zt_home_name(zo_tier t)
     return "?";
 }
 
-static const struct {
-    const char *name;
-    zo_dtype dtype;
-} state_dtypes[] = {{"fp32", ZO_DTYPE_F32}, {"bf16", ZO_DTYPE_BF16}, {"int8", ZO_DTYPE_I8}};
-
 zo_status zt_parse_state_dtype(const char *s, zo_dtype *out)
 {
-    for (size_t i = 0; i < sizeof state_dtypes / sizeof state_dtypes[0]; i++)
-        if (s && strcmp(s, state_dtypes[i].name) == 0) {
-            *out = state_dtypes[i].dtype;
-            return ZO_OK;
-        }
-    return zt_fail(ZO_ERR_INVALID_ARG, "optimizer state dtype '%s': expected fp32, bf16 or int8",
-                   s ? s : "(null)");
+    const zo_state_format *f = zo_state_format_named(s);
+    if (f) {
+        *out = f->dtype;
+        return ZO_OK;
+    }
+    char names[128];
+    zo_state_format_names(names, sizeof names, ", ");
+    return zt_fail(ZO_ERR_INVALID_ARG, "optimizer state dtype '%s': expected one of %s",
+                   s ? s : "(null)", names);
 }
 
 const char *zt_state_dtype_name(zo_dtype t)
 {
-    for (size_t i = 0; i < sizeof state_dtypes / sizeof state_dtypes[0]; i++)
-        if (state_dtypes[i].dtype == t)
-            return state_dtypes[i].name;
-    return "?";
+    const zo_state_format *f = zo_state_format_of(t);
+    return f ? f->name : "?";
 }

@@ -15,8 +15,8 @@
 zo_status zt_parse_home(const char *s, int *out);
 const char *zt_home_name(zo_tier t);
 
-/* Optimizer state formats as the tools name them: "fp32", "bf16", "int8"
- * (ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_I8: zo_engine_config.state_dtype). */
+/* Optimizer state formats as the tools name them: the names of the
+ * formats' table (zo_state_format, zo/optim.h: "fp32", "bf16", "int8"). */
 zo_status zt_parse_state_dtype(const char *s, zo_dtype *out);
 const char *zt_state_dtype_name(zo_dtype t);
 

@@ -20,6 +20,7 @@
 #include "zo/atomic_file.h"
 #include "zo/file.h"
 #include "zo/half.h"
+#include "zo/optim.h"
 #include "zo/safetensors.h"
 #include "zt_error.h"
 #include "zt_json.h"
@@ -199,12 +200,13 @@ static zo_status put_tensor(writers *w, int optim, const char *name, const void 
 }
 
 /* ---- the moments' formats ----
- * The optimizer file keeps m and v as the engine stores them: fp32 or bf16
- * tensors of the weights' shape, or int8 states as u8 codes of that shape
- * plus NAME.absmax, one fp32 scale per ZO_ADAM_Q8_BLOCK elements (fp32, no
- * scales, for the tensors the engine keeps in fp32: those below
- * ZO_ADAM_Q8_MIN_NUMEL elements and the embedding, zo_engine_tensor_state_dtype).
- * Its metadata names the format ("optimizer_state_dtype"; none: fp32). */
+ * The optimizer file keeps m and v as the engine stores them, in the
+ * format's code dtype and the weights' shape (zo_state_format, zo/optim.h:
+ * fp32, bf16, or int8's u8 codes), plus for a block-scaled format
+ * NAME.absmax, one fp32 scale per block (fp32, no scales, for the tensors
+ * the engine keeps in fp32: those below the format's min_numel and the
+ * embedding, zo_engine_tensor_state_dtype). Its metadata names the format
+ * ("optimizer_state_dtype"; none: fp32). */
 #define ZT_STATE_DTYPE_KEY "optimizer_state_dtype"
 
 /* A tensor's moments as this run's engine keeps them. */
@@ -216,7 +218,14 @@ static zo_dtype tensor_fmt(zt_trainer *t, const tensor_ref *x)
 /* The safetensors dtype of a moment stored in state format fmt. */
 static zo_dtype moment_file_dtype(zo_dtype fmt)
 {
-    return fmt == ZO_DTYPE_I8 ? ZO_DTYPE_U8 : fmt;
+    return zo_state_format_of(fmt)->code_dtype;
+}
+
+/* The scales of a moment of numel elements in format fmt (0: it has none). */
+static size_t moment_scales(zo_dtype fmt, size_t numel)
+{
+    size_t block = zo_state_format_of(fmt)->block;
+    return block ? (numel + block - 1) / block : 0;
 }
 
 static void moment_name(char *nm, size_t cap, const char *tensor, int k, int scales)
@@ -235,16 +244,15 @@ static zo_status declare_all(zt_trainer *t, writers *w, const tensor_ref *r, int
         if ((st = zo_st_writer_declare(w->model, r[i].name, ZO_DTYPE_F32, r[i].ndim, r[i].shape)) <
             0)
             return writer_fail(st, w->model_path);
-        int64_t blocks = (int64_t)zo_adam_q8_blocks(r[i].numel);
         zo_dtype tf = tensor_fmt(t, &r[i]);
+        int64_t blocks = (int64_t)moment_scales(tf, r[i].numel);
         for (int k = 0; k < 2; k++) {
             moment_name(nm, sizeof nm, r[i].name, k, 0);
             if ((st = zo_st_writer_declare(w->optim, nm, moment_file_dtype(tf), r[i].ndim,
                                            r[i].shape)) < 0)
                 return writer_fail(st, w->optim_path);
             moment_name(nm, sizeof nm, r[i].name, k, 1);
-            if (tf == ZO_DTYPE_I8 &&
-                (st = zo_st_writer_declare(w->optim, nm, ZO_DTYPE_F32, 1, &blocks)) < 0)
+            if (blocks && (st = zo_st_writer_declare(w->optim, nm, ZO_DTYPE_F32, 1, &blocks)) < 0)
                 return writer_fail(st, w->optim_path);
         }
     }
@@ -256,12 +264,14 @@ static zo_status write_moment(writers *w, const tensor_ref *x, int k, zo_dtype f
 {
     char nm[160];
     moment_name(nm, sizeof nm, x->name, k, 0);
-    ZT_TRY(put_tensor(w, 1, nm, raw, x->numel * zo_dtype_size(fmt)));
-    if (fmt != ZO_DTYPE_I8)
+    ZT_TRY(
+        put_tensor(w, 1, nm, raw, zo_state_format_code_bytes(zo_state_format_of(fmt), x->numel)));
+    size_t scales = moment_scales(fmt, x->numel);
+    if (!scales)
         return ZO_OK;
     moment_name(nm, sizeof nm, x->name, k, 1);
-    return put_tensor(w, 1, nm, zo_adam_q8_scales(raw, x->numel),
-                      zo_adam_q8_blocks(x->numel) * sizeof(float));
+    return put_tensor(w, 1, nm, zo_state_format_scales(zo_state_format_of(fmt), raw, x->numel),
+                      scales * sizeof(float));
 }
 
 /* The index of the first NaN or Inf in x[0..n), or n. */
@@ -403,10 +413,11 @@ static zo_status fill_indices(zt_trainer *t, const tensor_ref *r, int n, index_l
         zo_dtype tf = tensor_fmt(t, &r[i]);
         for (int k = 0; k < 2; k++) {
             moment_name(nm, sizeof nm, r[i].name, k, 0);
-            index_add(oi, nm, owner, r[i].numel * zo_dtype_size(tf));
+            index_add(oi, nm, owner,
+                      zo_state_format_code_bytes(zo_state_format_of(tf), r[i].numel));
             moment_name(nm, sizeof nm, r[i].name, k, 1);
-            if (tf == ZO_DTYPE_I8)
-                index_add(oi, nm, owner, zo_adam_q8_blocks(r[i].numel) * sizeof(float));
+            if (moment_scales(tf, r[i].numel))
+                index_add(oi, nm, owner, moment_scales(tf, r[i].numel) * sizeof(float));
         }
     }
     return ZO_OK;
@@ -968,19 +979,24 @@ static zo_status file_state_dtype(zt_st_files *orr, zo_dtype *out)
     const char *name = NULL;
     ZT_TRY(zt_st_files_metadata(orr, ZT_STATE_DTYPE_KEY, &name));
     *out = ZO_DTYPE_F32;
-    if (name && zt_parse_state_dtype(name, out) < 0)
-        return zt_fail(ZO_ERR_CORRUPT, "%s: metadata %s is '%s': expected fp32, bf16 or int8",
-                       ZT_CKPT_OPTIM, ZT_STATE_DTYPE_KEY, name);
+    if (name && zt_parse_state_dtype(name, out) < 0) {
+        char names[128];
+        zo_state_format_names(names, sizeof names, ", ");
+        return zt_fail(ZO_ERR_CORRUPT, "%s: metadata %s is '%s': expected one of %s", ZT_CKPT_OPTIM,
+                       ZT_STATE_DTYPE_KEY, name, names);
+    }
     return ZO_OK;
 }
 
-/* A tensor's moments in a file of format fmt: an int8 file holds them as u8
- * codes with scales (NAME.exp_avg.absmax) or, where the saving engine kept
- * them fp32 (zo_engine_tensor_state_dtype), as fp32 without scales. */
+/* A tensor's moments in a file of format fmt: a block-scaled format with
+ * fp32 small tensors (int8) holds them as codes with scales
+ * (NAME.exp_avg.absmax) or, where the saving engine kept them fp32
+ * (zo_engine_tensor_state_dtype), as fp32 without scales. */
 static zo_status file_tensor_fmt(zt_st_files *orr, zo_dtype fmt, const tensor_ref *x, zo_dtype *out)
 {
     *out = fmt;
-    if (fmt != ZO_DTYPE_I8)
+    const zo_state_format *f = zo_state_format_of(fmt);
+    if (!f->block || !f->min_numel)
         return ZO_OK;
     char nm[160];
     zo_st_reader_t rd = NULL;
@@ -988,7 +1004,7 @@ static zo_status file_tensor_fmt(zt_st_files *orr, zo_dtype fmt, const tensor_re
     zo_st_tensor_info info = ZO_ST_TENSOR_INFO_INIT;
     moment_name(nm, sizeof nm, x->name, 0, 1);
     ZT_TRY(zt_st_files_find(orr, nm, &rd, &file));
-    *out = rd && zo_st_reader_find(rd, nm, &info) >= 0 ? ZO_DTYPE_I8 : ZO_DTYPE_F32;
+    *out = rd && zo_st_reader_find(rd, nm, &info) >= 0 ? fmt : ZO_DTYPE_F32;
     return ZO_OK;
 }
 
@@ -1004,9 +1020,9 @@ static zo_status find_states(zt_st_files *mr, zt_st_files *orr, zo_dtype fmt, co
     for (int k = 0; k < 2; k++) {
         moment_name(nm, sizeof nm, x->name, k, 0);
         ZT_TRY(expect(orr, nm, moment_file_dtype(fmt), x, &info[1 + k]));
-        if (fmt != ZO_DTYPE_I8)
+        int64_t blocks = (int64_t)moment_scales(fmt, x->numel);
+        if (!blocks)
             continue;
-        int64_t blocks = (int64_t)zo_adam_q8_blocks(x->numel);
         tensor_ref sc = *x;
         sc.ndim = 1;
         sc.shape[0] = blocks;
@@ -1023,20 +1039,16 @@ static void moment_from_file(const zo_st_tensor_info info[5], int k, zo_dtype fi
                              size_t numel, void *buf)
 {
     const void *d = info[1 + k].data;
-    if (file_fmt == ZO_DTYPE_I8) {
-        if (raw) {
-            memcpy(buf, d, numel);
-            memcpy(zo_adam_q8_scales(buf, numel), info[3 + k].data,
-                   zo_adam_q8_blocks(numel) * sizeof(float));
-        } else {
-            zo_adam_q8_dequantize(d, info[3 + k].data, numel, !k, buf);
-        }
-    } else if (file_fmt == ZO_DTYPE_BF16 && !raw) {
-        for (size_t i = 0; i < numel; i++)
-            ((float *)buf)[i] = zo_bf16_to_f32(((const uint16_t *)d)[i]);
-    } else {
-        memcpy(buf, d, numel * zo_dtype_size(file_fmt));
+    const zo_state_format *f = zo_state_format_of(file_fmt);
+    const float *scales = f->block ? (const float *)info[3 + k].data : NULL;
+    if (!raw) {
+        f->decode(d, scales, numel, !k, buf);
+        return;
     }
+    memcpy(buf, d, zo_state_format_code_bytes(f, numel));
+    if (scales)
+        memcpy(zo_state_format_scales(f, buf, numel), scales,
+               moment_scales(file_fmt, numel) * sizeof(float));
 }
 
 /* Tensor x's states into the engine, converted when the formats differ. */
@@ -1116,15 +1128,17 @@ static zo_status check_states(const char *dir, const zt_sums *sums, zt_st_files 
     ZT_TRY(check_one(dir, sums, mr, x->name, &info[0], x->numel, 0, -1));
     for (int k = 0; k < 2; k++) {
         moment_name(nm, sizeof nm, x->name, k, 0);
-        if (fmt != ZO_DTYPE_I8) {
-            ZT_TRY(check_one(dir, sums, orr, nm, &info[1 + k], x->numel, fmt == ZO_DTYPE_BF16, k));
+        size_t scales = moment_scales(fmt, x->numel);
+        if (!scales) {
+            ZT_TRY(check_one(dir, sums, orr, nm, &info[1 + k], x->numel,
+                             moment_file_dtype(fmt) == ZO_DTYPE_BF16, k));
             continue;
         }
-        /* u8 codes: any byte is a value; a block's scale is its largest
+        /* codes: any byte is a value; a block's scale is its largest
          * magnitude, held to the moment's limit */
         ZT_TRY(check_one(dir, sums, orr, nm, &info[1 + k], 0, 0, k));
         moment_name(nm, sizeof nm, x->name, k, 1);
-        ZT_TRY(check_one(dir, sums, orr, nm, &info[3 + k], zo_adam_q8_blocks(x->numel), 0, k));
+        ZT_TRY(check_one(dir, sums, orr, nm, &info[3 + k], scales, 0, k));
     }
     return ZO_OK;
 }
@@ -1150,7 +1164,7 @@ static zo_status optim_count(zt_st_files *orr, const tensor_ref *r, int n, zo_dt
     for (int i = 0; i < n; i++) {
         zo_dtype tf;
         ZT_TRY(file_tensor_fmt(orr, fmt, &r[i], &tf));
-        *count += tf == ZO_DTYPE_I8 ? 4 : 2;
+        *count += zo_state_format_of(tf)->block ? 4 : 2; /* with their scales */
     }
     return ZO_OK;
 }

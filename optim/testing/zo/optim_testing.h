@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/optim.h"
 #include "zo/status.h"
 
 #ifdef __cplusplus
@@ -18,6 +19,11 @@ extern "C" {
  * the step would store (zo/optim.h's maps; is_signed: m's). */
 zo_status zo_test_adam_q8_encode(int simd_level, const float *x, size_t n, int is_signed,
                                  uint8_t *codes);
+
+/* zo_adam_step through the state format's codec and the fp32 kernel, block
+ * by block, as for a format the kernels do not update in place (fused 0),
+ * whatever the format of b. */
+zo_status zo_test_adam_step_unfused(const zo_adam_params *p, const zo_adam_buffers *b);
 
 #ifdef __cplusplus
 }
