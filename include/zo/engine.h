@@ -537,6 +537,15 @@ ZO_API zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *f
  * NULL). After zo_engine_finalize. */
 ZO_API zo_status zo_engine_homes(zo_engine_t eng, uint32_t params[3], uint32_t optim[3]);
 
+/* Each of n_chunks full chunks' homes as the engine places them under cfg
+ * (its homes and caps: in order, the fastest tier up to its cap, then the
+ * next; the home takes the rest), for one rank holding every chunk (cfg's
+ * ZeRO settings are not used): zo_tier values into param_homes[k] (16-bit
+ * parameters) and optim_homes[k] (optimizer states). The planner's placement
+ * without an engine or a layout. */
+ZO_API zo_status zo_engine_place_homes(const zo_engine_config *cfg, uint32_t n_chunks,
+                                       uint8_t *param_homes, uint8_t *optim_homes);
+
 /* The footprint zo_engine_plan would report for the layout's tensors
  * registered on an engine initialized with cfg, computed by the same code
  * but with no engine: cfg->device and the paths are not used, the device

@@ -191,6 +191,23 @@ static void choose_homes(const zo_engine_config *c, const eng_shape *sh, uint8_t
     eng_place_homes(c, sh->n_chunks, sh->chunk_bytes, sh->used_elems, p16, states);
 }
 
+zo_status zo_engine_place_homes(const zo_engine_config *cfg, uint32_t n_chunks,
+                                uint8_t *param_homes, uint8_t *optim_homes)
+{
+    if (!cfg || (n_chunks && (!param_homes || !optim_homes)))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "zo_engine_place_homes: %s is NULL",
+                       !cfg           ? "cfg"
+                       : !param_homes ? "param_homes"
+                                      : "optim_homes");
+    zo_engine_config one = *cfg; /* every chunk this rank's */
+    one.world_size = 1;
+    one.rank = 0;
+    one.zero_stage = 0;
+    ZO_TRY(eng_check_plan_config(&one));
+    eng_place_homes(&one, n_chunks, one.chunk_bytes, NULL, param_homes, optim_homes);
+    return ZO_OK;
+}
+
 /* What the tiers' accounting sees of a packed model under configuration c
  * with the homes chosen for its chunks. */
 static eng_plan_in plan_in(const zo_engine_config *c, const eng_shape *sh, const uint8_t *p16,

@@ -3,7 +3,8 @@
  * bitwise as all-host and all-NVMe in every mode; the footprint counts
  * the split; checkpoints move between splits; NVMe faults leave every
  * chunk intact; caps on the wrong tier are refused; tensors registered by
- * a fill train as registered with copies, the fill asked only in finalize. */
+ * a fill train as registered with copies, the fill asked only in finalize;
+ * zo_engine_place_homes places as the engine does. */
 
 #include "engine_harness.h"
 
@@ -202,6 +203,53 @@ static void test_split_footprint(void **state)
     run_out_free(&ovl);
 }
 
+/* zo_engine_place_homes, the planner's placement with no engine, homes as
+ * many chunks on each tier as a finalized engine does, for every split; and
+ * refuses what it cannot read. */
+static void test_place_homes_equals_the_engines(void **state)
+{
+    (void)state;
+    split sp[8];
+    int n_splits = make_splits(sp, test_seed());
+    for (int i = 0; i < n_splits; i++) {
+        run_cfg rc = split_cfg(&sp[i], ZO_OPTIM_SYNC);
+        harness h;
+        harness_open(&h, &rc);
+        ZO_ASSERT_OK(make_engine(&h, NULL, 0));
+        uint32_t params[3], optim[3], n = 0;
+        ZO_ASSERT_OK(zo_engine_homes(h.eng, params, optim));
+        for (int t = 0; t < 3; t++)
+            n += params[t];
+        zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+        c.param_dtype = rc.dtype;
+        c.chunk_bytes = CHUNK;
+        c.param_home = rc.param_home;
+        c.optim_home = rc.optim_home;
+        c.param_caps = rc.pcaps;
+        c.optim_caps = rc.ocaps;
+        c.mode = rc.mode;
+        c.state_dtype = g_state_dtype;
+        uint8_t ph[64], oh[64];
+        assert_true(n <= sizeof ph);
+        ZO_ASSERT_OK(zo_engine_place_homes(&c, n, ph, oh));
+        uint32_t p2[3] = {0, 0, 0}, o2[3] = {0, 0, 0};
+        for (uint32_t k = 0; k < n; k++) {
+            assert_true(ph[k] < 3 && oh[k] < 3);
+            p2[ph[k]]++;
+            o2[oh[k]]++;
+        }
+        assert_memory_equal(p2, params, sizeof params);
+        assert_memory_equal(o2, optim, sizeof optim);
+        harness_close(&h);
+    }
+    zo_engine_config c = ZO_ENGINE_CONFIG_INIT;
+    uint8_t h[1];
+    assert_int_equal(zo_engine_place_homes(NULL, 1, h, h), ZO_ERR_INVALID_ARG);
+    assert_int_equal(zo_engine_place_homes(&c, 1, NULL, h), ZO_ERR_INVALID_ARG);
+    c.struct_size = 1;
+    assert_int_equal(zo_engine_place_homes(&c, 1, h, h), ZO_ERR_INVALID_ARG);
+}
+
 /* A checkpoint saved under one split resumes bitwise under another (under
  * all-host, and with device-resident parameters over NVMe states), in
  * every mode. */
@@ -316,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_registered_by_fill_trains_bitwise),
         cmocka_unit_test(test_fill_runs_at_finalize),
         cmocka_unit_test(test_split_footprint),
+        cmocka_unit_test(test_place_homes_equals_the_engines),
         cmocka_unit_test(test_split_checkpoint_resumes_on_another),
         cmocka_unit_test(test_split_nvme_fault_during_step),
         cmocka_unit_test(test_split_caps_refused),

@@ -128,41 +128,14 @@ static zo_status footprint(split_ctx *x, const zo_engine_config *cfg, zo_engine_
     return ZO_OK;
 }
 
-/* The engine's placement rule (engine_place.c) replayed for the traffic:
- * chunks in order fill the fastest tier up to its cap; parameters of chunks
- * whose states stay off NVMe are placed first and never on NVMe. */
-static zo_tier fill(const zo_engine_caps *caps, zo_tier home, uint64_t per, uint64_t used[2])
+/* Each chunk's homes under cfg, by the engine's own placement rule
+ * (zo_engine_place_homes), for the traffic. */
+static zo_status place(split_ctx *x, const zo_engine_config *c)
 {
-    const uint64_t cap[2] = {caps->device, caps->host};
-    for (int t = ZO_TIER_DEVICE; t < (int)home && t <= ZO_TIER_HOST; t++)
-        if (cap[t] && used[t] + per <= cap[t]) {
-            used[t] += per;
-            return (zo_tier)t;
-        }
-    return home;
-}
-
-static void place(split_ctx *x, const zo_engine_config *c)
-{
-    uint64_t sused[2] = {0, 0}, pused[2] = {0, 0}, C = c->chunk_bytes;
-    uint32_t n = x->m.n_chunks;
-    for (uint32_t k = 0; k < n; k++)
-        x->states_home[k] = (uint8_t)fill(&c->optim_caps, c->optim_home,
-                                          zp_chunk_state_bytes(c->state_dtype, C / x->pb), sused);
-    for (int pass = 0; pass < 2; pass++)
-        for (uint32_t k = 0; k < n; k++) {
-            int forced = c->param_home == ZO_TIER_NVME && x->states_home[k] != ZO_TIER_NVME;
-            if (forced != !pass)
-                continue;
-            zo_tier t = fill(&c->param_caps, c->param_home, C, pused);
-            if (forced && t == ZO_TIER_NVME) {
-                t = ZO_TIER_HOST;
-                pused[ZO_TIER_HOST] += C;
-            }
-            x->p16_home[k] = (uint8_t)t;
-        }
-    for (uint32_t k = 0; k < n; k++)
+    ZT_LIB(zo_engine_place_homes(c, x->m.n_chunks, x->p16_home, x->states_home));
+    for (uint32_t k = 0; k < x->m.n_chunks; k++)
         x->resident[k] = x->p16_home[k] == ZO_TIER_DEVICE;
+    return ZO_OK;
 }
 
 static void count_homes(const split_ctx *x, zp_plan *p)
@@ -194,11 +167,11 @@ static uint32_t p16_on_nvme(const split_ctx *x)
 }
 
 /* What candidate c needs beyond the engine's footprint under cfg. */
-static void extra_terms(split_ctx *x, const cand *c, const zo_engine_config *cfg, extra *e)
+static zo_status extra_terms(split_ctx *x, const cand *c, const zo_engine_config *cfg, extra *e)
 {
     const zp_job *job = x->job;
     memset(e, 0, sizeof *e);
-    place(x, cfg);
+    ZT_TRY(place(x, cfg));
     e->grouped = c->group > 1 && job->grad_accum > 1;
     /* the layer inputs as zo-train keeps them (model_shape.h) */
     /* a pipeline stage holds the inputs of its micro-batches in flight */
@@ -210,6 +183,7 @@ static void extra_terms(split_ctx *x, const cand *c, const zo_engine_config *cfg
     e->act_host = zt_model_host_activation_bytes(&x->mc, &g);
     e->act_carry = zt_model_act_carry_bytes(&x->mc, &g);
     e->act_nvme = zt_model_act_nvme_bytes(&x->mc, &g);
+    return ZO_OK;
 }
 
 /* The engine's share of the host budget (0: none): what the plan keeps
@@ -228,7 +202,7 @@ static uint64_t engine_host_budget(const split_ctx *x, const extra *e)
 static zo_status cand_footprint(split_ctx *x, const cand *c, zo_engine_config *cfg, extra *e,
                                 zo_engine_footprint *fp, int *fits, char *msg, size_t cap)
 {
-    extra_terms(x, c, cfg, e);
+    ZT_TRY(extra_terms(x, c, cfg, e));
     cfg->host_bytes = engine_host_budget(x, e);
     return footprint(x, cfg, fp, fits, msg, cap);
 }
@@ -513,7 +487,7 @@ static zo_status note_host_floor(split_ctx *x, const cand *c, zo_engine_config c
     extra e;
     if (cfg.optim_home == ZO_TIER_NVME)
         cfg.optim_caps.host = 0;
-    extra_terms(x, c, &cfg, &e);
+    ZT_TRY(extra_terms(x, c, &cfg, &e));
     cfg.host_bytes = 1;
     ZT_TRY(footprint(x, &cfg, &fp, &ok, NULL, 0));
     uint64_t need = host_need(&fp, &e);
@@ -561,7 +535,7 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
         ZT_TRY(footprint(x, &cfg, &probe, &ok, NULL, 0));
         cfg.chunk_bytes =
             probe.chunk_bytes; /* as the engine raised and rounded it: caps count it */
-        extra_terms(x, c, &cfg, &e);
+        ZT_TRY(extra_terms(x, c, &cfg, &e));
     }
     uint64_t need = e.act.total + hw->reserve_bytes;
     p->device.engine_budget = hw->device_bytes > need ? hw->device_bytes - need : 0;
