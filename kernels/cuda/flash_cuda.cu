@@ -18,6 +18,7 @@
 
 #include "ops_cuda.h"
 #include "zo_cuda_check.h"
+#include "zo_cuda_elem.cuh"
 
 #define SUBSYS "ops"
 
@@ -26,32 +27,6 @@ namespace
 
 constexpr int kWarps = 4;    // rows per block
 constexpr int kPerLane = 16; // head_dim <= 512 = 32 lanes x 16
-
-__device__ __forceinline__ float fl_ld(const void *p, int dt, size_t i)
-{
-    if (dt == ZO_DTYPE_BF16)
-        return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    if (dt == ZO_DTYPE_F16)
-        return __half2float(((const __half *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-__device__ __forceinline__ void fl_st(void *p, int dt, size_t i, float v)
-{
-    if (dt == ZO_DTYPE_BF16)
-        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
-    else if (dt == ZO_DTYPE_F16)
-        ((__half *)p)[i] = __float2half_rn(v);
-    else
-        ((float *)p)[i] = v;
-}
-
-__device__ __forceinline__ float fl_warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 // A row of head_dim elements spread over the lanes: element lane + 32 e.
 struct lane_row {
@@ -64,7 +39,7 @@ __device__ __forceinline__ void row_load(lane_row &r, const void *p, int dt, siz
 #pragma unroll
     for (int e = 0; e < kPerLane; e++) {
         const int d = lane + 32 * e;
-        r.x[e] = d < D ? fl_ld(p, dt, base + d) : 0.0f;
+        r.x[e] = d < D ? zo_cuda_ld(p, dt, base + d) : 0.0f;
     }
 }
 
@@ -76,7 +51,7 @@ __device__ __forceinline__ void row_store(const lane_row &r, void *p, int dt, si
     for (int e = 0; e < kPerLane; e++) {
         const int d = lane + 32 * e;
         if (d < D)
-            fl_st(p, dt, base + d, r.x[e] * mul);
+            zo_cuda_st(p, dt, base + d, r.x[e] * mul);
     }
 }
 
@@ -89,9 +64,9 @@ __device__ __forceinline__ float row_dot(const lane_row &r, const void *p, int d
     for (int e = 0; e < kPerLane; e++) {
         const int d = lane + 32 * e;
         if (d < D)
-            s += r.x[e] * fl_ld(p, dt, base + d);
+            s += r.x[e] * zo_cuda_ld(p, dt, base + d);
     }
-    return fl_warp_sum(s);
+    return zo_cuda_warp_sum(s);
 }
 
 __device__ __forceinline__ void row_axpy(lane_row &r, float a, const void *p, int dt, size_t base,
@@ -102,7 +77,7 @@ __device__ __forceinline__ void row_axpy(lane_row &r, float a, const void *p, in
     for (int e = 0; e < kPerLane; e++) {
         const int d = lane + 32 * e;
         if (d < D)
-            r.x[e] += a * fl_ld(p, dt, base + d);
+            r.x[e] += a * zo_cuda_ld(p, dt, base + d);
     }
 }
 

@@ -14,6 +14,7 @@
 
 #include "ops_cuda.h"
 #include "zo_cuda_check.h"
+#include "zo_cuda_elem.cuh"
 
 #define SUBSYS "ops"
 
@@ -21,32 +22,6 @@ namespace
 {
 
 constexpr unsigned kBlock = 256;
-
-__device__ __forceinline__ float ldv(const void *p, int dt, size_t i)
-{
-    if (dt == ZO_DTYPE_BF16)
-        return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    if (dt == ZO_DTYPE_F16)
-        return __half2float(((const __half *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-__device__ __forceinline__ void stv(void *p, int dt, size_t i, float v)
-{
-    if (dt == ZO_DTYPE_BF16)
-        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
-    else if (dt == ZO_DTYPE_F16)
-        ((__half *)p)[i] = __float2half_rn(v);
-    else
-        ((float *)p)[i] = v;
-}
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 __device__ __forceinline__ float warp_max(float v)
 {
@@ -60,7 +35,7 @@ __device__ __forceinline__ float warp_max(float v)
 template <bool kMax> __device__ float block_reduce(float v)
 {
     __shared__ float sh[32];
-    v = kMax ? warp_max(v) : warp_sum(v);
+    v = kMax ? warp_max(v) : zo_cuda_warp_sum(v);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     __syncthreads();
     if (lane == 0)
@@ -68,7 +43,7 @@ template <bool kMax> __device__ float block_reduce(float v)
     __syncthreads();
     if (warp == 0) {
         float w = lane < nw ? sh[lane] : (kMax ? -INFINITY : 0.0f);
-        w = kMax ? warp_max(w) : warp_sum(w);
+        w = kMax ? warp_max(w) : zo_cuda_warp_sum(w);
         if (lane == 0)
             sh[0] = w;
     }
@@ -95,7 +70,8 @@ __global__ void embed_fwd_kernel(zo_embed_args a)
     const int tok = a.tokens[t];
     const bool ok = tok >= 0 && tok < a.vocab;
     for (int j = threadIdx.x; j < a.dim; j += blockDim.x)
-        stv(a.out, a.dt, t * a.dim + j, ok ? ldv(a.in, a.dt, (size_t)tok * a.dim + j) : NAN);
+        zo_cuda_st(a.out, a.dt, t * a.dim + j,
+                   ok ? zo_cuda_ld(a.in, a.dt, (size_t)tok * a.dim + j) : NAN);
 }
 
 // One thread per column, tokens in order: the same sums in the same order as
@@ -110,7 +86,8 @@ __global__ void embed_bwd_kernel(zo_embed_args a)
         if (tok < 0 || tok >= a.vocab)
             continue;
         const size_t o = (size_t)tok * a.dim + j;
-        stv(a.out, a.out_dt, o, ldv(a.out, a.out_dt, o) + ldv(a.in, a.dt, t * a.dim + j));
+        zo_cuda_st(a.out, a.out_dt, o,
+                   zo_cuda_ld(a.out, a.out_dt, o) + zo_cuda_ld(a.in, a.dt, t * a.dim + j));
     }
 }
 
@@ -121,7 +98,7 @@ __global__ void rms_fwd_kernel(zo_rmsnorm_args a)
     const size_t r = blockIdx.x, off = r * a.dim;
     float ss = 0.0f;
     for (int j = threadIdx.x; j < a.dim; j += blockDim.x) {
-        float v = ldv(a.x, a.dt, off + j);
+        float v = zo_cuda_ld(a.x, a.dt, off + j);
         ss += v * v;
     }
     ss = block_reduce<false>(ss);
@@ -129,7 +106,8 @@ __global__ void rms_fwd_kernel(zo_rmsnorm_args a)
     if (threadIdx.x == 0)
         a.rstd[r] = rs;
     for (int j = threadIdx.x; j < a.dim; j += blockDim.x)
-        stv(a.y_or_dx, a.dt, off + j, ldv(a.x, a.dt, off + j) * rs * ldv(a.w, a.dt, j));
+        zo_cuda_st(a.y_or_dx, a.dt, off + j,
+                   zo_cuda_ld(a.x, a.dt, off + j) * rs * zo_cuda_ld(a.w, a.dt, j));
 }
 
 __global__ void rms_bwd_dx_kernel(zo_rmsnorm_args a)
@@ -138,15 +116,16 @@ __global__ void rms_bwd_dx_kernel(zo_rmsnorm_args a)
     const float rs = a.rstd[r];
     float dot = 0.0f;
     for (int j = threadIdx.x; j < a.dim; j += blockDim.x)
-        dot += ldv(a.dy, a.dt, off + j) * ldv(a.w, a.dt, j) * (ldv(a.x, a.dt, off + j) * rs);
+        dot += zo_cuda_ld(a.dy, a.dt, off + j) * zo_cuda_ld(a.w, a.dt, j) *
+               (zo_cuda_ld(a.x, a.dt, off + j) * rs);
     const float mean = block_reduce<false>(dot) / (float)a.dim;
     for (int j = threadIdx.x; j < a.dim; j += blockDim.x) {
-        float xhat = ldv(a.x, a.dt, off + j) * rs;
-        float g = ldv(a.dy, a.dt, off + j) * ldv(a.w, a.dt, j);
+        float xhat = zo_cuda_ld(a.x, a.dt, off + j) * rs;
+        float g = zo_cuda_ld(a.dy, a.dt, off + j) * zo_cuda_ld(a.w, a.dt, j);
         float dx = rs * (g - xhat * mean);
         if (a.accumulate_dx)
-            dx += ldv(a.y_or_dx, a.dt, off + j);
-        stv(a.y_or_dx, a.dt, off + j, dx);
+            dx += zo_cuda_ld(a.y_or_dx, a.dt, off + j);
+        zo_cuda_st(a.y_or_dx, a.dt, off + j, dx);
     }
 }
 
@@ -157,8 +136,9 @@ __global__ void rms_bwd_dw_kernel(zo_rmsnorm_args a)
         return;
     float acc = 0.0f;
     for (size_t r = 0; r < a.rows; r++)
-        acc += ldv(a.dy, a.dt, r * a.dim + j) * (ldv(a.x, a.dt, r * a.dim + j) * a.rstd[r]);
-    stv(a.dw, a.dw_dt, j, ldv(a.dw, a.dw_dt, j) + acc);
+        acc += zo_cuda_ld(a.dy, a.dt, r * a.dim + j) *
+               (zo_cuda_ld(a.x, a.dt, r * a.dim + j) * a.rstd[r]);
+    zo_cuda_st(a.dw, a.dw_dt, j, zo_cuda_ld(a.dw, a.dw_dt, j) + acc);
 }
 
 // ---- grouped-query attention's key/value heads: one thread per element of
@@ -172,15 +152,15 @@ __global__ void repeat_kv_kernel(zo_repeat_kv_args a)
          idx += (size_t)gridDim.x * blockDim.x) {
         const size_t i = idx % D, rk = idx / D, big0 = rk * G * D + i;
         if (!a.bwd) {
-            const float v = ldv(a.in, a.dt, idx);
+            const float v = zo_cuda_ld(a.in, a.dt, idx);
             for (size_t j = 0; j < G; j++)
-                stv(a.out, a.dt, big0 + j * D, v);
+                zo_cuda_st(a.out, a.dt, big0 + j * D, v);
             continue;
         }
         float sum = 0.0f;
         for (size_t j = 0; j < G; j++)
-            sum += ldv(a.in, a.dt, big0 + j * D);
-        stv(a.out, a.dt, idx, sum);
+            sum += zo_cuda_ld(a.in, a.dt, big0 + j * D);
+        zo_cuda_st(a.out, a.dt, idx, sum);
     }
 }
 
@@ -192,7 +172,8 @@ __global__ void bias_fwd_kernel(zo_bias_args a)
     const size_t total = a.rows * (size_t)a.cols;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x)
-        stv(a.out, a.dt, idx, ldv(a.out, a.dt, idx) + ldv(a.in, a.dt, idx % (size_t)a.cols));
+        zo_cuda_st(a.out, a.dt, idx,
+                   zo_cuda_ld(a.out, a.dt, idx) + zo_cuda_ld(a.in, a.dt, idx % (size_t)a.cols));
 }
 
 __global__ void bias_bwd_kernel(zo_bias_args a)
@@ -202,8 +183,8 @@ __global__ void bias_bwd_kernel(zo_bias_args a)
         return;
     float sum = 0.0f;
     for (size_t r = 0; r < a.rows; r++)
-        sum += ldv(a.in, a.dt, r * a.cols + c);
-    stv(a.out, a.out_dt, c, ldv(a.out, a.out_dt, c) + sum);
+        sum += zo_cuda_ld(a.in, a.dt, r * a.cols + c);
+    zo_cuda_st(a.out, a.out_dt, c, zo_cuda_ld(a.out, a.out_dt, c) + sum);
 }
 
 // ---- RoPE ----
@@ -230,9 +211,10 @@ __global__ void rope_kernel(zo_rope_args a)
         const size_t i = idx % half, row = idx / half; // row = (b*seq + t)*heads + h
         const size_t t = (row / a.heads) % a.seq, base = row * a.head_dim;
         const float c = a.table[(t * half + i) * 2], sn = sgn * a.table[(t * half + i) * 2 + 1];
-        const float x1 = ldv(a.in, a.dt, base + i), x2 = ldv(a.in, a.dt, base + i + half);
-        stv(a.out, a.dt, base + i, x1 * c - x2 * sn);
-        stv(a.out, a.dt, base + i + half, x2 * c + x1 * sn);
+        const float x1 = zo_cuda_ld(a.in, a.dt, base + i),
+                    x2 = zo_cuda_ld(a.in, a.dt, base + i + half);
+        zo_cuda_st(a.out, a.dt, base + i, x1 * c - x2 * sn);
+        zo_cuda_st(a.out, a.dt, base + i + half, x2 * c + x1 * sn);
     }
 }
 
@@ -243,14 +225,15 @@ __global__ void softmax_fwd_kernel(zo_softmax_args a)
     const size_t r = blockIdx.x, T = (size_t)a.seq, off = r * T, t = r % T;
     float mx = -INFINITY;
     for (size_t j = threadIdx.x; j <= t; j += blockDim.x)
-        mx = fmaxf(mx, ldv(a.in, a.dt, off + j));
+        mx = fmaxf(mx, zo_cuda_ld(a.in, a.dt, off + j));
     mx = block_reduce<true>(mx);
     float sum = 0.0f;
     for (size_t j = threadIdx.x; j <= t; j += blockDim.x)
-        sum += expf(ldv(a.in, a.dt, off + j) - mx);
+        sum += expf(zo_cuda_ld(a.in, a.dt, off + j) - mx);
     const float inv = 1.0f / block_reduce<false>(sum);
     for (size_t j = threadIdx.x; j < T; j += blockDim.x)
-        stv(a.out, a.dt, off + j, j <= t ? expf(ldv(a.in, a.dt, off + j) - mx) * inv : 0.0f);
+        zo_cuda_st(a.out, a.dt, off + j,
+                   j <= t ? expf(zo_cuda_ld(a.in, a.dt, off + j) - mx) * inv : 0.0f);
 }
 
 __global__ void softmax_bwd_kernel(zo_softmax_args a)
@@ -258,11 +241,12 @@ __global__ void softmax_bwd_kernel(zo_softmax_args a)
     const size_t r = blockIdx.x, T = (size_t)a.seq, off = r * T, t = r % T;
     float dot = 0.0f;
     for (size_t j = threadIdx.x; j <= t; j += blockDim.x)
-        dot += ldv(a.p, a.dt, off + j) * ldv(a.in, a.dt, off + j);
+        dot += zo_cuda_ld(a.p, a.dt, off + j) * zo_cuda_ld(a.in, a.dt, off + j);
     dot = block_reduce<false>(dot);
     for (size_t j = threadIdx.x; j < T; j += blockDim.x)
-        stv(a.out, a.dt, off + j,
-            j <= t ? ldv(a.p, a.dt, off + j) * (ldv(a.in, a.dt, off + j) - dot) : 0.0f);
+        zo_cuda_st(a.out, a.dt, off + j,
+                   j <= t ? zo_cuda_ld(a.p, a.dt, off + j) * (zo_cuda_ld(a.in, a.dt, off + j) - dot)
+                          : 0.0f);
 }
 
 // ---- SwiGLU ----
@@ -271,8 +255,8 @@ __global__ void swiglu_fwd_kernel(zo_swiglu_args a)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n;
          i += (size_t)gridDim.x * blockDim.x) {
-        const float g = ldv(a.gate, a.dt, i), sig = 1.0f / (1.0f + expf(-g));
-        stv(a.out, a.dt, i, g * sig * ldv(a.up, a.dt, i));
+        const float g = zo_cuda_ld(a.gate, a.dt, i), sig = 1.0f / (1.0f + expf(-g));
+        zo_cuda_st(a.out, a.dt, i, g * sig * zo_cuda_ld(a.up, a.dt, i));
     }
 }
 
@@ -280,10 +264,11 @@ __global__ void swiglu_bwd_kernel(zo_swiglu_args a)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n;
          i += (size_t)gridDim.x * blockDim.x) {
-        const float g = ldv(a.gate, a.dt, i), u = ldv(a.up, a.dt, i), d = ldv(a.dout, a.dt, i);
+        const float g = zo_cuda_ld(a.gate, a.dt, i), u = zo_cuda_ld(a.up, a.dt, i),
+                    d = zo_cuda_ld(a.dout, a.dt, i);
         const float sig = 1.0f / (1.0f + expf(-g)), dsilu = sig * (1.0f + g * (1.0f - sig));
-        stv(a.out, a.dt, i, d * u * dsilu);
-        stv(a.dup, a.dt, i, d * g * sig);
+        zo_cuda_st(a.out, a.dt, i, d * u * dsilu);
+        zo_cuda_st(a.dup, a.dt, i, d * g * sig);
     }
 }
 
@@ -296,24 +281,25 @@ __global__ void xent_rows_kernel(zo_xent_args a)
     const bool ok = tgt >= 0 && tgt < a.vocab;
     float mx = -INFINITY;
     for (size_t j = threadIdx.x; j < V; j += blockDim.x)
-        mx = fmaxf(mx, ldv(a.logits, a.dt, off + j));
+        mx = fmaxf(mx, zo_cuda_ld(a.logits, a.dt, off + j));
     mx = block_reduce<true>(mx);
     float sum = 0.0f;
     for (size_t j = threadIdx.x; j < V; j += blockDim.x)
-        sum += expf(ldv(a.logits, a.dt, off + j) - mx);
+        sum += expf(zo_cuda_ld(a.logits, a.dt, off + j) - mx);
     const float lse = mx + logf(block_reduce<false>(sum));
     // block_reduce ends with a barrier, so every thread has read its logits
     // before anyone overwrites them (dlogits may equal logits); the target's
     // logit is read by thread 0 before the barrier below.
     if (threadIdx.x == 0)
-        a.row_loss[r] = ok ? lse - ldv(a.logits, a.dt, off + tgt) : NAN;
+        a.row_loss[r] = ok ? lse - zo_cuda_ld(a.logits, a.dt, off + tgt) : NAN;
     __syncthreads();
     if (!a.dlogits)
         return;
     const float scale = a.grad_scale / (float)a.total;
     for (size_t j = threadIdx.x; j < V; j += blockDim.x) {
-        const float p = expf(ldv(a.logits, a.dt, off + j) - lse);
-        stv(a.dlogits, a.dt, off + j, ok ? scale * (p - (j == (size_t)tgt ? 1.0f : 0.0f)) : 0.0f);
+        const float p = expf(zo_cuda_ld(a.logits, a.dt, off + j) - lse);
+        zo_cuda_st(a.dlogits, a.dt, off + j,
+                   ok ? scale * (p - (j == (size_t)tgt ? 1.0f : 0.0f)) : 0.0f);
     }
 }
 
@@ -335,12 +321,12 @@ __global__ void ew_kernel(zo_ew_args a)
          i += (size_t)gridDim.x * blockDim.x) {
         float v;
         switch (a.kind) {
-        case ZO_EW_ADD: v = ldv(a.a, a.a_dt, i) + ldv(a.b, a.a_dt, i); break;
-        case ZO_EW_CAST: v = ldv(a.a, a.a_dt, i); break;
-        case ZO_EW_SCALE: v = ldv(a.y, a.y_dt, i) * a.alpha; break;
-        default: v = ldv(a.y, a.y_dt, i) + a.alpha * ldv(a.a, a.a_dt, i); break;
+        case ZO_EW_ADD: v = zo_cuda_ld(a.a, a.a_dt, i) + zo_cuda_ld(a.b, a.a_dt, i); break;
+        case ZO_EW_CAST: v = zo_cuda_ld(a.a, a.a_dt, i); break;
+        case ZO_EW_SCALE: v = zo_cuda_ld(a.y, a.y_dt, i) * a.alpha; break;
+        default: v = zo_cuda_ld(a.y, a.y_dt, i) + a.alpha * zo_cuda_ld(a.a, a.a_dt, i); break;
         }
-        stv(a.y, a.y_dt, i, v);
+        zo_cuda_st(a.y, a.y_dt, i, v);
     }
 }
 
@@ -349,7 +335,7 @@ __global__ void sumsq_partials_kernel(float *partials, zo_sumsq_args a)
     float s = 0.0f;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n;
          i += (size_t)gridDim.x * blockDim.x) {
-        const float v = ldv(a.x, a.dt, i);
+        const float v = zo_cuda_ld(a.x, a.dt, i);
         s += v * v;
     }
     s = block_reduce<false>(s);
