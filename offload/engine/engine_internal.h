@@ -4,7 +4,8 @@
  * (engine_tier.h); nothing calls up, so no files call each other around.
  * The ctest check_engine_order reads this list and holds the objects' calls
  * to it (tools/scripts/check-engine-order.py):
- *   engine.c, engine_state.c   the public API: configuration, registration,
+ *   engine_api.c, engine_state.c
+ *                              the public API: configuration, registration,
  *                              the step protocol; checkpoints
  *   engine_finalize.c          finalize: every tier allocated as planned, the
  *                              initial states placed
@@ -300,14 +301,14 @@ extern const eng_reducer_ops eng_reducer_local, eng_reducer_zero, eng_reducer_pi
  * reach the others' only through their functions (the order above), except
  * for the packing (chunks, homes) every part reads. */
 
-/* Owned copies of the configuration's strings and arrays (engine.c). */
+/* Owned copies of the configuration's strings and arrays (engine_api.c). */
 typedef struct eng_owned {
     char **paths, *engine_name, *file_name;
     zo_swap_fault *faults; /* armed when the swap stores open (zo/engine_testing.h, tests) */
     size_t n_faults;
 } eng_owned;
 
-/* The registered tensors and layers (engine.c). */
+/* The registered tensors and layers (engine_api.c). */
 typedef struct eng_registry {
     eng_tensor *tensors;
     int n_tensors, cap_tensors;
@@ -371,7 +372,7 @@ typedef struct eng_sched {
     uint64_t hits, misses, evictions, prefetches, lru_tick;
 } eng_sched;
 
-/* The step protocol's counters (engine.c). */
+/* The step protocol's counters (engine_api.c). */
 typedef struct eng_step {
     int64_t opt_step; /* updates applied (Adam's step count) */
     int64_t steps;    /* end_step calls that succeeded */
@@ -577,7 +578,7 @@ void eng_group_reset(struct zo_engine *e);
 
 /* engine_optim.c */
 /* The scale the gradients carry: the loss scaler's under fp16, else 1
- * (inline: the host jobs read it below zo_engine_loss_scale's engine.c). */
+ * (inline: the host jobs read it below zo_engine_loss_scale's engine_api.c). */
 static inline double eng_loss_scale(const struct zo_engine *e)
 {
     return e->cfg.param_dtype == ZO_DTYPE_F16 ? zo_loss_scaler_scale(&e->scaler) : 1.0;

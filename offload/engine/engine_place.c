@@ -8,7 +8,7 @@
  * pipeline, so what waits on the slowest link is the middle of the model,
  * behind compute. Under ZeRO a rank fills its caps with its own chunks'
  * states (and at stage 3 their parameters too; others' are remote). Called
- * by the plan (engine.c) with or without an engine. */
+ * by the plan (engine_plan.c) with or without an engine. */
 #include "engine_tier.h"
 
 /* The tier for the next chunk: the fastest whose cap still has room. */

@@ -12,7 +12,7 @@ and a reference to another file's table or variable is.
 
 Usage: check-engine-order.py HEADER OBJECT... [--nm NM]
   HEADER    offload/engine/engine_internal.h
-  OBJECT    the engine's object files (engine.c.o ...), or ;-lists of them
+  OBJECT    the engine's object files (engine_api.c.o ...), or ;-lists of them
   NM        the nm to run (default: nm)
 """
 import os

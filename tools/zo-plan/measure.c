@@ -304,7 +304,7 @@ static zo_status measure_nvme(const char *dir, const zp_job *job, zp_speeds *sp,
 #define ADAM_PASSES     3           /* timed, after the first */
 
 /* The engine's pool: the cores of this thread's node it may run on, one
- * worker each unless ZO_OPTIM_THREADS says (engine.c, start_pool). */
+ * worker each unless ZO_OPTIM_THREADS says (engine_finalize.c, start_pool). */
 static zo_status open_pool(zo_optim_pool_t *pool)
 {
     int node = 0, n = 0, cores[1024];
