@@ -20,7 +20,7 @@
  * write fails the step, whose retry writes the gradients anew.
  *
  * Below the tiers (engine_tier_nvme.c reads spilled gradients back through
- * eng_grads_read_back); calls only engine_tier_common.c and engine_trace.c. */
+ * eng_grads_read_back); calls only engine_tier_common.c and engine_io.c. */
 #include <stdlib.h>
 #include <string.h>
 

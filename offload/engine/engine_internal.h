@@ -38,7 +38,7 @@
  *                              mirrors or the staging ring, kept in host
  *                              memory or spilled to NVMe, read back
  *   engine_tier_common.c       what the tiers share
- *   engine_trace.c             timelines, stream timers, traced NVMe requests */
+ *   engine_io.c                timelines, stream timers, traced NVMe requests */
 #ifndef ZO_ENGINE_INTERNAL_H
 #define ZO_ENGINE_INTERNAL_H
 
@@ -418,7 +418,7 @@ typedef struct eng_store {
     zo_swap_stats at_open;
 } eng_store;
 
-/* The step's statistics (engine.c, engine_trace.c). */
+/* The step's statistics (engine_api.c, engine_io.c). */
 typedef struct eng_stats {
     _Atomic uint64_t optim_ns, nvme_ns;
     /* stream timers, run by tasks on the stream: 0 h2d busy, 1 d2h busy, 2 compute stalled */
@@ -470,7 +470,7 @@ typedef struct eng_pipe {
     uint64_t max;     /* ... the largest */
 } eng_pipe;
 
-/* The timeline's callback (zo_engine_set_trace, engine_trace.c). */
+/* The timeline's callback (zo_engine_set_trace, engine_io.c). */
 typedef struct eng_timeline {
     zo_trace_fn fn;
     void *ctx;
@@ -753,7 +753,7 @@ zo_status eng_grads_read_back(struct zo_engine *e, uint32_t c, int parity, float
 zo_status eng_grads_place(struct zo_engine *e, int grouped);
 void eng_grads_release(struct zo_engine *e);
 
-/* engine_trace.c */
+/* engine_io.c */
 /* n fp32 values as parameters of type t (bf16, fp16: rounded; fp32: copied). */
 void eng_cast_params(zo_dtype t, const float *src, void *dst, size_t n);
 /* out = n parameters (or gradients) of type t widened to fp32, added onto

@@ -1,7 +1,7 @@
 /* What the tiers share: the home of a chunk in a plan, the count of chunks
  * homed at a tier, Adam's arguments over a chunk's states, host and pinned
  * allocations, timed NVMe waits. Below every tier file; calls only
- * engine_trace.c. */
+ * engine_io.c. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
