@@ -115,6 +115,11 @@ void zo_cpu_sgemm_here(int trans_a, int trans_b, int m, int n, int k, float alph
 #include <dnnl_debug.h>
 #include <omp.h>
 
+/* oneDNN (Debian's build) parallelizes with OpenMP. Each pool thread sets its
+ * own OpenMP thread count to 1 before its first call, so oneDNN runs inline
+ * and starts no team: no libgomp threads exist to spin after a GEMM and take
+ * the cores from the next op (OMP_WAIT_POLICY would be read too late to help:
+ * libgomp reads it when it is loaded). test_onednn_starts_no_threads pins it. */
 static _Thread_local int omp_single;
 static void onednn_single_threaded(void)
 {

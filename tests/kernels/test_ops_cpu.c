@@ -10,6 +10,7 @@
  *   bf16: 2e-2 (bf16 keeps 8 bits: output rounding 2^-9, a few roundings deep)
  *   attention, whose scores and probabilities are rounded to the dtype before
  *   the next GEMM: bf16 5e-2, f16 8e-3. */
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -1043,6 +1044,37 @@ static void test_gemm_split_same_bits(void **state)
         assert_int_equal(fclose(dump), 0);
 }
 
+/* The threads this process runs: one entry per task in /proc/self/task. */
+static int process_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* oneDNN runs inside the pool's tasks on one thread each: it must start no
+ * OpenMP team of its own, whose threads would oversubscribe the cores and
+ * spin (libgomp's wait policy) after every GEMM, starving the next op.
+ * ctest runs this with OMP_NUM_THREADS=4 and ZO_CPU_GEMM=onednn, so a GEMM
+ * that left OpenMP at its default would add threads on any machine. Runs
+ * first: no bf16 GEMM may have run before the count. */
+static void test_onednn_starts_no_threads(void **state)
+{
+    uint64_t seed = 41;
+    gemm_case c = gemm_case_make(&seed, 0, 1, 300, 40, 70, 1, 1.0f, 0.0f);
+    free(run_gemm(g_s, &c, ZO_DTYPE_F32, ZO_DTYPE_F32)); /* starts the pool, not oneDNN */
+    int before = process_threads();
+    for (int rep = 0; rep < 3; rep++)
+        for (int cbf = 0; cbf < 2; cbf++)
+            free(run_gemm(g_s, &c, ZO_DTYPE_BF16, cbf ? ZO_DTYPE_BF16 : ZO_DTYPE_F32));
+    assert_int_equal(process_threads(), before);
+    gemm_case_free(&c);
+}
+
 static void test_deterministic(void **state)
 {
     zo_stream_t s2;
@@ -1180,6 +1212,7 @@ static void test_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_onednn_starts_no_threads, free_buffers),
         cmocka_unit_test_teardown(test_conversions, free_buffers),
         cmocka_unit_test_teardown(test_gemm_forward, free_buffers),
         cmocka_unit_test_teardown(test_gemm_backward, free_buffers),
