@@ -228,6 +228,22 @@ static void test_memory_tiny_fp32(void **state)
     g_dtype = ZO_DTYPE_BF16;
 }
 
+/* The blocks' MLP in chunks of 40 rows (ZO_MLP_CHUNK_BYTES; the last of
+ * the 256 tokens 16): the plan counts one chunk's norm output, gate, up and
+ * product, as the trainer allocates, under every strategy and budget. */
+static void test_memory_tiny_mlp_chunks(void **state)
+{
+    (void)state;
+    job_cfg c = tiny_cfg(1);
+    char bytes[32];
+    snprintf(bytes, sizeof bytes, "%d", 40 * c.shape.ffn_dim * 2);
+    setenv("ZO_MLP_CHUNK_BYTES", bytes, 1);
+    zt_model_config mc = {c.shape, c.seq, c.micro_batch, 1, ZO_DTYPE_BF16, 0};
+    assert_int_equal(zt_mlp_chunk_rows(&mc), 40);
+    check_job_memory(&c);
+    unsetenv("ZO_MLP_CHUNK_BYTES");
+}
+
 static void test_memory_small(void **state)
 {
     (void)state;
@@ -448,6 +464,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest memory[] = {
         cmocka_unit_test(test_memory_tiny),
         cmocka_unit_test(test_memory_tiny_fp32),
+        cmocka_unit_test(test_memory_tiny_mlp_chunks),
         cmocka_unit_test(test_memory_small),
         cmocka_unit_test(test_update_rate_drives_nvme_time),
         cmocka_unit_test(test_70b_work_does_not_grow_with_size),

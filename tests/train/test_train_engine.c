@@ -179,6 +179,39 @@ static void test_placements_are_bitwise_identical(void **state)
     run_free(&ref, &base.shape);
 }
 
+/* The blocks' MLP in chunks of 7 rows (ZO_MLP_CHUNK_BYTES; 32 tokens per
+ * micro-batch: the last chunk 4): the parameters and the optimizer on NVMe
+ * at the smallest device budget train bitwise like everything on the
+ * device, in sync and overlap modes; the chunking is the job's, not the
+ * placement's. */
+static void test_placements_are_bitwise_with_mlp_chunks(void **state)
+{
+    zt_options base = small_options();
+    char bytes[32];
+    snprintf(bytes, sizeof bytes, "%d", 7 * base.shape.ffn_dim * 2);
+    setenv("ZO_MLP_CHUNK_BYTES", bytes, 1);
+    base.param_home = ZO_TIER_DEVICE;
+    base.optim_home = ZO_TIER_DEVICE;
+    run_result ref;
+    train_run(&base, &ref);
+    const zo_optim_mode modes[] = {ZO_OPTIM_SYNC, ZO_OPTIM_OVERLAP};
+    for (int mi = 0; mi < 2; mi++) {
+        zt_options o = base;
+        o.mode = modes[mi];
+        o.param_home = ZO_TIER_NVME;
+        o.optim_home = ZO_TIER_NVME;
+        o.device_mem = zt_test_smallest_budget(o);
+        run_result r;
+        train_run(&o, &r);
+        assert_same_run(&ref, &r, &o.shape, zo_optim_mode_name(o.mode));
+        assert_true(r.nvme_bytes > 0 && r.h2d_after_first > 0);
+        assert_true(r.device_high_water <= r.device_budget);
+        run_free(&r, &o.shape);
+    }
+    unsetenv("ZO_MLP_CHUNK_BYTES");
+    run_free(&ref, &base.shape);
+}
+
 /* Per-chunk homes through zo-train: states split between host and NVMe,
  * parameters too, and --placement auto, train bitwise like all-NVMe (sync
  * and dpu); the homes are what the caps say. */
@@ -395,6 +428,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_placements_are_bitwise_identical),
+        cmocka_unit_test(test_placements_are_bitwise_with_mlp_chunks),
         cmocka_unit_test(test_split_homes_equal_all_nvme),
         cmocka_unit_test(test_nvme_fault_then_retry_equals_clean_run),
         cmocka_unit_test(test_fp16_overlap_equals_sync),

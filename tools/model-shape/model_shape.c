@@ -488,9 +488,8 @@ static void carve_block(uint64_t *off, const zt_model_config *c, zt_block_offset
     const uint64_t rows = (uint64_t)c->micro_batch * c->shape.n_heads * c->seq;
     const uint64_t att = c->flash ? rows * sizeof(float) : rows * c->seq * es;
     const uint64_t q = (uint64_t)zt_q_dim(&c->shape), kv = (uint64_t)zt_kv_dim(&c->shape);
-    uint64_t *td[] = {&b->h1, &b->q,  &b->k,  &b->v,  &b->attn_out,
-                      &b->x2, &b->h2, &b->dq, &b->dk, &b->dv};
-    const uint64_t width[] = {d, q, q, q, q, d, d, q, q, q}; /* k, v: repeated to the heads */
+    uint64_t *td[] = {&b->h1, &b->q, &b->k, &b->v, &b->attn_out, &b->x2, &b->dq, &b->dk, &b->dv};
+    const uint64_t width[] = {d, q, q, q, q, d, q, q, q}; /* k, v: repeated to the heads */
     for (size_t i = 0; i < sizeof td / sizeof td[0]; i++)
         *td[i] = carve(off, T * width[i] * es);
     /* Grouped-query attention: the projections' key/value heads and their
@@ -503,9 +502,12 @@ static void carve_block(uint64_t *off, const zt_model_config *c, zt_block_offset
     } else {
         b->kc = b->k, b->vc = b->v, b->dkc = b->dk, b->dvc = b->dv;
     }
-    b->gate = carve(off, T * f * es);
-    b->up = carve(off, T * f * es);
-    b->act = carve(off, T * f * es);
+    /* the MLP's norm output and its ffn-wide buffers hold one chunk of rows */
+    const uint64_t C = zt_mlp_chunk_rows(c);
+    b->h2 = carve(off, C * d * es);
+    b->gate = carve(off, C * f * es);
+    b->up = carve(off, C * f * es);
+    b->act = carve(off, C * f * es);
     b->att = carve(off, att);
     b->datt = carve(off, att);
     b->dattn = c->flash ? carve(off, T * q * es) : 0;
@@ -513,21 +515,42 @@ static void carve_block(uint64_t *off, const zt_model_config *c, zt_block_offset
     b->rstd2 = carve(off, T * sizeof(float));
 }
 
-uint64_t zt_head_chunk_bytes(void)
+/* A chunk limit from the environment: a positive byte count, else the default. */
+static uint64_t env_bytes(const char *name, uint64_t dflt)
 {
-    const char *v = getenv("ZO_HEAD_CHUNK_BYTES");
+    const char *v = getenv(name);
     char *end;
     unsigned long long b = v ? strtoull(v, &end, 10) : 0;
-    return v && *v && !*end && b > 0 ? (uint64_t)b : ZT_HEAD_CHUNK_BYTES;
+    return v && *v && !*end && b > 0 ? (uint64_t)b : dflt;
+}
+
+/* The rows of a micro-batch's T whose `width` elements each fit in `bytes`: 1 to T. */
+static uint64_t chunk_rows(const zt_model_config *c, uint64_t bytes, uint64_t width)
+{
+    const uint64_t T = (uint64_t)c->micro_batch * c->seq;
+    uint64_t rows = bytes / (width * zo_dtype_size(c->dt));
+    rows = rows ? rows : 1;
+    return rows < T ? rows : T;
+}
+
+uint64_t zt_head_chunk_bytes(void)
+{
+    return env_bytes("ZO_HEAD_CHUNK_BYTES", ZT_HEAD_CHUNK_BYTES);
 }
 
 uint64_t zt_head_chunk_rows(const zt_model_config *c)
 {
-    const uint64_t T = (uint64_t)c->micro_batch * c->seq;
-    const uint64_t row = (uint64_t)c->shape.vocab * zo_dtype_size(c->dt);
-    uint64_t rows = zt_head_chunk_bytes() / row;
-    rows = rows ? rows : 1;
-    return rows < T ? rows : T;
+    return chunk_rows(c, zt_head_chunk_bytes(), (uint64_t)c->shape.vocab);
+}
+
+uint64_t zt_mlp_chunk_bytes(void)
+{
+    return env_bytes("ZO_MLP_CHUNK_BYTES", ZT_MLP_CHUNK_BYTES);
+}
+
+uint64_t zt_mlp_chunk_rows(const zt_model_config *c)
+{
+    return chunk_rows(c, zt_mlp_chunk_bytes(), (uint64_t)c->shape.ffn_dim);
 }
 
 static void carve_head(uint64_t *off, const zt_model_config *c, zt_head_offsets *h, size_t es)

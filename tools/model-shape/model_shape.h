@@ -211,6 +211,17 @@ void zt_activation_layout_of(const zt_model_config *c, zt_activation_layout *out
 enum { ZT_HEAD_CHUNK_BYTES = 64 << 20 };
 uint64_t zt_head_chunk_bytes(void);
 uint64_t zt_head_chunk_rows(const zt_model_config *c);
+/* A block's MLP half (its norm, gate and up, their SwiGLU product, down)
+ * runs in chunks of rows whose ffn-wide buffers take at most
+ * ZO_MLP_CHUNK_BYTES each (the environment, bytes; default
+ * ZT_MLP_CHUNK_BYTES): nothing tokens x ffn is live, and the norm's output
+ * is one chunk's too. The backward recomputes each chunk from x2 (the
+ * attention half's output, kept whole) just before its gradients. The rows
+ * of one chunk, 1 to the micro-batch's tokens (all of them: one chunk, the
+ * unchunked block op for op). */
+enum { ZT_MLP_CHUNK_BYTES = 16 << 20 };
+uint64_t zt_mlp_chunk_bytes(void);
+uint64_t zt_mlp_chunk_rows(const zt_model_config *c);
 /* Device bytes of the arena (exact: what zo-train's zt_model_init allocates). */
 uint64_t zt_model_activation_bytes(const zt_model_config *c);
 /* The same with layer-major groups: with act_home device the arena holds a

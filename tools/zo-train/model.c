@@ -195,6 +195,7 @@ struct zt_model {
     zo_stream_t s;
     int T, hd;     /* tokens per micro-batch, head dimension */
     int head_rows; /* the head's chunk (zt_head_chunk_rows, as the arena was carved) */
+    int mlp_rows;  /* the MLP half's chunk (zt_mlp_chunk_rows, likewise) */
     size_t es;     /* activation element size */
     void *arena;
     uint64_t arena_bytes;
@@ -369,6 +370,7 @@ zo_status zt_model_init_act(zt_model **out, zo_device_t dev, zo_stream_t compute
     m->s = compute;
     m->T = c->micro_batch * c->seq;
     m->head_rows = (int)zt_head_chunk_rows(c);
+    m->mlp_rows = (int)zt_mlp_chunk_rows(c);
     m->hd = zt_head_dim(&c->shape);
     m->es = zo_dtype_size(c->dt);
     zo_status st = model_alloc(m, nv);
@@ -567,13 +569,46 @@ static zo_status attn_core_fwd(zt_model *m)
     return ZO_OK;
 }
 
-/* The forward of a block from its input x, keeping what the backward needs
- * in the workspace; y (NULL in the recompute) receives the block's output. */
-static zo_status block_fwd(zt_model *m, void *const *p, const void *x, void *y)
+/* The MLP half's forward over rows r0..r0+n-1: the norm of x2 and rstd2
+ * there, the chunk's gate, up and their product act (chunk rows in the
+ * workspace), and with y the chunk's output rows, the residual added. */
+static zo_status mlp_fwd_rows(zt_model *m, void *const *p, int r0, int n, void *y)
 {
     const zt_shape *sh = &m->c.shape;
     const int d = sh->dim, f = sh->ffn_dim;
-    const size_t Td = (size_t)m->T * d, Tf = (size_t)m->T * f;
+    const size_t rd = (size_t)r0 * d * m->es, nd = (size_t)n * d;
+    const zo_dtype dt = m->c.dt;
+    block_ws *b = &m->b;
+    const char *x2 = (const char *)b->x2 + rd;
+    ZT_LIB(zo_op_rmsnorm_fwd(m->s, b->h2, b->rstd2 + r0, x2, p[ZT_MLP_NORM], (size_t)n, d,
+                             sh->norm_eps, dt));
+    ZT_TRY(linear_fwd_rows(m, n, b->gate, b->h2, p[ZT_WGATE], d, f));
+    ZT_TRY(linear_fwd_rows(m, n, b->up, b->h2, p[ZT_WUP], d, f));
+    ZT_LIB(zo_op_swiglu_fwd(m->s, b->act, b->gate, b->up, (size_t)n * f, dt));
+    if (!y)
+        return ZO_OK;
+    char *yc = (char *)y + rd;
+    ZT_TRY(linear_fwd_rows(m, n, yc, b->act, p[ZT_WDOWN], f, d));
+    ZT_TRY(tp_sum(m, yc, nd)); /* down_proj is row-parallel */
+    ZT_LIB(zo_op_add(m->s, yc, yc, x2, nd, dt));
+    return ZO_OK;
+}
+
+/* The chunk rows of the MLP half (zt_mlp_chunk_rows, as the arena was carved). */
+static int mlp_rows(const zt_model *m, int r0)
+{
+    return m->mlp_rows < m->T - r0 ? m->mlp_rows : m->T - r0;
+}
+
+/* The forward of a block from its input x, keeping what the backward needs
+ * in the workspace; y (NULL in the recompute) receives the block's output.
+ * The recompute stops at x2: the MLP half recomputes chunk by chunk in its
+ * backward (block_bwd_mlp). */
+static zo_status block_fwd(zt_model *m, void *const *p, const void *x, void *y)
+{
+    const zt_shape *sh = &m->c.shape;
+    const int d = sh->dim;
+    const size_t Td = (size_t)m->T * d;
     const zo_dtype dt = m->c.dt;
     block_ws *b = &m->b;
     ZT_LIB(zo_op_rmsnorm_fwd(m->s, b->h1, b->rstd1, x, p[ZT_ATTN_NORM], m->T, d, sh->norm_eps, dt));
@@ -584,36 +619,38 @@ static zo_status block_fwd(zt_model *m, void *const *p, const void *x, void *y)
     if (sh->o_bias)
         ZT_LIB(zo_op_bias_fwd(m->s, b->x2, p[ZT_BO], (size_t)m->T, d, dt));
     ZT_LIB(zo_op_add(m->s, b->x2, b->x2, x, Td, dt));
-    ZT_LIB(
-        zo_op_rmsnorm_fwd(m->s, b->h2, b->rstd2, b->x2, p[ZT_MLP_NORM], m->T, d, sh->norm_eps, dt));
-    ZT_TRY(linear_fwd(m, b->gate, b->h2, p[ZT_WGATE], d, f));
-    ZT_TRY(linear_fwd(m, b->up, b->h2, p[ZT_WUP], d, f));
-    ZT_LIB(zo_op_swiglu_fwd(m->s, b->act, b->gate, b->up, Tf, dt));
-    if (!y)
-        return ZO_OK;
-    ZT_TRY(linear_fwd(m, y, b->act, p[ZT_WDOWN], f, d));
-    ZT_TRY(tp_sum(m, y, Td)); /* down_proj is row-parallel */
-    ZT_LIB(zo_op_add(m->s, y, y, b->x2, Td, dt));
+    for (int r0 = 0; y && r0 < m->T; r0 += m->mlp_rows)
+        ZT_TRY(mlp_fwd_rows(m, p, r0, mlp_rows(m, r0), y));
     return ZO_OK;
 }
 
-/* The MLP half's backward: dres holds dy and becomes d(x2). */
+/* The MLP half's backward, a chunk of rows at a time, each recomputed from
+ * x2 first: dres holds dy and becomes d(x2). With one chunk this is the
+ * unchunked backward op for op; with more, every activation gradient keeps
+ * its bits (each row's are its own) and the weights' and the norm's
+ * gradients are summed chunk by chunk. */
 static zo_status block_bwd_mlp(zt_model *m, void *const *p, void *const *g)
 {
     const zt_shape *sh = &m->c.shape;
     const int d = sh->dim, f = sh->ffn_dim;
     block_ws *b = &m->b;
-    ZT_TRY(linear_bwd_weight(m, g[ZT_WDOWN], m->dres, b->act, f, d));
-    ZT_TRY(linear_bwd_data(m, b->act, m->dres, p[ZT_WDOWN], f, d, 0)); /* act now holds d(act) */
-    ZT_LIB(
-        zo_op_swiglu_bwd(m->s, b->gate, b->up, b->act, b->gate, b->up, (size_t)m->T * f, m->c.dt));
-    ZT_TRY(linear_bwd_weight(m, g[ZT_WGATE], b->gate, b->h2, d, f));
-    ZT_TRY(linear_bwd_weight(m, g[ZT_WUP], b->up, b->h2, d, f));
-    ZT_TRY(linear_bwd_data(m, b->h2, b->gate, p[ZT_WGATE], d, f, 0)); /* h2 now holds d(h2) */
-    ZT_TRY(linear_bwd_data(m, b->h2, b->up, p[ZT_WUP], d, f, 1));
-    ZT_TRY(tp_sum(m, b->h2, (size_t)m->T * d)); /* gate and up are column-parallel */
-    ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_MLP_NORM], m->c.dt, b->h2, b->x2, p[ZT_MLP_NORM],
-                             b->rstd2, m->T, d, 1, m->c.dt));
+    for (int r0 = 0; r0 < m->T; r0 += m->mlp_rows) {
+        const int n = mlp_rows(m, r0);
+        const size_t rd = (size_t)r0 * d * m->es;
+        char *dy = (char *)m->dres + rd;
+        ZT_TRY(mlp_fwd_rows(m, p, r0, n, NULL));
+        ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WDOWN], dy, b->act, f, d));
+        ZT_TRY(linear_bwd_data_rows(m, n, b->act, dy, p[ZT_WDOWN], f, d, 0)); /* d(act) */
+        ZT_LIB(
+            zo_op_swiglu_bwd(m->s, b->gate, b->up, b->act, b->gate, b->up, (size_t)n * f, m->c.dt));
+        ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WGATE], b->gate, b->h2, d, f));
+        ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WUP], b->up, b->h2, d, f));
+        ZT_TRY(linear_bwd_data_rows(m, n, b->h2, b->gate, p[ZT_WGATE], d, f, 0)); /* d(h2) */
+        ZT_TRY(linear_bwd_data_rows(m, n, b->h2, b->up, p[ZT_WUP], d, f, 1));
+        ZT_TRY(tp_sum(m, b->h2, (size_t)n * d)); /* gate and up are column-parallel */
+        ZT_LIB(zo_op_rmsnorm_bwd(m->s, dy, g[ZT_MLP_NORM], m->c.dt, b->h2, (const char *)b->x2 + rd,
+                                 p[ZT_MLP_NORM], b->rstd2 + r0, (size_t)n, d, 1, m->c.dt));
+    }
     return ZO_OK;
 }
 
