@@ -399,7 +399,8 @@ static uint64_t plan_all_work(const zt_shape *s, zp_plan plans[ZP_N_STRATEGIES])
     return work;
 }
 
-static const zt_shape llama70 = {32000, 8192, 80, 64, 28672, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0};
+static const zt_shape llama70 = {32000, 8192, 80, 64,  28672, 1e-5f, 10000.0f, 0,
+                                 0,     0,    0,  {0}, 0,     0,     0};
 
 static void test_70b_work_does_not_grow_with_size(void **state)
 {
@@ -407,7 +408,7 @@ static void test_70b_work_does_not_grow_with_size(void **state)
     zp_plan big[ZP_N_STRATEGIES], narrow[ZP_N_STRATEGIES];
     uint64_t w70 = plan_all_work(&llama70, big);
     /* the same layers and tensors, each 1/64 the size */
-    zt_shape s = {4000, 1024, 80, 8, 3584, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0};
+    zt_shape s = {4000, 1024, 80, 8, 3584, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0, 0, 0};
     uint64_t w1 = plan_all_work(&s, narrow);
     printf("  70B: %llu work units; the same structure at 1/64 the size: %llu\n",
            (unsigned long long)w70, (unsigned long long)w1);

@@ -112,6 +112,54 @@ static void test_qwen2_and_tied(void **state)
     assert_int_equal(zt_head_dim(&s), 32);
     assert_int_equal(zt_q_dim(&s), 128);
     assert_int_equal(w, 4096);
+    assert_int_equal(s.window, 4096);
+    assert_int_equal(s.window_from, 0);
+}
+
+#define QWEN2_WINDOW(extra)                                                                        \
+    "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"intermediate_size\": 96, "                 \
+    "\"num_attention_heads\": 4, \"num_hidden_layers\": 3, \"vocab_size\": 50, "                   \
+    "\"sliding_window\": 8, \"use_sliding_window\": true" extra "}"
+
+/* Qwen2's window on the layers from max_window_layers (default 28), or as
+ * layer_types lists them (full_attention layers first); Llama has none. */
+static void test_qwen2_window_layers(void **state)
+{
+    zt_shape s;
+    char note[256];
+    int w = -1;
+    ZO_ASSERT_OK(read_json(QWEN2_WINDOW(""), &s, &w, note)); /* 28 of 3: no layer */
+    assert_int_equal(w, 8);
+    assert_true(s.window == 0 && s.window_from == 0);
+    ZO_ASSERT_OK(read_json(QWEN2_WINDOW(", \"max_window_layers\": 0"), &s, &w, note));
+    assert_true(s.window == 8 && s.window_from == 0);
+    ZO_ASSERT_OK(read_json(QWEN2_WINDOW(", \"max_window_layers\": 2"), &s, &w, note));
+    assert_true(s.window == 8 && s.window_from == 2);
+    ZO_ASSERT_OK(read_json(QWEN2_WINDOW(", \"max_window_layers\": 28, \"layer_types\": "
+                                        "[\"full_attention\", \"sliding_attention\", "
+                                        "\"sliding_attention\"]"),
+                           &s, &w, note));
+    assert_true(s.window == 8 && s.window_from == 1);
+    const char *bad[] = {", \"layer_types\": [\"sliding_attention\", \"full_attention\", "
+                         "\"sliding_attention\"]",
+                         ", \"layer_types\": [\"full_attention\"]",
+                         ", \"layer_types\": \"sliding_attention\""};
+    char json[600];
+    for (int i = 0; i < 3; i++) {
+        snprintf(json, sizeof json, QWEN2_WINDOW("%s"), bad[i]);
+        assert_int_equal(read_json(json, &s, &w, note), ZO_ERR_CONFIG);
+        assert_non_null(strstr(zt_last_error(), "'layer_types' must list 3 layers, full_attention "
+                                                "ones then sliding_attention ones"));
+    }
+    assert_int_equal(read_json(QWEN2_WINDOW(", \"max_window_layers\": -1"), &s, &w, note),
+                     ZO_ERR_CONFIG);
+    assert_non_null(strstr(zt_last_error(), "'max_window_layers' must be an integer >= 0"));
+    ZO_ASSERT_OK(read_json("{\"model_type\": \"llama\", \"hidden_size\": 64, "
+                           "\"intermediate_size\": 96, \"num_attention_heads\": 4, "
+                           "\"num_hidden_layers\": 1, \"vocab_size\": 50, "
+                           "\"sliding_window\": 8}",
+                           &s, &w, note));
+    assert_true(w == 0 && s.window == 0);
 }
 
 /* transformers 5 writes rope_parameters (rope_theta inside) instead of
@@ -236,9 +284,9 @@ int main(void)
 {
     snprintf(g_path, sizeof g_path, "/tmp/zo_test_hf_config_%d.json", (int)getpid());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_published_counts),      cmocka_unit_test(test_qwen2_and_tied),
-        cmocka_unit_test(test_rope_parameters),       cmocka_unit_test(test_yarn_and_dynamic),
-        cmocka_unit_test(test_refusals_name_the_key),
+        cmocka_unit_test(test_published_counts),    cmocka_unit_test(test_qwen2_and_tied),
+        cmocka_unit_test(test_qwen2_window_layers), cmocka_unit_test(test_rope_parameters),
+        cmocka_unit_test(test_yarn_and_dynamic),    cmocka_unit_test(test_refusals_name_the_key),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     unlink(g_path);

@@ -38,7 +38,7 @@ static zt_options small_options(zo_dtype states)
 {
     zt_options o = zt_test_small_options(g_dir, 2);
     /* dim 16: the head (4096 elements) holds int8 moments, the rest fp32 */
-    o.shape = (zt_shape){256, 16, 1, 2, 32, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0};
+    o.shape = (zt_shape){256, 16, 1, 2, 32, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0, 0, 0};
     o.param_home = o.optim_home = ZO_TIER_HOST;
     o.state_dtype = states;
     o.chunk_bytes = 16u << 10;

@@ -339,7 +339,7 @@ static double mean(const float *x, int n)
 static void test_loss_decreases_on_the_corpus(void **state)
 {
     zt_options o = small_options();
-    o.shape = (zt_shape){256, 64, 2, 4, 192, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0};
+    o.shape = (zt_shape){256, 64, 2, 4, 192, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0, 0, 0};
     o.seq = 32;
     o.micro_batch = 4;
     o.grad_accum = 1;

@@ -23,6 +23,7 @@
 #include "model.h"
 #include "zo/device.h"
 #include "zo_test.h"
+#include "zt_error.h"
 
 #define VOCAB    61
 #define DIM      32
@@ -38,10 +39,11 @@
 
 #define WMAX 64 /* the widest q or k/v projection of the shapes tested */
 
-static const zt_shape k_llama2 = {VOCAB, DIM, LAYERS, HEADS, FFN, 1e-5f, 10000.0f,
-                                  0,     0,   0,      0,     {0}, 0};
+static const zt_shape k_llama2 = {VOCAB, DIM, LAYERS, HEADS, FFN, 1e-5f, 10000.0f, 0,
+                                  0,     0,   0,      {0},   0,   0,     0};
 /* The shape under test: the Llama-2 layout, or a Hugging Face variant. */
-static zt_shape g_shape = {VOCAB, DIM, LAYERS, HEADS, FFN, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0};
+static zt_shape g_shape = {VOCAB, DIM, LAYERS, HEADS, FFN, 1e-5f, 10000.0f, 0,
+                           0,     0,   0,      {0},   0,   0,     0};
 
 /* ---- the double-precision reference model ---- */
 
@@ -105,9 +107,14 @@ static void rope(double *x, int heads)
             }
 }
 
-/* Query head h reads key/value head h / (heads / kv heads). */
-static void attention(double *out, const double *q, const double *k, const double *v)
+/* 1: the model under test runs the fused attention op (the sliding window). */
+static int g_flash;
+
+/* Query head h reads key/value head h / (heads / kv heads); block `block`
+ * (0-based) with the shape's sliding window sees keys j > t - window. */
+static void attention(double *out, const double *q, const double *k, const double *v, int block)
 {
+    const int window = block >= g_shape.window_from ? g_shape.window : 0;
     const int hd = zt_head_dim(&g_shape), qd = zt_q_dim(&g_shape), kvd = zt_kv_dim(&g_shape);
     const int group = HEADS / zt_kv_heads(&g_shape);
     double p[SEQ];
@@ -117,7 +124,8 @@ static void attention(double *out, const double *q, const double *k, const doubl
                 const double *qt = q + (b * SEQ + t) * qd + h * hd;
                 const int kh = h / group;
                 double mx = -INFINITY, sum = 0;
-                for (int j = 0; j <= t; j++) {
+                const int j0 = window && t - window + 1 > 0 ? t - window + 1 : 0;
+                for (int j = j0; j <= t; j++) {
                     const double *kj = k + (b * SEQ + j) * kvd + kh * hd;
                     double s = 0;
                     for (int i = 0; i < hd; i++)
@@ -125,12 +133,12 @@ static void attention(double *out, const double *q, const double *k, const doubl
                     p[j] = s / sqrt((double)hd);
                     mx = fmax(mx, p[j]);
                 }
-                for (int j = 0; j <= t; j++)
+                for (int j = j0; j <= t; j++)
                     sum += (p[j] = exp(p[j] - mx));
                 double *ot = out + (b * SEQ + t) * qd + h * hd;
                 for (int i = 0; i < hd; i++) {
                     double acc = 0;
-                    for (int j = 0; j <= t; j++)
+                    for (int j = j0; j <= t; j++)
                         acc += p[j] / sum * v[(b * SEQ + j) * kvd + kh * hd + i];
                     ot[i] = acc;
                 }
@@ -144,7 +152,7 @@ static void add_bias(double *y, const double *b, int width)
             y[t * width + i] += b[i];
 }
 
-static void ref_block(double *x, double *const *w)
+static void ref_block(double *x, double *const *w, int block)
 {
     static double h[T * DIM], q[T * WMAX], k[T * WMAX], v[T * WMAX], a[T * WMAX], o[T * DIM];
     static double g[T * FFN], u[T * FFN];
@@ -160,7 +168,7 @@ static void ref_block(double *x, double *const *w)
     }
     rope(q, HEADS);
     rope(k, zt_kv_heads(&g_shape));
-    attention(a, q, k, v);
+    attention(a, q, k, v, block);
     linear(o, a, w[ZT_WO], T, qd, DIM);
     if (g_shape.o_bias)
         add_bias(o, w[ZT_BO], DIM);
@@ -182,7 +190,7 @@ static double ref_loss(const ref_params *p, const int32_t *in, const int32_t *tg
     for (int t = 0; t < T; t++)
         memcpy(x + t * DIM, p->t[0][0] + in[t] * DIM, DIM * sizeof(double));
     for (int l = 1; l <= LAYERS; l++)
-        ref_block(x, p->t[l]);
+        ref_block(x, p->t[l], l - 1);
     rmsnorm(hf, x, p->t[LAYERS + 1][ZT_HEAD_NORM], T, DIM);
     linear(logits, hf, p->t[LAYERS + 1][ZT_HEAD_OUT], T, DIM, VOCAB);
     double total = 0;
@@ -240,7 +248,7 @@ static void fixture_open(fixture *f, zo_dtype dt)
     dc.mem_budget = 64u << 20;
     ZO_ASSERT_OK(zo_device_init(&f->dev, &dc));
     ZO_ASSERT_OK(zo_stream_create(f->dev, &f->s));
-    zt_model_config mc = {g_shape, SEQ, MB, 2, dt, 0};
+    zt_model_config mc = {g_shape, SEQ, MB, 2, dt, g_flash};
     ZO_ASSERT_OK(zt_model_init(&f->m, f->dev, f->s, &mc));
     ZO_ASSERT_OK(zt_resident_init(&f->r, f->dev, f->s, &g_shape, dt, SEED, INIT_STD));
     f->src = zt_resident_source(f->r);
@@ -407,6 +415,28 @@ static void test_variants_match_the_reference(void **state)
     zt_shape o_bias = k_llama2; /* Llama's attention_bias: q, k, v and o_proj */
     o_bias.attn_bias = o_bias.o_bias = 1;
     check_variant(&o_bias);
+}
+
+/* Hugging Face's sliding window through the fused op, shorter than the
+ * sequence (5 of 16): Mistral's on every block, Qwen2's from block 1
+ * (max_window_layers 1) with grouped-query attention. The dense op refuses
+ * it, naming the fused one. */
+static void test_sliding_window_matches_the_reference(void **state)
+{
+    zt_shape mistral = k_llama2;
+    mistral.window = 5;
+    zt_model_config mc = {mistral, SEQ, MB, 1, ZO_DTYPE_F32, 0};
+    assert_int_equal(zt_model_config_check(&mc), ZO_ERR_CONFIG);
+    assert_non_null(strstr(zt_last_error(), "use --attention flash"));
+    g_flash = 1;
+    check_variant(&mistral);
+    zt_shape qwen2 = k_llama2;
+    qwen2.n_kv_heads = 2;
+    qwen2.attn_bias = 1;
+    qwen2.window = 5;
+    qwen2.window_from = 1;
+    check_variant(&qwen2);
+    g_flash = 0;
 }
 
 /* key/value heads = heads and head_dim = dim / heads, given explicitly, is
@@ -650,6 +680,7 @@ int main(void)
         cmocka_unit_test(test_gradient_matches_finite_differences),
         cmocka_unit_test(test_variants_match_the_reference),
         cmocka_unit_test(test_explicit_mha_is_bitwise_llama2),
+        cmocka_unit_test(test_sliding_window_matches_the_reference),
         cmocka_unit_test(test_eval_and_accumulation),
         cmocka_unit_test(test_head_chunks_keep_the_loss),
         cmocka_unit_test(test_mlp_chunks_follow_one_chunk),

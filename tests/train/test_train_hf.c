@@ -23,7 +23,8 @@
 static char g_dir[256];
 
 /* Each trainer with its own swap directory (two are open at once). */
-static zt_trainer *trainer_of(const zt_options *o)
+/* The trainer of o, or NULL where zt_trainer_init refuses it (zt_last_error). */
+static zt_trainer *trainer_or_null(const zt_options *o)
 {
     static int k;
     static char dirs[8][300];
@@ -32,7 +33,13 @@ static zt_trainer *trainer_of(const zt_options *o)
     snprintf(dirs[k % 8], sizeof dirs[0], "%s/swap%d", g_dir, k);
     mkdir(dirs[k % 8], 0777);
     mine.default_nvme_dir = dirs[k++ % 8];
-    if (zt_trainer_init(&t, &mine) < 0)
+    return zt_trainer_init(&t, &mine) < 0 ? NULL : t;
+}
+
+static zt_trainer *trainer_of(const zt_options *o)
+{
+    zt_trainer *t = trainer_or_null(o);
+    if (!t)
         fail_msg("zt_trainer_init: %s", zt_last_error());
     return t;
 }
@@ -100,7 +107,7 @@ static void round_trip(zo_dtype dt, uint64_t shard_bytes, int want_shards, int t
     ZO_ASSERT_OK(zt_hf_save(a, hf, dt, shard_bytes));
     assert_int_equal(count_files(hf, "model"), want_shards + (want_shards > 1));
     zt_options ob = o;
-    ZO_ASSERT_OK(zt_hf_read_shape(hf, o.seq, &ob.shape));
+    ZO_ASSERT_OK(zt_hf_read_shape(hf, &ob.shape));
     assert_memory_equal(&ob.shape, &o.shape, sizeof o.shape);
     zt_trainer *b = trainer_of(&ob);
     ZO_ASSERT_OK(zt_hf_load_weights(b, hf));
@@ -178,7 +185,7 @@ static void test_tied_window_and_missing(void **state)
     set_config(hf, "tie_word_embeddings", json_true());
     zt_options ob = o;
     const zt_shape *s = &o.shape;
-    ZO_ASSERT_OK(zt_hf_read_shape(hf, o.seq, &ob.shape));
+    ZO_ASSERT_OK(zt_hf_read_shape(hf, &ob.shape));
     assert_int_equal(ob.shape.tied, 1);
     assert_int_equal(zt_engine_layers(&ob.shape), s->n_layers + 1);
     zt_trainer *b = trainer_of(&ob);
@@ -188,13 +195,31 @@ static void test_tied_window_and_missing(void **state)
     float *norm = weights(a, s->n_layers + 1, ZT_HEAD_NORM), *norm_b = weights(b, 0, ZT_TIED_NORM);
     assert_memory_equal(norm, norm_b, (size_t)s->dim * sizeof *norm);
     free(emb), free(emb_b), free(norm), free(norm_b);
-    /* a sliding window shorter than the sequence */
+    /* a sliding window shorter than the sequence: read, and trained with
+     * the fused op; the dense op refuses it naming --attention flash */
     set_config(hf, "model_type", json_string("mistral"));
     set_config(hf, "sliding_window", json_integer(8));
-    assert_int_equal(zt_hf_read_shape(hf, o.seq, &ob.shape), ZO_ERR_CONFIG);
-    assert_non_null(strstr(zt_last_error(), "'sliding_window' 8 is shorter than the sequence 16"));
-    set_config(hf, "sliding_window", json_integer(16));
-    ZO_ASSERT_OK(zt_hf_read_shape(hf, o.seq, &ob.shape));
+    ZO_ASSERT_OK(zt_hf_read_shape(hf, &ob.shape));
+    assert_int_equal(ob.shape.window, 8);
+    assert_int_equal(ob.shape.window_from, 0);
+    ob.flash_attention = 0;
+    assert_null(trainer_or_null(&ob));
+    assert_non_null(
+        strstr(zt_last_error(), "sliding window 8 is shorter than the sequence 16: the dense"));
+    assert_non_null(strstr(zt_last_error(), "use --attention flash"));
+    ob.flash_attention = 1;
+    zt_trainer_free(trainer_of(&ob));
+    /* Qwen2's from max_window_layers on; none past the last layer */
+    set_config(hf, "model_type", json_string("qwen2"));
+    set_config(hf, "use_sliding_window", json_true());
+    set_config(hf, "max_window_layers", json_integer(1));
+    ZO_ASSERT_OK(zt_hf_read_shape(hf, &ob.shape));
+    assert_int_equal(ob.shape.window, 8);
+    assert_int_equal(ob.shape.window_from, 1);
+    set_config(hf, "max_window_layers", json_integer(s->n_layers));
+    ZO_ASSERT_OK(zt_hf_read_shape(hf, &ob.shape));
+    assert_int_equal(ob.shape.window, 0);
+    set_config(hf, "model_type", json_string("mistral"));
     /* a model file without a tensor the model needs */
     zt_options oc = o;
     oc.shape.attn_bias = 1;
@@ -225,21 +250,27 @@ static char *read_text(const char *path)
     return buf;
 }
 
-/* A model read from --hf-model comes back from --save with its config.json
- * as it was (the architecture, the sliding window, the positions, the token
+/* A model read from --hf-model (Mistral, Qwen2) comes back from --save with
+ * its config.json as it was (the architecture, the sliding window, the positions, the token
  * ids, a real of 15 digits: every key but the dtype) and its
  * generation_config.json and tokenizer files copied byte for byte. */
-static void test_save_carries_the_input_config(void **state)
+static void check_save_carries_the_input_config(int qwen2)
 {
     char hf[300], out[300], p[400], q[400];
     snprintf(hf, sizeof hf, "%s/hf-model", g_dir);
     snprintf(out, sizeof out, "%s/hf-saved", g_dir);
     zt_options o = zt_test_small_options(g_dir, 2);
+    o.shape.attn_bias = qwen2; /* Qwen2's q/k/v biases */
     zt_trainer *a = trainer_of(&o);
     ZO_ASSERT_OK(zt_hf_save(a, hf, ZO_DTYPE_F32, 1u << 30));
-    set_config(hf, "model_type", json_string("mistral"));
-    set_config(hf, "architectures", json_pack("[s]", "MistralForCausalLM"));
+    set_config(hf, "model_type", json_string(qwen2 ? "qwen2" : "mistral"));
+    set_config(hf, "architectures",
+               json_pack("[s]", qwen2 ? "Qwen2ForCausalLM" : "MistralForCausalLM"));
     set_config(hf, "sliding_window", json_integer(4096));
+    if (qwen2) {
+        set_config(hf, "use_sliding_window", json_true());
+        set_config(hf, "max_window_layers", json_integer(1));
+    }
     set_config(hf, "max_position_embeddings", json_integer(32768));
     set_config(hf, "bos_token_id", json_integer(1));
     set_config(hf, "eos_token_id", json_pack("[i,i]", 2, 7));
@@ -250,7 +281,9 @@ static void test_save_carries_the_input_config(void **state)
     write_text(p, "{\"model_max_length\": 32768}\n");
     zt_options ob = o;
     ob.hf_model = hf;
-    ZO_ASSERT_OK(zt_hf_read_shape(hf, o.seq, &ob.shape));
+    ZO_ASSERT_OK(zt_hf_read_shape(hf, &ob.shape));
+    assert_int_equal(ob.shape.window, 4096);
+    assert_int_equal(ob.shape.window_from, qwen2);
     zt_trainer *b = trainer_of(&ob);
     ZO_ASSERT_OK(zt_hf_load_weights(b, hf));
     step(b);
@@ -276,6 +309,12 @@ static void test_save_carries_the_input_config(void **state)
     zt_trainer_free(b);
 }
 
+static void test_save_carries_the_input_config(void **state)
+{
+    check_save_carries_the_input_config(0); /* MistralForCausalLM */
+    check_save_carries_the_input_config(1); /* Qwen2ForCausalLM */
+}
+
 /* YaRN and dynamic scaling saved from the shape read back as the same shape. */
 static void test_round_trip_yarn_and_dynamic(void **state)
 {
@@ -296,7 +335,7 @@ static void test_round_trip_yarn_and_dynamic(void **state)
         zt_trainer *a = trainer_of(&o);
         ZO_ASSERT_OK(zt_hf_save(a, hf, ZO_DTYPE_F32, 1u << 30));
         zt_shape back;
-        ZO_ASSERT_OK(zt_hf_read_shape(hf, o.seq, &back));
+        ZO_ASSERT_OK(zt_hf_read_shape(hf, &back));
         assert_memory_equal(&back, &o.shape, sizeof back);
         zt_trainer_free(a);
     }

@@ -14,7 +14,7 @@
 static inline zt_options zt_test_small_options(const char *swap_dir, int steps)
 {
     zt_options o = ZT_OPTIONS_INIT;
-    o.shape = (zt_shape){256, 32, 2, 4, 64, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0};
+    o.shape = (zt_shape){256, 32, 2, 4, 64, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0, 0, 0};
     o.data_path = ZT_TEST_DATA;
     o.steps = steps;
     o.seq = 16;

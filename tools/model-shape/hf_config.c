@@ -255,15 +255,59 @@ static zo_status read_rope_scaling(json_t *root, const char *path, zo_rope_scali
     return ZO_OK;
 }
 
-/* Mistral's sliding_window, Qwen2's only with use_sliding_window. */
-static zo_status read_window(json_t *root, const char *path, int qwen2, int *window)
+/* Qwen2's windowed layers: layer_types as written (full_attention layers
+ * then sliding_attention ones, the only order one first layer can say), else
+ * transformers' default, the layers from max_window_layers (28) on. */
+static zo_status qwen2_window_from(json_t *root, const char *path, int n_layers, int *from)
+{
+    json_t *types = json_object_get(root, "layer_types");
+    *from = 28;
+    if (!types || json_is_null(types)) {
+        json_t *m = json_object_get(root, "max_window_layers");
+        if (!m || json_is_null(m))
+            return ZO_OK;
+        if (!json_is_integer(m) || json_integer_value(m) < 0 || json_integer_value(m) > 1 << 30)
+            return zt_fail(ZO_ERR_CONFIG, "%s: 'max_window_layers' must be an integer >= 0", path);
+        *from = (int)json_integer_value(m);
+        return ZO_OK;
+    }
+    size_t i, n = json_array_size(types);
+    for (i = 0; i < n && json_is_string(json_array_get(types, i)) &&
+                strcmp(json_string_value(json_array_get(types, i)), "full_attention") == 0;
+         i++)
+        ;
+    *from = (int)i;
+    for (; i < n && json_is_string(json_array_get(types, i)) &&
+           strcmp(json_string_value(json_array_get(types, i)), "sliding_attention") == 0;
+         i++)
+        ;
+    if (!json_is_array(types) || n != (size_t)n_layers || i != n)
+        return zt_fail(ZO_ERR_CONFIG,
+                       "%s: 'layer_types' must list %d layers, full_attention ones then "
+                       "sliding_attention ones",
+                       path, n_layers);
+    return ZO_OK;
+}
+
+/* Mistral's sliding_window (every layer), Qwen2's only with
+ * use_sliding_window (the layers from s->window_from on); Llama has none
+ * (transformers ignores the key there). */
+static zo_status read_window(json_t *root, const char *path, int qwen2, int llama, zt_shape *s,
+                             int *window)
 {
     *window = 0;
     json_t *w = json_object_get(root, "sliding_window");
-    if (!w || json_is_null(w) ||
+    if (!w || json_is_null(w) || llama ||
         (qwen2 && !json_is_true(json_object_get(root, "use_sliding_window"))))
         return ZO_OK;
-    return int_key(root, path, "sliding_window", window);
+    ZT_TRY(int_key(root, path, "sliding_window", window));
+    if (qwen2)
+        ZT_TRY(qwen2_window_from(root, path, s->n_layers, &s->window_from));
+    if (s->window_from < s->n_layers)
+        s->window = *window;
+    else
+        s->window_from = 0; /* no layer has the window */
+    return ZO_OK;
 }
 
 static zo_status read_shape(json_t *root, const char *path, zt_shape *s, int *window)
@@ -287,7 +331,7 @@ static zo_status read_shape(json_t *root, const char *path, zt_shape *s, int *wi
     for (int i = 0; i < 4; i++)
         ZT_TRY(optional_bool(root, path, flags[i]));
     ZT_TRY(read_rope_scaling(root, path, &s->rope_scaling, &s->rope_theta));
-    ZT_TRY(read_window(root, path, qwen2, window));
+    ZT_TRY(read_window(root, path, qwen2, llama, s, window));
     /* Qwen2: q, k and v biases; Llama's attention_bias: o_proj's too */
     s->o_bias = !qwen2 && json_is_true(json_object_get(root, "attention_bias"));
     s->attn_bias = qwen2 || s->o_bias;

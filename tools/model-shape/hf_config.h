@@ -16,8 +16,10 @@
  * What would make another model (another model_type or architecture, hidden_act
  * other than silu, mlp_bias, attention_bias outside Llama, another rope_scaling type,
  * partial_rotary_factor) is refused naming the key. The sliding window
- * (Mistral's sliding_window, Qwen2's with use_sliding_window) goes to
- * *window (0: none; NULL: not wanted). note says what the reader should know
+ * (Mistral's sliding_window on every layer; Qwen2's with use_sliding_window,
+ * on the layers from max_window_layers or as layer_types says) goes to the
+ * shape's window and window_from, and the config's value to *window (0:
+ * none; NULL: not wanted). note says what the reader should know
  * of the model (empty when nothing): a tied head is one tensor with the
  * embedding's matrix. */
 zo_status zt_read_hf_config(const char *path, zt_shape *out, char *note, size_t cap);

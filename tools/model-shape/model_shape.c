@@ -21,12 +21,12 @@ typedef struct preset {
 /* Llama-2 shapes for 7b and 13b; the smaller ones keep head_dim 64..128 and
  * an ffn of about 8/3 dim rounded to a multiple of 64 or 256, as LLaMA does. */
 static const preset presets[] = {
-    {"tiny",
-     {256, 256, 4, 4, 768, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0}}, /* 3.5M parameters, byte-level */
-    {"small", {32000, 640, 12, 10, 1728, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0}}, /* 100M */
-    {"1b", {32000, 2048, 18, 16, 5632, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0}},   /* 1.06B */
-    {"7b", {32000, 4096, 32, 32, 11008, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0}},  /* 6.74B */
-    {"13b", {32000, 5120, 40, 40, 13824, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0}}, /* 13.0B */
+    {"tiny", {256, 256, 4, 4, 768, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0, 0, 0}}, /* 3.5M parameters,
+                                                                                   byte-level */
+    {"small", {32000, 640, 12, 10, 1728, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0, 0, 0}}, /* 100M */
+    {"1b", {32000, 2048, 18, 16, 5632, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0, 0, 0}},   /* 1.06B */
+    {"7b", {32000, 4096, 32, 32, 11008, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0, 0, 0}},  /* 6.74B */
+    {"13b", {32000, 5120, 40, 40, 13824, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0, 0, 0}}, /* 13.0B */
 };
 
 const char *zt_preset_names(void)
@@ -82,6 +82,10 @@ static zo_status check_variants(const zt_shape *s)
     if (s->n_kv_heads < 0 || s->n_kv_heads > s->n_heads || s->n_heads % zt_kv_heads(s))
         return zt_fail(ZO_ERR_INVALID_ARG, "key/value heads %d must divide heads %d", s->n_kv_heads,
                        s->n_heads);
+    if (s->window < 0 || s->window_from < 0)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "sliding window %d (0: none) and its first layer %d must be >= 0", s->window,
+                       s->window_from);
     if (s->head_dim < 0 || s->head_dim > 1 << 12 || s->head_dim % 2)
         return zt_fail(ZO_ERR_INVALID_ARG, "head dim %d must be even, 2..4096 (RoPE pairs)",
                        s->head_dim);
@@ -385,6 +389,12 @@ zo_status zt_model_config_check(const zt_model_config *c)
                        "seq %d, micro-batch %d and micro-batches %d must be > 0", c->seq,
                        c->micro_batch, c->n_micro);
     ZT_TRY(zt_job_sizes_check(&c->shape, c->seq, c->micro_batch, 1, 1));
+    if (!c->flash && c->shape.window && c->shape.window < c->seq)
+        return zt_fail(ZO_ERR_CONFIG,
+                       "the model's sliding window %d is shorter than the sequence %d: the dense "
+                       "attention op is full causal; use --attention flash (it applies the "
+                       "window) or --seq %d or less",
+                       c->shape.window, c->seq, c->shape.window);
     if (c->dt != ZO_DTYPE_F32 && c->dt != ZO_DTYPE_BF16 && c->dt != ZO_DTYPE_F16)
         return zt_fail(ZO_ERR_INVALID_ARG, "unknown activation dtype %d", (int)c->dt);
     return ZO_OK;

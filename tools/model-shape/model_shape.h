@@ -36,7 +36,12 @@ typedef struct zt_shape {
     int tied;                     /* the head's weight is the embedding's: one tensor,
                                      trained as one (layer 0 holds it and the final norm) */
     zo_rope_scaling rope_scaling; /* type NONE: unscaled */
-    int o_bias; /* o_proj with a bias too (Llama's attention_bias; needs attn_bias) */
+    int o_bias;      /* o_proj with a bias too (Llama's attention_bias; needs attn_bias) */
+    int window;      /* sliding window (Mistral's, Qwen2's sliding_window): query i sees keys
+                        j with i - j < window; 0: none. The fused op applies it; the dense
+                        one only where it is not shorter than the sequence */
+    int window_from; /* the first layer with the window (Qwen2's max_window_layers):
+                        the layers before it are full causal */
 } zt_shape;
 
 /* The effective key/value heads, head dimension, and the widths of the

@@ -30,17 +30,11 @@ static zo_status join(char *out, const char *dir, const char *name)
     return ZO_OK;
 }
 
-zo_status zt_hf_read_shape(const char *dir, int seq, zt_shape *out)
+zo_status zt_hf_read_shape(const char *dir, zt_shape *out)
 {
     char path[HF_PATH], note[256];
-    int window = 0;
     ZT_TRY(join(path, dir, "config.json"));
-    ZT_TRY(zt_read_hf_config_window(path, out, &window, note, sizeof note));
-    if (window && window < seq)
-        return zt_fail(ZO_ERR_CONFIG,
-                       "%s: 'sliding_window' %d is shorter than the sequence %d: zo-train's "
-                       "attention is full causal; use --seq %d or less",
-                       path, window, seq, window);
+    ZT_TRY(zt_read_hf_config(path, out, note, sizeof note));
     return zt_shape_check(out);
 }
 

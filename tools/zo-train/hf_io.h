@@ -13,10 +13,11 @@
 #include "trainer.h"
 #include "zo/safetensors.h"
 
-/* DIR/config.json as the model's shape (hf_config.h); a sliding window
- * shorter than seq is refused (the model attends to the whole sequence).
+/* DIR/config.json as the model's shape (hf_config.h), its sliding window
+ * included (the fused attention applies it at any sequence length; with the
+ * dense op zt_model_config_check refuses one shorter than the sequence).
  * A tied head (tie_word_embeddings) stays tied: out->tied, one tensor. */
-zo_status zt_hf_read_shape(const char *dir, int seq, zt_shape *out);
+zo_status zt_hf_read_shape(const char *dir, zt_shape *out);
 
 /* The weights of DIR (model.safetensors, or the shards its
  * model.safetensors.index.json names) into the trainer's master weights, F32,

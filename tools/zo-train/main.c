@@ -457,7 +457,7 @@ static zo_status hf_shape(cli *c)
         return zt_fail(ZO_ERR_INVALID_ARG, "--hf-model sets the weights: drop --init-weights");
     c->preset = "hf-model";
     c->o.hf_model = c->hf_model;
-    return zt_hf_read_shape(c->hf_model, c->o.seq, &c->o.shape);
+    return zt_hf_read_shape(c->hf_model, &c->o.shape);
 }
 
 static int check_checkpoint_flags(const cli *c)

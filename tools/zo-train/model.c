@@ -194,6 +194,7 @@ struct zt_model {
     zo_device_t dev;
     zo_stream_t s;
     int T, hd;     /* tokens per micro-batch, head dimension */
+    int layer;     /* the block computing (1..n_layers): its attention's window */
     int head_rows; /* the head's chunk (zt_head_chunk_rows, as the arena was carved) */
     int mlp_rows;  /* the MLP half's chunk (zt_mlp_chunk_rows, likewise) */
     size_t es;     /* activation element size */
@@ -546,12 +547,15 @@ static zo_status attn_project(zt_model *m, void *const *p)
     return ZO_OK;
 }
 
-/* The fused attention's descriptor for this model: causal, GQA in place. */
+/* The fused attention's descriptor for this model's block m->layer: causal,
+ * GQA in place, the shape's sliding window where the block has it. */
 static zo_flash_attn_desc flash_desc(const zt_model *m)
 {
+    const zt_shape *sh = &m->c.shape;
     zo_flash_attn_desc d = ZO_FLASH_ATTN_DESC_INIT;
-    d.batch = m->c.micro_batch, d.seq = m->c.seq, d.heads = m->c.shape.n_heads;
-    d.kv_heads = zt_kv_heads(&m->c.shape), d.head_dim = m->hd, d.dt = m->c.dt;
+    d.batch = m->c.micro_batch, d.seq = m->c.seq, d.heads = sh->n_heads;
+    d.kv_heads = zt_kv_heads(sh), d.head_dim = m->hd, d.dt = m->c.dt;
+    d.window = m->layer - 1 >= sh->window_from ? sh->window : 0;
     return d;
 }
 
@@ -865,6 +869,7 @@ static zo_status embed_fwd_fn(zt_model *m, int layer, void *const *p, void *cons
 static zo_status block_fwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,
                               float scale)
 {
+    m->layer = layer;
     return block_fwd(m, p, m->ckpt[layer - 1], m->ckpt[layer]);
 }
 
@@ -887,6 +892,7 @@ static zo_status block_bwd_fn(zt_model *m, int layer, void *const *p, void *cons
                               float scale)
 {
     const void *x = m->ckpt[layer - 1];
+    m->layer = layer;
     ZT_TRY(block_fwd(m, p, x, NULL)); /* recompute from the checkpoint */
     ZT_TRY(block_bwd_mlp(m, p, g));
     return block_bwd_attn(m, p, g, x);
