@@ -1,10 +1,11 @@
 /* The parity test's zo-train side (tests/train/hf_parity.py runs it): the
  * model of a Hugging Face directory in fp32 (or bf16) on the cpu device, one
- * forward and backward of one sequence, written as safetensors: "loss" [1]
+ * forward and backward of one sequence with the dense or the fused attention
+ * op, written as safetensors: "loss" [1]
  * and each tensor's gradient under its Hugging Face name, in fp32 (a tied
  * model has one matrix: its gradient is the head's and the embedding's).
  *
- *   hf_parity MODEL_DIR TOKENS OUT.safetensors [fp32|bf16]
+ *   hf_parity MODEL_DIR TOKENS OUT.safetensors [fp32|bf16 [dense|flash]]
  *
  * TOKENS: seq + 1 little-endian int32 ids; inputs are the first seq, targets
  * the last seq. */
@@ -26,6 +27,7 @@ typedef struct parity {
     zt_shape shape;
     int seq;
     zo_dtype dt; /* parameters, gradients and activations */
+    int flash;   /* the fused attention op (the only one with a sliding window) */
     int32_t *tok;
 } parity;
 
@@ -52,13 +54,13 @@ static zo_status read_tokens(parity *p, const char *path)
 
 static zo_status setup(parity *p, const char *dir)
 {
-    ZT_TRY(zt_hf_read_shape(dir, p->seq, &p->shape));
+    ZT_TRY(zt_hf_read_shape(dir, &p->shape));
     zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
     dc.backend = "cpu";
     dc.mem_budget = 1u << 30;
     ZT_LIB(zo_device_init(&p->dev, &dc));
     ZT_LIB(zo_stream_create(p->dev, &p->s));
-    zt_model_config mc = {p->shape, p->seq, 1, 1, p->dt, 0};
+    zt_model_config mc = {p->shape, p->seq, 1, 1, p->dt, p->flash};
     ZT_TRY(zt_model_init(&p->m, p->dev, p->s, &mc));
     ZT_TRY(zt_resident_init(&p->r, p->dev, p->s, &p->shape, p->dt, 1, 0.02f));
     return zt_hf_read_weights(dir, &p->shape, put_resident, p);
@@ -110,13 +112,16 @@ static zo_status run(parity *p, const char *dir, const char *tokens, const char 
 
 int main(int argc, char **argv)
 {
-    if ((argc != 4 && argc != 5) ||
-        (argc == 5 && strcmp(argv[4], "fp32") != 0 && strcmp(argv[4], "bf16") != 0)) {
-        fprintf(stderr, "usage: hf_parity MODEL_DIR TOKENS OUT.safetensors [fp32|bf16]\n");
+    if (argc < 4 || argc > 6 ||
+        (argc >= 5 && strcmp(argv[4], "fp32") != 0 && strcmp(argv[4], "bf16") != 0) ||
+        (argc == 6 && strcmp(argv[5], "dense") != 0 && strcmp(argv[5], "flash") != 0)) {
+        fprintf(stderr,
+                "usage: hf_parity MODEL_DIR TOKENS OUT.safetensors [fp32|bf16 [dense|flash]]\n");
         return 2;
     }
     parity p = {0};
-    p.dt = argc == 5 && strcmp(argv[4], "bf16") == 0 ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
+    p.dt = argc >= 5 && strcmp(argv[4], "bf16") == 0 ? ZO_DTYPE_BF16 : ZO_DTYPE_F32;
+    p.flash = argc == 6 && strcmp(argv[5], "flash") == 0;
     zo_status st = run(&p, argv[1], argv[2], argv[3]);
     if (st < 0)
         fprintf(stderr, "hf_parity: %s\n", zt_last_error());
