@@ -86,9 +86,16 @@ extern "C" {
 
 typedef struct zo_engine *zo_engine_t;
 
+/* The tiers, fastest first. The public arrays a tier indexes (caps, the
+ * footprint, the peaks, the homes' counts) have ZO_TIER_MAX entries, the
+ * ZO_TIER_COUNT tiers built in first: a tier added later takes the next
+ * index and changes no struct's layout. */
 typedef enum zo_tier { ZO_TIER_DEVICE = 0, ZO_TIER_HOST = 1, ZO_TIER_NVME = 2 } zo_tier;
+#define ZO_TIER_COUNT 3
+#define ZO_TIER_MAX   8
 typedef enum zo_phase { ZO_PHASE_FORWARD = 0, ZO_PHASE_BACKWARD = 1 } zo_phase;
 
+/* "device", "host", "nvme"; "?" for an index no tier has. */
 ZO_API const char *zo_tier_name(zo_tier t);
 
 /* Per-chunk homes: the bytes of one kind of state that each tier faster than
@@ -98,7 +105,7 @@ ZO_API const char *zo_tier_name(zo_tier t);
  * chunk counts chunk_bytes of 16-bit parameters (one copy) or Z bytes of
  * optimizer states (fp32 master, m, v at the chunk's size; Z below). */
 typedef struct zo_engine_caps {
-    uint64_t device, host;
+    uint64_t bytes[ZO_TIER_MAX]; /* by zo_tier: the tiers faster than the home's only */
 } zo_engine_caps;
 
 /* ZeRO with grad_accum_steps k > 1: the order each chunk's gradient sums the
@@ -157,7 +164,7 @@ typedef struct zo_engine_config {
     uint64_t host_bytes;  /* the host tier's hard budget: pinned + pageable bytes of the plan (0:
                              not limited). A plan whose footprint's pinned + host exceed it is
                              refused naming the host tier and the shortfall; the measured peaks
-                             (peak_pinned + peak_host) stay within it */
+                             (peak_pinned + peak[ZO_TIER_HOST]) stay within it */
     int micro_group;      /* micro-batches per layer-major group (0 or 1: micro-batch-major, the
                              protocol above; > 1 needs grad_accum_steps > 1 to matter, and a group
                              larger than grad_accum_steps is one group per step) */
@@ -238,7 +245,7 @@ typedef struct zo_engine_config {
  * publishes them as one rank would.
  *   stage 3: gradients as stage 2, and the 16-bit parameters partitioned
  *            too: a rank's tiers hold the chunks it owns only (param_home,
- *            param_caps.device: its own caps over its own chunks; pinned
+ *            param_caps.bytes[ZO_TIER_DEVICE]: its own caps over its own chunks; pinned
  *            N*C*P and the device's resident chunks count those), and each
  *            fetch gathers its layer's other chunks from their owners (a
  *            broadcast on the h2d stream into (lookahead+1)*K pinned chunk
@@ -356,7 +363,8 @@ typedef struct zo_engine_config {
  * grad_* and param_staging fields below break these terms out. */
 typedef struct zo_engine_footprint {
     size_t struct_size;
-    uint64_t device, pinned, host, nvme;
+    uint64_t bytes[ZO_TIER_MAX]; /* by zo_tier: device, host (pageable), nvme */
+    uint64_t pinned;             /* the host tier's pinned pool (beside its pageable bytes) */
     uint64_t chunk_bytes;
     uint32_t n_chunks, max_chunks_per_layer;
     uint32_t device_param_slots, device_grad_slots;
@@ -415,13 +423,13 @@ typedef struct zo_step_stats {
     double optim_seconds; /* CPU optimizer busy time (host job thread and updates) */
     double h2d_seconds, d2h_seconds; /* busy time of the engine's copy streams */
     double nvme_seconds; /* time spent waiting for NVMe I/O (the optimizer's and the fetches') */
-    uint64_t peak_device, peak_pinned, peak_host, peak_nvme; /* high-water marks since init: the
-                                  engine's own device bytes, the pinned pool's reserved bytes,
-                                  pageable host bytes, NVMe extent payload bytes */
-    uint64_t fetch_hits;   /* chunks already resident (or prefetched) when fetched */
-    uint64_t fetch_misses; /* chunks loaded on demand by fetch */
-    uint64_t evictions;    /* resident chunks evicted (farthest next use) */
-    uint64_t prefetches;   /* chunks loaded ahead along the recorded trace */
+    uint64_t peak[ZO_TIER_MAX]; /* high-water marks since init, by zo_tier: the engine's own
+                                   device bytes, pageable host bytes, NVMe extent payload bytes */
+    uint64_t peak_pinned;       /* ... and the pinned pool's reserved bytes */
+    uint64_t fetch_hits;        /* chunks already resident (or prefetched) when fetched */
+    uint64_t fetch_misses;      /* chunks loaded on demand by fetch */
+    uint64_t evictions;         /* resident chunks evicted (farthest next use) */
+    uint64_t prefetches;        /* chunks loaded ahead along the recorded trace */
 } zo_step_stats;
 
 #define ZO_STEP_STATS_INIT                                                                         \
@@ -532,10 +540,12 @@ ZO_API float zo_engine_lr(zo_engine_t eng);
 /* The loss scale to multiply the loss by before backward (1 for bf16). */
 ZO_API double zo_engine_loss_scale(zo_engine_t eng);
 ZO_API zo_status zo_engine_footprint_get(zo_engine_t eng, zo_engine_footprint *fp);
-/* How many chunks the placement homed at each tier (indexed by zo_tier): their
- * 16-bit parameters in params, their optimizer states in optim (either may be
- * NULL). After zo_engine_finalize. */
-ZO_API zo_status zo_engine_homes(zo_engine_t eng, uint32_t params[3], uint32_t optim[3]);
+/* How many chunks the placement homed at each tier (indexed by zo_tier,
+ * ZO_TIER_MAX entries, 0 for an index no tier has): their 16-bit parameters
+ * in params, their optimizer states in optim (either may be NULL). After
+ * zo_engine_finalize. */
+ZO_API zo_status zo_engine_homes(zo_engine_t eng, uint32_t params[ZO_TIER_MAX],
+                                 uint32_t optim[ZO_TIER_MAX]);
 
 /* Each of n_chunks full chunks' homes as the engine places them under cfg
  * (its homes and caps: in order, the fastest tier up to its cap, then the

@@ -21,7 +21,7 @@ static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
     ZO_TRY(eng_check_plan_config(c));
     if (!dev)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "config.device is NULL");
-    for (int t = c->optim_caps.device ? ZO_TIER_DEVICE : (int)c->optim_home;
+    for (int t = c->optim_caps.bytes[ZO_TIER_DEVICE] ? ZO_TIER_DEVICE : (int)c->optim_home;
          t <= (int)c->optim_home; t++) {
         const eng_state_tier *st = eng_state_tiers[t];
         if ((zo_device_caps(dev) & st->needs_caps) != st->needs_caps)
@@ -604,7 +604,7 @@ static void fill_stats(struct zo_engine *e, const eng_verdict *v, int rollbacks,
             continue;
         s->nvme_read_bytes += ss.bytes_read - e->stats.stores[i].at_open.bytes_read;
         s->nvme_write_bytes += ss.bytes_written - e->stats.stores[i].at_open.bytes_written;
-        s->peak_nvme += (uint64_t)ss.extents_used * e->stats.stores[i].extent_bytes;
+        s->peak[ZO_TIER_NVME] += (uint64_t)ss.extents_used * e->stats.stores[i].extent_bytes;
     }
     s->step_seconds = (double)(zo_now_ns() - e->stats.step_t0) * 1e-9;
     s->stall_seconds = (double)(atomic_load(&e->stats.busy_ns[2]) - e->stats.at_open[0]) * 1e-9;
@@ -612,11 +612,11 @@ static void fill_stats(struct zo_engine *e, const eng_verdict *v, int rollbacks,
     s->nvme_seconds = (double)(atomic_load(&e->stats.nvme_ns) - e->stats.at_open[2]) * 1e-9;
     s->h2d_seconds = (double)(atomic_load(&e->stats.busy_ns[0]) - e->stats.at_open[3]) * 1e-9;
     s->d2h_seconds = (double)(atomic_load(&e->stats.busy_ns[1]) - e->stats.at_open[4]) * 1e-9;
-    s->peak_device = e->fp.device;
+    s->peak[ZO_TIER_DEVICE] = e->fp.bytes[ZO_TIER_DEVICE];
     zo_hostpool_stats hs = ZO_HOSTPOOL_STATS_INIT;
     if (zo_hostpool_get_stats(e->host.pool, &hs) == ZO_OK)
         s->peak_pinned = hs.reserved_high_water;
-    s->peak_host = e->host.high;
+    s->peak[ZO_TIER_HOST] = e->host.high;
     s->fetch_hits = e->sched.hits;
     s->fetch_misses = e->sched.misses;
     s->evictions = e->sched.evictions;

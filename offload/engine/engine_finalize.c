@@ -265,9 +265,10 @@ zo_status zo_engine_finalize(zo_engine_t e)
     ZO_LOGI(ENG_SUBSYS,
             "%u chunks of %zu bytes (%u per layer at most); device %s (%u param + %u grad slots), "
             "pinned %s, host %s, nvme %s; mode %s",
-            e->n_chunks, e->chunk_bytes, e->max_cpl, zo_fmt_bytes(a, sizeof a, e->fp.device),
-            e->device.n_pslots, e->device.n_gslots, zo_fmt_bytes(b, sizeof b, e->fp.pinned),
-            zo_fmt_bytes(c2, sizeof c2, e->fp.host), zo_fmt_bytes(d, sizeof d, e->fp.nvme),
-            zo_optim_mode_name(e->cfg.mode));
+            e->n_chunks, e->chunk_bytes, e->max_cpl,
+            zo_fmt_bytes(a, sizeof a, e->fp.bytes[ZO_TIER_DEVICE]), e->device.n_pslots,
+            e->device.n_gslots, zo_fmt_bytes(b, sizeof b, e->fp.pinned),
+            zo_fmt_bytes(c2, sizeof c2, e->fp.bytes[ZO_TIER_HOST]),
+            zo_fmt_bytes(d, sizeof d, e->fp.bytes[ZO_TIER_NVME]), zo_optim_mode_name(e->cfg.mode));
     return ZO_OK;
 }

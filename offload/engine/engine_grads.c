@@ -90,7 +90,7 @@ static uint32_t plan_kept(const eng_plan_in *in, const zo_engine_footprint *fp, 
 {
     uint64_t gb = grad_chunk_bytes(in->cfg, in->chunk_bytes, in->grouped);
     uint64_t per = (uint64_t)in->grad_bufs * gb, budget = in->cfg->host_bytes;
-    uint64_t base = fp->pinned + fp->host;
+    uint64_t base = fp->pinned + fp->bytes[ZO_TIER_HOST];
     if (!budget || base + staged * per <= budget)
         return staged;
     uint64_t fit = budget > base ? (budget - base) / per : 0;
@@ -118,12 +118,12 @@ void eng_grads_account(const eng_plan_in *in, zo_engine_footprint *fp, uint32_t 
     *kept = plan_kept(in, fp, staged);
     *spilled = staged - *kept;
     fp->grad_host = (uint64_t)*kept * G * gb;
-    fp->host += fp->grad_host;
+    fp->bytes[ZO_TIER_HOST] += fp->grad_host;
     uint64_t extent =
         zo_round_up(in->max_chunk_elems * (in->grouped ? sizeof(float) : eng_param_bytes(in->cfg)),
                     ZO_SWAP_ALIGN);
     fp->grad_nvme = (uint64_t)*spilled * G * extent;
-    fp->nvme += fp->grad_nvme;
+    fp->bytes[ZO_TIER_NVME] += fp->grad_nvme;
 }
 
 uint64_t eng_grads_stage_room(const struct zo_engine *e)

@@ -12,10 +12,11 @@
 #include "engine_tier.h"
 
 /* The tier for the next chunk: the fastest whose cap still has room. */
-static zo_tier fill(const zo_engine_caps *caps, zo_tier home, uint64_t per, uint64_t used[2])
+static zo_tier fill(const zo_engine_caps *caps, zo_tier home, uint64_t per,
+                    uint64_t used[ZO_TIER_MAX])
 {
-    const uint64_t cap[2] = {caps->device, caps->host};
-    for (int t = ZO_TIER_DEVICE; t < (int)home && t <= ZO_TIER_HOST; t++)
+    const uint64_t *cap = caps->bytes;
+    for (int t = 0; t < (int)home; t++)
         if (cap[t] && used[t] + per <= cap[t]) {
             used[t] += per;
             return (zo_tier)t;
@@ -34,7 +35,7 @@ static int partitioned(const zo_engine_config *c, const uint8_t *states_home,
 void eng_place_homes(const zo_engine_config *c, uint32_t n_chunks, uint64_t chunk_bytes,
                      const uint64_t *used_elems, uint8_t *p16_home, uint8_t *states_home)
 {
-    uint64_t sused[2] = {0, 0}, pused[2] = {0, 0};
+    uint64_t sused[ZO_TIER_MAX] = {0}, pused[ZO_TIER_MAX] = {0};
     uint64_t chunk_elems = chunk_bytes / eng_param_bytes(c);
     /* fp32 states: 6 x C with 16-bit parameters, 3 x C with fp32 ones */
     uint64_t states = eng_states_bytes(c->state_dtype, chunk_elems);
@@ -72,19 +73,14 @@ zo_status eng_check_caps(const zo_engine_config *c)
         zo_tier home;
     } kinds[2] = {{"param", &c->param_caps, c->param_home},
                   {"optim", &c->optim_caps, c->optim_home}};
-    for (int i = 0; i < 2; i++) {
-        if (kinds[i].caps->device && kinds[i].home == ZO_TIER_DEVICE)
-            return ZO_FAIL(
-                ZO_ERR_INVALID_ARG, ENG_SUBSYS,
-                "%s_caps.device is set but %s_home is device: a cap is for a tier faster "
-                "than the home (the home takes the rest)",
-                kinds[i].what, kinds[i].what);
-        if (kinds[i].caps->host && kinds[i].home != ZO_TIER_NVME)
-            return ZO_FAIL(
-                ZO_ERR_INVALID_ARG, ENG_SUBSYS,
-                "%s_caps.host is set but %s_home is %s: a cap is for a tier faster than the "
-                "home (set %s_home=nvme to spill the rest there)",
-                kinds[i].what, kinds[i].what, zo_tier_name(kinds[i].home), kinds[i].what);
-    }
+    for (int i = 0; i < 2; i++)
+        for (int t = kinds[i].home; t < ZO_TIER_MAX; t++)
+            if (kinds[i].caps->bytes[t])
+                return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                               "%s_caps.%s (%s_caps.bytes[%d]) is set but %s_home is %s: a "
+                               "cap is for a tier faster than the home (set %s_home to a "
+                               "slower tier to spill the rest there)",
+                               kinds[i].what, zo_tier_name((zo_tier)t), kinds[i].what, t,
+                               kinds[i].what, zo_tier_name(kinds[i].home), kinds[i].what);
     return ZO_OK;
 }

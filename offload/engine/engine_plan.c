@@ -408,12 +408,12 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
         eng_state_tiers[i]->account(&in, &t);
     /* gradient slots, and their fp32 sums when grouped */
     uint64_t grads = sh->max_cpl * (cb + (eng_grouped(c) ? eng_f32_chunk_bytes(c, cb) : 0));
-    in.pslots = plan_pslots(&in, budget, grads + t.device, fits, msg, cap);
+    in.pslots = plan_pslots(&in, budget, grads + t.bytes[ZO_TIER_DEVICE], fits, msg, cap);
     for (int i = 0; i < ENG_N_TIERS; i++)
         eng_param_tiers[i]->account(&in, &t);
     fp->device_param_slots = (uint32_t)in.pslots;
     fp->device_grad_slots = sh->max_cpl;
-    fp->device = in.pslots * cb + grads + t.device;
+    fp->bytes[ZO_TIER_DEVICE] = in.pslots * cb + grads + t.bytes[ZO_TIER_DEVICE];
 
     /* pinned: host 16-bit params and NVMe staging (tiers); host (pageable): optimizer
      * states and overlap backups (tiers), fp32 accumulators; nvme: two extents per chunk
@@ -421,24 +421,24 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
     fp->param_gather = eng_zero_gather_bytes(c, sh->max_cpl, cb);
     fp->pinned = t.pinned + fp->param_gather;
     fp->param_staging = t.param_staging;
-    fp->host = t.host;
+    fp->bytes[ZO_TIER_HOST] = t.bytes[ZO_TIER_HOST];
     if (eng_host_accumulates(c))
-        fp->host += nc * (uint64_t)g_bufs_for(c) * ce * sizeof(float);
-    fp->host += eng_zero_host_bytes(c, (uint32_t)nc, ce);
-    fp->nvme = t.nvme;
+        fp->bytes[ZO_TIER_HOST] += nc * (uint64_t)g_bufs_for(c) * ce * sizeof(float);
+    fp->bytes[ZO_TIER_HOST] += eng_zero_host_bytes(c, (uint32_t)nc, ce);
+    fp->bytes[ZO_TIER_NVME] = t.bytes[ZO_TIER_NVME];
     eng_grads_account(&in, fp, &g_split[0], &g_split[1]);
     if (*fits && c->pinned_bytes && fp->pinned > c->pinned_bytes)
         *fits = shortfall(msg, cap, "pinned", fp->pinned, c->pinned_bytes,
                           "16-bit parameter and gradient copies, NVMe staging");
 
     /* the host tier: pinned and pageable together, under one budget */
-    if (*fits && c->host_bytes && fp->pinned + fp->host > c->host_bytes)
-        *fits = shortfall(msg, cap, "host", fp->pinned + fp->host, c->host_bytes,
+    if (*fits && c->host_bytes && fp->pinned + fp->bytes[ZO_TIER_HOST] > c->host_bytes)
+        *fits = shortfall(msg, cap, "host", fp->pinned + fp->bytes[ZO_TIER_HOST], c->host_bytes,
                           "pinned + pageable: 16-bit copies, gradients, NVMe staging, optimizer "
                           "states, backups, accumulators");
 
-    if (*fits && c->nvme_bytes && fp->nvme > c->nvme_bytes)
-        *fits = shortfall(msg, cap, "nvme", fp->nvme, c->nvme_bytes,
+    if (*fits && c->nvme_bytes && fp->bytes[ZO_TIER_NVME] > c->nvme_bytes)
+        *fits = shortfall(msg, cap, "nvme", fp->bytes[ZO_TIER_NVME], c->nvme_bytes,
                           "optimizer states, two extents per chunk, spilled gradients");
 }
 
@@ -590,13 +590,13 @@ zo_status zo_engine_footprint_get(zo_engine_t e, zo_engine_footprint *fp)
     return ZO_OK;
 }
 
-zo_status zo_engine_homes(zo_engine_t e, uint32_t params[3], uint32_t optim[3])
+zo_status zo_engine_homes(zo_engine_t e, uint32_t params[ZO_TIER_MAX], uint32_t optim[ZO_TIER_MAX])
 {
     if (!e)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "NULL argument");
     if (!e->finalized)
         return ZO_FAIL(ZO_ERR_STATE, ENG_SUBSYS, "the engine is not finalized yet");
-    for (int t = 0; t < ENG_N_TIERS; t++) {
+    for (int t = 0; t < ZO_TIER_MAX; t++) {
         if (params)
             params[t] = 0;
         if (optim)

@@ -42,7 +42,7 @@ const eng_param_tier eng_param_tier_device = {
 
 static void device_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
 {
-    fp->device += eng_resident_account(in, ZO_TIER_DEVICE, fp);
+    fp->bytes[ZO_TIER_DEVICE] += eng_resident_account(in, ZO_TIER_DEVICE, fp);
 }
 
 static zo_status device_states_place(struct zo_engine *e)

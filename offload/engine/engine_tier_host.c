@@ -114,7 +114,7 @@ uint64_t eng_resident_account(const eng_plan_in *in, zo_tier t, zo_engine_footpr
         if (eng_states_home(in, c) == t)
             bytes += per;
     if (in->mode_backups)
-        fp->host += bytes;
+        fp->bytes[ZO_TIER_HOST] += bytes;
     return bytes;
 }
 
@@ -229,7 +229,7 @@ zo_status eng_resident_write_end(struct zo_engine *e, uint32_t c, float *buf)
 
 static void host_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
 {
-    fp->host += eng_resident_account(in, ZO_TIER_HOST, fp);
+    fp->bytes[ZO_TIER_HOST] += eng_resident_account(in, ZO_TIER_HOST, fp);
 }
 
 static zo_status host_states_place(struct zo_engine *e)

@@ -515,7 +515,7 @@ static void nvme_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
         return;
     fp->param_staging = (twins_for(in->pslots, in->cfg) + share_bufs(in->cfg, n)) * in->chunk_bytes;
     fp->pinned += fp->param_staging;
-    fp->nvme += 2ull * n * eng_p16_extent(in->cfg, in->max_chunk_elems);
+    fp->bytes[ZO_TIER_NVME] += 2ull * n * eng_p16_extent(in->cfg, in->max_chunk_elems);
 }
 
 static zo_status place_share_bufs(struct zo_engine *e, uint32_t n)
@@ -769,10 +769,11 @@ static void nvme_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
     if (!n)
         return;
     fp->pinned += ENG_NVME_STAGES * stage_bytes(in);
-    fp->host += ENG_NVME_STAGES * split_bits_bytes(in->cfg, in->chunk_elems);
+    fp->bytes[ZO_TIER_HOST] += ENG_NVME_STAGES * split_bits_bytes(in->cfg, in->chunk_elems);
     /* extents sized to the fullest chunk, not the chunk size: a small
      * model in large chunks reserves what it holds */
-    fp->nvme += 2ull * n * zo_engine_nvme_state_bytes_as(in->cfg->state_dtype, in->max_chunk_elems);
+    fp->bytes[ZO_TIER_NVME] +=
+        2ull * n * zo_engine_nvme_state_bytes_as(in->cfg->state_dtype, in->max_chunk_elems);
 }
 
 /* Which chunks keep the full master whatever their values, said once. */

@@ -16,9 +16,9 @@ float g_decay[TM_T];
 
 run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
-    run_cfg c = {ph,     oh,    mode,    0,    0, 1, 2,    0.0f, ZO_DTYPE_BF16,
-                 0,      STEPS, INT_MAX, NULL, 0, 0, NULL, NULL, {0, 0},
-                 {0, 0}, 0,     0,       0,    0};
+    run_cfg c = {ph,    oh,    mode,    0,    0, 1, 2,    0.0f, ZO_DTYPE_BF16,
+                 0,     STEPS, INT_MAX, NULL, 0, 0, NULL, NULL, {{0}},
+                 {{0}}, 0,     0,       0,    0};
     return c;
 }
 
@@ -289,18 +289,18 @@ void read_masters(harness *h, float *out[TM_T])
 static void check_budgets(harness *h, const zo_step_stats *s, const zo_engine_footprint *fp)
 {
     uint64_t dev_budget = h->rc.device_bytes ? h->rc.device_bytes : (64u << 20);
-    assert_true(s->peak_device <= dev_budget);
-    assert_int_equal(s->peak_device, fp->device);
+    assert_true(s->peak[ZO_TIER_DEVICE] <= dev_budget);
+    assert_int_equal(s->peak[ZO_TIER_DEVICE], fp->bytes[ZO_TIER_DEVICE]);
     zo_device_mem_stats ms;
     ZO_ASSERT_OK(zo_device_mem_get_stats(h->dev, &ms));
     assert_true(ms.high_water <= dev_budget); /* the test keeps its activations on the host */
     uint64_t pinned_budget = h->rc.pinned_bytes ? h->rc.pinned_bytes : fp->pinned;
     assert_true(s->peak_pinned <= pinned_budget);
     assert_int_equal(s->peak_pinned, fp->pinned);
-    assert_int_equal(s->peak_host, fp->host);
-    assert_int_equal(s->peak_nvme, fp->nvme);
+    assert_int_equal(s->peak[ZO_TIER_HOST], fp->bytes[ZO_TIER_HOST]);
+    assert_int_equal(s->peak[ZO_TIER_NVME], fp->bytes[ZO_TIER_NVME]);
     if (h->rc.host_bytes)
-        assert_true(s->peak_pinned + s->peak_host <= h->rc.host_bytes);
+        assert_true(s->peak_pinned + s->peak[ZO_TIER_HOST] <= h->rc.host_bytes);
 }
 
 void run(const run_cfg *rc, run_out *o)

@@ -32,7 +32,7 @@ static void test_impossible_plans_are_refused_up_front(void **state)
      * gradients read back: states on NVMe keep no whole-model gradient mirror */
     assert_int_equal(fp.pinned, 2 * fp.n_chunks * CHUNK + 4 * CHUNK + 3 * 6 * CHUNK + 3 * CHUNK);
     assert_int_equal(fp.grad_host, fp.n_chunks * CHUNK);
-    assert_int_equal(fp.nvme, 2ull * fp.n_chunks * 6 * CHUNK);
+    assert_int_equal(fp.bytes[ZO_TIER_NVME], 2ull * fp.n_chunks * 6 * CHUNK);
     c.pinned_bytes = fp.pinned - 1;
     expect_refusal(&c, ZO_ERR_BUDGET, "pinned tier");
     c.pinned_bytes = fp.pinned; /* exactly the plan: fits, and the run stays within it */
@@ -123,7 +123,8 @@ static void test_host_budget(void **state)
         run_out free_run, at_budget;
         run(&c, &free_run);
         /* the least: gradients staged for NVMe states all spilled */
-        uint64_t need = free_run.fp.pinned + free_run.fp.host - free_run.fp.grad_host;
+        uint64_t need =
+            free_run.fp.pinned + free_run.fp.bytes[ZO_TIER_HOST] - free_run.fp.grad_host;
         c.host_bytes = need - 1;
         expect_refusal(&c, ZO_ERR_BUDGET, "host tier");
         harness h;

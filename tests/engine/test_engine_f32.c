@@ -383,10 +383,10 @@ static void train_step(harness *h, int step, zo_step_stats *stats)
 /* The measured high-water marks are the plan's, exactly. */
 static void check_peaks(const zo_step_stats *s, const zo_engine_footprint *fp)
 {
-    assert_int_equal(s->peak_device, fp->device);
+    assert_int_equal(s->peak[ZO_TIER_DEVICE], fp->bytes[ZO_TIER_DEVICE]);
     assert_int_equal(s->peak_pinned, fp->pinned);
-    assert_int_equal(s->peak_host, fp->host);
-    assert_int_equal(s->peak_nvme, fp->nvme);
+    assert_int_equal(s->peak[ZO_TIER_HOST], fp->bytes[ZO_TIER_HOST]);
+    assert_int_equal(s->peak[ZO_TIER_NVME], fp->bytes[ZO_TIER_NVME]);
 }
 
 /* The parameters every layer's fetch hands the device are the master
@@ -550,7 +550,7 @@ static void test_spill_and_groups_equal_reference(void **state)
     ZO_ASSERT_OK(zo_engine_footprint_get(h.eng, &fp));
     harness_close(&h);
     assert_true(fp.grad_host == (uint64_t)NL * CHUNK); /* every chunk's fp32 gradients kept */
-    spill.host_bytes = fp.pinned + fp.host - 2 * CHUNK;
+    spill.host_bytes = fp.pinned + fp.bytes[ZO_TIER_HOST] - 2 * CHUNK;
     run_out o;
     char name[160];
     run(&spill, &o);
@@ -627,25 +627,13 @@ static void test_plan_counts_fp32_elements(void **state)
         ZO_ASSERT_OK(zo_engine_footprint_for(&cfg, &ly, &b, &fb, NULL, 0));
         harness_close(&hs);
         assert_true(fa && fb);
-        const uint64_t fa6[] = {a.device,
-                                a.pinned,
-                                a.host,
-                                a.nvme,
-                                a.chunk_bytes,
-                                a.n_chunks,
-                                a.device_param_slots,
-                                a.grad_pinned,
-                                a.grad_host,
+        const uint64_t fa6[] = {a.bytes[ZO_TIER_DEVICE], a.pinned,      a.bytes[ZO_TIER_HOST],
+                                a.bytes[ZO_TIER_NVME],   a.chunk_bytes, a.n_chunks,
+                                a.device_param_slots,    a.grad_pinned, a.grad_host,
                                 a.param_staging};
-        const uint64_t fb6[] = {b.device,
-                                b.pinned,
-                                b.host,
-                                b.nvme,
-                                b.chunk_bytes,
-                                b.n_chunks,
-                                b.device_param_slots,
-                                b.grad_pinned,
-                                b.grad_host,
+        const uint64_t fb6[] = {b.bytes[ZO_TIER_DEVICE], b.pinned,      b.bytes[ZO_TIER_HOST],
+                                b.bytes[ZO_TIER_NVME],   b.chunk_bytes, b.n_chunks,
+                                b.device_param_slots,    b.grad_pinned, b.grad_host,
                                 b.param_staging};
         assert_memory_equal(fa6, fb6, sizeof fa6);
         zo_engine_chunk_info info[NT];

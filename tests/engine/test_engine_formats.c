@@ -118,7 +118,8 @@ static void test_compact_states_everywhere(void **state)
         g_state_dtype = fmts[f];
         run_out ref, dpu_host;
         run(&base, &ref);
-        assert_true(ref.fp.nvme < f32.fp.nvme && ref.fp.pinned < f32.fp.pinned);
+        assert_true(ref.fp.bytes[ZO_TIER_NVME] < f32.fp.bytes[ZO_TIER_NVME] &&
+                    ref.fp.pinned < f32.fp.pinned);
         /* each step reads and writes every chunk's states in the format, packed: W's chunk
          * and b's (CHUNK / 2 and TM_D elements) per layer */
         uint64_t per_step = TM_L * (zo_engine_nvme_state_bytes_as(fmts[f], CHUNK / 2) +

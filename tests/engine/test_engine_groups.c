@@ -83,8 +83,8 @@ static void test_layer_major_footprint(void **state)
         run(&c, &b);
         uint64_t C = a.fp.chunk_bytes, N = a.fp.n_chunks, K = a.fp.max_chunks_per_layer;
         uint64_t G = m == ZO_OPTIM_DPU ? 2 : 1;
-        assert_int_equal(b.fp.device, a.fp.device + 2 * K * C);
-        assert_int_equal(a.fp.host - b.fp.host, 2 * C * N * G);
+        assert_int_equal(b.fp.bytes[ZO_TIER_DEVICE], a.fp.bytes[ZO_TIER_DEVICE] + 2 * K * C);
+        assert_int_equal(a.fp.bytes[ZO_TIER_HOST] - b.fp.bytes[ZO_TIER_HOST], 2 * C * N * G);
         assert_int_equal(b.fp.pinned - a.fp.pinned, N * C * G);
         run_out_free(&a);
         run_out_free(&b);

@@ -26,7 +26,7 @@ static uint32_t lcg(uint32_t *r)
 static split random_split(uint32_t seed)
 {
     uint32_t r = seed;
-    split sp = {ZO_TIER_HOST, lcg(&r) % 2 ? ZO_TIER_NVME : ZO_TIER_HOST, {0, 0}, {0, 0}, 0};
+    split sp = {ZO_TIER_HOST, lcg(&r) % 2 ? ZO_TIER_NVME : ZO_TIER_HOST, {{0}}, {{0}}, 0};
     sp.ph = (zo_tier)(lcg(&r) % (sp.oh == ZO_TIER_NVME ? 3 : 2));
     const uint64_t unit[2] = {CHUNK / 2,
                               STATES_PER_CHUNK / 2}; /* half chunks: caps between chunks too */
@@ -34,9 +34,9 @@ static split random_split(uint32_t seed)
     zo_tier homes[2] = {sp.ph, sp.oh};
     for (int k = 0; k < 2; k++) {
         if (homes[k] > ZO_TIER_DEVICE)
-            caps[k]->device = (lcg(&r) % 5) * unit[k];
+            caps[k]->bytes[ZO_TIER_DEVICE] = (lcg(&r) % 5) * unit[k];
         if (homes[k] > ZO_TIER_HOST)
-            caps[k]->host = (lcg(&r) % (2 * N_CHUNKS + 1)) * unit[k];
+            caps[k]->bytes[ZO_TIER_HOST] = (lcg(&r) % (2 * N_CHUNKS + 1)) * unit[k];
     }
     return sp;
 }
@@ -50,15 +50,15 @@ static int make_splits(split *out, uint32_t seed)
 {
     const uint64_t S = STATES_PER_CHUNK, P = CHUNK;
     int n = 0;
-    out[n++] = (split){ZO_TIER_HOST, ZO_TIER_NVME, {0, 0}, {0, 4 * S}, 1};
-    out[n++] = (split){ZO_TIER_NVME, ZO_TIER_NVME, {0, 5 * P}, {0, 2 * S}, 1};
-    out[n++] = (split){ZO_TIER_NVME, ZO_TIER_NVME, {P, P}, {S, 2 * S + S / 2}, 0};
-    out[n++] = (split){ZO_TIER_HOST, ZO_TIER_HOST, {3 * P, 0}, {3 * S, 0}, 0};
+    out[n++] = (split){ZO_TIER_HOST, ZO_TIER_NVME, {{0, 0}}, {{0, 4 * S}}, 1};
+    out[n++] = (split){ZO_TIER_NVME, ZO_TIER_NVME, {{0, 5 * P}}, {{0, 2 * S}}, 1};
+    out[n++] = (split){ZO_TIER_NVME, ZO_TIER_NVME, {{P, P}}, {{S, 2 * S + S / 2}}, 0};
+    out[n++] = (split){ZO_TIER_HOST, ZO_TIER_HOST, {{3 * P, 0}}, {{3 * S, 0}}, 0};
     out[n++] = random_split(seed);
     /* device-resident parameters over NVMe states (their copy on NVMe),
      * beside host and NVMe homes */
-    out[n++] = (split){ZO_TIER_NVME, ZO_TIER_NVME, {4 * P, P}, {0, 2 * S}, 0};
-    out[n++] = (split){ZO_TIER_DEVICE, ZO_TIER_NVME, {0, 0}, {S, 3 * S}, 0};
+    out[n++] = (split){ZO_TIER_NVME, ZO_TIER_NVME, {{4 * P, P}}, {{0, 2 * S}}, 0};
+    out[n++] = (split){ZO_TIER_DEVICE, ZO_TIER_NVME, {{0, 0}}, {{S, 3 * S}}, 0};
     return n;
 }
 
@@ -182,22 +182,22 @@ static void test_split_footprint(void **state)
     run_cfg c = split_cfg(&sp[0], ZO_OPTIM_SYNC); /* 4 chunks' states on the host, 4 on NVMe */
     run_out o, all;
     run(&c, &o);
-    c.ocaps.host = 0;
+    c.ocaps.bytes[ZO_TIER_HOST] = 0;
     run(&c, &all);
-    assert_int_equal(o.fp.host - o.fp.grad_host, 4 * STATES_PER_CHUNK);
+    assert_int_equal(o.fp.bytes[ZO_TIER_HOST] - o.fp.grad_host, 4 * STATES_PER_CHUNK);
     assert_int_equal(o.fp.grad_host, 4ull * CHUNK); /* the NVMe-homed states' gradients */
-    assert_int_equal(o.fp.nvme * 2, all.fp.nvme);
-    assert_int_equal(o.fp.nvme, 2ull * 4 * zo_engine_nvme_state_bytes(TM_D * TM_D));
+    assert_int_equal(o.fp.bytes[ZO_TIER_NVME] * 2, all.fp.bytes[ZO_TIER_NVME]);
+    assert_int_equal(o.fp.bytes[ZO_TIER_NVME], 2ull * 4 * zo_engine_nvme_state_bytes(TM_D * TM_D));
     /* host states need one host copy of their parameters, NVMe ones two */
     assert_int_equal((all.fp.pinned - all.fp.grad_pinned) - (o.fp.pinned - o.fp.grad_pinned),
                      4ull * CHUNK);
     c.mode = ZO_OPTIM_OVERLAP; /* and backups of the host ones */
     run_out_free(&o);
     run(&c, &o);
-    c.ocaps.host = 4 * STATES_PER_CHUNK;
+    c.ocaps.bytes[ZO_TIER_HOST] = 4 * STATES_PER_CHUNK;
     run_out ovl;
     run(&c, &ovl);
-    assert_int_equal(ovl.fp.host - ovl.fp.grad_host, 2 * 4 * STATES_PER_CHUNK);
+    assert_int_equal(ovl.fp.bytes[ZO_TIER_HOST] - ovl.fp.grad_host, 2 * 4 * STATES_PER_CHUNK);
     run_out_free(&o);
     run_out_free(&all);
     run_out_free(&ovl);
@@ -216,7 +216,7 @@ static void test_place_homes_equals_the_engines(void **state)
         harness h;
         harness_open(&h, &rc);
         ZO_ASSERT_OK(make_engine(&h, NULL, 0));
-        uint32_t params[3], optim[3], n = 0;
+        uint32_t params[ZO_TIER_MAX], optim[ZO_TIER_MAX], n = 0;
         ZO_ASSERT_OK(zo_engine_homes(h.eng, params, optim));
         for (int t = 0; t < 3; t++)
             n += params[t];
@@ -232,7 +232,7 @@ static void test_place_homes_equals_the_engines(void **state)
         uint8_t ph[64], oh[64];
         assert_true(n <= sizeof ph);
         ZO_ASSERT_OK(zo_engine_place_homes(&c, n, ph, oh));
-        uint32_t p2[3] = {0, 0, 0}, o2[3] = {0, 0, 0};
+        uint32_t p2[ZO_TIER_MAX] = {0}, o2[ZO_TIER_MAX] = {0};
         for (uint32_t k = 0; k < n; k++) {
             assert_true(ph[k] < 3 && oh[k] < 3);
             p2[ph[k]]++;
@@ -341,7 +341,7 @@ static void test_split_caps_refused(void **state)
 {
     (void)state;
     run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
-    c.ocaps.host = STATES_PER_CHUNK;
+    c.ocaps.bytes[ZO_TIER_HOST] = STATES_PER_CHUNK;
     harness h;
     harness_open(&h, &c);
     ZO_ASSERT_ST(make_engine(&h, NULL, 0), ZO_ERR_INVALID_ARG);
@@ -349,7 +349,7 @@ static void test_split_caps_refused(void **state)
         fail_msg("refusal: %s", zo_last_error());
     harness_close(&h);
     c = base_cfg(ZO_TIER_DEVICE, ZO_TIER_HOST, ZO_OPTIM_SYNC);
-    c.pcaps.device = CHUNK;
+    c.pcaps.bytes[ZO_TIER_DEVICE] = CHUNK;
     harness_open(&h, &c);
     ZO_ASSERT_ST(make_engine(&h, NULL, 0), ZO_ERR_INVALID_ARG);
     if (!strstr(zo_last_error(), "param_caps.device"))

@@ -57,10 +57,10 @@ static zo_engine_layout layout_of(const model *m)
 
 static void expect_same_footprint(const zo_engine_footprint *a, const zo_engine_footprint *b)
 {
-    assert_int_equal(a->device, b->device);
+    assert_int_equal(a->bytes[ZO_TIER_DEVICE], b->bytes[ZO_TIER_DEVICE]);
     assert_int_equal(a->pinned, b->pinned);
-    assert_int_equal(a->host, b->host);
-    assert_int_equal(a->nvme, b->nvme);
+    assert_int_equal(a->bytes[ZO_TIER_HOST], b->bytes[ZO_TIER_HOST]);
+    assert_int_equal(a->bytes[ZO_TIER_NVME], b->bytes[ZO_TIER_NVME]);
     assert_int_equal(a->chunk_bytes, b->chunk_bytes);
     assert_int_equal(a->n_chunks, b->n_chunks);
     assert_int_equal(a->max_chunks_per_layer, b->max_chunks_per_layer);
@@ -181,13 +181,13 @@ static void test_split_footprint_for_equals_plan(void **state)
                 c.chunk_bytes = 48000;
                 c.device_bytes = 1 + rnd() % (8u << 20);
                 if (c.param_home > ZO_TIER_DEVICE)
-                    c.param_caps.device = rnd() % (1u << 20);
+                    c.param_caps.bytes[ZO_TIER_DEVICE] = rnd() % (1u << 20);
                 if (c.param_home > ZO_TIER_HOST)
-                    c.param_caps.host = rnd() % (1u << 20);
+                    c.param_caps.bytes[ZO_TIER_HOST] = rnd() % (1u << 20);
                 if (c.optim_home > ZO_TIER_DEVICE)
-                    c.optim_caps.device = rnd() % (3u << 20);
+                    c.optim_caps.bytes[ZO_TIER_DEVICE] = rnd() % (3u << 20);
                 if (c.optim_home > ZO_TIER_HOST)
-                    c.optim_caps.host = rnd() % (3u << 20);
+                    c.optim_caps.bytes[ZO_TIER_HOST] = rnd() % (3u << 20);
                 zo_engine_footprint a = ZO_ENGINE_FOOTPRINT_INIT, b = ZO_ENGINE_FOOTPRINT_INIT;
                 int fb = -1;
                 c.param_dtype = ZO_DTYPE_F32; /* fp32 parameters: 4-byte slots and copies */
@@ -197,9 +197,10 @@ static void test_split_footprint_for_equals_plan(void **state)
                 if (c.optim_home != ZO_TIER_NVME)
                     continue;
                 zo_engine_config more = c; /* one more chunk's states on the host */
-                more.optim_caps.host += 6 * a.chunk_bytes;
+                more.optim_caps.bytes[ZO_TIER_HOST] += 6 * a.chunk_bytes;
                 ZO_ASSERT_OK(zo_engine_footprint_for(&more, &ly, &b, &fb, NULL, 0));
-                assert_true(b.host >= a.host && b.nvme <= a.nvme);
+                assert_true(b.bytes[ZO_TIER_HOST] >= a.bytes[ZO_TIER_HOST] &&
+                            b.bytes[ZO_TIER_NVME] <= a.bytes[ZO_TIER_NVME]);
             }
     }
     zo_device_free(dev);
@@ -231,10 +232,10 @@ static void test_fp32_terms_follow_the_formulas(void **state)
         assert_true(fits);
         assert_int_equal(fp.chunk_bytes, C);
         assert_int_equal(fp.n_chunks, 3);
-        assert_int_equal(fp.device, 3 * C + C);
+        assert_int_equal(fp.bytes[ZO_TIER_DEVICE], 3 * C + C);
         assert_int_equal(fp.pinned, 3 * C + 3 * C);
-        assert_int_equal(fp.host, 3 * (3 * F) + 3 * F);
-        assert_int_equal(fp.nvme, 0);
+        assert_int_equal(fp.bytes[ZO_TIER_HOST], 3 * (3 * F) + 3 * F);
+        assert_int_equal(fp.bytes[ZO_TIER_NVME], 0);
         zo_engine_chunk_info info[3];
         uint32_t n = 0;
         ZO_ASSERT_OK(zo_engine_chunks_for(&c, &ly, info, 3, &n));
@@ -266,7 +267,7 @@ static void test_unlimited_device(void **state)
     assert_int_equal(fp.chunk_bytes, 143360);
     assert_int_equal(fp.n_chunks, 3); /* layer 1: 5000 + 70000 > 71680 elements */
     assert_int_equal(fp.device_param_slots, 3);
-    assert_int_equal(fp.device, 3 * 143360 + 2 * 143360);
+    assert_int_equal(fp.bytes[ZO_TIER_DEVICE], 3 * 143360 + 2 * 143360);
     assert_int_equal(fp.n_params, 76000);
 }
 
@@ -287,11 +288,11 @@ static void test_nvme_extents_sized_to_the_model(void **state)
     assert_int_equal(fp.n_chunks, 2);
     /* the fullest chunk: 5000 elements, then 3000 at 5120 */
     assert_int_equal(zo_engine_nvme_state_bytes(8120), 3 * 32768);
-    assert_int_equal(fp.nvme, 2 * 2 * zo_engine_nvme_state_bytes(8120));
+    assert_int_equal(fp.bytes[ZO_TIER_NVME], 2 * 2 * zo_engine_nvme_state_bytes(8120));
     /* 16-bit parameters on NVMe too: extents of the fullest chunk's 16 KiB */
     c.param_home = ZO_TIER_NVME;
     ZO_ASSERT_OK(zo_engine_footprint_for(&c, &ly, &fp, &fits, NULL, 0));
-    assert_int_equal(fp.nvme, 2 * 2 * (zo_engine_nvme_state_bytes(8120) + 16384));
+    assert_int_equal(fp.bytes[ZO_TIER_NVME], 2 * 2 * (zo_engine_nvme_state_bytes(8120) + 16384));
 }
 
 /* Compact states: NVMe extents of their format's bytes (the fp32 master
@@ -332,13 +333,15 @@ static void test_state_formats_counted(void **state)
                 ZO_ASSERT_OK(zo_engine_footprint_for(&c, &ly, &b, &fb, mb, sizeof mb));
                 expect_same_footprint(&a, &b);
                 ZO_ASSERT_OK(zo_engine_footprint_for(&f32, &ly, &w, &fb, NULL, 0));
-                uint64_t sa = a.device + a.pinned + a.host + a.nvme;
-                assert_true(sa < w.device + w.pinned + w.host + w.nvme);
+                uint64_t sa = a.bytes[ZO_TIER_DEVICE] + a.pinned + a.bytes[ZO_TIER_HOST] +
+                              a.bytes[ZO_TIER_NVME];
+                assert_true(sa < w.bytes[ZO_TIER_DEVICE] + w.pinned + w.bytes[ZO_TIER_HOST] +
+                                     w.bytes[ZO_TIER_NVME]);
                 /* int8: the 3000-element tensor (below ZO_ADAM_Q8_MIN_NUMEL) takes the
                  * room of its fp32 moments, 4 code bytes an element, after the 5000's */
                 uint64_t fullest = f ? 5120 + zo_adam_q8_small_room(3000) : 8120;
                 if (oh == ZO_TIER_NVME)
-                    assert_int_equal(a.nvme,
+                    assert_int_equal(a.bytes[ZO_TIER_NVME],
                                      2 * 2 * zo_engine_nvme_state_bytes_as(fmts[f], fullest));
             }
     zo_engine_config bad = ZO_ENGINE_CONFIG_INIT;
@@ -387,9 +390,10 @@ static void test_kept_f32_tensor_counted(void **state)
             assert_int_equal(p.chunk_bytes, 32u << 10);
             assert_true(a.chunk_bytes >= 2 * zo_adam_q8_small_room(6000));
             if (oh == ZO_TIER_NVME) /* layer 0's chunk is the fullest */
-                assert_int_equal(a.nvme, 2 * 2 *
-                                             zo_engine_nvme_state_bytes_as(
-                                                 ZO_DTYPE_I8, zo_adam_q8_small_room(6000)));
+                assert_int_equal(
+                    a.bytes[ZO_TIER_NVME],
+                    2 * 2 *
+                        zo_engine_nvme_state_bytes_as(ZO_DTYPE_I8, zo_adam_q8_small_room(6000)));
         }
     zo_device_free(dev);
 }

@@ -70,14 +70,15 @@ static void test_nvme_plans_pin_the_same_staging(void **state)
                     presets[i], zo_optim_mode_name(c.mode),
                     budgeted ? ", 24 GiB GPU, 64 GiB host" : "", fp[i].n_chunks,
                     (unsigned long long)fp[i].pinned, (unsigned long long)fp[i].grad_pinned,
-                    (unsigned long long)fp[i].param_staging, (unsigned long long)fp[i].host,
+                    (unsigned long long)fp[i].param_staging,
+                    (unsigned long long)fp[i].bytes[ZO_TIER_HOST],
                     (unsigned long long)fp[i].grad_host, (unsigned long long)fp[i].grad_nvme);
                 assert_true(fp[i].n_chunks > (uint32_t)c.lookahead + 2);
                 /* the rings: the staging depth's chunks, whatever the model */
                 assert_int_equal(fp[i].grad_pinned, (uint64_t)(c.lookahead + 2) * c.chunk_bytes);
                 assert_int_equal(fp[i].param_staging, (uint64_t)(c.lookahead + 2) * c.chunk_bytes);
                 if (budgeted)
-                    assert_true(fp[i].pinned + fp[i].host <= c.host_bytes);
+                    assert_true(fp[i].pinned + fp[i].bytes[ZO_TIER_HOST] <= c.host_bytes);
             }
             /* the 13b model holds 12 times the 1b's parameters, its staging is the same */
             assert_true(fp[2].n_params > 12 * fp[0].n_params);
@@ -106,21 +107,22 @@ static void test_resident_chunks_pin_no_copy(void **state)
         c.device_bytes = 24 * GiB;
         c.host_bytes = 64 * GiB;
         zo_engine_footprint all_nvme = plan_preset("13b", &c);
-        c.param_caps.device = 8 * GiB;
+        c.param_caps.bytes[ZO_TIER_DEVICE] = 8 * GiB;
         for (int i = 0; i < 3; i++) {
             zo_engine_footprint fp = plan_preset(presets[i], &c);
-            uint64_t resident = c.param_caps.device / c.chunk_bytes;
+            uint64_t resident = c.param_caps.bytes[ZO_TIER_DEVICE] / c.chunk_bytes;
             if (resident > fp.n_chunks)
                 resident = fp.n_chunks;
             print_message("%s %s, 24 GiB GPU, 64 GiB host, %llu of %u chunks resident: pinned "
                           "%llu (parameter staging %llu), NVMe %llu\n",
                           presets[i], zo_optim_mode_name(c.mode), (unsigned long long)resident,
                           fp.n_chunks, (unsigned long long)fp.pinned,
-                          (unsigned long long)fp.param_staging, (unsigned long long)fp.nvme);
+                          (unsigned long long)fp.param_staging,
+                          (unsigned long long)fp.bytes[ZO_TIER_NVME]);
             assert_true(resident > 0);
             assert_true(fp.device_param_slots >= resident);
             assert_int_equal(fp.pinned, all_nvme.pinned);
-            assert_true(fp.pinned + fp.host <= c.host_bytes);
+            assert_true(fp.pinned + fp.bytes[ZO_TIER_HOST] <= c.host_bytes);
         }
     }
 }

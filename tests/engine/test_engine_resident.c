@@ -32,8 +32,9 @@ static void test_resident_params_copy_on_nvme(void **state)
         assert_int_equal(o.fp.param_staging, 4 * CHUNK); /* lookahead 2: 4 twins */
         assert_int_equal(o.fp.pinned,
                          o.fp.grad_pinned + o.fp.grad_stage + 3 * (6 * CHUNK + CHUNK) + 4 * CHUNK);
-        assert_int_equal(o.fp.nvme, 2ull * N_CHUNKS * zo_engine_nvme_state_bytes(TM_D * TM_D) +
-                                        2ull * N_CHUNKS * P16_EXTENT);
+        assert_int_equal(o.fp.bytes[ZO_TIER_NVME],
+                         2ull * N_CHUNKS * zo_engine_nvme_state_bytes(TM_D * TM_D) +
+                             2ull * N_CHUNKS * P16_EXTENT);
         run_out_free(&ref);
         run_out_free(&o);
     }

@@ -14,7 +14,7 @@
 static uint64_t spill_budget(const zo_engine_footprint *fp, int kept, int g_bufs)
 {
     assert_int_equal(fp->grad_stage, 3ull * CHUNK);
-    uint64_t rest = fp->pinned + fp->host - fp->grad_host;
+    uint64_t rest = fp->pinned + fp->bytes[ZO_TIER_HOST] - fp->grad_host;
     return rest + (uint64_t)kept * (uint64_t)g_bufs * CHUNK;
 }
 
@@ -62,7 +62,7 @@ static void test_spilled_gradients_train_bitwise(void **state)
             run(&c, &o);
             assert_int_equal(o.fp.grad_host, (uint64_t)kept * g_bufs * CHUNK);
             assert_int_equal(o.fp.grad_nvme, (uint64_t)(N_CHUNKS - kept) * g_bufs * P16_EXTENT);
-            assert_int_equal(o.fp.pinned + o.fp.host, c.host_bytes);
+            assert_int_equal(o.fp.pinned + o.fp.bytes[ZO_TIER_HOST], c.host_bytes);
             assert_same_weights(&kept_all, &o, STEPS);
             int clipped = 0;
             for (int s = 0; s < STEPS; s++)
@@ -96,7 +96,8 @@ static void test_spilled_group_sums_train_bitwise(void **state)
         assert_int_equal(kept_all.fp.grad_pinned, (2 + 2) * S); /* lookahead 2 */
         assert_int_equal(kept_all.fp.grad_stage, 3 * S);
         assert_int_equal(kept_all.fp.grad_host, N_CHUNKS * S);
-        uint64_t rest = kept_all.fp.pinned + kept_all.fp.host - kept_all.fp.grad_host;
+        uint64_t rest =
+            kept_all.fp.pinned + kept_all.fp.bytes[ZO_TIER_HOST] - kept_all.fp.grad_host;
         for (int kept = N_CHUNKS / 2; kept >= 0; kept -= N_CHUNKS / 2) {
             run_out o;
             c.host_bytes = rest + (uint64_t)kept * S;
@@ -196,7 +197,7 @@ static void test_states_on_nvme_stage_gradients(void **state)
             assert_int_equal(all.fp.grad_pinned, (2 + 2) * (grouped ? 2 : 1) * CHUNK);
             assert_int_equal(all.fp.grad_host, (uint64_t)N_CHUNKS * G);
             assert_same_weights(&ref, &all, c.steps);
-            c.host_bytes = all.fp.pinned + all.fp.host - all.fp.grad_host;
+            c.host_bytes = all.fp.pinned + all.fp.bytes[ZO_TIER_HOST] - all.fp.grad_host;
             run(&c, &none);
             assert_int_equal(none.fp.grad_host, 0);
             assert_true(none.fp.grad_nvme > 0);

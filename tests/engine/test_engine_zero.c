@@ -76,8 +76,8 @@ static zo_status build(zrun *r, const zcfg *z, zo_engine_config *c)
     c->adam.weight_decay = 0.01f;
     c->adam.simd_level = -1;
     c->max_grad_norm = z->max_norm;
-    c->param_caps.device = z->param_cap;
-    c->param_caps.host = z->host_cap;
+    c->param_caps.bytes[ZO_TIER_DEVICE] = z->param_cap;
+    c->param_caps.bytes[ZO_TIER_HOST] = z->host_cap;
     c->mode = z->mode;
     c->lookahead = z->gather_only ? 0 : c->lookahead;
     if (z->stage) {
@@ -275,23 +275,23 @@ static void expect_own_states(const zrun *r, int stage, zo_tier optim_home)
     if (n_ranks == 1 && r->accum > 1) /* one rank's fp32 accumulators; ZeRO's global order has
                                          none (the owners' reduced gradients hold the sums) */
         zero = sets * n * grads;
-    uint32_t optim[3], params[3], held = 0;
+    uint32_t optim[ZO_TIER_MAX], params[ZO_TIER_MAX], held = 0;
     ZO_ASSERT_OK(zo_engine_homes(r->eng, params, optim));
     uint64_t states = optim_home == ZO_TIER_HOST ? owned * Z : 0;
     if (r->mode == ZO_OPTIM_OVERLAP) /* the backups of the resident states */
         states *= 2;
     /* NVMe-homed states: their gradients wait in host memory (grad_host) */
-    assert_int_equal(r->fp.host - r->fp.grad_host, states + zero);
+    assert_int_equal(r->fp.bytes[ZO_TIER_HOST] - r->fp.grad_host, states + zero);
     if (optim_home == ZO_TIER_HOST)
         assert_int_equal(r->fp.grad_host, 0);
-    assert_int_equal(r->last.peak_host, r->fp.host);
+    assert_int_equal(r->last.peak[ZO_TIER_HOST], r->fp.bytes[ZO_TIER_HOST]);
     assert_int_equal(r->last.peak_pinned, r->fp.pinned); /* the footprint counts every buffer */
     /* two extents of a chunk's 16-bit bytes for each chunk homed on NVMe and,
      * one rank (no ZeRO), each device-resident chunk over NVMe states */
     uint64_t backed = n_ranks == 1 ? r->param_cap / CHUNK : 0;
     uint64_t p16 = 2ull * (params[ZO_TIER_NVME] + backed) * CHUNK;
     uint64_t nvme_states = optim_home == ZO_TIER_NVME ? owned : 0;
-    assert_int_equal(r->fp.nvme - r->fp.grad_nvme,
+    assert_int_equal(r->fp.bytes[ZO_TIER_NVME] - r->fp.grad_nvme,
                      2ull * nvme_states * zo_engine_nvme_state_bytes(CHUNK / 2) + p16);
     if (n_ranks > 1) {
         /* every chunk's 16-bit gradients come down through the pinned ring
@@ -414,7 +414,7 @@ static void stage2_tight_host_budget(void **state)
               ZO_REDUCE_ORDER_GLOBAL};
     zrun a;
     train(&z, &a);
-    z.host_bytes = a.fp.pinned + a.fp.host - a.fp.grad_host;
+    z.host_bytes = a.fp.pinned + a.fp.bytes[ZO_TIER_HOST] - a.fp.grad_host;
     close_run(&a);
     expect_exact_as(z);
 }
@@ -594,7 +594,7 @@ static void stage3_device_params_are_a_share(void **state)
         assert_true(params <= (n + n_ranks - 1) / n_ranks * CHUNK + K * CHUNK);
     if (n_ranks == 4)
         assert_true(params < n * CHUNK); /* 2 + 2 of 8 chunks */
-    uint32_t homes[3];
+    uint32_t homes[ZO_TIER_MAX];
     ZO_ASSERT_OK(zo_engine_homes(a.eng, homes, NULL));
     assert_int_equal(homes[ZO_TIER_DEVICE], n_ranks == 1 ? n : owned);
     close_run(&a);
@@ -692,7 +692,7 @@ static void expect_p16_on_nvme(const zcfg *z)
 {
     zrun a;
     train(z, &a);
-    uint32_t params[3], n = a.fp.n_chunks;
+    uint32_t params[ZO_TIER_MAX], n = a.fp.n_chunks;
     uint32_t owned = n / (uint32_t)n_ranks + ((uint32_t)me < n % (uint32_t)n_ranks);
     ZO_ASSERT_OK(zo_engine_homes(a.eng, params, NULL));
     int nvme_states = z->optim_home == ZO_TIER_NVME;
@@ -771,7 +771,7 @@ static void p16_nvme_split(void **state)
                   ZO_REDUCE_ORDER_GLOBAL};
         zrun a;
         train(&z, &a);
-        uint32_t params[3];
+        uint32_t params[ZO_TIER_MAX];
         ZO_ASSERT_OK(zo_engine_homes(a.eng, params, NULL));
         if (n_ranks > 1 && stage < 3) {
             assert_int_equal(params[ZO_TIER_DEVICE], 2);

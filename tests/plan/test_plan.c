@@ -147,14 +147,14 @@ static void check_memory(const job_cfg *c, zp_strategy s, uint64_t device_bytes)
     printf("  %-15s %-22s budget %9llu: device %9llu/%9llu pinned %9llu/%9llu host %9llu/%9llu "
            "nvme %9llu/%9llu (predicted/measured)\n",
            c->name, zp_strategy_name(s), (unsigned long long)device_bytes,
-           (unsigned long long)p.peak_device, (unsigned long long)st.peak_device,
+           (unsigned long long)p.peak_device, (unsigned long long)st.peak[ZO_TIER_DEVICE],
            (unsigned long long)p.peak_pinned, (unsigned long long)st.peak_pinned,
-           (unsigned long long)p.peak_host, (unsigned long long)st.peak_host,
-           (unsigned long long)p.peak_nvme, (unsigned long long)st.peak_nvme);
-    expect_close("device (engine)", p.peak_device, st.peak_device);
+           (unsigned long long)p.peak_host, (unsigned long long)st.peak[ZO_TIER_HOST],
+           (unsigned long long)p.peak_nvme, (unsigned long long)st.peak[ZO_TIER_NVME]);
+    expect_close("device (engine)", p.peak_device, st.peak[ZO_TIER_DEVICE]);
     expect_close("pinned", p.peak_pinned, st.peak_pinned);
-    expect_close("host", p.peak_host, st.peak_host);
-    expect_close("nvme", p.peak_nvme, st.peak_nvme);
+    expect_close("host", p.peak_host, st.peak[ZO_TIER_HOST]);
+    expect_close("nvme", p.peak_nvme, st.peak[ZO_TIER_NVME]);
     expect_close("device total", p.device.total, dev_total);
 }
 

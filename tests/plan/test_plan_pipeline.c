@@ -90,10 +90,10 @@ static void check_stage_footprint(const zp_job *job, const zp_hardware *node, co
     ZO_ASSERT_OK(zo_engine_footprint_for(&cfg, &l.ly, &fp, &fits, msg, sizeof msg));
     assert_int_equal(fp.n_params, st->plan.fp.n_params);
     assert_int_equal(fp.n_chunks, st->plan.fp.n_chunks);
-    assert_int_equal(fp.device, st->plan.fp.device);
+    assert_int_equal(fp.bytes[ZO_TIER_DEVICE], st->plan.fp.bytes[ZO_TIER_DEVICE]);
     assert_int_equal(fp.pinned, st->plan.fp.pinned);
-    assert_int_equal(fp.host, st->plan.fp.host);
-    assert_int_equal(fp.nvme, st->plan.fp.nvme);
+    assert_int_equal(fp.bytes[ZO_TIER_HOST], st->plan.fp.bytes[ZO_TIER_HOST]);
+    assert_int_equal(fp.bytes[ZO_TIER_NVME], st->plan.fp.bytes[ZO_TIER_NVME]);
     uint64_t params = 0;
     for (size_t i = 0; i < l.ly.n_tensors; i++)
         params += l.numel[i];
@@ -115,7 +115,8 @@ static void check_stage_arena(const zp_job *job, const zp_pipeline_plan *p, int 
     if (job->shape.tied && s == p->stages - 1)
         copy = 2 * ((uint64_t)job->shape.vocab * job->shape.dim + job->shape.dim);
     assert_int_equal(st->tied_copy_bytes, copy);
-    assert_int_equal(q->device.total, q->fp.device + zt_model_activation_bytes_group(&mc, &g) +
+    assert_int_equal(q->device.total, q->fp.bytes[ZO_TIER_DEVICE] +
+                                          zt_model_activation_bytes_group(&mc, &g) +
                                           q->device.reserve + copy);
 }
 
@@ -365,9 +366,9 @@ static void test_one_stage_is_the_model(void **state)
     j.chunk_bytes = p.chunk_bytes;
     j.mode = p.mode;
     ZO_ASSERT_OK(zp_plan_split(&j, &hw, &speeds, 0, &whole, NULL));
-    assert_int_equal(p.stage[0].plan.fp.device, whole.fp.device);
+    assert_int_equal(p.stage[0].plan.fp.bytes[ZO_TIER_DEVICE], whole.fp.bytes[ZO_TIER_DEVICE]);
     assert_int_equal(p.stage[0].plan.fp.pinned, whole.fp.pinned);
-    assert_int_equal(p.stage[0].plan.fp.host, whole.fp.host);
+    assert_int_equal(p.stage[0].plan.fp.bytes[ZO_TIER_HOST], whole.fp.bytes[ZO_TIER_HOST]);
     assert_int_equal(p.stage[0].plan.device.total, whole.device.total);
     assert_true(p.bubble == 0);
     assert_int_equal(p.p2p_step_bytes, 0);

@@ -71,8 +71,8 @@ static uint64_t host_pinned(const zp_plan *p)
 static void expect_engine_footprint(const zp_job *j, const zp_hardware *hw, const zp_plan *p)
 {
     zo_engine_config cfg = zp_plan_engine_config(j, hw, p);
-    assert_int_equal(cfg.param_caps.device, p->param_caps.device);
-    assert_int_equal(cfg.optim_caps.host, p->optim_caps.host);
+    assert_int_equal(cfg.param_caps.bytes[ZO_TIER_DEVICE], p->param_caps.bytes[ZO_TIER_DEVICE]);
+    assert_int_equal(cfg.optim_caps.bytes[ZO_TIER_HOST], p->optim_caps.bytes[ZO_TIER_HOST]);
     zt_shape s = j->shape;
     int L = zt_engine_layers(&s);
     size_t n = 0, k = 0;
@@ -95,10 +95,10 @@ static void expect_engine_footprint(const zp_job *j, const zp_hardware *hw, cons
     int fits = 0;
     ZO_ASSERT_OK(zo_engine_footprint_for(&cfg, &ly, &fp, &fits, NULL, 0));
     assert_int_equal(fits, 1);
-    assert_int_equal(fp.device, p->fp.device);
+    assert_int_equal(fp.bytes[ZO_TIER_DEVICE], p->fp.bytes[ZO_TIER_DEVICE]);
     assert_int_equal(fp.pinned, p->fp.pinned);
-    assert_int_equal(fp.host, p->fp.host);
-    assert_int_equal(fp.nvme, p->fp.nvme);
+    assert_int_equal(fp.bytes[ZO_TIER_HOST], p->fp.bytes[ZO_TIER_HOST]);
+    assert_int_equal(fp.bytes[ZO_TIER_NVME], p->fp.bytes[ZO_TIER_NVME]);
     assert_int_equal(fp.grad_host, p->fp.grad_host);
     assert_int_equal(fp.grad_nvme, p->fp.grad_nvme);
     assert_int_equal(cfg.host_bytes, p->engine_host_budget);
@@ -127,12 +127,13 @@ static void test_13b_workstation(void **state)
     /* the engine, given the budget less what the plan keeps beside it (the
      * modelled pinned terms, zo-train's layer inputs in pinned and, on NVMe,
      * their carry in pageable memory), spills */
-    int64_t beside = (int64_t)(p.pinned.total - p.fp.pinned) + (int64_t)(p.host.total - p.fp.host);
+    int64_t beside = (int64_t)(p.pinned.total - p.fp.pinned) +
+                     (int64_t)(p.host.total - p.fp.bytes[ZO_TIER_HOST]);
     assert_true(p.engine_host_budget > 0);
     assert_int_equal((int64_t)p.engine_host_budget, (int64_t)(64 * GiB) - beside);
     assert_true(p.grad_spill > 0 && p.fp.grad_nvme > 0);
     assert_int_equal(p.fp.grad_host, p.grad_store - p.grad_spill);
-    assert_int_equal(p.host.total - p.fp.host,
+    assert_int_equal(p.host.total - p.fp.bytes[ZO_TIER_HOST],
                      p.act_home == ZP_ACT_NVME ? p.layer_inputs - p.nvme.layer_inputs : 0);
     expect_engine_footprint(&j, &hw, &p);
 
@@ -231,7 +232,7 @@ static void test_footprint_is_the_engines(void **state)
     /* the update waits for the longer of Adam and its states' NVMe reads and writes */
     assert_true(p.update_seconds >= p.seconds[ZP_BN_OPTIM] && p.update_seconds <= p.step_seconds);
     assert_int_equal(p.pinned.total, host_pinned(&p));
-    assert_int_equal(p.host.total, p.fp.host);
+    assert_int_equal(p.host.total, p.fp.bytes[ZO_TIER_HOST]);
     assert_int_equal(p.fp.grad_host, p.grad_store - p.grad_spill);
 
     /* nothing on NVMe, groups of one: the engine's footprint is the whole plan */
@@ -245,8 +246,8 @@ static void test_footprint_is_the_engines(void **state)
     assert_int_equal(p.modelled.device, 0);
     assert_int_equal(p.modelled.pinned, 0);
     assert_int_equal(p.pinned.total, p.fp.pinned);
-    assert_int_equal(p.host.total, p.fp.host);
-    assert_int_equal(p.peak_device, p.fp.device);
+    assert_int_equal(p.host.total, p.fp.bytes[ZO_TIER_HOST]);
+    assert_int_equal(p.peak_device, p.fp.bytes[ZO_TIER_DEVICE]);
     /* no NVMe: the update is CPU Adam alone */
     assert_true(p.update_seconds == p.seconds[ZP_BN_OPTIM] && p.update_seconds > 0);
 }
@@ -287,8 +288,10 @@ static void test_random_budgets_respected(void **state)
             assert_true(p.pinned.total + p.host.total <= hw.host_bytes);
             assert_true(!hw.pinned_max || p.pinned.total <= hw.pinned_max);
             assert_true(p.nvme.files <= hw.nvme_bytes);
-            assert_true(p.param_caps.device <= (uint64_t)p.fp.n_chunks * p.fp.chunk_bytes);
-            assert_true(p.optim_caps.host <= (uint64_t)p.fp.n_chunks * 6 * p.fp.chunk_bytes);
+            assert_true(p.param_caps.bytes[ZO_TIER_DEVICE] <=
+                        (uint64_t)p.fp.n_chunks * p.fp.chunk_bytes);
+            assert_true(p.optim_caps.bytes[ZO_TIER_HOST] <=
+                        (uint64_t)p.fp.n_chunks * 6 * p.fp.chunk_bytes);
             assert_int_equal(p.pinned.total, host_pinned(&p));
             expect_engine_footprint(&j, &hw, &p);
         }

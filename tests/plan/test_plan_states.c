@@ -103,8 +103,8 @@ static void test_host_state_bytes_are_the_engines(void **state)
         zp_job j = job_of("small", 512, 1, formats[f]);
         zp_plan p = fixed(&j, &hw, ZP_OPTIM_HOST);
         zo_engine_footprint fp = engine_footprint(&j, &hw, &p);
-        assert_int_equal(fp.host, p.fp.host);
-        assert_int_equal(p.host.states, fp.host);
+        assert_int_equal(fp.bytes[ZO_TIER_HOST], p.fp.bytes[ZO_TIER_HOST]);
+        assert_int_equal(p.host.states, fp.bytes[ZO_TIER_HOST]);
         assert_int_equal(p.host.states, (uint64_t)p.fp.n_chunks *
                                             zp_chunk_state_bytes(formats[f], p.fp.chunk_bytes / 2));
         bytes[f] = p.host.states;
@@ -143,7 +143,7 @@ static void test_nvme_bytes_per_step_are_the_engines(void **state)
         assert_int_equal(p.nvme_read_bytes, want);
         assert_int_equal(p.nvme_write_bytes, want);
         zo_engine_footprint fp = engine_footprint(&j, &hw, &p);
-        assert_int_equal(fp.nvme, p.fp.nvme);
+        assert_int_equal(fp.bytes[ZO_TIER_NVME], p.fp.bytes[ZO_TIER_NVME]);
         per_step[f] = want;
     }
     assert_true(per_step[1] <= per_step[0] * 0.70);
@@ -166,8 +166,8 @@ static void test_13b_per_chunk_plan_per_format(void **state)
         if (!p[f].fits)
             fail_msg("13b, %d: %s", (int)formats[f], p[f].why);
         zo_engine_footprint fp = engine_footprint(&j, &hw, &p[f]);
-        assert_int_equal(fp.nvme, p[f].fp.nvme);
-        assert_int_equal(fp.host, p[f].fp.host);
+        assert_int_equal(fp.bytes[ZO_TIER_NVME], p[f].fp.bytes[ZO_TIER_NVME]);
+        assert_int_equal(fp.bytes[ZO_TIER_HOST], p[f].fp.bytes[ZO_TIER_HOST]);
         assert_int_equal(fp.pinned, p[f].fp.pinned);
     }
     assert_true(p[1].nvme_state_bytes < p[0].nvme_state_bytes);
@@ -201,8 +201,8 @@ static void test_master_split_traffic(void **state)
         zo_engine_config cfg = zp_plan_engine_config(&j, &hw, &p);
         assert_int_equal(cfg.master_split, 1);
         zo_engine_footprint fp = engine_footprint(&j, &hw, &p);
-        assert_int_equal(fp.nvme, p.fp.nvme);
-        assert_int_equal(fp.host, p.fp.host);
+        assert_int_equal(fp.bytes[ZO_TIER_NVME], p.fp.bytes[ZO_TIER_NVME]);
+        assert_int_equal(fp.bytes[ZO_TIER_HOST], p.fp.bytes[ZO_TIER_HOST]);
         assert_int_equal(fp.pinned, p.fp.pinned);
         /* the states' extents (without the split, device-resident chunks
          * keep their 16-bit copies on NVMe too: nvme.params) */
@@ -249,7 +249,7 @@ static void test_embedding_f32_states_counted(void **state)
         j.embedding_f32 = 1;
         zp_plan p = fixed(&j, &hw, ZP_OPTIM_HOST), q = fixed(&plain, &hw, ZP_OPTIM_HOST);
         zo_engine_footprint fp = engine_footprint(&j, &hw, &p);
-        assert_int_equal(p.host.states, fp.host);
+        assert_int_equal(p.host.states, fp.bytes[ZO_TIER_HOST]);
         if (formats[f] == ZO_DTYPE_F32) {
             assert_int_equal(p.host.states, q.host.states);
             assert_int_equal(p.fp.chunk_bytes, q.fp.chunk_bytes);
@@ -260,7 +260,7 @@ static void test_embedding_f32_states_counted(void **state)
         assert_true(p.host.states > q.host.states);
         p = fixed(&j, &hw, ZP_OPTIM_NVME);
         fp = engine_footprint(&j, &hw, &p);
-        assert_int_equal(fp.nvme, p.fp.nvme);
+        assert_int_equal(fp.bytes[ZO_TIER_NVME], p.fp.bytes[ZO_TIER_NVME]);
     }
 }
 

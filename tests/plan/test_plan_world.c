@@ -103,10 +103,10 @@ static void test_rank_footprint_is_the_engines(void **state)
         zo_engine_footprint fp = ZO_ENGINE_FOOTPRINT_INIT;
         int fits = 0;
         ZO_ASSERT_OK(zo_engine_footprint_for(&cfg, &l.ly, &fp, &fits, NULL, 0));
-        assert_int_equal(fp.device, p->fp.device);
+        assert_int_equal(fp.bytes[ZO_TIER_DEVICE], p->fp.bytes[ZO_TIER_DEVICE]);
         assert_int_equal(fp.pinned, p->fp.pinned);
-        assert_int_equal(fp.host, p->fp.host);
-        assert_int_equal(fp.nvme, p->fp.nvme);
+        assert_int_equal(fp.bytes[ZO_TIER_HOST], p->fp.bytes[ZO_TIER_HOST]);
+        assert_int_equal(fp.bytes[ZO_TIER_NVME], p->fp.bytes[ZO_TIER_NVME]);
         /* the breakdown by use adds up without wrapping */
         assert_true(p->pinned.params + p->pinned.grads + p->pinned.twins + p->pinned.staging ==
                     p->pinned.total);

@@ -67,7 +67,7 @@ int main(void)
            F(zo_loss_scaler_config, consecutive_hysteresis),
            F(zo_loss_scaler_config, min_loss_scale),
            F(zo_loss_scaler_config, raise_error_at_min_scale));
-    STRUCT(zo_engine_caps, F(zo_engine_caps, device), F(zo_engine_caps, host));
+    STRUCT(zo_engine_caps, F(zo_engine_caps, bytes));
     STRUCT(zo_engine_config, F(zo_engine_config, struct_size), F(zo_engine_config, device),
            F(zo_engine_config, rank), F(zo_engine_config, world_size),
            F(zo_engine_config, param_dtype), F(zo_engine_config, chunk_bytes),
@@ -86,9 +86,8 @@ int main(void)
            F(zo_engine_config, comm), F(zo_engine_config, zero_persist_elems),
            F(zo_engine_config, master_split), F(zo_engine_config, host_node),
            F(zo_engine_config, pipe_comm), F(zo_engine_config, reduce_order));
-    STRUCT(zo_engine_footprint, F(zo_engine_footprint, struct_size), F(zo_engine_footprint, device),
-           F(zo_engine_footprint, pinned), F(zo_engine_footprint, host),
-           F(zo_engine_footprint, nvme), F(zo_engine_footprint, chunk_bytes),
+    STRUCT(zo_engine_footprint, F(zo_engine_footprint, struct_size), F(zo_engine_footprint, bytes),
+           F(zo_engine_footprint, pinned), F(zo_engine_footprint, chunk_bytes),
            F(zo_engine_footprint, n_chunks), F(zo_engine_footprint, max_chunks_per_layer),
            F(zo_engine_footprint, device_param_slots), F(zo_engine_footprint, device_grad_slots),
            F(zo_engine_footprint, n_params), F(zo_engine_footprint, param_staging),
@@ -102,8 +101,7 @@ int main(void)
            F(zo_step_stats, nvme_write_bytes), F(zo_step_stats, step_seconds),
            F(zo_step_stats, stall_seconds), F(zo_step_stats, optim_seconds),
            F(zo_step_stats, h2d_seconds), F(zo_step_stats, d2h_seconds),
-           F(zo_step_stats, nvme_seconds), F(zo_step_stats, peak_device),
-           F(zo_step_stats, peak_pinned), F(zo_step_stats, peak_host), F(zo_step_stats, peak_nvme),
+           F(zo_step_stats, nvme_seconds), F(zo_step_stats, peak), F(zo_step_stats, peak_pinned),
            F(zo_step_stats, fetch_hits), F(zo_step_stats, fetch_misses),
            F(zo_step_stats, evictions), F(zo_step_stats, prefetches));
     STRUCT(zo_engine_step_state, F(zo_engine_step_state, struct_size),

@@ -161,13 +161,13 @@ static void test_resume_on_another_split(void **state)
     zt_options a = base_options();
     a.param_home = a.optim_home = ZO_TIER_NVME;
     a.mode = ZO_OPTIM_OVERLAP;
-    a.optim_caps.host = 6 * 3 * a.chunk_bytes; /* three chunks' states in RAM */
+    a.optim_caps.bytes[ZO_TIER_HOST] = 6 * 3 * a.chunk_bytes; /* three chunks' states in RAM */
     zt_options b = a;
-    b.optim_caps.host = 6 * 7 * a.chunk_bytes;
-    b.param_caps.host = 9 * a.chunk_bytes;
+    b.optim_caps.bytes[ZO_TIER_HOST] = 6 * 7 * a.chunk_bytes;
+    b.param_caps.bytes[ZO_TIER_HOST] = 9 * a.chunk_bytes;
     check_resume_as(&a, &b, "3 chunks' states on the host, resumed with 7 and 9 chunks' params");
     zt_options c = a;
-    c.optim_caps.host = 0;
+    c.optim_caps.bytes[ZO_TIER_HOST] = 0;
     check_resume_as(&b, &c, "split, resumed all on NVMe");
 }
 

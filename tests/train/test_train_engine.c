@@ -228,8 +228,8 @@ static void test_split_homes_equal_all_nvme(void **state)
         uint32_t n = ref.n_chunks;
         assert_int_equal(ref.optim_homes[ZO_TIER_NVME], n);
         zt_options a = base; /* half the states on the host, a third of the parameters */
-        a.optim_caps.host = n / 2 * 6 * ref.chunk_bytes;
-        a.param_caps.host = (n / 2 + n / 3) * ref.chunk_bytes;
+        a.optim_caps.bytes[ZO_TIER_HOST] = n / 2 * 6 * ref.chunk_bytes;
+        a.param_caps.bytes[ZO_TIER_HOST] = (n / 2 + n / 3) * ref.chunk_bytes;
         zt_options b = base; /* --placement auto: the default host limit holds it all */
         b.placement_auto = 1;
         const zt_options *cases[2] = {&a, &b};

@@ -59,7 +59,7 @@ static setup_peak set_up(int layers)
             _exit(2);
         }
         const zt_setup *su = zt_trainer_setup(t);
-        uint64_t v[2] = {su->footprint.pinned + su->footprint.host, su->n_params};
+        uint64_t v[2] = {su->footprint.pinned + su->footprint.bytes[ZO_TIER_HOST], su->n_params};
         ssize_t w = write(fd[1], v, sizeof v);
         zt_trainer_free(t);
         _exit(w == (ssize_t)sizeof v ? 0 : 3);

@@ -471,10 +471,11 @@ static void print_json(const eng_opts *o, const eng_result *r)
         r->last.optim_seconds, "nvme_seconds", r->last.nvme_seconds, "h2d_bytes",
         (json_int_t)r->last.h2d_bytes, "d2h_bytes", (json_int_t)r->last.d2h_bytes,
         "nvme_read_bytes", (json_int_t)r->last.nvme_read_bytes, "nvme_write_bytes",
-        (json_int_t)r->last.nvme_write_bytes, "peak_device", (json_int_t)r->fp.device,
-        "peak_pinned", (json_int_t)r->fp.pinned, "peak_host", (json_int_t)r->fp.host, "peak_nvme",
-        (json_int_t)r->fp.nvme, "prefetches", (json_int_t)r->last.prefetches, "fetch_misses",
-        (json_int_t)r->last.fetch_misses);
+        (json_int_t)r->last.nvme_write_bytes, "peak_device",
+        (json_int_t)r->fp.bytes[ZO_TIER_DEVICE], "peak_pinned", (json_int_t)r->fp.pinned,
+        "peak_host", (json_int_t)r->fp.bytes[ZO_TIER_HOST], "peak_nvme",
+        (json_int_t)r->fp.bytes[ZO_TIER_NVME], "prefetches", (json_int_t)r->last.prefetches,
+        "fetch_misses", (json_int_t)r->last.fetch_misses);
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     if (txt)
         printf("%s\n", txt);
@@ -504,8 +505,9 @@ static void print_human(const eng_opts *o, const eng_result *r)
         (unsigned long long)r->last.nvme_read_bytes, (unsigned long long)r->last.nvme_write_bytes,
         (unsigned long long)r->last.prefetches, (unsigned long long)r->last.fetch_misses);
     printf("  peak bytes: device %llu, pinned %llu, host %llu, nvme %llu\n",
-           (unsigned long long)r->fp.device, (unsigned long long)r->fp.pinned,
-           (unsigned long long)r->fp.host, (unsigned long long)r->fp.nvme);
+           (unsigned long long)r->fp.bytes[ZO_TIER_DEVICE], (unsigned long long)r->fp.pinned,
+           (unsigned long long)r->fp.bytes[ZO_TIER_HOST],
+           (unsigned long long)r->fp.bytes[ZO_TIER_NVME]);
 }
 
 int zo_bench_engine_main(int argc, char **argv)

@@ -444,8 +444,8 @@ static zo_status emit(const cli *c, result *r)
                  p->fp.chunk_bytes,
                  {0},
                  c->req.n_nvme_paths,
-                 {p->optim_caps.device, p->optim_caps.host},
-                 {p->param_caps.device, p->param_caps.host},
+                 {p->optim_caps.bytes[ZO_TIER_DEVICE], p->optim_caps.bytes[ZO_TIER_HOST]},
+                 {p->param_caps.bytes[ZO_TIER_DEVICE], p->param_caps.bytes[ZO_TIER_HOST]},
                  p->micro_group,
                  (int)p->act_home,
                  zp_trainer_host_mem(&r->hw, p),
@@ -833,9 +833,10 @@ static void print_split_terms(const zp_plan *p)
     char a[32], b[32], c[32], d[32], e[32];
     printf("    homes: 16-bit params device %u / host %u / nvme %u chunks (param_caps device %s, "
            "host %s); optimizer states device %u / host %u / nvme %u (optim_caps host %s)\n",
-           p->param_homes[0], p->param_homes[1], p->param_homes[2], B(a, p->param_caps.device),
-           B(b, p->param_caps.host), p->optim_homes[0], p->optim_homes[1], p->optim_homes[2],
-           B(c, p->optim_caps.host));
+           p->param_homes[0], p->param_homes[1], p->param_homes[2],
+           B(a, p->param_caps.bytes[ZO_TIER_DEVICE]), B(b, p->param_caps.bytes[ZO_TIER_HOST]),
+           p->optim_homes[0], p->optim_homes[1], p->optim_homes[2],
+           B(c, p->optim_caps.bytes[ZO_TIER_HOST]));
     printf("    micro-group %d (%d group(s) per step), layer inputs on the %s: %s; optimizer mode "
            "%s; host budget %s (the engine's share %s)\n",
            p->micro_group, p->n_groups, zp_act_where(p->act_home), B(a, p->layer_inputs),
@@ -873,10 +874,13 @@ static void print_validation(const result *r)
             "  %-22s step %.4g s (predicted %.4g s, %+.1f%%); peaks device %s, pinned %s, host %s, "
             "nvme %s%s\n",
             zp_strategy_name(p->strategy), v->step_seconds, p->step_seconds,
-            100 * (p->step_seconds - v->step_seconds) / v->step_seconds, B(a, v->last.peak_device),
-            B(b, v->last.peak_pinned), B(d, v->last.peak_host), B(e, v->last.peak_nvme),
-            v->last.peak_device == p->peak_device && v->last.peak_pinned == p->peak_pinned &&
-                    v->last.peak_host == p->peak_host && v->last.peak_nvme == p->peak_nvme
+            100 * (p->step_seconds - v->step_seconds) / v->step_seconds,
+            B(a, v->last.peak[ZO_TIER_DEVICE]), B(b, v->last.peak_pinned),
+            B(d, v->last.peak[ZO_TIER_HOST]), B(e, v->last.peak[ZO_TIER_NVME]),
+            v->last.peak[ZO_TIER_DEVICE] == p->peak_device &&
+                    v->last.peak_pinned == p->peak_pinned &&
+                    v->last.peak[ZO_TIER_HOST] == p->peak_host &&
+                    v->last.peak[ZO_TIER_NVME] == p->peak_nvme
                 ? " (as planned)"
                 : " (the plan differs)");
         printf("  %-22s   of its last step: optimizer busy %.4g s (predicted update %.4g: Adam "
@@ -998,7 +1002,8 @@ static void print_human(const cli *c, const result *r)
         if (p->strategy == ZP_SPLIT)
             printf(" --param-device-bytes %llu --optim-host-bytes %llu --host-mem %llu "
                    "--micro-group %d --act-home %s",
-                   (unsigned long long)p->param_caps.device, (unsigned long long)p->optim_caps.host,
+                   (unsigned long long)p->param_caps.bytes[ZO_TIER_DEVICE],
+                   (unsigned long long)p->optim_caps.bytes[ZO_TIER_HOST],
                    (unsigned long long)zp_trainer_host_mem(&r->hw, p), p->micro_group,
                    zp_act_home_name(p->act_home));
         printf("\n");
@@ -1103,9 +1108,10 @@ static json_t *json_split(const zp_plan *p)
     json_object_set_new(o, "optimizer_mode", json_string(zo_optim_mode_name(p->mode)));
     json_object_set_new(o, "placement",
                         json_pack("{s:{s:o,s:o},s:{s:o,s:o}}", "params", "device",
-                                  ju(p->param_caps.device), "host", ju(p->param_caps.host),
-                                  "optimizer", "device", ju(p->optim_caps.device), "host",
-                                  ju(p->optim_caps.host)));
+                                  ju(p->param_caps.bytes[ZO_TIER_DEVICE]), "host",
+                                  ju(p->param_caps.bytes[ZO_TIER_HOST]), "optimizer", "device",
+                                  ju(p->optim_caps.bytes[ZO_TIER_DEVICE]), "host",
+                                  ju(p->optim_caps.bytes[ZO_TIER_HOST])));
     json_object_set_new(o, "homes",
                         json_pack("{s:[i,i,i],s:[i,i,i]}", "params", p->param_homes[0],
                                   p->param_homes[1], p->param_homes[2], "optimizer",
@@ -1130,9 +1136,9 @@ static json_t *json_split(const zp_plan *p)
                         json_pack("{s:I,s:I}", "device", (json_int_t)p->modelled.device, "pinned",
                                   (json_int_t)p->modelled.pinned));
     json_object_set_new(o, "engine_footprint",
-                        json_pack("{s:o,s:o,s:o,s:o}", "device", ju(p->fp.device), "pinned",
-                                  ju(p->fp.pinned), "host", ju(p->fp.host), "nvme",
-                                  ju(p->fp.nvme)));
+                        json_pack("{s:o,s:o,s:o,s:o}", "device", ju(p->fp.bytes[ZO_TIER_DEVICE]),
+                                  "pinned", ju(p->fp.pinned), "host", ju(p->fp.bytes[ZO_TIER_HOST]),
+                                  "nvme", ju(p->fp.bytes[ZO_TIER_NVME])));
     json_object_set_new(o, "reason", json_string(p->reason));
 
     return o;
@@ -1150,8 +1156,9 @@ static json_t *json_validation(const result *r, int s)
                      "step_error", (r->plans[s].step_seconds - m) / m, "predicted_update_seconds",
                      r->plans[s].update_seconds, "optimizer_busy_seconds", l->optim_seconds,
                      "nvme_wait_seconds", l->nvme_seconds, "peak_bytes", "device",
-                     ju(l->peak_device), "pinned", ju(l->peak_pinned), "host", ju(l->peak_host),
-                     "nvme", ju(l->peak_nvme), "device_total", ju(r->val[s].device_high_water));
+                     ju(l->peak[ZO_TIER_DEVICE]), "pinned", ju(l->peak_pinned), "host",
+                     ju(l->peak[ZO_TIER_HOST]), "nvme", ju(l->peak[ZO_TIER_NVME]), "device_total",
+                     ju(r->val[s].device_high_water));
 }
 
 static json_t *json_inputs(const cli *c, const result *r)

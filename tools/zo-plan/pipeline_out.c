@@ -31,8 +31,8 @@ static void shared_flags(const zp_pipeline_plan *p, zo_tier *param_home, zo_tier
             *param_home = q->param_home;
         if (q->optim_home > *optim_home)
             *optim_home = q->optim_home;
-        if (q->param_caps.device < *param_dev)
-            *param_dev = q->param_caps.device;
+        if (q->param_caps.bytes[ZO_TIER_DEVICE] < *param_dev)
+            *param_dev = q->param_caps.bytes[ZO_TIER_DEVICE];
     }
 }
 
@@ -161,15 +161,16 @@ static json_t *json_stage(const zp_stage_plan *st)
                                   ju(q->pinned.total), "host", ju(q->host.total), "nvme",
                                   ju(q->nvme.files)));
     json_object_set_new(o, "engine_footprint",
-                        json_pack("{s:o,s:o,s:o,s:o}", "device", ju(q->fp.device), "pinned",
-                                  ju(q->fp.pinned), "host", ju(q->fp.host), "nvme",
-                                  ju(q->fp.nvme)));
+                        json_pack("{s:o,s:o,s:o,s:o}", "device", ju(q->fp.bytes[ZO_TIER_DEVICE]),
+                                  "pinned", ju(q->fp.pinned), "host", ju(q->fp.bytes[ZO_TIER_HOST]),
+                                  "nvme", ju(q->fp.bytes[ZO_TIER_NVME])));
     json_object_set_new(o, "chunks", ju(q->fp.n_chunks));
     json_object_set_new(o, "tied_copy_bytes", ju(st->tied_copy_bytes));
     json_object_set_new(o, "staging_bytes", ju(st->staging_bytes));
     json_object_set_new(o, "placement",
-                        json_pack("{s:o,s:o}", "param_device", ju(q->param_caps.device),
-                                  "optim_host", ju(q->optim_caps.host)));
+                        json_pack("{s:o,s:o}", "param_device",
+                                  ju(q->param_caps.bytes[ZO_TIER_DEVICE]), "optim_host",
+                                  ju(q->optim_caps.bytes[ZO_TIER_HOST])));
     json_object_set_new(o, "offload_param", json_string(zt_home_name(q->param_home)));
     json_object_set_new(o, "offload_optimizer", json_string(zt_home_name(q->optim_home)));
     json_object_set_new(o, "send_bytes_per_micro_batch", ju(st->send_bytes));

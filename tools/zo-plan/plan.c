@@ -324,13 +324,13 @@ static void device_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *h
     else
         p->device.param_slots = slots;
     p->device.grads = (uint64_t)fp->device_grad_slots * fp->chunk_bytes;
-    p->device.states = fp->device - slots - p->device.grads;
+    p->device.states = fp->bytes[ZO_TIER_DEVICE] - slots - p->device.grads;
     p->device.inputs = a.inputs;
     p->device.checkpoints = a.checkpoints;
     p->device.workspace = a.workspace;
     p->device.reserve = hw->reserve_bytes;
-    p->device.total = fp->device + a.total + hw->reserve_bytes;
-    p->peak_device = fp->device;
+    p->device.total = fp->bytes[ZO_TIER_DEVICE] + a.total + hw->reserve_bytes;
+    p->peak_device = fp->bytes[ZO_TIER_DEVICE];
 }
 
 /* The footprint's pinned, host and NVMe totals split by use, as engine.h
@@ -361,22 +361,22 @@ static void host_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *hw,
     p->pinned.total = fp->pinned;
     p->host.states = p->optim_home == ZO_TIER_HOST ? states : 0;
     p->host.backups = job->mode == ZO_OPTIM_OVERLAP && p->optim_home != ZO_TIER_NVME ? states : 0;
-    p->host.accum = fp->host - p->host.states - p->host.backups;
-    p->host.total = fp->host;
+    p->host.accum = fp->bytes[ZO_TIER_HOST] - p->host.states - p->host.backups;
+    p->host.total = fp->bytes[ZO_TIER_HOST];
     uint64_t p16_extent = (fullest + 4095) / 4096 * 4096;
     /* ZeRO stage 3: a rank's files hold its own chunks (stages 1-2: every chunk) */
     uint64_t p16_chunks = W > 1 && job->zero_stage == 3 ? own : N;
     p->nvme.params = p->param_home == ZO_TIER_NVME || backed ? 2 * p16_chunks * p16_extent : 0;
-    p->nvme.states = fp->nvme - p->nvme.params;
-    p->nvme.payload = fp->nvme;
+    p->nvme.states = fp->bytes[ZO_TIER_NVME] - p->nvme.params;
+    p->nvme.payload = fp->bytes[ZO_TIER_NVME];
     int paths = hw->n_nvme_paths > 0 ? hw->n_nvme_paths : 1;
     /* the extents hold the fullest chunk, as the engine sizes them */
     p->nvme.files =
         zo_swap_files_bytes(p->nvme.states, zp_packed_state_bytes(job, fullest), (size_t)paths) +
         zo_swap_files_bytes(p->nvme.params, p16_extent, (size_t)paths);
     p->peak_pinned = fp->pinned;
-    p->peak_host = fp->host;
-    p->peak_nvme = fp->nvme;
+    p->peak_host = fp->bytes[ZO_TIER_HOST];
+    p->peak_nvme = fp->bytes[ZO_TIER_NVME];
 }
 
 static void check_host_and_nvme(zp_plan *p, const zp_hardware *hw)

@@ -198,8 +198,9 @@ typedef struct zp_plan {
     /* The per-chunk plan (ZP_SPLIT; a fixed-homes plan has caps 0, group 1,
      * layer inputs on the device, job->mode). */
     zo_optim_mode mode;
-    zo_engine_caps param_caps, optim_caps;   /* zo_engine_config's: bytes a faster tier holds */
-    uint32_t param_homes[3], optim_homes[3]; /* chunks homed at each tier (by zo_tier) */
+    zo_engine_caps param_caps, optim_caps; /* zo_engine_config's: bytes a faster tier holds */
+    /* chunks homed at each tier (by zo_tier) */
+    uint32_t param_homes[ZO_TIER_COUNT], optim_homes[ZO_TIER_COUNT];
     int micro_group, n_groups;
     zp_act_home act_home;
     uint64_t layer_inputs;       /* the group's layer inputs: (layers + 1) x seq x micro-batch x dim

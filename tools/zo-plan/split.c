@@ -209,7 +209,7 @@ static zo_status cand_footprint(split_ctx *x, const cand *c, zo_engine_config *c
 
 static uint64_t host_need(const zo_engine_footprint *fp, const extra *e)
 {
-    return fp->pinned + fp->host + e->act_host + e->act_carry;
+    return fp->pinned + fp->bytes[ZO_TIER_HOST] + e->act_host + e->act_carry;
 }
 
 /* The most parameter chunks the device keeps resident (0 when even one
@@ -219,7 +219,7 @@ static zo_status fill_device(split_ctx *x, const cand *c, zo_engine_config *cfg,
 {
     zo_engine_footprint fp;
     extra e;
-    cfg->param_caps.device = 0;
+    cfg->param_caps.bytes[ZO_TIER_DEVICE] = 0;
     ZT_TRY(cand_footprint(x, c, cfg, &e, &fp, fits, msg, cap));
     if (!*fits)
         return ZO_OK;
@@ -227,14 +227,14 @@ static zo_status fill_device(split_ctx *x, const cand *c, zo_engine_config *cfg,
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo + 1) / 2;
         int ok = 0;
-        cfg->param_caps.device = (uint64_t)mid * fp.chunk_bytes;
+        cfg->param_caps.bytes[ZO_TIER_DEVICE] = (uint64_t)mid * fp.chunk_bytes;
         ZT_TRY(cand_footprint(x, c, cfg, &e, &fp, &ok, NULL, 0));
         if (ok)
             lo = mid;
         else
             hi = mid - 1;
     }
-    cfg->param_caps.device = (uint64_t)lo * fp.chunk_bytes;
+    cfg->param_caps.bytes[ZO_TIER_DEVICE] = (uint64_t)lo * fp.chunk_bytes;
     return ZO_OK;
 }
 
@@ -249,21 +249,21 @@ static zo_status fill_host(split_ctx *x, zo_engine_config *cfg, const cand *c, e
     int ok;
     uint32_t n = x->m.n_chunks;
     const uint64_t Z = zp_chunk_state_bytes(cfg->state_dtype, C / x->pb);
-    cfg->optim_caps.host = (uint64_t)n * Z;
+    cfg->optim_caps.bytes[ZO_TIER_HOST] = (uint64_t)n * Z;
     ZT_TRY(cand_footprint(x, c, cfg, e, &fp, &ok, NULL, 0));
     if (host_need(&fp, e) <= H)
         return ZO_OK;
     uint32_t lo = 0, hi = n - 1;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo + 1) / 2;
-        cfg->optim_caps.host = (uint64_t)mid * Z;
+        cfg->optim_caps.bytes[ZO_TIER_HOST] = (uint64_t)mid * Z;
         ZT_TRY(cand_footprint(x, c, cfg, e, &fp, &ok, NULL, 0));
         if (host_need(&fp, e) <= H)
             lo = mid;
         else
             hi = mid - 1;
     }
-    cfg->optim_caps.host = (uint64_t)lo * Z;
+    cfg->optim_caps.bytes[ZO_TIER_HOST] = (uint64_t)lo * Z;
     return ZO_OK;
 }
 
@@ -277,12 +277,12 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e)
     p->device.param_slots = (S - res) * C;
     /* the gradient slots, and their fp32 sums when grouped */
     p->device.grads = (uint64_t)fp->device_grad_slots * C * (e->grouped ? 3 : 1);
-    p->device.states = fp->device - S * C - p->device.grads;
+    p->device.states = fp->bytes[ZO_TIER_DEVICE] - S * C - p->device.grads;
     p->device.inputs = e->act.inputs;
     p->device.checkpoints = e->act.checkpoints;
     p->device.workspace = e->act.workspace;
     p->device.reserve = x->hw->reserve_bytes;
-    p->device.total = fp->device + e->act.total + x->hw->reserve_bytes;
+    p->device.total = fp->bytes[ZO_TIER_DEVICE] + e->act.total + x->hw->reserve_bytes;
     int nvme_states = p->optim_homes[ZO_TIER_NVME] > 0, nvme_p16 = p16_on_nvme(x) > 0;
     uint64_t Z = zp_chunk_state_bytes(x->job->state_dtype, C / x->pb);
     uint64_t Zio = (Z + 4095) / 4096 * 4096;
@@ -296,15 +296,15 @@ static void breakdown(split_ctx *x, zp_plan *p, const extra *e)
     p->host.states = (uint64_t)p->optim_homes[ZO_TIER_HOST] * Z;
     p->host.backups = p->mode == ZO_OPTIM_OVERLAP ? p->host.states : 0;
     /* the fp32 accumulators, or the waiting gradients the engine keeps */
-    p->host.accum = fp->host - p->host.states - p->host.backups;
-    p->host.total = fp->host + e->act_carry;
+    p->host.accum = fp->bytes[ZO_TIER_HOST] - p->host.states - p->host.backups;
+    p->host.total = fp->bytes[ZO_TIER_HOST] + e->act_carry;
     p->modelled.device = 0;
     p->modelled.pinned = 0; /* the engine's footprint counts the staging */
     p->layer_inputs = e->act_nvme   ? e->act_nvme + e->act_carry
                       : e->act_host ? e->act_host
                                     : e->act.checkpoints;
     p->nvme.layer_inputs = e->act_nvme;
-    p->peak_device = fp->device;
+    p->peak_device = fp->bytes[ZO_TIER_DEVICE];
     /* the engine's: zo-train's layer inputs (pinned, carried) aside */
     p->peak_pinned = p->pinned.total - e->act_host;
     p->peak_host = p->host.total - e->act_carry;
@@ -319,11 +319,11 @@ static void nvme_breakdown(split_ctx *x, zp_plan *p)
     uint64_t p16_extent = (fullest + 4095) / 4096 * 4096;
     size_t paths = x->hw->n_nvme_paths > 0 ? (size_t)x->hw->n_nvme_paths : 1;
     p->nvme.params = 2ull * p16_on_nvme(x) * p16_extent;
-    p->nvme.states = p->fp.nvme - p->nvme.params - p->fp.grad_nvme;
+    p->nvme.states = p->fp.bytes[ZO_TIER_NVME] - p->nvme.params - p->fp.grad_nvme;
     /* the spilled gradients' extents: the fullest chunk's fp32 group sums, or 16-bit ones */
     int grouped = p->micro_group > 1 && x->job->grad_accum > 1;
     uint64_t grad_extent = ((grouped ? fullest / x->pb * 4 : fullest) + 4095) / 4096 * 4096;
-    p->nvme.payload = p->fp.nvme + p->nvme.layer_inputs;
+    p->nvme.payload = p->fp.bytes[ZO_TIER_NVME] + p->nvme.layer_inputs;
     uint64_t act_extent = zt_model_act_extent(&x->mc);
     p->nvme.files =
         zo_swap_files_bytes(p->nvme.layer_inputs, act_extent, paths) +
@@ -486,7 +486,7 @@ static zo_status note_host_floor(split_ctx *x, const cand *c, zo_engine_config c
     int ok;
     extra e;
     if (cfg.optim_home == ZO_TIER_NVME)
-        cfg.optim_caps.host = 0;
+        cfg.optim_caps.bytes[ZO_TIER_HOST] = 0;
     ZT_TRY(extra_terms(x, c, &cfg, &e));
     cfg.host_bytes = 1;
     ZT_TRY(footprint(x, &cfg, &fp, &ok, NULL, 0));
@@ -546,11 +546,12 @@ static zo_status plan_cand(split_ctx *x, const cand *c, zp_plan *p)
     if (p->optim_home == ZO_TIER_NVME)
         ZT_TRY(fill_host(x, &cfg, c, &e));
     if (p->optim_home == ZO_TIER_NVME && c->param_home != ZO_TIER_NVME &&
-        cfg.optim_caps.host >= (uint64_t)x->m.n_chunks *
-                                   zp_chunk_state_bytes(cfg.state_dtype, cfg.chunk_bytes / x->pb)) {
+        cfg.optim_caps.bytes[ZO_TIER_HOST] >=
+            (uint64_t)x->m.n_chunks *
+                zp_chunk_state_bytes(cfg.state_dtype, cfg.chunk_bytes / x->pb)) {
         /* every chunk's states fit in RAM: they are simply homed there */
         cfg.optim_home = p->optim_home = ZO_TIER_HOST;
-        cfg.optim_caps.host = 0;
+        cfg.optim_caps.bytes[ZO_TIER_HOST] = 0;
     }
     p->param_caps = cfg.param_caps;
     p->optim_caps = cfg.optim_caps;

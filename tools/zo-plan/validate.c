@@ -48,7 +48,7 @@ zt_options zp_trainer_options(const zp_job *job, const zp_hardware *hw, const zp
          * gradients the plan does. Beside the engine the plan keeps its
          * totals less the engine's footprint and the modelled terms. */
         int64_t beside = (int64_t)(p->pinned.total + p->host.total) -
-                         (int64_t)(p->fp.pinned + p->fp.host) - p->modelled.pinned;
+                         (int64_t)(p->fp.pinned + p->fp.bytes[ZO_TIER_HOST]) - p->modelled.pinned;
         o.host_mem = (uint64_t)((int64_t)p->engine_host_budget + (beside > 0 ? beside : 0)) +
                      (strcmp(hw->backend, "cpu") == 0 ? hw->device_bytes : 0);
         o.host_mem_from = "zo-plan's host budget";

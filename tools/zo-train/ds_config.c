@@ -131,10 +131,10 @@ static zo_status placement(zt_options *o, const zo_train_config *cfg)
     o->optim_home = home_of(cfg->zero_optimization.offload_optimizer.device);
     o->param_home = home_of(cfg->zero_optimization.offload_param.device);
     o->placement_auto = cfg->zoffload.placement.is_auto;
-    o->optim_caps.device = (uint64_t)cfg->zoffload.placement.optimizer.device;
-    o->optim_caps.host = (uint64_t)cfg->zoffload.placement.optimizer.host;
-    o->param_caps.device = (uint64_t)cfg->zoffload.placement.params.device;
-    o->param_caps.host = (uint64_t)cfg->zoffload.placement.params.host;
+    o->optim_caps.bytes[ZO_TIER_DEVICE] = (uint64_t)cfg->zoffload.placement.optimizer.device;
+    o->optim_caps.bytes[ZO_TIER_HOST] = (uint64_t)cfg->zoffload.placement.optimizer.host;
+    o->param_caps.bytes[ZO_TIER_DEVICE] = (uint64_t)cfg->zoffload.placement.params.device;
+    o->param_caps.bytes[ZO_TIER_HOST] = (uint64_t)cfg->zoffload.placement.params.host;
     nvme_paths(o, cfg);
     o->nvme_block_size = (uint32_t)cfg->aio.block_size;
     o->nvme_queue_depth = (uint32_t)cfg->aio.queue_depth;

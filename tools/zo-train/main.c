@@ -158,10 +158,10 @@ static int parse_caps_opt(int opt, const char *arg, cli *c)
     uint64_t b;
     if (zo_parse_bytes(arg, &b) != 0)
         return bad_value(c, opt, arg, "a byte count such as 512MiB or 8GiB (0: none)");
-    *(opt == ZT_OPT_OPTIM_DEVICE_BYTES   ? &c->o.optim_caps.device
-      : opt == ZT_OPT_OPTIM_HOST_BYTES   ? &c->o.optim_caps.host
-      : opt == ZT_OPT_PARAM_DEVICE_BYTES ? &c->o.param_caps.device
-                                         : &c->o.param_caps.host) = b;
+    *(opt == ZT_OPT_OPTIM_DEVICE_BYTES   ? &c->o.optim_caps.bytes[ZO_TIER_DEVICE]
+      : opt == ZT_OPT_OPTIM_HOST_BYTES   ? &c->o.optim_caps.bytes[ZO_TIER_HOST]
+      : opt == ZT_OPT_PARAM_DEVICE_BYTES ? &c->o.param_caps.bytes[ZO_TIER_DEVICE]
+                                         : &c->o.param_caps.bytes[ZO_TIER_HOST]) = b;
     return 0;
 }
 
@@ -718,7 +718,8 @@ static void step_figures(const cli *c, const zo_step_stats *s, int done, float l
                        ? (double)(s->nvme_read_bytes + s->nvme_write_bytes) / s->step_seconds / 1e9
                        : 0;
     g->stall_pct = s->step_seconds > 0 ? 100.0 * s->stall_seconds / s->step_seconds : 0;
-    const uint64_t in_use[4] = {s->peak_device, s->peak_pinned, s->peak_host, s->peak_nvme};
+    const uint64_t in_use[4] = {s->peak[ZO_TIER_DEVICE], s->peak_pinned, s->peak[ZO_TIER_HOST],
+                                s->peak[ZO_TIER_NVME]};
     memcpy(g->in_use, in_use, sizeof in_use);
     g->h2d = s->h2d_bytes;
     g->d2h = s->d2h_bytes;
@@ -1022,13 +1023,13 @@ static void print_caps(const zt_setup *su)
     const uint32_t *homes[2] = {su->param_homes, su->optim_homes};
     const char *what[2] = {"params", "optimizer"};
     for (int i = 0; i < 2; i++) {
-        if (!caps[i]->device && !caps[i]->host)
+        if (!caps[i]->bytes[ZO_TIER_DEVICE] && !caps[i]->bytes[ZO_TIER_HOST])
             continue;
         char d[32], h[32];
         printf("  %s split (caps: device %s, host %s): chunks on the device %u, host %u, nvme %u\n",
-               what[i], zo_fmt_bytes_prec(d, sizeof d, caps[i]->device, 1),
-               zo_fmt_bytes_prec(h, sizeof h, caps[i]->host, 1), homes[i][0], homes[i][1],
-               homes[i][2]);
+               what[i], zo_fmt_bytes_prec(d, sizeof d, caps[i]->bytes[ZO_TIER_DEVICE], 1),
+               zo_fmt_bytes_prec(h, sizeof h, caps[i]->bytes[ZO_TIER_HOST], 1), homes[i][0],
+               homes[i][1], homes[i][2]);
     }
 }
 
@@ -1084,11 +1085,11 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
            tot->step_s > 0 ? 100.0 * tot->stall_s / tot->step_s : 0.0, tot->optim_s, tot->nvme_s,
            tot->clipped, tot->overflows, tot->rollbacks);
     printf("peak bytes: device %s (engine; %s with activations), pinned %s, host %s, nvme %s\n",
-           zo_fmt_bytes_prec(a, sizeof a, tot->last.peak_device, 1),
+           zo_fmt_bytes_prec(a, sizeof a, tot->last.peak[ZO_TIER_DEVICE], 1),
            zo_fmt_bytes_prec(b, sizeof b, out->device_high_water, 1),
            zo_fmt_bytes_prec(d, sizeof d, tot->last.peak_pinned, 1),
-           zo_fmt_bytes_prec(e, sizeof e, tot->last.peak_host, 1),
-           zo_fmt_bytes_prec(f, sizeof f, tot->last.peak_nvme, 1));
+           zo_fmt_bytes_prec(e, sizeof e, tot->last.peak[ZO_TIER_HOST], 1),
+           zo_fmt_bytes_prec(f, sizeof f, tot->last.peak[ZO_TIER_NVME], 1));
     if (c->resumed_from[0])
         printf("resumed from %s: steps %d..%d run here\n", c->resumed_from, c->start + 1,
                c->o.steps);
@@ -1183,10 +1184,10 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
                         json_integer((json_int_t)su->pipe_pinned_bytes));
     json_object_set_new(cfg, "placement",
                         json_pack("{s:{s:I,s:I},s:{s:I,s:I}}", "optimizer", "device",
-                                  (json_int_t)su->optim_caps.device, "host",
-                                  (json_int_t)su->optim_caps.host, "params", "device",
-                                  (json_int_t)su->param_caps.device, "host",
-                                  (json_int_t)su->param_caps.host));
+                                  (json_int_t)su->optim_caps.bytes[ZO_TIER_DEVICE], "host",
+                                  (json_int_t)su->optim_caps.bytes[ZO_TIER_HOST], "params",
+                                  "device", (json_int_t)su->param_caps.bytes[ZO_TIER_DEVICE],
+                                  "host", (json_int_t)su->param_caps.bytes[ZO_TIER_HOST]));
     json_object_set_new(cfg, "homes",
                         json_pack("{s:[iii],s:[iii]}", "params", (int)su->param_homes[0],
                                   (int)su->param_homes[1], (int)su->param_homes[2], "optimizer",
@@ -1252,10 +1253,11 @@ static void print_json(const cli *c, const zt_setup *su, const float *losses, co
     json_object_set_new(root, "overflow_steps", json_integer(tot->overflows));
     json_object_set_new(root, "rollbacks", json_integer(tot->rollbacks));
     json_object_set_new(root, "peak_bytes",
-                        json_pack("{s:I,s:I,s:I,s:I}", "device", (json_int_t)tot->last.peak_device,
-                                  "pinned", (json_int_t)tot->last.peak_pinned, "host",
-                                  (json_int_t)tot->last.peak_host, "nvme",
-                                  (json_int_t)tot->last.peak_nvme));
+                        json_pack("{s:I,s:I,s:I,s:I}", "device",
+                                  (json_int_t)tot->last.peak[ZO_TIER_DEVICE], "pinned",
+                                  (json_int_t)tot->last.peak_pinned, "host",
+                                  (json_int_t)tot->last.peak[ZO_TIER_HOST], "nvme",
+                                  (json_int_t)tot->last.peak[ZO_TIER_NVME]));
     char *s = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     if (s)
         puts(s);
@@ -1271,12 +1273,12 @@ static void log_rank_peaks(const cli *c, const zt_setup *su, const totals *tot)
 {
     struct rusage ru;
     long rss_kb = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
-    uint64_t engine = tot->last.peak_pinned + tot->last.peak_host;
+    uint64_t engine = tot->last.peak_pinned + tot->last.peak[ZO_TIER_HOST];
     fprintf(stderr,
             "zo-train: host peak of rank %d: engine %llu bytes (pinned %llu, host %llu) of its "
             "share %llu; process resident peak %llu bytes\n",
             c->o.rank, (unsigned long long)engine, (unsigned long long)tot->last.peak_pinned,
-            (unsigned long long)tot->last.peak_host, (unsigned long long)su->host_share,
+            (unsigned long long)tot->last.peak[ZO_TIER_HOST], (unsigned long long)su->host_share,
             (unsigned long long)rss_kb * 1024ull);
 }
 

@@ -192,10 +192,10 @@ static void resolve_homes(zt_trainer *t)
 {
     int cuda = is_cuda(t);
     if (t->o.param_home == ZT_HOME_DEFAULT) /* a host cap spills the rest to NVMe */
-        t->o.param_home = t->o.param_caps.host ? ZO_TIER_NVME
-                          : cuda               ? ZO_TIER_DEVICE
-                                               : ZO_TIER_HOST;
-    if (t->o.optim_home == ZT_HOME_DEFAULT && t->o.optim_caps.host)
+        t->o.param_home = t->o.param_caps.bytes[ZO_TIER_HOST] ? ZO_TIER_NVME
+                          : cuda                              ? ZO_TIER_DEVICE
+                                                              : ZO_TIER_HOST;
+    if (t->o.optim_home == ZT_HOME_DEFAULT && t->o.optim_caps.bytes[ZO_TIER_HOST])
         t->o.optim_home = ZO_TIER_NVME;
     if (t->o.optim_home == ZT_HOME_DEFAULT) /* parameters on NVMe need the optimizer there */
         t->o.optim_home = cuda && t->o.param_home != ZO_TIER_NVME ? ZO_TIER_HOST : ZO_TIER_NVME;
@@ -391,7 +391,7 @@ static zo_status engine_min_device(const zt_trainer *t, uint64_t *min_bytes,
     zo_engine_free(eng);
     zo_device_free(dev);
     ZT_TRY(st);
-    *min_bytes = fp.device;
+    *min_bytes = fp.bytes[ZO_TIER_DEVICE];
     *slot_layer_bytes = (uint64_t)fp.max_chunks_per_layer * fp.chunk_bytes;
     return ZO_OK;
 }
@@ -565,7 +565,7 @@ static zo_status host_need(const zt_trainer *t, const zo_engine_config *c, uint6
     zt_model_config mc = model_config(&t->o);
     zt_act_group g = act_group(&t->o);
     part[0] = fp->pinned + zt_model_host_activation_bytes(&mc, &g);
-    part[1] = fp->host + zt_model_act_carry_bytes(&mc, &g);
+    part[1] = fp->bytes[ZO_TIER_HOST] + zt_model_act_carry_bytes(&mc, &g);
     part[2] = t->o.moves_tensors
                   ? zt_tensor_buffer_bytes(&t->o.shape, c->state_dtype,
                                            fp->chunk_bytes / zo_dtype_size(c->param_dtype))
@@ -628,9 +628,10 @@ static zo_status auto_placement(zt_trainer *t, zo_engine_config *c)
     uint64_t states = zo_engine_nvme_state_bytes_as(c->state_dtype,
                                                     fp.chunk_bytes / zo_dtype_size(c->param_dtype));
     if (c->optim_home == ZO_TIER_NVME)
-        ZT_TRY(fill_host(t, c, &c->optim_caps.host, states, fp.n_chunks, limit));
+        ZT_TRY(fill_host(t, c, &c->optim_caps.bytes[ZO_TIER_HOST], states, fp.n_chunks, limit));
     if (c->param_home == ZO_TIER_NVME)
-        ZT_TRY(fill_host(t, c, &c->param_caps.host, fp.chunk_bytes, fp.n_chunks, limit));
+        ZT_TRY(fill_host(t, c, &c->param_caps.bytes[ZO_TIER_HOST], fp.chunk_bytes, fp.n_chunks,
+                         limit));
     return ZO_OK;
 }
 
@@ -648,7 +649,7 @@ static zo_status engine_host_budget(zt_trainer *t, zo_engine_config *c)
     t->setup.host_limit = limit;
     t->setup.tensor_buffer_bytes = part[2];
     t->setup.data_bytes = data_bytes(&t->o);
-    uint64_t beside = part[0] - fp.pinned + part[1] - fp.host + part[2] + part[3];
+    uint64_t beside = part[0] - fp.pinned + part[1] - fp.bytes[ZO_TIER_HOST] + part[2] + part[3];
     if (limit > beside)
         c->host_bytes = limit - beside;
     return ZO_OK;
@@ -1163,7 +1164,7 @@ static void add_act_io(zt_trainer *t, const zo_swap_stats *at_open, zo_step_stat
     zt_model_config mc = model_config(&t->o);
     stats->nvme_read_bytes += now.bytes_read - at_open->bytes_read;
     stats->nvme_write_bytes += now.bytes_written - at_open->bytes_written;
-    stats->peak_nvme += (uint64_t)now.extents_used * zt_model_act_extent(&mc);
+    stats->peak[ZO_TIER_NVME] += (uint64_t)now.extents_used * zt_model_act_extent(&mc);
 }
 
 /* A step the model failed: the engine gives it up as after its own errors

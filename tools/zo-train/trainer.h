@@ -129,9 +129,10 @@ typedef struct zt_setup {
     uint64_t activation_bytes; /* the model's arena */
     uint64_t engine_device_bytes;
     zo_tier param_home, optim_home;
-    zo_engine_caps param_caps, optim_caps;   /* per-chunk homes, as given or chosen (auto) */
-    uint32_t param_homes[3], optim_homes[3]; /* chunks homed at each tier (by zo_tier) */
-    char nvme_dir[512]; /* the first NVMe path, "" when nothing lives on NVMe */
+    zo_engine_caps param_caps, optim_caps; /* per-chunk homes, as given or chosen (auto) */
+    uint32_t param_homes[ZO_TIER_MAX],
+        optim_homes[ZO_TIER_MAX]; /* chunks homed at each tier (by zo_tier) */
+    char nvme_dir[512];           /* the first NVMe path, "" when nothing lives on NVMe */
     zo_engine_footprint footprint;
     zt_data_info data;
     uint64_t n_params;

@@ -34,6 +34,7 @@ DTYPE_F32, DTYPE_BF16, DTYPE_F16, DTYPE_NONE = 0, 1, 2, 3
 DTYPE_U8, DTYPE_I8 = 8, 9
 TIER_DEVICE, TIER_HOST, TIER_NVME = 0, 1, 2
 TIER_NAMES = ("device", "host", "nvme")
+TIER_COUNT, TIER_MAX = 3, 8  # the tiers built in; the entries of an array a tier indexes
 PHASE_FORWARD, PHASE_BACKWARD = 0, 1
 OPTIM_SYNC, OPTIM_OVERLAP, OPTIM_DPU = 0, 1, 2
 REDUCE_ORDER_GLOBAL, REDUCE_ORDER_RANK = 0, 1
@@ -74,7 +75,7 @@ class LossScalerConfig(Structure):  # zo_loss_scaler_config
 
 
 class EngineCaps(Structure):  # zo_engine_caps, zo/engine.h
-    _fields_ = [("device", c_uint64), ("host", c_uint64)]
+    _fields_ = [("bytes", c_uint64 * TIER_MAX)]  # by tier
 
 
 class EngineConfig(Structure):  # zo_engine_config
@@ -94,8 +95,8 @@ class EngineConfig(Structure):  # zo_engine_config
 
 
 class EngineFootprint(Structure):  # zo_engine_footprint
-    _fields_ = [("struct_size", c_size_t), ("device", c_uint64), ("pinned", c_uint64),
-                ("host", c_uint64), ("nvme", c_uint64), ("chunk_bytes", c_uint64),
+    _fields_ = [("struct_size", c_size_t), ("bytes", c_uint64 * TIER_MAX), ("pinned", c_uint64),
+                ("chunk_bytes", c_uint64),
                 ("n_chunks", c_uint32), ("max_chunks_per_layer", c_uint32),
                 ("device_param_slots", c_uint32), ("device_grad_slots", c_uint32),
                 ("n_params", c_uint64), ("param_staging", c_uint64), ("grad_pinned", c_uint64),
@@ -111,8 +112,8 @@ class StepStats(Structure):  # zo_step_stats
                 ("step_seconds", c_double), ("stall_seconds", c_double),
                 ("optim_seconds", c_double), ("h2d_seconds", c_double),
                 ("d2h_seconds", c_double), ("nvme_seconds", c_double),
-                ("peak_device", c_uint64), ("peak_pinned", c_uint64), ("peak_host", c_uint64),
-                ("peak_nvme", c_uint64), ("fetch_hits", c_uint64), ("fetch_misses", c_uint64),
+                ("peak", c_uint64 * TIER_MAX), ("peak_pinned", c_uint64),
+                ("fetch_hits", c_uint64), ("fetch_misses", c_uint64),
                 ("evictions", c_uint64), ("prefetches", c_uint64)]
 
 

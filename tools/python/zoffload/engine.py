@@ -356,7 +356,7 @@ class ZoEngine:
         accounting (zo_engine_footprint_for), before anything is allocated."""
         cfg = self._engine_config(probe=True)
         cfg.device_bytes = 0
-        return int(self._footprint_for(cfg)[0].device)
+        return int(self._footprint_for(cfg)[0].bytes[N.TIER_DEVICE])
 
     def _footprint_for(self, cfg: N.EngineConfig):
         """(footprint, fits) of the engine's plan of the current layout under cfg."""
@@ -426,9 +426,9 @@ class ZoEngine:
         if pl == "auto":
             raise ZoConfigError("'zoffload.placement' \"auto\" is zo-train's host-memory split; "
                                 "give the bytes per tier, or leave it out")
-        c.param_caps.device, c.param_caps.host = int(pl["params"]["device"]), int(pl["params"]["host"])
-        c.optim_caps.device, c.optim_caps.host = (int(pl["optimizer"]["device"]),
-                                                  int(pl["optimizer"]["host"]))
+        for caps, kind in ((c.param_caps, "params"), (c.optim_caps, "optimizer")):
+            for t in (N.TIER_DEVICE, N.TIER_HOST):
+                caps.bytes[t] = int(pl[kind][N.TIER_NAMES[t]])
         c.state_dtype = _STATE_DTYPES[zo["optimizer_state_dtype"]]
         c.master_split = int(bool(zo["master_split"]))
         self._nvme_name = f"zoffload-py-{os.getpid()}-r{self.rank}".encode()
@@ -477,9 +477,9 @@ class ZoEngine:
         fp = N.sized(N.EngineFootprint)
         N.check(lib.zo_engine_footprint_get(self._eng, ctypes.byref(fp)), "footprint")
         self.footprint = fp
-        ph, oh = (ctypes.c_uint32 * 3)(), (ctypes.c_uint32 * 3)()
+        ph, oh = (ctypes.c_uint32 * N.TIER_MAX)(), (ctypes.c_uint32 * N.TIER_MAX)()
         N.check(lib.zo_engine_homes(self._eng, ph, oh), "homes")
-        self.param_homes, self.optim_homes = list(ph), list(oh)
+        self.param_homes, self.optim_homes = list(ph)[:N.TIER_COUNT], list(oh)[:N.TIER_COUNT]
         # Every chunk with a slot of its own: slots never move, autograd may keep its tensors.
         # (ZeRO stage 3 gathers other ranks' chunks into reused buffers: always recompute.)
         stage3 = self.world_size > 1 and int(self.config["zero_optimization"]["stage"]) >= 3
@@ -1112,8 +1112,8 @@ class ZoEngine:
         n_tiles = sum(len(t.parts) for t in self.tensors if len(t.parts) > 1)
         tiled = f" ({len(self.tile_rows)} weights in {n_tiles} row tiles)" if n_tiles else ""
         return (f"zoffload: {len(self.layers)} layers, {len(self.params)} tensors{tiled}, "
-                f"{fp.n_chunks} chunks of {_mib(fp.chunk_bytes)}; device {_mib(fp.device)}, "
-                f"pinned {_mib(fp.pinned)}, host {_mib(fp.host)}, nvme {_mib(fp.nvme)}; "
+                f"{fp.n_chunks} chunks of {_mib(fp.chunk_bytes)}; device {_mib(fp.bytes[N.TIER_DEVICE])}, "
+                f"pinned {_mib(fp.pinned)}, host {_mib(fp.bytes[N.TIER_HOST])}, nvme {_mib(fp.bytes[N.TIER_NVME])}; "
                 f"params homed device/host/nvme {self.param_homes}, optimizer "
                 f"{self.optim_homes}; {self.layer_mode} mode on the "
                 f"{self.device.backend} device")

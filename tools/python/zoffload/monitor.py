@@ -15,6 +15,7 @@ import importlib
 import os
 from typing import List, Optional
 
+from . import _native as N
 from .errors import ZoConfigError
 
 
@@ -111,10 +112,10 @@ class Monitors:
               ("Train/Samples/d2h_bytes", stats.d2h_bytes, step),
               ("Train/Samples/nvme_read_bytes", stats.nvme_read_bytes, step),
               ("Train/Samples/nvme_write_bytes", stats.nvme_write_bytes, step),
-              ("Train/Samples/peak_device_bytes", stats.peak_device, step),
+              ("Train/Samples/peak_device_bytes", stats.peak[N.TIER_DEVICE], step),
               ("Train/Samples/peak_pinned_bytes", stats.peak_pinned, step),
-              ("Train/Samples/peak_host_bytes", stats.peak_host, step),
-              ("Train/Samples/peak_nvme_bytes", stats.peak_nvme, step)]
+              ("Train/Samples/peak_host_bytes", stats.peak[N.TIER_HOST], step),
+              ("Train/Samples/peak_nvme_bytes", stats.peak[N.TIER_NVME], step)]
         if self.loss is not None:
             ev.append(("Train/Samples/train_loss", self.loss, step))
         if tokens and stats.step_seconds > 0:
