@@ -88,6 +88,19 @@ ZO_API zo_status zo_op_embedding_fwd(zo_stream_t s, void *out, const void *table
 ZO_API zo_status zo_op_embedding_bwd(zo_stream_t s, void *dtable, zo_dtype dtable_dt,
                                      const void *dout, const int32_t *tokens, size_t n_tokens,
                                      int dim, int vocab, zo_dtype dt);
+/* The vocabulary-parallel embedding (Megatron-LM's VocabParallelEmbedding):
+ * table holds rows v0 .. v0 + part - 1 of a vocab x dim matrix. A token in
+ * that range gives its row, any other token a zero row, so the sum of the T
+ * parts' outputs over a tensor-parallel group is the whole lookup, bit for
+ * bit. The backward adds dout to the rows this part holds and skips the rest.
+ * Tokens are still checked against [0, vocab). v0 0 and part vocab: the ops
+ * above. */
+ZO_API zo_status zo_op_embedding_part_fwd(zo_stream_t s, void *out, const void *table,
+                                          const int32_t *tokens, size_t n_tokens, int dim,
+                                          int vocab, int v0, int part, zo_dtype dt);
+ZO_API zo_status zo_op_embedding_part_bwd(zo_stream_t s, void *dtable, zo_dtype dtable_dt,
+                                          const void *dout, const int32_t *tokens, size_t n_tokens,
+                                          int dim, int vocab, int v0, int part, zo_dtype dt);
 
 /* ---- RMSNorm ----
  * rstd[r] = 1 / sqrt(mean_j x[r,j]^2 + eps);  y[r,j] = x[r,j] * rstd[r] * w[j]
@@ -313,6 +326,28 @@ ZO_API zo_status zo_op_cross_entropy_chunk(zo_stream_t s, float *loss, float *ro
                                            void *dlogits, const void *logits,
                                            const int32_t *targets, size_t rows, int vocab,
                                            float grad_scale, zo_dtype dt, size_t r0, size_t total);
+/* The vocabulary-parallel cross-entropy (Megatron-LM's): each of `parts`
+ * ranks holds the logits of vocabulary ids v0 .. v0 + part - 1 of every row
+ * (rows x part), so no rank makes a row's whole vocabulary. Two steps:
+ * stats (fp32, rows x 3) = per row {m: the part's max, e: sum of exp(l - m)
+ * over the part, t: the target's logit when this part holds it, else 0};
+ * the caller all-gathers the parts' stats in rank order into all_stats
+ * (parts x rows x 3) and zo_op_cross_entropy_part combines them, in rank
+ * order, to lse = M + log(sum_p e_p exp(m_p - M)), M = max_p m_p, and
+ * row_loss = lse - sum_p t_p (the same bits on every rank), then writes
+ * dlogits (NULL: forward only; it may equal logits) = grad_scale / total *
+ * (exp(l - lse) - onehot) over the part's ids, and loss as
+ * zo_op_cross_entropy_chunk does (rows from r0 of total). Targets are
+ * checked against [0, vocab). */
+#define ZO_XENT_STATS 3 /* stats floats per row: max, sum of exps about it, target logit */
+ZO_API zo_status zo_op_cross_entropy_part_stats(zo_stream_t s, float *stats, const void *logits,
+                                                const int32_t *targets, size_t rows, int vocab,
+                                                int v0, int part, zo_dtype dt);
+ZO_API zo_status zo_op_cross_entropy_part(zo_stream_t s, float *loss, float *row_loss,
+                                          void *dlogits, const void *logits, const float *all_stats,
+                                          int parts, const int32_t *targets, size_t rows, int vocab,
+                                          int v0, int part, float grad_scale, zo_dtype dt,
+                                          size_t r0, size_t total);
 
 /* ---- elementwise and reductions ---- */
 /* y = a + b (y may equal a or b). */

@@ -262,8 +262,14 @@ static zo_status embed_fwd_run(const zo_embed_args *a, cpu_ctx *ctx)
 {
     ZO_TRY(check_tokens(a->tokens, a->n_tokens, a->vocab, "embedding_fwd"));
     size_t row = (size_t)a->dim * zo_dtype_size(a->dt);
-    for (size_t t = 0; t < a->n_tokens; t++)
-        memcpy((char *)a->out + t * row, (const char *)a->in + (size_t)a->tokens[t] * row, row);
+    for (size_t t = 0; t < a->n_tokens; t++) {
+        int id = a->tokens[t] - a->v0; /* the row in this part, if it holds the token */
+        char *dst = (char *)a->out + t * row;
+        if (id >= 0 && id < a->part)
+            memcpy(dst, (const char *)a->in + (size_t)id * row, row);
+        else
+            memset(dst, 0, row); /* another part's token: zero bits in every dtype */
+    }
     return ZO_OK;
 }
 
@@ -273,7 +279,10 @@ static zo_status embed_bwd_run(const zo_embed_args *a, cpu_ctx *ctx)
     ZO_TRY(check_tokens(a->tokens, a->n_tokens, a->vocab, "embedding_bwd"));
     const size_t D = (size_t)a->dim;
     for (size_t t = 0; t < a->n_tokens; t++) {
-        size_t dst = (size_t)a->tokens[t] * D;
+        int id = a->tokens[t] - a->v0;
+        if (id < 0 || id >= a->part)
+            continue;
+        size_t dst = (size_t)id * D;
         for (size_t j = 0; j < D; j++)
             st_el(a->out, a->out_dt, dst + j,
                   ld_el(a->out, a->out_dt, dst + j) + ld_el(a->in, a->dt, t * D + j));
@@ -513,6 +522,32 @@ static zo_status swiglu_bwd_run(const zo_swiglu_args *a, cpu_ctx *ctx)
 
 /* ---- cross-entropy ---- */
 
+/* A row's max (to *mx) and its sum of exp(l - max), in column order. */
+static double row_sumexp(const void *logits, zo_dtype dt, size_t off, size_t V, float *mx)
+{
+    float m = -INFINITY;
+    for (size_t j = 0; j < V; j++)
+        m = fmaxf(m, ld_el(logits, dt, off + j));
+    double sum = 0.0;
+    for (size_t j = 0; j < V; j++)
+        sum += expf(ld_el(logits, dt, off + j) - m);
+    *mx = m;
+    return sum;
+}
+
+/* The batch's mean row loss (row_loss points at a chunk from row r0), in
+ * row order whatever the split or the chunks; loss NULL: not this chunk. */
+static void batch_mean(float *loss, const float *row_loss, size_t r0, size_t rows)
+{
+    if (!loss)
+        return;
+    const float *batch = row_loss - r0;
+    double total = 0.0;
+    for (size_t r = 0; r < rows; r++)
+        total += batch[r];
+    *loss = (float)(total / (double)rows);
+}
+
 static void xent_rows(const void *args, size_t lo, size_t hi, size_t part)
 {
     const zo_xent_args *a = args;
@@ -520,12 +555,8 @@ static void xent_rows(const void *args, size_t lo, size_t hi, size_t part)
     const float gscale = a->grad_scale / (float)a->total;
     for (size_t r = lo; r < hi; r++) {
         const size_t off = r * V;
-        float mx = -INFINITY;
-        for (size_t j = 0; j < V; j++)
-            mx = fmaxf(mx, ld_el(a->logits, a->dt, off + j));
-        double sum = 0.0;
-        for (size_t j = 0; j < V; j++)
-            sum += expf(ld_el(a->logits, a->dt, off + j) - mx);
+        float mx;
+        const double sum = row_sumexp(a->logits, a->dt, off, V, &mx);
         const float lse = mx + (float)log(sum);
         const int tgt = a->targets[r];
         a->row_loss[r] = lse - ld_el(a->logits, a->dt, off + (size_t)tgt);
@@ -543,13 +574,84 @@ static zo_status xent_run(const zo_xent_args *a, cpu_ctx *ctx)
 {
     ZO_TRY(check_tokens(a->targets, a->rows, a->vocab, "cross_entropy (targets)"));
     run_ranges(a->rows, MIN_ROWS, 1, xent_rows, a);
-    if (!a->loss)
-        return ZO_OK;
-    const float *batch = a->row_loss - a->r0;
-    double total = 0.0; /* in row order, whatever the split or the chunks */
-    for (size_t r = 0; r < a->total; r++)
-        total += batch[r];
-    *a->loss = (float)(total / (double)a->total);
+    batch_mean(a->loss, a->row_loss, a->r0, a->total);
+    return ZO_OK;
+}
+
+/* ---- the vocabulary-parallel cross-entropy ---- */
+
+static int part_holds(const zo_xent_part_args *a, int tgt)
+{
+    return tgt >= a->v0 && tgt - a->v0 < a->part;
+}
+
+static void xent_stats_rows(const void *args, size_t lo, size_t hi, size_t unused)
+{
+    const zo_xent_part_args *a = args;
+    const size_t V = (size_t)a->part;
+    for (size_t r = lo; r < hi; r++) {
+        const size_t off = r * V;
+        float mx;
+        const double sum = row_sumexp(a->logits, a->dt, off, V, &mx);
+        const int tgt = a->targets[r];
+        float *st = a->stats + r * ZO_XENT_STATS;
+        st[0] = mx;
+        st[1] = (float)sum;
+        st[2] = part_holds(a, tgt) ? ld_el(a->logits, a->dt, off + (size_t)(tgt - a->v0)) : 0.0f;
+    }
+}
+
+CPU_TASK(xent_part_stats, zo_xent_part_args)
+static zo_status xent_part_stats_run(const zo_xent_part_args *a, cpu_ctx *ctx)
+{
+    ZO_TRY(check_tokens(a->targets, a->rows, a->vocab, "cross_entropy_part_stats (targets)"));
+    run_ranges(a->rows, MIN_ROWS, 1, xent_stats_rows, a);
+    return ZO_OK;
+}
+
+/* A row's log-sum-exp and target logit from every part's stats, in part
+ * order (the same bits on every rank of the group). */
+static float xent_combine(const zo_xent_part_args *a, size_t r, float *tgt_logit)
+{
+    const size_t stride = a->rows * ZO_XENT_STATS;
+    const float *st = a->all_stats + r * ZO_XENT_STATS;
+    float mx = -INFINITY, t = 0.0f;
+    for (int p = 0; p < a->parts; p++)
+        mx = fmaxf(mx, st[p * stride]);
+    double sum = 0.0;
+    for (int p = 0; p < a->parts; p++) {
+        sum += (double)st[p * stride + 1] * expf(st[p * stride] - mx);
+        t += st[p * stride + 2];
+    }
+    *tgt_logit = t;
+    return mx + (float)log(sum);
+}
+
+static void xent_part_rows(const void *args, size_t lo, size_t hi, size_t unused)
+{
+    const zo_xent_part_args *a = args;
+    const size_t V = (size_t)a->part;
+    const float gscale = a->grad_scale / (float)a->total;
+    for (size_t r = lo; r < hi; r++) {
+        float t;
+        const float lse = xent_combine(a, r, &t);
+        a->row_loss[r] = lse - t;
+        if (!a->dlogits)
+            continue;
+        const size_t off = r * V, tgt = (size_t)(a->targets[r] - a->v0); /* wraps when not held */
+        for (size_t j = 0; j < V; j++) {
+            float p = expf(ld_el(a->logits, a->dt, off + j) - lse);
+            st_el(a->dlogits, a->dt, off + j, gscale * (p - (j == tgt ? 1.0f : 0.0f)));
+        }
+    }
+}
+
+CPU_TASK(xent_part, zo_xent_part_args)
+static zo_status xent_part_run(const zo_xent_part_args *a, cpu_ctx *ctx)
+{
+    ZO_TRY(check_tokens(a->targets, a->rows, a->vocab, "cross_entropy_part (targets)"));
+    run_ranges(a->rows, MIN_ROWS, 1, xent_part_rows, a);
+    batch_mean(a->loss, a->row_loss, a->r0, a->total);
     return ZO_OK;
 }
 
@@ -666,6 +768,8 @@ const zo_ops_backend zo_ops_cpu = {
     .swiglu_fwd = swiglu_fwd_enqueue,
     .swiglu_bwd = swiglu_bwd_enqueue,
     .cross_entropy = xent_enqueue,
+    .xent_part_stats = xent_part_stats_enqueue,
+    .xent_part = xent_part_enqueue,
     .elementwise = ew_enqueue,
     .sumsq = sumsq_enqueue,
     .repeat_kv = repeat_kv_enqueue,

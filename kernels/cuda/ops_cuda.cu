@@ -67,11 +67,13 @@ cudaStream_t stream_of(const zo_ops_exec *x)
 __global__ void embed_fwd_kernel(zo_embed_args a)
 {
     const size_t t = blockIdx.x;
-    const int tok = a.tokens[t];
-    const bool ok = tok >= 0 && tok < a.vocab;
+    const int tok = a.tokens[t], id = tok - a.v0; // the row in this part, if it holds the token
+    const bool ok = tok >= 0 && tok < a.vocab, held = id >= 0 && id < a.part;
     for (int j = threadIdx.x; j < a.dim; j += blockDim.x)
         zo_cuda_st(a.out, a.dt, t * a.dim + j,
-                   ok ? zo_cuda_ld(a.in, a.dt, (size_t)tok * a.dim + j) : NAN);
+                   !ok    ? NAN
+                   : held ? zo_cuda_ld(a.in, a.dt, (size_t)id * a.dim + j)
+                          : 0.0f);
 }
 
 // One thread per column, tokens in order: the same sums in the same order as
@@ -82,10 +84,10 @@ __global__ void embed_bwd_kernel(zo_embed_args a)
     if (j >= a.dim)
         return;
     for (size_t t = 0; t < a.n_tokens; t++) {
-        const int tok = a.tokens[t];
-        if (tok < 0 || tok >= a.vocab)
+        const int tok = a.tokens[t], id = tok - a.v0;
+        if (tok < 0 || tok >= a.vocab || id < 0 || id >= a.part)
             continue;
-        const size_t o = (size_t)tok * a.dim + j;
+        const size_t o = (size_t)id * a.dim + j;
         zo_cuda_st(a.out, a.out_dt, o,
                    zo_cuda_ld(a.out, a.out_dt, o) + zo_cuda_ld(a.in, a.dt, t * a.dim + j));
     }
@@ -274,19 +276,27 @@ __global__ void swiglu_bwd_kernel(zo_swiglu_args a)
 
 // ---- cross-entropy: one block per row, then a single-block mean ----
 
+// A row's max (to *mx) and its sum of exp(l - max), reduced over the block.
+__device__ float row_sumexp(const void *logits, zo_dtype dt, size_t off, size_t V, float *mx)
+{
+    float m = -INFINITY;
+    for (size_t j = threadIdx.x; j < V; j += blockDim.x)
+        m = fmaxf(m, zo_cuda_ld(logits, dt, off + j));
+    m = block_reduce<true>(m);
+    float sum = 0.0f;
+    for (size_t j = threadIdx.x; j < V; j += blockDim.x)
+        sum += expf(zo_cuda_ld(logits, dt, off + j) - m);
+    *mx = m;
+    return block_reduce<false>(sum);
+}
+
 __global__ void xent_rows_kernel(zo_xent_args a)
 {
     const size_t r = blockIdx.x, V = (size_t)a.vocab, off = r * V;
     const int tgt = a.targets[r];
     const bool ok = tgt >= 0 && tgt < a.vocab;
-    float mx = -INFINITY;
-    for (size_t j = threadIdx.x; j < V; j += blockDim.x)
-        mx = fmaxf(mx, zo_cuda_ld(a.logits, a.dt, off + j));
-    mx = block_reduce<true>(mx);
-    float sum = 0.0f;
-    for (size_t j = threadIdx.x; j < V; j += blockDim.x)
-        sum += expf(zo_cuda_ld(a.logits, a.dt, off + j) - mx);
-    const float lse = mx + logf(block_reduce<false>(sum));
+    float mx;
+    const float lse = mx + logf(row_sumexp(a.logits, a.dt, off, V, &mx));
     // block_reduce ends with a barrier, so every thread has read its logits
     // before anyone overwrites them (dlogits may equal logits); the target's
     // logit is read by thread 0 before the barrier below.
@@ -300,6 +310,52 @@ __global__ void xent_rows_kernel(zo_xent_args a)
         const float p = expf(zo_cuda_ld(a.logits, a.dt, off + j) - lse);
         zo_cuda_st(a.dlogits, a.dt, off + j,
                    ok ? scale * (p - (j == (size_t)tgt ? 1.0f : 0.0f)) : 0.0f);
+    }
+}
+
+// ---- the vocabulary-parallel cross-entropy: one block per row ----
+
+__global__ void xent_part_stats_kernel(zo_xent_part_args a)
+{
+    const size_t r = blockIdx.x, V = (size_t)a.part, off = r * V;
+    const int tgt = a.targets[r], id = tgt - a.v0;
+    float mx;
+    const float sum = row_sumexp(a.logits, a.dt, off, V, &mx);
+    if (threadIdx.x == 0) {
+        float *st = a.stats + r * ZO_XENT_STATS;
+        const bool ok = tgt >= 0 && tgt < a.vocab, held = id >= 0 && id < a.part;
+        st[0] = mx;
+        st[1] = sum;
+        st[2] = !ok ? NAN : held ? zo_cuda_ld(a.logits, a.dt, off + id) : 0.0f;
+    }
+}
+
+// Every thread combines the parts' stats in part order (a few floats), so
+// the lse is the same on every rank of the group and needs no broadcast.
+__global__ void xent_part_kernel(zo_xent_part_args a)
+{
+    const size_t r = blockIdx.x, V = (size_t)a.part, off = r * V;
+    const size_t stride = a.rows * ZO_XENT_STATS;
+    const float *st = a.all_stats + r * ZO_XENT_STATS;
+    float mx = -INFINITY, t = 0.0f, sum = 0.0f;
+    for (int p = 0; p < a.parts; p++)
+        mx = fmaxf(mx, st[p * stride]);
+    for (int p = 0; p < a.parts; p++) {
+        sum += st[p * stride + 1] * expf(st[p * stride] - mx);
+        t += st[p * stride + 2];
+    }
+    const float lse = mx + logf(sum);
+    if (threadIdx.x == 0)
+        a.row_loss[r] = lse - t;
+    if (!a.dlogits)
+        return;
+    const int tgt = a.targets[r], id = tgt - a.v0;
+    const bool ok = tgt >= 0 && tgt < a.vocab;
+    const float scale = a.grad_scale / (float)a.total;
+    for (size_t j = threadIdx.x; j < V; j += blockDim.x) {
+        const float p = expf(zo_cuda_ld(a.logits, a.dt, off + j) - lse);
+        zo_cuda_st(a.dlogits, a.dt, off + j,
+                   ok ? scale * (p - ((int)j == id ? 1.0f : 0.0f)) : 0.0f);
     }
 }
 
@@ -351,6 +407,17 @@ __global__ void sumsq_final_kernel(float *out, const float *partials, unsigned n
     s = block_reduce<false>(s);
     if (threadIdx.x == 0)
         *out = (accumulate ? *out : 0.0f) + s;
+}
+
+// The batch's mean row loss after its last chunk (loss NULL: not this chunk).
+zo_status launch_mean(const zo_ops_exec *x, float *loss, const float *row_loss, size_t r0,
+                      size_t total)
+{
+    if (!loss)
+        return ZO_OK;
+    mean_kernel<<<1, 1024, 0, stream_of(x)>>>(loss, row_loss - r0, total);
+    ZO_CUDA_CHECK_LAUNCH();
+    return ZO_OK;
 }
 
 } // namespace
@@ -438,11 +505,21 @@ zo_status zo_cuda_op_cross_entropy(const zo_ops_exec *x, const zo_xent_args *a)
 {
     xent_rows_kernel<<<(unsigned)a->rows, 512, 0, stream_of(x)>>>(*a);
     ZO_CUDA_CHECK_LAUNCH();
-    if (!a->loss)
-        return ZO_OK;
-    mean_kernel<<<1, 1024, 0, stream_of(x)>>>(a->loss, a->row_loss - a->r0, a->total);
+    return launch_mean(x, a->loss, a->row_loss, a->r0, a->total);
+}
+
+zo_status zo_cuda_op_xent_part_stats(const zo_ops_exec *x, const zo_xent_part_args *a)
+{
+    xent_part_stats_kernel<<<(unsigned)a->rows, 512, 0, stream_of(x)>>>(*a);
     ZO_CUDA_CHECK_LAUNCH();
     return ZO_OK;
+}
+
+zo_status zo_cuda_op_xent_part(const zo_ops_exec *x, const zo_xent_part_args *a)
+{
+    xent_part_kernel<<<(unsigned)a->rows, 512, 0, stream_of(x)>>>(*a);
+    ZO_CUDA_CHECK_LAUNCH();
+    return launch_mean(x, a->loss, a->row_loss, a->r0, a->total);
 }
 
 zo_status zo_cuda_op_repeat_kv(const zo_ops_exec *x, const zo_repeat_kv_args *a)

@@ -23,6 +23,8 @@ zo_status zo_cuda_op_softmax_bwd(const zo_ops_exec *x, const zo_softmax_args *a)
 zo_status zo_cuda_op_swiglu_fwd(const zo_ops_exec *x, const zo_swiglu_args *a);
 zo_status zo_cuda_op_swiglu_bwd(const zo_ops_exec *x, const zo_swiglu_args *a);
 zo_status zo_cuda_op_cross_entropy(const zo_ops_exec *x, const zo_xent_args *a);
+zo_status zo_cuda_op_xent_part_stats(const zo_ops_exec *x, const zo_xent_part_args *a);
+zo_status zo_cuda_op_xent_part(const zo_ops_exec *x, const zo_xent_part_args *a);
 zo_status zo_cuda_op_elementwise(const zo_ops_exec *x, const zo_ew_args *a);
 zo_status zo_cuda_op_repeat_kv(const zo_ops_exec *x, const zo_repeat_kv_args *a);
 zo_status zo_cuda_op_bias(const zo_ops_exec *x, const zo_bias_args *a);

@@ -138,8 +138,22 @@ zo_status zo_op_gemm(zo_stream_t s, const zo_gemm_desc *g)
 
 /* ---- embedding ---- */
 
-zo_status zo_op_embedding_fwd(zo_stream_t s, void *out, const void *table, const int32_t *tokens,
-                              size_t n_tokens, int dim, int vocab, zo_dtype dt)
+/* The rows a (part of a) table holds: v0 .. v0 + part - 1 of 0 .. vocab - 1. */
+static zo_status check_vocab_part(int vocab, int v0, int part, const char *op)
+{
+    ZO_TRY(check_positive(vocab, op, "vocab"));
+    ZO_TRY(check_positive(part, op, "part"));
+    if (v0 < 0 || v0 > vocab - part)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "%s: the part's ids %d .. %lld pass the vocabulary 0 .. %d: expected 0 <= "
+                       "v0 and v0 + part <= vocab",
+                       op, v0, (long long)v0 + part - 1, vocab - 1);
+    return ZO_OK;
+}
+
+zo_status zo_op_embedding_part_fwd(zo_stream_t s, void *out, const void *table,
+                                   const int32_t *tokens, size_t n_tokens, int dim, int vocab,
+                                   int v0, int part, zo_dtype dt)
 {
     static const char op[] = "embedding_fwd";
     const zo_ops_backend *be;
@@ -147,20 +161,26 @@ zo_status zo_op_embedding_fwd(zo_stream_t s, void *out, const void *table, const
     ZO_TRY(exec_for(s, &be, &x));
     ZO_TRY(check_dtype(dt, op));
     ZO_TRY(check_positive(dim, op, "dim"));
-    ZO_TRY(check_positive(vocab, op, "vocab"));
+    ZO_TRY(check_vocab_part(vocab, v0, part, op));
     size_t es = zo_dtype_size(dt);
     ZO_TRY(check_operand(s, out, n_tokens * (size_t)dim * es, op, "out"));
-    ZO_TRY(check_operand(s, table, (size_t)vocab * (size_t)dim * es, op, "table"));
+    ZO_TRY(check_operand(s, table, (size_t)part * (size_t)dim * es, op, "table"));
     ZO_TRY(check_operand(s, tokens, n_tokens * sizeof *tokens, op, "tokens"));
     if (n_tokens == 0)
         return ZO_OK;
-    zo_embed_args a = {out, table, tokens, n_tokens, dim, vocab, dt, dt};
+    zo_embed_args a = {out, table, tokens, n_tokens, dim, vocab, dt, dt, v0, part};
     return be->embedding_fwd(&x, &a);
 }
 
-zo_status zo_op_embedding_bwd(zo_stream_t s, void *dtable, zo_dtype dtable_dt, const void *dout,
-                              const int32_t *tokens, size_t n_tokens, int dim, int vocab,
-                              zo_dtype dt)
+zo_status zo_op_embedding_fwd(zo_stream_t s, void *out, const void *table, const int32_t *tokens,
+                              size_t n_tokens, int dim, int vocab, zo_dtype dt)
+{
+    return zo_op_embedding_part_fwd(s, out, table, tokens, n_tokens, dim, vocab, 0, vocab, dt);
+}
+
+zo_status zo_op_embedding_part_bwd(zo_stream_t s, void *dtable, zo_dtype dtable_dt,
+                                   const void *dout, const int32_t *tokens, size_t n_tokens,
+                                   int dim, int vocab, int v0, int part, zo_dtype dt)
 {
     static const char op[] = "embedding_bwd";
     const zo_ops_backend *be;
@@ -169,15 +189,23 @@ zo_status zo_op_embedding_bwd(zo_stream_t s, void *dtable, zo_dtype dtable_dt, c
     ZO_TRY(check_dtype(dt, op));
     ZO_TRY(check_dtype(dtable_dt, "embedding_bwd dtable"));
     ZO_TRY(check_positive(dim, op, "dim"));
-    ZO_TRY(check_positive(vocab, op, "vocab"));
-    ZO_TRY(check_operand(s, dtable, (size_t)vocab * (size_t)dim * zo_dtype_size(dtable_dt), op,
+    ZO_TRY(check_vocab_part(vocab, v0, part, op));
+    ZO_TRY(check_operand(s, dtable, (size_t)part * (size_t)dim * zo_dtype_size(dtable_dt), op,
                          "dtable"));
     ZO_TRY(check_operand(s, dout, n_tokens * (size_t)dim * zo_dtype_size(dt), op, "dout"));
     ZO_TRY(check_operand(s, tokens, n_tokens * sizeof *tokens, op, "tokens"));
     if (n_tokens == 0)
         return ZO_OK;
-    zo_embed_args a = {dtable, dout, tokens, n_tokens, dim, vocab, dt, dtable_dt};
+    zo_embed_args a = {dtable, dout, tokens, n_tokens, dim, vocab, dt, dtable_dt, v0, part};
     return be->embedding_bwd(&x, &a);
+}
+
+zo_status zo_op_embedding_bwd(zo_stream_t s, void *dtable, zo_dtype dtable_dt, const void *dout,
+                              const int32_t *tokens, size_t n_tokens, int dim, int vocab,
+                              zo_dtype dt)
+{
+    return zo_op_embedding_part_bwd(s, dtable, dtable_dt, dout, tokens, n_tokens, dim, vocab, 0,
+                                    vocab, dt);
 }
 
 /* ---- RMSNorm ---- */
@@ -712,6 +740,32 @@ zo_status zo_op_swiglu_bwd(zo_stream_t s, void *dgate, void *dup, const void *do
 
 /* ---- cross-entropy ---- */
 
+/* A chunk's operands: rows r0 .. r0 + rows - 1 of total, each of cols logits. */
+static zo_status check_xent_rows(zo_stream_t s, const char *op, float *loss, float *row_loss,
+                                 void *dlogits, const void *logits, const int32_t *targets,
+                                 size_t rows, int cols, float grad_scale, zo_dtype dt, size_t r0,
+                                 size_t total)
+{
+    if (!isfinite(grad_scale))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: grad_scale %g is not finite", op,
+                       (double)grad_scale);
+    if (r0 > total || rows > total - r0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
+                       "%s: rows %zu from row %zu pass the batch's %zu rows", op, rows, r0, total);
+    size_t bytes = rows * (size_t)cols * zo_dtype_size(dt);
+    if (loss) {
+        ZO_TRY(check_operand(s, loss, sizeof(float), op, "loss"));
+        ZO_TRY(
+            check_operand(s, row_loss - r0, total * sizeof(float), op, "row_loss (the batch's)"));
+    }
+    ZO_TRY(check_operand(s, row_loss, rows * sizeof(float), op, "row_loss"));
+    if (dlogits)
+        ZO_TRY(check_operand(s, dlogits, bytes, op, "dlogits"));
+    ZO_TRY(check_operand(s, logits, bytes, op, "logits"));
+    ZO_TRY(check_operand(s, targets, rows * sizeof *targets, op, "targets"));
+    return ZO_OK;
+}
+
 zo_status zo_op_cross_entropy(zo_stream_t s, float *loss, float *row_loss, void *dlogits,
                               const void *logits, const int32_t *targets, size_t rows, int vocab,
                               float grad_scale, zo_dtype dt)
@@ -733,26 +787,73 @@ zo_status zo_op_cross_entropy_chunk(zo_stream_t s, float *loss, float *row_loss,
     ZO_TRY(check_dtype(dt, op));
     ZO_TRY(check_positive((long long)rows, op, "rows"));
     ZO_TRY(check_positive(vocab, op, "vocab"));
-    if (!isfinite(grad_scale))
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "%s: grad_scale %g is not finite", op,
-                       (double)grad_scale);
-    if (r0 > total || rows > total - r0)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
-                       "%s: rows %zu from row %zu pass the batch's %zu rows", op, rows, r0, total);
-    size_t bytes = rows * (size_t)vocab * zo_dtype_size(dt);
-    if (loss) {
-        ZO_TRY(check_operand(s, loss, sizeof(float), op, "loss"));
-        ZO_TRY(
-            check_operand(s, row_loss - r0, total * sizeof(float), op, "row_loss (the batch's)"));
-    }
-    ZO_TRY(check_operand(s, row_loss, rows * sizeof(float), op, "row_loss"));
-    if (dlogits)
-        ZO_TRY(check_operand(s, dlogits, bytes, op, "dlogits"));
-    ZO_TRY(check_operand(s, logits, bytes, op, "logits"));
-    ZO_TRY(check_operand(s, targets, rows * sizeof *targets, op, "targets"));
+    ZO_TRY(check_xent_rows(s, op, loss, row_loss, dlogits, logits, targets, rows, vocab, grad_scale,
+                           dt, r0, total));
     zo_xent_args a = {loss,  row_loss,   dlogits, logits, targets, rows,
                       vocab, grad_scale, dt,      r0,     total};
     return be->cross_entropy(&x, &a);
+}
+
+/* ---- the vocabulary-parallel cross-entropy ---- */
+
+zo_status zo_op_cross_entropy_part_stats(zo_stream_t s, float *stats, const void *logits,
+                                         const int32_t *targets, size_t rows, int vocab, int v0,
+                                         int part, zo_dtype dt)
+{
+    static const char op[] = "cross_entropy_part_stats";
+    const zo_ops_backend *be;
+    zo_ops_exec x;
+    ZO_TRY(exec_for(s, &be, &x));
+    ZO_TRY(check_dtype(dt, op));
+    ZO_TRY(check_positive((long long)rows, op, "rows"));
+    ZO_TRY(check_vocab_part(vocab, v0, part, op));
+    ZO_TRY(check_operand(s, stats, rows * ZO_XENT_STATS * sizeof(float), op, "stats"));
+    ZO_TRY(check_operand(s, logits, rows * (size_t)part * zo_dtype_size(dt), op, "logits"));
+    ZO_TRY(check_operand(s, targets, rows * sizeof *targets, op, "targets"));
+    zo_xent_part_args a = {.stats = stats,
+                           .logits = logits,
+                           .targets = targets,
+                           .rows = rows,
+                           .vocab = vocab,
+                           .v0 = v0,
+                           .part = part,
+                           .dt = dt};
+    return be->xent_part_stats(&x, &a);
+}
+
+zo_status zo_op_cross_entropy_part(zo_stream_t s, float *loss, float *row_loss, void *dlogits,
+                                   const void *logits, const float *all_stats, int parts,
+                                   const int32_t *targets, size_t rows, int vocab, int v0, int part,
+                                   float grad_scale, zo_dtype dt, size_t r0, size_t total)
+{
+    static const char op[] = "cross_entropy_part";
+    const zo_ops_backend *be;
+    zo_ops_exec x;
+    ZO_TRY(exec_for(s, &be, &x));
+    ZO_TRY(check_dtype(dt, op));
+    ZO_TRY(check_positive((long long)rows, op, "rows"));
+    ZO_TRY(check_positive(parts, op, "parts"));
+    ZO_TRY(check_vocab_part(vocab, v0, part, op));
+    ZO_TRY(check_xent_rows(s, op, loss, row_loss, dlogits, logits, targets, rows, part, grad_scale,
+                           dt, r0, total));
+    ZO_TRY(check_operand(s, all_stats, (size_t)parts * rows * ZO_XENT_STATS * sizeof(float), op,
+                         "all_stats"));
+    zo_xent_part_args a = {.all_stats = all_stats,
+                           .parts = parts,
+                           .loss = loss,
+                           .row_loss = row_loss,
+                           .dlogits = dlogits,
+                           .logits = logits,
+                           .targets = targets,
+                           .rows = rows,
+                           .vocab = vocab,
+                           .v0 = v0,
+                           .part = part,
+                           .grad_scale = grad_scale,
+                           .dt = dt,
+                           .r0 = r0,
+                           .total = total};
+    return be->xent_part(&x, &a);
 }
 
 /* ---- elementwise ---- */

@@ -39,6 +39,8 @@ zo_status zo_ops_backend_check(const zo_ops_backend *o)
         {"swiglu_fwd", o->swiglu_fwd != NULL},
         {"swiglu_bwd", o->swiglu_bwd != NULL},
         {"cross_entropy", o->cross_entropy != NULL},
+        {"xent_part_stats", o->xent_part_stats != NULL},
+        {"xent_part", o->xent_part != NULL},
         {"elementwise", o->elementwise != NULL},
         {"sumsq", o->sumsq != NULL},
         {"repeat_kv", o->repeat_kv != NULL},

@@ -31,6 +31,7 @@ typedef struct zo_embed_args {
     size_t n_tokens;
     int dim, vocab;
     zo_dtype dt, out_dt; /* bwd: out_dt is dtable's dtype */
+    int v0, part;        /* the table's rows: ids v0 .. v0 + part - 1 (others: zero, skipped) */
 } zo_embed_args;
 
 typedef struct zo_rmsnorm_args {
@@ -182,6 +183,25 @@ typedef struct zo_xent_args {
     size_t r0, total;
 } zo_xent_args;
 
+/* The vocabulary-parallel cross-entropy (zo_op_cross_entropy_part_stats and
+ * zo_op_cross_entropy_part): logits hold ids v0 .. v0 + part - 1 of vocab.
+ * stats pass: stats (rows x 3); combine pass: all_stats (parts x rows x 3)
+ * to row_loss, loss, dlogits as zo_xent_args. */
+typedef struct zo_xent_part_args {
+    float *stats;
+    const float *all_stats;
+    int parts;
+    float *loss, *row_loss;
+    void *dlogits;
+    const void *logits;
+    const int32_t *targets;
+    size_t rows;
+    int vocab, v0, part;
+    float grad_scale;
+    zo_dtype dt;
+    size_t r0, total;
+} zo_xent_part_args;
+
 typedef enum { ZO_EW_ADD, ZO_EW_CAST, ZO_EW_SCALE, ZO_EW_AXPY } zo_ew_kind;
 
 /* The elementwise family: add (y = a + b), cast (y = a), scale (y *= alpha),
@@ -219,7 +239,7 @@ static inline int zo_flash_tile(const zo_flash_attn_desc *d)
 }
 
 /* Bumped when a slot is added, removed or changes meaning. */
-#define ZO_OPS_BACKEND_VERSION 2u
+#define ZO_OPS_BACKEND_VERSION 3u
 
 /* Capability flags (zo_ops_backend.caps). */
 enum {
@@ -245,6 +265,8 @@ typedef struct zo_ops_backend {
     zo_status (*swiglu_fwd)(const zo_ops_exec *x, const zo_swiglu_args *a);
     zo_status (*swiglu_bwd)(const zo_ops_exec *x, const zo_swiglu_args *a);
     zo_status (*cross_entropy)(const zo_ops_exec *x, const zo_xent_args *a);
+    zo_status (*xent_part_stats)(const zo_ops_exec *x, const zo_xent_part_args *a);
+    zo_status (*xent_part)(const zo_ops_exec *x, const zo_xent_part_args *a);
     zo_status (*elementwise)(const zo_ops_exec *x, const zo_ew_args *a);
     zo_status (*sumsq)(const zo_ops_exec *x, const zo_sumsq_args *a);
     zo_status (*repeat_kv)(const zo_ops_exec *x, const zo_repeat_kv_args *a);

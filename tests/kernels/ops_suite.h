@@ -97,6 +97,39 @@ static void run_embedding(zo_stream_t s, zo_dtype dt, zo_dtype gdt, const float 
     *dtable = dev_to_host(s, dgrad, (size_t)V * D, gdt);
 }
 
+/* The vocabulary-parallel embedding over `parts` parts of the table (part p
+ * holds ids p V / parts .. (p + 1) V / parts - 1): the parts' outputs summed
+ * in part order, as a tensor-parallel all-reduce sums them, and each part's
+ * gradient rows put back in place. */
+static void run_embedding_parts(zo_stream_t s, zo_dtype dt, zo_dtype gdt, const float *table,
+                                const int32_t *tok, size_t N, int D, int V, int parts,
+                                const float *dout, const float *dtable0, float **out,
+                                float **dtable)
+{
+    void *dtok = NULL;
+    ZO_ASSERT_OK(zo_device_malloc(zo_stream_device(s), N * sizeof *tok, &dtok));
+    track(zo_stream_device(s), dtok);
+    ZO_ASSERT_OK(zo_memcpy_h2d_async(s, dtok, tok, N * sizeof *tok));
+    void *dout_d = dev_from(s, dout, N * D, dt);
+    *out = calloc(N * D, sizeof **out);
+    *dtable = calloc((size_t)V * D, sizeof **dtable);
+    assert_non_null(*out);
+    assert_non_null(*dtable);
+    for (int p = 0; p < parts; p++) {
+        const int v0 = p * V / parts, n = (p + 1) * V / parts - v0;
+        const size_t rows = (size_t)n * D, at = (size_t)v0 * D;
+        void *tab = dev_from(s, table + at, rows, dt), *grad = dev_from(s, dtable0 + at, rows, gdt);
+        void *y = dev_zeros(s, N * D * zo_dtype_size(dt));
+        ZO_ASSERT_OK(zo_op_embedding_part_fwd(s, y, tab, dtok, N, D, V, v0, n, dt));
+        ZO_ASSERT_OK(zo_op_embedding_part_bwd(s, grad, gdt, dout_d, dtok, N, D, V, v0, n, dt));
+        float *hy = dev_to_host(s, y, N * D, dt), *hg = dev_to_host(s, grad, rows, gdt);
+        for (size_t i = 0; i < N * D; i++)
+            (*out)[i] += hy[i];
+        memcpy(*dtable + at, hg, rows * sizeof *hg);
+        free(hy), free(hg);
+    }
+}
+
 /* ---- RMSNorm ---- */
 
 typedef struct rms_out {
@@ -299,6 +332,74 @@ static void run_xent_chunked(zo_stream_t s, zo_dtype dt, const float *logits, co
     free(h);
     *row_loss = dev_to_host(s, rl, rows, ZO_DTYPE_F32);
     *dlogits = dev_to_host(s, ld, n, dt);
+}
+
+/* The vocabulary-parallel cross-entropy over `parts` column parts of the
+ * logits (part p: ids p V / parts .. (p + 1) V / parts - 1), chunk rows at a
+ * time: each part's stats go straight into its slot of the gathered stats
+ * (what the all-gather makes), then each part combines them. Every part's
+ * row losses and loss must carry the same bits (asserted); the results are
+ * part 0's loss and row losses and the parts' dlogits put back in place. */
+static void run_xent_parts(zo_stream_t s, zo_dtype dt, const float *logits, const int32_t *tgt,
+                           size_t rows, int V, int parts, float grad_scale, size_t chunk,
+                           float *loss, float **row_loss, float **dlogits)
+{
+    enum { MAX_PARTS = 8 };
+    assert_true(parts >= 1 && parts <= MAX_PARTS);
+    const size_t es = zo_dtype_size(dt);
+    int32_t *td = NULL;
+    ZO_ASSERT_OK(zo_device_malloc(zo_stream_device(s), rows * sizeof *tgt, (void **)&td));
+    track(zo_stream_device(s), td);
+    ZO_ASSERT_OK(zo_memcpy_h2d_async(s, td, tgt, rows * sizeof *tgt));
+    float *all = dev_zeros(s, (size_t)parts * chunk * ZO_XENT_STATS * sizeof(float));
+    char *ld[MAX_PARTS];
+    float *l[MAX_PARTS], *rl[MAX_PARTS];
+    for (int p = 0; p < parts; p++) { /* part p's columns of every row */
+        const int v0 = p * V / parts, n = (p + 1) * V / parts - v0;
+        float *cols = malloc(rows * (size_t)n * sizeof *cols);
+        assert_non_null(cols);
+        for (size_t r = 0; r < rows; r++)
+            memcpy(cols + r * n, logits + r * V + v0, (size_t)n * sizeof *cols);
+        ld[p] = dev_from(s, cols, rows * (size_t)n, dt);
+        l[p] = dev_zeros(s, sizeof(float));
+        rl[p] = dev_zeros(s, rows * sizeof(float));
+        free(cols);
+    }
+    for (size_t r0 = 0; r0 < rows; r0 += chunk) {
+        const size_t k = chunk < rows - r0 ? chunk : rows - r0;
+        for (int p = 0; p < parts; p++) {
+            const int v0 = p * V / parts, n = (p + 1) * V / parts - v0;
+            ZO_ASSERT_OK(zo_op_cross_entropy_part_stats(s, all + (size_t)p * k * ZO_XENT_STATS,
+                                                        ld[p] + r0 * (size_t)n * es, td + r0, k, V,
+                                                        v0, n, dt));
+        }
+        for (int p = 0; p < parts; p++) {
+            const int v0 = p * V / parts, n = (p + 1) * V / parts - v0;
+            char *at = ld[p] + r0 * (size_t)n * es;
+            ZO_ASSERT_OK(zo_op_cross_entropy_part(s, r0 + k == rows ? l[p] : NULL, rl[p] + r0, at,
+                                                  at, all, parts, td + r0, k, V, v0, n, grad_scale,
+                                                  dt, r0, rows));
+        }
+    }
+    *dlogits = calloc(rows * (size_t)V, sizeof **dlogits);
+    assert_non_null(*dlogits);
+    for (int p = 0; p < parts; p++) {
+        const int v0 = p * V / parts, n = (p + 1) * V / parts - v0;
+        float *hl = dev_to_host(s, l[p], 1, ZO_DTYPE_F32),
+              *hrl = dev_to_host(s, rl[p], rows, ZO_DTYPE_F32);
+        float *hd = dev_to_host(s, ld[p], rows * (size_t)n, dt);
+        if (p == 0) {
+            *loss = hl[0];
+            *row_loss = hrl;
+        } else { /* every rank of the group computes the same loss */
+            assert_memory_equal(hl, loss, sizeof *loss);
+            assert_memory_equal(hrl, *row_loss, rows * sizeof *hrl);
+            free(hrl);
+        }
+        for (size_t r = 0; r < rows; r++)
+            memcpy(*dlogits + r * V + v0, hd + r * n, (size_t)n * sizeof *hd);
+        free(hl), free(hd);
+    }
 }
 
 /* ---- elementwise: add, scale (in place), axpy into f32, casts, sumsq ---- */

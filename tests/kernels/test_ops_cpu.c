@@ -325,6 +325,19 @@ static void test_embedding(void **state)
     float *out, *dtab; /* a bf16 gradient table accumulates with bf16 rounding */
     run_embedding(g_s, ZO_DTYPE_BF16, ZO_DTYPE_BF16, table, tok, N, D, V, dout, dt0, &out, &dtab);
     ASSERT_CLOSE(dtab, fd, (size_t)V * D, 2e-2, "embedding dtable (bf16)");
+    /* split over the vocabulary (3 parts: 11 rows as 3, 4, 4): the summed
+     * lookups and the parts' gradients are the whole op's, bit for bit */
+    for (int parts = 2; parts <= 3; parts++)
+        for (size_t d = 0; d < 3; d++) {
+            float *pout, *pdtab, *wout, *wdtab;
+            run_embedding(g_s, k_dtypes[d], k_dtypes[d], table, tok, N, D, V, dout, dt0, &wout,
+                          &wdtab);
+            run_embedding_parts(g_s, k_dtypes[d], k_dtypes[d], table, tok, N, D, V, parts, dout,
+                                dt0, &pout, &pdtab);
+            assert_memory_equal(pout, wout, N * D * sizeof *pout);
+            assert_memory_equal(pdtab, wdtab, (size_t)V * D * sizeof *pdtab);
+            free(pout), free(pdtab), free(wout), free(wdtab);
+        }
     free(out), free(dtab), free(table), free(dout), free(dt0), free(fd), free(ctx.table),
         free(ctx.dout);
 }
@@ -890,6 +903,21 @@ static double xent_loss(void *p)
     return e->scale * L / (double)e->rows;
 }
 
+/* The double reference: the mean loss, each row's and (finite differences)
+ * the gradient of gscale times the loss. */
+static void xent_reference(const float *x, const int32_t *tgt, size_t rows, int V, float gscale,
+                           double *loss, double **rl, double **fd)
+{
+    xent_fd ctx = {to_double(x, rows * V), tgt, rows, V, 1.0};
+    *loss = xent_loss(&ctx);
+    *rl = dcalloc(rows);
+    for (size_t r = 0; r < rows; r++)
+        (*rl)[r] = ref_row_loss(ctx.x + r * V, V, tgt[r]);
+    ctx.scale = gscale;
+    *fd = finite_diff(xent_loss, &ctx, ctx.x, rows * V);
+    free(ctx.x);
+}
+
 static void test_cross_entropy(void **state)
 {
     uint64_t seed = 81;
@@ -898,12 +926,8 @@ static void test_cross_entropy(void **state)
     const int32_t tgt[] = {0, 12, 5, 5, 7, 1};
     const float gscale = 0.5f;
     float *x = rand_vec(&seed, rows * V, 4, ZO_DTYPE_BF16);
-    xent_fd ctx = {to_double(x, rows * V), tgt, rows, V, 1.0};
-    double loss = xent_loss(&ctx), *rl = dcalloc(rows);
-    for (size_t r = 0; r < rows; r++)
-        rl[r] = ref_row_loss(ctx.x + r * V, V, tgt[r]);
-    ctx.scale = gscale;
-    double *fd = finite_diff(xent_loss, &ctx, ctx.x, rows * V);
+    double loss, *rl, *fd;
+    xent_reference(x, tgt, rows, V, gscale, &loss, &rl, &fd);
     for (size_t d = 0; d < 3; d++) {
         zo_dtype dt = k_dtypes[d];
         float lf, l, *grl, *gdl;
@@ -920,7 +944,44 @@ static void test_cross_entropy(void **state)
         assert_memory_equal(cdl, gdl, rows * V * sizeof *gdl);
         free(grl), free(gdl), free(crl), free(cdl);
     }
-    free(x), free(rl), free(fd), free(ctx.x);
+    free(x), free(rl), free(fd);
+}
+
+/* The vocabulary-parallel cross-entropy against the double reference and
+ * against the whole-vocabulary op: 1, 2, 3 (13 ids as 4, 4, 5) and 4 parts,
+ * whole and in chunks of 4 rows. The parts' logsumexp is combined from
+ * per-part maxima and sums, so it agrees with the whole op within fp32
+ * round-off, not bitwise. */
+static void test_cross_entropy_parts(void **state)
+{
+    uint64_t seed = 82;
+    const size_t rows = 6;
+    const int V = 13;
+    const int32_t tgt[] = {0, 12, 5, 4, 8, 3}; /* ids in every part, at the parts' edges */
+    const float gscale = 0.5f;
+    float *x = rand_vec(&seed, rows * V, 4, ZO_DTYPE_BF16);
+    x[3 * V + 4] = 30.0f; /* one part's max far above the others' */
+    double loss, *rl, *fd;
+    xent_reference(x, tgt, rows, V, gscale, &loss, &rl, &fd);
+    for (size_t d = 0; d < 3; d++) {
+        zo_dtype dt = k_dtypes[d];
+        float wl, wlf, *wrl, *wdl;
+        run_xent(g_s, dt, x, tgt, rows, V, gscale, &wlf, &wl, &wrl, &wdl);
+        for (int parts = 1; parts <= 4; parts++)
+            for (size_t chunk = 4; chunk <= rows; chunk += rows - 4) {
+                float pl, *prl, *pdl;
+                run_xent_parts(g_s, dt, x, tgt, rows, V, parts, gscale, chunk, &pl, &prl, &pdl);
+                assert_true(fabs(pl - loss) <= 1e-5 * fabs(loss));
+                assert_true(fabsf(pl - wl) <= 1e-6f * fabsf(wl));
+                ASSERT_CLOSE(prl, rl, rows, 1e-5, "parallel cross-entropy row loss");
+                ASSERT_CLOSE(pdl, fd, rows * V, tol_bwd(dt), "parallel cross-entropy dlogits");
+                for (size_t i = 0; i < rows * V; i++) /* the whole op's within its rounding */
+                    assert_true(fabsf(pdl[i] - wdl[i]) <= 1e-6f + 1e-2f * fabsf(wdl[i]));
+                free(prl), free(pdl);
+            }
+        free(wrl), free(wdl);
+    }
+    free(x), free(rl), free(fd);
 }
 
 /* ---- elementwise ---- */
@@ -1200,6 +1261,26 @@ static void test_errors(void **state)
     ZO_ASSERT_OK(zo_op_cross_entropy(g_s, buf, buf, NULL, buf, tok, 2, 4, 1.0f, ZO_DTYPE_F32));
     ZO_ASSERT_ST(zo_stream_synchronize(g_s), ZO_ERR_INVALID_ARG);
     assert_non_null(strstr(zo_last_error(), "cross_entropy"));
+    /* the parallel ops: a target beyond the whole vocabulary is refused too */
+    ZO_ASSERT_OK(zo_op_cross_entropy_part_stats(g_s, buf, buf, tok, 2, 8, 4, 4, ZO_DTYPE_F32));
+    ZO_ASSERT_ST(zo_stream_synchronize(g_s), ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "cross_entropy_part_stats"));
+    ZO_ASSERT_OK(zo_op_cross_entropy_part(g_s, NULL, buf, NULL, buf, buf, 1, tok, 2, 8, 4, 4, 1.0f,
+                                          ZO_DTYPE_F32, 0, 2));
+    ZO_ASSERT_ST(zo_stream_synchronize(g_s), ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "cross_entropy_part (targets)"));
+    /* a part beyond the vocabulary, named with the ids it would hold */
+    ZO_ASSERT_ST(zo_op_embedding_part_fwd(g_s, buf, buf, tok, 2, 4, 8, 6, 4, ZO_DTYPE_F32),
+                 ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "ids 6 .. 9 pass the vocabulary 0 .. 7"));
+    ZO_ASSERT_ST(
+        zo_op_embedding_part_bwd(g_s, buf, ZO_DTYPE_F32, buf, tok, 2, 4, 8, -1, 4, ZO_DTYPE_F32),
+        ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_op_cross_entropy_part_stats(g_s, buf, buf, tok, 2, 8, 4, 0, ZO_DTYPE_F32),
+                 ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_op_cross_entropy_part(g_s, NULL, buf, NULL, buf, buf, 0, tok, 2, 8, 0, 4, 1.0f,
+                                          ZO_DTYPE_F32, 0, 2),
+                 ZO_ERR_INVALID_ARG);
 
     /* A failure of the queued work itself is kept and reported. */
     ZO_ASSERT_OK(zo_device_inject_fault(g_dev, ZO_FAULT_STREAM_TASK, 1));
@@ -1227,6 +1308,7 @@ int main(void)
         cmocka_unit_test_teardown(test_attention, free_buffers),
         cmocka_unit_test_teardown(test_swiglu, free_buffers),
         cmocka_unit_test_teardown(test_cross_entropy, free_buffers),
+        cmocka_unit_test_teardown(test_cross_entropy_parts, free_buffers),
         cmocka_unit_test_teardown(test_elementwise, free_buffers),
         cmocka_unit_test_teardown(test_deterministic, free_buffers),
         cmocka_unit_test_teardown(test_gemm_split_same_bits, free_buffers),

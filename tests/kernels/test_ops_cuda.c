@@ -111,6 +111,12 @@ static void test_embedding(void **state)
         assert_memory_equal(go, co, 33 * D * sizeof(float));
         assert_memory_equal(gg, cg, (size_t)V * D * sizeof(float));
         free(co), free(cg), free(go), free(gg);
+        /* split over the vocabulary in 3 parts (50 ids as 16, 17, 17) */
+        run_embedding_parts(g_cs, dt, dt, table, tok, 33, D, V, 3, dout, g0, &co, &cg);
+        run_embedding_parts(g_gs, dt, dt, table, tok, 33, D, V, 3, dout, g0, &go, &gg);
+        assert_memory_equal(go, co, 33 * D * sizeof(float));
+        assert_memory_equal(gg, cg, (size_t)V * D * sizeof(float));
+        free(co), free(cg), free(go), free(gg);
     }
     free(table), free(dout), free(g0);
 }
@@ -301,6 +307,14 @@ static void test_cross_entropy(void **state)
         assert_memory_equal(krl, grl, rows * sizeof *grl);
         assert_memory_equal(kdl, gdl, rows * V * sizeof *gdl);
         free(krl), free(kdl);
+        /* over the vocabulary in 3 parts (1000 ids as 333, 333, 334), chunks of 4 rows */
+        float pcl, pgl, *pcrl, *pcdl, *pgrl, *pgdl;
+        run_xent_parts(g_cs, dt, x, tgt, rows, V, 3, 0.25f, 4, &pcl, &pcrl, &pcdl);
+        run_xent_parts(g_gs, dt, x, tgt, rows, V, 3, 0.25f, 4, &pgl, &pgrl, &pgdl);
+        close_to(&pgl, &pcl, 1, 1e-5, "parallel cross-entropy loss", dt);
+        close_to(pgrl, pcrl, rows, 1e-5, "parallel cross-entropy row loss", dt);
+        close_to(pgdl, pcdl, rows * V, tol(dt), "parallel cross-entropy dlogits", dt);
+        free(pcrl), free(pcdl), free(pgrl), free(pgdl);
         free(crl), free(cdl), free(grl), free(gdl);
     }
     free(x);
