@@ -9,7 +9,10 @@ the q/k/v and gate/up input gradients likewise, so each differs from one rank's
 by fp32 round-off (about 1e-7 relative a value), which three Adam steps carry
 into the losses (1e-7 to 1e-6 relative measured). bf16 runs agree within 2e-3
 relative (bf16's own step is 3.9e-3). The first step's loss, before any update,
-is a forward only. For a fixed T every placement and optimizer mode gives the
+is a forward only. The embedding and the head are split over the vocabulary
+(a masked lookup summed over the group; a cross-entropy combined from the ranks'
+maxima, sums of exps and target logits): with a vocabulary-sized model a rank's
+device high-water mark is 1/T of one rank's. For a fixed T every placement and optimizer mode gives the
 same bits (the all-reduces are exact chains: no order depends on timing), and
 every tier's per-rank peak (device, pinned, host, NVMe) is 1/T of one rank's.
 Pipeline stages and data-parallel ranks combine with T: 2 stages x T 2 (4
@@ -90,6 +93,27 @@ def against_one_rank(d):
                       "T %d: the first forward %r vs %r" % (T, got["losses"][0], one["losses"][0]))
 
 
+def vocab_split(d):
+    """The embedding and the head split over the vocabulary: with a model whose bytes
+    are nearly all vocabulary (16384 ids of 64 dimensions), a rank's device high-water
+    mark and its activation bytes (the head's logits, the embedding's gradient
+    accumulator) are 1/T of one rank's, within the replicated activations and the
+    norms' gathers (measured: 1.003x and 1.022x at T = 2, 1.008x and 1.065x at T = 4).
+    A whole-vocabulary copy on a rank (the table gathered, or full logits) fails it."""
+    flags = ["--dtype", "fp32", "--vocab", "16384", "--dim", "64", "--heads", "4", "--ffn",
+             "128", "--layers", "2", "--steps", "2"]
+    one = train(1, flags, d + "/v1")
+    for T in (2, 4):
+        got = train(T, flags + ["--tensor-parallel", str(T)], d + "/v%d" % T)
+        close("vocabulary-sized model, T %d" % T, one, got, FP32_REL)
+        if one is None or got is None:
+            continue
+        for key, bound in (("high_water", 1.02), ("activation_bytes", 1.1)):
+            a, b = one["device"][key], got["device"][key]
+            check(b * T <= bound * a, "T %d: device %s %d per rank, one rank's %d / %d = %g "
+                  "(bound %gx)" % (T, key, b, a, T, a / T, bound))
+
+
 def placements(d):
     """T = 2: the optimizer states on NVMe (default), in host memory, the parameters on the
     device, and the overlap mode: the same bits; dpu the same across placements."""
@@ -117,9 +141,10 @@ def grids(d):
           train(8, base + ["--grad-accum", "2", "--pipeline-stages", "2"], d + "/g3"), FP32_REL)
 
 
-def llama_dir(d, kv_heads, attention_bias):
+def llama_dir(d, kv_heads, attention_bias, tied=False):
     """A Llama model directory (config.json, model.safetensors in fp32) with kv_heads
-    key/value heads of 4 query heads and random weights, written here without torch."""
+    key/value heads of 4 query heads and random weights, written here without torch;
+    tied: the head is the embedding (no lm_head.weight)."""
     dim, ffn, vocab, layers = 128, 256, 256, 2
     kvd = dim // 4 * kv_heads
     rnd = random.Random(kv_heads * 2 + attention_bias)
@@ -138,7 +163,7 @@ def llama_dir(d, kv_heads, attention_bias):
         if attention_bias:
             shapes += [(p + "self_attn.%s_proj.bias" % k, [n]) for k, n in
                        (("q", dim), ("k", kvd), ("v", kvd), ("o", dim))]
-    shapes += [("model.norm.weight", [dim]), ("lm_head.weight", [vocab, dim])]
+    shapes += [("model.norm.weight", [dim])] + ([] if tied else [("lm_head.weight", [vocab, dim])])
     header, blobs, off = {}, [], 0
     for name, shape in shapes:
         n = shape[0] * (shape[1] if len(shape) > 1 else 1)
@@ -159,7 +184,7 @@ def llama_dir(d, kv_heads, attention_bias):
                    "hidden_size": dim, "intermediate_size": ffn, "num_hidden_layers": layers,
                    "num_attention_heads": 4, "num_key_value_heads": kv_heads,
                    "vocab_size": vocab, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-                   "hidden_act": "silu", "tie_word_embeddings": False,
+                   "hidden_act": "silu", "tie_word_embeddings": tied,
                    "attention_bias": attention_bias, "torch_dtype": "float32"}, f)
     return d
 
@@ -174,6 +199,10 @@ def hf_models(d):
         one = train(1, flags + m, d + "/h1")
         close("--hf-model %d kv heads%s, T 2" % (kv, " with biases" if bias else ""), one,
               train(2, flags + m + ["--tensor-parallel", "2"], d + "/h2"), FP32_REL)
+    # tied: the head is the embedding, split over the vocabulary the same way
+    m = ["--hf-model", llama_dir(d + "/hf-tied", 4, False, tied=True)]
+    close("--hf-model tied, T 2", train(1, flags + m, d + "/h1"),
+          train(2, flags + m + ["--tensor-parallel", "2"], d + "/h2"), FP32_REL)
     m = ["--hf-model", d + "/hf-2-0"]
     cmd, rc, out, err = run(4, flags + m + ["--tensor-parallel", "4"], d + "/h4")
     check(rc != 0 and "2 key/value heads" in err,
@@ -194,6 +223,7 @@ def refused(d):
 
 with tempfile.TemporaryDirectory() as tmp:
     against_one_rank(tmp)
+    vocab_split(tmp)
     placements(tmp)
     grids(tmp)
     hf_models(tmp)

@@ -222,7 +222,8 @@
       ZT_IN(RANKS, "T",                                                                            \
             "tensor parallelism (Megatron-LM's): each block's heads and\n"                          \
             "FFN split over T consecutive ranks, the o_proj and down_proj\n"                        \
-            "outputs all-reduced; every tier holds 1/T of each tensor;\n"                           \
+            "outputs all-reduced, the embedding and head split over the\n"                          \
+            "vocabulary; every tier holds 1/T of each tensor;\n"                                    \
             "N = S x D x T ranks, rank r tensor rank r % T\n"                                       \
             "(tensor_parallel.tp_size in a --config)"),                                            \
       ZT_NO)                                                                                       \

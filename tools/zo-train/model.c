@@ -224,6 +224,8 @@ struct zt_model {
     void *head_grad, *head_norm_grad; /* the current set's */
     int32_t *host_in, *host_tgt;      /* staging for set_batch */
     zo_comm_t tp;                     /* the tensor-parallel group (NULL: none) */
+    int vocab, v0;                    /* tp: the whole vocabulary, the rank's first id */
+    float *xstats, *xstats_all;       /* tp: a head chunk's stats, the group's (rank order) */
     zo_event_t staged;                /* the staging copies are done */
 };
 
@@ -300,6 +302,7 @@ void zt_model_free(zt_model *m)
     zt_act_store_free(m->act);
     zo_event_destroy(m->staged);
     zo_device_mfree(m->dev, m->arena);
+    zo_device_mfree(m->dev, m->xstats);
     free(m->stage_ckpt);
     free(m->ckpt_all);
     free(m->dres_all);
@@ -374,6 +377,7 @@ zo_status zt_model_init_act(zt_model **out, zo_device_t dev, zo_stream_t compute
     m->mlp_rows = (int)zt_mlp_chunk_rows(c);
     m->hd = zt_head_dim(&c->shape);
     m->es = zo_dtype_size(c->dt);
+    m->vocab = c->shape.vocab;
     zo_status st = model_alloc(m, nv);
     if (st < 0) {
         zt_model_free(m);
@@ -500,9 +504,25 @@ static zo_status linear_bwd_weight(const zt_model *m, void *dw, const void *dy, 
 
 /* ---- a block ---- */
 
-void zt_model_set_tp(zt_model *m, zo_comm_t tp)
+uint64_t zt_model_tp_bytes(uint64_t head_rows, int T)
+{
+    return T > 1 ? (uint64_t)(T + 1) * head_rows * ZO_XENT_STATS * sizeof(float) : 0;
+}
+
+zo_status zt_model_set_tp(zt_model *m, zo_comm_t tp)
 {
     m->tp = tp;
+    m->vocab = m->c.shape.vocab;
+    m->v0 = 0;
+    if (!tp)
+        return ZO_OK;
+    const int T = zo_comm_size(tp);
+    m->vocab = m->c.shape.vocab * T;
+    m->v0 = m->c.shape.vocab * zo_comm_rank(tp);
+    ZT_LIB(zo_device_malloc(m->dev, zt_model_tp_bytes((uint64_t)m->head_rows, T),
+                            (void **)&m->xstats));
+    m->xstats_all = m->xstats + (size_t)m->head_rows * ZO_XENT_STATS;
+    return ZO_OK;
 }
 
 /* With tensor parallelism, x (n elements) becomes its sum over the group:
@@ -732,6 +752,33 @@ static head_params head_of(const zt_model *m, void *const *p, void *const *g)
     return (head_params){p[ZT_HEAD_NORM], p[ZT_HEAD_OUT], g[ZT_HEAD_NORM], g[ZT_HEAD_OUT]};
 }
 
+/* The loss of a chunk of n rows from r0 and, training, the logits' gradient
+ * in their place. Tensor parallel, the logits are the rank's vocabulary
+ * part: its stats are all-gathered and combined in rank order (the same
+ * row losses on every rank). */
+static zo_status chunk_loss(zt_model *m, int i, int r0, int n, int train, float grad_scale)
+{
+    head_ws *h = &m->h;
+    const int V = m->c.shape.vocab, T = m->T;
+    const int32_t *tgt = tokens_of(m, m->tok_tgt, i) + r0;
+    float *loss = r0 + n == T ? m->losses + i : NULL;
+    void *dl = train ? h->logits : NULL;
+    if (!m->tp) {
+        ZT_LIB(zo_op_cross_entropy_chunk(m->s, loss, h->row_loss + r0, dl, h->logits, tgt,
+                                         (size_t)n, V, grad_scale, m->c.dt, (size_t)r0, (size_t)T));
+        return ZO_OK;
+    }
+    float *all = m->xstats_all; /* n rows a rank, packed: what the combine reads */
+    ZT_LIB(zo_op_cross_entropy_part_stats(m->s, m->xstats, h->logits, tgt, (size_t)n, m->vocab,
+                                          m->v0, V, m->c.dt));
+    ZT_LIB(
+        zo_comm_all_gather(m->tp, m->s, m->xstats, all, (size_t)n * ZO_XENT_STATS, ZO_DTYPE_F32));
+    ZT_LIB(zo_op_cross_entropy_part(m->s, loss, h->row_loss + r0, dl, h->logits, all,
+                                    zo_comm_size(m->tp), tgt, (size_t)n, m->vocab, m->v0, V,
+                                    grad_scale, m->c.dt, (size_t)r0, (size_t)T));
+    return ZO_OK;
+}
+
 /* The head's logits and loss a chunk of rows at a time (zt_head_chunk_rows:
  * every row at once unless the logits of them all pass ZO_HEAD_CHUNK_BYTES),
  * so that no buffer is tokens x vocab. Training, each chunk's backward runs
@@ -747,20 +794,18 @@ static zo_status head_chunks(zt_model *m, const head_params *hp, int i, int trai
     const int d = sh->dim, V = sh->vocab, T = m->T;
     const int C = m->head_rows;
     const size_t row_bytes = (size_t)d * zo_dtype_size(m->c.dt);
-    const int32_t *tgt = tokens_of(m, m->tok_tgt, i);
     for (int r0 = 0; r0 < T; r0 += C) {
         const int n = C < T - r0 ? C : T - r0;
         char *hf = (char *)h->hf + (size_t)r0 * row_bytes;
         ZT_TRY(linear_fwd_rows(m, n, h->logits, hf, hp->w, d, V));
-        ZT_LIB(zo_op_cross_entropy_chunk(m->s, r0 + n == T ? m->losses + i : NULL, h->row_loss + r0,
-                                         train ? h->logits : NULL, h->logits, tgt + r0, (size_t)n,
-                                         V, grad_scale, m->c.dt, (size_t)r0, (size_t)T));
+        ZT_TRY(chunk_loss(m, i, r0, n, train, grad_scale));
         if (!train)
             continue;
         ZT_TRY(linear_bwd_weight_rows(m, n, hp->gw, h->logits, hf, d, V));
         ZT_TRY(linear_bwd_data_rows(m, n, hf, h->logits, hp->w, d, V, 0)); /* d(hf) */
     }
-    return ZO_OK;
+    /* tensor parallel: each rank's d(hf) is over its vocabulary part */
+    return train ? tp_sum(m, h->hf, (size_t)T * d) : ZO_OK;
 }
 
 static zo_status head_fwd_loss(zt_model *m, const head_params *hp, int i, int train,
@@ -806,8 +851,9 @@ static zo_status embedding_bwd(zt_model *m, void *grad, int i)
     const zt_shape *sh = &m->c.shape;
     size_t n = (size_t)sh->vocab * sh->dim;
     ZT_LIB(zo_memset_async(m->s, m->emb_grad, 0, n * sizeof(float)));
-    ZT_LIB(zo_op_embedding_bwd(m->s, m->emb_grad, ZO_DTYPE_F32, m->dres, tokens_of(m, m->tok_in, i),
-                               (size_t)m->T, sh->dim, sh->vocab, m->c.dt));
+    ZT_LIB(zo_op_embedding_part_bwd(m->s, m->emb_grad, ZO_DTYPE_F32, m->dres,
+                                    tokens_of(m, m->tok_in, i), (size_t)m->T, sh->dim, m->vocab,
+                                    m->v0, sh->vocab, m->c.dt));
     ZT_LIB(zo_op_axpy(m->s, grad, m->c.dt, 1.0f, m->emb_grad, ZO_DTYPE_F32, n));
     return ZO_OK;
 }
@@ -861,9 +907,10 @@ static zo_status embed_fwd_fn(zt_model *m, int layer, void *const *p, void *cons
                               float scale)
 {
     const zt_shape *sh = &m->c.shape;
-    ZT_LIB(zo_op_embedding_fwd(m->s, m->ckpt[0], p[0], tokens_of(m, m->tok_in, i), (size_t)m->T,
-                               sh->dim, sh->vocab, m->c.dt));
-    return ZO_OK;
+    ZT_LIB(zo_op_embedding_part_fwd(m->s, m->ckpt[0], p[0], tokens_of(m, m->tok_in, i),
+                                    (size_t)m->T, sh->dim, m->vocab, m->v0, sh->vocab, m->c.dt));
+    /* tensor parallel: zero rows where another rank holds the token, so the sum is the lookup */
+    return tp_sum(m, m->ckpt[0], (size_t)m->T * sh->dim);
 }
 
 static zo_status block_fwd_fn(zt_model *m, int layer, void *const *p, void *const *g, int i,

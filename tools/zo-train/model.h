@@ -120,9 +120,12 @@ zo_status zt_model_read_losses(zt_model *m, float *losses, int n);
 /* Tensor parallelism (tensor_parallel.h): the model was made with a rank's
  * local shape (zt_tp_local_shape); tp, its group, sums the row-parallel
  * outputs in the forward and the column-parallel input gradients in the
- * backward (collectives on the compute stream: every rank of tp must run
- * the same micro-batches). NULL: none. */
-void zt_model_set_tp(zt_model *m, zo_comm_t tp);
+ * backward, and the rank's part of the embedding lookup; the head's loss
+ * combines the ranks' vocabulary parts (collectives on the compute stream:
+ * every rank of tp must run the same micro-batches). It takes
+ * zt_model_tp_bytes of device memory beside the arena. NULL: none. */
+zo_status zt_model_set_tp(zt_model *m, zo_comm_t tp);
+uint64_t zt_model_tp_bytes(uint64_t head_rows, int T);
 
 /* ---- pipeline stages (pipeline.h) ----
  * A stage computes engine layers first..last (0: the embedding, 1..L the

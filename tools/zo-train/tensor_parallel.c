@@ -50,12 +50,23 @@ zt_shape zt_tp_local_shape(const zt_shape *full, int T)
     s.n_kv_heads = zt_kv_heads(full) / T;
     s.n_heads = full->n_heads / T;
     s.ffn_dim = full->ffn_dim / T;
+    s.vocab = full->vocab / T;
     return s;
+}
+
+/* The embedding's and the head's matrices, split over the vocabulary. */
+static int vocab_split(const zt_shape *full, int layer, int idx)
+{
+    if (layer == 0)
+        return idx == ZT_EMBEDDING;
+    return layer == full->n_layers + 1 && idx == ZT_HEAD_OUT;
 }
 
 int zt_tp_replicated(const zt_shape *full, int layer, int idx)
 {
-    return !is_block(full, layer) || idx == ZT_ATTN_NORM || idx == ZT_MLP_NORM || idx == ZT_BO;
+    if (!is_block(full, layer))
+        return !vocab_split(full, layer, idx);
+    return idx == ZT_ATTN_NORM || idx == ZT_MLP_NORM || idx == ZT_BO;
 }
 
 size_t zt_tp_numel(const zt_shape *full, int T, int layer, int idx)
@@ -96,26 +107,22 @@ void zt_tp_slice(const zt_shape *full, int T, int r, int layer, int idx, const f
         slice_columns(src, dst, d, (size_t)zt_q_dim(full), T, r);
     else if (T > 1 && is_block(full, layer) && idx == ZT_WDOWN)
         slice_columns(src, dst, d, (size_t)full->ffn_dim, T, r);
-    else /* column-parallel rows and replicated parts: contiguous */
+    else /* column-parallel rows, the vocabulary's rows and replicated parts: contiguous */
         memcpy(dst, src + (size_t)r * n, n * sizeof *dst);
-}
-
-/* The largest replicated tensor (the embedding, the head). */
-static size_t big_numel(const zt_shape *s)
-{
-    return (size_t)s->vocab * s->dim;
-}
-
-uint64_t zt_tp_device_bytes(const zt_shape *full, int T, zo_dtype dt)
-{
-    if (T <= 1)
-        return 0;
-    return 2 * (uint64_t)(big_numel(full) + 2 * (size_t)full->dim) * zo_dtype_size(dt);
 }
 
 /* ---- the rank's view of a layer ---- */
 
 enum { TP_SLOTS = 3 }; /* replicated tensors in one layer at most (two norms, o_proj's bias) */
+
+uint64_t zt_tp_device_bytes(const zt_shape *full, int T, zo_dtype dt, uint64_t head_rows)
+{
+    if (T <= 1)
+        return 0;
+    /* the gathered norms and biases with their gradients, and the parallel
+     * cross-entropy's stats: the rank's and the group's (zt_model_set_tp) */
+    return 2 * TP_SLOTS * (uint64_t)full->dim * zo_dtype_size(dt) + zt_model_tp_bytes(head_rows, T);
+}
 
 struct zt_tp {
     zo_device_t dev;
@@ -125,7 +132,7 @@ struct zt_tp {
     zo_dtype dt;
     zt_param_source inner;
     void *base;                              /* the slots' device memory */
-    void *pfull[TP_SLOTS], *gfull[TP_SLOTS]; /* slot 0: vocab x dim, the others dim elements */
+    void *pfull[TP_SLOTS], *gfull[TP_SLOTS]; /* dim elements each */
     /* the fetched layer's replicated tensors: their index, elements and the engine's part */
     int n_rep, idx[TP_SLOTS], slot[TP_SLOTS];
     size_t numel[TP_SLOTS];
@@ -145,15 +152,14 @@ zo_status zt_tp_init(zt_tp **out, zo_device_t dev, zo_comm_t comm, const zt_shap
                   .full = *full,
                   .dt = dt,
                   .inner = *inner};
-    size_t es = zo_dtype_size(dt), big = big_numel(full) * es, small = (size_t)full->dim * es;
-    zo_status st = zo_device_malloc(dev, 2 * (big + 2 * small), &tp->base);
+    size_t bytes = (size_t)full->dim * zo_dtype_size(dt);
+    zo_status st = zo_device_malloc(dev, 2 * TP_SLOTS * bytes, &tp->base);
     if (st < 0) {
         free(tp);
         return zt_lib_fail(st, "the tensor-parallel gather buffers");
     }
     char *b = tp->base;
     for (int k = 0; k < TP_SLOTS; k++) {
-        size_t bytes = k ? small : big;
         tp->pfull[k] = b;
         tp->gfull[k] = b + bytes;
         b += 2 * bytes;
@@ -176,10 +182,7 @@ void zt_tp_free(zt_tp *tp)
 static zo_status gather_one(zt_tp *tp, int layer, int k, zo_stream_t s, void **p, void **g)
 {
     size_t n = zt_tensor_numel(&tp->full, layer, k), es = zo_dtype_size(tp->dt);
-    int j = tp->n_rep++;
-    /* a block's norms and o_proj's bias take a slot each; the embedding or the head slot 0
-     * beside its norm */
-    int slot = n > (size_t)tp->full.dim ? 0 : is_block(&tp->full, layer) ? j : 1;
+    int j = tp->n_rep++, slot = j; /* a slot each: a block's norms and o_proj's bias */
     if (j >= TP_SLOTS)
         return zt_fail(ZO_ERR_INTERNAL, "layer %d has more than %d replicated tensors", layer,
                        TP_SLOTS);

@@ -10,7 +10,14 @@
  * then computes a block with the local shape: n_heads/T query heads,
  * n_kv_heads/T key/value heads, ffn_dim/T.
  *
- * Replicated tensors (the norms, the embedding and the head) are computed
+ * The embedding and the head are split over the vocabulary (Megatron's
+ * VocabParallelEmbedding and parallel cross-entropy): rank r holds ids
+ * [r V/T, (r+1) V/T) of each, rows of the matrices; the lookup is masked and
+ * all-reduced, the logits stay the rank's V/T columns and the loss combines
+ * the ranks' maxima, sums of exps and target logits (model.c), so no rank
+ * holds the whole table or makes a row's full-vocabulary logits.
+ *
+ * Replicated tensors (the norms, o_proj's bias) are computed
  * whole on every rank, but each rank's engine holds a contiguous 1/T of
  * their elements: a fetch all-gathers them, and the gradient the model
  * computes whole (the same on every rank, from all-reduced inputs) gives
@@ -29,9 +36,10 @@
 /* What T ranks cannot split, refused by name: heads, key/value heads, the
  * FFN, the dimension and the vocabulary must each divide by T. */
 zo_status zt_tp_check(const zt_shape *full, int T);
-/* The shape one rank computes a block with (T = 1: full itself). */
+/* The shape one rank computes with (T = 1: full itself): its heads, FFN
+ * and vocabulary part. */
 zt_shape zt_tp_local_shape(const zt_shape *full, int T);
-/* Whether tensor (layer, idx) is replicated (norms, embedding, head). */
+/* Whether tensor (layer, idx) is replicated (the norms, o_proj's bias). */
 int zt_tp_replicated(const zt_shape *full, int layer, int idx);
 /* The elements a rank holds of tensor (layer, idx). */
 size_t zt_tp_numel(const zt_shape *full, int T, int layer, int idx);
@@ -41,8 +49,10 @@ uint64_t zt_tp_default_chunk_bytes(const zt_shape *full, int T);
 /* Rank r's part of the full tensor's values src into dst (zt_tp_numel). */
 void zt_tp_slice(const zt_shape *full, int T, int r, int layer, int idx, const float *src,
                  float *dst);
-/* Device bytes of the whole copies a fetch gathers (parameters and gradients). */
-uint64_t zt_tp_device_bytes(const zt_shape *full, int T, zo_dtype dt);
+/* Device bytes beside the arena: the whole copies a fetch gathers
+ * (parameters and gradients) and the model's parallel cross-entropy stats
+ * for head chunks of head_rows (zt_head_chunk_rows of the local shape). */
+uint64_t zt_tp_device_bytes(const zt_shape *full, int T, zo_dtype dt, uint64_t head_rows);
 
 typedef struct zt_tp zt_tp;
 

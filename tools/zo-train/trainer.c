@@ -423,8 +423,9 @@ static zo_status choose_budget(zt_trainer *t, uint64_t *budget)
 {
     zt_model_config mc = model_config(&t->o);
     zt_act_group g = act_group(&t->o);
-    t->setup.activation_bytes = zt_model_activation_bytes_group(&mc, &g) +
-                                zt_tp_device_bytes(&t->o.shape, tp_size(&t->o), t->o.dtype);
+    t->setup.activation_bytes =
+        zt_model_activation_bytes_group(&mc, &g) +
+        zt_tp_device_bytes(&t->o.shape, tp_size(&t->o), t->o.dtype, zt_head_chunk_rows(&mc));
     *budget = t->o.device_mem;
     if (*budget || is_cuda(t))
         return ZO_OK;
@@ -804,7 +805,7 @@ static zo_status open_engine(zt_trainer *t)
     if (t->tp_comm) { /* the model sees whole replicated tensors; the engine its parts */
         ZT_TRY(zt_tp_init(&t->tp, t->dev, t->tp_comm, &t->o.shape, t->o.dtype, &src));
         t->src = zt_tp_source(t->tp);
-        zt_model_set_tp(t->m, t->tp_comm);
+        ZT_TRY(zt_model_set_tp(t->m, t->tp_comm));
     }
     ZT_TRY(find_owners(t));
     return t->pipe_comm ? open_pipe(t) : ZO_OK;
