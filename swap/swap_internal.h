@@ -10,7 +10,7 @@
 
 #define ZO_SWAP_FILE_MAGIC     0x3146505753504f5aull /* "ZOPSWPF1" */
 #define ZO_SWAP_EXTENT_MAGIC   0x3158505753504f5aull /* "ZOPSWPX1" */
-#define ZO_SWAP_FORMAT_VERSION 1u
+#define ZO_SWAP_FORMAT_VERSION 2u /* 2: payloads checksummed with XXH3-64, was XXH64 */
 #define ZO_SWAP_MAX_PATHS      64
 /* Payloads of 1 MiB and more start on 1 MiB boundaries, so block-sized
  * requests line up with the device's (and a RAID's) boundaries as fio's do. */
@@ -36,7 +36,7 @@ typedef struct swap_file_header {
 typedef struct swap_extent_header {
     uint64_t magic;
     uint32_t version, header_bytes;
-    uint64_t owner, length, generation, payload_xxh64;
+    uint64_t owner, length, generation, payload_xxh3; /* XXH3-64 (seed 0) since version 2 */
     uint32_t extent, reserved;
     uint64_t header_xxh64; /* over every field above */
 } swap_extent_header;
@@ -148,5 +148,6 @@ zo_status zo_swap_start_io(struct zo_swap *s);
 zo_status zo_swap_run_ctl(struct zo_swap *s, swap_ctl *ctl);
 void zo_swap_stop_io(struct zo_swap *s);
 uint64_t zo_swap_header_hash(const swap_extent_header *h);
+uint64_t zo_swap_payload_hash(const void *buf, size_t len);
 
 #endif

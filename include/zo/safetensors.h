@@ -100,7 +100,7 @@ ZO_API zo_status zo_st_reader_expect(zo_st_reader_t r, const char *name, zo_dtyp
 ZO_API const char *zo_st_reader_metadata(zo_st_reader_t r, const char *key);
 
 /* The checksum zoffload's checkpoints record for each tensor's bytes (as
- * stored in the file): xxh64 with seed 0, the hash the swap extents carry.
+ * stored in the file): xxh64 with seed 0.
  * For readers that have no xxHash of their own (the Python front end). */
 ZO_API uint64_t zo_st_checksum(const void *data, size_t n);
 

@@ -2,7 +2,7 @@
  * chunk and model state) in preallocated swap files, one file per path (one
  * path per drive), extents placed round-robin across the files. Every extent
  * is written with O_DIRECT and described by a 4 KiB header (magic, format version,
- * owner id, length, generation, xxHash64 of the payload) that is verified on
+ * owner id, length, generation, the payload's XXH3-64) that is verified on
  * every read.
  *
  * I/O is asynchronous: a write or read returns at once with a ticket (wait on

@@ -29,11 +29,12 @@ static void check_on_disk(zo_swap_t s, zo_swap_extent_t e, uint64_t owner, const
     assert_non_null(payload);
     assert_int_equal(pread(fd, payload, len, (off_t)poff), (ssize_t)len);
     close(fd);
-    /* layout: magic, version|header_bytes, owner, length, generation, xxh64 */
+    /* layout: magic, version|header_bytes, owner, length, generation, xxh3 */
     assert_int_equal(hdr[2], owner);
     assert_int_equal(hdr[3], len);
     assert_int_equal(hdr[4], gen);
-    assert_int_equal(hdr[5], XXH64(ref, len, 0));
+    assert_int_equal(hdr[1] & 0xffffffffu, 2); /* the format version */
+    assert_int_equal(hdr[5], XXH3_64bits(ref, len));
     assert_memory_equal(payload, ref, len);
     free(payload);
 }
@@ -357,6 +358,11 @@ static void test_flipped_byte_detected(void **state)
         assert_non_null(strstr(zo_last_error(), path));
         assert_non_null(strstr(zo_last_error(), "offset"));
     }
+    /* A whole number of blocks (no tail: the payload hashed in one call). */
+    ZO_ASSERT_OK(zo_swap_write(s, e, w, 512 << 10, 13));
+    flip_byte(path, poff + 77777);
+    ZO_ASSERT_ST(zo_swap_read(s, e, r, 512 << 10, 13), ZO_ERR_CORRUPT);
+    assert_non_null(strstr(zo_last_error(), "fails its checksum"));
     /* Stale generation, wrong length: refused too. */
     ZO_ASSERT_OK(zo_swap_write(s, e, w, len, 20));
     ZO_ASSERT_ST(zo_swap_read(s, e, r, len, 19), ZO_ERR_CORRUPT);
@@ -368,7 +374,7 @@ static void test_flipped_byte_detected(void **state)
     assert_memory_equal(r, w, len);
     zo_swap_stats st = ZO_SWAP_STATS_INIT;
     ZO_ASSERT_OK(zo_swap_get_stats(s, &st));
-    assert_int_equal(st.corrupt, 5);
+    assert_int_equal(st.corrupt, 6);
     zo_swap_close(s);
     free(w);
     free(r);
