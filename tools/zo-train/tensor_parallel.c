@@ -26,12 +26,23 @@ zo_status zt_tp_check(const zt_shape *full, int T)
         return ZO_OK;
     if (full->n_heads % T)
         return refuse("query heads (--heads)", full->n_heads, T);
-    if (zt_kv_heads(full) % T)
-        return zt_fail(ZO_ERR_UNSUPPORTED,
+    const int KV = zt_kv_heads(full);
+    if (KV >= T && KV % T)
+        return zt_fail(ZO_ERR_INVALID_ARG,
                        "--tensor-parallel %d with %d key/value heads: each rank takes whole "
-                       "key/value heads, so their count must be a multiple of %d (replicating "
-                       "them on ranks when there are fewer than %d is not done yet)",
-                       T, zt_kv_heads(full), T, T);
+                       "key/value heads, so their count must be a multiple of %d, or divide it "
+                       "(then ranks share a head)",
+                       T, KV, T);
+    if (KV < T && T % KV)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--tensor-parallel %d with %d key/value heads: with fewer heads than ranks "
+                       "each head is shared by %d / %d ranks, so %d must divide %d",
+                       T, KV, T, KV, KV, T);
+    if (KV < T && zt_head_dim(full) % (T / KV))
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--tensor-parallel %d with %d key/value heads: the %d ranks sharing a head "
+                       "each store a part of its %d-element bias, which does not divide",
+                       T, KV, T / KV, zt_head_dim(full));
     if (full->ffn_dim % T)
         return refuse("FFN (--ffn)", full->ffn_dim, T);
     if (full->dim % T)
@@ -47,7 +58,7 @@ zt_shape zt_tp_local_shape(const zt_shape *full, int T)
     if (T <= 1)
         return s;
     s.head_dim = zt_head_dim(full);
-    s.n_kv_heads = zt_kv_heads(full) / T;
+    s.n_kv_heads = zt_kv_heads(full) >= T ? zt_kv_heads(full) / T : 1; /* shared */
     s.n_heads = full->n_heads / T;
     s.ffn_dim = full->ffn_dim / T;
     s.vocab = full->vocab / T;
@@ -60,6 +71,18 @@ static int vocab_split(const zt_shape *full, int layer, int idx)
     if (layer == 0)
         return idx == ZT_EMBEDDING;
     return layer == full->n_layers + 1 && idx == ZT_HEAD_OUT;
+}
+
+int zt_tp_kv_sharers(const zt_shape *full, int T)
+{
+    const int KV = zt_kv_heads(full);
+    return T > KV ? T / KV : 1;
+}
+
+int zt_tp_kv_shared(const zt_shape *full, int T, int layer, int idx)
+{
+    return is_block(full, layer) && zt_tp_kv_sharers(full, T) > 1 &&
+           (idx == ZT_WK || idx == ZT_WV || idx == ZT_BK || idx == ZT_BV);
 }
 
 int zt_tp_replicated(const zt_shape *full, int layer, int idx)
@@ -76,7 +99,9 @@ size_t zt_tp_numel(const zt_shape *full, int T, int layer, int idx)
     if (zt_tp_replicated(full, layer, idx))
         return zt_tensor_numel(full, layer, idx) / (size_t)T;
     zt_shape local = zt_tp_local_shape(full, T);
-    return zt_tensor_numel(&local, layer, idx);
+    /* a shared key/value head: a part of it on each rank that shares it */
+    return zt_tensor_numel(&local, layer, idx) /
+           (size_t)(zt_tp_kv_shared(full, T, layer, idx) ? zt_tp_kv_sharers(full, T) : 1);
 }
 
 uint64_t zt_tp_default_chunk_bytes(const zt_shape *full, int T)
@@ -107,34 +132,52 @@ void zt_tp_slice(const zt_shape *full, int T, int r, int layer, int idx, const f
         slice_columns(src, dst, d, (size_t)zt_q_dim(full), T, r);
     else if (T > 1 && is_block(full, layer) && idx == ZT_WDOWN)
         slice_columns(src, dst, d, (size_t)full->ffn_dim, T, r);
-    else /* column-parallel rows, the vocabulary's rows and replicated parts: contiguous */
+    else /* column-parallel rows, the vocabulary's rows, replicated parts and the parts of
+          * shared key/value heads (rank r: part r % R of head r / R, at r n): contiguous */
         memcpy(dst, src + (size_t)r * n, n * sizeof *dst);
 }
 
 /* ---- the rank's view of a layer ---- */
 
-enum { TP_SLOTS = 3 }; /* replicated tensors in one layer at most (two norms, o_proj's bias) */
+/* Gathered tensors in one layer at most: replicated (two norms, o_proj's
+ * bias) in the first REP_SLOTS, shared key/value heads (k, v and their
+ * biases) in the others. */
+enum { REP_SLOTS = 3, KV_SLOTS = 4, TP_SLOTS = REP_SLOTS + KV_SLOTS };
+
+/* Elements of a slot: a replicated tensor is at most dim, a shared key/value
+ * head's weight head_dim x dim (0: no heads shared). */
+static size_t slot_numel(const zt_shape *full, int T, int slot)
+{
+    if (slot < REP_SLOTS)
+        return (size_t)full->dim;
+    return zt_tp_kv_sharers(full, T) > 1 ? (size_t)zt_head_dim(full) * full->dim : 0;
+}
 
 uint64_t zt_tp_device_bytes(const zt_shape *full, int T, zo_dtype dt, uint64_t head_rows)
 {
     if (T <= 1)
         return 0;
-    /* the gathered norms and biases with their gradients, and the parallel
+    /* the gathered tensors with their gradients, and the parallel
      * cross-entropy's stats: the rank's and the group's (zt_model_set_tp) */
-    return 2 * TP_SLOTS * (uint64_t)full->dim * zo_dtype_size(dt) + zt_model_tp_bytes(head_rows, T);
+    uint64_t n = 0;
+    for (int k = 0; k < TP_SLOTS; k++)
+        n += slot_numel(full, T, k);
+    return 2 * n * zo_dtype_size(dt) + zt_model_tp_bytes(head_rows, T);
 }
 
 struct zt_tp {
     zo_device_t dev;
-    zo_comm_t comm;
-    int T, r;
+    zo_comm_t comm, kv; /* kv: the ranks sharing this rank's key/value head (NULL: none) */
+    int T, r, R;        /* R: ranks sharing a key/value head */
     zt_shape full;
     zo_dtype dt;
     zt_param_source inner;
     void *base;                              /* the slots' device memory */
-    void *pfull[TP_SLOTS], *gfull[TP_SLOTS]; /* dim elements each */
-    /* the fetched layer's replicated tensors: their index, elements and the engine's part */
-    int n_rep, idx[TP_SLOTS], slot[TP_SLOTS];
+    void *pfull[TP_SLOTS], *gfull[TP_SLOTS]; /* slot_numel elements each */
+    /* the fetched layer's gathered tensors: their index, slot, elements, group and the
+     * engine's part; n_kv of them shared key/value heads */
+    int n_rep, n_kv, idx[TP_SLOTS], slot[TP_SLOTS];
+    zo_comm_t group[TP_SLOTS];
     size_t numel[TP_SLOTS];
     void *gpart[TP_SLOTS];
 };
@@ -152,14 +195,17 @@ zo_status zt_tp_init(zt_tp **out, zo_device_t dev, zo_comm_t comm, const zt_shap
                   .full = *full,
                   .dt = dt,
                   .inner = *inner};
-    size_t bytes = (size_t)full->dim * zo_dtype_size(dt);
-    zo_status st = zo_device_malloc(dev, 2 * TP_SLOTS * bytes, &tp->base);
+    tp->R = zt_tp_kv_sharers(full, tp->T);
+    zo_status st = tp->R > 1 ? zo_comm_split(comm, tp->r / tp->R, tp->r % tp->R, &tp->kv) : ZO_OK;
+    if (st >= 0)
+        st = zo_device_malloc(dev, zt_tp_device_bytes(full, tp->T, dt, 0), &tp->base);
     if (st < 0) {
-        free(tp);
-        return zt_lib_fail(st, "the tensor-parallel gather buffers");
+        zt_tp_free(tp);
+        return zt_lib_fail(st, "the tensor-parallel gather buffers and groups");
     }
     char *b = tp->base;
     for (int k = 0; k < TP_SLOTS; k++) {
+        size_t bytes = slot_numel(full, tp->T, k) * zo_dtype_size(dt);
         tp->pfull[k] = b;
         tp->gfull[k] = b + bytes;
         b += 2 * bytes;
@@ -173,24 +219,30 @@ void zt_tp_free(zt_tp *tp)
     if (!tp)
         return;
     zo_device_mfree(tp->dev, tp->base);
+    zo_comm_free(tp->kv);
     free(tp);
 }
 
-/* The whole tensor from every rank's part into its slot, and (backward) a
- * zeroed whole gradient in its place; the engine's part is kept for
- * grads_ready. */
+/* The whole tensor (n elements: a replicated tensor, or the rank's shared
+ * key/value head) from the parts of its group's ranks into a slot, and
+ * (backward) a zeroed whole gradient in its place; the engine's part is
+ * kept for grads_ready. */
 static zo_status gather_one(zt_tp *tp, int layer, int k, zo_stream_t s, void **p, void **g)
 {
-    size_t n = zt_tensor_numel(&tp->full, layer, k), es = zo_dtype_size(tp->dt);
-    int j = tp->n_rep++, slot = j; /* a slot each: a block's norms and o_proj's bias */
-    if (j >= TP_SLOTS)
-        return zt_fail(ZO_ERR_INTERNAL, "layer %d has more than %d replicated tensors", layer,
-                       TP_SLOTS);
-    ZT_LIB(zo_comm_all_gather(tp->comm, s, p[k], tp->pfull[slot], n / (size_t)tp->T, tp->dt));
+    const int shared = zt_tp_kv_shared(&tp->full, tp->T, layer, k);
+    zt_shape local = zt_tp_local_shape(&tp->full, tp->T);
+    size_t n = zt_tensor_numel(shared ? &local : &tp->full, layer, k), es = zo_dtype_size(tp->dt);
+    zo_comm_t group = shared ? tp->kv : tp->comm;
+    int j = tp->n_rep++, slot = shared ? REP_SLOTS + tp->n_kv++ : j - tp->n_kv;
+    if (slot >= (shared ? TP_SLOTS : REP_SLOTS))
+        return zt_fail(ZO_ERR_INTERNAL, "layer %d has more gathered tensors than slots", layer);
+    ZT_LIB(zo_comm_all_gather(group, s, p[k], tp->pfull[slot], n / (size_t)zo_comm_size(group),
+                              tp->dt));
     p[k] = tp->pfull[slot];
     tp->idx[j] = k;
     tp->slot[j] = slot;
     tp->numel[j] = n;
+    tp->group[j] = group;
     tp->gpart[j] = g ? g[k] : NULL;
     if (g && g[k]) {
         ZT_LIB(zo_memset_async(s, tp->gfull[slot], 0, n * es));
@@ -204,15 +256,17 @@ static zo_status tp_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, v
 {
     zt_tp *tp = ctx;
     ZT_TRY(tp->inner.fetch(tp->inner.ctx, layer, phase, s, p, g, n));
-    tp->n_rep = 0;
+    tp->n_rep = tp->n_kv = 0;
     for (int k = 0; k < zt_layer_tensors(&tp->full, layer) && k < n; k++)
-        if (zt_tp_replicated(&tp->full, layer, k))
+        if (zt_tp_replicated(&tp->full, layer, k) || zt_tp_kv_shared(&tp->full, tp->T, layer, k))
             ZT_TRY(gather_one(tp, layer, k, s, p, g));
     return ZO_OK;
 }
 
 /* The rank's part of each whole gradient added to the engine's, then the
- * engine takes the layer's. */
+ * engine takes the layer's. A replicated tensor's gradient is the same on
+ * every rank; a shared key/value head's is each rank's query heads' share,
+ * summed over the ranks sharing it first (an exact chain, in rank order). */
 static zo_status tp_grads_ready(void *ctx, int layer, zo_stream_t s)
 {
     zt_tp *tp = ctx;
@@ -220,10 +274,12 @@ static zo_status tp_grads_ready(void *ctx, int layer, zo_stream_t s)
     for (int j = 0; j < tp->n_rep; j++) {
         if (!tp->gpart[j])
             continue;
-        size_t part = tp->numel[j] / (size_t)tp->T;
-        const char *whole = tp->gfull[tp->slot[j]];
-        ZT_LIB(zo_op_axpy(s, tp->gpart[j], tp->dt, 1.0f, whole + (size_t)tp->r * part * es, tp->dt,
-                          part));
+        const int size = zo_comm_size(tp->group[j]), r = zo_comm_rank(tp->group[j]);
+        size_t part = tp->numel[j] / (size_t)size;
+        char *whole = tp->gfull[tp->slot[j]], *mine = whole + (size_t)r * part * es;
+        if (tp->group[j] == tp->kv)
+            ZT_LIB(zo_comm_reduce_scatter(tp->kv, s, whole, mine, part, tp->dt, ZO_REDUCE_EXACT));
+        ZT_LIB(zo_op_axpy(s, tp->gpart[j], tp->dt, 1.0f, mine, tp->dt, part));
         ZT_LIB(zo_memset_async(s, tp->gfull[tp->slot[j]], 0, tp->numel[j] * es));
     }
     return tp->inner.grads_ready(tp->inner.ctx, layer, s);

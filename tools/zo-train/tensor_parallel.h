@@ -8,7 +8,8 @@
  * all-reduces their partial outputs over the group in the forward and the
  * column-parallel layers' input gradients in the backward (model.c). A rank
  * then computes a block with the local shape: n_heads/T query heads,
- * n_kv_heads/T key/value heads, ffn_dim/T.
+ * n_kv_heads/T key/value heads (one, shared, when there are fewer than T),
+ * ffn_dim/T.
  *
  * The embedding and the head are split over the vocabulary (Megatron's
  * VocabParallelEmbedding and parallel cross-entropy): rank r holds ids
@@ -41,6 +42,14 @@ zo_status zt_tp_check(const zt_shape *full, int T);
 zt_shape zt_tp_local_shape(const zt_shape *full, int T);
 /* Whether tensor (layer, idx) is replicated (the norms, o_proj's bias). */
 int zt_tp_replicated(const zt_shape *full, int layer, int idx);
+/* With fewer key/value heads than T, the ranks whose query heads use one
+ * key/value head (T / kv heads of them, consecutive) share it: each stores
+ * a part, a fetch gathers the head over them, and their gradients (each
+ * from its own query heads) are summed over them before each keeps its
+ * part. The number of ranks sharing a head (1: none), and whether tensor
+ * (layer, idx) is such a head's (k, v and their biases). */
+int zt_tp_kv_sharers(const zt_shape *full, int T);
+int zt_tp_kv_shared(const zt_shape *full, int T, int layer, int idx);
 /* The elements a rank holds of tensor (layer, idx). */
 size_t zt_tp_numel(const zt_shape *full, int T, int layer, int idx);
 /* The default chunk: a rank's largest part in 16 bits, rounded to 4 KiB
