@@ -228,7 +228,7 @@ static void test_memory_tiny_fp32(void **state)
     g_dtype = ZO_DTYPE_BF16;
 }
 
-/* The blocks' MLP in chunks of 40 rows (ZO_MLP_CHUNK_BYTES; the last of
+/* The blocks' position-wise parts in chunks of 40 rows (ZO_MLP_CHUNK_BYTES; the last of
  * the 256 tokens 16): the plan counts one chunk's norm output, gate, up and
  * product, as the trainer allocates, under every strategy and budget. */
 static void test_memory_tiny_mlp_chunks(void **state)

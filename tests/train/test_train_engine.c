@@ -179,7 +179,7 @@ static void test_placements_are_bitwise_identical(void **state)
     run_free(&ref, &base.shape);
 }
 
-/* The blocks' MLP in chunks of 7 rows (ZO_MLP_CHUNK_BYTES; 32 tokens per
+/* The blocks' position-wise parts in chunks of 7 rows (ZO_MLP_CHUNK_BYTES; 32 tokens per
  * micro-batch: the last chunk 4): the parameters and the optimizer on NVMe
  * at the smallest device budget train bitwise like everything on the
  * device, in sync and overlap modes; the chunking is the job's, not the

@@ -439,6 +439,22 @@ static void test_sliding_window_matches_the_reference(void **state)
     g_flash = 0;
 }
 
+/* The fused attention op in the model against the same reference: the
+ * Llama-2 layout and the variants (GQA reads the key/value heads in place,
+ * d(attn_out) takes x2's piece), in one chunk and in chunks of 5 rows. */
+static void test_flash_variants_match_the_reference(void **state)
+{
+    g_flash = 1;
+    for (int chunked = 0; chunked < 2; chunked++) {
+        if (chunked)
+            setenv("ZO_MLP_CHUNK_BYTES", "960", 1); /* 5 rows of 48 fp32 */
+        check_variant(&k_llama2);
+        test_variants_match_the_reference(state);
+        unsetenv("ZO_MLP_CHUNK_BYTES");
+    }
+    g_flash = 0;
+}
+
 /* key/value heads = heads and head_dim = dim / heads, given explicitly, is
  * today's multi-head model bitwise: loss and every gradient. */
 static void test_explicit_mha_is_bitwise_llama2(void **state)
@@ -525,14 +541,14 @@ static double rel_l2(const float *a, const float *b, size_t n)
     return norm > 0 ? sqrt(diff / norm) : sqrt(diff);
 }
 
-/* The MLP half in chunks of 5 rows (ZO_MLP_CHUNK_BYTES; the last of the 32
- * rows 2), fp32, against one chunk. Each row's norm, gate, up, product and
- * down are its own, and the MLP's weights' and norm's gradients are summed
- * chunk by chunk; but the cpu device's GEMM (OpenBLAS) picks its kernel by
- * the block's shape, so a row of a 5-row product is not bitwise that row of
- * the 32-row one: the loss (train and eval) within 1e-6 relative, every
- * gradient within 1e-5 relative L2 (measured: 7.2e-7 at most; a chunk read
- * at the wrong rows is off by O(1)). */
+/* A block's position-wise parts in chunks of 5 rows (ZO_MLP_CHUNK_BYTES;
+ * the last of the 32 rows 2), fp32, against one chunk: the MLP half and the
+ * attention norm with the q, k, v projections. Each row's norms,
+ * projections, gate, up, product and down are its own, and those weights'
+ * and norms' gradients are summed chunk by chunk; but the cpu device's GEMM (OpenBLAS) picks its
+ * kernel by the block's shape, so a row of a 5-row product is not bitwise that row of the 32-row
+ * one: the loss (train and eval) within 1e-6 relative, every gradient within 1e-5 relative L2
+ * (measured: 7.2e-7 at most; a chunk read at the wrong rows is off by O(1)). */
 static void test_mlp_chunks_follow_one_chunk(void **state)
 {
     fixture a, b;
@@ -558,7 +574,7 @@ static void test_mlp_chunks_follow_one_chunk(void **state)
             worst = e > worst ? e : worst;
             free(ga), free(gb);
         }
-    printf("MLP in 5-row chunks: gradients within %.3g relative L2 of one chunk\n", worst);
+    printf("blocks in 5-row chunks: gradients within %.3g relative L2 of one chunk\n", worst);
     float losses[2], ea, eb;
     ZO_ASSERT_OK(zt_model_eval_micro(a.m, &a.src, 1));
     ZO_ASSERT_OK(zt_model_read_losses(a.m, losses, 2));
@@ -572,8 +588,8 @@ static void test_mlp_chunks_follow_one_chunk(void **state)
     fixture_close(&b);
 }
 
-/* The arena with the MLP in chunks holds one chunk's norm output, gate, up
- * and product, not the micro-batch's: exactly that much smaller. */
+/* The arena with chunks holds one chunk's norm output (h1 and h2 share it),
+ * gate, up and product, not the micro-batch's: exactly that much smaller. */
 static void test_mlp_chunks_shrink_the_arena(void **state)
 {
     zt_model_config mc = {g_shape, SEQ, MB, 2, ZO_DTYPE_BF16, 0};
@@ -679,6 +695,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradient_matches_finite_differences),
         cmocka_unit_test(test_variants_match_the_reference),
+        cmocka_unit_test(test_flash_variants_match_the_reference),
         cmocka_unit_test(test_explicit_mha_is_bitwise_llama2),
         cmocka_unit_test(test_sliding_window_matches_the_reference),
         cmocka_unit_test(test_eval_and_accumulation),

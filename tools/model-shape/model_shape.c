@@ -498,29 +498,36 @@ static void carve_block(uint64_t *off, const zt_model_config *c, zt_block_offset
     const uint64_t rows = (uint64_t)c->micro_batch * c->shape.n_heads * c->seq;
     const uint64_t att = c->flash ? rows * sizeof(float) : rows * c->seq * es;
     const uint64_t q = (uint64_t)zt_q_dim(&c->shape), kv = (uint64_t)zt_kv_dim(&c->shape);
-    uint64_t *td[] = {&b->h1, &b->q, &b->k, &b->v, &b->attn_out, &b->x2, &b->dq, &b->dk, &b->dv};
-    const uint64_t width[] = {d, q, q, q, q, d, q, q, q}; /* k, v: repeated to the heads */
+    /* flash: d(attn_out) takes x2's piece, dead once the MLP half's backward is done */
+    const uint64_t x2 = c->flash && q > d ? q : d;
+    uint64_t *td[] = {&b->q, &b->attn_out, &b->x2, &b->dq};
+    const uint64_t width[] = {q, q, x2, q};
     for (size_t i = 0; i < sizeof td / sizeof td[0]; i++)
         *td[i] = carve(off, T * width[i] * es);
-    /* Grouped-query attention: the projections' key/value heads and their
-     * gradients, besides the repeated ones (without it they are k, v, dk, dv). */
-    if (kv != q) {
-        b->kc = carve(off, T * kv * es);
-        b->vc = carve(off, T * kv * es);
-        b->dkc = carve(off, T * kv * es);
-        b->dvc = carve(off, T * kv * es);
+    b->dattn = c->flash ? b->x2 : 0;
+    /* The key/value heads and their gradients; the materialized op under
+     * grouped-query attention also needs them repeated to the query heads
+     * (k, v, dk, dv; without GQA, or with the fused op, they are the same). */
+    uint64_t *kvs[] = {&b->kc, &b->vc, &b->dkc, &b->dvc};
+    for (size_t i = 0; i < 4; i++)
+        *kvs[i] = carve(off, T * kv * es);
+    if (kv != q && !c->flash) {
+        b->k = carve(off, T * q * es);
+        b->v = carve(off, T * q * es);
+        b->dk = carve(off, T * q * es);
+        b->dv = carve(off, T * q * es);
     } else {
-        b->kc = b->k, b->vc = b->v, b->dkc = b->dk, b->dvc = b->dv;
+        b->k = b->kc, b->v = b->vc, b->dk = b->dkc, b->dv = b->dvc;
     }
-    /* the MLP's norm output and its ffn-wide buffers hold one chunk of rows */
+    /* The norms' outputs (the attention half's h1, the MLP half's h2: never
+     * live at once) and the MLP's ffn-wide buffers hold one chunk of rows. */
     const uint64_t C = zt_mlp_chunk_rows(c);
-    b->h2 = carve(off, C * d * es);
+    b->h1 = b->h2 = carve(off, C * d * es);
     b->gate = carve(off, C * f * es);
     b->up = carve(off, C * f * es);
     b->act = carve(off, C * f * es);
     b->att = carve(off, att);
     b->datt = carve(off, att);
-    b->dattn = c->flash ? carve(off, T * q * es) : 0;
     b->rstd1 = carve(off, T * sizeof(float));
     b->rstd2 = carve(off, T * sizeof(float));
 }

@@ -181,11 +181,13 @@ typedef struct zt_activation_parts {
  * The workspace pieces of a block, of the head and the embedding gradient
  * share one region: they are never live at the same time. */
 typedef struct zt_block_offsets { /* one block's forward intermediates and backward buffers */
-    uint64_t h1, q, k, v, att, attn_out, x2, h2, gate, up, act;
+    uint64_t h1, q, k, v, att, attn_out, x2, h2, gate, up, act; /* h1 = h2: one chunk's rows */
     uint64_t dq, dk, dv, datt;
     uint64_t rstd1, rstd2;
-    uint64_t kc, vc, dkc, dvc; /* the n_kv_heads projections (k, v, dk, dv without GQA) */
-    uint64_t dattn;            /* flash: d(attn_out), beside attn_out (the backward reads both) */
+    uint64_t kc, vc, dkc, dvc; /* the n_kv_heads projections (k, v, dk, dv without GQA or
+                                  with flash) */
+    uint64_t dattn; /* flash: d(attn_out), beside attn_out (the backward reads both), in x2's
+                       piece (dead once the MLP half's backward is done) */
 } zt_block_offsets;
 
 typedef struct zt_head_offsets {
@@ -216,14 +218,15 @@ void zt_activation_layout_of(const zt_model_config *c, zt_activation_layout *out
 enum { ZT_HEAD_CHUNK_BYTES = 64 << 20 };
 uint64_t zt_head_chunk_bytes(void);
 uint64_t zt_head_chunk_rows(const zt_model_config *c);
-/* A block's MLP half (its norm, gate and up, their SwiGLU product, down)
- * runs in chunks of rows whose ffn-wide buffers take at most
- * ZO_MLP_CHUNK_BYTES each (the environment, bytes; default
- * ZT_MLP_CHUNK_BYTES): nothing tokens x ffn is live, and the norm's output
- * is one chunk's too. The backward recomputes each chunk from x2 (the
- * attention half's output, kept whole) just before its gradients. The rows
- * of one chunk, 1 to the micro-batch's tokens (all of them: one chunk, the
- * unchunked block op for op). */
+/* A block's position-wise parts run in chunks of rows (tokens) whose
+ * ffn-wide buffers take at most ZO_MLP_CHUNK_BYTES each (the environment,
+ * bytes; default ZT_MLP_CHUNK_BYTES): the MLP half (its norm, gate and up,
+ * their SwiGLU product, down) and the attention half's norm with the q, k,
+ * v projections. Nothing tokens x ffn is live, and the norms' outputs (h1,
+ * h2: one piece) are one chunk's. The backward recomputes each chunk's norm
+ * (and the MLP chunk's forward) from the block's input or x2 just before
+ * the chunk's gradients. The rows of one chunk, 1 to the micro-batch's
+ * tokens (all of them: one chunk, the unchunked block's bits). */
 enum { ZT_MLP_CHUNK_BYTES = 16 << 20 };
 uint64_t zt_mlp_chunk_bytes(void);
 uint64_t zt_mlp_chunk_rows(const zt_model_config *c);

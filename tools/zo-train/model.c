@@ -180,7 +180,7 @@ typedef struct block_ws { /* one block's forward intermediates and backward buff
     void *dq, *dk, *dv, *datt;
     float *rstd1, *rstd2;
     void *kc, *vc, *dkc, *dvc; /* the key/value heads (k, v, dk, dv without GQA) */
-    void *dattn;               /* flash: d(attn_out) (att: lse, datt: delta) */
+    void *dattn;               /* flash: d(attn_out), x2's piece (att: lse, datt: delta) */
 } block_ws;
 
 typedef struct head_ws {
@@ -196,7 +196,7 @@ struct zt_model {
     int T, hd;     /* tokens per micro-batch, head dimension */
     int layer;     /* the block computing (1..n_layers): its attention's window */
     int head_rows; /* the head's chunk (zt_head_chunk_rows, as the arena was carved) */
-    int mlp_rows;  /* the MLP half's chunk (zt_mlp_chunk_rows, likewise) */
+    int rows;      /* a block's position-wise chunk (zt_mlp_chunk_rows, likewise) */
     size_t es;     /* activation element size */
     void *arena;
     uint64_t arena_bytes;
@@ -374,7 +374,7 @@ zo_status zt_model_init_act(zt_model **out, zo_device_t dev, zo_stream_t compute
     m->s = compute;
     m->T = c->micro_batch * c->seq;
     m->head_rows = (int)zt_head_chunk_rows(c);
-    m->mlp_rows = (int)zt_mlp_chunk_rows(c);
+    m->rows = (int)zt_mlp_chunk_rows(c);
     m->hd = zt_head_dim(&c->shape);
     m->es = zo_dtype_size(c->dt);
     m->vocab = c->shape.vocab;
@@ -541,23 +541,53 @@ static int32_t *tokens_of(const zt_model *m, int32_t *base, int i)
     return base + (size_t)i * m->T;
 }
 
-/* The attention's projections: q (n_heads), and the key/value heads kc, vc
- * with their biases and RoPE, repeated to the query heads under GQA. */
-static zo_status attn_project(zt_model *m, void *const *p)
+/* The chunk rows of a block's position-wise parts (zt_mlp_chunk_rows, as
+ * the arena was carved) from row r0. */
+static int chunk_rows(const zt_model *m, int r0)
+{
+    return m->rows < m->T - r0 ? m->rows : m->T - r0;
+}
+
+/* Row r0 of a tokens x width activation. */
+static char *row_at(const zt_model *m, const void *base, int r0, int width)
+{
+    return (char *)base + (size_t)r0 * width * m->es;
+}
+
+/* The attention norm of x and the q, k, v projections with their biases,
+ * over rows r0..r0+n-1: h1 holds the chunk's norm output, rstd1 its rows'. */
+static zo_status attn_in_rows(zt_model *m, void *const *p, const void *x, int r0, int n)
 {
     const zt_shape *sh = &m->c.shape;
-    const int d = sh->dim, B = m->c.micro_batch, S = m->c.seq, H = sh->n_heads;
-    const int KV = zt_kv_heads(sh), qd = zt_q_dim(sh), kvd = zt_kv_dim(sh);
+    const int d = sh->dim, qd = zt_q_dim(sh), kvd = zt_kv_dim(sh);
     const zo_dtype dt = m->c.dt;
     block_ws *b = &m->b;
-    ZT_TRY(linear_fwd(m, b->q, b->h1, p[ZT_WQ], d, qd));
-    ZT_TRY(linear_fwd(m, b->kc, b->h1, p[ZT_WK], d, kvd));
-    ZT_TRY(linear_fwd(m, b->vc, b->h1, p[ZT_WV], d, kvd));
+    char *q = row_at(m, b->q, r0, qd), *k = row_at(m, b->kc, r0, kvd),
+         *v = row_at(m, b->vc, r0, kvd);
+    ZT_LIB(zo_op_rmsnorm_fwd(m->s, b->h1, b->rstd1 + r0, row_at(m, x, r0, d), p[ZT_ATTN_NORM],
+                             (size_t)n, d, sh->norm_eps, dt));
+    ZT_TRY(linear_fwd_rows(m, n, q, b->h1, p[ZT_WQ], d, qd));
+    ZT_TRY(linear_fwd_rows(m, n, k, b->h1, p[ZT_WK], d, kvd));
+    ZT_TRY(linear_fwd_rows(m, n, v, b->h1, p[ZT_WV], d, kvd));
     if (sh->attn_bias) {
-        ZT_LIB(zo_op_bias_fwd(m->s, b->q, p[ZT_BQ], (size_t)m->T, qd, dt));
-        ZT_LIB(zo_op_bias_fwd(m->s, b->kc, p[ZT_BK], (size_t)m->T, kvd, dt));
-        ZT_LIB(zo_op_bias_fwd(m->s, b->vc, p[ZT_BV], (size_t)m->T, kvd, dt));
+        ZT_LIB(zo_op_bias_fwd(m->s, q, p[ZT_BQ], (size_t)n, qd, dt));
+        ZT_LIB(zo_op_bias_fwd(m->s, k, p[ZT_BK], (size_t)n, kvd, dt));
+        ZT_LIB(zo_op_bias_fwd(m->s, v, p[ZT_BV], (size_t)n, kvd, dt));
     }
+    return ZO_OK;
+}
+
+/* The attention's inputs from the block's input x, a chunk of rows at a
+ * time: q (n_heads) and the key/value heads kc, vc with their biases, then
+ * RoPE over the whole sequence, repeated to the query heads under GQA. */
+static zo_status attn_project(zt_model *m, void *const *p, const void *x)
+{
+    const zt_shape *sh = &m->c.shape;
+    const int B = m->c.micro_batch, S = m->c.seq, H = sh->n_heads, KV = zt_kv_heads(sh);
+    const zo_dtype dt = m->c.dt;
+    block_ws *b = &m->b;
+    for (int r0 = 0; r0 < m->T; r0 += m->rows)
+        ZT_TRY(attn_in_rows(m, p, x, r0, chunk_rows(m, r0)));
     ZT_LIB(zo_op_rope_fwd(m->s, b->q, b->q, m->rope, B, S, H, m->hd, dt));
     ZT_LIB(zo_op_rope_fwd(m->s, b->kc, b->kc, m->rope, B, S, KV, m->hd, dt));
     if (KV != H && !m->c.flash) { /* the fused op reads the key/value heads in place */
@@ -600,10 +630,10 @@ static zo_status mlp_fwd_rows(zt_model *m, void *const *p, int r0, int n, void *
 {
     const zt_shape *sh = &m->c.shape;
     const int d = sh->dim, f = sh->ffn_dim;
-    const size_t rd = (size_t)r0 * d * m->es, nd = (size_t)n * d;
+    const size_t nd = (size_t)n * d;
     const zo_dtype dt = m->c.dt;
     block_ws *b = &m->b;
-    const char *x2 = (const char *)b->x2 + rd;
+    const char *x2 = row_at(m, b->x2, r0, d);
     ZT_LIB(zo_op_rmsnorm_fwd(m->s, b->h2, b->rstd2 + r0, x2, p[ZT_MLP_NORM], (size_t)n, d,
                              sh->norm_eps, dt));
     ZT_TRY(linear_fwd_rows(m, n, b->gate, b->h2, p[ZT_WGATE], d, f));
@@ -611,17 +641,11 @@ static zo_status mlp_fwd_rows(zt_model *m, void *const *p, int r0, int n, void *
     ZT_LIB(zo_op_swiglu_fwd(m->s, b->act, b->gate, b->up, (size_t)n * f, dt));
     if (!y)
         return ZO_OK;
-    char *yc = (char *)y + rd;
+    char *yc = row_at(m, y, r0, d);
     ZT_TRY(linear_fwd_rows(m, n, yc, b->act, p[ZT_WDOWN], f, d));
     ZT_TRY(tp_sum(m, yc, nd)); /* down_proj is row-parallel */
     ZT_LIB(zo_op_add(m->s, yc, yc, x2, nd, dt));
     return ZO_OK;
-}
-
-/* The chunk rows of the MLP half (zt_mlp_chunk_rows, as the arena was carved). */
-static int mlp_rows(const zt_model *m, int r0)
-{
-    return m->mlp_rows < m->T - r0 ? m->mlp_rows : m->T - r0;
 }
 
 /* The forward of a block from its input x, keeping what the backward needs
@@ -635,16 +659,15 @@ static zo_status block_fwd(zt_model *m, void *const *p, const void *x, void *y)
     const size_t Td = (size_t)m->T * d;
     const zo_dtype dt = m->c.dt;
     block_ws *b = &m->b;
-    ZT_LIB(zo_op_rmsnorm_fwd(m->s, b->h1, b->rstd1, x, p[ZT_ATTN_NORM], m->T, d, sh->norm_eps, dt));
-    ZT_TRY(attn_project(m, p));
+    ZT_TRY(attn_project(m, p, x));
     ZT_TRY(attn_core_fwd(m));
     ZT_TRY(linear_fwd(m, b->x2, b->attn_out, p[ZT_WO], zt_q_dim(sh), d));
     ZT_TRY(tp_sum(m, b->x2, Td)); /* o_proj is row-parallel: its bias once, after the sum */
     if (sh->o_bias)
         ZT_LIB(zo_op_bias_fwd(m->s, b->x2, p[ZT_BO], (size_t)m->T, d, dt));
     ZT_LIB(zo_op_add(m->s, b->x2, b->x2, x, Td, dt));
-    for (int r0 = 0; y && r0 < m->T; r0 += m->mlp_rows)
-        ZT_TRY(mlp_fwd_rows(m, p, r0, mlp_rows(m, r0), y));
+    for (int r0 = 0; y && r0 < m->T; r0 += m->rows)
+        ZT_TRY(mlp_fwd_rows(m, p, r0, chunk_rows(m, r0), y));
     return ZO_OK;
 }
 
@@ -658,10 +681,9 @@ static zo_status block_bwd_mlp(zt_model *m, void *const *p, void *const *g)
     const zt_shape *sh = &m->c.shape;
     const int d = sh->dim, f = sh->ffn_dim;
     block_ws *b = &m->b;
-    for (int r0 = 0; r0 < m->T; r0 += m->mlp_rows) {
-        const int n = mlp_rows(m, r0);
-        const size_t rd = (size_t)r0 * d * m->es;
-        char *dy = (char *)m->dres + rd;
+    for (int r0 = 0; r0 < m->T; r0 += m->rows) {
+        const int n = chunk_rows(m, r0);
+        char *dy = row_at(m, m->dres, r0, d);
         ZT_TRY(mlp_fwd_rows(m, p, r0, n, NULL));
         ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WDOWN], dy, b->act, f, d));
         ZT_TRY(linear_bwd_data_rows(m, n, b->act, dy, p[ZT_WDOWN], f, d, 0)); /* d(act) */
@@ -672,7 +694,7 @@ static zo_status block_bwd_mlp(zt_model *m, void *const *p, void *const *g)
         ZT_TRY(linear_bwd_data_rows(m, n, b->h2, b->gate, p[ZT_WGATE], d, f, 0)); /* d(h2) */
         ZT_TRY(linear_bwd_data_rows(m, n, b->h2, b->up, p[ZT_WUP], d, f, 1));
         ZT_TRY(tp_sum(m, b->h2, (size_t)n * d)); /* gate and up are column-parallel */
-        ZT_LIB(zo_op_rmsnorm_bwd(m->s, dy, g[ZT_MLP_NORM], m->c.dt, b->h2, (const char *)b->x2 + rd,
+        ZT_LIB(zo_op_rmsnorm_bwd(m->s, dy, g[ZT_MLP_NORM], m->c.dt, b->h2, row_at(m, b->x2, r0, d),
                                  p[ZT_MLP_NORM], b->rstd2 + r0, (size_t)n, d, 1, m->c.dt));
     }
     return ZO_OK;
@@ -701,18 +723,46 @@ static zo_status attn_project_bwd(zt_model *m, void *const *g)
     return ZO_OK;
 }
 
+/* The backward of the attention norm and the q, k, v projections over rows
+ * r0..r0+n-1, their norm output recomputed from x first (h1 is the MLP
+ * half's h2 too): dres's rows gain d(x) through the norm. */
+static zo_status attn_in_bwd_rows(zt_model *m, void *const *p, void *const *g, const void *x,
+                                  int r0, int n)
+{
+    const zt_shape *sh = &m->c.shape;
+    const int d = sh->dim, qd = zt_q_dim(sh), kvd = zt_kv_dim(sh);
+    const zo_dtype dt = m->c.dt;
+    block_ws *b = &m->b;
+    const char *xr = row_at(m, x, r0, d);
+    char *dq = row_at(m, b->dq, r0, qd), *dk = row_at(m, b->dkc, r0, kvd);
+    char *dv = row_at(m, b->dvc, r0, kvd);
+    ZT_LIB(zo_op_rmsnorm_fwd(m->s, b->h1, b->rstd1 + r0, xr, p[ZT_ATTN_NORM], (size_t)n, d,
+                             sh->norm_eps, dt));
+    ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WQ], dq, b->h1, d, qd));
+    ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WK], dk, b->h1, d, kvd));
+    ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WV], dv, b->h1, d, kvd));
+    ZT_TRY(linear_bwd_data_rows(m, n, b->h1, dq, p[ZT_WQ], d, qd, 0)); /* h1 now holds d(h1) */
+    ZT_TRY(linear_bwd_data_rows(m, n, b->h1, dk, p[ZT_WK], d, kvd, 1));
+    ZT_TRY(linear_bwd_data_rows(m, n, b->h1, dv, p[ZT_WV], d, kvd, 1));
+    ZT_TRY(tp_sum(m, b->h1, (size_t)n * d)); /* q, k and v are column-parallel */
+    ZT_LIB(zo_op_rmsnorm_bwd(m->s, row_at(m, m->dres, r0, d), g[ZT_ATTN_NORM], dt, b->h1, xr,
+                             p[ZT_ATTN_NORM], b->rstd1 + r0, (size_t)n, d, 1, dt));
+    return ZO_OK;
+}
+
 /* The attention half's backward: dres holds d(x2) and becomes d(x). */
 static zo_status block_bwd_attn(zt_model *m, void *const *p, void *const *g, const void *x)
 {
     const zt_shape *sh = &m->c.shape;
     const int d = sh->dim, B = m->c.micro_batch, S = m->c.seq, H = sh->n_heads;
-    const int qd = zt_q_dim(sh), kvd = zt_kv_dim(sh);
+    const int qd = zt_q_dim(sh);
     const zo_dtype dt = m->c.dt;
     block_ws *b = &m->b;
     if (sh->o_bias)
         ZT_LIB(zo_op_bias_bwd(m->s, g[ZT_BO], dt, m->dres, (size_t)m->T, d, dt));
     ZT_TRY(linear_bwd_weight(m, g[ZT_WO], m->dres, b->attn_out, qd, d));
-    if (m->c.flash) { /* d(attn_out) beside attn_out: the fused backward reads both */
+    if (m->c.flash) { /* d(attn_out) beside attn_out (in x2's piece): the fused backward reads both
+                       */
         zo_flash_attn_desc fd = flash_desc(m);
         ZT_TRY(linear_bwd_data(m, b->dattn, m->dres, p[ZT_WO], qd, d, 0));
         ZT_LIB(zo_op_flash_attention_bwd(m->s, &fd, b->dq, b->dkc, b->dvc, b->datt, b->dattn,
@@ -723,15 +773,8 @@ static zo_status block_bwd_attn(zt_model *m, void *const *p, void *const *g, con
                                    b->k, b->v, B, S, H, m->hd, dt));
     }
     ZT_TRY(attn_project_bwd(m, g));
-    ZT_TRY(linear_bwd_weight(m, g[ZT_WQ], b->dq, b->h1, d, qd));
-    ZT_TRY(linear_bwd_weight(m, g[ZT_WK], b->dkc, b->h1, d, kvd));
-    ZT_TRY(linear_bwd_weight(m, g[ZT_WV], b->dvc, b->h1, d, kvd));
-    ZT_TRY(linear_bwd_data(m, b->h1, b->dq, p[ZT_WQ], d, qd, 0)); /* h1 now holds d(h1) */
-    ZT_TRY(linear_bwd_data(m, b->h1, b->dkc, p[ZT_WK], d, kvd, 1));
-    ZT_TRY(linear_bwd_data(m, b->h1, b->dvc, p[ZT_WV], d, kvd, 1));
-    ZT_TRY(tp_sum(m, b->h1, (size_t)m->T * d)); /* q, k and v are column-parallel */
-    ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_ATTN_NORM], dt, b->h1, x, p[ZT_ATTN_NORM],
-                             b->rstd1, m->T, d, 1, dt));
+    for (int r0 = 0; r0 < m->T; r0 += m->rows)
+        ZT_TRY(attn_in_bwd_rows(m, p, g, x, r0, chunk_rows(m, r0)));
     return ZO_OK;
 }
 
