@@ -21,7 +21,8 @@ ranks) and 2 x 2 x 2 (8 ranks) against T 2 alone at the same global batch.
 T = 2, and with fewer key/value heads than T, shared; Llama's attention_bias; a tied
 head). What cannot split is refused by name: ranks not a multiple of S x T, heads
 not dividing by T, key/value heads neither a multiple of T nor dividing it, and
-checkpoints across T (not done yet).
+checkpoints across T (not done yet). --weights-digest gathers whole tensors: one
+digest for one model's weights at every T and grid.
 
 usage: test_train_tp.py MPIEXEC ZO_TRAIN
 """
@@ -71,8 +72,9 @@ def close(what, ref, got, rel):
 def bitwise(what, ref, got):
     if ref is None or got is None:
         return
-    for key in ("losses", "val_loss"):
-        check(ref[key] == got[key], "%s: %s %r, reference %r" % (what, key, got[key], ref[key]))
+    for key in ("losses", "val_loss", "weights_digest"):
+        check(ref.get(key) == got.get(key),
+              "%s: %s %r, reference %r" % (what, key, got.get(key), ref.get(key)))
 
 
 def against_one_rank(d):
@@ -115,11 +117,32 @@ def vocab_split(d):
                   "(bound %gx)" % (T, key, b, a, T, a / T, bound))
 
 
+def digests(d):
+    """--weights-digest hashes whole tensors, each gathered from its group's parts and
+    merged (row-parallel columns, shared key/value heads, the vocabulary's rows, the
+    norms' parts): before any step, the weights of one --hf-model (a key/value head
+    with biases shared by the ranks) have one digest at T = 1, 2 and 4, and on the
+    grids T 2 x D 2, 2 stages x T 2 and 2 x 2 x 2."""
+    m = ["--hf-model", llama_dir(d + "/hf-1-1", 1, True), "--steps", "0", "--grad-accum", "4",
+         "--weights-digest", "--dtype", "fp32"]
+    one = train(1, m, d + "/d1")
+    for ranks, extra in ((2, ["--tensor-parallel", "2"]), (4, ["--tensor-parallel", "4"]),
+                         (4, ["--tensor-parallel", "2"]),
+                         (4, ["--tensor-parallel", "2", "--pipeline-stages", "2"]),
+                         (8, ["--tensor-parallel", "2", "--pipeline-stages", "2"])):
+        got = train(ranks, m + extra, d + "/d%d" % ranks)
+        if one is not None and got is not None:
+            check(got.get("weights_digest") == one.get("weights_digest"),
+                  "%d ranks %s: weights digest %r, T = 1 %r" %
+                  (ranks, " ".join(extra), got.get("weights_digest"), one.get("weights_digest")))
+
+
 def placements(d):
     """T = 2: the optimizer states on NVMe (default), in host memory, the parameters on the
     device, and the overlap mode: the same bits; dpu the same across placements."""
-    base = ["--grad-accum", "2", "--dtype", "fp32", "--tensor-parallel", "2"]
+    base = ["--grad-accum", "2", "--dtype", "fp32", "--tensor-parallel", "2", "--weights-digest"]
     ref = train(2, base, d + "/p0")
+    check(ref is None or len(ref.get("weights_digest", "")) == 16, "T 2: a weights digest")
     for i, extra in enumerate((["--offload-optimizer", "cpu"],
                                ["--offload-optimizer", "cpu", "--offload-param", "none"],
                                ["--optimizer-mode", "overlap"])):
@@ -230,8 +253,7 @@ def refused(d):
     cases = ((3, ["--tensor-parallel", "2"], "needs a multiple of 2 ranks"),
              (3, ["--tensor-parallel", "3"], "4 is not a multiple of 3"),
              (2, ["--tensor-parallel", "2", "--save", d + "/ck"], "checkpoints are not merged"),
-             (2, ["--tensor-parallel", "2", "--dtype", "fp16"], "loss scale"),
-             (2, ["--tensor-parallel", "2", "--weights-digest"], "which no rank holds"))
+             (2, ["--tensor-parallel", "2", "--dtype", "fp16"], "loss scale"))
     for ranks, extra, want in cases:
         cmd, rc, out, err = run(ranks, extra, d + "/r")
         check(rc != 0 and want in err, "%s: exit %d, want '%s' in\n%s" %
@@ -244,5 +266,6 @@ with tempfile.TemporaryDirectory() as tmp:
     placements(tmp)
     grids(tmp)
     hf_models(tmp)
+    digests(tmp)
     refused(tmp)
 finish("test_train_tp")

@@ -470,13 +470,6 @@ static int check_checkpoint_flags(const cli *c)
         fprintf(stderr, "zo-train: --save-every needs --save DIR\n");
         return 2;
     }
-    if (c->o.tensor_parallel > 1 && c->weights_digest) {
-        fprintf(stderr,
-                "zo-train: --weights-digest with --tensor-parallel %d: the digest hashes "
-                "whole tensors, which no rank holds; leave it out\n",
-                c->o.tensor_parallel);
-        return 2;
-    }
     if (c->o.tensor_parallel > 1 && (c->save_dir || c->resume || c->init_weights)) {
         fprintf(stderr,
                 "zo-train: --tensor-parallel %d with %s: checkpoints are not merged or "

@@ -124,6 +124,28 @@ static void slice_columns(const float *src, float *dst, size_t rows, size_t cols
         memcpy(dst + i * w, src + i * cols + (size_t)r * w, w * sizeof *dst);
 }
 
+/* slice_columns' inverse: rank r's columns back into the whole matrix. */
+static void merge_columns(const float *src, float *dst, size_t rows, size_t cols, int T, int r)
+{
+    size_t w = cols / (size_t)T;
+    for (size_t i = 0; i < rows; i++)
+        memcpy(dst + i * cols + (size_t)r * w, src + i * w, w * sizeof *dst);
+}
+
+void zt_tp_merge(const zt_shape *full, int T, int layer, int idx, const float *parts, float *dst)
+{
+    size_t n = zt_tp_numel(full, T, layer, idx), d = (size_t)full->dim;
+    for (int r = 0; r < T; r++) {
+        const float *src = parts + (size_t)r * n;
+        if (T > 1 && is_block(full, layer) && idx == ZT_WO)
+            merge_columns(src, dst, d, (size_t)zt_q_dim(full), T, r);
+        else if (T > 1 && is_block(full, layer) && idx == ZT_WDOWN)
+            merge_columns(src, dst, d, (size_t)full->ffn_dim, T, r);
+        else /* zt_tp_slice's contiguous parts */
+            memcpy(dst + (size_t)r * n, src, n * sizeof *dst);
+    }
+}
+
 void zt_tp_slice(const zt_shape *full, int T, int r, int layer, int idx, const float *src,
                  float *dst)
 {

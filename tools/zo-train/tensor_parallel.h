@@ -58,6 +58,9 @@ uint64_t zt_tp_default_chunk_bytes(const zt_shape *full, int T);
 /* Rank r's part of the full tensor's values src into dst (zt_tp_numel). */
 void zt_tp_slice(const zt_shape *full, int T, int r, int layer, int idx, const float *src,
                  float *dst);
+/* zt_tp_slice's inverse: the whole tensor from the T ranks' parts (rank
+ * order, zt_tp_numel each, one after another). */
+void zt_tp_merge(const zt_shape *full, int T, int layer, int idx, const float *parts, float *dst);
 /* Device bytes beside the arena: the whole copies a fetch gathers
  * (parameters and gradients) and the model's parallel cross-entropy stats
  * for head chunks of head_rows (zt_head_chunk_rows of the local shape). */

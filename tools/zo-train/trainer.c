@@ -676,7 +676,9 @@ static int owns_tensor(zt_trainer *t, int l, int k);
 
 /* Each tensor's world rank: with stages, every rank's flags all-gathered
  * (a stage knows its own tensors' owners only), so checkpoints and the
- * Hugging Face files put every tensor in its holder's shard. */
+ * Hugging Face files put every tensor in its holder's shard. Tensor
+ * parallel, the holder is the first rank of its group (the whole tensor
+ * is gathered there: zt_trainer_read_weights). */
 static zo_status find_owners(zt_trainer *t)
 {
     const zt_shape *s = &t->o.shape;
@@ -694,10 +696,11 @@ static zo_status find_owners(zt_trainer *t)
     }
     for (int l = 0, i = 0; l < zt_engine_layers(s); l++)
         for (int k = 0; k < zt_layer_tensors(s, l); k++, i++) {
-            mine[i] = (uint8_t)owns_tensor(t, l, k);
+            mine[i] = (uint8_t)(owns_tensor(t, l, k) && tp_rank(&t->o) == 0);
+            /* without stages the world rank of the ZeRO owner's first tensor rank */
             t->owner[i] = l >= t->first && l <= t->last
-                              ? zo_engine_tensor_owner(t->eng, t->ids[l][k])
-                              : 0; /* without stages the ZeRO rank is the world's */
+                              ? zo_engine_tensor_owner(t->eng, t->ids[l][k]) * tp_size(&t->o)
+                              : 0;
         }
     if (t->pipe_comm &&
         (st = zo_comm_all_gather(t->comm, t->s, mine, all, (size_t)n, ZO_DTYPE_U8)) >= 0)
@@ -1254,6 +1257,30 @@ zo_status zt_trainer_validate(zt_trainer *t, double *loss, uint64_t *n_tokens)
     return ZO_OK;
 }
 
+/* Tensor parallel: the whole tensor from the group's parts (each rank reads
+ * its own, the group all-gathers them in rank order and each merges). */
+static zo_status read_tp_weights(zt_trainer *t, int layer, int idx, float *out)
+{
+    const zt_options *o = &t->o;
+    const int T = tp_size(o);
+    size_t n = zt_tp_numel(&o->shape, T, layer, idx);
+    float *part = malloc(n * sizeof *part), *all = malloc((size_t)T * n * sizeof *all);
+    zo_status st = part && all ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "a tensor's %d parts", T);
+    if (st >= 0 && (st = zo_engine_read_master(t->eng, t->ids[layer][idx], part)) < 0)
+        zt_lib_fail(st, "zo_engine_read_master");
+    /* every rank of the group joins the gather, even after its own read failed */
+    zo_status gst = zo_comm_all_gather(t->tp_comm, t->s, part, all, n, ZO_DTYPE_F32);
+    if (gst >= 0)
+        gst = zo_stream_synchronize(t->s);
+    if (st >= 0 && gst < 0)
+        st = zt_lib_fail(gst, "gathering a tensor's tensor-parallel parts");
+    if (st >= 0)
+        zt_tp_merge(&o->shape, T, layer, idx, all, out);
+    free(part);
+    free(all);
+    return st;
+}
+
 zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out)
 {
     if (layer < 0 || layer >= zt_engine_layers(&t->o.shape) || idx < 0 ||
@@ -1263,8 +1290,11 @@ zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "layer %d is held by another pipeline stage (this stage %d holds %d..%d)",
                        layer, t->setup.stage, t->first, t->last);
-    ZT_LIB(zo_engine_read_master(t->eng, t->ids[layer][idx], out));
-    return ZO_OK;
+    if (!t->tp_comm) {
+        ZT_LIB(zo_engine_read_master(t->eng, t->ids[layer][idx], out));
+        return ZO_OK;
+    }
+    return read_tp_weights(t, layer, idx, out);
 }
 
 /* Whether this rank hashes a tensor: its stage holds it and, under ZeRO,

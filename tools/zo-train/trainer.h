@@ -179,7 +179,9 @@ zo_status zt_trainer_step(zt_trainer *t, float *loss, zo_step_stats *stats);
  * split holds)); *n_tokens the tokens it covered (0: the split is shorter
  * than one micro-batch, and *loss is NaN). */
 zo_status zt_trainer_validate(zt_trainer *t, double *loss, uint64_t *n_tokens);
-/* The fp32 master weights of tensor idx of an engine layer. */
+/* The fp32 master weights of tensor idx of an engine layer (the whole
+ * tensor: with --tensor-parallel every rank of the group must call it for
+ * the same tensor, which it gathers from their parts). */
 zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out);
 /* A digest of the fp32 master weights: xxh64 of each tensor's (hashed by the
  * rank that owns it under ZeRO, all-gathered), then xxh64 of those hashes in
