@@ -358,7 +358,7 @@ static zo_status abort_step(struct zo_engine *e, zo_status st)
     eng_grads_abandon(e);
     reset_slots(e);
     eng_group_reset(e);
-    for (int t = 0; t < ENG_N_TIERS; t++)
+    for (int t = 0; t < eng_n_tiers; t++)
         if (eng_param_tiers[t]->abandon)
             eng_param_tiers[t]->abandon(e);
     e->mode->abort(e);

@@ -66,10 +66,10 @@ static zo_status alloc_pinned(struct zo_engine *e)
  * tiers first (the NVMe stages they take also carry 16-bit parameters). */
 static zo_status place_tiers(struct zo_engine *e)
 {
-    for (int t = 0; t < ENG_N_TIERS; t++)
+    for (int t = 0; t < eng_n_tiers; t++)
         if (eng_chunks_at(e, 1, eng_state_tiers[t]))
             ZO_TRY(eng_state_tiers[t]->place(e));
-    for (int t = 0; t < ENG_N_TIERS; t++) /* NVMe also keeps the backed chunks' copies */
+    for (int t = 0; t < eng_n_tiers; t++) /* NVMe also keeps the backed chunks' copies */
         if (t == ZO_TIER_NVME ? eng_p16_on_nvme(e) : eng_chunks_at(e, 0, eng_param_tiers[t]))
             ZO_TRY(eng_param_tiers[t]->place(e));
     return ZO_OK;
@@ -185,9 +185,9 @@ void eng_release_tiers(struct zo_engine *e)
     zo_optim_pool_free(e->opool);
     e->opool = NULL;
     eng_grads_release(e);
-    for (int t = 0; t < ENG_N_TIERS; t++)
+    for (int t = 0; t < eng_n_tiers; t++)
         eng_param_tiers[t]->release(e);
-    for (int t = 0; t < ENG_N_TIERS; t++)
+    for (int t = 0; t < eng_n_tiers; t++)
         eng_state_tiers[t]->release(e);
     e->stats.n_stores = 0;
     zo_hostpool_free(e->host.pool);

@@ -28,7 +28,7 @@ zo_status eng_update_all(struct zo_engine *e, float lr, float factor, int64_t st
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a chunk list");
     zo_status st = ZO_OK;
     for (int pass = 0; pass < 2; pass++)
-        for (int t = 0; st == ZO_OK && t < ENG_N_TIERS; t++) {
+        for (int t = 0; st == ZO_OK && t < eng_n_tiers; t++) {
             const eng_state_tier *tier = eng_state_tiers[t];
             if (tier->in_place != pass)
                 continue;

@@ -12,7 +12,7 @@
 zo_status eng_spec_drain(struct zo_engine *e)
 {
     zo_status st = ZO_OK;
-    for (int t = 0; t < ENG_N_TIERS; t++) {
+    for (int t = 0; t < eng_n_tiers; t++) {
         zo_status w = eng_state_tiers[t]->drain(e);
         if (st == ZO_OK && w < 0)
             st = w;

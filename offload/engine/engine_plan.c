@@ -42,8 +42,11 @@ zo_status eng_check_plan_config(const zo_engine_config *c)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
                        "param_dtype is %s: expected ZO_DTYPE_BF16, ZO_DTYPE_F16 or ZO_DTYPE_F32",
                        zo_dtype_name(c->param_dtype));
-    if ((unsigned)c->param_home > ZO_TIER_NVME || (unsigned)c->optim_home > ZO_TIER_NVME)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "param_home/optim_home must be a zo_tier");
+    if ((unsigned)c->param_home >= (unsigned)eng_n_tiers ||
+        (unsigned)c->optim_home >= (unsigned)eng_n_tiers)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "param_home/optim_home must be a zo_tier (0 to %d registered)",
+                       eng_n_tiers - 1);
     ZO_TRY(eng_tiers_check());
     ZO_TRY(eng_check_caps(c));
     /* under ZeRO the others' chunks may live on NVMe beside a rank's own in host memory */
@@ -404,12 +407,12 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
 
     /* optimizer states first: their device share leaves the room for parameter slots */
     zo_engine_footprint t = {0};
-    for (int i = 0; i < ENG_N_TIERS; i++)
+    for (int i = 0; i < eng_n_tiers; i++)
         eng_state_tiers[i]->account(&in, &t);
     /* gradient slots, and their fp32 sums when grouped */
     uint64_t grads = sh->max_cpl * (cb + (eng_grouped(c) ? eng_f32_chunk_bytes(c, cb) : 0));
     in.pslots = plan_pslots(&in, budget, grads + t.bytes[ZO_TIER_DEVICE], fits, msg, cap);
-    for (int i = 0; i < ENG_N_TIERS; i++)
+    for (int i = 0; i < eng_n_tiers; i++)
         eng_param_tiers[i]->account(&in, &t);
     fp->device_param_slots = (uint32_t)in.pslots;
     fp->device_grad_slots = sh->max_cpl;
@@ -426,6 +429,8 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
         fp->bytes[ZO_TIER_HOST] += nc * (uint64_t)g_bufs_for(c) * ce * sizeof(float);
     fp->bytes[ZO_TIER_HOST] += eng_zero_host_bytes(c, (uint32_t)nc, ce);
     fp->bytes[ZO_TIER_NVME] = t.bytes[ZO_TIER_NVME];
+    for (int i = ZO_TIER_COUNT; i < eng_n_tiers; i++) /* registered tiers: their tables' */
+        fp->bytes[i] = t.bytes[i];
     eng_grads_account(&in, fp, &g_split[0], &g_split[1]);
     if (*fits && c->pinned_bytes && fp->pinned > c->pinned_bytes)
         *fits = shortfall(msg, cap, "pinned", fp->pinned, c->pinned_bytes,
@@ -603,9 +608,9 @@ zo_status zo_engine_homes(zo_engine_t e, uint32_t params[ZO_TIER_MAX], uint32_t 
             optim[t] = 0;
     }
     for (uint32_t c = 0; c < e->n_chunks; c++) {
-        if (params)
-            params[e->p16_home[c]] += e->p16_home[c] != ENG_HOME_REMOTE; /* stage 3 */
-        if (optim && e->states_home[c] != ENG_HOME_REMOTE)               /* ZeRO: another rank's */
+        if (params && e->p16_home[c] != ENG_HOME_REMOTE) /* stage 3: another rank's */
+            params[e->p16_home[c]]++;
+        if (optim && e->states_home[c] != ENG_HOME_REMOTE) /* ZeRO: another rank's */
             optim[e->states_home[c]]++;
     }
     return ZO_OK;

@@ -1,4 +1,5 @@
-/* The tier tables' registry (by zo_tier), their check, the flags a plan
+/* The tier tables' registry (by zo_tier: the built-in tiers and those
+ * registered later, each with its context), their check, the flags a plan
  * asks of them across kinds, the tiers' names (zo/engine.h), and the commit
  * or discard of a step's update through every chunk's tiers (the update and
  * ZeRO's broadcast, above, end a step with them). Above the tier files
@@ -7,21 +8,19 @@
 
 const char *zo_tier_name(zo_tier t)
 {
-    switch (t) {
-    case ZO_TIER_DEVICE: return "device";
-    case ZO_TIER_HOST: return "host";
-    case ZO_TIER_NVME: return "nvme";
-    }
-    return "?";
+    return (unsigned)t < (unsigned)eng_n_tiers ? eng_state_tiers[t]->name : "?";
 }
 
-const eng_param_tier *const eng_param_tiers[ENG_N_TIERS] = {
+int eng_n_tiers = ZO_TIER_COUNT;
+static void *tier_ctx[ZO_TIER_MAX];
+
+const eng_param_tier *eng_param_tiers[ZO_TIER_MAX] = {
     [ZO_TIER_DEVICE] = &eng_param_tier_device,
     [ZO_TIER_HOST] = &eng_param_tier_host,
     [ZO_TIER_NVME] = &eng_param_tier_nvme,
 };
 
-const eng_state_tier *const eng_state_tiers[ENG_N_TIERS] = {
+const eng_state_tier *eng_state_tiers[ZO_TIER_MAX] = {
     [ZO_TIER_DEVICE] = &eng_state_tier_device,
     [ZO_TIER_HOST] = &eng_state_tier_host,
     [ZO_TIER_NVME] = &eng_state_tier_nvme,
@@ -58,16 +57,49 @@ static zo_status check_state_tier(int t, const eng_state_tier *s)
 
 zo_status eng_tiers_check(void)
 {
-    for (int t = 0; t < ENG_N_TIERS; t++) {
+    for (int t = 0; t < eng_n_tiers; t++) {
         ZO_TRY(check_param_tier(t, eng_param_tiers[t]));
         ZO_TRY(check_state_tier(t, eng_state_tiers[t]));
     }
     return ZO_OK;
 }
 
+zo_status eng_tier_register(const eng_param_tier *p, const eng_state_tier *s, void *ctx, zo_tier *t)
+{
+    int next = eng_n_tiers;
+    if (next >= ZO_TIER_MAX)
+        return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                       "registering the %s tier: the registry holds ZO_TIER_MAX (%d) tiers",
+                       s && s->name ? s->name : "?", ZO_TIER_MAX);
+    ZO_TRY(check_param_tier(next, p));
+    ZO_TRY(check_state_tier(next, s));
+    eng_param_tiers[next] = p;
+    eng_state_tiers[next] = s;
+    tier_ctx[next] = ctx;
+    eng_n_tiers = next + 1;
+    if (t)
+        *t = (zo_tier)next;
+    return ZO_OK;
+}
+
+void eng_tier_unregister_last(void)
+{
+    if (eng_n_tiers <= ZO_TIER_COUNT)
+        return;
+    eng_n_tiers--;
+    eng_param_tiers[eng_n_tiers] = NULL;
+    eng_state_tiers[eng_n_tiers] = NULL;
+    tier_ctx[eng_n_tiers] = NULL;
+}
+
+void *eng_tier_ctx(zo_tier t)
+{
+    return (unsigned)t < (unsigned)eng_n_tiers ? tier_ctx[t] : NULL;
+}
+
 void eng_plan_flags(eng_plan_in *in)
 {
-    for (int t = 0; t < ENG_N_TIERS; t++) {
+    for (int t = 0; t < eng_n_tiers; t++) {
         in->host_copies[t] = eng_param_tiers[t]->host_copies;
         in->p16_behind[t] = eng_state_tiers[t]->p16_behind;
     }

@@ -15,8 +15,12 @@
  * state table asks the parameter table through update_out and store.
  *
  * Adding a tier: fill both tables with named fields and ENG_TIER_OPS_VERSION,
- * add them to eng_param_tiers / eng_state_tiers (engine_tier.c) under their
- * zo_tier; eng_tiers_check() refuses an incomplete or mismatched table at
+ * and either add them to the built-in registry (engine_tier.c) under their
+ * zo_tier, or register them with eng_tier_register, which gives them the
+ * next zo_tier (ZO_TIER_COUNT, ...) and keeps the context their state lives
+ * in (eng_tier_ctx): a tier added so changes no public struct, since every
+ * public array a tier indexes has ZO_TIER_MAX entries. eng_tiers_check()
+ * refuses an incomplete or mismatched table, at registration and at
  * finalize. */
 #ifndef ZO_ENGINE_TIER_H
 #define ZO_ENGINE_TIER_H
@@ -24,11 +28,10 @@
 #include "engine_internal.h"
 
 #define ENG_TIER_OPS_VERSION 1u
-#define ENG_N_TIERS          3
 /* A chunk's states home when another rank owns them (ZeRO), and at stage 3
  * its 16-bit parameters' too: not a tier, no storage here (engine_zero.c's
  * tables). */
-#define ENG_HOME_REMOTE 3
+#define ENG_HOME_REMOTE 0xff
 
 /* What a tier's byte accounting sees: the packed model, the homes, the
  * parameter slots (set before the parameter tables are asked). */
@@ -45,7 +48,7 @@ typedef struct eng_plan_in {
     /* per-chunk homes (NULL: every chunk at cfg's param_home / optim_home) */
     const uint8_t *p16_home, *states_home;
     /* the tables' flags by home, from the registry (eng_plan_flags) */
-    int host_copies[ENG_N_TIERS], p16_behind[ENG_N_TIERS];
+    int host_copies[ZO_TIER_MAX], p16_behind[ZO_TIER_MAX];
 } eng_plan_in;
 
 typedef struct eng_update_args {
@@ -121,9 +124,11 @@ typedef struct eng_state_tier {
     zo_status (*write_end)(struct zo_engine *e, uint32_t c, float *buf);
 } eng_state_tier;
 
-/* By zo_tier. */
-extern const eng_param_tier *const eng_param_tiers[ENG_N_TIERS];
-extern const eng_state_tier *const eng_state_tiers[ENG_N_TIERS];
+/* The registry, by zo_tier: the tiers' tables, the first eng_n_tiers
+ * entries filled (the ZO_TIER_COUNT built-in ones, then those registered). */
+extern int eng_n_tiers;
+extern const eng_param_tier *eng_param_tiers[ZO_TIER_MAX];
+extern const eng_state_tier *eng_state_tiers[ZO_TIER_MAX];
 extern const eng_param_tier eng_param_tier_device, eng_param_tier_host, eng_param_tier_nvme;
 /* Device-resident 16-bit parameters whose states are on NVMe (engine_tier_nvme.c,
  * not in the registry: the chunks' home is the device, eng_p16_nvme_backed says which). */
@@ -185,6 +190,17 @@ static inline size_t eng_split_head(size_t S)
 /* engine_tier.c (the registry) */
 /* Every registered table is complete and of this version. */
 zo_status eng_tiers_check(void);
+/* A tier of the two tables p and s (each naming the tier it gets: the next,
+ * eng_n_tiers) whose state lives in ctx, given to their operations through
+ * eng_tier_ctx; its zo_tier in *t. Before any engine is made: the registry
+ * is the process's. Refused when full (ZO_TIER_MAX), or when a table is
+ * incomplete, of another version or names another tier. */
+zo_status eng_tier_register(const eng_param_tier *p, const eng_state_tier *s, void *ctx,
+                            zo_tier *t);
+/* The last tier registered leaves the registry (not a built-in one). */
+void eng_tier_unregister_last(void);
+/* The context tier t was registered with (NULL for the built-in tiers). */
+void *eng_tier_ctx(zo_tier t);
 /* The tables' flags a plan asks across kinds, into in. */
 void eng_plan_flags(eng_plan_in *in);
 
