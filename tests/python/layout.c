@@ -67,6 +67,11 @@ int main(void)
            F(zo_loss_scaler_config, consecutive_hysteresis),
            F(zo_loss_scaler_config, min_loss_scale),
            F(zo_loss_scaler_config, raise_error_at_min_scale));
+    STRUCT(zo_state_format, F(zo_state_format, name), F(zo_state_format, dtype),
+           F(zo_state_format, code_dtype), F(zo_state_format, code_bits), F(zo_state_format, block),
+           F(zo_state_format, min_numel), F(zo_state_format, fused), F(zo_state_format, summary),
+           F(zo_state_format, moment_bytes), F(zo_state_format, encode),
+           F(zo_state_format, decode));
     STRUCT(zo_engine_caps, F(zo_engine_caps, bytes));
     STRUCT(zo_engine_config, F(zo_engine_config, struct_size), F(zo_engine_config, device),
            F(zo_engine_config, rank), F(zo_engine_config, world_size),

@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "zo/file.h"
+#include "zo/optim.h"
 #include "zo/units.h"
 #include "zo_internal.h"
 #include "zo_strdist.h"
@@ -152,11 +154,25 @@ static const char *const optimizer_names[] = {"Adam", "AdamW", NULL};
 static const char *const scheduler_names[] = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", NULL};
 static const char *const warmup_names[] = {"log", "linear", NULL};
 static const char *const mode_names[] = {"sync", "overlap", "dpu", NULL};
-static const char *const state_dtype_names[] = {"fp32", "bf16", "int8", NULL};
+/* optimizer_state_dtype: the moment formats' names and dtypes, from their
+ * table (zo/optim.h), filled once by the first zo_config_init or
+ * zo_train_config_to_json (every other entry point takes a config). */
+#define N_STATE_FORMATS 16
+static const char *state_dtype_names[N_STATE_FORMATS + 1];
+static int state_dtype_values[N_STATE_FORMATS];
+static pthread_once_t state_dtypes_once = PTHREAD_ONCE_INIT;
+
+static void load_state_dtypes(void)
+{
+    const zo_state_format *f;
+    for (size_t i = 0; i < N_STATE_FORMATS && (f = zo_state_format_at(i)); i++) {
+        state_dtype_names[i] = f->name;
+        state_dtype_values[i] = f->dtype;
+    }
+}
 static const char *const act_home_names[] = {"device", "host", "nvme", NULL};
 static const char *const reduce_order_names[] = {"global", "rank", NULL};
 /* The one enum whose values are not base + index: zo_dtype's. */
-static const int state_dtype_values[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_I8};
 
 static int enum_value(const key_spec *k, int i)
 {
@@ -1236,6 +1252,7 @@ zo_status zo_config_init(zo_config_t *out)
 {
     if (!out)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_config_init: out is NULL");
+    pthread_once(&state_dtypes_once, load_state_dtypes);
     struct zo_config *c = calloc(1, sizeof *c);
     json_t *doc = json_object(), *ov = json_array();
     if (!c || !doc || !ov) {
@@ -1561,6 +1578,7 @@ zo_status zo_train_config_to_json(const zo_train_config *cfg, int indent, char *
 {
     if (!cfg || !json)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS, "zo_train_config_to_json: NULL argument");
+    pthread_once(&state_dtypes_once, load_state_dtypes);
     if (cfg->struct_size != sizeof(zo_train_config))
         return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
                        "zo_train_config_to_json: struct_size is %zu, expected %zu",

@@ -172,8 +172,13 @@ static int parse_choice_opt(int opt, const char *arg, cli *c)
         return zt_cli_choice(arg, optimizers) < 0 ? bad_value(c, opt, arg, "adam or adamw") : 0;
     case ZT_OPT_STATE_DTYPE:
         c->state_auto = strcmp(arg, "auto") == 0;
-        if (!c->state_auto && zt_parse_state_dtype(arg, &c->job.state_dtype) < 0)
-            return bad_value(c, opt, arg, "fp32, bf16, int8 or auto");
+        if (!c->state_auto && zt_parse_state_dtype(arg, &c->job.state_dtype) < 0) {
+            char names[128];
+            size_t n = zo_state_format_names(names, sizeof names, ", ");
+            if (n < sizeof names)
+                snprintf(names + n, sizeof names - n, " or auto");
+            return bad_value(c, opt, arg, names);
+        }
         return 0;
     case ZT_OPT_MASTER_SPLIT:
         if (zt_cli_on_off(arg, &c->job.master_split) != 0)
@@ -354,11 +359,23 @@ static int parse_args(int argc, char **argv, cli *c)
 
 /* ---- planning ---- */
 
-/* The state formats compared, in the order auto prefers them on a tie:
- * fp32 trades nothing, bf16 less than int8. */
-enum { ZP_N_STATE_FORMATS = 3 };
-static const zo_dtype state_formats[ZP_N_STATE_FORMATS] = {ZO_DTYPE_F32, ZO_DTYPE_BF16,
-                                                           ZO_DTYPE_I8};
+/* The state formats compared: every format of the table (zo_state_format_at),
+ * in its order, which is the order auto prefers them in on a tie (fp32 trades
+ * nothing, bf16 less than int8). */
+enum { ZP_MAX_STATE_FORMATS = 8 };
+
+static int n_state_formats(void)
+{
+    int n = 0;
+    while (n < ZP_MAX_STATE_FORMATS && zo_state_format_at((size_t)n))
+        n++;
+    return n;
+}
+
+static zo_dtype state_format(int i)
+{
+    return zo_state_format_at((size_t)i)->dtype;
+}
 
 /* What a compact format trades for its bytes: measured here (zo-train,
  * 300 steps on the shipped corpus, final validation loss against fp32
@@ -367,16 +384,17 @@ static const zo_dtype state_formats[ZP_N_STATE_FORMATS] = {ZO_DTYPE_F32, ZO_DTYP
  * mean over seeds 1-5). */
 static const char *state_trade(zo_dtype t)
 {
-    return t == ZO_DTYPE_BF16 ? "bf16 moments (8 bytes of states per parameter instead of 12): "
-                                "validation loss inside fp32's own run-to-run spread (300 "
-                                "small steps: -3.0%, fp32 against itself -4.6%; tiny, 5 "
-                                "seeds: mean -0.2%)"
-           : t == ZO_DTYPE_I8 ? "8-bit blockwise moments as bitsandbytes' 8-bit Adam (block "
-                                "256, fp32 scale per block, about 6 bytes per parameter): "
-                                "validation loss inside fp32's own run-to-run spread (300 "
-                                "small steps: -2.4%, fp32 against itself -4.6%; tiny, 5 "
-                                "seeds: mean -0.0%, worst seed +3.5%)"
-                              : "fp32 master, m and v: nothing traded";
+    return t == ZO_DTYPE_BF16  ? "bf16 moments (8 bytes of states per parameter instead of 12): "
+                                 "validation loss inside fp32's own run-to-run spread (300 "
+                                 "small steps: -3.0%, fp32 against itself -4.6%; tiny, 5 "
+                                 "seeds: mean -0.2%)"
+           : t == ZO_DTYPE_I8  ? "8-bit blockwise moments as bitsandbytes' 8-bit Adam (block "
+                                 "256, fp32 scale per block, about 6 bytes per parameter): "
+                                 "validation loss inside fp32's own run-to-run spread (300 "
+                                 "small steps: -2.4%, fp32 against itself -4.6%; tiny, 5 "
+                                 "seeds: mean -0.0%, worst seed +3.5%)"
+           : t == ZO_DTYPE_F32 ? "fp32 master, m and v: nothing traded"
+                               : zo_state_format_of(t)->summary; /* a format not measured yet */
 }
 
 /* One state format's recommendation, for the comparison. */
@@ -401,8 +419,8 @@ typedef struct result {
     int validated[ZP_N_STRATEGIES + 1]; /* 1: ran, -1: the trainer refused or failed (val_err) */
     zp_validation val[ZP_N_STRATEGIES + 1];
     char val_err[ZP_N_STRATEGIES + 1][512];
-    fmt_row fmts[ZP_N_STATE_FORMATS]; /* the recommendation under each state format */
-    char fmt_why[512];                /* why the job's format (auto: the chosen one) */
+    fmt_row fmts[ZP_MAX_STATE_FORMATS]; /* the recommendation under each state format */
+    char fmt_why[512];                  /* why the job's format (auto: the chosen one) */
     zp_world_plan world[ZP_WORLD_STAGES * ZP_WORLD_STRATEGIES]; /* --world-size > 1 */
     int world_best;                                             /* the fastest that fits, or -1 */
     zp_pipeline_plan pipe[ZP_PIPE_MAX_STAGES]; /* --pipeline-stages: one per stage count */
@@ -522,7 +540,7 @@ static fmt_row row_of(const result *r, zo_dtype t)
 static zo_dtype choose_format(const result *r)
 {
     int k = 0;
-    for (int i = 1; i < ZP_N_STATE_FORMATS; i++)
+    for (int i = 1; i < n_state_formats(); i++)
         if (r->fmts[i].fits &&
             (!r->fmts[k].fits || r->fmts[i].step_seconds < 0.98 * r->fmts[k].step_seconds))
             k = i;
@@ -532,7 +550,7 @@ static zo_dtype choose_format(const result *r)
 static void explain_format(const cli *c, result *r)
 {
     const fmt_row *f32 = &r->fmts[0], *me = NULL;
-    for (int i = 0; i < ZP_N_STATE_FORMATS; i++)
+    for (int i = 0; i < n_state_formats(); i++)
         if (r->fmts[i].t == c->job.state_dtype)
             me = &r->fmts[i];
     const char *how = c->state_auto ? "auto chose" : "--state-dtype";
@@ -632,9 +650,9 @@ static int job_fits(cli *c, result *r)
 {
     zo_dtype want = c->job.state_dtype;
     int fits = 0;
-    for (int i = 0; !fits && i < ZP_N_STATE_FORMATS; i++) {
+    for (int i = 0; !fits && i < n_state_formats(); i++) {
         if (c->state_auto)
-            c->job.state_dtype = state_formats[i];
+            c->job.state_dtype = state_format(i);
         fits = plan_job(c, r) >= 0 && r->rec >= 0;
         if (!c->state_auto)
             break;
@@ -686,10 +704,10 @@ static zo_status plan_all(cli *c, result *r)
     if (c->max_seq)
         ZT_TRY(find_max_seq(c, r));
     zo_dtype want = c->job.state_dtype;
-    for (int i = 0; i < ZP_N_STATE_FORMATS; i++) {
-        c->job.state_dtype = state_formats[i];
+    for (int i = 0; i < n_state_formats(); i++) {
+        c->job.state_dtype = state_format(i);
         ZT_TRY(plan_job(c, r));
-        r->fmts[i] = row_of(r, state_formats[i]);
+        r->fmts[i] = row_of(r, state_format(i));
     }
     c->job.state_dtype = c->state_auto ? choose_format(r) : want;
     ZT_TRY(plan_job(c, r));
@@ -965,7 +983,7 @@ static void print_formats(const result *r)
     printf("  %-5s %-22s %10s %10s %10s %10s %9s %9s %10s %6s  %s\n", "dtype", "strategy",
            "host st.", "nvme st.", "nvme rd", "nvme wr", "TB/day", "Gparam/s", "step s", "MFU",
            "bottleneck");
-    for (int i = 0; i < ZP_N_STATE_FORMATS; i++) {
+    for (int i = 0; i < n_state_formats(); i++) {
         const fmt_row *f = &r->fmts[i];
         if (!f->fits) {
             printf("  %-5s nothing fits\n", zt_state_dtype_name(f->t));
@@ -1203,7 +1221,7 @@ static json_t *json_deepspeed(const cli *c)
 static json_t *json_formats(const result *r)
 {
     json_t *a = json_array();
-    for (int i = 0; i < ZP_N_STATE_FORMATS; i++) {
+    for (int i = 0; i < n_state_formats(); i++) {
         const fmt_row *f = &r->fmts[i];
         json_t *o = json_pack("{s:s,s:b,s:f,s:b}", "state_dtype", zt_state_dtype_name(f->t), "fits",
                               f->fits, "adam_params_per_s", f->adam_rate, "adam_measured",

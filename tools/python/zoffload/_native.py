@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import re
 import sys
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int, c_int64,
                     c_size_t, c_uint, c_uint32, c_uint64, c_void_p)
 from pathlib import Path
+from typing import Dict
 
 from .errors import ZoError, error_for_status
 
@@ -72,6 +74,13 @@ class LossScalerConfig(Structure):  # zo_loss_scaler_config
                 ("initial_scale_power", c_int), ("loss_scale_window", c_int),
                 ("hysteresis", c_int), ("consecutive_hysteresis", c_int),
                 ("min_loss_scale", c_double), ("raise_error_at_min_scale", c_int)]
+
+
+class StateFormat(Structure):  # zo_state_format, zo/optim.h (one of Adam's moment formats)
+    _fields_ = [("name", c_char_p), ("dtype", c_int), ("code_dtype", c_int), ("code_bits", c_uint),
+                ("block", c_size_t), ("min_numel", c_size_t), ("fused", c_int),
+                ("summary", c_char_p), ("moment_bytes", c_void_p), ("encode", c_void_p),
+                ("decode", c_void_p)]
 
 
 class EngineCaps(Structure):  # zo_engine_caps, zo/engine.h
@@ -153,7 +162,8 @@ class StTensorInfo(Structure):  # zo_st_tensor_info, zo/safetensors.h
 
 MIRRORED = {"zo_st_tensor_info": StTensorInfo, "zo_engine_layout": EngineLayout, "zo_device_config": DeviceConfig, "zo_device_info": DeviceInfo,
             "zo_device_mem_stats": DeviceMemStats, "zo_adam_params": AdamParams,
-            "zo_loss_scaler_config": LossScalerConfig, "zo_engine_caps": EngineCaps,
+            "zo_loss_scaler_config": LossScalerConfig, "zo_state_format": StateFormat,
+            "zo_engine_caps": EngineCaps,
             "zo_engine_config": EngineConfig, "zo_engine_footprint": EngineFootprint,
             "zo_step_stats": StepStats, "zo_engine_step_state": EngineStepState,
             "zo_launch_config": LaunchConfig, "zo_rank_info": RankInfo,
@@ -207,6 +217,7 @@ _SIGNATURES = {
     "zo_stream_create": (c_int, [_P, POINTER(_P)]),
     "zo_stream_destroy": (c_int, [_P]),
     "zo_stream_synchronize": (c_int, [_P]),
+    "zo_state_format_at": (POINTER(StateFormat), [c_size_t]),
     "zo_engine_init": (c_int, [POINTER(_P), POINTER(EngineConfig)]),
     "zo_engine_free": (None, [_P]),
     "zo_engine_register": (c_int, [_P, c_int, c_char_p, c_size_t, _P, POINTER(c_int)]),
@@ -404,6 +415,19 @@ native = _Native()
 
 def lib():
     return native.lib
+
+
+@functools.lru_cache(maxsize=None)
+def state_formats() -> Dict[str, int]:
+    """{name: zo_dtype} of Adam's moment formats, in the table's order (zo_state_format_at):
+    the names optimizer_state_dtype and checkpoints spell."""
+    out, i = {}, 0
+    while True:
+        f = lib().zo_state_format_at(i)
+        if not f:
+            return out
+        out[f.contents.name.decode()] = f.contents.dtype
+        i += 1
 
 
 def library_path() -> str:

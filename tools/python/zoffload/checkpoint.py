@@ -38,14 +38,17 @@ from .errors import ZoArgumentError, ZoIOError, ZoStateError
 
 FORMAT, VERSION = "zoffload-checkpoint", 1
 STATE_KEY = "optimizer_state_dtype"
-_STATE_NAMES = {N.DTYPE_F32: "fp32", N.DTYPE_BF16: "bf16", N.DTYPE_I8: "int8"}
-_STATE_OF_NAME = {v: k for k, v in _STATE_NAMES.items()}
 _ELEM = {N.DTYPE_F32: 4, N.DTYPE_BF16: 2, N.DTYPE_U8: 1, N.DTYPE_I8: 1}
 Q8_BLOCK = 256
 SUMS = "checksums.json"
 SUMS_FORMAT, SUMS_ALGO = "zoffload-checksums", "xxh64"
 # zo-train's limits (checkpoint.c): a gradient of 1e10 bounds m, its square v.
 MOMENT_LIMIT = {"exp_avg": 1e10, "exp_avg_sq": 1e20}
+
+
+def _state_name(fmt: int):
+    """The moment format's name (zo_state_format's), None for no format."""
+    return next((n for n, d in N.state_formats().items() if d == fmt), None)
 
 
 def _checksum(ptr: int, n: int) -> str:
@@ -417,7 +420,7 @@ def _write_tensors(eng, tmp: str, rank: int, ranks: int) -> None:
     ow = _Writer(os.path.join(tmp, names[1]))
     try:
         mw.meta("zoffload", "fp32 master weights")
-        ow.meta(STATE_KEY, _STATE_NAMES[fmt])
+        ow.meta(STATE_KEY, _state_name(fmt))
         fmts = {}
         for ep in eng.tensors:
             tf = _tensor_state_dtype(eng, ep)
@@ -475,7 +478,7 @@ def _write_indices(eng, tmp: str, ranks: int) -> None:
                 optim[f"{ep.name}.{k}.absmax"] = shard_name("optimizer", r, ranks)
                 obytes += _q8_blocks(ep.numel) * 4
     for base, meta, wm in (("model", {"total_size": mbytes}, model),
-                           ("optimizer", {"total_size": obytes, STATE_KEY: _STATE_NAMES[fmt],
+                           ("optimizer", {"total_size": obytes, STATE_KEY: _state_name(fmt),
                                           "world_size": ranks}, optim)):
         text = json.dumps({"metadata": meta, "weight_map": wm}, indent=2).encode()
         name = f"{base}.safetensors.index.json"
@@ -677,10 +680,10 @@ def _open_checked(eng, path: str, load_optimizer: bool, opened: list) -> None:
     if mr.count() != len(eng.tensors):
         raise ZoArgumentError(f"{path} holds {mr.count()} model tensors, this model "
                               f"{len(eng.tensors)}: the checkpoint is another model's")
-    fmt = _STATE_OF_NAME.get(orr.meta(STATE_KEY) or "fp32") if orr else None
+    fmt = N.state_formats().get(orr.meta(STATE_KEY) or "fp32") if orr else None
     if orr is not None and fmt != lib.zo_engine_state_dtype(eng._eng):
         raise ZoArgumentError(f"{path}'s optimizer holds {orr.meta(STATE_KEY)} states, the "
-                              f"engine {_STATE_NAMES.get(lib.zo_engine_state_dtype(eng._eng))}"
+                              f"engine {_state_name(lib.zo_engine_state_dtype(eng._eng))}"
                               f": set zoffload.optimizer_state_dtype to match")
     for ep in eng.tensors:  # every name, dtype and shape first: all or nothing
         mr.expect(ep.name, N.DTYPE_F32, ep.shape)

@@ -39,7 +39,6 @@ _TORCH_DTYPE = {N.DTYPE_BF16: torch.bfloat16, N.DTYPE_F16: torch.float16,
                 N.DTYPE_F32: torch.float32}
 _HOMES = {"none": N.TIER_DEVICE, "cpu": N.TIER_HOST, "nvme": N.TIER_NVME}
 _MODES = {"sync": N.OPTIM_SYNC, "overlap": N.OPTIM_OVERLAP, "dpu": N.OPTIM_DPU}
-_STATE_DTYPES = {"fp32": N.DTYPE_F32, "bf16": N.DTYPE_BF16, "int8": N.DTYPE_I8}
 _ENGINES_OF_MODEL = "_zoffload_engine"
 
 
@@ -429,7 +428,7 @@ class ZoEngine:
         for caps, kind in ((c.param_caps, "params"), (c.optim_caps, "optimizer")):
             for t in (N.TIER_DEVICE, N.TIER_HOST):
                 caps.bytes[t] = int(pl[kind][N.TIER_NAMES[t]])
-        c.state_dtype = _STATE_DTYPES[zo["optimizer_state_dtype"]]
+        c.state_dtype = N.state_formats()[zo["optimizer_state_dtype"]]
         c.master_split = int(bool(zo["master_split"]))
         self._nvme_name = f"zoffload-py-{os.getpid()}-r{self.rank}".encode()
         c.nvme_name = self._nvme_name
