@@ -445,8 +445,11 @@ static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_
     if (pos < -1)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "growing the trace");
     ZO_TRY(eng_reduce_gather(e, layer, pos)); /* stage 3: before the loads that read them */
+    if (phase == ZO_PHASE_BACKWARD)           /* the gradients about to come read what it reads */
+        ZO_TRY(eng_behind_join(e));
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         uint32_t c = L->first_chunk + i;
+        ZO_TRY(eng_behind_wait(e, c)); /* the last update's new values, landed */
         ZO_TRY(eng_make_resident(e, c, pos));
         e->chunks[c].in_use++;
     }
@@ -537,6 +540,9 @@ zo_status zo_engine_grads_ready(zo_engine_t e, int layer, zo_stream_t compute)
     if (!compute)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "grads_ready: NULL compute stream");
     ZO_TRY(check_async(e));
+    zo_status jst = eng_behind_join(e); /* joined at the backward's fetch already */
+    if (jst < 0)
+        return abort_step(e, jst);
     eng_layer *L = &e->reg.layers[layer];
     for (uint32_t i = 0; i < L->n_chunks; i++)
         if (e->chunks[L->first_chunk + i].grad_slot < 0)

@@ -15,6 +15,8 @@
  *                              its cap
  *   engine_sync.c, engine_overlap.c, engine_dpu.c
  *                              the optimizer modes (eng_mode_ops)
+ *   engine_behind.c            overlap's update behind the next forward: its
+ *                              thread, the fetches' per-chunk waits, the join
  *   engine_group.c             layer-major micro-batch groups: the gradient
  *                              slots' fp32 sums on the device
  *   engine_optim.c             the host job thread, the update of every chunk
@@ -383,9 +385,10 @@ typedef struct eng_step {
                         (the last step clipped: a speculation would be rolled back) */
 } eng_step;
 
-/* The delayed update (engine_dpu.c): it runs on a thread of its own, beside
+/* An update on a thread of its own: the delayed update (engine_dpu.c), beside
  * the job thread (which keeps taking the next step's gradients: other
- * buffers by parity). */
+ * buffers by parity), or the overlap mode's update behind the next forward
+ * (engine_behind.c, cfg.update_behind), whose fetches wait per chunk. */
 typedef struct eng_dpu {
     int pending; /* a DPU update was launched and not yet published */
     int skip;    /* ... and it was skipped (overflow) */
@@ -396,6 +399,14 @@ typedef struct eng_dpu {
     int parity;
     zo_status st;
     char msg[512];
+    /* behind the next forward: running, and which chunks' new values have
+     * landed (their alternate extents, read by the fetches until the join
+     * commits them); finished once the thread's update returned */
+    int behind;
+    atomic_uchar *landed;
+    int finished;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
 } eng_dpu;
 
 /* The host job thread (engine_optim.c). */
@@ -519,6 +530,29 @@ struct zo_engine {
     eng_timeline timeline;
 };
 
+/* engine_behind.c: overlap's update behind the next forward (cfg.update_behind) */
+/* Whether this engine's update can run behind the next forward (its config
+ * asks, and every chunk's states and 16-bit parameters are on NVMe). */
+int eng_behind_takes(const struct zo_engine *e);
+/* Start the update of every chunk on a thread of its own; the slots are
+ * published (dropped or marked for reload) and the step counted now. */
+zo_status eng_behind_launch(struct zo_engine *e, float lr, float factor, int64_t step, int parity);
+/* Wait until chunk c's new values have landed (a fetch); its failure then. */
+zo_status eng_behind_wait(struct zo_engine *e, uint32_t c);
+/* Wait for the whole update and commit it, or drop it and say why. */
+zo_status eng_behind_join(struct zo_engine *e);
+/* Chunk c's update is running and has not landed: no load may read it yet. */
+static inline int eng_behind_pending(const struct zo_engine *e, uint32_t c)
+{
+    return e->dpu.behind && !atomic_load_explicit(&e->dpu.landed[c], memory_order_acquire);
+}
+/* Chunk c's update has landed and is not committed yet: loads read its
+ * alternate extents (the values the commit will make current). */
+static inline int eng_behind_latest(const struct zo_engine *e, uint32_t c)
+{
+    return e->dpu.behind && atomic_load_explicit(&e->dpu.landed[c], memory_order_acquire);
+}
+
 /* engine_plan.c: packing, the homes and the footprint */
 /* The optimizer mode's table for m (sync for an unknown one, which
  * eng_check_plan_config refuses first). */
@@ -595,6 +629,9 @@ zo_status eng_arrival_fn(void *arg);
 void eng_set_async_error(struct zo_engine *e, zo_status st);
 zo_status eng_take_async_error(struct zo_engine *e);
 zo_status eng_update_all(struct zo_engine *e, float lr, float factor, int64_t step, int parity);
+/* ... telling landed of each chunk stored beside the committed states as it lands. */
+zo_status eng_update_all_landing(struct zo_engine *e, float lr, float factor, int64_t step,
+                                 int parity, void (*landed)(struct zo_engine *e, uint32_t c));
 /* Whether this step's chunks are updated ahead of the verdict (overlap mode,
  * unless paused: e->step.spec_paused). */
 int eng_speculates_now(const struct zo_engine *e);

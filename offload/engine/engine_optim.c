@@ -22,7 +22,13 @@
  * in place, so that a failure (an NVMe write) leaves every chunk as it was. */
 zo_status eng_update_all(struct zo_engine *e, float lr, float factor, int64_t step, int parity)
 {
-    eng_update_args u = {lr, factor, step, parity};
+    return eng_update_all_landing(e, lr, factor, step, parity, NULL);
+}
+
+zo_status eng_update_all_landing(struct zo_engine *e, float lr, float factor, int64_t step,
+                                 int parity, void (*landed)(struct zo_engine *e, uint32_t c))
+{
+    eng_update_args u = {lr, factor, step, parity, landed};
     uint32_t *list = malloc((e->n_chunks ? e->n_chunks : 1) * sizeof *list);
     if (!list)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a chunk list");

@@ -60,10 +60,33 @@ static const char *update_name(const struct zo_engine *e, const eng_verdict *v, 
     return "validate speculative update";
 }
 
+/* The update after the verdict, behind the next forward (engine_behind.c):
+ * what the speculation left is undone here, the update runs on its thread. */
+static zo_status update_behind(struct zo_engine *e, const eng_verdict *v, int *rollbacks)
+{
+    int parity = e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
+    *rollbacks = 0;
+    for (uint32_t c = 0; c < e->n_chunks; c++)
+        *rollbacks += e->chunks[c].spec_done;
+    eng_restore_backups(e);
+    eng_discard_uncommitted(e);
+    return eng_behind_launch(e, e->step.lr, v->factor, e->step.opt_step + 1, parity);
+}
+
+/* Whether the step updates after its verdict, and can do it behind the next forward. */
+static int goes_behind(const struct zo_engine *e, const eng_verdict *v)
+{
+    if (v->overflow || (!e->step.spec_paused && v->factor == v->plain))
+        return 0; /* no update, or the speculation was right */
+    return eng_behind_takes(e);
+}
+
 static zo_status end_step(struct zo_engine *e, const eng_verdict *v, int *rollbacks,
                           const zo_loss_scaler *saved)
 {
-    zo_status st = eng_update_now(e, v, rollbacks, saved, validate_and_share, update_name);
+    zo_status st = goes_behind(e, v)
+                       ? update_behind(e, v, rollbacks)
+                       : eng_update_now(e, v, rollbacks, saved, validate_and_share, update_name);
     if (!v->overflow) /* an overflow says nothing of the next step's norm */
         e->step.spec_paused = v->factor != v->plain;
     return st;
@@ -71,7 +94,9 @@ static zo_status end_step(struct zo_engine *e, const eng_verdict *v, int *rollba
 
 static zo_status settle(struct zo_engine *e)
 {
-    return eng_spec_drain(e);
+    zo_status st = eng_behind_join(e);
+    zo_status d = eng_spec_drain(e);
+    return st < 0 ? st : d;
 }
 
 static void abort_step(struct zo_engine *e)

@@ -184,6 +184,8 @@ void eng_prefetch(struct zo_engine *e)
         eng_layer *L = &e->reg.layers[e->sched.trace[j] / 2];
         for (uint32_t i = 0; i < L->n_chunks; i++) {
             uint32_t c = L->first_chunk + i;
+            if (eng_behind_pending(e, c))
+                return; /* its new values have not landed: the fetch waits for them */
             if (e->chunks[c].slot >= 0) { /* a failed reload is retried by the fetch */
                 if (e->chunks[c].reload && reload_slot(e, c) == ZO_OK)
                     e->sched.prefetches++;

@@ -247,6 +247,7 @@ zo_status zo_engine_get_step_state(zo_engine_t e, zo_engine_step_state *out)
             "get_step_state: out is NULL or its struct_size is not sizeof(zo_engine_step_state): "
             "initialize it with ZO_ENGINE_STEP_STATE_INIT");
     ZO_TRY(no_pending_update(e, "get_step_state"));
+    ZO_TRY(settle(e)); /* an update behind the forward counts once it is committed */
     out->updates = e->step.opt_step;
     out->steps = e->step.steps;
     out->loss_scale = e->scaler.cur_scale;

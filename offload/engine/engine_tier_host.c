@@ -175,7 +175,7 @@ zo_status eng_resident_speculate(struct zo_engine *e, uint32_t c, const eng_job 
 {
     eng_chunk *k = &e->chunks[c];
     memcpy(k->backup, k->states, eng_states_bytes(e->cfg.state_dtype, e->chunk_elems));
-    eng_update_args u = {j->lr, j->factor, j->step, j->parity};
+    eng_update_args u = {j->lr, j->factor, j->step, j->parity, NULL};
     return eng_adam_run(e, k, k->states, &u);
 }
 

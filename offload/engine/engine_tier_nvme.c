@@ -277,7 +277,7 @@ static zo_status nvme_speculate(struct zo_engine *e, uint32_t c, const eng_job *
     p->rd_chunk[s] = -1;
     ZO_TRY(st);
     states_join(e, c, e->chunks[c].ext_cur, e->nvme.stage[s], e->nvme.split_bits[s]);
-    eng_update_args u = {j->lr, j->factor, j->step, j->parity};
+    eng_update_args u = {j->lr, j->factor, j->step, j->parity, NULL};
     ZO_TRY(eng_adam_run(e, &e->chunks[c], e->nvme.stage[s], &u));
     st = write_alternate(e, c, e->nvme.stage[s], e->nvme.split_bits[s], &p->wr[s], &p->pwr[s]);
     p->wr_chunk[s] = (int)c;
@@ -310,6 +310,7 @@ typedef struct nvme_pipe {
     const eng_update_args *u;
     zo_swap_io_t rd[ENG_NVME_STAGES], wr[ENG_NVME_STAGES], pwr[ENG_NVME_STAGES];
     zo_swap_io_t grd[ENG_NVME_STAGES]; /* spilled gradients read back */
+    int item[ENG_NVME_STAGES];         /* the chunk a stage's writes are for (u->landed), or -1 */
 } nvme_pipe;
 
 static zo_status pipe_wait(nvme_pipe *pp, zo_swap_io_t *io)
@@ -338,10 +339,12 @@ static zo_status pipe_update(void *user, uint32_t i, unsigned s)
     ZO_TRY(pipe_wait(pp, &pp->grd[s]));
     states_join(e, c, e->chunks[c].ext_cur, e->nvme.stage[s], e->nvme.split_bits[s]);
     ZO_TRY(eng_adam_run(e, &e->chunks[c], e->nvme.stage[s], pp->u));
+    pp->item[s] = (int)c;
     return write_alternate(e, c, e->nvme.stage[s], e->nvme.split_bits[s], &pp->wr[s], &pp->pwr[s]);
 }
 
-/* Every ticket is waited for, whatever failed first. */
+/* Every ticket is waited for, whatever failed first; a chunk whose writes
+ * all landed is said to have landed. */
 static zo_status pipe_drain(void *user, unsigned s)
 {
     nvme_pipe *pp = user;
@@ -349,14 +352,20 @@ static zo_status pipe_drain(void *user, unsigned s)
     zo_status b = pipe_wait(pp, &pp->wr[s]);
     zo_status c = pipe_wait(pp, &pp->pwr[s]);
     zo_status g = pipe_wait(pp, &pp->grd[s]);
-    return a < 0 ? a : b < 0 ? b : c < 0 ? c : g;
+    zo_status st = a < 0 ? a : b < 0 ? b : c < 0 ? c : g;
+    if (st == ZO_OK && pp->item[s] >= 0 && pp->u->landed)
+        pp->u->landed(pp->e, (uint32_t)pp->item[s]);
+    pp->item[s] = -1;
+    return st;
 }
 
 static zo_status nvme_update(struct zo_engine *e, const uint32_t *chunks, uint32_t n,
                              const eng_update_args *u)
 {
     static const zo_swap_pipeline_ops ops = {pipe_read, pipe_update, pipe_drain};
-    nvme_pipe pp = {e, chunks, u, {0}, {0}, {0}, {0}};
+    nvme_pipe pp = {e, chunks, u, {0}, {0}, {0}, {0}, {0}};
+    for (unsigned s = 0; s < ENG_NVME_STAGES; s++)
+        pp.item[s] = -1;
     zo_status st = zo_swap_pipeline_run(n, ENG_NVME_STAGES, &ops, &pp);
     if (st < 0) {
         char why[512];
@@ -420,13 +429,23 @@ static zo_status take_twin(struct zo_engine *e, eng_twin **out)
     return ZO_OK;
 }
 
+/* The extent a load of chunk c's 16-bit parameters reads: the current one,
+ * or the alternate while an update running behind the forward has landed
+ * there and is not committed yet (engine_behind.c). */
+static int p16_loaded(const struct zo_engine *e, uint32_t c)
+{
+    const eng_chunk *k = &e->chunks[c];
+    return eng_behind_latest(e, c) ? 1 - k->pext_cur : k->pext_cur;
+}
+
 static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, uint32_t s, eng_twin **out)
 {
     eng_twin *t;
     ZO_TRY(take_twin(e, &t));
     zo_swap_io_t io = NULL;
-    ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[k->pext_cur], t->ptr,
-                          e->nvme.p16_extent, k->pgen[k->pext_cur], &io));
+    int x = p16_loaded(e, (uint32_t)(k - e->chunks));
+    ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[x], t->ptr,
+                          e->nvme.p16_extent, k->pgen[x], &io));
     atomic_store(&t->io, io);
     ticket_arg ta = {e, t, (int)(k - e->chunks)};
     zo_status st = zo_stream_enqueue(e->h2d, wait_ticket, &ta, sizeof ta);
@@ -694,8 +713,8 @@ static zo_status p16_from_master(struct zo_engine *e, uint32_t c, uint32_t s, co
     float *buf = aligned_alloc(ZO_SWAP_ALIGN, e->nvme.state_extent_bytes);
     if (!buf)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a chunk's states to reload it");
-    zo_status st = zo_swap_read(e->nvme.swap, k->ext[k->ext_cur], buf, state_io_bytes(e, k),
-                                k->gen[k->ext_cur]);
+    int x = eng_behind_latest(e, c) ? 1 - k->ext_cur : k->ext_cur; /* as p16_loaded */
+    zo_status st = zo_swap_read(e->nvme.swap, k->ext[x], buf, state_io_bytes(e, k), k->gen[x]);
     if (st == ZO_OK) /* the master leads the packed states */
         eng_cast_params(e->cfg.param_dtype, buf, t->ptr, k->n_elems);
     free(buf);

@@ -18,7 +18,7 @@ run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
     run_cfg c = {ph,    oh,    mode,    0,    0, 1, 2,    0.0f, ZO_DTYPE_BF16,
                  0,     STEPS, INT_MAX, NULL, 0, 0, NULL, NULL, {{0}},
-                 {{0}}, 0,     0,       0,    0};
+                 {{0}}, 0,     0,       0,    0, 0};
     return c;
 }
 
@@ -80,6 +80,7 @@ zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nfaults, 
     c.micro_group = h->rc.group;
     c.state_dtype = g_state_dtype;
     c.master_split = h->rc.master_split;
+    c.update_behind = h->rc.update_behind;
     ZO_TRY(zo_engine_init(&h->eng, &c));
     if (nfaults)
         ZO_TRY(zo_engine_set_swap_faults(h->eng, faults, nfaults));
@@ -391,6 +392,21 @@ zo_status failing_step(harness *h, int s, float *before[TM_T])
     if (e < 0)
         ZO_FAIL(e, "test", "%s", why); /* keep the step's message for the caller */
     return e;
+}
+
+void train_steps(harness *h, int from, int to, double *losses)
+{
+    zo_step_stats st;
+    for (int s = from; s < to; s++)
+        ZO_ASSERT_OK(train_step(h, s, &losses[s], &st));
+}
+
+void open_for_faults(harness *h, const run_cfg *c, run_out *ref)
+{
+    run(c, ref);
+    harness_open(h, c);
+    zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0};
+    ZO_ASSERT_OK(make_engine(h, &never, 1));
 }
 
 /* The run in h, after its faults, must equal the run without them. */

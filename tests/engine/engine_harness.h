@@ -37,6 +37,7 @@ typedef struct run_cfg {
     int group;                   /* micro_group: > 1 runs the step layer-major in such groups */
     int master_split;            /* zo_engine_config.master_split */
     int fill;                    /* register with zo_engine_register_fill rather than with copies */
+    int update_behind;           /* zo_engine_config.update_behind */
 } run_cfg;
 
 #define TM_MAXGROUP 8
@@ -126,6 +127,11 @@ void expect_refusal(const run_cfg *rc, zo_status want, const char *tier);
 /* Run step s, which is expected to fail; the weights must stay `before`
  * (read before the fault was armed; freed here). */
 zo_status failing_step(harness *h, int s, float *before[TM_T]);
+/* Steps [from, to) of h, each must succeed; their losses into losses[s]. */
+void train_steps(harness *h, int from, int to, double *losses);
+/* A fault drill's start: the run of c without faults into ref, then h's
+ * engine for c with swap faults armed (none firing yet). */
+void open_for_faults(harness *h, const run_cfg *c, run_out *ref);
 /* The run in h, after its faults, must equal the run without them. */
 void close_and_compare(harness *h, const double *losses, run_out *ref, int steps);
 /* Arm one EIO at each of several request indices of a store in turn; each

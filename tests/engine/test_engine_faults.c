@@ -14,12 +14,8 @@ static void test_nvme_fault_during_step(void **state)
         c.steps = 8;
         c.device_bytes = params_on_nvme ? min_device_bytes() : 0; /* every fetch reads NVMe */
         run_out ref;
-        run(&c, &ref);
-
         harness h;
-        harness_open(&h, &c);
-        zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0};
-        ZO_ASSERT_OK(make_engine(&h, &never, 1));
+        open_for_faults(&h, &c, &ref);
         double losses[8];
         zo_step_stats st;
         for (int s = 0; s < c.steps; s++) {
@@ -29,6 +25,64 @@ static void test_nvme_fault_during_step(void **state)
                 fail_step_at(&h, zo_engine_nvme_param_store(h.eng), s);
             ZO_ASSERT_OK(train_step(&h, s, &losses[s], &st));
         }
+        close_and_compare(&h, losses, &ref, c.steps);
+    }
+}
+
+/* Step s's update runs behind the next forward and fails (an EIO at one of
+ * several requests of the states' store): the next call that waits for it (a
+ * read of the states, or step s + 1 at the fetch that needs a chunk it never
+ * wrote) fails naming it, and the weights are those before step s. */
+static void fail_behind(harness *h, int s, int seen_by_fetch)
+{
+    static const uint64_t ops[] = {0, 5, 12};
+    zo_swap_t store = zo_engine_nvme_store(h->eng);
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        float *before[TM_T], *after[TM_T];
+        read_masters(h, before); /* step s - 1's update is committed */
+        zo_swap_fault f = {ZO_SWAP_FAULT_EIO, ops[i], 0};
+        ZO_ASSERT_OK(zo_swap_set_faults(store, &f, 1));
+        double loss;
+        zo_step_stats st;
+        ZO_ASSERT_OK(train_step(h, s, &loss, &st)); /* its update still runs */
+        zo_status e;
+        if (seen_by_fetch) {
+            e = train_step(h, s + 1, &loss, &st);
+        } else {
+            float *one = malloc(tm_numel(0) * sizeof(float));
+            e = zo_engine_read_master(h->eng, h->ids[0], one);
+            free(one);
+        }
+        if (e != ZO_ERR_IO)
+            fail_msg("fault at request %d: returned %d, expected ZO_ERR_IO", (int)ops[i], (int)e);
+        assert_non_null(strstr(zo_last_error(), "behind the next forward"));
+        ZO_ASSERT_OK(zo_swap_set_faults(store, NULL, 0));
+        read_masters(h, after);
+        for (int k = 0; k < TM_T; k++) {
+            assert_memory_equal(before[k], after[k], tm_numel(k) * sizeof(float));
+            free(before[k]);
+            free(after[k]);
+        }
+    }
+}
+
+/* ... and running step s again trains bitwise as the run without the fault. */
+static void test_update_behind_fault(void **state)
+{
+    (void)state;
+    for (int seen_by_fetch = 0; seen_by_fetch < 2; seen_by_fetch++) {
+        run_cfg c = base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_OVERLAP);
+        c.steps = 8;
+        c.max_norm = 1e-3f; /* every step clips: each updates behind the next forward */
+        c.update_behind = 1;
+        c.device_bytes = min_device_bytes();
+        run_out ref;
+        harness h;
+        open_for_faults(&h, &c, &ref);
+        double losses[8];
+        train_steps(&h, 0, 4, losses);
+        fail_behind(&h, 4, seen_by_fetch);
+        train_steps(&h, 4, c.steps, losses);
         close_and_compare(&h, losses, &ref, c.steps);
     }
 }
@@ -74,6 +128,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nvme_fault_during_step),
+        cmocka_unit_test(test_update_behind_fault),
         cmocka_unit_test(test_stream_task_fault_during_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

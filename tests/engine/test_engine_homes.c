@@ -318,11 +318,8 @@ static void test_split_nvme_fault_during_step(void **state)
         run_cfg c = split_cfg(x, m % 2 ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC);
         c.steps = 8;
         run_out ref;
-        run(&c, &ref);
         harness h;
-        harness_open(&h, &c);
-        zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0};
-        ZO_ASSERT_OK(make_engine(&h, &never, 1));
+        open_for_faults(&h, &c, &ref);
         double losses[8];
         zo_step_stats st;
         for (int s = 0; s < c.steps; s++) {

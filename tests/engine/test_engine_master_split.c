@@ -93,11 +93,8 @@ static void test_master_split_faults(void **state)
         c.steps = 8;
         c.master_split = 1;
         run_out ref;
-        run(&c, &ref);
         harness h;
-        harness_open(&h, &c);
-        zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0};
-        ZO_ASSERT_OK(make_engine(&h, &never, 1));
+        open_for_faults(&h, &c, &ref);
         double losses[8];
         zo_step_stats st;
         for (int s = 0; s < c.steps; s++) {

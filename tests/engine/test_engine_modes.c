@@ -1,7 +1,8 @@
 /* The optimizer modes on every placement (device, host, NVMe; the smallest
  * device budget): sync bitwise against the plain-C reference, with and
  * without gradient accumulation; overlap bitwise equal to sync, also when
- * clipping or an fp16 overflow rolls its speculative update back; dpu
+ * clipping or an fp16 overflow rolls its speculative update back, and when
+ * the update after the verdict runs behind the next forward; dpu
  * against its one-step-stale reference; a learning rate per step. */
 
 #include "engine_harness.h"
@@ -181,6 +182,49 @@ static void test_overlap_with_overflow_equals_sync(void **state)
     }
 }
 
+/* A trace callback counting the updates that ran behind the next forward
+ * (from their thread). */
+static void count_behind(void *ctx, const zo_trace_event *ev)
+{
+    if (ev->track == ZO_TRACK_UPDATE && strcmp(ev->name, "update behind the next forward") == 0)
+        atomic_fetch_add((atomic_int *)ctx, 1);
+}
+
+/* Parameters and states on NVMe, every step clipped (some overflowing): each
+ * update that runs after its verdict runs behind the next forward, whose
+ * fetches read what it wrote before it is committed, bitwise sync. */
+static void test_update_behind_equals_sync(void **state)
+{
+    (void)state;
+    for (int small = 0; small < 2; small++)
+        for (int poison = 0; poison < 2; poison++) {
+            run_cfg c = base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+            if (small)
+                c.device_bytes = min_device_bytes();
+            c.poison_steps = poison ? (1ull << 3) | (1ull << 4) : 0;
+            c.max_norm = 1e-3f;
+            run_out sync, behind;
+            run(&c, &sync);
+            c.mode = ZO_OPTIM_OVERLAP;
+            c.update_behind = 1;
+            atomic_int n = 0;
+            c.trace = count_behind;
+            c.trace_ctx = &n;
+            run(&c, &behind);
+            assert_same_weights(&sync, &behind, STEPS);
+            int updates = 0;
+            for (int s = 0; s < STEPS; s++) {
+                assert_int_equal(behind.stats[s].overflow, (int)((c.poison_steps >> s) & 1));
+                assert_int_equal(behind.stats[s].clipped, !behind.stats[s].overflow);
+                assert_int_equal(behind.stats[s].step, sync.stats[s].step);
+                updates += !behind.stats[s].overflow;
+            }
+            assert_int_equal(atomic_load(&n), updates);
+            run_out_free(&sync);
+            run_out_free(&behind);
+        }
+}
+
 static void test_dpu_matches_stale_reference(void **state)
 {
     (void)state;
@@ -354,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_grad_accumulation),
         cmocka_unit_test(test_overlap_with_clipping_equals_sync),
         cmocka_unit_test(test_overlap_with_overflow_equals_sync),
+        cmocka_unit_test(test_update_behind_equals_sync),
         cmocka_unit_test(test_dpu_matches_stale_reference),
         cmocka_unit_test(test_learning_rate_per_step),
         cmocka_unit_test(test_per_tensor_weight_decay),

@@ -90,7 +90,8 @@ int main(void)
            F(zo_engine_config, state_dtype), F(zo_engine_config, zero_stage),
            F(zo_engine_config, comm), F(zo_engine_config, zero_persist_elems),
            F(zo_engine_config, master_split), F(zo_engine_config, host_node),
-           F(zo_engine_config, pipe_comm), F(zo_engine_config, reduce_order));
+           F(zo_engine_config, pipe_comm), F(zo_engine_config, reduce_order),
+           F(zo_engine_config, update_behind));
     STRUCT(zo_engine_footprint, F(zo_engine_footprint, struct_size), F(zo_engine_footprint, bytes),
            F(zo_engine_footprint, pinned), F(zo_engine_footprint, chunk_bytes),
            F(zo_engine_footprint, n_chunks), F(zo_engine_footprint, max_chunks_per_layer),

@@ -106,6 +106,12 @@
             "the fixed placements use sync for auto;\n"                                            \
             "the per-chunk plan picks sync or overlap (both exact)\n"                              \
             "(default auto)"))                                                                     \
+    X(UPDATE_BEHIND, "update-behind", 0,                                                           \
+      ZT_IN(PLACEMENT, "on|off",                                                                   \
+            "overlap mode, states and parameters on NVMe: a step that\n"                           \
+            "updates after its verdict (it clipped) runs the update\n"                             \
+            "behind the next forward, which waits per chunk (default on)"),                        \
+      ZT_NO)                                                                                       \
     X(STATE_DTYPE, "state-dtype", 0,                                                               \
       ZT_IN(PLACEMENT, "fp32|bf16|int8",                                                           \
             "Adam's m and v (the master stays fp32): fp32\n"                                       \

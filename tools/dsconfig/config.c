@@ -407,6 +407,7 @@ static const key_spec zoffload_keys[] = {
     {"nvme_paths", K_PATHLIST, 0, 0, 0, 0, NULL, 0, NULL, NULL},
     E("optimizer_state_dtype", zoffload.optimizer_state_dtype, 0, state_dtype_names, ZO_DTYPE_F32),
     B("master_split", zoffload.master_split),
+    B("update_behind", zoffload.update_behind),
     B("embedding_f32_states", zoffload.embedding_f32_states),
     E("reduce_order", zoffload.reduce_order, 0, reduce_order_names, 0),
     {"placement", K_PLACEMENT, 0, 0, 0, 0, NULL, 0, &placement_sec, NULL},

@@ -119,6 +119,7 @@ static zo_status placement(zt_options *o, const zo_train_config *cfg)
 {
     o->state_dtype = cfg->zoffload.optimizer_state_dtype;
     o->master_split = cfg->zoffload.master_split;
+    o->update_behind = cfg->zoffload.update_behind;
     o->embedding_f32 = cfg->zoffload.embedding_f32_states;
     o->reduce_order = cfg->zoffload.reduce_order;      /* the config's 0 global, 1 rank */
     o->zero_stage = (int)cfg->zero_optimization.stage; /* [0, 3]: the parser's range */

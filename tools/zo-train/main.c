@@ -219,6 +219,10 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
         if (zt_cli_on_off(arg, &c->o.master_split) != 0)
             return bad_value(c, opt, arg, "on or off");
         return 0;
+    case ZT_OPT_UPDATE_BEHIND:
+        if (zt_cli_on_off(arg, &c->o.update_behind) != 0)
+            return bad_value(c, opt, arg, "on or off");
+        return 0;
     case ZT_OPT_EMBEDDING_F32_STATES:
         if (zt_cli_on_off(arg, &c->o.embedding_f32) != 0)
             return bad_value(c, opt, arg, "on or off");
@@ -309,6 +313,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case ZT_OPT_ACT_HOME:
     case ZT_OPT_STATE_DTYPE:
     case ZT_OPT_MASTER_SPLIT:
+    case ZT_OPT_UPDATE_BEHIND:
     case ZT_OPT_EMBEDDING_F32_STATES:
     case ZT_OPT_REDUCE_ORDER:
     case ZT_OPT_HOST_MEM: return parse_placement_opt(opt, arg, c);

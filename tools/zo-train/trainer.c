@@ -268,6 +268,7 @@ static zo_engine_config engine_config(const zt_trainer *t, zo_device_t dev, uint
     c.mode = o->mode;
     c.state_dtype = o->state_dtype;
     c.master_split = o->master_split;
+    c.update_behind = o->update_behind;
     c.grad_accum_steps = o->grad_accum;
     c.optim_threads = o->optim_threads;
     c.adam.lr = o->lr;

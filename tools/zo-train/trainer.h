@@ -71,6 +71,7 @@ typedef struct zt_options {
     void *trace_ctx;
     zo_dtype state_dtype; /* Adam's m and v: ZO_DTYPE_F32 (0, the default), BF16 or I8 */
     int master_split;     /* zo_engine_config.master_split (zoffload.master_split) */
+    int update_behind;    /* zo_engine_config.update_behind (zoffload.update_behind) */
     int embedding_f32;    /* int8 states: the token embedding keeps fp32 moments
                              (zoffload.embedding_f32_states; zt_tensor_embedding,
                              zo_engine_keep_f32_states); 0, the default: 8-bit as the rest */

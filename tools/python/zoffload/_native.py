@@ -100,7 +100,8 @@ class EngineConfig(Structure):  # zo_engine_config
                 ("param_caps", EngineCaps), ("optim_caps", EngineCaps), ("host_bytes", c_uint64),
                 ("micro_group", c_int), ("state_dtype", c_int), ("zero_stage", c_int),
                 ("comm", c_void_p), ("zero_persist_elems", c_uint64), ("master_split", c_int),
-                ("host_node", c_int), ("pipe_comm", c_void_p), ("reduce_order", c_int)]
+                ("host_node", c_int), ("pipe_comm", c_void_p), ("reduce_order", c_int),
+                ("update_behind", c_int)]
 
 
 class EngineFootprint(Structure):  # zo_engine_footprint

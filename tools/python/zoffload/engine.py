@@ -430,6 +430,7 @@ class ZoEngine:
                 caps.bytes[t] = int(pl[kind][N.TIER_NAMES[t]])
         c.state_dtype = N.state_formats()[zo["optimizer_state_dtype"]]
         c.master_split = int(bool(zo["master_split"]))
+        c.update_behind = int(bool(zo["update_behind"]))
         self._nvme_name = f"zoffload-py-{os.getpid()}-r{self.rank}".encode()
         c.nvme_name = self._nvme_name
         if self.world_size > 1:

@@ -207,7 +207,9 @@ typedef struct zo_train_config {
         int act_home; /* 0 device, 1 host, 2 nvme: where a group's layer inputs wait */
         zo_dtype optimizer_state_dtype; /* fp32 (ZO_DTYPE_F32), bf16, or int8 (ZO_DTYPE_I8) */
         int master_split;               /* 0: the split fp32 master on NVMe (engine.h) */
-        int embedding_f32_states;       /* 0: int8 states keep the token embedding's moments fp32 */
+        int update_behind; /* 1: overlap mode's update after the verdict behind the next forward
+                              (zo_engine_config.update_behind) */
+        int embedding_f32_states; /* 0: int8 states keep the token embedding's moments fp32 */
         int recompute; /* 0: the PyTorch front end below a resident budget fetches autograd's saved
                           parameters again in the backward; 1: each layer recomputes its forward */
         int reduce_order;       /* 0 global, 1 rank: ZeRO's order with gradient accumulation
@@ -280,7 +282,7 @@ typedef struct zo_train_config {
                 .queue_depth = 8,                                                                  \
                 .intra_op_parallelism = 1,                                                         \
                 .overlap_events = 1},                                                              \
-        .zoffload = {.prefetch_lookahead = 2, .micro_group = 1},                                   \
+        .zoffload = {.prefetch_lookahead = 2, .micro_group = 1, .update_behind = 1},               \
     }
 
 /* A config document being assembled: a file (or string), then command-line
