@@ -33,6 +33,8 @@ def run(n, stage, accum, out, params="cpu", extra=()):
     parts = [torch.load(f"{out}.rank-{i}.pt") for i in range(n)]
     for p in parts[1:]:  # every rank holds every weight, gathered from its owner
         assert all(torch.equal(p["weights"][k], parts[0]["weights"][k]) for k in p["weights"])
+    if "save_error" in parts[0]:
+        return [p["save_error"] for p in parts], parts[0]["weights"]
     return [p["losses"] for p in parts], parts[0]["weights"]
 
 
@@ -77,3 +79,23 @@ def test_checkpoint_resumes_bitwise_at_any_world_size(tmp_path, stage):
     _, many_w = run(N, stage, ACCUM, tmp_path / "many", extra=("resume", ckpt1))
     for name, w in full_w.items():
         assert torch.equal(many_w[name], w), name
+
+
+def test_checkpoint_save_failing_on_one_rank(tmp_path):
+    """A rank's shard cannot be written (its file size limit: EFBIG): every rank raises,
+    that rank its own error and the others one naming it; nothing of the checkpoint is kept
+    (no TAG, no TAG.tmp, 'latest' still names the last good one, which resumes bitwise), and
+    training goes on unharmed."""
+    ckpt = tmp_path / "ckpt"
+    # rank 0 writes this small model's every tensor (one chunk, which it owns)
+    errors, fail_w = run(N, 2, ACCUM, tmp_path / "fail", extra=("savefail", ckpt, 0))
+    assert errors[0].startswith("ZoIOError") and "File too large" in errors[0], errors[0]
+    assert errors[1].startswith("ZoStateError") and "failed on rank 0" in errors[1], errors[1]
+    assert sorted(p.name for p in ckpt.iterdir() if p.name != ".zoffload.lock") == \
+        ["latest", "step-00000001"]
+    assert (ckpt / "latest").read_text().strip() == "step-00000001"
+    _, full_w = run(N, 2, ACCUM, tmp_path / "full")
+    _, back_w = run(N, 2, ACCUM, tmp_path / "back", extra=("resume", ckpt))
+    for name, w in full_w.items():
+        assert torch.equal(fail_w[name], w), name
+        assert torch.equal(back_w[name], w), name
