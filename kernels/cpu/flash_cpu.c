@@ -4,11 +4,16 @@
  *
  * Work items are tiles: the forward and the dq pass run one item per
  * (batch, query head, query tile), the dk/dv pass one per (batch, key/value
- * head, key tile). Items go to the compute pool in contiguous ranges fixed by
- * the shape alone, and each item is computed by the same code in the same
- * order whichever thread runs it, so the bits never depend on the thread
- * count. A tile's products are single-threaded OpenBLAS sgemm calls on fp32
- * copies of the tile (the SIMD work); the softmax runs in plain loops. */
+ * head, key tile). The items run a (batch, key/value head) group at a time:
+ * the group's rows are first converted once into fp32 panels (head-major,
+ * seq x head_dim per head: its k and v, its query heads' q and dout), which
+ * the tile loops then read in place, so no row is converted once per tile
+ * pair (that conversion took a quarter of the op's time). A group's items go
+ * to the compute pool in contiguous ranges fixed by the shape alone, and
+ * each item is computed by the same code in the same order whichever thread
+ * runs it, so the bits never depend on the thread count. A tile's products
+ * are single-threaded OpenBLAS sgemm calls on the fp32 tiles (the SIMD
+ * work); the softmax runs in plain loops. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,14 +33,22 @@ typedef struct flash_geom {
     int T, H, KV, D, G; /* seq, query heads, key/value heads, head_dim, group */
     int bt, nt;         /* tile rows, tiles per sequence */
     size_t es;
+    /* The (batch, key/value head) group being run, its rows in fp32 panels
+     * (head-major, T x D per head): q and dout of its G query heads, k, v. */
+    int b, kvh;
+    float *pq, *pdo, *pk, *pv;
 } flash_geom;
 
 static flash_geom geom_of(const zo_flash_args *a)
 {
     const zo_flash_attn_desc *d = &a->d;
-    flash_geom g = {a,           d->seq,      d->heads,
-                    d->kv_heads, d->head_dim, d->heads / d->kv_heads,
-                    0,           0,           zo_dtype_size(d->dt)};
+    flash_geom g = {.a = a,
+                    .T = d->seq,
+                    .H = d->heads,
+                    .KV = d->kv_heads,
+                    .D = d->head_dim,
+                    .G = d->heads / d->kv_heads,
+                    .es = zo_dtype_size(d->dt)};
     g.bt = zo_flash_tile(d);
     g.nt = (g.T + g.bt - 1) / g.bt;
     return g;
@@ -112,10 +125,22 @@ static void store_rows(void *dst, zo_dtype dt, const float *src, const flash_geo
 }
 
 /* Per-part room: six row tiles (bt x D), two score tiles (bt x bt) and two
- * row vectors. */
+ * row vectors. q, k, v and dout point at a panel's tile while a group runs
+ * (the delta pass loads its own rows into their room). */
 typedef struct flash_bufs {
     float *q, *k, *v, *dout, *acc, *acc2, *s, *p, *m, *l;
 } flash_bufs;
+
+/* Row r0 of query head h (of the group) or of the key/value head in a panel. */
+static float *q_tile(const flash_geom *g, const float *panel, int h, int r0)
+{
+    return (float *)panel + ((size_t)(h - g->kvh * g->G) * g->T + r0) * g->D;
+}
+
+static float *kv_tile(const flash_geom *g, const float *panel, int r0)
+{
+    return (float *)panel + (size_t)r0 * g->D;
+}
 
 static size_t bufs_floats(const flash_geom *g)
 {
@@ -183,11 +208,11 @@ static void online_softmax(const flash_geom *g, const flash_bufs *w, int nq, int
     }
 }
 
-static void fwd_item(const flash_geom *g, const flash_bufs *w, int b, int h, int qt)
+static void fwd_item(const flash_geom *g, flash_bufs *w, int b, int h, int qt)
 {
     const zo_flash_args *a = g->a;
-    int i0 = qt * g->bt, nq = rows_in(g, qt), kvh = h / g->G;
-    load_rows(w->q, a->q, a->d.dt, g, b, g->H, h, i0, nq);
+    int i0 = qt * g->bt, nq = rows_in(g, qt);
+    w->q = q_tile(g, g->pq, h, i0);
     memset(w->acc, 0, (size_t)nq * g->D * sizeof(float));
     for (int r = 0; r < nq; r++)
         w->m[r] = -INFINITY, w->l[r] = 0.0f;
@@ -196,8 +221,8 @@ static void fwd_item(const flash_geom *g, const flash_bufs *w, int b, int h, int
         if (state == TILE_SKIP)
             continue;
         int j0 = kt * g->bt, nk = rows_in(g, kt);
-        load_rows(w->k, a->k, a->d.dt, g, b, g->KV, kvh, j0, nk);
-        load_rows(w->v, a->v, a->d.dt, g, b, g->KV, kvh, j0, nk);
+        w->k = kv_tile(g, g->pk, j0);
+        w->v = kv_tile(g, g->pv, j0);
         scores(g, w, qt, kt, nq, nk, state);
         online_softmax(g, w, nq, nk);
         zo_cpu_sgemm_here(0, 0, nq, g->D, nk, 1.0f, w->s, nk, w->v, g->D, 1.0f, w->acc, g->D);
@@ -233,30 +258,28 @@ static void probs_and_dscores(const flash_geom *g, const flash_bufs *w, int b, i
     }
 }
 
-/* The key and value rows of key tile kt of head kvh into w->k and w->v. */
-static void load_kv(const flash_geom *g, const flash_bufs *w, int b, int kvh, int kt)
+/* w->k and w->v at key tile kt of the group's key/value head. */
+static void load_kv(const flash_geom *g, flash_bufs *w, int kt)
 {
-    const zo_flash_args *a = g->a;
-    load_rows(w->k, a->k, a->d.dt, g, b, g->KV, kvh, kt * g->bt, rows_in(g, kt));
-    load_rows(w->v, a->v, a->d.dt, g, b, g->KV, kvh, kt * g->bt, rows_in(g, kt));
+    w->k = kv_tile(g, g->pk, kt * g->bt);
+    w->v = kv_tile(g, g->pv, kt * g->bt);
 }
 
-/* The query and dout rows of query tile qt of head h into w->q and w->dout. */
-static void load_qdo(const flash_geom *g, const flash_bufs *w, int b, int h, int qt)
+/* w->q and w->dout at query tile qt of query head h. */
+static void load_qdo(const flash_geom *g, flash_bufs *w, int h, int qt)
 {
-    const zo_flash_args *a = g->a;
-    load_rows(w->q, a->q, a->d.dt, g, b, g->H, h, qt * g->bt, rows_in(g, qt));
-    load_rows(w->dout, a->dout, a->d.dt, g, b, g->H, h, qt * g->bt, rows_in(g, qt));
+    w->q = q_tile(g, g->pq, h, qt * g->bt);
+    w->dout = q_tile(g, g->pdo, h, qt * g->bt);
 }
 
 /* dk (acc) and dv (acc2) of one key tile of key/value head kvh: over the
  * group's query heads ascending, each over its query tiles ascending. */
-static void dkdv_item(const flash_geom *g, const flash_bufs *w, int b, int kvh, int kt)
+static void dkdv_item(const flash_geom *g, flash_bufs *w, int b, int kvh, int kt)
 {
     const zo_flash_args *a = g->a;
     const zo_dtype dt = a->d.dt;
     int j0 = kt * g->bt, nk = rows_in(g, kt);
-    load_kv(g, w, b, kvh, kt);
+    load_kv(g, w, kt);
     memset(w->acc, 0, (size_t)nk * g->D * sizeof(float));
     memset(w->acc2, 0, (size_t)nk * g->D * sizeof(float));
     for (int h = kvh * g->G; h < (kvh + 1) * g->G; h++)
@@ -265,7 +288,7 @@ static void dkdv_item(const flash_geom *g, const flash_bufs *w, int b, int kvh, 
             if (state == TILE_SKIP)
                 continue;
             int nq = rows_in(g, qt);
-            load_qdo(g, w, b, h, qt);
+            load_qdo(g, w, h, qt);
             probs_and_dscores(g, w, b, h, qt, kt, nq, nk, state);
             /* dv += p^T dout; dk += scale ds^T q */
             zo_cpu_sgemm_here(1, 0, nk, g->D, nq, 1.0f, w->s, nk, w->dout, g->D, 1.0f, w->acc2,
@@ -278,19 +301,19 @@ static void dkdv_item(const flash_geom *g, const flash_bufs *w, int b, int kvh, 
 }
 
 /* dq of one query tile of head h, over key tiles ascending. */
-static void dq_item(const flash_geom *g, const flash_bufs *w, int b, int h, int qt)
+static void dq_item(const flash_geom *g, flash_bufs *w, int b, int h, int qt)
 {
     const zo_flash_args *a = g->a;
     const zo_dtype dt = a->d.dt;
-    int i0 = qt * g->bt, nq = rows_in(g, qt), kvh = h / g->G;
-    load_qdo(g, w, b, h, qt);
+    int i0 = qt * g->bt, nq = rows_in(g, qt);
+    load_qdo(g, w, h, qt);
     memset(w->acc, 0, (size_t)nq * g->D * sizeof(float));
     for (int kt = 0; kt < g->nt; kt++) {
         int state = tile_state(g, qt, kt);
         if (state == TILE_SKIP)
             continue;
         int nk = rows_in(g, kt);
-        load_kv(g, w, b, kvh, kt);
+        load_kv(g, w, kt);
         probs_and_dscores(g, w, b, h, qt, kt, nq, nk, state);
         zo_cpu_sgemm_here(0, 0, nq, g->D, nk, a->d.scale, w->p, nk, w->k, g->D, 1.0f, w->acc, g->D);
     }
@@ -298,7 +321,7 @@ static void dq_item(const flash_geom *g, const flash_bufs *w, int b, int h, int 
 }
 
 /* delta[b, h, i] = dout_i . out_i for the rows of one query tile. */
-static void delta_item(const flash_geom *g, const flash_bufs *w, int b, int h, int qt)
+static void delta_item(const flash_geom *g, flash_bufs *w, int b, int h, int qt)
 {
     const zo_flash_args *a = g->a;
     int i0 = qt * g->bt, nq = rows_in(g, qt);
@@ -315,12 +338,12 @@ static void delta_item(const flash_geom *g, const flash_bufs *w, int b, int h, i
 
 /* ---- items over the pool ---- */
 
-typedef void (*item_fn)(const flash_geom *g, const flash_bufs *w, int b, int head, int tile);
+typedef void (*item_fn)(const flash_geom *g, flash_bufs *w, int b, int head, int tile);
 
 typedef struct flash_job {
     const flash_geom *g;
     item_fn fn;
-    int heads; /* per batch element: H, or KV for the dk/dv pass */
+    int b, h0; /* items: heads h0.. of batch element b, nt tiles each */
     size_t n, parts;
     float *room;
 } flash_job;
@@ -331,39 +354,89 @@ static void flash_part(void *p, size_t part)
     size_t lo, hi;
     zo_cpu_part(j->n, j->parts, 1, part, &lo, &hi);
     flash_bufs w = bufs_at(j->g, j->room + part * bufs_floats(j->g));
-    for (size_t it = lo; it < hi; it++) {
-        int tile = (int)(it % (size_t)j->g->nt);
-        size_t bh = it / (size_t)j->g->nt;
-        j->fn(j->g, &w, (int)(bh / (size_t)j->heads), (int)(bh % (size_t)j->heads), tile);
+    for (size_t it = lo; it < hi; it++)
+        j->fn(j->g, &w, j->b, j->h0 + (int)(it / (size_t)j->g->nt), (int)(it % (size_t)j->g->nt));
+}
+
+/* Run fn over heads h0..h0+heads-1 of batch element b, nt tiles each, in at
+ * most ZO_CPU_PARTS parts fixed by the count alone; room holds the parts'
+ * buffers (ZO_CPU_PARTS of bufs_floats). */
+static void run_items(const flash_geom *g, item_fn fn, int b, int h0, int heads, float *room)
+{
+    flash_job j = {g, fn, b, h0, (size_t)heads * g->nt, 0, room};
+    j.parts = zo_cpu_split(j.n, ZO_CPU_PARTS, 1);
+    zo_cpu_pool_run(j.parts, flash_part, &j);
+}
+
+/* One head's rows of a (batch, seq, heads, head_dim) tensor into a T x D
+ * fp32 panel. */
+static void panel_load(float *panel, const void *src, const flash_geom *g, int heads, int h)
+{
+    load_rows(panel, src, g->a->d.dt, g, g->b, heads, h, 0, g->T);
+}
+
+/* The group's panels: k and v of key/value head kvh, and (with_q) q and
+ * dout (bwd) of its query heads. Converting each row once per call, not
+ * once per tile pair, keeps the tile loops on fp32 in cache. */
+static void panels_load(flash_geom *g, int b, int kvh, int with_dout)
+{
+    const zo_flash_args *a = g->a;
+    g->b = b, g->kvh = kvh;
+    panel_load(g->pk, a->k, g, g->KV, kvh);
+    panel_load(g->pv, a->v, g, g->KV, kvh);
+    for (int i = 0; i < g->G; i++) {
+        int h = kvh * g->G + i;
+        panel_load(q_tile(g, g->pq, h, 0), a->q, g, g->H, h);
+        if (with_dout)
+            panel_load(q_tile(g, g->pdo, h, 0), a->dout, g, g->H, h);
     }
 }
 
-/* Run fn over batch x heads x tiles items, in at most ZO_CPU_PARTS parts
- * fixed by the count alone. */
-static zo_status run_items(const flash_geom *g, item_fn fn, int heads)
+/* The room of one call: the parts' buffers, then the group's panels. */
+static float *room_alloc(flash_geom *g)
 {
-    flash_job j = {g, fn, heads, (size_t)g->a->d.batch * heads * g->nt, 0, NULL};
-    j.parts = zo_cpu_split(j.n, ZO_CPU_PARTS, 1);
-    j.room = malloc(j.parts * bufs_floats(g) * sizeof(float));
-    if (!j.room)
-        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating %zu fused-attention tiles", j.parts);
-    zo_cpu_pool_run(j.parts, flash_part, &j);
-    free(j.room);
-    return ZO_OK;
+    size_t tile = ZO_CPU_PARTS * bufs_floats(g), panel = (size_t)g->T * g->D;
+    float *room = malloc((tile + (2 * (size_t)g->G + 2) * panel) * sizeof(float));
+    if (!room)
+        return NULL;
+    g->pk = room + tile;
+    g->pv = g->pk + panel;
+    g->pq = g->pv + panel;
+    g->pdo = g->pq + (size_t)g->G * panel;
+    return room;
 }
 
 static zo_status flash_fwd_task(void *p)
 {
     flash_geom g = geom_of(p);
-    return run_items(&g, fwd_item, g.H);
+    float *room = room_alloc(&g);
+    if (!room)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating the fused attention's tiles");
+    for (int b = 0; b < g.a->d.batch; b++)
+        for (int kvh = 0; kvh < g.KV; kvh++) {
+            panels_load(&g, b, kvh, 0);
+            run_items(&g, fwd_item, b, kvh * g.G, g.G, room);
+        }
+    free(room);
+    return ZO_OK;
 }
 
 static zo_status flash_bwd_task(void *p)
 {
     flash_geom g = geom_of(p);
-    ZO_TRY(run_items(&g, delta_item, g.H));
-    ZO_TRY(run_items(&g, dkdv_item, g.KV));
-    return run_items(&g, dq_item, g.H);
+    float *room = room_alloc(&g);
+    if (!room)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating the fused attention's tiles");
+    for (int b = 0; b < g.a->d.batch; b++) {
+        run_items(&g, delta_item, b, 0, g.H, room);
+        for (int kvh = 0; kvh < g.KV; kvh++) {
+            panels_load(&g, b, kvh, 1);
+            run_items(&g, dkdv_item, b, kvh, 1, room);
+            run_items(&g, dq_item, b, kvh * g.G, g.G, room);
+        }
+    }
+    free(room);
+    return ZO_OK;
 }
 
 zo_status zo_cpu_flash_fwd(const zo_ops_exec *x, const zo_flash_args *a)
