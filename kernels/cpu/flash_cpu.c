@@ -12,12 +12,14 @@
  * to the compute pool in contiguous ranges fixed by the shape alone, and
  * each item is computed by the same code in the same order whichever thread
  * runs it, so the bits never depend on the thread count. A tile's products
- * are single-threaded OpenBLAS sgemm calls on the fp32 tiles (the SIMD
- * work); the softmax runs in plain loops. */
+ * are single-threaded OpenBLAS sgemm calls on the fp32 tiles; the softmax's
+ * exp is cpu_exp.h's (AVX-512 where the CPU has it, the same bits as its
+ * scalar reference), the rest of it plain loops. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_exp.h"
 #include "cpu_flash.h"
 #include "cpu_gemm.h"
 #include "cpu_pool.h"
@@ -195,11 +197,10 @@ static void online_softmax(const flash_geom *g, const flash_bufs *w, int nq, int
             memset(s, 0, (size_t)nk * sizeof *s);
             continue;
         }
-        float alpha = w->m[r] == -INFINITY ? 0.0f : expf(w->m[r] - mx), sum = 0.0f;
-        for (int c = 0; c < nk; c++) {
-            s[c] = expf(s[c] - mx);
+        float alpha = zo_exp_shifted1(w->m[r], mx), sum = 0.0f; /* 0 from an empty row */
+        zo_cpu_exp_shifted(s, nk, mx);
+        for (int c = 0; c < nk; c++)
             sum += s[c];
-        }
         w->l[r] = w->l[r] * alpha + sum;
         w->m[r] = mx;
         float *acc = w->acc + (size_t)r * g->D;
@@ -251,10 +252,12 @@ static void probs_and_dscores(const flash_geom *g, const flash_bufs *w, int b, i
     zo_cpu_sgemm_here(0, 1, nq, nk, g->D, 1.0f, w->dout, g->D, w->v, g->D, 0.0f, w->p, nk);
     for (int r = 0; r < nq; r++) {
         float *s = w->s + (size_t)r * nk, *dp = w->p + (size_t)r * nk;
-        for (int c = 0; c < nk; c++) {
-            s[c] = lse[r] == -INFINITY ? 0.0f : expf(s[c] - lse[r]);
+        if (lse[r] == -INFINITY) /* a row with nothing allowed */
+            memset(s, 0, (size_t)nk * sizeof *s);
+        else
+            zo_cpu_exp_shifted(s, nk, lse[r]);
+        for (int c = 0; c < nk; c++)
             dp[c] = s[c] * (dp[c] - delta[r]);
-        }
     }
 }
 
