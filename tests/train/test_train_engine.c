@@ -7,7 +7,8 @@
  *   parameters paged from the host, with the parameters on NVMe too, and with
  *   the smallest device budget that fits, in sync and overlap modes. Each
  *   placement is also checked to have done what it says (bytes over the
- *   links it should use, the budget it was given).
+ *   links it should use, the budget it was given). With the dense and the
+ *   fused attention op each.
  * - An NVMe error injected during a step fails the step with the weights
  *   kept; the retried step continues the run bitwise as if nothing happened.
  * - fp16 with dynamic loss scaling: sync and overlap agree bitwise too (an
@@ -129,10 +130,13 @@ static void assert_same_run(const run_result *a, const run_result *b, const zt_s
         }
 }
 
-static void test_placements_are_bitwise_identical(void **state)
+/* Every placement and mode against all on the device, sync, with the dense
+ * or the fused attention op. */
+static void check_placements(int flash)
 {
     const zo_optim_mode modes[] = {ZO_OPTIM_SYNC, ZO_OPTIM_OVERLAP};
     zt_options base = small_options();
+    base.flash_attention = flash;
     base.param_home = ZO_TIER_DEVICE;
     base.optim_home = ZO_TIER_DEVICE;
     run_result ref;
@@ -160,7 +164,8 @@ static void test_placements_are_bitwise_identical(void **state)
             if (cases[c].smallest)
                 o.device_mem = zt_test_smallest_budget(o);
             char what[160];
-            snprintf(what, sizeof what, "%s (%s)", cases[c].name, zo_optim_mode_name(o.mode));
+            snprintf(what, sizeof what, "%s (%s, %s)", cases[c].name, zo_optim_mode_name(o.mode),
+                     flash ? "flash" : "dense");
             run_result r;
             train_run(&o, &r);
             assert_same_run(&ref, &r, &o.shape, what);
@@ -210,6 +215,27 @@ static void test_placements_are_bitwise_with_mlp_chunks(void **state)
     }
     unsetenv("ZO_MLP_CHUNK_BYTES");
     run_free(&ref, &base.shape);
+}
+
+static void test_placements_are_bitwise_identical(void **state)
+{
+    check_placements(0);
+}
+
+/* The fused attention op (zo-train's default) keeps the bits across
+ * placements and modes too: its tiles are summed in a fixed order. */
+static void test_flash_placements_are_bitwise_identical(void **state)
+{
+    check_placements(1);
+    zt_options o = small_options(); /* and it is the fused op that ran: not dense's bits */
+    run_result dense, flash;
+    o.flash_attention = 0;
+    train_run(&o, &dense);
+    o.flash_attention = 1;
+    train_run(&o, &flash);
+    assert_true(memcmp(dense.losses, flash.losses, sizeof dense.losses) != 0);
+    run_free(&dense, &o.shape);
+    run_free(&flash, &o.shape);
 }
 
 /* Per-chunk homes through zo-train: states split between host and NVMe,
@@ -428,6 +454,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_placements_are_bitwise_identical),
+        cmocka_unit_test(test_flash_placements_are_bitwise_identical),
         cmocka_unit_test(test_placements_are_bitwise_with_mlp_chunks),
         cmocka_unit_test(test_split_homes_equal_all_nvme),
         cmocka_unit_test(test_nvme_fault_then_retry_equals_clean_run),
