@@ -39,9 +39,9 @@
             "slots hold the fp32 master)"))                                                        \
     X(ATTENTION, "attention", 0,                                                                   \
       ZT_IN(MODEL, "dense|flash",                                                                  \
-            "attention op (default dense): flash is the fused op, memory\n"                       \
-            "O(seq) per head instead of seq x seq"),                                               \
-      ZT_IN(JOB, "dense|flash", "the attention op zo-train runs (default dense)"))                 \
+            "attention op (default flash): flash is the fused op, memory\n"                       \
+            "O(seq) per head; dense materializes seq x seq"),                                      \
+      ZT_IN(JOB, "dense|flash", "the attention op zo-train runs (default flash)"))                 \
     X(DATA, "data", 0,                                                                             \
       ZT_IN(DATA, "FILE",                                                                          \
             "text (byte-level, vocabulary 256) or a ZOTOKENS token file\n"                         \

@@ -1361,6 +1361,7 @@ int main(int argc, char **argv)
     c.job.micro_batch = 8;
     c.job.grad_accum = 1;
     c.job.dtype = ZO_DTYPE_BF16;
+    c.job.flash_attention = 1;
     c.job.mode = ZO_OPTIM_SYNC;
     c.req.device = "auto";
     c.data = ZP_DEFAULT_DATA;

@@ -44,7 +44,8 @@ typedef struct zt_options {
     const char *default_nvme_dir; /* used when a home is nvme and no path is given */
     zo_optim_mode mode;
     zo_dtype dtype;      /* ZO_DTYPE_BF16 or ZO_DTYPE_F16 */
-    int flash_attention; /* --attention flash: the fused op (zt_model_config.flash) */
+    int flash_attention; /* --attention flash (the default): the fused op (zt_model_config.flash);
+                            0: dense, the materialized op */
     zo_loss_scaler_config
         loss_scaler;           /* fp16 (DeepSpeed's fp16 section; static when loss_scale > 0) */
     uint64_t chunk_bytes;      /* 0: the largest tensor's 16-bit bytes, 4 KiB multiple */
@@ -119,7 +120,7 @@ typedef struct zt_options {
         .bias_correction = 1, .sched = ZT_SCHEDULE_INIT, .seed = 1, .init_std = 0.02f,             \
         .device = "auto", .param_home = ZT_HOME_DEFAULT, .optim_home = ZT_HOME_DEFAULT,            \
         .mode = ZO_OPTIM_SYNC, .dtype = ZO_DTYPE_BF16, .loss_scaler = ZO_LOSS_SCALER_CONFIG_INIT,  \
-        .lookahead = 2, .val_fraction = 0.05, .val_batches = 8                                     \
+        .lookahead = 2, .val_fraction = 0.05, .val_batches = 8, .flash_attention = 1               \
     }
 
 /* What the trainer decided and measured before the first step. */
