@@ -176,6 +176,67 @@ static void test_invalid_configs(void **state)
     expect_bad_cases(bad_cases, sizeof bad_cases / sizeof bad_cases[0]);
 }
 
+/* DeepSpeed's sparse_attention: its key names and defaults, present means
+ * on (absent: not emitted, so that a round trip stays off), and what a
+ * causal decoder or the layouts cannot take refused by name. */
+static void test_sparse_attention(void **state)
+{
+    zo_train_config c = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": 8}", 1, &c, NULL));
+    assert_int_equal(c.sparse_attention.enabled, 0);
+    char *json = NULL;
+    ZO_ASSERT_OK(zo_train_config_to_json(&c, 0, &json));
+    assert_null(strstr(json, "sparse_attention"));
+    free(json);
+    ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": 8, \"sparse_attention\": {}}", 1, &c, NULL));
+    const zo_sparse_attention_config *sa = &c.sparse_attention;
+    assert_true(sa->enabled && sa->mode == ZO_SPARSE_FIXED && sa->block == 16);
+    assert_true(sa->num_local_blocks == 4 && sa->num_global_blocks == 1);
+    assert_true(sa->num_sliding_window_blocks == 3 && sa->num_random_blocks == 0);
+    ZO_ASSERT_OK(resolve_text(
+        "{\"train_batch_size\": 8, \"sparse_attention\": {\"mode\": \"bigbird\", \"block\": 32, "
+        "\"different_layout_per_head\": false, \"num_random_blocks\": 2, "
+        "\"num_sliding_window_blocks\": 5, \"num_global_blocks\": 3, \"attention\": "
+        "\"unidirectional\", \"seed\": 9, \"local_window_blocks\": [4]}}",
+        1, &c, NULL));
+    assert_true(sa->mode == ZO_SPARSE_BIGBIRD && sa->block == 32 && sa->num_random_blocks == 2);
+    assert_true(sa->num_sliding_window_blocks == 5 && sa->num_global_blocks == 3 && sa->seed == 9);
+    ZO_ASSERT_OK(zo_train_config_to_json(&c, 0, &json)); /* emitted, and read back the same */
+    zo_train_config back = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(resolve_text(json, 1, &back, NULL));
+    free(json);
+    assert_memory_equal(&back.sparse_attention, sa, sizeof *sa);
+    const bad_case bad[] = {
+        {"{\"train_batch_size\": 8, \"sparse_attention\": {\"mode\": \"fixed\", \"attention\": "
+         "\"bidirectional\"}}",
+         "'sparse_attention.attention' is \"bidirectional\" (DeepSpeed's default, BERT's); "
+         "zo-train's models are causal decoders: set \"unidirectional\""},
+        {"{\"train_batch_size\": 8, \"sparse_attention\": {\"mode\": \"variable\"}}",
+         "'sparse_attention.mode': expected one of dense, fixed, bigbird, sliding_window, found "
+         "string \"variable\""},
+        {"{\"train_batch_size\": 8, \"sparse_attention\": {\"num_local_block\": 4}}",
+         "unknown key 'sparse_attention.num_local_block'; did you mean 'num_local_blocks'?"},
+        {"{\"train_batch_size\": 8, \"sparse_attention\": {\"block\": 24}}",
+         "'sparse_attention.block' 24 must be a multiple of 16 (16..512)"},
+        {"{\"train_batch_size\": 8, \"sparse_attention\": {\"num_local_blocks\": 4, "
+         "\"num_global_blocks\": 3}}",
+         "'sparse_attention.num_local_blocks' 4 must be a multiple of 'num_global_blocks' 3 (>= 1) "
+         "in mode fixed, as DeepSpeed requires"},
+    };
+    expect_bad_cases(bad, sizeof bad / sizeof bad[0]);
+    zo_train_config t = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_ST(resolve_text("{\"train_batch_size\": 8, \"sparse_attention\": "
+                              "{\"different_layout_per_head\": true}}",
+                              1, &t, NULL),
+                 ZO_ERR_CONFIG);
+    assert_non_null(strstr(error_text(), "different_layout_per_head"));
+    ZO_ASSERT_ST(resolve_text("{\"train_batch_size\": 8, \"sparse_attention\": "
+                              "{\"num_different_global_patterns\": 4}}",
+                              1, &t, NULL),
+                 ZO_ERR_CONFIG);
+    assert_non_null(strstr(error_text(), "num_different_global_patterns"));
+}
+
 /* ---- valid configs ---- */
 
 static const char *full_config =
@@ -480,11 +541,6 @@ static void test_unsupported_features(void **state)
         {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"OneCycle\"}}",
          "'scheduler.type' \"OneCycle\" is not supported by zoffload; its schedules are WarmupLR, "
          "WarmupDecayLR and WarmupCosineLR"},
-        {"{\"train_batch_size\": 8, \"sparse_attention\": {\"mode\": \"fixed\"}}",
-         "'sparse_attention' is on, but block-sparse attention is not supported by zoffload; the "
-         "nearest it has is zoffload's fused attention (its sequence memory grows linearly); "
-         "remove it or turn it off, or set 'zoffload.ignore_unsupported' to true to train "
-         "without it"},
     };
     expect_bad_cases(bad, sizeof bad / sizeof bad[0]);
     /* Off: accepted without a word. */
@@ -840,6 +896,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invalid_configs),
+        cmocka_unit_test(test_sparse_attention),
         cmocka_unit_test(test_full_config_and_ignored_keys),
         cmocka_unit_test(test_defaults_and_variants),
         cmocka_unit_test(test_deepspeed_names_and_aliases),

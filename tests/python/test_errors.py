@@ -26,6 +26,16 @@ def test_a_config_key_typo_names_the_key_meant():
     zoffload.initialize(model=model, config=config("bf16"))[0].destroy()  # still usable
 
 
+def test_sparse_attention_is_zo_trains_only():
+    """The section is a block layout of zo-train's fused attention: the front end, which runs
+    the model's own attention modules, refuses it instead of training without it."""
+    cfg = config("bf16")
+    cfg["sparse_attention"] = {"mode": "fixed", "attention": "unidirectional"}
+    with pytest.raises(zoffload.ZoConfigError, match="'sparse_attention' is a block layout of "
+                       "zo-train's fused attention"):
+        zoffload.initialize(model=small(), config=cfg)
+
+
 def test_a_model_without_parameters_is_refused():
     with pytest.raises(zoffload.ZoArgumentError, match="no trainable parameters"):
         zoffload.initialize(model=nn.Sequential(nn.ReLU()), config=config("bf16"))

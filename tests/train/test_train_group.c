@@ -190,7 +190,7 @@ static void test_layer_major_equals_micro_batch_major(void **state)
             else
                 assert_int_equal(r.activation_bytes, ref.activation_bytes);
             if (o.act_home == ZT_ACT_NVME) { /* every block input of every micro-batch, each step */
-                zt_model_config mc = {o.shape, o.seq, o.micro_batch, o.grad_accum, o.dtype, 0};
+                zt_model_config mc = {o.shape, o.seq, o.micro_batch, o.grad_accum, o.dtype, 0, {0}};
                 uint64_t per_step = (uint64_t)o.grad_accum * o.shape.n_layers * o.micro_batch *
                                     o.seq * o.shape.dim * 2;
                 assert_int_equal(r.act_written, STEPS * per_step);
@@ -296,7 +296,7 @@ static void test_nvme_layer_inputs_pinned_independent_of_group(void **state)
     assert_int_equal(peak[1][0], peak[1][1]);
     assert_int_equal(peak[1][0], peak[1][2]);
     zt_options o = group_options(8, 2, ZT_ACT_HOST);
-    zt_model_config mc = {o.shape, o.seq, o.micro_batch, o.grad_accum, o.dtype, 0};
+    zt_model_config mc = {o.shape, o.seq, o.micro_batch, o.grad_accum, o.dtype, 0, {0}};
     zt_act_group g2 = {2, ZT_ACT_HOST}, g8 = {8, ZT_ACT_HOST};
     uint64_t grown =
         zt_model_host_activation_bytes(&mc, &g8) - zt_model_host_activation_bytes(&mc, &g2);

@@ -172,6 +172,9 @@ static void load_state_dtypes(void)
 }
 static const char *const act_home_names[] = {"device", "host", "nvme", NULL};
 static const char *const reduce_order_names[] = {"global", "rank", NULL};
+static const char *const sparse_mode_names[] = {"dense", "fixed", "bigbird", "sliding_window",
+                                                NULL};
+static const char *const direction_names[] = {"unidirectional", "bidirectional", NULL};
 /* The one enum whose values are not base + index: zo_dtype's. */
 
 static int enum_value(const key_spec *k, int i)
@@ -365,6 +368,27 @@ static const key_spec pipeline_keys[] = {
 };
 static const section pipeline_sec = SECTION(pipeline_keys);
 
+/* DeepSpeed's names (runtime/constants.py); the keys of its variable and
+ * bslongformer modes have no effect in the modes offered (DeepSpeed reads
+ * only its mode's keys). */
+static const key_spec sparse_attention_keys[] = {
+    E("mode", sparse_attention.mode, 0, sparse_mode_names, ZO_SPARSE_DENSE),
+    I("block", sparse_attention.block, 0, 16, 512),
+    FALSE_ONLY("different_layout_per_head"),
+    I("num_local_blocks", sparse_attention.num_local_blocks, 0, 1, NO_MAX),
+    I("num_global_blocks", sparse_attention.num_global_blocks, 0, 0, NO_MAX),
+    I("num_random_blocks", sparse_attention.num_random_blocks, 0, 0, NO_MAX),
+    I("num_sliding_window_blocks", sparse_attention.num_sliding_window_blocks, 0, 1, NO_MAX),
+    E("attention", sparse_attention.bidirectional, 0, direction_names, 0),
+    FALSE_ONLY("horizontal_global_attention"),
+    I("num_different_global_patterns", sparse_attention.num_different_global_patterns, 0, 1, 1),
+    I("seed", sparse_attention.seed, 0, 0, NO_MAX),
+    X("local_window_blocks"),
+    X("global_block_indices"),
+    X("global_block_end_indices"),
+};
+static const section sparse_attention_sec = SECTION(sparse_attention_keys);
+
 static const key_spec aio_keys[] = {
     I("block_size", aio.block_size, 0, 1, NO_MAX),
     I("queue_depth", aio.queue_depth, 0, 1, 65536),
@@ -503,8 +527,7 @@ static const key_spec root_keys[] = {
     U("quantize_training", "MoQ quantized training", "'zoffload.optimizer_state_dtype'",
       OFF_ENABLED),
     U("eigenvalue", "Hessian eigenvalue computation for MoQ", NULL, OFF_ENABLED),
-    U("sparse_attention", "block-sparse attention",
-      "zoffload's fused attention (its sequence memory grows linearly)", OFF_ENABLED),
+    S("sparse_attention", sparse_attention_sec),
 };
 static const section root_sec = SECTION(root_keys);
 
@@ -1207,8 +1230,33 @@ static zo_status check_nvme_path(const zo_train_config *cfg, const char *which,
         which, which);
 }
 
+/* What DeepSpeed's sparsity configs refuse, and bidirectional attention,
+ * which a causal decoder cannot use. */
+static zo_status check_sparse_attention(const zo_train_config *cfg)
+{
+    const zo_sparse_attention_config *sa = &cfg->sparse_attention;
+    if (!sa->enabled)
+        return ZO_OK;
+    if (sa->bidirectional)
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "'sparse_attention.attention' is \"bidirectional\" (DeepSpeed's default, "
+                       "BERT's); zo-train's models are causal decoders: set \"unidirectional\"");
+    if (sa->block % 16)
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "'sparse_attention.block' %lld must be a multiple of 16 (16..512)",
+                       (long long)sa->block);
+    if (sa->mode == ZO_SPARSE_FIXED &&
+        (sa->num_global_blocks < 1 || sa->num_local_blocks % sa->num_global_blocks))
+        return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
+                       "'sparse_attention.num_local_blocks' %lld must be a multiple of "
+                       "'num_global_blocks' %lld (>= 1) in mode fixed, as DeepSpeed requires",
+                       (long long)sa->num_local_blocks, (long long)sa->num_global_blocks);
+    return ZO_OK;
+}
+
 static zo_status check_rules(zo_train_config *cfg)
 {
+    ZO_TRY(check_sparse_attention(cfg));
     if (cfg->fp16.enabled && cfg->bf16.enabled)
         return ZO_FAIL(ZO_ERR_CONFIG, SUBSYS,
                        "'fp16.enabled' and 'bf16.enabled' are both true; enable at most one");
@@ -1434,6 +1482,7 @@ zo_status zo_config_resolve(zo_config_t c, int64_t world_size, zo_train_config *
         st = parse_section(&ctx, &root_sec, doc);
     if (st == ZO_OK)
         default_max_lr(cfg, doc);
+    cfg->sparse_attention.enabled = json_is_object(json_object_get(doc, "sparse_attention"));
     if (st == ZO_OK)
         st = check_rules(cfg);
     if (st == ZO_OK)
@@ -1536,9 +1585,10 @@ static json_t *emit_section(const zo_train_config *cfg, const section *sec)
         if (k->kind == K_IGNORED || k->kind == K_FALSE_ONLY || k->kind == K_UNSUPPORTED ||
             k->kind == K_CPU_OFFLOAD || (k->flags & F_ALIAS))
             continue;
-        if (k->kind == K_SECTION && k->sub == &scheduler_sec &&
-            cfg->scheduler.type == ZO_SCHEDULER_NONE)
-            continue;
+        if (k->kind == K_SECTION &&
+            ((k->sub == &scheduler_sec && cfg->scheduler.type == ZO_SCHEDULER_NONE) ||
+             (k->sub == &sparse_attention_sec && !cfg->sparse_attention.enabled)))
+            continue; /* absent: present would mean on */
         json_t *v = emit_value(cfg, k);
         if (!v || json_object_set_new(obj, k->name, v) < 0) {
             json_decref(obj);

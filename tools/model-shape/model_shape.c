@@ -389,6 +389,11 @@ zo_status zt_model_config_check(const zt_model_config *c)
                        "seq %d, micro-batch %d and micro-batches %d must be > 0", c->seq,
                        c->micro_batch, c->n_micro);
     ZT_TRY(zt_job_sizes_check(&c->shape, c->seq, c->micro_batch, 1, 1));
+    if (c->layout.struct_size && !c->flash)
+        return zt_fail(ZO_ERR_CONFIG, "sparse_attention is a block layout of the fused attention "
+                                      "op: use --attention flash, not dense");
+    if (c->layout.struct_size && zo_attn_layout_build(&c->layout, c->seq, NULL, 0, NULL, NULL) < 0)
+        return zt_fail(ZO_ERR_CONFIG, "sparse_attention: %s", zt_lib_message());
     if (!c->flash && c->shape.window && c->shape.window < c->seq)
         return zt_fail(ZO_ERR_CONFIG,
                        "the model's sliding window %d is shorter than the sequence %d: the dense "
@@ -488,6 +493,13 @@ static uint64_t carve(uint64_t *off, uint64_t bytes)
     uint64_t at = *off;
     *off += (bytes + 255) / 256 * 256;
     return at;
+}
+
+/* The sparse layout's block mask: nb x nb bytes (a checked config's layout). */
+static uint64_t mask_bytes(const zt_model_config *c)
+{
+    uint64_t nb = ((uint64_t)c->seq + (uint64_t)c->layout.block - 1) / (uint64_t)c->layout.block;
+    return c->layout.block > 0 ? nb * nb : 0;
 }
 
 static void carve_block(uint64_t *off, const zt_model_config *c, zt_block_offsets *b, size_t es)
@@ -597,6 +609,7 @@ void zt_activation_layout_group(const zt_model_config *c, const zt_act_group *g,
     a->tok_tgt = carve(&off, (uint64_t)c->n_micro * T * sizeof(int32_t));
     a->losses = carve(&off, (uint64_t)c->n_micro * sizeof(float));
     a->rope = carve(&off, (uint64_t)c->seq * zt_head_dim(&c->shape) * sizeof(float));
+    a->block_mask = c->layout.struct_size ? carve(&off, mask_bytes(c)) : 0;
     uint64_t ck0 = off, sets = (uint64_t)device_sets(c, g), L1 = (uint64_t)c->shape.n_layers + 1;
     a->ckpt_stride = ckpt_stride(c);
     /* a staged group computes on two pairs of slots taken from the one set

@@ -132,6 +132,8 @@ typedef struct zt_model_config {
     zo_dtype dt;     /* parameter and activation dtype (bf16, fp16; fp32 for tests) */
     int flash;       /* 1: the fused attention op (--attention flash): att and datt
                         hold lse and delta (O(seq)), GQA reads the key/value heads in place */
+    zo_attn_layout layout; /* the fused op's block-sparse layout (DeepSpeed's sparse_attention),
+                              causal; struct_size 0: none */
 } zt_model_config;
 
 /* Layer-major micro-batches (zo-train's --micro-group, --act-home): the layer
@@ -198,6 +200,7 @@ typedef struct zt_activation_layout {
     uint64_t tok_in, tok_tgt;   /* n_micro * micro_batch * seq int32 each */
     uint64_t losses;            /* n_micro floats */
     uint64_t rope;              /* seq x head_dim/2 x {cos, sin} */
+    uint64_t block_mask;        /* the layout's nb x nb mask bytes (no layout: none) */
     uint64_t ckpt, ckpt_stride; /* block l's input (l = 0..n_layers; n_layers: the head's) */
     uint64_t dres;              /* the residual stream's gradient */
     zt_block_offsets block;

@@ -295,8 +295,9 @@ static zo_engine_config engine_config(const zp_job *job, const zp_hardware *hw, 
  * layer inputs). */
 zt_model_config zp_model_config(const zp_job *job)
 {
-    zt_model_config mc = {job->shape,      job->seq,   job->micro_batch,
-                          job->grad_accum, job->dtype, job->flash_attention};
+    zt_model_config mc = {
+        job->shape,           job->seq, job->micro_batch, job->grad_accum, job->dtype,
+        job->flash_attention, {0}};
     return mc;
 }
 

@@ -166,8 +166,48 @@ static zo_status placement(zt_options *o, const zo_train_config *cfg)
     return ZO_OK;
 }
 
+/* DeepSpeed's sparse_attention onto the fused op's layouts, unidirectional
+ * (the parser refuses bidirectional): fixed's stripe of num_local_blocks and
+ * its last num_global_blocks as summary columns; bigbird's window of
+ * num_sliding_window_blocks, first num_global_blocks and num_random_blocks
+ * random ones a row; sliding_window's rows r - n/2 .. r (DeepSpeed's
+ * LocalSlidingWindowSparsityConfig, n = num_sliding_window_blocks). */
+static zo_status sparse_layout(zt_options *o, const zo_sparse_attention_config *sa)
+{
+    if (!sa->enabled)
+        return ZO_OK;
+    if (sa->num_local_blocks > INT_MAX || sa->num_global_blocks > INT_MAX ||
+        sa->num_random_blocks > INT_MAX || sa->num_sliding_window_blocks > INT_MAX)
+        return zt_fail(ZO_ERR_CONFIG, "a 'sparse_attention' block count is over %d", INT_MAX);
+    zo_attn_layout l = ZO_ATTN_LAYOUT_INIT;
+    l.block = (int)sa->block;
+    l.causal = 1;
+    l.seed = (uint64_t)sa->seed;
+    switch (sa->mode) {
+    case ZO_SPARSE_DENSE: l.kind = ZO_ATTN_LAYOUT_DENSE; break;
+    case ZO_SPARSE_FIXED:
+        l.kind = ZO_ATTN_LAYOUT_FIXED;
+        l.window_blocks = (int)sa->num_local_blocks;
+        l.global_blocks = (int)sa->num_global_blocks;
+        break;
+    case ZO_SPARSE_BIGBIRD:
+        l.kind = ZO_ATTN_LAYOUT_BIGBIRD;
+        l.window_blocks = (int)sa->num_sliding_window_blocks;
+        l.global_blocks = (int)sa->num_global_blocks;
+        l.random_blocks = (int)sa->num_random_blocks;
+        break;
+    case ZO_SPARSE_SLIDING_WINDOW:
+        l.kind = ZO_ATTN_LAYOUT_SLIDING_WINDOW;
+        l.window_blocks = (int)(sa->num_sliding_window_blocks / 2 + 1);
+        break;
+    }
+    o->sparse_layout = l;
+    return ZO_OK;
+}
+
 zo_status zt_options_from_config(zt_options *o, const zo_train_config *cfg, int *log_every)
 {
+    ZT_TRY(sparse_layout(o, &cfg->sparse_attention));
     ZT_TRY(to_int(cfg->train_micro_batch_size_per_gpu, "train_micro_batch_size_per_gpu",
                   &o->micro_batch));
     ZT_TRY(to_int(cfg->gradient_accumulation_steps, "gradient_accumulation_steps", &o->grad_accum));

@@ -193,11 +193,12 @@ struct zt_model {
     zt_act_group grp; /* layer-major groups (micro_group 0: none) */
     zo_device_t dev;
     zo_stream_t s;
-    int T, hd;     /* tokens per micro-batch, head dimension */
-    int layer;     /* the block computing (1..n_layers): its attention's window */
-    int head_rows; /* the head's chunk (zt_head_chunk_rows, as the arena was carved) */
-    int rows;      /* a block's position-wise chunk (zt_mlp_chunk_rows, likewise) */
-    size_t es;     /* activation element size */
+    int T, hd;           /* tokens per micro-batch, head dimension */
+    int layer;           /* the block computing (1..n_layers): its attention's window */
+    uint8_t *block_mask; /* in the arena: c.layout's mask (nb x nb bytes), or NULL */
+    int head_rows;       /* the head's chunk (zt_head_chunk_rows, as the arena was carved) */
+    int rows;            /* a block's position-wise chunk (zt_mlp_chunk_rows, likewise) */
+    size_t es;           /* activation element size */
     void *arena;
     uint64_t arena_bytes;
     int32_t *tok_in, *tok_tgt; /* n_micro * T each */
@@ -249,6 +250,7 @@ static void place(zt_model *m, char *base)
     m->tok_tgt = (int32_t *)(base + a.tok_tgt);
     m->losses = (float *)(base + a.losses);
     m->rope = (float *)(base + a.rope);
+    m->block_mask = m->c.layout.struct_size ? (uint8_t *)(base + a.block_mask) : NULL;
     const int L1 = m->c.shape.n_layers + 1;
     for (int j = 0; j < m->sets; j++) {
         for (int l = 0; l < L1; l++)
@@ -326,6 +328,28 @@ static zo_status act_alloc(zt_model *m, const zt_act_nvme *nv)
     return zt_act_store_init(&m->act, m->dev, m->s, &m->c, &m->grp, nv, slot);
 }
 
+/* The layout's block mask into its place in the arena (nb^2 bytes), the
+ * same for every block and head. */
+static zo_status mask_upload(zt_model *m)
+{
+    const zo_attn_layout *l = &m->c.layout;
+    int nb = 0;
+    if (!l->struct_size)
+        return ZO_OK;
+    ZT_LIB(zo_attn_layout_build(l, m->c.seq, NULL, 0, &nb, NULL));
+    size_t n = (size_t)nb * nb;
+    uint8_t *host = malloc(n);
+    if (!host)
+        return zt_fail(ZO_ERR_NO_MEMORY, "a %zu-byte attention mask", n);
+    zo_status st = zo_attn_layout_build(l, m->c.seq, host, n, &nb, NULL);
+    if (st >= 0)
+        st = zo_memcpy_h2d_async(m->s, m->block_mask, host, n);
+    if (st >= 0)
+        st = zo_stream_synchronize(m->s);
+    free(host);
+    return st < 0 ? zt_lib_fail(st, "the sparse attention mask") : ZO_OK;
+}
+
 static zo_status model_alloc(zt_model *m, const zt_act_nvme *nv)
 {
     const zt_model_config *c = &m->c;
@@ -340,6 +364,7 @@ static zo_status model_alloc(zt_model *m, const zt_act_nvme *nv)
     m->arena_bytes = zt_model_activation_bytes_group(c, &m->grp);
     ZT_LIB(zo_device_malloc(m->dev, m->arena_bytes, &m->arena));
     place(m, m->arena);
+    ZT_TRY(mask_upload(m));
     ZT_TRY(act_alloc(m, nv));
     ZT_LIB(zo_event_create(m->dev, &m->staged));
     ZT_LIB(zo_op_rope_table_scaled(m->s, m->rope, c->seq, m->hd, c->shape.rope_theta, 0,
@@ -598,7 +623,8 @@ static zo_status attn_project(zt_model *m, void *const *p, const void *x)
 }
 
 /* The fused attention's descriptor for this model's block m->layer: causal,
- * GQA in place, the shape's sliding window where the block has it. */
+ * GQA in place, the shape's sliding window where the block has it, the
+ * sparse layout's block mask. */
 static zo_flash_attn_desc flash_desc(const zt_model *m)
 {
     const zt_shape *sh = &m->c.shape;
@@ -606,6 +632,8 @@ static zo_flash_attn_desc flash_desc(const zt_model *m)
     d.batch = m->c.micro_batch, d.seq = m->c.seq, d.heads = sh->n_heads;
     d.kv_heads = zt_kv_heads(sh), d.head_dim = m->hd, d.dt = m->c.dt;
     d.window = m->layer - 1 >= sh->window_from ? sh->window : 0;
+    d.block_mask = m->block_mask;
+    d.mask_block = m->block_mask ? m->c.layout.block : 0;
     return d;
 }
 

@@ -404,7 +404,8 @@ static zt_model_config model_config(const zt_options *o)
                           o->micro_batch,
                           o->grad_accum,
                           o->dtype,
-                          o->flash_attention};
+                          o->flash_attention,
+                          o->sparse_layout};
     return mc;
 }
 

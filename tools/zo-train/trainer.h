@@ -46,6 +46,8 @@ typedef struct zt_options {
     zo_dtype dtype;      /* ZO_DTYPE_BF16 or ZO_DTYPE_F16 */
     int flash_attention; /* --attention flash (the default): the fused op (zt_model_config.flash);
                             0: dense, the materialized op */
+    zo_attn_layout sparse_layout; /* the config's sparse_attention as the fused op's block
+                                     layout (zt_model_config.layout); struct_size 0: none */
     zo_loss_scaler_config
         loss_scaler;           /* fp16 (DeepSpeed's fp16 section; static when loss_scale > 0) */
     uint64_t chunk_bytes;      /* 0: the largest tensor's 16-bit bytes, 4 KiB multiple */

@@ -59,6 +59,11 @@ def resolve_config(config: ConfigLike, world_size: int = 1,
         raise ZoConfigError(_native._cause(msg) or f"config rejected (status {st})", st,
                             "ZO_ERR_CONFIG", msg)
     try:
-        return json.loads(ctypes.string_at(out.value).decode())
+        resolved = json.loads(ctypes.string_at(out.value).decode())
     finally:
         lib.zo_pyconfig_free(out)
+    if "sparse_attention" in resolved:  # emitted only when the section is given
+        raise ZoConfigError("'sparse_attention' is a block layout of zo-train's fused attention; "
+                            "the PyTorch front end runs the model's own attention modules: leave "
+                            "it out")
+    return resolved

@@ -25,7 +25,7 @@
  *    zo_config_set; the keys left "auto" are listed in auto_keys. An absent
  *    or "auto" scheduler warmup_max_lr is the optimizer's lr, as DeepSpeed's
  *    WarmupLR takes it.
- *  - DeepSpeed features zoffload lacks (tensor_parallel, sparse_attention,
+ *  - DeepSpeed features zoffload lacks (tensor_parallel,
  *    compression_training, bf16.bf16_master_weights_and_grads...) are refused
  *    when on, by name, with the nearest alternative, unless
  *    zoffload.ignore_unsupported is true (then warned about and listed in
@@ -99,6 +99,16 @@ typedef enum zo_scheduler_type {
     ZO_SCHEDULER_WARMUP_COSINE_LR = 3,
 } zo_scheduler_type;
 
+/* sparse_attention.mode: the block layout zo-train gives the fused attention
+ * op (zo_attn_layout in zo/ops.h). DeepSpeed's variable and bslongformer are
+ * not offered. */
+typedef enum zo_sparse_mode {
+    ZO_SPARSE_DENSE = 0,
+    ZO_SPARSE_FIXED,
+    ZO_SPARSE_BIGBIRD,
+    ZO_SPARSE_SLIDING_WINDOW
+} zo_sparse_mode;
+
 typedef enum zo_warmup_type {
     ZO_WARMUP_LOG = 0, /* DeepSpeed's default */
     ZO_WARMUP_LINEAR = 1,
@@ -122,6 +132,25 @@ typedef struct zo_offload_param_config {
     int64_t buffer_size;                /* 1e8 (elements, as in DeepSpeed) */
     int64_t max_in_cpu;                 /* 1e9 (elements) */
 } zo_offload_param_config;
+
+/* DeepSpeed's sparse_attention (present: enabled), which zo-train applies
+ * as a block layout of the fused attention op (--attention flash): one
+ * layout for every head, unidirectional only (the models are causal
+ * decoders; "bidirectional" is refused). DeepSpeed's key names and
+ * defaults; seed is zoffload's (bigbird's random blocks). */
+typedef struct zo_sparse_attention_config {
+    int enabled;                           /* 0; 1 when the section is present */
+    zo_sparse_mode mode;                   /* fixed */
+    int64_t block;                         /* 16 tokens (16..512, a multiple of 16) */
+    int64_t num_local_blocks;              /* 4: fixed's stripe */
+    int64_t num_global_blocks;             /* 1: fixed's summary blocks per stripe, bigbird's
+                                              first blocks */
+    int64_t num_random_blocks;             /* 0: bigbird */
+    int64_t num_sliding_window_blocks;     /* 3: bigbird's and sliding_window's window */
+    int bidirectional;                     /* 0: attention "unidirectional" */
+    int64_t num_different_global_patterns; /* 1 (more need a layout per head) */
+    int64_t seed;                          /* 0: bigbird's random blocks */
+} zo_sparse_attention_config;
 
 typedef struct zo_train_config {
     size_t struct_size; /* sizeof(zo_train_config): set by ZO_TRAIN_CONFIG_INIT */
@@ -186,6 +215,8 @@ typedef struct zo_train_config {
         int64_t stages; /* 0: "auto" or not given (no pipeline) */
         int partition;  /* 0 "parameters" (balanced parameter counts), 1 "uniform" (layers) */
     } pipeline;
+
+    zo_sparse_attention_config sparse_attention;
 
     struct {
         int64_t block_size;           /* 1 MiB */
@@ -283,6 +314,12 @@ typedef struct zo_train_config {
                 .intra_op_parallelism = 1,                                                         \
                 .overlap_events = 1},                                                              \
         .zoffload = {.prefetch_lookahead = 2, .micro_group = 1, .update_behind = 1},               \
+        .sparse_attention = {.mode = ZO_SPARSE_FIXED,                                              \
+                             .block = 16,                                                          \
+                             .num_local_blocks = 4,                                                \
+                             .num_global_blocks = 1,                                               \
+                             .num_sliding_window_blocks = 3,                                       \
+                             .num_different_global_patterns = 1},                                  \
     }
 
 /* A config document being assembled: a file (or string), then command-line
