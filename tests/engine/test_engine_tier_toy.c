@@ -23,6 +23,7 @@ typedef struct toy_pool {
     uint64_t in_use; /* bytes it holds now */
     uint64_t peak;   /* the most it held */
     float *states;   /* the optimizer states of the chunks homed here */
+    float *backups;  /* overlap mode's copies of them (host memory, as the host tier's) */
     uint64_t placed; /* bytes of states */
     int places;      /* place calls, to see it was used */
 } toy_pool;
@@ -46,7 +47,8 @@ static void toy_states_release(struct zo_engine *e)
     (void)e;
     toy_pool *p = toy_ctx();
     free(p->states);
-    p->states = NULL;
+    free(p->backups);
+    p->states = p->backups = NULL;
     p->in_use -= p->placed;
     p->placed = 0;
 }
@@ -93,8 +95,7 @@ static zo_status toy_states_place(struct zo_engine *e)
     if (p->in_use > p->peak)
         p->peak = p->in_use;
     p->places++;
-    float *backups = NULL;
-    return eng_resident_place(e, &toy_states, p->states, &backups);
+    return eng_resident_place(e, &toy_states, p->states, &p->backups);
 }
 
 /* 16-bit parameters: pinned host copies, as the host tier keeps them. */
