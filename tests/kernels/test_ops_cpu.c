@@ -965,11 +965,11 @@ static void test_cross_entropy_parts(void **state)
     xent_reference(x, tgt, rows, V, gscale, &loss, &rl, &fd);
     for (size_t d = 0; d < 3; d++) {
         zo_dtype dt = k_dtypes[d];
-        float wl, wlf, *wrl, *wdl;
+        float wl = 0.0f, wlf = 0.0f, *wrl = NULL, *wdl = NULL;
         run_xent(g_s, dt, x, tgt, rows, V, gscale, &wlf, &wl, &wrl, &wdl);
         for (int parts = 1; parts <= 4; parts++)
             for (size_t chunk = 4; chunk <= rows; chunk += rows - 4) {
-                float pl, *prl, *pdl;
+                float pl = 0.0f, *prl = NULL, *pdl = NULL;
                 run_xent_parts(g_s, dt, x, tgt, rows, V, parts, gscale, chunk, &pl, &prl, &pdl);
                 assert_true(fabs(pl - loss) <= 1e-5 * fabs(loss));
                 assert_true(fabsf(pl - wl) <= 1e-6f * fabsf(wl));
