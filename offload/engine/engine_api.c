@@ -392,6 +392,31 @@ static zo_status check_layer(struct zo_engine *e, int layer)
     return ZO_OK;
 }
 
+/* The counters run on; a step reports what they gained since this. */
+static void open_counters(struct zo_engine *e)
+{
+    for (int i = 0; i < e->stats.n_stores; i++) {
+        e->stats.stores[i].at_open.struct_size = sizeof e->stats.stores[i].at_open;
+        zo_swap_get_stats(e->stats.stores[i].store, &e->stats.stores[i].at_open);
+    }
+    e->stats.at_open[0] = atomic_load(&e->stats.busy_ns[2]);
+    e->stats.at_open[1] = atomic_load(&e->stats.optim_ns);
+    e->stats.at_open[2] = atomic_load(&e->stats.nvme_ns);
+    e->stats.at_open[3] = atomic_load(&e->stats.busy_ns[0]);
+    e->stats.at_open[4] = atomic_load(&e->stats.busy_ns[1]);
+}
+
+/* After end_step: while an update still runs on its own thread (dpu, or
+ * behind the next forward), what it moves before the next step opens counts
+ * in that step, not in none (it used to be lost when the thread read a chunk
+ * before the next step's first fetch). */
+static void carry_counters(struct zo_engine *e)
+{
+    e->stats.carried = e->dpu.running || e->dpu.behind;
+    if (e->stats.carried)
+        open_counters(e);
+}
+
 static void open_step(struct zo_engine *e)
 {
     if (e->step.open)
@@ -400,17 +425,11 @@ static void open_step(struct zo_engine *e)
     e->step.lr = e->step.lr_next;
     e->stats.step_t0 = zo_now_ns();
     zo_device_copy_get_stats(e->dev, &e->stats.copy0);
-    for (int i = 0; i < e->stats.n_stores; i++) {
-        e->stats.stores[i].at_open.struct_size = sizeof e->stats.stores[i].at_open;
-        zo_swap_get_stats(e->stats.stores[i].store, &e->stats.stores[i].at_open);
-    }
-    /* the counters run on; a step reports what they gained while it was open
-     * (a DPU update running across two steps counts where its time falls) */
-    e->stats.at_open[0] = atomic_load(&e->stats.busy_ns[2]);
-    e->stats.at_open[1] = atomic_load(&e->stats.optim_ns);
-    e->stats.at_open[2] = atomic_load(&e->stats.nvme_ns);
-    e->stats.at_open[3] = atomic_load(&e->stats.busy_ns[0]);
-    e->stats.at_open[4] = atomic_load(&e->stats.busy_ns[1]);
+    /* a step reports what the counters gained while it was open (a DPU
+     * update running across two steps counts where its time falls) */
+    if (!e->stats.carried)
+        open_counters(e);
+    e->stats.carried = 0;
     e->sched.hits = e->sched.misses = e->sched.evictions = e->sched.prefetches = 0;
 }
 
@@ -672,6 +691,7 @@ zo_status zo_engine_end_step(zo_engine_t e, zo_step_stats *stats)
         return abort_step(e, st);
     close_step(e);
     fill_stats(e, &v, rollbacks, stats);
+    carry_counters(e);
     return ZO_OK;
 }
 

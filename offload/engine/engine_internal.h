@@ -435,6 +435,8 @@ typedef struct eng_stats {
     /* stream timers, run by tasks on the stream: 0 h2d busy, 1 d2h busy, 2 compute stalled */
     _Atomic uint64_t busy_t0[3], busy_ns[3];
     uint64_t at_open[5]; /* stall, optim, nvme, h2d, d2h counters when the step opened */
+    int carried; /* the counters' window was opened at the last end_step (an update was still
+                    running on its own thread): the next step's open keeps it */
     uint64_t step_t0;
     zo_device_copy_stats copy0;
     eng_store stores[3];
