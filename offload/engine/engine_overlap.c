@@ -26,20 +26,39 @@ void eng_restore_backups(struct zo_engine *e)
         e->chunks[c].st->rollback(e, c);
 }
 
-/* Keep the speculation when it was right, else roll back and update anew. */
-static zo_status validate(struct zo_engine *e, const eng_verdict *v, int *rollbacks)
+/* The step's gradient buffers by parity (one here: 0). */
+static int step_parity(const struct zo_engine *e)
 {
-    int parity = e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
+    return e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
+}
+
+/* Whether the speculative update of the step stands: it ran and the verdict
+ * neither clipped nor overflowed. */
+static int speculation_right(const struct zo_engine *e, const eng_verdict *v)
+{
+    return !e->step.spec_paused && !v->overflow && v->factor == v->plain;
+}
+
+/* Undo what the speculation did (the chunks it updated counted in *rollbacks). */
+static void undo_speculation(struct zo_engine *e, int *rollbacks)
+{
     *rollbacks = 0;
-    if (!e->step.spec_paused && !v->overflow && v->factor == v->plain)
-        return ZO_OK; /* the speculation was right */
     for (uint32_t c = 0; c < e->n_chunks; c++)
         *rollbacks += e->chunks[c].spec_done;
     eng_restore_backups(e);
     eng_discard_uncommitted(e);
+}
+
+/* Keep the speculation when it was right, else roll back and update anew. */
+static zo_status validate(struct zo_engine *e, const eng_verdict *v, int *rollbacks)
+{
+    *rollbacks = 0;
+    if (speculation_right(e, v))
+        return ZO_OK;
+    undo_speculation(e, rollbacks);
     if (v->overflow)
         return ZO_OK;
-    return eng_update_all(e, e->step.lr, v->factor, e->step.opt_step + 1, parity);
+    return eng_update_all(e, e->step.lr, v->factor, e->step.opt_step + 1, step_parity(e));
 }
 
 /* ZeRO: the owners' updated chunks to the others (stages 1 and 2; at stage 3
@@ -64,19 +83,14 @@ static const char *update_name(const struct zo_engine *e, const eng_verdict *v, 
  * what the speculation left is undone here, the update runs on its thread. */
 static zo_status update_behind(struct zo_engine *e, const eng_verdict *v, int *rollbacks)
 {
-    int parity = e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
-    *rollbacks = 0;
-    for (uint32_t c = 0; c < e->n_chunks; c++)
-        *rollbacks += e->chunks[c].spec_done;
-    eng_restore_backups(e);
-    eng_discard_uncommitted(e);
-    return eng_behind_launch(e, e->step.lr, v->factor, e->step.opt_step + 1, parity);
+    undo_speculation(e, rollbacks);
+    return eng_behind_launch(e, e->step.lr, v->factor, e->step.opt_step + 1, step_parity(e));
 }
 
 /* Whether the step updates after its verdict, and can do it behind the next forward. */
 static int goes_behind(const struct zo_engine *e, const eng_verdict *v)
 {
-    if (v->overflow || (!e->step.spec_paused && v->factor == v->plain))
+    if (v->overflow || speculation_right(e, v))
         return 0; /* no update, or the speculation was right */
     return eng_behind_takes(e);
 }
