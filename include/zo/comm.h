@@ -3,11 +3,14 @@
  * A communicator joins the ranks of a run (zo/launch.h finds them) over one
  * backend: "self" (one rank), "mpi" (host-addressable buffers: the cpu
  * device's memory and the host tiers; OpenMPI has no asynchronous progress,
- * so one progress thread per process makes every MPI call) or "nccl" (CUDA
- * device buffers). Collectives are enqueued on a zo_stream_t like the
- * device's copies: they run after the work queued before them on that stream,
- * and work queued after them sees their result; a failure is kept as the
- * stream's asynchronous error (zo_stream_synchronize returns it).
+ * so one progress thread per process makes every MPI call), "tcp"
+ * (host-addressable buffers over sockets, for ranks without an MPI world:
+ * torchrun, or ranks stated in the config; each rank publishes a listening
+ * address through the launch rendezvous; every reduction, fast or exact, is
+ * the exact chain below) or "nccl" (CUDA device buffers). Collectives are enqueued on a zo_stream_t
+ * like the device's copies: they run after the work queued before them on that stream, and work
+ * queued after them sees their result; a failure is kept as the stream's asynchronous error
+ * (zo_stream_synchronize returns it).
  *
  * Every rank of a communicator must issue its collectives in the same order
  * (as NCCL and MPI require). Reductions are sums. Two reduction modes:
@@ -49,8 +52,10 @@ typedef enum zo_reduce_mode {
 
 typedef struct zo_comm_config {
     size_t struct_size;
-    const char *backend;     /* "auto", "self", "mpi" or "nccl"; auto: self for one rank,
-                                nccl on a cuda device, else mpi */
+    const char *backend;     /* "auto", "host", "self", "tcp", "mpi" or "nccl". auto: self
+                                for one rank, nccl on a cuda device, else host. host (the
+                                backends for host buffers): mpi under mpirun or srun, else
+                                tcp (torchrun, config ranks) */
     zo_device_t device;      /* the device whose streams carry the collectives (required) */
     zo_launch_config launch; /* rank, world size, rendezvous; -1/NULL/0 from the launcher */
     double timeout_s;        /* a collective not done after this fails; 0: ZO_COMM_TIMEOUT or 300 */
@@ -62,7 +67,7 @@ typedef struct zo_comm_config {
         .struct_size = sizeof(zo_comm_config), .backend = "auto", .launch = ZO_LAUNCH_CONFIG_INIT  \
     }
 
-/* Whether this build has the backend ("self", "mpi", "nccl"). */
+/* Whether this build has the backend ("self", "tcp", "mpi", "nccl"). */
 ZO_API int zo_comm_backend_built(const char *name);
 
 /* Joins the world: collective over all ranks. */
@@ -126,7 +131,8 @@ ZO_API zo_status zo_comm_check_config(zo_comm_t c, const char *const *keys,
 
 /* Runs fn on the thread that owns the backend (the mpi progress thread),
  * between collectives, with the backend's own handle: a pointer to the
- * MPI_Comm (mpi), to the ncclComm_t (nccl) or NULL (self). For benchmarks
+ * MPI_Comm (mpi), to the ncclComm_t (nccl), to the int array of the
+ * collectives' sockets by rank (tcp; -1 for this rank) or NULL (self). For benchmarks
  * comparing with the backend's own calls, and for interoperation. */
 typedef zo_status (*zo_comm_native_fn)(void *native, void *arg);
 ZO_API zo_status zo_comm_run_native(zo_comm_t c, zo_comm_native_fn fn, void *arg);

@@ -10,6 +10,7 @@
 
 static const zo_comm_ops *const backends[] = {
     &zo_comm_self_backend,
+    &zo_comm_tcp_backend,
 #ifdef ZO_HAVE_MPI
     &zo_comm_mpi_backend,
 #endif
@@ -72,20 +73,28 @@ int zo_comm_backend_built(const char *name)
     return name && find_backend(name) != NULL;
 }
 
+/* mpi where a launcher started an MPI world (mpirun, srun), else tcp: a
+ * torchrun job, or ranks the config states, has none. */
+static const char *host_backend(const zo_rank_info *ri)
+{
+    int mpi_world = !strcmp(ri->launcher, "mpirun") || !strcmp(ri->launcher, "srun");
+    return mpi_world && find_backend("mpi") ? "mpi" : "tcp";
+}
+
 static const char *auto_backend(zo_device_t dev, const zo_rank_info *ri)
 {
     if (ri->world_size == 1)
         return "self";
     if (!(zo_device_caps(dev) & ZO_DEVCAP_HOST_ADDRESSABLE))
         return "nccl";
-    return "mpi";
+    return host_backend(ri);
 }
 
 /* "auto, self, mpi or nccl": every name a config may give, built or not. */
 static char *backend_choices(char *buf, size_t cap)
 {
-    const char *names[N_BACKENDS + sizeof k_left_out / sizeof k_left_out[0]] = {"auto"};
-    size_t n = 1;
+    const char *names[N_BACKENDS + 1 + sizeof k_left_out / sizeof k_left_out[0]] = {"auto", "host"};
+    size_t n = 2;
     for (int i = 0; i < N_BACKENDS; i++) {
         for (int j = 0; k_left_out[j].name; j++)
             if (k_left_out[j].before && !strcmp(k_left_out[j].before, backends[i]->name))
@@ -105,6 +114,8 @@ static zo_status pick_backend(const zo_comm_config *cfg, const zo_rank_info *ri,
     const char *name = cfg->backend ? cfg->backend : "auto";
     if (!strcmp(name, "auto"))
         name = auto_backend(cfg->device, ri);
+    else if (!strcmp(name, "host"))
+        name = ri->world_size == 1 ? "self" : host_backend(ri);
     *out = find_backend(name);
     if (*out)
         return zo_comm_ops_check(*out);
@@ -153,8 +164,8 @@ zo_status zo_comm_init(zo_comm_t *out, const zo_comm_config *cfg)
     ZO_TRY(pick_backend(cfg, &ri, &be));
     if ((be->caps & ZO_COMM_CAP_ONE_RANK) && ri.world_size != 1)
         return ZO_FAIL(ZO_ERR_CONFIG, "comm",
-                       "the self backend is one rank, but the %s says world size %d: use mpi or "
-                       "nccl",
+                       "the self backend is one rank, but the %s says world size %d: use tcp, mpi "
+                       "or nccl",
                        ri.launcher, ri.world_size);
     zo_comm_t c = calloc(1, sizeof *c);
     if (!c)

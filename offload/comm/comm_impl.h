@@ -1,7 +1,8 @@
 /* The communicator's backend table (not installed). The front end (comm.c)
  * holds the registry, checks each table and the arguments and buffers, and
- * names ranks in messages; a backend moves the data: self (comm_self.c), mpi
- * (comm_mpi.c, its progress thread) and nccl (comm_nccl.c). */
+ * names ranks in messages; a backend moves the data: self (comm_self.c), tcp
+ * (comm_tcp.c: sockets, no MPI), mpi (comm_mpi.c, its progress thread) and
+ * nccl (comm_nccl.c). */
 #ifndef ZO_COMM_IMPL_H
 #define ZO_COMM_IMPL_H
 
@@ -79,6 +80,7 @@ struct zo_comm {
 };
 
 extern const zo_comm_ops zo_comm_self_backend;
+extern const zo_comm_ops zo_comm_tcp_backend;
 #ifdef ZO_HAVE_MPI
 extern const zo_comm_ops zo_comm_mpi_backend;
 #endif

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "sock.h"
 #include "zo/launch.h"
 #include "zo_internal.h"
 
@@ -33,33 +34,20 @@ typedef struct rdv_ctx {
 
 static int ms_left(const rdv_ctx *x)
 {
-    uint64_t now = zo_now_ns();
-    return now >= x->deadline_ns ? 0 : (int)((x->deadline_ns - now) / 1000000 + 1);
+    return zo_sock_ms_left(x->deadline_ns);
 }
 
 /* Moves exactly n bytes (send when out, else receive) before the deadline. */
 static zo_status move_all(const rdv_ctx *x, int fd, void *buf, size_t n, int out)
 {
-    unsigned char *p = buf;
-    while (n) {
-        struct pollfd pfd = {fd, out ? POLLOUT : POLLIN, 0};
-        int left = ms_left(x);
-        int pr = left ? poll(&pfd, 1, left) : 0;
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr <= 0)
-            return ZO_FAIL(ZO_ERR_IO, "launch", "rendezvous on %s:%d: timed out %s",
-                           x->ri->master_addr, x->ri->master_port, out ? "sending" : "receiving");
-        ssize_t k = out ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
-        if (k < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (k <= 0)
-            return ZO_FAIL(ZO_ERR_IO, "launch", "rendezvous on %s:%d: connection %s",
-                           x->ri->master_addr, x->ri->master_port,
-                           k == 0 ? "closed by the peer" : strerror(errno));
-        p += k;
-        n -= (size_t)k;
-    }
+    int err = zo_sock_move(fd, buf, n, out, x->deadline_ns);
+    if (err == ETIMEDOUT)
+        return ZO_FAIL(ZO_ERR_IO, "launch", "rendezvous on %s:%d: timed out %s", x->ri->master_addr,
+                       x->ri->master_port, out ? "sending" : "receiving");
+    if (err)
+        return ZO_FAIL(ZO_ERR_IO, "launch", "rendezvous on %s:%d: connection %s",
+                       x->ri->master_addr, x->ri->master_port,
+                       err == ENOTCONN ? "closed by the peer" : strerror(err));
     return ZO_OK;
 }
 

@@ -1,5 +1,5 @@
 /* The communicator backends' registry: it lists exactly the backends this
- * build has (self always, mpi and nccl when found at configure time), each
+ * build has (self and tcp always, mpi and nccl when found at configure time), each
  * table passes the checker, and the checker refuses a table of another
  * version or one missing a required operation (fault injection on copies
  * of the real self table), naming the table and the slot. */
@@ -11,9 +11,10 @@
 static void test_registry_lists_exactly_the_built_backends(void **state)
 {
     (void)state;
-    const char *want[3];
+    const char *want[4];
     size_t nwant = 0;
     want[nwant++] = "self";
+    want[nwant++] = "tcp";
 #ifdef ZO_TEST_HAVE_MPI
     want[nwant++] = "mpi";
 #endif
@@ -31,6 +32,8 @@ static void test_registry_lists_exactly_the_built_backends(void **state)
     }
     assert_false(zo_comm_backend_built("gloo"));
     assert_true(zo_comm_self_backend.caps & ZO_COMM_CAP_ONE_RANK);
+    /* tcp reaches host-addressable buffers only: device data is staged */
+    assert_int_equal(zo_comm_tcp_backend.caps, ZO_COMM_CAP_HOST_BUFFERS);
 }
 
 static void test_checker_refuses_another_version(void **state)

@@ -13,6 +13,7 @@
 #include "zo/comm.h"
 #include "zo/launch.h"
 #include "zo_test.h"
+#include "zo_test_port.h"
 
 static const char *const all_vars[] = {
     "OMPI_COMM_WORLD_RANK",
@@ -162,17 +163,6 @@ static void config_against_environment(void **state)
 
 /* ---- the TCP rendezvous: threads as ranks ---- */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 typedef struct rank_thread {
     zo_rank_info ri;
     uint64_t mine, all[8];
@@ -192,7 +182,7 @@ static void *rank_main(void *arg)
 /* Runs ranks [0, arrive) of an n-rank world; returns rank 0's status. */
 static void run_ranks(rank_thread *t, int n, int arrive, double timeout_s)
 {
-    int port = free_port();
+    int port = zo_test_free_port();
     pthread_t th[8];
     for (int r = 0; r < arrive; r++) {
         t[r] = (rank_thread){
@@ -286,7 +276,7 @@ static void self_backend_refuses_many_ranks(void **state)
     assert_non_null(strstr(zo_last_error(), "world size 2"));
     cc.backend = "gloo";
     ZO_ASSERT_ST(zo_comm_init(&c, &cc), ZO_ERR_CONFIG);
-    assert_non_null(strstr(zo_last_error(), "use auto, self, mpi or nccl"));
+    assert_non_null(strstr(zo_last_error(), "use auto, host, self, tcp, mpi or nccl"));
     zo_device_free(dev);
 }
 

@@ -1,9 +1,13 @@
-/* The mpi backend on the cpu device, run by ctest under mpirun with 1, 2
- * and 4 ranks: every collective (reduce included) against a reference computed on every rank
- * from every rank's data (which each rank can generate), exact reductions
- * bitwise equal to the sequential sum in rank order, fast ones within a
- * stated tolerance, sub-groups, stream order, the configuration check, and
- * the TCP rendezvous with the ranks mpirun gives. */
+/* The multi-rank backends on the cpu device: mpi run by ctest under mpirun,
+ * tcp under ranks_launch (torchrun's variables, no MPI world), each with 1,
+ * 2 and 4 ranks. Every collective (reduce included) against a reference
+ * computed on every rank from every rank's data (which each rank can
+ * generate), exact reductions bitwise equal to the sequential sum in rank
+ * order, fast ones within a stated tolerance (tcp's are exact too, and
+ * checked bitwise), sub-groups, stream order, the configuration check, and
+ * the TCP rendezvous with the ranks the launcher gives.
+ *     test_comm_backends BACKEND [EXPECTED]: the backend to ask for (mpi,
+ *     tcp, auto) and the one that must serve (default: the one asked for). */
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -16,11 +20,13 @@
 #include "zo/comm.h"
 #include "zo/half.h"
 #include "zo_test.h"
+#include "zo_test_port.h"
 
 static zo_device_t dev;
 static zo_comm_t world;
 static zo_stream_t s1, s2;
 static int me, n;
+static int all_exact; /* the backend's fast reductions are its exact ones (tcp) */
 
 /* Rank r's element i: values of mixed sign and magnitude, so that the order
  * of the additions shows in the bits. */
@@ -103,7 +109,7 @@ static void check_reduced(const void *got, const void *want, const double *mag, 
                           size_t count, zo_reduce_mode mode, int nr, const char *what)
 {
     size_t esz = zo_dtype_size(dt);
-    if (mode == ZO_REDUCE_EXACT) {
+    if (mode == ZO_REDUCE_EXACT || all_exact) {
         if (memcmp(got, want, count * esz))
             for (size_t i = 0; i < count; i++)
                 if (memcmp((const char *)got + i * esz, (const char *)want + i * esz, esz))
@@ -373,21 +379,12 @@ static void config_mismatch_names_the_key(void **state)
     assert_non_null(strstr(zo_last_error(), "different lists of configuration keys"));
 }
 
-static int free_port(void)
+/* The rendezvous NCCL uses without MPI, with the ranks the launcher gave,
+ * on a port of its own. */
+static void tcp_rendezvous_with_launcher_ranks(void **state)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-/* The rendezvous NCCL uses without MPI, with the ranks mpirun gave. */
-static void tcp_rendezvous_with_mpirun_ranks(void **state)
-{
-    int32_t port = me == 0 ? free_port() : 0;
+    unsetenv("MASTER_PORT"); /* the launcher's, which the world used */
+    int32_t port = me == 0 ? zo_test_free_port() : 0;
     ZO_ASSERT_OK(zo_comm_broadcast(world, s1, &port, 1, ZO_DTYPE_I32, 0));
     ZO_ASSERT_OK(zo_stream_synchronize(s1));
     zo_launch_config lc = ZO_LAUNCH_CONFIG_INIT;
@@ -409,27 +406,34 @@ static zo_status note_handle(void *native, void *arg)
     return ZO_OK;
 }
 
-static void native_runs_on_the_progress_thread(void **state)
+static void native_call_gets_the_backends_handle(void **state)
 {
     void *handle = NULL;
     ZO_ASSERT_OK(zo_comm_run_native(world, note_handle, &handle));
     assert_non_null(handle);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const char *ask = argc > 1 ? argv[1] : "mpi", *want = argc > 2 ? argv[2] : ask;
     zo_device_config dc = ZO_DEVICE_CONFIG_INIT;
     dc.backend = "cpu";
     dc.mem_budget = 64u << 20;
     zo_comm_config cc = ZO_COMM_CONFIG_INIT;
-    cc.backend = "mpi";
+    cc.backend = ask;
     cc.timeout_s = 60;
     cc.exact_segment_bytes = 4096; /* many segments: the window turns over */
     if (zo_device_init(&dev, &dc) || (cc.device = dev, zo_comm_init(&world, &cc)) ||
         zo_stream_create(dev, &s1) || zo_stream_create(dev, &s2)) {
-        fprintf(stderr, "test_comm_mpi: setup failed: %s\n", zo_last_error());
+        fprintf(stderr, "test_comm_backends %s: setup failed: %s\n", ask, zo_last_error());
         return 1;
     }
+    if (strcmp(zo_comm_backend(world), want)) {
+        fprintf(stderr, "test_comm_backends: asked for %s, expected %s, got %s\n", ask, want,
+                zo_comm_backend(world));
+        return 1;
+    }
+    all_exact = !strcmp(want, "tcp");
     me = zo_comm_rank(world);
     n = zo_comm_size(world);
     const struct CMUnitTest tests[] = {
@@ -443,8 +447,8 @@ int main(void)
         cmocka_unit_test(sub_groups_reduce_among_themselves),
         cmocka_unit_test(collective_sees_earlier_stream_work),
         cmocka_unit_test(config_mismatch_names_the_key),
-        cmocka_unit_test(tcp_rendezvous_with_mpirun_ranks),
-        cmocka_unit_test(native_runs_on_the_progress_thread),
+        cmocka_unit_test(tcp_rendezvous_with_launcher_ranks),
+        cmocka_unit_test(native_call_gets_the_backends_handle),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     zo_stream_destroy(s1);
