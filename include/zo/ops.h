@@ -210,8 +210,13 @@ ZO_API zo_status zo_op_attention_bwd(zo_stream_t s, void *dq, void *dk, void *dv
  * summed by one task over the group's query heads in ascending order and,
  * within each, over query tiles in ascending order; dq of a query tile by one
  * task over key tiles in ascending order (the scores are recomputed for it).
- * dq, dk, dv are written, not added. Scores, probabilities and accumulators
- * stay in fp32 (the materialized op rounds scores and probabilities to dt). */
+ * dq, dk, dv are written, not added. They may overwrite inputs the backward
+ * no longer needs: dq may be out (read only for delta, before any dq is
+ * written), dk may be k and dv may be v (each key row's gradients are
+ * written after every read of that row's k and v); any other overlap is
+ * undefined. The results are the same bits either way. Scores, probabilities
+ * and accumulators stay in fp32 (the materialized op rounds scores and
+ * probabilities to dt). */
 typedef struct zo_flash_attn_desc {
     size_t struct_size;                        /* sizeof(zo_flash_attn_desc) */
     int batch, seq, heads, kv_heads, head_dim; /* heads a multiple of kv_heads */

@@ -424,6 +424,9 @@ static zo_status flash_fwd_task(void *p)
     return ZO_OK;
 }
 
+/* Every head's delta of a batch row reads out before any of its dq is
+ * written, and a group's q, k, v and dout are read into the panels before
+ * its items write dq, dk and dv: the outputs may overwrite out, k and v. */
 static zo_status flash_bwd_task(void *p)
 {
     flash_geom g = geom_of(p);

@@ -282,9 +282,12 @@ zo_status zo_cuda_op_flash_bwd(const zo_ops_exec *x, const zo_flash_args *a)
     const unsigned qb = blocks_for((size_t)g.B * g.H * g.T);
     flash_delta_kernel<<<qb, kWarps * 32, 0, st>>>(*a, g);
     ZO_CUDA_CHECK_LAUNCH();
-    flash_dkdv_kernel<<<blocks_for((size_t)g.B * g.KV * g.T), kWarps * 32, 0, st>>>(*a, g);
-    ZO_CUDA_CHECK_LAUNCH();
+    // dq first: it reads every key row's k and v, which dk and dv may
+    // overwrite in place; a dkdv warp reads only its own key row's, into
+    // registers, before it writes that row (zo/ops.h's aliasing rules)
     flash_dq_kernel<<<qb, kWarps * 32, 0, st>>>(*a, g);
+    ZO_CUDA_CHECK_LAUNCH();
+    flash_dkdv_kernel<<<blocks_for((size_t)g.B * g.KV * g.T), kWarps * 32, 0, st>>>(*a, g);
     ZO_CUDA_CHECK_LAUNCH();
     return ZO_OK;
 }

@@ -39,13 +39,41 @@ static inline void case_free(flash_case *c)
     free(c->q), free(c->k), free(c->v), free(c->dout);
 }
 
+/* ---- the shapes the cpu and cuda tests share ---- */
+
+/* MHA and GQA, head dims 64 to 128, sequences off the tile; shape 1 with a
+ * BigBird block mask (16-token blocks, mask: 81 bytes), shape 2 with an exact
+ * window. */
+enum { FLASH_SHAPES = 4 };
+
+static inline flash_case flash_shape(size_t si, uint8_t mask[81])
+{
+    static const int shapes[FLASH_SHAPES][6] = {/* B, T, H, KV, D, window */
+                                                {2, 100, 2, 2, 64, 0},
+                                                {1, 130, 4, 2, 80, 0},
+                                                {1, 70, 3, 1, 96, 23},
+                                                {1, 65, 4, 1, 128, 0}};
+    const int *sh = shapes[si];
+    flash_case c = {sh[0], sh[1], sh[2], sh[3], sh[4], 1, sh[5], 0, NULL, NULL, NULL, NULL, NULL};
+    if (si == 1) {
+        zo_attn_layout l = ZO_ATTN_LAYOUT_INIT;
+        l.kind = ZO_ATTN_LAYOUT_BIGBIRD, l.block = 16, l.window_blocks = 3, l.global_blocks = 1;
+        l.random_blocks = 1, l.seed = 3;
+        ZO_ASSERT_OK(zo_attn_layout_build(&l, 130, mask, 81, NULL, NULL));
+        c.mask = mask, c.mask_block = 16;
+    }
+    return c;
+}
+
 /* ---- the op under test ---- */
 
 typedef struct flash_got {
     float *out, *lse, *dq, *dk, *dv;
 } flash_got;
 
-static inline flash_got run_flash(zo_stream_t s, const flash_case *c, zo_dtype dt)
+/* in_place: the backward writes dq over out, dk over k and dv over v (the
+ * overlaps zo/ops.h allows), read back from there. */
+static inline flash_got run_flash_as(zo_stream_t s, const flash_case *c, zo_dtype dt, int in_place)
 {
     size_t nq = nq_of(c), nk = nk_of(c), nl = (size_t)c->B * c->H * c->T, es = zo_dtype_size(dt);
     void *q = dev_from(s, c->q, nq, dt), *k = dev_from(s, c->k, nk, dt);
@@ -64,17 +92,39 @@ static inline flash_got run_flash(zo_stream_t s, const flash_case *c, zo_dtype d
         d.mask_block = c->mask_block;
     }
     ZO_ASSERT_OK(zo_op_flash_attention_fwd(s, &d, out, lse, q, k, v));
+    float *fwd_out = dev_to_host(s, out, nq, dt);
+    if (in_place)
+        dq = out, dk = k, dv = v;
     ZO_ASSERT_OK(zo_op_flash_attention_bwd(s, &d, dq, dk, dv, delta, dout, out, lse, q, k, v));
-    flash_got o = {dev_to_host(s, out, nq, dt), dev_to_host(s, lse, nl, ZO_DTYPE_F32),
-                   dev_to_host(s, dq, nq, dt), dev_to_host(s, dk, nk, dt),
-                   dev_to_host(s, dv, nk, dt)};
+    flash_got o = {fwd_out, dev_to_host(s, lse, nl, ZO_DTYPE_F32), dev_to_host(s, dq, nq, dt),
+                   dev_to_host(s, dk, nk, dt), dev_to_host(s, dv, nk, dt)};
     dev_free_all();
     return o;
+}
+
+static inline flash_got run_flash(zo_stream_t s, const flash_case *c, zo_dtype dt)
+{
+    return run_flash_as(s, c, dt, 0);
 }
 
 static inline void got_free(flash_got *o)
 {
     free(o->out), free(o->lse), free(o->dq), free(o->dk), free(o->dv);
+}
+
+/* The in-place backward's bits against the separate buffers' (a failed
+ * case names itself by what). */
+static inline void assert_in_place_same(zo_stream_t s, const flash_case *c, zo_dtype dt,
+                                        const char *what)
+{
+    flash_got a = run_flash_as(s, c, dt, 0), b = run_flash_as(s, c, dt, 1);
+    const float *pa[] = {a.dq, a.dk, a.dv}, *pb[] = {b.dq, b.dk, b.dv};
+    const size_t n[] = {nq_of(c), nk_of(c), nk_of(c)};
+    const char *name[] = {"dq over out", "dk over k", "dv over v"};
+    for (int i = 0; i < 3; i++)
+        if (memcmp(pa[i], pb[i], n[i] * sizeof(float)) != 0)
+            fail_msg("%s: %s differs from the separate buffer's", what, name[i]);
+    got_free(&a), got_free(&b);
 }
 
 #endif

@@ -377,6 +377,26 @@ static void test_flash_same_bits(void **state)
     case_free(&c);
 }
 
+/* The backward writing dq over out, dk over k and dv over v gives the bits
+ * of separate buffers: MHA and GQA, a sequence off the tile, a window, a
+ * block mask, every dtype. */
+static void test_flash_in_place(void **state)
+{
+    (void)state;
+    uint8_t mask[81];
+    const zo_dtype dts[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_F16};
+    for (size_t si = 0; si < FLASH_SHAPES; si++) {
+        flash_case c = flash_shape(si, mask);
+        case_inputs(&c, 700 + si);
+        for (size_t i = 0; i < 3; i++) {
+            char what[48];
+            snprintf(what, sizeof what, "shape %zu dtype %s", si, zo_dtype_name(dts[i]));
+            assert_in_place_same(g_s, &c, dts[i], what);
+        }
+        case_free(&c);
+    }
+}
+
 /* What each layout keeps, block by block, and the same seed the same mask. */
 static void test_layouts_keep_their_blocks(void **state)
 {
@@ -455,6 +475,7 @@ int main(void)
         cmocka_unit_test_teardown(test_flash_layouts_match_masked_dense, free_buffers),
         cmocka_unit_test_teardown(test_flash_never_reads_masked_blocks, free_buffers),
         cmocka_unit_test_teardown(test_flash_same_bits, free_buffers),
+        cmocka_unit_test_teardown(test_flash_in_place, free_buffers),
         cmocka_unit_test_teardown(test_layouts_keep_their_blocks, free_buffers),
         cmocka_unit_test_teardown(test_flash_errors, free_buffers),
     };

@@ -344,25 +344,13 @@ static void test_elementwise(void **state)
 
 /* The fused attention against the cpu's, MHA and GQA, head dims 64 to 128,
  * a sequence off the tile, a block layout and an exact window; and the same
- * bits twice on the GPU (the kernels sum without atomics). */
+ * bits twice on the GPU (the kernels sum without atomics), and in place
+ * (dq over out, dk over k, dv over v) the bits of separate buffers. */
 static void test_flash_attention(void **state)
 {
-    const int shapes[][6] = {/* B, T, H, KV, D, window */
-                             {2, 100, 2, 2, 64, 0},
-                             {1, 130, 4, 2, 80, 0},
-                             {1, 70, 3, 1, 96, 23},
-                             {1, 65, 4, 1, 128, 0}};
-    zo_attn_layout l = ZO_ATTN_LAYOUT_INIT;
-    l.kind = ZO_ATTN_LAYOUT_BIGBIRD, l.block = 16, l.window_blocks = 3, l.global_blocks = 1;
-    l.random_blocks = 1, l.seed = 3;
     uint8_t mask[81];
-    ZO_ASSERT_OK(zo_attn_layout_build(&l, 130, mask, sizeof mask, NULL, NULL));
-    for (size_t si = 0; si < 4; si++) {
-        const int *sh = shapes[si];
-        flash_case c = {sh[0], sh[1], sh[2], sh[3], sh[4], 1,   sh[5],
-                        0,     NULL,  NULL,  NULL,  NULL,  NULL};
-        if (si == 1)
-            c.mask = mask, c.mask_block = 16;
+    for (size_t si = 0; si < FLASH_SHAPES; si++) {
+        flash_case c = flash_shape(si, mask);
         case_inputs(&c, 120 + si);
         for (size_t i = 0; i < 3; i++) {
             zo_dtype dt = k_dtypes[i];
@@ -376,6 +364,7 @@ static void test_flash_attention(void **state)
             assert_memory_equal(again.dk, gg.dk, nk_of(&c) * sizeof(float));
             assert_memory_equal(again.dq, gg.dq, nq_of(&c) * sizeof(float));
             got_free(&cg), got_free(&gg), got_free(&again);
+            assert_in_place_same(g_gs, &c, dt, "cuda flash in place");
         }
         case_free(&c);
     }

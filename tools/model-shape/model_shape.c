@@ -514,15 +514,23 @@ static void carve_block(uint64_t *off, const zt_model_config *c, zt_block_offset
     const uint64_t x2 = c->flash && q > d ? q : d;
     uint64_t *td[] = {&b->q, &b->attn_out, &b->x2, &b->dq};
     const uint64_t width[] = {q, q, x2, q};
-    for (size_t i = 0; i < sizeof td / sizeof td[0]; i++)
+    /* flash: the fused backward writes dq over attn_out (read only for its
+     * delta, before) and dk, dv over k, v in place (zo_op_flash_attention_bwd) */
+    const size_t n_td = c->flash ? 3 : 4;
+    for (size_t i = 0; i < n_td; i++)
         *td[i] = carve(off, T * width[i] * es);
     b->dattn = c->flash ? b->x2 : 0;
     /* The key/value heads and their gradients; the materialized op under
      * grouped-query attention also needs them repeated to the query heads
      * (k, v, dk, dv; without GQA, or with the fused op, they are the same). */
     uint64_t *kvs[] = {&b->kc, &b->vc, &b->dkc, &b->dvc};
-    for (size_t i = 0; i < 4; i++)
+    for (size_t i = 0; i < (c->flash ? 2u : 4u); i++)
         *kvs[i] = carve(off, T * kv * es);
+    if (c->flash) {
+        b->dq = b->attn_out;
+        b->dkc = b->kc;
+        b->dvc = b->vc;
+    }
     if (kv != q && !c->flash) {
         b->k = carve(off, T * q * es);
         b->v = carve(off, T * q * es);

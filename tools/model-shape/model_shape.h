@@ -184,7 +184,8 @@ typedef struct zt_activation_parts {
  * share one region: they are never live at the same time. */
 typedef struct zt_block_offsets { /* one block's forward intermediates and backward buffers */
     uint64_t h1, q, k, v, att, attn_out, x2, h2, gate, up, act; /* h1 = h2: one chunk's rows */
-    uint64_t dq, dk, dv, datt;
+    uint64_t dq, dk, dv, datt; /* flash: dq in attn_out's piece, dk and dv in k's and v's
+                                  (the fused backward writes them in place) */
     uint64_t rstd1, rstd2;
     uint64_t kc, vc, dkc, dvc; /* the n_kv_heads projections (k, v, dk, dv without GQA or
                                   with flash) */
