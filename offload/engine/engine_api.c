@@ -360,7 +360,7 @@ static zo_status abort_step(struct zo_engine *e, zo_status st)
     eng_group_reset(e);
     for (int t = 0; t < eng_n_tiers; t++)
         if (eng_param_tiers[t]->abandon)
-            eng_param_tiers[t]->abandon(e);
+            eng_param_tiers[t]->abandon(eng_tier_self(e, t), e);
     e->mode->abort(e);
     forget_step(e);
     eng_take_async_error(e);
@@ -722,7 +722,7 @@ zo_status zo_engine_read_master(zo_engine_t e, int id, float *out)
     float *buf = aligned_alloc(4096, e->nvme.state_extent_bytes);
     if (!buf)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_master: allocating a buffer");
-    zo_status st = e->chunks[t->chunk].st->read(e, t->chunk, buf);
+    zo_status st = e->chunks[t->chunk].st->read(e->chunks[t->chunk].sctx, e, t->chunk, buf);
     if (st == ZO_OK)
         memcpy(out, buf + t->off, t->numel * sizeof(float));
     free(buf);

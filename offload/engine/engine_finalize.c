@@ -66,12 +66,13 @@ static zo_status alloc_pinned(struct zo_engine *e)
  * tiers first (the NVMe stages they take also carry 16-bit parameters). */
 static zo_status place_tiers(struct zo_engine *e)
 {
+    e->nvme.share_bufs = e->zero.pbuf; /* what the NVMe tier needs of ZeRO's: explicitly */
     for (int t = 0; t < eng_n_tiers; t++)
         if (eng_chunks_at(e, 1, eng_state_tiers[t]))
-            ZO_TRY(eng_state_tiers[t]->place(e));
+            ZO_TRY(eng_state_tiers[t]->place(eng_tier_self(e, t), e));
     for (int t = 0; t < eng_n_tiers; t++) /* NVMe also keeps the backed chunks' copies */
         if (t == ZO_TIER_NVME ? eng_p16_on_nvme(e) : eng_chunks_at(e, 0, eng_param_tiers[t]))
-            ZO_TRY(eng_param_tiers[t]->place(e));
+            ZO_TRY(eng_param_tiers[t]->place(eng_tier_self(e, t), e));
     return ZO_OK;
 }
 
@@ -107,11 +108,11 @@ static zo_status place_initial_states(struct zo_engine *e)
 {
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
-        float *st = k->st->init_buf(e, c);
+        float *st = k->st->init_buf(k->sctx, e, c);
         memset(st, 0, eng_states_bytes(e->cfg.state_dtype, e->chunk_elems));
         ZO_TRY(fill_master(e, c, st));
-        ZO_TRY(k->st->init(e, c, st));
-        ZO_TRY(k->pt->write(e, c, st, 1));
+        ZO_TRY(k->st->init(k->sctx, e, c, st));
+        ZO_TRY(k->pt->write(k->pctx, e, c, st, 1));
         k->slot = -1;
         k->grad_slot = -1;
     }
@@ -186,9 +187,9 @@ void eng_release_tiers(struct zo_engine *e)
     e->opool = NULL;
     eng_grads_release(e);
     for (int t = 0; t < eng_n_tiers; t++)
-        eng_param_tiers[t]->release(e);
+        eng_param_tiers[t]->release(eng_tier_self(e, t), e);
     for (int t = 0; t < eng_n_tiers; t++)
-        eng_state_tiers[t]->release(e);
+        eng_state_tiers[t]->release(eng_tier_self(e, t), e);
     e->stats.n_stores = 0;
     zo_hostpool_free(e->host.pool);
     e->host.pool = NULL;

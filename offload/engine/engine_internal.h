@@ -90,7 +90,8 @@ struct eng_state_tier;
 typedef struct eng_chunk {
     const struct eng_param_tier *pt; /* home of its 16-bit parameters (engine_tier.h) */
     const struct eng_state_tier *st; /* home of its optimizer states */
-    int p16_bufs;                    /* pinned host copies of its 16-bit parameters (0, 1 or 2) */
+    void *pctx, *sctx; /* the contexts of pt and st (eng_tier_self), given to their every call */
+    int p16_bufs;      /* pinned host copies of its 16-bit parameters (0, 1 or 2) */
     int layer;
     size_t n_elems; /* elements in use (last tensor's end) */
     void *p16[2];   /* host 16-bit params (home host/device): current and next */
@@ -170,7 +171,7 @@ typedef struct eng_pslot {
 typedef struct eng_twin {
     void *ptr;
     _Atomic(zo_swap_io_t) io; /* the read's ticket until the h2d stream has waited it */
-    int slot;                 /* the device slot its last H2D filled, or -1 */
+    zo_event_t filled;        /* the event the slot its last H2D filled records after it, or NULL */
 } eng_twin;
 
 /* A slot of the pinned gradient ring (engine_grads.c), under e->jobs.mu. */
@@ -351,6 +352,11 @@ typedef struct eng_nvme_tier {
     eng_spec_pipe spec;
     eng_twin *twins; /* param_home nvme: the ring of staging twins */
     uint32_t n_twins, next_twin;
+    /* ZeRO's ENG_ZERO_SHARE_BUFS buffers for the owners' broadcasts of the
+     * chunks whose 16-bit parameters are here (e->zero.pbuf, handed over at
+     * finalize): this tier takes them from the pinned pool and registers
+     * them with its store, since the broadcasts read and write its extents */
+    void **share_bufs;
 } eng_nvme_tier;
 
 /* The 16-bit gradients' host side (engine_grads.c). */

@@ -43,7 +43,7 @@ zo_status eng_update_all_landing(struct zo_engine *e, float lr, float factor, in
                 if (e->chunks[c].st == tier)
                     list[n++] = c;
             if (n)
-                st = tier->update(e, list, n, &u);
+                st = tier->update(eng_tier_self(e, t), e, list, n, &u);
         }
     free(list);
     return st;
@@ -93,10 +93,26 @@ int eng_speculates_now(const struct zo_engine *e)
     return e->mode->speculates && !e->step.spec_paused;
 }
 
+/* The chunk of the next queued job that will update in the same tier as
+ * chunk c, or -1: the tier may read its states ahead. */
+static int next_spec_chunk(struct zo_engine *e, uint32_t c)
+{
+    int next = -1;
+    pthread_mutex_lock(&e->jobs.mu);
+    for (eng_job *j = e->jobs.qhead; j; j = j->next)
+        if (j->last && e->chunks[j->chunk].st == e->chunks[c].st) {
+            next = j->chunk;
+            break;
+        }
+    pthread_mutex_unlock(&e->jobs.mu);
+    return next;
+}
+
 /* Update chunk c ahead of the verdict, through its states' tier. */
 static zo_status speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
 {
-    ZO_TRY(e->chunks[c].st->speculate(e, c, j));
+    eng_chunk *k = &e->chunks[c];
+    ZO_TRY(k->st->speculate(k->sctx, e, c, j, next_spec_chunk(e, c)));
     e->chunks[c].spec_done = 1;
     return ZO_OK;
 }

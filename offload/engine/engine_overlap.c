@@ -13,7 +13,7 @@ zo_status eng_spec_drain(struct zo_engine *e)
 {
     zo_status st = ZO_OK;
     for (int t = 0; t < eng_n_tiers; t++) {
-        zo_status w = eng_state_tiers[t]->drain(e);
+        zo_status w = eng_state_tiers[t]->drain(eng_tier_self(e, t), e);
         if (st == ZO_OK && w < 0)
             st = w;
     }
@@ -23,7 +23,7 @@ zo_status eng_spec_drain(struct zo_engine *e)
 void eng_restore_backups(struct zo_engine *e)
 {
     for (uint32_t c = 0; c < e->n_chunks; c++)
-        e->chunks[c].st->rollback(e, c);
+        e->chunks[c].st->rollback(e->chunks[c].sctx, e, c);
 }
 
 /* The step's gradient buffers by parity (one here: 0). */

@@ -246,6 +246,13 @@ static void place_homes(struct zo_engine *e, const eng_plan_in *in)
         k->zg_slot = -1;
         k->st = eng_states_home(in, c) == ENG_HOME_REMOTE ? &eng_state_tier_remote
                                                           : eng_state_tiers[eng_states_home(in, c)];
+        /* the two tables outside the registry: ZeRO's (its part), and the
+         * NVMe tier's for the device's chunks it backs */
+        k->pctx = k->pt == &eng_param_tier_remote        ? (void *)&e->zero
+                  : k->pt == &eng_param_tier_device_nvme ? (void *)&e->nvme
+                                                         : eng_tier_self(e, k->pt->tier);
+        k->sctx =
+            k->st == &eng_state_tier_remote ? (void *)&e->zero : eng_tier_self(e, k->st->tier);
         k->p16_bufs = eng_p16_bufs(in, c);
         k->g_staged = eng_grads_staged(in, c);
     }

@@ -116,7 +116,7 @@ static zo_status read_state(zo_engine_t e, int id, float *master, void *m, void 
     float *buf = aligned_alloc(4096, e->nvme.state_extent_bytes);
     if (!buf)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_state: allocating a buffer");
-    zo_status st = e->chunks[t->chunk].st->read(e, t->chunk, buf);
+    zo_status st = e->chunks[t->chunk].st->read(e->chunks[t->chunk].sctx, e, t->chunk, buf);
     if (st == ZO_OK && master)
         memcpy(master, buf + t->off, t->numel * sizeof(float));
     void *dst[2] = {m, v};
@@ -161,7 +161,7 @@ zo_dtype zo_engine_tensor_state_dtype(zo_engine_t e, int id)
 static zo_status refresh_p16(struct zo_engine *e, uint32_t c, const float *master)
 {
     eng_chunk *k = &e->chunks[c];
-    ZO_TRY(k->pt->write(e, c, master, 0));
+    ZO_TRY(k->pt->write(k->pctx, e, c, master, 0));
     if (k->slot < 0)
         return ZO_OK;
     ZO_TRY(eng_publish_chunk(e, c));
@@ -179,7 +179,7 @@ static zo_status write_state(zo_engine_t e, int id, const float *master, const v
     eng_tensor *t = &e->reg.tensors[id];
     eng_chunk *k = &e->chunks[t->chunk];
     float *st;
-    ZO_TRY(k->st->write_begin(e, t->chunk, &st));
+    ZO_TRY(k->st->write_begin(k->sctx, e, t->chunk, &st));
     if (master)
         memcpy(st + t->off, master, t->numel * sizeof(float));
     const void *src[2] = {m, v};
@@ -194,7 +194,7 @@ static zo_status write_state(zo_engine_t e, int id, const float *master, const v
             s = moment_from_f32(&r, src[i]);
     }
     ZO_TRY(s);
-    ZO_TRY(k->st->write_end(e, t->chunk, st));
+    ZO_TRY(k->st->write_end(k->sctx, e, t->chunk, st));
     return master ? refresh_p16(e, t->chunk, st) : ZO_OK;
 }
 

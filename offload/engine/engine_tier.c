@@ -97,6 +97,16 @@ void *eng_tier_ctx(zo_tier t)
     return (unsigned)t < (unsigned)eng_n_tiers ? tier_ctx[t] : NULL;
 }
 
+void *eng_tier_self(struct zo_engine *e, zo_tier t)
+{
+    switch (t) {
+    case ZO_TIER_DEVICE: return &e->device;
+    case ZO_TIER_HOST: return &e->host;
+    case ZO_TIER_NVME: return &e->nvme;
+    default: return eng_tier_ctx(t);
+    }
+}
+
 void eng_plan_flags(eng_plan_in *in)
 {
     for (int t = 0; t < eng_n_tiers; t++) {
@@ -114,8 +124,8 @@ void eng_commit(struct zo_engine *e, int updated)
 {
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
-        int stored = k->st->commit(e, c);
-        k->pt->commit(e, c, updated, stored); /* written together with the states */
+        int stored = k->st->commit(k->sctx, e, c);
+        k->pt->commit(k->pctx, e, c, updated, stored); /* written together with the states */
     }
 }
 
@@ -123,5 +133,5 @@ void eng_commit(struct zo_engine *e, int updated)
 void eng_discard_uncommitted(struct zo_engine *e)
 {
     for (uint32_t c = 0; c < e->n_chunks; c++)
-        e->chunks[c].st->discard(e, c);
+        e->chunks[c].st->discard(e->chunks[c].sctx, e, c);
 }

@@ -14,14 +14,25 @@
  * two meet (NVMe parameters are written from the NVMe states' stage), the
  * state table asks the parameter table through update_out and store.
  *
+ * A tier is {tables, context}: every operation but the plan's account is
+ * handed the tier's context first (self: the built-in tiers' part of the
+ * engine, e->device, e->host, e->nvme; a registered tier's own), and keeps
+ * its state there, never in another part. The engine is handed beside it
+ * for what every part reads (the packing: chunks, cfg, the footprint) and
+ * the shared services below the tiers (engine_tier_common.c, engine_io.c:
+ * the pinned pool, the optimizer pool, traced I/O); what a tier needs of
+ * another part comes as an argument or through its context, said where
+ * (the slot's event to a parameter load, the next chunk to speculate on,
+ * ZeRO's share buffers to the NVMe tier). The chunk keeps its tables'
+ * contexts beside them (eng_chunk.pctx, sctx).
+ *
  * Adding a tier: fill both tables with named fields and ENG_TIER_OPS_VERSION,
  * and either add them to the built-in registry (engine_tier.c) under their
  * zo_tier, or register them with eng_tier_register, which gives them the
  * next zo_tier (ZO_TIER_COUNT, ...) and keeps the context their state lives
  * in (eng_tier_ctx): a tier added so changes no public struct, since every
- * public array a tier indexes has ZO_TIER_MAX entries. eng_tiers_check()
- * refuses an incomplete or mismatched table, at registration and at
- * finalize. */
+ * public array a tier indexes has ZO_TIER_MAX entries. eng_tiers_check() refuses an incomplete or
+ * mismatched table, at registration and at finalize. */
 #ifndef ZO_ENGINE_TIER_H
 #define ZO_ENGINE_TIER_H
 
@@ -77,21 +88,23 @@ typedef struct eng_param_tier {
     /* Add the bytes of the chunks homed here, and their staging, to fp. */
     void (*account)(const eng_plan_in *in, zo_engine_footprint *fp);
     /* Reserve the home storage of every chunk homed here (after the state tiers placed). */
-    zo_status (*place)(struct zo_engine *e);
-    void (*release)(struct zo_engine *e);
+    zo_status (*place)(void *self, struct zo_engine *e);
+    void (*release)(void *self, struct zo_engine *e);
     /* The chunk's 16-bit copies from its master weights: at placement (init) or
      * after a checkpoint wrote the states (then the state tier may have stored them). */
-    zo_status (*write)(struct zo_engine *e, uint32_t c, const float *master, int init);
-    /* Where slot s's H2D reads chunk c from, staged first when needed. */
-    zo_status (*source)(struct zo_engine *e, uint32_t c, uint32_t s, const void **src);
+    zo_status (*write)(void *self, struct zo_engine *e, uint32_t c, const float *master, int init);
+    /* Where a slot's H2D reads chunk c from, staged first when needed; the
+     * slot records filled once the copy is done (staging is then free). */
+    zo_status (*source)(void *self, struct zo_engine *e, uint32_t c, zo_event_t filled,
+                        const void **src);
     /* Where the update writes the new values; tail: the NVMe stage's spare room, or NULL. */
-    void *(*update_out)(struct zo_engine *e, uint32_t c, void *tail);
+    void *(*update_out)(void *self, struct zo_engine *e, uint32_t c, void *tail);
     /* Store the updated values from src after the update (NULL: the update wrote them home). */
-    zo_status (*store)(struct zo_engine *e, uint32_t c, void *src, zo_swap_io_t *io);
+    zo_status (*store)(void *self, struct zo_engine *e, uint32_t c, void *src, zo_swap_io_t *io);
     /* The update becomes current: updated, it ran; stored, its store landed with the states'. */
-    void (*commit)(struct zo_engine *e, uint32_t c, int updated, int stored);
+    void (*commit)(void *self, struct zo_engine *e, uint32_t c, int updated, int stored);
     /* Forget loads staged for H2D copies that never ran (an abandoned step), or NULL. */
-    void (*abandon)(struct zo_engine *e);
+    void (*abandon)(void *self, struct zo_engine *e);
 } eng_param_tier;
 
 /* A tier holding chunks' optimizer states. */
@@ -106,26 +119,28 @@ typedef struct eng_state_tier {
     unsigned needs_caps; /* device capabilities it needs (ZO_DEVCAP_*) */
     int needs_paths;     /* needs nvme_paths */
     void (*account)(const eng_plan_in *in, zo_engine_footprint *fp);
-    zo_status (*place)(struct zo_engine *e);
-    void (*release)(struct zo_engine *e);
+    zo_status (*place)(void *self, struct zo_engine *e);
+    void (*release)(void *self, struct zo_engine *e);
     /* A chunk-stride buffer for the initial states, then store them from it. */
-    float *(*init_buf)(struct zo_engine *e, uint32_t c);
-    zo_status (*init)(struct zo_engine *e, uint32_t c, float *buf);
+    float *(*init_buf)(void *self, struct zo_engine *e, uint32_t c);
+    zo_status (*init)(void *self, struct zo_engine *e, uint32_t c, float *buf);
     /* Update n chunks (all homed here) and store the results behind the committed ones. */
-    zo_status (*update)(struct zo_engine *e, const uint32_t *chunks, uint32_t n,
+    zo_status (*update)(void *self, struct zo_engine *e, const uint32_t *chunks, uint32_t n,
                         const eng_update_args *u);
-    /* Overlap mode: update chunk c ahead of the verdict; drain what that left in flight. */
-    zo_status (*speculate)(struct zo_engine *e, uint32_t c, const eng_job *j);
-    zo_status (*drain)(struct zo_engine *e);
+    /* Overlap mode: update chunk c ahead of the verdict (next: the chunk of
+     * the job thread's next queued final hand-over homed here, to read
+     * ahead, or -1); drain what that left in flight. */
+    zo_status (*speculate)(void *self, struct zo_engine *e, uint32_t c, const eng_job *j, int next);
+    zo_status (*drain)(void *self, struct zo_engine *e);
     /* Undo a speculative update in place (a backup), forget a stored uncommitted one. */
-    void (*rollback)(struct zo_engine *e, uint32_t c);
-    void (*discard)(struct zo_engine *e, uint32_t c);
+    void (*rollback)(void *self, struct zo_engine *e, uint32_t c);
+    void (*discard)(void *self, struct zo_engine *e, uint32_t c);
     /* The stored update becomes current; 1 when one was stored. */
-    int (*commit)(struct zo_engine *e, uint32_t c);
+    int (*commit)(void *self, struct zo_engine *e, uint32_t c);
     /* Checkpoints: the latest states at the chunk's stride; an editable copy and its store. */
-    zo_status (*read)(struct zo_engine *e, uint32_t c, float *out);
-    zo_status (*write_begin)(struct zo_engine *e, uint32_t c, float **buf);
-    zo_status (*write_end)(struct zo_engine *e, uint32_t c, float *buf);
+    zo_status (*read)(void *self, struct zo_engine *e, uint32_t c, float *out);
+    zo_status (*write_begin)(void *self, struct zo_engine *e, uint32_t c, float **buf);
+    zo_status (*write_end)(void *self, struct zo_engine *e, uint32_t c, float *buf);
 } eng_state_tier;
 
 /* The registry, by zo_tier: the tiers' tables, the first eng_n_tiers
@@ -195,16 +210,19 @@ static inline size_t eng_split_head(size_t S)
 /* Every registered table is complete and of this version. */
 zo_status eng_tiers_check(void);
 /* A tier of the two tables p and s (each naming the tier it gets: the next,
- * eng_n_tiers) whose state lives in ctx, given to their operations through
- * eng_tier_ctx; its zo_tier in *t. Before any engine is made: the registry
- * is the process's. Refused when full (ZO_TIER_MAX), or when a table is
- * incomplete, of another version or names another tier. */
+ * eng_n_tiers) whose state lives in ctx, given to their operations as their
+ * self (eng_tier_ctx); its zo_tier in *t. Before any engine is made: the
+ * registry is the process's. Refused when full (ZO_TIER_MAX), or when a
+ * table is incomplete, of another version or names another tier. */
 zo_status eng_tier_register(const eng_param_tier *p, const eng_state_tier *s, void *ctx,
                             zo_tier *t);
 /* The last tier registered leaves the registry (not a built-in one). */
 void eng_tier_unregister_last(void);
 /* The context tier t was registered with (NULL for the built-in tiers). */
 void *eng_tier_ctx(zo_tier t);
+/* The context engine e gives tier t's operations (their self): a built-in
+ * tier's part of e (e->device, e->host, e->nvme), a registered one's own. */
+void *eng_tier_self(struct zo_engine *e, zo_tier t);
 /* The tables' flags a plan asks across kinds, into in. */
 void eng_plan_flags(eng_plan_in *in);
 
@@ -226,11 +244,14 @@ uint32_t eng_p16_on_nvme(const struct zo_engine *e);
 /* Chunk k's are homed on NVMe (eng_param_tier_nvme). */
 int eng_p16_nvme(const eng_chunk *k);
 /* Its committed values (latest: the alternate an update just wrote) into
- * buf (e->nvme.p16_extent bytes, pinned), checksummed. */
-zo_status eng_p16_nvme_read(struct zo_engine *e, uint32_t c, int latest, void *buf);
+ * buf (nv->p16_extent bytes, pinned), checksummed; nv: the NVMe tier's
+ * context, the chunk's pctx. */
+zo_status eng_p16_nvme_read(eng_nvme_tier *nv, struct zo_engine *e, uint32_t c, int latest,
+                            void *buf);
 /* The owner's broadcast in buf to the alternate extent; the caller sets
  * palt_valid once *io landed, and the commit switches to it. */
-zo_status eng_p16_nvme_receive(struct zo_engine *e, uint32_t c, void *buf, zo_swap_io_t *io);
+zo_status eng_p16_nvme_receive(eng_nvme_tier *nv, struct zo_engine *e, uint32_t c, void *buf,
+                               zo_swap_io_t *io);
 
 /* engine_grads.c: the 16-bit gradients' host side in a plan. */
 /* Chunk c's gradients come down through the pinned ring (its 16-bit
@@ -289,28 +310,31 @@ zo_status eng_open_store(struct zo_engine *e, uint64_t extent, uint64_t n_extent
 
 /* engine_tier_host.c: the resident operations the device tier shares */
 void eng_host_p16_account(const eng_plan_in *in, zo_tier t, zo_engine_footprint *fp);
-/* Pinned host copies for the chunks whose parameters self holds. */
-zo_status eng_host_p16_place(struct zo_engine *e, const eng_param_tier *self);
-zo_status eng_host_p16_write(struct zo_engine *e, uint32_t c, const float *master, int init);
-zo_status eng_host_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src);
-void *eng_host_p16_out(struct zo_engine *e, uint32_t c, void *tail);
-void eng_host_p16_commit(struct zo_engine *e, uint32_t c, int updated, int stored);
+/* Pinned host copies for the chunks whose parameters table holds. */
+zo_status eng_host_p16_place(struct zo_engine *e, const eng_param_tier *table);
+zo_status eng_host_p16_write(void *self, struct zo_engine *e, uint32_t c, const float *master,
+                             int init);
+zo_status eng_host_p16_source(void *self, struct zo_engine *e, uint32_t c, zo_event_t filled,
+                              const void **src);
+void *eng_host_p16_out(void *self, struct zo_engine *e, uint32_t c, void *tail);
+void eng_host_p16_commit(void *self, struct zo_engine *e, uint32_t c, int updated, int stored);
 /* The backups of the chunks homed at t (to fp); returns the bytes of their states. */
 uint64_t eng_resident_account(const eng_plan_in *in, zo_tier t, zo_engine_footprint *fp);
-/* The chunks self holds get their states from base (and backups, host memory, in *backups). */
-zo_status eng_resident_place(struct zo_engine *e, const eng_state_tier *self, float *base,
+/* The chunks table holds get their states from base (and backups, host memory, in *backups). */
+zo_status eng_resident_place(struct zo_engine *e, const eng_state_tier *table, float *base,
                              float **backups);
-float *eng_resident_init_buf(struct zo_engine *e, uint32_t c);
-zo_status eng_resident_init(struct zo_engine *e, uint32_t c, float *buf);
-zo_status eng_resident_update(struct zo_engine *e, const uint32_t *chunks, uint32_t n,
+float *eng_resident_init_buf(void *self, struct zo_engine *e, uint32_t c);
+zo_status eng_resident_init(void *self, struct zo_engine *e, uint32_t c, float *buf);
+zo_status eng_resident_update(void *self, struct zo_engine *e, const uint32_t *chunks, uint32_t n,
                               const eng_update_args *u);
-zo_status eng_resident_speculate(struct zo_engine *e, uint32_t c, const eng_job *j);
-zo_status eng_resident_drain(struct zo_engine *e);
-void eng_resident_rollback(struct zo_engine *e, uint32_t c);
-void eng_resident_discard(struct zo_engine *e, uint32_t c);
-int eng_resident_commit(struct zo_engine *e, uint32_t c);
-zo_status eng_resident_read(struct zo_engine *e, uint32_t c, float *out);
-zo_status eng_resident_write_begin(struct zo_engine *e, uint32_t c, float **buf);
-zo_status eng_resident_write_end(struct zo_engine *e, uint32_t c, float *buf);
+zo_status eng_resident_speculate(void *self, struct zo_engine *e, uint32_t c, const eng_job *j,
+                                 int next);
+zo_status eng_resident_drain(void *self, struct zo_engine *e);
+void eng_resident_rollback(void *self, struct zo_engine *e, uint32_t c);
+void eng_resident_discard(void *self, struct zo_engine *e, uint32_t c);
+int eng_resident_commit(void *self, struct zo_engine *e, uint32_t c);
+zo_status eng_resident_read(void *self, struct zo_engine *e, uint32_t c, float *out);
+zo_status eng_resident_write_begin(void *self, struct zo_engine *e, uint32_t c, float **buf);
+zo_status eng_resident_write_end(void *self, struct zo_engine *e, uint32_t c, float *buf);
 
 #endif

@@ -134,7 +134,7 @@ void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, const eng_updat
     const zo_state_format *f = zo_state_format_of(fmt);
     b->m_absmax = zo_state_format_scales(f, b->m, stride); /* NULL without scales */
     b->v_absmax = zo_state_format_scales(f, b->v, stride);
-    b->out = k->pt->update_out(e, (uint32_t)(k - e->chunks),
+    b->out = k->pt->update_out(k->pctx, e, (uint32_t)(k - e->chunks),
                                (char *)st + eng_states_io_bytes(fmt, stride));
     b->out_type = e->cfg.param_dtype;
 }

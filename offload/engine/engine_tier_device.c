@@ -13,12 +13,12 @@ static void device_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
     eng_host_p16_account(in, ZO_TIER_DEVICE, fp); /* the slots are counted with the device's */
 }
 
-static zo_status device_p16_place(struct zo_engine *e)
+static zo_status device_p16_place(void *self, struct zo_engine *e)
 {
     return eng_host_p16_place(e, &eng_param_tier_device);
 }
 
-static void device_p16_release(struct zo_engine *e)
+static void device_p16_release(void *self, struct zo_engine *e)
 {
     (void)e;
 }
@@ -45,21 +45,22 @@ static void device_states_account(const eng_plan_in *in, zo_engine_footprint *fp
     fp->bytes[ZO_TIER_DEVICE] += eng_resident_account(in, ZO_TIER_DEVICE, fp);
 }
 
-static zo_status device_states_place(struct zo_engine *e)
+static zo_status device_states_place(void *self, struct zo_engine *e)
 {
+    eng_device_tier *d = self;
     uint64_t n = eng_chunks_at(e, 1, &eng_state_tier_device);
-    ZO_TRY(zo_device_malloc(e->dev,
-                            (size_t)n * eng_states_bytes(e->cfg.state_dtype, e->chunk_elems),
-                            &e->device.states));
-    return eng_resident_place(e, &eng_state_tier_device, e->device.states, &e->device.backup);
+    ZO_TRY(zo_device_malloc(
+        e->dev, (size_t)n * eng_states_bytes(e->cfg.state_dtype, e->chunk_elems), &d->states));
+    return eng_resident_place(e, &eng_state_tier_device, d->states, &d->backup);
 }
 
-static void device_states_release(struct zo_engine *e)
+static void device_states_release(void *self, struct zo_engine *e)
 {
-    zo_device_mfree(e->dev, e->device.states);
-    free(e->device.backup);
-    e->device.states = NULL;
-    e->device.backup = NULL;
+    eng_device_tier *d = self;
+    zo_device_mfree(e->dev, d->states);
+    free(d->backup);
+    d->states = NULL;
+    d->backup = NULL;
 }
 
 const eng_state_tier eng_state_tier_device = {

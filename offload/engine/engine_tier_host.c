@@ -18,11 +18,11 @@ void eng_host_p16_account(const eng_plan_in *in, zo_tier t, zo_engine_footprint 
 }
 
 /* One set of slots, buffer by buffer and chunk by chunk within. */
-zo_status eng_host_p16_place(struct zo_engine *e, const eng_param_tier *self)
+zo_status eng_host_p16_place(struct zo_engine *e, const eng_param_tier *table)
 {
     size_t n = 0;
     for (uint32_t c = 0; c < e->n_chunks; c++)
-        if (e->chunks[c].pt == self)
+        if (e->chunks[c].pt == table)
             n += (size_t)e->chunks[c].p16_bufs;
     void **tmp = calloc(n ? n : 1, sizeof *tmp);
     if (!tmp)
@@ -31,13 +31,14 @@ zo_status eng_host_p16_place(struct zo_engine *e, const eng_param_tier *self)
     size_t i = 0;
     for (int b = 0; st == ZO_OK && b < 2; b++)
         for (uint32_t c = 0; c < e->n_chunks; c++)
-            if (e->chunks[c].pt == self && e->chunks[c].p16_bufs > b)
+            if (e->chunks[c].pt == table && e->chunks[c].p16_bufs > b)
                 e->chunks[c].p16[b] = tmp[i++];
     free(tmp);
     return st;
 }
 
-zo_status eng_host_p16_write(struct zo_engine *e, uint32_t c, const float *master, int init)
+zo_status eng_host_p16_write(void *self, struct zo_engine *e, uint32_t c, const float *master,
+                             int init)
 {
     eng_chunk *k = &e->chunks[c];
     for (int b = 0; b < k->p16_bufs; b++) {
@@ -48,16 +49,16 @@ zo_status eng_host_p16_write(struct zo_engine *e, uint32_t c, const float *maste
     return ZO_OK;
 }
 
-zo_status eng_host_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
+zo_status eng_host_p16_source(void *self, struct zo_engine *e, uint32_t c, zo_event_t filled,
+                              const void **src)
 {
-    (void)s;
     eng_chunk *k = &e->chunks[c];
     *src = k->p16[k->p16_cur];
     return ZO_OK;
 }
 
 /* The next buffer when double-buffered (committed later), else in place. */
-void *eng_host_p16_out(struct zo_engine *e, uint32_t c, void *tail)
+void *eng_host_p16_out(void *self, struct zo_engine *e, uint32_t c, void *tail)
 {
     (void)tail;
     eng_chunk *k = &e->chunks[c];
@@ -65,7 +66,7 @@ void *eng_host_p16_out(struct zo_engine *e, uint32_t c, void *tail)
 }
 
 /* Not when the update was skipped: the next buffer then holds nothing new. */
-void eng_host_p16_commit(struct zo_engine *e, uint32_t c, int updated, int stored)
+void eng_host_p16_commit(void *self, struct zo_engine *e, uint32_t c, int updated, int stored)
 {
     (void)stored;
     eng_chunk *k = &e->chunks[c];
@@ -78,12 +79,12 @@ static void host_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
     eng_host_p16_account(in, ZO_TIER_HOST, fp);
 }
 
-static zo_status host_p16_place(struct zo_engine *e)
+static zo_status host_p16_place(void *self, struct zo_engine *e)
 {
     return eng_host_p16_place(e, &eng_param_tier_host);
 }
 
-static void host_p16_release(struct zo_engine *e)
+static void host_p16_release(void *self, struct zo_engine *e)
 {
     (void)e;
 } /* the pool goes with the engine's */
@@ -118,17 +119,17 @@ uint64_t eng_resident_account(const eng_plan_in *in, zo_tier t, zo_engine_footpr
     return bytes;
 }
 
-zo_status eng_resident_place(struct zo_engine *e, const eng_state_tier *self, float *base,
+zo_status eng_resident_place(struct zo_engine *e, const eng_state_tier *table, float *base,
                              float **backups)
 {
     uint64_t per = eng_states_bytes(e->cfg.state_dtype, e->chunk_elems) / sizeof(float);
-    uint64_t n = eng_chunks_at(e, 1, self);
+    uint64_t n = eng_chunks_at(e, 1, table);
     if (e->mode->backups)
         ZO_TRY(eng_host_alloc(e, n * per * sizeof(float), backups));
     uint64_t i = 0;
     for (uint32_t c = 0; c < e->n_chunks; c++) {
         eng_chunk *k = &e->chunks[c];
-        if (k->st != self)
+        if (k->st != table)
             continue;
         k->states = base + i * per;
         if (*backups)
@@ -138,18 +139,18 @@ zo_status eng_resident_place(struct zo_engine *e, const eng_state_tier *self, fl
     return ZO_OK;
 }
 
-float *eng_resident_init_buf(struct zo_engine *e, uint32_t c)
+float *eng_resident_init_buf(void *self, struct zo_engine *e, uint32_t c)
 {
     return e->chunks[c].states;
 }
 
-zo_status eng_resident_init(struct zo_engine *e, uint32_t c, float *buf)
+zo_status eng_resident_init(void *self, struct zo_engine *e, uint32_t c, float *buf)
 {
     (void)e, (void)c, (void)buf; /* filled in place */
     return ZO_OK;
 }
 
-zo_status eng_resident_update(struct zo_engine *e, const uint32_t *chunks, uint32_t n,
+zo_status eng_resident_update(void *self, struct zo_engine *e, const uint32_t *chunks, uint32_t n,
                               const eng_update_args *u)
 {
     size_t cap = 0;
@@ -171,7 +172,8 @@ zo_status eng_resident_update(struct zo_engine *e, const uint32_t *chunks, uint3
     return st;
 }
 
-zo_status eng_resident_speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
+zo_status eng_resident_speculate(void *self, struct zo_engine *e, uint32_t c, const eng_job *j,
+                                 int next)
 {
     eng_chunk *k = &e->chunks[c];
     memcpy(k->backup, k->states, eng_states_bytes(e->cfg.state_dtype, e->chunk_elems));
@@ -179,7 +181,7 @@ zo_status eng_resident_speculate(struct zo_engine *e, uint32_t c, const eng_job 
     return eng_adam_run(e, k, k->states, &u);
 }
 
-zo_status eng_resident_drain(struct zo_engine *e)
+zo_status eng_resident_drain(void *self, struct zo_engine *e)
 {
     (void)e;
     return ZO_OK;
@@ -187,7 +189,7 @@ zo_status eng_resident_drain(struct zo_engine *e)
 
 /* From the backup; the single-buffered 16-bit copy is recomputed, since it
  * is always the rounded master. */
-void eng_resident_rollback(struct zo_engine *e, uint32_t c)
+void eng_resident_rollback(void *self, struct zo_engine *e, uint32_t c)
 {
     eng_chunk *k = &e->chunks[c];
     if (!k->spec_done || !k->backup)
@@ -198,30 +200,30 @@ void eng_resident_rollback(struct zo_engine *e, uint32_t c)
     k->spec_done = 0;
 }
 
-void eng_resident_discard(struct zo_engine *e, uint32_t c)
+void eng_resident_discard(void *self, struct zo_engine *e, uint32_t c)
 {
     (void)e, (void)c;
 }
 
-int eng_resident_commit(struct zo_engine *e, uint32_t c)
+int eng_resident_commit(void *self, struct zo_engine *e, uint32_t c)
 {
     (void)e, (void)c; /* updated in place */
     return 0;
 }
 
-zo_status eng_resident_read(struct zo_engine *e, uint32_t c, float *out)
+zo_status eng_resident_read(void *self, struct zo_engine *e, uint32_t c, float *out)
 {
     memcpy(out, e->chunks[c].states, eng_states_bytes(e->cfg.state_dtype, e->chunk_elems));
     return ZO_OK;
 }
 
-zo_status eng_resident_write_begin(struct zo_engine *e, uint32_t c, float **buf)
+zo_status eng_resident_write_begin(void *self, struct zo_engine *e, uint32_t c, float **buf)
 {
     *buf = e->chunks[c].states;
     return ZO_OK;
 }
 
-zo_status eng_resident_write_end(struct zo_engine *e, uint32_t c, float *buf)
+zo_status eng_resident_write_end(void *self, struct zo_engine *e, uint32_t c, float *buf)
 {
     (void)e, (void)c, (void)buf; /* written in place */
     return ZO_OK;
@@ -232,19 +234,20 @@ static void host_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
     fp->bytes[ZO_TIER_HOST] += eng_resident_account(in, ZO_TIER_HOST, fp);
 }
 
-static zo_status host_states_place(struct zo_engine *e)
+static zo_status host_states_place(void *self, struct zo_engine *e)
 {
+    eng_host_tier *h = self;
     uint64_t n = eng_chunks_at(e, 1, &eng_state_tier_host);
-    ZO_TRY(eng_host_alloc(e, n * eng_states_bytes(e->cfg.state_dtype, e->chunk_elems),
-                          &e->host.states));
-    return eng_resident_place(e, &eng_state_tier_host, e->host.states, &e->host.backup);
+    ZO_TRY(eng_host_alloc(e, n * eng_states_bytes(e->cfg.state_dtype, e->chunk_elems), &h->states));
+    return eng_resident_place(e, &eng_state_tier_host, h->states, &h->backup);
 }
 
-static void host_states_release(struct zo_engine *e)
+static void host_states_release(void *self, struct zo_engine *e)
 {
-    free(e->host.states);
-    free(e->host.backup);
-    e->host.states = e->host.backup = NULL;
+    eng_host_tier *h = self;
+    free(h->states);
+    free(h->backup);
+    h->states = h->backup = NULL;
 }
 
 const eng_state_tier eng_state_tier_host = {

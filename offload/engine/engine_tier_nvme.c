@@ -143,14 +143,15 @@ static void states_pack(const struct zo_engine *e, const eng_chunk *k, float *bu
 /* The latest master | m | v of chunk c (including an update not committed
  * yet) into out (state_extent_bytes, 4 KiB aligned), at the chunk's stride
  * (unpacked when read from NVMe). */
-static zo_status nvme_read(struct zo_engine *e, uint32_t c, float *out)
+static zo_status nvme_read(void *self, struct zo_engine *e, uint32_t c, float *out)
 {
+    eng_nvme_tier *nv = self;
     eng_chunk *k = &e->chunks[c];
     int x = k->alt_valid ? 1 - k->ext_cur : k->ext_cur;
     uint8_t *bits = k->split_ref[x] >= 0 ? malloc(k->n_elems / 8 + 1) : NULL;
     if (k->split_ref[x] >= 0 && !bits)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a chunk's up bits");
-    zo_status st = zo_swap_read(e->nvme.swap, k->ext[x], (char *)out + extent_head(e, k, x),
+    zo_status st = zo_swap_read(nv->swap, k->ext[x], (char *)out + extent_head(e, k, x),
                                 extent_bytes(e, k, x), k->gen[x]);
     if (st == ZO_OK) {
         states_join(e, c, x, out, bits);
@@ -180,7 +181,7 @@ static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, ui
     k->split_ref[alt] = -1;
     if (bits) {
         size_t S = eng_state_stride(e, k);
-        void *out = k->pt->update_out(e, c, NULL);
+        void *out = k->pt->update_out(k->pctx, e, c, NULL);
         int ref = split_target(e, k, out);
         if (ref >= 0 && split_master(buf, S, k->n_elems, out, bits))
             k->split_ref[alt] = ref;
@@ -190,16 +191,17 @@ static zo_status write_alternate(struct zo_engine *e, uint32_t c, float *buf, ui
     if (!k->pt->store)
         return ZO_OK;
     return k->pt->store(
-        e, c, (char *)buf + eng_states_io_bytes(e->cfg.state_dtype, eng_state_stride(e, k)), pio);
+        k->pctx, e, c,
+        (char *)buf + eng_states_io_bytes(e->cfg.state_dtype, eng_state_stride(e, k)), pio);
 }
 
 /* ---- the speculative pipeline (overlap mode) ---- */
 
 /* Wait for the stage's writes; the chunk's alternate extents count as
  * written only once both landed. */
-static zo_status spec_finish_write(struct zo_engine *e, unsigned s)
+static zo_status spec_finish_write(eng_nvme_tier *nv, struct zo_engine *e, unsigned s)
 {
-    eng_spec_pipe *p = &e->nvme.spec;
+    eng_spec_pipe *p = &nv->spec;
     if (p->wr_chunk[s] < 0)
         return ZO_OK;
     zo_status st = eng_timed_swap_wait(e, p->wr[s]);
@@ -211,91 +213,78 @@ static zo_status spec_finish_write(struct zo_engine *e, unsigned s)
     return st < 0 ? st : st2;
 }
 
-static void spec_drop_read(struct zo_engine *e, unsigned s)
+static void spec_drop_read(eng_nvme_tier *nv, struct zo_engine *e, unsigned s)
 {
-    if (e->nvme.spec.rd_chunk[s] < 0)
+    if (nv->spec.rd_chunk[s] < 0)
         return;
-    zo_swap_wait(e->nvme.spec.rd[s]); /* a read ahead nobody used */
-    e->nvme.spec.rd[s] = NULL;
-    e->nvme.spec.rd_chunk[s] = -1;
+    zo_swap_wait(nv->spec.rd[s]); /* a read ahead nobody used */
+    nv->spec.rd[s] = NULL;
+    nv->spec.rd_chunk[s] = -1;
 }
 
-static zo_status spec_start_read(struct zo_engine *e, uint32_t c, unsigned *out)
+static zo_status spec_start_read(eng_nvme_tier *nv, struct zo_engine *e, uint32_t c, unsigned *out)
 {
-    eng_spec_pipe *p = &e->nvme.spec;
+    eng_spec_pipe *p = &nv->spec;
     unsigned s = p->next;
     p->next = (p->next + 1) % ENG_NVME_STAGES;
-    ZO_TRY(spec_finish_write(e, s));
-    spec_drop_read(e, s);
-    ZO_TRY(read_current(e, c, e->nvme.stage[s], &p->rd[s]));
+    ZO_TRY(spec_finish_write(nv, e, s));
+    spec_drop_read(nv, e, s);
+    ZO_TRY(read_current(e, c, nv->stage[s], &p->rd[s]));
     p->rd_chunk[s] = (int)c;
     *out = s;
     return ZO_OK;
 }
 
-static int spec_stage_of(struct zo_engine *e, uint32_t c)
+static int spec_stage_of(eng_nvme_tier *nv, struct zo_engine *e, uint32_t c)
 {
     for (unsigned s = 0; s < ENG_NVME_STAGES; s++)
-        if (e->nvme.spec.rd_chunk[s] == (int)c)
+        if (nv->spec.rd_chunk[s] == (int)c)
             return (int)s;
     return -1;
-}
-
-/* The chunk of the next queued job that will update, or -1. */
-static int next_spec_chunk(struct zo_engine *e)
-{
-    int c = -1;
-    pthread_mutex_lock(&e->jobs.mu);
-    for (eng_job *j = e->jobs.qhead; j; j = j->next)
-        if (j->last && e->chunks[j->chunk].st == &eng_state_tier_nvme) {
-            c = j->chunk;
-            break;
-        }
-    pthread_mutex_unlock(&e->jobs.mu);
-    return c;
 }
 
 /* Speculative update of chunk c through NVMe: its states were (or are now)
  * read into a stage; the next updating chunk's read is started before this
  * one is computed; the writes go out behind. */
-static zo_status nvme_speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
+static zo_status nvme_speculate(void *self, struct zo_engine *e, uint32_t c, const eng_job *j,
+                                int next)
 {
-    int s = spec_stage_of(e, c);
+    eng_nvme_tier *nv = self;
+    int s = spec_stage_of(nv, e, c);
     if (s < 0) {
         unsigned u;
-        ZO_TRY(spec_start_read(e, c, &u));
+        ZO_TRY(spec_start_read(nv, e, c, &u));
         s = (int)u;
     }
-    int c2 = next_spec_chunk(e);
-    if (c2 >= 0 && spec_stage_of(e, (uint32_t)c2) < 0) {
+    if (next >= 0 && spec_stage_of(nv, e, (uint32_t)next) < 0) {
         unsigned u;
-        ZO_TRY(spec_start_read(e, (uint32_t)c2, &u));
+        ZO_TRY(spec_start_read(nv, e, (uint32_t)next, &u));
     }
-    eng_spec_pipe *p = &e->nvme.spec;
+    eng_spec_pipe *p = &nv->spec;
     zo_status st = eng_timed_swap_wait(e, p->rd[s]);
     p->rd[s] = NULL;
     p->rd_chunk[s] = -1;
     ZO_TRY(st);
-    states_join(e, c, e->chunks[c].ext_cur, e->nvme.stage[s], e->nvme.split_bits[s]);
+    states_join(e, c, e->chunks[c].ext_cur, nv->stage[s], nv->split_bits[s]);
     eng_update_args u = {j->lr, j->factor, j->step, j->parity, NULL};
-    ZO_TRY(eng_adam_run(e, &e->chunks[c], e->nvme.stage[s], &u));
-    st = write_alternate(e, c, e->nvme.stage[s], e->nvme.split_bits[s], &p->wr[s], &p->pwr[s]);
+    ZO_TRY(eng_adam_run(e, &e->chunks[c], nv->stage[s], &u));
+    st = write_alternate(e, c, nv->stage[s], nv->split_bits[s], &p->wr[s], &p->pwr[s]);
     p->wr_chunk[s] = (int)c;
     return st;
 }
 
 /* Wait for everything the pipeline has in flight (after the job thread is
  * idle); returns the first failed write. */
-static zo_status spec_drain(struct zo_engine *e)
+static zo_status spec_drain(eng_nvme_tier *nv, struct zo_engine *e)
 {
     zo_status st = ZO_OK;
     for (unsigned s = 0; s < ENG_NVME_STAGES; s++) {
-        spec_drop_read(e, s);
-        zo_status w = spec_finish_write(e, s);
+        spec_drop_read(nv, e, s);
+        zo_status w = spec_finish_write(nv, e, s);
         if (st == ZO_OK && w < 0)
             st = w;
     }
-    e->nvme.spec.next = 0;
+    nv->spec.next = 0;
     return st;
 }
 
@@ -306,6 +295,7 @@ static zo_status spec_drain(struct zo_engine *e)
  * updated there and written to the alternate extents from it. */
 typedef struct nvme_pipe {
     struct zo_engine *e;
+    eng_nvme_tier *nv;
     const uint32_t *chunks; /* the i-th of the pipeline's chunks */
     const eng_update_args *u;
     zo_swap_io_t rd[ENG_NVME_STAGES], wr[ENG_NVME_STAGES], pwr[ENG_NVME_STAGES];
@@ -325,22 +315,22 @@ static zo_status pipe_wait(nvme_pipe *pp, zo_swap_io_t *io)
 static zo_status pipe_read(void *user, uint32_t c, unsigned s) /* c: the i-th */
 {
     nvme_pipe *pp = user;
-    ZO_TRY(read_current(pp->e, pp->chunks[c], pp->e->nvme.stage[s], &pp->rd[s]));
-    return eng_grads_read_back(pp->e, pp->chunks[c], pp->u->parity, pp->e->nvme.stage[s],
-                               &pp->grd[s]);
+    ZO_TRY(read_current(pp->e, pp->chunks[c], pp->nv->stage[s], &pp->rd[s]));
+    return eng_grads_read_back(pp->e, pp->chunks[c], pp->u->parity, pp->nv->stage[s], &pp->grd[s]);
 }
 
 static zo_status pipe_update(void *user, uint32_t i, unsigned s)
 {
     nvme_pipe *pp = user;
     struct zo_engine *e = pp->e;
+    eng_nvme_tier *nv = pp->nv;
     uint32_t c = pp->chunks[i];
     ZO_TRY(pipe_wait(pp, &pp->rd[s]));
     ZO_TRY(pipe_wait(pp, &pp->grd[s]));
-    states_join(e, c, e->chunks[c].ext_cur, e->nvme.stage[s], e->nvme.split_bits[s]);
-    ZO_TRY(eng_adam_run(e, &e->chunks[c], e->nvme.stage[s], pp->u));
+    states_join(e, c, e->chunks[c].ext_cur, nv->stage[s], nv->split_bits[s]);
+    ZO_TRY(eng_adam_run(e, &e->chunks[c], nv->stage[s], pp->u));
     pp->item[s] = (int)c;
-    return write_alternate(e, c, e->nvme.stage[s], e->nvme.split_bits[s], &pp->wr[s], &pp->pwr[s]);
+    return write_alternate(e, c, nv->stage[s], nv->split_bits[s], &pp->wr[s], &pp->pwr[s]);
 }
 
 /* Every ticket is waited for, whatever failed first; a chunk whose writes
@@ -359,11 +349,11 @@ static zo_status pipe_drain(void *user, unsigned s)
     return st;
 }
 
-static zo_status nvme_update(struct zo_engine *e, const uint32_t *chunks, uint32_t n,
+static zo_status nvme_update(void *self, struct zo_engine *e, const uint32_t *chunks, uint32_t n,
                              const eng_update_args *u)
 {
     static const zo_swap_pipeline_ops ops = {pipe_read, pipe_update, pipe_drain};
-    nvme_pipe pp = {e, chunks, u, {0}, {0}, {0}, {0}, {0}};
+    nvme_pipe pp = {e, self, chunks, u, {0}, {0}, {0}, {0}, {0}};
     for (unsigned s = 0; s < ENG_NVME_STAGES; s++)
         pp.item[s] = -1;
     zo_status st = zo_swap_pipeline_run(n, ENG_NVME_STAGES, &ops, &pp);
@@ -392,9 +382,7 @@ static zo_status wait_ticket(void *arg)
     zo_swap_io_t io = atomic_exchange(&t->t->io, NULL);
     if (!io)
         return ZO_OK;
-    uint64_t t0 = zo_now_ns();
-    zo_status st = zo_swap_wait(io);
-    atomic_fetch_add(&t->e->stats.nvme_ns, zo_now_ns() - t0);
+    zo_status st = eng_timed_swap_wait(t->e, io);
     if (st == ZO_OK && eng_zero_on(&t->e->cfg)) /* another rank's chunk, its writes failed */
         st = eng_zero_check_copy(t->e, (uint32_t)t->chunk);
     return eng_zero_defer(t->e, st, t->chunk); /* ZeRO: failed with the others at the step's end */
@@ -402,29 +390,30 @@ static zo_status wait_ticket(void *arg)
 
 /* Wait for reads whose h2d task never ran (a failed stream task); only with
  * the h2d stream idle. */
-static void drop_tickets(struct zo_engine *e)
+static void drop_tickets(void *self, struct zo_engine *e)
 {
-    for (uint32_t i = 0; e->nvme.twins && i < e->nvme.n_twins; i++) {
-        zo_swap_io_t io = atomic_exchange(&e->nvme.twins[i].io, NULL);
+    eng_nvme_tier *nv = self;
+    for (uint32_t i = 0; nv->twins && i < nv->n_twins; i++) {
+        zo_swap_io_t io = atomic_exchange(&nv->twins[i].io, NULL);
         if (io)
             zo_swap_wait(io);
     }
 }
 
 /* NVMe -> the next pinned staging twin of the ring, then (on the h2d
- * stream, once the read has landed) the H2D into slot s. */
-/* The next twin of the ring, free: its previous H2D is done (the slot's
- * ready event was recorded after it, or later on the same in-order stream). */
-static zo_status take_twin(struct zo_engine *e, eng_twin **out)
+ * stream, once the read has landed) the H2D into a slot. */
+/* The next twin of the ring, free: its previous H2D is done (the event its
+ * slot records was recorded after it, or later on the same in-order stream). */
+static zo_status take_twin(eng_nvme_tier *nv, eng_twin **out)
 {
-    eng_twin *t = &e->nvme.twins[e->nvme.next_twin];
-    e->nvme.next_twin = (e->nvme.next_twin + 1) % e->nvme.n_twins;
-    if (t->slot >= 0)
-        ZO_TRY(zo_event_synchronize(e->device.pslots[t->slot].ready));
+    eng_twin *t = &nv->twins[nv->next_twin];
+    nv->next_twin = (nv->next_twin + 1) % nv->n_twins;
+    if (t->filled)
+        ZO_TRY(zo_event_synchronize(t->filled));
     zo_swap_io_t io = atomic_exchange(&t->io, NULL);
     if (io)
         zo_swap_wait(io); /* its h2d task never ran: the failure was reported then */
-    t->slot = -1;
+    t->filled = NULL;
     *out = t;
     return ZO_OK;
 }
@@ -438,14 +427,15 @@ static int p16_loaded(const struct zo_engine *e, uint32_t c)
     return eng_behind_latest(e, c) ? 1 - k->pext_cur : k->pext_cur;
 }
 
-static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, uint32_t s, eng_twin **out)
+static zo_status stage_from_nvme(eng_nvme_tier *nv, struct zo_engine *e, eng_chunk *k,
+                                 zo_event_t filled, eng_twin **out)
 {
     eng_twin *t;
-    ZO_TRY(take_twin(e, &t));
+    ZO_TRY(take_twin(nv, &t));
     zo_swap_io_t io = NULL;
     int x = p16_loaded(e, (uint32_t)(k - e->chunks));
-    ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[x], t->ptr,
-                          e->nvme.p16_extent, k->pgen[x], &io));
+    ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[x], t->ptr, nv->p16_extent,
+                          k->pgen[x], &io));
     atomic_store(&t->io, io);
     ticket_arg ta = {e, t, (int)(k - e->chunks)};
     zo_status st = zo_stream_enqueue(e->h2d, wait_ticket, &ta, sizeof ta);
@@ -455,7 +445,7 @@ static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, uint32_t s, 
             zo_swap_wait(io);
         return st;
     }
-    t->slot = (int)s;
+    t->filled = filled;
     *out = t;
     return ZO_OK;
 }
@@ -464,7 +454,7 @@ static zo_status stage_from_nvme(struct zo_engine *e, eng_chunk *k, uint32_t s, 
  * stage: packed here, with the 16-bit parameters in its tail when they live
  * on NVMe): alternate extents first, switched to once both writes are
  * durable. */
-static zo_status nvme_write_end(struct zo_engine *e, uint32_t c, float *st)
+static zo_status nvme_write_end(void *self, struct zo_engine *e, uint32_t c, float *st)
 {
     eng_chunk *k = &e->chunks[c];
     states_pack(e, k, st);
@@ -479,7 +469,7 @@ static zo_status nvme_write_end(struct zo_engine *e, uint32_t c, float *st)
     zo_status s3 = pio ? zo_swap_wait(pio) : ZO_OK;
     ZO_TRY(s1 < 0 ? s1 : s2 < 0 ? s2 : s3);
     k->ext_cur = 1 - k->ext_cur;
-    k->pt->commit(e, c, 0, 1); /* the pair switches together, as a commit does */
+    k->pt->commit(k->pctx, e, c, 0, 1); /* the pair switches together, as a commit does */
     return ZO_OK;
 }
 
@@ -537,117 +527,122 @@ static void nvme_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
     fp->bytes[ZO_TIER_NVME] += 2ull * n * eng_p16_extent(in->cfg, in->max_chunk_elems);
 }
 
-static zo_status place_share_bufs(struct zo_engine *e, uint32_t n)
+static zo_status place_share_bufs(eng_nvme_tier *nv, struct zo_engine *e, uint32_t n)
 {
     if (!share_bufs(&e->cfg, n))
         return ZO_OK;
-    return eng_take_pinned(e, e->chunk_bytes, ENG_ZERO_SHARE_BUFS, e->zero.pbuf);
+    return eng_take_pinned(e, e->chunk_bytes, ENG_ZERO_SHARE_BUFS, nv->share_bufs);
 }
 
-static zo_status nvme_p16_place(struct zo_engine *e)
+static zo_status nvme_p16_place(void *self, struct zo_engine *e)
 {
+    eng_nvme_tier *nv = self;
     uint32_t n = eng_p16_on_nvme(e);
-    e->nvme.n_twins = (uint32_t)twins_for(e->device.n_pslots, &e->cfg);
-    e->nvme.next_twin = 0;
-    e->nvme.twins = calloc(e->nvme.n_twins ? e->nvme.n_twins : 1, sizeof *e->nvme.twins);
-    void **tmp = calloc(e->nvme.n_twins ? e->nvme.n_twins : 1, sizeof *tmp);
-    zo_status st = e->nvme.twins && tmp
-                       ? eng_take_pinned(e, e->chunk_bytes, e->nvme.n_twins, tmp)
-                       : ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the twins");
+    nv->n_twins = (uint32_t)twins_for(e->fp.device_param_slots, &e->cfg);
+    nv->next_twin = 0;
+    nv->twins = calloc(nv->n_twins ? nv->n_twins : 1, sizeof *nv->twins);
+    void **tmp = calloc(nv->n_twins ? nv->n_twins : 1, sizeof *tmp);
+    zo_status st = nv->twins && tmp ? eng_take_pinned(e, e->chunk_bytes, nv->n_twins, tmp)
+                                    : ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating the twins");
     /* reads fill a twin's first p16_extent bytes: the rest stays zero */
-    for (uint32_t i = 0; st == ZO_OK && i < e->nvme.n_twins; i++) {
-        e->nvme.twins[i].ptr = tmp[i];
-        e->nvme.twins[i].slot = -1;
+    for (uint32_t i = 0; st == ZO_OK && i < nv->n_twins; i++) {
+        nv->twins[i].ptr = tmp[i];
+        nv->twins[i].filled = NULL;
         memset(tmp[i], 0, e->chunk_bytes);
     }
     free(tmp);
     ZO_TRY(st);
-    ZO_TRY(place_share_bufs(e, n));
-    ZO_TRY(eng_open_store(e, e->nvme.p16_extent, 2ull * n, "-p16", &e->nvme.pswap));
-    eng_store_opened(e, e->nvme.pswap, e->nvme.p16_extent);
+    ZO_TRY(place_share_bufs(nv, e, n));
+    ZO_TRY(eng_open_store(e, nv->p16_extent, 2ull * n, "-p16", &nv->pswap));
+    eng_store_opened(e, nv->pswap, nv->p16_extent);
     for (uint32_t c = 0; c < e->n_chunks; c++)
         for (int i = 0; p16_here(&e->chunks[c]) && i < 2; i++)
-            ZO_TRY(
-                zo_swap_alloc_extent(e->nvme.pswap, 2ull * c + (uint64_t)i, &e->chunks[c].pext[i]));
-    for (int i = 0; e->nvme.stage[0] && i < (int)ENG_NVME_STAGES; i++)
-        ZO_TRY(zo_swap_register_buffer(e->nvme.pswap, e->nvme.stage[i], e->nvme.stage_bytes));
-    for (uint32_t i = 0; i < e->nvme.n_twins; i++)
-        ZO_TRY(zo_swap_register_buffer(e->nvme.pswap, e->nvme.twins[i].ptr, e->chunk_bytes));
-    for (uint32_t i = 0; e->zero.pbuf[0] && i < ENG_ZERO_SHARE_BUFS; i++)
-        ZO_TRY(zo_swap_register_buffer(e->nvme.pswap, e->zero.pbuf[i], e->chunk_bytes));
+            ZO_TRY(zo_swap_alloc_extent(nv->pswap, 2ull * c + (uint64_t)i, &e->chunks[c].pext[i]));
+    for (int i = 0; nv->stage[0] && i < (int)ENG_NVME_STAGES; i++)
+        ZO_TRY(zo_swap_register_buffer(nv->pswap, nv->stage[i], nv->stage_bytes));
+    for (uint32_t i = 0; i < nv->n_twins; i++)
+        ZO_TRY(zo_swap_register_buffer(nv->pswap, nv->twins[i].ptr, e->chunk_bytes));
+    for (uint32_t i = 0; nv->share_bufs[0] && i < ENG_ZERO_SHARE_BUFS; i++)
+        ZO_TRY(zo_swap_register_buffer(nv->pswap, nv->share_bufs[i], e->chunk_bytes));
     return ZO_OK;
 }
 
-static void nvme_p16_release(struct zo_engine *e)
+static void nvme_p16_release(void *self, struct zo_engine *e)
 {
-    if (!e->nvme.pswap) {
-        free(e->nvme.twins);
-        e->nvme.twins = NULL;
-        e->nvme.n_twins = 0;
+    eng_nvme_tier *nv = self;
+    if (!nv->pswap) {
+        free(nv->twins);
+        nv->twins = NULL;
+        nv->n_twins = 0;
         return;
     }
-    drop_tickets(e);
+    drop_tickets(self, e);
     for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-        if (e->nvme.stage[i])
-            zo_swap_unregister_buffer(e->nvme.pswap, e->nvme.stage[i]);
-    for (uint32_t i = 0; e->nvme.twins && i < e->nvme.n_twins; i++)
-        if (e->nvme.twins[i].ptr)
-            zo_swap_unregister_buffer(e->nvme.pswap, e->nvme.twins[i].ptr);
-    for (uint32_t i = 0; e->zero.pbuf[0] && i < ENG_ZERO_SHARE_BUFS; i++)
-        zo_swap_unregister_buffer(e->nvme.pswap, e->zero.pbuf[i]);
-    memset(e->zero.pbuf, 0, sizeof e->zero.pbuf); /* they go with the pinned pool */
-    zo_swap_close(e->nvme.pswap);
-    e->nvme.pswap = NULL;
-    free(e->nvme.twins);
-    e->nvme.twins = NULL;
-    e->nvme.n_twins = 0;
+        if (nv->stage[i])
+            zo_swap_unregister_buffer(nv->pswap, nv->stage[i]);
+    for (uint32_t i = 0; nv->twins && i < nv->n_twins; i++)
+        if (nv->twins[i].ptr)
+            zo_swap_unregister_buffer(nv->pswap, nv->twins[i].ptr);
+    for (uint32_t i = 0; nv->share_bufs[0] && i < ENG_ZERO_SHARE_BUFS; i++)
+        zo_swap_unregister_buffer(nv->pswap, nv->share_bufs[i]);
+    memset(nv->share_bufs, 0, ENG_ZERO_SHARE_BUFS * sizeof *nv->share_bufs); /* the pool's */
+    zo_swap_close(nv->pswap);
+    nv->pswap = NULL;
+    free(nv->twins);
+    nv->twins = NULL;
+    nv->n_twins = 0;
 }
 
 /* At placement, through the stage's spare room (the states' init left the
  * master there) or, when this rank has no NVMe states (ZeRO: another rank's
  * chunk), a twin (no load is in flight yet); after a checkpoint, the
  * states' store wrote them. */
-static zo_status nvme_p16_write(struct zo_engine *e, uint32_t c, const float *master, int init)
+static zo_status nvme_p16_write(void *self, struct zo_engine *e, uint32_t c, const float *master,
+                                int init)
 {
+    eng_nvme_tier *nv = self;
     if (!init)
         return ZO_OK;
     eng_chunk *k = &e->chunks[c];
-    void *p16 = e->nvme.stage[0] ? (char *)e->nvme.stage[0] + e->nvme.state_extent_bytes
-                                 : e->nvme.twins[0].ptr;
+    void *p16 = nv->stage[0] ? (char *)nv->stage[0] + nv->state_extent_bytes : nv->twins[0].ptr;
     memset(p16, 0, e->chunk_bytes);
     eng_cast_params(e->cfg.param_dtype, master, p16, k->n_elems);
     k->pgen[0] = 1;
-    return zo_swap_write(e->nvme.pswap, k->pext[0], p16, e->nvme.p16_extent, k->pgen[0]);
+    return zo_swap_write(nv->pswap, k->pext[0], p16, nv->p16_extent, k->pgen[0]);
 }
 
-static zo_status nvme_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
+static zo_status nvme_p16_source(void *self, struct zo_engine *e, uint32_t c, zo_event_t filled,
+                                 const void **src)
 {
+    eng_nvme_tier *nv = self;
     if ((*src = eng_zero_gathered(e, c)) != NULL)
         return ZO_OK; /* ZeRO stage 3, its owner: read for the gather, behind it on the stream */
     eng_twin *t;
-    ZO_TRY(stage_from_nvme(e, &e->chunks[c], s, &t));
+    ZO_TRY(stage_from_nvme(nv, e, &e->chunks[c], filled, &t));
     *src = t->ptr;
     return ZO_OK;
 }
 
 /* The update writes them into the stage's spare room, behind the states. */
-static void *nvme_p16_out(struct zo_engine *e, uint32_t c, void *tail)
+static void *nvme_p16_out(void *self, struct zo_engine *e, uint32_t c, void *tail)
 {
     (void)e, (void)c;
     return tail;
 }
 
-static zo_status nvme_p16_store(struct zo_engine *e, uint32_t c, void *src, zo_swap_io_t *io)
+static zo_status nvme_p16_store(void *self, struct zo_engine *e, uint32_t c, void *src,
+                                zo_swap_io_t *io)
 {
+    eng_nvme_tier *nv = self;
     eng_chunk *k = &e->chunks[c];
     int palt = 1 - k->pext_cur;
     k->pgen[palt] = k->pgen[k->pext_cur] + 1;
-    return eng_swap_async(e, 1, 1, c, k->pext[palt], src, e->nvme.p16_extent, k->pgen[palt], io);
+    return eng_swap_async(e, 1, 1, c, k->pext[palt], src, nv->p16_extent, k->pgen[palt], io);
 }
 
 /* Written together with the states: switched when they are; another
  * rank's chunk (ZeRO) when its owner's broadcast landed in the alternate. */
-static void nvme_p16_commit(struct zo_engine *e, uint32_t c, int updated, int stored)
+static void nvme_p16_commit(void *self, struct zo_engine *e, uint32_t c, int updated, int stored)
 {
     eng_chunk *k = &e->chunks[c];
     if (stored || (updated && k->palt_valid))
@@ -662,22 +657,24 @@ int eng_p16_nvme(const eng_chunk *k)
     return k->pt == &eng_param_tier_nvme;
 }
 
-zo_status eng_p16_nvme_read(struct zo_engine *e, uint32_t c, int latest, void *buf)
+zo_status eng_p16_nvme_read(eng_nvme_tier *nv, struct zo_engine *e, uint32_t c, int latest,
+                            void *buf)
 {
     eng_chunk *k = &e->chunks[c];
     int x = latest ? 1 - k->pext_cur : k->pext_cur;
     zo_swap_io_t io = NULL;
-    ZO_TRY(eng_swap_async(e, 0, 1, c, k->pext[x], buf, e->nvme.p16_extent, k->pgen[x], &io));
+    ZO_TRY(eng_swap_async(e, 0, 1, c, k->pext[x], buf, nv->p16_extent, k->pgen[x], &io));
     return eng_timed_swap_wait(e, io);
 }
 
-zo_status eng_p16_nvme_receive(struct zo_engine *e, uint32_t c, void *buf, zo_swap_io_t *io)
+zo_status eng_p16_nvme_receive(eng_nvme_tier *nv, struct zo_engine *e, uint32_t c, void *buf,
+                               zo_swap_io_t *io)
 {
     eng_chunk *k = &e->chunks[c];
     int alt = 1 - k->pext_cur;
     k->palt_valid = 0;
     k->pgen[alt] = k->pgen[k->pext_cur] + 1;
-    return eng_swap_async(e, 1, 1, c, k->pext[alt], buf, e->nvme.p16_extent, k->pgen[alt], io);
+    return eng_swap_async(e, 1, 1, c, k->pext[alt], buf, nv->p16_extent, k->pgen[alt], io);
 }
 
 /* ---- device-resident 16-bit parameters with their copy here ---- */
@@ -690,45 +687,48 @@ static void backed_account(const eng_plan_in *in, zo_engine_footprint *fp)
 }
 
 /* Placed and released with the NVMe 16-bit parameters (nvme_p16_place). */
-static zo_status backed_place(struct zo_engine *e)
+static zo_status backed_place(void *self, struct zo_engine *e)
 {
     (void)e;
     return ZO_OK;
 }
 
-static void backed_release(struct zo_engine *e)
+static void backed_release(void *self, struct zo_engine *e)
 {
     (void)e;
 }
 
 /* The committed master of chunk c rounded to 16 bits (what its copy holds)
- * into a twin for slot s, after a load of the copy failed: a corrupted
+ * into a twin for a slot (filled: its event), after a load of the copy failed: a corrupted
  * extent fails every read again, the states it was rounded from do not.
  * Their buffer is pageable memory, taken only then. */
-static zo_status p16_from_master(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
+static zo_status p16_from_master(eng_nvme_tier *nv, struct zo_engine *e, uint32_t c,
+                                 zo_event_t filled, const void **src)
 {
     eng_chunk *k = &e->chunks[c];
     eng_twin *t;
-    ZO_TRY(take_twin(e, &t));
-    float *buf = aligned_alloc(ZO_SWAP_ALIGN, e->nvme.state_extent_bytes);
+    ZO_TRY(take_twin(nv, &t));
+    float *buf = aligned_alloc(ZO_SWAP_ALIGN, nv->state_extent_bytes);
     if (!buf)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a chunk's states to reload it");
     int x = eng_behind_latest(e, c) ? 1 - k->ext_cur : k->ext_cur; /* as p16_loaded */
-    zo_status st = zo_swap_read(e->nvme.swap, k->ext[x], buf, state_io_bytes(e, k), k->gen[x]);
+    zo_status st = zo_swap_read(nv->swap, k->ext[x], buf, state_io_bytes(e, k), k->gen[x]);
     if (st == ZO_OK) /* the master leads the packed states */
         eng_cast_params(e->cfg.param_dtype, buf, t->ptr, k->n_elems);
     free(buf);
     ZO_TRY(st);
-    t->slot = (int)s;
+    t->filled = filled;
     *src = t->ptr;
     return ZO_OK;
 }
 
-static zo_status backed_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
+static zo_status backed_source(void *self, struct zo_engine *e, uint32_t c, zo_event_t filled,
+                               const void **src)
 {
+    eng_nvme_tier *nv = self;
     if (e->chunks[c].reload == ENG_RELOAD_MASTER)
-        return p16_from_master(e, c, s, src);
-    return nvme_p16_source(e, c, s, src);
+        return p16_from_master(nv, e, c, filled, src);
+    return nvme_p16_source(self, e, c, filled, src);
 }
 
 const eng_param_tier eng_param_tier_device_nvme = {
@@ -812,80 +812,84 @@ static void log_split(const struct zo_engine *e)
                 full, n);
 }
 
-static zo_status nvme_states_place(struct zo_engine *e)
+static zo_status nvme_states_place(void *self, struct zo_engine *e)
 {
+    eng_nvme_tier *nv = self;
     uint32_t n = eng_chunks_at(e, 1, &eng_state_tier_nvme);
-    e->nvme.stage_bytes = e->nvme.state_extent_bytes + (eng_p16_on_nvme(e) ? e->chunk_bytes : 0) +
-                          eng_grads_stage_room(e); /* spilled gradients read back */
+    nv->stage_bytes = nv->state_extent_bytes + (eng_p16_on_nvme(e) ? e->chunk_bytes : 0) +
+                      eng_grads_stage_room(e); /* spilled gradients read back */
     for (unsigned i = 0; i < ENG_NVME_STAGES; i++)
-        e->nvme.spec.rd_chunk[i] = e->nvme.spec.wr_chunk[i] = -1;
+        nv->spec.rd_chunk[i] = nv->spec.wr_chunk[i] = -1;
     void *tmp[ENG_NVME_STAGES];
-    ZO_TRY(eng_take_pinned(e, e->nvme.stage_bytes, ENG_NVME_STAGES, tmp));
+    ZO_TRY(eng_take_pinned(e, nv->stage_bytes, ENG_NVME_STAGES, tmp));
     for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-        e->nvme.stage[i] = tmp[i];
+        nv->stage[i] = tmp[i];
     uint64_t bb = split_bits_bytes(&e->cfg, e->chunk_elems);
     float *bits = NULL;
     ZO_TRY(eng_host_alloc(e, ENG_NVME_STAGES * bb, &bits));
     for (unsigned i = 0; bits && i < ENG_NVME_STAGES; i++)
-        e->nvme.split_bits[i] = (uint8_t *)bits + i * bb;
-    ZO_TRY(eng_open_store(e, e->nvme.nvme_state_extent, 2ull * n, "", &e->nvme.swap));
-    eng_store_opened(e, e->nvme.swap, e->nvme.nvme_state_extent);
+        nv->split_bits[i] = (uint8_t *)bits + i * bb;
+    ZO_TRY(eng_open_store(e, nv->nvme_state_extent, 2ull * n, "", &nv->swap));
+    eng_store_opened(e, nv->swap, nv->nvme_state_extent);
     log_split(e);
     for (uint32_t c = 0; c < e->n_chunks; c++)
         for (int i = 0; e->chunks[c].st == &eng_state_tier_nvme && i < 2; i++)
-            ZO_TRY(
-                zo_swap_alloc_extent(e->nvme.swap, 2ull * c + (uint64_t)i, &e->chunks[c].ext[i]));
+            ZO_TRY(zo_swap_alloc_extent(nv->swap, 2ull * c + (uint64_t)i, &e->chunks[c].ext[i]));
     for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-        ZO_TRY(zo_swap_register_buffer(e->nvme.swap, e->nvme.stage[i], e->nvme.stage_bytes));
+        ZO_TRY(zo_swap_register_buffer(nv->swap, nv->stage[i], nv->stage_bytes));
     return ZO_OK;
 }
 
-static void nvme_states_release(struct zo_engine *e)
+static void nvme_states_release(void *self, struct zo_engine *e)
 {
-    free(e->nvme.split_bits[0]);
-    memset(e->nvme.split_bits, 0, sizeof e->nvme.split_bits);
-    if (e->nvme.swap) { /* the mode's settle drained the speculative pipeline */
+    eng_nvme_tier *nv = self;
+    free(nv->split_bits[0]);
+    memset(nv->split_bits, 0, sizeof nv->split_bits);
+    if (nv->swap) { /* the mode's settle drained the speculative pipeline */
         for (int i = 0; i < (int)ENG_NVME_STAGES; i++)
-            if (e->nvme.stage[i])
-                zo_swap_unregister_buffer(e->nvme.swap, e->nvme.stage[i]);
-        zo_swap_close(e->nvme.swap);
-        e->nvme.swap = NULL;
+            if (nv->stage[i])
+                zo_swap_unregister_buffer(nv->swap, nv->stage[i]);
+        zo_swap_close(nv->swap);
+        nv->swap = NULL;
     }
-    memset(e->nvme.stage, 0, sizeof e->nvme.stage);
+    memset(nv->stage, 0, sizeof nv->stage);
 }
 
-static float *nvme_init_buf(struct zo_engine *e, uint32_t c)
+static float *nvme_init_buf(void *self, struct zo_engine *e, uint32_t c)
 {
+    eng_nvme_tier *nv = self;
     (void)c;
-    return e->nvme.stage[0];
+    return nv->stage[0];
 }
 
 /* master only: m and v start at zero */
-static zo_status nvme_init(struct zo_engine *e, uint32_t c, float *buf)
+static zo_status nvme_init(void *self, struct zo_engine *e, uint32_t c, float *buf)
 {
+    eng_nvme_tier *nv = self;
     eng_chunk *k = &e->chunks[c];
     k->gen[0] = 1;
     k->split_ref[0] = k->split_ref[1] = -1; /* the first update splits it */
     states_pack(e, k, buf);
-    return zo_swap_write(e->nvme.swap, k->ext[0], buf, state_io_bytes(e, k), k->gen[0]);
+    return zo_swap_write(nv->swap, k->ext[0], buf, state_io_bytes(e, k), k->gen[0]);
 }
 
-static zo_status nvme_drain(struct zo_engine *e)
+static zo_status nvme_drain(void *self, struct zo_engine *e)
 {
-    return e->nvme.swap ? spec_drain(e) : ZO_OK;
+    eng_nvme_tier *nv = self;
+    return nv->swap ? spec_drain(nv, e) : ZO_OK;
 }
 
-static void nvme_rollback(struct zo_engine *e, uint32_t c)
+static void nvme_rollback(void *self, struct zo_engine *e, uint32_t c)
 {
     (void)e, (void)c;
 } /* nothing in place */
 
-static void nvme_discard(struct zo_engine *e, uint32_t c)
+static void nvme_discard(void *self, struct zo_engine *e, uint32_t c)
 {
     e->chunks[c].alt_valid = 0;
 }
 
-static int nvme_commit(struct zo_engine *e, uint32_t c)
+static int nvme_commit(void *self, struct zo_engine *e, uint32_t c)
 {
     eng_chunk *k = &e->chunks[c];
     if (!k->alt_valid)
@@ -896,10 +900,11 @@ static int nvme_commit(struct zo_engine *e, uint32_t c)
 }
 
 /* The stages are idle between steps. */
-static zo_status nvme_write_begin(struct zo_engine *e, uint32_t c, float **buf)
+static zo_status nvme_write_begin(void *self, struct zo_engine *e, uint32_t c, float **buf)
 {
-    *buf = e->nvme.stage[0];
-    return nvme_read(e, c, *buf);
+    eng_nvme_tier *nv = self;
+    *buf = nv->stage[0];
+    return nvme_read(self, e, c, *buf);
 }
 
 const eng_state_tier eng_state_tier_nvme = {

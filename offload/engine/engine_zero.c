@@ -157,7 +157,7 @@ typedef struct gather_read {
 static zo_status read_for_gather(void *arg)
 {
     gather_read *g = arg;
-    zo_status st = eng_p16_nvme_read(g->e, g->c, 0, g->buf);
+    zo_status st = eng_p16_nvme_read(g->e->chunks[g->c].pctx, g->e, g->c, 0, g->buf);
     return st < 0 ? eng_zero_defer(g->e, st, -1) : ZO_OK;
 }
 
@@ -457,9 +457,9 @@ static zo_status resend(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, int 
     void *buf = e->zero.pbuf[0] ? e->zero.pbuf[0] : (void *)e->zero.scratch;
     int32_t good = 1;
     if (k->owner == e->cfg.rank && eng_p16_nvme(k))
-        good = eng_p16_nvme_read(e, c, latest, buf) == ZO_OK;
+        good = eng_p16_nvme_read(k->pctx, e, c, latest, buf) == ZO_OK;
     else if (k->owner == e->cfg.rank)
-        buf = latest ? k->pt->update_out(e, c, NULL) : k->p16[k->p16_cur];
+        buf = latest ? k->pt->update_out(k->pctx, e, c, NULL) : k->p16[k->p16_cur];
     if (!good)
         ZO_LOGW(ENG_SUBSYS, "reading chunk %u to send it to rank %d failed: %s", c, r,
                 zo_last_error());
@@ -473,7 +473,7 @@ static zo_status resend(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, int 
     zo_status st = good ? ZO_OK : ZO_FAIL(ZO_ERR_IO, ENG_SUBSYS, "its owner could not read it");
     zo_swap_io_t io = NULL;
     if (st == ZO_OK && latest)
-        st = eng_p16_nvme_receive(e, c, buf, &io);
+        st = eng_p16_nvme_receive(k->pctx, e, c, buf, &io);
     if (st == ZO_OK && latest)
         st = eng_timed_swap_wait(e, io);
     else if (st == ZO_OK)
@@ -656,14 +656,14 @@ static zo_status share_nvme(struct zo_engine *e, uint32_t c, zo_comm_t comm, zo_
     void *buf = e->zero.pbuf[b];
     int mine = k->owner == e->cfg.rank;
     if (mine && r->st >= 0)
-        ring_keep(r, eng_p16_nvme_read(e, c, 1, buf));
+        ring_keep(r, eng_p16_nvme_read(k->pctx, e, c, 1, buf));
     ZO_TRY(zo_comm_broadcast(comm, s, buf, k->n_elems, e->cfg.param_dtype, k->owner));
     ZO_TRY(zo_stream_synchronize(s));
     if (mine || r->st < 0)
         return ZO_OK;
     size_t used = k->n_elems * e->pel;
     memset((char *)buf + used, 0, e->nvme.p16_extent - used);
-    zo_status st = eng_p16_nvme_receive(e, c, buf, &r->io[b]);
+    zo_status st = eng_p16_nvme_receive(k->pctx, e, c, buf, &r->io[b]);
     missed(e, r, c, st);
     if (st == ZO_OK)
         r->chunk[b] = (int)c;
@@ -681,7 +681,8 @@ static zo_status share_all(struct zo_engine *e, zo_comm_t comm, zo_stream_t s, s
             ZO_TRY(share_nvme(e, c, comm, s, r));
             continue;
         }
-        void *p16 = k->pt->update_out(e, c, NULL); /* behind the fetches' copy in dpu mode */
+        void *p16 =
+            k->pt->update_out(k->pctx, e, c, NULL); /* behind the fetches' copy in dpu mode */
         ZO_TRY(zo_comm_broadcast(comm, s, p16, k->n_elems, e->cfg.param_dtype, k->owner));
     }
     return zo_stream_synchronize(s);
@@ -720,24 +721,24 @@ static void remote_account(const eng_plan_in *in, zo_engine_footprint *fp)
     (void)fp;
 }
 
-static zo_status remote_place(struct zo_engine *e)
+static zo_status remote_place(void *self, struct zo_engine *e)
 {
     (void)e;
     return ZO_OK;
 }
 
-static void remote_release(struct zo_engine *e)
+static void remote_release(void *self, struct zo_engine *e)
 {
     (void)e;
 }
 
-static float *remote_init_buf(struct zo_engine *e, uint32_t c)
+static float *remote_init_buf(void *self, struct zo_engine *e, uint32_t c)
 {
     (void)c;
     return e->zero.scratch;
 }
 
-static zo_status remote_init(struct zo_engine *e, uint32_t c, float *buf)
+static zo_status remote_init(void *self, struct zo_engine *e, uint32_t c, float *buf)
 {
     (void)e;
     (void)c;
@@ -745,7 +746,7 @@ static zo_status remote_init(struct zo_engine *e, uint32_t c, float *buf)
     return ZO_OK;
 }
 
-static zo_status remote_update(struct zo_engine *e, const uint32_t *chunks, uint32_t n,
+static zo_status remote_update(void *self, struct zo_engine *e, const uint32_t *chunks, uint32_t n,
                                const eng_update_args *u)
 {
     (void)n;
@@ -753,44 +754,45 @@ static zo_status remote_update(struct zo_engine *e, const uint32_t *chunks, uint
     return not_here(e, chunks[0]);
 }
 
-static zo_status remote_speculate(struct zo_engine *e, uint32_t c, const eng_job *j)
+static zo_status remote_speculate(void *self, struct zo_engine *e, uint32_t c, const eng_job *j,
+                                  int next)
 {
     (void)j;
     return not_here(e, c);
 }
 
-static zo_status remote_drain(struct zo_engine *e)
+static zo_status remote_drain(void *self, struct zo_engine *e)
 {
     (void)e;
     return ZO_OK;
 }
 
-static void remote_forget(struct zo_engine *e, uint32_t c)
+static void remote_forget(void *self, struct zo_engine *e, uint32_t c)
 {
     (void)e;
     (void)c;
 }
 
-static int remote_commit(struct zo_engine *e, uint32_t c)
+static int remote_commit(void *self, struct zo_engine *e, uint32_t c)
 {
     (void)e;
     (void)c;
     return 0;
 }
 
-static zo_status remote_read(struct zo_engine *e, uint32_t c, float *out)
+static zo_status remote_read(void *self, struct zo_engine *e, uint32_t c, float *out)
 {
     (void)out;
     return not_here(e, c);
 }
 
-static zo_status remote_write_begin(struct zo_engine *e, uint32_t c, float **buf)
+static zo_status remote_write_begin(void *self, struct zo_engine *e, uint32_t c, float **buf)
 {
     (void)buf;
     return not_here(e, c);
 }
 
-static zo_status remote_write_end(struct zo_engine *e, uint32_t c, float *buf)
+static zo_status remote_write_end(void *self, struct zo_engine *e, uint32_t c, float *buf)
 {
     (void)buf;
     return not_here(e, c);
@@ -826,16 +828,17 @@ static void remote_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
     (void)fp;
 }
 
-static zo_status remote_p16_write(struct zo_engine *e, uint32_t c, const float *master, int init)
+static zo_status remote_p16_write(void *self, struct zo_engine *e, uint32_t c, const float *master,
+                                  int init)
 {
     (void)e, (void)c, (void)master, (void)init; /* the owner holds them */
     return ZO_OK;
 }
 
 /* The gather buffer its last gather filled: a fetch gathers before it loads. */
-static zo_status remote_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, const void **src)
+static zo_status remote_p16_source(void *self, struct zo_engine *e, uint32_t c, zo_event_t filled,
+                                   const void **src)
 {
-    (void)s;
     if (!eng_zero_held(e, c))
         return ZO_FAIL(ZO_ERR_INTERNAL, ENG_SUBSYS,
                        "chunk %u (layer %d, owned by rank %d) is loaded without a current "
@@ -845,13 +848,13 @@ static zo_status remote_p16_source(struct zo_engine *e, uint32_t c, uint32_t s, 
     return ZO_OK;
 }
 
-static void *remote_p16_out(struct zo_engine *e, uint32_t c, void *tail)
+static void *remote_p16_out(void *self, struct zo_engine *e, uint32_t c, void *tail)
 {
     (void)e, (void)c, (void)tail; /* never updated here */
     return NULL;
 }
 
-static void remote_p16_commit(struct zo_engine *e, uint32_t c, int updated, int stored)
+static void remote_p16_commit(void *self, struct zo_engine *e, uint32_t c, int updated, int stored)
 {
     (void)e, (void)c, (void)updated, (void)stored;
 }

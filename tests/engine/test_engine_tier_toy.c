@@ -8,7 +8,8 @@
  * pool holds exactly those and is empty again once the engine is freed; a
  * budget one byte short is refused naming the tier; and the registry refuses
  * an incomplete table, one of another version, and a tier beyond
- * ZO_TIER_MAX. */
+ * ZO_TIER_MAX. Its operations reach their state through the context they
+ * are handed (self), as the built-in tiers' do. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,22 +31,16 @@ typedef struct toy_pool {
 
 static toy_pool pool;
 
-static toy_pool *toy_ctx(void)
-{
-    return eng_tier_ctx(TOY);
-}
-
 static void toy_states_account(const eng_plan_in *in, zo_engine_footprint *fp)
 {
     fp->bytes[TOY] += eng_resident_account(in, TOY, fp);
 }
 
-static zo_status toy_states_place(struct zo_engine *e);
+static zo_status toy_states_place(void *self, struct zo_engine *e);
 
-static void toy_states_release(struct zo_engine *e)
+static void toy_states_release(void *self, struct zo_engine *e)
 {
-    (void)e;
-    toy_pool *p = toy_ctx();
+    toy_pool *p = self; /* the context it was registered with */
     free(p->states);
     free(p->backups);
     p->states = p->backups = NULL;
@@ -76,9 +71,9 @@ static const eng_state_tier toy_states = {
 
 /* The states of the chunks homed here, from the pool (overlap's backups go to
  * the host tier, as the host tier's do). */
-static zo_status toy_states_place(struct zo_engine *e)
+static zo_status toy_states_place(void *self, struct zo_engine *e)
 {
-    toy_pool *p = toy_ctx();
+    toy_pool *p = self;
     uint64_t bytes = 0;
     for (uint32_t c = 0; c < e->n_chunks; c++)
         if (e->chunks[c].st == &toy_states)
@@ -104,9 +99,9 @@ static void toy_p16_account(const eng_plan_in *in, zo_engine_footprint *fp)
     eng_host_p16_account(in, TOY, fp);
 }
 
-static zo_status toy_p16_place(struct zo_engine *e);
+static zo_status toy_p16_place(void *self, struct zo_engine *e);
 
-static void toy_p16_release(struct zo_engine *e)
+static void toy_p16_release(void *self, struct zo_engine *e)
 {
     (void)e; /* the pinned pool goes with the engine's */
 }
@@ -125,7 +120,7 @@ static const eng_param_tier toy_params = {
     .commit = eng_host_p16_commit,
 };
 
-static zo_status toy_p16_place(struct zo_engine *e)
+static zo_status toy_p16_place(void *self, struct zo_engine *e)
 {
     return eng_host_p16_place(e, &toy_params);
 }
@@ -174,7 +169,7 @@ static void test_toy_tier_budget_is_its_own(void **state)
     pool.budget = 0;
 }
 
-static zo_status no_place(struct zo_engine *e)
+static zo_status no_place(void *self, struct zo_engine *e)
 {
     (void)e;
     return ZO_OK;
