@@ -115,48 +115,71 @@ uint64_t zt_tp_default_chunk_bytes(const zt_shape *full, int T)
     return (mx * 2 + 4095) / 4096 * 4096; /* 16-bit, as zt_default_chunk_bytes */
 }
 
-/* Row-parallel (o_proj, down_proj): [rows, cols] stored row-major, rank r
- * takes columns [r cols/T, (r+1) cols/T) of every row. */
-static void slice_columns(const float *src, float *dst, size_t rows, size_t cols, int T, int r)
+/* Row-parallel (o_proj, down_proj) tensors are [dim, cols] row-major and
+ * rank r holds columns [r cols/T, (r+1) cols/T) of every row: cols into
+ * *cols. Every other tensor's part is one contiguous stretch. */
+static int column_split(const zt_shape *full, int T, int layer, int idx, size_t *cols)
 {
-    size_t w = cols / (size_t)T;
-    for (size_t i = 0; i < rows; i++)
-        memcpy(dst + i * w, src + i * cols + (size_t)r * w, w * sizeof *dst);
+    if (T <= 1 || !is_block(full, layer) || (idx != ZT_WO && idx != ZT_WDOWN))
+        return 0;
+    *cols = idx == ZT_WO ? (size_t)zt_q_dim(full) : (size_t)full->ffn_dim;
+    return 1;
 }
 
-/* slice_columns' inverse: rank r's columns back into the whole matrix. */
-static void merge_columns(const float *src, float *dst, size_t rows, size_t cols, int T, int r)
+size_t zt_tp_run(const zt_shape *full, int T, int layer, int idx)
 {
-    size_t w = cols / (size_t)T;
-    for (size_t i = 0; i < rows; i++)
-        memcpy(dst + i * cols + (size_t)r * w, src + i * w, w * sizeof *dst);
+    size_t cols;
+    if (column_split(full, T, layer, idx, &cols))
+        return cols / (size_t)T;
+    return zt_tp_numel(full, T, layer, idx);
+}
+
+/* Rank r's part from the whole tensor src into dst (from_whole), or from
+ * the part src into its place in the whole dst, in items of es bytes that
+ * each stand for unit elements. */
+static void move_part(const zt_shape *full, int T, int r, int layer, int idx, const char *src,
+                      char *dst, size_t es, size_t unit, int from_whole)
+{
+    size_t cols;
+    if (column_split(full, T, layer, idx, &cols)) {
+        size_t w = cols / (size_t)T / unit * es, row = cols / unit * es;
+        for (size_t i = 0; i < (size_t)full->dim; i++) {
+            size_t in_whole = i * row + (size_t)r * w, in_part = i * w;
+            memcpy(dst + (from_whole ? in_part : in_whole), src + (from_whole ? in_whole : in_part),
+                   w);
+        }
+        return;
+    }
+    /* column-parallel rows, the vocabulary's rows, replicated parts and the parts of
+     * shared key/value heads (rank r: part r % R of head r / R, at r n): contiguous */
+    size_t n = zt_tp_numel(full, T, layer, idx) / unit * es, at = (size_t)r * n;
+    memcpy(dst + (from_whole ? 0 : at), src + (from_whole ? at : 0), n);
+}
+
+void zt_tp_slice_items(const zt_shape *full, int T, int r, int layer, int idx, const void *whole,
+                       void *part, size_t es, size_t unit)
+{
+    move_part(full, T, r, layer, idx, whole, part, es, unit, 1);
+}
+
+void zt_tp_merge_items(const zt_shape *full, int T, int layer, int idx, const void *parts,
+                       size_t stride, void *whole, size_t es, size_t unit)
+{
+    for (int r = 0; r < T; r++)
+        move_part(full, T, r, layer, idx, (const char *)parts + (size_t)r * stride, whole, es, unit,
+                  0);
 }
 
 void zt_tp_merge(const zt_shape *full, int T, int layer, int idx, const float *parts, float *dst)
 {
-    size_t n = zt_tp_numel(full, T, layer, idx), d = (size_t)full->dim;
-    for (int r = 0; r < T; r++) {
-        const float *src = parts + (size_t)r * n;
-        if (T > 1 && is_block(full, layer) && idx == ZT_WO)
-            merge_columns(src, dst, d, (size_t)zt_q_dim(full), T, r);
-        else if (T > 1 && is_block(full, layer) && idx == ZT_WDOWN)
-            merge_columns(src, dst, d, (size_t)full->ffn_dim, T, r);
-        else /* zt_tp_slice's contiguous parts */
-            memcpy(dst + (size_t)r * n, src, n * sizeof *dst);
-    }
+    size_t n = zt_tp_numel(full, T, layer, idx);
+    zt_tp_merge_items(full, T, layer, idx, parts, n * sizeof *parts, dst, sizeof *dst, 1);
 }
 
 void zt_tp_slice(const zt_shape *full, int T, int r, int layer, int idx, const float *src,
                  float *dst)
 {
-    size_t n = zt_tp_numel(full, T, layer, idx), d = (size_t)full->dim;
-    if (T > 1 && is_block(full, layer) && idx == ZT_WO)
-        slice_columns(src, dst, d, (size_t)zt_q_dim(full), T, r);
-    else if (T > 1 && is_block(full, layer) && idx == ZT_WDOWN)
-        slice_columns(src, dst, d, (size_t)full->ffn_dim, T, r);
-    else /* column-parallel rows, the vocabulary's rows, replicated parts and the parts of
-          * shared key/value heads (rank r: part r % R of head r / R, at r n): contiguous */
-        memcpy(dst, src + (size_t)r * n, n * sizeof *dst);
+    zt_tp_slice_items(full, T, r, layer, idx, src, dst, sizeof *dst, 1);
 }
 
 /* ---- the rank's view of a layer ---- */

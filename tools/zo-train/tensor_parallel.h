@@ -61,6 +61,19 @@ void zt_tp_slice(const zt_shape *full, int T, int r, int layer, int idx, const f
 /* zt_tp_slice's inverse: the whole tensor from the T ranks' parts (rank
  * order, zt_tp_numel each, one after another). */
 void zt_tp_merge(const zt_shape *full, int T, int layer, int idx, const float *parts, float *dst);
+/* The elements of a part that lie one after another in the whole tensor:
+ * a row's columns of a row-parallel weight, else the whole part. Formats
+ * stored in blocks (int8 moments) slice and merge block by block when it
+ * is a whole number of blocks. */
+size_t zt_tp_run(const zt_shape *full, int T, int layer, int idx);
+/* zt_tp_slice and zt_tp_merge for a tensor stored as items of es bytes,
+ * each standing for unit elements (moments as the engine stores them: bf16
+ * or int8 codes, int8's per-block scales with unit the block; unit must
+ * divide zt_tp_run). merge takes part r at parts + r stride. */
+void zt_tp_slice_items(const zt_shape *full, int T, int r, int layer, int idx, const void *whole,
+                       void *part, size_t es, size_t unit);
+void zt_tp_merge_items(const zt_shape *full, int T, int layer, int idx, const void *parts,
+                       size_t stride, void *whole, size_t es, size_t unit);
 /* Device bytes beside the arena: the whole copies a fetch gathers
  * (parameters and gradients) and the model's parallel cross-entropy stats
  * for head chunks of head_rows (zt_head_chunk_rows of the local shape). */
