@@ -2,7 +2,9 @@
 (root allowed, oversubscribed, unbound, as CI runs them), and failures
 collected by check() and reported by finish().
 """
+import json
 import os
+import struct
 import sys
 
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -26,3 +28,24 @@ def finish(name):
         print("FAIL:", f)
     print("%s: %d failure(s)" % (name, len(failures)))
     sys.exit(1 if failures else 0)
+
+
+def read_safetensors(path):
+    """name -> (dtype, shape, raw bytes)"""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, v in head.items():
+        if name == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        out[name] = (v["dtype"], v["shape"], data[a:b])
+    return out
+
+
+def latest(d):
+    """The checkpoint directory d/latest names."""
+    with open(os.path.join(d, "latest")) as f:
+        return os.path.join(d, f.read().strip())

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 
-from mpi_test_util import ENV, check, failures, finish, mpi
+from mpi_test_util import ENV, check, failures, finish, latest, mpi, read_safetensors
 
 MPIEXEC, EXE = sys.argv[1], sys.argv[2]
 MPI = mpi(MPIEXEC)
@@ -54,21 +54,6 @@ def train(ranks, args, swap):
     return json.loads(p.stdout)
 
 
-def read_safetensors(path):
-    """name -> (dtype, shape, raw bytes)"""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        head = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, v in head.items():
-        if name == "__metadata__":
-            continue
-        a, b = v["data_offsets"]
-        out[name] = (v["dtype"], v["shape"], data[a:b])
-    return out
-
-
 def read_set(d, base):
     """Every tensor of d's base.safetensors, or of the shards its index names."""
     index = os.path.join(d, base + ".safetensors.index.json")
@@ -85,11 +70,6 @@ def read_set(d, base):
     check(set(out) == set(wmap), "%s: the shards hold %d tensors, the index names %d" %
           (index, len(out), len(wmap)))
     return out
-
-
-def latest(d):
-    with open(os.path.join(d, "latest")) as f:
-        return os.path.join(d, f.read().strip())
 
 
 def same_weights(ckpt_a, ckpt_b, what):
