@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ckpt_sums.h"
+#include "ckpt_tp.h"
 #include "hf_io.h"
 #include "ranks.h"
 #include "zo/atomic_file.h"
@@ -92,17 +93,40 @@ static zo_status join(char *out, const char *dir, const char *name)
     return ZO_OK;
 }
 
-/* This process's rank and the run's ranks (0 of 1 without ZeRO). */
-static int rank_of(const zt_trainer *t)
+/* This process's world rank (0 with one rank): world rank 0 prepares and
+ * completes a checkpoint's directory. */
+static int world_rank(const zt_trainer *t)
 {
     const zt_options *o = zt_trainer_options(t);
     return o->world_size > 1 ? o->rank : 0;
 }
 
+/* The shard this rank's tensor-parallel group writes and reads, and the
+ * run's shards: one a rank (0 of 1 with one rank), and with
+ * --tensor-parallel T one a group of T ranks, numbered as the ranks of a run
+ * at T = 1 with the same stages and data-parallel ranks (ckpt_tp.h). */
+static int rank_of(const zt_trainer *t)
+{
+    return world_rank(t) / zt_options_tp_size(zt_trainer_options(t));
+}
+
 static int ranks_of(const zt_trainer *t)
 {
     const zt_options *o = zt_trainer_options(t);
-    return o->world_size > 1 ? o->world_size : 1;
+    return o->world_size > 1 ? o->world_size / zt_options_tp_size(o) : 1;
+}
+
+/* The shard holding tensor (layer, idx): its owner's group's. */
+static int shard_of(const zt_trainer *t, int layer, int idx)
+{
+    return zt_trainer_tensor_owner(t, layer, idx) / zt_options_tp_size(zt_trainer_options(t));
+}
+
+/* Tensor parallel: whether this rank writes its group's shard (its first
+ * rank) or only gives its parts. */
+static int writes_shard(const zt_trainer *t)
+{
+    return zt_options_tp_rank(zt_trainer_options(t)) == 0;
 }
 
 static int exists(const char *path)
@@ -215,6 +239,13 @@ static zo_dtype tensor_fmt(zt_trainer *t, const tensor_ref *x)
     return zo_engine_tensor_state_dtype(zt_trainer_engine(t), x->id);
 }
 
+/* ... and as this run's checkpoint stores them (the engine's format, or
+ * fp32 where int8 blocks straddle tensor-parallel parts: ckpt_tp.h). */
+static zo_dtype saved_fmt(zt_trainer *t, const tensor_ref *x)
+{
+    return zt_ckpt_saved_format(zt_trainer_options(t), x->layer, x->idx);
+}
+
 /* The safetensors dtype of a moment stored in state format fmt. */
 static zo_dtype moment_file_dtype(zo_dtype fmt)
 {
@@ -244,7 +275,7 @@ static zo_status declare_all(zt_trainer *t, writers *w, const tensor_ref *r, int
         if ((st = zo_st_writer_declare(w->model, r[i].name, ZO_DTYPE_F32, r[i].ndim, r[i].shape)) <
             0)
             return writer_fail(st, w->model_path);
-        zo_dtype tf = tensor_fmt(t, &r[i]);
+        zo_dtype tf = saved_fmt(t, &r[i]);
         int64_t blocks = (int64_t)moment_scales(tf, r[i].numel);
         for (int k = 0; k < 2; k++) {
             moment_name(nm, sizeof nm, r[i].name, k, 0);
@@ -289,44 +320,94 @@ static zo_status refuse_nonfinite(const char *name, const char *where, const flo
                    where, isnan(x[i]) ? "NaN" : "Inf", i);
 }
 
+/* Tensor x's whole master weights and moments (in saved_fmt's raw layout)
+ * into buf, m and v: from the engine, or with --tensor-parallel gathered
+ * from the group's parts (every rank of the group joins; read 0: without
+ * reading, after this rank failed). */
+static zo_status read_whole(zt_trainer *t, const tensor_ref *x, int read, float *buf, void *m,
+                            void *v)
+{
+    if (zt_trainer_tp_comm(t))
+        return zt_ckpt_tp_gather(t, x->layer, x->idx, read, buf, m, v);
+    ZT_LIB(zo_engine_read_state_raw(zt_trainer_engine(t), x->id, buf, m, v));
+    return ZO_OK;
+}
+
+/* Weights that are not finite are not saved: the save fails before
+ * `latest` moves, so the last good checkpoint stays. */
+static zo_status put_whole(zt_trainer *t, writers *w, const tensor_ref *x, const float *buf,
+                           void *m, void *v)
+{
+    size_t bad = first_nonfinite(buf, x->numel);
+    if (bad < x->numel)
+        return refuse_nonfinite(x->name, " (the weights to save)", buf, bad);
+    ZT_TRY(put_tensor(w, 0, x->name, buf, x->numel * sizeof(float)));
+    for (int k = 0; k < 2; k++)
+        ZT_TRY(write_moment(w, x, k, saved_fmt(t, x), k ? v : m));
+    return ZO_OK;
+}
+
 /* One tensor at a time: master into the model file, m and v into the
- * optimizer's. Weights that are not finite are not saved: the save fails
- * before `latest` moves, so the last good checkpoint stays. */
+ * optimizer's (w NULL: a tensor-parallel rank that only gives its parts).
+ * st: how the save went so far; a tensor-parallel group's ranks go through
+ * every gather whatever failed, so that none waits for a peer that left. */
 static zo_status stream_all(zt_trainer *t, writers *w, const tensor_ref *r, int n, float *buf,
-                            zo_dtype fmt)
+                            zo_status st)
 {
     const size_t cap = largest(r, n) + 2; /* see write_tensors */
-    float *m = buf + cap, *v = buf + 2 * cap;
-    for (int i = 0; i < n; i++) {
-        ZT_LIB(zo_engine_read_state_raw(zt_trainer_engine(t), r[i].id, buf, m, v));
-        size_t bad = first_nonfinite(buf, r[i].numel);
-        if (bad < r[i].numel)
-            return refuse_nonfinite(r[i].name, " (the weights to save)", buf, bad);
-        ZT_TRY(put_tensor(w, 0, r[i].name, buf, r[i].numel * sizeof(float)));
-        for (int k = 0; k < 2; k++)
-            ZT_TRY(write_moment(w, &r[i], k, tensor_fmt(t, &r[i]), k ? v : m));
+    float *m = buf ? buf + cap : NULL, *v = buf ? buf + 2 * cap : NULL;
+    const int group = zt_trainer_tp_comm(t) != NULL;
+    for (int i = 0; i < n && (st >= 0 || group); i++) {
+        zo_status rs = read_whole(t, &r[i], st >= 0, buf, m, v);
+        if (st >= 0)
+            st = rs;
+        if (st >= 0 && w)
+            st = put_whole(t, w, &r[i], buf, m, v);
     }
-    zo_status st = zo_st_writer_commit(w->model);
-    if (st < 0)
+    if (st < 0 || !w)
+        return st;
+    if ((st = zo_st_writer_commit(w->model)) < 0)
         return writer_fail(st, w->model_path);
     if ((st = zo_st_writer_commit(w->optim)) < 0)
         return writer_fail(st, w->optim_path);
     return ZO_OK;
 }
 
-/* The tensors rank `rank` owns (every tensor with one rank), compacted in place. */
-static int owned_only(zt_trainer *t, tensor_ref *r, int n, int rank)
+/* The tensors of shard `shard` (every tensor with one rank), compacted in
+ * place: the tensors a rank (with --tensor-parallel, its group) holds. */
+static int owned_only(zt_trainer *t, tensor_ref *r, int n, int shard)
 {
     int k = 0;
     for (int i = 0; i < n; i++)
-        if (zt_trainer_tensor_owner(t, r[i].layer, r[i].idx) == rank)
+        if (shard_of(t, r[i].layer, r[i].idx) == shard)
             r[k++] = r[i];
     return k;
 }
 
+/* The shard's two files open, their metadata and tensors declared. */
+static zo_status open_writers(zt_trainer *t, writers *w, const char *dir, const tensor_ref *r,
+                              int n, int rank, int ranks)
+{
+    zt_st_shard_name(w->model_name, sizeof w->model_name, ZT_CKPT_MODEL_BASE, rank, ranks);
+    zt_st_shard_name(w->optim_name, sizeof w->optim_name, ZT_CKPT_OPTIM_BASE, rank, ranks);
+    ZT_TRY(zt_sums_new(&w->sums));
+    ZT_TRY(join(w->model_path, dir, w->model_name));
+    ZT_TRY(join(w->optim_path, dir, w->optim_name));
+    zo_status st;
+    if ((st = zo_st_writer_init(&w->model, w->model_path)) < 0)
+        return writer_fail(st, w->model_path);
+    if ((st = zo_st_writer_init(&w->optim, w->optim_path)) < 0)
+        return writer_fail(st, w->optim_path);
+    if ((st = zo_st_writer_set_metadata(w->model, "zoffload", "fp32 master weights")) < 0)
+        return writer_fail(st, w->model_path);
+    return declare_all(t, w, r, n, zo_engine_state_dtype(zt_trainer_engine(t)));
+}
+
 /* This rank's tensors into DIR/model and DIR/optimizer (.safetensors with
- * one rank, else the rank's shard -0000{rank+1}-of-0000{ranks}), and their
- * checksums into DIR/checksums (the same naming, ckpt_sums.h). */
+ * one shard, else shard -0000{rank+1}-of-0000{ranks}), and their checksums
+ * into DIR/checksums (the same naming, ckpt_sums.h). With --tensor-parallel
+ * the group's first rank writes the group's shard of whole tensors and the
+ * others give their parts. */
 static zo_status write_tensors(zt_trainer *t, const char *dir, int rank, int ranks)
 {
     tensor_ref *r = NULL;
@@ -334,28 +415,15 @@ static zo_status write_tensors(zt_trainer *t, const char *dir, int rank, int ran
     ZT_TRY(model_tensors(t, &r, &n));
     n = owned_only(t, r, n, rank);
     writers w = {0};
-    char *model = w.model_name, *optim = w.optim_name;
-    zt_st_shard_name(model, sizeof w.model_name, ZT_CKPT_MODEL_BASE, rank, ranks);
-    zt_st_shard_name(optim, sizeof w.optim_name, ZT_CKPT_OPTIM_BASE, rank, ranks);
+    const int writes = writes_shard(t);
     /* master, m, v: a moment as stored takes at most 4 bytes an element and
      * 8 more (int8: codes padded to 4 bytes, then 4 bytes a block) */
     float *buf = malloc(3 * (largest(r, n) + 2) * sizeof *buf);
-    zo_dtype fmt = zo_engine_state_dtype(zt_trainer_engine(t));
-    zo_status st = buf ? zt_sums_new(&w.sums) : zt_fail(ZO_ERR_NO_MEMORY, "a tensor buffer");
-    if (st >= 0 && (st = join(w.model_path, dir, model)) >= 0 &&
-        (st = join(w.optim_path, dir, optim)) >= 0) {
-        if ((st = zo_st_writer_init(&w.model, w.model_path)) < 0)
-            writer_fail(st, w.model_path);
-        else if ((st = zo_st_writer_init(&w.optim, w.optim_path)) < 0)
-            writer_fail(st, w.optim_path);
-    }
-    if (st >= 0 && (st = zo_st_writer_set_metadata(w.model, "zoffload", "fp32 master weights")) < 0)
-        writer_fail(st, w.model_path);
-    if (st >= 0)
-        st = declare_all(t, &w, r, n, fmt);
-    if (st >= 0)
-        st = stream_all(t, &w, r, n, buf, fmt);
-    if (st >= 0)
+    zo_status st = buf ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "a tensor buffer");
+    if (st >= 0 && writes)
+        st = open_writers(t, &w, dir, r, n, rank, ranks);
+    st = stream_all(t, writes ? &w : NULL, r, n, buf, st);
+    if (st >= 0 && writes)
         st = zt_sums_write(w.sums, dir, rank, ranks);
     zt_sums_free(w.sums);
     zo_st_writer_free(w.model);
@@ -408,9 +476,9 @@ static zo_status fill_indices(zt_trainer *t, const tensor_ref *r, int n, index_l
 {
     char nm[160];
     for (int i = 0; i < n; i++) {
-        int owner = zt_trainer_tensor_owner(t, r[i].layer, r[i].idx);
+        int owner = shard_of(t, r[i].layer, r[i].idx);
         index_add(mi, r[i].name, owner, r[i].numel * sizeof(float));
-        zo_dtype tf = tensor_fmt(t, &r[i]);
+        zo_dtype tf = saved_fmt(t, &r[i]);
         for (int k = 0; k < 2; k++) {
             moment_name(nm, sizeof nm, r[i].name, k, 0);
             index_add(oi, nm, owner,
@@ -591,24 +659,25 @@ static zo_status finish_shards(zt_trainer *t, const save_names *n, const zt_trai
 }
 
 /* Across ranks every stage ends with the ranks agreeing (zt_ranks_agree):
- * rank 0 prepares the directory, every rank writes its shard, rank 0 writes
- * the indices and the state and moves latest; one rank failing fails all. */
+ * rank 0 prepares the directory, every rank writes its shard (with
+ * --tensor-parallel, every group its shard), rank 0 writes the indices and
+ * the state and moves latest; one rank failing fails all. */
 zo_status zt_ckpt_save(zt_trainer *t, const char *dir, char *path, size_t cap)
 {
     ZT_LIB(zo_engine_flush(zt_trainer_engine(t)));
     zo_comm_t comm = zt_trainer_comm(t);
     zo_stream_t s = zt_trainer_stream(t);
-    const int rank = rank_of(t), ranks = ranks_of(t);
+    const int rank = rank_of(t), ranks = ranks_of(t), first = world_rank(t) == 0;
     zt_train_state ts;
     zt_trainer_get_state(t, &ts);
     save_names n;
     zo_status st = name_save(dir, ts.step, &n);
-    if (st >= 0 && rank == 0)
+    if (st >= 0 && first)
         st = begin_save(dir, &n);
     ZT_TRY(zt_ranks_agree(comm, s, st, "preparing the checkpoint directory"));
     st = write_tensors(t, n.tmp, rank, ranks);
     ZT_TRY(zt_ranks_agree(comm, s, st, "writing the checkpoint's shards"));
-    st = rank == 0 ? finish_shards(t, &n, &ts) : ZO_OK;
+    st = first ? finish_shards(t, &n, &ts) : ZO_OK;
     ZT_TRY(zt_ranks_agree(comm, s, st, "completing the checkpoint"));
     if (path)
         snprintf(path, cap, "%s", n.final);
@@ -621,17 +690,17 @@ zo_status zt_ckpt_save_hf(zt_trainer *t, const char *dir, zo_dtype dt, uint64_t 
     if (!comm)
         return zt_hf_save(t, dir, dt, shard_bytes);
     zo_stream_t s = zt_trainer_stream(t);
-    const int rank = rank_of(t), ranks = ranks_of(t);
+    const int rank = rank_of(t), ranks = ranks_of(t), first = world_rank(t) == 0;
     char tmp[ZT_PATH];
     zo_status st = snprintf(tmp, sizeof tmp, "%s.tmp", dir) < (int)sizeof tmp
                        ? ZO_OK
                        : zt_fail(ZO_ERR_INVALID_ARG, "path too long: %s", dir);
-    if (st >= 0 && rank == 0)
+    if (st >= 0 && first)
         st = zt_hf_save_begin(dir, tmp, sizeof tmp);
     ZT_TRY(zt_ranks_agree(comm, s, st, "preparing the Hugging Face directory"));
     st = zt_hf_save_shard(t, tmp, dt, rank, ranks);
     ZT_TRY(zt_ranks_agree(comm, s, st, "writing the Hugging Face shards"));
-    st = rank == 0 ? zt_hf_save_end(t, tmp, dir, dt, ranks) : ZO_OK;
+    st = first ? zt_hf_save_end(t, tmp, dir, dt, ranks) : ZO_OK;
     return zt_ranks_agree(comm, s, st, "completing the Hugging Face directory");
 }
 
@@ -1051,18 +1120,33 @@ static void moment_from_file(const zo_st_tensor_info info[5], int k, zo_dtype fi
                moment_scales(file_fmt, numel) * sizeof(float));
 }
 
-/* Tensor x's states into the engine, converted when the formats differ. */
+/* Tensor x's states into the engine, converted when the formats differ;
+ * with --tensor-parallel this rank's part of them (cut in the stored format
+ * where its blocks allow, else from the decoded values: ckpt_tp.h), part
+ * holding 3 cap floats for it. */
 static zo_status restore_tensor(zt_trainer *t, zt_st_files *orr, const tensor_ref *x,
                                 zo_dtype file_fmt, const zo_st_tensor_info info[5], float *m,
-                                float *v)
+                                float *v, float *part, size_t cap)
 {
     zo_engine_t eng = zt_trainer_engine(t);
+    const zt_options *o = zt_trainer_options(t);
+    const int T = zt_options_tp_size(o);
     ZT_TRY(file_tensor_fmt(orr, file_fmt, x, &file_fmt));
-    int raw = file_fmt == tensor_fmt(t, x);
+    int raw =
+        file_fmt == tensor_fmt(t, x) && zt_ckpt_tp_slices(&o->shape, T, x->layer, x->idx, file_fmt);
     moment_from_file(info, 0, file_fmt, raw, x->numel, m);
     moment_from_file(info, 1, file_fmt, raw, x->numel, v);
-    zo_status st = raw ? zo_engine_write_state_raw(eng, x->id, info[0].data, m, v)
-                       : zo_engine_write_state(eng, x->id, info[0].data, m, v);
+    const float *w = info[0].data;
+    void *pm = m, *pv = v;
+    if (T > 1) {
+        pm = part + cap;
+        pv = part + 2 * cap;
+        zt_ckpt_tp_slice(&o->shape, T, zt_options_tp_rank(o), x->layer, x->idx,
+                         raw ? file_fmt : ZO_DTYPE_F32, w, m, v, part, pm, pv);
+        w = part;
+    }
+    zo_status st = raw ? zo_engine_write_state_raw(eng, x->id, w, pm, pv)
+                       : zo_engine_write_state(eng, x->id, w, pm, pv);
     return st < 0 ? zt_fail(st, "restoring %s: %s", x->name, zt_lib_message()) : ZO_OK;
 }
 
@@ -1148,7 +1232,7 @@ static zo_status check_states(const char *dir, const zt_sums *sums, zt_st_files 
 static zo_status read_sums(const zt_trainer *t, const char *dir, zt_sums **sums)
 {
     ZT_TRY(zt_sums_read(dir, sums));
-    if (!*sums && rank_of(t) == 0)
+    if (!*sums && world_rank(t) == 0)
         fprintf(stderr,
                 "zo-train: warning: %s has no %s.json (saved before checkpoints carried "
                 "checksums): loading it unverified\n",
@@ -1183,7 +1267,9 @@ static zo_status load_tensors(zt_trainer *t, const char *dir)
     zo_st_tensor_info info[5];
     zo_dtype fmt = ZO_DTYPE_F32;
     size_t cap = largest(r, n) + 2; /* as write_tensors' */
-    float *m = malloc(2 * cap * sizeof *m), *v = m + cap;
+    /* the whole moments, then with --tensor-parallel the rank's part of all three */
+    float *m = malloc((zt_options_tp_size(zt_trainer_options(t)) > 1 ? 5 : 2) * cap * sizeof *m),
+          *v = m + cap;
     zo_status st = m ? read_sums(t, dir, &sums) : zt_fail(ZO_ERR_NO_MEMORY, "buffers");
     if (st >= 0)
         st = open_files(&mr, dir, ZT_CKPT_MODEL_BASE, ZT_CKPT_MODEL_INDEX);
@@ -1200,7 +1286,7 @@ static zo_status load_tensors(zt_trainer *t, const char *dir)
         for (int i = 0; st >= 0 && i < n; i++)
             if ((st = find_states(mr, orr, fmt, &r[i], info)) >= 0 && pass > 0)
                 st = pass == 1 ? check_states(dir, sums, mr, orr, fmt, &r[i], info)
-                               : restore_tensor(t, orr, &r[i], fmt, info, m, v);
+                               : restore_tensor(t, orr, &r[i], fmt, info, m, v, m + 2 * cap, cap);
         if (st >= 0 && pass == 0 &&
             (st = check_count(mr, zt_st_files_sharded(mr) ? ZT_CKPT_MODEL_INDEX : ZT_CKPT_MODEL,
                               (size_t)all)) >= 0)
@@ -1308,7 +1394,7 @@ static void report_changes(const state_doc *d, const zt_trainer *t, double saved
     const char *fmt = json_string_value(at(d->root, "optimizer.state_dtype"));
     if (fmt)
         note_change(out, sizeof out, &len, "state_dtype", fmt, zt_state_dtype_name(o->state_dtype));
-    if (out[0] && rank_of(t) == 0)
+    if (out[0] && world_rank(t) == 0)
         fprintf(stderr, "zo-train: resuming with changed hyper-parameters (they apply): %s\n", out);
 }
 
@@ -1432,6 +1518,8 @@ static zo_status init_one(zt_trainer *t, zo_st_reader_t rd, const char *file, co
     if (bad < x->numel)
         return zt_fail(ZO_ERR_INVALID_ARG, "tensor '%s' in '%s' has %s at index %zu", x->name, file,
                        isnan(buf[bad]) ? "NaN" : "Inf", bad);
+    if (zt_trainer_tp_comm(t)) /* this rank's part */
+        return zt_trainer_write_tp_master(t, x->layer, x->idx, buf);
     st = zo_engine_write_state(zt_trainer_engine(t), x->id, buf, NULL, NULL);
     if (st < 0)
         return zt_fail(st, "setting %s: %s", x->name, zt_lib_message());
@@ -1457,7 +1545,7 @@ zo_status zt_ckpt_init_weights(zt_trainer *t, const char *file)
     for (int i = 0; st >= 0 && i < n; i++)
         st = init_one(t, rd, file, &r[i], buf, &is);
     zt_sums_free(is.sums);
-    if (st >= 0 && rank_of(t) == 0 && zo_st_reader_count(rd) > (size_t)all)
+    if (st >= 0 && world_rank(t) == 0 && zo_st_reader_count(rd) > (size_t)all)
         fprintf(stderr, "zo-train: %s holds %zu tensors; the model uses %d of them\n", file,
                 zo_st_reader_count(rd), all);
     zo_st_reader_free(rd);

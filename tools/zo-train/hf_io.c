@@ -548,25 +548,35 @@ static void from_f32(void *dst, zo_dtype dt, const float *src, size_t n)
         ((uint16_t *)dst)[i] = zo_f32_to_bf16(src[i]);
 }
 
+/* With --tensor-parallel the group's first rank writes its shard and the
+ * others give their parts: every rank of the group reads every tensor (a
+ * gather), whatever failed before, so that none waits for a peer that left. */
 static zo_status write_shard(zt_trainer *t, const char *dir, const hf_tensor *x, int n, int shard,
                              int shards, zo_dtype dt, void *buf, float *f32)
 {
+    const zt_options *o = zt_trainer_options(t);
+    const int group = o->tensor_parallel > 1, writes = zt_options_tp_rank(o) == 0;
     char name[64], path[HF_PATH];
     shard_name(name, sizeof name, shard, shards);
     ZT_TRY(join(path, dir, name));
     zo_st_writer_t w = NULL;
-    zo_status st = zo_st_writer_init(&w, path);
-    for (int i = 0; st >= 0 && i < n; i++)
+    zo_status st = writes ? zo_st_writer_init(&w, path) : ZO_OK;
+    for (int i = 0; st >= 0 && writes && i < n; i++)
         if (x[i].shard == shard)
             st = zo_st_writer_declare(w, x[i].name, dt, x[i].ndim, x[i].shape);
-    for (int i = 0; st >= 0 && i < n; i++) {
+    for (int i = 0; (st >= 0 || group) && i < n; i++) {
         if (x[i].shard != shard)
             continue;
-        if ((st = zt_trainer_read_weights(t, x[i].layer, x[i].idx, f32)) < 0)
-            break;
+        zo_status rs = zt_trainer_read_weights(t, x[i].layer, x[i].idx, f32);
+        if (st >= 0)
+            st = rs;
+        if (st < 0 || !writes)
+            continue;
         from_f32(buf, dt, f32, x[i].numel);
         st = zo_st_writer_write(w, x[i].name, buf, x[i].numel * zo_dtype_size(dt));
     }
+    if (!writes)
+        return st;
     if (st >= 0)
         st = zo_st_writer_commit(w);
     zo_st_writer_free(w);
@@ -675,8 +685,9 @@ static zo_status owner_shards(zt_trainer *t, hf_tensor **out, int *n)
     if (!x)
         return zt_fail(ZO_ERR_NO_MEMORY, "the tensor list");
     assign_shards(s, x, total, 1, UINT64_MAX);
-    for (int k = 0; k < total; k++)
-        x[k].shard = zt_trainer_tensor_owner(t, x[k].layer, x[k].idx);
+    for (int k = 0; k < total; k++) /* with --tensor-parallel its owner's group's */
+        x[k].shard = zt_trainer_tensor_owner(t, x[k].layer, x[k].idx) /
+                     zt_options_tp_size(zt_trainer_options(t));
     *out = x;
     *n = total;
     return ZO_OK;

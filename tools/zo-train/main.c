@@ -475,16 +475,6 @@ static int check_checkpoint_flags(const cli *c)
         fprintf(stderr, "zo-train: --save-every needs --save DIR\n");
         return 2;
     }
-    if (c->o.tensor_parallel > 1 && (c->save_dir || c->resume || c->init_weights)) {
-        fprintf(stderr,
-                "zo-train: --tensor-parallel %d with %s: checkpoints are not merged or "
-                "split across tensor-parallel ranks yet (--hf-model is); train without it\n",
-                c->o.tensor_parallel,
-                c->save_dir ? "--save"
-                : c->resume ? "--resume"
-                            : "--init-weights");
-        return 2;
-    }
     return 0;
 }
 

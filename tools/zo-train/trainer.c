@@ -101,6 +101,16 @@ int zt_options_dp_size(const zt_options *o)
     return dp_size(o);
 }
 
+int zt_options_tp_size(const zt_options *o)
+{
+    return tp_size(o);
+}
+
+int zt_options_tp_rank(const zt_options *o)
+{
+    return tp_rank(o);
+}
+
 /* ---- the engine as a parameter source ---- */
 
 /* A layer's span on the compute stream, for the trace: tasks run in stream
@@ -1098,6 +1108,11 @@ zt_act_store *zt_trainer_act_store(zt_trainer *t)
 zo_comm_t zt_trainer_comm(zt_trainer *t)
 {
     return t->comm;
+}
+
+zo_comm_t zt_trainer_tp_comm(zt_trainer *t)
+{
+    return t->tp_comm;
 }
 zo_stream_t zt_trainer_stream(zt_trainer *t)
 {

@@ -220,6 +220,13 @@ int zt_trainer_tensor_owner(const zt_trainer *t, int layer, int idx);
 /* With --tensor-parallel: the whole tensor's master weights w (one rank's
  * values) written as this rank's part, where this rank holds its states. */
 zo_status zt_trainer_write_tp_master(zt_trainer *t, int layer, int idx, const float *w);
+/* Tensor parallelism: T (1 without), this rank's place in its group (0
+ * without), and the group's communicator (NULL without). A group's ranks
+ * are consecutive world ranks, so world rank / T numbers the groups the way
+ * world ranks number the ranks of a run at T = 1. */
+int zt_options_tp_size(const zt_options *o);
+int zt_options_tp_rank(const zt_options *o);
+zo_comm_t zt_trainer_tp_comm(zt_trainer *t);
 /* The data-parallel ranks: world_size / pipeline stages (1 with one rank):
  * the global batch is theirs times grad_accum micro-batches. */
 int zt_options_dp_size(const zt_options *o);
