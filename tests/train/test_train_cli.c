@@ -674,9 +674,24 @@ static void test_micro_group_config_and_flags(void **state)
     assert_int_equal(cfg_int(root, "micro_group"), 1);
     assert_string_equal(cfg_str(root, "act_home"), "device");
     assert_true(json_equal(losses, json_object_get(root, "losses"))); /* bitwise: same text */
+    json_decref(root);
+    free(err);
+    /* DeepSpeed's cpu_checkpointing: the layer inputs on the host, per layer without groups */
+    path = write_config("ckpt.json",
+                        "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": "
+                        "4, \"activation_checkpointing\": {\"cpu_checkpointing\": true, "
+                        "\"partition_activations\": false, \"number_checkpoints\": 4}}");
+    snprintf(args, sizeof args, "--config %s --steps 2 --json" TINY, path);
+    root = run_json(args, &err);
+    assert_int_equal(cfg_int(root, "micro_group"), 1);
+    assert_string_equal(cfg_str(root, "act_home"), "host");
+    assert_true(json_equal(losses, json_object_get(root, "losses")));
     json_decref(losses);
     json_decref(root);
     free(err);
+    expect_config_error(
+        "{\"train_batch_size\": 8, \"activation_checkpointing\": {\"cpu_checkpoint\": true}}", "",
+        "cpu_checkpointing");
     expect_usage_error("--micro-group 0", "micro-group '0': expected an integer >= 1");
     expect_usage_error("--act-home disk", "expected device, host or nvme");
     expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"act_home\": \"disk\"}}", "",

@@ -439,6 +439,19 @@ static const key_spec zoffload_keys[] = {
 };
 static const section zoffload_sec = SECTION(zoffload_keys);
 
+/* DeepSpeed's activation checkpointing: zo-train's blocks always keep
+ * only their inputs and recompute in the backward; cpu_checkpointing puts
+ * those inputs in pinned host memory (zoffload.act_home host). */
+static const key_spec activation_checkpointing_keys[] = {
+    B("cpu_checkpointing", activation_checkpointing.cpu_checkpointing),
+    X("partition_activations"),
+    X("contiguous_memory_optimization"),
+    X("number_checkpoints"),
+    X("synchronize_checkpoint_boundary"),
+    X("profile"),
+};
+static const section activation_checkpointing_sec = SECTION(activation_checkpointing_keys);
+
 /* DeepSpeed's monitor sections that zo-train writes (config.h). */
 static const key_spec tensorboard_keys[] = {
     B("enabled", tensorboard.enabled),
@@ -484,7 +497,7 @@ static const key_spec root_keys[] = {
     X("seq_parallel_communication_data_type"),
     X("disable_allgather"),
     X("managed_gradient_accumulation"),
-    X("activation_checkpointing"),
+    S("activation_checkpointing", activation_checkpointing_sec),
     X("flops_profiler"),
     S("tensorboard", tensorboard_sec),
     X("wandb"),

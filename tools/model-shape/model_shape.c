@@ -461,8 +461,15 @@ static int staged_group(const zt_model_config *c, const zt_act_group *g)
     return g && g->act_home != ZT_ACT_DEVICE && zt_model_group(c, g) > 1;
 }
 
+int zt_act_per_layer(const zt_model_config *c, const zt_act_group *g)
+{
+    return g && g->act_home == ZT_ACT_HOST && zt_model_group(c, g) == 1;
+}
+
 uint64_t zt_model_host_activation_bytes(const zt_model_config *c, const zt_act_group *g)
 {
+    if (zt_act_per_layer(c, g))
+        return (uint64_t)c->shape.n_layers * ckpt_stride(c);
     if (!staged_group(c, g))
         return 0;
     if (g->act_home == ZT_ACT_NVME)
@@ -624,6 +631,9 @@ void zt_activation_layout_group(const zt_model_config *c, const zt_act_group *g,
      * (ckpt 0..2 and dres): one layer's worth of depth is not always enough */
     if (staged_group(c, g) && L1 < 3)
         L1 = 3;
+    /* per layer: two slots that a block's input and output alternate in */
+    if (zt_act_per_layer(c, g))
+        L1 = 2;
     /* set j's inputs at ckpt + j (L+1) strides, its residual gradient at dres + j strides */
     a->ckpt = carve(&off, a->ckpt_stride * L1 * sets);
     a->dres = carve(&off, a->ckpt_stride * (sets - 1) + T * d * es);

@@ -155,6 +155,14 @@ enum { ZT_ACT_DEVICE = 0, ZT_ACT_HOST = 1, ZT_ACT_NVME = 2 };
  * its stream moves on); independent of the model's depth and the group. */
 enum { ZT_ACT_RING_SLOTS = 2 };
 
+/* act_home ZT_ACT_HOST at one micro-batch a group (no --micro-group, or a
+ * group of one): the layer inputs leave the device layer by layer. The
+ * arena keeps two checkpoint slots that a block's input and output
+ * alternate in, and the residual gradient; every block's input waits in
+ * pinned host memory (n_layers strides) from its forward to the backward,
+ * which loads the next block's while the current one computes. */
+int zt_act_per_layer(const zt_model_config *c, const zt_act_group *g);
+
 /* Micro-batches per group: micro_group, at most n_micro; 1 without groups. */
 int zt_model_group(const zt_model_config *c, const zt_act_group *g);
 /* micro_group >= 0 and act_home device, host or nvme (g may be NULL). */
@@ -247,8 +255,8 @@ void zt_model_activation_parts_group(const zt_model_config *c, const zt_act_grou
 /* Pinned host bytes of a group's layer inputs and residual gradients: with
  * act_home ZT_ACT_HOST all of them (and a tied model's head gradients,
  * zt_head_grad_stride each, after them), with ZT_ACT_NVME the staging ring
- * (ZT_ACT_RING_SLOTS strides, 4 KiB-rounded); 0 on the device or without
- * groups. */
+ * (ZT_ACT_RING_SLOTS strides, 4 KiB-rounded); per layer (zt_act_per_layer)
+ * the n_layers block inputs; 0 on the device, or nvme without groups. */
 uint64_t zt_model_host_activation_bytes(const zt_model_config *c, const zt_act_group *g);
 /* act_home ZT_ACT_NVME: the pageable host bytes that carry each micro-batch's
  * residual stream from one layer to the next (a stride per micro-batch of a

@@ -394,6 +394,13 @@ static zo_status traffic(split_ctx *x, zp_plan *p, uint64_t *publish_bytes)
     /* a later group's fp32 sums start from the running sum sent back up */
     p->h2d_grad_bytes = p->micro_group > 1 ? (uint64_t)(p->n_groups - 1) * used32 : 0;
     p->h2d_act_bytes = p->d2h_act_bytes = p->act_home >= ZP_ACT_HOST ? M * x->inputs_mb : 0;
+    if (p->act_home == ZP_ACT_HOST && p->micro_group <= 1) {
+        /* per layer (zt_act_per_layer): every block's input down; all but the
+         * last block's back up (it waits on the device for the backward) */
+        const uint64_t L = (uint64_t)x->mc.shape.n_layers, one = x->inputs_mb / (L + 1);
+        p->d2h_act_bytes = M * L * one;
+        p->h2d_act_bytes = M * (L - 1) * one;
+    }
     /* on NVMe: every block's input, not the head's (it is carried) */
     p->nvme_act_bytes = p->nvme.layer_inputs
                             ? M * x->inputs_mb / (uint64_t)(x->mc.shape.n_layers + 1) *

@@ -400,3 +400,135 @@ void zt_act_store_free(zt_act_store *a)
     pthread_mutex_destroy(&a->mu);
     free(a);
 }
+
+/* ---- per layer ---- */
+
+struct zt_act_layers {
+    zo_device_t dev;
+    zo_stream_t compute, load, store;
+    zo_event_t stored[2], loaded[2], freed[2]; /* per slot */
+    int L;
+    size_t bytes;
+    uint64_t stride;
+    void *slot[2];
+    char *host; /* L records of a stride, pinned */
+    uint64_t host_bytes;
+};
+
+static zo_status layers_alloc(zt_act_layers *a)
+{
+    ZT_LIB(zo_stream_create(a->dev, &a->load));
+    ZT_LIB(zo_stream_create(a->dev, &a->store));
+    for (int p = 0; p < 2; p++) {
+        ZT_LIB(zo_event_create(a->dev, &a->stored[p]));
+        ZT_LIB(zo_event_create(a->dev, &a->loaded[p]));
+        ZT_LIB(zo_event_create(a->dev, &a->freed[p]));
+    }
+    /* pinned_alloc reads only the device */
+    zt_act_store dev_only = {.dev = a->dev};
+    return pinned_alloc(&dev_only, &a->host, a->host_bytes, "the layer inputs on the host");
+}
+
+zo_status zt_act_layers_init(zt_act_layers **out, zo_device_t dev, zo_stream_t compute,
+                             const zt_model_config *c, void *const slot[2])
+{
+    zt_act_layers *a = calloc(1, sizeof *a);
+    if (!a)
+        return zt_fail(ZO_ERR_NO_MEMORY, "layer-input store");
+    a->dev = dev;
+    a->compute = compute;
+    a->L = c->shape.n_layers;
+    a->bytes = (size_t)c->micro_batch * c->seq * c->shape.dim * zo_dtype_size(c->dt);
+    a->stride = zt_model_act_stride(c);
+    a->host_bytes = (uint64_t)a->L * a->stride;
+    a->slot[0] = slot[0], a->slot[1] = slot[1];
+    zo_status st = layers_alloc(a);
+    if (st < 0) {
+        zt_act_layers_free(a);
+        return st;
+    }
+    *out = a;
+    return ZO_OK;
+}
+
+void zt_act_layers_free(zt_act_layers *a)
+{
+    if (!a)
+        return;
+    if (a->load)
+        zo_stream_synchronize(a->load);
+    if (a->store)
+        zo_stream_synchronize(a->store);
+    for (int p = 0; p < 2; p++) {
+        zo_event_destroy(a->stored[p]);
+        zo_event_destroy(a->loaded[p]);
+        zo_event_destroy(a->freed[p]);
+    }
+    zo_stream_destroy(a->load);
+    zo_stream_destroy(a->store);
+    zt_act_store dev_only = {.dev = a->dev};
+    pinned_free(&dev_only, a->host);
+    free(a);
+}
+
+static zo_status layers_check(const zt_act_layers *a, int layer, int lo, int hi, const char *what)
+{
+    if (layer < lo || layer > hi)
+        return zt_fail(ZO_ERR_INVALID_ARG, "layer inputs: %s of layer %d (expected %d..%d)", what,
+                       layer, lo, hi);
+    return ZO_OK;
+}
+
+zo_status zt_act_layers_forward(zt_act_layers *a, int layer)
+{
+    ZT_TRY(layers_check(a, layer, 0, a->L, "a forward"));
+    /* the slot's last record is on the host, and a load into it has landed */
+    ZT_LIB(zo_stream_wait_event(a->compute, a->stored[layer & 1]));
+    ZT_LIB(zo_stream_wait_event(a->compute, a->loaded[layer & 1]));
+    return ZO_OK;
+}
+
+zo_status zt_act_layers_store(zt_act_layers *a, int layer)
+{
+    ZT_TRY(layers_check(a, layer, 0, a->L - 1, "storing the output"));
+    const int p = layer & 1;
+    ZT_LIB(zo_event_record(a->freed[p], a->compute)); /* here: the slot's output is computed */
+    ZT_LIB(zo_stream_wait_event(a->store, a->freed[p]));
+    ZT_LIB(
+        zo_memcpy_d2h_async(a->store, a->host + (uint64_t)layer * a->stride, a->slot[p], a->bytes));
+    ZT_LIB(zo_event_record(a->stored[p], a->store));
+    return ZO_OK;
+}
+
+zo_status zt_act_layers_backward(zt_act_layers *a, int layer)
+{
+    ZT_TRY(layers_check(a, layer, 1, a->L, "a backward"));
+    if (layer >= 2) { /* x_{l-2} into slot l & 1, whose x_l block l+1 has read */
+        const int p = layer & 1;
+        ZT_LIB(zo_event_record(a->freed[p], a->compute));
+        ZT_LIB(zo_stream_wait_event(a->load, a->freed[p]));
+        ZT_LIB(zo_stream_wait_event(a->load, a->stored[p]));
+        ZT_LIB(zo_memcpy_h2d_async(a->load, a->slot[p], a->host + (uint64_t)(layer - 2) * a->stride,
+                                   a->bytes));
+        ZT_LIB(zo_event_record(a->loaded[p], a->load));
+    }
+    /* x_{l-1}: loaded by block l+1's call, or (block L) still there from the forward */
+    ZT_LIB(zo_stream_wait_event(a->compute, a->loaded[(layer - 1) & 1]));
+    return ZO_OK;
+}
+
+zo_status zt_act_layers_sync(zt_act_layers *a)
+{
+    zo_status ls = zo_stream_synchronize(a->load);
+    zo_status ss = zo_stream_synchronize(a->store);
+    if (ls < 0)
+        return zt_lib_fail(ls, "loading layer inputs");
+    if (ss < 0)
+        return zt_lib_fail(ss, "storing layer inputs");
+    return ZO_OK;
+}
+
+const void *zt_act_layers_record(const zt_act_layers *a, int l)
+{
+    return a && l >= 0 && l < a->L ? a->host + (uint64_t)l * a->stride : NULL;
+}

@@ -77,4 +77,31 @@ zo_swap_t zt_act_swap(zt_act_store *a);
 /* The extent holding micro-batch j's input of block `layer` + 1 (tests). */
 zo_swap_extent_t zt_act_extent(const zt_act_store *a, int j, int layer);
 
+/* ---- per layer (zt_act_per_layer: act_home host, one micro-batch a group) ----
+ * Block l's input x_l sits in device slot l & 1. The forward copies x_l
+ * (l < n_layers) to pinned host memory on the store stream while block l+1
+ * computes, and a block writes its slot only once that slot's last copy out
+ * is done. The backward starts with x_{L-1} still on the device; before
+ * block l computes, the load stream brings x_{l-2} back into slot l & 1
+ * (free once block l+1 read x_l there) and block l waits for x_{l-1}. */
+typedef struct zt_act_layers zt_act_layers;
+
+/* The store of c's block inputs on dev, computing on `compute`, with the
+ * two slots of a stride each. */
+zo_status zt_act_layers_init(zt_act_layers **out, zo_device_t dev, zo_stream_t compute,
+                             const zt_model_config *c, void *const slot[2]);
+void zt_act_layers_free(zt_act_layers *a);
+/* Before layer `layer` (0..n_layers) writes its output into slot layer & 1
+ * in a forward: the compute stream waits for that slot's copy out. */
+zo_status zt_act_layers_forward(zt_act_layers *a, int layer);
+/* After a training forward of `layer` (0..n_layers - 1) is enqueued: its
+ * output, the next block's input, goes to the host. */
+zo_status zt_act_layers_store(zt_act_layers *a, int layer);
+/* Before block `layer` (1..n_layers) computes its backward. */
+zo_status zt_act_layers_backward(zt_act_layers *a, int layer);
+/* Wait for the copies in flight; the first failure, else ZO_OK. */
+zo_status zt_act_layers_sync(zt_act_layers *a);
+/* Tests: the host copy of block l+1's input (n_layers records of a stride). */
+const void *zt_act_layers_record(const zt_act_layers *a, int l);
+
 #endif

@@ -163,6 +163,8 @@ static zo_status placement(zt_options *o, const zo_train_config *cfg)
     o->pipeline_stages = (int)cfg->pipeline.stages;  /* [0, 64]: the parser's range */
     o->pipeline_split = cfg->pipeline.partition ? "uniform" : NULL;
     o->act_home = cfg->zoffload.act_home; /* the config's 0 device, 1 host, 2 nvme */
+    if (cfg->activation_checkpointing.cpu_checkpointing && o->act_home == ZT_ACT_DEVICE)
+        o->act_home = ZT_ACT_HOST;
     return ZO_OK;
 }
 

@@ -213,6 +213,8 @@ struct zt_model {
     int G, sets;
     void **ckpt_all, **dres_all; /* [set * (n_layers + 1) + l], [set] */
     zt_act_store *act;           /* act_home host or nvme */
+    zt_act_layers *lay;          /* act_home host per layer (zt_act_per_layer): ckpt[l] is
+                                    slot l & 1 of the two the arena keeps */
     void **stage_ckpt;           /* ckpt as a staged unit sees it: its pair of slots */
     uint64_t stride;
     block_ws b;      /* the workspace, shared by... */
@@ -251,10 +253,12 @@ static void place(zt_model *m, char *base)
     m->losses = (float *)(base + a.losses);
     m->rope = (float *)(base + a.rope);
     m->block_mask = m->c.layout.struct_size ? (uint8_t *)(base + a.block_mask) : NULL;
-    const int L1 = m->c.shape.n_layers + 1;
+    const int L1 = m->c.shape.n_layers + 1, per_layer = zt_act_per_layer(&m->c, &m->grp);
     for (int j = 0; j < m->sets; j++) {
         for (int l = 0; l < L1; l++)
-            m->ckpt_all[j * L1 + l] = base + a.ckpt + ((uint64_t)j * L1 + l) * a.ckpt_stride;
+            m->ckpt_all[j * L1 + l] =
+                base + a.ckpt +
+                (per_layer ? (uint64_t)(l & 1) : (uint64_t)j * L1 + l) * a.ckpt_stride;
         m->dres_all[j] = base + a.dres + (uint64_t)j * a.ckpt_stride;
     }
     m->ckpt = m->ckpt_all;
@@ -302,6 +306,7 @@ void zt_model_free(zt_model *m)
     if (m->s)
         zo_stream_synchronize(m->s);
     zt_act_store_free(m->act);
+    zt_act_layers_free(m->lay);
     zo_event_destroy(m->staged);
     zo_device_mfree(m->dev, m->arena);
     zo_device_mfree(m->dev, m->xstats);
@@ -318,6 +323,10 @@ void zt_model_free(zt_model *m)
  * a staged set at least three checkpoint strides). */
 static zo_status act_alloc(zt_model *m, const zt_act_nvme *nv)
 {
+    if (zt_act_per_layer(&m->c, &m->grp)) {
+        void *slot[2] = {m->ckpt_all[0], m->ckpt_all[1]};
+        return zt_act_layers_init(&m->lay, m->dev, m->s, &m->c, slot);
+    }
     if (m->grp.act_home == ZT_ACT_DEVICE || m->G == 1)
         return ZO_OK;
     m->stage_ckpt = calloc((size_t)m->c.shape.n_layers + 1, sizeof *m->stage_ckpt);
@@ -417,6 +426,8 @@ void zt_model_settle(zt_model *m)
     zo_stream_synchronize(m->s);
     if (m->act)
         zt_act_sync(m->act);
+    if (m->lay)
+        zt_act_layers_sync(m->lay);
 }
 
 zt_act_store *zt_model_act_store(zt_model *m)
@@ -1035,9 +1046,11 @@ static zo_status forward_blocks(zt_model *m, const zt_param_source *src, int i)
 {
     m->ckpt = m->ckpt_all;
     m->dres = m->dres_all[0];
-    ZT_TRY(run_layer(m, src, 0, ZO_PHASE_FORWARD, embed_fwd_fn, i, 0.0f));
-    for (int l = 1; l <= m->c.shape.n_layers; l++)
-        ZT_TRY(run_layer(m, src, l, ZO_PHASE_FORWARD, block_fwd_fn, i, 0.0f));
+    for (int l = 0; l <= m->c.shape.n_layers; l++) {
+        if (m->lay) /* the slot's last record has left (no new ones: no backward follows) */
+            ZT_TRY(zt_act_layers_forward(m->lay, l));
+        ZT_TRY(run_layer(m, src, l, ZO_PHASE_FORWARD, l ? block_fwd_fn : embed_fwd_fn, i, 0.0f));
+    }
     return ZO_OK;
 }
 
@@ -1067,6 +1080,10 @@ static zo_status stage_in(zt_model *m, int j, int layer, zo_phase phase, int n)
         m->ckpt = m->ckpt_all + (size_t)set * (L + 1);
         m->dres = m->dres_all[set];
         select_head_grads(m, set);
+        if (m->lay && phase == ZO_PHASE_FORWARD)
+            return zt_act_layers_forward(m->lay, layer);
+        if (m->lay && layer >= 1 && layer <= L)
+            return zt_act_layers_backward(m->lay, layer);
         return ZO_OK;
     }
     void *x, *y;
@@ -1091,6 +1108,8 @@ static zo_status stage_in(zt_model *m, int j, int layer, zo_phase phase, int n)
  * the compute stream, to the store's host memory: act_home host only). */
 static zo_status stage_out(zt_model *m, int j, int layer, zo_phase phase, int n)
 {
+    if (m->lay && phase == ZO_PHASE_FORWARD && layer < m->c.shape.n_layers)
+        return zt_act_layers_store(m->lay, layer); /* the next block's input, to the host */
     if (!staged(m, n))
         return ZO_OK;
     if (phase == ZO_PHASE_BACKWARD && layer == m->c.shape.n_layers + 1 && m->head_stride)

@@ -259,6 +259,13 @@ typedef struct zo_train_config {
         } placement;
     } zoffload;
 
+    /* DeepSpeed's activation_checkpointing: cpu_checkpointing (0) keeps the
+     * layer inputs in pinned host memory (zoffload.act_home host, unless
+     * zoffload.act_home says nvme); its other keys are accepted, no effect. */
+    struct {
+        int cpu_checkpointing;
+    } activation_checkpointing;
+
     /* DeepSpeed's monitors that zo-train writes: TensorBoard event files and
      * CSV files under output_path/job_name (defaults "runs" and "csv_monitor",
      * job "DeepSpeedJobName", as DeepSpeed's). wandb and comet are accepted
