@@ -489,6 +489,19 @@ ZO_API zo_status zo_engine_keep_f32_states(zo_engine_t eng, int id);
  * pass with that decay. */
 ZO_API zo_status zo_engine_set_weight_decay(zo_engine_t eng, int id, float weight_decay);
 
+/* Tensor id's updates use its parameter group's own Adam settings, as
+ * PyTorch's param_groups give them: a learning rate of lr_scale times the
+ * engine's (zo_engine_set_lr sets the reference group's, so a schedule
+ * scales every group alike, as DeepSpeed's WarmupCosineLR does; the product
+ * is taken in double and rounded once, so a constant rate is the group's
+ * float exactly), and beta1, beta2, eps instead of config.adam's. Weight
+ * decay stays zo_engine_set_weight_decay's. lr_scale finite and >= 0, betas
+ * in [0, 1), eps finite and >= 0. Between zo_engine_register and
+ * zo_engine_finalize; the tensor's elements run as a job of their own, as
+ * with its own decay. */
+ZO_API zo_status zo_engine_set_tensor_adam(zo_engine_t eng, int id, double lr_scale, float beta1,
+                                           float beta2, float eps);
+
 /* The footprint of the registered model under the configuration, without
  * allocating; fits is 0 and msg names the tier and shortfall when it cannot. */
 ZO_API zo_status zo_engine_plan(zo_engine_t eng, zo_engine_footprint *fp, int *fits, char *msg,

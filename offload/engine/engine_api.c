@@ -219,8 +219,37 @@ zo_status zo_engine_set_weight_decay(zo_engine_t e, int id, float weight_decay)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
                        "set_weight_decay '%s': %g must be finite and >= 0", e->reg.tensors[id].name,
                        (double)weight_decay);
-    e->reg.tensors[id].own_decay = 1;
-    e->reg.tensors[id].decay = weight_decay;
+    e->reg.tensors[id].own.set |= ENG_OWN_DECAY;
+    e->reg.tensors[id].own.decay = weight_decay;
+    return ZO_OK;
+}
+
+static int in_unit_interval(float x)
+{
+    return x >= 0.0f && x < 1.0f;
+}
+
+zo_status zo_engine_set_tensor_adam(zo_engine_t e, int id, double lr_scale, float beta1,
+                                    float beta2, float eps)
+{
+    ZO_TRY(settable_tensor(e, id, "set_tensor_adam"));
+    const char *name = e->reg.tensors[id].name;
+    if (!isfinite(lr_scale) || lr_scale < 0.0)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "set_tensor_adam '%s': lr_scale %g must be finite and >= 0", name, lr_scale);
+    if (!in_unit_interval(beta1) || !in_unit_interval(beta2))
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "set_tensor_adam '%s': betas (%g, %g) must lie in [0, 1)", name,
+                       (double)beta1, (double)beta2);
+    if (!isfinite(eps) || eps < 0.0f)
+        return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS,
+                       "set_tensor_adam '%s': eps %g must be finite and >= 0", name, (double)eps);
+    eng_hyper *h = &e->reg.tensors[id].own;
+    h->set |= ENG_OWN_ADAM;
+    h->lr_scale = lr_scale;
+    h->beta1 = beta1;
+    h->beta2 = beta2;
+    h->eps = eps;
     return ZO_OK;
 }
 

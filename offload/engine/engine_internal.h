@@ -64,6 +64,16 @@
 #define ENG_P16_MISSED 1
 #define ENG_P16_STALE  2
 
+/* A parameter group's own Adam settings for one tensor: which of them it
+ * sets (ENG_OWN_*) and their values; the others are the config's. */
+#define ENG_OWN_DECAY 1u
+#define ENG_OWN_ADAM  2u /* lr_scale, beta1, beta2, eps */
+typedef struct eng_hyper {
+    unsigned set;
+    float decay, beta1, beta2, eps;
+    double lr_scale; /* times the step's learning rate, in double, rounded once */
+} eng_hyper;
+
 typedef struct eng_tensor {
     int layer;
     char name[64];
@@ -74,8 +84,7 @@ typedef struct eng_tensor {
     uint32_t chunk;
     size_t off;    /* element offset inside the chunk */
     int keep_f32;  /* zo_engine_keep_f32_states: fp32 moments under I8 states */
-    int own_decay; /* zo_engine_set_weight_decay: decay instead of the config's */
-    float decay;
+    eng_hyper own; /* its parameter group's settings (zo_engine_set_weight_decay, _tensor_adam) */
 } eng_tensor;
 
 typedef struct eng_layer {
@@ -150,12 +159,11 @@ typedef struct eng_span {
 } eng_span;
 
 /* A tensor whose update runs apart from its chunk's (eng_adam_enqueue): with
- * fp32 moments under I8 states, or its own weight decay. */
+ * fp32 moments under I8 states, or its parameter group's own settings. */
 typedef struct eng_apart {
     size_t off, numel;
     int f32;       /* fp32 moments in the I8 code bytes (its room: zo_adam_q8_small_room) */
-    int own_decay; /* decay instead of the config's */
-    float decay;
+    eng_hyper own; /* its group's settings instead of the config's */
 } eng_apart;
 
 typedef struct eng_pslot {

@@ -259,18 +259,18 @@ static void place_homes(struct zo_engine *e, const eng_plan_in *in)
     e->grads.grouped = in->grouped; /* what comes down (the stages' room needs it) */
 }
 
-/* A tensor with fp32 moments under I8 states, or with its own weight decay,
- * joins its chunk's list, in placement order: the update runs it apart
- * (eng_adam_run). */
+/* A tensor with fp32 moments under I8 states, or with its parameter group's
+ * own settings, joins its chunk's list, in placement order: the update runs
+ * it apart (eng_adam_run). */
 static void add_small(struct zo_engine *e, const eng_tensor *t)
 {
     const int f32 = eng_keeps_f32(e->cfg.state_dtype, t->numel, t->keep_f32);
-    if (!f32 && !t->own_decay)
+    if (!f32 && !t->own.set)
         return;
     eng_chunk *k = &e->chunks[t->chunk];
     if (!k->n_small)
         k->small_first = e->n_small;
-    e->small[e->n_small++] = (eng_apart){t->off, t->numel, f32, t->own_decay, t->decay};
+    e->small[e->n_small++] = (eng_apart){t->off, t->numel, f32, t->own};
     k->n_small++;
 }
 

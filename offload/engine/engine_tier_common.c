@@ -174,6 +174,21 @@ static zo_status enqueue_range(struct zo_engine *e, const zo_adam_params *p,
     return ZO_OK;
 }
 
+/* A parameter group's settings over the config's. The rate is the step's
+ * times the group's scale, in double and rounded once: a constant rate is
+ * then the group's own float (lr * (g / lr) is g to within 2^-52). */
+static void eng_apply_own(zo_adam_params *p, const eng_hyper *h)
+{
+    if (h->set & ENG_OWN_DECAY)
+        p->weight_decay = h->decay;
+    if (h->set & ENG_OWN_ADAM) {
+        p->lr = (float)((double)p->lr * h->lr_scale);
+        p->beta1 = h->beta1;
+        p->beta2 = h->beta2;
+        p->eps = h->eps;
+    }
+}
+
 uint32_t eng_adam_jobs(const eng_chunk *k)
 {
     return 2 * k->n_small + 1;
@@ -199,8 +214,7 @@ zo_status eng_adam_enqueue(struct zo_engine *e, eng_chunk *k, float *st, const e
                           ? zo_state_format_f32_room(zo_state_format_of(all.state_type), sp->numel)
                           : sp->numel;
         zo_adam_params own = p;
-        if (sp->own_decay)
-            own.weight_decay = sp->decay;
+        eng_apply_own(&own, &sp->own);
         ZO_TRY(enqueue_range(e, &p, &all, at, sp->off - at, 0, jobs, queued));
         ZO_TRY(enqueue_range(e, &own, &all, sp->off, sp->numel, sp->f32, jobs, queued));
         if (all.out && room > sp->numel)

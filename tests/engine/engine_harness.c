@@ -13,6 +13,8 @@ zo_dtype g_state_dtype = ZO_DTYPE_F32;
 int g_keep_f32 = -1;
 unsigned char g_own_decay[TM_T];
 float g_decay[TM_T];
+unsigned char g_own_adam[TM_T];
+tm_group g_group[TM_T];
 
 run_cfg base_cfg(zo_tier ph, zo_tier oh, zo_optim_mode mode)
 {
@@ -103,6 +105,10 @@ zo_status build_engine(harness *h, const zo_swap_fault *faults, size_t nfaults, 
     for (int k = 0; k < TM_T; k++)
         if (g_own_decay[k])
             ZO_TRY(zo_engine_set_weight_decay(h->eng, h->ids[k], g_decay[k]));
+    for (int k = 0; k < TM_T; k++)
+        if (g_own_adam[k])
+            ZO_TRY(zo_engine_set_tensor_adam(h->eng, h->ids[k], g_group[k].lr_scale,
+                                             g_group[k].beta1, g_group[k].beta2, g_group[k].eps));
     return finalize ? zo_engine_finalize(h->eng) : ZO_OK;
 }
 

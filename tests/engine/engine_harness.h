@@ -52,6 +52,8 @@ extern int g_keep_f32; /* a tensor (k) marked by zo_engine_keep_f32_states, or -
 /* Tensors (k) given their own weight decay by zo_engine_set_weight_decay. */
 extern unsigned char g_own_decay[TM_T];
 extern float g_decay[TM_T];
+extern unsigned char g_own_adam[TM_T]; /* tensor k gets g_group[k] (zo_engine_set_tensor_adam) */
+extern tm_group g_group[TM_T];
 
 typedef struct run_out {
     float *master[TM_T];

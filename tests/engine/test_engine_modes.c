@@ -266,6 +266,22 @@ static void test_dpu_matches_stale_reference(void **state)
     tm_ref_free(&r);
 }
 
+/* A run at the rates lrs (dpu mode, else sync or overlap as mode says)
+ * equals the reference r. */
+static void expect_scheduled_run(zo_tier params, zo_tier states, int dpu, int mode,
+                                 const float *lrs, const tm_ref *r)
+{
+    run_cfg c = base_cfg(params, states,
+                         dpu    ? ZO_OPTIM_DPU
+                         : mode ? ZO_OPTIM_OVERLAP
+                                : ZO_OPTIM_SYNC);
+    c.lrs = lrs;
+    run_out o;
+    run(&c, &o);
+    assert_matches_reference(&o, r, STEPS);
+    run_out_free(&o);
+}
+
 /* A learning rate per step (a schedule, with a zero rate on the first step
  * as DeepSpeed's WarmupCosineLR gives) in every mode and placement, against
  * the reference updated with the same rates; a rate set in the middle of a
@@ -286,17 +302,8 @@ static void test_learning_rate_per_step(void **state)
         tm_ref_init(&r, ZO_DTYPE_BF16);
         tm_ref_train_lrs(&r, &hp, STEPS, 1, dpu, lrs);
         for (int i = 0; i < 4; i++)
-            for (int mode = 0; mode < (dpu ? 1 : 2); mode++) {
-                run_cfg c = base_cfg(homes[i][0], homes[i][1],
-                                     dpu    ? ZO_OPTIM_DPU
-                                     : mode ? ZO_OPTIM_OVERLAP
-                                            : ZO_OPTIM_SYNC);
-                c.lrs = lrs;
-                run_out o;
-                run(&c, &o);
-                assert_matches_reference(&o, &r, STEPS);
-                run_out_free(&o);
-            }
+            for (int mode = 0; mode < (dpu ? 1 : 2); mode++)
+                expect_scheduled_run(homes[i][0], homes[i][1], dpu, mode, lrs, &r);
         tm_ref_free(&r);
     }
     /* a constant rate differs from the schedule (the rates are used) */
@@ -390,10 +397,80 @@ static void test_per_tensor_weight_decay(void **state)
     tm_ref_free(&uniform);
 }
 
+/* Parameter groups with their own rate scale, betas and eps (and one with
+ * its own decay too) equal the reference that updates each tensor so, under
+ * a learning-rate schedule, in every mode (dpu against its stale reference)
+ * with states on the host and on NVMe; a group at scale 1 with the config's
+ * betas and eps on every tensor is bitwise no group at all; bad settings and a call
+ * after finalize are refused by name. */
+static void test_per_tensor_adam(void **state)
+{
+    (void)state;
+    zo_adam_params hp = test_adam();
+    float lrs[STEPS];
+    for (int s = 0; s < STEPS; s++)
+        lrs[s] = 2e-2f / (float)(1 + s % 5);
+    const tm_group groups[TM_T] = {
+        {3.0, 0.8f, 0.95f, 1e-6f}, {0.25, 0.9f, 0.98f, 1e-8f}, {1.0, hp.beta1, hp.beta2, hp.eps}};
+    for (int dpu = 0; dpu < 2; dpu++) {
+        tm_ref r, plain;
+        tm_ref_init(&r, ZO_DTYPE_BF16);
+        tm_ref_init(&plain, ZO_DTYPE_BF16);
+        for (int k = 0; k < TM_T; k++) {
+            g_own_adam[k] = r.own_adam[k] = k < 3;
+            g_group[k] = r.group[k] = groups[k < 3 ? k : 0];
+        }
+        g_own_decay[1] = r.own_decay[1] = 1;
+        g_decay[1] = r.decay[1] = 0.25f;
+        tm_ref_train_lrs(&r, &hp, STEPS, 1, dpu, lrs);
+        tm_ref_train_lrs(&plain, &hp, STEPS, 1, dpu, lrs);
+        for (int k = 0; k < 2; k++) /* the groups' settings are used */
+            assert_true(memcmp(r.master[k], plain.master[k], tm_numel(k) * sizeof(float)) != 0);
+        for (int nvme = 0; nvme < 2; nvme++)
+            for (int mode = 0; mode < (dpu ? 1 : 2); mode++)
+                expect_scheduled_run(ZO_TIER_HOST, nvme ? ZO_TIER_NVME : ZO_TIER_HOST, dpu, mode,
+                                     lrs, &r);
+        memset(g_own_decay, 0, sizeof g_own_decay);
+        for (int k = 0; k < TM_T; k++) /* the config's settings as a group: no change at all */
+            g_group[k] = groups[2];
+        run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, dpu ? ZO_OPTIM_DPU : ZO_OPTIM_OVERLAP);
+        c.lrs = lrs;
+        run_out o;
+        run(&c, &o);
+        assert_matches_reference(&o, &plain, STEPS);
+        run_out_free(&o);
+        tm_ref_free(&r);
+        tm_ref_free(&plain);
+        memset(g_own_adam, 0, sizeof g_own_adam);
+    }
+    run_cfg c = base_cfg(ZO_TIER_HOST, ZO_TIER_HOST, ZO_OPTIM_SYNC);
+    harness h;
+    harness_open(&h, &c);
+    ZO_ASSERT_OK(build_engine(&h, NULL, 0, 0));
+    ZO_ASSERT_ST(zo_engine_set_tensor_adam(h.eng, h.ids[0], -1.0, 0.9f, 0.99f, 1e-8f),
+                 ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "lr_scale"));
+    ZO_ASSERT_ST(zo_engine_set_tensor_adam(h.eng, h.ids[0], INFINITY, 0.9f, 0.99f, 1e-8f),
+                 ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_ST(zo_engine_set_tensor_adam(h.eng, h.ids[0], 1.0, 1.0f, 0.99f, 1e-8f),
+                 ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "[0, 1)"));
+    ZO_ASSERT_ST(zo_engine_set_tensor_adam(h.eng, h.ids[0], 1.0, 0.9f, 0.99f, -1e-8f),
+                 ZO_ERR_INVALID_ARG);
+    assert_non_null(strstr(zo_last_error(), "eps"));
+    ZO_ASSERT_ST(zo_engine_set_tensor_adam(h.eng, TM_T, 1.0, 0.9f, 0.99f, 1e-8f),
+                 ZO_ERR_INVALID_ARG);
+    ZO_ASSERT_OK(zo_engine_finalize(h.eng));
+    ZO_ASSERT_ST(zo_engine_set_tensor_adam(h.eng, h.ids[0], 1.0, 0.9f, 0.99f, 1e-8f), ZO_ERR_STATE);
+    assert_non_null(strstr(zo_last_error(), "already finalized"));
+    harness_close(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_matches_reference_everywhere),
+        cmocka_unit_test(test_per_tensor_adam),
         cmocka_unit_test(test_overlap_equals_sync),
         cmocka_unit_test(test_grad_accumulation),
         cmocka_unit_test(test_overlap_with_clipping_equals_sync),

@@ -152,6 +152,12 @@ static inline zo_status tm_backward(void *p)
 
 /* ---- the plain-C reference trainer (bf16, no clipping) ---- */
 
+/* A parameter group's own Adam settings (zo_engine_set_tensor_adam). */
+typedef struct tm_group {
+    double lr_scale;
+    float beta1, beta2, eps;
+} tm_group;
+
 typedef struct tm_ref {
     zo_dtype t;
     float *master[TM_T], *m[TM_T], *v[TM_T], *acc[TM_T];
@@ -160,6 +166,8 @@ typedef struct tm_ref {
     double losses[TM_MAXSTEPS];
     unsigned char own_decay[TM_T]; /* tensor k decays by decay[k], not hp->weight_decay */
     float decay[TM_T];
+    unsigned char own_adam[TM_T]; /* tensor k's group sets its rate scale, betas and eps */
+    tm_group group[TM_T];
 } tm_ref;
 
 static inline void tm_ref_init(tm_ref *r, zo_dtype t)
@@ -244,6 +252,12 @@ static inline void tm_ref_train_lrs(tm_ref *r, const zo_adam_params *hp, int ste
                 p.lr = lrs[s];
             if (r->own_decay[k])
                 p.weight_decay = r->decay[k];
+            if (r->own_adam[k]) { /* the group's rate: the step's times its scale, in double */
+                p.lr = (float)((double)p.lr * r->group[k].lr_scale);
+                p.beta1 = r->group[k].beta1;
+                p.beta2 = r->group[k].beta2;
+                p.eps = r->group[k].eps;
+            }
             zo_adam_buffers b = ZO_ADAM_BUFFERS_INIT;
             b.n = tm_numel(k);
             b.grad = accum > 1 ? (const void *)r->acc[k] : r->g16[k];
