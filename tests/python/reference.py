@@ -24,7 +24,7 @@ def unique_params(model: nn.Module):
 class ReferenceTrainer:
     def __init__(self, model: nn.Module, dtype: torch.dtype, lr=1e-3, betas=(0.9, 0.999),
                  eps=1e-8, weight_decay=0.0, adamw=True, max_norm=0.0, accum=1,
-                 math_dtype=torch.float32, decay_of=None):
+                 math_dtype=torch.float32, decay_of=None, group_of=None):
         self.model = model
         self.params = unique_params(model)
         self.master = {n: p.detach().float().clone() for n, p in self.params}
@@ -34,6 +34,7 @@ class ReferenceTrainer:
         self.wd, self.adamw, self.max_norm, self.accum = weight_decay, adamw, max_norm, accum
         self.math = math_dtype
         self.decay_of = decay_of or {}  # parameter name -> its own weight decay
+        self.group_of = group_of or {}  # parameter name -> its group's own lr, betas, eps
         self.t = 0
         for m in model.modules():  # buffers in the compute dtype, as the engine casts them
             for k, b in list(m._buffers.items()):
@@ -76,14 +77,17 @@ class ReferenceTrainer:
         import numpy as np
         T = self.math
         f = np.float32
-        lr, b1, b2, eps = f(self.lr), f(self.betas[0]), f(self.betas[1]), f(self.eps)
-        bc1 = 1.0 - math.pow(float(b1), self.t)
-        bc2 = 1.0 - math.pow(float(b2), self.t)
         c = lambda x: torch.tensor(float(x), dtype=torch.float32).to(T)
-        step_size = c(f(float(lr) / bc1))
-        inv_sqrt_bc2 = c(f(1.0 / math.sqrt(bc2)))
-        B1, B2, O1, O2, EPS = c(b1), c(b2), c(f(1.0) - b1), c(f(1.0) - b2), c(eps)
         for n, g in grads.items():
+            own = self.group_of.get(n, {})
+            lr = f(own.get("lr", self.lr))
+            b1, b2 = (f(b) for b in own.get("betas", self.betas))
+            eps = f(own.get("eps", self.eps))
+            bc1 = 1.0 - math.pow(float(b1), self.t)
+            bc2 = 1.0 - math.pow(float(b2), self.t)
+            step_size = c(f(float(lr) / bc1))
+            inv_sqrt_bc2 = c(f(1.0 / math.sqrt(bc2)))
+            B1, B2, O1, O2, EPS = c(b1), c(b2), c(f(1.0) - b1), c(f(1.0) - b2), c(eps)
             wd = f(self.decay_of.get(n, self.wd))
             decay = c(f(1.0) - lr * wd) if self.adamw else c(1.0)
             l2 = c(0.0 if self.adamw else wd)

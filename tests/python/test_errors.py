@@ -122,12 +122,13 @@ def test_the_engine_reports_what_it_trains_with():
     eng.destroy()
 
 
-def test_parameter_groups_with_their_own_betas_are_refused():
-    """A group may set its own weight_decay (test_groups.py), not its own betas, eps or lr."""
+def test_parameter_groups_with_betas_out_of_range_are_refused():
+    """A group may set its own betas (test_groups.py), within [0, 1): others are named."""
     model = small()
     groups = [{"params": [model[0].weight, model[2].weight], "weight_decay": 0.01},
-              {"params": [model[0].bias, model[2].bias], "betas": (0.5, 0.9)}]
-    with pytest.raises(zoffload.ZoArgumentError, match=r"group 1 sets betas=\(0.5, 0.9\)"):
+              {"params": [model[0].bias, model[2].bias], "betas": (0.5, 1.5)}]
+    with pytest.raises(zoffload.ZoArgumentError,
+                       match=r"group 1: betas=\(0.5, 1.5\) must be two numbers in \[0, 1\)"):
         zoffload.initialize(model=model, model_parameters=groups, config=config("bf16"))
     same = [{"params": [model[0].weight, model[2].weight], "weight_decay": 0.01},
             {"params": [model[0].bias, model[2].bias]}]

@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import math
 import os
+import warnings
 from typing import Any, Iterable, Optional
 
 from . import _native
@@ -73,18 +75,9 @@ class ZoOptimizer:
 
     @property
     def param_groups(self):
-        """One group per weight decay in use (the engine's only per-tensor setting)."""
-        groups: dict = {}
-        for t in self.engine.tensors:
-            wd = self.engine.decay_of.get(id(t.param), self.adam["weight_decay"])
-            if wd not in groups:
-                g = dict(self.adam)
-                g["lr"] = self.engine.get_lr()[0]
-                g["weight_decay"] = wd
-                g["params"] = []
-                groups[wd] = g
-            groups[wd]["params"].append(t.param)
-        return list(groups.values())
+        """The parameter groups in the order they were given (one when none were), each with
+        its settings as the engine applies them: lr is the rate of the next update."""
+        return self.engine.param_groups()
 
     @property
     def loss_scale(self) -> float:
@@ -129,7 +122,7 @@ def _raw_dict(cfg) -> dict:
 
 def _client_adam(optimizer, config: dict) -> Optional[dict]:
     """A torch Adam/AdamW given as the client optimizer, as the engine's Adam settings (the
-    first group's; the others may differ in weight_decay only: _decays reads theirs)."""
+    first group's; _group_settings reads what the others set differently)."""
     if optimizer is None:
         return None
     if callable(optimizer) and not hasattr(optimizer, "param_groups"):
@@ -146,21 +139,20 @@ def _client_adam(optimizer, config: dict) -> Optional[dict]:
                               f"runs Adam and AdamW (its C CPU Adam); pass torch.optim.Adam or "
                               f"AdamW, or set the config's 'optimizer' section")
     groups = optimizer.param_groups
-    keys = ("lr", "betas", "eps")
-    first = {k: groups[0][k] for k in keys + ("weight_decay",)}
-    for g in groups[1:]:
-        if any(_differs(g[k], first[k]) for k in keys):
-            raise ZoArgumentError("the optimizer's parameter groups differ in lr, betas or eps: "
-                                  "the engine applies one setting to every parameter (a group "
-                                  "may set its own weight_decay); use one group")
-    if groups[0].get("amsgrad"):
-        raise ZoArgumentError("amsgrad is not supported by the engine's Adam")
+    first = {k: groups[0][k] for k in _GROUP_KEYS}
+    for i, g in enumerate(groups):
+        if g.get("amsgrad"):
+            raise ZoArgumentError(f"amsgrad (parameter group {i}) is not supported by the "
+                                  f"engine's Adam")
     return {"lr": float(first["lr"]), "betas": [float(b) for b in first["betas"]],
             "eps": float(first["eps"]), "weight_decay": float(first["weight_decay"]),
             "bias_correction": True, "adamw": kind is torch.optim.AdamW}
 
 
-_GROUP_KEYS = ("lr", "betas", "eps")
+_GROUP_KEYS = ("lr", "betas", "eps", "weight_decay")
+# DeepSpeed's WarmupLR and WarmupDecayLR set every group's lr to the schedule's (their
+# warmup_min_lr/warmup_max_lr, one value for all groups); WarmupCosineLR scales each group's.
+_SCHEDULES_OVERRIDING_LR = ("WarmupLR", "WarmupDecayLR")
 
 
 def _differs(a, b) -> bool:
@@ -169,17 +161,53 @@ def _differs(a, b) -> bool:
     return float(a) != float(b)
 
 
-def _decays(groups, adam: dict) -> dict:
-    """id(parameter) -> weight_decay for the parameters of groups that set their own."""
-    out = {}
-    for g in groups:
-        if isinstance(g, dict) and "weight_decay" in g and _differs(g["weight_decay"],
-                                                                   adam["weight_decay"]):
-            wd = float(g["weight_decay"])
-            if not wd >= 0.0 or wd == float("inf"):
-                raise ZoArgumentError(f"a parameter group's weight_decay {wd!r} must be finite "
-                                      f"and >= 0")
-            out.update((id(p), wd) for p in g.get("params", []))
+def _checked_setting(i: int, k: str, x):
+    """Group i's own value of k, checked as the engine's Adam checks it."""
+    def bad(what):
+        return ZoArgumentError(f"parameter group {i}: {k}={x!r} {what}")
+    if k == "betas":
+        try:
+            b = [float(v) for v in x]
+        except (TypeError, ValueError):
+            raise bad("must be a pair of numbers") from None
+        if len(b) != 2 or not all(0.0 <= v < 1.0 for v in b):
+            raise bad("must be two numbers in [0, 1)")
+        return b
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise bad("must be a number") from None
+    if not (v >= 0.0 and math.isfinite(v)):
+        raise bad("must be finite and >= 0")
+    return v
+
+
+def _group_settings(groups, model, adam: dict, schedule: Optional[str]) -> list:
+    """The parameter groups as the engine trains them, in the order given: each
+    {"params": [...], "own": {key: value}} with the settings it sets apart from adam's
+    (lr, betas, eps, weight_decay). No groups given: one group of every parameter."""
+    dicts = [g for g in groups if isinstance(g, dict)]
+    if not dicts:
+        params = [p for p in groups] if groups else list(model.parameters())
+        return [{"params": params, "own": {}}]
+    out = []
+    for i, g in enumerate(dicts):
+        own = {}
+        for k in _GROUP_KEYS:
+            if k in g:
+                v = _checked_setting(i, k, g[k])
+                if _differs(v, adam[k]):
+                    own[k] = v
+        if "lr" in own and schedule in _SCHEDULES_OVERRIDING_LR:
+            warnings.warn(f"parameter group {i}'s lr {own['lr']!r} is replaced by the "
+                          f"{schedule} schedule's rate, as DeepSpeed's {schedule} sets every "
+                          f"group's lr (WarmupCosineLR scales each group's own)", stacklevel=3)
+            del own["lr"]
+        if "lr" in own and float(adam["lr"]) == 0.0:
+            raise ZoArgumentError(f"parameter group {i} sets lr={own['lr']!r} while the first "
+                                  f"group's is 0: the engine scales every group's rate from "
+                                  f"the first group's; put a group with a non-zero lr first")
+        out.append({"params": list(g.get("params", [])), "own": own})
     return out
 
 
@@ -187,7 +215,7 @@ def _check_model_parameters(model, model_parameters, adam: dict) -> list:
     """DeepSpeed's model_parameters: the engine trains every trainable parameter of the model,
     so a list that leaves some out must say so by freezing them; parameter groups may set
     their own weight_decay (the engine decays per tensor: Hugging Face's Trainer exempts
-    biases and norms), but not their own lr, betas or eps. Returns the list, consumed."""
+    biases and norms) and their own lr, betas and eps. Returns the list, consumed."""
     if model_parameters is None:
         return []
     given = set()
@@ -196,13 +224,6 @@ def _check_model_parameters(model, model_parameters, adam: dict) -> list:
         if isinstance(x, dict):
             x["params"] = list(x.get("params", []))
             given.update(id(p) for p in x["params"])
-            for k in _GROUP_KEYS:
-                if k in x and _differs(x[k], adam[k]):
-                    raise ZoArgumentError(
-                        f"model_parameters group {i} sets {k}={x[k]!r} but the optimizer's is "
-                        f"{adam[k]!r}: the engine's Adam applies one {k} to every parameter "
-                        f"(a group may set its own weight_decay only); pass groups without "
-                        f"their own {k}")
         else:
             given.add(id(x))
     left = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in given]
@@ -246,9 +267,10 @@ def initialize(args: Optional[argparse.Namespace] = None, model=None, optimizer=
     groups = _check_model_parameters(model, model_parameters, adam or _adam_of(resolved))
     if optimizer is not None:
         groups = list(optimizer.param_groups)
-    decays = _decays(groups, adam or _adam_of(resolved))
+    schedule = (resolved.get("scheduler") or {}).get("type")
+    settings = _group_settings(groups, model, adam or _adam_of(resolved), schedule)
     eng = _make_engine(model, resolved, raw, layers, adam, world, device, max_layer_params,
-                       decays)
+                       settings)
     opt = ZoOptimizer(eng, adam or eng._adam)
     loader = None
     if training_data is not None:
@@ -261,23 +283,23 @@ def initialize(args: Optional[argparse.Namespace] = None, model=None, optimizer=
     return eng, opt, loader, eng.lr_scheduler
 
 
-def _make_engine(model, resolved, raw, layers, adam, world, device, max_layer_params, decays):
+def _make_engine(model, resolved, raw, layers, adam, world, device, max_layer_params, groups):
     if world.size > 1:
         # The communicator rides on the engine's device: made once the device exists.
         return _RankedEngine(model, resolved, raw, layers, adam, world, device, max_layer_params,
-                             decays)
+                             groups)
     return ZoEngine(model, resolved, raw, layers=layers, client_adam=adam, world=None,
-                    device=device, max_unit_params=max_layer_params, decays=decays)
+                    device=device, max_unit_params=max_layer_params, groups=groups)
 
 
 class _RankedEngine(ZoEngine):
     """A ZoEngine whose communicator opens over its device before the engine is made."""
 
     def __init__(self, model, resolved, raw, layers, adam, world, device, max_layer_params,
-                 decays):
+                 groups):
         self._world_pending = world
         super().__init__(model, resolved, raw, layers=layers, client_adam=adam, world=world,
-                         device=device, max_unit_params=max_layer_params, decays=decays)
+                         device=device, max_unit_params=max_layer_params, groups=groups)
 
     def _make_engine(self):
         self._world_pending.open(self.device)

@@ -224,6 +224,7 @@ _SIGNATURES = {
     "zo_engine_register": (c_int, [_P, c_int, c_char_p, c_size_t, _P, POINTER(c_int)]),
     "zo_engine_keep_f32_states": (c_int, [_P, c_int]),
     "zo_engine_set_weight_decay": (c_int, [_P, c_int, c_float]),
+    "zo_engine_set_tensor_adam": (c_int, [_P, c_int, c_double, c_float, c_float, c_float]),
     "zo_engine_plan": (c_int, [_P, POINTER(EngineFootprint), POINTER(c_int), c_char_p, c_size_t]),
     "zo_engine_finalize": (c_int, [_P]),
     "zo_engine_footprint_for": (c_int, [POINTER(EngineConfig), POINTER(EngineLayout),

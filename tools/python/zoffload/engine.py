@@ -202,7 +202,7 @@ class ZoEngine:
 
     def __init__(self, model: nn.Module, config: dict, raw_config: dict, layers=None,
                  client_adam: Optional[dict] = None, world=None, device: Optional[str] = None,
-                 max_unit_params: Optional[int] = None, decays: Optional[dict] = None):
+                 max_unit_params: Optional[int] = None, groups: Optional[list] = None):
         if getattr(model, _ENGINES_OF_MODEL, None) is not None:
             raise ZoStateError("zoffload.initialize was already called on this model: its "
                                "parameters live in that engine now; keep using the engine it "
@@ -220,7 +220,10 @@ class ZoEngine:
                             N.DTYPE_BF16 if config["bf16"]["enabled"] else N.DTYPE_F32)
         self.torch_dtype = _TORCH_DTYPE[self.param_dtype]
         self._adam = client_adam or _adam_of(config)
-        self.decay_of = dict(decays or {})  # id(parameter) -> its group's own weight decay
+        # The parameter groups (zoffload._group_settings), and id(parameter) -> the settings
+        # its group sets apart from self._adam's.
+        self._groups = groups or [{"params": list(model.parameters()), "own": {}}]
+        self.own_of = {id(p): g["own"] for g in self._groups if g["own"] for p in g["params"]}
         self._units_given = layers
         self._partition(layers, max_unit_params)
         backend = device or _device_backend(model)
@@ -467,10 +470,43 @@ class ZoEngine:
                                            ctypes.c_void_p(init.data_ptr()), ctypes.byref(tid)),
                     f"registering {ep.name}")
             ep.id = tid.value
-            if id(ep.param) in self.decay_of:
-                N.check(lib.zo_engine_set_weight_decay(self._eng, ep.id,
-                                                       self.decay_of[id(ep.param)]),
-                        f"{ep.name}'s weight decay")
+            if id(ep.param) in self.own_of:
+                self._set_group_settings(ep, self.own_of[id(ep.param)])
+
+    def _set_group_settings(self, ep, own: dict) -> None:
+        """The settings ep's parameter group sets apart from the optimizer's. The rate goes as a
+        scale of the engine's, from the two rates as fp32 (what the engine holds), so that the
+        engine's double product rounds back to the group's fp32 rate exactly."""
+        lib = N.lib()
+        if "weight_decay" in own:
+            N.check(lib.zo_engine_set_weight_decay(self._eng, ep.id, own["weight_decay"]),
+                    f"{ep.name}'s weight decay")
+        if not own.keys() & {"lr", "betas", "eps"}:
+            return
+        scale = 1.0
+        if "lr" in own:
+            scale = _f32(own["lr"]) / _f32(self._adam["lr"])
+        b1, b2 = own.get("betas", self._adam["betas"])
+        N.check(lib.zo_engine_set_tensor_adam(self._eng, ep.id, scale, b1, b2,
+                                              own.get("eps", self._adam["eps"])),
+                f"{ep.name}'s parameter group settings")
+
+    def _group_scale(self, own: dict) -> float:
+        return _f32(own["lr"]) / _f32(self._adam["lr"]) if "lr" in own else 1.0
+
+    def param_groups(self) -> List[dict]:
+        """The parameter groups, each with the settings the engine applies to it (lr: the rate
+        of the next update)."""
+        lr = float(N.lib().zo_engine_lr(self._eng))
+        out = []
+        for g in self._groups:
+            d = {k: self._adam[k] for k in ("lr", "betas", "eps", "weight_decay",
+                                            "bias_correction")}
+            d.update(g["own"])
+            d["lr"] = _f32(lr * self._group_scale(g["own"]))
+            d["params"] = list(g["params"])
+            out.append(d)
+        return out
 
     def _read_plan(self) -> None:
         lib = N.lib()
@@ -1003,7 +1039,8 @@ class ZoEngine:
         return self.train(False)
 
     def get_lr(self) -> List[float]:
-        return [float(N.lib().zo_engine_lr(self._eng))]
+        """The rate of the next update of each parameter group, in their order."""
+        return [g["lr"] for g in self.param_groups()]
 
     def get_global_grad_norm(self) -> Optional[float]:
         return None if self.last_stats is None else float(self.last_stats.grad_norm)
@@ -1130,8 +1167,13 @@ class ZoEngine:
             "optimizer": {"type": "AdamW" if self._adam["adamw"] else "Adam", **{
                 k: self._adam[k] for k in ("lr", "betas", "eps", "weight_decay",
                                            "bias_correction")},
-                "own_weight_decay": {t.name: self.decay_of[id(t.param)] for t in self.tensors
-                                     if id(t.param) in self.decay_of}},
+                "own_weight_decay": {t.name: self.own_of[id(t.param)]["weight_decay"]
+                                     for t in self.tensors if "weight_decay"
+                                     in self.own_of.get(id(t.param), {})},
+                "own_adam": {t.name: {k: v for k, v in self.own_of[id(t.param)].items()
+                                      if k != "weight_decay"}
+                             for t in self.tensors
+                             if self.own_of.get(id(t.param), {}).keys() - {"weight_decay"}}},
             "gradient_clipping": cfg["gradient_clipping"],
             "dtype": {N.DTYPE_BF16: "bf16", N.DTYPE_F16: "fp16", N.DTYPE_F32: "fp32"}[
                 self.param_dtype],
@@ -1223,6 +1265,11 @@ def _nvme_paths(cfg: dict) -> List[str]:
             if p["device"] == "nvme" and p.get("nvme_path") and p["nvme_path"] not in paths:
                 paths.append(p["nvme_path"])
     return paths
+
+
+def _f32(x: float) -> float:
+    """x rounded to fp32, as the engine holds its hyper-parameters."""
+    return ctypes.c_float(float(x)).value
 
 
 def _adam_of(cfg: dict) -> dict:
