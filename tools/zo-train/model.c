@@ -2,6 +2,7 @@
  * arena (laid out by the shape part, model_shape.h) and the forward/backward
  * of each engine layer on the compute ops. */
 #include "model.h"
+#include "tp_shape.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -539,11 +540,6 @@ static zo_status linear_bwd_weight(const zt_model *m, void *dw, const void *dy, 
 }
 
 /* ---- a block ---- */
-
-uint64_t zt_model_tp_bytes(uint64_t head_rows, int T)
-{
-    return T > 1 ? (uint64_t)(T + 1) * head_rows * ZO_XENT_STATS * sizeof(float) : 0;
-}
 
 zo_status zt_model_set_tp(zt_model *m, zo_comm_t tp)
 {

@@ -123,9 +123,8 @@ zo_status zt_model_read_losses(zt_model *m, float *losses, int n);
  * backward, and the rank's part of the embedding lookup; the head's loss
  * combines the ranks' vocabulary parts (collectives on the compute stream:
  * every rank of tp must run the same micro-batches). It takes
- * zt_model_tp_bytes of device memory beside the arena. NULL: none. */
+ * zt_model_tp_bytes (tp_shape.h) of device memory beside the arena. NULL: none. */
 zo_status zt_model_set_tp(zt_model *m, zo_comm_t tp);
-uint64_t zt_model_tp_bytes(uint64_t head_rows, int T);
 
 /* ---- pipeline stages (pipeline.h) ----
  * A stage computes engine layers first..last (0: the embedding, 1..L the

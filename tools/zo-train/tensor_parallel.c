@@ -12,109 +12,6 @@ static int is_block(const zt_shape *s, int layer)
     return layer > 0 && layer <= s->n_layers;
 }
 
-static zo_status refuse(const char *what, int n, int T)
-{
-    return zt_fail(ZO_ERR_INVALID_ARG,
-                   "--tensor-parallel %d splits the %s over the ranks, but %d is not a multiple of "
-                   "%d: choose a --tensor-parallel that divides it",
-                   T, what, n, T);
-}
-
-zo_status zt_tp_check(const zt_shape *full, int T)
-{
-    if (T <= 1)
-        return ZO_OK;
-    if (full->n_heads % T)
-        return refuse("query heads (--heads)", full->n_heads, T);
-    const int KV = zt_kv_heads(full);
-    if (KV >= T && KV % T)
-        return zt_fail(ZO_ERR_INVALID_ARG,
-                       "--tensor-parallel %d with %d key/value heads: each rank takes whole "
-                       "key/value heads, so their count must be a multiple of %d, or divide it "
-                       "(then ranks share a head)",
-                       T, KV, T);
-    if (KV < T && T % KV)
-        return zt_fail(ZO_ERR_INVALID_ARG,
-                       "--tensor-parallel %d with %d key/value heads: with fewer heads than ranks "
-                       "each head is shared by %d / %d ranks, so %d must divide %d",
-                       T, KV, T, KV, KV, T);
-    if (KV < T && zt_head_dim(full) % (T / KV))
-        return zt_fail(ZO_ERR_INVALID_ARG,
-                       "--tensor-parallel %d with %d key/value heads: the %d ranks sharing a head "
-                       "each store a part of its %d-element bias, which does not divide",
-                       T, KV, T / KV, zt_head_dim(full));
-    if (full->ffn_dim % T)
-        return refuse("FFN (--ffn)", full->ffn_dim, T);
-    if (full->dim % T)
-        return refuse("model dimension (--dim)", full->dim, T);
-    if (full->vocab % T)
-        return refuse("vocabulary (--vocab; pad it as Megatron does)", full->vocab, T);
-    return ZO_OK;
-}
-
-zt_shape zt_tp_local_shape(const zt_shape *full, int T)
-{
-    zt_shape s = *full;
-    if (T <= 1)
-        return s;
-    s.head_dim = zt_head_dim(full);
-    s.n_kv_heads = zt_kv_heads(full) >= T ? zt_kv_heads(full) / T : 1; /* shared */
-    s.n_heads = full->n_heads / T;
-    s.ffn_dim = full->ffn_dim / T;
-    s.vocab = full->vocab / T;
-    return s;
-}
-
-/* The embedding's and the head's matrices, split over the vocabulary. */
-static int vocab_split(const zt_shape *full, int layer, int idx)
-{
-    if (layer == 0)
-        return idx == ZT_EMBEDDING;
-    return layer == full->n_layers + 1 && idx == ZT_HEAD_OUT;
-}
-
-int zt_tp_kv_sharers(const zt_shape *full, int T)
-{
-    const int KV = zt_kv_heads(full);
-    return T > KV ? T / KV : 1;
-}
-
-int zt_tp_kv_shared(const zt_shape *full, int T, int layer, int idx)
-{
-    return is_block(full, layer) && zt_tp_kv_sharers(full, T) > 1 &&
-           (idx == ZT_WK || idx == ZT_WV || idx == ZT_BK || idx == ZT_BV);
-}
-
-int zt_tp_replicated(const zt_shape *full, int layer, int idx)
-{
-    if (!is_block(full, layer))
-        return !vocab_split(full, layer, idx);
-    return idx == ZT_ATTN_NORM || idx == ZT_MLP_NORM || idx == ZT_BO;
-}
-
-size_t zt_tp_numel(const zt_shape *full, int T, int layer, int idx)
-{
-    if (T <= 1)
-        return zt_tensor_numel(full, layer, idx);
-    if (zt_tp_replicated(full, layer, idx))
-        return zt_tensor_numel(full, layer, idx) / (size_t)T;
-    zt_shape local = zt_tp_local_shape(full, T);
-    /* a shared key/value head: a part of it on each rank that shares it */
-    return zt_tensor_numel(&local, layer, idx) /
-           (size_t)(zt_tp_kv_shared(full, T, layer, idx) ? zt_tp_kv_sharers(full, T) : 1);
-}
-
-uint64_t zt_tp_default_chunk_bytes(const zt_shape *full, int T)
-{
-    uint64_t mx = 0;
-    for (int l = 0; l < zt_engine_layers(full); l++)
-        for (int i = 0; i < zt_layer_tensors(full, l); i++) {
-            uint64_t n = zt_tp_numel(full, T, l, i);
-            mx = n > mx ? n : mx;
-        }
-    return (mx * 2 + 4095) / 4096 * 4096; /* 16-bit, as zt_default_chunk_bytes */
-}
-
 /* Row-parallel (o_proj, down_proj) tensors are [dim, cols] row-major and
  * rank r holds columns [r cols/T, (r+1) cols/T) of every row: cols into
  * *cols. Every other tensor's part is one contiguous stretch. */
@@ -184,32 +81,6 @@ void zt_tp_slice(const zt_shape *full, int T, int r, int layer, int idx, const f
 
 /* ---- the rank's view of a layer ---- */
 
-/* Gathered tensors in one layer at most: replicated (two norms, o_proj's
- * bias) in the first REP_SLOTS, shared key/value heads (k, v and their
- * biases) in the others. */
-enum { REP_SLOTS = 3, KV_SLOTS = 4, TP_SLOTS = REP_SLOTS + KV_SLOTS };
-
-/* Elements of a slot: a replicated tensor is at most dim, a shared key/value
- * head's weight head_dim x dim (0: no heads shared). */
-static size_t slot_numel(const zt_shape *full, int T, int slot)
-{
-    if (slot < REP_SLOTS)
-        return (size_t)full->dim;
-    return zt_tp_kv_sharers(full, T) > 1 ? (size_t)zt_head_dim(full) * full->dim : 0;
-}
-
-uint64_t zt_tp_device_bytes(const zt_shape *full, int T, zo_dtype dt, uint64_t head_rows)
-{
-    if (T <= 1)
-        return 0;
-    /* the gathered tensors with their gradients, and the parallel
-     * cross-entropy's stats: the rank's and the group's (zt_model_set_tp) */
-    uint64_t n = 0;
-    for (int k = 0; k < TP_SLOTS; k++)
-        n += slot_numel(full, T, k);
-    return 2 * n * zo_dtype_size(dt) + zt_model_tp_bytes(head_rows, T);
-}
-
 struct zt_tp {
     zo_device_t dev;
     zo_comm_t comm, kv; /* kv: the ranks sharing this rank's key/value head (NULL: none) */
@@ -217,14 +88,14 @@ struct zt_tp {
     zt_shape full;
     zo_dtype dt;
     zt_param_source inner;
-    void *base;                              /* the slots' device memory */
-    void *pfull[TP_SLOTS], *gfull[TP_SLOTS]; /* slot_numel elements each */
+    void *base;                                    /* the slots' device memory */
+    void *pfull[ZT_TP_SLOTS], *gfull[ZT_TP_SLOTS]; /* slot_numel elements each */
     /* the fetched layer's gathered tensors: their index, slot, elements, group and the
      * engine's part; n_kv of them shared key/value heads */
-    int n_rep, n_kv, idx[TP_SLOTS], slot[TP_SLOTS];
-    zo_comm_t group[TP_SLOTS];
-    size_t numel[TP_SLOTS];
-    void *gpart[TP_SLOTS];
+    int n_rep, n_kv, idx[ZT_TP_SLOTS], slot[ZT_TP_SLOTS];
+    zo_comm_t group[ZT_TP_SLOTS];
+    size_t numel[ZT_TP_SLOTS];
+    void *gpart[ZT_TP_SLOTS];
 };
 
 zo_status zt_tp_init(zt_tp **out, zo_device_t dev, zo_comm_t comm, const zt_shape *full,
@@ -249,8 +120,8 @@ zo_status zt_tp_init(zt_tp **out, zo_device_t dev, zo_comm_t comm, const zt_shap
         return zt_lib_fail(st, "the tensor-parallel gather buffers and groups");
     }
     char *b = tp->base;
-    for (int k = 0; k < TP_SLOTS; k++) {
-        size_t bytes = slot_numel(full, tp->T, k) * zo_dtype_size(dt);
+    for (int k = 0; k < ZT_TP_SLOTS; k++) {
+        size_t bytes = zt_tp_slot_numel(full, tp->T, k) * zo_dtype_size(dt);
         tp->pfull[k] = b;
         tp->gfull[k] = b + bytes;
         b += 2 * bytes;
@@ -278,8 +149,8 @@ static zo_status gather_one(zt_tp *tp, int layer, int k, zo_stream_t s, void **p
     zt_shape local = zt_tp_local_shape(&tp->full, tp->T);
     size_t n = zt_tensor_numel(shared ? &local : &tp->full, layer, k), es = zo_dtype_size(tp->dt);
     zo_comm_t group = shared ? tp->kv : tp->comm;
-    int j = tp->n_rep++, slot = shared ? REP_SLOTS + tp->n_kv++ : j - tp->n_kv;
-    if (slot >= (shared ? TP_SLOTS : REP_SLOTS))
+    int j = tp->n_rep++, slot = shared ? ZT_TP_REP_SLOTS + tp->n_kv++ : j - tp->n_kv;
+    if (slot >= (shared ? ZT_TP_SLOTS : ZT_TP_REP_SLOTS))
         return zt_fail(ZO_ERR_INTERNAL, "layer %d has more gathered tensors than slots", layer);
     ZT_LIB(zo_comm_all_gather(group, s, p[k], tp->pfull[slot], n / (size_t)zo_comm_size(group),
                               tp->dt));

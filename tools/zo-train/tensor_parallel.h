@@ -32,29 +32,9 @@
 #include <stddef.h>
 
 #include "model.h"
+#include "tp_shape.h"
 #include "zo/comm.h"
 
-/* What T ranks cannot split, refused by name: heads, key/value heads, the
- * FFN, the dimension and the vocabulary must each divide by T. */
-zo_status zt_tp_check(const zt_shape *full, int T);
-/* The shape one rank computes with (T = 1: full itself): its heads, FFN
- * and vocabulary part. */
-zt_shape zt_tp_local_shape(const zt_shape *full, int T);
-/* Whether tensor (layer, idx) is replicated (the norms, o_proj's bias). */
-int zt_tp_replicated(const zt_shape *full, int layer, int idx);
-/* With fewer key/value heads than T, the ranks whose query heads use one
- * key/value head (T / kv heads of them, consecutive) share it: each stores
- * a part, a fetch gathers the head over them, and their gradients (each
- * from its own query heads) are summed over them before each keeps its
- * part. The number of ranks sharing a head (1: none), and whether tensor
- * (layer, idx) is such a head's (k, v and their biases). */
-int zt_tp_kv_sharers(const zt_shape *full, int T);
-int zt_tp_kv_shared(const zt_shape *full, int T, int layer, int idx);
-/* The elements a rank holds of tensor (layer, idx). */
-size_t zt_tp_numel(const zt_shape *full, int T, int layer, int idx);
-/* The default chunk: a rank's largest part in 16 bits, rounded to 4 KiB
- * (zt_default_chunk_bytes at T = 1). */
-uint64_t zt_tp_default_chunk_bytes(const zt_shape *full, int T);
 /* Rank r's part of the full tensor's values src into dst (zt_tp_numel). */
 void zt_tp_slice(const zt_shape *full, int T, int r, int layer, int idx, const float *src,
                  float *dst);
@@ -74,10 +54,6 @@ void zt_tp_slice_items(const zt_shape *full, int T, int r, int layer, int idx, c
                        void *part, size_t es, size_t unit);
 void zt_tp_merge_items(const zt_shape *full, int T, int layer, int idx, const void *parts,
                        size_t stride, void *whole, size_t es, size_t unit);
-/* Device bytes beside the arena: the whole copies a fetch gathers
- * (parameters and gradients) and the model's parallel cross-entropy stats
- * for head chunks of head_rows (zt_head_chunk_rows of the local shape). */
-uint64_t zt_tp_device_bytes(const zt_shape *full, int T, zo_dtype dt, uint64_t head_rows);
 
 typedef struct zt_tp zt_tp;
 
