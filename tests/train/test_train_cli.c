@@ -101,7 +101,7 @@ static void test_help_lists_every_flag(void **state)
                            "--hf-save-dtype",
                            "--hf-shard-size",
                            "--help",
-                           "tiny, small, 1b, 7b, 13b"};
+                           "tiny, small, 1b, 7b, 13b, 70b"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strstr(o.out, flags[i]))
             fail_msg("--help does not mention %s", flags[i]);
@@ -202,7 +202,7 @@ static void test_bad_steps_reported_once(void **state)
 static void test_bad_flags(void **state)
 {
     expect_usage_error("--preset huge",
-                       "unknown preset 'huge'; expected one of tiny, small, 1b, 7b, 13b");
+                       "unknown preset 'huge'; expected one of tiny, small, 1b, 7b, 13b, 70b");
     expect_usage_error("--offload-param disk", "expected none, cpu or nvme");
     expect_usage_error("--device-mem 12XB", "expected a byte count");
     expect_usage_error("--steps -1", "an integer >= 0");

@@ -18,7 +18,7 @@ typedef struct preset {
     zt_shape shape;
 } preset;
 
-/* Llama-2 shapes for 7b and 13b; the smaller ones keep head_dim 64..128 and
+/* Llama-2 shapes for 7b, 13b and 70b; the smaller ones keep head_dim 64..128 and
  * an ffn of about 8/3 dim rounded to a multiple of 64 or 256, as LLaMA does. */
 static const preset presets[] = {
     {"tiny", {256, 256, 4, 4, 768, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0, 0, 0}}, /* 3.5M parameters,
@@ -27,11 +27,13 @@ static const preset presets[] = {
     {"1b", {32000, 2048, 18, 16, 5632, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0, 0, 0}},   /* 1.06B */
     {"7b", {32000, 4096, 32, 32, 11008, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0, 0, 0}},  /* 6.74B */
     {"13b", {32000, 5120, 40, 40, 13824, 1e-5f, 10000.0f, 0, 0, 0, 0, {0}, 0, 0, 0}}, /* 13.0B */
+    /* Llama-2-70B: grouped-query attention, 8 key/value heads of 128 */
+    {"70b", {32000, 8192, 80, 64, 28672, 1e-5f, 10000.0f, 8, 0, 0, 0, {0}, 0, 0, 0}}, /* 69.0B */
 };
 
 const char *zt_preset_names(void)
 {
-    return "tiny, small, 1b, 7b, 13b";
+    return "tiny, small, 1b, 7b, 13b, 70b";
 }
 
 zo_status zt_preset(const char *name, zt_shape *out)

@@ -51,7 +51,7 @@ int zt_head_dim(const zt_shape *s);
 int zt_q_dim(const zt_shape *s);
 int zt_kv_dim(const zt_shape *s);
 
-/* Fill *out with a preset: tiny, small, 1b, 7b, 13b. ZO_ERR_INVALID_ARG
+/* Fill *out with a preset: tiny, small, 1b, 7b, 13b, 70b. ZO_ERR_INVALID_ARG
  * (message lists the names) for another name. */
 zo_status zt_preset(const char *name, zt_shape *out);
 /* The names, comma-separated, for --help. */
