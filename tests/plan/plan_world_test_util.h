@@ -38,7 +38,7 @@ static inline zp_hardware cpu_node(uint64_t host_bytes)
 /* n ranks, per_node of them on each node, a 10 GB/s link. */
 static inline zp_world world(int n, int per_node)
 {
-    zp_world w = {n, per_node, 10e9, "test"};
+    zp_world w = {.world_size = n, .gpus_per_node = per_node, .link = 10e9, .link_source = "test"};
     return w;
 }
 

@@ -226,13 +226,22 @@
             "tokens/s among the divisors of --world-size"))                                        \
     X(TENSOR_PARALLEL, "tensor-parallel", 0,                                                       \
       ZT_IN(RANKS, "T",                                                                            \
-            "tensor parallelism (Megatron-LM's): each block's heads and\n"                          \
-            "FFN split over T consecutive ranks, the o_proj and down_proj\n"                        \
-            "outputs all-reduced, the embedding and head split over the\n"                          \
-            "vocabulary; every tier holds 1/T of each tensor;\n"                                    \
-            "N = S x D x T ranks, rank r tensor rank r % T\n"                                       \
+            "tensor parallelism (Megatron-LM's): each block's heads and\n"                         \
+            "FFN split over T consecutive ranks, the o_proj and down_proj\n"                       \
+            "outputs all-reduced, the embedding and head split over the\n"                         \
+            "vocabulary; every tier holds 1/T of each tensor;\n"                                   \
+            "N = S x D x T ranks, rank r tensor rank r % T\n"                                      \
             "(tensor_parallel.tp_size in a --config)"),                                            \
-      ZT_NO)                                                                                       \
+      ZT_IN(PIPELINE, "T|auto",                                                                    \
+            "plan T tensor-parallel ranks per layer (1/T of every\n"                               \
+            "tensor and of the FLOPs per rank, the all-reduces over the\n"                         \
+            "tensor group's link); with --world-size N, N/(S x T)\n"                               \
+            "data-parallel ranks. auto: every T that divides N and the\n"                          \
+            "model, the grid (S, T) recommended by tokens/s"))                                     \
+    X(NODE_LINK_GBPS, "node-link-gbps", 0, ZT_NO,                                                  \
+      ZT_IN(PIPELINE, "G",                                                                         \
+            "GB/s between two GPUs of one node, the link of a tensor\n"                            \
+            "group on one node (default: --link-gbps's)"))                                         \
     X(PIPELINE_SPLIT, "pipeline-split", 0,                                                         \
       ZT_IN(RANKS, "parameters|uniform|L1,L2,...",                                                 \
             "the stages' layers: balanced by parameter count (the\n"                               \

@@ -22,6 +22,8 @@
 #include "pipeline.h"
 #include "pipeline_out.h"
 #include "plan.h"
+#include "tensor.h"
+#include "tp_shape.h"
 #include "validate.h"
 #include "world.h"
 #include "zo/checked.h"
@@ -59,6 +61,7 @@ typedef struct cli {
     int pipe_split[ZP_PIPE_MAX_STAGES]; /* --pipeline-split: first layers of stages 1..S-1 */
     int n_pipe_split;
     zp_world pipe_world; /* the pipeline's ranks: --world-size, or one per stage */
+    int tp;              /* --tensor-parallel: 0 not given, -1 auto, else T (tensor.h) */
 } cli;
 
 static void usage(const cli *c, FILE *f)
@@ -223,12 +226,21 @@ static int parse_world_opt(int opt, const char *arg, cli *c)
 {
     char *end;
     errno = 0;
-    if (opt == ZT_OPT_LINK_GBPS) {
+    if (opt == ZT_OPT_LINK_GBPS || opt == ZT_OPT_NODE_LINK_GBPS) {
         double v = strtod(arg, &end);
         if (errno || end == arg || *end || !(v > 0) || !isfinite(v))
             return bad_value(c, opt, arg, "a number of GB/s > 0");
-        c->world.link = v * 1e9;
-        snprintf(c->world.link_source, sizeof c->world.link_source, "--link-gbps");
+        int node = opt == ZT_OPT_NODE_LINK_GBPS;
+        *(node ? &c->world.node_link : &c->world.link) = v * 1e9;
+        snprintf(node ? c->world.node_link_source : c->world.link_source,
+                 sizeof c->world.link_source, "%s", node ? "--node-link-gbps" : "--link-gbps");
+        return 0;
+    }
+    if (opt == ZT_OPT_TENSOR_PARALLEL) {
+        long t = strcmp(arg, "auto") == 0 ? -1 : strtol(arg, &end, 10);
+        if (t != -1 && (errno || end == arg || *end || t < 1 || t > 64))
+            return bad_value(c, opt, arg, "auto or a number of ranks from 1 to 64");
+        c->tp = (int)t;
         return 0;
     }
     long v = strtol(arg, &end, 10);
@@ -299,7 +311,8 @@ static int parse_opt(int opt, const char *arg, cli *c)
         return 0;
     }
     double unit;
-    if (opt == ZT_OPT_WORLD_SIZE || opt == ZT_OPT_GPUS_PER_NODE || opt == ZT_OPT_LINK_GBPS)
+    if (opt == ZT_OPT_WORLD_SIZE || opt == ZT_OPT_GPUS_PER_NODE || opt == ZT_OPT_LINK_GBPS ||
+        opt == ZT_OPT_NODE_LINK_GBPS || opt == ZT_OPT_TENSOR_PARALLEL)
         return parse_world_opt(opt, arg, c);
     if (opt == ZT_OPT_PIPELINE_STAGES || opt == ZT_OPT_PIPELINE_SPLIT)
         return parse_pipe_opt(opt, arg, c);
@@ -574,6 +587,10 @@ static void fill_world(zp_world *w, const result *r)
         w->link = strcmp(r->hw.backend, "cuda") == 0 ? ZP_LINK_CUDA_BPS : ZP_LINK_CPU_BPS;
         snprintf(w->link_source, sizeof w->link_source, "assumed");
     }
+    if (!(w->node_link > 0)) {
+        w->node_link = w->link;
+        snprintf(w->node_link_source, sizeof w->node_link_source, "%s", w->link_source);
+    }
 }
 
 /* ZeRO over --world-size ranks, the node's share and the link filled in. */
@@ -585,29 +602,42 @@ static zo_status plan_world(cli *c, result *r)
                          &r->work);
 }
 
-/* The stage counts planned: the one given, or auto's divisors of the
- * world size (none above the engine layers). */
-static zo_status pipe_counts(const cli *c, int *counts, int *n)
+/* The grids planned, (S, T) pairs: the stage count given, or auto's
+ * divisors of the world size (none above the engine layers); the tensor
+ * parallelism given (1 when not), or auto's divisors of the world size
+ * that split the model (zt_tp_check); S x T dividing the world size. */
+static zo_status grids(const cli *c, int *S_out, int *T_out, int *n)
 {
-    int N = c->world.world_size, E = zt_engine_layers(&c->job.shape);
+    int N = c->pipe_world.world_size, E = zt_engine_layers(&c->job.shape);
     *n = 0;
-    if (c->pipe_stages > 0) {
-        counts[(*n)++] = c->pipe_stages;
-        return ZO_OK;
-    }
-    if (N < 2)
+    if ((c->pipe_stages < 0 || c->tp < 0) && c->world.world_size < 2)
         return zt_fail(ZO_ERR_INVALID_ARG,
-                       "--pipeline-stages auto chooses among the divisors of --world-size: give "
-                       "--world-size N (the GPUs), N >= 2");
-    for (int S = 1; S <= N && S <= E && *n < ZP_PIPE_MAX_STAGES; S++)
-        if (N % S == 0)
-            counts[(*n)++] = S;
+                       "--pipeline-stages auto and --tensor-parallel auto choose among the "
+                       "divisors of --world-size: give --world-size N (the GPUs), N >= 2");
+    if (c->tp > 0)
+        ZT_TRY(zt_tp_check(&c->job.shape, c->tp));
+    for (int T = 1; T <= N && T <= 64; T++) {
+        if (c->tp > 0 ? T != c->tp : c->tp == 0 ? T != 1 : N % T != 0)
+            continue;
+        if (c->tp < 0 && zt_tp_check(&c->job.shape, T) < 0)
+            continue; /* auto: a T that does not split the model is not a candidate */
+        /* a given S is planned whatever it is (the planner refuses it by name) */
+        int most = c->pipe_stages > 0 ? c->pipe_stages : N < E ? N : E;
+        for (int S = 1; S <= most && *n < ZP_PIPE_MAX_STAGES; S++) {
+            if (c->pipe_stages > 0    ? S != c->pipe_stages
+                : c->pipe_stages == 0 ? S != 1
+                                      : N % (S * T) != 0)
+                continue;
+            S_out[*n] = S;
+            T_out[(*n)++] = T;
+        }
+    }
     return ZO_OK;
 }
 
-/* --pipeline-stages: each stage count's plan and the fastest that fits (the
- * most tokens per second: at one world size fewer stages mean more
- * data-parallel ranks and more tokens per step). */
+/* --pipeline-stages, --tensor-parallel: each grid's plan and the fastest
+ * that fits (the most tokens per second: at one world size fewer stages
+ * and tensor ranks mean more data-parallel ranks and more tokens per step). */
 static zo_status plan_pipe(cli *c, result *r)
 {
     if (c->n_pipe_split && c->pipe_stages <= 0)
@@ -618,14 +648,17 @@ static zo_status plan_pipe(cli *c, result *r)
                        "%d (stages 1..S-1)",
                        c->n_pipe_split, c->pipe_stages, c->pipe_stages - 1);
     c->pipe_world = c->world;
-    if (c->pipe_world.world_size < 2 && c->pipe_stages > 0)
-        c->pipe_world.world_size = c->pipe_stages; /* one rank per stage */
+    if (c->pipe_world.world_size < 2) /* one rank per stage and tensor rank */
+        c->pipe_world.world_size =
+            (c->pipe_stages > 0 ? c->pipe_stages : 1) * (c->tp > 0 ? c->tp : 1);
     fill_world(&c->pipe_world, r);
-    int counts[ZP_PIPE_MAX_STAGES], n;
-    ZT_TRY(pipe_counts(c, counts, &n));
+    int S[ZP_PIPE_MAX_STAGES], T[ZP_PIPE_MAX_STAGES], n;
+    ZT_TRY(grids(c, S, T, &n));
     r->pipe_best = -1;
     for (int i = 0; i < n; i++) {
-        ZT_TRY(zp_plan_pipeline(&c->job, &r->hw, &r->sp, &c->pipe_world, counts[i],
+        zp_job job = c->job;
+        job.tensor_parallel = T[i];
+        ZT_TRY(zp_plan_pipeline(&job, &r->hw, &r->sp, &c->pipe_world, S[i],
                                 c->n_pipe_split ? c->pipe_split : NULL, c->nvme_tbw, &r->pipe[i],
                                 &r->work));
         r->n_pipe = i + 1;
@@ -633,12 +666,17 @@ static zo_status plan_pipe(cli *c, result *r)
         if (p->fits && (r->pipe_best < 0 || p->tokens_per_s > r->pipe[r->pipe_best].tokens_per_s))
             r->pipe_best = i;
     }
+    if (!n)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "no grid of --pipeline-stages and --tensor-parallel divides --world-size "
+                       "%d for this model",
+                       c->pipe_world.world_size);
     return ZO_OK;
 }
 
 static zp_pipe_report pipe_report(const cli *c, const result *r)
 {
-    zp_pipe_report p = {r->pipe, r->n_pipe,      r->pipe_best, c->pipe_stages < 0,
+    zp_pipe_report p = {r->pipe, r->n_pipe,      r->pipe_best, c->pipe_stages < 0 || c->tp < 0,
                         &c->job, &c->pipe_world, &r->hw,       &r->sp};
     return p;
 }
@@ -712,7 +750,7 @@ static zo_status plan_all(cli *c, result *r)
     c->job.state_dtype = c->state_auto ? choose_format(r) : want;
     ZT_TRY(plan_job(c, r));
     explain_format(c, r);
-    if (c->pipe_stages || c->n_pipe_split)
+    if (c->pipe_stages || c->n_pipe_split || c->tp)
         ZT_TRY(plan_pipe(c, r));
     if (c->world.world_size > 1)
         ZT_TRY(plan_world(c, r));
@@ -1046,7 +1084,7 @@ static void print_human(const cli *c, const result *r)
         print_validation(r);
     if (c->world.world_size > 1)
         print_world(c, r);
-    if (c->pipe_stages) {
+    if (c->pipe_stages || c->tp) {
         zp_pipe_report p = pipe_report(c, r);
         zp_print_pipeline(&p);
     }
@@ -1339,7 +1377,7 @@ static void print_json(const cli *c, const result *r)
         json_object_set_new(root, "deepspeed_estimate", json_deepspeed(c));
     if (c->world.world_size > 1)
         json_object_set_new(root, "zero", json_world(c, r));
-    if (c->pipe_stages) {
+    if (c->pipe_stages || c->tp) {
         zp_pipe_report p = pipe_report(c, r);
         json_object_set_new(root, "pipeline", zp_json_pipeline(&p));
     }

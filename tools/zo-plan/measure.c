@@ -16,6 +16,7 @@
 #include "hw.h"
 #include "model.h"
 #include "plan.h"
+#include "tensor.h"
 #include "zo/device.h"
 #include "zo/half.h"
 #include "zo/ops.h"
@@ -350,7 +351,7 @@ static void adam_bench_free(adam_bench *a)
 
 static zo_status adam_bench_init(adam_bench *a, const zp_job *job, zo_dtype fmt)
 {
-    uint64_t cb = job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape);
+    uint64_t cb = job->chunk_bytes ? job->chunk_bytes : zp_default_chunk_bytes(job);
     uint64_t n = zt_shape_n_params(&job->shape);
     memset(a, 0, sizeof *a);
     a->n = (size_t)(n < ADAM_MAX_PARAMS ? n : ADAM_MAX_PARAMS);

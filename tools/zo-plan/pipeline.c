@@ -3,6 +3,8 @@
  * step with its bubble and the activations sent between stages. */
 #include "pipeline.h"
 #include "plan_internal.h"
+#include "tensor.h"
+#include "tp_shape.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -188,7 +190,9 @@ static zo_status plan_stage(const pipe_ctx *x, const zp_pipeline_plan *o, int s,
     /* zo-train's zt_pipe_sets: its warm-up forwards and the one in hand, and one more */
     int warm = S - s - 1 < M ? S - s - 1 : M;
     j.act_sets = warm + 2 < M ? warm + 2 : M;
-    if (S > 1) { /* 1F1B runs micro-batch by micro-batch; one stage is the engine's own run */
+    /* 1F1B runs micro-batch by micro-batch, and so does a tensor-parallel rank (zo-train
+       refuses --micro-group there); one stage without it is the engine's own run */
+    if (S > 1 || zp_tp(&j) > 1) {
         j.micro_group = 1;
         j.act_home = ZP_ACT_DEVICE;
     }
@@ -291,6 +295,19 @@ static zo_status plan_stages(const pipe_ctx *x, zp_pipeline_plan *o)
         }
     }
     pipeline_time(x, o);
+    zp_job j = *x->job; /* the slowest stage's tensor group */
+    j.stage_first = o->first[o->slowest];
+    j.stage_end = o->first[o->slowest + 1];
+    zp_tp_comm_of(&j, o->stage[o->slowest].plan.micro_group, j.tp_link, &o->tp);
+    uint64_t chunks = 0, M = (uint64_t)o->stages * o->tensor_parallel;
+    o->tp_total_bytes = 0;
+    for (int s = 0; s < o->stages; s++) {
+        o->tp_total_bytes += (uint64_t)o->data_parallel * o->stage[s].plan.tp_bytes;
+        if (o->stage[s].plan.fp.n_chunks > chunks)
+            chunks = o->stage[s].plan.fp.n_chunks;
+    }
+    o->tp.verdict = M * (M - 1) * chunks * 2 * sizeof(double);
+    o->tp_total_bytes += (uint64_t)o->data_parallel * o->tp.verdict;
     return ZO_OK;
 }
 
@@ -315,11 +332,19 @@ static zo_status check_pipeline(const zp_job *job, const zp_world *w, int S)
                        S, E, job->shape.n_layers, job->shape.tied ? "" : ", the head", E);
     if (S < 1 || S > ZP_PIPE_MAX_STAGES)
         return zt_fail(ZO_ERR_INVALID_ARG, "--pipeline-stages %d: 1..%d", S, ZP_PIPE_MAX_STAGES);
-    if (w->world_size < S || w->world_size % S)
+    const int T = zp_tp(job);
+    if (w->world_size < S * T || w->world_size % (S * T))
         return zt_fail(ZO_ERR_INVALID_ARG,
-                       "--world-size %d is not a multiple of --pipeline-stages %d (each stage "
-                       "needs the same number of data-parallel ranks)",
-                       w->world_size, S);
+                       "--world-size %d is not a multiple of --pipeline-stages %d x "
+                       "--tensor-parallel %d (each stage needs the same number of "
+                       "data-parallel ranks, each of T tensor-parallel ranks)",
+                       w->world_size, S, T);
+    ZT_TRY(zt_tp_check(&job->shape, T));
+    if (T > 1 && job->dtype == ZO_DTYPE_F16)
+        return zt_fail(ZO_ERR_UNSUPPORTED,
+                       "--dtype fp16 with --tensor-parallel %d: zo-train does not combine the "
+                       "dynamic loss scale over a tensor group yet; plan bf16 or fp32",
+                       T);
     if (w->gpus_per_node < 1 || !(w->link > 0))
         return zt_fail(ZO_ERR_INVALID_ARG, "%d GPUs per node, link %g B/s: each must be > 0",
                        w->gpus_per_node, w->link);
@@ -330,7 +355,7 @@ static zo_status check_pipeline(const zp_job *job, const zp_world *w, int S)
 static int shared_choices(const zp_job *job, uint64_t chunks[2], zo_optim_mode modes[2],
                           int *n_modes)
 {
-    chunks[0] = job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape);
+    chunks[0] = job->chunk_bytes ? job->chunk_bytes : zp_default_chunk_bytes(job);
     chunks[1] = zp_block_chunk_bytes(job);
     modes[0] = job->mode;
     modes[1] = ZO_OPTIM_OVERLAP;
@@ -375,14 +400,18 @@ zo_status zp_plan_pipeline(const zp_job *job, const zp_hardware *node, const zp_
     int E = zt_engine_layers(&job->shape);
     pipe_ctx x;
     memset(&x, 0, sizeof x);
-    x.job = job;
+    zp_job jt = *job; /* with its tensor group's link, below */
+    x.job = &jt;
     x.w = w;
     x.tbw = nvme_tbw;
     x.work = work;
     zp_world_rank_share(w, node, node_sp, &x.hw, &x.sp);
     out->stages = S;
     out->world_size = w->world_size;
-    out->data_parallel = w->world_size / S;
+    out->tensor_parallel = zp_tp(job);
+    out->data_parallel = w->world_size / (S * out->tensor_parallel);
+    out->tp_link = zp_world_tp_link(w, out->tensor_parallel, &out->tp_intra_node);
+    jt.tp_link = out->tensor_parallel > 1 ? out->tp_link : 0;
     out->ranks_per_node = w->gpus_per_node < w->world_size ? w->gpus_per_node : w->world_size;
     out->micro_batches = job->grad_accum;
     out->act_bytes =

@@ -38,6 +38,7 @@
 #define ZP_PIPELINE_H
 
 #include "plan.h"
+#include "tensor.h"
 #include "world.h"
 
 enum { ZP_PIPE_MAX_STAGES = 256 };
@@ -83,6 +84,11 @@ typedef struct zp_pipeline_plan {
     double mb_seconds, fb_seconds, tail_seconds, step_seconds;
     double bubble;            /* (S - 1) / (M + S - 1) */
     double tokens_per_s, mfu; /* every rank's tokens; the whole model's FLOPs */
+    int tensor_parallel;      /* T (job->tensor_parallel; 1: none): N = S x D x T */
+    int tp_intra_node;        /* the tensor groups' ranks share a node */
+    double tp_link;           /* their link, bytes/s */
+    zp_tp_comm tp;            /* the slowest stage's tensor group's communication per step */
+    uint64_t tp_total_bytes;  /* every tensor group's, summed: D x the stages' */
 } zp_pipeline_plan;
 
 /* Plan S stages of job (grad-accum = M micro-batches per step) on

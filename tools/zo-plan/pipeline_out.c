@@ -49,6 +49,8 @@ void zp_pipe_command(const zp_pipeline_plan *p, const zp_job *job, const zp_hard
     for (int s = 1; s < p->stages && n > 0 && (size_t)n < cap; s++)
         n += snprintf(buf + n, cap - (size_t)n, "%s%d", s == 1 ? " --pipeline-split " : ",",
                       p->first[s]);
+    if (n > 0 && (size_t)n < cap && p->tensor_parallel > 1)
+        n += snprintf(buf + n, cap - (size_t)n, " --tensor-parallel %d", p->tensor_parallel);
     if (n > 0 && (size_t)n < cap && p->data_parallel > 1)
         n += snprintf(buf + n, cap - (size_t)n, " --zero-stage 1");
     if (n > 0 && (size_t)n < cap)
@@ -80,14 +82,17 @@ static void split_text(const zp_pipeline_plan *p, char *buf, size_t cap)
 static void print_candidates(const zp_pipe_report *r)
 {
     char a[32], sp[200];
-    printf("%-6s %-6s %-4s %9s %9s %8s %11s %10s %6s  %s\n", "stages", "data", "fits", "step s",
-           "mb s", "bubble", "p2p/step", "tokens/s", "MFU", "split (engine layers per stage)");
+    char b[32];
+    printf("%-6s %-6s %-6s %-4s %9s %9s %8s %11s %11s %10s %6s  %s\n", "stages", "tensor", "data",
+           "fits", "step s", "mb s", "bubble", "p2p/step", "tp/step", "tokens/s", "MFU",
+           "split (engine layers per stage)");
     for (int i = 0; i < r->n; i++) {
         const zp_pipeline_plan *p = &r->plans[i];
         split_text(p, sp, sizeof sp);
-        printf("%-6d %-6d %-4s %9.4g %9.3g %7.1f%% %11s %10.4g %5.1f%%  %s\n", p->stages,
-               p->data_parallel, p->fits ? "yes" : "no", p->step_seconds, p->mb_seconds,
-               100 * p->bubble, B(a, p->p2p_step_bytes), p->tokens_per_s, 100 * p->mfu, sp);
+        printf("%-6d %-6d %-6d %-4s %9.4g %9.3g %7.1f%% %11s %11s %10.4g %5.1f%%  %s\n", p->stages,
+               p->tensor_parallel, p->data_parallel, p->fits ? "yes" : "no", p->step_seconds,
+               p->mb_seconds, 100 * p->bubble, B(a, p->p2p_step_bytes), B(b, p->tp.step_bytes),
+               p->tokens_per_s, 100 * p->mfu, sp);
         if (!p->fits)
             printf("       %s\n", p->why);
     }
@@ -112,6 +117,35 @@ static void print_stages(const zp_pipeline_plan *p, uint64_t pb)
     }
 }
 
+/* The tensor group's communication of p (tensor.h). */
+static void print_tp(const zp_pipeline_plan *p, const zp_job *job)
+{
+    char a[32], b[32], c[32], d[32];
+    const zp_tp_comm *t = &p->tp;
+    printf("  tensor parallel %d (%s link, %.3g GB/s): per micro-batch of %d x %d tokens each "
+           "block's all-reduces of %s move %s in the forward (2) and %s in the backward (3); "
+           "the embedding and the head %s; the fetches' gathers %s per step; %s per step per "
+           "tensor group (the slowest stage's; summed over its ranks), %.3g s on its busiest "
+           "rank's link; with the engine's verdict over the model-parallel group (%s), %s per "
+           "step over every group\n",
+           p->tensor_parallel, p->tp_intra_node ? "intra-node" : "inter-node", p->tp_link / 1e9,
+           job->micro_batch, job->seq, B(a, t->act_elems * zo_dtype_size(job->dtype)),
+           B(b, t->block_fwd), B(c, t->block_bwd), B(d, t->embed_head),
+           B((char[32]){0}, t->fetch_gather), B((char[32]){0}, t->step_bytes), t->seconds,
+           B((char[32]){0}, t->verdict), B((char[32]){0}, p->tp_total_bytes));
+}
+
+/* The fastest plan that fits without tensor parallelism (-1: none). */
+static int best_without_tp(const zp_pipe_report *r)
+{
+    int best = -1;
+    for (int i = 0; i < r->n; i++)
+        if (r->plans[i].fits && r->plans[i].tensor_parallel == 1 &&
+            (best < 0 || r->plans[i].tokens_per_s > r->plans[best].tokens_per_s))
+            best = i;
+    return best;
+}
+
 void zp_print_pipeline(const zp_pipe_report *r)
 {
     const zp_world *w = r->w;
@@ -129,8 +163,9 @@ void zp_print_pipeline(const zp_pipe_report *r)
         return;
     }
     const zp_pipeline_plan *p = &r->plans[r->best];
-    printf("\n%d stages x %d data-parallel rank(s)%s, chunks of %s, %s mode:\n", p->stages,
-           p->data_parallel,
+    printf("\n%d stages x %d tensor-parallel x %d data-parallel rank(s)%s, chunks of %s, %s "
+           "mode:\n",
+           p->stages, p->tensor_parallel, p->data_parallel,
            p->data_parallel > 1 ? " (ZeRO stage 1 inside each stage's group)" : "",
            B(a, p->chunk_bytes), zo_optim_mode_name(p->mode));
     print_stages(p, zp_param_bytes(r->job));
@@ -142,11 +177,23 @@ void zp_print_pipeline(const zp_pipe_report *r)
            "boundary each way per step, %s per step over the %d boundaries both ways\n",
            B(a, p->act_bytes), p->p2p_mb_seconds, B(b, p->p2p_boundary_bytes),
            B((char[32]){0}, p->p2p_step_bytes), p->stages - 1);
+    if (p->tensor_parallel > 1)
+        print_tp(p, r->job);
     char cmd[1024];
     zp_pipe_command(p, r->job, r->node, cmd, sizeof cmd);
-    printf("recommended pipeline%s: %d stages, %.4g s per step, %.4g tokens/s, MFU %.1f%%; %s\n",
-           r->auto_stages ? " (auto: the stage count that fits with the most tokens/s)" : "",
-           p->stages, p->step_seconds, p->tokens_per_s, 100 * p->mfu, cmd);
+    printf(
+        "recommended pipeline%s: %d stages x %d tensor x %d data, %.4g s per step, %.4g tokens/s, "
+        "MFU %.1f%%; %s\n",
+        r->auto_stages ? " (auto: the grid that fits with the most tokens/s)" : "", p->stages,
+        p->tensor_parallel, p->data_parallel, p->step_seconds, p->tokens_per_s, 100 * p->mfu, cmd);
+    int nt = best_without_tp(r);
+    if (p->tensor_parallel > 1 && nt >= 0)
+        printf("best without tensor parallelism: %d stages x %d data, %.4g tokens/s (%.2fx)\n",
+               r->plans[nt].stages, r->plans[nt].data_parallel, r->plans[nt].tokens_per_s,
+               p->tokens_per_s / r->plans[nt].tokens_per_s);
+    else if (p->tensor_parallel > 1)
+        printf("best without tensor parallelism: %s\n",
+               r->auto_stages ? "none fits" : "not planned (--tensor-parallel auto compares)");
 }
 
 static json_t *json_stage(const zp_stage_plan *st)
@@ -211,6 +258,16 @@ static json_t *json_one(const zp_pipeline_plan *p, const zp_job *job, const zp_h
                                   p->p2p_mb_seconds));
     json_object_set_new(o, "tokens_per_s", json_real(p->tokens_per_s));
     json_object_set_new(o, "mfu", json_real(p->mfu));
+    json_object_set_new(o, "tensor_parallel", json_integer(p->tensor_parallel));
+    json_object_set_new(
+        o, "tp",
+        json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:f,s:f,s:f,s:b}", "all_reduce_elements",
+                  ju(p->tp.act_elems), "block_forward_bytes", ju(p->tp.block_fwd),
+                  "block_backward_bytes", ju(p->tp.block_bwd), "embedding_head_bytes",
+                  ju(p->tp.embed_head), "fetch_gather_bytes", ju(p->tp.fetch_gather), "step_bytes",
+                  ju(p->tp.step_bytes), "verdict_bytes", ju(p->tp.verdict), "all_groups_step_bytes",
+                  ju(p->tp_total_bytes), "busiest_rank_bytes", p->tp.rank_bytes, "seconds",
+                  p->tp.seconds, "link_bytes_per_s", p->tp_link, "intra_node", p->tp_intra_node));
     char cmd[1024];
     zp_pipe_command(p, job, hw, cmd, sizeof cmd);
     json_object_set_new(o, "command", json_string(cmd));
@@ -231,9 +288,18 @@ json_t *zp_json_pipeline(const zp_pipe_report *r)
         char cmd[1024];
         zp_pipe_command(p, r->job, r->node, cmd, sizeof cmd);
         json_object_set_new(o, "recommended",
-                            json_pack("{s:i,s:s}", "stages", p->stages, "command", cmd));
+                            json_pack("{s:i,s:i,s:i,s:f,s:s}", "stages", p->stages,
+                                      "tensor_parallel", p->tensor_parallel, "data_parallel",
+                                      p->data_parallel, "tokens_per_s", p->tokens_per_s, "command",
+                                      cmd));
     } else {
         json_object_set_new(o, "recommended", json_null());
     }
+    int nt = best_without_tp(r);
+    json_object_set_new(o, "best_without_tp",
+                        nt < 0 ? json_null()
+                               : json_pack("{s:i,s:i,s:f}", "stages", r->plans[nt].stages,
+                                           "data_parallel", r->plans[nt].data_parallel,
+                                           "tokens_per_s", r->plans[nt].tokens_per_s));
     return o;
 }

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "model_shape.h"
+#include "tensor.h"
+#include "tp_shape.h"
 #include "zo/optim.h"
 #include "zo/swap.h"
 #include "zo/units.h"
@@ -121,7 +123,7 @@ zo_status zp_layout_init(model_layout *m, const zp_job *job)
     size_t k = 0;
     for (int l = 0; l < L; l++)
         for (int i = 0; i < zt_layer_tensors(s, a + l); i++, k++) {
-            m->numel[k] = zt_tensor_numel(s, a + l, i);
+            m->numel[k] = zt_tp_numel(s, zp_tp(job), a + l, i);
             m->layer[k] = l;
             m->keep_f32[k] =
                 (unsigned char)(job->embedding_f32 && zt_tensor_embedding(s, a + l, i));
@@ -295,9 +297,13 @@ static zo_engine_config engine_config(const zp_job *job, const zp_hardware *hw, 
  * layer inputs). */
 zt_model_config zp_model_config(const zp_job *job)
 {
-    zt_model_config mc = {
-        job->shape,           job->seq, job->micro_batch, job->grad_accum, job->dtype,
-        job->flash_attention, {0}};
+    zt_model_config mc = {zt_tp_local_shape(&job->shape, zp_tp(job)),
+                          job->seq,
+                          job->micro_batch,
+                          job->grad_accum,
+                          job->dtype,
+                          job->flash_attention,
+                          {0}};
     return mc;
 }
 
@@ -318,6 +324,8 @@ static void device_breakdown(zp_plan *p, const zp_job *job, const zp_hardware *h
     zt_model_config mc = zp_model_config(job);
     zt_activation_parts a;
     zt_model_activation_parts(&mc, &a);
+    a.workspace += zp_tp_device_bytes(job); /* zo-train's tensor-parallel buffers */
+    a.total += zp_tp_device_bytes(job);
     const zo_engine_footprint *fp = &p->fp;
     uint64_t slots = (uint64_t)fp->device_param_slots * fp->chunk_bytes;
     if (p->param_home == ZO_TIER_DEVICE)
@@ -408,7 +416,8 @@ static zo_status plan_memory(zp_plan *p, const zp_job *job, const zp_hardware *h
                              uint64_t *work)
 {
     zt_model_config mc = zp_model_config(job);
-    uint64_t act = zt_model_activation_bytes(&mc), need = act + hw->reserve_bytes;
+    uint64_t act = zt_model_activation_bytes(&mc) + zp_tp_device_bytes(job);
+    uint64_t need = act + hw->reserve_bytes;
     uint64_t engine_budget = hw->device_bytes > need ? hw->device_bytes - need : 0;
     p->device.engine_budget = engine_budget;
     /* an engine budget of 0 would mean "unlimited": plan against one byte */
@@ -504,7 +513,7 @@ zo_status zp_nvme_chunk_states(const zp_job *job, uint64_t **bytes, uint32_t *n_
     ZT_TRY(zp_layout_init(&m, job));
     zp_hardware none;
     memset(&none, 0, sizeof none);
-    uint64_t chunk = job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape);
+    uint64_t chunk = job->chunk_bytes ? job->chunk_bytes : zp_default_chunk_bytes(job);
     zo_engine_config cfg = engine_config(job, &none, ZP_OPTIM_NVME, chunk, 0);
     zo_status st = zp_pack_model(&m, &cfg, m.n_layers);
     if (st >= 0 && !(*bytes = malloc((m.n_chunks ? m.n_chunks : 1) * sizeof **bytes)))
@@ -594,8 +603,9 @@ void zp_layer_flops_per_token(const zp_job *job, int layer, double *model, doubl
     double blocks = zt_shape_flops_per_token(s, job->seq) - head;
     double L = s->n_layers, last = zt_engine_layers(s) - 1;
     int is_block = layer >= 1 && layer <= s->n_layers;
-    *model = (is_block ? blocks / L : 0) + (layer == last ? head : 0);
-    *device = *model + (is_block ? recompute_flops_per_token(s, job->seq) / L : 0);
+    /* a tensor-parallel rank runs 1/T of each (tensor.h) */
+    *model = ((is_block ? blocks / L : 0) + (layer == last ? head : 0)) / zp_tp(job);
+    *device = *model + (is_block ? recompute_flops_per_token(s, job->seq) / L : 0) / zp_tp(job);
 }
 
 /* The job's layers' FLOPs per token: the model's, or with the recompute. */
@@ -614,15 +624,16 @@ static double job_flops(const zp_job *job, int device)
 double zp_model_flops_per_token(const zp_job *job)
 {
     if (!job->stage_end)
-        return zt_shape_flops_per_token(&job->shape, job->seq);
+        return zt_shape_flops_per_token(&job->shape, job->seq) / zp_tp(job);
     return job_flops(job, 0);
 }
 
 double zp_device_flops_per_token(const zp_job *job)
 {
     if (!job->stage_end)
-        return zt_shape_flops_per_token(&job->shape, job->seq) +
-               recompute_flops_per_token(&job->shape, job->seq);
+        return (zt_shape_flops_per_token(&job->shape, job->seq) +
+                recompute_flops_per_token(&job->shape, job->seq)) /
+               zp_tp(job);
     return job_flops(job, 1);
 }
 
@@ -664,6 +675,7 @@ static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, cons
             p->step_seconds = fmax(fmax(fb, t[ZP_BN_OPTIM]), nvme_fetch + nvme_optim) + publish;
     }
     zp_finish_time(p, sp, nvme_tbw);
+    zp_tp_add_time(job, sp, nvme_tbw, p);
 }
 
 void zp_finish_time(zp_plan *p, const zp_speeds *sp, double nvme_tbw)
@@ -724,7 +736,7 @@ uint64_t zp_block_chunk_bytes(const zp_job *job)
     const zt_shape *s = &job->shape;
     uint64_t b = 0;
     for (int i = 0; i < zt_layer_tensors(s, 1); i++)
-        b += (zt_tensor_numel(s, 1, i) * zp_param_bytes(job) + 255) / 256 * 256;
+        b += (zt_tp_numel(s, zp_tp(job), 1, i) * zp_param_bytes(job) + 255) / 256 * 256;
     return (b + 4095) / 4096 * 4096;
 }
 
@@ -752,7 +764,7 @@ zo_status zp_plan_strategy(const zp_job *job, const zp_hardware *hw, const zp_sp
     if (!(sp->h2d > 0 && sp->d2h > 0 && sp->nvme_read > 0 && sp->nvme_write > 0 &&
           sp->adam_params > 0 && sp->flops > 0))
         return zt_fail(ZO_ERR_INVALID_ARG, "every speed must be > 0");
-    uint64_t chunks[2] = {job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape),
+    uint64_t chunks[2] = {job->chunk_bytes ? job->chunk_bytes : zp_default_chunk_bytes(job),
                           zp_block_chunk_bytes(job)};
     int n = job->chunk_bytes || chunks[1] <= chunks[0] ? 1 : 2;
     ZT_TRY(plan_with_chunk(job, hw, sp, s, nvme_tbw, chunks[0], out, work));

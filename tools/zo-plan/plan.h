@@ -81,6 +81,10 @@ typedef struct zp_job {
      * (zo-train's zt_pipe_sets: its micro-batches in flight and one more;
      * 0 or 1: one). */
     int stage_first, stage_end, act_sets;
+    /* Tensor parallelism (tensor.h): T ranks share each layer (0 or 1:
+     * none); the plan is one rank's, its tensors' parts and local shape */
+    int tensor_parallel;
+    double tp_link; /* bytes/s of the tensor group's link (0: its time not counted) */
 } zp_job;
 
 /* The machine: budgets of every tier. */
@@ -225,6 +229,8 @@ typedef struct zp_plan {
     uint64_t nvme_act_bytes; /* layer inputs written to NVMe, and as many read back, per step */
     uint64_t optim_params;   /* parameters this rank updates (all; under ZeRO its own chunks') */
     uint64_t gather_bytes;   /* ZeRO stage 3: 16-bit parameters gathered from other ranks */
+    uint64_t tp_bytes;       /* tensor parallelism: what the group sends per step (tensor.h) */
+    double tp_seconds;       /* its time over the tensor group's link, in fb_seconds */
     char reason[512];        /* why the planner chose this one */
 } zp_plan;
 

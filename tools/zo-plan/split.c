@@ -38,6 +38,7 @@
 
 #include "plan.h"
 #include "plan_internal.h"
+#include "tensor.h"
 #include "zo/swap.h"
 #include "zo/units.h"
 #include "zt_error.h"
@@ -180,6 +181,8 @@ static zo_status extra_terms(split_ctx *x, const cand *c, const zo_engine_config
                             : c->act == ZP_ACT_NVME ? ZT_ACT_NVME
                                                     : ZT_ACT_DEVICE};
     zt_model_activation_parts_group(&x->mc, &g, &e->act);
+    e->act.workspace += zp_tp_device_bytes(job); /* zo-train's tensor-parallel buffers */
+    e->act.total += zp_tp_device_bytes(job);
     e->act_host = zt_model_host_activation_bytes(&x->mc, &g);
     e->act_carry = zt_model_act_carry_bytes(&x->mc, &g);
     e->act_nvme = zt_model_act_nvme_bytes(&x->mc, &g);
@@ -465,6 +468,7 @@ static void step_time(split_ctx *x, zp_plan *p, uint64_t publish_bytes)
             p->step_seconds = fmax(fb, optim_phase) + publish;
     }
     zp_finish_time(p, sp, x->tbw);
+    zp_tp_add_time(job, sp, x->tbw, p);
 }
 
 /* ---- one candidate ---- */
@@ -706,7 +710,7 @@ static zo_status search(split_ctx *x, zp_plan *out)
         acts[0] = job->act_home;
         n_acts = 1;
     }
-    uint64_t chunks[2] = {job->chunk_bytes ? job->chunk_bytes : zt_default_chunk_bytes(&job->shape),
+    uint64_t chunks[2] = {job->chunk_bytes ? job->chunk_bytes : zp_default_chunk_bytes(job),
                           zp_block_chunk_bytes(job)};
     int n_chunks = job->chunk_bytes || chunks[1] <= chunks[0] ? 1 : 2;
     zo_tier homes[2] = {ZO_TIER_HOST, ZO_TIER_NVME};

@@ -19,6 +19,13 @@ static int ranks_per_node(const zp_world *w)
     return w->gpus_per_node < w->world_size ? w->gpus_per_node : w->world_size;
 }
 
+double zp_world_tp_link(const zp_world *w, int T, int *intra)
+{
+    const int R = ranks_per_node(w);
+    *intra = T <= R && R % T == 0;
+    return *intra && w->node_link > 0 ? w->node_link : w->link;
+}
+
 void zp_world_rank_share(const zp_world *w, const zp_hardware *node, const zp_speeds *node_sp,
                          zp_hardware *rank, zp_speeds *rank_sp)
 {

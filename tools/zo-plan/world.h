@@ -38,7 +38,16 @@ typedef struct zp_world {
     int gpus_per_node;    /* ranks sharing a node's host, NVMe and cores (1..world_size) */
     double link;          /* bytes/s of the slowest link between two ranks */
     char link_source[32]; /* "--link-gbps" or "assumed" */
+    /* a tensor group's link when its ranks share a node (tensor.h; its
+     * consecutive ranks do when T divides --gpus-per-node): --node-link-gbps,
+     * else the link above */
+    double node_link;
+    char node_link_source[32];
 } zp_world;
+
+/* The link a tensor group of T consecutive ranks uses: within a node when
+ * T divides the ranks per node, else between nodes; *intra: which. */
+double zp_world_tp_link(const zp_world *w, int T, int *intra);
 
 /* The link speed assumed when --link-gbps is not given: PCIe 4.0 x16
  * peer-to-peer on a GPU node, shared memory between processes on the cpu
