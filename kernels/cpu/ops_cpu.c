@@ -6,7 +6,9 @@
  * Determinism: every loop runs in a fixed order; reductions accumulate in
  * double; GEMMs are split over the compute pool into parts fixed by the shape
  * alone (gemm_cpu.c), so a result is bitwise the same run to run, at any
- * thread count, whatever else runs concurrently. */
+ * thread count, whatever else runs concurrently. What an op does to a row
+ * (or a block of elements) in fp32 is a row kernel (cpu_rows.h): vectorized
+ * where the CPU allows, the same bits as its scalar reference. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include "cpu_flash.h"
 #include "cpu_gemm.h"
 #include "cpu_pool.h"
+#include "cpu_rows.h"
 #include "device_impl.h"
 #include "ops_impl.h"
 #include "zo_dtype_conv.h"
@@ -128,11 +131,38 @@ static void run_ranges(size_t n, size_t min_per_part, size_t align, range_fn fn,
 #define EW_MIN   ((size_t)16 << 10)
 
 /* An op's arguments and its per-part scratch (part p's slice at p * the
- * slice size), for ops whose parts need room of their own. */
+ * slice size), for ops whose parts need room of their own: `scratch` for
+ * sums, `rows` for fp32 copies of rows (`row_floats` a part). */
 typedef struct parts_job {
     const void *args;
     void *scratch;
+    float *rows;
+    size_t row_floats;
 } parts_job;
+
+static float *part_rows(const parts_job *job, size_t part)
+{
+    return job->rows + part * job->row_floats;
+}
+
+/* Room for `per_part` fp32 values in each of the parts run_ranges makes of
+ * n items, after `before` bytes of the stream's scratch. */
+static zo_status rows_scratch(cpu_ctx *ctx, parts_job *job, size_t n, size_t min_per_part,
+                              size_t before, size_t per_part)
+{
+    const size_t parts = range_parts(n, min_per_part, 1);
+    void *p = NULL;
+    ZO_TRY(scratch_get(ctx, before + parts * per_part * sizeof(float), &p));
+    job->scratch = before ? p : NULL;
+    job->rows = p ? (float *)((char *)p + before) : NULL;
+    job->row_floats = per_part;
+    return ZO_OK;
+}
+
+static size_t min_size(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
 
 /* Enqueue fn with a copy of the op's arguments and the stream's context. */
 #define CPU_TASK(name, argtype)                                                                    \
@@ -154,53 +184,19 @@ typedef struct parts_job {
 
 /* ---- GEMM ---- */
 
-/* Row conversions with one loop per dtype, simple enough for the compiler to
- * vectorize (the conversions are exact or round to nearest even, so the
- * vector and scalar forms give the same bits). */
-static void row_to_f32(float *dst, const void *src, zo_dtype dt, size_t n)
-{
-    if (dt == ZO_DTYPE_F32) {
-        memcpy(dst, src, n * sizeof *dst);
-    } else if (dt == ZO_DTYPE_BF16) {
-        const uint16_t *h = src;
-        for (size_t i = 0; i < n; i++)
-            dst[i] = zo_conv_bf16_to_f32(h[i]);
-    } else {
-        const uint16_t *h = src;
-        for (size_t i = 0; i < n; i++)
-            dst[i] = zo_conv_f16_to_f32(h[i]);
-    }
-}
-
-static void row_from_f32(void *dst, zo_dtype dt, const float *src, size_t n)
-{
-    if (dt == ZO_DTYPE_F32) {
-        memcpy(dst, src, n * sizeof *src);
-    } else if (dt == ZO_DTYPE_BF16) {
-        uint16_t *h = dst;
-        for (size_t i = 0; i < n; i++)
-            h[i] = zo_conv_f32_to_bf16(src[i]);
-    } else {
-        uint16_t *h = dst;
-        for (size_t i = 0; i < n; i++)
-            h[i] = zo_conv_f32_to_f16(src[i]);
-    }
-}
-
 /* Copy a rows x cols matrix (row stride ld) of any dtype into dense fp32. */
 static void to_f32_dense(float *dst, const void *src, zo_dtype dt, int rows, int cols, int64_t ld)
 {
-    size_t es = zo_dtype_size(dt);
+    const zo_cpu_rowk *k = zo_cpu_rows();
     for (int r = 0; r < rows; r++)
-        row_to_f32(dst + (size_t)r * cols, (const char *)src + (size_t)r * ld * es, dt,
-                   (size_t)cols);
+        k->load(dst + (size_t)r * cols, src, dt, (size_t)r * (size_t)ld, (size_t)cols);
 }
 
 static void from_f32_dense(void *dst, zo_dtype dt, const float *src, int rows, int cols, int64_t ld)
 {
-    size_t es = zo_dtype_size(dt);
+    const zo_cpu_rowk *k = zo_cpu_rows();
     for (int r = 0; r < rows; r++)
-        row_from_f32((char *)dst + (size_t)r * ld * es, dt, src + (size_t)r * cols, (size_t)cols);
+        k->store(dst, dt, (size_t)r * (size_t)ld, src + (size_t)r * cols, (size_t)cols);
 }
 
 CPU_TASK(gemm, zo_gemm_desc)
@@ -292,57 +288,52 @@ static zo_status embed_bwd_run(const zo_embed_args *a, cpu_ctx *ctx)
 
 /* ---- RMSNorm ---- */
 
+/* A part's rows: x, y and w, dim floats each. */
 static void rms_fwd_rows(const void *p, size_t lo, size_t hi, size_t part)
 {
-    const zo_rmsnorm_args *a = p;
+    const parts_job *job = p;
+    const zo_rmsnorm_args *a = job->args;
+    const zo_cpu_rowk *k = zo_cpu_rows();
     const size_t D = (size_t)a->dim;
+    float *x = part_rows(job, part), *y = x + D, *w = y + D;
+    k->load(w, a->w, a->dt, 0, D);
     for (size_t r = lo; r < hi; r++) {
-        double ss = 0.0;
-        for (size_t j = 0; j < D; j++) {
-            double v = ld_el(a->x, a->dt, r * D + j);
-            ss += v * v;
-        }
-        float rs = (float)(1.0 / sqrt(ss / (double)D + (double)a->eps));
+        k->load(x, a->x, a->dt, r * D, D);
+        float rs = (float)(1.0 / sqrt(k->dot(x, x, D) / (double)D + (double)a->eps));
         a->rstd[r] = rs;
-        for (size_t j = 0; j < D; j++)
-            st_el(a->y_or_dx, a->dt, r * D + j,
-                  ld_el(a->x, a->dt, r * D + j) * rs * ld_el(a->w, a->dt, j));
+        k->rms_fwd(y, x, rs, w, D);
+        k->store(a->y_or_dx, a->dt, r * D, y, D);
     }
 }
 
 CPU_TASK(rms_fwd, zo_rmsnorm_args)
 static zo_status rms_fwd_run(const zo_rmsnorm_args *a, cpu_ctx *ctx)
 {
-    run_ranges(a->rows, MIN_ROWS, 1, rms_fwd_rows, a);
+    parts_job job = {a, NULL, NULL, 0};
+    ZO_TRY(rows_scratch(ctx, &job, a->rows, MIN_ROWS, 0, 3 * (size_t)a->dim));
+    run_ranges(a->rows, MIN_ROWS, 1, rms_fwd_rows, &job);
     return ZO_OK;
 }
 
 /* dw is a sum over rows: each part accumulates its rows into its own double
- * partial (the scratch, dim doubles a part), added in part order afterwards. */
+ * partial (the scratch, dim doubles a part), added in part order afterwards.
+ * A part's rows: x, dy, w and dx, dim floats each. */
 static void rms_bwd_rows(const void *p, size_t lo, size_t hi, size_t part)
 {
     const parts_job *job = p;
     const zo_rmsnorm_args *a = job->args;
+    const zo_cpu_rowk *k = zo_cpu_rows();
     const size_t D = (size_t)a->dim;
-    double *dw_acc = job->scratch ? (double *)job->scratch + part * D : NULL;
+    double *dw_acc = a->dw ? (double *)job->scratch + part * D : NULL;
+    float *x = part_rows(job, part), *dy = x + D, *w = dy + D, *dx = w + D;
+    k->load(w, a->w, a->dt, 0, D);
     for (size_t r = lo; r < hi; r++) {
-        const float rs = a->rstd[r];
-        double dot = 0.0;
-        for (size_t j = 0; j < D; j++) {
-            float xhat = ld_el(a->x, a->dt, r * D + j) * rs, dy = ld_el(a->dy, a->dt, r * D + j);
-            dot += (double)(dy * ld_el(a->w, a->dt, j)) * xhat;
-            if (dw_acc)
-                dw_acc[j] += (double)dy * xhat;
-        }
-        const float mean = (float)(dot / (double)D);
-        for (size_t j = 0; j < D; j++) {
-            float xhat = ld_el(a->x, a->dt, r * D + j) * rs;
-            float g = ld_el(a->dy, a->dt, r * D + j) * ld_el(a->w, a->dt, j);
-            float dx = rs * (g - xhat * mean);
-            if (a->accumulate_dx)
-                dx += ld_el(a->y_or_dx, a->dt, r * D + j);
-            st_el(a->y_or_dx, a->dt, r * D + j, dx);
-        }
+        k->load(x, a->x, a->dt, r * D, D);
+        k->load(dy, a->dy, a->dt, r * D, D);
+        if (a->accumulate_dx)
+            k->load(dx, a->y_or_dx, a->dt, r * D, D);
+        k->rms_bwd(dx, x, dy, w, a->rstd[r], D, a->accumulate_dx, dw_acc);
+        k->store(a->y_or_dx, a->dt, r * D, dx, D);
     }
 }
 
@@ -350,13 +341,12 @@ CPU_TASK(rms_bwd, zo_rmsnorm_args)
 static zo_status rms_bwd_run(const zo_rmsnorm_args *a, cpu_ctx *ctx)
 {
     const size_t D = (size_t)a->dim, parts = range_parts(a->rows, MIN_ROWS, 1);
-    parts_job job = {a, NULL};
-    double *dw = NULL;
-    if (a->dw) {
-        ZO_TRY(scratch_get(ctx, parts * D * sizeof(double), (void **)&dw));
-        memset(dw, 0, parts * D * sizeof(double));
-        job.scratch = dw;
-    }
+    const size_t dw_bytes = a->dw ? parts * D * sizeof(double) : 0;
+    parts_job job = {a, NULL, NULL, 0};
+    ZO_TRY(rows_scratch(ctx, &job, a->rows, MIN_ROWS, dw_bytes, 4 * D));
+    double *dw = job.scratch;
+    if (dw)
+        memset(dw, 0, dw_bytes);
     run_ranges(a->rows, MIN_ROWS, 1, rms_bwd_rows, &job);
     if (!a->dw)
         return ZO_OK;
@@ -391,23 +381,22 @@ static zo_status rope_table_run(const zo_rope_table_args *a, cpu_ctx *ctx)
     return ZO_OK;
 }
 
-/* Rows are (batch, position) pairs. */
-static void rope_rows(const void *args, size_t lo, size_t hi, size_t part)
+/* Rows are (batch, position) pairs; a part's rows: one head in and out. */
+static void rope_rows(const void *p, size_t lo, size_t hi, size_t part)
 {
-    const zo_rope_args *a = args;
-    const size_t half = (size_t)a->head_dim / 2;
+    const parts_job *job = p;
+    const zo_rope_args *a = job->args;
+    const zo_cpu_rowk *k = zo_cpu_rows();
+    const size_t hd = (size_t)a->head_dim, half = hd / 2;
     const float sgn = a->inverse ? -1.0f : 1.0f;
+    float *x = part_rows(job, part), *y = x + hd;
     for (size_t bt = lo; bt < hi; bt++) {
-        const int t = (int)(bt % (size_t)a->seq);
+        const float *cs = a->table + (bt % (size_t)a->seq) * half * 2;
         for (int h = 0; h < a->heads; h++) {
-            size_t base = (bt * a->heads + h) * a->head_dim;
-            const float *cs = a->table + (size_t)t * half * 2;
-            for (size_t i = 0; i < half; i++) {
-                float c = cs[2 * i], sn = sgn * cs[2 * i + 1];
-                float x1 = ld_el(a->in, a->dt, base + i), x2 = ld_el(a->in, a->dt, base + i + half);
-                st_el(a->out, a->dt, base + i, x1 * c - x2 * sn);
-                st_el(a->out, a->dt, base + i + half, x2 * c + x1 * sn);
-            }
+            size_t base = (bt * a->heads + h) * hd;
+            k->load(x, a->in, a->dt, base, hd);
+            k->rope(y, x, cs, sgn, half);
+            k->store(a->out, a->dt, base, y, hd);
         }
     }
 }
@@ -415,69 +404,75 @@ static void rope_rows(const void *args, size_t lo, size_t hi, size_t part)
 CPU_TASK(rope, zo_rope_args)
 static zo_status rope_run(const zo_rope_args *a, cpu_ctx *ctx)
 {
-    run_ranges((size_t)a->batch * a->seq, MIN_ROWS, 1, rope_rows, a);
+    const size_t rows = (size_t)a->batch * a->seq;
+    parts_job job = {a, NULL, NULL, 0};
+    ZO_TRY(rows_scratch(ctx, &job, rows, MIN_ROWS, 0, 2 * (size_t)a->head_dim));
+    run_ranges(rows, MIN_ROWS, 1, rope_rows, &job);
     return ZO_OK;
 }
 
 /* ---- causal softmax ---- */
 
-/* Each part's exponentials live in its own slice of the scratch. */
+/* Zero bits in every dtype: the masked part of a row. */
+static void zero_tail(void *out, zo_dtype dt, size_t from, size_t to)
+{
+    const size_t es = zo_dtype_size(dt);
+    memset((char *)out + from * es, 0, (to - from) * es);
+}
+
+/* A part's row: its exponentials. */
 static void softmax_fwd_rows(const void *p, size_t lo, size_t hi, size_t part)
 {
     const parts_job *job = p;
     const zo_softmax_args *a = job->args;
+    const zo_cpu_rowk *k = zo_cpu_rows();
     const size_t T = (size_t)a->seq;
-    float *e = (float *)job->scratch + part * T;
+    float *e = part_rows(job, part);
     for (size_t r = lo; r < hi; r++) {
-        const size_t t = r % T, off = r * T;
-        float mx = -INFINITY;
-        for (size_t j = 0; j <= t; j++)
-            mx = fmaxf(mx, ld_el(a->in, a->dt, off + j));
-        double sum = 0.0;
-        for (size_t j = 0; j <= t; j++) {
-            e[j] = expf(ld_el(a->in, a->dt, off + j) - mx);
-            sum += e[j];
-        }
-        const float inv = (float)(1.0 / sum);
-        for (size_t j = 0; j <= t; j++)
-            st_el(a->out, a->dt, off + j, e[j] * inv);
-        for (size_t j = t + 1; j < T; j++)
-            st_el(a->out, a->dt, off + j, 0.0f);
+        const size_t n = r % T + 1, off = r * T;
+        k->load(e, a->in, a->dt, off, n);
+        k->exp_shifted(e, n, k->max(e, n));
+        k->scale(e, n, (float)(1.0 / k->sum(e, n)));
+        k->store(a->out, a->dt, off, e, n);
+        zero_tail(a->out, a->dt, off + n, off + T);
     }
 }
 
 CPU_TASK(softmax_fwd, zo_softmax_args)
 static zo_status softmax_fwd_run(const zo_softmax_args *a, cpu_ctx *ctx)
 {
-    const size_t rows = a->n_mats * (size_t)a->seq, parts = range_parts(rows, MIN_ROWS, 1);
-    parts_job job = {a, NULL};
-    ZO_TRY(scratch_get(ctx, parts * (size_t)a->seq * sizeof(float), &job.scratch));
+    const size_t rows = a->n_mats * (size_t)a->seq;
+    parts_job job = {a, NULL, NULL, 0};
+    ZO_TRY(rows_scratch(ctx, &job, rows, MIN_ROWS, 0, (size_t)a->seq));
     run_ranges(rows, MIN_ROWS, 1, softmax_fwd_rows, &job);
     return ZO_OK;
 }
 
+/* A part's rows: p, the incoming gradient and the result. */
 static void softmax_bwd_rows(const void *p, size_t lo, size_t hi, size_t part)
 {
-    const zo_softmax_args *a = p;
+    const parts_job *job = p;
+    const zo_softmax_args *a = job->args;
+    const zo_cpu_rowk *k = zo_cpu_rows();
     const size_t T = (size_t)a->seq;
+    float *pr = part_rows(job, part), *g = pr + T, *y = g + T;
     for (size_t r = lo; r < hi; r++) {
-        const size_t t = r % T, off = r * T;
-        double dot = 0.0;
-        for (size_t j = 0; j <= t; j++)
-            dot += (double)ld_el(a->p, a->dt, off + j) * ld_el(a->in, a->dt, off + j);
-        const float d = (float)dot;
-        for (size_t j = 0; j <= t; j++)
-            st_el(a->out, a->dt, off + j,
-                  ld_el(a->p, a->dt, off + j) * (ld_el(a->in, a->dt, off + j) - d));
-        for (size_t j = t + 1; j < T; j++)
-            st_el(a->out, a->dt, off + j, 0.0f);
+        const size_t n = r % T + 1, off = r * T;
+        k->load(pr, a->p, a->dt, off, n);
+        k->load(g, a->in, a->dt, off, n);
+        k->softmax_bwd(y, pr, g, (float)k->dot(pr, g, n), n);
+        k->store(a->out, a->dt, off, y, n);
+        zero_tail(a->out, a->dt, off + n, off + T);
     }
 }
 
 CPU_TASK(softmax_bwd, zo_softmax_args)
 static zo_status softmax_bwd_run(const zo_softmax_args *a, cpu_ctx *ctx)
 {
-    run_ranges(a->n_mats * (size_t)a->seq, MIN_ROWS, 1, softmax_bwd_rows, a);
+    const size_t rows = a->n_mats * (size_t)a->seq;
+    parts_job job = {a, NULL, NULL, 0};
+    ZO_TRY(rows_scratch(ctx, &job, rows, MIN_ROWS, 0, 3 * (size_t)a->seq));
+    run_ranges(rows, MIN_ROWS, 1, softmax_bwd_rows, &job);
     return ZO_OK;
 }
 
@@ -486,10 +481,14 @@ static zo_status softmax_bwd_run(const zo_softmax_args *a, cpu_ctx *ctx)
 static void swiglu_fwd_range(const void *p, size_t lo, size_t hi, size_t part)
 {
     const zo_swiglu_args *a = p;
-    for (size_t i = lo; i < hi; i++) {
-        float g = ld_el(a->gate, a->dt, i), u = ld_el(a->up, a->dt, i);
-        float sig = 1.0f / (1.0f + expf(-g));
-        st_el(a->out, a->dt, i, g * sig * u);
+    const zo_cpu_rowk *k = zo_cpu_rows();
+    float g[ZO_ROW_BLOCK], u[ZO_ROW_BLOCK], y[ZO_ROW_BLOCK];
+    for (size_t i = lo; i < hi; i += ZO_ROW_BLOCK) {
+        const size_t n = min_size(hi - i, ZO_ROW_BLOCK);
+        k->load(g, a->gate, a->dt, i, n);
+        k->load(u, a->up, a->dt, i, n);
+        k->swiglu_fwd(y, g, u, n);
+        k->store(a->out, a->dt, i, y, n);
     }
 }
 
@@ -503,13 +502,16 @@ static zo_status swiglu_fwd_run(const zo_swiglu_args *a, cpu_ctx *ctx)
 static void swiglu_bwd_range(const void *p, size_t lo, size_t hi, size_t part)
 {
     const zo_swiglu_args *a = p;
-    for (size_t i = lo; i < hi; i++) {
-        float g = ld_el(a->gate, a->dt, i), u = ld_el(a->up, a->dt, i),
-              d = ld_el(a->dout, a->dt, i);
-        float sig = 1.0f / (1.0f + expf(-g));
-        float dsilu = sig * (1.0f + g * (1.0f - sig));
-        st_el(a->out, a->dt, i, d * u * dsilu);
-        st_el(a->dup, a->dt, i, d * g * sig);
+    const zo_cpu_rowk *k = zo_cpu_rows();
+    float g[ZO_ROW_BLOCK], u[ZO_ROW_BLOCK], d[ZO_ROW_BLOCK], dg[ZO_ROW_BLOCK], du[ZO_ROW_BLOCK];
+    for (size_t i = lo; i < hi; i += ZO_ROW_BLOCK) {
+        const size_t n = min_size(hi - i, ZO_ROW_BLOCK);
+        k->load(g, a->gate, a->dt, i, n);
+        k->load(u, a->up, a->dt, i, n);
+        k->load(d, a->dout, a->dt, i, n);
+        k->swiglu_bwd(dg, du, g, u, d, n);
+        k->store(a->out, a->dt, i, dg, n);
+        k->store(a->dup, a->dt, i, du, n);
     }
 }
 
@@ -522,17 +524,28 @@ static zo_status swiglu_bwd_run(const zo_swiglu_args *a, cpu_ctx *ctx)
 
 /* ---- cross-entropy ---- */
 
-/* A row's max (to *mx) and its sum of exp(l - max), in column order. */
-static double row_sumexp(const void *logits, zo_dtype dt, size_t off, size_t V, float *mx)
+/* A row's logits into buf, its max (to *mx) and its sum of exp(l - max). */
+static double row_sumexp(const zo_cpu_rowk *k, float *buf, const void *logits, zo_dtype dt,
+                         size_t off, size_t V, float *mx)
 {
-    float m = -INFINITY;
-    for (size_t j = 0; j < V; j++)
-        m = fmaxf(m, ld_el(logits, dt, off + j));
-    double sum = 0.0;
-    for (size_t j = 0; j < V; j++)
-        sum += expf(ld_el(logits, dt, off + j) - m);
-    *mx = m;
-    return sum;
+    k->load(buf, logits, dt, off, V);
+    *mx = k->max(buf, V);
+    k->exp_shifted(buf, V, *mx);
+    return k->sum(buf, V);
+}
+
+/* A row's gradient gscale (softmax - onehot(tgt)) from its logits and their
+ * log-sum-exp; tgt >= V: the target is not in this row (another part's). */
+static void row_dlogits(const zo_cpu_rowk *k, float *buf, const void *logits, void *dlogits,
+                        zo_dtype dt, size_t off, size_t V, float lse, float gscale, size_t tgt)
+{
+    k->load(buf, logits, dt, off, V);
+    k->exp_shifted(buf, V, lse);
+    const float pt = tgt < V ? buf[tgt] : 0.0f;
+    k->scale(buf, V, gscale);
+    if (tgt < V)
+        buf[tgt] = gscale * (pt - 1.0f);
+    k->store(dlogits, dt, off, buf, V);
 }
 
 /* The batch's mean row loss (row_loss points at a chunk from row r0), in
@@ -548,24 +561,24 @@ static void batch_mean(float *loss, const float *row_loss, size_t r0, size_t row
     *loss = (float)(total / (double)rows);
 }
 
-static void xent_rows(const void *args, size_t lo, size_t hi, size_t part)
+/* A part's row: the logits in fp32. */
+static void xent_rows(const void *p, size_t lo, size_t hi, size_t part)
 {
-    const zo_xent_args *a = args;
+    const parts_job *job = p;
+    const zo_xent_args *a = job->args;
+    const zo_cpu_rowk *k = zo_cpu_rows();
     const size_t V = (size_t)a->vocab;
     const float gscale = a->grad_scale / (float)a->total;
+    float *buf = part_rows(job, part);
     for (size_t r = lo; r < hi; r++) {
         const size_t off = r * V;
         float mx;
-        const double sum = row_sumexp(a->logits, a->dt, off, V, &mx);
+        const double sum = row_sumexp(k, buf, a->logits, a->dt, off, V, &mx);
         const float lse = mx + (float)log(sum);
         const int tgt = a->targets[r];
         a->row_loss[r] = lse - ld_el(a->logits, a->dt, off + (size_t)tgt);
-        if (!a->dlogits)
-            continue;
-        for (size_t j = 0; j < V; j++) {
-            float p = expf(ld_el(a->logits, a->dt, off + j) - lse);
-            st_el(a->dlogits, a->dt, off + j, gscale * (p - (j == (size_t)tgt ? 1.0f : 0.0f)));
-        }
+        if (a->dlogits)
+            row_dlogits(k, buf, a->logits, a->dlogits, a->dt, off, V, lse, gscale, (size_t)tgt);
     }
 }
 
@@ -573,7 +586,9 @@ CPU_TASK(xent, zo_xent_args)
 static zo_status xent_run(const zo_xent_args *a, cpu_ctx *ctx)
 {
     ZO_TRY(check_tokens(a->targets, a->rows, a->vocab, "cross_entropy (targets)"));
-    run_ranges(a->rows, MIN_ROWS, 1, xent_rows, a);
+    parts_job job = {a, NULL, NULL, 0};
+    ZO_TRY(rows_scratch(ctx, &job, a->rows, MIN_ROWS, 0, (size_t)a->vocab));
+    run_ranges(a->rows, MIN_ROWS, 1, xent_rows, &job);
     batch_mean(a->loss, a->row_loss, a->r0, a->total);
     return ZO_OK;
 }
@@ -585,14 +600,17 @@ static int part_holds(const zo_xent_part_args *a, int tgt)
     return tgt >= a->v0 && tgt - a->v0 < a->part;
 }
 
-static void xent_stats_rows(const void *args, size_t lo, size_t hi, size_t unused)
+static void xent_stats_rows(const void *p, size_t lo, size_t hi, size_t part)
 {
-    const zo_xent_part_args *a = args;
+    const parts_job *job = p;
+    const zo_xent_part_args *a = job->args;
+    const zo_cpu_rowk *k = zo_cpu_rows();
     const size_t V = (size_t)a->part;
+    float *buf = part_rows(job, part);
     for (size_t r = lo; r < hi; r++) {
         const size_t off = r * V;
         float mx;
-        const double sum = row_sumexp(a->logits, a->dt, off, V, &mx);
+        const double sum = row_sumexp(k, buf, a->logits, a->dt, off, V, &mx);
         const int tgt = a->targets[r];
         float *st = a->stats + r * ZO_XENT_STATS;
         st[0] = mx;
@@ -605,7 +623,9 @@ CPU_TASK(xent_part_stats, zo_xent_part_args)
 static zo_status xent_part_stats_run(const zo_xent_part_args *a, cpu_ctx *ctx)
 {
     ZO_TRY(check_tokens(a->targets, a->rows, a->vocab, "cross_entropy_part_stats (targets)"));
-    run_ranges(a->rows, MIN_ROWS, 1, xent_stats_rows, a);
+    parts_job job = {a, NULL, NULL, 0};
+    ZO_TRY(rows_scratch(ctx, &job, a->rows, MIN_ROWS, 0, (size_t)a->part));
+    run_ranges(a->rows, MIN_ROWS, 1, xent_stats_rows, &job);
     return ZO_OK;
 }
 
@@ -627,22 +647,22 @@ static float xent_combine(const zo_xent_part_args *a, size_t r, float *tgt_logit
     return mx + (float)log(sum);
 }
 
-static void xent_part_rows(const void *args, size_t lo, size_t hi, size_t unused)
+static void xent_part_rows(const void *p, size_t lo, size_t hi, size_t part)
 {
-    const zo_xent_part_args *a = args;
+    const parts_job *job = p;
+    const zo_xent_part_args *a = job->args;
+    const zo_cpu_rowk *k = zo_cpu_rows();
     const size_t V = (size_t)a->part;
     const float gscale = a->grad_scale / (float)a->total;
+    float *buf = part_rows(job, part);
     for (size_t r = lo; r < hi; r++) {
         float t;
         const float lse = xent_combine(a, r, &t);
         a->row_loss[r] = lse - t;
         if (!a->dlogits)
             continue;
-        const size_t off = r * V, tgt = (size_t)(a->targets[r] - a->v0); /* wraps when not held */
-        for (size_t j = 0; j < V; j++) {
-            float p = expf(ld_el(a->logits, a->dt, off + j) - lse);
-            st_el(a->dlogits, a->dt, off + j, gscale * (p - (j == tgt ? 1.0f : 0.0f)));
-        }
+        const size_t tgt = (size_t)(a->targets[r] - a->v0); /* wraps when not held */
+        row_dlogits(k, buf, a->logits, a->dlogits, a->dt, r * V, V, lse, gscale, tgt);
     }
 }
 
@@ -650,40 +670,50 @@ CPU_TASK(xent_part, zo_xent_part_args)
 static zo_status xent_part_run(const zo_xent_part_args *a, cpu_ctx *ctx)
 {
     ZO_TRY(check_tokens(a->targets, a->rows, a->vocab, "cross_entropy_part (targets)"));
-    run_ranges(a->rows, MIN_ROWS, 1, xent_part_rows, a);
+    parts_job job = {a, NULL, NULL, 0};
+    ZO_TRY(rows_scratch(ctx, &job, a->rows, MIN_ROWS, 0, (size_t)a->part));
+    run_ranges(a->rows, MIN_ROWS, 1, xent_part_rows, &job);
     batch_mean(a->loss, a->row_loss, a->r0, a->total);
     return ZO_OK;
 }
 
 /* ---- elementwise and sum of squares ---- */
 
+static void ew_block(const zo_cpu_rowk *k, const zo_ew_args *a, size_t i, size_t n)
+{
+    float x[ZO_ROW_BLOCK], y[ZO_ROW_BLOCK];
+    switch (a->kind) {
+    case ZO_EW_ADD:
+        k->load(x, a->a, a->a_dt, i, n);
+        k->load(y, a->b, a->a_dt, i, n);
+        k->add(y, x, y, n);
+        break;
+    case ZO_EW_CAST: k->load(y, a->a, a->a_dt, i, n); break;
+    case ZO_EW_SCALE:
+        k->load(y, a->y, a->y_dt, i, n);
+        k->scale(y, n, a->alpha);
+        break;
+    case ZO_EW_AXPY:
+        k->load(x, a->a, a->a_dt, i, n);
+        k->load(y, a->y, a->y_dt, i, n);
+        k->axpy(y, a->alpha, x, n);
+        break;
+    }
+    k->store(a->y, a->y_dt, i, y, n);
+}
+
 static void ew_range(const void *p, size_t lo, size_t hi, size_t part)
 {
     const zo_ew_args *a = p;
-    switch (a->kind) {
-    case ZO_EW_ADD:
-        for (size_t i = lo; i < hi; i++)
-            st_el(a->y, a->y_dt, i, ld_el(a->a, a->a_dt, i) + ld_el(a->b, a->a_dt, i));
-        break;
-    case ZO_EW_CAST:
-        if (a->y_dt == a->a_dt) { /* bit copy: keeps NaN payloads */
-            size_t es = zo_dtype_size(a->y_dt);
-            if (a->y != a->a)
-                memcpy((char *)a->y + lo * es, (const char *)a->a + lo * es, (hi - lo) * es);
-            break;
-        }
-        for (size_t i = lo; i < hi; i++)
-            st_el(a->y, a->y_dt, i, ld_el(a->a, a->a_dt, i));
-        break;
-    case ZO_EW_SCALE:
-        for (size_t i = lo; i < hi; i++)
-            st_el(a->y, a->y_dt, i, ld_el(a->y, a->y_dt, i) * a->alpha);
-        break;
-    case ZO_EW_AXPY:
-        for (size_t i = lo; i < hi; i++)
-            st_el(a->y, a->y_dt, i, ld_el(a->y, a->y_dt, i) + a->alpha * ld_el(a->a, a->a_dt, i));
-        break;
+    if (a->kind == ZO_EW_CAST && a->y_dt == a->a_dt) { /* bit copy: keeps NaN payloads */
+        size_t es = zo_dtype_size(a->y_dt);
+        if (a->y != a->a)
+            memcpy((char *)a->y + lo * es, (const char *)a->a + lo * es, (hi - lo) * es);
+        return;
     }
+    const zo_cpu_rowk *k = zo_cpu_rows();
+    for (size_t i = lo; i < hi; i += ZO_ROW_BLOCK)
+        ew_block(k, a, i, min_size(hi - i, ZO_ROW_BLOCK));
 }
 
 CPU_TASK(ew, zo_ew_args)

@@ -96,6 +96,25 @@ static inline void *dev_from(zo_stream_t s, const float *host, size_t n, zo_dtyp
     return d;
 }
 
+/* A cpu device of `budget` bytes and a stream on it (a test group's setup:
+ * 0 when both opened), and their end (its teardown). */
+static inline int cpu_device_open(zo_device_t *dev, zo_stream_t *s, size_t budget)
+{
+    zo_device_config cfg = ZO_DEVICE_CONFIG_INIT;
+    cfg.backend = "cpu";
+    cfg.mem_budget = budget;
+    if (zo_device_init(dev, &cfg) != ZO_OK)
+        return -1;
+    return zo_stream_create(*dev, s) == ZO_OK ? 0 : -1;
+}
+
+static inline int cpu_device_close(zo_device_t dev)
+{
+    dev_free_all();
+    zo_device_free(dev);
+    return 0;
+}
+
 static inline void *dev_zeros(zo_stream_t s, size_t bytes)
 {
     void *d = NULL;

@@ -40,19 +40,12 @@ static double tol_attn(zo_dtype dt)
 
 static int setup(void **state)
 {
-    zo_device_config cfg = ZO_DEVICE_CONFIG_INIT;
-    cfg.backend = "cpu";
-    cfg.mem_budget = 64u << 20;
-    if (zo_device_init(&g_dev, &cfg) != ZO_OK)
-        return -1;
-    return zo_stream_create(g_dev, &g_s) == ZO_OK ? 0 : -1;
+    return cpu_device_open(&g_dev, &g_s, 64u << 20);
 }
 
 static int teardown(void **state)
 {
-    dev_free_all();
-    zo_device_free(g_dev);
-    return 0;
+    return cpu_device_close(g_dev);
 }
 
 static int free_buffers(void **state)
