@@ -4,7 +4,9 @@
  *   planned stage's engine footprint, byte for byte;
  * - communication: the bytes OpenMPI's pml monitoring counts between the
  *   ranks of each tensor group in one step (a 2-step run less a 1-step run)
- *   equal zo-plan's count for the job, at T = 2 and at T = 2 x D = 2;
+ *   equal zo-plan's count for the job, at T = 2 and at T = 2 x D = 2, and at
+ *   T = 4 for a Llama model with one key/value head (shared by the 4 ranks:
+ *   gathered, its gradient reduce-scattered), biases and a tied head;
  * - the 70B preset on 8 x 24 GiB GPUs of one node with 256 GiB of RAM: a
  *   grid with T > 1 fits, printed beside the best without tensor parallelism;
  * - T that does not split the model, fp16 and a world size the grid does not
@@ -81,18 +83,101 @@ static int have_mpirun(void)
     return system("command -v mpirun >/dev/null 2>&1") == 0;
 }
 
-/* zo-plan's grid of T tensor and D data-parallel ranks for the tiny preset,
- * its command run for 1 and 2 steps under the pml monitoring. */
-static void check_grid(int T, int D)
+/* A Llama model directory (config.json, model.safetensors in fp32):
+ * 4 query heads of 32, kv_heads key/value heads, q/k/v/o biases, a tied
+ * head, 2 blocks, 256 ids; small pseudo-random weights. */
+static void write_llama(const char *dir, int kv_heads)
+{
+    const int dim = 128, ffn = 256, vocab = 256, kvd = 32 * kv_heads;
+    char names[40][64];
+    int64_t shape[40][2], n = 0;
+#define T2(nm, a, b) (snprintf(names[n], 64, "%s", nm), shape[n][0] = a, shape[n++][1] = b)
+    T2("model.embed_tokens.weight", vocab, dim);
+    for (int l = 0; l < 2; l++) {
+        char p[64];
+        const char *suffix[] = {
+            "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+            "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+            "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
+            "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
+            "self_attn.o_proj.bias"};
+        const int64_t rows[] = {dim, dim, kvd, kvd, dim, dim, ffn, ffn, dim, dim, kvd, kvd, dim};
+        const int64_t cols[] = {0, dim, dim, dim, dim, 0, dim, dim, ffn, 0, 0, 0, 0};
+        for (int k = 0; k < 13; k++) {
+            snprintf(p, sizeof p, "model.layers.%d.%s", l, suffix[k]);
+            T2(p, rows[k], cols[k]);
+        }
+    }
+    T2("model.norm.weight", dim, 0);
+#undef T2
+    char header[8192];
+    int h = snprintf(header, sizeof header, "{");
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t bytes = (uint64_t)shape[i][0] * (uint64_t)(shape[i][1] ? shape[i][1] : 1) * 4;
+        if (shape[i][1])
+            h += snprintf(header + h, sizeof header - (size_t)h,
+                          "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
+                          "\"data_offsets\":[%llu,%llu]}",
+                          i ? "," : "", names[i], (long long)shape[i][0], (long long)shape[i][1],
+                          (unsigned long long)off, (unsigned long long)(off + bytes));
+        else
+            h += snprintf(header + h, sizeof header - (size_t)h,
+                          "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
+                          "\"data_offsets\":[%llu,%llu]}",
+                          i ? "," : "", names[i], (long long)shape[i][0], (unsigned long long)off,
+                          (unsigned long long)(off + bytes));
+        off += bytes;
+    }
+    h += snprintf(header + h, sizeof header - (size_t)h, "}");
+    while (h % 8)
+        header[h++] = ' ';
+    char path[400];
+    snprintf(path, sizeof path, "mkdir -p %s", dir);
+    assert_int_equal(system(path), 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    uint64_t hl = (uint64_t)h;
+    fwrite(&hl, 8, 1, f);
+    fwrite(header, 1, (size_t)h, f);
+    uint32_t x = 12345;
+    for (int i = 0; i < n; i++) {
+        int norm = strstr(names[i], "norm.weight") != NULL;
+        for (int64_t e = 0; e < shape[i][0] * (shape[i][1] ? shape[i][1] : 1); e++) {
+            x = x * 1664525u + 1013904223u;
+            float v = (float)((double)(x >> 8) / (1 << 24) - 0.5) * 0.1f + (norm ? 1.0f : 0.0f);
+            fwrite(&v, 4, 1, f);
+        }
+    }
+    fclose(f);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\","
+            "\"hidden_size\":%d,\"intermediate_size\":%d,\"num_hidden_layers\":2,"
+            "\"num_attention_heads\":4,\"num_key_value_heads\":%d,\"vocab_size\":%d,"
+            "\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,\"hidden_act\":\"silu\","
+            "\"tie_word_embeddings\":true,\"attention_bias\":true,\"torch_dtype\":"
+            "\"float32\"}\n",
+            dim, ffn, kv_heads, vocab);
+    fclose(f);
+}
+
+/* zo-plan's grid of T tensor and D data-parallel ranks for model (zo-plan's
+ * and zo-train's flags naming it), its command run for 1 and 2 steps under
+ * the pml monitoring. */
+static void check_grid_of(int T, int D, const char *plan_model, const char *train_model)
 {
     if (!have_mpirun())
         skip(); /* no mpirun: zo-train's ranks cannot be launched here */
     const int N = T * D;
     char args[512];
     snprintf(args, sizeof args,
-             "--preset tiny --device cpu --seq 32 --micro-batch 2 --grad-accum 2 --host-mem 2GiB "
+             "%s --device cpu --seq 32 --micro-batch 2 --grad-accum 2 --host-mem 2GiB "
              "--tensor-parallel %d --world-size %d",
-             T, N);
+             plan_model, T, N);
     json_t *j = plan_json(args);
     json_t *p = json_array_get(json_object_get(json_object_get(j, "pipeline"), "plans"), 0);
     assert_non_null(p);
@@ -117,9 +202,9 @@ static void check_grid(int T, int D)
         snprintf(out, sizeof out, "%s.json", prefix);
         snprintf(run, sizeof run,
                  "mpirun --oversubscribe -np %d --mca pml_monitoring_enable 1 --mca "
-                 "pml_monitoring_enable_output 3 --mca pml_monitoring_filename %s %s --preset "
-                 "tiny --device cpu --steps %d --val-batches 1 --json %s >%s 2>%s.err",
-                 N, prefix, ZT_EXE, steps, flags, out, prefix);
+                 "pml_monitoring_enable_output 3 --mca pml_monitoring_filename %s %s %s "
+                 "--device cpu --steps %d --val-batches 1 --json %s >%s 2>%s.err",
+                 N, prefix, ZT_EXE, train_model, steps, flags, out, prefix);
         int st = system(run);
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
             fail_msg("%s: exit status %d", run, st);
@@ -149,6 +234,11 @@ static void check_grid(int T, int D)
     json_decref(j);
 }
 
+static void check_grid(int T, int D)
+{
+    check_grid_of(T, D, "--preset tiny", "--preset tiny");
+}
+
 static void test_t2_bytes_and_memory(void **state)
 {
     (void)state;
@@ -159,6 +249,17 @@ static void test_t2_d2_bytes_and_memory(void **state)
 {
     (void)state;
     check_grid(2, 2);
+}
+
+static void test_t4_shared_kv_head_bytes_and_memory(void **state)
+{
+    (void)state;
+    char dir[300], plan_model[400], train_model[400];
+    snprintf(dir, sizeof dir, "%s/llama-kv1", g_dir);
+    write_llama(dir, 1);
+    snprintf(plan_model, sizeof plan_model, "--hf-config %s/config.json", dir);
+    snprintf(train_model, sizeof train_model, "--hf-model %s", dir);
+    check_grid_of(4, 1, plan_model, train_model);
 }
 
 /* The issue's target: the 70B preset on one node of 8 x 24 GiB GPUs and
@@ -226,6 +327,7 @@ int main(void)
         cmocka_unit_test(test_70b_on_eight_24gib_gpus),
         cmocka_unit_test(test_t2_bytes_and_memory),
         cmocka_unit_test(test_t2_d2_bytes_and_memory),
+        cmocka_unit_test(test_t4_shared_kv_head_bytes_and_memory),
     };
     return cmocka_run_group_tests(tests, plan_test_make_dir, plan_test_remove_dir);
 }
