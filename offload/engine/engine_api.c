@@ -671,6 +671,10 @@ static void fill_stats(struct zo_engine *e, const eng_verdict *v, int rollbacks,
     if (zo_hostpool_get_stats(e->host.pool, &hs) == ZO_OK)
         s->peak_pinned = hs.reserved_high_water;
     s->peak[ZO_TIER_HOST] = e->host.high;
+    for (int t = ZO_TIER_COUNT; t < eng_n_tiers; t++) { /* registered tiers say theirs */
+        uint64_t budget;
+        eng_tier_usage((zo_tier)t, eng_tier_self(e, (zo_tier)t), &budget, &s->peak[t]);
+    }
     s->fetch_hits = e->sched.hits;
     s->fetch_misses = e->sched.misses;
     s->evictions = e->sched.evictions;

@@ -452,6 +452,15 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
     if (*fits && c->nvme_bytes && fp->bytes[ZO_TIER_NVME] > c->nvme_bytes)
         *fits = shortfall(msg, cap, "nvme", fp->bytes[ZO_TIER_NVME], c->nvme_bytes,
                           "optimizer states, two extents per chunk, spilled gradients");
+
+    /* registered tiers: each holds its budget in its context */
+    for (int i = ZO_TIER_COUNT; *fits && i < eng_n_tiers; i++) {
+        uint64_t own, peak;
+        eng_tier_usage((zo_tier)i, eng_tier_ctx((zo_tier)i), &own, &peak);
+        if (own && fp->bytes[i] > own)
+            *fits = shortfall(msg, cap, zo_tier_name((zo_tier)i), fp->bytes[i], own,
+                              "what its tables place there");
+    }
 }
 
 zo_status eng_compute_plan(struct zo_engine *e, zo_engine_footprint *fp, int *fits, char *msg,

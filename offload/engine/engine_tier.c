@@ -73,6 +73,8 @@ zo_status eng_tier_register(const eng_param_tier *p, const eng_state_tier *s, vo
                        s && s->name ? s->name : "?", ZO_TIER_MAX);
     ZO_TRY(check_param_tier(next, p));
     ZO_TRY(check_state_tier(next, s));
+    if (!s->usage) /* its budget is in its context: only it can say */
+        return bad_table("state", next, s->name, "an operation is missing (usage)");
     eng_param_tiers[next] = p;
     eng_state_tiers[next] = s;
     tier_ctx[next] = ctx;
@@ -105,6 +107,13 @@ void *eng_tier_self(struct zo_engine *e, zo_tier t)
     case ZO_TIER_NVME: return &e->nvme;
     default: return eng_tier_ctx(t);
     }
+}
+
+void eng_tier_usage(zo_tier t, void *self, uint64_t *budget, uint64_t *peak)
+{
+    *budget = *peak = 0;
+    if ((unsigned)t < (unsigned)eng_n_tiers && eng_state_tiers[t]->usage)
+        eng_state_tiers[t]->usage(self, budget, peak);
 }
 
 void eng_plan_flags(eng_plan_in *in)

@@ -30,8 +30,9 @@
  * and either add them to the built-in registry (engine_tier.c) under their
  * zo_tier, or register them with eng_tier_register, which gives them the
  * next zo_tier (ZO_TIER_COUNT, ...) and keeps the context their state lives
- * in (eng_tier_ctx): a tier added so changes no public struct, since every
- * public array a tier indexes has ZO_TIER_MAX entries. eng_tiers_check() refuses an incomplete or
+ * in (eng_tier_ctx), budget included (the usage operation): a tier added so
+ * changes no public struct, since every public array a tier indexes has
+ * ZO_TIER_MAX entries. eng_tiers_check() refuses an incomplete or
  * mismatched table, at registration and at finalize. */
 #ifndef ZO_ENGINE_TIER_H
 #define ZO_ENGINE_TIER_H
@@ -141,6 +142,14 @@ typedef struct eng_state_tier {
     zo_status (*read)(void *self, struct zo_engine *e, uint32_t c, float *out);
     zo_status (*write_begin)(void *self, struct zo_engine *e, uint32_t c, float **buf);
     zo_status (*write_end)(void *self, struct zo_engine *e, uint32_t c, float *buf);
+    /* The tier's budget in bytes (0: none) and the most it has held, from
+     * its context alone (no engine: zo-plan asks too). Required of a tier
+     * registered with eng_tier_register, whose budget lives in its context:
+     * the plan refuses a footprint over the budget naming the tier, and
+     * zo_step_stats.peak[] reports the peak. NULL for the built-in tiers,
+     * whose budgets are the config's named fields (device_bytes,
+     * host_bytes, nvme_bytes) and whose peaks the engine measures. */
+    void (*usage)(void *self, uint64_t *budget, uint64_t *peak);
 } eng_state_tier;
 
 /* The registry, by zo_tier: the tiers' tables, the first eng_n_tiers
@@ -213,7 +222,8 @@ zo_status eng_tiers_check(void);
  * eng_n_tiers) whose state lives in ctx, given to their operations as their
  * self (eng_tier_ctx); its zo_tier in *t. Before any engine is made: the
  * registry is the process's. Refused when full (ZO_TIER_MAX), or when a
- * table is incomplete, of another version or names another tier. */
+ * table is incomplete (usage included), of another version or names another
+ * tier. */
 zo_status eng_tier_register(const eng_param_tier *p, const eng_state_tier *s, void *ctx,
                             zo_tier *t);
 /* The last tier registered leaves the registry (not a built-in one). */
@@ -223,6 +233,9 @@ void *eng_tier_ctx(zo_tier t);
 /* The context engine e gives tier t's operations (their self): a built-in
  * tier's part of e (e->device, e->host, e->nvme), a registered one's own. */
 void *eng_tier_self(struct zo_engine *e, zo_tier t);
+/* Tier t's budget and peak (its usage operation with its context self; 0
+ * and 0 for a tier without one, a built-in tier). */
+void eng_tier_usage(zo_tier t, void *self, uint64_t *budget, uint64_t *peak);
 /* The tables' flags a plan asks across kinds, into in. */
 void eng_plan_flags(eng_plan_in *in);
 

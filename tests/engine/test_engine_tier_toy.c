@@ -5,11 +5,13 @@
  * parameters and optimizer states are homed there trains bit for bit as the
  * same run homed on the host tier, in sync and overlap modes; the footprint
  * counts its bytes at its own index (no public struct changed for it), its
- * pool holds exactly those and is empty again once the engine is freed; a
- * budget one byte short is refused naming the tier; and the registry refuses
- * an incomplete table, one of another version, and a tier beyond
- * ZO_TIER_MAX. Its operations reach their state through the context they
- * are handed (self), as the built-in tiers' do. */
+ * pool holds exactly those and is empty again once the engine is freed, and
+ * the step statistics report the peak its usage operation gives; a budget
+ * one byte short, which only its context holds, is refused by the plan
+ * naming the tier; and the registry refuses an incomplete table (usage
+ * included), one of another version, and a tier beyond ZO_TIER_MAX. Its operations reach their
+ * state through the context they are handed (self), as the built-in tiers'
+ * do. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +50,14 @@ static void toy_states_release(void *self, struct zo_engine *e)
     p->placed = 0;
 }
 
+/* Its budget and high-water mark, which only its context knows. */
+static void toy_usage(void *self, uint64_t *budget, uint64_t *peak)
+{
+    const toy_pool *p = self;
+    *budget = p->budget;
+    *peak = p->peak;
+}
+
 static const eng_state_tier toy_states = {
     .version = ENG_TIER_OPS_VERSION,
     .tier = TOY,
@@ -67,6 +77,7 @@ static const eng_state_tier toy_states = {
     .read = eng_resident_read,
     .write_begin = eng_resident_write_begin,
     .write_end = eng_resident_write_end,
+    .usage = toy_usage,
 };
 
 /* The states of the chunks homed here, from the pool (overlap's backups go to
@@ -148,6 +159,9 @@ static void test_toy_tier_trains_as_the_host_tier(void **state)
         assert_int_equal(a.fp.bytes[ZO_TIER_HOST] + states, b.fp.bytes[ZO_TIER_HOST]);
         assert_true(pool.peak >= states);
         assert_int_equal(pool.in_use, 0);
+        /* the step statistics report the peak the tier keeps, at its index */
+        assert_int_equal(a.stats[toy.steps - 1].peak[TOY], pool.peak);
+        assert_int_equal(a.stats[toy.steps - 1].peak[TOY], states);
         run_out_free(&a);
         run_out_free(&b);
     }
@@ -161,9 +175,14 @@ static void test_toy_tier_budget_is_its_own(void **state)
     pool.budget = N_CHUNKS * eng_states_bytes(ZO_DTYPE_F32, CHUNK / 2) - 1;
     harness h;
     harness_open(&h, &c);
+    int places = pool.places;
     ZO_ASSERT_ST(make_engine(&h, NULL, 0), ZO_ERR_BUDGET);
     if (!strstr(zo_last_error(), "host2"))
         fail_msg("refusal: %s", zo_last_error());
+    /* the plan asked the tier for its budget: refused before anything was placed */
+    if (!strstr(zo_last_error(), "the plan does not fit"))
+        fail_msg("refusal: %s", zo_last_error());
+    assert_int_equal(pool.places, places);
     harness_close(&h);
     assert_int_equal(pool.in_use, 0);
     pool.budget = 0;
@@ -190,6 +209,12 @@ static void test_registry_refuses_bad_tables(void **state)
     if (!strstr(zo_last_error(), "an operation is missing"))
         fail_msg("refusal: %s", zo_last_error());
     ZO_ASSERT_ST(eng_tier_register(&params, &old, NULL, NULL), ZO_ERR_INTERNAL);
+    eng_state_tier mute = toy_states; /* no usage: its budget would go unchecked */
+    mute.tier = (zo_tier)eng_n_tiers;
+    mute.usage = NULL;
+    ZO_ASSERT_ST(eng_tier_register(&params, &mute, NULL, NULL), ZO_ERR_INTERNAL);
+    if (!strstr(zo_last_error(), "usage"))
+        fail_msg("refusal: %s", zo_last_error());
     ZO_ASSERT_ST(eng_tier_register(&toy_params, &toy_states, NULL, NULL), ZO_ERR_INTERNAL);
     assert_int_equal(eng_n_tiers, n); /* misfiled: it names another index */
     /* fill the registry: the next is refused, naming the limit */
