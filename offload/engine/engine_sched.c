@@ -118,7 +118,8 @@ zo_status eng_load_slot(struct zo_engine *e, uint32_t c, uint32_t s)
     eng_chunk *k = &e->chunks[c];
     eng_pslot *p = &e->device.pslots[s];
     const void *src;
-    ZO_TRY(k->pt->source(k->pctx, e, c, p->ready, &src));
+    const eng_load ld = {p->ready, eng_behind_latest(e, c)};
+    ZO_TRY(k->pt->source(k->pctx, e, c, &ld, &src));
     ZO_TRY(zo_stream_wait_event(e->h2d, p->lastuse));
     ZO_TRY(eng_timed_copy(e, 0, c, p->ptr, src, k->n_elems * e->pel));
     ZO_TRY(zo_event_record(p->ready, e->h2d));

@@ -22,7 +22,8 @@
  * the shared services below the tiers (engine_tier_common.c, engine_io.c:
  * the pinned pool, the optimizer pool, traced I/O); what a tier needs of
  * another part comes as an argument or through its context, said where
- * (the slot's event to a parameter load, the next chunk to speculate on,
+ * (eng_load to a parameter load: the slot's event, and whether the update
+ * behind the forward landed the chunk; the next chunk to speculate on;
  * ZeRO's share buffers to the NVMe tier). The chunk keeps its tables'
  * contexts beside them (eng_chunk.pctx, sctx).
  *
@@ -73,6 +74,15 @@ typedef struct eng_update_args {
     void (*landed)(struct zo_engine *e, uint32_t c);
 } eng_update_args;
 
+/* What the scheduler tells a tier of a slot's load (eng_param_tier.source),
+ * of the parts it does not own. */
+typedef struct eng_load {
+    zo_event_t filled; /* the slot records it once its H2D is done: staging is free again */
+    int latest;        /* an update running behind the forward has landed the chunk's new values
+                          beside the committed ones and not committed them yet: read those
+                          (engine_behind.c; its fetches waited for the landing) */
+} eng_load;
+
 /* A tier holding chunks' 16-bit parameters. */
 typedef struct eng_param_tier {
     unsigned version; /* ENG_TIER_OPS_VERSION */
@@ -94,9 +104,8 @@ typedef struct eng_param_tier {
     /* The chunk's 16-bit copies from its master weights: at placement (init) or
      * after a checkpoint wrote the states (then the state tier may have stored them). */
     zo_status (*write)(void *self, struct zo_engine *e, uint32_t c, const float *master, int init);
-    /* Where a slot's H2D reads chunk c from, staged first when needed; the
-     * slot records filled once the copy is done (staging is then free). */
-    zo_status (*source)(void *self, struct zo_engine *e, uint32_t c, zo_event_t filled,
+    /* Where a slot's H2D reads chunk c from, staged first when needed. */
+    zo_status (*source)(void *self, struct zo_engine *e, uint32_t c, const eng_load *ld,
                         const void **src);
     /* Where the update writes the new values; tail: the NVMe stage's spare room, or NULL. */
     void *(*update_out)(void *self, struct zo_engine *e, uint32_t c, void *tail);
@@ -327,7 +336,7 @@ void eng_host_p16_account(const eng_plan_in *in, zo_tier t, zo_engine_footprint 
 zo_status eng_host_p16_place(struct zo_engine *e, const eng_param_tier *table);
 zo_status eng_host_p16_write(void *self, struct zo_engine *e, uint32_t c, const float *master,
                              int init);
-zo_status eng_host_p16_source(void *self, struct zo_engine *e, uint32_t c, zo_event_t filled,
+zo_status eng_host_p16_source(void *self, struct zo_engine *e, uint32_t c, const eng_load *ld,
                               const void **src);
 void *eng_host_p16_out(void *self, struct zo_engine *e, uint32_t c, void *tail);
 void eng_host_p16_commit(void *self, struct zo_engine *e, uint32_t c, int updated, int stored);

@@ -49,7 +49,7 @@ zo_status eng_host_p16_write(void *self, struct zo_engine *e, uint32_t c, const 
     return ZO_OK;
 }
 
-zo_status eng_host_p16_source(void *self, struct zo_engine *e, uint32_t c, zo_event_t filled,
+zo_status eng_host_p16_source(void *self, struct zo_engine *e, uint32_t c, const eng_load *ld,
                               const void **src)
 {
     eng_chunk *k = &e->chunks[c];

@@ -418,22 +418,21 @@ static zo_status take_twin(eng_nvme_tier *nv, eng_twin **out)
     return ZO_OK;
 }
 
-/* The extent a load of chunk c's 16-bit parameters reads: the current one,
- * or the alternate while an update running behind the forward has landed
- * there and is not committed yet (engine_behind.c). */
-static int p16_loaded(const struct zo_engine *e, uint32_t c)
+/* The extent a load of chunk k's 16-bit parameters reads: the current one,
+ * or the alternate where the load is told an update running behind the
+ * forward has landed there and is not committed yet. */
+static int p16_loaded(const eng_chunk *k, const eng_load *ld)
 {
-    const eng_chunk *k = &e->chunks[c];
-    return eng_behind_latest(e, c) ? 1 - k->pext_cur : k->pext_cur;
+    return ld->latest ? 1 - k->pext_cur : k->pext_cur;
 }
 
 static zo_status stage_from_nvme(eng_nvme_tier *nv, struct zo_engine *e, eng_chunk *k,
-                                 zo_event_t filled, eng_twin **out)
+                                 const eng_load *ld, eng_twin **out)
 {
     eng_twin *t;
     ZO_TRY(take_twin(nv, &t));
     zo_swap_io_t io = NULL;
-    int x = p16_loaded(e, (uint32_t)(k - e->chunks));
+    int x = p16_loaded(k, ld);
     ZO_TRY(eng_swap_async(e, 0, 1, (uint32_t)(k - e->chunks), k->pext[x], t->ptr, nv->p16_extent,
                           k->pgen[x], &io));
     atomic_store(&t->io, io);
@@ -445,7 +444,7 @@ static zo_status stage_from_nvme(eng_nvme_tier *nv, struct zo_engine *e, eng_chu
             zo_swap_wait(io);
         return st;
     }
-    t->filled = filled;
+    t->filled = ld->filled;
     *out = t;
     return ZO_OK;
 }
@@ -611,14 +610,14 @@ static zo_status nvme_p16_write(void *self, struct zo_engine *e, uint32_t c, con
     return zo_swap_write(nv->pswap, k->pext[0], p16, nv->p16_extent, k->pgen[0]);
 }
 
-static zo_status nvme_p16_source(void *self, struct zo_engine *e, uint32_t c, zo_event_t filled,
+static zo_status nvme_p16_source(void *self, struct zo_engine *e, uint32_t c, const eng_load *ld,
                                  const void **src)
 {
     eng_nvme_tier *nv = self;
     if ((*src = eng_zero_gathered(e, c)) != NULL)
         return ZO_OK; /* ZeRO stage 3, its owner: read for the gather, behind it on the stream */
     eng_twin *t;
-    ZO_TRY(stage_from_nvme(nv, e, &e->chunks[c], filled, &t));
+    ZO_TRY(stage_from_nvme(nv, e, &e->chunks[c], ld, &t));
     *src = t->ptr;
     return ZO_OK;
 }
@@ -699,11 +698,11 @@ static void backed_release(void *self, struct zo_engine *e)
 }
 
 /* The committed master of chunk c rounded to 16 bits (what its copy holds)
- * into a twin for a slot (filled: its event), after a load of the copy failed: a corrupted
+ * into a twin for the load ld, after a load of the copy failed: a corrupted
  * extent fails every read again, the states it was rounded from do not.
  * Their buffer is pageable memory, taken only then. */
 static zo_status p16_from_master(eng_nvme_tier *nv, struct zo_engine *e, uint32_t c,
-                                 zo_event_t filled, const void **src)
+                                 const eng_load *ld, const void **src)
 {
     eng_chunk *k = &e->chunks[c];
     eng_twin *t;
@@ -711,24 +710,24 @@ static zo_status p16_from_master(eng_nvme_tier *nv, struct zo_engine *e, uint32_
     float *buf = aligned_alloc(ZO_SWAP_ALIGN, nv->state_extent_bytes);
     if (!buf)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating a chunk's states to reload it");
-    int x = eng_behind_latest(e, c) ? 1 - k->ext_cur : k->ext_cur; /* as p16_loaded */
+    int x = ld->latest ? 1 - k->ext_cur : k->ext_cur; /* as p16_loaded */
     zo_status st = zo_swap_read(nv->swap, k->ext[x], buf, state_io_bytes(e, k), k->gen[x]);
     if (st == ZO_OK) /* the master leads the packed states */
         eng_cast_params(e->cfg.param_dtype, buf, t->ptr, k->n_elems);
     free(buf);
     ZO_TRY(st);
-    t->filled = filled;
+    t->filled = ld->filled;
     *src = t->ptr;
     return ZO_OK;
 }
 
-static zo_status backed_source(void *self, struct zo_engine *e, uint32_t c, zo_event_t filled,
+static zo_status backed_source(void *self, struct zo_engine *e, uint32_t c, const eng_load *ld,
                                const void **src)
 {
     eng_nvme_tier *nv = self;
     if (e->chunks[c].reload == ENG_RELOAD_MASTER)
-        return p16_from_master(nv, e, c, filled, src);
-    return nvme_p16_source(self, e, c, filled, src);
+        return p16_from_master(nv, e, c, ld, src);
+    return nvme_p16_source(self, e, c, ld, src);
 }
 
 const eng_param_tier eng_param_tier_device_nvme = {

@@ -836,7 +836,7 @@ static zo_status remote_p16_write(void *self, struct zo_engine *e, uint32_t c, c
 }
 
 /* The gather buffer its last gather filled: a fetch gathers before it loads. */
-static zo_status remote_p16_source(void *self, struct zo_engine *e, uint32_t c, zo_event_t filled,
+static zo_status remote_p16_source(void *self, struct zo_engine *e, uint32_t c, const eng_load *ld,
                                    const void **src)
 {
     if (!eng_zero_held(e, c))
