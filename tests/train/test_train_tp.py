@@ -20,8 +20,8 @@ ranks) and 2 x 2 x 2 (8 ranks) against T 2 alone at the same global batch.
 --hf-model loads and splits (grouped-query attention with 2 key/value heads at
 T = 2, and with fewer key/value heads than T, shared; Llama's attention_bias; a tied
 head). What cannot split is refused by name: ranks not a multiple of S x T, heads
-not dividing by T, key/value heads neither a multiple of T nor dividing it, and fp16
-(test_train_tp_ckpt.py tests checkpoints across T). --weights-digest gathers whole tensors: one
+not dividing by T, and key/value heads neither a multiple of T nor dividing it
+(test_train_tp_ckpt.py tests checkpoints across T, test_train_tp_fp16.py fp16). --weights-digest gathers whole tensors: one
 digest for one model's weights at every T and grid.
 
 usage: test_train_tp.py MPIEXEC ZO_TRAIN
@@ -251,8 +251,7 @@ def hf_models(d):
 
 def refused(d):
     cases = ((3, ["--tensor-parallel", "2"], "needs a multiple of 2 ranks"),
-             (3, ["--tensor-parallel", "3"], "4 is not a multiple of 3"),
-             (2, ["--tensor-parallel", "2", "--dtype", "fp16"], "loss scale"))
+             (3, ["--tensor-parallel", "3"], "4 is not a multiple of 3"))
     for ranks, extra, want in cases:
         cmd, rc, out, err = run(ranks, extra, d + "/r")
         check(rc != 0 and want in err, "%s: exit %d, want '%s' in\n%s" %

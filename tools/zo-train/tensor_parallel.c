@@ -2,6 +2,8 @@
  * the parameter source that gathers the replicated ones (tensor_parallel.h). */
 #include "tensor_parallel.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,6 +95,7 @@ struct zt_tp {
     /* the fetched layer's gathered tensors: their index, slot, elements, group and the
      * engine's part; n_kv of them shared key/value heads */
     int n_rep, n_kv, idx[ZT_TP_SLOTS], slot[ZT_TP_SLOTS];
+    int backward_fetches; /* of layer 1: zt_tp_test_overflow's count */
     zo_comm_t group[ZT_TP_SLOTS];
     size_t numel[ZT_TP_SLOTS];
     void *gpart[ZT_TP_SLOTS];
@@ -167,11 +170,28 @@ static zo_status gather_one(zt_tp *tp, int layer, int k, zo_stream_t s, void **p
     return ZO_OK;
 }
 
+/* zt_tp_test_overflow's Inf, in the gradient's type, at its first element. */
+static zo_status plant_inf(zt_tp *tp, int layer, zo_phase phase, zo_stream_t s, void **g)
+{
+    static const uint16_t f16 = 0x7c00, bf16 = 0x7f80;
+    static const float f32 = INFINITY;
+    if (!zt_tp_test_overflow || layer != 1 || phase != ZO_PHASE_BACKWARD || !g || !g[ZT_WQ])
+        return ZO_OK;
+    if (!zt_tp_test_overflow(zo_comm_world_rank(tp->comm, tp->r), ++tp->backward_fetches))
+        return ZO_OK;
+    const void *inf = tp->dt == ZO_DTYPE_F16    ? (const void *)&f16
+                      : tp->dt == ZO_DTYPE_BF16 ? (const void *)&bf16
+                                                : (const void *)&f32;
+    ZT_LIB(zo_memcpy_h2d_async(s, g[ZT_WQ], inf, zo_dtype_size(tp->dt)));
+    return ZO_OK;
+}
+
 static zo_status tp_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, void **p, void **g,
                           int n)
 {
     zt_tp *tp = ctx;
     ZT_TRY(tp->inner.fetch(tp->inner.ctx, layer, phase, s, p, g, n));
+    ZT_TRY(plant_inf(tp, layer, phase, s, g));
     tp->n_rep = tp->n_kv = 0;
     for (int k = 0; k < zt_layer_tensors(&tp->full, layer) && k < n; k++)
         if (zt_tp_replicated(&tp->full, layer, k) || zt_tp_kv_shared(&tp->full, tp->T, layer, k))

@@ -57,6 +57,14 @@ void zt_tp_merge_items(const zt_shape *full, int T, int layer, int idx, const vo
 
 typedef struct zt_tp zt_tp;
 
+/* A test hook, defined only in the tests' own build of zo-train
+ * (tests/train/tp_overflow.c, from ZT_TEST_TP_INF=R:N): nonzero when world
+ * rank `rank` puts an Inf into its part of layer 1's q_proj gradient at
+ * its n-th backward fetch of layer 1 (from 1), so one rank's part
+ * overflows alone and the fp16 verdict must still be the group's. zo-train
+ * defines none (a weak reference, NULL). */
+int zt_tp_test_overflow(int rank, int n) __attribute__((weak));
+
 /* The rank's view over inner (the engine: the rank's parts) for the
  * tensor-parallel group comm; the gathers run on the compute stream. */
 zo_status zt_tp_init(zt_tp **out, zo_device_t dev, zo_comm_t comm, const zt_shape *full,

@@ -867,10 +867,6 @@ static zo_status check_tensor_parallel(const zt_options *o)
                        "--micro-group %d with --tensor-parallel: a tensor-parallel rank runs its "
                        "micro-batches one by one (leave --micro-group out)",
                        o->micro_group);
-    if (o->dtype == ZO_DTYPE_F16)
-        return zt_fail(ZO_ERR_UNSUPPORTED,
-                       "--dtype fp16 with --tensor-parallel: the dynamic loss scale is not "
-                       "combined over the tensor-parallel ranks yet; train in bf16 or fp32");
     return ZO_OK;
 }
 
