@@ -460,6 +460,37 @@ static void test_70b_allocates_nothing_in_proportion(void **state)
 /* "time" runs the step-time comparison (label timing); "small" the memory
  * check of the small preset itself (label slow); anything else, the
  * memory and 70B tests. */
+/* A sliding window's layers cost their share of attention: the layers'
+ * FLOPs sum to the model's (and to the device's with the recompute), a
+ * windowed block costs less than a full one, and a window as long as the
+ * sequence is no window. */
+static void test_window_flops_per_layer(void **state)
+{
+    (void)state;
+    job_cfg c = small_full_cfg();
+    c.seq = 2048;
+    zp_job j = job_of(&c);
+    const double full = zp_model_flops_per_token(&j);
+    j.shape.window = 256;
+    j.shape.window_from = 3;
+    double sum_m = 0, sum_d = 0, m, d, m_full = 0, m_win = 0;
+    for (int l = 0; l < zt_engine_layers(&j.shape); l++) {
+        zp_layer_flops_per_token(&j, l, &m, &d);
+        sum_m += m;
+        sum_d += d;
+        if (l == 1)
+            m_full = m;
+        if (l == 4)
+            m_win = m;
+    }
+    assert_true(fabs(sum_m - zt_shape_flops_per_token(&j.shape, j.seq)) <= 1e-9 * sum_m);
+    assert_true(fabs(sum_d - zp_device_flops_per_token(&j)) <= 1e-9 * sum_d);
+    assert_true(m_win < m_full);
+    assert_true(zp_model_flops_per_token(&j) < full);
+    j.shape.window = j.seq;
+    assert_true(fabs(zp_model_flops_per_token(&j) - full) <= 1e-12 * full);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest memory[] = {
@@ -470,6 +501,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_update_rate_drives_nvme_time),
         cmocka_unit_test(test_70b_work_does_not_grow_with_size),
         cmocka_unit_test(test_70b_allocates_nothing_in_proportion),
+        cmocka_unit_test(test_window_flops_per_layer),
     };
     const struct CMUnitTest time[] = {cmocka_unit_test(test_time)};
     const struct CMUnitTest small[] = {cmocka_unit_test(test_memory_small_preset)};

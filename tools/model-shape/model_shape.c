@@ -176,11 +176,34 @@ uint64_t zt_shape_n_params(const zt_shape *s)
     return v * d + (uint64_t)s->n_layers * block_params(s) + d + (s->tied ? 0 : v * d);
 }
 
+double zt_window_density(int window, int seq)
+{
+    if (window <= 0 || window >= seq)
+        return 1.0;
+    double w = window, n = seq;
+    double kept = w * (w + 1) / 2 + (n - w) * w; /* queries before w, then w keys each */
+    return kept / (n * (n + 1) / 2);
+}
+
+double zt_block_attention_share(const zt_shape *s, int block, int seq)
+{
+    return s->window > 0 && block >= s->window_from ? zt_window_density(s->window, seq) : 1.0;
+}
+
+/* The blocks' attention in units of one full causal layer's. */
+static double attention_layers(const zt_shape *s, int seq)
+{
+    double sum = 0;
+    for (int b = 0; b < s->n_layers; b++)
+        sum += zt_block_attention_share(s, b, seq);
+    return sum;
+}
+
 double zt_shape_flops_per_token(const zt_shape *s, int seq)
 {
     double d = s->dim, f = s->ffn_dim, L = s->n_layers;
     double matmul = L * ((double)attn_matrix_params(s) + 3 * d * f) + (double)s->vocab * d;
-    return 6.0 * matmul + 12.0 * L * (double)seq * zt_q_dim(s);
+    return 6.0 * matmul + 12.0 * attention_layers(s, seq) * (double)seq * zt_q_dim(s);
 }
 
 /* ---- parameter layout ---- */

@@ -65,8 +65,17 @@ zo_status zt_shape_check(const zt_shape *s);
 uint64_t zt_shape_n_params(const zt_shape *s);
 /* Training FLOPs per token without the recompute (6 N_matmul + the attention
  * 6 * 2 * L * seq * dim of QK^T and PV, forward and backward; as in PaLM's
- * model-FLOPs utilization). */
+ * model-FLOPs utilization). A layer with a sliding window counts its
+ * attention times zt_window_density: the fused op skips what the window
+ * hides, so counting it would inflate the MFU and the planner's step time. */
 double zt_shape_flops_per_token(const zt_shape *s, int seq);
+/* The share of causal attention's query-key pairs a sliding window keeps at
+ * seq (query i sees min(i + 1, window) keys, of i + 1): 1 without a window
+ * or with one not shorter than seq. */
+double zt_window_density(int window, int seq);
+/* Block b's (0-based) attention work against a full causal layer's:
+ * zt_window_density for a layer with the window, else 1. */
+double zt_block_attention_share(const zt_shape *s, int block, int seq);
 
 /* ---- parameter tensors, per engine layer ---- */
 

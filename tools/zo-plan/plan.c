@@ -460,12 +460,35 @@ static zo_status plan_memory(zp_plan *p, const zp_job *job, const zp_hardware *h
 
 /* ---- traffic and time ---- */
 
-/* FLOPs per token of the backward's recompute: every block's forward but
- * its last projection (wdown), attention included. */
+/* FLOPs per token of one block's recompute in the backward: its forward but
+ * its last projection (wdown), attention included (what its window keeps). */
+static double block_recompute_flops(const zt_shape *s, int block, int seq)
+{
+    double d = s->dim, f = s->ffn_dim;
+    return 2.0 * (4 * d * d + 2 * d * f) +
+           4.0 * (double)seq * d * zt_block_attention_share(s, block, seq);
+}
+
+/* FLOPs per token of the backward's recompute: every block's. */
 static double recompute_flops_per_token(const zt_shape *s, int seq)
 {
-    double d = s->dim, f = s->ffn_dim, L = s->n_layers;
-    return 2.0 * L * (4 * d * d + 2 * d * f) + 4.0 * L * (double)seq * d;
+    double sum = 0;
+    for (int b = 0; b < s->n_layers; b++)
+        sum += block_recompute_flops(s, b, seq);
+    return sum;
+}
+
+/* One block's training FLOPs per token (zt_shape_flops_per_token's share):
+ * the blocks' matmuls split evenly, its own attention. */
+static double block_flops(const zt_shape *s, int block, int seq)
+{
+    double head = 6.0 * (double)s->vocab * s->dim;
+    double attn_full = 12.0 * (double)seq * zt_q_dim(s);
+    double attn_all = 0;
+    for (int b = 0; b < s->n_layers; b++)
+        attn_all += attn_full * zt_block_attention_share(s, b, seq);
+    double matmul = zt_shape_flops_per_token(s, seq) - head - attn_all;
+    return matmul / s->n_layers + attn_full * zt_block_attention_share(s, block, seq);
 }
 
 uint64_t zp_param_bytes(const zp_job *job)
@@ -600,12 +623,12 @@ void zp_layer_flops_per_token(const zp_job *job, int layer, double *model, doubl
 {
     const zt_shape *s = &job->shape;
     double head = 6.0 * (double)s->vocab * s->dim;
-    double blocks = zt_shape_flops_per_token(s, job->seq) - head;
-    double L = s->n_layers, last = zt_engine_layers(s) - 1;
+    double last = zt_engine_layers(s) - 1;
     int is_block = layer >= 1 && layer <= s->n_layers;
     /* a tensor-parallel rank runs 1/T of each (tensor.h) */
-    *model = ((is_block ? blocks / L : 0) + (layer == last ? head : 0)) / zp_tp(job);
-    *device = *model + (is_block ? recompute_flops_per_token(s, job->seq) / L : 0) / zp_tp(job);
+    *model = ((is_block ? block_flops(s, layer - 1, job->seq) : 0) + (layer == last ? head : 0)) /
+             zp_tp(job);
+    *device = *model + (is_block ? block_recompute_flops(s, layer - 1, job->seq) : 0) / zp_tp(job);
 }
 
 /* The job's layers' FLOPs per token: the model's, or with the recompute. */
