@@ -6,7 +6,8 @@
  * an asynchronous error appears or a collective's completion event is older
  * than the timeout, which releases the kernels waiting on a lost rank. The
  * unique id travels through MPI when the job was started by mpirun, else
- * over the TCP rendezvous (zo_launch_rendezvous).
+ * over the TCP rendezvous (zo_launch_rendezvous: under torchrun, through
+ * torchrun's own store on MASTER_PORT).
  *
  * Exact reductions are the chain of comm_mpi_exact.c in stream order:
  * ncclRecv the partial sum from rank r-1, zo_op_add this rank's values,
@@ -239,9 +240,10 @@ static zo_status nccl_init(zo_comm_t c, const zo_rank_info *ri)
     zo_device_info info = ZO_DEVICE_INFO_INIT;
     ZO_TRY(zo_device_get_info(c->dev, &info));
     if (strcmp(info.backend, "cuda"))
-        return ZO_FAIL(ZO_ERR_CONFIG, "comm",
-                       "the nccl backend needs a cuda device, not '%s' (use mpi on the cpu device)",
-                       info.backend);
+        return ZO_FAIL(
+            ZO_ERR_CONFIG, "comm",
+            "the nccl backend needs a cuda device, not '%s' (use tcp or mpi on the cpu device)",
+            info.backend);
     nccl_comm *nc = new_nccl_comm(info.ordinal);
     if (!nc)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, "comm", "out of memory");

@@ -1,12 +1,20 @@
 /* The TCP rendezvous: rank 0 serves MASTER_ADDR:MASTER_PORT, every other
  * rank sends it one block and gets back all of them in rank order. Plain
  * sockets with poll() deadlines, so a rank that never comes is named rather
- * than waited for. */
+ * than waited for.
+ *
+ * Under torchrun MASTER_PORT is already taken: torchrun's agent serves its
+ * c10d TCPStore there and tells its workers so (TORCHELASTIC_USE_AGENT_STORE).
+ * The ranks then meet in that store instead: each sets its block under a
+ * key of this rendezvous, polls until every rank's key is there, and reads
+ * them all (the store's wire protocol: a query byte, strings and values as
+ * a 64-bit length and the bytes; torch's TCPStoreBackend.hpp). */
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +209,161 @@ static zo_status join(const rdv_ctx *x, const void *mine, void *all, size_t byte
     return ZO_OK;
 }
 
+/* ---- torchrun's store ---- */
+
+enum { ST_VALIDATE = 0, ST_SET = 1, ST_GET = 3, ST_CHECK = 5, ST_PING = 13 };
+enum { ST_MAGIC = 0x3C85F7CE, ST_READY = 0 };
+
+/* Whether MASTER_PORT is torchrun's agent store rather than free for rank 0:
+ * torchrun says so to its workers, whether the ranks come from its variables
+ * or from a config that repeats them (zo-train's). */
+static int torch_agent_store(const zo_rank_info *ri)
+{
+    return zo_env_bool("TORCHELASTIC_USE_AGENT_STORE", 0) && ri->world_size > 1;
+}
+
+static zo_status st_send(const rdv_ctx *x, int fd, const void *buf, size_t n)
+{
+    return move_all(x, fd, (void *)buf, n, 1);
+}
+
+static zo_status st_send_u8(const rdv_ctx *x, int fd, uint8_t v)
+{
+    return st_send(x, fd, &v, 1);
+}
+
+/* A string or a value: its 64-bit length, then its bytes. */
+static zo_status st_send_bytes(const rdv_ctx *x, int fd, const void *p, size_t n)
+{
+    uint64_t len = n;
+    ZO_TRY(st_send(x, fd, &len, sizeof len));
+    return st_send(x, fd, p, n);
+}
+
+static zo_status st_hello(const rdv_ctx *x, int fd)
+{
+    uint32_t magic = ST_MAGIC, nonce = (uint32_t)getpid(), back = 0;
+    ZO_TRY(st_send_u8(x, fd, ST_VALIDATE));
+    ZO_TRY(st_send(x, fd, &magic, sizeof magic));
+    ZO_TRY(st_send_u8(x, fd, ST_PING));
+    ZO_TRY(st_send(x, fd, &nonce, sizeof nonce));
+    ZO_TRY(move_all(x, fd, &back, sizeof back, 0));
+    if (back != nonce)
+        return ZO_FAIL(ZO_ERR_IO, "launch",
+                       "torchrun's store at %s:%d (MASTER_ADDR:MASTER_PORT) did not answer as a "
+                       "c10d TCPStore",
+                       x->ri->master_addr, x->ri->master_port);
+    return ZO_OK;
+}
+
+/* 1 when every key of `keys` is in the store, 0 when one is missing. */
+static zo_status st_check(const rdv_ctx *x, int fd, char (*keys)[96], int n, int *ready)
+{
+    uint64_t nk = (uint64_t)n;
+    ZO_TRY(st_send_u8(x, fd, ST_CHECK));
+    ZO_TRY(st_send(x, fd, &nk, sizeof nk));
+    for (int i = 0; i < n; i++)
+        ZO_TRY(st_send_bytes(x, fd, keys[i], strlen(keys[i])));
+    uint8_t r;
+    ZO_TRY(move_all(x, fd, &r, 1, 0));
+    *ready = r == ST_READY;
+    return ZO_OK;
+}
+
+static zo_status st_get(const rdv_ctx *x, int fd, const char *key, void *out, size_t bytes)
+{
+    uint64_t len;
+    ZO_TRY(st_send_u8(x, fd, ST_GET));
+    ZO_TRY(st_send_bytes(x, fd, key, strlen(key)));
+    ZO_TRY(move_all(x, fd, &len, sizeof len, 0));
+    if (len != bytes)
+        return ZO_FAIL(ZO_ERR_IO, "launch",
+                       "rendezvous in torchrun's store: key %s holds %llu bytes, not %zu (ranks "
+                       "of different builds?)",
+                       key, (unsigned long long)len, bytes);
+    return move_all(x, fd, out, bytes, 0);
+}
+
+/* The ranks whose keys are not in the store yet, for the timeout's message. */
+static void st_missing(const rdv_ctx *x, int fd, char (*keys)[96], int n, char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (int r = 0; r < n && len + 16 < cap; r++) {
+        int ready = 1;
+        if (st_check(x, fd, keys + r, 1, &ready) < 0)
+            break;
+        if (!ready)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%d", len ? ", " : "", r);
+    }
+}
+
+/* A deadline for one query of the store: the store answers at once, and the
+ * rendezvous's own deadline may be about to pass while it polls. */
+static rdv_ctx st_query(const rdv_ctx *x)
+{
+    return (rdv_ctx){x->ri, zo_now_ns() + 10000000000ull};
+}
+
+static zo_status st_exchange(const rdv_ctx *x, int fd, const void *mine, void *all, size_t bytes,
+                             char (*keys)[96])
+{
+    int n = x->ri->world_size, ready = 0;
+    ZO_TRY(st_hello(x, fd));
+    ZO_TRY(st_send_u8(x, fd, ST_SET));
+    ZO_TRY(st_send_bytes(x, fd, keys[x->ri->rank], strlen(keys[x->ri->rank])));
+    ZO_TRY(st_send_bytes(x, fd, mine, bytes));
+    for (;;) {
+        rdv_ctx q = st_query(x);
+        ZO_TRY(st_check(&q, fd, keys, n, &ready));
+        if (ready || !ms_left(x))
+            break;
+        usleep(20000);
+    }
+    rdv_ctx q = st_query(x);
+    if (!ready) {
+        char missing[256];
+        st_missing(&q, fd, keys, n, missing, sizeof missing);
+        return ZO_FAIL(ZO_ERR_IO, "launch",
+                       "rendezvous in torchrun's store at %s:%d: rank(s) %s did not arrive within "
+                       "the timeout",
+                       x->ri->master_addr, x->ri->master_port, missing);
+    }
+    for (int r = 0; r < n; r++)
+        ZO_TRY(st_get(&q, fd, keys[r], (char *)all + (size_t)r * bytes, bytes));
+    return ZO_OK;
+}
+
+/* Every rank sets its block in torchrun's store and reads everyone's. Each
+ * rendezvous has keys of its own: a rank's n-th call meets the others' n-th
+ * (the ranks call it in the same order; counted per rank, so that threads
+ * playing ranks in one process count apart), and torchrun's restarts count
+ * in the keys too. */
+static zo_status through_store(const rdv_ctx *x, const void *mine, void *all, size_t bytes)
+{
+    static atomic_uint calls[256];
+    unsigned call = atomic_fetch_add(&calls[x->ri->rank % 256], 1);
+    int n = x->ri->world_size, fd = -1;
+    char(*keys)[96] = malloc(sizeof *keys * (size_t)n);
+    if (!keys)
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, "launch", "rendezvous: out of memory");
+    const char *attempt = zo_env_str("TORCHELASTIC_RESTART_COUNT", "0");
+    for (int r = 0; r < n; r++)
+        snprintf(keys[r], sizeof keys[r], "zoffload/rendezvous/%.16s/%u/%d", attempt, call, r);
+    zo_status st = connect_to_root(x, &fd);
+    if (st == ZO_OK)
+        st = st_exchange(x, fd, mine, all, bytes, keys);
+    if (fd >= 0)
+        close(fd);
+    free(keys);
+    if (st < 0) {
+        char why[384];
+        snprintf(why, sizeof why, "%s", zo_last_error());
+        return ZO_FAIL(st, "launch", "rank %d: %s", x->ri->rank, why);
+    }
+    return ZO_OK;
+}
+
 zo_status zo_launch_rendezvous(const zo_rank_info *ri, const void *mine, void *all, size_t bytes,
                                double timeout_s)
 {
@@ -214,5 +377,7 @@ zo_status zo_launch_rendezvous(const zo_rank_info *ri, const void *mine, void *a
         memcpy(all, mine, bytes);
         return ZO_OK;
     }
+    if (torch_agent_store(ri))
+        return through_store(&x, mine, all, bytes);
     return ri->rank == 0 ? serve(&x, mine, all, bytes) : join(&x, mine, all, bytes);
 }

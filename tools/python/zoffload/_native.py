@@ -253,6 +253,7 @@ _SIGNATURES = {
     "zo_engine_get_step_state": (c_int, [_P, POINTER(EngineStepState)]),
     "zo_engine_set_step_state": (c_int, [_P, POINTER(EngineStepState)]),
     "zo_launch_discover": (c_int, [POINTER(LaunchConfig), POINTER(RankInfo)]),
+    "zo_launch_rendezvous": (c_int, [POINTER(RankInfo), c_void_p, c_void_p, c_size_t, c_double]),
     "zo_comm_backend_built": (c_int, [c_char_p]),
     "zo_comm_init": (c_int, [POINTER(_P), POINTER(CommConfig)]),
     "zo_comm_free": (None, [_P]),
