@@ -73,11 +73,13 @@ int zo_comm_backend_built(const char *name)
     return name && find_backend(name) != NULL;
 }
 
-/* mpi where a launcher started an MPI world (mpirun, srun), else tcp: a
- * torchrun job, or ranks the config states, has none. */
+/* mpi where a launcher started an MPI world (mpirun, srun; or ranks the
+ * config states inside one, as zo-train passes them on), else tcp: a
+ * torchrun job, or config ranks alone, has none. */
 static const char *host_backend(const zo_rank_info *ri)
 {
-    int mpi_world = !strcmp(ri->launcher, "mpirun") || !strcmp(ri->launcher, "srun");
+    int mpi_world = !strcmp(ri->launcher, "mpirun") || !strcmp(ri->launcher, "srun") ||
+                    getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK");
     return mpi_world && find_backend("mpi") ? "mpi" : "tcp";
 }
 

@@ -1,5 +1,8 @@
-"""ZeRO through the front end: N ranks (mpirun, the cpu device's MPI communicator) equal one
-rank accumulating N times the micro-batches, bit for bit, at stages 1, 2 and 3."""
+"""ZeRO through the front end: N ranks equal one rank accumulating N times the micro-batches,
+bit for bit, at stages 1, 2 and 3, under mpirun (the cpu device's mpi communicator) and under
+torchrun (no MPI world: the tcp communicator, met through torchrun's own store). Both reduce in
+rank order, so the two launchers' runs are the same bits too."""
+import json
 import os
 import shutil
 import subprocess
@@ -20,13 +23,23 @@ def mpirun():
     return exe
 
 
-def run(n, stage, accum, out, params="cpu", extra=()):
+def torchrun(n):
+    """torchrun as the venv has it (python -m torch.distributed.run is the same program)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n)]
+
+
+def run(n, stage, accum, out, params="cpu", extra=(), launcher="mpirun"):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
            "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
-    cmd = [sys.executable, str(HERE / "zero_worker.py"), str(stage), str(STEPS), str(accum),
-           str(out), params, *map(str, extra)]
-    if n > 1:
+    script = [str(HERE / "zero_worker.py"), str(stage), str(STEPS), str(accum), str(out), params,
+              *map(str, extra)]
+    cmd = [sys.executable] + script
+    if n > 1 and launcher == "torchrun":
+        env["ZO_TEST_EXPECT_COMM"] = "tcp"
+        cmd = torchrun(n) + script
+    elif n > 1:
+        env["ZO_TEST_EXPECT_COMM"] = "mpi"
         cmd = [mpirun(), "--oversubscribe", "-np", str(n)] + cmd
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -44,10 +57,11 @@ def one_rank(tmp_path_factory):
     return run(1, 0, ACCUM * N, tmp_path_factory.mktemp("one") / "one")
 
 
+@pytest.mark.parametrize("launcher", ["mpirun", "torchrun"])
 @pytest.mark.parametrize("stage,params", [(1, "none"), (2, "cpu"), (3, "cpu")])
-def test_ranks_equal_one_rank_bitwise(tmp_path, one_rank, stage, params):
+def test_ranks_equal_one_rank_bitwise(tmp_path, one_rank, stage, params, launcher):
     one_losses, one_w = one_rank
-    many_losses, many_w = run(N, stage, ACCUM, tmp_path / "many", params)
+    many_losses, many_w = run(N, stage, ACCUM, tmp_path / "many", params, launcher=launcher)
     # rank r's j-th micro-batch of a step is the step's (j*N + r)-th
     for r in range(N):
         mine = [one_losses[0][s * ACCUM * N + j * N + r] for s in range(STEPS) for j in range(ACCUM)]
@@ -99,3 +113,35 @@ def test_checkpoint_save_failing_on_one_rank(tmp_path):
     for name, w in full_w.items():
         assert torch.equal(fail_w[name], w), name
         assert torch.equal(back_w[name], w), name
+
+
+@pytest.fixture(scope="module")
+def zo_train_tiny(tmp_path_factory):
+    """zo-train's tiny run and one rank of it accumulating N micro-batches."""
+    from test_zotrain_ckpt import zo_train
+    exe = zo_train()
+    swap = tmp_path_factory.mktemp("swap")
+    tiny = [exe, "--steps", "3", "--micro-batch", "2", "--seq", "32", "--val-batches", "2",
+            "--offload-param", "cpu", "--json", "--weights-digest", "--nvme-path", str(swap)]
+    r = subprocess.run(tiny + ["--grad-accum", str(N)], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return tiny, json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zo_train_under_torchrun_equals_one_rank(zo_train_tiny, stage):
+    """zo-train launched by torchrun (no MPI world: the tcp communicator, the host default)
+    at ZeRO stage S: the losses, the validation loss and the master weights' digest are one
+    rank's accumulating N micro-batches, bit for bit, as they are under mpirun
+    (tests/train/test_train_zero.py)."""
+    tiny, one = zo_train_tiny
+    cmd = torchrun(N) + ["--no-python"] + tiny + ["--zero-stage", str(stage), "-v"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    many = json.loads(r.stdout)
+    for rank in range(N):
+        assert f"rank {rank} of {N} joined the others over the tcp communicator" in r.stderr, \
+            r.stderr[-2000:]
+    for key in ("losses", "val_loss", "weights_digest"):
+        assert many[key] == one[key], (key, many[key], one[key])

@@ -1,4 +1,4 @@
-"""One rank of test_zero.py's runs (under mpirun): GPT-2 through ZeRO stage S with N ranks,
+"""One rank of test_zero.py's runs (under mpirun or torchrun): GPT-2 through ZeRO stage S with N ranks,
 rank r training the step's micro-batches j*N + r (the global reduction order); it writes its
 losses and every master weight (gathered from the owners) to OUT.rank-R.pt. Optional: SAVE_AT
 SAVE_DIR saves a checkpoint after that many steps (and goes on); RESUME_DIR starts from the
@@ -39,12 +39,14 @@ def failing_save(eng, save_dir: str, fail: bool) -> str:
 
 def main(stage: int, steps: int, accum: int, out: str, params_home: str, save_at: int = 0,
          save_dir: str = "", resume_dir: str = "", fail_rank: int = -1) -> None:
-    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
-    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     cfg = config("bf16", accum=accum, clip=0.3)
     cfg["zero_optimization"]["stage"] = stage
     cfg["zero_optimization"]["offload_param"] = {"device": params_home}
     eng, *_ = zoffload.initialize(model=MAKERS["gpt2"](), config=cfg)
+    world, rank = eng.world_size, eng.rank  # as the launcher (mpirun, torchrun) said
+    if os.environ.get("ZO_TEST_EXPECT_COMM"):  # the backend the launcher must have chosen
+        got = eng.world.comm and zoffload._native.lib().zo_comm_backend(eng.world.comm).decode()
+        assert got == os.environ["ZO_TEST_EXPECT_COMM"], (got, os.environ["ZO_TEST_EXPECT_COMM"])
     fn = loss_of("gpt2", torch.bfloat16)
     b = batches("gpt2", steps * accum * world)
     losses = []

@@ -271,6 +271,11 @@
             "a collective not done after S seconds fails the run (default\n"                       \
             "ZO_COMM_TIMEOUT or 300); a rank that stops answering (killed,\n"                      \
             "stopped) fails the others after half of it, at most 30 s"), ZT_NO)                    \
+    X(COMM_BACKEND, "comm-backend", 0,                                                             \
+      ZT_IN(RANKS, "NAME",                                                                         \
+            "the communicator: host (default: mpi under mpirun or srun,\n"                         \
+            "else tcp: torchrun), mpi or tcp"),                        \
+      ZT_NO)                                                                                       \
     X(GPU_MEM, "gpu-mem", 0, ZT_NO,                                                                \
       ZT_IN(HARDWARE, "BYTES", "device memory (cpu device: its capacity, default 1 GiB)"))         \
     X(PINNED_MAX, "pinned-max", 0, ZT_NO,                                                          \

@@ -227,6 +227,11 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
         if (zt_cli_on_off(arg, &c->o.embedding_f32) != 0)
             return bad_value(c, opt, arg, "on or off");
         return 0;
+    case ZT_OPT_COMM_BACKEND:
+        if (strcmp(arg, "host") && strcmp(arg, "mpi") && strcmp(arg, "tcp"))
+            return bad_value(c, opt, arg, "host, mpi or tcp (the engine reduces host buffers)");
+        c->o.comm_backend = arg;
+        return 0;
     case ZT_OPT_REDUCE_ORDER:
         if (strcmp(arg, "global") && strcmp(arg, "rank"))
             return bad_value(c, opt, arg, "global or rank");
@@ -316,6 +321,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case ZT_OPT_UPDATE_BEHIND:
     case ZT_OPT_EMBEDDING_F32_STATES:
     case ZT_OPT_REDUCE_ORDER:
+    case ZT_OPT_COMM_BACKEND:
     case ZT_OPT_HOST_MEM: return parse_placement_opt(opt, arg, c);
     case ZT_OPT_PLACEMENT:
     case ZT_OPT_OPTIM_DEVICE_BYTES:

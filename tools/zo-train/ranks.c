@@ -261,7 +261,7 @@ static void option_keys(const zt_options *o, keyset *k)
 zo_status zt_ranks_open(zo_comm_t *out, zo_device_t dev, const zt_options *o)
 {
     zo_comm_config cc = ZO_COMM_CONFIG_INIT;
-    cc.backend = "mpi";
+    cc.backend = o->comm_backend ? o->comm_backend : "host";
     cc.device = dev;
     cc.launch.rank = o->rank;
     cc.launch.world_size = o->world_size;
@@ -269,9 +269,12 @@ zo_status zt_ranks_open(zo_comm_t *out, zo_device_t dev, const zt_options *o)
     zo_status st = zo_comm_init(out, &cc);
     if (st < 0)
         return zt_fail(st,
-                       "joining %d ranks: %s (the engine reduces host buffers over the mpi "
-                       "backend: run under mpirun)",
+                       "joining %d ranks: %s (the engine reduces host buffers: over mpi under "
+                       "mpirun or srun, over tcp under torchrun)",
                        o->world_size, zt_lib_message());
+    if (o->verbose)
+        fprintf(stderr, "zo-train: rank %d of %d joined the others over the %s communicator\n",
+                o->rank, o->world_size, zo_comm_backend(*out));
     keyset k = {0};
     option_keys(o, &k);
     const char *values[N_KEYS];

@@ -84,13 +84,14 @@ typedef struct zt_options {
      * grad_accum - 1, which the engine reduces in that global order, so the losses and weights
      * equal one rank's with grad_accum * N bitwise; in the rank order the r-th grad_accum of
      * them (bitwise for grad_accum 1 only). Each rank's NVMe files go to DIR/rank-R. */
-    int reduce_order;      /* zo_reduce_order: 0 global (default), 1 rank (--reduce-order) */
-    int zero_stage;        /* 1, 2 or 3 (engine.h); ignored with one rank */
-    uint64_t zero_persist; /* stage 3: chunks of at most this many elements stay whole on every
-                              rank (zero_persist_elems; DeepSpeed's
-                              stage3_param_persistence_threshold, 0 without a config) */
-    int rank, world_size;  /* 0 of 1 unless launched across ranks */
-    double comm_timeout_s; /* --comm-timeout: 0 for ZO_COMM_TIMEOUT or the library's 300 s */
+    int reduce_order;         /* zo_reduce_order: 0 global (default), 1 rank (--reduce-order) */
+    int zero_stage;           /* 1, 2 or 3 (engine.h); ignored with one rank */
+    uint64_t zero_persist;    /* stage 3: chunks of at most this many elements stay whole on every
+                                 rank (zero_persist_elems; DeepSpeed's
+                                 stage3_param_persistence_threshold, 0 without a config) */
+    int rank, world_size;     /* 0 of 1 unless launched across ranks */
+    double comm_timeout_s;    /* --comm-timeout: 0 for ZO_COMM_TIMEOUT or the library's 300 s */
+    const char *comm_backend; /* --comm-backend: host (NULL), mpi or tcp */
     /* The ranks on this node share its host memory (--host-mem, or what the machine can
      * spare) and pinned pool (--pinned-mem): each gets 1/local_size (zt_ranks_share), and
      * on the cpu device its optimizer threads the NUMA node of its local_rank-th share of
