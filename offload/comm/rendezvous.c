@@ -52,10 +52,13 @@ static zo_status move_all(const rdv_ctx *x, int fd, void *buf, size_t n, int out
     if (err == ETIMEDOUT)
         return ZO_FAIL(ZO_ERR_IO, "launch", "rendezvous on %s:%d: timed out %s", x->ri->master_addr,
                        x->ri->master_port, out ? "sending" : "receiving");
-    if (err)
-        return ZO_FAIL(ZO_ERR_IO, "launch", "rendezvous on %s:%d: connection %s",
-                       x->ri->master_addr, x->ri->master_port,
-                       err == ENOTCONN ? "closed by the peer" : strerror(err));
+    if (err) {
+        zo_status st =
+            ZO_FAIL(ZO_ERR_IO, "launch", "rendezvous on %s:%d: connection %s", x->ri->master_addr,
+                    x->ri->master_port, err == ENOTCONN ? "closed by the peer" : strerror(err));
+        errno = err; /* for a caller that may retry on a dropped connection */
+        return st;
+    }
     return ZO_OK;
 }
 
@@ -212,7 +215,7 @@ static zo_status join(const rdv_ctx *x, const void *mine, void *all, size_t byte
 /* ---- torchrun's store ---- */
 
 enum { ST_VALIDATE = 0, ST_SET = 1, ST_GET = 3, ST_CHECK = 5, ST_PING = 13 };
-enum { ST_MAGIC = 0x3C85F7CE, ST_READY = 0 };
+enum { ST_MAGIC = 0x3C85F7CE, ST_READY = 0, ST_ATTEMPTS = 5 };
 
 /* Whether MASTER_PORT is torchrun's agent store rather than free for rank 0:
  * torchrun says so to its workers, whether the ranks come from its variables
@@ -350,11 +353,26 @@ static zo_status through_store(const rdv_ctx *x, const void *mine, void *all, si
     const char *attempt = zo_env_str("TORCHELASTIC_RESTART_COUNT", "0");
     for (int r = 0; r < n; r++)
         snprintf(keys[r], sizeof keys[r], "zoffload/rendezvous/%.16s/%u/%d", attempt, call, r);
-    zo_status st = connect_to_root(x, &fd);
-    if (st == ZO_OK)
-        st = st_exchange(x, fd, mine, all, bytes, keys);
-    if (fd >= 0)
-        close(fd);
+    zo_status st;
+    for (int attempt_no = 1;; attempt_no++) {
+        fd = -1;
+        st = connect_to_root(x, &fd);
+        int dropped = 0;
+        if (st == ZO_OK) {
+            st = st_exchange(x, fd, mine, all, bytes, keys);
+            dropped = st < 0 && (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN);
+        }
+        if (fd >= 0)
+            close(fd);
+        /* torchrun's store now and then drops a worker's connection while
+         * the agent is busy (seen under load: EPIPE on the first send). Every
+         * query is idempotent (the same key set to the same block), so the
+         * exchange starts again on a new connection, as torch's own clients
+         * reconnect. */
+        if (!dropped || attempt_no >= ST_ATTEMPTS || !ms_left(x))
+            break;
+        usleep(50000u * (unsigned)attempt_no);
+    }
     free(keys);
     if (st < 0) {
         char why[384];
