@@ -483,11 +483,8 @@ class ZoEngine:
                     f"{ep.name}'s weight decay")
         if not own.keys() & {"lr", "betas", "eps"}:
             return
-        scale = 1.0
-        if "lr" in own:
-            scale = _f32(own["lr"]) / _f32(self._adam["lr"])
         b1, b2 = own.get("betas", self._adam["betas"])
-        N.check(lib.zo_engine_set_tensor_adam(self._eng, ep.id, scale, b1, b2,
+        N.check(lib.zo_engine_set_tensor_adam(self._eng, ep.id, self._group_scale(own), b1, b2,
                                               own.get("eps", self._adam["eps"])),
                 f"{ep.name}'s parameter group settings")
 
