@@ -295,8 +295,11 @@ __global__ void xent_rows_kernel(zo_xent_args a)
     const size_t r = blockIdx.x, V = (size_t)a.vocab, off = r * V;
     const int tgt = a.targets[r];
     const bool ok = tgt >= 0 && tgt < a.vocab;
+    // The sum first, in its own statement: in "mx + logf(row_sumexp(.., &mx))"
+    // the read of mx is unsequenced with the call that sets it (nvcc read it first).
     float mx;
-    const float lse = mx + logf(row_sumexp(a.logits, a.dt, off, V, &mx));
+    const float sum = row_sumexp(a.logits, a.dt, off, V, &mx);
+    const float lse = mx + logf(sum);
     // block_reduce ends with a barrier, so every thread has read its logits
     // before anyone overwrites them (dlogits may equal logits); the target's
     // logit is read by thread 0 before the barrier below.
