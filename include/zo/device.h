@@ -124,7 +124,8 @@ ZO_API zo_status zo_device_host_unregister(zo_device_t dev, void *ptr);
 
 ZO_API zo_status zo_stream_create(zo_device_t dev, zo_stream_t *out);
 /* A zoffload stream over a native stream the caller owns (cuda: a
- * cudaStream_t, so the engine can compute on PyTorch's current stream).
+ * cudaStream_t, so the engine can compute on PyTorch's current stream; NULL
+ * is the legacy default stream, PyTorch's stream 0).
  * Events, waits, copies, ops and enqueued functions work on it as on any
  * stream; zo_stream_destroy waits for it and frees the wrapper only, leaving
  * the native stream to its owner, who must keep it alive until then. The cpu

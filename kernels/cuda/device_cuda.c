@@ -121,6 +121,11 @@ static zo_status cuda_stream_create(zo_stream_t s)
 static zo_status cuda_stream_wrap(zo_stream_t s, void *native)
 {
     ZO_TRY(use_device(s->dev));
+    /* NULL is the legacy default stream (PyTorch's current stream unless the
+     * script made another current): work on it is ordered with everything
+     * else queued there, which is what a caller wrapping it wants. */
+    if (!native)
+        native = (void *)cudaStreamLegacy;
     unsigned flags = 0;
     ZO_CUDA_CHECK(cudaStreamGetFlags((cudaStream_t)native, &flags));
     s->impl = native;

@@ -421,11 +421,6 @@ zo_status zo_stream_wrap(zo_device_t dev, void *native, zo_stream_t *out)
                        "the %s device has no native stream to wrap (the cpu device's streams "
                        "are its own worker threads): use zo_stream_create",
                        dev->be->name);
-    if (!native)
-        return ZO_FAIL(ZO_ERR_INVALID_ARG, SUBSYS,
-                       "native stream is NULL: pass the %s stream to wrap (the legacy default "
-                       "stream cannot be wrapped; use zo_stream_create)",
-                       dev->be->name);
     zo_stream_t s;
     ZO_TRY(stream_new(dev, &s));
     s->wrapped = 1;

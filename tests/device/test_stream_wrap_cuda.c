@@ -79,16 +79,26 @@ static void test_wrapped_stream_copies_and_outlives_its_wrapper(void **state)
     zo_device_free(dev);
 }
 
-static void test_wrap_refuses_null(void **state)
+/* NULL wraps the legacy default stream (PyTorch's stream 0, the current
+ * stream of every script that picks none): copies and events work on it, and
+ * destroying the wrapper leaves it alone. */
+static void test_wrap_default_stream(void **state)
 {
     (void)state;
     zo_device_config cfg = ZO_DEVICE_CONFIG_INIT;
     cfg.backend = "cuda";
+    cfg.mem_budget = 64u << 20;
     zo_device_t dev = NULL;
     ZO_ASSERT_OK(zo_device_init(&dev, &cfg));
-    zo_stream_t w = (zo_stream_t)0x1;
-    ZO_ASSERT_ST(zo_stream_wrap(dev, NULL, &w), ZO_ERR_INVALID_ARG);
-    assert_null(w);
+    zo_stream_t w = NULL;
+    ZO_ASSERT_OK(zo_stream_wrap(dev, NULL, &w));
+    assert_ptr_equal(zo_stream_native(w), (void *)cudaStreamLegacy);
+    static unsigned char src[N_BYTES], dst[N_BYTES];
+    for (size_t i = 0; i < N_BYTES; i++)
+        src[i] = (unsigned char)(i * 5 + 1);
+    copy_through(dev, w, src, dst);
+    ZO_ASSERT_OK(zo_stream_destroy(w));
+    assert_int_equal(cudaStreamSynchronize(0), cudaSuccess);
     zo_device_free(dev);
 }
 
@@ -100,7 +110,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wrapped_stream_copies_and_outlives_its_wrapper),
-        cmocka_unit_test(test_wrap_refuses_null),
+        cmocka_unit_test(test_wrap_default_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
