@@ -489,22 +489,39 @@ static zo_status nccl_host_all_gather(zo_comm_t c, const void *mine, void *all, 
 {
     nccl_comm *nc = c->impl;
     size_t total = bytes * (size_t)c->size;
-    void *buf;
-    if (cudaMalloc(&buf, total) != cudaSuccess)
-        return ZO_FAIL(ZO_ERR_CUDA, "comm", "nccl: cannot stage %zu bytes", total);
-    cudaStream_t st;
-    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    char *own = (char *)buf + bytes * (size_t)c->rank;
+    void *buf = NULL;
+    cudaStream_t st = NULL;
+    /* A CUDA call can return an earlier launch's error: clear it, so a
+     * failure here names this step's own cause. */
+    cudaError_t e = cudaSetDevice(nc->ordinal);
+    if (e == cudaSuccess) {
+        (void)cudaGetLastError();
+        e = cudaMalloc(&buf, total);
+    }
+    if (e != cudaSuccess)
+        return ZO_FAIL(ZO_ERR_CUDA, "comm", "nccl: cannot stage %zu bytes on GPU %d: %s", total,
+                       nc->ordinal, cudaGetErrorString(e));
     zo_status rc = ZO_OK;
-    if (cudaMemcpyAsync(own, mine, bytes, cudaMemcpyHostToDevice, st) != cudaSuccess)
-        rc = ZO_FAIL(ZO_ERR_CUDA, "comm", "nccl: staging copy failed");
-    if (rc == ZO_OK)
+    const char *step = "creating the staging stream";
+    e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    char *own = (char *)buf + bytes * (size_t)c->rank;
+    if (e == cudaSuccess) {
+        step = "the staging copy to the GPU";
+        e = cudaMemcpyAsync(own, mine, bytes, cudaMemcpyHostToDevice, st);
+    }
+    if (e == cudaSuccess)
         rc = check_call(c, ncclAllGather(own, buf, bytes, ncclUint8, nc->comm, st), "all-gather");
-    if (rc == ZO_OK &&
-        (cudaMemcpyAsync(all, buf, total, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
-         cudaStreamSynchronize(st) != cudaSuccess))
-        rc = ZO_FAIL(ZO_ERR_CUDA, "comm", "nccl: host all-gather failed");
-    cudaStreamDestroy(st);
+    if (e == cudaSuccess && rc == ZO_OK) {
+        step = "the copy back to the host";
+        e = cudaMemcpyAsync(all, buf, total, cudaMemcpyDeviceToHost, st);
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(st);
+    }
+    if (e != cudaSuccess)
+        rc = ZO_FAIL(ZO_ERR_CUDA, "comm", "nccl: host all-gather: %s failed: %s", step,
+                     cudaGetErrorString(e));
+    if (st)
+        cudaStreamDestroy(st);
     cudaFree(buf);
     return rc;
 }
