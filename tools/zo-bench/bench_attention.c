@@ -31,6 +31,7 @@
 typedef struct attn_opts {
     int seq, window_seq, window, batch, heads, kv_heads, head_dim, reps, json;
     zo_dtype dt;
+    const char *device; /* "cpu" (the emulated device) or "cuda" */
 } attn_opts;
 
 static void attn_usage(FILE *out)
@@ -39,8 +40,9 @@ static void attn_usage(FILE *out)
             "usage: zo-bench attention [--seq N] [--window-seq N] [--window N] [--batch N]\n"
             "                          [--heads N] [--kv-heads N] [--head-dim N] [--dtype "
             "bf16|fp16|fp32]\n"
-            "                          [--reps N] [--json]\n"
-            "On the cpu device, forward plus backward: the materialized attention vs the fused\n"
+            "                          [--reps N] [--device cpu|cuda] [--json]\n"
+            "On the device (default cpu, the emulated one), forward plus backward: the "
+            "materialized attention vs the fused\n"
             "one, causal, at --seq (default 4096); then the fused op with a sliding window of\n"
             "--window tokens (default 1024) vs causal dense at --window-seq (default 16384;\n"
             "0 skips it), the window's time against the dense time times its density.\n"
@@ -73,14 +75,21 @@ static int parse_dtype_opt(const char *arg, zo_dtype *dt)
 static int parse_opts(int argc, char **argv, attn_opts *o)
 {
     static const struct option longs[] = {
-        {"seq", required_argument, 0, 's'},      {"window-seq", required_argument, 0, 'S'},
-        {"window", required_argument, 0, 'w'},   {"batch", required_argument, 0, 'b'},
-        {"heads", required_argument, 0, 'H'},    {"kv-heads", required_argument, 0, 'K'},
-        {"head-dim", required_argument, 0, 'd'}, {"reps", required_argument, 0, 'r'},
-        {"dtype", required_argument, 0, 't'},    {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0},
+        {"seq", required_argument, 0, 's'},
+        {"window-seq", required_argument, 0, 'S'},
+        {"window", required_argument, 0, 'w'},
+        {"batch", required_argument, 0, 'b'},
+        {"heads", required_argument, 0, 'H'},
+        {"kv-heads", required_argument, 0, 'K'},
+        {"head-dim", required_argument, 0, 'd'},
+        {"reps", required_argument, 0, 'r'},
+        {"dtype", required_argument, 0, 't'},
+        {"json", no_argument, 0, 'j'},
+        {"device", required_argument, 0, 'D'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
-    *o = (attn_opts){4096, 16384, 1024, 1, 8, 0, 64, 3, 0, ZO_DTYPE_BF16};
+    *o = (attn_opts){4096, 16384, 1024, 1, 8, 0, 64, 3, 0, ZO_DTYPE_BF16, "cpu"};
     optind = 1;
     int c, rc = 0;
     while (!rc && (c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -96,6 +105,13 @@ static int parse_opts(int argc, char **argv, attn_opts *o)
         case 'r': rc = parse_int_opt("reps", optarg, 1, 100, &o->reps); break;
         case 't': rc = parse_dtype_opt(optarg, &o->dt); break;
         case 'j': o->json = 1; break;
+        case 'D':
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                fprintf(stderr, "zo-bench attention: --device '%s' must be cpu or cuda\n", optarg);
+                rc = 2;
+            }
+            o->device = optarg;
+            break;
         case 'h': attn_usage(stdout); return 1;
         default: attn_usage(stderr); return 2;
         }
@@ -266,11 +282,11 @@ static void print_result(const attn_opts *o, const attn_result *r)
     double ratio = r->mat_s / r->fused_s;
     double eff = o->window_seq ? r->dense_s * r->density / r->window_s : 0.0;
     if (o->json) {
-        json_t *j = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:f, s:f, s:f}", "bench",
-                              "attention", "seq", o->seq, "batch", o->batch, "heads", o->heads,
-                              "kv_heads", o->kv_heads, "head_dim", o->head_dim, "dtype",
-                              zo_dtype_name(o->dt), "reps", o->reps, "materialized_seconds",
-                              r->mat_s, "fused_seconds", r->fused_s, "fused_speedup", ratio);
+        json_t *j = json_pack(
+            "{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:f, s:f, s:f}", "bench", "attention",
+            "device", o->device, "seq", o->seq, "batch", o->batch, "heads", o->heads, "kv_heads",
+            o->kv_heads, "head_dim", o->head_dim, "dtype", zo_dtype_name(o->dt), "reps", o->reps,
+            "materialized_seconds", r->mat_s, "fused_seconds", r->fused_s, "fused_speedup", ratio);
         if (o->window_seq) {
             json_object_set_new(j, "window_seq", json_integer(o->window_seq));
             json_object_set_new(j, "window", json_integer(o->window));
@@ -285,8 +301,8 @@ static void print_result(const attn_opts *o, const attn_result *r)
         json_decref(j);
         return;
     }
-    printf("attention fwd+bwd, cpu, %s, batch %d, heads %d/%d kv, head_dim %d, median of %d\n",
-           zo_dtype_name(o->dt), o->batch, o->heads, o->kv_heads, o->head_dim, o->reps);
+    printf("attention fwd+bwd, %s, %s, batch %d, heads %d/%d kv, head_dim %d, median of %d\n",
+           o->device, zo_dtype_name(o->dt), o->batch, o->heads, o->kv_heads, o->head_dim, o->reps);
     printf("  causal seq %d: materialized %.3f s, fused %.3f s: fused %.2fx faster\n", o->seq,
            r->mat_s, r->fused_s, ratio);
     if (o->window_seq)
@@ -306,7 +322,7 @@ int zo_bench_attention_main(int argc, char **argv)
     size_t need = 2 * (size_t)o.batch * o.heads * o.seq * o.seq * es +
                   12 * (size_t)o.batch * big * o.heads * o.head_dim * es + ((size_t)64 << 20);
     zo_device_config cfg = ZO_DEVICE_CONFIG_INIT;
-    cfg.backend = "cpu";
+    cfg.backend = o.device;
     cfg.mem_budget = need;
     zo_device_t dev = NULL;
     zo_stream_t s = NULL;
