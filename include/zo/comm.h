@@ -90,6 +90,10 @@ ZO_API const char *zo_comm_backend(zo_comm_t c);
  * they need host-addressable buffers, so device data must be staged
  * through (pinned) host memory. */
 ZO_API int zo_comm_takes_device_memory(zo_comm_t c);
+/* 1 when c's collectives take host memory (mpi, tcp, self: pageable or
+ * pinned), 0 when they take device allocations only (nccl), so host data
+ * must be staged through device buffers. */
+ZO_API int zo_comm_takes_host_memory(zo_comm_t c);
 
 /* ---- stream-ordered collectives ----
  * Counts are elements of dt. Reductions take ZO_DTYPE_F32, F64, BF16 and F16;

@@ -253,6 +253,11 @@ int zo_comm_takes_device_memory(zo_comm_t c)
            (zo_device_caps(c->dev) & ZO_DEVCAP_HOST_ADDRESSABLE) != 0;
 }
 
+int zo_comm_takes_host_memory(zo_comm_t c)
+{
+    return c && (c->be->caps & ZO_COMM_CAP_HOST_BUFFERS) != 0;
+}
+
 /* ---- checks shared by every collective ---- */
 
 const char *zo_coll_name(zo_coll_kind k)

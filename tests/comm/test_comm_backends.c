@@ -433,6 +433,10 @@ int main(int argc, char **argv)
                 zo_comm_backend(world));
         return 1;
     }
+    if (zo_comm_takes_host_memory(world) != 1) { /* mpi and tcp reach host memory */
+        fprintf(stderr, "test_comm_backends: %s says it does not take host memory\n", want);
+        return 1;
+    }
     all_exact = !strcmp(want, "tcp");
     me = zo_comm_rank(world);
     n = zo_comm_size(world);

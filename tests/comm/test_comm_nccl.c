@@ -75,6 +75,10 @@ int main(void)
         fprintf(stderr, "test_comm_nccl: setup failed: %s\n", zo_last_error());
         return 1;
     }
+    if (zo_comm_takes_host_memory(world) != 0) { /* host data is staged through the GPU */
+        fprintf(stderr, "test_comm_nccl: nccl says it takes host memory\n");
+        return 1;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(collectives_on_device_buffers),
         cmocka_unit_test(split_and_config_check),

@@ -235,6 +235,8 @@ static void self_backend_copies_in_stream_order(void **state)
     zo_comm_t c;
     ZO_ASSERT_OK(zo_comm_init(&c, &cc));
     assert_string_equal(zo_comm_backend(c), "self");
+    assert_int_equal(zo_comm_takes_host_memory(c), 1);
+    assert_int_equal(zo_comm_takes_host_memory(NULL), 0);
     zo_stream_t s;
     ZO_ASSERT_OK(zo_stream_create(dev, &s));
     float a[64], b[64], g[64];
