@@ -842,6 +842,51 @@ static void test_world_size(void **state)
     outputs_free(&o);
 }
 
+/* --world-size with --tensor-parallel T: the ZeRO table folds T in. Each
+ * rank holds 1/T of every tensor and ZeRO runs over the N / T data-parallel
+ * ranks, so at N = 4, T = 2 every plan's gradient bytes over the link are
+ * half those of N = 2, T = 1 (the same data-parallel ranks), its host and
+ * pinned bytes no more, and the command runs T. */
+static uint64_t link_grads(json_t *p)
+{
+    return (uint64_t)json_integer_value(
+        json_object_get(json_object_get(p, "link_bytes_per_step"), "gradients"));
+}
+
+static uint64_t rank_bytes(json_t *p, const char *tier)
+{
+    return (uint64_t)json_integer_value(
+        json_object_get(json_object_get(p, "per_rank_bytes"), tier));
+}
+
+static void test_world_size_tensor_parallel(void **state)
+{
+    (void)state;
+    json_t *j = run_json(TINY_CPU " --host-mem 8GiB --world-size 4 --gpus-per-node 4 "
+                                  "--tensor-parallel 2");
+    json_t *one = run_json(TINY_CPU " --host-mem 8GiB --world-size 2 --gpus-per-node 2");
+    json_t *z = json_object_get(j, "zero"), *z1 = json_object_get(one, "zero");
+    assert_int_equal(json_integer_value(json_object_get(z, "tensor_parallel")), 2);
+    assert_int_equal(json_integer_value(json_object_get(z, "data_parallel")), 2);
+    assert_int_equal(json_integer_value(json_object_get(z1, "tensor_parallel")), 1);
+    json_t *plans = json_object_get(z, "plans"), *plans1 = json_object_get(z1, "plans");
+    assert_int_equal(json_array_size(plans), json_array_size(plans1));
+    for (size_t i = 0; i < json_array_size(plans); i++) {
+        json_t *p = json_array_get(plans, i), *q = json_array_get(plans1, i);
+        assert_true(link_grads(q) > 0);
+        assert_int_equal(2 * link_grads(p), link_grads(q));
+        assert_true(rank_bytes(p, "host") <= rank_bytes(q, "host"));
+        assert_true(rank_bytes(p, "pinned") <= rank_bytes(q, "pinned"));
+        assert_true(rank_bytes(p, "device") < rank_bytes(q, "device"));
+    }
+    const char *cmd =
+        json_string_value(json_object_get(json_object_get(z, "recommended"), "command"));
+    assert_non_null(strstr(cmd, "mpirun -np 4 "));
+    assert_non_null(strstr(cmd, " --tensor-parallel 2"));
+    json_decref(j);
+    json_decref(one);
+}
+
 /* --pipeline-stages: the "pipeline" object, its split covering the engine
  * layers, the bubble's formula, the zo-train command; auto over the world
  * size's divisors; S above the engine layers refused naming both. */
@@ -960,6 +1005,7 @@ int main(void)
         cmocka_unit_test(test_state_dtype_auto),
         cmocka_unit_test(test_emit_state_dtype),
         cmocka_unit_test(test_world_size),
+        cmocka_unit_test(test_world_size_tensor_parallel),
         cmocka_unit_test(test_pipeline),
     };
     return cmocka_run_group_tests(tests, plan_test_make_dir, plan_test_remove_dir);

@@ -598,6 +598,7 @@ static zo_status plan_world(cli *c, result *r)
 {
     zp_world *w = &c->world;
     fill_world(w, r);
+    w->tensor_parallel = c->tp > 0 ? c->tp : 1; /* auto: the grids choose T, ZeRO plans T 1 */
     return zp_plan_world(&c->job, &r->hw, &r->sp, w, c->nvme_tbw, r->world, &r->world_best,
                          &r->work);
 }
@@ -956,6 +957,9 @@ static void world_command(const cli *c, const zp_world_plan *w, char *buf, size_
              c->world.world_size, w->stage, zt_home_name(p->param_home),
              zt_home_name(p->optim_home), (unsigned long long)p->fp.chunk_bytes,
              zo_optim_mode_name(p->mode), zt_state_dtype_name(c->job.state_dtype));
+    size_t n = strlen(buf);
+    if (c->world.tensor_parallel > 1 && n < cap)
+        snprintf(buf + n, cap - n, " --tensor-parallel %d", c->world.tensor_parallel);
 }
 
 static void print_world(const cli *c, const result *r)
@@ -970,7 +974,12 @@ static void print_world(const cli *c, const result *r)
            "%.3g Gparams/s; %d tokens per step over all ranks\n",
            w->world_size, w->gpus_per_node, w->link / 1e9, w->link_source, B(a, hw.host_bytes),
            B(b, hw.nvme_bytes), sp.nvme_read / 1e9, sp.nvme_write / 1e9, sp.adam_params / 1e9,
-           c->job.seq * c->job.micro_batch * c->job.grad_accum * w->world_size);
+           c->job.seq * c->job.micro_batch * c->job.grad_accum * w->world_size /
+               (w->tensor_parallel > 1 ? w->tensor_parallel : 1));
+    if (w->tensor_parallel > 1)
+        printf("tensor parallel %d: each rank holds 1/%d of every tensor, ZeRO over the %d "
+               "data-parallel ranks\n",
+               w->tensor_parallel, w->tensor_parallel, w->world_size / w->tensor_parallel);
     printf("%-5s %-22s %-4s %10s %10s %10s %10s %9s %9s %10s %6s  %s\n", "stage", "placement",
            "fits", "device", "pinned", "host", "nvme", "step s", "link s", "tokens/s", "MFU",
            "bottleneck");
@@ -1317,6 +1326,11 @@ static json_t *json_world(const cli *c, const result *r)
     json_t *z =
         json_pack("{s:i,s:i,s:f,s:s}", "world_size", w->world_size, "gpus_per_node",
                   w->gpus_per_node, "link_bytes_per_s", w->link, "link_source", w->link_source);
+    json_object_set_new(z, "tensor_parallel",
+                        json_integer(w->tensor_parallel > 1 ? w->tensor_parallel : 1));
+    json_object_set_new(
+        z, "data_parallel",
+        json_integer(w->world_size / (w->tensor_parallel > 1 ? w->tensor_parallel : 1)));
     json_object_set_new(z, "rank_share",
                         json_pack("{s:o,s:o,s:o,s:f,s:f,s:f}", "host_bytes", ju(hw.host_bytes),
                                   "pinned_max", ju(hw.pinned_max), "nvme_bytes", ju(hw.nvme_bytes),

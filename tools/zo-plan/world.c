@@ -67,13 +67,20 @@ double zp_global_order_factor(int stage, int world_size, int grad_accum)
     return k + (k - 1) / (N + 1);
 }
 
+static int world_tp(const zp_world *w)
+{
+    return w->tensor_parallel > 1 ? w->tensor_parallel : 1;
+}
+
+/* job->world_size: the data-parallel ranks ZeRO runs over. */
 static void add_links(const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
                       const zp_world *w, int stage, zp_world_plan *o)
 {
     const zp_plan *p = &o->plan;
+    const int D = job->world_size;
     uint64_t n = used_params(job, p);
     o->grad_link_bytes = (uint64_t)((double)((stage == 1 ? 2 : 1) * 4 * n) *
-                                    zp_global_order_factor(stage, w->world_size, job->grad_accum));
+                                    zp_global_order_factor(stage, D, job->grad_accum));
     o->update_link_bytes = stage == 3 ? 0 : 2 * n;
     o->gather_link_bytes = p->gather_bytes;
     double under_fb = (double)(o->grad_link_bytes + o->gather_link_bytes) / w->link;
@@ -94,7 +101,7 @@ static void add_links(const zp_job *job, const zp_hardware *hw, const zp_speeds 
         slowest = fmax(slowest, p->seconds[b]);
     o->link_bound = o->link_seconds > slowest;
     o->step_seconds = step;
-    o->tokens_per_s = (double)p->tokens * w->world_size / step;
+    o->tokens_per_s = (double)p->tokens * D / step; /* a tensor group shares its tokens */
     o->mfu = p->model_flops / step / sp->flops;
 }
 
@@ -103,13 +110,17 @@ static zo_status plan_one(const zp_job *job, const zp_hardware *hw, const zp_spe
                           const zp_world *w, int stage, zp_strategy s, double nvme_tbw,
                           zp_world_plan *o, uint64_t *work)
 {
+    const int T = world_tp(w), D = w->world_size / T;
+    int intra;
     zp_job j = *job;
-    j.world_size = w->world_size;
-    j.zero_stage = w->world_size > 1 ? stage : 0;
+    j.tensor_parallel = T;
+    j.tp_link = T > 1 ? zp_world_tp_link(w, T, &intra) : 0;
+    j.world_size = D;
+    j.zero_stage = D > 1 ? stage : 0;
     memset(o, 0, sizeof *o);
     o->stage = stage;
     ZT_TRY(zp_plan_strategy(&j, hw, sp, s, nvme_tbw, &o->plan, work));
-    if (w->world_size > 1)
+    if (D > 1)
         add_links(&j, hw, sp, w, stage, o);
     else {
         o->step_seconds = o->plan.step_seconds;
@@ -127,6 +138,11 @@ zo_status zp_plan_world(const zp_job *job, const zp_hardware *node, const zp_spe
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "world size %d, %d GPUs per node, link %g B/s: each must be > 0",
                        w->world_size, w->gpus_per_node, w->link);
+    if (w->world_size % world_tp(w))
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "world size %d is not a multiple of --tensor-parallel %d: ZeRO runs over "
+                       "world size / T data-parallel ranks",
+                       w->world_size, world_tp(w));
     zp_hardware hw;
     zp_speeds sp;
     zp_world_rank_share(w, node, node_sp, &hw, &sp);

@@ -43,6 +43,10 @@ typedef struct zp_world {
      * else the link above */
     double node_link;
     char node_link_source[32];
+    /* --tensor-parallel T (0 or 1: none): each rank holds 1/T of every
+     * tensor, ZeRO runs over the world_size / T data-parallel ranks, and the
+     * tensor group's collectives run over zp_world_tp_link */
+    int tensor_parallel;
 } zp_world;
 
 /* The link a tensor group of T consecutive ranks uses: within a node when
