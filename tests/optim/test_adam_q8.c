@@ -588,6 +588,50 @@ static void test_out_of_range_codes_equal_scalar(void **state)
     free(want);
 }
 
+/* Why int8 moments saved decoded in fp32 (zo-train's checkpoints of a
+ * tensor whose blocks straddle its tensor-parallel parts) do not re-encode
+ * to the same codes: v's map reaches 1, so decoding and encoding again gives
+ * back every code and scale; m's signed map reaches only -0.99296875 below
+ * zero, so a block whose largest magnitude is negative decodes it to
+ * -0.99296875 x scale and, unless another element decodes to +1 x scale,
+ * re-encodes with a smaller scale, and its codes move. Every other block
+ * comes back bitwise. */
+static void test_decoded_moments_reencode(void **state)
+{
+    (void)state;
+    enum { B = 64, N = B * ZO_ADAM_Q8_BLOCK };
+    static float x[N], y[N], s1[B], s2[B];
+    static uint8_t c1[N], c2[N];
+    const float *map = zo_adam_q8_map(1);
+    float lo = 0;
+    for (int i = 0; i < 256; i++)
+        lo = map[i] < lo ? map[i] : lo;
+    assert_true(lo == -0.99296875f);
+    uint64_t rng = 7;
+    for (int is_signed = 0; is_signed < 2; is_signed++) {
+        for (size_t i = 0; i < N; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            float u = (float)(rng >> 40) / (float)(1u << 24);
+            x[i] = is_signed ? (u - 0.5f) * 1e-3f : u * u * 1e-6f;
+        }
+        ZO_ASSERT_OK(zo_adam_q8_quantize(x, N, is_signed, c1, s1));
+        ZO_ASSERT_OK(zo_adam_q8_dequantize(c1, s1, N, is_signed, y));
+        ZO_ASSERT_OK(zo_adam_q8_quantize(y, N, is_signed, c2, s2));
+        int moved = 0;
+        for (size_t b = 0; b < B; b++) {
+            size_t at = b * ZO_ADAM_Q8_BLOCK, top = at;
+            for (size_t i = at; i < at + ZO_ADAM_Q8_BLOCK; i++)
+                top = fabsf(x[i]) > fabsf(x[top]) ? i : top;
+            int same = s1[b] == s2[b] && !memcmp(c1 + at, c2 + at, ZO_ADAM_Q8_BLOCK);
+            /* only a negative top moves a block (its scale shrinks, unless
+             * a positive element near the top decodes to +1 x scale) */
+            assert_true(same || (is_signed && x[top] < 0 && s2[b] < s1[b]));
+            moved += !same;
+        }
+        assert_true(is_signed ? moved > 0 : moved == 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -603,6 +647,7 @@ int main(void)
         cmocka_unit_test(test_roofline_and_arguments),
         cmocka_unit_test(test_nonfinite_codes_equal_scalar),
         cmocka_unit_test(test_out_of_range_codes_equal_scalar),
+        cmocka_unit_test(test_decoded_moments_reencode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
