@@ -1,14 +1,17 @@
 // The fused attention op on the cuda backend (zo_op_flash_attention_fwd/bwd
-// in zo/ops.h): a simple, correct tiled kernel, not yet a tensor-core one.
-// One warp owns one row: a query row in the forward and the dq pass, a key
-// row in the dk/dv pass. Its lanes hold the row's head_dim elements (up to
-// 16 each), dot products are warp reductions in a fixed tree, and the keys
-// (or queries) are visited tile by tile in ascending order, tiles the mask
-// disallows skipped whole, exactly as the cpu reference visits them. So the
-// result is the same bits run to run, with no atomics: dk and dv of a key
-// row are summed by its own warp over the group's query heads ascending, then
-// queries ascending. The order of the sums within a tile differs from the cpu
-// kernel's sgemm, so cuda and cpu agree within fp32 rounding, not bitwise.
+// in zo/ops.h). bf16 and fp16 with head_dim 64/80/96/128 on sm_80+ go to the
+// tensor-core kernels (flash_tc_cuda.cu, zo_cuda_flash_tc_takes); this file's
+// scalar kernel takes the rest: fp32, other head dims, older devices.
+//
+// The scalar kernel: one warp owns one row, a query row in the forward and the
+// dq pass, a key row in the dk/dv pass. Its lanes hold the row's head_dim
+// elements (up to 16 each), dot products are warp reductions in a fixed tree,
+// and the keys (or queries) are visited tile by tile in ascending order, tiles
+// the mask disallows skipped whole, exactly as the cpu reference visits them.
+// So the result is the same bits run to run, with no atomics: dk and dv of a
+// key row are summed by its own warp over the group's query heads ascending,
+// then queries ascending. The order of the sums within a tile differs from the
+// cpu kernel's sgemm, so cuda and cpu agree within fp32 rounding, not bitwise.
 // The scores, probabilities and accumulators are fp32; outputs are rounded
 // once. Memory: O(seq) per head (lse and delta), nothing seq x seq.
 #include <cuda_bf16.h>
@@ -103,25 +106,14 @@ __device__ __forceinline__ size_t k_at(const fgeom &g, int b, int t, int kvh)
     return (((size_t)b * g.T + t) * g.KV + kvh) * g.D;
 }
 
-enum { kSkip = 0, kFull, kPartial };
+enum { kSkip = 0, kFull, kPartial }; // zo_cuda_flash_rules' 0, 1, 2
 
 __device__ int tile_state(const zo_flash_args &a, const fgeom &g, int qt, int kt)
 {
     const int i0 = qt * g.bt, i1 = min(i0 + g.bt, g.T), j0 = kt * g.bt, j1 = min(j0 + g.bt, g.T);
     if (a.d.block_mask && !a.d.block_mask[(size_t)qt * g.nt + kt])
         return kSkip;
-    int full = 1;
-    if (a.d.causal) {
-        if (j0 > i1 - 1)
-            return kSkip;
-        full &= j1 - 1 <= i0;
-    }
-    if (a.d.window > 0) {
-        if (i0 - (j1 - 1) >= a.d.window)
-            return kSkip;
-        full &= (i1 - 1) - j0 < a.d.window;
-    }
-    return full ? kFull : kPartial;
+    return zo_cuda_flash_rules(a.d.causal, a.d.window, i0, i1, j0, j1);
 }
 
 __device__ __forceinline__ bool pair_allowed(const zo_flash_args &a, int i, int j)
@@ -269,6 +261,8 @@ unsigned blocks_for(size_t rows)
 zo_status zo_cuda_op_flash_fwd(const zo_ops_exec *x, const zo_flash_args *a)
 {
     const fgeom g = geom_of(a);
+    if (zo_cuda_flash_tc_takes(a, 0))
+        return zo_cuda_flash_tc_fwd(x, a);
     cudaStream_t st = (cudaStream_t)x->native;
     flash_fwd_kernel<<<blocks_for((size_t)g.B * g.H * g.T), kWarps * 32, 0, st>>>(*a, g);
     ZO_CUDA_CHECK_LAUNCH();
@@ -282,6 +276,8 @@ zo_status zo_cuda_op_flash_bwd(const zo_ops_exec *x, const zo_flash_args *a)
     const unsigned qb = blocks_for((size_t)g.B * g.H * g.T);
     flash_delta_kernel<<<qb, kWarps * 32, 0, st>>>(*a, g);
     ZO_CUDA_CHECK_LAUNCH();
+    if (zo_cuda_flash_tc_takes(a, 1))
+        return zo_cuda_flash_tc_bwd(x, a);
     // dq first: it reads every key row's k and v, which dk and dv may
     // overwrite in place; a dkdv warp reads only its own key row's, into
     // registers, before it writes that row (zo/ops.h's aliasing rules)

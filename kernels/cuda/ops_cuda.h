@@ -31,6 +31,12 @@ zo_status zo_cuda_op_bias(const zo_ops_exec *x, const zo_bias_args *a);
 /* The fused attention (flash_cuda.cu). */
 zo_status zo_cuda_op_flash_fwd(const zo_ops_exec *x, const zo_flash_args *a);
 zo_status zo_cuda_op_flash_bwd(const zo_ops_exec *x, const zo_flash_args *a);
+/* Its tensor-core kernels (flash_tc_cuda.cu): takes() says whether they take
+ * a call (bwd: the backward's), the others launch them (the backward after
+ * delta is computed). */
+int zo_cuda_flash_tc_takes(const zo_flash_args *a, int bwd);
+zo_status zo_cuda_flash_tc_fwd(const zo_ops_exec *x, const zo_flash_args *a);
+zo_status zo_cuda_flash_tc_bwd(const zo_ops_exec *x, const zo_flash_args *a);
 /* partials: ZO_CUDA_SUMSQ_PARTIALS floats of device memory owned by the stream. */
 zo_status zo_cuda_sumsq(void *stream, float *partials, const zo_sumsq_args *a);
 

@@ -33,3 +33,23 @@ static __device__ __forceinline__ float zo_cuda_warp_sum(float v)
         v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+
+// The fused attention's causal and window rules over query rows i0..i1-1
+// and key rows j0..j1-1 (flash_cuda.cu, flash_tc_cuda.cu): 0 no pair is
+// allowed, 1 every pair, 2 some (then each pair is tested).
+static __device__ __forceinline__ int zo_cuda_flash_rules(int causal, int window, int i0, int i1,
+                                                          int j0, int j1)
+{
+    int full = 1;
+    if (causal) {
+        if (j0 > i1 - 1)
+            return 0;
+        full &= j1 - 1 <= i0;
+    }
+    if (window > 0) {
+        if (i0 - (j1 - 1) >= window)
+            return 0;
+        full &= (i1 - 1) - j0 < window;
+    }
+    return full ? 1 : 2;
+}
