@@ -9,8 +9,10 @@
  *   bf16: 1.6e-2 (1-2 ulps of 2^-8 after rounding), attention 4e-2
  * Exact where the math is: embedding gathers and the embedding gradient
  * (the same adds in the same order), casts, and run-to-run repeats. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "flash_suite.h"
 #include "ops_suite.h"
@@ -342,30 +344,141 @@ static void test_elementwise(void **state)
     free(a), free(b);
 }
 
-/* The fused attention against the cpu's, MHA and GQA, head dims 64 to 128,
- * a sequence off the tile, a block layout and an exact window; and the same
- * bits twice on the GPU (the kernels sum without atomics), and in place
- * (dq over out, dk over k, dv over v) the bits of separate buffers. */
+/* ---- the fused attention ----
+ * bf16 and fp16 with head_dim 64/80/96/128 run on the tensor-core kernels
+ * (flash_tc_cuda.cu) on sm_80+, fp32 on the scalar one (flash_cuda.cu).
+ * Bounds against the cpu (normalized by the tensor's largest magnitude):
+ * fp32 tol() (the scalar kernel keeps every product in fp32; only the
+ * summation order differs); bf16 and fp16 tol_attn(): the tensor-core
+ * kernels round the probabilities P and the score gradients dS to the dtype
+ * before their products (the cpu keeps them in fp32), as the materialized op
+ * rounds them before its GEMMs, and dq and dk are sums of dS terms of both
+ * signs, so an element's rounding (2^-9 bf16, 2^-12 fp16, relative) is not
+ * divided by the result's magnitude; lse 2e-5 (fp32 scores of exact
+ * bf16/fp16 products, summed in another order). Run to run: equal bits
+ * (no atomics; the tile order is fixed). */
+
+/* The cuda-only shapes: longer sequences (several 64-row tiles, none a
+ * multiple of 64), masks whose block is smaller (32) and larger (128) than
+ * the tensor-core tile, non-causal, GQA with 2 query heads per kv head. */
+enum { FLASH_TC_SHAPES = 4 };
+
+static flash_case flash_tc_shape(size_t si, uint8_t mask[128])
+{
+    static const int shapes[FLASH_TC_SHAPES][8] = {
+        /* B, T, H, KV, D, causal, window, layout (0 none, 1 sliding 32, 2 fixed 128) */
+        {2, 300, 4, 2, 128, 1, 0, 1},
+        {1, 257, 2, 1, 64, 1, 100, 2},
+        {1, 200, 2, 2, 96, 0, 0, 0},
+        {1, 191, 4, 2, 80, 1, 77, 0}};
+    const int *sh = shapes[si];
+    flash_case c = {sh[0], sh[1], sh[2], sh[3], sh[4], sh[5], sh[6],
+                    0,     NULL,  NULL,  NULL,  NULL,  NULL};
+    if (sh[7]) {
+        zo_attn_layout l = ZO_ATTN_LAYOUT_INIT;
+        l.causal = c.causal;
+        if (sh[7] == 1)
+            l.kind = ZO_ATTN_LAYOUT_SLIDING_WINDOW, l.block = 32, l.window_blocks = 3;
+        else
+            l.kind = ZO_ATTN_LAYOUT_FIXED, l.block = 128, l.window_blocks = 2, l.global_blocks = 1;
+        ZO_ASSERT_OK(zo_attn_layout_build(&l, c.T, mask, 128, NULL, NULL));
+        c.mask = mask, c.mask_block = l.block;
+    }
+    return c;
+}
+
+static void case_name(const flash_case *c, zo_dtype dt, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s B=%d T=%d H=%d KV=%d D=%d causal=%d window=%d mask_block=%d",
+             zo_dtype_name(dt), c->B, c->T, c->H, c->KV, c->D, c->causal, c->window,
+             c->mask ? c->mask_block : 0);
+}
+
+/* got (cuda) against want (cpu) for a (batch, seq, heads, D) tensor (heads
+ * 0: lse, batch x H x seq); a failure names the case, the tensor, the worst
+ * element's (b, t, h, d) and both values. */
+static void flash_close(const float *got, const float *want, const flash_case *c, int heads,
+                        double t, const char *what, const char *name)
+{
+    size_t n = heads ? (size_t)c->B * c->T * heads * c->D : (size_t)c->B * c->H * c->T;
+    double den = 1e-6, worst = -1.0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - (double)want[i]);
+        if (isnan(e))
+            e = INFINITY;
+        if (e > worst)
+            worst = e, at = i;
+        if (fabs((double)want[i]) > den)
+            den = fabs((double)want[i]);
+    }
+    if (worst / den <= t)
+        return;
+    if (heads) {
+        size_t d = at % (size_t)c->D, r = at / (size_t)c->D;
+        size_t h = r % (size_t)heads, bt = r / (size_t)heads;
+        fail_msg("flash %s (%s): cuda vs cpu normalized error %.3g exceeds %.3g; worst at b=%zu "
+                 "t=%zu h=%zu d=%zu: cuda %.9g cpu %.9g (largest |cpu| %.6g)",
+                 what, name, worst / den, t, bt / (size_t)c->T, bt % (size_t)c->T, h, d,
+                 (double)got[at], (double)want[at], den);
+    }
+    size_t tt = at % (size_t)c->T, bh = at / (size_t)c->T;
+    fail_msg("flash %s (%s): cuda vs cpu normalized error %.3g exceeds %.3g; worst at b=%zu h=%zu "
+             "t=%zu: cuda %.9g cpu %.9g",
+             what, name, worst / den, t, bh / (size_t)c->H, bh % (size_t)c->H, tt, (double)got[at],
+             (double)want[at]);
+}
+
+/* Two GPU runs' bits; a failure names the case, the tensor and the first
+ * differing element. */
+static void flash_same(const float *a, const float *b, size_t n, const char *what, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof a[i]) != 0)
+            fail_msg("flash %s (%s): run to run, element %zu differs: %.9g then %.9g", what, name,
+                     i, (double)a[i], (double)b[i]);
+}
+
+static void flash_check_case(flash_case *c)
+{
+    char name[160];
+    for (size_t i = 0; i < 3; i++) {
+        zo_dtype dt = k_dtypes[i];
+        double t = dt == ZO_DTYPE_F32 ? tol(dt) : tol_attn(dt);
+        case_name(c, dt, name, sizeof name);
+        flash_got cg = run_flash(g_cs, c, dt), gg = run_flash(g_gs, c, dt);
+        flash_close(gg.out, cg.out, c, c->H, t, "out", name);
+        flash_close(gg.lse, cg.lse, c, 0, 2e-5, "lse", name);
+        flash_close(gg.dq, cg.dq, c, c->H, t, "dq", name);
+        flash_close(gg.dk, cg.dk, c, c->KV, t, "dk", name);
+        flash_close(gg.dv, cg.dv, c, c->KV, t, "dv", name);
+        flash_got again = run_flash(g_gs, c, dt);
+        flash_same(gg.out, again.out, nq_of(c), "out", name);
+        flash_same(gg.lse, again.lse, (size_t)c->B * c->H * c->T, "lse", name);
+        flash_same(gg.dq, again.dq, nq_of(c), "dq", name);
+        flash_same(gg.dk, again.dk, nk_of(c), "dk", name);
+        flash_same(gg.dv, again.dv, nk_of(c), "dv", name);
+        got_free(&cg), got_free(&gg), got_free(&again);
+        assert_in_place_same(g_gs, c, dt, name);
+    }
+}
+
+/* The shared shapes (flash_suite.h: MHA and GQA, head dims 64 to 128,
+ * sequences off the tile, a BigBird mask of 16-token blocks, an exact
+ * window) and the cuda-only ones above, each in fp32, bf16 and fp16. */
 static void test_flash_attention(void **state)
 {
-    uint8_t mask[81];
+    uint8_t mask[128];
     for (size_t si = 0; si < FLASH_SHAPES; si++) {
         flash_case c = flash_shape(si, mask);
         case_inputs(&c, 120 + si);
-        for (size_t i = 0; i < 3; i++) {
-            zo_dtype dt = k_dtypes[i];
-            flash_got cg = run_flash(g_cs, &c, dt), gg = run_flash(g_gs, &c, dt);
-            close_to(gg.out, cg.out, nq_of(&c), tol(dt), "flash out", dt);
-            close_to(gg.lse, cg.lse, (size_t)c.B * c.H * c.T, 2e-5, "flash lse", ZO_DTYPE_F32);
-            close_to(gg.dq, cg.dq, nq_of(&c), tol(dt), "flash dq", dt);
-            close_to(gg.dk, cg.dk, nk_of(&c), tol(dt), "flash dk", dt);
-            close_to(gg.dv, cg.dv, nk_of(&c), tol(dt), "flash dv", dt);
-            flash_got again = run_flash(g_gs, &c, dt);
-            assert_memory_equal(again.dk, gg.dk, nk_of(&c) * sizeof(float));
-            assert_memory_equal(again.dq, gg.dq, nq_of(&c) * sizeof(float));
-            got_free(&cg), got_free(&gg), got_free(&again);
-            assert_in_place_same(g_gs, &c, dt, "cuda flash in place");
-        }
+        flash_check_case(&c);
+        case_free(&c);
+    }
+    for (size_t si = 0; si < FLASH_TC_SHAPES; si++) {
+        flash_case c = flash_tc_shape(si, mask);
+        case_inputs(&c, 140 + si);
+        flash_check_case(&c);
         case_free(&c);
     }
 }
