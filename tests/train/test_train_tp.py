@@ -26,16 +26,13 @@ digest for one model's weights at every T and grid.
 
 usage: test_train_tp.py MPIEXEC ZO_TRAIN
 """
-import array
 import json
 import os
-import random
-import struct
 import subprocess
 import sys
 import tempfile
 
-from mpi_test_util import ENV, check, failures, finish, mpi
+from mpi_test_util import ENV, check, failures, finish, llama_dir, mpi
 
 MPIEXEC, EXE = sys.argv[1], sys.argv[2]
 MPI = mpi(MPIEXEC)
@@ -163,54 +160,6 @@ def grids(d):
     close("T 2 x D 2", ref, train(4, base + ["--grad-accum", "2"], d + "/g2"), FP32_REL)
     close("2 x 2 x 2", ref,
           train(8, base + ["--grad-accum", "2", "--pipeline-stages", "2"], d + "/g3"), FP32_REL)
-
-
-def llama_dir(d, kv_heads, attention_bias, tied=False, heads=4):
-    """A Llama model directory (config.json, model.safetensors in fp32) with kv_heads
-    key/value heads of `heads` query heads of 32 dimensions and random weights, written
-    here without torch; tied: the head is the embedding (no lm_head.weight)."""
-    dim, vocab, layers = 32 * heads, 256, 2
-    ffn, kvd = 2 * dim, 32 * kv_heads
-    rnd = random.Random(kv_heads * 2 + attention_bias)
-    shapes = [("model.embed_tokens.weight", [vocab, dim])]
-    for l in range(layers):
-        p = "model.layers.%d." % l
-        shapes += [(p + "input_layernorm.weight", [dim]),
-                   (p + "self_attn.q_proj.weight", [dim, dim]),
-                   (p + "self_attn.k_proj.weight", [kvd, dim]),
-                   (p + "self_attn.v_proj.weight", [kvd, dim]),
-                   (p + "self_attn.o_proj.weight", [dim, dim]),
-                   (p + "post_attention_layernorm.weight", [dim]),
-                   (p + "mlp.gate_proj.weight", [ffn, dim]),
-                   (p + "mlp.up_proj.weight", [ffn, dim]),
-                   (p + "mlp.down_proj.weight", [dim, ffn])]
-        if attention_bias:
-            shapes += [(p + "self_attn.%s_proj.bias" % k, [n]) for k, n in
-                       (("q", dim), ("k", kvd), ("v", kvd), ("o", dim))]
-    shapes += [("model.norm.weight", [dim])] + ([] if tied else [("lm_head.weight", [vocab, dim])])
-    header, blobs, off = {}, [], 0
-    for name, shape in shapes:
-        n = shape[0] * (shape[1] if len(shape) > 1 else 1)
-        norm = name.endswith("layernorm.weight") or name == "model.norm.weight"
-        vals = array.array("f", [1.0 + rnd.gauss(0, 0.1) if norm else rnd.gauss(0, 0.05)
-                                 for _ in range(n)])
-        blob = vals.tobytes()
-        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(blob)]}
-        blobs.append(blob)
-        off += len(blob)
-    os.makedirs(d, exist_ok=True)
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(d + "/model.safetensors", "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
-    with open(d + "/config.json", "w") as f:
-        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                   "hidden_size": dim, "intermediate_size": ffn, "num_hidden_layers": layers,
-                   "num_attention_heads": heads, "num_key_value_heads": kv_heads,
-                   "vocab_size": vocab, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-                   "hidden_act": "silu", "tie_word_embeddings": tied,
-                   "attention_bias": attention_bias, "torch_dtype": "float32"}, f)
-    return d
 
 
 def hf_models(d):

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 
-from mpi_test_util import ENV, check, failures, finish, latest, mpi, read_safetensors
+from mpi_test_util import ENV, check, failures, finish, latest, mpi, read_safetensors, read_set
 
 MPIEXEC, EXE = sys.argv[1], sys.argv[2]
 MPI = mpi(MPIEXEC)
@@ -55,18 +55,6 @@ def train(ranks, args, swap):
 
 def tp(T):
     return ["--tensor-parallel", str(T)] if T > 1 else []
-
-
-def read_set(d, base):
-    index = os.path.join(d, base + ".safetensors.index.json")
-    if not os.path.exists(index):
-        return read_safetensors(os.path.join(d, base + ".safetensors"))
-    with open(index) as f:
-        shards = sorted(set(json.load(f)["weight_map"].values()))
-    out = {}
-    for s in shards:
-        out.update(read_safetensors(os.path.join(d, s)))
-    return out
 
 
 def same_files(a, b, what):

@@ -113,7 +113,6 @@ zo_status zt_ckpt_tp_gather(zt_trainer *t, int layer, int idx, int read, float *
     const zt_shape *s = &o->shape;
     const int T = zt_options_tp_size(o);
     zo_comm_t comm = zt_trainer_tp_comm(t);
-    zo_stream_t stream = zt_trainer_stream(t);
     zo_dtype saved = zt_ckpt_saved_format(o, layer, idx);
     const zo_state_format *f = zo_state_format_of(saved);
     tp_block b = block_of(zt_tp_numel(s, T, layer, idx), f);
@@ -131,10 +130,7 @@ zo_status zt_ckpt_tp_gather(zt_trainer *t, int layer, int idx, int read, float *
     if (mine)
         memcpy(mine, &mine_st, sizeof mine_st);
     /* every rank of the group joins the gather, even after its own read failed */
-    zo_status gst =
-        mine && all ? zo_comm_all_gather(comm, stream, mine, all, b.bytes, ZO_DTYPE_U8) : ZO_OK;
-    if (gst >= 0)
-        gst = zo_stream_synchronize(stream);
+    zo_status gst = mine && all ? zt_trainer_tp_gather(t, mine, all, b.bytes) : ZO_OK;
     if (!read)
         st = ZO_ERR_STATE; /* the caller's earlier failure stands */
     else if (st >= 0 && gst < 0)

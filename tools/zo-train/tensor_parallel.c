@@ -101,6 +101,44 @@ struct zt_tp {
     void *gpart[ZT_TP_SLOTS];
 };
 
+zo_status zt_host_all_gather(zo_comm_t comm, zo_stream_t s, void *stage, size_t stage_bytes,
+                             const void *mine, void *all, size_t bytes)
+{
+    size_t forced = zt_test_stage_bytes ? zt_test_stage_bytes() : 0;
+    zo_status st;
+    if (zo_comm_takes_host_memory(comm) && !forced) {
+        st = zo_comm_all_gather(comm, s, mine, all, bytes, ZO_DTYPE_U8);
+        return st < 0 ? st : zo_stream_synchronize(s);
+    }
+    const size_t T = (size_t)zo_comm_size(comm);
+    size_t piece = stage ? stage_bytes / (T + 1) : 0;
+    piece = forced && forced < piece ? forced : piece;
+    if (!piece && bytes)
+        return zt_fail(ZO_ERR_INTERNAL,
+                       "the %s communicator takes device memory only, and no staging buffer "
+                       "(%zu bytes) holds a piece for each of its %zu ranks",
+                       zo_comm_backend(comm), stage_bytes, T);
+    char *send = stage, *recv = send + piece;
+    st = ZO_OK;
+    for (size_t off = 0; st >= 0 && off < bytes; off += piece) {
+        size_t n = bytes - off < piece ? bytes - off : piece;
+        st = zo_memcpy_h2d_async(s, send, (const char *)mine + off, n);
+        if (st >= 0)
+            st = zo_comm_all_gather(comm, s, send, recv, n, ZO_DTYPE_U8);
+        for (size_t r = 0; st >= 0 && r < T; r++)
+            st = zo_memcpy_d2h_async(s, (char *)all + r * bytes + off, recv + r * n, n);
+        zo_status sy = zo_stream_synchronize(s); /* the buffer is reused next */
+        st = st < 0 ? st : sy;
+    }
+    return st;
+}
+
+void *zt_tp_stage(zt_tp *tp, size_t *bytes)
+{
+    *bytes = tp ? (size_t)zt_tp_device_bytes(&tp->full, tp->T, tp->dt, 0) : 0;
+    return tp ? tp->base : NULL;
+}
+
 zo_status zt_tp_init(zt_tp **out, zo_device_t dev, zo_comm_t comm, const zt_shape *full,
                      zo_dtype dt, const zt_param_source *inner)
 {

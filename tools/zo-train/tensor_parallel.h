@@ -55,6 +55,22 @@ void zt_tp_slice_items(const zt_shape *full, int T, int r, int layer, int idx, c
 void zt_tp_merge_items(const zt_shape *full, int T, int layer, int idx, const void *parts,
                        size_t stride, void *whole, size_t es, size_t unit);
 
+/* A blocking all-gather of host memory over comm: all holds the group's
+ * `bytes` from each rank in rank order. Where comm takes host memory
+ * (zo_comm_takes_host_memory: mpi, tcp, self) it gathers mine directly;
+ * where it takes device memory only (nccl) each rank copies its block in
+ * pieces through the device buffer stage (stage_bytes; the group's T pieces
+ * and the rank's own), the group gathers each piece, and the pieces go back
+ * to all, so a tensor of any size needs no more device memory than stage.
+ * Every rank of the group must call it with the same bytes and stage_bytes. */
+zo_status zt_host_all_gather(zo_comm_t comm, zo_stream_t s, void *stage, size_t stage_bytes,
+                             const void *mine, void *all, size_t bytes);
+/* A test hook, defined only in the tests' own build of zo-train
+ * (tests/train/tp_overflow.c, from ZT_TEST_STAGE_BYTES=N): N > 0 forces
+ * zt_host_all_gather's staged path on the cpu device with pieces of at most
+ * N bytes per rank. zo-train defines none (a weak reference, NULL). */
+size_t zt_test_stage_bytes(void) __attribute__((weak));
+
 typedef struct zt_tp zt_tp;
 
 /* A test hook, defined only in the tests' own build of zo-train
@@ -71,5 +87,8 @@ zo_status zt_tp_init(zt_tp **out, zo_device_t dev, zo_comm_t comm, const zt_shap
                      zo_dtype dt, const zt_param_source *inner);
 void zt_tp_free(zt_tp *tp);
 zt_param_source zt_tp_source(zt_tp *tp);
+/* The rank's tensor-parallel gather buffers (device memory, idle between
+ * steps): zt_host_all_gather's staging buffer. */
+void *zt_tp_stage(zt_tp *tp, size_t *bytes);
 
 #endif

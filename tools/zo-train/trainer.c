@@ -1114,6 +1114,12 @@ zo_stream_t zt_trainer_stream(zt_trainer *t)
 {
     return t->s;
 }
+zo_status zt_trainer_tp_gather(zt_trainer *t, const void *mine, void *all, size_t bytes)
+{
+    size_t stage_bytes;
+    void *stage = zt_tp_stage(t->tp, &stage_bytes);
+    return zt_host_all_gather(t->tp_comm, t->s, stage, stage_bytes, mine, all, bytes);
+}
 
 /* The data-parallel ranks' split (N = dp_size): in the global reduce order
  * rank r's i-th micro-batch is the step's (i*N + r)-th; else (the rank
@@ -1270,8 +1276,22 @@ zo_status zt_trainer_validate(zt_trainer *t, double *loss, uint64_t *n_tokens)
     return ZO_OK;
 }
 
+/* This rank's master weights of a tensor (its part under tensor
+ * parallelism). */
+static zo_status read_own_master(zt_trainer *t, int layer, int idx, float *out)
+{
+    if (zt_test_read_fails && zt_test_read_fails(t->o.rank))
+        return zt_fail(ZO_ERR_IO,
+                       "reading tensor %d of layer %d: a failure planted by the test "
+                       "(ZT_TEST_READ_FAIL)",
+                       idx, layer);
+    zo_status st = zo_engine_read_master(t->eng, t->ids[layer][idx], out);
+    return st < 0 ? zt_lib_fail(st, "zo_engine_read_master") : ZO_OK;
+}
+
 /* Tensor parallel: the whole tensor from the group's parts (each rank reads
- * its own, the group all-gathers them in rank order and each merges). */
+ * its own, the group all-gathers them in rank order and each merges). With
+ * out NULL (no room for the whole) the rank only gives its part. */
 static zo_status read_tp_weights(zt_trainer *t, int layer, int idx, float *out)
 {
     const zt_options *o = &t->o;
@@ -1279,15 +1299,13 @@ static zo_status read_tp_weights(zt_trainer *t, int layer, int idx, float *out)
     size_t n = zt_tp_numel(&o->shape, T, layer, idx);
     float *part = malloc(n * sizeof *part), *all = malloc((size_t)T * n * sizeof *all);
     zo_status st = part && all ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "a tensor's %d parts", T);
-    if (st >= 0 && (st = zo_engine_read_master(t->eng, t->ids[layer][idx], part)) < 0)
-        zt_lib_fail(st, "zo_engine_read_master");
+    if (st >= 0)
+        st = read_own_master(t, layer, idx, part);
     /* every rank of the group joins the gather, even after its own read failed */
-    zo_status gst = zo_comm_all_gather(t->tp_comm, t->s, part, all, n, ZO_DTYPE_F32);
-    if (gst >= 0)
-        gst = zo_stream_synchronize(t->s);
+    zo_status gst = part && all ? zt_trainer_tp_gather(t, part, all, n * sizeof *part) : ZO_OK;
     if (st >= 0 && gst < 0)
         st = zt_lib_fail(gst, "gathering a tensor's tensor-parallel parts");
-    if (st >= 0)
+    if (st >= 0 && out)
         zt_tp_merge(&o->shape, T, layer, idx, all, out);
     free(part);
     free(all);
@@ -1303,11 +1321,7 @@ zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "layer %d is held by another pipeline stage (this stage %d holds %d..%d)",
                        layer, t->setup.stage, t->first, t->last);
-    if (!t->tp_comm) {
-        ZT_LIB(zo_engine_read_master(t->eng, t->ids[layer][idx], out));
-        return ZO_OK;
-    }
-    return read_tp_weights(t, layer, idx, out);
+    return t->tp_comm ? read_tp_weights(t, layer, idx, out) : read_own_master(t, layer, idx, out);
 }
 
 /* Whether this rank hashes a tensor: its stage holds it and, under ZeRO,
@@ -1319,42 +1333,67 @@ static int owns_tensor(zt_trainer *t, int l, int k)
 }
 
 /* Each tensor's (owned, hash) pair in registration order: (1, its hash)
- * where this rank owns it, (0, 0) elsewhere. */
+ * where this rank owns it, (0, 0) elsewhere. After a failure the rank goes
+ * on joining its tensor-parallel group's gathers (giving its parts, hashing
+ * nothing) so no peer waits on it; the first failure is returned. */
 static zo_status own_hashes(zt_trainer *t, uint64_t *h, int n)
 {
     const zt_shape *s = &t->o.shape;
     float *buf = NULL;
+    size_t cap = 0;
     zo_status st = ZO_OK;
-    for (int l = 0, i = 0; st == ZO_OK && l < zt_engine_layers(s); l++)
-        for (int k = 0; st == ZO_OK && k < zt_layer_tensors(s, l) && i < n; k++, i++) {
+    for (int l = 0, i = 0; l < zt_engine_layers(s); l++)
+        for (int k = 0; k < zt_layer_tensors(s, l) && i < n; k++, i++) {
             size_t numel = zt_tensor_numel(s, l, k);
             h[2 * i] = h[2 * i + 1] = 0;
-            if (!owns_tensor(t, l, k))
+            if (!owns_tensor(t, l, k) || (st < 0 && !t->tp_comm))
                 continue;
-            float *b = realloc(buf, numel * sizeof *b);
-            if (!b) {
-                st = zt_fail(ZO_ERR_NO_MEMORY, "weights digest: %zu floats", numel);
-                break;
+            float *b = numel > cap ? realloc(buf, numel * sizeof *b) : buf;
+            if (b)
+                buf = b, cap = numel > cap ? numel : cap;
+            zo_status rs =
+                b ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "weights digest: %zu floats", numel);
+            if (t->tp_comm) { /* joined even after a failure */
+                zo_status gs = read_tp_weights(t, l, k, rs >= 0 && st >= 0 ? buf : NULL);
+                rs = rs < 0 ? rs : gs;
+            } else if (rs >= 0) {
+                rs = read_own_master(t, l, k, buf);
             }
-            buf = b;
-            if ((st = zt_trainer_read_weights(t, l, k, buf)) == ZO_OK)
+            if (rs >= 0 && st >= 0)
                 h[2 * i] = 1, h[2 * i + 1] = XXH64(buf, numel * sizeof *buf, 0);
+            else if (st >= 0)
+                st = rs;
         }
     free(buf);
     return st;
 }
 
-/* Every tensor's pair from the rank that owns it, in place in h (all: 2n
- * per rank). */
-static zo_status owners_hashes(zt_trainer *t, uint64_t *h, uint64_t *all, int n)
+/* Every tensor's pair from the rank that owns it, in place in h (2n pairs'
+ * entries, then this rank's status mine; all: 2n + 1 per rank). Every rank
+ * joins, a failed one too: the others then fail naming it. */
+static zo_status owners_hashes(zt_trainer *t, uint64_t *h, uint64_t *all, int n, zo_status mine)
 {
     const int W = t->o.world_size;
-    ZT_LIB(zo_comm_all_gather(t->comm, t->s, h, all, 2 * (size_t)n, ZO_DTYPE_U64));
-    ZT_LIB(zo_stream_synchronize(t->s));
+    const size_t per = 2 * (size_t)n + 1;
+    h[2 * n] = (uint64_t)(int64_t)mine;
+    zo_status gst = zo_comm_all_gather(t->comm, t->s, h, all, per, ZO_DTYPE_U64);
+    if (gst >= 0)
+        gst = zo_stream_synchronize(t->s);
+    if (mine < 0)
+        return mine;
+    if (gst < 0)
+        return zt_lib_fail(gst, "gathering the weights' hashes");
+    for (int r = 0; r < W; r++) {
+        int64_t rs = (int64_t)all[(size_t)r * per + 2 * n];
+        if (rs < 0)
+            return zt_fail((zo_status)rs,
+                           "weights digest: rank %d could not read its weights (its log says why)",
+                           zo_comm_world_rank(t->comm, r));
+    }
     for (int i = 0; i < n; i++)
         for (int r = 0; r < W; r++)
-            if (all[(size_t)r * 2 * n + 2 * i]) {
-                h[2 * i + 1] = all[(size_t)r * 2 * n + 2 * i + 1];
+            if (all[(size_t)r * per + 2 * i]) {
+                h[2 * i + 1] = all[(size_t)r * per + 2 * i + 1];
                 break;
             }
     return ZO_OK;
@@ -1366,11 +1405,12 @@ zo_status zt_trainer_weights_digest(zt_trainer *t, uint64_t *out)
     int n = 0, W = t->comm ? t->o.world_size : 1;
     for (int l = 0; l < zt_engine_layers(s); l++)
         n += zt_layer_tensors(s, l);
-    uint64_t *h = calloc(2 * (size_t)n, sizeof *h), *all = calloc(2 * (size_t)n * W, sizeof *all);
+    uint64_t *h = calloc(2 * (size_t)n + 1, sizeof *h);
+    uint64_t *all = calloc((2 * (size_t)n + 1) * W, sizeof *all);
     zo_status st =
         h && all ? own_hashes(t, h, n) : zt_fail(ZO_ERR_NO_MEMORY, "weights digest: %d tensors", n);
-    if (st == ZO_OK && t->comm)
-        st = owners_hashes(t, h, all, n);
+    if (h && all && t->comm)
+        st = owners_hashes(t, h, all, n, st);
     for (int i = 0; st == ZO_OK && i < n; i++)
         h[i] = h[2 * i + 1]; /* the hashes alone, as they always were */
     if (st == ZO_OK)

@@ -171,6 +171,9 @@ zt_act_store *zt_trainer_act_store(zt_trainer *t);
  * collectives are ordered on. */
 zo_comm_t zt_trainer_comm(zt_trainer *t);
 zo_stream_t zt_trainer_stream(zt_trainer *t);
+/* Tensor parallelism: zt_host_all_gather over the group, staged through
+ * the rank's gather buffers where its communicator takes device memory only. */
+zo_status zt_trainer_tp_gather(zt_trainer *t, const void *mine, void *all, size_t bytes);
 
 /* One optimizer step over grad_accum micro-batches at the schedule's
  * learning rate: *loss is the mean of their losses (before the update; across
@@ -193,6 +196,11 @@ zo_status zt_trainer_read_weights(zt_trainer *t, int layer, int idx, float *out)
  * registration order; the same for any world size when the weights are.
  * Collective across ranks. */
 zo_status zt_trainer_weights_digest(zt_trainer *t, uint64_t *out);
+/* A test hook, defined only in the tests' own build of zo-train
+ * (tests/train/tp_overflow.c, from ZT_TEST_READ_FAIL=R): nonzero when world
+ * rank `rank` is to fail reading its master weights for the digest and
+ * zt_trainer_read_weights. zo-train defines none (a weak reference, NULL). */
+int zt_test_read_fails(int rank) __attribute__((weak));
 
 /* Where training stands between steps, beside the engine's state: what a
  * checkpoint must hold to continue bitwise. */
