@@ -5,7 +5,9 @@
 // fp16 with head_dim 64, 80, 96 or 128 on a device of compute capability
 // 8.0 or above whose opt-in shared memory holds the tiles, with every
 // operand 16-byte aligned; flash_cuda.cu's scalar kernel takes the rest
-// (fp32, other head dims, older devices).
+// (fp32, other head dims, older devices), and everything when the
+// environment sets ZO_CUDA_FLASH_SCALAR=1 (test_ops_cuda checks one against
+// the other).
 //
 // Geometry: a block of 4 warps owns a 64-row tile (query rows in the forward
 // and the dq pass, key rows in the dk/dv pass), each warp 16 of its rows; the
@@ -212,7 +214,8 @@ template <typename E, int ND> constexpr size_t fwd_smem()
            (size_t)kWarps * 16 * (ND * 16 + 4) * sizeof(float);
 }
 
-template <typename E, int ND> __global__ void __launch_bounds__(kThreads) fwd_tc(zo_flash_args a, tgeom g)
+template <typename E, int ND>
+__global__ void __launch_bounds__(kThreads) fwd_tc(zo_flash_args a, tgeom g)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     constexpr int D = ND * 16, LD = ld_of<ND>(), LO = D + 4;
@@ -323,7 +326,8 @@ template <typename E, int ND> constexpr size_t bwd_smem()
 }
 
 // dq: a block per (query tile, head, batch element), over key tiles ascending.
-template <typename E, int ND> __global__ void __launch_bounds__(kThreads) dq_tc(zo_flash_args a, tgeom g)
+template <typename E, int ND>
+__global__ void __launch_bounds__(kThreads) dq_tc(zo_flash_args a, tgeom g)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     constexpr int LD = ld_of<ND>();
@@ -357,9 +361,8 @@ template <typename E, int ND> __global__ void __launch_bounds__(kThreads) dq_tc(
         rows_by_tile_t<E, ND>(dw, sdo + warp * 16 * LD, sv, LD); // dP = dO V^T
         __syncwarp();
         const int o = r * kLS + half * (kTile / 2);
-        probs_half_row<E>(a, g, state, sw + o, dw + o, (E *)0,
-                          dsw + r * kLP + half * (kTile / 2), i, kt * kTile + half * (kTile / 2),
-                          0, 1, &lse, &delta, 0);
+        probs_half_row<E>(a, g, state, sw + o, dw + o, (E *)0, dsw + r * kLP + half * (kTile / 2),
+                          i, kt * kTile + half * (kTile / 2), 0, 1, &lse, &delta, 0);
         __syncwarp();
         acc_tile<E, ND>(acc, dsw, sk, LD); // dq += dS K
     }
@@ -437,8 +440,8 @@ template <typename K>
 zo_status launch(K kernel, size_t smem, unsigned x, unsigned y, unsigned z, cudaStream_t st,
                  const zo_flash_args &a, const tgeom &g)
 {
-    ZO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem));
+    ZO_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kernel<<<dim3(x, y, z), kThreads, smem, st>>>(a, g);
     ZO_CUDA_CHECK_LAUNCH();
     return ZO_OK;
@@ -476,6 +479,8 @@ bool aligned16(const void *p)
 int zo_cuda_flash_tc_takes(const zo_flash_args *a, int bwd)
 {
     const int dt = a->d.dt, D = a->d.head_dim;
+    if (zo_env_bool("ZO_CUDA_FLASH_SCALAR", 0)) // the scalar kernel, to check against it
+        return 0;
     if (dt != ZO_DTYPE_BF16 && dt != ZO_DTYPE_F16)
         return 0;
     if (D != 64 && D != 80 && D != 96 && D != 128)

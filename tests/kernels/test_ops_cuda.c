@@ -355,8 +355,10 @@ static void test_elementwise(void **state)
  * rounds them before its GEMMs, and dq and dk are sums of dS terms of both
  * signs, so an element's rounding (2^-9 bf16, 2^-12 fp16, relative) is not
  * divided by the result's magnitude; lse 2e-5 (fp32 scores of exact
- * bf16/fp16 products, summed in another order). Run to run: equal bits
- * (no atomics; the tile order is fixed). */
+ * bf16/fp16 products, summed in another order). bf16 and fp16 are also run
+ * on the scalar kernel (ZO_CUDA_FLASH_SCALAR=1) and the tensor-core results
+ * held to the same bound against it, so a failure says which kernel is off.
+ * Run to run: equal bits (no atomics; the tile order is fixed). */
 
 /* The cuda-only shapes: longer sequences (several 64-row tiles, none a
  * multiple of 64), masks whose block is smaller (32) and larger (128) than
@@ -398,7 +400,7 @@ static void case_name(const flash_case *c, zo_dtype dt, char *buf, size_t cap)
  * 0: lse, batch x H x seq); a failure names the case, the tensor, the worst
  * element's (b, t, h, d) and both values. */
 static void flash_close(const float *got, const float *want, const flash_case *c, int heads,
-                        double t, const char *what, const char *name)
+                        double t, const char *what, const char *name, const char *vs)
 {
     size_t n = heads ? (size_t)c->B * c->T * heads * c->D : (size_t)c->B * c->H * c->T;
     double den = 1e-6, worst = -1.0;
@@ -417,16 +419,16 @@ static void flash_close(const float *got, const float *want, const flash_case *c
     if (heads) {
         size_t d = at % (size_t)c->D, r = at / (size_t)c->D;
         size_t h = r % (size_t)heads, bt = r / (size_t)heads;
-        fail_msg("flash %s (%s): cuda vs cpu normalized error %.3g exceeds %.3g; worst at b=%zu "
-                 "t=%zu h=%zu d=%zu: cuda %.9g cpu %.9g (largest |cpu| %.6g)",
-                 what, name, worst / den, t, bt / (size_t)c->T, bt % (size_t)c->T, h, d,
+        fail_msg("flash %s (%s): %s normalized error %.3g exceeds %.3g; worst at b=%zu "
+                 "t=%zu h=%zu d=%zu: %.9g against %.9g (largest |reference| %.6g)",
+                 what, name, vs, worst / den, t, bt / (size_t)c->T, bt % (size_t)c->T, h, d,
                  (double)got[at], (double)want[at], den);
     }
     size_t tt = at % (size_t)c->T, bh = at / (size_t)c->T;
-    fail_msg("flash %s (%s): cuda vs cpu normalized error %.3g exceeds %.3g; worst at b=%zu h=%zu "
-             "t=%zu: cuda %.9g cpu %.9g",
-             what, name, worst / den, t, bh / (size_t)c->H, bh % (size_t)c->H, tt, (double)got[at],
-             (double)want[at]);
+    fail_msg("flash %s (%s): %s normalized error %.3g exceeds %.3g; worst at b=%zu h=%zu "
+             "t=%zu: %.9g against %.9g",
+             what, name, vs, worst / den, t, bh / (size_t)c->H, bh % (size_t)c->H, tt,
+             (double)got[at], (double)want[at]);
 }
 
 /* Two GPU runs' bits; a failure names the case, the tensor and the first
@@ -439,6 +441,16 @@ static void flash_same(const float *a, const float *b, size_t n, const char *wha
                      i, (double)a[i], (double)b[i]);
 }
 
+static void flash_close_all(const flash_got *got, const flash_got *want, const flash_case *c,
+                            double t, const char *name, const char *vs)
+{
+    flash_close(got->out, want->out, c, c->H, t, "out", name, vs);
+    flash_close(got->lse, want->lse, c, 0, 2e-5, "lse", name, vs);
+    flash_close(got->dq, want->dq, c, c->H, t, "dq", name, vs);
+    flash_close(got->dk, want->dk, c, c->KV, t, "dk", name, vs);
+    flash_close(got->dv, want->dv, c, c->KV, t, "dv", name, vs);
+}
+
 static void flash_check_case(flash_case *c)
 {
     char name[160];
@@ -447,11 +459,14 @@ static void flash_check_case(flash_case *c)
         double t = dt == ZO_DTYPE_F32 ? tol(dt) : tol_attn(dt);
         case_name(c, dt, name, sizeof name);
         flash_got cg = run_flash(g_cs, c, dt), gg = run_flash(g_gs, c, dt);
-        flash_close(gg.out, cg.out, c, c->H, t, "out", name);
-        flash_close(gg.lse, cg.lse, c, 0, 2e-5, "lse", name);
-        flash_close(gg.dq, cg.dq, c, c->H, t, "dq", name);
-        flash_close(gg.dk, cg.dk, c, c->KV, t, "dk", name);
-        flash_close(gg.dv, cg.dv, c, c->KV, t, "dv", name);
+        flash_close_all(&gg, &cg, c, t, name, "cuda vs cpu");
+        if (dt != ZO_DTYPE_F32) { /* the tensor-core kernels against the scalar one */
+            assert_int_equal(setenv("ZO_CUDA_FLASH_SCALAR", "1", 1), 0);
+            flash_got sg = run_flash(g_gs, c, dt);
+            assert_int_equal(unsetenv("ZO_CUDA_FLASH_SCALAR"), 0);
+            flash_close_all(&gg, &sg, c, t, name, "cuda (tensor cores) vs cuda (scalar)");
+            got_free(&sg);
+        }
         flash_got again = run_flash(g_gs, c, dt);
         flash_same(gg.out, again.out, nq_of(c), "out", name);
         flash_same(gg.lse, again.lse, (size_t)c->B * c->H * c->T, "lse", name);
