@@ -1,12 +1,14 @@
 """What zo-train's multi-rank tests share: mpirun's environment and flags
-(root allowed, oversubscribed, unbound, as CI runs them), and failures
-collected by check() and reported by finish().
+(root allowed, oversubscribed, unbound, as CI runs them), failures
+collected by check() and reported by finish(), and small Llama models
+written without torch (llama_dir).
 """
 import array
 import json
 import os
 import random
 import struct
+import subprocess
 import sys
 
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -51,6 +53,47 @@ def latest(d):
     """The checkpoint directory d/latest names."""
     with open(os.path.join(d, "latest")) as f:
         return os.path.join(d, f.read().strip())
+
+
+def runner(mpiexec, exe, base):
+    """run(ranks, extra, swap) -> (cmd, rc, stdout, stderr) and train(ranks, extra, d) ->
+    zo-train's --json output (None, with the failure recorded, when it fails): exe with
+    the flags base + --nvme-path swap + extra, under mpirun when ranks > 1."""
+    launcher = mpi(mpiexec)
+
+    def run(ranks, extra, swap):
+        os.makedirs(swap, exist_ok=True)
+        cmd = [exe] + base + ["--nvme-path", swap] + extra
+        cmd = launcher + ["-np", str(ranks)] + cmd if ranks > 1 else cmd
+        p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=240)
+        return cmd, p.returncode, p.stdout, p.stderr
+
+    def train(ranks, extra, d):
+        cmd, rc, out, err = run(ranks, extra, d)
+        if rc != 0:
+            failures.append("%s: exit %d\n%s" % (" ".join(cmd), rc, err[-2000:]))
+            return None
+        return json.loads(out)
+
+    return run, train
+
+
+def bitwise(what, ref, got):
+    """The losses, validation loss and weights digest of two runs are the same bits."""
+    if ref is None or got is None:
+        return
+    for key in ("losses", "val_loss", "weights_digest"):
+        check(ref.get(key) == got.get(key),
+              "%s: %s %r, reference %r" % (what, key, got.get(key), ref.get(key)))
+
+
+def refusals(run, cases, swap):
+    """Each (ranks, extra flags, wanted text) of cases exits nonzero with the text on
+    stderr; run is runner()'s."""
+    for ranks, extra, want in cases:
+        cmd, rc, out, err = run(ranks, extra, swap)
+        check(rc != 0 and want in err, "%s: exit %d, want '%s' in\n%s" %
+              (" ".join(cmd), rc, want, err[-1500:]))
 
 
 def llama_dir(d, kv_heads, attention_bias, tied=False, heads=4):

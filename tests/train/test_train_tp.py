@@ -26,34 +26,15 @@ digest for one model's weights at every T and grid.
 
 usage: test_train_tp.py MPIEXEC ZO_TRAIN
 """
-import json
-import os
-import subprocess
 import sys
 import tempfile
 
-from mpi_test_util import ENV, check, failures, finish, llama_dir, mpi
+from mpi_test_util import bitwise, check, failures, finish, llama_dir, refusals, runner
 
 MPIEXEC, EXE = sys.argv[1], sys.argv[2]
-MPI = mpi(MPIEXEC)
 TINY = ["--steps", "3", "--micro-batch", "2", "--seq", "32", "--val-batches", "2", "--json"]
 FP32_REL, BF16_REL = 2e-5, 2e-3
-
-
-def run(ranks, extra, swap):
-    os.makedirs(swap, exist_ok=True)
-    cmd = [EXE] + TINY + ["--nvme-path", swap] + extra
-    cmd = MPI + ["-np", str(ranks)] + cmd if ranks > 1 else cmd
-    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=240)
-    return cmd, p.returncode, p.stdout, p.stderr
-
-
-def train(ranks, extra, d):
-    cmd, rc, out, err = run(ranks, extra, d)
-    if rc != 0:
-        failures.append("%s: exit %d\n%s" % (" ".join(cmd), rc, err[-2000:]))
-        return None
-    return json.loads(out)
+run, train = runner(MPIEXEC, EXE, TINY)
 
 
 def close(what, ref, got, rel):
@@ -64,14 +45,6 @@ def close(what, ref, got, rel):
     for a, b in pairs:
         check(abs(a - b) <= rel * abs(a), "%s: loss %r, T = 1 %r (bound %g relative)" %
               (what, b, a, rel))
-
-
-def bitwise(what, ref, got):
-    if ref is None or got is None:
-        return
-    for key in ("losses", "val_loss", "weights_digest"):
-        check(ref.get(key) == got.get(key),
-              "%s: %s %r, reference %r" % (what, key, got.get(key), ref.get(key)))
 
 
 def against_one_rank(d):
@@ -201,10 +174,7 @@ def hf_models(d):
 def refused(d):
     cases = ((3, ["--tensor-parallel", "2"], "needs a multiple of 2 ranks"),
              (3, ["--tensor-parallel", "3"], "4 is not a multiple of 3"))
-    for ranks, extra, want in cases:
-        cmd, rc, out, err = run(ranks, extra, d + "/r")
-        check(rc != 0 and want in err, "%s: exit %d, want '%s' in\n%s" %
-              (" ".join(cmd), rc, want, err[-1500:]))
+    refusals(run, cases, d + "/r")
 
 
 with tempfile.TemporaryDirectory() as tmp:
