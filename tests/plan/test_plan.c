@@ -238,7 +238,7 @@ static void test_memory_tiny_mlp_chunks(void **state)
     char bytes[32];
     snprintf(bytes, sizeof bytes, "%d", 40 * c.shape.ffn_dim * 2);
     setenv("ZO_MLP_CHUNK_BYTES", bytes, 1);
-    zt_model_config mc = {c.shape, c.seq, c.micro_batch, 1, ZO_DTYPE_BF16, 0, {0}};
+    zt_model_config mc = {c.shape, c.seq, c.micro_batch, 1, ZO_DTYPE_BF16, 0, {0}, 0};
     assert_int_equal(zt_mlp_chunk_rows(&mc), 40);
     check_job_memory(&c);
     unsetenv("ZO_MLP_CHUNK_BYTES");

@@ -238,6 +238,12 @@
             "tensor group's link); with --world-size N, N/(S x T)\n"                               \
             "data-parallel ranks. auto: every T that divides N and the\n"                          \
             "model, the grid (S, T) recommended by tokens/s"))                                     \
+    X(SEQUENCE_PARALLEL, "sequence-parallel", 0,                                                   \
+      ZT_IN(RANKS, NULL,                                                                           \
+            "with --tensor-parallel T: the norms and residual adds hold\n"                         \
+            "seq/T of the tokens per rank (Megatron's sequence\n"                                  \
+            "parallelism): reduce-scatters and all-gathers replace the\n"                          \
+            "all-reduces, the same bytes; --seq a multiple of T"), ZT_NO)                           \
     X(NODE_LINK_GBPS, "node-link-gbps", 0, ZT_NO,                                                  \
       ZT_IN(PIPELINE, "G",                                                                         \
             "GB/s between two GPUs of one node, the link of a tensor\n"                            \

@@ -427,6 +427,12 @@ zo_status zt_model_config_check(const zt_model_config *c)
                        c->shape.window, c->seq, c->shape.window);
     if (c->dt != ZO_DTYPE_F32 && c->dt != ZO_DTYPE_BF16 && c->dt != ZO_DTYPE_F16)
         return zt_fail(ZO_ERR_INVALID_ARG, "unknown activation dtype %d", (int)c->dt);
+    if (c->seq_par > 1 && c->seq % c->seq_par != 0)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--sequence-parallel splits each sequence over the %d tensor-parallel "
+                       "ranks, but --seq %d is not a multiple of %d: use --seq %d or %d",
+                       c->seq_par, c->seq, c->seq_par, c->seq / c->seq_par * c->seq_par,
+                       (c->seq / c->seq_par + 1) * c->seq_par);
     return ZO_OK;
 }
 
@@ -455,9 +461,15 @@ static int device_sets(const zt_model_config *c, const zt_act_group *g)
     return g && g->act_home == ZT_ACT_DEVICE ? zt_model_group(c, g) : 1;
 }
 
-static uint64_t ckpt_stride(const zt_model_config *c)
+uint64_t zt_model_res_rows(const zt_model_config *c)
 {
     uint64_t T = (uint64_t)c->micro_batch * c->seq;
+    return c->seq_par > 1 ? T / (uint64_t)c->seq_par : T;
+}
+
+static uint64_t ckpt_stride(const zt_model_config *c)
+{
+    uint64_t T = zt_model_res_rows(c);
     return (T * c->shape.dim * zo_dtype_size(c->dt) + 255) / 256 * 256;
 }
 
@@ -476,7 +488,7 @@ uint64_t zt_model_act_stride(const zt_model_config *c)
 
 uint64_t zt_model_act_extent(const zt_model_config *c)
 {
-    uint64_t bytes = (uint64_t)c->micro_batch * c->seq * c->shape.dim * zo_dtype_size(c->dt);
+    uint64_t bytes = zt_model_res_rows(c) * c->shape.dim * zo_dtype_size(c->dt);
     return (bytes + 4095) / 4096 * 4096;
 }
 
@@ -549,8 +561,11 @@ static void carve_block(uint64_t *off, const zt_model_config *c, zt_block_offset
     /* flash: the fused backward writes dq over attn_out (read only for its
      * delta, before) and dk, dv over k, v in place (zo_op_flash_attention_bwd) */
     const size_t n_td = c->flash ? 3 : 4;
+    /* sequence parallel: x2 is the rank's rows of the residual stream, unless
+     * it holds d(attn_out) (flash) */
+    const uint64_t td_rows[] = {T, T, c->flash ? T : zt_model_res_rows(c), T};
     for (size_t i = 0; i < n_td; i++)
-        *td[i] = carve(off, T * width[i] * es);
+        *td[i] = carve(off, td_rows[i] * width[i] * es);
     b->dattn = c->flash ? b->x2 : 0;
     /* The key/value heads and their gradients; the materialized op under
      * grouped-query attention also needs them repeated to the query heads
@@ -661,7 +676,13 @@ void zt_activation_layout_group(const zt_model_config *c, const zt_act_group *g,
         L1 = 2;
     /* set j's inputs at ckpt + j (L+1) strides, its residual gradient at dres + j strides */
     a->ckpt = carve(&off, a->ckpt_stride * L1 * sets);
-    a->dres = carve(&off, a->ckpt_stride * (sets - 1) + T * d * es);
+    a->dres = carve(&off, a->ckpt_stride * (sets - 1) + zt_model_res_rows(c) * d * es);
+    a->sp_all = a->sp_grad = a->sp_own = 0;
+    if (c->seq_par > 1) {
+        a->sp_all = carve(&off, T * d * es);
+        a->sp_grad = carve(&off, T * d * es);
+        a->sp_own = carve(&off, zt_model_res_rows(c) * d * es);
+    }
     /* tied: the head's gradients wait for the embedding's backward, per set */
     a->head_stride = zt_head_grad_stride(c);
     a->head_grad = a->head_stride ? carve(&off, a->head_stride * sets) : 0;

@@ -143,7 +143,15 @@ typedef struct zt_model_config {
                         hold lse and delta (O(seq)), GQA reads the key/value heads in place */
     zo_attn_layout layout; /* the fused op's block-sparse layout (DeepSpeed's sparse_attention),
                               causal; struct_size 0: none */
+    int seq_par; /* sequence parallelism (Megatron's, with tensor parallelism): the ranks a
+                    micro-batch's tokens are split over outside attention and the MLP, each
+                    holding micro_batch x seq / seq_par rows of the residual stream (0 or 1:
+                    none; it must divide micro_batch x seq) */
 } zt_model_config;
+
+/* The rows of the residual stream a rank holds: micro_batch x seq, or its
+ * 1/seq_par share with sequence parallelism. */
+uint64_t zt_model_res_rows(const zt_model_config *c);
 
 /* Layer-major micro-batches (zo-train's --micro-group, --act-home): the layer
  * inputs the backward recomputes from (every block's input and the head's)
@@ -221,6 +229,11 @@ typedef struct zt_activation_layout {
     uint64_t block_mask;        /* the layout's nb x nb mask bytes (no layout: none) */
     uint64_t ckpt, ckpt_stride; /* block l's input (l = 0..n_layers; n_layers: the head's) */
     uint64_t dres;              /* the residual stream's gradient */
+    /* Sequence parallel: every token's rows gathered from the ranks (a norm's
+     * output, the residual gradient) or the partial sums before their
+     * reduce-scatter, micro_batch x seq x dim each, and the rank's own rows
+     * before a gather or after a reduce-scatter; 0 without. */
+    uint64_t sp_all, sp_grad, sp_own;
     zt_block_offsets block;
     zt_head_offsets head;
     uint64_t emb_grad; /* the embedding gradient's fp32 accumulator */

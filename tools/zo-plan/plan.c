@@ -303,7 +303,8 @@ zt_model_config zp_model_config(const zp_job *job)
                           job->grad_accum,
                           job->dtype,
                           job->flash_attention,
-                          {0}};
+                          {0},
+                          0};
     return mc;
 }
 

@@ -360,7 +360,7 @@ zo_status zt_act_store_init(zt_act_store **out, zo_device_t dev, zo_stream_t com
     a->home = g->act_home;
     a->G = zt_model_group(c, g);
     a->L = c->shape.n_layers;
-    a->bytes = (size_t)c->micro_batch * c->seq * c->shape.dim * zo_dtype_size(c->dt);
+    a->bytes = (size_t)zt_model_res_rows(c) * c->shape.dim * zo_dtype_size(c->dt);
     a->stride = zt_model_act_stride(c);
     a->head_stride = zt_head_grad_stride(c);
     memcpy(a->slot, slot, sizeof a->slot);
@@ -438,7 +438,7 @@ zo_status zt_act_layers_init(zt_act_layers **out, zo_device_t dev, zo_stream_t c
     a->dev = dev;
     a->compute = compute;
     a->L = c->shape.n_layers;
-    a->bytes = (size_t)c->micro_batch * c->seq * c->shape.dim * zo_dtype_size(c->dt);
+    a->bytes = (size_t)zt_model_res_rows(c) * c->shape.dim * zo_dtype_size(c->dt);
     a->stride = zt_model_act_stride(c);
     a->host_bytes = (uint64_t)a->L * a->stride;
     a->slot[0] = slot[0], a->slot[1] = slot[1];

@@ -288,6 +288,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case ZT_OPT_PIPELINE_STAGES: return parse_grid_axis(c, opt, arg, &c->o.pipeline_stages);
     case ZT_OPT_PIPELINE_SPLIT: c->o.pipeline_split = arg; return 0;
     case ZT_OPT_TENSOR_PARALLEL: return parse_grid_axis(c, opt, arg, &c->o.tensor_parallel);
+    case ZT_OPT_SEQUENCE_PARALLEL: c->o.sequence_parallel = 1; return 0;
     case ZT_OPT_ZERO_STAGE: {
         long v;
         if (zt_cli_long(arg, 1, 3, &v) != 0)
@@ -1171,6 +1172,7 @@ static json_t *json_setup(const cli *c, const zt_setup *su, const outcome *out)
                         json_integer(c->o.pipeline_stages > 1 ? c->o.pipeline_stages : 1));
     json_object_set_new(cfg, "tensor_parallel",
                         json_integer(c->o.tensor_parallel > 1 ? c->o.tensor_parallel : 1));
+    json_object_set_new(cfg, "sequence_parallel", json_boolean(c->o.sequence_parallel));
     json_object_set_new(cfg, "pipeline_split", json_string(su->pipeline_split));
     json_object_set_new(cfg, "reduce_order",
                         json_string(c->o.reduce_order == ZO_REDUCE_ORDER_RANK ? "rank" : "global"));

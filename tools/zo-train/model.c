@@ -230,7 +230,13 @@ struct zt_model {
     zo_comm_t tp;                     /* the tensor-parallel group (NULL: none) */
     int vocab, v0;                    /* tp: the whole vocabulary, the rank's first id */
     float *xstats, *xstats_all;       /* tp: a head chunk's stats, the group's (rank order) */
-    zo_event_t staged;                /* the staging copies are done */
+    /* Sequence parallel (c.seq_par > 1, over tp): ckpt, dres and x2 hold the
+     * rank's nres rows of the tokens, from row r0res; sp_all and sp_grad
+     * every token's rows (gathered, or partial sums before a reduce-scatter),
+     * sp_own the rank's rows before a gather or after a reduce-scatter. */
+    int sp, nres;
+    void *sp_all, *sp_grad, *sp_own;
+    zo_event_t staged; /* the staging copies are done */
 };
 
 /* Tied: set j's head gradients become the current ones. */
@@ -294,6 +300,10 @@ static void place(zt_model *m, char *base)
                      .row_loss = AT(ho->row_loss)};
 #undef AT
     m->emb_grad = (float *)(base + a.emb_grad);
+    m->nres = (int)zt_model_res_rows(&m->c);
+    m->sp_all = a.sp_all ? base + a.sp_all : NULL;
+    m->sp_grad = a.sp_grad ? base + a.sp_grad : NULL;
+    m->sp_own = a.sp_own ? base + a.sp_own : NULL;
     m->head_stride = a.head_stride;
     m->head_norm_off = a.head_norm_grad - a.head_grad;
     m->head_grad_all = a.head_stride ? base + a.head_grad : NULL;
@@ -546,9 +556,20 @@ zo_status zt_model_set_tp(zt_model *m, zo_comm_t tp)
     m->tp = tp;
     m->vocab = m->c.shape.vocab;
     m->v0 = 0;
+    m->sp = 0;
     if (!tp)
-        return ZO_OK;
+        return m->c.seq_par > 1 ? zt_fail(ZO_ERR_INVALID_ARG,
+                                          "sequence parallelism over %d ranks without a "
+                                          "tensor-parallel group: it needs --tensor-parallel",
+                                          m->c.seq_par)
+                                : ZO_OK;
     const int T = zo_comm_size(tp);
+    if (m->c.seq_par > 1 && m->c.seq_par != T)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "sequence parallelism over %d ranks with a tensor-parallel group of %d: "
+                       "they must be the same ranks",
+                       m->c.seq_par, T);
+    m->sp = m->c.seq_par > 1;
     m->vocab = m->c.shape.vocab * T;
     m->v0 = m->c.shape.vocab * zo_comm_rank(tp);
     ZT_LIB(zo_device_malloc(m->dev, zt_model_tp_bytes((uint64_t)m->head_rows, T),
@@ -566,6 +587,35 @@ static zo_status tp_sum(const zt_model *m, void *x, size_t n)
     if (m->tp)
         ZT_LIB(zo_comm_all_reduce(m->tp, m->s, x, x, n, m->c.dt, ZO_REDUCE_EXACT));
     return ZO_OK;
+}
+
+/* Sequence parallel: the rank's rows own (nres x dim) from every rank of
+ * the group into all (every token's rows, in rank order). */
+static zo_status sp_gather(const zt_model *m, const void *own, void *all)
+{
+    ZT_LIB(zo_comm_all_gather(m->tp, m->s, own, all, (size_t)m->nres * m->c.shape.dim, m->c.dt));
+    return ZO_OK;
+}
+
+/* Sequence parallel: the partial sums all (every token's rows) summed over
+ * the group, the rank's rows into own. The exact chain adds the same
+ * partials in the same rank order as tp_sum's all-reduce: the same bits. */
+static zo_status sp_scatter(const zt_model *m, const void *all, void *own)
+{
+    ZT_LIB(zo_comm_reduce_scatter(m->tp, m->s, all, own, (size_t)m->nres * m->c.shape.dim, m->c.dt,
+                                  ZO_REDUCE_EXACT));
+    return ZO_OK;
+}
+
+/* Sequence parallel: the norm (weight w) of the rank's rows x, rstd of
+ * them, gathered into sp_all: every token's norm output, the input of a
+ * column-parallel layer. */
+static zo_status sp_norm_gather(zt_model *m, const void *x, const void *w, float *rstd)
+{
+    const zt_shape *sh = &m->c.shape;
+    ZT_LIB(zo_op_rmsnorm_fwd(m->s, m->sp_own, rstd, x, w, (size_t)m->nres, sh->dim, sh->norm_eps,
+                             m->c.dt));
+    return sp_gather(m, m->sp_own, m->sp_all);
 }
 
 static int32_t *tokens_of(const zt_model *m, int32_t *base, int i)
@@ -586,9 +636,9 @@ static char *row_at(const zt_model *m, const void *base, int r0, int width)
     return (char *)base + (size_t)r0 * width * m->es;
 }
 
-/* The attention norm of x and the q, k, v projections with their biases,
- * over rows r0..r0+n-1: h1 holds the chunk's norm output, rstd1 its rows'. */
-static zo_status attn_in_rows(zt_model *m, void *const *p, const void *x, int r0, int n)
+/* The q, k, v projections with their biases of rows r0..r0+n-1 from h,
+ * those rows' norm output. */
+static zo_status attn_qkv_rows(zt_model *m, void *const *p, const void *h, int r0, int n)
 {
     const zt_shape *sh = &m->c.shape;
     const int d = sh->dim, qd = zt_q_dim(sh), kvd = zt_kv_dim(sh);
@@ -596,17 +646,26 @@ static zo_status attn_in_rows(zt_model *m, void *const *p, const void *x, int r0
     block_ws *b = &m->b;
     char *q = row_at(m, b->q, r0, qd), *k = row_at(m, b->kc, r0, kvd),
          *v = row_at(m, b->vc, r0, kvd);
-    ZT_LIB(zo_op_rmsnorm_fwd(m->s, b->h1, b->rstd1 + r0, row_at(m, x, r0, d), p[ZT_ATTN_NORM],
-                             (size_t)n, d, sh->norm_eps, dt));
-    ZT_TRY(linear_fwd_rows(m, n, q, b->h1, p[ZT_WQ], d, qd));
-    ZT_TRY(linear_fwd_rows(m, n, k, b->h1, p[ZT_WK], d, kvd));
-    ZT_TRY(linear_fwd_rows(m, n, v, b->h1, p[ZT_WV], d, kvd));
+    ZT_TRY(linear_fwd_rows(m, n, q, h, p[ZT_WQ], d, qd));
+    ZT_TRY(linear_fwd_rows(m, n, k, h, p[ZT_WK], d, kvd));
+    ZT_TRY(linear_fwd_rows(m, n, v, h, p[ZT_WV], d, kvd));
     if (sh->attn_bias) {
         ZT_LIB(zo_op_bias_fwd(m->s, q, p[ZT_BQ], (size_t)n, qd, dt));
         ZT_LIB(zo_op_bias_fwd(m->s, k, p[ZT_BK], (size_t)n, kvd, dt));
         ZT_LIB(zo_op_bias_fwd(m->s, v, p[ZT_BV], (size_t)n, kvd, dt));
     }
     return ZO_OK;
+}
+
+/* The attention norm of x and the q, k, v projections with their biases,
+ * over rows r0..r0+n-1: h1 holds the chunk's norm output, rstd1 its rows'. */
+static zo_status attn_in_rows(zt_model *m, void *const *p, const void *x, int r0, int n)
+{
+    const zt_shape *sh = &m->c.shape;
+    block_ws *b = &m->b;
+    ZT_LIB(zo_op_rmsnorm_fwd(m->s, b->h1, b->rstd1 + r0, row_at(m, x, r0, sh->dim), p[ZT_ATTN_NORM],
+                             (size_t)n, sh->dim, sh->norm_eps, m->c.dt));
+    return attn_qkv_rows(m, p, b->h1, r0, n);
 }
 
 /* The attention's inputs from the block's input x, a chunk of rows at a
@@ -618,8 +677,14 @@ static zo_status attn_project(zt_model *m, void *const *p, const void *x)
     const int B = m->c.micro_batch, S = m->c.seq, H = sh->n_heads, KV = zt_kv_heads(sh);
     const zo_dtype dt = m->c.dt;
     block_ws *b = &m->b;
-    for (int r0 = 0; r0 < m->T; r0 += m->rows)
-        ZT_TRY(attn_in_rows(m, p, x, r0, chunk_rows(m, r0)));
+    if (m->sp) { /* x is the rank's rows: their norm, gathered, feeds every token's */
+        ZT_TRY(sp_norm_gather(m, x, p[ZT_ATTN_NORM], b->rstd1));
+        for (int r0 = 0; r0 < m->T; r0 += m->rows)
+            ZT_TRY(attn_qkv_rows(m, p, row_at(m, m->sp_all, r0, sh->dim), r0, chunk_rows(m, r0)));
+    } else {
+        for (int r0 = 0; r0 < m->T; r0 += m->rows)
+            ZT_TRY(attn_in_rows(m, p, x, r0, chunk_rows(m, r0)));
+    }
     ZT_LIB(zo_op_rope_fwd(m->s, b->q, b->q, m->rope, B, S, H, m->hd, dt));
     ZT_LIB(zo_op_rope_fwd(m->s, b->kc, b->kc, m->rope, B, S, KV, m->hd, dt));
     if (KV != H && !m->c.flash) { /* the fused op reads the key/value heads in place */
@@ -658,6 +723,18 @@ static zo_status attn_core_fwd(zt_model *m)
     return ZO_OK;
 }
 
+/* The MLP's gate, up and their product act of n rows from h, their norm
+ * output (chunk rows in the workspace). */
+static zo_status mlp_hidden_rows(zt_model *m, void *const *p, const void *h, int n)
+{
+    const int d = m->c.shape.dim, f = m->c.shape.ffn_dim;
+    block_ws *b = &m->b;
+    ZT_TRY(linear_fwd_rows(m, n, b->gate, h, p[ZT_WGATE], d, f));
+    ZT_TRY(linear_fwd_rows(m, n, b->up, h, p[ZT_WUP], d, f));
+    ZT_LIB(zo_op_swiglu_fwd(m->s, b->act, b->gate, b->up, (size_t)n * f, m->c.dt));
+    return ZO_OK;
+}
+
 /* The MLP half's forward over rows r0..r0+n-1: the norm of x2 and rstd2
  * there, the chunk's gate, up and their product act (chunk rows in the
  * workspace), and with y the chunk's output rows, the residual added. */
@@ -671,15 +748,46 @@ static zo_status mlp_fwd_rows(zt_model *m, void *const *p, int r0, int n, void *
     const char *x2 = row_at(m, b->x2, r0, d);
     ZT_LIB(zo_op_rmsnorm_fwd(m->s, b->h2, b->rstd2 + r0, x2, p[ZT_MLP_NORM], (size_t)n, d,
                              sh->norm_eps, dt));
-    ZT_TRY(linear_fwd_rows(m, n, b->gate, b->h2, p[ZT_WGATE], d, f));
-    ZT_TRY(linear_fwd_rows(m, n, b->up, b->h2, p[ZT_WUP], d, f));
-    ZT_LIB(zo_op_swiglu_fwd(m->s, b->act, b->gate, b->up, (size_t)n * f, dt));
+    ZT_TRY(mlp_hidden_rows(m, p, b->h2, n));
     if (!y)
         return ZO_OK;
     char *yc = row_at(m, y, r0, d);
     ZT_TRY(linear_fwd_rows(m, n, yc, b->act, p[ZT_WDOWN], f, d));
     ZT_TRY(tp_sum(m, yc, nd)); /* down_proj is row-parallel */
     ZT_LIB(zo_op_add(m->s, yc, yc, x2, nd, dt));
+    return ZO_OK;
+}
+
+/* Sequence parallel, block_fwd: x, x2 and y are the rank's rows. The
+ * row-parallel outputs (o_proj's, down_proj's, every token's partial sums
+ * in sp_all) are reduce-scattered where tp_sum all-reduces; the norms'
+ * outputs are gathered before the column-parallel layers. The MLP's
+ * chunks write down_proj's rows over their own norm output in sp_all. */
+static zo_status block_fwd_sp(zt_model *m, void *const *p, const void *x, void *y)
+{
+    const zt_shape *sh = &m->c.shape;
+    const int d = sh->dim, f = sh->ffn_dim;
+    const size_t nd = (size_t)m->nres * d;
+    const zo_dtype dt = m->c.dt;
+    block_ws *b = &m->b;
+    ZT_TRY(attn_project(m, p, x));
+    ZT_TRY(attn_core_fwd(m));
+    ZT_TRY(linear_fwd(m, m->sp_all, b->attn_out, p[ZT_WO], zt_q_dim(sh), d));
+    ZT_TRY(sp_scatter(m, m->sp_all, b->x2));
+    if (sh->o_bias)
+        ZT_LIB(zo_op_bias_fwd(m->s, b->x2, p[ZT_BO], (size_t)m->nres, d, dt));
+    ZT_LIB(zo_op_add(m->s, b->x2, b->x2, x, nd, dt));
+    if (!y)
+        return ZO_OK;
+    ZT_TRY(sp_norm_gather(m, b->x2, p[ZT_MLP_NORM], b->rstd2));
+    for (int r0 = 0; r0 < m->T; r0 += m->rows) {
+        const int n = chunk_rows(m, r0);
+        char *h = row_at(m, m->sp_all, r0, d);
+        ZT_TRY(mlp_hidden_rows(m, p, h, n));
+        ZT_TRY(linear_fwd_rows(m, n, h, b->act, p[ZT_WDOWN], f, d));
+    }
+    ZT_TRY(sp_scatter(m, m->sp_all, y));
+    ZT_LIB(zo_op_add(m->s, y, y, b->x2, nd, dt));
     return ZO_OK;
 }
 
@@ -694,6 +802,8 @@ static zo_status block_fwd(zt_model *m, void *const *p, const void *x, void *y)
     const size_t Td = (size_t)m->T * d;
     const zo_dtype dt = m->c.dt;
     block_ws *b = &m->b;
+    if (m->sp)
+        return block_fwd_sp(m, p, x, y);
     ZT_TRY(attn_project(m, p, x));
     ZT_TRY(attn_core_fwd(m));
     ZT_TRY(linear_fwd(m, b->x2, b->attn_out, p[ZT_WO], zt_q_dim(sh), d));
@@ -703,6 +813,37 @@ static zo_status block_fwd(zt_model *m, void *const *p, const void *x, void *y)
     ZT_LIB(zo_op_add(m->s, b->x2, b->x2, x, Td, dt));
     for (int r0 = 0; y && r0 < m->T; r0 += m->rows)
         ZT_TRY(mlp_fwd_rows(m, p, r0, chunk_rows(m, r0), y));
+    return ZO_OK;
+}
+
+/* Sequence parallel, block_bwd_mlp: dres (the rank's rows of dy) gathered
+ * into sp_grad, the norm's output recomputed and gathered into sp_all, each
+ * chunk's d(h2) written over its rows there, reduce-scattered into sp_own;
+ * the norm's backward over the rank's rows. Its weight's gradient is the
+ * rank's rows' share (tensor_parallel.c sums it over the group). */
+static zo_status block_bwd_mlp_sp(zt_model *m, void *const *p, void *const *g)
+{
+    const zt_shape *sh = &m->c.shape;
+    const int d = sh->dim, f = sh->ffn_dim;
+    block_ws *b = &m->b;
+    ZT_TRY(sp_gather(m, m->dres, m->sp_grad));
+    ZT_TRY(sp_norm_gather(m, b->x2, p[ZT_MLP_NORM], b->rstd2));
+    for (int r0 = 0; r0 < m->T; r0 += m->rows) {
+        const int n = chunk_rows(m, r0);
+        char *h = row_at(m, m->sp_all, r0, d), *dy = row_at(m, m->sp_grad, r0, d);
+        ZT_TRY(mlp_hidden_rows(m, p, h, n));
+        ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WDOWN], dy, b->act, f, d));
+        ZT_TRY(linear_bwd_data_rows(m, n, b->act, dy, p[ZT_WDOWN], f, d, 0)); /* d(act) */
+        ZT_LIB(
+            zo_op_swiglu_bwd(m->s, b->gate, b->up, b->act, b->gate, b->up, (size_t)n * f, m->c.dt));
+        ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WGATE], b->gate, h, d, f));
+        ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WUP], b->up, h, d, f));
+        ZT_TRY(linear_bwd_data_rows(m, n, h, b->gate, p[ZT_WGATE], d, f, 0)); /* d(h2) */
+        ZT_TRY(linear_bwd_data_rows(m, n, h, b->up, p[ZT_WUP], d, f, 1));
+    }
+    ZT_TRY(sp_scatter(m, m->sp_all, m->sp_own));
+    ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_MLP_NORM], m->c.dt, m->sp_own, b->x2,
+                             p[ZT_MLP_NORM], b->rstd2, (size_t)m->nres, d, 1, m->c.dt));
     return ZO_OK;
 }
 
@@ -716,6 +857,8 @@ static zo_status block_bwd_mlp(zt_model *m, void *const *p, void *const *g)
     const zt_shape *sh = &m->c.shape;
     const int d = sh->dim, f = sh->ffn_dim;
     block_ws *b = &m->b;
+    if (m->sp)
+        return block_bwd_mlp_sp(m, p, g);
     for (int r0 = 0; r0 < m->T; r0 += m->rows) {
         const int n = chunk_rows(m, r0);
         char *dy = row_at(m, m->dres, r0, d);
@@ -758,6 +901,25 @@ static zo_status attn_project_bwd(zt_model *m, void *const *g)
     return ZO_OK;
 }
 
+/* The q, k, v projections' backward over rows r0..r0+n-1 from h, their
+ * norm output: the weights' gradients, then d(h) written over h. */
+static zo_status attn_qkv_bwd_rows(zt_model *m, void *const *p, void *const *g, void *h, int r0,
+                                   int n)
+{
+    const zt_shape *sh = &m->c.shape;
+    const int d = sh->dim, qd = zt_q_dim(sh), kvd = zt_kv_dim(sh);
+    block_ws *b = &m->b;
+    char *dq = row_at(m, b->dq, r0, qd), *dk = row_at(m, b->dkc, r0, kvd);
+    char *dv = row_at(m, b->dvc, r0, kvd);
+    ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WQ], dq, h, d, qd));
+    ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WK], dk, h, d, kvd));
+    ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WV], dv, h, d, kvd));
+    ZT_TRY(linear_bwd_data_rows(m, n, h, dq, p[ZT_WQ], d, qd, 0));
+    ZT_TRY(linear_bwd_data_rows(m, n, h, dk, p[ZT_WK], d, kvd, 1));
+    ZT_TRY(linear_bwd_data_rows(m, n, h, dv, p[ZT_WV], d, kvd, 1));
+    return ZO_OK;
+}
+
 /* The backward of the attention norm and the q, k, v projections over rows
  * r0..r0+n-1, their norm output recomputed from x first (h1 is the MLP
  * half's h2 too): dres's rows gain d(x) through the norm. */
@@ -765,27 +927,38 @@ static zo_status attn_in_bwd_rows(zt_model *m, void *const *p, void *const *g, c
                                   int r0, int n)
 {
     const zt_shape *sh = &m->c.shape;
-    const int d = sh->dim, qd = zt_q_dim(sh), kvd = zt_kv_dim(sh);
+    const int d = sh->dim;
     const zo_dtype dt = m->c.dt;
     block_ws *b = &m->b;
     const char *xr = row_at(m, x, r0, d);
-    char *dq = row_at(m, b->dq, r0, qd), *dk = row_at(m, b->dkc, r0, kvd);
-    char *dv = row_at(m, b->dvc, r0, kvd);
     ZT_LIB(zo_op_rmsnorm_fwd(m->s, b->h1, b->rstd1 + r0, xr, p[ZT_ATTN_NORM], (size_t)n, d,
                              sh->norm_eps, dt));
-    ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WQ], dq, b->h1, d, qd));
-    ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WK], dk, b->h1, d, kvd));
-    ZT_TRY(linear_bwd_weight_rows(m, n, g[ZT_WV], dv, b->h1, d, kvd));
-    ZT_TRY(linear_bwd_data_rows(m, n, b->h1, dq, p[ZT_WQ], d, qd, 0)); /* h1 now holds d(h1) */
-    ZT_TRY(linear_bwd_data_rows(m, n, b->h1, dk, p[ZT_WK], d, kvd, 1));
-    ZT_TRY(linear_bwd_data_rows(m, n, b->h1, dv, p[ZT_WV], d, kvd, 1));
-    ZT_TRY(tp_sum(m, b->h1, (size_t)n * d)); /* q, k and v are column-parallel */
+    ZT_TRY(attn_qkv_bwd_rows(m, p, g, b->h1, r0, n)); /* h1 now holds d(h1) */
+    ZT_TRY(tp_sum(m, b->h1, (size_t)n * d));          /* q, k and v are column-parallel */
     ZT_LIB(zo_op_rmsnorm_bwd(m->s, row_at(m, m->dres, r0, d), g[ZT_ATTN_NORM], dt, b->h1, xr,
                              p[ZT_ATTN_NORM], b->rstd1 + r0, (size_t)n, d, 1, dt));
     return ZO_OK;
 }
 
-/* The attention half's backward: dres holds d(x2) and becomes d(x). */
+/* Sequence parallel, the attention norm's backward: its output recomputed
+ * from the rank's rows x and gathered, each chunk's d(h1) written over its
+ * rows, reduce-scattered; dres (the rank's rows) gains d(x) through the
+ * norm. */
+static zo_status attn_in_bwd_sp(zt_model *m, void *const *p, void *const *g, const void *x)
+{
+    const int d = m->c.shape.dim;
+    block_ws *b = &m->b;
+    ZT_TRY(sp_norm_gather(m, x, p[ZT_ATTN_NORM], b->rstd1));
+    for (int r0 = 0; r0 < m->T; r0 += m->rows)
+        ZT_TRY(attn_qkv_bwd_rows(m, p, g, row_at(m, m->sp_all, r0, d), r0, chunk_rows(m, r0)));
+    ZT_TRY(sp_scatter(m, m->sp_all, m->sp_own));
+    ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, g[ZT_ATTN_NORM], m->c.dt, m->sp_own, x, p[ZT_ATTN_NORM],
+                             b->rstd1, (size_t)m->nres, d, 1, m->c.dt));
+    return ZO_OK;
+}
+
+/* The attention half's backward: dres holds d(x2) and becomes d(x)
+ * (sequence parallel: every token's d(x2) gathered for o_proj's). */
 static zo_status block_bwd_attn(zt_model *m, void *const *p, void *const *g, const void *x)
 {
     const zt_shape *sh = &m->c.shape;
@@ -793,21 +966,28 @@ static zo_status block_bwd_attn(zt_model *m, void *const *p, void *const *g, con
     const int qd = zt_q_dim(sh);
     const zo_dtype dt = m->c.dt;
     block_ws *b = &m->b;
+    const void *dy = m->dres;
+    if (m->sp) {
+        ZT_TRY(sp_gather(m, m->dres, m->sp_grad));
+        dy = m->sp_grad;
+    }
     if (sh->o_bias)
-        ZT_LIB(zo_op_bias_bwd(m->s, g[ZT_BO], dt, m->dres, (size_t)m->T, d, dt));
-    ZT_TRY(linear_bwd_weight(m, g[ZT_WO], m->dres, b->attn_out, qd, d));
+        ZT_LIB(zo_op_bias_bwd(m->s, g[ZT_BO], dt, dy, (size_t)m->T, d, dt));
+    ZT_TRY(linear_bwd_weight(m, g[ZT_WO], dy, b->attn_out, qd, d));
     if (m->c.flash) { /* d(attn_out) beside attn_out (in x2's piece): the fused backward reads both
                        */
         zo_flash_attn_desc fd = flash_desc(m);
-        ZT_TRY(linear_bwd_data(m, b->dattn, m->dres, p[ZT_WO], qd, d, 0));
+        ZT_TRY(linear_bwd_data(m, b->dattn, dy, p[ZT_WO], qd, d, 0));
         ZT_LIB(zo_op_flash_attention_bwd(m->s, &fd, b->dq, b->dkc, b->dvc, b->datt, b->dattn,
                                          b->attn_out, b->att, b->q, b->kc, b->vc));
     } else {
-        ZT_TRY(linear_bwd_data(m, b->attn_out, m->dres, p[ZT_WO], qd, d, 0)); /* d(attn_out) */
+        ZT_TRY(linear_bwd_data(m, b->attn_out, dy, p[ZT_WO], qd, d, 0)); /* d(attn_out) */
         ZT_LIB(zo_op_attention_bwd(m->s, b->dq, b->dk, b->dv, b->datt, b->attn_out, b->att, b->q,
                                    b->k, b->v, B, S, H, m->hd, dt));
     }
     ZT_TRY(attn_project_bwd(m, g));
+    if (m->sp)
+        return attn_in_bwd_sp(m, p, g, x);
     for (int r0 = 0; r0 < m->T; r0 += m->rows)
         ZT_TRY(attn_in_bwd_rows(m, p, g, x, r0, chunk_rows(m, r0)));
     return ZO_OK;
@@ -882,8 +1062,11 @@ static zo_status head_chunks(zt_model *m, const head_params *hp, int i, int trai
         ZT_TRY(linear_bwd_weight_rows(m, n, hp->gw, h->logits, hf, d, V));
         ZT_TRY(linear_bwd_data_rows(m, n, hf, h->logits, hp->w, d, V, 0)); /* d(hf) */
     }
-    /* tensor parallel: each rank's d(hf) is over its vocabulary part */
-    return train ? tp_sum(m, h->hf, (size_t)T * d) : ZO_OK;
+    /* tensor parallel: each rank's d(hf) is over its vocabulary part (sequence
+     * parallel: summed into the rank's rows, sp_own) */
+    if (!train)
+        return ZO_OK;
+    return m->sp ? sp_scatter(m, h->hf, m->sp_own) : tp_sum(m, h->hf, (size_t)T * d);
 }
 
 static zo_status head_fwd_loss(zt_model *m, const head_params *hp, int i, int train,
@@ -891,8 +1074,14 @@ static zo_status head_fwd_loss(zt_model *m, const head_params *hp, int i, int tr
 {
     const zt_shape *sh = &m->c.shape;
     head_ws *h = &m->h;
-    ZT_LIB(zo_op_rmsnorm_fwd(m->s, h->hf, h->rstd, m->ckpt[sh->n_layers], hp->norm, m->T, sh->dim,
-                             sh->norm_eps, m->c.dt));
+    if (m->sp) { /* the rank's rows' norm, gathered: every token's hf */
+        ZT_LIB(zo_op_rmsnorm_fwd(m->s, m->sp_own, h->rstd, m->ckpt[sh->n_layers], hp->norm,
+                                 (size_t)m->nres, sh->dim, sh->norm_eps, m->c.dt));
+        ZT_TRY(sp_gather(m, m->sp_own, h->hf));
+    } else {
+        ZT_LIB(zo_op_rmsnorm_fwd(m->s, h->hf, h->rstd, m->ckpt[sh->n_layers], hp->norm, m->T,
+                                 sh->dim, sh->norm_eps, m->c.dt));
+    }
     if (train &&
         m->c.shape.tied) /* the arena's buffers start from zero as a fetched gradient does */
         ZT_LIB(zo_memset_async(m->s, m->head_grad, 0, m->head_stride));
@@ -904,8 +1093,13 @@ static zo_status head_bwd(zt_model *m, const head_params *hp)
 {
     const zt_shape *sh = &m->c.shape;
     head_ws *h = &m->h;
-    ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, hp->gnorm, m->c.dt, h->hf, m->ckpt[sh->n_layers],
-                             hp->norm, h->rstd, m->T, sh->dim, 0, m->c.dt));
+    if (m->sp) /* d(hf) of the rank's rows in sp_own */
+        ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, hp->gnorm, m->c.dt, m->sp_own,
+                                 m->ckpt[sh->n_layers], hp->norm, h->rstd, (size_t)m->nres, sh->dim,
+                                 0, m->c.dt));
+    else
+        ZT_LIB(zo_op_rmsnorm_bwd(m->s, m->dres, hp->gnorm, m->c.dt, h->hf, m->ckpt[sh->n_layers],
+                                 hp->norm, h->rstd, m->T, sh->dim, 0, m->c.dt));
     return ZO_OK;
 }
 
@@ -928,8 +1122,13 @@ static zo_status embedding_bwd(zt_model *m, void *grad, int i)
 {
     const zt_shape *sh = &m->c.shape;
     size_t n = (size_t)sh->vocab * sh->dim;
+    const void *dout = m->dres;
+    if (m->sp) { /* every token's rows */
+        ZT_TRY(sp_gather(m, m->dres, m->sp_grad));
+        dout = m->sp_grad;
+    }
     ZT_LIB(zo_memset_async(m->s, m->emb_grad, 0, n * sizeof(float)));
-    ZT_LIB(zo_op_embedding_part_bwd(m->s, m->emb_grad, ZO_DTYPE_F32, m->dres,
+    ZT_LIB(zo_op_embedding_part_bwd(m->s, m->emb_grad, ZO_DTYPE_F32, dout,
                                     tokens_of(m, m->tok_in, i), (size_t)m->T, sh->dim, m->vocab,
                                     m->v0, sh->vocab, m->c.dt));
     ZT_LIB(zo_op_axpy(m->s, grad, m->c.dt, 1.0f, m->emb_grad, ZO_DTYPE_F32, n));
@@ -985,9 +1184,13 @@ static zo_status embed_fwd_fn(zt_model *m, int layer, void *const *p, void *cons
                               float scale)
 {
     const zt_shape *sh = &m->c.shape;
-    ZT_LIB(zo_op_embedding_part_fwd(m->s, m->ckpt[0], p[0], tokens_of(m, m->tok_in, i),
-                                    (size_t)m->T, sh->dim, m->vocab, m->v0, sh->vocab, m->c.dt));
-    /* tensor parallel: zero rows where another rank holds the token, so the sum is the lookup */
+    void *out = m->sp ? m->sp_all : m->ckpt[0];
+    ZT_LIB(zo_op_embedding_part_fwd(m->s, out, p[0], tokens_of(m, m->tok_in, i), (size_t)m->T,
+                                    sh->dim, m->vocab, m->v0, sh->vocab, m->c.dt));
+    /* tensor parallel: zero rows where another rank holds the token, so the sum is the lookup
+     * (sequence parallel: the rank's rows of it) */
+    if (m->sp)
+        return sp_scatter(m, out, m->ckpt[0]);
     return tp_sum(m, m->ckpt[0], (size_t)m->T * sh->dim);
 }
 
@@ -1212,7 +1415,7 @@ void *zt_model_stage_head_grads(zt_model *m, int set)
 
 size_t zt_model_stage_elems(const zt_model *m)
 {
-    return (size_t)m->T * m->c.shape.dim;
+    return (size_t)m->nres * m->c.shape.dim;
 }
 
 void *zt_model_stage_input(zt_model *m, int set, int first)

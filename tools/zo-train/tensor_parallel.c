@@ -87,6 +87,7 @@ struct zt_tp {
     zo_device_t dev;
     zo_comm_t comm, kv; /* kv: the ranks sharing this rank's key/value head (NULL: none) */
     int T, r, R;        /* R: ranks sharing a key/value head */
+    int seq_par;        /* sequence parallel: the norms' gradients are the rank's rows' */
     zt_shape full;
     zo_dtype dt;
     zt_param_source inner;
@@ -94,7 +95,7 @@ struct zt_tp {
     void *pfull[ZT_TP_SLOTS], *gfull[ZT_TP_SLOTS]; /* slot_numel elements each */
     /* the fetched layer's gathered tensors: their index, slot, elements, group and the
      * engine's part; n_kv of them shared key/value heads */
-    int n_rep, n_kv, idx[ZT_TP_SLOTS], slot[ZT_TP_SLOTS];
+    int n_rep, n_kv, idx[ZT_TP_SLOTS], slot[ZT_TP_SLOTS], layer;
     int backward_fetches; /* of layer 1: zt_tp_test_overflow's count */
     zo_comm_t group[ZT_TP_SLOTS];
     size_t numel[ZT_TP_SLOTS];
@@ -140,7 +141,7 @@ void *zt_tp_stage(zt_tp *tp, size_t *bytes)
 }
 
 zo_status zt_tp_init(zt_tp **out, zo_device_t dev, zo_comm_t comm, const zt_shape *full,
-                     zo_dtype dt, const zt_param_source *inner)
+                     zo_dtype dt, int seq_par, const zt_param_source *inner)
 {
     zt_tp *tp = calloc(1, sizeof *tp);
     if (!tp)
@@ -151,6 +152,7 @@ zo_status zt_tp_init(zt_tp **out, zo_device_t dev, zo_comm_t comm, const zt_shap
                   .r = zo_comm_rank(comm),
                   .full = *full,
                   .dt = dt,
+                  .seq_par = seq_par > 1,
                   .inner = *inner};
     tp->R = zt_tp_kv_sharers(full, tp->T);
     zo_status st = tp->R > 1 ? zo_comm_split(comm, tp->r / tp->R, tp->r % tp->R, &tp->kv) : ZO_OK;
@@ -231,16 +233,26 @@ static zo_status tp_fetch(void *ctx, int layer, zo_phase phase, zo_stream_t s, v
     ZT_TRY(tp->inner.fetch(tp->inner.ctx, layer, phase, s, p, g, n));
     ZT_TRY(plant_inf(tp, layer, phase, s, g));
     tp->n_rep = tp->n_kv = 0;
+    tp->layer = layer;
     for (int k = 0; k < zt_layer_tensors(&tp->full, layer) && k < n; k++)
         if (zt_tp_replicated(&tp->full, layer, k) || zt_tp_kv_shared(&tp->full, tp->T, layer, k))
             ZT_TRY(gather_one(tp, layer, k, s, p, g));
     return ZO_OK;
 }
 
+/* Sequence parallel: a norm's gradient is the rank's rows' share (every
+ * replicated tensor but o_proj's bias, which sees every token's gradient). */
+static int rows_share(const zt_tp *tp, int idx)
+{
+    const int block = tp->layer > 0 && tp->layer <= tp->full.n_layers;
+    return tp->seq_par && !(block && idx == ZT_BO);
+}
+
 /* The rank's part of each whole gradient added to the engine's, then the
  * engine takes the layer's. A replicated tensor's gradient is the same on
  * every rank; a shared key/value head's is each rank's query heads' share,
- * summed over the ranks sharing it first (an exact chain, in rank order). */
+ * summed over the ranks sharing it first (an exact chain, in rank order),
+ * as is a norm's under sequence parallelism (each rank's rows' share). */
 static zo_status tp_grads_ready(void *ctx, int layer, zo_stream_t s)
 {
     zt_tp *tp = ctx;
@@ -251,8 +263,9 @@ static zo_status tp_grads_ready(void *ctx, int layer, zo_stream_t s)
         const int size = zo_comm_size(tp->group[j]), r = zo_comm_rank(tp->group[j]);
         size_t part = tp->numel[j] / (size_t)size;
         char *whole = tp->gfull[tp->slot[j]], *mine = whole + (size_t)r * part * es;
-        if (tp->group[j] == tp->kv)
-            ZT_LIB(zo_comm_reduce_scatter(tp->kv, s, whole, mine, part, tp->dt, ZO_REDUCE_EXACT));
+        if (tp->group[j] == tp->kv || rows_share(tp, tp->idx[j]))
+            ZT_LIB(zo_comm_reduce_scatter(tp->group[j], s, whole, mine, part, tp->dt,
+                                          ZO_REDUCE_EXACT));
         ZT_LIB(zo_op_axpy(s, tp->gpart[j], tp->dt, 1.0f, mine, tp->dt, part));
         ZT_LIB(zo_memset_async(s, tp->gfull[tp->slot[j]], 0, tp->numel[j] * es));
     }

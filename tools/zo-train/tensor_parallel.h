@@ -82,9 +82,13 @@ typedef struct zt_tp zt_tp;
 int zt_tp_test_overflow(int rank, int n) __attribute__((weak));
 
 /* The rank's view over inner (the engine: the rank's parts) for the
- * tensor-parallel group comm; the gathers run on the compute stream. */
+ * tensor-parallel group comm; the gathers run on the compute stream.
+ * seq_par (sequence parallelism): each rank computes the norms' gradients
+ * from its own rows of the sequence only, so they are summed over the group
+ * (a reduce-scatter, each rank keeping its part) before the engine takes
+ * them. */
 zo_status zt_tp_init(zt_tp **out, zo_device_t dev, zo_comm_t comm, const zt_shape *full,
-                     zo_dtype dt, const zt_param_source *inner);
+                     zo_dtype dt, int seq_par, const zt_param_source *inner);
 void zt_tp_free(zt_tp *tp);
 zt_param_source zt_tp_source(zt_tp *tp);
 /* The rank's tensor-parallel gather buffers (device memory, idle between

@@ -415,7 +415,8 @@ static zt_model_config model_config(const zt_options *o)
                           o->grad_accum,
                           o->dtype,
                           o->flash_attention,
-                          o->sparse_layout};
+                          o->sparse_layout,
+                          o->sequence_parallel ? tp_size(o) : 0};
     return mc;
 }
 
@@ -818,7 +819,8 @@ static zo_status open_engine(zt_trainer *t)
                        "staged through host memory yet; use the cpu device",
                        t->setup.backend, zo_comm_backend(t->tp_comm));
     if (t->tp_comm) { /* the model sees whole replicated tensors; the engine its parts */
-        ZT_TRY(zt_tp_init(&t->tp, t->dev, t->tp_comm, &t->o.shape, t->o.dtype, &src));
+        ZT_TRY(zt_tp_init(&t->tp, t->dev, t->tp_comm, &t->o.shape, t->o.dtype,
+                          t->o.sequence_parallel ? tp_size(&t->o) : 0, &src));
         t->src = zt_tp_source(t->tp);
         ZT_TRY(zt_model_set_tp(t->m, t->tp_comm));
     }
@@ -854,7 +856,11 @@ static zo_status check_tensor_parallel(const zt_options *o)
 {
     const int T = tp_size(o), W = o->world_size > 1 ? o->world_size : 1, S = stages(o);
     if (T == 1)
-        return ZO_OK;
+        return o->sequence_parallel
+                   ? zt_fail(ZO_ERR_INVALID_ARG,
+                             "--sequence-parallel shards the sequence over the tensor-parallel "
+                             "ranks: it needs --tensor-parallel T with T > 1")
+                   : ZO_OK;
     ZT_TRY(zt_tp_check(&o->shape, T));
     if (W % (S * T) != 0)
         return zt_fail(ZO_ERR_INVALID_ARG,
@@ -862,6 +868,11 @@ static zo_status check_tensor_parallel(const zt_options *o)
                        "(stages x data-parallel x tensor-parallel ranks), but the run has %d: "
                        "launch with mpirun -np %d (or %d, ...)",
                        T, S, S > 1 ? "s" : "", S * T, W, S * T, 2 * S * T);
+    if (o->sequence_parallel && o->seq % T != 0)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--sequence-parallel splits each sequence over the %d tensor-parallel "
+                       "ranks, but --seq %d is not a multiple of %d: use --seq %d or %d",
+                       T, o->seq, T, o->seq / T * T, (o->seq / T + 1) * T);
     if (o->micro_group > 1)
         return zt_fail(ZO_ERR_UNSUPPORTED,
                        "--micro-group %d with --tensor-parallel: a tensor-parallel rank runs its "

@@ -113,6 +113,11 @@ typedef struct zt_options {
      * tensor-parallel group is T consecutive ranks (one node, as Megatron places
      * them), a data-parallel (ZeRO) group the ranks of one stage and tensor rank. */
     int tensor_parallel; /* 0 or 1: none */
+    /* Sequence parallelism (Megatron's, --sequence-parallel): outside attention
+     * and the MLP (the norms, the residual adds) each tensor-parallel rank
+     * holds 1/T of the tokens; reduce-scatters and all-gathers replace the
+     * all-reduces. Needs tensor_parallel > 1 and seq a multiple of it. */
+    int sequence_parallel;
 } zt_options;
 
 /* Defaults: tiny preset values are filled by the caller (zt_preset). */
