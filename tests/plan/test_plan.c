@@ -253,6 +253,38 @@ static void test_memory_small(void **state)
 
 /* The optimizer's NVMe time is its bytes at the update pipeline's rate
  * when one is known; without it, from the read and write rates. */
+/* An assumed speed says why: a GPU plan under --measure names the missing
+ * --nvme-path on the NVMe figures only; the layers' rate taken from the
+ * matmul rate carries the note --measure left when it could not time them. */
+static void test_assumed_speed_sources(void **state)
+{
+    (void)state;
+    zp_speeds sp = {0};
+    zp_speed_sources src = {0};
+    zp_assume_speeds("cuda", 1, &sp, &src);
+    assert_string_equal(src.what[ZP_SPEED_NVME_READ],
+                        "assumed: one Gen4 NVMe drive (--measure needs --nvme-path to measure it)");
+    assert_string_equal(src.what[ZP_SPEED_NVME_WRITE], src.what[ZP_SPEED_NVME_READ]);
+    assert_string_equal(src.what[ZP_SPEED_H2D], "assumed: PCIe Gen4 x16");
+    memset(&sp, 0, sizeof sp);
+    memset(&src, 0, sizeof src);
+    zp_assume_speeds("cuda", 0, &sp, &src);
+    assert_string_equal(src.what[ZP_SPEED_NVME_READ], "assumed: one Gen4 NVMe drive");
+    assert_string_equal(src.what[ZP_SPEED_MODEL_FLOPS],
+                        "the matmul rate (assumed: A100-class bf16)");
+    memset(&sp, 0, sizeof sp);
+    memset(&src, 0, sizeof src);
+    sp.flops = 2e11;
+    snprintf(src.what[ZP_SPEED_FLOPS], sizeof src.what[0], "measured");
+    snprintf(src.what[ZP_SPEED_MODEL_FLOPS], sizeof src.what[0], "layers too large to time here");
+    zp_assume_speeds("cpu", 1, &sp, &src);
+    assert_true(sp.model_flops == 2e11);
+    assert_string_equal(src.what[ZP_SPEED_MODEL_FLOPS],
+                        "the matmul rate (measured): layers too large to time here");
+    assert_string_equal(src.what[ZP_SPEED_NVME_READ],
+                        "assumed for the cpu device (--measure needs --nvme-path to measure it)");
+}
+
 static void test_update_rate_drives_nvme_time(void **state)
 {
     (void)state;
@@ -499,6 +531,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_memory_tiny_mlp_chunks),
         cmocka_unit_test(test_memory_small),
         cmocka_unit_test(test_update_rate_drives_nvme_time),
+        cmocka_unit_test(test_assumed_speed_sources),
         cmocka_unit_test(test_70b_work_does_not_grow_with_size),
         cmocka_unit_test(test_70b_allocates_nothing_in_proportion),
         cmocka_unit_test(test_window_flops_per_layer),

@@ -121,6 +121,56 @@ static void test_assumed_speeds_say_why(void **state)
     outputs_free(&o);
 }
 
+/* Figures printed together name each source where the sources differ (a
+ * flag beside an assumption), in the text and --json alike; fp32's Adam
+ * rate is "measured" in the formats only when it was (here, zo-bench),
+ * not when it was given or assumed. */
+static void write_file(const char *path, const char *text);
+
+static json_t *format_row(json_t *j, const char *dtype)
+{
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(j, "state_formats"), i,
+                       f) if (strcmp(json_string_value(json_object_get(f, "state_dtype")), dtype) ==
+                              0) return f;
+    fail_msg("no state format %s", dtype);
+    return NULL;
+}
+
+static void test_mixed_speed_sources(void **state)
+{
+    (void)state;
+    outputs o = run(TINY_CPU " --h2d-gbps 7 --nvme-write-gbps 2");
+    assert_int_equal(o.status, 0);
+    assert_non_null(strstr(o.out, "h2d 7.00 GB/s, d2h 8.00 GB/s (h2d: --h2d-gbps; d2h: assumed "
+                                  "for the cpu device (pass --measure))"));
+    assert_non_null(strstr(o.out, "nvme read 0.50, write 2.00 GB/s (read: assumed for the cpu "
+                                  "device (pass --measure); write: --nvme-write-gbps)"));
+    outputs_free(&o);
+    json_t *j = run_json(TINY_CPU " --adam-gparams 1.5 --nvme-write-gbps 2");
+    json_t *src = json_object_get(json_object_get(j, "speeds"), "sources");
+    assert_string_equal(json_string_value(json_object_get(src, "nvme_write_bytes_per_s")),
+                        "--nvme-write-gbps");
+    assert_string_equal(json_string_value(json_object_get(src, "nvme_read_bytes_per_s")),
+                        "assumed for the cpu device (pass --measure)");
+    assert_string_equal(json_string_value(json_object_get(src, "adam_params_per_s")),
+                        "--adam-gparams");
+    assert_true(json_is_false(json_object_get(format_row(j, "fp32"), "adam_measured")));
+    json_decref(j);
+    j = run_json(TINY_CPU);
+    assert_true(json_is_false(json_object_get(format_row(j, "fp32"), "adam_measured")));
+    json_decref(j);
+    char path[300], args[700];
+    snprintf(path, sizeof path, "%s/adam.jsonl", g_dir);
+    write_file(path, "{\"bench\":\"adam\",\"gparams_per_s\":1.25}\n");
+    snprintf(args, sizeof args, TINY_CPU " --bench-json %s", path);
+    j = run_json(args);
+    assert_true(json_is_true(json_object_get(format_row(j, "fp32"), "adam_measured")));
+    assert_true(json_is_false(json_object_get(format_row(j, "bf16"), "adam_measured")));
+    json_decref(j);
+}
+
 /* Every strategy reported with the keys zo-train --json uses; the
  * recommendation is the fastest of those that fit. */
 static void test_json_and_recommendation(void **state)
@@ -985,6 +1035,7 @@ int main(void)
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_max_seq),
         cmocka_unit_test(test_assumed_speeds_say_why),
+        cmocka_unit_test(test_mixed_speed_sources),
         cmocka_unit_test(test_json_and_recommendation),
         cmocka_unit_test(test_emit_config),
         cmocka_unit_test(test_emitted_config_runs_in_zo_train),

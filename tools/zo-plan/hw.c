@@ -157,14 +157,20 @@ void zp_assume_speeds(const char *backend, int measured, zp_speeds *sp, zp_speed
         if (*f > 0)
             continue;
         *f = gpu ? on_gpu[i] : on_cpu[i];
-        snprintf(src->what[i], sizeof src->what[i], "%s",
-                 gpu ? why_gpu[i] : cpu_assumed_why(i, measured));
+        int nvme = i == ZP_SPEED_NVME_READ || i == ZP_SPEED_NVME_WRITE;
+        snprintf(src->what[i], sizeof src->what[i], "%s%s",
+                 gpu ? why_gpu[i] : cpu_assumed_why(i, measured),
+                 gpu && measured && nvme ? " (--measure needs --nvme-path to measure it)" : "");
     }
     /* without a measurement of the layers, they run at the matmul rate */
     if (!(sp->model_flops > 0)) {
+        /* a note --measure left when the layers were too large to time */
+        char why[96];
+        snprintf(why, sizeof why, "%s", src->what[ZP_SPEED_MODEL_FLOPS]);
         sp->model_flops = sp->flops;
-        snprintf(src->what[ZP_SPEED_MODEL_FLOPS], sizeof src->what[0], "the matmul rate (%.60s)",
-                 src->what[ZP_SPEED_FLOPS]);
+        snprintf(src->what[ZP_SPEED_MODEL_FLOPS], sizeof src->what[0],
+                 "the matmul rate (%.45s)%s%.30s", src->what[ZP_SPEED_FLOPS], why[0] ? ": " : "",
+                 why);
     }
     if (!(sp->nvme_update > 0))
         snprintf(src->what[ZP_SPEED_NVME_UPDATE], sizeof src->what[0],

@@ -424,6 +424,7 @@ typedef struct result {
     zp_hardware hw;
     zp_hw_facts facts;
     zp_speeds sp;
+    int adam_measured;                  /* fp32's Adam rate measured (here or by zo-bench) */
     zp_plan plans[ZP_N_STRATEGIES + 1]; /* the fixed homes, then the per-chunk plan (ZP_SPLIT) */
     int best;                           /* the fastest fixed-homes plan that fits, or -1 */
     int rec;                            /* the recommendation: ZP_SPLIT when it is faster, or -1 */
@@ -458,7 +459,30 @@ static zo_status gather_speeds(cli *c, result *r)
         ZT_TRY(zp_measure(&r->hw, &c->job, c->req.n_nvme_paths ? c->req.nvme_paths[0] : NULL,
                           &r->sp, &c->src, say));
     zp_assume_speeds(r->hw.backend, c->measure, &r->sp, &c->src);
+    /* fp32's Adam rate timed here or by zo-bench, not given or assumed */
+    const char *adam = c->src.what[ZP_SPEED_ADAM];
+    r->adam_measured = strcmp(adam, "measured") == 0 || strncmp(adam, "zo-bench ", 9) == 0;
     return ZO_OK;
+}
+
+/* Where figures printed together came from: their one source when they
+ * share it, else each figure's by name ("read: measured; write: --nvme-write-gbps"). */
+static const char *speed_sources(char *buf, size_t cap, const zp_speed_sources *src,
+                                 const int *which, const char *const *names, int n)
+{
+    int same = 1;
+    for (int i = 1; i < n; i++)
+        same &= strcmp(src->what[which[i]], src->what[which[0]]) == 0;
+    if (same)
+        return src->what[which[0]];
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && used < cap; i++) {
+        int k = snprintf(buf + used, cap - used, "%s%s: %s", i ? "; " : "", names[i],
+                         src->what[which[i]]);
+        used += k > 0 ? (size_t)k : 0;
+    }
+    return buf;
 }
 
 static zo_status emit(const cli *c, result *r)
@@ -809,16 +833,24 @@ static void print_header(const cli *c, const result *r)
            r->hw.pinned_max ? B(d, r->hw.pinned_max) : "");
     printf("  nvme: %s over %d path(s) (%s)\n", B(a, r->hw.nvme_bytes), r->hw.n_nvme_paths,
            r->facts.nvme_how);
-    char upd[48] = "";
+    char upd[48] = "", links[256], nvme[400];
     if (r->sp.nvme_update > 0)
         snprintf(upd, sizeof upd, ", update pipeline %.2f", r->sp.nvme_update / 1e9);
+    static const int link_of[] = {ZP_SPEED_H2D, ZP_SPEED_D2H},
+                     nvme_of[] = {ZP_SPEED_NVME_READ, ZP_SPEED_NVME_WRITE, ZP_SPEED_NVME_UPDATE};
+    static const char *const link_names[] = {"h2d", "d2h"};
+    static const char *const nvme_names[] = {"read", "write", "update"};
     printf("  speeds: h2d %.2f GB/s, d2h %.2f GB/s (%s); nvme read %.2f, write %.2f%s GB/s (%s); "
            "CPU Adam "
            "%.3f Gparams/s (%s); device %.3g TFLOPS (%s), on the model's layers %.3g (%s)\n",
-           r->sp.h2d / 1e9, r->sp.d2h / 1e9, c->src.what[ZP_SPEED_H2D], r->sp.nvme_read / 1e9,
-           r->sp.nvme_write / 1e9, upd, c->src.what[ZP_SPEED_NVME_READ], r->sp.adam_params / 1e9,
-           c->src.what[ZP_SPEED_ADAM], r->sp.flops / 1e12, c->src.what[ZP_SPEED_FLOPS],
-           r->sp.model_flops / 1e12, c->src.what[ZP_SPEED_MODEL_FLOPS]);
+           r->sp.h2d / 1e9, r->sp.d2h / 1e9,
+           speed_sources(links, sizeof links, &c->src, link_of, link_names, 2),
+           r->sp.nvme_read / 1e9, r->sp.nvme_write / 1e9, upd,
+           speed_sources(nvme, sizeof nvme, &c->src, nvme_of, nvme_names,
+                         r->sp.nvme_update > 0 ? 3 : 2),
+           r->sp.adam_params / 1e9, c->src.what[ZP_SPEED_ADAM], r->sp.flops / 1e12,
+           c->src.what[ZP_SPEED_FLOPS], r->sp.model_flops / 1e12,
+           c->src.what[ZP_SPEED_MODEL_FLOPS]);
 }
 
 static void print_table(const result *r)
@@ -1272,7 +1304,7 @@ static json_t *json_formats(const result *r)
         const fmt_row *f = &r->fmts[i];
         json_t *o = json_pack("{s:s,s:b,s:f,s:b}", "state_dtype", zt_state_dtype_name(f->t), "fits",
                               f->fits, "adam_params_per_s", f->adam_rate, "adam_measured",
-                              f->t == ZO_DTYPE_F32 || r->sp.adam_params_bf16 > 0);
+                              f->t == ZO_DTYPE_F32 ? r->adam_measured : r->sp.adam_params_bf16 > 0);
         if (f->fits) {
             json_object_set_new(o, "strategy", json_string(zp_strategy_name(f->strategy)));
             json_object_set_new(o, "host_state_bytes", ju(f->host_states));

@@ -672,8 +672,12 @@ static zo_status measure_model(const zp_hardware *hw, const zp_job *job, zp_spee
     while (cpu && !whole && mb > 1 && micro_flops(job, 3, mb) > MODEL_CPU_FLOPS &&
            (long)(mb / 2) * job->seq >= MODEL_MIN_TOKENS)
         mb /= 2;
-    if (cpu && !whole && micro_flops(job, 3, mb) > MODEL_CPU_MAX_FLOPS)
-        return ZO_OK; /* too big to run here in seconds: the GEMM rate stands in */
+    if (cpu && !whole && micro_flops(job, 3, mb) > MODEL_CPU_MAX_FLOPS) {
+        /* too big to run here in seconds: the GEMM rate stands in, saying why */
+        snprintf(src->what[ZP_SPEED_MODEL_FLOPS], sizeof src->what[0],
+                 "layers too large to time here");
+        return ZO_OK;
+    }
     uint64_t budget =
         model_bytes(job, whole ? L : 3, mb) + (whole ? 0 : model_bytes(job, 1, mb)) + (64u << 20);
     zo_device_t dev = NULL;
