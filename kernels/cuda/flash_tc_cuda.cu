@@ -133,24 +133,30 @@ template <typename E> using frag_b = wmma::fragment<wmma::matrix_b, 16, 16, 16, 
 using frag_c = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
 // out (16 x 64 fp32, ld kLS) = A (16 x D, the warp's rows) B^T, B 64 x D:
-// the scores of a warp's 16 rows against a tile's 64 rows.
+// the scores of a warp's 16 rows against a tile's 64 rows. Each A fragment
+// is loaded once for the four column blocks; every sum runs over k
+// ascending.
 template <typename E, int ND>
 __device__ __forceinline__ void rows_by_tile_t(float *out, const E *A, const E *Bm, int ld)
 {
     frag_a<E> fa;
     frag_bt<E> fb;
-    frag_c fc;
+    frag_c fc[kTile / 16];
 #pragma unroll
-    for (int n = 0; n < kTile / 16; n++) {
-        wmma::fill_fragment(fc, 0.0f);
+    for (int n = 0; n < kTile / 16; n++)
+        wmma::fill_fragment(fc[n], 0.0f);
 #pragma unroll
-        for (int k = 0; k < ND; k++) {
-            wmma::load_matrix_sync(fa, A + k * 16, ld);
+    for (int k = 0; k < ND; k++) {
+        wmma::load_matrix_sync(fa, A + k * 16, ld);
+#pragma unroll
+        for (int n = 0; n < kTile / 16; n++) {
             wmma::load_matrix_sync(fb, Bm + n * 16 * ld + k * 16, ld);
-            wmma::mma_sync(fc, fa, fb, fc);
+            wmma::mma_sync(fc[n], fa, fb, fc[n]);
         }
-        wmma::store_matrix_sync(out + n * 16, fc, kLS, wmma::mem_row_major);
     }
+#pragma unroll
+    for (int n = 0; n < kTile / 16; n++)
+        wmma::store_matrix_sync(out + n * 16, fc[n], kLS, wmma::mem_row_major);
 }
 
 // acc[n] += P (16 x 64, ld kLP) Bm (64 x D, ld): a warp's product of its
