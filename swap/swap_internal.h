@@ -102,6 +102,10 @@ struct zo_swap_io {
     char msg[384];
     int done, has_ticket;
     int verify_pending; /* a read's checks are left to its waiter */
+    /* A write's payload hash is computed by its writer while the payload
+     * goes to disk: hash_pending (under the store's mutex) until it is
+     * published; hash_wait is the I/O thread's copy, cleared once seen. */
+    int hash_pending, hash_wait;
     zo_swap_done_fn cb;
     void *user;
     struct zo_swap_io *next;          /* incoming / active list */

@@ -196,11 +196,23 @@ zo_status zo_swap_write_async(zo_swap_t s, zo_swap_extent_t ext, const void *buf
 {
     struct zo_swap_io *op;
     ZO_TRY(op_begin(s, ZO_IO_WRITE, ext, buf, len, generation, done, io, &op));
-    /* Hashing here spreads the checksum work over the submitting threads
-     * and keeps the I/O thread free to drive the queue. */
-    op->payload_hash = zo_swap_payload_hash(buf, len);
     memcpy(tail_block(op), op->buf + op->body_len, op->tail_len);
-    return op_enqueue(s, op, done, user, io);
+    op->hash_pending = op->hash_wait = 1;
+    ZO_TRY(op_enqueue(s, op, done, user, io));
+    /* The payload goes to disk while this thread hashes it: only the
+     * header, written once the payload is on disk, carries the hash, so a
+     * store's first write no longer waits for a whole extent's hashing
+     * (about 10 ms for 64 MiB). Hashing here spreads the checksum work over
+     * the submitting threads and keeps the I/O thread free to drive the
+     * queue. The operation cannot finish (nor be freed) before the hash is
+     * published: op is not touched after that. */
+    uint64_t h = zo_swap_payload_hash(buf, len);
+    pthread_mutex_lock(&s->mu);
+    op->payload_hash = h;
+    op->hash_pending = 0;
+    pthread_mutex_unlock(&s->mu);
+    s->engine->ops->wake(s->engine);
+    return ZO_OK;
 }
 
 zo_status zo_swap_read_async(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_t len,
@@ -535,9 +547,22 @@ static void settle_ticket(zo_swap_io_t io)
 
 /* Whether op is over: nothing in flight and nothing left to start. A write
  * whose payload is complete moves on to its header here. */
+/* Whether a write's hash is published (I/O thread). */
+static int hash_ready(zo_swap_t s, struct zo_swap_io *op)
+{
+    if (!op->hash_wait)
+        return 1;
+    pthread_mutex_lock(&s->mu);
+    op->hash_wait = op->hash_pending;
+    pthread_mutex_unlock(&s->mu);
+    return !op->hash_wait;
+}
+
 static int op_settled(zo_swap_t s, struct zo_swap_io *op)
 {
     if (op->inflight)
+        return 0;
+    if (!hash_ready(s, op)) /* its writer still hashes the payload (and holds op) */
         return 0;
     if (op->st != ZO_OK)
         return 1;

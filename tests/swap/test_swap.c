@@ -521,6 +521,53 @@ static void test_callbacks_and_busy(void **state)
     free(rbuf);
 }
 
+/* A write's payload goes to disk while its writer hashes it: the header
+ * (which carries the hash) waits for the hash even when the payload is
+ * done first (the null engine's copies beat a 32 MiB hash), and a write
+ * whose payload fails at once still finishes only after its writer let go
+ * of it: one callback, with the error, and the extent reads back as never
+ * written. */
+static void test_write_header_waits_for_its_hash(void **state)
+{
+    swap_test_fixture *f = *state;
+    const size_t len = 32u << 20;
+    zo_swap_config c = swap_test_config(&f->dirs, 1, 4 * len, len);
+    zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0}; /* armed later */
+    c.faults = &never;
+    c.nfaults = 1;
+    zo_swap_t s;
+    ZO_ASSERT_OK(zo_swap_open(&c, &s));
+    uint8_t *buf = swap_test_alloc(len), *rbuf = swap_test_alloc(len);
+    swap_test_fill(buf, len, 11);
+    zo_swap_extent_t e[4];
+    for (int i = 0; i < 4; i++) {
+        ZO_ASSERT_OK(zo_swap_alloc_extent(s, (uint64_t)i, &e[i]));
+        ZO_ASSERT_OK(zo_swap_write(s, e[i], buf, len - 4096 * (size_t)i - 100, 7));
+    }
+    for (int i = 0; i < 4; i++) {
+        memset(rbuf, 0, len);
+        ZO_ASSERT_OK(zo_swap_read(s, e[i], rbuf, len - 4096 * (size_t)i - 100, 7));
+        assert_memory_equal(rbuf, buf, len - 4096 * (size_t)i - 100);
+    }
+    zo_swap_fault ft = {ZO_SWAP_FAULT_EIO, 0, 0}; /* the first payload request fails */
+    ZO_ASSERT_OK(zo_swap_set_faults(s, &ft, 1));
+    cb_count cnt = {0, 0};
+    ZO_ASSERT_OK(zo_swap_write_async(s, e[0], buf, len, 8, count_cb, &cnt, NULL));
+    while (atomic_load(&cnt.ok) + atomic_load(&cnt.failed) < 1)
+        sched_yield();
+    ZO_ASSERT_OK(zo_swap_set_faults(s, NULL, 0));
+    ZO_ASSERT_OK(zo_swap_write(s, e[1], buf, len, 8));
+    assert_int_equal(atomic_load(&cnt.failed), 1);
+    assert_int_equal(atomic_load(&cnt.ok), 0);
+    ZO_ASSERT_ST(zo_swap_read(s, e[0], rbuf, len, 8), ZO_ERR_CORRUPT);
+    ZO_ASSERT_OK(zo_swap_read(s, e[1], rbuf, len, 8));
+    assert_memory_equal(rbuf, buf, len);
+    zo_swap_close(s);
+    assert_int_equal(atomic_load(&cnt.failed), 1);
+    free(buf);
+    free(rbuf);
+}
+
 /* zo_swap_files_bytes predicts the bytes each store preallocates, for small
  * and 1 MiB-strided extents over one to three files; the files' sizes on
  * disk say the same. */
@@ -627,6 +674,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_not_enough_space, swap_test_setup, swap_test_teardown),
         cmocka_unit_test_setup_teardown(test_argument_errors, swap_test_setup, swap_test_teardown),
         cmocka_unit_test_setup_teardown(test_callbacks_and_busy, swap_test_setup,
+                                        swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_write_header_waits_for_its_hash, swap_test_setup,
                                         swap_test_teardown),
         cmocka_unit_test_setup_teardown(test_engine_selection, swap_test_setup, swap_test_teardown),
         cmocka_unit_test_setup_teardown(test_files_bytes_predicted, swap_test_setup,
