@@ -198,7 +198,8 @@ static void check_grid_of(int T, int D, const char *plan_model, const char *trai
     uint64_t seen[3] = {0};
     for (int steps = 1; steps <= 2; steps++) {
         char prefix[300], out[320], run[4200];
-        snprintf(prefix, sizeof prefix, "%s/mon-t%d-d%d-s%d", g_dir, T, D, steps);
+        static int runs; /* each run's own files */
+        snprintf(prefix, sizeof prefix, "%s/mon-t%d-d%d-s%d-%d", g_dir, T, D, steps, ++runs);
         snprintf(out, sizeof out, "%s.json", prefix);
         snprintf(run, sizeof run,
                  "mpirun --oversubscribe -np %d --mca pml_monitoring_enable 1 --mca "
@@ -249,6 +250,17 @@ static void test_t2_d2_bytes_and_memory(void **state)
 {
     (void)state;
     check_grid(2, 2);
+}
+
+/* --sequence-parallel: the reduce-scatters and all-gathers zo-train issues
+ * instead of the all-reduces (and the norms' gradients summed), counted as
+ * the pml monitoring counts them, at T 2 and T 4 x D 1, and T 2 x D 2. */
+static void test_sequence_parallel_bytes_and_memory(void **state)
+{
+    (void)state;
+    check_grid_of(2, 1, "--preset tiny --sequence-parallel", "--preset tiny");
+    check_grid_of(4, 1, "--preset tiny --sequence-parallel", "--preset tiny");
+    check_grid_of(2, 2, "--preset tiny --sequence-parallel", "--preset tiny");
 }
 
 static void test_t4_shared_kv_head_bytes_and_memory(void **state)
@@ -318,6 +330,9 @@ static void test_refusals(void **state)
     refused("--preset tiny --device cpu --tensor-parallel 2 --world-size 3", "--tensor-parallel 2");
     refused("--preset tiny --device cpu --tensor-parallel x", "--tensor-parallel");
     refused("--preset tiny --device cpu --tensor-parallel auto", "--world-size");
+    refused("--preset tiny --device cpu --tensor-parallel 4 --sequence-parallel --seq 30",
+            "--seq 30 is not a multiple of 4: use --seq 28 or 32");
+    refused("--preset tiny --device cpu --sequence-parallel", "give --tensor-parallel T|auto");
 }
 
 int main(void)
@@ -328,6 +343,7 @@ int main(void)
         cmocka_unit_test(test_t2_bytes_and_memory),
         cmocka_unit_test(test_t2_d2_bytes_and_memory),
         cmocka_unit_test(test_t4_shared_kv_head_bytes_and_memory),
+        cmocka_unit_test(test_sequence_parallel_bytes_and_memory),
     };
     return cmocka_run_group_tests(tests, plan_test_make_dir, plan_test_remove_dir);
 }

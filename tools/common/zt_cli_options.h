@@ -243,7 +243,11 @@
             "with --tensor-parallel T: the norms and residual adds hold\n"                         \
             "seq/T of the tokens per rank (Megatron's sequence\n"                                  \
             "parallelism): reduce-scatters and all-gathers replace the\n"                          \
-            "all-reduces, the same bytes; --seq a multiple of T"), ZT_NO)                           \
+            "all-reduces; --seq a multiple of T"),                                                 \
+      ZT_IN(PIPELINE, NULL,                                                                        \
+            "plan --tensor-parallel with sequence parallelism: the\n"                              \
+            "residual stream's activations 1/T per rank, reduce-scatters\n"                        \
+            "and all-gathers for the all-reduces"))                                                \
     X(NODE_LINK_GBPS, "node-link-gbps", 0, ZT_NO,                                                  \
       ZT_IN(PIPELINE, "G",                                                                         \
             "GB/s between two GPUs of one node, the link of a tensor\n"                            \

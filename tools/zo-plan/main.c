@@ -287,6 +287,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case ZT_OPT_MEASURE: c->measure = 1; return 0;
     case ZT_OPT_MAX_SEQ: c->max_seq = 1; return 0;
     case ZT_OPT_JSON: c->json = 1; return 0;
+    case ZT_OPT_SEQUENCE_PARALLEL: c->job.sequence_parallel = 1; return 0;
     case ZT_OPT_DEEPSPEED_ESTIMATE: c->ds_estimate = 1; return 0;
     case ZT_OPT_EMIT_CONFIG: c->emit_path = arg; return 0;
     case ZT_OPT_DATA: c->data = arg; return 0;
@@ -641,11 +642,19 @@ static zo_status grids(const cli *c, int *S_out, int *T_out, int *n)
                        "divisors of --world-size: give --world-size N (the GPUs), N >= 2");
     if (c->tp > 0)
         ZT_TRY(zt_tp_check(&c->job.shape, c->tp));
+    const int seq = c->job.seq, sp = c->job.sequence_parallel;
+    if (sp && c->tp > 1 && seq % c->tp != 0)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "--sequence-parallel splits each sequence over the %d tensor-parallel "
+                       "ranks, but --seq %d is not a multiple of %d: use --seq %d or %d",
+                       c->tp, seq, c->tp, seq / c->tp * c->tp, (seq / c->tp + 1) * c->tp);
     for (int T = 1; T <= N && T <= 64; T++) {
         if (c->tp > 0 ? T != c->tp : c->tp == 0 ? T != 1 : N % T != 0)
             continue;
         if (c->tp < 0 && zt_tp_check(&c->job.shape, T) < 0)
             continue; /* auto: a T that does not split the model is not a candidate */
+        if (c->tp < 0 && sp && seq % T != 0)
+            continue; /* nor one that does not split the sequence */
         /* a given S is planned whatever it is (the planner refuses it by name) */
         int most = c->pipe_stages > 0 ? c->pipe_stages : N < E ? N : E;
         for (int S = 1; S <= most && *n < ZP_PIPE_MAX_STAGES; S++) {
@@ -775,6 +784,9 @@ static zo_status plan_all(cli *c, result *r)
     c->job.state_dtype = c->state_auto ? choose_format(r) : want;
     ZT_TRY(plan_job(c, r));
     explain_format(c, r);
+    if (c->job.sequence_parallel && !c->tp)
+        return zt_fail(ZO_ERR_INVALID_ARG, "--sequence-parallel shards the sequence over the "
+                                           "tensor-parallel ranks: give --tensor-parallel T|auto");
     if (c->pipe_stages || c->n_pipe_split || c->tp)
         ZT_TRY(plan_pipe(c, r));
     if (c->world.world_size > 1)

@@ -409,13 +409,14 @@ zo_status zp_plan_pipeline(const zp_job *job, const zp_hardware *node, const zp_
     out->stages = S;
     out->world_size = w->world_size;
     out->tensor_parallel = zp_tp(job);
+    out->sequence_parallel = job->sequence_parallel && out->tensor_parallel > 1;
     out->data_parallel = w->world_size / (S * out->tensor_parallel);
     out->tp_link = zp_world_tp_link(w, out->tensor_parallel, &out->tp_intra_node);
     jt.tp_link = out->tensor_parallel > 1 ? out->tp_link : 0;
     out->ranks_per_node = w->gpus_per_node < w->world_size ? w->gpus_per_node : w->world_size;
     out->micro_batches = job->grad_accum;
-    out->act_bytes =
-        (uint64_t)job->micro_batch * job->seq * job->shape.dim * zo_dtype_size(job->dtype);
+    zt_model_config mc = zp_model_config(job); /* sequence parallel: the rank's rows */
+    out->act_bytes = zt_model_res_rows(&mc) * job->shape.dim * zo_dtype_size(job->dtype);
     out->p2p_boundary_bytes = (uint64_t)job->grad_accum * out->act_bytes;
     out->p2p_step_bytes = 2 * (uint64_t)(S - 1) * out->p2p_boundary_bytes;
     out->p2p_mb_seconds = (double)out->act_bytes / w->link;

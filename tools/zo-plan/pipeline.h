@@ -85,6 +85,7 @@ typedef struct zp_pipeline_plan {
     double bubble;            /* (S - 1) / (M + S - 1) */
     double tokens_per_s, mfu; /* every rank's tokens; the whole model's FLOPs */
     int tensor_parallel;      /* T (job->tensor_parallel; 1: none): N = S x D x T */
+    int sequence_parallel;    /* with T > 1: the job's sequence parallelism */
     int tp_intra_node;        /* the tensor groups' ranks share a node */
     double tp_link;           /* their link, bytes/s */
     zp_tp_comm tp;            /* the slowest stage's tensor group's communication per step */

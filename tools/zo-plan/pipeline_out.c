@@ -50,7 +50,8 @@ void zp_pipe_command(const zp_pipeline_plan *p, const zp_job *job, const zp_hard
         n += snprintf(buf + n, cap - (size_t)n, "%s%d", s == 1 ? " --pipeline-split " : ",",
                       p->first[s]);
     if (n > 0 && (size_t)n < cap && p->tensor_parallel > 1)
-        n += snprintf(buf + n, cap - (size_t)n, " --tensor-parallel %d", p->tensor_parallel);
+        n += snprintf(buf + n, cap - (size_t)n, " --tensor-parallel %d%s", p->tensor_parallel,
+                      p->sequence_parallel ? " --sequence-parallel" : "");
     if (n > 0 && (size_t)n < cap && p->data_parallel > 1)
         n += snprintf(buf + n, cap - (size_t)n, " --zero-stage 1");
     if (n > 0 && (size_t)n < cap)
@@ -122,6 +123,15 @@ static void print_tp(const zp_pipeline_plan *p, const zp_job *job)
 {
     char a[32], b[32], c[32], d[32];
     const zp_tp_comm *t = &p->tp;
+    if (p->sequence_parallel)
+        printf("  sequence parallel: the residual stream holds 1/%d of the tokens per rank; each "
+               "all-reduce below is a reduce-scatter and an all-gather, which on a ring move the "
+               "all-reduce's bytes; the exact chain's reduce-scatter also carries each block to "
+               "its owner ((T-1)/T of the vector), and the backward gathers the residual "
+               "gradient and the recomputed norm outputs (a block: 2 reduce-scatters and 2 "
+               "all-gathers forward, 3 and 5 backward; the norms' gradients reduce-scattered "
+               "per micro-batch with the fetches')\n",
+               p->tensor_parallel);
     printf("  tensor parallel %d (%s link, %.3g GB/s): per micro-batch of %d x %d tokens each "
            "block's all-reduces of %s move %s in the forward (2) and %s in the backward (3); "
            "the embedding and the head %s; the fetches' gathers %s per step; %s per step per "
@@ -259,6 +269,7 @@ static json_t *json_one(const zp_pipeline_plan *p, const zp_job *job, const zp_h
     json_object_set_new(o, "tokens_per_s", json_real(p->tokens_per_s));
     json_object_set_new(o, "mfu", json_real(p->mfu));
     json_object_set_new(o, "tensor_parallel", json_integer(p->tensor_parallel));
+    json_object_set_new(o, "sequence_parallel", json_boolean(p->sequence_parallel));
     json_object_set_new(
         o, "tp",
         json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:f,s:f,s:f,s:b}", "all_reduce_elements",

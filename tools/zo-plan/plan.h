@@ -84,7 +84,8 @@ typedef struct zp_job {
     /* Tensor parallelism (tensor.h): T ranks share each layer (0 or 1:
      * none); the plan is one rank's, its tensors' parts and local shape */
     int tensor_parallel;
-    double tp_link; /* bytes/s of the tensor group's link (0: its time not counted) */
+    int sequence_parallel; /* with T > 1: zo-train's --sequence-parallel (tensor.h) */
+    double tp_link;        /* bytes/s of the tensor group's link (0: its time not counted) */
 } zp_job;
 
 /* The machine: budgets of every tier. */

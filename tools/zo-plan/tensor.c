@@ -55,8 +55,18 @@ static void reduce_scatter(sent *s, int G, double b, double times)
     add(s, (G - 1) * b + (G - 1) * b / G, b, times);
 }
 
+/* Sequence parallel: a replicated tensor whose gradient is each rank's
+ * rows' share (a norm; not o_proj's bias), summed over the group per
+ * micro-batch (tensor_parallel.c). */
+static int rows_share(const zp_job *job, int l, int k)
+{
+    const int block = l >= 1 && l <= job->shape.n_layers;
+    return job->sequence_parallel && zt_tp_replicated(&job->shape, l, k) && !(block && k == ZT_BO);
+}
+
 /* The gathers of a fetch of layer l, and (backward) the shared key/value
- * heads' gradients of each micro-batch under it. */
+ * heads' gradients of each micro-batch under it (sequence parallel: the
+ * norms' too). */
 static void fetch(sent *s, const zp_job *job, int l, int backward, double fetches, double micro)
 {
     const zt_shape *sh = &job->shape;
@@ -64,6 +74,8 @@ static void fetch(sent *s, const zp_job *job, int l, int backward, double fetche
     const double e = (double)zo_dtype_size(job->dtype);
     for (int k = 0; k < zt_layer_tensors(sh, l); k++) {
         double part = (double)zt_tp_numel(sh, T, l, k) * e;
+        if (backward && rows_share(job, l, k))
+            reduce_scatter(s, T, part * T, micro);
         if (zt_tp_replicated(sh, l, k))
             all_gather(s, T, part, fetches);
         else if (zt_tp_kv_shared(sh, T, l, k)) {
@@ -94,13 +106,34 @@ void zp_tp_comm_of(const zp_job *job, int micro_group, double link, zp_tp_comm *
     const int head = b == E; /* the last stage computes the head (a tied one under layer 0) */
     out->act_elems = n;
     sent blk_f = {0, 0}, blk_b = {0, 0}, eh = {0, 0}, fe = {0, 0};
-    all_reduce(&blk_f, T, act, 2);
-    all_reduce(&blk_b, T, act, 3);
-    if (a == 0)
-        all_reduce(&eh, T, act, 1);
-    if (head) {
-        all_gather(&eh, T, (double)job->micro_batch * job->seq * ZO_XENT_STATS * 4.0, 1);
-        all_reduce(&eh, T, act, 1);
+    /* the cross-entropy's stats of every row, a rank's */
+    const double xent = (double)job->micro_batch * job->seq * ZO_XENT_STATS * 4.0;
+    if (job->sequence_parallel) { /* model.c's sp_gather and sp_scatter */
+        /* forward: the two norms' outputs gathered, o_proj's and down_proj's sums scattered */
+        all_gather(&blk_f, T, act / T, 2);
+        reduce_scatter(&blk_f, T, act, 2);
+        /* backward: the recompute (the attention norm gathered, o_proj's sum), dy and the
+         * recomputed norm output gathered for each half, d(h2) and d(h1) scattered */
+        all_gather(&blk_b, T, act / T, 5);
+        reduce_scatter(&blk_b, T, act, 3);
+        if (a == 0) { /* the lookup's sum scattered; its backward gathers the gradient */
+            reduce_scatter(&eh, T, act, 1);
+            all_gather(&eh, T, act / T, 1);
+        }
+        if (head) { /* hf gathered, the stats, d(hf) scattered */
+            all_gather(&eh, T, act / T, 1);
+            all_gather(&eh, T, xent, 1);
+            reduce_scatter(&eh, T, act, 1);
+        }
+    } else {
+        all_reduce(&blk_f, T, act, 2);
+        all_reduce(&blk_b, T, act, 3);
+        if (a == 0)
+            all_reduce(&eh, T, act, 1);
+        if (head) {
+            all_gather(&eh, T, xent, 1);
+            all_reduce(&eh, T, act, 1);
+        }
     }
     int blocks = 0;
     for (int l = a; l < b; l++) {

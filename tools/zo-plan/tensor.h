@@ -28,6 +28,13 @@
  *              biases) and reduce-scatter its gradient in the backward, per
  *              micro-batch.
  *   verdict    the engine's global norm over the model-parallel group.
+ * Sequence parallel (job->sequence_parallel): each all-reduce of N d is a
+ * reduce-scatter of it and an all-gather of N d / T a rank: a block's
+ * forward 2 and 2, its backward 3 and 5 (the residual gradient and the
+ * recomputed norm outputs gathered for each half), the embedding's forward
+ * a reduce-scatter and its backward an all-gather, the head an all-gather
+ * of hf and a reduce-scatter of d(hf); the norms' gradients are
+ * reduce-scattered per micro-batch (tensor_parallel.c).
  * The bytes are those the group's ranks send, summed over the group, as the
  * comm layer's algorithms send them: an exact all-reduce is a chain through
  * the T ranks and a ring back (2 (T - 1) n e), an all-gather of c elements a
