@@ -100,14 +100,15 @@ def grids(d):
 
 def placements(d):
     """T = 2 with sequence parallelism: the states on NVMe, in host memory, the
-    parameters on the device, and the overlap mode give the same bits."""
+    parameters on the device, the overlap mode, and the block inputs in host memory
+    (--act-home host, each a 1/T record) give the same bits."""
     base = ["--steps", "3", "--grad-accum", "2", "--tensor-parallel", "2",
             "--weights-digest"] + SP
     ref = train(2, base, d + "/q0")
     check(ref is None or len(ref.get("weights_digest", "")) == 16, "a weights digest")
     for i, extra in enumerate((["--offload-optimizer", "cpu"],
                                ["--offload-optimizer", "cpu", "--offload-param", "none"],
-                               ["--optimizer-mode", "overlap"])):
+                               ["--optimizer-mode", "overlap"], ["--act-home", "host"])):
         bitwise("T 2 sequence parallel " + " ".join(extra), ref,
                 train(2, base + extra, d + "/q%d" % (i + 1)))
 
