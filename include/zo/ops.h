@@ -204,19 +204,26 @@ ZO_API zo_status zo_op_attention_bwd(zo_stream_t s, void *dq, void *dk, void *dv
  * batch x heads x seq) = log sum_j exp(scale q_i . k_j) is saved. A tile
  * pair the rules disallow entirely is skipped, not computed and zeroed, so
  * work falls with the layout's density.
- * Backward: delta[b, h, i] = dout_i . out_i (fp32 workspace, batch x heads x
- * seq, overwritten) and then the probabilities are recomputed tile by tile
- * from lse. It is deterministic without atomics: dk and dv of a key tile are
- * summed by one task over the group's query heads in ascending order and,
- * within each, over query tiles in ascending order; dq of a query tile by one
- * task over key tiles in ascending order (the scores are recomputed for it).
+ * Backward: the probabilities are recomputed tile by tile from lse, and
+ * delta[b, h, i] (fp32 workspace, batch x heads x seq, overwritten) is
+ * sum_j p_ij dp_ij with dp_ij = dout_i . v_j, which is dout_i . out_i in
+ * exact arithmetic. The cpu op sums it in fp32 from the same probabilities
+ * its ds = p (dp - delta) uses, so each row's ds sums to zero to fp32's
+ * precision in every dtype; FlashAttention-2's dout . out from the output
+ * rounded to bf16 does not when the values share a large component (a v
+ * bias), and a component every key shares (a k bias) turns that into a dq
+ * error. (The cuda op still takes delta from out.) It is deterministic
+ * without atomics: dq and delta of a query tile are summed by one task over
+ * key tiles in ascending order; then dk and dv of a key tile by one task
+ * over the group's query heads in ascending order and, within each, over
+ * query tiles in ascending order (the scores are recomputed for each pass).
  * dq, dk, dv are written, not added. They may overwrite inputs the backward
- * no longer needs: dq may be out (read only for delta, before any dq is
- * written), dk may be k and dv may be v (each key row's gradients are
- * written after every read of that row's k and v); any other overlap is
- * undefined. The results are the same bits either way. Scores, probabilities
- * and accumulators stay in fp32 (the materialized op rounds scores and
- * probabilities to dt). */
+ * no longer needs: dq may be out (the cpu op does not read out; the cuda op
+ * reads it only for delta, before any dq is written), dk may be k and dv may
+ * be v (each key row's gradients are written after every read of that row's
+ * k and v); any other overlap is undefined. The results are the same bits
+ * either way. Scores, probabilities and accumulators stay in fp32 (the
+ * materialized op rounds scores and probabilities to dt). */
 typedef struct zo_flash_attn_desc {
     size_t struct_size;                        /* sizeof(zo_flash_attn_desc) */
     int batch, seq, heads, kv_heads, head_dim; /* heads a multiple of kv_heads */

@@ -126,9 +126,8 @@ static void store_rows(void *dst, zo_dtype dt, const float *src, const flash_geo
     }
 }
 
-/* Per-part room: six row tiles (bt x D), two score tiles (bt x bt) and two
- * row vectors. q, k, v and dout point at a panel's tile while a group runs
- * (the delta pass loads its own rows into their room). */
+/* Per-part room: two row tiles (bt x D), two score tiles (bt x bt) and two
+ * row vectors; q, k, v and dout point at a panel's tile while a group runs. */
 typedef struct flash_bufs {
     float *q, *k, *v, *dout, *acc, *acc2, *s, *p, *m, *l;
 } flash_bufs;
@@ -146,16 +145,14 @@ static float *kv_tile(const flash_geom *g, const float *panel, int r0)
 
 static size_t bufs_floats(const flash_geom *g)
 {
-    return 6 * (size_t)g->bt * g->D + 2 * (size_t)g->bt * g->bt + 2 * (size_t)g->bt;
+    return 2 * (size_t)g->bt * g->D + 2 * (size_t)g->bt * g->bt + 2 * (size_t)g->bt;
 }
 
 static flash_bufs bufs_at(const flash_geom *g, float *at)
 {
     size_t rt = (size_t)g->bt * g->D, st = (size_t)g->bt * g->bt;
-    flash_bufs w;
-    float **rows[] = {&w.q, &w.k, &w.v, &w.dout, &w.acc, &w.acc2};
-    for (int i = 0; i < 6; i++, at += rt)
-        *rows[i] = at;
+    flash_bufs w = {.acc = at, .acc2 = at + rt};
+    at += 2 * rt;
     w.s = at;
     w.p = at + st;
     w.m = at + 2 * st;
@@ -241,23 +238,31 @@ static void fwd_item(const flash_geom *g, flash_bufs *w, int b, int h, int qt)
 /* ---- backward ---- */
 
 /* For one tile pair whose q, k, v and dout tiles are loaded: w->s = p =
- * exp(s - lse), w->p = ds = p (dp - delta) with dp = dout v^T. */
-static void probs_and_dscores(const flash_geom *g, const flash_bufs *w, int b, int h, int qt,
-                              int kt, int nq, int nk, int state)
+ * exp(s - lse), w->p = dp = dout v^T. */
+static void probs_and_dprobs(const flash_geom *g, const flash_bufs *w, int b, int h, int qt, int kt,
+                             int nq, int nk, int state)
 {
-    const zo_flash_args *a = g->a;
-    size_t row0 = ((size_t)b * g->H + h) * g->T + (size_t)qt * g->bt;
-    const float *lse = a->lse + row0, *delta = a->delta + row0;
+    const float *lse = g->a->lse + ((size_t)b * g->H + h) * g->T + (size_t)qt * g->bt;
     scores(g, w, qt, kt, nq, nk, state);
     zo_cpu_sgemm_here(0, 1, nq, nk, g->D, 1.0f, w->dout, g->D, w->v, g->D, 0.0f, w->p, nk);
     for (int r = 0; r < nq; r++) {
-        float *s = w->s + (size_t)r * nk, *dp = w->p + (size_t)r * nk;
+        float *s = w->s + (size_t)r * nk;
         if (lse[r] == -INFINITY) /* a row with nothing allowed */
             memset(s, 0, (size_t)nk * sizeof *s);
         else
             zo_cpu_exp_shifted(s, nk, lse[r]);
+    }
+}
+
+/* w->p = ds = p (dp - delta), with the rows' delta from the dq pass. */
+static void dscores(const flash_geom *g, const flash_bufs *w, int b, int h, int qt, int nq, int nk)
+{
+    const float *delta = g->a->delta + ((size_t)b * g->H + h) * g->T + (size_t)qt * g->bt;
+    for (int r = 0; r < nq; r++) {
+        const float *p = w->s + (size_t)r * nk;
+        float *dp = w->p + (size_t)r * nk;
         for (int c = 0; c < nk; c++)
-            dp[c] = s[c] * (dp[c] - delta[r]);
+            dp[c] = p[c] * (dp[c] - delta[r]);
     }
 }
 
@@ -292,7 +297,8 @@ static void dkdv_item(const flash_geom *g, flash_bufs *w, int b, int kvh, int kt
                 continue;
             int nq = rows_in(g, qt);
             load_qdo(g, w, h, qt);
-            probs_and_dscores(g, w, b, h, qt, kt, nq, nk, state);
+            probs_and_dprobs(g, w, b, h, qt, kt, nq, nk, state);
+            dscores(g, w, b, h, qt, nq, nk);
             /* dv += p^T dout; dk += scale ds^T q */
             zo_cpu_sgemm_here(1, 0, nk, g->D, nq, 1.0f, w->s, nk, w->dout, g->D, 1.0f, w->acc2,
                               g->D);
@@ -303,40 +309,54 @@ static void dkdv_item(const flash_geom *g, flash_bufs *w, int b, int kvh, int kt
     store_rows(a->dv, dt, w->acc2, g, b, g->KV, kvh, j0, nk);
 }
 
-/* dq of one query tile of head h, over key tiles ascending. */
+/* delta and dq of one query tile of head h, over key tiles ascending.
+ * delta_i = sum_j p_ij dp_ij, summed here in fp32 from the same
+ * probabilities the dk/dv pass recomputes, is what makes each row's ds sum
+ * to zero (to fp32's precision): FlashAttention-2's dout_i . out_i reads the
+ * output rounded to bf16, and when the values share a large component (a v
+ * bias) that rounding is an error in every ds of the row, which a component
+ * every key shares (a k bias) then sums into dq (5-7% in bf16). delta is
+ * known only after the last key tile, so the pass keeps two accumulators,
+ * a = sum_j p_ij dp_ij k_j and b = sum_j p_ij k_j, and writes
+ * dq_i = scale (a_i - delta_i b_i) = scale sum_j p_ij (dp_ij - delta_i) k_j:
+ * one product more per tile pair than the ds form, not a second pass. */
 static void dq_item(const flash_geom *g, flash_bufs *w, int b, int h, int qt)
 {
     const zo_flash_args *a = g->a;
-    const zo_dtype dt = a->d.dt;
     int i0 = qt * g->bt, nq = rows_in(g, qt);
+    float *delta = w->m;
     load_qdo(g, w, h, qt);
     memset(w->acc, 0, (size_t)nq * g->D * sizeof(float));
+    memset(w->acc2, 0, (size_t)nq * g->D * sizeof(float));
+    memset(delta, 0, (size_t)nq * sizeof *delta);
     for (int kt = 0; kt < g->nt; kt++) {
         int state = tile_state(g, qt, kt);
         if (state == TILE_SKIP)
             continue;
         int nk = rows_in(g, kt);
         load_kv(g, w, kt);
-        probs_and_dscores(g, w, b, h, qt, kt, nq, nk, state);
-        zo_cpu_sgemm_here(0, 0, nq, g->D, nk, a->d.scale, w->p, nk, w->k, g->D, 1.0f, w->acc, g->D);
+        probs_and_dprobs(g, w, b, h, qt, kt, nq, nk, state);
+        for (int r = 0; r < nq; r++) {
+            const float *p = w->s + (size_t)r * nk;
+            float *pdp = w->p + (size_t)r * nk, sum = 0.0f;
+            for (int c = 0; c < nk; c++) {
+                pdp[c] *= p[c];
+                sum += pdp[c];
+            }
+            delta[r] += sum;
+        }
+        zo_cpu_sgemm_here(0, 0, nq, g->D, nk, 1.0f, w->p, nk, w->k, g->D, 1.0f, w->acc, g->D);
+        zo_cpu_sgemm_here(0, 0, nq, g->D, nk, 1.0f, w->s, nk, w->k, g->D, 1.0f, w->acc2, g->D);
     }
-    store_rows(a->o, dt, w->acc, g, b, g->H, h, i0, nq);
-}
-
-/* delta[b, h, i] = dout_i . out_i for the rows of one query tile. */
-static void delta_item(const flash_geom *g, flash_bufs *w, int b, int h, int qt)
-{
-    const zo_flash_args *a = g->a;
-    int i0 = qt * g->bt, nq = rows_in(g, qt);
-    load_rows(w->q, a->out, a->d.dt, g, b, g->H, h, i0, nq);
-    load_rows(w->dout, a->dout, a->d.dt, g, b, g->H, h, i0, nq);
-    float *delta = a->delta + ((size_t)b * g->H + h) * g->T + i0;
+    float *out_delta = a->delta + ((size_t)b * g->H + h) * g->T + i0;
     for (int r = 0; r < nq; r++) {
-        float sum = 0.0f;
+        float *dq = w->acc + (size_t)r * g->D;
+        const float *pk = w->acc2 + (size_t)r * g->D;
         for (int i = 0; i < g->D; i++)
-            sum += w->q[(size_t)r * g->D + i] * w->dout[(size_t)r * g->D + i];
-        delta[r] = sum;
+            dq[i] = a->d.scale * (dq[i] - delta[r] * pk[i]);
+        out_delta[r] = delta[r];
     }
+    store_rows(a->o, a->d.dt, w->acc, g, b, g->H, h, i0, nq);
 }
 
 /* ---- items over the pool ---- */
@@ -424,9 +444,10 @@ static zo_status flash_fwd_task(void *p)
     return ZO_OK;
 }
 
-/* Every head's delta of a batch row reads out before any of its dq is
- * written, and a group's q, k, v and dout are read into the panels before
- * its items write dq, dk and dv: the outputs may overwrite out, k and v. */
+/* A group's q, k, v and dout are read into the panels before its items
+ * write dq, dk and dv, and out is not read (delta comes from the
+ * probabilities): the outputs may overwrite out, k and v. The dq pass runs
+ * first, for the delta the dk/dv pass reads. */
 static zo_status flash_bwd_task(void *p)
 {
     flash_geom g = geom_of(p);
@@ -434,11 +455,10 @@ static zo_status flash_bwd_task(void *p)
     if (!room)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "allocating the fused attention's tiles");
     for (int b = 0; b < g.a->d.batch; b++) {
-        run_items(&g, delta_item, b, 0, g.H, room);
         for (int kvh = 0; kvh < g.KV; kvh++) {
             panels_load(&g, b, kvh, 1);
-            run_items(&g, dkdv_item, b, kvh, 1, room);
             run_items(&g, dq_item, b, kvh * g.G, g.G, room);
+            run_items(&g, dkdv_item, b, kvh, 1, room);
         }
     }
     free(room);

@@ -397,6 +397,53 @@ static void test_flash_in_place(void **state)
     }
 }
 
+/* Adds a component every row of a (batch, seq, heads, head_dim) tensor
+ * shares per head, uniform in [-scale, scale], and rounds to bf16 again. */
+static void add_shared(float *x, const flash_case *c, int heads, float scale, uint64_t seed)
+{
+    float *shared = rand_vec(&seed, (size_t)heads * c->D, scale, ZO_DTYPE_F32);
+    size_t n = (size_t)c->B * c->T * heads * c->D;
+    for (size_t i = 0; i < n; i++)
+        x[i] += shared[i % ((size_t)heads * c->D)];
+    round_to(x, n, ZO_DTYPE_BF16);
+    free(shared);
+}
+
+/* Llama's attention_bias in bf16: every key shares a component (k_proj's
+ * bias) and every value a large one (v_proj's). The output is then mostly
+ * the value bias, and delta taken as dout . out from the bf16-rounded
+ * output (FlashAttention-2's) is off by that rounding; each row's ds then
+ * no longer sums to zero and the shared key component carries the error
+ * into dq (normalized error 4.3e-2 in shape 0). delta summed from the fp32
+ * probabilities keeps dq, dk and dv at one bf16 output rounding plus fp32
+ * sums (1.8e-3 to 3.2e-3 measured; the bound is 6e-3, three times bf16's
+ * 2^-9). */
+static void test_flash_bf16_delta_with_biased_keys_and_values(void **state)
+{
+    (void)state;
+    uint8_t mask[81];
+    for (size_t si = 0; si < FLASH_SHAPES; si++) {
+        flash_case c = flash_shape(si, mask);
+        case_inputs(&c, 800 + si);
+        add_shared(c.k, &c, c.KV, 2.0f, 900 + si);
+        add_shared(c.v, &c, c.KV, 8.0f, 950 + si);
+        flash_ref r = ref_flash(&c);
+        flash_got o = run_flash(g_s, &c, ZO_DTYPE_BF16);
+        const float *got[] = {o.dq, o.dk, o.dv};
+        const double *want[] = {r.dq, r.dk, r.dv};
+        const size_t n[] = {nq_of(&c), nk_of(&c), nk_of(&c)};
+        const char *name[] = {"dq", "dk", "dv"};
+        for (int i = 0; i < 3; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "shape %zu bf16 biased %s", si, name[i]);
+            ASSERT_CLOSE(got[i], want[i], n[i], 6e-3, what);
+        }
+        got_free(&o);
+        ref_free(&r);
+        case_free(&c);
+    }
+}
+
 /* What each layout keeps, block by block, and the same seed the same mask. */
 static void test_layouts_keep_their_blocks(void **state)
 {
@@ -476,6 +523,7 @@ int main(void)
         cmocka_unit_test_teardown(test_flash_never_reads_masked_blocks, free_buffers),
         cmocka_unit_test_teardown(test_flash_same_bits, free_buffers),
         cmocka_unit_test_teardown(test_flash_in_place, free_buffers),
+        cmocka_unit_test_teardown(test_flash_bf16_delta_with_biased_keys_and_values, free_buffers),
         cmocka_unit_test_teardown(test_layouts_keep_their_blocks, free_buffers),
         cmocka_unit_test_teardown(test_flash_errors, free_buffers),
     };
