@@ -694,6 +694,10 @@ static void test_micro_group_config_and_flags(void **state)
         "cpu_checkpointing");
     expect_usage_error("--micro-group 0", "micro-group '0': expected an integer >= 1");
     expect_usage_error("--act-home disk", "expected device, host or nvme");
+    /* NVMe holds layer inputs only from layer-major groups: one micro-batch
+     * a group is refused by name, not trained with the inputs on the device */
+    expect_usage_error("--act-home nvme", "--act-home nvme at one micro-batch a group");
+    expect_usage_error("--act-home nvme --grad-accum 4 --micro-group 1", "Use --act-home host");
     expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"act_home\": \"disk\"}}", "",
                         "'zoffload.act_home'");
     expect_config_error("{\"train_batch_size\": 8, \"zoffload\": {\"micro_group\": 0}}", "",

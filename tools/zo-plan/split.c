@@ -649,6 +649,14 @@ static zo_status check_job(const zp_job *job, const zp_speeds *sp)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "micro-group %d: 1..grad-accum (%d), or 0 for the planner's choice",
                        job->micro_group, job->grad_accum);
+    if (job->act_home == ZP_ACT_NVME && (job->micro_group == 1 || job->grad_accum == 1))
+        return zt_fail(ZO_ERR_UNSUPPORTED,
+                       "--act-home nvme at one micro-batch a group (--micro-group %d, "
+                       "--grad-accum %d): zo-train puts layer inputs on NVMe only from "
+                       "layer-major groups; at one micro-batch a group they go to pinned host "
+                       "memory (--act-home host). Use --act-home host or auto, or --micro-group "
+                       "2 or more with --grad-accum 2 or more",
+                       job->micro_group, job->grad_accum);
     if (job->act_home == ZP_ACT_NVME && job->shape.tied)
         return zt_fail(
             ZO_ERR_UNSUPPORTED,
@@ -731,6 +739,8 @@ static zo_status search(split_ctx *x, zp_plan *out)
                         if (c.act != ZP_ACT_DEVICE && c.group == 1 && !job->act_home)
                             continue; /* nothing to gain: one micro-batch's inputs are the arena's
                                        */
+                        if (c.act == ZP_ACT_NVME && c.group == 1)
+                            continue; /* zo-train has no per-layer NVMe home (check_job) */
                         st = plan_cand(x, &c, p);
                         if (st >= 0 && (!have || better(p, out, x->hw))) {
                             *out = *p;

@@ -924,6 +924,15 @@ zo_status zt_options_check(const zt_options *o)
     if (o->act_home != ZT_ACT_DEVICE && o->act_home != ZT_ACT_HOST && o->act_home != ZT_ACT_NVME)
         return zt_fail(ZO_ERR_INVALID_ARG, "--act-home %d: expected device, host or nvme",
                        o->act_home);
+    if (o->act_home == ZT_ACT_NVME && !act_on_nvme(o))
+        return zt_fail(ZO_ERR_UNSUPPORTED,
+                       "--act-home nvme at one micro-batch a group (--micro-group %d, "
+                       "--grad-accum %d): layer inputs go to NVMe only from layer-major groups, "
+                       "which write each extent while the group's other micro-batches compute; "
+                       "the per-layer store (one micro-batch a group) keeps them in pinned "
+                       "host memory, and has no NVMe home. Use --act-home host, or --micro-group "
+                       "2 or more with --grad-accum 2 or more",
+                       o->micro_group, o->grad_accum);
     if (dp_size(o) > 1 && o->grad_accum > 1 && o->micro_group > 1 &&
         o->reduce_order == ZO_REDUCE_ORDER_GLOBAL)
         return zt_fail(ZO_ERR_UNSUPPORTED,
