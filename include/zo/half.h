@@ -14,14 +14,22 @@
 extern "C" {
 #endif
 
-static inline uint32_t zo_f32_bits(float f)
+/* Host functions, and device functions too in CUDA code (the cuda Adam
+ * kernel rounds with these very lines, so both give the same bits). */
+#ifdef __CUDACC__
+#define ZO_HALF_FN static inline __host__ __device__
+#else
+#define ZO_HALF_FN static inline
+#endif
+
+ZO_HALF_FN uint32_t zo_f32_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static inline float zo_bits_f32(uint32_t u)
+ZO_HALF_FN float zo_bits_f32(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof f);
@@ -31,7 +39,7 @@ static inline float zo_bits_f32(uint32_t u)
 /* fp32 -> bf16, rounding to nearest even. A NaN stays a NaN (its quiet bit
  * is set so that a payload living only in the dropped low bits cannot turn it
  * into an infinity); subnormals are kept (no flush to zero). */
-static inline uint16_t zo_f32_to_bf16(float f)
+ZO_HALF_FN uint16_t zo_f32_to_bf16(float f)
 {
     uint32_t u = zo_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
@@ -40,7 +48,7 @@ static inline uint16_t zo_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-static inline float zo_bf16_to_f32(uint16_t h)
+ZO_HALF_FN float zo_bf16_to_f32(uint16_t h)
 {
     return zo_bits_f32((uint32_t)h << 16);
 }
@@ -73,7 +81,7 @@ static inline uint32_t zo_master_join(uint16_t p, uint16_t lo, unsigned up)
 /* fp32 -> IEEE binary16, rounding to nearest even, with subnormals,
  * overflow to infinity and NaN kept quiet (the x86 F16C convention: the top
  * ten payload bits are kept and the quiet bit set). */
-static inline uint16_t zo_f32_to_f16(float f)
+ZO_HALF_FN uint16_t zo_f32_to_f16(float f)
 {
     uint32_t u = zo_f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
@@ -102,7 +110,7 @@ static inline uint16_t zo_f32_to_f16(float f)
 
 /* IEEE binary16 -> fp32, exact (subnormals and inf included); a NaN comes
  * back quiet with its payload, as F16C does. */
-static inline float zo_f16_to_f32(uint16_t h)
+ZO_HALF_FN float zo_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;

@@ -12,6 +12,7 @@
 
 #include "zo/api.h"
 #include "zo/cpu.h"
+#include "zo/device.h"
 #include "zo/dtype.h"
 #include "zo/status.h"
 
@@ -217,6 +218,18 @@ static inline int zo_state_format_keeps_f32(const zo_state_format *f, size_t num
  * With I8 states each block is decoded, updated (master and out from the
  * fp32 moments), and its moments requantized with their new absmax. */
 ZO_API zo_status zo_adam_step(const zo_adam_params *p, const zo_adam_buffers *b);
+
+/* zo_adam_step as a device op: the same update, queued on stream s in stream
+ * order like any compute op (zo/ops.h), over buffers in device memory. Every
+ * buffer of b (grad, master, m, v, the I8 scales, out) must lie inside a live
+ * allocation of the stream's device; p and b are checked as zo_adam_step
+ * checks them, and copied, before the call returns. On the cpu device the
+ * stream's worker runs zo_adam_step itself (p->simd_level chooses its variant);
+ * on cuda a kernel performs zo_adam_step's fp32 operations in its order with
+ * correctly rounded intrinsics and no contraction, so both give the same bits
+ * (fp32 and bf16 moments; 8-bit moments are refused on cuda with
+ * ZO_ERR_UNSUPPORTED). A failure while it runs is the stream's async error. */
+ZO_API zo_status zo_op_adam(zo_stream_t s, const zo_adam_params *p, const zo_adam_buffers *b);
 
 /* The same bytes as zo_adam_step over b (every read and write, same types,
  * same store kind) with no arithmetic: the memory roofline of the step, for

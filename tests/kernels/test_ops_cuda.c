@@ -8,12 +8,15 @@
  *         attention 1e-2 (scores and probabilities are rounded before the next GEMM)
  *   bf16: 1.6e-2 (1-2 ulps of 2^-8 after rounding), attention 4e-2
  * Exact where the math is: embedding gathers and the embedding gradient
- * (the same adds in the same order), casts, and run-to-run repeats. */
+ * (the same adds in the same order), casts, run-to-run repeats, and the Adam
+ * step (zo_op_adam: the same fp32 operations in the same order, each rounded
+ * once, on both devices). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "adam_op_run.h"
 #include "flash_suite.h"
 #include "ops_suite.h"
 
@@ -501,6 +504,45 @@ static void test_flash_attention(void **state)
     }
 }
 
+/* zo_op_adam: the cuda kernel against the cpu device's zo_adam_step, bit for
+ * bit, over every gradient type, fp32 and bf16 moments, every weight copy,
+ * AdamW/L2 decay, bias correction on and off and a gradient scale; 8-bit
+ * moments are refused on cuda by name. */
+static void test_adam(void **state)
+{
+    static const zo_dtype gts[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_F16};
+    static const zo_dtype sts[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16};
+    static const zo_dtype ots[] = {ZO_DTYPE_NONE, ZO_DTYPE_BF16, ZO_DTYPE_F16, ZO_DTYPE_F32};
+    uint64_t seed = 111;
+    for (size_t g = 0; g < 3; g++)
+        for (size_t s = 0; s < 2; s++)
+            for (size_t o = 0; o < 4; o++)
+                for (int opt = 0; opt < ADAM_OP_OPTS; opt++) {
+                    zo_adam_params p = adam_op_params(opt);
+                    adam_op_bufs cpu =
+                        adam_op_bufs_alloc(70000 + 17 * (size_t)opt, gts[g], sts[s], ots[o]);
+                    adam_op_fill(&cpu, &seed);
+                    adam_op_bufs gpu = adam_op_bufs_copy(&cpu);
+                    ZO_ASSERT_OK(adam_op_run(g_cs, &p, &cpu));
+                    ZO_ASSERT_OK(adam_op_run(g_gs, &p, &gpu));
+                    char what[128];
+                    snprintf(what, sizeof what,
+                             "zo_op_adam cuda vs cpu (adamw %d, wd %g, bc %d, scale %g, step %lld)",
+                             p.adamw, p.weight_decay, p.bias_correction, p.grad_scale,
+                             (long long)p.step);
+                    adam_op_same(&gpu, &cpu, what);
+                    adam_op_bufs_free(&cpu);
+                    adam_op_bufs_free(&gpu);
+                }
+    adam_op_bufs q8 = adam_op_bufs_alloc(512, ZO_DTYPE_F32, ZO_DTYPE_I8, ZO_DTYPE_NONE);
+    adam_op_fill(&q8, &seed);
+    zo_adam_params p = ZO_ADAM_PARAMS_INIT;
+    ZO_ASSERT_ST(adam_op_run(g_gs, &p, &q8), ZO_ERR_UNSUPPORTED);
+    if (!strstr(zo_last_error(), "int8"))
+        fail_msg("the refusal of 8-bit moments on cuda does not name them: %s", zo_last_error());
+    adam_op_bufs_free(&q8);
+}
+
 /* The same ops twice on the GPU give the same bits. */
 static void test_repeatable(void **state)
 {
@@ -546,6 +588,7 @@ int main(void)
         cmocka_unit_test_teardown(test_elementwise, free_buffers),
         cmocka_unit_test_teardown(test_repeatable, free_buffers),
         cmocka_unit_test_teardown(test_flash_attention, free_buffers),
+        cmocka_unit_test_teardown(test_adam, free_buffers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
