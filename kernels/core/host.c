@@ -24,6 +24,40 @@ void *zo_huge_alloc(size_t bytes)
     return p;
 }
 
+/* Fresh anonymous pages: the kernel hands them over zeroed, on first touch
+ * by whichever thread touches them (so the optimizer workers that stream the
+ * states place them on their own node), and nothing is written twice. One
+ * page before the block records the mapping's length for zo_huge_free. */
+void *zo_huge_zalloc(size_t bytes)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t align = bytes >= HUGE_PAGE ? HUGE_PAGE : page;
+    size_t len = zo_round_up(bytes ? bytes : 1, align);
+    size_t span = page + len + (align - page);
+    char *base = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+        return NULL;
+    char *p = (char *)zo_round_up((uintptr_t)base + page, align);
+    char *head = p - page, *end = base + span;
+    if (head > base)
+        (void)munmap(base, (size_t)(head - base));
+    if (end > p + len)
+        (void)munmap(p + len, (size_t)(end - (p + len)));
+    ((size_t *)head)[0] = len;
+    if (align == HUGE_PAGE) /* a refusal (THP off) only means small pages */
+        (void)madvise(p, len, MADV_HUGEPAGE);
+    return p;
+}
+
+void zo_huge_free(void *p)
+{
+    if (!p)
+        return;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    char *head = (char *)p - page;
+    (void)munmap(head, ((size_t *)head)[0] + page);
+}
+
 /* The main thread's mask as the library was loaded, before the program (or
  * an OpenMP runtime binding its threads) could narrow it. */
 static cpu_set_t load_cpus;

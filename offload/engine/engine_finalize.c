@@ -193,7 +193,7 @@ void eng_release_tiers(struct zo_engine *e)
     e->stats.n_stores = 0;
     zo_hostpool_free(e->host.pool);
     e->host.pool = NULL;
-    free(e->host.acc);
+    eng_host_free(e->host.acc);
     e->host.acc = NULL;
     eng_reducers_release(e);
     e->host.bytes = 0;

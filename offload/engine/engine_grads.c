@@ -243,7 +243,7 @@ void eng_grads_release(struct zo_engine *e)
     free(e->grads.ring);
     e->grads.ring = NULL;
     e->grads.n_ring = 0;
-    free(e->grads.host);
+    eng_host_free(e->grads.host);
     e->grads.host = NULL;
 }
 

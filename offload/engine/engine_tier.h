@@ -319,6 +319,8 @@ zo_status eng_adam_run(struct zo_engine *e, eng_chunk *k, float *st, const eng_u
 zo_status eng_timed_swap_wait(struct zo_engine *e, zo_swap_io_t io);
 /* Zeroed, 4 KiB aligned host memory, counted in the host's high-water mark. */
 zo_status eng_host_alloc(struct zo_engine *e, uint64_t bytes, float **out);
+/* Releases what eng_host_alloc gave (never with free()); NULL is a no-op. */
+void eng_host_free(void *p);
 /* Chunks whose 16-bit parameters (kind 0) or states (kind 1) table is at. */
 uint32_t eng_chunks_at(const struct zo_engine *e, int kind, const void *table);
 /* A swap store a tier opened, whose I/O the step statistics count. */

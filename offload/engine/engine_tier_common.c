@@ -265,17 +265,24 @@ zo_status eng_host_alloc(struct zo_engine *e, uint64_t bytes, float **out)
     if (!bytes)
         return ZO_OK;
     /* Optimizer states, backups and accumulators are streamed whole by the
-     * CPU Adam: on 2 MiB pages where the system allows (THP madvise). */
-    void *p = zo_huge_alloc(bytes);
+     * CPU Adam: on 2 MiB pages where the system allows (THP madvise). Zero
+     * from fresh pages: every caller relies on it (Adam's m and v start at
+     * zero, as do the accumulators and the split bits), and a memset here
+     * was most of a short run's set-up, touching every page twice. */
+    void *p = zo_huge_zalloc(bytes);
     if (!p)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "allocating %" PRIu64 " bytes of host memory",
                        bytes);
-    memset(p, 0, bytes);
     e->host.bytes += bytes;
     if (e->host.bytes > e->host.high)
         e->host.high = e->host.bytes;
     *out = p;
     return ZO_OK;
+}
+
+void eng_host_free(void *p)
+{
+    zo_huge_free(p);
 }
 
 zo_status eng_take_pinned(struct zo_engine *e, size_t slot_bytes, size_t n, void **out)

@@ -58,7 +58,7 @@ static void device_states_release(void *self, struct zo_engine *e)
 {
     eng_device_tier *d = self;
     zo_device_mfree(e->dev, d->states);
-    free(d->backup);
+    eng_host_free(d->backup);
     d->states = NULL;
     d->backup = NULL;
 }

@@ -245,8 +245,8 @@ static zo_status host_states_place(void *self, struct zo_engine *e)
 static void host_states_release(void *self, struct zo_engine *e)
 {
     eng_host_tier *h = self;
-    free(h->states);
-    free(h->backup);
+    eng_host_free(h->states);
+    eng_host_free(h->backup);
     h->states = h->backup = NULL;
 }
 

@@ -842,7 +842,7 @@ static zo_status nvme_states_place(void *self, struct zo_engine *e)
 static void nvme_states_release(void *self, struct zo_engine *e)
 {
     eng_nvme_tier *nv = self;
-    free(nv->split_bits[0]);
+    eng_host_free(nv->split_bits[0]);
     memset(nv->split_bits, 0, sizeof nv->split_bits);
     if (nv->swap) { /* the mode's settle drained the speculative pipeline */
         for (int i = 0; i < (int)ENG_NVME_STAGES; i++)

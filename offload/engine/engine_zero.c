@@ -312,8 +312,8 @@ void eng_zero_release(struct zo_engine *e)
     e->zero.g_chunk = NULL;
     e->zero.g_used = NULL;
     e->zero.n_g = 0;
-    free(e->zero.scratch);
-    free(e->zero.grads);
+    eng_host_free(e->zero.scratch);
+    eng_host_free(e->zero.grads);
     e->zero.scratch = e->zero.grads = NULL;
     for (uint32_t c = 0; e->chunks && c < e->n_chunks; c++)
         e->chunks[c].zgrad[0] = e->chunks[c].zgrad[1] = NULL;

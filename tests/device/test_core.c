@@ -135,6 +135,29 @@ static void test_huge_alloc(void **state)
     }
 }
 
+/* zo_huge_zalloc's blocks are zero at every size, aligned as zo_huge_alloc's,
+ * writable to the last byte, and a block given back and taken again is zero
+ * again (the engine's optimizer states, accumulators and split bits rely on
+ * it: Adam's m and v start at zero). */
+static void test_huge_zalloc(void **state)
+{
+    (void)state;
+    size_t sizes[] = {0, 1, 100, 4095, 4096, 4097, (2u << 20) - 1, 2u << 20, (size_t)5 << 20 | 123};
+    for (int round = 0; round < 2; round++)
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+            unsigned char *p = zo_huge_zalloc(sizes[i]);
+            assert_non_null(p);
+            assert_int_equal((uintptr_t)p % (sizes[i] >= (2u << 20) ? 2u << 20 : 4096u), 0);
+            size_t bad = 0;
+            for (size_t j = 0; j < sizes[i]; j++)
+                bad += p[j] != 0;
+            assert_int_equal(bad, 0);
+            memset(p, 0xab, sizes[i] ? sizes[i] : 1);
+            zo_huge_free(p);
+        }
+    zo_huge_free(NULL);
+}
+
 /* The process's CPUs: those of the main thread (this one, unnarrowed). */
 static void test_process_cpus(void **state)
 {
@@ -171,6 +194,7 @@ int main(void)
         cmocka_unit_test(test_simd_detection),
         cmocka_unit_test(test_fmt_bytes),
         cmocka_unit_test(test_huge_alloc),
+        cmocka_unit_test(test_huge_zalloc),
         cmocka_unit_test(test_process_cpus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

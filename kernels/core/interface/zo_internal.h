@@ -65,6 +65,15 @@ static inline size_t zo_round_up(size_t x, size_t align)
  * out of memory; release with free(). */
 void *zo_huge_alloc(size_t bytes);
 
+/* As zo_huge_alloc, but zeroed, and without writing it: fresh anonymous
+ * pages, which the kernel zeroes when they are first touched (by the thread
+ * that touches them, so first touch also places them on its NUMA node).
+ * NULL when out of memory; release with zo_huge_free (never free()). */
+void *zo_huge_zalloc(size_t bytes);
+
+/* Releases a block of zo_huge_zalloc; NULL is a no-op. */
+void zo_huge_free(void *p);
+
 /* The CPUs the process may run on: the main thread's mask now, joined with
  * its mask when the library was loaded, so a thread whose own mask was
  * narrowed (e.g. by an OpenMP runtime) still sees the whole set. An OpenMP
