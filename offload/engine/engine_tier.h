@@ -344,7 +344,8 @@ void *eng_host_p16_out(void *self, struct zo_engine *e, uint32_t c, void *tail);
 void eng_host_p16_commit(void *self, struct zo_engine *e, uint32_t c, int updated, int stored);
 /* The backups of the chunks homed at t (to fp); returns the bytes of their states. */
 uint64_t eng_resident_account(const eng_plan_in *in, zo_tier t, zo_engine_footprint *fp);
-/* The chunks table holds get their states from base (and backups, host memory, in *backups). */
+/* The chunks table holds get their states from base (and backups, host memory, in *backups,
+ * which the tier releases with eng_host_free). */
 zo_status eng_resident_place(struct zo_engine *e, const eng_state_tier *table, float *base,
                              float **backups);
 float *eng_resident_init_buf(void *self, struct zo_engine *e, uint32_t c);

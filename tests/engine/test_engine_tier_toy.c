@@ -44,7 +44,7 @@ static void toy_states_release(void *self, struct zo_engine *e)
 {
     toy_pool *p = self; /* the context it was registered with */
     free(p->states);
-    free(p->backups);
+    eng_host_free(p->backups); /* eng_resident_place took them with eng_host_alloc */
     p->states = p->backups = NULL;
     p->in_use -= p->placed;
     p->placed = 0;
