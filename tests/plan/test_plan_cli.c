@@ -14,6 +14,7 @@
 #include "plan_test_util.h"
 #include "zo/config.h"
 #include "zo_test.h"
+#include "zt_host_limit.h"
 
 #if !defined(ZP_EXE) || !defined(ZT_EXE) || !defined(ZB_EXE)
 #error "ZP_EXE, ZT_EXE and ZB_EXE (the zo-plan, zo-train and zo-bench executables) must be defined"
@@ -509,6 +510,28 @@ static void test_planning_an_absent_gpu(void **state)
     if (o.status == 1) /* no GPU here */
         assert_non_null(strstr(o.err, "--gpu-mem"));
     outputs_free(&o);
+}
+
+/* The host budget is zo-train's own host limit (RAM less its margin, or the
+ * cgroup's limit), so a plan that fits is one zo-train accepts; RAM is the
+ * kernel's figure, not the NUMA nodes' sum, which in a VM held 5.0 of
+ * 125.9 GiB. The cpu device's memory comes out of the same limit. */
+static void test_host_budget_is_zo_trains_limit(void **state)
+{
+    (void)state;
+    char why[128];
+    uint64_t limit = zt_host_limit(why, sizeof why);
+    uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    json_t *j = run_json("--device cuda --gpu-mem 80GiB --preset tiny");
+    json_t *hw = json_object_get(j, "hardware");
+    assert_int_equal((uint64_t)num(hw, "host_bytes"), limit);
+    assert_int_equal((uint64_t)num(hw, "host_ram"), ram);
+    assert_non_null(strstr(json_string_value(json_object_get(hw, "host_how")), why));
+    json_decref(j);
+    j = run_json(TINY_CPU);
+    hw = json_object_get(j, "hardware");
+    assert_int_equal((uint64_t)num(hw, "host_bytes"), limit - (uint64_t)num(hw, "device_bytes"));
+    json_decref(j);
 }
 
 /* Counts no real model has are refused at once (--layers 100000000 used to
@@ -1050,6 +1073,7 @@ int main(void)
         cmocka_unit_test(test_bench_update_pipeline),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_planning_an_absent_gpu),
+        cmocka_unit_test(test_host_budget_is_zo_trains_limit),
         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_absurd_inputs_refused),
         cmocka_unit_test(test_13b_workstation_plan),

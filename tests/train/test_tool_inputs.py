@@ -215,6 +215,28 @@ def test_report_fails_for_a_bad_swap_dir(tmp):
     ok([REPORT, "--swap-dir", tmp])
 
 
+def test_ram_is_the_kernels_not_the_numa_nodes(tmp):
+    """hwloc's NUMA nodes held 5.0 of 125.9 GiB on a GPU VM, and zo-plan planned its host tier
+    from their sum while zo-train checked the kernel's RAM. Under a synthetic 5 GiB node both
+    tools keep the kernel's figure, and say that the nodes disagree."""
+    import json
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGESIZE")
+    plan = [PLAN, "--device", "cuda", "--gpu-mem", "80GiB", "--preset", "tiny", "--json"]
+    real = json.loads(ok(plan).stdout)["hardware"]
+    env = dict(os.environ, HWLOC_SYNTHETIC="numa:1(memory=1GiB) core:2 pu:1")
+    p = subprocess.run(plan, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    fake = json.loads(p.stdout)["hardware"]
+    assert fake["numa_ram"] == 1 << 30, fake
+    assert fake["host_ram"] == real["host_ram"] == ram, (fake, real)
+    assert fake["host_bytes"] == real["host_bytes"] < ram, (fake, real)
+    p = subprocess.run(plan[:-1], env=env, capture_output=True, text=True, timeout=120)
+    assert "hwloc's NUMA nodes hold 1.0 GiB of the" in p.stdout, p.stdout
+    p = subprocess.run([REPORT], env=env, capture_output=True, text=True, timeout=120)
+    assert "these nodes hold 1.0 GiB of the" in p.stdout, p.stdout
+    assert "the kernel reports" not in ok([REPORT]).stdout
+
+
 def test_errors_put_the_cause_first(tmp):
     """A library failure is reported by its cause and a fix; the internal frames
     (zo_engine_finalize: engine_finalize.c:259: ... swap_io.c:231:) only with -v."""
@@ -248,7 +270,7 @@ def test_plan_recommends_a_fitting_per_chunk_plan(tmp):
 
 
 TESTS = [test_fifos_are_refused, test_plan_recommends_a_fitting_per_chunk_plan, test_errors_put_the_cause_first, test_nvme_path_is_created, test_report_fails_for_a_bad_swap_dir, test_data_memory_is_bounded, test_failed_output_exits_nonzero, test_sizes_are_checked,
-         test_bad_hf_config_values_are_refused]
+         test_bad_hf_config_values_are_refused, test_ram_is_the_kernels_not_the_numa_nodes]
 
 if __name__ == "__main__":
     only = os.environ.get("ZO_TEST_ONLY")

@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "host_limit.h"
 #include "zo_test.h"
+#include "zt_host_limit.h"
 
 static char g_dir[256];
 

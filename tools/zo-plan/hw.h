@@ -18,13 +18,18 @@ typedef struct zp_hw_request {
 
 /* What was detected, for the report. */
 typedef struct zp_hw_facts {
-    uint64_t host_ram; /* hwloc: memory of every NUMA node */
+    uint64_t host_ram;   /* physical RAM as the kernel counts it (sysconf) */
+    uint64_t numa_ram;   /* hwloc: memory of every NUMA node, a cross-check */
+    uint64_t host_limit; /* zo-train's host limit (zt_host_limit); 0: unknown */
     int numa_nodes, cores;
     uint64_t nvme_free[ZP_MAX_NVME_PATHS]; /* statvfs of each path */
-    char host_how[64], device_how[64], nvme_how[64];
+    char host_how[200], device_how[64], nvme_how[64];
 } zp_hw_facts;
 
 zo_status zp_detect_hardware(const zp_hw_request *req, zp_hardware *hw, zp_hw_facts *facts);
+/* hwloc's NUMA nodes hold less than 90% of the kernel's RAM (or more than it):
+ * a VM's topology that placement by node would misjudge, said in the report. */
+int zp_numa_ram_disagrees(const zp_hw_facts *f);
 
 /* Where each speed came from. */
 enum {

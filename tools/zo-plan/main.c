@@ -843,6 +843,10 @@ static void print_header(const cli *c, const result *r)
            B(b, r->hw.host_bytes), r->facts.host_how, r->facts.numa_nodes, r->facts.cores,
            r->hw.pinned_max ? ", pinned at most " : "",
            r->hw.pinned_max ? B(d, r->hw.pinned_max) : "");
+    if (zp_numa_ram_disagrees(&r->facts))
+        printf("  note: hwloc's NUMA nodes hold %s of the %s of RAM the kernel reports; the plan "
+               "uses the kernel's figure\n",
+               B(a, r->facts.numa_ram), B(b, r->facts.host_ram));
     printf("  nvme: %s over %d path(s) (%s)\n", B(a, r->hw.nvme_bytes), r->hw.n_nvme_paths,
            r->facts.nvme_how);
     char upd[48] = "", links[256], nvme[400];
@@ -1283,7 +1287,7 @@ static json_t *json_inputs(const cli *c, const result *r)
     return json_pack(
         "{s:{s:s,s:b,s:I,s:i,s:i,s:i,s:i,s:i,s:s,s:s},s:{s:i,s:i,s:i,s:s},s:{s:s,s:s,s:I,s:I,s:I,s:"
         "I,s:I,"
-        "s:i,s:I,s:i,s:i},s:o}",
+        "s:i,s:I,s:I,s:s,s:i,s:i},s:o}",
         "model", "source", c->hf_config ? c->hf_config : c->preset, "shape_flags",
         shape_overridden(c), "params", (json_int_t)zt_shape_n_params(s), "vocab", s->vocab, "dim",
         s->dim, "layers", s->n_layers, "heads", s->n_heads, "ffn", s->ffn_dim, "dtype",
@@ -1293,7 +1297,8 @@ static json_t *json_inputs(const cli *c, const result *r)
         r->hw.device_name, "device_bytes", (json_int_t)r->hw.device_bytes, "reserve_bytes",
         (json_int_t)r->hw.reserve_bytes, "host_bytes", (json_int_t)r->hw.host_bytes, "pinned_max",
         (json_int_t)r->hw.pinned_max, "nvme_bytes", (json_int_t)r->hw.nvme_bytes, "nvme_paths",
-        c->req.n_nvme_paths, "host_ram", (json_int_t)r->facts.host_ram, "numa_nodes",
+        c->req.n_nvme_paths, "host_ram", (json_int_t)r->facts.host_ram, "numa_ram",
+        (json_int_t)r->facts.numa_ram, "host_how", r->facts.host_how, "numa_nodes",
         r->facts.numa_nodes, "cores", r->facts.cores, "speeds", speeds);
 }
 

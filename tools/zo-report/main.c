@@ -47,8 +47,11 @@ static json_t *versions_json(void)
 static json_t *cpu_json(void)
 {
     char model[256];
-    return json_pack("{s:s, s:i, s:s, s:s}", "model", zo_sysinfo_cpu_model(model, sizeof model),
-                     "online_cpus", (int)sysconf(_SC_NPROCESSORS_ONLN), "simd_detected",
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    json_int_t ram = pages > 0 && page > 0 ? (json_int_t)pages * page : 0;
+    return json_pack("{s:s, s:i, s:I, s:s, s:s}", "model",
+                     zo_sysinfo_cpu_model(model, sizeof model), "online_cpus",
+                     (int)sysconf(_SC_NPROCESSORS_ONLN), "ram_bytes", ram, "simd_detected",
                      zo_simd_level_name(zo_cpu_simd_detected()), "simd_used",
                      zo_simd_level_name(zo_cpu_simd_level()));
 }
@@ -212,12 +215,15 @@ static void print_human(json_t *r)
            json_string_value(json_object_get(v, "liburing")),
            json_string_value(json_object_get(v, "hwloc")));
     json_t *cpu = json_object_get(r, "cpu");
-    printf("\nCPU: %s, %lld online CPUs, SIMD %s (used: %s)\n",
+    char b2[32];
+    printf("\nCPU: %s, %lld online CPUs, %s of RAM, SIMD %s (used: %s)\n",
            json_string_value(json_object_get(cpu, "model")),
            (long long)json_integer_value(json_object_get(cpu, "online_cpus")),
+           gib(b2, sizeof b2, json_integer_value(json_object_get(cpu, "ram_bytes"))),
            json_string_value(json_object_get(cpu, "simd_detected")),
            json_string_value(json_object_get(cpu, "simd_used")));
     printf("\nNUMA nodes:\n");
+    json_int_t numa_ram = 0;
     size_t i;
     json_t *e;
     json_array_foreach(json_object_get(r, "numa_nodes"), i, e)
@@ -227,7 +233,15 @@ static void print_human(json_t *r)
                gib(b, sizeof b, json_integer_value(json_object_get(e, "memory_bytes"))),
                (long long)json_integer_value(json_object_get(e, "cores")),
                (long long)json_integer_value(json_object_get(e, "hardware_threads")));
+        numa_ram += json_integer_value(json_object_get(e, "memory_bytes"));
     }
+    /* In a VM hwloc's nodes were seen to hold 5.0 of 125.9 GiB: say so, since
+     * the host pool's placement reads the nodes and the tools plan by RAM. */
+    json_int_t ram = json_integer_value(json_object_get(cpu, "ram_bytes"));
+    if (numa_ram && ram && (numa_ram < ram / 10 * 9 || numa_ram > ram))
+        printf("  note: these nodes hold %s of the %s of RAM the kernel reports (zo-train and "
+               "zo-plan use the kernel's figure)\n",
+               gib(b, sizeof b, numa_ram), gib(b2, sizeof b2, ram));
     printf("\nDevices:\n");
     json_t *gpus = json_object_get(r, "gpus");
     json_array_foreach(gpus, i, e)

@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 
-#include "host_limit.h"
 #include "pipeline.h"
 #include "ranks.h"
 #include "report.h"
@@ -20,6 +19,7 @@
 #include "zo/nvtx.h"
 #include "zo/units.h"
 #include "zt_error.h"
+#include "zt_host_limit.h"
 
 struct zt_trainer {
     zt_options o;

@@ -1,6 +1,6 @@
-/* zo-train's host memory limit (host_limit.h): physical RAM from sysconf,
+/* The host memory limit (zt_host_limit.h): physical RAM from sysconf,
  * the cgroup limit from /proc/self/cgroup and the cgroup file system. */
-#include "host_limit.h"
+#include "zt_host_limit.h"
 
 #include <stdio.h>
 #include <stdlib.h>

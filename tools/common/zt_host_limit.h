@@ -1,4 +1,4 @@
-/* zo-train's host memory limit: what the machine can spare for a run
+/* The tools' host memory limit: what the machine can spare for a run
  * (physical RAM less a margin, and the cgroup's limit when one is set),
  * checked against the engine's plan before anything is allocated. */
 #ifndef ZT_HOST_LIMIT_H
