@@ -504,17 +504,12 @@ static void test_unsupported_features(void **state)
 {
     (void)state;
     static const bad_case bad[] = {
-        {"{\"train_batch_size\": 8, \"tensor_parallel\": {\"autotp_size\": 4}}",
-         "'tensor_parallel' is on, but tensor parallelism (AutoTP) is not supported by zoffload; "
-         "the nearest it has is zo-train's --tensor-parallel T (Megatron's column- and "
-         "row-parallel blocks; a config does not set it yet); "
-         "remove it or turn it off, or set 'zoffload.ignore_unsupported' to true to train "
-         "without it"},
         {"{\"train_batch_size\": 8, \"sequence_parallel_size\": 2}",
-         "'sequence_parallel_size' is on, but sequence parallelism (Ulysses) is not supported by "
-         "zoffload; the nearest it has is a longer --seq on one rank (attention memory grows "
-         "linearly); remove it or turn it off, or set 'zoffload.ignore_unsupported' to true to "
-         "train without it"},
+         "'sequence_parallel_size' is on, but sequence parallelism (Ulysses: all-to-all over the "
+         "heads) is not supported by zoffload; the nearest it has is "
+         "'tensor_parallel.autotp_size' with 'zoffload.sequence_parallel' (Megatron's sequence "
+         "parallelism inside the tensor-parallel group), or a longer --seq on one rank; remove "
+         "it or turn it off, or set 'zoffload.ignore_unsupported' to true to train without it"},
         {"{\"train_batch_size\": 8, \"zero_optimization\": {\"zenflow\": {\"topk_ratio\": 0.1}}}",
          "'zero_optimization.zenflow' is on, but ZenFlow's stall-free offloading that updates "
          "only the top-k gradients per step is not supported by zoffload; the nearest it has is "
@@ -567,9 +562,48 @@ static void test_unsupported_features(void **state)
     assert_int_equal(ig.n_ignored, 1);
     assert_string_equal(ig.ignored[0], "sequence_parallel_size");
     assert_int_equal(w.n, 1);
-    assert_string_equal(w.last, "'sequence_parallel_size' (sequence parallelism (Ulysses)) is not "
-                                "supported by zoffload; training without it, as "
-                                "'zoffload.ignore_unsupported' asks");
+    assert_string_equal(w.last, "'sequence_parallel_size' (sequence parallelism (Ulysses: "
+                                "all-to-all over the heads)) is not supported by zoffload; "
+                                "training without it, as 'zoffload.ignore_unsupported' asks");
+}
+
+/* DeepSpeed's tensor_parallel section sets zo-train's --tensor-parallel:
+ * autotp_size (AutoTP training) or its inference name tp_size, "auto" or
+ * absent for none; zoffload.sequence_parallel its --sequence-parallel. */
+static void test_tensor_parallel_keys(void **state)
+{
+    (void)state;
+    zo_train_config c = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(
+        resolve_text("{\"train_batch_size\": 8, \"tensor_parallel\": {\"autotp_size\": 4}, "
+                     "\"zoffload\": {\"sequence_parallel\": true}}",
+                     1, &c, NULL));
+    assert_int_equal(c.tensor_parallel.autotp_size, 4);
+    assert_int_equal(c.zoffload.sequence_parallel, 1);
+    zo_train_config a = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": 8, \"tensor_parallel\": {\"tp_size\": 2}}", 1,
+                              &a, NULL));
+    assert_int_equal(a.tensor_parallel.autotp_size, 2);
+    assert_int_equal(a.zoffload.sequence_parallel, 0);
+    zo_train_config n = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(
+        resolve_text("{\"train_batch_size\": 8, \"tensor_parallel\": {\"autotp_size\": \"auto\"}}",
+                     1, &n, NULL));
+    assert_int_equal(n.tensor_parallel.autotp_size, 0);
+    static const bad_case bad[] = {
+        {"{\"train_batch_size\": 8, \"tensor_parallel\": {\"autotp_size\": 128}}",
+         "'tensor_parallel.autotp_size': expected an integer in [0, 64] or \"auto\", found 128"},
+        {"{\"train_batch_size\": 8, \"tensor_parallel\": {\"autotp_size\": 2, \"tp_size\": 2}}",
+         "'tensor_parallel.tp_size' and 'autotp_size' name the same setting; give only one"},
+        {"{\"train_batch_size\": 8, \"tensor_parallel\": {\"autotp_size\": \"2\"}}",
+         "'tensor_parallel.autotp_size': expected an integer in [0, 64] or \"auto\", found string "
+         "\"2\""},
+        {"{\"train_batch_size\": 8, \"tensor_parallel\": {\"tp_sise\": 2}}",
+         "unknown key 'tensor_parallel.tp_sise'; did you mean 'tp_size'?"},
+        {"{\"train_batch_size\": 8, \"zoffload\": {\"sequence_parallel\": 2}}",
+         "'zoffload.sequence_parallel': expected true or false, found 2"},
+    };
+    expect_bad_cases(bad, sizeof bad / sizeof bad[0]);
 }
 
 /* Unknown top-level keys: a warning when they are no near-miss of a real
@@ -901,6 +935,7 @@ int main(void)
         cmocka_unit_test(test_defaults_and_variants),
         cmocka_unit_test(test_deepspeed_names_and_aliases),
         cmocka_unit_test(test_unsupported_features),
+        cmocka_unit_test(test_tensor_parallel_keys),
         cmocka_unit_test(test_unknown_top_level_keys),
         cmocka_unit_test(test_warmup_max_lr_is_the_optimizer_lr),
         cmocka_unit_test(test_batch_arithmetic),

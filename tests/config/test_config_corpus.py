@@ -1,7 +1,8 @@
 """Real DeepSpeed configs (tests/config/real, sources in its README) run as a new user runs them:
 `zo-train --config FILE --steps 1 --seq 32 --micro-batch 2`. Each must do what real/expected.txt
 says: train one step (exit 0, one finite loss), or be refused before anything runs (exit 2) as not
-supported by zoffload, naming the key (and the optimizer or scheduler type) it lacks. A config
+supported by zoffload, naming the key (and the optimizer or scheduler type) it lacks, or ("ranks N",
+a tensor_parallel.autotp_size N config) be refused on one process (exit 2) saying to launch N ranks. A config
 added to the folder without a line there fails the test, so every new one is classified.
 Prints the table of outcomes. Run by ctest: test_config_corpus.py ZO_TRAIN CORPUS_DIR."""
 import json
@@ -48,6 +49,13 @@ def check_refused(rc, err, outcome):
     return None
 
 
+def check_ranks(rc, err, outcome):
+    n = outcome.split()[1]
+    if rc != 2 or "tensor_parallel.autotp_size" not in err or f"mpirun -np {n}" not in err:
+        return f"exit {rc}, expected 2 asking for mpirun -np {n}: {err.strip()[-300:]}"
+    return None
+
+
 def main():
     exe, corpus = sys.argv[1], sys.argv[2]
     want = expectations(corpus)
@@ -63,6 +71,7 @@ def main():
             rc, out, err = run(exe, os.path.join(corpus, f), swap)
             outcome = want[f]
             bad = (check_trains(rc, out, err) if outcome == "trains"
+                   else check_ranks(rc, err, outcome) if outcome.startswith("ranks ")
                    else check_refused(rc, err, outcome))
             kind = outcome.split()[0]
             counts[kind if not bad else "wrong"] = counts.get(kind if not bad else "wrong", 0) + 1
@@ -71,6 +80,7 @@ def main():
                 failures.append(f"{f}: {bad}")
     print(f"\n{len(files)} configs: {counts.get('trains', 0)} train, "
           f"{counts.get('unsupported', 0)} refused as not supported, "
+          f"{counts.get('ranks', 0)} asking for their tensor-parallel ranks, "
           f"{counts.get('wrong', 0)} wrong")
     for msg in failures:
         print("FAIL", msg, file=sys.stderr)

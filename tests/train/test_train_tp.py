@@ -26,6 +26,8 @@ digest for one model's weights at every T and grid.
 
 usage: test_train_tp.py MPIEXEC ZO_TRAIN
 """
+import json
+import os
 import sys
 import tempfile
 
@@ -109,14 +111,27 @@ def digests(d):
 
 def placements(d):
     """T = 2: the optimizer states on NVMe (default), in host memory, the parameters on the
-    device, and the overlap mode: the same bits; dpu the same across placements."""
+    device, the overlap mode and the block inputs in host memory (--act-home host): the same
+    bits; dpu the same across placements. T from a DeepSpeed config's
+    tensor_parallel.autotp_size (and its inference name tp_size) is --tensor-parallel's run."""
     base = ["--grad-accum", "2", "--dtype", "fp32", "--tensor-parallel", "2", "--weights-digest"]
     ref = train(2, base, d + "/p0")
     check(ref is None or len(ref.get("weights_digest", "")) == 16, "T 2: a weights digest")
     for i, extra in enumerate((["--offload-optimizer", "cpu"],
                                ["--offload-optimizer", "cpu", "--offload-param", "none"],
-                               ["--optimizer-mode", "overlap"])):
+                               ["--optimizer-mode", "overlap"], ["--act-home", "host"])):
         bitwise("T 2 " + " ".join(extra), ref, train(2, base + extra, d + "/p%d" % (i + 1)))
+    # a config brings DeepSpeed's defaults (no clipping): against the flag with an empty one
+    plain = os.path.join(d, "tp-none.json")
+    with open(plain, "w") as f:
+        json.dump({}, f)
+    flag = train(2, base + ["--config", plain], d + "/pc")
+    for i, key in enumerate(("autotp_size", "tp_size")):
+        cfg = os.path.join(d, "tp-%s.json" % key)
+        with open(cfg, "w") as f:
+            json.dump({"tensor_parallel": {key: 2}}, f)
+        bitwise("T 2 from the config's tensor_parallel.%s" % key, flag,
+                train(2, base[:4] + base[6:] + ["--config", cfg], d + "/pc%d" % i))
     # dpu applies each update a step late (not sync's losses): itself across placements
     dpu = base + ["--optimizer-mode", "dpu"]
     bitwise("T 2 dpu, states in host memory", train(2, dpu, d + "/p5"),

@@ -26,6 +26,7 @@ gradient are 1/T).
 
 usage: test_train_tp_sp.py MPIEXEC ZO_TRAIN
 """
+import json
 import sys
 import tempfile
 
@@ -111,6 +112,15 @@ def placements(d):
                                ["--optimizer-mode", "overlap"], ["--act-home", "host"])):
         bitwise("T 2 sequence parallel " + " ".join(extra), ref,
                 train(2, base + extra, d + "/q%d" % (i + 1)))
+    # the same run from a DeepSpeed config's keys, against the flags with an empty config
+    # (a config brings DeepSpeed's defaults: no clipping)
+    cfg, plain = d + "/tp-sp.json", d + "/tp-none.json"
+    with open(cfg, "w") as f:
+        json.dump({"tensor_parallel": {"autotp_size": 2}, "zoffload": {"sequence_parallel": True}}, f)
+    with open(plain, "w") as f:
+        json.dump({}, f)
+    bitwise("T 2 sequence parallel from the config", train(2, base + ["--config", plain], d + "/qf"),
+            train(2, base[:4] + ["--weights-digest", "--config", cfg], d + "/qc"))
 
 
 def resume(d):

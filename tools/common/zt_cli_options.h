@@ -231,7 +231,7 @@
             "outputs all-reduced, the embedding and head split over the\n"                         \
             "vocabulary; every tier holds 1/T of each tensor;\n"                                   \
             "N = S x D x T ranks, rank r tensor rank r % T\n"                                      \
-            "(tensor_parallel.tp_size in a --config)"),                                            \
+            "(tensor_parallel.autotp_size, or tp_size, in a --config)"),                           \
       ZT_IN(PIPELINE, "T|auto",                                                                    \
             "plan T tensor-parallel ranks per layer (1/T of every\n"                               \
             "tensor and of the FLOPs per rank, the all-reduces over the\n"                         \
@@ -243,7 +243,8 @@
             "with --tensor-parallel T: the norms and residual adds hold\n"                         \
             "seq/T of the tokens per rank (Megatron's sequence\n"                                  \
             "parallelism): reduce-scatters and all-gathers replace the\n"                          \
-            "all-reduces; --seq a multiple of T"),                                                 \
+            "all-reduces; --seq a multiple of T\n"                                                  \
+            "(zoffload.sequence_parallel in a --config)"),                                        \
       ZT_IN(PIPELINE, NULL,                                                                        \
             "plan --tensor-parallel with sequence parallelism: the\n"                              \
             "residual stream's activations 1/T per rank, reduce-scatters\n"                        \

@@ -60,7 +60,7 @@ typedef struct section section;
 /* How a key's value says its feature is off; DeepSpeed reads each its own way. */
 typedef enum off_rule {
     OFF_ENABLED, /* false, null, 0, {} or objects whose "enabled" keys are all false */
-    OFF_SIZE,    /* sizes <= 1 (sequence_parallel_size, tensor_parallel.autotp_size) */
+    OFF_SIZE,    /* sizes <= 1 (sequence_parallel_size) */
     OFF_NEVER,   /* any value: a name DeepSpeed itself refuses */
 } off_rule;
 
@@ -368,6 +368,14 @@ static const key_spec pipeline_keys[] = {
 };
 static const section pipeline_sec = SECTION(pipeline_keys);
 
+/* DeepSpeed's AutoTP training (autotp_size) and inference (tp_size) names of
+ * the tensor-parallel degree: zo-train's --tensor-parallel. */
+static const key_spec tensor_parallel_keys[] = {
+    I("autotp_size", tensor_parallel.autotp_size, F_AUTO, 0, 64), /* 0 (as "auto"): none */
+    IA("tp_size", tensor_parallel.autotp_size, F_AUTO, 0, 64),
+};
+static const section tensor_parallel_sec = SECTION(tensor_parallel_keys);
+
 /* DeepSpeed's names (runtime/constants.py); the keys of its variable and
  * bslongformer modes have no effect in the modes offered (DeepSpeed reads
  * only its mode's keys). */
@@ -433,6 +441,7 @@ static const key_spec zoffload_keys[] = {
     B("master_split", zoffload.master_split),
     B("update_behind", zoffload.update_behind),
     B("embedding_f32_states", zoffload.embedding_f32_states),
+    B("sequence_parallel", zoffload.sequence_parallel),
     E("reduce_order", zoffload.reduce_order, 0, reduce_order_names, 0),
     {"placement", K_PLACEMENT, 0, 0, 0, 0, NULL, 0, &placement_sec, NULL},
     B("ignore_unsupported", zoffload.ignore_unsupported),
@@ -481,6 +490,7 @@ static const key_spec root_keys[] = {
     S("zero_optimization", zero_sec),
     S("aio", aio_sec),
     S("pipeline", pipeline_sec),
+    S("tensor_parallel", tensor_parallel_sec),
     S("zoffload", zoffload_sec),
     /* DeepSpeed features that do not apply to zoffload or that it does its
      * own way: accepted, with a warning when on. */
@@ -525,12 +535,10 @@ static const key_spec root_keys[] = {
      * zoffload.ignore_unsupported says to train without them. */
     U("amp", "NVIDIA Apex mixed precision", "'bf16' or 'fp16'", OFF_ENABLED),
     U("torch_autocast", "torch.autocast mixed precision", "'bf16' or 'fp16'", OFF_ENABLED),
-    U("tensor_parallel", "tensor parallelism (AutoTP)",
-      "zo-train's --tensor-parallel T (Megatron's column- and row-parallel blocks; a config "
-      "does not set it yet)",
+    U("sequence_parallel_size", "sequence parallelism (Ulysses: all-to-all over the heads)",
+      "'tensor_parallel.autotp_size' with 'zoffload.sequence_parallel' (Megatron's sequence "
+      "parallelism inside the tensor-parallel group), or a longer --seq on one rank",
       OFF_SIZE),
-    U("sequence_parallel_size", "sequence parallelism (Ulysses)",
-      "a longer --seq on one rank (attention memory grows linearly)", OFF_SIZE),
     U("expert_parallel", "expert parallelism for mixture-of-experts models", NULL, OFF_ENABLED),
     U("compression_training", "quantization-aware training, pruning and layer reduction", NULL,
       OFF_ENABLED),

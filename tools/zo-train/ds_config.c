@@ -162,6 +162,8 @@ static zo_status placement(zt_options *o, const zo_train_config *cfg)
     o->micro_group = (int)cfg->zoffload.micro_group; /* within [1, 2^20]: the parser's range */
     o->pipeline_stages = (int)cfg->pipeline.stages;  /* [0, 64]: the parser's range */
     o->pipeline_split = cfg->pipeline.partition ? "uniform" : NULL;
+    o->tensor_parallel = (int)cfg->tensor_parallel.autotp_size; /* [0, 64]: the parser's range */
+    o->sequence_parallel = cfg->zoffload.sequence_parallel;
     o->act_home = cfg->zoffload.act_home; /* the config's 0 device, 1 host, 2 nvme */
     if (cfg->activation_checkpointing.cpu_checkpointing && o->act_home == ZT_ACT_DEVICE)
         o->act_home = ZT_ACT_HOST;

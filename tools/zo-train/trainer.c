@@ -864,8 +864,9 @@ static zo_status check_tensor_parallel(const zt_options *o)
     ZT_TRY(zt_tp_check(&o->shape, T));
     if (W % (S * T) != 0)
         return zt_fail(ZO_ERR_INVALID_ARG,
-                       "--tensor-parallel %d with %d pipeline stage%s needs a multiple of %d ranks "
-                       "(stages x data-parallel x tensor-parallel ranks), but the run has %d: "
+                       "--tensor-parallel %d (or a config's tensor_parallel.autotp_size) with %d "
+                       "pipeline stage%s needs a multiple of %d ranks (stages x data-parallel x "
+                       "tensor-parallel ranks), but the run has %d: "
                        "launch with mpirun -np %d (or %d, ...)",
                        T, S, S > 1 ? "s" : "", S * T, W, S * T, 2 * S * T);
     if (o->sequence_parallel && o->seq % T != 0)

@@ -25,7 +25,7 @@
  *    zo_config_set; the keys left "auto" are listed in auto_keys. An absent
  *    or "auto" scheduler warmup_max_lr is the optimizer's lr, as DeepSpeed's
  *    WarmupLR takes it.
- *  - DeepSpeed features zoffload lacks (tensor_parallel,
+ *  - DeepSpeed features zoffload lacks (sequence_parallel_size,
  *    compression_training, bf16.bf16_master_weights_and_grads...) are refused
  *    when on, by name, with the nearest alternative, unless
  *    zoffload.ignore_unsupported is true (then warned about and listed in
@@ -216,6 +216,12 @@ typedef struct zo_train_config {
         int partition;  /* 0 "parameters" (balanced parameter counts), 1 "uniform" (layers) */
     } pipeline;
 
+    /* DeepSpeed's AutoTP training section; zo-train's --tensor-parallel
+     * (Megatron's column- and row-parallel blocks). */
+    struct {
+        int64_t autotp_size; /* 0: "auto" or not given (no tensor parallelism); alias tp_size */
+    } tensor_parallel;
+
     zo_sparse_attention_config sparse_attention;
 
     struct {
@@ -241,6 +247,7 @@ typedef struct zo_train_config {
         int update_behind; /* 1: overlap mode's update after the verdict behind the next forward
                               (zo_engine_config.update_behind) */
         int embedding_f32_states; /* 0: int8 states keep the token embedding's moments fp32 */
+        int sequence_parallel;    /* 0: Megatron's sequence parallelism in the tensor group */
         int recompute; /* 0: the PyTorch front end below a resident budget fetches autograd's saved
                           parameters again in the backward; 1: each layer recomputes its forward */
         int reduce_order;       /* 0 global, 1 rank: ZeRO's order with gradient accumulation
