@@ -60,6 +60,10 @@ typedef struct zo_comm_config {
     zo_launch_config launch; /* rank, world size, rendezvous; -1/NULL/0 from the launcher */
     double timeout_s;        /* a collective not done after this fails; 0: ZO_COMM_TIMEOUT or 300 */
     size_t exact_segment_bytes; /* pipeline segment of exact reductions; 0: 1 MiB */
+    int device_buffers_only;    /* 1: a host-memory backend on a host-addressable device (mpi
+                                   or tcp on the cpu device) takes device allocations only, as
+                                   nccl does, so a program's unstaged host exchanges fail there
+                                   as on GPUs; ZO_COMM_DEVICE_ONLY=1 sets it for every one */
 } zo_comm_config;
 
 #define ZO_COMM_CONFIG_INIT                                                                        \

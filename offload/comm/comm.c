@@ -154,6 +154,21 @@ static zo_status world_ranks_identity(zo_comm_t c)
     return ZO_OK;
 }
 
+/* device_buffers_only (or ZO_COMM_DEVICE_ONLY=1) makes a host-memory communicator on a
+ * host-addressable device (mpi or tcp on the cpu device) take device allocations only, as NCCL
+ * does: a program's host-memory exchanges then fail here as they would on GPUs, so the cpu device
+ * shows that it stages them. */
+static unsigned comm_caps(const zo_comm_ops *be, const zo_comm_config *cfg)
+{
+    unsigned caps = be->caps;
+    zo_device_t dev = cfg->device;
+    int only = cfg->device_buffers_only || zo_env_int("ZO_COMM_DEVICE_ONLY", 0, 0, 1);
+    if ((caps & ZO_COMM_CAP_HOST_BUFFERS) && only &&
+        (zo_device_caps(dev) & ZO_DEVCAP_HOST_ADDRESSABLE))
+        caps = (caps & ~(unsigned)ZO_COMM_CAP_HOST_BUFFERS) | ZO_COMM_CAP_DEVICE_BUFFERS;
+    return caps;
+}
+
 zo_status zo_comm_init(zo_comm_t *out, const zo_comm_config *cfg)
 {
     if (!out)
@@ -174,6 +189,7 @@ zo_status zo_comm_init(zo_comm_t *out, const zo_comm_config *cfg)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, "comm", "out of memory");
     c->be = be;
     c->dev = cfg->device;
+    c->caps = comm_caps(be, cfg);
     c->is_world = 1;
     c->ri = ri;
     c->timeout_s =
@@ -202,6 +218,7 @@ zo_status zo_comm_split(zo_comm_t c, int color, int key, zo_comm_t *out)
     if (!child)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, "comm", "out of memory");
     *child = (struct zo_comm){.be = c->be,
+                              .caps = c->caps,
                               .dev = c->dev,
                               .timeout_s = c->timeout_s,
                               .segment_bytes = c->segment_bytes,
@@ -249,13 +266,13 @@ int zo_comm_takes_device_memory(zo_comm_t c)
 {
     if (!c)
         return 0;
-    return (c->be->caps & ZO_COMM_CAP_DEVICE_BUFFERS) ||
+    return (c->caps & ZO_COMM_CAP_DEVICE_BUFFERS) ||
            (zo_device_caps(c->dev) & ZO_DEVCAP_HOST_ADDRESSABLE) != 0;
 }
 
 int zo_comm_takes_host_memory(zo_comm_t c)
 {
-    return c && (c->be->caps & ZO_COMM_CAP_HOST_BUFFERS) != 0;
+    return c && (c->caps & ZO_COMM_CAP_HOST_BUFFERS) != 0;
 }
 
 /* ---- checks shared by every collective ---- */
@@ -307,7 +324,7 @@ static zo_status check_buffer(zo_comm_t c, const zo_coll *op, const void *p, siz
                               const char *which)
 {
     const unsigned both = ZO_COMM_CAP_HOST_BUFFERS | ZO_COMM_CAP_DEVICE_BUFFERS;
-    unsigned reach = c->be->caps & both;
+    unsigned reach = c->caps & both;
     if (!bytes)
         return ZO_OK;
     if (p && reach == both)

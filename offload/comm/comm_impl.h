@@ -69,6 +69,7 @@ typedef struct zo_comm_ops {
 
 struct zo_comm {
     const zo_comm_ops *be;
+    unsigned caps; /* the backend's, or device buffers only under ZO_COMM_DEVICE_ONLY */
     void *impl;
     zo_device_t dev;
     int rank, size;

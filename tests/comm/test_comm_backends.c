@@ -413,6 +413,43 @@ static void native_call_gets_the_backends_handle(void **state)
     assert_non_null(handle);
 }
 
+/* device_buffers_only: a second world communicator over mpi that takes
+ * device allocations only, as NCCL does, refuses a host buffer by name and
+ * gathers device ones; its sub-groups inherit it. (mpi only: a second tcp
+ * world would need a second rendezvous.) */
+static void device_only_refuses_host_buffers(void **state)
+{
+    (void)state;
+    if (strcmp(zo_comm_backend(world), "mpi") != 0)
+        skip(); /* one tcp world per rendezvous address */
+    zo_comm_config cc = ZO_COMM_CONFIG_INIT;
+    cc.backend = "mpi";
+    cc.device = dev;
+    cc.timeout_s = 60;
+    cc.device_buffers_only = 1;
+    zo_comm_t only = NULL, sub = NULL;
+    ZO_ASSERT_OK(zo_comm_init(&only, &cc));
+    assert_int_equal(zo_comm_takes_host_memory(only), 0);
+    assert_int_equal(zo_comm_takes_device_memory(only), 1);
+    int32_t host_mine = me, *host_all = calloc((size_t)n, sizeof *host_all);
+    assert_true(zo_comm_all_gather(only, s1, &host_mine, host_all, 1, ZO_DTYPE_I32) < 0);
+    assert_non_null(strstr(zo_last_error(), "needs device buffers"));
+    int32_t *d = NULL;
+    ZO_ASSERT_OK(zo_device_malloc(dev, sizeof *d * (size_t)(n + 1), (void **)&d));
+    d[n] = me * 7;
+    ZO_ASSERT_OK(zo_comm_all_gather(only, s1, d + n, d, 1, ZO_DTYPE_I32));
+    ZO_ASSERT_OK(zo_stream_synchronize(s1));
+    for (int r = 0; r < n; r++)
+        assert_int_equal(d[r], r * 7);
+    ZO_ASSERT_OK(zo_comm_split(only, me % 2, me, &sub));
+    assert_int_equal(zo_comm_takes_host_memory(sub), 0);
+    assert_true(zo_comm_all_gather(sub, s1, &host_mine, host_all, 1, ZO_DTYPE_I32) < 0);
+    zo_comm_free(sub);
+    zo_comm_free(only);
+    zo_device_mfree(dev, d);
+    free(host_all);
+}
+
 int main(int argc, char **argv)
 {
     const char *ask = argc > 1 ? argv[1] : "mpi", *want = argc > 2 ? argv[2] : ask;
@@ -453,6 +490,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(config_mismatch_names_the_key),
         cmocka_unit_test(tcp_rendezvous_with_launcher_ranks),
         cmocka_unit_test(native_call_gets_the_backends_handle),
+        cmocka_unit_test(device_only_refuses_host_buffers),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     zo_stream_destroy(s1);
