@@ -14,6 +14,13 @@ device buffers, a rank that fails to read, and resume with fewer key/value heads
   within 60 s (T 2; T 2 x D 2; T 2 staged). Measured by mutation: a rank that stops
   joining its group's gathers after the failure (the old behaviour) hangs the group
   past 300 s.
+- On a GPU the tensor group's activations and gathered weights go over NCCL, a second
+  communicator beside the host one (the engine's, the checkpoints' and the ranks' host
+  exchanges). ZT_TEST_TP_DEVICE_COMM=1 opens that second one on the cpu device over mpi
+  taking device allocations only, as NCCL does: plain and sequence-parallel T 2, and
+  2 x 2 x 2 with stages and data-parallel ranks, train and save bitwise as with the one
+  communicator. Measured by mutation: the second communicator opened without the
+  device-only flag is what -v names, and this test checks -v names the flag.
 - --hf-model with fewer key/value heads than T (1 of 4 at T 2, 2 of 4 at T 4: a head
   shared by the ranks whose query heads use it): saved after 2 steps and resumed at the
   same T, the losses, validation loss, digest and next checkpoint bitwise equal the
@@ -34,7 +41,7 @@ MPIEXEC, EXE = sys.argv[1], sys.argv[2]
 MPI = mpi(MPIEXEC)
 TINY = ["--micro-batch", "2", "--seq", "32", "--val-batches", "2", "--json", "--dtype", "fp32",
         "--weights-digest", "--grad-accum", "2"]
-HOOKS = ("ZT_TEST_STAGE_BYTES", "ZT_TEST_READ_FAIL")
+HOOKS = ("ZT_TEST_STAGE_BYTES", "ZT_TEST_READ_FAIL", "ZT_TEST_TP_DEVICE_COMM")
 
 
 def run(ranks, args, swap, timeout=300, **hooks):
@@ -98,6 +105,27 @@ def read_fails(d):
               (" ".join(cmd), p.returncode, took, want, p.stderr[-2000:]))
 
 
+def device_comm(d):
+    for ranks, flags in ((2, ["--tensor-parallel", "2"]),
+                         (2, ["--tensor-parallel", "2", "--sequence-parallel"]),
+                         (8, ["--tensor-parallel", "2", "--pipeline-stages", "2"])):
+        flags = flags + ["--steps", "2"]
+        tag = "%d-%d" % (ranks, len(flags))
+        one = train(ranks, flags + ["--save", d + "/one" + tag], d + "/s")
+        two = train(ranks, flags + ["--save", d + "/two" + tag, "-v"], d + "/s",
+                    ZT_TEST_TP_DEVICE_COMM="1")
+        what = "%s over a device-only second communicator" % " ".join(flags)
+        same_run(what, one, two)
+        if one is not None and two is not None:
+            same_files(latest(d + "/two" + tag), latest(d + "/one" + tag), what)
+    cmd, p, _ = run(2, ["--tensor-parallel", "2", "--steps", "1", "-v"], d + "/s",
+                    ZT_TEST_TP_DEVICE_COMM="1")
+    want = "tensor group reduces device memory over mpi (device allocations only)"
+    check(p.returncode == 0 and p.stderr.count(want) == 2,
+          "%s: exit %d, want '%s' from both ranks in\n%s" % (" ".join(cmd), p.returncode, want,
+                                                            p.stderr[-2000:]))
+
+
 def kv_heads_below_t(d):
     for kv, T in ((1, 2), (2, 4)):
         sub = "%s/kv%d-t%d" % (d, kv, T)
@@ -116,5 +144,6 @@ def kv_heads_below_t(d):
 with tempfile.TemporaryDirectory() as tmp:
     staged(tmp + "/staged")
     read_fails(tmp + "/fail")
+    device_comm(tmp + "/dev")
     kv_heads_below_t(tmp + "/kv")
 finish("test_train_tp_gather")

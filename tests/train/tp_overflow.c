@@ -1,7 +1,7 @@
 /* zo-train's test hooks for --tensor-parallel (tensor_parallel.h): linked
  * only into zo-train-test, so the shipped program never reads ZT_TEST_TP_INF
- * ZT_TEST_STAGE_BYTES or ZT_TEST_READ_FAIL. ZT_TEST_TP_INF=R:N plants an Inf in world rank R's part
- * of layer 1's q_proj gradient at its N-th backward fetch of layer 1. */
+ * ZT_TEST_STAGE_BYTES, ZT_TEST_READ_FAIL or ZT_TEST_TP_DEVICE_COMM. ZT_TEST_TP_INF=R:N plants an
+ * Inf in world rank R's part of layer 1's q_proj gradient at its N-th backward fetch of layer 1. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -25,4 +25,10 @@ int zt_test_read_fails(int rank)
 {
     const char *r = getenv("ZT_TEST_READ_FAIL");
     return r && *r && atoi(r) == rank;
+}
+
+int zt_test_tp_device_comm(void)
+{
+    const char *v = getenv("ZT_TEST_TP_DEVICE_COMM");
+    return v && atoi(v) == 1;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tensor_parallel.h"
 #include "zo/launch.h"
 #include "zo/optim_mode.h"
 #include "zo/topo.h"
@@ -258,6 +259,27 @@ static void option_keys(const zt_options *o, keyset *k)
     put(k, "model head_dim", "%d", s->head_dim);
 }
 
+zo_status zt_ranks_open_device(zo_comm_t *out, zo_device_t dev, const zt_options *o,
+                               const char *backend)
+{
+    zo_comm_config cc = ZO_COMM_CONFIG_INIT;
+    cc.backend = backend ? backend : o->comm_backend ? o->comm_backend : "host";
+    cc.device_buffers_only = backend == NULL;
+    cc.device = dev;
+    cc.launch.rank = o->rank;
+    cc.launch.world_size = o->world_size;
+    cc.timeout_s = o->comm_timeout_s;
+    if (backend && !zo_comm_backend_built(backend))
+        return zt_fail(ZO_ERR_UNSUPPORTED,
+                       "--tensor-parallel on a GPU all-reduces device memory over %s, which this "
+                       "build lacks: rebuild with it (the CUDA toolkit's NCCL)",
+                       backend);
+    zo_status st = zo_comm_init(out, &cc);
+    return st < 0 ? zt_fail(st, "joining %d ranks over %s for device memory: %s", o->world_size,
+                            cc.backend, zt_lib_message())
+                  : ZO_OK;
+}
+
 zo_status zt_ranks_open(zo_comm_t *out, zo_device_t dev, const zt_options *o)
 {
     zo_comm_config cc = ZO_COMM_CONFIG_INIT;
@@ -296,9 +318,7 @@ zo_status zt_ranks_agree(zo_comm_t c, zo_stream_t s, zo_status st, const char *w
     int32_t mine = st, *all = calloc((size_t)n, sizeof *all);
     if (!all)
         return zt_fail(ZO_ERR_NO_MEMORY, "%s: the ranks' outcomes", what);
-    zo_status cs = zo_comm_all_gather(c, s, &mine, all, 1, ZO_DTYPE_I32);
-    if (cs >= 0)
-        cs = zo_stream_synchronize(s);
+    zo_status cs = zt_host_all_gather(c, s, NULL, 0, &mine, all, sizeof mine);
     int bad = -1;
     for (int r = 0; cs >= 0 && r < n && bad < 0; r++)
         bad = all[r] < 0 ? r : -1;

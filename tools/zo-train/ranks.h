@@ -29,6 +29,11 @@ zo_status zt_ranks_tag_stderr(int rank);
  * buffers), then the options compared across the ranks: ZO_ERR_CONFIG naming
  * the first flag whose value differs on some rank. */
 zo_status zt_ranks_open(zo_comm_t *out, zo_device_t dev, const zt_options *o);
+/* A second world communicator for device memory: over backend ("nccl" on a
+ * GPU), or with backend NULL the host one taking device allocations only
+ * (zo_comm_config.device_buffers_only), as NCCL does: the tests' stand-in. */
+zo_status zt_ranks_open_device(zo_comm_t *out, zo_device_t dev, const zt_options *o,
+                               const char *backend);
 
 /* Every rank's outcome of a collective piece of work (one status each,
  * all-gathered): st when this rank failed, else the first failing rank's

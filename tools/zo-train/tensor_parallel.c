@@ -107,11 +107,19 @@ zo_status zt_host_all_gather(zo_comm_t comm, zo_stream_t s, void *stage, size_t 
 {
     size_t forced = zt_test_stage_bytes ? zt_test_stage_bytes() : 0;
     zo_status st;
-    if (zo_comm_takes_host_memory(comm) && !forced) {
+    if (zo_comm_takes_host_memory(comm) && (!forced || !stage)) { /* forced: stages given */
         st = zo_comm_all_gather(comm, s, mine, all, bytes, ZO_DTYPE_U8);
         return st < 0 ? st : zo_stream_synchronize(s);
     }
     const size_t T = (size_t)zo_comm_size(comm);
+    void *own = NULL; /* a buffer for this call: the small exchanges bring no stage */
+    if (!stage && bytes) {
+        stage_bytes = (T + 1) * (bytes < (4u << 20) ? bytes : (4u << 20));
+        st = zo_device_malloc(zo_stream_device(s), stage_bytes, &own);
+        if (st < 0)
+            return st;
+        stage = own;
+    }
     size_t piece = stage ? stage_bytes / (T + 1) : 0;
     piece = forced && forced < piece ? forced : piece;
     if (!piece && bytes)
@@ -131,6 +139,8 @@ zo_status zt_host_all_gather(zo_comm_t comm, zo_stream_t s, void *stage, size_t 
         zo_status sy = zo_stream_synchronize(s); /* the buffer is reused next */
         st = st < 0 ? st : sy;
     }
+    if (own)
+        zo_device_mfree(zo_stream_device(s), own);
     return st;
 }
 

@@ -62,7 +62,9 @@ void zt_tp_merge_items(const zt_shape *full, int T, int layer, int idx, const vo
  * pieces through the device buffer stage (stage_bytes; the group's T pieces
  * and the rank's own), the group gathers each piece, and the pieces go back
  * to all, so a tensor of any size needs no more device memory than stage.
- * Every rank of the group must call it with the same bytes and stage_bytes. */
+ * Every rank of the group must call it with the same bytes and stage_bytes.
+ * stage NULL: a device buffer of its own for the call (small exchanges:
+ * outcomes, losses, owners, hashes). */
 zo_status zt_host_all_gather(zo_comm_t comm, zo_stream_t s, void *stage, size_t stage_bytes,
                              const void *mine, void *all, size_t bytes);
 /* A test hook, defined only in the tests' own build of zo-train

@@ -60,6 +60,9 @@ struct zt_trainer {
      * one data-parallel index, stage-major: the engine's verdict sums over it; pipe_comm
      * itself without tensor parallelism) and the rank's view of the engine's parts */
     zo_comm_t tp_comm, mp_comm;
+    /* the tensor group's device-memory collectives (activations, gathered
+     * weights): tp_comm itself on the cpu device, else a split of dev_world */
+    zo_comm_t tp_dev, dev_world;
     zt_tp *tp;
     int *owner; /* [global tensor] the world rank holding its states (zt_trainer_tensor_owner) */
 };
@@ -715,9 +718,8 @@ static zo_status find_owners(zt_trainer *t)
                               ? zo_engine_tensor_owner(t->eng, t->ids[l][k]) * tp_size(&t->o)
                               : 0;
         }
-    if (t->pipe_comm &&
-        (st = zo_comm_all_gather(t->comm, t->s, mine, all, (size_t)n, ZO_DTYPE_U8)) >= 0)
-        st = zo_stream_synchronize(t->s);
+    if (t->pipe_comm)
+        st = zt_host_all_gather(t->comm, t->s, NULL, 0, mine, all, (size_t)n);
     if (st < 0)
         zt_lib_fail(st, "gathering the tensors' owners");
     for (int i = 0; st >= 0 && t->pipe_comm && i < n; i++)
@@ -812,17 +814,16 @@ static zo_status open_engine(zt_trainer *t)
     ZT_LIB(zo_engine_homes(t->eng, t->setup.param_homes, t->setup.optim_homes));
     zt_param_source src = {t, eng_fetch, eng_release, eng_grads_ready};
     t->src = src;
-    if (t->tp_comm && !zo_comm_takes_device_memory(t->tp_comm))
-        return zt_fail(ZO_ERR_UNSUPPORTED,
-                       "--tensor-parallel on a %s device: the ranks' communicator (%s) takes host "
-                       "buffers only, and the tensor-parallel all-reduces of activations are not "
-                       "staged through host memory yet; use the cpu device",
-                       t->setup.backend, zo_comm_backend(t->tp_comm));
-    if (t->tp_comm) { /* the model sees whole replicated tensors; the engine its parts */
-        ZT_TRY(zt_tp_init(&t->tp, t->dev, t->tp_comm, &t->o.shape, t->o.dtype,
+    if (t->tp_dev && !zo_comm_takes_device_memory(t->tp_dev))
+        return zt_fail(ZO_ERR_INTERNAL,
+                       "--tensor-parallel on a %s device: the tensor group's communicator (%s) "
+                       "takes host buffers only",
+                       t->setup.backend, zo_comm_backend(t->tp_dev));
+    if (t->tp_dev) { /* the model sees whole replicated tensors; the engine its parts */
+        ZT_TRY(zt_tp_init(&t->tp, t->dev, t->tp_dev, &t->o.shape, t->o.dtype,
                           t->o.sequence_parallel ? tp_size(&t->o) : 0, &src));
         t->src = zt_tp_source(t->tp);
-        ZT_TRY(zt_model_set_tp(t->m, t->tp_comm));
+        ZT_TRY(zt_model_set_tp(t->m, t->tp_dev));
     }
     ZT_TRY(find_owners(t));
     return t->pipe_comm ? open_pipe(t) : ZO_OK;
@@ -1008,6 +1009,28 @@ static zo_status choose_stage(zt_trainer *t)
     return ZO_OK;
 }
 
+/* The tensor group's activations and gathered weights are device memory: on
+ * a GPU they go over NCCL, a second world communicator split as tp_comm is,
+ * while the host communicator keeps the engine's, the checkpoints' and the
+ * ranks' host exchanges. On the cpu device the host communicator reaches
+ * device memory itself; the tests' hook (ZT_TEST_TP_DEVICE_COMM) opens the
+ * second one there too, taking device allocations only, as NCCL does. */
+static zo_status open_tp_device_comm(zt_trainer *t, int color, int key)
+{
+    int hook = zt_test_tp_device_comm && zt_test_tp_device_comm();
+    if (!is_cuda(t) && !hook) {
+        t->tp_dev = t->tp_comm;
+        return ZO_OK;
+    }
+    ZT_TRY(zt_ranks_open_device(&t->dev_world, t->dev, &t->o, is_cuda(t) ? "nccl" : NULL));
+    ZT_LIB(zo_comm_split(t->dev_world, color, key, &t->tp_dev));
+    if (t->o.verbose)
+        fprintf(stderr, "zo-train: rank %d's tensor group reduces device memory over %s%s\n",
+                t->o.rank, zo_comm_backend(t->tp_dev),
+                zo_comm_takes_host_memory(t->tp_dev) ? "" : " (device allocations only)");
+    return ZO_OK;
+}
+
 /* The world split into pipeline groups (the ranks of one data-parallel
  * index, in stage order) and data-parallel groups (the ranks of one
  * stage); without stages the data-parallel group is the world. */
@@ -1029,7 +1052,7 @@ static zo_status split_ranks(zt_trainer *t)
     }
     ZT_LIB(zo_comm_split(t->comm, sr * dp_size(o) + dr, tr, &t->tp_comm));
     ZT_LIB(zo_comm_split(t->comm, dr, sr * T + tr, &t->mp_comm));
-    return ZO_OK;
+    return open_tp_device_comm(t, sr * dp_size(o) + dr, tr);
 }
 
 static zo_status trainer_open(zt_trainer *t)
@@ -1088,6 +1111,9 @@ void zt_trainer_free(zt_trainer *t)
         zo_comm_free(t->dp_comm);
     if (t->mp_comm != t->pipe_comm)
         zo_comm_free(t->mp_comm);
+    if (t->tp_dev != t->tp_comm)
+        zo_comm_free(t->tp_dev);
+    zo_comm_free(t->dev_world);
     zo_comm_free(t->tp_comm);
     zo_comm_free(t->pipe_comm);
     zo_comm_free(t->comm);
@@ -1181,9 +1207,8 @@ static zo_status mean_loss(zt_trainer *t, float *loss)
     if (t->pipe) /* the last stage's */
         ZT_TRY(zt_pipe_share_losses(t->pipe, t->losses, n));
     if (t->dp_comm) {
-        ZT_LIB(zo_comm_all_gather(t->dp_comm, t->s, t->losses, t->all_losses, (size_t)n,
-                                  ZO_DTYPE_F32));
-        ZT_LIB(zo_stream_synchronize(t->s));
+        ZT_LIB(zt_host_all_gather(t->dp_comm, t->s, NULL, 0, t->losses, t->all_losses,
+                                  (size_t)n * sizeof *t->losses));
         W = dp_size(&t->o);
         l = t->all_losses;
     }
@@ -1397,9 +1422,7 @@ static zo_status owners_hashes(zt_trainer *t, uint64_t *h, uint64_t *all, int n,
     const int W = t->o.world_size;
     const size_t per = 2 * (size_t)n + 1;
     h[2 * n] = (uint64_t)(int64_t)mine;
-    zo_status gst = zo_comm_all_gather(t->comm, t->s, h, all, per, ZO_DTYPE_U64);
-    if (gst >= 0)
-        gst = zo_stream_synchronize(t->s);
+    zo_status gst = zt_host_all_gather(t->comm, t->s, NULL, 0, h, all, per * sizeof *h);
     if (mine < 0)
         return mine;
     if (gst < 0)

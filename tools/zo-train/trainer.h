@@ -206,6 +206,10 @@ zo_status zt_trainer_weights_digest(zt_trainer *t, uint64_t *out);
  * rank `rank` is to fail reading its master weights for the digest and
  * zt_trainer_read_weights. zo-train defines none (a weak reference, NULL). */
 int zt_test_read_fails(int rank) __attribute__((weak));
+/* A test hook, defined only in zo-train-test (ZT_TEST_TP_DEVICE_COMM=1): the
+ * tensor group's device collectives go over a second communicator that takes
+ * device allocations only, as NCCL does on a GPU. */
+int zt_test_tp_device_comm(void) __attribute__((weak));
 
 /* Where training stands between steps, beside the engine's state: what a
  * checkpoint must hold to continue bitwise. */
