@@ -23,8 +23,8 @@
 #include "cpu_flash.h"
 #include "cpu_gemm.h"
 #include "cpu_pool.h"
+#include "cpu_rows.h"
 #include "device_impl.h"
-#include "zo_dtype_conv.h"
 
 #define SUBSYS "ops"
 
@@ -34,7 +34,6 @@ typedef struct flash_geom {
     const zo_flash_args *a;
     int T, H, KV, D, G; /* seq, query heads, key/value heads, head_dim, group */
     int bt, nt;         /* tile rows, tiles per sequence */
-    size_t es;
     /* The (batch, key/value head) group being run, its rows in fp32 panels
      * (head-major, T x D per head): q and dout of its G query heads, k, v. */
     int b, kvh;
@@ -49,8 +48,7 @@ static flash_geom geom_of(const zo_flash_args *a)
                     .H = d->heads,
                     .KV = d->kv_heads,
                     .D = d->head_dim,
-                    .G = d->heads / d->kv_heads,
-                    .es = zo_dtype_size(d->dt)};
+                    .G = d->heads / d->kv_heads};
     g.bt = zo_flash_tile(d);
     g.nt = (g.T + g.bt - 1) / g.bt;
     return g;
@@ -86,44 +84,26 @@ static int allowed(const zo_flash_attn_desc *d, int i, int j)
     return (!d->causal || j <= i) && (d->window <= 0 || i - j < d->window);
 }
 
-/* ---- tile loads and stores: rows of a (batch, seq, heads, head_dim) tensor ---- */
+/* ---- tile loads and stores: rows of a (batch, seq, heads, head_dim) tensor ----
+ * The row kernels' conversions (cpu_rows.h: vectorized, the same bits as
+ * zo/half.h's), one row at a time: a head's rows are strided. */
 
 static void load_rows(float *dst, const void *src, zo_dtype dt, const flash_geom *g, int b,
                       int heads, int h, int r0, int n)
 {
-    size_t es = g->es;
-    for (int r = 0; r < n; r++) {
-        const char *p = (const char *)src + (((size_t)b * g->T + r0 + r) * heads + h) * g->D * es;
-        float *o = dst + (size_t)r * g->D;
-        if (dt == ZO_DTYPE_F32) {
-            memcpy(o, p, (size_t)g->D * sizeof *o);
-        } else if (dt == ZO_DTYPE_BF16) {
-            for (int i = 0; i < g->D; i++)
-                o[i] = zo_conv_bf16_to_f32(((const uint16_t *)p)[i]);
-        } else {
-            for (int i = 0; i < g->D; i++)
-                o[i] = zo_conv_f16_to_f32(((const uint16_t *)p)[i]);
-        }
-    }
+    const zo_cpu_rowk *k = zo_cpu_rows();
+    for (int r = 0; r < n; r++)
+        k->load(dst + (size_t)r * g->D, src, dt, (((size_t)b * g->T + r0 + r) * heads + h) * g->D,
+                (size_t)g->D);
 }
 
 static void store_rows(void *dst, zo_dtype dt, const float *src, const flash_geom *g, int b,
                        int heads, int h, int r0, int n)
 {
-    size_t es = g->es;
-    for (int r = 0; r < n; r++) {
-        char *p = (char *)dst + (((size_t)b * g->T + r0 + r) * heads + h) * g->D * es;
-        const float *s = src + (size_t)r * g->D;
-        if (dt == ZO_DTYPE_F32) {
-            memcpy(p, s, (size_t)g->D * sizeof *s);
-        } else if (dt == ZO_DTYPE_BF16) {
-            for (int i = 0; i < g->D; i++)
-                ((uint16_t *)p)[i] = zo_conv_f32_to_bf16(s[i]);
-        } else {
-            for (int i = 0; i < g->D; i++)
-                ((uint16_t *)p)[i] = zo_conv_f32_to_f16(s[i]);
-        }
-    }
+    const zo_cpu_rowk *k = zo_cpu_rows();
+    for (int r = 0; r < n; r++)
+        k->store(dst, dt, (((size_t)b * g->T + r0 + r) * heads + h) * g->D, src + (size_t)r * g->D,
+                 (size_t)g->D);
 }
 
 /* Per-part room: two row tiles (bt x D), two score tiles (bt x bt) and two
