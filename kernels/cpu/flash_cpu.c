@@ -160,6 +160,47 @@ static void scores(const flash_geom *g, const flash_bufs *w, int qt, int kt, int
                 w->s[(size_t)r * nk + c] = -INFINITY;
 }
 
+/* ---- row reductions ---- */
+
+enum { LANES = 16 };
+
+/* The largest of x[0..n) (-inf for none): sixteen running maxima, then
+ * theirs. A maximum is exact in any order, so this is the sequential
+ * loop's value, without its chain of dependent compares. */
+static float row_max(const float *x, int n, float mx)
+{
+    float m[LANES];
+    for (int l = 0; l < LANES; l++)
+        m[l] = mx;
+    int c = 0;
+    for (; c + LANES <= n; c += LANES)
+        for (int l = 0; l < LANES; l++)
+            m[l] = x[c + l] > m[l] ? x[c + l] : m[l];
+    for (; c < n; c++)
+        m[0] = x[c] > m[0] ? x[c] : m[0];
+    for (int l = 0; l < LANES; l++)
+        mx = m[l] > mx ? m[l] : mx;
+    return mx;
+}
+
+/* The sum of x[0..n) in a fixed order: sixteen running sums (lane l takes
+ * x[l], x[l + 16], ...), the tail into lane 0, then the lanes pairwise. A
+ * sequential sum waits on each add in turn, and was a fifth of the op. */
+static float row_sum(const float *x, int n)
+{
+    float a[LANES] = {0};
+    int c = 0;
+    for (; c + LANES <= n; c += LANES)
+        for (int l = 0; l < LANES; l++)
+            a[l] += x[c + l];
+    for (; c < n; c++)
+        a[0] += x[c];
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++)
+            a[l] += a[l + w];
+    return a[0];
+}
+
 /* ---- forward: one query tile of one head ---- */
 
 /* Online softmax over one key tile: rescale the running sum and accumulator
@@ -167,18 +208,14 @@ static void scores(const flash_geom *g, const flash_bufs *w, int qt, int kt, int
 static void online_softmax(const flash_geom *g, const flash_bufs *w, int nq, int nk)
 {
     for (int r = 0; r < nq; r++) {
-        float *s = w->s + (size_t)r * nk, mx = w->m[r];
-        for (int c = 0; c < nk; c++)
-            mx = s[c] > mx ? s[c] : mx;
+        float *s = w->s + (size_t)r * nk, mx = row_max(s, nk, w->m[r]);
         if (mx == -INFINITY) { /* nothing allowed yet: the row stays empty */
             memset(s, 0, (size_t)nk * sizeof *s);
             continue;
         }
-        float alpha = zo_exp_shifted1(w->m[r], mx), sum = 0.0f; /* 0 from an empty row */
+        float alpha = zo_exp_shifted1(w->m[r], mx); /* 0 from an empty row */
         zo_cpu_exp_shifted(s, nk, mx);
-        for (int c = 0; c < nk; c++)
-            sum += s[c];
-        w->l[r] = w->l[r] * alpha + sum;
+        w->l[r] = w->l[r] * alpha + row_sum(s, nk);
         w->m[r] = mx;
         float *acc = w->acc + (size_t)r * g->D;
         for (int i = 0; i < g->D; i++)
@@ -318,12 +355,10 @@ static void dq_item(const flash_geom *g, flash_bufs *w, int b, int h, int qt)
         probs_and_dprobs(g, w, b, h, qt, kt, nq, nk, state);
         for (int r = 0; r < nq; r++) {
             const float *p = w->s + (size_t)r * nk;
-            float *pdp = w->p + (size_t)r * nk, sum = 0.0f;
-            for (int c = 0; c < nk; c++) {
+            float *pdp = w->p + (size_t)r * nk;
+            for (int c = 0; c < nk; c++)
                 pdp[c] *= p[c];
-                sum += pdp[c];
-            }
-            delta[r] += sum;
+            delta[r] += row_sum(pdp, nk);
         }
         zo_cpu_sgemm_here(0, 0, nq, g->D, nk, 1.0f, w->p, nk, w->k, g->D, 1.0f, w->acc, g->D);
         zo_cpu_sgemm_here(0, 0, nq, g->D, nk, 1.0f, w->s, nk, w->k, g->D, 1.0f, w->acc2, g->D);
@@ -346,28 +381,50 @@ typedef void (*item_fn)(const flash_geom *g, flash_bufs *w, int b, int head, int
 typedef struct flash_job {
     const flash_geom *g;
     item_fn fn;
-    int b, h0; /* items: heads h0.. of batch element b, nt tiles each */
-    size_t n, parts;
+    int b, h0;                             /* items: heads h0.. of batch element b, nt tiles each */
+    size_t parts, first[ZO_CPU_PARTS + 1]; /* part p: items first[p] .. first[p + 1] - 1 */
     float *room;
 } flash_job;
 
 static void flash_part(void *p, size_t part)
 {
     const flash_job *j = p;
-    size_t lo, hi;
-    zo_cpu_part(j->n, j->parts, 1, part, &lo, &hi);
     flash_bufs w = bufs_at(j->g, j->room + part * bufs_floats(j->g));
-    for (size_t it = lo; it < hi; it++)
+    for (size_t it = j->first[part]; it < j->first[part + 1]; it++)
         j->fn(j->g, &w, j->b, j->h0 + (int)(it / (size_t)j->g->nt), (int)(it % (size_t)j->g->nt));
 }
 
+/* The tile pairs item tile t computes: key tiles of query tile t (forward,
+ * dq), or query tiles of key tile t (dk/dv, over the group's heads alike). */
+static size_t item_cost(const flash_geom *g, item_fn fn, int t)
+{
+    size_t c = 1; /* loads and stores */
+    for (int u = 0; u < g->nt; u++)
+        c += (fn == dkdv_item ? tile_state(g, u, t) : tile_state(g, t, u)) != TILE_SKIP;
+    return c;
+}
+
 /* Run fn over heads h0..h0+heads-1 of batch element b, nt tiles each, in at
- * most ZO_CPU_PARTS parts fixed by the count alone; room holds the parts'
- * buffers (ZO_CPU_PARTS of bufs_floats). */
+ * most ZO_CPU_PARTS contiguous parts of about equal work (causal and sliding
+ * window tiles differ: a causal query tile t computes t + 1 tile pairs), the
+ * bounds fixed by the shape and mask alone, so the bits never depend on the
+ * threads; room holds the parts' buffers (ZO_CPU_PARTS of bufs_floats). */
 static void run_items(const flash_geom *g, item_fn fn, int b, int h0, int heads, float *room)
 {
-    flash_job j = {g, fn, b, h0, (size_t)heads * g->nt, 0, room};
-    j.parts = zo_cpu_split(j.n, ZO_CPU_PARTS, 1);
+    flash_job j = {.g = g, .fn = fn, .b = b, .h0 = h0, .room = room};
+    size_t n = (size_t)heads * g->nt, total = 0, done = 0;
+    for (int t = 0; t < g->nt; t++)
+        total += item_cost(g, fn, t);
+    total *= (size_t)heads;
+    j.parts = zo_cpu_split(n, ZO_CPU_PARTS, 1);
+    j.first[0] = 0;
+    size_t it = 0;
+    for (size_t p = 1; p < j.parts; p++) { /* part p starts past p/parts of the work */
+        while (it < n && done * j.parts < total * p)
+            done += item_cost(g, fn, (int)(it++ % (size_t)g->nt));
+        j.first[p] = it;
+    }
+    j.first[j.parts] = n;
     zo_cpu_pool_run(j.parts, flash_part, &j);
 }
 
