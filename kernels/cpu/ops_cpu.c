@@ -737,25 +737,46 @@ static zo_status sumsq_run(const zo_sumsq_args *a, cpu_ctx *ctx)
 
 /* ---- grouped-query attention's key/value heads ---- */
 
+/* Both ops work on blocks of ZO_ROW_BLOCK values with the row kernels'
+ * conversions and adds (vectorized, the same bits as element by element):
+ * every element sees the same fp32 operations in the same order as a plain
+ * loop would do them. A sum of rows alternates between two accumulators,
+ * so that no add writes its own input. */
+
+/* acc[0..n) = 0 + x_0 + x_1 + ... (fp32, in order), x_j at in's element
+ * off + j * stride; returns the buffer that holds it. */
+static float *sum_blocks(const zo_cpu_rowk *k, const void *in, zo_dtype dt, size_t off,
+                         size_t stride, size_t count, size_t n, float *acc, float *alt, float *tmp)
+{
+    for (size_t i = 0; i < n; i++)
+        acc[i] = 0.0f;
+    for (size_t j = 0; j < count; j++) {
+        k->load(tmp, in, dt, off + j * stride, n);
+        k->add(alt, acc, tmp, n);
+        float *t = acc;
+        acc = alt, alt = t;
+    }
+    return acc;
+}
+
 CPU_TASK(repeat_kv, zo_repeat_kv_args)
 static zo_status repeat_kv_run(const zo_repeat_kv_args *a, cpu_ctx *ctx)
 {
     const size_t D = (size_t)a->head_dim, K = (size_t)a->kv_heads, G = (size_t)a->group;
-    for (size_t r = 0; r < a->rows; r++)
-        for (size_t k = 0; k < K; k++)
-            for (size_t i = 0; i < D; i++) {
-                size_t small = (r * K + k) * D + i, big0 = ((r * K + k) * G) * D + i;
-                if (!a->bwd) {
-                    float v = ld_el(a->in, a->dt, small);
-                    for (size_t j = 0; j < G; j++)
-                        st_el(a->out, a->dt, big0 + j * D, v);
-                    continue;
-                }
-                float sum = 0.0f; /* fp32, ascending j */
+    const zo_cpu_rowk *k = zo_cpu_rows();
+    float acc[ZO_ROW_BLOCK], alt[ZO_ROW_BLOCK], tmp[ZO_ROW_BLOCK];
+    for (size_t rk = 0; rk < a->rows * K; rk++)
+        for (size_t i = 0; i < D; i += ZO_ROW_BLOCK) {
+            size_t n = min_size(D - i, ZO_ROW_BLOCK), small = rk * D + i, big0 = rk * G * D + i;
+            if (!a->bwd) {
+                k->load(tmp, a->in, a->dt, small, n);
                 for (size_t j = 0; j < G; j++)
-                    sum += ld_el(a->in, a->dt, big0 + j * D);
-                st_el(a->out, a->dt, small, sum);
+                    k->store(a->out, a->dt, big0 + j * D, tmp, n);
+                continue;
             }
+            float *sum = sum_blocks(k, a->in, a->dt, big0, D, G, n, acc, alt, tmp);
+            k->store(a->out, a->dt, small, sum, n);
+        }
     return ZO_OK;
 }
 
@@ -765,18 +786,25 @@ CPU_TASK(bias, zo_bias_args)
 static zo_status bias_run(const zo_bias_args *a, cpu_ctx *ctx)
 {
     const size_t C = (size_t)a->cols;
-    if (!a->bwd) {
-        for (size_t r = 0; r < a->rows; r++)
-            for (size_t c = 0; c < C; c++)
-                st_el(a->out, a->dt, r * C + c,
-                      ld_el(a->out, a->dt, r * C + c) + ld_el(a->in, a->dt, c));
-        return ZO_OK;
-    }
-    for (size_t c = 0; c < C; c++) {
-        float sum = 0.0f; /* fp32 over rows in order, then added once */
-        for (size_t r = 0; r < a->rows; r++)
-            sum += ld_el(a->in, a->dt, r * C + c);
-        st_el(a->out, a->out_dt, c, ld_el(a->out, a->out_dt, c) + sum);
+    const zo_cpu_rowk *k = zo_cpu_rows();
+    float acc[ZO_ROW_BLOCK], alt[ZO_ROW_BLOCK], tmp[ZO_ROW_BLOCK];
+    for (size_t c = 0; c < C; c += ZO_ROW_BLOCK) {
+        size_t n = min_size(C - c, ZO_ROW_BLOCK);
+        if (!a->bwd) {
+            k->load(tmp, a->in, a->dt, c, n);
+            for (size_t r = 0; r < a->rows; r++) {
+                k->load(acc, a->out, a->dt, r * C + c, n);
+                k->add(alt, acc, tmp, n);
+                k->store(a->out, a->dt, r * C + c, alt, n);
+            }
+            continue;
+        }
+        /* fp32 over rows in order, then added to out once */
+        float *sum = sum_blocks(k, a->in, a->dt, c, C, a->rows, n, acc, alt, tmp);
+        float *other = sum == acc ? alt : acc;
+        k->load(tmp, a->out, a->out_dt, c, n);
+        k->add(other, tmp, sum, n);
+        k->store(a->out, a->out_dt, c, other, n);
     }
     return ZO_OK;
 }

@@ -268,6 +268,75 @@ static void run_row_ops(zo_dtype dt, uint64_t seed, dumper *d)
     ls[0] = lf, ls[1] = l;
     keep(d, ls, 2), keep(d, rl, xr), keep(d, dl, xr * V);
     free(lg);
+
+    /* repeat_kv (3 rows, 2 heads of 600 each 3 times: a full block and a
+     * tail) and bias (5 rows of 1100 columns) */
+    const size_t qr = 3, qs = qr * 2 * 600;
+    float *qx = rand_vec(&seed, qs, 1, dt), *qg = rand_vec(&seed, 3 * qs, 1, dt), *qy, *qdx;
+    run_repeat_kv(g_s, dt, qx, qg, qr, 2, 3, 600, &qy, &qdx);
+    keep(d, qy, 3 * qs), keep(d, qdx, qs);
+    free(qx), free(qg);
+    const size_t br = 5, bn = br * 1100;
+    float *by0 = rand_vec(&seed, bn, 1, dt), *bb = rand_vec(&seed, 1100, 1, dt);
+    float *bdy = rand_vec(&seed, bn, 1, dt), *bdb0 = rand_vec(&seed, 1100, 1, ZO_DTYPE_F32);
+    float *by, *bdb;
+    run_bias(g_s, dt, ZO_DTYPE_F32, by0, bb, bdy, bdb0, br, 1100, &by, &bdb);
+    keep(d, by, bn), keep(d, bdb, 1100);
+    free(by0), free(bb), free(bdy), free(bdb0);
+    dev_free_all();
+}
+
+/* repeat_kv's and bias's sums against plain fp32 loops in the same order
+ * (then rounded to the dtype): bitwise, at whatever level this run has. */
+static void round_plain(float *v, size_t n, zo_dtype dt)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = dt == ZO_DTYPE_BF16  ? zo_bf16_to_f32(zo_f32_to_bf16(v[i]))
+               : dt == ZO_DTYPE_F16 ? zo_f16_to_f32(zo_f32_to_f16(v[i]))
+                                    : v[i];
+}
+
+static void test_sums_equal_plain_loops(void **state)
+{
+    (void)state;
+    uint64_t seed = 23;
+    const zo_dtype dts[] = {ZO_DTYPE_F32, ZO_DTYPE_BF16, ZO_DTYPE_F16};
+    for (int t = 0; t < 3; t++) {
+        zo_dtype dt = dts[t];
+        const size_t rows = 3, kv = 2, G = 4, D = 520, small = rows * kv * D;
+        float *x = rand_vec(&seed, small, 1, dt), *g = rand_vec(&seed, small * G, 1, dt), *y, *dx;
+        run_repeat_kv(g_s, dt, x, g, rows, (int)kv, (int)G, (int)D, &y, &dx);
+        float *want = malloc(small * sizeof *want);
+        for (size_t rk = 0; rk < rows * kv; rk++)
+            for (size_t i = 0; i < D; i++) {
+                float sum = 0.0f;
+                for (size_t j = 0; j < G; j++)
+                    sum += g[(rk * G + j) * D + i];
+                want[rk * D + i] = sum;
+            }
+        round_plain(want, small, dt);
+        assert_memory_equal(dx, want, small * sizeof *want);
+        free(x), free(g), free(y), free(dx), free(want);
+
+        const size_t R = 7, C = 530;
+        float *y0 = rand_vec(&seed, R * C, 1, dt), *b = rand_vec(&seed, C, 1, dt);
+        float *dy = rand_vec(&seed, R * C, 1, dt), *db0 = rand_vec(&seed, C, 1, dt), *by, *db;
+        run_bias(g_s, dt, dt, y0, b, dy, db0, R, (int)C, &by, &db);
+        float *wy = malloc(R * C * sizeof *wy), *wdb = malloc(C * sizeof *wdb);
+        for (size_t i = 0; i < R * C; i++)
+            wy[i] = y0[i] + b[i % C];
+        for (size_t c = 0; c < C; c++) {
+            float sum = 0.0f;
+            for (size_t r = 0; r < R; r++)
+                sum += dy[r * C + c];
+            wdb[c] = db0[c] + sum;
+        }
+        round_plain(wy, R * C, dt);
+        round_plain(wdb, C, dt);
+        assert_memory_equal(by, wy, R * C * sizeof *wy);
+        assert_memory_equal(db, wdb, C * sizeof *wdb);
+        free(y0), free(b), free(dy), free(db0), free(by), free(db), free(wy), free(wdb);
+    }
     dev_free_all();
 }
 
@@ -315,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_levels_equal_the_reference),
         cmocka_unit_test(test_reference_against_double),
         cmocka_unit_test(test_row_ops_same_bits_twice),
+        cmocka_unit_test(test_sums_equal_plain_loops),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
