@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model_shape.h"
 #include "plan_test_util.h"
 #include "zo/config.h"
 #include "zo_test.h"
@@ -884,6 +885,47 @@ static void test_max_seq(void **state)
     outputs_free(&o);
 }
 
+/* The chunk rule: zo-plan also tries a chunk that holds a whole block, and
+ * zo-train without --chunk-bytes always takes the default (the largest
+ * tensor), so the printed command must carry the plan's chunk for the run to
+ * be the plan's. At the longest sequence tiny trains at in 64 MiB the block
+ * chunk wins: the recommendation's --chunk-bytes is the JSON plan's, and
+ * differs from the default zo-train would pick. */
+static void test_command_carries_plan_chunk(void **state)
+{
+    (void)state;
+    const char *job = "--preset tiny --device cpu --gpu-mem 64MiB --micro-batch 1 --max-seq "
+                      "--attention flash";
+    char args[512];
+    snprintf(args, sizeof args, "%s", job);
+    json_t *j = run_json(args);
+    const char *rec_name = json_string_value(json_object_get(j, "recommendation"));
+    assert_non_null(rec_name);
+    json_t *plans = json_object_get(j, "strategies"), *p, *rec = NULL;
+    size_t i;
+    json_array_foreach(plans, i, p)
+    {
+        if (strcmp(json_string_value(json_object_get(p, "name")), rec_name) == 0)
+            rec = p;
+    }
+    if (!rec)
+        rec = json_object_get(j, "plan");
+    uint64_t want = (uint64_t)num(rec, "chunk_bytes");
+    json_decref(j);
+    outputs o = run(args);
+    assert_int_equal(o.status, 0);
+    const char *at = strstr(o.out, "recommended: ");
+    assert_non_null(at);
+    at = strstr(at, "--chunk-bytes ");
+    assert_non_null(at);
+    unsigned long long got = strtoull(at + strlen("--chunk-bytes "), NULL, 10);
+    outputs_free(&o);
+    assert_int_equal(got, want);
+    zt_shape s;
+    ZO_ASSERT_OK(zt_preset("tiny", &s));
+    assert_int_not_equal(got, zt_default_chunk_bytes(&s));
+}
+
 static void test_world_size(void **state)
 {
     (void)state;
@@ -1062,6 +1104,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_max_seq),
+        cmocka_unit_test(test_command_carries_plan_chunk),
         cmocka_unit_test(test_assumed_speeds_say_why),
         cmocka_unit_test(test_mixed_speed_sources),
         cmocka_unit_test(test_json_and_recommendation),
