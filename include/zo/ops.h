@@ -212,14 +212,13 @@ ZO_API zo_status zo_op_attention_bwd(zo_stream_t s, void *dq, void *dk, void *dv
  * precision in every dtype; FlashAttention-2's dout . out from the output
  * rounded to bf16 does not when the values share a large component (a v
  * bias), and a component every key shares (a k bias) turns that into a dq
- * error. (The cuda op still takes delta from out.) It is deterministic
- * without atomics: dq and delta of a query tile are summed by one task over
+ * error. (The cuda op sums it the same way, in a pass before dq.) It is
+ * deterministic without atomics: dq and delta of a query tile are summed by one task over
  * key tiles in ascending order; then dk and dv of a key tile by one task
  * over the group's query heads in ascending order and, within each, over
  * query tiles in ascending order (the scores are recomputed for each pass).
  * dq, dk, dv are written, not added. They may overwrite inputs the backward
- * no longer needs: dq may be out (the cpu op does not read out; the cuda op
- * reads it only for delta, before any dq is written), dk may be k and dv may
+ * no longer needs: dq may be out (neither op reads out), dk may be k and dv may
  * be v (each key row's gradients are written after every read of that row's
  * k and v); any other overlap is undefined. The results are the same bits
  * either way. Scores, probabilities and accumulators stay in fp32 (the

@@ -134,16 +134,14 @@ __device__ __forceinline__ bool warp_row(size_t n_rows, int T, int heads, int &b
     return true;
 }
 
-__global__ void flash_fwd_kernel(zo_flash_args a, fgeom g)
+// Calls f(j, s) for each key j query row i of head h may see (the tiles the
+// causal rule, window or block mask leave, then the pairs within), in
+// ascending order: s = scale q . k_j in fp32.
+template <typename F>
+__device__ __forceinline__ void for_each_score(const zo_flash_args &a, const fgeom &g, int b, int h,
+                                               int i, const lane_row &q, F f)
 {
-    int b, h, i;
-    if (!warp_row((size_t)g.B * g.H * g.T, g.T, g.H, b, h, i))
-        return;
     const int dt = a.d.dt, kvh = h / g.G, qt = i / g.bt;
-    lane_row q, acc;
-    row_load(q, a.q, dt, q_at(g, b, i, h), g.D);
-    row_zero(acc);
-    float m = -INFINITY, l = 0.0f;
     for (int kt = 0; kt < g.nt; kt++) {
         const int state = tile_state(a, g, qt, kt);
         if (state == kSkip)
@@ -151,35 +149,74 @@ __global__ void flash_fwd_kernel(zo_flash_args a, fgeom g)
         for (int j = kt * g.bt; j < min((kt + 1) * g.bt, g.T); j++) {
             if (state == kPartial && !pair_allowed(a, i, j))
                 continue;
-            const float s = a.d.scale * row_dot(q, a.k, dt, k_at(g, b, j, kvh), g.D);
-            if (s > m) { // a new maximum: rescale what was summed so far
-                const float alpha = m == -INFINITY ? 0.0f : expf(m - s);
-                l *= alpha;
-#pragma unroll
-                for (int e = 0; e < kPerLane; e++)
-                    acc.x[e] *= alpha;
-                m = s;
-            }
-            const float p = expf(s - m);
-            l += p;
-            row_axpy(acc, p, a.v, dt, k_at(g, b, j, kvh), g.D);
+            f(j, a.d.scale * row_dot(q, a.k, dt, k_at(g, b, j, kvh), g.D));
         }
     }
+}
+
+__global__ void flash_fwd_kernel(zo_flash_args a, fgeom g)
+{
+    int b, h, i;
+    if (!warp_row((size_t)g.B * g.H * g.T, g.T, g.H, b, h, i))
+        return;
+    const int dt = a.d.dt, kvh = h / g.G;
+    lane_row q, acc;
+    row_load(q, a.q, dt, q_at(g, b, i, h), g.D);
+    row_zero(acc);
+    float m = -INFINITY, l = 0.0f;
+    for_each_score(a, g, b, h, i, q, [&](int j, float s) {
+        if (s > m) { // a new maximum: rescale what was summed so far
+            const float alpha = m == -INFINITY ? 0.0f : expf(m - s);
+            l *= alpha;
+#pragma unroll
+            for (int e = 0; e < kPerLane; e++)
+                acc.x[e] *= alpha;
+            m = s;
+        }
+        const float p = expf(s - m);
+        l += p;
+        row_axpy(acc, p, a.v, dt, k_at(g, b, j, kvh), g.D);
+    });
     row_store(acc, a.o, dt, q_at(g, b, i, h), g.D, l > 0.0f ? 1.0f / l : 0.0f);
     if ((threadIdx.x & 31) == 0)
         a.lse[((size_t)b * g.H + h) * g.T + i] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
+// Calls f(j, p, dp) for each key j query row i of head h may see, in
+// ascending order: p = exp(s - lse) in fp32 and dp = dout . v_j; none for a
+// row that sees no key (lse -inf).
+template <typename F>
+__device__ __forceinline__ void for_each_key(const zo_flash_args &a, const fgeom &g, int b, int h,
+                                             int i, const lane_row &q, const lane_row &dout,
+                                             float lse, F f)
+{
+    if (lse == -INFINITY)
+        return;
+    const int dt = a.d.dt, kvh = h / g.G;
+    for_each_score(a, g, b, h, i, q, [&](int j, float s) {
+        f(j, expf(s - lse), row_dot(dout, a.v, dt, k_at(g, b, j, kvh), g.D));
+    });
+}
+
+// delta = sum_j p_j dp_j over the row's allowed keys, from the fp32
+// probabilities (as the cpu op): dot(dout, out) reads the output rounded to
+// the dtype, and in bf16 a value component every key shares (a v bias) then
+// leaves a row's dS not summing to zero, which a k bias carries into dq. Both
+// the scalar and the tensor-core backward read this delta.
 __global__ void flash_delta_kernel(zo_flash_args a, fgeom g)
 {
     int b, h, i;
     if (!warp_row((size_t)g.B * g.H * g.T, g.T, g.H, b, h, i))
         return;
-    lane_row o;
-    row_load(o, a.out, a.d.dt, q_at(g, b, i, h), g.D);
-    const float s = row_dot(o, a.dout, a.d.dt, q_at(g, b, i, h), g.D);
+    const size_t row = ((size_t)b * g.H + h) * g.T + i;
+    lane_row q, dout;
+    row_load(q, a.q, a.d.dt, q_at(g, b, i, h), g.D);
+    row_load(dout, a.dout, a.d.dt, q_at(g, b, i, h), g.D);
+    float sum = 0.0f;
+    for_each_key(a, g, b, h, i, q, dout, a.lse[row],
+                 [&](int, float p, float dp) { sum += p * dp; });
     if ((threadIdx.x & 31) == 0)
-        a.delta[((size_t)b * g.H + h) * g.T + i] = s;
+        a.delta[row] = sum;
 }
 
 __global__ void flash_dq_kernel(zo_flash_args a, fgeom g)
@@ -187,26 +224,16 @@ __global__ void flash_dq_kernel(zo_flash_args a, fgeom g)
     int b, h, i;
     if (!warp_row((size_t)g.B * g.H * g.T, g.T, g.H, b, h, i))
         return;
-    const int dt = a.d.dt, kvh = h / g.G, qt = i / g.bt;
+    const int dt = a.d.dt, kvh = h / g.G;
     const size_t row = ((size_t)b * g.H + h) * g.T + i;
-    const float lse = a.lse[row], delta = a.delta[row];
+    const float delta = a.delta[row];
     lane_row q, dout, dq;
     row_load(q, a.q, dt, q_at(g, b, i, h), g.D);
     row_load(dout, a.dout, dt, q_at(g, b, i, h), g.D);
     row_zero(dq);
-    for (int kt = 0; kt < g.nt && lse != -INFINITY; kt++) {
-        const int state = tile_state(a, g, qt, kt);
-        if (state == kSkip)
-            continue;
-        for (int j = kt * g.bt; j < min((kt + 1) * g.bt, g.T); j++) {
-            if (state == kPartial && !pair_allowed(a, i, j))
-                continue;
-            const float s = a.d.scale * row_dot(q, a.k, dt, k_at(g, b, j, kvh), g.D);
-            const float p = expf(s - lse);
-            const float dp = row_dot(dout, a.v, dt, k_at(g, b, j, kvh), g.D);
-            row_axpy(dq, a.d.scale * p * (dp - delta), a.k, dt, k_at(g, b, j, kvh), g.D);
-        }
-    }
+    for_each_key(a, g, b, h, i, q, dout, a.lse[row], [&](int j, float p, float dp) {
+        row_axpy(dq, a.d.scale * p * (dp - delta), a.k, dt, k_at(g, b, j, kvh), g.D);
+    });
     row_store(dq, a.o, dt, q_at(g, b, i, h), g.D, 1.0f);
 }
 

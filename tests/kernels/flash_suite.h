@@ -39,6 +39,30 @@ static inline void case_free(flash_case *c)
     free(c->q), free(c->k), free(c->v), free(c->dout);
 }
 
+/* Adds a component every row of a (batch, seq, heads, head_dim) tensor
+ * shares per head, uniform in [-scale, scale], and rounds to bf16 again
+ * (attention_bias: k_proj's and v_proj's biases). */
+static inline void case_add_shared(float *x, const flash_case *c, int heads, float scale,
+                                   uint64_t seed)
+{
+    float *shared = rand_vec(&seed, (size_t)heads * c->D, scale, ZO_DTYPE_F32);
+    size_t n = (size_t)c->B * c->T * heads * c->D;
+    for (size_t i = 0; i < n; i++)
+        x[i] += shared[i % ((size_t)heads * c->D)];
+    round_to(x, n, ZO_DTYPE_BF16);
+    free(shared);
+}
+
+/* Llama's attention_bias in bf16: the case's inputs with a key component
+ * every key shares (scale 2, k_proj's bias) and a large value one (scale 8,
+ * v_proj's), from seeds 800/900/950 + si. */
+static inline void case_biased_inputs(flash_case *c, size_t si)
+{
+    case_inputs(c, 800 + si);
+    case_add_shared(c->k, c, c->KV, 2.0f, 900 + si);
+    case_add_shared(c->v, c, c->KV, 8.0f, 950 + si);
+}
+
 /* ---- the shapes the cpu and cuda tests share ---- */
 
 /* MHA and GQA, head dims 64 to 128, sequences off the tile; shape 1 with a

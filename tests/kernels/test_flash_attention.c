@@ -397,18 +397,6 @@ static void test_flash_in_place(void **state)
     }
 }
 
-/* Adds a component every row of a (batch, seq, heads, head_dim) tensor
- * shares per head, uniform in [-scale, scale], and rounds to bf16 again. */
-static void add_shared(float *x, const flash_case *c, int heads, float scale, uint64_t seed)
-{
-    float *shared = rand_vec(&seed, (size_t)heads * c->D, scale, ZO_DTYPE_F32);
-    size_t n = (size_t)c->B * c->T * heads * c->D;
-    for (size_t i = 0; i < n; i++)
-        x[i] += shared[i % ((size_t)heads * c->D)];
-    round_to(x, n, ZO_DTYPE_BF16);
-    free(shared);
-}
-
 /* Llama's attention_bias in bf16: every key shares a component (k_proj's
  * bias) and every value a large one (v_proj's). The output is then mostly
  * the value bias, and delta taken as dout . out from the bf16-rounded
@@ -424,9 +412,7 @@ static void test_flash_bf16_delta_with_biased_keys_and_values(void **state)
     uint8_t mask[81];
     for (size_t si = 0; si < FLASH_SHAPES; si++) {
         flash_case c = flash_shape(si, mask);
-        case_inputs(&c, 800 + si);
-        add_shared(c.k, &c, c.KV, 2.0f, 900 + si);
-        add_shared(c.v, &c, c.KV, 8.0f, 950 + si);
+        case_biased_inputs(&c, si);
         flash_ref r = ref_flash(&c);
         flash_got o = run_flash(g_s, &c, ZO_DTYPE_BF16);
         const float *got[] = {o.dq, o.dk, o.dv};

@@ -504,6 +504,35 @@ static void test_flash_attention(void **state)
     }
 }
 
+/* Llama's attention_bias in bf16 (biased keys and a large value bias, as
+ * test_flash_attention's cpu case): the cuda backward's delta is summed from
+ * the fp32 probabilities (flash_delta_kernel, which both kernels use), not
+ * taken as dout . out from the bf16 output, which put dq 4.3e-2 off on the
+ * cpu op. The scalar kernel keeps P and dS in fp32 as the cpu does, so it is
+ * held to the cpu op's 6e-3 against the cpu; the tensor-core kernels round P
+ * and dS to bf16 and keep the bf16 attention bound. */
+static void test_flash_bf16_delta_with_biases(void **state)
+{
+    (void)state;
+    uint8_t mask[128];
+    for (size_t si = 0; si < FLASH_SHAPES; si++) {
+        flash_case c = flash_shape(si, mask);
+        case_biased_inputs(&c, si);
+        char name[160];
+        case_name(&c, ZO_DTYPE_BF16, name, sizeof name);
+        flash_got cg = run_flash(g_cs, &c, ZO_DTYPE_BF16);
+        assert_int_equal(setenv("ZO_CUDA_FLASH_SCALAR", "1", 1), 0);
+        flash_got sg = run_flash(g_gs, &c, ZO_DTYPE_BF16);
+        assert_int_equal(unsetenv("ZO_CUDA_FLASH_SCALAR"), 0);
+        flash_close_all(&sg, &cg, &c, 6e-3, name, "biased, cuda (ZO_CUDA_FLASH_SCALAR=1) vs cpu");
+        flash_got gg = run_flash(g_gs, &c, ZO_DTYPE_BF16);
+        flash_close_all(&gg, &cg, &c, tol_attn(ZO_DTYPE_BF16), name,
+                        "biased, cuda (default kernel) vs cpu");
+        got_free(&cg), got_free(&sg), got_free(&gg);
+        case_free(&c);
+    }
+}
+
 /* zo_op_adam: the cuda kernel against the cpu device's zo_adam_step, bit for
  * bit, over every gradient type, fp32 and bf16 moments, every weight copy,
  * AdamW/L2 decay, bias correction on and off and a gradient scale; 8-bit
@@ -586,6 +615,7 @@ int main(void)
         cmocka_unit_test_teardown(test_swiglu, free_buffers),
         cmocka_unit_test_teardown(test_cross_entropy, free_buffers),
         cmocka_unit_test_teardown(test_elementwise, free_buffers),
+        cmocka_unit_test_teardown(test_flash_bf16_delta_with_biases, free_buffers),
         cmocka_unit_test_teardown(test_repeatable, free_buffers),
         cmocka_unit_test_teardown(test_flash_attention, free_buffers),
         cmocka_unit_test_teardown(test_adam, free_buffers),
