@@ -52,12 +52,16 @@ static void check_split(batch *b, const uint32_t *u, const uint16_t *p)
     }
 }
 
+/* The scalar reference (zo_f32_to_bf16, the same at every level: checked at
+ * level 0 only), then the kernel's rounding at this level. */
 static void run_batch(batch *b, int level)
 {
-    uint16_t *ref = b->out; /* the scalar reference first, then the kernel's */
-    for (size_t i = 0; i < b->n; i++)
-        ref[i] = zo_f32_to_bf16(b->master[i]);
-    check_split(b, (const uint32_t *)(void *)b->master, ref);
+    if (level == ZO_SIMD_SCALAR) {
+        uint16_t *ref = b->out;
+        for (size_t i = 0; i < b->n; i++)
+            ref[i] = zo_f32_to_bf16(b->master[i]);
+        check_split(b, (const uint32_t *)(void *)b->master, ref);
+    }
     zo_adam_params p = ZO_ADAM_PARAMS_INIT;
     p.lr = 0.0f;
     p.weight_decay = 0.0f;
@@ -124,13 +128,15 @@ static void test_split_every_rounding(void **state)
             continue;
         batch c = b;
         cover(&c, level);
-        assert_true(c.splits > 0 && c.nans > 0);
+        /* NaNs refused by the scalar rounding (the kernels' quieted ones may split) */
+        assert_true(c.splits > 0 && (level != ZO_SIMD_SCALAR || c.nans > 0));
         if (level != ZO_SIMD_AVX512_BF16) /* the others keep subnormals */
             assert_int_equal(c.flushed, 0);
         if (all_patterns)
-            printf("level %d: %llu split, %llu NaN, %llu flushed (both roundings)\n", level,
+            printf("level %d: %llu split, %llu NaN, %llu flushed%s\n", level,
                    (unsigned long long)c.splits, (unsigned long long)c.nans,
-                   (unsigned long long)c.flushed);
+                   (unsigned long long)c.flushed,
+                   level == ZO_SIMD_SCALAR ? " (scalar and kernel roundings)" : " (the kernel's)");
     }
     free(b.master);
     free(b.m);
