@@ -123,7 +123,7 @@ int main(void)
            F(zo_rank_info, master_addr), F(zo_rank_info, master_port));
     STRUCT(zo_comm_config, F(zo_comm_config, struct_size), F(zo_comm_config, backend),
            F(zo_comm_config, device), F(zo_comm_config, launch), F(zo_comm_config, timeout_s),
-           F(zo_comm_config, exact_segment_bytes));
+           F(zo_comm_config, exact_segment_bytes), F(zo_comm_config, device_buffers_only));
     printf("}\n");
     return 0;
 }

@@ -147,7 +147,7 @@ class RankInfo(Structure):  # zo_rank_info
 class CommConfig(Structure):  # zo_comm_config, zo/comm.h
     _fields_ = [("struct_size", c_size_t), ("backend", c_char_p), ("device", c_void_p),
                 ("launch", LaunchConfig), ("timeout_s", c_double),
-                ("exact_segment_bytes", c_size_t)]
+                ("exact_segment_bytes", c_size_t), ("device_buffers_only", c_int)]
 
 
 class EngineLayout(Structure):  # zo_engine_layout, zo/engine.h
