@@ -160,47 +160,6 @@ static void scores(const flash_geom *g, const flash_bufs *w, int qt, int kt, int
                 w->s[(size_t)r * nk + c] = -INFINITY;
 }
 
-/* ---- row reductions ---- */
-
-enum { LANES = 16 };
-
-/* The largest of x[0..n) (-inf for none): sixteen running maxima, then
- * theirs. A maximum is exact in any order, so this is the sequential
- * loop's value, without its chain of dependent compares. */
-static float row_max(const float *x, int n, float mx)
-{
-    float m[LANES];
-    for (int l = 0; l < LANES; l++)
-        m[l] = mx;
-    int c = 0;
-    for (; c + LANES <= n; c += LANES)
-        for (int l = 0; l < LANES; l++)
-            m[l] = x[c + l] > m[l] ? x[c + l] : m[l];
-    for (; c < n; c++)
-        m[0] = x[c] > m[0] ? x[c] : m[0];
-    for (int l = 0; l < LANES; l++)
-        mx = m[l] > mx ? m[l] : mx;
-    return mx;
-}
-
-/* The sum of x[0..n) in a fixed order: sixteen running sums (lane l takes
- * x[l], x[l + 16], ...), the tail into lane 0, then the lanes pairwise. A
- * sequential sum waits on each add in turn, and was a fifth of the op. */
-static float row_sum(const float *x, int n)
-{
-    float a[LANES] = {0};
-    int c = 0;
-    for (; c + LANES <= n; c += LANES)
-        for (int l = 0; l < LANES; l++)
-            a[l] += x[c + l];
-    for (; c < n; c++)
-        a[0] += x[c];
-    for (int w = LANES / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; l++)
-            a[l] += a[l + w];
-    return a[0];
-}
-
 /* ---- forward: one query tile of one head ---- */
 
 /* Online softmax over one key tile: rescale the running sum and accumulator
@@ -208,14 +167,15 @@ static float row_sum(const float *x, int n)
 static void online_softmax(const flash_geom *g, const flash_bufs *w, int nq, int nk)
 {
     for (int r = 0; r < nq; r++) {
-        float *s = w->s + (size_t)r * nk, mx = row_max(s, nk, w->m[r]);
-        if (mx == -INFINITY) { /* nothing allowed yet: the row stays empty */
+        float *s = w->s + (size_t)r * nk, mx = zo_cpu_rows()->max(s, (size_t)nk);
+        mx = mx > w->m[r] ? mx : w->m[r]; /* NaNs passed over, as before */
+        if (mx == -INFINITY) {            /* nothing allowed yet: the row stays empty */
             memset(s, 0, (size_t)nk * sizeof *s);
             continue;
         }
         float alpha = zo_exp_shifted1(w->m[r], mx); /* 0 from an empty row */
         zo_cpu_exp_shifted(s, nk, mx);
-        w->l[r] = w->l[r] * alpha + row_sum(s, nk);
+        w->l[r] = w->l[r] * alpha + (float)zo_cpu_rows()->sum(s, (size_t)nk);
         w->m[r] = mx;
         float *acc = w->acc + (size_t)r * g->D;
         for (int i = 0; i < g->D; i++)
@@ -358,7 +318,7 @@ static void dq_item(const flash_geom *g, flash_bufs *w, int b, int h, int qt)
             float *pdp = w->p + (size_t)r * nk;
             for (int c = 0; c < nk; c++)
                 pdp[c] *= p[c];
-            delta[r] += row_sum(pdp, nk);
+            delta[r] += (float)zo_cpu_rows()->sum(pdp, (size_t)nk);
         }
         zo_cpu_sgemm_here(0, 0, nq, g->D, nk, 1.0f, w->p, nk, w->k, g->D, 1.0f, w->acc, g->D);
         zo_cpu_sgemm_here(0, 0, nq, g->D, nk, 1.0f, w->s, nk, w->k, g->D, 1.0f, w->acc2, g->D);
