@@ -199,16 +199,17 @@ typedef struct zo_engine_config {
                             bitwise. With ZeRO, comm is the stage's data-parallel group. */
     zo_reduce_order reduce_order; /* world_size > 1 with grad_accum_steps > 1 (ZeRO, below);
                                      default global */
-    int update_behind; /* 1: overlap mode, a step whose update runs after its verdict (it clipped,
-                          or the last one did, or an overflow undid its speculation) runs it on a
-                          thread of its own behind the next step's forward, whose fetches wait
-                          per chunk for its new values instead of for the whole update. Taken
-                          when every chunk's states and 16-bit parameters are on NVMe, with one
-                          rank, no pipeline and no fp16 (else the update runs in end_step as
-                          without it). Results are bitwise those without it. end_step returns
-                          before the update has run: a failed one is reported by the next call
-                          that waits for it (a fetch, end_step, a read of the states), and the
-                          weights are then those before it, as if that step never updated. */
+    int update_behind; /* 1: sync mode's updates, and overlap mode's that run after their verdict
+                          (the step clipped, or the last one did, or an overflow undid its
+                          speculation), run on a thread of their own behind the next step's
+                          forward, whose fetches wait per chunk for its new values instead of
+                          for the whole update. Taken when every chunk's states are on NVMe and
+                          its 16-bit parameters on NVMe or the host, with one rank, no pipeline
+                          and no fp16 (else the update runs in end_step as without it). Results are
+                          bitwise those without it. end_step returns before the update has run: a
+                          failed one is reported by the next call that waits for it (a fetch,
+                          end_step, a read of the states), and the weights are then those before it,
+                          as if that step never updated. */
 } zo_engine_config;
 
 /* ZeRO (world_size > 1, every mode; the ranks run the same steps, each on its

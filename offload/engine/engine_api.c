@@ -497,7 +497,7 @@ static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_
         ZO_TRY(eng_behind_join(e));
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         uint32_t c = L->first_chunk + i;
-        ZO_TRY(eng_behind_wait(e, c)); /* the last update's new values, landed */
+        ZO_TRY(eng_behind_wait(e, c, compute)); /* the last update's new values, landed */
         ZO_TRY(eng_make_resident(e, c, pos));
         e->chunks[c].in_use++;
     }

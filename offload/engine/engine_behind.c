@@ -1,7 +1,7 @@
-/* The overlap mode's update behind the next forward (cfg.update_behind).
- * A step that updates after its verdict (it clipped, or the last one did)
- * would otherwise read, update and write every chunk's NVMe states inside
- * end_step while nothing computes. Here the update runs on a thread of its
+/* The update behind the next forward (cfg.update_behind): sync mode's
+ * every update, overlap mode's after its verdict (it clipped, or the last
+ * one did). Each would otherwise read, update and write every chunk's NVMe
+ * states inside end_step while nothing computes. Here the update runs on a thread of its
  * own, chunk after chunk in the order the forward fetches them, and each
  * fetch of the next step waits only for its own chunks to land; until the
  * update is joined and committed, loads read the alternate extents it wrote
@@ -16,17 +16,27 @@
 #include "engine_tier.h"
 #include "zo/nvtx.h"
 
+/* Its new values land beside the committed ones, so that a failed update
+ * can be dropped whole: NVMe states' alternate extents, and the 16-bit
+ * parameters' too, or the host copy the next commit switches to (two, since
+ * NVMe states write them behind the fetches). Device copies are written in
+ * place, and a publish reloads them at once. */
+static int chunk_goes_behind(const eng_chunk *k)
+{
+    if (k->st != &eng_state_tier_nvme)
+        return 0;
+    return k->pt == &eng_param_tier_nvme || k->pt == &eng_param_tier_device_nvme ||
+           (k->pt == &eng_param_tier_host && k->p16_bufs == 2);
+}
+
 int eng_behind_takes(const struct zo_engine *e)
 {
     const zo_engine_config *c = &e->cfg;
     if (!c->update_behind || eng_zero_on(c) || eng_pipe_on(c) || c->param_dtype == ZO_DTYPE_F16)
         return 0;
-    for (uint32_t i = 0; i < e->n_chunks; i++) {
-        const eng_chunk *k = &e->chunks[i];
-        if (k->st != &eng_state_tier_nvme ||
-            (k->pt != &eng_param_tier_nvme && k->pt != &eng_param_tier_device_nvme))
+    for (uint32_t i = 0; i < e->n_chunks; i++)
+        if (!chunk_goes_behind(&e->chunks[i]))
             return 0;
-    }
     return e->n_chunks > 0;
 }
 
@@ -94,16 +104,20 @@ zo_status eng_behind_launch(struct zo_engine *e, float lr, float factor, int64_t
     return eng_publish(e, 1);
 }
 
-zo_status eng_behind_wait(struct zo_engine *e, uint32_t c)
+zo_status eng_behind_wait(struct zo_engine *e, uint32_t c, zo_stream_t compute)
 {
-    if (!e->dpu.behind)
+    if (!eng_behind_pending(e, c))
         return ZO_OK;
+    ZO_TRY(eng_stall_mark(e, compute, c, 0));
     pthread_mutex_lock(&e->dpu.mu);
     while (!atomic_load_explicit(&e->dpu.landed[c], memory_order_acquire) && !e->dpu.finished)
         pthread_cond_wait(&e->dpu.cv, &e->dpu.mu);
     int landed = atomic_load_explicit(&e->dpu.landed[c], memory_order_acquire);
     pthread_mutex_unlock(&e->dpu.mu);
-    return landed ? ZO_OK : eng_behind_join(e); /* it ended without it: it failed */
+    zo_status st = eng_stall_mark(e, compute, c, 1);
+    if (!landed) /* it ended without it: it failed */
+        return eng_behind_join(e);
+    return st;
 }
 
 /* Every slot that may hold values of the dropped update is reloaded from

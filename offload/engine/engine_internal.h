@@ -546,15 +546,17 @@ struct zo_engine {
     eng_timeline timeline;
 };
 
-/* engine_behind.c: overlap's update behind the next forward (cfg.update_behind) */
+/* engine_behind.c: the update behind the next forward (cfg.update_behind) */
 /* Whether this engine's update can run behind the next forward (its config
- * asks, and every chunk's states and 16-bit parameters are on NVMe). */
+ * asks, every chunk's states are on NVMe, and its 16-bit parameters on NVMe
+ * or in double-buffered host copies). */
 int eng_behind_takes(const struct zo_engine *e);
 /* Start the update of every chunk on a thread of its own; the slots are
  * published (dropped or marked for reload) and the step counted now. */
 zo_status eng_behind_launch(struct zo_engine *e, float lr, float factor, int64_t step, int parity);
-/* Wait until chunk c's new values have landed (a fetch); its failure then. */
-zo_status eng_behind_wait(struct zo_engine *e, uint32_t c);
+/* Wait until chunk c's new values have landed (a fetch); its failure then.
+ * The wait counts as compute's stall from where compute runs dry. */
+zo_status eng_behind_wait(struct zo_engine *e, uint32_t c, zo_stream_t compute);
 /* Wait for the whole update and commit it, or drop it and say why. */
 zo_status eng_behind_join(struct zo_engine *e);
 /* Chunk c's update is running and has not landed: no load may read it yet. */
@@ -817,6 +819,11 @@ zo_status eng_timed_copy(struct zo_engine *e, int d2h, uint32_t chunk, void *dst
                          size_t n);
 /* Make compute wait for ev, timing the wait when the data is not there yet. */
 zo_status eng_compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t ev, uint32_t chunk);
+/* Where compute starts (end = 0) or stops (1) waiting for chunk's parameters:
+ * tasks on the stream, so that the stall counted is the time the stream sat
+ * idle between the two, not the time the host spent waiting while queued
+ * work still ran. */
+zo_status eng_stall_mark(struct zo_engine *e, zo_stream_t compute, uint32_t chunk, int end);
 void eng_trace(struct zo_engine *e, zo_trace_track track, int index, const char *name, uint64_t t0,
                uint64_t t1, int chunk, uint64_t bytes);
 /* zo_swap_{write,read}_async on store 0 (states), 1 (parameters) or 2 (gradients), traced. */

@@ -144,12 +144,17 @@ zo_status eng_timed_copy(struct zo_engine *e, int d2h, uint32_t chunk, void *dst
     return zo_stream_enqueue(s, busy_end, &b, sizeof b);
 }
 
+zo_status eng_stall_mark(struct zo_engine *e, zo_stream_t compute, uint32_t chunk, int end)
+{
+    busy_arg b = {e, 2, (int)chunk, 0};
+    return zo_stream_enqueue(compute, end ? busy_end : busy_begin, &b, sizeof b);
+}
+
 zo_status eng_compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t ev, uint32_t chunk)
 {
     if (zo_event_query(ev) != ZO_NOT_READY)
         return zo_stream_wait_event(compute, ev);
-    busy_arg b = {e, 2, (int)chunk, 0};
-    ZO_TRY(zo_stream_enqueue(compute, busy_begin, &b, sizeof b));
+    ZO_TRY(eng_stall_mark(e, compute, chunk, 0));
     ZO_TRY(zo_stream_wait_event(compute, ev));
-    return zo_stream_enqueue(compute, busy_end, &b, sizeof b);
+    return eng_stall_mark(e, compute, chunk, 1);
 }

@@ -1,14 +1,20 @@
 /* The sync mode, the reference: the update of every chunk after the whole
- * backward, once the gradient norm and the overflow check are known. */
+ * backward, once the gradient norm and the overflow check are known; in
+ * end_step, or behind the next forward where the config asks and the homes
+ * allow it (engine_behind.c), with the same bits. */
 #include "engine_internal.h"
+
+static int step_parity(const struct zo_engine *e)
+{
+    return e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
+}
 
 static zo_status apply(struct zo_engine *e, const eng_verdict *v, int *rollbacks)
 {
     *rollbacks = 0;
     if (v->overflow)
         return ZO_OK;
-    int parity = e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
-    zo_status st = eng_update_all(e, e->step.lr, v->factor, e->step.opt_step + 1, parity);
+    zo_status st = eng_update_all(e, e->step.lr, v->factor, e->step.opt_step + 1, step_parity(e));
     return eng_reduce_share(e, st); /* the owners' updates */
 }
 
@@ -22,13 +28,16 @@ static const char *update_name(const struct zo_engine *e, const eng_verdict *v, 
 static zo_status end_step(struct zo_engine *e, const eng_verdict *v, int *rollbacks,
                           const zo_loss_scaler *saved)
 {
-    return eng_update_now(e, v, rollbacks, saved, apply, update_name);
+    if (v->overflow || !eng_behind_takes(e))
+        return eng_update_now(e, v, rollbacks, saved, apply, update_name);
+    *rollbacks = 0;
+    return eng_behind_launch(e, e->step.lr, v->factor, e->step.opt_step + 1, step_parity(e));
 }
 
+/* A failed update behind the forward is dropped whole and said here. */
 static zo_status settle(struct zo_engine *e)
 {
-    (void)e;
-    return ZO_OK;
+    return eng_behind_join(e);
 }
 
 static void abort_step(struct zo_engine *e)

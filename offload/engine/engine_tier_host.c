@@ -49,11 +49,14 @@ zo_status eng_host_p16_write(void *self, struct zo_engine *e, uint32_t c, const 
     return ZO_OK;
 }
 
+/* The current copy, or the next one where an update running behind the
+ * forward has landed there (written, not committed yet). */
 zo_status eng_host_p16_source(void *self, struct zo_engine *e, uint32_t c, const eng_load *ld,
                               const void **src)
 {
     eng_chunk *k = &e->chunks[c];
-    *src = k->p16[k->p16_cur];
+    int next = ld->latest && k->p16_bufs == 2;
+    *src = k->p16[next ? 1 - k->p16_cur : k->p16_cur];
     return ZO_OK;
 }
 

@@ -70,10 +70,15 @@ static void fail_behind(harness *h, int s, int seen_by_fetch)
 static void test_update_behind_fault(void **state)
 {
     (void)state;
-    for (int seen_by_fetch = 0; seen_by_fetch < 2; seen_by_fetch++) {
-        run_cfg c = base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_OVERLAP);
+    const run_cfg cases[] = {base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_OVERLAP),
+                             base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_SYNC),
+                             base_cfg(ZO_TIER_HOST, ZO_TIER_NVME, ZO_OPTIM_SYNC)};
+    for (int i = 0; i < 6; i++) {
+        int seen_by_fetch = i & 1;
+        run_cfg c = cases[i / 2];
         c.steps = 8;
-        c.max_norm = 1e-3f; /* every step clips: each updates behind the next forward */
+        c.max_norm = 1e-3f; /* every step clips: each updates behind the next forward
+                               (in sync mode every step does, clipped or not) */
         c.update_behind = 1;
         c.device_bytes = min_device_bytes();
         run_out ref;

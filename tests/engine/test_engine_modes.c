@@ -190,39 +190,54 @@ static void count_behind(void *ctx, const zo_trace_event *ev)
         atomic_fetch_add((atomic_int *)ctx, 1);
 }
 
-/* Parameters and states on NVMe, every step clipped (some overflowing): each
- * update that runs after its verdict runs behind the next forward, whose
- * fetches read what it wrote before it is committed, bitwise sync. */
+/* States on NVMe, parameters on NVMe or in host copies, every step clipped
+ * (some overflowing): in overlap mode each update that runs after its
+ * verdict runs behind the next forward, in sync mode every one; the next
+ * forward's fetches read what it wrote before it is committed, bitwise the
+ * update in end_step (sync mode without update_behind). Sync mode is run
+ * without clipping too: it goes behind whatever the verdict. */
+static void behind_equals_sync(zo_tier param_home, zo_optim_mode mode, int small, int poison,
+                               float max_norm)
+{
+    run_cfg c = base_cfg(param_home, ZO_TIER_NVME, ZO_OPTIM_SYNC);
+    if (small)
+        c.device_bytes = min_device_bytes();
+    c.poison_steps = poison ? (1ull << 3) | (1ull << 4) : 0;
+    c.max_norm = max_norm;
+    run_out sync, behind;
+    run(&c, &sync);
+    c.mode = mode;
+    c.update_behind = 1;
+    atomic_int n = 0;
+    c.trace = count_behind;
+    c.trace_ctx = &n;
+    run(&c, &behind);
+    assert_same_weights(&sync, &behind, STEPS);
+    int updates = 0;
+    for (int s = 0; s < STEPS; s++) {
+        assert_int_equal(behind.stats[s].overflow, (int)((c.poison_steps >> s) & 1));
+        if (max_norm > 0)
+            assert_int_equal(behind.stats[s].clipped, !behind.stats[s].overflow);
+        assert_int_equal(behind.stats[s].step, sync.stats[s].step);
+        updates += !behind.stats[s].overflow;
+    }
+    assert_int_equal(atomic_load(&n), updates);
+    run_out_free(&sync);
+    run_out_free(&behind);
+}
+
 static void test_update_behind_equals_sync(void **state)
 {
     (void)state;
-    for (int small = 0; small < 2; small++)
-        for (int poison = 0; poison < 2; poison++) {
-            run_cfg c = base_cfg(ZO_TIER_NVME, ZO_TIER_NVME, ZO_OPTIM_SYNC);
-            if (small)
-                c.device_bytes = min_device_bytes();
-            c.poison_steps = poison ? (1ull << 3) | (1ull << 4) : 0;
-            c.max_norm = 1e-3f;
-            run_out sync, behind;
-            run(&c, &sync);
-            c.mode = ZO_OPTIM_OVERLAP;
-            c.update_behind = 1;
-            atomic_int n = 0;
-            c.trace = count_behind;
-            c.trace_ctx = &n;
-            run(&c, &behind);
-            assert_same_weights(&sync, &behind, STEPS);
-            int updates = 0;
-            for (int s = 0; s < STEPS; s++) {
-                assert_int_equal(behind.stats[s].overflow, (int)((c.poison_steps >> s) & 1));
-                assert_int_equal(behind.stats[s].clipped, !behind.stats[s].overflow);
-                assert_int_equal(behind.stats[s].step, sync.stats[s].step);
-                updates += !behind.stats[s].overflow;
-            }
-            assert_int_equal(atomic_load(&n), updates);
-            run_out_free(&sync);
-            run_out_free(&behind);
-        }
+    const zo_tier homes[] = {ZO_TIER_NVME, ZO_TIER_HOST};
+    const zo_optim_mode modes[] = {ZO_OPTIM_OVERLAP, ZO_OPTIM_SYNC};
+    for (int h = 0; h < 2; h++)
+        for (int m = 0; m < 2; m++)
+            for (int small = 0; small < 2; small++)
+                for (int poison = 0; poison < 2; poison++)
+                    behind_equals_sync(homes[h], modes[m], small, poison, 1e-3f);
+    for (int h = 0; h < 2; h++)
+        behind_equals_sync(homes[h], ZO_OPTIM_SYNC, 1, 1, 0.0f);
 }
 
 static void test_dpu_matches_stale_reference(void **state)

@@ -108,8 +108,8 @@
             "(default auto)"))                                                                     \
     X(UPDATE_BEHIND, "update-behind", 0,                                                           \
       ZT_IN(PLACEMENT, "on|off",                                                                   \
-            "overlap mode, states and parameters on NVMe: a step that\n"                           \
-            "updates after its verdict (it clipped) runs the update\n"                             \
+            "states on NVMe, parameters on NVMe or the host: sync\n"                               \
+            "mode's updates (overlap mode's after a clipped step) run\n"                          \
             "behind the next forward, which waits per chunk (default on)"),                        \
       ZT_NO)                                                                                       \
     X(STATE_DTYPE, "state-dtype", 0,                                                               \
