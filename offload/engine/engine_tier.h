@@ -68,9 +68,10 @@ typedef struct eng_update_args {
     float lr, factor;
     int64_t step;
     int parity;
-    /* Told of each chunk whose update has landed (its alternate extents
-     * written), as it lands, by the tiers that store it beside the committed
-     * states; NULL: nobody asks. */
+    /* Told of each chunk whose update has landed (its new 16-bit values
+     * readable where a load looks for them: its alternate extents written,
+     * or the host copy the commit switches to), as it lands, by the tiers
+     * that store it beside the committed states; NULL: nobody asks. */
     void (*landed)(struct zo_engine *e, uint32_t c);
 } eng_update_args;
 

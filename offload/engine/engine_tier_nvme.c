@@ -330,11 +330,19 @@ static zo_status pipe_update(void *user, uint32_t i, unsigned s)
     states_join(e, c, e->chunks[c].ext_cur, nv->stage[s], nv->split_bits[s]);
     ZO_TRY(eng_adam_run(e, &e->chunks[c], nv->stage[s], pp->u));
     pp->item[s] = (int)c;
+    if (!e->chunks[c].pt->store && pp->u->landed) {
+        /* Adam wrote the 16-bit values into the host copy the commit switches
+         * to: a load may read them now, before the states' writes land (a
+         * failed one still drops the whole update at its join, before any
+         * gradient of the step that read them) */
+        pp->u->landed(e, c);
+        pp->item[s] = -1;
+    }
     return write_alternate(e, c, nv->stage[s], nv->split_bits[s], &pp->wr[s], &pp->pwr[s]);
 }
 
 /* Every ticket is waited for, whatever failed first; a chunk whose writes
- * all landed is said to have landed. */
+ * all landed is said to have landed (unless it was said at its update). */
 static zo_status pipe_drain(void *user, unsigned s)
 {
     nvme_pipe *pp = user;
