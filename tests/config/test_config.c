@@ -185,7 +185,7 @@ static void test_sparse_attention(void **state)
     ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": 8}", 1, &c, NULL));
     assert_int_equal(c.sparse_attention.enabled, 0);
     char *json = NULL;
-    ZO_ASSERT_OK(zo_train_config_to_json(&c, 0, &json));
+    ZO_ASSERT_OK(zo_train_config_to_json(&c, 2, &json));
     assert_null(strstr(json, "sparse_attention"));
     free(json);
     ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": 8, \"sparse_attention\": {}}", 1, &c, NULL));
@@ -201,7 +201,7 @@ static void test_sparse_attention(void **state)
         1, &c, NULL));
     assert_true(sa->mode == ZO_SPARSE_BIGBIRD && sa->block == 32 && sa->num_random_blocks == 2);
     assert_true(sa->num_sliding_window_blocks == 5 && sa->num_global_blocks == 3 && sa->seed == 9);
-    ZO_ASSERT_OK(zo_train_config_to_json(&c, 0, &json)); /* emitted, and read back the same */
+    ZO_ASSERT_OK(zo_train_config_to_json(&c, 2, &json)); /* emitted, and read back the same */
     zo_train_config back = ZO_TRAIN_CONFIG_INIT;
     ZO_ASSERT_OK(resolve_text(json, 1, &back, NULL));
     free(json);
@@ -606,6 +606,37 @@ static void test_tensor_parallel_keys(void **state)
     expect_bad_cases(bad, sizeof bad / sizeof bad[0]);
 }
 
+/* zoffload.mlp_chunk_bytes: bytes or a unit string as zo-train's
+ * --mlp-chunk-bytes, "auto" and 0 its default (0); written back by
+ * zo_train_config_to_json as read. */
+static void test_mlp_chunk_bytes_key(void **state)
+{
+    (void)state;
+    zo_train_config c = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": 8, \"zoffload\": "
+                              "{\"mlp_chunk_bytes\": \"1MiB\"}}",
+                              1, &c, NULL));
+    assert_int_equal(c.zoffload.mlp_chunk_bytes, 1 << 20);
+    char *json = NULL;
+    ZO_ASSERT_OK(zo_train_config_to_json(&c, 2, &json));
+    assert_non_null(strstr(json, "\"mlp_chunk_bytes\": 1048576"));
+    free(json);
+    zo_train_config a = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(resolve_text("{\"train_batch_size\": 8, \"zoffload\": "
+                              "{\"mlp_chunk_bytes\": \"auto\"}}",
+                              1, &a, NULL));
+    assert_int_equal(a.zoffload.mlp_chunk_bytes, 0);
+    static const bad_case bad[] = {
+        {"{\"train_batch_size\": 8, \"zoffload\": {\"mlp_chunk_bytes\": -4096}}",
+         "'zoffload.mlp_chunk_bytes': expected an integer >= 0 (bytes, or a string such as "
+         "\"24GiB\") or \"auto\", found -4096"},
+        {"{\"train_batch_size\": 8, \"zoffload\": {\"mlp_chunk_bytes\": \"1 MiBs\"}}",
+         "'zoffload.mlp_chunk_bytes': expected an integer >= 0 (bytes, or a string such as "
+         "\"24GiB\") or \"auto\", found string \"1 MiBs\""},
+    };
+    expect_bad_cases(bad, sizeof bad / sizeof bad[0]);
+}
+
 /* Unknown top-level keys: a warning when they are no near-miss of a real
  * key (DeepSpeed ignores them), an error when they look like a typo. */
 static void test_unknown_top_level_keys(void **state)
@@ -936,6 +967,7 @@ int main(void)
         cmocka_unit_test(test_deepspeed_names_and_aliases),
         cmocka_unit_test(test_unsupported_features),
         cmocka_unit_test(test_tensor_parallel_keys),
+        cmocka_unit_test(test_mlp_chunk_bytes_key),
         cmocka_unit_test(test_unknown_top_level_keys),
         cmocka_unit_test(test_warmup_max_lr_is_the_optimizer_lr),
         cmocka_unit_test(test_batch_arithmetic),

@@ -83,6 +83,9 @@ static job_cfg small_full_cfg(void)
 
 /* The parameters' type of the jobs planned: bf16 but in test_memory_tiny_fp32. */
 static zo_dtype g_dtype = ZO_DTYPE_BF16;
+/* zp_job.mlp_chunk_bytes of the jobs planned: 0 (zo-train's default) but in
+ * test_memory_tiny_mlp_chunk_option. */
+static uint64_t g_mlp_chunk;
 
 static zp_job job_of(const job_cfg *c)
 {
@@ -91,6 +94,7 @@ static zp_job job_of(const job_cfg *c)
                 .micro_batch = c->micro_batch,
                 .grad_accum = c->grad_accum,
                 .dtype = g_dtype,
+                .mlp_chunk_bytes = g_mlp_chunk,
                 .mode = ZO_OPTIM_SYNC,
                 .act_home = ZP_ACT_AUTO,
                 .state_dtype = ZO_DTYPE_F32};
@@ -238,9 +242,40 @@ static void test_memory_tiny_mlp_chunks(void **state)
     char bytes[32];
     snprintf(bytes, sizeof bytes, "%d", 40 * c.shape.ffn_dim * 2);
     setenv("ZO_MLP_CHUNK_BYTES", bytes, 1);
-    zt_model_config mc = {c.shape, c.seq, c.micro_batch, 1, ZO_DTYPE_BF16, 0, {0}, 0};
+    zt_model_config mc = {c.shape, c.seq, c.micro_batch, 1, ZO_DTYPE_BF16, 0, {0}, 0, 0};
     assert_int_equal(zt_mlp_chunk_rows(&mc), 40);
     check_job_memory(&c);
+    unsetenv("ZO_MLP_CHUNK_BYTES");
+}
+
+/* zo-train's --mlp-chunk-bytes (zp_job.mlp_chunk_bytes, zt_model_config's)
+ * over the environment's ZO_MLP_CHUNK_BYTES: chunks of 24 rows where the
+ * environment says 40. The plan's activations are the arena's bytes at 24
+ * rows exactly, not at 40; the trainer runs the plan (zp_validate carries the
+ * option) with the peaks predicted, at the smallest budget of each strategy. */
+static void test_memory_tiny_mlp_chunk_option(void **state)
+{
+    (void)state;
+    job_cfg c = tiny_cfg(1);
+    const uint64_t row = (uint64_t)c.shape.ffn_dim * 2;
+    char env[32];
+    snprintf(env, sizeof env, "%llu", (unsigned long long)(40 * row));
+    setenv("ZO_MLP_CHUNK_BYTES", env, 1);
+    g_mlp_chunk = 24 * row;
+    zt_model_config mc = {c.shape, c.seq, c.micro_batch, 1, ZO_DTYPE_BF16, 0, {0}, 0, 24 * row};
+    assert_int_equal(zt_mlp_chunk_rows(&mc), 24);
+    const uint64_t want = zt_model_activation_bytes(&mc);
+    mc.mlp_chunk_bytes = 0;
+    assert_int_equal(zt_mlp_chunk_rows(&mc), 40);
+    assert_true(zt_model_activation_bytes(&mc) > want);
+    zp_plan p = plan(&c, ZP_NO_OFFLOAD, 64ull << 30, &unit_speeds);
+    assert_int_equal(p.device.inputs + p.device.checkpoints + p.device.workspace, want);
+    for (int s = 0; s < ZP_N_STRATEGIES; s++) {
+        uint64_t roomy, minimum, layer;
+        budgets(&c, (zp_strategy)s, &roomy, &minimum, &layer);
+        check_memory(&c, (zp_strategy)s, minimum);
+    }
+    g_mlp_chunk = 0;
     unsetenv("ZO_MLP_CHUNK_BYTES");
 }
 
@@ -529,6 +564,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_memory_tiny),
         cmocka_unit_test(test_memory_tiny_fp32),
         cmocka_unit_test(test_memory_tiny_mlp_chunks),
+        cmocka_unit_test(test_memory_tiny_mlp_chunk_option),
         cmocka_unit_test(test_memory_small),
         cmocka_unit_test(test_update_rate_drives_nvme_time),
         cmocka_unit_test(test_assumed_speed_sources),

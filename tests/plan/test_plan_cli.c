@@ -45,6 +45,20 @@ static void outputs_free(outputs *o)
     free(o->err);
 }
 
+/* Another program's command line (its stderr captured) exits with the
+ * usage error's status 2 and names message on stderr. */
+static void expect_usage_error(const char *command, const char *message)
+{
+    char cmd[1200], path[300];
+    snprintf(path, sizeof path, "%s/err.txt", g_dir);
+    snprintf(cmd, sizeof cmd, "%s 2>%s", command, path);
+    int st = system(cmd);
+    char *txt = plan_test_read(path);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || !strstr(txt, message))
+        fail_msg("%s: status %d, stderr '%s' (expected 2 and '%s')", command, st, txt, message);
+    free(txt);
+}
+
 /* Each case's arguments (cases[i][0]) exit with status and name
  * cases[i][1] on stderr. */
 static void expect_refused(const char *cases[][2], size_t n, int status)
@@ -558,14 +572,8 @@ static void test_absurd_inputs_refused(void **state)
     assert_int_equal(o.status, 2);
     assert_non_null(strstr(o.err, "'num_key_value_heads' 7 must divide 'num_attention_heads' 32"));
     outputs_free(&o);
-    snprintf(cmd, sizeof cmd, "%s io --path %s --size 4K --bs 1M --rw read 2>%s/err.txt", ZB_EXE,
-             g_dir, g_dir);
-    int st = system(cmd);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
-    snprintf(path, sizeof path, "%s/err.txt", g_dir);
-    char *txt = plan_test_read(path);
-    assert_non_null(strstr(txt, "--size must be at least --bs"));
-    free(txt);
+    snprintf(cmd, sizeof cmd, "%s io --path %s --size 4K --bs 1M --rw read", ZB_EXE, g_dir);
+    expect_usage_error(cmd, "--size must be at least --bs");
 }
 
 static void test_bad_flags(void **state)
@@ -926,6 +934,73 @@ static void test_command_carries_plan_chunk(void **state)
     assert_int_not_equal(got, zt_default_chunk_bytes(&s));
 }
 
+/* The longest sequence and the MLP chunk of a job (--max-seq with args). */
+static int max_seq_of(const char *args, uint64_t *mlp_chunk)
+{
+    char full[600];
+    snprintf(full, sizeof full, "%s --max-seq", args);
+    json_t *j = run_json(full);
+    int n = (int)json_integer_value(json_object_get(json_object_get(j, "max_seq"), "seq"));
+    *mlp_chunk = (uint64_t)num(json_object_get(j, "job"), "mlp_chunk_bytes");
+    json_decref(j);
+    return n;
+}
+
+/* Whether some plan of the job fits (a recommendation). */
+static int fits(const char *args)
+{
+    json_t *j = run_json(args);
+    int ok = !json_is_null(json_object_get(j, "recommendation"));
+    json_decref(j);
+    return ok;
+}
+
+/* --mlp-chunk-bytes auto (the default): at --max-seq the planner takes the
+ * largest MLP chunk that lets the longest sequence fit, which is longer than
+ * zo-train's default 16 MiB allows. The length fits with the chunk given
+ * explicitly and not with the next larger one (twice it); the command and
+ * the emitted config carry it; a bad value is refused by both tools. */
+static void test_max_seq_chooses_mlp_chunk(void **state)
+{
+    (void)state;
+    const char *job = "--preset tiny --device cpu --gpu-mem 64MiB --micro-batch 1";
+    char args[700], path[300];
+    uint64_t chunk, fixed_chunk;
+    int n = max_seq_of(job, &chunk);
+    snprintf(args, sizeof args, "%s --mlp-chunk-bytes 16MiB", job);
+    int fixed = max_seq_of(args, &fixed_chunk);
+    assert_int_equal(fixed_chunk, 16u << 20);
+    assert_true(n > fixed);
+    assert_true(chunk < fixed_chunk);
+    snprintf(args, sizeof args, "%s --seq %d --mlp-chunk-bytes %llu", job, n,
+             (unsigned long long)chunk);
+    assert_true(fits(args));
+    snprintf(args, sizeof args, "%s --seq %d --mlp-chunk-bytes %llu", job, n,
+             (unsigned long long)(2 * chunk));
+    assert_false(fits(args));
+    snprintf(path, sizeof path, "%s/mlp.json", g_dir);
+    snprintf(args, sizeof args, "%s --max-seq --emit-config %s", job, path);
+    outputs o = run(args);
+    assert_int_equal(o.status, 0);
+    char want[64];
+    snprintf(want, sizeof want, "--mlp-chunk-bytes %llu", (unsigned long long)chunk);
+    const char *rec = strstr(o.out, "recommended: ");
+    assert_non_null(rec);
+    assert_non_null(strstr(rec, want));
+    outputs_free(&o);
+    zo_train_config c = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(zo_train_config_load(path, 1, &c));
+    assert_int_equal(c.zoffload.mlp_chunk_bytes, (int64_t)chunk);
+    const char *bad[][2] = {
+        {"--mlp-chunk-bytes 0", "--mlp-chunk-bytes '0': expected auto or a byte count"},
+        {"--mlp-chunk-bytes lots", "--mlp-chunk-bytes 'lots': expected auto or a byte count"},
+    };
+    expect_refused(bad, 2, 2);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "%s --mlp-chunk-bytes 0 --steps 1", ZT_EXE);
+    expect_usage_error(cmd, "--mlp-chunk-bytes '0': expected auto or a byte count");
+}
+
 static void test_world_size(void **state)
 {
     (void)state;
@@ -1104,6 +1179,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_max_seq),
+        cmocka_unit_test(test_max_seq_chooses_mlp_chunk),
         cmocka_unit_test(test_command_carries_plan_chunk),
         cmocka_unit_test(test_assumed_speeds_say_why),
         cmocka_unit_test(test_mixed_speed_sources),

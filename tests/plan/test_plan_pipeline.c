@@ -107,8 +107,8 @@ static void check_stage_arena(const zp_job *job, const zp_pipeline_plan *p, int 
 {
     const zp_stage_plan *st = &p->stage[s];
     const zp_plan *q = &st->plan;
-    zt_model_config mc = {job->shape, job->seq, job->micro_batch, job->grad_accum, job->dtype, 0,
-                          {0},        0};
+    zt_model_config mc = {
+        job->shape, job->seq, job->micro_batch, job->grad_accum, job->dtype, 0, {0}, 0, 0};
     zt_act_group g = {st->in_flight, ZT_ACT_DEVICE};
     assert_int_equal(q->device.inputs + q->device.checkpoints + q->device.workspace,
                      zt_model_activation_bytes_group(&mc, &g));

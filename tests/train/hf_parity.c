@@ -60,7 +60,7 @@ static zo_status setup(parity *p, const char *dir)
     dc.mem_budget = 1u << 30;
     ZT_LIB(zo_device_init(&p->dev, &dc));
     ZT_LIB(zo_stream_create(p->dev, &p->s));
-    zt_model_config mc = {p->shape, p->seq, 1, 1, p->dt, p->flash, {0}, 0};
+    zt_model_config mc = {p->shape, p->seq, 1, 1, p->dt, p->flash, {0}, 0, 0};
     ZT_TRY(zt_model_init(&p->m, p->dev, p->s, &mc));
     ZT_TRY(zt_resident_init(&p->r, p->dev, p->s, &p->shape, p->dt, 1, 0.02f));
     return zt_hf_read_weights(dir, &p->shape, put_resident, p);

@@ -248,7 +248,7 @@ static void fixture_open(fixture *f, zo_dtype dt)
     dc.mem_budget = 64u << 20;
     ZO_ASSERT_OK(zo_device_init(&f->dev, &dc));
     ZO_ASSERT_OK(zo_stream_create(f->dev, &f->s));
-    zt_model_config mc = {g_shape, SEQ, MB, 2, dt, g_flash, {0}, 0};
+    zt_model_config mc = {g_shape, SEQ, MB, 2, dt, g_flash, {0}, 0, 0};
     ZO_ASSERT_OK(zt_model_init(&f->m, f->dev, f->s, &mc));
     ZO_ASSERT_OK(zt_resident_init(&f->r, f->dev, f->s, &g_shape, dt, SEED, INIT_STD));
     f->src = zt_resident_source(f->r);
@@ -425,7 +425,7 @@ static void test_sliding_window_matches_the_reference(void **state)
 {
     zt_shape mistral = k_llama2;
     mistral.window = 5;
-    zt_model_config mc = {mistral, SEQ, MB, 1, ZO_DTYPE_F32, 0, {0}, 0};
+    zt_model_config mc = {mistral, SEQ, MB, 1, ZO_DTYPE_F32, 0, {0}, 0, 0};
     assert_int_equal(zt_model_config_check(&mc), ZO_ERR_CONFIG);
     assert_non_null(strstr(zt_last_error(), "use --attention flash"));
     g_flash = 1;
@@ -503,7 +503,7 @@ static void test_head_chunks_keep_the_loss(void **state)
     fixture_open(&a, ZO_DTYPE_F32);
     float la = train_once(&a), ea, eb;
     setenv("ZO_HEAD_CHUNK_BYTES", "732", 1); /* 3 rows of 61 fp32 logits */
-    zt_model_config mc = {g_shape, SEQ, MB, 2, ZO_DTYPE_F32, 0, {0}, 0};
+    zt_model_config mc = {g_shape, SEQ, MB, 2, ZO_DTYPE_F32, 0, {0}, 0, 0};
     assert_int_equal(zt_head_chunk_rows(&mc), 3);
     fixture_open_with(&b, "ZO_HEAD_CHUNK_BYTES", 3 * VOCAB * 4);
     float lb = train_once(&b);
@@ -556,7 +556,7 @@ static void test_mlp_chunks_follow_one_chunk(void **state)
     fixture_open(&a, ZO_DTYPE_F32);
     float la = train_once(&a);
     setenv("ZO_MLP_CHUNK_BYTES", "960", 1); /* 5 rows of 48 fp32 */
-    zt_model_config mc = {g_shape, SEQ, MB, 2, ZO_DTYPE_F32, 0, {0}, 0};
+    zt_model_config mc = {g_shape, SEQ, MB, 2, ZO_DTYPE_F32, 0, {0}, 0, 0};
     assert_int_equal(zt_mlp_chunk_rows(&mc), 5);
     fixture_open_with(&b, "ZO_MLP_CHUNK_BYTES", 5 * FFN * 4);
     assert_int_equal(zt_mlp_chunk_rows(&mc), T);
@@ -592,7 +592,7 @@ static void test_mlp_chunks_follow_one_chunk(void **state)
  * gate, up and product, not the micro-batch's: exactly that much smaller. */
 static void test_mlp_chunks_shrink_the_arena(void **state)
 {
-    zt_model_config mc = {g_shape, SEQ, MB, 2, ZO_DTYPE_BF16, 0, {0}, 0};
+    zt_model_config mc = {g_shape, SEQ, MB, 2, ZO_DTYPE_BF16, 0, {0}, 0, 0};
     uint64_t whole = zt_model_activation_bytes(&mc);
     setenv("ZO_MLP_CHUNK_BYTES", "512", 1); /* 512 / (48 x 2) = 5 rows */
     uint64_t chunked = zt_model_activation_bytes(&mc);
@@ -668,7 +668,7 @@ static void test_activation_bytes_are_what_init_allocates(void **state)
     fixture_open(&f, ZO_DTYPE_BF16);
     zo_device_mem_stats before, after;
     ZO_ASSERT_OK(zo_device_mem_get_stats(f.dev, &before));
-    zt_model_config mc = {g_shape, SEQ, MB, 3, ZO_DTYPE_BF16, 0, {0}, 0};
+    zt_model_config mc = {g_shape, SEQ, MB, 3, ZO_DTYPE_BF16, 0, {0}, 0, 0};
     zt_model *m2 = NULL;
     ZO_ASSERT_OK(zt_model_init(&m2, f.dev, f.s, &mc));
     ZO_ASSERT_OK(zo_device_mem_get_stats(f.dev, &after));

@@ -187,7 +187,8 @@ static void test_layer_major_equals_micro_batch_major(void **state)
             train(&o, STEPS, -1, &r);
             assert_same_run(&ref, &r, STEPS, &o.shape, what);
             assert_true(r.device_high_water <= r.device_budget);
-            zt_model_config mc = {o.shape, o.seq, o.micro_batch, o.grad_accum, o.dtype, 0, {0}, 0};
+            zt_model_config mc = {o.shape, o.seq, o.micro_batch, o.grad_accum, o.dtype, 0, {0},
+                                  0,       0};
             /* the arena holds a set of layer inputs per micro-batch of a group on the device;
              * per layer (host, no groups) two of the n_layers + 1 checkpoint slots */
             if (o.micro_group == 1 && o.act_home == ZT_ACT_HOST)
@@ -304,7 +305,7 @@ static void test_nvme_layer_inputs_pinned_independent_of_group(void **state)
     assert_int_equal(peak[1][0], peak[1][1]);
     assert_int_equal(peak[1][0], peak[1][2]);
     zt_options o = group_options(8, 2, ZT_ACT_HOST);
-    zt_model_config mc = {o.shape, o.seq, o.micro_batch, o.grad_accum, o.dtype, 0, {0}, 0};
+    zt_model_config mc = {o.shape, o.seq, o.micro_batch, o.grad_accum, o.dtype, 0, {0}, 0, 0};
     zt_act_group g2 = {2, ZT_ACT_HOST}, g8 = {8, ZT_ACT_HOST};
     uint64_t grown =
         zt_model_host_activation_bytes(&mc, &g8) - zt_model_host_activation_bytes(&mc, &g2);

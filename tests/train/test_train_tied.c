@@ -45,7 +45,7 @@ typedef struct side {
 
 static void side_init(side *x, zo_device_t dev, zo_stream_t s, const zt_shape *sh)
 {
-    zt_model_config mc = {*sh, 16, 2, 1, ZO_DTYPE_F32, 0, {0}, 0};
+    zt_model_config mc = {*sh, 16, 2, 1, ZO_DTYPE_F32, 0, {0}, 0, 0};
     ZO_ASSERT_OK(zt_model_init(&x->m, dev, s, &mc));
     ZO_ASSERT_OK(zt_resident_init(&x->r, dev, s, sh, ZO_DTYPE_F32, 5, 0.05f));
 }

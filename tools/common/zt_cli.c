@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zo/units.h"
+
 #define ZT_IN(SECTION, VALUE, HELP)                                                                \
     {                                                                                              \
         ZT_SEC_##SECTION, VALUE, HELP                                                              \
@@ -223,6 +225,15 @@ int zt_cli_on_off(const char *s, int *out)
     if (i < 0)
         return -1;
     *out = i;
+    return 0;
+}
+
+int zt_cli_mlp_chunk(const char *s, uint64_t *out)
+{
+    uint64_t b = 0;
+    if (strcmp(s, "auto") != 0 && (zo_parse_bytes(s, &b) != 0 || b == 0))
+        return -1;
+    *out = b;
     return 0;
 }
 

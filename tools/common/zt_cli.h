@@ -11,6 +11,7 @@
 #define ZT_CLI_H
 
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "zo/dtype.h"
@@ -96,6 +97,8 @@ int zt_cli_on_off(const char *s, int *out);                  /* on: 1, off: 0 */
 int zt_cli_dtype(const char *s, zo_dtype *out);              /* bf16, fp16, fp32 */
 int zt_cli_attention(const char *s, int *flash);             /* dense (0), flash (1) */
 int zt_cli_optim_mode(const char *s, zo_optim_mode *out);
+/* --mlp-chunk-bytes: auto (0) or a byte count > 0 (zo_parse_bytes' spellings). */
+int zt_cli_mlp_chunk(const char *s, uint64_t *out);
 /* --device's values, NULL-ended: auto (cuda when a GPU is present), cpu, cuda. */
 extern const char *const zt_cli_devices[]; /* sync, overlap, dpu */
 

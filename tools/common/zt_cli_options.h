@@ -142,6 +142,15 @@
     X(CHUNK_BYTES, "chunk-bytes", 0,                                                               \
       ZT_IN(PLACEMENT, "BYTES", "engine chunk size (default: the largest tensor)"),                \
       ZT_IN(JOB, "BYTES", "the engine's chunk (default: chosen per strategy)"))                    \
+    X(MLP_CHUNK_BYTES, "mlp-chunk-bytes", 0,                                                       \
+      ZT_IN(PLACEMENT, "BYTES|auto",                                                               \
+            "a block's MLP and norms run in chunks of tokens whose\n"                              \
+            "ffn-wide buffers take at most BYTES each, recomputed in the\n"                        \
+            "backward (auto, the default: $ZO_MLP_CHUNK_BYTES or 16MiB)"),                         \
+      ZT_IN(JOB, "BYTES|auto",                                                                     \
+            "zo-train's --mlp-chunk-bytes (auto, the default: 16MiB,"                              \
+            " or the largest power of two down to one row that lets\n"                             \
+            "the job fit)"))                                                                       \
     X(HOST_MEM, "host-mem", 0,                                                                     \
       ZT_IN(PLACEMENT, "BYTES",                                                                    \
             "the host memory the run may take (default: physical RAM\n"                            \

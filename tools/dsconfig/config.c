@@ -435,6 +435,7 @@ static const key_spec zoffload_keys[] = {
     E("optimizer_mode", zoffload.optimizer_mode, 0, mode_names, ZO_OPTIM_SYNC),
     I("prefetch_lookahead", zoffload.prefetch_lookahead, 0, 0, 64),
     I("micro_group", zoffload.micro_group, 0, 1, 1 << 20),
+    I("mlp_chunk_bytes", zoffload.mlp_chunk_bytes, F_UNITS | F_AUTO, 0, NO_MAX), /* 0: auto */
     E("act_home", zoffload.act_home, 0, act_home_names, 0),
     {"nvme_paths", K_PATHLIST, 0, 0, 0, 0, NULL, 0, NULL, NULL},
     E("optimizer_state_dtype", zoffload.optimizer_state_dtype, 0, state_dtype_names, ZO_DTYPE_F32),

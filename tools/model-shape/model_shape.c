@@ -634,7 +634,8 @@ uint64_t zt_mlp_chunk_bytes(void)
 
 uint64_t zt_mlp_chunk_rows(const zt_model_config *c)
 {
-    return chunk_rows(c, zt_mlp_chunk_bytes(), (uint64_t)c->shape.ffn_dim);
+    uint64_t bytes = c->mlp_chunk_bytes ? c->mlp_chunk_bytes : zt_mlp_chunk_bytes();
+    return chunk_rows(c, bytes, (uint64_t)c->shape.ffn_dim);
 }
 
 static void carve_head(uint64_t *off, const zt_model_config *c, zt_head_offsets *h, size_t es)

@@ -147,6 +147,9 @@ typedef struct zt_model_config {
                     micro-batch's tokens are split over outside attention and the MLP, each
                     holding micro_batch x seq / seq_par rows of the residual stream (0 or 1:
                     none; it must divide micro_batch x seq) */
+    uint64_t mlp_chunk_bytes; /* a block's position-wise chunk limit (zo-train's
+                                 --mlp-chunk-bytes, zoffload.mlp_chunk_bytes): bytes of each
+                                 ffn-wide buffer; 0: zt_mlp_chunk_bytes() */
 } zt_model_config;
 
 /* The rows of the residual stream a rank holds: micro_batch x seq, or its
@@ -253,8 +256,9 @@ enum { ZT_HEAD_CHUNK_BYTES = 64 << 20 };
 uint64_t zt_head_chunk_bytes(void);
 uint64_t zt_head_chunk_rows(const zt_model_config *c);
 /* A block's position-wise parts run in chunks of rows (tokens) whose
- * ffn-wide buffers take at most ZO_MLP_CHUNK_BYTES each (the environment,
- * bytes; default ZT_MLP_CHUNK_BYTES): the MLP half (its norm, gate and up,
+ * ffn-wide buffers take at most c->mlp_chunk_bytes each (when 0,
+ * ZO_MLP_CHUNK_BYTES from the environment, bytes; default
+ * ZT_MLP_CHUNK_BYTES): the MLP half (its norm, gate and up,
  * their SwiGLU product, down) and the attention half's norm with the q, k,
  * v projections. Nothing tokens x ffn is live, and the norms' outputs (h1,
  * h2: one piece) are one chunk's. The backward recomputes each chunk's norm

@@ -29,6 +29,7 @@ typedef struct zp_emit {
     int state_dtype;      /* zo_dtype's number: F32, BF16 or I8 (zoffload.optimizer_state_dtype) */
     int master_split;     /* zoffload.master_split */
     int embedding_f32;    /* zoffload.embedding_f32_states */
+    uint64_t mlp_chunk_bytes; /* zoffload.mlp_chunk_bytes (0: auto) */
 } zp_emit;
 
 /* Write the config to path and read it back with zo_train_config_load

@@ -54,6 +54,7 @@ typedef struct cli {
     int max_seq;      /* --max-seq: search the longest --seq that fits */
     int mode_given;   /* --optimizer-mode sync|overlap|dpu: the per-chunk plan keeps it */
     int state_auto;   /* --state-dtype auto: the planner picks the format */
+    int mlp_auto;     /* --mlp-chunk-bytes auto (the default): the planner picks the chunk */
     const char *data; /* its tokens */
     char model_note[256];
     zp_world world;  /* --world-size N > 1: ZeRO plans over N ranks too (world.h) */
@@ -216,6 +217,11 @@ static int parse_choice_opt(int opt, const char *arg, cli *c)
         if (zt_cli_choice(arg, zt_cli_devices) < 0)
             return bad_value(c, opt, arg, "auto, cpu or cuda");
         c->req.device = arg;
+        return 0;
+    case ZT_OPT_MLP_CHUNK_BYTES:
+        if (zt_cli_mlp_chunk(arg, &c->job.mlp_chunk_bytes) != 0)
+            return bad_value(c, opt, arg, "auto or a byte count such as 1MiB (> 0)");
+        c->mlp_auto = c->job.mlp_chunk_bytes == 0;
         return 0;
     }
     return 0;
@@ -507,7 +513,8 @@ static zo_status emit(const cli *c, result *r)
                  zp_trainer_host_mem(&r->hw, p),
                  (int)c->job.state_dtype,
                  c->job.master_split,
-                 c->job.embedding_f32};
+                 c->job.embedding_f32,
+                 c->job.mlp_chunk_bytes};
     for (int i = 0; i < c->req.n_nvme_paths; i++)
         e.nvme_paths[i] = c->req.nvme_paths[i];
     ZT_TRY(zp_emit_config(&e, c->emit_path));
@@ -718,7 +725,7 @@ static zp_pipe_report pipe_report(const cli *c, const result *r)
 /* Whether some plan of c->job fits: a fixed placement or the per-chunk
  * plan, under the job's state format or, with --state-dtype auto, any. A
  * length the planner refuses outright (beyond the trainer's sizes) does not. */
-static int job_fits(cli *c, result *r)
+static int job_fits_at_chunk(cli *c, result *r)
 {
     zo_dtype want = c->job.state_dtype;
     int fits = 0;
@@ -731,6 +738,36 @@ static int job_fits(cli *c, result *r)
     }
     c->job.state_dtype = want;
     return fits;
+}
+
+/* --mlp-chunk-bytes auto's candidates, largest first: zo-train's default
+ * (ZO_MLP_CHUNK_BYTES or 16 MiB), then its halvings down to one row of the
+ * ffn width (the least the chunks can hold). 0 after the last. */
+static uint64_t mlp_chunk_next(const cli *c, uint64_t bytes)
+{
+    uint64_t row = (uint64_t)c->job.shape.ffn_dim * zo_dtype_size(c->job.dtype);
+    if (!bytes)
+        return zt_mlp_chunk_bytes() > row ? zt_mlp_chunk_bytes() : row;
+    return bytes > row ? (bytes / 2 > row ? bytes / 2 : row) : 0;
+}
+
+/* job_fits_at_chunk; with --mlp-chunk-bytes auto over the candidates until
+ * one fits: c->job.mlp_chunk_bytes is left at the largest that does (larger
+ * chunks, fewer passes over the weights), else at the smallest (the job's
+ * closest to fitting). Smaller chunks never need more memory, so the
+ * largest that fits is the one to run. */
+static int job_fits(cli *c, result *r)
+{
+    if (!c->mlp_auto)
+        return job_fits_at_chunk(c, r);
+    uint64_t last = 0;
+    for (uint64_t b = mlp_chunk_next(c, 0); b; b = mlp_chunk_next(c, b)) {
+        c->job.mlp_chunk_bytes = last = b;
+        if (job_fits_at_chunk(c, r))
+            return 1;
+    }
+    c->job.mlp_chunk_bytes = last;
+    return 0;
 }
 
 /* Why c->job does not fit: the per-chunk plan's reason (the most flexible
@@ -761,6 +798,7 @@ static zo_status find_max_seq(cli *c, result *r)
             hi = mid;
     }
     c->job.seq = lo + 1;
+    job_fits(c, r); /* auto: the chunk that comes closest */
     why_not(c, r, r->max_seq_why, sizeof r->max_seq_why);
     if (!lo)
         return zt_fail(ZO_ERR_BUDGET, "--max-seq: not even --seq 1 fits at --micro-batch %d: %s",
@@ -769,12 +807,21 @@ static zo_status find_max_seq(cli *c, result *r)
     return ZO_OK;
 }
 
+/* The MLP chunk the plans are made at: with auto, the largest candidate
+ * that lets some plan fit (at --max-seq's length, found above). */
+static void choose_mlp_chunk(cli *c, result *r)
+{
+    if (c->mlp_auto)
+        job_fits(c, r);
+}
+
 static zo_status plan_all(cli *c, result *r)
 {
     ZT_TRY(zp_detect_hardware(&c->req, &r->hw, &r->facts));
     ZT_TRY(gather_speeds(c, r));
     if (c->max_seq)
         ZT_TRY(find_max_seq(c, r));
+    choose_mlp_chunk(c, r);
     zo_dtype want = c->job.state_dtype;
     for (int i = 0; i < n_state_formats(); i++) {
         c->job.state_dtype = state_format(i);
@@ -1093,6 +1140,12 @@ static void print_formats(const result *r)
     printf("  %s\n", r->fmt_why);
 }
 
+/* The MLP chunk the plans counted: the job's, or zo-train's default. */
+static uint64_t mlp_chunk_bytes(const cli *c)
+{
+    return c->job.mlp_chunk_bytes ? c->job.mlp_chunk_bytes : zt_mlp_chunk_bytes();
+}
+
 static void print_human(const cli *c, const result *r)
 {
     print_header(c, r);
@@ -1107,11 +1160,12 @@ static void print_human(const cli *c, const result *r)
         printf(
             "\nrecommended: %s (the fastest plan that fits): %.4g s per step, %.4g tokens/s, MFU "
             "%.1f%%, bottleneck %s; zo-train --offload-param %s --offload-optimizer %s "
-            "--chunk-bytes %llu --optimizer-mode %s --state-dtype %s",
+            "--chunk-bytes %llu --optimizer-mode %s --state-dtype %s --mlp-chunk-bytes %llu",
             zp_strategy_name(p->strategy), p->step_seconds, p->tokens_per_s, 100 * p->mfu,
             zp_bottleneck_name(p->bottleneck), zt_home_name(p->param_home),
             zt_home_name(p->optim_home), (unsigned long long)p->fp.chunk_bytes,
-            zo_optim_mode_name(p->mode), zt_state_dtype_name(c->job.state_dtype));
+            zo_optim_mode_name(p->mode), zt_state_dtype_name(c->job.state_dtype),
+            (unsigned long long)mlp_chunk_bytes(c));
         if (p->strategy == ZP_SPLIT)
             printf(" --param-device-bytes %llu --optim-host-bytes %llu --host-mem %llu "
                    "--micro-group %d --act-home %s",
@@ -1285,7 +1339,8 @@ static json_t *json_inputs(const cli *c, const result *r)
     }
     json_object_set_new(speeds, "sources", sources);
     return json_pack(
-        "{s:{s:s,s:b,s:I,s:i,s:i,s:i,s:i,s:i,s:s,s:s},s:{s:i,s:i,s:i,s:s},s:{s:s,s:s,s:I,s:I,s:I,s:"
+        "{s:{s:s,s:b,s:I,s:i,s:i,s:i,s:i,s:i,s:s,s:s},s:{s:i,s:i,s:i,s:s,s:I},s:{s:s,s:s,s:I,s:I,s:"
+        "I,s:"
         "I,s:I,"
         "s:i,s:I,s:I,s:s,s:i,s:i},s:o}",
         "model", "source", c->hf_config ? c->hf_config : c->preset, "shape_flags",
@@ -1293,13 +1348,14 @@ static json_t *json_inputs(const cli *c, const result *r)
         s->dim, "layers", s->n_layers, "heads", s->n_heads, "ffn", s->ffn_dim, "dtype",
         zo_dtype_name(c->job.dtype), "note", c->model_note, "job", "seq", c->job.seq, "micro_batch",
         c->job.micro_batch, "grad_accum", c->job.grad_accum, "optimizer_mode",
-        zo_optim_mode_name(c->job.mode), "hardware", "backend", r->hw.backend, "device_name",
-        r->hw.device_name, "device_bytes", (json_int_t)r->hw.device_bytes, "reserve_bytes",
-        (json_int_t)r->hw.reserve_bytes, "host_bytes", (json_int_t)r->hw.host_bytes, "pinned_max",
-        (json_int_t)r->hw.pinned_max, "nvme_bytes", (json_int_t)r->hw.nvme_bytes, "nvme_paths",
-        c->req.n_nvme_paths, "host_ram", (json_int_t)r->facts.host_ram, "numa_ram",
-        (json_int_t)r->facts.numa_ram, "host_how", r->facts.host_how, "numa_nodes",
-        r->facts.numa_nodes, "cores", r->facts.cores, "speeds", speeds);
+        zo_optim_mode_name(c->job.mode), "mlp_chunk_bytes", (json_int_t)mlp_chunk_bytes(c),
+        "hardware", "backend", r->hw.backend, "device_name", r->hw.device_name, "device_bytes",
+        (json_int_t)r->hw.device_bytes, "reserve_bytes", (json_int_t)r->hw.reserve_bytes,
+        "host_bytes", (json_int_t)r->hw.host_bytes, "pinned_max", (json_int_t)r->hw.pinned_max,
+        "nvme_bytes", (json_int_t)r->hw.nvme_bytes, "nvme_paths", c->req.n_nvme_paths, "host_ram",
+        (json_int_t)r->facts.host_ram, "numa_ram", (json_int_t)r->facts.numa_ram, "host_how",
+        r->facts.host_how, "numa_nodes", r->facts.numa_nodes, "cores", r->facts.cores, "speeds",
+        speeds);
 }
 
 static json_t *json_deepspeed(const cli *c)
@@ -1464,6 +1520,7 @@ int main(int argc, char **argv)
     c.job.dtype = ZO_DTYPE_BF16;
     c.job.flash_attention = 1;
     c.job.mode = ZO_OPTIM_SYNC;
+    c.mlp_auto = 1;
     c.req.device = "auto";
     c.data = ZP_DEFAULT_DATA;
     int rc = parse_args(argc, argv, &c);

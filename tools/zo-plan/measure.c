@@ -576,7 +576,8 @@ static zo_status micro_init(micro_bench *b, zo_device_t dev, zo_stream_t s, cons
     zt_shape sh = job->shape;
     sh.n_layers = layers;
     zo_dtype dt = job->dtype;
-    zt_model_config mc = {sh, job->seq, mb, 1, dt, job->flash_attention, {0}, 0};
+    zt_model_config mc = {
+        sh, job->seq, mb, 1, dt, job->flash_attention, {0}, 0, job->mlp_chunk_bytes};
     size_t n = (size_t)mb * job->seq;
     b->tok = malloc(2 * n * sizeof *b->tok);
     zo_status st = b->tok ? ZO_OK : zt_fail(ZO_ERR_NO_MEMORY, "the model benchmark's tokens");
@@ -659,7 +660,8 @@ static uint64_t model_bytes(const zp_job *job, int layers, int mb)
 {
     zt_shape cut = job->shape;
     cut.n_layers = layers;
-    zt_model_config mc = {cut, job->seq, mb, 1, ZO_DTYPE_BF16, job->flash_attention, {0}, 0};
+    zt_model_config mc = {
+        cut, job->seq, mb, 1, ZO_DTYPE_BF16, job->flash_attention, {0}, 0, job->mlp_chunk_bytes};
     return 4 * zt_shape_n_params(&cut) + zt_model_activation_bytes(&mc);
 }
 

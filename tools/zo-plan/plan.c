@@ -304,7 +304,8 @@ zt_model_config zp_model_config(const zp_job *job)
                           job->dtype,
                           job->flash_attention,
                           {0},
-                          job->sequence_parallel && zp_tp(job) > 1 ? zp_tp(job) : 0};
+                          job->sequence_parallel && zp_tp(job) > 1 ? zp_tp(job) : 0,
+                          job->mlp_chunk_bytes};
     return mc;
 }
 

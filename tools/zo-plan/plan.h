@@ -63,6 +63,9 @@ typedef struct zp_job {
     int flash_attention; /* --attention flash: attention memory O(seq), not seq x seq */
     zo_optim_mode mode;
     uint64_t chunk_bytes; /* 0: the planner picks per strategy */
+    /* zo-train's --mlp-chunk-bytes: the bytes of each ffn-wide buffer of a
+     * block's position-wise chunks (zt_model_config's; 0: zo-train's default) */
+    uint64_t mlp_chunk_bytes;
     /* the per-chunk plan's choices (zp_plan_split); 0: it chooses */
     int micro_group; /* micro-batches per layer-major group, 1..grad_accum */
     zp_act_home act_home;

@@ -32,6 +32,7 @@ zt_options zp_trainer_options(const zp_job *job, const zp_hardware *hw, const zp
     o.param_caps = p->param_caps; /* the per-chunk plan's split (0: every chunk at its home) */
     o.optim_caps = p->optim_caps;
     o.micro_group = p->micro_group;
+    o.mlp_chunk_bytes = job->mlp_chunk_bytes;
     o.act_home = p->act_home == ZP_ACT_HOST   ? ZT_ACT_HOST
                  : p->act_home == ZP_ACT_NVME ? ZT_ACT_NVME
                                               : ZT_ACT_DEVICE;

@@ -160,7 +160,8 @@ static zo_status placement(zt_options *o, const zo_train_config *cfg)
                        (long long)cfg->zoffload.prefetch_lookahead);
     o->lookahead = (int)cfg->zoffload.prefetch_lookahead;
     o->micro_group = (int)cfg->zoffload.micro_group; /* within [1, 2^20]: the parser's range */
-    o->pipeline_stages = (int)cfg->pipeline.stages;  /* [0, 64]: the parser's range */
+    o->mlp_chunk_bytes = (uint64_t)cfg->zoffload.mlp_chunk_bytes; /* 0: auto */
+    o->pipeline_stages = (int)cfg->pipeline.stages;               /* [0, 64]: the parser's range */
     o->pipeline_split = cfg->pipeline.partition ? "uniform" : NULL;
     o->tensor_parallel = (int)cfg->tensor_parallel.autotp_size; /* [0, 64]: the parser's range */
     o->sequence_parallel = cfg->zoffload.sequence_parallel;

@@ -186,6 +186,10 @@ static int parse_placement_opt(int opt, const char *arg, cli *c)
             c->o.host_mem_from = NULL; /* the flag overrides zoffload.host_mem */
         return 0;
     }
+    case ZT_OPT_MLP_CHUNK_BYTES:
+        return zt_cli_mlp_chunk(arg, &c->o.mlp_chunk_bytes) != 0
+                   ? bad_value(c, opt, arg, "auto or a byte count such as 1MiB (> 0)")
+                   : 0;
     case ZT_OPT_OFFLOAD_OPTIMIZER:
     case ZT_OPT_OFFLOAD_PARAM:
         if (zt_parse_home(arg, opt == ZT_OPT_OFFLOAD_OPTIMIZER ? &c->o.optim_home
@@ -312,6 +316,7 @@ static int parse_opt(int opt, const char *arg, cli *c)
     case ZT_OPT_DEVICE:
     case ZT_OPT_DEVICE_MEM:
     case ZT_OPT_CHUNK_BYTES:
+    case ZT_OPT_MLP_CHUNK_BYTES:
     case ZT_OPT_OFFLOAD_OPTIMIZER:
     case ZT_OPT_OFFLOAD_PARAM:
     case ZT_OPT_NVME_PATH:

@@ -419,7 +419,8 @@ static zt_model_config model_config(const zt_options *o)
                           o->dtype,
                           o->flash_attention,
                           o->sparse_layout,
-                          o->sequence_parallel ? tp_size(o) : 0};
+                          o->sequence_parallel ? tp_size(o) : 0,
+                          o->mlp_chunk_bytes};
     return mc;
 }
 

@@ -51,6 +51,8 @@ typedef struct zt_options {
     zo_loss_scaler_config
         loss_scaler;           /* fp16 (DeepSpeed's fp16 section; static when loss_scale > 0) */
     uint64_t chunk_bytes;      /* 0: the largest tensor's 16-bit bytes, 4 KiB multiple */
+    uint64_t mlp_chunk_bytes;  /* a block's position-wise chunks (zt_model_config's): 0 auto,
+                                  ZO_MLP_CHUNK_BYTES or 16 MiB */
     uint64_t pinned_bytes;     /* the pinned host budget (0: what the plan needs) */
     uint64_t host_mem;         /* the host memory limit the plan is checked against (0: the
                                   machine's, zt_host_limit) */

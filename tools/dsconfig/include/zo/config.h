@@ -241,6 +241,8 @@ typedef struct zo_train_config {
         zo_optim_mode optimizer_mode; /* sync */
         int64_t prefetch_lookahead;   /* 2 layers */
         int64_t micro_group;          /* 1: micro-batch-major; N: layer-major groups of N */
+        int64_t mlp_chunk_bytes;      /* bytes of each ffn-wide buffer of a block's position-wise
+                                         chunks (zo-train's --mlp-chunk-bytes); 0 = auto */
         int act_home; /* 0 device, 1 host, 2 nvme: where a group's layer inputs wait */
         zo_dtype optimizer_state_dtype; /* fp32 (ZO_DTYPE_F32), bf16, or int8 (ZO_DTYPE_I8) */
         int master_split;               /* 0: the split fp32 master on NVMe (engine.h) */
