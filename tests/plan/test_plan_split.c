@@ -15,7 +15,10 @@
  *  - under random budgets (from a seed) a plan that fits never exceeds the
  *    device, host, pinned or NVMe budget, and its totals are the engine's
  *    footprint plus the modelled terms it reports, with bf16 and with fp32
- *    parameters. */
+ *    parameters;
+ *  - at one micro-batch a group, --act-home auto plans the per-layer host
+ *    store where only it fits (the tiny preset at seq 12288 in 64 MiB), the
+ *    plan --act-home host gives, and keeps the device where that fits. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,6 +303,40 @@ static void test_random_budgets_respected(void **state)
     assert_true(fitted > 5 && refused > 5);
 }
 
+/* The tiny preset at one micro-batch a step, the cpu device of 64 MiB. */
+static zp_plan tiny_split(int seq, zp_act_home act)
+{
+    zp_job j;
+    memset(&j, 0, sizeof j);
+    ZO_ASSERT_OK(zt_preset("tiny", &j.shape));
+    j.seq = seq;
+    j.micro_batch = j.grad_accum = 1;
+    j.dtype = ZO_DTYPE_BF16;
+    j.flash_attention = 1;
+    j.mode_auto = 1;
+    j.mlp_chunk_bytes = 64 << 10;
+    j.act_home = act;
+    zp_hardware hw = {"cpu", "64 MiB", 64 * MiB, 0, 8 * GiB, 0, 0, 0};
+    return split(&j, &hw, &workstation);
+}
+
+static void test_auto_act_home_takes_the_per_layer_store(void **state)
+{
+    (void)state;
+    zp_plan dev = tiny_split(12288, ZP_ACT_DEVICE), host = tiny_split(12288, ZP_ACT_HOST);
+    zp_plan any = tiny_split(12288, ZP_ACT_AUTO);
+    assert_false(dev.fits);
+    assert_true(host.fits);
+    assert_true(any.fits);
+    assert_int_equal(any.act_home, ZP_ACT_HOST);
+    assert_int_equal(any.micro_group, 1);
+    assert_int_equal(any.device.total, host.device.total);
+    assert_true(any.step_seconds == host.step_seconds);
+    zp_plan short_any = tiny_split(2048, ZP_ACT_AUTO);
+    assert_true(short_any.fits);
+    assert_int_equal(short_any.act_home, ZP_ACT_DEVICE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +344,7 @@ int main(void)
         cmocka_unit_test(test_h2d_falls_with_the_group),
         cmocka_unit_test(test_footprint_is_the_engines),
         cmocka_unit_test(test_random_budgets_respected),
+        cmocka_unit_test(test_auto_act_home_takes_the_per_layer_store),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -736,9 +736,9 @@ static zo_status search(split_ctx *x, zp_plan *out)
                         cand c = {modes[mi], groups[gi], acts[ai], chunks[ci], homes[hi]};
                         if (c.act == ZP_ACT_NVME && job->shape.tied)
                             continue; /* zo-train keeps no tied head's gradients on NVMe */
-                        if (c.act != ZP_ACT_DEVICE && c.group == 1 && !job->act_home)
-                            continue; /* nothing to gain: one micro-batch's inputs are the arena's
-                                       */
+                        /* one micro-batch a group in pinned host memory is the per-layer
+                           store (zt_act_per_layer): the arena keeps two slots, not every
+                           block's input, and a longer sequence fits */
                         if (c.act == ZP_ACT_NVME && c.group == 1)
                             continue; /* zo-train has no per-layer NVMe home (check_job) */
                         st = plan_cand(x, &c, p);
