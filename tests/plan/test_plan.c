@@ -339,6 +339,53 @@ static void test_update_rate_drives_nvme_time(void **state)
     assert_true(host.seconds[ZP_BN_NVME] == 0);
 }
 
+/* The update behind the next forward (zo-train's default, sync mode, states
+ * on NVMe, parameters on NVMe or the host): the step is shorter by at most
+ * the forward it hides under, and only where the engine takes it. */
+static zp_plan plan_job(const zp_job *j, const char *backend, zp_strategy s, const zp_speeds *sp)
+{
+    zp_hardware hw = cpu_machine(64ull << 20);
+    snprintf(hw.backend, sizeof hw.backend, "%s", backend);
+    zp_plan p;
+    if (zp_plan_strategy(j, &hw, sp, s, 0, &p, NULL) < 0)
+        fail_msg("zp_plan_strategy: %s", zt_last_error());
+    return p;
+}
+
+static double behind_saving(zp_job j, const char *backend, zp_strategy s, const zp_speeds *sp,
+                            double *compute)
+{
+    zp_plan on = plan_job(&j, backend, s, sp);
+    j.no_update_behind = 1;
+    zp_plan off = plan_job(&j, backend, s, sp);
+    assert_true(on.seconds[ZP_BN_NVME] == off.seconds[ZP_BN_NVME]);
+    *compute = on.seconds[ZP_BN_COMPUTE];
+    return off.step_seconds - on.step_seconds;
+}
+
+static void test_update_behind_step_time(void **state)
+{
+    (void)state;
+    job_cfg c = tiny_cfg(1);
+    zp_speeds sp = unit_speeds;
+    sp.nvme_read = sp.nvme_write = 2e8; /* the update's NVMe time is worth hiding */
+    const char *backends[] = {"cpu", "cuda"};
+    for (int b = 0; b < 2; b++) {
+        zp_job j = job_of(&c);
+        double compute;
+        double saved = behind_saving(j, backends[b], ZP_PARAMS_NVME, &sp, &compute);
+        assert_true(saved > 0);
+        assert_true(saved <= compute / 3 + 1e-12); /* the forward is a third of the model's */
+        /* not taken: device-resident parameters, overlap mode, fp16, ZeRO */
+        assert_true(behind_saving(j, backends[b], ZP_OPTIM_NVME, &sp, &compute) == 0);
+        j.mode = ZO_OPTIM_OVERLAP;
+        assert_true(behind_saving(j, backends[b], ZP_PARAMS_NVME, &sp, &compute) == 0);
+        j = job_of(&c);
+        j.dtype = ZO_DTYPE_F16;
+        assert_true(behind_saving(j, backends[b], ZP_PARAMS_NVME, &sp, &compute) == 0);
+    }
+}
+
 /* The small preset itself, every placement at the roomy and the smallest
  * budget (label slow: about a minute here; the NVMe placements write 8 GiB
  * of states and are skipped, saying so, where the disk has less free). */
@@ -567,6 +614,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_memory_tiny_mlp_chunk_option),
         cmocka_unit_test(test_memory_small),
         cmocka_unit_test(test_update_rate_drives_nvme_time),
+        cmocka_unit_test(test_update_behind_step_time),
         cmocka_unit_test(test_assumed_speed_sources),
         cmocka_unit_test(test_70b_work_does_not_grow_with_size),
         cmocka_unit_test(test_70b_allocates_nothing_in_proportion),

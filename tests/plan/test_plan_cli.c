@@ -855,6 +855,41 @@ static void test_emit_state_dtype(void **state)
     json_decref(j);
 }
 
+/* --update-behind off reaches the JSON, the emitted config and the
+ * recommended command, and slows the plan that keeps everything on NVMe
+ * (the update back in end_step); on is the default and says nothing. */
+static void test_update_behind_flag(void **state)
+{
+    (void)state;
+    char path[300], args[700];
+    snprintf(path, sizeof path, "%s/behind.json", g_dir);
+    double steps[2] = {-1, -1};
+    for (int off = 0; off < 2; off++) {
+        snprintf(args, sizeof args,
+                 TINY_CPU " --optimizer-mode sync --nvme-path %s --emit-config %s%s", g_dir, path,
+                 off ? " --update-behind off" : "");
+        json_t *j = run_json(args), *p;
+        assert_int_equal(json_is_true(json_object_get(j, "update_behind")), !off);
+        size_t i;
+        json_array_foreach(json_object_get(j, "strategies"), i, p)
+        {
+            if (strcmp(json_string_value(json_object_get(p, "name")), "params+optimizer-nvme") == 0)
+                steps[off] = num(p, "step_seconds");
+        }
+        json_decref(j);
+        zo_train_config c = ZO_TRAIN_CONFIG_INIT;
+        ZO_ASSERT_OK(zo_train_config_load(path, 1, &c));
+        assert_int_equal(c.zoffload.update_behind, !off);
+        outputs o = run(args);
+        assert_int_equal(o.status, 0);
+        assert_int_equal(strstr(o.out, " --update-behind off") != NULL, off);
+        outputs_free(&o);
+    }
+    assert_true(steps[0] > 0 && steps[0] < steps[1]);
+    const char *bad[][2] = {{TINY_CPU " --update-behind maybe", "on or off"}};
+    expect_refused(bad, 1, 2);
+}
+
 /* --world-size: rank 0's plans of ZeRO stages 1-3 against its share of the
  * node, the link's source, the recommendation's command; none without it. */
 /* --max-seq: the length it names fits (a recommendation at --seq N) and one
@@ -1203,6 +1238,7 @@ int main(void)
         cmocka_unit_test(test_validate_grouped_plan),
         cmocka_unit_test(test_state_dtype_auto),
         cmocka_unit_test(test_emit_state_dtype),
+        cmocka_unit_test(test_update_behind_flag),
         cmocka_unit_test(test_world_size),
         cmocka_unit_test(test_world_size_tensor_parallel),
         cmocka_unit_test(test_pipeline),

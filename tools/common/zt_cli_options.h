@@ -111,7 +111,9 @@
             "states on NVMe, parameters on NVMe or the host: sync\n"                               \
             "mode's updates (overlap mode's after a clipped step) run\n"                          \
             "behind the next forward, which waits per chunk (default on)"),                        \
-      ZT_NO)                                                                                       \
+      ZT_IN(JOB, "on|off",                                                                         \
+            "zo-train's update behind the next forward (sync mode,\n"                              \
+            "states on NVMe): its step time counts it so (default on)"))                           \
     X(STATE_DTYPE, "state-dtype", 0,                                                               \
       ZT_IN(PLACEMENT, "fp32|bf16|int8",                                                           \
             "Adam's m and v (the master stays fp32): fp32\n"                                       \

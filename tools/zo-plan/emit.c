@@ -54,6 +54,7 @@ static zo_train_config make_config(const zp_emit *e)
     c.zoffload.optimizer_state_dtype = (zo_dtype)e->state_dtype;
     c.zoffload.master_split = e->master_split;
     c.zoffload.embedding_f32_states = e->embedding_f32;
+    c.zoffload.update_behind = e->update_behind;
     return c;
 }
 

@@ -188,6 +188,13 @@ static int parse_choice_opt(int opt, const char *arg, cli *c)
         if (zt_cli_on_off(arg, &c->job.master_split) != 0)
             return bad_value(c, opt, arg, "on or off");
         return 0;
+    case ZT_OPT_UPDATE_BEHIND: {
+        int on = 1;
+        if (zt_cli_on_off(arg, &on) != 0)
+            return bad_value(c, opt, arg, "on or off");
+        c->job.no_update_behind = !on;
+        return 0;
+    }
     case ZT_OPT_EMBEDDING_F32_STATES:
         if (zt_cli_on_off(arg, &c->job.embedding_f32) != 0)
             return bad_value(c, opt, arg, "on or off");
@@ -514,7 +521,8 @@ static zo_status emit(const cli *c, result *r)
                  (int)c->job.state_dtype,
                  c->job.master_split,
                  c->job.embedding_f32,
-                 c->job.mlp_chunk_bytes};
+                 c->job.mlp_chunk_bytes,
+                 !c->job.no_update_behind};
     for (int i = 0; i < c->req.n_nvme_paths; i++)
         e.nvme_paths[i] = c->req.nvme_paths[i];
     ZT_TRY(zp_emit_config(&e, c->emit_path));
@@ -1173,6 +1181,8 @@ static void print_human(const cli *c, const result *r)
                    (unsigned long long)p->optim_caps.bytes[ZO_TIER_HOST],
                    (unsigned long long)zp_trainer_host_mem(&r->hw, p), p->micro_group,
                    zp_act_home_name(p->act_home));
+        if (c->job.no_update_behind)
+            printf(" --update-behind off");
         printf("\n");
         if (p->strategy == ZP_SPLIT)
             printf("  why: %s\n", p->reason);
@@ -1490,6 +1500,7 @@ static void print_json(const cli *c, const result *r)
     json_object_set_new(root, "state_dtype_auto", json_boolean(c->state_auto));
     json_object_set_new(root, "embedding_f32_states", json_boolean(c->job.embedding_f32));
     json_object_set_new(root, "master_split", json_boolean(c->job.master_split));
+    json_object_set_new(root, "update_behind", json_boolean(!c->job.no_update_behind));
     json_object_set_new(root, "state_formats", json_formats(r));
     json_object_set_new(root, "state_dtype_reason", json_string(r->fmt_why));
     if (c->ds_estimate)

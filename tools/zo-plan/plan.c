@@ -662,6 +662,32 @@ double zp_device_flops_per_token(const zp_job *job)
     return job_flops(job, 1);
 }
 
+int zp_update_behind(const zp_job *job, zo_optim_mode mode, const uint32_t *param_homes,
+                     const uint32_t *optim_homes, uint32_t n_chunks)
+{
+    if (job->no_update_behind || mode != ZO_OPTIM_SYNC || job->world_size > 1 || job->stage_end ||
+        job->dtype == ZO_DTYPE_F16 || !n_chunks)
+        return 0;
+    return optim_homes[ZO_TIER_NVME] == n_chunks &&
+           param_homes[ZO_TIER_NVME] + param_homes[ZO_TIER_HOST] == n_chunks;
+}
+
+double zp_behind_step_seconds(double fb, double fwd, double t_optim, double nvme_optim,
+                              uint32_t n_chunks, int cpu_device)
+{
+    double update = fmax(t_optim, nvme_optim);
+    double rest = 1.0 - 1.0 / n_chunks; /* the chunks updated while the forward runs */
+    double forward = update / n_chunks + fwd + (cpu_device ? t_optim * rest : 0.0);
+    return fb - fwd + fmax(forward, update);
+}
+
+/* The forward's share of the compute: a third of the model's FLOPs of the
+ * device's, which recompute each block in the backward. */
+static double forward_share(double per_token, double dev_per_token)
+{
+    return dev_per_token > 0 ? per_token / 3.0 / dev_per_token : 0;
+}
+
 static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
                       double nvme_tbw)
 {
@@ -686,7 +712,18 @@ static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, cons
     double fetch_h2d = t[ZP_BN_H2D] - publish;
     double optim_phase = fmax(t[ZP_BN_OPTIM], nvme_optim);
     p->update_seconds = optim_phase;
-    if (strcmp(hw->backend, "cuda") != 0) {
+    uint32_t ph[ZO_TIER_COUNT] = {0}, oh[ZO_TIER_COUNT] = {0};
+    ph[p->param_home] = oh[p->optim_home] = p->fp.n_chunks;
+    int cpu = strcmp(hw->backend, "cuda") != 0;
+    if (zp_update_behind(job, job->mode, ph, oh, p->fp.n_chunks)) {
+        double fb = cpu ? fmax(t[ZP_BN_COMPUTE] + fetch_h2d + t[ZP_BN_D2H], nvme_fetch)
+                        : fmax(fmax(t[ZP_BN_COMPUTE], fetch_h2d), fmax(t[ZP_BN_D2H], nvme_fetch));
+        double fwd = t[ZP_BN_COMPUTE] * forward_share(per_token, zp_device_flops_per_token(job));
+        p->fb_seconds = fb;
+        p->step_seconds =
+            zp_behind_step_seconds(fb, fwd, t[ZP_BN_OPTIM], nvme_optim, p->fp.n_chunks, cpu) +
+            publish;
+    } else if (cpu) {
         /* the emulated GPU, its copies and the optimizer share the host's cores */
         double fb = fmax(t[ZP_BN_COMPUTE] + fetch_h2d + t[ZP_BN_D2H], nvme_fetch);
         p->fb_seconds = fb;

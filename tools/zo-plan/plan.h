@@ -74,6 +74,7 @@ typedef struct zp_job {
     int master_split;     /* zo_engine_config.master_split: the fp32 master split on NVMe */
     int embedding_f32;    /* int8 states: the token embedding keeps fp32 moments (zo-train's
                              --embedding-f32-states; its chunk takes 4x its elements) */
+    int no_update_behind; /* zo-train's --update-behind off: the update stays in end_step */
     /* ZeRO (world.h): 0 or 1 = one rank; > 1 plans rank 0 of world_size at
      * zero_stage (1..3), whose share of the chunks is the largest */
     int world_size, zero_stage;

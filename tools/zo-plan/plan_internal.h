@@ -44,6 +44,19 @@ uint64_t zp_block_chunk_bytes(const zp_job *job);
 uint64_t zp_packed_state_bytes(const zp_job *job, uint64_t used_bytes);
 /* The optimizer update's NVMe reads and writes, overlapped as the pipeline runs them. */
 double zp_nvme_update_seconds(uint64_t rd_bytes, uint64_t wr_bytes, const zp_speeds *sp);
+/* Whether the engine runs the update behind the next forward (engine_behind.c,
+ * zo-train's --update-behind, on unless job->no_update_behind): sync mode, one
+ * rank, no pipeline, no fp16, every chunk's states on NVMe and its 16-bit
+ * parameters on NVMe or the host (param_homes, optim_homes by zo_tier). */
+int zp_update_behind(const zp_job *job, zo_optim_mode mode, const uint32_t *param_homes,
+                     const uint32_t *optim_homes, uint32_t n_chunks);
+/* The step with the update behind the next forward: the backward (fb less
+ * fwd), then the forward beside the update: it starts after the first
+ * chunk's update (one chunk's share of it), and the backward after both.
+ * On the cpu device the forward's compute and the other chunks' Adam share
+ * the cores and add up; on a GPU they overlap. */
+double zp_behind_step_seconds(double fb, double fwd, double t_optim, double nvme_optim,
+                              uint32_t n_chunks, int cpu_device);
 /* The bottleneck, tokens/s, MFU and NVMe wear from p->seconds, p->step_seconds and the bytes. */
 void zp_finish_time(zp_plan *p, const zp_speeds *sp, double nvme_tbw);
 /* Under ZeRO (job->world_size > 1) rank 0 updates chunk c of n_chunks. */

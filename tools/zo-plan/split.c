@@ -453,7 +453,15 @@ static void step_time(split_ctx *x, zp_plan *p, uint64_t publish_bytes)
     double fetch = t[ZP_BN_H2D] - publish;
     double optim_phase = fmax(t[ZP_BN_OPTIM], nvme_optim);
     p->update_seconds = optim_phase;
-    if (strcmp(x->hw->backend, "cuda") != 0) {
+    int cpu = strcmp(x->hw->backend, "cuda") != 0;
+    if (zp_update_behind(job, p->mode, p->param_homes, p->optim_homes, p->fp.n_chunks)) {
+        double fb = cpu ? fmax(t[ZP_BN_COMPUTE] + fetch + t[ZP_BN_D2H], nvme_fetch)
+                        : fmax(fmax(t[ZP_BN_COMPUTE], fetch), fmax(t[ZP_BN_D2H], nvme_fetch));
+        p->fb_seconds = fb;
+        p->step_seconds = zp_behind_step_seconds(fb, t[ZP_BN_COMPUTE] - t_bwd, t[ZP_BN_OPTIM],
+                                                 nvme_optim, p->fp.n_chunks, cpu) +
+                          publish;
+    } else if (cpu) {
         double fb = fmax(t[ZP_BN_COMPUTE] + fetch + t[ZP_BN_D2H], nvme_fetch);
         p->fb_seconds = fb;
         p->step_seconds = fb + optim_phase + publish;

@@ -28,6 +28,7 @@ zt_options zp_trainer_options(const zp_job *job, const zp_hardware *hw, const zp
     o.state_dtype = job->state_dtype;
     o.master_split = job->master_split;
     o.embedding_f32 = job->embedding_f32;
+    o.update_behind = !job->no_update_behind;
     o.mode = p->mode;
     o.param_caps = p->param_caps; /* the per-chunk plan's split (0: every chunk at its home) */
     o.optim_caps = p->optim_caps;
