@@ -30,7 +30,7 @@ typedef struct zp_emit {
     int master_split;     /* zoffload.master_split */
     int embedding_f32;    /* zoffload.embedding_f32_states */
     uint64_t mlp_chunk_bytes; /* zoffload.mlp_chunk_bytes (0: auto) */
-    int update_behind;    /* zoffload.update_behind */
+    int update_behind;        /* zoffload.update_behind */
 } zp_emit;
 
 /* Write the config to path and read it back with zo_train_config_load
