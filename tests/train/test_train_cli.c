@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model_shape.h"
 #include "zo_test.h"
 
 #ifndef ZT_EXE
@@ -425,6 +426,40 @@ static void test_config_drives_the_run(void **state)
     assert_int_equal(count(err, "step "), 5); /* steps_per_print 1 */
     assert_int_equal(count(err, "'zero_optimization.stage3_prefetch_bucket_size' has no effect"),
                      1);
+    json_decref(root);
+    free(err);
+}
+
+/* A sparse_attention layout counts its density in the model FLOPs: the
+ * run's model_tflops is its tokens per second times
+ * zt_layout_flops_per_token of the layout the section maps to (fixed: the
+ * stripe num_local_blocks, summary num_global_blocks), below dense's. */
+static void test_sparse_layout_counts_its_flops(void **state)
+{
+    char args[1024], *err;
+    snprintf(args, sizeof args,
+             "--config %s --steps 2 --json --device cpu --dim 32 --layers 2 --heads 2 --ffn 64 "
+             "--vocab 256 --seq 128 --val-batches 1",
+             write_config("sparse.json",
+                          "{\"train_micro_batch_size_per_gpu\": 2, \"sparse_attention\": "
+                          "{\"mode\": \"fixed\", \"block\": 16, \"num_local_blocks\": 2, "
+                          "\"num_global_blocks\": 1}}"));
+    json_t *root = run_json(args, &err);
+    zt_shape s;
+    ZO_ASSERT_OK(zt_preset("tiny", &s));
+    const int dims[5] = {256, 32, 2, 2, 64};
+    zt_shape_override(&s, dims);
+    zo_attn_layout l = ZO_ATTN_LAYOUT_INIT;
+    l.kind = ZO_ATTN_LAYOUT_FIXED, l.block = 16, l.window_blocks = 2, l.global_blocks = 1;
+    double flops = zt_layout_flops_per_token(&s, &l, 128);
+    double tps = json_number_value(json_object_get(root, "tokens_per_s"));
+    double tflops = json_number_value(json_object_get(root, "model_tflops"));
+    assert_true(tps > 0);
+    /* the JSON's reals keep 9 digits; dense's FLOPs are far from these */
+    assert_true(zt_shape_flops_per_token(&s, 128) > 1.01 * flops);
+    if (fabs(tflops - tps * flops / 1e12) > 1e-7 * tflops)
+        fail_msg("model_tflops %.9g, tokens/s %.9g x the layout's %.9g FLOPs/token = %.9g", tflops,
+                 tps, flops, tps * flops / 1e12);
     json_decref(root);
     free(err);
 }
@@ -1123,6 +1158,7 @@ int main(void)
         cmocka_unit_test(test_config_host_mem_is_the_host_limit),
         cmocka_unit_test(test_host_mem_spills_gradients),
         cmocka_unit_test(test_config_drives_the_run),
+        cmocka_unit_test(test_sparse_layout_counts_its_flops),
         cmocka_unit_test(test_flags_override_the_config),
         cmocka_unit_test(test_config_precision_picks_the_dtype),
         cmocka_unit_test(test_hf_auto_follows_the_flags),

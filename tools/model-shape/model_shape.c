@@ -187,23 +187,110 @@ double zt_window_density(int window, int seq)
 
 double zt_block_attention_share(const zt_shape *s, int block, int seq)
 {
-    return s->window > 0 && block >= s->window_from ? zt_window_density(s->window, seq) : 1.0;
+    return zt_block_layout_share(s, NULL, block, seq);
+}
+
+static int has_layout(const zo_attn_layout *l)
+{
+    return l && l->struct_size;
+}
+
+/* Whether the window (> 0) reaches from query block r to key block c of
+ * `block` tokens: the closest pair, r's first query and c's last key, is
+ * less than window apart (a key block at or after the query block is). */
+static int window_reaches(int window, int block, int r, int c)
+{
+    return c >= r || (int64_t)(r - c - 1) * block + 1 < window;
+}
+
+/* The mask's kept blocks that the window (0: none) reaches, over a causal
+ * (or full) sweep's blocks: the builder's density when there is no window. */
+static double mask_share(const zo_attn_layout *l, const uint8_t *m, int nb, int window)
+{
+    uint64_t kept = 0;
+    for (int r = 0; r < nb; r++)
+        for (int c = 0; c < nb; c++)
+            kept += m[(size_t)r * nb + c] && (!window || window_reaches(window, l->block, r, c));
+    double all = l->causal ? (double)nb * (nb + 1) / 2 : (double)nb * nb;
+    return (double)kept / all;
+}
+
+static int same_layout(const zo_attn_layout *a, const zo_attn_layout *b)
+{
+    return a->struct_size == b->struct_size && a->kind == b->kind && a->block == b->block &&
+           a->causal == b->causal && a->window_blocks == b->window_blocks &&
+           a->global_blocks == b->global_blocks && a->random_blocks == b->random_blocks &&
+           a->seed == b->seed;
+}
+
+static zo_status count_layout_share(const zo_attn_layout *l, int window, int seq, double *out)
+{
+    int nb;
+    if (zo_attn_layout_build(l, seq, NULL, 0, &nb, NULL) < 0)
+        return zt_fail(ZO_ERR_INVALID_ARG, "sparse_attention: %s", zt_lib_message());
+    if (nb > ZT_LAYOUT_MAX_BLOCKS)
+        return zt_fail(ZO_ERR_INVALID_ARG,
+                       "sparse_attention: %d blocks of %d tokens a side at seq %d; its work is "
+                       "counted up to %d a side: use a larger block",
+                       nb, l->block, seq, (int)ZT_LAYOUT_MAX_BLOCKS);
+    size_t n = (size_t)nb * nb;
+    uint8_t *m = malloc(n);
+    if (!m)
+        return zt_fail(ZO_ERR_NO_MEMORY, "sparse_attention: a %zu-byte block mask", n);
+    zo_status st = zo_attn_layout_build(l, seq, m, n, NULL, NULL);
+    if (st >= 0)
+        *out = mask_share(l, m, nb, window > 0 && window < seq ? window : 0);
+    free(m);
+    return st < 0 ? zt_fail(st, "sparse_attention: %s", zt_lib_message()) : ZO_OK;
+}
+
+zo_status zt_layout_share(const zo_attn_layout *l, int window, int seq, double *out)
+{
+    if (!has_layout(l)) {
+        *out = zt_window_density(window, seq);
+        return ZO_OK;
+    }
+    static _Thread_local struct {
+        int valid;
+        zo_attn_layout l;
+        int window, seq;
+        double share;
+    } last;
+    if (last.valid && same_layout(&last.l, l) && last.window == window && last.seq == seq) {
+        *out = last.share;
+        return ZO_OK;
+    }
+    ZT_TRY(count_layout_share(l, window, seq, out));
+    last.valid = 1, last.l = *l, last.window = window, last.seq = seq, last.share = *out;
+    return ZO_OK;
+}
+
+double zt_block_layout_share(const zt_shape *s, const zo_attn_layout *l, int block, int seq)
+{
+    int window = s->window > 0 && block >= s->window_from ? s->window : 0;
+    double share;
+    return zt_layout_share(l, window, seq, &share) < 0 ? NAN : share;
 }
 
 /* The blocks' attention in units of one full causal layer's. */
-static double attention_layers(const zt_shape *s, int seq)
+static double attention_layers(const zt_shape *s, const zo_attn_layout *l, int seq)
 {
     double sum = 0;
     for (int b = 0; b < s->n_layers; b++)
-        sum += zt_block_attention_share(s, b, seq);
+        sum += zt_block_layout_share(s, l, b, seq);
     return sum;
 }
 
 double zt_shape_flops_per_token(const zt_shape *s, int seq)
 {
+    return zt_layout_flops_per_token(s, NULL, seq);
+}
+
+double zt_layout_flops_per_token(const zt_shape *s, const zo_attn_layout *l, int seq)
+{
     double d = s->dim, f = s->ffn_dim, L = s->n_layers;
     double matmul = L * ((double)attn_matrix_params(s) + 3 * d * f) + (double)s->vocab * d;
-    return 6.0 * matmul + 12.0 * attention_layers(s, seq) * (double)seq * zt_q_dim(s);
+    return 6.0 * matmul + 12.0 * attention_layers(s, l, seq) * (double)seq * zt_q_dim(s);
 }
 
 /* ---- parameter layout ---- */

@@ -76,6 +76,26 @@ double zt_window_density(int window, int seq);
 /* Block b's (0-based) attention work against a full causal layer's:
  * zt_window_density for a layer with the window, else 1. */
 double zt_block_attention_share(const zt_shape *s, int block, int seq);
+/* The share of causal attention's work the fused op runs in a layer with
+ * the block-sparse layout l (NULL or struct_size 0: none) and the sliding
+ * window (0: none) at seq. Without a layout zt_window_density. With one,
+ * the query x key blocks the mask of zo_attn_layout_build (the op's own
+ * mask) keeps, and with a window too only those of them the window reaches
+ * (the op skips a tile no pair of which it allows), over the blocks of a
+ * causal sweep (nb (nb + 1) / 2; nb^2 for a full one): the builder's
+ * density. ZO_ERR_INVALID_ARG for a layout the builder refuses, or one of
+ * more than ZT_LAYOUT_MAX_BLOCKS blocks a side (its mask would take over
+ * 256 MiB to count). The last answer is kept per thread: the planners ask
+ * for the same layout and length for every layer and candidate. */
+enum { ZT_LAYOUT_MAX_BLOCKS = 16384 };
+zo_status zt_layout_share(const zo_attn_layout *l, int window, int seq, double *out);
+/* zt_block_attention_share with the layout l: zt_layout_share for block's
+ * window; NaN where that fails (a caller checks the layout with
+ * zt_layout_share first). */
+double zt_block_layout_share(const zt_shape *s, const zo_attn_layout *l, int block, int seq);
+/* zt_shape_flops_per_token with the layout l: every block's attention
+ * scaled by its zt_block_layout_share (NaN where that fails). */
+double zt_layout_flops_per_token(const zt_shape *s, const zo_attn_layout *l, int seq);
 
 /* ---- parameter tensors, per engine layer ---- */
 

@@ -712,7 +712,8 @@ static void step_figures(const cli *c, const zo_step_stats *s, int done, float l
     g->step_s = step_s;
     g->elapsed_s = zo_now_s() - fb->t0;
     g->tokens_per_s = train_s > 0 ? tok_step / train_s : 0;
-    g->model_tflops = g->tokens_per_s * zt_shape_flops_per_token(&c->o.shape, c->o.seq) / 1e12;
+    g->model_tflops = g->tokens_per_s *
+                      zt_layout_flops_per_token(&c->o.shape, &c->o.sparse_layout, c->o.seq) / 1e12;
     g->eta_s = (c->o.steps - done) * (fb->sum_step_s / (done - c->start));
     g->nvme_gbps = s->step_seconds > 0
                        ? (double)(s->nvme_read_bytes + s->nvme_write_bytes) / s->step_seconds / 1e9
@@ -1066,7 +1067,7 @@ static void print_human(const cli *c, const zt_setup *su, const float *losses, c
         "steps %d x %d tokens in %.1f s (wall %.1f s with set-up and validation): %.0f tokens/s, "
         "%.4f model TFLOPS\n",
         n, ranks(c) * c->o.grad_accum * c->o.micro_batch * c->o.seq, tot->train_s, out->wall_s, tps,
-        tps * zt_shape_flops_per_token(&c->o.shape, c->o.seq) / 1e12);
+        tps * zt_layout_flops_per_token(&c->o.shape, &c->o.sparse_layout, c->o.seq) / 1e12);
     if (n)
         printf("loss: first step %.4f, last step %.4f (mean of the last 10: %.4f); validation %.4f "
                "over %llu "
@@ -1240,8 +1241,10 @@ static void print_json(const cli *c, const zt_setup *su, const float *losses, co
     json_object_set_new(root, "train_s", json_real(tot->train_s));
     json_object_set_new(root, "wall_s", json_real(out->wall_s));
     json_object_set_new(root, "tokens_per_s", json_real(tps));
-    json_object_set_new(root, "model_tflops",
-                        json_real(tps * zt_shape_flops_per_token(&c->o.shape, c->o.seq) / 1e12));
+    json_object_set_new(
+        root, "model_tflops",
+        json_real(tps * zt_layout_flops_per_token(&c->o.shape, &c->o.sparse_layout, c->o.seq) /
+                  1e12));
     json_object_set_new(root, "bytes",
                         json_pack("{s:I,s:I,s:I,s:I}", "h2d", (json_int_t)tot->h2d, "d2h",
                                   (json_int_t)tot->d2h, "nvme_read", (json_int_t)tot->nvme_r,
