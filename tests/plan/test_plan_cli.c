@@ -1036,6 +1036,56 @@ static void test_max_seq_chooses_mlp_chunk(void **state)
     expect_usage_error(cmd, "--mlp-chunk-bytes '0': expected auto or a byte count");
 }
 
+/* --set sparse_attention.KEY=VALUE: the layout zo-train's --config would
+ * give; its density (the library's count) in --json, and lower step time
+ * than dense; --emit-config writes the section; keys outside the section,
+ * values the config parser refuses and the dense op are refused. */
+static void test_sparse_attention_set(void **state)
+{
+    (void)state;
+    const char *job = "--preset small --device cpu --gpu-mem 8GiB --seq 4096 --micro-batch 1";
+    char args[700], path[300];
+    snprintf(path, sizeof path, "%s/sparse.json", g_dir);
+    snprintf(args, sizeof args,
+             "%s --set sparse_attention.mode=fixed --set sparse_attention.block=64 "
+             "--set sparse_attention.num_local_blocks=8 --set sparse_attention.num_global_blocks=2 "
+             "--emit-config %s",
+             job, path);
+    json_t *j = run_json(args);
+    json_t *sa = json_object_get(json_object_get(j, "job"), "sparse_attention");
+    assert_string_equal(json_string_value(json_object_get(sa, "mode")), "fixed");
+    zo_attn_layout l = ZO_ATTN_LAYOUT_INIT;
+    l.kind = ZO_ATTN_LAYOUT_FIXED, l.block = 64, l.window_blocks = 8, l.global_blocks = 2;
+    double share;
+    ZO_ASSERT_OK(zt_layout_share(&l, 0, 4096, &share));
+    assert_true(fabs(num(sa, "density") - share) <= 1e-9);
+    double sparse_step = num(json_array_get(json_object_get(j, "strategies"), 0), "step_seconds");
+    json_decref(j);
+    j = run_json(job);
+    double dense_step = num(json_array_get(json_object_get(j, "strategies"), 0), "step_seconds");
+    assert_null(json_object_get(json_object_get(j, "job"), "sparse_attention"));
+    json_decref(j);
+    assert_true(sparse_step < dense_step);
+    zo_train_config c = ZO_TRAIN_CONFIG_INIT;
+    ZO_ASSERT_OK(zo_train_config_load(path, 1, &c));
+    assert_true(c.sparse_attention.enabled);
+    assert_int_equal(c.sparse_attention.mode, ZO_SPARSE_FIXED);
+    assert_int_equal(c.sparse_attention.block, 64);
+    assert_int_equal(c.sparse_attention.num_local_blocks, 8);
+    assert_int_equal(c.sparse_attention.num_global_blocks, 2);
+    const char *bad[][2] = {
+        {"--set zoffload.act_home=host",
+         "--set 'zoffload.act_home=host': expected sparse_attention.KEY=VALUE"},
+        {"--set sparse_attention.mode=blocky",
+         "--set: 'sparse_attention.mode': expected one of dense, fixed, bigbird, sliding_window, "
+         "found string \"blocky\""},
+        {"--set sparse_attention.block=24",
+         "'sparse_attention.block' 24 must be a multiple of 16 (16..512)"},
+        {"--attention dense --set sparse_attention.mode=fixed", "use --attention flash"},
+    };
+    expect_refused(bad, sizeof bad / sizeof bad[0], 2);
+}
+
 static void test_world_size(void **state)
 {
     (void)state;
@@ -1215,6 +1265,7 @@ int main(void)
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_max_seq),
         cmocka_unit_test(test_max_seq_chooses_mlp_chunk),
+        cmocka_unit_test(test_sparse_attention_set),
         cmocka_unit_test(test_command_carries_plan_chunk),
         cmocka_unit_test(test_assumed_speeds_say_why),
         cmocka_unit_test(test_mixed_speed_sources),

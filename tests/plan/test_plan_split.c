@@ -18,8 +18,12 @@
  *    parameters;
  *  - at one micro-batch a group, --act-home auto plans the per-layer host
  *    store where only it fits (the tiny preset at seq 12288 in 64 MiB), the
- *    plan --act-home host gives, and keeps the device where that fits. */
+ *    plan --act-home host gives, and keeps the device where that fits;
+ *  - a sparse layout (DeepSpeed's fixed) lowers the model FLOPs and the
+ *    compute time by its density against dense (zt_layout_share), counts
+ *    its block mask in the arena, and is refused with the dense op. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,6 +341,58 @@ static void test_auto_act_home_takes_the_per_layer_store(void **state)
     assert_int_equal(short_any.act_home, ZP_ACT_DEVICE);
 }
 
+static zp_plan plan_small(const zp_job *j)
+{
+    zp_hardware hw = {"cpu", "8 GiB", 8 * GiB, 0, 64 * GiB, 0, 0, 0};
+    zp_plan p;
+    if (zp_plan_strategy(j, &hw, &workstation, ZP_NO_OFFLOAD, 0, &p, NULL) < 0)
+        fail_msg("zp_plan_strategy: %s", zt_last_error());
+    return p;
+}
+
+static void test_fixed_layout_lowers_flops_by_its_density(void **state)
+{
+    (void)state;
+    zp_job j;
+    memset(&j, 0, sizeof j);
+    ZO_ASSERT_OK(zt_preset("small", &j.shape));
+    j.seq = 4096;
+    j.micro_batch = j.grad_accum = 1;
+    j.dtype = ZO_DTYPE_BF16;
+    j.flash_attention = 1;
+    zp_plan dense = plan_small(&j);
+    zo_attn_layout l = ZO_ATTN_LAYOUT_INIT;
+    l.kind = ZO_ATTN_LAYOUT_FIXED, l.block = 64, l.window_blocks = 4, l.global_blocks = 1;
+    j.layout = l;
+    zp_plan fixed = plan_small(&j);
+    double share;
+    ZO_ASSERT_OK(zt_layout_share(&l, 0, j.seq, &share));
+    assert_true(share < 0.5);
+    /* the attention's 12 seq q_dim per layer and token, and the recompute's 4 seq dim */
+    const double tokens = (double)j.seq, L = j.shape.n_layers, seq = j.seq;
+    double attn = tokens * L * 12.0 * seq * zt_q_dim(&j.shape);
+    double recompute = tokens * L * 4.0 * seq * j.shape.dim;
+    assert_true(fabs(dense.model_flops - fixed.model_flops - attn * (1 - share)) <=
+                1e-9 * dense.model_flops);
+    double dense_c = dense.seconds[ZP_BN_COMPUTE], fixed_c = fixed.seconds[ZP_BN_COMPUTE];
+    double rate = tokens *
+                  zp_device_flops_per_token(&(zp_job){
+                      .shape = j.shape, .seq = j.seq, .micro_batch = 1, .grad_accum = 1}) /
+                  dense_c;
+    assert_true(fabs((dense_c - fixed_c) * rate - (attn + recompute) * (1 - share)) <=
+                1e-9 * dense_c * rate);
+    /* the mask: nb x nb bytes, 256-aligned, beside the tokens and the RoPE table */
+    uint64_t nb = (uint64_t)j.seq / 64, mask = (nb * nb + 255) / 256 * 256;
+    assert_int_equal(fixed.device.inputs, dense.device.inputs + mask);
+    j.flash_attention = 0;
+    zp_hardware hw = {"cpu", "8 GiB", 8 * GiB, 0, 64 * GiB, 0, 0, 0};
+    zp_plan p;
+    assert_int_equal(zp_plan_strategy(&j, &hw, &workstation, ZP_NO_OFFLOAD, 0, &p, NULL),
+                     ZO_ERR_CONFIG);
+    assert_non_null(strstr(zt_last_error(), "use --attention flash"));
+    assert_int_equal(zp_plan_split(&j, &hw, &workstation, 0, &p, NULL), ZO_ERR_CONFIG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -345,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_footprint_is_the_engines),
         cmocka_unit_test(test_random_budgets_respected),
         cmocka_unit_test(test_auto_act_home_takes_the_per_layer_store),
+        cmocka_unit_test(test_fixed_layout_lowers_flops_by_its_density),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

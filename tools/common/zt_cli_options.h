@@ -330,7 +330,13 @@
     X(SET, "set", 0,                                                                               \
       ZT_IN(CONFIG, "KEY=VALUE",                                                                   \
             "override one config key, e.g. --set scheduler.type=WarmupLR\n"                        \
-            "(repeatable; needs --config)"), ZT_NO)                                                \
+            "(repeatable; needs --config)"),                                                       \
+      ZT_IN(JOB, "sparse_attention.KEY=VALUE",                                                     \
+            "a key of DeepSpeed's sparse_attention section, as zo-train's\n"                       \
+            "--config takes it (repeatable: mode, block, num_local_blocks,\n"                      \
+            "num_global_blocks, num_random_blocks, num_sliding_window_blocks,\n"                   \
+            "seed): the layout's density scales the attention's FLOPs and\n"                       \
+            "its block mask is in the arena"))                                                     \
     X(SAVE, "save", 0,                                                                             \
       ZT_IN(CHECKPOINTS, "DIR",                                                                    \
             "save checkpoints in DIR (DIR/step-N: model.safetensors with\n"                        \

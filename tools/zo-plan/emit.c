@@ -49,6 +49,8 @@ static zo_train_config make_config(const zp_emit *e)
     c.zoffload.placement.params.host = (int64_t)e->param_caps[1];
     c.zoffload.micro_group = e->micro_group > 1 ? e->micro_group : 1;
     c.zoffload.mlp_chunk_bytes = (int64_t)e->mlp_chunk_bytes;
+    if (e->sparse)
+        c.sparse_attention = *e->sparse;
     /* the config's 0 device, 1 host, 2 nvme */
     c.zoffload.act_home = e->act_home == 2 ? 1 : e->act_home == 3 ? 2 : 0;
     c.zoffload.optimizer_state_dtype = (zo_dtype)e->state_dtype;

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zo/config.h"
 #include "zo/status.h"
 
 enum { ZP_EMIT_MAX_PATHS = 16 };
@@ -29,8 +30,9 @@ typedef struct zp_emit {
     int state_dtype;      /* zo_dtype's number: F32, BF16 or I8 (zoffload.optimizer_state_dtype) */
     int master_split;     /* zoffload.master_split */
     int embedding_f32;    /* zoffload.embedding_f32_states */
-    uint64_t mlp_chunk_bytes; /* zoffload.mlp_chunk_bytes (0: auto) */
-    int update_behind;        /* zoffload.update_behind */
+    uint64_t mlp_chunk_bytes;                 /* zoffload.mlp_chunk_bytes (0: auto) */
+    int update_behind;                        /* zoffload.update_behind */
+    const zo_sparse_attention_config *sparse; /* the sparse_attention section (NULL: none) */
 } zp_emit;
 
 /* Write the config to path and read it back with zo_train_config_load

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ds_config.h"
 #include "emit.h"
 #include "hf_config.h"
 #include "hw.h"
@@ -37,6 +38,8 @@
 #define ZP_DEFAULT_DATA "tools/zo-train/data/shakespeare.txt"
 #endif
 
+enum { ZP_MAX_SPARSE_SETS = 16 }; /* the section's keys, each given once or more */
+
 typedef struct cli {
     zt_cli args; /* the shared option table, as zo-plan offers it */
     const char *preset, *hf_config;
@@ -50,12 +53,15 @@ typedef struct cli {
     int measure, json, ds_estimate;
     double nvme_tbw; /* bytes */
     const char *emit_path;
-    int validate;     /* steps of a trial run per fitting strategy (0: none) */
-    int max_seq;      /* --max-seq: search the longest --seq that fits */
-    int mode_given;   /* --optimizer-mode sync|overlap|dpu: the per-chunk plan keeps it */
-    int state_auto;   /* --state-dtype auto: the planner picks the format */
-    int mlp_auto;     /* --mlp-chunk-bytes auto (the default): the planner picks the chunk */
-    const char *data; /* its tokens */
+    int validate;   /* steps of a trial run per fitting strategy (0: none) */
+    int max_seq;    /* --max-seq: search the longest --seq that fits */
+    int mode_given; /* --optimizer-mode sync|overlap|dpu: the per-chunk plan keeps it */
+    int state_auto; /* --state-dtype auto: the planner picks the format */
+    int mlp_auto;   /* --mlp-chunk-bytes auto (the default): the planner picks the chunk */
+    const char *sparse_sets[ZP_MAX_SPARSE_SETS]; /* --set sparse_attention.KEY=VALUE */
+    int n_sparse_sets;
+    zo_sparse_attention_config sparse; /* what they resolve to (enabled 0: none) */
+    const char *data;                  /* its tokens */
     char model_note[256];
     zp_world world;  /* --world-size N > 1: ZeRO plans over N ranks too (world.h) */
     int pipe_stages; /* --pipeline-stages: 0 none, -1 auto (pipeline.h) */
@@ -313,6 +319,16 @@ static int parse_opt(int opt, const char *arg, cli *c)
         c->validate = (int)v;
         return 0;
     }
+    case ZT_OPT_SET:
+        if (strncmp(arg, "sparse_attention.", strlen("sparse_attention.")) != 0 ||
+            !strchr(arg, '='))
+            return bad_value(c, opt, arg,
+                             "sparse_attention.KEY=VALUE (zo-plan takes the sparse_attention "
+                             "section's keys; the rest of a config is zo-train's --config)");
+        if (c->n_sparse_sets == ZP_MAX_SPARSE_SETS)
+            return bad_value(c, opt, arg, "at most 16 sparse_attention keys");
+        c->sparse_sets[c->n_sparse_sets++] = arg;
+        return 0;
     case ZT_OPT_NVME_PATH:
         if (c->req.n_nvme_paths == ZP_MAX_NVME_PATHS)
             return bad_value(c, opt, arg, "at most 16 paths");
@@ -339,6 +355,32 @@ static int parse_opt(int opt, const char *arg, cli *c)
     return parse_choice_opt(opt, arg, c);
 }
 
+/* The --set sparse_attention keys resolved by the config parser (the keys,
+ * ranges and messages zo-train's --config has) and mapped onto the fused
+ * op's layout as zo-train maps them (zt_sparse_layout). */
+static zo_status read_sparse_layout(cli *c)
+{
+    if (!c->n_sparse_sets)
+        return ZO_OK;
+    zo_config_t cfg = NULL;
+    zo_train_config tc = ZO_TRAIN_CONFIG_INIT;
+    zo_status st = zo_config_init(&cfg);
+    /* the parser resolves a whole config: the batch it needs, the job's */
+    char base[96];
+    snprintf(base, sizeof base, "{\"train_micro_batch_size_per_gpu\": %d}", c->job.micro_batch);
+    if (st >= 0)
+        st = zo_config_load_string(cfg, base, "zo-plan --set");
+    for (int i = 0; st >= 0 && i < c->n_sparse_sets; i++)
+        st = zo_config_set_arg(cfg, c->sparse_sets[i]);
+    if (st >= 0)
+        st = zo_config_resolve(cfg, 1, &tc);
+    zo_config_free(cfg);
+    if (st < 0)
+        return zt_lib_fail(st, "--set");
+    c->sparse = tc.sparse_attention;
+    return zt_sparse_layout(&tc.sparse_attention, &c->job.layout);
+}
+
 /* The model: a preset or a config.json, then the shape flags over it. */
 static int resolve_model(cli *c)
 {
@@ -355,6 +397,10 @@ static int resolve_model(cli *c)
     if (st >= 0)
         st = zt_job_sizes_check(sh, c->job.seq, c->job.micro_batch, c->job.grad_accum,
                                 ranks > 1 ? ranks : 1);
+    if (st >= 0)
+        st = read_sparse_layout(c);
+    if (st >= 0)
+        st = zp_check_layout(&c->job);
     if (st >= 0)
         return 0;
     fprintf(stderr, "zo-plan: %s\n", zt_last_error());
@@ -522,7 +568,8 @@ static zo_status emit(const cli *c, result *r)
                  c->job.master_split,
                  c->job.embedding_f32,
                  c->job.mlp_chunk_bytes,
-                 !c->job.no_update_behind};
+                 !c->job.no_update_behind,
+                 c->sparse.enabled ? &c->sparse : NULL};
     for (int i = 0; i < c->req.n_nvme_paths; i++)
         e.nvme_paths[i] = c->req.nvme_paths[i];
     ZT_TRY(zp_emit_config(&e, c->emit_path));
@@ -1148,6 +1195,22 @@ static void print_formats(const result *r)
     printf("  %s\n", r->fmt_why);
 }
 
+/* The layout's kind as DeepSpeed's sparse_attention.mode names it. */
+static const char *layout_name(const zo_attn_layout *l)
+{
+    static const char *const names[] = {"dense", "sliding_window", "fixed", "bigbird"};
+    return (unsigned)l->kind < 4 ? names[l->kind] : "?";
+}
+
+/* The share of causal attention's blocks the layout keeps at the job's seq
+ * (no window: the shape's windowed layers count theirs apart). */
+static double layout_share(const cli *c)
+{
+    double share = NAN;
+    zt_layout_share(&c->job.layout, 0, c->job.seq, &share);
+    return share;
+}
+
 /* The MLP chunk the plans counted: the job's, or zo-train's default. */
 static uint64_t mlp_chunk_bytes(const cli *c)
 {
@@ -1189,6 +1252,11 @@ static void print_human(const cli *c, const result *r)
     } else {
         printf("\nrecommended: none: no strategy fits (see the reasons above)\n");
     }
+    if (c->job.layout.struct_size)
+        printf("sparse_attention: %s, block %d: %.4g of causal attention's blocks at seq %d "
+               "(the attention's FLOPs scaled by it; zo-train reads the section from --config, "
+               "which --emit-config writes)\n",
+               layout_name(&c->job.layout), c->job.layout.block, layout_share(c), c->job.seq);
     if (c->max_seq)
         printf("longest sequence: %d tokens at --micro-batch %d (the plans above); %d does not "
                "fit: %s\n",
@@ -1468,6 +1536,10 @@ static json_t *json_world(const cli *c, const result *r)
 static void print_json(const cli *c, const result *r)
 {
     json_t *root = json_inputs(c, r), *plans = json_array();
+    if (c->job.layout.struct_size)
+        json_object_set_new(json_object_get(root, "job"), "sparse_attention",
+                            json_pack("{s:s,s:i,s:f}", "mode", layout_name(&c->job.layout), "block",
+                                      c->job.layout.block, "density", layout_share(c)));
     for (int s = 0; s < ZP_N_STRATEGIES; s++) {
         json_t *p = json_plan(&r->plans[s]);
         if (c->validate)

@@ -274,7 +274,7 @@ static void pipeline_time(const pipe_ctx *x, zp_pipeline_plan *o)
     o->bubble = (double)(S - 1) / (M + S - 1);
     double tokens = (double)M * x->job->micro_batch * x->job->seq * o->data_parallel;
     o->tokens_per_s = tokens / o->step_seconds;
-    o->mfu = tokens * zt_shape_flops_per_token(&x->job->shape, x->job->seq) / o->step_seconds /
+    o->mfu = tokens * zp_full_model_flops_per_token(x->job) / o->step_seconds /
              (x->sp.flops * o->world_size);
 }
 

@@ -303,7 +303,7 @@ zt_model_config zp_model_config(const zp_job *job)
                           job->grad_accum,
                           job->dtype,
                           job->flash_attention,
-                          {0},
+                          job->layout,
                           job->sequence_parallel && zp_tp(job) > 1 ? zp_tp(job) : 0,
                           job->mlp_chunk_bytes};
     return mc;
@@ -462,35 +462,49 @@ static zo_status plan_memory(zp_plan *p, const zp_job *job, const zp_hardware *h
 
 /* ---- traffic and time ---- */
 
-/* FLOPs per token of one block's recompute in the backward: its forward but
- * its last projection (wdown), attention included (what its window keeps). */
-static double block_recompute_flops(const zt_shape *s, int block, int seq)
+/* Block b's share of a full causal layer's attention: what its window and
+ * the job's sparse layout keep (zt_block_layout_share). */
+static double attention_share(const zp_job *job, int block)
 {
+    return zt_block_layout_share(&job->shape, &job->layout, block, job->seq);
+}
+
+/* FLOPs per token of one block's recompute in the backward: its forward but
+ * its last projection (wdown), attention included (what its window and the
+ * layout keep). */
+static double block_recompute_flops(const zp_job *job, int block)
+{
+    const zt_shape *s = &job->shape;
     double d = s->dim, f = s->ffn_dim;
-    return 2.0 * (4 * d * d + 2 * d * f) +
-           4.0 * (double)seq * d * zt_block_attention_share(s, block, seq);
+    return 2.0 * (4 * d * d + 2 * d * f) + 4.0 * (double)job->seq * d * attention_share(job, block);
 }
 
 /* FLOPs per token of the backward's recompute: every block's. */
-static double recompute_flops_per_token(const zt_shape *s, int seq)
+static double recompute_flops_per_token(const zp_job *job)
 {
     double sum = 0;
-    for (int b = 0; b < s->n_layers; b++)
-        sum += block_recompute_flops(s, b, seq);
+    for (int b = 0; b < job->shape.n_layers; b++)
+        sum += block_recompute_flops(job, b);
     return sum;
 }
 
-/* One block's training FLOPs per token (zt_shape_flops_per_token's share):
+/* One block's training FLOPs per token (zt_layout_flops_per_token's share):
  * the blocks' matmuls split evenly, its own attention. */
-static double block_flops(const zt_shape *s, int block, int seq)
+static double block_flops(const zp_job *job, int block)
 {
+    const zt_shape *s = &job->shape;
     double head = 6.0 * (double)s->vocab * s->dim;
-    double attn_full = 12.0 * (double)seq * zt_q_dim(s);
+    double attn_full = 12.0 * (double)job->seq * zt_q_dim(s);
     double attn_all = 0;
     for (int b = 0; b < s->n_layers; b++)
-        attn_all += attn_full * zt_block_attention_share(s, b, seq);
-    double matmul = zt_shape_flops_per_token(s, seq) - head - attn_all;
-    return matmul / s->n_layers + attn_full * zt_block_attention_share(s, block, seq);
+        attn_all += attn_full * attention_share(job, b);
+    double matmul = zp_full_model_flops_per_token(job) - head - attn_all;
+    return matmul / s->n_layers + attn_full * attention_share(job, block);
+}
+
+double zp_full_model_flops_per_token(const zp_job *job)
+{
+    return zt_layout_flops_per_token(&job->shape, &job->layout, job->seq);
 }
 
 uint64_t zp_param_bytes(const zp_job *job)
@@ -628,9 +642,9 @@ void zp_layer_flops_per_token(const zp_job *job, int layer, double *model, doubl
     double last = zt_engine_layers(s) - 1;
     int is_block = layer >= 1 && layer <= s->n_layers;
     /* a tensor-parallel rank runs 1/T of each (tensor.h) */
-    *model = ((is_block ? block_flops(s, layer - 1, job->seq) : 0) + (layer == last ? head : 0)) /
-             zp_tp(job);
-    *device = *model + (is_block ? block_recompute_flops(s, layer - 1, job->seq) : 0) / zp_tp(job);
+    *model =
+        ((is_block ? block_flops(job, layer - 1) : 0) + (layer == last ? head : 0)) / zp_tp(job);
+    *device = *model + (is_block ? block_recompute_flops(job, layer - 1) : 0) / zp_tp(job);
 }
 
 /* The job's layers' FLOPs per token: the model's, or with the recompute. */
@@ -649,16 +663,14 @@ static double job_flops(const zp_job *job, int device)
 double zp_model_flops_per_token(const zp_job *job)
 {
     if (!job->stage_end)
-        return zt_shape_flops_per_token(&job->shape, job->seq) / zp_tp(job);
+        return zp_full_model_flops_per_token(job) / zp_tp(job);
     return job_flops(job, 0);
 }
 
 double zp_device_flops_per_token(const zp_job *job)
 {
     if (!job->stage_end)
-        return (zt_shape_flops_per_token(&job->shape, job->seq) +
-                recompute_flops_per_token(&job->shape, job->seq)) /
-               zp_tp(job);
+        return (zp_full_model_flops_per_token(job) + recompute_flops_per_token(job)) / zp_tp(job);
     return job_flops(job, 1);
 }
 
@@ -813,12 +825,25 @@ static int better(const zp_plan *p, const zp_plan *q)
            q->device.total + q->pinned.total + q->host.total;
 }
 
+zo_status zp_check_layout(const zp_job *job)
+{
+    if (!job->layout.struct_size)
+        return ZO_OK;
+    if (!job->flash_attention)
+        return zt_fail(ZO_ERR_CONFIG, "sparse_attention is a block layout of the fused attention "
+                                      "op: use --attention flash, not dense");
+    double share;
+    ZT_TRY(zt_layout_share(&job->layout, 0, job->seq, &share));
+    return zt_layout_share(&job->layout, job->shape.window, job->seq, &share);
+}
+
 zo_status zp_plan_strategy(const zp_job *job, const zp_hardware *hw, const zp_speeds *sp,
                            zp_strategy s, double nvme_tbw, zp_plan *out, uint64_t *work)
 {
     if ((unsigned)s >= ZP_N_STRATEGIES)
         return zt_fail(ZO_ERR_INVALID_ARG, "strategy %d", (int)s);
     ZT_TRY(zt_shape_check(&job->shape));
+    ZT_TRY(zp_check_layout(job));
     if (job->seq <= 0 || job->micro_batch <= 0 || job->grad_accum <= 0)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "seq %d, micro-batch %d, grad-accum %d: each must be > 0", job->seq,

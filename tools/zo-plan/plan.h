@@ -61,6 +61,10 @@ typedef struct zp_job {
     int seq, micro_batch, grad_accum;
     zo_dtype dtype;      /* parameters and activations: bf16, fp16 or fp32 */
     int flash_attention; /* --attention flash: attention memory O(seq), not seq x seq */
+    /* DeepSpeed's sparse_attention (zo-plan --set sparse_attention.KEY=V) as
+     * the fused op's block layout: its density scales the attention's FLOPs
+     * (zt_block_layout_share), its mask is in the arena; struct_size 0: none */
+    zo_attn_layout layout;
     zo_optim_mode mode;
     uint64_t chunk_bytes; /* 0: the planner picks per strategy */
     /* zo-train's --mlp-chunk-bytes: the bytes of each ffn-wide buffer of a
@@ -242,7 +246,10 @@ typedef struct zp_plan {
 /* FLOPs the device runs per token: the model's (zt_shape_flops_per_token)
  * and the backward's recompute of every block's forward. */
 double zp_device_flops_per_token(const zp_job *job);
-/* The model's FLOPs per token (zt_shape_flops_per_token) of the job's
+/* The whole model's FLOPs per token with the job's layout
+ * (zt_layout_flops_per_token), whatever its stage or tensor parallelism. */
+double zp_full_model_flops_per_token(const zp_job *job);
+/* The model's FLOPs per token (zp_full_model_flops_per_token) of the job's
  * layers: a stage's share, the whole model's otherwise. */
 double zp_model_flops_per_token(const zp_job *job);
 /* One engine layer's share of the two (a tied model's head counts in its
@@ -251,6 +258,11 @@ double zp_model_flops_per_token(const zp_job *job);
 void zp_layer_flops_per_token(const zp_job *job, int layer, double *model, double *device);
 /* The job's engine layers: [*first, *end) of the model's. */
 void zp_job_layers(const zp_job *job, int *first, int *end);
+
+/* The job's sparse layout (none passes): the fused op's (flash_attention),
+ * one the block-mask builder takes, its share countable at job->seq
+ * (zt_layout_share, with and without the shape's window). */
+zo_status zp_check_layout(const zp_job *job);
 
 /* Plan one strategy. With job->chunk_bytes 0 the chunk size is the better of
  * zo-train's default (the largest tensor) and one block per chunk: one that

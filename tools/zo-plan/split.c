@@ -649,6 +649,7 @@ static void describe(const split_ctx *x, zp_plan *p)
 static zo_status check_job(const zp_job *job, const zp_speeds *sp)
 {
     ZT_TRY(zt_shape_check(&job->shape));
+    ZT_TRY(zp_check_layout(job));
     if (job->seq <= 0 || job->micro_batch <= 0 || job->grad_accum <= 0)
         return zt_fail(ZO_ERR_INVALID_ARG,
                        "seq %d, micro-batch %d, grad-accum %d: each must be > 0", job->seq,

@@ -25,6 +25,7 @@ zt_options zp_trainer_options(const zp_job *job, const zp_hardware *hw, const zp
     o.grad_accum = job->grad_accum;
     o.dtype = job->dtype;
     o.flash_attention = job->flash_attention;
+    o.sparse_layout = job->layout;
     o.state_dtype = job->state_dtype;
     o.master_split = job->master_split;
     o.embedding_f32 = job->embedding_f32;

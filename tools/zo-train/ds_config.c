@@ -177,8 +177,9 @@ static zo_status placement(zt_options *o, const zo_train_config *cfg)
  * num_sliding_window_blocks, first num_global_blocks and num_random_blocks
  * random ones a row; sliding_window's rows r - n/2 .. r (DeepSpeed's
  * LocalSlidingWindowSparsityConfig, n = num_sliding_window_blocks). */
-static zo_status sparse_layout(zt_options *o, const zo_sparse_attention_config *sa)
+zo_status zt_sparse_layout(const zo_sparse_attention_config *sa, zo_attn_layout *out)
 {
+    *out = (zo_attn_layout){0};
     if (!sa->enabled)
         return ZO_OK;
     if (sa->num_local_blocks > INT_MAX || sa->num_global_blocks > INT_MAX ||
@@ -206,13 +207,13 @@ static zo_status sparse_layout(zt_options *o, const zo_sparse_attention_config *
         l.window_blocks = (int)(sa->num_sliding_window_blocks / 2 + 1);
         break;
     }
-    o->sparse_layout = l;
+    *out = l;
     return ZO_OK;
 }
 
 zo_status zt_options_from_config(zt_options *o, const zo_train_config *cfg, int *log_every)
 {
-    ZT_TRY(sparse_layout(o, &cfg->sparse_attention));
+    ZT_TRY(zt_sparse_layout(&cfg->sparse_attention, &o->sparse_layout));
     ZT_TRY(to_int(cfg->train_micro_batch_size_per_gpu, "train_micro_batch_size_per_gpu",
                   &o->micro_batch));
     ZT_TRY(to_int(cfg->gradient_accumulation_steps, "gradient_accumulation_steps", &o->grad_accum));

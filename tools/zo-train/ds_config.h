@@ -53,6 +53,11 @@ zo_status zt_config_load(const char *path, const char *const *sets, int n_sets,
  * the key) on a value zo-train cannot run with. */
 zo_status zt_options_from_config(zt_options *o, const zo_train_config *cfg, int *log_every);
 
+/* DeepSpeed's sparse_attention section as the fused op's block layout, as
+ * zt_options_from_config maps it (zo-plan maps its --set keys with it):
+ * *out is {0} (no layout) when the section is absent. */
+zo_status zt_sparse_layout(const zo_sparse_attention_config *sa, zo_attn_layout *out);
+
 /* One warning line on f for each stored key that has no effect here and is
  * not at its default; returns how many. */
 int zt_config_warn_unused(const zo_train_config *cfg, FILE *f);
