@@ -12,7 +12,7 @@
  * to the compute pool in contiguous ranges fixed by the shape alone, and
  * each item is computed by the same code in the same order whichever thread
  * runs it, so the bits never depend on the thread count. A tile's products
- * are single-threaded OpenBLAS sgemm calls on the fp32 tiles; the softmax's
+ * are flash_tiles.h's (no packing, the same bits at every SIMD level); the softmax's
  * exp is cpu_exp.h's (AVX-512 where the CPU has it, the same bits as its
  * scalar reference), the rest of it plain loops. */
 #include <math.h>
@@ -21,10 +21,10 @@
 
 #include "cpu_exp.h"
 #include "cpu_flash.h"
-#include "cpu_gemm.h"
 #include "cpu_pool.h"
 #include "cpu_rows.h"
 #include "device_impl.h"
+#include "flash_tiles.h"
 
 #define SUBSYS "ops"
 
@@ -35,9 +35,11 @@ typedef struct flash_geom {
     int T, H, KV, D, G; /* seq, query heads, key/value heads, head_dim, group */
     int bt, nt;         /* tile rows, tiles per sequence */
     /* The (batch, key/value head) group being run, its rows in fp32 panels
-     * (head-major, T x D per head): q and dout of its G query heads, k, v. */
+     * (head-major, T x D per head): q and dout of its G query heads, k, v;
+     * and k and v transposed tile by tile (tile t's D x bt block at t D bt),
+     * the layout in which the products with k^T and v^T read them. */
     int b, kvh;
-    float *pq, *pdo, *pk, *pv;
+    float *pq, *pdo, *pk, *pv, *pkt, *pvt;
 } flash_geom;
 
 static flash_geom geom_of(const zo_flash_args *a)
@@ -109,7 +111,7 @@ static void store_rows(void *dst, zo_dtype dt, const float *src, const flash_geo
 /* Per-part room: two row tiles (bt x D), two score tiles (bt x bt) and two
  * row vectors; q, k, v and dout point at a panel's tile while a group runs. */
 typedef struct flash_bufs {
-    float *q, *k, *v, *dout, *acc, *acc2, *s, *p, *m, *l;
+    float *q, *k, *v, *kt, *vt, *dout, *acc, *acc2, *s, *p, *m, *l;
 } flash_bufs;
 
 /* Row r0 of query head h (of the group) or of the key/value head in a panel. */
@@ -121,6 +123,33 @@ static float *q_tile(const flash_geom *g, const float *panel, int h, int r0)
 static float *kv_tile(const flash_geom *g, const float *panel, int r0)
 {
     return (float *)panel + (size_t)r0 * g->D;
+}
+
+/* Key tile t of a transposed panel: D x bt, rows bt apart. */
+static float *kvt_tile(const flash_geom *g, const float *panel, int t)
+{
+    return (float *)panel + (size_t)t * g->D * g->bt;
+}
+
+/* c = alpha a b, or c += a b (accumulate): flash_tiles.h's product, a read
+ * as a(r, p) = a[r ars + p acs]. */
+static void tile_mm(int m, int n, int k, const float *a, ptrdiff_t ars, ptrdiff_t acs,
+                    const float *b, ptrdiff_t ldb, float *c, ptrdiff_t ldc, float alpha,
+                    int accumulate)
+{
+    const zo_flash_mm_args x = {.m = m,
+                                .n = n,
+                                .k = k,
+                                .a = a,
+                                .ars = ars,
+                                .acs = acs,
+                                .b = b,
+                                .ldb = ldb,
+                                .c = c,
+                                .ldc = ldc,
+                                .alpha = alpha,
+                                .accumulate = accumulate};
+    zo_flash_tiles()->mm(&x);
 }
 
 static size_t bufs_floats(const flash_geom *g)
@@ -151,7 +180,7 @@ static void scores(const flash_geom *g, const flash_bufs *w, int qt, int kt, int
                    int state)
 {
     const zo_flash_attn_desc *d = &g->a->d;
-    zo_cpu_sgemm_here(0, 1, nq, nk, g->D, d->scale, w->q, g->D, w->k, g->D, 0.0f, w->s, nk);
+    tile_mm(nq, nk, g->D, w->q, g->D, 1, w->kt, g->bt, w->s, nk, d->scale, 0);
     if (state != TILE_PARTIAL)
         return;
     for (int r = 0; r < nq; r++)
@@ -196,11 +225,11 @@ static void fwd_item(const flash_geom *g, flash_bufs *w, int b, int h, int qt)
         if (state == TILE_SKIP)
             continue;
         int j0 = kt * g->bt, nk = rows_in(g, kt);
-        w->k = kv_tile(g, g->pk, j0);
+        w->kt = kvt_tile(g, g->pkt, kt);
         w->v = kv_tile(g, g->pv, j0);
         scores(g, w, qt, kt, nq, nk, state);
         online_softmax(g, w, nq, nk);
-        zo_cpu_sgemm_here(0, 0, nq, g->D, nk, 1.0f, w->s, nk, w->v, g->D, 1.0f, w->acc, g->D);
+        tile_mm(nq, g->D, nk, w->s, nk, 1, w->v, g->D, w->acc, g->D, 1.0f, 1);
     }
     float *lse = a->lse + ((size_t)b * g->H + h) * g->T + i0;
     for (int r = 0; r < nq; r++) {
@@ -221,7 +250,7 @@ static void probs_and_dprobs(const flash_geom *g, const flash_bufs *w, int b, in
 {
     const float *lse = g->a->lse + ((size_t)b * g->H + h) * g->T + (size_t)qt * g->bt;
     scores(g, w, qt, kt, nq, nk, state);
-    zo_cpu_sgemm_here(0, 1, nq, nk, g->D, 1.0f, w->dout, g->D, w->v, g->D, 0.0f, w->p, nk);
+    tile_mm(nq, nk, g->D, w->dout, g->D, 1, w->vt, g->bt, w->p, nk, 1.0f, 0);
     for (int r = 0; r < nq; r++) {
         float *s = w->s + (size_t)r * nk;
         if (lse[r] == -INFINITY) /* a row with nothing allowed */
@@ -243,11 +272,12 @@ static void dscores(const flash_geom *g, const flash_bufs *w, int b, int h, int 
     }
 }
 
-/* w->k and w->v at key tile kt of the group's key/value head. */
+/* w->k, w->kt and w->vt at key tile kt of the group's key/value head. */
 static void load_kv(const flash_geom *g, flash_bufs *w, int kt)
 {
     w->k = kv_tile(g, g->pk, kt * g->bt);
-    w->v = kv_tile(g, g->pv, kt * g->bt);
+    w->kt = kvt_tile(g, g->pkt, kt);
+    w->vt = kvt_tile(g, g->pvt, kt);
 }
 
 /* w->q and w->dout at query tile qt of query head h. */
@@ -258,7 +288,8 @@ static void load_qdo(const flash_geom *g, flash_bufs *w, int h, int qt)
 }
 
 /* dk (acc) and dv (acc2) of one key tile of key/value head kvh: over the
- * group's query heads ascending, each over its query tiles ascending. */
+ * group's query heads ascending, each over its query tiles ascending, every
+ * element one chain of adds (flash_tiles.h); dk is scaled once at the end. */
 static void dkdv_item(const flash_geom *g, flash_bufs *w, int b, int kvh, int kt)
 {
     const zo_flash_args *a = g->a;
@@ -276,12 +307,12 @@ static void dkdv_item(const flash_geom *g, flash_bufs *w, int b, int kvh, int kt
             load_qdo(g, w, h, qt);
             probs_and_dprobs(g, w, b, h, qt, kt, nq, nk, state);
             dscores(g, w, b, h, qt, nq, nk);
-            /* dv += p^T dout; dk += scale ds^T q */
-            zo_cpu_sgemm_here(1, 0, nk, g->D, nq, 1.0f, w->s, nk, w->dout, g->D, 1.0f, w->acc2,
-                              g->D);
-            zo_cpu_sgemm_here(1, 0, nk, g->D, nq, a->d.scale, w->p, nk, w->q, g->D, 1.0f, w->acc,
-                              g->D);
+            /* dv += p^T dout; dk += ds^T q */
+            tile_mm(nk, g->D, nq, w->s, 1, nk, w->dout, g->D, w->acc2, g->D, 1.0f, 1);
+            tile_mm(nk, g->D, nq, w->p, 1, nk, w->q, g->D, w->acc, g->D, 1.0f, 1);
         }
+    for (size_t i = 0; i < (size_t)nk * g->D; i++)
+        w->acc[i] *= a->d.scale;
     store_rows(a->dk, dt, w->acc, g, b, g->KV, kvh, j0, nk);
     store_rows(a->dv, dt, w->acc2, g, b, g->KV, kvh, j0, nk);
 }
@@ -320,8 +351,8 @@ static void dq_item(const flash_geom *g, flash_bufs *w, int b, int h, int qt)
                 pdp[c] *= p[c];
             delta[r] += (float)zo_cpu_rows()->sum(pdp, (size_t)nk);
         }
-        zo_cpu_sgemm_here(0, 0, nq, g->D, nk, 1.0f, w->p, nk, w->k, g->D, 1.0f, w->acc, g->D);
-        zo_cpu_sgemm_here(0, 0, nq, g->D, nk, 1.0f, w->s, nk, w->k, g->D, 1.0f, w->acc2, g->D);
+        tile_mm(nq, g->D, nk, w->p, nk, 1, w->k, g->D, w->acc, g->D, 1.0f, 1);
+        tile_mm(nq, g->D, nk, w->s, nk, 1, w->k, g->D, w->acc2, g->D, 1.0f, 1);
     }
     float *out_delta = a->delta + ((size_t)b * g->H + h) * g->T + i0;
     for (int r = 0; r < nq; r++) {
@@ -395,15 +426,31 @@ static void panel_load(float *panel, const void *src, const flash_geom *g, int h
     load_rows(panel, src, g->a->d.dt, g, g->b, heads, h, 0, g->T);
 }
 
-/* The group's panels: k and v of key/value head kvh, and (with_q) q and
- * dout (bwd) of its query heads. Converting each row once per call, not
- * once per tile pair, keeps the tile loops on fp32 in cache. */
+/* A T x D panel transposed tile by tile: tile t's rows j as columns of
+ * its D x bt block (kvt_tile). */
+static void panel_transpose(float *dst, const float *src, const flash_geom *g)
+{
+    for (int t = 0; t < g->nt; t++) {
+        float *blk = kvt_tile(g, dst, t);
+        const float *rows = kv_tile(g, src, t * g->bt);
+        for (int j = 0; j < rows_in(g, t); j++)
+            for (int i = 0; i < g->D; i++)
+                blk[(size_t)i * g->bt + j] = rows[(size_t)j * g->D + i];
+    }
+}
+
+/* The group's panels: k and v of key/value head kvh (as rows and
+ * transposed), and q and (with_dout: bwd) dout of its query heads.
+ * Converting each row once per call, not once per tile pair, keeps the tile
+ * loops on fp32 in cache. */
 static void panels_load(flash_geom *g, int b, int kvh, int with_dout)
 {
     const zo_flash_args *a = g->a;
     g->b = b, g->kvh = kvh;
     panel_load(g->pk, a->k, g, g->KV, kvh);
     panel_load(g->pv, a->v, g, g->KV, kvh);
+    panel_transpose(g->pkt, g->pk, g);
+    panel_transpose(g->pvt, g->pv, g);
     for (int i = 0; i < g->G; i++) {
         int h = kvh * g->G + i;
         panel_load(q_tile(g, g->pq, h, 0), a->q, g, g->H, h);
@@ -416,12 +463,15 @@ static void panels_load(flash_geom *g, int b, int kvh, int with_dout)
 static float *room_alloc(flash_geom *g)
 {
     size_t tile = ZO_CPU_PARTS * bufs_floats(g), panel = (size_t)g->T * g->D;
-    float *room = malloc((tile + (2 * (size_t)g->G + 2) * panel) * sizeof(float));
+    size_t tpanel = (size_t)g->nt * g->bt * g->D; /* the last tile's block whole */
+    float *room = malloc((tile + (2 * (size_t)g->G + 2) * panel + 2 * tpanel) * sizeof(float));
     if (!room)
         return NULL;
     g->pk = room + tile;
     g->pv = g->pk + panel;
-    g->pq = g->pv + panel;
+    g->pkt = g->pv + panel;
+    g->pvt = g->pkt + tpanel;
+    g->pq = g->pvt + tpanel;
     g->pdo = g->pq + (size_t)g->G * panel;
     return room;
 }
