@@ -10,13 +10,22 @@
  *
  * ZO_CPU_DEVICE_PCIE_GBPS (GB/s, default 0 = unthrottled) makes host<->device
  * copies take as long as they would over a link of that bandwidth, so that
- * stall and overlap figures on the emulated device resemble a real one. */
+ * stall and overlap figures on the emulated device resemble a real one.
+ *
+ * ZO_CPU_DEVICE_STRICT=1 makes device memory what it is on a GPU: out of the
+ * host's reach. Allocations are mappings of their own, kept PROT_NONE while
+ * no device work runs (a copy, a memset or a task on a stream worker opens
+ * them all while it runs), and the device does not claim
+ * ZO_DEVCAP_HOST_ADDRESSABLE: a host thread that reads or writes device
+ * memory faults here as it would on CUDA. What runs beside device work is
+ * not caught, so tests use it where the host code under test runs alone. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "device_impl.h"
 
@@ -45,10 +54,25 @@ typedef struct cpu_op {
     uint64_t gen;
 } cpu_op;
 
+/* ZO_CPU_DEVICE_STRICT: the device's mappings and the device work running. */
+typedef struct strict_map {
+    void *p;
+    size_t len;
+} strict_map;
+
+typedef struct cpu_strict {
+    int on;
+    pthread_mutex_t mu;
+    strict_map *maps;
+    size_t n, cap;
+    int active; /* copies, memsets and tasks running on the workers */
+} cpu_strict;
+
 typedef struct cpu_dev {
     pthread_mutex_t ev_mu; /* guards every cpu_event of this device */
     pthread_cond_t ev_cv;  /* broadcast when any record executes */
     double link_gbps;
+    cpu_strict strict;
 } cpu_dev;
 
 typedef struct cpu_stream {
@@ -67,6 +91,86 @@ static cpu_dev *devof(zo_device_t dev)
     return (cpu_dev *)dev->impl;
 }
 
+/* ---- strict mode: device memory the host cannot touch ---- */
+
+static int strict_prot(const cpu_strict *st)
+{
+    return st->active ? PROT_READ | PROT_WRITE : PROT_NONE;
+}
+
+/* Every mapping to prot; under st->mu. A failure leaves the memory as it was,
+ * which only weakens the check: said, not fatal. */
+static void strict_protect_all(cpu_strict *st, int prot)
+{
+    for (size_t i = 0; i < st->n; i++)
+        if (mprotect(st->maps[i].p, st->maps[i].len, prot) != 0)
+            ZO_LOGW(SUBSYS, "strict device memory: mprotect of %zu bytes failed: %s",
+                    st->maps[i].len, strerror(errno));
+}
+
+/* Device work starts (enter) or ends (leave) on a worker: the first opens
+ * the device's memory, the last closes it again. */
+static void strict_enter(cpu_strict *st)
+{
+    if (!st->on)
+        return;
+    pthread_mutex_lock(&st->mu);
+    if (st->active++ == 0)
+        strict_protect_all(st, PROT_READ | PROT_WRITE);
+    pthread_mutex_unlock(&st->mu);
+}
+
+static void strict_leave(cpu_strict *st)
+{
+    if (!st->on)
+        return;
+    pthread_mutex_lock(&st->mu);
+    if (--st->active == 0)
+        strict_protect_all(st, PROT_NONE);
+    pthread_mutex_unlock(&st->mu);
+}
+
+static zo_status strict_alloc(cpu_strict *st, size_t bytes, void **out)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t len = (bytes + page - 1) / page * page;
+    pthread_mutex_lock(&st->mu);
+    if (st->n == st->cap) {
+        size_t cap = st->cap ? 2 * st->cap : 16;
+        strict_map *m = realloc(st->maps, cap * sizeof *m);
+        if (!m) {
+            pthread_mutex_unlock(&st->mu);
+            return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS, "strict device memory: the mapping table");
+        }
+        st->maps = m;
+        st->cap = cap;
+    }
+    void *p = mmap(NULL, len ? len : page, strict_prot(st), MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        pthread_mutex_unlock(&st->mu);
+        return ZO_FAIL(ZO_ERR_NO_MEMORY, SUBSYS,
+                       "strict device memory: mapping %zu bytes failed: %s", len, strerror(e));
+    }
+    st->maps[st->n++] = (strict_map){p, len ? len : page};
+    pthread_mutex_unlock(&st->mu);
+    *out = p;
+    return ZO_OK;
+}
+
+static void strict_free(cpu_strict *st, void *p)
+{
+    pthread_mutex_lock(&st->mu);
+    for (size_t i = 0; i < st->n; i++) {
+        if (st->maps[i].p != p)
+            continue;
+        munmap(p, st->maps[i].len);
+        st->maps[i] = st->maps[--st->n];
+        break;
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
 static zo_status cpu_init(zo_device_t dev, const zo_device_config *cfg)
 {
     cpu_dev *cd = calloc(1, sizeof *cd);
@@ -75,6 +179,8 @@ static zo_status cpu_init(zo_device_t dev, const zo_device_config *cfg)
     pthread_mutex_init(&cd->ev_mu, NULL);
     pthread_cond_init(&cd->ev_cv, NULL);
     cd->link_gbps = zo_env_double("ZO_CPU_DEVICE_PCIE_GBPS", 0.0, 0.0, 1e4);
+    cd->strict.on = (int)zo_env_int("ZO_CPU_DEVICE_STRICT", 0, 0, 1);
+    pthread_mutex_init(&cd->strict.mu, NULL);
     dev->impl = cd;
     uint64_t cap = cfg->mem_budget ? cfg->mem_budget : ZO_CPU_DEVICE_DEFAULT_CAPACITY;
     snprintf(dev->info.backend, sizeof dev->info.backend, "cpu");
@@ -82,7 +188,11 @@ static zo_status cpu_init(zo_device_t dev, const zo_device_config *cfg)
     dev->info.ordinal = cfg->ordinal;
     dev->info.total_mem = cap;
     dev->info.budget = cap;
-    dev->info.caps = ZO_DEVCAP_HOST_ADDRESSABLE | ZO_DEVCAP_ASYNC_COPY | ZO_DEVCAP_HOST_REGISTER;
+    dev->info.caps = ZO_DEVCAP_ASYNC_COPY | ZO_DEVCAP_HOST_REGISTER;
+    if (!cd->strict.on)
+        dev->info.caps |= ZO_DEVCAP_HOST_ADDRESSABLE;
+    else
+        ZO_LOGI(SUBSYS, "strict device memory (ZO_CPU_DEVICE_STRICT=1): the host cannot touch it");
     return ZO_OK;
 }
 
@@ -91,12 +201,15 @@ static void cpu_fini(zo_device_t dev)
     cpu_dev *cd = devof(dev);
     pthread_mutex_destroy(&cd->ev_mu);
     pthread_cond_destroy(&cd->ev_cv);
+    pthread_mutex_destroy(&cd->strict.mu);
+    free(cd->strict.maps);
     free(cd);
 }
 
 static zo_status cpu_mem_alloc(zo_device_t dev, size_t bytes, void **out)
 {
-    (void)dev;
+    if (devof(dev)->strict.on)
+        return strict_alloc(&devof(dev)->strict, bytes, out);
     void *p = NULL;
     /* 256-byte alignment, as cudaMalloc guarantees. */
     if (posix_memalign(&p, 256, bytes) != 0)
@@ -108,8 +221,10 @@ static zo_status cpu_mem_alloc(zo_device_t dev, size_t bytes, void **out)
 
 static void cpu_mem_free(zo_device_t dev, void *p)
 {
-    (void)dev;
-    free(p);
+    if (devof(dev)->strict.on)
+        strict_free(&devof(dev)->strict, p);
+    else
+        free(p);
 }
 
 static zo_status cpu_host_register(zo_device_t dev, void *p, size_t n)
@@ -213,6 +328,12 @@ static void throttle_copy(cpu_dev *cd, size_t n, uint64_t t0)
     }
 }
 
+/* Copies, memsets and tasks touch device memory (strict mode opens it for them). */
+static int op_touches_memory(const cpu_op *op)
+{
+    return op->kind == OP_COPY || op->kind == OP_MEMSET || op->kind == OP_TASK;
+}
+
 static void run_op(cpu_stream *cs, cpu_op *op)
 {
     cpu_dev *cd = cs->cd;
@@ -259,7 +380,12 @@ static void *stream_main(void *arg)
         if (!cs->head)
             cs->tail = NULL;
         pthread_mutex_unlock(&cs->mu);
+        int opens = op_touches_memory(op);
+        if (opens)
+            strict_enter(&cs->cd->strict);
         run_op(cs, op);
+        if (opens)
+            strict_leave(&cs->cd->strict);
         free(op);
         pthread_mutex_lock(&cs->mu);
         cs->done_seq++;
