@@ -131,7 +131,7 @@ typedef struct zo_engine_config {
                              tensor, rounded to 4 KiB; at most ZO_MAX_CHUNK_BYTES, 1 TiB) */
     zo_tier param_home;   /* where p16 lives between uses: device, host or nvme (nvme needs
                              optim_home nvme: the update writes p16 through the NVMe stages) */
-    zo_tier optim_home;   /* master, m, v: device (cpu device only), host or nvme */
+    zo_tier optim_home;   /* master, m, v: device (updated there by zo_op_adam), host or nvme */
 
     uint64_t device_bytes; /* engine's share of the device budget (0: all that is free at init) */
     uint64_t pinned_bytes; /* pinned host pool budget (0: what the plan needs) */
@@ -159,8 +159,7 @@ typedef struct zo_engine_config {
                                  whose states are off NVMe keeps them off NVMe too (the update
                                  writes NVMe parameters through the states' stages), counted in
                                  the host cap first, whatever it is */
-    zo_engine_caps optim_caps; /* optimizer states a faster tier than optim_home holds (device:
-                                 the cpu device only) */
+    zo_engine_caps optim_caps; /* optimizer states a faster tier than optim_home holds */
     uint64_t host_bytes;  /* the host tier's hard budget: pinned + pageable bytes of the plan (0:
                              not limited). A plan whose footprint's pinned + host exceed it is
                              refused naming the host tier and the shortfall; the measured peaks
@@ -318,11 +317,13 @@ typedef struct zo_engine_config {
  * its tier: N becomes their number there, the staging terms are there as soon
  * as one chunk's state is on NVMe):
  *   device = S*C + K*C (gradient slots) + [grouped] K*F (their fp32 accumulators)
- *            + [optim_home device] Z*N
+ *            + [optim_home device] Z*N + F + C (its update's room: a chunk's gradients
+ *              brought up, fp32 at most, and its 16-bit output)
  *            S = N for param_home device, else min(N, what the budget leaves), >= K
  *   pinned = N*C*P + [not grouped] N*C*G + [grouped] N*F*G (fp32 group sums)
  *            + [optim_home nvme] 3*(Z' + [param_home nvme] C)
  *            + [param_home nvme] T*C (staging twins of the NVMe parameter loads)
+ *            + [optim_home device] Z' (a chunk's states staged for the host's reads and writes)
  *            P = 0 (param_home nvme; param_home device with optim_home nvme), 2 (optim_home
  *            nvme with param_home host, or dpu), else 1 (host 16-bit copies; param_home
  *            device: one, reloaded only after an update)

@@ -334,6 +334,15 @@ typedef struct eng_device_tier {
     void *gacc;    /* grouped: the gradient slots' fp32 accumulators */
     void *states;  /* the device tier's optimizer states */
     float *backup; /* ... and their overlap backups (host memory) */
+    /* Their update, zo_op_adam on a stream of the tier's own: one chunk's
+     * gradients brought up (fp32 room) and its 16-bit output taken down, a
+     * pinned stage of one chunk's states for the host's reads and writes,
+     * and the first failure of a rollback (which returns nothing), told at
+     * the next update or drain. */
+    zo_stream_t adam;
+    void *adam_grad, *adam_out;
+    float *stage;
+    zo_status failed;
     eng_pslot *pslots;
     uint32_t n_pslots;
     eng_gslot *gslots;

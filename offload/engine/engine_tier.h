@@ -313,6 +313,15 @@ void eng_adam_args(struct zo_engine *e, eng_chunk *k, float *st, const eng_updat
  * whatever the status). eng_adam_wait waits for n and returns the first
  * failure after st; eng_adam_run queues and waits. */
 uint32_t eng_adam_jobs(const eng_chunk *k);
+/* Chunk k's update over all (eng_adam_args' buffers, wherever they live)
+ * as ranges, each handed to fn with its parameters: one, or one per tensor
+ * updated apart (its group's settings, fp32 moments under I8 states) and
+ * the runs between. eng_adam_zero_padding zeroes what the ranges leave of
+ * all's 16-bit output (host memory) in the tensors' padding. */
+typedef zo_status (*eng_adam_fn)(void *ctx, const zo_adam_params *p, const zo_adam_buffers *b);
+zo_status eng_adam_ranges(struct zo_engine *e, const eng_chunk *k, const zo_adam_params *p,
+                          const zo_adam_buffers *all, eng_adam_fn fn, void *ctx);
+void eng_adam_zero_padding(struct zo_engine *e, const eng_chunk *k, const zo_adam_buffers *all);
 zo_status eng_adam_enqueue(struct zo_engine *e, eng_chunk *k, float *st, const eng_update_args *u,
                            zo_optim_job_t *jobs, uint32_t *queued);
 zo_status eng_adam_wait(zo_optim_job_t *jobs, uint32_t n, zo_status st);

@@ -162,18 +162,6 @@ static zo_adam_buffers adam_range(const zo_adam_buffers *all, size_t a, size_t n
     return b;
 }
 
-static zo_status enqueue_range(struct zo_engine *e, const zo_adam_params *p,
-                               const zo_adam_buffers *all, size_t a, size_t n, int f32,
-                               zo_optim_job_t *jobs, uint32_t *queued)
-{
-    if (!n)
-        return ZO_OK;
-    zo_adam_buffers b = adam_range(all, a, n, f32);
-    ZO_TRY(zo_optim_pool_adam_enqueue(e->opool, p, &b, &jobs[*queued]));
-    (*queued)++;
-    return ZO_OK;
-}
-
 /* A parameter group's settings over the config's. The rate is the step's
  * times the group's scale, in double and rounded once: a constant rate is
  * then the group's own float (lr * (g / lr) is g to within 2^-52). */
@@ -194,12 +182,72 @@ uint32_t eng_adam_jobs(const eng_chunk *k)
     return 2 * k->n_small + 1;
 }
 
+/* The room after a tensor updated apart with fp32 moments under I8 states
+ * (its padding), in elements: left alone by the update, its 16-bit copy
+ * zeroed by eng_adam_zero_padding, as the kernel would write the zero master. */
+static size_t apart_room(const eng_apart *sp, zo_dtype state_type)
+{
+    return sp->f32 ? zo_state_format_f32_room(zo_state_format_of(state_type), sp->numel)
+                   : sp->numel;
+}
+
+static zo_status run_range(const zo_adam_params *p, const zo_adam_buffers *all, size_t a, size_t n,
+                           int f32, eng_adam_fn fn, void *ctx)
+{
+    if (!n)
+        return ZO_OK;
+    zo_adam_buffers b = adam_range(all, a, n, f32);
+    return fn(ctx, p, &b);
+}
+
 /* In element order: the run before each tensor updated apart, the tensor
- * (with its own decay; with fp32 moments under I8 states, the rest of its
- * room, padding, left alone: the 16-bit copy's is zeroed here, as the kernel
- * would write the zero master), the run after the last. Elementwise and
- * blockwise (tensors start on an I8 block), so the same bits as one pass
- * would give whatever the split. */
+ * (with its own settings; with fp32 moments under I8 states its room's
+ * padding left alone), the run after the last. Elementwise and blockwise
+ * (tensors start on an I8 block), so the same bits as one pass would give
+ * whatever the split. */
+zo_status eng_adam_ranges(struct zo_engine *e, const eng_chunk *k, const zo_adam_params *p,
+                          const zo_adam_buffers *all, eng_adam_fn fn, void *ctx)
+{
+    size_t at = 0;
+    for (uint32_t i = 0; i < k->n_small; i++) {
+        const eng_apart *sp = &e->small[k->small_first + i];
+        zo_adam_params own = *p;
+        eng_apply_own(&own, &sp->own);
+        ZO_TRY(run_range(p, all, at, sp->off - at, 0, fn, ctx));
+        ZO_TRY(run_range(&own, all, sp->off, sp->numel, sp->f32, fn, ctx));
+        at = sp->off + apart_room(sp, all->state_type);
+    }
+    return run_range(p, all, at, k->n_elems - at, 0, fn, ctx);
+}
+
+void eng_adam_zero_padding(struct zo_engine *e, const eng_chunk *k, const zo_adam_buffers *all)
+{
+    if (!all->out)
+        return;
+    const size_t es = zo_dtype_size(all->out_type);
+    for (uint32_t i = 0; i < k->n_small; i++) {
+        const eng_apart *sp = &e->small[k->small_first + i];
+        size_t room = apart_room(sp, all->state_type);
+        if (room > sp->numel)
+            memset((char *)all->out + (sp->off + sp->numel) * es, 0, (room - sp->numel) * es);
+    }
+}
+
+/* The optimizer pool's jobs, one per range. */
+typedef struct pool_ranges {
+    zo_optim_pool_t pool;
+    zo_optim_job_t *jobs;
+    uint32_t *queued;
+} pool_ranges;
+
+static zo_status enqueue_range(void *ctx, const zo_adam_params *p, const zo_adam_buffers *b)
+{
+    pool_ranges *r = ctx;
+    ZO_TRY(zo_optim_pool_adam_enqueue(r->pool, p, b, &r->jobs[*r->queued]));
+    (*r->queued)++;
+    return ZO_OK;
+}
+
 zo_status eng_adam_enqueue(struct zo_engine *e, eng_chunk *k, float *st, const eng_update_args *u,
                            zo_optim_job_t *jobs, uint32_t *queued)
 {
@@ -207,22 +255,9 @@ zo_status eng_adam_enqueue(struct zo_engine *e, eng_chunk *k, float *st, const e
     zo_adam_buffers all;
     eng_adam_args(e, k, st, u, &p, &all);
     *queued = 0;
-    size_t at = 0;
-    for (uint32_t i = 0; i < k->n_small; i++) {
-        const eng_apart *sp = &e->small[k->small_first + i];
-        size_t room = sp->f32
-                          ? zo_state_format_f32_room(zo_state_format_of(all.state_type), sp->numel)
-                          : sp->numel;
-        zo_adam_params own = p;
-        eng_apply_own(&own, &sp->own);
-        ZO_TRY(enqueue_range(e, &p, &all, at, sp->off - at, 0, jobs, queued));
-        ZO_TRY(enqueue_range(e, &own, &all, sp->off, sp->numel, sp->f32, jobs, queued));
-        if (all.out && room > sp->numel)
-            memset((char *)all.out + (sp->off + sp->numel) * zo_dtype_size(all.out_type), 0,
-                   (room - sp->numel) * zo_dtype_size(all.out_type));
-        at = sp->off + room;
-    }
-    return enqueue_range(e, &p, &all, at, k->n_elems - at, 0, jobs, queued);
+    pool_ranges r = {e->opool, jobs, queued};
+    eng_adam_zero_padding(e, k, &all);
+    return eng_adam_ranges(e, k, &p, &all, enqueue_range, &r);
 }
 
 zo_status eng_adam_wait(zo_optim_job_t *jobs, uint32_t n, zo_status st)
