@@ -791,11 +791,15 @@ static zo_status plan_with_chunk(const zp_job *job, const zp_hardware *hw, const
     p->strategy = s;
     zp_strategy_homes(s, &p->param_home, &p->optim_home);
     p->fits = 1;
-    p->supported = !(p->optim_home == ZO_TIER_DEVICE && strcmp(hw->backend, "cuda") == 0);
+    /* the device's Adam op updates fp32 and bf16 moments on a GPU, not 8-bit ones */
+    p->supported = !(p->optim_home == ZO_TIER_DEVICE && strcmp(hw->backend, "cuda") == 0 &&
+                     job->state_dtype != ZO_DTYPE_F32 && job->state_dtype != ZO_DTYPE_BF16);
     if (!p->supported)
         zp_refuse(p,
-                  "the engine updates optimizer states on the device only on the cpu device so far "
-                  "(optim_home=device); on a GPU they live on the host or NVMe");
+                  "optimizer states on the GPU (optim_home=device) in %s: its Adam op updates "
+                  "fp32 and bf16 moments only; choose those, or home the states on the host or "
+                  "NVMe",
+                  zo_state_format_of(job->state_dtype)->name);
     ZT_TRY(plan_memory(p, job, hw, chunk, work));
     ZT_TRY(plan_traffic(p, job, hw, chunk, work));
     plan_time(p, job, hw, sp, nvme_tbw);

@@ -1064,10 +1064,6 @@ static zo_status trainer_open(zt_trainer *t)
         return zt_fail(ZO_ERR_INVALID_ARG, "--device '%s': expected auto, cpu or cuda",
                        t->o.device);
     snprintf(t->setup.backend, sizeof t->setup.backend, "%s", be);
-    if (!strcmp(be, "cuda") && t->o.optim_home == ZO_TIER_DEVICE)
-        return zt_fail(ZO_ERR_UNSUPPORTED,
-                       "--offload-optimizer none keeps Adam on the device, which only the cpu "
-                       "device offers so far: use --offload-optimizer cpu or nvme on a GPU");
     resolve_homes(t);
     ZT_TRY(resolve_nvme(t));
     ZT_TRY(choose_stage(t));

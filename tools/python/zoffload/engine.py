@@ -389,10 +389,6 @@ class ZoEngine:
         c.chunk_bytes = int(zo["chunk_size"]) or self._default_chunk_bytes()
         c.param_home = _HOMES[z["offload_param"]["device"]]
         c.optim_home = _HOMES[z["offload_optimizer"]["device"]]
-        if c.optim_home == N.TIER_DEVICE and not probe and self.device.cuda:
-            raise ZoConfigError("'zero_optimization.offload_optimizer.device' is 'none' (Adam on "
-                                "the GPU): zoffload's Adam runs on the CPU; set it to 'cpu' or "
-                                "'nvme'")
         c.device_bytes = int(zo["device_mem"])
         if not c.device_bytes and not probe and self.device.cuda:
             c.device_bytes = self._cuda_share()
