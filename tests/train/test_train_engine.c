@@ -184,6 +184,37 @@ static void check_placements(int flash)
     run_free(&ref, &base.shape);
 }
 
+/* The optimizer on the device (--offload-optimizer none) on a strict cpu
+ * device (ZO_CPU_DEVICE_STRICT=1), whose memory faults when the host touches
+ * it as a GPU's would: the trainer and the engine update it with the
+ * device's Adam op and read nothing of it on the host, and the run equals
+ * the optimizer on the host bit for bit, in sync and overlap modes. */
+static void test_device_optimizer_on_a_strict_device(void **state)
+{
+    (void)state;
+    zt_options o = small_options();
+    o.param_home = ZO_TIER_DEVICE;
+    o.optim_home = ZO_TIER_HOST;
+    run_result ref;
+    train_run(&o, &ref);
+    assert_true(ref.clipped > 0);
+    setenv("ZO_CPU_DEVICE_STRICT", "1", 1);
+    const zo_optim_mode modes[] = {ZO_OPTIM_SYNC, ZO_OPTIM_OVERLAP};
+    for (int mi = 0; mi < 2; mi++) {
+        o.optim_home = ZO_TIER_DEVICE;
+        o.mode = modes[mi];
+        run_result r;
+        train_run(&o, &r);
+        assert_same_run(&ref, &r, &o.shape, zo_optim_mode_name(o.mode));
+        if (o.mode == ZO_OPTIM_OVERLAP)
+            assert_true(r.rollbacks > 0); /* the clipped steps were redone on the device */
+        assert_true(r.device_high_water <= r.device_budget);
+        run_free(&r, &o.shape);
+    }
+    unsetenv("ZO_CPU_DEVICE_STRICT");
+    run_free(&ref, &o.shape);
+}
+
 /* The blocks' position-wise parts in chunks of 7 rows (ZO_MLP_CHUNK_BYTES; 32 tokens per
  * micro-batch: the last chunk 4): the parameters and the optimizer on NVMe
  * at the smallest device budget train bitwise like everything on the
@@ -456,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_placements_are_bitwise_identical),
         cmocka_unit_test(test_flash_placements_are_bitwise_identical),
         cmocka_unit_test(test_placements_are_bitwise_with_mlp_chunks),
+        cmocka_unit_test(test_device_optimizer_on_a_strict_device),
         cmocka_unit_test(test_split_homes_equal_all_nvme),
         cmocka_unit_test(test_nvme_fault_then_retry_equals_clean_run),
         cmocka_unit_test(test_fp16_overlap_equals_sync),
