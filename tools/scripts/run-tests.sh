@@ -11,6 +11,11 @@ export PATH=/usr/local/cuda/bin:$PATH
 jobs=$(nproc)
 # CI builds fewer GPU architectures than the default (80;86;89;90) to save time.
 archs=${ZO_CUDA_ARCHS:-80;90}
+# The ctest stages run this many tests at once (ZO_TEST_JOBS=1: one by one).
+# The tests say what they need (PROCESSORS: ranks and pinned threads;
+# RUN_SERIAL: a pass that depends on time; tests/CMakeLists.txt), so -j does
+# not oversubscribe the ranks nor crowd a timed test.
+test_jobs=${ZO_TEST_JOBS:-$jobs}
 logdir=$root/build-logs
 mkdir -p "$logdir"
 passed=0; failed=0; skipped=0
@@ -48,7 +53,7 @@ export ZO_PARITY_VENV=${ZO_PARITY_VENV:-$(dirname "$(dirname "$venv_python")")}
 echo "== build (CUDA when nvcc is present, archs $archs)"
 build "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CUDA_ARCHITECTURES=$archs"
 grep -E "zoffload: CUDA backend" "$logdir/build-configure.log" || true
-run_ctest all "$root/build" -LE timing
+run_ctest all "$root/build" -j "$test_jobs" -LE timing
 
 echo "== the PyTorch front end: pytest tests/python"
 run_pytest() {
@@ -76,11 +81,12 @@ build "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug -DZO_ENABLE_CUDA=OFF -DZO_SANI
 # library using dynamic TLS). Static TLS, stacks and the heap are still scanned.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_ctest asan "$root/build-asan" -L unit -LE slow
+  run_ctest asan "$root/build-asan" -j "$test_jobs" -L unit -LE slow
 
 echo "== build with TSan"
 build "$root/build-tsan" -DCMAKE_BUILD_TYPE=Debug -DZO_ENABLE_CUDA=OFF -DZO_SANITIZE=thread
-TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_ctest tsan "$root/build-tsan" -L tsan
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  run_ctest tsan "$root/build-tsan" -j "$test_jobs" -L tsan
 
 # aarch64: cross-built with Debian's gcc-aarch64-linux-gnu against multiarch's arm64
 # libraries (cmake/aarch64-linux-gnu.cmake), the tests run under qemu-user on a plain
@@ -94,7 +100,7 @@ if [ "${ZO_ARM64:-1}" != 0 ]; then
     build "$root/build-arm64" --toolchain "$root/cmake/aarch64-linux-gnu.cmake" \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZO_ENABLE_CUDA=OFF -DZO_ONEDNN=OFF \
       "-DZO_TEST_DIRS=${ZO_ARM64_TEST_DIRS:-optim;device;kernels;swap;comm;engine}"
-    run_ctest arm64 "$root/build-arm64" -j "$jobs" -L unit -LE "slow|lint"
+    run_ctest arm64 "$root/build-arm64" -j "$test_jobs" -L unit -LE "slow|lint"
   else
     failed=$((failed + 1))
   fi
