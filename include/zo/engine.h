@@ -207,8 +207,10 @@ typedef struct zo_engine_config {
                           and no fp16 (else the update runs in end_step as without it). Results are
                           bitwise those without it. end_step returns before the update has run: a
                           failed one is reported by the next call that waits for it (a fetch,
-                          end_step, a read of the states), and the weights are then those before it,
-                          as if that step never updated. */
+                          end_step, a read of the states), which fails; the weights are then those
+                          before it, and it runs again from that step's gradients before the next
+                          fetch or read of the states, so that running again what failed trains
+                          on as if nothing had. */
 } zo_engine_config;
 
 /* ZeRO (world_size > 1, every mode; the ranks run the same steps, each on its

@@ -492,6 +492,7 @@ static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_
     int pos = eng_trace_push(e, layer, phase);
     if (pos < -1)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "growing the trace");
+    ZO_TRY(eng_behind_redo(e)); /* a dropped update first: the step reads its values */
     ZO_TRY(eng_reduce_gather(e, layer, pos)); /* stage 3: before the loads that read them */
     if (phase == ZO_PHASE_BACKWARD)           /* the gradients about to come read what it reads */
         ZO_TRY(eng_behind_join(e));
@@ -752,6 +753,7 @@ zo_status zo_engine_read_master(zo_engine_t e, int id, float *out)
         return eng_initial_values(e, id, out);
     ZO_TRY(eng_wait_idle(e));
     ZO_TRY(e->mode->settle(e)); /* speculative writes in flight have landed */
+    ZO_TRY(eng_behind_redo(e));
     float *buf = aligned_alloc(4096, e->nvme.state_extent_bytes);
     if (!buf)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "read_master: allocating a buffer");

@@ -8,8 +8,11 @@
  * (eng_behind_latest). The join comes with the backward's first fetch, or
  * any call that reads the states, and commits the whole update at once, so
  * a failure anywhere drops all of it: the committed states are those before
- * it, and every slot loaded from it is reloaded. Results are bitwise those
- * of the update in end_step. */
+ * it, and every slot loaded from it is reloaded. The step that saw the
+ * failure fails; the dropped update runs again, in place, before that step
+ * is run again (or the states are read), so that running again the step
+ * that failed, as after any other failure, trains as if none had happened.
+ * Results are bitwise those of the update in end_step. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -143,8 +146,35 @@ zo_status eng_behind_join(struct zo_engine *e)
     eng_discard_uncommitted(e);
     reload_slots(e);
     e->step.opt_step--;
+    e->dpu.redo = 1;
     return ZO_FAIL(e->dpu.st, ENG_SUBSYS,
                    "the update of optimizer step %lld, run behind the next forward, failed and "
-                   "was dropped (the weights are those before it): %s",
+                   "was dropped (the weights are those before it; it runs again before the next "
+                   "step): %s",
                    (long long)e->dpu.step, e->dpu.msg);
+}
+
+zo_status eng_behind_redo(struct zo_engine *e)
+{
+    if (!e->dpu.redo)
+        return ZO_OK;
+    uint64_t t0 = zo_now_ns();
+    zo_status st = eng_update_all(e, e->dpu.lr, e->dpu.factor, e->dpu.step, e->dpu.parity);
+    uint64_t t1 = zo_now_ns();
+    atomic_fetch_add(&e->stats.optim_ns, t1 - t0);
+    eng_trace(e, ZO_TRACK_UPDATE, 0, "update run again", t0, t1, -1, 0);
+    if (st < 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", zo_last_error());
+        eng_discard_uncommitted(e);
+        reload_slots(e);
+        return ZO_FAIL(st, ENG_SUBSYS,
+                       "running again the dropped update of optimizer step %lld failed (the "
+                       "weights are those before it; it is tried again at the next call): %s",
+                       (long long)e->dpu.step, why);
+    }
+    e->dpu.redo = 0;
+    eng_commit(e, 1);
+    e->step.opt_step++;
+    return eng_publish(e, 1);
 }

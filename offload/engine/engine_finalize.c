@@ -265,11 +265,14 @@ zo_status zo_engine_finalize(zo_engine_t e)
     char a[32], b[32], c2[32], d[32];
     ZO_LOGI(ENG_SUBSYS,
             "%u chunks of %zu bytes (%u per layer at most); device %s (%u param + %u grad slots), "
-            "pinned %s, host %s, nvme %s; mode %s",
+            "pinned %s, host %s, nvme %s; mode %s%s",
             e->n_chunks, e->chunk_bytes, e->max_cpl,
             zo_fmt_bytes(a, sizeof a, e->fp.bytes[ZO_TIER_DEVICE]), e->device.n_pslots,
             e->device.n_gslots, zo_fmt_bytes(b, sizeof b, e->fp.pinned),
             zo_fmt_bytes(c2, sizeof c2, e->fp.bytes[ZO_TIER_HOST]),
-            zo_fmt_bytes(d, sizeof d, e->fp.bytes[ZO_TIER_NVME]), zo_optim_mode_name(e->cfg.mode));
+            zo_fmt_bytes(d, sizeof d, e->fp.bytes[ZO_TIER_NVME]), zo_optim_mode_name(e->cfg.mode),
+            !eng_behind_takes(e)              ? ""
+            : e->cfg.mode == ZO_OPTIM_OVERLAP ? ", a clipped step's update behind the next forward"
+                                              : ", the update behind the next forward");
     return ZO_OK;
 }

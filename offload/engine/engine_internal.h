@@ -426,6 +426,9 @@ typedef struct eng_dpu {
      * landed (their alternate extents, read by the fetches until the join
      * commits them); finished once the thread's update returned */
     int behind;
+    /* it failed and was dropped: run again (lr, factor, step, parity above)
+     * before the next fetch or read of the states (eng_behind_redo) */
+    int redo;
     atomic_uchar *landed;
     int finished;
     pthread_mutex_t mu;
@@ -566,8 +569,14 @@ zo_status eng_behind_launch(struct zo_engine *e, float lr, float factor, int64_t
 /* Wait until chunk c's new values have landed (a fetch); its failure then.
  * The wait counts as compute's stall from where compute runs dry. */
 zo_status eng_behind_wait(struct zo_engine *e, uint32_t c, zo_stream_t compute);
-/* Wait for the whole update and commit it, or drop it and say why. */
+/* Wait for the whole update and commit it, or drop it and say why (it is
+ * then run again by eng_behind_redo). */
 zo_status eng_behind_join(struct zo_engine *e);
+/* Run a dropped update again, in place, from the step's gradients (which no
+ * later step has replaced: the join comes before any), and commit it; on a
+ * failure it stays to run again. Before a step's first fetch and a read or
+ * write of the states, never inside an abandoned step. */
+zo_status eng_behind_redo(struct zo_engine *e);
 /* Chunk c's update is running and has not landed: no load may read it yet. */
 static inline int eng_behind_pending(const struct zo_engine *e, uint32_t c)
 {

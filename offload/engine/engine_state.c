@@ -38,7 +38,8 @@ static zo_status no_pending_update(struct zo_engine *e, const char *what)
 static zo_status settle(struct zo_engine *e)
 {
     ZO_TRY(eng_wait_idle(e));
-    return e->mode->settle(e);
+    ZO_TRY(e->mode->settle(e));
+    return eng_behind_redo(e); /* the states it reads or writes include it */
 }
 
 /* A tensor's moment (v: which = 1) in a chunk's states at the chunk's

@@ -349,6 +349,9 @@ static void test_nvme_fault_then_retry_equals_clean_run(void **state)
         o.param_home = ZO_TIER_HOST;
         o.optim_home = ZO_TIER_NVME;
         o.mode = m ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC;
+        /* the update in end_step, so that a fault fails the step it is armed in (behind
+         * the next forward it fails the next: test_engine_faults, test_train_resume) */
+        o.update_behind = 0;
         run_result clean, faulty;
         train_run(&o, &clean);
         o.nvme_faults = &never;

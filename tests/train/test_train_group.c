@@ -267,6 +267,9 @@ static void test_grouped_fault_then_retry_equals_clean_run(void **state)
         zt_options o = group_options(4, 2, m ? ZT_ACT_HOST : ZT_ACT_DEVICE);
         o.optim_home = ZO_TIER_NVME;
         o.mode = m ? ZO_OPTIM_OVERLAP : ZO_OPTIM_SYNC;
+        /* the update in end_step, so that a fault fails the step it is armed in (behind
+         * the next forward it fails the next: test_engine_faults, test_train_resume) */
+        o.update_behind = 0;
         run_result clean, faulty;
         train(&o, 8, -1, &clean);
         o.nvme_faults = &never;

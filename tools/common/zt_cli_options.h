@@ -150,8 +150,8 @@
             "ffn-wide buffers take at most BYTES each, recomputed in the\n"                        \
             "backward (auto, the default: $ZO_MLP_CHUNK_BYTES or 16MiB)"),                         \
       ZT_IN(JOB, "BYTES|auto",                                                                     \
-            "zo-train's --mlp-chunk-bytes (auto, the default: 16MiB,"                              \
-            " or the largest power of two down to one row that lets\n"                             \
+            "zo-train's --mlp-chunk-bytes (auto, the default: 16MiB,\n"                            \
+            "or the largest power of two down to one row that lets\n"                              \
             "the job fit)"))                                                                       \
     X(HOST_MEM, "host-mem", 0,                                                                     \
       ZT_IN(PLACEMENT, "BYTES",                                                                    \

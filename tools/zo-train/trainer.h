@@ -130,7 +130,8 @@ typedef struct zt_options {
         .bias_correction = 1, .sched = ZT_SCHEDULE_INIT, .seed = 1, .init_std = 0.02f,             \
         .device = "auto", .param_home = ZT_HOME_DEFAULT, .optim_home = ZT_HOME_DEFAULT,            \
         .mode = ZO_OPTIM_SYNC, .dtype = ZO_DTYPE_BF16, .loss_scaler = ZO_LOSS_SCALER_CONFIG_INIT,  \
-        .lookahead = 2, .val_fraction = 0.05, .val_batches = 8, .flash_attention = 1               \
+        .lookahead = 2, .val_fraction = 0.05, .val_batches = 8, .flash_attention = 1,              \
+        .update_behind = 1                                                                         \
     }
 
 /* What the trainer decided and measured before the first step. */
