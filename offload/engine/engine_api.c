@@ -25,12 +25,11 @@ static zo_status check_config(const zo_engine_config *c, zo_device_t dev)
          t <= (int)c->optim_home; t++) {
         const eng_state_tier *st = eng_state_tiers[t];
         if ((zo_device_caps(dev) & st->needs_caps) != st->needs_caps)
-            return ZO_FAIL(
-                ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
-                "optimizer states on the %s tier (optim_home or optim_caps) need a device "
-                "optimizer, which exists only on the cpu device so far: use optim_home=host "
-                "or nvme and no optim_caps.device on %s",
-                st->name, zo_device_backend(dev));
+            return ZO_FAIL(ZO_ERR_UNSUPPORTED, ENG_SUBSYS,
+                           "optimizer states on the %s tier (optim_home or optim_caps) need device "
+                           "capabilities (zo_device_caps) the %s device does not have: use "
+                           "optim_home=host or nvme and no optim_caps.device there",
+                           st->name, zo_device_backend(dev));
     }
     if (eng_state_tiers[c->optim_home]->needs_paths && (!c->nvme_paths || c->n_nvme_paths == 0))
         return ZO_FAIL(ZO_ERR_CONFIG, ENG_SUBSYS,
