@@ -493,7 +493,8 @@ static zo_status fetch_layer(struct zo_engine *e, int layer, zo_phase phase, zo_
         return ZO_FAIL(ZO_ERR_NO_MEMORY, ENG_SUBSYS, "growing the trace");
     ZO_TRY(eng_behind_redo(e)); /* a dropped update first: the step reads its values */
     ZO_TRY(eng_reduce_gather(e, layer, pos)); /* stage 3: before the loads that read them */
-    if (phase == ZO_PHASE_BACKWARD)           /* the gradients about to come read what it reads */
+    /* the gradients about to come go where it reads them, unless by parity to others */
+    if (phase == ZO_PHASE_BACKWARD && e->grads.bufs == 1)
         ZO_TRY(eng_behind_join(e));
     for (uint32_t i = 0; i < L->n_chunks; i++) {
         uint32_t c = L->first_chunk + i;
@@ -588,7 +589,8 @@ zo_status zo_engine_grads_ready(zo_engine_t e, int layer, zo_stream_t compute)
     if (!compute)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, ENG_SUBSYS, "grads_ready: NULL compute stream");
     ZO_TRY(check_async(e));
-    zo_status jst = eng_behind_join(e); /* joined at the backward's fetch already */
+    /* joined at the backward's fetch already, with one set of gradient buffers */
+    zo_status jst = e->grads.bufs == 1 ? eng_behind_join(e) : ZO_OK;
     if (jst < 0)
         return abort_step(e, jst);
     eng_layer *L = &e->reg.layers[layer];

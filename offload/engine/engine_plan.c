@@ -111,10 +111,23 @@ static size_t chunk_bytes_for(const zo_engine_config *c, size_t largest_numel)
     return zo_round_up(largest > cb ? largest : cb, 4096);
 }
 
-/* Host 16-bit gradient buffers per chunk: by step parity for the delayed update. */
-static int g_bufs_for(const zo_engine_config *c)
+/* Host 16-bit gradient buffers per chunk: by step parity for the delayed
+ * update, and for sync mode's update behind the next forward where every
+ * chunk's homes let it run there (eng_behind_takes): the next backward's
+ * gradients then go to the other buffers, and the update runs on under the
+ * backward too, joined at end_step instead of at the backward's first fetch. */
+static int g_bufs_for(const zo_engine_config *c, const uint8_t *p16_home,
+                      const uint8_t *states_home, uint64_t n_chunks)
 {
-    return eng_mode_for(c->mode)->grad_bufs;
+    int bufs = eng_mode_for(c->mode)->grad_bufs;
+    if (bufs == 2 || c->mode != ZO_OPTIM_SYNC || !c->update_behind || eng_zero_on(c) ||
+        eng_pipe_on(c) || c->param_dtype == ZO_DTYPE_F16 || !n_chunks)
+        return bufs;
+    for (uint64_t k = 0; k < n_chunks; k++)
+        if (states_home[k] != ZO_TIER_NVME ||
+            (p16_home[k] != ZO_TIER_HOST && p16_home[k] != ZO_TIER_NVME))
+            return bufs;
+    return 2;
 }
 
 /* The packing rule, shared by the engine and zo_engine_footprint_for:
@@ -227,7 +240,7 @@ static eng_plan_in plan_in(const zo_engine_config *c, const eng_shape *sh, const
     in.max_chunk_elems = sh->max_chunk_elems;
     in.mode_p16_behind = eng_mode_for(c->mode)->p16_behind;
     in.mode_backups = eng_mode_for(c->mode)->backups;
-    in.grad_bufs = eng_mode_for(c->mode)->grad_bufs;
+    in.grad_bufs = g_bufs_for(c, p16, states, sh->n_chunks);
     in.grouped = eng_grouped(c);
     eng_plan_flags(&in);
     return in;
@@ -314,7 +327,6 @@ static zo_status pack(struct zo_engine *e)
     }
     e->n_chunks = pk.n_chunks;
     e->max_cpl = pk.max_cpl;
-    e->grads.bufs = g_bufs_for(&e->cfg);
     eng_shape sh = {e->chunk_bytes, e->chunk_elems, e->n_chunks, e->max_cpl, 0, pk.max_used, NULL};
     e->nvme.state_extent_bytes = state_extent_bytes_for(&e->cfg, &sh);
     e->nvme.nvme_state_extent = zo_engine_nvme_state_bytes_as(e->cfg.state_dtype, pk.max_used);
@@ -334,6 +346,7 @@ static zo_status pack(struct zo_engine *e)
     choose_homes(&e->cfg, &sh, e->p16_home, e->states_home);
     free(used);
     eng_plan_in in = plan_in(&e->cfg, &sh, e->p16_home, e->states_home);
+    e->grads.bufs = in.grad_bufs;
     place_homes(e, &in);
     return ZO_OK;
 }
@@ -433,7 +446,7 @@ static void plan_tiers(const zo_engine_config *c, const eng_shape *sh, const uin
     fp->param_staging = t.param_staging;
     fp->bytes[ZO_TIER_HOST] = t.bytes[ZO_TIER_HOST];
     if (eng_host_accumulates(c))
-        fp->bytes[ZO_TIER_HOST] += nc * (uint64_t)g_bufs_for(c) * ce * sizeof(float);
+        fp->bytes[ZO_TIER_HOST] += nc * (uint64_t)in.grad_bufs * ce * sizeof(float);
     fp->bytes[ZO_TIER_HOST] += eng_zero_host_bytes(c, (uint32_t)nc, ce);
     fp->bytes[ZO_TIER_NVME] = t.bytes[ZO_TIER_NVME];
     for (int i = ZO_TIER_COUNT; i < eng_n_tiers; i++) /* registered tiers: their tables' */

@@ -339,10 +339,12 @@ static json_int_t cfg_int(json_t *root, const char *key)
  * optimizer on NVMe, the step's gradients wait in host memory as far as
  * --host-mem allows and spill to NVMe beyond it (one chunk's, every
  * chunk's), training as with all of them kept, the peaks within the limit;
- * one byte below the smallest plan is refused before anything is allocated. */
+ * one byte below the smallest plan is refused before anything is allocated.
+ * The update in end_step: one set of gradient buffers (behind the forward,
+ * two, by parity: counted by zo-plan's memory tests). */
 #define ON_NVME                                                                                    \
     " --device cpu --dim 32 --layers 2 --heads 2 --ffn 64 --seq 16 --micro-batch 2 "               \
-    "--val-batches 2 --offload-param nvme --offload-optimizer nvme"
+    "--val-batches 2 --offload-param nvme --offload-optimizer nvme --update-behind off"
 
 static void test_host_mem_spills_gradients(void **state)
 {

@@ -285,7 +285,8 @@ static zo_engine_config engine_config(const zp_job *job, const zp_hardware *hw, 
     c.grad_accum_steps = job->grad_accum;
     c.state_dtype = job->state_dtype;
     c.master_split = job->master_split;
-    if (job->world_size > 1) { /* rank 0: the largest share */
+    c.update_behind = !job->no_update_behind; /* zo-train's: two gradient buffers */
+    if (job->world_size > 1) {                /* rank 0: the largest share */
         c.world_size = job->world_size;
         c.zero_stage = job->zero_stage;
     }

@@ -96,6 +96,7 @@ zo_engine_config zp_plan_engine_config(const zp_job *job, const zp_hardware *hw,
     c.device_bytes = p->device.engine_budget ? p->device.engine_budget : 1;
     c.pinned_bytes = hw->pinned_max;
     c.mode = p->mode;
+    c.update_behind = !job->no_update_behind; /* zo-train's: two gradient buffers */
     c.grad_accum_steps = job->grad_accum;
     c.micro_group = p->micro_group;
     c.state_dtype = job->state_dtype;
