@@ -51,7 +51,9 @@ def close(what, ref, got, rel):
 
 def against_one_rank(d):
     for dt, rel in (("fp32", FP32_REL), ("bf16", BF16_REL)):
-        flags = ["--grad-accum", "2", "--dtype", dt]
+        # the update in end_step on one rank too: with a model-parallel group the engine does
+        # not run it behind the forward (two sets of gradient buffers), so the bytes compare
+        flags = ["--grad-accum", "2", "--dtype", dt, "--update-behind", "off"]
         one = train(1, flags, d + "/one-" + dt)
         for T in (2, 4):
             got = train(T, flags + ["--tensor-parallel", str(T)], d + "/t%d-%s" % (T, dt))
