@@ -427,6 +427,7 @@ static void open_counters(struct zo_engine *e)
         e->stats.stores[i].at_open.struct_size = sizeof e->stats.stores[i].at_open;
         zo_swap_get_stats(e->stats.stores[i].store, &e->stats.stores[i].at_open);
     }
+    e->stats.launched = 0;
     e->stats.at_open[0] = atomic_load(&e->stats.busy_ns[2]);
     e->stats.at_open[1] = atomic_load(&e->stats.optim_ns);
     e->stats.at_open[2] = atomic_load(&e->stats.nvme_ns);
@@ -440,9 +441,22 @@ static void open_counters(struct zo_engine *e)
  * before the next step's first fetch). */
 static void carry_counters(struct zo_engine *e)
 {
+    int launched = e->stats.launched;
     e->stats.carried = e->dpu.running || e->dpu.behind;
     if (e->stats.carried)
         open_counters(e);
+    for (int i = 0; e->stats.carried && launched && i < e->stats.n_stores; i++)
+        e->stats.stores[i].at_open = e->stats.stores[i].at_launch;
+    e->stats.launched = 0;
+}
+
+void eng_stats_launch(struct zo_engine *e)
+{
+    for (int i = 0; i < e->stats.n_stores; i++) {
+        e->stats.stores[i].at_launch.struct_size = sizeof e->stats.stores[i].at_launch;
+        zo_swap_get_stats(e->stats.stores[i].store, &e->stats.stores[i].at_launch);
+    }
+    e->stats.launched = 1;
 }
 
 static void open_step(struct zo_engine *e)
@@ -658,8 +672,9 @@ static void fill_stats(struct zo_engine *e, const eng_verdict *v, int rollbacks,
         zo_swap_stats ss = ZO_SWAP_STATS_INIT;
         if (zo_swap_get_stats(e->stats.stores[i].store, &ss) != ZO_OK)
             continue;
-        s->nvme_read_bytes += ss.bytes_read - e->stats.stores[i].at_open.bytes_read;
-        s->nvme_write_bytes += ss.bytes_written - e->stats.stores[i].at_open.bytes_written;
+        const zo_swap_stats *end = e->stats.launched ? &e->stats.stores[i].at_launch : &ss;
+        s->nvme_read_bytes += end->bytes_read - e->stats.stores[i].at_open.bytes_read;
+        s->nvme_write_bytes += end->bytes_written - e->stats.stores[i].at_open.bytes_written;
         s->peak[ZO_TIER_NVME] += (uint64_t)ss.extents_used * e->stats.stores[i].extent_bytes;
     }
     s->step_seconds = (double)(zo_now_ns() - e->stats.step_t0) * 1e-9;

@@ -94,6 +94,7 @@ zo_status eng_behind_launch(struct zo_engine *e, float lr, float factor, int64_t
     e->dpu.parity = parity;
     e->dpu.st = ZO_OK;
     e->dpu.finished = 0;
+    eng_stats_launch(e); /* what the thread moves counts in the next step */
     int rc = pthread_create(&e->dpu.thread, NULL, behind_main, e);
     if (rc != 0) {
         forget_landed(e);

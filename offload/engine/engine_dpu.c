@@ -32,6 +32,7 @@ static zo_status dpu_launch(struct zo_engine *e, float lr, float factor, int64_t
     e->dpu.step = step;
     e->dpu.parity = parity;
     e->dpu.st = ZO_OK;
+    eng_stats_launch(e); /* what the thread moves counts in the next step */
     int rc = pthread_create(&e->dpu.thread, NULL, dpu_main, e);
     if (rc != 0)
         return ZO_FAIL(ZO_ERR_SYSTEM, ENG_SUBSYS, "starting the delayed update's thread: error %d",

@@ -453,6 +453,7 @@ typedef struct eng_store {
     zo_swap_t store;
     uint64_t extent_bytes;
     zo_swap_stats at_open;
+    zo_swap_stats at_launch; /* when an update was launched on its own thread (eng_stats_launch) */
 } eng_store;
 
 /* The step's statistics (engine_api.c, engine_io.c). */
@@ -461,8 +462,10 @@ typedef struct eng_stats {
     /* stream timers, run by tasks on the stream: 0 h2d busy, 1 d2h busy, 2 compute stalled */
     _Atomic uint64_t busy_t0[3], busy_ns[3];
     uint64_t at_open[5]; /* stall, optim, nvme, h2d, d2h counters when the step opened */
-    int carried; /* the counters' window was opened at the last end_step (an update was still
-                    running on its own thread): the next step's open keeps it */
+    int carried;  /* the counters' window was opened at the last end_step (an update was still
+                     running on its own thread): the next step's open keeps it */
+    int launched; /* this end_step launched an update on its own thread: its I/O counts from
+                     the stores' at_launch on, in the next step */
     uint64_t step_t0;
     zo_device_copy_stats copy0;
     eng_store stores[3];
@@ -557,6 +560,11 @@ struct zo_engine {
     eng_pipe pipe;
     eng_timeline timeline;
 };
+
+/* engine_api.c: an update is about to start on its own thread (dpu, behind the
+ * forward): the stores' I/O counters now end this step's window and open the
+ * next one's, whatever the thread moves before the step's statistics are read. */
+void eng_stats_launch(struct zo_engine *e);
 
 /* engine_behind.c: the update behind the next forward (cfg.update_behind) */
 /* Whether this engine's update can run behind the next forward (its config

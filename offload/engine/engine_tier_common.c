@@ -343,7 +343,7 @@ void eng_store_opened(struct zo_engine *e, zo_swap_t store, uint64_t extent_byte
 {
     if (e->stats.n_stores < (int)(sizeof e->stats.stores / sizeof e->stats.stores[0]))
         e->stats.stores[e->stats.n_stores++] =
-            (struct eng_store){store, extent_bytes, ZO_SWAP_STATS_INIT};
+            (struct eng_store){store, extent_bytes, ZO_SWAP_STATS_INIT, ZO_SWAP_STATS_INIT};
 }
 
 zo_status eng_open_store(struct zo_engine *e, uint64_t extent, uint64_t n_extents,
