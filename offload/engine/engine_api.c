@@ -585,7 +585,7 @@ static zo_status hand_over_chunk(struct zo_engine *e, uint32_t c, zo_stream_t co
             "grads_ready: layer %d already handed over %d micro-batches (grad_accum_steps)",
             k->layer, k->n_ready);
     k->n_ready++;
-    int parity = e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
+    int parity = eng_step_parity(e);
     ZO_TRY(eng_grads_stage(e, c, parity)); /* where the D2H lands */
     eng_gslot *g = &e->device.gslots[k->grad_slot];
     ZO_TRY(zo_event_record(k->computed, compute));

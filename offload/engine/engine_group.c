@@ -43,12 +43,6 @@ void eng_group_release(struct zo_engine *e)
     e->device.gacc = NULL;
 }
 
-/* The host gradient buffers of the step (by parity in dpu mode). */
-static int step_parity(const struct zo_engine *e)
-{
-    return e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
-}
-
 zo_status eng_group_take(struct zo_engine *e, uint32_t c, zo_stream_t compute)
 {
     eng_chunk *k = &e->chunks[c];
@@ -57,7 +51,8 @@ zo_status eng_group_take(struct zo_engine *e, uint32_t c, zo_stream_t compute)
     eng_gslot *g = &e->device.gslots[k->grad_slot];
     /* On the d2h stream: after the previous group's sum landed in acc[] (and
      * after the slot's last sum left), with no wait on the parameters' stream. */
-    ZO_TRY(zo_memcpy_h2d_async(e->d2h, g->acc, k->acc[step_parity(e)], k->n_elems * sizeof(float)));
+    ZO_TRY(zo_memcpy_h2d_async(e->d2h, g->acc, k->acc[eng_step_parity(e)],
+                               k->n_elems * sizeof(float)));
     ZO_TRY(zo_event_record(g->loaded, e->d2h));
     return zo_stream_wait_event(compute, g->loaded);
 }
@@ -67,7 +62,7 @@ static zo_status send_sum(struct zo_engine *e, uint32_t c, zo_stream_t compute)
 {
     eng_chunk *k = &e->chunks[c];
     eng_gslot *g = &e->device.gslots[k->grad_slot];
-    int parity = step_parity(e);
+    int parity = eng_step_parity(e);
     eng_wait_chunk_jobs(e, c);             /* the previous job no longer reads the sum */
     ZO_TRY(eng_grads_stage(e, c, parity)); /* NVMe-homed: the sum lands in a ring slot */
     ZO_TRY(zo_event_record(k->computed, compute));

@@ -566,6 +566,13 @@ struct zo_engine {
  * next one's, whatever the thread moves before the step's statistics are read. */
 void eng_stats_launch(struct zo_engine *e);
 
+/* The step's host gradient buffers: by step parity where there are two
+ * (dpu mode, and sync mode's update behind the forward), else the one. */
+static inline int eng_step_parity(const struct zo_engine *e)
+{
+    return e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
+}
+
 /* engine_behind.c: the update behind the next forward (cfg.update_behind) */
 /* Whether this engine's update can run behind the next forward (its config
  * asks, every chunk's states are on NVMe, and its 16-bit parameters on NVMe

@@ -26,12 +26,6 @@ void eng_restore_backups(struct zo_engine *e)
         e->chunks[c].st->rollback(e->chunks[c].sctx, e, c);
 }
 
-/* The step's gradient buffers by parity (one here: 0). */
-static int step_parity(const struct zo_engine *e)
-{
-    return e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
-}
-
 /* Whether the speculative update of the step stands: it ran and the verdict
  * neither clipped nor overflowed. */
 static int speculation_right(const struct zo_engine *e, const eng_verdict *v)
@@ -58,7 +52,7 @@ static zo_status validate(struct zo_engine *e, const eng_verdict *v, int *rollba
     undo_speculation(e, rollbacks);
     if (v->overflow)
         return ZO_OK;
-    return eng_update_all(e, e->step.lr, v->factor, e->step.opt_step + 1, step_parity(e));
+    return eng_update_all(e, e->step.lr, v->factor, e->step.opt_step + 1, eng_step_parity(e));
 }
 
 /* ZeRO: the owners' updated chunks to the others (stages 1 and 2; at stage 3
@@ -84,7 +78,7 @@ static const char *update_name(const struct zo_engine *e, const eng_verdict *v, 
 static zo_status update_behind(struct zo_engine *e, const eng_verdict *v, int *rollbacks)
 {
     undo_speculation(e, rollbacks);
-    return eng_behind_launch(e, e->step.lr, v->factor, e->step.opt_step + 1, step_parity(e));
+    return eng_behind_launch(e, e->step.lr, v->factor, e->step.opt_step + 1, eng_step_parity(e));
 }
 
 /* Whether the step updates after its verdict, and can do it behind the next forward. */

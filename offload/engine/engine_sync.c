@@ -4,17 +4,13 @@
  * allow it (engine_behind.c), with the same bits. */
 #include "engine_internal.h"
 
-static int step_parity(const struct zo_engine *e)
-{
-    return e->grads.bufs == 2 ? (int)(e->step.steps & 1) : 0;
-}
-
 static zo_status apply(struct zo_engine *e, const eng_verdict *v, int *rollbacks)
 {
     *rollbacks = 0;
     if (v->overflow)
         return ZO_OK;
-    zo_status st = eng_update_all(e, e->step.lr, v->factor, e->step.opt_step + 1, step_parity(e));
+    zo_status st =
+        eng_update_all(e, e->step.lr, v->factor, e->step.opt_step + 1, eng_step_parity(e));
     return eng_reduce_share(e, st); /* the owners' updates */
 }
 
@@ -31,7 +27,7 @@ static zo_status end_step(struct zo_engine *e, const eng_verdict *v, int *rollba
     if (v->overflow || !eng_behind_takes(e))
         return eng_update_now(e, v, rollbacks, saved, apply, update_name);
     *rollbacks = 0;
-    return eng_behind_launch(e, e->step.lr, v->factor, e->step.opt_step + 1, step_parity(e));
+    return eng_behind_launch(e, e->step.lr, v->factor, e->step.opt_step + 1, eng_step_parity(e));
 }
 
 /* A failed update behind the forward is dropped whole and said here. */
