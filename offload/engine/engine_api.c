@@ -450,15 +450,6 @@ static void carry_counters(struct zo_engine *e)
     e->stats.launched = 0;
 }
 
-void eng_stats_launch(struct zo_engine *e)
-{
-    for (int i = 0; i < e->stats.n_stores; i++) {
-        e->stats.stores[i].at_launch.struct_size = sizeof e->stats.stores[i].at_launch;
-        zo_swap_get_stats(e->stats.stores[i].store, &e->stats.stores[i].at_launch);
-    }
-    e->stats.launched = 1;
-}
-
 static void open_step(struct zo_engine *e)
 {
     if (e->step.open)

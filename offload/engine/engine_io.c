@@ -158,3 +158,14 @@ zo_status eng_compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t 
     ZO_TRY(zo_stream_wait_event(compute, ev));
     return eng_stall_mark(e, compute, chunk, 1);
 }
+
+/* An update launched on its own thread: the stores' counters now, so what
+ * the thread moves counts in the next step (engine_api.c's carry_counters). */
+void eng_stats_launch(struct zo_engine *e)
+{
+    for (int i = 0; i < e->stats.n_stores; i++) {
+        e->stats.stores[i].at_launch.struct_size = sizeof e->stats.stores[i].at_launch;
+        zo_swap_get_stats(e->stats.stores[i].store, &e->stats.stores[i].at_launch);
+    }
+    e->stats.launched = 1;
+}
