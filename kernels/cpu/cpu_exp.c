@@ -10,11 +10,15 @@ static void exp_scalar(float *x, int n, float shift)
         x[i] = zo_exp_shifted1(x[i], shift);
 }
 
-void zo_cpu_exp_shifted_at(int avx512, float *x, int n, float shift)
+void zo_cpu_exp_shifted_at(int level, float *x, int n, float shift)
 {
 #if defined(__x86_64__)
-    if (avx512) {
+    if (level >= ZO_SIMD_AVX512) {
         zo_cpu_exp_shifted_avx512(x, n, shift);
+        return;
+    }
+    if (level >= ZO_SIMD_AVX2) {
+        zo_cpu_exp_shifted_avx2(x, n, shift);
         return;
     }
 #endif
@@ -26,7 +30,7 @@ void zo_cpu_exp_shifted(float *x, int n, float shift)
     static int level = -1; /* racy first reads all store the same value */
     int l = __atomic_load_n(&level, __ATOMIC_RELAXED);
     if (l < 0) {
-        l = zo_cpu_simd_level() >= ZO_SIMD_AVX512;
+        l = (int)zo_cpu_simd_level();
         __atomic_store_n(&level, l, __ATOMIC_RELAXED);
     }
     zo_cpu_exp_shifted_at(l, x, n, shift);

@@ -1,11 +1,11 @@
 /* exp of shifted scores for the fused attention's softmax on the cpu device:
  * x[i] = exp(x[i] - shift), one algorithm (Cephes' expf: n = round(x log2 e),
  * a two-part ln 2 reduction and a degree-5 polynomial, each step one fp32
- * operation or one fused multiply-add) written twice, as the scalar
- * reference below and with AVX-512 (cpu_exp_avx512.c), so the two give the
- * same bits, element for element, on any thread and at any SIMD level.
- * Arguments below -87.33 (where exp falls under FLT_MIN), -inf included,
- * give 0; the largest error is 2 ulp against exp in double (tested). */
+ * operation or one fused multiply-add) written three times, as the scalar
+ * reference below, with AVX2 (cpu_exp_avx2.c) and with AVX-512
+ * (cpu_exp_avx512.c), so all give the same bits, element for element, on any thread and at any SIMD
+ * level. Arguments below -87.33 (where exp falls under FLT_MIN), -inf included, give 0; the largest
+ * error is 2 ulp against exp in double (tested). */
 #ifndef ZO_CPU_EXP_H
 #define ZO_CPU_EXP_H
 
@@ -53,8 +53,11 @@ static inline float zo_exp_shifted1(float a, float shift)
 
 /* x[i] = exp(x[i] - shift) for i < n, at the library's SIMD level. */
 void zo_cpu_exp_shifted(float *x, int n, float shift);
-/* The same at a given level (tests): the scalar loop, or AVX-512 where built and supported. */
-void zo_cpu_exp_shifted_at(int avx512, float *x, int n, float shift);
+/* The same at a given level (a zo_simd_level; tests): the scalar loop, or
+ * the widest of AVX2 and AVX-512 at or below it (the caller checks the CPU
+ * supports it). */
+void zo_cpu_exp_shifted_at(int level, float *x, int n, float shift);
+void zo_cpu_exp_shifted_avx2(float *x, int n, float shift);
 void zo_cpu_exp_shifted_avx512(float *x, int n, float shift);
 
 #endif

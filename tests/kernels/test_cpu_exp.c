@@ -2,8 +2,9 @@
  * against exp in double within 2 ulp over the arguments the softmax gives
  * it (scores minus their row's maximum or log-sum-exp: -100..0, and a
  * little above 0 from rounding), exactly 0 below ln FLT_MIN and at -inf, a
- * NaN kept; and the AVX-512 variant bit for bit the scalar reference, at
- * every length (the tail runs the reference), where the CPU has AVX-512. */
+ * NaN kept; and the AVX2 and AVX-512 variants bit for bit the scalar
+ * reference, at every length (the tail runs the reference), where the CPU
+ * has them. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,7 +41,7 @@ static void test_exp_within_2_ulp(void **state)
     fill(x, N, &rng);
     memcpy(y, x, sizeof x);
     const float shift = 0.25f;
-    zo_cpu_exp_shifted_at(0, y, N, shift);
+    zo_cpu_exp_shifted_at(ZO_SIMD_SCALAR, y, N, shift);
     double worst = 0;
     for (int i = 0; i < N; i++) {
         float arg = x[i] - shift;
@@ -59,16 +60,18 @@ static void test_exp_within_2_ulp(void **state)
     }
     printf("exp: %.2f ulp at most over %d arguments\n", worst, N);
     float special[3] = {-INFINITY, NAN, 0.0f};
-    zo_cpu_exp_shifted_at(0, special, 3, 0.0f);
+    zo_cpu_exp_shifted_at(ZO_SIMD_SCALAR, special, 3, 0.0f);
     assert_true(special[0] == 0.0f && !signbit(special[0]));
     assert_true(isnan(special[1]));
     assert_true(special[2] == 1.0f);
 }
 
-static void test_avx512_equals_the_reference(void **state)
+/* The variant at `level` bit for bit the scalar reference at every tail
+ * length and a long row, -inf, NaN and the underflow edge included. */
+static void check_level_equals_reference(int level, const char *name)
 {
-    if (!zo_cpu_simd_supported(ZO_SIMD_AVX512)) {
-        printf("skipped: this CPU has no AVX-512\n");
+    if (!zo_cpu_simd_supported((zo_simd_level)level)) {
+        printf("skipped: this CPU has no %s\n", name);
         skip();
     }
     uint64_t rng = 9;
@@ -79,17 +82,28 @@ static void test_avx512_equals_the_reference(void **state)
         int len = n <= 33 ? n : N - (40 - n);
         memcpy(a, x, sizeof x);
         memcpy(b, x, sizeof x);
-        zo_cpu_exp_shifted_at(0, a, len, 1.5f);
-        zo_cpu_exp_shifted_at(1, b, len, 1.5f);
+        zo_cpu_exp_shifted_at(ZO_SIMD_SCALAR, a, len, 1.5f);
+        zo_cpu_exp_shifted_at(level, b, len, 1.5f);
         if (memcmp(a, b, sizeof a) != 0)
-            fail_msg("AVX-512 and scalar bits differ at length %d", len);
+            fail_msg("%s and scalar bits differ at length %d", name, len);
     }
+}
+
+static void test_avx2_equals_the_reference(void **state)
+{
+    check_level_equals_reference(ZO_SIMD_AVX2, "AVX2");
+}
+
+static void test_avx512_equals_the_reference(void **state)
+{
+    check_level_equals_reference(ZO_SIMD_AVX512, "AVX-512");
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exp_within_2_ulp),
+        cmocka_unit_test(test_avx2_equals_the_reference),
         cmocka_unit_test(test_avx512_equals_the_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
