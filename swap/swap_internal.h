@@ -102,6 +102,16 @@ struct zo_swap_io {
     char msg[384];
     int done, has_ticket;
     int verify_pending; /* a read's checks are left to its waiter */
+    /* A read verified by its waiter is hashed as it lands: the I/O thread
+     * marks each payload block done in landed_map (its own), and publishes
+     * in landed (under the store's mutex) how many payload bytes from the
+     * start are all in; the waiter hashes that prefix in order while it
+     * waits (hashed bytes so far, into hash_state, waiter only), so only
+     * the last block is left to hash once the read is over. */
+    int hash_live, waiting;
+    uint8_t *landed_map; /* one byte per payload block */
+    size_t landed_blocks, landed, hashed;
+    void *hash_state; /* an XXH3_state_t, in the blocks allocation */
     /* A write's payload hash is computed by its writer while the payload
      * goes to disk: hash_pending (under the store's mutex) until it is
      * published; hash_wait is the I/O thread's copy, cleared once seen. */
@@ -153,5 +163,7 @@ zo_status zo_swap_run_ctl(struct zo_swap *s, swap_ctl *ctl);
 void zo_swap_stop_io(struct zo_swap *s);
 uint64_t zo_swap_header_hash(const swap_extent_header *h);
 uint64_t zo_swap_payload_hash(const void *buf, size_t len);
+/* Free a ticket and what it holds. */
+void zo_swap_op_free(struct zo_swap_io *op);
 
 #endif

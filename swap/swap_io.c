@@ -46,6 +46,19 @@ static uint8_t *tail_block(struct zo_swap_io *op)
     return op->blocks + ZO_SWAP_ALIGN;
 }
 
+/* The ticket's allocation: header block, tail block, then the streaming
+ * hash state of a read hashed as it lands (64-byte aligned, as XXH3 wants). */
+#define OP_BLOCKS_BYTES (2 * ZO_SWAP_ALIGN + sizeof(XXH3_state_t))
+
+void zo_swap_op_free(struct zo_swap_io *op)
+{
+    if (!op)
+        return;
+    free(op->landed_map);
+    free(op->blocks);
+    free(op);
+}
+
 /* Record the first failure of an operation; later ones add nothing. */
 static void op_fail(struct zo_swap_io *op, zo_status st, const char *fmt, ...)
 {
@@ -92,14 +105,21 @@ static int region_index(zo_swap_t s, const void *buf, size_t len)
 }
 
 static zo_status op_create(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, const void *buf,
-                           size_t len, uint64_t generation, struct zo_swap_io **out)
+                           size_t len, uint64_t generation, int hash_live, struct zo_swap_io **out)
 {
     struct zo_swap_io *op = calloc(1, sizeof *op);
     void *blocks = NULL;
-    if (!op || posix_memalign(&blocks, ZO_SWAP_ALIGN, 2 * ZO_SWAP_ALIGN)) {
+    size_t body = len & ~(size_t)(ZO_SWAP_ALIGN - 1);
+    size_t nblocks = hash_live ? (body + s->cfg.block_size - 1) / s->cfg.block_size : 0;
+    uint8_t *map = nblocks ? calloc(nblocks, 1) : NULL;
+    if (!op || (nblocks && !map) || posix_memalign(&blocks, ZO_SWAP_ALIGN, OP_BLOCKS_BYTES)) {
+        free(map);
         free(op);
         return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory for an I/O ticket");
     }
+    op->landed_map = map;
+    op->hash_live = nblocks > 0;
+    op->hash_state = (uint8_t *)blocks + 2 * ZO_SWAP_ALIGN;
     op->s = s;
     op->dir = dir;
     op->ext = ext;
@@ -112,6 +132,8 @@ static zo_status op_create(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, con
     zo_swap_extent_location(s, ext, NULL, &op->header_off, &op->payload_off);
     op->blocks = blocks;
     memset(blocks, 0, 2 * ZO_SWAP_ALIGN);
+    if (op->hash_live)
+        XXH3_64bits_reset(op->hash_state);
     op->tail_pending = op->tail_len > 0;
     op->header_pending = 1;
     *out = op;
@@ -137,8 +159,7 @@ static zo_status op_enqueue(zo_swap_t s, struct zo_swap_io *op, zo_swap_done_fn 
                      "extent %u already has a write or read in flight: wait for it first", op->ext);
     if (st != ZO_OK) {
         pthread_mutex_unlock(&s->mu);
-        free(op->blocks);
-        free(op);
+        zo_swap_op_free(op);
         return st;
     }
     slot->busy = 1;
@@ -187,7 +208,9 @@ static zo_status op_begin(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, cons
     ZO_TRY(check_request(s, ext, buf, len, what));
     if (!io && !done)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: give a ticket pointer or a callback", what);
-    return op_create(s, dir, ext, buf, len, generation, op);
+    /* A read with a ticket and no callback is verified by its waiter, who
+     * hashes it as it lands (see zo_swap_wait). */
+    return op_create(s, dir, ext, buf, len, generation, dir == ZO_IO_READ && io && !done, op);
 }
 
 zo_status zo_swap_write_async(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len,
@@ -226,6 +249,13 @@ zo_status zo_swap_read_async(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_
 
 static void settle_ticket(zo_swap_io_t io);
 
+/* The waiter's hash of a read's payload up to landed (see hash_live). */
+static void hash_landed(struct zo_swap_io *op, size_t landed)
+{
+    payload_hash_update(op->hash_state, op->buf + op->hashed, landed - op->hashed);
+    op->hashed = landed;
+}
+
 zo_status zo_swap_test(zo_swap_io_t io)
 {
     if (!io)
@@ -245,8 +275,21 @@ zo_status zo_swap_wait(zo_swap_io_t io)
         return ZO_OK;
     zo_swap_t s = io->s;
     pthread_mutex_lock(&s->mu);
-    while (!io->done)
+    while (!io->done) {
+        size_t landed = io->landed;
+        if (landed > io->hashed) {
+            /* The payload's landed prefix, hashed while the rest is in
+             * flight: the I/O thread no longer touches those bytes. */
+            io->waiting = 0;
+            pthread_mutex_unlock(&s->mu);
+            hash_landed(io, landed);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        io->waiting = io->hash_live;
         pthread_cond_wait(&s->done_cv, &s->mu);
+    }
+    io->waiting = 0;
     if (io->tprev)
         io->tprev->tnext = io->tnext;
     else
@@ -258,8 +301,7 @@ zo_status zo_swap_wait(zo_swap_io_t io)
     zo_status st = io->st;
     if (st < 0)
         ZO_FAIL(st, "swap", "%s", io->msg);
-    free(io->blocks);
-    free(io);
+    zo_swap_op_free(io);
     return st;
 }
 
@@ -403,6 +445,30 @@ static void retry_req(zo_swap_t s, store_req *r)
     s->retry_reqs = r;
 }
 
+/* A request of op transferred in full: for a read hashed as it lands, mark
+ * its payload block and publish how far the in-order prefix reaches, waking
+ * the waiter when it moved. */
+static void note_landed(zo_swap_t s, struct zo_swap_io *op, const zo_io_req *io)
+{
+    const uint8_t *p = io->buf;
+    if (!op->hash_live || p < op->buf || p >= op->buf + op->body_len)
+        return; /* not hashed live, or the header or tail block */
+    size_t bs = s->cfg.block_size, nblocks = (op->body_len + bs - 1) / bs;
+    op->landed_map[(size_t)(p - op->buf) / bs] = 1;
+    size_t k = op->landed_blocks;
+    while (k < nblocks && op->landed_map[k])
+        k++;
+    if (k == op->landed_blocks)
+        return;
+    op->landed_blocks = k;
+    size_t landed = k == nblocks ? op->body_len : k * bs;
+    pthread_mutex_lock(&s->mu);
+    op->landed = landed;
+    if (op->waiting)
+        pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* One finished engine request: done, resubmitted, or the operation failed. */
 static void on_request_done(zo_swap_t s, store_req *r)
 {
@@ -441,6 +507,8 @@ static void on_request_done(zo_swap_t s, store_req *r)
         pthread_mutex_unlock(&s->mu);
         retry_req(s, r);
         return;
+    } else {
+        note_landed(s, op, io);
     }
     release_req(s, r);
 }
@@ -468,7 +536,11 @@ static void verify_read(zo_swap_t s, struct zo_swap_io *op)
         return;
     }
     uint64_t got;
-    if (op->tail_len == 0) {
+    if (op->hashed) { /* its waiter hashed a prefix as it landed: the same stream, continued */
+        payload_hash_update(op->hash_state, op->buf + op->hashed, op->body_len - op->hashed);
+        payload_hash_update(op->hash_state, tail_block(op), op->tail_len);
+        got = XXH3_64bits_digest(op->hash_state);
+    } else if (op->tail_len == 0) {
         got = zo_swap_payload_hash(op->buf, op->body_len);
     } else {
         XXH3_state_t st;
@@ -496,6 +568,7 @@ static void count_finished(zo_swap_t s, struct zo_swap_io *op)
     } else if (op->st == ZO_OK) {
         s->stats.reads++;
         s->stats.bytes_read += op->len;
+        s->stats.bytes_hashed_early += op->hashed;
     } else {
         s->stats.errors++;
         if (op->st == ZO_ERR_CORRUPT)
@@ -527,10 +600,8 @@ static void finish_op(zo_swap_t s, struct zo_swap_io *op)
     op->done = 1;
     pthread_cond_broadcast(&s->done_cv);
     pthread_mutex_unlock(&s->mu);
-    if (!has_ticket) {
-        free(op->blocks);
-        free(op);
-    }
+    if (!has_ticket)
+        zo_swap_op_free(op);
 }
 
 /* The waiter's share of a finished read: verify it and count it. */

@@ -497,8 +497,7 @@ static void release(zo_swap_t s, int closing)
     while (s->tickets) {
         struct zo_swap_io *op = s->tickets;
         s->tickets = op->tnext;
-        free(op->blocks);
-        free(op);
+        zo_swap_op_free(op);
     }
     pthread_cond_destroy(&s->done_cv);
     pthread_mutex_destroy(&s->mu);

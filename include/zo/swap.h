@@ -110,6 +110,10 @@ typedef struct zo_swap_stats {
     uint32_t extents_total, extents_used;
     uint32_t nfiles;
     uint64_t file_bytes; /* bytes preallocated over all files */
+    /* Of bytes_read, those hashed by the read's waiter (zo_swap_wait) while
+     * the rest of the read was still in flight: a read's payload is hashed
+     * as it lands, in order, and only what lands last is left at the end. */
+    uint64_t bytes_hashed_early;
 } zo_swap_stats;
 
 #define ZO_SWAP_STATS_INIT                                                                         \

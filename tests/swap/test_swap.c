@@ -521,6 +521,18 @@ static void test_callbacks_and_busy(void **state)
     free(rbuf);
 }
 
+/* A store opened with the fault engine wrapped around its engine and no
+ * fault armed yet (zo_swap_set_faults arms them later). */
+static zo_swap_t open_armable(zo_swap_config *c)
+{
+    static const zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0};
+    c->faults = &never;
+    c->nfaults = 1;
+    zo_swap_t s;
+    ZO_ASSERT_OK(zo_swap_open(c, &s));
+    return s;
+}
+
 /* A write's payload goes to disk while its writer hashes it: the header
  * (which carries the hash) waits for the hash even when the payload is
  * done first (the null engine's copies beat a 32 MiB hash), and a write
@@ -532,11 +544,7 @@ static void test_write_header_waits_for_its_hash(void **state)
     swap_test_fixture *f = *state;
     const size_t len = 32u << 20;
     zo_swap_config c = swap_test_config(&f->dirs, 1, 4 * len, len);
-    zo_swap_fault never = {ZO_SWAP_FAULT_EIO, UINT64_MAX, 0}; /* armed later */
-    c.faults = &never;
-    c.nfaults = 1;
-    zo_swap_t s;
-    ZO_ASSERT_OK(zo_swap_open(&c, &s));
+    zo_swap_t s = open_armable(&c);
     uint8_t *buf = swap_test_alloc(len), *rbuf = swap_test_alloc(len);
     swap_test_fill(buf, len, 11);
     zo_swap_extent_t e[4];
@@ -566,6 +574,80 @@ static void test_write_header_waits_for_its_hash(void **state)
     assert_int_equal(atomic_load(&cnt.failed), 1);
     free(buf);
     free(rbuf);
+}
+
+/* A read waited on is hashed as it lands: with one request in flight and the
+ * last payload block held back, the waiter has hashed at least every block
+ * before it by the time the read ends (bytes_hashed_early), the stream continued
+ * over the rest gives the writer's one-shot checksum (the bytes read back are
+ * the bytes written), and a flipped byte in a block hashed early is still
+ * caught. Reads with a callback, or polled with zo_swap_test, hash at the
+ * end as before. */
+static void test_read_hashed_as_it_lands(void **state)
+{
+    swap_test_fixture *f = *state;
+    const uint32_t bs = 64u << 10;
+    const size_t len = (1u << 20) - 100; /* 15 whole blocks, a short one, a tail */
+    const size_t early = 15 * (size_t)bs;
+    zo_swap_config c = swap_test_config(&f->dirs, 1, 2u << 20, 1u << 20);
+    c.queue_depth = 1; /* each request submitted once the one before it was reaped */
+    c.block_size = bs;
+    zo_swap_t s = open_armable(&c);
+    uint8_t *w = swap_test_alloc(len), *r = swap_test_alloc(len);
+    assert_non_null(w);
+    assert_non_null(r);
+    swap_test_fill(w, len, 99);
+    zo_swap_extent_t e;
+    ZO_ASSERT_OK(zo_swap_alloc_extent(s, 5, &e));
+    ZO_ASSERT_OK(zo_swap_write(s, e, w, len, 1));
+    /* A read's requests: the header (0), the payload blocks (1..16), the
+     * tail (17). The last payload block waits 500 ms before it is sent. */
+    zo_swap_fault hold = {ZO_SWAP_FAULT_DELAY, 16, 500};
+    ZO_ASSERT_OK(zo_swap_set_faults(s, &hold, 1));
+    memset(r, 0, len);
+    ZO_ASSERT_OK(zo_swap_read(s, e, r, len, 1));
+    assert_memory_equal(r, w, len);
+    zo_swap_stats st = ZO_SWAP_STATS_INIT;
+    ZO_ASSERT_OK(zo_swap_get_stats(s, &st));
+    /* The last block too, when the waiter saw it land before the tail. */
+    uint64_t first = st.bytes_hashed_early;
+    assert_in_range(first, early, len & ~(size_t)4095);
+    /* Polled, or with a callback: verified whole at the end, nothing early. */
+    ZO_ASSERT_OK(zo_swap_set_faults(s, &hold, 1));
+    zo_swap_io_t io;
+    memset(r, 0, len);
+    ZO_ASSERT_OK(zo_swap_read_async(s, e, r, len, 1, NULL, NULL, &io));
+    zo_status polled;
+    while ((polled = zo_swap_test(io)) == ZO_NOT_READY)
+        sched_yield();
+    ZO_ASSERT_OK(polled);
+    ZO_ASSERT_OK(zo_swap_wait(io));
+    assert_memory_equal(r, w, len);
+    cb_count cnt = {0, 0};
+    ZO_ASSERT_OK(zo_swap_read_async(s, e, r, len, 1, count_cb, &cnt, NULL));
+    while (atomic_load(&cnt.ok) + atomic_load(&cnt.failed) < 1)
+        sched_yield();
+    assert_int_equal(atomic_load(&cnt.ok), 1);
+    ZO_ASSERT_OK(zo_swap_get_stats(s, &st));
+    assert_int_equal(st.reads, 3);
+    assert_int_equal(st.bytes_hashed_early, first);
+    if (swap_test_engine_uses_disk()) {
+        /* A byte flipped in the third block, hashed before the read ends. */
+        const char *path;
+        uint64_t poff;
+        ZO_ASSERT_OK(zo_swap_extent_location(s, e, &path, NULL, &poff));
+        flip_byte(path, poff + 2 * bs + 4321);
+        ZO_ASSERT_OK(zo_swap_set_faults(s, &hold, 1));
+        ZO_ASSERT_ST(zo_swap_read(s, e, r, len, 1), ZO_ERR_CORRUPT);
+        assert_non_null(strstr(zo_last_error(), "fails its checksum"));
+        ZO_ASSERT_OK(zo_swap_get_stats(s, &st));
+        assert_int_equal(st.corrupt, 1);
+        assert_int_equal(st.bytes_hashed_early, first); /* a failed read counts no bytes */
+    }
+    ZO_ASSERT_OK(zo_swap_set_faults(s, NULL, 0));
+    zo_swap_close(s);
+    free(w);
+    free(r);
 }
 
 /* zo_swap_files_bytes predicts the bytes each store preallocates, for small
@@ -676,6 +758,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_callbacks_and_busy, swap_test_setup,
                                         swap_test_teardown),
         cmocka_unit_test_setup_teardown(test_write_header_waits_for_its_hash, swap_test_setup,
+                                        swap_test_teardown),
+        cmocka_unit_test_setup_teardown(test_read_hashed_as_it_lands, swap_test_setup,
                                         swap_test_teardown),
         cmocka_unit_test_setup_teardown(test_engine_selection, swap_test_setup, swap_test_teardown),
         cmocka_unit_test_setup_teardown(test_files_bytes_predicted, swap_test_setup,
