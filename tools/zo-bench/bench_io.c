@@ -316,6 +316,9 @@ static void print_json(const io_opts *o, const io_result *r, double gbps)
     if (j) {
         json_object_set_new(j, "passes", runs);
         json_object_set_new(j, "idle_seconds", json_real(o->idle));
+        /* of the bytes read, those hashed while the rest of their read was in flight */
+        json_object_set_new(j, "bytes_hashed_early",
+                            json_integer((json_int_t)r->stats.bytes_hashed_early));
         json_fio(j, r, gbps);
     } else {
         json_decref(runs);
