@@ -12,7 +12,9 @@
 #include "zo/ops.h"
 
 /* Whether bf16 GEMMs go to oneDNN: ZO_CPU_GEMM=onednn or openblas picks; the
- * default is oneDNN where it runs bf16 natively (avx512_bf16 or AMX). */
+ * default is oneDNN where it runs bf16 natively (avx512_bf16 or AMX). Where
+ * oneDNN has no bf16 matmul at all (below AVX-512), OpenBLAS even when asked
+ * for oneDNN, with a warning. */
 int zo_cpu_gemm_uses_onednn(const zo_gemm_desc *g);
 
 /* C = alpha op(A) op(B) + beta C for bf16 A and B, C fp32 or bf16, over the

@@ -141,6 +141,33 @@ static int dnnl_default(void)
     return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
 }
 
+/* Primitives are created one at a time. oneDNN's primitive cache is safe to
+ * share, but its lock-free publication of a new entry happens inside libdnnl,
+ * which ThreadSanitizer cannot see; under this mutex every entry is published
+ * before another pool thread looks it up. Creation is a cache hit after a
+ * shape's first call (microseconds), so nothing waits for long. */
+static pthread_mutex_t dnnl_create_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Whether oneDNN builds a bf16 matmul on this CPU: below AVX-512 (an AVX2
+ * EPYC, say) it answers "unimplemented" for every shape, so asking for it
+ * with ZO_CPU_GEMM=onednn would fail every bf16 GEMM. */
+static int dnnl_has_bf16_matmul(void)
+{
+    dnnl_memory_desc_t a, b, c;
+    dnnl_dims_t dims = {2, 2}, strides = {2, 1};
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd = NULL;
+    int ok = dnnl_memory_desc_init_by_strides(&a, 2, dims, dnnl_bf16, strides) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&b, 2, dims, dnnl_bf16, strides) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&c, 2, dims, dnnl_f32, strides) == dnnl_success &&
+             dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) == dnnl_success;
+    pthread_mutex_lock(&dnnl_create_mu);
+    ok = ok && dnnl_primitive_desc_create(&pd, &md, NULL, dnnl_eng, NULL) == dnnl_success;
+    pthread_mutex_unlock(&dnnl_create_mu);
+    dnnl_primitive_desc_destroy(pd);
+    return ok;
+}
+
 static void dnnl_start(void)
 {
     const char *pick = zo_env_str("ZO_CPU_GEMM", "");
@@ -158,6 +185,12 @@ static void dnnl_start(void)
     if (dnnl_for_bf16 && dnnl_engine_create(&dnnl_eng, dnnl_cpu, 0) != dnnl_success) {
         dnnl_for_bf16 = 0;
         ZO_LOGW(SUBSYS, "oneDNN's cpu engine did not start: bf16 GEMMs use OpenBLAS sgemm");
+    }
+    if (dnnl_for_bf16 && !dnnl_has_bf16_matmul()) {
+        dnnl_for_bf16 = 0;
+        ZO_LOGW(SUBSYS,
+                "ZO_CPU_GEMM=onednn, but oneDNN has no bf16 matmul on this CPU (it needs AVX-512): "
+                "bf16 GEMMs use OpenBLAS sgemm");
     }
     /* Build oneDNN's primitive cache (and its lock) here, under the once:
      * built lazily by whichever pool thread came first, its publication is
@@ -221,13 +254,6 @@ static dnnl_status_t attr_for(const zo_gemm_desc *g, dnnl_primitive_attr_t *attr
     }
     return st;
 }
-
-/* Primitives are created one at a time. oneDNN's primitive cache is safe to
- * share, but its lock-free publication of a new entry happens inside libdnnl,
- * which ThreadSanitizer cannot see; under this mutex every entry is published
- * before another pool thread looks it up. Creation is a cache hit after a
- * shape's first call (microseconds), so nothing waits for long. */
-static pthread_mutex_t dnnl_create_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static dnnl_status_t create_matmul(const dnnl_matmul_desc_t *md, dnnl_primitive_attr_t attr,
                                    dnnl_primitive_desc_t *pd, dnnl_primitive_t *prim)
