@@ -234,7 +234,10 @@ def test_ram_is_the_kernels_not_the_numa_nodes(tmp):
     assert "hwloc's NUMA nodes hold 1.0 GiB of the" in p.stdout, p.stdout
     p = subprocess.run([REPORT], env=env, capture_output=True, text=True, timeout=120)
     assert "these nodes hold 1.0 GiB of the" in p.stdout, p.stdout
-    assert "the kernel reports" not in ok([REPORT]).stdout
+    # The machine's own nodes: the note only where they disagree with the kernel as zo-plan
+    # judges it (under 90% or over 100% of its RAM; this session's 2-core VM: 14.7 of 23.5 GiB).
+    disagree = real["numa_ram"] and not (ram // 10 * 9 <= real["numa_ram"] <= ram)
+    assert ("the kernel reports" in ok([REPORT]).stdout) == bool(disagree), real
 
 
 def test_errors_put_the_cause_first(tmp):
