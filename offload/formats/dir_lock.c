@@ -16,7 +16,8 @@ struct zo_dir_lock {
     int fd;
 };
 
-/* The lock file's text: "pid host\n". */
+/* The lock file's text: "pid host start\n" (start: the holder's start time,
+ * zo_flock.h; files written before it was recorded have none). */
 static int recorded_owner(int fd, zo_lock_owner *o)
 {
     char text[128] = "";
@@ -26,10 +27,12 @@ static int recorded_owner(int fd, zo_lock_owner *o)
         return 0;
     text[n] = 0;
     unsigned long pid = 0;
+    unsigned long long start = 0;
     char host[sizeof o->host] = "";
-    if (sscanf(text, "%lu %63s", &pid, host) < 1)
+    if (sscanf(text, "%lu %63s %llu", &pid, host, &start) < 1)
         return 0;
     o->pid = (uint32_t)pid;
+    o->start = start;
     snprintf(o->host, sizeof o->host, "%s", host);
     return 1;
 }
@@ -39,7 +42,8 @@ static zo_status record_self(int fd, const char *path)
     zo_lock_owner me;
     char text[128];
     zo_lock_owner_self(&me);
-    int n = snprintf(text, sizeof text, "%u %s\n", me.pid, me.host[0] ? me.host : "?");
+    int n = snprintf(text, sizeof text, "%u %s %llu\n", me.pid, me.host[0] ? me.host : "?",
+                     (unsigned long long)me.start);
     if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != n)
         return ZO_FAIL(ZO_ERR_IO, "formats", "cannot write the lock file %s: %s", path,
                        strerror(errno));

@@ -14,12 +14,15 @@ extern "C" {
 typedef struct zo_lock_owner {
     uint32_t pid;
     char host[64];
+    uint64_t start; /* its start, in clock ticks after boot (/proc/PID/stat); 0: not recorded */
 } zo_lock_owner;
 
 /* This process as a lock holder (pid, gethostname). */
 void zo_lock_owner_self(zo_lock_owner *o);
 
-/* 1 when o names a process of this host that no longer exists. */
+/* 1 when o names a process of this host that no longer exists: no such
+ * pid, a zombie, or (where o->start is recorded) a pid that a later process
+ * took over after the holder died. */
 int zo_lock_owner_gone(const zo_lock_owner *o);
 
 /* Reads the holder recorded in the file open as fd; 0 when the file names
