@@ -41,8 +41,7 @@ void zo_lock_owner_self(zo_lock_owner *o)
     o->pid = (uint32_t)getpid();
     gethostname(o->host, sizeof o->host - 1);
     char state;
-    if (!proc_stat(o->pid, &state, &o->start))
-        o->start = 0;
+    (void)proc_stat(o->pid, &state, &o->start); /* left 0 where /proc cannot say */
 }
 
 int zo_lock_owner_gone(const zo_lock_owner *o)

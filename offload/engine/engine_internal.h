@@ -561,10 +561,6 @@ struct zo_engine {
     eng_timeline timeline;
 };
 
-/* engine_api.c: an update is about to start on its own thread (dpu, behind the
- * forward): the stores' I/O counters now end this step's window and open the
- * next one's, whatever the thread moves before the step's statistics are read. */
-
 /* The step's host gradient buffers: by step parity where there are two
  * (dpu mode, and sync mode's update behind the forward), else the one. */
 static inline int eng_step_parity(const struct zo_engine *e)
@@ -856,6 +852,9 @@ zo_status eng_compute_wait(struct zo_engine *e, zo_stream_t compute, zo_event_t 
  * idle between the two, not the time the host spent waiting while queued
  * work still ran. */
 zo_status eng_stall_mark(struct zo_engine *e, zo_stream_t compute, uint32_t chunk, int end);
+/* An update is about to start on its own thread (dpu, behind the forward):
+ * the stores' I/O counters now end this step's window and open the next
+ * one's, whatever the thread moves before the step's statistics are read. */
 void eng_stats_launch(struct zo_engine *e);
 void eng_trace(struct zo_engine *e, zo_trace_track track, int index, const char *name, uint64_t t0,
                uint64_t t1, int chunk, uint64_t bytes);
