@@ -383,8 +383,23 @@ static zo_status preallocate(swap_file *f)
                    strerror(errno));
 }
 
-/* The header goes first, so that a file with any bytes in it names its
- * owner (a takeover checks it). */
+/* A new file's blocks, reserved in one request before its header is
+ * written. With the header written first, ext4 gave its block an allocation
+ * of its own and began the rest one block past a 1 MiB boundary of the disk,
+ * so every payload request in the file's first ~120 MiB straddled two of the
+ * disk's 1 MiB chunks (zo-bench io read ran ~7% behind fio, whose files start
+ * aligned). FALLOC_FL_KEEP_SIZE leaves the size at 0 until the header is in,
+ * so a run killed in between leaves a file a takeover still treats as a
+ * stale swap file, not a foreign one. A refusal here is not an error:
+ * preallocate() asks again and says why. */
+static void reserve_blocks(const swap_file *f)
+{
+    if (f->created && fallocate(f->fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)f->size) != 0)
+        ZO_LOGD("swap", "%s: reserving its blocks up front failed: %s", f->path, strerror(errno));
+}
+
+/* The header goes before the size, so that a file with any bytes in it
+ * names its owner (a takeover checks it). */
 static zo_status open_files(zo_swap_t s)
 {
     uint64_t reusable[ZO_SWAP_MAX_PATHS] = {0};
@@ -399,6 +414,7 @@ static zo_status open_files(zo_swap_t s)
     }
     ZO_TRY(check_free_space(s, reusable));
     for (uint32_t i = 0; i < s->nfiles; i++) {
+        reserve_blocks(&s->files[i]);
         ZO_TRY(write_file_header(s, &s->files[i], i));
         ZO_TRY(preallocate(&s->files[i]));
     }
