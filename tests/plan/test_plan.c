@@ -28,6 +28,7 @@
 
 #include "hw.h"
 #include "plan.h"
+#include "plan_internal.h"
 #include "plan_test_util.h"
 #include "trainer.h"
 #include "validate.h"
@@ -368,7 +369,10 @@ static void test_update_behind_step_time(void **state)
     (void)state;
     job_cfg c = tiny_cfg(1);
     zp_speeds sp = unit_speeds;
-    sp.nvme_read = sp.nvme_write = 2e8; /* the update's NVMe time is worth hiding */
+    /* a disk fast enough for the update's traffic to fit beside the
+     * forward's own reads (a slower one bounds the step and the update
+     * behind hides nothing of it: test_update_behind_shares_the_disk) */
+    sp.nvme_read = sp.nvme_write = 2e9;
     const char *backends[] = {"cpu", "cuda"};
     for (int b = 0; b < 2; b++) {
         zp_job j = job_of(&c);
@@ -384,6 +388,39 @@ static void test_update_behind_step_time(void **state)
         j.dtype = ZO_DTYPE_F16;
         assert_true(behind_saving(j, backends[b], ZP_PARAMS_NVME, &sp, &compute) == 0);
     }
+}
+
+/* One disk carries the parameters' reads and the update's states: with a
+ * disk slow enough to bound the step, the update behind the forward hides
+ * nothing of it, and the forward's window holds its own reads and the
+ * update's traffic one after the other (zo-plan predicted such steps 13-33%
+ * too fast when the update's disk time overlapped the forward's reads). */
+static void test_update_behind_shares_the_disk(void **state)
+{
+    (void)state;
+    job_cfg c = tiny_cfg(1);
+    zp_speeds sp = unit_speeds;
+    sp.nvme_read = sp.nvme_write = 2e6;
+    const char *backends[] = {"cpu", "cuda"};
+    for (int b = 0; b < 2; b++) {
+        zp_job j = job_of(&c);
+        zp_plan on = plan_job(&j, backends[b], ZP_PARAMS_NVME, &sp);
+        assert_true(on.seconds[ZP_BN_NVME] > 10 * on.seconds[ZP_BN_COMPUTE]);
+        assert_true(on.step_seconds >= on.seconds[ZP_BN_NVME]);
+        j.no_update_behind = 1;
+        zp_plan off = plan_job(&j, backends[b], ZP_PARAMS_NVME, &sp);
+        assert_true(on.step_seconds <= off.step_seconds * (1 + 1e-12));
+    }
+    zp_behind_times t = {.fb = 1.0,
+                         .fwd = 0.3,
+                         .optim = 0.1,
+                         .nvme_optim = 0.4,
+                         .nvme_fetch = 0.6,
+                         .fwd_fetch = 0.3};
+    /* the forward's window: its 0.3 s of reads, then the update's 0.4 s */
+    assert_true(fabs(zp_behind_step_seconds(&t, 4, 0) - (1.0 - 0.3 + 0.7)) < 1e-12);
+    t.fwd_fetch = t.nvme_fetch = 0; /* parameters on the host: the update's own time */
+    assert_true(fabs(zp_behind_step_seconds(&t, 4, 0) - (1.0 - 0.3 + 0.4)) < 1e-12);
 }
 
 /* The small preset itself, every placement at the roomy and the smallest
@@ -616,6 +653,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_memory_small),
         cmocka_unit_test(test_update_rate_drives_nvme_time),
         cmocka_unit_test(test_update_behind_step_time),
+        cmocka_unit_test(test_update_behind_shares_the_disk),
         cmocka_unit_test(test_assumed_speed_sources),
         cmocka_unit_test(test_70b_work_does_not_grow_with_size),
         cmocka_unit_test(test_70b_allocates_nothing_in_proportion),

@@ -50,13 +50,23 @@ double zp_nvme_update_seconds(uint64_t rd_bytes, uint64_t wr_bytes, const zp_spe
  * parameters on NVMe or the host (param_homes, optim_homes by zo_tier). */
 int zp_update_behind(const zp_job *job, zo_optim_mode mode, const uint32_t *param_homes,
                      const uint32_t *optim_homes, uint32_t n_chunks);
+/* What the step with the update behind the next forward is made of, in
+ * seconds: fb the forward and backward of the step, fwd the forward's
+ * compute, optim the Adam, nvme_optim the update's disk traffic, nvme_fetch
+ * the step's other disk traffic (parameter loads, spills, layer inputs) and
+ * fwd_fetch the forward's share of it (each chunk is read once for the
+ * forward and once more for the backward: half). */
+typedef struct zp_behind_times {
+    double fb, fwd, optim, nvme_optim, nvme_fetch, fwd_fetch;
+} zp_behind_times;
 /* The step with the update behind the next forward: the backward (fb less
  * fwd), then the forward beside the update: it starts after the first
  * chunk's update (one chunk's share of it), and the backward after both.
  * On the cpu device the forward's compute and the other chunks' Adam share
- * the cores and add up; on a GPU they overlap. */
-double zp_behind_step_seconds(double fb, double fwd, double t_optim, double nvme_optim,
-                              uint32_t n_chunks, int cpu_device);
+ * the cores and add up; on a GPU they overlap. The disk serves the
+ * forward's reads and the update's traffic in that window one after the
+ * other, and the whole step no faster than all its disk traffic. */
+double zp_behind_step_seconds(const zp_behind_times *t, uint32_t n_chunks, int cpu_device);
 /* The bottleneck, tokens/s, MFU and NVMe wear from p->seconds, p->step_seconds and the bytes. */
 void zp_finish_time(zp_plan *p, const zp_speeds *sp, double nvme_tbw);
 /* Under ZeRO (job->world_size > 1) rank 0 updates chunk c of n_chunks. */
