@@ -690,14 +690,15 @@ double zp_behind_step_seconds(const zp_behind_times *t, uint32_t n_chunks, int c
     double update = fmax(t->optim, t->nvme_optim);
     double rest = 1.0 - 1.0 / n_chunks; /* the chunks updated while the forward runs */
     double forward = update / n_chunks + t->fwd + (cpu_device ? t->optim * rest : 0.0);
+    double fwd_fetch = t->nvme_fetch / 2; /* the forward's own reads */
     /* One disk serves the forward's own parameter reads and the update's
      * states beside it: with parameters on NVMe the engine's update waited
      * twice as long on the disk behind the forward as in its own phase. */
-    double window = fmax(fmax(forward, update), t->fwd_fetch + t->nvme_optim);
+    double window = fmax(fmax(forward, update), fwd_fetch + t->nvme_optim);
     /* the backward is what the forward and backward take beyond the forward
      * alone, which is its compute or its reads; no step is shorter than the
      * disk's traffic */
-    double backward = t->fb - fmax(t->fwd, t->fwd_fetch);
+    double backward = t->fb - fmax(t->fwd, fwd_fetch);
     return fmax(backward + window, t->nvme_fetch + t->nvme_optim);
 }
 
@@ -740,7 +741,7 @@ static void plan_time(zp_plan *p, const zp_job *job, const zp_hardware *hw, cons
                         : fmax(fmax(t[ZP_BN_COMPUTE], fetch_h2d), fmax(t[ZP_BN_D2H], nvme_fetch));
         double fwd = t[ZP_BN_COMPUTE] * forward_share(per_token, zp_device_flops_per_token(job));
         p->fb_seconds = fb;
-        zp_behind_times bt = {fb, fwd, t[ZP_BN_OPTIM], nvme_optim, nvme_fetch, nvme_fetch / 2};
+        zp_behind_times bt = {fb, fwd, t[ZP_BN_OPTIM], nvme_optim, nvme_fetch};
         p->step_seconds = zp_behind_step_seconds(&bt, p->fp.n_chunks, cpu) + publish;
     } else if (cpu) {
         /* the emulated GPU, its copies and the optimizer share the host's cores */

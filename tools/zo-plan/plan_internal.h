@@ -52,12 +52,12 @@ int zp_update_behind(const zp_job *job, zo_optim_mode mode, const uint32_t *para
                      const uint32_t *optim_homes, uint32_t n_chunks);
 /* What the step with the update behind the next forward is made of, in
  * seconds: fb the forward and backward of the step, fwd the forward's
- * compute, optim the Adam, nvme_optim the update's disk traffic, nvme_fetch
- * the step's other disk traffic (parameter loads, spills, layer inputs) and
- * fwd_fetch the forward's share of it (each chunk is read once for the
- * forward and once more for the backward: half). */
+ * compute, optim the Adam, nvme_optim the update's disk traffic and
+ * nvme_fetch the step's other disk traffic (parameter loads, spills, layer
+ * inputs), of which the forward's share is half (each chunk is read once
+ * for the forward and once more for the backward). */
 typedef struct zp_behind_times {
-    double fb, fwd, optim, nvme_optim, nvme_fetch, fwd_fetch;
+    double fb, fwd, optim, nvme_optim, nvme_fetch;
 } zp_behind_times;
 /* The step with the update behind the next forward: the backward (fb less
  * fwd), then the forward beside the update: it starts after the first

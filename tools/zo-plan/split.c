@@ -459,8 +459,7 @@ static void step_time(split_ctx *x, zp_plan *p, uint64_t publish_bytes)
         double fb = cpu ? fmax(t[ZP_BN_COMPUTE] + fetch + t[ZP_BN_D2H], nvme_fetch)
                         : fmax(fmax(t[ZP_BN_COMPUTE], fetch), fmax(t[ZP_BN_D2H], nvme_fetch));
         p->fb_seconds = fb;
-        zp_behind_times bt = {
-            fb, t[ZP_BN_COMPUTE] - t_bwd, t[ZP_BN_OPTIM], nvme_optim, nvme_fetch, nvme_fetch / 2};
+        zp_behind_times bt = {fb, t[ZP_BN_COMPUTE] - t_bwd, t[ZP_BN_OPTIM], nvme_optim, nvme_fetch};
         p->step_seconds = zp_behind_step_seconds(&bt, p->fp.n_chunks, cpu) + publish;
     } else if (cpu) {
         double fb = fmax(t[ZP_BN_COMPUTE] + fetch + t[ZP_BN_D2H], nvme_fetch);
