@@ -193,26 +193,25 @@ zo_status zo_swap_bench_open(const zo_swap_bench_config *c, zo_swap_bench_t *out
     return ZO_OK;
 }
 
-/* Extents first..first+n-1 written or read, `window` in flight. */
+/* Extents first..first+n-1 written or read, `window` in flight. Every
+ * ticket is waited on in the order it was started, the last `window` ones
+ * too: a read's waiter hashes its extent as it lands, so waiting on a later
+ * extent first left the earlier ones to be hashed whole after the last
+ * request (two 64 MiB extents: about 9 ms of a 0.5 s pass). */
 static zo_status plain_pass(struct zo_swap_bench *b, int write, uint32_t first)
 {
     zo_swap_io_t *slots = calloc(b->window, sizeof *slots);
     if (!slots)
         return ZO_FAIL(ZO_ERR_NO_MEMORY, BENCH_SUBSYS, "allocating %u tickets", b->window);
     zo_status st = ZO_OK;
-    for (uint32_t i = 0; i < b->n && st == ZO_OK; i++) {
-        unsigned w = i % b->window;
-        st = zo_swap_wait(slots[w]);
-        slots[w] = NULL;
-        if (st == ZO_OK)
-            st = write ? start_write(b, first + i, w, &slots[w])
-                       : start_read(b, first + i, w, &slots[w]);
-    }
     char why[1024] = "";
-    if (st < 0)
-        snprintf(why, sizeof why, "%s", zo_last_error());
-    for (unsigned w = 0; w < b->window; w++) {
+    for (uint32_t i = 0; i < b->n + b->window; i++) {
+        unsigned w = i % b->window;
         zo_status x = zo_swap_wait(slots[w]);
+        slots[w] = NULL;
+        if (st == ZO_OK && x == ZO_OK && i < b->n)
+            x = write ? start_write(b, first + i, w, &slots[w])
+                      : start_read(b, first + i, w, &slots[w]);
         if (st == ZO_OK && x < 0) {
             st = x;
             snprintf(why, sizeof why, "%s", zo_last_error());
