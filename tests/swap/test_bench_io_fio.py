@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """zo-bench io's fio peer: with fio on PATH, read and write passes come with
-fio's figure on the same directory (its best configuration) and the ratio of
-the medians; without fio, or with --no-fio, the report says why there is none.
+fio's figure on the same directory (its best configuration), the ratio of
+the medians and the pass-by-pass ratios' median and middle half; without fio, or with --no-fio, the report says why there is none.
 Usage: test_bench_io_fio.py ZO_BENCH [EMULATOR...] (a cross build's, e.g. qemu-aarch64)"""
 import json
 import os
@@ -38,6 +38,15 @@ def check_with_fio(d):
         r = json.loads(run(d, rw, "--json"))
         assert r["fio_gbps"] > 0 and len(r["fio_passes_gbps"]) == 2, r
         assert abs(r["ratio_fio"] - r["gbps"] / r["fio_gbps"]) < 1e-9 * r["ratio_fio"], r
+        # each pass over the fio pass beside it: their median and middle half
+        pairs = sorted(r["size"] / t / 1e9 / f for t, f in zip(r["passes"], r["fio_passes_gbps"]))
+        p = r["ratio_fio_paired"]
+
+        def near(a, b):
+            return abs(a - b) < 1e-9 * b
+
+        assert p["passes"] == 2 and near(p["median"], (pairs[0] + pairs[1]) / 2), r
+        assert near(p["q1"], pairs[0]) and near(p["q3"], pairs[1]), r
         assert "--fixedbufs --registerfiles" in r["fio_config"], r
         huge = "shmhuge" in r["fio_config"]
         # on malloc'd buffers only when huge pages failed, and then it says so
@@ -45,6 +54,9 @@ def check_with_fio(d):
         assert not os.path.exists(os.path.join(d, "zo-bench-fio.0.0")), "fio's file left behind"
     human = run(d, "read")
     assert "zo-bench / fio:" in human and "fio " in human, human
+    assert "pass by pass" not in human, "a spread of two passes says nothing: " + human
+    human = run(d, "read", "--passes", "4")
+    assert "pass by pass: median" in human and "middle half" in human, human
 
 
 def main():

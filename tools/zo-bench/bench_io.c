@@ -67,7 +67,9 @@ static void io_usage(FILE *out)
         "by fio on the same directory with the same size, bs, qd and direction, in its best\n"
         "configuration: --ioengine=io_uring --direct=1 --mem=shmhuge --fixedbufs --registerfiles\n"
         "(shmhuge needs vm.nr_hugepages; without them fio runs with --mem=malloc and says so),\n"
-        "and the ratio of the medians is printed; --no-fio leaves it out.\n");
+        "and the ratio of the medians is printed, with the median and middle half of the ratios\n"
+        "of each pass to the fio pass beside it (how far the disk's drift moves one ratio);\n"
+        "--no-fio leaves it out.\n");
 }
 
 static int parse_opts(int argc, char **argv, io_opts *o)
@@ -285,7 +287,32 @@ static double fio_median(const io_result *r)
     return 1.0 / median_seconds(s, r->fio_runs);
 }
 
-static void json_fio(json_t *j, const io_result *r, double gbps)
+/* Each store pass over the fio pass beside it: pairs share the disk's state
+ * of the moment, so their spread shows how far one ratio can be trusted on
+ * a disk whose speed drifts between passes. 0 when fio did not run beside
+ * every pass. */
+typedef struct paired_ratio {
+    double median, q1, q3; /* q1..q3: the middle half */
+    int n;
+} paired_ratio;
+
+static paired_ratio fio_paired(const io_result *r, int passes)
+{
+    paired_ratio p = {0, 0, 0, 0};
+    if (r->fio_runs != passes || passes < 1)
+        return p;
+    double v[IO_MAX_PASSES];
+    for (int k = 0; k < passes; k++)
+        v[k] = (double)r->bytes / r->pass_seconds[k] / 1e9 / r->fio_gbps[k];
+    qsort(v, (size_t)passes, sizeof *v, cmp_double);
+    p.n = passes;
+    p.median = passes % 2 ? v[passes / 2] : 0.5 * (v[passes / 2 - 1] + v[passes / 2]);
+    p.q1 = v[(passes - 1) / 4];
+    p.q3 = v[passes - 1 - (passes - 1) / 4];
+    return p;
+}
+
+static void json_fio(json_t *j, const io_result *r, double gbps, int passes)
 {
     double fio = fio_median(r);
     if (fio > 0) {
@@ -296,6 +323,11 @@ static void json_fio(json_t *j, const io_result *r, double gbps)
         json_object_set_new(j, "fio_passes_gbps", runs);
         json_object_set_new(j, "fio_config", json_string(bench_fio_config(r->fio_huge)));
         json_object_set_new(j, "ratio_fio", json_real(gbps / fio));
+        paired_ratio p = fio_paired(r, passes);
+        if (p.n)
+            json_object_set_new(j, "ratio_fio_paired",
+                                json_pack("{s:f, s:f, s:f, s:i}", "median", p.median, "q1", p.q1,
+                                          "q3", p.q3, "passes", p.n));
     }
     if (r->fio_note[0])
         json_object_set_new(j, "fio_note", json_string(r->fio_note));
@@ -319,7 +351,7 @@ static void print_json(const io_opts *o, const io_result *r, double gbps)
         /* of the bytes read, those hashed while the rest of their read was in flight */
         json_object_set_new(j, "bytes_hashed_early",
                             json_integer((json_int_t)r->stats.bytes_hashed_early));
-        json_fio(j, r, gbps);
+        json_fio(j, r, gbps, o->passes);
     } else {
         json_decref(runs);
     }
@@ -330,7 +362,7 @@ static void print_json(const io_opts *o, const io_result *r, double gbps)
     json_decref(j);
 }
 
-static void print_fio(const io_result *r, double gbps)
+static void print_fio(const io_result *r, double gbps, int passes)
 {
     double fio = fio_median(r);
     if (fio > 0) {
@@ -338,7 +370,11 @@ static void print_fio(const io_result *r, double gbps)
                r->fio_runs);
         for (int k = 0; k < r->fio_runs; k++)
             printf(" %.3f", r->fio_gbps[k]);
-        printf(")\n  zo-bench / fio: %.3f\n", gbps / fio);
+        printf(")\n  zo-bench / fio: %.3f", gbps / fio);
+        paired_ratio p = fio_paired(r, passes);
+        if (p.n >= 4)
+            printf(" (pass by pass: median %.3f, middle half %.3f-%.3f)", p.median, p.q1, p.q3);
+        printf("\n");
     }
     if (r->fio_note[0])
         printf("  fio: %s\n", r->fio_note);
@@ -371,7 +407,7 @@ int zo_bench_io_main(int argc, char **argv)
                 printf(" %.3f", (double)r.bytes / r.pass_seconds[k] / 1e9);
             printf(" GB/s%s)\n", o.idle > 0 ? ", each after the idle rest" : "");
         }
-        print_fio(&r, gbps);
+        print_fio(&r, gbps, o.passes);
     }
     return 0;
 }
