@@ -109,8 +109,12 @@ struct zo_swap_io {
      * waits (hashed bytes so far, into hash_state, waiter only), so only
      * the last block is left to hash once the read is over. */
     int hash_live, waiting;
+    /* A read verified on the I/O thread (a callback's, or one without a
+     * ticket) is hashed the same way by that thread, each time it has
+     * refilled the queue: io_landed is its private copy of the prefix. */
+    int io_hashes;
     uint8_t *landed_map; /* one byte per payload block */
-    size_t landed_blocks, landed, hashed;
+    size_t landed_blocks, landed, io_landed, hashed;
     void *hash_state; /* an XXH3_state_t, in the blocks allocation */
     /* A write's payload hash is computed by its writer while the payload
      * goes to disk: hash_pending (under the store's mutex) until it is

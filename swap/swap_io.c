@@ -104,13 +104,19 @@ static int region_index(zo_swap_t s, const void *buf, size_t len)
     return -1;
 }
 
+/* Who hashes a read's payload as it lands: nobody (writes, polled reads),
+ * its waiter, or the I/O thread. */
+typedef enum { HASH_AT_END, HASH_BY_WAITER, HASH_BY_IO_THREAD } hash_mode;
+
 static zo_status op_create(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, const void *buf,
-                           size_t len, uint64_t generation, int hash_live, struct zo_swap_io **out)
+                           size_t len, uint64_t generation, hash_mode hashing,
+                           struct zo_swap_io **out)
 {
     struct zo_swap_io *op = calloc(1, sizeof *op);
     void *blocks = NULL;
     size_t body = len & ~(size_t)(ZO_SWAP_ALIGN - 1);
-    size_t nblocks = hash_live ? (body + s->cfg.block_size - 1) / s->cfg.block_size : 0;
+    size_t nblocks =
+        hashing != HASH_AT_END ? (body + s->cfg.block_size - 1) / s->cfg.block_size : 0;
     uint8_t *map = nblocks ? calloc(nblocks, 1) : NULL;
     if (!op || (nblocks && !map) || posix_memalign(&blocks, ZO_SWAP_ALIGN, OP_BLOCKS_BYTES)) {
         free(map);
@@ -118,7 +124,8 @@ static zo_status op_create(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, con
         return ZO_FAIL(ZO_ERR_NO_MEMORY, "swap", "out of memory for an I/O ticket");
     }
     op->landed_map = map;
-    op->hash_live = nblocks > 0;
+    op->hash_live = nblocks > 0 && hashing == HASH_BY_WAITER;
+    op->io_hashes = nblocks > 0 && hashing == HASH_BY_IO_THREAD;
     op->hash_state = (uint8_t *)blocks + 2 * ZO_SWAP_ALIGN;
     op->s = s;
     op->dir = dir;
@@ -132,7 +139,7 @@ static zo_status op_create(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, con
     zo_swap_extent_location(s, ext, NULL, &op->header_off, &op->payload_off);
     op->blocks = blocks;
     memset(blocks, 0, 2 * ZO_SWAP_ALIGN);
-    if (op->hash_live)
+    if (nblocks)
         XXH3_64bits_reset(op->hash_state);
     op->tail_pending = op->tail_len > 0;
     op->header_pending = 1;
@@ -209,8 +216,12 @@ static zo_status op_begin(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, cons
     if (!io && !done)
         return ZO_FAIL(ZO_ERR_INVALID_ARG, "swap", "%s: give a ticket pointer or a callback", what);
     /* A read with a ticket and no callback is verified by its waiter, who
-     * hashes it as it lands (see zo_swap_wait). */
-    return op_create(s, dir, ext, buf, len, generation, dir == ZO_IO_READ && io && !done, op);
+     * hashes it as it lands (see zo_swap_wait); any other read by the I/O
+     * thread, which hashes it as it lands too (see hash_landed_reads). */
+    hash_mode hashing = dir == ZO_IO_WRITE ? HASH_AT_END
+                        : io && !done      ? HASH_BY_WAITER
+                                           : HASH_BY_IO_THREAD;
+    return op_create(s, dir, ext, buf, len, generation, hashing, op);
 }
 
 zo_status zo_swap_write_async(zo_swap_t s, zo_swap_extent_t ext, const void *buf, size_t len,
@@ -249,7 +260,8 @@ zo_status zo_swap_read_async(zo_swap_t s, zo_swap_extent_t ext, void *buf, size_
 
 static void settle_ticket(zo_swap_io_t io);
 
-/* The waiter's hash of a read's payload up to landed (see hash_live). */
+/* A read's payload hashed up to landed, by its waiter (hash_live) or the
+ * I/O thread (io_hashes). */
 static void hash_landed(struct zo_swap_io *op, size_t landed)
 {
     payload_hash_update(op->hash_state, op->buf + op->hashed, landed - op->hashed);
@@ -277,7 +289,8 @@ zo_status zo_swap_wait(zo_swap_io_t io)
     pthread_mutex_lock(&s->mu);
     while (!io->done) {
         size_t landed = io->landed;
-        if (landed > io->hashed) {
+        /* hashed is the I/O thread's when it hashes the read (io_hashes) */
+        if (io->hash_live && landed > io->hashed) {
             /* The payload's landed prefix, hashed while the rest is in
              * flight: the I/O thread no longer touches those bytes. */
             io->waiting = 0;
@@ -451,7 +464,7 @@ static void retry_req(zo_swap_t s, store_req *r)
 static void note_landed(zo_swap_t s, struct zo_swap_io *op, const zo_io_req *io)
 {
     const uint8_t *p = io->buf;
-    if (!op->hash_live || p < op->buf || p >= op->buf + op->body_len)
+    if ((!op->hash_live && !op->io_hashes) || p < op->buf || p >= op->buf + op->body_len)
         return; /* not hashed live, or the header or tail block */
     size_t bs = s->cfg.block_size, nblocks = (op->body_len + bs - 1) / bs;
     op->landed_map[(size_t)(p - op->buf) / bs] = 1;
@@ -462,6 +475,10 @@ static void note_landed(zo_swap_t s, struct zo_swap_io *op, const zo_io_req *io)
         return;
     op->landed_blocks = k;
     size_t landed = k == nblocks ? op->body_len : k * bs;
+    if (op->io_hashes) {
+        op->io_landed = landed; /* this thread's to hash, once the queue is full again */
+        return;
+    }
     pthread_mutex_lock(&s->mu);
     op->landed = landed;
     if (op->waiting)
@@ -650,6 +667,17 @@ static int op_settled(zo_swap_t s, struct zo_swap_io *op)
     return !op->header_pending;
 }
 
+/* The landed prefixes of the reads this thread verifies, hashed after the
+ * queue was refilled: hashing a whole 64 MiB extent at its end (about 6 ms)
+ * held up the reaping and resubmitting of every request meanwhile. (Hashing
+ * a block at a time between non-blocking reaps ran no faster.) */
+static void hash_landed_reads(zo_swap_t s)
+{
+    for (struct zo_swap_io *op = s->active_head; op; op = op->next)
+        if (op->io_hashes && op->st == ZO_OK && op->io_landed > op->hashed)
+            hash_landed(op, op->io_landed);
+}
+
 static void finish_settled(zo_swap_t s)
 {
     struct zo_swap_io *prev = NULL, *op = s->active_head;
@@ -738,6 +766,7 @@ static void *io_thread(void *arg)
         zo_status st = submit_ready(s);
         if (st != ZO_OK)
             ZO_LOGE("swap", "I/O thread: submitting failed: %s", zo_last_error());
+        hash_landed_reads(s);
         pthread_mutex_lock(&s->mu);
         int stop = s->stop && !s->in_head;
         pthread_mutex_unlock(&s->mu);
