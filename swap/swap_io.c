@@ -104,8 +104,9 @@ static int region_index(zo_swap_t s, const void *buf, size_t len)
     return -1;
 }
 
-/* Who hashes a read's payload as it lands: nobody (writes, polled reads),
- * its waiter, or the I/O thread. */
+/* Who hashes an operation's payload as it lands: nobody (writes, hashed by
+ * their writer before the header goes), the waiter of a read's ticket (a
+ * read only polled is hashed whole when verified), or the I/O thread. */
 typedef enum { HASH_AT_END, HASH_BY_WAITER, HASH_BY_IO_THREAD } hash_mode;
 
 static zo_status op_create(zo_swap_t s, zo_io_dir dir, zo_swap_extent_t ext, const void *buf,
