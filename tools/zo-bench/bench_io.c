@@ -171,12 +171,18 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The median of n values sorted in place. */
+static double median_sorted(double *s, int n)
+{
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
 static double median_seconds(const double *v, int n)
 {
     double s[IO_MAX_PASSES];
     memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    return median_sorted(s, n);
 }
 
 /* One fio pass beside the store's pass: on huge pages until that fails,
@@ -304,9 +310,8 @@ static paired_ratio fio_paired(const io_result *r, int passes)
     double v[IO_MAX_PASSES];
     for (int k = 0; k < passes; k++)
         v[k] = (double)r->bytes / r->pass_seconds[k] / 1e9 / r->fio_gbps[k];
-    qsort(v, (size_t)passes, sizeof *v, cmp_double);
     p.n = passes;
-    p.median = passes % 2 ? v[passes / 2] : 0.5 * (v[passes / 2 - 1] + v[passes / 2]);
+    p.median = median_sorted(v, passes);
     p.q1 = v[(passes - 1) / 4];
     p.q3 = v[passes - 1 - (passes - 1) / 4];
     return p;
